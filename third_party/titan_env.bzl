@@ -1,0 +1,34 @@
+"""Finds LibTorch ($LIBTORCH, else the torch package in tools/setup.sh's environment)."""
+
+_SETUP_HINT = "run tools/setup.sh first (or set LIBTORCH to an unzipped libtorch or a torch package dir)"
+
+def _venv_dir(rctx):
+    env = rctx.os.environ
+    if env.get("TITAN_VENV"):
+        return env["TITAN_VENV"]
+    cache = env.get("XDG_CACHE_HOME") or (env.get("HOME", "") + "/.cache")
+    return cache + "/titan/venv"
+
+def _titan_env_impl(rctx):
+    venv = _venv_dir(rctx)
+    torch_dir = rctx.os.environ.get("LIBTORCH", "")
+    if not torch_dir:
+        found = rctx.execute(["sh", "-c", "ls -d " + venv + "/lib/python3*/site-packages/torch 2>/dev/null | head -n 1"])
+        torch_dir = found.stdout.strip()
+    if not torch_dir or not rctx.path(torch_dir + "/include/torch").exists:
+        fail("LibTorch not found: " + _SETUP_HINT)
+    rctx.symlink(torch_dir + "/include", "include")
+    rctx.symlink(torch_dir + "/lib", "lib")
+    python = venv + "/bin/python3"
+    if rctx.path(python).exists:
+        rctx.symlink(python, "python3")
+    else:
+        rctx.file("python3", "#!/bin/sh\necho 'no Python test environment: " + _SETUP_HINT + "' >&2\nexit 1\n", executable = True)
+    rctx.file("BUILD", rctx.read(rctx.attr._build_template).replace("%{torch_lib}", torch_dir + "/lib"))
+
+titan_env = repository_rule(
+    implementation = _titan_env_impl,
+    environ = ["LIBTORCH", "TITAN_VENV", "XDG_CACHE_HOME", "HOME"],
+    local = True,
+    attrs = {"_build_template": attr.label(default = "//third_party:titan_env.BUILD.tpl")},
+)
