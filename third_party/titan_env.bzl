@@ -19,9 +19,10 @@ def _titan_env_impl(rctx):
         fail("LibTorch not found: " + _SETUP_HINT)
     rctx.symlink(torch_dir + "/include", "include")
     rctx.symlink(torch_dir + "/lib", "lib")
+    # A wrapper, not a symlink: Python finds its venv (pyvenv.cfg) only from the path it started as.
     python = venv + "/bin/python3"
     if rctx.path(python).exists:
-        rctx.symlink(python, "python3")
+        rctx.file("python3", "#!/bin/sh\nexec '" + python + "' \"$@\"\n", executable = True)
     else:
         rctx.file("python3", "#!/bin/sh\necho 'no Python test environment: " + _SETUP_HINT + "' >&2\nexit 1\n", executable = True)
     rctx.file("BUILD", rctx.read(rctx.attr._build_template).replace("%{torch_lib}", torch_dir + "/lib"))

@@ -1,0 +1,34 @@
+#include "lib/model/module.h"
+
+namespace titan {
+
+at::Tensor& Module::RegisterParameter(const std::string& name, at::IntArrayRef shape,
+                                      const at::TensorOptions& options) {
+  params_.emplace_back(name, at::empty(shape, options));
+  return params_.back().second;
+}
+
+void Module::CollectParameters(const std::string& prefix, std::vector<ParamRef>& out) {
+  for (auto& [name, tensor] : params_) out.push_back({prefix + name, &tensor});
+  for (auto& [name, child] : children_) child->CollectParameters(prefix + name + ".", out);
+}
+
+std::vector<ParamRef> Module::NamedParameters() {
+  std::vector<ParamRef> out;
+  CollectParameters("", out);
+  return out;
+}
+
+int64_t Module::NumParameters() {
+  int64_t total = 0;
+  for (const ParamRef& p : NamedParameters()) total += p.tensor->numel();
+  return total;
+}
+
+void Module::Materialize(const at::TensorOptions& options) {
+  for (const ParamRef& p : NamedParameters()) {
+    *p.tensor = at::empty(p.tensor->sizes(), options).set_requires_grad(true);
+  }
+}
+
+}  // namespace titan

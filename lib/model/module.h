@@ -1,0 +1,56 @@
+#ifndef TITAN_LIB_MODEL_MODULE_H_
+#define TITAN_LIB_MODEL_MODULE_H_
+
+#include <ATen/ATen.h>
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace titan {
+
+// A parameter slot: the model owns the tensor; parallelize code may swap it (for a shard, say).
+struct ParamRef {
+  std::string name;
+  at::Tensor* tensor;
+};
+
+// A tree of named parameters with stable addresses. Parameters are declared by shape and dtype and
+// may live on the meta device until Materialize() gives them storage; then the model initialises them.
+class Module {
+ public:
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  virtual ~Module() = default;
+
+  // Depth-first, in declaration order, with dotted names ("layers.0.attention.wq.weight").
+  std::vector<ParamRef> NamedParameters();
+  int64_t NumParameters();
+
+  // Replaces every meta (or other-device) parameter with uninitialised storage on `options`'
+  // device and dtype, requiring grad. Call the model's weight init afterwards.
+  void Materialize(const at::TensorOptions& options);
+
+ protected:
+  at::Tensor& RegisterParameter(const std::string& name, at::IntArrayRef shape,
+                                const at::TensorOptions& options);
+  template <typename M>
+  M* RegisterModule(const std::string& name, std::unique_ptr<M> module) {
+    M* raw = module.get();
+    children_.emplace_back(name, std::move(module));
+    return raw;
+  }
+
+ private:
+  void CollectParameters(const std::string& prefix, std::vector<ParamRef>& out);
+
+  std::deque<std::pair<std::string, at::Tensor>> params_;  // deque: slots never move
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_MODEL_MODULE_H_

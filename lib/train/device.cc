@@ -1,0 +1,34 @@
+#include "lib/train/device.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <sys/resource.h>
+
+namespace titan {
+
+at::Device PickDevice(int local_rank) {
+  if (at::hasCUDA() && at::cuda::device_count() > 0) {
+    const int index = local_rank % at::cuda::device_count();
+    c10::cuda::set_device(index);
+    return at::Device(at::kCUDA, index);
+  }
+  return at::Device(at::kCPU);
+}
+
+double PeakMemoryGiB(const at::Device& device) {
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return static_cast<double>(stats.reserved_bytes[aggregate].peak) / (1 << 30);
+  }
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) * 1024 / (1 << 30);  // ru_maxrss is in KiB
+}
+
+std::string DeviceName(const at::Device& device) {
+  if (device.is_cuda()) return at::cuda::getDeviceProperties(device.index())->name;
+  return "cpu";
+}
+
+}  // namespace titan

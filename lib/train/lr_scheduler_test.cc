@@ -1,0 +1,43 @@
+#include "lib/train/lr_scheduler.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+
+namespace titan {
+namespace {
+
+TEST(LrScheduleTest, LinearWarmupThenStableThenLinearDecay) {
+  // 10 steps: 2 warmup, decay_ratio 0.5 -> 5 decay steps, 4 stable (torchtitan's +1 convention).
+  auto s = WarmupStableDecaySchedule::Create(10, 2, 0.5, "linear", 0.0).value();
+  EXPECT_DOUBLE_EQ(s.Factor(0), 0.5);
+  EXPECT_DOUBLE_EQ(s.Factor(1), 1.0);
+  EXPECT_DOUBLE_EQ(s.Factor(2), 1.0);
+  EXPECT_DOUBLE_EQ(s.Factor(5), 1.0);
+  EXPECT_DOUBLE_EQ(s.Factor(6), 1.0 - 1.0 / 5);
+  EXPECT_DOUBLE_EQ(s.Factor(9), 1.0 - 4.0 / 5);
+  EXPECT_DOUBLE_EQ(s.Factor(10), 0.0);
+}
+
+TEST(LrScheduleTest, CosineAndSqrtRespectMinFactor) {
+  auto cosine = WarmupStableDecaySchedule::Create(10, 0, -1, "cosine", 0.1).value();
+  EXPECT_EQ(cosine.decay_steps(), 10);
+  EXPECT_NEAR(cosine.Factor(4), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.5)), 1e-12);
+  EXPECT_NEAR(cosine.Factor(9), 0.1, 1e-12);
+  auto sqrt = WarmupStableDecaySchedule::Create(4, 0, 1.0, "sqrt", 0.0).value();
+  EXPECT_NEAR(sqrt.Factor(0), 1 - std::sqrt(0.25), 1e-12);
+}
+
+TEST(LrScheduleTest, WarmupLongerThanRunIsShortened) {
+  auto s = WarmupStableDecaySchedule::Create(10, 20, 0.5, "linear", 0.0).value();
+  EXPECT_EQ(s.warmup_steps(), 5);
+}
+
+TEST(LrScheduleTest, RejectsUnknownDecayType) {
+  auto s = WarmupStableDecaySchedule::Create(10, 2, 0.5, "exp", 0.0);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("decay_type"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace titan
