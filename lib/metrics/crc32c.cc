@@ -5,8 +5,8 @@
 namespace titan {
 namespace {
 
-// Hand-written: Debian's abseil 20220623 has no CRC32C and zlib only has CRC-32 (another polynomial).
-// Byte-at-a-time table is fast enough for a few scalar records per step.
+// Hand-written: Debian's abseil 20220623 has no CRC32C and zlib only has CRC-32 (another
+// polynomial). Byte-at-a-time table is fast enough for a few scalar records per step.
 constexpr std::array<uint32_t, 256> MakeCrc32cTable() {
   std::array<uint32_t, 256> table{};
   for (uint32_t i = 0; i < 256; ++i) {

@@ -15,7 +15,7 @@ try:
 except ImportError:
     sys.exit("tensorboard is not installed in the test environment: tools/setup.sh must pin it")
 
-# (tag, step, value): the tags the trainer logs, a value float32 cannot hold exactly, a negative one.
+# (tag, step, value): tags the trainer logs, a value float32 cannot hold exactly, a negative one.
 SCALARS = [
     ("loss_metrics/global_avg_loss", 1, 10.8125),
     ("loss_metrics/global_avg_loss", 2, 9.123456789),

@@ -55,8 +55,8 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
   }
   absl::StatusOr<std::string> host = HostName();
   if (!host.ok()) return host.status();
-  const std::string path = absl::StrCat(log_dir, "/events.out.tfevents.",
-                                        absl::ToUnixSeconds(absl::Now()), ".", *host);
+  const std::string path =
+      absl::StrCat(log_dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", *host);
   std::FILE* file = std::fopen(path.c_str(), "ab");
   if (file == nullptr) return ErrnoError("open for append", path);
   std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, file));

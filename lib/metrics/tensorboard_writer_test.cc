@@ -99,9 +99,9 @@ TEST(TensorBoardWriterTest, WritesFileVersionThenScalars) {
     float value;
     int64_t step;
   };
-  const Expected expected[] = {
-      {"loss_metrics/global_avg_loss", 5.25f, 1}, {"lr", 8e-4f, 1},
-      {"loss_metrics/global_avg_loss", 4.5f, 2}};
+  const Expected expected[] = {{"loss_metrics/global_avg_loss", 5.25f, 1},
+                               {"lr", 8e-4f, 1},
+                               {"loss_metrics/global_avg_loss", 4.5f, 2}};
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(event.ParseFromString(records[i + 1]));
     EXPECT_EQ(event.step(), expected[i].step);
@@ -131,8 +131,7 @@ TEST(TensorBoardWriterTest, CreateFailsWhenFolderIsAFile) {
   ASSERT_TRUE(WriteFileAtomically(file, "x").ok());
   absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Create(file);
   ASSERT_FALSE(writer.ok());
-  EXPECT_NE(writer.status().message().find(file), absl::string_view::npos)
-      << writer.status();
+  EXPECT_NE(writer.status().message().find(file), absl::string_view::npos) << writer.status();
 }
 
 }  // namespace
