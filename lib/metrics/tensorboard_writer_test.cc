@@ -10,41 +10,12 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "lib/metrics/crc32c.h"
 #include "lib/metrics/event.pb.h"
+#include "lib/metrics/event_file_reader.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
 namespace {
-
-uint64_t ReadLittleEndian(const std::string& bytes, size_t offset, int num_bytes) {
-  uint64_t value = 0;
-  for (int i = 0; i < num_bytes; ++i) {
-    value |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[offset + i])) << (8 * i);
-  }
-  return value;
-}
-
-// Splits a TFRecord file into its payloads, failing the test on a bad length or CRC.
-std::vector<std::string> ParseTfRecords(const std::string& contents) {
-  std::vector<std::string> records;
-  size_t offset = 0;
-  while (offset < contents.size()) {
-    EXPECT_LE(offset + 12, contents.size()) << "truncated header at " << offset;
-    if (offset + 12 > contents.size()) break;
-    const uint64_t length = ReadLittleEndian(contents, offset, 8);
-    EXPECT_EQ(ReadLittleEndian(contents, offset + 8, 4), MaskedCrc32c(contents.substr(offset, 8)))
-        << "length CRC at " << offset;
-    EXPECT_LE(offset + 16 + length, contents.size()) << "truncated record at " << offset;
-    if (offset + 16 + length > contents.size()) break;
-    std::string data = contents.substr(offset + 12, length);
-    EXPECT_EQ(ReadLittleEndian(contents, offset + 12 + length, 4), MaskedCrc32c(data))
-        << "data CRC at " << offset;
-    records.push_back(std::move(data));
-    offset += 16 + length;
-  }
-  return records;
-}
 
 std::string TestDir(const std::string& name) {
   return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
@@ -53,12 +24,22 @@ std::string TestDir(const std::string& name) {
 TEST(EncodeTfRecordTest, FramesLengthDataAndCrcs) {
   const std::string record = EncodeTfRecord("abc");
   ASSERT_EQ(record.size(), 3u + 16u);
-  EXPECT_EQ(ReadLittleEndian(record, 0, 8), 3u);
+  EXPECT_EQ(record.substr(0, 8), std::string("\x03\0\0\0\0\0\0\0", 8));
   EXPECT_EQ(record.substr(12, 3), "abc");
-  const std::vector<std::string> records = ParseTfRecords(record + EncodeTfRecord(""));
-  ASSERT_EQ(records.size(), 2u);
-  EXPECT_EQ(records[0], "abc");
-  EXPECT_EQ(records[1], "");
+  absl::StatusOr<std::vector<std::string>> records =
+      DecodeTfRecords(record + EncodeTfRecord(""));
+  ASSERT_TRUE(records.ok()) << records.status();
+  EXPECT_EQ(*records, (std::vector<std::string>{"abc", ""}));
+}
+
+TEST(EncodeTfRecordTest, CorruptionIsDetected) {
+  std::string record = EncodeTfRecord("abc");
+  record[13] = 'X';
+  EXPECT_FALSE(DecodeTfRecords(record).ok());
+  record = EncodeTfRecord("abc");
+  record[0] = 4;
+  EXPECT_FALSE(DecodeTfRecords(record).ok());
+  EXPECT_FALSE(DecodeTfRecords(EncodeTfRecord("abc").substr(0, 17)).ok());
 }
 
 TEST(TensorBoardWriterTest, WritesFileVersionThenScalars) {
@@ -84,15 +65,11 @@ TEST(TensorBoardWriterTest, WritesFileVersionThenScalars) {
       name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
   EXPECT_EQ(seconds.find_first_not_of("0123456789"), std::string::npos) << seconds;
 
-  absl::StatusOr<std::string> contents = ReadFile(path);
-  ASSERT_TRUE(contents.ok()) << contents.status();
-  const std::vector<std::string> records = ParseTfRecords(*contents);
-  ASSERT_EQ(records.size(), 4u);
-
-  tensorboard::Event event;
-  ASSERT_TRUE(event.ParseFromString(records[0]));
-  EXPECT_EQ(event.file_version(), "brain.Event:2");
-  EXPECT_GT(event.wall_time(), 1.6e9);
+  absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(path);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 4u);
+  EXPECT_EQ((*events)[0].file_version(), "brain.Event:2");
+  EXPECT_GT((*events)[0].wall_time(), 1.6e9);
 
   struct Expected {
     const char* tag;
@@ -103,8 +80,9 @@ TEST(TensorBoardWriterTest, WritesFileVersionThenScalars) {
                                {"lr", 8e-4f, 1},
                                {"loss_metrics/global_avg_loss", 4.5f, 2}};
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(event.ParseFromString(records[i + 1]));
+    const tensorboard::Event& event = (*events)[i + 1];
     EXPECT_EQ(event.step(), expected[i].step);
+    EXPECT_GE(event.wall_time(), (*events)[0].wall_time());
     ASSERT_TRUE(event.has_summary());
     ASSERT_EQ(event.summary().value_size(), 1);
     EXPECT_EQ(event.summary().value(0).tag(), expected[i].tag);
@@ -121,9 +99,10 @@ TEST(TensorBoardWriterTest, DestructorFlushesPendingRecords) {
     ASSERT_TRUE((*writer)->AddScalar("grad_norm", 1.5f, 7).ok());
     path = (*writer)->path();
   }
-  absl::StatusOr<std::string> contents = ReadFile(path);
-  ASSERT_TRUE(contents.ok()) << contents.status();
-  EXPECT_EQ(ParseTfRecords(*contents).size(), 2u);
+  absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(path);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_EQ((*events)[1].summary().value(0).tag(), "grad_norm");
 }
 
 TEST(TensorBoardWriterTest, CreateFailsWhenFolderIsAFile) {
