@@ -1,0 +1,132 @@
+#include "lib/metrics/metrics_logger.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+#include "lib/util/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+// ANSI escapes, one color per field as in torchtitan's log line.
+constexpr char kRed[] = "\033[31m";
+constexpr char kGreen[] = "\033[32m";
+constexpr char kYellow[] = "\033[33m";
+constexpr char kBlue[] = "\033[34m";
+constexpr char kMagenta[] = "\033[35m";
+constexpr char kCyan[] = "\033[36m";
+constexpr char kTurquoise[] = "\033[38;2;54;234;195m";
+constexpr char kReset[] = "\033[39m";
+
+// Hand-written: absl has no digit grouping, and std::locale grouping depends on the host's locales.
+std::string WithThousandsSeparators(double value) {
+  const long long rounded = std::llround(value);
+  std::string digits = std::to_string(rounded < 0 ? -rounded : rounded);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return rounded < 0 ? "-" + digits : digits;
+}
+
+}  // namespace
+
+std::string FormatStepLine(const StepMetrics& metrics, bool color) {
+  const auto paint = [color](const char* ansi) { return color ? ansi : ""; };
+  std::string line = absl::StrFormat(
+      "%sstep: %2d  %sloss: %7.4f  %sgrad_norm: %7.4f  %slr: %.1e  %smemory: %5.2fGiB  "
+      "%stps: %s  %stflops: %.2f  %smfu: %.2f%%",
+      paint(kRed), metrics.step, paint(kGreen), metrics.loss, paint(kYellow), metrics.grad_norm,
+      paint(kCyan), metrics.lr, paint(kTurquoise), metrics.memory_gib, paint(kBlue),
+      WithThousandsSeparators(metrics.tps), paint(kCyan), metrics.tflops, paint(kMagenta),
+      metrics.mfu);
+  if (metrics.validation_loss.has_value()) {
+    absl::StrAppendFormat(&line, "  %svalidation_loss: %7.4f", paint(kGreen),
+                          *metrics.validation_loss);
+  }
+  for (const auto& [name, value] : metrics.extra) {
+    absl::StrAppendFormat(&line, "  %s: %.4g", name, value);
+  }
+  absl::StrAppend(&line, paint(kReset));
+  return line;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
+    const MetricsLoggerOptions& options) {
+  if (options.dump_folder.empty()) {
+    return absl::InvalidArgumentError("metrics: dump_folder: expected a folder, got \"\"");
+  }
+  std::error_code error;
+  std::filesystem::create_directories(options.dump_folder, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat(options.dump_folder, ": cannot create dump folder: ", error.message()));
+  }
+  std::unique_ptr<TensorBoardWriter> tensorboard;
+  if (!options.tensorboard_folder.empty()) {
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer =
+        TensorBoardWriter::Create(options.tensorboard_folder);
+    if (!writer.ok()) return writer.status();
+    tensorboard = *std::move(writer);
+  }
+  std::string jsonl_path = absl::StrCat(options.dump_folder, "/metrics.jsonl");
+  // Appended, so a resumed run continues the same file.
+  std::FILE* jsonl = std::fopen(jsonl_path.c_str(), "a");
+  if (jsonl == nullptr) return ErrnoError("open for append", jsonl_path);
+  const bool color = !options.disable_color_printing && ::isatty(STDERR_FILENO) == 1;
+  return std::unique_ptr<MetricsLogger>(
+      new MetricsLogger(std::move(jsonl_path), jsonl, std::move(tensorboard), color));
+}
+
+MetricsLogger::~MetricsLogger() { std::fclose(jsonl_); }
+
+absl::Status MetricsLogger::Log(const StepMetrics& metrics) {
+  LOG(INFO) << FormatStepLine(metrics, color_);
+
+  nlohmann::ordered_json record;
+  record["step"] = metrics.step;
+  record["loss"] = metrics.loss;
+  record["grad_norm"] = metrics.grad_norm;
+  record["lr"] = metrics.lr;
+  record["tps"] = metrics.tps;
+  record["tflops"] = metrics.tflops;
+  record["mfu"] = metrics.mfu;
+  record["memory_gib"] = metrics.memory_gib;
+  if (metrics.validation_loss.has_value()) record["validation_loss"] = *metrics.validation_loss;
+  for (const auto& [name, value] : metrics.extra) record[name] = value;
+  // Replace, not throw, on a name that is not UTF-8: a metrics line must never abort training.
+  const std::string line =
+      record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), jsonl_) != line.size() || std::fflush(jsonl_) != 0) {
+    return ErrnoError("append", jsonl_path_);
+  }
+  if (tensorboard_ != nullptr) return WriteTensorBoard(metrics);
+  return absl::OkStatus();
+}
+
+absl::Status MetricsLogger::WriteTensorBoard(const StepMetrics& metrics) {
+  std::vector<std::pair<std::string, double>> scalars = {
+      {"loss_metrics/global_avg_loss", metrics.loss},
+      {"grad_norm", metrics.grad_norm},
+      {"lr", metrics.lr},
+      {"throughput(tps)", metrics.tps},
+      {"tflops", metrics.tflops},
+      {"mfu(%)", metrics.mfu},
+      {"memory/max_reserved(GiB)", metrics.memory_gib},
+  };
+  if (metrics.validation_loss.has_value()) {
+    scalars.emplace_back("validation_metrics/loss", *metrics.validation_loss);
+  }
+  scalars.insert(scalars.end(), metrics.extra.begin(), metrics.extra.end());
+  for (const auto& [tag, value] : scalars) {
+    absl::Status status = tensorboard_->AddScalar(tag, static_cast<float>(value), metrics.step);
+    if (!status.ok()) return status;
+  }
+  return tensorboard_->Flush();
+}
+
+}  // namespace titan

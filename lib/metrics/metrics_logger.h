@@ -1,0 +1,78 @@
+#ifndef TITAN_LIB_METRICS_METRICS_LOGGER_H_
+#define TITAN_LIB_METRICS_METRICS_LOGGER_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/metrics/tensorboard_writer.h"
+
+namespace titan {
+
+// What the trainer measured over one logged step.
+struct StepMetrics {
+  int64_t step = 0;
+  double loss = 0;       // global average loss
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  double tps = 0;         // tokens per second per device
+  double tflops = 0;      // achieved model TFLOP/s per device
+  double mfu = 0;         // model FLOPs utilization in percent; 0 when the peak is unknown
+  double memory_gib = 0;  // peak device memory (peak RSS on CPU)
+  std::optional<double> validation_loss;
+  // Any other scalars; each name is the JSON key, the log-line label and the TensorBoard tag.
+  std::vector<std::pair<std::string, double>> extra;
+};
+
+struct MetricsLoggerOptions {
+  std::string dump_folder;         // metrics.jsonl is appended to here; created if missing
+  std::string tensorboard_folder;  // where event files go; empty: no TensorBoard
+  bool disable_color_printing = false;
+};
+
+// The log line for one step, e.g.
+// "step: 12  loss:  5.1234  grad_norm:  1.2345  lr: 8.0e-04  memory:  0.52GiB  tps: 12,345
+// tflops: 0.12  mfu: 0.05%", with ANSI colors when `color`.
+std::string FormatStepLine(const StepMetrics& metrics, bool color);
+
+// Reports each logged step three ways: a glog INFO line, one JSON object per line in
+// <dump_folder>/metrics.jsonl, and optionally TensorBoard scalars under torchtitan's tags.
+class MetricsLogger {
+ public:
+  static absl::StatusOr<std::unique_ptr<MetricsLogger>> Create(const MetricsLoggerOptions& options);
+
+  MetricsLogger(const MetricsLogger&) = delete;
+  MetricsLogger& operator=(const MetricsLogger&) = delete;
+  ~MetricsLogger();
+
+  // Logs, appends and flushes the JSON line (so a crash loses no logged step) and the TensorBoard
+  // scalars. Non-finite values are written as JSON null.
+  absl::Status Log(const StepMetrics& metrics);
+
+  const std::string& jsonl_path() const { return jsonl_path_; }
+
+ private:
+  MetricsLogger(std::string jsonl_path, std::FILE* jsonl,
+                std::unique_ptr<TensorBoardWriter> tensorboard, bool color)
+      : jsonl_path_(std::move(jsonl_path)),
+        jsonl_(jsonl),
+        tensorboard_(std::move(tensorboard)),
+        color_(color) {}
+
+  absl::Status WriteTensorBoard(const StepMetrics& metrics);
+
+  std::string jsonl_path_;
+  std::FILE* jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;  // null when TensorBoard is off
+  bool color_;
+};
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_METRICS_METRICS_LOGGER_H_

@@ -1,0 +1,185 @@
+#include "lib/metrics/metrics_logger.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "lib/metrics/event.pb.h"
+#include "lib/metrics/event_file_reader.h"
+#include "lib/util/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+std::string TestDir(const std::string& name) {
+  return std::string(std::getenv("TEST_TMPDIR")) + "/" + name;
+}
+
+StepMetrics ExampleStep() {
+  StepMetrics metrics;
+  metrics.step = 12;
+  metrics.loss = 5.1234;
+  metrics.grad_norm = 1.2345;
+  metrics.lr = 8e-4;
+  metrics.tps = 12345;
+  metrics.tflops = 0.12;
+  metrics.mfu = 0.05;
+  metrics.memory_gib = 0.52;
+  return metrics;
+}
+
+std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
+  absl::StatusOr<std::string> contents = ReadFile(path);
+  EXPECT_TRUE(contents.ok()) << contents.status();
+  std::vector<nlohmann::json> lines;
+  if (!contents.ok()) return lines;
+  EXPECT_TRUE(contents->empty() || contents->back() == '\n');
+  for (absl::string_view line : absl::StrSplit(*contents, '\n', absl::SkipEmpty())) {
+    lines.push_back(nlohmann::json::parse(line));
+  }
+  return lines;
+}
+
+std::string StripAnsi(const std::string& text) {
+  std::string plain;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\033') {
+      i = text.find('m', i);
+      continue;
+    }
+    plain.push_back(text[i]);
+  }
+  return plain;
+}
+
+TEST(FormatStepLineTest, PlainLine) {
+  EXPECT_EQ(FormatStepLine(ExampleStep(), /*color=*/false),
+            "step: 12  loss:  5.1234  grad_norm:  1.2345  lr: 8.0e-04  memory:  0.52GiB  "
+            "tps: 12,345  tflops: 0.12  mfu: 0.05%");
+}
+
+TEST(FormatStepLineTest, ColorOnlyAddsEscapes) {
+  const std::string colored = FormatStepLine(ExampleStep(), /*color=*/true);
+  EXPECT_EQ(colored.rfind("\033[31mstep: 12", 0), 0u) << colored;
+  EXPECT_EQ(StripAnsi(colored), FormatStepLine(ExampleStep(), /*color=*/false));
+}
+
+TEST(FormatStepLineTest, GroupsThousandsAndAppendsExtras) {
+  StepMetrics metrics = ExampleStep();
+  metrics.step = 3;
+  metrics.tps = 1234567.6;
+  metrics.validation_loss = 4.5;
+  metrics.extra = {{"tokens_seen", 4096}};
+  EXPECT_EQ(
+      FormatStepLine(metrics, /*color=*/false),
+      "step:  3  loss:  5.1234  grad_norm:  1.2345  lr: 8.0e-04  memory:  0.52GiB  "
+      "tps: 1,234,568  tflops: 0.12  mfu: 0.05%  validation_loss:  4.5000  tokens_seen: 4096");
+  metrics.tps = 999.4;
+  EXPECT_NE(FormatStepLine(metrics, false).find("tps: 999  "), std::string::npos);
+}
+
+TEST(MetricsLoggerTest, AppendsOneJsonObjectPerStep) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("jsonl/dump");
+  options.disable_color_printing = true;
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  ASSERT_TRUE((*logger)->Log(ExampleStep()).ok());
+  // Written and flushed before the logger goes away: a crash here would keep the line.
+  std::vector<nlohmann::json> lines = ReadJsonLines((*logger)->jsonl_path());
+  ASSERT_EQ(lines.size(), 1u);
+  std::vector<std::string> keys;
+  for (const auto& item : lines[0].items()) keys.push_back(item.key());
+  std::sort(keys.begin(), keys.end());
+  EXPECT_EQ(keys, (std::vector<std::string>{"grad_norm", "loss", "lr", "memory_gib", "mfu", "step",
+                                            "tflops", "tps"}));
+  EXPECT_EQ(lines[0]["step"], 12);
+  EXPECT_DOUBLE_EQ(lines[0]["loss"].get<double>(), 5.1234);
+  EXPECT_DOUBLE_EQ(lines[0]["grad_norm"].get<double>(), 1.2345);
+  EXPECT_DOUBLE_EQ(lines[0]["lr"].get<double>(), 8e-4);
+  EXPECT_DOUBLE_EQ(lines[0]["tps"].get<double>(), 12345);
+  EXPECT_DOUBLE_EQ(lines[0]["tflops"].get<double>(), 0.12);
+  EXPECT_DOUBLE_EQ(lines[0]["mfu"].get<double>(), 0.05);
+  EXPECT_DOUBLE_EQ(lines[0]["memory_gib"].get<double>(), 0.52);
+
+  StepMetrics next = ExampleStep();
+  next.step = 13;
+  next.loss = std::numeric_limits<double>::quiet_NaN();
+  next.validation_loss = 4.25;
+  ASSERT_TRUE((*logger)->Log(next).ok());
+  lines = ReadJsonLines((*logger)->jsonl_path());
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[1]["step"], 13);
+  EXPECT_TRUE(lines[1]["loss"].is_null());
+  EXPECT_DOUBLE_EQ(lines[1]["validation_loss"].get<double>(), 4.25);
+}
+
+TEST(MetricsLoggerTest, ResumedRunAppendsToTheSameFile) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("resume");
+  for (int step = 1; step <= 2; ++step) {
+    absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+    ASSERT_TRUE(logger.ok()) << logger.status();
+    StepMetrics metrics = ExampleStep();
+    metrics.step = step;
+    ASSERT_TRUE((*logger)->Log(metrics).ok());
+  }
+  const std::vector<nlohmann::json> lines = ReadJsonLines(options.dump_folder + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["step"], 1);
+  EXPECT_EQ(lines[1]["step"], 2);
+}
+
+TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("tb_dump");
+  options.tensorboard_folder = TestDir("tb_dump/tb");
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  StepMetrics metrics = ExampleStep();
+  metrics.validation_loss = 4.5;
+  metrics.extra = {{"tokens_seen", 4096}};
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(options.tensorboard_folder)) {
+    files.push_back(entry.path());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(files[0]);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_EQ(events->size(), 10u);
+  EXPECT_EQ((*events)[0].file_version(), "brain.Event:2");
+  const std::vector<std::pair<std::string, float>> expected = {
+      {"loss_metrics/global_avg_loss", 5.1234f},
+      {"grad_norm", 1.2345f},
+      {"lr", 8e-4f},
+      {"throughput(tps)", 12345.0f},
+      {"tflops", 0.12f},
+      {"mfu(%)", 0.05f},
+      {"memory/max_reserved(GiB)", 0.52f},
+      {"validation_metrics/loss", 4.5f},
+      {"tokens_seen", 4096.0f}};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const tensorboard::Event& event = (*events)[i + 1];
+    EXPECT_EQ(event.step(), 12);
+    ASSERT_EQ(event.summary().value_size(), 1);
+    EXPECT_EQ(event.summary().value(0).tag(), expected[i].first);
+    EXPECT_EQ(event.summary().value(0).simple_value(), expected[i].second);
+  }
+}
+
+TEST(MetricsLoggerTest, RejectsMissingDumpFolder) {
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create({});
+  ASSERT_FALSE(logger.ok());
+  EXPECT_NE(logger.status().message().find("dump_folder"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace titan
