@@ -11,8 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include <toml++/toml.h>
-
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -30,6 +28,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "lib/util/file_util.h"
+#include "toml++/toml.h"
 
 namespace titan {
 namespace {
@@ -166,7 +165,8 @@ class Schema {
         Add({section->name(), field->name()}, ref);
         for (const std::string& alias : field->options().GetRepeatedExtension(titan::alias)) {
           std::vector<std::string> parts = absl::StrSplit(alias, '.');
-          CHECK_EQ(parts.size(), 2u) << field->full_name() << ": alias must be section.key: " << alias;
+          CHECK_EQ(parts.size(), 2u)
+              << field->full_name() << ": alias must be section.key: " << alias;
           Add({parts[0], parts[1]}, ref);
         }
       }
@@ -317,8 +317,7 @@ absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, M
   return TypeError(field, DescribeTomlNode(node));
 }
 
-absl::Status SetFromText(const std::string& text, const FieldDescriptor* field,
-                         Message* section) {
+absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, Message* section) {
   const Reflection* reflection = section->GetReflection();
   switch (KindOf(field)) {
     case Kind::kInteger: {
@@ -376,8 +375,7 @@ class KeyWrites {
 void WarnAboutName(absl::string_view section, absl::string_view key, const KeyRef& ref,
                    absl::string_view source, absl::string_view written) {
   if (section != ref.section->name() || key != ref.field->name()) {
-    LOG(WARNING) << source << ": " << written << " is an old name; use "
-                 << CanonicalName(ref);
+    LOG(WARNING) << source << ": " << written << " is an old name; use " << CanonicalName(ref);
   }
   if (ref.field->options().GetExtension(titan::ignored)) {
     LOG(WARNING) << source << ": " << written << " is ignored";
@@ -390,10 +388,9 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
     // absl::string_view is not std::string_view in Debian's abseil build.
     root = toml::parse(std::string_view(text.data(), text.size()), std::string(source));
   } catch (const toml::parse_error& error) {
-    return absl::InvalidArgumentError(absl::StrFormat("%s:%d:%d: %s", source,
-                                                      error.source().begin.line,
-                                                      error.source().begin.column,
-                                                      std::string(error.description())));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s:%d:%d: %s", source, error.source().begin.line,
+                        error.source().begin.column, std::string(error.description())));
   }
   const Schema& schema = Schema::Get();
   KeyWrites writes;
@@ -448,8 +445,8 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
   for (size_t i = 0; i < args.size(); ++i) {
     absl::string_view arg = args[i];
     if (!absl::ConsumePrefix(&arg, "--")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "unexpected argument ", Quote(args[i]), ": expected --section.key=value"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument ", Quote(args[i]), ": expected --section.key=value"));
     }
     const size_t equals = arg.find('=');
     const absl::string_view name = arg.substr(0, equals);
@@ -460,16 +457,15 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
           absl::StrCat(flag, ": expected --section.key (see --help)"));
     }
     if (!schema.HasSection(parts[0])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": unknown section",
-                       DidYouMean(Closest(parts[0], schema.SectionNames()), "")));
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": unknown section", DidYouMean(Closest(parts[0], schema.SectionNames()), "")));
     }
     const KeyRef* ref = schema.Find(parts[0], parts[1]);
     if (ref == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, ": unknown key",
-          DidYouMean(Closest(parts[1], schema.KeyNames(parts[0])),
-                     absl::StrCat("--", parts[0], "."))));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": unknown key",
+                       DidYouMean(Closest(parts[1], schema.KeyNames(parts[0])),
+                                  absl::StrCat("--", parts[0], "."))));
     }
     std::string value;
     if (equals != absl::string_view::npos) {
@@ -542,8 +538,8 @@ std::string RangeText(const FieldOptions& options) {
   const bool has_min = options.HasExtension(titan::min_value);
   const bool has_max = options.HasExtension(titan::max_value);
   if (has_min && has_max) {
-    range = absl::StrCat("a value in [", FormatNumber(options.GetExtension(titan::min_value)),
-                         ", ", FormatNumber(options.GetExtension(titan::max_value)), "]");
+    range = absl::StrCat("a value in [", FormatNumber(options.GetExtension(titan::min_value)), ", ",
+                         FormatNumber(options.GetExtension(titan::max_value)), "]");
   } else if (has_min) {
     range = absl::StrCat(">= ", FormatNumber(options.GetExtension(titan::min_value)));
   } else if (has_max) {
@@ -574,9 +570,8 @@ absl::Status CheckField(absl::string_view section, const Message& message,
   switch (KindOf(field)) {
     case Kind::kInteger:
     case Kind::kFloat: {
-      const double value = KindOf(field) == Kind::kInteger
-                               ? reflection->GetInt32(message, field)
-                               : reflection->GetDouble(message, field);
+      const double value = KindOf(field) == Kind::kInteger ? reflection->GetInt32(message, field)
+                                                           : reflection->GetDouble(message, field);
       if (options.HasExtension(titan::unset_value) &&
           value == options.GetExtension(titan::unset_value)) {
         return absl::OkStatus();
@@ -587,10 +582,9 @@ absl::Status CheckField(absl::string_view section, const Message& message,
           options.HasExtension(titan::max_value) && value > options.GetExtension(titan::max_value);
       // NaN fails every comparison, so it is refused explicitly.
       if (below || above || value != value) {
-        return absl::InvalidArgumentError(absl::StrCat("[", section, "] ", field->name(), "=",
-                                                       FormatNumber(value),
-                                                       " is out of range: expected ",
-                                                       RangeText(options)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("[", section, "] ", field->name(), "=", FormatNumber(value),
+                         " is out of range: expected ", RangeText(options)));
       }
       return absl::OkStatus();
     }
@@ -613,20 +607,19 @@ absl::Status CheckField(absl::string_view section, const Message& message,
 
 // The data-parallel shard degree, with -1 resolved to the ranks the other degrees leave.
 absl::StatusOr<int64_t> ShardDegree(const JobConfig::Parallelism& p, int world_size) {
-  const int64_t others = int64_t{p.data_parallel_replicate_degree()} *
-                         p.tensor_parallel_degree() * p.pipeline_parallel_degree() *
-                         p.context_parallel_degree();
+  const int64_t others = int64_t{p.data_parallel_replicate_degree()} * p.tensor_parallel_degree() *
+                         p.pipeline_parallel_degree() * p.context_parallel_degree();
   const std::string others_text = absl::StrFormat(
       "data_parallel_replicate_degree=%d × tensor_parallel_degree=%d × "
       "pipeline_parallel_degree=%d × context_parallel_degree=%d",
-      p.data_parallel_replicate_degree(), p.tensor_parallel_degree(),
-      p.pipeline_parallel_degree(), p.context_parallel_degree());
+      p.data_parallel_replicate_degree(), p.tensor_parallel_degree(), p.pipeline_parallel_degree(),
+      p.context_parallel_degree());
   if (p.data_parallel_shard_degree() == -1) {
     if (world_size % others != 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "[parallelism] world size %d is not divisible by %s = %d, so "
-          "data_parallel_shard_degree=-1 cannot be inferred",
-          world_size, others_text, others));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("[parallelism] world size %d is not divisible by %s = %d, so "
+                          "data_parallel_shard_degree=-1 cannot be inferred",
+                          world_size, others_text, others));
     }
     return world_size / others;
   }
@@ -677,8 +670,7 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
     }
     if (!toml_path.empty() && override.value != toml_path) {
       return absl::InvalidArgumentError(absl::StrCat(override.flag, "=", override.value,
-                                                     ": the config file is already ",
-                                                     toml_path));
+                                                     ": the config file is already ", toml_path));
     }
     path = override.value;
   }
@@ -726,16 +718,16 @@ std::string JobConfigHelp() {
                       TypeName(KindOf(field)), ", default ", TomlValue(section_defaults, field),
                       ")\n      ", options.GetExtension(titan::help), "\n");
       if (options.ExtensionSize(titan::choices) > 0) {
-        absl::StrAppend(&help, "      one of: ",
-                        QuotedList(options.GetRepeatedExtension(titan::choices)), "\n");
+        absl::StrAppend(&help,
+                        "      one of: ", QuotedList(options.GetRepeatedExtension(titan::choices)),
+                        "\n");
       }
       if (const std::string range = RangeText(options); !range.empty()) {
         absl::StrAppend(&help, "      range: ", range, "\n");
       }
       for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
         const std::vector<std::string> parts = absl::StrSplit(alias, '.');
-        absl::StrAppend(&help, "      old name: --", alias, " ([", parts[0], "] ", parts[1],
-                        ")\n");
+        absl::StrAppend(&help, "      old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
       }
     }
   }
@@ -782,16 +774,16 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
   if (!shard_degree.ok()) return shard_degree.status();
   const int64_t ep = parallelism.expert_parallel_degree();
-  const int64_t ep_pool = *shard_degree * parallelism.context_parallel_degree() *
-                          parallelism.tensor_parallel_degree();
+  const int64_t ep_pool =
+      *shard_degree * parallelism.context_parallel_degree() * parallelism.tensor_parallel_degree();
   const int64_t ep_base =
       int64_t{parallelism.context_parallel_degree()} * parallelism.tensor_parallel_degree();
   if (ep > 1 && (ep_pool % ep != 0 || ep % ep_base != 0)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "[parallelism] expert_parallel_degree=%d must divide data_parallel_shard × "
-        "context_parallel × tensor_parallel degrees = %d and be a multiple of "
-        "context_parallel × tensor_parallel = %d",
-        ep, ep_pool, ep_base));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("[parallelism] expert_parallel_degree=%d must divide data_parallel_shard × "
+                        "context_parallel × tensor_parallel degrees = %d and be a multiple of "
+                        "context_parallel × tensor_parallel = %d",
+                        ep, ep_pool, ep_base));
   }
 
   const JobConfig::Training& training = config.training();
@@ -830,9 +822,9 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
 
   const std::string& ac_option = config.activation_checkpoint().selective_ac_option();
   if (ac_option != "op" && !IsPositiveInteger(ac_option)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[activation_checkpoint] selective_ac_option=", Quote(ac_option),
-        ": expected a positive integer N (every Nth layer) or \"op\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("[activation_checkpoint] selective_ac_option=", Quote(ac_option),
+                     ": expected a positive integer N (every Nth layer) or \"op\""));
   }
 
   if (config.lr_scheduler().warmup_steps() > training.steps()) {

@@ -19,15 +19,16 @@ JobConfig DefaultJobConfig();
 // ParseJobConfig); --job.config_file names the TOML file. Does not validate.
 absl::StatusOr<JobConfig> LoadJobConfig(int argc, char** argv);
 
-// Defaults, then the TOML file (`toml_path`, or --job.config_file among the overrides; empty: none),
-// then the overrides in order: "--section.key=value", "--section.key value", or a bare
+// Defaults, then the TOML file (`toml_path`, or --job.config_file among the overrides; empty:
+// none), then the overrides in order: "--section.key=value", "--section.key value", or a bare
 // "--section.key" for a boolean (true). Lists are TOML arrays in files and comma-separated on the
 // command line. Old key names listed as aliases in the schema are accepted; setting an old name and
 // its new name in the same file (or on the same command line) is an error. Does not validate.
 absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
                                          const std::vector<std::string>& overrides);
 
-// As ParseJobConfig with the TOML text given directly; `source_name` names it in errors.
+// As ParseJobConfig with the TOML text given directly; `source_name` names it in errors. Here a
+// --job.config_file override only sets that key: no file is read.
 absl::StatusOr<JobConfig> ParseJobConfigText(absl::string_view toml_text,
                                              absl::string_view source_name,
                                              const std::vector<std::string>& overrides);
