@@ -1,0 +1,838 @@
+#include "lib/config/job_config.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "glog/logging.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "lib/util/file_util.h"
+#include "toml++/toml.h"
+
+namespace titan {
+namespace {
+
+using ::google::protobuf::Descriptor;
+using ::google::protobuf::FieldDescriptor;
+using ::google::protobuf::FieldOptions;
+using ::google::protobuf::Message;
+using ::google::protobuf::Reflection;
+
+// The value types a schema field may have.
+enum class Kind { kInteger, kFloat, kBoolean, kString, kStringList };
+
+Kind KindOf(const FieldDescriptor* field) {
+  if (field->is_repeated()) return Kind::kStringList;
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return Kind::kInteger;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return Kind::kFloat;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return Kind::kBoolean;
+    default:
+      return Kind::kString;
+  }
+}
+
+bool IsSupportedField(const FieldDescriptor* field) {
+  if (field->is_repeated()) return field->cpp_type() == FieldDescriptor::CPPTYPE_STRING;
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_BOOL:
+    case FieldDescriptor::CPPTYPE_STRING:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* TypeName(Kind kind) {
+  switch (kind) {
+    case Kind::kInteger:
+      return "integer";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kBoolean:
+      return "boolean";
+    case Kind::kString:
+      return "string";
+    case Kind::kStringList:
+      return "list of strings";
+  }
+  return "";
+}
+
+std::string Quote(absl::string_view text) { return absl::StrCat("\"", absl::CEscape(text), "\""); }
+
+// Shortest text that reads back as the same double.
+std::string FormatNumber(double value) {
+  char buffer[64];
+  const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+// A TOML float needs a '.' or an exponent ("inf" and "nan" have neither and need none).
+std::string TomlFloat(double value) {
+  std::string text = FormatNumber(value);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string TomlString(const std::string& value) {
+  std::ostringstream out;
+  out << toml::toml_formatter{toml::value<std::string>(value), toml::format_flags::none};
+  return out.str();
+}
+
+// Old names are "section.key"; the schema's own names are these pairs too.
+struct SectionKey {
+  std::string section;
+  std::string key;
+};
+
+// Where a key lives: the JobConfig field holding its section, and the field in that section.
+struct KeyRef {
+  const FieldDescriptor* section;
+  const FieldDescriptor* field;
+};
+
+std::string CanonicalName(const KeyRef& ref) {
+  return absl::StrCat(ref.section->name(), ".", ref.field->name());
+}
+
+// Every accepted "section.key", old names included, resolved once from the descriptor.
+class Schema {
+ public:
+  static const Schema& Get() {
+    static const Schema* const schema = new Schema();
+    return *schema;
+  }
+
+  // nullptr when the key is unknown.
+  const KeyRef* Find(absl::string_view section, absl::string_view key) const {
+    auto it = keys_.find(absl::StrCat(section, ".", key));
+    return it == keys_.end() ? nullptr : &it->second;
+  }
+
+  bool HasSection(absl::string_view section) const { return keys_by_section_.contains(section); }
+
+  // Names accepted in `section`, old ones included: candidates for "did you mean".
+  const std::vector<std::string>& KeyNames(absl::string_view section) const {
+    return keys_by_section_.at(section);
+  }
+
+  std::vector<std::string> SectionNames() const {
+    std::vector<std::string> names;
+    for (const auto& [name, keys] : keys_by_section_) names.push_back(name);
+    return names;
+  }
+
+ private:
+  Schema() {
+    const Descriptor* root = JobConfig::descriptor();
+    for (int i = 0; i < root->field_count(); ++i) {
+      const FieldDescriptor* section = root->field(i);
+      CHECK(section->message_type() != nullptr && !section->is_repeated())
+          << section->full_name() << ": every JobConfig field must be a section message";
+      const Descriptor* section_type = section->message_type();
+      for (int j = 0; j < section_type->field_count(); ++j) {
+        const FieldDescriptor* field = section_type->field(j);
+        CHECK(IsSupportedField(field)) << field->full_name() << ": unsupported type";
+        const KeyRef ref{section, field};
+        Add({section->name(), field->name()}, ref);
+        for (const std::string& alias : field->options().GetRepeatedExtension(titan::alias)) {
+          std::vector<std::string> parts = absl::StrSplit(alias, '.');
+          CHECK_EQ(parts.size(), 2u)
+              << field->full_name() << ": alias must be section.key: " << alias;
+          Add({parts[0], parts[1]}, ref);
+        }
+      }
+    }
+  }
+
+  void Add(const SectionKey& name, const KeyRef& ref) {
+    CHECK(keys_.emplace(absl::StrCat(name.section, ".", name.key), ref).second)
+        << name.section << "." << name.key << " is declared twice";
+    keys_by_section_[name.section].push_back(name.key);
+  }
+
+  absl::flat_hash_map<std::string, KeyRef> keys_;
+  absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;
+};
+
+// absl has no edit distance; names are short, so the plain dynamic-programming table will do.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// The candidate closest to `name` when it is close enough to be a likely typo.
+std::optional<std::string> Closest(absl::string_view name,
+                                   const std::vector<std::string>& candidates) {
+  const size_t limit = std::max<size_t>(2, name.size() / 3);
+  std::optional<std::string> best;
+  size_t best_distance = 0;
+  for (const std::string& candidate : candidates) {
+    const size_t distance = EditDistance(name, candidate);
+    if (distance > limit) continue;
+    if (!best || distance < best_distance || (distance == best_distance && candidate < *best)) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+std::string DidYouMean(const std::optional<std::string>& suggestion, absl::string_view prefix) {
+  if (!suggestion) return "";
+  return absl::StrCat(" (did you mean \"", prefix, *suggestion, "\"?)");
+}
+
+std::string DescribeTomlNode(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::string:
+      return absl::StrCat("string ", Quote(node.as_string()->get()));
+    case toml::node_type::integer:
+      return absl::StrCat("integer ", node.as_integer()->get());
+    case toml::node_type::floating_point:
+      return absl::StrCat("float ", FormatNumber(node.as_floating_point()->get()));
+    case toml::node_type::boolean:
+      return absl::StrCat("boolean ", node.as_boolean()->get() ? "true" : "false");
+    case toml::node_type::array:
+      return "array";
+    case toml::node_type::table:
+      return "table";
+    case toml::node_type::date:
+      return "date";
+    case toml::node_type::time:
+      return "time";
+    case toml::node_type::date_time:
+      return "date-time";
+    default:
+      return "nothing";
+  }
+}
+
+absl::Status TypeError(const FieldDescriptor* field, absl::string_view got) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("expected ", TypeName(KindOf(field)), ", got ", got));
+}
+
+absl::Status SetInteger(int64_t value, absl::string_view got, const FieldDescriptor* field,
+                        Message* section) {
+  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("expected 32-bit integer, got ", got));
+  }
+  section->GetReflection()->SetInt32(section, field, static_cast<int32_t>(value));
+  return absl::OkStatus();
+}
+
+void SetList(const std::vector<std::string>& items, const FieldDescriptor* field,
+             Message* section) {
+  const Reflection* reflection = section->GetReflection();
+  reflection->ClearField(section, field);
+  for (const std::string& item : items) reflection->AddString(section, field, item);
+}
+
+// Errors say what was expected and what was found; the caller says where.
+absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, Message* section) {
+  const Reflection* reflection = section->GetReflection();
+  switch (KindOf(field)) {
+    case Kind::kInteger:
+      if (const auto* value = node.as_integer()) {
+        return SetInteger(value->get(), DescribeTomlNode(node), field, section);
+      }
+      break;
+    case Kind::kFloat:
+      if (const auto* value = node.as_floating_point()) {
+        reflection->SetDouble(section, field, value->get());
+        return absl::OkStatus();
+      }
+      if (const auto* value = node.as_integer()) {
+        reflection->SetDouble(section, field, static_cast<double>(value->get()));
+        return absl::OkStatus();
+      }
+      break;
+    case Kind::kBoolean:
+      if (const auto* value = node.as_boolean()) {
+        reflection->SetBool(section, field, value->get());
+        return absl::OkStatus();
+      }
+      break;
+    case Kind::kString:
+      if (const auto* value = node.as_string()) {
+        reflection->SetString(section, field, value->get());
+        return absl::OkStatus();
+      }
+      break;
+    case Kind::kStringList:
+      if (const toml::array* array = node.as_array()) {
+        std::vector<std::string> items;
+        for (const toml::node& item : *array) {
+          const auto* text = item.as_string();
+          if (text == nullptr) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "expected list of strings, got array containing ", DescribeTomlNode(item)));
+          }
+          items.push_back(text->get());
+        }
+        SetList(items, field, section);
+        return absl::OkStatus();
+      }
+      break;
+  }
+  return TypeError(field, DescribeTomlNode(node));
+}
+
+absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, Message* section) {
+  const Reflection* reflection = section->GetReflection();
+  switch (KindOf(field)) {
+    case Kind::kInteger: {
+      int64_t value;
+      if (!absl::SimpleAtoi(text, &value)) return TypeError(field, Quote(text));
+      return SetInteger(value, Quote(text), field, section);
+    }
+    case Kind::kFloat: {
+      double value;
+      if (!absl::SimpleAtod(text, &value)) return TypeError(field, Quote(text));
+      reflection->SetDouble(section, field, value);
+      return absl::OkStatus();
+    }
+    case Kind::kBoolean: {
+      bool value;
+      if (!absl::SimpleAtob(text, &value)) return TypeError(field, Quote(text));
+      reflection->SetBool(section, field, value);
+      return absl::OkStatus();
+    }
+    case Kind::kString:
+      reflection->SetString(section, field, text);
+      return absl::OkStatus();
+    case Kind::kStringList: {
+      std::vector<std::string> items;
+      for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+        items.emplace_back(absl::StripAsciiWhitespace(item));
+      }
+      SetList(items, field, section);
+      return absl::OkStatus();
+    }
+  }
+  return TypeError(field, Quote(text));
+}
+
+Message* MutableSection(const KeyRef& ref, JobConfig* config) {
+  return config->GetReflection()->MutableMessage(config, ref.section);
+}
+
+// Refuses an old name and its new name (or two old names) for one key within one source.
+class KeyWrites {
+ public:
+  // `written` is the key as the source spells it: "[job] print_freq" or "--job.print_freq".
+  absl::Status Record(const KeyRef& ref, const std::string& written) {
+    auto [it, inserted] = written_by_field_.emplace(ref.field, written);
+    if (inserted || it->second == written) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(it->second, " and ", written,
+                                                   " name the same key ", CanonicalName(ref),
+                                                   "; set only one of them"));
+  }
+
+ private:
+  absl::flat_hash_map<const FieldDescriptor*, std::string> written_by_field_;
+};
+
+void WarnAboutName(absl::string_view section, absl::string_view key, const KeyRef& ref,
+                   absl::string_view source, absl::string_view written) {
+  if (section != ref.section->name() || key != ref.field->name()) {
+    LOG(WARNING) << source << ": " << written << " is an old name; use " << CanonicalName(ref);
+  }
+  if (ref.field->options().GetExtension(titan::ignored)) {
+    LOG(WARNING) << source << ": " << written << " is ignored";
+  }
+}
+
+absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConfig* config) {
+  toml::table root;
+  try {
+    // absl::string_view is not std::string_view in Debian's abseil build.
+    root = toml::parse(std::string_view(text.data(), text.size()), std::string(source));
+  } catch (const toml::parse_error& error) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s:%d:%d: %s", source, error.source().begin.line,
+                        error.source().begin.column, std::string(error.description())));
+  }
+  const Schema& schema = Schema::Get();
+  KeyWrites writes;
+  for (const auto& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    const toml::table* table = section_node.as_table();
+    if (table == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": ", section, ": keys belong in a [section], got ",
+                       DescribeTomlNode(section_node), " at the top level"));
+    }
+    if (!schema.HasSection(section)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": [", section, "]: unknown section",
+                       DidYouMean(Closest(section, schema.SectionNames()), "")));
+    }
+    for (const auto& [key_name, node] : *table) {
+      const std::string key(key_name.str());
+      const std::string written = absl::StrCat("[", section, "] ", key);
+      const KeyRef* ref = schema.Find(section, key);
+      if (ref == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": ", written, ": unknown key",
+                         DidYouMean(Closest(key, schema.KeyNames(section)), "")));
+      }
+      if (absl::Status status = writes.Record(*ref, written); !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
+      }
+      if (absl::Status status = SetFromToml(node, ref->field, MutableSection(*ref, config));
+          !status.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ": ", written, ": ", status.message()));
+      }
+      WarnAboutName(section, key, *ref, source, written);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// One command-line override, resolved to its key.
+struct Override {
+  const KeyRef* ref;
+  std::string section;
+  std::string key;
+  std::string flag;  // As written, e.g. "--training.steps".
+  std::string value;
+};
+
+absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::string>& args) {
+  const Schema& schema = Schema::Get();
+  std::vector<Override> overrides;
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::string_view arg = args[i];
+    if (!absl::ConsumePrefix(&arg, "--")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unexpected argument ", Quote(args[i]), ": expected --section.key=value"));
+    }
+    const size_t equals = arg.find('=');
+    const absl::string_view name = arg.substr(0, equals);
+    const std::string flag = absl::StrCat("--", name);
+    const std::vector<std::string> parts = absl::StrSplit(name, absl::MaxSplits('.', 1));
+    if (parts.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": expected --section.key (see --help)"));
+    }
+    if (!schema.HasSection(parts[0])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": unknown section", DidYouMean(Closest(parts[0], schema.SectionNames()), "")));
+    }
+    const KeyRef* ref = schema.Find(parts[0], parts[1]);
+    if (ref == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": unknown key",
+                       DidYouMean(Closest(parts[1], schema.KeyNames(parts[0])),
+                                  absl::StrCat("--", parts[0], "."))));
+    }
+    std::string value;
+    if (equals != absl::string_view::npos) {
+      value = std::string(arg.substr(equals + 1));
+    } else {
+      const bool next_is_value = i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--");
+      bool unused;
+      if (KindOf(ref->field) == Kind::kBoolean) {
+        value = next_is_value && absl::SimpleAtob(args[i + 1], &unused) ? args[++i] : "true";
+      } else if (next_is_value) {
+        value = args[++i];
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": missing value (", TypeName(KindOf(ref->field)), ")"));
+      }
+    }
+    overrides.push_back({ref, parts[0], parts[1], flag, std::move(value)});
+  }
+  return overrides;
+}
+
+absl::Status ApplyOverrides(const std::vector<Override>& overrides, JobConfig* config) {
+  KeyWrites writes;
+  for (const Override& override : overrides) {
+    if (absl::Status status = writes.Record(*override.ref, override.flag); !status.ok()) {
+      return status;
+    }
+    if (absl::Status status =
+            SetFromText(override.value, override.ref->field, MutableSection(*override.ref, config));
+        !status.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(override.flag, ": ", status.message()));
+    }
+    WarnAboutName(override.section, override.key, *override.ref, "command line", override.flag);
+  }
+  return absl::OkStatus();
+}
+
+// The TOML text of one field's value.
+std::string TomlValue(const Message& section, const FieldDescriptor* field) {
+  const Reflection* reflection = section.GetReflection();
+  switch (KindOf(field)) {
+    case Kind::kInteger:
+      return absl::StrCat(reflection->GetInt32(section, field));
+    case Kind::kFloat:
+      return TomlFloat(reflection->GetDouble(section, field));
+    case Kind::kBoolean:
+      return reflection->GetBool(section, field) ? "true" : "false";
+    case Kind::kString:
+      return TomlString(reflection->GetString(section, field));
+    case Kind::kStringList: {
+      std::vector<std::string> items;
+      for (int i = 0; i < reflection->FieldSize(section, field); ++i) {
+        items.push_back(TomlString(reflection->GetRepeatedString(section, field, i)));
+      }
+      return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
+    }
+  }
+  return "";
+}
+
+std::string QuotedList(const google::protobuf::RepeatedPtrField<std::string>& items) {
+  return absl::StrJoin(items, ", ", [](std::string* out, const std::string& item) {
+    absl::StrAppend(out, Quote(item));
+  });
+}
+
+// "-1 or a value in [0, 1]", ">= 1", ...; empty when the field has no bounds.
+std::string RangeText(const FieldOptions& options) {
+  std::string range;
+  const bool has_min = options.HasExtension(titan::min_value);
+  const bool has_max = options.HasExtension(titan::max_value);
+  if (has_min && has_max) {
+    range = absl::StrCat("a value in [", FormatNumber(options.GetExtension(titan::min_value)), ", ",
+                         FormatNumber(options.GetExtension(titan::max_value)), "]");
+  } else if (has_min) {
+    range = absl::StrCat(">= ", FormatNumber(options.GetExtension(titan::min_value)));
+  } else if (has_max) {
+    range = absl::StrCat("<= ", FormatNumber(options.GetExtension(titan::max_value)));
+  }
+  if (!range.empty() && options.HasExtension(titan::unset_value)) {
+    range = absl::StrCat(FormatNumber(options.GetExtension(titan::unset_value)), " or ", range);
+  }
+  return range;
+}
+
+absl::Status CheckChoice(absl::string_view section, const FieldDescriptor* field,
+                         const std::string& value) {
+  const auto& choices = field->options().GetRepeatedExtension(titan::choices);
+  if (choices.empty() || std::find(choices.begin(), choices.end(), value) != choices.end()) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("[", section, "] ", field->name(), "=",
+                                                 Quote(value), ": expected one of ",
+                                                 QuotedList(choices)));
+}
+
+// Bounds and choices declared in the schema.
+absl::Status CheckField(absl::string_view section, const Message& message,
+                        const FieldDescriptor* field) {
+  const Reflection* reflection = message.GetReflection();
+  const FieldOptions& options = field->options();
+  switch (KindOf(field)) {
+    case Kind::kInteger:
+    case Kind::kFloat: {
+      const double value = KindOf(field) == Kind::kInteger ? reflection->GetInt32(message, field)
+                                                           : reflection->GetDouble(message, field);
+      if (options.HasExtension(titan::unset_value) &&
+          value == options.GetExtension(titan::unset_value)) {
+        return absl::OkStatus();
+      }
+      const bool below =
+          options.HasExtension(titan::min_value) && value < options.GetExtension(titan::min_value);
+      const bool above =
+          options.HasExtension(titan::max_value) && value > options.GetExtension(titan::max_value);
+      // NaN fails every comparison, so it is refused explicitly.
+      if (below || above || value != value) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("[", section, "] ", field->name(), "=", FormatNumber(value),
+                         " is out of range: expected ", RangeText(options)));
+      }
+      return absl::OkStatus();
+    }
+    case Kind::kString:
+      return CheckChoice(section, field, reflection->GetString(message, field));
+    case Kind::kStringList:
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        if (absl::Status status =
+                CheckChoice(section, field, reflection->GetRepeatedString(message, field, i));
+            !status.ok()) {
+          return status;
+        }
+      }
+      return absl::OkStatus();
+    case Kind::kBoolean:
+      return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+// The data-parallel shard degree, with -1 resolved to the ranks the other degrees leave.
+absl::StatusOr<int64_t> ShardDegree(const JobConfig::Parallelism& p, int world_size) {
+  const int64_t others = int64_t{p.data_parallel_replicate_degree()} * p.tensor_parallel_degree() *
+                         p.pipeline_parallel_degree() * p.context_parallel_degree();
+  const std::string others_text = absl::StrFormat(
+      "data_parallel_replicate_degree=%d × tensor_parallel_degree=%d × "
+      "pipeline_parallel_degree=%d × context_parallel_degree=%d",
+      p.data_parallel_replicate_degree(), p.tensor_parallel_degree(), p.pipeline_parallel_degree(),
+      p.context_parallel_degree());
+  if (p.data_parallel_shard_degree() == -1) {
+    if (world_size % others != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("[parallelism] world size %d is not divisible by %s = %d, so "
+                          "data_parallel_shard_degree=-1 cannot be inferred",
+                          world_size, others_text, others));
+    }
+    return world_size / others;
+  }
+  const int64_t product = others * p.data_parallel_shard_degree();
+  if (product != world_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[parallelism] %s × data_parallel_shard_degree=%d = %d, but the world size is %d",
+        others_text, p.data_parallel_shard_degree(), product, world_size));
+  }
+  return p.data_parallel_shard_degree();
+}
+
+bool IsPositiveInteger(const std::string& text) {
+  int value;
+  return absl::SimpleAtoi(text, &value) && value >= 1;
+}
+
+}  // namespace
+
+JobConfig DefaultJobConfig() {
+  JobConfig config;
+  const Descriptor* root = JobConfig::descriptor();
+  for (int i = 0; i < root->field_count(); ++i) {
+    const FieldDescriptor* section = root->field(i);
+    for (int j = 0; j < section->message_type()->field_count(); ++j) {
+      const FieldDescriptor* field = section->message_type()->field(j);
+      const auto& items = field->options().GetRepeatedExtension(titan::list_default);
+      if (items.empty()) continue;
+      SetList({items.begin(), items.end()}, field, MutableSection({section, field}, &config));
+    }
+  }
+  return config;
+}
+
+absl::StatusOr<JobConfig> LoadJobConfig(int argc, char** argv) {
+  return ParseJobConfig("", std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
+}
+
+absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
+                                         const std::vector<std::string>& overrides) {
+  absl::StatusOr<std::vector<Override>> parsed = ParseOverrides(overrides);
+  if (!parsed.ok()) return parsed.status();
+  std::string path = toml_path;
+  for (const Override& override : *parsed) {
+    if (override.ref->field->number() != JobConfig::Job::kConfigFileFieldNumber ||
+        override.ref->section->number() != JobConfig::kJobFieldNumber) {
+      continue;
+    }
+    if (!toml_path.empty() && override.value != toml_path) {
+      return absl::InvalidArgumentError(absl::StrCat(override.flag, "=", override.value,
+                                                     ": the config file is already ", toml_path));
+    }
+    path = override.value;
+  }
+  JobConfig config = DefaultJobConfig();
+  if (!path.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) return text.status();
+    if (absl::Status status = ApplyToml(*text, path, &config); !status.ok()) return status;
+  }
+  if (absl::Status status = ApplyOverrides(*parsed, &config); !status.ok()) return status;
+  if (!path.empty()) config.mutable_job()->set_config_file(path);
+  return config;
+}
+
+absl::StatusOr<JobConfig> ParseJobConfigText(absl::string_view toml_text,
+                                             absl::string_view source_name,
+                                             const std::vector<std::string>& overrides) {
+  absl::StatusOr<std::vector<Override>> parsed = ParseOverrides(overrides);
+  if (!parsed.ok()) return parsed.status();
+  JobConfig config = DefaultJobConfig();
+  if (absl::Status status = ApplyToml(toml_text, source_name, &config); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = ApplyOverrides(*parsed, &config); !status.ok()) return status;
+  return config;
+}
+
+std::string JobConfigHelp() {
+  std::string help =
+      "Job configuration: a TOML job file (--job.config_file=FILE) with the [section] tables "
+      "below,\nthen --section.key=value (or --section.key value) overrides, later ones winning. "
+      "On the command\nline lists are comma-separated and a bare --section.key sets a boolean "
+      "to true.\n";
+  const JobConfig defaults = DefaultJobConfig();
+  const Descriptor* root = JobConfig::descriptor();
+  for (int i = 0; i < root->field_count(); ++i) {
+    const FieldDescriptor* section = root->field(i);
+    const Message& section_defaults = defaults.GetReflection()->GetMessage(defaults, section);
+    absl::StrAppend(&help, "\n[", section->name(), "]  ",
+                    section->options().GetExtension(titan::help), "\n");
+    for (int j = 0; j < section->message_type()->field_count(); ++j) {
+      const FieldDescriptor* field = section->message_type()->field(j);
+      const FieldOptions& options = field->options();
+      absl::StrAppend(&help, "  --", section->name(), ".", field->name(), "  (",
+                      TypeName(KindOf(field)), ", default ", TomlValue(section_defaults, field),
+                      ")\n      ", options.GetExtension(titan::help), "\n");
+      if (options.ExtensionSize(titan::choices) > 0) {
+        absl::StrAppend(&help,
+                        "      one of: ", QuotedList(options.GetRepeatedExtension(titan::choices)),
+                        "\n");
+      }
+      if (const std::string range = RangeText(options); !range.empty()) {
+        absl::StrAppend(&help, "      range: ", range, "\n");
+      }
+      for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
+        const std::vector<std::string> parts = absl::StrSplit(alias, '.');
+        absl::StrAppend(&help, "      old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
+      }
+    }
+  }
+  return help;
+}
+
+std::string JobConfigToToml(const JobConfig& config) {
+  std::string toml;
+  const Descriptor* root = JobConfig::descriptor();
+  for (int i = 0; i < root->field_count(); ++i) {
+    const FieldDescriptor* section = root->field(i);
+    const Message& message = config.GetReflection()->GetMessage(config, section);
+    absl::StrAppend(&toml, i == 0 ? "" : "\n", "[", section->name(), "]\n");
+    for (int j = 0; j < section->message_type()->field_count(); ++j) {
+      const FieldDescriptor* field = section->message_type()->field(j);
+      if (field->options().GetExtension(titan::ignored) &&
+          !message.GetReflection()->HasField(message, field)) {
+        continue;
+      }
+      absl::StrAppend(&toml, field->name(), " = ", TomlValue(message, field), "\n");
+    }
+  }
+  return toml;
+}
+
+absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world size must be >= 1, got ", world_size));
+  }
+  const Descriptor* root = JobConfig::descriptor();
+  for (int i = 0; i < root->field_count(); ++i) {
+    const FieldDescriptor* section = root->field(i);
+    const Message& message = config.GetReflection()->GetMessage(config, section);
+    for (int j = 0; j < section->message_type()->field_count(); ++j) {
+      if (absl::Status status =
+              CheckField(section->name(), message, section->message_type()->field(j));
+          !status.ok()) {
+        return status;
+      }
+    }
+  }
+
+  const JobConfig::Parallelism& parallelism = config.parallelism();
+  absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
+  if (!shard_degree.ok()) return shard_degree.status();
+  const int64_t ep = parallelism.expert_parallel_degree();
+  const int64_t ep_pool =
+      *shard_degree * parallelism.context_parallel_degree() * parallelism.tensor_parallel_degree();
+  const int64_t ep_base =
+      int64_t{parallelism.context_parallel_degree()} * parallelism.tensor_parallel_degree();
+  if (ep > 1 && (ep_pool % ep != 0 || ep % ep_base != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("[parallelism] expert_parallel_degree=%d must divide data_parallel_shard × "
+                        "context_parallel × tensor_parallel degrees = %d and be a multiple of "
+                        "context_parallel × tensor_parallel = %d",
+                        ep, ep_pool, ep_base));
+  }
+
+  const JobConfig::Training& training = config.training();
+  const int64_t dp_degree = *shard_degree * parallelism.data_parallel_replicate_degree();
+  if (training.global_batch_size() != -1 &&
+      training.global_batch_size() % (training.local_batch_size() * dp_degree) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[training] global_batch_size=%d is not a multiple of local_batch_size=%d × "
+        "data-parallel degree=%d",
+        training.global_batch_size(), training.local_batch_size(), dp_degree));
+  }
+  if (parallelism.pipeline_parallel_degree() > 1 &&
+      training.local_batch_size() % parallelism.pipeline_parallel_microbatch_size() != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[parallelism] pipeline_parallel_microbatch_size=%d does not divide "
+        "[training] local_batch_size=%d",
+        parallelism.pipeline_parallel_microbatch_size(), training.local_batch_size()));
+  }
+
+  const JobConfig::Checkpoint& checkpoint = config.checkpoint();
+  if (checkpoint.keep_latest_k() == 1) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the newest checkpoint may "
+        "still be being written)");
+  }
+  if (checkpoint.initial_load_in_hf() && !checkpoint.initial_load_model_only()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] initial_load_in_hf=true needs initial_load_model_only=true (safetensors "
+        "hold only model weights)");
+  }
+  if (checkpoint.last_save_in_hf() && !checkpoint.last_save_model_only()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "
+        "only model weights)");
+  }
+
+  const std::string& ac_option = config.activation_checkpoint().selective_ac_option();
+  if (ac_option != "op" && !IsPositiveInteger(ac_option)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[activation_checkpoint] selective_ac_option=", Quote(ac_option),
+                     ": expected a positive integer N (every Nth layer) or \"op\""));
+  }
+
+  if (config.lr_scheduler().warmup_steps() > training.steps()) {
+    LOG(WARNING) << "[lr_scheduler] warmup_steps=" << config.lr_scheduler().warmup_steps()
+                 << " exceeds [training] steps=" << training.steps()
+                 << ": the learning rate never reaches its peak";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace titan

@@ -1,0 +1,48 @@
+#ifndef TITAN_LIB_CONFIG_JOB_CONFIG_H_
+#define TITAN_LIB_CONFIG_JOB_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "lib/config/job_config.pb.h"
+
+namespace titan {
+
+// The schema's defaults, list defaults included (proto2 cannot declare those, so a bare JobConfig()
+// lacks them).
+JobConfig DefaultJobConfig();
+
+// Reads the job from a command line: every argument after argv[0] is an override (see
+// ParseJobConfig); --job.config_file names the TOML file. Does not validate.
+absl::StatusOr<JobConfig> LoadJobConfig(int argc, char** argv);
+
+// Defaults, then the TOML file (`toml_path`, or --job.config_file among the overrides; empty:
+// none), then the overrides in order: "--section.key=value", "--section.key value", or a bare
+// "--section.key" for a boolean (true). Lists are TOML arrays in files and comma-separated on the
+// command line. Old key names listed as aliases in the schema are accepted; setting an old name and
+// its new name in the same file (or on the same command line) is an error. Does not validate.
+absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
+                                         const std::vector<std::string>& overrides);
+
+// As ParseJobConfig with the TOML text given directly; `source_name` names it in errors. Here a
+// --job.config_file override only sets that key: no file is read.
+absl::StatusOr<JobConfig> ParseJobConfigText(absl::string_view toml_text,
+                                             absl::string_view source_name,
+                                             const std::vector<std::string>& overrides);
+
+// Every key as --section.key with its type, default, help, choices and old names.
+std::string JobConfigHelp();
+
+// The effective configuration as TOML; ParseJobConfigText reads it back to an equal config.
+std::string JobConfigToToml(const JobConfig& config);
+
+// Checks ranges, choices and the relations between keys for a job on `world_size` ranks
+// (data_parallel_shard_degree = -1 takes the ranks the other degrees leave).
+absl::Status ValidateJobConfig(const JobConfig& config, int world_size = 1);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_CONFIG_JOB_CONFIG_H_

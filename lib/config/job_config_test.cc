@@ -1,0 +1,434 @@
+#include "lib/config/job_config.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+using ::google::protobuf::Descriptor;
+using ::google::protobuf::FieldDescriptor;
+using ::google::protobuf::util::MessageDifferencer;
+
+std::string TempDir() { return std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp"; }
+
+absl::StatusOr<JobConfig> ParseText(const std::string& toml,
+                                    const std::vector<std::string>& overrides = {}) {
+  return ParseJobConfigText(toml, "configs/x.toml", overrides);
+}
+
+std::string ParseError(const std::string& toml, const std::vector<std::string>& overrides = {}) {
+  absl::StatusOr<JobConfig> config = ParseText(toml, overrides);
+  EXPECT_FALSE(config.ok()) << "parsed without error: " << toml;
+  return config.ok() ? "" : std::string(config.status().message());
+}
+
+std::string ValidationError(const std::vector<std::string>& overrides, int world_size = 1) {
+  absl::StatusOr<JobConfig> config = ParseText("", overrides);
+  EXPECT_TRUE(config.ok()) << config.status();
+  if (!config.ok()) return "";
+  const absl::Status status = ValidateJobConfig(*config, world_size);
+  EXPECT_FALSE(status.ok()) << "valid at world size " << world_size;
+  return std::string(status.message());
+}
+
+void ExpectValid(const std::vector<std::string>& overrides, int world_size = 1) {
+  absl::StatusOr<JobConfig> config = ParseText("", overrides);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(ValidateJobConfig(*config, world_size).ok())
+      << ValidateJobConfig(*config, world_size);
+}
+
+TEST(JobConfigTest, DefaultsFollowTorchtitan) {
+  const JobConfig config = DefaultJobConfig();
+  EXPECT_EQ(config.job().dump_folder(), "./outputs");
+  EXPECT_EQ(config.metrics().log_freq(), 10);
+  EXPECT_EQ(config.model().flavor(), "debugmodel");
+  EXPECT_EQ(config.model().tokenizer_path(), "assets/default_tokenizer");
+  EXPECT_DOUBLE_EQ(config.optimizer().lr(), 8e-4);
+  EXPECT_DOUBLE_EQ(config.optimizer().beta2(), 0.95);
+  EXPECT_DOUBLE_EQ(config.lr_scheduler().decay_ratio(), -1);
+  EXPECT_EQ(config.training().global_batch_size(), -1);
+  EXPECT_EQ(config.training().seq_len(), 2048);
+  EXPECT_EQ(config.training().seed(), -1);
+  EXPECT_EQ(config.parallelism().data_parallel_shard_degree(), -1);
+  EXPECT_EQ(config.parallelism().pipeline_parallel_schedule(), "1F1B");
+  EXPECT_TRUE(config.checkpoint().initial_load_model_only());
+  EXPECT_EQ(config.activation_checkpoint().selective_ac_option(), "2");
+  EXPECT_EQ(config.validation().dataset_path(), "assets/default_corpus/validation.jsonl");
+  ASSERT_EQ(config.compile().components_size(), 2);
+  EXPECT_EQ(config.compile().components(0), "model");
+  EXPECT_EQ(config.compile().components(1), "loss");
+  EXPECT_TRUE(ValidateJobConfig(config).ok()) << ValidateJobConfig(config);
+
+  absl::StatusOr<JobConfig> parsed = ParseJobConfig("", {});
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*parsed, config));
+}
+
+TEST(JobConfigTest, EverySchemaFieldHasHelp) {
+  const Descriptor* root = JobConfig::descriptor();
+  for (int i = 0; i < root->field_count(); ++i) {
+    const FieldDescriptor* section = root->field(i);
+    EXPECT_FALSE(section->options().GetExtension(titan::help).empty()) << section->name();
+    for (int j = 0; j < section->message_type()->field_count(); ++j) {
+      const FieldDescriptor* field = section->message_type()->field(j);
+      EXPECT_FALSE(field->options().GetExtension(titan::help).empty()) << field->full_name();
+    }
+  }
+}
+
+TEST(JobConfigTest, CommandLineOverridesFile) {
+  const std::string path = TempDir() + "/override.toml";
+  ASSERT_TRUE(WriteFileAtomically(path,
+                                  "[training]\nsteps = 100\nseq_len = 256\n"
+                                  "[optimizer]\nlr = 1e-3\n"
+                                  "[model]\nconverters = [\"float8\"]\n")
+                  .ok());
+  absl::StatusOr<JobConfig> config =
+      ParseJobConfig(path, {"--training.steps=200", "--optimizer.lr", "5e-4", "--checkpoint.enable",
+                            "--metrics.enable_tensorboard", "false", "--training.seed", "-1",
+                            "--model.converters= float8 , fp8_rowwise ",
+                            "--compile.components=", "--training.steps=300"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->training().steps(), 300);  // The last flag wins.
+  EXPECT_EQ(config->training().seq_len(), 256);
+  EXPECT_DOUBLE_EQ(config->optimizer().lr(), 5e-4);
+  EXPECT_TRUE(config->checkpoint().enable());
+  EXPECT_FALSE(config->metrics().enable_tensorboard());
+  EXPECT_EQ(config->training().seed(), -1);
+  ASSERT_EQ(config->model().converters_size(), 2);
+  EXPECT_EQ(config->model().converters(0), "float8");
+  EXPECT_EQ(config->model().converters(1), "fp8_rowwise");
+  EXPECT_EQ(config->compile().components_size(), 0);
+  EXPECT_EQ(config->job().config_file(), path);
+}
+
+TEST(JobConfigTest, ConfigFileFlagNamesTheFile) {
+  const std::string path = TempDir() + "/flag.toml";
+  ASSERT_TRUE(WriteFileAtomically(path, "[training]\nsteps = 7\n").ok());
+  std::string arg0 = "titan_train", arg1 = "--job.config_file", arg2 = path,
+              arg3 = "--training.seq_len=64";
+  char* argv[] = {arg0.data(), arg1.data(), arg2.data(), arg3.data()};
+  absl::StatusOr<JobConfig> config = LoadJobConfig(4, argv);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->training().steps(), 7);
+  EXPECT_EQ(config->training().seq_len(), 64);
+  EXPECT_EQ(config->job().config_file(), path);
+
+  absl::StatusOr<JobConfig> two_files =
+      ParseJobConfig(path, {"--job.config_file=" + TempDir() + "/other.toml"});
+  ASSERT_FALSE(two_files.ok());
+  EXPECT_EQ(two_files.status().message(),
+            absl::StrCat("--job.config_file=", TempDir(),
+                         "/other.toml: the config file is already ", path));
+
+  absl::StatusOr<JobConfig> missing = ParseJobConfig(TempDir() + "/missing.toml", {});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "missing.toml"));
+}
+
+TEST(JobConfigTest, FileErrorsNameFileSectionKeyAndValue) {
+  EXPECT_EQ(ParseError("[training]\nstepz = 10\n"),
+            "configs/x.toml: [training] stepz: unknown key (did you mean \"steps\"?)");
+  EXPECT_EQ(ParseError("[training]\nwibblewobble = 10\n"),
+            "configs/x.toml: [training] wibblewobble: unknown key");
+  EXPECT_EQ(ParseError("[trainig]\nsteps = 10\n"),
+            "configs/x.toml: [trainig]: unknown section (did you mean \"training\"?)");
+  EXPECT_EQ(ParseError("steps = 10\n"),
+            "configs/x.toml: steps: keys belong in a [section], got integer 10 at the top level");
+  EXPECT_EQ(ParseError("[training]\nsteps = \"ten\"\n"),
+            "configs/x.toml: [training] steps: expected integer, got string \"ten\"");
+  EXPECT_EQ(ParseError("[training]\nsteps = 10.5\n"),
+            "configs/x.toml: [training] steps: expected integer, got float 10.5");
+  EXPECT_EQ(ParseError("[training]\nsteps = 9999999999\n"),
+            "configs/x.toml: [training] steps: expected 32-bit integer, got integer 9999999999");
+  EXPECT_EQ(ParseError("[optimizer]\nlr = \"fast\"\n"),
+            "configs/x.toml: [optimizer] lr: expected float, got string \"fast\"");
+  EXPECT_EQ(ParseError("[checkpoint]\nenable = 1\n"),
+            "configs/x.toml: [checkpoint] enable: expected boolean, got integer 1");
+  EXPECT_EQ(ParseError("[model]\nflavor = 8\n"),
+            "configs/x.toml: [model] flavor: expected string, got integer 8");
+  EXPECT_EQ(ParseError("[model]\nconverters = \"float8\"\n"),
+            "configs/x.toml: [model] converters: expected list of strings, got string \"float8\"");
+  EXPECT_EQ(ParseError("[model]\nconverters = [\"float8\", 2]\n"),
+            "configs/x.toml: [model] converters: expected list of strings, got array containing "
+            "integer 2");
+  EXPECT_EQ(ParseError("[training.dataloader]\nnum_workers = 2\n"),
+            "configs/x.toml: [training] dataloader: unknown key");
+  EXPECT_TRUE(absl::StartsWith(ParseError("[training]\nsteps = \n"), "configs/x.toml:2:"))
+      << ParseError("[training]\nsteps = \n");
+}
+
+TEST(JobConfigTest, FloatKeysAcceptTomlIntegers) {
+  absl::StatusOr<JobConfig> config = ParseText("[optimizer]\nlr = 1\nweight_decay = 0\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_DOUBLE_EQ(config->optimizer().lr(), 1.0);
+  EXPECT_DOUBLE_EQ(config->optimizer().weight_decay(), 0.0);
+}
+
+TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
+  EXPECT_EQ(ParseError("", {"--training.steps=ten"}),
+            "--training.steps: expected integer, got \"ten\"");
+  EXPECT_EQ(ParseError("", {"--training.steps", "ten"}),
+            "--training.steps: expected integer, got \"ten\"");
+  EXPECT_EQ(ParseError("", {"--optimizer.lr=fast"}),
+            "--optimizer.lr: expected float, got \"fast\"");
+  EXPECT_EQ(ParseError("", {"--checkpoint.enable=maybe"}),
+            "--checkpoint.enable: expected boolean, got \"maybe\"");
+  EXPECT_EQ(ParseError("", {"--training.stepz=10"}),
+            "--training.stepz: unknown key (did you mean \"--training.steps\"?)");
+  EXPECT_EQ(ParseError("", {"--trainig.steps=10"}),
+            "--trainig.steps: unknown section (did you mean \"training\"?)");
+  EXPECT_EQ(ParseError("", {"--training.steps"}), "--training.steps: missing value (integer)");
+  EXPECT_EQ(ParseError("", {"--training.steps", "--training.seq_len=8"}),
+            "--training.steps: missing value (integer)");
+  EXPECT_EQ(ParseError("", {"--steps=10"}), "--steps: expected --section.key (see --help)");
+  EXPECT_EQ(ParseError("", {"training.steps=10"}),
+            "unexpected argument \"training.steps=10\": expected --section.key=value");
+  EXPECT_EQ(ParseError("", {"--checkpoint.enable", "yes please"}),
+            "unexpected argument \"yes please\": expected --section.key=value");
+}
+
+TEST(JobConfigTest, SeedJobFileLoadsUnchangedThroughOldNames) {
+  absl::StatusOr<JobConfig> config = ParseJobConfig("tests/fixtures/llama3_8b.seed.toml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  // [job] print_freq and enable_tensorboard, [training] batch_size and mixed_precision_dtype.
+  EXPECT_TRUE(config->metrics().has_log_freq());
+  EXPECT_EQ(config->metrics().log_freq(), 10);
+  EXPECT_TRUE(config->metrics().enable_tensorboard());
+  EXPECT_TRUE(config->training().has_local_batch_size());
+  EXPECT_EQ(config->training().local_batch_size(), 8);
+  EXPECT_TRUE(config->training().has_mixed_precision_param());
+  EXPECT_EQ(config->training().mixed_precision_param(), "bfloat16");
+  EXPECT_EQ(config->model().norm_type(), "rmsnorm");
+  EXPECT_EQ(config->job().monitoring_interval(), 1);
+  EXPECT_EQ(config->model().flavor(), "8B");
+  EXPECT_EQ(config->model().tokenizer_path(), "./torchtitan/datasets/tokenizer/tokenizer.model");
+  EXPECT_DOUBLE_EQ(config->optimizer().lr(), 3e-4);
+  EXPECT_EQ(config->training().seq_len(), 8192);
+  EXPECT_EQ(config->training().steps(), 5000);
+  EXPECT_EQ(config->parallelism().data_parallel_shard_degree(), 8);
+  EXPECT_TRUE(ValidateJobConfig(*config, 8).ok()) << ValidateJobConfig(*config, 8);
+  EXPECT_EQ(ValidateJobConfig(*config, 1).message(),
+            "[parallelism] data_parallel_replicate_degree=1 × tensor_parallel_degree=1 × "
+            "pipeline_parallel_degree=1 × context_parallel_degree=1 × "
+            "data_parallel_shard_degree=8 = 8, but the world size is 1");
+}
+
+TEST(JobConfigTest, OldNamesLandInNewKeys) {
+  absl::StatusOr<JobConfig> config = ParseText(
+      "[job]\nprint_freq = 3\nenable_tensorboard = true\nmonitoring_interval = 5\n"
+      "[training]\nbatch_size = 4\nmixed_precision_dtype = \"float32\"\n"
+      "[checkpoint]\nenable_checkpoint = true\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics().log_freq(), 3);
+  EXPECT_TRUE(config->metrics().enable_tensorboard());
+  EXPECT_EQ(config->training().local_batch_size(), 4);
+  EXPECT_EQ(config->training().mixed_precision_param(), "float32");
+  EXPECT_TRUE(config->checkpoint().enable());
+
+  absl::StatusOr<JobConfig> from_flags =
+      ParseText("", {"--training.batch_size=2", "--job.print_freq", "7"});
+  ASSERT_TRUE(from_flags.ok()) << from_flags.status();
+  EXPECT_EQ(from_flags->training().local_batch_size(), 2);
+  EXPECT_EQ(from_flags->metrics().log_freq(), 7);
+
+  // A flag with the new name overrides a file's old name: they are different sources.
+  absl::StatusOr<JobConfig> overridden =
+      ParseText("[training]\nbatch_size = 4\n", {"--training.local_batch_size=16"});
+  ASSERT_TRUE(overridden.ok()) << overridden.status();
+  EXPECT_EQ(overridden->training().local_batch_size(), 16);
+}
+
+TEST(JobConfigTest, OldAndNewNameTogetherIsAnError) {
+  EXPECT_EQ(ParseError("[job]\nprint_freq = 3\n[metrics]\nlog_freq = 5\n"),
+            "configs/x.toml: [job] print_freq and [metrics] log_freq name the same key "
+            "metrics.log_freq; set only one of them");
+  EXPECT_EQ(ParseError("[training]\nbatch_size = 4\nlocal_batch_size = 4\n"),
+            "configs/x.toml: [training] batch_size and [training] local_batch_size name the same "
+            "key training.local_batch_size; set only one of them");
+  EXPECT_EQ(ParseError("", {"--training.local_batch_size=2", "--training.batch_size=2"}),
+            "--training.local_batch_size and --training.batch_size name the same key "
+            "training.local_batch_size; set only one of them");
+}
+
+TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
+  EXPECT_EQ(ValidationError({"--training.global_batch_size=12"}),
+            "[training] global_batch_size=12 is not a multiple of local_batch_size=8 × "
+            "data-parallel degree=1");
+  EXPECT_EQ(ValidationError(
+                {"--training.global_batch_size=48", "--parallelism.tensor_parallel_degree=2"}, 8),
+            "[training] global_batch_size=48 is not a multiple of local_batch_size=8 × "
+            "data-parallel degree=4");
+  ExpectValid({"--training.global_batch_size=64", "--parallelism.tensor_parallel_degree=2"}, 8);
+  EXPECT_EQ(ValidationError({"--training.global_batch_size=0"}),
+            "[training] global_batch_size=0 is out of range: expected -1 or >= 1");
+  EXPECT_EQ(ValidationError({"--training.steps=-5"}),
+            "[training] steps=-5 is out of range: expected >= 0");
+  EXPECT_EQ(ValidationError({"--training.seq_len=0"}),
+            "[training] seq_len=0 is out of range: expected >= 1");
+  EXPECT_EQ(ValidationError({"--optimizer.lr=-0.001"}),
+            "[optimizer] lr=-0.001 is out of range: expected >= 0");
+  EXPECT_EQ(ValidationError({"--optimizer.lr=nan"}),
+            "[optimizer] lr=nan is out of range: expected >= 0");
+  EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=1.5"}),
+            "[lr_scheduler] decay_ratio=1.5 is out of range: expected -1 or a value in [0, 1]");
+  EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=-0.5"}),
+            "[lr_scheduler] decay_ratio=-0.5 is out of range: expected -1 or a value in [0, 1]");
+  ExpectValid({"--lr_scheduler.decay_ratio=0.8"});
+  ExpectValid({"--lr_scheduler.decay_ratio=-1"});
+  ExpectValid({"--lr_scheduler.warmup_steps=50", "--training.steps=10"});  // torchtitan warns
+  EXPECT_EQ(ValidationError({"--lr_scheduler.decay_type=exp"}),
+            "[lr_scheduler] decay_type=\"exp\": expected one of \"linear\", \"sqrt\", \"cosine\"");
+  EXPECT_EQ(ValidationError({"--activation_checkpoint.mode=partial"}),
+            "[activation_checkpoint] mode=\"partial\": expected one of \"none\", \"selective\", "
+            "\"full\"");
+  EXPECT_EQ(ValidationError({"--model.norm_type=layernorm"}),
+            "[model] norm_type=\"layernorm\": expected one of \"rmsnorm\"");
+  EXPECT_EQ(ValidationError({"--compile.components=model,graph"}),
+            "[compile] components=\"graph\": expected one of \"model\", \"loss\"");
+  EXPECT_EQ(ValidationError({"--activation_checkpoint.selective_ac_option=0"}),
+            "[activation_checkpoint] selective_ac_option=\"0\": expected a positive integer N "
+            "(every Nth layer) or \"op\"");
+  ExpectValid({"--activation_checkpoint.selective_ac_option=op"});
+  ExpectValid({"--activation_checkpoint.selective_ac_option=3"});
+  EXPECT_EQ(ValidationError({"--checkpoint.keep_latest_k=1"}),
+            "[checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the newest checkpoint "
+            "may still be being written)");
+  EXPECT_EQ(
+      ValidationError({"--checkpoint.last_save_in_hf", "--checkpoint.last_save_model_only=false"}),
+      "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "
+      "only model weights)");
+}
+
+TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
+  EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=8",
+                             "--parallelism.tensor_parallel_degree=2"},
+                            8),
+            "[parallelism] data_parallel_replicate_degree=1 × tensor_parallel_degree=2 × "
+            "pipeline_parallel_degree=1 × context_parallel_degree=1 × "
+            "data_parallel_shard_degree=8 = 16, but the world size is 8");
+  EXPECT_EQ(ValidationError({"--parallelism.tensor_parallel_degree=3"}, 8),
+            "[parallelism] world size 8 is not divisible by data_parallel_replicate_degree=1 × "
+            "tensor_parallel_degree=3 × pipeline_parallel_degree=1 × context_parallel_degree=1 = "
+            "3, so data_parallel_shard_degree=-1 cannot be inferred");
+  EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=0"}, 8),
+            "[parallelism] data_parallel_shard_degree=0 is out of range: expected -1 or >= 1");
+  ExpectValid(
+      {"--parallelism.data_parallel_replicate_degree=2", "--parallelism.pipeline_parallel_degree=2",
+       "--parallelism.tensor_parallel_degree=2"},
+      16);
+  EXPECT_EQ(ValidationError({"--parallelism.pipeline_parallel_degree=2",
+                             "--parallelism.pipeline_parallel_microbatch_size=3"},
+                            2),
+            "[parallelism] pipeline_parallel_microbatch_size=3 does not divide [training] "
+            "local_batch_size=8");
+  ExpectValid({"--parallelism.expert_parallel_degree=4"}, 8);
+  EXPECT_EQ(ValidationError({"--parallelism.expert_parallel_degree=3"}, 8),
+            "[parallelism] expert_parallel_degree=3 must divide data_parallel_shard × "
+            "context_parallel × tensor_parallel degrees = 8 and be a multiple of "
+            "context_parallel × tensor_parallel = 1");
+  EXPECT_EQ(ValidateJobConfig(DefaultJobConfig(), 0).message(), "world size must be >= 1, got 0");
+}
+
+TEST(JobConfigTest, ShippedConfigsParseAndValidate) {
+  // Each shipped job with the world size it is written for.
+  const std::map<std::string, int> world_sizes = {
+      {"llama3_debugmodel.toml", 1},
+      {"llama3_8b.toml", 64},
+      {"llama3_70b.toml", 64},
+      {"llama3_405b.toml", 128},
+  };
+  std::map<std::string, int> found;
+  for (const auto& entry : std::filesystem::directory_iterator("configs")) {
+    if (entry.path().extension() != ".toml") continue;
+    const std::string name = entry.path().filename().string();
+    ASSERT_TRUE(world_sizes.count(name)) << name << ": add it to this test with its world size";
+    found[name] = world_sizes.at(name);
+    absl::StatusOr<JobConfig> config = ParseJobConfig(entry.path().string(), {});
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_TRUE(ValidateJobConfig(*config, world_sizes.at(name)).ok())
+        << name << ": " << ValidateJobConfig(*config, world_sizes.at(name));
+  }
+  EXPECT_EQ(found, world_sizes);
+
+  absl::StatusOr<JobConfig> debug = ParseJobConfig("configs/llama3_debugmodel.toml", {});
+  ASSERT_TRUE(debug.ok()) << debug.status();
+  EXPECT_EQ(debug->model().flavor(), "debugmodel");
+  EXPECT_EQ(debug->training().seq_len(), 128);
+  EXPECT_EQ(debug->training().local_batch_size(), 8);
+  EXPECT_EQ(debug->training().steps(), 30);
+  EXPECT_EQ(debug->training().mixed_precision_param(), "float32");
+  EXPECT_EQ(debug->metrics().log_freq(), 1);
+  EXPECT_TRUE(debug->metrics().enable_tensorboard());
+  EXPECT_TRUE(debug->checkpoint().enable());
+  EXPECT_EQ(debug->checkpoint().interval(), 10);
+  EXPECT_EQ(debug->checkpoint().keep_latest_k(), 3);
+  EXPECT_EQ(debug->activation_checkpoint().mode(), "none");
+  EXPECT_TRUE(debug->validation().enable());
+  EXPECT_EQ(debug->validation().steps(), 4);
+  EXPECT_EQ(debug->job().dump_folder(), "./outputs/llama3_debugmodel");
+}
+
+TEST(JobConfigTest, HelpListsEveryKeyWithTypeDefaultAndOldNames) {
+  const std::string help = JobConfigHelp();
+  const Descriptor* root = JobConfig::descriptor();
+  for (int i = 0; i < root->field_count(); ++i) {
+    const FieldDescriptor* section = root->field(i);
+    EXPECT_TRUE(absl::StrContains(help, absl::StrCat("[", section->name(), "]  ")))
+        << section->name();
+    for (int j = 0; j < section->message_type()->field_count(); ++j) {
+      const FieldDescriptor* field = section->message_type()->field(j);
+      EXPECT_TRUE(
+          absl::StrContains(help, absl::StrCat("--", section->name(), ".", field->name(), "  (")))
+          << field->full_name();
+      EXPECT_TRUE(absl::StrContains(help, field->options().GetExtension(titan::help)))
+          << field->full_name();
+    }
+  }
+  EXPECT_TRUE(absl::StrContains(help, "--training.steps  (integer, default 10000)"));
+  EXPECT_TRUE(absl::StrContains(help, "--optimizer.lr  (float, default 8e-04)"));
+  EXPECT_TRUE(absl::StrContains(
+      help, "--compile.components  (list of strings, default [\"model\", \"loss\"])"));
+  EXPECT_TRUE(absl::StrContains(help, "old name: --job.print_freq ([job] print_freq)"));
+  EXPECT_TRUE(absl::StrContains(help, "old name: --checkpoint.enable_checkpoint"));
+  EXPECT_TRUE(absl::StrContains(help, "one of: \"linear\", \"sqrt\", \"cosine\""));
+  EXPECT_TRUE(absl::StrContains(help, "range: -1 or a value in [0, 1]"));
+}
+
+TEST(JobConfigTest, TomlDumpRoundTrips) {
+  absl::StatusOr<JobConfig> config = ParseJobConfig(
+      "configs/llama3_debugmodel.toml",
+      {"--job.description=quotes \" backslash \\ tab \t newline \n unicode × end",
+       "--optimizer.eps=1e-12", "--optimizer.beta1=0.1", "--lr_scheduler.min_lr_factor=0.3",
+       "--model.converters=float8,x y", "--training.max_norm=1e300"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (bool with_ignored_key : {false, true}) {
+    if (with_ignored_key) config->mutable_job()->set_monitoring_interval(5);
+    const std::string toml = JobConfigToToml(*config);
+    absl::StatusOr<JobConfig> reparsed = ParseJobConfigText(toml, "dump.toml", {});
+    ASSERT_TRUE(reparsed.ok()) << reparsed.status() << "\n" << toml;
+    // The dump writes every key, so presence differs; values must not.
+    EXPECT_TRUE(MessageDifferencer::Equivalent(*reparsed, *config)) << toml;
+    EXPECT_EQ(JobConfigToToml(*reparsed), toml);
+    EXPECT_EQ(absl::StrContains(toml, "monitoring_interval"), with_ignored_key);
+  }
+  EXPECT_TRUE(absl::StrContains(JobConfigToToml(*config), "lr = 0.002\n"));
+}
+
+}  // namespace
+}  // namespace titan
