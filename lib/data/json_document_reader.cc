@@ -42,6 +42,10 @@ bool IsJsonDataFile(absl::string_view path) {
 
 absl::StatusOr<std::unique_ptr<JsonDocumentReader>> JsonDocumentReader::Open(
     const std::string& path, std::string text_field, DocumentPosition position) {
+  if (position.byte_offset < 0 || position.line < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid position: byte ",
+                                                   position.byte_offset, ", line ", position.line));
+  }
   gzFile file = gzopen(path.c_str(), "rb");
   if (file == nullptr) return ErrnoError("open", path);
   gzbuffer(file, kReadChunkBytes);
@@ -61,17 +65,13 @@ absl::StatusOr<std::unique_ptr<JsonDocumentReader>> JsonDocumentReader::Open(
       break;
     }
   }
-  if (position.byte_offset < 0 || position.line < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid position: byte ",
-                                                   position.byte_offset, ", line ", position.line));
-  }
   if (position.byte_offset > 0) {
     reader->buffer_.clear();
     reader->buffer_pos_ = 0;
     reader->at_eof_ = false;
     if (gzseek(file, position.byte_offset, SEEK_SET) != position.byte_offset) {
-      return absl::DataLossError(absl::StrCat(path, ": seek to byte ", position.byte_offset,
-                                              " failed: ", GzError(file)));
+      return absl::DataLossError(
+          absl::StrCat(path, ": seek to byte ", position.byte_offset, " failed: ", GzError(file)));
     }
     reader->offset_ = position.byte_offset;
     reader->line_ = position.line;

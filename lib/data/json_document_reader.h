@@ -16,7 +16,7 @@ namespace titan {
 // Where a reader stands in its file: between two documents.
 struct DocumentPosition {
   int64_t byte_offset = 0;  // uncompressed bytes before the next document; 0 = start of the file
-  int64_t line = 0;         // newlines before byte_offset (1-based line numbers in errors follow it)
+  int64_t line = 0;  // newlines before byte_offset (1-based line numbers in errors follow it)
 };
 
 // True for the names the dataset reads: .jsonl, .json, .jsonl.gz, .json.gz.
@@ -67,11 +67,11 @@ class JsonDocumentReader {
   gzFile_s* file_;
   Format format_ = Format::kJsonLines;
   ArrayState array_state_ = ArrayState::kBeforeOpen;
-  std::string buffer_;     // bytes read from the file; unconsumed from buffer_pos_
+  std::string buffer_;  // bytes read from the file; unconsumed from buffer_pos_
   size_t buffer_pos_ = 0;
   bool at_eof_ = false;
-  int64_t offset_ = 0;     // uncompressed offset of buffer_[buffer_pos_]
-  int64_t line_ = 0;       // newlines consumed before offset_
+  int64_t offset_ = 0;  // uncompressed offset of buffer_[buffer_pos_]
+  int64_t line_ = 0;    // newlines consumed before offset_
 };
 
 }  // namespace titan

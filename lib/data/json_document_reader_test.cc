@@ -38,7 +38,8 @@ std::vector<std::string> ReadAll(const std::string& path, DocumentPosition posit
 
 // The error of the first failing Next() in `path`.
 absl::Status FirstError(const std::string& path, const std::string& field = "text") {
-  absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader = JsonDocumentReader::Open(path, field);
+  absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
+      JsonDocumentReader::Open(path, field);
   if (!reader.ok()) return reader.status();
   while (true) {
     absl::StatusOr<std::optional<std::string>> text = (*reader)->Next();
@@ -152,7 +153,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, ResumeTest,
 TEST(JsonDocumentReaderTest, ResumeDoesNotReparseEarlierLines) {
   const std::string path = FreshTestDir("seek") + "/a.jsonl";
   WriteTestFile(path, JsonLines({"first", "second", "third"}));
-  absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader = JsonDocumentReader::Open(path, "text");
+  absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
+      JsonDocumentReader::Open(path, "text");
   ASSERT_TRUE(reader.ok()) << reader.status();
   ASSERT_TRUE((*reader)->Next().ok());
   ASSERT_TRUE((*reader)->Next().ok());
@@ -188,15 +190,19 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"bad.jsonl", "{\"text\": \"ok\"}\n\n{\"text\": \"cut", "3: invalid JSON: "},
         ErrorCase{"missing.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"x\"}\n",
                   "2: missing text field \"text\""},
-        ErrorCase{"number.jsonl", "{\"text\": 12}\n", "1: text field \"text\" is number, expected a string"},
+        ErrorCase{"number.jsonl", "{\"text\": 12}\n",
+                  "1: text field \"text\" is number, expected a string"},
         ErrorCase{"list.jsonl", "[\"text\"]\n", "1: expected a JSON object, found array"},
-        ErrorCase{"element.json", "[{\"text\": \"a\"},\n \"b\"]", "2: expected a JSON object as array element, found '\"'"},
+        ErrorCase{"element.json", "[{\"text\": \"a\"},\n \"b\"]",
+                  "2: expected a JSON object as array element, found '\"'"},
         ErrorCase{"comma.json", "[{\"text\": \"a\"}\n\n{\"text\": \"b\"}]",
                   "3: expected ',' or ']' after an array element, found '{'"},
         ErrorCase{"unterminated.json", "[{\"text\": \"a\"},\n{\"text\": \"b\"",
                   "2: unterminated JSON object at end of file"},
-        ErrorCase{"open.json", "[{\"text\": \"a\"}\n", "2: expected ',' or ']' after an array element, found end of file"},
-        ErrorCase{"trailing.json", "[{\"text\": \"a\"}]\n{}", "2: expected end of file after the array, found '{'"},
+        ErrorCase{"open.json", "[{\"text\": \"a\"}\n",
+                  "2: expected ',' or ']' after an array element, found end of file"},
+        ErrorCase{"trailing.json", "[{\"text\": \"a\"}]\n{}",
+                  "2: expected end of file after the array, found '{'"},
         ErrorCase{"field.json", "[{\"text\": \"a\"},\n{\"text\": null}]",
                   "2: text field \"text\" is null, expected a string"}),
     [](const ::testing::TestParamInfo<ErrorCase>& info) {

@@ -40,8 +40,9 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file or a folder"));
   }
   std::vector<fs::path> found;
-  for (fs::recursive_directory_iterator it(path, fs::directory_options::follow_directory_symlink,
-                                           error), end;
+  for (fs::recursive_directory_iterator
+           it(path, fs::directory_options::follow_directory_symlink, error),
+       end;
        !error && it != end; it.increment(error)) {
     std::error_code type_error;
     if (IsJsonDataFile(it->path().filename().string()) && it->is_regular_file(type_error)) {
@@ -52,7 +53,8 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
     return absl::InvalidArgumentError(absl::StrCat(path, ": listing failed: ", error.message()));
   }
   if (found.empty()) {
-    return absl::NotFoundError(absl::StrCat(path, ": no ", kDataFileKinds, " files in this folder"));
+    return absl::NotFoundError(
+        absl::StrCat(path, ": no ", kDataFileKinds, " files in this folder"));
   }
   std::sort(found.begin(), found.end());
   for (const fs::path& name : found) {
@@ -82,9 +84,9 @@ absl::StatusOr<std::unique_ptr<PackedTextDataset>> PackedTextDataset::Open(
   }
   if (options.dp_world_size < 1 || options.dp_rank < 0 ||
       options.dp_rank >= options.dp_world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "text dataset: expected 0 <= dp_rank < dp_world_size, got dp_rank ", options.dp_rank,
-        " and dp_world_size ", options.dp_world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("text dataset: expected 0 <= dp_rank < dp_world_size, got dp_rank ",
+                     options.dp_rank, " and dp_world_size ", options.dp_world_size));
   }
   if (options.text_field.empty()) {
     return absl::InvalidArgumentError("text dataset: text_field is empty");
@@ -172,8 +174,7 @@ absl::Status PackedTextDataset::ReadDocument() {
     }
     file_position_ = reader_->position();
     ++documents_in_epoch_;
-    const std::vector<int32_t> ids =
-        tokenizer_->Encode(**text, /*add_bos=*/true, /*add_eos=*/true);
+    const std::vector<int32_t> ids = tokenizer_->Encode(**text, /*add_bos=*/true, /*add_eos=*/true);
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     return absl::OkStatus();
   }
@@ -208,8 +209,8 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
   absl::StatusOr<int64_t> documents = GetNonNegativeInt(state, "documents_in_epoch");
   absl::StatusOr<int64_t> windows = GetNonNegativeInt(state, "windows_consumed");
   for (const absl::Status& status :
-       {seq_len.status(), epoch.status(), file_index.status(), byte_offset.status(),
-        line.status(), documents.status(), windows.status()}) {
+       {seq_len.status(), epoch.status(), file_index.status(), byte_offset.status(), line.status(),
+        documents.status(), windows.status()}) {
     if (!status.ok()) return status;
   }
   if (*seq_len != options_.seq_len) {
@@ -239,8 +240,8 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
         id.get<int64_t>() >= tokenizer_->vocab_size()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("dataset state: \"tokens\": expected ids in [0, ",
-                       tokenizer_->vocab_size(), "), got ", id.dump()));
+          absl::StrCat("dataset state: \"tokens\": expected ids in [0, ", tokenizer_->vocab_size(),
+                       "), got ", id.dump()));
     }
     pending.push_back(id.get<int32_t>());
   }

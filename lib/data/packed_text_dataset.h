@@ -80,7 +80,7 @@ class PackedTextDataset {
   std::unique_ptr<JsonDocumentReader> reader_;  // on files_[file_index_] at file_position_, or null
   int64_t documents_in_epoch_ = 0;
   int64_t windows_consumed_ = 0;  // global windows, every rank's
-  std::vector<int32_t> tokens_;    // tokens read but not yet windowed start at tokens_start_
+  std::vector<int32_t> tokens_;   // tokens read but not yet windowed start at tokens_start_
   size_t tokens_start_ = 0;
 };
 
