@@ -1,0 +1,259 @@
+#include "lib/data/packed_text_dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr char kDataFileKinds[] = ".jsonl, .json, .jsonl.gz or .json.gz";
+
+// The data files under `path` in reading order, with their names relative to `path`.
+absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* files,
+                           std::vector<std::string>* names) {
+  std::error_code error;
+  const fs::file_status status = fs::status(path, error);
+  if (error || !fs::exists(status)) {
+    if (!error || error == std::errc::no_such_file_or_directory) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", error.message()));
+  }
+  if (fs::is_regular_file(status)) {
+    if (!IsJsonDataFile(path)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": expected a ", kDataFileKinds, " file, or a folder of them"));
+    }
+    files->push_back(path);
+    names->push_back(fs::path(path).filename().string());
+    return absl::OkStatus();
+  }
+  if (!fs::is_directory(status)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file or a folder"));
+  }
+  std::vector<fs::path> found;
+  for (fs::recursive_directory_iterator
+           it(path, fs::directory_options::follow_directory_symlink, error),
+       end;
+       !error && it != end; it.increment(error)) {
+    std::error_code type_error;
+    if (IsJsonDataFile(it->path().filename().string()) && it->is_regular_file(type_error)) {
+      found.push_back(it->path().lexically_relative(path));
+    }
+  }
+  if (error) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": listing failed: ", error.message()));
+  }
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat(path, ": no ", kDataFileKinds, " files in this folder"));
+  }
+  std::sort(found.begin(), found.end());
+  for (const fs::path& name : found) {
+    files->push_back((fs::path(path) / name).string());
+    names->push_back(name.generic_string());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> GetNonNegativeInt(const nlohmann::json& state, const char* key) {
+  auto field = state.find(key);
+  if (field == state.end() || !field->is_number_integer() || field->get<int64_t>() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset state: \"", key, "\": expected a non-negative integer"));
+  }
+  return field->get<int64_t>();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PackedTextDataset>> PackedTextDataset::Open(
+    const TextDatasetOptions& options, const Tokenizer* tokenizer) {
+  if (tokenizer == nullptr) return absl::InvalidArgumentError("text dataset: no tokenizer");
+  if (options.seq_len < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text dataset: seq_len must be at least 1, got ", options.seq_len));
+  }
+  if (options.dp_world_size < 1 || options.dp_rank < 0 ||
+      options.dp_rank >= options.dp_world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("text dataset: expected 0 <= dp_rank < dp_world_size, got dp_rank ",
+                     options.dp_rank, " and dp_world_size ", options.dp_world_size));
+  }
+  if (options.text_field.empty()) {
+    return absl::InvalidArgumentError("text dataset: text_field is empty");
+  }
+  std::vector<std::string> files;
+  std::vector<std::string> names;
+  absl::Status status = ListDataFiles(options.path, &files, &names);
+  if (!status.ok()) return status;
+  return std::unique_ptr<PackedTextDataset>(
+      new PackedTextDataset(options, tokenizer, std::move(files), std::move(names)));
+}
+
+PackedTextDataset::PackedTextDataset(const TextDatasetOptions& options, const Tokenizer* tokenizer,
+                                     std::vector<std::string> files,
+                                     std::vector<std::string> file_names)
+    : options_(options),
+      tokenizer_(tokenizer),
+      files_(std::move(files)),
+      file_names_(std::move(file_names)) {}
+
+absl::StatusOr<std::vector<int32_t>> PackedTextDataset::NextWindow() {
+  for (int rank = 0; rank < options_.dp_rank; ++rank) {
+    absl::Status status = TakeWindow(nullptr);
+    if (!status.ok()) return status;
+  }
+  std::vector<int32_t> window;
+  absl::Status status = TakeWindow(&window);
+  if (!status.ok()) return status;
+  // Finishing the round keeps every rank's state identical; running out here ends the next call.
+  for (int rank = options_.dp_rank + 1; rank < options_.dp_world_size; ++rank) {
+    status = TakeWindow(nullptr);
+    if (absl::IsOutOfRange(status)) break;
+    if (!status.ok()) return status;
+  }
+  return window;
+}
+
+absl::Status PackedTextDataset::TakeWindow(std::vector<int32_t>* window) {
+  const size_t window_size = static_cast<size_t>(options_.seq_len) + 1;
+  while (tokens_.size() - tokens_start_ < window_size) {
+    absl::Status status = ReadDocument();
+    if (!status.ok()) return status;
+  }
+  if (window != nullptr) {
+    window->assign(tokens_.begin() + tokens_start_, tokens_.begin() + tokens_start_ + window_size);
+  }
+  tokens_start_ += window_size;
+  ++windows_consumed_;
+  return absl::OkStatus();
+}
+
+absl::Status PackedTextDataset::ReadDocument() {
+  tokens_.erase(tokens_.begin(), tokens_.begin() + tokens_start_);
+  tokens_start_ = 0;
+  while (true) {
+    if (file_index_ == static_cast<int64_t>(files_.size())) {
+      if (!options_.infinite) {
+        return absl::OutOfRangeError(
+            absl::StrCat(options_.path, ": end of data after ", windows_consumed_, " windows"));
+      }
+      if (documents_in_epoch_ == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(options_.path, ": no documents in a whole pass over the data"));
+      }
+      ++epoch_;
+      documents_in_epoch_ = 0;
+      file_index_ = 0;
+      file_position_ = {};
+      LOG(WARNING) << "Dataset " << options_.path << " is being re-looped: starting epoch "
+                   << epoch_ << " (0-based)";
+    }
+    if (reader_ == nullptr) {
+      absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
+          JsonDocumentReader::Open(files_[file_index_], options_.text_field, file_position_);
+      if (!reader.ok()) return reader.status();
+      reader_ = std::move(*reader);
+    }
+    absl::StatusOr<std::optional<std::string>> text = reader_->Next();
+    if (!text.ok()) return text.status();
+    if (!text->has_value()) {
+      reader_.reset();
+      ++file_index_;
+      file_position_ = {};
+      continue;
+    }
+    file_position_ = reader_->position();
+    ++documents_in_epoch_;
+    const std::vector<int32_t> ids = tokenizer_->Encode(**text, /*add_bos=*/true, /*add_eos=*/true);
+    tokens_.insert(tokens_.end(), ids.begin(), ids.end());
+    return absl::OkStatus();
+  }
+}
+
+nlohmann::json PackedTextDataset::StateDict() const {
+  const bool exhausted = file_index_ == static_cast<int64_t>(files_.size());
+  return {
+      {"seq_len", options_.seq_len},
+      {"epoch", epoch_},
+      {"file_index", file_index_},
+      {"file", exhausted ? std::string() : file_names_[file_index_]},
+      {"byte_offset", file_position_.byte_offset},
+      {"line", file_position_.line},
+      {"documents_in_epoch", documents_in_epoch_},
+      {"windows_consumed", windows_consumed_},
+      // Under one window plus one document: the state stays small.
+      {"tokens", std::vector<int32_t>(tokens_.begin() + tokens_start_, tokens_.end())},
+  };
+}
+
+absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
+  if (!state.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset state: expected a JSON object, got ", state.type_name()));
+  }
+  absl::StatusOr<int64_t> seq_len = GetNonNegativeInt(state, "seq_len");
+  absl::StatusOr<int64_t> epoch = GetNonNegativeInt(state, "epoch");
+  absl::StatusOr<int64_t> file_index = GetNonNegativeInt(state, "file_index");
+  absl::StatusOr<int64_t> byte_offset = GetNonNegativeInt(state, "byte_offset");
+  absl::StatusOr<int64_t> line = GetNonNegativeInt(state, "line");
+  absl::StatusOr<int64_t> documents = GetNonNegativeInt(state, "documents_in_epoch");
+  absl::StatusOr<int64_t> windows = GetNonNegativeInt(state, "windows_consumed");
+  for (const absl::Status& status :
+       {seq_len.status(), epoch.status(), file_index.status(), byte_offset.status(), line.status(),
+        documents.status(), windows.status()}) {
+    if (!status.ok()) return status;
+  }
+  if (*seq_len != options_.seq_len) {
+    return absl::FailedPreconditionError(absl::StrCat("dataset state: seq_len is ", *seq_len,
+                                                      ", this dataset has ", options_.seq_len));
+  }
+  if (*file_index > static_cast<int64_t>(files_.size())) {
+    return absl::FailedPreconditionError(absl::StrCat("dataset state: file_index ", *file_index,
+                                                      " but ", options_.path, " has ",
+                                                      files_.size(), " data files"));
+  }
+  const bool exhausted = *file_index == static_cast<int64_t>(files_.size());
+  const std::string expected_name = exhausted ? std::string() : file_names_[*file_index];
+  auto file = state.find("file");
+  if (file == state.end() || !file->is_string() || file->get<std::string>() != expected_name) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset state: \"file\": expected \"", expected_name, "\" (file #", *file_index, " of ",
+        options_.path, "), got ", file == state.end() ? "nothing" : file->dump()));
+  }
+  auto tokens = state.find("tokens");
+  if (tokens == state.end() || !tokens->is_array()) {
+    return absl::InvalidArgumentError("dataset state: \"tokens\": expected an array of token ids");
+  }
+  std::vector<int32_t> pending;
+  pending.reserve(tokens->size());
+  for (const nlohmann::json& id : *tokens) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= tokenizer_->vocab_size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("dataset state: \"tokens\": expected ids in [0, ", tokenizer_->vocab_size(),
+                       "), got ", id.dump()));
+    }
+    pending.push_back(id.get<int32_t>());
+  }
+  epoch_ = *epoch;
+  file_index_ = *file_index;
+  file_position_ = {*byte_offset, *line};
+  reader_.reset();
+  documents_in_epoch_ = *documents;
+  windows_consumed_ = *windows;
+  tokens_ = std::move(pending);
+  tokens_start_ = 0;
+  return absl::OkStatus();
+}
+
+}  // namespace titan

@@ -1,0 +1,336 @@
+#include "lib/data/packed_text_dataset.h"
+
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/data/test_util.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int32_t B = ByteTokenizer::kBos;
+constexpr int32_t E = ByteTokenizer::kEos;
+
+// Documents of uneven lengths (empty ones included) so windows cut documents at varied places.
+std::vector<std::string> MakeTexts(int count, int first = 0) {
+  std::vector<std::string> texts;
+  for (int i = first; i < first + count; ++i) {
+    texts.push_back(std::string((i * 7) % 23, static_cast<char>('a' + i % 26)));
+  }
+  return texts;
+}
+
+TextDatasetOptions Options(const std::string& path, int64_t seq_len, bool infinite = true,
+                           int dp_rank = 0, int dp_world_size = 1) {
+  TextDatasetOptions options;
+  options.path = path;
+  options.seq_len = seq_len;
+  options.infinite = infinite;
+  options.dp_rank = dp_rank;
+  options.dp_world_size = dp_world_size;
+  return options;
+}
+
+std::unique_ptr<PackedTextDataset> OpenOrDie(const TextDatasetOptions& options,
+                                             const Tokenizer* tokenizer) {
+  absl::StatusOr<std::unique_ptr<PackedTextDataset>> dataset =
+      PackedTextDataset::Open(options, tokenizer);
+  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  return dataset.ok() ? std::move(*dataset) : nullptr;
+}
+
+// Every window until the end of a finite dataset.
+std::vector<std::vector<int32_t>> ReadToEnd(PackedTextDataset& dataset) {
+  std::vector<std::vector<int32_t>> windows;
+  while (true) {
+    absl::StatusOr<std::vector<int32_t>> window = dataset.NextWindow();
+    if (!window.ok()) {
+      EXPECT_EQ(window.status().code(), absl::StatusCode::kOutOfRange) << window.status();
+      return windows;
+    }
+    windows.push_back(*window);
+  }
+}
+
+std::vector<std::vector<int32_t>> ReadWindows(PackedTextDataset& dataset, int count) {
+  std::vector<std::vector<int32_t>> windows;
+  for (int i = 0; i < count; ++i) {
+    absl::StatusOr<std::vector<int32_t>> window = dataset.NextWindow();
+    EXPECT_TRUE(window.ok()) << window.status();
+    if (!window.ok()) break;
+    windows.push_back(*window);
+  }
+  return windows;
+}
+
+// Three files of different kinds in a folder; the texts in reading order.
+std::vector<std::string> WriteMixedFolder(const std::string& dir) {
+  const std::vector<std::string> first = MakeTexts(9, 0);
+  const std::vector<std::string> second = MakeTexts(7, 9);
+  const std::vector<std::string> third = MakeTexts(8, 16);
+  WriteTestFile(dir + "/a.jsonl", JsonLines(first));
+  WriteTestFile(dir + "/b.jsonl.gz", JsonLines(second), /*gzip=*/true);
+  std::string array = "[";
+  for (const std::string& text : third) {
+    array += absl::StrCat(array.size() > 1 ? ",\n" : "", nlohmann::json{{"text", text}}.dump());
+  }
+  WriteTestFile(dir + "/c.json", array + "]");
+  std::vector<std::string> all = first;
+  all.insert(all.end(), second.begin(), second.end());
+  all.insert(all.end(), third.begin(), third.end());
+  return all;
+}
+
+TEST(PackedTextDatasetTest, PacksDocumentsIntoWindowsWithBosAndEos) {
+  const std::string path = FreshTestDir("pack") + "/a.jsonl";
+  WriteTestFile(path, JsonLines({"ab", "cde", "f", "gh"}));
+  ByteTokenizer tokenizer;
+  const TextDatasetOptions options = Options(path, 3, /*infinite=*/false);
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  // Stream: B a b E B c d e E B f E B g h E, cut every 4 tokens.
+  const std::vector<std::vector<int32_t>> expected = {
+      {B, 'a', 'b', E}, {B, 'c', 'd', 'e'}, {E, B, 'f', E}, {B, 'g', 'h', E}};
+  EXPECT_EQ(ReadToEnd(*dataset), expected);
+  EXPECT_EQ(ReferenceWindows({"ab", "cde", "f", "gh"}, 3), expected);
+}
+
+TEST(PackedTextDatasetTest, DropsThePartialLastWindowAndStaysAtTheEnd) {
+  const std::string path = FreshTestDir("end") + "/a.jsonl";
+  WriteTestFile(path, JsonLines({"hello", "x"}));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset =
+      OpenOrDie(Options(path, 6, /*infinite=*/false), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_THAT(ReadToEnd(*dataset),
+              ElementsAre(std::vector<int32_t>{B, 'h', 'e', 'l', 'l', 'o', E}));
+  const absl::StatusOr<std::vector<int32_t>> again = dataset->NextWindow();
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(again.status().message(), HasSubstr(path));
+  // The end is a position too.
+  std::unique_ptr<PackedTextDataset> restored =
+      OpenOrDie(Options(path, 6, /*infinite=*/false), &tokenizer);
+  ASSERT_TRUE(restored->LoadStateDict(dataset->StateDict()).ok());
+  EXPECT_EQ(restored->NextWindow().status().code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(PackedTextDatasetTest, ReadsAFolderOfEveryFormatInPathOrder) {
+  const std::string dir = FreshTestDir("folder");
+  std::vector<std::string> texts = WriteMixedFolder(dir + "/x");
+  const std::vector<std::string> nested = MakeTexts(5, 30);
+  WriteTestFile(dir + "/y/deeper/d.json.gz", JsonLines(nested), /*gzip=*/true);
+  WriteTestFile(dir + "/y/README.md", "not data");
+  texts.insert(texts.end(), nested.begin(), nested.end());
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset =
+      OpenOrDie(Options(dir, 5, /*infinite=*/false), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_THAT(dataset->files(), ElementsAre(dir + "/x/a.jsonl", dir + "/x/b.jsonl.gz",
+                                            dir + "/x/c.json", dir + "/y/deeper/d.json.gz"));
+  const std::vector<std::vector<int32_t>> expected = ReferenceWindows(texts, 5);
+  EXPECT_GT(expected.size(), 20u);
+  EXPECT_EQ(ReadToEnd(*dataset), expected);
+}
+
+TEST(PackedTextDatasetTest, TextFieldOption) {
+  const std::string path = FreshTestDir("field") + "/a.jsonl";
+  WriteTestFile(path, JsonLines({"abc", "de"}, "content"));
+  ByteTokenizer tokenizer;
+  TextDatasetOptions options = Options(path, 2, /*infinite=*/false);
+  options.text_field = "content";
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(ReadToEnd(*dataset), ReferenceWindows({"abc", "de"}, 2));
+}
+
+TEST(PackedTextDatasetTest, InfiniteLoopsOverTheDataKeepingThePartialWindow) {
+  const std::string dir = FreshTestDir("loop");
+  const std::vector<std::string> texts = WriteMixedFolder(dir);
+  std::vector<std::string> three_epochs;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    three_epochs.insert(three_epochs.end(), texts.begin(), texts.end());
+  }
+  const std::vector<std::vector<int32_t>> expected = ReferenceWindows(three_epochs, 9);
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(Options(dir, 9), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(ReadWindows(*dataset, expected.size()), expected);
+  EXPECT_EQ(dataset->StateDict()["epoch"], 2);
+}
+
+// Rank r of W reads global windows r, r + W, ...: a step's windows over all ranks are the ones a
+// single process reads for the same global batch.
+TEST(PackedTextDatasetTest, DataParallelRanksSplitTheSingleProcessStream) {
+  const std::string dir = FreshTestDir("dp");
+  WriteMixedFolder(dir);
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> single =
+      OpenOrDie(Options(dir, 4, /*infinite=*/false), &tokenizer);
+  ASSERT_NE(single, nullptr);
+  const std::vector<std::vector<int32_t>> all = ReadToEnd(*single);
+  ASSERT_GT(all.size(), 30u);
+  for (int world_size : {2, 4}) {
+    std::vector<std::vector<int32_t>> gathered(all.size());
+    size_t total = 0;
+    for (int rank = 0; rank < world_size; ++rank) {
+      std::unique_ptr<PackedTextDataset> dataset =
+          OpenOrDie(Options(dir, 4, /*infinite=*/false, rank, world_size), &tokenizer);
+      ASSERT_NE(dataset, nullptr);
+      const std::vector<std::vector<int32_t>> mine = ReadToEnd(*dataset);
+      for (size_t step = 0; step < mine.size(); ++step) {
+        ASSERT_LT(step * world_size + rank, all.size());
+        gathered[step * world_size + rank] = mine[step];
+      }
+      total += mine.size();
+    }
+    EXPECT_EQ(total, all.size()) << world_size;
+    EXPECT_EQ(gathered, all) << world_size;
+  }
+}
+
+// Saving after every window and restoring into a fresh dataset continues exactly: positions fall
+// mid-document, on file boundaries and in later epochs.
+TEST(PackedTextDatasetTest, StateRestoresTheExactPosition) {
+  const std::string dir = FreshTestDir("state");
+  WriteMixedFolder(dir);
+  ByteTokenizer tokenizer;
+  const TextDatasetOptions options = Options(dir, 6);
+  std::unique_ptr<PackedTextDataset> reference = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(reference, nullptr);
+  const std::vector<std::vector<int32_t>> windows = ReadWindows(*reference, 120);
+  ASSERT_EQ(reference->StateDict()["epoch"], 2);
+
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  std::set<int64_t> files_seen;
+  for (size_t saved = 0; saved + 5 <= windows.size(); ++saved) {
+    // Through text, as a checkpoint would store it.
+    const nlohmann::json state = nlohmann::json::parse(dataset->StateDict().dump());
+    files_seen.insert(state["file_index"].get<int64_t>());
+    std::unique_ptr<PackedTextDataset> restored = OpenOrDie(options, &tokenizer);
+    ASSERT_NE(restored, nullptr);
+    ASSERT_TRUE(restored->LoadStateDict(state).ok());
+    EXPECT_EQ(ReadWindows(*restored, 5), std::vector<std::vector<int32_t>>(
+                                             windows.begin() + saved, windows.begin() + saved + 5))
+        << "restored after " << saved << " windows from " << state.dump();
+    ASSERT_EQ(ReadWindows(*dataset, 1)[0], windows[saved]);
+  }
+  EXPECT_EQ(files_seen.size(), 3u);
+}
+
+// After the same number of calls every rank holds the same state, which a different data-parallel
+// layout can load: the next step's windows are the next global windows.
+TEST(PackedTextDatasetTest, StateIsRankIndependentAndReshardable) {
+  const std::string dir = FreshTestDir("reshard");
+  WriteMixedFolder(dir);
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> single = OpenOrDie(Options(dir, 5), &tokenizer);
+  ASSERT_NE(single, nullptr);
+  const std::vector<std::vector<int32_t>> all = ReadWindows(*single, 40);
+
+  nlohmann::json state;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::unique_ptr<PackedTextDataset> dataset =
+        OpenOrDie(Options(dir, 5, /*infinite=*/true, rank, 2), &tokenizer);
+    ASSERT_NE(dataset, nullptr);
+    ReadWindows(*dataset, 7);
+    if (rank == 0) state = dataset->StateDict();
+    EXPECT_EQ(dataset->StateDict(), state);
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    std::unique_ptr<PackedTextDataset> dataset =
+        OpenOrDie(Options(dir, 5, /*infinite=*/true, rank, 4), &tokenizer);
+    ASSERT_NE(dataset, nullptr);
+    ASSERT_TRUE(dataset->LoadStateDict(state).ok());
+    const std::vector<std::vector<int32_t>> mine = ReadWindows(*dataset, 3);
+    for (int step = 0; step < 3; ++step) EXPECT_EQ(mine[step], all[14 + step * 4 + rank]);
+  }
+}
+
+TEST(PackedTextDatasetTest, RejectsAStateThatDoesNotMatch) {
+  const std::string dir = FreshTestDir("mismatch");
+  WriteMixedFolder(dir);
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(Options(dir, 5), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  ReadWindows(*dataset, 20);
+  const nlohmann::json state = dataset->StateDict();
+  ASSERT_EQ(state["file"], "b.jsonl.gz");
+
+  std::unique_ptr<PackedTextDataset> other_len = OpenOrDie(Options(dir, 6), &tokenizer);
+  EXPECT_THAT(other_len->LoadStateDict(state).message(), HasSubstr("seq_len is 5"));
+  nlohmann::json renamed = state;
+  renamed["file"] = "other.jsonl";
+  EXPECT_THAT(dataset->LoadStateDict(renamed).message(),
+              HasSubstr("expected \"b.jsonl.gz\" (file #1"));
+  nlohmann::json bad_token = state;
+  bad_token["tokens"].push_back(999);
+  EXPECT_THAT(dataset->LoadStateDict(bad_token).message(), HasSubstr("got 999"));
+  nlohmann::json no_offset = state;
+  no_offset.erase("byte_offset");
+  EXPECT_THAT(dataset->LoadStateDict(no_offset).message(), HasSubstr("\"byte_offset\""));
+  // A rejected state leaves the dataset where it was.
+  EXPECT_EQ(dataset->StateDict(), state);
+}
+
+TEST(PackedTextDatasetTest, MalformedLineNamesFileAndLine) {
+  const std::string dir = FreshTestDir("malformed");
+  WriteTestFile(dir + "/a.jsonl", JsonLines({"fine"}));
+  WriteTestFile(dir + "/b.jsonl", JsonLines({"ok", "ok"}) + "{\"text\": 3}\n");
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(Options(dir, 50), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  const absl::Status status = dataset->NextWindow().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr(dir + "/b.jsonl:3: text field \"text\" is number, expected a string"));
+}
+
+TEST(PackedTextDatasetTest, ClearErrorsForMissingOrEmptyData) {
+  ByteTokenizer tokenizer;
+  const std::string dir = FreshTestDir("missing");
+  absl::Status status = PackedTextDataset::Open(Options(dir + "/nope", 4), &tokenizer).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(dir + "/nope: no such file or directory"));
+
+  WriteTestFile(dir + "/notes.txt", "x");
+  status = PackedTextDataset::Open(Options(dir, 4), &tokenizer).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr(dir + ": no .jsonl, .json, .jsonl.gz or .json.gz files"));
+  status = PackedTextDataset::Open(Options(dir + "/notes.txt", 4), &tokenizer).status();
+  EXPECT_THAT(status.message(), HasSubstr("notes.txt: expected a .jsonl"));
+
+  WriteTestFile(dir + "/blank.jsonl", "\n\n");
+  std::unique_ptr<PackedTextDataset> blank = OpenOrDie(Options(dir, 4), &tokenizer);
+  ASSERT_NE(blank, nullptr);
+  status = blank->NextWindow().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("no documents"));
+}
+
+TEST(PackedTextDatasetTest, RejectsBadOptions) {
+  const std::string path = FreshTestDir("options") + "/a.jsonl";
+  WriteTestFile(path, JsonLines({"a"}));
+  ByteTokenizer tokenizer;
+  EXPECT_THAT(PackedTextDataset::Open(Options(path, 0), &tokenizer).status().message(),
+              HasSubstr("seq_len must be at least 1, got 0"));
+  EXPECT_THAT(PackedTextDataset::Open(Options(path, 4, /*infinite=*/true, /*dp_rank=*/2,
+                                              /*dp_world_size=*/2),
+                                      &tokenizer)
+                  .status()
+                  .message(),
+              HasSubstr("got dp_rank 2 and dp_world_size 2"));
+  EXPECT_FALSE(PackedTextDataset::Open(Options(path, 4), nullptr).ok());
+}
+
+}  // namespace
+}  // namespace titan

@@ -1,0 +1,127 @@
+#include "lib/data/text_data_loader.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/data/test_util.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<std::string> Texts() {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 40; ++i)
+    texts.push_back(std::string(i % 13, static_cast<char>('a' + i % 26)));
+  return texts;
+}
+
+std::unique_ptr<TextDataLoader> OpenLoader(const std::string& path, const Tokenizer* tokenizer,
+                                           bool infinite, int dp_rank = 0, int dp_world_size = 1) {
+  TextDatasetOptions options;
+  options.path = path;
+  options.seq_len = 6;
+  options.infinite = infinite;
+  options.dp_rank = dp_rank;
+  options.dp_world_size = dp_world_size;
+  absl::StatusOr<std::unique_ptr<PackedTextDataset>> dataset =
+      PackedTextDataset::Open(options, tokenizer);
+  EXPECT_TRUE(dataset.ok()) << dataset.status();
+  if (!dataset.ok()) return nullptr;
+  return std::make_unique<TextDataLoader>(std::move(*dataset));
+}
+
+// Row `row` of a [batch_size, seq_len] buffer.
+std::vector<int64_t> Row(const std::vector<int64_t>& values, int64_t seq_len, int64_t row) {
+  return std::vector<int64_t>(values.begin() + row * seq_len, values.begin() + (row + 1) * seq_len);
+}
+
+TEST(TextDataLoaderTest, BatchesAreShiftedWindowsAndTheLastOneMayBeShort) {
+  const std::string path = FreshTestDir("batches") + "/a.jsonl";
+  WriteTestFile(path, JsonLines(Texts()));
+  const std::vector<std::vector<int32_t>> windows = ReferenceWindows(Texts(), 6);
+  ASSERT_NE(windows.size() % 3, 0u);  // so the last batch is short
+  ByteTokenizer tokenizer;
+  std::unique_ptr<TextDataLoader> loader = OpenLoader(path, &tokenizer, /*infinite=*/false);
+  ASSERT_NE(loader, nullptr);
+  size_t next_window = 0;
+  while (true) {
+    absl::StatusOr<TokenBatch> batch = loader->NextBatch(3);
+    if (!batch.ok()) {
+      EXPECT_EQ(batch.status().code(), absl::StatusCode::kOutOfRange) << batch.status();
+      break;
+    }
+    EXPECT_EQ(batch->batch_size, std::min<int64_t>(3, windows.size() - next_window));
+    EXPECT_EQ(batch->seq_len, 6);
+    ASSERT_EQ(batch->inputs.size(), batch->batch_size * 6);
+    ASSERT_EQ(batch->labels.size(), batch->batch_size * 6);
+    for (int64_t row = 0; row < batch->batch_size; ++row, ++next_window) {
+      const std::vector<int32_t>& window = windows[next_window];
+      EXPECT_EQ(Row(batch->inputs, 6, row), std::vector<int64_t>(window.begin(), window.end() - 1));
+      EXPECT_EQ(Row(batch->labels, 6, row), std::vector<int64_t>(window.begin() + 1, window.end()));
+    }
+  }
+  EXPECT_EQ(next_window, windows.size());
+}
+
+// For the same global batch, the rows of one step over the data-parallel ranks are the rows of
+// one process's batch.
+TEST(TextDataLoaderTest, RanksTogetherReadTheSingleProcessBatch) {
+  const std::string path = FreshTestDir("dp") + "/a.jsonl";
+  WriteTestFile(path, JsonLines(Texts()));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<TextDataLoader> single = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  std::vector<std::unique_ptr<TextDataLoader>> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.push_back(OpenLoader(path, &tokenizer, /*infinite=*/true, rank, 2));
+  }
+  for (int step = 0; step < 12; ++step) {
+    absl::StatusOr<TokenBatch> global = single->NextBatch(4);
+    ASSERT_TRUE(global.ok()) << global.status();
+    std::vector<std::vector<int64_t>> expected, gathered;
+    for (int64_t row = 0; row < 4; ++row) expected.push_back(Row(global->inputs, 6, row));
+    for (const std::unique_ptr<TextDataLoader>& loader : ranks) {
+      absl::StatusOr<TokenBatch> local = loader->NextBatch(2);
+      ASSERT_TRUE(local.ok()) << local.status();
+      for (int64_t row = 0; row < 2; ++row) gathered.push_back(Row(local->inputs, 6, row));
+    }
+    std::sort(expected.begin(), expected.end());
+    std::sort(gathered.begin(), gathered.end());
+    EXPECT_EQ(gathered, expected) << "step " << step;
+  }
+}
+
+TEST(TextDataLoaderTest, StateRestoresTheNextBatches) {
+  const std::string path = FreshTestDir("state") + "/a.jsonl";
+  WriteTestFile(path, JsonLines(Texts()));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<TextDataLoader> loader = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  for (int step = 0; step < 5; ++step) ASSERT_TRUE(loader->NextBatch(3).ok());
+  const std::string saved = loader->StateDict().dump();
+  std::unique_ptr<TextDataLoader> restored = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  ASSERT_TRUE(restored->LoadStateDict(nlohmann::json::parse(saved)).ok());
+  for (int step = 0; step < 10; ++step) {
+    absl::StatusOr<TokenBatch> expected = loader->NextBatch(3);
+    absl::StatusOr<TokenBatch> actual = restored->NextBatch(3);
+    ASSERT_TRUE(expected.ok() && actual.ok());
+    EXPECT_EQ(actual->inputs, expected->inputs);
+    EXPECT_EQ(actual->labels, expected->labels);
+  }
+}
+
+TEST(TextDataLoaderTest, RejectsANonPositiveBatchSize) {
+  const std::string path = FreshTestDir("size") + "/a.jsonl";
+  WriteTestFile(path, JsonLines(Texts()));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<TextDataLoader> loader = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  EXPECT_THAT(loader->NextBatch(0).status().message(), HasSubstr("at least 1, got 0"));
+}
+
+}  // namespace
+}  // namespace titan
