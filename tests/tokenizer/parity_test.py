@@ -72,7 +72,7 @@ def mixed_sample(validation_path, seed, specials):
         + [chr(c) for c in range(0x370, 0x400)]
         + [chr(c) for c in range(0x4E00, 0x4E80)]
         + [chr(c) for c in range(0x1F600, 0x1F640)]
-        + ["\n", "\t", "\r\n", "  ", "\u00a0", "\u3000", "'s", "'LL", "123", "9876"]
+        + ["\n", "\t", "\r\n", "  ", "\u00a0", "\u3000", "'s", "'LL", "'ſ", "K\u212a", "123", "9876"]
     )
     texts = []
     for i in range(12):
