@@ -143,12 +143,15 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
     tokenizer->byte_ids_[b] = it == tokenizer->model_.bytes_to_id.end() ? -1 : it->second;
   }
   for (const BpeModel::AddedToken& token : tokenizer->model_.added_tokens) {
-    tokenizer->added_by_pass_[token.normalized ? 1 : 0].push_back(&token);
+    tokenizer->added_by_pass_[token.normalized ? 1 : 0][static_cast<uint8_t>(token.content[0])]
+        .push_back(&token);
   }
-  for (auto& pass : tokenizer->added_by_pass_) {
-    std::stable_sort(pass.begin(), pass.end(), [](const auto* a, const auto* b) {
-      return a->content.size() > b->content.size();
-    });
+  for (AddedTokenIndex& pass : tokenizer->added_by_pass_) {
+    for (auto& tokens : pass) {
+      std::stable_sort(tokens.begin(), tokens.end(), [](const auto* a, const auto* b) {
+        return a->content.size() > b->content.size();
+      });
+    }
   }
   return tokenizer;
 }
@@ -165,12 +168,12 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos,
       EncodeOrdinaryText(segment, 0, &ids);
       return;
     }
-    const std::vector<const BpeModel::AddedToken*>& tokens = added_by_pass_[pass];
+    const AddedTokenIndex& index = added_by_pass_[pass];
     size_t emitted = 0;  // End of the last match.
     size_t pos = 0;
-    while (pos < segment.size() && !tokens.empty()) {
+    while (pos < segment.size()) {
       const BpeModel::AddedToken* found = nullptr;
-      for (const BpeModel::AddedToken* token : tokens) {  // Longest first.
+      for (const BpeModel::AddedToken* token : index[static_cast<uint8_t>(segment[pos])]) {
         if (segment.compare(pos, token->content.size(), token->content) == 0) {
           found = token;
           break;
@@ -239,7 +242,7 @@ void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int32_t>* id
     }
   }
   {
-    absl::MutexLock lock(&cache_mutex_);
+    std::lock_guard<std::mutex> lock(cache_mutex_);
     const auto it = piece_cache_.find(piece);
     if (it != piece_cache_.end()) {
       ids->insert(ids->end(), it->second.begin(), it->second.end());
@@ -248,7 +251,7 @@ void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int32_t>* id
   }
   const size_t first = ids->size();
   MergePiece(piece, ids);
-  absl::MutexLock lock(&cache_mutex_);
+  std::lock_guard<std::mutex> lock(cache_mutex_);
   if (piece_cache_.size() < kMaxCachedPieces) {
     piece_cache_.try_emplace(piece, ids->begin() + first, ids->end());
   }

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -12,7 +13,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "lib/tokenizer/tokenizer.h"
 
@@ -97,13 +97,14 @@ class BpeTokenizer : public Tokenizer {
   BpeModel model_;
   std::vector<std::unique_ptr<Regex>> step_regexes_;  // Parallel to model_.pre_tokenizer.
   std::array<int32_t, 256> byte_ids_;                 // -1: the byte has no token.
-  // Added tokens by pass (non-normalized, then normalized), longest first.
-  std::array<std::vector<const BpeModel::AddedToken*>, 2> added_by_pass_;
+  // Added tokens by pass (non-normalized, then normalized) and first byte, longest first.
+  using AddedTokenIndex = std::array<std::vector<const BpeModel::AddedToken*>, 256>;
+  std::array<AddedTokenIndex, 2> added_by_pass_;
 
   static constexpr size_t kMaxCachedPieces = 1 << 16;
-  mutable absl::Mutex cache_mutex_;
-  mutable absl::flat_hash_map<std::string, std::vector<int32_t>> piece_cache_
-      ABSL_GUARDED_BY(cache_mutex_);
+  // std::mutex: absl::Mutex's deadlock detection in Debian's build costs more than the lookup.
+  mutable std::mutex cache_mutex_;
+  mutable absl::flat_hash_map<std::string, std::vector<int32_t>> piece_cache_;  // By cache_mutex_.
 };
 
 }  // namespace titan

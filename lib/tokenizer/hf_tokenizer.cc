@@ -77,15 +77,11 @@ class JsonErrors {
 absl::StatusOr<Json> ParseJsonFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
-  Json json = Json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
-    // Parse again with exceptions only to get the position of the error.
-    try {
-      (void)Json::parse(*text);
-    } catch (const Json::parse_error& e) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON: ", e.what()));
-    }
-    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON"));
+  Json json;
+  try {
+    json = Json::parse(*text);
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON: ", e.what()));
   }
   if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON object"));
   return json;
