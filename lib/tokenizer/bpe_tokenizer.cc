@@ -1,0 +1,332 @@
+#include "lib/tokenizer/bpe_tokenizer.h"
+
+#include <algorithm>
+#include <queue>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "pcre2.h"
+
+namespace titan {
+namespace {
+
+// Unicode White_Space, the set HF uses to strip around lstrip/rstrip added tokens.
+bool IsUnicodeWhitespace(uint32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
+         cp == 0x205F || cp == 0x3000;
+}
+
+// Decodes the UTF-8 character starting at `pos` and its length; a stray byte decodes as itself.
+std::pair<uint32_t, size_t> DecodeUtf8At(absl::string_view s, size_t pos) {
+  const auto byte = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
+  const uint8_t lead = byte(pos);
+  size_t len = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 1;
+  if (pos + len > s.size()) len = 1;
+  if (len == 1) return {lead, 1};
+  uint32_t cp = lead & (0x7F >> len);
+  for (size_t i = 1; i < len; ++i) {
+    if ((byte(pos + i) & 0xC0) != 0x80) return {lead, 1};
+    cp = (cp << 6) | (byte(pos + i) & 0x3F);
+  }
+  return {cp, len};
+}
+
+// Start of the UTF-8 character that ends just before `pos` (pos > 0).
+size_t PreviousCharStart(absl::string_view s, size_t pos) {
+  size_t start = pos - 1;
+  while (start > 0 && pos - start < 4 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) --start;
+  return DecodeUtf8At(s, start).second == pos - start ? start : pos - 1;
+}
+
+}  // namespace
+
+// A PCRE2 pattern compiled with Unicode properties and JIT; matching is thread-safe.
+class BpeTokenizer::Regex {
+ public:
+  static absl::StatusOr<std::unique_ptr<Regex>> Compile(const std::string& pattern) {
+    int error_code = 0;
+    PCRE2_SIZE error_offset = 0;
+    // MATCH_INVALID_UTF: text is user input, so invalid UTF-8 must not abort matching.
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error_code,
+                                     &error_offset, nullptr);
+    if (code == nullptr) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error_code, message, sizeof(message));
+      return absl::InvalidArgumentError(absl::StrFormat("pre-tokenizer regex /%s/: %s at offset %d",
+                                                        pattern, reinterpret_cast<char*>(message),
+                                                        error_offset));
+    }
+    // Without JIT (unsupported CPU) PCRE2 falls back to its interpreter: slower, same matches.
+    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
+    return std::unique_ptr<Regex>(new Regex(code));
+  }
+  ~Regex() { pcre2_code_free(code_); }
+
+  // Calls `emit` with each match and each non-empty gap between matches, in order.
+  template <typename Emit>
+  void Split(absl::string_view text, Emit emit) const {
+    pcre2_match_data* match = pcre2_match_data_create(1, nullptr);
+    const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+    size_t offset = 0;
+    while (offset < text.size()) {
+      const int rc = pcre2_match(code_, subject, text.size(), offset, 0, match, nullptr);
+      if (rc < 0) break;  // No match (or a matching limit): the rest is one gap.
+      const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
+      size_t start = ovector[0];
+      size_t end = ovector[1];
+      if (end == start) {  // An empty match: its character joins the next gap.
+        end = start + DecodeUtf8At(text, start).second;
+        start = end;
+      }
+      if (start > offset) emit(text.substr(offset, start - offset));
+      if (end > start) emit(text.substr(start, end - start));
+      offset = end;
+    }
+    if (offset < text.size()) emit(text.substr(offset));
+    pcre2_match_data_free(match);
+  }
+
+ private:
+  explicit Regex(pcre2_code* code) : code_(code) {}
+  pcre2_code* code_;
+};
+
+BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {}
+BpeTokenizer::~BpeTokenizer() = default;
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel model) {
+  const int64_t size = static_cast<int64_t>(model.id_to_bytes.size());
+  const auto known = [&](int32_t id) {
+    return id >= 0 && id < size && model.id_to_bytes[id].has_value();
+  };
+  for (const auto& [bytes, id] : model.bytes_to_id) {
+    if (!known(id)) return absl::InvalidArgumentError(absl::StrCat("token id ", id, " is out of range"));
+  }
+  for (const auto& [pair, merge] : model.merges) {
+    if (!known(pair.first) || !known(pair.second) || !known(merge.merged_id)) {
+      return absl::InvalidArgumentError(absl::StrCat("merge (", pair.first, ", ", pair.second,
+                                                     ") -> ", merge.merged_id, " names an unknown id"));
+    }
+  }
+  for (const BpeModel::AddedToken& token : model.added_tokens) {
+    if (!known(token.id) || token.content.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("added token \"", token.content, "\" has unknown id ", token.id));
+    }
+  }
+  if (model.unk_id.has_value() && !known(*model.unk_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("unk id ", *model.unk_id, " is unknown"));
+  }
+  if (!known(model.bos_id) || !known(model.eos_id)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BOS id ", model.bos_id, " or EOS id ", model.eos_id, " is not a token"));
+  }
+  std::vector<std::unique_ptr<Regex>> regexes;
+  for (const BpeModel::PreTokenizeStep& step : model.pre_tokenizer) {
+    if (step.split_regex.empty()) {
+      regexes.push_back(nullptr);
+      continue;
+    }
+    absl::StatusOr<std::unique_ptr<Regex>> regex = Regex::Compile(step.split_regex);
+    if (!regex.ok()) return regex.status();
+    regexes.push_back(*std::move(regex));
+  }
+
+  std::unique_ptr<BpeTokenizer> tokenizer(new BpeTokenizer(std::move(model)));
+  tokenizer->step_regexes_ = std::move(regexes);
+  for (int b = 0; b < 256; ++b) {
+    const auto it = tokenizer->model_.bytes_to_id.find(std::string(1, static_cast<char>(b)));
+    tokenizer->byte_ids_[b] = it == tokenizer->model_.bytes_to_id.end() ? -1 : it->second;
+  }
+  for (const BpeModel::AddedToken& token : tokenizer->model_.added_tokens) {
+    tokenizer->added_by_pass_[token.normalized ? 1 : 0][static_cast<uint8_t>(token.content[0])]
+        .push_back(&token);
+  }
+  for (AddedTokenIndex& pass : tokenizer->added_by_pass_) {
+    for (auto& tokens : pass) {
+      std::stable_sort(tokens.begin(), tokens.end(), [](const auto* a, const auto* b) {
+        return a->content.size() > b->content.size();
+      });
+    }
+  }
+  return tokenizer;
+}
+
+std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos,
+                                          bool add_eos) const {
+  std::vector<int32_t> ids;
+  ids.reserve(text.size() / 3 + 2);
+  if (add_bos) ids.push_back(model_.bos_id);
+
+  // Cuts the added tokens of pass `pass` out of `segment`; what is left goes to the next pass.
+  const auto split_pass = [&](auto& self, absl::string_view segment, size_t pass) -> void {
+    if (pass == added_by_pass_.size()) {
+      EncodeOrdinaryText(segment, 0, &ids);
+      return;
+    }
+    const AddedTokenIndex& index = added_by_pass_[pass];
+    size_t emitted = 0;  // End of the last match.
+    size_t pos = 0;
+    while (pos < segment.size()) {
+      const BpeModel::AddedToken* found = nullptr;
+      for (const BpeModel::AddedToken* token : index[static_cast<uint8_t>(segment[pos])]) {
+        if (segment.compare(pos, token->content.size(), token->content) == 0) {
+          found = token;
+          break;
+        }
+      }
+      if (found == nullptr) {
+        ++pos;
+        continue;
+      }
+      size_t start = pos;
+      size_t stop = pos + found->content.size();
+      if (found->lstrip) {
+        while (start > emitted) {
+          const size_t prev = PreviousCharStart(segment, start);
+          if (!IsUnicodeWhitespace(DecodeUtf8At(segment, prev).first)) break;
+          start = prev;
+        }
+      }
+      if (found->rstrip) {
+        while (stop < segment.size()) {
+          const auto [cp, len] = DecodeUtf8At(segment, stop);
+          if (!IsUnicodeWhitespace(cp)) break;
+          stop += len;
+        }
+      }
+      if (start > emitted) self(self, segment.substr(emitted, start - emitted), pass + 1);
+      ids.push_back(found->id);
+      emitted = stop;
+      pos = stop;
+    }
+    if (emitted < segment.size()) self(self, segment.substr(emitted), pass + 1);
+  };
+  split_pass(split_pass, text, 0);
+
+  if (add_eos) ids.push_back(model_.eos_id);
+  return ids;
+}
+
+void BpeTokenizer::EncodeOrdinaryText(absl::string_view text, size_t step,
+                                      std::vector<int32_t>* ids) const {
+  if (text.empty()) return;
+  if (step == model_.pre_tokenizer.size()) {
+    EncodePiece(text, ids);
+    return;
+  }
+  const BpeModel::PreTokenizeStep& spec = model_.pre_tokenizer[step];
+  std::string prefixed;
+  if (spec.add_prefix_space && text[0] != ' ') {
+    prefixed = absl::StrCat(" ", text);
+    text = prefixed;
+  }
+  const Regex* regex = step_regexes_[step].get();
+  if (regex == nullptr) {
+    EncodeOrdinaryText(text, step + 1, ids);
+    return;
+  }
+  regex->Split(text, [&](absl::string_view piece) { EncodeOrdinaryText(piece, step + 1, ids); });
+}
+
+void BpeTokenizer::EncodePiece(absl::string_view piece, std::vector<int32_t>* ids) const {
+  if (model_.ignore_merges) {
+    const auto it = model_.bytes_to_id.find(piece);
+    if (it != model_.bytes_to_id.end()) {
+      ids->push_back(it->second);
+      return;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    const auto it = piece_cache_.find(piece);
+    if (it != piece_cache_.end()) {
+      ids->insert(ids->end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  const size_t first = ids->size();
+  MergePiece(piece, ids);
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (piece_cache_.size() < kMaxCachedPieces) {
+    piece_cache_.try_emplace(piece, ids->begin() + first, ids->end());
+  }
+}
+
+void BpeTokenizer::MergePiece(absl::string_view piece, std::vector<int32_t>* ids) const {
+  // A doubly linked list of symbols; a merge folds the right symbol into the left one.
+  struct Symbol {
+    int32_t id;
+    int32_t prev;
+    int32_t next;
+  };
+  std::vector<Symbol> symbols;
+  symbols.reserve(piece.size());
+  for (const char c : piece) {
+    int32_t id = byte_ids_[static_cast<uint8_t>(c)];
+    if (id < 0) {
+      if (!model_.unk_id.has_value()) continue;
+      if (model_.fuse_unk && !symbols.empty() && symbols.back().id == *model_.unk_id) continue;
+      id = *model_.unk_id;
+    }
+    const int32_t index = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, index - 1, index + 1});
+  }
+  if (symbols.empty()) return;
+  symbols.back().next = -1;
+
+  struct Candidate {
+    int32_t priority;
+    int32_t left;  // Index of the left symbol; ties go to the leftmost pair.
+    int32_t merged_id;
+    bool operator>(const Candidate& other) const {
+      return priority != other.priority ? priority > other.priority : left > other.left;
+    }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> queue;
+  const auto push_pair = [&](int32_t left) {
+    if (left < 0 || symbols[left].next < 0) return;
+    const auto it = model_.merges.find({symbols[left].id, symbols[symbols[left].next].id});
+    if (it != model_.merges.end()) queue.push({it->second.priority, left, it->second.merged_id});
+  };
+  for (int32_t i = 0; i + 1 < static_cast<int32_t>(symbols.size()); ++i) push_pair(i);
+
+  while (!queue.empty()) {
+    const Candidate top = queue.top();
+    queue.pop();
+    Symbol& left = symbols[top.left];
+    if (left.id < 0 || left.next < 0) continue;  // Folded away or now last.
+    // Stale when either side changed since the candidate was queued.
+    const auto it = model_.merges.find({left.id, symbols[left.next].id});
+    if (it == model_.merges.end() || it->second.priority != top.priority ||
+        it->second.merged_id != top.merged_id) {
+      continue;
+    }
+    Symbol& right = symbols[left.next];
+    left.id = top.merged_id;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = top.left;
+    right.id = -1;
+    push_pair(left.prev);
+    push_pair(top.left);
+  }
+  for (int32_t i = 0; i >= 0; i = symbols[i].next) ids->push_back(symbols[i].id);
+}
+
+absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) const {
+  std::string text;
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= vocab_size() || !model_.id_to_bytes[id].has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot decode unknown token id ", id, " (vocab size ", vocab_size(), ")"));
+    }
+    text += *model_.id_to_bytes[id];
+  }
+  return text;
+}
+
+}  // namespace titan

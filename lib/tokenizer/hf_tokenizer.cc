@@ -1,0 +1,412 @@
+#include "lib/tokenizer/hf_tokenizer.h"
+
+#include <array>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "lib/util/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+using Json = nlohmann::json;
+
+// GPT-2's byte-level alphabet: every byte stands for one printable code point.
+class ByteLevelAlphabet {
+ public:
+  ByteLevelAlphabet() {
+    int next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+      byte_of_code_point_[printable ? b : next++] = static_cast<uint8_t>(b);
+    }
+  }
+
+  // The bytes a vocab string stands for; nullopt when a character is outside the alphabet.
+  std::optional<std::string> ToBytes(const std::string& token) const {
+    std::string bytes;
+    for (size_t i = 0; i < token.size();) {
+      const uint8_t lead = static_cast<uint8_t>(token[i]);
+      uint32_t cp;
+      if (lead < 0x80) {
+        cp = lead;
+        i += 1;
+      } else if ((lead >> 5) == 0x6 && i + 1 < token.size()) {
+        cp = ((lead & 0x1F) << 6) | (static_cast<uint8_t>(token[i + 1]) & 0x3F);
+        i += 2;
+      } else {
+        return std::nullopt;  // The alphabet ends at U+0143: two UTF-8 bytes at most.
+      }
+      const auto it = byte_of_code_point_.find(cp);
+      if (it == byte_of_code_point_.end()) return std::nullopt;
+      bytes.push_back(static_cast<char>(it->second));
+    }
+    return bytes;
+  }
+
+ private:
+  absl::flat_hash_map<uint32_t, uint8_t> byte_of_code_point_;
+};
+
+// Builds errors that name the file and the key.
+class JsonErrors {
+ public:
+  explicit JsonErrors(std::string path) : path_(std::move(path)) {}
+  absl::Status Error(const std::string& key, const std::string& what) const {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": ", key, ": ", what));
+  }
+  absl::Status Expected(const std::string& key, const std::string& expected, const Json& got) const {
+    std::string shown = got.dump();
+    if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
+    return Error(key, absl::StrCat("expected ", expected, ", got ", got.type_name(), " ", shown));
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+absl::StatusOr<Json> ParseJsonFile(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  Json json;
+  try {
+    json = Json::parse(*text);
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON: ", e.what()));
+  }
+  if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON object"));
+  return json;
+}
+
+// A boolean field that may be absent (its default) or null.
+absl::StatusOr<bool> OptionalBool(const Json& object, const char* field, bool fallback,
+                                  const JsonErrors& errors, const std::string& key) {
+  const auto it = object.find(field);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) return errors.Expected(absl::StrCat(key, ".", field), "a boolean", *it);
+  return it->get<bool>();
+}
+
+absl::StatusOr<BpeModel::PreTokenizeStep> ParsePreTokenizer(const Json& spec, const JsonErrors& errors,
+                                                            const std::string& key, bool* byte_level) {
+  if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
+    return errors.Expected(key, "an object with a \"type\"", spec);
+  }
+  const std::string type = spec["type"].get<std::string>();
+  BpeModel::PreTokenizeStep step;
+  if (type == "ByteLevel") {
+    *byte_level = true;
+    absl::StatusOr<bool> prefix = OptionalBool(spec, "add_prefix_space", true, errors, key);
+    if (!prefix.ok()) return prefix.status();
+    absl::StatusOr<bool> use_regex = OptionalBool(spec, "use_regex", true, errors, key);
+    if (!use_regex.ok()) return use_regex.status();
+    step.add_prefix_space = *prefix;
+    if (*use_regex) step.split_regex = std::string(kGpt2SplitRegex);
+    return step;
+  }
+  if (type == "Split") {
+    const auto pattern = spec.find("pattern");
+    if (pattern == spec.end() || !pattern->is_object() || !pattern->contains("Regex") ||
+        !(*pattern)["Regex"].is_string()) {
+      return errors.Expected(key + ".pattern", "{\"Regex\": \"...\"}",
+                             pattern == spec.end() ? Json() : *pattern);
+    }
+    const Json behavior = spec.value("behavior", Json("Isolated"));
+    if (behavior != "Isolated") return errors.Expected(key + ".behavior", "\"Isolated\"", behavior);
+    absl::StatusOr<bool> invert = OptionalBool(spec, "invert", false, errors, key);
+    if (!invert.ok()) return invert.status();
+    if (*invert) return errors.Error(key + ".invert", "true is not supported");
+    step.split_regex = (*pattern)["Regex"].get<std::string>();
+    return step;
+  }
+  return errors.Error(key + ".type", absl::StrCat("unsupported pre-tokenizer \"", type,
+                                                  "\" (supported: ByteLevel, Split, Sequence)"));
+}
+
+// Fills `model->pre_tokenizer` from the tokenizer.json "pre_tokenizer".
+absl::Status ParsePreTokenizers(const Json& root, const JsonErrors& errors, BpeModel* model) {
+  const Json spec = root.value("pre_tokenizer", Json());
+  bool byte_level = false;
+  if (spec.is_object() && spec.value("type", "") == "Sequence") {
+    const auto list = spec.find("pretokenizers");
+    if (list == spec.end() || !list->is_array()) {
+      return errors.Expected("pre_tokenizer.pretokenizers", "an array",
+                             list == spec.end() ? Json() : *list);
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      absl::StatusOr<BpeModel::PreTokenizeStep> step = ParsePreTokenizer(
+          (*list)[i], errors, absl::StrCat("pre_tokenizer.pretokenizers[", i, "]"), &byte_level);
+      if (!step.ok()) return step.status();
+      model->pre_tokenizer.push_back(*std::move(step));
+    }
+  } else if (!spec.is_null()) {
+    absl::StatusOr<BpeModel::PreTokenizeStep> step =
+        ParsePreTokenizer(spec, errors, "pre_tokenizer", &byte_level);
+    if (!step.ok()) return step.status();
+    model->pre_tokenizer.push_back(*std::move(step));
+  }
+  if (!byte_level) {
+    return errors.Error("pre_tokenizer", "no ByteLevel pre-tokenizer: only byte-level BPE is supported");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckUnsupportedOptions(const Json& root, const Json& bpe, const JsonErrors& errors) {
+  const Json normalizer = root.value("normalizer", Json());
+  const bool empty_sequence = normalizer.is_object() && normalizer.value("type", "") == "Sequence" &&
+                              normalizer.value("normalizers", Json::array()).empty();
+  if (!normalizer.is_null() && !empty_sequence) {
+    return errors.Expected("normalizer", "null (normalizers are not supported)", normalizer);
+  }
+  const Json dropout = bpe.value("dropout", Json());
+  if (!dropout.is_null() && !(dropout.is_number() && dropout.get<double>() == 0.0)) {
+    return errors.Expected("model.dropout", "null (BPE dropout is not supported)", dropout);
+  }
+  for (const char* field : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    const Json value = bpe.value(field, Json());
+    if (!value.is_null() && value != "") {
+      return errors.Expected(absl::StrCat("model.", field), "null (not supported)", value);
+    }
+  }
+  absl::StatusOr<bool> byte_fallback = OptionalBool(bpe, "byte_fallback", false, errors, "model");
+  if (!byte_fallback.ok()) return byte_fallback.status();
+  if (*byte_fallback) return errors.Error("model.byte_fallback", "true is not supported");
+  return absl::OkStatus();
+}
+
+// Records `bytes` as what `id` decodes to, growing the table.
+void SetIdBytes(int32_t id, std::string bytes, BpeModel* model) {
+  if (static_cast<size_t>(id) >= model->id_to_bytes.size()) model->id_to_bytes.resize(id + 1);
+  model->id_to_bytes[id] = std::move(bytes);
+}
+
+absl::Status ParseVocabAndMerges(const Json& bpe, const JsonErrors& errors, BpeModel* model,
+                                 absl::flat_hash_map<std::string, int32_t>* vocab) {
+  static const ByteLevelAlphabet* const alphabet = new ByteLevelAlphabet();
+  const auto vocab_it = bpe.find("vocab");
+  if (vocab_it == bpe.end()) return errors.Error("model.vocab", "missing");
+  if (!vocab_it->is_object()) return errors.Expected("model.vocab", "an object of token -> id", *vocab_it);
+  for (const auto& [token, id_json] : vocab_it->items()) {
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
+        id_json.get<int64_t>() > INT32_MAX) {
+      return errors.Expected(absl::StrCat("model.vocab[\"", token, "\"]"), "a non-negative id", id_json);
+    }
+    const int32_t id = id_json.get<int32_t>();
+    vocab->emplace(token, id);
+    std::optional<std::string> bytes = alphabet->ToBytes(token);
+    // HF's ByteLevel decoder keeps a token with characters outside the alphabet as its UTF-8.
+    SetIdBytes(id, bytes.value_or(token), model);
+    if (bytes.has_value()) model->bytes_to_id.emplace(*std::move(bytes), id);
+  }
+
+  const auto merges_it = bpe.find("merges");
+  if (merges_it == bpe.end() || merges_it->is_null()) return absl::OkStatus();
+  if (!merges_it->is_array()) return errors.Expected("model.merges", "an array", *merges_it);
+  for (size_t i = 0; i < merges_it->size(); ++i) {
+    const Json& merge = (*merges_it)[i];
+    const std::string key = absl::StrCat("model.merges[", i, "]");
+    std::string left, right;
+    if (merge.is_string()) {
+      const std::string text = merge.get<std::string>();
+      const size_t space = text.find(' ');
+      if (space == std::string::npos) return errors.Expected(key, "\"left right\"", merge);
+      left = text.substr(0, space);
+      right = text.substr(space + 1);
+    } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+      left = merge[0].get<std::string>();
+      right = merge[1].get<std::string>();
+    } else {
+      return errors.Expected(key, "\"left right\" or [\"left\", \"right\"]", merge);
+    }
+    const auto l = vocab->find(left);
+    const auto r = vocab->find(right);
+    const auto m = vocab->find(left + right);
+    for (const auto& [it, name] : {std::pair{l, &left}, std::pair{r, &right}}) {
+      if (it == vocab->end()) return errors.Error(key, absl::StrCat("token \"", *name, "\" is not in model.vocab"));
+    }
+    if (m == vocab->end()) {
+      return errors.Error(key, absl::StrCat("merged token \"", left + right, "\" is not in model.vocab"));
+    }
+    // A repeated pair keeps its last rank, as HF's map does.
+    model->merges.insert_or_assign({l->second, r->second},
+                                   BpeModel::Merge{static_cast<int32_t>(i), m->second});
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t id,
+                                                     const JsonErrors& errors, const std::string& key) {
+  if (!spec.is_object() || !spec.contains("content") || !spec["content"].is_string()) {
+    return errors.Expected(key, "an object with a string \"content\"", spec);
+  }
+  if (id < 0 || id > INT32_MAX) return errors.Error(key + ".id", absl::StrCat("bad id ", id));
+  BpeModel::AddedToken token;
+  token.content = spec["content"].get<std::string>();
+  token.id = static_cast<int32_t>(id);
+  if (token.content.empty()) return errors.Error(key + ".content", "empty");
+  absl::StatusOr<bool> single_word = OptionalBool(spec, "single_word", false, errors, key);
+  if (!single_word.ok()) return single_word.status();
+  if (*single_word) return errors.Error(key + ".single_word", "true is not supported");
+  for (auto [field, out] : {std::pair{"lstrip", &token.lstrip}, std::pair{"rstrip", &token.rstrip}}) {
+    absl::StatusOr<bool> value = OptionalBool(spec, field, false, errors, key);
+    if (!value.ok()) return value.status();
+    *out = *value;
+  }
+  // HF's default for a token without the field is normalized unless special.
+  absl::StatusOr<bool> special = OptionalBool(spec, "special", false, errors, key);
+  if (!special.ok()) return special.status();
+  absl::StatusOr<bool> normalized = OptionalBool(spec, "normalized", !*special, errors, key);
+  if (!normalized.ok()) return normalized.status();
+  token.normalized = *normalized;
+  return token;
+}
+
+absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, BpeModel* model) {
+  const Json list = root.value("added_tokens", Json::array());
+  if (!list.is_array()) return errors.Expected("added_tokens", "an array", list);
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string key = absl::StrCat("added_tokens[", i, "]");
+    const Json id = list[i].is_object() ? list[i].value("id", Json()) : Json();
+    if (!id.is_number_integer()) return errors.Expected(key + ".id", "an integer", id);
+    absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(list[i], id.get<int64_t>(), errors, key);
+    if (!token.ok()) return token.status();
+    model->added_tokens.push_back(*std::move(token));
+  }
+  return absl::OkStatus();
+}
+
+// Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks.
+absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors, BpeModel* model) {
+  const Json decoder = config.value("added_tokens_decoder", Json::object());
+  if (!decoder.is_object()) return errors.Expected("added_tokens_decoder", "an object of id -> token", decoder);
+  absl::flat_hash_set<int32_t> known;
+  for (const BpeModel::AddedToken& token : model->added_tokens) known.insert(token.id);
+  for (const auto& [id_text, spec] : decoder.items()) {
+    const std::string key = absl::StrCat("added_tokens_decoder[\"", id_text, "\"]");
+    int64_t id = -1;
+    if (!absl::SimpleAtoi(id_text, &id)) return errors.Error(key, "the key is not an integer id");
+    absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(spec, id, errors, key);
+    if (!token.ok()) return token.status();
+    if (known.insert(token->id).second) model->added_tokens.push_back(*std::move(token));
+  }
+  return absl::OkStatus();
+}
+
+// tokenizer_config.json names a special token as a string or as {"content": ...}.
+std::optional<std::string> ConfigTokenName(const Json& config, const char* field) {
+  if (!config.is_object()) return std::nullopt;
+  const Json value = config.value(field, Json());
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_object() && value.contains("content") && value["content"].is_string()) {
+    return value["content"].get<std::string>();
+  }
+  return std::nullopt;
+}
+
+// The id of the first of `names` that is an added token or in the vocab.
+absl::StatusOr<int32_t> FindSpecialId(const std::vector<std::optional<std::string>>& names,
+                                      const BpeModel& model,
+                                      const absl::flat_hash_map<std::string, int32_t>& vocab,
+                                      const std::string& path, const char* role) {
+  std::string tried;
+  for (const std::optional<std::string>& name : names) {
+    if (!name.has_value()) continue;
+    for (const BpeModel::AddedToken& token : model.added_tokens) {
+      if (token.content == *name) return token.id;
+    }
+    const auto it = vocab.find(*name);
+    if (it != vocab.end()) return it->second;
+    absl::StrAppend(&tried, tried.empty() ? "" : ", ", *name);
+  }
+  return absl::NotFoundError(absl::StrCat(path, ": no ", role, " token: none of ", tried,
+                                          " is an added token or in model.vocab"));
+}
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, const Json& config,
+                                                             const JsonErrors& errors,
+                                                             const std::string& config_path) {
+  const auto model_it = root.find("model");
+  if (model_it == root.end() || !model_it->is_object()) {
+    return errors.Expected("model", "an object", model_it == root.end() ? Json() : *model_it);
+  }
+  const Json& bpe = *model_it;
+  const Json type = bpe.value("type", Json("BPE"));
+  if (type != "BPE") return errors.Expected("model.type", "\"BPE\"", type);
+
+  BpeModel model;
+  if (absl::Status s = CheckUnsupportedOptions(root, bpe, errors); !s.ok()) return s;
+  if (absl::Status s = ParsePreTokenizers(root, errors, &model); !s.ok()) return s;
+  absl::flat_hash_map<std::string, int32_t> vocab;
+  if (absl::Status s = ParseVocabAndMerges(bpe, errors, &model, &vocab); !s.ok()) return s;
+  absl::StatusOr<bool> ignore_merges = OptionalBool(bpe, "ignore_merges", false, errors, "model");
+  if (!ignore_merges.ok()) return ignore_merges.status();
+  model.ignore_merges = *ignore_merges;
+  absl::StatusOr<bool> fuse_unk = OptionalBool(bpe, "fuse_unk", false, errors, "model");
+  if (!fuse_unk.ok()) return fuse_unk.status();
+  model.fuse_unk = *fuse_unk;
+  const Json unk = bpe.value("unk_token", Json());
+  if (unk.is_string()) {
+    const auto it = vocab.find(unk.get<std::string>());
+    if (it == vocab.end()) return errors.Error("model.unk_token", absl::StrCat("\"", unk.get<std::string>(), "\" is not in model.vocab"));
+    model.unk_id = it->second;
+  } else if (!unk.is_null()) {
+    return errors.Expected("model.unk_token", "a string or null", unk);
+  }
+
+  if (absl::Status s = ParseAddedTokens(root, errors, &model); !s.ok()) return s;
+  if (!config.is_null()) {
+    if (absl::Status s = ParseConfigAddedTokens(config, JsonErrors(config_path), &model); !s.ok()) return s;
+  }
+  for (const BpeModel::AddedToken& token : model.added_tokens) {
+    SetIdBytes(token.id, token.content, &model);
+  }
+
+  const std::string where = config_path.empty() ? errors.path() : absl::StrCat(errors.path(), " (and ", config_path, ")");
+  absl::StatusOr<int32_t> bos = FindSpecialId(
+      {"<|begin_of_text|>", ConfigTokenName(config, "bos_token"), "<s>", "<bos>", "<|endoftext|>"},
+      model, vocab, where, "BOS");
+  if (!bos.ok()) return bos.status();
+  absl::StatusOr<int32_t> eos = FindSpecialId(
+      {"<|end_of_text|>", ConfigTokenName(config, "eos_token"), "</s>", "<eos>", "<|endoftext|>"},
+      model, vocab, where, "EOS");
+  if (!eos.ok()) return eos.status();
+  model.bos_id = *bos;
+  model.eos_id = *eos;
+
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = BpeTokenizer::Create(std::move(model));
+  if (!tokenizer.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(errors.path(), ": ", tokenizer.status().message()));
+  }
+  return tokenizer;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
+                                                              const std::string& config_path) {
+  absl::StatusOr<Json> root = ParseJsonFile(json_path);
+  if (!root.ok()) return root.status();
+  Json config;
+  if (!config_path.empty()) {
+    absl::StatusOr<Json> parsed = ParseJsonFile(config_path);
+    if (!parsed.ok()) return parsed.status();
+    config = *std::move(parsed);
+  }
+  // Typed accessors above check before reading; this catches what a malformed file could still trip.
+  try {
+    return BuildFromJson(*root, config, JsonErrors(json_path), config_path);
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(json_path, ": malformed tokenizer: ", e.what()));
+  }
+}
+
+}  // namespace titan

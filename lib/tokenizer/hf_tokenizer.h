@@ -1,0 +1,22 @@
+#ifndef TITAN_LIB_TOKENIZER_HF_TOKENIZER_H_
+#define TITAN_LIB_TOKENIZER_HF_TOKENIZER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "lib/tokenizer/bpe_tokenizer.h"
+
+namespace titan {
+
+// Loads a Hugging Face tokenizer.json holding a byte-level BPE model (GPT-2, Llama 3 style).
+// `config_path` (tokenizer_config.json, may be empty) adds its added_tokens_decoder and names
+// bos_token/eos_token when the Llama 3 names are absent. Encoding matches PyPI `tokenizers`'
+// `encode(text, add_special_tokens=False)`, with tokenizer_config's added tokens registered as
+// `transformers` does.
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
+                                                              const std::string& config_path);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_TOKENIZER_HF_TOKENIZER_H_

@@ -1,0 +1,251 @@
+#include "lib/tokenizer/tokenizer_loader.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/tokenizer/tiktoken_tokenizer.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// The committed default tokenizer (a runfile of this test).
+constexpr char kDefaultTokenizer[] = "assets/default_tokenizer";
+
+std::string TempDir() { return std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp"; }
+
+// A fresh directory under the test's temp dir.
+std::string MakeDir(const std::string& name) {
+  const std::string dir = TempDir() + "/" + name;
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+void Write(const std::string& path, const std::string& contents) {
+  ASSERT_TRUE(WriteFileAtomically(path, contents).ok()) << path;
+}
+
+std::unique_ptr<Tokenizer> LoadOrDie(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(path);
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  return tokenizer.ok() ? *std::move(tokenizer) : nullptr;
+}
+
+// A rank file holding every byte plus `merged` tokens, ranks in order.
+std::string RankFile(const std::vector<std::string>& merged) {
+  std::string file;
+  int rank = 0;
+  for (int b = 0; b < 256; ++b) {
+    absl::StrAppend(&file, absl::Base64Escape(std::string(1, static_cast<char>(b))), " ", rank++, "\n");
+  }
+  for (const std::string& token : merged) {
+    absl::StrAppend(&file, absl::Base64Escape(token), " ", rank++, "\n");
+  }
+  return file;
+}
+
+const std::vector<std::string>& TrickyTexts() {
+  static const auto* const texts = new std::vector<std::string>{
+      "",
+      "Hello, world!",
+      "  leading and trailing spaces   ",
+      "I'm sure you're right, they'll say we've done it. DON'T",
+      "0 7 42 123 1234 12345678 3.14159 1,000,000",
+      "naïve café Ελληνικά русский",
+      "日本語のテキスト 中文 한국어",
+      "emoji 👍🏽 👨‍👩‍👧 🎉",
+      "tabs\tand\nnewlines\n\n\r\n   \n",
+      std::string(5000, ' ') + "x" + std::string(3000, '\n'),
+      std::string(20000, 'a'),
+      "invalid UTF-8: \xff\xfe \xc3 \xe2\x82 end",
+  };
+  return *texts;
+}
+
+TEST(TokenizerLoaderTest, DefaultTokenizerRoundTripsTrickyText) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
+  ASSERT_NE(tokenizer, nullptr);
+  for (const std::string& text : TrickyTexts()) {
+    const std::vector<int32_t> ids = tokenizer->Encode(text, false, false);
+    for (const int32_t id : ids) {
+      EXPECT_GE(id, 0);
+      EXPECT_LT(id, tokenizer->vocab_size());
+    }
+    absl::StatusOr<std::string> decoded = tokenizer->Decode(ids);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, text);
+  }
+  // BPE merges: ordinary English takes fewer ids than bytes.
+  EXPECT_LT(tokenizer->Encode("Once upon a time, there was a cat.", false, false).size(), 15);
+}
+
+TEST(TokenizerLoaderTest, SpecialTokensInTextAreSingleIds) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_THAT(tokenizer->Encode("<|begin_of_text|>", false, false), ElementsAre(tokenizer->bos_id()));
+  EXPECT_THAT(tokenizer->Encode("<|end_of_text|>", false, false), ElementsAre(tokenizer->eos_id()));
+  const std::vector<int32_t> ids = tokenizer->Encode("a<|end_of_text|>b<|end_of_tex", false, false);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer->eos_id()), 1);
+  EXPECT_EQ(*tokenizer->Decode(ids), "a<|end_of_text|>b<|end_of_tex");
+  EXPECT_EQ(*tokenizer->Decode({tokenizer->bos_id()}), "<|begin_of_text|>");
+}
+
+TEST(TokenizerLoaderTest, BosAndEosWrapTheText) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_NE(tokenizer->bos_id(), tokenizer->eos_id());
+  const std::vector<int32_t> plain = tokenizer->Encode("The cat sat.", false, false);
+  std::vector<int32_t> wrapped = {tokenizer->bos_id()};
+  wrapped.insert(wrapped.end(), plain.begin(), plain.end());
+  EXPECT_EQ(tokenizer->Encode("The cat sat.", true, false), wrapped);
+  wrapped.push_back(tokenizer->eos_id());
+  EXPECT_EQ(tokenizer->Encode("The cat sat.", true, true), wrapped);
+  EXPECT_THAT(tokenizer->Encode("", true, true), ElementsAre(tokenizer->bos_id(), tokenizer->eos_id()));
+  EXPECT_THAT(tokenizer->Encode("", false, true), ElementsAre(tokenizer->eos_id()));
+}
+
+TEST(TokenizerLoaderTest, LoadsTokenizerJsonFileDirectly) {
+  std::unique_ptr<Tokenizer> from_dir = LoadOrDie(kDefaultTokenizer);
+  std::unique_ptr<Tokenizer> from_file = LoadOrDie(absl::StrCat(kDefaultTokenizer, "/tokenizer.json"));
+  ASSERT_NE(from_dir, nullptr);
+  ASSERT_NE(from_file, nullptr);
+  EXPECT_EQ(from_file->vocab_size(), from_dir->vocab_size());
+  EXPECT_EQ(from_file->Encode(TrickyTexts()[3], true, true), from_dir->Encode(TrickyTexts()[3], true, true));
+}
+
+TEST(TokenizerLoaderTest, EncodesTheSameFromManyThreads) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
+  ASSERT_NE(tokenizer, nullptr);
+  const std::string text = absl::StrJoin(TrickyTexts(), " <|end_of_text|> ");
+  const std::vector<int32_t> expected = tokenizer->Encode(text, true, true);
+  std::vector<std::vector<int32_t>> results(4);
+  std::vector<std::thread> threads;
+  for (auto& result : results) {
+    threads.emplace_back([&] { result = tokenizer->Encode(text, true, true); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const auto& result : results) EXPECT_EQ(result, expected);
+}
+
+TEST(TokenizerLoaderTest, DecodeNamesTheUnknownId) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
+  ASSERT_NE(tokenizer, nullptr);
+  const int32_t unknown = static_cast<int32_t>(tokenizer->vocab_size());
+  absl::StatusOr<std::string> decoded = tokenizer->Decode({1, unknown});
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_THAT(decoded.status().message(), HasSubstr(absl::StrCat("unknown token id ", unknown)));
+  EXPECT_FALSE(tokenizer->Decode({-1}).ok());
+}
+
+TEST(TokenizerLoaderTest, TiktokenRankFileInMetaLayout) {
+  const std::string dir = MakeDir("meta_layout");
+  std::filesystem::create_directories(dir + "/original");
+  const std::vector<std::string> merged = {"he", "ll", "hell", "hello", " w", "or", " wor", " world"};
+  Write(dir + "/original/tokenizer.model", RankFile(merged));
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  const int32_t num_ranks = 256 + static_cast<int32_t>(merged.size());
+  EXPECT_EQ(tokenizer->vocab_size(), num_ranks + 256);
+  EXPECT_EQ(tokenizer->bos_id(), num_ranks);
+  EXPECT_EQ(tokenizer->eos_id(), num_ranks + 1);
+  // Meta's list: <|eot_id|> is the tenth special, the last reserved one is number 250.
+  EXPECT_THAT(tokenizer->Encode("<|eot_id|>", false, false), ElementsAre(num_ranks + 9));
+  EXPECT_THAT(tokenizer->Encode("<|reserved_special_token_250|>", false, false),
+              ElementsAre(num_ranks + 255));
+  EXPECT_EQ(Llama3SpecialTokens().size(), 256);
+  // A piece that is a token is one id: "hello" is rank 259, " world" rank 263.
+  EXPECT_THAT(tokenizer->Encode("hello world", false, false), ElementsAre(259, 263));
+  for (const std::string& text : TrickyTexts()) {
+    EXPECT_EQ(*tokenizer->Decode(tokenizer->Encode(text, false, false)), text);
+  }
+}
+
+TEST(TokenizerLoaderTest, MissingPathIsNotFoundAndNamesIt) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer("/nonexistent/titan/tok");
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_EQ(tokenizer.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(tokenizer.status().message(), HasSubstr("/nonexistent/titan/tok"));
+
+  const std::string empty_dir = MakeDir("empty");
+  tokenizer = LoadTokenizer(empty_dir);
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_THAT(tokenizer.status().message(), HasSubstr("no tokenizer.json"));
+}
+
+// Loads tokenizer.json text from a fresh directory and returns the error message.
+std::string HfError(const std::string& name, const std::string& json) {
+  const std::string dir = MakeDir(name);
+  Write(dir + "/tokenizer.json", json);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir);
+  EXPECT_FALSE(tokenizer.ok());
+  EXPECT_THAT(std::string(tokenizer.status().message()), HasSubstr(dir + "/tokenizer.json"));
+  return tokenizer.ok() ? "" : std::string(tokenizer.status().message());
+}
+
+constexpr char kByteLevel[] = R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false})";
+
+TEST(TokenizerLoaderTest, MalformedTokenizerJsonErrorsSayWhatIsWrong) {
+  EXPECT_THAT(HfError("bad_json", "{\"model\": {"), HasSubstr("invalid JSON"));
+  EXPECT_THAT(HfError("no_vocab", absl::StrCat("{", kByteLevel, R"(, "model": {"type": "BPE"}})")),
+              HasSubstr("model.vocab: missing"));
+  EXPECT_THAT(HfError("vocab_array", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": []}})")),
+              HasSubstr("model.vocab: expected an object"));
+  EXPECT_THAT(HfError("bad_merge", absl::StrCat("{", kByteLevel,
+                                                R"(, "model": {"vocab": {"a": 0, "b": 1, "ab": 2},
+                                                    "merges": ["a b", "a c"]}})")),
+              HasSubstr("model.merges[1]: token \"c\" is not in model.vocab"));
+  EXPECT_THAT(HfError("not_bpe", R"({"model": {"type": "WordPiece", "vocab": {}}})"),
+              HasSubstr("model.type: expected \"BPE\""));
+  EXPECT_THAT(HfError("no_byte_level", R"({"model": {"vocab": {"a": 0}}})"),
+              HasSubstr("only byte-level BPE"));
+  EXPECT_THAT(HfError("no_bos", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}}})")),
+              HasSubstr("no BOS token"));
+}
+
+TEST(TokenizerLoaderTest, BosAndEosFallBackToTokenizerConfig) {
+  const std::string dir = MakeDir("config_names");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
+      "added_tokens": [{"id": 1, "content": "[START]", "special": true},
+                       {"id": 2, "content": "[STOP]", "special": true}]})"));
+  Write(dir + "/tokenizer_config.json",
+        R"({"bos_token": "[START]", "eos_token": {"content": "[STOP]"}})");
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->bos_id(), 1);
+  EXPECT_EQ(tokenizer->eos_id(), 2);
+  EXPECT_THAT(tokenizer->Encode("a[STOP]", true, false), ElementsAre(1, 0, 2));
+}
+
+TEST(TokenizerLoaderTest, MalformedRankFileErrorsNameTheLine) {
+  const std::string dir = MakeDir("bad_ranks");
+  const std::string path = dir + "/tokenizer.model";
+  Write(path, RankFile({}) + "aGVsbG8= 256\n!!notbase64 257\n");
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(path);
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_THAT(tokenizer.status().message(), HasSubstr(path + ": line 258: bad base64"));
+
+  Write(path, RankFile({}) + "aGVsbG8=\n");
+  tokenizer = LoadTokenizer(path);
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_THAT(tokenizer.status().message(), HasSubstr("line 257: not two fields"));
+
+  Write(path, "aGVsbG8= 0\n");
+  tokenizer = LoadTokenizer(path);
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_THAT(tokenizer.status().message(), HasSubstr("no rank for the single byte 0x00"));
+}
+
+}  // namespace
+}  // namespace titan

@@ -1,0 +1,238 @@
+"""titan's tokenizer (through encode_main) against PyPI tokenizers and tiktoken.
+
+Tolerance: none. Ids, BOS/EOS ids, vocabulary sizes and decodings must be equal exactly, because
+tokenization is discrete and any difference changes what a model is trained on.
+"""
+
+import argparse
+import base64
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import tiktoken
+from tiktoken.load import load_tiktoken_bpe
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+FLAGS = None
+
+LLAMA3_PAT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+TRICKY_TEXTS = [
+    "",
+    " ",
+    "Hello, world!",
+    "  two leading spaces and trailing   ",
+    "I'm sure you're right; they've said we'll go, she'd agree. IT'S, DON'T, We'Re",
+    "digits 0 7 42 123 1234 12345678901234567890 3.14159 1,000,000 -17 +8 2024-06-01",
+    "naïve café résumé Ελληνικά русский текст Ünïcödé",
+    "日本語のテキスト、中文字符。한국어 문장입니다.",
+    "emoji 👍🏽 👨‍👩‍👧 🎉🎉 ☕ ❤️",
+    "tabs\tand\nnewlines\n\n\nand\r\nwindows   \n   lines\n",
+    "nbsp\u00a0ideographic\u3000space line\u2028sep nel\u0085zero\u200bwidth",
+    "combining e\u0301 a\u0308 and precomposed é ä",
+    "math ∑ ∫ √ ≤ ≥ ≠ ∞ and arrows → ← ↔ and ©®™",
+    "العربية हिन्दी ไทย עברית",
+    "code: def f(x):\n    return x ** 2  # square\n\tif a != b: pass",
+    "a" * 3000,
+    " " * 2000 + "x",
+    "\n" * 500,
+    "1234567" * 200,
+    "héllo" * 400,
+]
+
+
+def special_texts(specials):
+    """Texts with the tokenizer's special tokens inside, at edges, adjacent and broken."""
+    first, second = specials[0], specials[-1]
+    return [
+        f"{first}Hello there{second}",
+        f"{first}{first}{second}",
+        f"x{second} y {first}\n{first} z",
+        f"broken {first[:-1]} and {first[1:]} and <|{second}|>",
+        f"{first} leading space, {second}  two spaces",
+    ]
+
+
+def mixed_sample(validation_path, seed, specials):
+    """A few KB of corpus text, random unicode and special tokens, mixed deterministically."""
+    rng = random.Random(seed)
+    with open(validation_path, encoding="utf-8") as f:
+        docs = [json.loads(line)["text"] for line in f]
+    pool = (
+        [chr(c) for c in range(0x20, 0x7F)]
+        + [chr(c) for c in range(0xA0, 0x250)]
+        + [chr(c) for c in range(0x370, 0x400)]
+        + [chr(c) for c in range(0x4E00, 0x4E80)]
+        + [chr(c) for c in range(0x1F600, 0x1F640)]
+        + ["\n", "\t", "\r\n", "  ", "\u00a0", "\u3000", "'s", "'LL", "'ſ", "K\u212a", "123", "9876"]
+    )
+    texts = []
+    for i in range(12):
+        parts = []
+        for _ in range(40):
+            r = rng.random()
+            if r < 0.4:
+                parts.append(rng.choice(docs)[: rng.randint(20, 200)])
+            elif r < 0.9:
+                parts.append("".join(rng.choice(pool) for _ in range(rng.randint(1, 30))))
+            else:
+                parts.append(rng.choice(specials))
+        texts.append("".join(parts))
+    texts.append("\n\n".join(docs[:20]))
+    return texts
+
+
+def run_encode_main(tokenizer_path, texts, tmp):
+    texts_path = os.path.join(tmp, "texts.json")
+    with open(texts_path, "w", encoding="utf-8") as f:
+        json.dump(texts, f, ensure_ascii=False)
+    out = subprocess.run(
+        [FLAGS.encode_main, f"--tokenizer={tokenizer_path}", f"--texts={texts_path}"],
+        check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def byte_level_decoder():
+    """GPT-2's byte-level alphabet, character -> byte (the reverse of ByteLevel.alphabet())."""
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+class ParityTest(unittest.TestCase):
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR"))
+        self.tmp = self._tmp.name
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def texts_for(self, specials):
+        return (TRICKY_TEXTS + special_texts(specials)
+                + mixed_sample(FLAGS.validation_corpus, 7, specials))
+
+    def assert_hf_parity(self, tokenizer_path, json_path, specials, bos, eos):
+        reference = Tokenizer.from_file(json_path)
+        texts = self.texts_for(specials)
+        self.assertGreater(sum(len(t.encode()) for t in texts), 20000)
+        ours = run_encode_main(tokenizer_path, texts, self.tmp)
+        self.assertEqual(ours["bos_id"], reference.token_to_id(bos))
+        self.assertEqual(ours["eos_id"], reference.token_to_id(eos))
+        self.assertEqual(ours["vocab_size"], reference.get_vocab_size(with_added_tokens=True))
+        for text, result in zip(texts, ours["results"]):
+            expected = reference.encode(text, add_special_tokens=False).ids
+            self.assertEqual(result["ids"], expected, f"text: {text[:80]!r}")
+            self.assertEqual(result["ids_bos_eos"], [ours["bos_id"]] + expected + [ours["eos_id"]])
+            self.assertEqual(result["decoded"], reference.decode(expected, skip_special_tokens=False))
+
+    def test_default_tokenizer_matches_tokenizers(self):
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        specials = [t["content"] for t in spec["added_tokens"]]
+        # Directory form: tokenizer.json with its tokenizer_config.json.
+        self.assert_hf_parity(os.path.dirname(FLAGS.default_tokenizer), FLAGS.default_tokenizer,
+                              specials, "<|begin_of_text|>", "<|end_of_text|>")
+
+    def test_default_tokenizer_with_ignore_merges_matches_tokenizers(self):
+        # Llama 3's own tokenizer.json sets ignore_merges: a piece in the vocab is one token.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        spec["model"]["ignore_merges"] = True
+        path = os.path.join(self.tmp, "ignore_merges.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        specials = [t["content"] for t in spec["added_tokens"]]
+        self.assert_hf_parity(path, path, specials, "<|begin_of_text|>", "<|end_of_text|>")
+
+    def test_gpt2_style_tokenizer_matches_tokenizers(self):
+        # A different layout: one ByteLevel pre-tokenizer with GPT-2's regex and add_prefix_space,
+        # merges as "a b" strings, added tokens with lstrip/rstrip and a normalized one, BOS/EOS
+        # named only by tokenizer_config.json.
+        tokenizer = Tokenizer(models.BPE())
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+        tokenizer.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(vocab_size=700, show_progress=False,
+                                      initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+        with open(FLAGS.validation_corpus, encoding="utf-8") as f:
+            docs = [json.loads(line)["text"] for line in f]
+        tokenizer.train_from_iterator(docs + TRICKY_TEXTS, trainer=trainer)
+        tokenizer.add_special_tokens(["<s>", "</s>", AddedToken("<mask>", lstrip=True, rstrip=True)])
+        tokenizer.add_tokens([AddedToken("[cat dog]", normalized=True)])
+        tokenizer_dir = os.path.join(self.tmp, "gpt2_style")
+        os.makedirs(tokenizer_dir)
+        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        spec = json.loads(tokenizer.to_str())
+        spec["model"]["merges"] = [f"{a} {b}" for a, b in spec["model"]["merges"]]
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": "<s>", "eos_token": {"content": "</s>"}}, f)
+        specials = ["<s>", "</s>", "<mask>", "[cat dog]"]
+        texts_extra = ["a <mask> b", "x   <mask>\n\ny", "the [cat dog] sat", "<mask>"]
+        TRICKY_TEXTS.extend(texts_extra)
+        try:
+            self.assert_hf_parity(tokenizer_dir, json_path, specials, "<s>", "</s>")
+        finally:
+            del TRICKY_TEXTS[-len(texts_extra):]
+
+    def test_tiktoken_rank_file_matches_tiktoken(self):
+        # Ranks: the default tokenizer's learned vocab in id order, as bytes. tiktoken merges by
+        # the rank of the merged token (not by merge list), so this is a different BPE from HF's.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        to_byte = byte_level_decoder()
+        ranks = {bytes(to_byte[c] for c in token): rank
+                 for token, rank in spec["model"]["vocab"].items()}
+        self.assertEqual(sorted(ranks.values()), list(range(len(ranks))))
+        rank_dir = os.path.join(self.tmp, "llama3_layout", "original")
+        os.makedirs(rank_dir)
+        rank_path = os.path.join(rank_dir, "tokenizer.model")
+        # tiktoken's dump_tiktoken_bpe needs blobfile, which the environment lacks: same format.
+        with open(rank_path, "w", encoding="ascii") as f:
+            for token, rank in sorted(ranks.items(), key=lambda item: item[1]):
+                f.write(f"{base64.b64encode(token).decode()} {rank}\n")
+        self.assertEqual(load_tiktoken_bpe(rank_path), ranks)
+        specials = (["<|begin_of_text|>", "<|end_of_text|>"]
+                    + [f"<|reserved_special_token_{i}|>" for i in range(4)]
+                    + ["<|start_header_id|>", "<|end_header_id|>", "<|reserved_special_token_4|>",
+                       "<|eot_id|>"]
+                    + [f"<|reserved_special_token_{i}|>" for i in range(5, 251)])
+        self.assertEqual(len(specials), 256)
+        n = len(ranks)
+        reference = tiktoken.Encoding("llama3_layout", pat_str=LLAMA3_PAT, mergeable_ranks=ranks,
+                                      special_tokens={s: n + i for i, s in enumerate(specials)})
+        texts = self.texts_for(["<|begin_of_text|>", "<|eot_id|>", "<|reserved_special_token_250|>"])
+        # The directory layout of a Meta checkpoint: <dir>/original/tokenizer.model.
+        ours = run_encode_main(os.path.dirname(rank_dir), texts, self.tmp)
+        self.assertEqual(ours["bos_id"], reference.encode_single_token("<|begin_of_text|>"))
+        self.assertEqual(ours["eos_id"], reference.encode_single_token("<|end_of_text|>"))
+        self.assertEqual(ours["vocab_size"], reference.n_vocab)
+        for text, result in zip(texts, ours["results"]):
+            expected = reference.encode(text, allowed_special="all")
+            self.assertEqual(result["ids"], expected, f"text: {text[:80]!r}")
+            self.assertEqual(result["ids_bos_eos"], [ours["bos_id"]] + expected + [ours["eos_id"]])
+            self.assertEqual(result["decoded"], reference.decode(expected))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--encode_main", required=True)
+    parser.add_argument("--default_tokenizer", required=True)
+    parser.add_argument("--validation_corpus", required=True)
+    FLAGS, rest = parser.parse_known_args()
+    unittest.main(argv=[sys.argv[0]] + rest)
