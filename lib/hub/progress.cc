@@ -159,8 +159,9 @@ void ProgressReporter::DrawBars() {
 std::string ProgressReporter::TotalLine() const {
   const int64_t done = fetched_ - rewound_;
   const absl::Duration elapsed = absl::Now() - started_;
-  return absl::StrFormat("total: %s / %s %s (%d%%), %s, %s", HumanBytes(done),
-                         HumanBytes(total_bytes_), terminal_ ? Bar(done, total_bytes_) : "",
+  return absl::StrFormat("total: %s / %s %s(%d%%), %s, %s", HumanBytes(done),
+                         HumanBytes(total_bytes_),
+                         terminal_ ? absl::StrCat(Bar(done, total_bytes_), " ") : "",
                          Percent(done, total_bytes_), Rate(fetched_, elapsed),
                          Eta(total_bytes_ - done, fetched_, elapsed));
 }

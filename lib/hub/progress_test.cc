@@ -42,7 +42,7 @@ TEST(ProgressReporterTest, PlainLinesWithoutEscapes) {
   EXPECT_THAT(text, HasSubstr("a.bin: downloading 2.0 KiB\n"));
   EXPECT_THAT(text, HasSubstr("a.bin: retry 1 at byte 1024: reset\n"));
   EXPECT_THAT(text, HasSubstr("a.bin: done, verified (2.0 KiB"));
-  EXPECT_THAT(text, HasSubstr("total: 2.0 KiB / 2.0 KiB  (100%)"));
+  EXPECT_THAT(text, HasSubstr("total: 2.0 KiB / 2.0 KiB (100%)"));
   EXPECT_THAT(text, Not(HasSubstr("\x1b[")));
 }
 

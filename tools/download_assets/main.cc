@@ -139,10 +139,10 @@ int main(int argc, char** argv) {
                  report.files.size(), report.local_dir.c_str());
   } else {
     std::fprintf(stderr,
-                 "download_assets: %d of %zu files downloaded (%s in %.1f s), the rest up to "
-                 "date, in %s\n",
-                 downloaded, report.files.size(), titan::HumanBytes(report.bytes_fetched).c_str(),
-                 absl::ToDoubleSeconds(report.elapsed), report.local_dir.c_str());
+                 "download_assets: %d files downloaded (%s in %.1f s), %zu up to date, in %s\n",
+                 downloaded, titan::HumanBytes(report.bytes_fetched).c_str(),
+                 absl::ToDoubleSeconds(report.elapsed), report.files.size() - downloaded,
+                 report.local_dir.c_str());
   }
   return 0;
 }
