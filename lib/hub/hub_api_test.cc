@@ -1,0 +1,119 @@
+#include "lib/hub/hub_api.h"
+
+#include <string>
+
+#include "absl/strings/escaping.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ValidateRemotePathTest, AcceptsNestedNames) {
+  EXPECT_TRUE(ValidateRemotePath("config.json").ok());
+  EXPECT_TRUE(ValidateRemotePath("original/tokenizer.model").ok());
+  EXPECT_TRUE(ValidateRemotePath("a..b/c.json").ok());
+}
+
+TEST(ValidateRemotePathTest, RefusesNamesThatLeaveTheFolder) {
+  for (const std::string& bad :
+       {std::string("../x"), std::string("a/../../x"), std::string("/etc/passwd"),
+        std::string("a//b"), std::string("./a"), std::string("a\\b"), std::string(""),
+        std::string("a\0b", 3), std::string("a/..")}) {
+    const absl::Status status = ValidateRemotePath(bad);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << absl::CHexEscape(bad);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("refusing remote file name"));
+  }
+}
+
+TEST(ValidateRepoIdTest, NeedsOrgAndName) {
+  EXPECT_TRUE(ValidateRepoId("meta-llama/Llama-3.1-8B").ok());
+  EXPECT_FALSE(ValidateRepoId("Llama-3.1-8B").ok());
+  EXPECT_FALSE(ValidateRepoId("a/b/c").ok());
+  EXPECT_FALSE(ValidateRepoId("../b").ok());
+  EXPECT_FALSE(ValidateRepoId("a/b?x=1").ok());
+}
+
+TEST(ParseRepoInfoTest, ReadsCommitSizesAndDigests) {
+  const std::string json = R"({"sha": "0123456789abcdef0123456789abcdef01234567",
+    "siblings": [
+      {"rfilename": "config.json", "size": 12, "blobId": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
+      {"rfilename": "model.safetensors", "size": 134, "blobId": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+       "lfs": {"sha256": "cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
+               "size": 5000000000, "pointerSize": 134}},
+      {"rfilename": "README.md"}]})";
+  absl::StatusOr<RepoSnapshot> snapshot = ParseRepoInfo(json, "listing");
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->commit, "0123456789abcdef0123456789abcdef01234567");
+  ASSERT_EQ(snapshot->files.size(), 3u);
+  EXPECT_EQ(snapshot->files[0].size, 12);
+  EXPECT_EQ(snapshot->files[0].git_sha1, std::string(40, 'a'));
+  EXPECT_EQ(snapshot->files[0].sha256, "");
+  EXPECT_EQ(snapshot->files[1].size, 5000000000);
+  EXPECT_EQ(snapshot->files[1].sha256, std::string(64, 'c'));
+  EXPECT_EQ(snapshot->files[1].git_sha1, "");
+  EXPECT_EQ(snapshot->files[2].size, -1);
+}
+
+TEST(ParseRepoInfoTest, RefusesUnsafeNamesAndBadShapes) {
+  absl::StatusOr<RepoSnapshot> unsafe =
+      ParseRepoInfo(R"({"sha": "x", "siblings": [{"rfilename": "../../.bashrc"}]})", "listing");
+  EXPECT_EQ(unsafe.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(unsafe.status().message()), HasSubstr("../../.bashrc"));
+  EXPECT_THAT(std::string(ParseRepoInfo("[1]", "listing").status().message()),
+              HasSubstr("listing: expected a JSON object"));
+  EXPECT_THAT(std::string(ParseRepoInfo(R"({"sha": "x"})", "listing").status().message()),
+              HasSubstr("\"siblings\""));
+  EXPECT_FALSE(ParseRepoInfo("{not json", "listing").ok());
+}
+
+TEST(UrlTest, BuildsApiAndResolveUrls) {
+  EXPECT_EQ(RepoInfoUrl("https://hub.example/", "org/name", "refs/pr/1"),
+            "https://hub.example/api/models/org/name/revision/refs%2Fpr%2F1?blobs=true");
+  EXPECT_EQ(ResolveUrl("https://hub.example", "org/name", "main", "original/a b#.model"),
+            "https://hub.example/org/name/resolve/main/original/a%20b%23.model");
+}
+
+TEST(SameOriginTest, ComparesSchemeHostAndPort) {
+  EXPECT_TRUE(SameOrigin("https://huggingface.co/a", "https://huggingface.co:443/b?c"));
+  EXPECT_TRUE(SameOrigin("http://127.0.0.1:8000/x", "http://127.0.0.1:8000"));
+  EXPECT_FALSE(SameOrigin("http://127.0.0.1:8000/x", "http://localhost:8000/x"));
+  EXPECT_FALSE(SameOrigin("http://127.0.0.1:8000/x", "http://127.0.0.1:8001/x"));
+  EXPECT_FALSE(SameOrigin("https://huggingface.co/x", "http://huggingface.co/x"));
+  EXPECT_FALSE(SameOrigin("https://huggingface.co/x", "https://cdn-lfs.huggingface.co/x"));
+  EXPECT_FALSE(SameOrigin("not a url", "not a url"));
+}
+
+TEST(HubHttpErrorTest, SaysWhatToDo) {
+  HubRequestContext context{"https://huggingface.co", "meta-llama/Llama-3.1-8B", "main",
+                            "config.json", false};
+  const absl::Status gated = HubHttpError(401, "GatedRepo", "", context);
+  EXPECT_EQ(gated.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(gated.message()),
+              HasSubstr("request access at https://huggingface.co/meta-llama/Llama-3.1-8B and "
+                        "pass --hf_token"));
+  EXPECT_THAT(std::string(HubHttpError(404, "EntryNotFound", "", context).message()),
+              HasSubstr("file \"config.json\" not found at revision main"));
+  context.revision = "v9";
+  EXPECT_THAT(std::string(HubHttpError(404, "RevisionNotFound", "", context).message()),
+              HasSubstr("revision \"v9\" not found in meta-llama/Llama-3.1-8B"));
+  context.path = "";
+  EXPECT_THAT(std::string(HubHttpError(404, "RepoNotFound", "", context).message()),
+              HasSubstr("repository \"meta-llama/Llama-3.1-8B\" not found"));
+  EXPECT_EQ(HubHttpError(503, "", "", context).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(HubHttpError(400, "", "", context).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(IsRetryableHttpStatusTest, ServerErrorsAndThrottling) {
+  EXPECT_TRUE(IsRetryableHttpStatus(500));
+  EXPECT_TRUE(IsRetryableHttpStatus(503));
+  EXPECT_TRUE(IsRetryableHttpStatus(429));
+  EXPECT_FALSE(IsRetryableHttpStatus(404));
+  EXPECT_FALSE(IsRetryableHttpStatus(403));
+}
+
+}  // namespace
+}  // namespace titan

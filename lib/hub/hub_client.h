@@ -1,0 +1,83 @@
+#ifndef TITAN_LIB_HUB_HUB_CLIENT_H_
+#define TITAN_LIB_HUB_HUB_CLIENT_H_
+
+// Downloads a repo's assets from the Hugging Face Hub into a folder: plans by asset groups and
+// globs, fetches in parallel with resume (HTTP Range), retries with backoff, verifies size and
+// digest, and publishes each file by atomic rename. Re-running fetches only what changed.
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "lib/hub/asset_plan.h"
+#include "lib/hub/hub_api.h"
+
+namespace titan {
+
+struct DownloadOptions {
+  std::string endpoint = kDefaultHubEndpoint;
+  std::string repo_id;             // ORG/NAME
+  std::string revision = "main";   // branch, tag or commit
+  AssetSelection selection;
+  std::string local_dir;           // files land at local_dir/<repo path>
+  std::string token;               // sent only to `endpoint`; empty for anonymous access
+  bool offline = false;            // no network: report what is on disk from the last listing
+  int max_workers = 8;             // files fetched in parallel
+  int max_retries = 10;            // consecutive failed attempts on one file without progress
+  absl::Duration retry_base_delay = absl::Seconds(1);  // doubles per failure, with jitter
+  absl::Duration retry_max_delay = absl::Seconds(60);
+  absl::Duration connect_timeout = absl::Seconds(30);
+  absl::Duration stall_timeout = absl::Seconds(60);  // below 1 KiB/s this long: reconnect
+  FILE* progress_out = stderr;     // nullptr: silent
+  bool progress_bars = false;      // bars for a terminal rather than plain lines
+};
+
+enum class FileOutcome { kDownloaded, kUpToDate, kFailed };
+
+struct FileReport {
+  std::string path;
+  int64_t size = -1;
+  FileOutcome outcome = FileOutcome::kFailed;
+  int64_t bytes_fetched = 0;  // over the network in this run
+  int retries = 0;
+  std::string error;          // for kFailed
+};
+
+struct DownloadReport {
+  absl::Status status;  // OK when every planned file is on disk and verified
+  std::string repo_id;
+  std::string revision;
+  std::string commit;
+  std::string local_dir;
+  std::vector<FileReport> files;
+  int64_t bytes_fetched = 0;
+  absl::Duration elapsed;
+};
+
+// Runs a whole download; never throws. Errors before any file is planned leave `files` empty.
+DownloadReport DownloadAssets(const DownloadOptions& options);
+
+// Lists the repo's files at `revision` (GET /api/models/{repo}/revision/{rev}?blobs=true).
+// `raw_json`, when given, receives the response body.
+absl::StatusOr<RepoSnapshot> ListRepoFiles(const DownloadOptions& options,
+                                           std::string* raw_json = nullptr);
+
+// The report as JSON: repo, commit, status, error, files (path, size, status, bytes, retries,
+// error), bytes_fetched, seconds.
+std::string DownloadReportJson(const DownloadReport& report);
+
+// The token to use: `flag_value` if set, else $HF_TOKEN, else the file at $HF_TOKEN_PATH or
+// $HF_HOME/token (default ~/.cache/huggingface/token); empty when none.
+std::string FindHubToken(absl::string_view flag_value);
+
+// $HF_ENDPOINT without a trailing slash, or the public Hub.
+std::string HubEndpointFromEnv();
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_HUB_HUB_CLIENT_H_

@@ -1,0 +1,85 @@
+#include "lib/hub/hub_client.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+
+class EnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* name : {"HF_TOKEN", "HF_TOKEN_PATH", "HF_HOME", "HF_ENDPOINT"}) {
+      unsetenv(name);
+    }
+    setenv("HOME", ::testing::TempDir().c_str(), 1);
+  }
+};
+
+TEST_F(EnvTest, TokenPrecedenceFlagEnvFile) {
+  EXPECT_EQ(FindHubToken(""), "");
+  const std::string token_file = ::testing::TempDir() + "/token";
+  std::ofstream(token_file) << "hf_from_file\n";
+  setenv("HF_TOKEN_PATH", token_file.c_str(), 1);
+  EXPECT_EQ(FindHubToken(""), "hf_from_file");
+  setenv("HF_TOKEN", "hf_from_env", 1);
+  EXPECT_EQ(FindHubToken(""), "hf_from_env");
+  EXPECT_EQ(FindHubToken("hf_from_flag"), "hf_from_flag");
+}
+
+TEST_F(EnvTest, TokenFileUnderHfHome) {
+  const std::string home = ::testing::TempDir() + "/hf_home";
+  ASSERT_EQ(system(("mkdir -p " + home).c_str()), 0);
+  std::ofstream(home + "/token") << "  hf_home_token \n";
+  setenv("HF_HOME", home.c_str(), 1);
+  EXPECT_EQ(FindHubToken(""), "hf_home_token");
+}
+
+TEST_F(EnvTest, EndpointFromEnv) {
+  EXPECT_EQ(HubEndpointFromEnv(), "https://huggingface.co");
+  setenv("HF_ENDPOINT", "http://mirror.local:8080//", 1);
+  EXPECT_EQ(HubEndpointFromEnv(), "http://mirror.local:8080");
+}
+
+TEST(DownloadAssetsTest, OfflineWithoutListingSaysWhatToDo) {
+  DownloadOptions options;
+  options.repo_id = "org/name";
+  options.local_dir = ::testing::TempDir() + "/offline";
+  options.offline = true;
+  options.progress_out = nullptr;
+  options.selection.config = true;
+  const DownloadReport report = DownloadAssets(options);
+  EXPECT_EQ(report.status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(report.status.message()),
+              HasSubstr("no saved listing of org/name@main"));
+  EXPECT_THAT(DownloadReportJson(report), HasSubstr("\"status\": \"error\""));
+}
+
+TEST(DownloadAssetsTest, RefusesBadRepoIdBeforeTouchingTheNetwork) {
+  DownloadOptions options;
+  options.repo_id = "../etc";
+  options.endpoint = "http://127.0.0.1:9";
+  options.local_dir = ::testing::TempDir() + "/bad";
+  options.progress_out = nullptr;
+  EXPECT_EQ(DownloadAssets(options).status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DownloadReportJsonTest, ListsFiles) {
+  DownloadReport report;
+  report.repo_id = "org/name";
+  report.files.push_back(FileReport{"config.json", 12, FileOutcome::kUpToDate});
+  report.files.push_back(FileReport{"a.bin", 5, FileOutcome::kFailed, 0, 3, "boom"});
+  const std::string json = DownloadReportJson(report);
+  EXPECT_THAT(json, HasSubstr("\"status\": \"up_to_date\""));
+  EXPECT_THAT(json, HasSubstr("\"error\": \"boom\""));
+  EXPECT_THAT(json, HasSubstr("\"status\": \"ok\""));
+}
+
+}  // namespace
+}  // namespace titan

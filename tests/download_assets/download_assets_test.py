@@ -1,0 +1,324 @@
+"""Runs the download_assets binary against fake_hub.py on loopback, one fault scenario per test.
+
+Usage: python3 download_assets_test.py <download_assets binary> <fake_hub.py>
+"""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+BINARY = None
+FAKE_HUB = None
+TOKEN = "hf_SeCrEtToKeN0123456789abcdefXYZ"
+COMMIT = "d1a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4"
+SHARD1 = "model-00001-of-00002.safetensors"
+SHARD2 = "model-00002-of-00002.safetensors"
+MiB = 1 << 20
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def build_repos(root):
+    rng = random.Random(1234)
+    model = os.path.join(root, "org", "model")
+    for name, data in {
+        "config.json": b'{"dim": 64, "n_layers": 2}',
+        "generation_config.json": b'{"temperature": 0.6}',
+        "tokenizer.json": json.dumps({"model": {"vocab": {f"t{i}": i for i in range(500)}}}).encode(),
+        "tokenizer_config.json": b'{"bos_token": "<|begin_of_text|>"}',
+        "special_tokens_map.json": b'{"bos_token": "<|begin_of_text|>"}',
+        "original/tokenizer.model": rng.randbytes(300 * 1024),
+        "README.md": b"# model\n",
+        SHARD1: rng.randbytes(3 * MiB + 123),
+        SHARD2: rng.randbytes(2 * MiB + 7),
+        "model.safetensors.index.json": json.dumps({"metadata": {}, "weight_map": {
+            "a.weight": SHARD1, "b.weight": SHARD2, "c.weight": SHARD1}}).encode(),
+    }.items():
+        write(os.path.join(model, name), data)
+    gated = os.path.join(root, "org", "gated")
+    write(os.path.join(gated, "config.json"), b'{"gated": true}')
+    write(os.path.join(gated, "tokenizer.json"), b'{"model": {}}')
+    write(os.path.join(gated, "original/tokenizer.model"), rng.randbytes(64 * 1024))
+    write(os.path.join(root, "org", "evil", "config.json"), b"{}")
+
+
+class FakeHub:
+    def __init__(self, repos, config):
+        workdir = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        self.log = os.path.join(workdir, "requests.log")
+        port_file = os.path.join(workdir, "ports.json")
+        config_path = os.path.join(workdir, "config.json")
+        with open(config_path, "w") as f:
+            json.dump(dict(config, commit=COMMIT, gated={"org/gated": TOKEN}), f)
+        self.process = subprocess.Popen([sys.executable, FAKE_HUB, "--repos", repos, "--config",
+                                         config_path, "--port_file", port_file, "--log", self.log,
+                                         "--lifetime", "60"])
+        for _ in range(200):
+            if os.path.exists(port_file):
+                break
+            time.sleep(0.05)
+        with open(port_file) as f:
+            self.ports = json.load(f)
+        self.endpoint = f"http://127.0.0.1:{self.ports['hub']}"
+
+    def requests(self):
+        if not os.path.exists(self.log):
+            return []
+        with open(self.log) as f:
+            return [json.loads(line) for line in f]
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+
+
+class DownloadAssetsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
+        cls.repos = os.path.join(cls.root, "repos")
+        build_repos(cls.repos)
+
+    def setUp(self):
+        self.workdir = tempfile.mkdtemp(dir=self.root)
+        self.local_dir = os.path.join(self.workdir, "assets")
+        self.hub = None
+
+    def tearDown(self):
+        if self.hub:
+            self.hub.stop()
+
+    def serve(self, **config):
+        self.hub = FakeHub(self.repos, config)
+
+    def run_tool(self, *args, env=None, token_env=False):
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+        environment.update({"HF_ENDPOINT": self.hub.endpoint, "HF_HOME": self.workdir})
+        if token_env:
+            environment["HF_TOKEN"] = TOKEN
+        environment.update(env or {})
+        command = [BINARY, f"--local_dir={self.local_dir}", "--retry_base_ms=20",
+                   "--retry_max_ms=200", "--stall_timeout_s=1", "--connect_timeout_s=5", "--json",
+                   *args]
+        result = subprocess.run(command, env=environment, capture_output=True, text=True,
+                                timeout=60)
+        summary = json.loads(result.stdout) if result.stdout.strip() else None
+        return result, summary
+
+    def repo_bytes(self, repo, path):
+        with open(os.path.join(self.repos, "org", repo, path), "rb") as f:
+            return f.read()
+
+    def assert_identical(self, repo, paths):
+        for path in paths:
+            with open(os.path.join(self.local_dir, repo, path), "rb") as f:
+                self.assertEqual(f.read(), self.repo_bytes(repo, path), path)
+
+    def files_on_disk(self, repo="model"):
+        base = os.path.join(self.local_dir, repo)
+        found = []
+        for dirpath, _, filenames in os.walk(base):
+            found += [os.path.relpath(os.path.join(dirpath, f), base) for f in filenames]
+        return sorted(p for p in found if not p.startswith(".cache"))
+
+    def test_assets_download_then_rerun_is_noop_and_offline_works(self):
+        self.serve()
+        result, summary = self.run_tool("--repo_id=org/model",
+                                        "--assets=tokenizer,config,safetensors")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        wanted = ["config.json", "generation_config.json", SHARD1, SHARD2,
+                  "model.safetensors.index.json", "original/tokenizer.model",
+                  "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+        self.assertEqual(self.files_on_disk(), wanted)
+        self.assert_identical("model", wanted)
+        self.assertEqual(summary["commit"], COMMIT)
+        self.assertEqual({f["status"] for f in summary["files"]}, {"downloaded"})
+        redirected = [r for r in self.hub.requests() if r["server"] == "storage"]
+        self.assertEqual(len(redirected), 3)  # the two shards and tokenizer.model, via 302
+
+        again, summary = self.run_tool("--repo_id=org/model",
+                                       "--assets=tokenizer,config,safetensors")
+        self.assertEqual(again.returncode, 0, again.stderr)
+        self.assertIn("everything is up to date", again.stderr)
+        self.assertEqual(summary["bytes_fetched"], 0)
+        self.assertEqual({f["status"] for f in summary["files"]}, {"up_to_date"})
+
+        self.hub.stop()
+        self.hub.endpoint = "http://127.0.0.1:9"  # nothing listens: --offline must not connect
+        offline, summary = self.run_tool("--repo_id=org/model", "--assets=config,safetensors",
+                                         "--offline")
+        self.assertEqual(offline.returncode, 0, offline.stderr)
+        self.assertEqual(len(summary["files"]), 5)
+        self.hub = None
+
+    def test_include_exclude_globs(self):
+        self.serve()
+        result, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--include=*.md",
+                                  "--exclude=generation_*")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(self.files_on_disk(), ["README.md", "config.json"])
+
+    def test_connection_dropped_mid_body_resumes_with_range(self):
+        self.serve(drop_every=512 * 1024)
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=safetensors")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_identical("model", [SHARD1, SHARD2])
+        ranges = [r["headers"].get("range") for r in self.hub.requests()
+                  if r["server"] == "storage"]
+        self.assertIn("bytes=524288-", ranges)
+        self.assertGreaterEqual(sum(f["retries"] for f in summary["files"]), 9)
+        self.assertEqual(summary["bytes_fetched"], (3 * MiB + 123) + (2 * MiB + 7) +
+                         len(self.repo_bytes("model", "model.safetensors.index.json")))
+
+    def test_server_error_bursts_are_retried(self):
+        self.serve(listing_errors=[503, 500], errors={SHARD1: [500, 503, 503],
+                                                      "config.json": [502]})
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=safetensors,config")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_identical("model", [SHARD1, SHARD2, "config.json"])
+        self.assertIn("HTTP 503", result.stderr)
+        retries = {f["path"]: f["retries"] for f in summary["files"]}
+        self.assertEqual(retries[SHARD1], 3)
+        self.assertEqual(retries["config.json"], 1)
+
+    def test_persistent_server_errors_fail_after_retries(self):
+        self.serve(errors={"config.json": [503] * 20})
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=config",
+                                        "--max_retries=3")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("gave up after 3 retries without progress", result.stderr)
+        self.assertNotIn("config.json", self.files_on_disk())
+        self.assertEqual(summary["status"], "error")
+
+    def test_slow_trickle_times_out_and_resumes(self):
+        self.serve(trickle={SHARD2: 4})
+        start = time.monotonic()
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=safetensors")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertLess(time.monotonic() - start, 4)  # gave up on the trickle, did not wait it out
+        self.assert_identical("model", [SHARD1, SHARD2])
+        retries = {f["path"]: f["retries"] for f in summary["files"]}
+        self.assertEqual(retries[SHARD2], 1)
+
+    def test_wrong_checksum_once_is_refetched(self):
+        self.serve(corrupt={SHARD1: 1})
+        result, _ = self.run_tool("--repo_id=org/model", "--assets=safetensors")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("sha256 mismatch", result.stderr)
+        self.assert_identical("model", [SHARD1, SHARD2])
+
+    def test_wrong_checksum_twice_fails_and_leaves_nothing(self):
+        self.serve(corrupt={SHARD1: 2, "config.json": 2})
+        result, _ = self.run_tool("--repo_id=org/model", "--assets=safetensors,config")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f"{SHARD1}: sha256 mismatch: expected", result.stderr)
+        self.assertIn("config.json: git blob sha1 mismatch", result.stderr)
+        on_disk = self.files_on_disk()
+        self.assertNotIn(SHARD1, on_disk)
+        self.assertNotIn("config.json", on_disk)
+        self.assertIn(SHARD2, on_disk)
+        cache = os.path.join(self.local_dir, "model", ".cache", "download_assets")
+        self.assertFalse(os.path.exists(os.path.join(cache, SHARD1 + ".part")))
+
+    def test_part_file_from_earlier_run_is_resumed(self):
+        self.serve()
+        part = os.path.join(self.local_dir, "model", ".cache", "download_assets", SHARD1 + ".part")
+        write(part, self.repo_bytes("model", SHARD1)[:MiB])
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=safetensors",
+                                        "--exclude=" + SHARD2)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_identical("model", [SHARD1])
+        self.assertIn({"range": f"bytes={MiB}-"},
+                      [{"range": r["headers"].get("range")} for r in self.hub.requests()
+                       if r["server"] == "storage"])
+        shard = [f for f in summary["files"] if f["path"] == SHARD1][0]
+        self.assertEqual(shard["bytes_fetched"], 2 * MiB + 123)
+
+    def test_gated_repo_without_token_says_how_to_get_access(self):
+        self.serve()
+        result, _ = self.run_tool("--repo_id=org/gated", "--assets=tokenizer")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f"request access at {self.hub.endpoint}/org/gated and pass --hf_token",
+                      result.stderr)
+        wrong, _ = self.run_tool("--repo_id=org/gated", "--assets=tokenizer",
+                                 "--hf_token=hf_wrong")
+        self.assertEqual(wrong.returncode, 1)
+        self.assertIn("HTTP 403", wrong.stderr)
+        self.assertIn("the token you passed has no access", wrong.stderr)
+
+    def test_token_goes_only_to_hub_and_never_appears_in_output_or_files(self):
+        self.serve(drop_every=32 * 1024, corrupt={"original/tokenizer.model": 1})
+        runs = [self.run_tool("--repo_id=org/gated", "--assets=tokenizer,config",
+                              token_env=True)]
+        shutil.rmtree(self.local_dir)
+        runs.append(self.run_tool("--repo_id=org/gated", "--assets=tokenizer,config",
+                                  f"--hf_token={TOKEN}", "--progress=bars"))
+        runs.append(self.run_tool("--repo_id=org/nope", "--assets=tokenizer", token_env=True))
+        for result, _ in runs[:2]:
+            self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_identical("gated", ["config.json", "tokenizer.json",
+                                        "original/tokenizer.model"])
+        for result, _ in runs:
+            self.assertNotIn(TOKEN, result.stdout)
+            self.assertNotIn(TOKEN, result.stderr)
+        for dirpath, _, filenames in os.walk(self.workdir):
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                with open(path, "rb") as f:
+                    self.assertNotIn(TOKEN.encode(), f.read(), path)
+        requests = self.hub.requests()
+        hub_auth = {r["headers"].get("authorization") for r in requests if r["server"] == "hub"}
+        self.assertIn(f"Bearer {TOKEN}", hub_auth)
+        storage = [r for r in requests if r["server"] == "storage"]
+        self.assertGreater(len(storage), 2)
+        for request in storage:
+            self.assertNotIn("authorization", request["headers"])
+
+    def test_not_found_names_repo_revision_or_file(self):
+        self.serve(missing=["generation_config.json"])
+        repo, _ = self.run_tool("--repo_id=org/nope", "--assets=config")
+        self.assertEqual(repo.returncode, 1)
+        self.assertIn('repository "org/nope" not found', repo.stderr)
+        revision, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--revision=v9")
+        self.assertEqual(revision.returncode, 1)
+        self.assertIn('revision "v9" not found in org/model', revision.stderr)
+        entry, summary = self.run_tool("--repo_id=org/model", "--assets=config")
+        self.assertEqual(entry.returncode, 1)
+        self.assertIn('file "generation_config.json" not found at revision main', entry.stderr)
+        self.assertEqual({f["path"]: f["status"] for f in summary["files"]},
+                         {"config.json": "downloaded", "generation_config.json": "failed"})
+
+    def test_unsafe_remote_names_are_refused(self):
+        for name in ["../escape.txt", "/etc/passwd", "a/../../escape.txt"]:
+            self.serve(extra_siblings={"org/evil": [name]})
+            result, _ = self.run_tool("--repo_id=org/evil", "--assets=all")
+            self.assertEqual(result.returncode, 1)
+            self.assertIn("refusing remote file name", result.stderr)
+            self.assertFalse(os.path.exists(os.path.join(self.local_dir, "escape.txt")))
+            self.assertFalse(os.path.exists(os.path.join(self.workdir, "escape.txt")))
+            self.hub.stop()
+            self.hub = None
+
+    def test_usage_errors(self):
+        self.serve()
+        result, _ = self.run_tool("--repo_id=org/model")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn("say what to fetch", result.stderr)
+        result, _ = self.run_tool("--repo_id=org/model", "--assets=weights")
+        self.assertEqual(result.returncode, 2)
+        self.assertIn('unknown asset "weights"', result.stderr)
+
+
+if __name__ == "__main__":
+    BINARY, FAKE_HUB = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    unittest.main(argv=sys.argv[:1], verbosity=2)
