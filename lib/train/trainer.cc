@@ -1,0 +1,344 @@
+#include "lib/train/trainer.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/config/job_config.h"
+#include "lib/data/packed_text_dataset.h"
+#include "lib/metrics/flops.h"
+#include "lib/metrics/metrics_logger.h"
+#include "lib/tokenizer/tokenizer_loader.h"
+#include "lib/train/device.h"
+#include "lib/train/grad_clip.h"
+#include "lib/train/lr_scheduler.h"
+#include "lib/train/optimizer.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+#include "models/llama3/model.h"
+#include "models/llama3/parallelize.h"
+
+namespace titan {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void OnStopSignal(int signal) { g_stop_signal = signal; }
+
+at::Tensor ToTensor(const std::vector<int64_t>& values, int64_t rows, int64_t cols,
+                    const at::Device& device) {
+  return at::tensor(values, at::kLong).view({rows, cols}).to(device);
+}
+
+class Trainer {
+ public:
+  explicit Trainer(const JobConfig& config) : config_(config) {}
+
+  absl::Status Init();
+  absl::Status Train();
+
+ private:
+  struct StepStats {
+    double loss = 0;
+    double grad_norm = 0;
+    double lr = 0;
+    int64_t tokens = 0;
+  };
+
+  absl::StatusOr<StepStats> TrainStep();
+  absl::StatusOr<double> Validate();
+  absl::Status Save(bool model_only);
+  absl::Status MaybeResume();
+  NamedTensors ModelState();
+  bool autocast() const { return autocast_dtype_.has_value(); }
+
+  const JobConfig config_;
+  at::Device device_{at::kCPU};
+  std::optional<at::ScalarType> autocast_dtype_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Llama3Model> model_;
+  std::vector<ParamRef> params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<WarmupStableDecaySchedule> schedule_;
+  std::unique_ptr<TextDataLoader> train_loader_;
+  std::unique_ptr<CheckpointManager> checkpointer_;
+  std::unique_ptr<MetricsLogger> metrics_;
+  int64_t step_ = 0;  // completed optimizer steps
+  int64_t microbatches_ = 1;
+  int64_t ntokens_seen_ = 0;
+  double flops_per_token_ = 0;
+  double peak_flops_ = 0;
+};
+
+absl::Status Trainer::Init() {
+  const auto& training = config_.training();
+  const auto& job = config_.job();
+  std::filesystem::create_directories(job.dump_folder());
+  TITAN_RETURN_IF_ERROR(WriteFileAtomically(job.dump_folder() + "/config.toml",
+                                            JobConfigToToml(config_)));
+
+  int64_t seed = training.seed();
+  if (seed < 0) seed = std::random_device()();
+  at::manual_seed(seed);
+  if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
+
+  device_ = PickDevice(/*local_rank=*/0);
+  const std::string& mp = training.mixed_precision_param();
+  if (device_.is_cuda() && (mp == "bfloat16" || mp == "float16")) {
+    autocast_dtype_ = mp == "bfloat16" ? at::kBFloat16 : at::kHalf;
+  }
+  LOG(INFO) << "device " << DeviceName(device_) << ", compute dtype "
+            << (autocast() ? mp : std::string("float32"))
+            << (device_.is_cpu() && mp != "float32" ? " (mixed precision is GPU-only)" : "");
+
+  TITAN_ASSIGN_OR_RETURN(tokenizer_, LoadTokenizer(config_.model().tokenizer_path()));
+
+  TITAN_ASSIGN_OR_RETURN(Llama3Args args, Llama3Flavor(config_.model().flavor()));
+  if (config_.model().flavor() == "debugmodel") args.vocab_size = tokenizer_->vocab_size();
+  if (tokenizer_->vocab_size() > args.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[model] tokenizer_path: tokenizer has ", tokenizer_->vocab_size(), " ids but flavor ",
+        config_.model().flavor(), " embeds only ", args.vocab_size));
+  }
+  args.max_seq_len = std::max(training.seq_len(), config_.validation().seq_len());
+  model_ = std::make_unique<Llama3Model>(args, at::TensorOptions().device(at::kMeta));
+  model_->Materialize(at::TensorOptions().device(device_).dtype(at::kFloat));
+  model_->InitWeights();
+  TITAN_RETURN_IF_ERROR(ApplyActivationCheckpointing(*model_, config_.activation_checkpoint().mode(),
+                                                     config_.activation_checkpoint().selective_ac_option()));
+  params_ = model_->NamedParameters();
+  const int64_t n_params = model_->NumParameters();
+  flops_per_token_ = FlopsPerToken(n_params, args.vocab_size * args.dim, args.n_layers,
+                                   args.n_heads, args.head_dim(), training.seq_len());
+  peak_flops_ = PeakFlops(DeviceName(device_));
+  LOG(INFO) << "model llama3 " << config_.model().flavor() << ": " << n_params
+            << " parameters, vocab " << args.vocab_size;
+
+  const auto& o = config_.optimizer();
+  TITAN_ASSIGN_OR_RETURN(optimizer_,
+                         Optimizer::Create(params_, {o.name(), o.lr(), o.beta1(), o.beta2(),
+                                                     o.eps(), o.weight_decay()}));
+  const auto& lr = config_.lr_scheduler();
+  TITAN_ASSIGN_OR_RETURN(schedule_, WarmupStableDecaySchedule::Create(
+                                        training.steps(), lr.warmup_steps(), lr.decay_ratio(),
+                                        lr.decay_type(), lr.min_lr_factor()));
+
+  const int64_t global_batch =
+      training.global_batch_size() > 0 ? training.global_batch_size() : training.local_batch_size();
+  microbatches_ = global_batch / training.local_batch_size();
+
+  TextDatasetOptions data;
+  data.path = training.dataset_path();
+  data.text_field = training.dataset_text_field();
+  data.seq_len = training.seq_len();
+  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
+  train_loader_ = std::make_unique<TextDataLoader>(std::move(dataset));
+
+  const auto& ckpt = config_.checkpoint();
+  if (ckpt.enable()) {
+    checkpointer_ = std::make_unique<CheckpointManager>(job.dump_folder() + "/" + ckpt.folder(),
+                                                        ckpt.keep_latest_k());
+    TITAN_RETURN_IF_ERROR(MaybeResume());
+  }
+  TITAN_ASSIGN_OR_RETURN(metrics_, MetricsLogger::Create(MetricsOptionsFromConfig(config_)));
+  return absl::OkStatus();
+}
+
+NamedTensors Trainer::ModelState() {
+  NamedTensors state;
+  for (const ParamRef& p : params_) state.emplace_back(p.name, p.tensor->detach());
+  return state;
+}
+
+absl::Status Trainer::MaybeResume() {
+  const int64_t load_step = config_.checkpoint().load_step();
+  int64_t step = load_step;
+  if (step < 0) {
+    absl::StatusOr<int64_t> latest = checkpointer_->LatestStep();
+    if (absl::IsNotFound(latest.status())) return absl::OkStatus();
+    TITAN_RETURN_IF_ERROR(latest.status());
+    step = *latest;
+  }
+  TITAN_ASSIGN_OR_RETURN(CheckpointState state, checkpointer_->Load(step));
+  {
+    c10::NoGradGuard no_grad;
+    NamedTensors model = ModelState();
+    TITAN_RETURN_IF_ERROR(CopyIntoByName(state.model, model, "model"));
+  }
+  const nlohmann::json& extra = state.extra;
+  if (state.optimizer.empty()) {
+    LOG(INFO) << "checkpoint step-" << step << " holds model weights only; training starts at step 0";
+    return absl::OkStatus();
+  }
+  TITAN_RETURN_IF_ERROR(optimizer_->LoadStateDict(state.optimizer));
+  TITAN_RETURN_IF_ERROR(train_loader_->LoadStateDict(extra.at("dataloader")));
+  step_ = extra.at("train_state").at("step").get<int64_t>();
+  ntokens_seen_ = extra.at("train_state").at("ntokens_seen").get<int64_t>();
+  TITAN_RETURN_IF_ERROR(RestoreRngState(extra.at("rng")));
+  LOG(INFO) << "resumed from checkpoint step-" << step;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Save(bool model_only) {
+  CheckpointState state;
+  state.model = ModelState();
+  if (!model_only) {
+    state.optimizer = optimizer_->StateDict();
+    state.extra["dataloader"] = train_loader_->StateDict();
+    state.extra["train_state"] = {{"step", step_}, {"ntokens_seen", ntokens_seen_}};
+    state.extra["lr_scheduler"] = {{"last_step", step_}};
+    state.extra["rng"] = CaptureRngState();
+  }
+  const auto start = std::chrono::steady_clock::now();
+  TITAN_RETURN_IF_ERROR(checkpointer_->Save(step_, state, model_only));
+  LOG(INFO) << "saved checkpoint step-" << step_ << (model_only ? " (model only)" : "") << " in "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
+            << " s";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Trainer::StepStats> Trainer::TrainStep() {
+  const auto& training = config_.training();
+  StepStats stats;
+  optimizer_->ZeroGrad();
+  for (int64_t m = 0; m < microbatches_; ++m) {
+    TITAN_ASSIGN_OR_RETURN(TokenBatch batch, train_loader_->NextBatch(training.local_batch_size()));
+    at::Tensor inputs = ToTensor(batch.inputs, batch.batch_size, batch.seq_len, device_);
+    at::Tensor labels = ToTensor(batch.labels, batch.batch_size, batch.seq_len, device_);
+    at::Tensor logits;
+    {
+      std::optional<at::autocast::AutocastGuard> guard;
+      if (autocast()) {
+        at::autocast::set_autocast_dtype(device_.type(), *autocast_dtype_);
+        guard.emplace(device_.type());
+      }
+      logits = model_->Forward(inputs);
+    }
+    // Mean over this microbatch's tokens, scaled so the accumulated gradient is the global mean.
+    at::Tensor loss = at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten()) /
+                      static_cast<double>(microbatches_);
+    loss.backward();
+    stats.loss += loss.item<double>();
+    stats.tokens += batch.batch_size * batch.seq_len;
+  }
+  std::vector<at::Tensor> tensors;
+  for (const ParamRef& p : params_) tensors.push_back(*p.tensor);
+  stats.grad_norm = ClipGradNorm(tensors, training.max_norm()).item<double>();
+  optimizer_->SetLrFactor(schedule_->Factor(step_));
+  stats.lr = optimizer_->lr();
+  optimizer_->Step();
+  ++step_;
+  ntokens_seen_ += stats.tokens;
+  return stats;
+}
+
+absl::StatusOr<double> Trainer::Validate() {
+  const auto& v = config_.validation();
+  TextDatasetOptions data;
+  data.path = v.dataset_path();
+  data.text_field = config_.training().dataset_text_field();
+  data.seq_len = v.seq_len();
+  data.infinite = false;
+  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
+  TextDataLoader loader(std::move(dataset));
+  c10::NoGradGuard no_grad;
+  double loss_sum = 0;
+  int64_t batches = 0;
+  while (v.steps() < 0 || batches < v.steps()) {
+    absl::StatusOr<TokenBatch> batch = loader.NextBatch(v.local_batch_size());
+    if (absl::IsOutOfRange(batch.status()) || absl::IsNotFound(batch.status())) break;
+    TITAN_RETURN_IF_ERROR(batch.status());
+    at::Tensor inputs = ToTensor(batch->inputs, batch->batch_size, batch->seq_len, device_);
+    at::Tensor labels = ToTensor(batch->labels, batch->batch_size, batch->seq_len, device_);
+    at::Tensor logits = model_->Forward(inputs);
+    loss_sum += at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten())
+                    .item<double>();
+    ++batches;
+  }
+  if (batches == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("[validation] dataset_path: ", v.dataset_path(),
+                                                   " holds less than one batch"));
+  }
+  return loss_sum / batches;
+}
+
+absl::Status Trainer::Train() {
+  const auto& training = config_.training();
+  const auto& ckpt = config_.checkpoint();
+  g_stop_signal = 0;
+  std::signal(SIGINT, OnStopSignal);
+  std::signal(SIGTERM, OnStopSignal);
+  if (step_ >= training.steps()) {
+    LOG(INFO) << "checkpoint is at step " << step_ << " >= [training] steps " << training.steps()
+              << "; nothing to train";
+    return absl::OkStatus();
+  }
+  LOG(INFO) << "training from step " << step_ + 1 << " to " << training.steps() << ", "
+            << microbatches_ << " microbatch(es) of " << training.local_batch_size() << " x "
+            << training.seq_len() << " tokens per step";
+  auto window_start = std::chrono::steady_clock::now();
+  int64_t window_tokens = 0;
+  while (step_ < training.steps()) {
+    TITAN_ASSIGN_OR_RETURN(StepStats stats, TrainStep());
+    window_tokens += stats.tokens;
+    const bool last = step_ == training.steps();
+    if (step_ == 1 || step_ % config_.metrics().log_freq() == 0 || last) {
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+      StepMetrics m;
+      m.step = step_;
+      m.loss = stats.loss;
+      m.grad_norm = stats.grad_norm;
+      m.lr = stats.lr;
+      m.tps = window_tokens / seconds;
+      m.tflops = flops_per_token_ * m.tps / 1e12;
+      m.mfu = peak_flops_ > 0 ? 100.0 * flops_per_token_ * m.tps / peak_flops_ : 0.0;
+      m.memory_gib = PeakMemoryGiB(device_);
+      TITAN_RETURN_IF_ERROR(metrics_->Log(m));
+      window_start = std::chrono::steady_clock::now();
+      window_tokens = 0;
+    }
+    if (config_.validation().enable() && step_ % config_.validation().freq() == 0) {
+      TITAN_ASSIGN_OR_RETURN(double val_loss, Validate());
+      TITAN_RETURN_IF_ERROR(metrics_->LogValidation(step_, val_loss));
+    }
+    if (checkpointer_ && (step_ % ckpt.interval() == 0 || last)) {
+      TITAN_RETURN_IF_ERROR(Save(last && ckpt.last_save_model_only()));
+    }
+    if (g_stop_signal != 0 && !last) {
+      LOG(WARNING) << "received signal " << g_stop_signal << "; stopping after step " << step_;
+      if (checkpointer_ && step_ % ckpt.interval() != 0) TITAN_RETURN_IF_ERROR(Save(false));
+      break;
+    }
+  }
+  LOG(INFO) << "training done at step " << step_;
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunTraining(const JobConfig& config) {
+  try {
+    Trainer trainer(config);
+    TITAN_RETURN_IF_ERROR(trainer.Init());
+    return trainer.Train();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace titan
