@@ -2,7 +2,8 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <sys/resource.h>
+
+#include "lib/metrics/flops.h"
 
 namespace titan {
 
@@ -21,9 +22,7 @@ double PeakMemoryGiB(const at::Device& device) {
     const auto aggregate = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
     return static_cast<double>(stats.reserved_bytes[aggregate].peak) / (1 << 30);
   }
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) * 1024 / (1 << 30);  // ru_maxrss is in KiB
+  return PeakRssGiB();
 }
 
 std::string DeviceName(const at::Device& device) {

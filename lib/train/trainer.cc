@@ -5,7 +5,6 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
-#include <chrono>
 #include <csignal>
 #include <filesystem>
 #include <memory>
@@ -20,6 +19,7 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/config/job_config.h"
 #include "lib/data/packed_text_dataset.h"
+#include "lib/data/text_data_loader.h"
 #include "lib/metrics/flops.h"
 #include "lib/metrics/metrics_logger.h"
 #include "lib/tokenizer/tokenizer_loader.h"
@@ -80,7 +80,7 @@ class Trainer {
   int64_t step_ = 0;  // completed optimizer steps
   int64_t microbatches_ = 1;
   int64_t ntokens_seen_ = 0;
-  double flops_per_token_ = 0;
+  int64_t flops_per_token_ = 0;
   double peak_flops_ = 0;
 };
 
@@ -122,9 +122,10 @@ absl::Status Trainer::Init() {
                                                      config_.activation_checkpoint().selective_ac_option()));
   params_ = model_->NamedParameters();
   const int64_t n_params = model_->NumParameters();
-  flops_per_token_ = FlopsPerToken(n_params, args.vocab_size * args.dim, args.n_layers,
-                                   args.n_heads, args.head_dim(), training.seq_len());
-  peak_flops_ = PeakFlops(DeviceName(device_));
+  flops_per_token_ = NumFlopsPerToken({n_params, args.vocab_size * args.dim, args.n_layers,
+                                       args.n_heads, args.head_dim(), training.seq_len()});
+  peak_flops_ = PeakFlops(DeviceName(device_),
+                          autocast() ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
   LOG(INFO) << "model llama3 " << config_.model().flavor() << ": " << n_params
             << " parameters, vocab " << args.vocab_size;
 
@@ -154,7 +155,13 @@ absl::Status Trainer::Init() {
                                                         ckpt.keep_latest_k());
     TITAN_RETURN_IF_ERROR(MaybeResume());
   }
-  TITAN_ASSIGN_OR_RETURN(metrics_, MetricsLogger::Create(MetricsOptionsFromConfig(config_)));
+  MetricsLoggerOptions metrics;
+  metrics.dump_folder = job.dump_folder();
+  if (config_.metrics().enable_tensorboard()) {
+    metrics.tensorboard_folder = job.dump_folder() + "/" + config_.metrics().save_tb_folder();
+  }
+  metrics.disable_color_printing = config_.metrics().disable_color_printing();
+  TITAN_ASSIGN_OR_RETURN(metrics_, MetricsLogger::Create(metrics));
   return absl::OkStatus();
 }
 
@@ -203,11 +210,10 @@ absl::Status Trainer::Save(bool model_only) {
     state.extra["lr_scheduler"] = {{"last_step", step_}};
     state.extra["rng"] = CaptureRngState();
   }
-  const auto start = std::chrono::steady_clock::now();
+  Stopwatch stopwatch;
   TITAN_RETURN_IF_ERROR(checkpointer_->Save(step_, state, model_only));
   LOG(INFO) << "saved checkpoint step-" << step_ << (model_only ? " (model only)" : "") << " in "
-            << std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()
-            << " s";
+            << stopwatch.ElapsedSeconds() << " s";
   return absl::OkStatus();
 }
 
@@ -290,31 +296,32 @@ absl::Status Trainer::Train() {
   LOG(INFO) << "training from step " << step_ + 1 << " to " << training.steps() << ", "
             << microbatches_ << " microbatch(es) of " << training.local_batch_size() << " x "
             << training.seq_len() << " tokens per step";
-  auto window_start = std::chrono::steady_clock::now();
+  Stopwatch stopwatch;
   int64_t window_tokens = 0;
   while (step_ < training.steps()) {
     TITAN_ASSIGN_OR_RETURN(StepStats stats, TrainStep());
     window_tokens += stats.tokens;
     const bool last = step_ == training.steps();
-    if (step_ == 1 || step_ % config_.metrics().log_freq() == 0 || last) {
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start).count();
+    const bool validate =
+        config_.validation().enable() && (step_ % config_.validation().freq() == 0 || last);
+    if (step_ == 1 || step_ % config_.metrics().log_freq() == 0 || last || validate) {
+      const Throughput throughput = ComputeThroughput(window_tokens, stopwatch.Lap(),
+                                                      flops_per_token_, peak_flops_);
       StepMetrics m;
       m.step = step_;
       m.loss = stats.loss;
       m.grad_norm = stats.grad_norm;
       m.lr = stats.lr;
-      m.tps = window_tokens / seconds;
-      m.tflops = flops_per_token_ * m.tps / 1e12;
-      m.mfu = peak_flops_ > 0 ? 100.0 * flops_per_token_ * m.tps / peak_flops_ : 0.0;
+      m.tps = throughput.tokens_per_second;
+      m.tflops = throughput.tflops;
+      m.mfu = throughput.mfu_percent;
       m.memory_gib = PeakMemoryGiB(device_);
+      if (validate) {
+        TITAN_ASSIGN_OR_RETURN(m.validation_loss, Validate());
+        stopwatch.Lap();  // validation time is not training throughput
+      }
       TITAN_RETURN_IF_ERROR(metrics_->Log(m));
-      window_start = std::chrono::steady_clock::now();
       window_tokens = 0;
-    }
-    if (config_.validation().enable() && step_ % config_.validation().freq() == 0) {
-      TITAN_ASSIGN_OR_RETURN(double val_loss, Validate());
-      TITAN_RETURN_IF_ERROR(metrics_->LogValidation(step_, val_loss));
     }
     if (checkpointer_ && (step_ % ckpt.interval() == 0 || last)) {
       TITAN_RETURN_IF_ERROR(Save(last && ckpt.last_save_model_only()));

@@ -1,0 +1,121 @@
+"""End-to-end tests of titan_train on the bundled debug model, corpus and tokenizer (CPU).
+
+Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+TITAN_TRAIN = None
+CONFIG = "configs/llama3_debugmodel.toml"
+
+
+def run_train(dump, *flags, check=True):
+    cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}", *flags]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def metrics(dump):
+    with open(os.path.join(dump, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+class TitanTrainTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = os.environ.get("TEST_TMPDIR", "/tmp")
+
+    def dump(self, name):
+        path = os.path.join(self.tmp, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def test_loss_falls_and_outputs_are_written(self):
+        dump = self.dump("main")
+        run_train(dump, "--training.steps=30")
+        rows = metrics(dump)
+        self.assertEqual([r["step"] for r in rows], list(range(1, 31)))
+        for key in ("step", "loss", "grad_norm", "lr", "tps", "tflops", "mfu", "memory_gib"):
+            self.assertIn(key, rows[0])
+        # The bundled corpus is learnable: 30 steps take off more than 1 nat.
+        self.assertLess(rows[-1]["loss"], rows[0]["loss"] - 1.0, [r["loss"] for r in rows])
+        self.assertTrue(any("validation_loss" in r for r in rows))
+        self.assertTrue(glob.glob(os.path.join(dump, "tb", "events.out.tfevents.*")))
+        self.assertTrue(os.path.isfile(os.path.join(dump, "checkpoint", "step-30", "manifest.json")))
+        self.assertTrue(os.path.isfile(os.path.join(dump, "config.toml")))
+
+    def test_resume_from_step_20_reproduces_steps_21_to_40_bitwise(self):
+        full = self.dump("full")
+        run_train(full, "--training.steps=40", "--checkpoint.keep_latest_k=0",
+                  "--validation.enable=false")
+        resumed = self.dump("resumed")
+        # A run stopped at step 20 leaves exactly the step-20 checkpoint behind.
+        os.makedirs(os.path.join(resumed, "checkpoint"))
+        shutil.copytree(os.path.join(full, "checkpoint", "step-20"),
+                        os.path.join(resumed, "checkpoint", "step-20"))
+        proc = run_train(resumed, "--training.steps=40", "--checkpoint.keep_latest_k=0",
+                         "--validation.enable=false")
+        self.assertIn("resumed from checkpoint step-20", proc.stderr)
+        want = {r["step"]: r["loss"] for r in metrics(full) if r["step"] > 20}
+        got = {r["step"]: r["loss"] for r in metrics(resumed)}
+        self.assertEqual(sorted(got), list(range(21, 41)))
+        # Bitwise: the JSON holds each loss with round-trip precision.
+        self.assertEqual(got, want)
+
+    def test_sigterm_finishes_step_saves_and_exits_zero(self):
+        dump = self.dump("sigterm")
+        cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
+               "--training.steps=10000", "--checkpoint.interval=1000", "--validation.enable=false"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        path = os.path.join(dump, "metrics.jsonl")
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            if os.path.exists(path) and len(open(path).readlines()) >= 3:
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 0, stderr[-3000:])
+        last = metrics(dump)[-1]["step"]
+        self.assertLess(last, 10000)
+        self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
+
+    def test_bad_config_fails_fast_with_one_line(self):
+        dump = self.dump("bad")
+        cases = [
+            (["--training.stepz=3"], "[training] stepz: unknown key"),
+            (["--training.steps=ten"], "--training.steps: expected integer"),
+            (["--training.global_batch_size=12"], "global_batch_size"),
+        ]
+        for flags, message in cases:
+            proc = run_train(dump, *flags, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
+            self.assertEqual(len(lines), 1, proc.stderr)
+            self.assertIn(message, lines[0])
+        # Nothing was trained: no metrics were written.
+        self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
+
+    def test_help_lists_every_section(self):
+        proc = subprocess.run([TITAN_TRAIN, "--help"], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0)
+        for key in ("--training.steps", "--checkpoint.keep_latest_k", "--lr_scheduler.decay_type",
+                    "--activation_checkpoint.mode", "--metrics.log_freq"):
+            self.assertIn(key, proc.stdout)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--titan_train", required=True)
+    args, rest = parser.parse_known_args()
+    TITAN_TRAIN = os.path.abspath(args.titan_train)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
