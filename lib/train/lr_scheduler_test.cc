@@ -20,12 +20,14 @@ TEST(LrScheduleTest, LinearWarmupThenStableThenLinearDecay) {
 }
 
 TEST(LrScheduleTest, CosineAndSqrtRespectMinFactor) {
+  // No decay_ratio: decay spans all steps after warmup; torchtitan's "+1" keeps one stable step.
   auto cosine = WarmupStableDecaySchedule::Create(10, 0, -1, "cosine", 0.1).value();
   EXPECT_EQ(cosine.decay_steps(), 10);
-  EXPECT_NEAR(cosine.Factor(4), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.5)), 1e-12);
-  EXPECT_NEAR(cosine.Factor(9), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(cosine.Factor(0), 1.0);
+  EXPECT_NEAR(cosine.Factor(4), 0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * 0.4)), 1e-12);
+  EXPECT_NEAR(cosine.Factor(10), 0.1, 1e-12);
   auto sqrt = WarmupStableDecaySchedule::Create(4, 0, 1.0, "sqrt", 0.0).value();
-  EXPECT_NEAR(sqrt.Factor(0), 1 - std::sqrt(0.25), 1e-12);
+  EXPECT_NEAR(sqrt.Factor(1), 1 - std::sqrt(0.25), 1e-12);
 }
 
 TEST(LrScheduleTest, WarmupLongerThanRunIsShortened) {

@@ -1,5 +1,7 @@
 #include "lib/train/optimizer.h"
 
+#include <c10/core/GradMode.h>
+
 #include "gtest/gtest.h"
 
 namespace titan {
