@@ -36,11 +36,24 @@ struct DtypeInfo {
 // In the order of the reference's Dtype enum: the writer lays out higher ranks first (wider
 // alignment first), which is what keeps our files byte-identical to the reference's.
 constexpr DtypeInfo kDtypes[] = {
-    {"BOOL", at::kBool},          {"U8", at::kByte},         {"I8", at::kChar},
-    {"F8_E5M2", at::kFloat8_e5m2}, {"F8_E4M3", at::kFloat8_e4m3fn}, {"I16", at::kShort},
-    {"U16", at::kUInt16},         {"F16", at::kHalf},        {"BF16", at::kBFloat16},
-    {"I32", at::kInt},            {"U32", at::kUInt32},      {"F32", at::kFloat},
-    {"F64", at::kDouble},         {"I64", at::kLong},        {"U64", at::kUInt64},
+    {"BOOL", at::kBool},
+    {"U8", at::kByte},
+    {"I8", at::kChar},
+    {"F8_E5M2", at::kFloat8_e5m2},
+    {"F8_E4M3", at::kFloat8_e4m3fn},
+    {"F8_E4M3FNUZ", at::kFloat8_e4m3fnuz},
+    {"F8_E5M2FNUZ", at::kFloat8_e5m2fnuz},
+    {"I16", at::kShort},
+    {"U16", at::kUInt16},
+    {"F16", at::kHalf},
+    {"BF16", at::kBFloat16},
+    {"I32", at::kInt},
+    {"U32", at::kUInt32},
+    {"F32", at::kFloat},
+    {"C64", at::kComplexFloat},
+    {"F64", at::kDouble},
+    {"I64", at::kLong},
+    {"U64", at::kUInt64},
 };
 
 int DtypeRank(at::ScalarType type) {

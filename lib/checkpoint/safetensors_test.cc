@@ -44,7 +44,8 @@ std::string RawFile(const std::string& header, const std::string& data) {
 const at::ScalarType kAllTypes[] = {
     at::kFloat, at::kHalf,  at::kBFloat16, at::kDouble,        at::kLong,
     at::kInt,   at::kShort, at::kChar,     at::kByte,          at::kBool,
-    at::kFloat8_e4m3fn, at::kFloat8_e5m2, at::kUInt16, at::kUInt32, at::kUInt64,
+    at::kFloat8_e4m3fn, at::kFloat8_e5m2, at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz,
+    at::kUInt16, at::kUInt32, at::kUInt64, at::kComplexFloat,
 };
 
 TEST(SafetensorsTest, RoundTripsEveryDtypeBitwise) {
@@ -89,7 +90,8 @@ TEST(SafetensorsTest, LayoutFollowsTheReference) {
   uint64_t length;
   std::memcpy(&length, bytes.data(), 8);
   EXPECT_EQ(length % 8, 0u);
-  // Wider dtypes first, then by name; compact JSON; space padding.
+  // As safetensors.torch.save_file 0.8 writes it: wider dtypes first, then by name; compact JSON;
+  // space padding.
   const std::string json =
       R"({"l":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
       R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
@@ -153,7 +155,7 @@ TEST(SafetensorsTest, WriterRejectsBadInput) {
   EXPECT_THAT(WriteSafetensors(path, {{"a", x}, {"a", x}}).message(), HasSubstr("'a': duplicate name"));
   EXPECT_THAT(WriteSafetensors(path, {{"__metadata__", x}}).message(), HasSubstr("reserved name"));
   EXPECT_THAT(WriteSafetensors(path, {{"u", at::Tensor()}}).message(), HasSubstr("undefined tensor"));
-  EXPECT_THAT(WriteSafetensors(path, {{"c", at::ones({2}, at::kComplexFloat)}}).message(),
+  EXPECT_THAT(WriteSafetensors(path, {{"c", at::ones({2}, at::kComplexDouble)}}).message(),
               HasSubstr("no safetensors equivalent"));
   EXPECT_THAT(WriteSafetensors(path, {{std::string("\xff\xfe", 2), x}}).message(),
               HasSubstr("valid UTF-8"));
