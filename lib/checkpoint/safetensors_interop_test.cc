@@ -1,8 +1,10 @@
 // Byte compatibility with PyPI safetensors, both ways. Arguments: the test environment's python3
 // and safetensors_reference.py.
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <set>
@@ -35,15 +37,18 @@ std::string HexOf(const at::Tensor& tensor) {
 
 // @titan_env//:python3 reaches the venv's python through symlinks, and Python finds pyvenv.cfg only
 // beside the path it was started by: follow the links one hop at a time to the venv's own
-// bin/python3. (A wrapper script in titan_env.bzl would make this unnecessary.)
+// bin/python3. (A wrapper script in titan_env.bzl would make this unnecessary; no
+// std::filesystem here: see directory.h.)
 std::string VenvPython(std::string path) {
-  namespace fs = std::filesystem;
-  std::error_code error;
-  while (fs::is_symlink(path, error) &&
-         !fs::exists(fs::path(path).parent_path().parent_path() / "pyvenv.cfg", error)) {
-    const fs::path target = fs::read_symlink(path, error);
-    if (error) break;
-    path = target.is_absolute() ? target.string() : (fs::path(path).parent_path() / target).string();
+  struct stat info;
+  while (::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode)) {
+    const std::string dir = path.substr(0, path.find_last_of('/') + 1);
+    if (::access((dir + "../pyvenv.cfg").c_str(), F_OK) == 0) break;
+    char target[4096];
+    const ssize_t length = ::readlink(path.c_str(), target, sizeof(target) - 1);
+    if (length <= 0) break;
+    const std::string next(target, static_cast<size_t>(length));
+    path = next.front() == '/' ? next : dir + next;
   }
   return path;
 }
