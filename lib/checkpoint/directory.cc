@@ -1,0 +1,67 @@
+#include "lib/checkpoint/directory.h"
+
+#include <dirent.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "lib/util/file_util.h"
+
+namespace titan {
+
+bool PathExists(const std::string& path) {
+  struct stat info;
+  return ::lstat(path.c_str(), &info) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode);
+}
+
+absl::Status MakeDirectories(const std::string& path) {
+  for (size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
+    const std::string prefix = path.substr(0, slash);
+    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoError("mkdir", prefix);
+    }
+    if (slash == std::string::npos) break;
+  }
+  if (!IsDirectory(path)) return ErrnoError("mkdir", path);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path) {
+  DIR* dir = ::opendir(path.c_str());
+  if (dir == nullptr) return ErrnoError("open directory", path);
+  std::vector<std::string> names;
+  errno = 0;
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  const int read_errno = errno;
+  ::closedir(dir);
+  if (read_errno != 0) {
+    errno = read_errno;
+    return ErrnoError("read directory", path);
+  }
+  return names;
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  if (!PathExists(path)) return absl::OkStatus();
+  // Depth first, physical: children before their directory, links themselves rather than targets.
+  auto remove_one = [](const char* entry, const struct stat*, int, struct FTW*) {
+    return ::remove(entry) == 0 ? 0 : -1;
+  };
+  if (::nftw(path.c_str(), remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+    return ErrnoError("remove", path);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace titan

@@ -1,0 +1,55 @@
+#include "lib/checkpoint/directory.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace titan {
+namespace {
+
+using ::testing::UnorderedElementsAre;
+
+std::string TempDir() { return std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp"; }
+
+TEST(DirectoryTest, MakesListsAndRemovesTrees) {
+  const std::string root = TempDir() + "/tree";
+  ASSERT_TRUE(MakeDirectories(root + "/a/b/c").ok());
+  ASSERT_TRUE(MakeDirectories(root + "/a/b/c").ok());  // Existing is fine.
+  EXPECT_TRUE(IsDirectory(root + "/a/b/c"));
+  std::ofstream(root + "/a/file") << "x";
+  std::ofstream(root + "/a/b/c/deep") << "y";
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(root + "/a");
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_THAT(*names, UnorderedElementsAre("b", "file"));
+  EXPECT_FALSE(IsDirectory(root + "/a/file"));
+  EXPECT_TRUE(PathExists(root + "/a/file"));
+
+  ASSERT_TRUE(RemoveTree(root + "/a").ok());
+  EXPECT_FALSE(PathExists(root + "/a"));
+  EXPECT_TRUE(RemoveTree(root + "/a").ok());  // Missing is fine.
+}
+
+TEST(DirectoryTest, RemoveTreeDoesNotFollowSymlinks) {
+  const std::string root = TempDir() + "/links";
+  ASSERT_TRUE(MakeDirectories(root + "/keep").ok());
+  std::ofstream(root + "/keep/precious") << "z";
+  ASSERT_TRUE(MakeDirectories(root + "/doomed").ok());
+  ASSERT_EQ(::symlink((root + "/keep").c_str(), (root + "/doomed/link").c_str()), 0);
+  ASSERT_TRUE(RemoveTree(root + "/doomed").ok());
+  EXPECT_FALSE(PathExists(root + "/doomed"));
+  EXPECT_TRUE(PathExists(root + "/keep/precious"));
+}
+
+TEST(DirectoryTest, ErrorsNameThePath) {
+  EXPECT_THAT(ListDirectory(TempDir() + "/absent").status().message(), testing::HasSubstr("absent"));
+  std::ofstream(TempDir() + "/plain") << "f";
+  EXPECT_FALSE(MakeDirectories(TempDir() + "/plain/sub").ok());
+}
+
+}  // namespace
+}  // namespace titan
