@@ -280,8 +280,9 @@ absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state,
   if (!status.ok()) return status;
   if (!old_dir.empty()) {
     status = RemoveTree(old_dir);
-    if (!status.ok())
+    if (!status.ok()) {
       LOG(WARNING) << "Replaced " << final_dir << " but kept the old copy: " << status;
+    }
   }
 
   const double seconds =
