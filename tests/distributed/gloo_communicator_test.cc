@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "lib/distributed/communicator.h"
 #include "lib/distributed/gloo_communicator.h"
+#include "lib/distributed/mesh_communicators.h"
 #include "lib/distributed/parallel_dims.h"
 #include "lib/distributed/rendezvous.h"
 
@@ -254,25 +255,37 @@ TEST(GlooCommunicatorTest, EveryCollectiveExactFourRanks) {
   EXPECT_THAT(statuses, ::testing::Each(0));
 }
 
-// Groups from ParallelDims (dp_shard=2 × tp=2): each all-reduce sums exactly its group's ranks.
-TEST(GlooCommunicatorTest, ParallelDimsSubGroups) {
-  std::vector<int> statuses = RunRanks(4, absl::Seconds(60), [](int rank, auto rendezvous) {
-    absl::StatusOr<ParallelDims> dims = ParallelDims::Build(1, -1, 1, 2, 1, 4);
+// MeshCommunicators over ParallelDims (dp_replicate=2 × dp_shard=2 × tp=2 on 8 ranks): an
+// all-reduce of 2^rank in each group sums exactly the ranks ParallelDims lists for it.
+TEST(GlooCommunicatorTest, MeshGroupsSumTheirOwnRanks) {
+  std::vector<int> statuses = RunRanks(8, absl::Seconds(60), [](int rank, auto rendezvous) {
+    absl::StatusOr<ParallelDims> dims = ParallelDims::Build(2, -1, 1, 2, 1, 8);
     RANK_CHECK_OK(dims.status());
-    for (std::vector<MeshDim> group : {std::vector<MeshDim>{MeshDim::kTp},
-                                       std::vector<MeshDim>{MeshDim::kDpReplicate, MeshDim::kDpShard}}) {
-      const std::vector<int> ranks = dims->GroupRanks(rank, group);
-      absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateGlooCommunicator(
-          rendezvous, dims->GroupName(rank, group), ranks, absl::Seconds(10));
-      RANK_CHECK_OK(comm.status());
+    absl::StatusOr<MeshCommunicators> mesh = MeshCommunicators::Create(
+        *dims, rank, [&](const std::string& name, std::vector<int> ranks) {
+          return CreateGlooCommunicator(rendezvous, name, std::move(ranks), absl::Seconds(10));
+        });
+    RANK_CHECK_OK(mesh.status());
+    const std::pair<MeshGroup, std::vector<MeshDim>> kGroups[] = {
+        {MeshGroup::kWorld, {MeshDim::kPp, MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kCp,
+                             MeshDim::kTp}},
+        {MeshGroup::kDpReplicate, {MeshDim::kDpReplicate}},
+        {MeshGroup::kDpShard, {MeshDim::kDpShard}},
+        {MeshGroup::kTp, {MeshDim::kTp}},
+        {MeshGroup::kDp, {MeshDim::kDpReplicate, MeshDim::kDpShard}},
+        {MeshGroup::kDpShardCp, {MeshDim::kDpShard, MeshDim::kCp}},
+        {MeshGroup::kPp, {MeshDim::kPp}}};
+    for (const auto& [group, mesh_dims] : kGroups) {
+      Communicator& comm = mesh->Get(group);
+      const std::vector<int> ranks = dims->GroupRanks(rank, mesh_dims);
+      RANK_CHECK(comm.global_ranks() == ranks, comm.name() + " ranks");
       at::Tensor tensor = at::full({3}, int64_t{1} << rank, at::kLong);
-      RANK_CHECK_OK(Await((*comm)->AllReduce(tensor, ReduceOp::kSum)));
+      RANK_CHECK_OK(Await(comm.AllReduce(tensor, ReduceOp::kSum)));
       int64_t expected = 0;
       for (int r : ranks) expected += int64_t{1} << r;
-      RANK_CHECK(at::equal(tensor, at::full({3}, expected, at::kLong)),
-                 (*comm)->name() + " sum");
-      RANK_CHECK_OK(Await((*comm)->Barrier()));
+      RANK_CHECK(at::equal(tensor, at::full({3}, expected, at::kLong)), comm.name() + " sum");
     }
+    RANK_CHECK_OK(Await(mesh->Get(MeshGroup::kWorld).Barrier()));
     return 0;
   });
   EXPECT_THAT(statuses, ::testing::Each(0));
