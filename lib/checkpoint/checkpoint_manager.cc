@@ -50,7 +50,8 @@ std::optional<int64_t> ParseStepName(const std::string& name) {
     return std::nullopt;
   }
   int64_t step;
-  if (!absl::SimpleAtoi(digits, &step)) return std::nullopt;
+  // "step-007" is not ours: StepDirectory(7) is "step-7".
+  if (!absl::SimpleAtoi(digits, &step) || absl::StrCat(step) != digits) return std::nullopt;
   return step;
 }
 
@@ -73,6 +74,11 @@ absl::Status ReplaceDirectory(const std::string& from, const std::string& to,
   }
   old_location = aside;
   return absl::OkStatus();
+}
+
+// A manifest number for an error message; other JSON by type only (it could be huge).
+std::string Describe(const json& value) {
+  return value.is_number() ? value.dump() : value.type_name();
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -102,8 +108,8 @@ absl::StatusOr<ManifestTensor> ParseManifestTensor(const std::string& manifest_p
     tensor.bytes = entry.at("bytes").get<uint64_t>();
     tensor.crc32 = entry.at("crc32").get<uint32_t>();
   } catch (const json::exception& e) {
-    return absl::DataLossError(absl::StrCat(where, ": ", e.what(),
-                                            " (expected file, name, dtype, shape, bytes, crc32)"));
+    return absl::DataLossError(
+        absl::StrCat(where, ": ", e.what(), " (expected file, name, dtype, shape, bytes, crc32)"));
   }
   if (tensor.file != kModelFile && tensor.file != kOptimizerFile) {
     return absl::DataLossError(absl::StrCat(where, ": file \"", tensor.file, "\", expected \"",
@@ -123,9 +129,9 @@ absl::Status CheckFileAgainstManifest(const SafetensorsFile& file,
     const SafetensorsEntry* entry = file.Find(tensor.name);
     if (entry == nullptr) return absl::DataLossError(where + ": listed in the manifest, missing");
     if (entry->dtype != tensor.dtype || entry->shape != tensor.shape) {
-      return absl::DataLossError(absl::StrCat(where, ": ", entry->dtype, " ",
-                                              ShapeString(entry->shape), " in the file, manifest says ",
-                                              tensor.dtype, " ", ShapeString(tensor.shape)));
+      return absl::DataLossError(absl::StrCat(
+          where, ": ", entry->dtype, " ", ShapeString(entry->shape), " in the file, manifest says ",
+          tensor.dtype, " ", ShapeString(tensor.shape)));
     }
     if (entry->end - entry->begin != tensor.bytes) {
       return absl::DataLossError(absl::StrCat(where, ": ", entry->end - entry->begin,
@@ -134,8 +140,8 @@ absl::Status CheckFileAgainstManifest(const SafetensorsFile& file,
     if (verify_checksums) {
       const uint32_t crc = Crc32(*file.Bytes(tensor.name));
       if (crc != tensor.crc32) {
-        return absl::DataLossError(absl::StrCat(where, ": CRC-32 ", crc,
-                                                " does not match the manifest's ", tensor.crc32));
+        return absl::DataLossError(
+            absl::StrCat(where, ": CRC-32 ", crc, " does not match the manifest's ", tensor.crc32));
       }
     }
   }
@@ -161,9 +167,9 @@ absl::Status CheckDestinations(const NamedTensors& destinations,
     if (it == saved.end()) {
       missing.push_back(name);
     } else if (!tensor.defined() || tensor.sizes().vec() != it->second->shape) {
-      mismatched.push_back(absl::StrCat(
-          name, ": checkpoint ", ShapeString(it->second->shape), ", destination ",
-          tensor.defined() ? ShapeString(tensor.sizes().vec()) : "undefined"));
+      mismatched.push_back(
+          absl::StrCat(name, ": checkpoint ", ShapeString(it->second->shape), ", destination ",
+                       tensor.defined() ? ShapeString(tensor.sizes().vec()) : "undefined"));
     }
   }
   for (const auto& [name, unused] : saved) {
@@ -171,7 +177,8 @@ absl::Status CheckDestinations(const NamedTensors& destinations,
   }
   std::vector<std::string> problems;
   if (!missing.empty()) problems.push_back("missing keys: " + absl::StrJoin(missing, ", "));
-  if (!unexpected.empty()) problems.push_back("unexpected keys: " + absl::StrJoin(unexpected, ", "));
+  if (!unexpected.empty())
+    problems.push_back("unexpected keys: " + absl::StrJoin(unexpected, ", "));
   if (!duplicated.empty()) problems.push_back("duplicate keys: " + absl::StrJoin(duplicated, ", "));
   if (!mismatched.empty()) problems.push_back("shape mismatch: " + absl::StrJoin(mismatched, "; "));
   if (problems.empty()) return absl::OkStatus();
@@ -273,7 +280,9 @@ absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state,
   if (!status.ok()) return status;
   if (!old_dir.empty()) {
     status = RemoveTree(old_dir);
-    if (!status.ok()) LOG(WARNING) << "Replaced " << final_dir << " but kept the old copy: " << status;
+    if (!status.ok()) {
+      LOG(WARNING) << "Replaced " << final_dir << " but kept the old copy: " << status;
+    }
   }
 
   const double seconds =
@@ -349,14 +358,15 @@ absl::StatusOr<CheckpointManager::OpenStep> CheckpointManager::Open(int64_t step
   }
   const auto version = manifest.find("format_version");
   if (version == manifest.end() || *version != kCheckpointFormatVersion) {
-    return absl::DataLossError(absl::StrCat(
-        manifest_path, ": format_version ", version == manifest.end() ? "missing" : version->dump(),
-        ", expected ", kCheckpointFormatVersion));
+    return absl::DataLossError(
+        absl::StrCat(manifest_path, ": format_version ",
+                     version == manifest.end() ? "missing" : Describe(*version), ", expected ",
+                     kCheckpointFormatVersion));
   }
   const auto saved_step = manifest.find("step");
   if (saved_step == manifest.end() || *saved_step != step) {
     return absl::DataLossError(absl::StrCat(
-        manifest_path, ": step ", saved_step == manifest.end() ? "missing" : saved_step->dump(),
+        manifest_path, ": step ", saved_step == manifest.end() ? "missing" : Describe(*saved_step),
         ", expected ", step));
   }
   const auto model_only = manifest.find("model_only");

@@ -27,8 +27,8 @@ using ::testing::IsEmpty;
 // A fresh directory per test.
 std::string TestRoot() {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string root = absl::StrCat(tmp ? tmp : "/tmp", "/",
-                                        testing::UnitTest::GetInstance()->current_test_info()->name());
+  const std::string root = absl::StrCat(
+      tmp ? tmp : "/tmp", "/", testing::UnitTest::GetInstance()->current_test_info()->name());
   EXPECT_TRUE(RemoveTree(root).ok());
   return root;
 }
@@ -98,7 +98,8 @@ TEST(CheckpointManagerTest, EmptyRootHasNoSteps) {
 TEST(CheckpointManagerTest, KeepLatestKDeletesOlderSteps) {
   const std::string root = TestRoot();
   CheckpointManager manager(root, /*keep_latest_k=*/2);
-  for (int step = 1; step <= 5; ++step) ASSERT_TRUE(manager.Save(step, MakeState(step), false).ok());
+  for (int step = 1; step <= 5; ++step)
+    ASSERT_TRUE(manager.Save(step, MakeState(step), false).ok());
   EXPECT_THAT(*manager.ListSteps(), ElementsAre(4, 5));
   EXPECT_EQ(ListDirectory(root)->size(), 2u);
 
@@ -148,6 +149,7 @@ TEST(CheckpointManagerTest, StaleTemporaryIsIgnoredThenCleaned) {
   const std::string stale = root + "/step-7.tmp-12345";
   ASSERT_TRUE(MakeDirectories(stale).ok());
   std::ofstream(stale + "/model.safetensors") << "half";
+  ASSERT_TRUE(MakeDirectories(root + "/step-007").ok());  // Not a name Save writes.
 
   EXPECT_THAT(*manager.ListSteps(), ElementsAre(5));
   EXPECT_EQ(*manager.LatestStep(), 5);
@@ -287,7 +289,7 @@ TEST(CheckpointManagerTest, LoadIntoListsMismatchedKeysAndShapesBeforeWriting) {
   NamedTensors model = MakeState(5).model;
   const at::Tensor untouched = model[0].second.clone();
   model[1].first = "layers.0.attention.wk.weight";  // Missing from the checkpoint.
-  model[2].second = at::ones({3});                   // Wrong shape.
+  model[2].second = at::ones({3});                  // Wrong shape.
   absl::Status status = manager.LoadInto(4, model, nullptr, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("model.safetensors"));
@@ -317,7 +319,8 @@ TEST(CheckpointManagerTest, RejectsBadArguments) {
   CheckpointState state = MakeState(1);
   EXPECT_EQ(manager.Save(-1, state, false).code(), absl::StatusCode::kInvalidArgument);
   state.extra = nlohmann::json::array();
-  EXPECT_THAT(manager.Save(1, state, false).message(), HasSubstr("extra state must be a JSON object"));
+  EXPECT_THAT(manager.Save(1, state, false).message(),
+              HasSubstr("extra state must be a JSON object"));
   state = MakeState(1);
   state.model.push_back(state.model[0]);
   EXPECT_THAT(manager.Save(1, state, false).message(), HasSubstr("duplicate name"));

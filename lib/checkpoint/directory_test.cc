@@ -46,7 +46,8 @@ TEST(DirectoryTest, RemoveTreeDoesNotFollowSymlinks) {
 }
 
 TEST(DirectoryTest, ErrorsNameThePath) {
-  EXPECT_THAT(ListDirectory(TempDir() + "/absent").status().message(), testing::HasSubstr("absent"));
+  EXPECT_THAT(ListDirectory(TempDir() + "/absent").status().message(),
+              testing::HasSubstr("absent"));
   std::ofstream(TempDir() + "/plain") << "f";
   EXPECT_FALSE(MakeDirectories(TempDir() + "/plain/sub").ok());
 }

@@ -26,8 +26,7 @@ absl::Status SetCpuRngState(const at::Tensor& state) {
   try {
     generator.set_state(state.contiguous());
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CPU RNG state: ", e.what_without_backtrace()));
+    return absl::InvalidArgumentError(absl::StrCat("CPU RNG state: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }
@@ -42,7 +41,7 @@ absl::Status RestoreRngState(const nlohmann::json& rng) {
   const auto cpu = rng.find("cpu");  // end() for a non-object too.
   if (cpu == rng.end() || !cpu->is_string()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("rng: expected {\"cpu\": <base64 string>}, got ", rng.dump()));
+        absl::StrCat("rng: expected {\"cpu\": <base64 string>}, got a JSON ", rng.type_name()));
   }
   std::string bytes;
   if (!absl::Base64Unescape(cpu->get<std::string>(), &bytes)) {

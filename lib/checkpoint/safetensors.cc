@@ -86,6 +86,23 @@ std::optional<uint64_t> AsNonNegativeInt(const json& value) {
   return v;
 }
 
+// A JSON value for an error message, kept short: hostile input dumped in full could be huge or
+// nested deeply enough to overflow the stack of the recursive dump().
+std::string Abbreviated(const json& value) {
+  constexpr size_t kMaxChars = 64;
+  constexpr size_t kMaxElements = 16;
+  if (value.is_primitive()) {
+    std::string text = value.dump();
+    if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
+    return text;
+  }
+  if (value.is_array() && value.size() <= kMaxElements &&
+      std::all_of(value.begin(), value.end(), [](const json& v) { return v.is_number(); })) {
+    return value.dump();
+  }
+  return absl::StrCat(value.type_name(), " of ", value.size(), " elements");
+}
+
 absl::Status Malformed(absl::string_view source, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": invalid safetensors file: ", what));
 }
@@ -94,7 +111,7 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(absl::string_view source, const std:
                                             const json& value, uint64_t data_size) {
   const std::string where = absl::StrCat("tensor '", name, "'");
   if (!value.is_object()) {
-    return Malformed(source, absl::StrCat(where, ": expected an object, got ", value.dump()));
+    return Malformed(source, absl::StrCat(where, ": expected an object, got ", Abbreviated(value)));
   }
   for (const auto& [key, unused] : value.items()) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
@@ -121,7 +138,7 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(absl::string_view source, const std:
   for (const json& dim : *shape) {
     std::optional<uint64_t> size = AsNonNegativeInt(dim);
     if (!size) {
-      return Malformed(source, absl::StrCat(where, ": shape ", shape->dump(),
+      return Malformed(source, absl::StrCat(where, ": shape ", Abbreviated(*shape),
                                             ": expected non-negative integers"));
     }
     entry.shape.push_back(static_cast<int64_t>(*size));
@@ -134,9 +151,10 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(absl::string_view source, const std:
     end = AsNonNegativeInt((*offsets)[1]);
   }
   if (!begin || !end) {
-    return Malformed(source, absl::StrCat(where, ": expected 'data_offsets' [begin, end] of "
-                                                 "non-negative integers, got ",
-                                          offsets == value.end() ? "none" : offsets->dump()));
+    return Malformed(
+        source,
+        absl::StrCat(where, ": expected 'data_offsets' [begin, end] of non-negative ",
+                     "integers, got ", offsets == value.end() ? "none" : Abbreviated(*offsets)));
   }
   entry.begin = *begin;
   entry.end = *end;
@@ -150,12 +168,12 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(absl::string_view source, const std:
   }
   std::optional<uint64_t> bytes = ByteSize(entry.shape, c10::elementSize(entry.scalar_type));
   if (!bytes) {
-    return Malformed(source, absl::StrCat(where, ": shape ", shape->dump(), " overflows"));
+    return Malformed(source, absl::StrCat(where, ": shape ", Abbreviated(*shape), " overflows"));
   }
   if (*bytes != entry.end - entry.begin) {
     return Malformed(source, absl::StrCat(where, ": data_offsets ", range, " hold ",
                                           entry.end - entry.begin, " bytes, but ", entry.dtype,
-                                          " shape ", shape->dump(), " needs ", *bytes));
+                                          " shape ", Abbreviated(*shape), " needs ", *bytes));
   }
   return entry;
 }
@@ -164,12 +182,12 @@ absl::Status ParseMetadata(absl::string_view source, const json& value,
                            std::map<std::string, std::string>& metadata) {
   if (!value.is_object()) {
     return Malformed(source, absl::StrCat("__metadata__: expected an object of strings, got ",
-                                          value.dump()));
+                                          Abbreviated(value)));
   }
   for (const auto& [key, item] : value.items()) {
     if (!item.is_string()) {
       return Malformed(source, absl::StrCat("__metadata__: '", key, "': expected a string, got ",
-                                            item.dump()));
+                                            Abbreviated(item)));
     }
     metadata[key] = item.get<std::string>();
   }
@@ -199,7 +217,7 @@ absl::Status CheckTiling(absl::string_view source, std::vector<SafetensorsEntry>
     previous = &entry;
   }
   if (covered != data_size) {
-    return Malformed(source, absl::StrCat("tensors cover ", covered, " bytes but the data section "
+    return Malformed(source, absl::StrCat("tensors cover ", covered, " bytes but the data section ",
                                           "after the header has ", data_size));
   }
   return absl::OkStatus();
@@ -287,9 +305,9 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file_
                                           kSafetensorsMaxHeaderBytes, " bytes"));
   }
   if (header_length > file_bytes.size() - 8) {
-    return Malformed(source, absl::StrCat("header length ", header_length,
-                                          " runs past the end of the file (", file_bytes.size(),
-                                          " bytes)"));
+    return Malformed(
+        source, absl::StrCat("header length ", header_length, " runs past the end of the file (",
+                             file_bytes.size(), " bytes)"));
   }
   const absl::string_view text = file_bytes.substr(8, header_length);
   if (text.empty() || text.front() != '{') {
@@ -348,7 +366,9 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
       return absl::InvalidArgumentError(where + ": only dense tensors with data can be saved");
     }
     absl::StatusOr<std::string> dtype = SafetensorsDtypeName(tensor.scalar_type());
-    if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(where, ": ", dtype.status().message()));
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", dtype.status().message()));
+    }
   }
   std::vector<size_t> order(tensors.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -377,8 +397,8 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
     try {
       host = tensor.to(at::kCPU).contiguous();  // One tensor's copy at a time, none when on CPU.
     } catch (const c10::Error& e) {
-      return fail(absl::InternalError(absl::StrCat(path, ": tensor '", name,
-                                                   "': copy to CPU failed: ", e.what_without_backtrace())));
+      return fail(absl::InternalError(absl::StrCat(
+          path, ": tensor '", name, "': copy to CPU failed: ", e.what_without_backtrace())));
     }
     const absl::string_view bytes(static_cast<const char*>(host.data_ptr()), host.nbytes());
     status = WriteAll(fd, bytes.data(), bytes.size(), tmp);
@@ -485,13 +505,13 @@ absl::StatusOr<at::Tensor> SafetensorsFile::Load(absl::string_view name) const {
     if (!bytes->empty()) std::memcpy(tensor.data_ptr(), bytes->data(), bytes->size());
     return tensor;
   } catch (const c10::Error& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(path_, ": tensor '", name,
-                                                     "': allocation failed: ",
-                                                     e.what_without_backtrace()));
+    return absl::ResourceExhaustedError(absl::StrCat(
+        path_, ": tensor '", name, "': allocation failed: ", e.what_without_backtrace()));
   }
 }
 
-absl::Status SafetensorsFile::LoadInto(absl::string_view name, const at::Tensor& destination) const {
+absl::Status SafetensorsFile::LoadInto(absl::string_view name,
+                                       const at::Tensor& destination) const {
   const SafetensorsEntry* entry = Find(name);
   if (entry == nullptr) {
     return absl::NotFoundError(absl::StrCat(path_, ": no tensor named '", name, "'"));
@@ -514,8 +534,8 @@ absl::Status SafetensorsFile::LoadInto(absl::string_view name, const at::Tensor&
     if (!loaded.ok()) return loaded.status();
     destination.copy_(*loaded);
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(path_, ": tensor '", name, "': copy failed: ",
-                                            e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat(path_, ": tensor '", name, "': copy failed: ", e.what_without_backtrace()));
   }
   return absl::OkStatus();
 }

@@ -60,8 +60,9 @@ using TensorBytesObserver = std::function<void(const std::string& name, absl::st
 // Writes `tensors` to `path` atomically (temp file, fsync, rename, fsync of the directory). Tensors
 // are laid out like the reference writer (by dtype alignment, then name), so the file is
 // byte-identical to `safetensors.torch.save_file` for the same tensors and at most one metadata key
-// (the reference orders several keys by hash). Tensors stream to disk one at a time; a tensor that is
-// not a contiguous CPU tensor is copied to one just before it is written. Empty `metadata` writes no
+// (the reference orders several keys by hash). Tensors stream to disk one at a time; a tensor that
+// is not a contiguous CPU tensor is copied to one just before it is written. Empty `metadata`
+// writes no
 // "__metadata__" entry.
 absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tensors,
                               const std::map<std::string, std::string>& metadata = {},

@@ -70,9 +70,9 @@ TEST(SafetensorsInteropTest, PythonReadsOurFilesAndRewritesThemByteForByte) {
   const std::string theirs = TempDir() + "/resaved.safetensors";
   const std::string dump = TempDir() + "/resaved.json";
   NamedTensors tensors;
-  for (const char* dtype : {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL",
-                            "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64", "U64", "U32",
-                            "U16"}) {
+  for (const char* dtype :
+       {"F64", "F32", "F16", "BF16", "I64", "I32", "I16", "I8", "U8", "BOOL", "F8_E4M3", "F8_E5M2",
+        "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64", "U64", "U32", "U16"}) {
     tensors.emplace_back(absl::StrCat("model.", dtype),
                          RandomBits(*ScalarTypeFromSafetensorsDtype(dtype), 3, 4));
   }
@@ -81,7 +81,8 @@ TEST(SafetensorsInteropTest, PythonReadsOurFilesAndRewritesThemByteForByte) {
   tensors.emplace_back("transposed", RandomBits(at::kBFloat16, 5, 3).t());
   ASSERT_TRUE(WriteSafetensors(ours, tensors, {{"format", "pt"}}).ok());
 
-  ASSERT_NO_FATAL_FAILURE(RunReference(absl::StrCat("resave '", ours, "' '", theirs, "' '", dump, "'")));
+  ASSERT_NO_FATAL_FAILURE(
+      RunReference(absl::StrCat("resave '", ours, "' '", theirs, "' '", dump, "'")));
   const nlohmann::json loaded = nlohmann::json::parse(ReadAll(dump));
   ASSERT_EQ(loaded.size(), tensors.size());
   for (const auto& [name, tensor] : tensors) {

@@ -18,7 +18,8 @@ def dump(tensors, path):
     out = {}
     for name, t in tensors.items():
         raw = t.contiguous().reshape(-1).view(torch.uint8)
-        out[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "hex": bytes(raw.tolist()).hex()}
+        out[name] = {"dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape),
+                     "hex": bytes(raw.tolist()).hex()}
     with open(path, "w") as f:
         json.dump(out, f)
 
@@ -27,7 +28,8 @@ def random_tensor(dtype, shape, generator):
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=generator).bool()
     item = torch.empty((), dtype=dtype).element_size()
-    raw = torch.randint(0, 256, shape[:-1] + (shape[-1] * item,), generator=generator, dtype=torch.uint8)
+    raw = torch.randint(0, 256, shape[:-1] + (shape[-1] * item,), generator=generator,
+                        dtype=torch.uint8)
     return raw.view(dtype)
 
 

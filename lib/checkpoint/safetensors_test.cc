@@ -42,10 +42,24 @@ std::string RawFile(const std::string& header, const std::string& data) {
 }
 
 const at::ScalarType kAllTypes[] = {
-    at::kFloat, at::kHalf,  at::kBFloat16, at::kDouble,        at::kLong,
-    at::kInt,   at::kShort, at::kChar,     at::kByte,          at::kBool,
-    at::kFloat8_e4m3fn, at::kFloat8_e5m2, at::kFloat8_e4m3fnuz, at::kFloat8_e5m2fnuz,
-    at::kUInt16, at::kUInt32, at::kUInt64, at::kComplexFloat,
+    at::kFloat,
+    at::kHalf,
+    at::kBFloat16,
+    at::kDouble,
+    at::kLong,
+    at::kInt,
+    at::kShort,
+    at::kChar,
+    at::kByte,
+    at::kBool,
+    at::kFloat8_e4m3fn,
+    at::kFloat8_e5m2,
+    at::kFloat8_e4m3fnuz,
+    at::kFloat8_e5m2fnuz,
+    at::kUInt16,
+    at::kUInt32,
+    at::kUInt64,
+    at::kComplexFloat,
 };
 
 TEST(SafetensorsTest, RoundTripsEveryDtypeBitwise) {
@@ -92,18 +106,18 @@ TEST(SafetensorsTest, LayoutFollowsTheReference) {
   EXPECT_EQ(length % 8, 0u);
   // As safetensors.torch.save_file 0.8 writes it: wider dtypes first, then by name; compact JSON;
   // space padding.
-  const std::string json =
-      R"({"l":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
-      R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
-      R"("z":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},)"
-      R"("h":{"dtype":"BF16","shape":[1],"data_offsets":[24,26]},)"
-      R"("b":{"dtype":"BOOL","shape":[3],"data_offsets":[26,29]}})";
+  const std::string json = R"({"l":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
+                           R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},)"
+                           R"("z":{"dtype":"F32","shape":[2],"data_offsets":[16,24]},)"
+                           R"("h":{"dtype":"BF16","shape":[1],"data_offsets":[24,26]},)"
+                           R"("b":{"dtype":"BOOL","shape":[3],"data_offsets":[26,29]}})";
   EXPECT_EQ(bytes.substr(8, length), json + std::string(length - json.size(), ' '));
   EXPECT_EQ(bytes.size(), 8 + length + 29);
 }
 
 TEST(SafetensorsTest, ObserverSeesEachTensorsBytes) {
-  NamedTensors tensors = {{"x", RandomTensor(at::kFloat, {4})}, {"y", RandomTensor(at::kHalf, {2, 2})}};
+  NamedTensors tensors = {{"x", RandomTensor(at::kFloat, {4})},
+                          {"y", RandomTensor(at::kHalf, {2, 2})}};
   std::map<std::string, std::string> seen;
   ASSERT_TRUE(WriteSafetensors(TempDir() + "/observed.safetensors", tensors, {},
                                [&](const std::string& name, absl::string_view bytes) {
@@ -152,9 +166,11 @@ TEST(SafetensorsTest, EmptyFileHasNoTensors) {
 TEST(SafetensorsTest, WriterRejectsBadInput) {
   const std::string path = TempDir() + "/bad_write.safetensors";
   const at::Tensor x = at::ones({2});
-  EXPECT_THAT(WriteSafetensors(path, {{"a", x}, {"a", x}}).message(), HasSubstr("'a': duplicate name"));
+  EXPECT_THAT(WriteSafetensors(path, {{"a", x}, {"a", x}}).message(),
+              HasSubstr("'a': duplicate name"));
   EXPECT_THAT(WriteSafetensors(path, {{"__metadata__", x}}).message(), HasSubstr("reserved name"));
-  EXPECT_THAT(WriteSafetensors(path, {{"u", at::Tensor()}}).message(), HasSubstr("undefined tensor"));
+  EXPECT_THAT(WriteSafetensors(path, {{"u", at::Tensor()}}).message(),
+              HasSubstr("undefined tensor"));
   EXPECT_THAT(WriteSafetensors(path, {{"c", at::ones({2}, at::kComplexDouble)}}).message(),
               HasSubstr("no safetensors equivalent"));
   EXPECT_THAT(WriteSafetensors(path, {{std::string("\xff\xfe", 2), x}}).message(),
@@ -187,14 +203,17 @@ TEST(SafetensorsTest, MalformedFilesGiveClearErrors) {
       {"not an object start", RawFile("[]", ""), "must start with '{'"},
       {"invalid json", RawFile("{\"a\":", ""), "not valid JSON"},
       {"trailing garbage", RawFile("{} x", ""), "not valid JSON"},
-      {"unknown dtype", RawFile(R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", eight + eight),
+      {"unknown dtype",
+       RawFile(R"({"a":{"dtype":"F128","shape":[1],"data_offsets":[0,16]}})", eight + eight),
        "tensor 'a': unknown dtype \"F128\""},
-      {"negative shape", RawFile(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight),
+      {"negative shape",
+       RawFile(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight),
        "expected non-negative integers"},
       {"float shape", RawFile(R"({"a":{"dtype":"F32","shape":[2.0],"data_offsets":[0,8]}})", eight),
        "expected non-negative integers"},
       {"overflowing shape",
-       RawFile(R"({"a":{"dtype":"F32","shape":[9223372036854775807,4],"data_offsets":[0,8]}})", eight),
+       RawFile(R"({"a":{"dtype":"F32","shape":[9223372036854775807,4],"data_offsets":[0,8]}})",
+               eight),
        "overflows"},
       {"wrong byte count", RawFile("{\"a\":{" + f32x2 + R"(,"data_offsets":[0,4]}})", eight),
        "hold 4 bytes, but F32 shape [2] needs 8"},
@@ -224,7 +243,11 @@ TEST(SafetensorsTest, MalformedFilesGiveClearErrors) {
        "names 'a' more than once"},
       {"metadata not strings", RawFile(R"({"__metadata__":{"k":1}})", ""),
        "__metadata__: 'k': expected a string"},
-      {"metadata not object", RawFile(R"({"__metadata__":"x"})", ""), "__metadata__: expected an object"},
+      {"deeply nested",
+       RawFile("{\"a\":" + std::string(1'000'000, '[') + std::string(1'000'000, ']') + "}", ""),
+       "tensor 'a': expected an object, got array of 1 elements"},
+      {"metadata not object", RawFile(R"({"__metadata__":"x"})", ""),
+       "__metadata__: expected an object"},
   };
   for (const MalformedCase& c : cases) {
     SCOPED_TRACE(c.label);
@@ -240,10 +263,11 @@ TEST(SafetensorsTest, MalformedFilesGiveClearErrors) {
 
 TEST(SafetensorsTest, EveryTruncationOrByteFlipIsRejectedOrParsedWithoutCrashing) {
   const std::string path = TempDir() + "/valid.safetensors";
-  ASSERT_TRUE(WriteSafetensors(path, {{"w", RandomTensor(at::kFloat, {2, 2})},
-                                      {"b", RandomTensor(at::kBFloat16, {3})}},
-                               {{"format", "pt"}})
-                  .ok());
+  ASSERT_TRUE(
+      WriteSafetensors(
+          path, {{"w", RandomTensor(at::kFloat, {2, 2})}, {"b", RandomTensor(at::kBFloat16, {3})}},
+          {{"format", "pt"}})
+          .ok());
   std::ifstream in(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   ASSERT_TRUE(ParseSafetensorsHeader(bytes, "valid").ok());

@@ -1,0 +1,67 @@
+#ifndef TITAN_LIB_DISTRIBUTED_COMMUNICATOR_H_
+#define TITAN_LIB_DISTRIBUTED_COMMUNICATOR_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace titan {
+
+enum class ReduceOp { kSum, kProduct, kMin, kMax };
+
+// An operation in flight. Wait() is bounded by the communicator's timeout; its error names the
+// collective, the group and the ranks that did not arrive. A communicator whose operation failed
+// is unusable (peers may be mid-transfer): the job should stop.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual absl::Status Wait() = 0;
+  // Whether the operation has finished (well or not), without blocking.
+  virtual bool IsCompleted() = 0;
+};
+
+// Collectives over one process group. Every member calls the same operations in the same order
+// from one thread; tensors stay untouched until their Work has been waited for. Ranks in arguments
+// are positions in the group (0 .. size() - 1); global_ranks() maps them to job ranks.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual const std::string& name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const std::vector<int>& global_ranks() const = 0;
+  virtual absl::Duration timeout() const = 0;
+  // Applies to operations started afterwards.
+  virtual void set_timeout(absl::Duration timeout) = 0;
+
+  // In place, on every member.
+  virtual absl::StatusOr<std::unique_ptr<Work>> AllReduce(at::Tensor tensor, ReduceOp op) = 0;
+  // `output` holds size() × input.numel() elements: member r's input at [r·n, (r+1)·n) (flat).
+  virtual absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) = 0;
+  // `input` holds size() × output.numel() elements; member r gets the reduction of slice r.
+  virtual absl::StatusOr<std::unique_ptr<Work>> ReduceScatter(at::Tensor input, at::Tensor output,
+                                                              ReduceOp op) = 0;
+  // `root`'s tensor, copied into every member's `tensor`.
+  virtual absl::StatusOr<std::unique_ptr<Work>> Broadcast(at::Tensor tensor, int root) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Work>> Send(at::Tensor tensor, int dst, int tag) = 0;
+  virtual absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) = 0;
+  // Equal splits: slice j of member i's input (flat, size() slices) lands in slice i of member j's
+  // output.
+  virtual absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) = 0;
+  // Completes once every member has reached it (and this member's earlier operations are done).
+  virtual absl::StatusOr<std::unique_ptr<Work>> Barrier() = 0;
+};
+
+// Starts an operation and waits for it: the blocking form of every call above.
+absl::Status Await(absl::StatusOr<std::unique_ptr<Work>> work);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_DISTRIBUTED_COMMUNICATOR_H_

@@ -1,0 +1,509 @@
+#include "lib/distributed/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "glog/logging.h"
+#include "lib/util/status_macros.h"
+
+extern char** environ;
+
+namespace titan {
+namespace {
+
+using EnvMap = absl::flat_hash_map<std::string, std::string>;
+
+const char* Lookup(const EnvMap& env, const std::string& name) {
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : it->second.c_str();
+}
+
+absl::StatusOr<int> ParseIntVar(const EnvMap& env, const std::string& name) {
+  const char* value = Lookup(env, name);
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("environment variable ", name, " is not set"));
+  }
+  int parsed = 0;
+  if (!absl::SimpleAtoi(value, &parsed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", name, ": expected integer, got \"", value, "\""));
+  }
+  return parsed;
+}
+
+absl::StatusOr<int> ParseIntVarOr(const EnvMap& env, const std::string& name, int fallback) {
+  if (Lookup(env, name) == nullptr) return fallback;
+  return ParseIntVar(env, name);
+}
+
+// Slurm writes tasks per node as "2(x3),1" (three nodes with 2 tasks, then one with 1).
+absl::StatusOr<int> TasksOnNode(absl::string_view var, absl::string_view tasks_per_node,
+                                int node_id) {
+  int node = 0;
+  for (absl::string_view group : absl::StrSplit(tasks_per_node, ',')) {
+    int tasks = 0;
+    int repeat = 1;
+    absl::string_view count = group;
+    size_t paren = group.find("(x");
+    if (paren != absl::string_view::npos) {
+      count = group.substr(0, paren);
+      absl::string_view times = group.substr(paren + 2);
+      if (!absl::ConsumeSuffix(&times, ")") || !absl::SimpleAtoi(times, &repeat)) {
+        return absl::InvalidArgumentError(absl::StrCat("environment variable ", var, ": bad group \"",
+                                                       group, "\" in \"", tasks_per_node, "\""));
+      }
+    }
+    if (!absl::SimpleAtoi(count, &tasks)) {
+      return absl::InvalidArgumentError(absl::StrCat("environment variable ", var, ": bad group \"",
+                                                     group, "\" in \"", tasks_per_node, "\""));
+    }
+    if (node_id < node + repeat) return tasks;
+    node += repeat;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("environment variable ", var, "=\"", tasks_per_node,
+                                                 "\" lists fewer than ", node_id + 1, " nodes"));
+}
+
+// The first host of a Slurm hostlist ("gpu[07-09,12],cpu1" -> "gpu07"); written by hand because
+// expanding it otherwise needs `scontrol show hostnames`, a subprocess that may not be installed.
+std::string FirstSlurmHost(absl::string_view nodelist) {
+  std::string host;
+  size_t i = 0;
+  while (i < nodelist.size() && nodelist[i] != ',') {
+    if (nodelist[i] == '[') {
+      ++i;
+      while (i < nodelist.size() && nodelist[i] != ',' && nodelist[i] != '-' &&
+             nodelist[i] != ']') {
+        host.push_back(nodelist[i++]);
+      }
+      while (i < nodelist.size() && nodelist[i] != ']') ++i;
+      ++i;
+    } else {
+      host.push_back(nodelist[i++]);
+    }
+  }
+  return host;
+}
+
+absl::Status Validate(const DistributedEnv& env) {
+  if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat(env.source, " environment: rank ", env.rank,
+                                                   " is outside world size ", env.world_size));
+  }
+  if (env.local_world_size < 1 || env.local_rank < 0 || env.local_rank >= env.local_world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(env.source, " environment: local rank ", env.local_rank,
+                     " is outside local world size ", env.local_world_size));
+  }
+  if (env.master_port < 1 || env.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        env.source, " environment: MASTER_PORT ", env.master_port, " is not a TCP port"));
+  }
+  if (env.master_addr.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(env.source, " environment: empty MASTER_ADDR"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DistributedEnv> DetectDistributedEnvFrom(const EnvMap& env) {
+  DistributedEnv result;
+  if (Lookup(env, "RANK") != nullptr || Lookup(env, "WORLD_SIZE") != nullptr) {
+    result.source = "torchrun";
+    TITAN_ASSIGN_OR_RETURN(result.rank, ParseIntVar(env, "RANK"));
+    TITAN_ASSIGN_OR_RETURN(result.world_size, ParseIntVar(env, "WORLD_SIZE"));
+    // Hand-set RANK/WORLD_SIZE without the local pair means one node.
+    TITAN_ASSIGN_OR_RETURN(result.local_rank, ParseIntVarOr(env, "LOCAL_RANK", result.rank));
+    TITAN_ASSIGN_OR_RETURN(result.local_world_size,
+                           ParseIntVarOr(env, "LOCAL_WORLD_SIZE", result.world_size));
+  } else if (Lookup(env, "SLURM_PROCID") != nullptr) {
+    result.source = "slurm";
+    TITAN_ASSIGN_OR_RETURN(result.rank, ParseIntVar(env, "SLURM_PROCID"));
+    TITAN_ASSIGN_OR_RETURN(result.world_size, ParseIntVar(env, "SLURM_NTASKS"));
+    TITAN_ASSIGN_OR_RETURN(result.local_rank, ParseIntVarOr(env, "SLURM_LOCALID", 0));
+    TITAN_ASSIGN_OR_RETURN(int node_id, ParseIntVarOr(env, "SLURM_NODEID", 0));
+    const char* per_node_var = Lookup(env, "SLURM_STEP_TASKS_PER_NODE") != nullptr
+                                   ? "SLURM_STEP_TASKS_PER_NODE"
+                                   : "SLURM_TASKS_PER_NODE";
+    if (const char* per_node = Lookup(env, per_node_var)) {
+      TITAN_ASSIGN_OR_RETURN(result.local_world_size, TasksOnNode(per_node_var, per_node, node_id));
+    } else {
+      result.local_world_size = result.world_size;
+    }
+    const char* nodelist = Lookup(env, "SLURM_JOB_NODELIST");
+    if (nodelist == nullptr) nodelist = Lookup(env, "SLURM_NODELIST");
+    if (Lookup(env, "MASTER_ADDR") == nullptr && nodelist == nullptr) {
+      return absl::InvalidArgumentError(
+          "slurm environment: neither MASTER_ADDR nor SLURM_JOB_NODELIST is set");
+    }
+    if (nodelist != nullptr) result.master_addr = FirstSlurmHost(nodelist);
+    // Every task of one job derives the same port; different jobs on one host rarely collide.
+    TITAN_ASSIGN_OR_RETURN(int job_id, ParseIntVarOr(env, "SLURM_JOB_ID", 0));
+    result.master_port = 10000 + job_id % 20000;
+  } else if (Lookup(env, "OMPI_COMM_WORLD_RANK") != nullptr) {
+    result.source = "openmpi";
+    TITAN_ASSIGN_OR_RETURN(result.rank, ParseIntVar(env, "OMPI_COMM_WORLD_RANK"));
+    TITAN_ASSIGN_OR_RETURN(result.world_size, ParseIntVar(env, "OMPI_COMM_WORLD_SIZE"));
+    TITAN_ASSIGN_OR_RETURN(result.local_rank, ParseIntVar(env, "OMPI_COMM_WORLD_LOCAL_RANK"));
+    TITAN_ASSIGN_OR_RETURN(result.local_world_size,
+                           ParseIntVar(env, "OMPI_COMM_WORLD_LOCAL_SIZE"));
+    if (Lookup(env, "MASTER_ADDR") == nullptr && result.local_world_size != result.world_size) {
+      return absl::InvalidArgumentError(
+          "openmpi environment: ranks span several hosts but MASTER_ADDR is not set (pass "
+          "`mpirun -x MASTER_ADDR=<host of rank 0>`)");
+    }
+  }
+  if (const char* addr = Lookup(env, "MASTER_ADDR")) result.master_addr = addr;
+  TITAN_ASSIGN_OR_RETURN(result.master_port, ParseIntVarOr(env, "MASTER_PORT", result.master_port));
+  TITAN_RETURN_IF_ERROR(Validate(result));
+  return result;
+}
+
+absl::StatusOr<DistributedEnv> DetectDistributedEnv() {
+  EnvMap env;
+  for (char** entry = environ; *entry != nullptr; ++entry) {
+    absl::string_view text(*entry);
+    size_t eq = text.find('=');
+    if (eq == absl::string_view::npos) continue;
+    env.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
+  }
+  return DetectDistributedEnvFrom(env);
+}
+
+namespace {
+
+// Written by the signal handler, read by the launcher's poll loop (the self-pipe pattern: it works
+// whichever thread receives the signal).
+int g_signal_pipe_write = -1;
+
+void ForwardToPipe(int signo) {
+  int saved_errno = errno;
+  unsigned char byte = static_cast<unsigned char>(signo);
+  (void)!write(g_signal_pipe_write, &byte, 1);
+  errno = saved_errno;
+}
+
+absl::Status Errno(absl::string_view what) {
+  return absl::InternalError(absl::StrCat("launcher: ", what, ": ", std::strerror(errno)));
+}
+
+absl::StatusOr<int> PickFreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Errno("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    absl::Status status = Errno("bind to a free port");
+    close(fd);
+    return status;
+  }
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+void WriteAll(int fd, absl::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// One child's output stream, passed through line by line with the rank prefix.
+struct Stream {
+  int fd = -1;
+  int target_fd = 1;
+  std::string pending;
+};
+
+struct Child {
+  pid_t pid = -1;
+  bool exited = false;
+  int exit_status = 0;
+  Stream streams[2];
+};
+
+void EmitLines(const std::string& prefix, Stream& stream, bool flush) {
+  size_t start = 0;
+  std::string out;
+  for (size_t nl = stream.pending.find('\n'); nl != std::string::npos;
+       nl = stream.pending.find('\n', start)) {
+    absl::StrAppend(&out, prefix, absl::string_view(stream.pending).substr(start, nl + 1 - start));
+    start = nl + 1;
+  }
+  stream.pending.erase(0, start);
+  if (flush && !stream.pending.empty()) {
+    absl::StrAppend(&out, prefix, stream.pending, "\n");
+    stream.pending.clear();
+  }
+  WriteAll(stream.target_fd, out);
+}
+
+int ExitStatusOf(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+std::vector<std::string> ArgsWithoutNproc(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 0; i < argc; ++i) {
+    absl::string_view arg(argv[i]);
+    absl::string_view name = arg;
+    if (!absl::ConsumePrefix(&name, "--")) absl::ConsumePrefix(&name, "-");
+    if (i > 0 && absl::StartsWith(name, "nproc_per_node")) {
+      if (name == "nproc_per_node") ++i;  // "--nproc_per_node N": drop the value too.
+      if (name == "nproc_per_node" || absl::StartsWith(name, "nproc_per_node=")) continue;
+    }
+    args.emplace_back(arg);
+  }
+  return args;
+}
+
+}  // namespace
+
+absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
+                                     const LaunchOptions& options) {
+  if (nproc < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--nproc_per_node: expected a positive count, got ", nproc));
+  }
+  const char* addr_env = getenv("MASTER_ADDR");
+  std::string master_addr = addr_env != nullptr ? addr_env : "127.0.0.1";
+  int master_port = 0;
+  if (const char* port_env = getenv("MASTER_PORT")) {
+    if (!absl::SimpleAtoi(port_env, &master_port)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("environment variable MASTER_PORT: expected integer, got \"", port_env, "\""));
+    }
+  } else {
+    TITAN_ASSIGN_OR_RETURN(master_port, PickFreePort());
+  }
+
+  // Everything the children need is built before fork: only async-signal-safe calls follow it.
+  std::vector<std::string> args = ArgsWithoutNproc(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (std::string& arg : args) arg_ptrs.push_back(arg.data());
+  arg_ptrs.push_back(nullptr);
+  const absl::flat_hash_map<std::string, std::string> shared_vars = {
+      {"WORLD_SIZE", absl::StrCat(nproc)},     {"LOCAL_WORLD_SIZE", absl::StrCat(nproc)},
+      {"MASTER_ADDR", master_addr},            {"MASTER_PORT", absl::StrCat(master_port)},
+  };
+  std::vector<std::vector<std::string>> envs(nproc);
+  for (int rank = 0; rank < nproc; ++rank) {
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      absl::string_view name = absl::string_view(*entry).substr(0, std::strcspn(*entry, "="));
+      if (shared_vars.contains(name) || name == "RANK" || name == "LOCAL_RANK") continue;
+      envs[rank].emplace_back(*entry);
+    }
+    for (const auto& [name, value] : shared_vars) envs[rank].push_back(absl::StrCat(name, "=", value));
+    envs[rank].push_back(absl::StrCat("RANK=", rank));
+    envs[rank].push_back(absl::StrCat("LOCAL_RANK=", rank));
+  }
+  std::vector<std::vector<char*>> env_ptrs(nproc);
+  for (int rank = 0; rank < nproc; ++rank) {
+    for (std::string& entry : envs[rank]) env_ptrs[rank].push_back(entry.data());
+    env_ptrs[rank].push_back(nullptr);
+  }
+
+  int signal_pipe[2];
+  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return Errno("pipe");
+  g_signal_pipe_write = signal_pipe[1];
+  struct sigaction action {};
+  action.sa_handler = ForwardToPipe;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+  const int kHandled[] = {SIGCHLD, SIGINT, SIGTERM};
+  struct sigaction previous[3];
+  for (int i = 0; i < 3; ++i) sigaction(kHandled[i], &action, &previous[i]);
+
+  std::vector<Child> children(nproc);
+  const pid_t launcher_pid = getpid();
+  absl::Status spawn_status;
+  for (int rank = 0; rank < nproc && spawn_status.ok(); ++rank) {
+    int out_pipe[2], err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) != 0) {
+      spawn_status = Errno("pipe");
+      break;
+    }
+    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+      spawn_status = Errno("pipe");
+      close(out_pipe[0]);
+      close(out_pipe[1]);
+      break;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+      // Own process group: a terminal's Ctrl-C reaches only the launcher, which forwards it once.
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher_pid) _exit(1);
+      dup2(out_pipe[1], STDOUT_FILENO);
+      dup2(err_pipe[1], STDERR_FILENO);
+      execve("/proc/self/exe", arg_ptrs.data(), env_ptrs[rank].data());
+      const char kMessage[] = "launcher: execve(/proc/self/exe) failed\n";
+      (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+      _exit(127);
+    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    if (pid < 0) {
+      spawn_status = Errno("fork");
+      close(out_pipe[0]);
+      close(err_pipe[0]);
+      break;
+    }
+    children[rank].pid = pid;
+    children[rank].streams[0] = {out_pipe[0], STDOUT_FILENO, ""};
+    children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, ""};
+  }
+
+  int result = 0;
+  bool stopping = false;
+  absl::Time kill_deadline = absl::InfiniteFuture();
+  // After the last rank is reaped, grandchildren that inherited its pipes get a moment, not forever.
+  absl::Time drain_deadline = absl::InfiniteFuture();
+  auto signal_all = [&](int signo) {
+    for (Child& child : children) {
+      if (child.pid > 0 && !child.exited) kill(child.pid, signo);
+    }
+  };
+  auto stop_all = [&]() {
+    if (stopping) return;
+    stopping = true;
+    signal_all(SIGTERM);
+    kill_deadline = absl::Now() + options.grace_period;
+  };
+  if (!spawn_status.ok()) stop_all();
+
+  while (true) {
+    bool all_exited = true;
+    for (int rank = 0; rank < nproc; ++rank) {
+      Child& child = children[rank];
+      if (child.pid <= 0 || child.exited) continue;
+      int wait_status = 0;
+      if (waitpid(child.pid, &wait_status, WNOHANG) == child.pid) {
+        child.exited = true;
+        child.exit_status = ExitStatusOf(wait_status);
+        if (child.exit_status != 0 && result == 0) {
+          result = child.exit_status;
+          LOG(ERROR) << "launcher: rank " << rank << " exited with status " << result
+                     << "; stopping the other ranks";
+          stop_all();
+        }
+      } else {
+        all_exited = false;
+      }
+    }
+    std::vector<pollfd> fds = {{signal_pipe[0], POLLIN, 0}};
+    std::vector<std::pair<int, int>> fd_owner;  // (rank, stream index) per fds[i + 1].
+    for (int rank = 0; rank < nproc; ++rank) {
+      for (int s = 0; s < 2; ++s) {
+        if (children[rank].streams[s].fd >= 0) {
+          fds.push_back({children[rank].streams[s].fd, POLLIN, 0});
+          fd_owner.emplace_back(rank, s);
+        }
+      }
+    }
+    if (all_exited) {
+      if (fd_owner.empty()) break;
+      if (drain_deadline == absl::InfiniteFuture()) drain_deadline = absl::Now() + absl::Seconds(1);
+    }
+    const absl::Time now = absl::Now();
+    if (now >= kill_deadline) {
+      signal_all(SIGKILL);
+      kill_deadline = absl::InfiniteFuture();
+    }
+    if (now >= drain_deadline) break;
+    const absl::Time next = std::min(kill_deadline, drain_deadline);
+    const int timeout_ms =
+        next == absl::InfiniteFuture()
+            ? -1
+            : static_cast<int>(absl::ToInt64Milliseconds(next - now)) + 1;
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+      spawn_status = Errno("poll");
+      signal_all(SIGKILL);
+      break;
+    }
+    if (fds[0].revents & POLLIN) {
+      unsigned char signals[64];
+      ssize_t n = read(signal_pipe[0], signals, sizeof(signals));
+      for (ssize_t i = 0; i < n; ++i) {
+        if (signals[i] == SIGINT || signals[i] == SIGTERM) {
+          if (stopping) {
+            // A second interrupt means "now".
+            signal_all(SIGKILL);
+          } else {
+            // The first is forwarded as is: ranks may checkpoint before they exit.
+            signal_all(signals[i]);
+            stopping = true;
+          }
+        }
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const auto [rank, s] = fd_owner[i - 1];
+      Stream& stream = children[rank].streams[s];
+      char buffer[65536];
+      ssize_t n = read(stream.fd, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) continue;
+      const std::string prefix = absl::StrCat("[rank ", rank, "] ");
+      if (n <= 0) {
+        EmitLines(prefix, stream, /*flush=*/true);
+        close(stream.fd);
+        stream.fd = -1;
+      } else {
+        stream.pending.append(buffer, static_cast<size_t>(n));
+        EmitLines(prefix, stream, /*flush=*/false);
+      }
+    }
+  }
+
+  for (int rank = 0; rank < nproc; ++rank) {
+    Child& child = children[rank];
+    for (Stream& stream : child.streams) {
+      if (stream.fd < 0) continue;
+      EmitLines(absl::StrCat("[rank ", rank, "] "), stream, /*flush=*/true);
+      close(stream.fd);
+    }
+    if (child.pid > 0 && !child.exited) {
+      kill(child.pid, SIGKILL);
+      waitpid(child.pid, nullptr, 0);
+    }
+  }
+  for (int i = 0; i < 3; ++i) sigaction(kHandled[i], &previous[i], nullptr);
+  g_signal_pipe_write = -1;
+  close(signal_pipe[0]);
+  close(signal_pipe[1]);
+  if (!spawn_status.ok()) return spawn_status;
+  return result;
+}
+
+}  // namespace titan

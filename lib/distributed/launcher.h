@@ -1,0 +1,48 @@
+#ifndef TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
+#define TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
+
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace titan {
+
+// Where this process sits in the job, and where rank 0 hosts the rendezvous store.
+struct DistributedEnv {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  // What set the values: "single", "torchrun" (titan's own launcher too), "slurm" or "openmpi".
+  std::string source = "single";
+};
+
+// Reads the job layout from the environment, first match wins: RANK/WORLD_SIZE (torchrun, titan),
+// SLURM_PROCID/SLURM_NTASKS (srun), OMPI_COMM_WORLD_RANK/SIZE (mpirun); none means one process.
+// MASTER_ADDR/MASTER_PORT override what a scheduler implies. Errors name the variable and value.
+absl::StatusOr<DistributedEnv> DetectDistributedEnv();
+
+// The same from an explicit variable map (tests; embedding).
+absl::StatusOr<DistributedEnv> DetectDistributedEnvFrom(
+    const absl::flat_hash_map<std::string, std::string>& env);
+
+struct LaunchOptions {
+  // How long ranks get to exit after SIGTERM before SIGKILL.
+  absl::Duration grace_period = absl::Seconds(5);
+};
+
+// Runs `nproc` copies of this executable (/proc/self/exe) on this host, like torchrun standalone:
+// argv without --nproc_per_node, RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT
+// set (a free MASTER_PORT when none is given), every output line prefixed with "[rank N] ",
+// SIGINT/SIGTERM forwarded. When a rank exits non-zero the others get SIGTERM, then SIGKILL after the
+// grace period. Returns the first failing rank's exit status (128+signal when killed), else 0.
+absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
+                                     const LaunchOptions& options = LaunchOptions());
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_DISTRIBUTED_LAUNCHER_H_

@@ -1,0 +1,82 @@
+// A stand-in for titan_train in launcher tests: with --nproc_per_node it launches itself; as a rank
+// it behaves as FAKE_RANK_MODE says.
+//   print:  prints its env and args to stdout, a line and an unterminated tail to stderr, exits 0.
+//   fail:   rank FAKE_FAIL_RANK exits 3 after 200 ms; rank FAKE_STUBBORN_RANK ignores SIGTERM;
+//           every other rank sleeps until killed.
+//   wait:   prints "ready pid=P" and sleeps; on SIGTERM prints "rank R got SIGTERM" and exits 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/time.h"
+#include "lib/distributed/launcher.h"
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? "" : value;
+}
+
+void OnTerm(int) {
+  char message[64];
+  int n = snprintf(message, sizeof(message), "rank %s got SIGTERM\n", getenv("RANK"));
+  (void)!write(STDOUT_FILENO, message, n);
+  _exit(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg(argv[i]);
+    int nproc = 0;
+    const bool separate = arg == "--nproc_per_node" && i + 1 < argc;
+    if (separate) arg = argv[i + 1];
+    if ((separate || absl::ConsumePrefix(&arg, "--nproc_per_node=")) &&
+        absl::SimpleAtoi(arg, &nproc)) {
+      titan::LaunchOptions options;
+      options.grace_period = absl::Milliseconds(500);
+      absl::StatusOr<int> status = titan::LaunchLocalRanks(nproc, argc, argv, options);
+      if (!status.ok()) {
+        fprintf(stderr, "%s\n", std::string(status.status().message()).c_str());
+        return 1;
+      }
+      return *status;
+    }
+  }
+  const std::string mode = Env("FAKE_RANK_MODE");
+  const std::string rank = Env("RANK");
+  if (mode == "print") {
+    printf("rank=%s local_rank=%s world_size=%s local_world_size=%s master=%s:%s args=", rank.c_str(),
+           Env("LOCAL_RANK").c_str(), Env("WORLD_SIZE").c_str(), Env("LOCAL_WORLD_SIZE").c_str(),
+           Env("MASTER_ADDR").c_str(), Env("MASTER_PORT").c_str());
+    for (int i = 1; i < argc; ++i) printf("%s%s", i > 1 ? "," : "", argv[i]);
+    printf("\n");
+    fflush(stdout);
+    fprintf(stderr, "to stderr\nunterminated tail");
+    return 0;
+  }
+  if (mode == "fail") {
+    if (rank == Env("FAKE_FAIL_RANK")) {
+      usleep(200000);
+      return 3;
+    }
+    if (rank == Env("FAKE_STUBBORN_RANK")) signal(SIGTERM, SIG_IGN);
+    while (true) pause();
+  }
+  if (mode == "wait") {
+    signal(SIGTERM, OnTerm);
+    printf("ready pid=%d\n", static_cast<int>(getpid()));
+    fflush(stdout);
+    while (true) pause();
+  }
+  fprintf(stderr, "fake_rank: unknown FAKE_RANK_MODE \"%s\"\n", mode.c_str());
+  return 2;
+}

@@ -1,0 +1,360 @@
+// GlooCommunicator across real processes on loopback: the test forks its ranks (before it touches
+// LibTorch, so no thread pool is split by fork), waits for them with a deadline and kills them on
+// failure. Ranks report through their exit status, stderr and files in $TEST_TMPDIR.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/distributed/communicator.h"
+#include "lib/distributed/gloo_communicator.h"
+#include "lib/distributed/mesh_communicators.h"
+#include "lib/distributed/parallel_dims.h"
+#include "lib/distributed/rendezvous.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// A failed check inside a rank: says why on stderr and fails the rank (gtest lives in the parent).
+#define RANK_CHECK(cond, what)                                                          \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
+      std::fprintf(stderr, "rank %d: %s:%d: %s\n", rank, __FILE__, __LINE__,            \
+                   std::string(what).c_str());                                          \
+      return 1;                                                                         \
+    }                                                                                   \
+  } while (0)
+#define RANK_CHECK_OK(expr)                                      \
+  do {                                                           \
+    const absl::Status rank_status_ = (expr);                    \
+    RANK_CHECK(rank_status_.ok(), rank_status_.ToString());      \
+  } while (0)
+
+using RankBody = std::function<int(int rank, std::shared_ptr<Rendezvous> rendezvous)>;
+
+std::string ResultPath(const std::string& test, int rank) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", test, ".rank", rank, ".txt");
+}
+
+void WriteResult(const std::string& test, int rank, const std::string& text) {
+  std::ofstream(ResultPath(test, rank)) << text;
+}
+
+std::string ReadResult(const std::string& test, int rank) {
+  std::ifstream in(ResultPath(test, rank));
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+// Forks `world` ranks that rendezvous on a port the parent holds open (no race for it), runs
+// `body` in each and returns their exit statuses; ranks still running at `deadline` are killed.
+std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& body) {
+  int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (listen_fd < 0 || bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listen_fd, 128) != 0 ||
+      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "cannot open a listening socket";
+    return {};
+  }
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      DistributedEnv env;
+      env.rank = rank;
+      env.local_rank = rank;
+      env.world_size = world;
+      env.local_world_size = world;
+      env.master_addr = "127.0.0.1";
+      env.master_port = ntohs(addr.sin_port);
+      env.source = "test";
+      RendezvousOptions options;
+      options.timeout = absl::Seconds(20);
+      if (rank == 0) {
+        options.listen_fd = listen_fd;
+      } else {
+        close(listen_fd);
+      }
+      absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
+      int code = 1;
+      if (rendezvous.ok()) {
+        code = body(rank, *rendezvous);
+      } else {
+        std::fprintf(stderr, "rank %d: %s\n", rank, rendezvous.status().ToString().c_str());
+      }
+      std::fflush(stdout);
+      std::fflush(stderr);
+      _exit(code);  // No atexit handlers or static destructors in a forked copy of gtest.
+    }
+    pids.push_back(pid);
+  }
+  close(listen_fd);
+  std::vector<int> statuses(world, -1);
+  const absl::Time stop = absl::Now() + deadline;
+  int running = world;
+  while (running > 0 && absl::Now() < stop) {
+    for (int rank = 0; rank < world; ++rank) {
+      int wait_status = 0;
+      if (statuses[rank] == -1 && waitpid(pids[rank], &wait_status, WNOHANG) == pids[rank]) {
+        statuses[rank] = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
+                                                : 128 + WTERMSIG(wait_status);
+        --running;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    if (statuses[rank] == -1) {
+      ADD_FAILURE() << "rank " << rank << " still running after " << deadline << "; killed";
+      kill(pids[rank], SIGKILL);
+      waitpid(pids[rank], nullptr, 0);
+    }
+  }
+  return statuses;
+}
+
+// The input rank `r` contributes: distinct per rank and element, exact in fp32 and int64.
+at::Tensor Input(int r, int64_t n, at::ScalarType dtype) {
+  return (at::arange(n, at::kLong) * (r + 1) + 3 * r + 1).to(dtype);
+}
+
+bool Same(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() && at::equal(a, b);
+}
+
+std::vector<int> Iota(int n) {
+  std::vector<int> ranks;
+  for (int i = 0; i < n; ++i) ranks.push_back(i);
+  return ranks;
+}
+
+// Every collective on the world group, checked against results computed locally from every rank's
+// input.
+int AllCollectives(int rank, std::shared_ptr<Rendezvous> rendezvous) {
+  const int world = rendezvous->env().world_size;
+  absl::StatusOr<std::unique_ptr<Communicator>> made =
+      CreateGlooCommunicator(rendezvous, "world", Iota(world), absl::Seconds(10));
+  RANK_CHECK_OK(made.status());
+  Communicator& comm = **made;
+  RANK_CHECK(comm.rank() == rank && comm.size() == world, "rank/size");
+
+  for (at::ScalarType dtype : {at::kFloat, at::kLong}) {
+    const std::string type = c10::toString(dtype);
+    const std::pair<ReduceOp, std::function<at::Tensor(at::Tensor, at::Tensor)>> reductions[] = {
+        {ReduceOp::kSum, [](at::Tensor a, at::Tensor b) { return a + b; }},
+        {ReduceOp::kProduct, [](at::Tensor a, at::Tensor b) { return a * b; }},
+        {ReduceOp::kMin, [](at::Tensor a, at::Tensor b) { return at::minimum(a, b); }},
+        {ReduceOp::kMax, [](at::Tensor a, at::Tensor b) { return at::maximum(a, b); }}};
+    for (const auto& [op, combine] : reductions) {
+      at::Tensor tensor = Input(rank, 7, dtype);
+      at::Tensor expected = Input(0, 7, dtype);
+      for (int r = 1; r < world; ++r) expected = combine(expected, Input(r, 7, dtype));
+      RANK_CHECK_OK(Await(comm.AllReduce(tensor, op)));
+      RANK_CHECK(Same(tensor, expected), "all_reduce " + type);
+    }
+
+    at::Tensor gathered = at::zeros({world * 2, 3}, dtype);
+    RANK_CHECK_OK(Await(comm.AllGather(Input(rank, 6, dtype).view({2, 3}), gathered)));
+    std::vector<at::Tensor> parts;
+    for (int r = 0; r < world; ++r) parts.push_back(Input(r, 6, dtype).view({2, 3}));
+    RANK_CHECK(Same(gathered, at::cat(parts)), "all_gather " + type);
+
+    at::Tensor scattered = at::zeros({4}, dtype);
+    RANK_CHECK_OK(Await(comm.ReduceScatter(Input(rank, 4 * world, dtype), scattered, ReduceOp::kSum)));
+    at::Tensor total = at::zeros({4 * world}, dtype);
+    for (int r = 0; r < world; ++r) total += Input(r, 4 * world, dtype);
+    RANK_CHECK(Same(scattered, total.slice(0, 4 * rank, 4 * rank + 4)), "reduce_scatter " + type);
+
+    at::Tensor broadcast = Input(rank, 5, dtype);
+    RANK_CHECK_OK(Await(comm.Broadcast(broadcast, world - 1)));
+    RANK_CHECK(Same(broadcast, Input(world - 1, 5, dtype)), "broadcast " + type);
+
+    // Member i's slice j = 100 i + 10 j + k arrives as slice i of member j.
+    at::Tensor to_send = (at::arange(2 * world, at::kLong) % 2 +
+                          at::arange(2 * world, at::kLong).div(2, "floor") * 10 + 100 * rank)
+                             .to(dtype);
+    at::Tensor received = at::full({2 * world}, -1, dtype);
+    RANK_CHECK_OK(Await(comm.AllToAll(to_send, received)));
+    at::Tensor expected = (at::arange(2 * world, at::kLong) % 2 + 10 * rank +
+                           at::arange(2 * world, at::kLong).div(2, "floor") * 100)
+                              .to(dtype);
+    RANK_CHECK(Same(received, expected), "all_to_all " + type);
+
+    // A ring: everyone sends to the next rank and receives from the previous one.
+    at::Tensor from_prev = at::zeros({9}, dtype);
+    absl::StatusOr<std::unique_ptr<Work>> recv = comm.Recv(from_prev, (rank + world - 1) % world, 7);
+    absl::StatusOr<std::unique_ptr<Work>> send = comm.Send(Input(rank, 9, dtype), (rank + 1) % world, 7);
+    RANK_CHECK_OK(recv.status());
+    RANK_CHECK_OK(send.status());
+    RANK_CHECK_OK((*send)->Wait());
+    RANK_CHECK_OK((*recv)->Wait());
+    RANK_CHECK(Same(from_prev, Input((rank + world - 1) % world, 9, dtype)), "send/recv " + type);
+  }
+
+  // Several operations in flight at once, waited for in reverse order, with compute in between.
+  std::vector<at::Tensor> tensors;
+  std::vector<std::unique_ptr<Work>> works;
+  for (int i = 0; i < 3; ++i) {
+    tensors.push_back(at::full({1 << 18}, static_cast<float>(rank + i), at::kFloat));
+    absl::StatusOr<std::unique_ptr<Work>> work = comm.AllReduce(tensors.back(), ReduceOp::kSum);
+    RANK_CHECK_OK(work.status());
+    works.push_back(*std::move(work));
+  }
+  const at::Tensor busy = at::mm(at::ones({128, 128}), at::ones({128, 128}));
+  RANK_CHECK(busy[0][0].item<float>() == 128.0f, "compute while communicating");
+  for (int i = 2; i >= 0; --i) {
+    RANK_CHECK_OK(works[i]->Wait());
+    RANK_CHECK(works[i]->IsCompleted(), "completed after Wait");
+    const float expected = static_cast<float>(world * (world - 1) / 2 + world * i);
+    RANK_CHECK(at::equal(tensors[i], at::full({1 << 18}, expected, at::kFloat)), "async all_reduce");
+  }
+
+  // Argument errors are caught before anything is sent.
+  absl::Status bad = comm.AllGather(at::zeros({2}), at::zeros({3})).status();
+  RANK_CHECK(bad.code() == absl::StatusCode::kInvalidArgument, bad.ToString());
+  RANK_CHECK(bad.message().find("all_gather on group \"world\"") != std::string::npos,
+             bad.ToString());
+  RANK_CHECK_OK(Await(comm.Barrier()));
+  return 0;
+}
+
+TEST(GlooCommunicatorTest, EveryCollectiveExactTwoRanks) {
+  std::vector<int> statuses = RunRanks(2, absl::Seconds(60), AllCollectives);
+  EXPECT_THAT(statuses, ::testing::Each(0));
+}
+
+TEST(GlooCommunicatorTest, EveryCollectiveExactFourRanks) {
+  std::vector<int> statuses = RunRanks(4, absl::Seconds(60), AllCollectives);
+  EXPECT_THAT(statuses, ::testing::Each(0));
+}
+
+// MeshCommunicators over ParallelDims (dp_replicate=2 × dp_shard=2 × tp=2 on 8 ranks): an
+// all-reduce of 2^rank in each group sums exactly the ranks ParallelDims lists for it.
+TEST(GlooCommunicatorTest, MeshGroupsSumTheirOwnRanks) {
+  std::vector<int> statuses = RunRanks(8, absl::Seconds(60), [](int rank, auto rendezvous) {
+    absl::StatusOr<ParallelDims> dims = ParallelDims::Build(2, -1, 1, 2, 1, 8);
+    RANK_CHECK_OK(dims.status());
+    absl::StatusOr<MeshCommunicators> mesh = MeshCommunicators::Create(
+        *dims, rank, [&](const std::string& name, std::vector<int> ranks) {
+          return CreateGlooCommunicator(rendezvous, name, std::move(ranks), absl::Seconds(10));
+        });
+    RANK_CHECK_OK(mesh.status());
+    const std::pair<MeshGroup, std::vector<MeshDim>> kGroups[] = {
+        {MeshGroup::kWorld, {MeshDim::kPp, MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kCp,
+                             MeshDim::kTp}},
+        {MeshGroup::kDpReplicate, {MeshDim::kDpReplicate}},
+        {MeshGroup::kDpShard, {MeshDim::kDpShard}},
+        {MeshGroup::kTp, {MeshDim::kTp}},
+        {MeshGroup::kDp, {MeshDim::kDpReplicate, MeshDim::kDpShard}},
+        {MeshGroup::kDpShardCp, {MeshDim::kDpShard, MeshDim::kCp}},
+        {MeshGroup::kPp, {MeshDim::kPp}}};
+    for (const auto& [group, mesh_dims] : kGroups) {
+      Communicator& comm = mesh->Get(group);
+      const std::vector<int> ranks = dims->GroupRanks(rank, mesh_dims);
+      RANK_CHECK(comm.global_ranks() == ranks, comm.name() + " ranks");
+      at::Tensor tensor = at::full({3}, int64_t{1} << rank, at::kLong);
+      RANK_CHECK_OK(Await(comm.AllReduce(tensor, ReduceOp::kSum)));
+      int64_t expected = 0;
+      for (int r : ranks) expected += int64_t{1} << r;
+      RANK_CHECK(at::equal(tensor, at::full({3}, expected, at::kLong)), comm.name() + " sum");
+    }
+    RANK_CHECK_OK(Await(mesh->Get(MeshGroup::kWorld).Barrier()));
+    return 0;
+  });
+  EXPECT_THAT(statuses, ::testing::Each(0));
+}
+
+// Ranks exit together: none closes its connections while others still wait on it (that would end
+// their wait early), and rank 0, the store's host, goes last.
+int LeaveTogether(int rank, const std::shared_ptr<Rendezvous>& rendezvous, const std::string& key) {
+  const int world = rendezvous->env().world_size;
+  rendezvous->store()->add(key, 1);
+  const absl::Time stop = absl::Now() + absl::Seconds(20);
+  while (rendezvous->store()->add(key, 0) < world && absl::Now() < stop) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  if (rank == 0) absl::SleepFor(absl::Milliseconds(200));
+  return 0;
+}
+
+TEST(GlooCommunicatorTest, SkippedCollectiveTimesOutNamingTheMissingRank) {
+  const std::string kTest = "skipped";
+  const absl::Duration kTimeout = absl::Seconds(2);
+  std::vector<int> statuses = RunRanks(4, absl::Seconds(30), [&](int rank, auto rendezvous) {
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        CreateGlooCommunicator(rendezvous, "world", Iota(4), kTimeout);
+    RANK_CHECK_OK(comm.status());
+    at::Tensor tensor = at::ones({16});
+    RANK_CHECK_OK(Await((*comm)->AllReduce(tensor, ReduceOp::kSum)));
+    if (rank != 2) {
+      const absl::Time start = absl::Now();
+      absl::Status status = Await((*comm)->AllReduce(tensor, ReduceOp::kSum));
+      WriteResult(kTest, rank,
+                  absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start), "\n", status.ToString()));
+    }
+    return LeaveTogether(rank, rendezvous, "skipped/done");
+  });
+  EXPECT_THAT(statuses, ::testing::Each(0));
+  for (int rank : {0, 1, 3}) {
+    std::istringstream result(ReadResult(kTest, rank));
+    double seconds = 0;
+    result >> seconds;
+    const std::string message(std::istreambuf_iterator<char>(result), {});
+    std::cout << "rank " << rank << " after " << seconds << " s:" << message << "\n";
+    EXPECT_THAT(message, HasSubstr("all_reduce #2 on group \"world\" (job ranks 0,1,2,3) failed"))
+        << "rank " << rank;
+    EXPECT_THAT(message, HasSubstr("ranks that did not arrive: 2")) << "rank " << rank;
+    EXPECT_THAT(message, Not(HasSubstr("arrive: 2,"))) << "rank " << rank;
+    EXPECT_GE(seconds, absl::ToDoubleSeconds(kTimeout) - 0.1) << "rank " << rank;
+    EXPECT_LT(seconds, absl::ToDoubleSeconds(kTimeout) + 3) << "rank " << rank;
+  }
+}
+
+TEST(GlooCommunicatorTest, MemberThatNeverJoinsIsNamed) {
+  const std::string kTest = "never_joins";
+  std::vector<int> statuses = RunRanks(3, absl::Seconds(30), [&](int rank, auto rendezvous) {
+    if (rank != 1) {
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          CreateGlooCommunicator(rendezvous, "late", Iota(3), absl::Seconds(2));
+      WriteResult(kTest, rank, comm.status().ToString());
+    }
+    return LeaveTogether(rank, rendezvous, "never_joins/done");
+  });
+  EXPECT_THAT(statuses, ::testing::Each(0));
+  for (int rank : {0, 2}) {
+    const std::string message = ReadResult(kTest, rank);
+    std::cout << "rank " << rank << ": " << message << "\n";
+    EXPECT_THAT(message, HasSubstr("create_group #0 on group \"late\"")) << message;
+    EXPECT_THAT(message, HasSubstr("ranks that did not arrive: 1")) << message;
+  }
+}
+
+}  // namespace
+}  // namespace titan

@@ -1,0 +1,133 @@
+// LaunchLocalRanks end to end: tests/distributed/fake_rank launches copies of itself.
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/distributed/subprocess.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAreArray;
+
+std::string FakeRank() {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/titan/tests/distributed/fake_rank");
+}
+
+std::string OutputPrefix(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
+
+bool IsZombie(int pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+TEST(LaunchLocalRanksTest, SetsEnvironmentDropsFlagAndPrefixesEveryLine) {
+  absl::StatusOr<Subprocess> launcher =
+      Subprocess::Start({FakeRank(), "--nproc_per_node=3", "--steps=2"},
+                        {{"FAKE_RANK_MODE", "print"}}, OutputPrefix("print"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0) << launcher->Stderr();
+
+  const std::vector<std::string> out = Lines(launcher->Stdout());
+  ASSERT_EQ(out.size(), 3u) << launcher->Stdout();
+  // Every rank sees the same free port, picked by the launcher.
+  const std::string port = out[0].substr(out[0].find("127.0.0.1:") + 10,
+                                         out[0].find(" args=") - out[0].find("127.0.0.1:") - 10);
+  EXPECT_GT(std::atoi(port.c_str()), 0) << out[0];
+  std::vector<std::string> expected_out;
+  std::vector<std::string> expected_err;
+  for (int rank = 0; rank < 3; ++rank) {
+    expected_out.push_back(absl::StrCat("[rank ", rank, "] rank=", rank, " local_rank=", rank,
+                                        " world_size=3 local_world_size=3 master=127.0.0.1:",
+                                        port, " args=--steps=2"));
+    expected_err.push_back(absl::StrCat("[rank ", rank, "] to stderr"));
+    expected_err.push_back(absl::StrCat("[rank ", rank, "] unterminated tail"));
+  }
+  EXPECT_THAT(out, UnorderedElementsAreArray(expected_out));
+  EXPECT_THAT(Lines(launcher->Stderr()), UnorderedElementsAreArray(expected_err));
+}
+
+TEST(LaunchLocalRanksTest, SeparateValueFormOfFlagIsDroppedAndMasterPortKept) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node", "2", "x"},
+      {{"FAKE_RANK_MODE", "print"}, {"MASTER_PORT", "23456"}}, OutputPrefix("separate"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0);
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank=1 local_rank=1 world_size=2 "
+                                            "local_world_size=2 master=127.0.0.1:23456 args=x\n"));
+}
+
+TEST(LaunchLocalRanksTest, FailingRankStopsOthersAndItsStatusIsReturned) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=4"},
+      {{"FAKE_RANK_MODE", "fail"}, {"FAKE_FAIL_RANK", "2"}, {"FAKE_STUBBORN_RANK", "1"}},
+      OutputPrefix("fail"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 3) << launcher->Stderr();
+  // 200 ms until the failure, 500 ms grace before SIGKILL reaches the rank that ignores SIGTERM.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 2 exited with status 3"));
+}
+
+TEST(LaunchLocalRanksTest, SigtermIsForwardedToEveryRank) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}}, OutputPrefix("wait"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 2, absl::Seconds(20))) << launcher->Stdout();
+  kill(launcher->pid(), SIGTERM);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 0] rank 0 got SIGTERM"));
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank 1 got SIGTERM"));
+}
+
+TEST(LaunchLocalRanksTest, KilledLauncherTakesItsRanksWithIt) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}}, OutputPrefix("orphans"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 2, absl::Seconds(20)));
+  std::vector<int> rank_pids;
+  for (const std::string& line : Lines(launcher->Stdout())) {
+    rank_pids.push_back(std::atoi(line.substr(line.find("pid=") + 4).c_str()));
+  }
+  ASSERT_EQ(rank_pids.size(), 2u);
+  kill(launcher->pid(), SIGKILL);
+  ASSERT_TRUE(launcher->Wait(absl::Seconds(10)).ok());
+  // PR_SET_PDEATHSIG: the ranks die with the launcher (gone, or a zombie awaiting its reaper).
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  for (int pid : rank_pids) {
+    while (kill(pid, 0) == 0 && !IsZombie(pid) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    EXPECT_TRUE(kill(pid, 0) != 0 || IsZombie(pid)) << "rank pid " << pid << " outlived the launcher";
+  }
+}
+
+}  // namespace
+}  // namespace titan
