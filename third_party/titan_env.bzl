@@ -17,7 +17,10 @@ def _titan_env_impl(rctx):
         torch_dir = found.stdout.strip()
     if not torch_dir or not rctx.path(torch_dir + "/include/torch").exists:
         fail("LibTorch not found: " + _SETUP_HINT)
-    rctx.symlink(torch_dir + "/include", "include")
+    # Every include entry but google/: LibTorch's bundled protobuf headers would shadow Debian's.
+    for entry in rctx.path(torch_dir + "/include").readdir():
+        if entry.basename != "google":
+            rctx.symlink(entry, "include/" + entry.basename)
     rctx.symlink(torch_dir + "/lib", "lib")
     # A wrapper, not a symlink: Python finds its venv (pyvenv.cfg) only from the path it started as.
     python = venv + "/bin/python3"

@@ -56,6 +56,19 @@ double Optimizer::lr() const {
   return static_cast<const torch::optim::AdamWOptions&>(adamw_->param_groups()[0].options()).lr();
 }
 
+void Optimizer::InitState() {
+  auto& state = adamw_->state();
+  for (const ParamRef& p : params_) {
+    auto& slot = state[p.tensor->unsafeGetTensorImpl()];
+    if (slot != nullptr) continue;
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(0);
+    s->exp_avg(at::zeros_like(*p.tensor, at::MemoryFormat::Preserve));
+    s->exp_avg_sq(at::zeros_like(*p.tensor, at::MemoryFormat::Preserve));
+    slot = std::move(s);
+  }
+}
+
 NamedTensors Optimizer::StateDict() const {
   NamedTensors out;
   const auto& state = adamw_->state();

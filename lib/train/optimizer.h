@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/checkpoint/safetensors.h"
 #include "lib/model/module.h"
 
 namespace torch::optim {
@@ -27,8 +28,6 @@ struct OptimizerOptions {
   double weight_decay = 0.1;
 };
 
-using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
-
 // LibTorch's AdamW over a model's parameters. Weight decay applies to matrices only: norms (1-D)
 // and the token embedding are excluded, the usual practice for LLMs.
 class Optimizer {
@@ -42,6 +41,10 @@ class Optimizer {
   // Sets every group's learning rate to base lr × factor (the schedule's output).
   void SetLrFactor(double factor);
   double lr() const;
+
+  // Creates every parameter's state as a first step would (zeros, step 0), so StateDict() has
+  // tensors a checkpoint can be loaded into.
+  void InitState();
 
   // Flattened state: "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step" (int64 scalar).
   NamedTensors StateDict() const;

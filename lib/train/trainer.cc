@@ -6,7 +6,6 @@
 
 #include <atomic>
 #include <csignal>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <random>
@@ -17,6 +16,8 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/rng_state.h"
 #include "lib/config/job_config.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/data/text_data_loader.h"
@@ -43,6 +44,26 @@ at::Tensor ToTensor(const std::vector<int64_t>& values, int64_t rows, int64_t co
                     const at::Device& device) {
   return at::tensor(values, at::kLong).view({rows, cols}).to(device);
 }
+
+// Mixed precision for the forward pass (LibTorch has no C++ autocast guard).
+class AutocastScope {
+ public:
+  AutocastScope(const at::Device& device, std::optional<at::ScalarType> dtype)
+      : device_type_(device.type()), enabled_(dtype.has_value()) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_dtype(device_type_, *dtype);
+    at::autocast::set_autocast_enabled(device_type_, true);
+  }
+  ~AutocastScope() {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(device_type_, false);
+    at::autocast::clear_cache();
+  }
+
+ private:
+  at::DeviceType device_type_;
+  bool enabled_;
+};
 
 class Trainer {
  public:
@@ -87,7 +108,7 @@ class Trainer {
 absl::Status Trainer::Init() {
   const auto& training = config_.training();
   const auto& job = config_.job();
-  std::filesystem::create_directories(job.dump_folder());
+  TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
   TITAN_RETURN_IF_ERROR(WriteFileAtomically(job.dump_folder() + "/config.toml",
                                             JobConfigToToml(config_)));
 
@@ -180,18 +201,18 @@ absl::Status Trainer::MaybeResume() {
     TITAN_RETURN_IF_ERROR(latest.status());
     step = *latest;
   }
-  TITAN_ASSIGN_OR_RETURN(CheckpointState state, checkpointer_->Load(step));
-  {
-    c10::NoGradGuard no_grad;
-    NamedTensors model = ModelState();
-    TITAN_RETURN_IF_ERROR(CopyIntoByName(state.model, model, "model"));
-  }
-  const nlohmann::json& extra = state.extra;
-  if (state.optimizer.empty()) {
-    LOG(INFO) << "checkpoint step-" << step << " holds model weights only; training starts at step 0";
+  // The optimizer's zero state gives LoadInto tensors of the right shapes to fill in place.
+  optimizer_->InitState();
+  NamedTensors optimizer_state = optimizer_->StateDict();
+  nlohmann::json extra;
+  const absl::Status full = checkpointer_->LoadInto(step, ModelState(), &optimizer_state, &extra);
+  if (absl::IsFailedPrecondition(full)) {  // a model-only checkpoint: weights, then step 0
+    TITAN_RETURN_IF_ERROR(checkpointer_->LoadInto(step, ModelState(), nullptr, nullptr));
+    LOG(INFO) << "loaded model weights from step-" << step << " (model only); training starts at 0";
     return absl::OkStatus();
   }
-  TITAN_RETURN_IF_ERROR(optimizer_->LoadStateDict(state.optimizer));
+  TITAN_RETURN_IF_ERROR(full);
+  TITAN_RETURN_IF_ERROR(optimizer_->LoadStateDict(optimizer_state));
   TITAN_RETURN_IF_ERROR(train_loader_->LoadStateDict(extra.at("dataloader")));
   step_ = extra.at("train_state").at("step").get<int64_t>();
   ntokens_seen_ = extra.at("train_state").at("ntokens_seen").get<int64_t>();
@@ -227,11 +248,7 @@ absl::StatusOr<Trainer::StepStats> Trainer::TrainStep() {
     at::Tensor labels = ToTensor(batch.labels, batch.batch_size, batch.seq_len, device_);
     at::Tensor logits;
     {
-      std::optional<at::autocast::AutocastGuard> guard;
-      if (autocast()) {
-        at::autocast::set_autocast_dtype(device_.type(), *autocast_dtype_);
-        guard.emplace(device_.type());
-      }
+      AutocastScope autocast_scope(device_, autocast_dtype_);
       logits = model_->Forward(inputs);
     }
     // Mean over this microbatch's tokens, scaled so the accumulated gradient is the global mean.
