@@ -17,8 +17,8 @@ TITAN_TRAIN = None
 CONFIG = "configs/llama3_debugmodel.toml"
 
 
-def run_train(dump, *flags, check=True):
-    cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}", *flags]
+def run_train(dump, *flags, check=True, config=CONFIG):
+    cmd = [TITAN_TRAIN, f"--job.config_file={config}", f"--job.dump_folder={dump}", *flags]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
@@ -79,8 +79,10 @@ class TitanTrainTest(unittest.TestCase):
         path = os.path.join(dump, "metrics.jsonl")
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
-            if os.path.exists(path) and len(open(path).readlines()) >= 3:
-                break
+            if os.path.exists(path):
+                with open(path) as f:
+                    if len(f.readlines()) >= 3:
+                        break
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
@@ -91,13 +93,18 @@ class TitanTrainTest(unittest.TestCase):
 
     def test_bad_config_fails_fast_with_one_line(self):
         dump = self.dump("bad")
+        bad_file = os.path.join(self.tmp, "bad.toml")
+        with open(CONFIG) as f, open(bad_file, "w") as out:
+            out.write(f.read().replace("[training]\n", "[training]\nstepz = 3\n"))
         cases = [
-            (["--training.stepz=3"], "[training] stepz: unknown key"),
+            (["--training.stepz=3"], "--training.stepz: unknown key"),
+            ([], "bad.toml: [training] stepz: unknown key"),
             (["--training.steps=ten"], "--training.steps: expected integer"),
             (["--training.global_batch_size=12"], "global_batch_size"),
         ]
         for flags, message in cases:
-            proc = run_train(dump, *flags, check=False)
+            config = bad_file if not flags else CONFIG
+            proc = run_train(dump, *flags, check=False, config=config)
             self.assertEqual(proc.returncode, 1, proc.stderr)
             lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
             self.assertEqual(len(lines), 1, proc.stderr)
