@@ -1,5 +1,6 @@
 #include "lib/train/trainer.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -23,6 +25,8 @@
 #include "lib/data/text_data_loader.h"
 #include "lib/metrics/flops.h"
 #include "lib/metrics/metrics_logger.h"
+#include "lib/parallel/data_parallel.h"
+#include "lib/parallel/distributed_runtime.h"
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/device.h"
 #include "lib/train/grad_clip.h"
@@ -67,7 +71,8 @@ class AutocastScope {
 
 class Trainer {
  public:
-  explicit Trainer(const JobConfig& config) : config_(config) {}
+  Trainer(const JobConfig& config, const DistributedRuntime& runtime)
+      : config_(config), runtime_(runtime) {}
 
   absl::Status Init();
   absl::Status Train();
@@ -86,12 +91,22 @@ class Trainer {
   absl::Status MaybeResume();
   NamedTensors ModelState();
   bool autocast() const { return autocast_dtype_.has_value(); }
+  bool writer() const { return runtime_.rank() == 0; }
+  // Sums `value` over the data-parallel ranks.
+  absl::StatusOr<double> SumOverDp(double value) const;
+  // The stop signal, once any rank has one, so that every rank stops after the same step.
+  absl::StatusOr<int> AgreedStopSignal() const;
+  void LogStateMemory() const;
 
   const JobConfig config_;
+  const DistributedRuntime& runtime_;
+  int dp_rank_ = 0;
+  int dp_size_ = 1;
   at::Device device_{at::kCPU};
   std::optional<at::ScalarType> autocast_dtype_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Llama3Model> model_;
+  std::unique_ptr<DataParallel> data_parallel_;
   std::vector<ParamRef> params_;
   std::unique_ptr<Optimizer> optimizer_;
   std::optional<WarmupStableDecaySchedule> schedule_;
@@ -109,15 +124,28 @@ absl::Status Trainer::Init() {
   const auto& training = config_.training();
   const auto& job = config_.job();
   TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
-  TITAN_RETURN_IF_ERROR(WriteFileAtomically(job.dump_folder() + "/config.toml",
-                                            JobConfigToToml(config_)));
+  if (writer()) {
+    TITAN_RETURN_IF_ERROR(WriteFileAtomically(job.dump_folder() + "/config.toml",
+                                              JobConfigToToml(config_)));
+  }
+  if (runtime_.distributed()) {
+    dp_rank_ = runtime_.comm(MeshGroup::kDp).rank();
+    dp_size_ = runtime_.comm(MeshGroup::kDp).size();
+    // Ranks sharing a host split its cores (torchrun sets OMP_NUM_THREADS=1 for the same reason).
+    const int local = std::max(1, runtime_.env().local_world_size);
+    at::set_num_threads(std::max<int>(1, std::thread::hardware_concurrency() / local));
+  }
 
-  int64_t seed = training.seed();
-  if (seed < 0) seed = std::random_device()();
-  at::manual_seed(seed);
+  // Every rank initialises the same weights: a random seed is rank 0's.
+  at::Tensor seed = at::full({1}, training.seed(), at::kLong);
+  if (training.seed() < 0) seed.fill_(static_cast<int64_t>(std::random_device()() >> 1));
+  if (runtime_.distributed()) {
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kWorld).Broadcast(seed, 0)));
+  }
+  at::manual_seed(seed.item<int64_t>());
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
 
-  device_ = PickDevice(/*local_rank=*/0);
+  device_ = PickDevice(runtime_.env().local_rank);
   const std::string& mp = training.mixed_precision_param();
   if (device_.is_cuda() && (mp == "bfloat16" || mp == "float16")) {
     autocast_dtype_ = mp == "bfloat16" ? at::kBFloat16 : at::kHalf;
@@ -137,18 +165,33 @@ absl::Status Trainer::Init() {
   }
   args.max_seq_len = std::max(training.seq_len(), config_.validation().seq_len());
   model_ = std::make_unique<Llama3Model>(args, at::TensorOptions().device(at::kMeta));
+  // Under FSDP each rank initialises the full model, then keeps its shards (the same weights as one
+  // process with the same seed; the full model is briefly resident on every rank).
   model_->Materialize(at::TensorOptions().device(device_).dtype(at::kFloat));
   model_->InitWeights();
-  TITAN_RETURN_IF_ERROR(ApplyActivationCheckpointing(*model_, config_.activation_checkpoint().mode(),
-                                                     config_.activation_checkpoint().selective_ac_option()));
-  params_ = model_->NamedParameters();
   const int64_t n_params = model_->NumParameters();
+  ParallelizeOptions parallelize;
+  parallelize.ac_mode = config_.activation_checkpoint().mode();
+  parallelize.selective_ac_option = config_.activation_checkpoint().selective_ac_option();
+  parallelize.reshard_after_forward = config_.parallelism().fsdp_reshard_after_forward();
+  TITAN_ASSIGN_OR_RETURN(data_parallel_, ParallelizeLlama3(*model_, parallelize, runtime_.dims(),
+                                                           runtime_.comms()));
+  params_ = model_->NamedParameters();
   flops_per_token_ = NumFlopsPerToken({n_params, args.vocab_size * args.dim, args.n_layers,
                                        args.n_heads, args.head_dim(), training.seq_len()});
   peak_flops_ = PeakFlops(DeviceName(device_),
                           autocast() ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
   LOG(INFO) << "model llama3 " << config_.model().flavor() << ": " << n_params
             << " parameters, vocab " << args.vocab_size;
+  if (runtime_.distributed()) {
+    const ParallelDims& dims = runtime_.dims();
+    LOG(INFO) << "rank " << runtime_.rank() << " of " << dims.world_size() << ": data parallel "
+              << (dims.dp_shard_enabled()
+                      ? (dims.dp_replicate_enabled() ? "HSDP" : "FSDP")
+                      : (dims.dp_replicate_enabled() ? "DDP" : "off"))
+              << " (replicate " << dims.dp_replicate() << " x shard " << dims.dp_shard()
+              << "), dp rank " << dp_rank_ << " of " << dp_size_;
+  }
 
   const auto& o = config_.optimizer();
   TITAN_ASSIGN_OR_RETURN(optimizer_,
@@ -161,12 +204,14 @@ absl::Status Trainer::Init() {
 
   const int64_t global_batch =
       training.global_batch_size() > 0 ? training.global_batch_size() : training.local_batch_size();
-  microbatches_ = global_batch / training.local_batch_size();
+  microbatches_ = std::max<int64_t>(1, global_batch / (training.local_batch_size() * dp_size_));
 
   TextDatasetOptions data;
   data.path = training.dataset_path();
   data.text_field = training.dataset_text_field();
   data.seq_len = training.seq_len();
+  data.dp_rank = dp_rank_;
+  data.dp_world_size = dp_size_;
   TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
   train_loader_ = std::make_unique<TextDataLoader>(std::move(dataset));
 
@@ -182,7 +227,9 @@ absl::Status Trainer::Init() {
     metrics.tensorboard_folder = job.dump_folder() + "/" + config_.metrics().save_tb_folder();
   }
   metrics.disable_color_printing = config_.metrics().disable_color_printing();
-  TITAN_ASSIGN_OR_RETURN(metrics_, MetricsLogger::Create(metrics));
+  if (writer()) {
+    TITAN_ASSIGN_OR_RETURN(metrics_, MetricsLogger::Create(metrics));
+  }
   return absl::OkStatus();
 }
 
@@ -202,16 +249,24 @@ absl::Status Trainer::MaybeResume() {
     step = *latest;
   }
   // The optimizer's zero state gives LoadInto tensors of the right shapes to fill in place.
+  // Checkpoints hold full tensors: sharded ranks load them whole and keep their rows, so a
+  // checkpoint loads under any data-parallel layout.
   optimizer_->InitState();
   NamedTensors optimizer_state = optimizer_->StateDict();
+  const NamedTensors model_state = ModelState();
+  const NamedTensors full_model = data_parallel_->FullShaped(model_state);
+  const NamedTensors full_optimizer = data_parallel_->FullShaped(optimizer_state);
   nlohmann::json extra;
-  const absl::Status full = checkpointer_->LoadInto(step, ModelState(), &optimizer_state, &extra);
+  const absl::Status full = checkpointer_->LoadInto(step, full_model, &full_optimizer, &extra);
   if (absl::IsFailedPrecondition(full)) {  // a model-only checkpoint: weights, then step 0
-    TITAN_RETURN_IF_ERROR(checkpointer_->LoadInto(step, ModelState(), nullptr, nullptr));
+    TITAN_RETURN_IF_ERROR(checkpointer_->LoadInto(step, full_model, nullptr, nullptr));
+    TITAN_RETURN_IF_ERROR(data_parallel_->CopyShards(full_model, model_state));
     LOG(INFO) << "loaded model weights from step-" << step << " (model only); training starts at 0";
     return absl::OkStatus();
   }
   TITAN_RETURN_IF_ERROR(full);
+  TITAN_RETURN_IF_ERROR(data_parallel_->CopyShards(full_model, model_state));
+  TITAN_RETURN_IF_ERROR(data_parallel_->CopyShards(full_optimizer, optimizer_state));
   TITAN_RETURN_IF_ERROR(optimizer_->LoadStateDict(optimizer_state));
   TITAN_RETURN_IF_ERROR(train_loader_->LoadStateDict(extra.at("dataloader")));
   step_ = extra.at("train_state").at("step").get<int64_t>();
@@ -222,17 +277,24 @@ absl::Status Trainer::MaybeResume() {
 }
 
 absl::Status Trainer::Save(bool model_only) {
+  // A stopgap for sharded models: every rank gathers full tensors and rank 0 writes them (memory
+  // and time of one full copy on each rank); per-rank shard files are not implemented.
   CheckpointState state;
-  state.model = ModelState();
+  TITAN_ASSIGN_OR_RETURN(state.model, data_parallel_->GatherFull(ModelState()));
   if (!model_only) {
-    state.optimizer = optimizer_->StateDict();
+    TITAN_ASSIGN_OR_RETURN(state.optimizer, data_parallel_->GatherFull(optimizer_->StateDict()));
     state.extra["dataloader"] = train_loader_->StateDict();
     state.extra["train_state"] = {{"step", step_}, {"ntokens_seen", ntokens_seen_}};
     state.extra["lr_scheduler"] = {{"last_step", step_}};
     state.extra["rng"] = CaptureRngState();
   }
   Stopwatch stopwatch;
-  TITAN_RETURN_IF_ERROR(checkpointer_->Save(step_, state, model_only));
+  const absl::Status saved = writer() ? checkpointer_->Save(step_, state, model_only)
+                                      : absl::OkStatus();
+  // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
+  TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
+  TITAN_RETURN_IF_ERROR(saved);
+  if (!all_saved) return absl::InternalError(absl::StrCat("rank 0 failed to save step-", step_));
   LOG(INFO) << "saved checkpoint step-" << step_ << (model_only ? " (model only)" : "") << " in "
             << stopwatch.ElapsedSeconds() << " s";
   return absl::OkStatus();
@@ -249,24 +311,54 @@ absl::StatusOr<Trainer::StepStats> Trainer::TrainStep() {
     at::Tensor logits;
     {
       AutocastScope autocast_scope(device_, autocast_dtype_);
-      logits = model_->Forward(inputs);
+      logits = data_parallel_->Forward([&] { return model_->Forward(inputs); });
     }
-    // Mean over this microbatch's tokens, scaled so the accumulated gradient is the global mean.
+    // Mean over this microbatch's tokens, scaled so the accumulated gradient is the global mean
+    // (data parallelism then averages over ranks, which all hold the same number of tokens).
     at::Tensor loss = at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten()) /
                       static_cast<double>(microbatches_);
+    data_parallel_->BeginBackward(/*last_microbatch=*/m + 1 == microbatches_);
     loss.backward();
     stats.loss += loss.item<double>();
     stats.tokens += batch.batch_size * batch.seq_len;
   }
+  TITAN_RETURN_IF_ERROR(data_parallel_->FinishBackward());
+  TITAN_ASSIGN_OR_RETURN(stats.loss, SumOverDp(stats.loss));
+  stats.loss /= dp_size_;
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : params_) tensors.push_back(*p.tensor);
-  stats.grad_norm = ClipGradNorm(tensors, training.max_norm()).item<double>();
+  stats.grad_norm =
+      ClipGradNorm(tensors, training.max_norm(), data_parallel_->GradNormReducer()).item<double>();
   optimizer_->SetLrFactor(schedule_->Factor(step_));
   stats.lr = optimizer_->lr();
   optimizer_->Step();
   ++step_;
   ntokens_seen_ += stats.tokens;
   return stats;
+}
+
+absl::StatusOr<double> Trainer::SumOverDp(double value) const {
+  if (dp_size_ == 1) return value;
+  at::Tensor sum = at::full({1}, value, at::kDouble);
+  TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(sum, ReduceOp::kSum)));
+  return sum.item<double>();
+}
+
+absl::StatusOr<int> Trainer::AgreedStopSignal() const {
+  if (!runtime_.distributed()) return g_stop_signal.load();
+  at::Tensor signal = at::full({1}, g_stop_signal.load(), at::kLong);
+  TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kWorld).AllReduce(signal, ReduceOp::kMax)));
+  return static_cast<int>(signal.item<int64_t>());
+}
+
+void Trainer::LogStateMemory() const {
+  int64_t param_bytes = 0;
+  for (const ParamRef& p : params_) param_bytes += p.tensor->nbytes();
+  int64_t optimizer_bytes = 0;
+  for (const auto& [name, tensor] : optimizer_->StateDict()) optimizer_bytes += tensor.nbytes();
+  LOG(INFO) << "rank " << runtime_.rank() << " state memory: parameters " << param_bytes
+            << " B + optimizer " << optimizer_bytes << " B = " << param_bytes + optimizer_bytes
+            << " B";
 }
 
 absl::StatusOr<double> Trainer::Validate() {
@@ -278,6 +370,7 @@ absl::StatusOr<double> Trainer::Validate() {
   data.infinite = false;
   TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
   TextDataLoader loader(std::move(dataset));
+  // Every rank evaluates the whole set (alike): sharded ranks must run the same forwards anyway.
   c10::NoGradGuard no_grad;
   double loss_sum = 0;
   int64_t batches = 0;
@@ -287,7 +380,7 @@ absl::StatusOr<double> Trainer::Validate() {
     TITAN_RETURN_IF_ERROR(batch.status());
     at::Tensor inputs = ToTensor(batch->inputs, batch->batch_size, batch->seq_len, device_);
     at::Tensor labels = ToTensor(batch->labels, batch->batch_size, batch->seq_len, device_);
-    at::Tensor logits = model_->Forward(inputs);
+    at::Tensor logits = data_parallel_->Forward([&] { return model_->Forward(inputs); });
     loss_sum += at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten())
                     .item<double>();
     ++batches;
@@ -337,14 +430,23 @@ absl::Status Trainer::Train() {
         TITAN_ASSIGN_OR_RETURN(m.validation_loss, Validate());
         stopwatch.Lap();  // validation time is not training throughput
       }
-      TITAN_RETURN_IF_ERROR(metrics_->Log(m));
+      if (metrics_ != nullptr) {
+        TITAN_RETURN_IF_ERROR(metrics_->Log(m));
+      } else {
+        LOG(INFO) << FormatStepLine(m, /*color=*/false);
+      }
       window_tokens = 0;
+    }
+    if (step_ == 1) {
+      runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
+      LogStateMemory();
     }
     if (checkpointer_ && (step_ % ckpt.interval() == 0 || last)) {
       TITAN_RETURN_IF_ERROR(Save(last && ckpt.last_save_model_only()));
     }
-    if (g_stop_signal != 0 && !last) {
-      LOG(WARNING) << "received signal " << g_stop_signal << "; stopping after step " << step_;
+    TITAN_ASSIGN_OR_RETURN(const int stop_signal, AgreedStopSignal());
+    if (stop_signal != 0 && !last) {
+      LOG(WARNING) << "received signal " << stop_signal << "; stopping after step " << step_;
       if (checkpointer_ && step_ % ckpt.interval() != 0) TITAN_RETURN_IF_ERROR(Save(false));
       break;
     }
@@ -355,9 +457,9 @@ absl::Status Trainer::Train() {
 
 }  // namespace
 
-absl::Status RunTraining(const JobConfig& config) {
+absl::Status RunTraining(const JobConfig& config, const DistributedRuntime& runtime) {
   try {
-    Trainer trainer(config);
+    Trainer trainer(config, runtime);
     TITAN_RETURN_IF_ERROR(trainer.Init());
     return trainer.Train();
   } catch (const c10::Error& e) {

@@ -1,9 +1,14 @@
 #ifndef TITAN_MODELS_LLAMA3_PARALLELIZE_H_
 #define TITAN_MODELS_LLAMA3_PARALLELIZE_H_
 
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/distributed/mesh_communicators.h"
+#include "lib/distributed/parallel_dims.h"
+#include "lib/parallel/data_parallel.h"
 #include "models/llama3/model.h"
 
 namespace titan {
@@ -13,6 +18,28 @@ namespace titan {
 // needs per-op policies LibTorch's C++ autograd does not expose; it is rejected with that reason.
 absl::Status ApplyActivationCheckpointing(Llama3Model& model, const std::string& mode,
                                           const std::string& selective_ac_option);
+
+struct ParallelizeOptions {
+  std::string ac_mode = "none";
+  std::string selective_ac_option = "2";
+  // [parallelism] fsdp_reshard_after_forward: "default" (every block but the last), "always",
+  // "never".
+  std::string reshard_after_forward = "default";
+};
+
+// torchtitan's parallelize_llama for data parallelism, on a materialised, initialised model
+// (identical on every rank): activation checkpointing, then
+//  - FSDP (dims shard, HSDP when they also replicate): every parameter is replaced by its shard;
+//    each block is one group gathered around its call, the embedding, final norm and output one
+//    group gathered around the whole forward (DataParallel::Forward). A block that reshards after
+//    forward frees its gathered parameters and, in backward, gathers them again and recomputes
+//    the block (the activation checkpointing pattern), so it also keeps no activations;
+//  - DDP (dims replicate only): bucketed gradient all-reduce during backward.
+// `comms` may be null when dims.dp() == 1. The model must outlive the result.
+absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeLlama3(Llama3Model& model,
+                                                                const ParallelizeOptions& options,
+                                                                const ParallelDims& dims,
+                                                                const MeshCommunicators* comms);
 
 }  // namespace titan
 

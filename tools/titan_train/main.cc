@@ -1,19 +1,69 @@
-// titan_train: trains a model from a TOML job file plus --section.key=value overrides.
+// titan_train: trains a model from a TOML job file plus --section.key=value overrides, in one
+// process, in --nproc_per_node local ranks, or as one rank of a job that torchrun, srun or mpirun
+// started.
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
+#include "lib/distributed/launcher.h"
+#include "lib/parallel/distributed_runtime.h"
 #include "lib/train/trainer.h"
 
 namespace {
 
 constexpr char kUsage[] =
-    "usage: titan_train --job.config_file=FILE [--section.key=value ...]\n"
-    "Trains the model the job file describes; flags override the file's keys.\n\n";
+    "usage: titan_train [--nproc_per_node=N] --job.config_file=FILE [--section.key=value ...]\n"
+    "Trains the model the job file describes; flags override the file's keys. --nproc_per_node=N\n"
+    "runs N ranks on this host (as torchrun --standalone); [parallelism] says how they split the\n"
+    "work.\n\n";
+
+// The value of --nproc_per_node (0 when absent); the launcher drops the flag for the ranks.
+absl::StatusOr<int> NprocPerNode(int argc, char** argv) {
+  constexpr absl::string_view kFlag = "--nproc_per_node";
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg.substr(0, kFlag.size()) != kFlag) continue;
+    absl::string_view value;
+    if (arg.size() > kFlag.size() && arg[kFlag.size()] == '=') {
+      value = arg.substr(kFlag.size() + 1);
+    } else if (arg.size() == kFlag.size() && i + 1 < argc) {
+      value = argv[i + 1];
+    } else {
+      continue;
+    }
+    int nproc = 0;
+    if (!absl::SimpleAtoi(value, &nproc) || nproc < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nproc_per_node: expected a positive integer, got \"", value, "\""));
+    }
+    return nproc;
+  }
+  return 0;
+}
+
+absl::Status Run(int argc, char** argv) {
+  absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
+  if (!env.ok()) return env.status();
+  absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
+  if (!config.ok()) return config.status();
+  if (absl::Status status = titan::ValidateJobConfig(*config, env->world_size); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<titan::DistributedRuntime> runtime =
+      titan::DistributedRuntime::Connect(*config, *env);
+  if (!runtime.ok()) return runtime.status();
+  if (absl::Status status = titan::RunTraining(*config, *runtime); !status.ok()) return status;
+  // No rank leaves while another may still talk to it.
+  return runtime->Barrier();
+}
 
 }  // namespace
 
@@ -30,10 +80,13 @@ int main(int argc, char** argv) {
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
     if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
   }
-  absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
-  absl::Status status = config.status();
-  if (status.ok()) status = titan::ValidateJobConfig(*config);
-  if (status.ok()) status = titan::RunTraining(*config);
+  absl::StatusOr<int> nproc = NprocPerNode(argc, argv);
+  if (nproc.ok() && *nproc > 0) {
+    absl::StatusOr<int> exit_code = titan::LaunchLocalRanks(*nproc, argc, argv);
+    if (exit_code.ok()) return *exit_code;
+    nproc = exit_code.status();
+  }
+  absl::Status status = nproc.ok() ? Run(argc, argv) : nproc.status();
   if (!status.ok()) {
     std::cerr << "titan_train: " << status.message() << "\n";
     return 1;

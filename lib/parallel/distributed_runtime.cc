@@ -1,0 +1,77 @@
+#include "lib/parallel/distributed_runtime.h"
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "lib/distributed/gloo_communicator.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+
+DistributedRuntime DistributedRuntime::SingleProcess() {
+  return DistributedRuntime(DistributedEnv(), *ParallelDims::Build(1, 1, 1, 1, 1, 1));
+}
+
+absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& config,
+                                                               const DistributedEnv& env) {
+  const JobConfig::Parallelism& p = config.parallelism();
+  for (const auto& [key, degree] : {std::pair<const char*, int>{"tensor_parallel_degree",
+                                                                p.tensor_parallel_degree()},
+                                    {"pipeline_parallel_degree", p.pipeline_parallel_degree()},
+                                    {"context_parallel_degree", p.context_parallel_degree()}}) {
+    if (degree > 1) {
+      return absl::UnimplementedError(absl::StrCat(
+          "[parallelism] ", key, "=", degree,
+          ": only data parallelism (replicate and shard degrees) is implemented; expected 1"));
+    }
+  }
+  TITAN_ASSIGN_OR_RETURN(
+      ParallelDims dims,
+      ParallelDims::Build(p.data_parallel_replicate_degree(), p.data_parallel_shard_degree(),
+                          p.context_parallel_degree(), p.tensor_parallel_degree(),
+                          p.pipeline_parallel_degree(), env.world_size));
+  DistributedRuntime runtime(env, std::move(dims));
+  if (env.world_size == 1) return runtime;
+  const absl::Duration timeout = absl::Seconds(config.comm().init_timeout_seconds());
+  RendezvousOptions options;
+  options.timeout = timeout;
+  TITAN_ASSIGN_OR_RETURN(runtime.rendezvous_, Rendezvous::Connect(env, options));
+  std::shared_ptr<Rendezvous> rendezvous = runtime.rendezvous_;
+  TITAN_ASSIGN_OR_RETURN(
+      MeshCommunicators comms,
+      MeshCommunicators::Create(runtime.dims_, env.rank,
+                                [rendezvous, timeout](const std::string& name,
+                                                      std::vector<int> ranks) {
+                                  return CreateGlooCommunicator(rendezvous, name, std::move(ranks),
+                                                                timeout);
+                                }));
+  runtime.comms_ = std::move(comms);
+  return runtime;
+}
+
+void DistributedRuntime::SetTimeout(absl::Duration timeout) const {
+  if (!comms_) return;
+  for (MeshGroup group : {MeshGroup::kWorld, MeshGroup::kPp, MeshGroup::kDpReplicate,
+                          MeshGroup::kDpShard, MeshGroup::kCp, MeshGroup::kTp, MeshGroup::kDp,
+                          MeshGroup::kDpShardCp}) {
+    comms_->Get(group).set_timeout(timeout);
+  }
+}
+
+absl::StatusOr<bool> DistributedRuntime::AllAgree(bool ok) const {
+  if (!comms_) return ok;
+  at::Tensor flag = at::full({1}, ok ? 0 : 1, at::kLong);
+  TITAN_RETURN_IF_ERROR(Await(comm(MeshGroup::kWorld).AllReduce(flag, ReduceOp::kMax)));
+  return flag.item<int64_t>() == 0;
+}
+
+absl::Status DistributedRuntime::Barrier() const {
+  if (!comms_) return absl::OkStatus();
+  return Await(comm(MeshGroup::kWorld).Barrier());
+}
+
+}  // namespace titan

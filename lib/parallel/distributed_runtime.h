@@ -1,0 +1,57 @@
+#ifndef TITAN_LIB_PARALLEL_DISTRIBUTED_RUNTIME_H_
+#define TITAN_LIB_PARALLEL_DISTRIBUTED_RUNTIME_H_
+
+#include <memory>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "lib/config/job_config.pb.h"
+#include "lib/distributed/communicator.h"
+#include "lib/distributed/launcher.h"
+#include "lib/distributed/mesh_communicators.h"
+#include "lib/distributed/parallel_dims.h"
+#include "lib/distributed/rendezvous.h"
+
+namespace titan {
+
+// This process's place in the job: the mesh from [parallelism] and, with more than one rank, a Gloo
+// communicator per mesh group (bootstrapped through rank 0's store).
+class DistributedRuntime {
+ public:
+  // One process: world size 1, no communicators.
+  static DistributedRuntime SingleProcess();
+  // Builds the mesh for env.world_size ranks and connects to the others (bounded by [comm]
+  // init_timeout_seconds). Data parallelism only: tensor, pipeline and context parallel degrees
+  // above 1 are refused.
+  static absl::StatusOr<DistributedRuntime> Connect(const JobConfig& config,
+                                                    const DistributedEnv& env);
+
+  const DistributedEnv& env() const { return env_; }
+  int rank() const { return env_.rank; }
+  const ParallelDims& dims() const { return dims_; }
+  // False for a single process; then comm() must not be called.
+  bool distributed() const { return comms_.has_value(); }
+  Communicator& comm(MeshGroup group) const { return comms_->Get(group); }
+  const MeshCommunicators* comms() const { return comms_ ? &*comms_ : nullptr; }
+
+  // The timeout of operations started afterwards, in every group.
+  void SetTimeout(absl::Duration timeout) const;
+  // True on every rank iff `ok` is true on all of them (a world all-reduce; no-op alone).
+  absl::StatusOr<bool> AllAgree(bool ok) const;
+  absl::Status Barrier() const;
+
+ private:
+  DistributedRuntime(DistributedEnv env, ParallelDims dims)
+      : env_(std::move(env)), dims_(std::move(dims)) {}
+
+  DistributedEnv env_;
+  ParallelDims dims_;
+  std::shared_ptr<Rendezvous> rendezvous_;
+  std::optional<MeshCommunicators> comms_;
+};
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_PARALLEL_DISTRIBUTED_RUNTIME_H_

@@ -1,0 +1,199 @@
+#include "lib/parallel/fsdp.h"
+
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace titan {
+namespace {
+
+// Collectives run inside autograd, which only unwinds by exception: a failed one throws.
+void CheckCollective(const absl::Status& status, const char* what, const Communicator& comm) {
+  TORCH_CHECK(status.ok(), "FSDP ", what, " on group ", comm.name(), ": ", status.ToString());
+}
+
+// How many of `param`'s dim-0 rows rank `rank` holds (the last ranks may hold fewer, or none).
+int64_t RowsOfRank(const FsdpParamGroup::Param& param, int rank) {
+  const int64_t start = rank * param.rows_per_shard;
+  return std::clamp<int64_t>(param.full_shape[0] - start, 0, param.rows_per_shard);
+}
+
+// The full tensor from `gathered` [group size, stride]: row r holds rank r's shard at `offset`.
+at::Tensor AssembleFull(const FsdpParamGroup::Param& param, const at::Tensor& gathered,
+                        int64_t offset) {
+  at::Tensor full = at::empty(param.full_shape, gathered.options());
+  at::Tensor rows = full.view({param.full_shape[0], param.row_numel});
+  for (int r = 0; r < gathered.size(0); ++r) {
+    const int64_t count = RowsOfRank(param, r);
+    if (count == 0) break;
+    rows.narrow(0, r * param.rows_per_shard, count)
+        .copy_(gathered[r].narrow(0, offset, count * param.row_numel).view({count, param.row_numel}));
+  }
+  return full;
+}
+
+struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                at::TensorList shards,
+                                                const FsdpParamGroup* group) {
+    // The group outlives every graph built from it (the trainer owns both); a plain address
+    // needs no custom-class registration.
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    return group->AllGatherFlat(shards.vec());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto* group = reinterpret_cast<const FsdpParamGroup*>(ctx->saved_data["group"].toInt());
+    torch::autograd::variable_list shard_grads = group->ReduceScatterGrads(grads);
+    shard_grads.emplace_back();  // for the group argument
+    return shard_grads;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
+    const std::vector<ParamRef>& params, Communicator* shard, Communicator* replicate) {
+  if (params.empty()) return absl::InvalidArgumentError("FSDP group without parameters");
+  const int size = shard->size();
+  const at::ScalarType dtype = params[0].tensor->scalar_type();
+  std::vector<Param> sharded;
+  int64_t offset = 0;
+  for (const ParamRef& ref : params) {
+    const at::Tensor& full = *ref.tensor;
+    if (full.dim() == 0 || full.size(0) == 0 || full.is_meta() || full.scalar_type() != dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "FSDP parameter ", ref.name, ": expected a materialised tensor of ",
+          c10::toString(dtype), " with dim 0 > 0, got ", full.toString(), " ",
+          c10::str(full.sizes())));
+    }
+    Param param;
+    param.name = ref.name;
+    param.slot = ref.tensor;
+    param.full_shape = full.sizes().vec();
+    param.rows_per_shard = (full.size(0) + size - 1) / size;
+    param.row_numel = full.numel() / full.size(0);
+    param.offset = offset;
+    offset += param.rows_per_shard * param.row_numel;
+    sharded.push_back(std::move(param));
+  }
+  std::unique_ptr<FsdpParamGroup> group(
+      new FsdpParamGroup(std::move(sharded), offset, shard, replicate));
+  c10::NoGradGuard no_grad;
+  for (Param& param : group->params_) {
+    param.shard = group->ShardOf(param, *param.slot).requires_grad_(true);
+    *param.slot = param.shard;
+  }
+  return group;
+}
+
+at::Tensor FsdpParamGroup::ShardOf(const Param& param, const at::Tensor& full) const {
+  c10::NoGradGuard no_grad;
+  std::vector<int64_t> shape = param.full_shape;
+  shape[0] = param.rows_per_shard;
+  at::Tensor shard = at::zeros(shape, full.options());
+  const int64_t count = RowsOfRank(param, shard_->rank());
+  if (count > 0) {
+    shard.narrow(0, 0, count).copy_(full.narrow(0, shard_->rank() * param.rows_per_shard, count));
+  }
+  return shard;
+}
+
+std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(const std::vector<at::Tensor>& shards) const {
+  c10::NoGradGuard no_grad;
+  const at::TensorOptions options = shards[0].options();
+  at::Tensor flat = at::empty({shard_numel_}, options);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    flat.narrow(0, params_[i].offset, shards[i].numel()).copy_(shards[i].reshape(-1));
+  }
+  at::Tensor gathered = at::empty({shard_->size(), shard_numel_}, options);
+  CheckCollective(Await(shard_->AllGather(flat, gathered)), "all-gather", *shard_);
+  std::vector<at::Tensor> full;
+  full.reserve(params_.size());
+  for (const Param& param : params_) full.push_back(AssembleFull(param, gathered, param.offset));
+  return full;
+}
+
+std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
+    const std::vector<at::Tensor>& full_grads) const {
+  c10::NoGradGuard no_grad;
+  const int size = shard_->size();
+  const at::TensorOptions options = params_[0].shard.options();
+  // Row r of `input` is what rank r receives: its rows of every gradient, padding zero.
+  at::Tensor input = at::zeros({size, shard_numel_}, options);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Param& param = params_[i];
+    if (!full_grads[i].defined()) continue;
+    at::Tensor rows = full_grads[i].reshape({param.full_shape[0], param.row_numel});
+    for (int r = 0; r < size; ++r) {
+      const int64_t count = RowsOfRank(param, r);
+      if (count == 0) break;
+      input[r]
+          .narrow(0, param.offset, count * param.row_numel)
+          .view({count, param.row_numel})
+          .copy_(rows.narrow(0, r * param.rows_per_shard, count));
+    }
+  }
+  at::Tensor reduced = at::empty({shard_numel_}, options);
+  CheckCollective(Await(shard_->ReduceScatter(input.view(-1), reduced, ReduceOp::kSum)),
+                  "reduce-scatter", *shard_);
+  int64_t dp_size = size;
+  if (replicate_ != nullptr && replicate_->size() > 1) {
+    CheckCollective(Await(replicate_->AllReduce(reduced, ReduceOp::kSum)), "all-reduce",
+                    *replicate_);
+    dp_size *= replicate_->size();
+  }
+  reduced.div_(static_cast<double>(dp_size));
+  std::vector<at::Tensor> grads;
+  grads.reserve(params_.size());
+  for (const Param& param : params_) {
+    grads.push_back(reduced.narrow(0, param.offset, param.shard.numel()).view(param.shard.sizes()));
+  }
+  return grads;
+}
+
+absl::StatusOr<at::Tensor> FsdpParamGroup::GatherFull(const Param& param,
+                                                      const at::Tensor& shard_like) const {
+  if (shard_like.sizes() != param.shard.sizes()) {
+    return absl::InvalidArgumentError(absl::StrCat("FSDP gather of ", param.name, ": expected shape ",
+                                                   c10::str(param.shard.sizes()), ", got ",
+                                                   c10::str(shard_like.sizes())));
+  }
+  c10::NoGradGuard no_grad;
+  at::Tensor flat = shard_like.detach().contiguous().view(-1);
+  at::Tensor gathered = at::empty({shard_->size(), flat.numel()}, flat.options());
+  absl::Status status = Await(shard_->AllGather(flat, gathered));
+  if (!status.ok()) {
+    return absl::Status(status.code(), absl::StrCat("FSDP gather of ", param.name, ": ",
+                                                    status.message()));
+  }
+  return AssembleFull(param, gathered, 0);
+}
+
+void FsdpParamGroup::Unshard() {
+  std::vector<at::Tensor> shards;
+  shards.reserve(params_.size());
+  for (const Param& param : params_) shards.push_back(param.shard);
+  std::vector<at::Tensor> full = AllGatherFunction::apply(at::TensorList(shards), this);
+  for (size_t i = 0; i < params_.size(); ++i) *params_[i].slot = full[i];
+}
+
+void FsdpParamGroup::Reshard() {
+  for (const Param& param : params_) *param.slot = param.shard;
+}
+
+at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
+                                         const at::Tensor& x) {
+  Unshard();
+  at::Tensor out = call(x);
+  Reshard();
+  return out;
+}
+
+}  // namespace titan

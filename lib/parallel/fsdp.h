@@ -1,0 +1,80 @@
+#ifndef TITAN_LIB_PARALLEL_FSDP_H_
+#define TITAN_LIB_PARALLEL_FSDP_H_
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/distributed/communicator.h"
+#include "lib/model/module.h"
+
+namespace titan {
+
+// Per-parameter sharding as FSDP2: every parameter's dim 0 is padded to a multiple of the shard
+// group's size and split evenly; this rank keeps its rows as a leaf tensor that replaces the
+// full tensor in the model's slot, so the optimizer (and its state) sees only the shard.
+//
+// One group is the unit gathered together (a transformer block, or the model's remaining
+// parameters): Unshard() all-gathers the group in one collective and puts full tensors into the
+// slots; gradients flowing back to them are reduce-scattered (sum) into the shards' gradients,
+// all-reduced over `replicate` for HSDP, and divided by the data-parallel size (Gloo has no AVG).
+class FsdpParamGroup {
+ public:
+  // `params`' slots hold full, initialised tensors, identical on every rank of `shard`; each is
+  // replaced by this rank's shard. `replicate` is null unless HSDP. Both must outlive the group.
+  static absl::StatusOr<std::unique_ptr<FsdpParamGroup>> Create(const std::vector<ParamRef>& params,
+                                                                Communicator* shard,
+                                                                Communicator* replicate);
+
+  // Puts full tensors into the slots: all-gathered from the shards, connected to them by autograd
+  // when grad mode is on. Throws c10::Error when the collective fails (it runs inside autograd).
+  void Unshard();
+  // Puts the shards back; the full tensors live on only where autograd saved them.
+  void Reshard();
+  // Unshard, call(x), Reshard.
+  at::Tensor CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
+                           const at::Tensor& x);
+
+  struct Param {
+    std::string name;
+    at::Tensor* slot;
+    std::vector<int64_t> full_shape;
+    int64_t rows_per_shard;  // dim 0 of the shard, padding included
+    int64_t row_numel;       // elements per dim-0 row
+    int64_t offset;          // of this parameter in the group's flat shard buffer
+    at::Tensor shard;        // [rows_per_shard, full_shape[1:]...], padding rows zero
+  };
+  const std::vector<Param>& params() const { return params_; }
+
+  // The full tensor of a shard-shaped tensor of `param` (a shard, or optimizer state alike),
+  // all-gathered over the shard group; every member must call it in the same order.
+  absl::StatusOr<at::Tensor> GatherFull(const Param& param, const at::Tensor& shard_like) const;
+  // This rank's rows of a full-shaped tensor of `param`, zero-padded to the shard's shape.
+  at::Tensor ShardOf(const Param& param, const at::Tensor& full) const;
+
+  // The autograd all-gather (forward) and reduce-scatter (backward); used by Unshard.
+  std::vector<at::Tensor> AllGatherFlat(const std::vector<at::Tensor>& shards) const;
+  std::vector<at::Tensor> ReduceScatterGrads(const std::vector<at::Tensor>& full_grads) const;
+
+ private:
+  FsdpParamGroup(std::vector<Param> params, int64_t shard_numel, Communicator* shard,
+                 Communicator* replicate)
+      : params_(std::move(params)),
+        shard_numel_(shard_numel),
+        shard_(shard),
+        replicate_(replicate) {}
+
+  std::vector<Param> params_;
+  int64_t shard_numel_;  // sum of the shards' element counts
+  Communicator* shard_;
+  Communicator* replicate_;
+};
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_PARALLEL_FSDP_H_
