@@ -1,0 +1,195 @@
+"""titan_train on several local ranks (CPU, Gloo on loopback) against one process.
+
+Parity: every data-parallel layout trains the debug model on the same global batch (8 sequences of
+64 tokens per step: 8 x 1 process, 4 x 2 ranks, 2 x 4 ranks) from the same initial weights, so each
+step's loss must match one process's. Tolerance: 1e-5 relative, fp32. The ranks' partial sums are
+added in a different order than one process's batched reductions (gradient all-reduce and
+reduce-scatter, the loss average), which changes float32 roundings, and ten AdamW steps carry them
+forward; observed differences are about 1e-6.
+
+Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+TITAN_TRAIN = None
+CONFIG = "configs/llama3_debugmodel.toml"
+GLOBAL_BATCH = 8
+STEPS = 10
+RTOL = 1e-5
+COMMON = [
+    f"--job.config_file={CONFIG}",
+    "--training.seq_len=64",
+    f"--training.global_batch_size={GLOBAL_BATCH}",
+    "--validation.enable=false",
+    "--metrics.enable_tensorboard=false",
+    "--comm.train_timeout_seconds=30",
+]
+
+
+def train(dump, nproc, local_batch, *flags, steps=STEPS, check=True):
+    cmd = [TITAN_TRAIN]
+    if nproc > 1:
+        cmd.append(f"--nproc_per_node={nproc}")
+    cmd += [*COMMON, f"--job.dump_folder={dump}", f"--training.steps={steps}",
+            f"--training.local_batch_size={local_batch}", *flags]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def losses(dump):
+    with open(os.path.join(dump, "metrics.jsonl")) as f:
+        return {row["step"]: row["loss"] for row in map(json.loads, f)}
+
+
+def max_rel_diff(want, got):
+    return max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
+
+
+def state_bytes(stderr):
+    """Rank -> parameter + optimizer bytes, from the trainer's log line after step 1."""
+    found = re.findall(r"rank (\d+) state memory: parameters \d+ B \+ optimizer \d+ B = (\d+) B",
+                       stderr)
+    return {int(rank): int(total) for rank, total in found}
+
+
+class DataParallelTest(unittest.TestCase):
+    tmp = None
+    reference = None  # one process: step -> loss
+    reference_bytes = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = os.environ.get("TEST_TMPDIR", "/tmp")
+        dump = cls.fresh("one")
+        proc = train(dump, 1, GLOBAL_BATCH, "--checkpoint.enable=false")
+        cls.reference = losses(dump)
+        cls.reference_bytes = state_bytes(proc.stderr)[0]
+
+    @classmethod
+    def fresh(cls, name):
+        path = os.path.join(cls.tmp, name)
+        shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def check_parity(self, name, nproc, *flags, checkpoint=False):
+        dump = self.fresh(name)
+        ckpt = (["--checkpoint.enable=true", "--checkpoint.interval=5",
+                 "--checkpoint.keep_latest_k=0"] if checkpoint else ["--checkpoint.enable=false"])
+        proc = train(dump, nproc, GLOBAL_BATCH // nproc, *ckpt, *flags)
+        got = losses(dump)
+        self.assertEqual(sorted(got), list(range(1, STEPS + 1)))
+        diff = max_rel_diff(self.reference, got)
+        print(f"\n{name}: max relative loss difference vs 1 process over {STEPS} steps: {diff:.3e}",
+              file=sys.stderr)
+        self.assertLessEqual(diff, RTOL, (self.reference, got))
+        # Only rank 0 writes metrics: one line per step, not one per rank.
+        with open(os.path.join(dump, "metrics.jsonl")) as f:
+            self.assertEqual(len(f.readlines()), STEPS)
+        return dump, proc
+
+    def test_fsdp2(self):
+        self.check_parity("fsdp2", 2)
+
+    def test_fsdp4_shards_state_and_its_checkpoint_reshards(self):
+        dump, proc = self.check_parity("fsdp4", 4, checkpoint=True)
+        per_rank = state_bytes(proc.stderr)
+        print(f"\nparameters + optimizer state per rank: 1 process {self.reference_bytes} B, "
+              f"FSDP 4 {per_rank} B", file=sys.stderr)
+        self.assertEqual(sorted(per_rank), [0, 1, 2, 3])
+        for total in per_rank.values():
+            # A quarter, plus at most one padding row per parameter.
+            self.assertLess(total, self.reference_bytes / 4 * 1.05)
+        # Step 5 of the FSDP-4 run, resumed by 2 ranks and by one process, continues the same run.
+        fsdp4 = losses(dump)
+        for name, nproc in (("resume_fsdp2", 2), ("resume_one", 1)):
+            resumed = self.fresh(name)
+            shutil.copytree(os.path.join(dump, "checkpoint", "step-5"),
+                            os.path.join(resumed, "checkpoint", "step-5"))
+            proc = train(resumed, nproc, GLOBAL_BATCH // nproc, "--checkpoint.enable=true",
+                         "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0")
+            self.assertIn("resumed from checkpoint step-5", proc.stderr)
+            got = losses(resumed)
+            self.assertEqual(sorted(got), list(range(6, STEPS + 1)))
+            diff = max_rel_diff({s: fsdp4[s] for s in got}, got)
+            print(f"\n{name}: max relative loss difference vs the FSDP-4 run: {diff:.3e}",
+                  file=sys.stderr)
+            self.assertLessEqual(diff, RTOL)
+
+    def test_ddp2(self):
+        self.check_parity("ddp2", 2, "--parallelism.data_parallel_replicate_degree=2",
+                          "--parallelism.data_parallel_shard_degree=1")
+
+    def test_hsdp_2x2(self):
+        self.check_parity("hsdp2x2", 4, "--parallelism.data_parallel_replicate_degree=2",
+                          "--parallelism.data_parallel_shard_degree=2")
+
+    def test_killed_rank_stops_the_job_and_the_last_checkpoint_loads(self):
+        dump = self.fresh("killed")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        # Ranks started as torchrun would (no titan launcher to stop the survivors).
+        ranks = []
+        for rank in range(2):
+            env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                       LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+            cmd = [TITAN_TRAIN, *COMMON, f"--job.dump_folder={dump}", "--training.steps=100000",
+                   f"--training.local_batch_size={GLOBAL_BATCH // 2}", "--checkpoint.enable=true",
+                   "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0",
+                   "--comm.train_timeout_seconds=20"]
+            ranks.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True))
+        metrics_path = os.path.join(dump, "metrics.jsonl")
+        deadline = time.time() + 180
+        while time.time() < deadline and all(r.poll() is None for r in ranks):
+            if os.path.exists(metrics_path):
+                with open(metrics_path) as f:
+                    if len(f.readlines()) >= 5:
+                        break
+            time.sleep(0.1)
+        ranks[1].send_signal(signal.SIGKILL)
+        killed_at = time.time()
+        try:
+            _, stderr = ranks[0].communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            ranks[0].kill()
+            self.fail("rank 0 still running 60 s after rank 1 was killed")
+        ranks[1].communicate()
+        print(f"\nrank 0 exited {ranks[0].returncode} {time.time() - killed_at:.1f} s after rank 1 "
+              "was killed", file=sys.stderr)
+        self.assertNotEqual(ranks[0].returncode, 0, stderr[-3000:])
+        self.assertIn("titan_train:", stderr)
+        steps = sorted(int(d.split("-")[1]) for d in os.listdir(os.path.join(dump, "checkpoint"))
+                       if re.fullmatch(r"step-\d+", d))
+        self.assertTrue(steps, "no committed checkpoint")
+        # The newest committed step loads (here into one process) and training goes on from it.
+        proc = train(dump, 1, GLOBAL_BATCH, "--checkpoint.enable=true",
+                     "--checkpoint.interval=1000", "--checkpoint.keep_latest_k=0",
+                     steps=steps[-1] + 1)
+        self.assertIn(f"resumed from checkpoint step-{steps[-1]}", proc.stderr)
+
+    def test_bad_degrees_fail_on_every_rank_with_one_line(self):
+        proc = train(self.fresh("bad"), 2, 4, "--parallelism.data_parallel_shard_degree=3",
+                     check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("data_parallel_shard_degree=3", proc.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--titan_train", required=True)
+    args, rest = parser.parse_known_args()
+    TITAN_TRAIN = os.path.abspath(args.titan_train)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])
