@@ -83,11 +83,11 @@ class DataParallelTest(unittest.TestCase):
         shutil.rmtree(path, ignore_errors=True)
         return path
 
-    def check_parity(self, name, nproc, *flags, checkpoint=False):
+    def check_parity(self, name, nproc, *flags, checkpoint=False, local_batch=None):
         dump = self.fresh(name)
         ckpt = (["--checkpoint.enable=true", "--checkpoint.interval=5",
                  "--checkpoint.keep_latest_k=0"] if checkpoint else ["--checkpoint.enable=false"])
-        proc = train(dump, nproc, GLOBAL_BATCH // nproc, *ckpt, *flags)
+        proc = train(dump, nproc, local_batch or GLOBAL_BATCH // nproc, *ckpt, *flags)
         got = losses(dump)
         self.assertEqual(sorted(got), list(range(1, STEPS + 1)))
         diff = max_rel_diff(self.reference, got)
@@ -127,9 +127,10 @@ class DataParallelTest(unittest.TestCase):
                   file=sys.stderr)
             self.assertLessEqual(diff, RTOL)
 
-    def test_ddp2(self):
+    def test_ddp2_with_gradient_accumulation(self):
+        # 2 microbatches of 2 per rank: gradients are all-reduced after the second only.
         self.check_parity("ddp2", 2, "--parallelism.data_parallel_replicate_degree=2",
-                          "--parallelism.data_parallel_shard_degree=1")
+                          "--parallelism.data_parallel_shard_degree=1", local_batch=2)
 
     def test_hsdp_2x2(self):
         self.check_parity("hsdp2x2", 4, "--parallelism.data_parallel_replicate_degree=2",

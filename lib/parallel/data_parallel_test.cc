@@ -1,0 +1,202 @@
+// FSDP and DDP gradient synchronisation across real ranks: the test forks its ranks (before it
+// touches LibTorch, so no thread pool is split by fork), which talk Gloo on loopback; each rank
+// checks its own results and reports through its exit status and stderr.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "lib/distributed/gloo_communicator.h"
+#include "lib/distributed/rendezvous.h"
+#include "lib/parallel/data_parallel.h"
+#include "lib/parallel/ddp.h"
+#include "lib/parallel/fsdp.h"
+
+namespace titan {
+namespace {
+
+#define RANK_EXPECT(cond)                                                                    \
+  do {                                                                                       \
+    if (!(cond)) {                                                                           \
+      std::fprintf(stderr, "rank %d: %s:%d: %s failed\n", rank, __FILE__, __LINE__, #cond); \
+      return 1;                                                                              \
+    }                                                                                        \
+  } while (0)
+
+using RankBody = std::function<int(int rank, Communicator& comm)>;
+
+// Forks `world` ranks joined in one Gloo group and returns their exit statuses (killed after 60 s).
+std::vector<int> RunRanks(int world, const RankBody& body) {
+  const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (listen_fd < 0 || bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listen_fd, 16) != 0 ||
+      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "cannot open a listening socket";
+    return {};
+  }
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      DistributedEnv env;
+      env.rank = rank;
+      env.world_size = world;
+      env.master_port = ntohs(addr.sin_port);
+      RendezvousOptions options;
+      options.timeout = absl::Seconds(30);
+      if (rank == 0) {
+        options.listen_fd = listen_fd;
+      } else {
+        close(listen_fd);
+      }
+      int code = 1;
+      absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
+      std::vector<int> ranks(world);
+      std::iota(ranks.begin(), ranks.end(), 0);
+      absl::StatusOr<std::unique_ptr<Communicator>> comm =
+          rendezvous.ok() ? CreateGlooCommunicator(*rendezvous, "all", ranks, absl::Seconds(30))
+                          : absl::StatusOr<std::unique_ptr<Communicator>>(rendezvous.status());
+      if (comm.ok()) {
+        code = body(rank, **comm);
+      } else {
+        std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
+      }
+      std::fflush(stderr);
+      _exit(code);  // no atexit handlers or static destructors in a forked copy of gtest
+    }
+    pids.push_back(pid);
+  }
+  close(listen_fd);
+  std::vector<int> statuses(world, -1);
+  const absl::Time stop = absl::Now() + absl::Seconds(60);
+  for (int done = 0; done < world && absl::Now() < stop;) {
+    for (int rank = 0; rank < world; ++rank) {
+      int status = 0;
+      if (statuses[rank] == -1 && waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+        statuses[rank] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        ++done;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    if (statuses[rank] == -1) {
+      kill(pids[rank], SIGKILL);
+      waitpid(pids[rank], nullptr, 0);
+    }
+  }
+  return statuses;
+}
+
+bool Equal(const at::Tensor& a, const at::Tensor& b) {
+  return a.sizes() == b.sizes() && at::equal(a, b);
+}
+
+// 3 ranks: dim 0 of 5 splits 2 + 2 + 1 (one padding row), of 2 splits 1 + 1 + 0 (all padding).
+TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
+  const std::vector<int> statuses = RunRanks(3, [](int rank, Communicator& comm) {
+    at::manual_seed(0);  // every rank initialises the same full tensors
+    const at::Tensor full_a = at::randn({5, 3});
+    const at::Tensor full_b = at::randn({2});
+    const at::Tensor weight_a = at::randn({5, 3});
+    const at::Tensor weight_b = at::randn({2});
+    at::Tensor a = full_a.clone().requires_grad_(true);
+    at::Tensor b = full_b.clone().requires_grad_(true);
+    std::unique_ptr<FsdpParamGroup> group =
+        *FsdpParamGroup::Create({{"a", &a}, {"b", &b}}, &comm, /*replicate=*/nullptr);
+    const FsdpParamGroup::Param& pa = group->params()[0];
+    const FsdpParamGroup::Param& pb = group->params()[1];
+    RANK_EXPECT(a.sizes() == at::IntArrayRef({2, 3}) && a.is_leaf() && a.requires_grad());
+    RANK_EXPECT(b.sizes() == at::IntArrayRef({1}));
+    const int64_t rows_a = rank < 2 ? 2 : 1;
+    RANK_EXPECT(Equal(a.narrow(0, 0, rows_a), full_a.narrow(0, 2 * rank, rows_a)));
+    if (rank == 2) RANK_EXPECT(Equal(a[1], at::zeros({3})) && Equal(b, at::zeros({1})));
+
+    group->Unshard();
+    RANK_EXPECT(Equal(a, full_a) && Equal(b, full_b));
+    // Rank r's loss weighs its gradient by r + 1: the synchronised gradient is the mean, 2x.
+    at::Tensor loss = (rank + 1) * ((a * weight_a).sum() + (b * weight_b).sum());
+    group->Reshard();
+    RANK_EXPECT(a.sizes() == at::IntArrayRef({2, 3}));
+    loss.backward();
+    RANK_EXPECT(at::allclose(a.grad(), group->ShardOf(pa, 2 * weight_a)));
+    RANK_EXPECT(at::allclose(b.grad(), group->ShardOf(pb, 2 * weight_b)));
+
+    absl::StatusOr<at::Tensor> gathered = group->GatherFull(pa, a.detach());
+    RANK_EXPECT(gathered.ok() && Equal(*gathered, full_a));
+    RANK_EXPECT(!group->GatherFull(pa, b.detach()).ok());
+
+    // Checkpoint helpers: optimizer-like state "<param>.<state>" is sharded alike, scalars pass.
+    std::vector<std::unique_ptr<FsdpParamGroup>> groups;
+    groups.push_back(std::move(group));
+    DataParallel dp(std::move(groups), nullptr, &comm);
+    const NamedTensors local = {{"a", a.detach()},
+                                {"a.exp_avg", a.detach() * 2},
+                                {"a.step", at::scalar_tensor(3, at::kLong)}};
+    absl::StatusOr<NamedTensors> full = dp.GatherFull(local);
+    RANK_EXPECT(full.ok() && Equal((*full)[0].second, full_a) &&
+                Equal((*full)[1].second, full_a * 2) && Equal((*full)[2].second, local[2].second));
+    const NamedTensors shaped = dp.FullShaped(local);
+    RANK_EXPECT(shaped[1].second.sizes() == at::IntArrayRef({5, 3}));
+    const NamedTensors restored = {{"a", at::zeros({2, 3})},
+                                   {"a.exp_avg", at::zeros({2, 3})},
+                                   {"a.step", at::scalar_tensor(0, at::kLong)}};
+    RANK_EXPECT(dp.CopyShards(*full, restored).ok());
+    for (size_t i = 0; i < local.size(); ++i) RANK_EXPECT(Equal(restored[i].second, local[i].second));
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(3, 0));
+}
+
+TEST(DdpGradientReducerTest, AveragesAccumulatedGradientsOnTheLastMicrobatchInBuckets) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    at::manual_seed(0);
+    std::vector<at::Tensor> params = {at::randn({4}).requires_grad_(true),
+                                      at::randn({3, 2}).requires_grad_(true),
+                                      at::randn({100}).requires_grad_(true)};
+    std::vector<at::Tensor> weights;
+    for (const at::Tensor& p : params) weights.push_back(at::randn(p.sizes()));
+    std::unique_ptr<DdpGradientReducer> ddp =
+        *DdpGradientReducer::Create(params, &comm, /*bucket_cap_bytes=*/16);
+    RANK_EXPECT(ddp->num_buckets() == 3);
+    for (int step = 0; step < 2; ++step) {
+      for (at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+      for (int microbatch = 0; microbatch < 2; ++microbatch) {
+        ddp->set_sync(microbatch == 1);
+        at::Tensor loss = at::zeros({});
+        for (size_t i = 0; i < params.size(); ++i) loss = loss + (params[i] * weights[i]).sum();
+        (loss * (rank + 1)).backward();
+        // Before the last microbatch nothing is communicated: gradients are still local.
+        if (microbatch == 0) RANK_EXPECT(at::allclose(params[0].grad(), (rank + 1) * weights[0]));
+      }
+      RANK_EXPECT(ddp->Finish().ok());
+      // Two microbatches of (r + 1) x weight, averaged over ranks 1 and 2: 3 x weight.
+      for (size_t i = 0; i < params.size(); ++i) {
+        RANK_EXPECT(at::allclose(params[i].grad(), 3 * weights[i]));
+      }
+    }
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
+}  // namespace
+}  // namespace titan
