@@ -166,6 +166,35 @@ TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
   EXPECT_EQ(statuses, std::vector<int>(3, 0));
 }
 
+// Resharding after forward frees the gathered bytes autograd saved and gathers them again in
+// backward: the gradients are those of keeping them.
+TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    std::vector<at::Tensor> grads[2];
+    for (const bool reshard : {false, true}) {
+      at::manual_seed(0);
+      at::Tensor a = at::randn({5, 3}).requires_grad_(true);
+      const at::Tensor x = at::randn({4, 3}) * (rank + 1);
+      std::unique_ptr<FsdpParamGroup> group =
+          *FsdpParamGroup::Create({{"a", &a}}, &comm, /*replicate=*/nullptr);
+      at::Tensor seen;  // the full tensor the call computed with
+      at::Tensor out = group->CallUnsharded(
+          [&a, &seen](const at::Tensor& y) {
+            seen = a;
+            return at::matmul(y, a.t()).tanh();
+          },
+          x, reshard);
+      RANK_EXPECT(seen.sizes() == at::IntArrayRef({5, 3}));
+      RANK_EXPECT((seen.storage().nbytes() == 0) == reshard);
+      out.sum().backward();
+      grads[reshard].push_back(a.grad());
+    }
+    RANK_EXPECT(Equal(grads[0][0], grads[1][0]));
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
 TEST(DdpGradientReducerTest, AveragesAccumulatedGradientsOnTheLastMicrobatchInBuckets) {
   const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
     at::manual_seed(0);

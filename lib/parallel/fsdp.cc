@@ -1,6 +1,7 @@
 #include "lib/parallel/fsdp.h"
 
 #include <c10/core/GradMode.h>
+#include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <algorithm>
@@ -188,11 +189,41 @@ void FsdpParamGroup::Reshard() {
   for (const Param& param : params_) *param.slot = param.shard;
 }
 
+void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full) const {
+  std::vector<at::Tensor> shards;
+  shards.reserve(params_.size());
+  for (const Param& param : params_) shards.push_back(param.shard);
+  std::vector<at::Tensor> gathered = AllGatherFlat(shards);
+  for (size_t i = 0; i < full.size(); ++i) {
+    // Both come from at::empty(full_shape): the same contiguous layout, so the bytes move over.
+    c10::StorageImpl* from = gathered[i].storage().unsafeGetStorageImpl();
+    c10::StorageImpl* to = full[i].storage().unsafeGetStorageImpl();
+    const size_t nbytes = from->nbytes();
+    to->set_data_ptr_noswap(from->set_data_ptr(at::DataPtr(nullptr, from->device())));
+    to->set_nbytes(nbytes);
+  }
+}
+
 at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
-                                         const at::Tensor& x) {
+                                         const at::Tensor& x, bool reshard_after_forward) {
   Unshard();
+  std::vector<at::Tensor> full;
+  full.reserve(params_.size());
+  for (const Param& param : params_) full.push_back(*param.slot);
   at::Tensor out = call(x);
   Reshard();
+  if (!reshard_after_forward || !c10::GradMode::is_enabled() || !out.requires_grad()) return out;
+  // Autograd holds `full` (or views of it) for backward; only their bytes go.
+  for (const at::Tensor& tensor : full) {
+    c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+    storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+    storage->set_nbytes(0);
+  }
+  // Every node of call's graph runs after the one that produced `out`: refill before them.
+  out.register_hook([this, full](const at::Tensor& grad) {
+    RefillFull(full);
+    return grad;
+  });
   return out;
 }
 

@@ -36,9 +36,11 @@ class FsdpParamGroup {
   void Unshard();
   // Puts the shards back; the full tensors live on only where autograd saved them.
   void Reshard();
-  // Unshard, call(x), Reshard.
+  // Unshard, call(x), Reshard. With `reshard_after_forward` (and grad mode on), the full tensors
+  // autograd saved also give up their memory, and are all-gathered into it again when the gradient
+  // reaches call's output in backward (FSDP2's storage resize): no recomputation.
   at::Tensor CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
-                           const at::Tensor& x);
+                           const at::Tensor& x, bool reshard_after_forward = false);
 
   struct Param {
     std::string name;
@@ -68,6 +70,9 @@ class FsdpParamGroup {
         shard_numel_(shard_numel),
         shard_(shard),
         replicate_(replicate) {}
+
+  // Gathers the shards again into the storage of `full` (tensors Unshard made, then freed).
+  void RefillFull(const std::vector<at::Tensor>& full) const;
 
   std::vector<Param> params_;
   int64_t shard_numel_;  // sum of the shards' element counts

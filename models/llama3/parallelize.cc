@@ -76,15 +76,19 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Llama3Model& model,
     // The last block is needed again first in backward: torchtitan keeps it gathered by default.
     const bool reshard = reshard_after_forward == "always" ||
                          (reshard_after_forward == "default" && layer + 1 < num_layers);
-    const bool recompute = reshard || checkpointed[layer];
     FsdpParamGroup* raw = group.get();
-    model.SetLayerWrapper(
-        layer, [raw, recompute](const Llama3Model::LayerCall& call, const at::Tensor& x) {
-          CheckpointedFn gathered = [raw, call](const at::Tensor& y) {
-            return raw->CallUnsharded(call, y);
-          };
-          return recompute ? CheckpointedCall(gathered, x) : gathered(x);
-        });
+    if (checkpointed[layer]) {
+      // Recomputation gathers again in backward and frees afterwards: resharding comes with it.
+      model.SetLayerWrapper(layer, [raw](const Llama3Model::LayerCall& call, const at::Tensor& x) {
+        return CheckpointedCall(
+            [raw, call](const at::Tensor& y) { return raw->CallUnsharded(call, y); }, x);
+      });
+    } else {
+      model.SetLayerWrapper(
+          layer, [raw, reshard](const Llama3Model::LayerCall& call, const at::Tensor& x) {
+            return raw->CallUnsharded(call, x, reshard);
+          });
+    }
     groups.push_back(std::move(group));
   }
   FsdpParamGroup* root = nullptr;

@@ -32,8 +32,8 @@ struct ParallelizeOptions {
 //  - FSDP (dims shard, HSDP when they also replicate): every parameter is replaced by its shard;
 //    each block is one group gathered around its call, the embedding, final norm and output one
 //    group gathered around the whole forward (DataParallel::Forward). A block that reshards after
-//    forward frees its gathered parameters and, in backward, gathers them again and recomputes
-//    the block (the activation checkpointing pattern), so it also keeps no activations;
+//    forward frees its gathered parameters' memory and all-gathers them again when backward reaches
+//    it (FSDP2's behaviour); a checkpointed block recomputes, gathering again as it does;
 //  - DDP (dims replicate only): bucketed gradient all-reduce during backward.
 // `comms` may be null when dims.dp() == 1. The model must outlive the result.
 absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeLlama3(Llama3Model& model,
