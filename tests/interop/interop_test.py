@@ -1,0 +1,147 @@
+"""convert_checkpoint against PyPI transformers: HF -> titan -> HF round trips and logit parity."""
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+import torch
+import transformers
+from safetensors.torch import load_file
+
+CONVERT = None
+MAKE_TITAN = None
+
+# Keys transformers stamps with its own version or derives on load: not part of the model.
+VOLATILE_CONFIG_KEYS = {"transformers_version", "_name_or_path"}
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def convert(src, dst, *flags):
+    return json.loads(run([CONVERT, "--json", *flags, src, dst]).stdout)
+
+
+def hf_tensors(folder):
+    tensors = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
+        tensors.update(load_file(path))
+    return tensors
+
+
+def config_dict(folder):
+    config = transformers.AutoConfig.from_pretrained(folder).to_dict()
+    return {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS}
+
+
+def small_config(**overrides):
+    kwargs = dict(vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  rms_norm_eps=1e-5, rope_theta=500000.0, bos_token_id=1, eos_token_id=2,
+                  rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    kwargs.update(overrides)
+    return transformers.LlamaConfig(**kwargs)
+
+
+class InteropTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), self._testMethodName)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        os.makedirs(self.tmp)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def save_hf(self, config, dtype, **save_kwargs):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).to(dtype)
+        with torch.no_grad():  # Norms off 1 so a swapped norm mapping is visible.
+            for name, param in model.named_parameters():
+                if param.dim() == 1:
+                    param.add_(torch.randn_like(param) * 0.2)
+        model.save_pretrained(self.path("hf"), **save_kwargs)
+        return model
+
+    def round_trip(self, *flags_back):
+        titan = convert(self.path("hf"), self.path("titan"), "--from=hf", "--to=titan")
+        back = convert(self.path("titan"), self.path("back"), "--from=titan", "--to=hf",
+                       *flags_back)
+        original, converted = hf_tensors(self.path("hf")), hf_tensors(self.path("back"))
+        self.assertEqual(sorted(original), sorted(converted))
+        for name, tensor in original.items():
+            self.assertEqual(tensor.dtype, converted[name].dtype, name)
+            self.assertTrue(torch.equal(tensor.view(torch.uint8), converted[name].view(torch.uint8)),
+                            name)
+        self.assertEqual(config_dict(self.path("hf")), config_dict(self.path("back")))
+        return titan, back
+
+    def test_sharded_fp32_round_trip_is_bitwise_identical(self):
+        self.save_hf(small_config(), torch.float32, max_shard_size="40KB")
+        self.assertGreater(len(glob.glob(self.path("hf/model-*-of-*.safetensors"))), 2)
+        titan, back = self.round_trip("--max_shard_size=40KB")
+        self.assertEqual(titan["output"], self.path("titan/step-0"))
+        self.assertEqual(titan["tensors"], 2 * 9 + 3)
+        self.assertGreater(back["peak_rss_bytes"], 0)
+        shards = glob.glob(self.path("back/model-*-of-*.safetensors"))
+        self.assertGreater(len(shards), 2)
+        with open(self.path("back/model.safetensors.index.json")) as f:
+            index = json.load(f)
+        self.assertEqual(set(index["weight_map"].values()), {os.path.basename(s) for s in shards})
+        self.assertEqual(index["metadata"]["total_size"], back["bytes"])
+
+    def test_tied_bf16_round_trip_is_bitwise_identical(self):
+        self.save_hf(small_config(tie_word_embeddings=True), torch.bfloat16)
+        titan, _ = self.round_trip()
+        with open(os.path.join(titan["output"], "manifest.json")) as f:
+            manifest = json.load(f)
+        names = [t["name"] for t in manifest["tensors"]]
+        self.assertNotIn("output.weight", names)
+        self.assertEqual({t["dtype"] for t in manifest["tensors"]}, {"BF16"})
+        self.assertTrue(manifest["state"]["model"]["args"]["tie_word_embeddings"])
+
+    def test_titan_export_matches_transformers_logits(self):
+        logits_path = self.path("titan_logits.safetensors")
+        run([MAKE_TITAN, f"--checkpoint_dir={self.path('titan')}", f"--logits={logits_path}"])
+        summary = convert(self.path("titan"), self.path("hf"), "--from=titan", "--to=hf")
+        self.assertEqual(summary["input"], self.path("titan/step-3"))
+        reference = load_file(logits_path)
+        model = transformers.LlamaForCausalLM.from_pretrained(self.path("hf"),
+                                                              dtype=torch.float32)
+        model.eval()
+        self.assertEqual(model.config.rope_scaling["rope_type"], "llama3")
+        with torch.no_grad():
+            logits = model(reference["tokens"]).logits
+        diff = (logits - reference["logits"]).abs().max().item()
+        print(f"max |logit difference| titan vs transformers: {diff:.3g}", file=sys.stderr)
+        # fp32 throughout; attention and RoPE sum in different orders (interleaved vs rotate-half
+        # pairs, SDPA kernels), so agreement is to rounding, not bitwise.
+        self.assertLess(diff, 1e-4)
+        self.assertGreater(reference["logits"].abs().max().item(), 0.1)
+
+    def test_errors_are_clear(self):
+        proc = subprocess.run([CONVERT, "--from=hf", "--to=titan", self.path("missing"),
+                               self.path("out")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("missing/config.json", proc.stderr)
+        proc = subprocess.run([CONVERT, "--to=xla", "a", "b"], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn('checkpoint format "xla", expected titan, hf or meta', proc.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--convert_checkpoint", required=True)
+    parser.add_argument("--make_titan_checkpoint", required=True)
+    args, rest = parser.parse_known_args()
+    CONVERT = os.path.abspath(args.convert_checkpoint)
+    MAKE_TITAN = os.path.abspath(args.make_titan_checkpoint)
+    unittest.main(argv=[sys.argv[0], *rest])
