@@ -164,6 +164,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenTitan(
   TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(step_dir, "/", kTitanModelFile)));
 
   std::set<std::string> listed;
+  std::vector<TensorInfo> in_manifest_order;  // The model's order, as the trainer saved it.
   for (const json& entry : manifest.at("tensors")) {
     if (!entry.is_object() || entry.value("file", "") != kTitanModelFile) continue;
     const std::string name = entry.value("name", "");
@@ -184,7 +185,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenTitan(
     } catch (const json::exception& e) {
       return absl::DataLossError(absl::StrCat(where, ": ", e.what()));
     }
-    listed.insert(name);
+    if (listed.insert(name).second) in_manifest_order.push_back(*tensor);
   }
   for (const TensorInfo& tensor : reader->tensors_) {
     if (listed.count(tensor.name) == 0) {
@@ -192,6 +193,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenTitan(
                                               tensor.name, "' is not listed in the manifest"));
     }
   }
+  reader->tensors_ = std::move(in_manifest_order);
   return std::unique_ptr<CheckpointReader>(std::move(reader));
 }
 

@@ -10,10 +10,11 @@ import unittest
 
 import torch
 import transformers
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 CONVERT = None
 MAKE_TITAN = None
+INSPECT = None
 
 # Keys transformers stamps with its own version or derives on load: not part of the model.
 VOLATILE_CONFIG_KEYS = {"transformers_version", "_name_or_path"}
@@ -82,6 +83,16 @@ class InteropTest(unittest.TestCase):
             self.assertTrue(torch.equal(tensor.view(torch.uint8), converted[name].view(torch.uint8)),
                             name)
         self.assertEqual(config_dict(self.path("hf")), config_dict(self.path("back")))
+        # checkpoint_inspect agrees: nothing differs, across formats too, and the titan step verifies.
+        for other in ("back", "titan"):
+            proc = subprocess.run([INSPECT, "--json", f"--diff={self.path(other)}",
+                                   self.path("hf")], capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertTrue(json.loads(proc.stdout)["diff"]["identical"])
+        report = json.loads(run([INSPECT, "--json", "--verify", self.path("titan")]).stdout)
+        self.assertEqual(report["format"], "titan")
+        self.assertTrue(report["verify"]["ok"])
+        self.assertEqual(report["total_tensors"], titan["tensors"])
         return titan, back
 
     def test_sharded_fp32_round_trip_is_bitwise_identical(self):
@@ -127,6 +138,19 @@ class InteropTest(unittest.TestCase):
         self.assertLess(diff, 1e-4)
         self.assertGreater(reference["logits"].abs().max().item(), 0.1)
 
+        # A changed weight is reported with its size, and the exit status says so.
+        tensors = load_file(self.path("hf/model.safetensors"))
+        tensors["model.norm.weight"][5] += 0.25
+        os.makedirs(self.path("edited"))
+        shutil.copy(self.path("hf/config.json"), self.path("edited"))
+        save_file(tensors, self.path("edited/model.safetensors"), metadata={"format": "pt"})
+        proc = subprocess.run([INSPECT, "--json", f"--diff={self.path('edited')}",
+                               self.path("hf")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        different = json.loads(proc.stdout)["diff"]["different"]
+        self.assertEqual([d["name"] for d in different], ["model.norm.weight"])
+        self.assertAlmostEqual(different[0]["max_abs_diff"], 0.25, places=5)
+
     def test_errors_are_clear(self):
         proc = subprocess.run([CONVERT, "--from=hf", "--to=titan", self.path("missing"),
                                self.path("out")], capture_output=True, text=True)
@@ -141,7 +165,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--convert_checkpoint", required=True)
     parser.add_argument("--make_titan_checkpoint", required=True)
+    parser.add_argument("--checkpoint_inspect", required=True)
     args, rest = parser.parse_known_args()
     CONVERT = os.path.abspath(args.convert_checkpoint)
     MAKE_TITAN = os.path.abspath(args.make_titan_checkpoint)
+    INSPECT = os.path.abspath(args.checkpoint_inspect)
     unittest.main(argv=[sys.argv[0], *rest])
