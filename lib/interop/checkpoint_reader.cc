@@ -16,6 +16,7 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
+#include "lib/interop/meta_checkpoint.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 
@@ -301,10 +302,9 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     case CheckpointFormat::kHf:
       return SafetensorsReader::OpenHf(path);
     case CheckpointFormat::kMeta:
-      break;
+      return OpenMetaCheckpoint(path);
   }
-  return absl::UnimplementedError(
-      absl::StrCat(path, ": reading the ", CheckpointFormatName(*format), " format is not supported"));
+  return absl::InvalidArgumentError("unknown checkpoint format");
 }
 
 }  // namespace titan

@@ -6,6 +6,7 @@
 //          directory, or the root, meaning its latest step); only model tensors are read.
 //   hf:    Hugging Face: config.json + model.safetensors, or model-0000i-of-0000n.safetensors
 //          shards listed in model.safetensors.index.json.
+//   meta:  params.json + consolidated.00.pth (lib/interop/meta_checkpoint.h).
 // Tensor metadata is known up front; tensor data is read one tensor at a time from memory-mapped
 // files, so a reader never holds the model in memory.
 

@@ -17,6 +17,7 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
+#include "lib/interop/meta_checkpoint.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 
@@ -210,6 +211,23 @@ absl::Status WriteTitan(const std::vector<ParameterSource>& params, const Tensor
   return absl::OkStatus();
 }
 
+// torch.save's format holds the whole archive in memory while pickling: one copy of the model.
+absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorProducer& producer,
+                       const Llama3ModelInfo& info, const std::string& output,
+                       ConvertSummary& summary) {
+  NamedTensors tensors;
+  for (const ParameterSource& param : params) {
+    absl::StatusOr<at::Tensor> tensor = producer.Produce(param);
+    if (!tensor.ok()) return tensor.status();
+    summary.bytes += tensor->numel() * tensor->element_size();
+    tensors.emplace_back(param.titan_name, *std::move(tensor));
+  }
+  TITAN_RETURN_IF_ERROR(WriteMetaCheckpoint(output, tensors, info));
+  summary.tensors = static_cast<int64_t>(tensors.size());
+  summary.files = {"consolidated.00.pth", "params.json"};
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
@@ -260,7 +278,7 @@ absl::StatusOr<Llama3ModelInfo> DescribeLlama3(const CheckpointReader& reader,
       }
       break;
     case CheckpointFormat::kMeta:
-      info = absl::UnimplementedError(reader.directory() + ": meta model description");
+      info = Llama3ModelInfoFromMetaParams(description, reader.directory() + "/params.json");
       break;
   }
   if (!info.ok()) return info.status();
@@ -360,7 +378,8 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const
                                        summary));
       break;
     case CheckpointFormat::kMeta:
-      return absl::UnimplementedError("writing the meta format is not supported");
+      TITAN_RETURN_IF_ERROR(WriteMeta(params, producer, info, output, summary));
+      break;
   }
   LOG(INFO) << "converted " << summary.input << " (" << CheckpointFormatName(reader->format())
             << ") to " << summary.output << " (" << CheckpointFormatName(options.to) << "): "

@@ -9,6 +9,7 @@ import sys
 import unittest
 
 import torch
+import torch.jit._pickle
 import transformers
 from safetensors.torch import load_file, save_file
 
@@ -150,6 +151,52 @@ class InteropTest(unittest.TestCase):
         different = json.loads(proc.stdout)["diff"]["different"]
         self.assertEqual([d["name"] for d in different], ["model.norm.weight"])
         self.assertAlmostEqual(different[0]["max_abs_diff"], 0.25, places=5)
+
+    def test_meta_export_and_import(self):
+        original = self.save_hf(small_config(), torch.bfloat16)
+        convert(self.path("hf"), self.path("meta"), "--from=hf", "--to=meta")
+        with open(self.path("meta/params.json")) as f:
+            params = json.load(f)
+        self.assertEqual((params["dim"], params["n_kv_heads"], params["use_scaled_rope"]),
+                         (64, 2, True))
+        # LibTorch's pickle_save tags the dict with its TorchScript type: allowlist that one global.
+        with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
+            state = torch.load(self.path("meta/consolidated.00.pth"), weights_only=True)
+        hf = original.state_dict()
+        # The Meta layout, as transformers' convert script inverts it: interleaved RoPE pairs.
+        def unpermute(w, heads):
+            return w.view(heads, 2, w.shape[0] // heads // 2, w.shape[1]).transpose(1, 2).reshape(w.shape)
+        self.assertTrue(torch.equal(state["layers.1.attention.wq.weight"],
+                                    unpermute(hf["model.layers.1.self_attn.q_proj.weight"], 4)))
+        self.assertTrue(torch.equal(state["layers.0.attention.wk.weight"],
+                                    unpermute(hf["model.layers.0.self_attn.k_proj.weight"], 2)))
+        self.assertTrue(torch.equal(state["layers.0.feed_forward.w1.weight"],
+                                    hf["model.layers.0.mlp.gate_proj.weight"]))
+        self.assertEqual(state["tok_embeddings.weight"].dtype, torch.bfloat16)
+        self.assertEqual(len(state), 2 * 9 + 3)
+        # Meta -> HF gives back the original tensors.
+        convert(self.path("meta"), self.path("back"), "--from=meta", "--to=hf")
+        back = hf_tensors(self.path("back"))
+        for name, tensor in hf_tensors(self.path("hf")).items():
+            self.assertTrue(torch.equal(tensor, back[name]), name)
+
+    def test_meta_pickle_cannot_run_code(self):
+        os.makedirs(self.path("evil"))
+        marker = self.path("marker")
+
+        class Evil:
+            def __reduce__(self):
+                return (os.system, (f"touch {marker}",))
+
+        torch.save({"tok_embeddings.weight": torch.zeros(2, 2), "x": Evil()},
+                   self.path("evil/consolidated.00.pth"))
+        with open(self.path("evil/params.json"), "w") as f:
+            json.dump({"dim": 2, "n_layers": 1, "n_heads": 1, "vocab_size": 2}, f)
+        proc = subprocess.run([CONVERT, "--from=meta", "--to=hf", self.path("evil"),
+                               self.path("out")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("consolidated.00.pth: not a torch.save state dict of tensors", proc.stderr)
+        self.assertFalse(os.path.exists(marker))
 
     def test_errors_are_clear(self):
         proc = subprocess.run([CONVERT, "--from=hf", "--to=titan", self.path("missing"),

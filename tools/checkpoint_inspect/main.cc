@@ -1,5 +1,5 @@
 // checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol --atol]] [--json]
-// Lists a titan or Hugging Face checkpoint's tensors; exits 1 when --verify finds a problem or
+// Lists a titan, Hugging Face or Meta checkpoint's tensors; exits 1 when --verify finds a problem or
 // --diff finds a difference.
 
 #include <iostream>

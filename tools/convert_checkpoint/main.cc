@@ -1,4 +1,4 @@
-// convert_checkpoint --from=hf|titan --to=hf|titan [--flavor=8B] [--dtype=bf16|fp32|keep] IN OUT
+// convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--flavor=8B] [--dtype=bf16|fp32|keep] IN OUT
 // Converts a Llama 3 checkpoint between Hugging Face's LlamaForCausalLM folders and titan's step
 // directories (see lib/interop/convert.h).
 
@@ -15,7 +15,7 @@
 #include "nlohmann/json.hpp"
 
 DEFINE_string(from, "", "Input format: titan, hf or meta; empty: detected from the files");
-DEFINE_string(to, "hf", "Output format: titan or hf");
+DEFINE_string(to, "hf", "Output format: titan, hf or meta");
 DEFINE_string(model, "llama3", "Model family (llama3)");
 DEFINE_string(flavor, "",
               "Model flavor (debugmodel, 1B, 3B, 8B, 70B, 405B) when the input does not describe "
@@ -37,7 +37,7 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "convert_checkpoint --from=hf|titan --to=hf|titan [--flavor=8B] [--dtype=keep|bf16|fp32] "
+      "convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--flavor=8B] [--dtype=keep|bf16|fp32] "
       "IN OUT");
   gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
   FLAGS_logtostderr = true;
