@@ -209,18 +209,9 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
     TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(path, "/", kHfSingleFile)));
     return std::unique_ptr<CheckpointReader>(std::move(reader));
   }
-  TITAN_ASSIGN_OR_RETURN(json index, ReadJsonFile(index_path));
-  if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) {
-    return absl::DataLossError(index_path + ": expected an object with a \"weight_map\" object");
-  }
-  std::map<std::string, std::string> weight_map;
-  for (const auto& [name, file] : index.at("weight_map").items()) {
-    if (!file.is_string() || absl::StrContains(file.get<std::string>(), "/")) {
-      return absl::DataLossError(absl::StrCat(index_path, ": weight_map[\"", name,
-                                              "\"]: expected a file name in this directory"));
-    }
-    weight_map[name] = file.get<std::string>();
-  }
+  TITAN_ASSIGN_OR_RETURN(std::string index_text, ReadFile(index_path));
+  TITAN_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(index_text, index_path));
+  const std::map<std::string, std::string>& weight_map = index.weight_map;
   std::set<std::string> shards;
   for (const auto& [name, file] : weight_map) shards.insert(file);
   for (const std::string& shard : shards) {
@@ -240,12 +231,35 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
           absl::StrCat(index_path, ": tensor '", name, "' is missing from ", file));
     }
   }
-  const json total = index.value("metadata", json::object()).value("total_size", json());
-  if (total.is_number_unsigned()) reader->expected_total_size_ = total.get<uint64_t>();
+  reader->expected_total_size_ = index.total_size;
   return std::unique_ptr<CheckpointReader>(std::move(reader));
 }
 
 }  // namespace
+
+absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source) {
+  const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) {
+    return absl::DataLossError(source + ": expected an object with a \"weight_map\" object");
+  }
+  HfIndex parsed;
+  for (const auto& [name, file] : index.at("weight_map").items()) {
+    if (!file.is_string() || file.get<std::string>().empty() ||
+        absl::StrContains(file.get<std::string>(), "/")) {
+      return absl::DataLossError(absl::StrCat(source, ": weight_map[\"", name,
+                                              "\"]: expected a file name in this directory"));
+    }
+    parsed.weight_map[name] = file.get<std::string>();
+  }
+  const auto metadata = index.find("metadata");
+  if (metadata != index.end() && metadata->is_object()) {
+    const auto total = metadata->find("total_size");
+    if (total != metadata->end() && total->is_number_unsigned()) {
+      parsed.total_size = total->get<uint64_t>();
+    }
+  }
+  return parsed;
+}
 
 std::string CheckpointFormatName(CheckpointFormat format) {
   switch (format) {

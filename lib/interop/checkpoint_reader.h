@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,6 +79,14 @@ class CheckpointReader {
   nlohmann::json description_ = nlohmann::json::object();
   std::vector<TensorInfo> tensors_;
 };
+
+// model.safetensors.index.json: which shard file in the same directory holds each tensor, and
+// metadata.total_size when present. `source` (the path) prefixes errors.
+struct HfIndex {
+  std::map<std::string, std::string> weight_map;  // tensor name -> shard file name
+  std::optional<uint64_t> total_size;
+};
+absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source);
 
 }  // namespace titan
 

@@ -211,19 +211,20 @@ absl::Status WriteTitan(const std::vector<ParameterSource>& params, const Tensor
   return absl::OkStatus();
 }
 
-// torch.save's format holds the whole archive in memory while pickling: one copy of the model.
 absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorProducer& producer,
                        const Llama3ModelInfo& info, const std::string& output,
                        ConvertSummary& summary) {
-  NamedTensors tensors;
-  for (const ParameterSource& param : params) {
-    absl::StatusOr<at::Tensor> tensor = producer.Produce(param);
-    if (!tensor.ok()) return tensor.status();
-    summary.bytes += tensor->numel() * tensor->element_size();
-    tensors.emplace_back(param.titan_name, *std::move(tensor));
-  }
-  TITAN_RETURN_IF_ERROR(WriteMetaCheckpoint(output, tensors, info));
-  summary.tensors = static_cast<int64_t>(tensors.size());
+  std::vector<std::string> names;
+  for (const ParameterSource& param : params) names.push_back(param.titan_name);
+  TITAN_RETURN_IF_ERROR(WriteMetaCheckpoint(
+      output, names,
+      [&](size_t i) -> absl::StatusOr<at::Tensor> {
+        absl::StatusOr<at::Tensor> tensor = producer.Produce(params[i]);
+        if (tensor.ok()) summary.bytes += tensor->numel() * tensor->element_size();
+        return tensor;
+      },
+      info));
+  summary.tensors = static_cast<int64_t>(params.size());
   summary.files = {"consolidated.00.pth", "params.json"};
   return absl::OkStatus();
 }

@@ -328,7 +328,9 @@ absl::StatusOr<Llama3ModelInfo> Llama3ModelInfoFromHfConfig(const json& config,
                                             ? ": rope_scaling"
                                             : ": rope_parameters");
     if (!rope.is_object()) return absl::InvalidArgumentError(where + ": expected an object");
-    std::string type = rope.value("rope_type", rope.value("type", std::string("default")));
+    std::string type = "default";
+    TITAN_RETURN_IF_ERROR(ReadOptional(rope, "type", where, type));
+    TITAN_RETURN_IF_ERROR(ReadOptional(rope, "rope_type", where, type));
     TITAN_RETURN_IF_ERROR(ReadOptional(rope, "rope_theta", where, args.rope_theta));
     if (type == "llama3") {
       RopeScaling& s = args.rope_scaling;

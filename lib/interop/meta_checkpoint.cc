@@ -1,9 +1,20 @@
 #include "lib/interop/meta_checkpoint.h"
 
+#include <ATen/EmptyTensor.h>
+#include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
 #include <torch/csrc/jit/serialization/import_read.h>
-#include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
 #include <map>
 #include <utility>
 #include <vector>
@@ -22,6 +33,91 @@ using nlohmann::json;
 
 constexpr char kParamsFile[] = "params.json";
 constexpr char kWeightsFile[] = "consolidated.00.pth";
+constexpr char kStoragePrefix[] = "data/";  // torch.save's storage records: data/<key>.
+
+// LibTorch's MemoryReadAdapter copies whatever range the zip reader asks for; this one clamps reads
+// to the buffer, as a file read past its end would.
+class BoundedMemoryReadAdapter : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedMemoryReadAdapter(absl::string_view bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    const size_t count = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, count);
+    return count;
+  }
+
+ private:
+  absl::string_view bytes_;
+};
+
+// A torch.save archive's "data.pkl" through LibTorch's restricted unpickler, as name -> tensor.
+absl::StatusOr<NamedTensors> ReadStateDict(
+    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> archive, const std::string& source) {
+  c10::IValue loaded;
+  try {
+    caffe2::serialize::PyTorchStreamReader zip(std::move(archive));
+    // The unpickler sizes a storage from the pickle's element count, not from the record it
+    // reads, so a short record would be read past its end: storages come sized by their records.
+    auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
+    for (const std::string& record : zip.getAllRecords()) {
+      if (!absl::StartsWith(record, kStoragePrefix)) continue;
+      auto [data, bytes] = zip.getRecord(record);
+      storages->addStorage(record.substr(std::strlen(kStoragePrefix)),
+                           c10::Storage(c10::Storage::use_byte_size_t(), bytes, std::move(data),
+                                        /*allocator=*/nullptr, /*resizable=*/false));
+    }
+    loaded = torch::jit::readArchiveAndTensors(
+        "data", "", "", std::nullopt, std::nullopt, at::Device(at::kCPU), zip,
+        torch::jit::Unpickler::defaultTypeParser, std::move(storages));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": not a torch.save state dict of tensors: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // miniz and the unpickler also throw std:: exceptions.
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a torch.save state dict of tensors: ", e.what()));
+  }
+  if (!loaded.isGenericDict()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": expected a dict of tensors, got ", loaded.tagKind()));
+  }
+  NamedTensors tensors;
+  for (const auto& item : loaded.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor()) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": entry of type ",
+                                                     item.key().tagKind(), " -> ",
+                                                     item.value().tagKind(),
+                                                     ", expected string -> tensor"));
+    }
+    const std::string name = item.key().toStringRef();
+    const at::Tensor& loaded_tensor = item.value().toTensor();
+    // The unpickler takes sizes, strides and offset from the pickle as they are; a view reaching
+    // past its storage's bytes would read out of bounds.
+    size_t needed = 0;
+    try {
+      needed = at::detail::computeStorageNbytes(loaded_tensor.sizes(), loaded_tensor.strides(),
+                                                loaded_tensor.element_size(),
+                                                loaded_tensor.storage_offset());
+    } catch (const c10::Error& e) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": tensor '", name, "': ",
+                                                     e.what_without_backtrace()));
+    }
+    if (!loaded_tensor.has_storage() || needed > loaded_tensor.storage().nbytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": tensor '", name, "' needs ", needed, " bytes, its storage holds ",
+          loaded_tensor.has_storage() ? loaded_tensor.storage().nbytes() : 0));
+    }
+    const at::Tensor tensor = loaded_tensor.contiguous();
+    absl::StatusOr<std::string> dtype = SafetensorsDtypeName(tensor.scalar_type());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": tensor '", name, "': ", dtype.status().message()));
+    }
+    tensors.emplace_back(name, tensor);
+  }
+  return tensors;
+}
 
 class MetaReader : public CheckpointReader {
  public:
@@ -58,32 +154,18 @@ class MetaReader : public CheckpointReader {
     }
     const std::string path = absl::StrCat(directory, "/", kWeightsFile);
     if (!PathExists(path)) return absl::NotFoundError(path + ": no such file");
-    c10::IValue loaded;
+    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> file;
     try {
-      caffe2::serialize::PyTorchStreamReader zip(path);
-      loaded = torch::jit::readArchiveAndTensors("data", "", "", std::nullopt, std::nullopt,
-                                                 at::Device(at::kCPU), zip);
+      file = std::make_shared<caffe2::serialize::FileAdapter>(path);
     } catch (const c10::Error& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": not a torch.save state dict of tensors: ", e.what_without_backtrace()));
+      return absl::NotFoundError(absl::StrCat(path, ": ", e.what_without_backtrace()));
     }
-    if (!loaded.isGenericDict()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": expected a dict of tensors, got ", loaded.tagKind()));
-    }
-    for (const auto& item : loaded.toGenericDict()) {
-      if (!item.key().isString() || !item.value().isTensor()) {
-        return absl::InvalidArgumentError(absl::StrCat(path, ": entry of type ", item.key().tagKind(),
-                                                       " -> ", item.value().tagKind(),
-                                                       ", expected string -> tensor"));
-      }
-      const std::string name = item.key().toStringRef();
-      const at::Tensor tensor = item.value().toTensor().contiguous();
-      absl::StatusOr<std::string> dtype = SafetensorsDtypeName(tensor.scalar_type());
-      if (!dtype.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": tensor '", name, "': ", dtype.status().message()));
-      reader->tensors_.push_back({name, *dtype, tensor.scalar_type(), tensor.sizes().vec(),
+    TITAN_ASSIGN_OR_RETURN(NamedTensors tensors, ReadStateDict(std::move(file), path));
+    for (auto& [name, tensor] : tensors) {
+      reader->tensors_.push_back({name, *SafetensorsDtypeName(tensor.scalar_type()),
+                                  tensor.scalar_type(), tensor.sizes().vec(),
                                   static_cast<uint64_t>(tensor.nbytes()), kWeightsFile});
-      reader->tensors_by_name_[name] = tensor;
+      reader->tensors_by_name_[name] = std::move(tensor);
     }
     return std::unique_ptr<CheckpointReader>(std::move(reader));
   }
@@ -96,6 +178,11 @@ class MetaReader : public CheckpointReader {
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory) {
   return MetaReader::Open(directory);
+}
+
+absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
+                                                 const std::string& source) {
+  return ReadStateDict(std::make_shared<BoundedMemoryReadAdapter>(archive), source);
 }
 
 json Llama3MetaParams(const Llama3ModelInfo& info) {
@@ -146,20 +233,93 @@ absl::StatusOr<Llama3ModelInfo> Llama3ModelInfoFromMetaParams(const json& params
   return info;
 }
 
-absl::Status WriteMetaCheckpoint(const std::string& directory, const NamedTensors& tensors,
-                                 const Llama3ModelInfo& info) {
-  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
-  for (const auto& [name, tensor] : tensors) dict.insert(name, tensor.contiguous());
-  std::vector<char> bytes;
-  try {
-    bytes = torch::jit::pickle_save(c10::IValue(dict));
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(directory, "/", kWeightsFile, ": ", e.what_without_backtrace()));
+absl::Status WriteMetaCheckpoint(const std::string& directory,
+                                 const std::vector<std::string>& names,
+                                 const MetaTensorProducer& produce, const Llama3ModelInfo& info) {
+  const std::string path = absl::StrCat(directory, "/", kWeightsFile);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return ErrnoError("open", tmp);
+  absl::Status write_status;
+  // Reports every write as complete: a short count makes the zip writer throw, and its destructor
+  // would throw again while unwinding. The first error is kept and checked after each record.
+  const auto write_bytes = [&](const void* data, size_t size) -> size_t {
+    const char* next = static_cast<const char*>(data);
+    for (size_t left = size; left > 0 && write_status.ok();) {
+      const ssize_t written = ::write(fd, next, left);
+      if (written < 0 && errno == EINTR) continue;
+      if (written <= 0) {
+        write_status = ErrnoError("write", tmp);
+        break;
+      }
+      next += written;
+      left -= static_cast<size_t>(written);
+    }
+    return size;
+  };
+  absl::Status status = [&]() -> absl::Status {
+    try {
+      caffe2::serialize::PyTorchStreamWriter zip(write_bytes);
+      // Tensors stream into data/<i> one at a time; the pickle then describes them through
+      // placeholders of the same dtype and shape whose storages hold no memory.
+      c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+      absl::flat_hash_map<const void*, std::string> storage_keys;
+      for (size_t i = 0; i < names.size(); ++i) {
+        absl::StatusOr<at::Tensor> produced = produce(i);
+        if (!produced.ok()) return produced.status();
+        const at::Tensor tensor = produced->contiguous();
+        const std::string key = std::to_string(i);
+        zip.writeRecord(kStoragePrefix + key, tensor.data_ptr(), tensor.nbytes());
+        c10::Storage storage(c10::Storage::use_byte_size_t(), tensor.nbytes(),
+                             c10::DataPtr(nullptr, at::Device(at::kCPU)), /*allocator=*/nullptr,
+                             /*resizable=*/false);
+        storage_keys[storage.unsafeGetStorageImpl()] = key;
+        dict.insert(names[i], at::empty({0}, tensor.options())
+                                  .set_(storage, 0, tensor.sizes(), tensor.strides()));
+        if (!write_status.ok()) return write_status;
+      }
+      std::vector<char> pickle;
+      // No type tags: torch.jit's restore_type_tag is not on torch.load's weights_only allowlist.
+      torch::jit::Pickler pickler(
+          [&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
+          /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+          [&](const at::Tensor& tensor) {
+            return storage_keys.at(tensor.storage().unsafeGetStorageImpl());
+          },
+          /*tag_aggregates=*/false);
+      pickler.protocol();
+      pickler.pushIValue(c10::IValue(dict));
+      pickler.stop();
+      zip.writeRecord("data.pkl", pickle.data(), pickle.size());
+      zip.writeRecord("byteorder", "little", 6);
+      zip.writeEndOfFile();
+      if (!write_status.ok()) return write_status;
+    } catch (const c10::Error& e) {
+      if (!write_status.ok()) return write_status;
+      return absl::InternalError(absl::StrCat(path, ": ", e.what_without_backtrace()));
+    }
+    if (!write_status.ok()) return write_status;
+    if (::fsync(fd) != 0) return ErrnoError("fsync", tmp);
+    return absl::OkStatus();
+  }();
+  if (::close(fd) != 0 && status.ok()) status = ErrnoError("close", tmp);
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) status = ErrnoError("rename", tmp);
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
   }
-  TITAN_RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(directory, "/", kWeightsFile),
-                                            absl::string_view(bytes.data(), bytes.size())));
+  TITAN_RETURN_IF_ERROR(FsyncDirectory(directory));
   return WriteFileAtomically(absl::StrCat(directory, "/", kParamsFile),
                              Llama3MetaParams(info).dump(2) + "\n");
+}
+
+absl::Status WriteMetaCheckpoint(const std::string& directory, const NamedTensors& tensors,
+                                 const Llama3ModelInfo& info) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : tensors) names.push_back(name);
+  return WriteMetaCheckpoint(
+      directory, names,
+      [&](size_t i) -> absl::StatusOr<at::Tensor> { return tensors[i].second; }, info);
 }
 
 }  // namespace titan

@@ -7,11 +7,14 @@
 // plain containers and rejects any other global, so a .pth cannot run code. It materialises every
 // tensor on open: one copy of the model in memory. Only single-file (model-parallel 1) checkpoints.
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/checkpoint_reader.h"
 #include "lib/interop/llama3_hf.h"
@@ -21,9 +24,21 @@ namespace titan {
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory);
 
-// Writes params.json and consolidated.00.pth through torch::jit::pickle_save (the whole archive in
-// memory once). It wraps the dict in torch.jit._pickle.restore_type_tag, so Python's
-// torch.load(weights_only=True) needs that global allowlisted (torch.serialization.safe_globals).
+// The name -> tensor dict in a torch.save archive's bytes (consolidated.00.pth), as OpenMetaCheckpoint
+// reads it; the tensors own their memory. `source` (a path) prefixes errors. Corrupt input (bad zip,
+// unknown pickle opcode, a global other than tensor rebuilding) is an error, never a crash.
+absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
+                                                 const std::string& source);
+
+// Writes params.json and consolidated.00.pth, a torch.save archive that Python's
+// torch.load(weights_only=True) reads without allowlisting anything. Tensors are produced and
+// written one at a time (`produce(i)` gives the tensor called names[i]), so at most one is in
+// memory; the file appears atomically (temp file, fsync, rename).
+using MetaTensorProducer = std::function<absl::StatusOr<at::Tensor>(size_t index)>;
+absl::Status WriteMetaCheckpoint(const std::string& directory,
+                                 const std::vector<std::string>& names,
+                                 const MetaTensorProducer& produce, const Llama3ModelInfo& info);
+// The same for tensors already in memory.
 absl::Status WriteMetaCheckpoint(const std::string& directory, const NamedTensors& tensors,
                                  const Llama3ModelInfo& info);
 

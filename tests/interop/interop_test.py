@@ -9,7 +9,6 @@ import sys
 import unittest
 
 import torch
-import torch.jit._pickle
 import transformers
 from safetensors.torch import load_file, save_file
 
@@ -159,9 +158,8 @@ class InteropTest(unittest.TestCase):
             params = json.load(f)
         self.assertEqual((params["dim"], params["n_kv_heads"], params["use_scaled_rope"]),
                          (64, 2, True))
-        # LibTorch's pickle_save tags the dict with its TorchScript type: allowlist that one global.
-        with torch.serialization.safe_globals([torch.jit._pickle.restore_type_tag]):
-            state = torch.load(self.path("meta/consolidated.00.pth"), weights_only=True)
+        # Loads with PyTorch's default restricted unpickler, nothing allowlisted.
+        state = torch.load(self.path("meta/consolidated.00.pth"), weights_only=True)
         hf = original.state_dict()
         # The Meta layout, as transformers' convert script inverts it: interleaved RoPE pairs.
         def unpermute(w, heads):
