@@ -72,7 +72,7 @@ run_target() {
   "$cxx" "${cxxflags[@]}" -fsanitize=fuzzer,address -DTITAN_FUZZ_TARGET="\"$target\"" \
     "$repo/fuzz/fuzzer_main.cc" "${objects[@]}" "${ldflags[@]}" -o "$dir/fuzzer"
   # Leak checks stay on; rss/malloc limits turn a huge allocation a header claims into a finding.
-  ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0}" "$dir/fuzzer" \
+  LSAN_OPTIONS="suppressions=$repo/fuzz/lsan_suppressions.txt" "$dir/fuzzer" \
     -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 -malloc_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$dir/artifacts/" \
     "$dir/corpus" "$repo/fuzz/corpus/$target" >"$dir/log" 2>&1 || true
