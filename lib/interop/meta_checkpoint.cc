@@ -4,11 +4,10 @@
 #include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
+#include <fcntl.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/storage_context.h>
-
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -85,10 +84,9 @@ absl::StatusOr<NamedTensors> ReadStateDict(
   NamedTensors tensors;
   for (const auto& item : loaded.toGenericDict()) {
     if (!item.key().isString() || !item.value().isTensor()) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": entry of type ",
-                                                     item.key().tagKind(), " -> ",
-                                                     item.value().tagKind(),
-                                                     ", expected string -> tensor"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": entry of type ", item.key().tagKind(), " -> ",
+                       item.value().tagKind(), ", expected string -> tensor"));
     }
     const std::string name = item.key().toStringRef();
     const at::Tensor& loaded_tensor = item.value().toTensor();
@@ -100,13 +98,13 @@ absl::StatusOr<NamedTensors> ReadStateDict(
                                                 loaded_tensor.element_size(),
                                                 loaded_tensor.storage_offset());
     } catch (const c10::Error& e) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": tensor '", name, "': ",
-                                                     e.what_without_backtrace()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": tensor '", name, "': ", e.what_without_backtrace()));
     }
     if (!loaded_tensor.has_storage() || needed > loaded_tensor.storage().nbytes()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": tensor '", name, "' needs ", needed, " bytes, its storage holds ",
-          loaded_tensor.has_storage() ? loaded_tensor.storage().nbytes() : 0));
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": tensor '", name, "' needs ", needed, " bytes, its storage holds ",
+                       loaded_tensor.has_storage() ? loaded_tensor.storage().nbytes() : 0));
     }
     const at::Tensor tensor = loaded_tensor.contiguous();
     absl::StatusOr<std::string> dtype = SafetensorsDtypeName(tensor.scalar_type());
@@ -274,8 +272,9 @@ absl::Status WriteMetaCheckpoint(const std::string& directory,
                              c10::DataPtr(nullptr, at::Device(at::kCPU)), /*allocator=*/nullptr,
                              /*resizable=*/false);
         storage_keys[storage.unsafeGetStorageImpl()] = key;
-        dict.insert(names[i], at::empty({0}, tensor.options())
-                                  .set_(storage, 0, tensor.sizes(), tensor.strides()));
+        dict.insert(
+            names[i],
+            at::empty({0}, tensor.options()).set_(storage, 0, tensor.sizes(), tensor.strides()));
         if (!write_status.ok()) return write_status;
       }
       std::vector<char> pickle;
@@ -318,8 +317,8 @@ absl::Status WriteMetaCheckpoint(const std::string& directory, const NamedTensor
   std::vector<std::string> names;
   for (const auto& [name, tensor] : tensors) names.push_back(name);
   return WriteMetaCheckpoint(
-      directory, names,
-      [&](size_t i) -> absl::StatusOr<at::Tensor> { return tensors[i].second; }, info);
+      directory, names, [&](size_t i) -> absl::StatusOr<at::Tensor> { return tensors[i].second; },
+      info);
 }
 
 }  // namespace titan

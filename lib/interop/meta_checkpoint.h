@@ -24,9 +24,10 @@ namespace titan {
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory);
 
-// The name -> tensor dict in a torch.save archive's bytes (consolidated.00.pth), as OpenMetaCheckpoint
-// reads it; the tensors own their memory. `source` (a path) prefixes errors. Corrupt input (bad zip,
-// unknown pickle opcode, a global other than tensor rebuilding) is an error, never a crash.
+// The name -> tensor dict in a torch.save archive's bytes (consolidated.00.pth), as
+// OpenMetaCheckpoint reads it; the tensors own their memory. `source` (a path) prefixes errors.
+// Corrupt input (bad zip, unknown pickle opcode, a global other than tensor rebuilding) is an
+// error, never a crash.
 absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
                                                  const std::string& source);
 
