@@ -1,7 +1,6 @@
 // Byte compatibility with PyPI safetensors, both ways. Arguments: the test environment's python3
 // and safetensors_reference.py.
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -33,24 +32,6 @@ std::string HexOf(const at::Tensor& tensor) {
   at::Tensor contiguous = tensor.contiguous();
   return absl::BytesToHexString(
       absl::string_view(static_cast<const char*>(contiguous.data_ptr()), contiguous.nbytes()));
-}
-
-// @titan_env//:python3 reaches the venv's python through symlinks, and Python finds pyvenv.cfg only
-// beside the path it was started by: follow the links one hop at a time to the venv's own
-// bin/python3. (A wrapper script in titan_env.bzl would make this unnecessary; no
-// std::filesystem here: see directory.h.)
-std::string VenvPython(std::string path) {
-  struct stat info;
-  while (::lstat(path.c_str(), &info) == 0 && S_ISLNK(info.st_mode)) {
-    const std::string dir = path.substr(0, path.find_last_of('/') + 1);
-    if (::access((dir + "../pyvenv.cfg").c_str(), F_OK) == 0) break;
-    char target[4096];
-    const ssize_t length = ::readlink(path.c_str(), target, sizeof(target) - 1);
-    if (length <= 0) break;
-    const std::string next(target, static_cast<size_t>(length));
-    path = next.front() == '/' ? next : dir + next;
-  }
-  return path;
 }
 
 // Runs safetensors_reference.py with `args`; fails the test when it exits non-zero.
@@ -132,7 +113,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: " << argv[0] << " PYTHON3 SAFETENSORS_REFERENCE_PY\n";
     return 2;
   }
-  titan::g_python = titan::VenvPython(argv[1]);
+  titan::g_python = argv[1];
   titan::g_reference_script = argv[2];
   return RUN_ALL_TESTS();
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <iostream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -43,6 +44,8 @@ TEST(Llama3ModelTest, Building405BOnMetaAllocatesNoParameterMemory) {
   const int64_t before = ResidentBytes();
   Llama3Model model(Llama3Flavor("405B").value(), at::TensorOptions().device(at::kMeta));
   const int64_t growth = ResidentBytes() - before;
+  std::cout << "llama3 405B on meta: " << model.NumParameters() << " parameters, RSS growth "
+            << growth / 1024 << " KiB\n";
   EXPECT_EQ(model.NumParameters(), 405853388800LL);
   // 405B fp32 parameters would be 1.6 TB; bookkeeping for ~1.1k tensors is well under 64 MiB.
   EXPECT_LT(growth, 64LL << 20);

@@ -1,0 +1,93 @@
+#ifndef TITAN_LIB_INTEROP_CHECKPOINT_READER_H_
+#define TITAN_LIB_INTEROP_CHECKPOINT_READER_H_
+
+// Read access to model checkpoints in the formats titan exchanges:
+//   titan: <root>/step-N/{model.safetensors, manifest.json[, optimizer.safetensors]} (a step
+//          directory, or the root, meaning its latest step); only model tensors are read.
+//   hf:    Hugging Face: config.json + model.safetensors, or model-0000i-of-0000n.safetensors
+//          shards listed in model.safetensors.index.json.
+//   meta:  params.json + consolidated.00.pth (lib/interop/meta_checkpoint.h).
+// Tensor metadata is known up front; tensor data is read one tensor at a time from memory-mapped
+// files, so a reader never holds the model in memory.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+
+enum class CheckpointFormat { kTitan, kHf, kMeta };
+
+// "titan", "hf", "meta".
+std::string CheckpointFormatName(CheckpointFormat format);
+absl::StatusOr<CheckpointFormat> ParseCheckpointFormat(absl::string_view name);
+// From the files present: manifest.json or step-N/ (titan), config.json (hf), params.json (meta).
+absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path);
+
+struct TensorInfo {
+  std::string name;
+  std::string dtype;  // safetensors' spelling: "F32", "BF16", ...
+  at::ScalarType scalar_type = at::kFloat;
+  std::vector<int64_t> shape;
+  uint64_t bytes = 0;
+  std::string file;  // Base name of the file holding it.
+};
+
+class CheckpointReader {
+ public:
+  // `format` unset: detected from the files.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
+      const std::string& path, std::optional<CheckpointFormat> format = std::nullopt);
+
+  virtual ~CheckpointReader() = default;
+
+  CheckpointFormat format() const { return format_; }
+  // The directory read: the step directory for titan.
+  const std::string& directory() const { return directory_; }
+  // titan: the step; unset otherwise.
+  std::optional<int64_t> step() const { return step_; }
+  // The model description as stored: hf config.json, titan manifest "state", meta params.json.
+  const nlohmann::json& description() const { return description_; }
+  // Every tensor, in file order.
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* Find(absl::string_view name) const;
+
+  // The tensor, aliasing the mapped file when its bytes are aligned for its dtype (read-only: never
+  // write to it), else a copy. Valid while the reader lives.
+  virtual absl::StatusOr<at::Tensor> Get(absl::string_view name) const = 0;
+  // Its raw little-endian bytes inside the mapping.
+  virtual absl::StatusOr<absl::string_view> Bytes(absl::string_view name) const = 0;
+
+  // Format-specific integrity checks beyond what Open validates (titan: every tensor's size and
+  // CRC-32 against the manifest). Each problem is one line naming the file and tensor.
+  virtual std::vector<std::string> Verify() const = 0;
+
+ protected:
+  CheckpointFormat format_ = CheckpointFormat::kTitan;
+  std::string directory_;
+  std::optional<int64_t> step_;
+  nlohmann::json description_ = nlohmann::json::object();
+  std::vector<TensorInfo> tensors_;
+};
+
+// model.safetensors.index.json: which shard file in the same directory holds each tensor, and
+// metadata.total_size when present. `source` (the path) prefixes errors.
+struct HfIndex {
+  std::map<std::string, std::string> weight_map;  // tensor name -> shard file name
+  std::optional<uint64_t> total_size;
+};
+absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_INTEROP_CHECKPOINT_READER_H_

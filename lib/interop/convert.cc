@@ -1,0 +1,391 @@
+#include "lib/interop/convert.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/safetensors.h"
+#include "lib/interop/meta_checkpoint.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+using nlohmann::json;
+
+// What transformers' tokenizers read from a model folder.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json",
+                                           "special_tokens_map.json", "tokenizer.model",
+                                           "added_tokens.json"};
+
+absl::StatusOr<std::optional<at::ScalarType>> ParseDtype(const std::string& dtype) {
+  if (dtype == "keep") return std::optional<at::ScalarType>();
+  if (dtype == "bf16") return std::optional<at::ScalarType>(at::kBFloat16);
+  if (dtype == "fp32") return std::optional<at::ScalarType>(at::kFloat);
+  return absl::InvalidArgumentError(
+      absl::StrCat("--dtype: \"", dtype, "\", expected keep, bf16 or fp32"));
+}
+
+std::string TorchDtypeName(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat:
+      return "float32";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kHalf:
+      return "float16";
+    default:
+      return c10::toString(type);
+  }
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+// The model's shape from a trainer checkpoint's tensors: the flavor whose shapes match.
+absl::StatusOr<Llama3ModelInfo> InferFromTitanShapes(const CheckpointReader& reader) {
+  const TensorInfo* embedding = reader.Find("tok_embeddings.weight");
+  if (embedding == nullptr || embedding->shape.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(reader.directory(), ": no 2-D tok_embeddings.weight; not a Llama 3 model"));
+  }
+  for (const std::string& name : Llama3FlavorNames()) {
+    Llama3ModelInfo info;
+    info.flavor = name;
+    info.args = *Llama3Flavor(name);
+    info.args.vocab_size = embedding->shape[0];
+    bool same = true;
+    std::set<std::string> expected;
+    for (const auto& [param, shape] : Llama3ParameterShapes(info.args)) {
+      const TensorInfo* found = reader.Find(param);
+      expected.insert(param);
+      if (found == nullptr || found->shape != shape) {
+        same = false;
+        break;
+      }
+    }
+    for (const TensorInfo& tensor : reader.tensors()) same = same && expected.count(tensor.name);
+    if (same) return info;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      reader.directory(), ": its manifest does not describe the model and its shapes match no "
+      "llama3 flavor (", absl::StrJoin(Llama3FlavorNames(), ", "), "); pass --flavor"));
+}
+
+// Produces each output tensor: source tensor, layout change, dtype change.
+class TensorProducer {
+ public:
+  TensorProducer(const CheckpointReader& reader, const Llama3ModelInfo& info,
+                 std::optional<at::ScalarType> dtype, CheckpointFormat to)
+      : reader_(reader), info_(info), dtype_(dtype), to_(to) {}
+
+  absl::StatusOr<at::Tensor> Produce(const ParameterSource& param) const {
+    absl::StatusOr<at::Tensor> tensor = reader_.Get(param.source_name);
+    if (!tensor.ok()) return tensor.status();
+    at::Tensor out = *tensor;
+    if (reader_.format() == CheckpointFormat::kHf) {
+      out = HfTensorToTitan(param.titan_name, out, info_.args);
+    }
+    if (to_ == CheckpointFormat::kHf) out = TitanTensorToHf(param.titan_name, out, info_.args);
+    if (dtype_ && out.is_floating_point()) out = out.to(*dtype_);
+    return out;
+  }
+
+  at::ScalarType OutputType(const ParameterSource& param) const {
+    const at::ScalarType type = reader_.Find(param.source_name)->scalar_type;
+    return dtype_ && at::isFloatingType(type) ? *dtype_ : type;
+  }
+
+  uint64_t OutputBytes(const ParameterSource& param) const {
+    uint64_t numel = 1;
+    for (int64_t size : reader_.Find(param.source_name)->shape) numel *= size;
+    return numel * c10::elementSize(OutputType(param));
+  }
+
+ private:
+  const CheckpointReader& reader_;
+  const Llama3ModelInfo& info_;
+  std::optional<at::ScalarType> dtype_;
+  CheckpointFormat to_;
+};
+
+absl::Status WriteJson(const std::string& path, const json& value) {
+  return WriteFileAtomically(path, value.dump(2) + "\n");
+}
+
+absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorProducer& producer,
+                     const Llama3ModelInfo& info, const ConvertOptions& options,
+                     const std::string& output, ConvertSummary& summary) {
+  // Shards planned from metadata alone: every file name is known before the first is written.
+  std::vector<std::vector<const ParameterSource*>> shards(1);
+  uint64_t shard_bytes = 0;
+  for (const ParameterSource& param : params) {
+    const uint64_t bytes = producer.OutputBytes(param);
+    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shards.back().push_back(&param);
+    shard_bytes += bytes;
+  }
+  json weight_map = json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file =
+        shards.size() == 1 ? "model.safetensors"
+                           : absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+    NamedTensors tensors;
+    for (const ParameterSource* param : shards[i]) {
+      absl::StatusOr<at::Tensor> tensor = producer.Produce(*param);
+      if (!tensor.ok()) return tensor.status();
+      TITAN_ASSIGN_OR_RETURN(std::string hf_name, TitanToHfName(param->titan_name));
+      weight_map[hf_name] = file;
+      summary.bytes += tensor->numel() * tensor->element_size();
+      tensors.emplace_back(std::move(hf_name), *std::move(tensor));
+    }
+    TITAN_RETURN_IF_ERROR(
+        WriteSafetensors(absl::StrCat(output, "/", file), tensors, {{"format", "pt"}}));
+    summary.files.push_back(file);
+    summary.tensors += static_cast<int64_t>(tensors.size());
+    LOG(INFO) << "wrote " << output << "/" << file << " (" << tensors.size() << " tensors)";
+  }
+  if (shards.size() > 1) {
+    const json index = {{"metadata", {{"total_size", summary.bytes}}}, {"weight_map", weight_map}};
+    TITAN_RETURN_IF_ERROR(WriteJson(absl::StrCat(output, "/model.safetensors.index.json"), index));
+    summary.files.push_back("model.safetensors.index.json");
+  }
+  const std::string torch_dtype = TorchDtypeName(producer.OutputType(params.front()));
+  TITAN_RETURN_IF_ERROR(
+      WriteJson(absl::StrCat(output, "/config.json"), Llama3HfConfig(info, torch_dtype)));
+  TITAN_RETURN_IF_ERROR(WriteJson(absl::StrCat(output, "/generation_config.json"),
+                                  Llama3HfGenerationConfig(info)));
+  summary.files.push_back("config.json");
+  summary.files.push_back("generation_config.json");
+  if (options.tokenizer_dir.empty()) return absl::OkStatus();
+  int copied = 0;
+  for (const char* name : kTokenizerFiles) {
+    const std::string from = absl::StrCat(options.tokenizer_dir, "/", name);
+    if (!PathExists(from)) continue;
+    TITAN_ASSIGN_OR_RETURN(std::string contents, ReadFile(from));
+    TITAN_RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(output, "/", name), contents));
+    summary.files.push_back(name);
+    ++copied;
+  }
+  if (copied == 0) {
+    return absl::NotFoundError(absl::StrCat("--tokenizer_dir ", options.tokenizer_dir,
+                                            ": none of ", absl::StrJoin(kTokenizerFiles, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteTitan(const std::vector<ParameterSource>& params, const TensorProducer& producer,
+                        const Llama3ModelInfo& info, int64_t step, const std::string& output,
+                        ConvertSummary& summary) {
+  CheckpointState state;
+  for (const ParameterSource& param : params) {
+    absl::StatusOr<at::Tensor> tensor = producer.Produce(param);
+    if (!tensor.ok()) return tensor.status();
+    summary.bytes += tensor->numel() * tensor->element_size();
+    state.model.emplace_back(param.titan_name, *std::move(tensor));
+  }
+  // The shape travels with the tensors, so converting back needs no --flavor.
+  state.extra["model"] = Llama3ModelInfoToJson(info);
+  CheckpointManager manager(output, /*keep_latest_k=*/0);
+  TITAN_RETURN_IF_ERROR(manager.Save(step, state, /*model_only=*/true));
+  summary.output = manager.StepDirectory(step);
+  summary.tensors = static_cast<int64_t>(state.model.size());
+  summary.files = {"model.safetensors", "manifest.json"};
+  return absl::OkStatus();
+}
+
+absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorProducer& producer,
+                       const Llama3ModelInfo& info, const std::string& output,
+                       ConvertSummary& summary) {
+  std::vector<std::string> names;
+  for (const ParameterSource& param : params) names.push_back(param.titan_name);
+  TITAN_RETURN_IF_ERROR(WriteMetaCheckpoint(
+      output, names,
+      [&](size_t i) -> absl::StatusOr<at::Tensor> {
+        absl::StatusOr<at::Tensor> tensor = producer.Produce(params[i]);
+        if (tensor.ok()) summary.bytes += tensor->numel() * tensor->element_size();
+        return tensor;
+      },
+      info));
+  summary.tensors = static_cast<int64_t>(params.size());
+  summary.files = {"consolidated.00.pth", "params.json"};
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
+  constexpr std::pair<const char*, uint64_t> kUnits[] = {
+      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"KB", 1'000},
+      {"MB", 1'000'000},   {"GB", 1'000'000'000}, {"B", 1}};
+  absl::string_view number = text;
+  uint64_t unit = 1;
+  for (const auto& [suffix, scale] : kUnits) {
+    if (absl::EndsWith(text, suffix)) {
+      number = text.substr(0, text.size() - std::strlen(suffix));
+      unit = scale;
+      break;
+    }
+  }
+  uint64_t value;
+  if (number.empty() || !std::all_of(number.begin(), number.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(number, &value) || value == 0 || value > UINT64_MAX / unit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "size \"", text, "\": expected a positive integer with an optional unit (KB, MB, GB, ",
+        "KiB, MiB, GiB)"));
+  }
+  return value * unit;
+}
+
+absl::StatusOr<Llama3ModelInfo> DescribeLlama3(const CheckpointReader& reader,
+                                               const std::string& flavor) {
+  absl::StatusOr<Llama3ModelInfo> info;
+  const json& description = reader.description();
+  switch (reader.format()) {
+    case CheckpointFormat::kHf:
+      info = Llama3ModelInfoFromHfConfig(description, reader.directory() + "/config.json");
+      break;
+    case CheckpointFormat::kTitan:
+      if (description.contains("model")) {
+        info = Llama3ModelInfoFromJson(description.at("model"),
+                                       reader.directory() + "/manifest.json: state.model");
+      } else if (!flavor.empty()) {
+        absl::StatusOr<Llama3Args> args = Llama3Flavor(flavor);
+        if (!args.ok()) return args.status();
+        const TensorInfo* embedding = reader.Find("tok_embeddings.weight");
+        if (embedding != nullptr && embedding->shape.size() == 2) {
+          args->vocab_size = embedding->shape[0];
+        }
+        info = Llama3ModelInfo{*args, flavor};
+      } else {
+        info = InferFromTitanShapes(reader);
+      }
+      break;
+    case CheckpointFormat::kMeta:
+      info = Llama3ModelInfoFromMetaParams(description, reader.directory() + "/params.json");
+      break;
+  }
+  if (!info.ok()) return info.status();
+  if (!flavor.empty() && info->flavor != flavor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reader.directory(), ": holds ", info->flavor.empty() ? "a custom-shaped" : info->flavor,
+        " model, --flavor says ", flavor));
+  }
+  return info;
+}
+
+absl::StatusOr<std::vector<ParameterSource>> MatchLlama3Parameters(const CheckpointReader& reader,
+                                                                   const Llama3ModelInfo& info) {
+  const bool hf = reader.format() == CheckpointFormat::kHf;
+  std::map<std::string, std::string> by_titan_name;  // titan name -> source name
+  std::vector<std::string> unexpected, mismatched, missing;
+  for (const TensorInfo& tensor : reader.tensors()) {
+    // transformers drops the tied head on save; older writers kept a copy of the embedding.
+    if (hf && info.args.tie_word_embeddings && tensor.name == "lm_head.weight") continue;
+    absl::StatusOr<std::string> titan_name =
+        hf ? HfToTitanName(tensor.name) : absl::StatusOr<std::string>(tensor.name);
+    if (!titan_name.ok()) {
+      unexpected.push_back(tensor.name);
+    } else {
+      by_titan_name[*titan_name] = tensor.name;
+    }
+  }
+  std::vector<ParameterSource> params;
+  for (const auto& [name, shape] : Llama3ParameterShapes(info.args)) {
+    const auto it = by_titan_name.find(name);
+    if (it == by_titan_name.end()) {
+      missing.push_back(hf ? TitanToHfName(name).value_or(name) : name);
+      continue;
+    }
+    const TensorInfo* tensor = reader.Find(it->second);
+    if (tensor->shape != shape) {
+      mismatched.push_back(absl::StrCat(it->second, " is ", ShapeString(tensor->shape),
+                                        ", expected ", ShapeString(shape)));
+    }
+    params.push_back({name, it->second});
+    by_titan_name.erase(it);
+  }
+  for (const auto& [titan_name, source_name] : by_titan_name) unexpected.push_back(source_name);
+  std::vector<std::string> problems;
+  if (!missing.empty()) problems.push_back("missing tensors: " + absl::StrJoin(missing, ", "));
+  if (!unexpected.empty()) {
+    problems.push_back("unexpected tensors: " + absl::StrJoin(unexpected, ", "));
+  }
+  if (!mismatched.empty()) problems.push_back("wrong shapes: " + absl::StrJoin(mismatched, "; "));
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reader.directory(), ": does not hold a Llama 3 ",
+        info.flavor.empty() ? "of the shape it describes" : info.flavor, ": ",
+        absl::StrJoin(problems, "; ")));
+  }
+  return params;
+}
+
+absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const std::string& output,
+                                                 const ConvertOptions& options) {
+  if (options.model != "llama3") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model: \"", options.model, "\", expected llama3"));
+  }
+  TITAN_ASSIGN_OR_RETURN(std::optional<at::ScalarType> dtype, ParseDtype(options.dtype));
+  if (!options.tokenizer_dir.empty() && options.to != CheckpointFormat::kHf) {
+    return absl::InvalidArgumentError("--tokenizer_dir applies to --to=hf only");
+  }
+  if (options.max_shard_bytes == 0) {
+    return absl::InvalidArgumentError("--max_shard_size must be positive");
+  }
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
+                         CheckpointReader::Open(input, options.from));
+  TITAN_ASSIGN_OR_RETURN(Llama3ModelInfo info, DescribeLlama3(*reader, options.flavor));
+  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchLlama3Parameters(*reader, info));
+
+  if (PathExists(output)) {
+    TITAN_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(output));
+    if (!entries.empty()) {
+      return absl::AlreadyExistsError(absl::StrCat(output, ": exists and is not empty"));
+    }
+  }
+  TITAN_RETURN_IF_ERROR(MakeDirectories(output));
+
+  ConvertSummary summary;
+  summary.input = reader->directory();
+  summary.output = output;
+  summary.flavor = info.flavor;
+  const TensorProducer producer(*reader, info, dtype, options.to);
+  switch (options.to) {
+    case CheckpointFormat::kHf:
+      TITAN_RETURN_IF_ERROR(WriteHf(params, producer, info, options, output, summary));
+      break;
+    case CheckpointFormat::kTitan:
+      TITAN_RETURN_IF_ERROR(WriteTitan(params, producer, info,
+                                       options.step.value_or(reader->step().value_or(0)), output,
+                                       summary));
+      break;
+    case CheckpointFormat::kMeta:
+      TITAN_RETURN_IF_ERROR(WriteMeta(params, producer, info, output, summary));
+      break;
+  }
+  LOG(INFO) << "converted " << summary.input << " (" << CheckpointFormatName(reader->format())
+            << ") to " << summary.output << " (" << CheckpointFormatName(options.to) << "): "
+            << summary.tensors << " tensors, " << summary.bytes << " bytes";
+  return summary;
+}
+
+}  // namespace titan

@@ -1,0 +1,278 @@
+#include "lib/interop/inspect.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "lib/interop/convert.h"
+#include "lib/interop/llama3_hf.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+using nlohmann::json;
+
+constexpr int64_t kChunkElements = int64_t{1} << 24;
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+json StatsToJson(const TensorStats& stats) {
+  return {{"min", stats.min},         {"max", stats.max},
+          {"mean", stats.mean},       {"std", stats.std},
+          {"nan_count", stats.nan_count}, {"inf_count", stats.inf_count}};
+}
+
+// A checkpoint's tensors under the names a comparison uses, and how to fetch each one.
+struct ComparableTensors {
+  std::unique_ptr<CheckpointReader> reader;
+  std::optional<Llama3ModelInfo> llama3;  // Set when comparing in titan's names and layout.
+  std::map<std::string, std::string> source_names;  // comparison name -> name in the checkpoint
+
+  absl::StatusOr<at::Tensor> Get(const std::string& name) const {
+    absl::StatusOr<at::Tensor> tensor = reader->Get(source_names.at(name));
+    if (!tensor.ok() || !llama3 || reader->format() != CheckpointFormat::kHf) return tensor;
+    return HfTensorToTitan(name, *tensor, llama3->args);
+  }
+};
+
+absl::StatusOr<ComparableTensors> OpenComparable(const std::string& path) {
+  ComparableTensors out;
+  TITAN_ASSIGN_OR_RETURN(out.reader, CheckpointReader::Open(path));
+  for (const TensorInfo& tensor : out.reader->tensors()) {
+    out.source_names[tensor.name] = tensor.name;
+  }
+  return out;
+}
+
+// Re-keys `side` by titan parameter names (HF q/k un-permuted on fetch).
+absl::Status UseTitanNames(ComparableTensors& side) {
+  TITAN_ASSIGN_OR_RETURN(Llama3ModelInfo info, DescribeLlama3(*side.reader, ""));
+  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params,
+                         MatchLlama3Parameters(*side.reader, info));
+  side.source_names.clear();
+  for (const ParameterSource& param : params) side.source_names[param.titan_name] = param.source_name;
+  side.llama3 = info;
+  return absl::OkStatus();
+}
+
+TensorDifference Compare(const std::string& name, const at::Tensor& a, const at::Tensor& b,
+                         double rtol, double atol, bool& differs) {
+  TensorDifference diff;
+  diff.name = name;
+  differs = false;
+  if (a.sizes() != b.sizes()) {
+    diff.problem = absl::StrCat("shape ", ShapeString(a.sizes().vec()), " vs ",
+                                ShapeString(b.sizes().vec()));
+    differs = true;
+    return diff;
+  }
+  if (a.scalar_type() != b.scalar_type()) {
+    diff.problem = absl::StrCat("dtype ", c10::toString(a.scalar_type()), " vs ",
+                                c10::toString(b.scalar_type()));
+    differs = true;
+  }
+  const at::Tensor flat_a = a.reshape({-1}), flat_b = b.reshape({-1});
+  for (int64_t begin = 0; begin < flat_a.numel(); begin += kChunkElements) {
+    const int64_t end = std::min(flat_a.numel(), begin + kChunkElements);
+    const at::Tensor x = flat_a.slice(0, begin, end).to(at::kDouble);
+    const at::Tensor y = flat_b.slice(0, begin, end).to(at::kDouble);
+    const at::Tensor both_nan = x.isnan() & y.isnan();
+    const at::Tensor same = (x == y) | both_nan;  // Also equal infinities.
+    const at::Tensor abs_diff = at::where(same, at::zeros_like(x), (x - y).abs());
+    const at::Tensor rel_diff = at::where(y != 0, abs_diff / y.abs(), at::zeros_like(x));
+    const at::Tensor outside = (abs_diff > atol + rtol * y.abs()) | (abs_diff.isnan() & ~same);
+    if (outside.any().item<bool>()) differs = true;
+    diff.max_abs_diff = std::max(diff.max_abs_diff, at::nan_to_num(abs_diff, INFINITY).max().item<double>());
+    diff.max_rel_diff = std::max(diff.max_rel_diff, at::nan_to_num(rel_diff, INFINITY).max().item<double>());
+  }
+  return diff;
+}
+
+}  // namespace
+
+TensorStats ComputeTensorStats(const at::Tensor& tensor) {
+  TensorStats stats;
+  const at::Tensor flat = tensor.reshape({-1});
+  int64_t count = 0;  // Finite values seen.
+  double mean = 0, m2 = 0;
+  bool any_finite = false;
+  for (int64_t begin = 0; begin < flat.numel(); begin += kChunkElements) {
+    const at::Tensor chunk =
+        flat.slice(0, begin, std::min(flat.numel(), begin + kChunkElements)).to(at::kDouble);
+    stats.nan_count += chunk.isnan().sum().item<int64_t>();
+    stats.inf_count += chunk.isinf().sum().item<int64_t>();
+    const at::Tensor finite = chunk.masked_select(chunk.isfinite());
+    const int64_t n = finite.numel();
+    if (n == 0) continue;
+    const double chunk_min = finite.min().item<double>(), chunk_max = finite.max().item<double>();
+    stats.min = any_finite ? std::min(stats.min, chunk_min) : chunk_min;
+    stats.max = any_finite ? std::max(stats.max, chunk_max) : chunk_max;
+    any_finite = true;
+    const double chunk_mean = finite.mean().item<double>();
+    const double chunk_m2 = (finite - chunk_mean).pow(2).sum().item<double>();
+    // Chan et al.'s parallel merge of (count, mean, M2): stable where sum-of-squares is not.
+    const double delta = chunk_mean - mean;
+    const int64_t total = count + n;
+    mean += delta * n / total;
+    m2 += chunk_m2 + delta * delta * static_cast<double>(count) * n / total;
+    count = total;
+  }
+  stats.mean = mean;
+  stats.std = count > 0 ? std::sqrt(m2 / count) : 0;
+  return stats;
+}
+
+absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
+                                                const InspectOptions& options) {
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(path));
+  InspectReport report;
+  report.directory = reader->directory();
+  report.format = CheckpointFormatName(reader->format());
+  report.step = reader->step();
+  absl::StatusOr<Llama3ModelInfo> info = DescribeLlama3(*reader, "");
+  if (info.ok() && MatchLlama3Parameters(*reader, *info).ok()) {
+    report.model = "llama3";
+    report.flavor = info->flavor;
+  }
+  for (const TensorInfo& tensor : reader->tensors()) {
+    InspectedTensor inspected{tensor, std::nullopt};
+    int64_t elements = 1;
+    for (int64_t size : tensor.shape) elements *= size;
+    report.total_elements += elements;
+    report.total_bytes += tensor.bytes;
+    if (options.stats) {
+      TITAN_ASSIGN_OR_RETURN(at::Tensor value, reader->Get(tensor.name));
+      inspected.stats = ComputeTensorStats(value);
+    }
+    report.tensors.push_back(std::move(inspected));
+  }
+  if (options.verify) {
+    report.verified = true;
+    report.problems = reader->Verify();
+  }
+  return report;
+}
+
+json InspectReportToJson(const InspectReport& report) {
+  json tensors = json::array();
+  for (const InspectedTensor& tensor : report.tensors) {
+    json entry = {{"name", tensor.info.name},
+                  {"dtype", tensor.info.dtype},
+                  {"shape", tensor.info.shape},
+                  {"bytes", tensor.info.bytes},
+                  {"file", tensor.info.file}};
+    if (tensor.stats) entry["stats"] = StatsToJson(*tensor.stats);
+    tensors.push_back(std::move(entry));
+  }
+  json out = {{"path", report.directory},
+              {"format", report.format},
+              {"step", report.step ? json(*report.step) : json()},
+              {"model", report.model},
+              {"flavor", report.flavor},
+              {"tensors", tensors},
+              {"total_tensors", report.tensors.size()},
+              {"total_elements", report.total_elements},
+              {"total_bytes", report.total_bytes}};
+  if (report.verified) {
+    out["verify"] = {{"ok", report.problems.empty()}, {"problems", report.problems}};
+  }
+  return out;
+}
+
+std::string FormatInspectReport(const InspectReport& report) {
+  std::string out = absl::StrCat(
+      report.directory, "\n  format ", report.format,
+      report.step ? absl::StrCat(", step ", *report.step) : "", ", model ",
+      report.model.empty() ? "unknown" : report.model,
+      report.model.empty() ? "" : absl::StrCat(" (", report.flavor.empty() ? "custom" : report.flavor, ")"),
+      "\n");
+  for (const InspectedTensor& tensor : report.tensors) {
+    absl::StrAppend(&out, absl::StrFormat("  %-50s %-5s %-16s %12d  %s", tensor.info.name,
+                                          tensor.info.dtype, ShapeString(tensor.info.shape),
+                                          tensor.info.bytes, tensor.info.file));
+    if (tensor.stats) {
+      const TensorStats& s = *tensor.stats;
+      absl::StrAppend(&out, absl::StrFormat("  min %.6g max %.6g mean %.6g std %.6g nan %d inf %d",
+                                            s.min, s.max, s.mean, s.std, s.nan_count, s.inf_count));
+    }
+    absl::StrAppend(&out, "\n");
+  }
+  absl::StrAppend(&out, absl::StrFormat("  total: %d tensors, %d elements, %d bytes (%.1f MB)\n",
+                                        report.tensors.size(), report.total_elements,
+                                        report.total_bytes, report.total_bytes / 1e6));
+  if (report.verified) {
+    absl::StrAppend(&out, report.problems.empty()
+                              ? "  verify: OK\n"
+                              : absl::StrCat("  verify: ", report.problems.size(), " problem(s)\n    ",
+                                             absl::StrJoin(report.problems, "\n    "), "\n"));
+  }
+  return out;
+}
+
+absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
+                                           double rtol, double atol) {
+  TITAN_ASSIGN_OR_RETURN(ComparableTensors a, OpenComparable(first));
+  TITAN_ASSIGN_OR_RETURN(ComparableTensors b, OpenComparable(second));
+  if (a.reader->format() != b.reader->format()) {
+    TITAN_RETURN_IF_ERROR(UseTitanNames(a));
+    TITAN_RETURN_IF_ERROR(UseTitanNames(b));
+  }
+  DiffReport report;
+  for (const auto& [name, source] : a.source_names) {
+    if (b.source_names.count(name) == 0) {
+      report.only_in_first.push_back(name);
+      continue;
+    }
+    TITAN_ASSIGN_OR_RETURN(at::Tensor x, a.Get(name));
+    TITAN_ASSIGN_OR_RETURN(at::Tensor y, b.Get(name));
+    bool differs = false;
+    TensorDifference diff = Compare(name, x, y, rtol, atol, differs);
+    ++report.compared;
+    if (differs) report.different.push_back(std::move(diff));
+  }
+  for (const auto& [name, source] : b.source_names) {
+    if (a.source_names.count(name) == 0) report.only_in_second.push_back(name);
+  }
+  return report;
+}
+
+json DiffReportToJson(const DiffReport& report) {
+  json different = json::array();
+  for (const TensorDifference& diff : report.different) {
+    different.push_back({{"name", diff.name},
+                         {"problem", diff.problem},
+                         {"max_abs_diff", diff.max_abs_diff},
+                         {"max_rel_diff", diff.max_rel_diff}});
+  }
+  return {{"identical", report.identical()},
+          {"compared", report.compared},
+          {"only_in_first", report.only_in_first},
+          {"only_in_second", report.only_in_second},
+          {"different", different}};
+}
+
+std::string FormatDiffReport(const DiffReport& report) {
+  std::string out = absl::StrCat("compared ", report.compared, " tensors: ",
+                                 report.identical() ? "identical" : "DIFFERENT", "\n");
+  for (const std::string& name : report.only_in_first) {
+    absl::StrAppend(&out, "  only in the first: ", name, "\n");
+  }
+  for (const std::string& name : report.only_in_second) {
+    absl::StrAppend(&out, "  only in the second: ", name, "\n");
+  }
+  for (const TensorDifference& diff : report.different) {
+    absl::StrAppend(&out, absl::StrFormat("  %-50s max abs diff %.6g, max rel diff %.6g%s\n",
+                                          diff.name, diff.max_abs_diff, diff.max_rel_diff,
+                                          diff.problem.empty() ? "" : "; " + diff.problem));
+  }
+  return out;
+}
+
+}  // namespace titan

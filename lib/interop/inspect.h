@@ -1,0 +1,87 @@
+#ifndef TITAN_LIB_INTEROP_INSPECT_H_
+#define TITAN_LIB_INTEROP_INSPECT_H_
+
+// What a checkpoint holds (checkpoint_inspect): format, step, model, every tensor; optional value
+// statistics, integrity checks, and a tensor-by-tensor comparison with another checkpoint.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/interop/checkpoint_reader.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+
+struct TensorStats {
+  double min = 0;  // Over finite values; 0 when there are none.
+  double max = 0;
+  double mean = 0;
+  double std = 0;  // Population standard deviation.
+  int64_t nan_count = 0;
+  int64_t inf_count = 0;
+};
+
+struct InspectedTensor {
+  TensorInfo info;
+  std::optional<TensorStats> stats;
+};
+
+struct InspectOptions {
+  bool stats = false;
+  bool verify = false;
+};
+
+struct InspectReport {
+  std::string directory;
+  std::string format;
+  std::optional<int64_t> step;
+  std::string model;   // "llama3", or "" when the checkpoint does not describe a known model.
+  std::string flavor;  // "" for custom shapes.
+  std::vector<InspectedTensor> tensors;
+  int64_t total_elements = 0;
+  uint64_t total_bytes = 0;
+  bool verified = false;                // --verify ran.
+  std::vector<std::string> problems;    // What --verify found.
+};
+
+absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
+                                                const InspectOptions& options);
+nlohmann::json InspectReportToJson(const InspectReport& report);
+// One header line, one line per tensor, totals (and verify results).
+std::string FormatInspectReport(const InspectReport& report);
+
+// Statistics in float64, a bounded chunk at a time (a 128k x 4k embedding never becomes float64
+// whole).
+TensorStats ComputeTensorStats(const at::Tensor& tensor);
+
+struct TensorDifference {
+  std::string name;
+  std::string problem;  // Shape or dtype mismatch, or "" when only the values differ.
+  double max_abs_diff = 0;
+  double max_rel_diff = 0;  // |a - b| / |b| over elements where b != 0.
+};
+
+struct DiffReport {
+  int64_t compared = 0;
+  std::vector<std::string> only_in_first;
+  std::vector<std::string> only_in_second;
+  std::vector<TensorDifference> different;
+  bool identical() const {
+    return only_in_first.empty() && only_in_second.empty() && different.empty();
+  }
+};
+
+// Compares two checkpoints tensor by tensor: elements differ when |a - b| > atol + rtol * |b|
+// (NaN equals NaN); rtol = atol = 0 asks for equal values. Checkpoints of different formats holding
+// Llama 3 are compared in titan's names and q/k layout.
+absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
+                                           double rtol, double atol);
+nlohmann::json DiffReportToJson(const DiffReport& report);
+std::string FormatDiffReport(const DiffReport& report);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_INTEROP_INSPECT_H_

@@ -1,0 +1,146 @@
+#include "lib/interop/inspect.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/interop/convert.h"
+
+namespace titan {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::string TestDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(
+      tmp ? tmp : "/tmp", "/", testing::UnitTest::GetInstance()->current_test_info()->name(), "/",
+      name);
+  EXPECT_TRUE(RemoveTree(dir).ok());
+  return dir;
+}
+
+Llama3ModelInfo SmallModel() {
+  Llama3ModelInfo info;
+  info.args.dim = 32;
+  info.args.n_layers = 1;
+  info.args.n_heads = 4;
+  info.args.n_kv_heads = 2;
+  info.args.vocab_size = 24;
+  info.args.multiple_of = 16;
+  info.args.max_seq_len = 64;
+  return info;
+}
+
+CheckpointState SmallState(int seed) {
+  const Llama3ModelInfo info = SmallModel();
+  at::manual_seed(seed);
+  CheckpointState state;
+  for (const auto& [name, shape] : Llama3ParameterShapes(info.args)) {
+    state.model.emplace_back(name, at::randn(shape));
+  }
+  state.extra["model"] = Llama3ModelInfoToJson(info);
+  return state;
+}
+
+TEST(InspectTest, StatsMatchDirectComputationAndCountNonFinite) {
+  const at::Tensor values = at::randn({1000}, at::kDouble) * 3 + 5;
+  TensorStats stats = ComputeTensorStats(values.to(at::kFloat));
+  const at::Tensor rounded = values.to(at::kFloat).to(at::kDouble);
+  EXPECT_NEAR(stats.mean, rounded.mean().item<double>(), 1e-9);
+  EXPECT_NEAR(stats.std, rounded.std(/*unbiased=*/false).item<double>(), 1e-9);
+  EXPECT_EQ(stats.min, rounded.min().item<double>());
+  EXPECT_EQ(stats.max, rounded.max().item<double>());
+
+  const float inf = std::numeric_limits<float>::infinity();
+  stats = ComputeTensorStats(at::tensor({1.0f, NAN, inf, -inf, 3.0f}));
+  EXPECT_EQ(stats.nan_count, 1);
+  EXPECT_EQ(stats.inf_count, 2);
+  EXPECT_EQ(stats.min, 1);
+  EXPECT_EQ(stats.max, 3);
+  EXPECT_EQ(stats.mean, 2);
+}
+
+TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
+  const std::string root = TestDir("titan");
+  const CheckpointState state = SmallState(1);
+  ASSERT_TRUE(CheckpointManager(root, 0).Save(12, state, /*model_only=*/true).ok());
+  InspectOptions options;
+  options.stats = true;
+  options.verify = true;
+  absl::StatusOr<InspectReport> report = InspectCheckpoint(root, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->format, "titan");
+  EXPECT_EQ(report->step, 12);
+  EXPECT_EQ(report->model, "llama3");
+  EXPECT_EQ(report->flavor, "");
+  ASSERT_EQ(report->tensors.size(), state.model.size());
+  EXPECT_EQ(report->tensors[0].info.name, "tok_embeddings.weight");
+  EXPECT_THAT(report->tensors[0].info.shape, ElementsAre(24, 32));
+  EXPECT_EQ(report->tensors[0].info.bytes, 24u * 32 * 4);
+  EXPECT_NEAR(report->tensors[0].stats->mean, state.model[0].second.mean().item<double>(), 1e-6);
+  EXPECT_TRUE(report->problems.empty());
+  EXPECT_THAT(FormatInspectReport(*report), HasSubstr("verify: OK"));
+
+  // Flip one byte of the last tensor: the CRC check names it.
+  const std::string file = root + "/step-12/model.safetensors";
+  const int fd = ::open(file.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const off_t end = ::lseek(fd, -1, SEEK_END);
+  char byte;
+  ASSERT_EQ(::pread(fd, &byte, 1, end), 1);
+  byte ^= 0x10;
+  ASSERT_EQ(::pwrite(fd, &byte, 1, end), 1);
+  ::close(fd);
+  report = InspectCheckpoint(root + "/step-12", options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_THAT(report->problems[0], HasSubstr("model.safetensors: tensor '"));
+  EXPECT_THAT(report->problems[0], HasSubstr("CRC-32"));
+}
+
+TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
+  const std::string a = TestDir("a"), b = TestDir("b"), hf = TestDir("hf");
+  CheckpointState state = SmallState(2);
+  ASSERT_TRUE(CheckpointManager(a, 0).Save(1, state, true).ok());
+
+  // Identical to its own HF export, compared across formats in titan's layout.
+  ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
+  ASSERT_TRUE(ConvertCheckpoint(a, hf, options).ok());
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(a, hf, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
+  EXPECT_EQ(diff->compared, static_cast<int64_t>(state.model.size()));
+
+  state.model[0].second = state.model[0].second.clone();
+  state.model[0].second[3][4] += 0.5;
+  state.model.back().first = "renamed.weight";
+  ASSERT_TRUE(CheckpointManager(b, 0).Save(1, state, true).ok());
+  diff = DiffCheckpoints(a, b, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_FALSE(diff->identical());
+  ASSERT_EQ(diff->different.size(), 1u);
+  EXPECT_EQ(diff->different[0].name, "tok_embeddings.weight");
+  EXPECT_NEAR(diff->different[0].max_abs_diff, 0.5, 1e-6);
+  EXPECT_EQ(diff->only_in_first.size(), 1u);
+  EXPECT_THAT(diff->only_in_second, ElementsAre("renamed.weight"));
+  EXPECT_THAT(FormatDiffReport(*diff), HasSubstr("DIFFERENT"));
+
+  diff = DiffCheckpoints(a, b, 0, 0.6);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->different.empty());
+}
+
+}  // namespace
+}  // namespace titan

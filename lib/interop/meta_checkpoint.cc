@@ -1,0 +1,324 @@
+#include "lib/interop/meta_checkpoint.h"
+
+#include <ATen/EmptyTensor.h>
+#include <caffe2/serialize/file_adapter.h>
+#include <caffe2/serialize/inline_container.h>
+#include <caffe2/serialize/read_adapter_interface.h>
+#include <fcntl.h>
+#include <torch/csrc/jit/serialization/import_read.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/storage_context.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kParamsFile[] = "params.json";
+constexpr char kWeightsFile[] = "consolidated.00.pth";
+constexpr char kStoragePrefix[] = "data/";  // torch.save's storage records: data/<key>.
+
+// LibTorch's MemoryReadAdapter copies whatever range the zip reader asks for; this one clamps reads
+// to the buffer, as a file read past its end would.
+class BoundedMemoryReadAdapter : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit BoundedMemoryReadAdapter(absl::string_view bytes) : bytes_(bytes) {}
+  size_t size() const override { return bytes_.size(); }
+  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
+    if (pos >= bytes_.size()) return 0;
+    const size_t count = std::min<uint64_t>(n, bytes_.size() - pos);
+    std::memcpy(buf, bytes_.data() + pos, count);
+    return count;
+  }
+
+ private:
+  absl::string_view bytes_;
+};
+
+// A torch.save archive's "data.pkl" through LibTorch's restricted unpickler, as name -> tensor.
+absl::StatusOr<NamedTensors> ReadStateDict(
+    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> archive, const std::string& source) {
+  c10::IValue loaded;
+  try {
+    caffe2::serialize::PyTorchStreamReader zip(std::move(archive));
+    // The unpickler sizes a storage from the pickle's element count, not from the record it
+    // reads, so a short record would be read past its end: storages come sized by their records.
+    auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
+    for (const std::string& record : zip.getAllRecords()) {
+      if (!absl::StartsWith(record, kStoragePrefix)) continue;
+      auto [data, bytes] = zip.getRecord(record);
+      storages->addStorage(record.substr(std::strlen(kStoragePrefix)),
+                           c10::Storage(c10::Storage::use_byte_size_t(), bytes, std::move(data),
+                                        /*allocator=*/nullptr, /*resizable=*/false));
+    }
+    loaded = torch::jit::readArchiveAndTensors(
+        "data", "", "", std::nullopt, std::nullopt, at::Device(at::kCPU), zip,
+        torch::jit::Unpickler::defaultTypeParser, std::move(storages));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": not a torch.save state dict of tensors: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {  // miniz and the unpickler also throw std:: exceptions.
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": not a torch.save state dict of tensors: ", e.what()));
+  }
+  if (!loaded.isGenericDict()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": expected a dict of tensors, got ", loaded.tagKind()));
+  }
+  NamedTensors tensors;
+  for (const auto& item : loaded.toGenericDict()) {
+    if (!item.key().isString() || !item.value().isTensor()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": entry of type ", item.key().tagKind(), " -> ",
+                       item.value().tagKind(), ", expected string -> tensor"));
+    }
+    const std::string name = item.key().toStringRef();
+    const at::Tensor& loaded_tensor = item.value().toTensor();
+    // The unpickler takes sizes, strides and offset from the pickle as they are; a view reaching
+    // past its storage's bytes would read out of bounds.
+    size_t needed = 0;
+    try {
+      needed = at::detail::computeStorageNbytes(loaded_tensor.sizes(), loaded_tensor.strides(),
+                                                loaded_tensor.element_size(),
+                                                loaded_tensor.storage_offset());
+    } catch (const c10::Error& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": tensor '", name, "': ", e.what_without_backtrace()));
+    }
+    if (!loaded_tensor.has_storage() || needed > loaded_tensor.storage().nbytes()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": tensor '", name, "' needs ", needed, " bytes, its storage holds ",
+                       loaded_tensor.has_storage() ? loaded_tensor.storage().nbytes() : 0));
+    }
+    const at::Tensor tensor = loaded_tensor.contiguous();
+    absl::StatusOr<std::string> dtype = SafetensorsDtypeName(tensor.scalar_type());
+    if (!dtype.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": tensor '", name, "': ", dtype.status().message()));
+    }
+    tensors.emplace_back(name, tensor);
+  }
+  return tensors;
+}
+
+class MetaReader : public CheckpointReader {
+ public:
+  absl::StatusOr<at::Tensor> Get(absl::string_view name) const override {
+    const auto it = tensors_by_name_.find(name);
+    if (it == tensors_by_name_.end()) {
+      return absl::NotFoundError(absl::StrCat(directory_, ": no tensor '", name, "'"));
+    }
+    return it->second;
+  }
+
+  absl::StatusOr<absl::string_view> Bytes(absl::string_view name) const override {
+    absl::StatusOr<at::Tensor> tensor = Get(name);
+    if (!tensor.ok()) return tensor.status();
+    return absl::string_view(static_cast<const char*>(tensor->data_ptr()), tensor->nbytes());
+  }
+
+  // torch.save keeps no checksums; the zip reader already checked the archive's structure.
+  std::vector<std::string> Verify() const override { return {}; }
+
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& directory) {
+    auto reader = std::unique_ptr<MetaReader>(new MetaReader());
+    reader->format_ = CheckpointFormat::kMeta;
+    reader->directory_ = directory;
+    const std::string params_path = absl::StrCat(directory, "/", kParamsFile);
+    TITAN_ASSIGN_OR_RETURN(std::string params_text, ReadFile(params_path));
+    reader->description_ = json::parse(params_text, nullptr, /*allow_exceptions=*/false);
+    if (!reader->description_.is_object()) {
+      return absl::InvalidArgumentError(params_path + ": expected a JSON object");
+    }
+    if (PathExists(absl::StrCat(directory, "/consolidated.01.pth"))) {
+      return absl::UnimplementedError(absl::StrCat(
+          directory, ": model-parallel checkpoints (consolidated.01.pth ...) are not supported"));
+    }
+    const std::string path = absl::StrCat(directory, "/", kWeightsFile);
+    if (!PathExists(path)) return absl::NotFoundError(path + ": no such file");
+    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> file;
+    try {
+      file = std::make_shared<caffe2::serialize::FileAdapter>(path);
+    } catch (const c10::Error& e) {
+      return absl::NotFoundError(absl::StrCat(path, ": ", e.what_without_backtrace()));
+    }
+    TITAN_ASSIGN_OR_RETURN(NamedTensors tensors, ReadStateDict(std::move(file), path));
+    for (auto& [name, tensor] : tensors) {
+      reader->tensors_.push_back({name, *SafetensorsDtypeName(tensor.scalar_type()),
+                                  tensor.scalar_type(), tensor.sizes().vec(),
+                                  static_cast<uint64_t>(tensor.nbytes()), kWeightsFile});
+      reader->tensors_by_name_[name] = std::move(tensor);
+    }
+    return std::unique_ptr<CheckpointReader>(std::move(reader));
+  }
+
+ private:
+  absl::flat_hash_map<std::string, at::Tensor> tensors_by_name_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory) {
+  return MetaReader::Open(directory);
+}
+
+absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
+                                                 const std::string& source) {
+  return ReadStateDict(std::make_shared<BoundedMemoryReadAdapter>(archive), source);
+}
+
+json Llama3MetaParams(const Llama3ModelInfo& info) {
+  const Llama3Args& args = info.args;
+  json params = {{"dim", args.dim},
+                 {"n_layers", args.n_layers},
+                 {"n_heads", args.n_heads},
+                 {"n_kv_heads", args.kv_heads()},
+                 {"vocab_size", args.vocab_size},
+                 {"multiple_of", args.multiple_of},
+                 {"norm_eps", args.norm_eps},
+                 {"rope_theta", args.rope_theta},
+                 {"use_scaled_rope", args.rope_scaling.factor > 0}};
+  if (args.ffn_dim_multiplier > 0) params["ffn_dim_multiplier"] = args.ffn_dim_multiplier;
+  return params;
+}
+
+absl::StatusOr<Llama3ModelInfo> Llama3ModelInfoFromMetaParams(const json& params,
+                                                              const std::string& source) {
+  json args_json = params;
+  const bool scaled = params.value("use_scaled_rope", false);
+  args_json.erase("use_scaled_rope");
+  if (!args_json.contains("n_kv_heads") || args_json.at("n_kv_heads").is_null()) {
+    args_json["n_kv_heads"] = 0;
+  }
+  absl::StatusOr<Llama3Args> args = Llama3ArgsFromJson(args_json, source);
+  if (!args.ok()) return args.status();
+  if (scaled) args->rope_scaling = RopeScaling{8, 1, 4, 8192};
+  Llama3ModelInfo info;
+  info.args = *args;
+  // Llama 3.2's flavors scale by 32; a shape match says which.
+  for (const std::string& name : Llama3FlavorNames()) {
+    Llama3Args flavor = *Llama3Flavor(name);
+    Llama3Args candidate = *args;
+    candidate.rope_scaling = flavor.rope_scaling;
+    candidate.tie_word_embeddings = flavor.tie_word_embeddings;
+    if (scaled == (flavor.rope_scaling.factor > 0) && MatchLlama3Flavor(candidate) == name) {
+      flavor.vocab_size = args->vocab_size;
+      info.args = flavor;
+      info.flavor = name;
+      break;
+    }
+  }
+  if (info.args.vocab_size == 128256) {  // Llama 3's tokenizer: <|begin_of_text|>, <|end_of_text|>.
+    info.bos_token_id = 128000;
+    info.eos_token_id = 128001;
+  }
+  return info;
+}
+
+absl::Status WriteMetaCheckpoint(const std::string& directory,
+                                 const std::vector<std::string>& names,
+                                 const MetaTensorProducer& produce, const Llama3ModelInfo& info) {
+  const std::string path = absl::StrCat(directory, "/", kWeightsFile);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return ErrnoError("open", tmp);
+  absl::Status write_status;
+  // Reports every write as complete: a short count makes the zip writer throw, and its destructor
+  // would throw again while unwinding. The first error is kept and checked after each record.
+  const auto write_bytes = [&](const void* data, size_t size) -> size_t {
+    const char* next = static_cast<const char*>(data);
+    for (size_t left = size; left > 0 && write_status.ok();) {
+      const ssize_t written = ::write(fd, next, left);
+      if (written < 0 && errno == EINTR) continue;
+      if (written <= 0) {
+        write_status = ErrnoError("write", tmp);
+        break;
+      }
+      next += written;
+      left -= static_cast<size_t>(written);
+    }
+    return size;
+  };
+  absl::Status status = [&]() -> absl::Status {
+    try {
+      caffe2::serialize::PyTorchStreamWriter zip(write_bytes);
+      // Tensors stream into data/<i> one at a time; the pickle then describes them through
+      // placeholders of the same dtype and shape whose storages hold no memory.
+      c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+      absl::flat_hash_map<const void*, std::string> storage_keys;
+      for (size_t i = 0; i < names.size(); ++i) {
+        absl::StatusOr<at::Tensor> produced = produce(i);
+        if (!produced.ok()) return produced.status();
+        const at::Tensor tensor = produced->contiguous();
+        const std::string key = std::to_string(i);
+        zip.writeRecord(kStoragePrefix + key, tensor.data_ptr(), tensor.nbytes());
+        c10::Storage storage(c10::Storage::use_byte_size_t(), tensor.nbytes(),
+                             c10::DataPtr(nullptr, at::Device(at::kCPU)), /*allocator=*/nullptr,
+                             /*resizable=*/false);
+        storage_keys[storage.unsafeGetStorageImpl()] = key;
+        dict.insert(
+            names[i],
+            at::empty({0}, tensor.options()).set_(storage, 0, tensor.sizes(), tensor.strides()));
+        if (!write_status.ok()) return write_status;
+      }
+      std::vector<char> pickle;
+      // No type tags: torch.jit's restore_type_tag is not on torch.load's weights_only allowlist.
+      torch::jit::Pickler pickler(
+          [&](const char* data, size_t size) { pickle.insert(pickle.end(), data, data + size); },
+          /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
+          [&](const at::Tensor& tensor) {
+            return storage_keys.at(tensor.storage().unsafeGetStorageImpl());
+          },
+          /*tag_aggregates=*/false);
+      pickler.protocol();
+      pickler.pushIValue(c10::IValue(dict));
+      pickler.stop();
+      zip.writeRecord("data.pkl", pickle.data(), pickle.size());
+      zip.writeRecord("byteorder", "little", 6);
+      zip.writeEndOfFile();
+      if (!write_status.ok()) return write_status;
+    } catch (const c10::Error& e) {
+      if (!write_status.ok()) return write_status;
+      return absl::InternalError(absl::StrCat(path, ": ", e.what_without_backtrace()));
+    }
+    if (!write_status.ok()) return write_status;
+    if (::fsync(fd) != 0) return ErrnoError("fsync", tmp);
+    return absl::OkStatus();
+  }();
+  if (::close(fd) != 0 && status.ok()) status = ErrnoError("close", tmp);
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) status = ErrnoError("rename", tmp);
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  TITAN_RETURN_IF_ERROR(FsyncDirectory(directory));
+  return WriteFileAtomically(absl::StrCat(directory, "/", kParamsFile),
+                             Llama3MetaParams(info).dump(2) + "\n");
+}
+
+absl::Status WriteMetaCheckpoint(const std::string& directory, const NamedTensors& tensors,
+                                 const Llama3ModelInfo& info) {
+  std::vector<std::string> names;
+  for (const auto& [name, tensor] : tensors) names.push_back(name);
+  return WriteMetaCheckpoint(
+      directory, names, [&](size_t i) -> absl::StatusOr<at::Tensor> { return tensors[i].second; },
+      info);
+}
+
+}  // namespace titan

@@ -1,0 +1,218 @@
+"""convert_checkpoint against PyPI transformers: HF -> titan -> HF round trips and logit parity."""
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import unittest
+
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+CONVERT = None
+MAKE_TITAN = None
+INSPECT = None
+
+# Keys transformers stamps with its own version or derives on load: not part of the model.
+VOLATILE_CONFIG_KEYS = {"transformers_version", "_name_or_path"}
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def convert(src, dst, *flags):
+    return json.loads(run([CONVERT, "--json", *flags, src, dst]).stdout)
+
+
+def hf_tensors(folder):
+    tensors = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
+        tensors.update(load_file(path))
+    return tensors
+
+
+def config_dict(folder):
+    config = transformers.AutoConfig.from_pretrained(folder).to_dict()
+    return {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS}
+
+
+def small_config(**overrides):
+    kwargs = dict(vocab_size=96, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  rms_norm_eps=1e-5, rope_theta=500000.0, bos_token_id=1, eos_token_id=2,
+                  rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
+    kwargs.update(overrides)
+    return transformers.LlamaConfig(**kwargs)
+
+
+class InteropTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), self._testMethodName)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        os.makedirs(self.tmp)
+
+    def path(self, name):
+        return os.path.join(self.tmp, name)
+
+    def save_hf(self, config, dtype, **save_kwargs):
+        torch.manual_seed(0)
+        model = transformers.LlamaForCausalLM(config).to(dtype)
+        with torch.no_grad():  # Norms off 1 so a swapped norm mapping is visible.
+            for name, param in model.named_parameters():
+                if param.dim() == 1:
+                    param.add_(torch.randn_like(param) * 0.2)
+        model.save_pretrained(self.path("hf"), **save_kwargs)
+        return model
+
+    def round_trip(self, *flags_back):
+        titan = convert(self.path("hf"), self.path("titan"), "--from=hf", "--to=titan")
+        back = convert(self.path("titan"), self.path("back"), "--from=titan", "--to=hf",
+                       *flags_back)
+        original, converted = hf_tensors(self.path("hf")), hf_tensors(self.path("back"))
+        self.assertEqual(sorted(original), sorted(converted))
+        for name, tensor in original.items():
+            self.assertEqual(tensor.dtype, converted[name].dtype, name)
+            self.assertTrue(torch.equal(tensor.view(torch.uint8), converted[name].view(torch.uint8)),
+                            name)
+        self.assertEqual(config_dict(self.path("hf")), config_dict(self.path("back")))
+        # checkpoint_inspect agrees: nothing differs, across formats too, and the titan step verifies.
+        for other in ("back", "titan"):
+            proc = subprocess.run([INSPECT, "--json", f"--diff={self.path(other)}",
+                                   self.path("hf")], capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertTrue(json.loads(proc.stdout)["diff"]["identical"])
+        report = json.loads(run([INSPECT, "--json", "--verify", self.path("titan")]).stdout)
+        self.assertEqual(report["format"], "titan")
+        self.assertTrue(report["verify"]["ok"])
+        self.assertEqual(report["total_tensors"], titan["tensors"])
+        return titan, back
+
+    def test_sharded_fp32_round_trip_is_bitwise_identical(self):
+        self.save_hf(small_config(), torch.float32, max_shard_size="40KB")
+        self.assertGreater(len(glob.glob(self.path("hf/model-*-of-*.safetensors"))), 2)
+        titan, back = self.round_trip("--max_shard_size=40KB")
+        self.assertEqual(titan["output"], self.path("titan/step-0"))
+        self.assertEqual(titan["tensors"], 2 * 9 + 3)
+        self.assertGreater(back["peak_rss_bytes"], 0)
+        shards = glob.glob(self.path("back/model-*-of-*.safetensors"))
+        self.assertGreater(len(shards), 2)
+        with open(self.path("back/model.safetensors.index.json")) as f:
+            index = json.load(f)
+        self.assertEqual(set(index["weight_map"].values()), {os.path.basename(s) for s in shards})
+        self.assertEqual(index["metadata"]["total_size"], back["bytes"])
+
+    def test_tied_bf16_round_trip_is_bitwise_identical(self):
+        self.save_hf(small_config(tie_word_embeddings=True), torch.bfloat16)
+        titan, _ = self.round_trip()
+        with open(os.path.join(titan["output"], "manifest.json")) as f:
+            manifest = json.load(f)
+        names = [t["name"] for t in manifest["tensors"]]
+        self.assertNotIn("output.weight", names)
+        self.assertEqual({t["dtype"] for t in manifest["tensors"]}, {"BF16"})
+        self.assertTrue(manifest["state"]["model"]["args"]["tie_word_embeddings"])
+
+    def test_titan_export_matches_transformers_logits(self):
+        logits_path = self.path("titan_logits.safetensors")
+        run([MAKE_TITAN, f"--checkpoint_dir={self.path('titan')}", f"--logits={logits_path}"])
+        summary = convert(self.path("titan"), self.path("hf"), "--from=titan", "--to=hf")
+        self.assertEqual(summary["input"], self.path("titan/step-3"))
+        reference = load_file(logits_path)
+        model = transformers.LlamaForCausalLM.from_pretrained(self.path("hf"),
+                                                              dtype=torch.float32)
+        model.eval()
+        self.assertEqual(model.config.rope_scaling["rope_type"], "llama3")
+        with torch.no_grad():
+            logits = model(reference["tokens"]).logits
+        diff = (logits - reference["logits"]).abs().max().item()
+        print(f"max |logit difference| titan vs transformers: {diff:.3g}", file=sys.stderr)
+        # fp32 throughout; attention and RoPE sum in different orders (interleaved vs rotate-half
+        # pairs, SDPA kernels), so agreement is to rounding, not bitwise.
+        self.assertLess(diff, 1e-4)
+        self.assertGreater(reference["logits"].abs().max().item(), 0.1)
+
+        # A changed weight is reported with its size, and the exit status says so.
+        tensors = load_file(self.path("hf/model.safetensors"))
+        tensors["model.norm.weight"][5] += 0.25
+        os.makedirs(self.path("edited"))
+        shutil.copy(self.path("hf/config.json"), self.path("edited"))
+        save_file(tensors, self.path("edited/model.safetensors"), metadata={"format": "pt"})
+        proc = subprocess.run([INSPECT, "--json", f"--diff={self.path('edited')}",
+                               self.path("hf")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        different = json.loads(proc.stdout)["diff"]["different"]
+        self.assertEqual([d["name"] for d in different], ["model.norm.weight"])
+        self.assertAlmostEqual(different[0]["max_abs_diff"], 0.25, places=5)
+
+    def test_meta_export_and_import(self):
+        original = self.save_hf(small_config(), torch.bfloat16)
+        convert(self.path("hf"), self.path("meta"), "--from=hf", "--to=meta")
+        with open(self.path("meta/params.json")) as f:
+            params = json.load(f)
+        self.assertEqual((params["dim"], params["n_kv_heads"], params["use_scaled_rope"]),
+                         (64, 2, True))
+        # Loads with PyTorch's default restricted unpickler, nothing allowlisted.
+        state = torch.load(self.path("meta/consolidated.00.pth"), weights_only=True)
+        hf = original.state_dict()
+        # The Meta layout, as transformers' convert script inverts it: interleaved RoPE pairs.
+        def unpermute(w, heads):
+            return w.view(heads, 2, w.shape[0] // heads // 2, w.shape[1]).transpose(1, 2).reshape(w.shape)
+        self.assertTrue(torch.equal(state["layers.1.attention.wq.weight"],
+                                    unpermute(hf["model.layers.1.self_attn.q_proj.weight"], 4)))
+        self.assertTrue(torch.equal(state["layers.0.attention.wk.weight"],
+                                    unpermute(hf["model.layers.0.self_attn.k_proj.weight"], 2)))
+        self.assertTrue(torch.equal(state["layers.0.feed_forward.w1.weight"],
+                                    hf["model.layers.0.mlp.gate_proj.weight"]))
+        self.assertEqual(state["tok_embeddings.weight"].dtype, torch.bfloat16)
+        self.assertEqual(len(state), 2 * 9 + 3)
+        # Meta -> HF gives back the original tensors.
+        convert(self.path("meta"), self.path("back"), "--from=meta", "--to=hf")
+        back = hf_tensors(self.path("back"))
+        for name, tensor in hf_tensors(self.path("hf")).items():
+            self.assertTrue(torch.equal(tensor, back[name]), name)
+
+    def test_meta_pickle_cannot_run_code(self):
+        os.makedirs(self.path("evil"))
+        marker = self.path("marker")
+
+        class Evil:
+            def __reduce__(self):
+                return (os.system, (f"touch {marker}",))
+
+        torch.save({"tok_embeddings.weight": torch.zeros(2, 2), "x": Evil()},
+                   self.path("evil/consolidated.00.pth"))
+        with open(self.path("evil/params.json"), "w") as f:
+            json.dump({"dim": 2, "n_layers": 1, "n_heads": 1, "vocab_size": 2}, f)
+        proc = subprocess.run([CONVERT, "--from=meta", "--to=hf", self.path("evil"),
+                               self.path("out")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("consolidated.00.pth: not a torch.save state dict of tensors", proc.stderr)
+        self.assertFalse(os.path.exists(marker))
+
+    def test_errors_are_clear(self):
+        proc = subprocess.run([CONVERT, "--from=hf", "--to=titan", self.path("missing"),
+                               self.path("out")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("missing/config.json", proc.stderr)
+        proc = subprocess.run([CONVERT, "--to=xla", "a", "b"], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn('checkpoint format "xla", expected titan, hf or meta', proc.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--convert_checkpoint", required=True)
+    parser.add_argument("--make_titan_checkpoint", required=True)
+    parser.add_argument("--checkpoint_inspect", required=True)
+    args, rest = parser.parse_known_args()
+    CONVERT = os.path.abspath(args.convert_checkpoint)
+    MAKE_TITAN = os.path.abspath(args.make_titan_checkpoint)
+    INSPECT = os.path.abspath(args.checkpoint_inspect)
+    unittest.main(argv=[sys.argv[0], *rest])

@@ -1,0 +1,56 @@
+// checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol --atol]] [--json]
+// Lists a titan, Hugging Face or Meta checkpoint's tensors; exits 1 when --verify finds a problem or
+// --diff finds a difference.
+
+#include <iostream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "lib/interop/inspect.h"
+#include "nlohmann/json.hpp"
+
+DEFINE_bool(stats, false, "Per-tensor min, max, mean, std, NaN and Inf counts");
+DEFINE_bool(verify, false,
+            "Integrity: sizes and CRC-32 against a titan manifest; index and headers for hf");
+DEFINE_string(diff, "", "Compare every tensor with this checkpoint");
+DEFINE_double(rtol, 0, "--diff: relative tolerance");
+DEFINE_double(atol, 0, "--diff: absolute tolerance");
+DEFINE_bool(json, false, "Print JSON instead of text");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol=R --atol=A]] [--json]");
+  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (argc != 2) {
+    std::cerr << "checkpoint_inspect: expected one PATH, got " << argc - 1 << " (see --help)\n";
+    return 1;
+  }
+  titan::InspectOptions options;
+  options.stats = FLAGS_stats;
+  options.verify = FLAGS_verify;
+  absl::StatusOr<titan::InspectReport> report = titan::InspectCheckpoint(argv[1], options);
+  if (!report.ok()) {
+    std::cerr << "checkpoint_inspect: " << report.status().message() << "\n";
+    return 1;
+  }
+  nlohmann::json json = titan::InspectReportToJson(*report);
+  std::string text = titan::FormatInspectReport(*report);
+  bool failed = report->verified && !report->problems.empty();
+  if (!FLAGS_diff.empty()) {
+    absl::StatusOr<titan::DiffReport> diff =
+        titan::DiffCheckpoints(argv[1], FLAGS_diff, FLAGS_rtol, FLAGS_atol);
+    if (!diff.ok()) {
+      std::cerr << "checkpoint_inspect: " << diff.status().message() << "\n";
+      return 1;
+    }
+    json["diff"] = titan::DiffReportToJson(*diff);
+    absl::StrAppend(&text, "diff against ", FLAGS_diff, ": ", titan::FormatDiffReport(*diff));
+    failed = failed || !diff->identical();
+  }
+  std::cout << (FLAGS_json ? json.dump(2) + "\n" : text);
+  return failed ? 1 : 0;
+}

@@ -1,0 +1,85 @@
+// convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--flavor=8B] [--dtype=bf16|fp32|keep] IN OUT
+// Converts a Llama 3 checkpoint between Hugging Face's LlamaForCausalLM folders and titan's step
+// directories (see lib/interop/convert.h).
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "lib/interop/convert.h"
+#include "nlohmann/json.hpp"
+
+DEFINE_string(from, "", "Input format: titan, hf or meta; empty: detected from the files");
+DEFINE_string(to, "hf", "Output format: titan, hf or meta");
+DEFINE_string(model, "llama3", "Model family (llama3)");
+DEFINE_string(flavor, "",
+              "Model flavor (debugmodel, 1B, 3B, 8B, 70B, 405B) when the input does not describe "
+              "it; checked against the input when it does");
+DEFINE_string(dtype, "keep", "Floating tensors' output dtype: keep, bf16 or fp32");
+DEFINE_string(max_shard_size, "5GB", "hf output: largest shard (KB/MB/GB, KiB/MiB/GiB)");
+DEFINE_string(tokenizer_dir, "", "hf output: copy tokenizer files from this directory");
+DEFINE_int64(step, -1, "titan output: the step to write; -1: the input's step, else 0");
+DEFINE_bool(json, false, "Print a JSON summary on stdout");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::cerr << "convert_checkpoint: " << status.message() << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage(
+      "convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--flavor=8B] [--dtype=keep|bf16|fp32] "
+      "IN OUT");
+  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (argc != 3) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("expected IN and OUT, got ", argc - 1, " arguments (see --help)")));
+  }
+
+  titan::ConvertOptions options;
+  if (!FLAGS_from.empty()) {
+    absl::StatusOr<titan::CheckpointFormat> from = titan::ParseCheckpointFormat(FLAGS_from);
+    if (!from.ok()) return Fail(from.status());
+    options.from = *from;
+  }
+  absl::StatusOr<titan::CheckpointFormat> to = titan::ParseCheckpointFormat(FLAGS_to);
+  if (!to.ok()) return Fail(to.status());
+  absl::StatusOr<uint64_t> max_shard = titan::ParseByteSize(FLAGS_max_shard_size);
+  if (!max_shard.ok()) return Fail(max_shard.status());
+  options.to = *to;
+  options.model = FLAGS_model;
+  options.flavor = FLAGS_flavor;
+  options.dtype = FLAGS_dtype;
+  options.max_shard_bytes = *max_shard;
+  options.tokenizer_dir = FLAGS_tokenizer_dir;
+  if (FLAGS_step >= 0) options.step = FLAGS_step;
+
+  absl::StatusOr<titan::ConvertSummary> summary =
+      titan::ConvertCheckpoint(argv[1], argv[2], options);
+  if (!summary.ok()) return Fail(summary.status());
+
+  if (FLAGS_json) {
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const nlohmann::json out = {{"input", summary->input},
+                                {"output", summary->output},
+                                {"flavor", summary->flavor},
+                                {"tensors", summary->tensors},
+                                {"bytes", summary->bytes},
+                                {"files", summary->files},
+                                {"peak_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
+    std::cout << out.dump(2) << "\n";
+  }
+  return 0;
+}
