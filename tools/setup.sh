@@ -17,7 +17,7 @@ apt_packages=(
 # Pinned: the tests' reference numbers come from these versions.
 pip_packages=(
   torch==2.11.0 numpy==2.4.6 safetensors==0.8.0 tiktoken==0.14.0 tokenizers==0.23.3
-  transformers==5.24.0 tensorboard==2.21.0
+  transformers==5.24.0 tensorboard==2.21.0 torchtune==0.6.1 torchao==0.15.0
 )
 
 missing=()
