@@ -80,7 +80,8 @@ NamedTensors DataParallel::FullShaped(const NamedTensors& local) const {
   for (const auto& [name, tensor] : local) {
     const FsdpParamGroup* group = nullptr;
     const FsdpParamGroup::Param* param = ShardedParamOf(name, tensor, &group);
-    full.emplace_back(name, param == nullptr ? tensor : at::zeros(param->full_shape, tensor.options()));
+    full.emplace_back(name,
+                      param == nullptr ? tensor : at::zeros(param->full_shape, tensor.options()));
   }
   return full;
 }

@@ -1,14 +1,15 @@
 // FSDP and DDP gradient synchronisation across real ranks: the test forks its ranks (before it
 // touches LibTorch, so no thread pool is split by fork), which talk Gloo on loopback; each rank
 // checks its own results and reports through its exit status and stderr.
+#include "lib/parallel/data_parallel.h"
+
+#include <ATen/ATen.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <ATen/ATen.h>
 
 #include <cstdio>
 #include <functional>
@@ -22,19 +23,18 @@
 #include "gtest/gtest.h"
 #include "lib/distributed/gloo_communicator.h"
 #include "lib/distributed/rendezvous.h"
-#include "lib/parallel/data_parallel.h"
 #include "lib/parallel/ddp.h"
 #include "lib/parallel/fsdp.h"
 
 namespace titan {
 namespace {
 
-#define RANK_EXPECT(cond)                                                                    \
-  do {                                                                                       \
-    if (!(cond)) {                                                                           \
+#define RANK_EXPECT(cond)                                                                   \
+  do {                                                                                      \
+    if (!(cond)) {                                                                          \
       std::fprintf(stderr, "rank %d: %s:%d: %s failed\n", rank, __FILE__, __LINE__, #cond); \
-      return 1;                                                                              \
-    }                                                                                        \
+      return 1;                                                                             \
+    }                                                                                       \
   } while (0)
 
 using RankBody = std::function<int(int rank, Communicator& comm)>;
@@ -160,7 +160,8 @@ TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
                                    {"a.exp_avg", at::zeros({2, 3})},
                                    {"a.step", at::scalar_tensor(0, at::kLong)}};
     RANK_EXPECT(dp.CopyShards(*full, restored).ok());
-    for (size_t i = 0; i < local.size(); ++i) RANK_EXPECT(Equal(restored[i].second, local[i].second));
+    for (size_t i = 0; i < local.size(); ++i)
+      RANK_EXPECT(Equal(restored[i].second, local[i].second));
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(3, 0));

@@ -122,8 +122,7 @@ absl::Status DdpGradientReducer::Finish() {
   next_launch_ = 0;
   error_ = absl::OkStatus();
   if (!status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat("DDP gradient all-reduce: ", status.message()));
+    return absl::Status(status.code(), absl::StrCat("DDP gradient all-reduce: ", status.message()));
   }
   return absl::OkStatus();
 }

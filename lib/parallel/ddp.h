@@ -15,8 +15,9 @@ namespace titan {
 
 // DDP's gradient averaging over replicas: parameters are grouped into buckets (reverse order, about
 // `bucket_cap_bytes` each, as PyTorch DDP: gradients become ready roughly back to front), and each
-// bucket's all-reduce starts asynchronously as soon as its last gradient has been accumulated during
-// backward, in bucket order on every rank. Finish() waits and writes sum / size (Gloo has no AVG).
+// bucket's all-reduce starts asynchronously as soon as its last gradient has been accumulated
+// during backward, in bucket order on every rank. Finish() waits and writes sum / size (Gloo has no
+// AVG).
 class DdpGradientReducer {
  public:
   static constexpr int64_t kDefaultBucketCapBytes = 25 << 20;

@@ -19,10 +19,10 @@ DistributedRuntime DistributedRuntime::SingleProcess() {
 absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& config,
                                                                const DistributedEnv& env) {
   const JobConfig::Parallelism& p = config.parallelism();
-  for (const auto& [key, degree] : {std::pair<const char*, int>{"tensor_parallel_degree",
-                                                                p.tensor_parallel_degree()},
-                                    {"pipeline_parallel_degree", p.pipeline_parallel_degree()},
-                                    {"context_parallel_degree", p.context_parallel_degree()}}) {
+  for (const auto& [key, degree] :
+       {std::pair<const char*, int>{"tensor_parallel_degree", p.tensor_parallel_degree()},
+        {"pipeline_parallel_degree", p.pipeline_parallel_degree()},
+        {"context_parallel_degree", p.context_parallel_degree()}}) {
     if (degree > 1) {
       return absl::UnimplementedError(absl::StrCat(
           "[parallelism] ", key, "=", degree,
@@ -43,21 +43,20 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   std::shared_ptr<Rendezvous> rendezvous = runtime.rendezvous_;
   TITAN_ASSIGN_OR_RETURN(
       MeshCommunicators comms,
-      MeshCommunicators::Create(runtime.dims_, env.rank,
-                                [rendezvous, timeout](const std::string& name,
-                                                      std::vector<int> ranks) {
-                                  return CreateGlooCommunicator(rendezvous, name, std::move(ranks),
-                                                                timeout);
-                                }));
+      MeshCommunicators::Create(
+          runtime.dims_, env.rank,
+          [rendezvous, timeout](const std::string& name, std::vector<int> ranks) {
+            return CreateGlooCommunicator(rendezvous, name, std::move(ranks), timeout);
+          }));
   runtime.comms_ = std::move(comms);
   return runtime;
 }
 
 void DistributedRuntime::SetTimeout(absl::Duration timeout) const {
   if (!comms_) return;
-  for (MeshGroup group : {MeshGroup::kWorld, MeshGroup::kPp, MeshGroup::kDpReplicate,
-                          MeshGroup::kDpShard, MeshGroup::kCp, MeshGroup::kTp, MeshGroup::kDp,
-                          MeshGroup::kDpShardCp}) {
+  for (MeshGroup group :
+       {MeshGroup::kWorld, MeshGroup::kPp, MeshGroup::kDpReplicate, MeshGroup::kDpShard,
+        MeshGroup::kCp, MeshGroup::kTp, MeshGroup::kDp, MeshGroup::kDpShardCp}) {
     comms_->Get(group).set_timeout(timeout);
   }
 }

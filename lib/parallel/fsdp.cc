@@ -33,7 +33,8 @@ at::Tensor AssembleFull(const FsdpParamGroup::Param& param, const at::Tensor& ga
     const int64_t count = RowsOfRank(param, r);
     if (count == 0) break;
     rows.narrow(0, r * param.rows_per_shard, count)
-        .copy_(gathered[r].narrow(0, offset, count * param.row_numel).view({count, param.row_numel}));
+        .copy_(
+            gathered[r].narrow(0, offset, count * param.row_numel).view({count, param.row_numel}));
   }
   return full;
 }
@@ -70,9 +71,8 @@ absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
     const at::Tensor& full = *ref.tensor;
     if (full.dim() == 0 || full.size(0) == 0 || full.is_meta() || full.scalar_type() != dtype) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "FSDP parameter ", ref.name, ": expected a materialised tensor of ",
-          c10::toString(dtype), " with dim 0 > 0, got ", full.toString(), " ",
-          c10::str(full.sizes())));
+          "FSDP parameter ", ref.name, ": expected a materialised tensor of ", c10::toString(dtype),
+          " with dim 0 > 0, got ", full.toString(), " ", c10::str(full.sizes())));
     }
     Param param;
     param.name = ref.name;
@@ -162,17 +162,17 @@ std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
 absl::StatusOr<at::Tensor> FsdpParamGroup::GatherFull(const Param& param,
                                                       const at::Tensor& shard_like) const {
   if (shard_like.sizes() != param.shard.sizes()) {
-    return absl::InvalidArgumentError(absl::StrCat("FSDP gather of ", param.name, ": expected shape ",
-                                                   c10::str(param.shard.sizes()), ", got ",
-                                                   c10::str(shard_like.sizes())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("FSDP gather of ", param.name, ": expected shape ",
+                     c10::str(param.shard.sizes()), ", got ", c10::str(shard_like.sizes())));
   }
   c10::NoGradGuard no_grad;
   at::Tensor flat = shard_like.detach().contiguous().view(-1);
   at::Tensor gathered = at::empty({shard_->size(), flat.numel()}, flat.options());
   absl::Status status = Await(shard_->AllGather(flat, gathered));
   if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("FSDP gather of ", param.name, ": ",
-                                                    status.message()));
+    return absl::Status(status.code(),
+                        absl::StrCat("FSDP gather of ", param.name, ": ", status.message()));
   }
   return AssembleFull(param, gathered, 0);
 }

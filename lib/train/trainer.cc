@@ -125,8 +125,8 @@ absl::Status Trainer::Init() {
   const auto& job = config_.job();
   TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
   if (writer()) {
-    TITAN_RETURN_IF_ERROR(WriteFileAtomically(job.dump_folder() + "/config.toml",
-                                              JobConfigToToml(config_)));
+    TITAN_RETURN_IF_ERROR(
+        WriteFileAtomically(job.dump_folder() + "/config.toml", JobConfigToToml(config_)));
   }
   if (runtime_.distributed()) {
     dp_rank_ = runtime_.comm(MeshGroup::kDp).rank();
@@ -174,29 +174,28 @@ absl::Status Trainer::Init() {
   parallelize.ac_mode = config_.activation_checkpoint().mode();
   parallelize.selective_ac_option = config_.activation_checkpoint().selective_ac_option();
   parallelize.reshard_after_forward = config_.parallelism().fsdp_reshard_after_forward();
-  TITAN_ASSIGN_OR_RETURN(data_parallel_, ParallelizeLlama3(*model_, parallelize, runtime_.dims(),
-                                                           runtime_.comms()));
+  TITAN_ASSIGN_OR_RETURN(
+      data_parallel_, ParallelizeLlama3(*model_, parallelize, runtime_.dims(), runtime_.comms()));
   params_ = model_->NamedParameters();
   flops_per_token_ = NumFlopsPerToken({n_params, args.vocab_size * args.dim, args.n_layers,
                                        args.n_heads, args.head_dim(), training.seq_len()});
-  peak_flops_ = PeakFlops(DeviceName(device_),
-                          autocast() ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
+  peak_flops_ =
+      PeakFlops(DeviceName(device_), autocast() ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
   LOG(INFO) << "model llama3 " << config_.model().flavor() << ": " << n_params
             << " parameters, vocab " << args.vocab_size;
   if (runtime_.distributed()) {
     const ParallelDims& dims = runtime_.dims();
     LOG(INFO) << "rank " << runtime_.rank() << " of " << dims.world_size() << ": data parallel "
-              << (dims.dp_shard_enabled()
-                      ? (dims.dp_replicate_enabled() ? "HSDP" : "FSDP")
-                      : (dims.dp_replicate_enabled() ? "DDP" : "off"))
+              << (dims.dp_shard_enabled() ? (dims.dp_replicate_enabled() ? "HSDP" : "FSDP")
+                                          : (dims.dp_replicate_enabled() ? "DDP" : "off"))
               << " (replicate " << dims.dp_replicate() << " x shard " << dims.dp_shard()
               << "), dp rank " << dp_rank_ << " of " << dp_size_;
   }
 
   const auto& o = config_.optimizer();
-  TITAN_ASSIGN_OR_RETURN(optimizer_,
-                         Optimizer::Create(params_, {o.name(), o.lr(), o.beta1(), o.beta2(),
-                                                     o.eps(), o.weight_decay()}));
+  TITAN_ASSIGN_OR_RETURN(
+      optimizer_, Optimizer::Create(params_, {o.name(), o.lr(), o.beta1(), o.beta2(), o.eps(),
+                                              o.weight_decay()}));
   const auto& lr = config_.lr_scheduler();
   TITAN_ASSIGN_OR_RETURN(schedule_, WarmupStableDecaySchedule::Create(
                                         training.steps(), lr.warmup_steps(), lr.decay_ratio(),
@@ -289,14 +288,16 @@ absl::Status Trainer::Save(bool model_only) {
     state.extra["rng"] = CaptureRngState();
   }
   Stopwatch stopwatch;
-  const absl::Status saved = writer() ? checkpointer_->Save(step_, state, model_only)
-                                      : absl::OkStatus();
+  const absl::Status saved =
+      writer() ? checkpointer_->Save(step_, state, model_only) : absl::OkStatus();
   // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
   TITAN_RETURN_IF_ERROR(saved);
   if (!all_saved) return absl::InternalError(absl::StrCat("rank 0 failed to save step-", step_));
-  LOG(INFO) << "saved checkpoint step-" << step_ << (model_only ? " (model only)" : "") << " in "
-            << stopwatch.ElapsedSeconds() << " s";
+  if (writer()) {
+    LOG(INFO) << "saved checkpoint step-" << step_ << (model_only ? " (model only)" : "") << " in "
+              << stopwatch.ElapsedSeconds() << " s";
+  }
   return absl::OkStatus();
 }
 
@@ -315,8 +316,9 @@ absl::StatusOr<Trainer::StepStats> Trainer::TrainStep() {
     }
     // Mean over this microbatch's tokens, scaled so the accumulated gradient is the global mean
     // (data parallelism then averages over ranks, which all hold the same number of tokens).
-    at::Tensor loss = at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten()) /
-                      static_cast<double>(microbatches_);
+    at::Tensor loss =
+        at::cross_entropy_loss(logits.flatten(0, 1).to(at::kFloat), labels.flatten()) /
+        static_cast<double>(microbatches_);
     data_parallel_->BeginBackward(/*last_microbatch=*/m + 1 == microbatches_);
     loss.backward();
     stats.loss += loss.item<double>();
@@ -415,8 +417,8 @@ absl::Status Trainer::Train() {
     const bool validate =
         config_.validation().enable() && (step_ % config_.validation().freq() == 0 || last);
     if (step_ == 1 || step_ % config_.metrics().log_freq() == 0 || last || validate) {
-      const Throughput throughput = ComputeThroughput(window_tokens, stopwatch.Lap(),
-                                                      flops_per_token_, peak_flops_);
+      const Throughput throughput =
+          ComputeThroughput(window_tokens, stopwatch.Lap(), flops_per_token_, peak_flops_);
       StepMetrics m;
       m.step = step_;
       m.loss = stats.loss;

@@ -137,9 +137,9 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeLlama3(Llama3Model& mod
   if (!dims.dp_replicate_enabled()) return std::make_unique<DataParallel>();
   std::vector<at::Tensor> params;
   for (const ParamRef& param : model.NamedParameters()) params.push_back(*param.tensor);
-  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<DdpGradientReducer> ddp,
-                         DdpGradientReducer::Create(std::move(params),
-                                                    &comms->Get(MeshGroup::kDpReplicate)));
+  TITAN_ASSIGN_OR_RETURN(
+      std::unique_ptr<DdpGradientReducer> ddp,
+      DdpGradientReducer::Create(std::move(params), &comms->Get(MeshGroup::kDpReplicate)));
   return std::make_unique<DataParallel>(std::move(ddp));
 }
 

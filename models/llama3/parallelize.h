@@ -14,8 +14,9 @@
 namespace titan {
 
 // torchtitan's [activation_checkpoint]: mode "none", "full" (every block), or "selective" with
-// selective_ac_option = N (every Nth block: N-1, 2N-1, ... as torchtitan). Op-level selective AC ("op")
-// needs per-op policies LibTorch's C++ autograd does not expose; it is rejected with that reason.
+// selective_ac_option = N (every Nth block: N-1, 2N-1, ... as torchtitan). Op-level selective AC
+// ("op") needs per-op policies LibTorch's C++ autograd does not expose; it is rejected with that
+// reason.
 absl::Status ApplyActivationCheckpointing(Llama3Model& model, const std::string& mode,
                                           const std::string& selective_ac_option);
 
