@@ -29,9 +29,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kModelFile[] = "model.safetensors";
-constexpr char kOptimizerFile[] = "optimizer.safetensors";
-constexpr char kManifestFile[] = "manifest.json";
 constexpr char kStepPrefix[] = "step-";
 constexpr char kTemporaryInfix[] = ".tmp-";
 
@@ -111,9 +108,9 @@ absl::StatusOr<ManifestTensor> ParseManifestTensor(const std::string& manifest_p
     return absl::DataLossError(
         absl::StrCat(where, ": ", e.what(), " (expected file, name, dtype, shape, bytes, crc32)"));
   }
-  if (tensor.file != kModelFile && tensor.file != kOptimizerFile) {
+  if (tensor.file != kCheckpointModelFile && tensor.file != kCheckpointOptimizerFile) {
     return absl::DataLossError(absl::StrCat(where, ": file \"", tensor.file, "\", expected \"",
-                                            kModelFile, "\" or \"", kOptimizerFile, "\""));
+                                            kCheckpointModelFile, "\" or \"", kCheckpointOptimizerFile, "\""));
   }
   return tensor;
 }
@@ -245,10 +242,10 @@ absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state,
     }
     return absl::OkStatus();
   };
-  status = write_file(kModelFile, state.model);
+  status = write_file(kCheckpointModelFile, state.model);
   if (!status.ok()) return fail(status);
   if (!model_only) {
-    status = write_file(kOptimizerFile, state.optimizer);
+    status = write_file(kCheckpointOptimizerFile, state.optimizer);
     if (!status.ok()) return fail(status);
   }
   const json manifest = {{"format_version", kCheckpointFormatVersion},
@@ -261,9 +258,9 @@ absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state,
     manifest_text = manifest.dump(2);
   } catch (const json::exception& e) {
     return fail(absl::InvalidArgumentError(
-        absl::StrCat(tmp_dir, "/", kManifestFile, ": cannot encode: ", e.what())));
+        absl::StrCat(tmp_dir, "/", kCheckpointManifestFile, ": cannot encode: ", e.what())));
   }
-  status = WriteFileAtomically(absl::StrCat(tmp_dir, "/", kManifestFile), manifest_text);
+  status = WriteFileAtomically(absl::StrCat(tmp_dir, "/", kCheckpointManifestFile), manifest_text);
   if (!status.ok()) return fail(status);
   status = FsyncDirectory(tmp_dir);
   if (!status.ok()) return fail(status);
@@ -349,7 +346,7 @@ absl::StatusOr<CheckpointManager::OpenStep> CheckpointManager::Open(int64_t step
   if (!IsDirectory(dir)) {
     return absl::NotFoundError(absl::StrCat(dir, ": no such checkpoint"));
   }
-  const std::string manifest_path = absl::StrCat(dir, "/", kManifestFile);
+  const std::string manifest_path = absl::StrCat(dir, "/", kCheckpointManifestFile);
   absl::StatusOr<std::string> text = ReadFile(manifest_path);
   if (!text.ok()) return text.status();
   json manifest = json::parse(*text, nullptr, /*allow_exceptions=*/false);
@@ -387,17 +384,17 @@ absl::StatusOr<CheckpointManager::OpenStep> CheckpointManager::Open(int64_t step
   for (size_t i = 0; i < tensors->size(); ++i) {
     absl::StatusOr<ManifestTensor> tensor = ParseManifestTensor(manifest_path, (*tensors)[i], i);
     if (!tensor.ok()) return tensor.status();
-    (tensor->file == kModelFile ? open.model_tensors : open.optimizer_tensors)
+    (tensor->file == kCheckpointModelFile ? open.model_tensors : open.optimizer_tensors)
         .push_back(*std::move(tensor));
   }
-  absl::StatusOr<SafetensorsFile> model = SafetensorsFile::Open(absl::StrCat(dir, "/", kModelFile));
+  absl::StatusOr<SafetensorsFile> model = SafetensorsFile::Open(absl::StrCat(dir, "/", kCheckpointModelFile));
   if (!model.ok()) return model.status();
   absl::Status status = CheckFileAgainstManifest(*model, open.model_tensors, verify_checksums);
   if (!status.ok()) return status;
   open.model.emplace(*std::move(model));
   if (!model_only->get<bool>()) {
     absl::StatusOr<SafetensorsFile> optimizer =
-        SafetensorsFile::Open(absl::StrCat(dir, "/", kOptimizerFile));
+        SafetensorsFile::Open(absl::StrCat(dir, "/", kCheckpointOptimizerFile));
     if (!optimizer.ok()) return optimizer.status();
     status = CheckFileAgainstManifest(*optimizer, open.optimizer_tensors, verify_checksums);
     if (!status.ok()) return status;

@@ -24,6 +24,10 @@
 namespace titan {
 
 inline constexpr int kCheckpointFormatVersion = 1;
+// File names inside a step directory (readers such as lib/interop use them too).
+inline constexpr char kCheckpointModelFile[] = "model.safetensors";
+inline constexpr char kCheckpointOptimizerFile[] = "optimizer.safetensors";
+inline constexpr char kCheckpointManifestFile[] = "manifest.json";
 
 // What one step saves and loads.
 struct CheckpointState {

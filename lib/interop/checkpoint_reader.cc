@@ -25,8 +25,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kManifestFile[] = "manifest.json";
-constexpr char kTitanModelFile[] = "model.safetensors";
 constexpr char kHfConfigFile[] = "config.json";
 constexpr char kHfSingleFile[] = "model.safetensors";
 constexpr char kHfIndexFile[] = "model.safetensors.index.json";
@@ -139,19 +137,19 @@ class SafetensorsReader : public CheckpointReader {
 absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenTitan(
     const std::string& path) {
   std::string step_dir = path;
-  if (!PathExists(absl::StrCat(path, "/", kManifestFile))) {
+  if (!PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) {
     CheckpointManager manager(path, /*keep_latest_k=*/0);
     absl::StatusOr<int64_t> latest = manager.LatestStep();
     if (!latest.ok()) {
       return absl::NotFoundError(absl::StrCat(
-          path, ": not a titan checkpoint (no ", kManifestFile, ", no step-N directories)"));
+          path, ": not a titan checkpoint (no ", kCheckpointManifestFile, ", no step-N directories)"));
     }
     step_dir = manager.StepDirectory(*latest);
   }
   auto reader = std::unique_ptr<SafetensorsReader>(new SafetensorsReader());
   reader->format_ = CheckpointFormat::kTitan;
   reader->directory_ = step_dir;
-  const std::string manifest_path = absl::StrCat(step_dir, "/", kManifestFile);
+  const std::string manifest_path = absl::StrCat(step_dir, "/", kCheckpointManifestFile);
   TITAN_ASSIGN_OR_RETURN(json manifest, ReadJsonFile(manifest_path));
   if (!manifest.is_object() || manifest.value("format_version", json()) != kCheckpointFormatVersion ||
       !manifest.contains("step") || !manifest.at("step").is_number_integer() ||
@@ -162,16 +160,16 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenTitan(
   }
   reader->step_ = manifest.at("step").get<int64_t>();
   reader->description_ = manifest.value("state", json::object());
-  TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(step_dir, "/", kTitanModelFile)));
+  TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(step_dir, "/", kCheckpointModelFile)));
 
   std::set<std::string> listed;
   std::vector<TensorInfo> in_manifest_order;  // The model's order, as the trainer saved it.
   for (const json& entry : manifest.at("tensors")) {
-    if (!entry.is_object() || entry.value("file", "") != kTitanModelFile) continue;
+    if (!entry.is_object() || entry.value("file", "") != kCheckpointModelFile) continue;
     const std::string name = entry.value("name", "");
     const std::string where = absl::StrCat(manifest_path, ": tensor '", name, "'");
     const TensorInfo* tensor = reader->Find(name);
-    if (tensor == nullptr) return absl::DataLossError(where + ": missing from " + kTitanModelFile);
+    if (tensor == nullptr) return absl::DataLossError(where + ": missing from " + kCheckpointModelFile);
     try {
       const auto shape = entry.at("shape").get<std::vector<int64_t>>();
       const auto dtype = entry.at("dtype").get<std::string>();
@@ -179,7 +177,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenTitan(
       if (shape != tensor->shape || dtype != tensor->dtype || bytes != tensor->bytes) {
         return absl::DataLossError(absl::StrCat(
             where, ": manifest says ", dtype, " ", ShapeString(shape), " ", bytes, " bytes, ",
-            kTitanModelFile, " holds ", tensor->dtype, " ", ShapeString(tensor->shape), " ",
+            kCheckpointModelFile, " holds ", tensor->dtype, " ", ShapeString(tensor->shape), " ",
             tensor->bytes, " bytes"));
       }
       reader->expected_crc32_[name] = entry.at("crc32").get<uint32_t>();
@@ -190,7 +188,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenTitan(
   }
   for (const TensorInfo& tensor : reader->tensors_) {
     if (listed.count(tensor.name) == 0) {
-      return absl::DataLossError(absl::StrCat(step_dir, "/", kTitanModelFile, ": tensor '",
+      return absl::DataLossError(absl::StrCat(step_dir, "/", kCheckpointModelFile, ": tensor '",
                                               tensor.name, "' is not listed in the manifest"));
     }
   }
@@ -286,7 +284,7 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path)
   if (!IsDirectory(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": not a directory"));
   }
-  if (PathExists(absl::StrCat(path, "/", kManifestFile))) return CheckpointFormat::kTitan;
+  if (PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) return CheckpointFormat::kTitan;
   if (PathExists(absl::StrCat(path, "/", kHfConfigFile))) return CheckpointFormat::kHf;
   if (PathExists(absl::StrCat(path, "/", kMetaParamsFile))) return CheckpointFormat::kMeta;
   absl::StatusOr<std::vector<int64_t>> steps = CheckpointManager(path, 0).ListSteps();
