@@ -12,7 +12,7 @@ venv="${TITAN_VENV:-$cache/venv}"
 apt_packages=(
   bazel-bootstrap bazel-platforms build-essential libabsl-dev libprotobuf-dev protobuf-compiler
   libgflags-dev libgoogle-glog-dev libgtest-dev libgmock-dev libtomlplusplus-dev nlohmann-json3-dev
-  libpcre2-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libgloo-dev python3-venv
+  libpcre2-dev zlib1g-dev libcurl4-openssl-dev libssl-dev libgloo-dev clang-14 libclang-rt-14-dev python3-venv
 )
 # Pinned: the tests' reference numbers come from these versions.
 pip_packages=(

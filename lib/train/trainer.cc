@@ -23,6 +23,7 @@
 #include "lib/config/job_config.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/data/text_data_loader.h"
+#include "lib/interop/load_weights.h"
 #include "lib/metrics/flops.h"
 #include "lib/metrics/metrics_logger.h"
 #include "lib/parallel/data_parallel.h"
@@ -169,6 +170,20 @@ absl::Status Trainer::Init() {
   // process with the same seed; the full model is briefly resident on every rank).
   model_->Materialize(at::TensorOptions().device(device_).dtype(at::kFloat));
   model_->InitWeights();
+  const auto& ckpt_config = config_.checkpoint();
+  if (!ckpt_config.initial_load_path().empty()) {
+    if (!ckpt_config.initial_load_model_only()) {
+      return absl::UnimplementedError(
+          "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
+          "resume a full run through [checkpoint] folder instead");
+    }
+    // Before sharding: every rank loads the full weights and keeps its shard. A checkpoint in
+    // [checkpoint] folder, if any, still takes precedence when resuming below.
+    TITAN_RETURN_IF_ERROR(LoadLlama3Weights(ckpt_config.initial_load_path(),
+                                            ckpt_config.initial_load_in_hf(), args,
+                                            model_->NamedParameters()));
+    LOG(INFO) << "initial weights from " << ckpt_config.initial_load_path();
+  }
   const int64_t n_params = model_->NumParameters();
   ParallelizeOptions parallelize;
   parallelize.ac_mode = config_.activation_checkpoint().mode();
