@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/interop/test_dir.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/util/file_util.h"
@@ -16,15 +17,6 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using nlohmann::json;
-
-std::string TestDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(
-      tmp ? tmp : "/tmp", "/", testing::UnitTest::GetInstance()->current_test_info()->name(), "/",
-      name);
-  EXPECT_TRUE(RemoveTree(dir).ok());
-  return dir;
-}
 
 Llama3ModelInfo SmallModel() {
   Llama3ModelInfo info;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/interop/test_dir.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/interop/convert.h"
@@ -20,15 +21,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::string TestDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(
-      tmp ? tmp : "/tmp", "/", testing::UnitTest::GetInstance()->current_test_info()->name(), "/",
-      name);
-  EXPECT_TRUE(RemoveTree(dir).ok());
-  return dir;
-}
 
 Llama3ModelInfo SmallModel() {
   Llama3ModelInfo info;
