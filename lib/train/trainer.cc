@@ -170,19 +170,18 @@ absl::Status Trainer::Init() {
   // process with the same seed; the full model is briefly resident on every rank).
   model_->Materialize(at::TensorOptions().device(device_).dtype(at::kFloat));
   model_->InitWeights();
-  const auto& ckpt_config = config_.checkpoint();
-  if (!ckpt_config.initial_load_path().empty()) {
-    if (!ckpt_config.initial_load_model_only()) {
+  const auto& ckpt = config_.checkpoint();
+  if (!ckpt.initial_load_path().empty()) {
+    if (!ckpt.initial_load_model_only()) {
       return absl::UnimplementedError(
           "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
           "resume a full run through [checkpoint] folder instead");
     }
     // Before sharding: every rank loads the full weights and keeps its shard. A checkpoint in
     // [checkpoint] folder, if any, still takes precedence when resuming below.
-    TITAN_RETURN_IF_ERROR(LoadLlama3Weights(ckpt_config.initial_load_path(),
-                                            ckpt_config.initial_load_in_hf(), args,
-                                            model_->NamedParameters()));
-    LOG(INFO) << "initial weights from " << ckpt_config.initial_load_path();
+    TITAN_RETURN_IF_ERROR(LoadLlama3Weights(ckpt.initial_load_path(), ckpt.initial_load_in_hf(),
+                                            args, model_->NamedParameters()));
+    LOG(INFO) << "initial weights from " << ckpt.initial_load_path();
   }
   const int64_t n_params = model_->NumParameters();
   ParallelizeOptions parallelize;
@@ -229,7 +228,6 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
   train_loader_ = std::make_unique<TextDataLoader>(std::move(dataset));
 
-  const auto& ckpt = config_.checkpoint();
   if (ckpt.enable()) {
     checkpointer_ = std::make_unique<CheckpointManager>(job.dump_folder() + "/" + ckpt.folder(),
                                                         ckpt.keep_latest_k());
@@ -254,8 +252,7 @@ NamedTensors Trainer::ModelState() {
 }
 
 absl::Status Trainer::MaybeResume() {
-  const int64_t load_step = config_.checkpoint().load_step();
-  int64_t step = load_step;
+  int64_t step = config_.checkpoint().load_step();
   if (step < 0) {
     absl::StatusOr<int64_t> latest = checkpointer_->LatestStep();
     if (absl::IsNotFound(latest.status())) return absl::OkStatus();
@@ -302,17 +299,13 @@ absl::Status Trainer::Save(bool model_only) {
     state.extra["lr_scheduler"] = {{"last_step", step_}};
     state.extra["rng"] = CaptureRngState();
   }
-  Stopwatch stopwatch;
+  // CheckpointManager logs the save (path, tensors, bytes, seconds).
   const absl::Status saved =
       writer() ? checkpointer_->Save(step_, state, model_only) : absl::OkStatus();
   // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
   TITAN_RETURN_IF_ERROR(saved);
   if (!all_saved) return absl::InternalError(absl::StrCat("rank 0 failed to save step-", step_));
-  if (writer()) {
-    LOG(INFO) << "saved checkpoint step-" << step_ << (model_only ? " (model only)" : "") << " in "
-              << stopwatch.ElapsedSeconds() << " s";
-  }
   return absl::OkStatus();
 }
 
