@@ -6,6 +6,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <c10/core/GradMode.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -13,16 +15,20 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
 
 namespace titan {
 namespace {
@@ -31,6 +37,8 @@ using nlohmann::json;
 
 constexpr char kStepPrefix[] = "step-";
 constexpr char kTemporaryInfix[] = ".tmp-";
+constexpr char kModelStem[] = "model";
+constexpr char kOptimizerStem[] = "optimizer";
 
 // CRC-32 rather than SHA-256: it guards against torn writes and bit rot, not tampering, zlib is
 // already a dependency, and it keeps pace with the disk on multi-GB checkpoints.
@@ -50,6 +58,28 @@ std::optional<int64_t> ParseStepName(const std::string& name) {
   // "step-007" is not ours: StepDirectory(7) is "step-7".
   if (!absl::SimpleAtoi(digits, &step) || absl::StrCat(step) != digits) return std::nullopt;
   return step;
+}
+
+// The file rank `rank` of `world` writes its `stem` ("model" or "optimizer") tensors to.
+std::string RankFileName(absl::string_view stem, int rank, int world) {
+  if (world == 1) return absl::StrCat(stem, ".safetensors");
+  return absl::StrFormat("%s-%05d-of-%05d.safetensors", stem, rank, world);
+}
+
+// The stem of a file name RankFileName can produce; nullopt for any other name.
+std::optional<std::string> StemOfRankFile(absl::string_view file) {
+  for (absl::string_view stem : {kModelStem, kOptimizerStem}) {
+    absl::string_view rest = file;
+    if (!absl::ConsumePrefix(&rest, stem) || !absl::ConsumeSuffix(&rest, ".safetensors")) continue;
+    if (rest.empty()) return std::string(stem);
+    int rank, world;
+    char tail;
+    if (std::sscanf(std::string(rest).c_str(), "-%5d-of-%5d%c", &rank, &world, &tail) == 2 &&
+        RankFileName(stem, rank, world) == file) {
+      return std::string(stem);
+    }
+  }
+  return std::nullopt;
 }
 
 // Swaps `from` into `to` atomically where the filesystem can (renameat2 RENAME_EXCHANGE), leaving
@@ -82,80 +112,172 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
-// One manifest entry, checked for the fields and types it needs.
-struct ManifestTensor {
-  std::string file;
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  uint64_t bytes = 0;
-  uint32_t crc32 = 0;
-};
-
-absl::StatusOr<ManifestTensor> ParseManifestTensor(const std::string& manifest_path,
-                                                   const json& entry, size_t index) {
-  const std::string where = absl::StrCat(manifest_path, ": tensors[", index, "]");
-  if (!entry.is_object()) return absl::DataLossError(where + ": expected an object");
-  ManifestTensor tensor;
-  try {
-    tensor.file = entry.at("file").get<std::string>();
-    tensor.name = entry.at("name").get<std::string>();
-    tensor.dtype = entry.at("dtype").get<std::string>();
-    tensor.shape = entry.at("shape").get<std::vector<int64_t>>();
-    tensor.bytes = entry.at("bytes").get<uint64_t>();
-    tensor.crc32 = entry.at("crc32").get<uint32_t>();
-  } catch (const json::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat(where, ": ", e.what(), " (expected file, name, dtype, shape, bytes, crc32)"));
-  }
-  if (tensor.file != kCheckpointModelFile && tensor.file != kCheckpointOptimizerFile) {
-    return absl::DataLossError(absl::StrCat(where, ": file \"", tensor.file, "\", expected \"",
-                                            kCheckpointModelFile, "\" or \"", kCheckpointOptimizerFile, "\""));
-  }
-  return tensor;
+int64_t Volume(const std::vector<int64_t>& shape) {
+  int64_t volume = 1;
+  for (int64_t size : shape) volume *= size;
+  return volume;
 }
 
-// Checks every manifest entry of one file against the file, and the file against the manifest.
-absl::Status CheckFileAgainstManifest(const SafetensorsFile& file,
-                                      const std::vector<ManifestTensor>& listed,
-                                      bool verify_checksums) {
-  std::set<std::string> names;
-  for (const ManifestTensor& tensor : listed) {
-    const std::string where = absl::StrCat(file.path(), ": tensor '", tensor.name, "'");
-    names.insert(tensor.name);
-    const SafetensorsEntry* entry = file.Find(tensor.name);
-    if (entry == nullptr) return absl::DataLossError(where + ": listed in the manifest, missing");
-    if (entry->dtype != tensor.dtype || entry->shape != tensor.shape) {
-      return absl::DataLossError(absl::StrCat(
-          where, ": ", entry->dtype, " ", ShapeString(entry->shape), " in the file, manifest says ",
-          tensor.dtype, " ", ShapeString(tensor.shape)));
-    }
-    if (entry->end - entry->begin != tensor.bytes) {
-      return absl::DataLossError(absl::StrCat(where, ": ", entry->end - entry->begin,
-                                              " bytes in the file, manifest says ", tensor.bytes));
-    }
-    if (verify_checksums) {
-      const uint32_t crc = Crc32(*file.Bytes(tensor.name));
-      if (crc != tensor.crc32) {
-        return absl::DataLossError(
-            absl::StrCat(where, ": CRC-32 ", crc, " does not match the manifest's ", tensor.crc32));
-      }
-    }
+// True when the boxes [a, a + a_shape) and [b, b + b_shape) share an element.
+bool BoxesOverlap(const std::vector<int64_t>& a, const std::vector<int64_t>& a_shape,
+                  const std::vector<int64_t>& b, const std::vector<int64_t>& b_shape) {
+  for (size_t d = 0; d < a.size(); ++d) {
+    if (std::max(a[d], b[d]) >= std::min(a[d] + a_shape[d], b[d] + b_shape[d])) return false;
   }
-  for (const std::string& name : file.names()) {
-    if (names.count(name) == 0) {
-      return absl::DataLossError(
-          absl::StrCat(file.path(), ": tensor '", name, "' is not listed in the manifest"));
+  return true;
+}
+
+// Copies the overlap of `source` (at `source_offsets` in the whole tensor) into `destination` (at
+// `destination_offsets`); nothing when they do not overlap.
+void CopyOverlap(const at::Tensor& source, const std::vector<int64_t>& source_offsets,
+                 const at::Tensor& destination, const std::vector<int64_t>& destination_offsets) {
+  at::Tensor from = source;
+  at::Tensor to = destination;
+  for (int64_t d = 0; d < source.dim(); ++d) {
+    const int64_t begin = std::max(source_offsets[d], destination_offsets[d]);
+    const int64_t end = std::min(source_offsets[d] + source.size(d),
+                                 destination_offsets[d] + destination.size(d));
+    if (end <= begin) return;
+    from = from.narrow(d, begin - source_offsets[d], end - begin);
+    to = to.narrow(d, begin - destination_offsets[d], end - begin);
+  }
+  to.copy_(from);
+}
+
+// One manifest (or rank record) entry: a whole tensor, or a piece of one.
+struct PieceEntry {
+  std::string stem;  // "model" or "optimizer", from the file name.
+  std::string name;
+  std::string dtype;
+  CheckpointStep::Piece piece;
+  std::vector<int64_t> global_shape;
+};
+
+absl::StatusOr<PieceEntry> ParsePieceEntry(const std::string& source, const json& entry,
+                                           size_t index) {
+  const std::string where = absl::StrCat(source, ": tensors[", index, "]");
+  if (!entry.is_object()) return absl::DataLossError(where + ": expected an object");
+  PieceEntry parsed;
+  try {
+    parsed.piece.file = entry.at("file").get<std::string>();
+    parsed.name = entry.at("name").get<std::string>();
+    parsed.dtype = entry.at("dtype").get<std::string>();
+    parsed.piece.shape = entry.at("shape").get<std::vector<int64_t>>();
+    parsed.piece.bytes = entry.at("bytes").get<uint64_t>();
+    parsed.piece.crc32 = entry.at("crc32").get<uint32_t>();
+    parsed.global_shape = entry.value("global_shape", parsed.piece.shape);
+    parsed.piece.offsets =
+        entry.value("offsets", std::vector<int64_t>(parsed.piece.shape.size(), 0));
+  } catch (const json::exception& e) {
+    return absl::DataLossError(absl::StrCat(
+        where, ": ", e.what(),
+        " (expected file, name, dtype, shape, bytes, crc32; optional global_shape, offsets)"));
+  }
+  std::optional<std::string> stem = StemOfRankFile(parsed.piece.file);
+  if (!stem) {
+    return absl::DataLossError(absl::StrCat(where, ": file \"", parsed.piece.file,
+                                            "\", expected model[-RRRRR-of-WWWWW].safetensors or "
+                                            "optimizer[-RRRRR-of-WWWWW].safetensors"));
+  }
+  parsed.stem = *stem;
+  const size_t dims = parsed.global_shape.size();
+  bool inside = parsed.piece.shape.size() == dims && parsed.piece.offsets.size() == dims;
+  for (size_t d = 0; inside && d < dims; ++d) {
+    inside = parsed.piece.shape[d] >= 0 && parsed.piece.offsets[d] >= 0 &&
+             parsed.piece.offsets[d] + parsed.piece.shape[d] <= parsed.global_shape[d];
+  }
+  if (!inside) {
+    return absl::DataLossError(absl::StrCat(
+        where, ": tensor '", parsed.name, "': piece ", ShapeString(parsed.piece.shape), " at ",
+        ShapeString(parsed.piece.offsets), " does not fit in ", ShapeString(parsed.global_shape)));
+  }
+  return parsed;
+}
+
+json PieceEntryToJson(const std::string& file, const std::string& name, const at::Tensor& tensor,
+                      uint32_t crc32, const TensorBox* box) {
+  json entry = {{"file", file},
+                {"name", name},
+                {"dtype", *SafetensorsDtypeName(tensor.scalar_type())},
+                {"shape", tensor.sizes().vec()},
+                {"bytes", tensor.numel() * tensor.element_size()},
+                {"crc32", crc32}};
+  if (box != nullptr) {
+    entry["global_shape"] = box->global_shape;
+    entry["offsets"] = box->offsets;
+  }
+  return entry;
+}
+
+// Groups pieces into tensors (in order of first appearance) and checks that each tensor's pieces
+// agree on dtype and shape and tile it exactly.
+absl::Status GroupPieces(const std::string& source, std::vector<PieceEntry> entries,
+                         std::vector<CheckpointStep::Tensor>& model,
+                         std::vector<CheckpointStep::Tensor>& optimizer) {
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  for (PieceEntry& entry : entries) {
+    std::vector<CheckpointStep::Tensor>& tensors = entry.stem == kModelStem ? model : optimizer;
+    auto [it, inserted] = index.emplace(std::make_pair(entry.stem, entry.name), tensors.size());
+    if (inserted) {
+      absl::StatusOr<at::ScalarType> type = ScalarTypeFromSafetensorsDtype(entry.dtype);
+      if (!type.ok()) {
+        return absl::DataLossError(absl::StrCat(source, ": tensor '", entry.name, "': dtype \"",
+                                                entry.dtype, "\" is not supported"));
+      }
+      tensors.push_back({entry.name, entry.dtype, *type, entry.global_shape, {}});
+    }
+    CheckpointStep::Tensor& tensor = tensors[it->second];
+    if (entry.dtype != tensor.dtype || entry.global_shape != tensor.shape) {
+      return absl::DataLossError(absl::StrCat(
+          source, ": tensor '", entry.name, "': a piece in ", entry.piece.file, " says ",
+          entry.dtype, " ", ShapeString(entry.global_shape), ", another ", tensor.dtype, " ",
+          ShapeString(tensor.shape)));
+    }
+    tensor.pieces.push_back(std::move(entry.piece));
+  }
+  for (const auto* tensors : {&model, &optimizer}) {
+    for (const CheckpointStep::Tensor& tensor : *tensors) {
+      int64_t covered = 0;
+      for (size_t i = 0; i < tensor.pieces.size(); ++i) {
+        const CheckpointStep::Piece& a = tensor.pieces[i];
+        covered += Volume(a.shape);
+        for (size_t j = i + 1; j < tensor.pieces.size(); ++j) {
+          const CheckpointStep::Piece& b = tensor.pieces[j];
+          if (BoxesOverlap(a.offsets, a.shape, b.offsets, b.shape) && Volume(a.shape) > 0) {
+            return absl::DataLossError(absl::StrCat(source, ": tensor '", tensor.name,
+                                                    "': pieces in ", a.file, " and ", b.file,
+                                                    " overlap"));
+          }
+        }
+      }
+      if (covered != Volume(tensor.shape)) {
+        return absl::DataLossError(absl::StrCat(source, ": tensor '", tensor.name, "': pieces hold ",
+                                                covered, " of its ", Volume(tensor.shape),
+                                                " elements"));
+      }
     }
   }
   return absl::OkStatus();
 }
 
-// Compares the caller's tensors with a checkpoint file's, collecting every problem in one message.
+// The manifest's pieces, with the fields and types they need.
+absl::StatusOr<std::vector<PieceEntry>> ParsePieceEntries(const std::string& source,
+                                                          const json& tensors) {
+  if (!tensors.is_array()) return absl::DataLossError(source + ": tensors: expected an array");
+  std::vector<PieceEntry> entries;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TITAN_ASSIGN_OR_RETURN(PieceEntry entry, ParsePieceEntry(source, tensors[i], i));
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
+
+// Compares the caller's tensors with a checkpoint's, collecting every problem in one message.
 absl::Status CheckDestinations(const NamedTensors& destinations,
-                               const std::vector<ManifestTensor>& listed, const std::string& path) {
-  std::map<std::string, const ManifestTensor*> saved;
-  for (const ManifestTensor& tensor : listed) saved[tensor.name] = &tensor;
+                               const std::vector<CheckpointStep::Tensor>& saved_tensors,
+                               const TensorBoxes& boxes, const std::string& source) {
+  std::map<std::string, const CheckpointStep::Tensor*> saved;
+  for (const CheckpointStep::Tensor& tensor : saved_tensors) saved[tensor.name] = &tensor;
   std::set<std::string> wanted;
   std::vector<std::string> missing, unexpected, mismatched, duplicated;
   for (const auto& [name, tensor] : destinations) {
@@ -163,10 +285,31 @@ absl::Status CheckDestinations(const NamedTensors& destinations,
     auto it = saved.find(name);
     if (it == saved.end()) {
       missing.push_back(name);
-    } else if (!tensor.defined() || tensor.sizes().vec() != it->second->shape) {
+      continue;
+    }
+    const std::vector<int64_t>& shape = it->second->shape;
+    const auto box = boxes.find(name);
+    std::string problem;
+    if (!tensor.defined()) {
+      problem = "undefined";
+    } else if (box == boxes.end() && tensor.sizes().vec() != shape) {
+      problem = ShapeString(tensor.sizes().vec());
+    } else if (box != boxes.end()) {
+      bool fits = box->second.global_shape == shape &&
+                  box->second.offsets.size() == static_cast<size_t>(tensor.dim());
+      for (int64_t d = 0; fits && d < tensor.dim(); ++d) {
+        fits = box->second.offsets[d] >= 0 &&
+               box->second.offsets[d] + tensor.size(d) <= box->second.global_shape[d];
+      }
+      if (!fits) {
+        problem = absl::StrCat(ShapeString(tensor.sizes().vec()), " at ",
+                               ShapeString(box->second.offsets), " of ",
+                               ShapeString(box->second.global_shape));
+      }
+    }
+    if (!problem.empty()) {
       mismatched.push_back(
-          absl::StrCat(name, ": checkpoint ", ShapeString(it->second->shape), ", destination ",
-                       tensor.defined() ? ShapeString(tensor.sizes().vec()) : "undefined"));
+          absl::StrCat(name, ": checkpoint ", ShapeString(shape), ", destination ", problem));
     }
   }
   for (const auto& [name, unused] : saved) {
@@ -179,24 +322,327 @@ absl::Status CheckDestinations(const NamedTensors& destinations,
   if (!duplicated.empty()) problems.push_back("duplicate keys: " + absl::StrJoin(duplicated, ", "));
   if (!mismatched.empty()) problems.push_back("shape mismatch: " + absl::StrJoin(mismatched, "; "));
   if (problems.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(path, ": ", absl::StrJoin(problems, "; ")));
+  return absl::InvalidArgumentError(absl::StrCat(source, ": ", absl::StrJoin(problems, "; ")));
+}
+
+std::string RankRecordPath(const std::string& dir, int rank, absl::string_view suffix) {
+  return absl::StrFormat("%s/rank-%05d.%s", dir, rank, suffix);
 }
 
 }  // namespace
 
-struct CheckpointManager::OpenStep {
-  std::optional<SafetensorsFile> model;
-  std::optional<SafetensorsFile> optimizer;  // Unset for model-only checkpoints.
-  std::vector<ManifestTensor> model_tensors;
-  std::vector<ManifestTensor> optimizer_tensors;
-  json state;
+// The step's safetensors files, opened once each.
+class CheckpointStep::Files {
+ public:
+  std::map<std::string, SafetensorsFile> by_name;
+  std::set<std::pair<std::string, std::string>> verified;  // (file, tensor) checked against CRCs
 };
 
-CheckpointManager::CheckpointManager(std::string root, int keep_latest_k)
-    : root_(std::move(root)), keep_latest_k_(keep_latest_k) {}
+CheckpointStep::~CheckpointStep() = default;
+
+absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::string& dir,
+                                                                     int64_t expected_step) {
+  if (!IsDirectory(dir)) {
+    return absl::NotFoundError(absl::StrCat(dir, ": no such checkpoint"));
+  }
+  const std::string manifest_path = absl::StrCat(dir, "/", kCheckpointManifestFile);
+  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(manifest_path));
+  json manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!manifest.is_object()) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": not a valid JSON object"));
+  }
+  const auto version = manifest.find("format_version");
+  if (version == manifest.end() || *version != kCheckpointFormatVersion) {
+    return absl::DataLossError(
+        absl::StrCat(manifest_path, ": format_version ",
+                     version == manifest.end() ? "missing" : Describe(*version), ", expected ",
+                     kCheckpointFormatVersion));
+  }
+  const auto saved_step = manifest.find("step");
+  if (saved_step == manifest.end() || !saved_step->is_number_integer() ||
+      (expected_step >= 0 && *saved_step != expected_step)) {
+    return absl::DataLossError(absl::StrCat(
+        manifest_path, ": step ", saved_step == manifest.end() ? "missing" : Describe(*saved_step),
+        expected_step >= 0 ? absl::StrCat(", expected ", expected_step) : ", expected an integer"));
+  }
+  const auto model_only = manifest.find("model_only");
+  const auto tensors = manifest.find("tensors");
+  const auto state = manifest.find("state");
+  if (model_only == manifest.end() || !model_only->is_boolean() || tensors == manifest.end() ||
+      !tensors->is_array() || state == manifest.end() || !state->is_object()) {
+    return absl::DataLossError(absl::StrCat(
+        manifest_path, ": expected boolean model_only, array tensors and object state"));
+  }
+  auto step = std::unique_ptr<CheckpointStep>(new CheckpointStep());
+  step->dir_ = dir;
+  step->step_ = saved_step->get<int64_t>();
+  step->model_only_ = model_only->get<bool>();
+  step->state_ = *state;
+  step->files_ = std::make_unique<Files>();
+  TITAN_ASSIGN_OR_RETURN(std::vector<PieceEntry> entries,
+                         ParsePieceEntries(manifest_path, *tensors));
+
+  // Every file against the pieces the manifest places in it, and the reverse.
+  std::map<std::string, std::vector<const PieceEntry*>> by_file;
+  for (const PieceEntry& entry : entries) by_file[entry.piece.file].push_back(&entry);
+  for (const auto& [file_name, listed] : by_file) {
+    TITAN_ASSIGN_OR_RETURN(SafetensorsFile file,
+                           SafetensorsFile::Open(absl::StrCat(dir, "/", file_name)));
+    std::set<std::string> names;
+    for (const PieceEntry* entry : listed) {
+      const std::string where = absl::StrCat(file.path(), ": tensor '", entry->name, "'");
+      names.insert(entry->name);
+      const SafetensorsEntry* in_file = file.Find(entry->name);
+      if (in_file == nullptr) return absl::DataLossError(where + ": listed in the manifest, missing");
+      if (in_file->dtype != entry->dtype || in_file->shape != entry->piece.shape ||
+          in_file->end - in_file->begin != entry->piece.bytes) {
+        return absl::DataLossError(absl::StrCat(
+            where, ": ", in_file->dtype, " ", ShapeString(in_file->shape), " ",
+            in_file->end - in_file->begin, " bytes in the file, manifest says ", entry->dtype, " ",
+            ShapeString(entry->piece.shape), " ", entry->piece.bytes, " bytes"));
+      }
+    }
+    for (const std::string& name : file.names()) {
+      if (names.count(name) == 0) {
+        return absl::DataLossError(
+            absl::StrCat(file.path(), ": tensor '", name, "' is not listed in the manifest"));
+      }
+    }
+    step->files_->by_name.emplace(file_name, std::move(file));
+  }
+  TITAN_RETURN_IF_ERROR(
+      GroupPieces(manifest_path, std::move(entries), step->model_, step->optimizer_));
+  if (step->model_only_ && !step->optimizer_.empty()) {
+    return absl::DataLossError(
+        absl::StrCat(manifest_path, ": model-only checkpoint lists optimizer tensors"));
+  }
+  return step;
+}
+
+absl::StatusOr<absl::string_view> CheckpointStep::PieceBytes(const Tensor& tensor,
+                                                             const Piece& piece,
+                                                             bool verify_checksums) const {
+  const SafetensorsFile& file = files_->by_name.at(piece.file);
+  TITAN_ASSIGN_OR_RETURN(absl::string_view bytes, file.Bytes(tensor.name));
+  if (verify_checksums && files_->verified.emplace(piece.file, tensor.name).second) {
+    const uint32_t crc = Crc32(bytes);
+    if (crc != piece.crc32) {
+      files_->verified.erase({piece.file, tensor.name});
+      return absl::DataLossError(absl::StrCat(file.path(), ": tensor '", tensor.name, "': CRC-32 ",
+                                              crc, " does not match the manifest's ", piece.crc32));
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<absl::string_view> CheckpointStep::WholeBytes(const Tensor& tensor) const {
+  if (tensor.pieces.size() != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        dir_, ": tensor '", tensor.name, "' is split into ", tensor.pieces.size(), " pieces"));
+  }
+  return PieceBytes(tensor, tensor.pieces[0], /*verify_checksums=*/false);
+}
+
+absl::StatusOr<at::Tensor> CheckpointStep::Read(const Tensor& tensor, bool verify_checksums) const {
+  try {
+    if (tensor.pieces.size() == 1) {
+      TITAN_ASSIGN_OR_RETURN(absl::string_view bytes,
+                             PieceBytes(tensor, tensor.pieces[0], verify_checksums));
+      return TensorOverBytes(bytes, tensor.scalar_type, tensor.shape);
+    }
+    at::Tensor whole = at::empty(tensor.shape, at::TensorOptions().dtype(tensor.scalar_type));
+    TITAN_RETURN_IF_ERROR(ReadInto(tensor, whole, nullptr, verify_checksums));
+    return whole;
+  } catch (const c10::Error& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(dir_, ": tensor '", tensor.name,
+                                                     "': ", e.what_without_backtrace()));
+  }
+}
+
+absl::Status CheckpointStep::ReadInto(const Tensor& tensor, const at::Tensor& destination,
+                                      const TensorBox* box, bool verify_checksums) const {
+  const std::vector<int64_t> offsets =
+      box != nullptr ? box->offsets : std::vector<int64_t>(tensor.shape.size(), 0);
+  const bool fits = box != nullptr ? box->global_shape == tensor.shape &&
+                                         offsets.size() == static_cast<size_t>(destination.dim())
+                                   : destination.sizes().vec() == tensor.shape;
+  if (!fits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir_, ": tensor '", tensor.name, "' is ", ShapeString(tensor.shape), ", destination ",
+        ShapeString(destination.sizes().vec()),
+        box != nullptr ? absl::StrCat(" in ", ShapeString(box->global_shape)) : ""));
+  }
+  c10::NoGradGuard no_grad;  // Destinations may be parameters.
+  try {
+    for (const Piece& piece : tensor.pieces) {
+      if (Volume(piece.shape) == 0 ||
+          !BoxesOverlap(piece.offsets, piece.shape, offsets, destination.sizes().vec())) {
+        continue;
+      }
+      TITAN_ASSIGN_OR_RETURN(absl::string_view bytes, PieceBytes(tensor, piece, verify_checksums));
+      CopyOverlap(TensorOverBytes(bytes, tensor.scalar_type, piece.shape), piece.offsets,
+                  destination, offsets);
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat(dir_, ": tensor '", tensor.name,
+                                            "': copy failed: ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> CheckpointStep::Verify() const {
+  std::vector<std::string> problems;
+  for (const auto* tensors : {&model_, &optimizer_}) {
+    for (const Tensor& tensor : *tensors) {
+      for (const Piece& piece : tensor.pieces) {
+        absl::StatusOr<absl::string_view> bytes = PieceBytes(tensor, piece, true);
+        if (!bytes.ok()) problems.push_back(std::string(bytes.status().message()));
+      }
+    }
+  }
+  return problems;
+}
+
+CheckpointManager::CheckpointManager(std::string root, int keep_latest_k, CheckpointRanks ranks)
+    : root_(std::move(root)), keep_latest_k_(keep_latest_k), ranks_(std::move(ranks)) {
+  if (ranks_.run_id.empty()) ranks_.run_id = absl::StrCat(::getpid());
+}
+
+CheckpointManager::~CheckpointManager() = default;
 
 std::string CheckpointManager::StepDirectory(int64_t step) const {
   return absl::StrCat(root_, "/", kStepPrefix, step);
+}
+
+absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64_t step,
+                                               const CheckpointState& state, bool model_only,
+                                               uint64_t& total_bytes) const {
+  json pieces = json::array();
+  auto write_file = [&](absl::string_view stem, const NamedTensors& named) -> absl::Status {
+    NamedTensors kept;  // Empty pieces hold nothing (an FSDP rank past the last row).
+    for (const auto& [name, tensor] : named) {
+      const auto box = state.boxes.find(name);
+      if (box != state.boxes.end()) {
+        bool fits = box->second.global_shape.size() == static_cast<size_t>(tensor.dim()) &&
+                    box->second.offsets.size() == static_cast<size_t>(tensor.dim());
+        for (int64_t d = 0; fits && d < tensor.dim(); ++d) {
+          fits = box->second.offsets[d] >= 0 &&
+                 box->second.offsets[d] + tensor.size(d) <= box->second.global_shape[d];
+        }
+        if (!fits) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              root_, ": step ", step, ": piece '", name, "' ", ShapeString(tensor.sizes().vec()),
+              " at ", ShapeString(box->second.offsets), " does not fit in ",
+              ShapeString(box->second.global_shape)));
+        }
+        if (tensor.numel() == 0) continue;
+      }
+      kept.emplace_back(name, tensor);
+    }
+    if (kept.empty()) return absl::OkStatus();
+    const std::string file = RankFileName(stem, ranks_.rank, ranks_.world_size);
+    std::map<std::string, uint32_t> crcs;
+    TITAN_RETURN_IF_ERROR(WriteSafetensors(
+        absl::StrCat(tmp_dir, "/", file), kept, {{"format", "pt"}},
+        [&](const std::string& name, absl::string_view bytes) { crcs[name] = Crc32(bytes); }));
+    for (const auto& [name, tensor] : kept) {
+      const auto box = state.boxes.find(name);
+      pieces.push_back(PieceEntryToJson(file, name, tensor, crcs.at(name),
+                                        box == state.boxes.end() ? nullptr : &box->second));
+      total_bytes += tensor.numel() * tensor.element_size();
+    }
+    return absl::OkStatus();
+  };
+  TITAN_RETURN_IF_ERROR(write_file(kModelStem, state.model));
+  if (!model_only) TITAN_RETURN_IF_ERROR(write_file(kOptimizerStem, state.optimizer));
+  const json record = {
+      {"run_id", ranks_.run_id}, {"step", step}, {"rank", ranks_.rank}, {"tensors", pieces}};
+  return WriteFileAtomically(RankRecordPath(tmp_dir, ranks_.rank, "json"), record.dump());
+}
+
+absl::Status CheckpointManager::Commit(const std::string& tmp_dir, int64_t step,
+                                       const CheckpointState& state, bool model_only) const {
+  // Every rank's record, or the first failure a rank reported.
+  const auto deadline = std::chrono::steady_clock::now() +
+                        absl::ToChronoMilliseconds(ranks_.commit_timeout);
+  std::set<int> pending;
+  for (int r = 0; r < ranks_.world_size; ++r) pending.insert(r);
+  while (true) {
+    for (auto it = pending.begin(); it != pending.end();) {
+      const std::string failed = RankRecordPath(tmp_dir, *it, "failed");
+      if (PathExists(failed)) {
+        absl::StatusOr<std::string> why = ReadFile(failed);
+        return absl::AbortedError(absl::StrCat(StepDirectory(step), ": rank ", *it,
+                                               " failed to write its part: ",
+                                               why.ok() ? *why : "(reason unreadable)"));
+      }
+      it = PathExists(RankRecordPath(tmp_dir, *it, "json")) ? pending.erase(it) : std::next(it);
+    }
+    if (pending.empty()) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          StepDirectory(step), ": rank(s) ", absl::StrJoin(pending, ", "),
+          " did not finish writing their part within ",
+          absl::FormatDuration(ranks_.commit_timeout), "; the step is not committed"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+
+  json tensors = json::array();
+  for (int r = 0; r < ranks_.world_size; ++r) {
+    const std::string path = RankRecordPath(tmp_dir, r, "json");
+    TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+    const json record = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object() || record.value("run_id", "") != ranks_.run_id ||
+        record.value("step", int64_t{-1}) != step || !record.contains("tensors") ||
+        !record.at("tensors").is_array()) {
+      return absl::DataLossError(absl::StrCat(path, ": expected run ", ranks_.run_id, " step ",
+                                              step, " with a tensors array"));
+    }
+    for (const json& entry : record.at("tensors")) tensors.push_back(entry);
+  }
+  // The same checks a reader makes, before anything is committed.
+  TITAN_ASSIGN_OR_RETURN(std::vector<PieceEntry> entries, ParsePieceEntries(tmp_dir, tensors));
+  std::vector<CheckpointStep::Tensor> model, optimizer;
+  TITAN_RETURN_IF_ERROR(GroupPieces(tmp_dir, std::move(entries), model, optimizer));
+
+  const json manifest = {{"format_version", kCheckpointFormatVersion},
+                         {"step", step},
+                         {"model_only", model_only},
+                         {"world_size", ranks_.world_size},
+                         {"tensors", tensors},
+                         {"state", state.extra}};
+  std::string manifest_text;
+  try {
+    manifest_text = manifest.dump(2);
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(tmp_dir, "/", kCheckpointManifestFile, ": cannot encode: ", e.what()));
+  }
+  TITAN_RETURN_IF_ERROR(
+      WriteFileAtomically(absl::StrCat(tmp_dir, "/", kCheckpointManifestFile), manifest_text));
+  for (int r = 0; r < ranks_.world_size; ++r) {
+    ::unlink(RankRecordPath(tmp_dir, r, "json").c_str());
+  }
+  TITAN_RETURN_IF_ERROR(FsyncDirectory(tmp_dir));
+
+  // Commit: step-<N> appears whole in one rename (or one exchange when replacing it).
+  const std::string final_dir = StepDirectory(step);
+  std::string old_dir;
+  if (PathExists(final_dir)) {
+    TITAN_RETURN_IF_ERROR(
+        ReplaceDirectory(tmp_dir, final_dir, absl::StrCat(tmp_dir, "-replaced"), old_dir));
+  } else if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) {
+    return ErrnoError("rename to " + final_dir, tmp_dir);
+  }
+  TITAN_RETURN_IF_ERROR(FsyncDirectory(root_));
+  if (!old_dir.empty()) {
+    const absl::Status removed = RemoveTree(old_dir);
+    if (!removed.ok()) {
+      LOG(WARNING) << "Replaced " << final_dir << " but kept the old copy: " << removed;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state, bool model_only) {
@@ -209,92 +655,43 @@ absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state,
                                                    ": extra state must be a JSON object, got ",
                                                    state.extra.type_name()));
   }
-  absl::Status status = MakeDirectories(root_);
-  if (!status.ok()) return status;
-  status = RemoveStaleTemporaries();
-  if (!status.ok()) return status;
+  TITAN_RETURN_IF_ERROR(MakeDirectories(root_));
+  const std::string tmp_dir = absl::StrCat(StepDirectory(step), kTemporaryInfix, ranks_.run_id);
+  const bool alone = ranks_.world_size == 1;
+  // Other ranks may already be writing into this step's temporary: rank 0 spares it.
+  if (ranks_.rank == 0) TITAN_RETURN_IF_ERROR(RemoveStaleTemporaries(alone ? "" : tmp_dir));
+  if (::mkdir(tmp_dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir", tmp_dir);
 
-  const std::string final_dir = StepDirectory(step);
-  const std::string tmp_dir = absl::StrCat(final_dir, kTemporaryInfix, ::getpid());
-  if (::mkdir(tmp_dir.c_str(), 0755) != 0) return ErrnoError("mkdir", tmp_dir);
-  auto fail = [&](absl::Status failure) {
-    RemoveTree(tmp_dir).IgnoreError();  // Best effort: the next Save removes it anyway.
-    return failure;
-  };
-
-  json tensors = json::array();
-  uint64_t total_bytes = 0;
-  auto write_file = [&](const char* file, const NamedTensors& named) {
-    std::map<std::string, uint32_t> crcs;
-    absl::Status written = WriteSafetensors(
-        absl::StrCat(tmp_dir, "/", file), named, {{"format", "pt"}},
-        [&](const std::string& name, absl::string_view bytes) { crcs[name] = Crc32(bytes); });
-    if (!written.ok()) return written;
-    for (const auto& [name, tensor] : named) {
-      const uint64_t bytes = tensor.numel() * tensor.element_size();
-      total_bytes += bytes;
-      tensors.push_back({{"file", file},
-                         {"name", name},
-                         {"dtype", *SafetensorsDtypeName(tensor.scalar_type())},
-                         {"shape", tensor.sizes().vec()},
-                         {"bytes", bytes},
-                         {"crc32", crcs.at(name)}});
-    }
-    return absl::OkStatus();
-  };
-  status = write_file(kCheckpointModelFile, state.model);
-  if (!status.ok()) return fail(status);
-  if (!model_only) {
-    status = write_file(kCheckpointOptimizerFile, state.optimizer);
-    if (!status.ok()) return fail(status);
+  uint64_t bytes = 0;
+  absl::Status status = WriteRankFiles(tmp_dir, step, state, model_only, bytes);
+  if (!status.ok()) {
+    // Tells rank 0 at once instead of letting it wait out the commit timeout.
+    WriteFileAtomically(RankRecordPath(tmp_dir, ranks_.rank, "failed"), status.ToString())
+        .IgnoreError();
+    if (alone) RemoveTree(tmp_dir).IgnoreError();  // Best effort: the next Save removes it anyway.
+    return status;
   }
-  const json manifest = {{"format_version", kCheckpointFormatVersion},
-                         {"step", step},
-                         {"model_only", model_only},
-                         {"tensors", tensors},
-                         {"state", state.extra}};
-  std::string manifest_text;
-  try {
-    manifest_text = manifest.dump(2);
-  } catch (const json::exception& e) {
-    return fail(absl::InvalidArgumentError(
-        absl::StrCat(tmp_dir, "/", kCheckpointManifestFile, ": cannot encode: ", e.what())));
+  if (ranks_.rank != 0) return absl::OkStatus();
+  status = Commit(tmp_dir, step, state, model_only);
+  if (!status.ok()) {
+    if (alone) RemoveTree(tmp_dir).IgnoreError();
+    return status;
   }
-  status = WriteFileAtomically(absl::StrCat(tmp_dir, "/", kCheckpointManifestFile), manifest_text);
-  if (!status.ok()) return fail(status);
-  status = FsyncDirectory(tmp_dir);
-  if (!status.ok()) return fail(status);
-
-  // Commit: step-<N> appears whole in one rename (or one exchange when replacing it).
-  std::string old_dir;
-  if (PathExists(final_dir)) {
-    status = ReplaceDirectory(tmp_dir, final_dir, absl::StrCat(tmp_dir, "-replaced"), old_dir);
-  } else if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) {
-    status = ErrnoError("rename to " + final_dir, tmp_dir);
-  }
-  if (!status.ok()) return fail(status);
-  status = FsyncDirectory(root_);
-  if (!status.ok()) return status;
-  if (!old_dir.empty()) {
-    status = RemoveTree(old_dir);
-    if (!status.ok()) {
-      LOG(WARNING) << "Replaced " << final_dir << " but kept the old copy: " << status;
-    }
-  }
-
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  LOG(INFO) << "Saved checkpoint " << final_dir << (model_only ? " (model only)" : "") << ": "
-            << tensors.size() << " tensors, " << total_bytes / 1e6 << " MB in " << seconds << " s";
+  LOG(INFO) << "Saved checkpoint " << StepDirectory(step) << (model_only ? " (model only)" : "")
+            << ": " << state.model.size() + (model_only ? 0 : state.optimizer.size())
+            << " tensors, " << bytes / 1e6 << " MB"
+            << (alone ? "" : absl::StrCat(" from rank 0 of ", ranks_.world_size)) << " in "
+            << seconds << " s";
   return EnforceKeepLatest();
 }
 
 absl::StatusOr<std::vector<int64_t>> CheckpointManager::ListSteps() const {
   std::vector<int64_t> steps;
   if (!PathExists(root_)) return steps;
-  absl::StatusOr<std::vector<std::string>> names = ListDirectory(root_);
-  if (!names.ok()) return names.status();
-  for (const std::string& name : *names) {
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(root_));
+  for (const std::string& name : names) {
     std::optional<int64_t> step = ParseStepName(name);
     if (step && IsDirectory(absl::StrCat(root_, "/", name))) steps.push_back(*step);
   }
@@ -303,154 +700,94 @@ absl::StatusOr<std::vector<int64_t>> CheckpointManager::ListSteps() const {
 }
 
 absl::StatusOr<int64_t> CheckpointManager::LatestStep() const {
-  absl::StatusOr<std::vector<int64_t>> steps = ListSteps();
-  if (!steps.ok()) return steps.status();
-  if (steps->empty()) return absl::NotFoundError(absl::StrCat(root_, ": no checkpoints"));
-  return steps->back();
+  TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListSteps());
+  if (steps.empty()) return absl::NotFoundError(absl::StrCat(root_, ": no checkpoints"));
+  return steps.back();
 }
 
-absl::Status CheckpointManager::RemoveStaleTemporaries() const {
-  absl::StatusOr<std::vector<std::string>> names = ListDirectory(root_);
-  if (!names.ok()) return names.status();
-  for (const std::string& name : *names) {
+absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) const {
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(root_));
+  for (const std::string& name : names) {
     if (!absl::StartsWith(name, kStepPrefix) || !absl::StrContains(name, kTemporaryInfix)) continue;
     const std::string path = absl::StrCat(root_, "/", name);
+    if (path == keep) continue;
     LOG(WARNING) << "Removing " << path << " left by an interrupted save";
-    absl::Status status = RemoveTree(path);
-    if (!status.ok()) return status;
+    TITAN_RETURN_IF_ERROR(RemoveTree(path));
   }
   return absl::OkStatus();
 }
 
 absl::Status CheckpointManager::EnforceKeepLatest() const {
   if (keep_latest_k_ <= 0) return absl::OkStatus();
-  absl::StatusOr<std::vector<int64_t>> steps = ListSteps();
-  if (!steps.ok()) return steps.status();
+  TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListSteps());
   const size_t keep = static_cast<size_t>(keep_latest_k_);
-  for (size_t i = 0; i + keep < steps->size(); ++i) {
-    const std::string dir = StepDirectory((*steps)[i]);
+  for (size_t i = 0; i + keep < steps.size(); ++i) {
+    const std::string dir = StepDirectory(steps[i]);
     // Renamed first so a crash mid-delete leaves a temporary, never a half step.
-    const std::string doomed = absl::StrCat(dir, kTemporaryInfix, ::getpid(), "-deleted");
+    const std::string doomed = absl::StrCat(dir, kTemporaryInfix, ranks_.run_id, "-deleted");
     if (::rename(dir.c_str(), doomed.c_str()) != 0) return ErrnoError("rename to " + doomed, dir);
-    absl::Status status = RemoveTree(doomed);
-    if (!status.ok()) return status;
+    TITAN_RETURN_IF_ERROR(RemoveTree(doomed));
     LOG(INFO) << "Deleted checkpoint " << dir << " (keep_latest_k=" << keep_latest_k_ << ")";
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<CheckpointManager::OpenStep> CheckpointManager::Open(int64_t step,
-                                                                    bool need_optimizer,
-                                                                    bool verify_checksums) const {
-  const std::string dir = StepDirectory(step);
-  if (!IsDirectory(dir)) {
-    return absl::NotFoundError(absl::StrCat(dir, ": no such checkpoint"));
-  }
-  const std::string manifest_path = absl::StrCat(dir, "/", kCheckpointManifestFile);
-  absl::StatusOr<std::string> text = ReadFile(manifest_path);
-  if (!text.ok()) return text.status();
-  json manifest = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!manifest.is_object()) {
-    return absl::DataLossError(absl::StrCat(manifest_path, ": not a valid JSON object"));
-  }
-  const auto version = manifest.find("format_version");
-  if (version == manifest.end() || *version != kCheckpointFormatVersion) {
-    return absl::DataLossError(
-        absl::StrCat(manifest_path, ": format_version ",
-                     version == manifest.end() ? "missing" : Describe(*version), ", expected ",
-                     kCheckpointFormatVersion));
-  }
-  const auto saved_step = manifest.find("step");
-  if (saved_step == manifest.end() || *saved_step != step) {
-    return absl::DataLossError(absl::StrCat(
-        manifest_path, ": step ", saved_step == manifest.end() ? "missing" : Describe(*saved_step),
-        ", expected ", step));
-  }
-  const auto model_only = manifest.find("model_only");
-  const auto tensors = manifest.find("tensors");
-  const auto state = manifest.find("state");
-  if (model_only == manifest.end() || !model_only->is_boolean() || tensors == manifest.end() ||
-      !tensors->is_array() || state == manifest.end() || !state->is_object()) {
-    return absl::DataLossError(absl::StrCat(
-        manifest_path, ": expected boolean model_only, array tensors and object state"));
-  }
-  if (need_optimizer && model_only->get<bool>()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(dir, ": model-only checkpoint has no optimizer state"));
-  }
-
-  OpenStep open;
-  open.state = *state;
-  for (size_t i = 0; i < tensors->size(); ++i) {
-    absl::StatusOr<ManifestTensor> tensor = ParseManifestTensor(manifest_path, (*tensors)[i], i);
-    if (!tensor.ok()) return tensor.status();
-    (tensor->file == kCheckpointModelFile ? open.model_tensors : open.optimizer_tensors)
-        .push_back(*std::move(tensor));
-  }
-  absl::StatusOr<SafetensorsFile> model = SafetensorsFile::Open(absl::StrCat(dir, "/", kCheckpointModelFile));
-  if (!model.ok()) return model.status();
-  absl::Status status = CheckFileAgainstManifest(*model, open.model_tensors, verify_checksums);
-  if (!status.ok()) return status;
-  open.model.emplace(*std::move(model));
-  if (!model_only->get<bool>()) {
-    absl::StatusOr<SafetensorsFile> optimizer =
-        SafetensorsFile::Open(absl::StrCat(dir, "/", kCheckpointOptimizerFile));
-    if (!optimizer.ok()) return optimizer.status();
-    status = CheckFileAgainstManifest(*optimizer, open.optimizer_tensors, verify_checksums);
-    if (!status.ok()) return status;
-    open.optimizer.emplace(*std::move(optimizer));
-  } else if (!open.optimizer_tensors.empty()) {
-    return absl::DataLossError(
-        absl::StrCat(manifest_path, ": model-only checkpoint lists optimizer tensors"));
-  }
-  return open;
-}
-
 absl::StatusOr<CheckpointState> CheckpointManager::Load(int64_t step, bool verify_checksums) const {
-  absl::StatusOr<OpenStep> open = Open(step, /*need_optimizer=*/false, verify_checksums);
-  if (!open.ok()) return open.status();
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> open,
+                         CheckpointStep::Open(StepDirectory(step), step));
   CheckpointState state;
-  state.extra = std::move(open->state);
-  auto load_all = [](const SafetensorsFile& file, const std::vector<ManifestTensor>& listed,
-                     NamedTensors& out) {
-    for (const ManifestTensor& tensor : listed) {
-      absl::StatusOr<at::Tensor> loaded = file.Load(tensor.name);
-      if (!loaded.ok()) return loaded.status();
-      out.emplace_back(tensor.name, *std::move(loaded));
+  state.extra = open->state();
+  auto load_all = [&](const std::vector<CheckpointStep::Tensor>& tensors,
+                      NamedTensors& out) -> absl::Status {
+    for (const CheckpointStep::Tensor& tensor : tensors) {
+      at::Tensor whole;
+      try {
+        whole = at::empty(tensor.shape, at::TensorOptions().dtype(tensor.scalar_type));
+      } catch (const c10::Error& e) {
+        return absl::ResourceExhaustedError(absl::StrCat(open->directory(), ": tensor '",
+                                                         tensor.name, "': allocation failed: ",
+                                                         e.what_without_backtrace()));
+      }
+      TITAN_RETURN_IF_ERROR(open->ReadInto(tensor, whole, nullptr, verify_checksums));
+      out.emplace_back(tensor.name, whole);
     }
     return absl::OkStatus();
   };
-  absl::Status status = load_all(*open->model, open->model_tensors, state.model);
-  if (!status.ok()) return status;
-  if (open->optimizer) {
-    status = load_all(*open->optimizer, open->optimizer_tensors, state.optimizer);
-    if (!status.ok()) return status;
-  }
+  TITAN_RETURN_IF_ERROR(load_all(open->model(), state.model));
+  TITAN_RETURN_IF_ERROR(load_all(open->optimizer(), state.optimizer));
   return state;
 }
 
 absl::Status CheckpointManager::LoadInto(int64_t step, const NamedTensors& model,
                                          const NamedTensors* optimizer, nlohmann::json* extra,
-                                         bool verify_checksums) const {
-  absl::StatusOr<OpenStep> open = Open(step, optimizer != nullptr, verify_checksums);
-  if (!open.ok()) return open.status();
-  absl::Status status = CheckDestinations(model, open->model_tensors, open->model->path());
-  if (!status.ok()) return status;
-  if (optimizer != nullptr) {
-    status = CheckDestinations(*optimizer, open->optimizer_tensors, open->optimizer->path());
-    if (!status.ok()) return status;
+                                         const TensorBoxes& boxes, bool verify_checksums) const {
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> open,
+                         CheckpointStep::Open(StepDirectory(step), step));
+  if (optimizer != nullptr && open->model_only()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(open->directory(), ": model-only checkpoint has no optimizer state"));
   }
-  for (const auto& [name, tensor] : model) {
-    status = open->model->LoadInto(name, tensor);
-    if (!status.ok()) return status;
-  }
+  TITAN_RETURN_IF_ERROR(
+      CheckDestinations(model, open->model(), boxes, open->directory() + " (model)"));
   if (optimizer != nullptr) {
-    for (const auto& [name, tensor] : *optimizer) {
-      status = open->optimizer->LoadInto(name, tensor);
-      if (!status.ok()) return status;
+    TITAN_RETURN_IF_ERROR(CheckDestinations(*optimizer, open->optimizer(), boxes,
+                                            open->directory() + " (optimizer)"));
+  }
+  auto load = [&](const std::vector<CheckpointStep::Tensor>& saved,
+                  const NamedTensors& destinations) -> absl::Status {
+    std::map<std::string, const CheckpointStep::Tensor*> by_name;
+    for (const CheckpointStep::Tensor& tensor : saved) by_name[tensor.name] = &tensor;
+    for (const auto& [name, destination] : destinations) {
+      const auto box = boxes.find(name);
+      TITAN_RETURN_IF_ERROR(open->ReadInto(*by_name.at(name), destination,
+                                           box == boxes.end() ? nullptr : &box->second,
+                                           verify_checksums));
     }
-  }
-  if (extra != nullptr) *extra = std::move(open->state);
+    return absl::OkStatus();
+  };
+  TITAN_RETURN_IF_ERROR(load(open->model(), model));
+  if (optimizer != nullptr) TITAN_RETURN_IF_ERROR(load(open->optimizer(), *optimizer));
+  if (extra != nullptr) *extra = open->state();
   return absl::OkStatus();
 }
 

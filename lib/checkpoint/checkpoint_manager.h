@@ -1,51 +1,86 @@
 #ifndef TITAN_LIB_CHECKPOINT_CHECKPOINT_MANAGER_H_
 #define TITAN_LIB_CHECKPOINT_CHECKPOINT_MANAGER_H_
 
-// Checkpoints of a training run, one directory per step:
-//   <root>/step-<N>/model.safetensors      model tensors
-//                   optimizer.safetensors  flattened optimizer state (absent when model-only)
-//                   manifest.json          format version, step, each tensor's file, dtype, shape,
-//                                          byte count and CRC-32, and the caller's JSON state
-// A step is written into step-<N>.tmp-<pid>/ and renamed into place once complete and fsynced, so
-// step-<N> is either absent or whole; leftover *.tmp-* directories are never listed and are removed
-// by the next Save. Single process: two managers must not save into one root at once.
+// Checkpoints of a training run, one directory per step, written by every rank of a job at once:
+//   <root>/step-<N>/model.safetensors          one process: model tensors
+//                   optimizer.safetensors      flattened optimizer state (absent when model-only)
+//                   model-<r>-of-<w>.safetensors, optimizer-<r>-of-<w>.safetensors
+//                                              w ranks: rank r's pieces (e.g. its FSDP shards)
+//                   manifest.json              format version, step, every piece: its file, dtype,
+//                                              shape, bytes, CRC-32 and, for a piece of a larger
+//                                              tensor, that tensor's shape and the piece's offsets;
+//                                              and the caller's JSON state
+// Ranks write their files into step-<N>.tmp-<run id>/ in parallel; rank 0 waits for every rank's
+// record, writes the manifest and renames the directory into place, so step-<N> is either absent or
+// whole. Loading reshards: a rank reads the parts of the saved pieces that overlap the pieces it
+// holds now, whatever layout saved them. Leftover *.tmp-* directories are never listed and are
+// removed by rank 0's next Save. Two jobs must not save into one root at once.
 
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "lib/checkpoint/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
 
-inline constexpr int kCheckpointFormatVersion = 1;
-// File names inside a step directory (readers such as lib/interop use them too).
+inline constexpr int kCheckpointFormatVersion = 2;
+// File names inside a step directory saved by one process (readers such as lib/interop use them).
 inline constexpr char kCheckpointModelFile[] = "model.safetensors";
 inline constexpr char kCheckpointOptimizerFile[] = "optimizer.safetensors";
 inline constexpr char kCheckpointManifestFile[] = "manifest.json";
 
-// What one step saves and loads.
+// Where a piece of a larger tensor sits: the whole tensor's shape and the piece's offset per dim.
+struct TensorBox {
+  std::vector<int64_t> global_shape;
+  std::vector<int64_t> offsets;
+};
+// Names of pieces -> their boxes; a name without a box is a whole tensor.
+using TensorBoxes = std::map<std::string, TensorBox>;
+
+// What one rank saves for one step, or what it loads.
 struct CheckpointState {
   NamedTensors model;      // Parameter name -> tensor.
-  NamedTensors optimizer;  // Flattened optimizer state, e.g. "exp_avg.<param>".
+  NamedTensors optimizer;  // Flattened optimizer state, e.g. "<param>.exp_avg".
   nlohmann::json extra = nlohmann::json::object();  // "lr_scheduler", "dataloader", "rng" ...
+  TensorBoxes boxes;       // Entries of model and optimizer that are pieces (names are distinct).
+};
+
+// The ranks that save together. Every rank of a job builds its manager with the same root and
+// run_id (unique per run: it names the temporary directories, so a crashed run's leftovers are
+// never mistaken for this run's).
+struct CheckpointRanks {
+  int rank = 0;
+  int world_size = 1;
+  std::string run_id;                           // Empty: this process's pid (one process only).
+  absl::Duration commit_timeout = absl::Minutes(10);  // Rank 0's wait for the other ranks' files.
 };
 
 class CheckpointManager {
  public:
   // `root` is <dump_folder>/<checkpoint folder>; keep_latest_k > 0 keeps only that many newest
   // steps after each successful save, 0 keeps all.
-  CheckpointManager(std::string root, int keep_latest_k);
+  CheckpointManager(std::string root, int keep_latest_k, CheckpointRanks ranks = {});
+  ~CheckpointManager();
 
   const std::string& root() const { return root_; }
+  const CheckpointRanks& ranks() const { return ranks_; }
 
-  // Saves `state` as step `step`, replacing that step if it exists. model_only leaves out the
-  // optimizer. Tensors may live on any device; they are copied to CPU one at a time.
+  // Saves this rank's `state` as part of step `step`, replacing that step if it exists. Every rank
+  // calls it for the same step with its own tensors (none is fine: whole tensors come from one rank,
+  // pieces from their holders) and the same model_only; `extra` is taken from rank 0. model_only
+  // leaves out the optimizer. Tensors may live on any device; they are copied to CPU one at a time.
+  // Rank 0 returns once the step is committed (or failed, naming the ranks that did not finish
+  // within commit_timeout); other ranks return once their own files are durable, so callers agree
+  // on the outcome (a barrier) before relying on the step.
   absl::Status Save(int64_t step, const CheckpointState& state, bool model_only);
 
   // Committed steps, ascending; empty when the root does not exist yet.
@@ -54,29 +89,92 @@ class CheckpointManager {
   // The newest committed step; NotFound when there is none.
   absl::StatusOr<int64_t> LatestStep() const;
 
-  // Loads a step as CPU tensors, in the order they were saved. verify_checksums re-reads every
-  // tensor's bytes against the manifest's CRC-32 (one extra pass over memory-mapped data).
+  // Loads a step as whole CPU tensors (pieces joined), in the order they were saved.
+  // verify_checksums re-reads every piece's bytes against the manifest's CRC-32.
   absl::StatusOr<CheckpointState> Load(int64_t step, bool verify_checksums = true) const;
 
-  // Loads a step into existing tensors in place (copy_: any device, dtype converted). The names in
-  // `model` (and `optimizer` unless it is null) must match the checkpoint's exactly and every shape
-  // must agree; all of that is checked before any tensor is written. `extra` (if not null) receives
-  // the saved JSON state.
+  // Loads a step into existing tensors in place (copy_: any device, dtype converted). Entries named
+  // in `boxes` are pieces and receive the saved values inside their box, from whichever saved
+  // pieces overlap it (resharding); others receive whole tensors. The names in `model` (and
+  // `optimizer` unless it is null) must match the checkpoint's exactly and every shape must agree;
+  // all of that is checked before any tensor is written. `extra` (if not null) receives the saved
+  // JSON state. A model-only step with a non-null `optimizer` is FailedPrecondition.
   absl::Status LoadInto(int64_t step, const NamedTensors& model, const NamedTensors* optimizer,
-                        nlohmann::json* extra, bool verify_checksums = true) const;
+                        nlohmann::json* extra, const TensorBoxes& boxes = {},
+                        bool verify_checksums = true) const;
 
   // The directory a committed step lives in.
   std::string StepDirectory(int64_t step) const;
 
  private:
-  struct OpenStep;
-
-  absl::StatusOr<OpenStep> Open(int64_t step, bool need_optimizer, bool verify_checksums) const;
-  absl::Status RemoveStaleTemporaries() const;
+  absl::Status WriteRankFiles(const std::string& tmp_dir, int64_t step,
+                              const CheckpointState& state, bool model_only,
+                              uint64_t& total_bytes) const;
+  absl::Status Commit(const std::string& tmp_dir, int64_t step, const CheckpointState& state,
+                      bool model_only) const;
+  absl::Status RemoveStaleTemporaries(const std::string& keep) const;
   absl::Status EnforceKeepLatest() const;
 
   std::string root_;
   int keep_latest_k_;
+  CheckpointRanks ranks_;
+};
+
+// A committed step opened for reading: the manifest checked against the files it names, each
+// piece memory-mapped. lib/interop reads titan checkpoints through it.
+class CheckpointStep {
+ public:
+  struct Piece {
+    std::string file;  // Base name in the step directory.
+    std::vector<int64_t> shape;
+    std::vector<int64_t> offsets;  // In the whole tensor.
+    uint64_t bytes = 0;
+    uint32_t crc32 = 0;
+  };
+  struct Tensor {
+    std::string name;
+    std::string dtype;  // safetensors' spelling, e.g. "F32".
+    at::ScalarType scalar_type = at::kFloat;
+    std::vector<int64_t> shape;  // Of the whole tensor.
+    std::vector<Piece> pieces;   // Tile the whole tensor exactly.
+  };
+
+  // `dir` is a step directory; expected_step < 0 accepts any step.
+  static absl::StatusOr<std::unique_ptr<CheckpointStep>> Open(const std::string& dir,
+                                                              int64_t expected_step = -1);
+  ~CheckpointStep();
+
+  const std::string& directory() const { return dir_; }
+  int64_t step() const { return step_; }
+  bool model_only() const { return model_only_; }
+  const nlohmann::json& state() const { return state_; }
+  const std::vector<Tensor>& model() const { return model_; }
+  const std::vector<Tensor>& optimizer() const { return optimizer_; }
+
+  // A model tensor's bytes when one piece holds all of it (no copy); FailedPrecondition otherwise.
+  absl::StatusOr<absl::string_view> WholeBytes(const Tensor& tensor) const;
+  // A CPU tensor: aliases the mapping when one aligned piece holds it (read-only), else a copy.
+  absl::StatusOr<at::Tensor> Read(const Tensor& tensor, bool verify_checksums) const;
+  // Copies the part of `tensor` inside `box` (null: all of it) into `destination`.
+  absl::Status ReadInto(const Tensor& tensor, const at::Tensor& destination, const TensorBox* box,
+                        bool verify_checksums) const;
+  // Every piece's CRC-32 against the manifest; each problem is one line naming file and tensor.
+  std::vector<std::string> Verify() const;
+
+ private:
+  class Files;
+  CheckpointStep() = default;
+  // The piece's bytes, checked against its CRC-32 the first time when verify_checksums.
+  absl::StatusOr<absl::string_view> PieceBytes(const Tensor& tensor, const Piece& piece,
+                                               bool verify_checksums) const;
+
+  std::string dir_;
+  int64_t step_ = 0;
+  bool model_only_ = true;
+  nlohmann::json state_;
+  std::vector<Tensor> model_;
+  std::vector<Tensor> optimizer_;
+  std::unique_ptr<Files> files_;
 };
 
 }  // namespace titan

@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/directory.h"
@@ -229,8 +231,8 @@ TEST(CheckpointManagerTest, ManifestProblemsNameTheFileAndTensor) {
   };
 
   nlohmann::json edited = manifest;
-  edited["format_version"] = 2;
-  EXPECT_THAT(load_with(edited).message(), HasSubstr("format_version 2, expected 1"));
+  edited["format_version"] = 1;
+  EXPECT_THAT(load_with(edited).message(), HasSubstr("format_version 1, expected 2"));
 
   edited = manifest;
   edited["tensors"][1]["shape"] = {1, 2};
@@ -251,6 +253,19 @@ TEST(CheckpointManagerTest, ManifestProblemsNameTheFileAndTensor) {
   edited = manifest;
   edited["tensors"][0].erase("crc32");
   EXPECT_THAT(load_with(edited).message(), HasSubstr("tensors[0]"));
+
+  edited = manifest;
+  edited["tensors"][1]["global_shape"] = {8, 8};
+  edited["tensors"][1]["offsets"] = {4, 0};  // Runs past row 8.
+  EXPECT_THAT(load_with(edited).message(), HasSubstr("does not fit in [8, 8]"));
+
+  edited = manifest;
+  edited["tensors"].push_back(edited["tensors"][1]);  // The same piece listed twice.
+  EXPECT_THAT(load_with(edited).message(), HasSubstr("overlap"));
+
+  edited = manifest;
+  edited["tensors"][0]["file"] = "../model.safetensors";
+  EXPECT_THAT(load_with(edited).message(), HasSubstr("expected model[-RRRRR-of-WWWWW]"));
 
   EXPECT_THAT(load_with(nlohmann::json::array()).message(), HasSubstr("not a valid JSON object"));
   ASSERT_TRUE(WriteFileAtomically(manifest_path, "{\"format_version\": 1,").ok());
@@ -292,7 +307,7 @@ TEST(CheckpointManagerTest, LoadIntoListsMismatchedKeysAndShapesBeforeWriting) {
   model[2].second = at::ones({3});                  // Wrong shape.
   absl::Status status = manager.LoadInto(4, model, nullptr, nullptr);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("model.safetensors"));
+  EXPECT_THAT(status.message(), HasSubstr(manager.StepDirectory(4) + " (model)"));
   EXPECT_THAT(status.message(), HasSubstr("missing keys: layers.0.attention.wk.weight"));
   EXPECT_THAT(status.message(), HasSubstr("unexpected keys: layers.0.attention.wq.weight"));
   EXPECT_THAT(status.message(), HasSubstr("norm.weight: checkpoint [8], destination [3]"));
@@ -325,6 +340,159 @@ TEST(CheckpointManagerTest, RejectsBadArguments) {
   state.model.push_back(state.model[0]);
   EXPECT_THAT(manager.Save(1, state, false).message(), HasSubstr("duplicate name"));
   EXPECT_THAT(*manager.ListSteps(), IsEmpty());
+}
+
+// Whole tensors of a small model and its optimizer state, rows that do not split evenly.
+CheckpointState WholeState() {
+  at::manual_seed(7);
+  CheckpointState state;
+  state.model = {{"w", at::randn({10, 3})},
+                 {"emb", at::randn({5, 4}).to(at::kBFloat16)},
+                 {"b", at::randn({10})},
+                 {"scale", at::tensor(0.25)}};
+  state.optimizer = {{"w.exp_avg", at::randn({10, 3})}, {"w.step", at::tensor(int64_t{3})}};
+  state.extra = {{"train_state", {{"step", 3}}}};
+  return state;
+}
+
+// Rank `rank` of `world` under FSDP's layout: dim 0 split in ceil(rows / world) row blocks (the
+// last ranks hold fewer rows, or none); 0-dim tensors whole on rank 0 only when `for_saving`.
+CheckpointState PiecesOf(const CheckpointState& whole, int rank, int world, bool for_saving) {
+  CheckpointState pieces;
+  auto split = [&](const NamedTensors& tensors, NamedTensors& out) {
+    for (const auto& [name, tensor] : tensors) {
+      if (tensor.dim() == 0) {
+        if (!for_saving || rank == 0) out.emplace_back(name, tensor.clone());
+        continue;
+      }
+      const int64_t rows = tensor.size(0);
+      const int64_t per_rank = (rows + world - 1) / world;
+      const int64_t begin = std::min<int64_t>(rank * per_rank, rows);
+      const int64_t count = std::min<int64_t>(per_rank, rows - begin);
+      out.emplace_back(name, for_saving ? tensor.narrow(0, begin, count).clone()
+                                        : at::zeros_like(tensor.narrow(0, begin, count)));
+      std::vector<int64_t> offsets(tensor.dim(), 0);
+      offsets[0] = begin;
+      pieces.boxes[name] = {tensor.sizes().vec(), offsets};
+    }
+  };
+  split(whole.model, pieces.model);
+  split(whole.optimizer, pieces.optimizer);
+  if (rank == 0) pieces.extra = whole.extra;
+  return pieces;
+}
+
+// Saves `step` as `states.size()` ranks do, each on its own thread with its own manager; returns
+// each rank's status. Ranks with a null state never call Save (dead). Each call is a new run.
+std::vector<absl::Status> SaveAsRanks(const std::string& root, int64_t step,
+                                      const std::vector<const CheckpointState*>& states,
+                                      absl::Duration commit_timeout = absl::Seconds(30)) {
+  const int world = static_cast<int>(states.size());
+  std::vector<absl::Status> statuses(world);
+  static int runs = 0;
+  const std::string run_id = absl::StrCat("run-", ++runs);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    if (states[rank] == nullptr) continue;
+    threads.emplace_back([&, rank] {
+      CheckpointManager manager(root, 0, {rank, world, run_id, commit_timeout});
+      statuses[rank] = manager.Save(step, *states[rank], /*model_only=*/false);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  return statuses;
+}
+
+TEST(CheckpointManagerTest, RanksSavePiecesInParallelAndLoadsReshard) {
+  const std::string root = TestRoot();
+  const CheckpointState whole = WholeState();
+  std::vector<CheckpointState> saved;
+  for (int rank = 0; rank < 4; ++rank) saved.push_back(PiecesOf(whole, rank, 4, true));
+  for (const absl::Status& status :
+       SaveAsRanks(root, 3, {&saved[0], &saved[1], &saved[2], &saved[3]})) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  CheckpointManager manager(root, 0);
+  absl::StatusOr<std::vector<std::string>> files = ListDirectory(manager.StepDirectory(3));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_THAT(*files, testing::UnorderedElementsAre(
+                          "manifest.json", "model-00000-of-00004.safetensors",
+                          "model-00001-of-00004.safetensors", "model-00002-of-00004.safetensors",
+                          "model-00003-of-00004.safetensors",
+                          "optimizer-00000-of-00004.safetensors",
+                          "optimizer-00001-of-00004.safetensors",
+                          "optimizer-00002-of-00004.safetensors",
+                          "optimizer-00003-of-00004.safetensors"));
+
+  // One process: whole tensors, joined from the pieces.
+  absl::StatusOr<CheckpointState> loaded = manager.Load(3);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectSameTensors(loaded->model, whole.model);
+  ExpectSameTensors(loaded->optimizer, whole.optimizer);
+  EXPECT_EQ(loaded->extra, whole.extra);
+
+  // Two and three ranks: each gets its rows, read from the saved pieces they overlap.
+  for (int world : {2, 3}) {
+    for (int rank = 0; rank < world; ++rank) {
+      CheckpointState target = PiecesOf(whole, rank, world, /*for_saving=*/false);
+      nlohmann::json extra;
+      ASSERT_TRUE(
+          manager.LoadInto(3, target.model, &target.optimizer, &extra, target.boxes).ok());
+      ExpectSameTensors(target.model, PiecesOf(whole, rank, world, true).model);
+      ExpectSameTensors(target.optimizer, PiecesOf(whole, rank, world, true).optimizer);
+      EXPECT_EQ(extra, whole.extra);
+    }
+  }
+
+  // A piece that does not fit its tensor is refused before anything is read.
+  CheckpointState target = PiecesOf(whole, 1, 2, false);
+  target.boxes["w"].offsets = {8, 0};
+  EXPECT_THAT(manager.LoadInto(3, target.model, nullptr, nullptr, target.boxes).message(),
+              HasSubstr("w: checkpoint [10, 3], destination [5, 3] at [8, 0] of [10, 3]"));
+}
+
+TEST(CheckpointManagerTest, ADeadRankLeavesTheStepUncommittedAndTheLastOneLoadable) {
+  const std::string root = TestRoot();
+  const CheckpointState whole = WholeState();
+  std::vector<CheckpointState> saved;
+  for (int rank = 0; rank < 3; ++rank) saved.push_back(PiecesOf(whole, rank, 3, true));
+  for (const absl::Status& status : SaveAsRanks(root, 1, {&saved[0], &saved[1], &saved[2]})) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  std::vector<absl::Status> statuses =
+      SaveAsRanks(root, 2, {&saved[0], &saved[1], nullptr}, absl::Milliseconds(300));
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(statuses[0].message(), HasSubstr("rank(s) 2 did not finish"));
+  CheckpointManager manager(root, 0);
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(1));
+  absl::StatusOr<CheckpointState> loaded = manager.Load(1);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectSameTensors(loaded->model, whole.model);
+
+  // A rank that fails to write says so, and rank 0 stops waiting at once.
+  CheckpointState broken = saved[1];
+  broken.boxes["w"].offsets = {9, 0};
+  const auto start = std::chrono::steady_clock::now();
+  statuses = SaveAsRanks(root, 2, {&saved[0], &broken, &saved[2]}, absl::Seconds(60));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(statuses[0].message(), HasSubstr("rank 1 failed to write its part"));
+  EXPECT_THAT(statuses[1].message(), HasSubstr("does not fit in [10, 3]"));
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(1));
+}
+
+TEST(CheckpointManagerTest, PiecesThatDoNotTileATensorAreNotCommitted) {
+  const std::string root = TestRoot();
+  const CheckpointState whole = WholeState();
+  // Both ranks claim rows 0-4 of every tensor: rows 5-9 are missing, rows 0-4 overlap.
+  const CheckpointState rank0 = PiecesOf(whole, 0, 2, true);
+  CheckpointState rank1 = PiecesOf(whole, 0, 2, true);
+  rank1.extra = nlohmann::json::object();
+  rank1.model.pop_back();  // "scale" whole on rank 0 only
+  std::vector<absl::Status> statuses = SaveAsRanks(root, 1, {&rank0, &rank1});
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(statuses[0].message(), HasSubstr("overlap"));
+  EXPECT_THAT(*CheckpointManager(root, 0).ListSteps(), IsEmpty());
 }
 
 }  // namespace

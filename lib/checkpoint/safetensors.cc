@@ -420,6 +420,17 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
 }
 
 // A read-only private mapping of a whole file.
+at::Tensor TensorOverBytes(absl::string_view bytes, at::ScalarType type,
+                           const std::vector<int64_t>& shape) {
+  const auto options = at::TensorOptions().dtype(type);
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % c10::elementSize(type) == 0) {
+    return at::from_blob(const_cast<char*>(bytes.data()), shape, options);
+  }
+  at::Tensor copy = at::empty(shape, options);
+  if (!bytes.empty()) std::memcpy(copy.data_ptr(), bytes.data(), bytes.size());
+  return copy;
+}
+
 class SafetensorsFile::Mapping {
  public:
   Mapping(void* data, size_t size) : data_(data), size_(size) {}

@@ -68,6 +68,11 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
                               const std::map<std::string, std::string>& metadata = {},
                               const TensorBytesObserver& observer = nullptr);
 
+// A tensor over little-endian `bytes` (e.g. inside a mapping): aliasing them when their address
+// suits the dtype (read-only: never write to it; valid while the bytes are), else an owned copy.
+at::Tensor TensorOverBytes(absl::string_view bytes, at::ScalarType type,
+                           const std::vector<int64_t>& shape);
+
 // A memory-mapped safetensors file with a validated header; tensors load one at a time.
 class SafetensorsFile {
  public:

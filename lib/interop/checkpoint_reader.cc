@@ -1,7 +1,5 @@
 #include "lib/interop/checkpoint_reader.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <cstdint>
@@ -47,20 +45,7 @@ absl::StatusOr<json> ReadJsonFile(const std::string& path) {
   return parsed;
 }
 
-// A tensor over `bytes` without a copy when the address suits the dtype, else an owned copy.
-at::Tensor TensorOverBytes(absl::string_view bytes, at::ScalarType type,
-                           const std::vector<int64_t>& shape) {
-  const auto options = at::TensorOptions().dtype(type);
-  const size_t alignment = c10::elementSize(type);
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % alignment == 0) {
-    return at::from_blob(const_cast<char*>(bytes.data()), shape, options);
-  }
-  at::Tensor copy = at::empty(shape, options);
-  std::memcpy(copy.data_ptr(), bytes.data(), bytes.size());
-  return copy;
-}
-
-// titan and hf: tensors in one or more safetensors files.
+// hf: tensors in one or more safetensors files.
 class SafetensorsReader : public CheckpointReader {
  public:
   absl::StatusOr<at::Tensor> Get(absl::string_view name) const override {
@@ -81,15 +66,6 @@ class SafetensorsReader : public CheckpointReader {
 
   std::vector<std::string> Verify() const override {
     std::vector<std::string> problems;
-    for (const auto& [name, crc] : expected_crc32_) {
-      absl::StatusOr<absl::string_view> bytes = Bytes(name);
-      const uint32_t actual = static_cast<uint32_t>(
-          crc32_z(0L, reinterpret_cast<const Bytef*>(bytes->data()), bytes->size()));
-      if (actual != crc) {
-        problems.push_back(absl::StrCat(directory_, "/", Find(name)->file, ": tensor '", name,
-                                        "': CRC-32 ", actual, ", manifest says ", crc));
-      }
-    }
     if (expected_total_size_ && *expected_total_size_ != TotalBytes()) {
       problems.push_back(absl::StrCat(directory_, "/", kHfIndexFile, ": metadata.total_size ",
                                       *expected_total_size_, ", tensors hold ", TotalBytes()));
@@ -97,7 +73,6 @@ class SafetensorsReader : public CheckpointReader {
     return problems;
   }
 
-  static absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenTitan(const std::string& path);
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenHf(const std::string& path);
 
  private:
@@ -130,71 +105,69 @@ class SafetensorsReader : public CheckpointReader {
 
   std::vector<SafetensorsFile> files_;
   absl::flat_hash_map<std::string, size_t> location_;  // name -> index in files_
-  std::map<std::string, uint32_t> expected_crc32_;      // titan's manifest
   std::optional<uint64_t> expected_total_size_;         // hf's index
 };
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenTitan(
-    const std::string& path) {
-  std::string step_dir = path;
-  if (!PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) {
-    CheckpointManager manager(path, /*keep_latest_k=*/0);
-    absl::StatusOr<int64_t> latest = manager.LatestStep();
-    if (!latest.ok()) {
-      return absl::NotFoundError(absl::StrCat(
-          path, ": not a titan checkpoint (no ", kCheckpointManifestFile, ", no step-N directories)"));
-    }
-    step_dir = manager.StepDirectory(*latest);
-  }
-  auto reader = std::unique_ptr<SafetensorsReader>(new SafetensorsReader());
-  reader->format_ = CheckpointFormat::kTitan;
-  reader->directory_ = step_dir;
-  const std::string manifest_path = absl::StrCat(step_dir, "/", kCheckpointManifestFile);
-  TITAN_ASSIGN_OR_RETURN(json manifest, ReadJsonFile(manifest_path));
-  if (!manifest.is_object() || manifest.value("format_version", json()) != kCheckpointFormatVersion ||
-      !manifest.contains("step") || !manifest.at("step").is_number_integer() ||
-      !manifest.contains("tensors") || !manifest.at("tensors").is_array()) {
-    return absl::DataLossError(absl::StrCat(manifest_path, ": expected format_version ",
-                                            kCheckpointFormatVersion,
-                                            ", an integer step and a tensors array"));
-  }
-  reader->step_ = manifest.at("step").get<int64_t>();
-  reader->description_ = manifest.value("state", json::object());
-  TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(step_dir, "/", kCheckpointModelFile)));
-
-  std::set<std::string> listed;
-  std::vector<TensorInfo> in_manifest_order;  // The model's order, as the trainer saved it.
-  for (const json& entry : manifest.at("tensors")) {
-    if (!entry.is_object() || entry.value("file", "") != kCheckpointModelFile) continue;
-    const std::string name = entry.value("name", "");
-    const std::string where = absl::StrCat(manifest_path, ": tensor '", name, "'");
-    const TensorInfo* tensor = reader->Find(name);
-    if (tensor == nullptr) return absl::DataLossError(where + ": missing from " + kCheckpointModelFile);
-    try {
-      const auto shape = entry.at("shape").get<std::vector<int64_t>>();
-      const auto dtype = entry.at("dtype").get<std::string>();
-      const auto bytes = entry.at("bytes").get<uint64_t>();
-      if (shape != tensor->shape || dtype != tensor->dtype || bytes != tensor->bytes) {
-        return absl::DataLossError(absl::StrCat(
-            where, ": manifest says ", dtype, " ", ShapeString(shape), " ", bytes, " bytes, ",
-            kCheckpointModelFile, " holds ", tensor->dtype, " ", ShapeString(tensor->shape), " ",
-            tensor->bytes, " bytes"));
+// titan: a step directory read through lib/checkpoint, which joins the pieces ranks saved.
+class TitanReader : public CheckpointReader {
+ public:
+  // `path` is a step directory, or a checkpoint root meaning its latest step.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& path) {
+    std::string step_dir = path;
+    if (!PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) {
+      CheckpointManager manager(path, /*keep_latest_k=*/0);
+      absl::StatusOr<int64_t> latest = manager.LatestStep();
+      if (!latest.ok()) {
+        return absl::NotFoundError(absl::StrCat(path, ": not a titan checkpoint (no ",
+                                                kCheckpointManifestFile, ", no step-N directories)"));
       }
-      reader->expected_crc32_[name] = entry.at("crc32").get<uint32_t>();
-    } catch (const json::exception& e) {
-      return absl::DataLossError(absl::StrCat(where, ": ", e.what()));
+      step_dir = manager.StepDirectory(*latest);
     }
-    if (listed.insert(name).second) in_manifest_order.push_back(*tensor);
-  }
-  for (const TensorInfo& tensor : reader->tensors_) {
-    if (listed.count(tensor.name) == 0) {
-      return absl::DataLossError(absl::StrCat(step_dir, "/", kCheckpointModelFile, ": tensor '",
-                                              tensor.name, "' is not listed in the manifest"));
+    auto reader = std::unique_ptr<TitanReader>(new TitanReader());
+    TITAN_ASSIGN_OR_RETURN(reader->step_reader_, CheckpointStep::Open(step_dir));
+    reader->format_ = CheckpointFormat::kTitan;
+    reader->directory_ = step_dir;
+    reader->step_ = reader->step_reader_->step();
+    reader->description_ = reader->step_reader_->state();
+    for (const CheckpointStep::Tensor& tensor : reader->step_reader_->model()) {
+      reader->by_name_[tensor.name] = &tensor;
+      const std::string file = tensor.pieces.size() == 1
+                                   ? tensor.pieces[0].file
+                                   : absl::StrCat(tensor.pieces.size(), " pieces");
+      reader->tensors_.push_back({tensor.name, tensor.dtype, tensor.scalar_type, tensor.shape,
+                                  static_cast<uint64_t>(at::elementSize(tensor.scalar_type)) *
+                                      c10::multiply_integers(tensor.shape),
+                                  file});
     }
+    return std::unique_ptr<CheckpointReader>(std::move(reader));
   }
-  reader->tensors_ = std::move(in_manifest_order);
-  return std::unique_ptr<CheckpointReader>(std::move(reader));
-}
+
+  absl::StatusOr<at::Tensor> Get(absl::string_view name) const override {
+    TITAN_ASSIGN_OR_RETURN(const CheckpointStep::Tensor* tensor, Lookup(name));
+    return step_reader_->Read(*tensor, /*verify_checksums=*/false);
+  }
+
+  absl::StatusOr<absl::string_view> Bytes(absl::string_view name) const override {
+    TITAN_ASSIGN_OR_RETURN(const CheckpointStep::Tensor* tensor, Lookup(name));
+    return step_reader_->WholeBytes(*tensor);
+  }
+
+  std::vector<std::string> Verify() const override { return step_reader_->Verify(); }
+
+ private:
+  TitanReader() = default;
+
+  absl::StatusOr<const CheckpointStep::Tensor*> Lookup(absl::string_view name) const {
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end()) {
+      return absl::NotFoundError(absl::StrCat(directory_, ": no tensor '", name, "'"));
+    }
+    return it->second;
+  }
+
+  std::unique_ptr<CheckpointStep> step_reader_;
+  absl::flat_hash_map<std::string, const CheckpointStep::Tensor*> by_name_;
+};
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
     const std::string& path) {
@@ -310,7 +283,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
   }
   switch (*format) {
     case CheckpointFormat::kTitan:
-      return SafetensorsReader::OpenTitan(path);
+      return TitanReader::Open(path);
     case CheckpointFormat::kHf:
       return SafetensorsReader::OpenHf(path);
     case CheckpointFormat::kMeta:

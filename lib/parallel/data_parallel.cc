@@ -74,34 +74,22 @@ absl::StatusOr<NamedTensors> DataParallel::GatherFull(const NamedTensors& local)
   return full;
 }
 
-NamedTensors DataParallel::FullShaped(const NamedTensors& local) const {
-  NamedTensors full;
-  full.reserve(local.size());
+NamedTensors DataParallel::CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const {
+  NamedTensors pieces;
+  pieces.reserve(local.size());
   for (const auto& [name, tensor] : local) {
     const FsdpParamGroup* group = nullptr;
     const FsdpParamGroup::Param* param = ShardedParamOf(name, tensor, &group);
-    full.emplace_back(name,
-                      param == nullptr ? tensor : at::zeros(param->full_shape, tensor.options()));
-  }
-  return full;
-}
-
-absl::Status DataParallel::CopyShards(const NamedTensors& full, const NamedTensors& local) const {
-  if (full.size() != local.size()) {
-    return absl::InternalError(absl::StrCat("CopyShards: ", full.size(), " full tensors for ",
-                                            local.size(), " local ones"));
-  }
-  c10::NoGradGuard no_grad;
-  for (size_t i = 0; i < local.size(); ++i) {
-    const FsdpParamGroup* group = nullptr;
-    const FsdpParamGroup::Param* param = ShardedParamOf(local[i].first, local[i].second, &group);
     if (param == nullptr) {
-      if (!full[i].second.is_same(local[i].second)) local[i].second.copy_(full[i].second);
+      pieces.emplace_back(name, tensor);
       continue;
     }
-    local[i].second.copy_(group->ShardOf(*param, full[i].second));
+    std::vector<int64_t> offsets(tensor.dim(), 0);
+    offsets[0] = group->FirstRowHeld(*param);
+    boxes[name] = {param->full_shape, std::move(offsets)};
+    pieces.emplace_back(name, tensor.narrow(0, 0, group->RowsHeld(*param)));
   }
-  return absl::OkStatus();
+  return pieces;
 }
 
 }  // namespace titan

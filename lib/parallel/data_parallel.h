@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/distributed/communicator.h"
 #include "lib/parallel/ddp.h"
@@ -43,14 +44,14 @@ class DataParallel {
   // ClipGradNorm's reduction over shards (null when every rank holds whole gradients).
   SquaredNormReducer GradNormReducer();
 
-  // Checkpoint support (a stopgap that writes full tensors, see the trainer): `local` as full
-  // tensors, shard-shaped entries of a sharded parameter (its value or optimizer state named
-  // "<param>.<state>") all-gathered; other entries as they are. A collective when sharded.
+  // Checkpoint support. `local` holds parameters or optimizer state as this rank has them (a
+  // sharded parameter's state named "<param>.<state>"). The full tensors: shard-shaped entries
+  // all-gathered, others as they are. A collective when sharded.
   absl::StatusOr<NamedTensors> GatherFull(const NamedTensors& local) const;
-  // Zero tensors of the full shapes of `local`'s entries (others as they are), to load into.
-  NamedTensors FullShaped(const NamedTensors& local) const;
-  // Copies this rank's rows of each `full` entry into the `local` entry at the same position.
-  absl::Status CopyShards(const NamedTensors& full, const NamedTensors& local) const;
+  // This rank's pieces for a distributed checkpoint: a shard-shaped entry becomes a view of its
+  // rows without padding (loading into it fills the shard), its box added to `boxes`; other
+  // entries as they are.
+  NamedTensors CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const;
 
  private:
   using ParamIndex = std::pair<const FsdpParamGroup*, const FsdpParamGroup::Param*>;

@@ -154,14 +154,15 @@ TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
     absl::StatusOr<NamedTensors> full = dp.GatherFull(local);
     RANK_EXPECT(full.ok() && Equal((*full)[0].second, full_a) &&
                 Equal((*full)[1].second, full_a * 2) && Equal((*full)[2].second, local[2].second));
-    const NamedTensors shaped = dp.FullShaped(local);
-    RANK_EXPECT(shaped[1].second.sizes() == at::IntArrayRef({5, 3}));
-    const NamedTensors restored = {{"a", at::zeros({2, 3})},
-                                   {"a.exp_avg", at::zeros({2, 3})},
-                                   {"a.step", at::scalar_tensor(0, at::kLong)}};
-    RANK_EXPECT(dp.CopyShards(*full, restored).ok());
-    for (size_t i = 0; i < local.size(); ++i)
-      RANK_EXPECT(Equal(restored[i].second, local[i].second));
+    TensorBoxes boxes;
+    const NamedTensors pieces = dp.CheckpointPieces(local, boxes);
+    RANK_EXPECT(pieces.size() == 3 && boxes.size() == 2 && boxes.count("a.step") == 0);
+    RANK_EXPECT(Equal(pieces[1].second, full_a.narrow(0, 2 * rank, rows_a) * 2));
+    RANK_EXPECT(boxes["a.exp_avg"].global_shape == std::vector<int64_t>({5, 3}) &&
+                boxes["a.exp_avg"].offsets == std::vector<int64_t>({2 * rank, 0}));
+    RANK_EXPECT(pieces[2].second.is_same(local[2].second));
+    pieces[0].second.fill_(7);  // A view: loading into the piece fills the shard.
+    RANK_EXPECT(Equal(a.detach().narrow(0, 0, rows_a), at::full({rows_a, 3}, 7.0)));
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(3, 0));

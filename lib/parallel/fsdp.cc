@@ -94,6 +94,14 @@ absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
   return group;
 }
 
+int64_t FsdpParamGroup::FirstRowHeld(const Param& param) const {
+  return std::min(param.full_shape[0], shard_->rank() * param.rows_per_shard);
+}
+
+int64_t FsdpParamGroup::RowsHeld(const Param& param) const {
+  return RowsOfRank(param, shard_->rank());
+}
+
 at::Tensor FsdpParamGroup::ShardOf(const Param& param, const at::Tensor& full) const {
   c10::NoGradGuard no_grad;
   std::vector<int64_t> shape = param.full_shape;

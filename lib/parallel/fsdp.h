@@ -58,6 +58,10 @@ class FsdpParamGroup {
   absl::StatusOr<at::Tensor> GatherFull(const Param& param, const at::Tensor& shard_like) const;
   // This rank's rows of a full-shaped tensor of `param`, zero-padded to the shard's shape.
   at::Tensor ShardOf(const Param& param, const at::Tensor& full) const;
+  // The full tensor's rows this rank holds: [FirstRowHeld, FirstRowHeld + RowsHeld), padding not
+  // counted (the last ranks may hold fewer rows, or none).
+  int64_t FirstRowHeld(const Param& param) const;
+  int64_t RowsHeld(const Param& param) const;
 
   // The autograd all-gather (forward) and reduce-scatter (backward); used by Unshard.
   std::vector<at::Tensor> AllGatherFlat(const std::vector<at::Tensor>& shards) const;

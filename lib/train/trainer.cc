@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "glog/logging.h"
+#include "lib/checkpoint/async_checkpoint_saver.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/rng_state.h"
@@ -89,8 +91,12 @@ class Trainer {
   absl::StatusOr<StepStats> TrainStep();
   absl::StatusOr<double> Validate();
   absl::Status Save(bool model_only);
+  // Waits for an asynchronous save in flight and agrees with the other ranks on its outcome.
+  absl::Status FinishPendingSave();
   absl::Status MaybeResume();
   NamedTensors ModelState();
+  // What this rank saves of `local`: its pieces in the first replica group, whole tensors on rank 0.
+  NamedTensors PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const;
   bool autocast() const { return autocast_dtype_.has_value(); }
   bool writer() const { return runtime_.rank() == 0; }
   // Sums `value` over the data-parallel ranks.
@@ -113,6 +119,7 @@ class Trainer {
   std::optional<WarmupStableDecaySchedule> schedule_;
   std::unique_ptr<TextDataLoader> train_loader_;
   std::unique_ptr<CheckpointManager> checkpointer_;
+  std::unique_ptr<AsyncCheckpointSaver> async_saver_;  // Set with [checkpoint] async_mode=async.
   std::unique_ptr<MetricsLogger> metrics_;
   int64_t step_ = 0;  // completed optimizer steps
   int64_t microbatches_ = 1;
@@ -137,13 +144,16 @@ absl::Status Trainer::Init() {
     at::set_num_threads(std::max<int>(1, std::thread::hardware_concurrency() / local));
   }
 
-  // Every rank initialises the same weights: a random seed is rank 0's.
-  at::Tensor seed = at::full({1}, training.seed(), at::kLong);
-  if (training.seed() < 0) seed.fill_(static_cast<int64_t>(std::random_device()() >> 1));
+  // Every rank initialises the same weights: a random seed is rank 0's. So is the run id that
+  // names this run's temporary checkpoint directories.
+  std::random_device random;
+  at::Tensor seed_and_run = at::full({2}, training.seed(), at::kLong);
+  if (training.seed() < 0) seed_and_run[0].fill_(static_cast<int64_t>(random() >> 1));
+  seed_and_run[1].fill_((static_cast<int64_t>(random()) << 31) ^ random());
   if (runtime_.distributed()) {
-    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kWorld).Broadcast(seed, 0)));
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kWorld).Broadcast(seed_and_run, 0)));
   }
-  at::manual_seed(seed.item<int64_t>());
+  at::manual_seed(seed_and_run[0].item<int64_t>());
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
 
   device_ = PickDevice(runtime_.env().local_rank);
@@ -229,8 +239,16 @@ absl::Status Trainer::Init() {
   train_loader_ = std::make_unique<TextDataLoader>(std::move(dataset));
 
   if (ckpt.enable()) {
+    CheckpointRanks ranks;
+    ranks.rank = runtime_.rank();
+    ranks.world_size = runtime_.dims().world_size();
+    ranks.run_id = absl::StrCat(seed_and_run[1].item<int64_t>());
+    ranks.commit_timeout = absl::Seconds(config_.comm().train_timeout_seconds());
     checkpointer_ = std::make_unique<CheckpointManager>(job.dump_folder() + "/" + ckpt.folder(),
-                                                        ckpt.keep_latest_k());
+                                                        ckpt.keep_latest_k(), ranks);
+    if (ckpt.async_mode() == "async") {
+      async_saver_ = std::make_unique<AsyncCheckpointSaver>(checkpointer_.get());
+    }
     TITAN_RETURN_IF_ERROR(MaybeResume());
   }
   MetricsLoggerOptions metrics;
@@ -259,25 +277,23 @@ absl::Status Trainer::MaybeResume() {
     TITAN_RETURN_IF_ERROR(latest.status());
     step = *latest;
   }
-  // The optimizer's zero state gives LoadInto tensors of the right shapes to fill in place.
-  // Checkpoints hold full tensors: sharded ranks load them whole and keep their rows, so a
-  // checkpoint loads under any data-parallel layout.
+  // The optimizer's zero state gives LoadInto tensors of the right shapes to fill in place. Each
+  // rank reads the rows it holds from whichever saved pieces overlap them, so a checkpoint loads
+  // under any data-parallel layout.
   optimizer_->InitState();
   NamedTensors optimizer_state = optimizer_->StateDict();
-  const NamedTensors model_state = ModelState();
-  const NamedTensors full_model = data_parallel_->FullShaped(model_state);
-  const NamedTensors full_optimizer = data_parallel_->FullShaped(optimizer_state);
+  TensorBoxes boxes;
+  const NamedTensors model_pieces = data_parallel_->CheckpointPieces(ModelState(), boxes);
+  const NamedTensors optimizer_pieces = data_parallel_->CheckpointPieces(optimizer_state, boxes);
   nlohmann::json extra;
-  const absl::Status full = checkpointer_->LoadInto(step, full_model, &full_optimizer, &extra);
+  const absl::Status full =
+      checkpointer_->LoadInto(step, model_pieces, &optimizer_pieces, &extra, boxes);
   if (absl::IsFailedPrecondition(full)) {  // a model-only checkpoint: weights, then step 0
-    TITAN_RETURN_IF_ERROR(checkpointer_->LoadInto(step, full_model, nullptr, nullptr));
-    TITAN_RETURN_IF_ERROR(data_parallel_->CopyShards(full_model, model_state));
+    TITAN_RETURN_IF_ERROR(checkpointer_->LoadInto(step, model_pieces, nullptr, nullptr, boxes));
     LOG(INFO) << "loaded model weights from step-" << step << " (model only); training starts at 0";
     return absl::OkStatus();
   }
   TITAN_RETURN_IF_ERROR(full);
-  TITAN_RETURN_IF_ERROR(data_parallel_->CopyShards(full_model, model_state));
-  TITAN_RETURN_IF_ERROR(data_parallel_->CopyShards(full_optimizer, optimizer_state));
   TITAN_RETURN_IF_ERROR(optimizer_->LoadStateDict(optimizer_state));
   TITAN_RETURN_IF_ERROR(train_loader_->LoadStateDict(extra.at("dataloader")));
   step_ = extra.at("train_state").at("step").get<int64_t>();
@@ -287,25 +303,48 @@ absl::Status Trainer::MaybeResume() {
   return absl::OkStatus();
 }
 
+NamedTensors Trainer::PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const {
+  const bool first_replica =
+      !runtime_.distributed() || runtime_.comm(MeshGroup::kDpReplicate).rank() == 0;
+  NamedTensors kept;
+  for (auto& [name, tensor] : data_parallel_->CheckpointPieces(local, boxes)) {
+    if (boxes.count(name) > 0 ? first_replica : writer()) kept.emplace_back(name, tensor);
+  }
+  return kept;
+}
+
+absl::Status Trainer::FinishPendingSave() {
+  if (async_saver_ == nullptr || !async_saver_->in_flight()) return absl::OkStatus();
+  const absl::Status saved = async_saver_->Wait();
+  TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
+  TITAN_RETURN_IF_ERROR(saved);
+  if (!all_saved) return absl::InternalError("another rank failed to write its checkpoint part");
+  return absl::OkStatus();
+}
+
 absl::Status Trainer::Save(bool model_only) {
-  // A stopgap for sharded models: every rank gathers full tensors and rank 0 writes them (memory
-  // and time of one full copy on each rank); per-rank shard files are not implemented.
+  TITAN_RETURN_IF_ERROR(FinishPendingSave());
   CheckpointState state;
-  TITAN_ASSIGN_OR_RETURN(state.model, data_parallel_->GatherFull(ModelState()));
-  if (!model_only) {
-    TITAN_ASSIGN_OR_RETURN(state.optimizer, data_parallel_->GatherFull(optimizer_->StateDict()));
+  if (model_only) {
+    // A consolidated export: whole tensors, gathered and written by rank 0.
+    TITAN_ASSIGN_OR_RETURN(NamedTensors full, data_parallel_->GatherFull(ModelState()));
+    if (writer()) state.model = std::move(full);
+  } else {
+    // Every rank writes its own shards, in parallel (CheckpointManager joins them on load).
+    state.model = PiecesToSave(ModelState(), state.boxes);
+    state.optimizer = PiecesToSave(optimizer_->StateDict(), state.boxes);
     state.extra["dataloader"] = train_loader_->StateDict();
     state.extra["train_state"] = {{"step", step_}, {"ntokens_seen", ntokens_seen_}};
     state.extra["lr_scheduler"] = {{"last_step", step_}};
     state.extra["rng"] = CaptureRngState();
   }
+  if (async_saver_ != nullptr) return async_saver_->Start(step_, state, model_only);
   // CheckpointManager logs the save (path, tensors, bytes, seconds).
-  const absl::Status saved =
-      writer() ? checkpointer_->Save(step_, state, model_only) : absl::OkStatus();
+  const absl::Status saved = checkpointer_->Save(step_, state, model_only);
   // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
   TITAN_RETURN_IF_ERROR(saved);
-  if (!all_saved) return absl::InternalError(absl::StrCat("rank 0 failed to save step-", step_));
+  if (!all_saved) return absl::InternalError(absl::StrCat("another rank failed to save step-", step_));
   return absl::OkStatus();
 }
 
@@ -461,6 +500,7 @@ absl::Status Trainer::Train() {
       break;
     }
   }
+  TITAN_RETURN_IF_ERROR(FinishPendingSave());
   LOG(INFO) << "training done at step " << step_;
   return absl::OkStatus();
 }

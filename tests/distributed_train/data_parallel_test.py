@@ -86,7 +86,8 @@ class DataParallelTest(unittest.TestCase):
     def check_parity(self, name, nproc, *flags, checkpoint=False, local_batch=None):
         dump = self.fresh(name)
         ckpt = (["--checkpoint.enable=true", "--checkpoint.interval=5",
-                 "--checkpoint.keep_latest_k=0"] if checkpoint else ["--checkpoint.enable=false"])
+                 "--checkpoint.keep_latest_k=0", "--checkpoint.last_save_model_only=false"]
+                if checkpoint else ["--checkpoint.enable=false"])
         proc = train(dump, nproc, local_batch or GLOBAL_BATCH // nproc, *ckpt, *flags)
         got = losses(dump)
         self.assertEqual(sorted(got), list(range(1, STEPS + 1)))
@@ -98,6 +99,36 @@ class DataParallelTest(unittest.TestCase):
         with open(os.path.join(dump, "metrics.jsonl")) as f:
             self.assertEqual(len(f.readlines()), STEPS)
         return dump, proc
+
+    def check_resumes(self, step_dir, runs):
+        """Each (name, nproc, flags) run resumes from step_dir and continues its run's losses."""
+        original = losses(os.path.dirname(os.path.dirname(step_dir)))
+        for name, nproc, *flags in runs:
+            resumed = self.fresh(name)
+            shutil.copytree(step_dir, os.path.join(resumed, "checkpoint", "step-5"))
+            proc = train(resumed, nproc, GLOBAL_BATCH // nproc, "--checkpoint.enable=true",
+                         "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0", *flags)
+            self.assertIn("resumed from checkpoint step-5", proc.stderr)
+            got = losses(resumed)
+            self.assertEqual(sorted(got), list(range(6, STEPS + 1)))
+            diff = max_rel_diff({s: original[s] for s in got}, got)
+            print(f"\n{name}: max relative loss difference vs the saving run: {diff:.3e}",
+                  file=sys.stderr)
+            self.assertLessEqual(diff, RTOL)
+
+    def assert_rank_files(self, step_dir, writers, world):
+        """Each writing rank saved its own shard files; the manifest records their offsets."""
+        names = set(os.listdir(step_dir))
+        for stem in ("model", "optimizer"):
+            want = {f"{stem}-{r:05d}-of-{world:05d}.safetensors" for r in writers}
+            self.assertEqual({n for n in names if n.startswith(stem + "-")}, want)
+        with open(os.path.join(step_dir, "manifest.json")) as f:
+            manifest = json.load(f)
+        pieces = [t for t in manifest["tensors"] if t["name"] == "layers.0.attention.wq.weight"]
+        self.assertEqual(len(pieces), len(writers))
+        rows = pieces[0]["global_shape"][0]
+        self.assertEqual(sorted(p["offsets"][0] for p in pieces),
+                         [i * rows // len(writers) for i in range(len(writers))])
 
     def test_fsdp2(self):
         self.check_parity("fsdp2", 2)
@@ -111,30 +142,30 @@ class DataParallelTest(unittest.TestCase):
         for total in per_rank.values():
             # A quarter, plus at most one padding row per parameter.
             self.assertLess(total, self.reference_bytes / 4 * 1.05)
-        # Step 5 of the FSDP-4 run, resumed by 2 ranks and by one process, continues the same run.
-        fsdp4 = losses(dump)
-        for name, nproc in (("resume_fsdp2", 2), ("resume_one", 1)):
-            resumed = self.fresh(name)
-            shutil.copytree(os.path.join(dump, "checkpoint", "step-5"),
-                            os.path.join(resumed, "checkpoint", "step-5"))
-            proc = train(resumed, nproc, GLOBAL_BATCH // nproc, "--checkpoint.enable=true",
-                         "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0")
-            self.assertIn("resumed from checkpoint step-5", proc.stderr)
-            got = losses(resumed)
-            self.assertEqual(sorted(got), list(range(6, STEPS + 1)))
-            diff = max_rel_diff({s: fsdp4[s] for s in got}, got)
-            print(f"\n{name}: max relative loss difference vs the FSDP-4 run: {diff:.3e}",
-                  file=sys.stderr)
-            self.assertLessEqual(diff, RTOL)
+        # Step 5 of the FSDP-4 run, resumed by 2 FSDP ranks, 2 DDP ranks and one process,
+        # continues the same run.
+        step_dir = os.path.join(dump, "checkpoint", "step-5")
+        self.assert_rank_files(step_dir, writers=range(4), world=4)
+        self.check_resumes(step_dir, [
+            ("resume_fsdp2", 2),
+            ("resume_ddp2", 2, "--parallelism.data_parallel_replicate_degree=2",
+             "--parallelism.data_parallel_shard_degree=1"),
+            ("resume_one", 1)])
 
     def test_ddp2_with_gradient_accumulation(self):
         # 2 microbatches of 2 per rank: gradients are all-reduced after the second only.
         self.check_parity("ddp2", 2, "--parallelism.data_parallel_replicate_degree=2",
                           "--parallelism.data_parallel_shard_degree=1", local_batch=2)
 
-    def test_hsdp_2x2(self):
-        self.check_parity("hsdp2x2", 4, "--parallelism.data_parallel_replicate_degree=2",
-                          "--parallelism.data_parallel_shard_degree=2")
+    def test_hsdp_2x2_with_async_checkpoints(self):
+        dump, proc = self.check_parity("hsdp2x2", 4, "--parallelism.data_parallel_replicate_degree=2",
+                                       "--parallelism.data_parallel_shard_degree=2",
+                                       "--checkpoint.async_mode=async", checkpoint=True)
+        # The first replica's two shard ranks write; the other replica holds the same values.
+        step_dir = os.path.join(dump, "checkpoint", "step-5")
+        self.assert_rank_files(step_dir, writers=range(2), world=4)
+        self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", "step-10")))
+        self.check_resumes(step_dir, [("resume_hsdp_one", 1)])
 
     def test_killed_rank_stops_the_job_and_the_last_checkpoint_loads(self):
         dump = self.fresh("killed")
