@@ -29,6 +29,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "lib/distributed/group_state.h"
 
 namespace titan {
 namespace {
@@ -50,69 +51,6 @@ c10d::ReduceOp ToC10d(ReduceOp op) {
   }
   return c10d::ReduceOp(c10d::ReduceOp::SUM);
 }
-
-// The first line of an exception's text (c10 errors carry a C++ backtrace after it).
-std::string Reason(const std::exception& e) {
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-  const std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
-  return std::string(absl::string_view(text).substr(0, text.find('\n')));
-}
-
-// What a group's members and its Work handles share: identity, and the progress keys that tell
-// who reached which operation. Before operation #n each member sets "<its group rank>" = n in the
-// group's progress store; on failure, members whose value is below n never arrived.
-class GroupState {
- public:
-  GroupState(std::string name, std::vector<int> global_ranks, int rank,
-             c10::intrusive_ptr<c10d::Store> progress)
-      : name_(std::move(name)),
-        global_ranks_(std::move(global_ranks)),
-        rank_(rank),
-        progress_(std::move(progress)) {}
-
-  const std::string& name() const { return name_; }
-  const std::vector<int>& global_ranks() const { return global_ranks_; }
-  int rank() const { return rank_; }
-
-  void MarkArrived(uint64_t seq) {
-    const std::string value = absl::StrCat(seq);
-    progress_->set(absl::StrCat(rank_), std::vector<uint8_t>(value.begin(), value.end()));
-  }
-
-  // "ranks that did not arrive: 2, 5" (job ranks), or why that cannot be told.
-  std::string Stragglers(uint64_t seq) const {
-    std::vector<int> missing;
-    try {
-      for (size_t member = 0; member < global_ranks_.size(); ++member) {
-        const std::string key = absl::StrCat(member);
-        int64_t reached = -1;  // Not even joined.
-        if (progress_->check({key})) {
-          const std::vector<uint8_t> value = progress_->get(key);
-          if (!absl::SimpleAtoi(std::string(value.begin(), value.end()), &reached)) reached = -1;
-        }
-        if (reached < static_cast<int64_t>(seq)) missing.push_back(global_ranks_[member]);
-      }
-    } catch (const std::exception& e) {
-      return absl::StrCat("ranks that did not arrive: unknown (store unreachable: ", Reason(e), ")");
-    }
-    if (missing.empty()) return "every rank arrived";
-    return absl::StrCat("ranks that did not arrive: ", absl::StrJoin(missing, ", "));
-  }
-
-  absl::Status Failure(absl::string_view op, uint64_t seq, absl::Time start,
-                       absl::string_view reason) const {
-    return absl::DeadlineExceededError(absl::StrCat(
-        op, " #", seq, " on group \"", name_, "\" (job ranks ", absl::StrJoin(global_ranks_, ","),
-        ") failed after ", absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
-        ": ", reason, "; ", Stragglers(seq)));
-  }
-
- private:
-  const std::string name_;
-  const std::vector<int> global_ranks_;
-  const int rank_;
-  const c10::intrusive_ptr<c10d::Store> progress_;
-};
 
 class GlooWork : public Work {
  public:
@@ -278,42 +216,15 @@ class GlooCommunicator : public Communicator {
   }
 
   absl::Status CheckTensor(const char* op, const char* what, const at::Tensor& tensor) const {
-    if (!tensor.defined() || !tensor.device().is_cpu() || !tensor.is_contiguous() ||
-        tensor.is_sparse()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, " on group \"", name(), "\": ", what,
-          " must be a defined, dense, contiguous CPU tensor (gloo backend)"));
-    }
-    return absl::OkStatus();
+    return CheckCollectiveTensor(*group_, op, what, tensor, c10::DeviceType::CPU, "gloo");
   }
-
-  // `big` must hold `expected` elements of `small`'s dtype.
   absl::Status CheckPair(const char* op, const at::Tensor& small, const at::Tensor& big,
                          int64_t expected, const char* expected_text) const {
-    if (absl::Status s = CheckTensor(op, "input", small); !s.ok()) return s;
-    if (absl::Status s = CheckTensor(op, "output", big); !s.ok()) return s;
-    if (small.scalar_type() != big.scalar_type()) {
-      return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", name(),
-                                                     "\": input and output dtypes differ (",
-                                                     c10::toString(small.scalar_type()), " vs ",
-                                                     c10::toString(big.scalar_type()), ")"));
-    }
-    if (big.numel() != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, " on group \"", name(), "\": expected ", expected, " (", expected_text,
-          ") elements, got ", big.numel()));
-    }
-    return absl::OkStatus();
+    return CheckCollectivePair(*group_, op, small, big, expected, expected_text,
+                               c10::DeviceType::CPU, "gloo");
   }
-
   absl::Status CheckPeer(const char* op, const char* what, int peer, bool self_ok) const {
-    if (peer < 0 || peer >= size() || (!self_ok && peer == rank())) {
-      return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", name(), "\": ", what, " ",
-                                                     peer, " is not another member of 0..",
-                                                     size() - 1, " (this member is ", rank(),
-                                                     ")"));
-    }
-    return absl::OkStatus();
+    return CheckCollectivePeer(*group_, op, what, peer, self_ok);
   }
 
   const std::shared_ptr<GroupState> group_;

@@ -1,6 +1,7 @@
 #include "lib/parallel/distributed_runtime.h"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 
 #include <string>
 #include <utility>
@@ -8,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/distributed/gloo_communicator.h"
+#include "lib/distributed/nccl_communicator.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -41,12 +43,24 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   options.timeout = timeout;
   TITAN_ASSIGN_OR_RETURN(runtime.rendezvous_, Rendezvous::Connect(env, options));
   std::shared_ptr<Rendezvous> rendezvous = runtime.rendezvous_;
+  // The device the trainer picks for this rank (lib/train/device), or -1 on a CPU-only machine.
+  const int gpu = at::hasCUDA() && at::cuda::device_count() > 0
+                      ? env.local_rank % at::cuda::device_count()
+                      : -1;
   TITAN_ASSIGN_OR_RETURN(
       MeshCommunicators comms,
       MeshCommunicators::Create(
           runtime.dims_, env.rank,
-          [rendezvous, timeout](const std::string& name, std::vector<int> ranks) {
-            return CreateGlooCommunicator(rendezvous, name, std::move(ranks), timeout);
+          [rendezvous, timeout, gpu](const std::string& name, std::vector<int> ranks)
+              -> absl::StatusOr<std::unique_ptr<Communicator>> {
+            TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> cpu,
+                                   CreateGlooCommunicator(rendezvous, name, ranks, timeout));
+            if (gpu < 0) return cpu;
+            // CUDA tensors (parameters, gradients) over NCCL; host-side control over Gloo.
+            TITAN_ASSIGN_OR_RETURN(
+                std::unique_ptr<Communicator> nccl,
+                CreateNcclCommunicator(rendezvous, name, std::move(ranks), gpu, timeout));
+            return CreateDeviceDispatchingCommunicator(std::move(cpu), std::move(nccl));
           }));
   runtime.comms_ = std::move(comms);
   return runtime;

@@ -1,0 +1,96 @@
+#include "lib/distributed/group_state.h"
+
+#include <c10/util/Exception.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace titan {
+
+std::string Reason(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  const std::string text = c10_error != nullptr ? c10_error->what_without_backtrace() : e.what();
+  return std::string(absl::string_view(text).substr(0, text.find('\n')));
+}
+
+void GroupState::MarkArrived(uint64_t seq) {
+  const std::string value = absl::StrCat(seq);
+  progress_->set(absl::StrCat(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string GroupState::Stragglers(uint64_t seq) const {
+  std::vector<int> missing;
+  try {
+    for (size_t member = 0; member < global_ranks_.size(); ++member) {
+      const std::string key = absl::StrCat(member);
+      int64_t reached = -1;  // Not even joined.
+      if (progress_->check({key})) {
+        const std::vector<uint8_t> value = progress_->get(key);
+        if (!absl::SimpleAtoi(std::string(value.begin(), value.end()), &reached)) reached = -1;
+      }
+      if (reached < static_cast<int64_t>(seq)) missing.push_back(global_ranks_[member]);
+    }
+  } catch (const std::exception& e) {
+    return absl::StrCat("ranks that did not arrive: unknown (store unreachable: ", Reason(e), ")");
+  }
+  if (missing.empty()) return "every rank arrived";
+  return absl::StrCat("ranks that did not arrive: ", absl::StrJoin(missing, ", "));
+}
+
+absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time start,
+                                 absl::string_view reason) const {
+  return absl::DeadlineExceededError(absl::StrCat(
+      op, " #", seq, " on group \"", name_, "\" (job ranks ", absl::StrJoin(global_ranks_, ","),
+      ") failed after ", absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
+      ": ", reason, "; ", Stragglers(seq)));
+}
+
+absl::Status CheckCollectiveTensor(const GroupState& group, const char* op, const char* what,
+                                   const at::Tensor& tensor, c10::DeviceType device,
+                                   const char* backend) {
+  if (!tensor.defined() || tensor.device().type() != device || !tensor.is_contiguous() ||
+      tensor.is_sparse()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " on group \"", group.name(), "\": ", what, " must be a defined, dense, contiguous ",
+        c10::DeviceTypeName(device), " tensor (", backend, " backend)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCollectivePair(const GroupState& group, const char* op, const at::Tensor& small,
+                                 const at::Tensor& big, int64_t expected,
+                                 const char* expected_text, c10::DeviceType device,
+                                 const char* backend) {
+  if (absl::Status s = CheckCollectiveTensor(group, op, "input", small, device, backend); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckCollectiveTensor(group, op, "output", big, device, backend); !s.ok()) {
+    return s;
+  }
+  if (small.scalar_type() != big.scalar_type()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", group.name(),
+                                                   "\": input and output dtypes differ (",
+                                                   c10::toString(small.scalar_type()), " vs ",
+                                                   c10::toString(big.scalar_type()), ")"));
+  }
+  if (big.numel() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", group.name(),
+                                                   "\": expected ", expected, " (", expected_text,
+                                                   ") elements, got ", big.numel()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckCollectivePeer(const GroupState& group, const char* op, const char* what,
+                                 int peer, bool self_ok) {
+  if (peer < 0 || peer >= group.size() || (!self_ok && peer == group.rank())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", group.name(), "\": ", what,
+                                                   " ", peer, " is not another member of 0..",
+                                                   group.size() - 1, " (this member is ",
+                                                   group.rank(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace titan

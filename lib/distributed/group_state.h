@@ -1,0 +1,69 @@
+#ifndef TITAN_LIB_DISTRIBUTED_GROUP_STATE_H_
+#define TITAN_LIB_DISTRIBUTED_GROUP_STATE_H_
+
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace titan {
+
+// The first line of an exception's text (c10 errors carry a C++ backtrace after it).
+std::string Reason(const std::exception& e);
+
+// What a group's members and its Work handles share, whatever the backend: identity, and the
+// progress keys that tell who reached which operation. Before operation #n each member sets
+// "<its group rank>" = n in the group's progress store; on failure, members whose value is below n
+// never arrived.
+class GroupState {
+ public:
+  GroupState(std::string name, std::vector<int> global_ranks, int rank,
+             c10::intrusive_ptr<c10d::Store> progress)
+      : name_(std::move(name)),
+        global_ranks_(std::move(global_ranks)),
+        rank_(rank),
+        progress_(std::move(progress)) {}
+
+  const std::string& name() const { return name_; }
+  const std::vector<int>& global_ranks() const { return global_ranks_; }
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(global_ranks_.size()); }
+
+  void MarkArrived(uint64_t seq);
+  // "ranks that did not arrive: 2, 5" (job ranks), or why that cannot be told.
+  std::string Stragglers(uint64_t seq) const;
+  // DeadlineExceeded naming the operation, the group, how long it ran and the stragglers.
+  absl::Status Failure(absl::string_view op, uint64_t seq, absl::Time start,
+                       absl::string_view reason) const;
+
+ private:
+  const std::string name_;
+  const std::vector<int> global_ranks_;
+  const int rank_;
+  const c10::intrusive_ptr<c10d::Store> progress_;
+};
+
+// Argument checks every backend makes; errors name the operation, the group and the backend.
+// A defined, dense, contiguous tensor on `device`.
+absl::Status CheckCollectiveTensor(const GroupState& group, const char* op, const char* what,
+                                   const at::Tensor& tensor, c10::DeviceType device,
+                                   const char* backend);
+// Both tensors valid, one dtype, and `big` holding `expected` elements.
+absl::Status CheckCollectivePair(const GroupState& group, const char* op, const at::Tensor& small,
+                                 const at::Tensor& big, int64_t expected,
+                                 const char* expected_text, c10::DeviceType device,
+                                 const char* backend);
+// `peer` is a member (another one unless self_ok).
+absl::Status CheckCollectivePeer(const GroupState& group, const char* op, const char* what,
+                                 int peer, bool self_ok);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_DISTRIBUTED_GROUP_STATE_H_

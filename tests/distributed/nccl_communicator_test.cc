@@ -1,0 +1,82 @@
+// The NCCL backend on one GPU (a group of one: NCCL allows one rank per device). Skipped where no
+// CUDA device exists, i.e. on the CPU-only CI machines; run it on a GPU machine.
+#include "lib/distributed/nccl_communicator.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/distributed/gloo_communicator.h"
+#include "lib/distributed/rendezvous.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::shared_ptr<Rendezvous> ConnectAlone() {
+  const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(listen(listen_fd, 16), 0);
+  EXPECT_EQ(getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  DistributedEnv env;
+  env.master_addr = "127.0.0.1";
+  env.master_port = ntohs(addr.sin_port);
+  RendezvousOptions options;
+  options.listen_fd = listen_fd;
+  options.timeout = absl::Seconds(20);
+  absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
+  EXPECT_TRUE(rendezvous.ok()) << rendezvous.status();
+  return rendezvous.ok() ? *rendezvous : nullptr;
+}
+
+TEST(NcclCommunicatorTest, CollectivesOnOneGpuAndDispatchByDevice) {
+  if (!at::hasCUDA() || at::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::shared_ptr<Rendezvous> rendezvous = ConnectAlone();
+  ASSERT_NE(rendezvous, nullptr);
+  absl::StatusOr<std::unique_ptr<Communicator>> nccl =
+      CreateNcclCommunicator(rendezvous, "solo", {0}, /*device=*/0, absl::Seconds(30));
+  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  absl::StatusOr<std::unique_ptr<Communicator>> gloo =
+      CreateGlooCommunicator(rendezvous, "solo", {0}, absl::Seconds(30));
+  ASSERT_TRUE(gloo.ok()) << gloo.status();
+  std::unique_ptr<Communicator> comm =
+      CreateDeviceDispatchingCommunicator(*std::move(gloo), *std::move(nccl));
+
+  const auto cuda = at::TensorOptions().device(at::kCUDA, 0);
+  // Queued right before the collective on the compute stream: the event orders NCCL after it.
+  at::Tensor x = at::arange(1 << 20, cuda.dtype(at::kFloat)).mul_(2);
+  ASSERT_TRUE(Await(comm->AllReduce(x, ReduceOp::kSum)).ok());
+  EXPECT_TRUE(x.equal(at::arange(1 << 20, cuda.dtype(at::kFloat)) * 2));
+  at::Tensor gathered = at::empty({1 << 20}, cuda.dtype(at::kFloat));
+  ASSERT_TRUE(Await(comm->AllGather(x, gathered)).ok());
+  EXPECT_TRUE(gathered.equal(x));
+  at::Tensor scattered = at::empty({1 << 20}, cuda.dtype(at::kFloat));
+  ASSERT_TRUE(Await(comm->ReduceScatter(x, scattered, ReduceOp::kMax)).ok());
+  EXPECT_TRUE(scattered.equal(x));
+  at::Tensor bf16 = at::ones({7}, cuda.dtype(at::kBFloat16));
+  ASSERT_TRUE(Await(comm->Broadcast(bf16, 0)).ok());
+  ASSERT_TRUE(Await(comm->Barrier()).ok());
+  at::Tensor cpu = at::full({3}, 4.0);  // Goes to Gloo.
+  ASSERT_TRUE(Await(comm->AllReduce(cpu, ReduceOp::kSum)).ok());
+  EXPECT_TRUE(cpu.equal(at::full({3}, 4.0)));
+
+  EXPECT_THAT(Await(comm->AllGather(x, at::empty({3}, cuda.dtype(at::kFloat)))).message(),
+              HasSubstr("all_gather on group \"solo\": expected 1048576"));
+  EXPECT_THAT(Await(comm->AllReduce(at::ones({2}, cuda.dtype(at::kComplexFloat)),
+                                    ReduceOp::kSum)).message(),
+              HasSubstr("no NCCL equivalent"));
+}
+
+}  // namespace
+}  // namespace titan
