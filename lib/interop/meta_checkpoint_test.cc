@@ -1,0 +1,108 @@
+#include "lib/interop/meta_checkpoint.h"
+
+#include <caffe2/serialize/inline_container.h>
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/interop/test_dir.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+using std::string_literals::operator""s;
+
+// A torch.save-shaped zip whose data.pkl is `pickle`.
+std::string ArchiveWithPickle(const std::string& pickle) {
+  std::string archive;
+  caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t size) {
+    archive.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  zip.writeRecord("data.pkl", pickle.data(), pickle.size());
+  zip.writeRecord("byteorder", "little", 6);
+  zip.writeEndOfFile();
+  return archive;
+}
+
+std::string ParseError(const std::string& pickle) {
+  const absl::StatusOr<NamedTensors> parsed =
+      ParseTorchStateDict(ArchiveWithPickle(pickle), "consolidated.00.pth");
+  EXPECT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(parsed.status().message());
+}
+
+TEST(MetaCheckpointTest, WrittenCheckpointParsesBack) {
+  const std::string dir = TestDir("meta");
+  const NamedTensors tensors = {{"tok_embeddings.weight", at::randn({4, 3})},
+                                {"norm.weight", at::ones({3}, at::kBFloat16)}};
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  const absl::Status written = WriteMetaCheckpoint(dir, tensors, Llama3ModelInfo());
+  ASSERT_TRUE(written.ok()) << written;
+  absl::StatusOr<std::string> bytes = ReadFile(dir + "/consolidated.00.pth");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<NamedTensors> parsed = ParseTorchStateDict(*bytes, "consolidated.00.pth");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 2u);
+  for (const auto& [name, tensor] : *parsed) {
+    const at::Tensor& expected = name == "norm.weight" ? tensors[1].second : tensors[0].second;
+    EXPECT_TRUE(tensor.equal(expected)) << name;
+  }
+}
+
+// The fuzzer's finding: a 4 GB string length in a 1 KB file made the unpickler reserve 4 GB.
+TEST(MetaCheckpointTest, StringLengthPastThePickleIsRejectedBeforeUnpickling) {
+  const std::string pickle = "\x80\x02}q\x00(X\xf9\xff\xff\xfd"s + "storage.";
+  EXPECT_EQ(ParseError(pickle),
+            "consolidated.00.pth: data.pkl: byte 6: BINUNICODE: claims 4261412857 bytes, 8 left");
+}
+
+TEST(MetaCheckpointTest, EveryLengthFieldIsChecked) {
+  EXPECT_EQ(ParseError("\x80\x02\x8d\xff\xff\xff\xff\xff\xff\xff\x7f."s),
+            "consolidated.00.pth: data.pkl: byte 2: BINUNICODE8: claims 9223372036854775807 "
+            "bytes, 1 left");
+  EXPECT_EQ(ParseError("\x80\x02\x96\x10\0\0\0\0\0\0\0abc."s),
+            "consolidated.00.pth: data.pkl: byte 2: BYTEARRAY8: claims 16 bytes, 4 left");
+  EXPECT_EQ(ParseError("\x80\x02"
+                       "C\x05"
+                       "ab."s),
+            "consolidated.00.pth: data.pkl: byte 2: SHORT_BINBYTES: claims 5 bytes, 3 left");
+  EXPECT_EQ(ParseError("\x80\x02T\x00\x00\x00\x80."s),
+            "consolidated.00.pth: data.pkl: byte 2: BINSTRING: claims 2147483648 bytes, 1 left");
+  EXPECT_EQ(ParseError("\x80\x02X\x01\0"s),
+            "consolidated.00.pth: data.pkl: byte 2: BINUNICODE: needs a 4-byte length, 2 bytes "
+            "left");
+}
+
+TEST(MetaCheckpointTest, MemoIndexBeyondTheNextFreeOneIsRejected) {
+  EXPECT_EQ(ParseError("\x80\x02}q\x00r\xff\xff\xff\xff."s),
+            "consolidated.00.pth: data.pkl: byte 5: LONG_BINPUT: memo index 4294967295, expected "
+            "at most 1 (the next free one)");
+}
+
+TEST(MetaCheckpointTest, OnlyStateDictOpcodesAndGlobals) {
+  EXPECT_EQ(
+      ParseError("\x80\x02"
+                 "cos\nsystem\nX\x04\x00\x00\x00true\x85R."s),
+      "consolidated.00.pth: data.pkl: byte 2: GLOBAL os.system: expected a global of a dict "
+      "of tensors (torch._utils._rebuild_tensor_v2, torch.*Storage, collections.OrderedDict)");
+  EXPECT_EQ(ParseError("\x80\x02\x93."s),
+            "consolidated.00.pth: data.pkl: byte 2: STACK_GLOBAL: not an opcode torch.save writes "
+            "for a dict of tensors");
+  EXPECT_EQ(ParseError("\x80\x02\xff."s),
+            "consolidated.00.pth: data.pkl: byte 2: unknown pickle opcode 0xff");
+  EXPECT_EQ(ParseError("\x80\x02}"s),
+            "consolidated.00.pth: data.pkl: 3 bytes without a STOP opcode");
+  EXPECT_THAT(ParseError("\x80\x02"
+                         "ctorch\nFloatStorage"),
+              HasSubstr("GLOBAL: no newline"));
+}
+
+}  // namespace
+}  // namespace titan
