@@ -254,11 +254,75 @@ absl::Status CheckStateDictPickle(absl::string_view pickle, const std::string& s
       absl::StrCat(source, ": data.pkl: ", pickle.size(), " bytes without a STOP opcode"));
 }
 
+// LibTorch's zip reader (its bundled miniz) allocates the uncompressed size a record's directory
+// entry claims before extracting it, and opening the archive already reads .data/version and
+// .data/serialization_id. torch.save stores records uncompressed, so no record is larger than the
+// archive: every entry's claim is checked before LibTorch opens it. Hand-written: LibTorch ships
+// miniz without its header, and no other zip library is at hand. Structural damage is left to
+// the zip reader, which reports it.
+absl::Status CheckZipRecordSizes(const caffe2::serialize::ReadAdapterInterface& archive,
+                                 const std::string& source) {
+  const uint64_t size = archive.size();
+  const auto read = [&](uint64_t pos, size_t n) {
+    std::string bytes(n, '\0');
+    bytes.resize(archive.read(pos, bytes.data(), n, "checking the zip directory"));
+    return bytes;
+  };
+  constexpr size_t kEndRecordSize = 22, kMaxCommentSize = 0xffff;
+  if (size < kEndRecordSize) return absl::OkStatus();
+  // The end-of-central-directory record: the last signature with room for the record after it,
+  // searched as miniz does.
+  const uint64_t tail_start = size - std::min<uint64_t>(size, kEndRecordSize + kMaxCommentSize);
+  const std::string tail = read(tail_start, size - tail_start);
+  const size_t end = tail.rfind("PK\5\6", tail.size() - kEndRecordSize);
+  if (end == std::string::npos) return absl::OkStatus();
+  uint64_t entries = ReadLittleEndian(absl::string_view(tail).substr(end + 10, 2));
+  uint64_t offset = ReadLittleEndian(absl::string_view(tail).substr(end + 16, 4));
+  // ZIP64 (torch.save writes it): a locator just before points at the record with the real values.
+  if (end >= 20 && tail.compare(end - 20, 4, "PK\6\7") == 0) {
+    const std::string zip64 =
+        read(ReadLittleEndian(absl::string_view(tail).substr(end - 20 + 8, 8)), 56);
+    if (zip64.size() == 56 && zip64.compare(0, 4, "PK\6\6") == 0) {
+      entries = ReadLittleEndian(absl::string_view(zip64).substr(32, 8));
+      offset = ReadLittleEndian(absl::string_view(zip64).substr(48, 8));
+    }
+  }
+  for (uint64_t i = 0; i < entries; ++i) {
+    const std::string header = read(offset, 46);
+    if (header.size() < 46 || header.compare(0, 4, "PK\1\2") != 0) return absl::OkStatus();
+    const absl::string_view fields(header);
+    uint64_t claimed = ReadLittleEndian(fields.substr(24, 4));
+    const uint64_t name_size = ReadLittleEndian(fields.substr(28, 2));
+    const uint64_t extra_size = ReadLittleEndian(fields.substr(30, 2));
+    const std::string name = read(offset + 46, name_size);
+    if (claimed == 0xffffffff) {  // The ZIP64 extra field (id 1) starts with the real size.
+      const std::string extra = read(offset + 46 + name_size, extra_size);
+      for (size_t at = 0; at + 4 <= extra.size();
+           at += 4 + ReadLittleEndian(absl::string_view(extra).substr(at + 2, 2))) {
+        if (ReadLittleEndian(absl::string_view(extra).substr(at, 2)) == 1 &&
+            at + 12 <= extra.size()) {
+          claimed = ReadLittleEndian(absl::string_view(extra).substr(at + 4, 8));
+          break;
+        }
+      }
+    }
+    if (claimed > size) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": zip record ", name, " claims ",
+                                                     claimed, " bytes, the archive has ", size,
+                                                     " (torch.save stores records uncompressed)"));
+    }
+    offset += 46 + name_size + extra_size + ReadLittleEndian(fields.substr(32, 2));
+  }
+  return absl::OkStatus();
+}
+
 // A torch.save archive's "data.pkl" through LibTorch's restricted unpickler, as name -> tensor.
 absl::StatusOr<NamedTensors> ReadStateDict(
     std::shared_ptr<caffe2::serialize::ReadAdapterInterface> archive, const std::string& source) {
   c10::IValue loaded;
   try {
+    const absl::Status sizes_status = CheckZipRecordSizes(*archive, source);
+    if (!sizes_status.ok()) return sizes_status;
     caffe2::serialize::PyTorchStreamReader zip(std::move(archive));
     const auto [pickle, pickle_size] = zip.getRecord("data.pkl");
     const absl::Status pickle_status = CheckStateDictPickle(

@@ -63,6 +63,21 @@ TEST(MetaCheckpointTest, StringLengthPastThePickleIsRejectedBeforeUnpickling) {
             "consolidated.00.pth: data.pkl: byte 6: BINUNICODE: claims 4261412857 bytes, 8 left");
 }
 
+// The fuzzer's second finding: LibTorch's zip reader allocated the 4 GB a directory entry claimed
+// for a 277-byte stored record.
+TEST(MetaCheckpointTest, ZipRecordLargerThanTheArchiveIsRejectedBeforeOpening) {
+  std::string archive = ArchiveWithPickle("\x80\x02}."s);
+  const size_t entry = archive.find("PK\1\2");  // The first directory entry: data.pkl's.
+  ASSERT_NE(entry, std::string::npos);
+  archive.replace(entry + 24, 4, "\x15\x01\xfd\xff"s);  // Uncompressed size 4294770965.
+  const absl::StatusOr<NamedTensors> parsed = ParseTorchStateDict(archive, "consolidated.00.pth");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(std::string(parsed.status().message()),
+            absl::StrCat("consolidated.00.pth: zip record archive/data.pkl claims 4294770965 "
+                         "bytes, the archive has ",
+                         archive.size(), " (torch.save stores records uncompressed)"));
+}
+
 TEST(MetaCheckpointTest, EveryLengthFieldIsChecked) {
   EXPECT_EQ(ParseError("\x80\x02\x8d\xff\xff\xff\xff\xff\xff\xff\x7f."s),
             "consolidated.00.pth: data.pkl: byte 2: BINUNICODE8: claims 9223372036854775807 "
