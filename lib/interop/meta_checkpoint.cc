@@ -170,7 +170,7 @@ bool IsStateDictGlobal(absl::string_view module, absl::string_view name) {
 // a length field or memo index claims before reading on (a 1 KB file can ask for 4 GB), and it
 // accepts opcodes and globals a dict of tensors never needs. Hand-written: no C++ pickle library
 // is at hand, and LibTorch's own parser is the one being guarded.
-absl::Status CheckStateDictPickle(absl::string_view pickle, const std::string& source) {
+absl::Status CheckStateDictPickle(absl::string_view pickle) {
   uint64_t memo_size = 0;  // Picklers number memo entries 0, 1, 2 ... in the order they write them.
   size_t pos = 0;
   while (pos < pickle.size()) {
@@ -178,11 +178,11 @@ absl::Status CheckStateDictPickle(absl::string_view pickle, const std::string& s
     const uint8_t code = static_cast<uint8_t>(pickle[pos++]);
     const PickleOpcode* opcode = FindPickleOpcode(code);
     if (opcode == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": data.pkl: byte ", start,
+      return absl::InvalidArgumentError(absl::StrCat("data.pkl: byte ", start,
                                                      ": unknown pickle opcode 0x",
                                                      absl::Hex(code, absl::kZeroPad2)));
     }
-    const std::string where = absl::StrCat(source, ": data.pkl: byte ", start, ": ", opcode->name);
+    const std::string where = absl::StrCat("data.pkl: byte ", start, ": ", opcode->name);
     absl::string_view argument;
     absl::string_view lines[2];
     const size_t left = pickle.size() - pos;
@@ -251,7 +251,7 @@ absl::Status CheckStateDictPickle(absl::string_view pickle, const std::string& s
     if (code == '.') return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(source, ": data.pkl: ", pickle.size(), " bytes without a STOP opcode"));
+      absl::StrCat("data.pkl: ", pickle.size(), " bytes without a STOP opcode"));
 }
 
 // LibTorch's zip reader (its bundled miniz) allocates the uncompressed size a record's directory
@@ -260,8 +260,7 @@ absl::Status CheckStateDictPickle(absl::string_view pickle, const std::string& s
 // archive: every entry's claim is checked before LibTorch opens it. Hand-written: LibTorch ships
 // miniz without its header, and no other zip library is at hand. Structural damage is left to
 // the zip reader, which reports it.
-absl::Status CheckZipRecordSizes(const caffe2::serialize::ReadAdapterInterface& archive,
-                                 const std::string& source) {
+absl::Status CheckZipRecordSizes(const caffe2::serialize::ReadAdapterInterface& archive) {
   const uint64_t size = archive.size();
   const auto read = [&](uint64_t pos, size_t n) {
     std::string bytes(n, '\0');
@@ -307,8 +306,8 @@ absl::Status CheckZipRecordSizes(const caffe2::serialize::ReadAdapterInterface& 
       }
     }
     if (claimed > size) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": zip record ", name, " claims ",
-                                                     claimed, " bytes, the archive has ", size,
+      return absl::InvalidArgumentError(absl::StrCat("zip record ", name, " claims ", claimed,
+                                                     " bytes, the archive has ", size,
                                                      " (torch.save stores records uncompressed)"));
     }
     offset += 46 + name_size + extra_size + ReadLittleEndian(fields.substr(32, 2));
@@ -316,18 +315,23 @@ absl::Status CheckZipRecordSizes(const caffe2::serialize::ReadAdapterInterface& 
   return absl::OkStatus();
 }
 
+absl::Status NotAStateDict(const std::string& source, absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": not a torch.save state dict of tensors: ", why));
+}
+
 // A torch.save archive's "data.pkl" through LibTorch's restricted unpickler, as name -> tensor.
 absl::StatusOr<NamedTensors> ReadStateDict(
     std::shared_ptr<caffe2::serialize::ReadAdapterInterface> archive, const std::string& source) {
   c10::IValue loaded;
   try {
-    const absl::Status sizes_status = CheckZipRecordSizes(*archive, source);
-    if (!sizes_status.ok()) return sizes_status;
+    const absl::Status sizes = CheckZipRecordSizes(*archive);
+    if (!sizes.ok()) return NotAStateDict(source, sizes.message());
     caffe2::serialize::PyTorchStreamReader zip(std::move(archive));
     const auto [pickle, pickle_size] = zip.getRecord("data.pkl");
-    const absl::Status pickle_status = CheckStateDictPickle(
-        absl::string_view(static_cast<const char*>(pickle.get()), pickle_size), source);
-    if (!pickle_status.ok()) return pickle_status;
+    const absl::Status opcodes = CheckStateDictPickle(
+        absl::string_view(static_cast<const char*>(pickle.get()), pickle_size));
+    if (!opcodes.ok()) return NotAStateDict(source, opcodes.message());
     // The unpickler sizes a storage from the pickle's element count, not from the record it
     // reads, so a short record would be read past its end: storages come sized by their records.
     auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
@@ -342,11 +346,9 @@ absl::StatusOr<NamedTensors> ReadStateDict(
         "data", "", "", std::nullopt, std::nullopt, at::Device(at::kCPU), zip,
         torch::jit::Unpickler::defaultTypeParser, std::move(storages));
   } catch (const c10::Error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": not a torch.save state dict of tensors: ", e.what_without_backtrace()));
+    return NotAStateDict(source, e.what_without_backtrace());
   } catch (const std::exception& e) {  // miniz and the unpickler also throw std:: exceptions.
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": not a torch.save state dict of tensors: ", e.what()));
+    return NotAStateDict(source, e.what());
   }
   if (!loaded.isGenericDict()) {
     return absl::InvalidArgumentError(
