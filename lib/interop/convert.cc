@@ -1,8 +1,11 @@
 #include "lib/interop/convert.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 
@@ -13,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
@@ -128,7 +132,7 @@ absl::Status WriteJson(const std::string& path, const json& value) {
 }
 
 absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorProducer& producer,
-                     const Llama3ModelInfo& info, const ConvertOptions& options,
+                     const Llama3ModelInfo& info, const HfExportOptions& options,
                      const std::string& output, ConvertSummary& summary) {
   // Shards planned from metadata alone: every file name is known before the first is written.
   std::vector<std::vector<const ParameterSource*>> shards(1);
@@ -190,6 +194,96 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
   }
   return absl::OkStatus();
 }
+
+// An output directory that does not exist or is empty (a rename may replace an empty directory).
+absl::Status CheckOutputIsFree(const std::string& output) {
+  if (!PathExists(output)) return absl::OkStatus();
+  TITAN_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(output));
+  if (!entries.empty()) {
+    return absl::AlreadyExistsError(absl::StrCat(output, ": exists and is not empty"));
+  }
+  return absl::OkStatus();
+}
+
+// WriteHf into <output>.tmp-<pid>, then one rename: `output` is either absent (or still empty) or
+// whole. Temporaries that a crashed export to `output` left behind are removed first.
+absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
+                               const TensorProducer& producer, const Llama3ModelInfo& info,
+                               const HfExportOptions& options, const std::string& output,
+                               ConvertSummary& summary) {
+  TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
+  const std::string target(absl::StripSuffix(output, "/"));
+  const size_t slash = target.find_last_of('/');
+  const std::string parent = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : target.substr(0, slash);
+  const std::string temporary_prefix = target.substr(slash + 1) + ".tmp-";
+  TITAN_RETURN_IF_ERROR(MakeDirectories(parent));
+  TITAN_ASSIGN_OR_RETURN(std::vector<std::string> siblings, ListDirectory(parent));
+  for (const std::string& name : siblings) {
+    if (absl::StartsWith(name, temporary_prefix)) {
+      TITAN_RETURN_IF_ERROR(RemoveTree(absl::StrCat(parent, "/", name)));
+    }
+  }
+  const std::string tmp = absl::StrCat(target, ".tmp-", ::getpid());
+  TITAN_RETURN_IF_ERROR(MakeDirectories(tmp));
+  absl::Status status = WriteHf(params, producer, info, options, tmp, summary);
+  if (status.ok()) status = FsyncDirectory(tmp);
+  if (status.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) {
+    status = ErrnoError("rename to " + target, tmp);
+  }
+  if (!status.ok()) {
+    RemoveTree(tmp).IgnoreError();  // The write's error is the one to report.
+    return status;
+  }
+  return FsyncDirectory(parent);
+}
+
+// A model in memory seen as a titan checkpoint, so that an export goes through the conversion's
+// own parameter matching, layout and dtype code.
+class InMemoryCheckpoint : public CheckpointReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<InMemoryCheckpoint>> Create(const NamedTensors& model,
+                                                                    std::string description) {
+    auto reader = std::unique_ptr<InMemoryCheckpoint>(new InMemoryCheckpoint());
+    reader->format_ = CheckpointFormat::kTitan;
+    reader->directory_ = std::move(description);
+    for (const auto& [name, tensor] : model) {
+      absl::StatusOr<std::string> dtype = SafetensorsDtypeName(tensor.scalar_type());
+      if (!dtype.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(reader->directory_, ": tensor ", name, ": ", dtype.status().message()));
+      }
+      reader->tensors_.push_back({name, *dtype, tensor.scalar_type(), tensor.sizes().vec(),
+                                  static_cast<uint64_t>(tensor.nbytes()), ""});
+      reader->by_name_[name] = tensor;
+    }
+    return reader;
+  }
+
+  absl::StatusOr<at::Tensor> Get(absl::string_view name) const override {
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end()) {
+      return absl::NotFoundError(absl::StrCat(directory_, ": no tensor '", name, "'"));
+    }
+    return it->second.to(at::kCPU).contiguous();
+  }
+
+  absl::StatusOr<absl::string_view> Bytes(absl::string_view name) const override {
+    const auto it = by_name_.find(name);
+    if (it == by_name_.end() || !it->second.is_cpu() || !it->second.is_contiguous()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(directory_, ": '", name, "' is not a contiguous CPU tensor in memory"));
+    }
+    return absl::string_view(static_cast<const char*>(it->second.data_ptr()), it->second.nbytes());
+  }
+
+  // Tensors in memory carry no checksums to verify.
+  std::vector<std::string> Verify() const override { return {}; }
+
+ private:
+  absl::flat_hash_map<std::string, at::Tensor> by_name_;
+};
 
 absl::Status WriteTitan(const std::vector<ParameterSource>& params, const TensorProducer& producer,
                         const Llama3ModelInfo& info, int64_t step, const std::string& output,
@@ -356,12 +450,7 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const
   TITAN_ASSIGN_OR_RETURN(Llama3ModelInfo info, DescribeLlama3(*reader, options.flavor));
   TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchLlama3Parameters(*reader, info));
 
-  if (PathExists(output)) {
-    TITAN_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(output));
-    if (!entries.empty()) {
-      return absl::AlreadyExistsError(absl::StrCat(output, ": exists and is not empty"));
-    }
-  }
+  TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
   TITAN_RETURN_IF_ERROR(MakeDirectories(output));
 
   ConvertSummary summary;
@@ -371,7 +460,9 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const
   const TensorProducer producer(*reader, info, dtype, options.to);
   switch (options.to) {
     case CheckpointFormat::kHf:
-      TITAN_RETURN_IF_ERROR(WriteHf(params, producer, info, options, output, summary));
+      TITAN_RETURN_IF_ERROR(WriteHfAtomically(params, producer, info,
+                                              {options.max_shard_bytes, options.tokenizer_dir},
+                                              output, summary));
       break;
     case CheckpointFormat::kTitan:
       TITAN_RETURN_IF_ERROR(WriteTitan(params, producer, info,
@@ -386,6 +477,25 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const
             << ") to " << summary.output << " (" << CheckpointFormatName(options.to) << "): "
             << summary.tensors << " tensors, " << summary.bytes << " bytes";
   return summary;
+}
+
+absl::Status SaveLlama3Hf(const NamedTensors& model, const Llama3ModelInfo& info,
+                          at::ScalarType dtype, const std::string& output_dir,
+                          const HfExportOptions& options) {
+  if (options.max_shard_bytes == 0) {
+    return absl::InvalidArgumentError("max_shard_bytes must be positive");
+  }
+  TITAN_ASSIGN_OR_RETURN(
+      std::unique_ptr<InMemoryCheckpoint> reader,
+      InMemoryCheckpoint::Create(model, absl::StrCat("model exported to ", output_dir)));
+  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchLlama3Parameters(*reader, info));
+  const TensorProducer producer(*reader, info, dtype, CheckpointFormat::kHf);
+  ConvertSummary summary;
+  TITAN_RETURN_IF_ERROR(WriteHfAtomically(params, producer, info, options, output_dir, summary));
+  LOG(INFO) << "exported the model to " << output_dir << " (Hugging Face, "
+            << TorchDtypeName(producer.OutputType(params.front())) << "): " << summary.tensors
+            << " tensors, " << summary.bytes << " bytes";
+  return absl::OkStatus();
 }
 
 }  // namespace titan

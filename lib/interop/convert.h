@@ -11,8 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "lib/checkpoint/safetensors.h"
 #include "lib/interop/checkpoint_reader.h"
 #include "lib/interop/llama3_hf.h"
 
@@ -43,6 +45,24 @@ struct ConvertSummary {
 // Converts `input` into `output`, which must not exist or be empty.
 absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const std::string& output,
                                                  const ConvertOptions& options);
+
+// What a Hugging Face export writes besides the weights and configs.
+struct HfExportOptions {
+  uint64_t max_shard_bytes = 5'000'000'000;  // As ConvertOptions::max_shard_bytes.
+  std::string tokenizer_dir;  // Tokenizer files copied from here when set (as convert's).
+};
+
+// [checkpoint] last_save_in_hf: writes a Llama 3 model held in memory (titan names, whole tensors,
+// any device; every parameter of info.args and nothing else) exactly as ConvertCheckpoint
+// --to=hf writes a titan checkpoint of it: config.json, generation_config.json (from `info`:
+// shape, bos/eos ids), model.safetensors or shards with their index. Floating tensors are cast to
+// `dtype`. Tensors are copied to CPU one at a time (at most one shard held). `output_dir` must not
+// exist or be empty; the export is written into <output_dir>.tmp-<pid> and renamed into place
+// once complete, so it is either absent or whole (a crash's leftover temporary is removed by the
+// next export to the same path).
+absl::Status SaveLlama3Hf(const NamedTensors& model, const Llama3ModelInfo& info,
+                          at::ScalarType dtype, const std::string& output_dir,
+                          const HfExportOptions& options = {});
 
 // "5GB", "500MB", "64KiB", "1000" (bytes) as transformers' max_shard_size: KB/MB/GB are powers of
 // 1000, KiB/MiB/GiB of 1024.

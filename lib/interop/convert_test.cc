@@ -1,11 +1,15 @@
 #include "lib/interop/convert.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/interop/load_weights.h"
 #include "lib/interop/test_dir.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
@@ -178,6 +182,125 @@ TEST(ConvertTest, ExplainsWhatIsWrong) {
               HasSubstr("expected keep, bf16 or fp32"));
   EXPECT_THAT(ConvertCheckpoint(TestDir("none"), out, ConvertOptions()).status().message(),
               HasSubstr("not a directory"));
+}
+
+// Every file of a directory, name -> bytes.
+std::map<std::string, std::string> ReadFiles(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(dir);
+  EXPECT_TRUE(names.ok()) << names.status();
+  for (const std::string& name : names.value_or(std::vector<std::string>())) {
+    absl::StatusOr<std::string> bytes = ReadFile(dir + "/" + name);
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    files[name] = bytes.value_or("");
+  }
+  return files;
+}
+
+// The export of a model in memory against convert_checkpoint's titan -> hf path for the same
+// weights and description: the same files, byte for byte, tensor for tensor, field for field.
+void ExpectSameExport(const std::string& exported, const std::string& converted) {
+  const std::map<std::string, std::string> exported_files = ReadFiles(exported);
+  const std::map<std::string, std::string> converted_files = ReadFiles(converted);
+  ASSERT_EQ(exported_files.size(), converted_files.size());
+  for (const auto& [name, bytes] : converted_files) {
+    ASSERT_TRUE(exported_files.count(name)) << name;
+    EXPECT_TRUE(exported_files.at(name) == bytes) << name << " differs";
+  }
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> expected = CheckpointReader::Open(converted);
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> actual = CheckpointReader::Open(exported);
+  ASSERT_TRUE(expected.ok()) << expected.status();
+  ASSERT_TRUE(actual.ok()) << actual.status();
+  ASSERT_EQ((*actual)->tensors().size(), (*expected)->tensors().size());
+  for (const TensorInfo& tensor : (*expected)->tensors()) {
+    absl::StatusOr<at::Tensor> actual_tensor = (*actual)->Get(tensor.name);
+    ASSERT_TRUE(actual_tensor.ok()) << actual_tensor.status();
+    EXPECT_EQ(actual_tensor->scalar_type(), tensor.scalar_type) << tensor.name;
+    EXPECT_TRUE(actual_tensor->equal(*(*expected)->Get(tensor.name))) << tensor.name;
+  }
+  const json& config = (*actual)->description();
+  for (const auto& [key, value] : (*expected)->description().items()) {
+    EXPECT_EQ(config.at(key), value) << "config.json: " << key;
+  }
+}
+
+TEST(SaveLlama3HfTest, WritesWhatConvertWritesAndLoadsBackBitwise) {
+  const Llama3ModelInfo info = SmallModel();
+  const std::string titan = TestDir("titan"), converted = TestDir("converted");
+  const std::string run = TestDir("run"), exported = run + "/hf-final";  // run/ does not exist.
+  const NamedTensors weights = SaveTitan(titan, 9, info, /*describe=*/true);
+
+  ConvertOptions to_hf;
+  to_hf.max_shard_bytes = 8000;
+  ASSERT_TRUE(ConvertCheckpoint(titan, converted, to_hf).ok());
+  HfExportOptions options;
+  options.max_shard_bytes = 8000;
+  const absl::Status saved = SaveLlama3Hf(weights, info, at::kFloat, exported, options);
+  ASSERT_TRUE(saved.ok()) << saved;
+  EXPECT_TRUE(PathExists(exported + "/model.safetensors.index.json"));  // Sharded, as asked.
+  ExpectSameExport(exported, converted);
+  EXPECT_THAT(*ListDirectory(run), ElementsAre("hf-final"));  // No temporary left beside it.
+
+  // initial_load_in_hf reads it back into a model's parameters: the very tensors exported.
+  NamedTensors loaded;
+  for (const auto& [name, tensor] : weights) loaded.emplace_back(name, at::zeros_like(tensor));
+  std::vector<ParamRef> params;
+  for (auto& [name, tensor] : loaded) params.push_back({name, &tensor});
+  const absl::Status load = LoadLlama3Weights(exported, /*in_hf=*/true, info.args, params);
+  ASSERT_TRUE(load.ok()) << load;
+  ExpectBitwiseEqual(loaded, weights);
+}
+
+TEST(SaveLlama3HfTest, CastsAsConvertsDtypeDoes) {
+  Llama3ModelInfo info = SmallModel();
+  info.args.tie_word_embeddings = true;
+  const std::string titan = TestDir("titan"), converted = TestDir("converted");
+  const std::string exported = TestDir("exported");
+  const NamedTensors weights = SaveTitan(titan, 1, info, /*describe=*/true);
+  ConvertOptions to_hf;
+  to_hf.dtype = "bf16";
+  ASSERT_TRUE(ConvertCheckpoint(titan, converted, to_hf).ok());
+  const absl::Status saved = SaveLlama3Hf(weights, info, at::kBFloat16, exported);
+  ASSERT_TRUE(saved.ok()) << saved;
+  ExpectSameExport(exported, converted);
+  absl::StatusOr<std::string> config = ReadFile(exported + "/config.json");
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(json::parse(*config).at("torch_dtype"), "bfloat16");
+  EXPECT_EQ(json::parse(*config).at("tie_word_embeddings"), true);
+}
+
+TEST(SaveLlama3HfTest, LeavesNothingHalfWritten) {
+  const Llama3ModelInfo info = SmallModel();
+  const std::string root = TestDir("run"), exported = root + "/hf";
+  NamedTensors weights = RandomWeights(info.args, 3);
+
+  // A crash mid-export leaves only a temporary, which the next export removes.
+  ASSERT_TRUE(MakeDirectories(exported + ".tmp-999999").ok());
+  ASSERT_TRUE(WriteFileAtomically(exported + ".tmp-999999/model.safetensors", "partial").ok());
+  ASSERT_TRUE(SaveLlama3Hf(weights, info, at::kFloat, exported).ok());
+  EXPECT_THAT(*ListDirectory(root), ElementsAre("hf"));
+
+  // An existing export is not overwritten.
+  EXPECT_EQ(SaveLlama3Hf(weights, info, at::kFloat, exported).code(),
+            absl::StatusCode::kAlreadyExists);
+
+  // A model that is not the one described fails before anything is written.
+  weights.erase(std::find_if(weights.begin(), weights.end(),
+                             [](const auto& named) { return named.first == "output.weight"; }));
+  const std::string other = root + "/other";
+  const std::string message(SaveLlama3Hf(weights, info, at::kFloat, other).message());
+  EXPECT_THAT(message, HasSubstr("model exported to " + other + ": does not hold a Llama 3"));
+  EXPECT_THAT(message, HasSubstr("missing tensors: output.weight"));
+  EXPECT_THAT(*ListDirectory(root), ElementsAre("hf"));
+
+  // A failure while writing (a tokenizer folder without tokenizer files) removes the temporary.
+  weights = RandomWeights(info.args, 3);
+  HfExportOptions options;
+  options.tokenizer_dir = TestDir("no_tokenizer");
+  ASSERT_TRUE(MakeDirectories(options.tokenizer_dir).ok());
+  EXPECT_EQ(SaveLlama3Hf(weights, info, at::kFloat, other, options).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_THAT(*ListDirectory(root), ElementsAre("hf"));
 }
 
 TEST(ConvertTest, ParsesByteSizes) {

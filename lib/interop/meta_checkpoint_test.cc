@@ -1,0 +1,124 @@
+#include "lib/interop/meta_checkpoint.h"
+
+#include <caffe2/serialize/inline_container.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/interop/test_dir.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using std::string_literals::operator""s;
+
+// A torch.save-shaped zip whose data.pkl is `pickle`.
+std::string ArchiveWithPickle(const std::string& pickle) {
+  std::string archive;
+  caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t size) {
+    archive.append(static_cast<const char*>(data), size);
+    return size;
+  });
+  zip.writeRecord("data.pkl", pickle.data(), pickle.size());
+  zip.writeRecord("byteorder", "little", 6);
+  zip.writeEndOfFile();
+  return archive;
+}
+
+constexpr char kRejected[] = "consolidated.00.pth: not a torch.save state dict of tensors: ";
+
+// Why ParseTorchStateDict rejects `archive`, after the prefix every rejection carries.
+std::string RejectionReason(const std::string& archive) {
+  const absl::StatusOr<NamedTensors> parsed = ParseTorchStateDict(archive, "consolidated.00.pth");
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string message(parsed.status().message());
+  EXPECT_THAT(message, StartsWith(kRejected));
+  return message.substr(std::min(message.size(), std::strlen(kRejected)));
+}
+
+std::string ParseError(const std::string& pickle) {
+  return RejectionReason(ArchiveWithPickle(pickle));
+}
+
+TEST(MetaCheckpointTest, WrittenCheckpointParsesBack) {
+  const std::string dir = TestDir("meta");
+  const NamedTensors tensors = {{"tok_embeddings.weight", at::randn({4, 3})},
+                                {"norm.weight", at::ones({3}, at::kBFloat16)}};
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  const absl::Status written = WriteMetaCheckpoint(dir, tensors, Llama3ModelInfo());
+  ASSERT_TRUE(written.ok()) << written;
+  absl::StatusOr<std::string> bytes = ReadFile(dir + "/consolidated.00.pth");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<NamedTensors> parsed = ParseTorchStateDict(*bytes, "consolidated.00.pth");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 2u);
+  for (const auto& [name, tensor] : *parsed) {
+    const at::Tensor& expected = name == "norm.weight" ? tensors[1].second : tensors[0].second;
+    EXPECT_TRUE(tensor.equal(expected)) << name;
+  }
+}
+
+// The fuzzer's finding: a 4 GB string length in a 1 KB file made the unpickler reserve 4 GB.
+TEST(MetaCheckpointTest, StringLengthPastThePickleIsRejectedBeforeUnpickling) {
+  const std::string pickle = "\x80\x02}q\x00(X\xf9\xff\xff\xfd"s + "storage.";
+  EXPECT_EQ(ParseError(pickle), "data.pkl: byte 6: BINUNICODE: claims 4261412857 bytes, 8 left");
+}
+
+// The fuzzer's second finding: LibTorch's zip reader allocated the 4 GB a directory entry claimed
+// for a 277-byte stored record.
+TEST(MetaCheckpointTest, ZipRecordLargerThanTheArchiveIsRejectedBeforeOpening) {
+  std::string archive = ArchiveWithPickle("\x80\x02}."s);
+  const size_t entry = archive.find("PK\1\2");  // The first directory entry: data.pkl's.
+  ASSERT_NE(entry, std::string::npos);
+  archive.replace(entry + 24, 4, "\x15\x01\xfd\xff"s);  // Uncompressed size 4294770965.
+  EXPECT_EQ(RejectionReason(archive),
+            absl::StrCat("zip record archive/data.pkl claims 4294770965 bytes, the archive has ",
+                         archive.size(), " (torch.save stores records uncompressed)"));
+}
+
+TEST(MetaCheckpointTest, EveryLengthFieldIsChecked) {
+  EXPECT_EQ(ParseError("\x80\x02\x8d\xff\xff\xff\xff\xff\xff\xff\x7f."s),
+            "data.pkl: byte 2: BINUNICODE8: claims 9223372036854775807 bytes, 1 left");
+  EXPECT_EQ(ParseError("\x80\x02\x96\x10\0\0\0\0\0\0\0abc."s),
+            "data.pkl: byte 2: BYTEARRAY8: claims 16 bytes, 4 left");
+  EXPECT_EQ(ParseError("\x80\x02"
+                       "C\x05"
+                       "ab."s),
+            "data.pkl: byte 2: SHORT_BINBYTES: claims 5 bytes, 3 left");
+  EXPECT_EQ(ParseError("\x80\x02T\x00\x00\x00\x80."s),
+            "data.pkl: byte 2: BINSTRING: claims 2147483648 bytes, 1 left");
+  EXPECT_EQ(ParseError("\x80\x02X\x01\0"s),
+            "data.pkl: byte 2: BINUNICODE: needs a 4-byte length, 2 bytes left");
+}
+
+TEST(MetaCheckpointTest, MemoIndexBeyondTheNextFreeOneIsRejected) {
+  EXPECT_EQ(ParseError("\x80\x02}q\x00r\xff\xff\xff\xff."s),
+            "data.pkl: byte 5: LONG_BINPUT: memo index 4294967295, expected at most 1 (the next "
+            "free one)");
+}
+
+TEST(MetaCheckpointTest, OnlyStateDictOpcodesAndGlobals) {
+  EXPECT_EQ(ParseError("\x80\x02"
+                       "cos\nsystem\nX\x04\x00\x00\x00true\x85R."s),
+            "data.pkl: byte 2: GLOBAL os.system: expected a global of a dict of tensors "
+            "(torch._utils._rebuild_tensor_v2, torch.*Storage, collections.OrderedDict)");
+  EXPECT_EQ(
+      ParseError("\x80\x02\x93."s),
+      "data.pkl: byte 2: STACK_GLOBAL: not an opcode torch.save writes for a dict of tensors");
+  EXPECT_EQ(ParseError("\x80\x02\xff."s), "data.pkl: byte 2: unknown pickle opcode 0xff");
+  EXPECT_EQ(ParseError("\x80\x02}"s), "data.pkl: 3 bytes without a STOP opcode");
+  EXPECT_THAT(ParseError("\x80\x02"
+                         "ctorch\nFloatStorage"),
+              HasSubstr("GLOBAL: no newline"));
+}
+
+}  // namespace
+}  // namespace titan
