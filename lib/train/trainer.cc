@@ -25,6 +25,7 @@
 #include "lib/config/job_config.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/data/text_data_loader.h"
+#include "lib/interop/convert.h"
 #include "lib/interop/load_weights.h"
 #include "lib/metrics/flops.h"
 #include "lib/metrics/metrics_logger.h"
@@ -91,6 +92,13 @@ class Trainer {
   absl::StatusOr<StepStats> TrainStep();
   absl::StatusOr<double> Validate();
   absl::Status Save(bool model_only);
+  // [checkpoint] last_save_in_hf: `model` (whole tensors) as a Hugging Face directory beside the
+  // step, <checkpoint folder>/step-<N>-hf.
+  absl::Status ExportHf(const NamedTensors& model) const;
+  // The model's shape and special tokens, as checkpoints and exports describe it.
+  Llama3ModelInfo ModelInfo() const {
+    return {args_, config_.model().flavor(), tokenizer_->bos_id(), tokenizer_->eos_id()};
+  }
   // Waits for an asynchronous save in flight and agrees with the other ranks on its outcome.
   absl::Status FinishPendingSave();
   absl::Status MaybeResume();
@@ -112,6 +120,7 @@ class Trainer {
   at::Device device_{at::kCPU};
   std::optional<at::ScalarType> autocast_dtype_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  Llama3Args args_;
   std::unique_ptr<Llama3Model> model_;
   std::unique_ptr<DataParallel> data_parallel_;
   std::vector<ParamRef> params_;
@@ -175,6 +184,7 @@ absl::Status Trainer::Init() {
         config_.model().flavor(), " embeds only ", args.vocab_size));
   }
   args.max_seq_len = std::max(training.seq_len(), config_.validation().seq_len());
+  args_ = args;
   model_ = std::make_unique<Llama3Model>(args, at::TensorOptions().device(at::kMeta));
   // Under FSDP each rank initialises the full model, then keeps its shards (the same weights as one
   // process with the same seed; the full model is briefly resident on every rank).
@@ -325,10 +335,18 @@ absl::Status Trainer::FinishPendingSave() {
 absl::Status Trainer::Save(bool model_only) {
   TITAN_RETURN_IF_ERROR(FinishPendingSave());
   CheckpointState state;
+  absl::Status exported;
   if (model_only) {
-    // A consolidated export: whole tensors, gathered and written by rank 0.
+    // A consolidated export: whole tensors, gathered and written by rank 0 in [checkpoint]
+    // export_dtype.
     TITAN_ASSIGN_OR_RETURN(NamedTensors full, data_parallel_->GatherFull(ModelState()));
-    if (writer()) state.model = std::move(full);
+    const std::string& dtype = config_.checkpoint().export_dtype();
+    const at::ScalarType export_type =
+        dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
+    if (writer()) {
+      for (auto& [name, tensor] : full) state.model.emplace_back(name, tensor.to(export_type));
+      if (config_.checkpoint().last_save_in_hf()) exported = ExportHf(state.model);
+    }
   } else {
     // Every rank writes its own shards, in parallel (CheckpointManager joins them on load).
     state.model = PiecesToSave(ModelState(), state.boxes);
@@ -338,13 +356,35 @@ absl::Status Trainer::Save(bool model_only) {
     state.extra["lr_scheduler"] = {{"last_step", step_}};
     state.extra["rng"] = CaptureRngState();
   }
-  if (async_saver_ != nullptr) return async_saver_->Start(step_, state, model_only);
+  // A failed export skips the save; the agreement below (on every rank's single one for this
+  // save) still tells the other ranks.
+  // The shape travels with the weights, so convert_checkpoint and checkpoint_inspect need no flavor.
+  state.extra["model"] = Llama3ModelInfoToJson(ModelInfo());
+  if (async_saver_ != nullptr && exported.ok()) {
+    return async_saver_->Start(step_, state, model_only);
+  }
   // CheckpointManager logs the save (path, tensors, bytes, seconds).
-  const absl::Status saved = checkpointer_->Save(step_, state, model_only);
+  const absl::Status saved =
+      exported.ok() ? checkpointer_->Save(step_, state, model_only) : exported;
   // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
   TITAN_RETURN_IF_ERROR(saved);
   if (!all_saved) return absl::InternalError(absl::StrCat("another rank failed to save step-", step_));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ExportHf(const NamedTensors& model) const {
+  HfExportOptions options;
+  const std::string& tokenizer = config_.model().tokenizer_path();
+  if (PathExists(tokenizer + "/tokenizer.json") || PathExists(tokenizer + "/tokenizer.model")) {
+    options.tokenizer_dir = tokenizer;  // transformers loads the export with its tokenizer.
+  }
+  const std::string dir = checkpointer_->StepDirectory(step_) + "-hf";
+  // An export of this same step by an earlier run of the job is replaced.
+  TITAN_RETURN_IF_ERROR(RemoveTree(dir));
+  TITAN_RETURN_IF_ERROR(
+      SaveLlama3Hf(model, ModelInfo(), model.front().second.scalar_type(), dir, options));
+  LOG(INFO) << "exported Hugging Face weights to " << dir;
   return absl::OkStatus();
 }
 

@@ -115,12 +115,20 @@ class TitanTrainTest(unittest.TestCase):
 
     def test_initial_load_from_titan_and_hf_exports_gives_the_same_model(self):
         base = self.dump("initial_base")
-        first = run_train(base, "--training.steps=10", "--validation.enable=false")
+        first = run_train(base, "--training.steps=10", "--validation.enable=false",
+                          "--checkpoint.last_save_model_only=true",
+                          "--checkpoint.last_save_in_hf=true")
         scratch_loss = metrics(base)[0]["loss"]
         hf = os.path.join(self.tmp, "initial_hf")
         shutil.rmtree(hf, ignore_errors=True)
         subprocess.run([CONVERT, "--from=titan", "--to=hf", os.path.join(base, "checkpoint"), hf],
                        check=True, capture_output=True, text=True)
+        # last_save_in_hf wrote what convert_checkpoint writes from the final step, byte for byte.
+        exported = os.path.join(base, "checkpoint", "step-10-hf")
+        self.assertIn("exported Hugging Face weights to", first.stderr)
+        for name in ("model.safetensors", "config.json", "generation_config.json"):
+            with open(os.path.join(hf, name), "rb") as a, open(os.path.join(exported, name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
         losses = {}
         for name, flags in (("titan", [f"--checkpoint.initial_load_path={base}/checkpoint"]),
                             ("hf", [f"--checkpoint.initial_load_path={hf}",
