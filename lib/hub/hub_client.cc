@@ -25,6 +25,7 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "lib/hub/http_client.h"
+#include "lib/hub/part_writer.h"
 #include "lib/hub/progress.h"
 #include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
@@ -297,45 +298,6 @@ class Downloader {
   std::mt19937_64 random_;
 };
 
-// Appends to an open part file, keeping the digest and progress in step with the bytes on disk.
-class PartWriter {
- public:
-  PartWriter(std::string path, int fd, ContentDigest* digest, ProgressReporter* progress,
-             std::string name)
-      : path_(std::move(path)), fd_(fd), digest_(digest), progress_(progress),
-        name_(std::move(name)) {}
-
-  absl::Status Append(absl::string_view data, int64_t expected_size) {
-    size_t written = 0;
-    while (written < data.size()) {
-      const ssize_t n = ::write(fd_, data.data() + written, data.size() - written);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == ENOSPC || errno == EDQUOT)) {
-        const int64_t on_disk = digest_->bytes() + static_cast<int64_t>(written);
-        return absl::ResourceExhaustedError(absl::StrCat(
-            path_, ": disk full after ", HumanBytes(on_disk),
-            expected_size >= 0
-                ? absl::StrCat(" of ", HumanBytes(expected_size), "; free at least ",
-                               HumanBytes(expected_size - on_disk),
-                               " more and re-run to resume")
-                : "; free space and re-run to resume"));
-      }
-      if (n < 0) return ErrnoError("write", path_);
-      written += static_cast<size_t>(n);
-    }
-    digest_->Update(data);
-    if (progress_ != nullptr) progress_->Advance(name_, static_cast<int64_t>(data.size()));
-    return absl::OkStatus();
-  }
-
- private:
-  std::string path_;
-  int fd_;
-  ContentDigest* digest_;
-  ProgressReporter* progress_;
-  std::string name_;
-};
-
 // Parses "bytes START-END/TOTAL"; TOTAL is -1 when "*".
 bool ParseContentRange(absl::string_view value, int64_t* start, int64_t* total) {
   if (!absl::ConsumePrefix(&value, "bytes ")) return false;
@@ -394,7 +356,8 @@ FileReport Downloader::DownloadFile(HttpClient& client, const RemoteFile& remote
     const int64_t offset_at_attempt = offset;
     absl::Status attempt_status;
     if (file.size < 0 || offset < file.size) {
-      PartWriter writer(part_path, fd, &digest, progress_, file.path);
+      // Made with the first body byte, once the headers have settled the offset and size.
+      std::optional<PartWriter> writer;
       absl::flat_hash_map<std::string, std::string> hub_headers;
       HttpRequest request;
       request.url = ResolveUrl(options_.endpoint, options_.repo_id,
@@ -440,19 +403,31 @@ FileReport Downloader::DownloadFile(HttpClient& client, const RemoteFile& remote
         return absl::OkStatus();
       };
       request.on_body = [&](absl::string_view data) -> absl::Status {
-        if (file.size >= 0 && offset + static_cast<int64_t>(data.size()) > file.size) {
+        if (!writer.has_value()) {
+          writer.emplace(part_path, fd, offset, file.size, [&](absl::string_view written) {
+            digest.Update(written);
+            if (progress_ != nullptr) {
+              progress_->Advance(file.path, static_cast<int64_t>(written.size()));
+            }
+          });
+        }
+        if (file.size >= 0 &&
+            offset + writer->accepted() + static_cast<int64_t>(data.size()) > file.size) {
           return absl::DataLossError(absl::StrCat(file.path, ": server sent more than the ",
                                                   file.size, " bytes the listing gives"));
         }
-        absl::Status status = writer.Append(data, file.size);
-        if (status.ok()) {
-          offset += static_cast<int64_t>(data.size());
-          report.bytes_fetched += static_cast<int64_t>(data.size());
-        }
-        return status;
+        return writer->Append(data);
       };
       absl::StatusOr<HttpResponse> response = GetFollowing(client, request, &hub_headers);
-      if (!response.ok()) {
+      absl::Status write_status;
+      if (writer.has_value()) {
+        write_status = writer->Finish();
+        offset += writer->written();
+        report.bytes_fetched += writer->written();
+      }
+      if (!write_status.ok()) {
+        attempt_status = write_status;
+      } else if (!response.ok()) {
         attempt_status = response.status();
       } else if (response->status == 416) {
         attempt_status = absl::UnavailableError("HTTP 416: the part file does not fit the "

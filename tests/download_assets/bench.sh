@@ -4,7 +4,7 @@
 #   tests/download_assets/bench.sh [WORKDIR]   (WORKDIR needs 2 GiB free; default under $TMPDIR)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bazel build //tools/download_assets
+bazel build //tools/download_assets @titan_env//:python3  # the latter fetches the interpreter
 binary="$PWD/bazel-bin/tools/download_assets/download_assets"
 python="$(bazel info output_base)/external/titan_env/python3"
 work="${1:-$(mktemp -d)}"
@@ -19,7 +19,10 @@ run() {  # $1: name, $2: fake_hub config JSON
   "$python" tests/download_assets/fake_hub.py --repos "$work/repos" --config "$dir/config.json" \
     --port_file "$dir/ports.json" --log "$dir/requests.log" --lifetime 300 &
   local server=$!
-  while [[ ! -f "$dir/ports.json" ]]; do sleep 0.1; done
+  while [[ ! -f "$dir/ports.json" ]]; do
+    kill -0 "$server" 2>/dev/null || { echo "bench: fake_hub.py exited before serving" >&2; exit 1; }
+    sleep 0.1
+  done
   local port
   port="$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["hub"])' "$dir/ports.json")"
   local start end
