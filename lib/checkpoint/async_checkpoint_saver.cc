@@ -53,7 +53,9 @@ absl::Status AsyncCheckpointSaver::Start(int64_t step, const CheckpointState& st
   staged.extra = state.extra;
   staged.boxes = state.boxes;
   thread_ = std::thread([this, step, model_only, staged = std::move(staged)] {
-    // Below the training threads: the write should use idle cycles, not take the step's cores.
+    // Nice 10: the write mostly takes cycles the training threads leave (a preempted training
+    // thread stalls a whole parallel region at its barrier) yet still ends within a few steps;
+    // SCHED_IDLE or nice 19 starved it for 5+ s on a busy 2-core machine.
     ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
     result_ = manager_->Save(step, staged, model_only);
   });
