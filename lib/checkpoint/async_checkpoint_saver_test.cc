@@ -1,12 +1,10 @@
 #include "lib/checkpoint/async_checkpoint_saver.h"
 
-#include <cstdlib>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/test_dir.h"
 
 namespace titan {
 namespace {
@@ -14,13 +12,8 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string TestRoot() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string root = absl::StrCat(
-      tmp ? tmp : "/tmp", "/", testing::UnitTest::GetInstance()->current_test_info()->name());
-  EXPECT_TRUE(RemoveTree(root).ok());
-  return root;
-}
+// A fresh directory per test.
+std::string TestRoot() { return TestDir("root"); }
 
 TEST(AsyncCheckpointSaverTest, SavesTheValuesOfStartWhileTheCallerChangesThem) {
   CheckpointManager manager(TestRoot(), 0);

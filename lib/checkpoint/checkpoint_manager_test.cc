@@ -16,6 +16,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/test_dir.h"
 #include "lib/checkpoint/rng_state.h"
 #include "lib/util/file_util.h"
 
@@ -27,13 +28,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 // A fresh directory per test.
-std::string TestRoot() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string root = absl::StrCat(
-      tmp ? tmp : "/tmp", "/", testing::UnitTest::GetInstance()->current_test_info()->name());
-  EXPECT_TRUE(RemoveTree(root).ok());
-  return root;
-}
+std::string TestRoot() { return TestDir("root"); }
 
 bool SameBits(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.sizes() == b.sizes() &&

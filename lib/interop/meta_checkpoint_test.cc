@@ -10,7 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/directory.h"
-#include "lib/interop/test_dir.h"
+#include "lib/checkpoint/test_dir.h"
 #include "lib/util/file_util.h"
 
 namespace titan {

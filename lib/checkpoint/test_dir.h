@@ -1,5 +1,5 @@
-#ifndef TITAN_LIB_INTEROP_TEST_DIR_H_
-#define TITAN_LIB_INTEROP_TEST_DIR_H_
+#ifndef TITAN_LIB_CHECKPOINT_TEST_DIR_H_
+#define TITAN_LIB_CHECKPOINT_TEST_DIR_H_
 
 #include <string>
 
@@ -10,4 +10,4 @@ std::string TestDir(const std::string& name);
 
 }  // namespace titan
 
-#endif  // TITAN_LIB_INTEROP_TEST_DIR_H_
+#endif  // TITAN_LIB_CHECKPOINT_TEST_DIR_H_

@@ -1,4 +1,4 @@
-#include "lib/interop/test_dir.h"
+#include "lib/checkpoint/test_dir.h"
 
 #include <cstdlib>
 
