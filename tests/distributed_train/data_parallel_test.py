@@ -83,34 +83,46 @@ class DataParallelTest(unittest.TestCase):
         shutil.rmtree(path, ignore_errors=True)
         return path
 
-    def check_parity(self, name, nproc, *flags, checkpoint=False, local_batch=None):
+    def check_parity(self, name, nproc, *flags, checkpoint=False, local_batch=None, steps=STEPS):
+        """Trains `steps` steps (saving every STEPS // 2 with `checkpoint`); each must match one
+        process's run of as many steps (the learning-rate schedule depends on the total)."""
         dump = self.fresh(name)
-        ckpt = (["--checkpoint.enable=true", "--checkpoint.interval=5",
+        ckpt = (["--checkpoint.enable=true", f"--checkpoint.interval={STEPS // 2}",
                  "--checkpoint.keep_latest_k=0", "--checkpoint.last_save_model_only=false"]
                 if checkpoint else ["--checkpoint.enable=false"])
-        proc = train(dump, nproc, local_batch or GLOBAL_BATCH // nproc, *ckpt, *flags)
+        proc = train(dump, nproc, local_batch or GLOBAL_BATCH // nproc, *ckpt, *flags, steps=steps)
         got = losses(dump)
-        self.assertEqual(sorted(got), list(range(1, STEPS + 1)))
-        diff = max_rel_diff(self.reference, got)
-        print(f"\n{name}: max relative loss difference vs 1 process over {STEPS} steps: {diff:.3e}",
+        self.assertEqual(sorted(got), list(range(1, steps + 1)))
+        if steps == STEPS:
+            reference = self.reference
+        else:
+            one = self.fresh(f"one_{steps}")
+            train(one, 1, GLOBAL_BATCH, "--checkpoint.enable=false", steps=steps)
+            reference = losses(one)
+        diff = max_rel_diff(reference, got)
+        print(f"\n{name}: max relative loss difference vs 1 process over {steps} steps: {diff:.3e}",
               file=sys.stderr)
-        self.assertLessEqual(diff, RTOL, (self.reference, got))
+        self.assertLessEqual(diff, RTOL, (reference, got))
         # Only rank 0 writes metrics: one line per step, not one per rank.
         with open(os.path.join(dump, "metrics.jsonl")) as f:
-            self.assertEqual(len(f.readlines()), STEPS)
+            self.assertEqual(len(f.readlines()), steps)
         return dump, proc
 
-    def check_resumes(self, step_dir, runs):
-        """Each (name, nproc, flags) run resumes from step_dir and continues its run's losses."""
+    def check_resumes(self, step_dir, runs, steps):
+        """Each (name, nproc, flags) run resumes from step_dir and continues its run's losses up
+        to `steps`."""
         original = losses(os.path.dirname(os.path.dirname(step_dir)))
+        step_name = os.path.basename(step_dir)
+        saved_step = int(step_name.split("-")[1])
         for name, nproc, *flags in runs:
             resumed = self.fresh(name)
-            shutil.copytree(step_dir, os.path.join(resumed, "checkpoint", "step-5"))
+            shutil.copytree(step_dir, os.path.join(resumed, "checkpoint", step_name))
             proc = train(resumed, nproc, GLOBAL_BATCH // nproc, "--checkpoint.enable=true",
-                         "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0", *flags)
-            self.assertIn("resumed from checkpoint step-5", proc.stderr)
+                         "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0", *flags,
+                         steps=steps)
+            self.assertIn(f"resumed from checkpoint {step_name}", proc.stderr)
             got = losses(resumed)
-            self.assertEqual(sorted(got), list(range(6, STEPS + 1)))
+            self.assertEqual(sorted(got), list(range(saved_step + 1, steps + 1)))
             diff = max_rel_diff({s: original[s] for s in got}, got)
             print(f"\n{name}: max relative loss difference vs the saving run: {diff:.3e}",
                   file=sys.stderr)
@@ -134,7 +146,8 @@ class DataParallelTest(unittest.TestCase):
         self.check_parity("fsdp2", 2)
 
     def test_fsdp4_shards_state_and_its_checkpoint_reshards(self):
-        dump, proc = self.check_parity("fsdp4", 4, checkpoint=True)
+        # 20 steps (parity with one process's 20), saved every 5.
+        dump, proc = self.check_parity("fsdp4", 4, checkpoint=True, steps=2 * STEPS)
         per_rank = state_bytes(proc.stderr)
         print(f"\nparameters + optimizer state per rank: 1 process {self.reference_bytes} B, "
               f"FSDP 4 {per_rank} B", file=sys.stderr)
@@ -142,15 +155,15 @@ class DataParallelTest(unittest.TestCase):
         for total in per_rank.values():
             # A quarter, plus at most one padding row per parameter.
             self.assertLess(total, self.reference_bytes / 4 * 1.05)
-        # Step 5 of the FSDP-4 run, resumed by 2 FSDP ranks, 2 DDP ranks and one process,
-        # continues the same run.
-        step_dir = os.path.join(dump, "checkpoint", "step-5")
+        # Step 10 of the FSDP-4 run, resumed to step 20 by 2 FSDP ranks, 2 DDP ranks and one
+        # process, continues the uninterrupted run.
+        step_dir = os.path.join(dump, "checkpoint", f"step-{STEPS}")
         self.assert_rank_files(step_dir, writers=range(4), world=4)
         self.check_resumes(step_dir, [
             ("resume_fsdp2", 2),
             ("resume_ddp2", 2, "--parallelism.data_parallel_replicate_degree=2",
              "--parallelism.data_parallel_shard_degree=1"),
-            ("resume_one", 1)])
+            ("resume_one", 1)], steps=2 * STEPS)
 
     def test_ddp2_with_gradient_accumulation(self):
         # 2 microbatches of 2 per rank: gradients are all-reduced after the second only.
@@ -165,7 +178,7 @@ class DataParallelTest(unittest.TestCase):
         step_dir = os.path.join(dump, "checkpoint", "step-5")
         self.assert_rank_files(step_dir, writers=range(2), world=4)
         self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", "step-10")))
-        self.check_resumes(step_dir, [("resume_hsdp_one", 1)])
+        self.check_resumes(step_dir, [("resume_hsdp_one", 1)], steps=STEPS)
 
     def test_killed_rank_stops_the_job_and_the_last_checkpoint_loads(self):
         dump = self.fresh("killed")
