@@ -168,6 +168,33 @@ TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
   EXPECT_EQ(statuses, std::vector<int>(3, 0));
 }
 
+// Mixed precision: the full parameters are the shards cast to bf16 (gathered as bf16), and the
+// gradients are reduced in fp32 into fp32 shards.
+TEST(FsdpParamGroupTest, MixedPrecisionGathersInParamDtypeAndReducesInReduceDtype) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    at::manual_seed(3);
+    const at::Tensor full_a = at::randn({4, 3});
+    const at::Tensor weight = at::randn({4, 3});
+    at::Tensor a = full_a.clone().requires_grad_(true);
+    std::unique_ptr<FsdpParamGroup> group =
+        *FsdpParamGroup::Create({{"a", &a}}, &comm, nullptr, {at::kBFloat16, at::kFloat});
+    const FsdpParamGroup::Param& pa = group->params()[0];
+    RANK_EXPECT(a.scalar_type() == at::kFloat);
+    group->Unshard();
+    RANK_EXPECT(a.scalar_type() == at::kBFloat16 && Equal(a, full_a.to(at::kBFloat16)));
+    // Rank r's bf16 gradient is (r + 1) * weight in bf16; the fp32 mean of the two is 1.5x that.
+    at::Tensor loss = (rank + 1) * (a * weight.to(at::kBFloat16)).sum();
+    group->Reshard();
+    loss.backward();
+    RANK_EXPECT(a.grad().scalar_type() == at::kFloat);
+    const at::Tensor expected = (weight.to(at::kBFloat16).to(at::kFloat) +
+                                 (2 * weight.to(at::kBFloat16)).to(at::kFloat)) / 2;
+    RANK_EXPECT(Equal(a.grad(), group->ShardOf(pa, expected)));
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
 // Resharding after forward frees the gathered bytes autograd saved and gathers them again in
 // backward: the gradients are those of keeping them.
 TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {

@@ -61,7 +61,8 @@ struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
-    const std::vector<ParamRef>& params, Communicator* shard, Communicator* replicate) {
+    const std::vector<ParamRef>& params, Communicator* shard, Communicator* replicate,
+    const FsdpMixedPrecision& mixed_precision) {
   if (params.empty()) return absl::InvalidArgumentError("FSDP group without parameters");
   const int size = shard->size();
   const at::ScalarType dtype = params[0].tensor->scalar_type();
@@ -84,8 +85,10 @@ absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
     offset += param.rows_per_shard * param.row_numel;
     sharded.push_back(std::move(param));
   }
+  const at::ScalarType param_dtype = mixed_precision.param_dtype.value_or(dtype);
   std::unique_ptr<FsdpParamGroup> group(
-      new FsdpParamGroup(std::move(sharded), offset, shard, replicate));
+      new FsdpParamGroup(std::move(sharded), offset, shard, replicate, param_dtype,
+                         mixed_precision.reduce_dtype.value_or(param_dtype)));
   c10::NoGradGuard no_grad;
   for (Param& param : group->params_) {
     param.shard = group->ShardOf(param, *param.slot).requires_grad_(true);
@@ -117,11 +120,11 @@ at::Tensor FsdpParamGroup::ShardOf(const Param& param, const at::Tensor& full) c
 std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(const std::vector<at::Tensor>& shards) const {
   c10::NoGradGuard no_grad;
   const at::TensorOptions options = shards[0].options();
-  at::Tensor flat = at::empty({shard_numel_}, options);
-  for (size_t i = 0; i < params_.size(); ++i) {
+  at::Tensor flat = at::empty({shard_numel_}, options.dtype(param_dtype_));
+  for (size_t i = 0; i < params_.size(); ++i) {  // copy_ casts to param_dtype_
     flat.narrow(0, params_[i].offset, shards[i].numel()).copy_(shards[i].reshape(-1));
   }
-  at::Tensor gathered = at::empty({shard_->size(), shard_numel_}, options);
+  at::Tensor gathered = at::empty({shard_->size(), shard_numel_}, flat.options());
   CheckCollective(Await(shard_->AllGather(flat, gathered)), "all-gather", *shard_);
   std::vector<at::Tensor> full;
   full.reserve(params_.size());
@@ -133,8 +136,9 @@ std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
     const std::vector<at::Tensor>& full_grads) const {
   c10::NoGradGuard no_grad;
   const int size = shard_->size();
-  const at::TensorOptions options = params_[0].shard.options();
-  // Row r of `input` is what rank r receives: its rows of every gradient, padding zero.
+  const at::TensorOptions options = params_[0].shard.options().dtype(reduce_dtype_);
+  // Row r of `input` is what rank r receives: its rows of every gradient (cast to reduce_dtype_),
+  // padding zero.
   at::Tensor input = at::zeros({size, shard_numel_}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Param& param = params_[i];
@@ -162,7 +166,9 @@ std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
   std::vector<at::Tensor> grads;
   grads.reserve(params_.size());
   for (const Param& param : params_) {
-    grads.push_back(reduced.narrow(0, param.offset, param.shard.numel()).view(param.shard.sizes()));
+    grads.push_back(reduced.narrow(0, param.offset, param.shard.numel())
+                        .view(param.shard.sizes())
+                        .to(param.shard.scalar_type()));
   }
   return grads;
 }

@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,13 +24,23 @@ namespace titan {
 // parameters): Unshard() all-gathers the group in one collective and puts full tensors into the
 // slots; gradients flowing back to them are reduce-scattered (sum) into the shards' gradients,
 // all-reduced over `replicate` for HSDP, and divided by the data-parallel size (Gloo has no AVG).
+//
+// Mixed precision (FSDP2's MixedPrecisionPolicy): shards, the optimizer and its state stay in the
+// parameters' dtype; gathering casts to `param_dtype`, so the full tensors (and the forward and
+// backward using them) run in it and the all-gather moves its bytes; gradients are cast to
+// `reduce_dtype` before the reduce-scatter and land in the shards' dtype.
+struct FsdpMixedPrecision {
+  std::optional<at::ScalarType> param_dtype;   // unset: the parameters' dtype
+  std::optional<at::ScalarType> reduce_dtype;  // unset: param_dtype
+};
+
 class FsdpParamGroup {
  public:
   // `params`' slots hold full, initialised tensors, identical on every rank of `shard`; each is
   // replaced by this rank's shard. `replicate` is null unless HSDP. Both must outlive the group.
-  static absl::StatusOr<std::unique_ptr<FsdpParamGroup>> Create(const std::vector<ParamRef>& params,
-                                                                Communicator* shard,
-                                                                Communicator* replicate);
+  static absl::StatusOr<std::unique_ptr<FsdpParamGroup>> Create(
+      const std::vector<ParamRef>& params, Communicator* shard, Communicator* replicate,
+      const FsdpMixedPrecision& mixed_precision = {});
 
   // Puts full tensors into the slots: all-gathered from the shards, connected to them by autograd
   // when grad mode is on. Throws c10::Error when the collective fails (it runs inside autograd).
@@ -69,11 +80,13 @@ class FsdpParamGroup {
 
  private:
   FsdpParamGroup(std::vector<Param> params, int64_t shard_numel, Communicator* shard,
-                 Communicator* replicate)
+                 Communicator* replicate, at::ScalarType param_dtype, at::ScalarType reduce_dtype)
       : params_(std::move(params)),
         shard_numel_(shard_numel),
         shard_(shard),
-        replicate_(replicate) {}
+        replicate_(replicate),
+        param_dtype_(param_dtype),
+        reduce_dtype_(reduce_dtype) {}
 
   // Gathers the shards again into the storage of `full` (tensors Unshard made, then freed).
   void RefillFull(const std::vector<at::Tensor>& full) const;
@@ -82,6 +95,8 @@ class FsdpParamGroup {
   int64_t shard_numel_;  // sum of the shards' element counts
   Communicator* shard_;
   Communicator* replicate_;
+  at::ScalarType param_dtype_;
+  at::ScalarType reduce_dtype_;
 };
 
 }  // namespace titan

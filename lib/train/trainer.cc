@@ -208,6 +208,11 @@ absl::Status Trainer::Init() {
   parallelize.ac_mode = config_.activation_checkpoint().mode();
   parallelize.selective_ac_option = config_.activation_checkpoint().selective_ac_option();
   parallelize.reshard_after_forward = config_.parallelism().fsdp_reshard_after_forward();
+  if (autocast()) {
+    // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
+    // reduced in [training] mixed_precision_reduce.
+    parallelize.fsdp_mixed_precision = {*autocast_dtype_, at::kFloat};
+  }
   TITAN_ASSIGN_OR_RETURN(
       data_parallel_, ParallelizeLlama3(*model_, parallelize, runtime_.dims(), runtime_.comms()));
   params_ = model_->NamedParameters();

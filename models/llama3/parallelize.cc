@@ -46,6 +46,7 @@ absl::StatusOr<std::vector<bool>> CheckpointedLayers(int64_t num_layers, const s
 absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Llama3Model& model,
                                                         const std::vector<bool>& checkpointed,
                                                         const std::string& reshard_after_forward,
+                                                        const FsdpMixedPrecision& mixed_precision,
                                                         Communicator* shard,
                                                         Communicator* replicate) {
   if (reshard_after_forward != "default" && reshard_after_forward != "always" &&
@@ -72,7 +73,8 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Llama3Model& model,
   std::vector<std::unique_ptr<FsdpParamGroup>> groups;
   for (int64_t layer = 0; layer < num_layers; ++layer) {
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FsdpParamGroup> group,
-                           FsdpParamGroup::Create(layer_params[layer], shard, replicate));
+                           FsdpParamGroup::Create(layer_params[layer], shard, replicate,
+                                                  mixed_precision));
     // The last block is needed again first in backward: torchtitan keeps it gathered by default.
     const bool reshard = reshard_after_forward == "always" ||
                          (reshard_after_forward == "default" && layer + 1 < num_layers);
@@ -94,7 +96,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Llama3Model& model,
   FsdpParamGroup* root = nullptr;
   if (!root_params.empty()) {
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FsdpParamGroup> group,
-                           FsdpParamGroup::Create(root_params, shard, replicate));
+                           FsdpParamGroup::Create(root_params, shard, replicate, mixed_precision));
     root = group.get();
     groups.push_back(std::move(group));
   }
@@ -129,7 +131,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeLlama3(Llama3Model& mod
         std::vector<bool> checkpointed,
         CheckpointedLayers(model.num_layers(), options.ac_mode, options.selective_ac_option));
     return ApplyFsdp(model, checkpointed, options.reshard_after_forward,
-                     &comms->Get(MeshGroup::kDpShard),
+                     options.fsdp_mixed_precision, &comms->Get(MeshGroup::kDpShard),
                      dims.dp_replicate_enabled() ? &comms->Get(MeshGroup::kDpReplicate) : nullptr);
   }
   TITAN_RETURN_IF_ERROR(

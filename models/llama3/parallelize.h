@@ -26,6 +26,8 @@ struct ParallelizeOptions {
   // [parallelism] fsdp_reshard_after_forward: "default" (every block but the last), "always",
   // "never".
   std::string reshard_after_forward = "default";
+  // FSDP's mixed-precision policy (see lib/parallel/fsdp.h); unset: the parameters' dtype.
+  FsdpMixedPrecision fsdp_mixed_precision;
 };
 
 // torchtitan's parallelize_llama for data parallelism, on a materialised, initialised model
