@@ -1,11 +1,10 @@
 #include "lib/checkpoint/async_checkpoint_saver.h"
 
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <c10/core/GradMode.h>
-#include <c10/util/Exception.h>
 
 #include <utility>
 

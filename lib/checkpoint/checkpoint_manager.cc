@@ -1,12 +1,11 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 
+#include <c10/core/GradMode.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
-
-#include <c10/core/GradMode.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -135,8 +134,8 @@ void CopyOverlap(const at::Tensor& source, const std::vector<int64_t>& source_of
   at::Tensor to = destination;
   for (int64_t d = 0; d < source.dim(); ++d) {
     const int64_t begin = std::max(source_offsets[d], destination_offsets[d]);
-    const int64_t end = std::min(source_offsets[d] + source.size(d),
-                                 destination_offsets[d] + destination.size(d));
+    const int64_t end =
+        std::min(source_offsets[d] + source.size(d), destination_offsets[d] + destination.size(d));
     if (end <= begin) return;
     from = from.narrow(d, begin - source_offsets[d], end - begin);
     to = to.narrow(d, begin - destination_offsets[d], end - begin);
@@ -228,10 +227,10 @@ absl::Status GroupPieces(const std::string& source, std::vector<PieceEntry> entr
     }
     CheckpointStep::Tensor& tensor = tensors[it->second];
     if (entry.dtype != tensor.dtype || entry.global_shape != tensor.shape) {
-      return absl::DataLossError(absl::StrCat(
-          source, ": tensor '", entry.name, "': a piece in ", entry.piece.file, " says ",
-          entry.dtype, " ", ShapeString(entry.global_shape), ", another ", tensor.dtype, " ",
-          ShapeString(tensor.shape)));
+      return absl::DataLossError(absl::StrCat(source, ": tensor '", entry.name, "': a piece in ",
+                                              entry.piece.file, " says ", entry.dtype, " ",
+                                              ShapeString(entry.global_shape), ", another ",
+                                              tensor.dtype, " ", ShapeString(tensor.shape)));
     }
     tensor.pieces.push_back(std::move(entry.piece));
   }
@@ -251,9 +250,9 @@ absl::Status GroupPieces(const std::string& source, std::vector<PieceEntry> entr
         }
       }
       if (covered != Volume(tensor.shape)) {
-        return absl::DataLossError(absl::StrCat(source, ": tensor '", tensor.name, "': pieces hold ",
-                                                covered, " of its ", Volume(tensor.shape),
-                                                " elements"));
+        return absl::DataLossError(absl::StrCat(source, ": tensor '", tensor.name,
+                                                "': pieces hold ", covered, " of its ",
+                                                Volume(tensor.shape), " elements"));
       }
     }
   }
@@ -393,7 +392,8 @@ absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::
       const std::string where = absl::StrCat(file.path(), ": tensor '", entry->name, "'");
       names.insert(entry->name);
       const SafetensorsEntry* in_file = file.Find(entry->name);
-      if (in_file == nullptr) return absl::DataLossError(where + ": listed in the manifest, missing");
+      if (in_file == nullptr)
+        return absl::DataLossError(where + ": listed in the manifest, missing");
       if (in_file->dtype != entry->dtype || in_file->shape != entry->piece.shape ||
           in_file->end - in_file->begin != entry->piece.bytes) {
         return absl::DataLossError(absl::StrCat(
@@ -454,8 +454,8 @@ absl::StatusOr<at::Tensor> CheckpointStep::Read(const Tensor& tensor, bool verif
     TITAN_RETURN_IF_ERROR(ReadInto(tensor, whole, nullptr, verify_checksums));
     return whole;
   } catch (const c10::Error& e) {
-    return absl::ResourceExhaustedError(absl::StrCat(dir_, ": tensor '", tensor.name,
-                                                     "': ", e.what_without_backtrace()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(dir_, ": tensor '", tensor.name, "': ", e.what_without_backtrace()));
   }
 }
 
@@ -467,10 +467,10 @@ absl::Status CheckpointStep::ReadInto(const Tensor& tensor, const at::Tensor& de
                                          offsets.size() == static_cast<size_t>(destination.dim())
                                    : destination.sizes().vec() == tensor.shape;
   if (!fits) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir_, ": tensor '", tensor.name, "' is ", ShapeString(tensor.shape), ", destination ",
-        ShapeString(destination.sizes().vec()),
-        box != nullptr ? absl::StrCat(" in ", ShapeString(box->global_shape)) : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir_, ": tensor '", tensor.name, "' is ", ShapeString(tensor.shape),
+                     ", destination ", ShapeString(destination.sizes().vec()),
+                     box != nullptr ? absl::StrCat(" in ", ShapeString(box->global_shape)) : ""));
   }
   c10::NoGradGuard no_grad;  // Destinations may be parameters.
   try {
@@ -563,8 +563,8 @@ absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64
 absl::Status CheckpointManager::Commit(const std::string& tmp_dir, int64_t step,
                                        const CheckpointState& state, bool model_only) const {
   // Every rank's record, or the first failure a rank reported.
-  const auto deadline = std::chrono::steady_clock::now() +
-                        absl::ToChronoMilliseconds(ranks_.commit_timeout);
+  const auto deadline =
+      std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(ranks_.commit_timeout);
   std::set<int> pending;
   for (int r = 0; r < ranks_.world_size; ++r) pending.insert(r);
   while (true) {
@@ -572,18 +572,18 @@ absl::Status CheckpointManager::Commit(const std::string& tmp_dir, int64_t step,
       const std::string failed = RankRecordPath(tmp_dir, *it, "failed");
       if (PathExists(failed)) {
         absl::StatusOr<std::string> why = ReadFile(failed);
-        return absl::AbortedError(absl::StrCat(StepDirectory(step), ": rank ", *it,
-                                               " failed to write its part: ",
-                                               why.ok() ? *why : "(reason unreadable)"));
+        return absl::AbortedError(
+            absl::StrCat(StepDirectory(step), ": rank ", *it,
+                         " failed to write its part: ", why.ok() ? *why : "(reason unreadable)"));
       }
       it = PathExists(RankRecordPath(tmp_dir, *it, "json")) ? pending.erase(it) : std::next(it);
     }
     if (pending.empty()) break;
     if (std::chrono::steady_clock::now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          StepDirectory(step), ": rank(s) ", absl::StrJoin(pending, ", "),
-          " did not finish writing their part within ",
-          absl::FormatDuration(ranks_.commit_timeout), "; the step is not committed"));
+      return absl::DeadlineExceededError(
+          absl::StrCat(StepDirectory(step), ": rank(s) ", absl::StrJoin(pending, ", "),
+                       " did not finish writing their part within ",
+                       absl::FormatDuration(ranks_.commit_timeout), "; the step is not committed"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
@@ -744,9 +744,9 @@ absl::StatusOr<CheckpointState> CheckpointManager::Load(int64_t step, bool verif
       try {
         whole = at::empty(tensor.shape, at::TensorOptions().dtype(tensor.scalar_type));
       } catch (const c10::Error& e) {
-        return absl::ResourceExhaustedError(absl::StrCat(open->directory(), ": tensor '",
-                                                         tensor.name, "': allocation failed: ",
-                                                         e.what_without_backtrace()));
+        return absl::ResourceExhaustedError(
+            absl::StrCat(open->directory(), ": tensor '", tensor.name,
+                         "': allocation failed: ", e.what_without_backtrace()));
       }
       TITAN_RETURN_IF_ERROR(open->ReadInto(tensor, whole, nullptr, verify_checksums));
       out.emplace_back(tensor.name, whole);

@@ -51,7 +51,7 @@ struct CheckpointState {
   NamedTensors model;      // Parameter name -> tensor.
   NamedTensors optimizer;  // Flattened optimizer state, e.g. "<param>.exp_avg".
   nlohmann::json extra = nlohmann::json::object();  // "lr_scheduler", "dataloader", "rng" ...
-  TensorBoxes boxes;       // Entries of model and optimizer that are pieces (names are distinct).
+  TensorBoxes boxes;  // Entries of model and optimizer that are pieces (names are distinct).
 };
 
 // The ranks that save together. Every rank of a job builds its manager with the same root and
@@ -60,7 +60,7 @@ struct CheckpointState {
 struct CheckpointRanks {
   int rank = 0;
   int world_size = 1;
-  std::string run_id;                           // Empty: this process's pid (one process only).
+  std::string run_id;  // Empty: this process's pid (one process only).
   absl::Duration commit_timeout = absl::Minutes(10);  // Rank 0's wait for the other ranks' files.
 };
 
@@ -75,12 +75,12 @@ class CheckpointManager {
   const CheckpointRanks& ranks() const { return ranks_; }
 
   // Saves this rank's `state` as part of step `step`, replacing that step if it exists. Every rank
-  // calls it for the same step with its own tensors (none is fine: whole tensors come from one rank,
-  // pieces from their holders) and the same model_only; `extra` is taken from rank 0. model_only
-  // leaves out the optimizer. Tensors may live on any device; they are copied to CPU one at a time.
-  // Rank 0 returns once the step is committed (or failed, naming the ranks that did not finish
-  // within commit_timeout); other ranks return once their own files are durable, so callers agree
-  // on the outcome (a barrier) before relying on the step.
+  // calls it for the same step with its own tensors (none is fine: whole tensors come from one
+  // rank, pieces from their holders) and the same model_only; `extra` is taken from rank 0.
+  // model_only leaves out the optimizer. Tensors may live on any device; they are copied to CPU one
+  // at a time. Rank 0 returns once the step is committed (or failed, naming the ranks that did not
+  // finish within commit_timeout); other ranks return once their own files are durable, so callers
+  // agree on the outcome (a barrier) before relying on the step.
   absl::Status Save(int64_t step, const CheckpointState& state, bool model_only);
 
   // Committed steps, ascending; empty when the root does not exist yet.

@@ -40,10 +40,11 @@ std::string GroupState::Stragglers(uint64_t seq) const {
 
 absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time start,
                                  absl::string_view reason) const {
-  return absl::DeadlineExceededError(absl::StrCat(
-      op, " #", seq, " on group \"", name_, "\" (job ranks ", absl::StrJoin(global_ranks_, ","),
-      ") failed after ", absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
-      ": ", reason, "; ", Stragglers(seq)));
+  return absl::DeadlineExceededError(
+      absl::StrCat(op, " #", seq, " on group \"", name_, "\" (job ranks ",
+                   absl::StrJoin(global_ranks_, ","), ") failed after ",
+                   absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
+                   ": ", reason, "; ", Stragglers(seq)));
 }
 
 absl::Status CheckCollectiveTensor(const GroupState& group, const char* op, const char* what,
@@ -59,9 +60,8 @@ absl::Status CheckCollectiveTensor(const GroupState& group, const char* op, cons
 }
 
 absl::Status CheckCollectivePair(const GroupState& group, const char* op, const at::Tensor& small,
-                                 const at::Tensor& big, int64_t expected,
-                                 const char* expected_text, c10::DeviceType device,
-                                 const char* backend) {
+                                 const at::Tensor& big, int64_t expected, const char* expected_text,
+                                 c10::DeviceType device, const char* backend) {
   if (absl::Status s = CheckCollectiveTensor(group, op, "input", small, device, backend); !s.ok()) {
     return s;
   }
@@ -69,10 +69,9 @@ absl::Status CheckCollectivePair(const GroupState& group, const char* op, const 
     return s;
   }
   if (small.scalar_type() != big.scalar_type()) {
-    return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", group.name(),
-                                                   "\": input and output dtypes differ (",
-                                                   c10::toString(small.scalar_type()), " vs ",
-                                                   c10::toString(big.scalar_type()), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " on group \"", group.name(), "\": input and output dtypes differ (",
+        c10::toString(small.scalar_type()), " vs ", c10::toString(big.scalar_type()), ")"));
   }
   if (big.numel() != expected) {
     return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", group.name(),
@@ -85,10 +84,9 @@ absl::Status CheckCollectivePair(const GroupState& group, const char* op, const 
 absl::Status CheckCollectivePeer(const GroupState& group, const char* op, const char* what,
                                  int peer, bool self_ok) {
   if (peer < 0 || peer >= group.size() || (!self_ok && peer == group.rank())) {
-    return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", group.name(), "\": ", what,
-                                                   " ", peer, " is not another member of 0..",
-                                                   group.size() - 1, " (this member is ",
-                                                   group.rank(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " on group \"", group.name(), "\": ", what, " ", peer, " is not another member of 0..",
+        group.size() - 1, " (this member is ", group.rank(), ")"));
   }
   return absl::OkStatus();
 }

@@ -1,13 +1,13 @@
 #ifndef TITAN_LIB_DISTRIBUTED_GROUP_STATE_H_
 #define TITAN_LIB_DISTRIBUTED_GROUP_STATE_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <cstdint>
 #include <exception>
 #include <string>
-#include <vector>
-
-#include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -57,9 +57,8 @@ absl::Status CheckCollectiveTensor(const GroupState& group, const char* op, cons
                                    const char* backend);
 // Both tensors valid, one dtype, and `big` holding `expected` elements.
 absl::Status CheckCollectivePair(const GroupState& group, const char* op, const at::Tensor& small,
-                                 const at::Tensor& big, int64_t expected,
-                                 const char* expected_text, c10::DeviceType device,
-                                 const char* backend);
+                                 const at::Tensor& big, int64_t expected, const char* expected_text,
+                                 c10::DeviceType device, const char* backend);
 // `peer` is a member (another one unless self_ok).
 absl::Status CheckCollectivePeer(const GroupState& group, const char* op, const char* what,
                                  int peer, bool self_ok);

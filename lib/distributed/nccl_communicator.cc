@@ -1,18 +1,17 @@
 #include "lib/distributed/nccl_communicator.h"
 
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <chrono>
 #include <thread>
-#include <utility>
-
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -74,7 +73,8 @@ ncclRedOp_t NcclOp(ReduceOp op) {
 absl::Status AwaitNcclCall(ncclComm_t comm, ncclResult_t result, absl::Time deadline,
                            absl::string_view what) {
   while (result == ncclInProgress) {
-    if (absl::Now() > deadline) return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
+    if (absl::Now() > deadline)
+      return absl::DeadlineExceededError(absl::StrCat(what, ": timed out"));
     std::this_thread::sleep_for(std::chrono::microseconds(50));
     ncclCommGetAsyncError(comm, &result);
   }
@@ -104,7 +104,11 @@ class NcclWork : public Work {
  public:
   NcclWork(std::shared_ptr<NcclGroup> group, cudaEvent_t done, const char* op, uint64_t seq,
            absl::Duration timeout)
-      : group_(std::move(group)), done_(done), op_(op), seq_(seq), timeout_(timeout),
+      : group_(std::move(group)),
+        done_(done),
+        op_(op),
+        seq_(seq),
+        timeout_(timeout),
         start_(absl::Now()) {}
   ~NcclWork() override { cudaEventDestroy(done_); }
 
@@ -117,13 +121,13 @@ class NcclWork : public Work {
       if (query == cudaSuccess) break;
       ncclResult_t async_error = ncclSuccess;
       ncclCommGetAsyncError(group_->comm, &async_error);
-      if (query != cudaErrorNotReady || (async_error != ncclSuccess &&
-                                         async_error != ncclInProgress)) {
+      if (query != cudaErrorNotReady ||
+          (async_error != ncclSuccess && async_error != ncclInProgress)) {
         Abort();
-        status_ = group_->state->Failure(
-            op_, seq_, start_,
-            query != cudaErrorNotReady ? cudaGetErrorString(query)
-                                       : ncclGetErrorString(async_error));
+        status_ =
+            group_->state->Failure(op_, seq_, start_,
+                                   query != cudaErrorNotReady ? cudaGetErrorString(query)
+                                                              : ncclGetErrorString(async_error));
         return status_;
       }
       if (absl::Now() > deadline) {
@@ -181,8 +185,8 @@ class NcclCommunicator : public Communicator {
   }
 
   absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) override {
-    TITAN_RETURN_IF_ERROR(CheckPair("all_gather", input, output, input.numel() * size(),
-                               "size() × input"));
+    TITAN_RETURN_IF_ERROR(
+        CheckPair("all_gather", input, output, input.numel() * size(), "size() × input"));
     return Start("all_gather", {input, output}, [&](ncclDataType_t type, cudaStream_t stream) {
       return ncclAllGather(input.data_ptr(), output.data_ptr(), input.numel(), type, group_->comm,
                            stream);
@@ -191,8 +195,8 @@ class NcclCommunicator : public Communicator {
 
   absl::StatusOr<std::unique_ptr<Work>> ReduceScatter(at::Tensor input, at::Tensor output,
                                                       ReduceOp op) override {
-    TITAN_RETURN_IF_ERROR(CheckPair("reduce_scatter", output, input, output.numel() * size(),
-                               "size() × output"));
+    TITAN_RETURN_IF_ERROR(
+        CheckPair("reduce_scatter", output, input, output.numel() * size(), "size() × output"));
     return Start("reduce_scatter", {input, output}, [&](ncclDataType_t type, cudaStream_t stream) {
       return ncclReduceScatter(input.data_ptr(), output.data_ptr(), output.numel(), type,
                                NcclOp(op), group_->comm, stream);
@@ -228,9 +232,9 @@ class NcclCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
     TITAN_RETURN_IF_ERROR(CheckPair("all_to_all", input, output, input.numel(), "input"));
     if (input.numel() % size() != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("all_to_all on group \"", name(), "\": ",
-                                                     input.numel(), " elements do not split into ",
-                                                     size(), " equal slices"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("all_to_all on group \"", name(), "\": ", input.numel(),
+                       " elements do not split into ", size(), " equal slices"));
     }
     return Start("all_to_all", {input, output}, [&](ncclDataType_t type, cudaStream_t stream) {
       const int64_t count = input.numel() / size();
@@ -279,8 +283,8 @@ class NcclCommunicator : public Communicator {
     if (error == cudaSuccess) error = cudaStreamWaitEvent(group_->stream.stream(), ready, 0);
     if (ready != nullptr) cudaEventDestroy(ready);
     if (error != cudaSuccess) return CudaError(error, absl::StrCat(op, ": ordering after compute"));
-    const absl::Status issued = AwaitNcclCall(group_->comm, issue(*type, group_->stream.stream()),
-                                              start + timeout_, op);
+    const absl::Status issued =
+        AwaitNcclCall(group_->comm, issue(*type, group_->stream.stream()), start + timeout_, op);
     if (!issued.ok()) return group_->state->Failure(op, seq, start, issued.message());
     for (const at::Tensor& tensor : tensors) {
       c10::cuda::CUDACachingAllocator::recordStream(tensor.storage().data_ptr(), group_->stream);
@@ -292,20 +296,20 @@ class NcclCommunicator : public Communicator {
   }
 
   absl::Status CheckTensor(const char* op, const char* what, const at::Tensor& tensor) const {
-    TITAN_RETURN_IF_ERROR(CheckCollectiveTensor(*group_->state, op, what, tensor,
-                                           c10::DeviceType::CUDA, "nccl"));
+    TITAN_RETURN_IF_ERROR(
+        CheckCollectiveTensor(*group_->state, op, what, tensor, c10::DeviceType::CUDA, "nccl"));
     if (tensor.device().index() != group_->device) {
-      return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", name(), "\": ", what,
-                                                     " is on ", tensor.device().str(),
-                                                     ", the communicator on cuda:", group_->device));
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, " on group \"", name(), "\": ", what, " is on ", tensor.device().str(),
+                       ", the communicator on cuda:", group_->device));
     }
     return absl::OkStatus();
   }
 
   absl::Status CheckPair(const char* op, const at::Tensor& small, const at::Tensor& big,
                          int64_t expected, const char* expected_text) const {
-    TITAN_RETURN_IF_ERROR(CheckCollectivePair(*group_->state, op, small, big, expected, expected_text,
-                                         c10::DeviceType::CUDA, "nccl"));
+    TITAN_RETURN_IF_ERROR(CheckCollectivePair(*group_->state, op, small, big, expected,
+                                              expected_text, c10::DeviceType::CUDA, "nccl"));
     TITAN_RETURN_IF_ERROR(CheckTensor(op, "input", small));
     return CheckTensor(op, "output", big);
   }
@@ -381,9 +385,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
   const c10::intrusive_ptr<c10d::Store>& store = rendezvous->store();
   const c10::cuda::CUDAGuard guard(device);
   auto group = std::make_shared<NcclGroup>(
-      std::make_shared<GroupState>(
-          name, global_ranks, rank,
-          c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("titan/nccl-progress/", name), store)),
+      std::make_shared<GroupState>(name, global_ranks, rank,
+                                   c10::make_intrusive<c10d::PrefixStore>(
+                                       absl::StrCat("titan/nccl-progress/", name), store)),
       device);
   const absl::Time start = absl::Now();
   ncclUniqueId id;
@@ -398,8 +402,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     } else {
       const std::vector<uint8_t> bytes = store->get(id_key);  // Waits up to the store's timeout.
       if (bytes.size() != sizeof(id)) {
-        return absl::DataLossError(absl::StrCat(id_key, ": ", bytes.size(), " bytes, expected ",
-                                                sizeof(id)));
+        return absl::DataLossError(
+            absl::StrCat(id_key, ": ", bytes.size(), " bytes, expected ", sizeof(id)));
       }
       std::copy(bytes.begin(), bytes.end(), reinterpret_cast<uint8_t*>(&id));
     }

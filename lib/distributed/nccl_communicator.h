@@ -25,8 +25,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
 
 // CPU tensors to `cpu`, CUDA tensors to `gpu` (PyTorch's "cpu:gloo,cuda:nccl"); identity, barrier
 // and timeouts from both. Both must be the same group.
-std::unique_ptr<Communicator> CreateDeviceDispatchingCommunicator(std::unique_ptr<Communicator> cpu,
-                                                                  std::unique_ptr<Communicator> gpu);
+std::unique_ptr<Communicator> CreateDeviceDispatchingCommunicator(
+    std::unique_ptr<Communicator> cpu, std::unique_ptr<Communicator> gpu);
 
 }  // namespace titan
 

@@ -1,8 +1,8 @@
 #include "lib/interop/checkpoint_reader.h"
 
 #include <algorithm>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <set>
 #include <utility>
@@ -95,9 +95,8 @@ class SafetensorsReader : public CheckpointReader {
         return absl::DataLossError(
             absl::StrCat(path, ": tensor '", entry.name, "' also appears in another file"));
       }
-      tensors_.push_back(
-          {entry.name, entry.dtype, entry.scalar_type, entry.shape, entry.end - entry.begin,
-           BaseName(path)});
+      tensors_.push_back({entry.name, entry.dtype, entry.scalar_type, entry.shape,
+                          entry.end - entry.begin, BaseName(path)});
     }
     files_.push_back(*std::move(file));
     return absl::OkStatus();
@@ -105,7 +104,7 @@ class SafetensorsReader : public CheckpointReader {
 
   std::vector<SafetensorsFile> files_;
   absl::flat_hash_map<std::string, size_t> location_;  // name -> index in files_
-  std::optional<uint64_t> expected_total_size_;         // hf's index
+  std::optional<uint64_t> expected_total_size_;        // hf's index
 };
 
 // titan: a step directory read through lib/checkpoint, which joins the pieces ranks saved.
@@ -119,7 +118,8 @@ class TitanReader : public CheckpointReader {
       absl::StatusOr<int64_t> latest = manager.LatestStep();
       if (!latest.ok()) {
         return absl::NotFoundError(absl::StrCat(path, ": not a titan checkpoint (no ",
-                                                kCheckpointManifestFile, ", no step-N directories)"));
+                                                kCheckpointManifestFile,
+                                                ", no step-N directories)"));
       }
       step_dir = manager.StepDirectory(*latest);
     }
@@ -174,7 +174,8 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
   auto reader = std::unique_ptr<SafetensorsReader>(new SafetensorsReader());
   reader->format_ = CheckpointFormat::kHf;
   reader->directory_ = path;
-  TITAN_ASSIGN_OR_RETURN(reader->description_, ReadJsonFile(absl::StrCat(path, "/", kHfConfigFile)));
+  TITAN_ASSIGN_OR_RETURN(reader->description_,
+                         ReadJsonFile(absl::StrCat(path, "/", kHfConfigFile)));
   const std::string index_path = absl::StrCat(path, "/", kHfIndexFile);
   if (!PathExists(index_path)) {
     TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(path, "/", kHfSingleFile)));
@@ -191,9 +192,9 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
   for (const TensorInfo& tensor : reader->tensors_) {
     const auto it = weight_map.find(tensor.name);
     if (it == weight_map.end() || it->second != tensor.file) {
-      return absl::DataLossError(absl::StrCat(
-          index_path, ": tensor '", tensor.name, "' is in ", tensor.file, ", the index says ",
-          it == weight_map.end() ? "nothing" : it->second));
+      return absl::DataLossError(absl::StrCat(index_path, ": tensor '", tensor.name, "' is in ",
+                                              tensor.file, ", the index says ",
+                                              it == weight_map.end() ? "nothing" : it->second));
     }
   }
   for (const auto& [name, file] : weight_map) {

@@ -26,7 +26,11 @@ int64_t Module::NumParameters() {
 }
 
 void Module::Materialize(const at::TensorOptions& options) {
-  for (const ParamRef& p : NamedParameters()) {
+  Materialize(NamedParameters(), options);
+}
+
+void Module::Materialize(const std::vector<ParamRef>& params, const at::TensorOptions& options) {
+  for (const ParamRef& p : params) {
     *p.tensor = at::empty(p.tensor->sizes(), options).set_requires_grad(true);
   }
 }

@@ -33,6 +33,8 @@ class Module {
   // Replaces every meta (or other-device) parameter with uninitialised storage on `options`'
   // device and dtype, requiring grad. Call the model's weight init afterwards.
   void Materialize(const at::TensorOptions& options);
+  // The same for some parameters only (e.g. one FSDP group at a time).
+  static void Materialize(const std::vector<ParamRef>& params, const at::TensorOptions& options);
 
  protected:
   at::Tensor& RegisterParameter(const std::string& name, at::IntArrayRef shape,

@@ -103,7 +103,8 @@ class Trainer {
   absl::Status FinishPendingSave();
   absl::Status MaybeResume();
   NamedTensors ModelState();
-  // What this rank saves of `local`: its pieces in the first replica group, whole tensors on rank 0.
+  // What this rank saves of `local`: its pieces in the first replica group, whole tensors on rank
+  // 0.
   NamedTensors PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const;
   bool autocast() const { return autocast_dtype_.has_value(); }
   bool writer() const { return runtime_.rank() == 0; }
@@ -186,11 +187,17 @@ absl::Status Trainer::Init() {
   args.max_seq_len = std::max(training.seq_len(), config_.validation().seq_len());
   args_ = args;
   model_ = std::make_unique<Llama3Model>(args, at::TensorOptions().device(at::kMeta));
-  // Under FSDP each rank initialises the full model, then keeps its shards (the same weights as one
-  // process with the same seed; the full model is briefly resident on every rank).
-  model_->Materialize(at::TensorOptions().device(device_).dtype(at::kFloat));
-  model_->InitWeights();
   const auto& ckpt = config_.checkpoint();
+  const at::TensorOptions param_options = at::TensorOptions().device(device_).dtype(at::kFloat);
+  // Under FSDP the parallelize step initialises one group at a time and keeps only its shards (the
+  // same weights as one process with the same seed). An initial load reads whole tensors, so it
+  // needs the whole model first.
+  const bool init_after_sharding =
+      runtime_.dims().dp_shard_enabled() && ckpt.initial_load_path().empty();
+  if (!init_after_sharding) {
+    model_->Materialize(param_options);
+    model_->InitWeights();
+  }
   if (!ckpt.initial_load_path().empty()) {
     if (!ckpt.initial_load_model_only()) {
       return absl::UnimplementedError(
@@ -208,6 +215,7 @@ absl::Status Trainer::Init() {
   parallelize.ac_mode = config_.activation_checkpoint().mode();
   parallelize.selective_ac_option = config_.activation_checkpoint().selective_ac_option();
   parallelize.reshard_after_forward = config_.parallelism().fsdp_reshard_after_forward();
+  if (init_after_sharding) parallelize.materialize = param_options;
   if (autocast()) {
     // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
     // reduced in [training] mixed_precision_reduce.
@@ -346,8 +354,9 @@ absl::Status Trainer::Save(bool model_only) {
     // export_dtype.
     TITAN_ASSIGN_OR_RETURN(NamedTensors full, data_parallel_->GatherFull(ModelState()));
     const std::string& dtype = config_.checkpoint().export_dtype();
-    const at::ScalarType export_type =
-        dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
+    const at::ScalarType export_type = dtype == "bfloat16"  ? at::kBFloat16
+                                       : dtype == "float16" ? at::kHalf
+                                                            : at::kFloat;
     if (writer()) {
       for (auto& [name, tensor] : full) state.model.emplace_back(name, tensor.to(export_type));
       if (config_.checkpoint().last_save_in_hf()) exported = ExportHf(state.model);
@@ -363,7 +372,8 @@ absl::Status Trainer::Save(bool model_only) {
   }
   // A failed export skips the save; the agreement below (on every rank's single one for this
   // save) still tells the other ranks.
-  // The shape travels with the weights, so convert_checkpoint and checkpoint_inspect need no flavor.
+  // The shape travels with the weights, so convert_checkpoint and checkpoint_inspect need no
+  // flavor.
   state.extra["model"] = Llama3ModelInfoToJson(ModelInfo());
   if (async_saver_ != nullptr && exported.ok()) {
     return async_saver_->Start(step_, state, model_only);
@@ -374,7 +384,8 @@ absl::Status Trainer::Save(bool model_only) {
   // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
   TITAN_RETURN_IF_ERROR(saved);
-  if (!all_saved) return absl::InternalError(absl::StrCat("another rank failed to save step-", step_));
+  if (!all_saved)
+    return absl::InternalError(absl::StrCat("another rank failed to save step-", step_));
   return absl::OkStatus();
 }
 

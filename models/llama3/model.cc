@@ -110,10 +110,21 @@ void Llama3Model::BuildRopeTables(const at::TensorOptions& options) {
 }
 
 void Llama3Model::InitWeights() {
+  InitEmbedding();
+  for (int64_t layer = 0; layer < num_layers(); ++layer) InitLayer(layer);
+  InitHead();
+}
+
+void Llama3Model::InitEmbedding() {
   c10::NoGradGuard no_grad;
   BuildRopeTables(tok_embeddings_.options());
   tok_embeddings_.normal_(0.0, 1.0);
-  for (Llama3Block* layer : layers_) layer->InitWeights();
+}
+
+void Llama3Model::InitLayer(int64_t layer) { layers_.at(layer)->InitWeights(); }
+
+void Llama3Model::InitHead() {
+  c10::NoGradGuard no_grad;
   norm_.fill_(1.0);
   if (output_ != nullptr) {
     const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));

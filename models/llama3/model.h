@@ -67,8 +67,13 @@ class Llama3Model : public Module {
   // tokens [B, S] int64 -> logits [B, S, vocab].
   at::Tensor Forward(const at::Tensor& tokens);
 
-  // torchtitan's initialisation, on materialised parameters; also builds the RoPE tables.
+  // torchtitan's initialisation, on materialised parameters; also builds the RoPE tables. It is
+  // InitEmbedding, InitLayer(0 .. n_layers - 1), InitHead in turn: FSDP runs them group by group,
+  // sharding in between, and draws the same random numbers as one process.
   void InitWeights();
+  void InitEmbedding();
+  void InitLayer(int64_t layer);
+  void InitHead();
   // RoPE tables on `options`' device (InitWeights calls this; loading a checkpoint needs it too).
   void BuildRopeTables(const at::TensorOptions& options);
 

@@ -43,12 +43,11 @@ absl::StatusOr<std::vector<bool>> CheckpointedLayers(int64_t num_layers, const s
   return checkpointed;
 }
 
-absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Llama3Model& model,
-                                                        const std::vector<bool>& checkpointed,
-                                                        const std::string& reshard_after_forward,
-                                                        const FsdpMixedPrecision& mixed_precision,
-                                                        Communicator* shard,
-                                                        Communicator* replicate) {
+absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(
+    Llama3Model& model, const std::vector<bool>& checkpointed,
+    const std::string& reshard_after_forward, const FsdpMixedPrecision& mixed_precision,
+    const std::optional<at::TensorOptions>& materialize, Communicator* shard,
+    Communicator* replicate) {
   if (reshard_after_forward != "default" && reshard_after_forward != "always" &&
       reshard_after_forward != "never") {
     return absl::InvalidArgumentError(
@@ -70,11 +69,20 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Llama3Model& model,
       root_params.push_back(param);
     }
   }
+  // Initialisation after sharding: the same order of random draws as Llama3Model::InitWeights.
+  if (materialize) {
+    Module::Materialize(root_params, *materialize);
+    model.InitEmbedding();
+  }
   std::vector<std::unique_ptr<FsdpParamGroup>> groups;
   for (int64_t layer = 0; layer < num_layers; ++layer) {
-    TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FsdpParamGroup> group,
-                           FsdpParamGroup::Create(layer_params[layer], shard, replicate,
-                                                  mixed_precision));
+    if (materialize) {
+      Module::Materialize(layer_params[layer], *materialize);
+      model.InitLayer(layer);
+    }
+    TITAN_ASSIGN_OR_RETURN(
+        std::unique_ptr<FsdpParamGroup> group,
+        FsdpParamGroup::Create(layer_params[layer], shard, replicate, mixed_precision));
     // The last block is needed again first in backward: torchtitan keeps it gathered by default.
     const bool reshard = reshard_after_forward == "always" ||
                          (reshard_after_forward == "default" && layer + 1 < num_layers);
@@ -93,6 +101,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Llama3Model& model,
     }
     groups.push_back(std::move(group));
   }
+  if (materialize) model.InitHead();
   FsdpParamGroup* root = nullptr;
   if (!root_params.empty()) {
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FsdpParamGroup> group,
@@ -131,8 +140,14 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeLlama3(Llama3Model& mod
         std::vector<bool> checkpointed,
         CheckpointedLayers(model.num_layers(), options.ac_mode, options.selective_ac_option));
     return ApplyFsdp(model, checkpointed, options.reshard_after_forward,
-                     options.fsdp_mixed_precision, &comms->Get(MeshGroup::kDpShard),
+                     options.fsdp_mixed_precision, options.materialize,
+                     &comms->Get(MeshGroup::kDpShard),
                      dims.dp_replicate_enabled() ? &comms->Get(MeshGroup::kDpReplicate) : nullptr);
+  }
+  if (options.materialize) {
+    return absl::InvalidArgumentError(
+        "ParallelizeLlama3: materialize is for FSDP; initialise the model before DDP or one "
+        "process");
   }
   TITAN_RETURN_IF_ERROR(
       ApplyActivationCheckpointing(model, options.ac_mode, options.selective_ac_option));

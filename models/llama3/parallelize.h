@@ -2,6 +2,7 @@
 #define TITAN_MODELS_LLAMA3_PARALLELIZE_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -28,6 +29,11 @@ struct ParallelizeOptions {
   std::string reshard_after_forward = "default";
   // FSDP's mixed-precision policy (see lib/parallel/fsdp.h); unset: the parameters' dtype.
   FsdpMixedPrecision fsdp_mixed_precision;
+  // Set when the model's parameters are still on the meta device: FSDP materialises them here
+  // (device, dtype) and initialises one group at a time, keeping only its shards, so no rank ever
+  // holds more than the embedding, output and one block in full. Other styles need an
+  // initialised model.
+  std::optional<at::TensorOptions> materialize;
 };
 
 // torchtitan's parallelize_llama for data parallelism, on a materialised, initialised model

@@ -2,13 +2,12 @@
 // CUDA device exists, i.e. on the CPU-only CI machines; run it on a GPU machine.
 #include "lib/distributed/nccl_communicator.h"
 
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <ATen/ATen.h>
-#include <ATen/cuda/CUDAContext.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -73,8 +72,8 @@ TEST(NcclCommunicatorTest, CollectivesOnOneGpuAndDispatchByDevice) {
 
   EXPECT_THAT(Await(comm->AllGather(x, at::empty({3}, cuda.dtype(at::kFloat)))).message(),
               HasSubstr("all_gather on group \"solo\": expected 1048576"));
-  EXPECT_THAT(Await(comm->AllReduce(at::ones({2}, cuda.dtype(at::kComplexFloat)),
-                                    ReduceOp::kSum)).message(),
+  EXPECT_THAT(Await(comm->AllReduce(at::ones({2}, cuda.dtype(at::kComplexFloat)), ReduceOp::kSum))
+                  .message(),
               HasSubstr("no NCCL equivalent"));
 }
 
