@@ -17,6 +17,8 @@ DataParallel::DataParallel(std::vector<std::unique_ptr<FsdpParamGroup>> groups,
 }
 
 at::Tensor DataParallel::Forward(const std::function<at::Tensor()>& forward) {
+  // A prefetch left by an interrupted forward holds parameters from before the optimizer step.
+  for (const auto& group : groups_) group->DropPrefetch();
   if (root_ == nullptr) return forward();
   root_->Unshard();
   at::Tensor out = forward();

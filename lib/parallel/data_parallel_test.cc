@@ -168,6 +168,34 @@ TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
   EXPECT_EQ(statuses, std::vector<int>(3, 0));
 }
 
+// A prefetched gather is what the next Unshard uses: it holds the shards as they were when the
+// prefetch started; a dropped one leaves the next Unshard to gather afresh.
+TEST(FsdpParamGroupTest, PrefetchFeedsTheNextUnshard) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    at::manual_seed(5);
+    const at::Tensor full_a = at::randn({4, 3});
+    at::Tensor a = full_a.clone().requires_grad_(true);
+    std::unique_ptr<FsdpParamGroup> group = *FsdpParamGroup::Create({{"a", &a}}, &comm, nullptr);
+    const at::Tensor shard = a;
+    group->Prefetch();
+    group->Prefetch();  // A second call while one is pending is a no-op.
+    {
+      c10::NoGradGuard no_grad;
+      shard.add_(1);  // After the prefetch started: not in what it gathered.
+    }
+    group->Unshard();
+    RANK_EXPECT(Equal(a, full_a));
+    group->Reshard();
+    group->Prefetch();
+    group->DropPrefetch();
+    group->Unshard();  // Gathers afresh: the shards as they are now.
+    RANK_EXPECT(Equal(a, full_a + 1));
+    group->Reshard();
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
 // Mixed precision: the full parameters are the shards cast to bf16 (gathered as bf16), and the
 // gradients are reduced in fp32 into fp32 shards.
 TEST(FsdpParamGroupTest, MixedPrecisionGathersInParamDtypeAndReducesInReduceDtype) {

@@ -117,15 +117,49 @@ at::Tensor FsdpParamGroup::ShardOf(const Param& param, const at::Tensor& full) c
   return shard;
 }
 
-std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(const std::vector<at::Tensor>& shards) const {
+at::Tensor FsdpParamGroup::FlatShards(const std::vector<at::Tensor>& shards) const {
   c10::NoGradGuard no_grad;
-  const at::TensorOptions options = shards[0].options();
-  at::Tensor flat = at::empty({shard_numel_}, options.dtype(param_dtype_));
+  at::Tensor flat = at::empty({shard_numel_}, shards[0].options().dtype(param_dtype_));
   for (size_t i = 0; i < params_.size(); ++i) {  // copy_ casts to param_dtype_
     flat.narrow(0, params_[i].offset, shards[i].numel()).copy_(shards[i].reshape(-1));
   }
-  at::Tensor gathered = at::empty({shard_->size(), shard_numel_}, flat.options());
-  CheckCollective(Await(shard_->AllGather(flat, gathered)), "all-gather", *shard_);
+  return flat;
+}
+
+void FsdpParamGroup::Prefetch() {
+  if (prefetched_) return;
+  std::vector<at::Tensor> shards;
+  shards.reserve(params_.size());
+  for (const Param& param : params_) shards.push_back(param.shard);
+  PendingGather pending;
+  pending.flat = FlatShards(shards);
+  pending.gathered = at::empty({shard_->size(), shard_numel_}, pending.flat.options());
+  absl::StatusOr<std::unique_ptr<Work>> work = shard_->AllGather(pending.flat, pending.gathered);
+  CheckCollective(work.status(), "prefetch all-gather", *shard_);
+  pending.work = *std::move(work);
+  prefetched_ = std::move(pending);
+}
+
+void FsdpParamGroup::DropPrefetch() {
+  if (!prefetched_) return;
+  const absl::Status status = prefetched_->work->Wait();
+  prefetched_.reset();
+  CheckCollective(status, "prefetch all-gather", *shard_);
+}
+
+std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(const std::vector<at::Tensor>& shards) const {
+  c10::NoGradGuard no_grad;
+  at::Tensor gathered;
+  if (prefetched_) {
+    const absl::Status status = prefetched_->work->Wait();
+    gathered = std::move(prefetched_->gathered);
+    prefetched_.reset();
+    CheckCollective(status, "prefetch all-gather", *shard_);
+  } else {
+    const at::Tensor flat = FlatShards(shards);
+    gathered = at::empty({shard_->size(), shard_numel_}, flat.options());
+    CheckCollective(Await(shard_->AllGather(flat, gathered)), "all-gather", *shard_);
+  }
   std::vector<at::Tensor> full;
   full.reserve(params_.size());
   for (const Param& param : params_) full.push_back(AssembleFull(param, gathered, param.offset));
@@ -219,8 +253,10 @@ void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full) const {
 }
 
 at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
-                                         const at::Tensor& x, bool reshard_after_forward) {
+                                         const at::Tensor& x, bool reshard_after_forward,
+                                         FsdpParamGroup* prefetch) {
   Unshard();
+  if (prefetch != nullptr) prefetch->Prefetch();
   std::vector<at::Tensor> full;
   full.reserve(params_.size());
   for (const Param& param : params_) full.push_back(*param.slot);

@@ -50,8 +50,16 @@ class FsdpParamGroup {
   // Unshard, call(x), Reshard. With `reshard_after_forward` (and grad mode on), the full tensors
   // autograd saved also give up their memory, and are all-gathered into it again when the gradient
   // reaches call's output in backward (FSDP2's storage resize): no recomputation.
+  // `prefetch` (if set) starts gathering right after this group's gather, so that it overlaps
+  // call's compute.
   at::Tensor CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
-                           const at::Tensor& x, bool reshard_after_forward = false);
+                           const at::Tensor& x, bool reshard_after_forward = false,
+                           FsdpParamGroup* prefetch = nullptr);
+  // Starts this group's all-gather without waiting (FSDP2's forward prefetch): the next Unshard
+  // uses it. Every member of the group must prefetch at the same point.
+  void Prefetch();
+  // Waits for and discards a prefetch no Unshard used (e.g. a forward that stopped early).
+  void DropPrefetch();
 
   struct Param {
     std::string name;
@@ -90,6 +98,14 @@ class FsdpParamGroup {
 
   // Gathers the shards again into the storage of `full` (tensors Unshard made, then freed).
   void RefillFull(const std::vector<at::Tensor>& full) const;
+  // The shards, flat and cast to param_dtype_: what the all-gather sends.
+  at::Tensor FlatShards(const std::vector<at::Tensor>& shards) const;
+
+  struct PendingGather {
+    std::unique_ptr<Work> work;
+    at::Tensor flat;      // Sent: kept alive until the work is done.
+    at::Tensor gathered;  // [group size, shard_numel_]
+  };
 
   std::vector<Param> params_;
   int64_t shard_numel_;  // sum of the shards' element counts
@@ -97,6 +113,7 @@ class FsdpParamGroup {
   Communicator* replicate_;
   at::ScalarType param_dtype_;
   at::ScalarType reduce_dtype_;
+  mutable std::optional<PendingGather> prefetched_;  // Taken by the next AllGatherFlat.
 };
 
 }  // namespace titan

@@ -83,23 +83,28 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(
     TITAN_ASSIGN_OR_RETURN(
         std::unique_ptr<FsdpParamGroup> group,
         FsdpParamGroup::Create(layer_params[layer], shard, replicate, mixed_precision));
+    groups.push_back(std::move(group));
+  }
+  for (int64_t layer = 0; layer < num_layers; ++layer) {
     // The last block is needed again first in backward: torchtitan keeps it gathered by default.
     const bool reshard = reshard_after_forward == "always" ||
                          (reshard_after_forward == "default" && layer + 1 < num_layers);
-    FsdpParamGroup* raw = group.get();
+    FsdpParamGroup* raw = groups[layer].get();
     if (checkpointed[layer]) {
       // Recomputation gathers again in backward and frees afterwards: resharding comes with it.
+      // No prefetch: the recomputation in backward would start one nobody uses.
       model.SetLayerWrapper(layer, [raw](const Llama3Model::LayerCall& call, const at::Tensor& x) {
         return CheckpointedCall(
             [raw, call](const at::Tensor& y) { return raw->CallUnsharded(call, y); }, x);
       });
     } else {
+      // The next block's all-gather runs while this block computes.
+      FsdpParamGroup* next = layer + 1 < num_layers ? groups[layer + 1].get() : nullptr;
       model.SetLayerWrapper(
-          layer, [raw, reshard](const Llama3Model::LayerCall& call, const at::Tensor& x) {
-            return raw->CallUnsharded(call, x, reshard);
+          layer, [raw, reshard, next](const Llama3Model::LayerCall& call, const at::Tensor& x) {
+            return raw->CallUnsharded(call, x, reshard, next);
           });
     }
-    groups.push_back(std::move(group));
   }
   if (materialize) model.InitHead();
   FsdpParamGroup* root = nullptr;
