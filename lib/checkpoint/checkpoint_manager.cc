@@ -542,9 +542,16 @@ absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64
     if (kept.empty()) return absl::OkStatus();
     const std::string file = RankFileName(stem, ranks_.rank, ranks_.world_size);
     std::map<std::string, uint32_t> crcs;
+    auto busy_since = std::chrono::steady_clock::now();
     TITAN_RETURN_IF_ERROR(WriteSafetensors(
         absl::StrCat(tmp_dir, "/", file), kept, {{"format", "pt"}},
-        [&](const std::string& name, absl::string_view bytes) { crcs[name] = Crc32(bytes); }));
+        [&](const std::string& name, absl::string_view bytes) {
+          crcs[name] = Crc32(bytes);
+          if (write_duty_cycle_ >= 1.0) return;
+          const auto busy = std::chrono::steady_clock::now() - busy_since;
+          std::this_thread::sleep_for(busy * ((1.0 - write_duty_cycle_) / write_duty_cycle_));
+          busy_since = std::chrono::steady_clock::now();
+        }));
     for (const auto& [name, tensor] : kept) {
       const auto box = state.boxes.find(name);
       pieces.push_back(PieceEntryToJson(file, name, tensor, crcs.at(name),

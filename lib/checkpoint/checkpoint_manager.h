@@ -74,6 +74,11 @@ class CheckpointManager {
   const std::string& root() const { return root_; }
   const CheckpointRanks& ranks() const { return ranks_; }
 
+  // Paces this rank's writes (for saves in the background): after each tensor the writer pauses so
+  // that writing takes `fraction` of the time, leaving the cores to training in between; the save
+  // takes about 1 / fraction as long. 1 (the default): no pauses.
+  void set_write_duty_cycle(double fraction) { write_duty_cycle_ = fraction; }
+
   // Saves this rank's `state` as part of step `step`, replacing that step if it exists. Every rank
   // calls it for the same step with its own tensors (none is fine: whole tensors come from one
   // rank, pieces from their holders) and the same model_only; `extra` is taken from rank 0.
@@ -118,6 +123,7 @@ class CheckpointManager {
   std::string root_;
   int keep_latest_k_;
   CheckpointRanks ranks_;
+  double write_duty_cycle_ = 1.0;
 };
 
 // A committed step opened for reading: the manifest checked against the files it names, each
