@@ -107,10 +107,6 @@ std::string Describe(const json& value) {
   return value.is_number() ? value.dump() : value.type_name();
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 int64_t Volume(const std::vector<int64_t>& shape) {
   int64_t volume = 1;
   for (int64_t size : shape) volume *= size;

@@ -24,6 +24,10 @@ namespace titan {
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
               "safetensors data is little-endian; a big-endian host would need byte swaps");
 
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
 namespace {
 
 using nlohmann::json;
@@ -529,10 +533,9 @@ absl::Status SafetensorsFile::LoadInto(absl::string_view name,
   }
   if (!destination.defined() || destination.sizes().vec() != entry->shape) {
     return absl::InvalidArgumentError(absl::StrCat(
-        path_, ": tensor '", name, "': shape [", absl::StrJoin(entry->shape, ", "),
-        "] in the file, destination has ",
-        destination.defined() ? absl::StrCat("[", absl::StrJoin(destination.sizes(), ", "), "]")
-                              : "no tensor"));
+        path_, ": tensor '", name, "': shape ", ShapeString(entry->shape),
+        " in the file, destination has ",
+        destination.defined() ? ShapeString(destination.sizes().vec()) : "no tensor"));
   }
   try {
     if (destination.device().is_cpu() && destination.is_contiguous() &&

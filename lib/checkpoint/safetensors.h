@@ -27,6 +27,9 @@ using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 // The reference rejects headers longer than this; so do we, before parsing any JSON.
 inline constexpr uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
 
+// "[2, 3]": a shape as error messages spell it.
+std::string ShapeString(const std::vector<int64_t>& shape);
+
 // "F32", "BF16", ... for the dtypes safetensors and LibTorch share; an error for others.
 absl::StatusOr<std::string> SafetensorsDtypeName(at::ScalarType type);
 absl::StatusOr<at::ScalarType> ScalarTypeFromSafetensorsDtype(absl::string_view dtype);

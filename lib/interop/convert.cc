@@ -56,10 +56,6 @@ std::string TorchDtypeName(at::ScalarType type) {
   }
 }
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 // The model's shape from a trainer checkpoint's tensors: the flavor whose shapes match.
 absl::StatusOr<Llama3ModelInfo> InferFromTitanShapes(const CheckpointReader& reader) {
   const TensorInfo* embedding = reader.Find("tok_embeddings.weight");

@@ -19,10 +19,6 @@ using nlohmann::json;
 
 constexpr int64_t kChunkElements = int64_t{1} << 24;
 
-std::string ShapeString(const std::vector<int64_t>& shape) {
-  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
-}
-
 json StatsToJson(const TensorStats& stats) {
   return {{"min", stats.min},         {"max", stats.max},
           {"mean", stats.mean},       {"std", stats.std},

@@ -128,11 +128,8 @@ at::Tensor FsdpParamGroup::FlatShards(const std::vector<at::Tensor>& shards) con
 
 void FsdpParamGroup::Prefetch() {
   if (prefetched_) return;
-  std::vector<at::Tensor> shards;
-  shards.reserve(params_.size());
-  for (const Param& param : params_) shards.push_back(param.shard);
   PendingGather pending;
-  pending.flat = FlatShards(shards);
+  pending.flat = FlatShards(Shards());
   pending.gathered = at::empty({shard_->size(), shard_numel_}, pending.flat.options());
   absl::StatusOr<std::unique_ptr<Work>> work = shard_->AllGather(pending.flat, pending.gathered);
   CheckCollective(work.status(), "prefetch all-gather", *shard_);
@@ -225,10 +222,15 @@ absl::StatusOr<at::Tensor> FsdpParamGroup::GatherFull(const Param& param,
   return AssembleFull(param, gathered, 0);
 }
 
-void FsdpParamGroup::Unshard() {
+std::vector<at::Tensor> FsdpParamGroup::Shards() const {
   std::vector<at::Tensor> shards;
   shards.reserve(params_.size());
   for (const Param& param : params_) shards.push_back(param.shard);
+  return shards;
+}
+
+void FsdpParamGroup::Unshard() {
+  const std::vector<at::Tensor> shards = Shards();
   std::vector<at::Tensor> full = AllGatherFunction::apply(at::TensorList(shards), this);
   for (size_t i = 0; i < params_.size(); ++i) *params_[i].slot = full[i];
 }
@@ -238,10 +240,7 @@ void FsdpParamGroup::Reshard() {
 }
 
 void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full) const {
-  std::vector<at::Tensor> shards;
-  shards.reserve(params_.size());
-  for (const Param& param : params_) shards.push_back(param.shard);
-  std::vector<at::Tensor> gathered = AllGatherFlat(shards);
+  std::vector<at::Tensor> gathered = AllGatherFlat(Shards());
   for (size_t i = 0; i < full.size(); ++i) {
     // Both come from at::empty(full_shape): the same contiguous layout, so the bytes move over.
     c10::StorageImpl* from = gathered[i].storage().unsafeGetStorageImpl();

@@ -98,6 +98,8 @@ class FsdpParamGroup {
 
   // Gathers the shards again into the storage of `full` (tensors Unshard made, then freed).
   void RefillFull(const std::vector<at::Tensor>& full) const;
+  // Every parameter's shard, in order.
+  std::vector<at::Tensor> Shards() const;
   // The shards, flat and cast to param_dtype_: what the all-gather sends.
   at::Tensor FlatShards(const std::vector<at::Tensor>& shards) const;
 
