@@ -44,8 +44,9 @@ const std::vector<PeakFlopsEntry>& PeakFlopsTable() {
 }  // namespace
 
 int64_t NumFlopsPerToken(const DenseTransformerShape& shape) {
-  return 6 * (shape.num_params - shape.num_embedding_params) +
-         12 * shape.n_layers * shape.n_heads * shape.head_dim * shape.seq_len;
+  const int64_t matmul_params = shape.num_params - shape.num_embedding_params +
+                                (shape.tied_output ? shape.num_embedding_params : 0);
+  return 6 * matmul_params + 12 * shape.n_layers * shape.n_heads * shape.head_dim * shape.seq_len;
 }
 
 double PeakFlops(absl::string_view device_name, MatmulDtype dtype) {

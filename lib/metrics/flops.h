@@ -12,6 +12,9 @@ namespace titan {
 struct DenseTransformerShape {
   int64_t num_params = 0;            // every parameter, counted once
   int64_t num_embedding_params = 0;  // the token embedding table: a lookup, not a matmul
+  // The output head reuses the embedding table: its matmul still runs, though num_params holds
+  // the table once (torchtitan's count drops it then and undercounts tied models).
+  bool tied_output = false;
   int64_t n_layers = 0;
   int64_t n_heads = 0;
   int64_t head_dim = 0;  // dim / n_heads
@@ -19,7 +22,8 @@ struct DenseTransformerShape {
 };
 
 // Training (forward + backward) FLOPs per token, as torchtitan counts them:
-// 6 * (num_params - num_embedding_params) + 12 * n_layers * n_heads * head_dim * seq_len.
+// 6 * (num_params - num_embedding_params) + 12 * n_layers * n_heads * head_dim * seq_len, plus
+// 6 * num_embedding_params for a tied output head.
 // 6 = 2 (multiply + add) * 3 (forward, input gradient, weight gradient) per weight; the attention
 // term is QK^T and AV (2 matmuls forward, 4 backward, 2 FLOPs each) without causal-mask savings.
 int64_t NumFlopsPerToken(const DenseTransformerShape& shape);

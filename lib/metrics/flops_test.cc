@@ -29,6 +29,19 @@ TEST(NumFlopsPerTokenTest, MatchesHandCountForToyLlama) {
   EXPECT_EQ(NumFlopsPerToken(shape), 155328);
 }
 
+TEST(NumFlopsPerTokenTest, TiedOutputHeadStillCountsItsMatmul) {
+  DenseTransformerShape shape;
+  shape.num_params = 27040;  // the table counted once
+  shape.num_embedding_params = 3200;
+  shape.n_layers = 2;
+  shape.n_heads = 4;
+  shape.head_dim = 8;
+  shape.seq_len = 16;
+  shape.tied_output = true;
+  // Untied it would be 155,328 with the head's 3,200 weights among num_params: the same matmuls.
+  EXPECT_EQ(NumFlopsPerToken(shape), 155328 + 6 * 3200);
+}
+
 // Llama 3 8B (8,030,261,248 parameters, 128,256 x 4,096 embedding) at seq_len 8,192, beyond int32:
 // 6 * 7,504,924,672 + 12 * 32 * 32 * 128 * 8,192 = 45,029,548,032 + 12,884,901,888.
 TEST(NumFlopsPerTokenTest, Llama3EightBillionDoesNotOverflow) {

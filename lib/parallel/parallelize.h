@@ -1,5 +1,5 @@
-#ifndef TITAN_MODELS_LLAMA3_PARALLELIZE_H_
-#define TITAN_MODELS_LLAMA3_PARALLELIZE_H_
+#ifndef TITAN_LIB_PARALLEL_PARALLELIZE_H_
+#define TITAN_LIB_PARALLEL_PARALLELIZE_H_
 
 #include <memory>
 #include <optional>
@@ -10,15 +10,15 @@
 #include "lib/distributed/mesh_communicators.h"
 #include "lib/distributed/parallel_dims.h"
 #include "lib/parallel/data_parallel.h"
-#include "models/llama3/model.h"
+#include "lib/model/decoder.h"
 
 namespace titan {
 
 // torchtitan's [activation_checkpoint]: mode "none", "full" (every block), or "selective" with
-// selective_ac_option = N (every Nth block: N-1, 2N-1, ... as torchtitan). Op-level selective AC
-// ("op") needs per-op policies LibTorch's C++ autograd does not expose; it is rejected with that
-// reason.
-absl::Status ApplyActivationCheckpointing(Llama3Model& model, const std::string& mode,
+// selective_ac_option = N (every Nth block: N-1, 2N-1, ... as torchtitan) or "op" (every block,
+// keeping the outputs of attention and of every second linear and recomputing the cheap ops
+// between them: torchtitan's per-op policy, see RecomputePolicy).
+absl::Status ApplyActivationCheckpointing(Decoder& model, const std::string& mode,
                                           const std::string& selective_ac_option);
 
 struct ParallelizeOptions {
@@ -36,7 +36,7 @@ struct ParallelizeOptions {
   std::optional<at::TensorOptions> materialize;
 };
 
-// torchtitan's parallelize_llama for data parallelism, on a materialised, initialised model
+// torchtitan's parallelize_llama / parallelize_qwen3 for data parallelism, on a materialised, initialised model
 // (identical on every rank): activation checkpointing, then
 //  - FSDP (dims shard, HSDP when they also replicate): every parameter is replaced by its shard;
 //    each block is one group gathered around its call, the embedding, final norm and output one
@@ -45,11 +45,11 @@ struct ParallelizeOptions {
 //    it (FSDP2's behaviour); a checkpointed block recomputes, gathering again as it does;
 //  - DDP (dims replicate only): bucketed gradient all-reduce during backward.
 // `comms` may be null when dims.dp() == 1. The model must outlive the result.
-absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeLlama3(Llama3Model& model,
-                                                                const ParallelizeOptions& options,
-                                                                const ParallelDims& dims,
-                                                                const MeshCommunicators* comms);
+absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeDecoder(Decoder& model,
+                                                                 const ParallelizeOptions& options,
+                                                                 const ParallelDims& dims,
+                                                                 const MeshCommunicators* comms);
 
 }  // namespace titan
 
-#endif  // TITAN_MODELS_LLAMA3_PARALLELIZE_H_
+#endif  // TITAN_LIB_PARALLEL_PARALLELIZE_H_

@@ -1,7 +1,9 @@
-#include "models/llama3/model.h"
+#include "models/llama3/spec.h"
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -18,8 +20,14 @@ int64_t ResidentBytes() {
   return resident * ::sysconf(_SC_PAGESIZE);
 }
 
-Llama3Args TinyArgs() {
-  Llama3Args args = Llama3Flavor("debugmodel").value();
+const ModelSpec& Spec() { return **FindModel("llama3"); }
+
+std::unique_ptr<Decoder> OnMeta(const std::string& flavor) {
+  return Spec().Build(Spec().Flavor(flavor).value(), at::TensorOptions().device(at::kMeta));
+}
+
+TransformerArgs TinyArgs() {
+  TransformerArgs args = Spec().Flavor("debugmodel").value();
   args.dim = 64;
   args.n_layers = 2;
   args.n_heads = 4;
@@ -30,29 +38,26 @@ Llama3Args TinyArgs() {
 }
 
 // Published parameter counts of Meta's Llama 3.1 / 3.2 releases (HF model cards' safetensors totals).
-TEST(Llama3ModelTest, MetaConstructionGivesExactParameterCounts) {
+TEST(Llama3SpecTest, MetaConstructionGivesExactParameterCounts) {
   const std::pair<const char*, int64_t> expected[] = {
       {"1B", 1235814400LL}, {"3B", 3212749824LL}, {"8B", 8030261248LL},
       {"70B", 70553706496LL}, {"405B", 405853388800LL}};
-  for (const auto& [flavor, count] : expected) {
-    Llama3Model model(Llama3Flavor(flavor).value(), at::TensorOptions().device(at::kMeta));
-    EXPECT_EQ(model.NumParameters(), count) << flavor;
-  }
+  for (const auto& [flavor, count] : expected) EXPECT_EQ(OnMeta(flavor)->NumParameters(), count) << flavor;
 }
 
-TEST(Llama3ModelTest, Building405BOnMetaAllocatesNoParameterMemory) {
+TEST(Llama3SpecTest, Building405BOnMetaAllocatesNoParameterMemory) {
   const int64_t before = ResidentBytes();
-  Llama3Model model(Llama3Flavor("405B").value(), at::TensorOptions().device(at::kMeta));
+  std::unique_ptr<Decoder> model = OnMeta("405B");
   const int64_t growth = ResidentBytes() - before;
-  std::cout << "llama3 405B on meta: " << model.NumParameters() << " parameters, RSS growth "
+  std::cout << "llama3 405B on meta: " << model->NumParameters() << " parameters, RSS growth "
             << growth / 1024 << " KiB\n";
-  EXPECT_EQ(model.NumParameters(), 405853388800LL);
+  EXPECT_EQ(model->NumParameters(), 405853388800LL);
   // 405B fp32 parameters would be 1.6 TB; bookkeeping for ~1.1k tensors is well under 64 MiB.
   EXPECT_LT(growth, 64LL << 20);
 }
 
-TEST(Llama3ModelTest, ParameterNamesFollowTorchtitan) {
-  Llama3Model model(TinyArgs(), at::TensorOptions().device(at::kMeta));
+TEST(Llama3SpecTest, ParameterNamesFollowTorchtitan) {
+  Decoder model(TinyArgs(), at::TensorOptions().device(at::kMeta));
   std::vector<std::string> names;
   for (const ParamRef& p : model.NamedParameters()) names.push_back(p.name);
   EXPECT_NE(std::find(names.begin(), names.end(), "layers.1.attention.wq.weight"), names.end());
@@ -62,9 +67,9 @@ TEST(Llama3ModelTest, ParameterNamesFollowTorchtitan) {
   EXPECT_EQ(names.size(), 3u + 2 * 9);
 }
 
-TEST(Llama3ModelTest, ForwardIsCausalAndBackwardReachesEveryParameter) {
+TEST(Llama3SpecTest, ForwardIsCausalAndBackwardReachesEveryParameter) {
   at::manual_seed(0);
-  Llama3Model model(TinyArgs(), at::TensorOptions().device(at::kMeta));
+  Decoder model(TinyArgs(), at::TensorOptions().device(at::kMeta));
   model.Materialize(at::TensorOptions().dtype(at::kFloat));
   model.InitWeights();
   at::Tensor tokens = at::randint(0, 97, {2, 10}, at::kLong);
@@ -88,12 +93,12 @@ TEST(Llama3ModelTest, ForwardIsCausalAndBackwardReachesEveryParameter) {
   EXPECT_NEAR(loss.item<float>(), std::log(97.0), 1.0);
 }
 
-TEST(Llama3ModelTest, InitFollowsTorchtitanScales) {
+TEST(Llama3SpecTest, InitFollowsTorchtitanScales) {
   at::manual_seed(0);
-  Llama3Args args = TinyArgs();
+  TransformerArgs args = TinyArgs();
   args.dim = 256;
   args.n_heads = 8;
-  Llama3Model model(args, at::TensorOptions().device(at::kMeta));
+  Decoder model(args, at::TensorOptions().device(at::kMeta));
   model.Materialize(at::TensorOptions().dtype(at::kFloat));
   model.InitWeights();
   for (const ParamRef& p : model.NamedParameters()) {
@@ -106,17 +111,36 @@ TEST(Llama3ModelTest, InitFollowsTorchtitanScales) {
   }
 }
 
-TEST(Llama3ModelTest, TiedEmbeddingsHaveNoOutputWeight) {
-  Llama3Args args = TinyArgs();
-  args.tie_word_embeddings = true;
-  Llama3Model model(args, at::TensorOptions().device(at::kMeta));
-  for (const ParamRef& p : model.NamedParameters()) EXPECT_NE(p.name, "output.weight");
+TEST(Llama3SpecTest, TiedEmbeddingsHaveNoOutputWeight) {
+  for (const ParamRef& p : OnMeta("1B")->NamedParameters()) EXPECT_NE(p.name, "output.weight");
 }
 
-TEST(Llama3ModelTest, UnknownFlavorListsKnownOnes) {
-  auto args = Llama3Flavor("7B");
+TEST(Llama3SpecTest, FlavorsRoundTripThroughMatchingAndUnknownOnesListKnownOnes) {
+  for (const std::string& flavor : Spec().FlavorNames()) {
+    EXPECT_EQ(Spec().MatchFlavor(Spec().Flavor(flavor).value()), flavor);
+  }
+  auto args = Spec().Flavor("7B");
   ASSERT_FALSE(args.ok());
   EXPECT_NE(args.status().message().find("405B"), std::string::npos);
+}
+
+TEST(Llama3SpecTest, MetaParamsKeepMetasFfnDescription) {
+  const nlohmann::json params = Spec().meta->params(Spec().Flavor("8B").value());
+  EXPECT_EQ(params.at("multiple_of"), 1024);
+  EXPECT_EQ(params.at("ffn_dim_multiplier"), 1.3);
+  EXPECT_EQ(params.at("use_scaled_rope"), true);
+  absl::StatusOr<ModelInfo> info = Spec().meta->describe(Spec(), params, "params.json");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->flavor, "8B");
+  EXPECT_EQ(info->bos_token_id, 128000);
+}
+
+TEST(Llama3SpecTest, MfuCountsTheTiedHeadsMatmul) {
+  // Llama 3.2 1B shares its 128256 x 2048 table with the head; the head's matmul still runs.
+  const TransformerArgs tied = Spec().Flavor("1B").value();
+  TransformerArgs untied = tied;
+  untied.tie_word_embeddings = false;
+  EXPECT_EQ(Spec().flops_per_token(tied, 2048), Spec().flops_per_token(untied, 2048));
 }
 
 }  // namespace

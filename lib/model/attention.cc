@@ -1,0 +1,178 @@
+#include "lib/model/attention.h"
+
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <limits>
+#include <tuple>
+#include <utility>
+
+#include "lib/model/op_cache.h"
+
+namespace titan {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The additive form of a mask in `dtype`: 0 where allowed, the lowest finite value elsewhere (not
+// -inf: a padding query that sees no key must not turn into NaN and spread through 0 · NaN).
+std::optional<at::Tensor> AdditiveBias(const AttentionMask& mask, at::ScalarType dtype) {
+  if (mask.is_causal) return std::nullopt;
+  const double lowest = dtype == at::kFloat    ? std::numeric_limits<float>::lowest()
+                        : dtype == at::kDouble ? std::numeric_limits<double>::lowest()
+                                               : -65504.0;  // finite in fp16 and bf16 alike
+  return at::zeros(mask.allowed.sizes(), mask.allowed.options().dtype(dtype))
+      .masked_fill_(mask.allowed.logical_not(), lowest);
+}
+
+// Grouped-query attention for kernels that want as many key/value heads as query heads.
+at::Tensor RepeatKv(const at::Tensor& x, int64_t n_rep) {
+  return n_rep == 1 ? x : x.repeat_interleave(n_rep, /*dim=*/1);
+}
+
+// Forward and backward as separate kernels, so a kept (out, logsumexp) can skip the forward.
+std::pair<at::Tensor, at::Tensor> KernelForward(const at::Tensor& q, const at::Tensor& k,
+                                                const at::Tensor& v,
+                                                const std::optional<at::Tensor>& bias,
+                                                bool is_causal) {
+  if (q.is_cuda()) {
+    auto [out, lse, seed, offset] =
+        at::_scaled_dot_product_efficient_attention(q, k, v, bias, /*compute_log_sumexp=*/true,
+                                                    /*dropout_p=*/0.0, is_causal);
+    return {out, lse};
+  }
+  auto [out, lse] =
+      at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, bias);
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> KernelBackward(
+    const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& bias,
+    bool is_causal) {
+  if (q.is_cuda()) {
+    const at::Tensor no_rng = at::zeros({}, q.options().dtype(at::kLong));
+    auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
+        grad, q, k, v, bias.value_or(at::Tensor()), out, lse, no_rng, no_rng, 0.0,
+        {true, true, true, false}, is_causal);
+    return {dq, dk, dv};
+  }
+  return at::_scaled_dot_product_flash_attention_for_cpu_backward(grad.contiguous(), q, k, v, out,
+                                                                  lse, 0.0, is_causal, bias);
+}
+
+// Attention whose output and logsumexp the selective-checkpoint forward kept.
+struct ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
+  // The mask and the kept results are constants: they travel in saved_data, not as inputs.
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
+                            const at::Tensor& v, const std::optional<at::Tensor>& bias,
+                            bool is_causal, const at::Tensor& out, const at::Tensor& lse) {
+    ctx->save_for_backward({q, k, v});
+    ctx->saved_data["bias"] = bias;
+    ctx->saved_data["is_causal"] = is_causal;
+    ctx->saved_data["out"] = out;
+    ctx->saved_data["lse"] = lse;
+    return out.detach();  // a fresh tensor for autograd to attach this node to
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto s = ctx->get_saved_variables();
+    auto [dq, dk, dv] = KernelBackward(
+        grad_outputs[0], s[0], s[1], s[2], ctx->saved_data["out"].toTensor(),
+        ctx->saved_data["lse"].toTensor(), ctx->saved_data["bias"].toOptional<at::Tensor>(),
+        ctx->saved_data["is_causal"].toBool());
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+AttentionMask BuildAttentionMask(const MaskInputs& in) {
+  // [B, Sq, Sk]: keys at or before the query's position.
+  at::Tensor allowed = in.key_positions.unsqueeze(1) <= in.query_positions.unsqueeze(2);
+  if (in.key_valid.defined()) allowed = allowed.logical_and(in.key_valid.unsqueeze(1));
+  if (in.query_documents.defined()) {
+    allowed = allowed.logical_and(in.key_documents.unsqueeze(1) ==
+                                  in.query_documents.unsqueeze(2));
+  }
+  AttentionMask mask;
+  mask.is_causal = false;
+  mask.allowed = allowed.unsqueeze(1);
+  return mask;
+}
+
+KvCache::KvCache(int64_t num_layers, int64_t batch, int64_t max_len, int64_t kv_heads,
+                 int64_t head_dim, const at::TensorOptions& options)
+    : batch_(batch), max_len_(max_len) {
+  for (int64_t i = 0; i < num_layers; ++i) {
+    keys_.push_back(at::zeros({batch, kv_heads, max_len, head_dim}, options));
+    values_.push_back(at::zeros({batch, kv_heads, max_len, head_dim}, options));
+  }
+  const auto on_device = at::TensorOptions().device(options.device());
+  positions_ = at::zeros({batch, max_len}, on_device.dtype(at::kLong));
+  valid_ = at::zeros({batch, max_len}, on_device.dtype(at::kBool));
+  documents_ = at::zeros({batch, max_len}, on_device.dtype(at::kLong));
+}
+
+MaskInputs KvCache::AddTokens(const at::Tensor& positions, const at::Tensor& valid,
+                              const at::Tensor& documents) {
+  const int64_t n = positions.size(1);
+  TORCH_CHECK(length_ + n <= max_len_, "KV cache holds ", max_len_, " tokens; ", length_,
+              " cached + ", n, " new do not fit");
+  const int64_t end = length_ + n;
+  positions_.slice(1, length_, end).copy_(positions);
+  if (valid.defined()) {
+    valid_.slice(1, length_, end).copy_(valid);
+  } else {
+    valid_.slice(1, length_, end).fill_(true);
+  }
+  if (documents.defined()) documents_.slice(1, length_, end).copy_(documents);
+  MaskInputs mask;
+  mask.query_positions = positions;
+  mask.key_positions = positions_.slice(1, 0, end);
+  mask.key_valid = valid_.slice(1, 0, end);
+  if (documents.defined()) {
+    mask.query_documents = documents;
+    mask.key_documents = documents_.slice(1, 0, end);
+  }
+  return mask;
+}
+
+std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer, const at::Tensor& k,
+                                                  const at::Tensor& v) {
+  const int64_t end = length_ + k.size(2);
+  keys_.at(layer).slice(2, length_, end).copy_(k);
+  values_.at(layer).slice(2, length_, end).copy_(v);
+  return {keys_[layer].slice(2, 0, end), values_[layer].slice(2, 0, end)};
+}
+
+at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const AttentionMask& mask) {
+  const int64_t n_rep = q.size(1) / k.size(1);
+  OpCache* cache = CurrentOpCache();
+  // CUDA's efficient-attention kernel wants its bias padded and aligned: kept attention is
+  // CPU-only with a bias, and recomputed on CUDA then.
+  const bool keep = cache != nullptr && !(q.is_cuda() && !mask.is_causal);
+  if (!keep) {
+    std::optional<at::Tensor> bias = AdditiveBias(mask, q.scalar_type());
+    return at::scaled_dot_product_attention(q, k, v, bias, /*dropout_p=*/0.0, mask.is_causal,
+                                            /*scale=*/std::nullopt, /*enable_gqa=*/n_rep > 1);
+  }
+  // The kernels below bypass autocast: cast as autocast would for attention.
+  const at::Tensor q_in = AutocastInput(q);
+  const at::Tensor k_in = RepeatKv(AutocastInput(k), n_rep);
+  const at::Tensor v_in = RepeatKv(AutocastInput(v), n_rep);
+  const std::optional<at::Tensor> bias = AdditiveBias(mask, q_in.scalar_type());
+  if (CurrentOpCacheMode() == OpCache::Mode::kRecord) {
+    auto [out, lse] = KernelForward(q_in, k_in, v_in, bias, mask.is_causal);
+    cache->Push(out);
+    cache->Push(lse);
+    return out;
+  }
+  at::Tensor out = cache->Pop();
+  at::Tensor lse = cache->Pop();
+  return ReplayedAttention::apply(q_in, k_in, v_in, bias, mask.is_causal, out, lse);
+}
+
+}  // namespace titan

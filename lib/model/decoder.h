@@ -1,0 +1,147 @@
+#ifndef TITAN_LIB_MODEL_DECODER_H_
+#define TITAN_LIB_MODEL_DECODER_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "lib/model/attention.h"
+#include "lib/model/module.h"
+#include "lib/model/rope.h"
+#include "lib/model/transformer_args.h"
+
+namespace titan {
+
+// The slice of the model a process builds: a pipeline stage owns layers [first_layer, end_layer)
+// and maybe the embedding (first stage) or the final norm and output head (last stage). Parameter
+// names and initialisation stay those of the whole model ("layers.17...." is layer 17 anywhere).
+struct DecoderPart {
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;  // -1: every layer from first_layer on
+  bool embedding = true;
+  bool head = true;
+};
+
+// What a batch says beyond its tokens ([B, S] each; undefined fields take their defaults).
+struct DecoderInputs {
+  at::Tensor positions;  // int64; default 0 .. S-1 (after the cached tokens when decoding)
+  at::Tensor valid;      // bool; false marks padding, which no query attends to; default all true
+  at::Tensor documents;  // int64 document ids; set: queries attend only within their document
+  KvCache* kv_cache = nullptr;  // decoding: keys/values of earlier tokens, extended in place
+};
+
+// The attention context every block of one forward shares (built once per batch).
+struct BatchContext {
+  RopeRotation rope;
+  AttentionMask mask;
+  KvCache* kv_cache = nullptr;
+};
+
+class DecoderAttention : public Module {
+ public:
+  DecoderAttention(const TransformerArgs& args, const at::TensorOptions& options);
+  // `cache_slot`: this layer's slot in the batch's KV cache.
+  at::Tensor Forward(const at::Tensor& x, const BatchContext& batch, int64_t cache_slot) const;
+  void InitWeights(const InitConfig& init, double out_std);
+
+ private:
+  int64_t head_dim_;
+  double norm_eps_;
+  at::Tensor& wq_;
+  at::Tensor& wk_;
+  at::Tensor& wv_;
+  at::Tensor& wo_;
+  at::Tensor* q_norm_ = nullptr;  // qk-norm only
+  at::Tensor* k_norm_ = nullptr;
+};
+
+class DecoderFeedForward : public Module {
+ public:
+  DecoderFeedForward(const TransformerArgs& args, const at::TensorOptions& options);
+  at::Tensor Forward(const at::Tensor& x) const;  // w2(silu(w1 x) · w3 x)
+  void InitWeights(const InitConfig& init, double out_std);
+
+ private:
+  at::Tensor& w1_;
+  at::Tensor& w2_;
+  at::Tensor& w3_;
+};
+
+class DecoderBlock : public Module {
+ public:
+  DecoderBlock(int64_t layer_id, const TransformerArgs& args, const at::TensorOptions& options);
+  at::Tensor Forward(const at::Tensor& x, const BatchContext& batch, int64_t cache_slot) const;
+  void InitWeights(const TransformerArgs& args);
+  int64_t layer_id() const { return layer_id_; }
+
+ private:
+  int64_t layer_id_;
+  double norm_eps_;
+  at::Tensor& attention_norm_;
+  at::Tensor& ffn_norm_;
+  DecoderAttention* attention_;
+  DecoderFeedForward* feed_forward_;
+};
+
+// One decoder-only transformer for every dense family (Llama 3, Qwen3, ...): embedding, blocks
+// of RMSNorm → attention (GQA, optional qk-norm, RoPE) and RMSNorm → SwiGLU with residuals, final
+// norm, output head (optionally tied to the embedding). Parameter names are torchtitan's. It knows
+// nothing of parallelism: parallelize code wraps each block's call (SetLayerWrapper) and owns
+// slices of it through DecoderPart.
+class Decoder : public Module {
+ public:
+  using LayerCall = std::function<at::Tensor(const at::Tensor&)>;
+  using LayerWrapper = std::function<at::Tensor(const LayerCall&, const at::Tensor&)>;
+
+  // `options` may name the meta device: nothing is allocated until Materialize().
+  Decoder(const TransformerArgs& args, const at::TensorOptions& options,
+          const DecoderPart& part = {});
+
+  // tokens [B, S] int64 -> logits [B, S, vocab]; needs the embedding and the head.
+  at::Tensor Forward(const at::Tensor& tokens, const DecoderInputs& inputs = {});
+
+  // The pieces Forward chains, for pipeline stages and fused losses.
+  at::Tensor Embed(const at::Tensor& tokens) const;
+  BatchContext PrepareBatch(int64_t batch, int64_t seq_len, const DecoderInputs& inputs);
+  at::Tensor RunLayers(at::Tensor hidden, const BatchContext& batch);
+  at::Tensor FinalNorm(const at::Tensor& hidden) const;
+  at::Tensor Head(const at::Tensor& hidden) const;  // FinalNorm then the output projection
+  // The output projection's weight (the embedding when tied).
+  const at::Tensor& OutputWeight() const;
+
+  // torchtitan's initialisation (args().init), on materialised parameters: InitEmbedding, each
+  // layer, InitHead. FSDP runs them group by group, sharding in between, and draws the same
+  // random numbers as one process. Also builds the RoPE tables.
+  void InitWeights();
+  void InitEmbedding();
+  void InitLayer(int64_t layer_id);
+  void InitHead();
+  // RoPE tables on `options`' device (InitWeights calls this; loading a checkpoint needs it too).
+  void BuildRopeTables(const at::TensorOptions& options);
+
+  // `layer_id` is global (as in parameter names); the wrapper runs around that block's call.
+  void SetLayerWrapper(int64_t layer_id, LayerWrapper wrapper);
+  // The global ids of the layers this part holds, in order.
+  std::vector<int64_t> layer_ids() const;
+  const TransformerArgs& args() const { return args_; }
+  const DecoderPart& part() const { return part_; }
+
+ private:
+  DecoderBlock* Block(int64_t layer_id) const;
+
+  const TransformerArgs args_;
+  DecoderPart part_;
+  at::Tensor* tok_embeddings_ = nullptr;  // first part only (or tied)
+  std::vector<DecoderBlock*> layers_;
+  std::vector<LayerWrapper> wrappers_;
+  at::Tensor* norm_ = nullptr;    // last part only
+  at::Tensor* output_ = nullptr;  // last part, untied only
+  RopeTables rope_;
+};
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_MODEL_DECODER_H_

@@ -1,0 +1,101 @@
+#ifndef TITAN_LIB_MODEL_TRANSFORMER_ARGS_H_
+#define TITAN_LIB_MODEL_TRANSFORMER_ARGS_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+
+// How rotary position embeddings pair the dimensions of a head.
+enum class RopeLayout {
+  kInterleaved,  // (2i, 2i+1): Meta's complex-number layout (titan's Llama 3)
+  kRotateHalf,   // (i, i + D/2): Hugging Face's layout (Qwen3)
+};
+
+// How RoPE frequencies are stretched for long contexts.
+enum class RopeScalingType {
+  kNone,    // plain theta^(-2i/D)
+  kLlama3,  // Llama 3.1's smoothed per-band scaling
+  kYarn,    // YaRN (NTK-by-parts interpolation plus a cos/sin attention factor)
+};
+
+struct RopeConfig {
+  bool enabled = true;  // false: no positional rotation at all
+  double theta = 10000;
+  RopeLayout layout = RopeLayout::kInterleaved;
+  RopeScalingType scaling = RopeScalingType::kNone;
+  double factor = 1;
+  int64_t original_max_position_embeddings = 8192;
+  // Llama 3 scaling.
+  double low_freq_factor = 1;
+  double high_freq_factor = 4;
+  // YaRN (Hugging Face's names and defaults); attention_factor <= 0: derived from factor/mscale.
+  double beta_fast = 32;
+  double beta_slow = 1;
+  double mscale = 0;
+  double mscale_all_dim = 0;
+  double attention_factor = 0;
+  bool truncate = true;
+};
+
+// How a family initialises its weights (torchtitan's per-family init, as data).
+struct InitConfig {
+  double embedding_std = 1.0;
+  double linear_std = 0.02;
+  // Truncate linear draws at ±2 absolute (torchtitan's Llama); else plain normal.
+  bool truncated = true;
+  // Output projections (wo, w2, w3) use linear_std / sqrt(2·(layer+1)) (torchtitan's depth_init).
+  bool depth_scaled_output = true;
+  // The untied output head: std dim^-0.5 truncated at ±3σ (Llama); else linear_std.
+  bool head_std_from_dim = true;
+};
+
+// The architecture of a dense decoder-only transformer: everything that decides parameter shapes
+// and the forward pass. A model family is a table of these (flavors) plus adapters; the decoder in
+// lib/model builds any of them.
+struct TransformerArgs {
+  int64_t dim = 4096;
+  int64_t n_layers = 32;
+  int64_t n_heads = 32;
+  int64_t n_kv_heads = 0;  // 0: n_heads (multi-head attention)
+  int64_t head_dim = 0;    // 0: dim / n_heads
+  int64_t vocab_size = 128256;
+  int64_t ffn_hidden_dim = 14336;
+  double norm_eps = 1e-5;
+  RopeConfig rope;
+  int64_t max_seq_len = 131072;
+  bool tie_word_embeddings = false;
+  bool qk_norm = false;  // RMSNorm over each head of q and k before RoPE (Qwen3)
+  InitConfig init;
+
+  int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
+  int64_t head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
+};
+
+// Llama's FFN width: 2/3 of 4·dim, times the multiplier (if > 0), rounded up to `multiple_of`.
+int64_t FeedForwardHiddenDim(int64_t dim, int64_t multiple_of, double ffn_dim_multiplier);
+
+// Positive sizes, heads divisible by KV heads, an even head size. `source` prefixes the error.
+absl::Status ValidateTransformerArgs(const TransformerArgs& args, const std::string& source);
+
+// The architecture as JSON (checkpoints record it; titan_train can start from it) and back.
+// Reading starts from `base` (a family's defaults), so keys a file lacks keep the family's values;
+// older titan checkpoints' Llama keys (multiple_of, ffn_dim_multiplier, rope_scaling) are read too.
+nlohmann::json TransformerArgsToJson(const TransformerArgs& args);
+absl::StatusOr<TransformerArgs> TransformerArgsFromJson(const nlohmann::json& json,
+                                                        const TransformerArgs& base,
+                                                        const std::string& source);
+
+// Whether two architectures build the same model (vocab_size and max_seq_len aside).
+bool SameArchitecture(const TransformerArgs& a, const TransformerArgs& b);
+
+// One line naming the main sizes, e.g. "dim 576, 30 layers, 9/3 heads of 64, ffn 1536, vocab
+// 49152, tied": shape-mismatch errors print it for both sides.
+std::string DescribeArchitecture(const TransformerArgs& args);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_MODEL_TRANSFORMER_ARGS_H_

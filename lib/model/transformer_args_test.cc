@@ -1,0 +1,66 @@
+#include "lib/model/transformer_args.h"
+
+#include "gtest/gtest.h"
+
+namespace titan {
+namespace {
+
+TEST(TransformerArgsTest, FeedForwardHiddenDimMatchesLlamaShapes) {
+  EXPECT_EQ(FeedForwardHiddenDim(256, 256, 0), 768);       // debugmodel
+  EXPECT_EQ(FeedForwardHiddenDim(4096, 1024, 1.3), 14336);  // Llama 3.1 8B
+  EXPECT_EQ(FeedForwardHiddenDim(8192, 4096, 1.3), 28672);  // 70B
+  EXPECT_EQ(FeedForwardHiddenDim(16384, 4096, 1.2), 53248);  // 405B
+  EXPECT_EQ(FeedForwardHiddenDim(2048, 256, 1.5), 8192);    // Llama 3.2 1B
+}
+
+TEST(TransformerArgsTest, JsonRoundTripKeepsEveryField) {
+  TransformerArgs args;
+  args.dim = 576;
+  args.n_layers = 30;
+  args.n_heads = 9;
+  args.n_kv_heads = 3;
+  args.head_dim = 64;
+  args.vocab_size = 49152;
+  args.ffn_hidden_dim = 1536;
+  args.norm_eps = 1e-6;
+  args.tie_word_embeddings = true;
+  args.qk_norm = true;
+  args.rope.layout = RopeLayout::kRotateHalf;
+  args.rope.scaling = RopeScalingType::kYarn;
+  args.rope.factor = 4;
+  args.rope.beta_fast = 16;
+  absl::StatusOr<TransformerArgs> back =
+      TransformerArgsFromJson(TransformerArgsToJson(args), TransformerArgs{}, "test");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SameArchitecture(*back, args)) << DescribeArchitecture(*back);
+  EXPECT_EQ(back->rope.beta_fast, 16);
+}
+
+TEST(TransformerArgsTest, ReadsOlderLlamaCheckpointKeys) {
+  // What titan checkpoints recorded before the shared decoder (Llama 3.1 8B).
+  const nlohmann::json old = {{"dim", 4096},          {"n_layers", 32},
+                              {"n_heads", 32},        {"n_kv_heads", 8},
+                              {"vocab_size", 128256}, {"multiple_of", 1024},
+                              {"ffn_dim_multiplier", 1.3}, {"rope_theta", 500000.0},
+                              {"rope_scaling", {{"factor", 8.0}, {"low_freq_factor", 1.0},
+                                                {"high_freq_factor", 4.0},
+                                                {"original_max_position_embeddings", 8192}}}};
+  absl::StatusOr<TransformerArgs> args = TransformerArgsFromJson(old, TransformerArgs{}, "old");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->ffn_hidden_dim, 14336);
+  EXPECT_EQ(args->head_size(), 128);
+  EXPECT_EQ(args->rope.scaling, RopeScalingType::kLlama3);
+  EXPECT_EQ(args->rope.factor, 8.0);
+  EXPECT_EQ(args->rope.theta, 500000.0);
+}
+
+TEST(TransformerArgsTest, RejectsInconsistentShapesWithOneLine) {
+  nlohmann::json bad = TransformerArgsToJson(TransformerArgs{});
+  bad["n_kv_heads"] = 5;  // 32 heads are not a multiple of 5
+  absl::StatusOr<TransformerArgs> args = TransformerArgsFromJson(bad, TransformerArgs{}, "x.json");
+  ASSERT_FALSE(args.ok());
+  EXPECT_NE(args.status().message().find("x.json: inconsistent model args"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace titan

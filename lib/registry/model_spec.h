@@ -1,0 +1,118 @@
+#ifndef TITAN_LIB_REGISTRY_MODEL_SPEC_H_
+#define TITAN_LIB_REGISTRY_MODEL_SPEC_H_
+
+#include <ATen/ATen.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/distributed/mesh_communicators.h"
+#include "lib/distributed/parallel_dims.h"
+#include "lib/model/decoder.h"
+#include "lib/model/transformer_args.h"
+#include "lib/parallel/data_parallel.h"
+#include "lib/parallel/parallelize.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+
+struct ModelSpec;
+
+// What a checkpoint says about its model beyond the tensors: the family, shape, the flavor it
+// matches ("" for custom shapes) and the tokenizer's special ids as Hugging Face writes them
+// (null when unknown; eos may be a list).
+struct ModelInfo {
+  const ModelSpec* spec = nullptr;
+  TransformerArgs args;
+  std::string flavor;
+  nlohmann::json bos_token_id;
+  nlohmann::json eos_token_id;
+
+  const std::string& name() const;  // the family's
+};
+
+// What a family's Hugging Face checkpoints look like beyond the shared decoder's (lib/interop
+// reads and writes the rest): the config.json identity and the constant keys transformers
+// expects. q/k need the RoPE permutation exactly when the family's layout is interleaved.
+struct HfAdapter {
+  std::string model_type;    // config.json "model_type", e.g. "llama"
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+  nlohmann::json extra_config = nlohmann::json::object();  // written as is, ignored on reading
+};
+
+// Meta's consolidated format (params.json + consolidated.00.pth), for families that have one.
+struct MetaAdapter {
+  std::function<nlohmann::json(const TransformerArgs&)> params;
+  std::function<absl::StatusOr<ModelInfo>(const ModelSpec& spec, const nlohmann::json& params,
+                                          const std::string& source)>
+      describe;
+};
+
+// Applies data parallelism (and, later, tensor/pipeline/context parallelism) and activation
+// checkpointing to a model, as torchtitan's parallelize_<family>.
+using ParallelizeFn = std::function<absl::StatusOr<std::unique_ptr<DataParallel>>(
+    Decoder& model, const ParallelizeOptions& options, const ParallelDims& dims,
+    const MeshCommunicators* comms)>;
+
+// A model family (torchtitan's ModelSpec): its sizes, defaults and adapters. The trainer, the
+// interop tools, checkpoint_inspect and titan_rl look a family up by [model] name and use nothing
+// else, so a new family is a folder under models/ that registers one of these.
+struct ModelSpec {
+  std::string name;
+  // Named sizes in the order --help lists them. A vocab_size of 0 takes the tokenizer's.
+  std::vector<std::pair<std::string, TransformerArgs>> flavors;
+  // The family's architecture defaults (RoPE layout, init, norms) for shapes read from files.
+  TransformerArgs defaults;
+  HfAdapter hf;
+  std::optional<MetaAdapter> meta;
+  ParallelizeFn parallelize;
+  // Training FLOPs per token at `seq_len` (MFU); default: the dense decoder's count.
+  std::function<int64_t(const TransformerArgs&, int64_t seq_len)> flops_per_token;
+
+  std::vector<std::string> FlavorNames() const;
+  // NotFound names the family's flavors.
+  absl::StatusOr<TransformerArgs> Flavor(const std::string& flavor) const;
+  // The flavor whose architecture (vocab_size and max_seq_len aside) equals `args`, or "".
+  std::string MatchFlavor(const TransformerArgs& args) const;
+  // The model on `options`' device (meta: no storage), whole or one part of it.
+  std::unique_ptr<Decoder> Build(const TransformerArgs& args, const at::TensorOptions& options,
+                                 const DecoderPart& part = {}) const;
+};
+
+// Families register at static initialisation (TITAN_REGISTER_MODEL); a binary links the
+// families it offers (//models:all).
+void RegisterModel(ModelSpec spec);
+// NotFound lists the registered names.
+absl::StatusOr<const ModelSpec*> FindModel(const std::string& name);
+std::vector<std::string> RegisteredModelNames();
+
+#define TITAN_REGISTER_MODEL(make_spec) \
+  static const bool titan_model_registered_##make_spec = (::titan::RegisterModel(make_spec()), true)
+
+// `args` of `spec` with the flavor it matches filled in.
+ModelInfo DescribeModel(const ModelSpec& spec, const TransformerArgs& args,
+                        nlohmann::json bos_token_id = nullptr,
+                        nlohmann::json eos_token_id = nullptr);
+
+// The "model" entry of a titan checkpoint's state ({name, flavor, args, bos/eos}). Entries written
+// before families existed have no name: `default_model` is assumed then.
+nlohmann::json ModelInfoToJson(const ModelInfo& info);
+absl::StatusOr<ModelInfo> ModelInfoFromJson(const nlohmann::json& json, const std::string& source,
+                                            const std::string& default_model = "llama3");
+
+// Training FLOPs per token of a dense decoder (lib/metrics' count, tied heads included): the
+// default of ModelSpec::flops_per_token.
+int64_t DenseFlopsPerToken(const ModelSpec& spec, const TransformerArgs& args, int64_t seq_len);
+
+// Every parameter of the model `args` describes, with its shape, in the model's order (built on
+// the meta device: nothing is allocated).
+std::vector<std::pair<std::string, std::vector<int64_t>>> ParameterShapes(
+    const ModelSpec& spec, const TransformerArgs& args);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_REGISTRY_MODEL_SPEC_H_

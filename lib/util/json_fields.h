@@ -1,0 +1,40 @@
+#ifndef TITAN_LIB_UTIL_JSON_FIELDS_H_
+#define TITAN_LIB_UTIL_JSON_FIELDS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+
+// Reads `key` of `object` into `out` when present and not null; a wrong type is an error naming
+// `source` and the key (nlohmann's own exception does not say which file or key).
+template <typename T>
+absl::Status ReadOptionalField(const nlohmann::json& object, const char* key,
+                               const std::string& source, T& out) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return absl::OkStatus();
+  try {
+    out = it->get<T>();
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": ", key, ": unexpected ", it->type_name(), " (", e.what(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// As ReadOptionalField, but a missing or null key is an error.
+template <typename T>
+absl::Status ReadRequiredField(const nlohmann::json& object, const char* key,
+                               const std::string& source, T& out) {
+  if (!object.contains(key) || object.at(key).is_null()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": missing key \"", key, "\""));
+  }
+  return ReadOptionalField(object, key, source, out);
+}
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_UTIL_JSON_FIELDS_H_

@@ -1,0 +1,142 @@
+#include "models/llama3/spec.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "lib/util/json_fields.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+// A flavor as Meta describes it: the FFN width comes from multiple_of and a multiplier.
+struct Llama3Shape {
+  const char* name;
+  int64_t dim, n_layers, n_heads, n_kv_heads, multiple_of;
+  double ffn_dim_multiplier;
+  double rope_factor;  // Llama 3.1: 8, Llama 3.2: 32, none: 0
+  bool tied;
+  int64_t vocab_size;  // 0: the tokenizer's
+};
+
+constexpr Llama3Shape kShapes[] = {
+    {"debugmodel", 256, 6, 16, 0, 256, 0, 0, false, 0},
+    {"1B", 2048, 16, 32, 8, 256, 1.5, 32, true, 128256},
+    {"3B", 3072, 28, 24, 8, 256, 1.0, 32, true, 128256},
+    {"8B", 4096, 32, 32, 8, 1024, 1.3, 8, false, 128256},
+    {"70B", 8192, 80, 64, 8, 4096, 1.3, 8, false, 128256},
+    {"405B", 16384, 126, 128, 8, 4096, 1.2, 8, false, 128256},
+};
+
+TransformerArgs Defaults() {
+  TransformerArgs args;
+  args.norm_eps = 1e-5;
+  args.rope.theta = 500000;
+  args.rope.layout = RopeLayout::kInterleaved;
+  args.max_seq_len = 131072;
+  return args;  // InitConfig's defaults are torchtitan's Llama init
+}
+
+TransformerArgs FromShape(const Llama3Shape& shape) {
+  TransformerArgs args = Defaults();
+  args.dim = shape.dim;
+  args.n_layers = shape.n_layers;
+  args.n_heads = shape.n_heads;
+  args.n_kv_heads = shape.n_kv_heads;
+  args.vocab_size = shape.vocab_size;
+  args.ffn_hidden_dim = FeedForwardHiddenDim(shape.dim, shape.multiple_of, shape.ffn_dim_multiplier);
+  args.tie_word_embeddings = shape.tied;
+  if (shape.rope_factor > 0) {
+    args.rope.scaling = RopeScalingType::kLlama3;
+    args.rope.factor = shape.rope_factor;
+    args.rope.low_freq_factor = 1;
+    args.rope.high_freq_factor = 4;
+    args.rope.original_max_position_embeddings = 8192;
+  }
+  return args;
+}
+
+// Meta's params.json: the FFN as multiple_of / ffn_dim_multiplier (a flavor's own values, else
+// the pair that reproduces the width exactly).
+nlohmann::json MetaParams(const TransformerArgs& args) {
+  int64_t multiple_of = args.ffn_hidden_dim;
+  double multiplier = 0;
+  for (const Llama3Shape& shape : kShapes) {
+    if (SameArchitecture(FromShape(shape), args)) {
+      multiple_of = shape.multiple_of;
+      multiplier = shape.ffn_dim_multiplier;
+    }
+  }
+  const int64_t base = FeedForwardHiddenDim(args.dim, 1, 0);
+  if (multiplier == 0 && args.ffn_hidden_dim < base) {
+    multiple_of = 1;
+    multiplier = (static_cast<double>(args.ffn_hidden_dim) + 0.5) / static_cast<double>(base);
+  }
+  nlohmann::json params = {{"dim", args.dim},
+                           {"n_layers", args.n_layers},
+                           {"n_heads", args.n_heads},
+                           {"n_kv_heads", args.kv_heads()},
+                           {"vocab_size", args.vocab_size},
+                           {"multiple_of", multiple_of},
+                           {"norm_eps", args.norm_eps},
+                           {"rope_theta", args.rope.theta},
+                           {"use_scaled_rope", args.rope.scaling == RopeScalingType::kLlama3}};
+  if (multiplier > 0) params["ffn_dim_multiplier"] = multiplier;
+  return params;
+}
+
+absl::StatusOr<ModelInfo> DescribeMetaParams(const ModelSpec& spec, const nlohmann::json& params,
+                                             const std::string& source) {
+  nlohmann::json args_json = params;
+  const bool scaled = params.value("use_scaled_rope", false);
+  args_json.erase("use_scaled_rope");
+  if (args_json.contains("n_kv_heads") && args_json.at("n_kv_heads").is_null()) {
+    args_json.erase("n_kv_heads");
+  }
+  TITAN_ASSIGN_OR_RETURN(TransformerArgs args,
+                         TransformerArgsFromJson(args_json, Defaults(), source));
+  if (scaled) {
+    // Llama 3.1 scales by 8, Llama 3.2 (1B, 3B, tied) by 32: a shape match says which.
+    args.rope.scaling = RopeScalingType::kLlama3;
+    args.rope.factor = 8;
+    for (const Llama3Shape& shape : kShapes) {
+      TransformerArgs flavor = FromShape(shape);
+      TransformerArgs candidate = args;
+      candidate.rope = flavor.rope;
+      candidate.tie_word_embeddings = flavor.tie_word_embeddings;
+      if (flavor.rope.scaling == RopeScalingType::kLlama3 && SameArchitecture(flavor, candidate)) {
+        args.rope = flavor.rope;
+        args.tie_word_embeddings = flavor.tie_word_embeddings;
+      }
+    }
+  }
+  ModelInfo info = DescribeModel(spec, args);
+  if (args.vocab_size == 128256) {  // Llama 3's tokenizer: <|begin_of_text|>, <|end_of_text|>.
+    info.bos_token_id = 128000;
+    info.eos_token_id = 128001;
+  }
+  return info;
+}
+
+}  // namespace
+
+ModelSpec Llama3Spec() {
+  ModelSpec spec;
+  spec.name = "llama3";
+  for (const Llama3Shape& shape : kShapes) spec.flavors.emplace_back(shape.name, FromShape(shape));
+  spec.defaults = Defaults();
+  spec.hf.model_type = "llama";
+  spec.hf.architecture = "LlamaForCausalLM";
+  spec.hf.extra_config = {{"mlp_bias", false},       {"initializer_range", 0.02},
+                          {"pretraining_tp", 1},     {"use_cache", true},
+                          {"attention_dropout", 0.0}};
+  spec.meta = MetaAdapter{MetaParams, DescribeMetaParams};
+  spec.parallelize = ParallelizeDecoder;
+  return spec;
+}
+
+TITAN_REGISTER_MODEL(Llama3Spec);
+
+}  // namespace titan
