@@ -10,12 +10,12 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/safetensors.h"
-#include "lib/interop/llama3_hf.h"
-#include "models/llama3/model.h"
+#include "lib/registry/model_spec.h"
 
 DEFINE_string(checkpoint_dir, "", "Checkpoint root to write step-<step> into");
 DEFINE_int64(step, 3, "Step to save as");
-DEFINE_string(logits, "", "safetensors file for \"tokens\" [B, S] and titan's \"logits\" [B, S, V]");
+DEFINE_string(logits, "",
+              "safetensors file for \"tokens\" [B, S] and titan's \"logits\" [B, S, V]");
 DEFINE_int64(seed, 1234, "Weight seed");
 
 int main(int argc, char** argv) {
@@ -26,34 +26,35 @@ int main(int argc, char** argv) {
     std::cerr << "make_titan_checkpoint: --checkpoint_dir and --logits are required\n";
     return 1;
   }
-  titan::Llama3ModelInfo info;
-  titan::Llama3Args& args = info.args;
+  const titan::ModelSpec& spec = **titan::FindModel("llama3");
+  titan::TransformerArgs args = spec.defaults;
   args.dim = 64;
   args.n_layers = 2;
   args.n_heads = 4;
   args.n_kv_heads = 2;
   args.vocab_size = 128;
-  args.multiple_of = 32;
+  args.ffn_hidden_dim = titan::FeedForwardHiddenDim(args.dim, /*multiple_of=*/32, 0);
   args.max_seq_len = 256;
   // Original context 32 with head_dim 16: RoPE scaling touches low, smoothed and high frequencies.
-  args.rope_scaling = {8, 1, 4, 32};
-  info.bos_token_id = 1;
-  info.eos_token_id = 2;
+  args.rope.scaling = titan::RopeScalingType::kLlama3;
+  args.rope.factor = 8;
+  args.rope.original_max_position_embeddings = 32;
+  const titan::ModelInfo info = titan::DescribeModel(spec, args, 1, 2);
 
   at::manual_seed(FLAGS_seed);
-  titan::Llama3Model model(args, at::TensorOptions().device(at::kMeta));
-  model.Materialize(at::TensorOptions().dtype(at::kFloat));
-  model.InitWeights();
+  std::unique_ptr<titan::Decoder> model = spec.Build(args, at::TensorOptions().device(at::kMeta));
+  model->Materialize(at::TensorOptions().dtype(at::kFloat));
+  model->InitWeights();
   titan::CheckpointState state;
   {
     c10::NoGradGuard no_grad;
-    for (const titan::ParamRef& param : model.NamedParameters()) {
+    for (const titan::ParamRef& param : model->NamedParameters()) {
       // Norm weights off 1 so that a swapped norm mapping changes the logits.
       if (param.tensor->dim() == 1) param.tensor->add_(at::randn_like(*param.tensor) * 0.2);
       state.model.emplace_back(param.name, param.tensor->detach());
     }
   }
-  state.extra["model"] = titan::Llama3ModelInfoToJson(info);
+  state.extra["model"] = titan::ModelInfoToJson(info);
   absl::Status status = titan::CheckpointManager(FLAGS_checkpoint_dir, 0)
                             .Save(FLAGS_step, state, /*model_only=*/true);
   if (!status.ok()) {
@@ -64,7 +65,7 @@ int main(int argc, char** argv) {
   at::Tensor logits;
   {
     c10::NoGradGuard no_grad;
-    logits = model.Forward(tokens);
+    logits = model->Forward(tokens);
   }
   status = titan::WriteSafetensors(FLAGS_logits, {{"tokens", tokens}, {"logits", logits}});
   if (!status.ok()) {
