@@ -71,22 +71,23 @@ absl::StatusOr<ModelInfo> InferFromTitanShapes(const CheckpointReader& reader,
                    " (custom shapes need a titan checkpoint that records them)"));
 }
 
-// Meta's params.json, read by the family's Meta adapter: the named one, else the only family
-// that has a Meta format.
+// Meta's params.json, read by the family's Meta adapter: the named family's, else the first
+// registered family that has a Meta format (llama3).
 absl::StatusOr<ModelInfo> DescribeMeta(const CheckpointReader& reader,
                                        const std::string& model_name) {
-  std::vector<const ModelSpec*> with_meta;
+  const ModelSpec* spec = nullptr;
   for (const std::string& name : RegisteredModelNames()) {
-    const ModelSpec* spec = *FindModel(name);
-    if (model_name.empty() ? spec->meta.has_value() : name == model_name) with_meta.push_back(spec);
+    const ModelSpec* candidate = *FindModel(name);
+    const bool chosen = model_name.empty() ? candidate->meta.has_value() : name == model_name;
+    if (chosen && spec == nullptr) spec = candidate;
   }
-  if (with_meta.size() != 1 || !with_meta.front()->meta) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        reader.directory(), ": a Meta checkpoint, and ",
-        model_name.empty() ? "no single registered family" : model_name, " has no Meta format"));
+  if (spec == nullptr || !spec->meta) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(reader.directory(), ": a Meta checkpoint, and ",
+                     model_name.empty() ? "no registered family" : model_name,
+                     model_name.empty() ? " has a Meta format" : " has no Meta format"));
   }
-  const ModelSpec& spec = *with_meta.front();
-  return spec.meta->describe(spec, reader.description(), reader.directory() + "/params.json");
+  return spec->meta->describe(*spec, reader.description(), reader.directory() + "/params.json");
 }
 
 // "a, b, c (41 more)".

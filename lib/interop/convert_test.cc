@@ -181,6 +181,25 @@ TEST(ConvertTest, Qwen3ToHfAndBackKeepsTensorsAsTheyAre) {
   EXPECT_FALSE(PathExists(TestDir("meta")));
 }
 
+// Meta's format is Llama 3's: read as llama3 unless another family is named.
+TEST(ConvertTest, MetaCheckpointsAreLlama3s) {
+  const ModelInfo info = SmallModel();
+  const std::string titan = TestDir("titan"), meta = TestDir("meta"), back = TestDir("back");
+  const NamedTensors weights = SaveTitan(titan, 2, info, /*describe=*/true);
+  ConvertOptions to_meta;
+  to_meta.to = CheckpointFormat::kMeta;
+  ASSERT_TRUE(ConvertCheckpoint(titan, meta, to_meta).ok());
+  ConvertOptions to_titan;
+  to_titan.to = CheckpointFormat::kTitan;
+  absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(meta, back, to_titan);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->model, "llama3");
+  ExpectBitwiseEqual(CheckpointManager(back, 0).Load(0)->model, weights);
+  to_titan.model = "qwen3";
+  EXPECT_EQ(ConvertCheckpoint(meta, TestDir("x"), to_titan).status().message(),
+            meta + ": a Meta checkpoint, and qwen3 has no Meta format");
+}
+
 // Checkpoints written before families existed record Llama3Args' keys and no model name.
 TEST(ConvertTest, OldTitanModelEntriesStillConvertAndLoad) {
   const ModelInfo info = SmallModel();
