@@ -58,6 +58,19 @@ absl::StatusOr<const ModelSpec*> FindHfFamily(const std::string& model_type,
                    "\" is not supported; known: ", absl::StrJoin(known, ", ")));
 }
 
+// partial_rotary_factor sits beside rope_theta: at the top level, or in transformers 5's
+// rope_parameters.
+absl::Status CheckWholeHeadsRotate(const json& object, const std::string& where) {
+  double partial_rotary = 1;
+  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "partial_rotary_factor", where, partial_rotary));
+  if (partial_rotary != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": partial_rotary_factor ",
+                                                   partial_rotary,
+                                                   ": titan's decoder rotates whole heads"));
+  }
+  return absl::OkStatus();
+}
+
 // Refuses what the shared decoder cannot compute: one line per config, naming the key.
 absl::Status CheckRepresentable(const json& config, int64_t n_layers, const std::string& source) {
   std::string hidden_act = "silu";
@@ -74,13 +87,7 @@ absl::Status CheckRepresentable(const json& config, int64_t n_layers, const std:
           absl::StrCat(source, ": ", key, " true: titan's decoder has no biases"));
     }
   }
-  double partial_rotary = 1;
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "partial_rotary_factor", source, partial_rotary));
-  if (partial_rotary != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(source, ": partial_rotary_factor ",
-                                                   partial_rotary,
-                                                   ": titan's decoder rotates whole heads"));
-  }
+  TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(config, source));
   std::vector<std::string> layer_types;
   TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "layer_types", source, layer_types));
   for (const std::string& type : layer_types) {
@@ -124,13 +131,7 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const std::stri
   TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "type", where, type));
   TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "rope_type", where, type));
   TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "rope_theta", where, rope.theta));
-  double partial_rotary = 1;
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "partial_rotary_factor", where, partial_rotary));
-  if (partial_rotary != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(where, ": partial_rotary_factor ",
-                                                   partial_rotary,
-                                                   ": titan's decoder rotates whole heads"));
-  }
+  TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(params, where));
   if (type == "default") return absl::OkStatus();
   if (type != "llama3" && type != "yarn") {
     return absl::InvalidArgumentError(absl::StrCat(
