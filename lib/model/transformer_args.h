@@ -72,7 +72,8 @@ struct TransformerArgs {
   InitConfig init;
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
-  int64_t head_size() const { return head_dim > 0 ? head_dim : dim / n_heads; }
+  // 0 without heads, so that validating (and describing) untrusted args never divides by zero.
+  int64_t head_size() const { return head_dim > 0 ? head_dim : n_heads > 0 ? dim / n_heads : 0; }
 };
 
 // Llama's FFN width: 2/3 of 4·dim, times the multiplier (if > 0), rounded up to `multiple_of`.

@@ -60,6 +60,12 @@ TEST(TransformerArgsTest, RejectsInconsistentShapesWithOneLine) {
   absl::StatusOr<TransformerArgs> args = TransformerArgsFromJson(bad, TransformerArgs{}, "x.json");
   ASSERT_FALSE(args.ok());
   EXPECT_NE(args.status().message().find("x.json: inconsistent model args"), std::string::npos);
+  // The fuzzer's finding (fuzz/corpus/hf_config/crash-zero_heads.json): no heads divided by zero.
+  bad["n_heads"] = 0;
+  bad.erase("head_dim");
+  args = TransformerArgsFromJson(bad, TransformerArgs{}, "x.json");
+  ASSERT_FALSE(args.ok());
+  EXPECT_NE(args.status().message().find("0/5 heads of 0"), std::string::npos);
 }
 
 }  // namespace
