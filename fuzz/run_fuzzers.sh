@@ -53,14 +53,26 @@ absl_libs=($(ls /usr/lib/x86_64-linux-gnu/libabsl_*.so | sed 's|.*/lib\(absl_[a-
 ldflags=(-Wl,--disable-new-dtags -L"$torch/lib" -Wl,-rpath,"$torch/lib" -Wl,--no-as-needed
          -ltorch -ltorch_cpu -lc10 -Wl,--as-needed "${absl_libs[@]}" -lglog -lgflags -lz -lpthread)
 
+# An object is rebuilt when it, or the list of files it was built from, is missing, or when its
+# source or one of the repo's headers it included is newer.
+stale() {
+  local obj="$1" dep
+  [ -f "$obj" ] && [ -f "$obj.d" ] || return 0
+  for dep in $(sed 's/^[^:]*://; s/\\$//' "$obj.d" | tr ' ' '\n' | grep "^$repo/"); do
+    [ "$dep" -nt "$obj" ] && return 0
+  done
+  return 1
+}
+
 mkdir -p "$work/obj"
 echo "building in $work with $("$cxx" --version | head -n 1)"
 objects=()
 for src in "${sources[@]}"; do
   obj="$work/obj/$(echo "$src" | tr / _).o"
   objects+=("$obj")
-  if [ ! -f "$obj" ] || [ "$repo/$src" -nt "$obj" ]; then
-    "$cxx" "${cxxflags[@]}" -fsanitize=fuzzer-no-link,address -c "$repo/$src" -o "$obj" &
+  if stale "$obj"; then
+    "$cxx" "${cxxflags[@]}" -fsanitize=fuzzer-no-link,address -MMD -MF "$obj.d" \
+      -c "$repo/$src" -o "$obj" &
   fi
   while [ "$(jobs -rp | wc -l)" -ge 2 ]; do wait -n; done
 done
