@@ -820,6 +820,15 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "only model weights)");
   }
 
+  const JobConfig::Profiling& profiling = config.profiling();
+  if (profiling.enable_profiling() &&
+      profiling.profiler_warmup() + profiling.profiler_active() > profiling.profile_freq()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[profiling] profiler_warmup=%d + profiler_active=%d exceeds profile_freq=%d: a cycle "
+        "must fit its warmup and traced steps",
+        profiling.profiler_warmup(), profiling.profiler_active(), profiling.profile_freq()));
+  }
+
   const std::string& ac_option = config.activation_checkpoint().selective_ac_option();
   if (ac_option != "op" && !IsPositiveInteger(ac_option)) {
     return absl::InvalidArgumentError(

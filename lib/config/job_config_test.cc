@@ -313,6 +313,13 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
       ValidationError({"--checkpoint.last_save_in_hf", "--checkpoint.last_save_model_only=false"}),
       "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "
       "only model weights)");
+  EXPECT_EQ(ValidationError({"--profiling.enable_profiling", "--profiling.profile_freq=3"}),
+            "[profiling] profiler_warmup=3 + profiler_active=1 exceeds profile_freq=3: a cycle "
+            "must fit its warmup and traced steps");
+  ExpectValid({"--profiling.profile_freq=3"});  // torchtitan checks the cycle only when profiling
+  ExpectValid({"--profiling.enable_profiling", "--profiling.profile_freq=4"});
+  EXPECT_EQ(ValidationError({"--profiling.profiler_active=0"}),
+            "[profiling] profiler_active=0 is out of range: expected >= 1");
 }
 
 TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
