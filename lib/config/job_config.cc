@@ -377,9 +377,6 @@ void WarnAboutName(absl::string_view section, absl::string_view key, const KeyRe
   if (section != ref.section->name() || key != ref.field->name()) {
     LOG(WARNING) << source << ": " << written << " is an old name; use " << CanonicalName(ref);
   }
-  if (ref.field->options().GetExtension(titan::ignored)) {
-    LOG(WARNING) << source << ": " << written << " is ignored";
-  }
 }
 
 absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConfig* config) {
@@ -725,6 +722,9 @@ std::string JobConfigHelp() {
       if (const std::string range = RangeText(options); !range.empty()) {
         absl::StrAppend(&help, "      range: ", range, "\n");
       }
+      if (const std::string& reason = options.GetExtension(titan::unsupported); !reason.empty()) {
+        absl::StrAppend(&help, "      refused unless left at its default: ", reason, "\n");
+      }
       for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
         const std::vector<std::string> parts = absl::StrSplit(alias, '.');
         absl::StrAppend(&help, "      old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
@@ -743,10 +743,6 @@ std::string JobConfigToToml(const JobConfig& config) {
     absl::StrAppend(&toml, i == 0 ? "" : "\n", "[", section->name(), "]\n");
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
       const FieldDescriptor* field = section->message_type()->field(j);
-      if (field->options().GetExtension(titan::ignored) &&
-          !message.GetReflection()->HasField(message, field)) {
-        continue;
-      }
       absl::StrAppend(&toml, field->name(), " = ", TomlValue(message, field), "\n");
     }
   }
@@ -758,14 +754,24 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     return absl::InvalidArgumentError(absl::StrCat("world size must be >= 1, got ", world_size));
   }
   const Descriptor* root = JobConfig::descriptor();
+  const JobConfig defaults = DefaultJobConfig();
+  // Checked last, so a job that is also inconsistent hears about that first.
+  absl::Status unsupported_key;
   for (int i = 0; i < root->field_count(); ++i) {
     const FieldDescriptor* section = root->field(i);
     const Message& message = config.GetReflection()->GetMessage(config, section);
+    const Message& section_defaults = defaults.GetReflection()->GetMessage(defaults, section);
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
-      if (absl::Status status =
-              CheckField(section->name(), message, section->message_type()->field(j));
-          !status.ok()) {
+      const FieldDescriptor* field = section->message_type()->field(j);
+      if (absl::Status status = CheckField(section->name(), message, field); !status.ok()) {
         return status;
+      }
+      const std::string& unsupported = field->options().GetExtension(titan::unsupported);
+      const std::string value = TomlValue(message, field);
+      if (!unsupported.empty() && unsupported_key.ok() &&
+          value != TomlValue(section_defaults, field)) {
+        unsupported_key = absl::UnimplementedError(absl::StrCat(
+            "[", section->name(), "] ", field->name(), " = ", value, ": ", unsupported));
       }
     }
   }
@@ -841,7 +847,7 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
                  << " exceeds [training] steps=" << training.steps()
                  << ": the learning rate never reaches its peak";
   }
-  return absl::OkStatus();
+  return unsupported_key;
 }
 
 }  // namespace titan
