@@ -142,6 +142,46 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(losses["titan"], losses["hf"])
         self.assertLess(losses["titan"], scratch_loss - 1.0, (losses, first.returncode))
 
+    def test_qwen3_debugmodel_learns_the_bundled_corpus(self):
+        dump = self.dump("qwen3")
+        run_train(dump, "--model.name=qwen3", "--model.flavor=debugmodel", "--training.steps=30",
+                  "--checkpoint.enable=false", "--validation.enable=false")
+        rows = metrics(dump)
+        self.assertEqual([r["step"] for r in rows], list(range(1, 31)))
+        print(f"\nqwen3 debugmodel: loss {rows[0]['loss']:.4f} -> {rows[-1]['loss']:.4f}",
+              file=sys.stderr)
+        self.assertLess(rows[-1]["loss"], rows[0]["loss"] - 1.0, [r["loss"] for r in rows])
+
+    def test_llama3_8b_job_file_starts_with_op_level_selective_checkpointing(self):
+        # The 8B preset as shipped, shrunk to the debug model, bundled tokenizer and corpus.
+        dump = self.dump("llama3_8b_job")
+        proc = run_train(dump, "--model.flavor=debugmodel", "--model.hf_assets_path=",
+                         "--model.tokenizer_path=assets/default_tokenizer",
+                         "--training.dataset_path=assets/default_corpus/train.jsonl",
+                         "--training.seq_len=128", "--training.local_batch_size=2",
+                         "--training.steps=3", config="configs/llama3_8b.toml")
+        self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3])
+        with open(os.path.join(dump, "config.toml")) as f:
+            effective = f.read()
+        self.assertIn('selective_ac_option = "op"', effective)
+        self.assertIn('mode = "selective"', effective)
+
+    def test_model_only_checkpoint_is_not_resumed_silently(self):
+        dump = self.dump("model_only")
+        run_train(dump, "--training.steps=2", "--checkpoint.interval=10",
+                  "--checkpoint.last_save_model_only=true", "--validation.enable=false")
+        proc = run_train(dump, "--training.steps=4", "--validation.enable=false", check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        line = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")][0]
+        self.assertIn("step-2 holds model weights only", line)
+        self.assertIn("initial_load_path", line)
+
+    def test_unsupported_key_is_refused_not_ignored(self):
+        proc = run_train(self.dump("unsupported"), "--compile.enable=true", check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("titan_train: [compile] enable = true: titan has no graph compiler",
+                      proc.stderr)
+
     def test_help_lists_every_section(self):
         proc = subprocess.run([TITAN_TRAIN, "--help"], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 0)
