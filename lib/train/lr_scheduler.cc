@@ -9,8 +9,8 @@
 namespace titan {
 
 absl::StatusOr<WarmupStableDecaySchedule> WarmupStableDecaySchedule::Create(
-    int64_t training_steps, int64_t warmup_steps, double decay_ratio,
-    const std::string& decay_type, double min_lr_factor) {
+    int64_t training_steps, int64_t warmup_steps, double decay_ratio, const std::string& decay_type,
+    double min_lr_factor) {
   WarmupStableDecaySchedule s;
   if (decay_type == "linear") {
     s.decay_type_ = LrDecayType::kLinear;

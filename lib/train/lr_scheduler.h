@@ -15,11 +15,11 @@ class WarmupStableDecaySchedule {
  public:
   // As torchtitan: warmup is capped at training_steps; decay_ratio < 0 (None) decays over every
   // step after warmup, otherwise decay = round-half-to-even(training_steps × decay_ratio), capped
-  // at the steps warmup leaves; stable = training_steps + 1 - warmup - decay. Caps are warned about.
+  // at the steps warmup leaves; stable = training_steps + 1 - warmup - decay. Caps log warnings.
   static absl::StatusOr<WarmupStableDecaySchedule> Create(int64_t training_steps,
-                                                         int64_t warmup_steps, double decay_ratio,
-                                                         const std::string& decay_type,
-                                                         double min_lr_factor);
+                                                          int64_t warmup_steps, double decay_ratio,
+                                                          const std::string& decay_type,
+                                                          double min_lr_factor);
 
   // Factor for the optimizer step that follows `completed_steps` earlier steps (0-based).
   double Factor(int64_t completed_steps) const;
