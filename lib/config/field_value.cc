@@ -4,8 +4,10 @@
 #include <charconv>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,12 +21,29 @@
 
 namespace titan {
 
+using ::google::protobuf::Descriptor;
 using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::FieldOptions;
 using ::google::protobuf::Message;
 using ::google::protobuf::Reflection;
 
 namespace {
+
+// absl has no edit distance; names are short, so the plain dynamic-programming table will do.
+size_t EditDistance(absl::string_view a, absl::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
 
 // Shortest text that reads back as the same double.
 std::string FormatNumber(double value) {
@@ -46,35 +65,124 @@ std::string TomlString(const std::string& value) {
   return out.str();
 }
 
-absl::Status TypeError(const FieldDescriptor* field, absl::string_view got) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("expected ", TypeName(KindOf(field)), ", got ", got));
+absl::Status Error(absl::string_view where, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(where, ": ", what));
+}
+
+absl::Status TypeError(absl::string_view where, const FieldDescriptor* field,
+                       absl::string_view got) {
+  return Error(where, absl::StrCat("expected ", TypeName(KindOf(field)), ", got ", got));
 }
 
 absl::Status SetInteger(int64_t value, absl::string_view got, const FieldDescriptor* field,
-                        Message* section) {
+                        Message* message, absl::string_view where) {
   if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("expected 32-bit integer, got ", got));
+    return Error(where, absl::StrCat("expected 32-bit integer, got ", got));
   }
-  section->GetReflection()->SetInt32(section, field, static_cast<int32_t>(value));
+  message->GetReflection()->SetInt32(message, field, static_cast<int32_t>(value));
   return absl::OkStatus();
 }
 
-absl::Status CheckChoice(absl::string_view section, const FieldDescriptor* field,
+// A TOML number as a double: floats, and integers (which TOML writes without a '.').
+std::optional<double> TomlNumber(const toml::node& node) {
+  if (const auto* value = node.as_floating_point()) return value->get();
+  if (const auto* value = node.as_integer()) return static_cast<double>(value->get());
+  return std::nullopt;
+}
+
+// Each table of a list of tables: its keys are the fields of `field`'s message type.
+absl::Status SetTablesFromToml(const toml::array& array, const FieldDescriptor* field,
+                               Message* message, absl::string_view where) {
+  const Reflection* reflection = message->GetReflection();
+  reflection->ClearField(message, field);
+  const Descriptor* type = field->message_type();
+  std::vector<std::string> key_names;
+  for (int i = 0; i < type->field_count(); ++i) key_names.push_back(type->field(i)->name());
+  for (size_t i = 0; i < array.size(); ++i) {
+    const toml::table* table = array[i].as_table();
+    if (table == nullptr) {
+      return Error(where, absl::StrCat("expected list of tables, got array containing ",
+                                       DescribeTomlNode(array[i])));
+    }
+    Message* element = reflection->AddMessage(message, field);
+    for (const auto& [key_name, node] : *table) {
+      const std::string key(key_name.str());
+      const std::string key_where = absl::StrCat(where, "[", i, "].", key);
+      const FieldDescriptor* key_field = type->FindFieldByName(key);
+      if (key_field == nullptr) {
+        return Error(key_where,
+                     absl::StrCat("unknown key", DidYouMean(Closest(key, key_names), "")));
+      }
+      if (absl::Status status = SetFromToml(node, key_field, element, key_where); !status.ok()) {
+        return status;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The command line's value of a list of floats or tables: a TOML inline value, e.g. [{x = 1}].
+absl::Status SetFromInlineToml(const std::string& text, const FieldDescriptor* field,
+                               Message* message, absl::string_view where) {
+  if (absl::StripAsciiWhitespace(text).empty()) {
+    message->GetReflection()->ClearField(message, field);
+    return absl::OkStatus();
+  }
+  toml::table root;
+  try {
+    root = toml::parse(absl::StrCat("value = ", text));
+  } catch (const toml::parse_error& error) {
+    return Error(where,
+                 absl::StrCat("expected ", TypeName(KindOf(field)), " as a TOML inline value, got ",
+                              Quote(text), " (", std::string(error.description()), ")"));
+  }
+  // A newline in the text could smuggle in more keys than the one value.
+  if (root.size() != 1) {
+    return Error(where, absl::StrCat("expected one TOML inline value, got ", Quote(text)));
+  }
+  return SetFromToml(*root.get("value"), field, message, where);
+}
+
+absl::Status CheckChoice(absl::string_view name, const FieldDescriptor* field,
                          const std::string& value) {
   const auto& choices = field->options().GetRepeatedExtension(titan::choices);
   if (choices.empty() || std::find(choices.begin(), choices.end(), value) != choices.end()) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat("[", section, "] ", field->name(), "=",
-                                                 Quote(value), ": expected one of ",
-                                                 QuotedList(choices)));
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, "=", Quote(value), ": expected one of ", QuotedList(choices)));
+}
+
+absl::Status CheckNumber(absl::string_view name, const FieldOptions& options, double value) {
+  if (options.HasExtension(titan::unset_value) &&
+      value == options.GetExtension(titan::unset_value)) {
+    return absl::OkStatus();
+  }
+  const bool below =
+      options.HasExtension(titan::min_value) && value < options.GetExtension(titan::min_value);
+  const bool above =
+      options.HasExtension(titan::max_value) && value > options.GetExtension(titan::max_value);
+  // NaN fails every comparison, so it is refused explicitly.
+  if (below || above || value != value) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, "=", FormatNumber(value), " is out of range: expected ", RangeText(options)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 FieldKind KindOf(const FieldDescriptor* field) {
-  if (field->is_repeated()) return FieldKind::kStringList;
+  if (field->is_repeated()) {
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_DOUBLE:
+        return FieldKind::kFloatList;
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        return FieldKind::kTableList;
+      default:
+        return FieldKind::kStringList;
+    }
+  }
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
       return FieldKind::kInteger;
@@ -88,13 +196,24 @@ FieldKind KindOf(const FieldDescriptor* field) {
 }
 
 bool IsSupportedField(const FieldDescriptor* field) {
-  if (field->is_repeated()) return field->cpp_type() == FieldDescriptor::CPPTYPE_STRING;
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
-    case FieldDescriptor::CPPTYPE_DOUBLE:
     case FieldDescriptor::CPPTYPE_BOOL:
+      return !field->is_repeated();
+    case FieldDescriptor::CPPTYPE_DOUBLE:
     case FieldDescriptor::CPPTYPE_STRING:
       return true;
+    case FieldDescriptor::CPPTYPE_MESSAGE: {
+      // A list of tables whose keys are themselves scalars or lists (no tables in tables).
+      if (!field->is_repeated()) return false;
+      const Descriptor* type = field->message_type();
+      for (int i = 0; i < type->field_count(); ++i) {
+        if (type->field(i)->message_type() != nullptr || !IsSupportedField(type->field(i))) {
+          return false;
+        }
+      }
+      return true;
+    }
     default:
       return false;
   }
@@ -112,6 +231,10 @@ const char* TypeName(FieldKind kind) {
       return "string";
     case FieldKind::kStringList:
       return "list of strings";
+    case FieldKind::kFloatList:
+      return "list of floats";
+    case FieldKind::kTableList:
+      return "list of tables";
   }
   return "";
 }
@@ -143,40 +266,58 @@ std::string DescribeTomlNode(const toml::node& node) {
   }
 }
 
-void SetList(const std::vector<std::string>& items, const FieldDescriptor* field,
-             Message* section) {
-  const Reflection* reflection = section->GetReflection();
-  reflection->ClearField(section, field);
-  for (const std::string& item : items) reflection->AddString(section, field, item);
+std::optional<std::string> Closest(absl::string_view name,
+                                   const std::vector<std::string>& candidates) {
+  const size_t limit = std::max<size_t>(2, name.size() / 3);
+  std::optional<std::string> best;
+  size_t best_distance = 0;
+  for (const std::string& candidate : candidates) {
+    const size_t distance = EditDistance(name, candidate);
+    if (distance > limit) continue;
+    if (!best || distance < best_distance || (distance == best_distance && candidate < *best)) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
 }
 
-absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, Message* section) {
-  const Reflection* reflection = section->GetReflection();
+std::string DidYouMean(const std::optional<std::string>& suggestion, absl::string_view prefix) {
+  if (!suggestion) return "";
+  return absl::StrCat(" (did you mean \"", prefix, *suggestion, "\"?)");
+}
+
+void SetList(const std::vector<std::string>& items, const FieldDescriptor* field,
+             Message* message) {
+  const Reflection* reflection = message->GetReflection();
+  reflection->ClearField(message, field);
+  for (const std::string& item : items) reflection->AddString(message, field, item);
+}
+
+absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, Message* message,
+                         absl::string_view where) {
+  const Reflection* reflection = message->GetReflection();
   switch (KindOf(field)) {
     case FieldKind::kInteger:
       if (const auto* value = node.as_integer()) {
-        return SetInteger(value->get(), DescribeTomlNode(node), field, section);
+        return SetInteger(value->get(), DescribeTomlNode(node), field, message, where);
       }
       break;
     case FieldKind::kFloat:
-      if (const auto* value = node.as_floating_point()) {
-        reflection->SetDouble(section, field, value->get());
-        return absl::OkStatus();
-      }
-      if (const auto* value = node.as_integer()) {
-        reflection->SetDouble(section, field, static_cast<double>(value->get()));
+      if (const std::optional<double> value = TomlNumber(node)) {
+        reflection->SetDouble(message, field, *value);
         return absl::OkStatus();
       }
       break;
     case FieldKind::kBoolean:
       if (const auto* value = node.as_boolean()) {
-        reflection->SetBool(section, field, value->get());
+        reflection->SetBool(message, field, value->get());
         return absl::OkStatus();
       }
       break;
     case FieldKind::kString:
       if (const auto* value = node.as_string()) {
-        reflection->SetString(section, field, value->get());
+        reflection->SetString(message, field, value->get());
         return absl::OkStatus();
       }
       break;
@@ -186,74 +327,116 @@ absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, M
         for (const toml::node& item : *array) {
           const auto* text = item.as_string();
           if (text == nullptr) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "expected list of strings, got array containing ", DescribeTomlNode(item)));
+            return Error(where, absl::StrCat("expected list of strings, got array containing ",
+                                             DescribeTomlNode(item)));
           }
           items.push_back(text->get());
         }
-        SetList(items, field, section);
+        SetList(items, field, message);
         return absl::OkStatus();
       }
       break;
+    case FieldKind::kFloatList:
+      if (const toml::array* array = node.as_array()) {
+        reflection->ClearField(message, field);
+        for (const toml::node& item : *array) {
+          const std::optional<double> value = TomlNumber(item);
+          if (!value) {
+            return Error(where, absl::StrCat("expected list of floats, got array containing ",
+                                             DescribeTomlNode(item)));
+          }
+          reflection->AddDouble(message, field, *value);
+        }
+        return absl::OkStatus();
+      }
+      break;
+    case FieldKind::kTableList:
+      if (const toml::array* array = node.as_array()) {
+        return SetTablesFromToml(*array, field, message, where);
+      }
+      break;
   }
-  return TypeError(field, DescribeTomlNode(node));
+  return TypeError(where, field, DescribeTomlNode(node));
 }
 
-absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, Message* section) {
-  const Reflection* reflection = section->GetReflection();
+absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, Message* message,
+                         absl::string_view where) {
+  const Reflection* reflection = message->GetReflection();
   switch (KindOf(field)) {
     case FieldKind::kInteger: {
       int64_t value;
-      if (!absl::SimpleAtoi(text, &value)) return TypeError(field, Quote(text));
-      return SetInteger(value, Quote(text), field, section);
+      if (!absl::SimpleAtoi(text, &value)) return TypeError(where, field, Quote(text));
+      return SetInteger(value, Quote(text), field, message, where);
     }
     case FieldKind::kFloat: {
       double value;
-      if (!absl::SimpleAtod(text, &value)) return TypeError(field, Quote(text));
-      reflection->SetDouble(section, field, value);
+      if (!absl::SimpleAtod(text, &value)) return TypeError(where, field, Quote(text));
+      reflection->SetDouble(message, field, value);
       return absl::OkStatus();
     }
     case FieldKind::kBoolean: {
       bool value;
-      if (!absl::SimpleAtob(text, &value)) return TypeError(field, Quote(text));
-      reflection->SetBool(section, field, value);
+      if (!absl::SimpleAtob(text, &value)) return TypeError(where, field, Quote(text));
+      reflection->SetBool(message, field, value);
       return absl::OkStatus();
     }
     case FieldKind::kString:
-      reflection->SetString(section, field, text);
+      reflection->SetString(message, field, text);
       return absl::OkStatus();
     case FieldKind::kStringList: {
       std::vector<std::string> items;
       for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
         items.emplace_back(absl::StripAsciiWhitespace(item));
       }
-      SetList(items, field, section);
+      SetList(items, field, message);
       return absl::OkStatus();
     }
+    case FieldKind::kFloatList:
+    case FieldKind::kTableList:
+      return SetFromInlineToml(text, field, message, where);
   }
-  return TypeError(field, Quote(text));
+  return TypeError(where, field, Quote(text));
 }
 
-std::string TomlValue(const Message& section, const FieldDescriptor* field) {
-  const Reflection* reflection = section.GetReflection();
+std::string TomlValue(const Message& message, const FieldDescriptor* field) {
+  const Reflection* reflection = message.GetReflection();
+  std::vector<std::string> items;
   switch (KindOf(field)) {
     case FieldKind::kInteger:
-      return absl::StrCat(reflection->GetInt32(section, field));
+      return absl::StrCat(reflection->GetInt32(message, field));
     case FieldKind::kFloat:
-      return TomlFloat(reflection->GetDouble(section, field));
+      return TomlFloat(reflection->GetDouble(message, field));
     case FieldKind::kBoolean:
-      return reflection->GetBool(section, field) ? "true" : "false";
+      return reflection->GetBool(message, field) ? "true" : "false";
     case FieldKind::kString:
-      return TomlString(reflection->GetString(section, field));
-    case FieldKind::kStringList: {
-      std::vector<std::string> items;
-      for (int i = 0; i < reflection->FieldSize(section, field); ++i) {
-        items.push_back(TomlString(reflection->GetRepeatedString(section, field, i)));
+      return TomlString(reflection->GetString(message, field));
+    case FieldKind::kStringList:
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        items.push_back(TomlString(reflection->GetRepeatedString(message, field, i)));
       }
-      return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
-    }
+      break;
+    case FieldKind::kFloatList:
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        items.push_back(TomlFloat(reflection->GetRepeatedDouble(message, field, i)));
+      }
+      break;
+    case FieldKind::kTableList:
+      // Inline tables with the keys that were set, so unset ones keep meaning "inherit".
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        const Message& element = reflection->GetRepeatedMessage(message, field, i);
+        std::vector<const FieldDescriptor*> set_fields;
+        element.GetReflection()->ListFields(element, &set_fields);
+        items.push_back(absl::StrCat(
+            "{",
+            absl::StrJoin(set_fields, ", ",
+                          [&](std::string* out, const FieldDescriptor* key) {
+                            absl::StrAppend(out, key->name(), " = ", TomlValue(element, key));
+                          }),
+            "}"));
+      }
+      break;
   }
-  return "";
+  return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
 }
 
 std::string QuotedList(const google::protobuf::RepeatedPtrField<std::string>& items) {
@@ -280,40 +463,46 @@ std::string RangeText(const FieldOptions& options) {
   return range;
 }
 
-absl::Status CheckField(absl::string_view section, const Message& message,
+absl::Status CheckField(absl::string_view prefix, const Message& message,
                         const FieldDescriptor* field) {
   const Reflection* reflection = message.GetReflection();
-  const FieldOptions& options = field->options();
+  const std::string name = absl::StrCat(prefix, field->name());
   switch (KindOf(field)) {
     case FieldKind::kInteger:
-    case FieldKind::kFloat: {
-      const double value = KindOf(field) == FieldKind::kInteger
-                               ? reflection->GetInt32(message, field)
-                               : reflection->GetDouble(message, field);
-      if (options.HasExtension(titan::unset_value) &&
-          value == options.GetExtension(titan::unset_value)) {
-        return absl::OkStatus();
-      }
-      const bool below =
-          options.HasExtension(titan::min_value) && value < options.GetExtension(titan::min_value);
-      const bool above =
-          options.HasExtension(titan::max_value) && value > options.GetExtension(titan::max_value);
-      // NaN fails every comparison, so it is refused explicitly.
-      if (below || above || value != value) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("[", section, "] ", field->name(), "=", FormatNumber(value),
-                         " is out of range: expected ", RangeText(options)));
-      }
-      return absl::OkStatus();
-    }
+      return CheckNumber(name, field->options(), reflection->GetInt32(message, field));
+    case FieldKind::kFloat:
+      return CheckNumber(name, field->options(), reflection->GetDouble(message, field));
     case FieldKind::kString:
-      return CheckChoice(section, field, reflection->GetString(message, field));
+      return CheckChoice(name, field, reflection->GetString(message, field));
     case FieldKind::kStringList:
       for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
         if (absl::Status status =
-                CheckChoice(section, field, reflection->GetRepeatedString(message, field, i));
+                CheckChoice(name, field, reflection->GetRepeatedString(message, field, i));
             !status.ok()) {
           return status;
+        }
+      }
+      return absl::OkStatus();
+    case FieldKind::kFloatList:
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        if (absl::Status status = CheckNumber(name, field->options(),
+                                              reflection->GetRepeatedDouble(message, field, i));
+            !status.ok()) {
+          return status;
+        }
+      }
+      return absl::OkStatus();
+    case FieldKind::kTableList:
+      // Only the keys a table sets: the others are not part of the configuration.
+      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+        const Message& element = reflection->GetRepeatedMessage(message, field, i);
+        std::vector<const FieldDescriptor*> set_fields;
+        element.GetReflection()->ListFields(element, &set_fields);
+        for (const FieldDescriptor* key : set_fields) {
+          if (absl::Status status = CheckField(absl::StrCat(name, "[", i, "]."), element, key);
+              !status.ok()) {
+            return status;
+          }
         }
       }
       return absl::OkStatus();

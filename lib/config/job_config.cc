@@ -109,44 +109,6 @@ class Schema {
   absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;
 };
 
-// absl has no edit distance; names are short, so the plain dynamic-programming table will do.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// The candidate closest to `name` when it is close enough to be a likely typo.
-std::optional<std::string> Closest(absl::string_view name,
-                                   const std::vector<std::string>& candidates) {
-  const size_t limit = std::max<size_t>(2, name.size() / 3);
-  std::optional<std::string> best;
-  size_t best_distance = 0;
-  for (const std::string& candidate : candidates) {
-    const size_t distance = EditDistance(name, candidate);
-    if (distance > limit) continue;
-    if (!best || distance < best_distance || (distance == best_distance && candidate < *best)) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  return best;
-}
-
-std::string DidYouMean(const std::optional<std::string>& suggestion, absl::string_view prefix) {
-  if (!suggestion) return "";
-  return absl::StrCat(" (did you mean \"", prefix, *suggestion, "\"?)");
-}
-
 Message* MutableSection(const KeyRef& ref, JobConfig* config) {
   return config->GetReflection()->MutableMessage(config, ref.section);
 }
@@ -214,10 +176,10 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
       if (absl::Status status = writes.Record(*ref, written); !status.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
       }
-      if (absl::Status status = SetFromToml(node, ref->field, MutableSection(*ref, config));
+      if (absl::Status status =
+              SetFromToml(node, ref->field, MutableSection(*ref, config), written);
           !status.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(source, ": ", written, ": ", status.message()));
+        return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
       }
       WarnAboutName(section, key, *ref, source, written);
     }
@@ -288,10 +250,10 @@ absl::Status ApplyOverrides(const std::vector<Override>& overrides, JobConfig* c
     if (absl::Status status = writes.Record(*override.ref, override.flag); !status.ok()) {
       return status;
     }
-    if (absl::Status status =
-            SetFromText(override.value, override.ref->field, MutableSection(*override.ref, config));
+    if (absl::Status status = SetFromText(override.value, override.ref->field,
+                                          MutableSection(*override.ref, config), override.flag);
         !status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(override.flag, ": ", status.message()));
+      return status;
     }
     WarnAboutName(override.section, override.key, *override.ref, "command line", override.flag);
   }
@@ -328,6 +290,23 @@ absl::StatusOr<int64_t> ShardDegree(const JobConfig::Parallelism& p, int world_s
 bool IsPositiveInteger(const std::string& text) {
   int value;
   return absl::SimpleAtoi(text, &value) && value >= 1;
+}
+
+// A key's help, choices, range and old names, one per line after `indent`.
+void AppendKeyDetails(const FieldDescriptor* field, absl::string_view indent, std::string* help) {
+  const FieldOptions& options = field->options();
+  absl::StrAppend(help, indent, options.GetExtension(titan::help), "\n");
+  if (options.ExtensionSize(titan::choices) > 0) {
+    absl::StrAppend(help, indent,
+                    "one of: ", QuotedList(options.GetRepeatedExtension(titan::choices)), "\n");
+  }
+  if (const std::string range = RangeText(options); !range.empty()) {
+    absl::StrAppend(help, indent, "range: ", range, "\n");
+  }
+  for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
+    const std::vector<std::string> parts = absl::StrSplit(alias, '.');
+    absl::StrAppend(help, indent, "old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
+  }
 }
 
 }  // namespace
@@ -395,8 +374,8 @@ std::string JobConfigHelp() {
   std::string help =
       "Job configuration: a TOML job file (--job.config_file=FILE) with the [section] tables "
       "below,\nthen --section.key=value (or --section.key value) overrides, later ones winning. "
-      "On the command\nline lists are comma-separated and a bare --section.key sets a boolean "
-      "to true.\n";
+      "On the command\nline lists of strings are comma-separated, other lists are TOML inline "
+      "values ('[{key = 1}]'),\nand a bare --section.key sets a boolean to true.\n";
   const JobConfig defaults = DefaultJobConfig();
   const Descriptor* root = JobConfig::descriptor();
   for (int i = 0; i < root->field_count(); ++i) {
@@ -406,21 +385,17 @@ std::string JobConfigHelp() {
                     section->options().GetExtension(titan::help), "\n");
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
       const FieldDescriptor* field = section->message_type()->field(j);
-      const FieldOptions& options = field->options();
       absl::StrAppend(&help, "  --", section->name(), ".", field->name(), "  (",
                       TypeName(KindOf(field)), ", default ", TomlValue(section_defaults, field),
-                      ")\n      ", options.GetExtension(titan::help), "\n");
-      if (options.ExtensionSize(titan::choices) > 0) {
-        absl::StrAppend(&help,
-                        "      one of: ", QuotedList(options.GetRepeatedExtension(titan::choices)),
-                        "\n");
-      }
-      if (const std::string range = RangeText(options); !range.empty()) {
-        absl::StrAppend(&help, "      range: ", range, "\n");
-      }
-      for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
-        const std::vector<std::string> parts = absl::StrSplit(alias, '.');
-        absl::StrAppend(&help, "      old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
+                      ")\n");
+      AppendKeyDetails(field, "      ", &help);
+      if (KindOf(field) != FieldKind::kTableList) continue;
+      absl::StrAppend(&help, "      keys of each table, all optional:\n");
+      const Descriptor* table = field->message_type();
+      for (int k = 0; k < table->field_count(); ++k) {
+        absl::StrAppend(&help, "        ", table->field(k)->name(), "  (",
+                        TypeName(KindOf(table->field(k))), ")\n");
+        AppendKeyDetails(table->field(k), "            ", &help);
       }
     }
   }
@@ -455,8 +430,8 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     const FieldDescriptor* section = root->field(i);
     const Message& message = config.GetReflection()->GetMessage(config, section);
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
-      if (absl::Status status =
-              CheckField(section->name(), message, section->message_type()->field(j));
+      if (absl::Status status = CheckField(absl::StrCat("[", section->name(), "] "), message,
+                                           section->message_type()->field(j));
           !status.ok()) {
         return status;
       }
@@ -520,11 +495,6 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
                      ": expected a positive integer N (every Nth layer) or \"op\""));
   }
 
-  if (config.lr_scheduler().warmup_steps() > training.steps()) {
-    LOG(WARNING) << "[lr_scheduler] warmup_steps=" << config.lr_scheduler().warmup_steps()
-                 << " exceeds [training] steps=" << training.steps()
-                 << ": the learning rate never reaches its peak";
-  }
   return absl::OkStatus();
 }
 
