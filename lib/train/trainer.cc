@@ -239,10 +239,7 @@ absl::Status Trainer::Init() {
               << "), dp rank " << dp_rank_ << " of " << dp_size_;
   }
 
-  const auto& o = config_.optimizer();
-  TITAN_ASSIGN_OR_RETURN(
-      optimizer_, Optimizer::Create(params_, {o.name(), o.lr(), o.beta1(), o.beta2(), o.eps(),
-                                              o.weight_decay()}));
+  TITAN_ASSIGN_OR_RETURN(optimizer_, Optimizer::Create(params_, config_.optimizer()));
   const auto& lr = config_.lr_scheduler();
   TITAN_ASSIGN_OR_RETURN(schedule_, WarmupStableDecaySchedule::Create(
                                         training.steps(), lr.warmup_steps(), lr.decay_ratio(),
