@@ -390,7 +390,7 @@ std::string JobConfigHelp() {
                       ")\n");
       AppendKeyDetails(field, "      ", &help);
       if (KindOf(field) != FieldKind::kTableList) continue;
-      absl::StrAppend(&help, "      keys of each table, all optional:\n");
+      absl::StrAppend(&help, "      keys of each table:\n");
       const Descriptor* table = field->message_type();
       for (int k = 0; k < table->field_count(); ++k) {
         absl::StrAppend(&help, "        ", table->field(k)->name(), "  (",
