@@ -184,9 +184,7 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
 
 absl::StatusOr<std::unique_ptr<Optimizer>> BuildOptimizer(const JobConfig& config,
                                                           const std::vector<ParamRef>& params) {
-  const auto& o = config.optimizer();
-  return Optimizer::Create(params,
-                           {o.name(), o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()});
+  return Optimizer::Create(params, config.optimizer());
 }
 
 absl::StatusOr<WarmupStableDecaySchedule> BuildLrSchedule(const JobConfig& config) {
