@@ -56,7 +56,7 @@ TEST(JobConfigTest, DefaultsFollowTorchtitan) {
   EXPECT_EQ(config.job().dump_folder(), "./outputs");
   EXPECT_EQ(config.metrics().log_freq(), 10);
   EXPECT_EQ(config.model().flavor(), "debugmodel");
-  EXPECT_EQ(config.model().tokenizer_path(), "assets/default_tokenizer");
+  EXPECT_EQ(config.model().tokenizer_path(), "");  // hf_assets_path, else the bundled one
   EXPECT_DOUBLE_EQ(config.optimizer().lr(), 8e-4);
   EXPECT_DOUBLE_EQ(config.optimizer().beta2(), 0.95);
   EXPECT_DOUBLE_EQ(config.lr_scheduler().decay_ratio(), -1);
