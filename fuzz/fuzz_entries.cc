@@ -4,7 +4,7 @@
 
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/checkpoint_reader.h"
-#include "lib/interop/llama3_hf.h"
+#include "lib/interop/hf_config.h"
 #include "lib/interop/meta_checkpoint.h"
 #include "nlohmann/json.hpp"
 
@@ -18,7 +18,7 @@ absl::Status ParseSafetensors(absl::string_view bytes) {
 absl::Status ParseHfConfig(absl::string_view bytes) {
   const nlohmann::json config = nlohmann::json::parse(bytes, nullptr, /*allow_exceptions=*/false);
   if (config.is_discarded()) return absl::InvalidArgumentError("config.json: not valid JSON");
-  return Llama3ModelInfoFromHfConfig(config, "config.json").status();
+  return ModelInfoFromHfConfig(config, "config.json").status();
 }
 
 absl::Status ParseIndex(absl::string_view bytes) {

@@ -18,7 +18,7 @@ struct FuzzTarget {
 };
 
 // safetensors_header: a whole .safetensors file's bytes through ParseSafetensorsHeader.
-// hf_config:          config.json text through Llama3ModelInfoFromHfConfig.
+// hf_config:          config.json text through ModelInfoFromHfConfig (every registered family).
 // hf_index:           model.safetensors.index.json text through ParseHfIndex.
 // meta_pth:           consolidated.00.pth bytes (zip + pickle) through ParseTorchStateDict.
 const std::vector<FuzzTarget>& FuzzTargets();

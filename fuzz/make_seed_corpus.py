@@ -78,8 +78,20 @@ write("hf_config", "invalid-not_object.json", "[1, 2, 3]")
 write("hf_config", "invalid-truncated.json", config.to_json_string()[:200])
 write("hf_config", "invalid-rope_type_is_number.json",
       json.dumps({**tiny, "rope_scaling": {"type": 3}}))
-write("hf_config", "invalid-rope_yarn.json",
+write("hf_config", "valid-rope_yarn.json",
       json.dumps({**tiny, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}))
+write("hf_config", "invalid-rope_dynamic.json",
+      json.dumps({**tiny, "rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}))
+write("hf_config", "invalid-unknown_model_type.json", json.dumps({**tiny, "model_type": "gpt2"}))
+qwen3 = transformers.Qwen3Config(
+    vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+    num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+    rms_norm_eps=1e-6, rope_theta=1000000.0, tie_word_embeddings=True, bos_token_id=151643,
+    eos_token_id=151645)
+write("hf_config", "valid-qwen3_0_6b.json", qwen3.to_json_string())
+write("hf_config", "invalid-qwen3_sliding_window.json",
+      json.dumps({**json.loads(qwen3.to_json_string()),
+                  "layer_types": ["sliding_attention"] * 28}))
 write("hf_config", "invalid-attention_bias.json", json.dumps({**tiny, "attention_bias": True}))
 write("hf_config", "invalid-heads_do_not_divide.json", json.dumps({**tiny, "num_attention_heads": 5}))
 write("hf_config", "invalid-hidden_size_string.json", json.dumps({**tiny, "hidden_size": "64"}))

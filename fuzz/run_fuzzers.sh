@@ -37,15 +37,15 @@ if [ ! -d "$torch/include/torch" ]; then
 fi
 cxx="${CXX_FUZZ:-clang++}"
 
-# The entries' sources and what they link (//fuzz:fuzz_entries' closure in Bazel).
-sources=(
-  fuzz/fuzz_entries.cc
-  lib/interop/checkpoint_reader.cc lib/interop/meta_checkpoint.cc lib/interop/llama3_hf.cc
-  lib/checkpoint/safetensors.cc lib/checkpoint/directory.cc lib/checkpoint/checkpoint_manager.cc
-  lib/util/file_util.cc
-  models/llama3/model_args.cc models/llama3/model.cc
-  lib/model/transformer_ops.cc lib/model/module.cc lib/model/init.cc
-)
+# The entries' sources and what they link: //fuzz:fuzz_entries' closure, as Bazel sees it (the
+# model families register themselves, so every object is linked).
+mapfile -t sources < <(cd "$repo" && bazel query --noshow_progress \
+  'kind("source file", deps(//fuzz:fuzz_entries))' 2>/dev/null |
+  sed -n 's|^//\([^:]*\):\(.*\.cc\)$|\1/\2|p')
+if [ ${#sources[@]} -eq 0 ]; then
+  echo "bazel query found no sources of //fuzz:fuzz_entries: run tools/setup.sh first" >&2
+  exit 1
+fi
 # LibTorch's include/google (protobuf) would shadow Debian's, as in third_party/titan_env.bzl.
 cxxflags=(-std=c++17 -O1 -g -fno-omit-frame-pointer -I"$repo" -isystem "$torch/include"
           -isystem "$torch/include/torch/csrc/api/include")

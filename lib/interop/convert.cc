@@ -6,7 +6,6 @@
 #include <cstring>
 #include <map>
 #include <memory>
-#include <set>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -21,6 +20,9 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
+#include "lib/interop/checkpoint_model.h"
+#include "lib/interop/hf_adapter.h"
+#include "lib/interop/hf_config.h"
 #include "lib/interop/meta_checkpoint.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
@@ -56,40 +58,10 @@ std::string TorchDtypeName(at::ScalarType type) {
   }
 }
 
-// The model's shape from a trainer checkpoint's tensors: the flavor whose shapes match.
-absl::StatusOr<Llama3ModelInfo> InferFromTitanShapes(const CheckpointReader& reader) {
-  const TensorInfo* embedding = reader.Find("tok_embeddings.weight");
-  if (embedding == nullptr || embedding->shape.size() != 2) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(reader.directory(), ": no 2-D tok_embeddings.weight; not a Llama 3 model"));
-  }
-  for (const std::string& name : Llama3FlavorNames()) {
-    Llama3ModelInfo info;
-    info.flavor = name;
-    info.args = *Llama3Flavor(name);
-    info.args.vocab_size = embedding->shape[0];
-    bool same = true;
-    std::set<std::string> expected;
-    for (const auto& [param, shape] : Llama3ParameterShapes(info.args)) {
-      const TensorInfo* found = reader.Find(param);
-      expected.insert(param);
-      if (found == nullptr || found->shape != shape) {
-        same = false;
-        break;
-      }
-    }
-    for (const TensorInfo& tensor : reader.tensors()) same = same && expected.count(tensor.name);
-    if (same) return info;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      reader.directory(), ": its manifest does not describe the model and its shapes match no "
-      "llama3 flavor (", absl::StrJoin(Llama3FlavorNames(), ", "), "); pass --flavor"));
-}
-
 // Produces each output tensor: source tensor, layout change, dtype change.
 class TensorProducer {
  public:
-  TensorProducer(const CheckpointReader& reader, const Llama3ModelInfo& info,
+  TensorProducer(const CheckpointReader& reader, const ModelInfo& info,
                  std::optional<at::ScalarType> dtype, CheckpointFormat to)
       : reader_(reader), info_(info), dtype_(dtype), to_(to) {}
 
@@ -118,7 +90,7 @@ class TensorProducer {
 
  private:
   const CheckpointReader& reader_;
-  const Llama3ModelInfo& info_;
+  const ModelInfo& info_;
   std::optional<at::ScalarType> dtype_;
   CheckpointFormat to_;
 };
@@ -128,7 +100,7 @@ absl::Status WriteJson(const std::string& path, const json& value) {
 }
 
 absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorProducer& producer,
-                     const Llama3ModelInfo& info, const HfExportOptions& options,
+                     const ModelInfo& info, const HfExportOptions& options,
                      const std::string& output, ConvertSummary& summary) {
   // Shards planned from metadata alone: every file name is known before the first is written.
   std::vector<std::vector<const ParameterSource*>> shards(1);
@@ -144,9 +116,9 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
   }
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
-    const std::string file =
-        shards.size() == 1 ? "model.safetensors"
-                           : absl::StrFormat("model-%05d-of-%05d.safetensors", i + 1, shards.size());
+    const std::string file = shards.size() == 1 ? "model.safetensors"
+                                                : absl::StrFormat("model-%05d-of-%05d.safetensors",
+                                                                  i + 1, shards.size());
     NamedTensors tensors;
     for (const ParameterSource* param : shards[i]) {
       absl::StatusOr<at::Tensor> tensor = producer.Produce(*param);
@@ -169,9 +141,9 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
   }
   const std::string torch_dtype = TorchDtypeName(producer.OutputType(params.front()));
   TITAN_RETURN_IF_ERROR(
-      WriteJson(absl::StrCat(output, "/config.json"), Llama3HfConfig(info, torch_dtype)));
-  TITAN_RETURN_IF_ERROR(WriteJson(absl::StrCat(output, "/generation_config.json"),
-                                  Llama3HfGenerationConfig(info)));
+      WriteJson(absl::StrCat(output, "/config.json"), HfConfig(info, torch_dtype)));
+  TITAN_RETURN_IF_ERROR(
+      WriteJson(absl::StrCat(output, "/generation_config.json"), HfGenerationConfig(info)));
   summary.files.push_back("config.json");
   summary.files.push_back("generation_config.json");
   if (options.tokenizer_dir.empty()) return absl::OkStatus();
@@ -185,8 +157,8 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
     ++copied;
   }
   if (copied == 0) {
-    return absl::NotFoundError(absl::StrCat("--tokenizer_dir ", options.tokenizer_dir,
-                                            ": none of ", absl::StrJoin(kTokenizerFiles, ", ")));
+    return absl::NotFoundError(absl::StrCat("--tokenizer_dir ", options.tokenizer_dir, ": none of ",
+                                            absl::StrJoin(kTokenizerFiles, ", ")));
   }
   return absl::OkStatus();
 }
@@ -204,7 +176,7 @@ absl::Status CheckOutputIsFree(const std::string& output) {
 // WriteHf into <output>.tmp-<pid>, then one rename: `output` is either absent (or still empty) or
 // whole. Temporaries that a crashed export to `output` left behind are removed first.
 absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
-                               const TensorProducer& producer, const Llama3ModelInfo& info,
+                               const TensorProducer& producer, const ModelInfo& info,
                                const HfExportOptions& options, const std::string& output,
                                ConvertSummary& summary) {
   TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
@@ -282,7 +254,7 @@ class InMemoryCheckpoint : public CheckpointReader {
 };
 
 absl::Status WriteTitan(const std::vector<ParameterSource>& params, const TensorProducer& producer,
-                        const Llama3ModelInfo& info, int64_t step, const std::string& output,
+                        const ModelInfo& info, int64_t step, const std::string& output,
                         ConvertSummary& summary) {
   CheckpointState state;
   for (const ParameterSource& param : params) {
@@ -292,7 +264,7 @@ absl::Status WriteTitan(const std::vector<ParameterSource>& params, const Tensor
     state.model.emplace_back(param.titan_name, *std::move(tensor));
   }
   // The shape travels with the tensors, so converting back needs no --flavor.
-  state.extra["model"] = Llama3ModelInfoToJson(info);
+  state.extra["model"] = ModelInfoToJson(info);
   CheckpointManager manager(output, /*keep_latest_k=*/0);
   TITAN_RETURN_IF_ERROR(manager.Save(step, state, /*model_only=*/true));
   summary.output = manager.StepDirectory(step);
@@ -302,8 +274,7 @@ absl::Status WriteTitan(const std::vector<ParameterSource>& params, const Tensor
 }
 
 absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorProducer& producer,
-                       const Llama3ModelInfo& info, const std::string& output,
-                       ConvertSummary& summary) {
+                       const ModelInfo& info, const std::string& output, ConvertSummary& summary) {
   std::vector<std::string> names;
   for (const ParameterSource& param : params) names.push_back(param.titan_name);
   TITAN_RETURN_IF_ERROR(WriteMetaCheckpoint(
@@ -313,7 +284,7 @@ absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorP
         if (tensor.ok()) summary.bytes += tensor->numel() * tensor->element_size();
         return tensor;
       },
-      info));
+      info.spec->meta->params(info.args)));
   summary.tensors = static_cast<int64_t>(params.size());
   summary.files = {"consolidated.00.pth", "params.json"};
   return absl::OkStatus();
@@ -322,9 +293,13 @@ absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorP
 }  // namespace
 
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
-  constexpr std::pair<const char*, uint64_t> kUnits[] = {
-      {"KiB", 1ull << 10}, {"MiB", 1ull << 20}, {"GiB", 1ull << 30}, {"KB", 1'000},
-      {"MB", 1'000'000},   {"GB", 1'000'000'000}, {"B", 1}};
+  constexpr std::pair<const char*, uint64_t> kUnits[] = {{"KiB", 1ull << 10},
+                                                         {"MiB", 1ull << 20},
+                                                         {"GiB", 1ull << 30},
+                                                         {"KB", 1'000},
+                                                         {"MB", 1'000'000},
+                                                         {"GB", 1'000'000'000},
+                                                         {"B", 1}};
   absl::string_view number = text;
   uint64_t unit = 1;
   for (const auto& [suffix, scale] : kUnits) {
@@ -344,95 +319,13 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   return value * unit;
 }
 
-absl::StatusOr<Llama3ModelInfo> DescribeLlama3(const CheckpointReader& reader,
-                                               const std::string& flavor) {
-  absl::StatusOr<Llama3ModelInfo> info;
-  const json& description = reader.description();
-  switch (reader.format()) {
-    case CheckpointFormat::kHf:
-      info = Llama3ModelInfoFromHfConfig(description, reader.directory() + "/config.json");
-      break;
-    case CheckpointFormat::kTitan:
-      if (description.contains("model")) {
-        info = Llama3ModelInfoFromJson(description.at("model"),
-                                       reader.directory() + "/manifest.json: state.model");
-      } else if (!flavor.empty()) {
-        absl::StatusOr<Llama3Args> args = Llama3Flavor(flavor);
-        if (!args.ok()) return args.status();
-        const TensorInfo* embedding = reader.Find("tok_embeddings.weight");
-        if (embedding != nullptr && embedding->shape.size() == 2) {
-          args->vocab_size = embedding->shape[0];
-        }
-        info = Llama3ModelInfo{*args, flavor};
-      } else {
-        info = InferFromTitanShapes(reader);
-      }
-      break;
-    case CheckpointFormat::kMeta:
-      info = Llama3ModelInfoFromMetaParams(description, reader.directory() + "/params.json");
-      break;
-  }
-  if (!info.ok()) return info.status();
-  if (!flavor.empty() && info->flavor != flavor) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        reader.directory(), ": holds ", info->flavor.empty() ? "a custom-shaped" : info->flavor,
-        " model, --flavor says ", flavor));
-  }
-  return info;
-}
-
-absl::StatusOr<std::vector<ParameterSource>> MatchLlama3Parameters(const CheckpointReader& reader,
-                                                                   const Llama3ModelInfo& info) {
-  const bool hf = reader.format() == CheckpointFormat::kHf;
-  std::map<std::string, std::string> by_titan_name;  // titan name -> source name
-  std::vector<std::string> unexpected, mismatched, missing;
-  for (const TensorInfo& tensor : reader.tensors()) {
-    // transformers drops the tied head on save; older writers kept a copy of the embedding.
-    if (hf && info.args.tie_word_embeddings && tensor.name == "lm_head.weight") continue;
-    absl::StatusOr<std::string> titan_name =
-        hf ? HfToTitanName(tensor.name) : absl::StatusOr<std::string>(tensor.name);
-    if (!titan_name.ok()) {
-      unexpected.push_back(tensor.name);
-    } else {
-      by_titan_name[*titan_name] = tensor.name;
-    }
-  }
-  std::vector<ParameterSource> params;
-  for (const auto& [name, shape] : Llama3ParameterShapes(info.args)) {
-    const auto it = by_titan_name.find(name);
-    if (it == by_titan_name.end()) {
-      missing.push_back(hf ? TitanToHfName(name).value_or(name) : name);
-      continue;
-    }
-    const TensorInfo* tensor = reader.Find(it->second);
-    if (tensor->shape != shape) {
-      mismatched.push_back(absl::StrCat(it->second, " is ", ShapeString(tensor->shape),
-                                        ", expected ", ShapeString(shape)));
-    }
-    params.push_back({name, it->second});
-    by_titan_name.erase(it);
-  }
-  for (const auto& [titan_name, source_name] : by_titan_name) unexpected.push_back(source_name);
-  std::vector<std::string> problems;
-  if (!missing.empty()) problems.push_back("missing tensors: " + absl::StrJoin(missing, ", "));
-  if (!unexpected.empty()) {
-    problems.push_back("unexpected tensors: " + absl::StrJoin(unexpected, ", "));
-  }
-  if (!mismatched.empty()) problems.push_back("wrong shapes: " + absl::StrJoin(mismatched, "; "));
-  if (!problems.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        reader.directory(), ": does not hold a Llama 3 ",
-        info.flavor.empty() ? "of the shape it describes" : info.flavor, ": ",
-        absl::StrJoin(problems, "; ")));
-  }
-  return params;
-}
-
-absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const std::string& output,
+absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
+                                                 const std::string& output,
                                                  const ConvertOptions& options) {
-  if (options.model != "llama3") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model: \"", options.model, "\", expected llama3"));
+  if (!options.model.empty() && !FindModel(options.model).ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--model: unknown model \"", options.model,
+                                                   "\"; expected one of ",
+                                                   absl::StrJoin(RegisteredModelNames(), ", ")));
   }
   TITAN_ASSIGN_OR_RETURN(std::optional<at::ScalarType> dtype, ParseDtype(options.dtype));
   if (!options.tokenizer_dir.empty() && options.to != CheckpointFormat::kHf) {
@@ -443,8 +336,14 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const
   }
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
                          CheckpointReader::Open(input, options.from));
-  TITAN_ASSIGN_OR_RETURN(Llama3ModelInfo info, DescribeLlama3(*reader, options.flavor));
-  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchLlama3Parameters(*reader, info));
+  TITAN_ASSIGN_OR_RETURN(ModelInfo info,
+                         DescribeCheckpoint(*reader, options.model, options.flavor));
+  if (options.to == CheckpointFormat::kMeta && !info.spec->meta) {
+    return absl::InvalidArgumentError(absl::StrCat("--to=meta: ", info.name(),
+                                                   " has no Meta format (", reader->directory(),
+                                                   " holds ", DescribeModelInfo(info), ")"));
+  }
+  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*reader, info));
 
   TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
   TITAN_RETURN_IF_ERROR(MakeDirectories(output));
@@ -452,6 +351,7 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const
   ConvertSummary summary;
   summary.input = reader->directory();
   summary.output = output;
+  summary.model = info.name();
   summary.flavor = info.flavor;
   const TensorProducer producer(*reader, info, dtype, options.to);
   switch (options.to) {
@@ -470,21 +370,21 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const
       break;
   }
   LOG(INFO) << "converted " << summary.input << " (" << CheckpointFormatName(reader->format())
-            << ") to " << summary.output << " (" << CheckpointFormatName(options.to) << "): "
-            << summary.tensors << " tensors, " << summary.bytes << " bytes";
+            << ") to " << summary.output << " (" << CheckpointFormatName(options.to)
+            << "): " << summary.tensors << " tensors, " << summary.bytes << " bytes; "
+            << DescribeModelInfo(info);
   return summary;
 }
 
-absl::Status SaveLlama3Hf(const NamedTensors& model, const Llama3ModelInfo& info,
-                          at::ScalarType dtype, const std::string& output_dir,
-                          const HfExportOptions& options) {
+absl::Status SaveHfExport(const NamedTensors& model, const ModelInfo& info, at::ScalarType dtype,
+                          const std::string& output_dir, const HfExportOptions& options) {
   if (options.max_shard_bytes == 0) {
     return absl::InvalidArgumentError("max_shard_bytes must be positive");
   }
   TITAN_ASSIGN_OR_RETURN(
       std::unique_ptr<InMemoryCheckpoint> reader,
       InMemoryCheckpoint::Create(model, absl::StrCat("model exported to ", output_dir)));
-  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchLlama3Parameters(*reader, info));
+  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*reader, info));
   const TensorProducer producer(*reader, info, dtype, CheckpointFormat::kHf);
   ConvertSummary summary;
   TITAN_RETURN_IF_ERROR(WriteHfAtomically(params, producer, info, options, output_dir, summary));

@@ -1,10 +1,11 @@
 #ifndef TITAN_LIB_INTEROP_CONVERT_H_
 #define TITAN_LIB_INTEROP_CONVERT_H_
 
-// Converts Llama 3 checkpoints between titan's step directories and Hugging Face's
-// LlamaForCausalLM folders, streaming: tensors are read from memory-mapped files one at a time and
-// Hugging Face output is written shard by shard, so at most one shard of converted tensors (titan
-// output: the tensors whose layout or dtype changes) is held in memory.
+// Converts checkpoints of any registered model family between titan's step directories, Hugging
+// Face's *ForCausalLM folders and (families that have one) Meta's format, streaming: tensors are
+// read from memory-mapped files one at a time and Hugging Face output is written shard by shard, so
+// at most one shard of converted tensors (titan output: the tensors whose layout or dtype changes)
+// is held in memory.
 
 #include <cstdint>
 #include <optional>
@@ -16,34 +17,37 @@
 #include "absl/strings/string_view.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/checkpoint_reader.h"
-#include "lib/interop/llama3_hf.h"
+#include "lib/registry/model_spec.h"
 
 namespace titan {
 
 struct ConvertOptions {
   std::optional<CheckpointFormat> from;  // Unset: detected from the input's files.
   CheckpointFormat to = CheckpointFormat::kHf;
-  std::string model = "llama3";
-  // Names the model's shape when the input does not (titan checkpoints written by the trainer);
-  // when the input does, it must agree.
+  // The family and flavor; empty: what the input says (config.json's model_type, the titan
+  // manifest's model entry, llama3 for Meta), else the registered flavor its shapes match. When
+  // given, the input must agree.
+  std::string model;
   std::string flavor;
-  std::string dtype = "keep";  // "keep", "bf16" or "fp32" (floating tensors only).
+  std::string dtype = "keep";                // "keep", "bf16" or "fp32" (floating tensors only).
   uint64_t max_shard_bytes = 5'000'000'000;  // hf output; a larger tensor gets a shard of its own.
-  std::string tokenizer_dir;  // hf output: tokenizer files copied from here when set.
+  std::string tokenizer_dir;    // hf output: tokenizer files copied from here when set.
   std::optional<int64_t> step;  // titan output: default the input's step, else 0.
 };
 
 struct ConvertSummary {
   std::string input;   // The directory read (a titan step directory when given its root).
   std::string output;  // The directory written (for titan, the step directory).
+  std::string model;   // The family.
   std::string flavor;  // "" for custom shapes.
   int64_t tensors = 0;
-  uint64_t bytes = 0;  // Tensor bytes written.
+  uint64_t bytes = 0;              // Tensor bytes written.
   std::vector<std::string> files;  // Files written, relative to `output`.
 };
 
 // Converts `input` into `output`, which must not exist or be empty.
-absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input, const std::string& output,
+absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
+                                                 const std::string& output,
                                                  const ConvertOptions& options);
 
 // What a Hugging Face export writes besides the weights and configs.
@@ -52,7 +56,7 @@ struct HfExportOptions {
   std::string tokenizer_dir;  // Tokenizer files copied from here when set (as convert's).
 };
 
-// [checkpoint] last_save_in_hf: writes a Llama 3 model held in memory (titan names, whole tensors,
+// [checkpoint] last_save_in_hf: writes a model held in memory (titan names, whole tensors,
 // any device; every parameter of info.args and nothing else) exactly as ConvertCheckpoint
 // --to=hf writes a titan checkpoint of it: config.json, generation_config.json (from `info`:
 // shape, bos/eos ids), model.safetensors or shards with their index. Floating tensors are cast to
@@ -60,29 +64,12 @@ struct HfExportOptions {
 // exist or be empty; the export is written into <output_dir>.tmp-<pid> and renamed into place
 // once complete, so it is either absent or whole (a crash's leftover temporary is removed by the
 // next export to the same path).
-absl::Status SaveLlama3Hf(const NamedTensors& model, const Llama3ModelInfo& info,
-                          at::ScalarType dtype, const std::string& output_dir,
-                          const HfExportOptions& options = {});
+absl::Status SaveHfExport(const NamedTensors& model, const ModelInfo& info, at::ScalarType dtype,
+                          const std::string& output_dir, const HfExportOptions& options = {});
 
 // "5GB", "500MB", "64KiB", "1000" (bytes) as transformers' max_shard_size: KB/MB/GB are powers of
 // 1000, KiB/MiB/GiB of 1024.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);
-
-// The Llama 3 model a checkpoint holds: from hf's config.json, from the "model" entry of a titan
-// manifest's state, from `flavor`, or (titan from the trainer) the flavor its tensor shapes match.
-absl::StatusOr<Llama3ModelInfo> DescribeLlama3(const CheckpointReader& reader,
-                                               const std::string& flavor);
-
-// One model parameter and where the checkpoint keeps it.
-struct ParameterSource {
-  std::string titan_name;
-  std::string source_name;
-};
-
-// Pairs every parameter of `info`'s model (in model order) with a checkpoint tensor, checking
-// shapes; one error lists every missing, unexpected and mis-shaped tensor.
-absl::StatusOr<std::vector<ParameterSource>> MatchLlama3Parameters(const CheckpointReader& reader,
-                                                                   const Llama3ModelInfo& info);
 
 }  // namespace titan
 

@@ -9,49 +9,69 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "lib/interop/load_weights.h"
-#include "lib/checkpoint/test_dir.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/test_dir.h"
+#include "lib/interop/hf_adapter.h"
+#include "lib/interop/hf_config.h"
+#include "lib/interop/load_weights.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
 namespace {
 
+using nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using nlohmann::json;
 
-Llama3ModelInfo SmallModel() {
-  Llama3ModelInfo info;
-  info.args.dim = 32;
-  info.args.n_layers = 2;
-  info.args.n_heads = 4;
-  info.args.n_kv_heads = 2;
-  info.args.vocab_size = 40;
-  info.args.multiple_of = 16;
-  info.args.max_seq_len = 128;
-  info.args.rope_scaling = {8, 1, 4, 32};
-  info.bos_token_id = 1;
-  info.eos_token_id = 2;
-  return info;
+// A custom Llama 3 shape with Llama 3.1 RoPE scaling.
+ModelInfo SmallModel() {
+  const ModelSpec& spec = **FindModel("llama3");
+  TransformerArgs args = spec.defaults;
+  args.dim = 32;
+  args.n_layers = 2;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.vocab_size = 40;
+  args.ffn_hidden_dim = 96;
+  args.max_seq_len = 128;
+  args.rope.scaling = RopeScalingType::kLlama3;
+  args.rope.factor = 8;
+  args.rope.original_max_position_embeddings = 32;
+  return DescribeModel(spec, args, 1, 2);
 }
 
-NamedTensors RandomWeights(const Llama3Args& args, int seed) {
+// A custom Qwen3 shape: head_dim 16 independent of dim / heads, qk-norm, tied.
+ModelInfo SmallQwen3() {
+  const ModelSpec& spec = **FindModel("qwen3");
+  TransformerArgs args = spec.defaults;
+  args.dim = 32;
+  args.n_layers = 2;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.head_dim = 16;
+  args.vocab_size = 40;
+  args.ffn_hidden_dim = 64;
+  args.max_seq_len = 128;
+  args.tie_word_embeddings = true;
+  return DescribeModel(spec, args, 1, 2);
+}
+
+NamedTensors RandomWeights(const ModelInfo& info, int seed) {
   at::manual_seed(seed);
   NamedTensors model;
-  for (const auto& [name, shape] : Llama3ParameterShapes(args)) {
+  for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
     model.emplace_back(name, at::randn(shape));
   }
   return model;
 }
 
 // Saves a titan step; `describe` adds the "model" entry convert_checkpoint writes.
-NamedTensors SaveTitan(const std::string& root, int64_t step, const Llama3ModelInfo& info,
+NamedTensors SaveTitan(const std::string& root, int64_t step, const ModelInfo& info,
                        bool describe) {
   CheckpointState state;
-  state.model = RandomWeights(info.args, 7);
-  if (describe) state.extra["model"] = Llama3ModelInfoToJson(info);
+  state.model = RandomWeights(info, 7);
+  if (describe) state.extra["model"] = ModelInfoToJson(info);
   EXPECT_TRUE(CheckpointManager(root, 0).Save(step, state, /*model_only=*/true).ok());
   return state.model;
 }
@@ -74,7 +94,7 @@ void ExpectBitwiseEqual(const NamedTensors& actual, const NamedTensors& expected
 }
 
 TEST(ConvertTest, TitanToShardedHfAndBackIsBitwiseIdentical) {
-  const Llama3ModelInfo info = SmallModel();
+  const ModelInfo info = SmallModel();
   const std::string titan = TestDir("titan"), hf = TestDir("hf"), back = TestDir("back");
   const NamedTensors weights = SaveTitan(titan, 30, info, /*describe=*/true);
 
@@ -96,12 +116,13 @@ TEST(ConvertTest, TitanToShardedHfAndBackIsBitwiseIdentical) {
   EXPECT_EQ((*reader)->format(), CheckpointFormat::kHf);
   EXPECT_TRUE((*reader)->Verify().empty());
   const at::Tensor& wq = Named(weights, "layers.0.attention.wq.weight");
-  EXPECT_TRUE((*reader)->Get("model.layers.0.self_attn.q_proj.weight")->equal(
-      InterleavedToRotateHalf(wq, info.args.n_heads)));
+  EXPECT_TRUE((*reader)
+                  ->Get("model.layers.0.self_attn.q_proj.weight")
+                  ->equal(InterleavedToRotateHalf(wq, info.args.n_heads)));
   const json config = (*reader)->description();
   EXPECT_EQ(config.at("rope_scaling").at("original_max_position_embeddings"), 32);
   EXPECT_EQ(config.at("torch_dtype"), "float32");
-  EXPECT_EQ(config.at("intermediate_size"), info.args.ffn_hidden_dim());
+  EXPECT_EQ(config.at("intermediate_size"), info.args.ffn_hidden_dim);
 
   ConvertOptions to_titan;
   to_titan.to = CheckpointFormat::kTitan;
@@ -111,16 +132,102 @@ TEST(ConvertTest, TitanToShardedHfAndBackIsBitwiseIdentical) {
   absl::StatusOr<CheckpointState> loaded = CheckpointManager(back, 0).Load(0);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ExpectBitwiseEqual(loaded->model, weights);
-  absl::StatusOr<Llama3ModelInfo> described =
-      Llama3ModelInfoFromJson(loaded->extra.at("model"), "state.model");
+  absl::StatusOr<ModelInfo> described = ModelInfoFromJson(loaded->extra.at("model"), "state.model");
   ASSERT_TRUE(described.ok()) << described.status();
-  EXPECT_EQ(Llama3HfConfig(*described, "float32"), Llama3HfConfig(info, "float32"));
+  EXPECT_EQ(HfConfig(*described, "float32"), HfConfig(info, "float32"));
+}
+
+// Qwen3 keeps its rotate-half q/k as they are, and its q/k norms travel under HF's names.
+TEST(ConvertTest, Qwen3ToHfAndBackKeepsTensorsAsTheyAre) {
+  const ModelInfo info = SmallQwen3();
+  const std::string titan = TestDir("titan"), hf = TestDir("hf"), back = TestDir("back");
+  const NamedTensors weights = SaveTitan(titan, 4, info, /*describe=*/true);
+  absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, hf, ConvertOptions());
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->model, "qwen3");
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)
+                  ->Get("model.layers.1.self_attn.q_proj.weight")
+                  ->equal(Named(weights, "layers.1.attention.wq.weight")));
+  EXPECT_TRUE((*reader)
+                  ->Get("model.layers.0.self_attn.k_norm.weight")
+                  ->equal(Named(weights, "layers.0.attention.k_norm.weight")));
+  EXPECT_EQ((*reader)->Find("lm_head.weight"), nullptr);
+  EXPECT_EQ((*reader)->description().at("model_type"), "qwen3");
+  EXPECT_EQ((*reader)->description().at("head_dim"), 16);
+
+  ConvertOptions to_titan;
+  to_titan.to = CheckpointFormat::kTitan;
+  to_titan.model = "qwen3";
+  ASSERT_TRUE(ConvertCheckpoint(hf, back, to_titan).ok());
+  absl::StatusOr<CheckpointState> loaded = CheckpointManager(back, 0).Load(0);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectBitwiseEqual(loaded->model, weights);
+  EXPECT_EQ(loaded->extra.at("model").at("name"), "qwen3");
+
+  // --model must agree; Meta's format is Llama's only.
+  to_titan.model = "llama3";
+  EXPECT_THAT(ConvertCheckpoint(hf, TestDir("x"), to_titan).status().message(),
+              HasSubstr("hf: holds qwen3 (dim 32, 2 layers, 4/2 heads of 16, ffn 64, vocab 40, "
+                        "tied, qk-norm), not a llama3 model"));
+  to_titan.model = "gpt2";
+  EXPECT_THAT(ConvertCheckpoint(hf, TestDir("x"), to_titan).status().message(),
+              HasSubstr("--model: unknown model \"gpt2\"; expected one of llama3, qwen3"));
+  ConvertOptions to_meta;
+  to_meta.to = CheckpointFormat::kMeta;
+  EXPECT_THAT(ConvertCheckpoint(titan, TestDir("meta"), to_meta).status().message(),
+              HasSubstr("--to=meta: qwen3 has no Meta format"));
+  EXPECT_FALSE(PathExists(TestDir("meta")));
+}
+
+// Checkpoints written before families existed record Llama3Args' keys and no model name.
+TEST(ConvertTest, OldTitanModelEntriesStillConvertAndLoad) {
+  const ModelInfo info = SmallModel();
+  const std::string titan = TestDir("titan"), hf = TestDir("hf");
+  CheckpointState state;
+  state.model = RandomWeights(info, 3);
+  state.extra["model"] = {{"flavor", ""},
+                          {"args",
+                           {{"dim", 32},
+                            {"n_layers", 2},
+                            {"n_heads", 4},
+                            {"n_kv_heads", 2},
+                            {"vocab_size", 40},
+                            {"multiple_of", 16},
+                            {"ffn_dim_multiplier", 0.0},
+                            {"norm_eps", 1e-5},
+                            {"rope_theta", 500000.0},
+                            {"max_seq_len", 128},
+                            {"tie_word_embeddings", false},
+                            {"rope_scaling",
+                             {{"factor", 8.0},
+                              {"low_freq_factor", 1.0},
+                              {"high_freq_factor", 4.0},
+                              {"original_max_position_embeddings", 32}}}}},
+                          {"bos_token_id", 1},
+                          {"eos_token_id", 2}};
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(6, state, /*model_only=*/true).ok());
+  absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, hf, ConvertOptions());
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->model, "llama3");
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->description(), HfConfig(info, "float32"));
+
+  NamedTensors loaded = RandomWeights(info, 4);
+  std::vector<ParamRef> params;
+  for (auto& [name, tensor] : loaded) params.push_back({name, &tensor});
+  const absl::Status load = LoadModelWeights(titan, /*in_hf=*/false, info, params);
+  ASSERT_TRUE(load.ok()) << load;
+  ExpectBitwiseEqual(loaded, state.model);
 }
 
 TEST(ConvertTest, TrainerCheckpointShapesNameTheFlavorAndDtypeConverts) {
-  Llama3ModelInfo info;
-  info.args = *Llama3Flavor("debugmodel");
-  info.args.vocab_size = 300;
+  const ModelSpec& spec = **FindModel("llama3");
+  TransformerArgs args = spec.Flavor("debugmodel").value();
+  args.vocab_size = 300;
+  const ModelInfo info = DescribeModel(spec, args);
   const std::string titan = TestDir("titan"), hf = TestDir("hf");
   const NamedTensors weights = SaveTitan(titan, 5, info, /*describe=*/false);
 
@@ -129,33 +236,58 @@ TEST(ConvertTest, TrainerCheckpointShapesNameTheFlavorAndDtypeConverts) {
   absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan + "/step-5", hf, options);
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_EQ(summary->flavor, "debugmodel");
-  EXPECT_THAT(summary->files, ElementsAre("model.safetensors", "config.json",
-                                          "generation_config.json"));
+  EXPECT_THAT(summary->files,
+              ElementsAre("model.safetensors", "config.json", "generation_config.json"));
   absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(hf);
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ((*reader)->description().at("torch_dtype"), "bfloat16");
   EXPECT_EQ((*reader)->description().at("vocab_size"), 300);
-  EXPECT_TRUE((*reader)->Get("model.norm.weight")->equal(Named(weights, "norm.weight").to(at::kBFloat16)));
+  EXPECT_TRUE(
+      (*reader)->Get("model.norm.weight")->equal(Named(weights, "norm.weight").to(at::kBFloat16)));
   uint64_t bytes = 0;
   for (const TensorInfo& tensor : (*reader)->tensors()) bytes += tensor.bytes;
   EXPECT_EQ(summary->bytes, bytes);
 
+  // A flavor two families have is ambiguous; with the family, the summary says what differs.
   options.flavor = "8B";
+  EXPECT_THAT(ConvertCheckpoint(titan, TestDir("other"), options).status().message(),
+              HasSubstr("step-5: its manifest does not describe the model and its shapes match "
+                        "no flavor of llama3: 8B; qwen3: 8B"));
+  options.model = "llama3";
   const std::string message(ConvertCheckpoint(titan, TestDir("other"), options).status().message());
-  EXPECT_THAT(message, HasSubstr("step-5: does not hold a Llama 3 8B: missing tensors: layers.6."));
+  EXPECT_THAT(message, HasSubstr("step-5: checkpoint tensors do not match llama3 8B (dim 4096, "
+                                 "32 layers, 32/8 heads of 128, ffn 14336, vocab 300)"));
+  EXPECT_THAT(message, HasSubstr("first differing tensors: tok_embeddings.weight [300, 256] vs "
+                                 "[300, 4096], "));
+  EXPECT_THAT(message, HasSubstr(" more)"));
+  EXPECT_LT(message.size(), titan.size() + 300);  // the path, two one-line models, three tensors
+
+  // The same shapes in Qwen3's debug flavor are found too: the family comes from the shapes.
+  const ModelSpec& qwen3 = **FindModel("qwen3");
+  TransformerArgs qwen_args = qwen3.Flavor("debugmodel").value();
+  qwen_args.vocab_size = 300;
+  const std::string qwen = TestDir("qwen");
+  SaveTitan(qwen, 2, DescribeModel(qwen3, qwen_args), /*describe=*/false);
+  options = ConvertOptions();
+  options.flavor = "debugmodel";
+  summary = ConvertCheckpoint(qwen, TestDir("qwen_hf"), options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(summary->model, "qwen3");
+  EXPECT_EQ(summary->flavor, "debugmodel");
 }
 
 TEST(ConvertTest, ExplainsWhatIsWrong) {
-  const Llama3ModelInfo info = SmallModel();
+  const ModelInfo info = SmallModel();
   const std::string titan = TestDir("titan"), out = TestDir("out");
   SaveTitan(titan, 1, info, /*describe=*/false);
   ConvertOptions options;
   EXPECT_THAT(ConvertCheckpoint(titan, out, options).status().message(),
-              HasSubstr("shapes match no llama3 flavor"));
+              HasSubstr("shapes match no flavor of llama3: debugmodel, 1B, 3B, 8B, 70B, 405B; "
+                        "qwen3: debugmodel, 0.6B"));
 
-  // A described model whose tensors disagree: every problem in one message.
+  // A described model whose tensors disagree: the first few differences in one line.
   CheckpointState state;
-  state.model = RandomWeights(info.args, 1);
+  state.model = RandomWeights(info, 1);
   for (auto it = state.model.begin(); it != state.model.end(); ++it) {
     if (it->first == "layers.0.attention.wq.weight") {
       state.model.erase(it);
@@ -165,12 +297,14 @@ TEST(ConvertTest, ExplainsWhatIsWrong) {
   ASSERT_EQ(state.model[2].first, "output.weight");
   state.model[2].second = at::zeros({3});
   state.model.emplace_back("extra.weight", at::zeros({1}));
-  state.extra["model"] = Llama3ModelInfoToJson(info);
+  state.extra["model"] = ModelInfoToJson(info);
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(2, state, true).ok());
   const std::string message(ConvertCheckpoint(titan, out, options).status().message());
-  EXPECT_THAT(message, HasSubstr("missing tensors: layers.0.attention.wq.weight"));
-  EXPECT_THAT(message, HasSubstr("unexpected tensors: extra.weight"));
-  EXPECT_THAT(message, HasSubstr("output.weight is [3], expected [40, 32]"));
+  EXPECT_EQ(message, titan +
+                         "/step-2: checkpoint tensors do not match llama3 (dim 32, 2 layers, "
+                         "4/2 heads of 8, ffn 96, vocab 40); first differing tensors: "
+                         "output.weight [3] vs [40, 32], layers.0.attention.wq.weight absent "
+                         "vs [32, 32], extra.weight [1] vs absent");
 
   ASSERT_TRUE(MakeDirectories(out).ok());
   ASSERT_TRUE(WriteFileAtomically(out + "/x", "x").ok());
@@ -224,8 +358,8 @@ void ExpectSameExport(const std::string& exported, const std::string& converted)
   }
 }
 
-TEST(SaveLlama3HfTest, WritesWhatConvertWritesAndLoadsBackBitwise) {
-  const Llama3ModelInfo info = SmallModel();
+TEST(SaveHfExportTest, WritesWhatConvertWritesAndLoadsBackBitwise) {
+  const ModelInfo info = SmallModel();
   const std::string titan = TestDir("titan"), converted = TestDir("converted");
   const std::string run = TestDir("run"), exported = run + "/hf-final";  // run/ does not exist.
   const NamedTensors weights = SaveTitan(titan, 9, info, /*describe=*/true);
@@ -235,7 +369,7 @@ TEST(SaveLlama3HfTest, WritesWhatConvertWritesAndLoadsBackBitwise) {
   ASSERT_TRUE(ConvertCheckpoint(titan, converted, to_hf).ok());
   HfExportOptions options;
   options.max_shard_bytes = 8000;
-  const absl::Status saved = SaveLlama3Hf(weights, info, at::kFloat, exported, options);
+  const absl::Status saved = SaveHfExport(weights, info, at::kFloat, exported, options);
   ASSERT_TRUE(saved.ok()) << saved;
   EXPECT_TRUE(PathExists(exported + "/model.safetensors.index.json"));  // Sharded, as asked.
   ExpectSameExport(exported, converted);
@@ -246,13 +380,13 @@ TEST(SaveLlama3HfTest, WritesWhatConvertWritesAndLoadsBackBitwise) {
   for (const auto& [name, tensor] : weights) loaded.emplace_back(name, at::zeros_like(tensor));
   std::vector<ParamRef> params;
   for (auto& [name, tensor] : loaded) params.push_back({name, &tensor});
-  const absl::Status load = LoadLlama3Weights(exported, /*in_hf=*/true, info.args, params);
+  const absl::Status load = LoadModelWeights(exported, /*in_hf=*/true, info, params);
   ASSERT_TRUE(load.ok()) << load;
   ExpectBitwiseEqual(loaded, weights);
 }
 
-TEST(SaveLlama3HfTest, CastsAsConvertsDtypeDoes) {
-  Llama3ModelInfo info = SmallModel();
+TEST(SaveHfExportTest, CastsAsConvertsDtypeDoes) {
+  ModelInfo info = SmallModel();
   info.args.tie_word_embeddings = true;
   const std::string titan = TestDir("titan"), converted = TestDir("converted");
   const std::string exported = TestDir("exported");
@@ -260,7 +394,7 @@ TEST(SaveLlama3HfTest, CastsAsConvertsDtypeDoes) {
   ConvertOptions to_hf;
   to_hf.dtype = "bf16";
   ASSERT_TRUE(ConvertCheckpoint(titan, converted, to_hf).ok());
-  const absl::Status saved = SaveLlama3Hf(weights, info, at::kBFloat16, exported);
+  const absl::Status saved = SaveHfExport(weights, info, at::kBFloat16, exported);
   ASSERT_TRUE(saved.ok()) << saved;
   ExpectSameExport(exported, converted);
   absl::StatusOr<std::string> config = ReadFile(exported + "/config.json");
@@ -269,36 +403,37 @@ TEST(SaveLlama3HfTest, CastsAsConvertsDtypeDoes) {
   EXPECT_EQ(json::parse(*config).at("tie_word_embeddings"), true);
 }
 
-TEST(SaveLlama3HfTest, LeavesNothingHalfWritten) {
-  const Llama3ModelInfo info = SmallModel();
+TEST(SaveHfExportTest, LeavesNothingHalfWritten) {
+  const ModelInfo info = SmallModel();
   const std::string root = TestDir("run"), exported = root + "/hf";
-  NamedTensors weights = RandomWeights(info.args, 3);
+  NamedTensors weights = RandomWeights(info, 3);
 
   // A crash mid-export leaves only a temporary, which the next export removes.
   ASSERT_TRUE(MakeDirectories(exported + ".tmp-999999").ok());
   ASSERT_TRUE(WriteFileAtomically(exported + ".tmp-999999/model.safetensors", "partial").ok());
-  ASSERT_TRUE(SaveLlama3Hf(weights, info, at::kFloat, exported).ok());
+  ASSERT_TRUE(SaveHfExport(weights, info, at::kFloat, exported).ok());
   EXPECT_THAT(*ListDirectory(root), ElementsAre("hf"));
 
   // An existing export is not overwritten.
-  EXPECT_EQ(SaveLlama3Hf(weights, info, at::kFloat, exported).code(),
+  EXPECT_EQ(SaveHfExport(weights, info, at::kFloat, exported).code(),
             absl::StatusCode::kAlreadyExists);
 
   // A model that is not the one described fails before anything is written.
   weights.erase(std::find_if(weights.begin(), weights.end(),
                              [](const auto& named) { return named.first == "output.weight"; }));
   const std::string other = root + "/other";
-  const std::string message(SaveLlama3Hf(weights, info, at::kFloat, other).message());
-  EXPECT_THAT(message, HasSubstr("model exported to " + other + ": does not hold a Llama 3"));
-  EXPECT_THAT(message, HasSubstr("missing tensors: output.weight"));
+  const std::string message(SaveHfExport(weights, info, at::kFloat, other).message());
+  EXPECT_THAT(message, HasSubstr("model exported to " + other +
+                                 ": checkpoint tensors do not match llama3 (dim 32"));
+  EXPECT_THAT(message, HasSubstr("first differing tensors: output.weight absent vs [40, 32]"));
   EXPECT_THAT(*ListDirectory(root), ElementsAre("hf"));
 
   // A failure while writing (a tokenizer folder without tokenizer files) removes the temporary.
-  weights = RandomWeights(info.args, 3);
+  weights = RandomWeights(info, 3);
   HfExportOptions options;
   options.tokenizer_dir = TestDir("no_tokenizer");
   ASSERT_TRUE(MakeDirectories(options.tokenizer_dir).ok());
-  EXPECT_EQ(SaveLlama3Hf(weights, info, at::kFloat, other, options).code(),
+  EXPECT_EQ(SaveHfExport(weights, info, at::kFloat, other, options).code(),
             absl::StatusCode::kNotFound);
   EXPECT_THAT(*ListDirectory(root), ElementsAre("hf"));
 }

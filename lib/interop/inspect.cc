@@ -8,8 +8,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "lib/interop/convert.h"
-#include "lib/interop/llama3_hf.h"
+#include "lib/checkpoint/safetensors.h"
+#include "lib/interop/checkpoint_model.h"
+#include "lib/interop/hf_adapter.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -20,21 +21,24 @@ using nlohmann::json;
 constexpr int64_t kChunkElements = int64_t{1} << 24;
 
 json StatsToJson(const TensorStats& stats) {
-  return {{"min", stats.min},         {"max", stats.max},
-          {"mean", stats.mean},       {"std", stats.std},
-          {"nan_count", stats.nan_count}, {"inf_count", stats.inf_count}};
+  return {{"min", stats.min},
+          {"max", stats.max},
+          {"mean", stats.mean},
+          {"std", stats.std},
+          {"nan_count", stats.nan_count},
+          {"inf_count", stats.inf_count}};
 }
 
 // A checkpoint's tensors under the names a comparison uses, and how to fetch each one.
 struct ComparableTensors {
   std::unique_ptr<CheckpointReader> reader;
-  std::optional<Llama3ModelInfo> llama3;  // Set when comparing in titan's names and layout.
+  std::optional<ModelInfo> model;  // Set when comparing in titan's names and layout.
   std::map<std::string, std::string> source_names;  // comparison name -> name in the checkpoint
 
   absl::StatusOr<at::Tensor> Get(const std::string& name) const {
     absl::StatusOr<at::Tensor> tensor = reader->Get(source_names.at(name));
-    if (!tensor.ok() || !llama3 || reader->format() != CheckpointFormat::kHf) return tensor;
-    return HfTensorToTitan(name, *tensor, llama3->args);
+    if (!tensor.ok() || !model || reader->format() != CheckpointFormat::kHf) return tensor;
+    return HfTensorToTitan(name, *tensor, model->args);
   }
 };
 
@@ -49,12 +53,12 @@ absl::StatusOr<ComparableTensors> OpenComparable(const std::string& path) {
 
 // Re-keys `side` by titan parameter names (HF q/k un-permuted on fetch).
 absl::Status UseTitanNames(ComparableTensors& side) {
-  TITAN_ASSIGN_OR_RETURN(Llama3ModelInfo info, DescribeLlama3(*side.reader, ""));
-  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params,
-                         MatchLlama3Parameters(*side.reader, info));
+  TITAN_ASSIGN_OR_RETURN(ModelInfo info, DescribeCheckpoint(*side.reader, "", ""));
+  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*side.reader, info));
   side.source_names.clear();
-  for (const ParameterSource& param : params) side.source_names[param.titan_name] = param.source_name;
-  side.llama3 = info;
+  for (const ParameterSource& param : params)
+    side.source_names[param.titan_name] = param.source_name;
+  side.model = info;
   return absl::OkStatus();
 }
 
@@ -64,8 +68,8 @@ TensorDifference Compare(const std::string& name, const at::Tensor& a, const at:
   diff.name = name;
   differs = false;
   if (a.sizes() != b.sizes()) {
-    diff.problem = absl::StrCat("shape ", ShapeString(a.sizes().vec()), " vs ",
-                                ShapeString(b.sizes().vec()));
+    diff.problem =
+        absl::StrCat("shape ", ShapeString(a.sizes().vec()), " vs ", ShapeString(b.sizes().vec()));
     differs = true;
     return diff;
   }
@@ -85,8 +89,10 @@ TensorDifference Compare(const std::string& name, const at::Tensor& a, const at:
     const at::Tensor rel_diff = at::where(y != 0, abs_diff / y.abs(), at::zeros_like(x));
     const at::Tensor outside = (abs_diff > atol + rtol * y.abs()) | (abs_diff.isnan() & ~same);
     if (outside.any().item<bool>()) differs = true;
-    diff.max_abs_diff = std::max(diff.max_abs_diff, at::nan_to_num(abs_diff, INFINITY).max().item<double>());
-    diff.max_rel_diff = std::max(diff.max_rel_diff, at::nan_to_num(rel_diff, INFINITY).max().item<double>());
+    diff.max_abs_diff =
+        std::max(diff.max_abs_diff, at::nan_to_num(abs_diff, INFINITY).max().item<double>());
+    diff.max_rel_diff =
+        std::max(diff.max_rel_diff, at::nan_to_num(rel_diff, INFINITY).max().item<double>());
   }
   return diff;
 }
@@ -132,10 +138,11 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
   report.directory = reader->directory();
   report.format = CheckpointFormatName(reader->format());
   report.step = reader->step();
-  absl::StatusOr<Llama3ModelInfo> info = DescribeLlama3(*reader, "");
-  if (info.ok() && MatchLlama3Parameters(*reader, *info).ok()) {
-    report.model = "llama3";
+  absl::StatusOr<ModelInfo> info = DescribeCheckpoint(*reader, "", "");
+  if (info.ok() && MatchParameters(*reader, *info).ok()) {
+    report.model = info->name();
     report.flavor = info->flavor;
+    report.architecture = DescribeArchitecture(info->args);
   }
   for (const TensorInfo& tensor : reader->tensors()) {
     InspectedTensor inspected{tensor, std::nullopt};
@@ -172,6 +179,7 @@ json InspectReportToJson(const InspectReport& report) {
               {"step", report.step ? json(*report.step) : json()},
               {"model", report.model},
               {"flavor", report.flavor},
+              {"architecture", report.architecture},
               {"tensors", tensors},
               {"total_tensors", report.tensors.size()},
               {"total_elements", report.total_elements},
@@ -187,12 +195,14 @@ std::string FormatInspectReport(const InspectReport& report) {
       report.directory, "\n  format ", report.format,
       report.step ? absl::StrCat(", step ", *report.step) : "", ", model ",
       report.model.empty() ? "unknown" : report.model,
-      report.model.empty() ? "" : absl::StrCat(" (", report.flavor.empty() ? "custom" : report.flavor, ")"),
+      report.model.empty() ? ""
+                           : absl::StrCat(" ", report.flavor.empty() ? "custom" : report.flavor,
+                                          " (", report.architecture, ")"),
       "\n");
   for (const InspectedTensor& tensor : report.tensors) {
-    absl::StrAppend(&out, absl::StrFormat("  %-50s %-5s %-16s %12d  %s", tensor.info.name,
-                                          tensor.info.dtype, ShapeString(tensor.info.shape),
-                                          tensor.info.bytes, tensor.info.file));
+    absl::StrAppend(
+        &out, absl::StrFormat("  %-50s %-5s %-16s %12d  %s", tensor.info.name, tensor.info.dtype,
+                              ShapeString(tensor.info.shape), tensor.info.bytes, tensor.info.file));
     if (tensor.stats) {
       const TensorStats& s = *tensor.stats;
       absl::StrAppend(&out, absl::StrFormat("  min %.6g max %.6g mean %.6g std %.6g nan %d inf %d",
@@ -204,10 +214,11 @@ std::string FormatInspectReport(const InspectReport& report) {
                                         report.tensors.size(), report.total_elements,
                                         report.total_bytes, report.total_bytes / 1e6));
   if (report.verified) {
-    absl::StrAppend(&out, report.problems.empty()
-                              ? "  verify: OK\n"
-                              : absl::StrCat("  verify: ", report.problems.size(), " problem(s)\n    ",
-                                             absl::StrJoin(report.problems, "\n    "), "\n"));
+    absl::StrAppend(&out,
+                    report.problems.empty()
+                        ? "  verify: OK\n"
+                        : absl::StrCat("  verify: ", report.problems.size(), " problem(s)\n    ",
+                                       absl::StrJoin(report.problems, "\n    "), "\n"));
   }
   return out;
 }
@@ -255,8 +266,9 @@ json DiffReportToJson(const DiffReport& report) {
 }
 
 std::string FormatDiffReport(const DiffReport& report) {
-  std::string out = absl::StrCat("compared ", report.compared, " tensors: ",
-                                 report.identical() ? "identical" : "DIFFERENT", "\n");
+  std::string out =
+      absl::StrCat("compared ", report.compared,
+                   " tensors: ", report.identical() ? "identical" : "DIFFERENT", "\n");
   for (const std::string& name : report.only_in_first) {
     absl::StrAppend(&out, "  only in the first: ", name, "\n");
   }

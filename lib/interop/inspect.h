@@ -38,13 +38,14 @@ struct InspectReport {
   std::string directory;
   std::string format;
   std::optional<int64_t> step;
-  std::string model;   // "llama3", or "" when the checkpoint does not describe a known model.
-  std::string flavor;  // "" for custom shapes.
+  std::string model;         // The family, or "" when the checkpoint holds no registered model.
+  std::string flavor;        // "" for custom shapes.
+  std::string architecture;  // DescribeArchitecture's line, when the model is known.
   std::vector<InspectedTensor> tensors;
   int64_t total_elements = 0;
   uint64_t total_bytes = 0;
-  bool verified = false;                // --verify ran.
-  std::vector<std::string> problems;    // What --verify found.
+  bool verified = false;              // --verify ran.
+  std::vector<std::string> problems;  // What --verify found.
 };
 
 absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
@@ -75,8 +76,8 @@ struct DiffReport {
 };
 
 // Compares two checkpoints tensor by tensor: elements differ when |a - b| > atol + rtol * |b|
-// (NaN equals NaN); rtol = atol = 0 asks for equal values. Checkpoints of different formats holding
-// Llama 3 are compared in titan's names and q/k layout.
+// (NaN equals NaN); rtol = atol = 0 asks for equal values. Checkpoints of different formats are
+// compared in titan's names and q/k layout (each must hold a registered model).
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
                                            double rtol, double atol);
 nlohmann::json DiffReportToJson(const DiffReport& report);

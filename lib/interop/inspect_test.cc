@@ -11,9 +11,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "lib/checkpoint/test_dir.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/test_dir.h"
 #include "lib/interop/convert.h"
 
 namespace titan {
@@ -22,26 +22,29 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-Llama3ModelInfo SmallModel() {
-  Llama3ModelInfo info;
-  info.args.dim = 32;
-  info.args.n_layers = 1;
-  info.args.n_heads = 4;
-  info.args.n_kv_heads = 2;
-  info.args.vocab_size = 24;
-  info.args.multiple_of = 16;
-  info.args.max_seq_len = 64;
-  return info;
+// A custom shape of `family` (one layer, 4/2 heads).
+ModelInfo SmallModel(const std::string& family) {
+  const ModelSpec& spec = **FindModel(family);
+  TransformerArgs args = spec.defaults;
+  args.dim = 32;
+  args.n_layers = 1;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.head_dim = 16;
+  args.vocab_size = 24;
+  args.ffn_hidden_dim = 96;
+  args.max_seq_len = 64;
+  return DescribeModel(spec, args);
 }
 
-CheckpointState SmallState(int seed) {
-  const Llama3ModelInfo info = SmallModel();
+CheckpointState SmallState(int seed, const std::string& family = "llama3") {
+  const ModelInfo info = SmallModel(family);
   at::manual_seed(seed);
   CheckpointState state;
-  for (const auto& [name, shape] : Llama3ParameterShapes(info.args)) {
+  for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
     state.model.emplace_back(name, at::randn(shape));
   }
-  state.extra["model"] = Llama3ModelInfoToJson(info);
+  state.extra["model"] = ModelInfoToJson(info);
   return state;
 }
 
@@ -76,6 +79,7 @@ TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
   EXPECT_EQ(report->step, 12);
   EXPECT_EQ(report->model, "llama3");
   EXPECT_EQ(report->flavor, "");
+  EXPECT_EQ(report->architecture, "dim 32, 1 layers, 4/2 heads of 16, ffn 96, vocab 24");
   ASSERT_EQ(report->tensors.size(), state.model.size());
   EXPECT_EQ(report->tensors[0].info.name, "tok_embeddings.weight");
   EXPECT_THAT(report->tensors[0].info.shape, ElementsAre(24, 32));
@@ -83,6 +87,8 @@ TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
   EXPECT_NEAR(report->tensors[0].stats->mean, state.model[0].second.mean().item<double>(), 1e-6);
   EXPECT_TRUE(report->problems.empty());
   EXPECT_THAT(FormatInspectReport(*report), HasSubstr("verify: OK"));
+  EXPECT_THAT(FormatInspectReport(*report),
+              HasSubstr("format titan, step 12, model llama3 custom (dim 32, 1 layers"));
 
   // Flip one byte of the last tensor: the CRC check names it.
   const std::string file = root + "/step-12/model.safetensors";
@@ -99,6 +105,25 @@ TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
   ASSERT_EQ(report->problems.size(), 1u);
   EXPECT_THAT(report->problems[0], HasSubstr("model.safetensors: tensor '"));
   EXPECT_THAT(report->problems[0], HasSubstr("CRC-32"));
+}
+
+TEST(InspectTest, DescribesQwen3CheckpointsInEveryFormat) {
+  const std::string titan = TestDir("titan"), hf = TestDir("hf");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(3, "qwen3"), true).ok());
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, ConvertOptions()).ok());
+  for (const std::string& path : {titan, hf}) {
+    absl::StatusOr<InspectReport> report = InspectCheckpoint(path, InspectOptions());
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->model, "qwen3");
+    EXPECT_THAT(FormatInspectReport(*report),
+                HasSubstr("model qwen3 custom (dim 32, 1 layers, 4/2 heads of 16, ffn 96, vocab "
+                          "24, qk-norm)"));
+    EXPECT_EQ(InspectReportToJson(*report).at("architecture"), report->architecture);
+  }
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(titan, hf, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
+  EXPECT_EQ(diff->compared, 1 + 11 + 2);  // embedding, one layer with q/k norms, norm, output
 }
 
 TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {

@@ -7,36 +7,53 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "lib/interop/checkpoint_model.h"
 #include "lib/interop/checkpoint_reader.h"
-#include "lib/interop/convert.h"
-#include "lib/interop/llama3_hf.h"
+#include "lib/interop/hf_adapter.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
+namespace {
 
-absl::Status LoadLlama3Weights(const std::string& path, bool in_hf, const Llama3Args& args,
-                               const std::vector<ParamRef>& params) {
-  const std::optional<CheckpointFormat> format =
-      in_hf ? std::optional<CheckpointFormat>(CheckpointFormat::kHf) : std::nullopt;
-  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
-                         CheckpointReader::Open(path, format));
-  Llama3ModelInfo info;
-  info.args = args;
-  // The model's own shape decides; a checkpoint of another shape fails the match below.
-  TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> sources,
-                         MatchLlama3Parameters(*reader, info));
+absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenCheckpoint(const std::string& path,
+                                                                 bool in_hf) {
+  return CheckpointReader::Open(
+      path, in_hf ? std::optional<CheckpointFormat>(CheckpointFormat::kHf) : std::nullopt);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_hf,
+                                               const std::string& model_name) {
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpoint(path, in_hf));
+  return DescribeCheckpoint(*reader, model_name, /*flavor=*/"");
+}
+
+absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelInfo& expected,
+                              const std::vector<ParamRef>& params) {
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpoint(path, in_hf));
+  // The model's own shape decides; what the checkpoint says it holds only explains a mismatch.
+  absl::StatusOr<std::vector<ParameterSource>> sources = MatchParameters(*reader, expected);
+  if (!sources.ok()) {
+    // Worth saying only when its one-line description differs from the model's.
+    const absl::StatusOr<ModelInfo> holds = DescribeCheckpoint(*reader, "", "");
+    if (holds.ok() && DescribeModelInfo(*holds) != DescribeModelInfo(expected)) {
+      return MatchParameters(*reader, expected, &*holds).status();
+    }
+    return sources.status();
+  }
   absl::flat_hash_map<std::string, at::Tensor*> slots;
   for (const ParamRef& p : params) slots[p.name] = p.tensor;
   c10::NoGradGuard no_grad;
-  for (const ParameterSource& source : sources) {
+  for (const ParameterSource& source : *sources) {
     auto slot = slots.find(source.titan_name);
     if (slot == slots.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": tensor ", source.source_name, " has no parameter ", source.titan_name));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": tensor ", source.source_name,
+                                                     " has no parameter ", source.titan_name));
     }
     TITAN_ASSIGN_OR_RETURN(at::Tensor tensor, reader->Get(source.source_name));
     if (reader->format() == CheckpointFormat::kHf) {
-      tensor = HfTensorToTitan(source.titan_name, tensor, args);
+      tensor = HfTensorToTitan(source.titan_name, tensor, expected.args);
     }
     slot->second->copy_(tensor);
     slots.erase(slot);

@@ -1,20 +1,32 @@
 #ifndef TITAN_LIB_INTEROP_LOAD_WEIGHTS_H_
 #define TITAN_LIB_INTEROP_LOAD_WEIGHTS_H_
 
+// What the trainer reads from [checkpoint] initial_load_path: the model a checkpoint holds, and
+// its weights.
+
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "lib/model/module.h"
-#include "models/llama3/model_args.h"
+#include "lib/registry/model_spec.h"
 
 namespace titan {
 
-// Copies a Llama 3 checkpoint's weights (titan step dir or folder, or Hugging Face; `in_hf` forces
-// HF) into `params` ([checkpoint] initial_load_path). The checkpoint's shape must equal `args`;
-// every parameter must be present. HF q/k are permuted back to titan's interleaved RoPE layout.
-absl::Status LoadLlama3Weights(const std::string& path, bool in_hf, const Llama3Args& args,
-                               const std::vector<ParamRef>& params);
+// The model the checkpoint at `path` holds ([model] flavor = "from_checkpoint"): a Hugging Face
+// folder's config.json (`in_hf` forces HF), a titan step directory or checkpoint root's recorded
+// model entry (or, for trainer outputs that do not record it, the flavor its shapes match), or
+// Meta's params.json. `model_name` non-empty: the checkpoint must hold that family.
+absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_hf,
+                                               const std::string& model_name = "");
+
+// Copies the checkpoint's weights (titan step dir or root, Hugging Face with `in_hf` or detected,
+// Meta) into `params`, every parameter of `expected`'s model. HF q/k are permuted back to the
+// family's RoPE layout. A checkpoint of another shape fails with one short line: what it holds
+// against `expected` and the first few differing tensors.
+absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelInfo& expected,
+                              const std::vector<ParamRef>& params);
 
 }  // namespace titan
 

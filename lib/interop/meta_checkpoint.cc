@@ -456,57 +456,9 @@ absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
   return ReadStateDict(std::make_shared<BoundedMemoryReadAdapter>(archive), source);
 }
 
-json Llama3MetaParams(const Llama3ModelInfo& info) {
-  const Llama3Args& args = info.args;
-  json params = {{"dim", args.dim},
-                 {"n_layers", args.n_layers},
-                 {"n_heads", args.n_heads},
-                 {"n_kv_heads", args.kv_heads()},
-                 {"vocab_size", args.vocab_size},
-                 {"multiple_of", args.multiple_of},
-                 {"norm_eps", args.norm_eps},
-                 {"rope_theta", args.rope_theta},
-                 {"use_scaled_rope", args.rope_scaling.factor > 0}};
-  if (args.ffn_dim_multiplier > 0) params["ffn_dim_multiplier"] = args.ffn_dim_multiplier;
-  return params;
-}
-
-absl::StatusOr<Llama3ModelInfo> Llama3ModelInfoFromMetaParams(const json& params,
-                                                              const std::string& source) {
-  json args_json = params;
-  const bool scaled = params.value("use_scaled_rope", false);
-  args_json.erase("use_scaled_rope");
-  if (!args_json.contains("n_kv_heads") || args_json.at("n_kv_heads").is_null()) {
-    args_json["n_kv_heads"] = 0;
-  }
-  absl::StatusOr<Llama3Args> args = Llama3ArgsFromJson(args_json, source);
-  if (!args.ok()) return args.status();
-  if (scaled) args->rope_scaling = RopeScaling{8, 1, 4, 8192};
-  Llama3ModelInfo info;
-  info.args = *args;
-  // Llama 3.2's flavors scale by 32; a shape match says which.
-  for (const std::string& name : Llama3FlavorNames()) {
-    Llama3Args flavor = *Llama3Flavor(name);
-    Llama3Args candidate = *args;
-    candidate.rope_scaling = flavor.rope_scaling;
-    candidate.tie_word_embeddings = flavor.tie_word_embeddings;
-    if (scaled == (flavor.rope_scaling.factor > 0) && MatchLlama3Flavor(candidate) == name) {
-      flavor.vocab_size = args->vocab_size;
-      info.args = flavor;
-      info.flavor = name;
-      break;
-    }
-  }
-  if (info.args.vocab_size == 128256) {  // Llama 3's tokenizer: <|begin_of_text|>, <|end_of_text|>.
-    info.bos_token_id = 128000;
-    info.eos_token_id = 128001;
-  }
-  return info;
-}
-
 absl::Status WriteMetaCheckpoint(const std::string& directory,
                                  const std::vector<std::string>& names,
-                                 const MetaTensorProducer& produce, const Llama3ModelInfo& info) {
+                                 const MetaTensorProducer& produce, const json& params) {
   const std::string path = absl::StrCat(directory, "/", kWeightsFile);
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -581,17 +533,16 @@ absl::Status WriteMetaCheckpoint(const std::string& directory,
     return status;
   }
   TITAN_RETURN_IF_ERROR(FsyncDirectory(directory));
-  return WriteFileAtomically(absl::StrCat(directory, "/", kParamsFile),
-                             Llama3MetaParams(info).dump(2) + "\n");
+  return WriteFileAtomically(absl::StrCat(directory, "/", kParamsFile), params.dump(2) + "\n");
 }
 
 absl::Status WriteMetaCheckpoint(const std::string& directory, const NamedTensors& tensors,
-                                 const Llama3ModelInfo& info) {
+                                 const json& params) {
   std::vector<std::string> names;
   for (const auto& [name, tensor] : tensors) names.push_back(name);
   return WriteMetaCheckpoint(
       directory, names, [&](size_t i) -> absl::StatusOr<at::Tensor> { return tensors[i].second; },
-      info);
+      params);
 }
 
 }  // namespace titan

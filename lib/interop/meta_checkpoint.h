@@ -1,8 +1,9 @@
 #ifndef TITAN_LIB_INTEROP_META_CHECKPOINT_H_
 #define TITAN_LIB_INTEROP_META_CHECKPOINT_H_
 
-// Meta's Llama 3 release format: params.json + consolidated.00.pth, a torch.save zip of a state
+// Meta's release format (Llama 3): params.json + consolidated.00.pth, a torch.save zip of a state
 // dict whose names are torchtitan's (and whose q/k rows are in the same interleaved RoPE layout).
+// What params.json says is the family's business (ModelSpec::meta).
 // Read through LibTorch's own unpickler (torch::jit), which rebuilds only tensors, storages and
 // plain containers and rejects any other global, so a .pth cannot run code. It materialises every
 // tensor on open: one copy of the model in memory. Only single-file (model-parallel 1) checkpoints.
@@ -17,7 +18,6 @@
 #include "absl/strings/string_view.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/checkpoint_reader.h"
-#include "lib/interop/llama3_hf.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -31,24 +31,17 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::
 absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
                                                  const std::string& source);
 
-// Writes params.json and consolidated.00.pth, a torch.save archive that Python's
+// Writes `params` as params.json and consolidated.00.pth, a torch.save archive that Python's
 // torch.load(weights_only=True) reads without allowlisting anything. Tensors are produced and
 // written one at a time (`produce(i)` gives the tensor called names[i]), so at most one is in
 // memory; the file appears atomically (temp file, fsync, rename).
 using MetaTensorProducer = std::function<absl::StatusOr<at::Tensor>(size_t index)>;
 absl::Status WriteMetaCheckpoint(const std::string& directory,
                                  const std::vector<std::string>& names,
-                                 const MetaTensorProducer& produce, const Llama3ModelInfo& info);
+                                 const MetaTensorProducer& produce, const nlohmann::json& params);
 // The same for tensors already in memory.
 absl::Status WriteMetaCheckpoint(const std::string& directory, const NamedTensors& tensors,
-                                 const Llama3ModelInfo& info);
-
-// params.json: dim, n_layers, n_heads, n_kv_heads, vocab_size, multiple_of, ffn_dim_multiplier,
-// norm_eps, rope_theta, use_scaled_rope.
-nlohmann::json Llama3MetaParams(const Llama3ModelInfo& info);
-// Llama 3.1 scaling (factor 8) when use_scaled_rope, unless the shapes match a flavor.
-absl::StatusOr<Llama3ModelInfo> Llama3ModelInfoFromMetaParams(const nlohmann::json& params,
-                                                              const std::string& source);
+                                 const nlohmann::json& params);
 
 }  // namespace titan
 

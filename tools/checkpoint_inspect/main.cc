@@ -1,6 +1,6 @@
 // checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol --atol]] [--json]
-// Lists a titan, Hugging Face or Meta checkpoint's tensors; exits 1 when --verify finds a problem or
-// --diff finds a difference.
+// Lists a titan, Hugging Face or Meta checkpoint's model (family, flavor or "custom", architecture)
+// and tensors; exits 1 when --verify finds a problem or --diff finds a difference.
 
 #include <iostream>
 #include <string>

@@ -1,6 +1,7 @@
-// convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--flavor=8B] [--dtype=bf16|fp32|keep] IN OUT
-// Converts a Llama 3 checkpoint between Hugging Face's LlamaForCausalLM folders and titan's step
-// directories (see lib/interop/convert.h).
+// convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--model=qwen3] [--flavor=8B]
+//     [--dtype=bf16|fp32|keep] IN OUT
+// Converts a checkpoint of any registered model family between Hugging Face's *ForCausalLM
+// folders, titan's step directories and Meta's format (see lib/interop/convert.h).
 
 #include <sys/resource.h>
 
@@ -16,10 +17,13 @@
 
 DEFINE_string(from, "", "Input format: titan, hf or meta; empty: detected from the files");
 DEFINE_string(to, "hf", "Output format: titan, hf or meta");
-DEFINE_string(model, "llama3", "Model family (llama3)");
+DEFINE_string(model, "",
+              "Model family (llama3, qwen3); empty: what the input says (config.json's "
+              "model_type, the titan manifest, llama3 for Meta) or the flavor its shapes match; "
+              "checked against the input when given");
 DEFINE_string(flavor, "",
-              "Model flavor (debugmodel, 1B, 3B, 8B, 70B, 405B) when the input does not describe "
-              "it; checked against the input when it does");
+              "Model flavor (e.g. debugmodel, 8B) when the input does not describe it; checked "
+              "against the input when it does");
 DEFINE_string(dtype, "keep", "Floating tensors' output dtype: keep, bf16 or fp32");
 DEFINE_string(max_shard_size, "5GB", "hf output: largest shard (KB/MB/GB, KiB/MiB/GiB)");
 DEFINE_string(tokenizer_dir, "", "hf output: copy tokenizer files from this directory");
@@ -37,8 +41,8 @@ int Fail(const absl::Status& status) {
 
 int main(int argc, char** argv) {
   gflags::SetUsageMessage(
-      "convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--flavor=8B] [--dtype=keep|bf16|fp32] "
-      "IN OUT");
+      "convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--model=qwen3] [--flavor=8B] "
+      "[--dtype=keep|bf16|fp32] IN OUT");
   gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
@@ -74,6 +78,7 @@ int main(int argc, char** argv) {
     getrusage(RUSAGE_SELF, &usage);
     const nlohmann::json out = {{"input", summary->input},
                                 {"output", summary->output},
+                                {"model", summary->model},
                                 {"flavor", summary->flavor},
                                 {"tensors", summary->tensors},
                                 {"bytes", summary->bytes},

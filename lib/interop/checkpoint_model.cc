@@ -1,0 +1,184 @@
+#include "lib/interop/checkpoint_model.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "lib/checkpoint/safetensors.h"
+#include "lib/interop/hf_adapter.h"
+#include "lib/interop/hf_config.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+using nlohmann::json;
+
+// A mismatch names this many tensors and counts the rest: enough to see the pattern.
+constexpr size_t kListedDifferences = 3;
+
+// Whether the checkpoint holds exactly the parameters of `info`'s model, with their shapes.
+bool ShapesMatch(const CheckpointReader& reader, const ModelInfo& info) {
+  const auto shapes = ParameterShapes(*info.spec, info.args);
+  if (shapes.size() != reader.tensors().size()) return false;
+  for (const auto& [name, shape] : shapes) {
+    const TensorInfo* found = reader.Find(name);
+    if (found == nullptr || found->shape != shape) return false;
+  }
+  return true;
+}
+
+// A titan checkpoint whose manifest does not describe the model (trainer outputs from before
+// models were recorded): the registered family and flavor its shapes match.
+absl::StatusOr<ModelInfo> InferFromTitanShapes(const CheckpointReader& reader,
+                                               const std::string& model_name,
+                                               const std::string& flavor) {
+  const TensorInfo* embedding = reader.Find("tok_embeddings.weight");
+  if (embedding == nullptr || embedding->shape.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reader.directory(), ": no 2-D tok_embeddings.weight; not a titan decoder checkpoint"));
+  }
+  std::vector<ModelInfo> candidates;
+  std::vector<std::string> searched;
+  for (const std::string& name : RegisteredModelNames()) {
+    if (!model_name.empty() && name != model_name) continue;
+    const ModelSpec* spec = *FindModel(name);
+    std::vector<std::string> flavors;
+    for (const auto& [flavor_name, args] : spec->flavors) {
+      if (!flavor.empty() && flavor_name != flavor) continue;
+      ModelInfo info = DescribeModel(*spec, args);
+      info.args.vocab_size = embedding->shape[0];
+      info.flavor = flavor_name;
+      candidates.push_back(std::move(info));
+      flavors.push_back(flavor_name);
+    }
+    if (!flavors.empty())
+      searched.push_back(absl::StrCat(name, ": ", absl::StrJoin(flavors, ", ")));
+  }
+  for (const ModelInfo& candidate : candidates) {
+    if (ShapesMatch(reader, candidate)) return candidate;
+  }
+  // One named candidate: MatchParameters will say how the tensors differ from it.
+  if (!flavor.empty() && candidates.size() == 1) return candidates.front();
+  return absl::InvalidArgumentError(
+      absl::StrCat(reader.directory(),
+                   ": its manifest does not describe the model and its shapes match no "
+                   "flavor of ",
+                   searched.empty() ? "any registered family" : absl::StrJoin(searched, "; "),
+                   " (custom shapes need a titan checkpoint that records them)"));
+}
+
+// Meta's params.json, read by the family's Meta adapter: the named one, else the only family
+// that has a Meta format.
+absl::StatusOr<ModelInfo> DescribeMeta(const CheckpointReader& reader,
+                                       const std::string& model_name) {
+  std::vector<const ModelSpec*> with_meta;
+  for (const std::string& name : RegisteredModelNames()) {
+    const ModelSpec* spec = *FindModel(name);
+    if (model_name.empty() ? spec->meta.has_value() : name == model_name) with_meta.push_back(spec);
+  }
+  if (with_meta.size() != 1 || !with_meta.front()->meta) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reader.directory(), ": a Meta checkpoint, and ",
+        model_name.empty() ? "no single registered family" : model_name, " has no Meta format"));
+  }
+  const ModelSpec& spec = *with_meta.front();
+  return spec.meta->describe(spec, reader.description(), reader.directory() + "/params.json");
+}
+
+// "a, b, c (41 more)".
+std::string FirstFew(const std::vector<std::string>& items) {
+  std::vector<std::string> listed(items.begin(),
+                                  items.begin() + std::min(items.size(), kListedDifferences));
+  std::string out = absl::StrJoin(listed, ", ");
+  if (items.size() > listed.size())
+    absl::StrAppend(&out, " (", items.size() - listed.size(), " more)");
+  return out;
+}
+
+}  // namespace
+
+std::string DescribeModelInfo(const ModelInfo& info) {
+  return absl::StrCat(info.name(), info.flavor.empty() ? "" : " ", info.flavor, " (",
+                      DescribeArchitecture(info.args), ")");
+}
+
+absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
+                                             const std::string& model_name,
+                                             const std::string& flavor) {
+  if (!model_name.empty()) TITAN_RETURN_IF_ERROR(FindModel(model_name).status());
+  absl::StatusOr<ModelInfo> info;
+  const json& description = reader.description();
+  switch (reader.format()) {
+    case CheckpointFormat::kHf:
+      info = ModelInfoFromHfConfig(description, reader.directory() + "/config.json");
+      break;
+    case CheckpointFormat::kTitan:
+      info = description.contains("model")
+                 ? ModelInfoFromJson(description.at("model"),
+                                     reader.directory() + "/manifest.json: state.model")
+                 : InferFromTitanShapes(reader, model_name, flavor);
+      break;
+    case CheckpointFormat::kMeta:
+      info = DescribeMeta(reader, model_name);
+      break;
+  }
+  if (!info.ok()) return info.status();
+  if (!model_name.empty() && info->name() != model_name) {
+    return absl::InvalidArgumentError(absl::StrCat(reader.directory(), ": holds ",
+                                                   DescribeModelInfo(*info), ", not a ", model_name,
+                                                   " model"));
+  }
+  if (!flavor.empty() && info->flavor != flavor) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reader.directory(), ": holds ", DescribeModelInfo(*info), ", not flavor ", flavor));
+  }
+  return info;
+}
+
+absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointReader& reader,
+                                                             const ModelInfo& info,
+                                                             const ModelInfo* holds) {
+  const bool hf = reader.format() == CheckpointFormat::kHf;
+  std::map<std::string, std::string> by_titan_name;  // titan name -> source name
+  for (const TensorInfo& tensor : reader.tensors()) {
+    // transformers drops the tied head on save; older writers kept a copy of the embedding.
+    if (hf && info.args.tie_word_embeddings && tensor.name == "lm_head.weight") continue;
+    absl::StatusOr<std::string> titan_name =
+        hf ? HfToTitanName(tensor.name) : absl::StatusOr<std::string>(tensor.name);
+    by_titan_name[titan_name.ok() ? *titan_name : tensor.name] = tensor.name;
+  }
+  // "name <checkpoint shape> vs <model shape>", in model order, then what the model lacks.
+  std::vector<std::string> differences;
+  std::vector<ParameterSource> params;
+  for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
+    const auto it = by_titan_name.find(name);
+    if (it == by_titan_name.end()) {
+      differences.push_back(absl::StrCat(name, " absent vs ", ShapeString(shape)));
+      continue;
+    }
+    const TensorInfo* tensor = reader.Find(it->second);
+    if (tensor->shape != shape) {
+      differences.push_back(
+          absl::StrCat(name, " ", ShapeString(tensor->shape), " vs ", ShapeString(shape)));
+    }
+    params.push_back({name, it->second});
+    by_titan_name.erase(it);
+  }
+  for (const auto& [titan_name, source_name] : by_titan_name) {
+    differences.push_back(
+        absl::StrCat(titan_name, " ", ShapeString(reader.Find(source_name)->shape), " vs absent"));
+  }
+  if (differences.empty()) return params;
+  const std::string headline =
+      holds != nullptr ? absl::StrCat("checkpoint holds ", DescribeModelInfo(*holds),
+                                      ", the model is ", DescribeModelInfo(info))
+                       : absl::StrCat("checkpoint tensors do not match ", DescribeModelInfo(info));
+  return absl::InvalidArgumentError(absl::StrCat(
+      reader.directory(), ": ", headline, "; first differing tensors: ", FirstFew(differences)));
+}
+
+}  // namespace titan

@@ -1,0 +1,43 @@
+#ifndef TITAN_LIB_INTEROP_CHECKPOINT_MODEL_H_
+#define TITAN_LIB_INTEROP_CHECKPOINT_MODEL_H_
+
+// Which registered model a checkpoint holds, and which of its tensors is which parameter.
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/interop/checkpoint_reader.h"
+#include "lib/registry/model_spec.h"
+
+namespace titan {
+
+// The model `reader` holds: from hf's config.json (the family by model_type), from the "model"
+// entry of a titan manifest's state (entries without a name are llama3), from Meta's params.json
+// (a family with a Meta format), or, for titan checkpoints that do not record it, the registered
+// family and flavor whose parameter shapes the tensors match. `model_name` / `flavor`, when not
+// empty, narrow the search and must agree with what the checkpoint says.
+absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
+                                             const std::string& model_name,
+                                             const std::string& flavor);
+
+// "llama3 debugmodel (dim 256, 6 layers, ...)" or "qwen3 custom (dim 576, ...)".
+std::string DescribeModelInfo(const ModelInfo& info);
+
+// One model parameter and where the checkpoint keeps it.
+struct ParameterSource {
+  std::string titan_name;
+  std::string source_name;
+};
+
+// Pairs every parameter of `info`'s model (in model order) with a checkpoint tensor (HF names
+// mapped to titan's), checking shapes. A mismatch is one short line: the checkpoint's directory,
+// what it holds (`holds`, when the caller knows it to differ) against `info`, and the first few
+// differing tensors with a count of the rest.
+absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointReader& reader,
+                                                             const ModelInfo& info,
+                                                             const ModelInfo* holds = nullptr);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_INTEROP_CHECKPOINT_MODEL_H_

@@ -1,0 +1,136 @@
+#include "lib/interop/checkpoint_model.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/checkpoint/test_dir.h"
+#include "lib/interop/convert.h"
+#include "lib/interop/load_weights.h"
+
+namespace titan {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+// Qwen3 at a custom shape: 2 layers of dim 64, 4/2 heads of 32, tied.
+ModelInfo SmallQwen3() {
+  const ModelSpec& spec = **FindModel("qwen3");
+  TransformerArgs args = spec.defaults;
+  args.dim = 64;
+  args.n_layers = 2;
+  args.n_heads = 4;
+  args.n_kv_heads = 2;
+  args.head_dim = 32;
+  args.vocab_size = 40;
+  args.ffn_hidden_dim = 128;
+  args.max_seq_len = 64;
+  args.tie_word_embeddings = true;
+  return DescribeModel(spec, args);
+}
+
+ModelInfo Flavor(const std::string& family, const std::string& flavor, int64_t vocab) {
+  const ModelSpec& spec = **FindModel(family);
+  TransformerArgs args = spec.Flavor(flavor).value();
+  args.vocab_size = vocab;
+  return DescribeModel(spec, args);
+}
+
+// Writes random weights of `info`'s model as titan step 1 of `root`; `entry` is the manifest's
+// model entry (null: none, as trainer checkpoints before models were recorded).
+void SaveTitan(const std::string& root, const ModelInfo& info, const json& entry) {
+  CheckpointState state;
+  at::manual_seed(5);
+  for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
+    state.model.emplace_back(name, at::randn(shape));
+  }
+  if (!entry.is_null()) state.extra["model"] = entry;
+  ASSERT_TRUE(CheckpointManager(root, 0).Save(1, state, /*model_only=*/true).ok());
+}
+
+TEST(CheckpointModelTest, DescribesRecordedModelsOfEveryFamily) {
+  const std::string qwen = TestDir("qwen");
+  SaveTitan(qwen, SmallQwen3(), ModelInfoToJson(SmallQwen3()));
+  absl::StatusOr<ModelInfo> info = DescribeCheckpointAt(qwen, /*in_hf=*/false);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->name(), "qwen3");
+  EXPECT_EQ(info->flavor, "");
+  EXPECT_TRUE(SameArchitecture(info->args, SmallQwen3().args));
+  EXPECT_EQ(DescribeModelInfo(*info),
+            "qwen3 (dim 64, 2 layers, 4/2 heads of 32, ffn 128, vocab 40, tied, qk-norm)");
+
+  // The trainer's [model] name must agree.
+  EXPECT_TRUE(DescribeCheckpointAt(qwen + "/step-1", false, "qwen3").ok());
+  EXPECT_EQ(DescribeCheckpointAt(qwen, false, "llama3").status().message(),
+            qwen +
+                "/step-1: holds qwen3 (dim 64, 2 layers, 4/2 heads of 32, ffn 128, vocab 40, "
+                "tied, qk-norm), not a llama3 model");
+  EXPECT_THAT(DescribeCheckpointAt(qwen, false, "gpt2").status().message(),
+              HasSubstr("unknown model \"gpt2\"; expected one of llama3, qwen3"));
+
+  // Its Hugging Face export says the same through config.json.
+  const std::string hf = TestDir("hf");
+  ASSERT_TRUE(ConvertCheckpoint(qwen, hf, ConvertOptions()).ok());
+  info = DescribeCheckpointAt(hf, /*in_hf=*/true, "qwen3");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(DescribeModelInfo(*info), DescribeModelInfo(SmallQwen3()));
+}
+
+TEST(CheckpointModelTest, UnrecordedTitanCheckpointsAreMatchedAgainstEveryFlavor) {
+  for (const auto& [family, flavor] : std::vector<std::pair<std::string, std::string>>{
+           {"llama3", "debugmodel"}, {"qwen3", "debugmodel"}}) {
+    const std::string root = TestDir(family);
+    SaveTitan(root, Flavor(family, flavor, 48), nullptr);
+    absl::StatusOr<ModelInfo> info = DescribeCheckpointAt(root, false);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->name(), family);
+    EXPECT_EQ(info->flavor, flavor);
+    EXPECT_EQ(info->args.vocab_size, 48);
+  }
+  const std::string custom = TestDir("custom");
+  SaveTitan(custom, SmallQwen3(), nullptr);
+  EXPECT_THAT(DescribeCheckpointAt(custom, false).status().message(),
+              HasSubstr("custom/step-1: its manifest does not describe the model and its shapes "
+                        "match no flavor of llama3: debugmodel, 1B"));
+}
+
+// The summary names both models in one line each and at most three tensors.
+TEST(CheckpointModelTest, ShapeMismatchIsAShortSummary) {
+  const std::string titan = TestDir("titan"), hf = TestDir("hf");
+  SaveTitan(titan, SmallQwen3(), ModelInfoToJson(SmallQwen3()));
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, ConvertOptions()).ok());
+  const ModelInfo expected = Flavor("llama3", "debugmodel", 40);
+  std::unique_ptr<Decoder> model =
+      expected.spec->Build(expected.args, at::TensorOptions().device(at::kMeta));
+  model->Materialize(at::TensorOptions().dtype(at::kFloat));
+
+  // 61 differences: the embedding, the final norm, both layers' 18 tensors (dim 64, not 256),
+  // layers 2-5 (36) and the output head absent, the 4 q/k norms unexpected.
+  const std::string message(
+      LoadModelWeights(hf, /*in_hf=*/true, expected, model->NamedParameters()).message());
+  EXPECT_EQ(message, hf + ": checkpoint holds qwen3 (dim 64, 2 layers, 4/2 heads of 32, ffn 128, "
+                          "vocab 40, tied, qk-norm), the model is llama3 debugmodel (dim 256, 6 "
+                          "layers, 16/16 heads of 16, ffn 768, vocab 40); first differing "
+                          "tensors: tok_embeddings.weight [40, 64] vs [40, 256], norm.weight [64] "
+                          "vs [256], output.weight absent vs [40, 256] (58 more)");
+
+  // The same model the checkpoint describes: only the tensors are listed.
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(titan);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ModelInfo wider = SmallQwen3();
+  wider.args.ffn_hidden_dim = 192;
+  EXPECT_EQ(MatchParameters(**reader, wider).status().message(),
+            titan +
+                "/step-1: checkpoint tensors do not match qwen3 (dim 64, 2 layers, 4/2 heads "
+                "of 32, ffn 192, vocab 40, tied, qk-norm); first differing tensors: "
+                "layers.0.feed_forward.w1.weight [128, 64] vs [192, 64], "
+                "layers.0.feed_forward.w2.weight [64, 128] vs [64, 192], "
+                "layers.0.feed_forward.w3.weight [128, 64] vs [192, 64] (3 more)");
+}
+
+}  // namespace
+}  // namespace titan

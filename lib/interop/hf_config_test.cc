@@ -1,0 +1,185 @@
+#include "lib/interop/hf_config.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace titan {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+ModelInfo Flavor(const std::string& family, const std::string& flavor) {
+  const ModelSpec& spec = **FindModel(family);
+  TransformerArgs args = spec.Flavor(flavor).value();
+  if (args.vocab_size == 0) args.vocab_size = 2048;
+  return DescribeModel(spec, args, 1, json::array({2, 3}));
+}
+
+// A custom Qwen3 shape: head_dim 128 independent of hidden / heads (256 / 16).
+ModelInfo SmallQwen3() {
+  ModelInfo info = Flavor("qwen3", "debugmodel");
+  info.args.n_layers = 4;
+  info.args.ffn_hidden_dim = 512;
+  info.args.max_seq_len = 256;
+  return DescribeModel(*info.spec, info.args, 1, 2);
+}
+
+std::string Error(const json& config) {
+  return std::string(ModelInfoFromHfConfig(config, "c.json").status().message());
+}
+
+TEST(HfConfigTest, RoundTripFindsFamilyAndFlavor) {
+  for (const auto& [family, flavor] :
+       std::vector<std::pair<std::string, std::string>>{{"llama3", "1B"},
+                                                        {"llama3", "8B"},
+                                                        {"llama3", "70B"},
+                                                        {"qwen3", "0.6B"},
+                                                        {"qwen3", "8B"},
+                                                        {"qwen3", "32B"}}) {
+    const ModelInfo info = Flavor(family, flavor);
+    const json config = HfConfig(info, "bfloat16");
+    absl::StatusOr<ModelInfo> back = ModelInfoFromHfConfig(config, "config.json");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->name(), family);
+    EXPECT_EQ(back->flavor, flavor);
+    EXPECT_EQ(TransformerArgsToJson(back->args), TransformerArgsToJson(info.args)) << flavor;
+    EXPECT_EQ(back->eos_token_id, info.eos_token_id);
+    EXPECT_EQ(HfConfig(*back, "bfloat16"), config);
+  }
+  EXPECT_EQ(HfConfig(Flavor("llama3", "8B"), "bfloat16").at("intermediate_size"), 14336);
+}
+
+TEST(HfConfigTest, WritesTheFamilysIdentityAndConstants) {
+  const json qwen = HfConfig(SmallQwen3(), "float32");
+  EXPECT_EQ(qwen.at("model_type"), "qwen3");
+  EXPECT_EQ(qwen.at("architectures"), json::array({"Qwen3ForCausalLM"}));
+  EXPECT_EQ(qwen.at("head_dim"), 128);
+  EXPECT_EQ(qwen.at("hidden_size"), 256);
+  EXPECT_EQ(qwen.at("use_sliding_window"), false);
+  EXPECT_EQ(qwen.at("rms_norm_eps"), 1e-6);
+  EXPECT_TRUE(qwen.at("rope_scaling").is_null());
+  const json llama = HfConfig(Flavor("llama3", "1B"), "float32");
+  EXPECT_EQ(llama.at("architectures"), json::array({"LlamaForCausalLM"}));
+  EXPECT_EQ(llama.at("rope_scaling").at("rope_type"), "llama3");
+  EXPECT_EQ(llama.at("mlp_bias"), false);
+  EXPECT_FALSE(llama.contains("use_sliding_window"));
+}
+
+TEST(HfConfigTest, CustomShapesKeepHeadDimAndFeedForwardWidth) {
+  for (int64_t width : {160, 100, 171}) {
+    json config = HfConfig(SmallQwen3(), "float32");
+    config["intermediate_size"] = width;
+    absl::StatusOr<ModelInfo> back = ModelInfoFromHfConfig(config, "config.json");
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(back->flavor, "");
+    EXPECT_EQ(back->args.ffn_hidden_dim, width);
+    EXPECT_EQ(back->args.head_size(), 128);
+    EXPECT_TRUE(back->args.qk_norm);
+    EXPECT_EQ(back->args.rope.layout, RopeLayout::kRotateHalf);
+  }
+  // Without head_dim, transformers' defaults: hidden / heads for Llama, 128 for Qwen3.
+  json llama = HfConfig(Flavor("llama3", "1B"), "float32");
+  llama.erase("head_dim");
+  EXPECT_EQ(ModelInfoFromHfConfig(llama, "c.json")->args.head_size(), 64);
+  json qwen = HfConfig(Flavor("qwen3", "0.6B"), "float32");
+  qwen.erase("head_dim");
+  EXPECT_EQ(ModelInfoFromHfConfig(qwen, "c.json")->args.head_size(), 128);
+}
+
+TEST(HfConfigTest, ReadsTransformers5RopeParameters) {
+  json config = HfConfig(Flavor("llama3", "1B"), "float32");
+  json rope = config.at("rope_scaling");
+  rope["rope_theta"] = 1234.0;
+  config.erase("rope_scaling");
+  config.erase("rope_theta");
+  config["rope_parameters"] = rope;
+  absl::StatusOr<ModelInfo> back = ModelInfoFromHfConfig(config, "config.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->args.rope.theta, 1234.0);
+  EXPECT_EQ(back->args.rope.factor, 32);
+  EXPECT_EQ(back->args.rope.scaling, RopeScalingType::kLlama3);
+  // No RoPE key at all: transformers' default theta.
+  config.erase("rope_parameters");
+  EXPECT_EQ(ModelInfoFromHfConfig(config, "c.json")->args.rope.theta, 10000);
+}
+
+TEST(HfConfigTest, YarnRoundTripsAndIsCompletedAsTransformersDoes) {
+  ModelInfo info = SmallQwen3();
+  info.args.rope.scaling = RopeScalingType::kYarn;
+  info.args.rope.factor = 4;
+  info.args.rope.original_max_position_embeddings = 64;
+  json config = HfConfig(info, "float32");
+  EXPECT_EQ(
+      config.at("rope_scaling"),
+      json({{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}}));
+  absl::StatusOr<ModelInfo> back = ModelInfoFromHfConfig(config, "config.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(SameArchitecture(back->args, info.args)) << DescribeArchitecture(back->args);
+  EXPECT_EQ(HfConfig(*back, "float32"), config);
+
+  info.args.rope.beta_fast = 16;
+  info.args.rope.truncate = false;
+  config = HfConfig(info, "float32");
+  EXPECT_EQ(config.at("rope_scaling").at("beta_fast"), 16.0);
+  EXPECT_EQ(config.at("rope_scaling").at("truncate"), false);
+  EXPECT_TRUE(SameArchitecture(ModelInfoFromHfConfig(config, "c.json")->args, info.args));
+
+  // transformers: factor defaults to max_position_embeddings / original, beta 0 to the default.
+  config["rope_scaling"] = {
+      {"type", "yarn"}, {"original_max_position_embeddings", 32}, {"beta_slow", 0}};
+  back = ModelInfoFromHfConfig(config, "config.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->args.rope.factor, 256.0 / 32);
+  EXPECT_EQ(back->args.rope.beta_slow, 1);
+}
+
+TEST(HfConfigTest, RefusesWhatTheDecoderCannotRepresentInOneLine) {
+  const json good = HfConfig(SmallQwen3(), "float32");
+  json bias = good;
+  bias["attention_bias"] = true;
+  EXPECT_EQ(Error(bias), "c.json: attention_bias true: titan's decoder has no biases");
+  json act = good;
+  act["hidden_act"] = "gelu";
+  EXPECT_EQ(Error(act), "c.json: hidden_act \"gelu\": titan's decoder supports only \"silu\"");
+  json sliding = good;
+  sliding["use_sliding_window"] = true;
+  sliding["sliding_window"] = 4096;
+  sliding["max_window_layers"] = 2;
+  EXPECT_EQ(Error(sliding),
+            "c.json: use_sliding_window true: titan's decoder has only full attention");
+  sliding["max_window_layers"] = 28;  // every layer below it attends fully: nothing slides
+  EXPECT_TRUE(ModelInfoFromHfConfig(sliding, "c.json").ok());
+  sliding["layer_types"] = {"full_attention", "sliding_attention", "full_attention",
+                            "full_attention"};
+  EXPECT_THAT(Error(sliding), HasSubstr("c.json: layer_types: \"sliding_attention\""));
+  json rope = good;
+  rope["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  EXPECT_EQ(Error(rope),
+            "c.json: rope_scaling: rope_type \"dynamic\": titan supports \"default\", "
+            "\"llama3\" and \"yarn\"");
+  json partial = good;
+  partial["rope_parameters"] = {{"rope_type", "default"}, {"partial_rotary_factor", 0.5}};
+  partial.erase("rope_scaling");
+  EXPECT_THAT(Error(partial), HasSubstr("c.json: rope_parameters: partial_rotary_factor 0.5"));
+  json type = good;
+  type["model_type"] = "mistral";
+  EXPECT_EQ(Error(type),
+            "c.json: model_type \"mistral\" is not supported; known: \"llama\" "
+            "(llama3), \"qwen3\" (qwen3)");
+  json missing = good;
+  missing.erase("hidden_size");
+  EXPECT_EQ(Error(missing), "c.json: missing key \"hidden_size\"");
+  json wrong_type = good;
+  wrong_type["num_hidden_layers"] = "two";
+  EXPECT_THAT(Error(wrong_type), HasSubstr("num_hidden_layers: unexpected string"));
+  json heads = good;
+  heads["num_key_value_heads"] = 5;
+  EXPECT_THAT(Error(heads), HasSubstr("c.json: inconsistent model args"));
+  EXPECT_EQ(Error(json::array()), "c.json: expected a JSON object");
+}
+
+}  // namespace
+}  // namespace titan
