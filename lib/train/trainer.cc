@@ -154,7 +154,9 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
   }
   // Every rank reads equally many tokens, so unmasked counts need no communication.
   double global_counted = static_cast<double>(counted) * setup_.dp_size;
-  if (labels_masked) TITAN_ASSIGN_OR_RETURN(global_counted, SumOverDp(counted));
+  if (labels_masked) {
+    TITAN_ASSIGN_OR_RETURN(global_counted, SumOverDp(static_cast<double>(counted)));
+  }
   // Data parallelism averages gradients over ranks: each rank scales its summed loss by
   // dp_size / global_counted so the average is the gradient of the global mean.
   const double per_rank_counted = global_counted / setup_.dp_size;

@@ -179,7 +179,8 @@ class TitanTrainTest(unittest.TestCase):
                          "--model.tokenizer_path=assets/default_tokenizer",
                          "--training.dataset_path=assets/default_corpus/train.jsonl",
                          "--training.seq_len=128", "--training.local_batch_size=2",
-                         "--training.steps=3", config="configs/llama3_8b.toml")
+                         "--training.steps=3", "--metrics.log_freq=1",
+                         config="configs/llama3_8b.toml")
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3])
         with open(os.path.join(dump, "config.toml")) as f:
             effective = f.read()
