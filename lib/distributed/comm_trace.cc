@@ -31,14 +31,24 @@ class CommEvent {
  public:
   bool query() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return work_ ? work_->isCompleted() : completed_;
+    if (work_) return work_->isCompleted();
+    return done_ ? done_->query() : completed_;
   }
 
   void Start(uint64_t ticket, c10::intrusive_ptr<c10d::Work> work) {
     std::lock_guard<std::mutex> lock(mutex_);
     ticket_ = ticket;
     work_ = std::move(work);
+    done_.reset();
     completed_ = false;
+  }
+
+  // Completion is `done` from now on; the Work (and its tensors) is let go.
+  void FinishOn(uint64_t ticket, c10::Event done) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ticket_ != ticket || !work_) return;
+    work_.reset();
+    done_.emplace(std::move(done));
   }
 
   // Drops the Work (and the tensors it holds) unless the slot was reused meanwhile.
@@ -53,6 +63,7 @@ class CommEvent {
   std::mutex mutex_;
   uint64_t ticket_ = 0;
   c10::intrusive_ptr<c10d::Work> work_;
+  std::optional<c10::Event> done_;
   bool completed_ = false;
 };
 
@@ -199,6 +210,12 @@ void CommTrace::Retire(TraceGroup* group, const TraceId& id, bool ok) {
   recorder_->recorder.retire_id(id.id, id.epoch, /*compute_duration=*/false);
   events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket);
   if (ok && group != nullptr) group->status->lastCompletedSeq = static_cast<int64_t>(group->op_seq);
+}
+
+void CommTrace::CompleteOn(const TraceId& id, c10::Event done) {
+  if (!enabled() || !id.id) return;
+  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].FinishOn(id.ticket,
+                                                                           std::move(done));
 }
 
 absl::Status CommTrace::Dump(absl::string_view reason) {

@@ -2,6 +2,7 @@
 #define TITAN_LIB_DISTRIBUTED_COMM_TRACE_H_
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
 
 #include <atomic>
 #include <cstdint>
@@ -77,6 +78,9 @@ class CommTrace {
   // After the operation's Work was waited for (well or not); `ok` moves the group's completed
   // sequence number.
   void Retire(TraceGroup* group, const TraceId& id, bool ok);
+  // For device-side waits: the operation is done once `done` is; dumps query it. The entry stays
+  // open (not retired), as c10d leaves an NCCL operation until its watchdog sees the end event.
+  void CompleteOn(const TraceId& id, c10::Event done);
 
   // Writes this rank's dump now.
   absl::Status Dump(absl::string_view reason);
