@@ -112,6 +112,7 @@ class BackendCommunicator : public Communicator {
         backend_name_(std::move(backend_name)),
         timeout_(timeout) {}
 
+  const c10::intrusive_ptr<c10d::Backend>& backend() const { return backend_; }
   const std::string& name() const override { return state().name(); }
   int rank() const override { return state().rank(); }
   int size() const override { return state().size(); }
@@ -280,6 +281,11 @@ absl::StatusOr<int> GroupRankOf(const std::string& name, const std::vector<int>&
                                                    ") does not include this rank ", job_rank));
   }
   return static_cast<int>(self - global_ranks.begin());
+}
+
+c10::intrusive_ptr<c10d::Backend> BackendOf(const Communicator& communicator) {
+  const auto* wrapped = dynamic_cast<const BackendCommunicator*>(&communicator);
+  return wrapped != nullptr ? wrapped->backend() : c10::intrusive_ptr<c10d::Backend>();
 }
 
 std::unique_ptr<Communicator> MakeBackendCommunicator(std::shared_ptr<GroupState> group,

@@ -31,6 +31,9 @@ std::unique_ptr<Communicator> MakeBackendCommunicator(std::shared_ptr<GroupState
                                                       c10::Device device, absl::Duration timeout,
                                                       std::shared_ptr<CommTrace> trace);
 
+// The c10d backend under a communicator that MakeBackendCommunicator made; null for any other.
+c10::intrusive_ptr<c10d::Backend> BackendOf(const Communicator& communicator);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_DISTRIBUTED_BACKEND_COMMUNICATOR_H_

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <mutex>
 #include <tuple>
 #include <utility>
 
@@ -102,6 +104,41 @@ void OnDumpSignal(int) {
   if (fd >= 0) (void)!write(fd, "s", 1);
 }
 
+// c10d's process groups keep flight recorders of their own, each sized by TORCH_FR_BUFFER_SIZE
+// when first used. ProcessGroupGloo's would record every Gloo operation a second time, under
+// "gloo:" names that torch 2.11's fr_trace rejects: it is created now, while the size reads 0.
+// ProcessGroupNCCL's keeps one entry when tracing, because c10d's watchdog dumps on a timeout only
+// when it records; that dump then reaches the writer RegisterWithC10d installs.
+void ConfigureC10dRecorders(bool tracing) {
+  static std::once_flag once;
+  std::call_once(once, [tracing] {
+    if (const char* user = std::getenv("TORCH_FR_BUFFER_SIZE")) {
+      LOG(WARNING) << "TORCH_FR_BUFFER_SIZE=" << user << " is ignored: [comm] trace_buf_size sizes "
+                   << "titan's collective recorder";
+    }
+    setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
+    (void)c10d::dump_fr_trace_json(/*includeCollectives=*/false, /*onlyActive=*/false);
+    setenv("TORCH_FR_BUFFER_SIZE", tracing ? "1" : "0", 1);
+  });
+}
+
+// c10d's dump hook: it hands over its NCCL recorder's pickle; this writes titan's, which holds the
+// same NCCL operations and the Gloo ones too.
+class C10dDumpWriter : public c10d::DebugInfoWriter {
+ public:
+  C10dDumpWriter(std::weak_ptr<CommTrace> trace, const std::string& prefix, int rank)
+      : c10d::DebugInfoWriter(prefix, rank), trace_(std::move(trace)) {}
+
+  void write(const std::string& /*c10d_trace*/) override {
+    if (std::shared_ptr<CommTrace> trace = trace_.lock()) {
+      trace->DumpAllRanks("c10d's NCCL watchdog dumped (a collective timed out)");
+    }
+  }
+
+ private:
+  const std::weak_ptr<CommTrace> trace_;
+};
+
 }  // namespace
 
 class CommTrace::Recorder {
@@ -123,6 +160,7 @@ absl::StatusOr<std::shared_ptr<CommTrace>> CommTrace::Create(CommTraceOptions op
         absl::StrCat("comm trace: buffer size must be >= 0, got ", options.buffer_size));
   }
   std::shared_ptr<CommTrace> trace(new CommTrace(std::move(options)));
+  ConfigureC10dRecorders(trace->enabled());
   if (!trace->enabled()) return trace;
   const CommTraceOptions& o = trace->options_;
   trace->recorder_ = std::make_unique<Recorder>(static_cast<size_t>(o.buffer_size));
@@ -210,6 +248,20 @@ void CommTrace::Retire(TraceGroup* group, const TraceId& id, bool ok) {
   recorder_->recorder.retire_id(id.id, id.epoch, /*compute_duration=*/false);
   events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket);
   if (ok && group != nullptr) group->status->lastCompletedSeq = static_cast<int64_t>(group->op_seq);
+}
+
+void CommTrace::RegisterWithC10d() {
+  if (!enabled()) return;
+  static std::once_flag once;
+  std::call_once(once, [this] {
+    try {
+      c10d::DebugInfoWriter::registerWriter(std::make_unique<C10dDumpWriter>(
+          weak_from_this(), absl::StrCat(options_.folder, "/", options_.file_prefix),
+          options_.rank));
+    } catch (const std::exception& e) {
+      LOG(ERROR) << "comm trace: c10d's dumps will not reach titan's trace: " << Reason(e);
+    }
+  });
 }
 
 void CommTrace::CompleteOn(const TraceId& id, c10::Event done) {

@@ -52,8 +52,9 @@ struct TraceId {
 // backend, so one ring buffer per rank holds Gloo and NCCL operations alike. Dumps are c10d's
 // pickle, read by `python -m torch.distributed.flight_recorder.fr_trace <folder>`. A rank dumps
 // when one of its operations fails (and asks every other rank to dump too, through the store), on
-// SIGUSR1, and when c10d's NCCL watchdog dumps (see RegisterWithC10d).
-class CommTrace {
+// SIGUSR1, and when c10d's NCCL watchdog dumps (see RegisterWithC10d). Creating one also switches
+// off the recorder c10d's ProcessGroupGloo keeps of its own (see comm_trace.cc).
+class CommTrace : public std::enable_shared_from_this<CommTrace> {
  public:
   static absl::StatusOr<std::shared_ptr<CommTrace>> Create(CommTraceOptions options);
   ~CommTrace();
@@ -81,6 +82,10 @@ class CommTrace {
   // For device-side waits: the operation is done once `done` is; dumps query it. The entry stays
   // open (not retired), as c10d leaves an NCCL operation until its watchdog sees the end event.
   void CompleteOn(const TraceId& id, c10::Event done);
+
+  // Makes c10d's own dumps (ProcessGroupNCCL's watchdog writes one when a collective times out)
+  // write this trace instead, and ask the other ranks for theirs. Once per process.
+  void RegisterWithC10d();
 
   // Writes this rank's dump now.
   absl::Status Dump(absl::string_view reason);
