@@ -76,7 +76,7 @@ class BackendWork : public Work {
       status_ = shared_->state->Failure(op_, seq_, start_, reason);
       return status_;
     }
-    if (trace == nullptr) return status_;
+    if (trace == nullptr || !trace->enabled()) return status_;
     if (shared_->device.is_cpu()) {
       trace->Retire(shared_->trace_group.get(), trace_id_, true);
     } else {

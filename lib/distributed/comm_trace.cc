@@ -96,6 +96,7 @@ constexpr char kNoDescription[] = "undefined";
 // A dump request reaches every rank within this; one store check per rank per interval.
 constexpr absl::Duration kWatchInterval = absl::Milliseconds(500);
 constexpr char kRequestKey[] = "request";
+constexpr char kDumpedCountKey[] = "dumped_count";
 
 std::atomic<int> g_signal_pipe{-1};
 
@@ -119,6 +120,8 @@ void ConfigureC10dRecorders(bool tracing) {
     setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
     (void)c10d::dump_fr_trace_json(/*includeCollectives=*/false, /*onlyActive=*/false);
     setenv("TORCH_FR_BUFFER_SIZE", tracing ? "1" : "0", 1);
+    // As torchtitan: a recorded job dumps when the watchdog sees a timeout (unless told otherwise).
+    if (tracing) setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", /*overwrite=*/0);
   });
 }
 
@@ -303,16 +306,16 @@ void CommTrace::DumpAllRanks(absl::string_view reason) {
     MarkDumped();
     const std::string request = absl::StrCat("rank ", options_.rank, ": ", reason);
     store_->set(kRequestKey, std::vector<uint8_t>(request.begin(), request.end()));
+    // One counter to poll, not a key per rank: every rank of a big job may be waiting at once.
     const absl::Time deadline = absl::Now() + options_.peer_dump_wait;
-    std::vector<int> missing;
-    do {
-      missing.clear();
+    while (store_->add(kDumpedCountKey, 0) < options_.world_size && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (store_->add(kDumpedCountKey, 0) < options_.world_size) {
+      std::vector<int> missing;
       for (int rank = 0; rank < options_.world_size; ++rank) {
         if (!store_->check({absl::StrCat("dumped/", rank)})) missing.push_back(rank);
       }
-      if (!missing.empty()) absl::SleepFor(absl::Milliseconds(50));
-    } while (!missing.empty() && absl::Now() < deadline);
-    if (!missing.empty()) {
       LOG(ERROR) << "comm trace: no dump from ranks " << absl::StrJoin(missing, ", ") << " within "
                  << options_.peer_dump_wait;
     }
@@ -330,8 +333,10 @@ bool CommTrace::PeerRequestPending() {
 }
 
 void CommTrace::MarkDumped() {
+  if (marked_dumped_.exchange(true)) return;
   const std::string rank = absl::StrCat(options_.rank);
   store_->set(absl::StrCat("dumped/", rank), std::vector<uint8_t>(rank.begin(), rank.end()));
+  store_->add(kDumpedCountKey, 1);
 }
 
 void CommTrace::Watch() {

@@ -100,6 +100,7 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   // Answers SIGUSR1 and other ranks' dump requests until destruction.
   void Watch();
   bool PeerRequestPending();
+  // Tells the store this rank has dumped (once per process).
   void MarkDumped();
 
   const CommTraceOptions options_;
@@ -110,6 +111,7 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   uint64_t next_ticket_ = 0;
   size_t next_group_id_ = 0;
   std::atomic<bool> answered_request_{false};
+  std::atomic<bool> marked_dumped_{false};
   std::atomic<bool> stop_{false};
   int wake_pipe_[2] = {-1, -1};
   std::thread watcher_;
