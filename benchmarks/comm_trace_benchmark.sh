@@ -38,4 +38,4 @@ for size, runs in medians.items():
 off, on = statistics.median(medians[0]), statistics.median(medians[20000])
 print(f"recording costs {on - off:+.1f} ms per step ({100 * (on - off) / off:+.1f}%)")
 PY
-bazel-bin/benchmarks/comm_trace_record_benchmark 2>/dev/null
+bazel-bin/benchmarks/comm_trace_record_benchmark "$out/dump" 2>/dev/null

@@ -33,8 +33,9 @@ struct CommTraceOptions {
   int world_size = 1;
   // Where ranks ask each other to dump; null: this rank only.
   c10::intrusive_ptr<c10d::Store> store;
-  // How long a rank that hit a failure waits for the other ranks' dumps.
-  absl::Duration peer_dump_wait = absl::Seconds(10);
+  // How long a rank that hit a failure waits for the other ranks' dumps (a full default ring takes
+  // ~0.25 s to write; a dead rank never answers, so this delays its peers' exit).
+  absl::Duration peer_dump_wait = absl::Seconds(5);
 };
 
 class CommEvent;
