@@ -35,7 +35,12 @@ medians = {size: [statistics.median(step_ms(size, r)) for r in range(1, rounds +
 for size, runs in medians.items():
     print(f"trace_buf_size={size:5d}: median step {statistics.median(runs):7.1f} ms "
           f"(per run: {', '.join(f'{m:.1f}' for m in runs)})")
-off, on = statistics.median(medians[0]), statistics.median(medians[20000])
-print(f"recording costs {on - off:+.1f} ms per step ({100 * (on - off) / off:+.1f}%)")
+# Each round's two runs ran next to each other: their difference is the least disturbed by load
+# that comes and goes.
+paired = [on - off for off, on in zip(medians[0], medians[20000])]
+off = statistics.median(medians[0])
+print(f"recording costs {statistics.median(paired):+.1f} ms per step, median of the {rounds} "
+      f"rounds' differences ({100 * statistics.median(paired) / off:+.1f}%; per round: "
+      f"{', '.join(f'{d:+.1f}' for d in paired)})")
 PY
 bazel-bin/benchmarks/comm_trace_record_benchmark "$out/dump" 2>/dev/null
