@@ -1,12 +1,13 @@
 // Benchmark (not a test): what recording one collective costs the thread that issues it: CommTrace
 // Record + Retire of a one-tensor all_reduce, ring of 20000 entries (the default), against a
-// disabled trace (trace_buf_size 0); and, given a folder, how long writing a full ring's dump takes.
+// disabled trace (trace_buf_size 0); and, given a folder, how long writing a full ring's dump
+// takes.
+#include <ATen/ATen.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
-
-#include <ATen/ATen.h>
 
 #include "lib/distributed/comm_trace.h"
 
@@ -35,8 +36,8 @@ double NanosecondsPerOperation(int buffer_size, int operations, const std::strin
   if (!dump_folder.empty()) {
     const auto dump_start = std::chrono::steady_clock::now();
     const absl::Status dumped = trace->Dump("benchmark");
-    const std::chrono::duration<double, std::milli> dump = std::chrono::steady_clock::now() -
-                                                           dump_start;
+    const std::chrono::duration<double, std::milli> dump =
+        std::chrono::steady_clock::now() - dump_start;
     std::printf("dump of %d entries: %.0f ms (%s)\n", buffer_size, dump.count(),
                 dumped.ok() ? trace->DumpPath().c_str() : std::string(dumped.message()).c_str());
   }
@@ -46,7 +47,7 @@ double NanosecondsPerOperation(int buffer_size, int operations, const std::strin
 }  // namespace
 
 int main(int argc, char** argv) {
-  constexpr int kOperations = 200000;  // Wraps the default ring ten times.
+  constexpr int kOperations = 200000;                    // Wraps the default ring ten times.
   NanosecondsPerOperation(20000, kOperations / 10, "");  // Warm-up.
   const double off = NanosecondsPerOperation(0, kOperations, "");
   const double on = NanosecondsPerOperation(20000, kOperations, argc > 1 ? argv[1] : "");

@@ -57,7 +57,8 @@ class BackendWork : public Work {
         start_(absl::Now()) {}
 
   ~BackendWork() override {
-    if (!waited_ && shared_->trace) shared_->trace->Retire(shared_->trace_group.get(), trace_id_, false);
+    if (!waited_ && shared_->trace)
+      shared_->trace->Retire(shared_->trace_group.get(), trace_id_, false);
   }
 
   absl::Status Wait() override {
@@ -225,8 +226,7 @@ class BackendCommunicator : public Communicator {
   template <typename Issue>
   absl::StatusOr<std::unique_ptr<Work>> Start(const char* op, const std::string& traced, bool p2p,
                                               const std::vector<at::Tensor>& inputs,
-                                              const std::vector<at::Tensor>& outputs,
-                                              Issue issue) {
+                                              const std::vector<at::Tensor>& outputs, Issue issue) {
     const uint64_t seq = ++seq_;
     const absl::Time start = absl::Now();
     try {
@@ -237,7 +237,8 @@ class BackendCommunicator : public Communicator {
         id = shared_->trace->Record(shared_->trace_group.get(), traced, p2p, inputs, outputs, work,
                                     timeout_);
       }
-      return std::unique_ptr<Work>(new BackendWork(shared_, std::move(work), op, seq, id, timeout_));
+      return std::unique_ptr<Work>(
+          new BackendWork(shared_, std::move(work), op, seq, id, timeout_));
     } catch (const std::exception& e) {
       return shared_->state->Failure(op, seq, start, Reason(e));
     }
@@ -247,10 +248,9 @@ class BackendCommunicator : public Communicator {
     TITAN_RETURN_IF_ERROR(CheckCollectiveTensor(state(), op, what, tensor, shared_->device.type(),
                                                 backend_name_.c_str()));
     if (shared_->device.has_index() && tensor.device() != shared_->device) {
-      return absl::InvalidArgumentError(absl::StrCat(op, " on group \"", name(), "\": ", what,
-                                                     " is on ", tensor.device().str(),
-                                                     ", the communicator on ",
-                                                     shared_->device.str()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, " on group \"", name(), "\": ", what, " is on ", tensor.device().str(),
+                       ", the communicator on ", shared_->device.str()));
     }
     return absl::OkStatus();
   }

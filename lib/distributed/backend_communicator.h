@@ -22,9 +22,9 @@ absl::StatusOr<int> GroupRankOf(const std::string& name, const std::vector<int>&
 
 // A Communicator over one c10d backend (ProcessGroupGloo, ProcessGroupNCCL) of `group`: c10d runs
 // the operations; this checks arguments, marks progress (so failures name the ranks that never
-// arrived), records every operation in `trace` (may be null) and, when a Wait fails, asks every rank
-// to dump its trace. Tensors must be on `device` (CPU, or one CUDA device). Wait() returns when c10d's
-// wait does: host-side completion for Gloo, a stream dependency for NCCL.
+// arrived), records every operation in `trace` (may be null) and, when a Wait fails, asks every
+// rank to dump its trace. Tensors must be on `device` (CPU, or one CUDA device). Wait() returns
+// when c10d's wait does: host-side completion for Gloo, a stream dependency for NCCL.
 std::unique_ptr<Communicator> MakeBackendCommunicator(std::shared_ptr<GroupState> group,
                                                       c10::intrusive_ptr<c10d::Backend> backend,
                                                       const std::string& backend_name,

@@ -10,13 +10,12 @@
 #include <exception>
 #include <filesystem>
 #include <mutex>
-#include <tuple>
-#include <utility>
-
 #include <torch/csrc/distributed/c10d/FlightRecorder.hpp>
 #include <torch/csrc/distributed/c10d/FlightRecorderDetail.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/logger.hpp>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -214,8 +213,8 @@ std::shared_ptr<TraceGroup> CommTrace::AddGroup(const std::string& name,
     std::lock_guard<std::mutex> lock(record_mutex_);
     group->pg_id = next_group_id_++;
   }
-  recorder_->recorder.record_pg_ranks(group->pg_name,
-                                      std::vector<uint64_t>(global_ranks.begin(), global_ranks.end()));
+  recorder_->recorder.record_pg_ranks(
+      group->pg_name, std::vector<uint64_t>(global_ranks.begin(), global_ranks.end()));
   recorder_->recorder.record_accelerator_version(backend);
   return group;
 }
@@ -270,7 +269,7 @@ void CommTrace::RegisterWithC10d() {
 void CommTrace::CompleteOn(const TraceId& id, c10::Event done) {
   if (!enabled() || !id.id) return;
   events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].FinishOn(id.ticket,
-                                                                           std::move(done));
+                                                                            std::move(done));
 }
 
 absl::Status CommTrace::Dump(absl::string_view reason) {

@@ -69,7 +69,8 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
 
   // A process group as dumps name it: `name` unique in the job, `backend` for the dump's library
   // version field. Null when disabled.
-  std::shared_ptr<TraceGroup> AddGroup(const std::string& name, const std::vector<int>& global_ranks,
+  std::shared_ptr<TraceGroup> AddGroup(const std::string& name,
+                                       const std::vector<int>& global_ranks,
                                        const std::string& backend);
   // Records `op` (the analyzer's names: "all_reduce", "send 0->1", ...) as issued on `group` with
   // `work` running it. `p2p` operations count in the group's p2p sequence, others in its

@@ -65,8 +65,8 @@ absl::StatusOr<RankDump> ReadDump(const std::string& path) {
   TITAN_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
   RankDump dump;
   try {
-    const c10::impl::GenericDict root = torch::jit::unpickle(bytes.data(), bytes.size())
-                                            .toGenericDict();
+    const c10::impl::GenericDict root =
+        torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
     for (const auto& item : root.at("pg_config").toGenericDict()) {
       const c10::impl::GenericDict group = item.value().toGenericDict();
       TITAN_ASSIGN_OR_RETURN(dump.group_ranks[item.key().toStringRef()],
@@ -166,9 +166,8 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
       const std::string detail = Disagreement(issued);
       if (missing.empty() && detail.empty()) continue;
       const Entry& entry = *issued.begin()->second;
-      verdict.mismatches.push_back(CollectiveMismatch{name, members, seq, entry.op,
-                                                      entry.input_sizes, entry.state, missing,
-                                                      detail});
+      verdict.mismatches.push_back(CollectiveMismatch{
+          name, members, seq, entry.op, entry.input_sizes, entry.state, missing, detail});
       break;
     }
   }
@@ -185,8 +184,8 @@ std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
   }
   for (const CollectiveMismatch& m : verdict.mismatches) {
     absl::StrAppend(&text, "group ", m.group, " (ranks ", absl::StrJoin(m.group_ranks, ","),
-                    "): collective #", m.collective_seq, " ", m.op, " (input sizes ",
-                    m.input_sizes, ", ", m.state, ")");
+                    "): collective #", m.collective_seq, " ", m.op, " (input sizes ", m.input_sizes,
+                    ", ", m.state, ")");
     if (!m.missing_ranks.empty()) {
       absl::StrAppend(&text, " never issued by ranks ", absl::StrJoin(m.missing_ranks, ","));
     }

@@ -12,18 +12,18 @@ namespace titan {
 // The first collective of one process group that its members did not all issue alike.
 struct CollectiveMismatch {
   std::string group;
-  std::vector<int> group_ranks;  // Job ranks.
-  int64_t collective_seq = 0;    // The group's collective sequence number (from 1).
-  std::string op;                // As recorded, e.g. "nccl:all_reduce".
-  std::string input_sizes;       // Where issued, e.g. "[[16]]".
-  std::string state;             // Where issued: scheduled, started or completed.
+  std::vector<int> group_ranks;    // Job ranks.
+  int64_t collective_seq = 0;      // The group's collective sequence number (from 1).
+  std::string op;                  // As recorded, e.g. "nccl:all_reduce".
+  std::string input_sizes;         // Where issued, e.g. "[[16]]".
+  std::string state;               // Where issued: scheduled, started or completed.
   std::vector<int> missing_ranks;  // Members whose dump lacks it.
   std::string detail;              // How the members that issued it disagree, if they do.
 };
 
 struct CommTraceVerdict {
-  std::vector<int> ranks;          // Whose dumps were read.
-  std::vector<int> missing_dumps;  // Members of a recorded group without a dump.
+  std::vector<int> ranks;                      // Whose dumps were read.
+  std::vector<int> missing_dumps;              // Members of a recorded group without a dump.
   std::vector<CollectiveMismatch> mismatches;  // At most one per group.
 };
 

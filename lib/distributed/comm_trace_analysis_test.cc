@@ -51,13 +51,20 @@ TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
   std::filesystem::remove_all(folder);
   // Rank 2 never issues the world's third all_reduce; rank 1 broadcasts 8 elements where rank 0
   // broadcasts 4.
-  WriteDump(folder, 0, {{"world", "all_reduce", 16}, {"pair", "broadcast", 4},
-                        {"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
-  WriteDump(folder, 1, {{"world", "all_reduce", 16}, {"pair", "broadcast", 8},
-                        {"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
+  WriteDump(folder, 0,
+            {{"world", "all_reduce", 16},
+             {"pair", "broadcast", 4},
+             {"world", "all_reduce", 16},
+             {"world", "all_reduce", 16}});
+  WriteDump(folder, 1,
+            {{"world", "all_reduce", 16},
+             {"pair", "broadcast", 8},
+             {"world", "all_reduce", 16},
+             {"world", "all_reduce", 16}});
   WriteDump(folder, 2, {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
-  WriteDump(folder, 3, {{"world", "all_reduce", 16}, {"world", "all_reduce", 16},
-                        {"world", "all_reduce", 16}});
+  WriteDump(
+      folder, 3,
+      {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
   absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
   ASSERT_TRUE(verdict.ok()) << verdict.status();
   EXPECT_THAT(verdict->ranks, ElementsAre(0, 1, 2, 3));

@@ -2,11 +2,11 @@
 
 #include <ATen/ATen.h>
 #include <signal.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <filesystem>
 #include <string>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
-#include <torch/csrc/jit/serialization/pickle.h>
 #include <vector>
 
 #include "absl/strings/str_cat.h"

@@ -12,15 +12,15 @@
 // gloo:: symbol of its own.
 #include "lib/distributed/gloo_communicator.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <exception>
-#include <utility>
-
-#include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -62,8 +62,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
     // Operation #0 is joining the group.
     group->MarkArrived(0);
     c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> options =
-        c10d::ProcessGroupGloo::Options::create(std::chrono::milliseconds(
-            std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
+        c10d::ProcessGroupGloo::Options::create(
+            std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));
     options->devices.push_back(CreateDevice(env));
     options->group_name = name;
     options->global_ranks_in_group.assign(global_ranks.begin(), global_ranks.end());

@@ -109,10 +109,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     // Connect (or split) now, all members together, rather than at the first operation.
     backend->eagerConnectSingleDevice(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
     if (trace) trace->RegisterWithC10d();
-    return MakeBackendCommunicator(std::move(group), std::move(backend), "nccl",
-                                   c10::Device(c10::DeviceType::CUDA,
-                                               static_cast<c10::DeviceIndex>(device)),
-                                   timeout, std::move(trace));
+    return MakeBackendCommunicator(
+        std::move(group), std::move(backend), "nccl",
+        c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device)), timeout,
+        std::move(trace));
   } catch (const std::exception& e) {
     if (trace) trace->DumpAllRanks(absl::StrCat("joining group \"", name, "\": ", Reason(e)));
     return group->Failure("create_group", 0, start, Reason(e));

@@ -15,13 +15,13 @@ namespace titan {
 
 // A GPU communicator on c10d's ProcessGroupNCCL (PyTorch's "nccl" backend): its own CUDA stream per
 // device, Work::Wait() as a stream dependency (the host does not block), and its watchdog thread
-// enforcing `timeout` (TORCH_NCCL_* variables tune it; see the README). Tensors must be CUDA tensors
-// on `device`. Every member of `global_ranks` calls this with the same `name`. With `split_from`
-// (another NCCL communicator of this process whose group holds every rank, e.g. the world's) the
-// NCCL communicator is split from its one (ncclCommSplit: a collective call over split_from's
-// ranks, each calling with its own group); without, it connects through the store. Either way the
-// connection is made now, not at the first operation. Compiled and linked here, but it has not run
-// on a GPU yet.
+// enforcing `timeout` (TORCH_NCCL_* variables tune it; see the README). Tensors must be CUDA
+// tensors on `device`. Every member of `global_ranks` calls this with the same `name`. With
+// `split_from` (another NCCL communicator of this process whose group holds every rank, e.g. the
+// world's) the NCCL communicator is split from its one (ncclCommSplit: a collective call over
+// split_from's ranks, each calling with its own group); without, it connects through the store.
+// Either way the connection is made now, not at the first operation. Compiled and linked here, but
+// it has not run on a GPU yet.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     std::shared_ptr<Rendezvous> rendezvous, const std::string& name, std::vector<int> global_ranks,
     int device, absl::Duration timeout, std::shared_ptr<CommTrace> trace = nullptr,

@@ -1,16 +1,16 @@
-// A titan_train stand-in for the flight-recorder test: one rank of a data-parallel job, set up as the
-// trainer sets it up (job config, DistributedRuntime: c10d Gloo groups and the comm trace), that runs
-// HANG_OPS rounds of collectives (world all_reduce, dp_shard all_gather, world broadcast), switches
-// to [comm] train_timeout_seconds, and all-reduces over the world once more; rank HANG_RANK first
-// sleeps HANG_SECONDS. With --nproc_per_node it launches itself, as titan_train does.
+// A titan_train stand-in for the flight-recorder test: one rank of a data-parallel job, set up as
+// the trainer sets it up (job config, DistributedRuntime: c10d Gloo groups and the comm trace),
+// that runs HANG_OPS rounds of collectives (world all_reduce, dp_shard all_gather, world
+// broadcast), switches to [comm] train_timeout_seconds, and all-reduces over the world once more;
+// rank HANG_RANK first sleeps HANG_SECONDS. With --nproc_per_node it launches itself, as
+// titan_train does.
+#include <ATen/ATen.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
-
-#include <ATen/ATen.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
@@ -53,9 +53,11 @@ absl::Status Run(int argc, char** argv) {
     if (absl::Status s = titan::Await(world.Broadcast(tensor, 0)); !s.ok()) return s;
   }
   runtime->SetTimeout(absl::Seconds(config->comm().train_timeout_seconds()));
-  if (env->rank == EnvInt("HANG_RANK", -1)) absl::SleepFor(absl::Seconds(EnvInt("HANG_SECONDS", 0)));
+  if (env->rank == EnvInt("HANG_RANK", -1))
+    absl::SleepFor(absl::Seconds(EnvInt("HANG_SECONDS", 0)));
   at::Tensor last = at::ones({16});
-  if (absl::Status s = titan::Await(world.AllReduce(last, titan::ReduceOp::kSum)); !s.ok()) return s;
+  if (absl::Status s = titan::Await(world.AllReduce(last, titan::ReduceOp::kSum)); !s.ok())
+    return s;
   return runtime->Barrier();
 }
 

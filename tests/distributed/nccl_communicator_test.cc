@@ -93,8 +93,8 @@ TEST(NcclCommunicatorTest, SplitGroupAndTrace) {
   absl::StatusOr<std::unique_ptr<Communicator>> world =
       CreateNcclCommunicator(rendezvous, "world", {0}, 0, absl::Seconds(30), *trace);
   ASSERT_TRUE(world.ok()) << world.status();
-  absl::StatusOr<std::unique_ptr<Communicator>> sub = CreateNcclCommunicator(
-      rendezvous, "dp/0", {0}, 0, absl::Seconds(30), *trace, world->get());
+  absl::StatusOr<std::unique_ptr<Communicator>> sub =
+      CreateNcclCommunicator(rendezvous, "dp/0", {0}, 0, absl::Seconds(30), *trace, world->get());
   ASSERT_TRUE(sub.ok()) << sub.status();
   at::Tensor x = at::ones({1024}, at::TensorOptions().device(at::kCUDA, 0));
   ASSERT_TRUE(Await((*sub)->AllReduce(x, ReduceOp::kSum)).ok());
