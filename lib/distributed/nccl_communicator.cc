@@ -2,8 +2,6 @@
 // version macros), and only exported c10d functions and Backend/Work virtuals are called.
 #include "lib/distributed/nccl_communicator.h"
 
-#include <ATen/cuda/CUDAContext.h>
-
 #include <algorithm>
 #include <chrono>
 #include <exception>
