@@ -32,5 +32,13 @@ cc_library(
     deps = [":torch"],
 )
 
+# nccl.h from the torch wheel's nvidia-nccl package, for c10d's ProcessGroupNCCL.hpp; nothing to
+# link: LibTorch's CUDA half loads its own libnccl.
+cc_library(
+    name = "nccl_headers",
+    hdrs = glob(["nccl/include/**/*.h"]),
+    includes = ["nccl/include"],
+)
+
 # The Python of the test environment (reference packages: transformers, tokenizers, tiktoken).
 exports_files(["python3"])

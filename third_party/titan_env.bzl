@@ -22,6 +22,10 @@ def _titan_env_impl(rctx):
         if entry.basename != "google":
             rctx.symlink(entry, "include/" + entry.basename)
     rctx.symlink(torch_dir + "/lib", "lib")
+    # The NCCL headers LibTorch was built against (ProcessGroupNCCL.hpp's layout depends on them).
+    nccl_include = torch_dir + "/../nvidia/nccl/include"
+    if rctx.path(nccl_include).exists:
+        rctx.symlink(nccl_include, "nccl/include")
     # A wrapper, not a symlink: Python finds its venv (pyvenv.cfg) only from the path it started as.
     python = venv + "/bin/python3"
     if rctx.path(python).exists:

@@ -1,11 +1,8 @@
 #include "lib/config/job_config.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cstdint>
-#include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -14,19 +11,17 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "lib/config/field_value.h"
 #include "lib/util/file_util.h"
 #include "toml++/toml.h"
 
@@ -37,75 +32,6 @@ using ::google::protobuf::Descriptor;
 using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::FieldOptions;
 using ::google::protobuf::Message;
-using ::google::protobuf::Reflection;
-
-// The value types a schema field may have.
-enum class Kind { kInteger, kFloat, kBoolean, kString, kStringList };
-
-Kind KindOf(const FieldDescriptor* field) {
-  if (field->is_repeated()) return Kind::kStringList;
-  switch (field->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      return Kind::kInteger;
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-      return Kind::kFloat;
-    case FieldDescriptor::CPPTYPE_BOOL:
-      return Kind::kBoolean;
-    default:
-      return Kind::kString;
-  }
-}
-
-bool IsSupportedField(const FieldDescriptor* field) {
-  if (field->is_repeated()) return field->cpp_type() == FieldDescriptor::CPPTYPE_STRING;
-  switch (field->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_BOOL:
-    case FieldDescriptor::CPPTYPE_STRING:
-      return true;
-    default:
-      return false;
-  }
-}
-
-const char* TypeName(Kind kind) {
-  switch (kind) {
-    case Kind::kInteger:
-      return "integer";
-    case Kind::kFloat:
-      return "float";
-    case Kind::kBoolean:
-      return "boolean";
-    case Kind::kString:
-      return "string";
-    case Kind::kStringList:
-      return "list of strings";
-  }
-  return "";
-}
-
-std::string Quote(absl::string_view text) { return absl::StrCat("\"", absl::CEscape(text), "\""); }
-
-// Shortest text that reads back as the same double.
-std::string FormatNumber(double value) {
-  char buffer[64];
-  const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
-// A TOML float needs a '.' or an exponent ("inf" and "nan" have neither and need none).
-std::string TomlFloat(double value) {
-  std::string text = FormatNumber(value);
-  if (text.find_first_of(".en") == std::string::npos) text += ".0";
-  return text;
-}
-
-std::string TomlString(const std::string& value) {
-  std::ostringstream out;
-  out << toml::toml_formatter{toml::value<std::string>(value), toml::format_flags::none};
-  return out.str();
-}
 
 // Old names are "section.key"; the schema's own names are these pairs too.
 struct SectionKey {
@@ -183,175 +109,6 @@ class Schema {
   absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;
 };
 
-// absl has no edit distance; names are short, so the plain dynamic-programming table will do.
-size_t EditDistance(absl::string_view a, absl::string_view b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// The candidate closest to `name` when it is close enough to be a likely typo.
-std::optional<std::string> Closest(absl::string_view name,
-                                   const std::vector<std::string>& candidates) {
-  const size_t limit = std::max<size_t>(2, name.size() / 3);
-  std::optional<std::string> best;
-  size_t best_distance = 0;
-  for (const std::string& candidate : candidates) {
-    const size_t distance = EditDistance(name, candidate);
-    if (distance > limit) continue;
-    if (!best || distance < best_distance || (distance == best_distance && candidate < *best)) {
-      best = candidate;
-      best_distance = distance;
-    }
-  }
-  return best;
-}
-
-std::string DidYouMean(const std::optional<std::string>& suggestion, absl::string_view prefix) {
-  if (!suggestion) return "";
-  return absl::StrCat(" (did you mean \"", prefix, *suggestion, "\"?)");
-}
-
-std::string DescribeTomlNode(const toml::node& node) {
-  switch (node.type()) {
-    case toml::node_type::string:
-      return absl::StrCat("string ", Quote(node.as_string()->get()));
-    case toml::node_type::integer:
-      return absl::StrCat("integer ", node.as_integer()->get());
-    case toml::node_type::floating_point:
-      return absl::StrCat("float ", FormatNumber(node.as_floating_point()->get()));
-    case toml::node_type::boolean:
-      return absl::StrCat("boolean ", node.as_boolean()->get() ? "true" : "false");
-    case toml::node_type::array:
-      return "array";
-    case toml::node_type::table:
-      return "table";
-    case toml::node_type::date:
-      return "date";
-    case toml::node_type::time:
-      return "time";
-    case toml::node_type::date_time:
-      return "date-time";
-    default:
-      return "nothing";
-  }
-}
-
-absl::Status TypeError(const FieldDescriptor* field, absl::string_view got) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("expected ", TypeName(KindOf(field)), ", got ", got));
-}
-
-absl::Status SetInteger(int64_t value, absl::string_view got, const FieldDescriptor* field,
-                        Message* section) {
-  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("expected 32-bit integer, got ", got));
-  }
-  section->GetReflection()->SetInt32(section, field, static_cast<int32_t>(value));
-  return absl::OkStatus();
-}
-
-void SetList(const std::vector<std::string>& items, const FieldDescriptor* field,
-             Message* section) {
-  const Reflection* reflection = section->GetReflection();
-  reflection->ClearField(section, field);
-  for (const std::string& item : items) reflection->AddString(section, field, item);
-}
-
-// Errors say what was expected and what was found; the caller says where.
-absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, Message* section) {
-  const Reflection* reflection = section->GetReflection();
-  switch (KindOf(field)) {
-    case Kind::kInteger:
-      if (const auto* value = node.as_integer()) {
-        return SetInteger(value->get(), DescribeTomlNode(node), field, section);
-      }
-      break;
-    case Kind::kFloat:
-      if (const auto* value = node.as_floating_point()) {
-        reflection->SetDouble(section, field, value->get());
-        return absl::OkStatus();
-      }
-      if (const auto* value = node.as_integer()) {
-        reflection->SetDouble(section, field, static_cast<double>(value->get()));
-        return absl::OkStatus();
-      }
-      break;
-    case Kind::kBoolean:
-      if (const auto* value = node.as_boolean()) {
-        reflection->SetBool(section, field, value->get());
-        return absl::OkStatus();
-      }
-      break;
-    case Kind::kString:
-      if (const auto* value = node.as_string()) {
-        reflection->SetString(section, field, value->get());
-        return absl::OkStatus();
-      }
-      break;
-    case Kind::kStringList:
-      if (const toml::array* array = node.as_array()) {
-        std::vector<std::string> items;
-        for (const toml::node& item : *array) {
-          const auto* text = item.as_string();
-          if (text == nullptr) {
-            return absl::InvalidArgumentError(absl::StrCat(
-                "expected list of strings, got array containing ", DescribeTomlNode(item)));
-          }
-          items.push_back(text->get());
-        }
-        SetList(items, field, section);
-        return absl::OkStatus();
-      }
-      break;
-  }
-  return TypeError(field, DescribeTomlNode(node));
-}
-
-absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, Message* section) {
-  const Reflection* reflection = section->GetReflection();
-  switch (KindOf(field)) {
-    case Kind::kInteger: {
-      int64_t value;
-      if (!absl::SimpleAtoi(text, &value)) return TypeError(field, Quote(text));
-      return SetInteger(value, Quote(text), field, section);
-    }
-    case Kind::kFloat: {
-      double value;
-      if (!absl::SimpleAtod(text, &value)) return TypeError(field, Quote(text));
-      reflection->SetDouble(section, field, value);
-      return absl::OkStatus();
-    }
-    case Kind::kBoolean: {
-      bool value;
-      if (!absl::SimpleAtob(text, &value)) return TypeError(field, Quote(text));
-      reflection->SetBool(section, field, value);
-      return absl::OkStatus();
-    }
-    case Kind::kString:
-      reflection->SetString(section, field, text);
-      return absl::OkStatus();
-    case Kind::kStringList: {
-      std::vector<std::string> items;
-      for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-        items.emplace_back(absl::StripAsciiWhitespace(item));
-      }
-      SetList(items, field, section);
-      return absl::OkStatus();
-    }
-  }
-  return TypeError(field, Quote(text));
-}
-
 Message* MutableSection(const KeyRef& ref, JobConfig* config) {
   return config->GetReflection()->MutableMessage(config, ref.section);
 }
@@ -376,9 +133,6 @@ void WarnAboutName(absl::string_view section, absl::string_view key, const KeyRe
                    absl::string_view source, absl::string_view written) {
   if (section != ref.section->name() || key != ref.field->name()) {
     LOG(WARNING) << source << ": " << written << " is an old name; use " << CanonicalName(ref);
-  }
-  if (ref.field->options().GetExtension(titan::ignored)) {
-    LOG(WARNING) << source << ": " << written << " is ignored";
   }
 }
 
@@ -419,10 +173,10 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
       if (absl::Status status = writes.Record(*ref, written); !status.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
       }
-      if (absl::Status status = SetFromToml(node, ref->field, MutableSection(*ref, config));
+      if (absl::Status status =
+              SetFromToml(node, ref->field, MutableSection(*ref, config), written);
           !status.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(source, ": ", written, ": ", status.message()));
+        return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
       }
       WarnAboutName(section, key, *ref, source, written);
     }
@@ -473,7 +227,7 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
     } else {
       const bool next_is_value = i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--");
       bool unused;
-      if (KindOf(ref->field) == Kind::kBoolean) {
+      if (KindOf(ref->field) == FieldKind::kBoolean) {
         value = next_is_value && absl::SimpleAtob(args[i + 1], &unused) ? args[++i] : "true";
       } else if (next_is_value) {
         value = args[++i];
@@ -493,114 +247,12 @@ absl::Status ApplyOverrides(const std::vector<Override>& overrides, JobConfig* c
     if (absl::Status status = writes.Record(*override.ref, override.flag); !status.ok()) {
       return status;
     }
-    if (absl::Status status =
-            SetFromText(override.value, override.ref->field, MutableSection(*override.ref, config));
+    if (absl::Status status = SetFromText(override.value, override.ref->field,
+                                          MutableSection(*override.ref, config), override.flag);
         !status.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(override.flag, ": ", status.message()));
+      return status;
     }
     WarnAboutName(override.section, override.key, *override.ref, "command line", override.flag);
-  }
-  return absl::OkStatus();
-}
-
-// The TOML text of one field's value.
-std::string TomlValue(const Message& section, const FieldDescriptor* field) {
-  const Reflection* reflection = section.GetReflection();
-  switch (KindOf(field)) {
-    case Kind::kInteger:
-      return absl::StrCat(reflection->GetInt32(section, field));
-    case Kind::kFloat:
-      return TomlFloat(reflection->GetDouble(section, field));
-    case Kind::kBoolean:
-      return reflection->GetBool(section, field) ? "true" : "false";
-    case Kind::kString:
-      return TomlString(reflection->GetString(section, field));
-    case Kind::kStringList: {
-      std::vector<std::string> items;
-      for (int i = 0; i < reflection->FieldSize(section, field); ++i) {
-        items.push_back(TomlString(reflection->GetRepeatedString(section, field, i)));
-      }
-      return absl::StrCat("[", absl::StrJoin(items, ", "), "]");
-    }
-  }
-  return "";
-}
-
-std::string QuotedList(const google::protobuf::RepeatedPtrField<std::string>& items) {
-  return absl::StrJoin(items, ", ", [](std::string* out, const std::string& item) {
-    absl::StrAppend(out, Quote(item));
-  });
-}
-
-// "-1 or a value in [0, 1]", ">= 1", ...; empty when the field has no bounds.
-std::string RangeText(const FieldOptions& options) {
-  std::string range;
-  const bool has_min = options.HasExtension(titan::min_value);
-  const bool has_max = options.HasExtension(titan::max_value);
-  if (has_min && has_max) {
-    range = absl::StrCat("a value in [", FormatNumber(options.GetExtension(titan::min_value)), ", ",
-                         FormatNumber(options.GetExtension(titan::max_value)), "]");
-  } else if (has_min) {
-    range = absl::StrCat(">= ", FormatNumber(options.GetExtension(titan::min_value)));
-  } else if (has_max) {
-    range = absl::StrCat("<= ", FormatNumber(options.GetExtension(titan::max_value)));
-  }
-  if (!range.empty() && options.HasExtension(titan::unset_value)) {
-    range = absl::StrCat(FormatNumber(options.GetExtension(titan::unset_value)), " or ", range);
-  }
-  return range;
-}
-
-absl::Status CheckChoice(absl::string_view section, const FieldDescriptor* field,
-                         const std::string& value) {
-  const auto& choices = field->options().GetRepeatedExtension(titan::choices);
-  if (choices.empty() || std::find(choices.begin(), choices.end(), value) != choices.end()) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat("[", section, "] ", field->name(), "=",
-                                                 Quote(value), ": expected one of ",
-                                                 QuotedList(choices)));
-}
-
-// Bounds and choices declared in the schema.
-absl::Status CheckField(absl::string_view section, const Message& message,
-                        const FieldDescriptor* field) {
-  const Reflection* reflection = message.GetReflection();
-  const FieldOptions& options = field->options();
-  switch (KindOf(field)) {
-    case Kind::kInteger:
-    case Kind::kFloat: {
-      const double value = KindOf(field) == Kind::kInteger ? reflection->GetInt32(message, field)
-                                                           : reflection->GetDouble(message, field);
-      if (options.HasExtension(titan::unset_value) &&
-          value == options.GetExtension(titan::unset_value)) {
-        return absl::OkStatus();
-      }
-      const bool below =
-          options.HasExtension(titan::min_value) && value < options.GetExtension(titan::min_value);
-      const bool above =
-          options.HasExtension(titan::max_value) && value > options.GetExtension(titan::max_value);
-      // NaN fails every comparison, so it is refused explicitly.
-      if (below || above || value != value) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("[", section, "] ", field->name(), "=", FormatNumber(value),
-                         " is out of range: expected ", RangeText(options)));
-      }
-      return absl::OkStatus();
-    }
-    case Kind::kString:
-      return CheckChoice(section, field, reflection->GetString(message, field));
-    case Kind::kStringList:
-      for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
-        if (absl::Status status =
-                CheckChoice(section, field, reflection->GetRepeatedString(message, field, i));
-            !status.ok()) {
-          return status;
-        }
-      }
-      return absl::OkStatus();
-    case Kind::kBoolean:
-      return absl::OkStatus();
   }
   return absl::OkStatus();
 }
@@ -635,6 +287,26 @@ absl::StatusOr<int64_t> ShardDegree(const JobConfig::Parallelism& p, int world_s
 bool IsPositiveInteger(const std::string& text) {
   int value;
   return absl::SimpleAtoi(text, &value) && value >= 1;
+}
+
+// A key's help, choices, range and old names, one per line after `indent`.
+void AppendKeyDetails(const FieldDescriptor* field, absl::string_view indent, std::string* help) {
+  const FieldOptions& options = field->options();
+  absl::StrAppend(help, indent, options.GetExtension(titan::help), "\n");
+  if (options.ExtensionSize(titan::choices) > 0) {
+    absl::StrAppend(help, indent,
+                    "one of: ", QuotedList(options.GetRepeatedExtension(titan::choices)), "\n");
+  }
+  if (const std::string range = RangeText(options); !range.empty()) {
+    absl::StrAppend(help, indent, "range: ", range, "\n");
+  }
+  if (const std::string& reason = options.GetExtension(titan::unsupported); !reason.empty()) {
+    absl::StrAppend(help, indent, "refused unless left at its default: ", reason, "\n");
+  }
+  for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
+    const std::vector<std::string> parts = absl::StrSplit(alias, '.');
+    absl::StrAppend(help, indent, "old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
+  }
 }
 
 }  // namespace
@@ -702,8 +374,8 @@ std::string JobConfigHelp() {
   std::string help =
       "Job configuration: a TOML job file (--job.config_file=FILE) with the [section] tables "
       "below,\nthen --section.key=value (or --section.key value) overrides, later ones winning. "
-      "On the command\nline lists are comma-separated and a bare --section.key sets a boolean "
-      "to true.\n";
+      "On the command\nline lists of strings are comma-separated, other lists are TOML inline "
+      "values ('[{key = 1}]'),\nand a bare --section.key sets a boolean to true.\n";
   const JobConfig defaults = DefaultJobConfig();
   const Descriptor* root = JobConfig::descriptor();
   for (int i = 0; i < root->field_count(); ++i) {
@@ -713,21 +385,17 @@ std::string JobConfigHelp() {
                     section->options().GetExtension(titan::help), "\n");
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
       const FieldDescriptor* field = section->message_type()->field(j);
-      const FieldOptions& options = field->options();
       absl::StrAppend(&help, "  --", section->name(), ".", field->name(), "  (",
                       TypeName(KindOf(field)), ", default ", TomlValue(section_defaults, field),
-                      ")\n      ", options.GetExtension(titan::help), "\n");
-      if (options.ExtensionSize(titan::choices) > 0) {
-        absl::StrAppend(&help,
-                        "      one of: ", QuotedList(options.GetRepeatedExtension(titan::choices)),
-                        "\n");
-      }
-      if (const std::string range = RangeText(options); !range.empty()) {
-        absl::StrAppend(&help, "      range: ", range, "\n");
-      }
-      for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
-        const std::vector<std::string> parts = absl::StrSplit(alias, '.');
-        absl::StrAppend(&help, "      old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
+                      ")\n");
+      AppendKeyDetails(field, "      ", &help);
+      if (KindOf(field) != FieldKind::kTableList) continue;
+      absl::StrAppend(&help, "      keys of each table:\n");
+      const Descriptor* table = field->message_type();
+      for (int k = 0; k < table->field_count(); ++k) {
+        absl::StrAppend(&help, "        ", table->field(k)->name(), "  (",
+                        TypeName(KindOf(table->field(k))), ")\n");
+        AppendKeyDetails(table->field(k), "            ", &help);
       }
     }
   }
@@ -743,10 +411,6 @@ std::string JobConfigToToml(const JobConfig& config) {
     absl::StrAppend(&toml, i == 0 ? "" : "\n", "[", section->name(), "]\n");
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
       const FieldDescriptor* field = section->message_type()->field(j);
-      if (field->options().GetExtension(titan::ignored) &&
-          !message.GetReflection()->HasField(message, field)) {
-        continue;
-      }
       absl::StrAppend(&toml, field->name(), " = ", TomlValue(message, field), "\n");
     }
   }
@@ -758,14 +422,25 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     return absl::InvalidArgumentError(absl::StrCat("world size must be >= 1, got ", world_size));
   }
   const Descriptor* root = JobConfig::descriptor();
+  const JobConfig defaults = DefaultJobConfig();
+  // Checked last, so a job that is also inconsistent hears about that first.
+  absl::Status unsupported_key;
   for (int i = 0; i < root->field_count(); ++i) {
     const FieldDescriptor* section = root->field(i);
     const Message& message = config.GetReflection()->GetMessage(config, section);
+    const Message& section_defaults = defaults.GetReflection()->GetMessage(defaults, section);
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
-      if (absl::Status status =
-              CheckField(section->name(), message, section->message_type()->field(j));
+      const FieldDescriptor* field = section->message_type()->field(j);
+      if (absl::Status status = CheckField(absl::StrCat("[", section->name(), "] "), message, field);
           !status.ok()) {
         return status;
+      }
+      const std::string& unsupported = field->options().GetExtension(titan::unsupported);
+      const std::string value = TomlValue(message, field);
+      if (!unsupported.empty() && unsupported_key.ok() &&
+          value != TomlValue(section_defaults, field)) {
+        unsupported_key = absl::UnimplementedError(absl::StrCat(
+            "[", section->name(), "] ", field->name(), " = ", value, ": ", unsupported));
       }
     }
   }
@@ -820,6 +495,15 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "only model weights)");
   }
 
+  const JobConfig::Profiling& profiling = config.profiling();
+  if (profiling.enable_profiling() &&
+      profiling.profiler_warmup() + profiling.profiler_active() > profiling.profile_freq()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[profiling] profiler_warmup=%d + profiler_active=%d exceeds profile_freq=%d: a cycle "
+        "must fit its warmup and traced steps",
+        profiling.profiler_warmup(), profiling.profiler_active(), profiling.profile_freq()));
+  }
+
   const std::string& ac_option = config.activation_checkpoint().selective_ac_option();
   if (ac_option != "op" && !IsPositiveInteger(ac_option)) {
     return absl::InvalidArgumentError(
@@ -827,12 +511,7 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
                      ": expected a positive integer N (every Nth layer) or \"op\""));
   }
 
-  if (config.lr_scheduler().warmup_steps() > training.steps()) {
-    LOG(WARNING) << "[lr_scheduler] warmup_steps=" << config.lr_scheduler().warmup_steps()
-                 << " exceeds [training] steps=" << training.steps()
-                 << ": the learning rate never reaches its peak";
-  }
-  return absl::OkStatus();
+  return unsupported_key;
 }
 
 }  // namespace titan

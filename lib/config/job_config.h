@@ -21,9 +21,11 @@ absl::StatusOr<JobConfig> LoadJobConfig(int argc, char** argv);
 
 // Defaults, then the TOML file (`toml_path`, or --job.config_file among the overrides; empty:
 // none), then the overrides in order: "--section.key=value", "--section.key value", or a bare
-// "--section.key" for a boolean (true). Lists are TOML arrays in files and comma-separated on the
-// command line. Old key names listed as aliases in the schema are accepted; setting an old name and
-// its new name in the same file (or on the same command line) is an error. Does not validate.
+// "--section.key" for a boolean (true). Lists are TOML arrays in files; on the command line lists
+// of strings are comma-separated and other lists (of floats, of tables) are TOML inline values,
+// e.g. --optimizer.param_groups='[{pattern = "norm", weight_decay = 0.0}]'. Old key names listed
+// as aliases in the schema are accepted; setting an old name and its new name in the same file (or
+// on the same command line) is an error. Does not validate.
 absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
                                          const std::vector<std::string>& overrides);
 

@@ -56,7 +56,7 @@ TEST(JobConfigTest, DefaultsFollowTorchtitan) {
   EXPECT_EQ(config.job().dump_folder(), "./outputs");
   EXPECT_EQ(config.metrics().log_freq(), 10);
   EXPECT_EQ(config.model().flavor(), "debugmodel");
-  EXPECT_EQ(config.model().tokenizer_path(), "assets/default_tokenizer");
+  EXPECT_EQ(config.model().tokenizer_path(), "");  // hf_assets_path, else the bundled one
   EXPECT_DOUBLE_EQ(config.optimizer().lr(), 8e-4);
   EXPECT_DOUBLE_EQ(config.optimizer().beta2(), 0.95);
   EXPECT_DOUBLE_EQ(config.lr_scheduler().decay_ratio(), -1);
@@ -86,6 +86,11 @@ TEST(JobConfigTest, EverySchemaFieldHasHelp) {
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
       const FieldDescriptor* field = section->message_type()->field(j);
       EXPECT_FALSE(field->options().GetExtension(titan::help).empty()) << field->full_name();
+      if (field->message_type() == nullptr) continue;
+      for (int k = 0; k < field->message_type()->field_count(); ++k) {
+        const FieldDescriptor* key = field->message_type()->field(k);
+        EXPECT_FALSE(key->options().GetExtension(titan::help).empty()) << key->full_name();
+      }
     }
   }
 }
@@ -203,6 +208,82 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
             "unexpected argument \"yes please\": expected --section.key=value");
 }
 
+TEST(JobConfigTest, ParamGroupsAreAListOfTablesInFilesAndOnTheCommandLine) {
+  const std::string inline_tables =
+      "[optimizer]\nparam_groups = [{pattern = \"norm|bias$\", weight_decay = 0.0}, "
+      "{pattern = \"tok_embeddings\", lr = 1e-4, betas = [0.8, 0.9]}]\n";
+  const std::string array_of_tables =
+      "[[optimizer.param_groups]]\npattern = \"norm|bias$\"\nweight_decay = 0\n"
+      "[[optimizer.param_groups]]\npattern = \"tok_embeddings\"\nlr = 1e-4\nbetas = [0.8, 0.9]\n";
+  for (const std::string& toml : {inline_tables, array_of_tables}) {
+    absl::StatusOr<JobConfig> config = ParseText(toml);
+    ASSERT_TRUE(config.ok()) << config.status();
+    const JobConfig::Optimizer& o = config->optimizer();
+    ASSERT_EQ(o.param_groups_size(), 2) << toml;
+    EXPECT_EQ(o.param_groups(0).pattern(), "norm|bias$");
+    EXPECT_TRUE(o.param_groups(0).has_weight_decay());
+    EXPECT_EQ(o.param_groups(0).weight_decay(), 0.0);
+    // Keys a table leaves out stay unset: the group takes [optimizer]'s values.
+    EXPECT_FALSE(o.param_groups(0).has_lr());
+    EXPECT_EQ(o.param_groups(0).betas_size(), 0);
+    EXPECT_EQ(o.param_groups(1).pattern(), "tok_embeddings");
+    EXPECT_DOUBLE_EQ(o.param_groups(1).lr(), 1e-4);
+    EXPECT_FALSE(o.param_groups(1).has_weight_decay());
+    ASSERT_EQ(o.param_groups(1).betas_size(), 2);
+    EXPECT_DOUBLE_EQ(o.param_groups(1).betas(1), 0.9);
+    EXPECT_TRUE(ValidateJobConfig(*config).ok()) << ValidateJobConfig(*config);
+  }
+
+  // A flag replaces the file's whole list; an empty value clears it.
+  absl::StatusOr<JobConfig> replaced = ParseText(
+      inline_tables, {"--optimizer.param_groups=[{pattern = \"norm\", weight_decay = 0.0}]"});
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  ASSERT_EQ(replaced->optimizer().param_groups_size(), 1);
+  EXPECT_EQ(replaced->optimizer().param_groups(0).pattern(), "norm");
+  absl::StatusOr<JobConfig> cleared = ParseText(inline_tables, {"--optimizer.param_groups", "[]"});
+  ASSERT_TRUE(cleared.ok()) << cleared.status();
+  EXPECT_EQ(cleared->optimizer().param_groups_size(), 0);
+  EXPECT_EQ(
+      ParseText(inline_tables, {"--optimizer.param_groups="})->optimizer().param_groups_size(), 0);
+}
+
+TEST(JobConfigTest, ParamGroupErrorsNameTheTableAndKey) {
+  EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = \"norm\"}, "
+                       "{pattern = \"bias\", wieght_decay = 0.0}]\n"),
+            "configs/x.toml: [optimizer] param_groups[1].wieght_decay: unknown key (did you mean "
+            "\"weight_decay\"?)");
+  EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = \"norm\", lr = \"fast\"}]\n"),
+            "configs/x.toml: [optimizer] param_groups[0].lr: expected float, got string \"fast\"");
+  EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = 3}]\n"),
+            "configs/x.toml: [optimizer] param_groups[0].pattern: expected string, got integer 3");
+  EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = \"x\", betas = [0.9, \"b\"]}]\n"),
+            "configs/x.toml: [optimizer] param_groups[0].betas: expected list of floats, got "
+            "array containing string \"b\"");
+  EXPECT_EQ(ParseError("[optimizer]\nparam_groups = {pattern = \"norm\"}\n"),
+            "configs/x.toml: [optimizer] param_groups: expected list of tables, got table");
+  EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [\"norm\"]\n"),
+            "configs/x.toml: [optimizer] param_groups: expected list of tables, got array "
+            "containing string \"norm\"");
+  EXPECT_EQ(ParseError("", {"--optimizer.param_groups=[{pattern = \"x\", wieght_decay = 0.0}]"}),
+            "--optimizer.param_groups[0].wieght_decay: unknown key (did you mean "
+            "\"weight_decay\"?)");
+  EXPECT_EQ(ParseError("", {"--optimizer.param_groups=[{pattern = \"x\", lr = true}]"}),
+            "--optimizer.param_groups[0].lr: expected float, got boolean true");
+  EXPECT_TRUE(absl::StartsWith(
+      ParseError("", {"--optimizer.param_groups=[{pattern = }]"}),
+      "--optimizer.param_groups: expected list of tables as a TOML inline value, got "
+      "\"[{pattern = }]\" ("))
+      << ParseError("", {"--optimizer.param_groups=[{pattern = }]"});
+  EXPECT_EQ(ParseError("", {"--optimizer.param_groups=[]\nlr = 1"}),
+            "--optimizer.param_groups: expected one TOML inline value, got \"[]\\nlr = 1\"");
+
+  EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", lr = -1}]"}),
+            "[optimizer] param_groups[0].lr=-1 is out of range: expected >= 0");
+  EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\"}, "
+                             "{pattern = \"y\", betas = [0.9, 1.5]}]"}),
+            "[optimizer] param_groups[1].betas=1.5 is out of range: expected a value in [0, 1]");
+}
+
 TEST(JobConfigTest, SeedJobFileLoadsUnchangedThroughOldNames) {
   absl::StatusOr<JobConfig> config = ParseJobConfig("tests/fixtures/llama3_8b.seed.toml", {});
   ASSERT_TRUE(config.ok()) << config.status();
@@ -274,7 +355,10 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
                 {"--training.global_batch_size=48", "--parallelism.tensor_parallel_degree=2"}, 8),
             "[training] global_batch_size=48 is not a multiple of local_batch_size=8 × "
             "data-parallel degree=4");
-  ExpectValid({"--training.global_batch_size=64", "--parallelism.tensor_parallel_degree=2"}, 8);
+  EXPECT_EQ(ValidationError(
+                {"--training.global_batch_size=64", "--parallelism.tensor_parallel_degree=2"}, 8),
+            "[parallelism] tensor_parallel_degree = 2: tensor, pipeline, context and expert "
+            "parallelism are not supported yet (4D-parallelism issue)");
   EXPECT_EQ(ValidationError({"--training.global_batch_size=0"}),
             "[training] global_batch_size=0 is out of range: expected -1 or >= 1");
   EXPECT_EQ(ValidationError({"--training.steps=-5"}),
@@ -313,6 +397,13 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
       ValidationError({"--checkpoint.last_save_in_hf", "--checkpoint.last_save_model_only=false"}),
       "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "
       "only model weights)");
+  EXPECT_EQ(ValidationError({"--profiling.enable_profiling", "--profiling.profile_freq=3"}),
+            "[profiling] profiler_warmup=3 + profiler_active=1 exceeds profile_freq=3: a cycle "
+            "must fit its warmup and traced steps");
+  ExpectValid({"--profiling.profile_freq=3"});  // torchtitan checks the cycle only when profiling
+  ExpectValid({"--profiling.enable_profiling", "--profiling.profile_freq=4"});
+  EXPECT_EQ(ValidationError({"--profiling.profiler_active=0"}),
+            "[profiling] profiler_active=0 is out of range: expected >= 1");
 }
 
 TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
@@ -328,16 +419,21 @@ TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
             "3, so data_parallel_shard_degree=-1 cannot be inferred");
   EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=0"}, 8),
             "[parallelism] data_parallel_shard_degree=0 is out of range: expected -1 or >= 1");
-  ExpectValid(
-      {"--parallelism.data_parallel_replicate_degree=2", "--parallelism.pipeline_parallel_degree=2",
-       "--parallelism.tensor_parallel_degree=2"},
-      16);
+  // Consistent, but refused until 4D parallelism lands: the first such key is named.
+  EXPECT_EQ(ValidationError({"--parallelism.data_parallel_replicate_degree=2",
+                             "--parallelism.pipeline_parallel_degree=2",
+                             "--parallelism.tensor_parallel_degree=2"},
+                            16),
+            "[parallelism] tensor_parallel_degree = 2: tensor, pipeline, context and expert "
+            "parallelism are not supported yet (4D-parallelism issue)");
   EXPECT_EQ(ValidationError({"--parallelism.pipeline_parallel_degree=2",
                              "--parallelism.pipeline_parallel_microbatch_size=3"},
                             2),
             "[parallelism] pipeline_parallel_microbatch_size=3 does not divide [training] "
             "local_batch_size=8");
-  ExpectValid({"--parallelism.expert_parallel_degree=4"}, 8);
+  EXPECT_EQ(ValidationError({"--parallelism.expert_parallel_degree=4"}, 8),
+            "[parallelism] expert_parallel_degree = 4: tensor, pipeline, context and expert "
+            "parallelism are not supported yet (4D-parallelism issue)");
   EXPECT_EQ(ValidationError({"--parallelism.expert_parallel_degree=3"}, 8),
             "[parallelism] expert_parallel_degree=3 must divide data_parallel_shard × "
             "context_parallel × tensor_parallel degrees = 8 and be a multiple of "
@@ -408,6 +504,18 @@ TEST(JobConfigTest, HelpListsEveryKeyWithTypeDefaultAndOldNames) {
   EXPECT_TRUE(absl::StrContains(help, "old name: --checkpoint.enable_checkpoint"));
   EXPECT_TRUE(absl::StrContains(help, "one of: \"linear\", \"sqrt\", \"cosine\""));
   EXPECT_TRUE(absl::StrContains(help, "range: -1 or a value in [0, 1]"));
+  EXPECT_TRUE(absl::StrContains(help, "--optimizer.param_groups  (list of tables, default [])"));
+  const FieldDescriptor* groups =
+      JobConfig::Optimizer::descriptor()->FindFieldByName("param_groups");
+  for (int k = 0; k < groups->message_type()->field_count(); ++k) {
+    const FieldDescriptor* key = groups->message_type()->field(k);
+    EXPECT_TRUE(absl::StrContains(help, absl::StrCat("\n        ", key->name(), "  (")))
+        << key->full_name();
+    EXPECT_TRUE(absl::StrContains(
+        help, absl::StrCat(")\n            ", key->options().GetExtension(titan::help), "\n")))
+        << key->full_name();
+  }
+  EXPECT_TRUE(absl::StrContains(help, "        betas  (list of floats)\n"));
 }
 
 TEST(JobConfigTest, TomlDumpRoundTrips) {
@@ -415,19 +523,33 @@ TEST(JobConfigTest, TomlDumpRoundTrips) {
       "configs/llama3_debugmodel.toml",
       {"--job.description=quotes \" backslash \\ tab \t newline \n unicode × end",
        "--optimizer.eps=1e-12", "--optimizer.beta1=0.1", "--lr_scheduler.min_lr_factor=0.3",
-       "--model.converters=float8,x y", "--training.max_norm=1e300"});
+       "--model.converters=float8,x y", "--training.max_norm=1e300",
+       "--optimizer.param_groups=[{pattern = '\\.bias$|\"q\"', weight_decay = 0}, {pattern = "
+       "\"emb\", lr = 1e-4, betas = [0.5, 0.25], eps = 1e-30}, {pattern = \"x\"}]"});
   ASSERT_TRUE(config.ok()) << config.status();
-  for (bool with_ignored_key : {false, true}) {
-    if (with_ignored_key) config->mutable_job()->set_monitoring_interval(5);
+  for (bool with_monitor : {false, true}) {
+    if (with_monitor) config->mutable_job()->set_monitoring_interval(5);
     const std::string toml = JobConfigToToml(*config);
     absl::StatusOr<JobConfig> reparsed = ParseJobConfigText(toml, "dump.toml", {});
     ASSERT_TRUE(reparsed.ok()) << reparsed.status() << "\n" << toml;
     // The dump writes every key, so presence differs; values must not.
     EXPECT_TRUE(MessageDifferencer::Equivalent(*reparsed, *config)) << toml;
+    // A table's keys keep their presence: an unset one means "take [optimizer]'s value".
+    ASSERT_EQ(reparsed->optimizer().param_groups_size(), 3);
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_TRUE(MessageDifferencer::Equals(reparsed->optimizer().param_groups(i),
+                                             config->optimizer().param_groups(i)))
+          << toml;
+    }
     EXPECT_EQ(JobConfigToToml(*reparsed), toml);
-    EXPECT_EQ(absl::StrContains(toml, "monitoring_interval"), with_ignored_key);
+    EXPECT_TRUE(absl::StrContains(toml, with_monitor ? "monitoring_interval = 5" : "monitoring_interval = 0"));
   }
   EXPECT_TRUE(absl::StrContains(JobConfigToToml(*config), "lr = 0.002\n"));
+  EXPECT_TRUE(absl::StrContains(
+      JobConfigToToml(*config),
+      "param_groups = [{pattern = \"\\\\.bias$|\\\"q\\\"\", weight_decay = 0.0}, {pattern = "
+      "\"emb\", lr = 1e-04, betas = [0.5, 0.25], eps = 1e-30}, {pattern = \"x\"}]\n"))
+      << JobConfigToToml(*config);
 }
 
 }  // namespace

@@ -15,7 +15,9 @@ namespace titan {
 
 enum class ReduceOp { kSum, kProduct, kMin, kMax };
 
-// An operation in flight. Wait() is bounded by the communicator's timeout; its error names the
+// An operation in flight. Wait() returns when the operation is done (CPU tensors), or once the
+// caller's CUDA stream waits for it (CUDA tensors; the host goes on). The communicator's timeout
+// bounds the operation either way (for CUDA, c10d's watchdog enforces it); a failed Wait names the
 // collective, the group and the ranks that did not arrive. A communicator whose operation failed
 // is unusable (peers may be mid-transfer): the job should stop.
 class Work {

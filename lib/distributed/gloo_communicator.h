@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/distributed/comm_trace.h"
 #include "lib/distributed/communicator.h"
 #include "lib/distributed/rendezvous.h"
 
@@ -15,10 +16,10 @@ namespace titan {
 // A CPU communicator on c10d's ProcessGroupGloo (what PyTorch's "gloo" backend is). Every member of
 // `global_ranks` calls this with the same `name` (unique in the job; ParallelDims::GroupName gives
 // one) and ranks; their order defines ranks within the group. Each operation is bounded by
-// `timeout`.
+// `timeout`; `trace` (optional) records them and dumps when one fails.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
     std::shared_ptr<Rendezvous> rendezvous, const std::string& name, std::vector<int> global_ranks,
-    absl::Duration timeout);
+    absl::Duration timeout, std::shared_ptr<CommTrace> trace = nullptr);
 
 }  // namespace titan
 

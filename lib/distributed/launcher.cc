@@ -339,9 +339,10 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   action.sa_handler = ForwardToPipe;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  const int kHandled[] = {SIGCHLD, SIGINT, SIGTERM};
-  struct sigaction previous[3];
-  for (int i = 0; i < 3; ++i) sigaction(kHandled[i], &action, &previous[i]);
+  const int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGUSR1};
+  constexpr int kNumHandled = sizeof(kHandled) / sizeof(kHandled[0]);
+  struct sigaction previous[kNumHandled];
+  for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &action, &previous[i]);
 
   std::vector<Child> children(nproc);
   const pid_t launcher_pid = getpid();
@@ -455,6 +456,8 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       unsigned char signals[64];
       ssize_t n = read(signal_pipe[0], signals, sizeof(signals));
       for (ssize_t i = 0; i < n; ++i) {
+        // Every rank writes its collective trace (lib/distributed/comm_trace.h).
+        if (signals[i] == SIGUSR1) signal_all(SIGUSR1);
         if (signals[i] == SIGINT || signals[i] == SIGTERM) {
           if (stopping) {
             // A second interrupt means "now".
@@ -498,7 +501,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       waitpid(child.pid, nullptr, 0);
     }
   }
-  for (int i = 0; i < 3; ++i) sigaction(kHandled[i], &previous[i], nullptr);
+  for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &previous[i], nullptr);
   g_signal_pipe_write = -1;
   close(signal_pipe[0]);
   close(signal_pipe[1]);

@@ -38,8 +38,9 @@ struct LaunchOptions {
 // Runs `nproc` copies of this executable (/proc/self/exe) on this host, like torchrun standalone:
 // argv without --nproc_per_node, RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT
 // set (a free MASTER_PORT when none is given), every output line prefixed with "[rank N] ",
-// SIGINT/SIGTERM forwarded. When a rank exits non-zero the others get SIGTERM, then SIGKILL after the
-// grace period. Returns the first failing rank's exit status (128+signal when killed), else 0.
+// SIGINT/SIGTERM/SIGUSR1 forwarded. When a rank exits non-zero the others get SIGTERM, then SIGKILL
+// after the grace period. Returns the first failing rank's exit status (128+signal when killed),
+// else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 

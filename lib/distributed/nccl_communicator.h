@@ -7,21 +7,25 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/distributed/comm_trace.h"
 #include "lib/distributed/communicator.h"
 #include "lib/distributed/rendezvous.h"
 
 namespace titan {
 
-// A GPU communicator calling NCCL directly. Each operation runs on the communicator's own CUDA
-// stream, after the work already queued on the caller's current stream (an event orders it);
-// Work::Wait() makes the caller's current stream wait for it (another event), so the host blocks
-// only as long as needed to enforce the timeout. On a timeout the NCCL communicator is aborted and
-// the error names the operation, the group and the ranks that never started it (the same progress
-// keys as the Gloo backend). Tensors must be CUDA tensors on `device`. Every member of
-// `global_ranks` calls this with the same `name`; the NCCL unique id travels through the store.
+// A GPU communicator on c10d's ProcessGroupNCCL (PyTorch's "nccl" backend): its own CUDA stream per
+// device, Work::Wait() as a stream dependency (the host does not block), and its watchdog thread
+// enforcing `timeout` (TORCH_NCCL_* variables tune it; see the README). Tensors must be CUDA
+// tensors on `device`. Every member of `global_ranks` calls this with the same `name`. With
+// `split_from` (another NCCL communicator of this process whose group holds every rank, e.g. the
+// world's) the NCCL communicator is split from its one (ncclCommSplit: a collective call over
+// split_from's ranks, each calling with its own group); without, it connects through the store.
+// Either way the connection is made now, not at the first operation. Compiled and linked here, but
+// it has not run on a GPU yet.
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     std::shared_ptr<Rendezvous> rendezvous, const std::string& name, std::vector<int> global_ranks,
-    int device, absl::Duration timeout);
+    int device, absl::Duration timeout, std::shared_ptr<CommTrace> trace = nullptr,
+    const Communicator* split_from = nullptr);
 
 // CPU tensors to `cpu`, CUDA tensors to `gpu` (PyTorch's "cpu:gloo,cuda:nccl"); identity, barrier
 // and timeouts from both. Both must be the same group.

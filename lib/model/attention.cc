@@ -156,6 +156,13 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const bool keep = cache != nullptr && !(q.is_cuda() && !mask.is_causal);
   if (!keep) {
     std::optional<at::Tensor> bias = AdditiveBias(mask, q.scalar_type());
+    // On CPU the kv heads are repeated as for the kept path, so that SDPA runs the same flash
+    // kernels with or without selective checkpointing (its GQA path is another kernel, whose bf16
+    // results differ in the last bits).
+    if (!q.is_cuda()) {
+      return at::scaled_dot_product_attention(q, RepeatKv(k, n_rep), RepeatKv(v, n_rep), bias,
+                                              /*dropout_p=*/0.0, mask.is_causal);
+    }
     return at::scaled_dot_product_attention(q, k, v, bias, /*dropout_p=*/0.0, mask.is_causal,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/n_rep > 1);
   }

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,23 +44,35 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   options.timeout = timeout;
   TITAN_ASSIGN_OR_RETURN(runtime.rendezvous_, Rendezvous::Connect(env, options));
   std::shared_ptr<Rendezvous> rendezvous = runtime.rendezvous_;
+  CommTraceOptions trace_options;
+  trace_options.buffer_size = config.comm().trace_buf_size();
+  trace_options.folder =
+      std::filesystem::path(config.job().dump_folder()) / config.comm().save_traces_folder();
+  trace_options.rank = env.rank;
+  trace_options.world_size = env.world_size;
+  trace_options.store = rendezvous->store();
+  TITAN_ASSIGN_OR_RETURN(runtime.trace_, CommTrace::Create(std::move(trace_options)));
+  std::shared_ptr<CommTrace> trace = runtime.trace_;
   // The device the trainer picks for this rank (lib/train/device), or -1 on a CPU-only machine.
   const int gpu = at::hasCUDA() && at::cuda::device_count() > 0
                       ? env.local_rank % at::cuda::device_count()
                       : -1;
+  // MeshCommunicators makes the world group first; the other NCCL communicators split from its.
+  const Communicator* world_nccl = nullptr;
   TITAN_ASSIGN_OR_RETURN(
       MeshCommunicators comms,
       MeshCommunicators::Create(
           runtime.dims_, env.rank,
-          [rendezvous, timeout, gpu](const std::string& name, std::vector<int> ranks)
-              -> absl::StatusOr<std::unique_ptr<Communicator>> {
+          [&](const std::string& name,
+              std::vector<int> ranks) -> absl::StatusOr<std::unique_ptr<Communicator>> {
             TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> cpu,
-                                   CreateGlooCommunicator(rendezvous, name, ranks, timeout));
+                                   CreateGlooCommunicator(rendezvous, name, ranks, timeout, trace));
             if (gpu < 0) return cpu;
             // CUDA tensors (parameters, gradients) over NCCL; host-side control over Gloo.
-            TITAN_ASSIGN_OR_RETURN(
-                std::unique_ptr<Communicator> nccl,
-                CreateNcclCommunicator(rendezvous, name, std::move(ranks), gpu, timeout));
+            TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> nccl,
+                                   CreateNcclCommunicator(rendezvous, name, std::move(ranks), gpu,
+                                                          timeout, trace, world_nccl));
+            if (world_nccl == nullptr) world_nccl = nccl.get();
             return CreateDeviceDispatchingCommunicator(std::move(cpu), std::move(nccl));
           }));
   runtime.comms_ = std::move(comms);

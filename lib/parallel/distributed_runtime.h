@@ -8,6 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "lib/config/job_config.pb.h"
+#include "lib/distributed/comm_trace.h"
 #include "lib/distributed/communicator.h"
 #include "lib/distributed/launcher.h"
 #include "lib/distributed/mesh_communicators.h"
@@ -16,8 +17,10 @@
 
 namespace titan {
 
-// This process's place in the job: the mesh from [parallelism] and, with more than one rank, a Gloo
-// communicator per mesh group (bootstrapped through rank 0's store).
+// This process's place in the job: the mesh from [parallelism] and, with more than one rank, a
+// communicator per mesh group (c10d's Gloo, plus c10d's NCCL for CUDA tensors on GPU machines;
+// bootstrapped through rank 0's store) and the flight recorder they share ([comm] trace_buf_size,
+// dumps in <job.dump_folder>/<comm.save_traces_folder>).
 class DistributedRuntime {
  public:
   // One process: world size 1, no communicators.
@@ -49,6 +52,7 @@ class DistributedRuntime {
   DistributedEnv env_;
   ParallelDims dims_;
   std::shared_ptr<Rendezvous> rendezvous_;
+  std::shared_ptr<CommTrace> trace_;
   std::optional<MeshCommunicators> comms_;
 };
 

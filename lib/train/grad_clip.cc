@@ -12,9 +12,16 @@ at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
     if (p.grad().defined()) norms.push_back(at::linalg_vector_norm(p.grad(), 2).to(at::kFloat));
   }
   if (norms.empty()) return at::zeros({}, at::kFloat);
-  at::Tensor squared = at::stack(norms).pow(2).sum();
-  if (reduce) reduce(squared);
-  at::Tensor total = squared.sqrt();
+  at::Tensor total;
+  if (reduce) {
+    // Shards: the squares add up across ranks.
+    at::Tensor squared = at::stack(norms).pow(2).sum();
+    reduce(squared);
+    total = squared.sqrt();
+  } else {
+    // torch.nn.utils.clip_grad_norm_'s own reduction, so one process clips by the same bits.
+    total = at::linalg_vector_norm(at::stack(norms), 2);
+  }
   if (max_norm > 0) {
     at::Tensor scale = (max_norm / (total + 1e-6)).clamp_max(1.0);
     for (const at::Tensor& p : params) {

@@ -9,8 +9,8 @@
 namespace titan {
 
 absl::StatusOr<WarmupStableDecaySchedule> WarmupStableDecaySchedule::Create(
-    int64_t training_steps, int64_t warmup_steps, double decay_ratio,
-    const std::string& decay_type, double min_lr_factor) {
+    int64_t training_steps, int64_t warmup_steps, double decay_ratio, const std::string& decay_type,
+    double min_lr_factor) {
   WarmupStableDecaySchedule s;
   if (decay_type == "linear") {
     s.decay_type_ = LrDecayType::kLinear;
@@ -27,14 +27,24 @@ absl::StatusOr<WarmupStableDecaySchedule> WarmupStableDecaySchedule::Create(
         absl::StrCat("[lr_scheduler] decay_ratio: expected a value in [0, 1], got ", decay_ratio));
   }
   s.warmup_steps_ = warmup_steps;
-  s.decay_steps_ = decay_ratio < 0 ? training_steps - warmup_steps
-                                   : static_cast<int64_t>(std::llround(training_steps * decay_ratio));
-  if (s.warmup_steps_ + s.decay_steps_ > training_steps) {
-    LOG(WARNING) << "[lr_scheduler] warmup_steps (" << warmup_steps << ") + decay steps ("
-                 << s.decay_steps_ << ") exceed training steps (" << training_steps
-                 << "); warmup shortened to " << training_steps - s.decay_steps_;
-    s.warmup_steps_ = std::max<int64_t>(0, training_steps - s.decay_steps_);
+  if (warmup_steps > training_steps) {
+    LOG(WARNING) << "[lr_scheduler] warmup_steps (" << warmup_steps << ") exceed training steps ("
+                 << training_steps << "); warmup shortened to " << training_steps;
+    s.warmup_steps_ = training_steps;
   }
+  if (decay_ratio < 0) {
+    s.decay_steps_ = training_steps - s.warmup_steps_;
+  } else {
+    // Python's round() breaks ties to even, as nearbyint does in the default rounding mode.
+    s.decay_steps_ = static_cast<int64_t>(std::nearbyint(training_steps * decay_ratio));
+    if (s.warmup_steps_ + s.decay_steps_ > training_steps) {
+      LOG(WARNING) << "[lr_scheduler] warmup (" << s.warmup_steps_ << ") + decay ("
+                   << s.decay_steps_ << ") steps exceed training steps (" << training_steps
+                   << "); decay shortened to " << training_steps - s.warmup_steps_;
+      s.decay_steps_ = training_steps - s.warmup_steps_;
+    }
+  }
+  // The "+ 1" is torchtitan's virtual last step, which keeps the final lr above zero.
   s.stable_steps_ = training_steps + 1 - s.warmup_steps_ - s.decay_steps_;
   s.min_lr_factor_ = min_lr_factor;
   return s;
@@ -42,7 +52,9 @@ absl::StatusOr<WarmupStableDecaySchedule> WarmupStableDecaySchedule::Create(
 
 double WarmupStableDecaySchedule::Factor(int64_t step) const {
   if (step < warmup_steps_) return static_cast<double>(step + 1) / warmup_steps_;
-  if (step < warmup_steps_ + stable_steps_ || decay_steps_ <= 0) return 1.0;
+  if (step < warmup_steps_ + stable_steps_) return 1.0;
+  // Up to training_steps, decay is reached only when decay_steps > 0 (torchtitan asserts it).
+  DCHECK_GT(decay_steps_, 0);
   const double progress =
       static_cast<double>(step + 1 - warmup_steps_ - stable_steps_) / decay_steps_;
   double factor = 1.0 - progress;

@@ -10,19 +10,22 @@ namespace titan {
 
 enum class LrDecayType { kLinear, kSqrt, kCosine };
 
-// torchtitan's warmup -> stable -> decay schedule, as a factor on the base learning rate.
+// torchtitan's linear_warmup_stable_decay schedule, as a factor on each parameter group's lr.
 class WarmupStableDecaySchedule {
  public:
-  // decay_ratio < 0 means "no stable phase": decay over all steps after warmup.
+  // As torchtitan: warmup is capped at training_steps; decay_ratio < 0 (None) decays over every
+  // step after warmup, otherwise decay = round-half-to-even(training_steps × decay_ratio), capped
+  // at the steps warmup leaves; stable = training_steps + 1 - warmup - decay. Caps log warnings.
   static absl::StatusOr<WarmupStableDecaySchedule> Create(int64_t training_steps,
-                                                         int64_t warmup_steps, double decay_ratio,
-                                                         const std::string& decay_type,
-                                                         double min_lr_factor);
+                                                          int64_t warmup_steps, double decay_ratio,
+                                                          const std::string& decay_type,
+                                                          double min_lr_factor);
 
   // Factor for the optimizer step that follows `completed_steps` earlier steps (0-based).
   double Factor(int64_t completed_steps) const;
 
   int64_t warmup_steps() const { return warmup_steps_; }
+  int64_t stable_steps() const { return stable_steps_; }
   int64_t decay_steps() const { return decay_steps_; }
 
  private:

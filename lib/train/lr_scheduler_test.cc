@@ -30,9 +30,23 @@ TEST(LrScheduleTest, CosineAndSqrtRespectMinFactor) {
   EXPECT_NEAR(sqrt.Factor(1), 1 - std::sqrt(0.25), 1e-12);
 }
 
-TEST(LrScheduleTest, WarmupLongerThanRunIsShortened) {
+TEST(LrScheduleTest, WarmupIsCappedAtTheRunAndDecayGetsWhatIsLeft) {
+  // torchtitan caps warmup at the total, then shortens decay to the steps warmup leaves.
   auto s = WarmupStableDecaySchedule::Create(10, 20, 0.5, "linear", 0.0).value();
-  EXPECT_EQ(s.warmup_steps(), 5);
+  EXPECT_EQ(s.warmup_steps(), 10);
+  EXPECT_EQ(s.decay_steps(), 0);
+  EXPECT_EQ(s.stable_steps(), 1);
+  EXPECT_DOUBLE_EQ(s.Factor(9), 1.0);
+  auto t = WarmupStableDecaySchedule::Create(10, 7, 0.5, "linear", 0.0).value();
+  EXPECT_EQ(t.warmup_steps(), 7);
+  EXPECT_EQ(t.decay_steps(), 3);
+}
+
+TEST(LrScheduleTest, DecayStepsRoundHalfToEvenAsPython) {
+  // 10 × 0.25 = 2.5 and 6 × 0.75 = 4.5: Python's round() gives 2 and 4 (llround: 3 and 5).
+  EXPECT_EQ(WarmupStableDecaySchedule::Create(10, 0, 0.25, "linear", 0).value().decay_steps(), 2);
+  EXPECT_EQ(WarmupStableDecaySchedule::Create(6, 0, 0.75, "linear", 0).value().decay_steps(), 4);
+  EXPECT_EQ(WarmupStableDecaySchedule::Create(6, 0, 0.25, "linear", 0).value().decay_steps(), 2);
 }
 
 TEST(LrScheduleTest, RejectsUnknownDecayType) {

@@ -1,92 +1,330 @@
 #include "lib/train/optimizer.h"
 
-#include <torch/optim/adamw.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <optional>
+#include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "pcre2.h"
 
 namespace titan {
 namespace {
 
-bool DecaysWeight(const ParamRef& p) {
-  return p.tensor->dim() >= 2 && !absl::StrContains(p.name, "tok_embeddings");
+// The tensors one update call takes, aligned by index.
+struct StepTensors {
+  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> grads;
+  std::vector<at::Tensor> exp_avgs;
+  std::vector<at::Tensor> exp_avg_sqs;
+  std::vector<at::Tensor> steps;
+
+  void Add(const at::Tensor& param, const at::Tensor& grad, const at::Tensor& exp_avg,
+           const at::Tensor& exp_avg_sq, const at::Tensor& step) {
+    params.push_back(param);
+    grads.push_back(grad);
+    exp_avgs.push_back(exp_avg);
+    exp_avg_sqs.push_back(exp_avg_sq);
+    steps.push_back(step);
+  }
+};
+
+// Which names `pattern` is found in, as Python's re.search (unanchored).
+absl::StatusOr<std::vector<bool>> SearchNames(const std::string& pattern,
+                                              const std::vector<ParamRef>& params,
+                                              const std::string& key) {
+  int error_code = 0;
+  PCRE2_SIZE error_offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF, &error_code, &error_offset, nullptr);
+  if (code == nullptr) {
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(error_code, message, sizeof(message));
+    return absl::InvalidArgumentError(absl::StrCat(key, "=\"", pattern,
+                                                   "\": ", reinterpret_cast<const char*>(message),
+                                                   " at offset ", error_offset));
+  }
+  pcre2_match_data* match = pcre2_match_data_create_from_pattern(code, nullptr);
+  std::vector<bool> found;
+  absl::Status status;
+  for (const ParamRef& p : params) {
+    const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(p.name.data()), p.name.size(), 0,
+                               0, match, nullptr);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      status = absl::InvalidArgumentError(
+          absl::StrCat(key, "=\"", pattern, "\": matching ", p.name, " failed (PCRE2 ", rc, ")"));
+      break;
+    }
+    found.push_back(rc >= 0);
+  }
+  pcre2_match_data_free(match);
+  pcre2_code_free(code);
+  if (!status.ok()) return status;
+  return found;
+}
+
+// A group's settings: [optimizer]'s, overridden by the keys the group sets.
+absl::StatusOr<AdamHyperparameters> GroupHyperparameters(
+    const JobConfig::Optimizer::ParamGroup& spec, const AdamHyperparameters& defaults,
+    const std::string& key) {
+  if (spec.pattern().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": pattern missing (a regular expression naming its parameters)"));
+  }
+  if (spec.betas_size() != 0 && spec.betas_size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ".betas: expected 2 values (beta1, beta2), got ", spec.betas_size()));
+  }
+  if (spec.betas_size() != 0 && (spec.has_beta1() || spec.has_beta2())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": betas and beta1/beta2 set the same values; set only one of them"));
+  }
+  AdamHyperparameters h = defaults;
+  if (spec.has_lr()) h.lr = spec.lr();
+  if (spec.has_weight_decay()) h.weight_decay = spec.weight_decay();
+  if (spec.has_eps()) h.eps = spec.eps();
+  if (spec.has_beta1()) h.beta1 = spec.beta1();
+  if (spec.has_beta2()) h.beta2 = spec.beta2();
+  if (spec.betas_size() == 2) {
+    h.beta1 = spec.betas(0);
+    h.beta2 = spec.betas(1);
+  }
+  return h;
+}
+
+// torch's _single_tensor_adam (capturable, differentiable, maximize and amsgrad off).
+void ForLoopUpdate(const StepTensors& t, const AdamHyperparameters& h, bool decoupled) {
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    const at::Tensor& param = t.params[i];
+    at::Tensor grad = t.grads[i];
+    t.steps[i].add_(1);
+    if (h.weight_decay != 0) {
+      if (decoupled) {
+        param.mul_(1 - h.lr * h.weight_decay);
+      } else {
+        grad = grad.add(param, h.weight_decay);
+      }
+    }
+    t.exp_avgs[i].lerp_(grad, 1 - h.beta1);
+    t.exp_avg_sqs[i].mul_(h.beta2).addcmul_(grad, grad, 1 - h.beta2);
+    const double step = t.steps[i].item<double>();
+    const double bias_correction1 = 1 - std::pow(h.beta1, step);
+    const double bias_correction2 = 1 - std::pow(h.beta2, step);
+    const double step_size = h.lr / bias_correction1;
+    // torch writes bias_correction2 ** 0.5: pow, which need not round as sqrt does.
+    const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
+    at::Tensor denom = (t.exp_avg_sqs[i].sqrt() / bias_correction2_sqrt).add_(h.eps);
+    param.addcdiv_(t.exp_avgs[i], denom, -step_size);
+  }
+}
+
+// Splits `t` by the parameters' device and dtype, in order of first appearance, as torch's
+// _group_tensors_by_device_and_dtype does before each foreach or fused call.
+std::vector<StepTensors> ByDeviceAndDtype(const StepTensors& t) {
+  std::vector<std::pair<at::Device, at::ScalarType>> keys;
+  std::vector<StepTensors> buckets;
+  for (size_t i = 0; i < t.params.size(); ++i) {
+    const std::pair<at::Device, at::ScalarType> key(t.params[i].device(),
+                                                    t.params[i].scalar_type());
+    size_t b = 0;
+    while (b < keys.size() && keys[b] != key) ++b;
+    if (b == keys.size()) {
+      keys.push_back(key);
+      buckets.emplace_back();
+    }
+    buckets[b].Add(t.params[i], t.grads[i], t.exp_avgs[i], t.exp_avg_sqs[i], t.steps[i]);
+  }
+  return buckets;
+}
+
+// torch's _multi_tensor_adam (capturable, maximize and amsgrad off).
+void ForeachUpdate(const StepTensors& all, const AdamHyperparameters& h, bool decoupled) {
+  for (const StepTensors& t : ByDeviceAndDtype(all)) {
+    at::_foreach_add_(t.steps, 1);
+    std::vector<at::Tensor> grads = t.grads;
+    if (h.weight_decay != 0) {
+      if (decoupled) {
+        at::_foreach_mul_(t.params, 1 - h.lr * h.weight_decay);
+      } else {
+        grads = at::_foreach_add(t.grads, t.params, h.weight_decay);
+      }
+    }
+    at::_foreach_lerp_(t.exp_avgs, grads, 1 - h.beta1);
+    at::_foreach_mul_(t.exp_avg_sqs, h.beta2);
+    at::_foreach_addcmul_(t.exp_avg_sqs, grads, grads, 1 - h.beta2);
+    std::vector<at::Scalar> step_sizes;
+    std::vector<at::Scalar> bias_corrections2_sqrt;
+    for (const at::Tensor& step_tensor : t.steps) {
+      const double step = step_tensor.item<double>();
+      step_sizes.emplace_back((h.lr / (1 - std::pow(h.beta1, step))) * -1);
+      bias_corrections2_sqrt.emplace_back(std::pow(1 - std::pow(h.beta2, step), 0.5));
+    }
+    std::vector<at::Tensor> denoms = at::_foreach_sqrt(t.exp_avg_sqs);
+    at::_foreach_div_(denoms, bias_corrections2_sqrt);
+    at::_foreach_add_(denoms, h.eps);
+    at::_foreach_addcdiv_(t.params, t.exp_avgs, denoms, step_sizes);
+  }
+}
+
+// torch's _fused_adam: at::_fused_adamw_ (decoupled) or at::_fused_adam_, one call per device and
+// dtype. The double-lr overload: torch takes it for a float lr, and on CPU the tensor_lr one gives
+// the same bits only for a float64 lr tensor.
+void FusedUpdate(const StepTensors& all, const AdamHyperparameters& h, bool decoupled) {
+  for (const StepTensors& t : ByDeviceAndDtype(all)) {
+    at::_foreach_add_(t.steps, 1);
+    using FusedAdam =
+        void (*)(at::TensorList, at::TensorList, at::TensorList, at::TensorList, at::TensorList,
+                 at::TensorList, double, double, double, double, double, bool, bool,
+                 const std::optional<at::Tensor>&, const std::optional<at::Tensor>&);
+    const FusedAdam fused =
+        decoupled ? FusedAdam{&at::_fused_adamw_} : FusedAdam{&at::_fused_adam_};
+    fused(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, t.steps, h.lr,
+          h.beta1, h.beta2, h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false,
+          /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
+  }
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<ParamRef>& params,
-                                                             const OptimizerOptions& options) {
-  if (options.name != "AdamW") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("[optimizer] name: expected \"AdamW\", got \"", options.name, "\""));
+                                                             const JobConfig::Optimizer& config) {
+  if (config.name() != "AdamW" && config.name() != "Adam") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[optimizer] name: expected \"AdamW\" or \"Adam\", got \"", config.name(), "\""));
   }
-  return std::unique_ptr<Optimizer>(new Optimizer(params, options));
+  const absl::flat_hash_map<std::string, Implementation> implementations = {
+      {"for-loop", Implementation::kForLoop},
+      {"foreach", Implementation::kForeach},
+      {"fused", Implementation::kFused}};
+  auto implementation = implementations.find(config.implementation());
+  if (implementation == implementations.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[optimizer] implementation: expected \"for-loop\", \"foreach\" or \"fused\", "
+                     "got \"",
+                     config.implementation(), "\""));
+  }
+  const AdamHyperparameters defaults{config.lr(), config.beta1(), config.beta2(), config.eps(),
+                                     config.weight_decay()};
+  std::vector<Group> groups;
+  std::vector<bool> claimed(params.size(), false);
+  for (int g = 0; g < config.param_groups_size(); ++g) {
+    const JobConfig::Optimizer::ParamGroup& spec = config.param_groups(g);
+    const std::string key = absl::StrCat("[optimizer] param_groups[", g, "]");
+    absl::StatusOr<AdamHyperparameters> hyper = GroupHyperparameters(spec, defaults, key);
+    if (!hyper.ok()) return hyper.status();
+    Group group{spec.pattern(), *hyper, {}};
+    absl::StatusOr<std::vector<bool>> found =
+        SearchNames(spec.pattern(), params, absl::StrCat(key, ".pattern"));
+    if (!found.ok()) return found.status();
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (claimed[i] || !(*found)[i]) continue;
+      claimed[i] = true;
+      group.params.push_back(i);
+    }
+    if (group.params.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, ".pattern=\"", spec.pattern(),
+                       "\" matches no parameter that an earlier group has not claimed"));
+    }
+    groups.push_back(std::move(group));
+  }
+  Group rest{"", defaults, {}};
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!claimed[i]) rest.params.push_back(i);
+  }
+  if (!rest.params.empty()) groups.push_back(std::move(rest));
+  for (const Group& group : groups) {
+    LOG(INFO) << "optimizer " << config.name() << " (" << config.implementation()
+              << "): " << group.params.size() << " params matching "
+              << (group.pattern.empty() ? "no pattern" : "\"" + group.pattern + "\"") << ": lr "
+              << group.hyper.lr << ", weight_decay " << group.hyper.weight_decay;
+  }
+  return std::unique_ptr<Optimizer>(new Optimizer(
+      params, std::move(groups), config.name() == "AdamW", implementation->second, config.lr()));
 }
 
-Optimizer::Optimizer(std::vector<ParamRef> params, const OptimizerOptions& options)
-    : params_(std::move(params)), options_(options) {
-  std::vector<at::Tensor> decay, no_decay;
-  for (const ParamRef& p : params_) (DecaysWeight(p) ? decay : no_decay).push_back(*p.tensor);
-  auto group_options = [&](double weight_decay) {
-    auto o = std::make_unique<torch::optim::AdamWOptions>(options.lr);
-    o->betas({options.beta1, options.beta2}).eps(options.eps).weight_decay(weight_decay);
-    return o;
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  groups.emplace_back(decay, group_options(options.weight_decay));
-  groups.emplace_back(no_decay, group_options(0.0));
-  adamw_ = std::make_unique<torch::optim::AdamW>(std::move(groups),
-                                                 *group_options(options.weight_decay));
-}
+Optimizer::Optimizer(std::vector<ParamRef> params, std::vector<Group> groups,
+                     bool decoupled_weight_decay, Implementation implementation, double base_lr)
+    : params_(std::move(params)),
+      state_(params_.size()),
+      groups_(std::move(groups)),
+      decoupled_weight_decay_(decoupled_weight_decay),
+      implementation_(implementation),
+      base_lr_(base_lr) {}
 
 Optimizer::~Optimizer() = default;
 
-void Optimizer::ZeroGrad() { adamw_->zero_grad(/*set_to_none=*/true); }
+void Optimizer::ZeroGrad() {
+  for (const ParamRef& p : params_) p.tensor->mutable_grad().reset();
+}
 
-void Optimizer::Step() { adamw_->step(); }
-
-void Optimizer::SetLrFactor(double factor) {
-  for (auto& group : adamw_->param_groups()) {
-    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(options_.lr * factor);
+void Optimizer::Step() {
+  c10::NoGradGuard no_grad;
+  for (const Group& group : groups_) {
+    StepTensors tensors;
+    for (size_t i : group.params) {
+      const at::Tensor& param = *params_[i].tensor;
+      if (!param.grad().defined()) continue;
+      if (!state_[i].step.defined()) CreateState(i, 0);
+      tensors.Add(param, param.grad(), state_[i].exp_avg, state_[i].exp_avg_sq, state_[i].step);
+    }
+    if (tensors.params.empty()) continue;
+    AdamHyperparameters h = group.hyper;
+    h.lr *= lr_factor_;
+    switch (implementation_) {
+      case Implementation::kForLoop:
+        ForLoopUpdate(tensors, h, decoupled_weight_decay_);
+        break;
+      case Implementation::kForeach:
+        ForeachUpdate(tensors, h, decoupled_weight_decay_);
+        break;
+      case Implementation::kFused:
+        FusedUpdate(tensors, h, decoupled_weight_decay_);
+        break;
+    }
   }
 }
 
-double Optimizer::lr() const {
-  return static_cast<const torch::optim::AdamWOptions&>(adamw_->param_groups()[0].options()).lr();
+void Optimizer::SetLrFactor(double factor) { lr_factor_ = factor; }
+
+double Optimizer::lr() const { return base_lr_ * lr_factor_; }
+
+void Optimizer::CreateState(size_t i, double step) {
+  const at::Tensor& param = *params_[i].tensor;
+  ParamState& s = state_[i];
+  s.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
+  s.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
+  const at::Device device =
+      implementation_ == Implementation::kFused ? param.device() : at::Device(at::kCPU);
+  s.step = at::scalar_tensor(step, at::TensorOptions().dtype(at::kFloat).device(device));
 }
 
 void Optimizer::InitState() {
-  auto& state = adamw_->state();
-  for (const ParamRef& p : params_) {
-    auto& slot = state[p.tensor->unsafeGetTensorImpl()];
-    if (slot != nullptr) continue;
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->step(0);
-    s->exp_avg(at::zeros_like(*p.tensor, at::MemoryFormat::Preserve));
-    s->exp_avg_sq(at::zeros_like(*p.tensor, at::MemoryFormat::Preserve));
-    slot = std::move(s);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!state_[i].step.defined()) CreateState(i, 0);
   }
 }
 
 NamedTensors Optimizer::StateDict() const {
   NamedTensors out;
-  const auto& state = adamw_->state();
-  for (const ParamRef& p : params_) {
-    auto it = state.find(p.tensor->unsafeGetTensorImpl());
-    if (it == state.end()) continue;
-    const auto& s = static_cast<const torch::optim::AdamWParamState&>(*it->second);
-    out.emplace_back(p.name + ".exp_avg", s.exp_avg());
-    out.emplace_back(p.name + ".exp_avg_sq", s.exp_avg_sq());
-    out.emplace_back(p.name + ".step", at::scalar_tensor(s.step(), at::kLong));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamState& s = state_[i];
+    if (!s.step.defined()) continue;
+    out.emplace_back(params_[i].name + ".exp_avg", s.exp_avg);
+    out.emplace_back(params_[i].name + ".exp_avg_sq", s.exp_avg_sq);
+    out.emplace_back(params_[i].name + ".step",
+                     at::scalar_tensor(static_cast<int64_t>(s.step.item<double>()), at::kLong));
   }
   return out;
 }
 
 absl::Status Optimizer::LoadStateDict(const NamedTensors& state) {
   absl::flat_hash_map<std::string, at::Tensor> by_name(state.begin(), state.end());
-  auto& optimizer_state = adamw_->state();
-  for (const ParamRef& p : params_) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const ParamRef& p = params_[i];
     auto avg = by_name.find(p.name + ".exp_avg");
     auto avg_sq = by_name.find(p.name + ".exp_avg_sq");
     auto step = by_name.find(p.name + ".step");
@@ -99,11 +337,9 @@ absl::Status Optimizer::LoadStateDict(const NamedTensors& state) {
                                                      c10::str(avg->second.sizes()), " expected ",
                                                      c10::str(p.tensor->sizes())));
     }
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->step(step->second.item<int64_t>());
-    s->exp_avg(avg->second.to(p.tensor->options()).clone());
-    s->exp_avg_sq(avg_sq->second.to(p.tensor->options()).clone());
-    optimizer_state[p.tensor->unsafeGetTensorImpl()] = std::move(s);
+    CreateState(i, static_cast<double>(step->second.item<int64_t>()));
+    state_[i].exp_avg.copy_(avg->second);
+    state_[i].exp_avg_sq.copy_(avg_sq->second);
     by_name.erase(avg);
     by_name.erase(avg_sq);
     by_name.erase(step);

@@ -5,41 +5,45 @@
 
 #include <memory>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/checkpoint/safetensors.h"
+#include "lib/config/job_config.pb.h"
 #include "lib/model/module.h"
-
-namespace torch::optim {
-class AdamW;
-}  // namespace torch::optim
 
 namespace titan {
 
-struct OptimizerOptions {
-  std::string name = "AdamW";
-  double lr = 8e-4;
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
+// One parameter group's settings, as torch.optim.Adam's param_groups hold them.
+struct AdamHyperparameters {
+  double lr = 0;
+  double beta1 = 0;
+  double beta2 = 0;
+  double eps = 0;
+  double weight_decay = 0;
 };
 
-// LibTorch's AdamW over a model's parameters. Weight decay applies to matrices only: norms (1-D)
-// and the token embedding are excluded, the usual practice for LLMs.
+// torch.optim.AdamW or Adam over a model's parameters, step for step the same ATen calls as
+// torch 2.11's for-loop (_single_tensor_adam), foreach (_multi_tensor_adam) and fused
+// (_fused_adam) implementations, in torchtitan's parameter groups: each parameter joins the first
+// group whose pattern (a PCRE2 regex searched for in its name) matches; the rest form a last group
+// with [optimizer]'s own values. Weight decay applies to every parameter unless a group says
+// otherwise. Parameters without a gradient are skipped, as torch does.
 class Optimizer {
  public:
+  // Errors name the key: an unknown name or implementation, a group without a pattern, a pattern
+  // that does not compile or matches no parameter not claimed by an earlier group, betas that are
+  // not a pair or are set together with beta1/beta2.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const std::vector<ParamRef>& params,
-                                                           const OptimizerOptions& options);
+                                                           const JobConfig::Optimizer& config);
   ~Optimizer();
 
   void ZeroGrad();
   void Step();
-  // Sets every group's learning rate to base lr × factor (the schedule's output).
+  // Sets every group's learning rate to its own lr × factor (the schedule's output).
   void SetLrFactor(double factor);
+  // [optimizer] lr × the factor: the learning rate of parameters no group claims.
   double lr() const;
 
   // Creates every parameter's state as a first step would (zeros, step 0), so StateDict() has
@@ -52,11 +56,35 @@ class Optimizer {
   absl::Status LoadStateDict(const NamedTensors& state);
 
  private:
-  Optimizer(std::vector<ParamRef> params, const OptimizerOptions& options);
+  enum class Implementation { kForLoop, kForeach, kFused };
+
+  struct Group {
+    std::string pattern;  // "" for the parameters no pattern claimed
+    AdamHyperparameters hyper;
+    std::vector<size_t> params;  // indices into params_
+  };
+
+  // torch's per-parameter state; `step` is a float32 scalar, on the parameter's device for fused
+  // (the kernel reads it there) and on the CPU otherwise, as torch keeps it.
+  struct ParamState {
+    at::Tensor exp_avg;
+    at::Tensor exp_avg_sq;
+    at::Tensor step;
+  };
+
+  Optimizer(std::vector<ParamRef> params, std::vector<Group> groups, bool decoupled_weight_decay,
+            Implementation implementation, double base_lr);
+
+  // Zero state for parameter i, with `step` steps taken.
+  void CreateState(size_t i, double step);
 
   std::vector<ParamRef> params_;
-  OptimizerOptions options_;
-  std::unique_ptr<torch::optim::AdamW> adamw_;
+  std::vector<ParamState> state_;  // Undefined tensors until a parameter's first step.
+  std::vector<Group> groups_;
+  bool decoupled_weight_decay_;  // AdamW; Adam adds weight_decay × parameter to the gradient.
+  Implementation implementation_;
+  double base_lr_;
+  double lr_factor_ = 1.0;
 };
 
 }  // namespace titan

@@ -2,77 +2,233 @@
 
 #include <c10/core/GradMode.h>
 
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace titan {
 namespace {
 
-struct TwoParams {
+const std::vector<std::string> kImplementations = {"for-loop", "foreach", "fused"};
+
+// A matrix, a norm weight and a bias, all ones: enough for groups, decay and the update paths.
+struct Params {
   at::Tensor matrix = at::ones({2, 3}).set_requires_grad(true);
   at::Tensor norm = at::ones({3}).set_requires_grad(true);
-  std::vector<ParamRef> refs() { return {{"w.weight", &matrix}, {"norm.weight", &norm}}; }
+  at::Tensor bias = at::ones({3}).set_requires_grad(true);
+  std::vector<ParamRef> refs() {
+    return {{"layers.0.w.weight", &matrix}, {"layers.0.norm.weight", &norm}, {"out.bias", &bias}};
+  }
+  std::vector<at::Tensor> tensors() const { return {matrix, norm, bias}; }
+  // Gradients that vary by element and step, so every state entry differs.
+  void SetGrads(int step) {
+    for (at::Tensor* t : {&matrix, &norm, &bias}) {
+      t->mutable_grad() = at::arange(t->numel(), at::kFloat).reshape(t->sizes()).sin() + step;
+    }
+  }
+  void ZeroGrads() {
+    for (at::Tensor* t : {&matrix, &norm, &bias}) t->mutable_grad() = at::zeros_like(*t);
+  }
 };
 
-void Backward(TwoParams& p) { (p.matrix.sum() * 2 + p.norm.sum()).backward(); }
+JobConfig::Optimizer Config(const std::string& implementation, double lr = 0.1,
+                            double weight_decay = 0.5) {
+  JobConfig::Optimizer config;
+  config.set_implementation(implementation);
+  config.set_lr(lr);
+  config.set_weight_decay(weight_decay);
+  return config;
+}
 
-TEST(OptimizerTest, WeightDecayOnlyOnMatrices) {
-  TwoParams p;
-  OptimizerOptions options;
-  options.lr = 0.1;
-  options.weight_decay = 0.5;
-  auto opt = Optimizer::Create(p.refs(), options).value();
-  opt->ZeroGrad();
-  // Zero gradients: only weight decay moves a parameter.
-  p.matrix.mutable_grad() = at::zeros_like(p.matrix);
-  p.norm.mutable_grad() = at::zeros_like(p.norm);
+void AddGroup(JobConfig::Optimizer* config, const std::string& pattern,
+              std::optional<double> lr = std::nullopt,
+              std::optional<double> weight_decay = std::nullopt) {
+  JobConfig::Optimizer::ParamGroup* group = config->add_param_groups();
+  group->set_pattern(pattern);
+  if (lr) group->set_lr(*lr);
+  if (weight_decay) group->set_weight_decay(*weight_decay);
+}
+
+std::string CreateError(const JobConfig::Optimizer& config) {
+  Params p;
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(p.refs(), config);
+  EXPECT_FALSE(optimizer.ok());
+  return optimizer.ok() ? "" : std::string(optimizer.status().message());
+}
+
+// With zero gradients (and zero moments) a step moves a parameter only by decoupled weight decay:
+// p × (1 - lr × weight_decay), exact in float up to the one rounding of the product.
+TEST(OptimizerTest, ByDefaultEveryParameterDecays) {
+  for (const std::string& implementation : kImplementations) {
+    Params p;
+    auto opt = Optimizer::Create(p.refs(), Config(implementation)).value();
+    p.ZeroGrads();
+    opt->Step();
+    for (const at::Tensor& t : {p.matrix, p.norm, p.bias}) {
+      EXPECT_FLOAT_EQ(t.flatten()[0].item<float>(), 1.0f - 0.1f * 0.5f) << implementation;
+    }
+  }
+}
+
+TEST(OptimizerTest, GroupWithDecayZeroLeavesItsParametersUndecayed) {
+  for (const std::string& implementation : kImplementations) {
+    Params p;
+    JobConfig::Optimizer config = Config(implementation);
+    AddGroup(&config, "norm|bias$", std::nullopt, 0.0);
+    auto opt = Optimizer::Create(p.refs(), config).value();
+    p.ZeroGrads();
+    opt->Step();
+    EXPECT_FLOAT_EQ(p.matrix[0][0].item<float>(), 0.95f) << implementation;
+    EXPECT_EQ(p.norm[0].item<float>(), 1.0f) << implementation;
+    EXPECT_EQ(p.bias[0].item<float>(), 1.0f) << implementation;
+  }
+}
+
+TEST(OptimizerTest, ScheduleFactorScalesEachGroupsOwnLr) {
+  Params p;
+  JobConfig::Optimizer config = Config("foreach", /*lr=*/0.1, /*weight_decay=*/0.5);
+  AddGroup(&config, "norm", /*lr=*/0.2);
+  auto opt = Optimizer::Create(p.refs(), config).value();
+  opt->SetLrFactor(0.5);
+  EXPECT_DOUBLE_EQ(opt->lr(), 0.05);
+  p.ZeroGrads();
   opt->Step();
-  EXPECT_NEAR(p.matrix[0][0].item<float>(), 1.0 - 0.1 * 0.5, 1e-6);
-  EXPECT_FLOAT_EQ(p.norm[0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(p.matrix[0][0].item<float>(), 1.0f - 0.05f * 0.5f);  // [optimizer] lr 0.1 × 0.5
+  EXPECT_FLOAT_EQ(p.norm[0].item<float>(), 1.0f - 0.1f * 0.5f);        // group lr 0.2 × 0.5
+}
+
+TEST(OptimizerTest, FirstMatchingPatternWinsAndPatternsAreSearchedFor) {
+  Params p;
+  JobConfig::Optimizer config = Config("for-loop");
+  AddGroup(&config, "weight$", std::nullopt, 0.0);  // layers.0.w.weight, layers.0.norm.weight
+  AddGroup(&config, "orm|^out", /*lr=*/0.2);        // norm is taken: only out.bias is left
+  auto opt = Optimizer::Create(p.refs(), config).value();
+  p.ZeroGrads();
+  opt->Step();
+  EXPECT_EQ(p.matrix[0][0].item<float>(), 1.0f);
+  EXPECT_EQ(p.norm[0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(p.bias[0].item<float>(), 1.0f - 0.2f * 0.5f);
+}
+
+TEST(OptimizerTest, BadGroupsAreErrorsNamingThem) {
+  JobConfig::Optimizer config = Config("foreach");
+  AddGroup(&config, "norm");
+  AddGroup(&config, "tok_embeddings");
+  EXPECT_EQ(CreateError(config),
+            "[optimizer] param_groups[1].pattern=\"tok_embeddings\" matches no parameter that an "
+            "earlier group has not claimed");
+  config = Config("foreach");
+  AddGroup(&config, "weight");
+  AddGroup(&config, "norm");  // Its only match went to the first group.
+  EXPECT_TRUE(absl::StartsWith(CreateError(config), "[optimizer] param_groups[1].pattern=\"norm\""))
+      << CreateError(config);
+  config = Config("foreach");
+  AddGroup(&config, "norm(");
+  EXPECT_TRUE(absl::StartsWith(CreateError(config),
+                               "[optimizer] param_groups[0].pattern=\"norm(\": missing closing"))
+      << CreateError(config);
+  config = Config("foreach");
+  config.add_param_groups()->set_lr(0.1);
+  EXPECT_EQ(CreateError(config),
+            "[optimizer] param_groups[0]: pattern missing (a regular expression naming its "
+            "parameters)");
+  config = Config("foreach");
+  AddGroup(&config, "norm");
+  config.mutable_param_groups(0)->add_betas(0.9);
+  EXPECT_EQ(CreateError(config),
+            "[optimizer] param_groups[0].betas: expected 2 values (beta1, beta2), got 1");
+  config.mutable_param_groups(0)->add_betas(0.95);
+  config.mutable_param_groups(0)->set_beta1(0.8);
+  EXPECT_EQ(CreateError(config),
+            "[optimizer] param_groups[0]: betas and beta1/beta2 set the same values; set only one "
+            "of them");
+  config = Config("foreach");
+  config.set_name("SGD");
+  EXPECT_EQ(CreateError(config), "[optimizer] name: expected \"AdamW\" or \"Adam\", got \"SGD\"");
+}
+
+// for-loop and foreach run the same ATen kernels per tensor (foreach falls back to them on CPU),
+// so they agree bitwise; the fused kernel orders its arithmetic differently: 1e-6 relative.
+TEST(OptimizerTest, ImplementationsAgree) {
+  for (const std::string& name : {"AdamW", "Adam"}) {
+    std::vector<Params> runs(kImplementations.size());
+    for (size_t r = 0; r < runs.size(); ++r) {
+      JobConfig::Optimizer config = Config(kImplementations[r], 0.01, 0.1);
+      config.set_name(name);
+      AddGroup(&config, "norm", 0.02, 0.0);
+      auto opt = Optimizer::Create(runs[r].refs(), config).value();
+      for (int step = 0; step < 5; ++step) {
+        runs[r].SetGrads(step);
+        opt->Step();
+      }
+    }
+    for (int t = 0; t < 3; ++t) {
+      const at::Tensor for_loop = runs[0].tensors()[t];
+      EXPECT_FALSE(at::equal(for_loop, at::ones_like(for_loop))) << name << ": nothing moved";
+      EXPECT_TRUE(at::equal(for_loop, runs[1].tensors()[t])) << name;
+      const at::Tensor fused = runs[2].tensors()[t];
+      EXPECT_LE(((fused - for_loop).abs().max() / for_loop.abs().max()).item<double>(), 1e-6)
+          << name;
+    }
+  }
+}
+
+TEST(OptimizerTest, ParametersWithoutGradientsAreSkipped) {
+  Params p;
+  auto opt = Optimizer::Create(p.refs(), Config("foreach")).value();
+  p.SetGrads(0);
+  p.norm.mutable_grad().reset();
+  opt->Step();
+  EXPECT_EQ(p.norm[0].item<float>(), 1.0f);
+  NamedTensors state = opt->StateDict();
+  ASSERT_EQ(state.size(), 6u);  // matrix and bias: exp_avg, exp_avg_sq, step
+  EXPECT_EQ(state[2].first, "layers.0.w.weight.step");
+  EXPECT_EQ(state[2].second.item<int64_t>(), 1);
+  opt->InitState();
+  EXPECT_EQ(opt->StateDict().size(), 9u);
 }
 
 TEST(OptimizerTest, StateRoundTripContinuesBitwise) {
-  TwoParams a, b;
-  OptimizerOptions options;
-  auto opt_a = Optimizer::Create(a.refs(), options).value();
-  for (int i = 0; i < 3; ++i) {
-    opt_a->ZeroGrad();
-    Backward(a);
+  for (const std::string& implementation : kImplementations) {
+    Params a, b;
+    const JobConfig::Optimizer config = Config(implementation, 0.01, 0.1);
+    auto opt_a = Optimizer::Create(a.refs(), config).value();
+    for (int step = 0; step < 3; ++step) {
+      a.SetGrads(step);
+      opt_a->Step();
+    }
+    // b starts from a's parameters and optimizer state, then both take the same step.
+    {
+      c10::NoGradGuard no_grad;
+      b.matrix.copy_(a.matrix);
+      b.norm.copy_(a.norm);
+      b.bias.copy_(a.bias);
+    }
+    auto opt_b = Optimizer::Create(b.refs(), config).value();
+    ASSERT_TRUE(opt_b->LoadStateDict(opt_a->StateDict()).ok());
+    EXPECT_EQ(opt_b->StateDict().back().second.item<int64_t>(), 3);
+    a.SetGrads(3);
+    b.SetGrads(3);
     opt_a->Step();
+    opt_b->Step();
+    EXPECT_TRUE(at::equal(a.matrix, b.matrix)) << implementation;
+    EXPECT_TRUE(at::equal(a.norm, b.norm)) << implementation;
+    EXPECT_TRUE(at::equal(a.bias, b.bias)) << implementation;
   }
-  // b starts from a's parameters and optimizer state, then both take the same step.
-  {
-    c10::NoGradGuard no_grad;
-    b.matrix.copy_(a.matrix);
-    b.norm.copy_(a.norm);
-  }
-  auto opt_b = Optimizer::Create(b.refs(), options).value();
-  ASSERT_TRUE(opt_b->LoadStateDict(opt_a->StateDict()).ok());
-  for (auto* pair : {&a, &b}) {
-    (pair == &a ? opt_a : opt_b)->ZeroGrad();
-    Backward(*pair);
-    (pair == &a ? opt_a : opt_b)->Step();
-  }
-  EXPECT_TRUE(at::equal(a.matrix, b.matrix));
-  EXPECT_TRUE(at::equal(a.norm, b.norm));
 }
 
-TEST(OptimizerTest, LrFactorScalesBaseLr) {
-  TwoParams p;
-  OptimizerOptions options;
-  options.lr = 0.01;
-  auto opt = Optimizer::Create(p.refs(), options).value();
-  opt->SetLrFactor(0.5);
-  EXPECT_DOUBLE_EQ(opt->lr(), 0.005);
-}
-
-TEST(OptimizerTest, RejectsMissingStateAndUnknownOptimizer) {
-  TwoParams p;
-  auto opt = Optimizer::Create(p.refs(), OptimizerOptions{}).value();
-  absl::Status status = opt->LoadStateDict({});
-  EXPECT_NE(status.message().find("w.weight"), std::string::npos);
-  OptimizerOptions sgd;
-  sgd.name = "SGD";
-  EXPECT_FALSE(Optimizer::Create(p.refs(), sgd).ok());
+TEST(OptimizerTest, LoadRejectsMissingAndUnexpectedState) {
+  Params p;
+  auto opt = Optimizer::Create(p.refs(), Config("foreach")).value();
+  EXPECT_EQ(opt->LoadStateDict({}).message(),
+            "optimizer state: no entry for parameter layers.0.w.weight");
+  opt->InitState();
+  NamedTensors state = opt->StateDict();
+  state.emplace_back("extra.exp_avg", at::zeros({1}));
+  EXPECT_EQ(opt->LoadStateDict(state).message(), "optimizer state: unexpected entry extra.exp_avg");
 }
 
 }  // namespace

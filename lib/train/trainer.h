@@ -1,17 +1,96 @@
 #ifndef TITAN_LIB_TRAIN_TRAINER_H_
 #define TITAN_LIB_TRAIN_TRAINER_H_
 
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "lib/config/job_config.pb.h"
 #include "lib/parallel/distributed_runtime.h"
+#include "lib/profiling/step_profiler.h"
+#include "lib/train/components.h"
+#include "lib/train/loss.h"
+#include "lib/train/resource_monitor.h"
+#include "lib/train/step_hooks.h"
+#include "lib/train/train_checkpoint.h"
 
 namespace titan {
 
+// The model's forward and the loss of one microbatch, summed over its counted tokens: the one
+// place training and evaluation run them. Autocast covers the forward when `autocast` is set.
+at::Tensor ForwardLossSum(Decoder& model, DataParallel& data_parallel, const Batch& batch,
+                          const LossFn& loss, std::optional<at::ScalarType> autocast);
+
+// What one optimizer step measured.
+struct StepResult {
+  double loss = 0;       // summed losses / counted tokens, over every microbatch and rank
+  double grad_norm = 0;  // before clipping
+  double lr = 0;
+  int64_t tokens = 0;    // this rank's input tokens
+};
+
+// torchtitan's Trainer: Init builds every part (lib/train/components.h) and resumes from the
+// newest checkpoint; Train runs the loop (batch, step, log, validate, checkpoint, stop signal).
+// Other tools drive TrainStep themselves with batches of their own and a loss of their own.
+class Trainer {
+ public:
+  Trainer(const JobConfig& config, const DistributedRuntime& runtime);
+  ~Trainer();
+
+  absl::Status Init();
+  // To [training] steps, or to a SIGINT/SIGTERM (after which it saves a checkpoint and returns
+  // OK).
+  absl::Status Train();
+
+  // One optimizer step over `microbatches` (this rank's): forward, loss, backward on each,
+  // gradients reduced over data-parallel ranks, clipped, optimizer and LR step. The loss is
+  // normalised by the counted tokens of the whole step over every rank (one all-reduce when
+  // `labels_masked`; else every label counts and the count is known).
+  absl::StatusOr<StepResult> TrainStep(const std::vector<Batch>& microbatches, bool labels_masked);
+
+  // The loss TrainStep and validation use (default: CrossEntropySum()).
+  void set_loss(LossFn loss) { loss_ = std::move(loss); }
+  StepHooks& hooks() { return hooks_; }
+  Decoder& model() { return *model_.model; }
+  const ModelInfo& model_info() const { return model_.info; }
+  const RunSetup& setup() const { return setup_; }
+  const TrainState& state() const { return state_; }
+
+ private:
+  absl::StatusOr<std::vector<Batch>> NextMicrobatches();
+  absl::StatusOr<double> Validate();
+  absl::StatusOr<double> SumOverDp(double value) const;
+  // The stop signal, once any rank has one, so that every rank stops after the same step.
+  absl::StatusOr<int> AgreedStopSignal() const;
+  absl::Status InstallHooks();
+  void LogStateMemory() const;
+
+  const JobConfig config_;
+  const DistributedRuntime& runtime_;
+  RunSetup setup_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelBundle model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<WarmupStableDecaySchedule> schedule_;
+  std::unique_ptr<TextDataLoader> train_data_;
+  std::unique_ptr<TrainCheckpointer> checkpointer_;  // null with checkpointing off
+  std::unique_ptr<MetricsLogger> metrics_;           // null on ranks that write none
+  std::unique_ptr<StepProfiler> profiler_;           // null with profiling off
+  std::unique_ptr<ResourceMonitor> monitor_;         // [job] monitoring_interval
+  StepHooks hooks_;
+  LossFn loss_ = CrossEntropySum();
+  TrainState state_;
+  int64_t microbatches_ = 1;
+  double peak_flops_ = 0;
+};
+
 // Trains the job described by `config` to the end (or to a SIGINT/SIGTERM, after which it saves a
 // checkpoint and returns OK). The one library call behind titan_train. With several ranks
-// (`runtime` connected), every rank calls it: the model is data-parallel as [parallelism] says,
-// each rank reads its share of every global batch, and only rank 0 writes config.toml, metrics and
-// checkpoints (sharded state is gathered to full tensors first).
+// (`runtime` connected), every rank calls it: the model is parallelized as [parallelism] says,
+// each rank reads its share of every global batch, and rank 0 writes config.toml and metrics.
 absl::Status RunTraining(const JobConfig& config,
                          const DistributedRuntime& runtime = DistributedRuntime::SingleProcess());
 

@@ -3,7 +3,8 @@
 //   print:  prints its env and args to stdout, a line and an unterminated tail to stderr, exits 0.
 //   fail:   rank FAKE_FAIL_RANK exits 3 after 200 ms; rank FAKE_STUBBORN_RANK ignores SIGTERM;
 //           every other rank sleeps until killed.
-//   wait:   prints "ready pid=P" and sleeps; on SIGTERM prints "rank R got SIGTERM" and exits 0.
+//   wait:   prints "ready pid=P" and sleeps; on SIGUSR1 prints "rank R got SIGUSR1"; on SIGTERM
+//           prints "rank R got SIGTERM" and exits 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,6 +23,12 @@ namespace {
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
   return value == nullptr ? "" : value;
+}
+
+void OnUsr1(int) {
+  char message[64];
+  int n = snprintf(message, sizeof(message), "rank %s got SIGUSR1\n", getenv("RANK"));
+  (void)!write(STDOUT_FILENO, message, n);
 }
 
 void OnTerm(int) {
@@ -73,6 +80,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "wait") {
     signal(SIGTERM, OnTerm);
+    signal(SIGUSR1, OnUsr1);
     printf("ready pid=%d\n", static_cast<int>(getpid()));
     fflush(stdout);
     while (true) pause();

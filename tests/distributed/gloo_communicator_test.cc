@@ -19,12 +19,14 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/FlightRecorder.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/distributed/comm_trace.h"
 #include "lib/distributed/communicator.h"
 #include "lib/distributed/gloo_communicator.h"
 #include "lib/distributed/mesh_communicators.h"
@@ -335,6 +337,34 @@ TEST(GlooCommunicatorTest, SkippedCollectiveTimesOutNamingTheMissingRank) {
     EXPECT_GE(seconds, absl::ToDoubleSeconds(kTimeout) - 0.1) << "rank " << rank;
     EXPECT_LT(seconds, absl::ToDoubleSeconds(kTimeout) + 3) << "rank " << rank;
   }
+}
+
+// titan's recorder holds the Gloo operations; c10d's own (ProcessGroupGloo records into it in torch
+// 2.11) stays empty, so nothing is recorded twice.
+TEST(GlooCommunicatorTest, OperationsAreTracedOnceByTitansRecorder) {
+  std::vector<int> statuses = RunRanks(2, absl::Seconds(30), [](int rank, auto rendezvous) {
+    CommTraceOptions options;
+    options.buffer_size = 8;
+    options.folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/traced");
+    options.rank = rank;
+    absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+    RANK_CHECK_OK(trace.status());
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        CreateGlooCommunicator(rendezvous, "world", Iota(2), absl::Seconds(10), *trace);
+    RANK_CHECK_OK(comm.status());
+    at::Tensor tensor = at::ones({5});
+    RANK_CHECK_OK(Await((*comm)->AllReduce(tensor, ReduceOp::kSum)));
+    RANK_CHECK_OK(Await((*comm)->Barrier()));
+    const std::string native = c10d::dump_fr_trace_json(true, false);
+    RANK_CHECK(native.find("\"entries\"") == std::string::npos, native);
+    RANK_CHECK_OK((*trace)->Dump("test"));
+    std::ifstream dump((*trace)->DumpPath());
+    const std::string pickle((std::istreambuf_iterator<char>(dump)), {});
+    RANK_CHECK(pickle.find("nccl:all_reduce") != std::string::npos, "all_reduce not recorded");
+    RANK_CHECK(pickle.find("nccl:all_reduce_barrier") != std::string::npos, "barrier not recorded");
+    return LeaveTogether(rank, rendezvous, "traced/done");
+  });
+  EXPECT_THAT(statuses, ::testing::Each(0));
 }
 
 TEST(GlooCommunicatorTest, MemberThatNeverJoinsIsNamed) {

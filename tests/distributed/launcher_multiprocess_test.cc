@@ -107,6 +107,21 @@ TEST(LaunchLocalRanksTest, SigtermIsForwardedToEveryRank) {
   EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank 1 got SIGTERM"));
 }
 
+TEST(LaunchLocalRanksTest, SigusrOneIsForwardedToEveryRankAndTheJobGoesOn) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}}, OutputPrefix("usr1"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 2, absl::Seconds(20))) << launcher->Stdout();
+  kill(launcher->pid(), SIGUSR1);
+  ASSERT_TRUE(launcher->WaitForStdout("got SIGUSR1", 2, absl::Seconds(10))) << launcher->Stdout();
+  kill(launcher->pid(), SIGTERM);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 0] rank 0 got SIGUSR1"));
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank 1 got SIGUSR1"));
+}
+
 TEST(LaunchLocalRanksTest, KilledLauncherTakesItsRanksWithIt) {
   absl::StatusOr<Subprocess> launcher = Subprocess::Start(
       {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}}, OutputPrefix("orphans"));

@@ -1,5 +1,6 @@
-// The NCCL backend on one GPU (a group of one: NCCL allows one rank per device). Skipped where no
-// CUDA device exists, i.e. on the CPU-only CI machines; run it on a GPU machine.
+// c10d's ProcessGroupNCCL behind titan's Communicator on one GPU (a group of one: NCCL allows one
+// rank per device). Skipped where no CUDA device exists, i.e. on the CPU-only CI machines; run it
+// on a GPU machine (it has not run on one yet).
 #include "lib/distributed/nccl_communicator.h"
 
 #include <ATen/ATen.h>
@@ -9,8 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/distributed/comm_trace.h"
 #include "lib/distributed/gloo_communicator.h"
 #include "lib/distributed/rendezvous.h"
 
@@ -72,9 +77,32 @@ TEST(NcclCommunicatorTest, CollectivesOnOneGpuAndDispatchByDevice) {
 
   EXPECT_THAT(Await(comm->AllGather(x, at::empty({3}, cuda.dtype(at::kFloat)))).message(),
               HasSubstr("all_gather on group \"solo\": expected 1048576"));
-  EXPECT_THAT(Await(comm->AllReduce(at::ones({2}, cuda.dtype(at::kComplexFloat)), ReduceOp::kSum))
-                  .message(),
-              HasSubstr("no NCCL equivalent"));
+}
+
+// A sub-group split from the world's NCCL communicator, and the trace of both: NCCL operations
+// complete through the event recorded after the device-side wait.
+TEST(NcclCommunicatorTest, SplitGroupAndTrace) {
+  if (!at::hasCUDA() || at::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::shared_ptr<Rendezvous> rendezvous = ConnectAlone();
+  ASSERT_NE(rendezvous, nullptr);
+  CommTraceOptions options;
+  options.buffer_size = 16;
+  options.folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/nccl_trace");
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  absl::StatusOr<std::unique_ptr<Communicator>> world =
+      CreateNcclCommunicator(rendezvous, "world", {0}, 0, absl::Seconds(30), *trace);
+  ASSERT_TRUE(world.ok()) << world.status();
+  absl::StatusOr<std::unique_ptr<Communicator>> sub =
+      CreateNcclCommunicator(rendezvous, "dp/0", {0}, 0, absl::Seconds(30), *trace, world->get());
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  at::Tensor x = at::ones({1024}, at::TensorOptions().device(at::kCUDA, 0));
+  ASSERT_TRUE(Await((*sub)->AllReduce(x, ReduceOp::kSum)).ok());
+  ASSERT_TRUE(Await((*world)->AllReduce(x, ReduceOp::kSum)).ok());
+  at::cuda::getCurrentCUDAStream(0).synchronize();
+  EXPECT_TRUE(x.equal(at::ones_like(x)));
+  ASSERT_TRUE((*trace)->Dump("test").ok());
+  EXPECT_TRUE(std::filesystem::exists((*trace)->DumpPath()));
 }
 
 }  // namespace

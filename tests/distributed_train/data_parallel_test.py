@@ -225,6 +225,23 @@ class DataParallelTest(unittest.TestCase):
                      steps=steps[-1] + 1)
         self.assertIn(f"resumed from checkpoint step-{steps[-1]}", proc.stderr)
 
+    def test_qwen3_fsdp2_and_ddp2_match_one_process(self):
+        qwen = ["--model.name=qwen3", "--model.flavor=debugmodel", "--checkpoint.enable=false"]
+        one = self.fresh("qwen3_one")
+        train(one, 1, GLOBAL_BATCH, *qwen)
+        reference = losses(one)
+        for name, flags in (("qwen3_fsdp2", []),
+                            ("qwen3_ddp2", ["--parallelism.data_parallel_replicate_degree=2",
+                                            "--parallelism.data_parallel_shard_degree=1"])):
+            dump = self.fresh(name)
+            train(dump, 2, GLOBAL_BATCH // 2, *qwen, *flags)
+            got = losses(dump)
+            self.assertEqual(sorted(got), list(range(1, STEPS + 1)))
+            diff = max_rel_diff(reference, got)
+            print(f"\n{name}: max relative loss difference vs 1 process: {diff:.3e}",
+                  file=sys.stderr)
+            self.assertLessEqual(diff, RTOL, (reference, got))
+
     def test_bad_degrees_fail_on_every_rank_with_one_line(self):
         proc = train(self.fresh("bad"), 2, 4, "--parallelism.data_parallel_shard_degree=3",
                      check=False)

@@ -1,0 +1,370 @@
+#include "lib/distributed/comm_trace.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <torch/csrc/distributed/c10d/FlightRecorder.hpp>
+#include <torch/csrc/distributed/c10d/FlightRecorderDetail.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/logger.hpp>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "lib/distributed/group_state.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+
+// What c10d's FlightRecorder asks of an entry's end event: has the operation finished? One per
+// buffer slot, reused when the ring wraps, so a pointer the recorder holds is never dangling.
+class CommEvent {
+ public:
+  bool query() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (work_) return work_->isCompleted();
+    return done_ ? done_->query() : completed_;
+  }
+
+  void Start(uint64_t ticket, c10::intrusive_ptr<c10d::Work> work) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ticket_ = ticket;
+    work_ = std::move(work);
+    done_.reset();
+    completed_ = false;
+  }
+
+  // Completion is `done` from now on; the Work (and its tensors) is let go.
+  void FinishOn(uint64_t ticket, c10::Event done) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ticket_ != ticket || !work_) return;
+    work_.reset();
+    done_.emplace(std::move(done));
+  }
+
+  // Drops the Work (and the tensors it holds) unless the slot was reused meanwhile.
+  void Finish(uint64_t ticket) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ticket_ != ticket || !work_) return;
+    completed_ = work_->isCompleted();
+    work_.reset();
+  }
+
+ private:
+  std::mutex mutex_;
+  uint64_t ticket_ = 0;
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::optional<c10::Event> done_;
+  bool completed_ = false;
+};
+
+struct TraceGroup {
+  size_t pg_id = 0;
+  std::tuple<std::string, std::string> pg_name;
+  std::shared_ptr<c10d::ProcessGroupStatus> status = std::make_shared<c10d::ProcessGroupStatus>();
+  size_t collective_seq = 0;
+  size_t p2p_seq = 0;
+  size_t op_seq = 0;
+};
+
+}  // namespace titan
+
+namespace c10d {
+// Required by FlightRecorder<E>::retire_id; titan retires without durations, so never called.
+template <>
+float getDurationFromEvent<titan::CommEvent>(titan::CommEvent&, titan::CommEvent&) {
+  return 0.0f;
+}
+}  // namespace c10d
+
+namespace titan {
+namespace {
+
+// c10d's name for a group without a description: fr_trace then prints the name alone.
+constexpr char kNoDescription[] = "undefined";
+// A dump request reaches every rank within this; one store check per rank per interval.
+constexpr absl::Duration kWatchInterval = absl::Milliseconds(500);
+constexpr char kRequestKey[] = "request";
+constexpr char kDumpedCountKey[] = "dumped_count";
+
+std::atomic<int> g_signal_pipe{-1};
+
+void OnDumpSignal(int) {
+  const int fd = g_signal_pipe.load();
+  if (fd >= 0) (void)!write(fd, "s", 1);
+}
+
+// c10d's process groups keep flight recorders of their own, each sized by TORCH_FR_BUFFER_SIZE
+// when first used. ProcessGroupGloo's would record every Gloo operation a second time, under
+// "gloo:" names that torch 2.11's fr_trace rejects: it is created now, while the size reads 0.
+// ProcessGroupNCCL's keeps one entry when tracing, because c10d's watchdog dumps on a timeout only
+// when it records; that dump then reaches the writer RegisterWithC10d installs.
+void ConfigureC10dRecorders(bool tracing) {
+  static std::once_flag once;
+  std::call_once(once, [tracing] {
+    if (const char* user = std::getenv("TORCH_FR_BUFFER_SIZE")) {
+      LOG(WARNING) << "TORCH_FR_BUFFER_SIZE=" << user << " is ignored: [comm] trace_buf_size sizes "
+                   << "titan's collective recorder";
+    }
+    setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
+    (void)c10d::dump_fr_trace_json(/*includeCollectives=*/false, /*onlyActive=*/false);
+    setenv("TORCH_FR_BUFFER_SIZE", tracing ? "1" : "0", 1);
+    // As torchtitan: a recorded job dumps when the watchdog sees a timeout (unless told otherwise).
+    if (tracing) setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", /*overwrite=*/0);
+  });
+}
+
+// c10d's dump hook: it hands over its NCCL recorder's pickle; this writes titan's, which holds the
+// same NCCL operations and the Gloo ones too.
+class C10dDumpWriter : public c10d::DebugInfoWriter {
+ public:
+  C10dDumpWriter(std::weak_ptr<CommTrace> trace, const std::string& prefix, int rank)
+      : c10d::DebugInfoWriter(prefix, rank), trace_(std::move(trace)) {}
+
+  void write(const std::string& /*c10d_trace*/) override {
+    if (std::shared_ptr<CommTrace> trace = trace_.lock()) {
+      trace->DumpAllRanks("c10d's NCCL watchdog dumped (a collective timed out)");
+    }
+  }
+
+ private:
+  const std::weak_ptr<CommTrace> trace_;
+};
+
+}  // namespace
+
+class CommTrace::Recorder {
+ public:
+  explicit Recorder(size_t entries) {
+    // Sized from the config, not from TORCH_FR_BUFFER_SIZE, which c10d's constructor read.
+    recorder.max_entries_ = entries;
+    recorder.enabled_ = entries > 0;
+  }
+  c10d::FlightRecorder<CommEvent> recorder;
+  std::mutex dump_mutex;  // Serialises file writes: the watcher and a failing caller may race.
+};
+
+CommTrace::CommTrace(CommTraceOptions options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::shared_ptr<CommTrace>> CommTrace::Create(CommTraceOptions options) {
+  if (options.buffer_size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("comm trace: buffer size must be >= 0, got ", options.buffer_size));
+  }
+  std::shared_ptr<CommTrace> trace(new CommTrace(std::move(options)));
+  ConfigureC10dRecorders(trace->enabled());
+  if (!trace->enabled()) return trace;
+  const CommTraceOptions& o = trace->options_;
+  trace->recorder_ = std::make_unique<Recorder>(static_cast<size_t>(o.buffer_size));
+  trace->events_ = std::make_unique<CommEvent[]>(static_cast<size_t>(o.buffer_size));
+  if (o.store) {
+    try {
+      // Its own connection: the watcher's polls never wait behind the trainer's store calls.
+      trace->store_ = c10::make_intrusive<c10d::PrefixStore>("titan/comm_trace", o.store->clone());
+    } catch (const std::exception& e) {
+      return absl::UnavailableError(absl::StrCat("comm trace: store connection: ", Reason(e)));
+    }
+  }
+  if (pipe2(trace->wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return ErrnoError("pipe", "comm trace");
+  }
+  g_signal_pipe.store(trace->wake_pipe_[1]);
+  struct sigaction action {};
+  action.sa_handler = OnDumpSignal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGUSR1, &action, nullptr);
+  trace->watcher_ = std::thread([raw = trace.get()] { raw->Watch(); });
+  return trace;
+}
+
+CommTrace::~CommTrace() {
+  if (!watcher_.joinable()) return;
+  stop_ = true;
+  int expected = wake_pipe_[1];
+  if (g_signal_pipe.compare_exchange_strong(expected, -1)) signal(SIGUSR1, SIG_DFL);
+  (void)!write(wake_pipe_[1], "q", 1);
+  watcher_.join();
+  close(wake_pipe_[0]);
+  close(wake_pipe_[1]);
+}
+
+std::string CommTrace::DumpPath() const {
+  return absl::StrCat(options_.folder, "/", options_.file_prefix, options_.rank);
+}
+
+std::shared_ptr<TraceGroup> CommTrace::AddGroup(const std::string& name,
+                                                const std::vector<int>& global_ranks,
+                                                const std::string& backend) {
+  if (!enabled()) return nullptr;
+  auto group = std::make_shared<TraceGroup>();
+  group->pg_name = std::make_tuple(name, std::string(kNoDescription));
+  {
+    std::lock_guard<std::mutex> lock(record_mutex_);
+    group->pg_id = next_group_id_++;
+  }
+  recorder_->recorder.record_pg_ranks(
+      group->pg_name, std::vector<uint64_t>(global_ranks.begin(), global_ranks.end()));
+  recorder_->recorder.record_accelerator_version(backend);
+  return group;
+}
+
+TraceId CommTrace::Record(TraceGroup* group, const std::string& op, bool p2p,
+                          const std::vector<at::Tensor>& inputs,
+                          const std::vector<at::Tensor>& outputs,
+                          c10::intrusive_ptr<c10d::Work> work, absl::Duration timeout) {
+  if (!enabled() || group == nullptr) return TraceId();
+  ++group->op_seq;
+  if (p2p) {
+    ++group->p2p_seq;
+  } else {
+    ++group->collective_seq;
+  }
+  group->status->lastEnqueuedSeq = static_cast<int64_t>(group->op_seq);
+  group->status->lastEnqueuedWorkName = op;
+  std::lock_guard<std::mutex> lock(record_mutex_);
+  const uint64_t ticket = next_ticket_++;
+  CommEvent* event = &events_[ticket % static_cast<uint64_t>(options_.buffer_size)];
+  event->Start(ticket, std::move(work));
+  // The analyzer (torch 2.11's fr_trace) parses "<library>:<op>" and accepts only nccl and xccl
+  // as the library, so every backend's operations use "nccl:"; the group name says which ran.
+  const auto traced = recorder_->recorder.recordWithResetEnabled(
+      group->pg_id, group->pg_name, group->collective_seq, group->p2p_seq, group->op_seq,
+      absl::StrCat("nccl:", op), inputs, outputs, /*start=*/nullptr, event,
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)), group->status, p2p);
+  return TraceId{traced.id, traced.reset_epoch, ticket};
+}
+
+void CommTrace::Retire(TraceGroup* group, const TraceId& id, bool ok) {
+  if (!enabled() || !id.id) return;
+  recorder_->recorder.retire_id(id.id, id.epoch, /*compute_duration=*/false);
+  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket);
+  if (ok && group != nullptr) group->status->lastCompletedSeq = static_cast<int64_t>(group->op_seq);
+}
+
+void CommTrace::RegisterWithC10d() {
+  if (!enabled()) return;
+  static std::once_flag once;
+  std::call_once(once, [this] {
+    try {
+      c10d::DebugInfoWriter::registerWriter(std::make_unique<C10dDumpWriter>(
+          weak_from_this(), absl::StrCat(options_.folder, "/", options_.file_prefix),
+          options_.rank));
+    } catch (const std::exception& e) {
+      LOG(ERROR) << "comm trace: c10d's dumps will not reach titan's trace: " << Reason(e);
+    }
+  });
+}
+
+void CommTrace::CompleteOn(const TraceId& id, c10::Event done) {
+  if (!enabled() || !id.id) return;
+  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].FinishOn(id.ticket,
+                                                                            std::move(done));
+}
+
+absl::Status CommTrace::Dump(absl::string_view reason) {
+  if (!enabled()) return absl::OkStatus();
+  std::lock_guard<std::mutex> lock(recorder_->dump_mutex);
+  std::string pickle;
+  try {
+    pickle = recorder_->recorder.dump(std::nullopt, /*includeCollectives=*/true,
+                                      /*includeStackTraces=*/true, /*onlyActive=*/false);
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("comm trace: dump: ", Reason(e)));
+  }
+  std::error_code error;
+  std::filesystem::create_directories(options_.folder, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(options_.folder, ": cannot create the comm trace folder: ", error.message()));
+  }
+  const std::string path = DumpPath();
+  if (absl::Status written = WriteFileAtomically(path, pickle); !written.ok()) return written;
+  LOG(WARNING) << "comm trace: rank " << options_.rank << " wrote " << path << " (" << reason
+               << "); analyse with: python -m torch.distributed.flight_recorder.fr_trace "
+               << options_.folder;
+  return absl::OkStatus();
+}
+
+void CommTrace::DumpAllRanks(absl::string_view reason) {
+  if (!enabled()) return;
+  answered_request_ = true;  // This rank's watcher need not answer the request it makes.
+  if (absl::Status dumped = Dump(reason); !dumped.ok()) LOG(ERROR) << dumped.message();
+  if (!store_) return;
+  try {
+    MarkDumped();
+    const std::string request = absl::StrCat("rank ", options_.rank, ": ", reason);
+    store_->set(kRequestKey, std::vector<uint8_t>(request.begin(), request.end()));
+    // One counter to poll, not a key per rank: every rank of a big job may be waiting at once.
+    const absl::Time deadline = absl::Now() + options_.peer_dump_wait;
+    while (store_->add(kDumpedCountKey, 0) < options_.world_size && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    if (store_->add(kDumpedCountKey, 0) < options_.world_size) {
+      std::vector<int> missing;
+      for (int rank = 0; rank < options_.world_size; ++rank) {
+        if (!store_->check({absl::StrCat("dumped/", rank)})) missing.push_back(rank);
+      }
+      LOG(ERROR) << "comm trace: no dump from ranks " << absl::StrJoin(missing, ", ") << " within "
+                 << options_.peer_dump_wait;
+    }
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "comm trace: could not ask the other ranks to dump: " << Reason(e);
+  }
+}
+
+bool CommTrace::PeerRequestPending() {
+  try {
+    return store_->check({kRequestKey});
+  } catch (const std::exception&) {
+    return false;  // The store's host is gone; nobody can ask any more.
+  }
+}
+
+void CommTrace::MarkDumped() {
+  if (marked_dumped_.exchange(true)) return;
+  const std::string rank = absl::StrCat(options_.rank);
+  store_->set(absl::StrCat("dumped/", rank), std::vector<uint8_t>(rank.begin(), rank.end()));
+  store_->add(kDumpedCountKey, 1);
+}
+
+void CommTrace::Watch() {
+  while (!stop_) {
+    pollfd wake{wake_pipe_[0], POLLIN, 0};
+    const int ready = poll(&wake, 1, static_cast<int>(absl::ToInt64Milliseconds(kWatchInterval)));
+    if (stop_) return;
+    if (ready > 0) {
+      char bytes[16];
+      const ssize_t n = read(wake_pipe_[0], bytes, sizeof(bytes));
+      if (n > 0 && std::find(bytes, bytes + n, 's') != bytes + n) {
+        if (absl::Status dumped = Dump("SIGUSR1"); !dumped.ok()) LOG(ERROR) << dumped.message();
+      }
+    }
+    if (store_ && !answered_request_ && PeerRequestPending()) {
+      answered_request_ = true;
+      std::string why;
+      try {
+        const std::vector<uint8_t> value = store_->get(kRequestKey);
+        why = std::string(value.begin(), value.end());
+        if (absl::Status dumped = Dump(absl::StrCat("asked by ", why)); !dumped.ok()) {
+          LOG(ERROR) << dumped.message();
+        }
+        MarkDumped();
+      } catch (const std::exception& e) {
+        LOG(ERROR) << "comm trace: answering a dump request: " << Reason(e);
+      }
+    }
+  }
+}
+
+}  // namespace titan

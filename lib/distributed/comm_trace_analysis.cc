@@ -1,0 +1,198 @@
+#include "lib/distributed/comm_trace_analysis.h"
+
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <algorithm>
+#include <exception>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+// What matching needs of one recorded collective.
+struct Entry {
+  std::string op;
+  std::string state;
+  std::string input_sizes;
+  std::string output_sizes;
+};
+
+struct RankDump {
+  // group name -> collective sequence number -> entry.
+  std::map<std::string, std::map<int64_t, Entry>> collectives;
+  std::map<std::string, std::vector<int>> group_ranks;
+};
+
+std::string SizesText(const c10::IValue& sizes) {
+  std::vector<std::string> tensors;
+  for (const c10::IValue& tensor : sizes.toListRef()) {
+    std::vector<std::string> dims;
+    for (const c10::IValue& dim : tensor.toListRef()) dims.push_back(absl::StrCat(dim.toInt()));
+    tensors.push_back(absl::StrCat("[", absl::StrJoin(dims, ", "), "]"));
+  }
+  return absl::StrCat("[", absl::StrJoin(tensors, ", "), "]");
+}
+
+// c10d writes a group's ranks as "[0, 1, 2]".
+absl::StatusOr<std::vector<int>> ParseRanks(const std::string& text) {
+  absl::string_view inner = text;
+  if (!absl::ConsumePrefix(&inner, "[") || !absl::ConsumeSuffix(&inner, "]")) {
+    return absl::DataLossError(absl::StrCat("ranks \"", text, "\": expected [r, ...]"));
+  }
+  std::vector<int> ranks;
+  for (absl::string_view item : absl::StrSplit(inner, ',', absl::SkipWhitespace())) {
+    int rank = 0;
+    if (!absl::SimpleAtoi(item, &rank)) {
+      return absl::DataLossError(absl::StrCat("ranks \"", text, "\": \"", item, "\" is no rank"));
+    }
+    ranks.push_back(rank);
+  }
+  return ranks;
+}
+
+absl::StatusOr<RankDump> ReadDump(const std::string& path) {
+  TITAN_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
+  RankDump dump;
+  try {
+    const c10::impl::GenericDict root =
+        torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+    for (const auto& item : root.at("pg_config").toGenericDict()) {
+      const c10::impl::GenericDict group = item.value().toGenericDict();
+      TITAN_ASSIGN_OR_RETURN(dump.group_ranks[item.key().toStringRef()],
+                             ParseRanks(group.at("ranks").toStringRef()));
+    }
+    if (!root.contains("entries")) return dump;
+    for (const c10::IValue& value : root.at("entries").toListRef()) {
+      const c10::impl::GenericDict entry = value.toGenericDict();
+      if (entry.at("is_p2p").toBool()) continue;
+      const std::string group = entry.at("process_group").toTupleRef().elements()[0].toStringRef();
+      dump.collectives[group][entry.at("collective_seq_id").toInt()] =
+          Entry{entry.at("profiling_name").toStringRef(), entry.at("state").toStringRef(),
+                SizesText(entry.at("input_sizes")), SizesText(entry.at("output_sizes"))};
+    }
+  } catch (const std::exception& e) {
+    return absl::DataLossError(absl::StrCat(path, ": not a flight-recorder dump: ", e.what()));
+  }
+  return dump;
+}
+
+// How the members that issued a collective disagree ("" when they agree).
+std::string Disagreement(const std::map<int, const Entry*>& issued) {
+  const auto& [first_rank, first] = *issued.begin();
+  for (const auto& [rank, entry] : issued) {
+    if (entry->op != first->op) {
+      return absl::StrCat("rank ", rank, " issued ", entry->op, ", rank ", first_rank, " ",
+                          first->op);
+    }
+    // all_to_all may split unevenly; fr_trace does not compare its sizes either.
+    if (first->op.find("all_to_all") == std::string::npos &&
+        (entry->input_sizes != first->input_sizes || entry->output_sizes != first->output_sizes)) {
+      return absl::StrCat("sizes differ: rank ", rank, " ", entry->input_sizes, " -> ",
+                          entry->output_sizes, ", rank ", first_rank, " ", first->input_sizes,
+                          " -> ", first->output_sizes);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
+                                                   const std::string& prefix) {
+  std::map<int, RankDump> dumps;
+  std::error_code error;
+  for (const auto& file : std::filesystem::directory_iterator(folder, error)) {
+    absl::string_view name = file.path().filename().native();
+    int rank = 0;
+    if (!absl::ConsumePrefix(&name, prefix) || !absl::SimpleAtoi(name, &rank)) continue;
+    TITAN_ASSIGN_OR_RETURN(dumps[rank], ReadDump(file.path().string()));
+  }
+  if (error) return absl::NotFoundError(absl::StrCat(folder, ": ", error.message()));
+  if (dumps.empty()) {
+    return absl::NotFoundError(absl::StrCat(folder, ": no dumps named ", prefix, "<rank>"));
+  }
+  CommTraceVerdict verdict;
+  std::map<std::string, std::vector<int>> groups;
+  std::set<int> missing_dumps;
+  for (const auto& [rank, dump] : dumps) {
+    verdict.ranks.push_back(rank);
+    for (const auto& [name, ranks] : dump.group_ranks) {
+      groups[name] = ranks;
+      for (int member : ranks) {
+        if (dumps.count(member) == 0) missing_dumps.insert(member);
+      }
+    }
+  }
+  verdict.missing_dumps.assign(missing_dumps.begin(), missing_dumps.end());
+
+  for (const auto& [name, members] : groups) {
+    // From the first sequence number every member's ring still holds, to the newest any reached.
+    int64_t first = 1;
+    int64_t last = 0;
+    for (int member : members) {
+      if (dumps.count(member) == 0) continue;
+      const auto found = dumps[member].collectives.find(name);
+      if (found == dumps[member].collectives.end() || found->second.empty()) continue;
+      first = std::max(first, found->second.begin()->first);
+      last = std::max(last, found->second.rbegin()->first);
+    }
+    for (int64_t seq = first; seq <= last; ++seq) {
+      std::map<int, const Entry*> issued;
+      std::vector<int> missing;
+      for (int member : members) {
+        if (dumps.count(member) == 0) continue;
+        const auto& recorded = dumps[member].collectives;
+        const auto of_group = recorded.find(name);
+        const auto found = of_group == recorded.end() ? std::map<int64_t, Entry>::const_iterator()
+                                                      : of_group->second.find(seq);
+        if (of_group == recorded.end() || found == of_group->second.end()) {
+          missing.push_back(member);
+        } else {
+          issued[member] = &found->second;
+        }
+      }
+      if (issued.empty()) continue;
+      const std::string detail = Disagreement(issued);
+      if (missing.empty() && detail.empty()) continue;
+      const Entry& entry = *issued.begin()->second;
+      verdict.mismatches.push_back(CollectiveMismatch{
+          name, members, seq, entry.op, entry.input_sizes, entry.state, missing, detail});
+      break;
+    }
+  }
+  return verdict;
+}
+
+std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
+  std::string text = absl::StrCat("dumps from ranks ", absl::StrJoin(verdict.ranks, ","), "\n");
+  if (!verdict.missing_dumps.empty()) {
+    absl::StrAppend(&text, "no dump from ranks ", absl::StrJoin(verdict.missing_dumps, ","), "\n");
+  }
+  if (verdict.mismatches.empty()) {
+    absl::StrAppend(&text, "every group's members issued the same collectives\n");
+  }
+  for (const CollectiveMismatch& m : verdict.mismatches) {
+    absl::StrAppend(&text, "group ", m.group, " (ranks ", absl::StrJoin(m.group_ranks, ","),
+                    "): collective #", m.collective_seq, " ", m.op, " (input sizes ", m.input_sizes,
+                    ", ", m.state, ")");
+    if (!m.missing_ranks.empty()) {
+      absl::StrAppend(&text, " never issued by ranks ", absl::StrJoin(m.missing_ranks, ","));
+    }
+    if (!m.detail.empty()) absl::StrAppend(&text, m.missing_ranks.empty() ? " " : "; ", m.detail);
+    absl::StrAppend(&text, "\n");
+  }
+  return text;
+}
+
+}  // namespace titan

@@ -1,0 +1,45 @@
+#ifndef TITAN_LIB_DISTRIBUTED_COMM_TRACE_ANALYSIS_H_
+#define TITAN_LIB_DISTRIBUTED_COMM_TRACE_ANALYSIS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace titan {
+
+// The first collective of one process group that its members did not all issue alike.
+struct CollectiveMismatch {
+  std::string group;
+  std::vector<int> group_ranks;    // Job ranks.
+  int64_t collective_seq = 0;      // The group's collective sequence number (from 1).
+  std::string op;                  // As recorded, e.g. "nccl:all_reduce".
+  std::string input_sizes;         // Where issued, e.g. "[[16]]".
+  std::string state;               // Where issued: scheduled, started or completed.
+  std::vector<int> missing_ranks;  // Members whose dump lacks it.
+  std::string detail;              // How the members that issued it disagree, if they do.
+};
+
+struct CommTraceVerdict {
+  std::vector<int> ranks;                      // Whose dumps were read.
+  std::vector<int> missing_dumps;              // Members of a recorded group without a dump.
+  std::vector<CollectiveMismatch> mismatches;  // At most one per group.
+};
+
+// Reads one job's flight-recorder dumps (<folder>/<prefix><rank>: what CommTrace, and c10d's
+// ProcessGroupNCCL, write) and finds, per process group, the first collective that not every
+// member issued, or that members issued with different operations or sizes: the verdict of
+// `python -m torch.distributed.flight_recorder.fr_trace <folder>`, without Python. Groups are
+// compared from the first sequence number every member's ring buffer still holds; point-to-point
+// operations are not matched.
+absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
+                                                   const std::string& prefix = "rank_");
+
+// One line per finding, e.g. `group gloo:dp_shard/0 (ranks 0,1,2,3): collective #7
+// nccl:all_reduce (input sizes [[16]], scheduled) never issued by ranks 2`.
+std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_DISTRIBUTED_COMM_TRACE_ANALYSIS_H_

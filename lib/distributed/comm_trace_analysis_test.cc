@@ -1,0 +1,102 @@
+#include "lib/distributed/comm_trace_analysis.h"
+
+#include <ATen/ATen.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/distributed/comm_trace.h"
+
+namespace titan {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class DoneWork : public c10d::Work {
+ public:
+  bool isCompleted() override { return true; }
+};
+
+// Writes rank `rank`'s dump into `folder`: `ops` (group, op name, elements) in order.
+void WriteDump(const std::string& folder, int rank,
+               const std::vector<std::tuple<std::string, std::string, int>>& ops) {
+  CommTraceOptions options;
+  options.buffer_size = 64;
+  options.folder = folder;
+  options.rank = rank;
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::map<std::string, std::shared_ptr<TraceGroup>> groups = {
+      {"world", (*trace)->AddGroup("world", {0, 1, 2, 3}, "gloo")},
+      {"pair", (*trace)->AddGroup("pair", {0, 1}, "gloo")}};
+  for (const auto& [group, op, elements] : ops) {
+    at::Tensor tensor = at::zeros({elements});
+    TraceGroup* traced = groups[group].get();
+    (*trace)->Retire(traced,
+                     (*trace)->Record(traced, op, false, {tensor}, {tensor},
+                                      c10::make_intrusive<DoneWork>(), absl::Seconds(1)),
+                     true);
+  }
+  ASSERT_TRUE((*trace)->Dump("test").ok());
+}
+
+TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/analysis");
+  std::filesystem::remove_all(folder);
+  // Rank 2 never issues the world's third all_reduce; rank 1 broadcasts 8 elements where rank 0
+  // broadcasts 4.
+  WriteDump(folder, 0,
+            {{"world", "all_reduce", 16},
+             {"pair", "broadcast", 4},
+             {"world", "all_reduce", 16},
+             {"world", "all_reduce", 16}});
+  WriteDump(folder, 1,
+            {{"world", "all_reduce", 16},
+             {"pair", "broadcast", 8},
+             {"world", "all_reduce", 16},
+             {"world", "all_reduce", 16}});
+  WriteDump(folder, 2, {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
+  WriteDump(
+      folder, 3,
+      {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
+  absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_THAT(verdict->ranks, ElementsAre(0, 1, 2, 3));
+  EXPECT_TRUE(verdict->missing_dumps.empty());
+  ASSERT_EQ(verdict->mismatches.size(), 2u);
+  const CollectiveMismatch& pair = verdict->mismatches[0];
+  EXPECT_EQ(pair.group, "pair");
+  EXPECT_EQ(pair.collective_seq, 1);
+  EXPECT_TRUE(pair.missing_ranks.empty());
+  EXPECT_THAT(pair.detail, HasSubstr("sizes differ: rank 1 [[8]]"));
+  const CollectiveMismatch& world = verdict->mismatches[1];
+  EXPECT_EQ(world.group, "world");
+  EXPECT_EQ(world.collective_seq, 3);
+  EXPECT_EQ(world.op, "nccl:all_reduce");
+  EXPECT_EQ(world.state, "completed");
+  EXPECT_THAT(world.missing_ranks, ElementsAre(2));
+  const std::string text = FormatCommTraceVerdict(*verdict);
+  std::cout << text;
+  EXPECT_THAT(text, HasSubstr("group world (ranks 0,1,2,3): collective #3 nccl:all_reduce (input "
+                              "sizes [[16]], completed) never issued by ranks 2"));
+
+  std::filesystem::remove(absl::StrCat(folder, "/rank_3"));
+  verdict = AnalyzeCommTraces(folder);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_THAT(verdict->missing_dumps, ElementsAre(3));
+}
+
+TEST(CommTraceAnalysisTest, AnEmptyFolderIsAnError) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/empty");
+  std::filesystem::create_directories(folder);
+  EXPECT_THAT(AnalyzeCommTraces(folder).status().message(), HasSubstr("no dumps named rank_"));
+}
+
+}  // namespace
+}  // namespace titan

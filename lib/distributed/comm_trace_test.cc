@@ -1,0 +1,151 @@
+#include "lib/distributed/comm_trace.h"
+
+#include <ATen/ATen.h>
+#include <signal.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include <filesystem>
+#include <string>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+// A Work whose completion the test decides.
+class FakeWork : public c10d::Work {
+ public:
+  explicit FakeWork(bool done) : done_(done) {}
+  bool isCompleted() override { return done_; }
+
+ private:
+  const bool done_;
+};
+
+std::string TestFolder(const std::string& name) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+  std::filesystem::remove_all(folder);
+  return folder;
+}
+
+c10::impl::GenericDict LoadDump(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  const std::string data = bytes.ok() ? *bytes : std::string();
+  return torch::jit::unpickle(data.data(), data.size()).toGenericDict();
+}
+
+TEST(CommTraceTest, KeepsTheNewestEntriesWithSequenceNumbersSizesAndStates) {
+  CommTraceOptions options;
+  options.buffer_size = 3;
+  options.folder = TestFolder("ring");
+  options.rank = 1;
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::shared_ptr<TraceGroup> group = (*trace)->AddGroup("gloo:dp/0", {0, 1}, "gloo");
+  std::vector<TraceId> ids;
+  for (int i = 0; i < 5; ++i) {
+    at::Tensor tensor = at::zeros({2, i + 1});
+    // The last operation is still running at the dump.
+    ids.push_back((*trace)->Record(group.get(), "all_reduce", /*p2p=*/false, {tensor}, {tensor},
+                                   c10::make_intrusive<FakeWork>(i < 4), absl::Seconds(7)));
+    if (i < 4) (*trace)->Retire(group.get(), ids.back(), /*ok=*/true);
+  }
+  at::Tensor sent = at::zeros({4});
+  (*trace)->Retire(group.get(),
+                   (*trace)->Record(group.get(), "send 1->0", /*p2p=*/true, {sent}, {sent},
+                                    c10::make_intrusive<FakeWork>(true), absl::Seconds(7)),
+                   true);
+  ASSERT_TRUE((*trace)->Dump("test").ok());
+
+  const auto dump = LoadDump(absl::StrCat(options.folder, "/rank_1"));
+  EXPECT_EQ(dump.at("version").toStringRef(), "2.10");
+  const auto pg = dump.at("pg_config").toGenericDict().at("gloo:dp/0").toGenericDict();
+  EXPECT_EQ(pg.at("ranks").toStringRef(), "[0, 1]");
+  const auto entries = dump.at("entries").toList();
+  ASSERT_EQ(entries.size(), 3u);
+  const int64_t kRecord[] = {3, 4, 5};
+  const int64_t kCollectiveSeq[] = {4, 5, 5};
+  const char* kName[] = {"nccl:all_reduce", "nccl:all_reduce", "nccl:send 1->0"};
+  const char* kState[] = {"completed", "scheduled", "completed"};
+  for (size_t i = 0; i < 3; ++i) {
+    const auto entry = entries.get(i).toGenericDict();
+    SCOPED_TRACE(i);
+    EXPECT_EQ(entry.at("record_id").toInt(), kRecord[i]);
+    EXPECT_EQ(entry.at("collective_seq_id").toInt(), kCollectiveSeq[i]);
+    EXPECT_EQ(entry.at("p2p_seq_id").toInt(), i == 2 ? 1 : 0);
+    EXPECT_EQ(entry.at("profiling_name").toStringRef(), kName[i]);
+    EXPECT_EQ(entry.at("state").toStringRef(), kState[i]);
+    EXPECT_EQ(entry.at("retired").toBool(), i != 1);
+    EXPECT_EQ(entry.at("timeout_ms").toInt(), 7000);
+    const std::vector<int64_t> expected =
+        i == 2 ? std::vector<int64_t>{4} : std::vector<int64_t>{2, static_cast<int64_t>(i) + 4};
+    std::vector<int64_t> sizes;
+    for (const c10::IValue& size : entry.at("input_sizes").toList().get(0).toListRef()) {
+      sizes.push_back(size.toInt());
+    }
+    EXPECT_EQ(sizes, expected);
+  }
+}
+
+TEST(CommTraceTest, SizeZeroRecordsAndWritesNothing) {
+  CommTraceOptions options;
+  options.buffer_size = 0;
+  options.folder = TestFolder("off");
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  EXPECT_FALSE((*trace)->enabled());
+  EXPECT_EQ((*trace)->AddGroup("g", {0}, "gloo"), nullptr);
+  const TraceId id = (*trace)->Record(nullptr, "all_reduce", false, {}, {},
+                                      c10::make_intrusive<FakeWork>(true), absl::Seconds(1));
+  EXPECT_FALSE(id.id.has_value());
+  (*trace)->DumpAllRanks("test");
+  EXPECT_FALSE(std::filesystem::exists(options.folder));
+}
+
+TEST(CommTraceTest, AFailingRankGetsEveryRankToDump) {
+  const std::string folder = TestFolder("peers");
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::shared_ptr<CommTrace>> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    CommTraceOptions options;
+    options.buffer_size = 8;
+    options.folder = folder;
+    options.rank = rank;
+    options.world_size = 3;
+    options.store = store;
+    absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+    ASSERT_TRUE(trace.ok()) << trace.status();
+    ranks.push_back(*trace);
+  }
+  const absl::Time start = absl::Now();
+  ranks[2]->DumpAllRanks("all_reduce timed out");
+  // The other two answered through their watchers before the call returned.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_TRUE(std::filesystem::exists(absl::StrCat(folder, "/rank_", rank))) << rank;
+  }
+}
+
+TEST(CommTraceTest, SigusrOneDumps) {
+  CommTraceOptions options;
+  options.buffer_size = 4;
+  options.folder = TestFolder("signal");
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(raise(SIGUSR1), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!std::filesystem::exists((*trace)->DumpPath()) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(std::filesystem::exists((*trace)->DumpPath()));
+}
+
+}  // namespace
+}  // namespace titan

@@ -1,0 +1,256 @@
+#include "lib/profiling/step_profiler.h"
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/csrc/cuda/memory_snapshot.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "glog/logging.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+namespace kineto = torch::autograd::profiler;
+using torch::profiler::impl::ActivityType;
+using torch::profiler::impl::ProfilerConfig;
+using torch::profiler::impl::ProfilerState;
+
+// torchtitan's [profiling]-era bound on recorded allocator events: caps host memory and dump time.
+constexpr size_t kMemoryHistoryMaxEntries = 100000;
+
+// torch.profiler.profile(record_shapes=True): Kineto, input shapes, no stacks or memory events.
+ProfilerConfig TraceConfig() {
+  return ProfilerConfig(ProfilerState::KINETO, /*report_input_shapes=*/true);
+}
+
+std::set<ActivityType> Activities(const c10::Device& device) {
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (device.is_cuda()) activities.insert(ActivityType::CUDA);
+  return activities;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point begin) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+}
+
+absl::Status TorchError(absl::string_view what, const c10::Error& e) {
+  return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
+}
+
+absl::Status ValidateOptions(const StepProfilerOptions& options) {
+  if (options.profile_freq < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[profiling] profile_freq=", options.profile_freq, ": expected >= 1"));
+  }
+  if (!options.enable_profiling) return absl::OkStatus();
+  if (options.warmup < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[profiling] profiler_warmup=", options.warmup, ": expected >= 0"));
+  }
+  if (options.active < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[profiling] profiler_active=", options.active, ": expected >= 1"));
+  }
+  if (options.warmup + options.active > options.profile_freq) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[profiling] profiler_warmup=%d + profiler_active=%d exceeds profile_freq=%d: a cycle "
+        "must fit its warmup and traced steps",
+        options.warmup, options.active, options.profile_freq));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+StepProfilerOptions ProfilerOptionsFromConfig(const JobConfig& config, int rank,
+                                              const c10::Device& device) {
+  const JobConfig::Profiling& profiling = config.profiling();
+  const std::string& dump_folder = config.job().dump_folder();
+  StepProfilerOptions options;
+  options.enable_profiling = profiling.enable_profiling();
+  options.traces_folder = dump_folder + "/" + profiling.save_traces_folder();
+  options.profile_freq = profiling.profile_freq();
+  options.warmup = profiling.profiler_warmup();
+  options.active = profiling.profiler_active();
+  options.enable_memory_snapshot = profiling.enable_memory_snapshot();
+  options.memory_snapshot_folder = dump_folder + "/" + profiling.save_memory_snapshot_folder();
+  options.rank = rank;
+  options.device = device;
+  return options;
+}
+
+absl::StatusOr<std::unique_ptr<StepProfiler>> StepProfiler::Create(
+    const StepProfilerOptions& options) {
+  if (!options.enable_profiling && !options.enable_memory_snapshot) return nullptr;
+  TITAN_RETURN_IF_ERROR(ValidateOptions(options));
+  if (options.enable_memory_snapshot && !options.device.is_cuda()) {
+    return absl::InvalidArgumentError("[profiling] enable_memory_snapshot: needs a CUDA device");
+  }
+  if (options.enable_profiling) {
+    TITAN_RETURN_IF_ERROR(MakeDirectories(options.traces_folder));
+    LOG(INFO) << "Profiling active. Traces will be saved at " << options.traces_folder;
+  }
+  if (options.enable_memory_snapshot) {
+    TITAN_RETURN_IF_ERROR(MakeDirectories(options.memory_snapshot_folder));
+    // Not run yet: no CUDA device was available where this was written. C++ stacks are the only
+    // ones a C++ trainer has; the allocator records them for every allocation and free.
+    try {
+      const std::optional<std::string> all = "all";
+      torch::cuda::_record_memory_history(/*enabled=*/all, /*context=*/all, /*stacks=*/"all",
+                                          kMemoryHistoryMaxEntries);
+    } catch (const c10::Error& e) {
+      return TorchError("[profiling] enable_memory_snapshot: cannot record CUDA memory history", e);
+    }
+    LOG(INFO) << "Memory profiler active. Snapshot will be saved at "
+              << options.memory_snapshot_folder;
+  }
+  return std::unique_ptr<StepProfiler>(new StepProfiler(options));
+}
+
+StepProfiler::StepProfiler(const StepProfilerOptions& options) : options_(options) {}
+
+StepProfiler::~StepProfiler() {
+  step_range_.reset();
+  if (session_ == Session::kRecording) {
+    LOG(INFO) << "Training stopped inside a profiling cycle: saving the steps traced so far";
+    if (absl::Status status = SaveTrace(last_step_begun_); !status.ok()) LOG(ERROR) << status;
+  } else if (session_ == Session::kPrepared) {
+    // A warmed-up session is dropped as torch.profiler drops one: started, then stopped unsaved.
+    try {
+      kineto::enableProfiler(TraceConfig(), Activities(options_.device));
+      kineto::disableProfiler();
+    } catch (const c10::Error& e) {
+      LOG(ERROR) << TorchError("cannot stop the profiler", e);
+    }
+  }
+  if (options_.enable_memory_snapshot) {
+    try {
+      torch::cuda::_record_memory_history(std::nullopt);
+    } catch (const c10::Error& e) {
+      LOG(ERROR) << TorchError("cannot stop recording CUDA memory history", e);
+    }
+  }
+}
+
+bool StepProfiler::IsTracedStep(int64_t step) const {
+  return (step - 1) % options_.profile_freq >= options_.profile_freq - options_.active;
+}
+
+absl::Status StepProfiler::StepBegin(int64_t step) {
+  if (step < 1) return absl::InvalidArgumentError(absl::StrCat("step ", step, ": expected >= 1"));
+  if (current_step_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("StepBegin(", step, ") before StepEnd(", *current_step_, ")"));
+  }
+  current_step_ = step;
+  last_step_begun_ = step;
+  if (!options_.enable_profiling) return absl::OkStatus();
+  const int64_t position = (step - 1) % options_.profile_freq;
+  if (position < options_.profile_freq - options_.active - options_.warmup) {
+    return absl::OkStatus();
+  }
+  // Kineto does not refuse a second session on a thread; the two would corrupt each other's state.
+  if (session_ != Session::kRecording && torch::profiler::impl::profilerEnabled()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot start the profiler at step ", step, ": another profiler is running"));
+  }
+  try {
+    // A resumed run may begin mid-cycle: a traced step then also does the warmup's start-up.
+    if (session_ == Session::kOff) {
+      kineto::prepareProfiler(TraceConfig(), Activities(options_.device));
+      session_ = Session::kPrepared;
+    }
+    if (!IsTracedStep(step)) return absl::OkStatus();
+    if (session_ == Session::kPrepared) {
+      kineto::enableProfiler(TraceConfig(), Activities(options_.device));
+      session_ = Session::kRecording;
+    }
+  } catch (const c10::Error& e) {
+    return TorchError(absl::StrCat("cannot start the profiler at step ", step), e);
+  }
+  step_range_.emplace(absl::StrCat("ProfilerStep#", step));
+  return absl::OkStatus();
+}
+
+absl::Status StepProfiler::StepEnd(int64_t step) {
+  if (current_step_ != step) {
+    return absl::FailedPreconditionError(
+        current_step_.has_value()
+            ? absl::StrCat("StepEnd(", step, ") while step ", *current_step_, " runs")
+            : absl::StrCat("StepEnd(", step, ") without StepBegin"));
+  }
+  current_step_.reset();
+  step_range_.reset();
+  const bool cycle_end = step % options_.profile_freq == 0;
+  absl::Status status;
+  if (session_ == Session::kRecording && cycle_end) status.Update(SaveTrace(step));
+  if (options_.enable_memory_snapshot && cycle_end) {
+    status.Update(DumpMemorySnapshot(absl::StrCat("iteration_", step)));
+  }
+  return status;
+}
+
+absl::Status StepProfiler::SaveTrace(int64_t step) {
+  LOG(INFO) << "Dumping profiler traces at step " << step;
+  const auto begin = std::chrono::steady_clock::now();
+  session_ = Session::kOff;
+  std::unique_ptr<kineto::ProfilerResult> result;
+  try {
+    result = kineto::disableProfiler();
+  } catch (const c10::Error& e) {
+    return TorchError(absl::StrCat("cannot stop the profiler at step ", step), e);
+  }
+  const std::string dir = absl::StrCat(options_.traces_folder, "/iteration_", step);
+  TITAN_RETURN_IF_ERROR(MakeDirectories(dir));
+  const std::string path = absl::StrCat(dir, "/rank", options_.rank, "_trace.json");
+  // Kineto writes a temporary file and renames it: a reader never sees a half-written trace. It
+  // logs a failure instead of throwing, so a trace left by an earlier run must not pass for ours.
+  if (std::remove(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("remove", path);
+  try {
+    result->save(path);
+  } catch (const c10::Error& e) {
+    return TorchError(absl::StrCat("cannot write ", path), e);
+  }
+  if (!PathExists(path)) {
+    return absl::InternalError(
+        absl::StrCat("Kineto wrote no trace to ", path, " (its log says why)"));
+  }
+  LOG(INFO) << absl::StrFormat("Finished dumping profiler traces in %.2f seconds",
+                               SecondsSince(begin));
+  return absl::OkStatus();
+}
+
+absl::Status StepProfiler::DumpMemorySnapshotOnOom(int64_t last_step) {
+  if (!options_.enable_memory_snapshot) return absl::OkStatus();
+  return DumpMemorySnapshot(absl::StrCat("iteration_", last_step, "_exit"));
+}
+
+absl::Status StepProfiler::DumpMemorySnapshot(const std::string& dir_name) {
+  LOG(INFO) << "Dumping memory snapshot at " << dir_name;
+  const auto begin = std::chrono::steady_clock::now();
+  const std::string dir = options_.memory_snapshot_folder + "/" + dir_name;
+  TITAN_RETURN_IF_ERROR(MakeDirectories(dir));
+  // Not run yet (no CUDA device here): LibTorch's own pickle of the allocator state and history,
+  // what torch.cuda.memory._snapshot() holds; pytorch.org/memory_viz reads it.
+  std::string pickled;
+  try {
+    pickled = torch::cuda::_memory_snapshot_pickled();
+  } catch (const c10::Error& e) {
+    return TorchError("cannot take a CUDA memory snapshot", e);
+  }
+  TITAN_RETURN_IF_ERROR(WriteFileAtomically(
+      absl::StrCat(dir, "/rank", options_.rank, "_memory_snapshot.pickle"), pickled));
+  LOG(INFO) << absl::StrFormat("Finished dumping memory snapshot in %.2f seconds",
+                               SecondsSince(begin));
+  return absl::OkStatus();
+}
+
+}  // namespace titan

@@ -1,0 +1,246 @@
+#include "lib/train/components.h"
+
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "glog/logging.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/data/packed_text_dataset.h"
+#include "lib/interop/load_weights.h"
+#include "lib/tokenizer/tokenizer_loader.h"
+#include "lib/train/device.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+constexpr char kBundledTokenizer[] = "assets/default_tokenizer";
+constexpr char kFromCheckpoint[] = "from_checkpoint";
+
+// Where [checkpoint] initial_load_path reads from: the path itself, or with initial_load_in_hf
+// and no path, [model] hf_assets_path (torchtitan's fallback). Empty: no initial load.
+std::string InitialLoadPath(const JobConfig& config) {
+  const auto& ckpt = config.checkpoint();
+  if (!ckpt.initial_load_path().empty()) return ckpt.initial_load_path();
+  return ckpt.initial_load_in_hf() ? config.model().hf_assets_path() : "";
+}
+
+// [model] hf_assets_path with a named flavor: the folder must exist, and a config.json there must
+// describe the flavor's architecture (else the weights and tokenizer belong to another model).
+absl::Status CheckHfAssets(const JobConfig::Model& model, const ModelInfo& info) {
+  const std::string& path = model.hf_assets_path();
+  if (!IsDirectory(path)) {
+    return absl::NotFoundError(absl::StrCat("[model] hf_assets_path: ", path, ": no such folder"));
+  }
+  if (!PathExists(path + "/config.json")) return absl::OkStatus();
+  TITAN_ASSIGN_OR_RETURN(const ModelInfo assets,
+                         DescribeCheckpointAt(path, /*in_hf=*/true, info.name()));
+  if (!SameArchitecture(assets.args, info.args) || assets.args.vocab_size != info.args.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[model] hf_assets_path: ", path, "/config.json describes ", DescribeArchitecture(assets.args),
+        ", but [model] flavor ", model.flavor(), " is ", DescribeArchitecture(info.args),
+        "; use flavor = \"from_checkpoint\" to take the checkpoint's shape"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime) {
+  RunSetup setup;
+  if (runtime.distributed()) {
+    setup.dp_rank = runtime.comm(MeshGroup::kDp).rank();
+    setup.dp_size = runtime.comm(MeshGroup::kDp).size();
+    // Ranks sharing a host split its cores (torchrun sets OMP_NUM_THREADS=1 for the same reason).
+    const int local = std::max(1, runtime.env().local_world_size);
+    at::set_num_threads(std::max<int>(1, std::thread::hardware_concurrency() / local));
+  }
+  // Every rank initialises the same weights: a random seed is rank 0's. So is the run id.
+  const auto& training = config.training();
+  std::random_device random;
+  at::Tensor seed_and_run = at::full({2}, training.seed(), at::kLong);
+  if (training.seed() < 0) seed_and_run[0].fill_(static_cast<int64_t>(random() >> 1));
+  seed_and_run[1].fill_((static_cast<int64_t>(random()) << 31) ^ random());
+  if (runtime.distributed()) {
+    TITAN_RETURN_IF_ERROR(Await(runtime.comm(MeshGroup::kWorld).Broadcast(seed_and_run, 0)));
+  }
+  setup.seed = seed_and_run[0].item<int64_t>();
+  setup.run_id = absl::StrCat(seed_and_run[1].item<int64_t>());
+  at::manual_seed(setup.seed);
+  if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
+
+  setup.device = PickDevice(runtime.env().local_rank);
+  const std::string& mp = training.mixed_precision_param();
+  if (setup.device.is_cuda() && (mp == "bfloat16" || mp == "float16")) {
+    setup.autocast_dtype = mp == "bfloat16" ? at::kBFloat16 : at::kHalf;
+  }
+  LOG(INFO) << "device " << DeviceName(setup.device) << ", compute dtype "
+            << (setup.autocast_dtype ? mp : std::string("float32"))
+            << (setup.device.is_cpu() && mp != "float32" ? " (mixed precision is GPU-only)" : "");
+  return setup;
+}
+
+std::string TokenizerPath(const JobConfig& config) {
+  const auto& model = config.model();
+  if (!model.tokenizer_path().empty()) return model.tokenizer_path();
+  return !model.hf_assets_path().empty() ? model.hf_assets_path() : kBundledTokenizer;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(const JobConfig& config) {
+  return LoadTokenizer(TokenizerPath(config));
+}
+
+absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer) {
+  const auto& model = config.model();
+  TITAN_ASSIGN_OR_RETURN(const ModelSpec* spec, FindModel(model.name()));
+  ModelInfo info;
+  if (model.flavor() == kFromCheckpoint) {
+    const bool from_assets = !model.hf_assets_path().empty();
+    const std::string path = from_assets ? model.hf_assets_path() : InitialLoadPath(config);
+    if (path.empty()) {
+      return absl::InvalidArgumentError(
+          "[model] flavor = \"from_checkpoint\" needs [model] hf_assets_path (a folder with "
+          "config.json) or [checkpoint] initial_load_path to read the shape from");
+    }
+    const bool in_hf = from_assets || config.checkpoint().initial_load_in_hf();
+    TITAN_ASSIGN_OR_RETURN(info, DescribeCheckpointAt(path, in_hf, spec->name));
+    LOG(INFO) << "model shape from " << path << ": " << DescribeArchitecture(info.args);
+  } else {
+    TITAN_ASSIGN_OR_RETURN(TransformerArgs args, spec->Flavor(model.flavor()));
+    if (args.vocab_size == 0) args.vocab_size = tokenizer.vocab_size();
+    info = DescribeModel(*spec, args);
+    info.flavor = model.flavor();
+    if (!model.hf_assets_path().empty()) TITAN_RETURN_IF_ERROR(CheckHfAssets(model, info));
+  }
+  if (tokenizer.vocab_size() > info.args.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[model] tokenizer_path: the tokenizer has ", tokenizer.vocab_size(), " ids but ",
+        spec->name, " ", info.flavor.empty() ? "(custom shape)" : info.flavor, " embeds only ",
+        info.args.vocab_size));
+  }
+  if (info.bos_token_id.is_null()) info.bos_token_id = tokenizer.bos_id();
+  if (info.eos_token_id.is_null()) info.eos_token_id = tokenizer.eos_id();
+  return info;
+}
+
+absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
+                                       const RunSetup& setup, const DistributedRuntime& runtime) {
+  const auto& training = config.training();
+  ModelBundle bundle;
+  bundle.info = info;
+  // RoPE tables cover the positions this job uses; the recorded shape keeps the model's own.
+  TransformerArgs run_args = info.args;
+  run_args.max_seq_len = std::max<int64_t>(training.seq_len(), config.validation().seq_len());
+  bundle.model = info.spec->Build(run_args, at::TensorOptions().device(at::kMeta));
+  bundle.num_params = bundle.model->NumParameters();
+  const at::TensorOptions param_options = at::TensorOptions().device(setup.device).dtype(at::kFloat);
+  // An initial load reads whole tensors, so it needs the whole model first; else FSDP initialises
+  // one group at a time after sharding (the same weights as one process with the same seed).
+  const std::string initial_load = InitialLoadPath(config);
+  const bool init_after_sharding = runtime.dims().dp_shard_enabled() && initial_load.empty();
+  if (!init_after_sharding) {
+    bundle.model->Materialize(param_options);
+    bundle.model->InitWeights();
+  }
+  if (!initial_load.empty()) {
+    if (!config.checkpoint().initial_load_model_only()) {
+      return absl::UnimplementedError(
+          "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
+          "resume a full run through [checkpoint] folder instead");
+    }
+    // Before sharding: every rank loads the full weights and keeps its shard. A checkpoint in
+    // [checkpoint] folder, if any, still takes precedence when the trainer resumes.
+    const bool in_hf = config.checkpoint().initial_load_in_hf();
+    TITAN_RETURN_IF_ERROR(
+        LoadModelWeights(initial_load, in_hf, info, bundle.model->NamedParameters()));
+    LOG(INFO) << "initial weights from " << initial_load;
+  }
+  ParallelizeOptions parallelize;
+  parallelize.ac_mode = config.activation_checkpoint().mode();
+  parallelize.selective_ac_option = config.activation_checkpoint().selective_ac_option();
+  parallelize.reshard_after_forward = config.parallelism().fsdp_reshard_after_forward();
+  if (init_after_sharding) parallelize.materialize = param_options;
+  if (setup.autocast_dtype) {
+    // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
+    // reduced in [training] mixed_precision_reduce.
+    parallelize.fsdp_mixed_precision = {*setup.autocast_dtype, at::kFloat};
+  }
+  TITAN_ASSIGN_OR_RETURN(bundle.data_parallel,
+                         info.spec->parallelize(*bundle.model, parallelize, runtime.dims(),
+                                                runtime.comms()));
+  bundle.params = bundle.model->NamedParameters();
+  bundle.flops_per_token = info.spec->flops_per_token(info.args, training.seq_len());
+  LOG(INFO) << "model " << info.name() << " " << (info.flavor.empty() ? "custom" : info.flavor)
+            << ": " << bundle.num_params << " parameters (" << DescribeArchitecture(info.args)
+            << ")";
+  return bundle;
+}
+
+absl::StatusOr<std::unique_ptr<Optimizer>> BuildOptimizer(const JobConfig& config,
+                                                          const std::vector<ParamRef>& params) {
+  return Optimizer::Create(params, config.optimizer());
+}
+
+absl::StatusOr<WarmupStableDecaySchedule> BuildLrSchedule(const JobConfig& config) {
+  const auto& lr = config.lr_scheduler();
+  return WarmupStableDecaySchedule::Create(config.training().steps(), lr.warmup_steps(),
+                                           lr.decay_ratio(), lr.decay_type(), lr.min_lr_factor());
+}
+
+int64_t GradientAccumulationSteps(const JobConfig& config, const RunSetup& setup) {
+  const auto& training = config.training();
+  const int64_t global_batch =
+      training.global_batch_size() > 0 ? training.global_batch_size() : training.local_batch_size();
+  return std::max<int64_t>(1, global_batch / (training.local_batch_size() * setup.dp_size));
+}
+
+absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& config,
+                                                               const Tokenizer* tokenizer,
+                                                               const RunSetup& setup) {
+  const auto& training = config.training();
+  TextDatasetOptions data;
+  data.path = training.dataset_path();
+  data.text_field = training.dataset_text_field();
+  data.seq_len = training.seq_len();
+  data.dp_rank = setup.dp_rank;
+  data.dp_world_size = setup.dp_size;
+  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
+  LOG(INFO) << "dataset " << training.dataset() << ": " << training.dataset_path();
+  return std::make_unique<TextDataLoader>(std::move(dataset));
+}
+
+absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
+    const JobConfig& config, const RunSetup& setup, const DistributedRuntime& runtime) {
+  const auto& ckpt = config.checkpoint();
+  if (!ckpt.enable()) return nullptr;
+  CheckpointRanks ranks;
+  ranks.rank = runtime.rank();
+  ranks.world_size = runtime.dims().world_size();
+  ranks.run_id = setup.run_id;
+  ranks.commit_timeout = absl::Seconds(config.comm().train_timeout_seconds());
+  return std::make_unique<CheckpointManager>(config.job().dump_folder() + "/" + ckpt.folder(),
+                                             ckpt.keep_latest_k(), ranks);
+}
+
+absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
+                                                            const DistributedRuntime& runtime) {
+  const int rank = runtime.rank();
+  if (rank != 0 && !config.metrics().save_for_all_ranks()) return nullptr;
+  const std::string rank_folder = rank == 0 ? "" : absl::StrCat("/rank_", rank);
+  MetricsLoggerOptions metrics;
+  metrics.dump_folder = config.job().dump_folder() + rank_folder;
+  if (config.metrics().enable_tensorboard()) {
+    metrics.tensorboard_folder =
+        config.job().dump_folder() + "/" + config.metrics().save_tb_folder() + rank_folder;
+  }
+  metrics.disable_color_printing = config.metrics().disable_color_printing();
+  return MetricsLogger::Create(metrics);
+}
+
+}  // namespace titan

@@ -1,0 +1,91 @@
+#ifndef TITAN_LIB_TRAIN_COMPONENTS_H_
+#define TITAN_LIB_TRAIN_COMPONENTS_H_
+
+// The parts a training tool is assembled from, each built from the job config on its own:
+// titan_train's Trainer calls them in order, and titan_rl and profile_run reuse them.
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/config/job_config.pb.h"
+#include "lib/data/text_data_loader.h"
+#include "lib/metrics/metrics_logger.h"
+#include "lib/model/decoder.h"
+#include "lib/parallel/data_parallel.h"
+#include "lib/parallel/distributed_runtime.h"
+#include "lib/registry/model_spec.h"
+#include "lib/tokenizer/tokenizer.h"
+#include "lib/train/lr_scheduler.h"
+#include "lib/train/optimizer.h"
+
+namespace titan {
+
+// Where and how this process computes, and what every rank agreed on at start.
+struct RunSetup {
+  at::Device device{at::kCPU};
+  std::optional<at::ScalarType> autocast_dtype;  // set: mixed precision (GPU only)
+  int64_t seed = 0;                              // rank 0's, broadcast
+  std::string run_id;                            // names this run's temporary checkpoint dirs
+  int dp_rank = 0;
+  int dp_size = 1;
+};
+// Picks the device, splits host cores between local ranks, agrees on seed and run id and seeds
+// LibTorch, turns on deterministic algorithms if asked. A collective with several ranks.
+absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime);
+
+// [model] tokenizer_path, or else hf_assets_path, or else the bundled tokenizer.
+std::string TokenizerPath(const JobConfig& config);
+absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(const JobConfig& config);
+
+// The model the job trains: its family and shape ([model] name and flavor, or with flavor
+// "from_checkpoint" the shape recorded by [model] hf_assets_path's config.json or
+// [checkpoint] initial_load_path), with the tokenizer's vocabulary for flavors that take it and
+// its special tokens.
+absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer);
+
+struct ModelBundle {
+  ModelInfo info;
+  std::unique_ptr<Decoder> model;
+  std::unique_ptr<DataParallel> data_parallel;
+  std::vector<ParamRef> params;  // as this rank holds them (FSDP: shards)
+  int64_t num_params = 0;        // of the whole model
+  int64_t flops_per_token = 0;   // training, at [training] seq_len
+};
+// Builds `info`'s model on the meta device, initialises it (or loads [checkpoint]
+// initial_load_path) and applies the family's parallelize function ([parallelism],
+// [activation_checkpoint]). Under FSDP without an initial load, each group is initialised after
+// sharding, so no rank holds the whole model.
+absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
+                                       const RunSetup& setup, const DistributedRuntime& runtime);
+
+absl::StatusOr<std::unique_ptr<Optimizer>> BuildOptimizer(const JobConfig& config,
+                                                          const std::vector<ParamRef>& params);
+absl::StatusOr<WarmupStableDecaySchedule> BuildLrSchedule(const JobConfig& config);
+
+// Microbatches per step: global batch / (local batch × data-parallel degree).
+int64_t GradientAccumulationSteps(const JobConfig& config, const RunSetup& setup);
+
+// This rank's share of [training] dataset_path, packed into seq_len windows.
+absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& config,
+                                                               const Tokenizer* tokenizer,
+                                                               const RunSetup& setup);
+
+// [checkpoint]; null when checkpointing is off.
+absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
+    const JobConfig& config, const RunSetup& setup, const DistributedRuntime& runtime);
+
+// metrics.jsonl and TensorBoard; null on ranks that write none ([metrics] save_for_all_ranks:
+// every rank, rank r > 0 under <dump>/rank_<r>/).
+absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
+                                                            const DistributedRuntime& runtime);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_TRAIN_COMPONENTS_H_

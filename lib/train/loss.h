@@ -1,0 +1,41 @@
+#ifndef TITAN_LIB_TRAIN_LOSS_H_
+#define TITAN_LIB_TRAIN_LOSS_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+
+namespace titan {
+
+// Labels equal to this take no part in the loss (prompt tokens in SFT, padding).
+inline constexpr int64_t kIgnoreIndex = -100;
+
+// One microbatch, [B, S] each on the training device. Optional fields stay undefined.
+struct Batch {
+  at::Tensor tokens;     // int64 inputs
+  at::Tensor labels;     // int64 next-token targets; kIgnoreIndex: not counted
+  at::Tensor positions;  // int64 RoPE positions; undefined: 0 .. S-1
+  at::Tensor documents;  // int64 document ids for document-causal masking; undefined: causal
+};
+
+// The loss of a microbatch as a sum over its counted tokens (fp32 scalar): the trainer divides by
+// the number of counted tokens of the whole step, across microbatches and data-parallel ranks, so
+// microbatches of different sizes weigh by their tokens (torchtitan's global-valid-token
+// normalisation). RL and DPO losses plug in here.
+using LossFn = std::function<at::Tensor(const at::Tensor& logits, const Batch& batch)>;
+
+// Cross-entropy over the vocabulary, summed over tokens whose label is not kIgnoreIndex, in fp32;
+// label_smoothing as torch.nn.functional.cross_entropy's.
+LossFn CrossEntropySum(double label_smoothing = 0);
+
+// Tokens whose label counts (a host sync: call once per microbatch, before the step).
+int64_t CountedTokens(const at::Tensor& labels);
+
+// Document ids of packed windows: a new document starts at each `bos_id` (tokens before the
+// window's first BOS belong to the document it cut, id 0).
+at::Tensor DocumentIds(const at::Tensor& tokens, int64_t bos_id);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_TRAIN_LOSS_H_

@@ -1,0 +1,196 @@
+#include "lib/train/train_checkpoint.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/rng_state.h"
+#include "lib/interop/convert.h"
+#include "lib/train/components.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+// torchtitan's names for the states a checkpoint holds, plus titan's RNG state. The model is
+// not among them: a run that wants fresh weights starts a new folder.
+constexpr const char* kExcludable[] = {"optimizer", "lr_scheduler", "dataloader", "train_state",
+                                       "rng"};
+
+at::ScalarType ExportType(const std::string& dtype) {
+  return dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
+    const JobConfig& config, const DistributedRuntime& runtime,
+    std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts) {
+  absl::flat_hash_set<std::string> excluded;
+  for (const std::string& name : config.checkpoint().exclude_from_loading()) {
+    if (std::find_if(std::begin(kExcludable), std::end(kExcludable),
+                     [&](const char* known) { return name == known; }) == std::end(kExcludable)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[checkpoint] exclude_from_loading: unknown state \"", name, "\"; expected any of ",
+          absl::StrJoin(kExcludable, ", ")));
+    }
+    excluded.insert(name);
+  }
+  return std::unique_ptr<TrainCheckpointer>(
+      new TrainCheckpointer(config, runtime, std::move(manager), parts, std::move(excluded)));
+}
+
+TrainCheckpointer::TrainCheckpointer(const JobConfig& config, const DistributedRuntime& runtime,
+                                     std::unique_ptr<CheckpointManager> manager,
+                                     CheckpointedParts parts,
+                                     absl::flat_hash_set<std::string> excluded)
+    : config_(config),
+      runtime_(runtime),
+      manager_(std::move(manager)),
+      parts_(parts),
+      excluded_(std::move(excluded)) {
+  if (config.checkpoint().async_mode() == "async") {
+    async_saver_ = std::make_unique<AsyncCheckpointSaver>(manager_.get());
+  }
+}
+
+TrainCheckpointer::~TrainCheckpointer() = default;
+
+NamedTensors TrainCheckpointer::ModelState() const {
+  NamedTensors state;
+  for (const ParamRef& p : *parts_.params) state.emplace_back(p.name, p.tensor->detach());
+  return state;
+}
+
+absl::Status TrainCheckpointer::Resume(TrainState& state) {
+  int64_t step = config_.checkpoint().load_step();
+  if (step < 0) {
+    absl::StatusOr<int64_t> latest = manager_->LatestStep();
+    if (absl::IsNotFound(latest.status())) return absl::OkStatus();
+    TITAN_RETURN_IF_ERROR(latest.status());
+    step = *latest;
+  }
+  const std::string dir = manager_->StepDirectory(step);
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
+  TensorBoxes boxes;
+  const NamedTensors model = parts_.data_parallel->CheckpointPieces(ModelState(), boxes);
+  if (saved->model_only()) {
+    if (step != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir, " holds model weights only (a last_save_model_only export), so training cannot "
+          "resume from it; to train on from these weights start a new run with [checkpoint] "
+          "initial_load_path=", dir, ", or resume an earlier full step with [checkpoint] "
+          "load_step"));
+    }
+    // torchtitan's seed checkpoint: weights only, training starts at step 0.
+    TITAN_RETURN_IF_ERROR(manager_->LoadInto(step, model, nullptr, nullptr, boxes));
+    LOG(INFO) << "loaded model weights from seed checkpoint " << dir << "; training starts at 0";
+    return absl::OkStatus();
+  }
+  // The optimizer's zero state gives LoadInto tensors of the right shapes to fill in place. Each
+  // rank reads the rows it holds from whichever saved pieces overlap them.
+  const bool load_optimizer = !excluded_.contains("optimizer");
+  parts_.optimizer->InitState();
+  NamedTensors optimizer_state = parts_.optimizer->StateDict();
+  const NamedTensors optimizer = parts_.data_parallel->CheckpointPieces(optimizer_state, boxes);
+  nlohmann::json extra;
+  TITAN_RETURN_IF_ERROR(
+      manager_->LoadInto(step, model, load_optimizer ? &optimizer : nullptr, &extra, boxes));
+  if (load_optimizer) TITAN_RETURN_IF_ERROR(parts_.optimizer->LoadStateDict(optimizer_state));
+  if (parts_.data != nullptr && !excluded_.contains("dataloader")) {
+    TITAN_RETURN_IF_ERROR(parts_.data->LoadStateDict(extra.at("dataloader")));
+  }
+  if (!excluded_.contains("train_state")) {
+    state.step = extra.at("train_state").at("step").get<int64_t>();
+    state.ntokens_seen = extra.at("train_state").at("ntokens_seen").get<int64_t>();
+  }
+  if (!excluded_.contains("lr_scheduler")) {
+    state.lr_step = extra.at("lr_scheduler").at("last_step").get<int64_t>();
+  }
+  if (!excluded_.contains("rng")) TITAN_RETURN_IF_ERROR(RestoreRngState(extra.at("rng")));
+  LOG(INFO) << "resumed from checkpoint step-" << step
+            << (excluded_.empty() ? ""
+                                  : absl::StrCat(" (not loaded: ", absl::StrJoin(excluded_, ", "),
+                                                 ")"));
+  return absl::OkStatus();
+}
+
+NamedTensors TrainCheckpointer::PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const {
+  const bool first_replica =
+      !runtime_.distributed() || runtime_.comm(MeshGroup::kDpReplicate).rank() == 0;
+  NamedTensors kept;
+  for (auto& [name, tensor] : parts_.data_parallel->CheckpointPieces(local, boxes)) {
+    if (boxes.count(name) > 0 ? first_replica : writer()) kept.emplace_back(name, tensor);
+  }
+  return kept;
+}
+
+absl::Status TrainCheckpointer::FinishPendingSave() {
+  if (async_saver_ == nullptr || !async_saver_->in_flight()) return absl::OkStatus();
+  const absl::Status saved = async_saver_->Wait();
+  TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
+  TITAN_RETURN_IF_ERROR(saved);
+  if (!all_saved) return absl::InternalError("another rank failed to write its checkpoint part");
+  return absl::OkStatus();
+}
+
+absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
+  TITAN_RETURN_IF_ERROR(FinishPendingSave());
+  CheckpointState state;
+  absl::Status exported;
+  if (model_only) {
+    // A consolidated export: whole tensors, gathered and written by rank 0 in export_dtype.
+    TITAN_ASSIGN_OR_RETURN(NamedTensors full, parts_.data_parallel->GatherFull(ModelState()));
+    if (writer()) {
+      const at::ScalarType type = ExportType(config_.checkpoint().export_dtype());
+      for (auto& [name, tensor] : full) state.model.emplace_back(name, tensor.to(type));
+      if (config_.checkpoint().last_save_in_hf()) exported = ExportHf(train.step, state.model);
+    }
+  } else {
+    // Every rank writes its own shards, in parallel (CheckpointManager joins them on load).
+    state.model = PiecesToSave(ModelState(), state.boxes);
+    state.optimizer = PiecesToSave(parts_.optimizer->StateDict(), state.boxes);
+    if (parts_.data != nullptr) state.extra["dataloader"] = parts_.data->StateDict();
+    state.extra["train_state"] = {{"step", train.step}, {"ntokens_seen", train.ntokens_seen}};
+    state.extra["lr_scheduler"] = {{"last_step", train.lr_step}};
+    state.extra["rng"] = CaptureRngState();
+  }
+  // The shape travels with the weights, so convert_checkpoint and checkpoint_inspect need no
+  // flavor.
+  state.extra["model"] = ModelInfoToJson(*parts_.model);
+  // A failed export skips the save; the agreement below (on every rank's single one for this
+  // save) still tells the other ranks.
+  if (async_saver_ != nullptr && exported.ok()) {
+    return async_saver_->Start(train.step, state, model_only);
+  }
+  // CheckpointManager logs the save (path, tensors, bytes, seconds).
+  const absl::Status saved =
+      exported.ok() ? manager_->Save(train.step, state, model_only) : exported;
+  // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
+  TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
+  TITAN_RETURN_IF_ERROR(saved);
+  if (!all_saved) {
+    return absl::InternalError(absl::StrCat("another rank failed to save step-", train.step));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainCheckpointer::ExportHf(int64_t step, const NamedTensors& model) const {
+  HfExportOptions options;
+  const std::string tokenizer = TokenizerPath(config_);
+  if (PathExists(tokenizer + "/tokenizer.json") || PathExists(tokenizer + "/tokenizer.model")) {
+    options.tokenizer_dir = tokenizer;  // transformers loads the export with its tokenizer.
+  }
+  const std::string dir = manager_->StepDirectory(step) + "-hf";
+  // An export of this same step by an earlier run of the job is replaced.
+  TITAN_RETURN_IF_ERROR(RemoveTree(dir));
+  TITAN_RETURN_IF_ERROR(
+      SaveHfExport(model, *parts_.model, model.front().second.scalar_type(), dir, options));
+  LOG(INFO) << "exported Hugging Face weights to " << dir;
+  return absl::OkStatus();
+}
+
+}  // namespace titan

@@ -1,0 +1,82 @@
+#ifndef TITAN_LIB_TRAIN_TRAIN_CHECKPOINT_H_
+#define TITAN_LIB_TRAIN_TRAIN_CHECKPOINT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "lib/checkpoint/async_checkpoint_saver.h"
+#include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/config/job_config.pb.h"
+#include "lib/data/text_data_loader.h"
+#include "lib/model/module.h"
+#include "lib/parallel/data_parallel.h"
+#include "lib/parallel/distributed_runtime.h"
+#include "lib/registry/model_spec.h"
+#include "lib/train/optimizer.h"
+
+namespace titan {
+
+// Progress that a checkpoint carries besides tensors (torchtitan's train_state and LR scheduler).
+struct TrainState {
+  int64_t step = 0;          // completed optimizer steps
+  int64_t ntokens_seen = 0;  // over all ranks
+  int64_t lr_step = 0;       // the schedule's position (equals step unless its state was excluded)
+};
+
+// The stateful parts a training checkpoint holds; the trainer owns them.
+struct CheckpointedParts {
+  const std::vector<ParamRef>* params = nullptr;
+  Optimizer* optimizer = nullptr;
+  const DataParallel* data_parallel = nullptr;
+  TextDataLoader* data = nullptr;  // null: a tool without a data loader
+  const ModelInfo* model = nullptr;
+};
+
+// Saving and resuming a training run under [checkpoint]: every rank writes its own pieces (FSDP
+// shards) at once, loads reshard to any layout, async_mode writes in the background,
+// last_save_in_hf exports the final weights, exclude_from_loading leaves chosen state fresh.
+class TrainCheckpointer {
+ public:
+  // Checks exclude_from_loading's names. `manager` is the run's checkpoint folder.
+  static absl::StatusOr<std::unique_ptr<TrainCheckpointer>> Create(
+      const JobConfig& config, const DistributedRuntime& runtime,
+      std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts);
+  ~TrainCheckpointer();
+
+  // Loads [checkpoint] load_step (default the newest) into the parts and `state`; OK without
+  // doing anything when the folder holds none. A model-only checkpoint loads only at step 0 (a
+  // seed checkpoint, as torchtitan); later ones are exports, refused with what to do instead.
+  absl::Status Resume(TrainState& state);
+  // Saves `state` and the parts at state.step; model_only: the consolidated final weights (in
+  // export_dtype, and as Hugging Face files with last_save_in_hf). With async_mode=async the
+  // write happens in the background; every rank agrees on the outcome before the next save.
+  absl::Status Save(const TrainState& state, bool model_only);
+  // Waits for a background save and agrees with the other ranks that it succeeded.
+  absl::Status FinishPendingSave();
+
+ private:
+  TrainCheckpointer(const JobConfig& config, const DistributedRuntime& runtime,
+                    std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts,
+                    absl::flat_hash_set<std::string> excluded);
+  NamedTensors ModelState() const;
+  // What this rank saves of `local`: its pieces in the first replica group, whole tensors on
+  // rank 0.
+  NamedTensors PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const;
+  absl::Status ExportHf(int64_t step, const NamedTensors& model) const;
+  bool writer() const { return runtime_.rank() == 0; }
+
+  const JobConfig& config_;
+  const DistributedRuntime& runtime_;
+  std::unique_ptr<CheckpointManager> manager_;
+  std::unique_ptr<AsyncCheckpointSaver> async_saver_;  // [checkpoint] async_mode=async
+  CheckpointedParts parts_;
+  absl::flat_hash_set<std::string> excluded_;  // [checkpoint] exclude_from_loading
+};
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_TRAIN_TRAIN_CHECKPOINT_H_

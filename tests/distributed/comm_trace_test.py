@@ -1,0 +1,136 @@
+"""The collective flight recorder end to end: 4 ranks on loopback (c10d Gloo), rank 2 sleeping before
+an all-reduce past [comm] train_timeout_seconds. The job must stop soon after the timeout, every rank
+(the sleeping one too) must leave a dump, and PyTorch's own analyzer, run from this Python
+environment, must name the missing rank and the collective; so must titan's C++ equivalent.
+
+Run from the Bazel runfiles root.
+"""
+import argparse
+import os
+import pickle
+import re
+import shutil
+import subprocess
+import sys
+import time
+import unittest
+
+HANG_RANK = None
+ANALYZE = None
+TIMEOUT_S = 3
+RANKS = 4
+WORLD = "gloo:pp+dp_replicate+dp_shard+cp+tp/0"
+SHARD = "gloo:dp_shard/0"
+
+
+def hang(dump, *flags):
+    """Runs the job with rank 2 asleep; returns (seconds, exit status, stderr)."""
+    shutil.rmtree(dump, ignore_errors=True)
+    env = dict(os.environ, HANG_RANK="2", HANG_SECONDS="120", HANG_OPS="3")
+    cmd = [HANG_RANK, f"--nproc_per_node={RANKS}", f"--job.dump_folder={dump}",
+           f"--comm.train_timeout_seconds={TIMEOUT_S}", *flags]
+    start = time.time()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    return time.time() - start, proc.returncode, proc.stderr
+
+
+def load(path):
+    with open(path, "rb") as f:
+        return pickle.load(f)
+
+
+class CommTraceTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = os.environ.get("TEST_TMPDIR", "/tmp")
+
+    def check_failed_in_time(self, seconds, status, stderr):
+        self.assertNotEqual(status, 0, stderr[-3000:])
+        # The waiting ranks give up after the timeout (plus the dump exchange), not after the sleep.
+        failed = [float(s) for s in re.findall(r"all_reduce #7 on group \S+ \(job ranks 0,1,2,3\) "
+                                               r"failed after ([\d.]+)s", stderr)]
+        self.assertEqual(len(failed), RANKS - 1, stderr[-3000:])
+        self.assertIn("ranks that did not arrive: 2", stderr)
+        for s in failed:
+            self.assertGreaterEqual(s, TIMEOUT_S - 0.1)
+            self.assertLess(s, TIMEOUT_S + 5)
+        print(f"\njob exited {status} after {seconds:.1f} s (process start included); the waiting "
+              f"ranks failed after {', '.join(f'{s:.2f}' for s in failed)} s "
+              f"(timeout {TIMEOUT_S} s)", file=sys.stderr)
+        self.assertLess(seconds, TIMEOUT_S + 30)
+
+    def fr_trace(self, folder):
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace", folder],
+            capture_output=True, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        return proc.stdout + proc.stderr
+
+    def analyze(self, folder):
+        proc = subprocess.run([ANALYZE, folder], capture_output=True, text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        return proc.stdout
+
+    def check_verdicts(self, folder):
+        report = self.fr_trace(folder)
+        print(f"\nfr_trace {folder}:\n{report}", file=sys.stderr)
+        self.assertIn("Not all ranks joining collective, sequence number: 7", report)
+        self.assertIn(f"group info: {WORLD}", report)
+        self.assertIn("collective: nccl:all_reduce", report)
+        self.assertIn("missing ranks: {2}", report)
+        verdict = self.analyze(folder)
+        print(f"comm_trace_analyze {folder}:\n{verdict}", file=sys.stderr)
+        self.assertIn(f"group {WORLD} (ranks 0,1,2,3): collective #7 nccl:all_reduce (input sizes "
+                      "[[16]], scheduled) never issued by ranks 2", verdict)
+
+    def test_every_rank_dumps_and_fr_trace_names_the_missing_rank(self):
+        dump = os.path.join(self.tmp, "hang")
+        self.check_failed_in_time(*hang(dump))
+        folder = os.path.join(dump, "comm_traces")
+        self.assertEqual(sorted(os.listdir(folder)), [f"rank_{r}" for r in range(RANKS)])
+        self.check_verdicts(folder)
+        # Rounds of (world all_reduce, dp_shard all_gather, world broadcast), then the world
+        # all_reduce that rank 2 never reached: sequence numbers, sizes and states as issued.
+        for rank in range(RANKS):
+            entries = load(os.path.join(folder, f"rank_{rank}"))["entries"]
+            self.assertEqual(len(entries), 10 if rank != 2 else 9)
+            self.assertEqual([e["record_id"] for e in entries], list(range(len(entries))))
+            for i, e in enumerate(entries[:9]):
+                r, kind = divmod(i, 3)
+                name, group, seq, sizes = [
+                    ("nccl:all_reduce", WORLD, 2 * r + 1, [[r + 1, 4]]),
+                    ("nccl:_all_gather_base", SHARD, r + 1, [[r + 1, 4]]),
+                    ("nccl:broadcast", WORLD, 2 * r + 2, [[r + 1, 4]])][kind]
+                self.assertEqual((e["profiling_name"], e["process_group"][0],
+                                  e["collective_seq_id"], e["input_sizes"], e["state"]),
+                                 (name, group, seq, sizes, "completed"))
+            if rank != 2:
+                last = entries[-1]
+                self.assertEqual((last["profiling_name"], last["collective_seq_id"],
+                                  last["input_sizes"], last["state"], last["timeout_ms"]),
+                                 ("nccl:all_reduce", 7, [[16]], "scheduled", TIMEOUT_S * 1000))
+            self.assertEqual(entries[1]["output_sizes"], [[4, 4]])
+
+    def test_ring_keeps_the_newest_entries(self):
+        dump = os.path.join(self.tmp, "ring")
+        self.check_failed_in_time(*hang(dump, "--comm.trace_buf_size=4"))
+        folder = os.path.join(dump, "comm_traces")
+        for rank in range(RANKS):
+            entries = load(os.path.join(folder, f"rank_{rank}"))["entries"]
+            first = 6 if rank != 2 else 5
+            self.assertEqual([e["record_id"] for e in entries], list(range(first, first + 4)))
+        self.check_verdicts(folder)
+
+    def test_size_zero_records_nothing(self):
+        dump = os.path.join(self.tmp, "off")
+        self.check_failed_in_time(*hang(dump, "--comm.trace_buf_size=0"))
+        self.assertFalse(os.path.exists(os.path.join(dump, "comm_traces")))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--hang_rank", required=True)
+    parser.add_argument("--comm_trace_analyze", required=True)
+    args, rest = parser.parse_known_args()
+    HANG_RANK = os.path.abspath(args.hang_rank)
+    ANALYZE = os.path.abspath(args.comm_trace_analyze)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])

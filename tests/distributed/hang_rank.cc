@@ -1,0 +1,86 @@
+// A titan_train stand-in for the flight-recorder test: one rank of a data-parallel job, set up as
+// the trainer sets it up (job config, DistributedRuntime: c10d Gloo groups and the comm trace),
+// that runs HANG_OPS rounds of collectives (world all_reduce, dp_shard all_gather, world
+// broadcast), switches to [comm] train_timeout_seconds, and all-reduces over the world once more;
+// rank HANG_RANK first sleeps HANG_SECONDS. With --nproc_per_node it launches itself, as
+// titan_train does.
+#include <ATen/ATen.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "lib/config/job_config.h"
+#include "lib/distributed/launcher.h"
+#include "lib/parallel/distributed_runtime.h"
+
+namespace {
+
+int EnvInt(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  int parsed = fallback;
+  if (value != nullptr && !absl::SimpleAtoi(value, &parsed)) parsed = fallback;
+  return parsed;
+}
+
+absl::Status Run(int argc, char** argv) {
+  absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
+  if (!env.ok()) return env.status();
+  absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
+  if (!config.ok()) return config.status();
+  if (absl::Status valid = titan::ValidateJobConfig(*config, env->world_size); !valid.ok()) {
+    return valid;
+  }
+  absl::StatusOr<titan::DistributedRuntime> runtime =
+      titan::DistributedRuntime::Connect(*config, *env);
+  if (!runtime.ok()) return runtime.status();
+  titan::Communicator& world = runtime->comm(titan::MeshGroup::kWorld);
+  titan::Communicator& shard = runtime->comm(titan::MeshGroup::kDpShard);
+  for (int round = 0; round < EnvInt("HANG_OPS", 3); ++round) {
+    at::Tensor tensor = at::full({round + 1, 4}, static_cast<float>(env->rank));
+    if (absl::Status s = titan::Await(world.AllReduce(tensor, titan::ReduceOp::kSum)); !s.ok()) {
+      return s;
+    }
+    at::Tensor gathered = at::empty({shard.size() * (round + 1), 4});
+    if (absl::Status s = titan::Await(shard.AllGather(tensor, gathered)); !s.ok()) return s;
+    if (absl::Status s = titan::Await(world.Broadcast(tensor, 0)); !s.ok()) return s;
+  }
+  runtime->SetTimeout(absl::Seconds(config->comm().train_timeout_seconds()));
+  if (env->rank == EnvInt("HANG_RANK", -1))
+    absl::SleepFor(absl::Seconds(EnvInt("HANG_SECONDS", 0)));
+  at::Tensor last = at::ones({16});
+  if (absl::Status s = titan::Await(world.AllReduce(last, titan::ReduceOp::kSum)); !s.ok())
+    return s;
+  return runtime->Barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    int nproc = 0;
+    if (absl::ConsumePrefix(&arg, "--nproc_per_node=") && absl::SimpleAtoi(arg, &nproc)) {
+      absl::StatusOr<int> status = titan::LaunchLocalRanks(nproc, argc, argv);
+      if (!status.ok()) {
+        std::cerr << "hang_rank: " << status.status().message() << "\n";
+        return 1;
+      }
+      return *status;
+    }
+  }
+  if (absl::Status status = Run(argc, argv); !status.ok()) {
+    std::cerr << "hang_rank: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}

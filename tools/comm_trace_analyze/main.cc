@@ -1,0 +1,31 @@
+// comm_trace_analyze FOLDER [--prefix=rank_]
+// Reads one job's collective flight-recorder dumps (titan's [comm] save_traces_folder, or c10d's
+// TORCH_NCCL_DEBUG_INFO_TEMP_FILE files) and prints, per process group, the first collective that
+// not every member issued alike: fr_trace's verdict without Python. Exits 1 when it cannot read
+// them.
+
+#include <iostream>
+
+#include "gflags/gflags.h"
+#include "glog/logging.h"
+#include "lib/distributed/comm_trace_analysis.h"
+
+DEFINE_string(prefix, "rank_", "Dump file names: <prefix><rank>");
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("comm_trace_analyze FOLDER [--prefix=rank_]");
+  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  if (argc != 2) {
+    std::cerr << "comm_trace_analyze: expected one FOLDER, got " << argc - 1 << " (see --help)\n";
+    return 1;
+  }
+  absl::StatusOr<titan::CommTraceVerdict> verdict = titan::AnalyzeCommTraces(argv[1], FLAGS_prefix);
+  if (!verdict.ok()) {
+    std::cerr << "comm_trace_analyze: " << verdict.status().message() << "\n";
+    return 1;
+  }
+  std::cout << titan::FormatCommTraceVerdict(*verdict);
+  return 0;
+}
