@@ -49,7 +49,8 @@ std::vector<SourceFile> ReadSources() {
 
 // A value for `field` other than its default that passes the key's own checks (choices, range).
 std::string NonDefaultValue(const FieldDescriptor* field) {
-  if (field->is_repeated()) return "x";
+  const auto& choices = field->options().GetRepeatedExtension(titan::choices);
+  if (field->is_repeated()) return choices.empty() ? "x" : choices[0];  // one item, not the default
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_INT32:
       return std::to_string(field->default_value_int32() == 2 ? 4 : 2);
@@ -58,7 +59,7 @@ std::string NonDefaultValue(const FieldDescriptor* field) {
     case FieldDescriptor::CPPTYPE_DOUBLE:
       return "0.5";
     default:
-      for (const std::string& choice : field->options().GetRepeatedExtension(titan::choices)) {
+      for (const std::string& choice : choices) {
         if (choice != field->default_value_string()) return choice;
       }
       return "x";
