@@ -5,6 +5,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <string>
 
 namespace titan {
 
@@ -17,6 +19,9 @@ struct Batch {
   at::Tensor labels;     // int64 next-token targets; kIgnoreIndex: not counted
   at::Tensor positions;  // int64 RoPE positions; undefined: 0 .. S-1
   at::Tensor documents;  // int64 document ids for document-causal masking; undefined: causal
+  // Per-token inputs of losses that need more than labels (RL: advantages, old and reference
+  // log-probabilities), by name.
+  std::map<std::string, at::Tensor> extra;
 };
 
 // The loss of a microbatch as a sum over its counted tokens (fp32 scalar): the trainer divides by
