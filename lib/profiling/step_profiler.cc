@@ -13,6 +13,7 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/gzip_file.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -40,6 +41,8 @@ std::set<ActivityType> Activities(const c10::Device& device) {
 double SecondsSince(std::chrono::steady_clock::time_point begin) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
 }
+
+std::string ParentDir(const std::string& path) { return path.substr(0, path.rfind('/')); }
 
 absl::Status TorchError(absl::string_view what, const c10::Error& e) {
   return absl::InternalError(absl::StrCat(what, ": ", e.what_without_backtrace()));
@@ -193,7 +196,7 @@ absl::Status StepProfiler::StepEnd(int64_t step) {
   absl::Status status;
   if (session_ == Session::kRecording && cycle_end) status.Update(SaveTrace(step));
   if (options_.enable_memory_snapshot && cycle_end) {
-    status.Update(DumpMemorySnapshot(absl::StrCat("iteration_", step)));
+    status.Update(DumpMemorySnapshot(MemorySnapshotPath(absl::StrCat("iteration_", step))));
   }
   return status;
 }
@@ -208,36 +211,56 @@ absl::Status StepProfiler::SaveTrace(int64_t step) {
   } catch (const c10::Error& e) {
     return TorchError(absl::StrCat("cannot stop the profiler at step ", step), e);
   }
-  const std::string dir = absl::StrCat(options_.traces_folder, "/iteration_", step);
-  TITAN_RETURN_IF_ERROR(MakeDirectories(dir));
-  const std::string path = absl::StrCat(dir, "/rank", options_.rank, "_trace.json");
+  const std::string path = TracePath(step);
+  const std::string json_path = options_.gzip_traces ? path.substr(0, path.size() - 3) : path;
+  TITAN_RETURN_IF_ERROR(MakeDirectories(ParentDir(path)));
   // Kineto writes a temporary file and renames it: a reader never sees a half-written trace. It
   // logs a failure instead of throwing, so a trace left by an earlier run must not pass for ours.
-  if (std::remove(path.c_str()) != 0 && errno != ENOENT) return ErrnoError("remove", path);
+  for (const std::string& stale : {path, json_path}) {
+    if (std::remove(stale.c_str()) != 0 && errno != ENOENT) return ErrnoError("remove", stale);
+  }
   try {
-    result->save(path);
+    result->save(json_path);
   } catch (const c10::Error& e) {
-    return TorchError(absl::StrCat("cannot write ", path), e);
+    return TorchError(absl::StrCat("cannot write ", json_path), e);
   }
-  if (!PathExists(path)) {
+  if (!PathExists(json_path)) {
     return absl::InternalError(
-        absl::StrCat("Kineto wrote no trace to ", path, " (its log says why)"));
+        absl::StrCat("Kineto wrote no trace to ", json_path, " (its log says why)"));
   }
+  if (options_.gzip_traces) TITAN_RETURN_IF_ERROR(GzipFile(json_path, path));
   LOG(INFO) << absl::StrFormat("Finished dumping profiler traces in %.2f seconds",
                                SecondsSince(begin));
   return absl::OkStatus();
 }
 
-absl::Status StepProfiler::DumpMemorySnapshotOnOom(int64_t last_step) {
-  if (!options_.enable_memory_snapshot) return absl::OkStatus();
-  return DumpMemorySnapshot(absl::StrCat("iteration_", last_step, "_exit"));
+std::string StepProfiler::TracePath(int64_t step) const {
+  const std::string suffix = options_.gzip_traces ? ".json.gz" : ".json";
+  if (options_.single_cycle_files) {
+    return absl::StrCat(options_.traces_folder, "/trace_rank", options_.rank, suffix);
+  }
+  return absl::StrCat(options_.traces_folder, "/iteration_", step, "/rank", options_.rank, "_trace",
+                      suffix);
 }
 
-absl::Status StepProfiler::DumpMemorySnapshot(const std::string& dir_name) {
-  LOG(INFO) << "Dumping memory snapshot at " << dir_name;
+std::string StepProfiler::MemorySnapshotPath(const std::string& dir_name) const {
+  if (options_.single_cycle_files) {
+    return absl::StrCat(options_.memory_snapshot_folder, "/memory_snapshot_rank", options_.rank,
+                        ".pickle");
+  }
+  return absl::StrCat(options_.memory_snapshot_folder, "/", dir_name, "/rank", options_.rank,
+                      "_memory_snapshot.pickle");
+}
+
+absl::Status StepProfiler::DumpMemorySnapshotOnOom(int64_t last_step) {
+  if (!options_.enable_memory_snapshot) return absl::OkStatus();
+  return DumpMemorySnapshot(MemorySnapshotPath(absl::StrCat("iteration_", last_step, "_exit")));
+}
+
+absl::Status StepProfiler::DumpMemorySnapshot(const std::string& path) {
+  LOG(INFO) << "Dumping memory snapshot to " << path;
   const auto begin = std::chrono::steady_clock::now();
-  const std::string dir = options_.memory_snapshot_folder + "/" + dir_name;
-  TITAN_RETURN_IF_ERROR(MakeDirectories(dir));
+  TITAN_RETURN_IF_ERROR(MakeDirectories(ParentDir(path)));
   // Not run yet (no CUDA device here): LibTorch's own pickle of the allocator state and history,
   // what torch.cuda.memory._snapshot() holds; pytorch.org/memory_viz reads it.
   std::string pickled;
@@ -246,8 +269,7 @@ absl::Status StepProfiler::DumpMemorySnapshot(const std::string& dir_name) {
   } catch (const c10::Error& e) {
     return TorchError("cannot take a CUDA memory snapshot", e);
   }
-  TITAN_RETURN_IF_ERROR(WriteFileAtomically(
-      absl::StrCat(dir, "/rank", options_.rank, "_memory_snapshot.pickle"), pickled));
+  TITAN_RETURN_IF_ERROR(WriteFileAtomically(path, pickled));
   LOG(INFO) << absl::StrFormat("Finished dumping memory snapshot in %.2f seconds",
                                SecondsSince(begin));
   return absl::OkStatus();

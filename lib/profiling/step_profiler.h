@@ -37,6 +37,12 @@ struct StepProfilerOptions {
   int rank = 0;
   // The training device: CUDA adds GPU kernels to traces and allows memory snapshots.
   c10::Device device = c10::Device(c10::kCPU);
+
+  // For profile_run, which traces one cycle: files named <folder>/trace_rank<r>.json and
+  // <folder>/memory_snapshot_rank<r>.pickle instead of one iteration_<N> folder per cycle.
+  bool single_cycle_files = false;
+  // Traces written gzipped (<name>.json.gz; Perfetto opens them as they are).
+  bool gzip_traces = false;
 };
 
 // The [profiling] section for `rank` training on `device`, folders resolved under job.dump_folder.
@@ -75,6 +81,9 @@ class StepProfiler {
   // (torchtitan's name). Does nothing without enable_memory_snapshot.
   absl::Status DumpMemorySnapshotOnOom(int64_t last_step);
 
+  // Where the trace of the cycle ending at `step` is (or will be) written.
+  std::string TracePath(int64_t step) const;
+
  private:
   enum class Session { kOff, kPrepared, kRecording };
 
@@ -82,7 +91,8 @@ class StepProfiler {
 
   bool IsTracedStep(int64_t step) const;
   absl::Status SaveTrace(int64_t step);
-  absl::Status DumpMemorySnapshot(const std::string& dir_name);
+  absl::Status DumpMemorySnapshot(const std::string& path);
+  std::string MemorySnapshotPath(const std::string& dir_name) const;
 
   const StepProfilerOptions options_;
   Session session_ = Session::kOff;

@@ -16,6 +16,7 @@
 #include "lib/config/job_config.h"
 #include "lib/profiling/phase_range.h"
 #include "lib/util/file_util.h"
+#include "lib/util/gzip_file.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -103,7 +104,7 @@ struct Trace {
 };
 
 Trace LoadTrace(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadPlainOrGzipFile(path);
   EXPECT_TRUE(text.ok()) << text.status();
   Trace trace;
   if (!text.ok()) return trace;
@@ -151,6 +152,22 @@ TEST(StepProfilerTest, TracesTheActiveStepOfEachCycle) {
     // record_shapes: the forward mm's operand shapes.
     EXPECT_EQ(mms[0]["args"]["Input Dims"], nlohmann::json::parse("[[16, 32], [32, 32]]"));
   }
+}
+
+// profile_run's layout: one cycle's trace as <folder>/trace_rank<r>.json.gz.
+TEST(StepProfilerTest, SingleCycleFilesGzipped) {
+  const std::string folder = TestDir("traces");
+  StepProfilerOptions options = TraceOptions(folder, 3, 1, 2);
+  options.single_cycle_files = true;
+  options.gzip_traces = true;
+  std::unique_ptr<StepProfiler> profiler = MustCreate(options);
+  ASSERT_NE(profiler, nullptr);
+  EXPECT_EQ(profiler->TracePath(3), folder + "/trace_rank2.json.gz");
+  RunSteps(profiler.get(), 1, 3);
+  EXPECT_THAT(SortedListing(folder), ElementsAre("trace_rank2.json.gz"));
+  const Trace trace = LoadTrace(folder + "/trace_rank2.json.gz");
+  EXPECT_THAT(trace.StepMarkers(), ElementsAre("ProfilerStep#2", "ProfilerStep#3"));
+  EXPECT_GE(trace.Named("aten::mm").size(), 4u);
 }
 
 // A run resumed at step 3 with freq 4, no warmup, 2 traced steps: cycles end at 4 and 8.

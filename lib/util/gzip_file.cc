@@ -1,0 +1,74 @@
+#include "lib/util/gzip_file.h"
+
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+
+std::string GzError(gzFile file) {
+  int code = 0;
+  const char* message = gzerror(file, &code);
+  return code == Z_ERRNO ? std::strerror(errno) : message;
+}
+
+}  // namespace
+
+absl::Status GzipFile(const std::string& from, const std::string& to) {
+  std::ifstream in(from, std::ios::binary);
+  if (!in) return ErrnoError("open", from);
+  const std::string tmp = absl::StrCat(to, ".tmp.", ::getpid());
+  gzFile out = gzopen(tmp.c_str(), "wb6");
+  if (out == nullptr) return ErrnoError("open", tmp);
+  std::vector<char> buffer(kChunkBytes);
+  absl::Status status;
+  while (status.ok() && in) {
+    in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+    const int n = static_cast<int>(in.gcount());
+    if (n > 0 && gzwrite(out, buffer.data(), n) != n) {
+      status = absl::DataLossError(absl::StrCat(tmp, ": gzip write failed: ", GzError(out)));
+    }
+  }
+  if (status.ok() && in.bad()) status = ErrnoError("read", from);
+  if (gzclose(out) != Z_OK && status.ok()) status = ErrnoError("close", tmp);
+  if (status.ok() && std::rename(tmp.c_str(), to.c_str()) != 0) status = ErrnoError("rename", tmp);
+  if (!status.ok()) {
+    std::remove(tmp.c_str());
+    return status;
+  }
+  if (std::remove(from.c_str()) != 0) return ErrnoError("remove", from);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadPlainOrGzipFile(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) return ErrnoError("open", path);
+  gzbuffer(file, kChunkBytes);
+  std::string contents;
+  std::vector<char> buffer(kChunkBytes);
+  while (true) {
+    const int n = gzread(file, buffer.data(), static_cast<unsigned>(buffer.size()));
+    if (n < 0) {
+      const std::string error = GzError(file);
+      gzclose(file);
+      return absl::DataLossError(absl::StrCat(path, ": read failed: ", error));
+    }
+    if (n == 0) break;
+    contents.append(buffer.data(), n);
+  }
+  gzclose(file);
+  return contents;
+}
+
+}  // namespace titan

@@ -1,0 +1,64 @@
+#include "lib/util/gzip_file.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+std::string TempDir() { return std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp"; }
+
+// Over one read/write chunk (1 MiB), not all alike, so a chunking bug shows.
+std::string Contents() {
+  std::string text;
+  for (int i = 0; text.size() < (3 << 20); ++i) text += std::to_string(i * 7919) + ",";
+  return text;
+}
+
+TEST(GzipFileTest, GzipDecompressesToTheOriginalAndRemovesIt) {
+  const std::string plain = TempDir() + "/trace.json";
+  const std::string packed = plain + ".gz";
+  ASSERT_TRUE(WriteFileAtomically(plain, Contents()).ok());
+  const absl::Status status = GzipFile(plain, packed);
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_FALSE(ReadFile(plain).ok());
+  EXPECT_FALSE(ReadFile(packed + ".tmp." + std::to_string(::getpid())).ok());
+  absl::StatusOr<std::string> raw = ReadFile(packed);
+  ASSERT_TRUE(raw.ok());
+  ASSERT_GE(raw->size(), 2u);
+  EXPECT_EQ(static_cast<unsigned char>((*raw)[0]), 0x1f);  // the gzip magic
+  EXPECT_EQ(static_cast<unsigned char>((*raw)[1]), 0x8b);
+  EXPECT_LT(raw->size(), Contents().size() / 2);
+  // Debian's gzip, an independent decoder, reads it back.
+  const std::string unpacked = TempDir() + "/unpacked.json";
+  ASSERT_EQ(std::system(("gzip -dc " + packed + " > " + unpacked).c_str()), 0);
+  absl::StatusOr<std::string> back = ReadFile(unpacked);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, Contents());
+  absl::StatusOr<std::string> read = ReadPlainOrGzipFile(packed);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, Contents());
+}
+
+TEST(GzipFileTest, ReadsPlainFilesAsTheyAre) {
+  const std::string plain = TempDir() + "/plain.json";
+  ASSERT_TRUE(WriteFileAtomically(plain, Contents()).ok());
+  absl::StatusOr<std::string> read = ReadPlainOrGzipFile(plain);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, Contents());
+}
+
+TEST(GzipFileTest, MissingFileNamesThePath) {
+  absl::StatusOr<std::string> read = ReadPlainOrGzipFile("/nonexistent/titan/trace.json.gz");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.status().message().find("/nonexistent/titan/trace.json.gz"), std::string::npos);
+  EXPECT_FALSE(GzipFile("/nonexistent/titan/a", TempDir() + "/a.gz").ok());
+}
+
+}  // namespace
+}  // namespace titan
