@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <functional>
 
-#include "lib/testing/counting_allocator.h"
+#include "lib/profiling/tracking_allocator.h"
 #include "lib/train/chunked_cross_entropy.h"
 #include "lib/train/loss.h"
 
@@ -20,7 +20,7 @@ struct Measure {
 
 Measure Run(const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& loss_fn,
             const at::Tensor& hidden_in, const at::Tensor& weight_in) {
-  titan::CountingAllocator& counter = titan::CountingAllocator::Install();
+  titan::TrackingAllocator& counter = titan::TrackingAllocator::Install();
   at::Tensor hidden = hidden_in.detach().requires_grad_(true);
   at::Tensor weight = weight_in.detach().requires_grad_(true);
   counter.ResetPeak();
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
   const int64_t dim = argc > 2 ? std::atoll(argv[2]) : 256;
   const int64_t chunk = argc > 3 ? std::atoll(argv[3]) : 256;
   constexpr int64_t kVocab = 128256;
-  titan::CountingAllocator::Install();
+  titan::TrackingAllocator::Install();
   at::manual_seed(0);
   const at::Tensor hidden = at::randn({tokens, dim});
   const at::Tensor weight = at::randn({kVocab, dim}) * 0.02;

@@ -40,5 +40,13 @@ cc_library(
     includes = ["nccl/include"],
 )
 
+# The CUDA runtime headers for c10/cuda's headers (the CUDA caching allocator's API); nothing to
+# link beyond torch_cuda.
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob(["cuda/include/**/*.h", "cuda/include/**/*.hpp"]),
+    includes = ["cuda/include"],
+)
+
 # The Python of the test environment (reference packages: transformers, tokenizers, tiktoken).
 exports_files(["python3"])

@@ -26,6 +26,12 @@ def _titan_env_impl(rctx):
     nccl_include = torch_dir + "/../nvidia/nccl/include"
     if rctx.path(nccl_include).exists:
         rctx.symlink(nccl_include, "nccl/include")
+    # The CUDA runtime headers of the wheel's CUDA packages (c10/cuda's headers include them).
+    for cuda_package in ["cu13", "cuda_runtime"]:
+        cuda_include = torch_dir + "/../nvidia/" + cuda_package + "/include"
+        if rctx.path(cuda_include + "/cuda_runtime_api.h").exists:
+            rctx.symlink(cuda_include, "cuda/include")
+            break
     # A wrapper, not a symlink: Python finds its venv (pyvenv.cfg) only from the path it started as.
     python = venv + "/bin/python3"
     if rctx.path(python).exists:

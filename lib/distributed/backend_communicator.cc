@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/profiling/phase_range.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -64,6 +65,7 @@ class BackendWork : public Work {
   absl::Status Wait() override {
     if (waited_) return status_;
     waited_ = true;
+    PhaseRange range("comm:", op_, ":wait");
     CommTrace* trace = shared_->trace.get();
     try {
       work_->wait(ToChrono(timeout_));
@@ -229,6 +231,7 @@ class BackendCommunicator : public Communicator {
                                               const std::vector<at::Tensor>& outputs, Issue issue) {
     const uint64_t seq = ++seq_;
     const absl::Time start = absl::Now();
+    PhaseRange range("comm:", op, "");
     try {
       shared_->state->MarkArrived(seq);
       c10::intrusive_ptr<c10d::Work> work = issue();

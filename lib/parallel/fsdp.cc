@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "lib/profiling/phase_range.h"
 
 namespace titan {
 namespace {
@@ -128,6 +129,7 @@ at::Tensor FsdpParamGroup::FlatShards(const std::vector<at::Tensor>& shards) con
 
 void FsdpParamGroup::Prefetch() {
   if (prefetched_) return;
+  PhaseRange range("fsdp::all_gather");
   PendingGather pending;
   pending.flat = FlatShards(Shards());
   pending.gathered = at::empty({shard_->size(), shard_numel_}, pending.flat.options());
@@ -145,6 +147,7 @@ void FsdpParamGroup::DropPrefetch() {
 }
 
 std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(const std::vector<at::Tensor>& shards) const {
+  PhaseRange range("fsdp::all_gather");
   c10::NoGradGuard no_grad;
   at::Tensor gathered;
   if (prefetched_) {
@@ -165,6 +168,7 @@ std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(const std::vector<at::Tens
 
 std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
     const std::vector<at::Tensor>& full_grads) const {
+  PhaseRange range("fsdp::reduce_scatter");
   c10::NoGradGuard no_grad;
   const int size = shard_->size();
   const at::TensorOptions options = params_[0].shard.options().dtype(reduce_dtype_);

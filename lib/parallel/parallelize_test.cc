@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 #include "lib/model/autocast.h"
-#include "lib/testing/counting_allocator.h"
+#include "lib/profiling/tracking_allocator.h"
 
 namespace titan {
 namespace {
@@ -29,7 +29,7 @@ TransformerArgs SmallArgs() {
 
 RunResult ForwardBackward(const std::string& mode, const std::string& option,
                           std::optional<at::ScalarType> autocast = std::nullopt) {
-  CountingAllocator* counter = &CountingAllocator::Install();
+  TrackingAllocator* counter = &TrackingAllocator::Install();
   const TransformerArgs args = SmallArgs();
   at::manual_seed(0);
   Decoder model(args, at::TensorOptions().device(at::kMeta));

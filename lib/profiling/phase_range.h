@@ -3,6 +3,7 @@
 
 #include <ATen/record_function.h>
 
+#include <string>
 #include <string_view>
 
 namespace titan {
@@ -14,6 +15,8 @@ namespace titan {
 class PhaseRange {
  public:
   explicit PhaseRange(std::string_view name);
+  // Named <prefix><name><suffix>; the name is only assembled while a profiler records.
+  PhaseRange(std::string_view prefix, std::string_view name, std::string_view suffix);
 
   PhaseRange(const PhaseRange&) = delete;
   PhaseRange& operator=(const PhaseRange&) = delete;

@@ -321,6 +321,15 @@ NamedTensors Optimizer::StateDict() const {
   return out;
 }
 
+std::vector<at::Tensor> Optimizer::StateTensors() const {
+  std::vector<at::Tensor> out;
+  for (const ParamState& s : state_) {
+    if (!s.step.defined()) continue;
+    out.insert(out.end(), {s.exp_avg, s.exp_avg_sq, s.step});
+  }
+  return out;
+}
+
 absl::Status Optimizer::LoadStateDict(const NamedTensors& state) {
   absl::flat_hash_map<std::string, at::Tensor> by_name(state.begin(), state.end());
   for (size_t i = 0; i < params_.size(); ++i) {

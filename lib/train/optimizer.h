@@ -54,6 +54,9 @@ class Optimizer {
   NamedTensors StateDict() const;
   // Restores StateDict() output; names and shapes must match the current parameters.
   absl::Status LoadStateDict(const NamedTensors& state);
+  // The state tensors the optimizer holds (exp_avg, exp_avg_sq and its float step per parameter
+  // with state), not copies: what profile_run counts as optimizer memory.
+  std::vector<at::Tensor> StateTensors() const;
 
  private:
   enum class Implementation { kForLoop, kForeach, kFused };

@@ -187,8 +187,16 @@ TEST(OptimizerTest, ParametersWithoutGradientsAreSkipped) {
   ASSERT_EQ(state.size(), 6u);  // matrix and bias: exp_avg, exp_avg_sq, step
   EXPECT_EQ(state[2].first, "layers.0.w.weight.step");
   EXPECT_EQ(state[2].second.item<int64_t>(), 1);
+  // The held tensors themselves: updating through them shows in the next StateDict.
+  std::vector<at::Tensor> held = opt->StateTensors();
+  ASSERT_EQ(held.size(), 6u);
+  EXPECT_TRUE(held[0].is_same(state[0].second));
+  EXPECT_EQ(held[2].scalar_type(), at::kFloat);
+  held[2].fill_(7);
+  EXPECT_EQ(opt->StateDict()[2].second.item<int64_t>(), 7);
   opt->InitState();
   EXPECT_EQ(opt->StateDict().size(), 9u);
+  EXPECT_EQ(opt->StateTensors().size(), 9u);
 }
 
 TEST(OptimizerTest, StateRoundTripContinuesBitwise) {
