@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -137,6 +138,30 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
   verdict.missing_dumps.assign(missing_dumps.begin(), missing_dumps.end());
 
   for (const auto& [name, members] : groups) {
+    std::vector<RankProgress> rows;
+    for (int member : members) {
+      if (dumps.count(member) == 0) continue;
+      RankProgress progress{member, name};
+      const auto found = dumps[member].collectives.find(name);
+      if (found != dumps[member].collectives.end() && !found->second.empty()) {
+        const auto& [seq, entry] = *found->second.rbegin();
+        progress.last_seq = seq;
+        progress.last_op = entry.op;
+        progress.last_state = entry.state;
+        for (const auto& [done_seq, done] : found->second) {
+          if (done.state == "completed") progress.last_completed = done_seq;
+        }
+      }
+      rows.push_back(std::move(progress));
+    }
+    // Groups no member used (the mesh has many) would only add rows of zeros.
+    if (std::any_of(rows.begin(), rows.end(),
+                    [](const RankProgress& p) { return p.last_seq > 0; })) {
+      verdict.progress.insert(verdict.progress.end(), rows.begin(), rows.end());
+    }
+  }
+
+  for (const auto& [name, members] : groups) {
     // From the first sequence number every member's ring still holds, to the newest any reached.
     int64_t first = 1;
     int64_t last = 0;
@@ -191,6 +216,22 @@ std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
     }
     if (!m.detail.empty()) absl::StrAppend(&text, m.missing_ranks.empty() ? " " : "; ", m.detail);
     absl::StrAppend(&text, "\n");
+  }
+  return text;
+}
+
+std::string FormatCommTraceProgress(const CommTraceVerdict& verdict) {
+  std::set<std::pair<std::string, int>> suspects;
+  for (const CollectiveMismatch& m : verdict.mismatches) {
+    for (int rank : m.missing_ranks) suspects.emplace(m.group, rank);
+  }
+  std::string text = absl::StrFormat("%-44s %5s %8s %-28s %-10s %10s\n", "group", "rank", "last #",
+                                     "last op", "state", "completed");
+  for (const RankProgress& p : verdict.progress) {
+    absl::StrAppendFormat(&text, "%-44s %5d %8d %-28s %-10s %10d%s\n", p.group, p.rank, p.last_seq,
+                          p.last_op.empty() ? "-" : p.last_op,
+                          p.last_state.empty() ? "-" : p.last_state, p.last_completed,
+                          suspects.count({p.group, p.rank}) ? "  <- missing" : "");
   }
   return text;
 }

@@ -21,10 +21,21 @@ struct CollectiveMismatch {
   std::string detail;              // How the members that issued it disagree, if they do.
 };
 
+// How far one rank got in one group, from its dump.
+struct RankProgress {
+  int rank = 0;
+  std::string group;
+  int64_t last_seq = 0;  // The newest collective it issued (0: none recorded).
+  std::string last_op;   // That collective's operation and state.
+  std::string last_state;
+  int64_t last_completed = 0;  // The newest collective it recorded as completed (0: none).
+};
+
 struct CommTraceVerdict {
   std::vector<int> ranks;                      // Whose dumps were read.
   std::vector<int> missing_dumps;              // Members of a recorded group without a dump.
   std::vector<CollectiveMismatch> mismatches;  // At most one per group.
+  std::vector<RankProgress> progress;          // By group, then rank; groups some member used.
 };
 
 // Reads one job's flight-recorder dumps (<folder>/<prefix><rank>: what CommTrace, and c10d's
@@ -39,6 +50,10 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
 // One line per finding, e.g. `group gloo:dp_shard/0 (ranks 0,1,2,3): collective #7
 // nccl:all_reduce (input sizes [[16]], scheduled) never issued by ranks 2`.
 std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict);
+
+// A table of `verdict.progress`: one row per group and rank with its newest collective and its
+// newest completed one, rows of ranks named in a mismatch marked.
+std::string FormatCommTraceProgress(const CommTraceVerdict& verdict);
 
 }  // namespace titan
 

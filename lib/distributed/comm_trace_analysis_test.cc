@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -85,6 +86,23 @@ TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
   std::cout << text;
   EXPECT_THAT(text, HasSubstr("group world (ranks 0,1,2,3): collective #3 nccl:all_reduce (input "
                               "sizes [[16]], completed) never issued by ranks 2"));
+
+  // Per group and rank: pair (ranks 0, 1) then world (0-3); rank 2 stopped at #2 of world.
+  ASSERT_EQ(verdict->progress.size(), 6u);
+  const RankProgress& stuck = verdict->progress[4];
+  EXPECT_EQ(stuck.group, "world");
+  EXPECT_EQ(stuck.rank, 2);
+  EXPECT_EQ(stuck.last_seq, 2);
+  EXPECT_EQ(stuck.last_completed, 2);
+  EXPECT_EQ(verdict->progress[5].last_seq, 3);
+  EXPECT_EQ(verdict->progress[0].group, "pair");
+  EXPECT_EQ(verdict->progress[0].last_op, "nccl:broadcast");
+  const std::string table = FormatCommTraceProgress(*verdict);
+  std::cout << table;
+  EXPECT_THAT(table, HasSubstr("<- missing"));
+  EXPECT_EQ(std::count(table.begin(), table.end(), '\n'), 7);  // a header and 6 rows
+  EXPECT_THAT(table,
+              ::testing::ContainsRegex("world +2 +2 nccl:all_reduce +completed +2  <- missing"));
 
   std::filesystem::remove(absl::StrCat(folder, "/rank_3"));
   verdict = AnalyzeCommTraces(folder);

@@ -64,6 +64,11 @@ class Communicator {
 // Starts an operation and waits for it: the blocking form of every call above.
 absl::Status Await(absl::StatusOr<std::unique_ptr<Work>> work);
 
+// Every member's `value`, by group rank (two all-gathers on CPU tensors: the lengths, then the
+// bytes padded to the longest).
+absl::StatusOr<std::vector<std::string>> AllGatherStrings(Communicator& comm,
+                                                          const std::string& value);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_DISTRIBUTED_COMMUNICATOR_H_

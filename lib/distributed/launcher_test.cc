@@ -1,5 +1,8 @@
 #include "lib/distributed/launcher.h"
 
+#include <string>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -146,6 +149,22 @@ TEST(DetectDistributedEnvTest, BadPortIsAnError) {
       {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "70000"}});
   ASSERT_FALSE(env.ok());
   EXPECT_THAT(env.status().message(), HasSubstr("MASTER_PORT 70000"));
+}
+
+// titan_train and profile_run take the flag as torchrun does, in either spelling.
+TEST(NprocPerNodeTest, BothSpellingsAndAbsence) {
+  auto nproc = [](std::vector<std::string> args) {
+    args.insert(args.begin(), "tool");
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    return NprocPerNode(static_cast<int>(argv.size()), argv.data());
+  };
+  EXPECT_EQ(*nproc({"--job.config_file=a.toml"}), 0);
+  EXPECT_EQ(*nproc({"--nproc_per_node=4", "--out=x"}), 4);
+  EXPECT_EQ(*nproc({"--out=x", "--nproc_per_node", "2"}), 2);
+  EXPECT_EQ(nproc({"--nproc_per_node=0"}).status().message(),
+            "--nproc_per_node: expected a positive integer, got \"0\"");
+  EXPECT_FALSE(nproc({"--nproc_per_node=two"}).ok());
 }
 
 }  // namespace

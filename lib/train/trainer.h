@@ -50,23 +50,28 @@ class Trainer {
   // normalised by the counted tokens of the whole step over every rank (one all-reduce when
   // `labels_masked`; else every label counts and the count is known).
   absl::StatusOr<StepResult> TrainStep(const std::vector<Batch>& microbatches, bool labels_masked);
+  // The next step's microbatches from [training] dataset_path, as Train reads them.
+  absl::StatusOr<std::vector<Batch>> NextMicrobatches();
 
   // The loss TrainStep and validation use (default: CrossEntropySum()).
   void set_loss(LossFn loss) { loss_ = std::move(loss); }
   StepHooks& hooks() { return hooks_; }
   Decoder& model() { return *model_.model; }
   const ModelInfo& model_info() const { return model_.info; }
+  // As this rank holds them (FSDP: shards); what the optimizer updates.
+  const std::vector<ParamRef>& params() const { return model_.params; }
+  const Optimizer& optimizer() const { return *optimizer_; }
   const RunSetup& setup() const { return setup_; }
   const TrainState& state() const { return state_; }
+  // Logs this rank's parameter and optimizer-state bytes (tensor sizes).
+  void LogStateMemory() const;
 
  private:
-  absl::StatusOr<std::vector<Batch>> NextMicrobatches();
   absl::StatusOr<double> Validate();
   absl::StatusOr<double> SumOverDp(double value) const;
   // The stop signal, once any rank has one, so that every rank stops after the same step.
   absl::StatusOr<int> AgreedStopSignal() const;
   absl::Status InstallHooks();
-  void LogStateMemory() const;
 
   const JobConfig config_;
   const DistributedRuntime& runtime_;

@@ -1,7 +1,8 @@
 """The collective flight recorder end to end: 4 ranks on loopback (c10d Gloo), rank 2 sleeping before
 an all-reduce past [comm] train_timeout_seconds. The job must stop soon after the timeout, every rank
 (the sleeping one too) must leave a dump, and PyTorch's own analyzer, run from this Python
-environment, must name the missing rank and the collective; so must titan's C++ equivalent.
+environment, must name the missing rank and the collective; so must titan's C++ equivalent, and
+profile_run --analyze_comm_trace (its thin wrapper) with a per-rank progress table.
 
 Run from the Bazel runfiles root.
 """
@@ -17,6 +18,7 @@ import unittest
 
 HANG_RANK = None
 ANALYZE = None
+PROFILE_RUN = None
 TIMEOUT_S = 3
 RANKS = 4
 WORLD = "gloo:pp+dp_replicate+dp_shard+cp+tp/0"
@@ -81,6 +83,19 @@ class CommTraceTest(unittest.TestCase):
         print(f"comm_trace_analyze {folder}:\n{verdict}", file=sys.stderr)
         self.assertIn(f"group {WORLD} (ranks 0,1,2,3): collective #7 nccl:all_reduce (input sizes "
                       "[[16]], scheduled) never issued by ranks 2", verdict)
+        proc = subprocess.run([PROFILE_RUN, f"--analyze_comm_trace={folder}"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        print(f"profile_run --analyze_comm_trace={folder}:\n{proc.stdout}", file=sys.stderr)
+        self.assertTrue(proc.stdout.startswith(verdict), proc.stdout)
+        # The table: rank 2 stopped at the world group's collective #6 (its last, completed) while
+        # the others issued #7.
+        rows = {(m[0], int(m[1])): m for m in re.findall(
+            r"^(\S+) +(\d+) +(\d+) +(\S+) +(\S+) +(\d+)(  <- missing)?$", proc.stdout, re.M)}
+        self.assertEqual(rows[(WORLD, 2)][2:], ("6", "nccl:broadcast", "completed", "6",
+                                                "  <- missing"))
+        for rank in (0, 1, 3):
+            self.assertEqual(rows[(WORLD, rank)][2:], ("7", "nccl:all_reduce", "scheduled", "6", ""))
 
     def test_every_rank_dumps_and_fr_trace_names_the_missing_rank(self):
         dump = os.path.join(self.tmp, "hang")
@@ -130,7 +145,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--hang_rank", required=True)
     parser.add_argument("--comm_trace_analyze", required=True)
+    parser.add_argument("--profile_run", required=True)
     args, rest = parser.parse_known_args()
     HANG_RANK = os.path.abspath(args.hang_rank)
     ANALYZE = os.path.abspath(args.comm_trace_analyze)
+    PROFILE_RUN = os.path.abspath(args.profile_run)
     unittest.main(argv=[sys.argv[0], "-v", *rest])

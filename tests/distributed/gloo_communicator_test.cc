@@ -238,6 +238,16 @@ int AllCollectives(int rank, std::shared_ptr<Rendezvous> rendezvous) {
     RANK_CHECK(at::equal(tensors[i], at::full({1 << 18}, expected, at::kFloat)), "async all_reduce");
   }
 
+  // Strings of different lengths (rank 0's empty), each rank's arriving whole at every rank.
+  absl::StatusOr<std::vector<std::string>> strings =
+      AllGatherStrings(comm, std::string(5 * rank, static_cast<char>('a' + rank)));
+  RANK_CHECK_OK(strings.status());
+  RANK_CHECK(static_cast<int>(strings->size()) == world, "AllGatherStrings: one per rank");
+  for (int r = 0; r < world; ++r) {
+    RANK_CHECK((*strings)[r] == std::string(5 * r, static_cast<char>('a' + r)),
+               "AllGatherStrings: rank " + std::to_string(r) + "'s string");
+  }
+
   // Argument errors are caught before anything is sent.
   absl::Status bad = comm.AllGather(at::zeros({2}), at::zeros({3})).status();
   RANK_CHECK(bad.code() == absl::StatusCode::kInvalidArgument, bad.ToString());

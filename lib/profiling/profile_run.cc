@@ -1,0 +1,200 @@
+#include "lib/profiling/profile_run.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/profiling/memory_tracker.h"
+#include "lib/profiling/profile_report.h"
+#include "lib/profiling/step_profiler.h"
+#include "lib/profiling/trace_analysis.h"
+#include "lib/train/device.h"
+#include "lib/train/trainer.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+// Memory timeline points kept per rank (each the highest of its time slice).
+constexpr size_t kMemorySamples = 800;
+// Rows of ops_rank<r>.txt.
+constexpr size_t kOpTableRows = 40;
+
+// The job as profile_run trains it: output in `out`, no checkpoint saved or resumed, no
+// TensorBoard, no [profiling] schedule of its own.
+JobConfig ProfiledConfig(JobConfig config, const ProfileRunOptions& options) {
+  config.mutable_job()->set_dump_folder(options.out);
+  config.mutable_checkpoint()->set_enable(false);
+  config.mutable_metrics()->set_enable_tensorboard(false);
+  config.mutable_profiling()->set_enable_profiling(false);
+  config.mutable_profiling()->set_enable_memory_snapshot(false);
+  return config;
+}
+
+// Tags the blocks of the trainer's long-lived state at the step phases where it exists.
+void TagStateHooks(Trainer& trainer, MemoryTracker& tracker) {
+  trainer.hooks().Add(StepPhase::kBeforeOptimizer, [&trainer, &tracker](const StepEvent&) {
+    for (const ParamRef& p : trainer.params()) {
+      tracker.Tag(*p.tensor, MemoryCategory::kParameters);
+      tracker.Tag(p.tensor->grad(), MemoryCategory::kGradients);
+    }
+    return absl::OkStatus();
+  });
+  trainer.hooks().Add(StepPhase::kAfterOptimizer, [&trainer, &tracker](const StepEvent&) {
+    for (const at::Tensor& tensor : trainer.optimizer().StateTensors()) {
+      tracker.Tag(tensor, MemoryCategory::kOptimizerState);
+    }
+    return absl::OkStatus();
+  });
+}
+
+ProfileRunInfo RunInfo(const JobConfig& config, const DistributedRuntime& runtime,
+                       const Trainer& trainer, const ProfileRunOptions& options) {
+  ProfileRunInfo info;
+  info.model = absl::StrCat(config.model().name(), " ", config.model().flavor());
+  info.device = DeviceName(trainer.setup().device);
+  info.world_size = runtime.dims().world_size();
+  info.parallelism = runtime.distributed()
+                         ? absl::StrCat("data parallel: replicate ", runtime.dims().dp_replicate(),
+                                        " x shard ", runtime.dims().dp_shard())
+                         : "one process";
+  info.warmup = options.warmup;
+  info.active = options.active;
+  info.local_batch_size = config.training().local_batch_size();
+  info.seq_len = config.training().seq_len();
+  return info;
+}
+
+std::string TraceName(int rank, bool gzip) {
+  return absl::StrCat("trace_rank", rank, gzip ? ".json.gz" : ".json");
+}
+
+// Runs the steps and returns this rank's profile (memory timeline included).
+absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRuntime& runtime,
+                                         MemoryTracker& tracker, const JobConfig& config,
+                                         const ProfileRunOptions& options) {
+  const int rank = runtime.rank();
+  const int64_t first_traced = options.warmup + 1;
+  const int64_t last = options.warmup + options.active;
+  StepProfilerOptions profiling;
+  profiling.enable_profiling = true;
+  profiling.traces_folder = options.out;
+  profiling.profile_freq = static_cast<int>(last);
+  profiling.warmup = options.warmup;
+  profiling.active = options.active;
+  profiling.rank = rank;
+  profiling.device = trainer.setup().device;
+  profiling.enable_memory_snapshot = profiling.device.is_cuda();
+  profiling.memory_snapshot_folder = options.out;
+  profiling.single_cycle_files = true;
+  profiling.gzip_traces = options.gzip;
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<StepProfiler> profiler, StepProfiler::Create(profiling));
+
+  MemoryTimeline timeline;
+  trainer.hooks().Add(StepPhase::kStepBegin, [&](const StepEvent& event) {
+    if (event.step == first_traced) tracker.StartRecording();
+    if (event.step >= first_traced) tracker.MarkStep(event.step);
+    return profiler->StepBegin(event.step);
+  });
+  TagStateHooks(trainer, tracker);
+  trainer.hooks().Add(StepPhase::kStepEnd, [&](const StepEvent& event) {
+    if (event.step == last) timeline = tracker.StopRecording(kMemorySamples);
+    return profiler->StepEnd(event.step);
+  });
+
+  for (int64_t step = 1; step <= last; ++step) {
+    const absl::Time begin = absl::Now();
+    TITAN_ASSIGN_OR_RETURN(std::vector<Batch> batches, trainer.NextMicrobatches());
+    TITAN_ASSIGN_OR_RETURN(const StepResult result,
+                           trainer.TrainStep(batches, /*labels_masked=*/false));
+    LOG(INFO) << absl::StrFormat("step %d (%s)  loss %.4f  %.0f ms", step,
+                                 step < first_traced ? "warmup" : "traced", result.loss,
+                                 absl::ToDoubleMilliseconds(absl::Now() - begin));
+    if (step == 1) {
+      runtime.SetTimeout(absl::Seconds(config.comm().train_timeout_seconds()));
+      trainer.LogStateMemory();
+    }
+  }
+  const std::string trace = profiler->TracePath(last);
+  profiler.reset();
+
+  TITAN_ASSIGN_OR_RETURN(const TraceAnalysis analysis, AnalyzeTraceFile(trace));
+  const std::string prefix = absl::StrCat(options.out, "/ops_rank", rank);
+  TITAN_RETURN_IF_ERROR(
+      WriteFileAtomically(prefix + ".txt", FormatOpTable(analysis, kOpTableRows)));
+  TITAN_RETURN_IF_ERROR(WriteFileAtomically(prefix + ".json", OpTableJson(analysis).dump(1)));
+  RankProfile profile = MakeRankProfile(rank, TraceName(rank, options.gzip), analysis);
+  profile.memory = std::move(timeline);
+  TITAN_RETURN_IF_ERROR(
+      WriteFileAtomically(absl::StrCat(options.out, "/profile_rank", rank, ".json"),
+                          RankProfileToJson(profile).dump(1)));
+  return profile;
+}
+
+absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
+                 const ProfileRunOptions& options) {
+  if (options.warmup < 0 || options.active < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--profile.warmup=", options.warmup,
+                                                   " --profile.active=", options.active,
+                                                   ": expected warmup >= 0 and active >= 1"));
+  }
+  if (job.training().steps() < options.warmup + options.active) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[training] steps=", job.training().steps(),
+        ": profile_run needs warmup + active = ", options.warmup + options.active, " steps"));
+  }
+  const JobConfig config = ProfiledConfig(job, options);
+  TITAN_RETURN_IF_ERROR(MakeDirectories(options.out));
+  // Before the model exists, so that its parameters are among the blocks seen.
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<MemoryTracker> tracker,
+                         MemoryTracker::Create(PickDevice(runtime.env().local_rank)));
+  Trainer trainer(config, runtime);
+  TITAN_RETURN_IF_ERROR(trainer.Init());
+  TITAN_ASSIGN_OR_RETURN(RankProfile mine,
+                         ProfileSteps(trainer, runtime, *tracker, config, options));
+
+  std::vector<RankProfile> ranks;
+  if (!runtime.distributed()) {
+    ranks.push_back(std::move(mine));
+  } else {
+    TITAN_ASSIGN_OR_RETURN(
+        const std::vector<std::string> all,
+        AllGatherStrings(runtime.comm(MeshGroup::kWorld), RankProfileToJson(mine).dump()));
+    if (runtime.rank() != 0) return absl::OkStatus();
+    for (const std::string& text : all) {
+      TITAN_ASSIGN_OR_RETURN(RankProfile profile, RankProfileFromJson(nlohmann::json::parse(text)));
+      ranks.push_back(std::move(profile));
+    }
+  }
+  const ProfileRunInfo info = RunInfo(config, runtime, trainer, options);
+  TITAN_RETURN_IF_ERROR(
+      WriteFileAtomically(options.out + "/summary.json", SummaryJson(info, ranks).dump(1)));
+  TITAN_RETURN_IF_ERROR(WriteFileAtomically(options.out + "/report.html", ReportHtml(info, ranks)));
+  for (const RankProfile& r : ranks) LOG(INFO) << SummaryLine(r);
+  LOG(INFO) << "wrote " << options.out << "/report.html and summary.json";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runtime,
+                        const ProfileRunOptions& options) {
+  try {
+    return Run(config, runtime, options);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+  } catch (const nlohmann::json::exception& e) {
+    return absl::InternalError(absl::StrCat("rank profile: ", e.what()));
+  }
+}
+
+}  // namespace titan

@@ -1,0 +1,33 @@
+#ifndef TITAN_LIB_PROFILING_PROFILE_RUN_H_
+#define TITAN_LIB_PROFILING_PROFILE_RUN_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "lib/config/job_config.pb.h"
+#include "lib/parallel/distributed_runtime.h"
+
+namespace titan {
+
+struct ProfileRunOptions {
+  std::string out;    // the output folder
+  int warmup = 2;     // steps run with the profiler started but keeping nothing
+  int active = 3;     // traced steps after them
+  bool gzip = false;  // traces as trace_rank<r>.json.gz
+};
+
+// profile_run: trains `config`'s job on this rank as titan_train would (the same Trainer, model,
+// parallelism and data; every rank calls it), warmup + active steps, and profiles the active ones.
+// Into `options.out`, each rank writes trace_rank<r>.json (Kineto: ProfilerStep#N, forward /
+// backward / optimizer / comm:<op> ranges, ATen ops with input shapes; CUDA kernels on a GPU),
+// ops_rank<r>.txt and .json (op table), profile_rank<r>.json (step split, memory timeline and
+// peak by category, top ops), and on a GPU memory_snapshot_rank<r>.pickle; rank 0 then writes
+// summary.json and report.html for every rank. The job's own dump folder is left alone: the run's
+// config.toml lands in `out`, no checkpoint is saved or resumed ([checkpoint] initial_load_path
+// still loads), and [profiling] is replaced by these options.
+absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runtime,
+                        const ProfileRunOptions& options);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_PROFILING_PROFILE_RUN_H_

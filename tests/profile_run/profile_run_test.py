@@ -1,0 +1,288 @@
+"""profile_run end to end on the debug model (CPU, Gloo on loopback), and titan_train's [profiling].
+
+profile_run, 1 process and FSDP over 2 ranks, 2 warmup + 3 traced steps: every trace must parse as
+JSON, hold aten::mm events and one ProfilerStep# range per traced step with forward / backward /
+optimizer inside (and comm: ranges under FSDP); the op table must match what this test recomputes
+from the trace itself (self and total time per op to 1e-6 ms, the JSON's own rounding; FLOPs exactly,
+with torch.utils.flop_counter's formulas on each event's input shapes); the top ops must hold at
+least 80% of step time; summary.json must give the step time, its split (which must add up), and
+the peak by category, whose parameter, gradient and optimizer-state bytes must equal the tensor
+sizes the trainer logs (exact: the tracker counts allocator requests, the trainer tensor nbytes).
+titan_train with enable_profiling must write a trace at each multiple of profile_freq holding that
+step, and nothing with profiling off.
+
+Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
+"""
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+import xml.etree.ElementTree as ElementTree
+
+from torch.utils import flop_counter
+
+PROFILE_RUN = None
+TITAN_TRAIN = None
+CONFIG = "configs/llama3_debugmodel.toml"
+# The debug model's job as it is (sequences of 128 tokens): small batches cost per-op overhead that
+# would make the share of the top ops a property of the batch size.
+COMMON = [
+    f"--job.config_file={CONFIG}",
+    "--validation.enable=false",
+    "--metrics.enable_tensorboard=false",
+    "--comm.train_timeout_seconds=60",
+]
+WARMUP, ACTIVE = 2, 3
+CATEGORIES = ["parameters", "gradients", "optimizer_state", "activations", "communication",
+              "other"]
+
+
+def run(cmd):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def profile(out, nproc, *flags):
+    shutil.rmtree(out, ignore_errors=True)
+    cmd = [PROFILE_RUN]
+    if nproc > 1:
+        cmd.append(f"--nproc_per_node={nproc}")
+    cmd += [*COMMON, f"--out={out}", f"--profile.warmup={WARMUP}", f"--profile.active={ACTIVE}",
+            *flags]
+    return run(cmd)
+
+
+def state_bytes(stderr):
+    """Rank -> (parameter bytes, optimizer bytes), from the trainer's log line."""
+    found = re.findall(r"rank (\d+) state memory: parameters (\d+) B \+ optimizer (\d+) B", stderr)
+    return {int(rank): (int(params), int(optimizer)) for rank, params, optimizer in found}
+
+
+def load_trace(path):
+    with open(path) as f:
+        return json.load(f)["traceEvents"]
+
+
+def op_table_from_trace(events):
+    """(name, where) -> [calls, self µs, total µs, flops] over the events inside ProfilerStep#
+    ranges, nesting by timestamps per thread (how torch.profiler attributes self time); where is
+    the step's thread or another one (no GPU here)."""
+    complete = [e for e in events if e.get("ph") == "X"]
+    markers = [e for e in complete if e["name"].startswith("ProfilerStep#")]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in markers]
+    step_thread = (markers[0]["pid"], markers[0]["tid"])
+    by_thread = collections.defaultdict(list)
+    for e in complete:
+        by_thread[(e["pid"], e["tid"])].append(e)
+    self_us = {}
+    for thread_events in by_thread.values():
+        thread_events.sort(key=lambda e: (e["ts"], -e["dur"]))
+        open_events = []
+        for e in thread_events:
+            self_us[id(e)] = e["dur"]
+            while open_events and (open_events[-1]["ts"] + open_events[-1]["dur"]
+                                   <= e["ts"] + 1e-3):
+                open_events.pop()
+            if open_events:
+                parent = open_events[-1]
+                self_us[id(parent)] -= min(e["ts"] + e["dur"],
+                                           parent["ts"] + parent["dur"]) - e["ts"]
+            open_events.append(e)
+    table = collections.defaultdict(lambda: [0, 0.0, 0.0, 0])
+    for e in complete:
+        if e["name"].startswith("ProfilerStep#"):
+            continue
+        if not any(b - 1e-3 <= e["ts"] <= end for b, end in steps):
+            continue
+        where = "step thread" if (e["pid"], e["tid"]) == step_thread else "other thread"
+        row = table[(e["name"], where)]
+        row[0] += 1
+        row[1] += self_us[id(e)]
+        row[2] += e["dur"]
+        row[3] += reference_flops(e["name"], e.get("args", {}).get("Input Dims"))
+    return table
+
+
+def reference_flops(name, dims):
+    """torch.utils.flop_counter's count for the ops profile_run knows, else 0."""
+    if dims is None:
+        return 0
+    if name == "aten::mm":
+        return flop_counter.mm_flop(dims[0], dims[1])
+    if name == "aten::addmm":
+        return flop_counter.addmm_flop(dims[0], dims[1], dims[2])
+    if name == "aten::bmm":
+        return flop_counter.bmm_flop(dims[0], dims[1])
+    if name == "aten::baddbmm":
+        return flop_counter.baddbmm_flop(dims[0], dims[1], dims[2])
+    if name.startswith("aten::_scaled_dot_product_"):
+        if name.endswith("_backward"):
+            return flop_counter.sdpa_backward_flop_count(dims[0], dims[1], dims[2], dims[3])
+        return flop_counter.sdpa_flop_count(dims[0], dims[1], dims[2])
+    return 0
+
+
+class ProfileRunTest(unittest.TestCase):
+    tmp = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = os.environ.get("TEST_TMPDIR", "/tmp")
+
+    def check_rank(self, out, rank, summary, logged, world):
+        trace_path = os.path.join(out, f"trace_rank{rank}.json")
+        events = load_trace(trace_path)
+        names = collections.Counter(e["name"] for e in events if e.get("ph") == "X")
+        self.assertGreater(names["aten::mm"], 0)
+        markers = sorted(e for e in names if e.startswith("ProfilerStep#"))
+        self.assertEqual(markers, [f"ProfilerStep#{s}" for s in range(WARMUP + 1,
+                                                                      WARMUP + ACTIVE + 1)])
+        for phase in ("forward", "backward", "optimizer"):
+            self.assertEqual(names[phase], ACTIVE, phase)
+        if world > 1:
+            self.assertGreater(names["comm:all_gather"], 0)
+            self.assertGreater(names["comm:reduce_scatter:wait"], 0)
+            self.assertGreater(names["fsdp::all_gather"], 0)
+
+        # The op table against this test's own reading of the trace.
+        with open(os.path.join(out, f"ops_rank{rank}.json")) as f:
+            table = {(row["name"], row["where"]): row for row in json.load(f)}
+        reference = op_table_from_trace(events)
+        self.assertEqual(set(table), set(reference))
+        for name, (calls, self_us, total_us, flops) in reference.items():
+            row = table[name]
+            self.assertEqual(row["calls"], calls, name)
+            self.assertAlmostEqual(row["self_ms"], self_us / 1000, delta=1e-6, msg=name)
+            self.assertAlmostEqual(row["total_ms"], total_us / 1000, delta=1e-6, msg=name)
+            self.assertEqual(row["flops"] or 0, flops, name)
+        self.assertGreater(table[("aten::mm", "step thread")]["flops"], 0)
+        # The share of step time the summary's top ops hold, from the table's own rows.
+        in_step = sorted((row["self_ms"] for (name, where), row in table.items()
+                          if where == "step thread"), reverse=True)
+        with open(os.path.join(out, f"ops_rank{rank}.txt")) as f:
+            self.assertIn("aten::mm", f.read())
+
+        r = summary["ranks"][rank]
+        self.assertEqual(r["rank"], rank)
+        step_ms = [e["dur"] / 1000 for e in events
+                   if e.get("ph") == "X" and e["name"].startswith("ProfilerStep#")]
+        self.assertAlmostEqual(r["step_time_ms"], sum(step_ms) / len(step_ms), delta=1e-6)
+        split = r["breakdown_ms"]
+        self.assertAlmostEqual(split["compute"] + split["exposed_comm"] + split["idle"],
+                               r["step_time_ms"], delta=1e-6)
+        if world > 1:
+            self.assertGreater(split["exposed_comm"], 0)
+        else:
+            # Alone, the step's thread runs ATen ops nearly all the time.
+            self.assertEqual(split["exposed_comm"], 0)
+            self.assertGreater(split["compute"], 0.5 * r["step_time_ms"])
+        self.assertAlmostEqual(r["top_ops_share_of_step_time"], sum(in_step[:20]) / sum(step_ms),
+                               delta=1e-9)
+        self.assertGreaterEqual(r["top_ops_share_of_step_time"], 0.8)
+        peak = r["peak_memory_by_category"]
+        most = r["max_memory_by_category"]
+        self.assertEqual(sorted(peak), sorted(CATEGORIES))
+        self.assertEqual(sum(peak.values()), r["peak_memory_bytes"])
+        params, optimizer = logged[rank]
+        self.assertEqual(peak["parameters"], params)
+        self.assertEqual(most["parameters"], params)
+        # Every parameter (or shard) has a gradient of its size when the optimizer steps.
+        self.assertEqual(most["gradients"], params)
+        # The log counts AdamW's two moments (each the parameters' size) and an int64 step per
+        # parameter tensor, as checkpoints store it; the optimizer holds that step as a float32.
+        tensors, rest = divmod(optimizer - 2 * params, 8)
+        self.assertEqual(rest, 0)
+        self.assertEqual(most["optimizer_state"], 2 * params + 4 * tensors)
+        self.assertGreater(most["activations"], 0)
+        if world > 1:
+            self.assertGreater(most["communication"], 0)
+        else:
+            self.assertEqual(most["communication"], 0)
+        print(f"\nrank {rank}/{world}: step {r['step_time_ms']:.1f} ms = compute "
+              f"{split['compute']:.1f} + exposed comm {split['exposed_comm']:.1f} + idle "
+              f"{split['idle']:.1f}; top ops {100 * r['top_ops_share_of_step_time']:.1f}%; peak "
+              f"{r['peak_memory_bytes'] / 2**20:.1f} MiB: "
+              + ", ".join(f"{c} {peak[c] / 2**20:.1f}" for c in CATEGORIES), file=sys.stderr)
+        return params
+
+    def check_report(self, out, world):
+        with open(os.path.join(out, "report.html")) as f:
+            html = f.read()
+        svgs = re.findall(r"<svg .*?</svg>", html, re.S)
+        self.assertEqual(len(svgs), 2 + world)  # step split, a memory timeline per rank, top ops
+        for svg in svgs:
+            ElementTree.fromstring(svg)  # well-formed
+        self.assertNotIn("<script", html)
+        self.assertNotRegex(html, r"(src|href)=")
+
+    def test_one_process(self):
+        out = os.path.join(self.tmp, "one")
+        proc = profile(out, 1, "--training.local_batch_size=4")
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(len(summary["ranks"]), 1)
+        self.check_rank(out, 0, summary, state_bytes(proc.stderr), 1)
+        self.check_report(out, 1)
+        # The job's own dump folder and checkpoints are untouched; the run's config lands in out.
+        self.assertTrue(os.path.exists(os.path.join(out, "config.toml")))
+        self.assertFalse(os.path.exists(os.path.join(out, "checkpoint")))
+
+    def test_fsdp_two_ranks(self):
+        out = os.path.join(self.tmp, "fsdp")
+        proc = profile(out, 2, "--training.local_batch_size=4",
+                       "--parallelism.data_parallel_shard_degree=2")
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual([r["rank"] for r in summary["ranks"]], [0, 1])
+        logged = state_bytes(proc.stderr)
+        for rank in range(2):
+            self.check_rank(out, rank, summary, logged, 2)
+        self.check_report(out, 2)
+
+    def test_gzip_and_refusals(self):
+        out = os.path.join(self.tmp, "gzip")
+        profile(out, 1, "--training.local_batch_size=2", "--profile.gzip")
+        self.assertTrue(os.path.exists(os.path.join(out, "trace_rank0.json.gz")))
+        self.assertFalse(os.path.exists(os.path.join(out, "trace_rank0.json")))
+        proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--training.steps=3"],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("profile_run: [training] steps=3: profile_run needs warmup + active = 5 steps",
+                      proc.stderr)
+
+    def test_titan_train_traces_every_profile_freq_steps(self):
+        dump = os.path.join(self.tmp, "train")
+        shutil.rmtree(dump, ignore_errors=True)
+        run([TITAN_TRAIN, *COMMON, f"--job.dump_folder={dump}", "--training.steps=6",
+             "--training.local_batch_size=2", "--checkpoint.enable=false",
+             "--profiling.enable_profiling=true", "--profiling.profile_freq=3",
+             "--profiling.profiler_warmup=1", "--profiling.profiler_active=1"])
+        folder = os.path.join(dump, "profile_traces")
+        self.assertEqual(sorted(os.listdir(folder)), ["iteration_3", "iteration_6"])
+        for step in (3, 6):
+            events = load_trace(os.path.join(folder, f"iteration_{step}", "rank0_trace.json"))
+            markers = [e["name"] for e in events if e["name"].startswith("ProfilerStep#")]
+            self.assertEqual(markers, [f"ProfilerStep#{step}"])
+            self.assertTrue(any(e["name"] == "aten::mm" for e in events))
+        off = os.path.join(self.tmp, "train_off")
+        shutil.rmtree(off, ignore_errors=True)
+        run([TITAN_TRAIN, *COMMON, f"--job.dump_folder={off}", "--training.steps=3",
+             "--training.local_batch_size=2", "--checkpoint.enable=false"])
+        self.assertFalse(os.path.exists(os.path.join(off, "profile_traces")))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--profile_run", required=True)
+    parser.add_argument("--titan_train", required=True)
+    args, rest = parser.parse_known_args()
+    PROFILE_RUN = os.path.abspath(args.profile_run)
+    TITAN_TRAIN = os.path.abspath(args.titan_train)
+    unittest.main(argv=[sys.argv[0], "-v", *rest])

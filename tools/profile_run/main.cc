@@ -1,0 +1,145 @@
+// profile_run: profiles a few training steps of a job exactly as titan_train runs it (same flags,
+// same ranks), or analyses a hung job's collective flight-recorder dumps.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "glog/logging.h"
+#include "lib/config/job_config.h"
+#include "lib/distributed/comm_trace_analysis.h"
+#include "lib/distributed/launcher.h"
+#include "lib/parallel/distributed_runtime.h"
+#include "lib/profiling/profile_run.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: profile_run [--nproc_per_node=N] --job.config_file=FILE --out=DIR\n"
+    "                   [--profile.warmup=2] [--profile.active=3] [--profile.gzip]\n"
+    "                   [--section.key=value ...]\n"
+    "       profile_run --analyze_comm_trace=DIR [--comm_trace_prefix=rank_]\n\n"
+    "Runs the job as titan_train would (model, parallelism, data, ranks), warmup steps with the\n"
+    "profiler started, then traced steps, and writes into DIR per rank trace_rank<r>.json\n"
+    "(Perfetto / chrome://tracing), ops_rank<r>.txt/.json, profile_rank<r>.json, and\n"
+    "report.html + summary.json for all ranks. Nothing is written to the job's dump folder and\n"
+    "no checkpoint is saved or resumed ([checkpoint] initial_load_path still loads).\n"
+    "--analyze_comm_trace=DIR reads a job's collective flight-recorder dumps ([comm]\n"
+    "save_traces_folder) and names the collective and the ranks that never issued it.\n\n";
+
+struct Flags {
+  titan::ProfileRunOptions profile;
+  std::string analyze_comm_trace;
+  std::string comm_trace_prefix = "rank_";
+  std::vector<std::string> job_args;  // everything else, for the job config
+};
+
+absl::Status ParseInt(absl::string_view flag, absl::string_view value, int* out) {
+  if (!absl::SimpleAtoi(value, out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected an integer, got \"", value, "\""));
+  }
+  return absl::OkStatus();
+}
+
+// profile_run's own flags (--flag=value); the rest stays for the job config.
+absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags flags;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    const size_t eq = arg.find('=');
+    const absl::string_view name = arg.substr(0, eq);
+    const absl::string_view value = eq == absl::string_view::npos ? "" : arg.substr(eq + 1);
+    absl::Status status;
+    if (name == "--out") {
+      flags.profile.out = std::string(value);
+    } else if (name == "--profile.warmup") {
+      status = ParseInt(name, value, &flags.profile.warmup);
+    } else if (name == "--profile.active") {
+      status = ParseInt(name, value, &flags.profile.active);
+    } else if (name == "--profile.gzip") {
+      flags.profile.gzip = eq == absl::string_view::npos || value == "true";
+    } else if (name == "--analyze_comm_trace") {
+      flags.analyze_comm_trace = std::string(value);
+    } else if (name == "--comm_trace_prefix") {
+      flags.comm_trace_prefix = std::string(value);
+    } else {
+      flags.job_args.emplace_back(arg);
+    }
+    if (!status.ok()) return status;
+    if ((name == "--out" || name == "--analyze_comm_trace") && value.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": expected --", name, "=DIR"));
+    }
+  }
+  return flags;
+}
+
+absl::Status AnalyzeCommTrace(const Flags& flags) {
+  absl::StatusOr<titan::CommTraceVerdict> verdict =
+      titan::AnalyzeCommTraces(flags.analyze_comm_trace, flags.comm_trace_prefix);
+  if (!verdict.ok()) return verdict.status();
+  std::cout << titan::FormatCommTraceVerdict(*verdict) << "\n"
+            << titan::FormatCommTraceProgress(*verdict);
+  return absl::OkStatus();
+}
+
+absl::Status Profile(const Flags& flags) {
+  if (flags.profile.out.empty()) return absl::InvalidArgumentError("--out=DIR is required");
+  absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
+  if (!env.ok()) return env.status();
+  absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.job_args);
+  if (!config.ok()) return config.status();
+  if (absl::Status status = titan::ValidateJobConfig(*config, env->world_size); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<titan::DistributedRuntime> runtime =
+      titan::DistributedRuntime::Connect(*config, *env);
+  if (!runtime.ok()) return runtime.status();
+  if (absl::Status status = titan::RunProfile(*config, *runtime, flags.profile); !status.ok()) {
+    return status;
+  }
+  // No rank leaves while another may still talk to it.
+  return runtime->Barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::cout << kUsage << titan::JobConfigHelp();
+      return 0;
+    }
+  }
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
+    if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
+  }
+  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+  absl::Status status = flags.status();
+  if (status.ok() && !flags->analyze_comm_trace.empty()) {
+    status = AnalyzeCommTrace(*flags);
+  } else if (status.ok()) {
+    absl::StatusOr<int> nproc = titan::NprocPerNode(argc, argv);
+    if (nproc.ok() && *nproc > 0) {
+      absl::StatusOr<int> exit_code = titan::LaunchLocalRanks(*nproc, argc, argv);
+      if (exit_code.ok()) return *exit_code;
+      nproc = exit_code.status();
+    }
+    status = nproc.ok() ? Profile(*flags) : nproc.status();
+  }
+  if (!status.ok()) {
+    std::cerr << "profile_run: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
