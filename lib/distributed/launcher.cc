@@ -532,4 +532,10 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   return result;
 }
 
+absl::StatusOr<std::optional<int>> LaunchLocalRanksIfAsked(int argc, char** argv) {
+  TITAN_ASSIGN_OR_RETURN(const int nproc, NprocPerNode(argc, argv));
+  if (nproc == 0) return std::nullopt;
+  return LaunchLocalRanks(nproc, argc, argv);
+}
+
 }  // namespace titan

@@ -1,6 +1,7 @@
 #ifndef TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
 #define TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -47,6 +48,10 @@ struct LaunchOptions {
 // else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
+
+// A tool's entry: with --nproc_per_node=N in argv, runs N local ranks (LaunchLocalRanks) and
+// returns their exit status; without it, nullopt: this process is the job or one of its ranks.
+absl::StatusOr<std::optional<int>> LaunchLocalRanksIfAsked(int argc, char** argv);
 
 }  // namespace titan
 

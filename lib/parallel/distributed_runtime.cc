@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "lib/config/job_config.h"
 #include "lib/distributed/gloo_communicator.h"
 #include "lib/distributed/nccl_communicator.h"
 #include "lib/util/status_macros.h"
@@ -98,6 +99,15 @@ absl::StatusOr<bool> DistributedRuntime::AllAgree(bool ok) const {
 absl::Status DistributedRuntime::Barrier() const {
   if (!comms_) return absl::OkStatus();
   return Await(comm(MeshGroup::kWorld).Barrier());
+}
+
+absl::Status RunJobOnThisRank(const JobConfig& config,
+                              const std::function<absl::Status(const DistributedRuntime&)>& body) {
+  TITAN_ASSIGN_OR_RETURN(const DistributedEnv env, DetectDistributedEnv());
+  TITAN_RETURN_IF_ERROR(ValidateJobConfig(config, env.world_size));
+  TITAN_ASSIGN_OR_RETURN(const DistributedRuntime runtime, DistributedRuntime::Connect(config, env));
+  TITAN_RETURN_IF_ERROR(body(runtime));
+  return runtime.Barrier();
 }
 
 }  // namespace titan

@@ -1,6 +1,7 @@
 #ifndef TITAN_LIB_PARALLEL_DISTRIBUTED_RUNTIME_H_
 #define TITAN_LIB_PARALLEL_DISTRIBUTED_RUNTIME_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -55,6 +56,12 @@ class DistributedRuntime {
   std::shared_ptr<CommTrace> trace_;
   std::optional<MeshCommunicators> comms_;
 };
+
+// How titan_train and profile_run run a job on this process: the place in the job from the
+// environment (DetectDistributedEnv), `config` validated for that world, the ranks connected,
+// `body`, then a barrier so that no rank leaves while another may still talk to it.
+absl::Status RunJobOnThisRank(const JobConfig& config,
+                              const std::function<absl::Status(const DistributedRuntime&)>& body);
 
 }  // namespace titan
 

@@ -74,10 +74,6 @@ ProfileRunInfo RunInfo(const JobConfig& config, const DistributedRuntime& runtim
   return info;
 }
 
-std::string TraceName(int rank, bool gzip) {
-  return absl::StrCat("trace_rank", rank, gzip ? ".json.gz" : ".json");
-}
-
 // Runs the steps and returns this rank's profile (memory timeline included).
 absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRuntime& runtime,
                                          MemoryTracker& tracker, const JobConfig& config,
@@ -100,6 +96,7 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<StepProfiler> profiler, StepProfiler::Create(profiling));
 
   MemoryTimeline timeline;
+  // These hooks refer to locals: no step runs after this function.
   trainer.hooks().Add(StepPhase::kStepBegin, [&](const StepEvent& event) {
     if (event.step == first_traced) tracker.StartRecording();
     if (event.step >= first_traced) tracker.MarkStep(event.step);
@@ -132,7 +129,7 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
   TITAN_RETURN_IF_ERROR(
       WriteFileAtomically(prefix + ".txt", FormatOpTable(analysis, kOpTableRows)));
   TITAN_RETURN_IF_ERROR(WriteFileAtomically(prefix + ".json", OpTableJson(analysis).dump(1)));
-  RankProfile profile = MakeRankProfile(rank, TraceName(rank, options.gzip), analysis);
+  RankProfile profile = MakeRankProfile(rank, trace.substr(trace.rfind('/') + 1), analysis);
   profile.memory = std::move(timeline);
   TITAN_RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(options.out, "/profile_rank", rank, ".json"),

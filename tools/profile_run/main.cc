@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -92,21 +92,11 @@ absl::Status AnalyzeCommTrace(const Flags& flags) {
 
 absl::Status Profile(const Flags& flags) {
   if (flags.profile.out.empty()) return absl::InvalidArgumentError("--out=DIR is required");
-  absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
-  if (!env.ok()) return env.status();
   absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.job_args);
   if (!config.ok()) return config.status();
-  if (absl::Status status = titan::ValidateJobConfig(*config, env->world_size); !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<titan::DistributedRuntime> runtime =
-      titan::DistributedRuntime::Connect(*config, *env);
-  if (!runtime.ok()) return runtime.status();
-  if (absl::Status status = titan::RunProfile(*config, *runtime, flags.profile); !status.ok()) {
-    return status;
-  }
-  // No rank leaves while another may still talk to it.
-  return runtime->Barrier();
+  return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime) {
+    return titan::RunProfile(*config, runtime, flags.profile);
+  });
 }
 
 }  // namespace
@@ -129,13 +119,9 @@ int main(int argc, char** argv) {
   if (status.ok() && !flags->analyze_comm_trace.empty()) {
     status = AnalyzeCommTrace(*flags);
   } else if (status.ok()) {
-    absl::StatusOr<int> nproc = titan::NprocPerNode(argc, argv);
-    if (nproc.ok() && *nproc > 0) {
-      absl::StatusOr<int> exit_code = titan::LaunchLocalRanks(*nproc, argc, argv);
-      if (exit_code.ok()) return *exit_code;
-      nproc = exit_code.status();
-    }
-    status = nproc.ok() ? Profile(*flags) : nproc.status();
+    absl::StatusOr<std::optional<int>> launched = titan::LaunchLocalRanksIfAsked(argc, argv);
+    if (launched.ok() && launched->has_value()) return **launched;
+    status = launched.ok() ? Profile(*flags) : launched.status();
   }
   if (!status.ok()) {
     std::cerr << "profile_run: " << status.message() << "\n";

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "glog/logging.h"
@@ -23,19 +24,11 @@ constexpr char kUsage[] =
     "work.\n\n";
 
 absl::Status Run(int argc, char** argv) {
-  absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
-  if (!env.ok()) return env.status();
   absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
   if (!config.ok()) return config.status();
-  if (absl::Status status = titan::ValidateJobConfig(*config, env->world_size); !status.ok()) {
-    return status;
-  }
-  absl::StatusOr<titan::DistributedRuntime> runtime =
-      titan::DistributedRuntime::Connect(*config, *env);
-  if (!runtime.ok()) return runtime.status();
-  if (absl::Status status = titan::RunTraining(*config, *runtime); !status.ok()) return status;
-  // No rank leaves while another may still talk to it.
-  return runtime->Barrier();
+  return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime) {
+    return titan::RunTraining(*config, runtime);
+  });
 }
 
 }  // namespace
@@ -53,13 +46,9 @@ int main(int argc, char** argv) {
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
     if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
   }
-  absl::StatusOr<int> nproc = titan::NprocPerNode(argc, argv);
-  if (nproc.ok() && *nproc > 0) {
-    absl::StatusOr<int> exit_code = titan::LaunchLocalRanks(*nproc, argc, argv);
-    if (exit_code.ok()) return *exit_code;
-    nproc = exit_code.status();
-  }
-  absl::Status status = nproc.ok() ? Run(argc, argv) : nproc.status();
+  absl::StatusOr<std::optional<int>> launched = titan::LaunchLocalRanksIfAsked(argc, argv);
+  if (launched.ok() && launched->has_value()) return **launched;
+  absl::Status status = launched.ok() ? Run(argc, argv) : launched.status();
   if (!status.ok()) {
     std::cerr << "titan_train: " << status.message() << "\n";
     return 1;
