@@ -296,8 +296,9 @@ std::string ReportHtml(const ProfileRunInfo& info, const std::vector<RankProfile
                    XmlEscape(info.model),
                    "</title>\n<style>body{font-family:sans-serif;margin:24px;max-width:1100px}"
                    "table{border-collapse:collapse;margin:8px 0 20px}td,th{border:1px solid #ccc;"
-                   "padding:3px 8px;text-align:right;font-size:13px}td:first-child,th:first-child{"
-                   "text-align:left}td.shapes{text-align:left;font-family:monospace;font-size:11px}"
+                   "padding:3px 8px;text-align:right;font-size:13px;white-space:nowrap}"
+                   "td:first-child,th:first-child{text-align:left}td.shapes{text-align:left;"
+                   "font-family:monospace;font-size:11px;white-space:normal}"
                    ".dim{color:#888}svg{display:block;margin:8px 0 16px}</style></head><body>\n");
   absl::StrAppendFormat(
       &html,
