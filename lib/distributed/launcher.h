@@ -44,6 +44,10 @@ struct LaunchOptions {
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 
+// The value of a --nproc_per_node=N (or --nproc_per_node N) argument, 0 when absent; an error for
+// anything but a positive integer. LaunchLocalRanks drops the flag for the ranks.
+absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
