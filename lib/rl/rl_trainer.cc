@@ -178,6 +178,20 @@ absl::StatusOr<Generation> RlTrainer::Generate(const std::vector<std::string>& p
   return titan::Generate(*policy_.model, *policy_.data_parallel, ids, options, all_stopped);
 }
 
+absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(
+    const Generation& generation) const {
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < generation.responses.size(); ++i) {
+    // The text verifiers and scorers read leaves the stop token out.
+    const TokenIds& response = generation.responses[i];
+    const std::vector<int32_t> ids(response.begin(),
+                                   response.end() - (generation.stopped[i] ? 1 : 0));
+    TITAN_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids));
+    texts.push_back(std::move(text));
+  }
+  return texts;
+}
+
 std::vector<double> RlTrainer::Verify(const std::vector<std::string>& responses,
                                       const std::vector<const RlExample*>& examples) const {
   std::vector<double> rewards;
@@ -320,12 +334,7 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
   }
   TITAN_ASSIGN_OR_RETURN(const Generation generation,
                          Generate(prompts, SamplingFromConfig(0, /*greedy=*/true)));
-  std::vector<std::string> texts;
-  for (const TokenIds& response : generation.responses) {
-    const std::vector<int32_t> ids(response.begin(), response.end());
-    TITAN_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids));
-    texts.push_back(std::move(text));
-  }
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts, ResponseTexts(generation));
   TITAN_ASSIGN_OR_RETURN(const std::vector<double> rewards, Rewards(prompts, texts, examples));
   return std::accumulate(rewards.begin(), rewards.end(), 0.0) / rewards.size();
 }
@@ -396,18 +405,12 @@ absl::Status RlTrainer::Train() {
                              Generate(prompts, SamplingFromConfig(seed, false)));
       const double generation_seconds = stopwatch.Lap();
       Rollouts rollouts;
-      std::vector<std::string> texts;
+      TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts, ResponseTexts(generation));
       int64_t generated = 0;
       for (size_t i = 0; i < prompts.size(); ++i) {
-        TokenIds response = generation.responses[i];
-        generated += static_cast<int64_t>(response.size());
-        // The text the verifier reads leaves the stop token out.
-        const bool stopped = generation.stopped[i];
-        const std::vector<int32_t> ids(response.begin(), response.end() - (stopped ? 1 : 0));
-        TITAN_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids));
-        texts.push_back(std::move(text));
+        generated += static_cast<int64_t>(generation.responses[i].size());
         rollouts.prompts.push_back(EncodePrompt(prompts[i]));
-        rollouts.responses.push_back(std::move(response));
+        rollouts.responses.push_back(generation.responses[i]);
       }
       absl::StatusOr<std::vector<double>> rewards = Rewards(prompts, texts, rows);
       TITAN_RETURN_IF_ERROR(

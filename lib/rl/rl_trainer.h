@@ -78,6 +78,8 @@ class RlTrainer {
 
   TokenIds EncodePrompt(const std::string& prompt) const;
   TokenIds EncodeResponse(const std::string& response, bool add_eos) const;
+  // Each response's text without its stop token.
+  absl::StatusOr<std::vector<std::string>> ResponseTexts(const Generation& generation) const;
   std::vector<double> Verify(const std::vector<std::string>& responses,
                              const std::vector<const RlExample*>& examples) const;
   absl::StatusOr<std::vector<double>> Rewards(const std::vector<std::string>& prompts,
