@@ -34,8 +34,9 @@ class TitanRlTest(unittest.TestCase):
                       f"--model.tokenizer_path={common.TOKENIZER}",
                       f"--checkpoint.initial_load_path={self.hf}", "--checkpoint.initial_load_in_hf",
                       "--metrics.log_freq=1", "--rl.eval_size=8", "--rl.eval_freq=100",
-                      "--rl.prompts_per_step=4", "--rl.group_size=4", "--training.steps=2",
-                      "--checkpoint.enable=false", *overrides]
+                      "--rl.prompts_per_step=4", "--rl.group_size=4", "--checkpoint.enable=false",
+                      *(overrides if any(o.startswith("--training.steps=") for o in overrides)
+                        else ("--training.steps=2", *overrides))]
 
     def test_batch_invariant_logprobs_are_the_trainers(self):
         # PPO (value head, reference KL in the reward), first epoch over the whole batch.
@@ -67,21 +68,26 @@ class TitanRlTest(unittest.TestCase):
                                  "--rl.learning_rate=1e-5", "--json", *extra)
             cmd.insert(1, f"--step_rollouts={rollouts}")
             out = common.run(cmd).stdout
-            summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+            # With --nproc_per_node every line carries a "[rank N] " prefix.
+            summary = json.loads([l[l.index("{"):] for l in out.splitlines() if "{" in l][-1])
             results[name] = (summary, load_file(summary["weights"]))
         (one, w_one), (fsdp, w_fsdp) = results["one"], results["fsdp2"]
         # 1e-5: ranks sum their halves' gradients and token counts in another order.
-        for key in ("loss", "grad_norm", "kl", "policy_loss"):
+        for key in ("grad_norm", "entropy", "kl"):
             rel = abs(one[key] - fsdp[key]) / max(abs(one[key]), 1e-12)
             print(f"{key}: 1 process {one[key]:.9g}, FSDP 2 {fsdp[key]:.9g}, relative {rel:.2e}")
             self.assertLess(rel, 1e-5, key)
+        self.assertEqual(one["loss"], 0.0)  # advantages ±1 over equal tokens: the mean cancels
+        self.assertLess(abs(fsdp["loss"]), 1e-7)
         worst = max((w_one[k] - w_fsdp[k]).abs().max().item() for k in w_one)
         print(f"weights after 2 AdamW steps: max |1 process - FSDP 2| = {worst:.2e}")
         self.assertLess(worst, 1e-5)
 
     def test_resume_reproduces_the_uninterrupted_run(self):
+        # Rewards that vary with the responses (their length mod 3), so the policy moves.
         common_flags = ["--checkpoint.enable=true", "--checkpoint.interval=2",
-                        "--checkpoint.last_save_model_only=false", "--rl.kl_coef=0.05"]
+                        "--checkpoint.last_save_model_only=false", "--rl.kl_coef=0.05",
+                        "--rl.reward=command", "--rl.reward_command=awk '{print length($0) % 3}'"]
         whole, cmd = self.job("whole", *common_flags, "--training.steps=4")
         common.run(cmd)
         parts, cmd = self.job("parts", *common_flags, "--training.steps=2")
@@ -101,8 +107,10 @@ class TitanRlTest(unittest.TestCase):
               f"losses {[m['loss'] for m in b]})")
 
     def test_failing_scorer_is_a_clear_error_and_keeps_the_rollouts(self):
-        dump, cmd = self.job("scorer", "--rl.reward=command",
-                             "--rl.reward_command=cat > /dev/null; echo scorer broke >&2; exit 3")
+        # The scorer serves the 8 held-out prompts at step 0, then fails on the 16 rollouts.
+        script = ("n=$(wc -l); if [ $n -gt 8 ]; then echo scorer broke >&2; exit 3; fi; "
+                  "yes 0 | head -n $n")
+        dump, cmd = self.job("scorer", "--rl.reward=command", f"--rl.reward_command={script}")
         proc = common.run(cmd, check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("exit status 3", proc.stderr)
