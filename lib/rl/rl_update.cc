@@ -76,7 +76,8 @@ absl::StatusOr<double> RlTrainer::OptimizerStep(
 }
 
 absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
-  const bool ppo = rl_.algorithm() == "ppo";
+  const JobConfig::Rl& rl = rl_;
+  const bool ppo = rl.algorithm() == "ppo";
   const int64_t rows = static_cast<int64_t>(rollouts.prompts.size());
   const int64_t response_len =
       rollouts.generator_logprobs.defined() ? rollouts.generator_logprobs.size(1) : 0;
@@ -101,25 +102,25 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   if (ppo) {
     // RLHF reward shaping (TRL's PPO): -kl_coef·KL per token, the score on the last token.
     at::Tensor token_rewards = at::zeros_like(mask);
-    if (reference_) token_rewards = -rl_.kl_coef() * KlPenalty(old_logp, ref_logp, estimator) * mask;
+    if (reference_) token_rewards = -rl.kl_coef() * KlPenalty(old_logp, ref_logp, estimator) * mask;
     const at::Tensor last = (mask.sum(1).to(at::kLong) - 1).clamp_min(0);
     token_rewards.scatter_add_(1, last.unsqueeze(1), rewards.unsqueeze(1));
-    std::tie(advantages, returns) = Gae(token_rewards, old_values, mask, rl_.gamma(), rl_.lam());
-    if (rl_.whiten_advantages()) advantages = Whiten(advantages, mask) * mask;
+    std::tie(advantages, returns) = Gae(token_rewards, old_values, mask, rl.gamma(), rl.lam());
+    if (rl.whiten_advantages()) advantages = Whiten(advantages, mask) * mask;
   } else {
-    if (rows % rl_.group_size() != 0) {
+    if (rows % rl.group_size() != 0) {
       return absl::InvalidArgumentError(absl::StrCat(rows, " rollouts do not split into groups of ",
-                                                     rl_.group_size()));
+                                                     rl.group_size()));
     }
-    const at::Tensor seq_adv = GroupAdvantages(rewards.to(at::kDouble), rl_.group_size(),
-                                               GroupStdFromConfig(rl_), rl_.advantage_eps())
+    const at::Tensor seq_adv = GroupAdvantages(rewards.to(at::kDouble), rl.group_size(),
+                                               GroupStdFromConfig(rl_), rl.advantage_eps())
                                    .to(at::kFloat);
     advantages = seq_adv.unsqueeze(1) * mask;
-    if (rl_.dynamic_sampling()) {
+    if (rl.dynamic_sampling()) {
       // Groups whose rewards are all equal carry no signal (DAPO): their tokens do not count.
-      const at::Tensor groups = rewards.view({-1, rl_.group_size()});
+      const at::Tensor groups = rewards.view({-1, rl.group_size()});
       const at::Tensor informative = (groups.amax(1) > groups.amin(1))
-                                         .repeat_interleave(rl_.group_size())
+                                         .repeat_interleave(rl.group_size())
                                          .to(at::kFloat);
       loss_mask = mask * informative.unsqueeze(1);
     }
@@ -138,12 +139,12 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     tally.Add("residual_sum", ((returns - old_values) * mask).sum().item<double>());
     tally.Add("residual_sq_sum", ((returns - old_values).square() * mask).sum().item<double>());
   }
-  const int64_t minibatch = rl_.has_minibatch_size() ? std::min<int64_t>(rl_.minibatch_size(), rows)
+  const int64_t minibatch = rl.has_minibatch_size() ? std::min<int64_t>(rl.minibatch_size(), rows)
                                                      : rows;
   const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), minibatch);
   double grad_norm = 0;
   int64_t optimizer_steps = 0;
-  for (int64_t epoch = 0; epoch < rl_.ppo_epochs(); ++epoch) {
+  for (int64_t epoch = 0; epoch < rl.ppo_epochs(); ++epoch) {
     for (int64_t begin = 0; begin < rows; begin += minibatch) {
       const int64_t end = std::min(rows, begin + minibatch);
       TITAN_ASSIGN_OR_RETURN(
@@ -161,7 +162,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
         at::Tensor clipped;
         const at::Tensor old = old_logp.slice(0, a, b);
         at::Tensor per_token = ClippedPolicyLoss(logp, old, advantages.slice(0, a, b),
-                                                 rl_.clip_range(), rl_.clip_range_high(), &clipped);
+                                                 rl.clip_range(), rl.clip_range_high(), &clipped);
         if (first) {
           c10::NoGradGuard no_grad;
           const at::Tensor m_bool = lm.to(at::kBool);
@@ -177,7 +178,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
         }
         if (reference_ && !ppo) {
           const at::Tensor kl = KlPenalty(logp, ref_logp.slice(0, a, b), estimator);
-          per_token = per_token + rl_.kl_coef() * kl;
+          per_token = per_token + rl.kl_coef() * kl;
           if (first) tally.Add("kl_sum", (kl.detach() * lm).sum().item<double>());
         } else if (reference_ && first) {
           tally.Add("kl_sum", (KlPenalty(logp.detach(), ref_logp.slice(0, a, b), estimator) * lm)
@@ -187,8 +188,8 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
         if (ppo) {
           const at::Tensor value_loss = ClippedValueLoss(values, old_values.slice(0, a, b),
                                                          returns.slice(0, a, b),
-                                                         rl_.value_clip_range());
-          per_token = per_token + rl_.vf_coef() * value_loss;
+                                                         rl.value_clip_range());
+          per_token = per_token + rl.vf_coef() * value_loss;
           if (first) tally.Add("value_loss_sum", (value_loss.detach() * lm).sum().item<double>());
         }
         return (per_token * lm).sum();
@@ -222,8 +223,8 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const double tokens = std::max(1.0, get("counted_tokens"));
   const double n = std::max(1.0, get("sequences"));
   const double reward_mean = get("reward_sum") / n;
-  metrics.loss = (get("policy_loss_sum") + rl_.kl_coef() * (ppo ? 0 : get("kl_sum")) +
-                  rl_.vf_coef() * get("value_loss_sum")) /
+  metrics.loss = (get("policy_loss_sum") + rl.kl_coef() * (ppo ? 0 : get("kl_sum")) +
+                  rl.vf_coef() * get("value_loss_sum")) /
                  tokens;
   metrics.grad_norm = grad_norm;
   metrics.lr = optimizer_->lr();
@@ -254,7 +255,8 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
 }
 
 absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlExample*>& examples) {
-  const bool dpo = rl_.algorithm() == "dpo";
+  const JobConfig::Rl& rl = rl_;
+  const bool dpo = rl.algorithm() == "dpo";
   const int64_t pairs = static_cast<int64_t>(examples.size());
   std::vector<TokenIds> prompts, responses;
   // DPO rows: every chosen response, then every rejected one, microbatched pair-wise below.
@@ -276,7 +278,7 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
   TITAN_ASSIGN_OR_RETURN(const double denominator,
                          SumOverDp(dpo ? static_cast<double>(pairs) : local_tokens));
   const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), pairs);
-  const DpoLossType type = rl_.dpo_loss() == "ipo" ? DpoLossType::kIpo : DpoLossType::kSigmoid;
+  const DpoLossType type = rl.dpo_loss() == "ipo" ? DpoLossType::kIpo : DpoLossType::kSigmoid;
   double loss_sum_total = 0, correct = 0, margin_sum = 0;
   auto loss_sum = [&](int64_t m) -> absl::StatusOr<at::Tensor> {
     const int64_t a = m * micro, b = std::min(pairs, a + micro);
@@ -298,7 +300,7 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
     const int64_t k = b - a;
     const at::Tensor ref_c = ref_sums.slice(0, a, b), ref_r = ref_sums.slice(0, pairs + a, pairs + b);
     const at::Tensor losses = DpoLoss(sums.slice(0, 0, k), sums.slice(0, k, 2 * k), ref_c, ref_r,
-                                      rl_.beta(), type);
+                                      rl.beta(), type);
     const at::Tensor margin =
         ((sums.slice(0, 0, k) - ref_c) - (sums.slice(0, k, 2 * k) - ref_r)).detach();
     correct += margin.gt(0).sum().item<double>();
@@ -317,7 +319,7 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
     TITAN_ASSIGN_OR_RETURN(const double all_correct, SumOverDp(correct));
     TITAN_ASSIGN_OR_RETURN(const double all_margins, SumOverDp(margin_sum));
     metrics.extra = {{"preference_accuracy", all_correct / denominator},
-                     {"reward_margin", rl_.beta() * all_margins / denominator}};
+                     {"reward_margin", rl.beta() * all_margins / denominator}};
   } else {
     metrics.extra = {{"response_tokens", denominator}};
   }
