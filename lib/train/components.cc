@@ -214,7 +214,10 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
   data.dp_world_size = setup.dp_size;
   TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
   LOG(INFO) << "dataset " << training.dataset() << ": " << training.dataset_path();
-  return std::make_unique<TextDataLoader>(std::move(dataset));
+  auto loader = std::make_unique<TextDataLoader>(std::move(dataset));
+  // Two batches ahead: tokenizing the next step's windows overlaps this step's compute.
+  loader->StartReadAhead(training.local_batch_size(), /*depth=*/2);
+  return loader;
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
