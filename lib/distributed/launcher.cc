@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -528,6 +530,34 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {
           absl::StrCat("--nproc_per_node: expected a positive integer, got \"", value, "\""));
     }
     return nproc;
+  }
+  return 0;
+}
+
+int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
+                  const std::function<absl::Status()>& run) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::cout << help;
+      return 0;
+    }
+  }
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
+    if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
+  }
+  absl::StatusOr<int> nproc = NprocPerNodeFlag(argc, argv);
+  if (nproc.ok() && *nproc > 0) {
+    absl::StatusOr<int> exit_code = LaunchLocalRanks(*nproc, argc, argv);
+    if (exit_code.ok()) return *exit_code;
+    nproc = exit_code.status();
+  }
+  const absl::Status status = nproc.ok() ? run() : nproc.status();
+  if (!status.ok()) {
+    std::cerr << name << ": " << status.message() << "\n";
+    return 1;
   }
   return 0;
 }

@@ -1,10 +1,6 @@
 // titan_rl: RL post-training (SFT, GRPO, DAPO, PPO, DPO) from a TOML job file with an [rl]
 // section, in one process or --nproc_per_node local ranks; or generation alone (--generate); or
 // one update on given rollouts (--step_rollouts).
-#include <unistd.h>
-
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -208,28 +204,6 @@ absl::Status Run(const ToolFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << kUsage << titan::JobConfigHelp();
-      return 0;
-    }
-  }
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
-    if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
-  }
-  absl::StatusOr<int> nproc = titan::NprocPerNodeFlag(argc, argv);
-  if (nproc.ok() && *nproc > 0) {
-    absl::StatusOr<int> exit_code = titan::LaunchLocalRanks(*nproc, argc, argv);
-    if (exit_code.ok()) return *exit_code;
-    nproc = exit_code.status();
-  }
-  absl::Status status = nproc.ok() ? Run(ParseToolFlags(argc, argv)) : nproc.status();
-  if (!status.ok()) {
-    std::cerr << "titan_rl: " << status.message() << "\n";
-    return 1;
-  }
-  return 0;
+  return titan::RunRankedTool(argc, argv, "titan_rl", kUsage + titan::JobConfigHelp(),
+                              [&] { return Run(ParseToolFlags(argc, argv)); });
 }

@@ -1,11 +1,6 @@
 // titan_train: trains a model from a TOML job file plus --section.key=value overrides, in one
 // process, in --nproc_per_node local ranks, or as one rank of a job that torchrun, srun or mpirun
 // started.
-#include <unistd.h>
-
-#include <cstdlib>
-#include <cstring>
-#include <iostream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -46,28 +41,6 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << kUsage << titan::JobConfigHelp();
-      return 0;
-    }
-  }
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
-    if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
-  }
-  absl::StatusOr<int> nproc = titan::NprocPerNodeFlag(argc, argv);
-  if (nproc.ok() && *nproc > 0) {
-    absl::StatusOr<int> exit_code = titan::LaunchLocalRanks(*nproc, argc, argv);
-    if (exit_code.ok()) return *exit_code;
-    nproc = exit_code.status();
-  }
-  absl::Status status = nproc.ok() ? Run(argc, argv) : nproc.status();
-  if (!status.ok()) {
-    std::cerr << "titan_train: " << status.message() << "\n";
-    return 1;
-  }
-  return 0;
+  return titan::RunRankedTool(argc, argv, "titan_train", kUsage + titan::JobConfigHelp(),
+                              [&] { return Run(argc, argv); });
 }
