@@ -1,8 +1,8 @@
 """titan_rl end to end on CPU (long: tagged manual; about 15 minutes on 2 cores).
 
 1. Learning (the shipped configs, Llama 3 debugmodel, bundled sorting task, held-out split):
-   SFT learns the answer format, GRPO then raises the held-out greedy reward from <= 0.3 to
-   >= 0.8; PPO with its value head raises it measurably while its value loss falls; DPO raises
+   SFT learns the answer format, GRPO (dynamic sampling, clip-higher) then raises the held-out greedy reward from <= 0.3 to
+   >= 0.8; PPO with its value head raises it (by > 0.2) while its value loss falls back from its peak; DPO raises
    held-out preference accuracy from 0.5 (policy = reference: ties) to >= 0.9.
 2. The README pipeline, offline: a transformers-written random checkpoint -> convert_checkpoint
    -> titan_rl SFT -> titan_rl GRPO -> convert_checkpoint to HF -> transformers loads the export
@@ -63,9 +63,12 @@ class E2eTest(unittest.TestCase):
         curve = evals(dump, "eval_reward")
         values = evals(dump, "value_loss")
         print(f"PPO eval_reward: {curve}; value_loss: {values} ({seconds:.0f} s)")
-        self.assertGreater(curve[-1][1], curve[0][1])
-        first, last = values[0][1], sum(v for _, v in values[-3:]) / 3
-        self.assertLess(last, first)
+        self.assertGreater(curve[-1][1], curve[0][1] + 0.2)
+        # Returns grow more varied while the policy starts to succeed, then the critic's loss
+        # falls back: the last step's is under half the run's peak and under the first step's.
+        peak = max(v for _, v in values)
+        self.assertLess(values[-1][1], peak / 2)
+        self.assertLess(values[-1][1], values[0][1])
 
     def test_dpo_raises_held_out_preference_accuracy(self):
         dump, seconds = self.rl("dpo")
