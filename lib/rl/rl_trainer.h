@@ -68,6 +68,7 @@ class RlTrainer {
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const std::vector<RlExample>& train_examples() const { return train_examples_; }
+  const std::vector<RlExample>& eval_examples() const { return eval_examples_; }
   const TrainState& state() const { return state_; }
   Decoder& policy() { return *policy_.model; }
 

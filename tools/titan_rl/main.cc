@@ -1,13 +1,15 @@
 // titan_rl: RL post-training (SFT, GRPO, DAPO, PPO, DPO) from a TOML job file with an [rl]
 // section, in one process or --nproc_per_node local ranks; or generation alone (--generate); or
 // one update on given rollouts (--step_rollouts).
+#include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
+
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/launcher.h"
@@ -66,10 +68,11 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
   // Rank r takes every world-th prompt: data-parallel generation over the (sharded) policy.
   const int rank = runtime.rank();
   const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
+  const std::vector<titan::RlExample>& examples = config.rl().prompts_path().empty()
+                                                       ? trainer.eval_examples()
+                                                       : trainer.train_examples();
   std::vector<std::string> prompts;
-  for (size_t i = rank; i < trainer.train_examples().size(); i += world) {
-    prompts.push_back(trainer.train_examples()[i].prompt);
-  }
+  for (size_t i = rank; i < examples.size(); i += world) prompts.push_back(examples[i].prompt);
   const titan::SamplingOptions options =
       trainer.SamplingFromConfig(static_cast<uint64_t>(config.training().seed()) + rank,
                                  config.rl().temperature() == 0);
