@@ -22,6 +22,6 @@ print(tps[len(tps) // 2])  # the median step's tokens/s
 PY
 )
 eager=$("$python" benchmarks/eager_llama3_debugmodel.py --steps "$steps" | "$python" -c \
-  'import json,sys; print(json.load(sys.stdin)["tokens_per_second"])')
+  'import json,sys; print(json.load(sys.stdin)["median_tokens_per_second"])')
 "$python" -c "t, e = $titan, $eager; print(f'titan_train {t:,.0f} tok/s | eager PyTorch {e:,.0f} tok/s | ratio {t / e:.2f}x')"
 rm -rf "$out"

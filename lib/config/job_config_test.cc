@@ -448,6 +448,10 @@ TEST(JobConfigTest, ShippedConfigsParseAndValidate) {
       {"llama3_8b.toml", 64},
       {"llama3_70b.toml", 64},
       {"llama3_405b.toml", 128},
+      {"rl_sft_sorting.toml", 1},
+      {"rl_grpo_sorting.toml", 1},
+      {"rl_ppo_sorting.toml", 1},
+      {"rl_dpo_sorting.toml", 1},
   };
   std::map<std::string, int> found;
   for (const auto& entry : std::filesystem::directory_iterator("configs")) {

@@ -1,7 +1,7 @@
 #ifndef TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
 #define TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
 
-#include <optional>
+#include <functional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -31,10 +31,6 @@ absl::StatusOr<DistributedEnv> DetectDistributedEnv();
 absl::StatusOr<DistributedEnv> DetectDistributedEnvFrom(
     const absl::flat_hash_map<std::string, std::string>& env);
 
-// The value of a --nproc_per_node=N (or --nproc_per_node N) flag in argv, 0 when absent; an error
-// names a value that is not a positive integer. LaunchLocalRanks drops the flag for the ranks.
-absl::StatusOr<int> NprocPerNode(int argc, char** argv);
-
 struct LaunchOptions {
   // How long ranks get to exit after SIGTERM before SIGKILL.
   absl::Duration grace_period = absl::Seconds(5);
@@ -49,9 +45,16 @@ struct LaunchOptions {
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 
-// A tool's entry: with --nproc_per_node=N in argv, runs N local ranks (LaunchLocalRanks) and
-// returns their exit status; without it, nullopt: this process is the job or one of its ranks.
-absl::StatusOr<std::optional<int>> LaunchLocalRanksIfAsked(int argc, char** argv);
+// The value of a --nproc_per_node=N (or --nproc_per_node N) argument, 0 when absent; an error for
+// anything but a positive integer. LaunchLocalRanks drops the flag for the ranks.
+absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
+
+// The main() of a tool that may start its own ranks (titan_train, titan_rl): --help or -h prints
+// `help`; logs go to stderr; under `bazel run` relative paths mean the user's directory;
+// --nproc_per_node=N launches N local ranks of this binary (LaunchLocalRanks), else `run` runs
+// here. A failure prints "<name>: <message>" on stderr. Returns the process's exit code.
+int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
+                  const std::function<absl::Status()>& run);
 
 }  // namespace titan
 

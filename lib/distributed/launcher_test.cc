@@ -151,13 +151,13 @@ TEST(DetectDistributedEnvTest, BadPortIsAnError) {
   EXPECT_THAT(env.status().message(), HasSubstr("MASTER_PORT 70000"));
 }
 
-// titan_train and profile_run take the flag as torchrun does, in either spelling.
-TEST(NprocPerNodeTest, BothSpellingsAndAbsence) {
+// titan_train, titan_rl and profile_run take the flag as torchrun does, in either spelling.
+TEST(NprocPerNodeFlagTest, BothSpellingsAndAbsence) {
   auto nproc = [](std::vector<std::string> args) {
     args.insert(args.begin(), "tool");
     std::vector<char*> argv;
     for (std::string& arg : args) argv.push_back(arg.data());
-    return NprocPerNode(static_cast<int>(argv.size()), argv.data());
+    return NprocPerNodeFlag(static_cast<int>(argv.size()), argv.data());
   };
   EXPECT_EQ(*nproc({"--job.config_file=a.toml"}), 0);
   EXPECT_EQ(*nproc({"--nproc_per_node=4", "--out=x"}), 4);

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "lib/model/batch_invariant.h"
 #include "lib/model/op_cache.h"
 
 namespace titan {
@@ -149,6 +150,9 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer, const at::Tenso
 
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const AttentionMask& mask) {
+  if (BatchInvariant()) {
+    return BatchInvariantAttention(q, k, v, mask.is_causal ? at::Tensor() : mask.allowed);
+  }
   const int64_t n_rep = q.size(1) / k.size(1);
   OpCache* cache = CurrentOpCache();
   // CUDA's efficient-attention kernel wants its bias padded and aligned: kept attention is

@@ -249,7 +249,7 @@ const at::Tensor& Decoder::OutputWeight() const {
 }
 
 at::Tensor Decoder::Head(const at::Tensor& hidden) const {
-  return at::linear(FinalNorm(hidden), OutputWeight());
+  return Linear(FinalNorm(hidden), OutputWeight());
 }
 
 at::Tensor Decoder::Forward(const at::Tensor& tokens, const DecoderInputs& inputs) {

@@ -13,6 +13,7 @@
 #include "lib/checkpoint/directory.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/interop/load_weights.h"
+#include "lib/model/batch_invariant.h"
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/device.h"
 #include "lib/util/status_macros.h"
@@ -74,6 +75,7 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   setup.run_id = absl::StrCat(seed_and_run[1].item<int64_t>());
   at::manual_seed(setup.seed);
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
+  SetBatchInvariant(config.debug().batch_invariant());
 
   setup.device = PickDevice(runtime.env().local_rank);
   const std::string& mp = training.mixed_precision_param();

@@ -7,11 +7,19 @@ namespace titan {
 at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
                         const SquaredNormReducer& reduce) {
   c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> norms;
+  std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
-    if (p.grad().defined()) norms.push_back(at::linalg_vector_norm(p.grad(), 2).to(at::kFloat));
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
-  if (norms.empty()) return at::zeros({}, at::kFloat);
+  if (grads.empty()) return at::zeros({}, at::kFloat);
+  // As torch.nn.utils.clip_grad_norm_: one foreach kernel on CUDA, a norm per tensor on CPU (where
+  // torch has no foreach path), so both devices match torch bit for bit.
+  std::vector<at::Tensor> norms = grads.front().is_cuda() ? at::_foreach_norm(grads, 2)
+                                                          : std::vector<at::Tensor>();
+  if (norms.empty()) {
+    for (const at::Tensor& g : grads) norms.push_back(at::linalg_vector_norm(g, 2));
+  }
+  for (at::Tensor& norm : norms) norm = norm.to(at::kFloat);
   at::Tensor total;
   if (reduce) {
     // Shards: the squares add up across ranks.
@@ -24,9 +32,7 @@ at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
   }
   if (max_norm > 0) {
     at::Tensor scale = (max_norm / (total + 1e-6)).clamp_max(1.0);
-    for (const at::Tensor& p : params) {
-      if (p.grad().defined()) p.grad().mul_(scale.to(p.grad().scalar_type()));
-    }
+    for (const at::Tensor& g : grads) g.mul_(scale.to(g.scalar_type()));
   }
   return total;
 }

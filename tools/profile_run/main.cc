@@ -1,11 +1,6 @@
 // profile_run: profiles a few training steps of a job exactly as titan_train runs it (same flags,
 // same ranks), or analyses a hung job's collective flight-recorder dumps.
-#include <unistd.h>
-
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,30 +97,9 @@ absl::Status Profile(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << kUsage << titan::JobConfigHelp();
-      return 0;
-    }
-  }
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
-    if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
-  }
-  absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
-  absl::Status status = flags.status();
-  if (status.ok() && !flags->analyze_comm_trace.empty()) {
-    status = AnalyzeCommTrace(*flags);
-  } else if (status.ok()) {
-    absl::StatusOr<std::optional<int>> launched = titan::LaunchLocalRanksIfAsked(argc, argv);
-    if (launched.ok() && launched->has_value()) return **launched;
-    status = launched.ok() ? Profile(*flags) : launched.status();
-  }
-  if (!status.ok()) {
-    std::cerr << "profile_run: " << status.message() << "\n";
-    return 1;
-  }
-  return 0;
+  return titan::RunRankedTool(argc, argv, "profile_run", kUsage + titan::JobConfigHelp(), [&] {
+    absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+    if (!flags.ok()) return flags.status();
+    return flags->analyze_comm_trace.empty() ? Profile(*flags) : AnalyzeCommTrace(*flags);
+  });
 }

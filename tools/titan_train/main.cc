@@ -1,14 +1,9 @@
 // titan_train: trains a model from a TOML job file plus --section.key=value overrides, in one
 // process, in --nproc_per_node local ranks, or as one rank of a job that torchrun, srun or mpirun
 // started.
-#include <unistd.h>
-
-#include <cstdlib>
-#include <cstring>
-#include <iostream>
-#include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/launcher.h"
@@ -26,6 +21,10 @@ constexpr char kUsage[] =
 absl::Status Run(int argc, char** argv) {
   absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
   if (!config.ok()) return config.status();
+  if (config->rl().ByteSizeLong() != 0) {
+    return absl::InvalidArgumentError("[rl]: the RL section is titan_rl's; titan_train ignores "
+                                      "nothing, so remove it or run titan_rl");
+  }
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime) {
     return titan::RunTraining(*config, runtime);
   });
@@ -34,24 +33,6 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << kUsage << titan::JobConfigHelp();
-      return 0;
-    }
-  }
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
-    if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
-  }
-  absl::StatusOr<std::optional<int>> launched = titan::LaunchLocalRanksIfAsked(argc, argv);
-  if (launched.ok() && launched->has_value()) return **launched;
-  absl::Status status = launched.ok() ? Run(argc, argv) : launched.status();
-  if (!status.ok()) {
-    std::cerr << "titan_train: " << status.message() << "\n";
-    return 1;
-  }
-  return 0;
+  return titan::RunRankedTool(argc, argv, "titan_train", kUsage + titan::JobConfigHelp(),
+                              [&] { return Run(argc, argv); });
 }
