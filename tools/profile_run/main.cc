@@ -7,7 +7,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/comm_trace_analysis.h"
 #include "lib/distributed/launcher.h"
