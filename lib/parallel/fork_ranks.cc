@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <exception>
 #include <memory>
 #include <numeric>
 
@@ -53,13 +54,17 @@ std::vector<int> RunRanks(int world, const RankBody &body) {
           rendezvous.ok() ? CreateGlooCommunicator(*rendezvous, "all", ranks, absl::Seconds(30))
                           : absl::StatusOr<std::unique_ptr<Communicator>>(rendezvous.status());
       if (comm.ok()) {
-        code = body(rank, **comm);
+        // An exception must not unwind into the forked copy of gtest (it would run on).
+        try {
+          code = body(rank, **comm);
+        } catch (const std::exception &e) {
+          std::fprintf(stderr, "rank %d: exception: %s\n", rank, e.what());
+        }
       } else {
         std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
       }
       std::fflush(stderr);
-      _exit(code);  // no atexit handlers or static destructors in a forked copy
-                    // of gtest
+      _exit(code);  // no atexit handlers or static destructors in a forked copy of gtest
     }
     pids.push_back(pid);
   }
