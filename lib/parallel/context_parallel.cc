@@ -56,9 +56,9 @@ void WaitAll(std::vector<std::unique_ptr<Work>>& works, Communicator* cp) {
   works.clear();
 }
 
-// Every member's key/value block ([2, B, Hkv, S, D], keys then values) and its key description
-// ([B, 3, S] int64: positions, documents, validity), one per step in ring order: step s gives the
-// block of member (rank - s) mod size.
+// Every member's key/value block ([2, B, Hkv, S, D], keys then values) and its key description ([B,
+// 3, S] int64: positions, documents, validity), one per step in ring order: step s gives the block
+// of member (rank - s) mod size.
 class KvBlocks {
  public:
   KvBlocks(Communicator* cp, KvRotation rotation, const at::Tensor& kv, const at::Tensor& meta)
@@ -109,8 +109,8 @@ class KvBlocks {
 };
 
 // Collects the key/value gradient of each step's block (KvBlocks' order) and returns the sum for
-// this member's own block: all-gather sums every block's over members with one reduce-scatter;
-// the ring passes each block's running sum on with the block, one more hop brings it home.
+// this member's own block: all-gather sums every block's over members with one reduce-scatter; the
+// ring passes each block's running sum on with the block, one more hop brings it home.
 class KvGradients {
  public:
   KvGradients(Communicator* cp, KvRotation rotation, const at::Tensor& like)

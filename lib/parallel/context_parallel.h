@@ -26,15 +26,15 @@ enum class KvRotation { kAllGather, kRing };
 // repeated per block) and `mask`'s query/key tensors [B, S] describe this member's tokens; a key is
 // visible where BuildAttentionMask says (positions not after the query's, same document, valid).
 // Each member's key/value block is attended to in turn and the partial results are merged by
-// log-sum-exp; backward passes the blocks around again and returns each block's key/value
-// gradients to its owner. Every member calls it with the same shapes. `cp` must outlive the graph.
+// log-sum-exp; backward passes the blocks around again and returns each block's key/value gradients
+// to its owner. Every member calls it with the same shapes. `cp` must outlive the graph.
 at::Tensor RingAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const MaskInputs& mask, Communicator* cp, KvRotation rotation);
 
-// Context parallelism (torchtitan's, for SDPA): every sequence of a batch is split over the
-// members of the context-parallel group and attention becomes RingAttention. With the "headtail"
-// load balancer the sequence is cut into 2·cp chunks and rank i holds chunks i and 2·cp−1−i (each
-// rank then has as much causal work as another); with "none" rank i holds chunk i of cp.
+// Context parallelism (torchtitan's, for SDPA): every sequence of a batch is split over the members
+// of the context-parallel group and attention becomes RingAttention. With the "headtail" load
+// balancer the sequence is cut into 2·cp chunks and rank i holds chunks i and 2·cp−1−i (each rank
+// then has as much causal work as another); with "none" rank i holds chunk i of cp.
 class ContextParallel {
  public:
   // `load_balancer`: "headtail" or "none"; `rotate_method`: "allgather" or "alltoall" (the

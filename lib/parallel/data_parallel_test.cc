@@ -58,7 +58,8 @@ TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
     // Checkpoint helpers: optimizer-like state "<param>.<state>" is sharded alike, scalars pass.
     std::vector<std::unique_ptr<FsdpParamGroup>> groups;
     groups.push_back(std::move(group));
-    DataParallel dp(std::move(groups), nullptr, &comm);
+    DataParallel dp(std::move(groups), /*root=*/nullptr, /*reshard_root=*/false,
+                    /*first_in_backward=*/nullptr, &comm);
     const NamedTensors local = {{"a", a.detach()},
                                 {"a.exp_avg", a.detach() * 2},
                                 {"a.step", at::scalar_tensor(3, at::kLong)}};
@@ -126,8 +127,9 @@ TEST(FsdpParamGroupTest, MixedPrecisionGathersInParamDtypeAndReducesInReduceDtyp
     group->Reshard();
     loss.backward();
     RANK_EXPECT(a.grad().scalar_type() == at::kFloat);
-    const at::Tensor expected = (weight.to(at::kBFloat16).to(at::kFloat) +
-                                 (2 * weight.to(at::kBFloat16)).to(at::kFloat)) / 2;
+    const at::Tensor expected =
+        (weight.to(at::kBFloat16).to(at::kFloat) + (2 * weight.to(at::kBFloat16)).to(at::kFloat)) /
+        2;
     RANK_EXPECT(Equal(a.grad(), group->ShardOf(pa, expected)));
     return 0;
   });
@@ -158,6 +160,88 @@ TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {
       grads[reshard].push_back(a.grad());
     }
     RANK_EXPECT(Equal(grads[0][0], grads[1][0]));
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
+// Runs every operation on `inner` and records the collectives' names in the order they started.
+class RecordingCommunicator : public Communicator {
+ public:
+  explicit RecordingCommunicator(Communicator* inner) : inner_(inner) {}
+  const std::string& name() const override { return inner_->name(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::vector<int>& global_ranks() const override { return inner_->global_ranks(); }
+  absl::Duration timeout() const override { return inner_->timeout(); }
+  void set_timeout(absl::Duration timeout) override { inner_->set_timeout(timeout); }
+  absl::StatusOr<std::unique_ptr<Work>> AllReduce(at::Tensor tensor, ReduceOp op) override {
+    log.push_back("all_reduce");
+    return inner_->AllReduce(tensor, op);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) override {
+    log.push_back("all_gather");
+    return inner_->AllGather(input, output);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> ReduceScatter(at::Tensor input, at::Tensor output,
+                                                      ReduceOp op) override {
+    log.push_back("reduce_scatter");
+    return inner_->ReduceScatter(input, output, op);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Broadcast(at::Tensor tensor, int root) override {
+    return inner_->Broadcast(tensor, root);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Send(at::Tensor tensor, int dst, int tag) override {
+    return inner_->Send(tensor, dst, tag);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) override {
+    return inner_->Recv(tensor, src, tag);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
+    return inner_->AllToAll(input, output);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Barrier() override { return inner_->Barrier(); }
+
+  std::vector<std::string> log;
+
+ private:
+  Communicator* inner_;
+};
+
+// Backward prefetch: when backward reaches the second of two resharded groups, it gathers that
+// group and at once starts the first group's gather, before reduce-scattering its own gradients;
+// the first group then computes with the prefetched parameters (the gradients of no prefetch).
+TEST(FsdpParamGroupTest, BackwardPrefetchStartsTheNextGroupsGatherFirst) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    RecordingCommunicator recording(&comm);
+    std::vector<at::Tensor> grads[2];
+    for (const bool prefetch : {false, true}) {
+      at::manual_seed(0);
+      at::Tensor a = at::randn({4, 3}).requires_grad_(true);
+      at::Tensor b = at::randn({3, 4}).requires_grad_(true);
+      const at::Tensor x = at::randn({2, 3}) * (rank + 1);
+      std::unique_ptr<FsdpParamGroup> first =
+          *FsdpParamGroup::Create({{"a", &a}}, &recording, /*replicate=*/nullptr);
+      std::unique_ptr<FsdpParamGroup> second =
+          *FsdpParamGroup::Create({{"b", &b}}, &recording, /*replicate=*/nullptr);
+      const at::Tensor y = first->CallUnsharded(
+          [&a](const at::Tensor& in) { return at::matmul(in, a.t()).tanh(); }, x,
+          /*reshard_after_forward=*/true);
+      const at::Tensor z = second->CallUnsharded(
+          [&b](const at::Tensor& in) { return at::matmul(in, b.t()).tanh(); }, y,
+          /*reshard_after_forward=*/true, /*prefetch=*/nullptr,
+          /*backward_prefetch=*/prefetch ? first.get() : nullptr);
+      recording.log.clear();
+      z.sum().backward();
+      const std::vector<std::string> want =
+          prefetch ? std::vector<std::string>{"all_gather", "all_gather", "reduce_scatter",
+                                              "reduce_scatter"}
+                   : std::vector<std::string>{"all_gather", "reduce_scatter", "all_gather",
+                                              "reduce_scatter"};
+      RANK_EXPECT(recording.log == want);
+      grads[prefetch] = {a.grad(), b.grad()};
+    }
+    RANK_EXPECT(Equal(grads[0][0], grads[1][0]) && Equal(grads[0][1], grads[1][1]));
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(2, 0));

@@ -19,15 +19,15 @@
 
 namespace titan {
 
-std::vector<int> RunRanks(int world, const RankBody &body) {
+std::vector<int> RunRanks(int world, const RankBody& body) {
   const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  if (listen_fd < 0 || bind(listen_fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) != 0 ||
+  if (listen_fd < 0 || bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
       listen(listen_fd, 16) != 0 ||
-      getsockname(listen_fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
+      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     ADD_FAILURE() << "cannot open a listening socket";
     return {};
   }
@@ -57,7 +57,7 @@ std::vector<int> RunRanks(int world, const RankBody &body) {
         // An exception must not unwind into the forked copy of gtest (it would run on).
         try {
           code = body(rank, **comm);
-        } catch (const std::exception &e) {
+        } catch (const std::exception& e) {
           std::fprintf(stderr, "rank %d: exception: %s\n", rank, e.what());
         }
       } else {

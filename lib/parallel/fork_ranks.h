@@ -1,9 +1,9 @@
 #ifndef TITAN_LIB_PARALLEL_FORK_RANKS_H_
 #define TITAN_LIB_PARALLEL_FORK_RANKS_H_
 
-// Multi-rank unit tests: forks ranks (before the test touches LibTorch, so no
-// thread pool is split by fork) joined in one Gloo group on loopback; each rank
-// checks its own results and reports through its exit status and stderr.
+// Multi-rank unit tests: forks ranks (before the test touches LibTorch, so no thread pool is split
+// by fork) joined in one Gloo group on loopback; each rank checks its own results and reports
+// through its exit status and stderr.
 
 #include <cstdio>
 #include <functional>
@@ -13,8 +13,7 @@
 
 namespace titan {
 
-// In a rank's body: on failure, prints the condition and returns 1 (the rank's
-// exit status).
+// In a rank's body: on failure, prints the condition and returns 1 (the rank's exit status).
 #define RANK_EXPECT(cond)                                                                   \
   do {                                                                                      \
     if (!(cond)) {                                                                          \
@@ -23,11 +22,10 @@ namespace titan {
     }                                                                                       \
   } while (0)
 
-using RankBody = std::function<int(int rank, Communicator &comm)>;
+using RankBody = std::function<int(int rank, Communicator& comm)>;
 
-// Forks `world` ranks joined in one Gloo group and returns their exit statuses
-// (killed after 60 s).
-std::vector<int> RunRanks(int world, const RankBody &body);
+// Forks `world` ranks joined in one Gloo group and returns their exit statuses (killed after 60 s).
+std::vector<int> RunRanks(int world, const RankBody& body);
 
 }  // namespace titan
 

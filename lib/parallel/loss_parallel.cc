@@ -7,16 +7,15 @@
 
 namespace titan {
 
-LossFn VocabParallelCrossEntropySum(Communicator *tp, double label_smoothing) {
-  return [tp, label_smoothing](const at::Tensor &logits, const Batch &batch) {
+LossFn VocabParallelCrossEntropySum(Communicator* tp, double label_smoothing) {
+  return [tp, label_smoothing](const at::Tensor& logits, const Batch& batch) {
     const at::Tensor local = logits.flatten(0, 1).to(at::kFloat);  // [N, V / tp]
     const at::Tensor labels = batch.labels.flatten();
     const int64_t shard = local.size(1);
     const int64_t vocab = shard * tp->size();
     at::Tensor max;
     {
-      // Any constant per row gives the same loss: the shift carries no
-      // gradient.
+      // Any constant per row gives the same loss: the shift carries no gradient.
       c10::NoGradGuard no_grad;
       max = std::get<0>(local.max(/*dim=*/1, /*keepdim=*/true));
       const absl::Status status = Await(tp->AllReduce(max, ReduceOp::kMax));
@@ -31,8 +30,7 @@ LossFn VocabParallelCrossEntropySum(Communicator *tp, double label_smoothing) {
         shifted.gather(1, index.masked_fill(here.logical_not(), 0).unsqueeze(1)).squeeze(1);
     at::Tensor loss = log_sum_exp - SumOverRegion(target.masked_fill(here.logical_not(), 0.0), tp);
     if (label_smoothing > 0) {
-      // torch's smoothing: the mean over the vocabulary of -log p, weighted
-      // label_smoothing.
+      // torch's smoothing: the mean over the vocabulary of -log p, weighted label_smoothing.
       const at::Tensor mean_log_p =
           SumOverRegion(shifted.sum(1), tp) / static_cast<double>(vocab) - log_sum_exp;
       loss = (1 - label_smoothing) * loss - label_smoothing * mean_log_p;

@@ -6,13 +6,12 @@
 
 namespace titan {
 
-// CrossEntropySum(label_smoothing) on logits whose last dimension is this
-// rank's slice of the vocabulary (rank r of `tp` holds ids [r·V/tp,
-// (r+1)·V/tp)): the row maximum, the sum of exponentials, the target's logit
-// (and with smoothing the logits' sum) are reduced over `tp`, so no rank ever
-// holds the whole logits. Every rank returns the same loss; each gets the
-// gradient of its own slice. `tp` must outlive the graphs.
-LossFn VocabParallelCrossEntropySum(Communicator *tp, double label_smoothing = 0);
+// CrossEntropySum(label_smoothing) on logits whose last dimension is this rank's slice of the
+// vocabulary (rank r of `tp` holds ids [r·V/tp, (r+1)·V/tp)): the row maximum, the sum of
+// exponentials, the target's logit (and with smoothing the logits' sum) are reduced over `tp`, so
+// no rank ever holds the whole logits. Every rank returns the same loss; each gets the gradient of
+// its own slice. `tp` must outlive the graphs.
+LossFn VocabParallelCrossEntropySum(Communicator* tp, double label_smoothing = 0);
 
 }  // namespace titan
 

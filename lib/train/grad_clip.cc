@@ -9,15 +9,17 @@ at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> norms;
   for (const at::Tensor& p : params) {
-    if (p.grad().defined()) norms.push_back(at::linalg_vector_norm(p.grad(), 2).to(at::kFloat));
+    if (p.grad().defined()) {
+      norms.push_back(at::linalg_vector_norm(p.grad(), 2).to(at::kFloat));
+    } else if (reduce) {
+      norms.push_back(at::zeros({}, p.options().dtype(at::kFloat)));  // keeps the order
+    }
   }
   if (norms.empty()) return at::zeros({}, at::kFloat);
   at::Tensor total;
   if (reduce) {
     // Shards: the squares add up across ranks.
-    at::Tensor squared = at::stack(norms).pow(2).sum();
-    reduce(squared);
-    total = squared.sqrt();
+    total = reduce(at::stack(norms).pow(2)).sqrt();
   } else {
     // torch.nn.utils.clip_grad_norm_'s own reduction, so one process clips by the same bits.
     total = at::linalg_vector_norm(at::stack(norms), 2);
