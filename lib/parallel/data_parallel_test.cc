@@ -13,6 +13,7 @@
 #include "lib/parallel/ddp.h"
 #include "lib/parallel/fork_ranks.h"
 #include "lib/parallel/fsdp.h"
+#include "lib/parallel/tensor_parallel.h"
 
 namespace titan {
 namespace {
@@ -163,6 +164,68 @@ TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
+// FSDP 2 × TP 2 (4 ranks): FSDP shards each rank's tensor-parallel slice; the full tensors
+// gathered back are the model's, and each checkpoint piece sits at its box's offsets in the whole
+// tensor (FSDP rows inside tensor-parallel rows or columns); a piece of a replicated parameter is
+// written by one tensor-parallel rank.
+TEST(DataParallelTest, FsdpShardsOfTensorParallelSlicesGatherAndBoxIntoWholeTensors) {
+  const ParallelDims dims = *ParallelDims::Build(1, 2, 1, 2, 1, 4);
+  const std::vector<int> statuses =
+      RunMeshRanks(dims, [](int rank, const MeshCommunicators& comms) {
+        Communicator& tp_group = comms.Get(MeshGroup::kTp);
+        Communicator& shard_group = comms.Get(MeshGroup::kDpShard);
+        TransformerArgs args;
+        args.dim = 8;
+        args.n_layers = 1;
+        args.n_heads = 2;
+        args.vocab_size = 6;
+        args.ffn_hidden_dim = 6;
+        args.max_seq_len = 4;
+        at::manual_seed(0);
+        Decoder model(args, at::TensorOptions().dtype(at::kFloat));
+        model.Materialize(at::TensorOptions().dtype(at::kFloat));
+        model.InitWeights();
+        NamedTensors whole;
+        for (const ParamRef& p : model.NamedParameters())
+          whole.emplace_back(p.name, p.tensor->clone());
+        std::unique_ptr<TensorParallel> tp = *TensorParallel::Apply(model, {}, &tp_group);
+        tp->ShardParameters(model.NamedParameters());
+        std::vector<std::unique_ptr<FsdpParamGroup>> groups;
+        groups.push_back(*FsdpParamGroup::Create(model.NamedParameters(), &shard_group, nullptr));
+        DataParallel dp(std::move(groups), /*root=*/nullptr, /*reshard_root=*/false,
+                        /*first_in_backward=*/nullptr, &shard_group);
+        dp.SetModelParallel(std::move(tp), nullptr);
+        NamedTensors local;
+        for (const ParamRef& p : model.NamedParameters()) local.emplace_back(p.name, *p.tensor);
+        absl::StatusOr<NamedTensors> full = dp.GatherFull(local);
+        RANK_EXPECT(full.ok() && full->size() == whole.size());
+        TensorBoxes boxes;
+        const NamedTensors pieces = dp.CheckpointPieces(local, boxes);
+        for (size_t i = 0; i < whole.size(); ++i) {
+          RANK_EXPECT(Equal((*full)[i].second, whole[i].second));
+          const TensorBox& box = boxes.at(pieces[i].first);
+          RANK_EXPECT(box.global_shape == whole[i].second.sizes().vec());
+          at::Tensor expected = whole[i].second;
+          for (int64_t d = 0; d < expected.dim(); ++d) {
+            expected = expected.narrow(d, box.offsets[d], pieces[i].second.size(d));
+          }
+          RANK_EXPECT(Equal(pieces[i].second, expected));
+        }
+        const int64_t t = tp_group.rank();
+        const int64_t f = shard_group.rank();
+        // wq: 8 rows, 4 per tensor-parallel rank, 2 of those per FSDP rank.
+        RANK_EXPECT(boxes.at("layers.0.attention.wq.weight").offsets ==
+                    std::vector<int64_t>({4 * t + 2 * f, 0}));
+        // wo: tensor-parallel columns, FSDP rows.
+        RANK_EXPECT(boxes.at("layers.0.attention.wo.weight").offsets ==
+                    std::vector<int64_t>({4 * f, 4 * t}));
+        RANK_EXPECT(dp.WritesPiece("layers.0.attention.wo.weight.exp_avg"));
+        RANK_EXPECT(dp.WritesPiece("norm.weight") == (t == 0));
+        return 0;
+      });
+  EXPECT_EQ(statuses, std::vector<int>(4, 0));
 }
 
 // Runs every operation on `inner` and records the collectives' names in the order they started.

@@ -11,15 +11,23 @@
 #include <memory>
 #include <numeric>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "lib/distributed/gloo_communicator.h"
 #include "lib/distributed/rendezvous.h"
+#include "lib/util/status_macros.h"
 
 namespace titan {
 
-std::vector<int> RunRanks(int world, const RankBody& body) {
+namespace {
+
+// Forks `world` ranks that meet at one rendezvous and run `body` there; their exit statuses.
+std::vector<int> ForkRanks(
+    int world,
+    const std::function<absl::StatusOr<int>(int rank, std::shared_ptr<Rendezvous> rendezvous)>&
+        body) {
   const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -48,20 +56,17 @@ std::vector<int> RunRanks(int world, const RankBody& body) {
       }
       int code = 1;
       absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
-      std::vector<int> ranks(world);
-      std::iota(ranks.begin(), ranks.end(), 0);
-      absl::StatusOr<std::unique_ptr<Communicator>> comm =
-          rendezvous.ok() ? CreateGlooCommunicator(*rendezvous, "all", ranks, absl::Seconds(30))
-                          : absl::StatusOr<std::unique_ptr<Communicator>>(rendezvous.status());
-      if (comm.ok()) {
-        // An exception must not unwind into the forked copy of gtest (it would run on).
-        try {
-          code = body(rank, **comm);
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "rank %d: exception: %s\n", rank, e.what());
-        }
+      absl::StatusOr<int> result = code;
+      // An exception must not unwind into the forked copy of gtest (it would run on).
+      try {
+        result = rendezvous.ok() ? body(rank, *rendezvous) : rendezvous.status();
+      } catch (const std::exception& e) {
+        result = absl::InternalError(absl::StrCat("exception: ", e.what()));
+      }
+      if (result.ok()) {
+        code = *result;
       } else {
-        std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
+        std::fprintf(stderr, "rank %d: %s\n", rank, result.status().ToString().c_str());
       }
       std::fflush(stderr);
       _exit(code);  // no atexit handlers or static destructors in a forked copy of gtest
@@ -88,6 +93,33 @@ std::vector<int> RunRanks(int world, const RankBody& body) {
     }
   }
   return statuses;
+}
+
+}  // namespace
+
+std::vector<int> RunRanks(int world, const RankBody& body) {
+  return ForkRanks(
+      world, [&](int rank, std::shared_ptr<Rendezvous> rendezvous) -> absl::StatusOr<int> {
+        std::vector<int> ranks(world);
+        std::iota(ranks.begin(), ranks.end(), 0);
+        TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                               CreateGlooCommunicator(rendezvous, "all", ranks, absl::Seconds(30)));
+        return body(rank, *comm);
+      });
+}
+
+std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body) {
+  return ForkRanks(dims.world_size(),
+                   [&](int rank, std::shared_ptr<Rendezvous> rendezvous) -> absl::StatusOr<int> {
+                     TITAN_ASSIGN_OR_RETURN(
+                         MeshCommunicators comms,
+                         MeshCommunicators::Create(
+                             dims, rank, [&](const std::string& name, std::vector<int> ranks) {
+                               return CreateGlooCommunicator(rendezvous, name, ranks,
+                                                             absl::Seconds(30));
+                             }));
+                     return body(rank, comms);
+                   });
 }
 
 }  // namespace titan

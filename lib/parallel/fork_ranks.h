@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "lib/distributed/communicator.h"
+#include "lib/distributed/mesh_communicators.h"
+#include "lib/distributed/parallel_dims.h"
 
 namespace titan {
 
@@ -26,6 +28,11 @@ using RankBody = std::function<int(int rank, Communicator& comm)>;
 
 // Forks `world` ranks joined in one Gloo group and returns their exit statuses (killed after 60 s).
 std::vector<int> RunRanks(int world, const RankBody& body);
+
+using MeshRankBody = std::function<int(int rank, const MeshCommunicators& comms)>;
+
+// The same for `dims`' world, with a Gloo communicator for every mesh group.
+std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body);
 
 }  // namespace titan
 
