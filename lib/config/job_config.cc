@@ -496,10 +496,11 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     }
     if (tp > 1 && parallelism.enable_sequence_parallel() && (seq_len / cp) % tp != 0) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "%s=%d / [parallelism] context_parallel_degree=%d is not divisible by "
-          "tensor_parallel_degree=%d (enable_sequence_parallel splits each rank's tokens; set it "
-          "to false or change seq_len)",
-          key, seq_len, cp, tp));
+          "%s=%d%s is not divisible by [parallelism] tensor_parallel_degree=%d "
+          "(enable_sequence_parallel splits each rank's tokens; set it to false or change "
+          "seq_len)",
+          key, seq_len,
+          cp > 1 ? absl::StrFormat(" / [parallelism] context_parallel_degree=%d", cp) : "", tp));
     }
   }
 

@@ -456,8 +456,12 @@ TEST(JobConfigTest, SequencesMustSplitOverContextAndSequenceParallelRanks) {
                              "--parallelism.tensor_parallel_degree=4", "--training.seq_len=20"},
                             8),
             "[training] seq_len=20 / [parallelism] context_parallel_degree=2 is not divisible by "
-            "tensor_parallel_degree=4 (enable_sequence_parallel splits each rank's tokens; set it "
-            "to false or change seq_len)");
+            "[parallelism] tensor_parallel_degree=4 (enable_sequence_parallel splits each rank's "
+            "tokens; set it to false or change seq_len)");
+  EXPECT_EQ(ValidationError({"--parallelism.tensor_parallel_degree=3", "--training.seq_len=64"}, 3),
+            "[training] seq_len=64 is not divisible by [parallelism] tensor_parallel_degree=3 "
+            "(enable_sequence_parallel splits each rank's tokens; set it to false or change "
+            "seq_len)");
   ExpectValid({"--parallelism.context_parallel_degree=2", "--parallelism.tensor_parallel_degree=4",
                "--training.seq_len=20", "--parallelism.enable_sequence_parallel=false"},
               8);

@@ -288,6 +288,29 @@ std::vector<std::string> ArgsWithoutNproc(int argc, char** argv) {
 
 }  // namespace
 
+absl::StatusOr<int> NprocPerNode(int argc, char** argv) {
+  constexpr absl::string_view kFlag = "--nproc_per_node";
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg.substr(0, kFlag.size()) != kFlag) continue;
+    absl::string_view value;
+    if (arg.size() > kFlag.size() && arg[kFlag.size()] == '=') {
+      value = arg.substr(kFlag.size() + 1);
+    } else if (arg.size() == kFlag.size() && i + 1 < argc) {
+      value = argv[i + 1];
+    } else {
+      continue;
+    }
+    int nproc = 0;
+    if (!absl::SimpleAtoi(value, &nproc) || nproc < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nproc_per_node: expected a positive integer, got \"", value, "\""));
+    }
+    return nproc;
+  }
+  return 0;
+}
+
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options) {
   if (nproc < 1) {

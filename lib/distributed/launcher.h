@@ -30,6 +30,9 @@ absl::StatusOr<DistributedEnv> DetectDistributedEnv();
 absl::StatusOr<DistributedEnv> DetectDistributedEnvFrom(
     const absl::flat_hash_map<std::string, std::string>& env);
 
+// The value of a --nproc_per_node=N (or --nproc_per_node N) flag in argv; 0 when absent.
+absl::StatusOr<int> NprocPerNode(int argc, char** argv);
+
 struct LaunchOptions {
   // How long ranks get to exit after SIGTERM before SIGKILL.
   absl::Duration grace_period = absl::Seconds(5);

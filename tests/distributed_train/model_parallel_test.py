@@ -64,7 +64,39 @@ class ModelParallelTest(train_runs.ParityTest):
         self.check_resumes(step_dir, [("fsdp2_tp2_resumed_by_one", 1)], steps=STEPS)
 
 
+    def test_tp2_cp2_validation_matches_one_process(self):
+        # Validation runs the loss (vocab-parallel) on context-parallel shares of each sequence.
+        validate = ["--validation.enable=true", "--validation.freq=5", "--validation.steps=2",
+                    "--validation.seq_len=64", "--validation.local_batch_size=4"]
+        one = self.fresh("validated_one")
+        train(one, 1, GLOBAL_BATCH, *validate, "--checkpoint.enable=false")
+        dump, _ = self.check_parity("tp2_cp2_validated", 4, *validate,
+                                    "--parallelism.tensor_parallel_degree=2",
+                                    "--parallelism.context_parallel_degree=2",
+                                    reference=losses(one))
+        want, got = validation_losses(one), validation_losses(dump)
+        self.assertEqual(sorted(got), [5, 10])
+        diff = train_runs.max_rel_diff(want, got)
+        print(f"\ntp2_cp2 validation loss: max relative difference vs 1 process {diff:.3e}",
+              file=sys.stderr)
+        self.assertLessEqual(diff, train_runs.RTOL)
+
+    def test_degrees_that_do_not_divide_the_model_fail_on_every_rank_with_one_line(self):
+        proc = train(self.fresh("tp3"), 3, GLOBAL_BATCH, "--parallelism.tensor_parallel_degree=3",
+                     "--parallelism.enable_sequence_parallel=false", check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        for rank in range(3):
+            self.assertIn(f"[rank {rank}] titan_train: [parallelism] tensor_parallel_degree=3 does "
+                          "not divide the model's attention heads (16)", proc.stderr)
+
+
 class ModelParallelLongTest(train_runs.ParityTest):
+
+    def test_tp2_checkpoint_resumes_under_cp2(self):
+        # Tensor-parallel pieces (and whole norms from rank 0) load into FSDP over cp ranks.
+        dump, _ = self.check_parity("tp2_saved", 2, *TP2, checkpoint=True)
+        self.check_resumes(os.path.join(dump, "checkpoint", "step-5"),
+                           [("tp2_resumed_by_cp2", 2, *CP2)], steps=STEPS)
 
     def test_tp4_holds_a_quarter_of_the_state(self):
         _, proc = self.check_parity("tp4", 4, "--parallelism.tensor_parallel_degree=4",
@@ -97,6 +129,12 @@ class ModelParallelLongTest(train_runs.ParityTest):
         reference = losses(one)
         self.check_parity("qwen3_tp2", 2, *QWEN3, *TP2, reference=reference)
         self.check_parity("qwen3_cp2", 2, *QWEN3, *CP2, reference=reference)
+
+
+def validation_losses(dump):
+    with open(os.path.join(dump, "metrics.jsonl")) as f:
+        rows = [json.loads(line) for line in f]
+    return {row["step"]: row["validation_loss"] for row in rows if "validation_loss" in row}
 
 
 if __name__ == "__main__":

@@ -8,9 +8,6 @@
 #include <iostream>
 #include <string>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/launcher.h"
@@ -24,30 +21,6 @@ constexpr char kUsage[] =
     "Trains the model the job file describes; flags override the file's keys. --nproc_per_node=N\n"
     "runs N ranks on this host (as torchrun --standalone); [parallelism] says how they split the\n"
     "work.\n\n";
-
-// The value of --nproc_per_node (0 when absent); the launcher drops the flag for the ranks.
-absl::StatusOr<int> NprocPerNode(int argc, char** argv) {
-  constexpr absl::string_view kFlag = "--nproc_per_node";
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg.substr(0, kFlag.size()) != kFlag) continue;
-    absl::string_view value;
-    if (arg.size() > kFlag.size() && arg[kFlag.size()] == '=') {
-      value = arg.substr(kFlag.size() + 1);
-    } else if (arg.size() == kFlag.size() && i + 1 < argc) {
-      value = argv[i + 1];
-    } else {
-      continue;
-    }
-    int nproc = 0;
-    if (!absl::SimpleAtoi(value, &nproc) || nproc < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--nproc_per_node: expected a positive integer, got \"", value, "\""));
-    }
-    return nproc;
-  }
-  return 0;
-}
 
 absl::Status Run(int argc, char** argv) {
   absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
@@ -80,7 +53,7 @@ int main(int argc, char** argv) {
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
     if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
   }
-  absl::StatusOr<int> nproc = NprocPerNode(argc, argv);
+  absl::StatusOr<int> nproc = titan::NprocPerNode(argc, argv);
   if (nproc.ok() && *nproc > 0) {
     absl::StatusOr<int> exit_code = titan::LaunchLocalRanks(*nproc, argc, argv);
     if (exit_code.ok()) return *exit_code;
