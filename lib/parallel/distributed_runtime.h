@@ -26,8 +26,7 @@ class DistributedRuntime {
   // One process: world size 1, no communicators.
   static DistributedRuntime SingleProcess();
   // Builds the mesh for env.world_size ranks and connects to the others (bounded by [comm]
-  // init_timeout_seconds). Data parallelism only: tensor, pipeline and context parallel degrees
-  // above 1 are refused.
+  // init_timeout_seconds). A pipeline-parallel degree above 1 is refused (not implemented yet).
   static absl::StatusOr<DistributedRuntime> Connect(const JobConfig& config,
                                                     const DistributedEnv& env);
 
