@@ -23,15 +23,10 @@ DistributedRuntime DistributedRuntime::SingleProcess() {
 absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& config,
                                                                const DistributedEnv& env) {
   const JobConfig::Parallelism& p = config.parallelism();
-  for (const auto& [key, degree] :
-       {std::pair<const char*, int>{"tensor_parallel_degree", p.tensor_parallel_degree()},
-        {"pipeline_parallel_degree", p.pipeline_parallel_degree()},
-        {"context_parallel_degree", p.context_parallel_degree()}}) {
-    if (degree > 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "[parallelism] ", key, "=", degree,
-          ": only data parallelism (replicate and shard degrees) is implemented; expected 1"));
-    }
+  if (p.pipeline_parallel_degree() > 1) {
+    return absl::UnimplementedError(absl::StrCat(
+        "[parallelism] pipeline_parallel_degree=", p.pipeline_parallel_degree(),
+        ": pipeline parallelism is not implemented yet; expected 1"));
   }
   TITAN_ASSIGN_OR_RETURN(
       ParallelDims dims,

@@ -27,8 +27,7 @@ class DistributedRuntime {
   // One process: world size 1, no communicators.
   static DistributedRuntime SingleProcess();
   // Builds the mesh for env.world_size ranks and connects to the others (bounded by [comm]
-  // init_timeout_seconds). Data parallelism only: tensor, pipeline and context parallel degrees
-  // above 1 are refused.
+  // init_timeout_seconds). A pipeline-parallel degree above 1 is refused (not implemented yet).
   static absl::StatusOr<DistributedRuntime> Connect(const JobConfig& config,
                                                     const DistributedEnv& env);
 
@@ -57,8 +56,8 @@ class DistributedRuntime {
   std::optional<MeshCommunicators> comms_;
 };
 
-// How titan_train and profile_run run a job on this process: the place in the job from the
-// environment (DetectDistributedEnv), `config` validated for that world, the ranks connected,
+// How titan_train, titan_rl and profile_run run a job on this process: the place in the job from
+// the environment (DetectDistributedEnv), `config` validated for that world, the ranks connected,
 // `body`, then a barrier so that no rank leaves while another may still talk to it.
 absl::Status RunJobOnThisRank(const JobConfig& config,
                               const std::function<absl::Status(const DistributedRuntime&)>& body);

@@ -30,6 +30,13 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
         "[validation] enable: titan_rl evaluates [rl] eval_prompts_path (or the task's held-out "
         "split) every [rl] eval_freq steps instead; remove it");
   }
+  const JobConfig::Parallelism& p = config.parallelism();
+  if (p.tensor_parallel_degree() > 1 || p.context_parallel_degree() > 1 ||
+      p.pipeline_parallel_degree() > 1) {
+    return absl::UnimplementedError(
+        "[parallelism] tensor/context/pipeline_parallel_degree > 1: titan_rl shards the policy "
+        "with data parallelism only (DDP, FSDP, HSDP); set them to 1");
+  }
   if (!rl.has_clip_range_high()) {
     rl.set_clip_range_high(rl.algorithm() == "dapo" ? 0.28 : rl.clip_range());
   }

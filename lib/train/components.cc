@@ -145,7 +145,7 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
   // An initial load reads whole tensors, so it needs the whole model first; else FSDP initialises
   // one group at a time after sharding (the same weights as one process with the same seed).
   const std::string initial_load = InitialLoadPath(config);
-  const bool init_after_sharding = runtime.dims().dp_shard_enabled() && initial_load.empty();
+  const bool init_after_sharding = runtime.dims().fsdp_enabled() && initial_load.empty();
   if (!init_after_sharding) {
     bundle.model->Materialize(param_options);
     bundle.model->InitWeights();
@@ -163,10 +163,24 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
         LoadModelWeights(initial_load, in_hf, info, bundle.model->NamedParameters()));
     LOG(INFO) << "initial weights from " << initial_load;
   }
+  if (config.compile().enable_async_tensor_parallel()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "[compile] enable_async_tensor_parallel = true: ",
+        setup.device.is_cpu()
+            ? "async tensor parallelism overlaps collectives with matmuls through CUDA symmetric "
+              "memory; this run is on CPU, where Gloo offers no such overlap"
+            : "async tensor parallelism is not implemented yet (its place: the decoder's "
+              "region hooks, lib/parallel/tensor_parallel.cc)"));
+  }
+  const JobConfig::Parallelism& parallelism = config.parallelism();
   ParallelizeOptions parallelize;
   parallelize.ac_mode = config.activation_checkpoint().mode();
   parallelize.selective_ac_option = config.activation_checkpoint().selective_ac_option();
-  parallelize.reshard_after_forward = config.parallelism().fsdp_reshard_after_forward();
+  parallelize.reshard_after_forward = parallelism.fsdp_reshard_after_forward();
+  parallelize.tensor_parallel.sequence_parallel = parallelism.enable_sequence_parallel();
+  parallelize.tensor_parallel.loss_parallel = !parallelism.disable_loss_parallel();
+  parallelize.cp_load_balancer = parallelism.context_parallel_load_balancer();
+  parallelize.cp_rotate_method = parallelism.context_parallel_rotate_method();
   if (init_after_sharding) parallelize.materialize = param_options;
   if (setup.autocast_dtype) {
     // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are

@@ -123,7 +123,10 @@ NamedTensors TrainCheckpointer::PiecesToSave(const NamedTensors& local, TensorBo
       !runtime_.distributed() || runtime_.comm(MeshGroup::kDpReplicate).rank() == 0;
   NamedTensors kept;
   for (auto& [name, tensor] : parts_.data_parallel->CheckpointPieces(local, boxes)) {
-    if (boxes.count(name) > 0 ? first_replica : writer()) kept.emplace_back(name, tensor);
+    const bool piece = boxes.count(name) > 0;
+    if (piece ? first_replica && parts_.data_parallel->WritesPiece(name) : writer()) {
+      kept.emplace_back(name, tensor);
+    }
   }
   return kept;
 }

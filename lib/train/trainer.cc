@@ -80,6 +80,7 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
   TITAN_ASSIGN_OR_RETURN(model_, BuildModel(config_, info, setup_, runtime_));
+  loss_ = model_.data_parallel->Loss(custom_loss_);
   peak_flops_ = PeakFlops(DeviceName(setup_.device), setup_.autocast_dtype
                                                          ? MatmulDtype::kBfloat16
                                                          : MatmulDtype::kFloat32);
@@ -89,7 +90,8 @@ absl::Status Trainer::Init() {
               << (dims.dp_shard_enabled() ? (dims.dp_replicate_enabled() ? "HSDP" : "FSDP")
                                           : (dims.dp_replicate_enabled() ? "DDP" : "off"))
               << " (replicate " << dims.dp_replicate() << " x shard " << dims.dp_shard()
-              << "), dp rank " << setup_.dp_rank << " of " << setup_.dp_size;
+              << "), dp rank " << setup_.dp_rank << " of " << setup_.dp_size
+              << ", tensor parallel " << dims.tp() << ", context parallel " << dims.cp();
   }
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, model_.params));
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
@@ -142,10 +144,23 @@ absl::StatusOr<std::vector<Batch>> Trainer::NextMicrobatches() {
   return batches;
 }
 
-absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbatches,
+void Trainer::set_loss(LossFn loss) {
+  custom_loss_ = std::move(loss);
+  if (model_.data_parallel != nullptr) loss_ = model_.data_parallel->Loss(custom_loss_);
+}
+
+absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_microbatches,
                                               bool labels_masked) {
   const int64_t step = state_.step + 1;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepBegin, {step}));
+  // Context-parallel ranks each take a share of every sequence: the step's tokens are split over
+  // data-parallel × context-parallel ranks.
+  const int token_ranks = setup_.dp_size * model_.data_parallel->context_parallel_degree();
+  std::vector<Batch> microbatches;
+  for (const Batch& batch : full_microbatches) {
+    TITAN_ASSIGN_OR_RETURN(Batch shard, model_.data_parallel->ShardBatch(batch));
+    microbatches.push_back(std::move(shard));
+  }
   StepResult result;
   int64_t counted = 0;
   for (const Batch& batch : microbatches) {
@@ -153,13 +168,13 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
     counted += labels_masked ? CountedTokens(batch.labels) : batch.labels.numel();
   }
   // Every rank reads equally many tokens, so unmasked counts need no communication.
-  double global_counted = static_cast<double>(counted) * setup_.dp_size;
+  double global_counted = static_cast<double>(counted) * token_ranks;
   if (labels_masked) {
     TITAN_ASSIGN_OR_RETURN(global_counted, SumOverDp(static_cast<double>(counted)));
   }
   // Data parallelism averages gradients over ranks: each rank scales its summed loss by
-  // dp_size / global_counted so the average is the gradient of the global mean.
-  const double per_rank_counted = global_counted / setup_.dp_size;
+  // token_ranks / global_counted so the average is the gradient of the global mean.
+  const double per_rank_counted = global_counted / token_ranks;
   optimizer_->ZeroGrad();
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(setup_.device));
   for (size_t m = 0; m < microbatches.size(); ++m) {
@@ -175,7 +190,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
     TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kAfterBackward, {step, int64_t(m)}));
   }
   TITAN_RETURN_IF_ERROR(model_.data_parallel->FinishBackward());
-  if (setup_.dp_size == 1) {
+  if (token_ranks == 1) {
     // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
     result.loss = (loss_sum / global_counted).item<double>();
   } else {
@@ -185,7 +200,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);
   result.grad_norm = ClipGradNorm(tensors, config_.training().max_norm(),
-                                  model_.data_parallel->GradNormReducer())
+                                  model_.data_parallel->GradNormReducer(model_.params))
                          .item<double>();
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeOptimizer, {step}));
   {
@@ -197,15 +212,18 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kAfterOptimizer, {step}));
   state_.step = step;
   ++state_.lr_step;
-  state_.ntokens_seen += result.tokens * setup_.dp_size;
+  state_.ntokens_seen += result.tokens * token_ranks;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepEnd, {step}));
   return result;
 }
 
 absl::StatusOr<double> Trainer::SumOverDp(double value) const {
-  if (setup_.dp_size == 1) return value;
+  if (!runtime_.distributed()) return value;
   at::Tensor sum = at::full({1}, value, at::kDouble);
-  TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(sum, ReduceOp::kSum)));
+  for (MeshGroup group : {MeshGroup::kDp, MeshGroup::kCp}) {
+    if (runtime_.comm(group).size() == 1) continue;
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(group).AllReduce(sum, ReduceOp::kSum)));
+  }
   return sum.item<double>();
 }
 
@@ -246,12 +264,20 @@ absl::StatusOr<double> Trainer::Validate() {
     absl::StatusOr<TokenBatch> tokens = loader.NextBatch(v.local_batch_size());
     if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
     TITAN_RETURN_IF_ERROR(tokens.status());
-    const Batch batch = MakeBatch(*tokens, setup_.device, document_bos);
+    TITAN_ASSIGN_OR_RETURN(const Batch batch, model_.data_parallel->ShardBatch(MakeBatch(
+                                                  *tokens, setup_.device, document_bos)));
     loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
                                setup_.autocast_dtype)
                     .item<double>();
     counted += CountedTokens(batch.labels);
     ++batches;
+  }
+  if (model_.data_parallel->context_parallel_degree() > 1) {
+    // Context-parallel ranks evaluated shares of the same sequences.
+    at::Tensor sums = at::tensor({loss_sum, static_cast<double>(counted)}, at::kDouble);
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kCp).AllReduce(sums, ReduceOp::kSum)));
+    loss_sum = sums[0].item<double>();
+    counted = static_cast<int64_t>(sums[1].item<double>());
   }
   if (counted == 0) {
     return absl::InvalidArgumentError(absl::StrCat("[validation] dataset_path: ", v.dataset_path(),

@@ -53,8 +53,9 @@ class Trainer {
   // The next step's microbatches from [training] dataset_path, as Train reads them.
   absl::StatusOr<std::vector<Batch>> NextMicrobatches();
 
-  // The loss TrainStep and validation use (default: CrossEntropySum()).
-  void set_loss(LossFn loss) { loss_ = std::move(loss); }
+  // The loss TrainStep and validation use (default: the cross-entropy, vocab-parallel on logits
+  // that tensor parallelism left as vocabulary shards); a loss set here gets whole logits.
+  void set_loss(LossFn loss);
   StepHooks& hooks() { return hooks_; }
   Decoder& model() { return *model_.model; }
   const ModelInfo& model_info() const { return model_.info; }
@@ -68,6 +69,7 @@ class Trainer {
 
  private:
   absl::StatusOr<double> Validate();
+  // Over the ranks a step's tokens are split across: data parallel × context parallel.
   absl::StatusOr<double> SumOverDp(double value) const;
   // The stop signal, once any rank has one, so that every rank stops after the same step.
   absl::StatusOr<int> AgreedStopSignal() const;
@@ -86,7 +88,8 @@ class Trainer {
   std::unique_ptr<StepProfiler> profiler_;           // null with profiling off
   std::unique_ptr<ResourceMonitor> monitor_;         // [job] monitoring_interval
   StepHooks hooks_;
-  LossFn loss_ = CrossEntropySum();
+  LossFn custom_loss_;  // set_loss's; unset: the cross-entropy
+  LossFn loss_;         // what the model's logits get (DataParallel::Loss)
   TrainState state_;
   int64_t microbatches_ = 1;
   double peak_flops_ = 0;
