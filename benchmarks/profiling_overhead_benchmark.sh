@@ -7,6 +7,8 @@
 # steadier than wall time when other jobs share the cores). "Noise" compares the off-runs of
 # consecutive rounds with each other.
 # Usage: benchmarks/profiling_overhead_benchmark.sh [steps] [rounds]  (after tools/setup.sh)
+# On a shared machine OMP_NUM_THREADS=1 (one intra-op thread per run) damps the swings that
+# other jobs' load causes.
 set -euo pipefail
 steps="${1:-20}"
 rounds="${2:-3}"
