@@ -17,13 +17,14 @@
 #include "lib/distributed/communicator.h"
 #include "lib/parallel/ddp.h"
 #include "lib/parallel/fsdp.h"
+#include "lib/parallel/sharded_state.h"
 #include "lib/train/grad_clip.h"
 
 namespace titan {
 
 // What the trainer calls around forward, backward, clipping and checkpoints, whichever data
 // parallel style the model got (none, DDP, FSDP, HSDP). Default-constructed: one replica, no-ops.
-class DataParallel {
+class DataParallel : public ShardedState {
  public:
   DataParallel() = default;
   // DDP: `ddp` averages gradients over the replicas.
@@ -47,11 +48,11 @@ class DataParallel {
   // Checkpoint support. `local` holds parameters or optimizer state as this rank has them (a
   // sharded parameter's state named "<param>.<state>"). The full tensors: shard-shaped entries
   // all-gathered, others as they are. A collective when sharded.
-  absl::StatusOr<NamedTensors> GatherFull(const NamedTensors& local) const;
+  absl::StatusOr<NamedTensors> GatherFull(const NamedTensors& local) const override;
   // This rank's pieces for a distributed checkpoint: a shard-shaped entry becomes a view of its
   // rows without padding (loading into it fills the shard), its box added to `boxes`; other
   // entries as they are.
-  NamedTensors CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const;
+  NamedTensors CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const override;
 
  private:
   using ParamIndex = std::pair<const FsdpParamGroup*, const FsdpParamGroup::Param*>;

@@ -24,12 +24,11 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   const JobConfig::Parallelism& p = config.parallelism();
   for (const auto& [key, degree] :
        {std::pair<const char*, int>{"tensor_parallel_degree", p.tensor_parallel_degree()},
-        {"pipeline_parallel_degree", p.pipeline_parallel_degree()},
         {"context_parallel_degree", p.context_parallel_degree()}}) {
     if (degree > 1) {
       return absl::UnimplementedError(absl::StrCat(
           "[parallelism] ", key, "=", degree,
-          ": only data parallelism (replicate and shard degrees) is implemented; expected 1"));
+          ": only data and pipeline parallelism are implemented; expected 1"));
     }
   }
   TITAN_ASSIGN_OR_RETURN(

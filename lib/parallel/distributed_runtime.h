@@ -26,7 +26,7 @@ class DistributedRuntime {
   // One process: world size 1, no communicators.
   static DistributedRuntime SingleProcess();
   // Builds the mesh for env.world_size ranks and connects to the others (bounded by [comm]
-  // init_timeout_seconds). Data parallelism only: tensor, pipeline and context parallel degrees
+  // init_timeout_seconds). Data and pipeline parallelism: tensor and context parallel degrees
   // above 1 are refused.
   static absl::StatusOr<DistributedRuntime> Connect(const JobConfig& config,
                                                     const DistributedEnv& env);

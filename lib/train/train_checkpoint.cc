@@ -76,7 +76,7 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   const std::string dir = manager_->StepDirectory(step);
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
   TensorBoxes boxes;
-  const NamedTensors model = parts_.data_parallel->CheckpointPieces(ModelState(), boxes);
+  const NamedTensors model = parts_.sharded->CheckpointPieces(ModelState(), boxes);
   if (saved->model_only()) {
     if (step != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -95,7 +95,7 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   const bool load_optimizer = !excluded_.contains("optimizer");
   parts_.optimizer->InitState();
   NamedTensors optimizer_state = parts_.optimizer->StateDict();
-  const NamedTensors optimizer = parts_.data_parallel->CheckpointPieces(optimizer_state, boxes);
+  const NamedTensors optimizer = parts_.sharded->CheckpointPieces(optimizer_state, boxes);
   nlohmann::json extra;
   TITAN_RETURN_IF_ERROR(
       manager_->LoadInto(step, model, load_optimizer ? &optimizer : nullptr, &extra, boxes));
@@ -119,11 +119,13 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
 }
 
 NamedTensors TrainCheckpointer::PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const {
-  const bool first_replica =
-      !runtime_.distributed() || runtime_.comm(MeshGroup::kDpReplicate).rank() == 0;
+  const MeshCoordinates at = runtime_.dims().CoordinatesOf(runtime_.rank());
+  const bool first_replica = at.dp_replicate == 0;
+  // One rank per pipeline stage (its stage's whole tensors; every rank without pipelining).
+  const bool whole_writer = first_replica && at.dp_shard == 0 && at.cp == 0 && at.tp == 0;
   NamedTensors kept;
-  for (auto& [name, tensor] : parts_.data_parallel->CheckpointPieces(local, boxes)) {
-    if (boxes.count(name) > 0 ? first_replica : writer()) kept.emplace_back(name, tensor);
+  for (auto& [name, tensor] : parts_.sharded->CheckpointPieces(local, boxes)) {
+    if (boxes.count(name) > 0 ? first_replica : whole_writer) kept.emplace_back(name, tensor);
   }
   return kept;
 }
@@ -143,7 +145,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   absl::Status exported;
   if (model_only) {
     // A consolidated export: whole tensors, gathered and written by rank 0 in export_dtype.
-    TITAN_ASSIGN_OR_RETURN(NamedTensors full, parts_.data_parallel->GatherFull(ModelState()));
+    TITAN_ASSIGN_OR_RETURN(NamedTensors full, parts_.sharded->GatherFull(ModelState()));
     if (writer()) {
       const at::ScalarType type = ExportType(config_.checkpoint().export_dtype());
       for (auto& [name, tensor] : full) state.model.emplace_back(name, tensor.to(type));

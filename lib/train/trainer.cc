@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
@@ -91,6 +92,13 @@ absl::Status Trainer::Init() {
               << " (replicate " << dims.dp_replicate() << " x shard " << dims.dp_shard()
               << "), dp rank " << setup_.dp_rank << " of " << setup_.dp_size;
   }
+  if (model_.pipeline != nullptr) {
+    const PipelineLayout& layout = model_.pipeline->layout();
+    LOG(INFO) << "rank " << runtime_.rank() << ": pipeline stages "
+              << absl::StrJoin(layout.StagesOfRank(runtime_.dims().CoordinatesOf(runtime_.rank()).pp), ",")
+              << " of " << layout.num_stages() << ", schedule " << layout.kind.name;
+    if (runtime_.rank() == 0) LOG(INFO) << "pipeline schedule:\n" << model_.pipeline->ScheduleTable();
+  }
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, model_.params));
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
   microbatches_ = GradientAccumulationSteps(config_, setup_);
@@ -98,11 +106,16 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                          BuildCheckpointManager(config_, setup_, runtime_));
   if (manager != nullptr) {
-    CheckpointedParts parts{&model_.params, optimizer_.get(), model_.data_parallel.get(),
-                            train_data_.get(), &model_.info};
+    const ShardedState* sharded = model_.pipeline != nullptr
+                                      ? static_cast<const ShardedState*>(model_.pipeline.get())
+                                      : model_.data_parallel.get();
+    CheckpointedParts parts{&model_.params, optimizer_.get(), sharded, train_data_.get(),
+                            &model_.info};
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));
+    // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
+    if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
   TITAN_ASSIGN_OR_RETURN(metrics_, BuildMetrics(config_, runtime_));
   TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
@@ -115,6 +128,7 @@ absl::Status Trainer::Init() {
 }
 
 absl::Status Trainer::InstallHooks() {
+  if (model_.pipeline != nullptr) model_.pipeline->InstallHooks(hooks_);
   if (profiler_ != nullptr) {
     hooks_.Add(StepPhase::kStepBegin,
                [this](const StepEvent& event) { return profiler_->StepBegin(event.step); });
@@ -162,19 +176,26 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
   const double per_rank_counted = global_counted / setup_.dp_size;
   optimizer_->ZeroGrad();
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(setup_.device));
+  PipelineParallel* pipeline = model_.pipeline.get();
   for (size_t m = 0; m < microbatches.size(); ++m) {
     TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeForward, {step, int64_t(m)}));
-    at::Tensor sum = ForwardLossSum(*model_.model, *model_.data_parallel, microbatches[m], loss_,
-                                    setup_.autocast_dtype);
-    model_.data_parallel->BeginBackward(/*last_microbatch=*/m + 1 == microbatches.size());
-    {
+    at::Tensor sum;
+    if (pipeline != nullptr) {
+      // The schedule runs forward and backward of the batch's pipeline microbatches.
+      TITAN_ASSIGN_OR_RETURN(sum, pipeline->TrainStep(microbatches[m], loss_, per_rank_counted,
+                                                      setup_.autocast_dtype));
+    } else {
+      sum = ForwardLossSum(*model_.model, *model_.data_parallel, microbatches[m], loss_,
+                           setup_.autocast_dtype);
+      model_.data_parallel->BeginBackward(/*last_microbatch=*/m + 1 == microbatches.size());
       PhaseRange range("backward");
       (sum / per_rank_counted).backward();
     }
     loss_sum += sum.detach();
     TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kAfterBackward, {step, int64_t(m)}));
   }
-  TITAN_RETURN_IF_ERROR(model_.data_parallel->FinishBackward());
+  TITAN_RETURN_IF_ERROR(pipeline != nullptr ? pipeline->FinishBackward()
+                                            : model_.data_parallel->FinishBackward());
   if (setup_.dp_size == 1) {
     // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
     result.loss = (loss_sum / global_counted).item<double>();
@@ -182,10 +203,15 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
     TITAN_ASSIGN_OR_RETURN(const double total, SumOverDp(loss_sum.item<double>()));
     result.loss = total / global_counted;
   }
+  // Only the last pipeline stage computed the loss.
+  if (pipeline != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(result.loss, pipeline->FromLastStage(result.loss));
+  }
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);
   result.grad_norm = ClipGradNorm(tensors, config_.training().max_norm(),
-                                  model_.data_parallel->GradNormReducer())
+                                  pipeline != nullptr ? pipeline->GradNormReducer()
+                                                      : model_.data_parallel->GradNormReducer())
                          .item<double>();
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeOptimizer, {step}));
   {
@@ -247,9 +273,15 @@ absl::StatusOr<double> Trainer::Validate() {
     if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
     TITAN_RETURN_IF_ERROR(tokens.status());
     const Batch batch = MakeBatch(*tokens, setup_.device, document_bos);
-    loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
-                               setup_.autocast_dtype)
-                    .item<double>();
+    if (model_.pipeline != nullptr) {
+      TITAN_ASSIGN_OR_RETURN(const double sum,
+                             model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));
+      loss_sum += sum;
+    } else {
+      loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
+                                 setup_.autocast_dtype)
+                      .item<double>();
+    }
     counted += CountedTokens(batch.labels);
     ++batches;
   }

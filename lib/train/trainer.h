@@ -54,7 +54,8 @@ class Trainer {
   // The loss TrainStep and validation use (default: CrossEntropySum()).
   void set_loss(LossFn loss) { loss_ = std::move(loss); }
   StepHooks& hooks() { return hooks_; }
-  Decoder& model() { return *model_.model; }
+  Decoder& model() { return *model_.model; }  // not with pipeline parallelism: see pipeline()
+  PipelineParallel* pipeline() { return model_.pipeline.get(); }  // null without
   const ModelInfo& model_info() const { return model_.info; }
   const RunSetup& setup() const { return setup_; }
   const TrainState& state() const { return state_; }
