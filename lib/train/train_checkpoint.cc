@@ -77,6 +77,8 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
   TensorBoxes boxes;
   const NamedTensors model = parts_.sharded->CheckpointPieces(ModelState(), boxes);
+  // A pipeline stage loads its part of the model.
+  const bool partial = runtime_.dims().pp_enabled();
   if (saved->model_only()) {
     if (step != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -86,7 +88,8 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
           "load_step"));
     }
     // torchtitan's seed checkpoint: weights only, training starts at step 0.
-    TITAN_RETURN_IF_ERROR(manager_->LoadInto(step, model, nullptr, nullptr, boxes));
+    TITAN_RETURN_IF_ERROR(
+        manager_->LoadInto(step, model, nullptr, nullptr, boxes, /*verify_checksums=*/true, partial));
     LOG(INFO) << "loaded model weights from seed checkpoint " << dir << "; training starts at 0";
     return absl::OkStatus();
   }
@@ -98,7 +101,8 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   const NamedTensors optimizer = parts_.sharded->CheckpointPieces(optimizer_state, boxes);
   nlohmann::json extra;
   TITAN_RETURN_IF_ERROR(
-      manager_->LoadInto(step, model, load_optimizer ? &optimizer : nullptr, &extra, boxes));
+      manager_->LoadInto(step, model, load_optimizer ? &optimizer : nullptr, &extra, boxes,
+                         /*verify_checksums=*/true, partial));
   if (load_optimizer) TITAN_RETURN_IF_ERROR(parts_.optimizer->LoadStateDict(optimizer_state));
   if (parts_.data != nullptr && !excluded_.contains("dataloader")) {
     TITAN_RETURN_IF_ERROR(parts_.data->LoadStateDict(extra.at("dataloader")));

@@ -1,133 +1,21 @@
-"""titan_train on several local ranks (CPU, Gloo on loopback) against one process.
-
-Parity: every data-parallel layout trains the debug model on the same global batch (8 sequences of
-64 tokens per step: 8 x 1 process, 4 x 2 ranks, 2 x 4 ranks) from the same initial weights, so each
-step's loss must match one process's. Tolerance: 1e-5 relative, fp32. The ranks' partial sums are
-added in a different order than one process's batched reductions (gradient all-reduce and
-reduce-scatter, the loss average), which changes float32 roundings, and ten AdamW steps carry them
-forward; observed differences are about 1e-6.
-
-Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
+"""titan_train on several local ranks (CPU, Gloo on loopback) against one process: data-parallel
+loss parity (parity.py says how and within what), checkpoints that reshard, and a killed rank that
+takes the job down instead of hanging.
 """
-import argparse
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-import unittest
 
-TITAN_TRAIN = None
-CONFIG = "configs/llama3_debugmodel.toml"
-GLOBAL_BATCH = 8
-STEPS = 10
-RTOL = 1e-5
-COMMON = [
-    f"--job.config_file={CONFIG}",
-    "--training.seq_len=64",
-    f"--training.global_batch_size={GLOBAL_BATCH}",
-    "--validation.enable=false",
-    "--metrics.enable_tensorboard=false",
-    "--comm.train_timeout_seconds=30",
-]
+import parity
+from parity import COMMON, GLOBAL_BATCH, RTOL, STEPS, losses, max_rel_diff, state_bytes, train
 
 
-def train(dump, nproc, local_batch, *flags, steps=STEPS, check=True):
-    cmd = [TITAN_TRAIN]
-    if nproc > 1:
-        cmd.append(f"--nproc_per_node={nproc}")
-    cmd += [*COMMON, f"--job.dump_folder={dump}", f"--training.steps={steps}",
-            f"--training.local_batch_size={local_batch}", *flags]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    return proc
-
-
-def losses(dump):
-    with open(os.path.join(dump, "metrics.jsonl")) as f:
-        return {row["step"]: row["loss"] for row in map(json.loads, f)}
-
-
-def max_rel_diff(want, got):
-    return max(abs(got[s] - want[s]) / abs(want[s]) for s in want)
-
-
-def state_bytes(stderr):
-    """Rank -> parameter + optimizer bytes, from the trainer's log line after step 1."""
-    found = re.findall(r"rank (\d+) state memory: parameters \d+ B \+ optimizer \d+ B = (\d+) B",
-                       stderr)
-    return {int(rank): int(total) for rank, total in found}
-
-
-class DataParallelTest(unittest.TestCase):
-    tmp = None
-    reference = None  # one process: step -> loss
-    reference_bytes = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = os.environ.get("TEST_TMPDIR", "/tmp")
-        dump = cls.fresh("one")
-        proc = train(dump, 1, GLOBAL_BATCH, "--checkpoint.enable=false")
-        cls.reference = losses(dump)
-        cls.reference_bytes = state_bytes(proc.stderr)[0]
-
-    @classmethod
-    def fresh(cls, name):
-        path = os.path.join(cls.tmp, name)
-        shutil.rmtree(path, ignore_errors=True)
-        return path
-
-    def check_parity(self, name, nproc, *flags, checkpoint=False, local_batch=None, steps=STEPS):
-        """Trains `steps` steps (saving every STEPS // 2 with `checkpoint`); each must match one
-        process's run of as many steps (the learning-rate schedule depends on the total)."""
-        dump = self.fresh(name)
-        ckpt = (["--checkpoint.enable=true", f"--checkpoint.interval={STEPS // 2}",
-                 "--checkpoint.keep_latest_k=0", "--checkpoint.last_save_model_only=false"]
-                if checkpoint else ["--checkpoint.enable=false"])
-        proc = train(dump, nproc, local_batch or GLOBAL_BATCH // nproc, *ckpt, *flags, steps=steps)
-        got = losses(dump)
-        self.assertEqual(sorted(got), list(range(1, steps + 1)))
-        if steps == STEPS:
-            reference = self.reference
-        else:
-            one = self.fresh(f"one_{steps}")
-            train(one, 1, GLOBAL_BATCH, "--checkpoint.enable=false", steps=steps)
-            reference = losses(one)
-        diff = max_rel_diff(reference, got)
-        print(f"\n{name}: max relative loss difference vs 1 process over {steps} steps: {diff:.3e}",
-              file=sys.stderr)
-        self.assertLessEqual(diff, RTOL, (reference, got))
-        # Only rank 0 writes metrics: one line per step, not one per rank.
-        with open(os.path.join(dump, "metrics.jsonl")) as f:
-            self.assertEqual(len(f.readlines()), steps)
-        return dump, proc
-
-    def check_resumes(self, step_dir, runs, steps):
-        """Each (name, nproc, flags) run resumes from step_dir and continues its run's losses up
-        to `steps`."""
-        original = losses(os.path.dirname(os.path.dirname(step_dir)))
-        step_name = os.path.basename(step_dir)
-        saved_step = int(step_name.split("-")[1])
-        for name, nproc, *flags in runs:
-            resumed = self.fresh(name)
-            shutil.copytree(step_dir, os.path.join(resumed, "checkpoint", step_name))
-            proc = train(resumed, nproc, GLOBAL_BATCH // nproc, "--checkpoint.enable=true",
-                         "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0", *flags,
-                         steps=steps)
-            self.assertIn(f"resumed from checkpoint {step_name}", proc.stderr)
-            got = losses(resumed)
-            self.assertEqual(sorted(got), list(range(saved_step + 1, steps + 1)))
-            diff = max_rel_diff({s: original[s] for s in got}, got)
-            print(f"\n{name}: max relative loss difference vs the saving run: {diff:.3e}",
-                  file=sys.stderr)
-            self.assertLessEqual(diff, RTOL)
-
+class DataParallelTest(parity.ParityTestCase):
     def assert_rank_files(self, step_dir, writers, world):
         """Each writing rank saved its own shard files; the manifest records their offsets."""
         names = set(os.listdir(step_dir))
@@ -190,8 +78,9 @@ class DataParallelTest(unittest.TestCase):
         for rank in range(2):
             env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
                        LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            cmd = [TITAN_TRAIN, *COMMON, f"--job.dump_folder={dump}", "--training.steps=100000",
-                   f"--training.local_batch_size={GLOBAL_BATCH // 2}", "--checkpoint.enable=true",
+            cmd = [parity.TITAN_TRAIN, *COMMON, f"--job.dump_folder={dump}",
+                   "--training.steps=100000", f"--training.local_batch_size={GLOBAL_BATCH // 2}",
+                   "--checkpoint.enable=true",
                    "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0",
                    "--comm.train_timeout_seconds=20"]
             ranks.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
@@ -250,8 +139,4 @@ class DataParallelTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--titan_train", required=True)
-    args, rest = parser.parse_known_args()
-    TITAN_TRAIN = os.path.abspath(args.titan_train)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    parity.main()
