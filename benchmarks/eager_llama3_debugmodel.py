@@ -1,15 +1,19 @@
 """Reference for the CPU benchmark: the same Llama 3 debug model and training step as titan_train,
-written as an eager PyTorch loop (torchtitan's model code shape), on the same torch build.
+written as an eager PyTorch loop (torchtitan's model code shape), on the same torch build, reading
+the same batches (the bundled corpus packed as titan packs it) with the same optimizer settings
+(AdamW foreach, weight decay on every parameter, clipping at 1.0).
 
-Prints one JSON line: {"tokens_per_second": ..., "step_seconds": [...]}.
+Prints one JSON line: {"median_tokens_per_second": ..., "median_step_seconds": ...}; a step is
+timed from fetching its batch to the optimizer step, as titan_train's per-step tps.
 """
 import argparse
 import json
-import math
+import os
 import time
 
 import torch
 import torch.nn.functional as F
+from tokenizers import Tokenizer
 from torch import nn
 
 
@@ -75,37 +79,56 @@ class Llama(nn.Module):
         return self.output(self.norm(h))
 
 
+def packed_windows(corpus, tokenizer_dir, seq_len):
+    """Yields titan's windows: each document [BOS] + ids + [EOS], one stream, seq_len + 1 tokens."""
+    tokenizer = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
+    with open(os.path.join(tokenizer_dir, "tokenizer_config.json")) as f:
+        config = json.load(f)
+    bos = tokenizer.token_to_id(config["bos_token"])
+    eos = tokenizer.token_to_id(config["eos_token"])
+    stream = []
+    while True:
+        with open(corpus) as f:
+            for line in f:
+                stream += [bos] + tokenizer.encode(json.loads(line)["text"],
+                                                   add_special_tokens=False).ids + [eos]
+                while len(stream) >= seq_len + 1:
+                    yield stream[:seq_len + 1]
+                    stream = stream[seq_len + 1:]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq_len", type=int, default=128)
-    parser.add_argument("--vocab", type=int, default=2048)
+    parser.add_argument("--corpus", default="assets/default_corpus/train.jsonl")
+    parser.add_argument("--tokenizer", default="assets/default_tokenizer")
     args = parser.parse_args()
     torch.manual_seed(0)
-    model = Llama(args.vocab, max_seq=args.seq_len)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "tok_embeddings" not in n]
-    other = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "tok_embeddings" not in n)]
-    # foreach=False: LibTorch's C++ AdamW is the per-parameter loop; compare like with like.
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                            lr=2e-3, betas=(0.9, 0.95), eps=1e-8, foreach=False)
+    vocab = Tokenizer.from_file(os.path.join(args.tokenizer, "tokenizer.json")).get_vocab_size()
+    model = Llama(vocab, max_seq=args.seq_len)
+    opt = torch.optim.AdamW(model.parameters(), lr=2e-3, betas=(0.9, 0.95), eps=1e-8,
+                            weight_decay=0.1, foreach=True)
+    windows = packed_windows(args.corpus, args.tokenizer, args.seq_len)
     times = []
     for step in range(args.warmup + args.steps):
-        tokens = torch.randint(0, args.vocab, (args.batch, args.seq_len + 1))
         start = time.perf_counter()
+        tokens = torch.tensor([next(windows) for _ in range(args.batch)])
         opt.zero_grad(set_to_none=True)
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        loss.item()
         if step >= args.warmup:
             times.append(time.perf_counter() - start)
-    tokens_per_step = args.batch * args.seq_len
-    print(json.dumps({"tokens_per_second": tokens_per_step * len(times) / sum(times),
-                      "median_step_seconds": sorted(times)[len(times) // 2],
-                      "threads": torch.get_num_threads(), "torch": torch.__version__}))
+    median = sorted(times)[len(times) // 2]
+    print(json.dumps({"median_tokens_per_second": args.batch * args.seq_len / median,
+                      "median_step_seconds": median, "threads": torch.get_num_threads(),
+                      "torch": torch.__version__}))
 
 
 if __name__ == "__main__":

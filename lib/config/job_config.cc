@@ -478,6 +478,32 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         parallelism.pipeline_parallel_microbatch_size(), training.local_batch_size()));
   }
 
+  // Context parallelism cuts every sequence into equal chunks, sequence parallelism each rank's
+  // share again.
+  const int64_t cp = parallelism.context_parallel_degree();
+  const int64_t tp = parallelism.tensor_parallel_degree();
+  const bool head_tail = parallelism.context_parallel_load_balancer() == "headtail";
+  for (const auto& [key, seq_len] :
+       {std::pair<const char*, int64_t>{"[training] seq_len", training.seq_len()},
+        {"[validation] seq_len", config.validation().enable() ? config.validation().seq_len() : 0}}) {
+    if (cp > 1 && seq_len % (head_tail ? 2 * cp : cp) != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s=%d is not divisible by %s[parallelism] context_parallel_degree=%d%s", key, seq_len,
+          head_tail ? "2 × " : "", cp,
+          head_tail ? " (context_parallel_load_balancer=headtail cuts each sequence into 2 × "
+                      "degree chunks)"
+                    : ""));
+    }
+    if (tp > 1 && parallelism.enable_sequence_parallel() && (seq_len / cp) % tp != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s=%d%s is not divisible by [parallelism] tensor_parallel_degree=%d "
+          "(enable_sequence_parallel splits each rank's tokens; set it to false or change "
+          "seq_len)",
+          key, seq_len,
+          cp > 1 ? absl::StrFormat(" / [parallelism] context_parallel_degree=%d", cp) : "", tp));
+    }
+  }
+
   const JobConfig::Checkpoint& checkpoint = config.checkpoint();
   if (checkpoint.keep_latest_k() == 1) {
     return absl::InvalidArgumentError(

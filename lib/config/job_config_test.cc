@@ -355,10 +355,7 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
                 {"--training.global_batch_size=48", "--parallelism.tensor_parallel_degree=2"}, 8),
             "[training] global_batch_size=48 is not a multiple of local_batch_size=8 × "
             "data-parallel degree=4");
-  EXPECT_EQ(ValidationError(
-                {"--training.global_batch_size=64", "--parallelism.tensor_parallel_degree=2"}, 8),
-            "[parallelism] tensor_parallel_degree = 2: tensor, pipeline, context and expert "
-            "parallelism are not supported yet (4D-parallelism issue)");
+  ExpectValid({"--training.global_batch_size=64", "--parallelism.tensor_parallel_degree=2"}, 8);
   EXPECT_EQ(ValidationError({"--training.global_batch_size=0"}),
             "[training] global_batch_size=0 is out of range: expected -1 or >= 1");
   EXPECT_EQ(ValidationError({"--training.steps=-5"}),
@@ -424,7 +421,7 @@ TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
                              "--parallelism.pipeline_parallel_degree=2",
                              "--parallelism.tensor_parallel_degree=2"},
                             16),
-            "[parallelism] tensor_parallel_degree = 2: tensor, pipeline, context and expert "
+            "[parallelism] pipeline_parallel_degree = 2: tensor, pipeline, context and expert "
             "parallelism are not supported yet (4D-parallelism issue)");
   EXPECT_EQ(ValidationError({"--parallelism.pipeline_parallel_degree=2",
                              "--parallelism.pipeline_parallel_microbatch_size=3"},
@@ -441,6 +438,35 @@ TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
   EXPECT_EQ(ValidateJobConfig(DefaultJobConfig(), 0).message(), "world size must be >= 1, got 0");
 }
 
+TEST(JobConfigTest, SequencesMustSplitOverContextAndSequenceParallelRanks) {
+  ExpectValid({"--parallelism.context_parallel_degree=4", "--training.seq_len=64"}, 4);
+  EXPECT_EQ(ValidationError({"--parallelism.context_parallel_degree=4", "--training.seq_len=68"}, 4),
+            "[training] seq_len=68 is not divisible by 2 × [parallelism] context_parallel_degree=4 "
+            "(context_parallel_load_balancer=headtail cuts each sequence into 2 × degree chunks)");
+  ExpectValid({"--parallelism.context_parallel_degree=4", "--training.seq_len=68",
+               "--parallelism.context_parallel_load_balancer=none"},
+              4);
+  EXPECT_EQ(ValidationError({"--parallelism.context_parallel_degree=2", "--training.seq_len=64",
+                             "--validation.enable", "--validation.seq_len=66"},
+                            2),
+            "[validation] seq_len=66 is not divisible by 2 × [parallelism] "
+            "context_parallel_degree=2 (context_parallel_load_balancer=headtail cuts each sequence "
+            "into 2 × degree chunks)");
+  EXPECT_EQ(ValidationError({"--parallelism.context_parallel_degree=2",
+                             "--parallelism.tensor_parallel_degree=4", "--training.seq_len=20"},
+                            8),
+            "[training] seq_len=20 / [parallelism] context_parallel_degree=2 is not divisible by "
+            "[parallelism] tensor_parallel_degree=4 (enable_sequence_parallel splits each rank's "
+            "tokens; set it to false or change seq_len)");
+  EXPECT_EQ(ValidationError({"--parallelism.tensor_parallel_degree=3", "--training.seq_len=64"}, 3),
+            "[training] seq_len=64 is not divisible by [parallelism] tensor_parallel_degree=3 "
+            "(enable_sequence_parallel splits each rank's tokens; set it to false or change "
+            "seq_len)");
+  ExpectValid({"--parallelism.context_parallel_degree=2", "--parallelism.tensor_parallel_degree=4",
+               "--training.seq_len=20", "--parallelism.enable_sequence_parallel=false"},
+              8);
+}
+
 TEST(JobConfigTest, ShippedConfigsParseAndValidate) {
   // Each shipped job with the world size it is written for.
   const std::map<std::string, int> world_sizes = {
@@ -448,6 +474,10 @@ TEST(JobConfigTest, ShippedConfigsParseAndValidate) {
       {"llama3_8b.toml", 64},
       {"llama3_70b.toml", 64},
       {"llama3_405b.toml", 128},
+      {"rl_sft_sorting.toml", 1},
+      {"rl_grpo_sorting.toml", 1},
+      {"rl_ppo_sorting.toml", 1},
+      {"rl_dpo_sorting.toml", 1},
   };
   std::map<std::string, int> found;
   for (const auto& entry : std::filesystem::directory_iterator("configs")) {

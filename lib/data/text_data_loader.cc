@@ -3,18 +3,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 
 namespace titan {
 
 TextDataLoader::TextDataLoader(std::unique_ptr<PackedTextDataset> dataset)
     : dataset_(std::move(dataset)) {}
 
-absl::StatusOr<TokenBatch> TextDataLoader::NextBatch(int64_t local_batch_size) {
-  if (local_batch_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data loader: local batch size must be at least 1, got ", local_batch_size));
-  }
+TextDataLoader::~TextDataLoader() { StopReadAhead(); }
+
+absl::StatusOr<TokenBatch> TextDataLoader::ReadBatch(int64_t local_batch_size) {
   const int64_t seq_len = dataset_->seq_len();
   TokenBatch batch;
   batch.seq_len = seq_len;
@@ -30,10 +27,80 @@ absl::StatusOr<TokenBatch> TextDataLoader::NextBatch(int64_t local_batch_size) {
   return batch;
 }
 
-nlohmann::json TextDataLoader::StateDict() const { return dataset_->StateDict(); }
+void TextDataLoader::StartReadAhead(int64_t local_batch_size, int depth) {
+  StopReadAhead();
+  ahead_batch_size_ = local_batch_size;
+  ahead_depth_ = std::max(1, depth);
+  consumed_state_ = dataset_->StateDict();
+  stop_ = false;
+  reader_ = std::thread([this] { ReadAhead(); });
+}
+
+void TextDataLoader::ReadAhead() {
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] {
+        return stop_ || static_cast<int>(prepared_.size()) < ahead_depth_;
+      });
+      if (stop_) return;
+    }
+    Prepared next{ReadBatch(ahead_batch_size_), nlohmann::json()};
+    next.state = dataset_->StateDict();
+    const bool done = !next.batch.ok();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      prepared_.push_back(std::move(next));
+    }
+    changed_.notify_all();
+    if (done) return;  // the end of the data or an error: the consumer sees it in order
+  }
+}
+
+void TextDataLoader::StopReadAhead() {
+  if (!reader_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  changed_.notify_all();
+  reader_.join();
+  prepared_.clear();
+}
+
+absl::StatusOr<TokenBatch> TextDataLoader::NextBatch(int64_t local_batch_size) {
+  if (local_batch_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data loader: local batch size must be at least 1, got ", local_batch_size));
+  }
+  if (ahead_batch_size_ == 0) return ReadBatch(local_batch_size);
+  if (local_batch_size != ahead_batch_size_) {
+    return absl::FailedPreconditionError(absl::StrCat("data loader: reading ahead batches of ",
+                                                      ahead_batch_size_, ", asked for ",
+                                                      local_batch_size));
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return !prepared_.empty(); });
+  // The end of the data or an error stays at the front: every later call sees it too.
+  if (!prepared_.front().batch.ok()) return prepared_.front().batch.status();
+  Prepared next = std::move(prepared_.front());
+  prepared_.pop_front();
+  consumed_state_ = std::move(next.state);
+  lock.unlock();
+  changed_.notify_all();
+  return std::move(next.batch);
+}
+
+nlohmann::json TextDataLoader::StateDict() const {
+  return ahead_batch_size_ == 0 ? dataset_->StateDict() : consumed_state_;
+}
 
 absl::Status TextDataLoader::LoadStateDict(const nlohmann::json& state) {
-  return dataset_->LoadStateDict(state);
+  const int64_t ahead = ahead_batch_size_;
+  StopReadAhead();
+  absl::Status loaded = dataset_->LoadStateDict(state);
+  if (ahead > 0) StartReadAhead(ahead, ahead_depth_);
+  return loaded;
 }
 
 }  // namespace titan

@@ -115,6 +115,38 @@ TEST(TextDataLoaderTest, StateRestoresTheNextBatches) {
   }
 }
 
+TEST(TextDataLoaderTest, ReadAheadGivesTheSameBatchesStateAndEnd) {
+  const std::string path = FreshTestDir("ahead") + "/a.jsonl";
+  WriteTestFile(path, JsonLines(Texts()));
+  ByteTokenizer tokenizer;
+  for (bool infinite : {false, true}) {
+    std::unique_ptr<TextDataLoader> plain = OpenLoader(path, &tokenizer, infinite);
+    std::unique_ptr<TextDataLoader> ahead = OpenLoader(path, &tokenizer, infinite);
+    ahead->StartReadAhead(3, /*depth=*/2);
+    for (int step = 0; step < 30; ++step) {
+      absl::StatusOr<TokenBatch> want = plain->NextBatch(3);
+      absl::StatusOr<TokenBatch> got = ahead->NextBatch(3);
+      ASSERT_EQ(got.status().code(), want.status().code()) << step;
+      if (!want.ok()) break;  // both ended: OutOfRange, and again on every later call
+      EXPECT_EQ(got->inputs, want->inputs) << step;
+      // The state counts the batches returned, not the ones read ahead.
+      EXPECT_EQ(ahead->StateDict(), plain->StateDict()) << step;
+    }
+    if (!infinite) EXPECT_TRUE(absl::IsOutOfRange(ahead->NextBatch(3).status()));
+  }
+  // Loading a state restarts the read-ahead from there.
+  std::unique_ptr<TextDataLoader> ahead = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  ahead->StartReadAhead(3, 2);
+  for (int step = 0; step < 4; ++step) ASSERT_TRUE(ahead->NextBatch(3).ok());
+  const nlohmann::json saved = ahead->StateDict();
+  absl::StatusOr<TokenBatch> next = ahead->NextBatch(3);
+  ASSERT_TRUE(ahead->LoadStateDict(saved).ok());
+  absl::StatusOr<TokenBatch> again = ahead->NextBatch(3);
+  ASSERT_TRUE(next.ok() && again.ok());
+  EXPECT_EQ(again->inputs, next->inputs);
+  EXPECT_THAT(ahead->NextBatch(2).status().message(), HasSubstr("reading ahead batches of 3"));
+}
+
 TEST(TextDataLoaderTest, RejectsANonPositiveBatchSize) {
   const std::string path = FreshTestDir("size") + "/a.jsonl";
   WriteTestFile(path, JsonLines(Texts()));

@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
   try {
     // Operation #0 is joining the group.
     group->MarkArrived(0);
+    group->PublishProgress();  // at once: a member without the key never joined
     c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> options =
         c10d::ProcessGroupGloo::Options::create(
             std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(timeout))));

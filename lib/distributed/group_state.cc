@@ -2,9 +2,13 @@
 
 #include <c10/util/Exception.h>
 
+#include <thread>
+
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 
 namespace titan {
 
@@ -14,12 +18,69 @@ std::string Reason(const std::exception& e) {
   return std::string(absl::string_view(text).substr(0, text.find('\n')));
 }
 
-void GroupState::MarkArrived(uint64_t seq) {
-  const std::string value = absl::StrCat(seq);
-  progress_->set(absl::StrCat(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+namespace {
+
+// One thread per process publishes every live group's progress each period.
+class ProgressPublisher {
+ public:
+  static ProgressPublisher& Get() {
+    static auto* publisher = new ProgressPublisher();  // outlives every group: never destroyed
+    return *publisher;
+  }
+  void Add(GroupState* group) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    groups_.insert(group);
+    if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  }
+  void Remove(GroupState* group) {
+    std::lock_guard<std::mutex> lock(mutex_);  // waits for a publication in progress
+    groups_.erase(group);
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      std::this_thread::sleep_for(absl::ToChronoMilliseconds(GroupState::kProgressPeriod));
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (GroupState* group : groups_) group->PublishProgress();
+    }
+  }
+
+  std::mutex mutex_;
+  absl::flat_hash_set<GroupState*> groups_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+GroupState::GroupState(std::string name, std::vector<int> global_ranks, int rank,
+                       c10::intrusive_ptr<c10d::Store> progress)
+    : name_(std::move(name)),
+      global_ranks_(std::move(global_ranks)),
+      rank_(rank),
+      progress_(std::move(progress)) {
+  ProgressPublisher::Get().Add(this);
 }
 
-std::string GroupState::Stragglers(uint64_t seq) const {
+GroupState::~GroupState() { ProgressPublisher::Get().Remove(this); }
+
+void GroupState::PublishProgress() {
+  std::lock_guard<std::mutex> lock(publish_mutex_);
+  const int64_t arrived = static_cast<int64_t>(arrived_.load(std::memory_order_relaxed));
+  if (arrived == published_) return;
+  const std::string value = absl::StrCat(arrived);
+  try {
+    progress_->set(absl::StrCat(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+    published_ = arrived;
+  } catch (const std::exception& e) {
+    // The store went away (the job is ending); the straggler report will say so.
+  }
+}
+
+std::string GroupState::Stragglers(uint64_t seq) {
+  PublishProgress();
+  // Let every member's publisher run once, so a value is at most one period old.
+  absl::SleepFor(2 * kProgressPeriod);
   std::vector<int> missing;
   try {
     for (size_t member = 0; member < global_ranks_.size(); ++member) {
@@ -39,7 +100,7 @@ std::string GroupState::Stragglers(uint64_t seq) const {
 }
 
 absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time start,
-                                 absl::string_view reason) const {
+                                 absl::string_view reason) {
   return absl::DeadlineExceededError(
       absl::StrCat(op, " #", seq, " on group \"", name_, "\" (job ranks ",
                    absl::StrJoin(global_ranks_, ","), ") failed after ",

@@ -3,8 +3,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
+#include <mutex>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <vector>
@@ -19,35 +21,44 @@ namespace titan {
 std::string Reason(const std::exception& e);
 
 // What a group's members and its Work handles share, whatever the backend: identity, and the
-// progress keys that tell who reached which operation. Before operation #n each member sets
-// "<its group rank>" = n in the group's progress store; on failure, members whose value is below n
-// never arrived.
+// progress keys that tell who reached which operation. Before operation #n each member records n;
+// a background thread publishes the newest value as "<its group rank>" = n in the group's progress
+// store every kProgressPeriod (no store round trip per collective); on failure, members whose
+// value is below n never arrived.
 class GroupState {
  public:
+  static constexpr absl::Duration kProgressPeriod = absl::Milliseconds(50);
+
   GroupState(std::string name, std::vector<int> global_ranks, int rank,
-             c10::intrusive_ptr<c10d::Store> progress)
-      : name_(std::move(name)),
-        global_ranks_(std::move(global_ranks)),
-        rank_(rank),
-        progress_(std::move(progress)) {}
+             c10::intrusive_ptr<c10d::Store> progress);
+  ~GroupState();
+  GroupState(const GroupState&) = delete;
+  GroupState& operator=(const GroupState&) = delete;
 
   const std::string& name() const { return name_; }
   const std::vector<int>& global_ranks() const { return global_ranks_; }
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(global_ranks_.size()); }
 
-  void MarkArrived(uint64_t seq);
-  // "ranks that did not arrive: 2, 5" (job ranks), or why that cannot be told.
-  std::string Stragglers(uint64_t seq) const;
+  // Records that this member reached operation #seq (published within kProgressPeriod).
+  void MarkArrived(uint64_t seq) { arrived_.store(seq, std::memory_order_relaxed); }
+  // Writes the newest value to the store now, if it changed; the publisher calls it.
+  void PublishProgress();
+  // "ranks that did not arrive: 2, 5" (job ranks), or why that cannot be told. Publishes this
+  // member's progress and gives the others a publishing period first.
+  std::string Stragglers(uint64_t seq);
   // DeadlineExceeded naming the operation, the group, how long it ran and the stragglers.
   absl::Status Failure(absl::string_view op, uint64_t seq, absl::Time start,
-                       absl::string_view reason) const;
+                       absl::string_view reason);
 
  private:
   const std::string name_;
   const std::vector<int> global_ranks_;
   const int rank_;
   const c10::intrusive_ptr<c10d::Store> progress_;
+  std::atomic<uint64_t> arrived_{0};
+  std::mutex publish_mutex_;
+  int64_t published_ = -1;  // the value in the store; -1: none yet
 };
 
 // Argument checks every backend makes; errors name the operation, the group and the backend.

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -507,6 +509,57 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   close(signal_pipe[1]);
   if (!spawn_status.ok()) return spawn_status;
   return result;
+}
+
+absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {
+  constexpr absl::string_view kFlag = "--nproc_per_node";
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg.substr(0, kFlag.size()) != kFlag) continue;
+    absl::string_view value;
+    if (arg.size() > kFlag.size() && arg[kFlag.size()] == '=') {
+      value = arg.substr(kFlag.size() + 1);
+    } else if (arg.size() == kFlag.size() && i + 1 < argc) {
+      value = argv[i + 1];
+    } else {
+      continue;
+    }
+    int nproc = 0;
+    if (!absl::SimpleAtoi(value, &nproc) || nproc < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nproc_per_node: expected a positive integer, got \"", value, "\""));
+    }
+    return nproc;
+  }
+  return 0;
+}
+
+int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
+                  const std::function<absl::Status()>& run) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::cout << help;
+      return 0;
+    }
+  }
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+  // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
+  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
+    if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
+  }
+  absl::StatusOr<int> nproc = NprocPerNodeFlag(argc, argv);
+  if (nproc.ok() && *nproc > 0) {
+    absl::StatusOr<int> exit_code = LaunchLocalRanks(*nproc, argc, argv);
+    if (exit_code.ok()) return *exit_code;
+    nproc = exit_code.status();
+  }
+  const absl::Status status = nproc.ok() ? run() : nproc.status();
+  if (!status.ok()) {
+    std::cerr << name << ": " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace titan

@@ -1,6 +1,7 @@
 #ifndef TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
 #define TITAN_LIB_DISTRIBUTED_LAUNCHER_H_
 
+#include <functional>
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
@@ -43,6 +44,17 @@ struct LaunchOptions {
 // else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
+
+// The value of a --nproc_per_node=N (or --nproc_per_node N) argument, 0 when absent; an error for
+// anything but a positive integer. LaunchLocalRanks drops the flag for the ranks.
+absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
+
+// The main() of a tool that may start its own ranks (titan_train, titan_rl): --help or -h prints
+// `help`; logs go to stderr; under `bazel run` relative paths mean the user's directory;
+// --nproc_per_node=N launches N local ranks of this binary (LaunchLocalRanks), else `run` runs
+// here. A failure prints "<name>: <message>" on stderr. Returns the process's exit code.
+int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
+                  const std::function<absl::Status()>& run);
 
 }  // namespace titan
 

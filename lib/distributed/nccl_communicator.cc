@@ -90,6 +90,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
   const absl::Time start = absl::Now();
   try {
     group->MarkArrived(0);  // Operation #0 is joining the group.
+    group->PublishProgress();  // at once: a member without the key never joined
     c10::intrusive_ptr<c10d::ProcessGroupNCCL::Options> options =
         c10d::ProcessGroupNCCL::Options::create();
     options->timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout));

@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "lib/model/batch_invariant.h"
 #include "lib/model/op_cache.h"
 
 namespace titan {
@@ -14,53 +15,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-// The additive form of a mask in `dtype`: 0 where allowed, the lowest finite value elsewhere (not
-// -inf: a padding query that sees no key must not turn into NaN and spread through 0 · NaN).
-std::optional<at::Tensor> AdditiveBias(const AttentionMask& mask, at::ScalarType dtype) {
-  if (mask.is_causal) return std::nullopt;
-  const double lowest = dtype == at::kFloat    ? std::numeric_limits<float>::lowest()
-                        : dtype == at::kDouble ? std::numeric_limits<double>::lowest()
-                                               : -65504.0;  // finite in fp16 and bf16 alike
-  return at::zeros(mask.allowed.sizes(), mask.allowed.options().dtype(dtype))
-      .masked_fill_(mask.allowed.logical_not(), lowest);
-}
-
-// Grouped-query attention for kernels that want as many key/value heads as query heads.
-at::Tensor RepeatKv(const at::Tensor& x, int64_t n_rep) {
-  return n_rep == 1 ? x : x.repeat_interleave(n_rep, /*dim=*/1);
-}
-
-// Forward and backward as separate kernels, so a kept (out, logsumexp) can skip the forward.
-std::pair<at::Tensor, at::Tensor> KernelForward(const at::Tensor& q, const at::Tensor& k,
-                                                const at::Tensor& v,
-                                                const std::optional<at::Tensor>& bias,
-                                                bool is_causal) {
-  if (q.is_cuda()) {
-    auto [out, lse, seed, offset] =
-        at::_scaled_dot_product_efficient_attention(q, k, v, bias, /*compute_log_sumexp=*/true,
-                                                    /*dropout_p=*/0.0, is_causal);
-    return {out, lse};
-  }
-  auto [out, lse] =
-      at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, bias);
-  return {out, lse};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> KernelBackward(
-    const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& bias,
-    bool is_causal) {
-  if (q.is_cuda()) {
-    const at::Tensor no_rng = at::zeros({}, q.options().dtype(at::kLong));
-    auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
-        grad, q, k, v, bias.value_or(at::Tensor()), out, lse, no_rng, no_rng, 0.0,
-        {true, true, true, false}, is_causal);
-    return {dq, dk, dv};
-  }
-  return at::_scaled_dot_product_flash_attention_for_cpu_backward(grad.contiguous(), q, k, v, out,
-                                                                  lse, 0.0, is_causal, bias);
-}
 
 // Attention whose output and logsumexp the selective-checkpoint forward kept.
 struct ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
@@ -78,7 +32,7 @@ struct ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto s = ctx->get_saved_variables();
-    auto [dq, dk, dv] = KernelBackward(
+    auto [dq, dk, dv] = AttentionKernelBackward(
         grad_outputs[0], s[0], s[1], s[2], ctx->saved_data["out"].toTensor(),
         ctx->saved_data["lse"].toTensor(), ctx->saved_data["bias"].toOptional<at::Tensor>(),
         ctx->saved_data["is_causal"].toBool());
@@ -87,6 +41,53 @@ struct ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
 };
 
 }  // namespace
+
+// The lowest finite value where masked, not -inf: a padding query that sees no key must not turn
+// into NaN and spread through 0 · NaN.
+std::optional<at::Tensor> AttentionBias(const AttentionMask& mask, at::ScalarType dtype) {
+  if (mask.is_causal) return std::nullopt;
+  const double lowest = dtype == at::kFloat    ? std::numeric_limits<float>::lowest()
+                        : dtype == at::kDouble ? std::numeric_limits<double>::lowest()
+                                               : -65504.0;  // finite in fp16 and bf16 alike
+  return at::zeros(mask.allowed.sizes(), mask.allowed.options().dtype(dtype))
+      .masked_fill_(mask.allowed.logical_not(), lowest);
+}
+
+at::Tensor RepeatKvHeads(const at::Tensor& x, int64_t n_rep) {
+  return n_rep == 1 ? x : x.repeat_interleave(n_rep, /*dim=*/1);
+}
+
+std::pair<at::Tensor, at::Tensor> AttentionKernelForward(const at::Tensor& q, const at::Tensor& k,
+                                                         const at::Tensor& v,
+                                                         const std::optional<at::Tensor>& bias,
+                                                         bool is_causal) {
+  if (q.is_cuda()) {
+    auto [out, lse, seed, offset] =
+        at::_scaled_dot_product_efficient_attention(q, k, v, bias, /*compute_log_sumexp=*/true,
+                                                    /*dropout_p=*/0.0, is_causal);
+    // The kernel pads the rows to a multiple of 32; AttentionKernelBackward pads back.
+    return {out, lse.narrow(2, 0, q.size(2))};
+  }
+  auto [out, lse] =
+      at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, is_causal, bias);
+  return {out, lse};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionKernelBackward(
+    const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& bias,
+    bool is_causal) {
+  if (q.is_cuda()) {
+    const at::Tensor padded = at::constant_pad_nd(lse, {0, (32 - lse.size(2) % 32) % 32});
+    const at::Tensor no_rng = at::zeros({}, q.options().dtype(at::kLong));
+    auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
+        grad, q, k, v, bias.value_or(at::Tensor()), out, padded, no_rng, no_rng, 0.0,
+        {true, true, true, false}, is_causal);
+    return {dq, dk, dv};
+  }
+  return at::_scaled_dot_product_flash_attention_for_cpu_backward(grad.contiguous(), q, k, v, out,
+                                                                  lse, 0.0, is_causal, bias);
+}
 
 AttentionMask BuildAttentionMask(const MaskInputs& in) {
   // [B, Sq, Sk]: keys at or before the query's position.
@@ -149,30 +150,33 @@ std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer, const at::Tenso
 
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const AttentionMask& mask) {
+  if (BatchInvariant()) {
+    return BatchInvariantAttention(q, k, v, mask.is_causal ? at::Tensor() : mask.allowed);
+  }
   const int64_t n_rep = q.size(1) / k.size(1);
   OpCache* cache = CurrentOpCache();
   // CUDA's efficient-attention kernel wants its bias padded and aligned: kept attention is
   // CPU-only with a bias, and recomputed on CUDA then.
   const bool keep = cache != nullptr && !(q.is_cuda() && !mask.is_causal);
   if (!keep) {
-    std::optional<at::Tensor> bias = AdditiveBias(mask, q.scalar_type());
+    std::optional<at::Tensor> bias = AttentionBias(mask, q.scalar_type());
     // On CPU the kv heads are repeated as for the kept path, so that SDPA runs the same flash
     // kernels with or without selective checkpointing (its GQA path is another kernel, whose bf16
     // results differ in the last bits).
     if (!q.is_cuda()) {
-      return at::scaled_dot_product_attention(q, RepeatKv(k, n_rep), RepeatKv(v, n_rep), bias,
-                                              /*dropout_p=*/0.0, mask.is_causal);
+      return at::scaled_dot_product_attention(q, RepeatKvHeads(k, n_rep), RepeatKvHeads(v, n_rep),
+                                              bias, /*dropout_p=*/0.0, mask.is_causal);
     }
     return at::scaled_dot_product_attention(q, k, v, bias, /*dropout_p=*/0.0, mask.is_causal,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/n_rep > 1);
   }
   // The kernels below bypass autocast: cast as autocast would for attention.
   const at::Tensor q_in = AutocastInput(q);
-  const at::Tensor k_in = RepeatKv(AutocastInput(k), n_rep);
-  const at::Tensor v_in = RepeatKv(AutocastInput(v), n_rep);
-  const std::optional<at::Tensor> bias = AdditiveBias(mask, q_in.scalar_type());
+  const at::Tensor k_in = RepeatKvHeads(AutocastInput(k), n_rep);
+  const at::Tensor v_in = RepeatKvHeads(AutocastInput(v), n_rep);
+  const std::optional<at::Tensor> bias = AttentionBias(mask, q_in.scalar_type());
   if (CurrentOpCacheMode() == OpCache::Mode::kRecord) {
-    auto [out, lse] = KernelForward(q_in, k_in, v_in, bias, mask.is_causal);
+    auto [out, lse] = AttentionKernelForward(q_in, k_in, v_in, bias, mask.is_causal);
     cache->Push(out);
     cache->Push(lse);
     return out;

@@ -4,6 +4,9 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <optional>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace titan {
@@ -73,6 +76,21 @@ class KvCache {
 // activation checkpointing can keep the output and recompute only the cheap ops around it).
 at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const AttentionMask& mask);
+
+// The pieces Attention runs, for backends that merge partial attention over blocks of keys (ring
+// attention): the additive form of a mask in `dtype` (none for plain causal), grouped-query heads
+// repeated to the query heads, and the kernels (flash on CPU, memory-efficient on CUDA) that
+// return the rows' logsumexp ([B, H, Sq], fp32) and take it back in backward (equal head counts).
+std::optional<at::Tensor> AttentionBias(const AttentionMask& mask, at::ScalarType dtype);
+at::Tensor RepeatKvHeads(const at::Tensor& x, int64_t n_rep);
+std::pair<at::Tensor, at::Tensor> AttentionKernelForward(const at::Tensor& q, const at::Tensor& k,
+                                                         const at::Tensor& v,
+                                                         const std::optional<at::Tensor>& bias,
+                                                         bool is_causal);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionKernelBackward(
+    const at::Tensor& grad, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+    const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& bias,
+    bool is_causal);
 
 }  // namespace titan
 

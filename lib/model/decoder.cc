@@ -15,6 +15,12 @@
 namespace titan {
 namespace {
 
+// `hook`(x), or x when no parallelism set the hook.
+at::Tensor Apply(const ParallelHooks* hooks, ParallelHooks::Hook ParallelHooks::*hook,
+                 const at::Tensor& x) {
+  return hooks != nullptr && hooks->*hook ? (hooks->*hook)(x) : x;
+}
+
 void InitLinear(at::Tensor& weight, const InitConfig& init, double std) {
   if (init.truncated) {
     TruncNormal_(weight, 0.0, std, -2.0, 2.0);
@@ -54,7 +60,9 @@ at::Tensor DecoderAttention::Forward(const at::Tensor& x, const BatchContext& ba
   k = ApplyRope(k, batch.rope).transpose(1, 2);
   v = v.transpose(1, 2);
   if (batch.kv_cache != nullptr) std::tie(k, v) = batch.kv_cache->Append(cache_slot, k, v);
-  at::Tensor out = Attention(q, k, v, batch.mask);
+  at::Tensor out = batch.hooks != nullptr && batch.hooks->attention
+                       ? batch.hooks->attention(q, k, v, batch)
+                       : Attention(q, k, v, batch.mask);
   return Linear(out.transpose(1, 2).reshape({b, s, -1}), wo_);
 }
 
@@ -98,8 +106,14 @@ DecoderBlock::DecoderBlock(int64_t layer_id, const TransformerArgs& args,
 
 at::Tensor DecoderBlock::Forward(const at::Tensor& x, const BatchContext& batch,
                                  int64_t cache_slot) const {
-  at::Tensor h = x + attention_->Forward(RmsNorm(x, attention_norm_, norm_eps_), batch, cache_slot);
-  return h + feed_forward_->Forward(RmsNorm(h, ffn_norm_, norm_eps_));
+  using P = ParallelHooks;
+  const P* hooks = batch.hooks;
+  const at::Tensor attention_in =
+      Apply(hooks, &P::region_in, RmsNorm(x, attention_norm_, norm_eps_));
+  const at::Tensor h =
+      x + Apply(hooks, &P::region_out, attention_->Forward(attention_in, batch, cache_slot));
+  const at::Tensor ffn_in = Apply(hooks, &P::region_in, RmsNorm(h, ffn_norm_, norm_eps_));
+  return h + Apply(hooks, &P::region_out, feed_forward_->Forward(ffn_in));
 }
 
 void DecoderBlock::InitWeights(const TransformerArgs& args) {
@@ -192,7 +206,9 @@ void Decoder::InitHead() {
 
 at::Tensor Decoder::Embed(const at::Tensor& tokens) const {
   TORCH_CHECK(part_.embedding, "this decoder part holds no embedding");
-  return at::embedding(*tok_embeddings_, tokens);
+  const at::Tensor embedded = hooks_.embed ? hooks_.embed(*tok_embeddings_, tokens)
+                                           : at::embedding(*tok_embeddings_, tokens);
+  return Apply(&hooks_, &ParallelHooks::region_out, embedded);
 }
 
 BatchContext Decoder::PrepareBatch(int64_t batch, int64_t seq_len, const DecoderInputs& inputs) {
@@ -200,17 +216,24 @@ BatchContext Decoder::PrepareBatch(int64_t batch, int64_t seq_len, const Decoder
   if (!rope_.cos.defined() && args_.rope.enabled) BuildRopeTables(options);
   BatchContext context;
   context.kv_cache = inputs.kv_cache;
-  // Explicit positions are needed once anything but plain causal attention from 0 is asked for.
+  context.hooks = &hooks_;
+  // Explicit positions are needed once anything but plain causal attention from 0 is asked for
+  // (or an attention hook builds the mask itself).
   at::Tensor positions = inputs.positions;
   const bool masked = inputs.valid.defined() || inputs.documents.defined() ||
-                      inputs.positions.defined() || inputs.kv_cache != nullptr;
+                      inputs.positions.defined() || inputs.kv_cache != nullptr ||
+                      static_cast<bool>(hooks_.attention);
   if (masked && !positions.defined()) {
     const int64_t offset = inputs.kv_cache != nullptr ? inputs.kv_cache->length() : 0;
     positions = at::arange(offset, offset + seq_len, options.dtype(at::kLong))
                     .expand({batch, seq_len});
   }
   context.rope = RotationForPositions(rope_, positions, seq_len);
-  if (inputs.kv_cache != nullptr) {
+  if (hooks_.attention) {
+    TORCH_CHECK(inputs.kv_cache == nullptr,
+                "an attention hook (context parallelism) cannot decode");
+    context.mask_inputs = {positions, positions, inputs.valid, inputs.documents, inputs.documents};
+  } else if (inputs.kv_cache != nullptr) {
     context.mask = BuildAttentionMask(
         inputs.kv_cache->AddTokens(positions, inputs.valid, inputs.documents));
   } else if (masked) {
@@ -250,7 +273,8 @@ const at::Tensor& Decoder::OutputWeight() const {
 }
 
 at::Tensor Decoder::Head(const at::Tensor& hidden) const {
-  return at::linear(FinalNorm(hidden), OutputWeight());
+  const at::Tensor normed = Apply(&hooks_, &ParallelHooks::region_in, FinalNorm(hidden));
+  return Apply(&hooks_, &ParallelHooks::logits, Linear(normed, OutputWeight()));
 }
 
 at::Tensor Decoder::Forward(const at::Tensor& tokens, const DecoderInputs& inputs) {

@@ -33,11 +33,36 @@ struct DecoderInputs {
   KvCache* kv_cache = nullptr;  // decoding: keys/values of earlier tokens, extended in place
 };
 
+struct BatchContext;
+
+// Where parallelize code puts its communication, as data: an unset hook is the identity (one
+// process). Tensor parallelism sets Megatron's f/g operators (or sequence parallelism's
+// all-gather / reduce-scatter along the sequence) at the region boundaries and looks tokens up in
+// its vocabulary shard; context parallelism replaces the attention kernel (ring attention).
+struct ParallelHooks {
+  using Hook = std::function<at::Tensor(const at::Tensor&)>;
+  // The embedding lookup of `tokens` [B, S] in `table`; unset: at::embedding.
+  std::function<at::Tensor(const at::Tensor& table, const at::Tensor& tokens)> embed;
+  // Into attention, the feed-forward and the output projection (after their norms).
+  Hook region_in;
+  // Out of attention and the feed-forward (before the residual add), and out of the embedding.
+  Hook region_out;
+  // On the output projection's logits.
+  Hook logits;
+  // Replaces Attention(q, k, v, batch.mask) (q [B, Hq, S, D], k and v [B, Hkv, S, D]); the batch's
+  // positions, documents and validity are in batch.mask_inputs and no mask is built.
+  std::function<at::Tensor(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                           const BatchContext& batch)>
+      attention;
+};
+
 // The attention context every block of one forward shares (built once per batch).
 struct BatchContext {
   RopeRotation rope;
   AttentionMask mask;
+  MaskInputs mask_inputs;  // with an attention hook: what the mask would be built from
   KvCache* kv_cache = nullptr;
+  const ParallelHooks* hooks = nullptr;  // null: no parallelism
 };
 
 class DecoderAttention : public Module {
@@ -124,6 +149,8 @@ class Decoder : public Module {
 
   // `layer_id` is global (as in parameter names); the wrapper runs around that block's call.
   void SetLayerWrapper(int64_t layer_id, LayerWrapper wrapper);
+  // Parallelize code sets these before the first forward.
+  ParallelHooks& parallel_hooks() { return hooks_; }
   // The global ids of the layers this part holds, in order.
   std::vector<int64_t> layer_ids() const;
   const TransformerArgs& args() const { return args_; }
@@ -137,6 +164,7 @@ class Decoder : public Module {
   at::Tensor* tok_embeddings_ = nullptr;  // first part only (or tied)
   std::vector<DecoderBlock*> layers_;
   std::vector<LayerWrapper> wrappers_;
+  ParallelHooks hooks_;
   at::Tensor* norm_ = nullptr;    // last part only
   at::Tensor* output_ = nullptr;  // last part, untied only
   RopeTables rope_;

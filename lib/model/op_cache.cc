@@ -3,6 +3,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "lib/model/batch_invariant.h"
+
 namespace titan {
 namespace {
 
@@ -58,6 +60,8 @@ at::Tensor AutocastInput(const at::Tensor& tensor) {
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
+  // Recomputed rather than kept: the fixed-shape blocks are the point of that mode.
+  if (BatchInvariant()) return BatchInvariantLinear(x, weight);
   OpCache* cache = CurrentOpCache();
   if (cache == nullptr) return at::linear(x, weight);
   const bool saved = cache->NextLinearIsSaved();

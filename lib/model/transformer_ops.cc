@@ -3,6 +3,11 @@
 namespace titan {
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  // On GPU, ATen's fused kernel (one pass, fp32 accumulation) when the dtypes match; elsewhere
+  // the reference's op sequence. The fused path has not run here (no GPU was lent).
+  if (x.is_cuda() && x.scalar_type() == weight.scalar_type()) {
+    return at::rms_norm(x, {x.size(-1)}, weight, eps);
+  }
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return normed.to(x.scalar_type()) * weight;

@@ -3,12 +3,20 @@
 #include <c10/core/GradMode.h>
 
 #include "absl/strings/str_cat.h"
+#include "lib/parallel/collectives.h"
+#include "lib/parallel/loss_parallel.h"
+#include "lib/util/status_macros.h"
 
 namespace titan {
 
 DataParallel::DataParallel(std::vector<std::unique_ptr<FsdpParamGroup>> groups,
-                           FsdpParamGroup* root, Communicator* shard)
-    : groups_(std::move(groups)), root_(root), shard_(shard) {
+                           FsdpParamGroup* root, bool reshard_root,
+                           FsdpParamGroup* first_in_backward, Communicator* shard)
+    : groups_(std::move(groups)),
+      root_(root),
+      reshard_root_(reshard_root),
+      first_in_backward_(first_in_backward),
+      shard_(shard) {
   for (const auto& group : groups_) {
     for (const FsdpParamGroup::Param& param : group->params()) {
       by_name_[param.name] = {group.get(), &param};
@@ -16,13 +24,44 @@ DataParallel::DataParallel(std::vector<std::unique_ptr<FsdpParamGroup>> groups,
   }
 }
 
+void DataParallel::SetModelParallel(std::unique_ptr<TensorParallel> tensor_parallel,
+                                    std::unique_ptr<ContextParallel> context_parallel) {
+  tp_ = std::move(tensor_parallel);
+  cp_ = std::move(context_parallel);
+}
+
+int DataParallel::context_parallel_degree() const {
+  return cp_ != nullptr ? cp_->group()->size() : 1;
+}
+
+absl::StatusOr<Batch> DataParallel::ShardBatch(const Batch& batch) const {
+  return cp_ != nullptr ? cp_->ShardBatch(batch) : batch;
+}
+
+LossFn DataParallel::Loss(LossFn loss) const {
+  const bool vocab_shards = tp_ != nullptr && tp_->loss_parallel();
+  if (!loss) return vocab_shards ? VocabParallelCrossEntropySum(tp_->group()) : CrossEntropySum();
+  if (!vocab_shards) return loss;
+  Communicator* tp = tp_->group();
+  return [tp, loss](const at::Tensor& logits, const Batch& batch) {
+    return loss(GatherForReplicatedUse(logits, -1, tp), batch);
+  };
+}
+
 at::Tensor DataParallel::Forward(const std::function<at::Tensor()>& forward) {
   // A prefetch left by an interrupted forward holds parameters from before the optimizer step.
   for (const auto& group : groups_) group->DropPrefetch();
-  if (root_ == nullptr) return forward();
-  root_->Unshard();
-  at::Tensor out = forward();
-  root_->Reshard();
+  const at::Tensor out =
+      root_ == nullptr ? forward()
+                       : root_->CallUnsharded([&forward](const at::Tensor&) { return forward(); },
+                                              at::Tensor(), reshard_root_);
+  if (first_in_backward_ != nullptr && c10::GradMode::is_enabled() && out.requires_grad()) {
+    FsdpParamGroup* first = first_in_backward_;
+    out.register_hook([first](const at::Tensor& grad) {
+      first->Prefetch();
+      return grad;
+    });
+  }
   return out;
 }
 
@@ -31,16 +70,30 @@ void DataParallel::BeginBackward(bool last_microbatch) {
 }
 
 absl::Status DataParallel::FinishBackward() {
-  return ddp_ != nullptr ? ddp_->Finish() : absl::OkStatus();
+  if (ddp_ != nullptr) TITAN_RETURN_IF_ERROR(ddp_->Finish());
+  return tp_ != nullptr ? tp_->ReduceReplicatedGradients() : absl::OkStatus();
 }
 
-SquaredNormReducer DataParallel::GradNormReducer() {
-  if (shard_ == nullptr) return nullptr;
+SquaredNormReducer DataParallel::GradNormReducer(const std::vector<ParamRef>& params) const {
+  if (shard_ == nullptr && tp_ == nullptr) return nullptr;
+  // Tensor-parallel ranks hold different slices of split parameters (each counts) and the same
+  // replicated ones (the first counts).
+  std::vector<float> weights;
+  for (const ParamRef& param : params) {
+    weights.push_back(tp_ == nullptr || tp_->OwnsCopy(param.name) ? 1.0f : 0.0f);
+  }
+  const at::Tensor weight = at::tensor(weights);
   Communicator* shard = shard_;
+  Communicator* tp = tp_ != nullptr ? tp_->group() : nullptr;
   // Padding rows hold zero gradients, so the shards' squares sum to the full norm's square.
-  return [shard](at::Tensor& squared_norm) {
-    const absl::Status status = Await(shard->AllReduce(squared_norm, ReduceOp::kSum));
-    TORCH_CHECK(status.ok(), "gradient norm all-reduce: ", status.ToString());
+  return [weight, shard, tp](const at::Tensor& squares) {
+    at::Tensor total = (squares * weight.to(squares.device())).sum();
+    for (Communicator* group : {shard, tp}) {
+      if (group == nullptr) continue;
+      const absl::Status status = Await(group->AllReduce(total, ReduceOp::kSum));
+      TORCH_CHECK(status.ok(), "gradient norm all-reduce: ", status.ToString());
+    }
+    return total;
   };
 }
 
@@ -63,15 +116,15 @@ absl::StatusOr<NamedTensors> DataParallel::GatherFull(const NamedTensors& local)
   NamedTensors full;
   full.reserve(local.size());
   for (const auto& [name, tensor] : local) {
+    at::Tensor whole = tensor;
     const FsdpParamGroup* group = nullptr;
-    const FsdpParamGroup::Param* param = ShardedParamOf(name, tensor, &group);
-    if (param == nullptr) {
-      full.emplace_back(name, tensor);
-      continue;
+    if (const FsdpParamGroup::Param* param = ShardedParamOf(name, tensor, &group)) {
+      TITAN_ASSIGN_OR_RETURN(whole, group->GatherFull(*param, tensor));
     }
-    absl::StatusOr<at::Tensor> gathered = group->GatherFull(*param, tensor);
-    if (!gathered.ok()) return gathered.status();
-    full.emplace_back(name, *std::move(gathered));
+    if (const TensorParallelShard* slice = tp_ ? tp_->ShardOf(name, whole.sizes()) : nullptr) {
+      TITAN_ASSIGN_OR_RETURN(whole, tp_->GatherFull(*slice, whole));
+    }
+    full.emplace_back(name, std::move(whole));
   }
   return full;
 }
@@ -80,18 +133,28 @@ NamedTensors DataParallel::CheckpointPieces(const NamedTensors& local, TensorBox
   NamedTensors pieces;
   pieces.reserve(local.size());
   for (const auto& [name, tensor] : local) {
+    at::Tensor piece = tensor;
+    // This rank's tensor-parallel slice is the whole tensor until tensor parallelism says more.
+    TensorBox box{tensor.sizes().vec(), std::vector<int64_t>(tensor.dim(), 0)};
     const FsdpParamGroup* group = nullptr;
-    const FsdpParamGroup::Param* param = ShardedParamOf(name, tensor, &group);
-    if (param == nullptr) {
-      pieces.emplace_back(name, tensor);
-      continue;
+    if (const FsdpParamGroup::Param* param = ShardedParamOf(name, tensor, &group)) {
+      box.global_shape = param->full_shape;
+      box.offsets[0] = group->FirstRowHeld(*param);
+      piece = tensor.narrow(0, 0, group->RowsHeld(*param));
     }
-    std::vector<int64_t> offsets(tensor.dim(), 0);
-    offsets[0] = group->FirstRowHeld(*param);
-    boxes[name] = {param->full_shape, std::move(offsets)};
-    pieces.emplace_back(name, tensor.narrow(0, 0, group->RowsHeld(*param)));
+    const TensorParallelShard* slice = tp_ ? tp_->ShardOf(name, box.global_shape) : nullptr;
+    if (slice != nullptr) {
+      box.offsets[slice->dim] += slice->offset;
+      box.global_shape = slice->global_shape;
+    }
+    if (group != nullptr || slice != nullptr) boxes[name] = std::move(box);
+    pieces.emplace_back(name, piece);
   }
   return pieces;
+}
+
+bool DataParallel::WritesPiece(const std::string& name) const {
+  return tp_ == nullptr || tp_->OwnsCopy(name);
 }
 
 }  // namespace titan

@@ -1,110 +1,22 @@
-// FSDP and DDP gradient synchronisation across real ranks: the test forks its ranks (before it
-// touches LibTorch, so no thread pool is split by fork), which talk Gloo on loopback; each rank
-// checks its own results and reports through its exit status and stderr.
+// FSDP and DDP gradient synchronisation across real ranks (lib/parallel/fork_ranks.h).
 #include "lib/parallel/data_parallel.h"
 
 #include <ATen/ATen.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
+#include <c10/core/GradMode.h>
 
-#include <cstdio>
 #include <functional>
 #include <memory>
-#include <numeric>
 #include <string>
 #include <vector>
 
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "gtest/gtest.h"
-#include "lib/distributed/gloo_communicator.h"
-#include "lib/distributed/rendezvous.h"
 #include "lib/parallel/ddp.h"
+#include "lib/parallel/fork_ranks.h"
 #include "lib/parallel/fsdp.h"
+#include "lib/parallel/tensor_parallel.h"
 
 namespace titan {
 namespace {
-
-#define RANK_EXPECT(cond)                                                                   \
-  do {                                                                                      \
-    if (!(cond)) {                                                                          \
-      std::fprintf(stderr, "rank %d: %s:%d: %s failed\n", rank, __FILE__, __LINE__, #cond); \
-      return 1;                                                                             \
-    }                                                                                       \
-  } while (0)
-
-using RankBody = std::function<int(int rank, Communicator& comm)>;
-
-// Forks `world` ranks joined in one Gloo group and returns their exit statuses (killed after 60 s).
-std::vector<int> RunRanks(int world, const RankBody& body) {
-  const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (listen_fd < 0 || bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listen_fd, 16) != 0 ||
-      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ADD_FAILURE() << "cannot open a listening socket";
-    return {};
-  }
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      DistributedEnv env;
-      env.rank = rank;
-      env.world_size = world;
-      env.master_port = ntohs(addr.sin_port);
-      RendezvousOptions options;
-      options.timeout = absl::Seconds(30);
-      if (rank == 0) {
-        options.listen_fd = listen_fd;
-      } else {
-        close(listen_fd);
-      }
-      int code = 1;
-      absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
-      std::vector<int> ranks(world);
-      std::iota(ranks.begin(), ranks.end(), 0);
-      absl::StatusOr<std::unique_ptr<Communicator>> comm =
-          rendezvous.ok() ? CreateGlooCommunicator(*rendezvous, "all", ranks, absl::Seconds(30))
-                          : absl::StatusOr<std::unique_ptr<Communicator>>(rendezvous.status());
-      if (comm.ok()) {
-        code = body(rank, **comm);
-      } else {
-        std::fprintf(stderr, "rank %d: %s\n", rank, comm.status().ToString().c_str());
-      }
-      std::fflush(stderr);
-      _exit(code);  // no atexit handlers or static destructors in a forked copy of gtest
-    }
-    pids.push_back(pid);
-  }
-  close(listen_fd);
-  std::vector<int> statuses(world, -1);
-  const absl::Time stop = absl::Now() + absl::Seconds(60);
-  for (int done = 0; done < world && absl::Now() < stop;) {
-    for (int rank = 0; rank < world; ++rank) {
-      int status = 0;
-      if (statuses[rank] == -1 && waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
-        statuses[rank] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        ++done;
-      }
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  for (int rank = 0; rank < world; ++rank) {
-    if (statuses[rank] == -1) {
-      kill(pids[rank], SIGKILL);
-      waitpid(pids[rank], nullptr, 0);
-    }
-  }
-  return statuses;
-}
 
 bool Equal(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && at::equal(a, b);
@@ -147,7 +59,8 @@ TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
     // Checkpoint helpers: optimizer-like state "<param>.<state>" is sharded alike, scalars pass.
     std::vector<std::unique_ptr<FsdpParamGroup>> groups;
     groups.push_back(std::move(group));
-    DataParallel dp(std::move(groups), nullptr, &comm);
+    DataParallel dp(std::move(groups), /*root=*/nullptr, /*reshard_root=*/false,
+                    /*first_in_backward=*/nullptr, &comm);
     const NamedTensors local = {{"a", a.detach()},
                                 {"a.exp_avg", a.detach() * 2},
                                 {"a.step", at::scalar_tensor(3, at::kLong)}};
@@ -215,8 +128,9 @@ TEST(FsdpParamGroupTest, MixedPrecisionGathersInParamDtypeAndReducesInReduceDtyp
     group->Reshard();
     loss.backward();
     RANK_EXPECT(a.grad().scalar_type() == at::kFloat);
-    const at::Tensor expected = (weight.to(at::kBFloat16).to(at::kFloat) +
-                                 (2 * weight.to(at::kBFloat16)).to(at::kFloat)) / 2;
+    const at::Tensor expected =
+        (weight.to(at::kBFloat16).to(at::kFloat) + (2 * weight.to(at::kBFloat16)).to(at::kFloat)) /
+        2;
     RANK_EXPECT(Equal(a.grad(), group->ShardOf(pa, expected)));
     return 0;
   });
@@ -247,6 +161,150 @@ TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {
       grads[reshard].push_back(a.grad());
     }
     RANK_EXPECT(Equal(grads[0][0], grads[1][0]));
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
+// FSDP 2 × TP 2 (4 ranks): FSDP shards each rank's tensor-parallel slice; the full tensors
+// gathered back are the model's, and each checkpoint piece sits at its box's offsets in the whole
+// tensor (FSDP rows inside tensor-parallel rows or columns); a piece of a replicated parameter is
+// written by one tensor-parallel rank.
+TEST(DataParallelTest, FsdpShardsOfTensorParallelSlicesGatherAndBoxIntoWholeTensors) {
+  const ParallelDims dims = *ParallelDims::Build(1, 2, 1, 2, 1, 4);
+  const std::vector<int> statuses =
+      RunMeshRanks(dims, [](int rank, const MeshCommunicators& comms) {
+        Communicator& tp_group = comms.Get(MeshGroup::kTp);
+        Communicator& shard_group = comms.Get(MeshGroup::kDpShard);
+        TransformerArgs args;
+        args.dim = 8;
+        args.n_layers = 1;
+        args.n_heads = 2;
+        args.vocab_size = 6;
+        args.ffn_hidden_dim = 6;
+        args.max_seq_len = 4;
+        at::manual_seed(0);
+        Decoder model(args, at::TensorOptions().dtype(at::kFloat));
+        model.Materialize(at::TensorOptions().dtype(at::kFloat));
+        model.InitWeights();
+        NamedTensors whole;
+        for (const ParamRef& p : model.NamedParameters())
+          whole.emplace_back(p.name, p.tensor->clone());
+        std::unique_ptr<TensorParallel> tp = *TensorParallel::Apply(model, {}, &tp_group);
+        tp->ShardParameters(model.NamedParameters());
+        std::vector<std::unique_ptr<FsdpParamGroup>> groups;
+        groups.push_back(*FsdpParamGroup::Create(model.NamedParameters(), &shard_group, nullptr));
+        DataParallel dp(std::move(groups), /*root=*/nullptr, /*reshard_root=*/false,
+                        /*first_in_backward=*/nullptr, &shard_group);
+        dp.SetModelParallel(std::move(tp), nullptr);
+        NamedTensors local;
+        for (const ParamRef& p : model.NamedParameters()) local.emplace_back(p.name, *p.tensor);
+        absl::StatusOr<NamedTensors> full = dp.GatherFull(local);
+        RANK_EXPECT(full.ok() && full->size() == whole.size());
+        TensorBoxes boxes;
+        const NamedTensors pieces = dp.CheckpointPieces(local, boxes);
+        for (size_t i = 0; i < whole.size(); ++i) {
+          RANK_EXPECT(Equal((*full)[i].second, whole[i].second));
+          const TensorBox& box = boxes.at(pieces[i].first);
+          RANK_EXPECT(box.global_shape == whole[i].second.sizes().vec());
+          at::Tensor expected = whole[i].second;
+          for (int64_t d = 0; d < expected.dim(); ++d) {
+            expected = expected.narrow(d, box.offsets[d], pieces[i].second.size(d));
+          }
+          RANK_EXPECT(Equal(pieces[i].second, expected));
+        }
+        const int64_t t = tp_group.rank();
+        const int64_t f = shard_group.rank();
+        // wq: 8 rows, 4 per tensor-parallel rank, 2 of those per FSDP rank.
+        RANK_EXPECT(boxes.at("layers.0.attention.wq.weight").offsets ==
+                    std::vector<int64_t>({4 * t + 2 * f, 0}));
+        // wo: tensor-parallel columns, FSDP rows.
+        RANK_EXPECT(boxes.at("layers.0.attention.wo.weight").offsets ==
+                    std::vector<int64_t>({4 * f, 4 * t}));
+        RANK_EXPECT(dp.WritesPiece("layers.0.attention.wo.weight.exp_avg"));
+        RANK_EXPECT(dp.WritesPiece("norm.weight") == (t == 0));
+        return 0;
+      });
+  EXPECT_EQ(statuses, std::vector<int>(4, 0));
+}
+
+// Runs every operation on `inner` and records the collectives' names in the order they started.
+class RecordingCommunicator : public Communicator {
+ public:
+  explicit RecordingCommunicator(Communicator* inner) : inner_(inner) {}
+  const std::string& name() const override { return inner_->name(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::vector<int>& global_ranks() const override { return inner_->global_ranks(); }
+  absl::Duration timeout() const override { return inner_->timeout(); }
+  void set_timeout(absl::Duration timeout) override { inner_->set_timeout(timeout); }
+  absl::StatusOr<std::unique_ptr<Work>> AllReduce(at::Tensor tensor, ReduceOp op) override {
+    log.push_back("all_reduce");
+    return inner_->AllReduce(tensor, op);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) override {
+    log.push_back("all_gather");
+    return inner_->AllGather(input, output);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> ReduceScatter(at::Tensor input, at::Tensor output,
+                                                      ReduceOp op) override {
+    log.push_back("reduce_scatter");
+    return inner_->ReduceScatter(input, output, op);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Broadcast(at::Tensor tensor, int root) override {
+    return inner_->Broadcast(tensor, root);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Send(at::Tensor tensor, int dst, int tag) override {
+    return inner_->Send(tensor, dst, tag);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) override {
+    return inner_->Recv(tensor, src, tag);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
+    return inner_->AllToAll(input, output);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Barrier() override { return inner_->Barrier(); }
+
+  std::vector<std::string> log;
+
+ private:
+  Communicator* inner_;
+};
+
+// Backward prefetch: when backward reaches the second of two resharded groups, it gathers that
+// group and at once starts the first group's gather, before reduce-scattering its own gradients;
+// the first group then computes with the prefetched parameters (the gradients of no prefetch).
+TEST(FsdpParamGroupTest, BackwardPrefetchStartsTheNextGroupsGatherFirst) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    RecordingCommunicator recording(&comm);
+    std::vector<at::Tensor> grads[2];
+    for (const bool prefetch : {false, true}) {
+      at::manual_seed(0);
+      at::Tensor a = at::randn({4, 3}).requires_grad_(true);
+      at::Tensor b = at::randn({3, 4}).requires_grad_(true);
+      const at::Tensor x = at::randn({2, 3}) * (rank + 1);
+      std::unique_ptr<FsdpParamGroup> first =
+          *FsdpParamGroup::Create({{"a", &a}}, &recording, /*replicate=*/nullptr);
+      std::unique_ptr<FsdpParamGroup> second =
+          *FsdpParamGroup::Create({{"b", &b}}, &recording, /*replicate=*/nullptr);
+      const at::Tensor y = first->CallUnsharded(
+          [&a](const at::Tensor& in) { return at::matmul(in, a.t()).tanh(); }, x,
+          /*reshard_after_forward=*/true);
+      const at::Tensor z = second->CallUnsharded(
+          [&b](const at::Tensor& in) { return at::matmul(in, b.t()).tanh(); }, y,
+          /*reshard_after_forward=*/true, /*prefetch=*/nullptr,
+          /*backward_prefetch=*/prefetch ? first.get() : nullptr);
+      recording.log.clear();
+      z.sum().backward();
+      const std::vector<std::string> want =
+          prefetch ? std::vector<std::string>{"all_gather", "all_gather", "reduce_scatter",
+                                              "reduce_scatter"}
+                   : std::vector<std::string>{"all_gather", "reduce_scatter", "all_gather",
+                                              "reduce_scatter"};
+      RANK_EXPECT(recording.log == want);
+      grads[prefetch] = {a.grad(), b.grad()};
+    }
+    RANK_EXPECT(Equal(grads[0][0], grads[1][0]) && Equal(grads[0][1], grads[1][1]));
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(2, 0));

@@ -22,15 +22,6 @@ DistributedRuntime DistributedRuntime::SingleProcess() {
 absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& config,
                                                                const DistributedEnv& env) {
   const JobConfig::Parallelism& p = config.parallelism();
-  for (const auto& [key, degree] :
-       {std::pair<const char*, int>{"tensor_parallel_degree", p.tensor_parallel_degree()},
-        {"context_parallel_degree", p.context_parallel_degree()}}) {
-    if (degree > 1) {
-      return absl::UnimplementedError(absl::StrCat(
-          "[parallelism] ", key, "=", degree,
-          ": only data and pipeline parallelism are implemented; expected 1"));
-    }
-  }
   TITAN_ASSIGN_OR_RETURN(
       ParallelDims dims,
       ParallelDims::Build(p.data_parallel_replicate_degree(), p.data_parallel_shard_degree(),

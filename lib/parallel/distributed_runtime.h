@@ -26,8 +26,7 @@ class DistributedRuntime {
   // One process: world size 1, no communicators.
   static DistributedRuntime SingleProcess();
   // Builds the mesh for env.world_size ranks and connects to the others (bounded by [comm]
-  // init_timeout_seconds). Data and pipeline parallelism: tensor and context parallel degrees
-  // above 1 are refused.
+  // init_timeout_seconds). Every parallelism composes: pp x dp_replicate x dp_shard x cp x tp.
   static absl::StatusOr<DistributedRuntime> Connect(const JobConfig& config,
                                                     const DistributedEnv& env);
 

@@ -253,7 +253,8 @@ void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full) const {
 
 at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
                                          const at::Tensor& x, bool reshard_after_forward,
-                                         FsdpParamGroup* prefetch) {
+                                         FsdpParamGroup* prefetch,
+                                         FsdpParamGroup* backward_prefetch) {
   Unshard();
   if (prefetch != nullptr) prefetch->Prefetch();
   std::vector<at::Tensor> full;
@@ -269,8 +270,9 @@ at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at
     storage->set_nbytes(0);
   }
   // Every node of call's graph runs after the one that produced `out`: refill before them.
-  out.register_hook([this, full](const at::Tensor& grad) {
+  out.register_hook([this, full, backward_prefetch](const at::Tensor& grad) {
     RefillFull(full);
+    if (backward_prefetch != nullptr) backward_prefetch->Prefetch();
     return grad;
   });
   return out;

@@ -51,10 +51,12 @@ class FsdpParamGroup {
   // autograd saved also give up their memory, and are all-gathered into it again when the gradient
   // reaches call's output in backward (FSDP2's storage resize): no recomputation.
   // `prefetch` (if set) starts gathering right after this group's gather, so that it overlaps
-  // call's compute.
+  // call's compute; `backward_prefetch` (if set) right after the gather again in backward, so that
+  // the group backward needs next arrives while this one's gradients are computed.
   at::Tensor CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
                            const at::Tensor& x, bool reshard_after_forward = false,
-                           FsdpParamGroup* prefetch = nullptr);
+                           FsdpParamGroup* prefetch = nullptr,
+                           FsdpParamGroup* backward_prefetch = nullptr);
   // Starts this group's all-gather without waiting (FSDP2's forward prefetch): the next Unshard
   // uses it. Every member of the group must prefetch at the same point.
   void Prefetch();

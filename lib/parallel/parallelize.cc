@@ -1,5 +1,7 @@
 #include "lib/parallel/parallelize.h"
 
+#include <c10/core/GradMode.h>
+
 #include <utility>
 #include <vector>
 
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "lib/parallel/activation_checkpoint.h"
+#include "lib/parallel/context_parallel.h"
 #include "lib/parallel/ddp.h"
 #include "lib/parallel/fsdp.h"
 #include "lib/util/status_macros.h"
@@ -48,16 +51,26 @@ absl::StatusOr<LayerPolicies> CheckpointPolicies(const std::vector<int64_t>& lay
   return policies;
 }
 
-absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(
-    Decoder& model, const LayerPolicies& policies, const std::string& reshard_after_forward,
-    const FsdpMixedPrecision& mixed_precision, const std::optional<at::TensorOptions>& materialize,
-    Communicator* shard, Communicator* replicate) {
-  if (reshard_after_forward != "default" && reshard_after_forward != "always" &&
-      reshard_after_forward != "never") {
+// What FSDP needs beyond the model: how blocks checkpoint, the policy, its groups, and the
+// tensor-parallel slicing to apply to each group after its initialisation (null: none, or done).
+struct FsdpSetup {
+  LayerPolicies policies;
+  std::string reshard_after_forward;
+  bool pp_enabled = false;
+  FsdpMixedPrecision mixed_precision;
+  std::optional<at::TensorOptions> materialize;
+  Communicator* shard = nullptr;
+  Communicator* replicate = nullptr;
+  TensorParallel* slice_after_init = nullptr;
+};
+
+absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Decoder& model, const FsdpSetup& setup) {
+  const std::string& policy = setup.reshard_after_forward;
+  if (policy != "default" && policy != "always" && policy != "never") {
     return absl::InvalidArgumentError(
         absl::StrCat("[parallelism] fsdp_reshard_after_forward: expected default, always or "
                      "never, got \"",
-                     reshard_after_forward, "\""));
+                     policy, "\""));
   }
   const std::vector<int64_t> layer_ids = model.layer_ids();
   const int64_t num_layers = static_cast<int64_t>(layer_ids.size());
@@ -77,53 +90,73 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(
     }
   }
   // Initialisation after sharding: the same order of random draws as Decoder::InitWeights.
-  if (materialize) {
-    Module::Materialize(root_params, *materialize);
+  if (setup.materialize) {
+    Module::Materialize(root_params, *setup.materialize);
     model.InitEmbedding();
   }
   std::vector<std::unique_ptr<FsdpParamGroup>> groups;
   for (int64_t i = 0; i < num_layers; ++i) {
-    if (materialize) {
-      Module::Materialize(layer_params[i], *materialize);
+    if (setup.materialize) {
+      Module::Materialize(layer_params[i], *setup.materialize);
       model.InitLayer(layer_ids[i]);
+      if (setup.slice_after_init != nullptr)
+        setup.slice_after_init->ShardParameters(layer_params[i]);
     }
-    TITAN_ASSIGN_OR_RETURN(
-        std::unique_ptr<FsdpParamGroup> group,
-        FsdpParamGroup::Create(layer_params[i], shard, replicate, mixed_precision));
+    TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FsdpParamGroup> group,
+                           FsdpParamGroup::Create(layer_params[i], setup.shard, setup.replicate,
+                                                  setup.mixed_precision));
     groups.push_back(std::move(group));
   }
+  // torchtitan: every block reshards unless pipeline parallel (each microbatch would gather again).
+  const bool reshard = policy == "always" || (policy == "default" && !setup.pp_enabled);
+  // Whether block i's parameters are gathered again in backward (so worth prefetching).
+  auto gathers_in_backward = [&](int64_t i) { return reshard || setup.policies[i].has_value(); };
   for (int64_t i = 0; i < num_layers; ++i) {
-    // The last block is needed again first in backward: torchtitan keeps it gathered by default.
-    const bool reshard = reshard_after_forward == "always" ||
-                         (reshard_after_forward == "default" && i + 1 < num_layers);
     FsdpParamGroup* raw = groups[i].get();
-    if (policies[i]) {
+    // Backward runs the blocks in reverse: the one before this is needed next.
+    FsdpParamGroup* backward_next =
+        i > 0 && gathers_in_backward(i - 1) ? groups[i - 1].get() : nullptr;
+    if (setup.policies[i]) {
       // Recomputation gathers again in backward and frees afterwards: resharding comes with it.
-      // No prefetch: the recomputation in backward would start one nobody uses.
-      const RecomputePolicy policy = *policies[i];
-      model.SetLayerWrapper(layer_ids[i], [raw, policy](const Decoder::LayerCall& call,
-                                                        const at::Tensor& x) {
+      // Its forward prefetches nothing (the recomputation would start one nobody uses); the
+      // recomputation in backward (grad mode on) prefetches the block backward needs next.
+      const RecomputePolicy recompute = *setup.policies[i];
+      model.SetLayerWrapper(layer_ids[i], [raw, recompute, backward_next](
+                                              const Decoder::LayerCall& call, const at::Tensor& x) {
         return CheckpointedCall(
-            [raw, call](const at::Tensor& y) { return raw->CallUnsharded(call, y); }, x, policy);
+            [raw, call, backward_next](const at::Tensor& y) {
+              return raw->CallUnsharded(call, y, /*reshard_after_forward=*/false,
+                                        c10::GradMode::is_enabled() ? backward_next : nullptr);
+            },
+            x, recompute);
       });
     } else {
       // The next block's all-gather runs while this block computes.
       FsdpParamGroup* next = i + 1 < num_layers ? groups[i + 1].get() : nullptr;
-      model.SetLayerWrapper(layer_ids[i], [raw, reshard, next](const Decoder::LayerCall& call,
-                                                               const at::Tensor& x) {
-        return raw->CallUnsharded(call, x, reshard, next);
+      model.SetLayerWrapper(layer_ids[i], [raw, reshard, next, backward_next](
+                                              const Decoder::LayerCall& call, const at::Tensor& x) {
+        return raw->CallUnsharded(call, x, reshard, next, backward_next);
       });
     }
   }
-  if (materialize) model.InitHead();
+  if (setup.materialize) {
+    model.InitHead();
+    if (setup.slice_after_init != nullptr) setup.slice_after_init->ShardParameters(root_params);
+  }
   FsdpParamGroup* root = nullptr;
   if (!root_params.empty()) {
-    TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FsdpParamGroup> group,
-                           FsdpParamGroup::Create(root_params, shard, replicate, mixed_precision));
+    TITAN_ASSIGN_OR_RETURN(
+        std::unique_ptr<FsdpParamGroup> group,
+        FsdpParamGroup::Create(root_params, setup.shard, setup.replicate, setup.mixed_precision));
     root = group.get();
     groups.push_back(std::move(group));
   }
-  return std::make_unique<DataParallel>(std::move(groups), root, shard);
+  // The head's backward runs first: the last block's gather starts with it.
+  FsdpParamGroup* first_in_backward = num_layers > 0 && gathers_in_backward(num_layers - 1)
+                                          ? groups[num_layers - 1].get()
+                                          : nullptr;
+  return std::make_unique<DataParallel>(std::move(groups), root, policy == "always",
+                                        first_in_backward, setup.shard);
 }
 
 }  // namespace
@@ -148,32 +181,59 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeDecoder(Decoder& model,
                                                                  const ParallelizeOptions& options,
                                                                  const ParallelDims& dims,
                                                                  const MeshCommunicators* comms) {
-  if (dims.dp() > 1 && comms == nullptr) {
+  if (dims.world_size() > 1 && comms == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("data-parallel degree ", dims.dp(), " without communicators"));
+        absl::StrCat("world size ", dims.world_size(), " without communicators"));
   }
-  if (dims.dp_shard_enabled()) {
-    TITAN_ASSIGN_OR_RETURN(
-        LayerPolicies policies,
-        CheckpointPolicies(model.layer_ids(), options.ac_mode, options.selective_ac_option));
-    return ApplyFsdp(model, policies, options.reshard_after_forward, options.fsdp_mixed_precision,
-                     options.materialize, &comms->Get(MeshGroup::kDpShard),
-                     dims.dp_replicate_enabled() ? &comms->Get(MeshGroup::kDpReplicate) : nullptr);
+  std::unique_ptr<TensorParallel> tensor_parallel;
+  if (dims.tp_enabled()) {
+    TITAN_ASSIGN_OR_RETURN(tensor_parallel, TensorParallel::Apply(model, options.tensor_parallel,
+                                                                  &comms->Get(MeshGroup::kTp)));
+    // A model still on the meta device is sliced group by group after FSDP initialises it.
+    if (!options.materialize) tensor_parallel->ShardParameters(model.NamedParameters());
   }
-  if (options.materialize) {
-    return absl::InvalidArgumentError(
-        "ParallelizeDecoder: materialize is for FSDP; initialise the model before DDP or one "
-        "process");
+  std::unique_ptr<ContextParallel> context_parallel;
+  if (dims.cp_enabled()) {
+    TITAN_ASSIGN_OR_RETURN(context_parallel, ContextParallel::Create(&comms->Get(MeshGroup::kCp),
+                                                                     options.cp_load_balancer,
+                                                                     options.cp_rotate_method));
+    context_parallel->Apply(model);
   }
-  TITAN_RETURN_IF_ERROR(
-      ApplyActivationCheckpointing(model, options.ac_mode, options.selective_ac_option));
-  if (!dims.dp_replicate_enabled()) return std::make_unique<DataParallel>();
-  std::vector<at::Tensor> params;
-  for (const ParamRef& param : model.NamedParameters()) params.push_back(*param.tensor);
-  TITAN_ASSIGN_OR_RETURN(
-      std::unique_ptr<DdpGradientReducer> ddp,
-      DdpGradientReducer::Create(std::move(params), &comms->Get(MeshGroup::kDpReplicate)));
-  return std::make_unique<DataParallel>(std::move(ddp));
+  std::unique_ptr<DataParallel> result;
+  if (dims.fsdp_enabled()) {
+    FsdpSetup setup;
+    TITAN_ASSIGN_OR_RETURN(setup.policies, CheckpointPolicies(model.layer_ids(), options.ac_mode,
+                                                              options.selective_ac_option));
+    setup.reshard_after_forward = options.reshard_after_forward;
+    setup.pp_enabled = dims.pp_enabled();
+    setup.mixed_precision = options.fsdp_mixed_precision;
+    setup.materialize = options.materialize;
+    // Context-parallel ranks hold the same weights: FSDP shards over them too (torchtitan).
+    setup.shard = &comms->Get(dims.cp_enabled() ? MeshGroup::kDpShardCp : MeshGroup::kDpShard);
+    if (dims.dp_replicate_enabled()) setup.replicate = &comms->Get(MeshGroup::kDpReplicate);
+    if (options.materialize) setup.slice_after_init = tensor_parallel.get();
+    TITAN_ASSIGN_OR_RETURN(result, ApplyFsdp(model, setup));
+  } else {
+    if (options.materialize) {
+      return absl::InvalidArgumentError(
+          "ParallelizeDecoder: materialize is for FSDP; initialise the model before DDP or one "
+          "process");
+    }
+    TITAN_RETURN_IF_ERROR(
+        ApplyActivationCheckpointing(model, options.ac_mode, options.selective_ac_option));
+    if (dims.dp_replicate_enabled()) {
+      std::vector<at::Tensor> params;
+      for (const ParamRef& param : model.NamedParameters()) params.push_back(*param.tensor);
+      TITAN_ASSIGN_OR_RETURN(
+          std::unique_ptr<DdpGradientReducer> ddp,
+          DdpGradientReducer::Create(std::move(params), &comms->Get(MeshGroup::kDpReplicate)));
+      result = std::make_unique<DataParallel>(std::move(ddp));
+    } else {
+      result = std::make_unique<DataParallel>();
+    }
+  }
+  result->SetModelParallel(std::move(tensor_parallel), std::move(context_parallel));
+  return result;
 }
 
 }  // namespace titan

@@ -1,66 +1,13 @@
 #include "lib/parallel/parallelize.h"
 
-#include <c10/core/CPUAllocator.h>
-
 #include <algorithm>
-#include <atomic>
-#include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 #include "gtest/gtest.h"
 #include "lib/model/autocast.h"
+#include "lib/testing/counting_allocator.h"
 
 namespace titan {
 namespace {
-
-// Wraps the CPU allocator to track live and peak bytes, so a test can see activations being freed.
-// The data pointer is its own context (some kernels allocate through raw_allocate, which needs
-// that), so sizes are kept in a table.
-class CountingAllocator : public c10::Allocator {
- public:
-  explicit CountingAllocator(c10::Allocator* base) : base_(base) {}
-
-  c10::DataPtr allocate(size_t n) override {
-    void* data = base_->raw_allocate(n);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      sizes_[data] = n;
-      live_ += static_cast<int64_t>(n);
-      peak_ = std::max(peak_, live_);
-    }
-    return {data, data, &Free, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &Free; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    std::memcpy(dest, src, count);
-  }
-  int64_t live() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return live_;
-  }
-
- private:
-  static void Free(void* data);
-
-  c10::Allocator* base_;
-  std::mutex mutex_;
-  std::unordered_map<void*, size_t> sizes_;
-  int64_t live_ = 0;
-  int64_t peak_ = 0;
-};
-
-CountingAllocator* g_counter = nullptr;
-
-void CountingAllocator::Free(void* data) {
-  {
-    std::lock_guard<std::mutex> lock(g_counter->mutex_);
-    auto it = g_counter->sizes_.find(data);
-    g_counter->live_ -= static_cast<int64_t>(it->second);
-    g_counter->sizes_.erase(it);
-  }
-  g_counter->base_->raw_deallocate(data);
-}
 
 struct RunResult {
   int64_t saved_bytes;  // live memory held between forward and backward
@@ -80,17 +27,9 @@ TransformerArgs SmallArgs() {
   return args;
 }
 
-CountingAllocator* Counter() {
-  if (g_counter == nullptr) {
-    g_counter = new CountingAllocator(c10::GetDefaultCPUAllocator());
-    c10::SetCPUAllocator(g_counter, /*priority=*/100);
-  }
-  return g_counter;
-}
-
 RunResult ForwardBackward(const std::string& mode, const std::string& option,
                           std::optional<at::ScalarType> autocast = std::nullopt) {
-  CountingAllocator* counter = Counter();
+  CountingAllocator* counter = &CountingAllocator::Install();
   const TransformerArgs args = SmallArgs();
   at::manual_seed(0);
   Decoder model(args, at::TensorOptions().device(at::kMeta));

@@ -101,8 +101,12 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
   std::map<int, PipelineStage*> local;
   for (const auto& stage : pipeline->stages_) local[stage->index()] = stage.get();
   Communicator* comm = comms == nullptr ? nullptr : &comms->Get(MeshGroup::kPp);
-  pipeline->runner_ = std::make_unique<ScheduleRunner>(planned, local, comm, args.dim);
-  pipeline->eval_runner_ = std::make_unique<ScheduleRunner>(planned, local, comm, args.dim);
+  const int64_t sequence_shards =
+      options.parallelize.tensor_parallel.sequence_parallel ? dims.tp() : 1;
+  pipeline->runner_ =
+      std::make_unique<ScheduleRunner>(planned, local, comm, args.dim, sequence_shards);
+  pipeline->eval_runner_ =
+      std::make_unique<ScheduleRunner>(planned, local, comm, args.dim, sequence_shards);
   TITAN_RETURN_IF_ERROR(pipeline->SyncTiedCopies());
   return pipeline;
 }
@@ -111,7 +115,7 @@ absl::Status PipelineParallel::BuildStages(const PipelineOptions& options) {
   const at::TensorOptions meta = at::TensorOptions().device(at::kMeta);
   const bool initialise = !options.load_weights;
   // Sharding initialises group by group; without it a stage is initialised whole before.
-  const bool init_after_sharding = initialise && dims_.dp_shard_enabled();
+  const bool init_after_sharding = initialise && dims_.fsdp_enabled();
   // Every rank makes the one-process sequence of random draws (embedding, each layer, head):
   // the other stages' into a scratch part, one piece at a time, then dropped.
   auto draw_elsewhere = [&](const DecoderPart& part) {
@@ -161,6 +165,7 @@ absl::Status PipelineParallel::BuildStages(const PipelineOptions& options) {
         continue;
       }
       params_.push_back(p);
+      stage_of_param_[p.name] = stage->index();
     }
   }
   return absl::OkStatus();
@@ -246,15 +251,42 @@ absl::StatusOr<double> PipelineParallel::FromLastStage(double value) const {
   return tensor.item<double>();
 }
 
-SquaredNormReducer PipelineParallel::GradNormReducer() {
-  // Every stage of this rank shards over the same data-parallel group.
-  SquaredNormReducer shards = stages_.front()->data_parallel().GradNormReducer();
+SquaredNormReducer PipelineParallel::GradNormReducer() const {
+  // Each stage weighs and reduces its slice of the squares over its shards and tensor-parallel
+  // ranks; the stages' totals then add up over the pipeline.
+  std::vector<std::pair<int64_t, SquaredNormReducer>> slices;
+  for (const auto& stage : stages_) {
+    std::vector<ParamRef> mine;
+    for (const ParamRef& p : params_) {
+      if (stage_of_param_.at(p.name) == stage->index()) mine.push_back(p);
+    }
+    slices.emplace_back(static_cast<int64_t>(mine.size()),
+                        stage->data_parallel().GradNormReducer(mine));
+  }
   Communicator* pp = pp_comm();
-  return [shards, pp](at::Tensor& squared_norm) {
-    if (shards) shards(squared_norm);
-    const absl::Status status = Await(pp->AllReduce(squared_norm, ReduceOp::kSum));
+  return [slices, pp](const at::Tensor& squares) {
+    at::Tensor total = at::zeros({}, squares.options());
+    int64_t begin = 0;
+    for (const auto& [count, reduce] : slices) {
+      const at::Tensor slice = squares.slice(0, begin, begin + count);
+      total = total + (reduce ? reduce(slice) : slice.sum());
+      begin += count;
+    }
+    const absl::Status status = Await(pp->AllReduce(total, ReduceOp::kSum));
     TORCH_CHECK(status.ok(), "gradient norm all-reduce over pipeline stages: ", status.ToString());
+    return total;
   };
+}
+
+DataParallel& PipelineParallel::data_parallel() const { return stages_.front()->data_parallel(); }
+
+bool PipelineParallel::WritesPiece(const std::string& name) const {
+  // A stage's tensor-parallel bookkeeping knows its own names only; another stage's answer for
+  // an unknown name is "replicated" (the first tensor-parallel rank writes it).
+  for (const auto& stage : stages_) {
+    if (stage->data_parallel().WritesPiece(name)) return true;
+  }
+  return false;
 }
 
 void PipelineParallel::InstallHooks(StepHooks& hooks) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/distributed/mesh_communicators.h"
@@ -77,8 +78,12 @@ class PipelineParallel : public ShardedState {
                                      std::optional<at::ScalarType> autocast);
   // `value` as the last stage's ranks have it, on every rank of the pipeline group.
   absl::StatusOr<double> FromLastStage(double value) const;
-  // ClipGradNorm's reduction: over the data-parallel shards, then the stages.
-  SquaredNormReducer GradNormReducer();
+  // ClipGradNorm's reduction for params(): over each stage's shards and tensor-parallel ranks,
+  // then the stages.
+  SquaredNormReducer GradNormReducer() const;
+  // The data-parallel wrapper of this rank's first stage: every stage shards batches (context
+  // parallelism) and picks the loss (tensor parallelism) alike.
+  DataParallel& data_parallel() const;
   // The tied head's copy takes the embedding's value (after initialisation, loading, each step).
   absl::Status SyncTiedCopies();
   // Step hooks: the tied copy after the optimizer; each logged step, how long this rank waited
@@ -89,6 +94,7 @@ class PipelineParallel : public ShardedState {
   // rank whose every mesh coordinate is 0 (others get their stages').
   absl::StatusOr<NamedTensors> GatherFull(const NamedTensors& local) const override;
   NamedTensors CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const override;
+  bool WritesPiece(const std::string& name) const override;
 
  private:
   PipelineParallel(const ModelSpec& spec, const TransformerArgs& args, PipelineLayout layout,
@@ -113,6 +119,7 @@ class PipelineParallel : public ShardedState {
   std::unique_ptr<ScheduleRunner> runner_;
   std::unique_ptr<ScheduleRunner> eval_runner_;  // validation's waits are not the schedule's
   std::vector<ParamRef> params_;
+  absl::flat_hash_map<std::string, int> stage_of_param_;  // params()' names -> their stage
   at::Tensor* tied_owner_ = nullptr;  // the first stage's embedding, when tied and local
   at::Tensor* tied_copy_ = nullptr;   // the last stage's copy of it, when tied and local
 };

@@ -52,11 +52,13 @@ double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - si
 }  // namespace
 
 ScheduleRunner::ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
-                               Communicator* comm, int64_t hidden_dim)
+                               Communicator* comm, int64_t hidden_dim,
+                               int64_t sequence_shards)
     : layout_(layout),
       stages_(std::move(stages)),
       comm_(comm),
       hidden_dim_(hidden_dim),
+      sequence_shards_(sequence_shards),
       rank_(layout.RankOfStage(stages_.begin()->first)) {}
 
 ScheduleRunner::Times ScheduleRunner::TakeTimes() { return std::exchange(times_, Times()); }
@@ -83,7 +85,7 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<PipelineAction>
     const int from = layout_.RankOfStage(need->second);
     if (from == rank_) return absl::OkStatus();  // the local producer hands it over
     const at::Tensor& tokens = microbatches[action.microbatch].tokens;
-    at::Tensor buffer = at::empty({tokens.size(0), tokens.size(1), hidden_dim_}, options);
+    at::Tensor buffer = at::empty({tokens.size(0), tokens.size(1) / sequence_shards_, hidden_dim_}, options);
     TITAN_ASSIGN_OR_RETURN(
         std::unique_ptr<Work> work,
         comm_->Recv(buffer, from, Tag(need->second, action.microbatch, count, need->first.grad)));

@@ -26,9 +26,10 @@ class ScheduleRunner {
  public:
   // `stages`: this rank's, by stage index; `comm`: the pipeline group, its rank r running
   // layout.StagesOfRank(r) (null when every stage is local); `hidden_dim`: what travels between
-  // stages is [batch, seq, hidden_dim] in float32.
+  // stages is [batch, seq / sequence_shards, hidden_dim] in float32 (sequence parallelism leaves
+  // each tensor-parallel rank its slice of the sequence).
   ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
-                 Communicator* comm, int64_t hidden_dim);
+                 Communicator* comm, int64_t hidden_dim, int64_t sequence_shards = 1);
 
   // Runs `actions` over `microbatches`. Returns the sum of the last stage's microbatch losses
   // (an fp32 scalar; zero on ranks without the last stage).
@@ -47,6 +48,7 @@ class ScheduleRunner {
   std::map<int, PipelineStage*> stages_;
   Communicator* comm_;
   int64_t hidden_dim_;
+  int64_t sequence_shards_;
   int rank_;
   Times times_;
 };

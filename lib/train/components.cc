@@ -13,6 +13,7 @@
 #include "lib/checkpoint/directory.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/interop/load_weights.h"
+#include "lib/model/batch_invariant.h"
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/device.h"
 #include "lib/util/status_macros.h"
@@ -74,6 +75,7 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   setup.run_id = absl::StrCat(seed_and_run[1].item<int64_t>());
   at::manual_seed(setup.seed);
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
+  SetBatchInvariant(config.debug().batch_invariant());
 
   setup.device = PickDevice(runtime.env().local_rank);
   const std::string& mp = training.mixed_precision_param();
@@ -148,17 +150,31 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
   }
   // A checkpoint in [checkpoint] folder, if any, still takes precedence when the trainer resumes.
   const bool in_hf = config.checkpoint().initial_load_in_hf();
+  if (config.compile().enable_async_tensor_parallel()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "[compile] enable_async_tensor_parallel = true: ",
+        setup.device.is_cpu()
+            ? "async tensor parallelism overlaps collectives with matmuls through CUDA symmetric "
+              "memory; this run is on CPU, where Gloo offers no such overlap"
+            : "async tensor parallelism is not implemented yet (its place: the decoder's "
+              "region hooks, lib/parallel/tensor_parallel.cc)"));
+  }
+  const JobConfig::Parallelism& parallelism = config.parallelism();
   ParallelizeOptions parallelize;
   parallelize.ac_mode = config.activation_checkpoint().mode();
   parallelize.selective_ac_option = config.activation_checkpoint().selective_ac_option();
-  parallelize.reshard_after_forward = config.parallelism().fsdp_reshard_after_forward();
+  parallelize.reshard_after_forward = parallelism.fsdp_reshard_after_forward();
+  parallelize.tensor_parallel.sequence_parallel = parallelism.enable_sequence_parallel();
+  parallelize.tensor_parallel.loss_parallel = !parallelism.disable_loss_parallel();
+  parallelize.cp_load_balancer = parallelism.context_parallel_load_balancer();
+  parallelize.cp_rotate_method = parallelism.context_parallel_rotate_method();
   if (setup.autocast_dtype) {
     // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
     // reduced in [training] mixed_precision_reduce.
     parallelize.fsdp_mixed_precision = {*setup.autocast_dtype, at::kFloat};
   }
   if (runtime.dims().pp_enabled()) {
-    const auto& p = config.parallelism();
+    const JobConfig::Parallelism& p = parallelism;
     PipelineOptions pipeline;
     pipeline.split.schedule = p.pipeline_parallel_schedule();
     pipeline.split.pp = p.pipeline_parallel_degree();
@@ -185,7 +201,7 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
     // An initial load reads whole tensors, so it needs the whole model first; else FSDP
     // initialises one group at a time after sharding (the same weights as one process with the
     // same seed).
-    const bool init_after_sharding = runtime.dims().dp_shard_enabled() && initial_load.empty();
+    const bool init_after_sharding = runtime.dims().fsdp_enabled() && initial_load.empty();
     if (!init_after_sharding) {
       bundle.model->Materialize(param_options);
       bundle.model->InitWeights();
@@ -239,7 +255,10 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
   data.dp_world_size = setup.dp_size;
   TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
   LOG(INFO) << "dataset " << training.dataset() << ": " << training.dataset_path();
-  return std::make_unique<TextDataLoader>(std::move(dataset));
+  auto loader = std::make_unique<TextDataLoader>(std::move(dataset));
+  // Two batches ahead: tokenizing the next step's windows overlaps this step's compute.
+  loader->StartReadAhead(training.local_batch_size(), /*depth=*/2);
+  return loader;
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(

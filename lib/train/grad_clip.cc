@@ -7,26 +7,40 @@ namespace titan {
 at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
                         const SquaredNormReducer& reduce) {
   c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> norms;
+  std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
-    if (p.grad().defined()) norms.push_back(at::linalg_vector_norm(p.grad(), 2).to(at::kFloat));
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  // As torch.nn.utils.clip_grad_norm_: one foreach kernel on CUDA, a norm per tensor on CPU (where
+  // torch has no foreach path), so both devices match torch bit for bit.
+  std::vector<at::Tensor> grad_norms =
+      !grads.empty() && grads.front().is_cuda() ? at::_foreach_norm(grads, 2)
+                                                : std::vector<at::Tensor>();
+  if (grad_norms.empty()) {
+    for (const at::Tensor& g : grads) grad_norms.push_back(at::linalg_vector_norm(g, 2));
+  }
+  // The reducer weighs squares per parameter: one entry per parameter, 0 without a gradient.
+  std::vector<at::Tensor> norms;
+  size_t next = 0;
+  for (const at::Tensor& p : params) {
+    if (p.grad().defined()) {
+      norms.push_back(grad_norms[next++].to(at::kFloat));
+    } else if (reduce) {
+      norms.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
+    }
   }
   if (norms.empty()) return at::zeros({}, at::kFloat);
   at::Tensor total;
   if (reduce) {
     // Shards: the squares add up across ranks.
-    at::Tensor squared = at::stack(norms).pow(2).sum();
-    reduce(squared);
-    total = squared.sqrt();
+    total = reduce(at::stack(norms).pow(2)).sqrt();
   } else {
     // torch.nn.utils.clip_grad_norm_'s own reduction, so one process clips by the same bits.
     total = at::linalg_vector_norm(at::stack(norms), 2);
   }
   if (max_norm > 0) {
     at::Tensor scale = (max_norm / (total + 1e-6)).clamp_max(1.0);
-    for (const at::Tensor& p : params) {
-      if (p.grad().defined()) p.grad().mul_(scale.to(p.grad().scalar_type()));
-    }
+    for (const at::Tensor& g : grads) g.mul_(scale.to(g.scalar_type()));
   }
   return total;
 }

@@ -8,8 +8,10 @@
 
 namespace titan {
 
-// Sums a squared norm across ranks; data-parallel code passes its all-reduce, one process none.
-using SquaredNormReducer = std::function<void(at::Tensor& squared_norm)>;
+// The global squared norm from this rank's per-parameter squared gradient norms ([n] fp32, in the
+// order ClipGradNorm got the parameters, 0 without a gradient): parallel code weighs and sums them
+// across ranks (each shard once, each replicated parameter once); one process passes none.
+using SquaredNormReducer = std::function<at::Tensor(const at::Tensor& squared_norms)>;
 
 // Global-norm gradient clipping as torch.nn.utils.clip_grad_norm_, but shard-aware: each rank's
 // squared norm is reduced before the scale is taken. Returns the total norm before clipping.

@@ -29,10 +29,16 @@ TEST(GradClipTest, LeavesSmallGradientsAlone) {
   EXPECT_FLOAT_EQ(params[0].grad()[0].item<float>(), 0.3f);
 }
 
-TEST(GradClipTest, ReducerSeesSquaredNormOfAllShards) {
-  auto params = ParamsWithGrads({{3.0f}});
-  // Another "rank" holds a shard with squared norm 16: total norm 5.
-  at::Tensor norm = ClipGradNorm(params, 100.0, [](at::Tensor& sq) { sq.add_(16.0); });
+TEST(GradClipTest, ReducerSeesEachParametersSquaredNormInOrder) {
+  auto params = ParamsWithGrads({{3.0f}, {1.0f}, {2.0f, 2.0f}});
+  params[1].mutable_grad() = at::Tensor();  // no gradient: 0, in its place
+  at::Tensor seen;
+  // Another "rank" holds a shard with squared norm 8: total norm sqrt(9 + 8 + 8) = 5.
+  at::Tensor norm = ClipGradNorm(params, 100.0, [&seen](const at::Tensor& squares) {
+    seen = squares;
+    return squares.sum() + 8.0;
+  });
+  EXPECT_TRUE(at::allclose(seen, at::tensor({9.0f, 0.0f, 8.0f})));
   EXPECT_NEAR(norm.item<float>(), 5.0f, 1e-6);
 }
 

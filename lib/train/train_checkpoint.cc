@@ -129,7 +129,10 @@ NamedTensors TrainCheckpointer::PiecesToSave(const NamedTensors& local, TensorBo
   const bool whole_writer = first_replica && at.dp_shard == 0 && at.cp == 0 && at.tp == 0;
   NamedTensors kept;
   for (auto& [name, tensor] : parts_.sharded->CheckpointPieces(local, boxes)) {
-    if (boxes.count(name) > 0 ? first_replica : whole_writer) kept.emplace_back(name, tensor);
+    const bool piece = boxes.count(name) > 0;
+    if (piece ? first_replica && parts_.sharded->WritesPiece(name) : whole_writer) {
+      kept.emplace_back(name, tensor);
+    }
   }
   return kept;
 }

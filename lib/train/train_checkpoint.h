@@ -63,8 +63,9 @@ class TrainCheckpointer {
                     std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts,
                     absl::flat_hash_set<std::string> excluded);
   NamedTensors ModelState() const;
-  // What this rank saves of `local`: its pieces in the first replica group, whole tensors on
-  // the rank at data-parallel position 0 of each pipeline stage.
+  // What this rank saves of `local`: its pieces in the first replica group (a piece several
+  // tensor-parallel ranks hold, from the first of them), whole tensors on the rank at data-, context-
+  // and tensor-parallel position 0 of each pipeline stage.
   NamedTensors PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const;
   absl::Status ExportHf(int64_t step, const NamedTensors& model) const;
   bool writer() const { return runtime_.rank() == 0; }

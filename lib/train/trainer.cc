@@ -81,6 +81,7 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
   TITAN_ASSIGN_OR_RETURN(model_, BuildModel(config_, info, setup_, runtime_));
+  loss_ = batch_parallel().Loss(custom_loss_);
   peak_flops_ = PeakFlops(DeviceName(setup_.device), setup_.autocast_dtype
                                                          ? MatmulDtype::kBfloat16
                                                          : MatmulDtype::kFloat32);
@@ -90,7 +91,8 @@ absl::Status Trainer::Init() {
               << (dims.dp_shard_enabled() ? (dims.dp_replicate_enabled() ? "HSDP" : "FSDP")
                                           : (dims.dp_replicate_enabled() ? "DDP" : "off"))
               << " (replicate " << dims.dp_replicate() << " x shard " << dims.dp_shard()
-              << "), dp rank " << setup_.dp_rank << " of " << setup_.dp_size;
+              << "), dp rank " << setup_.dp_rank << " of " << setup_.dp_size
+              << ", tensor parallel " << dims.tp() << ", context parallel " << dims.cp();
   }
   if (model_.pipeline != nullptr) {
     const PipelineLayout& layout = model_.pipeline->layout();
@@ -156,10 +158,25 @@ absl::StatusOr<std::vector<Batch>> Trainer::NextMicrobatches() {
   return batches;
 }
 
-absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbatches,
+void Trainer::set_loss(LossFn loss) {
+  custom_loss_ = std::move(loss);
+  if (model_.data_parallel != nullptr || model_.pipeline != nullptr) {
+    loss_ = batch_parallel().Loss(custom_loss_);
+  }
+}
+
+absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_microbatches,
                                               bool labels_masked) {
   const int64_t step = state_.step + 1;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepBegin, {step}));
+  // Context-parallel ranks each take a share of every sequence: the step's tokens are split over
+  // data-parallel × context-parallel ranks.
+  const int token_ranks = setup_.dp_size * batch_parallel().context_parallel_degree();
+  std::vector<Batch> microbatches;
+  for (const Batch& batch : full_microbatches) {
+    TITAN_ASSIGN_OR_RETURN(Batch shard, batch_parallel().ShardBatch(batch));
+    microbatches.push_back(std::move(shard));
+  }
   StepResult result;
   int64_t counted = 0;
   for (const Batch& batch : microbatches) {
@@ -167,13 +184,13 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
     counted += labels_masked ? CountedTokens(batch.labels) : batch.labels.numel();
   }
   // Every rank reads equally many tokens, so unmasked counts need no communication.
-  double global_counted = static_cast<double>(counted) * setup_.dp_size;
+  double global_counted = static_cast<double>(counted) * token_ranks;
   if (labels_masked) {
     TITAN_ASSIGN_OR_RETURN(global_counted, SumOverDp(static_cast<double>(counted)));
   }
   // Data parallelism averages gradients over ranks: each rank scales its summed loss by
-  // dp_size / global_counted so the average is the gradient of the global mean.
-  const double per_rank_counted = global_counted / setup_.dp_size;
+  // token_ranks / global_counted so the average is the gradient of the global mean.
+  const double per_rank_counted = global_counted / token_ranks;
   optimizer_->ZeroGrad();
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(setup_.device));
   PipelineParallel* pipeline = model_.pipeline.get();
@@ -196,7 +213,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
   }
   TITAN_RETURN_IF_ERROR(pipeline != nullptr ? pipeline->FinishBackward()
                                             : model_.data_parallel->FinishBackward());
-  if (setup_.dp_size == 1) {
+  if (token_ranks == 1) {
     // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
     result.loss = (loss_sum / global_counted).item<double>();
   } else {
@@ -210,8 +227,9 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);
   result.grad_norm = ClipGradNorm(tensors, config_.training().max_norm(),
-                                  pipeline != nullptr ? pipeline->GradNormReducer()
-                                                      : model_.data_parallel->GradNormReducer())
+                                  pipeline != nullptr
+                                      ? pipeline->GradNormReducer()
+                                      : model_.data_parallel->GradNormReducer(model_.params))
                          .item<double>();
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeOptimizer, {step}));
   {
@@ -223,15 +241,22 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& microbat
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kAfterOptimizer, {step}));
   state_.step = step;
   ++state_.lr_step;
-  state_.ntokens_seen += result.tokens * setup_.dp_size;
+  state_.ntokens_seen += result.tokens * token_ranks;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepEnd, {step}));
   return result;
 }
 
+DataParallel& Trainer::batch_parallel() const {
+  return model_.pipeline != nullptr ? model_.pipeline->data_parallel() : *model_.data_parallel;
+}
+
 absl::StatusOr<double> Trainer::SumOverDp(double value) const {
-  if (setup_.dp_size == 1) return value;
+  if (!runtime_.distributed()) return value;
   at::Tensor sum = at::full({1}, value, at::kDouble);
-  TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(sum, ReduceOp::kSum)));
+  for (MeshGroup group : {MeshGroup::kDp, MeshGroup::kCp}) {
+    if (runtime_.comm(group).size() == 1) continue;
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(group).AllReduce(sum, ReduceOp::kSum)));
+  }
   return sum.item<double>();
 }
 
@@ -272,7 +297,8 @@ absl::StatusOr<double> Trainer::Validate() {
     absl::StatusOr<TokenBatch> tokens = loader.NextBatch(v.local_batch_size());
     if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
     TITAN_RETURN_IF_ERROR(tokens.status());
-    const Batch batch = MakeBatch(*tokens, setup_.device, document_bos);
+    TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(MakeBatch(
+                                                  *tokens, setup_.device, document_bos)));
     if (model_.pipeline != nullptr) {
       TITAN_ASSIGN_OR_RETURN(const double sum,
                              model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));
@@ -284,6 +310,13 @@ absl::StatusOr<double> Trainer::Validate() {
     }
     counted += CountedTokens(batch.labels);
     ++batches;
+  }
+  if (batch_parallel().context_parallel_degree() > 1) {
+    // Context-parallel ranks evaluated shares of the same sequences.
+    at::Tensor sums = at::tensor({loss_sum, static_cast<double>(counted)}, at::kDouble);
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kCp).AllReduce(sums, ReduceOp::kSum)));
+    loss_sum = sums[0].item<double>();
+    counted = static_cast<int64_t>(sums[1].item<double>());
   }
   if (counted == 0) {
     return absl::InvalidArgumentError(absl::StrCat("[validation] dataset_path: ", v.dataset_path(),

@@ -51,8 +51,9 @@ class Trainer {
   // `labels_masked`; else every label counts and the count is known).
   absl::StatusOr<StepResult> TrainStep(const std::vector<Batch>& microbatches, bool labels_masked);
 
-  // The loss TrainStep and validation use (default: CrossEntropySum()).
-  void set_loss(LossFn loss) { loss_ = std::move(loss); }
+  // The loss TrainStep and validation use (default: the cross-entropy, vocab-parallel on logits
+  // that tensor parallelism left as vocabulary shards); a loss set here gets whole logits.
+  void set_loss(LossFn loss);
   StepHooks& hooks() { return hooks_; }
   Decoder& model() { return *model_.model; }  // not with pipeline parallelism: see pipeline()
   PipelineParallel* pipeline() { return model_.pipeline.get(); }  // null without
@@ -63,6 +64,10 @@ class Trainer {
  private:
   absl::StatusOr<std::vector<Batch>> NextMicrobatches();
   absl::StatusOr<double> Validate();
+  // What shards batches (context parallelism) and picks the loss (tensor parallelism): the model's
+  // data-parallel wrapper, or with pipeline parallelism its stages' (alike in both).
+  DataParallel& batch_parallel() const;
+  // Over the ranks a step's tokens are split across: data parallel × context parallel.
   absl::StatusOr<double> SumOverDp(double value) const;
   // The stop signal, once any rank has one, so that every rank stops after the same step.
   absl::StatusOr<int> AgreedStopSignal() const;
@@ -82,7 +87,8 @@ class Trainer {
   std::unique_ptr<StepProfiler> profiler_;           // null with profiling off
   std::unique_ptr<ResourceMonitor> monitor_;         // [job] monitoring_interval
   StepHooks hooks_;
-  LossFn loss_ = CrossEntropySum();
+  LossFn custom_loss_;  // set_loss's; unset: the cross-entropy
+  LossFn loss_;         // what the model's logits get (DataParallel::Loss)
   TrainState state_;
   int64_t microbatches_ = 1;
   double peak_flops_ = 0;

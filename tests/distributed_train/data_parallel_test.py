@@ -1,35 +1,26 @@
-"""titan_train on several local ranks (CPU, Gloo on loopback) against one process: data-parallel
-loss parity (parity.py says how and within what), checkpoints that reshard, and a killed rank that
-takes the job down instead of hanging.
+"""titan_train on several local ranks (CPU, Gloo on loopback) against one process.
+
+Parity: every data-parallel layout trains the debug model on the same global batch (8 sequences of
+64 tokens per step: 8 x 1 process, 4 x 2 ranks, 2 x 4 ranks) from the same initial weights, so each
+step's loss must match one process's within train_runs.RTOL (1e-5 relative, fp32; why: there).
+
+Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
 """
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
 
-import parity
-from parity import COMMON, GLOBAL_BATCH, RTOL, STEPS, losses, max_rel_diff, state_bytes, train
+import train_runs
+from train_runs import COMMON, GLOBAL_BATCH, RTOL, STEPS, losses, max_rel_diff, state_bytes, train
 
 
-class DataParallelTest(parity.ParityTestCase):
-    def assert_rank_files(self, step_dir, writers, world):
-        """Each writing rank saved its own shard files; the manifest records their offsets."""
-        names = set(os.listdir(step_dir))
-        for stem in ("model", "optimizer"):
-            want = {f"{stem}-{r:05d}-of-{world:05d}.safetensors" for r in writers}
-            self.assertEqual({n for n in names if n.startswith(stem + "-")}, want)
-        with open(os.path.join(step_dir, "manifest.json")) as f:
-            manifest = json.load(f)
-        pieces = [t for t in manifest["tensors"] if t["name"] == "layers.0.attention.wq.weight"]
-        self.assertEqual(len(pieces), len(writers))
-        rows = pieces[0]["global_shape"][0]
-        self.assertEqual(sorted(p["offsets"][0] for p in pieces),
-                         [i * rows // len(writers) for i in range(len(writers))])
-
+class DataParallelTest(train_runs.ParityTest):
     def test_fsdp2(self):
         self.check_parity("fsdp2", 2)
 
@@ -78,9 +69,9 @@ class DataParallelTest(parity.ParityTestCase):
         for rank in range(2):
             env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
                        LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-            cmd = [parity.TITAN_TRAIN, *COMMON, f"--job.dump_folder={dump}",
-                   "--training.steps=100000", f"--training.local_batch_size={GLOBAL_BATCH // 2}",
-                   "--checkpoint.enable=true",
+            cmd = [train_runs.TITAN_TRAIN, *COMMON, f"--job.dump_folder={dump}",
+                   "--training.steps=100000",
+                   f"--training.local_batch_size={GLOBAL_BATCH // 2}", "--checkpoint.enable=true",
                    "--checkpoint.interval=2", "--checkpoint.keep_latest_k=0",
                    "--comm.train_timeout_seconds=20"]
             ranks.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL,
@@ -139,4 +130,4 @@ class DataParallelTest(parity.ParityTestCase):
 
 
 if __name__ == "__main__":
-    parity.main()
+    train_runs.main()

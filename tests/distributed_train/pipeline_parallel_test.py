@@ -1,4 +1,4 @@
-"""Pipeline parallelism in titan_train against one process (parity.py says how and within what):
+"""Pipeline parallelism in titan_train against one process (train_runs.py says how and within what):
 the global batch of 8 runs as 8 pipeline microbatches of one sequence (or, with data parallelism
 or gradient accumulation, fewer), every schedule must give one process's losses, checkpoints of
 any layout resume on any other, and validation runs through the stages.
@@ -10,8 +10,8 @@ is tagged manual: bazel test //tests/distributed_train:pipeline_parallel_long_te
 import os
 import sys
 
-import parity
-from parity import GLOBAL_BATCH, RTOL, losses, max_rel_diff, train
+import train_runs
+from train_runs import GLOBAL_BATCH, RTOL, losses, max_rel_diff, train
 
 PP2 = ["--parallelism.pipeline_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1"]
 VALIDATION = ["--validation.enable=true", "--validation.freq=5", "--validation.steps=2",
@@ -22,7 +22,7 @@ def schedule(name):
     return f"--parallelism.pipeline_parallel_schedule={name}"
 
 
-class PipelineParallelTest(parity.ParityTestCase):
+class PipelineParallelTest(train_runs.ParityTest):
     reference_flags = VALIDATION
 
     def test_pp2_1f1b_validates_and_its_checkpoint_resumes_on_one_process_and_fsdp2(self):
@@ -36,14 +36,14 @@ class PipelineParallelTest(parity.ParityTestCase):
                           "optimizer-00000-of-00002.safetensors",
                           "optimizer-00001-of-00002.safetensors"])
         self.check_resumes(step_dir, [("pp2_resume_one", 1), ("pp2_resume_fsdp2", 2)],
-                           steps=parity.STEPS)
+                           steps=train_runs.STEPS)
 
     def test_fsdp2_checkpoint_resumes_on_pp2(self):
         dump, _ = self.check_parity("fsdp2_for_pp", 2, checkpoint=True)
         self.check_resumes(os.path.join(dump, "checkpoint", "step-5"),
                            [("fsdp2_resume_pp2_1f1b", 2, *PP2),
                             ("fsdp2_resume_pp2_zbv", 2, *PP2, schedule("ZBVZeroBubble"))],
-                           steps=parity.STEPS)
+                           steps=train_runs.STEPS)
 
     def test_zbv_splits_backward_under_op_level_checkpointing_and_gradient_accumulation(self):
         # 2 accumulation steps of 4 sequences, each 4 microbatches through the V.
@@ -67,7 +67,7 @@ class PipelineParallelTest(parity.ParityTestCase):
         self.assertIn("deadlocks", proc.stderr)
 
 
-class PipelineParallelLongTest(parity.ParityTestCase):
+class PipelineParallelLongTest(train_runs.ParityTest):
     def test_pp2_every_other_schedule(self):
         for name in ("GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble",
                      "DualPipeV"):
@@ -125,7 +125,7 @@ class PipelineParallelLongTest(parity.ParityTestCase):
         for name, export in (("from_pp2", dump), ("from_one", one)):
             run = self.fresh(name)
             train(run, 1, GLOBAL_BATCH, "--checkpoint.enable=false",
-                  f"--checkpoint.initial_load_path={export}/checkpoint/step-{parity.STEPS}",
+                  f"--checkpoint.initial_load_path={export}/checkpoint/step-{train_runs.STEPS}",
                   steps=1)
             first.append(losses(run)[1])
         diff = abs(first[0] - first[1]) / first[1]
@@ -135,4 +135,4 @@ class PipelineParallelLongTest(parity.ParityTestCase):
 
 
 if __name__ == "__main__":
-    parity.main()
+    train_runs.main()

@@ -13,40 +13,16 @@ import unittest
 
 import torch
 import transformers
+from interop_util import config_dict, convert, hf_tensors, run
 from safetensors.torch import load_file, save_file
 
 CONVERT = None
 FORWARD = None
 INSPECT = None
 
-# Keys transformers stamps with its own version or derives on load: not part of the model.
-VOLATILE_CONFIG_KEYS = {"transformers_version", "_name_or_path"}
 # fp32 on both sides; attention, RoPE and norms sum in different orders (SDPA kernels, interleaved
 # vs rotate-half pairs), so agreement is to rounding, not bitwise.
 LOGIT_TOLERANCE = 1e-4
-
-
-def run(cmd):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    return proc
-
-
-def convert(src, dst, *flags):
-    return json.loads(run([CONVERT, "--json", *flags, src, dst]).stdout)
-
-
-def hf_tensors(folder):
-    tensors = {}
-    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
-        tensors.update(load_file(path))
-    return tensors
-
-
-def config_dict(folder):
-    config = transformers.AutoConfig.from_pretrained(folder).to_dict()
-    return {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS}
 
 
 def qwen3_config(**overrides):
@@ -87,9 +63,9 @@ class FamilyTest(unittest.TestCase):
         return model.eval()
 
     def round_trip(self, *flags_back):
-        titan = convert(self.path("hf"), self.path("titan"), "--to=titan")
+        titan = convert(CONVERT, self.path("hf"), self.path("titan"), "--to=titan")
         self.assertEqual(titan["model"], "qwen3")
-        back = convert(self.path("titan"), self.path("back"), "--to=hf", *flags_back)
+        back = convert(CONVERT, self.path("titan"), self.path("back"), "--to=hf", *flags_back)
         original, converted = hf_tensors(self.path("hf")), hf_tensors(self.path("back"))
         self.assertEqual(sorted(original), sorted(converted))
         for name, tensor in original.items():
@@ -195,7 +171,7 @@ class FamilyTest(unittest.TestCase):
                                                     "--model=qwen3")
             self.assertIn("holds qwen3 custom (dim 256, 4 layers, 16/8 heads of 128", log)
             # The titan copy holds the same numbers: its forward is the very same.
-            convert(self.path("hf"), self.path("titan"), "--to=titan")
+            convert(CONVERT, self.path("hf"), self.path("titan"), "--to=titan")
             from_titan, _ = self.titan_logits(self.path("titan"), tokens)
             self.assertTrue(torch.equal(from_hf, from_titan), name)
 

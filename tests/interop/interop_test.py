@@ -10,37 +10,13 @@ import unittest
 
 import torch
 import transformers
+from interop_util import config_dict, convert, hf_tensors, run
 from safetensors.torch import load_file, save_file
 
 CONVERT = None
 MAKE_TITAN = None
 INSPECT = None
 
-# Keys transformers stamps with its own version or derives on load: not part of the model.
-VOLATILE_CONFIG_KEYS = {"transformers_version", "_name_or_path"}
-
-
-def run(cmd):
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
-    return proc
-
-
-def convert(src, dst, *flags):
-    return json.loads(run([CONVERT, "--json", *flags, src, dst]).stdout)
-
-
-def hf_tensors(folder):
-    tensors = {}
-    for path in sorted(glob.glob(os.path.join(folder, "*.safetensors"))):
-        tensors.update(load_file(path))
-    return tensors
-
-
-def config_dict(folder):
-    config = transformers.AutoConfig.from_pretrained(folder).to_dict()
-    return {k: v for k, v in config.items() if k not in VOLATILE_CONFIG_KEYS}
 
 
 def small_config(**overrides):
@@ -73,8 +49,8 @@ class InteropTest(unittest.TestCase):
         return model
 
     def round_trip(self, *flags_back):
-        titan = convert(self.path("hf"), self.path("titan"), "--from=hf", "--to=titan")
-        back = convert(self.path("titan"), self.path("back"), "--from=titan", "--to=hf",
+        titan = convert(CONVERT, self.path("hf"), self.path("titan"), "--from=hf", "--to=titan")
+        back = convert(CONVERT, self.path("titan"), self.path("back"), "--from=titan", "--to=hf",
                        *flags_back)
         original, converted = hf_tensors(self.path("hf")), hf_tensors(self.path("back"))
         self.assertEqual(sorted(original), sorted(converted))
@@ -122,7 +98,7 @@ class InteropTest(unittest.TestCase):
     def test_titan_export_matches_transformers_logits(self):
         logits_path = self.path("titan_logits.safetensors")
         run([MAKE_TITAN, f"--checkpoint_dir={self.path('titan')}", f"--logits={logits_path}"])
-        summary = convert(self.path("titan"), self.path("hf"), "--from=titan", "--to=hf")
+        summary = convert(CONVERT, self.path("titan"), self.path("hf"), "--from=titan", "--to=hf")
         self.assertEqual(summary["input"], self.path("titan/step-3"))
         reference = load_file(logits_path)
         model = transformers.LlamaForCausalLM.from_pretrained(self.path("hf"),
@@ -153,7 +129,7 @@ class InteropTest(unittest.TestCase):
 
     def test_meta_export_and_import(self):
         original = self.save_hf(small_config(), torch.bfloat16)
-        convert(self.path("hf"), self.path("meta"), "--from=hf", "--to=meta")
+        convert(CONVERT, self.path("hf"), self.path("meta"), "--from=hf", "--to=meta")
         with open(self.path("meta/params.json")) as f:
             params = json.load(f)
         self.assertEqual((params["dim"], params["n_kv_heads"], params["use_scaled_rope"]),
@@ -173,7 +149,7 @@ class InteropTest(unittest.TestCase):
         self.assertEqual(state["tok_embeddings.weight"].dtype, torch.bfloat16)
         self.assertEqual(len(state), 2 * 9 + 3)
         # Meta -> HF gives back the original tensors.
-        convert(self.path("meta"), self.path("back"), "--from=meta", "--to=hf")
+        convert(CONVERT, self.path("meta"), self.path("back"), "--from=meta", "--to=hf")
         back = hf_tensors(self.path("back"))
         for name, tensor in hf_tensors(self.path("hf")).items():
             self.assertTrue(torch.equal(tensor, back[name]), name)

@@ -175,12 +175,11 @@ class TitanTrainTest(unittest.TestCase):
     def test_llama3_8b_job_file_starts_with_op_level_selective_checkpointing(self):
         # The 8B preset as shipped, shrunk to the debug model, bundled tokenizer and corpus.
         dump = self.dump("llama3_8b_job")
-        proc = run_train(dump, "--model.flavor=debugmodel", "--model.hf_assets_path=",
-                         "--model.tokenizer_path=assets/default_tokenizer",
-                         "--training.dataset_path=assets/default_corpus/train.jsonl",
-                         "--training.seq_len=128", "--training.local_batch_size=2",
-                         "--training.steps=3", "--metrics.log_freq=1",
-                         config="configs/llama3_8b.toml")
+        run_train(dump, "--model.flavor=debugmodel", "--model.hf_assets_path=",
+                  "--model.tokenizer_path=assets/default_tokenizer",
+                  "--training.dataset_path=assets/default_corpus/train.jsonl",
+                  "--training.seq_len=128", "--training.local_batch_size=2",
+                  "--training.steps=3", "--metrics.log_freq=1", config="configs/llama3_8b.toml")
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3])
         with open(os.path.join(dump, "config.toml")) as f:
             effective = f.read()

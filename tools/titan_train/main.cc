@@ -1,16 +1,9 @@
 // titan_train: trains a model from a TOML job file plus --section.key=value overrides, in one
 // process, in --nproc_per_node local ranks, or as one rank of a job that torchrun, srun or mpirun
 // started.
-#include <unistd.h>
-
-#include <cstdlib>
-#include <cstring>
-#include <iostream>
 #include <string>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/launcher.h"
@@ -25,30 +18,6 @@ constexpr char kUsage[] =
     "runs N ranks on this host (as torchrun --standalone); [parallelism] says how they split the\n"
     "work.\n\n";
 
-// The value of --nproc_per_node (0 when absent); the launcher drops the flag for the ranks.
-absl::StatusOr<int> NprocPerNode(int argc, char** argv) {
-  constexpr absl::string_view kFlag = "--nproc_per_node";
-  for (int i = 1; i < argc; ++i) {
-    absl::string_view arg = argv[i];
-    if (arg.substr(0, kFlag.size()) != kFlag) continue;
-    absl::string_view value;
-    if (arg.size() > kFlag.size() && arg[kFlag.size()] == '=') {
-      value = arg.substr(kFlag.size() + 1);
-    } else if (arg.size() == kFlag.size() && i + 1 < argc) {
-      value = argv[i + 1];
-    } else {
-      continue;
-    }
-    int nproc = 0;
-    if (!absl::SimpleAtoi(value, &nproc) || nproc < 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--nproc_per_node: expected a positive integer, got \"", value, "\""));
-    }
-    return nproc;
-  }
-  return 0;
-}
-
 absl::Status Run(int argc, char** argv) {
   absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
   if (!env.ok()) return env.status();
@@ -56,6 +25,10 @@ absl::Status Run(int argc, char** argv) {
   if (!config.ok()) return config.status();
   if (absl::Status status = titan::ValidateJobConfig(*config, env->world_size); !status.ok()) {
     return status;
+  }
+  if (config->rl().ByteSizeLong() != 0) {
+    return absl::InvalidArgumentError("[rl]: the RL section is titan_rl's; titan_train ignores "
+                                      "nothing, so remove it or run titan_rl");
   }
   absl::StatusOr<titan::DistributedRuntime> runtime =
       titan::DistributedRuntime::Connect(*config, *env);
@@ -68,28 +41,6 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-      std::cout << kUsage << titan::JobConfigHelp();
-      return 0;
-    }
-  }
-  FLAGS_logtostderr = true;
-  google::InitGoogleLogging(argv[0]);
-  // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
-  if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
-    if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
-  }
-  absl::StatusOr<int> nproc = NprocPerNode(argc, argv);
-  if (nproc.ok() && *nproc > 0) {
-    absl::StatusOr<int> exit_code = titan::LaunchLocalRanks(*nproc, argc, argv);
-    if (exit_code.ok()) return *exit_code;
-    nproc = exit_code.status();
-  }
-  absl::Status status = nproc.ok() ? Run(argc, argv) : nproc.status();
-  if (!status.ok()) {
-    std::cerr << "titan_train: " << status.message() << "\n";
-    return 1;
-  }
-  return 0;
+  return titan::RunRankedTool(argc, argv, "titan_train", kUsage + titan::JobConfigHelp(),
+                              [&] { return Run(argc, argv); });
 }

@@ -1,15 +1,6 @@
-"""What the multi-rank titan_train tests share: running titan_train (one process, or
---nproc_per_node ranks on loopback) on the debug model with a fixed global batch, and comparing each
-step's loss with one process's.
-
-Parity: every layout trains on the same global batch (8 sequences of 64 tokens per step) from the
-same initial weights, so each step's loss must match one process's. Tolerance: 1e-5 relative, fp32:
-ranks add partial sums (gradient reductions, microbatch gradients, the loss average) in another
-order than one process's batched ones, which changes float32 roundings, and ten AdamW steps carry
-them forward.
-
-Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
-"""
+"""titan_train runs for the multi-process tests: one job on N local ranks, its losses, and the
+per-rank state memory it logged. Run from the Bazel runfiles root, where configs/ and assets/
+resolve as in a checkout."""
 import argparse
 import json
 import os
@@ -19,10 +10,13 @@ import subprocess
 import sys
 import unittest
 
-TITAN_TRAIN = None
+TITAN_TRAIN = None  # set by the test's main from --titan_train
 CONFIG = "configs/llama3_debugmodel.toml"
 GLOBAL_BATCH = 8
 STEPS = 10
+# fp32 parity with one process: ranks add partial sums in another order than one process's
+# batched reductions (collectives, split matmuls, merged attention blocks), which changes float32
+# roundings, and ten AdamW steps carry them forward; observed differences are about 1e-6.
 RTOL = 1e-5
 COMMON = [
     f"--job.config_file={CONFIG}",
@@ -34,28 +28,20 @@ COMMON = [
 ]
 
 
-def train(dump, nproc, local_batch, *flags, steps=STEPS, check=True):
+def train(dump, nproc, local_batch, *flags, steps=STEPS, check=True, timeout=300):
     cmd = [TITAN_TRAIN]
     if nproc > 1:
         cmd.append(f"--nproc_per_node={nproc}")
     cmd += [*COMMON, f"--job.dump_folder={dump}", f"--training.steps={steps}",
             f"--training.local_batch_size={local_batch}", *flags]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-4000:]}")
     return proc
 
 
-def local_batch_for(nproc, flags):
-    """Sequences per rank for the global batch: the ranks divided among pipeline stages share it."""
-    pp = 1
-    for flag in flags:
-        if flag.startswith("--parallelism.pipeline_parallel_degree="):
-            pp = int(flag.split("=")[1])
-    return GLOBAL_BATCH // (nproc // pp)
-
-
 def losses(dump, key="loss"):
+    """Step -> `key` (loss, validation_loss, ...) from the run's metrics.jsonl."""
     with open(os.path.join(dump, "metrics.jsonl")) as f:
         return {row["step"]: row[key] for row in map(json.loads, f) if key in row}
 
@@ -71,8 +57,27 @@ def state_bytes(stderr):
     return {int(rank): int(total) for rank, total in found}
 
 
-class ParityTestCase(unittest.TestCase):
-    """Compares runs against one process's run of the debug model (run once per test class)."""
+def fresh(root, name):
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+
+def data_parallel_degree(nproc, flags):
+    """The ranks that read different data: nproc over the tensor, context and pipeline parallel
+    degrees."""
+    others = 1
+    for flag in flags:
+        found = re.fullmatch(r"--parallelism\.(tensor|context|pipeline)_parallel_degree=(\d+)",
+                             flag)
+        if found:
+            others *= int(found.group(2))
+    return nproc // others
+
+
+class ParityTest(unittest.TestCase):
+    """Runs against one process's losses (llama3 debug model, 10 steps), saved resumes, and the
+    files a distributed checkpoint holds."""
     tmp = None
     reference_flags = ()  # what else the reference run sets (validation: it trains alike)
     reference = None  # one process: step -> loss
@@ -90,21 +95,19 @@ class ParityTestCase(unittest.TestCase):
 
     @classmethod
     def fresh(cls, name):
-        path = os.path.join(cls.tmp, name)
-        shutil.rmtree(path, ignore_errors=True)
-        return path
+        return fresh(cls.tmp, name)
 
     def check_parity(self, name, nproc, *flags, checkpoint=False, local_batch=None, steps=STEPS,
                      reference=None):
         """Trains `steps` steps (saving every STEPS // 2 with `checkpoint`); each must match one
         process's run of as many steps (the learning-rate schedule depends on the total), or
-        `reference`'s losses."""
+        `reference`'s losses. The global batch is split over the data-parallel ranks."""
         dump = self.fresh(name)
         ckpt = (["--checkpoint.enable=true", f"--checkpoint.interval={STEPS // 2}",
                  "--checkpoint.keep_latest_k=0", "--checkpoint.last_save_model_only=false"]
                 if checkpoint else ["--checkpoint.enable=false"])
-        proc = train(dump, nproc, local_batch or local_batch_for(nproc, flags), *ckpt, *flags,
-                     steps=steps)
+        local_batch = local_batch or GLOBAL_BATCH // data_parallel_degree(nproc, flags)
+        proc = train(dump, nproc, local_batch, *ckpt, *flags, steps=steps)
         got = losses(dump)
         self.assertEqual(sorted(got), list(range(1, steps + 1)))
         if reference is None and steps == STEPS:
@@ -124,7 +127,7 @@ class ParityTestCase(unittest.TestCase):
             print(f"{name}: max relative validation loss difference vs 1 process: {diff:.3e}",
                   file=sys.stderr)
             self.assertLessEqual(diff, RTOL)
-        # One rank writes metrics: one line per step, not one per rank.
+        # One rank writes metrics (rank 0, or the last pipeline stage's first): one line per step.
         with open(os.path.join(dump, "metrics.jsonl")) as f:
             self.assertEqual(len(f.readlines()), steps)
         return dump, proc
@@ -138,7 +141,8 @@ class ParityTestCase(unittest.TestCase):
         for name, nproc, *flags in runs:
             resumed = self.fresh(name)
             shutil.copytree(step_dir, os.path.join(resumed, "checkpoint", step_name))
-            proc = train(resumed, nproc, local_batch_for(nproc, flags), "--checkpoint.enable=true",
+            proc = train(resumed, nproc, GLOBAL_BATCH // data_parallel_degree(nproc, flags),
+                         "--checkpoint.enable=true",
                          "--checkpoint.interval=100", "--checkpoint.keep_latest_k=0", *flags,
                          steps=steps)
             self.assertIn(f"resumed from checkpoint {step_name}", proc.stderr)
@@ -148,6 +152,20 @@ class ParityTestCase(unittest.TestCase):
             print(f"\n{name}: max relative loss difference vs the saving run: {diff:.3e}",
                   file=sys.stderr)
             self.assertLessEqual(diff, RTOL)
+
+    def assert_rank_files(self, step_dir, writers, world):
+        """Each writing rank saved its own shard files; the manifest records their offsets."""
+        names = set(os.listdir(step_dir))
+        for stem in ("model", "optimizer"):
+            want = {f"{stem}-{r:05d}-of-{world:05d}.safetensors" for r in writers}
+            self.assertEqual({n for n in names if n.startswith(stem + "-")}, want)
+        with open(os.path.join(step_dir, "manifest.json")) as f:
+            manifest = json.load(f)
+        pieces = [t for t in manifest["tensors"] if t["name"] == "layers.0.attention.wq.weight"]
+        self.assertEqual(len(pieces), len(writers))
+        rows = pieces[0]["global_shape"][0]
+        self.assertEqual(sorted(p["offsets"][0] for p in pieces),
+                         [i * rows // len(writers) for i in range(len(writers))])
 
 
 def main():

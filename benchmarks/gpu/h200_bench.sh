@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The one-shot H200 benchmark, run on the GPU machine from the folder benchmarks/gpu/pack.sh
+# made (carried as gpu_pack): every stage under its own timeout, results written to $OUT as they
+# come, so a stage that fails or runs out of time leaves the others' results. About 8 minutes:
+#   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · smoke (titan debug model on CUDA,
+#   bf16, loss falls) · titan_8b8l / torchtitan_eager / torchtitan_compiled (Llama 3 8B shapes with
+#   8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) · chunked_ce · ops · summary.
+# Usage on the device: OUT=... bash gpu_pack/h200_bench.sh
+set -uo pipefail
+cd "$(dirname "$0")"
+OUT="${OUT:-/tmp/h200_bench}"
+mkdir -p "$OUT"
+work=/tmp/h200_work
+rm -rf "$work" && mkdir -p "$work"
+torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+nvidia_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib"))))')
+export LD_LIBRARY_PATH="$PWD/lib:$torch_lib:$nvidia_libs:${LD_LIBRARY_PATH:-}"
+
+stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its outcome in summary.txt
+  local name=$1 seconds=$2 start=$SECONDS
+  shift 2
+  echo "== $name (limit ${seconds}s)"
+  timeout --kill-after=10 "$seconds" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "$name: exit $rc after $((SECONDS - start))s" | tee -a "$OUT/summary.txt"
+  tail -n 3 "$OUT/$name.log"
+}
+
+titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
+  bin/titan_train --job.dump_folder="$OUT/$1" --checkpoint.enable=false --validation.enable=false \
+    --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.description="h200 bench $1" "${@:2}"
+}
+
+stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"'
+stage nccl 60 bin/nccl_communicator_test
+stage smoke 90 titan smoke --model.tokenizer_path=default_tokenizer \
+  --training.dataset_path=default_corpus/train.jsonl --training.seq_len=512 \
+  --training.local_batch_size=8 --training.steps=30 --training.mixed_precision_param=bfloat16 \
+  --lr_scheduler.warmup_steps=5 --optimizer.lr=2e-3 --activation_checkpoint.mode=none
+stage assets 30 python3 make_assets.py "$work"
+common=(--training.seq_len=8192 --training.local_batch_size=1 --training.steps=20
+        --training.mixed_precision_param=bfloat16 --activation_checkpoint.mode=none
+        --lr_scheduler.warmup_steps=2 --optimizer.lr=3e-4)
+stage titan_8b8l 150 titan titan_8b8l --model.name=llama3 --model.flavor=from_checkpoint \
+  --model.hf_assets_path="$work/model" --training.dataset_path="$work/corpus/train.jsonl" \
+  --optimizer.implementation=fused "${common[@]}"
+stage wheels 60 python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" \
+  wheels/*.whl
+export PYTHONPATH="$work/site"
+torchtitan=(torchrun --standalone --nproc_per_node=1 torchtitan_run.py --model.name=llama3
+            --model.flavor=8B_8L --model.hf_assets_path="$work/model" --training.dataset=c4_test
+            --training.dataset_path="$work/corpus" --metrics.log_freq=1
+            --optimizer.implementation=fused --job.dump_folder="$work/tt" "${common[@]}")
+stage torchtitan_eager 150 "${torchtitan[@]}"
+stage torchtitan_compiled 240 "${torchtitan[@]}" --compile.enable --compile.components model loss
+stage chunked_ce 60 bin/chunked_ce_benchmark 8192 4096 1024 cuda
+stage ops 90 python3 op_bench.py "$OUT/ops.json"
+stage summary 30 python3 summarize.py "$OUT"
+cat "$OUT/summary.log"

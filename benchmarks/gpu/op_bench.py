@@ -1,0 +1,71 @@
+"""Op microbenchmarks on the GPU at Llama 3 8B's shapes (batch 1 x seq 8192, bf16): the GEMM
+ceiling, each SDPA backend, RMSNorm fused vs composite, AdamW for-loop / foreach / fused, eager
+and torch.compile where it applies. Median of timed repeats after warm-up, CUDA events."""
+import json
+import sys
+
+import torch
+import torch.nn.functional as F
+
+results = {}
+
+
+def timed(name, fn, repeats=20, flops=None):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    ms = sorted(times)[len(times) // 2]
+    results[name] = {"ms": ms}
+    if flops:
+        results[name]["tflops"] = flops / ms / 1e9
+    print(name, json.dumps(results[name]), flush=True)
+
+
+def main():
+    dev, bf16 = "cuda", torch.bfloat16
+    n = 8192
+    a, b = torch.randn(n, n, device=dev, dtype=bf16), torch.randn(n, n, device=dev, dtype=bf16)
+    timed("gemm_8192_bf16", lambda: a @ b, flops=2 * n ** 3)
+    q = torch.randn(1, 32, 8192, 128, device=dev, dtype=bf16)
+    k = torch.randn(1, 32, 8192, 128, device=dev, dtype=bf16)
+    v = torch.randn(1, 32, 8192, 128, device=dev, dtype=bf16)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    attn_flops = 4 * 32 * 8192 * 8192 * 128 / 2  # causal
+    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                    SDPBackend.EFFICIENT_ATTENTION):
+        try:
+            with sdpa_kernel(backend):
+                timed(f"sdpa_{backend.name.lower()}",
+                      lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                      flops=attn_flops)
+        except RuntimeError as e:
+            results[f"sdpa_{backend.name.lower()}"] = {"error": str(e).splitlines()[0]}
+    x = torch.randn(8192, 4096, device=dev)
+    w = torch.ones(4096, device=dev)
+
+    def composite():
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)) * w
+
+    timed("rmsnorm_composite_fp32", composite)
+    timed("rmsnorm_fused_fp32", lambda: F.rms_norm(x, (4096,), w, 1e-5))
+    timed("rmsnorm_compiled_fp32", torch.compile(composite))
+    params = [torch.randn(4096, 4096, device=dev, requires_grad=True) for _ in range(16)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    for impl in ("for-loop", "foreach", "fused"):
+        opt = torch.optim.AdamW(params, lr=1e-4, foreach=impl == "foreach", fused=impl == "fused")
+        timed(f"adamw_{impl}_16x4096x4096", opt.step)
+    with open(sys.argv[1], "w") as f:
+        json.dump(results, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

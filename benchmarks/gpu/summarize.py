@@ -1,0 +1,73 @@
+"""Reads the benchmark's logs and prints the comparison as JSON and as a Markdown table: median
+tokens/s over steps 6-20 (the first steps warm up and compile), MFU from tokens/s with one FLOP
+formula for both frameworks (6·N + 12·L·H·Q·T per token, N the non-embedding parameters with the
+output head; H200 SXM dense bf16 peak 989 TFLOP/s), peak memory as each framework reports it."""
+import json
+import os
+import re
+import sys
+
+OUT = sys.argv[1]
+PEAK = 989e12
+LAYERS, DIM, HEADS, KV, HEAD_DIM, FFN, VOCAB, SEQ = 8, 4096, 32, 8, 128, 14336, 128256, 8192
+PER_LAYER = DIM * (HEADS * HEAD_DIM) * 2 + DIM * (KV * HEAD_DIM) * 2 + 3 * DIM * FFN + 2 * DIM
+N = LAYERS * PER_LAYER + VOCAB * DIM + DIM
+FLOPS_PER_TOKEN = 6 * N + 12 * LAYERS * HEADS * HEAD_DIM * SEQ
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if values else None
+
+
+def titan(name):
+    path = os.path.join(OUT, name, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    rows = [json.loads(line) for line in open(path)]
+    steady = [r for r in rows if 6 <= r["step"] <= 20]
+    return {"tps": median([r["tps"] for r in steady]),
+            "memory_gib": max(r["memory_gib"] for r in rows), "steps": len(rows),
+            "final_loss": rows[-1]["loss"]}
+
+
+def torchtitan(name):
+    path = os.path.join(OUT, f"{name}.log")
+    if not os.path.exists(path):
+        return None
+    tps, memory, loss = [], [], None
+    for line in open(path, errors="replace"):
+        line = ANSI.sub("", line)
+        m = re.search(r"step:\s*(\d+).*?loss:\s*([\d.]+).*?memory:\s*([\d.]+)GiB.*?tps:\s*([\d,]+)",
+                      line)
+        if m:
+            step = int(m.group(1))
+            loss = float(m.group(2))
+            memory.append(float(m.group(3)))
+            if 6 <= step <= 20:
+                tps.append(float(m.group(4).replace(",", "")))
+    if not tps:
+        return None
+    return {"tps": median(tps), "memory_gib": max(memory), "final_loss": loss}
+
+
+results = {"titan_bf16": titan("titan_8b8l"), "torchtitan_eager": torchtitan("torchtitan_eager"),
+           "torchtitan_compiled": torchtitan("torchtitan_compiled"),
+           "flops_per_token": FLOPS_PER_TOKEN}
+for key in ("titan_bf16", "torchtitan_eager", "torchtitan_compiled"):
+    if results[key] and results[key]["tps"]:
+        results[key]["mfu_percent"] = results[key]["tps"] * FLOPS_PER_TOKEN / PEAK * 100
+with open(os.path.join(OUT, "results.json"), "w") as f:
+    json.dump(results, f, indent=2)
+print(json.dumps(results, indent=2))
+print("\n| run | tokens/s | MFU | peak memory |\n| --- | --- | --- | --- |")
+for key in ("titan_bf16", "torchtitan_eager", "torchtitan_compiled"):
+    r = results[key]
+    if r and r["tps"]:
+        print(f"| {key} | {r['tps']:,.0f} | {r['mfu_percent']:.1f}% | {r['memory_gib']:.1f} GiB |")
+    else:
+        print(f"| {key} | (no result) | | |")
+compiled = results["torchtitan_compiled"]
+if results["titan_bf16"] and compiled and compiled["tps"]:
+    print(f"\ntitan / torchtitan compiled: {results['titan_bf16']['tps'] / compiled['tps']:.3f}x")

@@ -1,0 +1,125 @@
+#include "lib/parallel/fork_ranks.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <exception>
+#include <memory>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "lib/distributed/gloo_communicator.h"
+#include "lib/distributed/rendezvous.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+
+namespace {
+
+// Forks `world` ranks that meet at one rendezvous and run `body` there; their exit statuses.
+std::vector<int> ForkRanks(
+    int world,
+    const std::function<absl::StatusOr<int>(int rank, std::shared_ptr<Rendezvous> rendezvous)>&
+        body) {
+  const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (listen_fd < 0 || bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listen_fd, 16) != 0 ||
+      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    ADD_FAILURE() << "cannot open a listening socket";
+    return {};
+  }
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; ++rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      DistributedEnv env;
+      env.rank = rank;
+      env.world_size = world;
+      env.master_port = ntohs(addr.sin_port);
+      RendezvousOptions options;
+      options.timeout = absl::Seconds(30);
+      if (rank == 0) {
+        options.listen_fd = listen_fd;
+      } else {
+        close(listen_fd);
+      }
+      int code = 1;
+      absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
+      absl::StatusOr<int> result = code;
+      // An exception must not unwind into the forked copy of gtest (it would run on).
+      try {
+        result = rendezvous.ok() ? body(rank, *rendezvous) : rendezvous.status();
+      } catch (const std::exception& e) {
+        result = absl::InternalError(absl::StrCat("exception: ", e.what()));
+      }
+      if (result.ok()) {
+        code = *result;
+      } else {
+        std::fprintf(stderr, "rank %d: %s\n", rank, result.status().ToString().c_str());
+      }
+      std::fflush(stderr);
+      _exit(code);  // no atexit handlers or static destructors in a forked copy of gtest
+    }
+    pids.push_back(pid);
+  }
+  close(listen_fd);
+  std::vector<int> statuses(world, -1);
+  const absl::Time stop = absl::Now() + absl::Seconds(60);
+  for (int done = 0; done < world && absl::Now() < stop;) {
+    for (int rank = 0; rank < world; ++rank) {
+      int status = 0;
+      if (statuses[rank] == -1 && waitpid(pids[rank], &status, WNOHANG) == pids[rank]) {
+        statuses[rank] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        ++done;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  for (int rank = 0; rank < world; ++rank) {
+    if (statuses[rank] == -1) {
+      kill(pids[rank], SIGKILL);
+      waitpid(pids[rank], nullptr, 0);
+    }
+  }
+  return statuses;
+}
+
+}  // namespace
+
+std::vector<int> RunRanks(int world, const RankBody& body) {
+  return ForkRanks(
+      world, [&](int rank, std::shared_ptr<Rendezvous> rendezvous) -> absl::StatusOr<int> {
+        std::vector<int> ranks(world);
+        std::iota(ranks.begin(), ranks.end(), 0);
+        TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                               CreateGlooCommunicator(rendezvous, "all", ranks, absl::Seconds(30)));
+        return body(rank, *comm);
+      });
+}
+
+std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body) {
+  return ForkRanks(dims.world_size(),
+                   [&](int rank, std::shared_ptr<Rendezvous> rendezvous) -> absl::StatusOr<int> {
+                     TITAN_ASSIGN_OR_RETURN(
+                         MeshCommunicators comms,
+                         MeshCommunicators::Create(
+                             dims, rank, [&](const std::string& name, std::vector<int> ranks) {
+                               return CreateGlooCommunicator(rendezvous, name, ranks,
+                                                             absl::Seconds(30));
+                             }));
+                     return body(rank, comms);
+                   });
+}
+
+}  // namespace titan

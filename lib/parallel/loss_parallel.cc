@@ -1,0 +1,42 @@
+#include "lib/parallel/loss_parallel.h"
+
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+
+#include "lib/parallel/collectives.h"
+
+namespace titan {
+
+LossFn VocabParallelCrossEntropySum(Communicator* tp, double label_smoothing) {
+  return [tp, label_smoothing](const at::Tensor& logits, const Batch& batch) {
+    const at::Tensor local = logits.flatten(0, 1).to(at::kFloat);  // [N, V / tp]
+    const at::Tensor labels = batch.labels.flatten();
+    const int64_t shard = local.size(1);
+    const int64_t vocab = shard * tp->size();
+    at::Tensor max;
+    {
+      // Any constant per row gives the same loss: the shift carries no gradient.
+      c10::NoGradGuard no_grad;
+      max = std::get<0>(local.max(/*dim=*/1, /*keepdim=*/true));
+      const absl::Status status = Await(tp->AllReduce(max, ReduceOp::kMax));
+      TORCH_CHECK(status.ok(), "vocab-parallel loss: ", status.ToString());
+    }
+    const at::Tensor shifted = local - max;
+    const at::Tensor log_sum_exp = SumOverRegion(shifted.exp().sum(1), tp).log();
+    const at::Tensor counted = labels.ne(kIgnoreIndex);
+    const at::Tensor index = labels - tp->rank() * shard;
+    const at::Tensor here = counted.logical_and(index.ge(0)).logical_and(index.lt(shard));
+    const at::Tensor target =
+        shifted.gather(1, index.masked_fill(here.logical_not(), 0).unsqueeze(1)).squeeze(1);
+    at::Tensor loss = log_sum_exp - SumOverRegion(target.masked_fill(here.logical_not(), 0.0), tp);
+    if (label_smoothing > 0) {
+      // torch's smoothing: the mean over the vocabulary of -log p, weighted label_smoothing.
+      const at::Tensor mean_log_p =
+          SumOverRegion(shifted.sum(1), tp) / static_cast<double>(vocab) - log_sum_exp;
+      loss = (1 - label_smoothing) * loss - label_smoothing * mean_log_p;
+    }
+    return loss.masked_fill(counted.logical_not(), 0.0).sum();
+  };
+}
+
+}  // namespace titan

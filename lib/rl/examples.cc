@@ -1,0 +1,116 @@
+#include "lib/rl/examples.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char* key,
+                                        bool required, const std::string& where) {
+  auto it = object.find(key);
+  if (it == object.end()) {
+    if (!required) return std::string();
+    return absl::InvalidArgumentError(absl::StrCat(where, ": no \"", key, "\" field"));
+  }
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_number()) return it->dump();  // numeric answers
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": \"", key, "\" must be a string, got ", it->type_name()));
+}
+
+// Arithmetic operands: held out when (a + 3b) % 7 == 0, about one pair in seven.
+bool ArithmeticHeldOut(int a, int b) { return (a + 3 * b) % 7 == 0; }
+
+}  // namespace
+
+absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
+                                                    const std::string& algorithm) {
+  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  std::vector<RlExample> examples;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
+    const std::string where = absl::StrCat(path, ":", line_number);
+    const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!object.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": expected a JSON object"));
+    }
+    RlExample example;
+    TITAN_ASSIGN_OR_RETURN(example.prompt, StringField(object, "prompt", true, where));
+    TITAN_ASSIGN_OR_RETURN(example.answer, StringField(object, "answer", false, where));
+    if (algorithm == "sft") {
+      TITAN_ASSIGN_OR_RETURN(example.response, StringField(object, "response", true, where));
+    } else if (algorithm == "dpo") {
+      TITAN_ASSIGN_OR_RETURN(example.response, StringField(object, "chosen", true, where));
+      TITAN_ASSIGN_OR_RETURN(example.rejected, StringField(object, "rejected", true, where));
+    }
+    examples.push_back(std::move(example));
+  }
+  if (examples.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no examples"));
+  return examples;
+}
+
+absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task, int64_t count,
+                                                        uint64_t seed, bool held_out) {
+  std::mt19937_64 rng(seed);
+  std::vector<RlExample> examples;
+  if (task == "arithmetic") {
+    std::uniform_int_distribution<int> operand(0, 49);
+    while (static_cast<int64_t>(examples.size()) < count) {
+      const int a = operand(rng), b = operand(rng);
+      if (ArithmeticHeldOut(a, b) != held_out) continue;
+      RlExample e;
+      e.prompt = absl::StrCat("What is ", a, " + ", b, "?");
+      e.answer = absl::StrCat(a + b);
+      e.response = absl::StrCat(" #### ", a + b);
+      e.rejected = absl::StrCat(" #### ", a + b + 1 + static_cast<int>(rng() % 9));
+      examples.push_back(std::move(e));
+    }
+    return examples;
+  }
+  if (task == "sorting") {
+    const std::string letters = "abcdefgh";
+    while (static_cast<int64_t>(examples.size()) < count) {
+      std::string picked = letters;
+      std::shuffle(picked.begin(), picked.end(), rng);
+      picked.resize(3);
+      // Held out: the sets whose letters' codes sum to a multiple of 4 (14 of the 56 sets).
+      const int sum = picked[0] + picked[1] + picked[2];
+      if ((sum % 4 == 0) != held_out) continue;
+      std::string sorted = picked;
+      std::sort(sorted.begin(), sorted.end());
+      std::string wrong = sorted;
+      std::swap(wrong[1], wrong[1 + rng() % 2]);
+      if (wrong == sorted) std::swap(wrong[0], wrong[2]);
+      auto spaced = [](const std::string& s) {
+        return absl::StrJoin(std::vector<std::string>{s.substr(0, 1), s.substr(1, 1), s.substr(2, 1)},
+                             " ");
+      };
+      RlExample e;
+      e.prompt = absl::StrCat("Sort: ", spaced(picked));
+      e.answer = spaced(sorted);
+      e.response = absl::StrCat(" #### ", spaced(sorted));
+      e.rejected = absl::StrCat(" #### ", spaced(wrong));
+      examples.push_back(std::move(e));
+    }
+    return examples;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("[rl] task: unknown task \"", task, "\"; expected arithmetic or sorting"));
+}
+
+std::string ApplyChatTemplate(const std::string& template_text, const std::string& prompt) {
+  return absl::StrReplaceAll(template_text, {{"{prompt}", prompt}});
+}
+
+}  // namespace titan

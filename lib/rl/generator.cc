@@ -1,0 +1,143 @@
+#include "lib/rl/generator.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "lib/rl/losses.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+
+SequenceBatch LayOutSequences(const std::vector<TokenIds>& prompts,
+                              const std::vector<TokenIds>& responses, int64_t pad_id,
+                              const at::Device& device, int64_t response_len) {
+  const int64_t rows = static_cast<int64_t>(prompts.size());
+  int64_t p = 1;
+  for (const TokenIds& prompt : prompts) p = std::max<int64_t>(p, prompt.size());
+  int64_t t = response_len;
+  for (const TokenIds& response : responses) t = std::max<int64_t>(t, response.size());
+  at::Tensor tokens = at::full({rows, p + t}, pad_id, at::kLong);
+  at::Tensor valid = at::ones({rows, p + t}, at::kBool);
+  at::Tensor response_mask = at::zeros({rows, t}, at::kBool);
+  auto token = tokens.accessor<int64_t, 2>();
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t offset = p - static_cast<int64_t>(prompts[i].size());
+    valid[i].slice(0, 0, offset).fill_(false);
+    for (size_t j = 0; j < prompts[i].size(); ++j) token[i][offset + j] = prompts[i][j];
+    if (i < static_cast<int64_t>(responses.size())) {
+      for (size_t j = 0; j < responses[i].size(); ++j) token[i][p + j] = responses[i][j];
+      response_mask[i].slice(0, 0, responses[i].size()).fill_(true);
+    }
+  }
+  SequenceBatch batch;
+  batch.positions = (valid.cumsum(1) - 1).clamp_min(0).to(device);
+  batch.tokens = tokens.to(device);
+  batch.valid = valid.to(device);
+  batch.response_mask = response_mask.to(device);
+  batch.prompt_len = p;
+  return batch;
+}
+
+at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
+                      at::Generator& generator, at::Tensor* logprobs) {
+  const at::Tensor scores = logits.to(at::kFloat);
+  if (options.temperature == 0) {
+    const at::Tensor next = scores.argmax(-1);
+    *logprobs = TokenLogProbs(scores.unsqueeze(1), next.unsqueeze(1)).squeeze(1);
+    return next;
+  }
+  const double temperature = options.temperature;
+  at::Tensor filtered = scores / temperature;
+  const double lowest = -std::numeric_limits<float>::infinity();
+  if (options.top_k > 0 && options.top_k < filtered.size(-1)) {
+    const at::Tensor kth = std::get<0>(filtered.topk(options.top_k, -1)).select(-1, -1);
+    filtered = filtered.masked_fill(filtered < kth.unsqueeze(-1), lowest);
+  }
+  if (options.top_p < 1.0) {
+    auto [sorted, order] = filtered.sort(-1, /*descending=*/true);
+    const at::Tensor cumulative = sorted.softmax(-1).cumsum(-1);
+    // Drop a token once the ones before it already reach top_p (the first always stays).
+    const at::Tensor drop_sorted = (cumulative - sorted.softmax(-1)) >= options.top_p;
+    const at::Tensor drop = at::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
+    filtered = filtered.masked_fill(drop, lowest);
+  }
+  const at::Tensor probs = filtered.softmax(-1).to(at::kCPU);
+  const at::Tensor next = at::multinomial(probs, 1, /*replacement=*/false, generator)
+                              .squeeze(1)
+                              .to(logits.device());
+  *logprobs = TokenLogProbs(scores.unsqueeze(1), next.unsqueeze(1), temperature).squeeze(1);
+  return next;
+}
+
+absl::StatusOr<Generation> Generate(
+    Decoder& model, DataParallel& data_parallel, const std::vector<TokenIds>& prompts,
+    const SamplingOptions& options,
+    const std::function<absl::StatusOr<bool>(bool)>& all_stopped) {
+  const int64_t rows = static_cast<int64_t>(prompts.size());
+  const TransformerArgs& args = model.args();
+  const at::Device device = model.OutputWeight().device();
+  Generation out;
+  out.batch = LayOutSequences(prompts, {}, options.pad_id, device, options.max_new_tokens);
+  const SequenceBatch& batch = out.batch;
+  const int64_t p = batch.prompt_len;
+  if (p + options.max_new_tokens > args.max_seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a prompt of ", p, " tokens + ", options.max_new_tokens,
+        " new ones exceed the model's RoPE range of ", args.max_seq_len, " positions"));
+  }
+  c10::NoGradGuard no_grad;
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  const auto float_options = model.OutputWeight().options().dtype(at::kFloat);
+  KvCache cache(static_cast<int64_t>(model.layer_ids().size()), rows, p + options.max_new_tokens,
+                args.kv_heads(), args.head_size(), model.OutputWeight().options());
+  out.logprobs = at::zeros({rows, options.max_new_tokens}, float_options);
+  out.responses.assign(rows, {});
+  out.stopped.assign(rows, false);
+  const at::Tensor stop_ids = at::tensor(options.stop_tokens, at::kLong).to(device);
+  at::Tensor finished = at::zeros({rows}, at::TensorOptions().dtype(at::kBool).device(device));
+  DecoderInputs inputs;
+  inputs.positions = batch.positions.slice(1, 0, p);
+  inputs.valid = batch.valid.slice(1, 0, p);
+  inputs.kv_cache = &cache;
+  at::Tensor logits = data_parallel.Forward(
+      [&] { return model.Forward(batch.tokens.slice(1, 0, p), inputs); });
+  for (int64_t t = 0; t < options.max_new_tokens; ++t) {
+    at::Tensor logprobs;
+    at::Tensor next = SampleNext(logits.select(1, -1), options, generator, &logprobs);
+    // Rows that already stopped emit padding (not part of their response).
+    next = next.masked_fill(finished, options.pad_id);
+    out.logprobs.select(1, t).copy_(logprobs.masked_fill(finished, 0));
+    batch.tokens.select(1, p + t).copy_(next);
+    batch.response_mask.select(1, t).copy_(finished.logical_not());
+    if (stop_ids.numel() > 0) finished = finished.logical_or(at::isin(next, stop_ids));
+    const bool done = finished.all().item<bool>() || t + 1 == options.max_new_tokens;
+    bool stop_all = done;
+    if (all_stopped) {
+      TITAN_ASSIGN_OR_RETURN(stop_all, all_stopped(done));
+    }
+    if (stop_all) break;
+    DecoderInputs step;
+    step.positions = batch.positions.slice(1, p + t, p + t + 1);
+    step.kv_cache = &cache;
+    logits = data_parallel.Forward(
+        [&] { return model.Forward(batch.tokens.slice(1, p + t, p + t + 1), step); });
+    ++out.decode_steps;
+  }
+  const at::Tensor mask = batch.response_mask.cpu();
+  const at::Tensor tokens = batch.tokens.cpu();
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t length = mask[i].sum().item<int64_t>();
+    const at::Tensor ids = tokens[i].slice(0, p, p + length).contiguous();
+    out.responses[i].assign(ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + length);
+    out.stopped[i] = length > 0 && std::find(options.stop_tokens.begin(), options.stop_tokens.end(),
+                                             out.responses[i].back()) != options.stop_tokens.end();
+  }
+  return out;
+}
+
+}  // namespace titan

@@ -1,0 +1,70 @@
+#ifndef TITAN_LIB_RL_GENERATOR_H_
+#define TITAN_LIB_RL_GENERATOR_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "lib/model/decoder.h"
+#include "lib/parallel/data_parallel.h"
+
+namespace titan {
+
+using TokenIds = std::vector<int64_t>;
+
+// Prompts and responses in one batch, laid out as the generator decodes them and the trainer
+// recomputes them (the same layout gives the same bits in batch-invariant mode): each prompt
+// left-padded to the longest, its response after it, padding after the response. [B, P + T].
+struct SequenceBatch {
+  at::Tensor tokens;         // int64; pad_id on padding
+  at::Tensor valid;          // bool; false on the left padding (no query attends to it)
+  at::Tensor positions;      // int64 RoPE positions: 0 at each prompt's first token
+  int64_t prompt_len = 0;    // P
+  at::Tensor response_mask;  // bool [B, T]: response tokens (stop token included)
+};
+
+// The layout of `prompts` with `responses` (T = the longest response, or `response_len` if
+// larger) on `device`.
+SequenceBatch LayOutSequences(const std::vector<TokenIds>& prompts,
+                              const std::vector<TokenIds>& responses, int64_t pad_id,
+                              const at::Device& device, int64_t response_len = 0);
+
+struct SamplingOptions {
+  int64_t max_new_tokens = 64;
+  double temperature = 1.0;  // 0: greedy
+  int64_t top_k = 0;         // 0: no cut
+  double top_p = 1.0;        // 1: no cut
+  TokenIds stop_tokens;      // a response ends after the first of these (kept in the response)
+  int64_t pad_id = 0;
+  uint64_t seed = 0;         // sampling draws from its own generator: seeded, reproducible
+};
+
+struct Generation {
+  SequenceBatch batch;                // prompts and responses, T = max_new_tokens
+  std::vector<TokenIds> responses;    // generated ids, stop token included
+  std::vector<bool> stopped;          // ended by a stop token (else by max_new_tokens)
+  at::Tensor logprobs;                // float [B, T]: log-probability of each sampled token
+                                      // under softmax(logits / temperature) (greedy: T = 1)
+  int64_t decode_steps = 0;           // forwards after the prompt's
+};
+
+// One next token per row of `logits` [B, V] and its log-probability (out), as `options` say.
+at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
+                      at::Generator& generator, at::Tensor* logprobs);
+
+// Decodes `prompts` as one left-padded batch with a KV cache: a prompt forward, then one token
+// per forward until every row has stopped or max_new_tokens. `all_stopped` (optional) turns this
+// rank's "every row stopped" into the job's: with FSDP every rank must run as many forwards
+// (data-parallel generation over a sharded policy). The model runs under `data_parallel`'s
+// Forward, without autograd.
+absl::StatusOr<Generation> Generate(
+    Decoder& model, DataParallel& data_parallel, const std::vector<TokenIds>& prompts,
+    const SamplingOptions& options,
+    const std::function<absl::StatusOr<bool>(bool)>& all_stopped = nullptr);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_RL_GENERATOR_H_

@@ -1,0 +1,177 @@
+#include "lib/rl/rewards.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+constexpr size_t kTail = 300;
+
+std::optional<double> ParseNumber(absl::string_view text) {
+  double value = 0;
+  const std::string clean = absl::StrReplaceAll(absl::StripAsciiWhitespace(text), {{",", ""}});
+  if (!absl::SimpleAtod(clean, &value)) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::optional<std::string> HashAnswer(const std::string& response) {
+  const std::string tail = response.size() > kTail ? response.substr(response.size() - kTail)
+                                                   : response;
+  const size_t mark = tail.rfind("####");
+  if (mark == std::string::npos) return std::nullopt;
+  // The answer runs to the end of its line.
+  absl::string_view rest = absl::string_view(tail).substr(mark + 4);
+  rest = rest.substr(0, rest.find('\n'));
+  const std::string answer =
+      absl::StrReplaceAll(absl::StripAsciiWhitespace(rest), {{",", ""}});
+  if (answer.empty()) return std::nullopt;
+  return answer;
+}
+
+double NumericReward(const std::string& response, const std::string& answer) {
+  const std::optional<std::string> given = HashAnswer(response);
+  if (!given) return 0;
+  const std::optional<double> value = ParseNumber(*given);
+  const std::optional<double> expected = ParseNumber(answer);
+  return value && expected && *value == *expected ? 1 : 0;
+}
+
+double ExactMatchReward(const std::string& response, const std::string& answer) {
+  const std::optional<std::string> given = HashAnswer(response);
+  const absl::string_view text = given ? absl::string_view(*given) : absl::string_view(response);
+  return absl::StripAsciiWhitespace(text) == absl::StripAsciiWhitespace(answer) ? 1 : 0;
+}
+
+double FormatReward(const std::string& response) { return HashAnswer(response) ? 1 : 0; }
+
+absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
+                                                     const std::vector<ScoredRollout>& rollouts,
+                                                     absl::Duration timeout) {
+  std::string input;
+  for (const ScoredRollout& r : rollouts) {
+    input += nlohmann::json{{"prompt", r.prompt}, {"response", r.response}, {"answer", r.answer}}
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    input += '\n';
+  }
+  int to_child[2], from_child[2], err_child[2];
+  if (::pipe(to_child) != 0 || ::pipe(from_child) != 0 || ::pipe(err_child) != 0) {
+    return absl::InternalError(absl::StrCat("[rl] reward_command: pipe: ", std::strerror(errno)));
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    return absl::InternalError(absl::StrCat("[rl] reward_command: fork: ", std::strerror(errno)));
+  }
+  if (pid == 0) {
+    ::dup2(to_child[0], 0);
+    ::dup2(from_child[1], 1);
+    ::dup2(err_child[1], 2);
+    for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], err_child[0],
+                   err_child[1]}) {
+      ::close(fd);
+    }
+    ::setpgid(0, 0);  // its own group, so a timeout kills its children too
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(to_child[0]);
+  ::close(from_child[1]);
+  ::close(err_child[1]);
+  for (int fd : {to_child[1], from_child[0], err_child[0]}) ::fcntl(fd, F_SETFL, O_NONBLOCK);
+  ::signal(SIGPIPE, SIG_IGN);  // a scorer that exits early must not kill the trainer
+  std::string out, err;
+  size_t written = 0;
+  int write_fd = to_child[1];
+  if (input.empty()) {
+    ::close(write_fd);
+    write_fd = -1;
+  }
+  const absl::Time deadline = absl::Now() + timeout;
+  bool open_out = true, open_err = true, timed_out = false;
+  while (open_out || open_err) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      timed_out = true;
+      break;
+    }
+    pollfd fds[3] = {{from_child[0], open_out ? POLLIN : 0, 0},
+                     {err_child[0], open_err ? POLLIN : 0, 0},
+                     {write_fd, POLLOUT, 0}};
+    const int n = write_fd >= 0 ? 3 : 2;
+    ::poll(fds, n, static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(left))));
+    char buffer[4096];
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].revents == 0) continue;
+      const ssize_t got = ::read(fds[i].fd, buffer, sizeof(buffer));
+      if (got > 0) {
+        (i == 0 ? out : err).append(buffer, got);
+      } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
+        (i == 0 ? open_out : open_err) = false;
+      }
+    }
+    if (write_fd >= 0 && fds[2].revents != 0) {
+      const ssize_t put = ::write(write_fd, input.data() + written, input.size() - written);
+      if (put > 0) written += put;
+      if (written == input.size() || (put < 0 && errno != EAGAIN && errno != EINTR)) {
+        ::close(write_fd);
+        write_fd = -1;
+      }
+    }
+  }
+  if (write_fd >= 0) ::close(write_fd);
+  ::close(from_child[0]);
+  ::close(err_child[0]);
+  if (timed_out) ::kill(-pid, SIGKILL);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  const std::string stderr_tail =
+      err.size() > 500 ? err.substr(err.size() - 500) : err;
+  const std::string quoted =
+      stderr_tail.empty() ? "" : absl::StrCat("; its stderr: ", absl::StripAsciiWhitespace(stderr_tail));
+  if (timed_out) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "[rl] reward_command \"", command, "\" took longer than ",
+        absl::FormatDuration(timeout), " for ", rollouts.size(), " rollouts (killed)", quoted));
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    return absl::InternalError(absl::StrCat(
+        "[rl] reward_command \"", command, "\" failed (",
+        WIFEXITED(status) ? absl::StrCat("exit status ", WEXITSTATUS(status))
+                          : absl::StrCat("signal ", WTERMSIG(status)),
+        ")", quoted));
+  }
+  std::vector<double> rewards;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
+    double value = 0;
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(line), &value)) {
+      return absl::InvalidArgumentError(absl::StrCat("[rl] reward_command \"", command,
+                                                     "\" printed \"", line,
+                                                     "\", expected one number per line"));
+    }
+    rewards.push_back(value);
+  }
+  if (rewards.size() != rollouts.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("[rl] reward_command \"", command, "\" printed ",
+                                                   rewards.size(), " rewards for ",
+                                                   rollouts.size(), " rollouts"));
+  }
+  return rewards;
+}
+
+}  // namespace titan

@@ -1,0 +1,74 @@
+#include "lib/rl/rewards.h"
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "lib/rl/examples.h"
+
+namespace titan {
+namespace {
+
+TEST(VerifierTest, Gsm8kHashAnswer) {
+  EXPECT_EQ(HashAnswer("so 3 + 4 = 7\n#### 7"), "7");
+  EXPECT_EQ(HashAnswer("#### 1,234 \nthanks"), "1234");
+  EXPECT_EQ(HashAnswer("#### 1 #### 2"), "2");  // the last one
+  EXPECT_EQ(HashAnswer("no answer"), std::nullopt);
+  EXPECT_EQ(HashAnswer("#### "), std::nullopt);
+  // Only the last 300 characters count (verl).
+  EXPECT_EQ(HashAnswer("#### 5" + std::string(300, ' ')), std::nullopt);
+  EXPECT_EQ(NumericReward(" #### 68", "68"), 1);
+  EXPECT_EQ(NumericReward(" #### 68.0", "68"), 1);
+  EXPECT_EQ(NumericReward(" #### 69", "68"), 0);
+  EXPECT_EQ(NumericReward("68", "68"), 0);  // no #### format
+  EXPECT_EQ(ExactMatchReward(" #### a c e", "a c e"), 1);
+  EXPECT_EQ(ExactMatchReward(" a c e ", "a c e"), 1);
+  EXPECT_EQ(ExactMatchReward(" #### a e c", "a c e"), 0);
+  EXPECT_EQ(FormatReward(" #### x"), 1);
+  EXPECT_EQ(FormatReward(" x"), 0);
+}
+
+TEST(CommandScorerTest, ReadsOneRewardPerLine) {
+  const std::vector<ScoredRollout> rollouts = {{"p1", "r1", "a"}, {"p2", "r22", "b"}};
+  // Each reward is the length of the rollout's JSON line: the command really read stdin.
+  auto rewards = ScoreWithCommand("while IFS= read -r l; do echo ${#l}; done", rollouts,
+                                  absl::Seconds(10));
+  ASSERT_TRUE(rewards.ok()) << rewards.status();
+  ASSERT_EQ(rewards->size(), 2u);
+  EXPECT_EQ((*rewards)[0], std::string(R"({"answer":"a","prompt":"p1","response":"r1"})").size());
+  EXPECT_EQ((*rewards)[1], (*rewards)[0] + 1);
+}
+
+TEST(CommandScorerTest, FailuresAreClearErrors) {
+  const std::vector<ScoredRollout> rollouts = {{"p", "r", "a"}};
+  auto failed = ScoreWithCommand("echo broken >&2; exit 3", rollouts, absl::Seconds(10));
+  EXPECT_FALSE(failed.ok());
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "exit status 3"));
+  EXPECT_TRUE(absl::StrContains(failed.status().message(), "broken"));
+  auto slow = ScoreWithCommand("sleep 30", rollouts, absl::Milliseconds(300));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(slow.status())) << slow.status();
+  auto short_output = ScoreWithCommand("cat >/dev/null; echo 1; echo 2", rollouts,
+                                       absl::Seconds(10));
+  EXPECT_TRUE(absl::StrContains(short_output.status().message(), "2 rewards for 1 rollouts"));
+  auto not_number = ScoreWithCommand("cat >/dev/null; echo yes", rollouts, absl::Seconds(10));
+  EXPECT_TRUE(absl::StrContains(not_number.status().message(), "expected one number"));
+}
+
+TEST(TaskTest, HeldOutSplitIsDisjointAndAnswersVerify) {
+  for (const char* task : {"arithmetic", "sorting"}) {
+    auto train = MakeTaskExamples(task, 200, 1, false);
+    auto held = MakeTaskExamples(task, 50, 2, true);
+    ASSERT_TRUE(train.ok() && held.ok());
+    std::set<std::string> train_prompts;
+    for (const RlExample& e : *train) train_prompts.insert(e.prompt);
+    for (const RlExample& e : *held) {
+      EXPECT_EQ(train_prompts.count(e.prompt), 0u) << e.prompt;
+      EXPECT_EQ(ExactMatchReward(e.response, e.answer), 1) << e.response;
+      EXPECT_EQ(ExactMatchReward(e.rejected, e.answer), 0) << e.rejected;
+    }
+  }
+  EXPECT_EQ(NumericReward((*MakeTaskExamples("arithmetic", 1, 3, false))[0].response,
+                          (*MakeTaskExamples("arithmetic", 1, 3, false))[0].answer),
+            1);
+}
+
+}  // namespace
+}  // namespace titan

@@ -1,0 +1,67 @@
+#include "lib/rl/rl_config.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace titan {
+
+absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
+  JobConfig out = config;
+  JobConfig::Rl& rl = *out.mutable_rl();
+  if (config.optimizer().has_lr() && config.optimizer().lr() != rl.learning_rate()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[optimizer] lr = ", config.optimizer().lr(), " contradicts [rl] learning_rate = ",
+        rl.learning_rate(), ": titan_rl trains at [rl] learning_rate; set only that one"));
+  }
+  out.mutable_optimizer()->set_lr(rl.learning_rate());
+  if (config.training().has_seq_len() && config.training().seq_len() != rl.max_seq_len()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[training] seq_len = ", config.training().seq_len(), " contradicts [rl] max_seq_len = ",
+        rl.max_seq_len(), ": titan_rl's sequences are prompt + response; set only [rl] max_seq_len"));
+  }
+  out.mutable_training()->set_seq_len(rl.max_seq_len());
+  if (config.training().has_dataset_path() || config.training().has_dataset() ||
+      config.training().has_dataset_text_field()) {
+    return absl::InvalidArgumentError(
+        "[training] dataset/dataset_path/dataset_text_field: titan_rl reads [rl] prompts_path "
+        "(or generates [rl] task); remove them");
+  }
+  if (config.validation().enable()) {
+    return absl::InvalidArgumentError(
+        "[validation] enable: titan_rl evaluates [rl] eval_prompts_path (or the task's held-out "
+        "split) every [rl] eval_freq steps instead; remove it");
+  }
+  const JobConfig::Parallelism& p = config.parallelism();
+  if (p.tensor_parallel_degree() > 1 || p.context_parallel_degree() > 1 ||
+      p.pipeline_parallel_degree() > 1) {
+    return absl::UnimplementedError(
+        "[parallelism] tensor/context/pipeline_parallel_degree > 1: titan_rl shards the policy "
+        "with data parallelism only (DDP, FSDP, HSDP); set them to 1");
+  }
+  if (!rl.has_clip_range_high()) {
+    rl.set_clip_range_high(rl.algorithm() == "dapo" ? 0.28 : rl.clip_range());
+  }
+  if (!rl.has_dynamic_sampling() && rl.algorithm() == "dapo") rl.set_dynamic_sampling(true);
+  if (rl.reward() == "command" && rl.reward_command().empty()) {
+    return absl::InvalidArgumentError("[rl] reward = \"command\" needs [rl] reward_command");
+  }
+  if (rl.task().empty() && rl.prompts_path().empty()) {
+    return absl::InvalidArgumentError("[rl] needs prompts_path or a bundled task");
+  }
+  if (rl.overlong_buffer_len() >= rl.max_new_tokens()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[rl] overlong_buffer_len = ", rl.overlong_buffer_len(),
+        " must be below max_new_tokens = ", rl.max_new_tokens()));
+  }
+  return out;
+}
+
+GroupStd GroupStdFromConfig(const JobConfig::Rl& rl) {
+  if (rl.advantage_std() == "bessel") return GroupStd::kBessel;
+  return rl.advantage_std() == "none" ? GroupStd::kNone : GroupStd::kPopulation;
+}
+
+KlEstimator KlEstimatorFromConfig(const JobConfig::Rl& rl) {
+  return rl.kl_estimator() == "k1" ? KlEstimator::kK1 : KlEstimator::kK3;
+}
+
+}  // namespace titan

@@ -1,0 +1,488 @@
+#include "lib/rl/rl_trainer.h"
+
+#include <c10/core/GradMode.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/safetensors.h"
+#include "lib/config/job_config.h"
+#include "lib/metrics/flops.h"
+#include "lib/model/op_cache.h"
+#include "lib/rl/losses.h"
+#include "lib/rl/rewards.h"
+#include "lib/rl/rl_config.h"
+#include "lib/train/device.h"
+#include "lib/train/grad_clip.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+// Sampling seeds: step s on data-parallel rank r draws from seed + s·kStepSeedStride + r, so a
+// resumed run samples what the uninterrupted one did.
+constexpr uint64_t kStepSeedStride = 1000003;
+// Training examples a bundled task generates (drawn with replacement from its finite space).
+constexpr int64_t kTaskTrainExamples = 4096;
+
+bool IsPolicyGradient(const std::string& algorithm) {
+  return algorithm == "grpo" || algorithm == "dapo" || algorithm == "ppo";
+}
+
+}  // namespace
+
+RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
+    : config_(config), runtime_(runtime), rl_(config_.rl()) {}
+
+RlTrainer::~RlTrainer() = default;
+
+absl::StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(const JobConfig& config,
+                                                             const DistributedRuntime& runtime) {
+  std::unique_ptr<RlTrainer> trainer(new RlTrainer(config, runtime));
+  TITAN_RETURN_IF_ERROR(trainer->Init());
+  return trainer;
+}
+
+absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
+  TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
+  // The same seed (or initial load) as the policy: the reference starts as the policy's copy.
+  at::manual_seed(setup_.seed);
+  return BuildModel(config_, info, setup_, runtime_);
+}
+
+absl::Status RlTrainer::Init() {
+  const auto& job = config_.job();
+  TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
+  if (runtime_.rank() == 0) {
+    TITAN_RETURN_IF_ERROR(
+        WriteFileAtomically(job.dump_folder() + "/config.toml", JobConfigToToml(config_)));
+  }
+  TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
+  if (rl_.prompts_per_step() % setup_.dp_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[rl] prompts_per_step = ", rl_.prompts_per_step(),
+                     " must be a multiple of the data-parallel degree ", setup_.dp_size));
+  }
+  TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
+  TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicyCopy());
+  if ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo") {
+    TITAN_ASSIGN_OR_RETURN(reference_, BuildPolicyCopy());
+    for (const ParamRef& p : reference_->params) p.tensor->requires_grad_(false);
+  }
+  TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params));
+  TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
+  if (rl_.algorithm() == "ppo") {
+    // Zero: the critic starts predicting 0 for every state (TRL's value head starts near it).
+    value_head_ = at::zeros({1, policy_.info.args.dim},
+                            at::TensorOptions().device(setup_.device).dtype(at::kFloat))
+                      .requires_grad_(true);
+    critic_params_ = {{"value_head.weight", &value_head_}};
+    JobConfig::Optimizer critic_optimizer = config_.optimizer();
+    critic_optimizer.clear_param_groups();  // the policy's patterns name decoder parameters
+    TITAN_ASSIGN_OR_RETURN(critic_optimizer_, Optimizer::Create(critic_params_, critic_optimizer));
+  }
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
+                         BuildCheckpointManager(config_, setup_, runtime_));
+  if (manager != nullptr) {
+    CheckpointedParts parts{&policy_.params, optimizer_.get(), policy_.data_parallel.get(),
+                            nullptr, &policy_.info};
+    TITAN_ASSIGN_OR_RETURN(checkpointer_,
+                           TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
+    TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));
+    if (critic_optimizer_ != nullptr) {
+      // The value head and its optimizer, step by step beside the policy's checkpoints.
+      CheckpointRanks ranks;
+      ranks.rank = runtime_.rank();
+      ranks.world_size = runtime_.dims().world_size();
+      ranks.run_id = setup_.run_id;
+      ranks.commit_timeout = absl::Seconds(config_.comm().train_timeout_seconds());
+      auto critic_manager = std::make_unique<CheckpointManager>(
+          absl::StrCat(job.dump_folder(), "/", config_.checkpoint().folder(), "_critic"),
+          config_.checkpoint().keep_latest_k(), ranks);
+      CheckpointedParts critic{&critic_params_, critic_optimizer_.get(), &critic_data_parallel_,
+                               nullptr, &policy_.info};
+      TITAN_ASSIGN_OR_RETURN(critic_checkpointer_,
+                             TrainCheckpointer::Create(config_, runtime_,
+                                                       std::move(critic_manager), critic));
+      TrainState critic_state;
+      TITAN_RETURN_IF_ERROR(critic_checkpointer_->Resume(critic_state));
+    }
+  }
+  TITAN_ASSIGN_OR_RETURN(metrics_, BuildMetrics(config_, runtime_));
+  // Data: a bundled task's generated split, or JSONL.
+  const uint64_t seed = static_cast<uint64_t>(setup_.seed);
+  if (!rl_.task().empty()) {
+    TITAN_ASSIGN_OR_RETURN(train_examples_,
+                           MakeTaskExamples(rl_.task(), kTaskTrainExamples, seed, false));
+    TITAN_ASSIGN_OR_RETURN(eval_examples_,
+                           MakeTaskExamples(rl_.task(), rl_.eval_size(), seed + 1, true));
+  }
+  if (!rl_.prompts_path().empty()) {
+    TITAN_ASSIGN_OR_RETURN(train_examples_, ReadExamples(rl_.prompts_path(), rl_.algorithm()));
+  }
+  if (!rl_.eval_prompts_path().empty()) {
+    TITAN_ASSIGN_OR_RETURN(eval_examples_,
+                           ReadExamples(rl_.eval_prompts_path(), rl_.algorithm()));
+  }
+  LOG(INFO) << "titan_rl " << rl_.algorithm() << ": " << train_examples_.size()
+            << " training examples, " << eval_examples_.size() << " held out; policy "
+            << policy_.info.name() << " (" << policy_.num_params << " parameters)"
+            << (reference_ ? ", frozen reference" : "") << (value_head_.defined() ? ", value head" : "");
+  return absl::OkStatus();
+}
+
+TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
+  const std::vector<int32_t> ids =
+      tokenizer_->Encode(ApplyChatTemplate(rl_.chat_template(), prompt), true, false);
+  // Prompts too long for a response are cut from the left (the question is usually last).
+  const size_t room = static_cast<size_t>(std::max(1, rl_.max_seq_len() - rl_.max_new_tokens()));
+  const size_t skip = ids.size() > room ? ids.size() - room : 0;
+  return TokenIds(ids.begin() + skip, ids.end());
+}
+
+TokenIds RlTrainer::EncodeResponse(const std::string& response, bool add_eos) const {
+  const std::vector<int32_t> ids = tokenizer_->Encode(response, false, add_eos);
+  return TokenIds(ids.begin(), ids.end());
+}
+
+SamplingOptions RlTrainer::SamplingFromConfig(uint64_t seed, bool greedy) const {
+  SamplingOptions options;
+  options.max_new_tokens = rl_.max_new_tokens();
+  options.temperature = greedy ? 0.0 : rl_.temperature();
+  options.top_k = rl_.top_k();
+  options.top_p = rl_.top_p();
+  options.stop_tokens = {tokenizer_->eos_id()};
+  options.pad_id = tokenizer_->eos_id();
+  options.seed = seed;
+  return options;
+}
+
+absl::StatusOr<Generation> RlTrainer::Generate(const std::vector<std::string>& prompts,
+                                               const SamplingOptions& options) {
+  std::vector<TokenIds> ids;
+  for (const std::string& prompt : prompts) ids.push_back(EncodePrompt(prompt));
+  std::function<absl::StatusOr<bool>(bool)> all_stopped;
+  if (runtime_.distributed()) {
+    all_stopped = [this](bool stopped) { return runtime_.AllAgree(stopped); };
+  }
+  return titan::Generate(*policy_.model, *policy_.data_parallel, ids, options, all_stopped);
+}
+
+absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(
+    const Generation& generation) const {
+  std::vector<std::string> texts;
+  for (size_t i = 0; i < generation.responses.size(); ++i) {
+    // The text verifiers and scorers read leaves the stop token out.
+    const TokenIds& response = generation.responses[i];
+    const std::vector<int32_t> ids(response.begin(),
+                                   response.end() - (generation.stopped[i] ? 1 : 0));
+    TITAN_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids));
+    texts.push_back(std::move(text));
+  }
+  return texts;
+}
+
+std::vector<double> RlTrainer::Verify(const std::vector<std::string>& responses,
+                                      const std::vector<const RlExample*>& examples) const {
+  std::vector<double> rewards;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const std::string& answer = examples[i]->answer;
+    if (rl_.reward() == "exact_match") {
+      rewards.push_back(ExactMatchReward(responses[i], answer));
+    } else if (rl_.reward() == "format") {
+      rewards.push_back(FormatReward(responses[i]));
+    } else {
+      rewards.push_back(NumericReward(responses[i], answer));
+    }
+  }
+  return rewards;
+}
+
+absl::StatusOr<std::vector<double>> RlTrainer::Rewards(
+    const std::vector<std::string>& prompts, const std::vector<std::string>& responses,
+    const std::vector<const RlExample*>& examples) {
+  if (rl_.reward() != "command") return Verify(responses, examples);
+  std::vector<ScoredRollout> rollouts;
+  for (size_t i = 0; i < responses.size(); ++i) {
+    rollouts.push_back({prompts[i], responses[i], examples[i]->answer});
+  }
+  return ScoreWithCommand(rl_.reward_command(), rollouts,
+                          absl::Seconds(rl_.reward_timeout_seconds()));
+}
+
+std::vector<const RlExample*> RlTrainer::StepExamples(int64_t step) const {
+  const int64_t total = static_cast<int64_t>(train_examples_.size());
+  const int64_t local = rl_.prompts_per_step() / setup_.dp_size;
+  const int64_t first = (step - 1) * rl_.prompts_per_step() + setup_.dp_rank * local;
+  std::vector<const RlExample*> out;
+  int64_t epoch = -1;
+  std::vector<int64_t> order(total);
+  for (int64_t g = first; g < first + local; ++g) {
+    if (g / total != epoch) {
+      // Each pass over the examples in its own seeded order.
+      epoch = g / total;
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(),
+                   std::mt19937_64(static_cast<uint64_t>(setup_.seed) * 7919 + epoch));
+    }
+    out.push_back(&train_examples_[order[g % total]]);
+  }
+  return out;
+}
+
+at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& batch,
+                                       at::Tensor* values, at::Tensor* entropy) {
+  Decoder& decoder = *model.model;
+  const int64_t p = batch.prompt_len;
+  const int64_t t = batch.response_mask.size(1);
+  const double temperature = rl_.temperature() > 0 ? rl_.temperature() : 1.0;
+  const at::Tensor logits = model.data_parallel->Forward([&] {
+    DecoderInputs inputs;
+    inputs.positions = batch.positions;
+    inputs.valid = batch.valid;
+    const BatchContext context =
+        decoder.PrepareBatch(batch.tokens.size(0), batch.tokens.size(1), inputs);
+    // Head() split in two, so the value head reads the same normalised trunk output.
+    const at::Tensor hidden = decoder.FinalNorm(decoder.RunLayers(decoder.Embed(batch.tokens), context));
+    if (values != nullptr) {
+      *values = Linear(hidden.slice(1, p - 1, p + t - 1), value_head_).squeeze(-1).to(at::kFloat);
+    }
+    return Linear(hidden, decoder.OutputWeight());
+  });
+  // Position i predicts token i + 1: the response's tokens come from positions p - 1 ...
+  const at::Tensor response_logits = logits.slice(1, p - 1, p + t - 1);
+  if (entropy != nullptr) {
+    c10::NoGradGuard no_grad;
+    *entropy = TokenEntropy(response_logits, temperature);
+  }
+  return TokenLogProbs(response_logits, batch.tokens.slice(1, p, p + t), temperature);
+}
+
+absl::StatusOr<double> RlTrainer::SumOverDp(double value) const {
+  if (setup_.dp_size == 1) return value;
+  at::Tensor sum = at::full({1}, value, at::kDouble);
+  TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(sum, ReduceOp::kSum)));
+  return sum.item<double>();
+}
+
+absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prompts,
+                                            const std::vector<std::string>& responses,
+                                            const std::vector<double>& rewards) {
+  if (prompts.size() != responses.size() || prompts.size() != rewards.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("Step: ", prompts.size(), " prompts, ",
+                                                   responses.size(), " responses and ",
+                                                   rewards.size(), " rewards"));
+  }
+  Rollouts rollouts;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    rollouts.prompts.push_back(EncodePrompt(prompts[i]));
+    rollouts.responses.push_back(EncodeResponse(responses[i], /*add_eos=*/false));
+  }
+  rollouts.rewards = rewards;
+  return StepOnRollouts(rollouts);
+}
+
+absl::StatusOr<StepMetrics> RlTrainer::StepOnRollouts(const Rollouts& rollouts) {
+  if (!IsPolicyGradient(rl_.algorithm())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Step takes rollouts: [rl] algorithm must be grpo, dapo or ppo, not ",
+                     rl_.algorithm()));
+  }
+  try {
+    return RlUpdate(rollouts);
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+  }
+}
+
+absl::StatusOr<double> RlTrainer::Evaluate() {
+  if (eval_examples_.empty()) return 0.0;
+  c10::NoGradGuard no_grad;
+  // Every rank evaluates the whole held-out set: sharded ranks run the same forwards anyway.
+  std::vector<const RlExample*> examples;
+  std::vector<std::string> prompts;
+  for (const RlExample& e : eval_examples_) {
+    examples.push_back(&e);
+    prompts.push_back(e.prompt);
+  }
+  if (rl_.algorithm() == "dpo") {
+    // Held-out preference accuracy: the policy's implicit reward ranks chosen above rejected.
+    std::vector<TokenIds> prompt_ids, responses;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (const RlExample* e : examples) {
+        prompt_ids.push_back(EncodePrompt(e->prompt));
+        responses.push_back(EncodeResponse(pass == 0 ? e->response : e->rejected, true));
+      }
+    }
+    const SequenceBatch batch =
+        LayOutSequences(prompt_ids, responses, tokenizer_->eos_id(), setup_.device);
+    const at::Tensor mask = batch.response_mask.to(at::kFloat);
+    const at::Tensor ratio = ((ResponseLogProbs(policy_, batch) -
+                               ResponseLogProbs(*reference_, batch)) * mask).sum(1);
+    const int64_t n = static_cast<int64_t>(examples.size());
+    // A tie (the policy still equal to its reference) counts one half, as a coin flip would.
+    const at::Tensor margin = ratio.slice(0, 0, n) - ratio.slice(0, n, 2 * n);
+    return (margin.gt(0).to(at::kDouble) + 0.5 * margin.eq(0).to(at::kDouble)).mean().item<double>();
+  }
+  TITAN_ASSIGN_OR_RETURN(const Generation generation,
+                         Generate(prompts, SamplingFromConfig(0, /*greedy=*/true)));
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts, ResponseTexts(generation));
+  TITAN_ASSIGN_OR_RETURN(const std::vector<double> rewards, Rewards(prompts, texts, examples));
+  return std::accumulate(rewards.begin(), rewards.end(), 0.0) / rewards.size();
+}
+
+absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examples,
+                                      const std::vector<std::string>& responses,
+                                      const std::vector<double>& rewards,
+                                      const Generation& generation) {
+  const std::string path = absl::StrCat(
+      config_.job().dump_folder(),
+      runtime_.rank() == 0 ? "/rollouts.jsonl" : absl::StrCat("/rollouts_rank", runtime_.rank(), ".jsonl"));
+  std::FILE* file = std::fopen(path.c_str(), "a");
+  if (file == nullptr) return ErrnoError("open", path);
+  const at::Tensor logprobs = generation.logprobs.cpu();
+  for (size_t i = 0; i < responses.size(); ++i) {
+    const int64_t length = static_cast<int64_t>(generation.responses[i].size());
+    const at::Tensor row = logprobs[i].slice(0, 0, length).to(at::kDouble).contiguous();
+    nlohmann::json line = {
+        {"step", state_.step + 1},
+        {"prompt", examples[i]->prompt},
+        {"response", responses[i]},
+        {"answer", examples[i]->answer},
+        {"logprobs", std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + length)},
+        {"response_ids", generation.responses[i]},
+    };
+    // No rewards (a failed scorer): the rollouts are kept all the same.
+    line["reward"] = i < rewards.size() ? nlohmann::json(rewards[i]) : nlohmann::json(nullptr);
+    const std::string text =
+        line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+    std::fwrite(text.data(), 1, text.size(), file);
+  }
+  if (std::fclose(file) != 0) return ErrnoError("write", path);
+  return absl::OkStatus();
+}
+
+absl::Status RlTrainer::Train() {
+  const auto& training = config_.training();
+  const auto& ckpt = config_.checkpoint();
+  const std::string& algorithm = rl_.algorithm();
+  auto log = [&](StepMetrics& m) -> absl::Status {
+    if (metrics_ != nullptr) return metrics_->Log(m);
+    return absl::OkStatus();
+  };
+  if (state_.step == 0) {
+    TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());
+    StepMetrics m;
+    m.extra = {{algorithm == "dpo" ? "eval_preference_accuracy" : "eval_reward", eval}};
+    TITAN_RETURN_IF_ERROR(log(m));
+  }
+  while (state_.step < training.steps()) {
+    const int64_t step = state_.step + 1;
+    const std::vector<const RlExample*> examples = StepExamples(step);
+    StepMetrics m;
+    Stopwatch stopwatch;
+    if (IsPolicyGradient(algorithm)) {
+      // group_size samples per prompt, consecutive.
+      std::vector<const RlExample*> rows;
+      std::vector<std::string> prompts;
+      for (const RlExample* e : examples) {
+        for (int g = 0; g < rl_.group_size(); ++g) {
+          rows.push_back(e);
+          prompts.push_back(e->prompt);
+        }
+      }
+      const uint64_t seed = static_cast<uint64_t>(setup_.seed) + step * kStepSeedStride +
+                            setup_.dp_rank;
+      TITAN_ASSIGN_OR_RETURN(const Generation generation,
+                             Generate(prompts, SamplingFromConfig(seed, false)));
+      const double generation_seconds = stopwatch.Lap();
+      Rollouts rollouts;
+      TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts, ResponseTexts(generation));
+      int64_t generated = 0;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        generated += static_cast<int64_t>(generation.responses[i].size());
+        rollouts.prompts.push_back(EncodePrompt(prompts[i]));
+        rollouts.responses.push_back(generation.responses[i]);
+      }
+      absl::StatusOr<std::vector<double>> rewards = Rewards(prompts, texts, rows);
+      TITAN_RETURN_IF_ERROR(
+          WriteRollouts(rows, texts, rewards.ok() ? *rewards : std::vector<double>(), generation));
+      TITAN_RETURN_IF_ERROR(rewards.status());
+      rollouts.rewards = *rewards;
+      if (rl_.overlong_buffer_len() > 0) {
+        // DAPO's soft overlong punishment over the last overlong_buffer_len tokens.
+        const double start = rl_.max_new_tokens() - rl_.overlong_buffer_len();
+        for (size_t i = 0; i < rollouts.rewards.size(); ++i) {
+          const double over = rollouts.responses[i].size() - start;
+          if (over > 0) {
+            rollouts.rewards[i] -=
+                rl_.overlong_penalty_factor() * over / rl_.overlong_buffer_len();
+          }
+        }
+      }
+      rollouts.generator_logprobs = generation.logprobs;
+      TITAN_ASSIGN_OR_RETURN(m, RlUpdate(rollouts));
+      const double update_seconds = stopwatch.Lap();
+      TITAN_ASSIGN_OR_RETURN(const double all_generated, SumOverDp(generated));
+      m.extra.emplace_back("generation_tps", all_generated / generation_seconds);
+      m.extra.emplace_back(
+          "training_tps", static_cast<double>(generation.batch.tokens.numel()) * setup_.dp_size *
+                              rl_.ppo_epochs() / update_seconds);
+    } else {
+      TITAN_ASSIGN_OR_RETURN(m, SftOrDpoStep(examples));
+    }
+    state_.step = step;
+    ++state_.lr_step;
+    m.step = step;
+    m.memory_gib = PeakMemoryGiB(setup_.device);
+    const bool last = step == training.steps();
+    if (step % rl_.eval_freq() == 0 || last) {
+      TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());
+      m.extra.emplace_back(algorithm == "dpo" ? "eval_preference_accuracy" : "eval_reward", eval);
+    }
+    if (step == 1 || step % config_.metrics().log_freq() == 0 || last ||
+        step % rl_.eval_freq() == 0) {
+      TITAN_RETURN_IF_ERROR(log(m));
+    }
+    if (step == 1) runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
+    if (checkpointer_ && (step % ckpt.interval() == 0 || last)) {
+      const bool model_only = last && ckpt.last_save_model_only();
+      TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, model_only));
+      if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->Save(state_, model_only));
+    }
+  }
+  if (checkpointer_) TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
+  if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());
+  LOG(INFO) << "titan_rl done at step " << state_.step;
+  return absl::OkStatus();
+}
+
+absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
+  NamedTensors local;
+  for (const ParamRef& p : policy_.params) local.emplace_back(p.name, p.tensor->detach());
+  TITAN_ASSIGN_OR_RETURN(const NamedTensors full, policy_.data_parallel->GatherFull(local));
+  if (runtime_.rank() != 0) return absl::OkStatus();
+  return WriteSafetensors(path, full);
+}
+
+absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime) {
+  try {
+    TITAN_ASSIGN_OR_RETURN(const JobConfig rl_config, RlJobConfig(config));
+    TITAN_ASSIGN_OR_RETURN(std::unique_ptr<RlTrainer> trainer, RlTrainer::Create(rl_config, runtime));
+    return trainer->Train();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+  }
+}
+
+}  // namespace titan

@@ -1,0 +1,134 @@
+#ifndef TITAN_LIB_RL_RL_TRAINER_H_
+#define TITAN_LIB_RL_RL_TRAINER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/config/job_config.pb.h"
+#include "lib/metrics/metrics_logger.h"
+#include "lib/parallel/distributed_runtime.h"
+#include "lib/rl/examples.h"
+#include "lib/rl/generator.h"
+#include "lib/train/components.h"
+#include "lib/train/train_checkpoint.h"
+
+namespace titan {
+
+// This rank's share of one RL batch: prompts, sampled responses, rewards per response, and the
+// generator's log-probabilities (undefined: recomputed by the trainer before the update).
+struct Rollouts {
+  std::vector<TokenIds> prompts;
+  std::vector<TokenIds> responses;
+  std::vector<double> rewards;
+  at::Tensor generator_logprobs;  // float [B, T] in the layout of LayOutSequences
+};
+
+// TitanRL: generation, reward scoring, the reference and the policy update in one runtime with
+// one model code (lib/model's decoder), built from lib/train's components. The policy and its
+// reference are [model]'s (FSDP/DDP as [parallelism] says); PPO's critic is a value head on the
+// policy's trunk, saved beside the policy's checkpoints.
+class RlTrainer {
+ public:
+  // `config` as RlJobConfig returns it. Builds every part and resumes from the newest checkpoint.
+  static absl::StatusOr<std::unique_ptr<RlTrainer>> Create(const JobConfig& config,
+                                                           const DistributedRuntime& runtime);
+  ~RlTrainer();
+
+  // The founding API: one update on this rank's rollouts (text; the chat template is applied to
+  // prompts), one reward per response: [rl] ppo_epochs passes in minibatches. Returns the loss and
+  // metrics of the step (sums over ranks); a collective with several ranks.
+  absl::StatusOr<StepMetrics> Step(const std::vector<std::string>& prompts,
+                                   const std::vector<std::string>& responses,
+                                   const std::vector<double>& rewards);
+  // The same on token ids, with the generator's log-probabilities when it has them.
+  absl::StatusOr<StepMetrics> StepOnRollouts(const Rollouts& rollouts);
+
+  // Samples responses to `prompts` (text) with the policy, as [rl] says, seeded by `seed`.
+  absl::StatusOr<Generation> Generate(const std::vector<std::string>& prompts,
+                                      const SamplingOptions& options);
+  SamplingOptions SamplingFromConfig(uint64_t seed, bool greedy) const;
+
+  // The run: [training] steps of [rl] algorithm from the prompts (or task), with held-out
+  // evaluations, rollouts.jsonl, metrics and checkpoints; SIGINT/SIGTERM stop after a step.
+  absl::Status Train();
+
+  // Mean held-out reward (RL: greedy responses), or preference accuracy (DPO), over this rank's
+  // share of the held-out set, summed over ranks.
+  absl::StatusOr<double> Evaluate();
+
+  // The policy's whole weights as one safetensors file (rank 0 writes; a collective when
+  // sharded).
+  absl::Status SavePolicyWeights(const std::string& path);
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const std::vector<RlExample>& train_examples() const { return train_examples_; }
+  const std::vector<RlExample>& eval_examples() const { return eval_examples_; }
+  const TrainState& state() const { return state_; }
+  Decoder& policy() { return *policy_.model; }
+
+ private:
+  RlTrainer(const JobConfig& config, const DistributedRuntime& runtime);
+  absl::Status Init();
+  absl::StatusOr<ModelBundle> BuildPolicyCopy();
+
+  TokenIds EncodePrompt(const std::string& prompt) const;
+  TokenIds EncodeResponse(const std::string& response, bool add_eos) const;
+  // Each response's text without its stop token.
+  absl::StatusOr<std::vector<std::string>> ResponseTexts(const Generation& generation) const;
+  std::vector<double> Verify(const std::vector<std::string>& responses,
+                             const std::vector<const RlExample*>& examples) const;
+  absl::StatusOr<std::vector<double>> Rewards(const std::vector<std::string>& prompts,
+                                              const std::vector<std::string>& responses,
+                                              const std::vector<const RlExample*>& examples);
+  // This rank's examples of step `step` (1-based), in an order fixed by the seed.
+  std::vector<const RlExample*> StepExamples(int64_t step) const;
+
+  // Forward of `batch` through the policy (or reference): response-token log-probabilities
+  // [B, T] and, with the value head, values [B, T]; `logits_out` keeps the logits.
+  at::Tensor ResponseLogProbs(ModelBundle& model, const SequenceBatch& batch,
+                              at::Tensor* values = nullptr, at::Tensor* entropy = nullptr);
+  absl::StatusOr<StepMetrics> RlUpdate(const Rollouts& rollouts);
+  absl::StatusOr<StepMetrics> SftOrDpoStep(const std::vector<const RlExample*>& examples);
+  // One optimizer step: `loss_sum(m)` is microbatch m's summed loss; `denominator` the step's
+  // global normaliser (tokens, or pairs). Returns the gradient norm.
+  absl::StatusOr<double> OptimizerStep(
+      int64_t microbatches, const std::function<absl::StatusOr<at::Tensor>(int64_t)>& loss_sum,
+      double denominator);
+  absl::StatusOr<double> SumOverDp(double value) const;
+  absl::Status WriteRollouts(const std::vector<const RlExample*>& examples,
+                             const std::vector<std::string>& responses,
+                             const std::vector<double>& rewards, const Generation& generation);
+
+  const JobConfig config_;
+  const DistributedRuntime& runtime_;
+  const JobConfig::Rl& rl_;
+  RunSetup setup_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelBundle policy_;
+  std::optional<ModelBundle> reference_;  // kl_coef > 0, and DPO
+  at::Tensor value_head_;                 // PPO: [1, dim] on the policy's trunk
+  std::vector<ParamRef> critic_params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> critic_optimizer_;
+  std::optional<WarmupStableDecaySchedule> schedule_;
+  std::unique_ptr<TrainCheckpointer> checkpointer_;
+  std::unique_ptr<TrainCheckpointer> critic_checkpointer_;
+  DataParallel critic_data_parallel_;  // whole tensors: the value head is replicated
+  std::unique_ptr<MetricsLogger> metrics_;
+  std::vector<RlExample> train_examples_;
+  std::vector<RlExample> eval_examples_;
+  TrainState state_;
+};
+
+// titan_rl's library call: builds an RlTrainer for `config` (RlJobConfig applied) and trains.
+absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_RL_RL_TRAINER_H_

@@ -1,0 +1,329 @@
+// RlTrainer's updates: policy-gradient steps on rollouts (GRPO, DAPO, PPO with its value head),
+// SFT and DPO steps on examples.
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "lib/rl/losses.h"
+#include "lib/rl/rl_config.h"
+#include "lib/rl/rl_trainer.h"
+#include "lib/train/grad_clip.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+// Rows [begin, end) of every tensor of a layout.
+SequenceBatch Rows(const SequenceBatch& batch, int64_t begin, int64_t end) {
+  SequenceBatch out = batch;
+  out.tokens = batch.tokens.slice(0, begin, end);
+  out.valid = batch.valid.slice(0, begin, end);
+  out.positions = batch.positions.slice(0, begin, end);
+  out.response_mask = batch.response_mask.slice(0, begin, end);
+  return out;
+}
+
+// Sums, over response tokens or sequences, that become the step's metrics once reduced.
+struct Tally {
+  std::vector<std::pair<std::string, double>> sums;
+  void Add(const std::string& name, double value) {
+    for (auto& [n, v] : sums) {
+      if (n == name) {
+        v += value;
+        return;
+      }
+    }
+    sums.emplace_back(name, value);
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<double> RlTrainer::OptimizerStep(
+    int64_t microbatches, const std::function<absl::StatusOr<at::Tensor>(int64_t)>& loss_sum,
+    double denominator) {
+  // Gradients are averaged over ranks: each scales its sum by dp_size / denominator.
+  const double per_rank = denominator / setup_.dp_size;
+  optimizer_->ZeroGrad();
+  if (critic_optimizer_) critic_optimizer_->ZeroGrad();
+  for (int64_t m = 0; m < microbatches; ++m) {
+    TITAN_ASSIGN_OR_RETURN(at::Tensor sum, loss_sum(m));
+    policy_.data_parallel->BeginBackward(m + 1 == microbatches);
+    (sum / per_rank).backward();
+  }
+  TITAN_RETURN_IF_ERROR(policy_.data_parallel->FinishBackward());
+  std::vector<at::Tensor> tensors;
+  for (const ParamRef& p : policy_.params) tensors.push_back(*p.tensor);
+  const double grad_norm = ClipGradNorm(tensors, config_.training().max_norm(),
+                                        policy_.data_parallel->GradNormReducer(policy_.params))
+                               .item<double>();
+  const double factor = schedule_->Factor(state_.lr_step);
+  optimizer_->SetLrFactor(factor);
+  optimizer_->Step();
+  if (critic_optimizer_) {
+    if (setup_.dp_size > 1) {
+      at::Tensor grad = value_head_.mutable_grad();
+      TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(grad, ReduceOp::kSum)));
+      grad.div_(setup_.dp_size);
+    }
+    ClipGradNorm({value_head_}, config_.training().max_norm(), nullptr);
+    critic_optimizer_->SetLrFactor(factor);
+    critic_optimizer_->Step();
+  }
+  return grad_norm;
+}
+
+absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
+  const JobConfig::Rl& rl = rl_;
+  const bool ppo = rl.algorithm() == "ppo";
+  const int64_t rows = static_cast<int64_t>(rollouts.prompts.size());
+  const int64_t response_len =
+      rollouts.generator_logprobs.defined() ? rollouts.generator_logprobs.size(1) : 0;
+  const SequenceBatch batch = LayOutSequences(rollouts.prompts, rollouts.responses,
+                                              tokenizer_->eos_id(), setup_.device, response_len);
+  const at::Tensor mask = batch.response_mask.to(at::kFloat);
+  const at::Tensor rewards =
+      at::tensor(rollouts.rewards, at::kDouble).to(at::kFloat).to(setup_.device);
+  at::Tensor old_logp, ref_logp, old_values;
+  {
+    c10::NoGradGuard no_grad;
+    // The generator's log-probabilities are the behaviour policy's: same model, same kernels.
+    old_logp = rollouts.generator_logprobs.defined()
+                   ? rollouts.generator_logprobs.to(setup_.device)
+                   : ResponseLogProbs(policy_, batch, ppo ? &old_values : nullptr);
+    if (ppo && !old_values.defined()) ResponseLogProbs(policy_, batch, &old_values);
+    if (reference_) ref_logp = ResponseLogProbs(*reference_, batch);
+  }
+  const KlEstimator estimator = KlEstimatorFromConfig(rl_);
+  at::Tensor advantages, returns;
+  at::Tensor loss_mask = mask;
+  if (ppo) {
+    // RLHF reward shaping (TRL's PPO): -kl_coef·KL per token, the score on the last token.
+    at::Tensor token_rewards = at::zeros_like(mask);
+    if (reference_) token_rewards = -rl.kl_coef() * KlPenalty(old_logp, ref_logp, estimator) * mask;
+    const at::Tensor last = (mask.sum(1).to(at::kLong) - 1).clamp_min(0);
+    token_rewards.scatter_add_(1, last.unsqueeze(1), rewards.unsqueeze(1));
+    std::tie(advantages, returns) = Gae(token_rewards, old_values, mask, rl.gamma(), rl.lam());
+    if (rl.whiten_advantages()) advantages = Whiten(advantages, mask) * mask;
+  } else {
+    if (rows % rl.group_size() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(rows, " rollouts do not split into groups of ",
+                                                     rl.group_size()));
+    }
+    const at::Tensor seq_adv = GroupAdvantages(rewards.to(at::kDouble), rl.group_size(),
+                                               GroupStdFromConfig(rl_), rl.advantage_eps())
+                                   .to(at::kFloat);
+    advantages = seq_adv.unsqueeze(1) * mask;
+    if (rl.dynamic_sampling()) {
+      // Groups whose rewards are all equal carry no signal (DAPO): their tokens do not count.
+      const at::Tensor groups = rewards.view({-1, rl.group_size()});
+      const at::Tensor informative = (groups.amax(1) > groups.amin(1))
+                                         .repeat_interleave(rl.group_size())
+                                         .to(at::kFloat);
+      loss_mask = mask * informative.unsqueeze(1);
+    }
+  }
+  Tally tally;
+  const double response_tokens = mask.sum().item<double>();
+  tally.Add("response_tokens", response_tokens);
+  tally.Add("sequences", rows);
+  tally.Add("reward_sum", rewards.sum().item<double>());
+  tally.Add("reward_sq_sum", rewards.square().sum().item<double>());
+  tally.Add("counted_tokens", loss_mask.sum().item<double>());
+  if (ppo) {
+    // Explained variance of the rollout-time values, over response tokens.
+    tally.Add("returns_sum", (returns * mask).sum().item<double>());
+    tally.Add("returns_sq_sum", (returns.square() * mask).sum().item<double>());
+    tally.Add("residual_sum", ((returns - old_values) * mask).sum().item<double>());
+    tally.Add("residual_sq_sum", ((returns - old_values).square() * mask).sum().item<double>());
+  }
+  const int64_t minibatch = rl.has_minibatch_size() ? std::min<int64_t>(rl.minibatch_size(), rows)
+                                                     : rows;
+  const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), minibatch);
+  double grad_norm = 0;
+  int64_t optimizer_steps = 0;
+  for (int64_t epoch = 0; epoch < rl.ppo_epochs(); ++epoch) {
+    for (int64_t begin = 0; begin < rows; begin += minibatch) {
+      const int64_t end = std::min(rows, begin + minibatch);
+      TITAN_ASSIGN_OR_RETURN(
+          const double counted,
+          SumOverDp(loss_mask.slice(0, begin, end).sum().item<double>()));
+      if (counted == 0) continue;  // every group of this minibatch was dropped, on every rank
+      const bool first = epoch == 0;
+      auto loss_sum = [&](int64_t m) -> absl::StatusOr<at::Tensor> {
+        const int64_t a = begin + m * micro, b = std::min(end, a + micro);
+        const SequenceBatch part = Rows(batch, a, b);
+        at::Tensor values, entropy;
+        const at::Tensor logp = ResponseLogProbs(policy_, part, ppo ? &values : nullptr,
+                                                 first ? &entropy : nullptr);
+        const at::Tensor lm = loss_mask.slice(0, a, b);
+        at::Tensor clipped;
+        const at::Tensor old = old_logp.slice(0, a, b);
+        at::Tensor per_token = ClippedPolicyLoss(logp, old, advantages.slice(0, a, b),
+                                                 rl.clip_range(), rl.clip_range_high(), &clipped);
+        if (first) {
+          c10::NoGradGuard no_grad;
+          const at::Tensor m_bool = lm.to(at::kBool);
+          tally.Add("policy_loss_sum", (per_token * lm).sum().item<double>());
+          tally.Add("clipped_sum", (clipped.to(at::kFloat) * lm).sum().item<double>());
+          tally.Add("entropy_sum", (entropy * lm).sum().item<double>());
+          if (epoch == 0 && begin == 0) {
+            // Before any update of this batch: the trainer's log-probabilities against the
+            // generator's (0 in batch-invariant mode: the PPO ratio is exactly 1).
+            tally.Add("logprob_diff_max",
+                      (logp.detach() - old).abs().masked_select(m_bool).max().item<double>());
+          }
+        }
+        if (reference_ && !ppo) {
+          const at::Tensor kl = KlPenalty(logp, ref_logp.slice(0, a, b), estimator);
+          per_token = per_token + rl.kl_coef() * kl;
+          if (first) tally.Add("kl_sum", (kl.detach() * lm).sum().item<double>());
+        } else if (reference_ && first) {
+          tally.Add("kl_sum", (KlPenalty(logp.detach(), ref_logp.slice(0, a, b), estimator) * lm)
+                                  .sum()
+                                  .item<double>());
+        }
+        if (ppo) {
+          const at::Tensor value_loss = ClippedValueLoss(values, old_values.slice(0, a, b),
+                                                         returns.slice(0, a, b),
+                                                         rl.value_clip_range());
+          per_token = per_token + rl.vf_coef() * value_loss;
+          if (first) tally.Add("value_loss_sum", (value_loss.detach() * lm).sum().item<double>());
+        }
+        return (per_token * lm).sum();
+      };
+      const int64_t microbatches = (end - begin + micro - 1) / micro;
+      TITAN_ASSIGN_OR_RETURN(grad_norm, OptimizerStep(microbatches, loss_sum, counted));
+      ++optimizer_steps;
+    }
+  }
+  // Metrics: sums over ranks, then ratios.
+  StepMetrics metrics;
+  for (auto& [name, value] : tally.sums) {
+    double total = value;
+    if (name == "logprob_diff_max") {
+      at::Tensor v = at::full({1}, value, at::kDouble);
+      if (setup_.dp_size > 1) {
+        TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(v, ReduceOp::kMax)));
+      }
+      total = v.item<double>();
+    } else {
+      TITAN_ASSIGN_OR_RETURN(total, SumOverDp(value));
+    }
+    value = total;
+  }
+  auto get = [&](const std::string& name) {
+    for (const auto& [n, v] : tally.sums) {
+      if (n == name) return v;
+    }
+    return 0.0;
+  };
+  const double tokens = std::max(1.0, get("counted_tokens"));
+  const double n = std::max(1.0, get("sequences"));
+  const double reward_mean = get("reward_sum") / n;
+  metrics.loss = (get("policy_loss_sum") + rl.kl_coef() * (ppo ? 0 : get("kl_sum")) +
+                  rl.vf_coef() * get("value_loss_sum")) /
+                 tokens;
+  metrics.grad_norm = grad_norm;
+  metrics.lr = optimizer_->lr();
+  metrics.extra = {
+      {"reward_mean", reward_mean},
+      {"reward_std", std::sqrt(std::max(0.0, get("reward_sq_sum") / n - reward_mean * reward_mean))},
+      {"policy_loss", get("policy_loss_sum") / tokens},
+      {"clip_fraction", get("clipped_sum") / tokens},
+      {"entropy", get("entropy_sum") / tokens},
+      {"response_length", get("response_tokens") / n},
+      {"logprob_diff_max", get("logprob_diff_max")},
+      {"optimizer_steps", static_cast<double>(optimizer_steps)},
+  };
+  if (reference_) metrics.extra.emplace_back("kl", get("kl_sum") / tokens);
+  if (!ppo) {
+    metrics.extra.emplace_back("counted_fraction", get("counted_tokens") /
+                                                       std::max(1.0, get("response_tokens")));
+  }
+  if (ppo) {
+    const double rt = std::max(1.0, get("response_tokens"));
+    const double var_returns = get("returns_sq_sum") / rt - std::pow(get("returns_sum") / rt, 2);
+    const double var_residual = get("residual_sq_sum") / rt - std::pow(get("residual_sum") / rt, 2);
+    metrics.extra.emplace_back("value_loss", get("value_loss_sum") / tokens);
+    metrics.extra.emplace_back("explained_variance",
+                               var_returns > 0 ? 1 - var_residual / var_returns : 0.0);
+  }
+  return metrics;
+}
+
+absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlExample*>& examples) {
+  const JobConfig::Rl& rl = rl_;
+  const bool dpo = rl.algorithm() == "dpo";
+  const int64_t pairs = static_cast<int64_t>(examples.size());
+  std::vector<TokenIds> prompts, responses;
+  // DPO rows: every chosen response, then every rejected one, microbatched pair-wise below.
+  for (int pass = 0; pass < (dpo ? 2 : 1); ++pass) {
+    for (const RlExample* e : examples) {
+      prompts.push_back(EncodePrompt(e->prompt));
+      responses.push_back(EncodeResponse(pass == 0 ? e->response : e->rejected, /*add_eos=*/true));
+    }
+  }
+  const SequenceBatch batch =
+      LayOutSequences(prompts, responses, tokenizer_->eos_id(), setup_.device);
+  const at::Tensor mask = batch.response_mask.to(at::kFloat);
+  at::Tensor ref_sums;
+  if (dpo) {
+    c10::NoGradGuard no_grad;
+    ref_sums = (ResponseLogProbs(*reference_, batch) * mask).sum(1);
+  }
+  const double local_tokens = mask.sum().item<double>();
+  TITAN_ASSIGN_OR_RETURN(const double denominator,
+                         SumOverDp(dpo ? static_cast<double>(pairs) : local_tokens));
+  const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), pairs);
+  const DpoLossType type = rl.dpo_loss() == "ipo" ? DpoLossType::kIpo : DpoLossType::kSigmoid;
+  double loss_sum_total = 0, correct = 0, margin_sum = 0;
+  auto loss_sum = [&](int64_t m) -> absl::StatusOr<at::Tensor> {
+    const int64_t a = m * micro, b = std::min(pairs, a + micro);
+    if (!dpo) {
+      const SequenceBatch part = Rows(batch, a, b);
+      const at::Tensor loss = -(ResponseLogProbs(policy_, part) * mask.slice(0, a, b)).sum();
+      loss_sum_total += loss.item<double>();
+      return loss;
+    }
+    // Chosen rows [a, b) and their rejected rows [pairs + a, pairs + b) in one forward.
+    SequenceBatch part = Rows(batch, a, b);
+    const SequenceBatch rejected = Rows(batch, pairs + a, pairs + b);
+    part.tokens = at::cat({part.tokens, rejected.tokens});
+    part.valid = at::cat({part.valid, rejected.valid});
+    part.positions = at::cat({part.positions, rejected.positions});
+    part.response_mask = at::cat({part.response_mask, rejected.response_mask});
+    const at::Tensor sums =
+        (ResponseLogProbs(policy_, part) * part.response_mask.to(at::kFloat)).sum(1);
+    const int64_t k = b - a;
+    const at::Tensor ref_c = ref_sums.slice(0, a, b), ref_r = ref_sums.slice(0, pairs + a, pairs + b);
+    const at::Tensor losses = DpoLoss(sums.slice(0, 0, k), sums.slice(0, k, 2 * k), ref_c, ref_r,
+                                      rl.beta(), type);
+    const at::Tensor margin =
+        ((sums.slice(0, 0, k) - ref_c) - (sums.slice(0, k, 2 * k) - ref_r)).detach();
+    correct += margin.gt(0).sum().item<double>();
+    margin_sum += margin.sum().item<double>();
+    loss_sum_total += losses.sum().item<double>();
+    return losses.sum();
+  };
+  const int64_t microbatches = (pairs + micro - 1) / micro;
+  TITAN_ASSIGN_OR_RETURN(const double grad_norm, OptimizerStep(microbatches, loss_sum, denominator));
+  StepMetrics metrics;
+  TITAN_ASSIGN_OR_RETURN(const double total_loss, SumOverDp(loss_sum_total));
+  metrics.loss = total_loss / std::max(1.0, denominator);
+  metrics.grad_norm = grad_norm;
+  metrics.lr = optimizer_->lr();
+  if (dpo) {
+    TITAN_ASSIGN_OR_RETURN(const double all_correct, SumOverDp(correct));
+    TITAN_ASSIGN_OR_RETURN(const double all_margins, SumOverDp(margin_sum));
+    metrics.extra = {{"preference_accuracy", all_correct / denominator},
+                     {"reward_margin", rl.beta() * all_margins / denominator}};
+  } else {
+    metrics.extra = {{"response_tokens", denominator}};
+  }
+  return metrics;
+}
+
+}  // namespace titan

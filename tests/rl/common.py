@@ -1,0 +1,56 @@
+"""Helpers shared by titan_rl's tests: running the tool, writing transformers checkpoints and job
+files, reading metrics."""
+import json
+import os
+import subprocess
+
+import torch
+import transformers
+
+TOKENIZER = "assets/default_tokenizer"
+BOS, EOS = 2040, 2041  # the bundled tokenizer's
+
+
+def run(cmd, timeout=1800, check=True):
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{cmd} exited {proc.returncode}:\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def tiny_config(family, **overrides):
+    """A small random model in the bundled tokenizer's vocabulary (transformers' own classes)."""
+    common = dict(vocab_size=2048, hidden_size=64, intermediate_size=192, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  rms_norm_eps=1e-5, bos_token_id=BOS, eos_token_id=EOS, pad_token_id=EOS,
+                  initializer_range=0.2)
+    common.update(overrides)
+    if family == "qwen3":
+        common.setdefault("head_dim", 32)
+        common.setdefault("tie_word_embeddings", True)
+        return transformers.Qwen3Config(rope_theta=1e6, **common), transformers.Qwen3ForCausalLM
+    return (transformers.LlamaConfig(rope_theta=5e5, tie_word_embeddings=False, **common),
+            transformers.LlamaForCausalLM)
+
+
+def save_random_hf(folder, family, seed=0, **overrides):
+    config, cls = tiny_config(family, **overrides)
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    model.save_pretrained(folder)
+    return model
+
+
+def write_jsonl(path, rows):
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def metrics(dump):
+    return read_jsonl(os.path.join(dump, "metrics.jsonl"))

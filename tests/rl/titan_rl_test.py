@@ -1,0 +1,139 @@
+"""titan_rl as a user runs it, on a tiny transformers-written Llama (from_checkpoint) and the bundled
+sorting task: batch-invariant log-probabilities, FSDP parity of one step on given rollouts, exact
+resume, a failing reward scorer, refused keys."""
+import argparse
+import json
+import os
+import shutil
+import sys
+import unittest
+
+from safetensors.torch import load_file
+
+import common
+
+TITAN_RL = None
+TITAN_TRAIN = None
+CONFIG = "configs/rl_grpo_sorting.toml"
+
+
+class TitanRlTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "titan_rl_test")
+        shutil.rmtree(cls.root, ignore_errors=True)
+        os.makedirs(cls.root)
+        cls.hf = os.path.join(cls.root, "hf")
+        common.save_random_hf(cls.hf, "llama3", initializer_range=0.02)
+
+    def job(self, name, *overrides):
+        """titan_rl's command line for a short GRPO run in its own dump folder."""
+        dump = os.path.join(self.root, name)
+        return dump, [TITAN_RL, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
+                      "--model.flavor=from_checkpoint", f"--model.hf_assets_path={self.hf}",
+                      f"--model.tokenizer_path={common.TOKENIZER}",
+                      f"--checkpoint.initial_load_path={self.hf}", "--checkpoint.initial_load_in_hf",
+                      "--metrics.log_freq=1", "--rl.eval_size=8", "--rl.eval_freq=100",
+                      "--rl.prompts_per_step=4", "--rl.group_size=4", "--checkpoint.enable=false",
+                      *(overrides if any(o.startswith("--training.steps=") for o in overrides)
+                        else ("--training.steps=2", *overrides))]
+
+    def test_batch_invariant_logprobs_are_the_trainers(self):
+        # PPO (value head, reference KL in the reward), first epoch over the whole batch.
+        for invariant in (True, False):
+            dump, cmd = self.job(f"bi_{invariant}", "--rl.algorithm=ppo", "--rl.kl_coef=0.05",
+                                 f"--debug.batch_invariant={str(invariant).lower()}")
+            common.run(cmd)
+            rows = [m for m in common.metrics(dump) if m["step"] > 0]
+            self.assertEqual(len(rows), 2)
+            diffs = [m["logprob_diff_max"] for m in rows]
+            print(f"batch_invariant={invariant}: max |generator - trainer| log-prob per step {diffs}")
+            if invariant:
+                self.assertEqual(diffs, [0.0, 0.0])  # the PPO ratio at the first epoch is exactly 1
+            else:
+                self.assertLess(max(diffs), 1e-3)
+
+    def test_fsdp_step_on_given_rollouts_equals_one_process(self):
+        rows = []
+        for i, (prompt, good) in enumerate([("Sort: c a b", "a b c"), ("Sort: h e f", "e f h")]):
+            for g in range(4):
+                response = f" #### {good}" if g % 2 == 0 else " #### b a c"
+                rows.append({"prompt": prompt, "response": response, "reward": float(g % 2 == 0)})
+        rollouts = os.path.join(self.root, "rollouts.jsonl")
+        common.write_jsonl(rollouts, rows)
+        results = {}
+        for name, extra in (("one", []), ("fsdp2", ["--nproc_per_node=2",
+                                                     "--parallelism.data_parallel_shard_degree=2"])):
+            dump, cmd = self.job("step_" + name, "--rl.kl_coef=0.05", "--rl.ppo_epochs=2",
+                                 "--rl.learning_rate=1e-5", "--json", *extra)
+            cmd.insert(1, f"--step_rollouts={rollouts}")
+            out = common.run(cmd).stdout
+            # With --nproc_per_node every line carries a "[rank N] " prefix.
+            summary = json.loads([l[l.index("{"):] for l in out.splitlines() if "{" in l][-1])
+            results[name] = (summary, load_file(summary["weights"]))
+        (one, w_one), (fsdp, w_fsdp) = results["one"], results["fsdp2"]
+        # 1e-5: ranks sum their halves' gradients and token counts in another order.
+        for key in ("grad_norm", "entropy", "kl"):
+            rel = abs(one[key] - fsdp[key]) / max(abs(one[key]), 1e-12)
+            print(f"{key}: 1 process {one[key]:.9g}, FSDP 2 {fsdp[key]:.9g}, relative {rel:.2e}")
+            self.assertLess(rel, 1e-5, key)
+        self.assertEqual(one["loss"], 0.0)  # advantages ±1 over equal tokens: the mean cancels
+        self.assertLess(abs(fsdp["loss"]), 1e-7)
+        worst = max((w_one[k] - w_fsdp[k]).abs().max().item() for k in w_one)
+        print(f"weights after 2 AdamW steps: max |1 process - FSDP 2| = {worst:.2e}")
+        self.assertLess(worst, 1e-5)
+
+    def test_resume_reproduces_the_uninterrupted_run(self):
+        # Rewards that vary with the responses (their length mod 3), so the policy moves.
+        common_flags = ["--checkpoint.enable=true", "--checkpoint.interval=2",
+                        "--checkpoint.last_save_model_only=false", "--rl.kl_coef=0.05",
+                        "--rl.reward=command", "--rl.reward_command=awk '{print length($0) % 3}'"]
+        whole, cmd = self.job("whole", *common_flags, "--training.steps=4")
+        common.run(cmd)
+        parts, cmd = self.job("parts", *common_flags, "--training.steps=2")
+        common.run(cmd)
+        cmd[cmd.index("--training.steps=2")] = "--training.steps=4"
+        common.run(cmd)
+        a = [m for m in common.metrics(whole) if m["step"] > 2]
+        b = [m for m in common.metrics(parts) if m["step"] > 2]
+        self.assertEqual([m["step"] for m in b], [3, 4])
+        for x, y in zip(a, b):
+            for key in ("loss", "reward_mean", "reward_std", "kl", "grad_norm", "entropy"):
+                self.assertEqual(x[key], y[key], f"step {x['step']} {key}")  # bitwise
+        ra = [r for r in common.read_jsonl(os.path.join(whole, "rollouts.jsonl")) if r["step"] > 2]
+        rb = [r for r in common.read_jsonl(os.path.join(parts, "rollouts.jsonl")) if r["step"] > 2]
+        self.assertEqual(ra, rb)
+        print(f"resumed at step 2: steps 3-4 equal bitwise ({len(ra)} rollouts, "
+              f"losses {[m['loss'] for m in b]})")
+
+    def test_failing_scorer_is_a_clear_error_and_keeps_the_rollouts(self):
+        # The scorer serves the 8 held-out prompts at step 0, then fails on the 16 rollouts.
+        script = ("n=$(wc -l); if [ $n -gt 8 ]; then echo scorer broke >&2; exit 3; fi; "
+                  "yes 0 | head -n $n")
+        dump, cmd = self.job("scorer", "--rl.reward=command", f"--rl.reward_command={script}")
+        proc = common.run(cmd, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("exit status 3", proc.stderr)
+        self.assertIn("scorer broke", proc.stderr)
+        rows = common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))
+        self.assertEqual(len(rows), 16)
+        self.assertTrue(all(r["reward"] is None and "response" in r for r in rows))
+
+    def test_contradictions_are_refused(self):
+        _, cmd = self.job("refused", "--optimizer.lr=1e-3")
+        proc = common.run(cmd, check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("[optimizer] lr = 0.001 contradicts [rl] learning_rate", proc.stderr)
+        proc = common.run([TITAN_TRAIN, "--rl.algorithm=ppo", "--training.steps=1"], check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("[rl]", proc.stderr)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--titan_rl", required=True)
+    parser.add_argument("--titan_train", required=True)
+    args, rest = parser.parse_known_args()
+    TITAN_RL = os.path.abspath(args.titan_rl)
+    TITAN_TRAIN = os.path.abspath(args.titan_train)
+    unittest.main(argv=[sys.argv[0]] + rest)

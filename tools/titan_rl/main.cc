@@ -1,0 +1,212 @@
+// titan_rl: RL post-training (SFT, GRPO, DAPO, PPO, DPO) from a TOML job file with an [rl]
+// section, in one process or --nproc_per_node local ranks; or generation alone (--generate); or
+// one update on given rollouts (--step_rollouts).
+#include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+#include "lib/config/job_config.h"
+#include "lib/distributed/launcher.h"
+#include "lib/metrics/flops.h"
+#include "lib/parallel/distributed_runtime.h"
+#include "lib/rl/rl_config.h"
+#include "lib/rl/rl_trainer.h"
+#include "lib/util/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: titan_rl [--nproc_per_node=N] --job.config_file=FILE [--section.key=value ...]\n"
+    "       titan_rl --generate [--output=FILE] [--json] --job.config_file=FILE ...\n"
+    "       titan_rl --step_rollouts=FILE [--json] --job.config_file=FILE ...\n"
+    "Trains with the [rl] algorithm of the job file (sft, grpo, dapo, ppo, dpo): rollouts.jsonl,\n"
+    "metrics.jsonl, TensorBoard and checkpoints under [job] dump_folder. --generate samples\n"
+    "responses to [rl] prompts_path (or the task's held-out prompts) with the policy and writes\n"
+    "them as JSONL (default <dump_folder>/generations.jsonl); --step_rollouts runs one update on\n"
+    "the rollouts in FILE (JSONL: prompt, response, reward; split over ranks in order) and writes\n"
+    "the updated weights to <dump_folder>/step_weights.safetensors. --json prints one JSON\n"
+    "summary line on stdout.\n\n";
+
+struct ToolFlags {
+  bool generate = false;
+  bool json = false;
+  std::string output;
+  std::string step_rollouts;
+  std::vector<std::string> overrides;  // everything else: job keys
+};
+
+ToolFlags ParseToolFlags(int argc, char** argv) {
+  ToolFlags flags;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--generate") {
+      flags.generate = true;
+    } else if (arg == "--json") {
+      flags.json = true;
+    } else if (absl::StartsWith(arg, "--output=")) {
+      flags.output = arg.substr(9);
+    } else if (absl::StartsWith(arg, "--step_rollouts=")) {
+      flags.step_rollouts = arg.substr(16);
+    } else if (!absl::StartsWith(arg, "--nproc_per_node")) {
+      flags.overrides.push_back(arg);
+    } else if (arg == "--nproc_per_node") {
+      ++i;  // its value
+    }
+  }
+  return flags;
+}
+
+absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
+                          const titan::DistributedRuntime& runtime, const ToolFlags& flags) {
+  // Rank r takes every world-th prompt: data-parallel generation over the (sharded) policy.
+  const int rank = runtime.rank();
+  const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
+  const std::vector<titan::RlExample>& examples = config.rl().prompts_path().empty()
+                                                       ? trainer.eval_examples()
+                                                       : trainer.train_examples();
+  std::vector<std::string> prompts;
+  for (size_t i = rank; i < examples.size(); i += world) prompts.push_back(examples[i].prompt);
+  const titan::SamplingOptions options =
+      trainer.SamplingFromConfig(static_cast<uint64_t>(config.training().seed()) + rank,
+                                 config.rl().temperature() == 0);
+  titan::Stopwatch stopwatch;
+  absl::StatusOr<titan::Generation> generation = trainer.Generate(prompts, options);
+  if (!generation.ok()) return generation.status();
+  const double seconds = stopwatch.Lap();
+  std::string output = flags.output.empty() ? config.job().dump_folder() + "/generations.jsonl"
+                                            : flags.output;
+  if (rank > 0) output = absl::StrCat(output, ".rank", rank);
+  std::string lines;
+  int64_t generated = 0;
+  const at::Tensor logprobs = generation->logprobs.cpu().to(at::kDouble);
+  const int64_t p = generation->batch.prompt_len;
+  const at::Tensor tokens = generation->batch.tokens.cpu();
+  const at::Tensor valid = generation->batch.valid.cpu();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const titan::TokenIds& response = generation->responses[i];
+    generated += static_cast<int64_t>(response.size());
+    std::vector<int64_t> prompt_ids;
+    for (int64_t j = 0; j < p; ++j) {
+      if (valid[i][j].item<bool>()) prompt_ids.push_back(tokens[i][j].item<int64_t>());
+    }
+    const std::vector<int32_t> ids(response.begin(), response.end());
+    absl::StatusOr<std::string> text = trainer.tokenizer().Decode(ids);
+    if (!text.ok()) return text.status();
+    std::vector<double> lp;
+    for (size_t t = 0; t < response.size(); ++t) lp.push_back(logprobs[i][t].item<double>());
+    lines += nlohmann::json{{"prompt", prompts[i]},
+                            {"prompt_ids", prompt_ids},
+                            {"response", *text},
+                            {"response_ids", response},
+                            {"logprobs", lp},
+                            {"stopped", static_cast<bool>(generation->stopped[i])}}
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+             "\n";
+  }
+  if (absl::Status status = titan::WriteFileAtomically(output, lines); !status.ok()) return status;
+  const nlohmann::json summary = {{"output", output},
+                                  {"prompts", prompts.size()},
+                                  {"generated_tokens", generated},
+                                  {"decode_steps", generation->decode_steps},
+                                  {"seconds", seconds},
+                                  {"tokens_per_second", generated / seconds}};
+  if (flags.json && rank == 0) {
+    std::cout << summary.dump() << std::endl;
+  } else {
+    LOG(INFO) << "generated " << generated << " tokens for " << prompts.size() << " prompts in "
+              << seconds << " s (" << generated / seconds << " tokens/s) -> " << output;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
+                      const titan::DistributedRuntime& runtime, const ToolFlags& flags) {
+  absl::StatusOr<std::string> text = titan::ReadFile(flags.step_rollouts);
+  if (!text.ok()) return text.status();
+  std::vector<nlohmann::json> rows;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (!row.is_object() || !row.contains("prompt") || !row.contains("response") ||
+        !row.contains("reward")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flags.step_rollouts, ": expected JSON objects with prompt, response and reward"));
+    }
+    rows.push_back(std::move(row));
+  }
+  // Rank r takes the r-th contiguous share, so groups stay whole when the shares are multiples
+  // of [rl] group_size.
+  const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
+  if (rows.size() % world != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(rows.size(), " rollouts for ", world, " ranks"));
+  }
+  const size_t share = rows.size() / world;
+  std::vector<std::string> prompts, responses;
+  std::vector<double> rewards;
+  for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
+    prompts.push_back(rows[i]["prompt"].get<std::string>());
+    responses.push_back(rows[i]["response"].get<std::string>());
+    rewards.push_back(rows[i]["reward"].get<double>());
+  }
+  absl::StatusOr<titan::StepMetrics> metrics = trainer.Step(prompts, responses, rewards);
+  if (!metrics.ok()) return metrics.status();
+  const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
+  if (absl::Status status = trainer.SavePolicyWeights(weights); !status.ok()) return status;
+  nlohmann::json summary = {{"loss", metrics->loss},
+                            {"grad_norm", metrics->grad_norm},
+                            {"weights", weights}};
+  for (const auto& [name, value] : metrics->extra) summary[name] = value;
+  if (runtime.rank() == 0) {
+    if (flags.json) {
+      std::cout << summary.dump() << std::endl;
+    } else {
+      LOG(INFO) << "step on " << rows.size() << " rollouts: " << summary.dump();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run(const ToolFlags& flags) {
+  absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
+  if (!env.ok()) return env.status();
+  absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.overrides);
+  if (!config.ok()) return config.status();
+  if (absl::Status status = titan::ValidateJobConfig(*config, env->world_size); !status.ok()) {
+    return status;
+  }
+  absl::StatusOr<titan::DistributedRuntime> runtime =
+      titan::DistributedRuntime::Connect(*config, *env);
+  if (!runtime.ok()) return runtime.status();
+  absl::Status status;
+  if (flags.generate || !flags.step_rollouts.empty()) {
+    absl::StatusOr<titan::JobConfig> rl_config = titan::RlJobConfig(*config);
+    if (!rl_config.ok()) return rl_config.status();
+    try {
+      absl::StatusOr<std::unique_ptr<titan::RlTrainer>> trainer =
+          titan::RlTrainer::Create(*rl_config, *runtime);
+      if (!trainer.ok()) return trainer.status();
+      status = flags.generate ? GenerateMode(**trainer, *rl_config, *runtime, flags)
+                              : StepMode(**trainer, *rl_config, *runtime, flags);
+    } catch (const c10::Error& e) {
+      return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+    }
+  } else {
+    status = titan::RunRl(*config, *runtime);
+  }
+  if (!status.ok()) return status;
+  // No rank leaves while another may still talk to it.
+  return runtime->Barrier();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  return titan::RunRankedTool(argc, argv, "titan_rl", kUsage + titan::JobConfigHelp(),
+                              [&] { return Run(ParseToolFlags(argc, argv)); });
+}
