@@ -270,7 +270,7 @@ absl::StatusOr<std::vector<PieceEntry>> ParsePieceEntries(const std::string& sou
 // Compares the caller's tensors with a checkpoint's, collecting every problem in one message.
 absl::Status CheckDestinations(const NamedTensors& destinations,
                                const std::vector<CheckpointStep::Tensor>& saved_tensors,
-                               const TensorBoxes& boxes, const std::string& source) {
+                               const TensorBoxes& boxes, const std::string& source, bool partial) {
   std::map<std::string, const CheckpointStep::Tensor*> saved;
   for (const CheckpointStep::Tensor& tensor : saved_tensors) saved[tensor.name] = &tensor;
   std::set<std::string> wanted;
@@ -308,7 +308,7 @@ absl::Status CheckDestinations(const NamedTensors& destinations,
     }
   }
   for (const auto& [name, unused] : saved) {
-    if (wanted.count(name) == 0) unexpected.push_back(name);
+    if (!partial && wanted.count(name) == 0) unexpected.push_back(name);
   }
   std::vector<std::string> problems;
   if (!missing.empty()) problems.push_back("missing keys: " + absl::StrJoin(missing, ", "));
@@ -763,7 +763,8 @@ absl::StatusOr<CheckpointState> CheckpointManager::Load(int64_t step, bool verif
 
 absl::Status CheckpointManager::LoadInto(int64_t step, const NamedTensors& model,
                                          const NamedTensors* optimizer, nlohmann::json* extra,
-                                         const TensorBoxes& boxes, bool verify_checksums) const {
+                                         const TensorBoxes& boxes, bool verify_checksums,
+                                         bool partial) const {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> open,
                          CheckpointStep::Open(StepDirectory(step), step));
   if (optimizer != nullptr && open->model_only()) {
@@ -771,10 +772,10 @@ absl::Status CheckpointManager::LoadInto(int64_t step, const NamedTensors& model
         absl::StrCat(open->directory(), ": model-only checkpoint has no optimizer state"));
   }
   TITAN_RETURN_IF_ERROR(
-      CheckDestinations(model, open->model(), boxes, open->directory() + " (model)"));
+      CheckDestinations(model, open->model(), boxes, open->directory() + " (model)", partial));
   if (optimizer != nullptr) {
     TITAN_RETURN_IF_ERROR(CheckDestinations(*optimizer, open->optimizer(), boxes,
-                                            open->directory() + " (optimizer)"));
+                                            open->directory() + " (optimizer)", partial));
   }
   auto load = [&](const std::vector<CheckpointStep::Tensor>& saved,
                   const NamedTensors& destinations) -> absl::Status {

@@ -101,12 +101,13 @@ class CheckpointManager {
   // Loads a step into existing tensors in place (copy_: any device, dtype converted). Entries named
   // in `boxes` are pieces and receive the saved values inside their box, from whichever saved
   // pieces overlap it (resharding); others receive whole tensors. The names in `model` (and
-  // `optimizer` unless it is null) must match the checkpoint's exactly and every shape must agree;
-  // all of that is checked before any tensor is written. `extra` (if not null) receives the saved
-  // JSON state. A model-only step with a non-null `optimizer` is FailedPrecondition.
+  // `optimizer` unless it is null) must match the checkpoint's exactly, or with `partial` be among
+  // them (a pipeline stage holds part of the model), and every shape must agree; all of that is
+  // checked before any tensor is written. `extra` (if not null) receives the saved JSON state. A
+  // model-only step with a non-null `optimizer` is FailedPrecondition.
   absl::Status LoadInto(int64_t step, const NamedTensors& model, const NamedTensors* optimizer,
                         nlohmann::json* extra, const TensorBoxes& boxes = {},
-                        bool verify_checksums = true) const;
+                        bool verify_checksums = true, bool partial = false) const;
 
   // The directory a committed step lives in.
   std::string StepDirectory(int64_t step) const;

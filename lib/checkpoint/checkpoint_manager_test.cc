@@ -309,6 +309,21 @@ TEST(CheckpointManagerTest, LoadIntoListsMismatchedKeysAndShapesBeforeWriting) {
   EXPECT_TRUE(SameBits(model[0].second, untouched));
 }
 
+TEST(CheckpointManagerTest, PartialLoadIntoFillsAPipelineStagesShareOfTheModel) {
+  CheckpointManager manager(TestRoot(), 0);
+  const CheckpointState saved = MakeState(4);
+  ASSERT_TRUE(manager.Save(4, saved, false).ok());
+  NamedTensors stage = {MakeState(5).model[1]};
+  EXPECT_THAT(manager.LoadInto(4, stage, nullptr, nullptr).message(),
+              HasSubstr("unexpected keys"));
+  ASSERT_TRUE(manager.LoadInto(4, stage, nullptr, nullptr, {}, true, /*partial=*/true).ok());
+  EXPECT_TRUE(SameBits(stage[0].second, saved.model[1].second));
+  // What the stage holds must still be there.
+  stage[0].first = "layers.7.attention.wq.weight";
+  EXPECT_THAT(manager.LoadInto(4, stage, nullptr, nullptr, {}, true, true).message(),
+              HasSubstr("missing keys: layers.7.attention.wq.weight"));
+}
+
 TEST(CheckpointManagerTest, RngStateSurvivesSaveAndLoad) {
   CheckpointManager manager(TestRoot(), 0);
   at::manual_seed(42);

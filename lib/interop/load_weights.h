@@ -22,7 +22,7 @@ absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_
                                                const std::string& model_name = "");
 
 // Copies the checkpoint's weights (titan step dir or root, Hugging Face with `in_hf` or detected,
-// Meta) into `params`, every parameter of `expected`'s model. HF q/k are permuted back to the
+// Meta) into `params`: every parameter of `expected`'s model, or one pipeline stage's. HF q/k are permuted back to the
 // family's RoPE layout. A checkpoint of another shape fails with one short line: what it holds
 // against `expected` and the first few differing tensors.
 absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelInfo& expected,

@@ -182,7 +182,8 @@ void Decoder::InitWeights() {
 
 void Decoder::InitEmbedding() {
   c10::NoGradGuard no_grad;
-  if (tok_embeddings_ == nullptr) return;
+  // A tied head's copy of the table (a later pipeline stage) takes the first stage's values.
+  if (tok_embeddings_ == nullptr || !part_.embedding) return;
   BuildRopeTables(tok_embeddings_->options());
   tok_embeddings_->normal_(0.0, args_.init.embedding_std);
 }

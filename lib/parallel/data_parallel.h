@@ -19,6 +19,7 @@
 #include "lib/parallel/context_parallel.h"
 #include "lib/parallel/ddp.h"
 #include "lib/parallel/fsdp.h"
+#include "lib/parallel/sharded_state.h"
 #include "lib/parallel/tensor_parallel.h"
 #include "lib/train/grad_clip.h"
 #include "lib/train/loss.h"
@@ -28,7 +29,7 @@ namespace titan {
 // What the trainer calls around forward, backward, clipping and checkpoints, whichever parallelism
 // the model got: a data parallel style (none, DDP, FSDP, HSDP) and tensor and context parallelism
 // on top. Default-constructed: one replica, no-ops.
-class DataParallel {
+class DataParallel : public ShardedState {
  public:
   DataParallel() = default;
   // DDP: `ddp` averages gradients over the replicas.
@@ -71,14 +72,14 @@ class DataParallel {
   // Checkpoint support. `local` holds parameters or optimizer state as this rank has them (a
   // sharded parameter's state named "<param>.<state>"). The full tensors: shard-shaped entries
   // all-gathered, others as they are. A collective when sharded.
-  absl::StatusOr<NamedTensors> GatherFull(const NamedTensors& local) const;
+  absl::StatusOr<NamedTensors> GatherFull(const NamedTensors& local) const override;
   // This rank's pieces for a distributed checkpoint: a shard-shaped entry becomes a view of its
   // rows without padding (loading into it fills the shard), its box in the whole tensor (FSDP rows
   // within a tensor-parallel slice) added to `boxes`; other entries as they are.
-  NamedTensors CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const;
+  NamedTensors CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const override;
   // Whether this rank writes the piece `name` (the same piece held by several tensor-parallel
   // ranks is written by the first of them).
-  bool WritesPiece(const std::string& name) const;
+  bool WritesPiece(const std::string& name) const override;
 
  private:
   using ParamIndex = std::pair<const FsdpParamGroup*, const FsdpParamGroup::Param*>;

@@ -23,11 +23,6 @@ DistributedRuntime DistributedRuntime::SingleProcess() {
 absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& config,
                                                                const DistributedEnv& env) {
   const JobConfig::Parallelism& p = config.parallelism();
-  if (p.pipeline_parallel_degree() > 1) {
-    return absl::UnimplementedError(absl::StrCat(
-        "[parallelism] pipeline_parallel_degree=", p.pipeline_parallel_degree(),
-        ": pipeline parallelism is not implemented yet; expected 1"));
-  }
   TITAN_ASSIGN_OR_RETURN(
       ParallelDims dims,
       ParallelDims::Build(p.data_parallel_replicate_degree(), p.data_parallel_shard_degree(),

@@ -27,7 +27,7 @@ class DistributedRuntime {
   // One process: world size 1, no communicators.
   static DistributedRuntime SingleProcess();
   // Builds the mesh for env.world_size ranks and connects to the others (bounded by [comm]
-  // init_timeout_seconds). A pipeline-parallel degree above 1 is refused (not implemented yet).
+  // init_timeout_seconds). Every parallelism composes: pp x dp_replicate x dp_shard x cp x tp.
   static absl::StatusOr<DistributedRuntime> Connect(const JobConfig& config,
                                                     const DistributedEnv& env);
 

@@ -34,7 +34,7 @@ struct ProfileRunInfo {
   std::string model;   // e.g. "llama3 debugmodel"
   std::string device;  // e.g. "cpu", "NVIDIA H200"
   int world_size = 1;
-  std::string parallelism;  // e.g. "FSDP (replicate 1 x shard 2)"
+  std::string parallelism;  // e.g. "data parallel: replicate 1 x shard 2; tp 1, cp 1, pp 1"
   int warmup = 0;
   int active = 0;
   int64_t local_batch_size = 0;

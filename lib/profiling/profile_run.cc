@@ -63,9 +63,11 @@ ProfileRunInfo RunInfo(const JobConfig& config, const DistributedRuntime& runtim
   info.model = absl::StrCat(config.model().name(), " ", config.model().flavor());
   info.device = DeviceName(trainer.setup().device);
   info.world_size = runtime.dims().world_size();
+  const ParallelDims& dims = runtime.dims();
   info.parallelism = runtime.distributed()
-                         ? absl::StrCat("data parallel: replicate ", runtime.dims().dp_replicate(),
-                                        " x shard ", runtime.dims().dp_shard())
+                         ? absl::StrCat("data parallel: replicate ", dims.dp_replicate(),
+                                        " x shard ", dims.dp_shard(), "; tp ", dims.tp(), ", cp ",
+                                        dims.cp(), ", pp ", dims.pp())
                          : "one process";
   info.warmup = options.warmup;
   info.active = options.active;

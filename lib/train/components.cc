@@ -142,27 +142,14 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
   bundle.model = info.spec->Build(run_args, at::TensorOptions().device(at::kMeta));
   bundle.num_params = bundle.model->NumParameters();
   const at::TensorOptions param_options = at::TensorOptions().device(setup.device).dtype(at::kFloat);
-  // An initial load reads whole tensors, so it needs the whole model first; else FSDP initialises
-  // one group at a time after sharding (the same weights as one process with the same seed).
   const std::string initial_load = InitialLoadPath(config);
-  const bool init_after_sharding = runtime.dims().fsdp_enabled() && initial_load.empty();
-  if (!init_after_sharding) {
-    bundle.model->Materialize(param_options);
-    bundle.model->InitWeights();
+  if (!initial_load.empty() && !config.checkpoint().initial_load_model_only()) {
+    return absl::UnimplementedError(
+        "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
+        "resume a full run through [checkpoint] folder instead");
   }
-  if (!initial_load.empty()) {
-    if (!config.checkpoint().initial_load_model_only()) {
-      return absl::UnimplementedError(
-          "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
-          "resume a full run through [checkpoint] folder instead");
-    }
-    // Before sharding: every rank loads the full weights and keeps its shard. A checkpoint in
-    // [checkpoint] folder, if any, still takes precedence when the trainer resumes.
-    const bool in_hf = config.checkpoint().initial_load_in_hf();
-    TITAN_RETURN_IF_ERROR(
-        LoadModelWeights(initial_load, in_hf, info, bundle.model->NamedParameters()));
-    LOG(INFO) << "initial weights from " << initial_load;
-  }
+  // A checkpoint in [checkpoint] folder, if any, still takes precedence when the trainer resumes.
+  const bool in_hf = config.checkpoint().initial_load_in_hf();
   if (config.compile().enable_async_tensor_parallel()) {
     return absl::UnimplementedError(absl::StrCat(
         "[compile] enable_async_tensor_parallel = true: ",
@@ -181,16 +168,56 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
   parallelize.tensor_parallel.loss_parallel = !parallelism.disable_loss_parallel();
   parallelize.cp_load_balancer = parallelism.context_parallel_load_balancer();
   parallelize.cp_rotate_method = parallelism.context_parallel_rotate_method();
-  if (init_after_sharding) parallelize.materialize = param_options;
   if (setup.autocast_dtype) {
     // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
     // reduced in [training] mixed_precision_reduce.
     parallelize.fsdp_mixed_precision = {*setup.autocast_dtype, at::kFloat};
   }
-  TITAN_ASSIGN_OR_RETURN(bundle.data_parallel,
-                         info.spec->parallelize(*bundle.model, parallelize, runtime.dims(),
-                                                runtime.comms()));
-  bundle.params = bundle.model->NamedParameters();
+  if (runtime.dims().pp_enabled()) {
+    const JobConfig::Parallelism& p = parallelism;
+    PipelineOptions pipeline;
+    pipeline.split.schedule = p.pipeline_parallel_schedule();
+    pipeline.split.pp = p.pipeline_parallel_degree();
+    pipeline.split.layers_per_stage = p.pipeline_parallel_layers_per_stage();
+    pipeline.split.first_stage_less_layers = p.pipeline_parallel_first_stage_less_layers();
+    pipeline.split.last_stage_less_layers = p.pipeline_parallel_last_stage_less_layers();
+    pipeline.split.split_points.assign(p.pipeline_parallel_split_points().begin(),
+                                       p.pipeline_parallel_split_points().end());
+    pipeline.microbatches = training.local_batch_size() / p.pipeline_parallel_microbatch_size();
+    pipeline.schedule_csv = p.pipeline_parallel_schedule_csv();
+    pipeline.parallelize = parallelize;
+    pipeline.param_options = param_options;
+    if (!initial_load.empty()) {
+      pipeline.load_weights = [&](Decoder& part) {
+        return LoadModelWeights(initial_load, in_hf, info, part.NamedParameters());
+      };
+    }
+    bundle.model.reset();
+    TITAN_ASSIGN_OR_RETURN(bundle.pipeline,
+                           PipelineParallel::Create(*info.spec, run_args, pipeline, runtime.dims(),
+                                                    runtime.comms(), runtime.rank()));
+    bundle.params = bundle.pipeline->params();
+  } else {
+    // An initial load reads whole tensors, so it needs the whole model first; else FSDP
+    // initialises one group at a time after sharding (the same weights as one process with the
+    // same seed).
+    const bool init_after_sharding = runtime.dims().fsdp_enabled() && initial_load.empty();
+    if (!init_after_sharding) {
+      bundle.model->Materialize(param_options);
+      bundle.model->InitWeights();
+    }
+    // Before sharding: every rank loads the full weights and keeps its shard.
+    if (!initial_load.empty()) {
+      TITAN_RETURN_IF_ERROR(
+          LoadModelWeights(initial_load, in_hf, info, bundle.model->NamedParameters()));
+    }
+    if (init_after_sharding) parallelize.materialize = param_options;
+    TITAN_ASSIGN_OR_RETURN(bundle.data_parallel,
+                           info.spec->parallelize(*bundle.model, parallelize, runtime.dims(),
+                                                  runtime.comms()));
+    bundle.params = bundle.model->NamedParameters();
+  }
+  if (!initial_load.empty()) LOG(INFO) << "initial weights from " << initial_load;
   bundle.flops_per_token = info.spec->flops_per_token(info.args, training.seq_len());
   LOG(INFO) << "model " << info.name() << " " << (info.flavor.empty() ? "custom" : info.flavor)
             << ": " << bundle.num_params << " parameters (" << DescribeArchitecture(info.args)
@@ -250,8 +277,12 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
                                                             const DistributedRuntime& runtime) {
   const int rank = runtime.rank();
-  if (rank != 0 && !config.metrics().save_for_all_ranks()) return nullptr;
-  const std::string rank_folder = rank == 0 ? "" : absl::StrCat("/rank_", rank);
+  // torchtitan: with pipeline parallelism only the last stage knows the loss.
+  MeshCoordinates first_of_last_stage;
+  first_of_last_stage.pp = runtime.dims().pp() - 1;
+  const int writer = runtime.dims().RankOf(first_of_last_stage);
+  if (rank != writer && !config.metrics().save_for_all_ranks()) return nullptr;
+  const std::string rank_folder = rank == writer ? "" : absl::StrCat("/rank_", rank);
   MetricsLoggerOptions metrics;
   metrics.dump_folder = config.job().dump_folder() + rank_folder;
   if (config.metrics().enable_tensorboard()) {

@@ -20,6 +20,7 @@
 #include "lib/model/decoder.h"
 #include "lib/parallel/data_parallel.h"
 #include "lib/parallel/distributed_runtime.h"
+#include "lib/pipeline/pipeline_parallel.h"
 #include "lib/registry/model_spec.h"
 #include "lib/tokenizer/tokenizer.h"
 #include "lib/train/lr_scheduler.h"
@@ -52,16 +53,18 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
 
 struct ModelBundle {
   ModelInfo info;
-  std::unique_ptr<Decoder> model;
-  std::unique_ptr<DataParallel> data_parallel;
-  std::vector<ParamRef> params;  // as this rank holds them (FSDP: shards)
+  std::unique_ptr<Decoder> model;                // null with pipeline parallelism
+  std::unique_ptr<DataParallel> data_parallel;  // null with pipeline parallelism
+  std::unique_ptr<PipelineParallel> pipeline;   // [parallelism] pipeline_parallel_degree > 1
+  std::vector<ParamRef> params;  // as this rank holds them (FSDP: shards; PP: its stages')
   int64_t num_params = 0;        // of the whole model
   int64_t flops_per_token = 0;   // training, at [training] seq_len
 };
 // Builds `info`'s model on the meta device, initialises it (or loads [checkpoint]
 // initial_load_path) and applies the family's parallelize function ([parallelism],
 // [activation_checkpoint]). Under FSDP without an initial load, each group is initialised after
-// sharding, so no rank holds the whole model.
+// sharding, so no rank holds the whole model. With pipeline parallelism each rank builds only its
+// stages (lib/pipeline).
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime);
 
@@ -81,8 +84,9 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
     const JobConfig& config, const RunSetup& setup, const DistributedRuntime& runtime);
 
-// metrics.jsonl and TensorBoard; null on ranks that write none ([metrics] save_for_all_ranks:
-// every rank, rank r > 0 under <dump>/rank_<r>/).
+// metrics.jsonl and TensorBoard; null on ranks that write none. The job's metrics come from rank
+// 0, or with pipeline parallelism from the first rank of the last stage (which has the loss);
+// [metrics] save_for_all_ranks: every rank, the others under <dump>/rank_<r>/.
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
                                                             const DistributedRuntime& runtime);
 

@@ -10,6 +10,28 @@ LossFn CrossEntropySum(double label_smoothing) {
   };
 }
 
+std::vector<Batch> SplitBatch(const Batch& batch, int64_t parts) {
+  auto pieces = [parts](const at::Tensor& tensor) {
+    return tensor.defined() ? tensor.chunk(parts, 0) : std::vector<at::Tensor>(parts);
+  };
+  const std::vector<at::Tensor> tokens = pieces(batch.tokens);
+  const std::vector<at::Tensor> labels = pieces(batch.labels);
+  const std::vector<at::Tensor> positions = pieces(batch.positions);
+  const std::vector<at::Tensor> documents = pieces(batch.documents);
+  std::vector<Batch> out(parts);
+  for (int64_t i = 0; i < parts; ++i) {
+    out[i].tokens = tokens[i];
+    out[i].labels = labels[i];
+    out[i].positions = positions[i];
+    out[i].documents = documents[i];
+  }
+  for (const auto& [name, tensor] : batch.extra) {
+    const std::vector<at::Tensor> extra = pieces(tensor);
+    for (int64_t i = 0; i < parts; ++i) out[i].extra[name] = extra[i];
+  }
+  return out;
+}
+
 int64_t CountedTokens(const at::Tensor& labels) {
   return labels.ne(kIgnoreIndex).sum().item<int64_t>();
 }

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace titan {
 
@@ -33,6 +34,9 @@ using LossFn = std::function<at::Tensor(const at::Tensor& logits, const Batch& b
 // Cross-entropy over the vocabulary, summed over tokens whose label is not kIgnoreIndex, in fp32;
 // label_smoothing as torch.nn.functional.cross_entropy's.
 LossFn CrossEntropySum(double label_smoothing = 0);
+
+// `batch` cut along dim 0 into `parts` microbatches of equal size (every field, `extra` too).
+std::vector<Batch> SplitBatch(const Batch& batch, int64_t parts);
 
 // Tokens whose label counts (a host sync: call once per microbatch, before the step).
 int64_t CountedTokens(const at::Tensor& labels);

@@ -27,5 +27,19 @@ TEST(LossTest, DocumentIdsStartAtEachBos) {
   EXPECT_TRUE(at::equal(ids, at::tensor({0, 1, 1, 1, 2, 2}, at::kLong).view({1, 6})));
 }
 
+TEST(LossTest, SplitBatchCutsEveryFieldIntoEqualMicrobatches) {
+  Batch batch;
+  batch.tokens = at::arange(24, at::kLong).view({4, 6});
+  batch.labels = batch.tokens + 1;
+  batch.extra["advantages"] = at::arange(24, at::kFloat).view({4, 6});
+  const std::vector<Batch> parts = SplitBatch(batch, 2);
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_TRUE(at::equal(parts[1].tokens, batch.tokens.narrow(0, 2, 2)));
+  EXPECT_TRUE(at::equal(parts[1].labels, batch.labels.narrow(0, 2, 2)));
+  EXPECT_TRUE(at::equal(parts[0].extra.at("advantages"), batch.extra["advantages"].narrow(0, 0, 2)));
+  EXPECT_FALSE(parts[0].positions.defined());
+  EXPECT_FALSE(parts[1].documents.defined());
+}
+
 }  // namespace
 }  // namespace titan

@@ -76,7 +76,9 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   const std::string dir = manager_->StepDirectory(step);
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
   TensorBoxes boxes;
-  const NamedTensors model = parts_.data_parallel->CheckpointPieces(ModelState(), boxes);
+  const NamedTensors model = parts_.sharded->CheckpointPieces(ModelState(), boxes);
+  // A pipeline stage loads its part of the model.
+  const bool partial = runtime_.dims().pp_enabled();
   if (saved->model_only()) {
     if (step != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -86,7 +88,8 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
           "load_step"));
     }
     // torchtitan's seed checkpoint: weights only, training starts at step 0.
-    TITAN_RETURN_IF_ERROR(manager_->LoadInto(step, model, nullptr, nullptr, boxes));
+    TITAN_RETURN_IF_ERROR(
+        manager_->LoadInto(step, model, nullptr, nullptr, boxes, /*verify_checksums=*/true, partial));
     LOG(INFO) << "loaded model weights from seed checkpoint " << dir << "; training starts at 0";
     return absl::OkStatus();
   }
@@ -95,10 +98,11 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   const bool load_optimizer = !excluded_.contains("optimizer");
   parts_.optimizer->InitState();
   NamedTensors optimizer_state = parts_.optimizer->StateDict();
-  const NamedTensors optimizer = parts_.data_parallel->CheckpointPieces(optimizer_state, boxes);
+  const NamedTensors optimizer = parts_.sharded->CheckpointPieces(optimizer_state, boxes);
   nlohmann::json extra;
   TITAN_RETURN_IF_ERROR(
-      manager_->LoadInto(step, model, load_optimizer ? &optimizer : nullptr, &extra, boxes));
+      manager_->LoadInto(step, model, load_optimizer ? &optimizer : nullptr, &extra, boxes,
+                         /*verify_checksums=*/true, partial));
   if (load_optimizer) TITAN_RETURN_IF_ERROR(parts_.optimizer->LoadStateDict(optimizer_state));
   if (parts_.data != nullptr && !excluded_.contains("dataloader")) {
     TITAN_RETURN_IF_ERROR(parts_.data->LoadStateDict(extra.at("dataloader")));
@@ -119,12 +123,14 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
 }
 
 NamedTensors TrainCheckpointer::PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const {
-  const bool first_replica =
-      !runtime_.distributed() || runtime_.comm(MeshGroup::kDpReplicate).rank() == 0;
+  const MeshCoordinates at = runtime_.dims().CoordinatesOf(runtime_.rank());
+  const bool first_replica = at.dp_replicate == 0;
+  // One rank per pipeline stage (its stage's whole tensors; every rank without pipelining).
+  const bool whole_writer = first_replica && at.dp_shard == 0 && at.cp == 0 && at.tp == 0;
   NamedTensors kept;
-  for (auto& [name, tensor] : parts_.data_parallel->CheckpointPieces(local, boxes)) {
+  for (auto& [name, tensor] : parts_.sharded->CheckpointPieces(local, boxes)) {
     const bool piece = boxes.count(name) > 0;
-    if (piece ? first_replica && parts_.data_parallel->WritesPiece(name) : writer()) {
+    if (piece ? first_replica && parts_.sharded->WritesPiece(name) : whole_writer) {
       kept.emplace_back(name, tensor);
     }
   }
@@ -146,7 +152,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   absl::Status exported;
   if (model_only) {
     // A consolidated export: whole tensors, gathered and written by rank 0 in export_dtype.
-    TITAN_ASSIGN_OR_RETURN(NamedTensors full, parts_.data_parallel->GatherFull(ModelState()));
+    TITAN_ASSIGN_OR_RETURN(NamedTensors full, parts_.sharded->GatherFull(ModelState()));
     if (writer()) {
       const at::ScalarType type = ExportType(config_.checkpoint().export_dtype());
       for (auto& [name, tensor] : full) state.model.emplace_back(name, tensor.to(type));

@@ -13,7 +13,7 @@
 #include "lib/config/job_config.pb.h"
 #include "lib/data/text_data_loader.h"
 #include "lib/model/module.h"
-#include "lib/parallel/data_parallel.h"
+#include "lib/parallel/sharded_state.h"
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/registry/model_spec.h"
 #include "lib/train/optimizer.h"
@@ -31,7 +31,7 @@ struct TrainState {
 struct CheckpointedParts {
   const std::vector<ParamRef>* params = nullptr;
   Optimizer* optimizer = nullptr;
-  const DataParallel* data_parallel = nullptr;
+  const ShardedState* sharded = nullptr;  // DataParallel, or PipelineParallel
   TextDataLoader* data = nullptr;  // null: a tool without a data loader
   const ModelInfo* model = nullptr;
 };
@@ -64,7 +64,8 @@ class TrainCheckpointer {
                     absl::flat_hash_set<std::string> excluded);
   NamedTensors ModelState() const;
   // What this rank saves of `local`: its pieces in the first replica group (a piece several
-  // tensor-parallel ranks hold, from the first of them), whole tensors on rank 0.
+  // tensor-parallel ranks hold, from the first of them), whole tensors on the rank at data-, context-
+  // and tensor-parallel position 0 of each pipeline stage.
   NamedTensors PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const;
   absl::Status ExportHf(int64_t step, const NamedTensors& model) const;
   bool writer() const { return runtime_.rank() == 0; }

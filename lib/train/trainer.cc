@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
@@ -80,7 +81,7 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
   TITAN_ASSIGN_OR_RETURN(model_, BuildModel(config_, info, setup_, runtime_));
-  loss_ = model_.data_parallel->Loss(custom_loss_);
+  loss_ = batch_parallel().Loss(custom_loss_);
   peak_flops_ = PeakFlops(DeviceName(setup_.device), setup_.autocast_dtype
                                                          ? MatmulDtype::kBfloat16
                                                          : MatmulDtype::kFloat32);
@@ -93,6 +94,13 @@ absl::Status Trainer::Init() {
               << "), dp rank " << setup_.dp_rank << " of " << setup_.dp_size
               << ", tensor parallel " << dims.tp() << ", context parallel " << dims.cp();
   }
+  if (model_.pipeline != nullptr) {
+    const PipelineLayout& layout = model_.pipeline->layout();
+    LOG(INFO) << "rank " << runtime_.rank() << ": pipeline stages "
+              << absl::StrJoin(layout.StagesOfRank(runtime_.dims().CoordinatesOf(runtime_.rank()).pp), ",")
+              << " of " << layout.num_stages() << ", schedule " << layout.kind.name;
+    if (runtime_.rank() == 0) LOG(INFO) << "pipeline schedule:\n" << model_.pipeline->ScheduleTable();
+  }
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, model_.params));
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
   microbatches_ = GradientAccumulationSteps(config_, setup_);
@@ -100,11 +108,16 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                          BuildCheckpointManager(config_, setup_, runtime_));
   if (manager != nullptr) {
-    CheckpointedParts parts{&model_.params, optimizer_.get(), model_.data_parallel.get(),
-                            train_data_.get(), &model_.info};
+    const ShardedState* sharded = model_.pipeline != nullptr
+                                      ? static_cast<const ShardedState*>(model_.pipeline.get())
+                                      : model_.data_parallel.get();
+    CheckpointedParts parts{&model_.params, optimizer_.get(), sharded, train_data_.get(),
+                            &model_.info};
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));
+    // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
+    if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
   TITAN_ASSIGN_OR_RETURN(metrics_, BuildMetrics(config_, runtime_));
   TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
@@ -117,6 +130,7 @@ absl::Status Trainer::Init() {
 }
 
 absl::Status Trainer::InstallHooks() {
+  if (model_.pipeline != nullptr) model_.pipeline->InstallHooks(hooks_);
   if (profiler_ != nullptr) {
     hooks_.Add(StepPhase::kStepBegin,
                [this](const StepEvent& event) { return profiler_->StepBegin(event.step); });
@@ -146,7 +160,9 @@ absl::StatusOr<std::vector<Batch>> Trainer::NextMicrobatches() {
 
 void Trainer::set_loss(LossFn loss) {
   custom_loss_ = std::move(loss);
-  if (model_.data_parallel != nullptr) loss_ = model_.data_parallel->Loss(custom_loss_);
+  if (model_.data_parallel != nullptr || model_.pipeline != nullptr) {
+    loss_ = batch_parallel().Loss(custom_loss_);
+  }
 }
 
 absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_microbatches,
@@ -155,10 +171,10 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepBegin, {step}));
   // Context-parallel ranks each take a share of every sequence: the step's tokens are split over
   // data-parallel × context-parallel ranks.
-  const int token_ranks = setup_.dp_size * model_.data_parallel->context_parallel_degree();
+  const int token_ranks = setup_.dp_size * batch_parallel().context_parallel_degree();
   std::vector<Batch> microbatches;
   for (const Batch& batch : full_microbatches) {
-    TITAN_ASSIGN_OR_RETURN(Batch shard, model_.data_parallel->ShardBatch(batch));
+    TITAN_ASSIGN_OR_RETURN(Batch shard, batch_parallel().ShardBatch(batch));
     microbatches.push_back(std::move(shard));
   }
   StepResult result;
@@ -177,19 +193,26 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   const double per_rank_counted = global_counted / token_ranks;
   optimizer_->ZeroGrad();
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(setup_.device));
+  PipelineParallel* pipeline = model_.pipeline.get();
   for (size_t m = 0; m < microbatches.size(); ++m) {
     TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeForward, {step, int64_t(m)}));
-    at::Tensor sum = ForwardLossSum(*model_.model, *model_.data_parallel, microbatches[m], loss_,
-                                    setup_.autocast_dtype);
-    model_.data_parallel->BeginBackward(/*last_microbatch=*/m + 1 == microbatches.size());
-    {
+    at::Tensor sum;
+    if (pipeline != nullptr) {
+      // The schedule runs forward and backward of the batch's pipeline microbatches.
+      TITAN_ASSIGN_OR_RETURN(sum, pipeline->TrainStep(microbatches[m], loss_, per_rank_counted,
+                                                      setup_.autocast_dtype));
+    } else {
+      sum = ForwardLossSum(*model_.model, *model_.data_parallel, microbatches[m], loss_,
+                           setup_.autocast_dtype);
+      model_.data_parallel->BeginBackward(/*last_microbatch=*/m + 1 == microbatches.size());
       PhaseRange range("backward");
       (sum / per_rank_counted).backward();
     }
     loss_sum += sum.detach();
     TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kAfterBackward, {step, int64_t(m)}));
   }
-  TITAN_RETURN_IF_ERROR(model_.data_parallel->FinishBackward());
+  TITAN_RETURN_IF_ERROR(pipeline != nullptr ? pipeline->FinishBackward()
+                                            : model_.data_parallel->FinishBackward());
   if (token_ranks == 1) {
     // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
     result.loss = (loss_sum / global_counted).item<double>();
@@ -197,10 +220,16 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
     TITAN_ASSIGN_OR_RETURN(const double total, SumOverDp(loss_sum.item<double>()));
     result.loss = total / global_counted;
   }
+  // Only the last pipeline stage computed the loss.
+  if (pipeline != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(result.loss, pipeline->FromLastStage(result.loss));
+  }
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);
   result.grad_norm = ClipGradNorm(tensors, config_.training().max_norm(),
-                                  model_.data_parallel->GradNormReducer(model_.params))
+                                  pipeline != nullptr
+                                      ? pipeline->GradNormReducer()
+                                      : model_.data_parallel->GradNormReducer(model_.params))
                          .item<double>();
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeOptimizer, {step}));
   {
@@ -215,6 +244,10 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   state_.ntokens_seen += result.tokens * token_ranks;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepEnd, {step}));
   return result;
+}
+
+DataParallel& Trainer::batch_parallel() const {
+  return model_.pipeline != nullptr ? model_.pipeline->data_parallel() : *model_.data_parallel;
 }
 
 absl::StatusOr<double> Trainer::SumOverDp(double value) const {
@@ -264,15 +297,21 @@ absl::StatusOr<double> Trainer::Validate() {
     absl::StatusOr<TokenBatch> tokens = loader.NextBatch(v.local_batch_size());
     if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
     TITAN_RETURN_IF_ERROR(tokens.status());
-    TITAN_ASSIGN_OR_RETURN(const Batch batch, model_.data_parallel->ShardBatch(MakeBatch(
+    TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(MakeBatch(
                                                   *tokens, setup_.device, document_bos)));
-    loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
-                               setup_.autocast_dtype)
-                    .item<double>();
+    if (model_.pipeline != nullptr) {
+      TITAN_ASSIGN_OR_RETURN(const double sum,
+                             model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));
+      loss_sum += sum;
+    } else {
+      loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
+                                 setup_.autocast_dtype)
+                      .item<double>();
+    }
     counted += CountedTokens(batch.labels);
     ++batches;
   }
-  if (model_.data_parallel->context_parallel_degree() > 1) {
+  if (batch_parallel().context_parallel_degree() > 1) {
     // Context-parallel ranks evaluated shares of the same sequences.
     at::Tensor sums = at::tensor({loss_sum, static_cast<double>(counted)}, at::kDouble);
     TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kCp).AllReduce(sums, ReduceOp::kSum)));

@@ -57,7 +57,8 @@ class Trainer {
   // that tensor parallelism left as vocabulary shards); a loss set here gets whole logits.
   void set_loss(LossFn loss);
   StepHooks& hooks() { return hooks_; }
-  Decoder& model() { return *model_.model; }
+  Decoder& model() { return *model_.model; }  // not with pipeline parallelism: see pipeline()
+  PipelineParallel* pipeline() { return model_.pipeline.get(); }  // null without
   const ModelInfo& model_info() const { return model_.info; }
   // As this rank holds them (FSDP: shards); what the optimizer updates.
   const std::vector<ParamRef>& params() const { return model_.params; }
@@ -69,6 +70,9 @@ class Trainer {
 
  private:
   absl::StatusOr<double> Validate();
+  // What shards batches (context parallelism) and picks the loss (tensor parallelism): the model's
+  // data-parallel wrapper, or with pipeline parallelism its stages' (alike in both).
+  DataParallel& batch_parallel() const;
   // Over the ranks a step's tokens are split across: data parallel × context parallel.
   absl::StatusOr<double> SumOverDp(double value) const;
   // The stop signal, once any rank has one, so that every rank stops after the same step.

@@ -20,7 +20,10 @@ std::unique_ptr<Trainer> MakeTrainer(const std::string& name, JobConfig& config)
        "--metrics.enable_tensorboard=false", "--validation.enable=false"});
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   config = *parsed;
-  auto trainer = std::make_unique<Trainer>(config, DistributedRuntime::SingleProcess());
+  // The trainer keeps a reference to its runtime.
+  static const DistributedRuntime* runtime =
+      new DistributedRuntime(DistributedRuntime::SingleProcess());
+  auto trainer = std::make_unique<Trainer>(config, *runtime);
   absl::Status status = trainer->Init();
   EXPECT_TRUE(status.ok()) << status;
   return trainer;

@@ -6,7 +6,6 @@ step's loss must match one process's within train_runs.RTOL (1e-5 relative, fp32
 
 Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
 """
-import argparse
 import json
 import os
 import re
@@ -16,7 +15,6 @@ import socket
 import subprocess
 import sys
 import time
-import unittest
 
 import train_runs
 from train_runs import COMMON, GLOBAL_BATCH, RTOL, STEPS, losses, max_rel_diff, state_bytes, train
@@ -132,8 +130,4 @@ class DataParallelTest(train_runs.ParityTest):
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--titan_train", required=True)
-    args, rest = parser.parse_known_args()
-    train_runs.TITAN_TRAIN = os.path.abspath(args.titan_train)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    train_runs.main()

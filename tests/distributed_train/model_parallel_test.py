@@ -1,5 +1,5 @@
-"""titan_train with tensor, sequence and context parallelism, alone and composed with FSDP/HSDP, on
-local ranks (CPU, Gloo on loopback) against one process.
+"""titan_train with tensor, sequence and context parallelism, alone and composed with FSDP/HSDP and
+pipelines, on local ranks (CPU, Gloo on loopback) against one process.
 
 Parity: every layout trains the debug model (fp32, 10 steps) on the same global batch of 8
 sequences of 64 tokens from the same initial weights; tensor- and context-parallel ranks read the
@@ -12,17 +12,16 @@ Qwen3, memory) is tagged manual: bazel test //tests/distributed_train:model_para
 
 Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
 """
-import argparse
 import json
 import os
 import sys
-import unittest
 
 import train_runs
 from train_runs import GLOBAL_BATCH, STEPS, losses, state_bytes, train
 
 TP2 = ["--parallelism.tensor_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1"]
 CP2 = ["--parallelism.context_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1"]
+PP2 = ["--parallelism.pipeline_parallel_degree=2", "--parallelism.data_parallel_shard_degree=1"]
 QWEN3 = ["--model.name=qwen3", "--model.flavor=debugmodel"]
 
 
@@ -61,7 +60,12 @@ class ModelParallelTest(train_runs.ParityTest):
         # Replicated over tensor-parallel ranks: each FSDP shard saved once.
         self.assertEqual(sorted(p["offsets"][0] for p in pieces["layers.0.ffn_norm.weight"]),
                          [0, 128])
-        self.check_resumes(step_dir, [("fsdp2_tp2_resumed_by_one", 1)], steps=STEPS)
+        self.check_resumes(step_dir, [("fsdp2_tp2_resumed_by_one", 1),
+                                      ("fsdp2_tp2_resumed_by_pp2", 2, *PP2)], steps=STEPS)
+
+    def test_tp2_pp2(self):
+        # Stages exchange sequence-parallel slices; the last stage's loss is vocab-parallel.
+        self.check_parity("tp2_pp2", 4, *TP2, *PP2)
 
 
     def test_tp2_cp2_validation_matches_one_process(self):
@@ -74,7 +78,7 @@ class ModelParallelTest(train_runs.ParityTest):
                                     "--parallelism.tensor_parallel_degree=2",
                                     "--parallelism.context_parallel_degree=2",
                                     reference=losses(one))
-        want, got = validation_losses(one), validation_losses(dump)
+        want, got = losses(one, "validation_loss"), losses(dump, "validation_loss")
         self.assertEqual(sorted(got), [5, 10])
         diff = train_runs.max_rel_diff(want, got)
         print(f"\ntp2_cp2 validation loss: max relative difference vs 1 process {diff:.3e}",
@@ -118,6 +122,16 @@ class ModelParallelLongTest(train_runs.ParityTest):
                           "--parallelism.data_parallel_shard_degree=2",
                           "--parallelism.tensor_parallel_degree=2")
 
+    def test_fsdp2_tp2_pp2(self):
+        self.check_parity("fsdp2_tp2_pp2", 8, "--parallelism.data_parallel_shard_degree=2",
+                          "--parallelism.tensor_parallel_degree=2",
+                          "--parallelism.pipeline_parallel_degree=2",
+                          "--parallelism.pipeline_parallel_schedule=Interleaved1F1B")
+
+    def test_cp2_pp2_zero_bubble(self):
+        self.check_parity("cp2_pp2", 4, *CP2, *PP2,
+                          "--parallelism.pipeline_parallel_schedule=ZBVZeroBubble")
+
     def test_fsdp2_cp2_tp2(self):
         self.check_parity("fsdp2_cp2_tp2", 8, "--parallelism.data_parallel_shard_degree=2",
                           "--parallelism.context_parallel_degree=2",
@@ -131,15 +145,5 @@ class ModelParallelLongTest(train_runs.ParityTest):
         self.check_parity("qwen3_cp2", 2, *QWEN3, *CP2, reference=reference)
 
 
-def validation_losses(dump):
-    with open(os.path.join(dump, "metrics.jsonl")) as f:
-        rows = [json.loads(line) for line in f]
-    return {row["step"]: row["validation_loss"] for row in rows if "validation_loss" in row}
-
-
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--titan_train", required=True)
-    args, rest = parser.parse_known_args()
-    train_runs.TITAN_TRAIN = os.path.abspath(args.titan_train)
-    unittest.main(argv=[sys.argv[0], "-v", *rest])
+    train_runs.main()

@@ -1,6 +1,7 @@
 """titan_train runs for the multi-process tests: one job on N local ranks, its losses, and the
 per-rank state memory it logged. Run from the Bazel runfiles root, where configs/ and assets/
 resolve as in a checkout."""
+import argparse
 import json
 import os
 import re
@@ -39,9 +40,10 @@ def train(dump, nproc, local_batch, *flags, steps=STEPS, check=True, timeout=300
     return proc
 
 
-def losses(dump):
+def losses(dump, key="loss"):
+    """Step -> `key` (loss, validation_loss, ...) from the run's metrics.jsonl."""
     with open(os.path.join(dump, "metrics.jsonl")) as f:
-        return {row["step"]: row["loss"] for row in map(json.loads, f)}
+        return {row["step"]: row[key] for row in map(json.loads, f) if key in row}
 
 
 def max_rel_diff(want, got):
@@ -62,10 +64,12 @@ def fresh(root, name):
 
 
 def data_parallel_degree(nproc, flags):
-    """The ranks that read different data: nproc over the tensor and context parallel degrees."""
+    """The ranks that read different data: nproc over the tensor, context and pipeline parallel
+    degrees."""
     others = 1
     for flag in flags:
-        found = re.fullmatch(r"--parallelism\.(tensor|context)_parallel_degree=(\d+)", flag)
+        found = re.fullmatch(r"--parallelism\.(tensor|context|pipeline)_parallel_degree=(\d+)",
+                             flag)
         if found:
             others *= int(found.group(2))
     return nproc // others
@@ -75,15 +79,18 @@ class ParityTest(unittest.TestCase):
     """Runs against one process's losses (llama3 debug model, 10 steps), saved resumes, and the
     files a distributed checkpoint holds."""
     tmp = None
+    reference_flags = ()  # what else the reference run sets (validation: it trains alike)
     reference = None  # one process: step -> loss
+    reference_validation = None  # step -> validation loss, with validation in reference_flags
     reference_bytes = None
 
     @classmethod
     def setUpClass(cls):
         cls.tmp = os.environ.get("TEST_TMPDIR", "/tmp")
-        dump = cls.fresh("one")
-        proc = train(dump, 1, GLOBAL_BATCH, "--checkpoint.enable=false")
+        dump = cls.fresh(f"one_{cls.__name__}")
+        proc = train(dump, 1, GLOBAL_BATCH, "--checkpoint.enable=false", *cls.reference_flags)
         cls.reference = losses(dump)
+        cls.reference_validation = losses(dump, "validation_loss")
         cls.reference_bytes = state_bytes(proc.stderr)[0]
 
     @classmethod
@@ -113,7 +120,14 @@ class ParityTest(unittest.TestCase):
         print(f"\n{name}: max relative loss difference vs 1 process over {steps} steps: {diff:.3e}",
               file=sys.stderr)
         self.assertLessEqual(diff, RTOL, (reference, got))
-        # Only rank 0 writes metrics: one line per step, not one per rank.
+        validation = losses(dump, "validation_loss")
+        if validation and reference is self.reference:
+            self.assertEqual(sorted(validation), sorted(self.reference_validation))
+            diff = max_rel_diff(self.reference_validation, validation)
+            print(f"{name}: max relative validation loss difference vs 1 process: {diff:.3e}",
+                  file=sys.stderr)
+            self.assertLessEqual(diff, RTOL)
+        # One rank writes metrics (rank 0, or the last pipeline stage's first): one line per step.
         with open(os.path.join(dump, "metrics.jsonl")) as f:
             self.assertEqual(len(f.readlines()), steps)
         return dump, proc
@@ -152,3 +166,13 @@ class ParityTest(unittest.TestCase):
         rows = pieces[0]["global_shape"][0]
         self.assertEqual(sorted(p["offsets"][0] for p in pieces),
                          [i * rows // len(writers) for i in range(len(writers))])
+
+
+def main():
+    """Runs the calling module's tests with --titan_train=PATH."""
+    global TITAN_TRAIN
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--titan_train", required=True)
+    args, rest = parser.parse_known_args()
+    TITAN_TRAIN = os.path.abspath(args.titan_train)
+    unittest.main(module="__main__", argv=[sys.argv[0], "-v", *rest])

@@ -1,0 +1,76 @@
+// pp_schedule --schedule=NAME --pp=N --microbatches=M [--stages_per_rank=V] [--csv=FILE]
+//             [--format=table|csv]
+// Prints a pipeline schedule as titan_train runs it: the table of actions by time step and rank
+// (each action one time unit; an empty cell is a rank waiting for another stage) and the idle
+// fraction it implies with unit costs and with a backward twice a forward (F 1, B 2, I 1, W 1);
+// or, with --format=csv, each rank's actions (PyTorch's compute-only CSV, what
+// [parallelism] pipeline_parallel_schedule_csv reads). Exits 1 on a schedule that cannot run.
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "absl/strings/str_format.h"
+#include "gflags/gflags.h"
+#include "lib/pipeline/schedule.h"
+#include "lib/pipeline/schedule_check.h"
+
+DEFINE_string(schedule, "1F1B",
+              "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble or "
+              "DualPipeV (placement and stages per rank follow it)");
+DEFINE_int32(pp, 2, "Pipeline ranks");
+DEFINE_int32(microbatches, 4, "Microbatches per schedule run");
+DEFINE_int32(stages_per_rank, 0, "Stages per rank; 0: 1 for single-stage schedules, else 2");
+DEFINE_string(csv, "", "Read the actions from this CSV instead (placement from --schedule)");
+DEFINE_string(format, "table", "table or csv");
+
+namespace {
+
+int Fail(const absl::Status& status) {
+  std::cerr << "pp_schedule: " << status.message() << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  gflags::SetUsageMessage("pp_schedule --schedule=NAME --pp=N --microbatches=M (see --help)");
+  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  absl::StatusOr<titan::ScheduleKind> kind = titan::FindScheduleKind(FLAGS_schedule);
+  if (!kind.ok()) return Fail(kind.status());
+  const int per_rank =
+      FLAGS_stages_per_rank > 0 ? FLAGS_stages_per_rank : (kind->multi_stage ? 2 : 1);
+  absl::StatusOr<titan::PipelineSchedule> schedule;
+  if (FLAGS_csv.empty()) {
+    schedule = titan::BuildSchedule(*kind, FLAGS_pp, per_rank, FLAGS_microbatches);
+  } else {
+    std::ifstream in(FLAGS_csv);
+    std::stringstream text;
+    text << in.rdbuf();
+    schedule = titan::ParseScheduleCsv(text.str());
+  }
+  if (!schedule.ok()) return Fail(schedule.status());
+  auto rank_of = [&](int stage) {
+    return titan::RankOfStage(kind->placement, FLAGS_pp, per_rank, stage);
+  };
+  const int stages = FLAGS_pp * per_rank;
+  absl::StatusOr<titan::ScheduleTimeline> unit =
+      titan::SimulateSchedule(*schedule, stages, FLAGS_microbatches, rank_of);
+  if (!unit.ok()) return Fail(unit.status());
+  if (FLAGS_format == "csv") {
+    std::cout << titan::ScheduleToCsv(*schedule);
+    return 0;
+  }
+  titan::ActionCosts weighted;
+  weighted.backward = 2;
+  const absl::StatusOr<titan::ScheduleTimeline> timed =
+      titan::SimulateSchedule(*schedule, stages, FLAGS_microbatches, rank_of, weighted);
+  std::cout << absl::StrFormat("%s: %d ranks, %d stages, %d microbatches\n", kind->name, FLAGS_pp,
+                               stages, FLAGS_microbatches)
+            << titan::FormatScheduleTable(*unit)
+            << absl::StrFormat(
+                   "idle fraction: %.4f with unit costs, %.4f with F 1, B 2, I 1, W 1 (makespan "
+                   "%.0f)\n",
+                   unit->IdleFraction(), timed->IdleFraction(), timed->makespan);
+  return 0;
+}
