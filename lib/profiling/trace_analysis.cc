@@ -29,6 +29,9 @@ struct Event {
   double begin = 0;
   double duration = 0;
   double self = 0;
+  // Outlives the range it started in: an asynchronous operation's lifetime (c10d Gloo's send and
+  // recv under pipeline parallelism), which runs beside the step rather than nested in it.
+  bool detached = false;
   const nlohmann::json* input_dims = nullptr;
 
   double end() const { return begin + duration; }
@@ -87,11 +90,11 @@ void ComputeSelfTimes(std::vector<Event>& events) {
     for (Event* event : list) {
       event->self = event->duration;
       while (!open.empty() && open.back()->end() <= event->begin + kSlackUs) open.pop_back();
-      // A range that outlives its parent (c10d closes some on another thread) counts only its
-      // overlap.
-      if (!open.empty()) {
-        open.back()->self -= std::min(event->end(), open.back()->end()) - event->begin;
+      if (!open.empty() && event->end() > open.back()->end() + kSlackUs) {
+        event->detached = true;
+        continue;
       }
+      if (!open.empty()) open.back()->self -= event->duration;
       open.push_back(event);
     }
   }
@@ -125,7 +128,8 @@ double AttentionFlops(const nlohmann::json& dims, size_t query, bool backward) {
 
 OpPlace PlaceOf(const Event& event, const std::string& step_thread) {
   if (IsDeviceCategory(event.category)) return OpPlace::kDevice;
-  return event.thread == step_thread ? OpPlace::kStepThread : OpPlace::kOtherThread;
+  return event.thread == step_thread && !event.detached ? OpPlace::kStepThread
+                                                        : OpPlace::kOtherThread;
 }
 
 struct Accumulator {

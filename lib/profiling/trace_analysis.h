@@ -30,7 +30,9 @@ struct StepTime {
 };
 
 // Where an op ran: on the thread running the step (ATen ops, autograd, the trainer's ranges), on
-// another host thread (Gloo's workers, whose collectives overlap the step), or on the GPU.
+// another host thread (Gloo's workers, whose collectives overlap the step) or beside the step on
+// its thread (a range outliving the one it started in: an asynchronous send or recv), or on the
+// GPU.
 enum class OpPlace { kStepThread, kOtherThread, kDevice };
 // "step thread", "other thread", "device".
 const char* OpPlaceName(OpPlace place);

@@ -93,6 +93,30 @@ TEST(TraceAnalysisTest, SplitsCpuStepsAndTablesOps) {
                                "1.50 ms of 2 traced steps"));
 }
 
+// Under pipeline parallelism c10d's Gloo send range lives from its issue (inside comm:send) until
+// the peer receives: it must neither swallow the ops that follow nor count in the step's time.
+TEST(TraceAnalysisTest, RangesOutlivingTheirParentRunBesideTheStep) {
+  const nlohmann::json trace = {
+      {"traceEvents", nlohmann::json::array({
+                          Event("ProfilerStep#1", "user_annotation", 0, 1000),
+                          Event("comm:send", "user_annotation", 100, 10),
+                          Event("gloo:send", "cpu_op", 105, 500),
+                          Event("forward", "user_annotation", 150, 250),
+                          Event("aten::mm", "cpu_op", 200, 100, 1, "[[4, 8], [8, 16]]"),
+                      })}};
+  absl::StatusOr<TraceAnalysis> analysis = AnalyzeTrace(trace, "pp.json");
+  ASSERT_TRUE(analysis.ok()) << analysis.status();
+  const OpStats* send = Find(*analysis, "gloo:send");
+  ASSERT_NE(send, nullptr);
+  EXPECT_EQ(send->place, OpPlace::kOtherThread);
+  EXPECT_DOUBLE_EQ(send->self_ms, 0.5);
+  EXPECT_FALSE(analysis->InStepTime(*send));
+  EXPECT_DOUBLE_EQ(Find(*analysis, "comm:send")->self_ms, 0.01);
+  EXPECT_DOUBLE_EQ(Find(*analysis, "forward")->self_ms, 0.15);
+  EXPECT_DOUBLE_EQ(Find(*analysis, "aten::mm")->self_ms, 0.1);
+  EXPECT_EQ(Find(*analysis, "aten::mm")->place, OpPlace::kStepThread);
+}
+
 TEST(TraceAnalysisTest, GpuTracesSplitByKernels) {
   nlohmann::json events = nlohmann::json::array({
       Event("ProfilerStep#1", "user_annotation", 0, 1000),

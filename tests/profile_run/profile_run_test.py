@@ -82,6 +82,7 @@ def op_table_from_trace(events):
     for e in complete:
         by_thread[(e["pid"], e["tid"])].append(e)
     self_us = {}
+    detached = set()  # ranges outliving the one they started in: asynchronous, beside the step
     for thread_events in by_thread.values():
         thread_events.sort(key=lambda e: (e["ts"], -e["dur"]))
         open_events = []
@@ -90,10 +91,12 @@ def op_table_from_trace(events):
             while open_events and (open_events[-1]["ts"] + open_events[-1]["dur"]
                                    <= e["ts"] + 1e-3):
                 open_events.pop()
+            if open_events and (e["ts"] + e["dur"]
+                                > open_events[-1]["ts"] + open_events[-1]["dur"] + 1e-3):
+                detached.add(id(e))
+                continue
             if open_events:
-                parent = open_events[-1]
-                self_us[id(parent)] -= min(e["ts"] + e["dur"],
-                                           parent["ts"] + parent["dur"]) - e["ts"]
+                self_us[id(open_events[-1])] -= e["dur"]
             open_events.append(e)
     table = collections.defaultdict(lambda: [0, 0.0, 0.0, 0])
     for e in complete:
@@ -101,7 +104,8 @@ def op_table_from_trace(events):
             continue
         if not any(b - 1e-3 <= e["ts"] <= end for b, end in steps):
             continue
-        where = "step thread" if (e["pid"], e["tid"]) == step_thread else "other thread"
+        on_step = (e["pid"], e["tid"]) == step_thread and id(e) not in detached
+        where = "step thread" if on_step else "other thread"
         row = table[(e["name"], where)]
         row[0] += 1
         row[1] += self_us[id(e)]
