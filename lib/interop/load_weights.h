@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/interop/checkpoint_reader.h"
 #include "lib/model/module.h"
 #include "lib/registry/model_spec.h"
 
@@ -26,6 +27,9 @@ absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_
 // family's RoPE layout. A checkpoint of another shape fails with one short line: what it holds
 // against `expected` and the first few differing tensors.
 absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelInfo& expected,
+                              const std::vector<ParamRef>& params);
+// The same from an open reader (a caller may present a view of a checkpoint's tensors).
+absl::Status LoadModelWeights(const CheckpointReader& reader, const ModelInfo& expected,
                               const std::vector<ParamRef>& params);
 
 }  // namespace titan

@@ -131,6 +131,19 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
   return info;
 }
 
+ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSetup& setup) {
+  ParallelizeOptions parallelize;
+  parallelize.ac_mode = config.activation_checkpoint().mode();
+  parallelize.selective_ac_option = config.activation_checkpoint().selective_ac_option();
+  parallelize.reshard_after_forward = config.parallelism().fsdp_reshard_after_forward();
+  if (setup.autocast_dtype) {
+    // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
+    // reduced in [training] mixed_precision_reduce.
+    parallelize.fsdp_mixed_precision = {*setup.autocast_dtype, at::kFloat};
+  }
+  return parallelize;
+}
+
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime) {
   const auto& training = config.training();
@@ -163,16 +176,8 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
         LoadModelWeights(initial_load, in_hf, info, bundle.model->NamedParameters()));
     LOG(INFO) << "initial weights from " << initial_load;
   }
-  ParallelizeOptions parallelize;
-  parallelize.ac_mode = config.activation_checkpoint().mode();
-  parallelize.selective_ac_option = config.activation_checkpoint().selective_ac_option();
-  parallelize.reshard_after_forward = config.parallelism().fsdp_reshard_after_forward();
+  ParallelizeOptions parallelize = ModelParallelizeOptions(config, setup);
   if (init_after_sharding) parallelize.materialize = param_options;
-  if (setup.autocast_dtype) {
-    // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
-    // reduced in [training] mixed_precision_reduce.
-    parallelize.fsdp_mixed_precision = {*setup.autocast_dtype, at::kFloat};
-  }
   TITAN_ASSIGN_OR_RETURN(bundle.data_parallel,
                          info.spec->parallelize(*bundle.model, parallelize, runtime.dims(),
                                                 runtime.comms()));
