@@ -10,7 +10,6 @@
 Prints every curve (step, reward / accuracy, losses) for the README."""
 import argparse
 import os
-import shutil
 import sys
 import time
 import unittest
@@ -31,9 +30,7 @@ def evals(dump, key):
 class E2eTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "rl_e2e")
-        shutil.rmtree(cls.root, ignore_errors=True)
-        os.makedirs(cls.root)
+        cls.root = common.fresh_dir("rl_e2e")
         cls.sft = os.path.join(cls.root, "sft")
         start = time.time()
         common.run([TITAN_RL, "--job.config_file=configs/rl_sft_sorting.toml",

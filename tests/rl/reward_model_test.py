@@ -4,8 +4,8 @@ process and once FSDP-sharded over 2 ranks; every reward in rollouts.jsonl must 
 score of the same ids (its rightmost-non-pad-token convention, computed by transformers on a
 right-padded batch). Folders that are not sequence classifiers are refused."""
 import argparse
+import collections
 import os
-import shutil
 import sys
 import unittest
 
@@ -21,8 +21,8 @@ CONFIG = "configs/rl_grpo_sorting.toml"
 TOLERANCE = 1e-5
 
 
-def save_reward_model(folder, family, seed):
-    config, _ = common.tiny_config(family)
+def save_reward_model(folder, family, seed, pad):
+    config, _ = common.tiny_config(family, pad_token_id=pad)
     config.num_labels = 1
     cls = (transformers.Qwen3ForSequenceClassification if family == "qwen3"
            else transformers.LlamaForSequenceClassification)
@@ -35,7 +35,7 @@ def save_reward_model(folder, family, seed):
 def transformers_scores(model, rows):
     ids = [r["prompt_ids"] + r["response_ids"] for r in rows]
     width = max(len(x) for x in ids)
-    batch = torch.full((len(ids), width), common.EOS, dtype=torch.long)
+    batch = torch.full((len(ids), width), model.config.pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(batch)
     for i, x in enumerate(ids):
         batch[i, :len(x)] = torch.tensor(x)
@@ -47,27 +47,18 @@ def transformers_scores(model, rows):
 class RewardModelTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "reward_model_test")
-        shutil.rmtree(cls.root, ignore_errors=True)
-        os.makedirs(cls.root)
+        cls.root = common.fresh_dir("reward_model_test")
         cls.policy = os.path.join(cls.root, "policy")
         common.save_random_hf(cls.policy, "llama3")
 
     def job(self, name, *overrides):
         dump = os.path.join(self.root, name)
-        return dump, [TITAN_RL, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
-                      "--model.flavor=from_checkpoint", f"--model.hf_assets_path={self.policy}",
-                      f"--model.tokenizer_path={common.TOKENIZER}",
-                      f"--checkpoint.initial_load_path={self.policy}",
-                      "--checkpoint.initial_load_in_hf", "--checkpoint.enable=false",
-                      "--metrics.log_freq=1", "--rl.eval_size=8", "--rl.eval_freq=100",
-                      "--rl.prompts_per_step=4", "--rl.group_size=4", "--training.steps=2",
-                      *overrides]
+        return dump, common.short_run(TITAN_RL, CONFIG, dump, self.policy, *overrides)
 
-    def check_run(self, family, seed, *parallel):
-        folder = os.path.join(self.root, f"rm_{family}")
-        model = save_reward_model(folder, family, seed)
-        dump, cmd = self.job(f"run_{family}", "--rl.reward=reward_model",
+    def check_run(self, family, seed, *parallel, pad=common.EOS):
+        folder = os.path.join(self.root, f"rm_{family}_{pad}")
+        model = save_reward_model(folder, family, seed, pad)
+        dump, cmd = self.job(f"run_{family}_{pad}", "--rl.reward=reward_model",
                              f"--rl.reward_model_path={folder}", *parallel)
         common.run(cmd)
         rows = []
@@ -78,16 +69,27 @@ class RewardModelTest(unittest.TestCase):
         titan = torch.tensor([r["reward"] for r in rows], dtype=torch.double)
         reference = transformers_scores(model, rows)
         diff = (titan - reference).abs().max().item()
-        print(f"{family} reward model{' FSDP 2' if parallel else ''}: {len(rows)} rollouts, "
+        print(f"{family} reward model{' FSDP 2' if parallel else ''}, pad {pad}: {len(rows)} "
+              f"rollouts ({sum(r['response_ids'][-1] == pad for r in rows)} ending with it), "
               f"scores {reference.min().item():.3f}..{reference.max().item():.3f}, "
               f"max |titan - transformers| {diff:.2e}")
         self.assertLess(diff, TOLERANCE)
         self.assertGreater(reference.std().item(), 1e-3)  # the rollouts' scores differ
         steps = [m for m in common.metrics(dump) if m["step"] > 0]
         self.assertEqual(len(steps), 2)
+        return rows
 
     def test_llama_reward_model_scores_as_transformers(self):
-        self.check_run("llama3", 1)
+        rows = self.check_run("llama3", 1)
+        # Random responses seldom end with EOS: again with the most common last token of step 1
+        # (whose rollouts do not depend on the rewards) as the pad id, so that the
+        # rightmost-non-pad rule skips trailing tokens.
+        first = [r for r in rows if r["step"] == 1]
+        last = collections.Counter(r["response_ids"][-1] for r in first).most_common(1)[0][0]
+        again = self.check_run("llama3", 1, pad=last)
+        self.assertEqual([r["response_ids"] for r in again if r["step"] == 1],
+                         [r["response_ids"] for r in first])
+        self.assertGreater(sum(r["response_ids"][-1] == last for r in again), 0)
 
     def test_qwen3_reward_model_sharded_scores_as_transformers(self):
         self.check_run("qwen3", 2, "--nproc_per_node=2",
