@@ -197,22 +197,6 @@ absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(
   return texts;
 }
 
-std::vector<double> RlTrainer::Verify(const std::vector<std::string>& responses,
-                                      const std::vector<const RlExample*>& examples) const {
-  std::vector<double> rewards;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    const std::string& answer = examples[i]->answer;
-    if (rl_.reward() == "exact_match") {
-      rewards.push_back(ExactMatchReward(responses[i], answer));
-    } else if (rl_.reward() == "format") {
-      rewards.push_back(FormatReward(responses[i]));
-    } else {
-      rewards.push_back(NumericReward(responses[i], answer));
-    }
-  }
-  return rewards;
-}
-
 absl::StatusOr<std::vector<double>> RlTrainer::Rewards(
     const std::vector<std::string>& prompts, const std::vector<std::string>& responses,
     const std::vector<const RlExample*>& examples, const Generation& generation) {
@@ -221,7 +205,13 @@ absl::StatusOr<std::vector<double>> RlTrainer::Rewards(
     for (const std::string& prompt : prompts) prompt_ids.push_back(EncodePrompt(prompt));
     return reward_model_->Score(prompt_ids, generation.responses);
   }
-  if (rl_.reward() != "command") return Verify(responses, examples);
+  if (rl_.reward() != "command") {
+    std::vector<double> rewards;
+    for (size_t i = 0; i < responses.size(); ++i) {
+      rewards.push_back(VerifierReward(rl_.reward(), responses[i], examples[i]->answer));
+    }
+    return rewards;
+  }
   std::vector<ScoredRollout> rollouts;
   for (size_t i = 0; i < responses.size(); ++i) {
     rollouts.push_back({prompts[i], responses[i], examples[i]->answer});

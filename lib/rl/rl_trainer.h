@@ -82,8 +82,6 @@ class RlTrainer {
   TokenIds EncodeResponse(const std::string& response, bool add_eos) const;
   // Each response's text without its stop token.
   absl::StatusOr<std::vector<std::string>> ResponseTexts(const Generation& generation) const;
-  std::vector<double> Verify(const std::vector<std::string>& responses,
-                             const std::vector<const RlExample*>& examples) const;
   // `responses` are `generation`'s texts; a reward model reads its ids.
   absl::StatusOr<std::vector<double>> Rewards(const std::vector<std::string>& prompts,
                                               const std::vector<std::string>& responses,
