@@ -32,13 +32,19 @@ absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_
 absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelInfo& expected,
                               const std::vector<ParamRef>& params) {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpoint(path, in_hf));
+  return LoadModelWeights(*reader, expected, params);
+}
+
+absl::Status LoadModelWeights(const CheckpointReader& reader, const ModelInfo& expected,
+                              const std::vector<ParamRef>& params) {
+  const std::string& path = reader.directory();
   // The model's own shape decides; what the checkpoint says it holds only explains a mismatch.
-  absl::StatusOr<std::vector<ParameterSource>> sources = MatchParameters(*reader, expected);
+  absl::StatusOr<std::vector<ParameterSource>> sources = MatchParameters(reader, expected);
   if (!sources.ok()) {
     // Worth saying only when its one-line description differs from the model's.
-    const absl::StatusOr<ModelInfo> holds = DescribeCheckpoint(*reader, "", "");
+    const absl::StatusOr<ModelInfo> holds = DescribeCheckpoint(reader, "", "");
     if (holds.ok() && DescribeModelInfo(*holds) != DescribeModelInfo(expected)) {
-      return MatchParameters(*reader, expected, &*holds).status();
+      return MatchParameters(reader, expected, &*holds).status();
     }
     return sources.status();
   }
@@ -48,8 +54,8 @@ absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelIn
   for (const ParameterSource& source : *sources) {
     auto slot = slots.find(source.titan_name);
     if (slot == slots.end()) continue;  // another pipeline stage's
-    TITAN_ASSIGN_OR_RETURN(at::Tensor tensor, reader->Get(source.source_name));
-    if (reader->format() == CheckpointFormat::kHf) {
+    TITAN_ASSIGN_OR_RETURN(at::Tensor tensor, reader.Get(source.source_name));
+    if (reader.format() == CheckpointFormat::kHf) {
       tensor = HfTensorToTitan(source.titan_name, tensor, expected.args);
     }
     slot->second->copy_(tensor);

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/interop/checkpoint_reader.h"
 #include "lib/model/module.h"
 #include "lib/registry/model_spec.h"
 
@@ -22,10 +23,13 @@ absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_
                                                const std::string& model_name = "");
 
 // Copies the checkpoint's weights (titan step dir or root, Hugging Face with `in_hf` or detected,
-// Meta) into `params`: every parameter of `expected`'s model, or one pipeline stage's. HF q/k are permuted back to the
-// family's RoPE layout. A checkpoint of another shape fails with one short line: what it holds
+// Meta) into `params`: every parameter of `expected`'s model, or one pipeline stage's. HF q/k are
+// permuted back to the family's RoPE layout. A checkpoint of another shape fails with one short line: what it holds
 // against `expected` and the first few differing tensors.
 absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelInfo& expected,
+                              const std::vector<ParamRef>& params);
+// The same from an open reader (a caller may present a view of a checkpoint's tensors).
+absl::Status LoadModelWeights(const CheckpointReader& reader, const ModelInfo& expected,
                               const std::vector<ParamRef>& params);
 
 }  // namespace titan

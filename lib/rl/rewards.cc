@@ -61,6 +61,13 @@ double ExactMatchReward(const std::string& response, const std::string& answer) 
 
 double FormatReward(const std::string& response) { return HashAnswer(response) ? 1 : 0; }
 
+double VerifierReward(const std::string& kind, const std::string& response,
+                      const std::string& answer) {
+  if (kind == "exact_match") return ExactMatchReward(response, answer);
+  if (kind == "format") return FormatReward(response);
+  return NumericReward(response, answer);
+}
+
 absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
                                                      const std::vector<ScoredRollout>& rollouts,
                                                      absl::Duration timeout) {

@@ -25,6 +25,10 @@ double ExactMatchReward(const std::string& response, const std::string& answer);
 // 1 when the response holds a "#### answer", else 0.
 double FormatReward(const std::string& response);
 
+// The verifier `kind` names ([rl] reward: "exact_match", "format", else "numeric").
+double VerifierReward(const std::string& kind, const std::string& response,
+                      const std::string& answer);
+
 // One rollout as the scorer command sees it.
 struct ScoredRollout {
   std::string prompt;

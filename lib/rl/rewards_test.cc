@@ -37,6 +37,14 @@ TEST(CommandScorerTest, ReadsOneRewardPerLine) {
   EXPECT_EQ((*rewards)[1], (*rewards)[0] + 1);
 }
 
+TEST(VerifierTest, KindPicksTheVerifier) {
+  EXPECT_EQ(VerifierReward("exact_match", " #### a b c", "a b c"), 1);
+  EXPECT_EQ(VerifierReward("exact_match", " #### a c b", "a b c"), 0);
+  EXPECT_EQ(VerifierReward("numeric", "so #### 1,000", "1000"), 1);
+  EXPECT_EQ(VerifierReward("format", " #### wrong", "a b c"), 1);
+  EXPECT_EQ(VerifierReward("format", "no answer", "a b c"), 0);
+}
+
 TEST(CommandScorerTest, FailuresAreClearErrors) {
   const std::vector<ScoredRollout> rollouts = {{"p", "r", "a"}};
   auto failed = ScoreWithCommand("echo broken >&2; exit 3", rollouts, absl::Seconds(10));

@@ -44,6 +44,10 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
   if (rl.reward() == "command" && rl.reward_command().empty()) {
     return absl::InvalidArgumentError("[rl] reward = \"command\" needs [rl] reward_command");
   }
+  if ((rl.reward() == "reward_model") != !rl.reward_model_path().empty()) {
+    return absl::InvalidArgumentError(
+        "[rl] reward = \"reward_model\" and [rl] reward_model_path: set both or neither");
+  }
   if (rl.task().empty() && rl.prompts_path().empty()) {
     return absl::InvalidArgumentError("[rl] needs prompts_path or a bundled task");
   }

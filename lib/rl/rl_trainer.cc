@@ -79,6 +79,11 @@ absl::Status RlTrainer::Init() {
     TITAN_ASSIGN_OR_RETURN(reference_, BuildPolicyCopy());
     for (const ParamRef& p : reference_->params) p.tensor->requires_grad_(false);
   }
+  if (rl_.reward() == "reward_model") {
+    TITAN_ASSIGN_OR_RETURN(reward_model_,
+                           RewardModel::Load(rl_.reward_model_path(), config_, setup_, runtime_,
+                                             tokenizer_->vocab_size()));
+  }
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params));
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
   if (rl_.algorithm() == "ppo") {
@@ -192,26 +197,21 @@ absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(
   return texts;
 }
 
-std::vector<double> RlTrainer::Verify(const std::vector<std::string>& responses,
-                                      const std::vector<const RlExample*>& examples) const {
-  std::vector<double> rewards;
-  for (size_t i = 0; i < responses.size(); ++i) {
-    const std::string& answer = examples[i]->answer;
-    if (rl_.reward() == "exact_match") {
-      rewards.push_back(ExactMatchReward(responses[i], answer));
-    } else if (rl_.reward() == "format") {
-      rewards.push_back(FormatReward(responses[i]));
-    } else {
-      rewards.push_back(NumericReward(responses[i], answer));
-    }
-  }
-  return rewards;
-}
-
 absl::StatusOr<std::vector<double>> RlTrainer::Rewards(
     const std::vector<std::string>& prompts, const std::vector<std::string>& responses,
-    const std::vector<const RlExample*>& examples) {
-  if (rl_.reward() != "command") return Verify(responses, examples);
+    const std::vector<const RlExample*>& examples, const Generation& generation) {
+  if (reward_model_ != nullptr) {
+    std::vector<TokenIds> prompt_ids;
+    for (const std::string& prompt : prompts) prompt_ids.push_back(EncodePrompt(prompt));
+    return reward_model_->Score(prompt_ids, generation.responses);
+  }
+  if (rl_.reward() != "command") {
+    std::vector<double> rewards;
+    for (size_t i = 0; i < responses.size(); ++i) {
+      rewards.push_back(VerifierReward(rl_.reward(), responses[i], examples[i]->answer));
+    }
+    return rewards;
+  }
   std::vector<ScoredRollout> rollouts;
   for (size_t i = 0; i < responses.size(); ++i) {
     rollouts.push_back({prompts[i], responses[i], examples[i]->answer});
@@ -337,7 +337,8 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
   TITAN_ASSIGN_OR_RETURN(const Generation generation,
                          Generate(prompts, SamplingFromConfig(0, /*greedy=*/true)));
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts, ResponseTexts(generation));
-  TITAN_ASSIGN_OR_RETURN(const std::vector<double> rewards, Rewards(prompts, texts, examples));
+  TITAN_ASSIGN_OR_RETURN(const std::vector<double> rewards,
+                         Rewards(prompts, texts, examples, generation));
   return std::accumulate(rewards.begin(), rewards.end(), 0.0) / rewards.size();
 }
 
@@ -360,6 +361,7 @@ absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examp
         {"response", responses[i]},
         {"answer", examples[i]->answer},
         {"logprobs", std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + length)},
+        {"prompt_ids", EncodePrompt(examples[i]->prompt)},
         {"response_ids", generation.responses[i]},
     };
     // No rewards (a failed scorer): the rollouts are kept all the same.
@@ -414,7 +416,7 @@ absl::Status RlTrainer::Train() {
         rollouts.prompts.push_back(EncodePrompt(prompts[i]));
         rollouts.responses.push_back(generation.responses[i]);
       }
-      absl::StatusOr<std::vector<double>> rewards = Rewards(prompts, texts, rows);
+      absl::StatusOr<std::vector<double>> rewards = Rewards(prompts, texts, rows, generation);
       TITAN_RETURN_IF_ERROR(
           WriteRollouts(rows, texts, rewards.ok() ? *rewards : std::vector<double>(), generation));
       TITAN_RETURN_IF_ERROR(rewards.status());

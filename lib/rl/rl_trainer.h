@@ -15,6 +15,7 @@
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/rl/examples.h"
 #include "lib/rl/generator.h"
+#include "lib/rl/reward_model.h"
 #include "lib/train/components.h"
 #include "lib/train/train_checkpoint.h"
 
@@ -81,11 +82,11 @@ class RlTrainer {
   TokenIds EncodeResponse(const std::string& response, bool add_eos) const;
   // Each response's text without its stop token.
   absl::StatusOr<std::vector<std::string>> ResponseTexts(const Generation& generation) const;
-  std::vector<double> Verify(const std::vector<std::string>& responses,
-                             const std::vector<const RlExample*>& examples) const;
+  // `responses` are `generation`'s texts; a reward model reads its ids.
   absl::StatusOr<std::vector<double>> Rewards(const std::vector<std::string>& prompts,
                                               const std::vector<std::string>& responses,
-                                              const std::vector<const RlExample*>& examples);
+                                              const std::vector<const RlExample*>& examples,
+                                              const Generation& generation);
   // This rank's examples of step `step` (1-based), in an order fixed by the seed.
   std::vector<const RlExample*> StepExamples(int64_t step) const;
 
@@ -112,6 +113,7 @@ class RlTrainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelBundle policy_;
   std::optional<ModelBundle> reference_;  // kl_coef > 0, and DPO
+  std::unique_ptr<RewardModel> reward_model_;  // reward = "reward_model"
   at::Tensor value_head_;                 // PPO: [1, dim] on the policy's trunk
   std::vector<ParamRef> critic_params_;
   std::unique_ptr<Optimizer> optimizer_;

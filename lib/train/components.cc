@@ -131,6 +131,24 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
   return info;
 }
 
+ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSetup& setup) {
+  ParallelizeOptions parallelize;
+  parallelize.ac_mode = config.activation_checkpoint().mode();
+  parallelize.selective_ac_option = config.activation_checkpoint().selective_ac_option();
+  const JobConfig::Parallelism& parallelism = config.parallelism();
+  parallelize.reshard_after_forward = parallelism.fsdp_reshard_after_forward();
+  parallelize.tensor_parallel.sequence_parallel = parallelism.enable_sequence_parallel();
+  parallelize.tensor_parallel.loss_parallel = !parallelism.disable_loss_parallel();
+  parallelize.cp_load_balancer = parallelism.context_parallel_load_balancer();
+  parallelize.cp_rotate_method = parallelism.context_parallel_rotate_method();
+  if (setup.autocast_dtype) {
+    // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
+    // reduced in [training] mixed_precision_reduce.
+    parallelize.fsdp_mixed_precision = {*setup.autocast_dtype, at::kFloat};
+  }
+  return parallelize;
+}
+
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime) {
   const auto& training = config.training();
@@ -159,22 +177,9 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
             : "async tensor parallelism is not implemented yet (its place: the decoder's "
               "region hooks, lib/parallel/tensor_parallel.cc)"));
   }
-  const JobConfig::Parallelism& parallelism = config.parallelism();
-  ParallelizeOptions parallelize;
-  parallelize.ac_mode = config.activation_checkpoint().mode();
-  parallelize.selective_ac_option = config.activation_checkpoint().selective_ac_option();
-  parallelize.reshard_after_forward = parallelism.fsdp_reshard_after_forward();
-  parallelize.tensor_parallel.sequence_parallel = parallelism.enable_sequence_parallel();
-  parallelize.tensor_parallel.loss_parallel = !parallelism.disable_loss_parallel();
-  parallelize.cp_load_balancer = parallelism.context_parallel_load_balancer();
-  parallelize.cp_rotate_method = parallelism.context_parallel_rotate_method();
-  if (setup.autocast_dtype) {
-    // FSDP gathers parameters in the compute dtype (half the all-gather bytes); gradients are
-    // reduced in [training] mixed_precision_reduce.
-    parallelize.fsdp_mixed_precision = {*setup.autocast_dtype, at::kFloat};
-  }
+  ParallelizeOptions parallelize = ModelParallelizeOptions(config, setup);
   if (runtime.dims().pp_enabled()) {
-    const JobConfig::Parallelism& p = parallelism;
+    const JobConfig::Parallelism& p = config.parallelism();
     PipelineOptions pipeline;
     pipeline.split.schedule = p.pipeline_parallel_schedule();
     pipeline.split.pp = p.pipeline_parallel_degree();

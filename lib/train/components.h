@@ -60,6 +60,10 @@ struct ModelBundle {
   int64_t num_params = 0;        // of the whole model
   int64_t flops_per_token = 0;   // training, at [training] seq_len
 };
+// [parallelism] and [activation_checkpoint] as the family's parallelize function takes them (on
+// an initialised model: `materialize` unset).
+ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSetup& setup);
+
 // Builds `info`'s model on the meta device, initialises it (or loads [checkpoint]
 // initial_load_path) and applies the family's parallelize function ([parallelism],
 // [activation_checkpoint]). Under FSDP without an initial load, each group is initialised after

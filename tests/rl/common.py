@@ -2,6 +2,7 @@
 files, reading metrics."""
 import json
 import os
+import shutil
 import subprocess
 
 import torch
@@ -54,3 +55,25 @@ def read_jsonl(path):
 
 def metrics(dump):
     return read_jsonl(os.path.join(dump, "metrics.jsonl"))
+
+
+def fresh_dir(name):
+    """An empty folder `name` under the test's temporary directory."""
+    root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), name)
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    return root
+
+
+def short_run(titan_rl, config, dump, hf, *overrides):
+    """titan_rl's command line for a short run of `config` from the transformers checkpoint `hf`:
+    2 steps (unless overrides set them) of 4 prompts x 4 samples, 8 held-out prompts, no
+    checkpoints, metrics every step."""
+    steps = [] if any(o.startswith("--training.steps=") for o in overrides) else [
+        "--training.steps=2"]
+    return [titan_rl, f"--job.config_file={config}", f"--job.dump_folder={dump}",
+            "--model.flavor=from_checkpoint", f"--model.hf_assets_path={hf}",
+            f"--model.tokenizer_path={TOKENIZER}", f"--checkpoint.initial_load_path={hf}",
+            "--checkpoint.initial_load_in_hf", "--metrics.log_freq=1", "--rl.eval_size=8",
+            "--rl.eval_freq=100", "--rl.prompts_per_step=4", "--rl.group_size=4",
+            "--checkpoint.enable=false", *steps, *overrides]

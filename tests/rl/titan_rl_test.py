@@ -4,7 +4,6 @@ resume, a failing reward scorer, refused keys."""
 import argparse
 import json
 import os
-import shutil
 import sys
 import unittest
 
@@ -20,23 +19,14 @@ CONFIG = "configs/rl_grpo_sorting.toml"
 class TitanRlTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.root = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "titan_rl_test")
-        shutil.rmtree(cls.root, ignore_errors=True)
-        os.makedirs(cls.root)
+        cls.root = common.fresh_dir("titan_rl_test")
         cls.hf = os.path.join(cls.root, "hf")
         common.save_random_hf(cls.hf, "llama3", initializer_range=0.02)
 
     def job(self, name, *overrides):
         """titan_rl's command line for a short GRPO run in its own dump folder."""
         dump = os.path.join(self.root, name)
-        return dump, [TITAN_RL, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
-                      "--model.flavor=from_checkpoint", f"--model.hf_assets_path={self.hf}",
-                      f"--model.tokenizer_path={common.TOKENIZER}",
-                      f"--checkpoint.initial_load_path={self.hf}", "--checkpoint.initial_load_in_hf",
-                      "--metrics.log_freq=1", "--rl.eval_size=8", "--rl.eval_freq=100",
-                      "--rl.prompts_per_step=4", "--rl.group_size=4", "--checkpoint.enable=false",
-                      *(overrides if any(o.startswith("--training.steps=") for o in overrides)
-                        else ("--training.steps=2", *overrides))]
+        return dump, common.short_run(TITAN_RL, CONFIG, dump, self.hf, *overrides)
 
     def test_batch_invariant_logprobs_are_the_trainers(self):
         # PPO (value head, reference KL in the reward), first epoch over the whole batch.
