@@ -416,21 +416,18 @@ TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
             "3, so data_parallel_shard_degree=-1 cannot be inferred");
   EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=0"}, 8),
             "[parallelism] data_parallel_shard_degree=0 is out of range: expected -1 or >= 1");
-  // Consistent, but refused until 4D parallelism lands: the first such key is named.
-  EXPECT_EQ(ValidationError({"--parallelism.data_parallel_replicate_degree=2",
-                             "--parallelism.pipeline_parallel_degree=2",
-                             "--parallelism.tensor_parallel_degree=2"},
-                            16),
-            "[parallelism] pipeline_parallel_degree = 2: tensor, pipeline, context and expert "
-            "parallelism are not supported yet (4D-parallelism issue)");
+  // 4D: the inferred shard degree fills the rest (16 / (2 x 2 x 2) = 2).
+  ExpectValid({"--parallelism.data_parallel_replicate_degree=2",
+               "--parallelism.pipeline_parallel_degree=2", "--parallelism.tensor_parallel_degree=2"},
+              16);
   EXPECT_EQ(ValidationError({"--parallelism.pipeline_parallel_degree=2",
                              "--parallelism.pipeline_parallel_microbatch_size=3"},
                             2),
             "[parallelism] pipeline_parallel_microbatch_size=3 does not divide [training] "
             "local_batch_size=8");
   EXPECT_EQ(ValidationError({"--parallelism.expert_parallel_degree=4"}, 8),
-            "[parallelism] expert_parallel_degree = 4: tensor, pipeline, context and expert "
-            "parallelism are not supported yet (4D-parallelism issue)");
+            "[parallelism] expert_parallel_degree = 4: expert parallelism needs a "
+            "mixture-of-experts family; none is registered yet");
   EXPECT_EQ(ValidationError({"--parallelism.expert_parallel_degree=3"}, 8),
             "[parallelism] expert_parallel_degree=3 must divide data_parallel_shard × "
             "context_parallel × tensor_parallel degrees = 8 and be a multiple of "
