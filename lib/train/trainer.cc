@@ -166,7 +166,7 @@ void Trainer::set_loss(LossFn loss) {
 }
 
 absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_microbatches,
-                                              bool labels_masked) {
+                                              bool labels_masked, bool read_metrics) {
   const int64_t step = state_.step + 1;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepBegin, {step}));
   // Context-parallel ranks each take a share of every sequence: the step's tokens are split over
@@ -213,24 +213,25 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   }
   TITAN_RETURN_IF_ERROR(pipeline != nullptr ? pipeline->FinishBackward()
                                             : model_.data_parallel->FinishBackward());
-  if (token_ranks == 1) {
+  if (read_metrics && token_ranks == 1) {
     // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
     result.loss = (loss_sum / global_counted).item<double>();
-  } else {
+  } else if (read_metrics) {
     TITAN_ASSIGN_OR_RETURN(const double total, SumOverDp(loss_sum.item<double>()));
     result.loss = total / global_counted;
   }
   // Only the last pipeline stage computed the loss.
-  if (pipeline != nullptr) {
+  if (read_metrics && pipeline != nullptr) {
     TITAN_ASSIGN_OR_RETURN(result.loss, pipeline->FromLastStage(result.loss));
   }
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);
-  result.grad_norm = ClipGradNorm(tensors, config_.training().max_norm(),
-                                  pipeline != nullptr
-                                      ? pipeline->GradNormReducer()
-                                      : model_.data_parallel->GradNormReducer(model_.params))
-                         .item<double>();
+  // The norm and the clipping scale stay on the device unless the step is logged.
+  const at::Tensor grad_norm =
+      ClipGradNorm(tensors, config_.training().max_norm(),
+                   pipeline != nullptr ? pipeline->GradNormReducer()
+                                       : model_.data_parallel->GradNormReducer(model_.params));
+  if (read_metrics) result.grad_norm = grad_norm.item<double>();
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeOptimizer, {step}));
   {
     PhaseRange range("optimizer");
@@ -260,11 +261,18 @@ absl::StatusOr<double> Trainer::SumOverDp(double value) const {
   return sum.item<double>();
 }
 
-absl::StatusOr<int> Trainer::AgreedStopSignal() const {
+absl::StatusOr<int> Trainer::AgreedStopSignal() {
   if (!runtime_.distributed()) return g_stop_signal.load();
-  at::Tensor signal = at::full({1}, g_stop_signal.load(), at::kLong);
-  TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kWorld).AllReduce(signal, ReduceOp::kMax)));
-  return static_cast<int>(signal.item<int64_t>());
+  int agreed = 0;
+  if (stop_work_ != nullptr) {
+    // Issued a step ago: it has long completed, so waiting costs nothing.
+    TITAN_RETURN_IF_ERROR(stop_work_->Wait());
+    agreed = static_cast<int>(stop_flag_.item<int64_t>());
+  }
+  stop_flag_ = at::full({1}, g_stop_signal.load(), at::kLong);
+  TITAN_ASSIGN_OR_RETURN(stop_work_,
+                         runtime_.comm(MeshGroup::kWorld).AllReduce(stop_flag_, ReduceOp::kMax));
+  return agreed;
 }
 
 void Trainer::LogStateMemory() const {
@@ -343,13 +351,15 @@ absl::Status Trainer::Train() {
   int64_t window_tokens = 0;
   while (state_.step < training.steps()) {
     TITAN_ASSIGN_OR_RETURN(std::vector<Batch> batches, NextMicrobatches());
-    TITAN_ASSIGN_OR_RETURN(StepResult result, TrainStep(batches, /*labels_masked=*/false));
-    const int64_t step = state_.step;
-    window_tokens += result.tokens;
+    const int64_t step = state_.step + 1;
     const bool last = step == training.steps();
     const bool validate =
         config_.validation().enable() && (step % config_.validation().freq() == 0 || last);
-    if (step == 1 || step % config_.metrics().log_freq() == 0 || last || validate) {
+    const bool log = step == 1 || step % config_.metrics().log_freq() == 0 || last || validate;
+    TITAN_ASSIGN_OR_RETURN(StepResult result,
+                           TrainStep(batches, /*labels_masked=*/false, /*read_metrics=*/log));
+    window_tokens += result.tokens;
+    if (log) {
       const Throughput throughput = ComputeThroughput(window_tokens, stopwatch.Lap(),
                                                       model_.flops_per_token, peak_flops_);
       StepMetrics m;
@@ -390,6 +400,7 @@ absl::Status Trainer::Train() {
       break;
     }
   }
+  if (stop_work_ != nullptr) TITAN_RETURN_IF_ERROR(std::exchange(stop_work_, nullptr)->Wait());
   if (checkpointer_) TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
   LOG(INFO) << "training done at step " << state_.step;
   return absl::OkStatus();

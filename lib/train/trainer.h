@@ -26,6 +26,7 @@ at::Tensor ForwardLossSum(Decoder& model, DataParallel& data_parallel, const Bat
 
 // What one optimizer step measured.
 struct StepResult {
+  // Read from the device only when TrainStep is asked to (a logging step): otherwise 0.
   double loss = 0;       // summed losses / counted tokens, over every microbatch and rank
   double grad_norm = 0;  // before clipping
   double lr = 0;
@@ -49,7 +50,10 @@ class Trainer {
   // gradients reduced over data-parallel ranks, clipped, optimizer and LR step. The loss is
   // normalised by the counted tokens of the whole step over every rank (one all-reduce when
   // `labels_masked`; else every label counts and the count is known).
-  absl::StatusOr<StepResult> TrainStep(const std::vector<Batch>& microbatches, bool labels_masked);
+  // With `read_metrics` false the step neither reads the loss or gradient norm back to the host
+  // nor reduces the loss across ranks: no host synchronisation (every rank must pass the same).
+  absl::StatusOr<StepResult> TrainStep(const std::vector<Batch>& microbatches, bool labels_masked,
+                                       bool read_metrics = true);
   // The next step's microbatches from [training] dataset_path, as Train reads them.
   absl::StatusOr<std::vector<Batch>> NextMicrobatches();
 
@@ -76,7 +80,9 @@ class Trainer {
   // Over the ranks a step's tokens are split across: data parallel × context parallel.
   absl::StatusOr<double> SumOverDp(double value) const;
   // The stop signal, once any rank has one, so that every rank stops after the same step.
-  absl::StatusOr<int> AgreedStopSignal() const;
+  // Across ranks without a per-step wait: each step's all-reduce of the flag is read a step later,
+  // so every rank stops after the same step.
+  absl::StatusOr<int> AgreedStopSignal();
   absl::Status InstallHooks();
 
   const JobConfig config_;
@@ -95,6 +101,8 @@ class Trainer {
   LossFn custom_loss_;  // set_loss's; unset: the cross-entropy
   LossFn loss_;         // what the model's logits get (DataParallel::Loss)
   TrainState state_;
+  at::Tensor stop_flag_;              // the stop signal's all-reduce in flight
+  std::unique_ptr<Work> stop_work_;   // null: none in flight
   int64_t microbatches_ = 1;
   double peak_flops_ = 0;
 };
