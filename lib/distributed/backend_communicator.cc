@@ -72,7 +72,7 @@ class BackendWork : public Work {
     } catch (const std::exception& e) {
       const std::string reason = Reason(e);
       if (trace != nullptr) {
-        trace->Retire(shared_->trace_group.get(), trace_id_, false);
+        trace->Fail(trace_id_);
         trace->DumpAllRanks(absl::StrCat(op_, " #", seq_, " on group \"", shared_->state->name(),
                                          "\" failed: ", reason));
       }

@@ -32,7 +32,8 @@ class CommEvent {
  public:
   bool query() {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (work_) return work_->isCompleted();
+    // A failed operation (timeout, peer gone) is not completed: it stays where it hung.
+    if (work_) return work_->isCompleted() && work_->exception() == nullptr;
     return done_ ? done_->query() : completed_;
   }
 
@@ -56,7 +57,7 @@ class CommEvent {
   void Finish(uint64_t ticket) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ticket_ != ticket || !work_) return;
-    completed_ = work_->isCompleted();
+    completed_ = work_->isCompleted() && work_->exception() == nullptr;
     work_.reset();
   }
 
@@ -250,6 +251,11 @@ void CommTrace::Retire(TraceGroup* group, const TraceId& id, bool ok) {
   recorder_->recorder.retire_id(id.id, id.epoch, /*compute_duration=*/false);
   events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket);
   if (ok && group != nullptr) group->status->lastCompletedSeq = static_cast<int64_t>(group->op_seq);
+}
+
+void CommTrace::Fail(const TraceId& id) {
+  if (!enabled() || !id.id) return;
+  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket);
 }
 
 void CommTrace::RegisterWithC10d() {

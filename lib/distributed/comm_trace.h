@@ -81,6 +81,9 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   // After the operation's Work was waited for (well or not); `ok` moves the group's completed
   // sequence number.
   void Retire(TraceGroup* group, const TraceId& id, bool ok);
+  // After the operation failed (timeout, peer gone): its entry keeps the state it reached, as
+  // c10d leaves a timed-out operation, so every rank's dump shows where the group stopped.
+  void Fail(const TraceId& id);
   // For device-side waits: the operation is done once `done` is; dumps query it. The entry stays
   // open (not retired), as c10d leaves an NCCL operation until its watchdog sees the end event.
   void CompleteOn(const TraceId& id, c10::Event done);
