@@ -157,6 +157,7 @@ absl::Status PipelineParallel::BuildStages(const PipelineOptions& options) {
                                                       std::move(data_parallel)));
   }
   for (const auto& stage : stages_) {
+    const size_t first = params_.size();
     for (const ParamRef& p : stage->model().NamedParameters()) {
       const bool tied = args_.tie_word_embeddings && p.name == kEmbedding;
       if (tied && stage->is_first()) tied_owner_ = p.tensor;
@@ -165,8 +166,8 @@ absl::Status PipelineParallel::BuildStages(const PipelineOptions& options) {
         continue;
       }
       params_.push_back(p);
-      stage_of_param_[p.name] = stage->index();
     }
+    stage_param_counts_.push_back(params_.size() - first);
   }
   return absl::OkStatus();
 }
@@ -255,13 +256,12 @@ SquaredNormReducer PipelineParallel::GradNormReducer() const {
   // Each stage weighs and reduces its slice of the squares over its shards and tensor-parallel
   // ranks; the stages' totals then add up over the pipeline.
   std::vector<std::pair<int64_t, SquaredNormReducer>> slices;
-  for (const auto& stage : stages_) {
-    std::vector<ParamRef> mine;
-    for (const ParamRef& p : params_) {
-      if (stage_of_param_.at(p.name) == stage->index()) mine.push_back(p);
-    }
+  auto begin = params_.begin();
+  for (size_t s = 0; s < stages_.size(); ++s) {
+    const std::vector<ParamRef> mine(begin, begin + stage_param_counts_[s]);
+    begin += stage_param_counts_[s];
     slices.emplace_back(static_cast<int64_t>(mine.size()),
-                        stage->data_parallel().GradNormReducer(mine));
+                        stages_[s]->data_parallel().GradNormReducer(mine));
   }
   Communicator* pp = pp_comm();
   return [slices, pp](const at::Tensor& squares) {

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/distributed/mesh_communicators.h"
@@ -118,8 +117,8 @@ class PipelineParallel : public ShardedState {
   std::vector<std::unique_ptr<PipelineStage>> stages_;  // this rank's, ascending
   std::unique_ptr<ScheduleRunner> runner_;
   std::unique_ptr<ScheduleRunner> eval_runner_;  // validation's waits are not the schedule's
-  std::vector<ParamRef> params_;
-  absl::flat_hash_map<std::string, int> stage_of_param_;  // params()' names -> their stage
+  std::vector<ParamRef> params_;             // stage after stage
+  std::vector<size_t> stage_param_counts_;  // how many of params_ each of stages_ holds
   at::Tensor* tied_owner_ = nullptr;  // the first stage's embedding, when tied and local
   at::Tensor* tied_copy_ = nullptr;   // the last stage's copy of it, when tied and local
 };

@@ -96,10 +96,13 @@ absl::Status Trainer::Init() {
   }
   if (model_.pipeline != nullptr) {
     const PipelineLayout& layout = model_.pipeline->layout();
+    const int pp_rank = runtime_.dims().CoordinatesOf(runtime_.rank()).pp;
     LOG(INFO) << "rank " << runtime_.rank() << ": pipeline stages "
-              << absl::StrJoin(layout.StagesOfRank(runtime_.dims().CoordinatesOf(runtime_.rank()).pp), ",")
-              << " of " << layout.num_stages() << ", schedule " << layout.kind.name;
-    if (runtime_.rank() == 0) LOG(INFO) << "pipeline schedule:\n" << model_.pipeline->ScheduleTable();
+              << absl::StrJoin(layout.StagesOfRank(pp_rank), ",") << " of " << layout.num_stages()
+              << ", schedule " << layout.kind.name;
+    if (runtime_.rank() == 0) {
+      LOG(INFO) << "pipeline schedule:\n" << model_.pipeline->ScheduleTable();
+    }
   }
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, model_.params));
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
@@ -213,16 +216,18 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   }
   TITAN_RETURN_IF_ERROR(pipeline != nullptr ? pipeline->FinishBackward()
                                             : model_.data_parallel->FinishBackward());
-  if (read_metrics && token_ranks == 1) {
-    // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
-    result.loss = (loss_sum / global_counted).item<double>();
-  } else if (read_metrics) {
-    TITAN_ASSIGN_OR_RETURN(const double total, SumOverDp(loss_sum.item<double>()));
-    result.loss = total / global_counted;
-  }
-  // Only the last pipeline stage computed the loss.
-  if (read_metrics && pipeline != nullptr) {
-    TITAN_ASSIGN_OR_RETURN(result.loss, pipeline->FromLastStage(result.loss));
+  if (read_metrics) {
+    if (token_ranks == 1) {
+      // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
+      result.loss = (loss_sum / global_counted).item<double>();
+    } else {
+      TITAN_ASSIGN_OR_RETURN(const double total, SumOverDp(loss_sum.item<double>()));
+      result.loss = total / global_counted;
+    }
+    // Only the last pipeline stage computed the loss.
+    if (pipeline != nullptr) {
+      TITAN_ASSIGN_OR_RETURN(result.loss, pipeline->FromLastStage(result.loss));
+    }
   }
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);

@@ -79,9 +79,8 @@ class Trainer {
   DataParallel& batch_parallel() const;
   // Over the ranks a step's tokens are split across: data parallel × context parallel.
   absl::StatusOr<double> SumOverDp(double value) const;
-  // The stop signal, once any rank has one, so that every rank stops after the same step.
-  // Across ranks without a per-step wait: each step's all-reduce of the flag is read a step later,
-  // so every rank stops after the same step.
+  // The stop signal, once any rank has one, so that every rank stops after the same step; without
+  // a per-step wait: each step's all-reduce of the flag is read a step later.
   absl::StatusOr<int> AgreedStopSignal();
   absl::Status InstallHooks();
 
@@ -101,8 +100,8 @@ class Trainer {
   LossFn custom_loss_;  // set_loss's; unset: the cross-entropy
   LossFn loss_;         // what the model's logits get (DataParallel::Loss)
   TrainState state_;
-  at::Tensor stop_flag_;              // the stop signal's all-reduce in flight
-  std::unique_ptr<Work> stop_work_;   // null: none in flight
+  at::Tensor stop_flag_;             // the stop signal's all-reduce in flight
+  std::unique_ptr<Work> stop_work_;  // null: none in flight
   int64_t microbatches_ = 1;
   double peak_flops_ = 0;
 };
