@@ -37,7 +37,11 @@ DecoderAttention::DecoderAttention(const TransformerArgs& args, const at::Tensor
       wq_(RegisterParameter("wq.weight", {args.n_heads * args.head_size(), args.dim}, options)),
       wk_(RegisterParameter("wk.weight", {args.kv_heads() * args.head_size(), args.dim}, options)),
       wv_(RegisterParameter("wv.weight", {args.kv_heads() * args.head_size(), args.dim}, options)),
-      wo_(RegisterParameter("wo.weight", {args.dim, args.n_heads * args.head_size()}, options)) {
+      wo_(RegisterParameter("wo.weight", {args.dim, args.n_heads * args.head_size()}, options)),
+      wq_fn_(RegisterLinear("wq", wq_)),
+      wk_fn_(RegisterLinear("wk", wk_)),
+      wv_fn_(RegisterLinear("wv", wv_)),
+      wo_fn_(RegisterLinear("wo", wo_)) {
   if (args.qk_norm) {
     q_norm_ = &RegisterParameter("q_norm.weight", {args.head_size()}, options);
     k_norm_ = &RegisterParameter("k_norm.weight", {args.head_size()}, options);
@@ -49,9 +53,9 @@ at::Tensor DecoderAttention::Forward(const at::Tensor& x, const BatchContext& ba
   const int64_t b = x.size(0);
   const int64_t s = x.size(1);
   // Head counts come from the weights' shapes: tensor parallelism shards them.
-  at::Tensor q = Linear(x, wq_).view({b, s, -1, head_dim_});
-  at::Tensor k = Linear(x, wk_).view({b, s, -1, head_dim_});
-  at::Tensor v = Linear(x, wv_).view({b, s, -1, head_dim_});
+  at::Tensor q = Linear(x, wq_, wq_fn_).view({b, s, -1, head_dim_});
+  at::Tensor k = Linear(x, wk_, wk_fn_).view({b, s, -1, head_dim_});
+  at::Tensor v = Linear(x, wv_, wv_fn_).view({b, s, -1, head_dim_});
   if (q_norm_ != nullptr) {
     q = RmsNorm(q, *q_norm_, norm_eps_);
     k = RmsNorm(k, *k_norm_, norm_eps_);
@@ -63,7 +67,7 @@ at::Tensor DecoderAttention::Forward(const at::Tensor& x, const BatchContext& ba
   at::Tensor out = batch.hooks != nullptr && batch.hooks->attention
                        ? batch.hooks->attention(q, k, v, batch)
                        : Attention(q, k, v, batch.mask);
-  return Linear(out.transpose(1, 2).reshape({b, s, -1}), wo_);
+  return Linear(out.transpose(1, 2).reshape({b, s, -1}), wo_, wo_fn_);
 }
 
 void DecoderAttention::InitWeights(const InitConfig& init, double out_std) {
@@ -79,13 +83,16 @@ DecoderFeedForward::DecoderFeedForward(const TransformerArgs& args,
                                        const at::TensorOptions& options)
     : w1_(RegisterParameter("w1.weight", {args.ffn_hidden_dim, args.dim}, options)),
       w2_(RegisterParameter("w2.weight", {args.dim, args.ffn_hidden_dim}, options)),
-      w3_(RegisterParameter("w3.weight", {args.ffn_hidden_dim, args.dim}, options)) {}
+      w3_(RegisterParameter("w3.weight", {args.ffn_hidden_dim, args.dim}, options)),
+      w1_fn_(RegisterLinear("w1", w1_)),
+      w2_fn_(RegisterLinear("w2", w2_)),
+      w3_fn_(RegisterLinear("w3", w3_)) {}
 
 at::Tensor DecoderFeedForward::Forward(const at::Tensor& x) const {
   // Sequenced: selective checkpointing counts the linears in call order.
-  at::Tensor gate = Linear(x, w1_);
-  at::Tensor up = Linear(x, w3_);
-  return Linear(at::silu(gate) * up, w2_);
+  at::Tensor gate = Linear(x, w1_, w1_fn_);
+  at::Tensor up = Linear(x, w3_, w3_fn_);
+  return Linear(at::silu(gate) * up, w2_, w2_fn_);
 }
 
 void DecoderFeedForward::InitWeights(const InitConfig& init, double out_std) {
@@ -150,6 +157,7 @@ Decoder::Decoder(const TransformerArgs& args, const at::TensorOptions& options,
     if (!args.tie_word_embeddings) {
       output_ = &RegisterParameter("output.weight", {args.vocab_size, args.dim}, options);
     }
+    output_fn_ = &RegisterLinear("output", output_ != nullptr ? *output_ : *tok_embeddings_);
   }
 }
 
@@ -274,7 +282,7 @@ const at::Tensor& Decoder::OutputWeight() const {
 
 at::Tensor Decoder::Head(const at::Tensor& hidden) const {
   const at::Tensor normed = Apply(&hooks_, &ParallelHooks::region_in, FinalNorm(hidden));
-  return Apply(&hooks_, &ParallelHooks::logits, Linear(normed, OutputWeight()));
+  return Apply(&hooks_, &ParallelHooks::logits, Linear(normed, OutputWeight(), *output_fn_));
 }
 
 at::Tensor Decoder::Forward(const at::Tensor& tokens, const DecoderInputs& inputs) {

@@ -79,6 +79,10 @@ class DecoderAttention : public Module {
   at::Tensor& wk_;
   at::Tensor& wv_;
   at::Tensor& wo_;
+  const LinearFn& wq_fn_;
+  const LinearFn& wk_fn_;
+  const LinearFn& wv_fn_;
+  const LinearFn& wo_fn_;
   at::Tensor* q_norm_ = nullptr;  // qk-norm only
   at::Tensor* k_norm_ = nullptr;
 };
@@ -93,6 +97,9 @@ class DecoderFeedForward : public Module {
   at::Tensor& w1_;
   at::Tensor& w2_;
   at::Tensor& w3_;
+  const LinearFn& w1_fn_;
+  const LinearFn& w2_fn_;
+  const LinearFn& w3_fn_;
 };
 
 class DecoderBlock : public Module {
@@ -167,6 +174,7 @@ class Decoder : public Module {
   ParallelHooks hooks_;
   at::Tensor* norm_ = nullptr;    // last part only
   at::Tensor* output_ = nullptr;  // last part, untied only
+  const LinearFn* output_fn_ = nullptr;  // last part
   RopeTables rope_;
 };
 

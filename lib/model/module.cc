@@ -8,6 +8,22 @@ at::Tensor& Module::RegisterParameter(const std::string& name, at::IntArrayRef s
   return params_.back().second;
 }
 
+const LinearFn& Module::RegisterLinear(const std::string& name, const at::Tensor& weight) {
+  linears_.push_back({name, &weight, nullptr});
+  return linears_.back().fn;
+}
+
+void Module::CollectLinears(const std::string& prefix, std::vector<LinearRef>& out) {
+  for (LinearSlot& slot : linears_) out.push_back({prefix + slot.name, slot.weight, &slot.fn});
+  for (auto& [name, child] : children_) child->CollectLinears(prefix + name + ".", out);
+}
+
+std::vector<LinearRef> Module::NamedLinears() {
+  std::vector<LinearRef> out;
+  CollectLinears("", out);
+  return out;
+}
+
 void Module::CollectParameters(const std::string& prefix, std::vector<ParamRef>& out) {
   for (auto& [name, tensor] : params_) out.push_back({prefix + name, &tensor});
   for (auto& [name, child] : children_) child->CollectParameters(prefix + name + ".", out);

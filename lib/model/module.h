@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,6 +16,20 @@ namespace titan {
 struct ParamRef {
   std::string name;
   at::Tensor* tensor;
+};
+
+// How a linear layer computes x @ weightᵀ (weight in nn.Linear's [out, in] layout). Unset: the
+// plain product; model converters (float8) set it per layer. `kept_output`, when defined, is the
+// output op-level checkpointing kept from the forward: return it wired into autograd with this
+// product's backward instead of computing it again.
+using LinearFn = std::function<at::Tensor(const at::Tensor& x, const at::Tensor& weight,
+                                          const at::Tensor& kept_output)>;
+
+// A linear layer: torchtitan's module name ("layers.0.attention.wq"), its weight slot and product.
+struct LinearRef {
+  std::string name;
+  const at::Tensor* weight;
+  LinearFn* fn;
 };
 
 // A tree of named parameters with stable addresses. Parameters are declared by shape and dtype and
@@ -29,6 +44,8 @@ class Module {
   // Depth-first, in declaration order, with dotted names ("layers.0.attention.wq.weight").
   std::vector<ParamRef> NamedParameters();
   int64_t NumParameters();
+  // The linear layers, in the same order and naming (without ".weight").
+  std::vector<LinearRef> NamedLinears();
 
   // Replaces every meta (or other-device) parameter with uninitialised storage on `options`'
   // device and dtype, requiring grad. Call the model's weight init afterwards.
@@ -39,6 +56,9 @@ class Module {
  protected:
   at::Tensor& RegisterParameter(const std::string& name, at::IntArrayRef shape,
                                 const at::TensorOptions& options);
+  // Declares `weight` (a registered parameter) the weight of linear layer `name`; returns the
+  // layer's product for Forward to call (see Linear in op_cache.h).
+  const LinearFn& RegisterLinear(const std::string& name, const at::Tensor& weight);
   template <typename M>
   M* RegisterModule(const std::string& name, std::unique_ptr<M> module) {
     M* raw = module.get();
@@ -48,8 +68,15 @@ class Module {
 
  private:
   void CollectParameters(const std::string& prefix, std::vector<ParamRef>& out);
+  void CollectLinears(const std::string& prefix, std::vector<LinearRef>& out);
 
   std::deque<std::pair<std::string, at::Tensor>> params_;  // deque: slots never move
+  struct LinearSlot {
+    std::string name;
+    const at::Tensor* weight;
+    LinearFn fn;
+  };
+  std::deque<LinearSlot> linears_;  // deque: products never move
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
 };
 

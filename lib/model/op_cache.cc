@@ -59,18 +59,23 @@ at::Tensor AutocastInput(const at::Tensor& tensor) {
   return tensor.to(at::autocast::get_autocast_dtype(device));
 }
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight) {
-  // Recomputed rather than kept: the fixed-shape blocks are the point of that mode.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const LinearFn& fn) {
+  const auto product = [&](const at::Tensor& kept) {
+    return fn ? fn(x, weight, kept) : at::linear(x, weight);
+  };
+  // Recomputed rather than kept: the fixed-shape blocks are the point of that mode (float8
+  // refuses it).
   if (BatchInvariant()) return BatchInvariantLinear(x, weight);
   OpCache* cache = CurrentOpCache();
-  if (cache == nullptr) return at::linear(x, weight);
+  if (cache == nullptr) return product({});
   const bool saved = cache->NextLinearIsSaved();
   if (CurrentOpCacheMode() == OpCache::Mode::kRecord) {
-    at::Tensor out = at::linear(x, weight);
+    at::Tensor out = product({});
     if (saved) cache->Push(out);
     return out;
   }
-  if (!saved) return at::linear(x, weight);
+  if (!saved) return product({});
+  if (fn) return fn(x, weight, cache->Pop());
   return ReplayedLinear::apply(AutocastInput(x), AutocastInput(weight), cache->Pop());
 }
 

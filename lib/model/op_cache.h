@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "lib/model/module.h"
+
 namespace titan {
 
 // Op-level selective activation checkpointing (torchtitan's "op" policy). While a checkpointed
@@ -52,9 +54,9 @@ class OpCacheScope {
 OpCache* CurrentOpCache();
 OpCache::Mode CurrentOpCacheMode();
 
-// x @ weightᵀ for weights in nn.Linear's [out, in] layout: the decoder's matmuls go through here
-// so op-level selective checkpointing can keep or replay them.
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight);
+// x @ weightᵀ for weights in nn.Linear's [out, in] layout, by `fn` when set (a converted layer):
+// the decoder's matmuls go through here so op-level selective checkpointing can keep or replay them.
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const LinearFn& fn = nullptr);
 
 // What autocast would cast a floating tensor to for the ops it runs in lower precision (matmuls,
 // attention) on `tensor`'s device; `tensor` itself when autocast is off. Replayed ops bypass the

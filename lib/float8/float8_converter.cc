@@ -1,0 +1,81 @@
+#include "lib/float8/float8_converter.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <glog/logging.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_join.h"
+#include "lib/float8/float8_linear.h"
+#include "lib/model/batch_invariant.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+bool Filtered(const std::string& name, const std::vector<std::string>& filter_fqns) {
+  for (const std::string& fqn : filter_fqns) {
+    if (absl::StrContains(name, fqn)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status CheckFloat8Support(const Float8LinearOptions& options, const at::Device& device) {
+  if (BatchInvariant()) {
+    return absl::InvalidArgumentError(
+        "model.converters = [\"float8\"] with [debug] batch_invariant = true: float8 scales "
+        "depend on the whole batch's magnitudes, so no float8 matmul is batch-invariant");
+  }
+  if (options.emulate) return absl::OkStatus();
+  if (device.is_cuda()) {
+    const cudaDeviceProp* properties = at::cuda::getDeviceProperties(device.index());
+    if (properties->major * 10 + properties->minor < 89) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "model.converters = [\"float8\"]: float8 matmuls need a GPU of compute capability 8.9 "
+          "or later (Ada, Hopper); ", properties->name, " is ", properties->major, ".",
+          properties->minor, ". Set [float8] emulate = true to test the recipe slowly"));
+    }
+    return absl::OkStatus();
+  }
+  if (options.recipe != Float8Recipe::kTensorwise) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "[float8] recipe_name = \"", Float8RecipeName(options.recipe),
+        "\" on CPU: LibTorch's CPU float8 matmul scales whole tensors only; use tensorwise, "
+        "or set [float8] emulate = true"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> ConvertToFloat8(Module& model,
+                                                         const Float8ConverterOptions& options,
+                                                         const at::Device& device) {
+  TITAN_RETURN_IF_ERROR(CheckFloat8Support(options.linear, device));
+  std::vector<std::string> converted;
+  std::vector<std::string> misshapen;
+  for (const LinearRef& linear : model.NamedLinears()) {
+    if (Filtered(linear.name, options.filter_fqns)) continue;
+    if (linear.weight->size(0) % 16 != 0 || linear.weight->size(1) % 16 != 0) {
+      misshapen.push_back(linear.name);
+      continue;
+    }
+    const Float8LinearOptions linear_options = options.linear;
+    *linear.fn = [linear_options](const at::Tensor& x, const at::Tensor& weight,
+                                  const at::Tensor& kept_output) {
+      return Float8Linear(x, weight, linear_options, kept_output);
+    };
+    converted.push_back(linear.name);
+  }
+  if (!misshapen.empty()) {
+    LOG(INFO) << "float8: kept in high precision (a weight dim is not a multiple of 16): "
+              << absl::StrJoin(misshapen, ", ");
+  }
+  LOG(INFO) << "float8 (" << Float8RecipeName(options.linear.recipe)
+            << (options.linear.emulate ? ", emulated" : "") << "): " << converted.size()
+            << " linear layers converted";
+  return converted;
+}
+
+}  // namespace titan

@@ -1,0 +1,205 @@
+#include "lib/float8/float8_linear.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <limits>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "lib/model/autocast.h"
+#include "lib/model/op_cache.h"
+
+namespace titan {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+constexpr double kAmaxFloor = 1e-12;  // an all-zero tensor still gets a finite scale
+
+double Float8Max(at::ScalarType dtype) {
+  return dtype == at::kFloat8_e5m2
+             ? static_cast<double>(std::numeric_limits<c10::Float8_e5m2>::max())
+             : static_cast<double>(std::numeric_limits<c10::Float8_e4m3fn>::max());
+}
+
+bool IsRowMajor(const at::Tensor& t) { return t.stride(1) == 1 && t.stride(0) == t.size(1); }
+bool IsColumnMajor(const at::Tensor& t) { return t.stride(0) == 1 && t.stride(1) == t.size(0); }
+
+// How one operand of one of the three matmuls is cast: its float8 format and the axis it is
+// scaled along (unset: one scale for the tensor).
+struct Cast {
+  at::ScalarType dtype;
+  std::optional<int64_t> axis;
+};
+
+// The casts of a recipe, named after torchao's cast configs.
+struct RecipeCasts {
+  Cast input, weight, grad_output;               // output = input @ weightᵀ
+  Cast grad_output_for_input, weight_for_input;  // grad_input = grad_output @ weight
+  Cast grad_output_for_weight, input_for_weight;  // grad_weight = grad_outputᵀ @ input
+  bool high_precision_grad_weight;
+  bool power_of_2_scales;
+};
+
+RecipeCasts CastsOf(Float8Recipe recipe) {
+  constexpr at::ScalarType e4m3 = at::kFloat8_e4m3fn;
+  constexpr at::ScalarType e5m2 = at::kFloat8_e5m2;
+  const std::optional<int64_t> whole;
+  switch (recipe) {
+    case Float8Recipe::kTensorwise:
+      return {{e4m3, whole}, {e4m3, whole}, {e5m2, whole}, {e5m2, whole}, {e4m3, whole},
+              {e5m2, whole}, {e4m3, whole}, false, false};
+    case Float8Recipe::kRowwise:
+      // Each operand is scaled along the dim its matmul contracts: rows of [M, K], columns of [K, N].
+      return {{e4m3, -1}, {e4m3, -1}, {e4m3, -1}, {e4m3, -1}, {e4m3, 0},
+              {e4m3, 0},  {e4m3, 0},  false,      true};
+    case Float8Recipe::kRowwiseWithGwHp:
+      return {{e4m3, -1}, {e4m3, -1}, {e4m3, -1}, {e4m3, -1}, {e4m3, whole},
+              {e4m3, 0},  {e4m3, 0},  true,       true};
+  }
+  return CastsOf(Float8Recipe::kTensorwise);
+}
+
+Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales) {
+  return CastToFloat8(hp, cast.dtype, cast.axis, power_of_2_scales);
+}
+
+// The transpose of a cast tensor, its scale transposed alike (a [1, N] column scale becomes [N, 1]).
+Float8Tensor Transposed(const Float8Tensor& t) {
+  return {t.data.t(), t.scale.dim() == 2 ? t.scale.t() : t.scale};
+}
+
+struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const std::optional<at::Tensor>& kept_output, int64_t recipe,
+                            bool emulate) {
+    ctx->save_for_backward({x, weight});
+    ctx->saved_data["recipe"] = recipe;
+    ctx->saved_data["emulate"] = emulate;
+    if (kept_output) return kept_output->detach();
+    // The casts and matmuls run as written: autocast would turn the emulated fp32 mm into bf16.
+    AutocastScope no_autocast(x.device().type(), std::nullopt);
+    const RecipeCasts casts = CastsOf(static_cast<Float8Recipe>(recipe));
+    const at::Tensor x2d = x.reshape({-1, x.size(-1)});
+    const Float8Tensor input = CastAs(x2d, casts.input, casts.power_of_2_scales);
+    const Float8Tensor weight8 = CastAs(weight, casts.weight, casts.power_of_2_scales);
+    const at::Tensor out = Float8Matmul(input, Transposed(weight8), x.scalar_type(),
+                                        /*use_fast_accum=*/true, emulate);
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = weight.size(0);
+    return out.view(shape);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const at::Tensor& weight = saved[1];
+    const auto recipe = static_cast<Float8Recipe>(ctx->saved_data["recipe"].toInt());
+    const bool emulate = ctx->saved_data["emulate"].toBool();
+    const RecipeCasts casts = CastsOf(recipe);
+    const bool pow2 = casts.power_of_2_scales;
+    AutocastScope no_autocast(x.device().type(), std::nullopt);
+    const at::Tensor grad = grad_outputs[0].reshape({-1, weight.size(0)});
+    const at::Tensor x2d = x.reshape({-1, weight.size(1)});
+
+    const at::Tensor grad_x =
+        Float8Matmul(CastAs(grad, casts.grad_output_for_input, pow2),
+                     CastAs(weight, casts.weight_for_input, pow2), grad.scalar_type(),
+                     /*use_fast_accum=*/false, emulate)
+            .view(x.sizes());
+    at::Tensor grad_weight;
+    if (casts.high_precision_grad_weight) {
+      grad_weight = grad.t().mm(x2d);
+    } else {
+      grad_weight = Float8Matmul(Transposed(CastAs(grad, casts.grad_output_for_weight, pow2)),
+                                 CastAs(x2d, casts.input_for_weight, pow2), grad.scalar_type(),
+                                 /*use_fast_accum=*/false, emulate);
+    }
+    return {grad_x, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<Float8Recipe> ParseFloat8Recipe(absl::string_view name) {
+  if (name.empty() || name == "tensorwise") return Float8Recipe::kTensorwise;
+  if (name == "rowwise") return Float8Recipe::kRowwise;
+  if (name == "rowwise_with_gw_hp") return Float8Recipe::kRowwiseWithGwHp;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "[float8] recipe_name: expected tensorwise, rowwise or rowwise_with_gw_hp, got \"", name,
+      "\""));
+}
+
+std::string Float8RecipeName(Float8Recipe recipe) {
+  switch (recipe) {
+    case Float8Recipe::kTensorwise:
+      return "tensorwise";
+    case Float8Recipe::kRowwise:
+      return "rowwise";
+    case Float8Recipe::kRowwiseWithGwHp:
+      return "rowwise_with_gw_hp";
+  }
+  return "tensorwise";
+}
+
+Float8Tensor CastToFloat8(const at::Tensor& hp, at::ScalarType dtype, std::optional<int64_t> axis,
+                          bool power_of_2_scales) {
+  const double max = Float8Max(dtype);
+  at::NoGradGuard no_grad;
+  const at::Tensor magnitude = hp.abs();
+  const at::Tensor amax = axis ? magnitude.amax({*axis}, /*keepdim=*/true) : magnitude.max();
+  // In float64 and as reciprocal × max, torchao's own arithmetic, so the scales agree to the bit.
+  at::Tensor scale =
+      (amax.to(at::kDouble).clamp_min(kAmaxFloor).reciprocal() * max).to(at::kFloat);
+  if (power_of_2_scales) scale = at::exp2(at::floor(at::log2(scale)));
+  // Saturate first: an fp32 value just past the format's max would otherwise cast to NaN.
+  at::Tensor data = (hp.to(at::kFloat) * scale).clamp(-max, max).to(dtype);
+  return {std::move(data), std::move(scale)};
+}
+
+at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
+                        bool use_fast_accum, bool emulate) {
+  at::NoGradGuard no_grad;
+  if (emulate) {
+    return at::mm(a.data.to(at::kFloat) / a.scale, b.data.to(at::kFloat) / b.scale).to(out_dtype);
+  }
+  // _scaled_mm wants a row-major and b column-major, and both scaled alike (a tensorwise scale
+  // next to a rowwise one is repeated along its rows or columns).
+  const at::Tensor a_data = IsRowMajor(a.data) ? a.data : a.data.contiguous();
+  const at::Tensor b_data = IsColumnMajor(b.data) ? b.data : b.data.t().contiguous().t();
+  at::Tensor a_inverse = a.scale.reciprocal();
+  at::Tensor b_inverse = b.scale.reciprocal();
+  const bool a_rows = a.scale.dim() == 2;
+  const bool b_columns = b.scale.dim() == 2;
+  if (a_rows && !b_columns) b_inverse = b_inverse.reshape({1, 1}).expand({1, b.data.size(1)});
+  if (!a_rows && b_columns) a_inverse = a_inverse.reshape({1, 1}).expand({a.data.size(0), 1});
+  const bool rowwise = a_rows || b_columns;
+  const bool cuda = a.data.is_cuda();
+  // Rowwise scaling (CUTLASS) has no fp32 output, and is slow without fast accumulation, where
+  // the tensorwise kernel with unit scales and the scales applied after is faster (as torchao).
+  const at::ScalarType mm_dtype = rowwise && out_dtype != at::kBFloat16 ? at::kBFloat16 : out_dtype;
+  at::Tensor post_scale;
+  if (rowwise && !use_fast_accum) {
+    post_scale = a_inverse.contiguous() * b_inverse.contiguous();
+    a_inverse = at::ones({}, a_inverse.options());
+    b_inverse = at::ones({}, b_inverse.options());
+  }
+  at::Tensor out = at::_scaled_mm(a_data, b_data, a_inverse.contiguous(), b_inverse.contiguous(),
+                                  std::nullopt, std::nullopt, mm_dtype, use_fast_accum && cuda);
+  if (post_scale.defined()) out.mul_(post_scale);
+  return out.to(out_dtype);
+}
+
+at::Tensor Float8Linear(const at::Tensor& x, const at::Tensor& weight,
+                        const Float8LinearOptions& options, const at::Tensor& kept_output) {
+  // As F.linear under autocast: the input in autocast's dtype, the fp32 weight cast straight
+  // to float8.
+  const std::optional<at::Tensor> kept =
+      kept_output.defined() ? std::optional<at::Tensor>(kept_output) : std::nullopt;
+  return Float8LinearFunction::apply(AutocastInput(x), weight, kept,
+                                     static_cast<int64_t>(options.recipe), options.emulate);
+}
+
+}  // namespace titan

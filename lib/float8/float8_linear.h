@@ -1,0 +1,58 @@
+#ifndef TITAN_LIB_FLOAT8_FLOAT8_LINEAR_H_
+#define TITAN_LIB_FLOAT8_FLOAT8_LINEAR_H_
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace titan {
+
+// torchao's float8 training recipes (torchtitan's [float8] recipe_name), with dynamic scaling:
+//  - tensorwise: one scale per tensor; inputs and weights in e4m3, output gradients in e5m2;
+//  - rowwise: one scale per row of each matmul operand (along the contracted dim), all e4m3,
+//    scales rounded down to a power of 2;
+//  - rowwise_with_gw_hp: rowwise, but the weight gradient is computed in high precision.
+enum class Float8Recipe { kTensorwise, kRowwise, kRowwiseWithGwHp };
+// "" and "tensorwise", "rowwise", "rowwise_with_gw_hp".
+absl::StatusOr<Float8Recipe> ParseFloat8Recipe(absl::string_view name);
+std::string Float8RecipeName(Float8Recipe recipe);
+
+struct Float8LinearOptions {
+  Float8Recipe recipe = Float8Recipe::kTensorwise;
+  // Dequantise and multiply in fp32 instead of at::_scaled_mm (torchao's emulate): for hardware
+  // without the kernel (rowwise on CPU, GPUs before sm_89). Same casts, same rounding of operands.
+  bool emulate = false;
+};
+
+// A float8 tensor and the fp32 factor that scaled it into float8's range (data ≈ hp · scale):
+// one number (tensorwise), or one per row or column in keepdim shape (axiswise).
+struct Float8Tensor {
+  at::Tensor data;
+  at::Tensor scale;
+};
+
+// `hp` scaled so that its largest magnitude (over the tensor, or along `axis` when set) lands on
+// `dtype`'s largest finite value, then saturated and cast. `power_of_2_scales` rounds each scale
+// down to a power of 2 (exact to undo).
+Float8Tensor CastToFloat8(const at::Tensor& hp, at::ScalarType dtype, std::optional<int64_t> axis,
+                          bool power_of_2_scales);
+
+// a [M, K] @ b [K, N] in `out_dtype`, from float8 operands scaled per tensor or a per row / b per
+// column: at::_scaled_mm (fast accumulation when asked, CUDA only), or emulated in fp32.
+at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
+                        bool use_fast_accum, bool emulate);
+
+// x [..., in] @ weightᵀ (weight [out, in]) with the recipe's float8 matmuls for the output and
+// both gradients; the output has x's dtype (after autocast's cast, as torchao's Float8Linear).
+// `kept_output`: see LinearFn (lib/model/module.h).
+at::Tensor Float8Linear(const at::Tensor& x, const at::Tensor& weight,
+                        const Float8LinearOptions& options, const at::Tensor& kept_output = {});
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_FLOAT8_FLOAT8_LINEAR_H_

@@ -1,0 +1,159 @@
+#include "lib/float8/float8_linear.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "lib/float8/float8_converter.h"
+#include "lib/model/batch_invariant.h"
+#include "lib/model/module.h"
+
+namespace titan {
+namespace {
+
+double RelativeError(const at::Tensor& value, const at::Tensor& reference) {
+  return ((value.to(at::kFloat) - reference).norm() / reference.norm()).item<double>();
+}
+
+TEST(CastToFloat8Test, TensorwiseMapsTheLargestMagnitudeOntoTheFormatsMax) {
+  const at::Tensor hp = at::randn({32, 16}) * 3;
+  const Float8Tensor cast = CastToFloat8(hp, at::kFloat8_e4m3fn, std::nullopt, false);
+  EXPECT_EQ(cast.scale.dim(), 0);
+  EXPECT_EQ(cast.data.scalar_type(), at::kFloat8_e4m3fn);
+  EXPECT_FLOAT_EQ(cast.data.to(at::kFloat).abs().max().item<float>(), 448.0F);
+  // e4m3 keeps 3 mantissa bits: every normal value within 2^-4 relative.
+  const at::Tensor back = cast.data.to(at::kFloat) / cast.scale;
+  const at::Tensor normal = hp.abs() * cast.scale > std::ldexp(1.0, -6);
+  EXPECT_LE(((back - hp).abs() / hp.abs()).masked_select(normal).max().item<double>(), 0.0625);
+}
+
+TEST(CastToFloat8Test, RowwiseScalesEachRowAndRoundsScalesToPowersOf2) {
+  const at::Tensor hp = at::randn({8, 16}) * at::logspace(-3, 3, 8).view({8, 1});
+  const Float8Tensor cast = CastToFloat8(hp, at::kFloat8_e4m3fn, -1, true);
+  ASSERT_EQ(cast.scale.sizes(), (std::vector<int64_t>{8, 1}));
+  const at::Tensor exponent = at::log2(cast.scale);
+  EXPECT_TRUE(at::equal(exponent, at::round(exponent)));
+  // Rounded down: each row's largest value lands in (224, 448].
+  const at::Tensor row_max = cast.data.to(at::kFloat).abs().amax({1});
+  EXPECT_TRUE((row_max > 224).all().item<bool>());
+  EXPECT_TRUE((row_max <= 448).all().item<bool>());
+}
+
+TEST(CastToFloat8Test, AllZeroTensorGetsAFiniteScale) {
+  const Float8Tensor cast = CastToFloat8(at::zeros({4, 4}), at::kFloat8_e5m2, std::nullopt, false);
+  EXPECT_TRUE(std::isfinite(cast.scale.item<float>()));
+  EXPECT_EQ(cast.data.to(at::kFloat).abs().max().item<float>(), 0.0F);
+}
+
+struct LinearResult {
+  at::Tensor out, grad_x, grad_weight;
+};
+
+LinearResult RunLinear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& grad,
+                       const Float8LinearOptions* options, const at::Tensor& kept = {}) {
+  const at::Tensor x_leaf = x.clone().set_requires_grad(true);
+  const at::Tensor weight_leaf = weight.clone().set_requires_grad(true);
+  const at::Tensor out = options != nullptr ? Float8Linear(x_leaf, weight_leaf, *options, kept)
+                                            : at::linear(x_leaf, weight_leaf);
+  out.backward(grad);
+  return {out.detach(), x_leaf.grad(), weight_leaf.grad()};
+}
+
+class Float8LinearTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    at::manual_seed(0);
+    x_ = at::randn({4, 16, 64});
+    weight_ = at::randn({32, 64}) * 0.1;
+    grad_ = at::randn({4, 16, 32}) * 1e-2;
+  }
+  at::Tensor x_, weight_, grad_;
+};
+
+TEST_F(Float8LinearTest, EveryRecipeStaysCloseToTheHighPrecisionLinear) {
+  const LinearResult exact = RunLinear(x_, weight_, grad_, nullptr);
+  // Relative Frobenius error: e4m3 rounds by at most 2^-4 (about 2.5% on Gaussian data), e5m2
+  // gradients by 2^-3; the bounds sit above what each recipe gives (measured 2.6-4.3%).
+  for (Float8Recipe recipe :
+       {Float8Recipe::kTensorwise, Float8Recipe::kRowwise, Float8Recipe::kRowwiseWithGwHp}) {
+    const Float8LinearOptions options{recipe, /*emulate=*/true};
+    const LinearResult f8 = RunLinear(x_, weight_, grad_, &options);
+    SCOPED_TRACE(Float8RecipeName(recipe));
+    EXPECT_LT(RelativeError(f8.out, exact.out), 0.05);
+    EXPECT_LT(RelativeError(f8.grad_x, exact.grad_x), 0.08);
+    EXPECT_LT(RelativeError(f8.grad_weight, exact.grad_weight), 0.08);
+    EXPECT_GT(RelativeError(f8.out, exact.out), 1e-4);  // float8 really ran
+    if (recipe == Float8Recipe::kRowwiseWithGwHp) {
+      EXPECT_LT(RelativeError(f8.grad_weight, exact.grad_weight), 1e-6);
+    }
+  }
+}
+
+TEST_F(Float8LinearTest, CpuScaledMatmulEqualsItsEmulation) {
+  const Float8LinearOptions kernel{Float8Recipe::kTensorwise, false};
+  const Float8LinearOptions emulated{Float8Recipe::kTensorwise, true};
+  const LinearResult a = RunLinear(x_, weight_, grad_, &kernel);
+  const LinearResult b = RunLinear(x_, weight_, grad_, &emulated);
+  // Same float8 operands; only the fp32 accumulation order differs.
+  EXPECT_LT(RelativeError(a.out, b.out), 1e-6);
+  EXPECT_LT(RelativeError(a.grad_x, b.grad_x), 1e-6);
+  EXPECT_LT(RelativeError(a.grad_weight, b.grad_weight), 1e-6);
+}
+
+TEST_F(Float8LinearTest, KeptOutputIsReturnedWithTheFloat8Backward) {
+  const Float8LinearOptions options{Float8Recipe::kRowwise, true};
+  const LinearResult computed = RunLinear(x_, weight_, grad_, &options);
+  const at::Tensor kept = computed.out.clone();
+  const LinearResult replayed = RunLinear(x_, weight_, grad_, &options, kept);
+  EXPECT_TRUE(at::equal(replayed.out, kept));
+  EXPECT_TRUE(at::equal(replayed.grad_x, computed.grad_x));
+  EXPECT_TRUE(at::equal(replayed.grad_weight, computed.grad_weight));
+}
+
+class TwoLayers : public Module {
+ public:
+  TwoLayers() {
+    const at::TensorOptions meta = at::TensorOptions().device(at::kMeta);
+    wq_fn = &RegisterLinear("wq", RegisterParameter("wq.weight", {64, 32}, meta));
+    odd_fn = &RegisterLinear("odd", RegisterParameter("odd.weight", {24, 40}, meta));
+    output_fn = &RegisterLinear("output", RegisterParameter("output.weight", {128, 32}, meta));
+  }
+  const LinearFn* wq_fn;
+  const LinearFn* odd_fn;
+  const LinearFn* output_fn;
+};
+
+TEST(Float8ConverterTest, ConvertsUnfilteredLayersWithDimsOf16) {
+  TwoLayers model;
+  Float8ConverterOptions options;
+  options.filter_fqns = {"output"};
+  const auto converted = ConvertToFloat8(model, options, at::Device(at::kCPU));
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  EXPECT_EQ(*converted, std::vector<std::string>{"wq"});
+  EXPECT_TRUE(static_cast<bool>(*model.wq_fn));
+  EXPECT_FALSE(static_cast<bool>(*model.odd_fn));  // 24 x 40: 40 is no multiple of 16
+  EXPECT_FALSE(static_cast<bool>(*model.output_fn));
+}
+
+TEST(Float8ConverterTest, RefusesWhatCannotRunAsAsked) {
+  TwoLayers model;
+  Float8ConverterOptions rowwise;
+  rowwise.linear.recipe = Float8Recipe::kRowwise;
+  const auto refused = ConvertToFloat8(model, rowwise, at::Device(at::kCPU));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("emulate = true"), std::string::npos);
+  EXPECT_FALSE(static_cast<bool>(*model.wq_fn));
+  rowwise.linear.emulate = true;
+  EXPECT_TRUE(ConvertToFloat8(model, rowwise, at::Device(at::kCPU)).ok());
+
+  SetBatchInvariant(true);
+  const auto invariant = ConvertToFloat8(model, Float8ConverterOptions{}, at::Device(at::kCPU));
+  SetBatchInvariant(false);
+  ASSERT_FALSE(invariant.ok());
+  EXPECT_NE(invariant.status().message().find("batch_invariant"), std::string::npos);
+  EXPECT_FALSE(ParseFloat8Recipe("mxfp8").ok());
+}
+
+}  // namespace
+}  // namespace titan
