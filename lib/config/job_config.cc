@@ -530,6 +530,30 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         profiling.profiler_warmup(), profiling.profiler_active(), profiling.profile_freq()));
   }
 
+  bool float8 = false;
+  for (const std::string& converter : config.model().converters()) {
+    if (converter != "float8") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[model] converters: unknown converter ", Quote(converter), "; expected \"float8\""));
+    }
+    float8 = true;
+  }
+  const Descriptor* float8_section = JobConfig::Float8::descriptor();
+  for (int i = 0; i < float8_section->field_count() && !float8; ++i) {
+    const FieldDescriptor* field = float8_section->field(i);
+    const bool refused_anyway = !field->options().GetExtension(titan::unsupported).empty();
+    if (!refused_anyway && TomlValue(config.float8(), field) != TomlValue(defaults.float8(), field)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[float8] ", field->name(), " is set but [model] converters does not include "
+          "\"float8\": add it, or drop the key"));
+    }
+  }
+  if (float8 && parallelism.tensor_parallel_degree() > 1) {
+    return absl::UnimplementedError(
+        "[model] converters = [\"float8\"] with tensor parallelism: float8 scales would come from "
+        "each rank's weight slice, not the whole weight as torchtitan's; not implemented yet");
+  }
+
   const std::string& ac_option = config.activation_checkpoint().selective_ac_option();
   if (ac_option != "op" && !IsPositiveInteger(ac_option)) {
     return absl::InvalidArgumentError(

@@ -21,8 +21,8 @@ struct Float8ConverterOptions {
 };
 
 // Whether float8 matmuls can run on `device` for `options` as asked: at::_scaled_mm needs an
-// sm_89+ GPU, or a CPU for tensorwise scaling; otherwise `emulate` must be set. Also refuses
-// batch-invariant mode (float8 casts scale by a whole tensor's or row's magnitude).
+// sm_89+ GPU; elsewhere (CPU included) `emulate` must be set. Also refuses batch-invariant mode
+// (float8 casts scale by a whole tensor's or row's magnitude).
 absl::Status CheckFloat8Support(const Float8LinearOptions& options, const at::Device& device);
 
 // The "float8" model converter: every linear layer of `model` not filtered out, with both

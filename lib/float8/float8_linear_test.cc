@@ -73,8 +73,8 @@ class Float8LinearTest : public ::testing::Test {
 
 TEST_F(Float8LinearTest, EveryRecipeStaysCloseToTheHighPrecisionLinear) {
   const LinearResult exact = RunLinear(x_, weight_, grad_, nullptr);
-  // Relative Frobenius error: e4m3 rounds by at most 2^-4 (about 2.5% on Gaussian data), e5m2
-  // gradients by 2^-3; the bounds sit above what each recipe gives (measured 2.6-4.3%).
+  // Relative Frobenius error: e4m3 rounds by at most 2^-4, e5m2 (tensorwise gradients) by 2^-3;
+  // torchao gives 3.6-3.9% (outputs) and 3.8-6.0% (gradients) on this data, the bounds sit above.
   for (Float8Recipe recipe :
        {Float8Recipe::kTensorwise, Float8Recipe::kRowwise, Float8Recipe::kRowwiseWithGwHp}) {
     const Float8LinearOptions options{recipe, /*emulate=*/true};
@@ -127,6 +127,7 @@ class TwoLayers : public Module {
 TEST(Float8ConverterTest, ConvertsUnfilteredLayersWithDimsOf16) {
   TwoLayers model;
   Float8ConverterOptions options;
+  options.linear.emulate = true;
   options.filter_fqns = {"output"};
   const auto converted = ConvertToFloat8(model, options, at::Device(at::kCPU));
   ASSERT_TRUE(converted.ok()) << converted.status();
@@ -148,7 +149,7 @@ TEST(Float8ConverterTest, RefusesWhatCannotRunAsAsked) {
   EXPECT_TRUE(ConvertToFloat8(model, rowwise, at::Device(at::kCPU)).ok());
 
   SetBatchInvariant(true);
-  const auto invariant = ConvertToFloat8(model, Float8ConverterOptions{}, at::Device(at::kCPU));
+  const auto invariant = ConvertToFloat8(model, rowwise, at::Device(at::kCPU));
   SetBatchInvariant(false);
   ASSERT_FALSE(invariant.ok());
   EXPECT_NE(invariant.status().message().find("batch_invariant"), std::string::npos);

@@ -151,6 +151,7 @@ absl::Status PipelineParallel::BuildStages(const PipelineOptions& options) {
         TITAN_RETURN_IF_ERROR(options.load_weights(*part));
       }
     }
+    if (options.convert) TITAN_RETURN_IF_ERROR(options.convert(*part));
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> data_parallel,
                            spec_.parallelize(*part, parallelize, dims_, comms_));
     stages_.push_back(std::make_unique<PipelineStage>(s, layout_.num_stages(), std::move(part),

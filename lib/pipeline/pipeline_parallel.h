@@ -36,6 +36,8 @@ struct PipelineOptions {
   // Set: fills a stage's parameters from a checkpoint ([checkpoint] initial_load_path) instead of
   // initialising them.
   std::function<absl::Status(Decoder& part)> load_weights;
+  // Set: the model converters (float8) for each stage, run before it is parallelized.
+  std::function<absl::Status(Decoder& part)> convert;
 };
 
 // Pipeline parallelism (torchtitan's pipeline_llm and PipelineSchedule): the model split into

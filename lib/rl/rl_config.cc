@@ -37,6 +37,11 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
         "[parallelism] tensor/context/pipeline_parallel_degree > 1: titan_rl shards the policy "
         "with data parallelism only (DDP, FSDP, HSDP); set them to 1");
   }
+  if (config.model().converters_size() > 0) {
+    return absl::UnimplementedError(
+        "[model] converters: titan_rl trains in high precision only (float8 would widen the gap "
+        "between the generator's and the trainer's log-probabilities); remove them");
+  }
   if (!rl.has_clip_range_high()) {
     rl.set_clip_range_high(rl.algorithm() == "dapo" ? 0.28 : rl.clip_range());
   }

@@ -12,6 +12,7 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/data/packed_text_dataset.h"
+#include "lib/float8/float8_converter.h"
 #include "lib/interop/load_weights.h"
 #include "lib/model/batch_invariant.h"
 #include "lib/tokenizer/tokenizer_loader.h"
@@ -131,6 +132,22 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
   return info;
 }
 
+namespace {
+
+// The family-independent model converters ([model] converters), run on a (meta) model or pipeline
+// stage before parallelize, as torchtitan's.
+absl::Status ApplyModelConverters(const JobConfig& config, const RunSetup& setup, Decoder& model) {
+  if (config.model().converters().empty()) return absl::OkStatus();
+  const JobConfig::Float8& float8 = config.float8();
+  Float8ConverterOptions options;
+  TITAN_ASSIGN_OR_RETURN(options.linear.recipe, ParseFloat8Recipe(float8.recipe_name()));
+  options.linear.emulate = float8.emulate();
+  options.filter_fqns.assign(float8.filter_fqns().begin(), float8.filter_fqns().end());
+  return ConvertToFloat8(model, options, setup.device).status();
+}
+
+}  // namespace
+
 ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSetup& setup) {
   ParallelizeOptions parallelize;
   parallelize.ac_mode = config.activation_checkpoint().mode();
@@ -192,6 +209,7 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
     pipeline.schedule_csv = p.pipeline_parallel_schedule_csv();
     pipeline.parallelize = parallelize;
     pipeline.param_options = param_options;
+    pipeline.convert = [&](Decoder& part) { return ApplyModelConverters(config, setup, part); };
     if (!initial_load.empty()) {
       pipeline.load_weights = [&](Decoder& part) {
         return LoadModelWeights(initial_load, in_hf, info, part.NamedParameters());
@@ -203,6 +221,7 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
                                                     runtime.comms(), runtime.rank()));
     bundle.params = bundle.pipeline->params();
   } else {
+    TITAN_RETURN_IF_ERROR(ApplyModelConverters(config, setup, *bundle.model));
     // An initial load reads whole tensors, so it needs the whole model first; else FSDP
     // initialises one group at a time after sharding (the same weights as one process with the
     // same seed).
