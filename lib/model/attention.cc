@@ -3,7 +3,10 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <glog/logging.h>
+
 #include <limits>
+#include <mutex>
 #include <tuple>
 #include <utility>
 
@@ -15,6 +18,19 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// Which fused kernel SDPA runs on CUDA, logged at the first call (the shapes are the run's).
+void LogSdpaBackendOnce(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                        const std::optional<at::Tensor>& bias, bool is_causal, bool gqa) {
+  static std::once_flag logged;
+  std::call_once(logged, [&] {
+    static const char* const kNames[] = {"math", "flash", "efficient", "cudnn", "overrideable"};
+    const int64_t choice = at::_fused_sdp_choice(q, k, v, bias, 0.0, is_causal, std::nullopt, gqa);
+    LOG(INFO) << "SDPA backend: "
+              << (choice >= 0 && choice < 5 ? kNames[choice] : "none (error)") << " for "
+              << q.sizes() << " " << q.scalar_type();
+  });
+}
 
 // Attention whose output and logsumexp the selective-checkpoint forward kept.
 struct ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
@@ -167,6 +183,7 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
       return at::scaled_dot_product_attention(q, RepeatKvHeads(k, n_rep), RepeatKvHeads(v, n_rep),
                                               bias, /*dropout_p=*/0.0, mask.is_causal);
     }
+    LogSdpaBackendOnce(q, k, v, bias, mask.is_causal, n_rep > 1);
     return at::scaled_dot_product_attention(q, k, v, bias, /*dropout_p=*/0.0, mask.is_causal,
                                             /*scale=*/std::nullopt, /*enable_gqa=*/n_rep > 1);
   }

@@ -1,7 +1,12 @@
 #include "lib/train/device.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <glog/logging.h>
+
+#include <cstdlib>
+#include <vector>
 
 #include "lib/metrics/flops.h"
 
@@ -14,6 +19,26 @@ at::Device PickDevice(int local_rank) {
     return at::Device(at::kCUDA, index);
   }
   return at::Device(at::kCPU);
+}
+
+void ConfigureCudaRuntime(const at::Device& device) {
+  if (!device.is_cuda()) return;
+  const char* user = std::getenv("PYTORCH_ALLOC_CONF");
+  if (user == nullptr) user = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
+  if (user == nullptr) {
+    c10::CachingAllocator::setAllocatorSettings("expandable_segments:True");
+    LOG(INFO) << "CUDA caching allocator: expandable_segments:True";
+  } else {
+    LOG(INFO) << "CUDA caching allocator: " << user << " (from the environment)";
+  }
+  if (at::cuda::getDeviceProperties(device.index())->major >= 9) {
+    const std::vector<int64_t> order = {static_cast<int64_t>(at::SDPBackend::cudnn_attention),
+                                        static_cast<int64_t>(at::SDPBackend::flash_attention),
+                                        static_cast<int64_t>(at::SDPBackend::efficient_attention),
+                                        static_cast<int64_t>(at::SDPBackend::math)};
+    at::globalContext().setSDPPriorityOrder(order);
+    LOG(INFO) << "SDPA backend order: cudnn, flash, efficient, math";
+  }
 }
 
 double PeakMemoryGiB(const at::Device& device) {

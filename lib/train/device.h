@@ -10,6 +10,12 @@ namespace titan {
 // cuda:<local_rank> when LibTorch sees a GPU, else the CPU.
 at::Device PickDevice(int local_rank);
 
+// On a GPU, before the first allocation: the caching allocator's expandable segments (as
+// torchtitan's launcher sets them; less fragmentation with changing activation sizes) unless
+// PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF says otherwise, and SDPA's backend order cuDNN,
+// flash, efficient, math on sm_90+ (cuDNN's attention is the fastest there). Logs the choices.
+void ConfigureCudaRuntime(const at::Device& device);
+
 // Peak memory this process used on `device` since start, in GiB: the caching allocator's peak
 // reserved bytes on a GPU, the peak resident set on the CPU.
 double PeakMemoryGiB(const at::Device& device);
