@@ -85,7 +85,7 @@ at::Tensor DecoderFeedForward::Forward(const at::Tensor& x) const {
   // Sequenced: selective checkpointing counts the linears in call order.
   at::Tensor gate = Linear(x, w1_);
   at::Tensor up = Linear(x, w3_);
-  return Linear(at::silu(gate) * up, w2_);
+  return Linear(SwiGlu(gate, up), w2_);
 }
 
 void DecoderFeedForward::InitWeights(const InitConfig& init, double out_std) {
