@@ -2,9 +2,11 @@
 # The one-shot H200 benchmark, run on the GPU machine from the folder benchmarks/gpu/pack.sh
 # made (carried as gpu_pack): every stage under its own timeout, results written to $OUT as they
 # come, so a stage that fails or runs out of time leaves the others' results. About 8 minutes:
-#   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · smoke (titan debug model on CUDA,
-#   bf16, loss falls) · titan_8b8l / torchtitan_eager / torchtitan_compiled (Llama 3 8B shapes with
-#   8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) · chunked_ce · ops · summary.
+#   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (the fused RoPE/SwiGLU CUDA
+#   kernels against ATen; the training runs below go through them) · smoke (titan debug model on
+#   CUDA, bf16, loss falls) · titan_8b8l / torchtitan_eager / torchtitan_compiled (Llama 3 8B shapes
+#   with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) · chunked_ce · fused_kernels
+#   (fused vs ATen timings) · ops · summary.
 # Usage on the device: OUT=... bash gpu_pack/h200_bench.sh
 set -uo pipefail
 cd "$(dirname "$0")"
@@ -33,6 +35,7 @@ titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
 
 stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"'
 stage nccl 60 bin/nccl_communicator_test
+stage kernels 60 bin/cuda_kernels_test
 stage smoke 90 titan smoke --model.tokenizer_path=default_tokenizer \
   --training.dataset_path=default_corpus/train.jsonl --training.seq_len=512 \
   --training.local_batch_size=8 --training.steps=30 --training.mixed_precision_param=bfloat16 \
@@ -44,6 +47,12 @@ common=(--training.seq_len=8192 --training.local_batch_size=1 --training.steps=2
 stage titan_8b8l 150 titan titan_8b8l --model.name=llama3 --model.flavor=from_checkpoint \
   --model.hf_assets_path="$work/model" --training.dataset_path="$work/corpus/train.jsonl" \
   --optimizer.implementation=fused "${common[@]}"
+# Float8 (tensorwise, torchtitan's preset: the output head in bf16) on the same run: its loss curve
+# against titan_8b8l's is read by summarize.py.
+stage titan_8b8l_float8 120 titan titan_8b8l_float8 --model.name=llama3 \
+  --model.flavor=from_checkpoint --model.hf_assets_path="$work/model" \
+  --training.dataset_path="$work/corpus/train.jsonl" --optimizer.implementation=fused \
+  --model.converters=float8 --float8.filter_fqns=output "${common[@]}"
 stage wheels 60 python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" \
   wheels/*.whl
 export PYTHONPATH="$work/site"
@@ -54,6 +63,7 @@ torchtitan=(torchrun --standalone --nproc_per_node=1 torchtitan_run.py --model.n
 stage torchtitan_eager 150 "${torchtitan[@]}"
 stage torchtitan_compiled 240 "${torchtitan[@]}" --compile.enable --compile.components model loss
 stage chunked_ce 60 bin/chunked_ce_benchmark 8192 4096 1024 cuda
+stage fused_kernels 60 bin/fused_kernels_benchmark
 stage ops 90 python3 op_bench.py "$OUT/ops.json"
 stage summary 30 python3 summarize.py "$OUT"
 cat "$OUT/summary.log"

@@ -29,7 +29,7 @@ def titan(name):
     steady = [r for r in rows if 6 <= r["step"] <= 20]
     return {"tps": median([r["tps"] for r in steady]),
             "memory_gib": max(r["memory_gib"] for r in rows), "steps": len(rows),
-            "final_loss": rows[-1]["loss"]}
+            "final_loss": rows[-1]["loss"], "losses": [r["loss"] for r in rows]}
 
 
 def torchtitan(name):
@@ -52,17 +52,18 @@ def torchtitan(name):
     return {"tps": median(tps), "memory_gib": max(memory), "final_loss": loss}
 
 
-results = {"titan_bf16": titan("titan_8b8l"), "torchtitan_eager": torchtitan("torchtitan_eager"),
+results = {"titan_bf16": titan("titan_8b8l"), "titan_float8": titan("titan_8b8l_float8"), "torchtitan_eager": torchtitan("torchtitan_eager"),
            "torchtitan_compiled": torchtitan("torchtitan_compiled"),
            "flops_per_token": FLOPS_PER_TOKEN}
-for key in ("titan_bf16", "torchtitan_eager", "torchtitan_compiled"):
+RUNS = ("titan_bf16", "titan_float8", "torchtitan_eager", "torchtitan_compiled")
+for key in RUNS:
     if results[key] and results[key]["tps"]:
         results[key]["mfu_percent"] = results[key]["tps"] * FLOPS_PER_TOKEN / PEAK * 100
 with open(os.path.join(OUT, "results.json"), "w") as f:
     json.dump(results, f, indent=2)
 print(json.dumps(results, indent=2))
 print("\n| run | tokens/s | MFU | peak memory |\n| --- | --- | --- | --- |")
-for key in ("titan_bf16", "torchtitan_eager", "torchtitan_compiled"):
+for key in RUNS:
     r = results[key]
     if r and r["tps"]:
         print(f"| {key} | {r['tps']:,.0f} | {r['mfu_percent']:.1f}% | {r['memory_gib']:.1f} GiB |")
@@ -71,3 +72,8 @@ for key in ("titan_bf16", "torchtitan_eager", "torchtitan_compiled"):
 compiled = results["torchtitan_compiled"]
 if results["titan_bf16"] and compiled and compiled["tps"]:
     print(f"\ntitan / torchtitan compiled: {results['titan_bf16']['tps'] / compiled['tps']:.3f}x")
+bf16, float8 = results["titan_bf16"], results["titan_float8"]
+if bf16 and float8 and float8["tps"]:
+    worst = max(abs(f - b) / b for b, f in zip(bf16["losses"], float8["losses"]))
+    print(f"titan float8 / bf16: {float8['tps'] / bf16['tps']:.3f}x; "
+          f"max per-step loss difference {worst:.2%} over {len(float8['losses'])} steps")

@@ -92,7 +92,7 @@ at::Tensor DecoderFeedForward::Forward(const at::Tensor& x) const {
   // Sequenced: selective checkpointing counts the linears in call order.
   at::Tensor gate = Linear(x, w1_, w1_fn_);
   at::Tensor up = Linear(x, w3_, w3_fn_);
-  return Linear(at::silu(gate) * up, w2_, w2_fn_);
+  return Linear(SwiGlu(gate, up), w2_, w2_fn_);
 }
 
 void DecoderFeedForward::InitWeights(const InitConfig& init, double out_std) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lib/kernels/rope.h"
+
 namespace titan {
 namespace {
 
@@ -103,6 +105,17 @@ RopeRotation RotationForPositions(const RopeTables& tables, const at::Tensor& po
 }
 
 at::Tensor ApplyRope(const at::Tensor& x, const RopeRotation& rotation) {
+  if (!rotation.enabled) return x;
+  // One pass instead of ~9 elementwise kernels and their fp32 temporaries.
+  if (x.is_cuda() && FusedRopeSupports(x, rotation.cos, rotation.sin).ok()) {
+    return FusedRope(x, rotation.cos, rotation.sin,
+                     rotation.layout == RopeLayout::kInterleaved ? RopePairing::kInterleaved
+                                                                 : RopePairing::kHalves);
+  }
+  return ApplyRopeUnfused(x, rotation);
+}
+
+at::Tensor ApplyRopeUnfused(const at::Tensor& x, const RopeRotation& rotation) {
   if (!rotation.enabled) return x;
   at::Tensor x32 = x.to(at::kFloat);
   const at::Tensor& cos = rotation.cos;

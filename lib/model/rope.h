@@ -39,8 +39,13 @@ struct RopeRotation {
 RopeRotation RotationForPositions(const RopeTables& tables, const at::Tensor& positions,
                                   int64_t seq_len);
 
-// x: [B, S, H, D], rotated in fp32 and cast back to x's dtype.
+// x: [B, S, H, D], rotated in fp32 and cast back to x's dtype. On an H100/H200 the fused kernel
+// (lib/kernels/rope.h) when it takes the tensors, ApplyRopeUnfused elsewhere.
 at::Tensor ApplyRope(const at::Tensor& x, const RopeRotation& rotation);
+
+// The LibTorch composition of ApplyRope: its CPU path, and the oracle the fused kernel is tested
+// against.
+at::Tensor ApplyRopeUnfused(const at::Tensor& x, const RopeRotation& rotation);
 
 }  // namespace titan
 

@@ -1,5 +1,7 @@
 #include "lib/model/transformer_ops.h"
 
+#include "lib/kernels/swiglu.h"
+
 namespace titan {
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -11,6 +13,12 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   at::Tensor x32 = x.to(at::kFloat);
   at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
   return normed.to(x.scalar_type()) * weight;
+}
+
+at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up) {
+  // One pass each way, and the backward keeps gate and up only (not silu(gate) as well).
+  if (gate.is_cuda() && FusedSwiGluSupports(gate, up).ok()) return FusedSwiGlu(gate, up);
+  return at::silu(gate) * up;
 }
 
 }  // namespace titan

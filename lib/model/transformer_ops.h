@@ -9,6 +9,10 @@ namespace titan {
 // Llama's and Qwen's references).
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 
+// silu(gate) * up: on an H100/H200 the fused kernel (lib/kernels/swiglu.h) when it takes the
+// tensors, ATen's two ops elsewhere.
+at::Tensor SwiGlu(const at::Tensor& gate, const at::Tensor& up);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_MODEL_TRANSFORMER_OPS_H_

@@ -1,0 +1,131 @@
+// The fused RoPE and SwiGLU kernels (lib/kernels) against ATen's compositions at Llama 3 8B's
+// shapes in bf16: RoPE on q [1, 8192, 32, 128] in both layouts, SwiGLU on gate/up [8192, 14336].
+// Per op: forward alone (no grad), forward + backward, and the bytes the autograd graph holds after
+// the forward (output included). Median of timed repeats after 3 warm-ups, CUDA events.
+// Usage on a GPU: fused_kernels_benchmark [repeats]
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/core/GradMode.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "lib/kernels/rope.h"
+#include "lib/kernels/swiglu.h"
+#include "lib/model/rope.h"
+
+namespace {
+
+using Op = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
+
+double MedianMs(const std::function<void()>& fn, int repeats) {
+  for (int i = 0; i < 3; ++i) fn();
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    at::cuda::CUDAEvent start(cudaEventDefault);
+    at::cuda::CUDAEvent end(cudaEventDefault);
+    start.record();
+    fn();
+    end.record();
+    end.synchronize();
+    ms.push_back(start.elapsed_time(end));
+  }
+  std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+  return ms[ms.size() / 2];
+}
+
+int64_t AllocatedBytes() {
+  c10::cuda::device_synchronize();
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(0).allocated_bytes[0].current;
+}
+
+struct Measure {
+  double forward_ms;
+  double forward_backward_ms;
+  double held_mib;
+};
+
+Measure Run(const Op& op, const std::vector<at::Tensor>& inputs, const at::Tensor& grad,
+            int repeats) {
+  std::vector<at::Tensor> leaves;
+  for (const at::Tensor& t : inputs) leaves.push_back(t.detach().requires_grad_());
+  Measure m;
+  m.forward_ms = MedianMs(
+      [&] {
+        c10::NoGradGuard no_grad;
+        op(inputs);
+      },
+      repeats);
+  m.forward_backward_ms = MedianMs(
+      [&] {
+        for (at::Tensor& leaf : leaves) leaf.mutable_grad().reset();  // assigned, not accumulated
+        op(leaves).backward(grad);
+      },
+      repeats);
+  for (at::Tensor& leaf : leaves) leaf.mutable_grad().reset();
+  const int64_t before = AllocatedBytes();
+  {
+    const at::Tensor out = op(leaves);
+    m.held_mib = (AllocatedBytes() - before) / 1048576.0;
+  }
+  return m;
+}
+
+void Compare(const char* name, const Op& fused, const Op& aten,
+             const std::vector<at::Tensor>& inputs, int repeats) {
+  const at::Tensor grad = at::randn_like(aten(inputs));
+  const Measure f = Run(fused, inputs, grad, repeats);
+  const Measure a = Run(aten, inputs, grad, repeats);
+  int64_t bytes = grad.nbytes();  // the forward's output
+  for (const at::Tensor& t : inputs) bytes += t.nbytes();
+  std::printf(
+      "%s: forward %.3f ms fused vs %.3f ms ATen (%.2fx, fused %.0f GB/s); forward + backward "
+      "%.3f vs %.3f ms (%.2fx); held after forward %.0f vs %.0f MiB\n",
+      name, f.forward_ms, a.forward_ms, a.forward_ms / f.forward_ms, bytes / f.forward_ms / 1e6,
+      f.forward_backward_ms, a.forward_backward_ms, a.forward_backward_ms / f.forward_backward_ms,
+      f.held_mib, a.held_mib);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!at::cuda::is_available()) {
+    std::fprintf(stderr, "fused_kernels_benchmark: no CUDA device\n");
+    return 1;
+  }
+  const int repeats = argc > 1 ? std::atoi(argv[1]) : 20;
+  at::manual_seed(0);
+  const auto bf16 = at::TensorOptions().device(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor q = at::randn({1, 8192, 32, 128}, bf16);
+  for (const titan::RopeLayout layout :
+       {titan::RopeLayout::kInterleaved, titan::RopeLayout::kRotateHalf}) {
+    titan::RopeConfig config;
+    config.layout = layout;
+    config.theta = 500000;
+    const titan::RopeRotation rotation = titan::RotationForPositions(
+        titan::ComputeRopeTables(config, 128, 8192, bf16), at::Tensor(), 8192);
+    const bool interleaved = layout == titan::RopeLayout::kInterleaved;
+    const titan::RopePairing pairing =
+        interleaved ? titan::RopePairing::kInterleaved : titan::RopePairing::kHalves;
+    Compare(
+        interleaved ? "rope interleaved [1, 8192, 32, 128]" : "rope halves [1, 8192, 32, 128]",
+        [&](const std::vector<at::Tensor>& in) {
+          return titan::FusedRope(in[0], rotation.cos, rotation.sin, pairing);
+        },
+        [&](const std::vector<at::Tensor>& in) { return titan::ApplyRopeUnfused(in[0], rotation); },
+        {q}, repeats);
+  }
+  Compare(
+      "swiglu [8192, 14336]",
+      [](const std::vector<at::Tensor>& in) { return titan::FusedSwiGlu(in[0], in[1]); },
+      [](const std::vector<at::Tensor>& in) { return at::silu(in[0]) * in[1]; },
+      {at::randn({8192, 14336}, bf16), at::randn({8192, 14336}, bf16)}, repeats);
+  return 0;
+}

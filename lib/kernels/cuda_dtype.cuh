@@ -1,0 +1,65 @@
+#ifndef TITAN_LIB_KERNELS_CUDA_DTYPE_CUH_
+#define TITAN_LIB_KERNELS_CUDA_DTYPE_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "lib/kernels/launch.h"
+
+// Device-side helpers of the kernels: element loads and stores through fp32, and launch shapes.
+
+namespace titan {
+
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+
+// Round to nearest even, as LibTorch's casts from fp32.
+template <typename T>
+__device__ __forceinline__ T FromFloat(float v);
+template <>
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// f(TypeTag<T>{}) with T the CUDA element type of `dtype`.
+template <typename F>
+cudaError_t DispatchDtype(KernelDtype dtype, F&& f) {
+  switch (dtype) {
+    case KernelDtype::kFloat32:
+      return f(TypeTag<float>{});
+    case KernelDtype::kBFloat16:
+      return f(TypeTag<__nv_bfloat16>{});
+    case KernelDtype::kFloat16:
+      return f(TypeTag<__half>{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+// Grid-stride loops: a few waves of blocks on an H200 (132 SMs), each thread taking every
+// (blocks * threads)-th element after that.
+constexpr int kThreads = 256;
+inline int Blocks(int64_t n) {
+  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096));
+}
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_KERNELS_CUDA_DTYPE_CUH_

@@ -1,0 +1,167 @@
+// The CUDA kernels against ATen's compositions on the same CUDA tensors, forward and backward, and
+// the model's dispatch to them. Without a CUDA device every test skips:
+// benchmarks/gpu/h200_bench.sh runs this binary on an H200. Shapes exceed one grid of the kernels'
+// grid-stride loops. Tolerances: fp32 1e-5 (the device may contract a * c - b * s into a fused
+// multiply-add, and CUDA's expf is within 2 ulp, not ATen's exp bit for bit); bf16 and fp16 RoPE
+// one step of their rounding (2^-7, 2^-10 relative); SwiGLU two (2^-6, 2^-9): ATen rounds
+// silu(gate) to the dtype before the product, the kernel rounds once.
+#include <ATen/cuda/CUDAContext.h>
+#include <torch/csrc/autograd/function.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/kernels/kernel_test_util.h"
+#include "lib/kernels/rope.h"
+#include "lib/kernels/swiglu.h"
+#include "lib/model/rope.h"
+#include "lib/model/transformer_ops.h"
+
+namespace titan {
+namespace {
+
+using testing::HasSubstr;
+
+Tolerance KernelTolerance(at::ScalarType dtype, bool two_roundings) {
+  switch (dtype) {
+    case at::kBFloat16:
+      return {two_roundings ? 0.015625 : 0.0078125, 1e-5};
+    case at::kHalf:
+      return {two_roundings ? 0.001953125 : 0.0009765625, 1e-5};
+    default:
+      return {1e-5, 1e-5};
+  }
+}
+
+void SkipWithoutHopper() {
+  if (!at::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device: the kernels were compiled and linked, not run";
+  }
+  const cudaDeviceProp* device = at::cuda::getCurrentDeviceProperties();
+  if (device->major != 9 || device->minor != 0) {
+    GTEST_SKIP() << "the kernels are built for sm_90a; this GPU is sm_" << device->major
+                 << device->minor;
+  }
+}
+
+struct RopeCase {
+  RopeLayout layout;
+  at::ScalarType dtype;
+  bool per_batch_positions;
+};
+
+class CudaRopeTest : public testing::TestWithParam<RopeCase> {
+ protected:
+  void SetUp() override { SkipWithoutHopper(); }
+};
+
+TEST_P(CudaRopeTest, MatchesAtenAndTheCpuLoop) {
+  const RopeCase c = GetParam();
+  at::manual_seed(0);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  RopeConfig config;
+  config.layout = c.layout;
+  config.theta = 500000;
+  const RopeTables tables = ComputeRopeTables(config, 128, 8192, cuda);
+  const int64_t batch = 2, seq = 2048, heads = 5;  // 1.3M pairs
+  const at::Tensor positions =
+      c.per_batch_positions ? at::randint(8192, {batch, seq}, cuda.dtype(at::kLong)) : at::Tensor();
+  const RopeRotation rotation = RotationForPositions(tables, positions, seq);
+  const RopePairing pairing =
+      c.layout == RopeLayout::kInterleaved ? RopePairing::kInterleaved : RopePairing::kHalves;
+  const at::Tensor x = at::randn({batch, seq, heads, 128}, cuda).to(c.dtype);
+  const at::Tensor x_fused = x.clone().requires_grad_();
+  const at::Tensor x_ref = x.clone().requires_grad_();
+  const at::Tensor got = FusedRope(x_fused, rotation.cos, rotation.sin, pairing);
+  const at::Tensor want = ApplyRopeUnfused(x_ref, rotation);
+  const Tolerance tol = KernelTolerance(c.dtype, /*two_roundings=*/false);
+  EXPECT_TRUE(AllClose(got, want, tol));
+  const at::Tensor grad = at::randn(x.sizes(), cuda).to(c.dtype);
+  got.backward(grad);
+  want.backward(grad);
+  EXPECT_TRUE(AllClose(x_fused.grad(), x_ref.grad(), tol));
+  // The same math (rope_math.h) as the CPU loop the CPU tests check.
+  const at::Tensor on_cpu = FusedRope(x.cpu(), rotation.cos.cpu(), rotation.sin.cpu(), pairing);
+  EXPECT_TRUE(AllClose(got.cpu(), on_cpu, tol));
+}
+
+INSTANTIATE_TEST_SUITE_P(LayoutsAndDtypes, CudaRopeTest,
+                         testing::Values(RopeCase{RopeLayout::kInterleaved, at::kFloat, false},
+                                         RopeCase{RopeLayout::kInterleaved, at::kFloat, true},
+                                         RopeCase{RopeLayout::kRotateHalf, at::kFloat, false},
+                                         RopeCase{RopeLayout::kRotateHalf, at::kFloat, true},
+                                         RopeCase{RopeLayout::kInterleaved, at::kBFloat16, false},
+                                         RopeCase{RopeLayout::kInterleaved, at::kBFloat16, true},
+                                         RopeCase{RopeLayout::kRotateHalf, at::kBFloat16, false},
+                                         RopeCase{RopeLayout::kRotateHalf, at::kBFloat16, true},
+                                         RopeCase{RopeLayout::kInterleaved, at::kHalf, false},
+                                         RopeCase{RopeLayout::kRotateHalf, at::kHalf, true}));
+
+struct SwiGluResult {
+  at::Tensor out;
+  at::Tensor grad_gate;
+  at::Tensor grad_up;
+};
+
+template <typename F>
+SwiGluResult ForwardBackward(const F& op, const at::Tensor& gate, const at::Tensor& up,
+                             const at::Tensor& grad) {
+  const at::Tensor g = gate.clone().requires_grad_();
+  const at::Tensor u = up.clone().requires_grad_();
+  const at::Tensor out = op(g, u);
+  out.backward(grad);
+  return {out.detach(), g.grad(), u.grad()};
+}
+
+at::Tensor AtenSwiGlu(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
+
+class CudaSwiGluTest : public testing::TestWithParam<at::ScalarType> {
+ protected:
+  void SetUp() override { SkipWithoutHopper(); }
+};
+
+TEST_P(CudaSwiGluTest, MatchesAten) {
+  const at::ScalarType dtype = GetParam();
+  at::manual_seed(0);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  at::Tensor gate = at::randn({2048, 1000}, cuda) * 3;  // 2M elements
+  gate.view(-1).slice(0, 0, 6).copy_(at::tensor({-100.0f, -20.0f, -1.2785f, 0.0f, 20.0f, 100.0f}));
+  gate = gate.to(dtype);
+  const at::Tensor up = at::randn({2048, 1000}, cuda).to(dtype);
+  const at::Tensor grad = at::randn({2048, 1000}, cuda).to(dtype);
+  const SwiGluResult got = ForwardBackward(FusedSwiGlu, gate, up, grad);
+  const SwiGluResult want = ForwardBackward(AtenSwiGlu, gate, up, grad);
+  const Tolerance tol = KernelTolerance(dtype, /*two_roundings=*/true);
+  EXPECT_TRUE(AllClose(got.out, want.out, tol));
+  EXPECT_TRUE(AllClose(got.grad_gate, want.grad_gate, tol));
+  EXPECT_TRUE(AllClose(got.grad_up, want.grad_up, tol));
+  if (dtype == at::kFloat) return;
+  const SwiGluResult exact =
+      ForwardBackward(AtenSwiGlu, gate.to(at::kDouble), up.to(at::kDouble), grad.to(at::kDouble));
+  EXPECT_LT(MeanRelativeError(got.out, exact.out), MeanRelativeError(want.out, exact.out));
+  EXPECT_LT(MeanRelativeError(got.grad_gate, exact.grad_gate),
+            MeanRelativeError(want.grad_gate, exact.grad_gate));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaSwiGluTest,
+                         testing::Values(at::kFloat, at::kBFloat16, at::kHalf));
+
+class CudaDispatchTest : public testing::Test {
+ protected:
+  void SetUp() override { SkipWithoutHopper(); }
+};
+
+TEST_F(CudaDispatchTest, ModelOpsTakeTheFusedKernelsOnCudaAndAtenOnCpu) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const RopeTables tables = ComputeRopeTables(RopeConfig{}, 64, 16, cuda);
+  const RopeRotation rotation = RotationForPositions(tables, at::Tensor(), 16);
+  const at::Tensor x = at::randn({1, 16, 2, 64}, cuda.dtype(at::kBFloat16)).requires_grad_();
+  EXPECT_THAT(ApplyRope(x, rotation).grad_fn()->name(), HasSubstr("RopeFunction"));
+  const at::Tensor gate = at::randn({4, 8}, cuda.dtype(at::kBFloat16)).requires_grad_();
+  EXPECT_THAT(SwiGlu(gate, gate.detach()).grad_fn()->name(), HasSubstr("SwiGluFunction"));
+  const at::Tensor cpu_gate = gate.detach().cpu().requires_grad_();
+  EXPECT_THAT(SwiGlu(cpu_gate, cpu_gate.detach()).grad_fn()->name(),
+              testing::Not(HasSubstr("SwiGluFunction")));
+}
+
+}  // namespace
+}  // namespace titan

@@ -1,0 +1,45 @@
+#ifndef TITAN_LIB_KERNELS_KERNEL_DISPATCH_H_
+#define TITAN_LIB_KERNELS_KERNEL_DISPATCH_H_
+
+#include <ATen/ATen.h>
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "lib/kernels/launch.h"
+
+// What the fused ops' LibTorch wrappers share: which tensors they take, and where they run.
+
+namespace titan {
+
+// The kernel element type of `t` (fp32, bf16 or fp16); `name` names t in the error.
+absl::StatusOr<KernelDtype> KernelDtypeOf(const at::Tensor& t, absl::string_view name);
+
+// OK on the CPU (the reference loops) and on CUDA devices of compute capability 9.0 (the kernels
+// are built for sm_90a alone).
+absl::Status CheckKernelDevice(const at::Tensor& t, absl::string_view name);
+
+// "[2, 3, 4]".
+std::string ShapeOf(const at::Tensor& t);
+
+// Throws c10::Error with the status's message unless it is OK: autograd functions' checks.
+void ThrowIfError(const absl::Status& status);
+
+// f(T{}) with T LibTorch's element type for `dtype`: the CPU reference loops.
+template <typename F>
+void DispatchCpu(KernelDtype dtype, F&& f) {
+  switch (dtype) {
+    case KernelDtype::kFloat32:
+      return f(float{});
+    case KernelDtype::kBFloat16:
+      return f(at::BFloat16{});
+    case KernelDtype::kFloat16:
+      return f(at::Half{});
+  }
+}
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_KERNELS_KERNEL_DISPATCH_H_

@@ -1,0 +1,24 @@
+#ifndef TITAN_LIB_KERNELS_KERNEL_TEST_UTIL_H_
+#define TITAN_LIB_KERNELS_KERNEL_TEST_UTIL_H_
+
+#include <ATen/ATen.h>
+
+#include "gtest/gtest.h"
+
+namespace titan {
+
+// |got - want| <= atol + rtol * |want| element by element (NaN matching NaN).
+struct Tolerance {
+  double rtol;
+  double atol;
+};
+
+// Success, or the worst element (index, got, want, its bound) and how many exceed their bounds.
+testing::AssertionResult AllClose(const at::Tensor& got, const at::Tensor& want, Tolerance tol);
+
+// The mean of |t - exact| / (|exact| + 1e-6), in fp64: which of two roundings is the closer.
+double MeanRelativeError(const at::Tensor& t, const at::Tensor& exact);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_KERNELS_KERNEL_TEST_UTIL_H_

@@ -1,0 +1,32 @@
+#ifndef TITAN_LIB_KERNELS_LAUNCH_H_
+#define TITAN_LIB_KERNELS_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "lib/kernels/rope_math.h"
+
+// The CUDA kernels' host API (rope.cu, swiglu.cu): raw device pointers, contiguous tensors, fp32
+// math whatever the element type. Each returns the launch's error (cudaSuccess when nothing ran).
+
+namespace titan {
+
+enum class KernelDtype { kFloat32, kBFloat16, kFloat16 };
+
+// out = x rotated by the angles of cos/sin (fp32), or by their negatives when `inverse`.
+cudaError_t LaunchRope(KernelDtype dtype, const void* x, const float* cos, const float* sin,
+                       const RopeDims& dims, bool inverse, void* out, cudaStream_t stream);
+
+// out = silu(gate) * up over n elements.
+cudaError_t LaunchSwiGluForward(KernelDtype dtype, const void* gate, const void* up, int64_t n,
+                                void* out, cudaStream_t stream);
+
+// grad_gate, grad_up of silu(gate) * up for the output's gradient `grad`, over n elements.
+cudaError_t LaunchSwiGluBackward(KernelDtype dtype, const void* grad, const void* gate,
+                                 const void* up, int64_t n, void* grad_gate, void* grad_up,
+                                 cudaStream_t stream);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_KERNELS_LAUNCH_H_
