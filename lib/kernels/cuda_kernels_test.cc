@@ -96,24 +96,6 @@ INSTANTIATE_TEST_SUITE_P(LayoutsAndDtypes, CudaRopeTest,
                                          RopeCase{RopeLayout::kInterleaved, at::kHalf, false},
                                          RopeCase{RopeLayout::kRotateHalf, at::kHalf, true}));
 
-struct SwiGluResult {
-  at::Tensor out;
-  at::Tensor grad_gate;
-  at::Tensor grad_up;
-};
-
-template <typename F>
-SwiGluResult ForwardBackward(const F& op, const at::Tensor& gate, const at::Tensor& up,
-                             const at::Tensor& grad) {
-  const at::Tensor g = gate.clone().requires_grad_();
-  const at::Tensor u = up.clone().requires_grad_();
-  const at::Tensor out = op(g, u);
-  out.backward(grad);
-  return {out.detach(), g.grad(), u.grad()};
-}
-
-at::Tensor AtenSwiGlu(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
-
 class CudaSwiGluTest : public testing::TestWithParam<at::ScalarType> {
  protected:
   void SetUp() override { SkipWithoutHopper(); }
@@ -128,15 +110,16 @@ TEST_P(CudaSwiGluTest, MatchesAten) {
   gate = gate.to(dtype);
   const at::Tensor up = at::randn({2048, 1000}, cuda).to(dtype);
   const at::Tensor grad = at::randn({2048, 1000}, cuda).to(dtype);
-  const SwiGluResult got = ForwardBackward(FusedSwiGlu, gate, up, grad);
-  const SwiGluResult want = ForwardBackward(AtenSwiGlu, gate, up, grad);
+  const SwiGluResult got = SwiGluForwardBackward(FusedSwiGlu, gate, up, grad);
+  const SwiGluResult want = SwiGluForwardBackward(AtenSwiGlu, gate, up, grad);
   const Tolerance tol = KernelTolerance(dtype, /*two_roundings=*/true);
   EXPECT_TRUE(AllClose(got.out, want.out, tol));
   EXPECT_TRUE(AllClose(got.grad_gate, want.grad_gate, tol));
   EXPECT_TRUE(AllClose(got.grad_up, want.grad_up, tol));
   if (dtype == at::kFloat) return;
   const SwiGluResult exact =
-      ForwardBackward(AtenSwiGlu, gate.to(at::kDouble), up.to(at::kDouble), grad.to(at::kDouble));
+      SwiGluForwardBackward(AtenSwiGlu, gate.to(at::kDouble), up.to(at::kDouble),
+                            grad.to(at::kDouble));
   EXPECT_LT(MeanRelativeError(got.out, exact.out), MeanRelativeError(want.out, exact.out));
   EXPECT_LT(MeanRelativeError(got.grad_gate, exact.grad_gate),
             MeanRelativeError(want.grad_gate, exact.grad_gate));

@@ -21,6 +21,17 @@ testing::AssertionResult AllClose(const at::Tensor& got, const at::Tensor& want,
          << w[i].item<double>();
 }
 
+SwiGluResult SwiGluForwardBackward(SwiGluOp op, const at::Tensor& gate, const at::Tensor& up,
+                                   const at::Tensor& grad) {
+  const at::Tensor g = gate.clone().requires_grad_();
+  const at::Tensor u = up.clone().requires_grad_();
+  const at::Tensor out = op(g, u);
+  out.backward(grad);
+  return {out.detach(), g.grad(), u.grad()};
+}
+
+at::Tensor AtenSwiGlu(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
+
 double MeanRelativeError(const at::Tensor& t, const at::Tensor& exact) {
   const at::Tensor e = exact.detach().cpu().to(at::kDouble);
   return ((t.detach().cpu().to(at::kDouble) - e).abs() / (e.abs() + 1e-6)).mean().item<double>();

@@ -31,24 +31,6 @@ at::Tensor Gates(int64_t rows, int64_t cols) {
   return gate;
 }
 
-struct Result {
-  at::Tensor out;
-  at::Tensor grad_gate;
-  at::Tensor grad_up;
-};
-
-template <typename F>
-Result ForwardBackward(const F& op, const at::Tensor& gate, const at::Tensor& up,
-                       const at::Tensor& grad) {
-  const at::Tensor g = gate.clone().requires_grad_();
-  const at::Tensor u = up.clone().requires_grad_();
-  const at::Tensor out = op(g, u);
-  out.backward(grad);
-  return {out.detach(), g.grad(), u.grad()};
-}
-
-at::Tensor AtenSwiGlu(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
-
 class FusedSwiGluCpuTest : public testing::TestWithParam<at::ScalarType> {};
 
 TEST_P(FusedSwiGluCpuTest, MatchesAtenForwardAndBackward) {
@@ -57,16 +39,17 @@ TEST_P(FusedSwiGluCpuTest, MatchesAtenForwardAndBackward) {
   const at::Tensor gate = Gates(37, 129).to(dtype);
   const at::Tensor up = at::randn({37, 129}).to(dtype);
   const at::Tensor grad = at::randn({37, 129}).to(dtype);
-  const Result got = ForwardBackward(FusedSwiGlu, gate, up, grad);
-  const Result want = ForwardBackward(AtenSwiGlu, gate, up, grad);
+  const SwiGluResult got = SwiGluForwardBackward(FusedSwiGlu, gate, up, grad);
+  const SwiGluResult want = SwiGluForwardBackward(AtenSwiGlu, gate, up, grad);
   const Tolerance tol = SwiGluTolerance(dtype);
   EXPECT_TRUE(AllClose(got.out, want.out, tol));
   EXPECT_TRUE(AllClose(got.grad_gate, want.grad_gate, tol));
   EXPECT_TRUE(AllClose(got.grad_up, want.grad_up, tol));
   if (dtype == at::kFloat) return;
   // Rounded once, the fused results are the closer to fp64's on the same inputs.
-  const Result exact =
-      ForwardBackward(AtenSwiGlu, gate.to(at::kDouble), up.to(at::kDouble), grad.to(at::kDouble));
+  const SwiGluResult exact =
+      SwiGluForwardBackward(AtenSwiGlu, gate.to(at::kDouble), up.to(at::kDouble),
+                            grad.to(at::kDouble));
   EXPECT_LT(MeanRelativeError(got.out, exact.out), MeanRelativeError(want.out, exact.out));
   EXPECT_LT(MeanRelativeError(got.grad_gate, exact.grad_gate),
             MeanRelativeError(want.grad_gate, exact.grad_gate));
@@ -83,8 +66,8 @@ TEST(FusedSwiGluTest, TakesStridedInputs) {
   const at::Tensor gate = fused.narrow(-1, 0, 24);
   const at::Tensor up = fused.narrow(-1, 24, 24);
   const at::Tensor grad = at::randn({4, 5, 24});
-  const Result got = ForwardBackward(FusedSwiGlu, gate, up, grad);
-  const Result want = ForwardBackward(AtenSwiGlu, gate, up, grad);
+  const SwiGluResult got = SwiGluForwardBackward(FusedSwiGlu, gate, up, grad);
+  const SwiGluResult want = SwiGluForwardBackward(AtenSwiGlu, gate, up, grad);
   EXPECT_TRUE(AllClose(got.out, want.out, {1e-6, 1e-6}));
   EXPECT_TRUE(AllClose(got.grad_gate, want.grad_gate, {1e-6, 1e-6}));
   EXPECT_TRUE(AllClose(got.grad_up, want.grad_up, {1e-6, 1e-6}));
