@@ -4,8 +4,8 @@
 #include <glog/logging.h>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/float8/float8_linear.h"
 #include "lib/model/batch_invariant.h"
@@ -35,17 +35,19 @@ absl::Status CheckFloat8Support(const Float8LinearOptions& options, const at::De
     if (properties->major * 10 + properties->minor < 89) {
       return absl::FailedPreconditionError(absl::StrCat(
           "model.converters = [\"float8\"]: float8 matmuls need a GPU of compute capability 8.9 "
-          "or later (Ada, Hopper); ", properties->name, " is ", properties->major, ".",
-          properties->minor, ". Set [float8] emulate = true to test the recipe slowly"));
+          "or later (Ada, Hopper); ",
+          properties->name, " is ", properties->major, ".", properties->minor,
+          ". Set [float8] emulate = true to test the recipe slowly"));
     }
     return absl::OkStatus();
   }
-  // LibTorch's CPU kernel (oneDNN) has tensorwise scaling only and, without float8 hardware,
-  // took 9 minutes for a debug-model step that the emulation runs in 0.5 s: testing on CPU means emulating.
+  // LibTorch's CPU kernel (oneDNN) scales tensorwise only and, without float8 hardware, took
+  // 9 minutes for a debug-model step the emulation runs in 0.5 s: CPU runs emulate.
   return absl::FailedPreconditionError(absl::StrCat(
       "model.converters = [\"float8\"] on CPU needs [float8] emulate = true: LibTorch's CPU "
       "float8 matmul is a reference kernel about 1000x slower than the emulation (and has no "
-      "rowwise scaling); recipe ", Float8RecipeName(options.recipe)));
+      "rowwise scaling); recipe ",
+      Float8RecipeName(options.recipe)));
 }
 
 absl::StatusOr<std::vector<std::string>> ConvertToFloat8(Module& model,

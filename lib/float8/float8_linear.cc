@@ -29,43 +29,43 @@ bool IsColumnMajor(const at::Tensor& t) { return t.stride(0) == 1 && t.stride(1)
 // How one operand of one of the three matmuls is cast: its float8 format and the axis it is
 // scaled along (unset: one scale for the tensor).
 struct Cast {
-  at::ScalarType dtype;
+  at::ScalarType dtype = at::kFloat8_e4m3fn;
   std::optional<int64_t> axis;
 };
 
 // The casts of a recipe, named after torchao's cast configs.
 struct RecipeCasts {
-  Cast input, weight, grad_output;               // output = input @ weightᵀ
-  Cast grad_output_for_input, weight_for_input;  // grad_input = grad_output @ weight
+  Cast input, weight;                             // output = input @ weightᵀ
+  Cast grad_output_for_input, weight_for_input;   // grad_input = grad_output @ weight
   Cast grad_output_for_weight, input_for_weight;  // grad_weight = grad_outputᵀ @ input
-  bool high_precision_grad_weight;
-  bool power_of_2_scales;
+  bool high_precision_grad_weight = false;
+  bool power_of_2_scales = false;
 };
 
 RecipeCasts CastsOf(Float8Recipe recipe) {
-  constexpr at::ScalarType e4m3 = at::kFloat8_e4m3fn;
-  constexpr at::ScalarType e5m2 = at::kFloat8_e5m2;
-  const std::optional<int64_t> whole;
-  switch (recipe) {
-    case Float8Recipe::kTensorwise:
-      return {{e4m3, whole}, {e4m3, whole}, {e5m2, whole}, {e5m2, whole}, {e4m3, whole},
-              {e5m2, whole}, {e4m3, whole}, false, false};
-    case Float8Recipe::kRowwise:
-      // Each operand is scaled along the dim its matmul contracts: rows of [M, K], columns of [K, N].
-      return {{e4m3, -1}, {e4m3, -1}, {e4m3, -1}, {e4m3, -1}, {e4m3, 0},
-              {e4m3, 0},  {e4m3, 0},  false,      true};
-    case Float8Recipe::kRowwiseWithGwHp:
-      return {{e4m3, -1}, {e4m3, -1}, {e4m3, -1}, {e4m3, -1}, {e4m3, whole},
-              {e4m3, 0},  {e4m3, 0},  true,       true};
+  RecipeCasts c;
+  if (recipe == Float8Recipe::kTensorwise) {
+    const Cast e5m2{at::kFloat8_e5m2, std::nullopt};
+    c.grad_output_for_input = c.grad_output_for_weight = e5m2;
+    return c;  // the rest e4m3, one scale per tensor
   }
-  return CastsOf(Float8Recipe::kTensorwise);
+  // Rowwise: each operand scaled along the dim its matmul contracts (rows of [M, K], columns of
+  // [K, N]), all e4m3.
+  c.input = c.weight = c.grad_output_for_input = {at::kFloat8_e4m3fn, -1};
+  c.weight_for_input = c.grad_output_for_weight = c.input_for_weight = {at::kFloat8_e4m3fn, 0};
+  c.power_of_2_scales = true;
+  if (recipe == Float8Recipe::kRowwiseWithGwHp) {
+    c.weight_for_input = Cast{};
+    c.high_precision_grad_weight = true;
+  }
+  return c;
 }
 
 Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales) {
   return CastToFloat8(hp, cast.dtype, cast.axis, power_of_2_scales);
 }
 
-// The transpose of a cast tensor, its scale transposed alike (a [1, N] column scale becomes [N, 1]).
+// The transpose of a cast tensor, its scale transposed alike ([1, N] column scales become [N, 1]).
 Float8Tensor Transposed(const Float8Tensor& t) {
   return {t.data.t(), t.scale.dim() == 2 ? t.scale.t() : t.scale};
 }
@@ -116,8 +116,7 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
                                  CastAs(x2d, casts.input_for_weight, pow2), grad.scalar_type(),
                                  /*use_fast_accum=*/false, emulate);
     }
-    return {grad_x, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(),
-            at::Tensor()};
+    return {grad_x, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -151,8 +150,7 @@ Float8Tensor CastToFloat8(const at::Tensor& hp, at::ScalarType dtype, std::optio
   const at::Tensor magnitude = hp.abs();
   const at::Tensor amax = axis ? magnitude.amax({*axis}, /*keepdim=*/true) : magnitude.max();
   // In float64 and as reciprocal × max, torchao's own arithmetic, so the scales agree to the bit.
-  at::Tensor scale =
-      (amax.to(at::kDouble).clamp_min(kAmaxFloor).reciprocal() * max).to(at::kFloat);
+  at::Tensor scale = (amax.to(at::kDouble).clamp_min(kAmaxFloor).reciprocal() * max).to(at::kFloat);
   if (power_of_2_scales) scale = at::exp2(at::floor(at::log2(scale)));
   // Saturate first: an fp32 value just past the format's max would otherwise cast to NaN.
   at::Tensor data = (hp.to(at::kFloat) * scale).clamp(-max, max).to(dtype);
