@@ -548,6 +548,18 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
           "\"float8\": add it, or drop the key"));
     }
   }
+  if (config.float8().enable_fsdp_float8_all_gather() && !config.float8().recipe_name().empty() &&
+      config.float8().recipe_name() != "tensorwise") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[float8] enable_fsdp_float8_all_gather = true needs recipe_name = \"tensorwise\" (one "
+        "scale per weight, as torchao), got ", Quote(config.float8().recipe_name())));
+  }
+  if (config.float8().enable_fsdp_float8_all_gather() && *shard_degree *
+          parallelism.context_parallel_degree() <= 1) {
+    return absl::InvalidArgumentError(
+        "[float8] enable_fsdp_float8_all_gather = true needs FSDP: [parallelism] "
+        "data_parallel_shard_degree (or context_parallel_degree) above 1");
+  }
   if (float8 && parallelism.tensor_parallel_degree() > 1) {
     return absl::UnimplementedError(
         "[model] converters = [\"float8\"] with tensor parallelism: float8 scales would come from "

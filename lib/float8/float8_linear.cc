@@ -3,6 +3,8 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <limits>
+#include <mutex>
+#include <unordered_map>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -65,6 +67,20 @@ Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scal
   return CastToFloat8(hp, cast.dtype, cast.axis, power_of_2_scales);
 }
 
+// Weights FSDP gathered in float8 (RegisterFloat8Weight), by tensor identity.
+std::mutex registry_mutex;
+std::unordered_map<const c10::TensorImpl*, Float8Tensor>& Registry() {
+  static auto* registry = new std::unordered_map<const c10::TensorImpl*, Float8Tensor>();
+  return *registry;
+}
+
+std::optional<Float8Tensor> RegisteredCast(const at::Tensor& weight) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  const auto it = Registry().find(weight.unsafeGetTensorImpl());
+  if (it == Registry().end()) return std::nullopt;
+  return it->second;
+}
+
 // The transpose of a cast tensor, its scale transposed alike ([1, N] column scales become [N, 1]).
 Float8Tensor Transposed(const Float8Tensor& t) {
   return {t.data.t(), t.scale.dim() == 2 ? t.scale.t() : t.scale};
@@ -74,16 +90,25 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& kept_output, int64_t recipe,
                             bool emulate) {
-    ctx->save_for_backward({x, weight});
+    const RecipeCasts casts = CastsOf(static_cast<Float8Recipe>(recipe));
+    // A weight gathered in float8 comes with its cast, which backward reuses (tensorwise only).
+    const std::optional<Float8Tensor> gathered =
+        recipe == static_cast<int64_t>(Float8Recipe::kTensorwise) ? RegisteredCast(weight)
+                                                                  : std::nullopt;
+    if (gathered) {
+      ctx->save_for_backward({x, weight, gathered->data, gathered->scale});
+    } else {
+      ctx->save_for_backward({x, weight});
+    }
     ctx->saved_data["recipe"] = recipe;
     ctx->saved_data["emulate"] = emulate;
     if (kept_output) return kept_output->detach();
     // The casts and matmuls run as written: autocast would turn the emulated fp32 mm into bf16.
     AutocastScope no_autocast(x.device().type(), std::nullopt);
-    const RecipeCasts casts = CastsOf(static_cast<Float8Recipe>(recipe));
     const at::Tensor x2d = x.reshape({-1, x.size(-1)});
     const Float8Tensor input = CastAs(x2d, casts.input, casts.power_of_2_scales);
-    const Float8Tensor weight8 = CastAs(weight, casts.weight, casts.power_of_2_scales);
+    const Float8Tensor weight8 =
+        gathered ? *gathered : CastAs(weight, casts.weight, casts.power_of_2_scales);
     const at::Tensor out = Float8Matmul(input, Transposed(weight8), x.scalar_type(),
                                         /*use_fast_accum=*/true, emulate);
     std::vector<int64_t> shape = x.sizes().vec();
@@ -103,9 +128,10 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     const at::Tensor grad = grad_outputs[0].reshape({-1, weight.size(0)});
     const at::Tensor x2d = x.reshape({-1, weight.size(1)});
 
+    const Float8Tensor weight8 = saved.size() == 4 ? Float8Tensor{saved[2], saved[3]}
+                                                   : CastAs(weight, casts.weight_for_input, pow2);
     const at::Tensor grad_x =
-        Float8Matmul(CastAs(grad, casts.grad_output_for_input, pow2),
-                     CastAs(weight, casts.weight_for_input, pow2), grad.scalar_type(),
+        Float8Matmul(CastAs(grad, casts.grad_output_for_input, pow2), weight8, grad.scalar_type(),
                      /*use_fast_accum=*/false, emulate)
             .view(x.sizes());
     at::Tensor grad_weight;
@@ -143,18 +169,28 @@ std::string Float8RecipeName(Float8Recipe recipe) {
   return "tensorwise";
 }
 
+at::Tensor Float8ScaleOf(const at::Tensor& amax, at::ScalarType dtype, bool power_of_2_scales) {
+  at::NoGradGuard no_grad;
+  // In float64 and as reciprocal × max, torchao's own arithmetic, so the scales agree to the bit.
+  at::Tensor scale =
+      (amax.to(at::kDouble).clamp_min(kAmaxFloor).reciprocal() * Float8Max(dtype)).to(at::kFloat);
+  if (power_of_2_scales) scale = at::exp2(at::floor(at::log2(scale)));
+  return scale;
+}
+
+Float8Tensor CastWithScale(const at::Tensor& hp, at::ScalarType dtype, const at::Tensor& scale) {
+  at::NoGradGuard no_grad;
+  const double max = Float8Max(dtype);
+  // Saturate first: an fp32 value just past the format's max would otherwise cast to NaN.
+  return {(hp.to(at::kFloat) * scale).clamp(-max, max).to(dtype), scale};
+}
+
 Float8Tensor CastToFloat8(const at::Tensor& hp, at::ScalarType dtype, std::optional<int64_t> axis,
                           bool power_of_2_scales) {
-  const double max = Float8Max(dtype);
   at::NoGradGuard no_grad;
   const at::Tensor magnitude = hp.abs();
   const at::Tensor amax = axis ? magnitude.amax({*axis}, /*keepdim=*/true) : magnitude.max();
-  // In float64 and as reciprocal × max, torchao's own arithmetic, so the scales agree to the bit.
-  at::Tensor scale = (amax.to(at::kDouble).clamp_min(kAmaxFloor).reciprocal() * max).to(at::kFloat);
-  if (power_of_2_scales) scale = at::exp2(at::floor(at::log2(scale)));
-  // Saturate first: an fp32 value just past the format's max would otherwise cast to NaN.
-  at::Tensor data = (hp.to(at::kFloat) * scale).clamp(-max, max).to(dtype);
-  return {std::move(data), std::move(scale)};
+  return CastWithScale(hp, dtype, Float8ScaleOf(amax, dtype, power_of_2_scales));
 }
 
 at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
@@ -188,6 +224,16 @@ at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::Scalar
                                   std::nullopt, std::nullopt, mm_dtype, use_fast_accum && cuda);
   if (post_scale.defined()) out.mul_(post_scale);
   return out.to(out_dtype);
+}
+
+void RegisterFloat8Weight(const at::Tensor& weight, Float8Tensor cast) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  Registry()[weight.unsafeGetTensorImpl()] = std::move(cast);
+}
+
+void UnregisterFloat8Weight(const at::Tensor& weight) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  Registry().erase(weight.unsafeGetTensorImpl());
 }
 
 at::Tensor Float8Linear(const at::Tensor& x, const at::Tensor& weight,

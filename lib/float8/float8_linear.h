@@ -36,6 +36,11 @@ struct Float8Tensor {
   at::Tensor scale;
 };
 
+// The scale that puts `amax` (fp32 or fp64 magnitudes) on `dtype`'s largest finite value, as fp32.
+at::Tensor Float8ScaleOf(const at::Tensor& amax, at::ScalarType dtype, bool power_of_2_scales);
+// `hp` × `scale`, saturated and cast to `dtype`.
+Float8Tensor CastWithScale(const at::Tensor& hp, at::ScalarType dtype, const at::Tensor& scale);
+
 // `hp` scaled so that its largest magnitude (over the tensor, or along `axis` when set) lands on
 // `dtype`'s largest finite value, then saturated and cast. `power_of_2_scales` rounds each scale
 // down to a power of 2 (exact to undo).
@@ -46,6 +51,12 @@ Float8Tensor CastToFloat8(const at::Tensor& hp, at::ScalarType dtype, std::optio
 // column: at::_scaled_mm (fast accumulation when asked, CUDA only), or emulated in fp32.
 at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
                         bool use_fast_accum, bool emulate);
+
+// FSDP's float8 all-gather (tensorwise recipe) hands a gathered weight's float8 cast to the
+// linear that uses it: registered while the weight is unsharded, the cast replaces the linear's
+// own (equal) cast of `weight`. Keyed by the tensor's identity; thread-safe.
+void RegisterFloat8Weight(const at::Tensor& weight, Float8Tensor cast);
+void UnregisterFloat8Weight(const at::Tensor& weight);
 
 // x [..., in] @ weightᵀ (weight [out, in]) with the recipe's float8 matmuls for the output and
 // both gradients; the output has x's dtype (after autocast's cast, as torchao's Float8Linear).

@@ -111,6 +111,24 @@ TEST_F(Float8LinearTest, KeptOutputIsReturnedWithTheFloat8Backward) {
   EXPECT_TRUE(at::equal(replayed.grad_weight, computed.grad_weight));
 }
 
+TEST_F(Float8LinearTest, RegisteredWeightCastReplacesTheLinearsOwn) {
+  const Float8LinearOptions options{Float8Recipe::kTensorwise, true};
+  const LinearResult own = RunLinear(x_, weight_, grad_, &options);
+  // A cast of another weight, registered for this one: the linear must compute with it.
+  const at::Tensor other = weight_ * 2 + 0.01;
+  const LinearResult other_result = RunLinear(x_, other, grad_, &options);
+  const at::Tensor leaf = weight_.clone().set_requires_grad(true);
+  RegisterFloat8Weight(leaf, CastToFloat8(other, at::kFloat8_e4m3fn, std::nullopt, false));
+  const at::Tensor x = x_.clone().set_requires_grad(true);
+  const at::Tensor out = Float8Linear(x, leaf, options);
+  UnregisterFloat8Weight(leaf);
+  out.backward(grad_);
+  EXPECT_TRUE(at::equal(out, other_result.out));
+  EXPECT_TRUE(at::equal(x.grad(), other_result.grad_x));  // backward reuses the cast
+  EXPECT_TRUE(at::equal(leaf.grad(), own.grad_weight));   // needs no weight
+  EXPECT_TRUE(at::equal(Float8Linear(x_, leaf, options), own.out));  // unregistered: its own
+}
+
 class TwoLayers : public Module {
  public:
   TwoLayers() {

@@ -40,14 +40,21 @@ at::Tensor AssembleFull(const FsdpParamGroup::Param& param, const at::Tensor& ga
   return full;
 }
 
+// Elements of `dtype` that hold `numel` float8 bytes.
+int64_t Float8Elements(int64_t numel, at::ScalarType dtype) {
+  const int64_t size = static_cast<int64_t>(c10::elementSize(dtype));
+  return (numel + size - 1) / size;
+}
+
 struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 at::TensorList shards,
-                                                const FsdpParamGroup* group) {
+                                                const FsdpParamGroup* group,
+                                                std::vector<std::optional<Float8Tensor>>* casts) {
     // The group outlives every graph built from it (the trainer owns both); a plain address
     // needs no custom-class registration.
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
-    return group->AllGatherFlat(shards.vec());
+    return group->AllGatherFlat(shards.vec(), casts);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -55,6 +62,7 @@ struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
     const auto* group = reinterpret_cast<const FsdpParamGroup*>(ctx->saved_data["group"].toInt());
     torch::autograd::variable_list shard_grads = group->ReduceScatterGrads(grads);
     shard_grads.emplace_back();  // for the group argument
+    shard_grads.emplace_back();  // and the casts
     return shard_grads;
   }
 };
@@ -63,12 +71,14 @@ struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
 
 absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
     const std::vector<ParamRef>& params, Communicator* shard, Communicator* replicate,
-    const FsdpMixedPrecision& mixed_precision) {
+    const FsdpMixedPrecision& mixed_precision, const FsdpFloat8Params& float8) {
   if (params.empty()) return absl::InvalidArgumentError("FSDP group without parameters");
   const int size = shard->size();
   const at::ScalarType dtype = params[0].tensor->scalar_type();
+  const at::ScalarType param_dtype = mixed_precision.param_dtype.value_or(dtype);
   std::vector<Param> sharded;
   int64_t offset = 0;
+  int64_t gather_offset = 0;
   for (const ParamRef& ref : params) {
     const at::Tensor& full = *ref.tensor;
     if (full.dim() == 0 || full.size(0) == 0 || full.is_meta() || full.scalar_type() != dtype) {
@@ -83,12 +93,15 @@ absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
     param.rows_per_shard = (full.size(0) + size - 1) / size;
     param.row_numel = full.numel() / full.size(0);
     param.offset = offset;
-    offset += param.rows_per_shard * param.row_numel;
+    param.float8 = float8.contains(ref.name);
+    param.gather_offset = gather_offset;
+    const int64_t shard_numel = param.rows_per_shard * param.row_numel;
+    offset += shard_numel;
+    gather_offset += param.float8 ? Float8Elements(shard_numel, param_dtype) : shard_numel;
     sharded.push_back(std::move(param));
   }
-  const at::ScalarType param_dtype = mixed_precision.param_dtype.value_or(dtype);
   std::unique_ptr<FsdpParamGroup> group(
-      new FsdpParamGroup(std::move(sharded), offset, shard, replicate, param_dtype,
+      new FsdpParamGroup(std::move(sharded), offset, gather_offset, shard, replicate, param_dtype,
                          mixed_precision.reduce_dtype.value_or(param_dtype)));
   c10::NoGradGuard no_grad;
   for (Param& param : group->params_) {
@@ -118,22 +131,72 @@ at::Tensor FsdpParamGroup::ShardOf(const Param& param, const at::Tensor& full) c
   return shard;
 }
 
-at::Tensor FsdpParamGroup::FlatShards(const std::vector<at::Tensor>& shards) const {
+FsdpParamGroup::FlatBuffer FsdpParamGroup::FlatShards(const std::vector<at::Tensor>& shards) const {
   c10::NoGradGuard no_grad;
-  at::Tensor flat = at::empty({shard_numel_}, shards[0].options().dtype(param_dtype_));
-  for (size_t i = 0; i < params_.size(); ++i) {  // copy_ casts to param_dtype_
-    flat.narrow(0, params_[i].offset, shards[i].numel()).copy_(shards[i].reshape(-1));
+  FlatBuffer buffer;
+  buffer.flat = at::empty({gather_numel_}, shards[0].options().dtype(param_dtype_));
+  buffer.float8_scales.resize(params_.size());
+  std::vector<size_t> float8;
+  std::vector<at::Tensor> amaxes;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].float8) {
+      float8.push_back(i);
+      amaxes.push_back(shards[i].abs().max());  // padding rows are zero
+      continue;
+    }
+    // copy_ casts to param_dtype_
+    buffer.flat.narrow(0, params_[i].gather_offset, shards[i].numel()).copy_(shards[i].reshape(-1));
   }
-  return flat;
+  if (float8.empty()) return buffer;
+  // The whole tensors' maxima: every rank casts its shard as the gathered weight would be cast.
+  const at::Tensor amax = at::stack(amaxes);
+  CheckCollective(Await(shard_->AllReduce(amax, ReduceOp::kMax)), "float8 amax all-reduce",
+                  *shard_);
+  const at::Tensor bytes = buffer.flat.view(at::kByte);
+  const int64_t element_size = static_cast<int64_t>(c10::elementSize(param_dtype_));
+  for (size_t k = 0; k < float8.size(); ++k) {
+    const size_t i = float8[k];
+    const at::Tensor scale = Float8ScaleOf(amax[k], at::kFloat8_e4m3fn, false);
+    const Float8Tensor cast = CastWithScale(shards[i], at::kFloat8_e4m3fn, scale);
+    bytes.narrow(0, params_[i].gather_offset * element_size, shards[i].numel())
+        .copy_(cast.data.reshape(-1).view(at::kByte));
+    buffer.float8_scales[i] = scale;
+  }
+  return buffer;
+}
+
+std::vector<at::Tensor> FsdpParamGroup::AssembleAll(
+    const at::Tensor& gathered, const std::vector<at::Tensor>& float8_scales,
+    std::vector<std::optional<Float8Tensor>>* float8_casts) const {
+  std::vector<at::Tensor> full;
+  full.reserve(params_.size());
+  if (float8_casts != nullptr) float8_casts->assign(params_.size(), std::nullopt);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Param& param = params_[i];
+    if (!param.float8) {
+      full.push_back(AssembleFull(param, gathered, param.gather_offset));
+      continue;
+    }
+    const int64_t elements = Float8Elements(param.shard.numel(), param_dtype_);
+    const at::Tensor bytes = gathered.narrow(1, param.gather_offset, elements)
+                                 .view(at::kByte)
+                                 .view(at::kFloat8_e4m3fn);
+    at::Tensor data = AssembleFull(param, bytes, 0);
+    // The slot's weight: what the cast stands for (the linear uses the cast itself).
+    full.push_back(data.to(at::kFloat).div(float8_scales[i]).to(param_dtype_));
+    if (float8_casts != nullptr) (*float8_casts)[i] = Float8Tensor{data, float8_scales[i]};
+  }
+  return full;
 }
 
 void FsdpParamGroup::Prefetch() {
   if (prefetched_) return;
   PhaseRange range("fsdp::all_gather");
   PendingGather pending;
-  pending.flat = FlatShards(Shards());
-  pending.gathered = at::empty({shard_->size(), shard_numel_}, pending.flat.options());
-  absl::StatusOr<std::unique_ptr<Work>> work = shard_->AllGather(pending.flat, pending.gathered);
+  pending.sent = FlatShards(Shards());
+  pending.gathered = at::empty({shard_->size(), gather_numel_}, pending.sent.flat.options());
+  absl::StatusOr<std::unique_ptr<Work>> work =
+      shard_->AllGather(pending.sent.flat, pending.gathered);
   CheckCollective(work.status(), "prefetch all-gather", *shard_);
   pending.work = *std::move(work);
   prefetched_ = std::move(pending);
@@ -146,24 +209,26 @@ void FsdpParamGroup::DropPrefetch() {
   CheckCollective(status, "prefetch all-gather", *shard_);
 }
 
-std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(const std::vector<at::Tensor>& shards) const {
+std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(
+    const std::vector<at::Tensor>& shards,
+    std::vector<std::optional<Float8Tensor>>* float8_casts) const {
   PhaseRange range("fsdp::all_gather");
   c10::NoGradGuard no_grad;
   at::Tensor gathered;
+  std::vector<at::Tensor> float8_scales;
   if (prefetched_) {
     const absl::Status status = prefetched_->work->Wait();
     gathered = std::move(prefetched_->gathered);
+    float8_scales = std::move(prefetched_->sent.float8_scales);
     prefetched_.reset();
     CheckCollective(status, "prefetch all-gather", *shard_);
   } else {
-    const at::Tensor flat = FlatShards(shards);
-    gathered = at::empty({shard_->size(), shard_numel_}, flat.options());
-    CheckCollective(Await(shard_->AllGather(flat, gathered)), "all-gather", *shard_);
+    FlatBuffer sent = FlatShards(shards);
+    gathered = at::empty({shard_->size(), gather_numel_}, sent.flat.options());
+    CheckCollective(Await(shard_->AllGather(sent.flat, gathered)), "all-gather", *shard_);
+    float8_scales = std::move(sent.float8_scales);
   }
-  std::vector<at::Tensor> full;
-  full.reserve(params_.size());
-  for (const Param& param : params_) full.push_back(AssembleFull(param, gathered, param.offset));
-  return full;
+  return AssembleAll(gathered, float8_scales, float8_casts);
 }
 
 std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
@@ -235,12 +300,19 @@ std::vector<at::Tensor> FsdpParamGroup::Shards() const {
 
 void FsdpParamGroup::Unshard() {
   const std::vector<at::Tensor> shards = Shards();
-  std::vector<at::Tensor> full = AllGatherFunction::apply(at::TensorList(shards), this);
-  for (size_t i = 0; i < params_.size(); ++i) *params_[i].slot = full[i];
+  std::vector<std::optional<Float8Tensor>> casts;
+  std::vector<at::Tensor> full = AllGatherFunction::apply(at::TensorList(shards), this, &casts);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    *params_[i].slot = full[i];
+    if (params_[i].float8) RegisterFloat8Weight(full[i], *casts[i]);
+  }
 }
 
 void FsdpParamGroup::Reshard() {
-  for (const Param& param : params_) *param.slot = param.shard;
+  for (const Param& param : params_) {
+    if (param.float8) UnregisterFloat8Weight(*param.slot);
+    *param.slot = param.shard;
+  }
 }
 
 void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full) const {

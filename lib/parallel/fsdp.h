@@ -9,9 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/distributed/communicator.h"
+#include "lib/float8/float8_linear.h"
 #include "lib/model/module.h"
 
 namespace titan {
@@ -34,13 +36,21 @@ struct FsdpMixedPrecision {
   std::optional<at::ScalarType> reduce_dtype;  // unset: param_dtype
 };
 
+// Float8 all-gather (torchao's enable_fsdp_float8_all_gather, tensorwise): the named parameters
+// (weights of float8 linears) travel as e4m3 bytes, a quarter of fp32's, half of bf16's. Each
+// rank casts its shard with the scale of the whole tensor's absolute maximum (one MAX all-reduce
+// per group gather), so the gathered bytes equal the float8 cast of the gathered weight; the
+// linear uses them as its weight cast (RegisterFloat8Weight) and the slot gets the dequantised
+// weight.
+using FsdpFloat8Params = absl::flat_hash_set<std::string>;
+
 class FsdpParamGroup {
  public:
   // `params`' slots hold full, initialised tensors, identical on every rank of `shard`; each is
   // replaced by this rank's shard. `replicate` is null unless HSDP. Both must outlive the group.
   static absl::StatusOr<std::unique_ptr<FsdpParamGroup>> Create(
       const std::vector<ParamRef>& params, Communicator* shard, Communicator* replicate,
-      const FsdpMixedPrecision& mixed_precision = {});
+      const FsdpMixedPrecision& mixed_precision = {}, const FsdpFloat8Params& float8 = {});
 
   // Puts full tensors into the slots: all-gathered from the shards, connected to them by autograd
   // when grad mode is on. Throws c10::Error when the collective fails (it runs inside autograd).
@@ -71,6 +81,8 @@ class FsdpParamGroup {
     int64_t row_numel;       // elements per dim-0 row
     int64_t offset;          // of this parameter in the group's flat shard buffer
     at::Tensor shard;        // [rows_per_shard, full_shape[1:]...], padding rows zero
+    bool float8 = false;     // gathered as float8 (FsdpFloat8Params)
+    int64_t gather_offset;   // in the all-gather's buffer (float8 bytes pack several per element)
   };
   const std::vector<Param>& params() const { return params_; }
 
@@ -84,15 +96,20 @@ class FsdpParamGroup {
   int64_t FirstRowHeld(const Param& param) const;
   int64_t RowsHeld(const Param& param) const;
 
-  // The autograd all-gather (forward) and reduce-scatter (backward); used by Unshard.
-  std::vector<at::Tensor> AllGatherFlat(const std::vector<at::Tensor>& shards) const;
+  // The autograd all-gather (forward) and reduce-scatter (backward); used by Unshard. Float8
+  // parameters' casts go to `float8_casts` (indexed like params(), unset for the others).
+  std::vector<at::Tensor> AllGatherFlat(
+      const std::vector<at::Tensor>& shards,
+      std::vector<std::optional<Float8Tensor>>* float8_casts = nullptr) const;
   std::vector<at::Tensor> ReduceScatterGrads(const std::vector<at::Tensor>& full_grads) const;
 
  private:
-  FsdpParamGroup(std::vector<Param> params, int64_t shard_numel, Communicator* shard,
-                 Communicator* replicate, at::ScalarType param_dtype, at::ScalarType reduce_dtype)
+  FsdpParamGroup(std::vector<Param> params, int64_t shard_numel, int64_t gather_numel,
+                 Communicator* shard, Communicator* replicate, at::ScalarType param_dtype,
+                 at::ScalarType reduce_dtype)
       : params_(std::move(params)),
         shard_numel_(shard_numel),
+        gather_numel_(gather_numel),
         shard_(shard),
         replicate_(replicate),
         param_dtype_(param_dtype),
@@ -102,17 +119,27 @@ class FsdpParamGroup {
   void RefillFull(const std::vector<at::Tensor>& full) const;
   // Every parameter's shard, in order.
   std::vector<at::Tensor> Shards() const;
-  // The shards, flat and cast to param_dtype_: what the all-gather sends.
-  at::Tensor FlatShards(const std::vector<at::Tensor>& shards) const;
+  // What the all-gather sends: the shards flat, cast to param_dtype_, float8 parameters' as
+  // their bytes, with the float8 scales (indexed like params_).
+  struct FlatBuffer {
+    at::Tensor flat;
+    std::vector<at::Tensor> float8_scales;
+  };
+  FlatBuffer FlatShards(const std::vector<at::Tensor>& shards) const;
+  // The full tensors from `gathered` [group size, gather_numel_].
+  std::vector<at::Tensor> AssembleAll(const at::Tensor& gathered,
+                                      const std::vector<at::Tensor>& float8_scales,
+                                      std::vector<std::optional<Float8Tensor>>* float8_casts) const;
 
   struct PendingGather {
     std::unique_ptr<Work> work;
-    at::Tensor flat;      // Sent: kept alive until the work is done.
-    at::Tensor gathered;  // [group size, shard_numel_]
+    FlatBuffer sent;      // kept alive until the work is done
+    at::Tensor gathered;  // [group size, gather_numel_]
   };
 
   std::vector<Param> params_;
-  int64_t shard_numel_;  // sum of the shards' element counts
+  int64_t shard_numel_;   // sum of the shards' element counts
+  int64_t gather_numel_;  // the all-gather buffer's elements per rank (float8 shards packed)
   Communicator* shard_;
   Communicator* replicate_;
   at::ScalarType param_dtype_;

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "glog/logging.h"
 #include "lib/parallel/activation_checkpoint.h"
 #include "lib/parallel/context_parallel.h"
 #include "lib/parallel/ddp.h"
@@ -62,7 +63,23 @@ struct FsdpSetup {
   Communicator* shard = nullptr;
   Communicator* replicate = nullptr;
   TensorParallel* slice_after_init = nullptr;
+  bool float8_all_gather = false;
 };
+
+// The weights of the linears a converter set (float8), for FSDP's float8 all-gather. A tied head
+// is left out: its weight is the embedding table, which the lookup reads in high precision.
+FsdpFloat8Params Float8GatheredWeights(Decoder& model) {
+  const std::vector<ParamRef> params = model.NamedParameters();
+  FsdpFloat8Params names;
+  for (const LinearRef& linear : model.NamedLinears()) {
+    if (!*linear.fn) continue;
+    const std::string weight = linear.name + ".weight";
+    for (const ParamRef& param : params) {
+      if (param.name == weight) names.insert(weight);
+    }
+  }
+  return names;
+}
 
 absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Decoder& model, const FsdpSetup& setup) {
   const std::string& policy = setup.reshard_after_forward;
@@ -71,6 +88,11 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Decoder& model, const Fs
         absl::StrCat("[parallelism] fsdp_reshard_after_forward: expected default, always or "
                      "never, got \"",
                      policy, "\""));
+  }
+  const FsdpFloat8Params float8 =
+      setup.float8_all_gather ? Float8GatheredWeights(model) : FsdpFloat8Params();
+  if (setup.float8_all_gather) {
+    LOG(INFO) << "FSDP float8 all-gather: " << float8.size() << " weights travel as e4m3";
   }
   const std::vector<int64_t> layer_ids = model.layer_ids();
   const int64_t num_layers = static_cast<int64_t>(layer_ids.size());
@@ -104,7 +126,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Decoder& model, const Fs
     }
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FsdpParamGroup> group,
                            FsdpParamGroup::Create(layer_params[i], setup.shard, setup.replicate,
-                                                  setup.mixed_precision));
+                                                  setup.mixed_precision, float8));
     groups.push_back(std::move(group));
   }
   // torchtitan: every block reshards unless pipeline parallel (each microbatch would gather again).
@@ -147,7 +169,8 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Decoder& model, const Fs
   if (!root_params.empty()) {
     TITAN_ASSIGN_OR_RETURN(
         std::unique_ptr<FsdpParamGroup> group,
-        FsdpParamGroup::Create(root_params, setup.shard, setup.replicate, setup.mixed_precision));
+        FsdpParamGroup::Create(root_params, setup.shard, setup.replicate, setup.mixed_precision,
+                               float8));
     root = group.get();
     groups.push_back(std::move(group));
   }
@@ -207,6 +230,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeDecoder(Decoder& model,
     setup.reshard_after_forward = options.reshard_after_forward;
     setup.pp_enabled = dims.pp_enabled();
     setup.mixed_precision = options.fsdp_mixed_precision;
+    setup.float8_all_gather = options.fsdp_float8_all_gather;
     setup.materialize = options.materialize;
     // Context-parallel ranks hold the same weights: FSDP shards over them too (torchtitan).
     setup.shard = &comms->Get(dims.cp_enabled() ? MeshGroup::kDpShardCp : MeshGroup::kDpShard);

@@ -37,6 +37,9 @@ struct ParallelizeOptions {
   std::string cp_rotate_method = "allgather";
   // FSDP's mixed-precision policy (see lib/parallel/fsdp.h); unset: the parameters' dtype.
   FsdpMixedPrecision fsdp_mixed_precision;
+  // [float8] enable_fsdp_float8_all_gather: FSDP gathers the weights of the linears a converter
+  // set (float8, tensorwise) as float8 (FsdpFloat8Params).
+  bool fsdp_float8_all_gather = false;
   // Set when the model's parameters are still on the meta device: FSDP materialises them here
   // (device, dtype) and initialises one group at a time, keeping only its shards, so no rank ever
   // holds more than the embedding, output and one block in full. Other styles need an

@@ -155,6 +155,7 @@ ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSet
   parallelize.selective_ac_option = config.activation_checkpoint().selective_ac_option();
   const JobConfig::Parallelism& parallelism = config.parallelism();
   parallelize.reshard_after_forward = parallelism.fsdp_reshard_after_forward();
+  parallelize.fsdp_float8_all_gather = config.float8().enable_fsdp_float8_all_gather();
   parallelize.tensor_parallel.sequence_parallel = parallelism.enable_sequence_parallel();
   parallelize.tensor_parallel.loss_parallel = !parallelism.disable_loss_parallel();
   parallelize.cp_load_balancer = parallelism.context_parallel_load_balancer();

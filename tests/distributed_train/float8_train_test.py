@@ -11,6 +11,9 @@
   clipping: torch's fp32 norm of a 512k-element gradient differs by ~1e-4 between the whole tensor
   (DDP) and its shards (FSDP), in fp32 as much as in float8, and float8 rounding turns the
   different clip factors into 1e-4 loss differences within 10 steps.
+- FSDP's float8 all-gather (each rank casts its shard with the whole weight's scale) gives the
+  same bits as gathering in fp32 and casting after, with and without full checkpointing (which
+  gathers again in backward).
 - Op-level selective checkpointing hands the kept float8 outputs back with the float8 backward:
   equal to no checkpointing (1e-6).
 - Pipeline stages are converted too (PP 2 within 1% of fp32).
@@ -51,6 +54,17 @@ class Float8TrainTest(train_runs.ParityTest):
                                no_clipping)
         self.assertEqual(ddp, fsdp)
 
+    def test_float8_all_gather_equals_casting_after_the_gather(self):
+        fsdp = ["--parallelism.data_parallel_shard_degree=2"]
+        for ac in ("none", "full"):
+            checkpointing = f"--activation_checkpoint.mode={ac}"
+            plain = self.run_float8(f"float8_gather_fp32_{ac}", 2, *fsdp, checkpointing)
+            dump = self.fresh(f"float8_gather_fp8_{ac}")
+            proc = train(dump, 2, 4, "--checkpoint.enable=false", *FLOAT8, *fsdp, checkpointing,
+                         "--float8.enable_fsdp_float8_all_gather=true")
+            self.assertIn("FSDP float8 all-gather: 42 weights travel as e4m3", proc.stderr)
+            self.assertEqual(plain, losses(dump), ac)
+
     def test_op_checkpointing_replays_float8_outputs(self):
         plain = self.run_float8("float8_no_ac", 1, "--float8.recipe_name=rowwise")
         op = self.run_float8("float8_op_ac", 1, "--float8.recipe_name=rowwise",
@@ -73,7 +87,11 @@ class Float8TrainTest(train_runs.ParityTest):
             (["--float8.recipe_name=rowwise"], "does not include \"float8\""),
             (["--model.converters=mxfp8"], "unknown converter"),
             ([*FLOAT8, "--parallelism.tensor_parallel_degree=2"], "tensor parallelism"),
-            ([*FLOAT8, "--float8.enable_fsdp_float8_all_gather=true"], "not implemented yet"),
+            ([*FLOAT8, "--float8.precompute_float8_dynamic_scale_for_fsdp=true"],
+             "not implemented yet"),
+            ([*FLOAT8, "--float8.enable_fsdp_float8_all_gather=true",
+              "--float8.recipe_name=rowwise"], "needs recipe_name = \"tensorwise\""),
+            ([*FLOAT8, "--float8.enable_fsdp_float8_all_gather=true"], "needs FSDP"),
             ([*FLOAT8, "--debug.batch_invariant=true"], "batch-invariant"),
         ]
         for flags, message in cases:
