@@ -560,6 +560,12 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "[float8] enable_fsdp_float8_all_gather = true needs FSDP: [parallelism] "
         "data_parallel_shard_degree (or context_parallel_degree) above 1");
   }
+  if (config.float8().precompute_float8_dynamic_scale_for_fsdp() &&
+      !config.float8().enable_fsdp_float8_all_gather()) {
+    return absl::InvalidArgumentError(
+        "[float8] precompute_float8_dynamic_scale_for_fsdp = true needs "
+        "enable_fsdp_float8_all_gather = true (the scales are those of the float8 all-gather)");
+  }
   if (float8 && parallelism.tensor_parallel_degree() > 1) {
     return absl::UnimplementedError(
         "[model] converters = [\"float8\"] with tensor parallelism: float8 scales would come from "

@@ -3,6 +3,7 @@
 #include <c10/core/GradMode.h>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "lib/parallel/collectives.h"
 #include "lib/parallel/loss_parallel.h"
 #include "lib/util/status_macros.h"
@@ -72,6 +73,27 @@ void DataParallel::BeginBackward(bool last_microbatch) {
 absl::Status DataParallel::FinishBackward() {
   if (ddp_ != nullptr) TITAN_RETURN_IF_ERROR(ddp_->Finish());
   return tp_ != nullptr ? tp_->ReduceReplicatedGradients() : absl::OkStatus();
+}
+
+absl::Status DataParallel::PrecomputeFloat8Scales() {
+  std::vector<int64_t> counts;
+  std::vector<at::Tensor> amaxes;
+  for (const auto& group : groups_) {
+    std::vector<at::Tensor> local = group->Float8ShardAmaxes();
+    counts.push_back(static_cast<int64_t>(local.size()));
+    amaxes.insert(amaxes.end(), local.begin(), local.end());
+  }
+  if (amaxes.empty()) return absl::OkStatus();
+  const at::Tensor global = at::stack(amaxes);
+  TITAN_RETURN_IF_ERROR(Await(shard_->AllReduce(global, ReduceOp::kMax)));
+  LOG_FIRST_N(INFO, 1) << "float8 scales of " << amaxes.size()
+                       << " FSDP weights precomputed in one all-reduce";
+  int64_t next = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (counts[g] > 0) groups_[g]->SetFloat8Scales(global.slice(0, next, next + counts[g]).unbind());
+    next += counts[g];
+  }
+  return absl::OkStatus();
 }
 
 SquaredNormReducer DataParallel::GradNormReducer(const std::vector<ParamRef>& params) const {

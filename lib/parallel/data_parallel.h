@@ -64,6 +64,10 @@ class DataParallel : public ShardedState {
   // After the last backward of a step: gradients are then averaged over data-parallel ranks (and
   // partial ones summed over tensor-parallel ranks).
   absl::Status FinishBackward();
+  // [float8] precompute_float8_dynamic_scale_for_fsdp, after the optimizer step: the float8 scales
+  // of every FSDP group's float8-gathered weights from one MAX all-reduce (instead of one per
+  // group gather). A no-op without such weights.
+  absl::Status PrecomputeFloat8Scales();
   // ClipGradNorm's reduction for `params` (this rank's, in the order ClipGradNorm gets them): each
   // shard counted once, parameters replicated over tensor-parallel ranks once; null when every
   // rank holds whole gradients.

@@ -137,32 +137,58 @@ FsdpParamGroup::FlatBuffer FsdpParamGroup::FlatShards(const std::vector<at::Tens
   buffer.flat = at::empty({gather_numel_}, shards[0].options().dtype(param_dtype_));
   buffer.float8_scales.resize(params_.size());
   std::vector<size_t> float8;
-  std::vector<at::Tensor> amaxes;
+  bool precomputed = !float8_scales_.empty();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].float8) {
       float8.push_back(i);
-      amaxes.push_back(shards[i].abs().max());  // padding rows are zero
+      precomputed = precomputed && float8_scale_versions_[i] == shards[i]._version();
       continue;
     }
     // copy_ casts to param_dtype_
     buffer.flat.narrow(0, params_[i].gather_offset, shards[i].numel()).copy_(shards[i].reshape(-1));
   }
   if (float8.empty()) return buffer;
-  // The whole tensors' maxima: every rank casts its shard as the gathered weight would be cast.
-  const at::Tensor amax = at::stack(amaxes);
-  CheckCollective(Await(shard_->AllReduce(amax, ReduceOp::kMax)), "float8 amax all-reduce",
-                  *shard_);
+  if (precomputed) {
+    for (size_t i : float8) buffer.float8_scales[i] = float8_scales_[i];
+  } else {
+    // The whole tensors' maxima: every rank casts its shard as the gathered weight would be.
+    std::vector<at::Tensor> amaxes;
+    for (size_t i : float8) amaxes.push_back(shards[i].abs().max());  // padding rows are zero
+    const at::Tensor amax = at::stack(amaxes);
+    CheckCollective(Await(shard_->AllReduce(amax, ReduceOp::kMax)), "float8 amax all-reduce",
+                    *shard_);
+    for (size_t k = 0; k < float8.size(); ++k) {
+      buffer.float8_scales[float8[k]] = Float8ScaleOf(amax[k], at::kFloat8_e4m3fn, false);
+    }
+  }
   const at::Tensor bytes = buffer.flat.view(at::kByte);
   const int64_t element_size = static_cast<int64_t>(c10::elementSize(param_dtype_));
-  for (size_t k = 0; k < float8.size(); ++k) {
-    const size_t i = float8[k];
-    const at::Tensor scale = Float8ScaleOf(amax[k], at::kFloat8_e4m3fn, false);
-    const Float8Tensor cast = CastWithScale(shards[i], at::kFloat8_e4m3fn, scale);
+  for (size_t i : float8) {
+    const Float8Tensor cast = CastWithScale(shards[i], at::kFloat8_e4m3fn, buffer.float8_scales[i]);
     bytes.narrow(0, params_[i].gather_offset * element_size, shards[i].numel())
         .copy_(cast.data.reshape(-1).view(at::kByte));
-    buffer.float8_scales[i] = scale;
   }
   return buffer;
+}
+
+std::vector<at::Tensor> FsdpParamGroup::Float8ShardAmaxes() const {
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> amaxes;
+  for (const Param& param : params_) {
+    if (param.float8) amaxes.push_back(param.shard.abs().max());
+  }
+  return amaxes;
+}
+
+void FsdpParamGroup::SetFloat8Scales(const std::vector<at::Tensor>& global_amaxes) {
+  float8_scales_.assign(params_.size(), at::Tensor());
+  float8_scale_versions_.assign(params_.size(), -1);
+  size_t next = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].float8) continue;
+    float8_scales_[i] = Float8ScaleOf(global_amaxes.at(next++), at::kFloat8_e4m3fn, false);
+    float8_scale_versions_[i] = params_[i].shard._version();
+  }
 }
 
 std::vector<at::Tensor> FsdpParamGroup::AssembleAll(

@@ -96,6 +96,12 @@ class FsdpParamGroup {
   int64_t FirstRowHeld(const Param& param) const;
   int64_t RowsHeld(const Param& param) const;
 
+  // precompute_float8_dynamic_scale_for_fsdp: this rank's shards' absolute maxima of the float8
+  // parameters (in order; none without), and, from their maxima over the shard group, the scales
+  // gathers use until a shard changes (its version counter moves), instead of reducing them.
+  std::vector<at::Tensor> Float8ShardAmaxes() const;
+  void SetFloat8Scales(const std::vector<at::Tensor>& global_amaxes);
+
   // The autograd all-gather (forward) and reduce-scatter (backward); used by Unshard. Float8
   // parameters' casts go to `float8_casts` (indexed like params(), unset for the others).
   std::vector<at::Tensor> AllGatherFlat(
@@ -140,6 +146,9 @@ class FsdpParamGroup {
   std::vector<Param> params_;
   int64_t shard_numel_;   // sum of the shards' element counts
   int64_t gather_numel_;  // the all-gather buffer's elements per rank (float8 shards packed)
+  // SetFloat8Scales' scales and the shard versions they are valid for (indexed like params_).
+  std::vector<at::Tensor> float8_scales_;
+  std::vector<int64_t> float8_scale_versions_;
   Communicator* shard_;
   Communicator* replicate_;
   at::ScalarType param_dtype_;

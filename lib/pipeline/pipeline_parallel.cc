@@ -281,6 +281,13 @@ SquaredNormReducer PipelineParallel::GradNormReducer() const {
 
 DataParallel& PipelineParallel::data_parallel() const { return stages_.front()->data_parallel(); }
 
+absl::Status PipelineParallel::PrecomputeFloat8Scales() const {
+  for (const auto& stage : stages_) {
+    TITAN_RETURN_IF_ERROR(stage->data_parallel().PrecomputeFloat8Scales());
+  }
+  return absl::OkStatus();
+}
+
 bool PipelineParallel::WritesPiece(const std::string& name) const {
   // A stage's tensor-parallel bookkeeping knows its own names only; another stage's answer for
   // an unknown name is "replicated" (the first tensor-parallel rank writes it).

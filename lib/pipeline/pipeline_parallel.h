@@ -85,6 +85,8 @@ class PipelineParallel : public ShardedState {
   // The data-parallel wrapper of this rank's first stage: every stage shards batches (context
   // parallelism) and picks the loss (tensor parallelism) alike.
   DataParallel& data_parallel() const;
+  // DataParallel::PrecomputeFloat8Scales for every stage of this rank.
+  absl::Status PrecomputeFloat8Scales() const;
   // The tied head's copy takes the embedding's value (after initialisation, loading, each step).
   absl::Status SyncTiedCopies();
   // Step hooks: the tied copy after the optimizer; each logged step, how long this rank waited

@@ -140,6 +140,13 @@ absl::Status Trainer::InstallHooks() {
     hooks_.Add(StepPhase::kStepEnd,
                [this](const StepEvent& event) { return profiler_->StepEnd(event.step); });
   }
+  if (config_.float8().precompute_float8_dynamic_scale_for_fsdp()) {
+    // As torchtitan, after the optimizer step: the next gathers (validation's too) use them.
+    hooks_.Add(StepPhase::kAfterOptimizer, [this](const StepEvent&) {
+      return model_.pipeline != nullptr ? model_.pipeline->PrecomputeFloat8Scales()
+                                        : model_.data_parallel->PrecomputeFloat8Scales();
+    });
+  }
   // No garbage collector to run: [training] gc_freq hands freed host heap back to the system.
   const int64_t gc_freq = config_.training().gc_freq();
   hooks_.Add(StepPhase::kStepEnd, [gc_freq](const StepEvent& event) {

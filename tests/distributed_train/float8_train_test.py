@@ -13,7 +13,7 @@
   different clip factors into 1e-4 loss differences within 10 steps.
 - FSDP's float8 all-gather (each rank casts its shard with the whole weight's scale) gives the
   same bits as gathering in fp32 and casting after, with and without full checkpointing (which
-  gathers again in backward).
+  gathers again in backward), and so do scales precomputed after each optimizer step.
 - Op-level selective checkpointing hands the kept float8 outputs back with the float8 backward:
   equal to no checkpointing (1e-6).
 - Pipeline stages are converted too (PP 2 within 1% of fp32).
@@ -64,6 +64,14 @@ class Float8TrainTest(train_runs.ParityTest):
                          "--float8.enable_fsdp_float8_all_gather=true")
             self.assertIn("FSDP float8 all-gather: 42 weights travel as e4m3", proc.stderr)
             self.assertEqual(plain, losses(dump), ac)
+        # Scales from one all-reduce after each optimizer step: the same scales, the same bits.
+        dump = self.fresh("float8_gather_precomputed")
+        proc = train(dump, 2, 4, "--checkpoint.enable=false", *FLOAT8, *fsdp,
+                     "--activation_checkpoint.mode=full",
+                     "--float8.enable_fsdp_float8_all_gather=true",
+                     "--float8.precompute_float8_dynamic_scale_for_fsdp=true")
+        self.assertIn("float8 scales of 42 FSDP weights precomputed in one all-reduce", proc.stderr)
+        self.assertEqual(plain, losses(dump))
 
     def test_op_checkpointing_replays_float8_outputs(self):
         plain = self.run_float8("float8_no_ac", 1, "--float8.recipe_name=rowwise")
@@ -88,7 +96,7 @@ class Float8TrainTest(train_runs.ParityTest):
             (["--model.converters=mxfp8"], "unknown converter"),
             ([*FLOAT8, "--parallelism.tensor_parallel_degree=2"], "tensor parallelism"),
             ([*FLOAT8, "--float8.precompute_float8_dynamic_scale_for_fsdp=true"],
-             "not implemented yet"),
+             "needs enable_fsdp_float8_all_gather = true"),
             ([*FLOAT8, "--float8.enable_fsdp_float8_all_gather=true",
               "--float8.recipe_name=rowwise"], "needs recipe_name = \"tensorwise\""),
             ([*FLOAT8, "--float8.enable_fsdp_float8_all_gather=true"], "needs FSDP"),
