@@ -566,10 +566,10 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "[float8] precompute_float8_dynamic_scale_for_fsdp = true needs "
         "enable_fsdp_float8_all_gather = true (the scales are those of the float8 all-gather)");
   }
-  if (float8 && parallelism.tensor_parallel_degree() > 1) {
+  if (config.float8().enable_fsdp_float8_all_gather() && parallelism.tensor_parallel_degree() > 1) {
     return absl::UnimplementedError(
-        "[model] converters = [\"float8\"] with tensor parallelism: float8 scales would come from "
-        "each rank's weight slice, not the whole weight as torchtitan's; not implemented yet");
+        "[float8] enable_fsdp_float8_all_gather = true with tensor parallelism: the gathered "
+        "slices' scales would need the tensor-parallel maximum too; not implemented yet");
   }
 
   const std::string& ac_option = config.activation_checkpoint().selective_ac_option();

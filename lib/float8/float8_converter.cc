@@ -62,7 +62,11 @@ absl::StatusOr<std::vector<std::string>> ConvertToFloat8(Module& model,
       misshapen.push_back(linear.name);
       continue;
     }
-    const Float8LinearOptions linear_options = options.linear;
+    Float8LinearOptions linear_options = options.linear;
+    if (options.split_dim_of) {
+      linear_options.split_dim = options.split_dim_of(linear.name + ".weight");
+      linear_options.reduce_max = options.reduce_max;
+    }
     *linear.fn = [linear_options](const at::Tensor& x, const at::Tensor& weight,
                                   const at::Tensor& kept_output) {
       return Float8Linear(x, weight, linear_options, kept_output);

@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,10 @@ struct Float8ConverterOptions {
   // Linear layers whose name contains any of these stay in high precision (torchtitan's
   // substring match: "output" keeps the head, "attention.wq" every layer's wq).
   std::vector<std::string> filter_fqns;
+  // Tensor parallelism: the dim the plan splits a weight along (by parameter name, e.g.
+  // "layers.0.attention.wq.weight"; none: replicated), and the group's in-place MAX all-reduce.
+  std::function<std::optional<int64_t>(const std::string& weight_name)> split_dim_of;
+  std::function<void(at::Tensor& amax)> reduce_max;
 };
 
 // Whether float8 matmuls can run on `device` for `options` as asked: at::_scaled_mm needs an

@@ -63,8 +63,20 @@ RecipeCasts CastsOf(Float8Recipe recipe) {
   return c;
 }
 
-Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales) {
-  return CastToFloat8(hp, cast.dtype, cast.axis, power_of_2_scales);
+at::Tensor AmaxOf(const at::Tensor& hp, std::optional<int64_t> axis) {
+  at::NoGradGuard no_grad;
+  const at::Tensor magnitude = hp.abs();
+  return axis ? magnitude.amax({*axis}, /*keepdim=*/true) : magnitude.max();
+}
+
+// `hp` (2-D) cast as `cast` says; `split_dim`: the dim of `hp` split over tensor-parallel ranks,
+// whose maxima `options.reduce_max` completes.
+Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
+                    std::optional<int64_t> split_dim, const Float8LinearOptions& options) {
+  at::Tensor amax = AmaxOf(hp, cast.axis);
+  const bool over_split = split_dim && (!cast.axis || (*cast.axis + 2) % 2 == *split_dim);
+  if (over_split && options.reduce_max) options.reduce_max(amax);
+  return CastWithScale(hp, cast.dtype, Float8ScaleOf(amax, cast.dtype, power_of_2_scales));
 }
 
 // Weights FSDP gathered in float8 (RegisterFloat8Weight), by tensor identity.
@@ -86,31 +98,45 @@ Float8Tensor Transposed(const Float8Tensor& t) {
   return {t.data.t(), t.scale.dim() == 2 ? t.scale.t() : t.scale};
 }
 
+// Which dim of each 2-D operand tensor parallelism splits (see Float8LinearOptions::split_dim).
+struct SplitDims {
+  std::optional<int64_t> input, weight, grad_output;
+};
+SplitDims SplitDimsOf(const Float8LinearOptions& options) {
+  SplitDims dims;
+  dims.weight = options.split_dim;
+  if (options.split_dim == 1) dims.input = 1;        // row-parallel: inputs are column slices
+  if (options.split_dim == 0) dims.grad_output = 1;  // column-parallel: outputs are
+  return dims;
+}
+
 struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& kept_output, int64_t recipe,
-                            bool emulate) {
-    const RecipeCasts casts = CastsOf(static_cast<Float8Recipe>(recipe));
+                            const std::optional<at::Tensor>& kept_output,
+                            const Float8LinearOptions* options) {
+    const RecipeCasts casts = CastsOf(options->recipe);
     // A weight gathered in float8 comes with its cast, which backward reuses (tensorwise only).
     const std::optional<Float8Tensor> gathered =
-        recipe == static_cast<int64_t>(Float8Recipe::kTensorwise) ? RegisteredCast(weight)
-                                                                  : std::nullopt;
+        options->recipe == Float8Recipe::kTensorwise ? RegisteredCast(weight) : std::nullopt;
     if (gathered) {
       ctx->save_for_backward({x, weight, gathered->data, gathered->scale});
     } else {
       ctx->save_for_backward({x, weight});
     }
-    ctx->saved_data["recipe"] = recipe;
-    ctx->saved_data["emulate"] = emulate;
+    // The options outlive the graph (Float8Linear's contract); a plain address needs no
+    // custom-class registration.
+    ctx->saved_data["options"] = reinterpret_cast<int64_t>(options);
     if (kept_output) return kept_output->detach();
     // The casts and matmuls run as written: autocast would turn the emulated fp32 mm into bf16.
     AutocastScope no_autocast(x.device().type(), std::nullopt);
+    const SplitDims split = SplitDimsOf(*options);
+    const bool pow2 = casts.power_of_2_scales;
     const at::Tensor x2d = x.reshape({-1, x.size(-1)});
-    const Float8Tensor input = CastAs(x2d, casts.input, casts.power_of_2_scales);
+    const Float8Tensor input = CastAs(x2d, casts.input, pow2, split.input, *options);
     const Float8Tensor weight8 =
-        gathered ? *gathered : CastAs(weight, casts.weight, casts.power_of_2_scales);
+        gathered ? *gathered : CastAs(weight, casts.weight, pow2, split.weight, *options);
     const at::Tensor out = Float8Matmul(input, Transposed(weight8), x.scalar_type(),
-                                        /*use_fast_accum=*/true, emulate);
+                                        /*use_fast_accum=*/true, options->emulate);
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = weight.size(0);
     return out.view(shape);
@@ -120,29 +146,33 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     const auto saved = ctx->get_saved_variables();
     const at::Tensor& x = saved[0];
     const at::Tensor& weight = saved[1];
-    const auto recipe = static_cast<Float8Recipe>(ctx->saved_data["recipe"].toInt());
-    const bool emulate = ctx->saved_data["emulate"].toBool();
-    const RecipeCasts casts = CastsOf(recipe);
+    const auto& options =
+        *reinterpret_cast<const Float8LinearOptions*>(ctx->saved_data["options"].toInt());
+    const RecipeCasts casts = CastsOf(options.recipe);
+    const SplitDims split = SplitDimsOf(options);
     const bool pow2 = casts.power_of_2_scales;
     AutocastScope no_autocast(x.device().type(), std::nullopt);
     const at::Tensor grad = grad_outputs[0].reshape({-1, weight.size(0)});
     const at::Tensor x2d = x.reshape({-1, weight.size(1)});
 
-    const Float8Tensor weight8 = saved.size() == 4 ? Float8Tensor{saved[2], saved[3]}
-                                                   : CastAs(weight, casts.weight_for_input, pow2);
-    const at::Tensor grad_x =
-        Float8Matmul(CastAs(grad, casts.grad_output_for_input, pow2), weight8, grad.scalar_type(),
-                     /*use_fast_accum=*/false, emulate)
-            .view(x.sizes());
+    const Float8Tensor weight8 =
+        saved.size() == 4 ? Float8Tensor{saved[2], saved[3]}
+                          : CastAs(weight, casts.weight_for_input, pow2, split.weight, options);
+    const Float8Tensor grad8 =
+        CastAs(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
+    const at::Tensor grad_x = Float8Matmul(grad8, weight8, grad.scalar_type(),
+                                           /*use_fast_accum=*/false, options.emulate)
+                                  .view(x.sizes());
     at::Tensor grad_weight;
     if (casts.high_precision_grad_weight) {
       grad_weight = grad.t().mm(x2d);
     } else {
-      grad_weight = Float8Matmul(Transposed(CastAs(grad, casts.grad_output_for_weight, pow2)),
-                                 CastAs(x2d, casts.input_for_weight, pow2), grad.scalar_type(),
-                                 /*use_fast_accum=*/false, emulate);
+      grad_weight = Float8Matmul(
+          Transposed(CastAs(grad, casts.grad_output_for_weight, pow2, split.grad_output, options)),
+          CastAs(x2d, casts.input_for_weight, pow2, split.input, options), grad.scalar_type(),
+          /*use_fast_accum=*/false, options.emulate);
     }
-    return {grad_x, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, grad_weight.to(weight.scalar_type()), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -188,9 +218,7 @@ Float8Tensor CastWithScale(const at::Tensor& hp, at::ScalarType dtype, const at:
 Float8Tensor CastToFloat8(const at::Tensor& hp, at::ScalarType dtype, std::optional<int64_t> axis,
                           bool power_of_2_scales) {
   at::NoGradGuard no_grad;
-  const at::Tensor magnitude = hp.abs();
-  const at::Tensor amax = axis ? magnitude.amax({*axis}, /*keepdim=*/true) : magnitude.max();
-  return CastWithScale(hp, dtype, Float8ScaleOf(amax, dtype, power_of_2_scales));
+  return CastWithScale(hp, dtype, Float8ScaleOf(AmaxOf(hp, axis), dtype, power_of_2_scales));
 }
 
 at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::ScalarType out_dtype,
@@ -242,8 +270,7 @@ at::Tensor Float8Linear(const at::Tensor& x, const at::Tensor& weight,
   // to float8.
   const std::optional<at::Tensor> kept =
       kept_output.defined() ? std::optional<at::Tensor>(kept_output) : std::nullopt;
-  return Float8LinearFunction::apply(AutocastInput(x), weight, kept,
-                                     static_cast<int64_t>(options.recipe), options.emulate);
+  return Float8LinearFunction::apply(AutocastInput(x), weight, kept, &options);
 }
 
 }  // namespace titan

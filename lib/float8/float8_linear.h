@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -27,6 +28,12 @@ struct Float8LinearOptions {
   // Dequantise and multiply in fp32 instead of at::_scaled_mm (torchao's emulate): for hardware
   // without the kernel (rowwise on CPU, GPUs before sm_89). Same casts, same rounding of operands.
   bool emulate = false;
+  // Tensor parallelism: the dim of the [out, in] weight split over ranks (0: column-parallel,
+  // 1: row-parallel) and an in-place MAX all-reduce over them. Every maximum taken over a split
+  // dim (the weight's, a row-parallel input's, a column-parallel output gradient's) is reduced,
+  // so each rank casts with the scales one process would use.
+  std::optional<int64_t> split_dim;
+  std::function<void(at::Tensor& amax)> reduce_max;
 };
 
 // A float8 tensor and the fp32 factor that scaled it into float8's range (data ≈ hp · scale):
@@ -60,7 +67,7 @@ void UnregisterFloat8Weight(const at::Tensor& weight);
 
 // x [..., in] @ weightᵀ (weight [out, in]) with the recipe's float8 matmuls for the output and
 // both gradients; the output has x's dtype (after autocast's cast, as torchao's Float8Linear).
-// `kept_output`: see LinearFn (lib/model/module.h).
+// `kept_output`: see LinearFn (lib/model/module.h). `options` must outlive the backward.
 at::Tensor Float8Linear(const at::Tensor& x, const at::Tensor& weight,
                         const Float8LinearOptions& options, const at::Tensor& kept_output = {});
 

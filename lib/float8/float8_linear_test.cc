@@ -17,6 +17,7 @@ double RelativeError(const at::Tensor& value, const at::Tensor& reference) {
 }
 
 TEST(CastToFloat8Test, TensorwiseMapsTheLargestMagnitudeOntoTheFormatsMax) {
+  at::manual_seed(0);
   const at::Tensor hp = at::randn({32, 16}) * 3;
   const Float8Tensor cast = CastToFloat8(hp, at::kFloat8_e4m3fn, std::nullopt, false);
   EXPECT_EQ(cast.scale.dim(), 0);
@@ -29,14 +30,15 @@ TEST(CastToFloat8Test, TensorwiseMapsTheLargestMagnitudeOntoTheFormatsMax) {
 }
 
 TEST(CastToFloat8Test, RowwiseScalesEachRowAndRoundsScalesToPowersOf2) {
+  at::manual_seed(0);
   const at::Tensor hp = at::randn({8, 16}) * at::logspace(-3, 3, 8).view({8, 1});
   const Float8Tensor cast = CastToFloat8(hp, at::kFloat8_e4m3fn, -1, true);
   ASSERT_EQ(cast.scale.sizes(), (std::vector<int64_t>{8, 1}));
   const at::Tensor exponent = at::log2(cast.scale);
   EXPECT_TRUE(at::equal(exponent, at::round(exponent)));
-  // Rounded down: each row's largest value lands in (224, 448].
+  // Rounded down: each row's largest value lands in [224, 448] (e4m3 rounds (224, 232) to 224).
   const at::Tensor row_max = cast.data.to(at::kFloat).abs().amax({1});
-  EXPECT_TRUE((row_max > 224).all().item<bool>());
+  EXPECT_TRUE((row_max >= 224).all().item<bool>());
   EXPECT_TRUE((row_max <= 448).all().item<bool>());
 }
 

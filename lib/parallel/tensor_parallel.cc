@@ -13,8 +13,9 @@
 namespace titan {
 namespace {
 
-// The dimension the plan splits `name` along; none: replicated.
-std::optional<int64_t> SplitDim(const std::string& name) {
+}  // namespace
+
+std::optional<int64_t> TensorParallel::SplitDimOf(const std::string& name) {
   for (const char* column : {"attention.wq.weight", "attention.wk.weight", "attention.wv.weight",
                              "feed_forward.w1.weight", "feed_forward.w3.weight"}) {
     if (absl::EndsWith(name, column)) return 0;
@@ -25,6 +26,8 @@ std::optional<int64_t> SplitDim(const std::string& name) {
   if (name == "tok_embeddings.weight" || name == "output.weight") return 0;
   return std::nullopt;
 }
+
+namespace {
 
 // Replicated parameters whose gradient each rank only partly computes: qk-norms see this rank's
 // heads; with sequence parallelism the other norms see its slice of the sequence.
@@ -60,7 +63,7 @@ absl::StatusOr<std::unique_ptr<TensorParallel>> TensorParallel::Apply(
   if (absl::Status status = CheckDivisible(model.args(), tp->size()); !status.ok()) return status;
   std::unique_ptr<TensorParallel> parallel(new TensorParallel(options, tp));
   for (const ParamRef& param : model.NamedParameters()) {
-    if (std::optional<int64_t> dim = SplitDim(param.name)) {
+    if (std::optional<int64_t> dim = SplitDimOf(param.name)) {
       const int64_t rows = param.tensor->size(*dim) / tp->size();
       parallel->shards_[param.name] = {*dim, param.tensor->sizes().vec(), tp->rank() * rows};
     } else if (HasPartialGradient(param.name, options.sequence_parallel)) {

@@ -46,6 +46,9 @@ class TensorParallel {
   // One line naming the degree when heads, KV heads, the FFN width or the vocabulary do not divide
   // by it.
   static absl::Status CheckDivisible(const TransformerArgs& args, int degree);
+  // The dimension the plan splits parameter `name` along (0: column-parallel or vocabulary rows,
+  // 1: row-parallel); none: replicated.
+  static std::optional<int64_t> SplitDimOf(const std::string& name);
   // `tp` must outlive the model.
   static absl::StatusOr<std::unique_ptr<TensorParallel>> Apply(Decoder& model,
                                                                const TensorParallelOptions& options,

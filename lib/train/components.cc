@@ -15,6 +15,7 @@
 #include "lib/float8/float8_converter.h"
 #include "lib/interop/load_weights.h"
 #include "lib/model/batch_invariant.h"
+#include "lib/parallel/tensor_parallel.h"
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/device.h"
 #include "lib/util/status_macros.h"
@@ -137,13 +138,23 @@ namespace {
 
 // The family-independent model converters ([model] converters), run on a (meta) model or pipeline
 // stage before parallelize, as torchtitan's.
-absl::Status ApplyModelConverters(const JobConfig& config, const RunSetup& setup, Decoder& model) {
+absl::Status ApplyModelConverters(const JobConfig& config, const RunSetup& setup,
+                                  const DistributedRuntime& runtime, Decoder& model) {
   if (config.model().converters().empty()) return absl::OkStatus();
   const JobConfig::Float8& float8 = config.float8();
   Float8ConverterOptions options;
   TITAN_ASSIGN_OR_RETURN(options.linear.recipe, ParseFloat8Recipe(float8.recipe_name()));
   options.linear.emulate = float8.emulate();
   options.filter_fqns.assign(float8.filter_fqns().begin(), float8.filter_fqns().end());
+  if (runtime.dims().tp_enabled()) {
+    Communicator* tp = &runtime.comms()->Get(MeshGroup::kTp);
+    options.split_dim_of = &TensorParallel::SplitDimOf;
+    options.reduce_max = [tp](at::Tensor& amax) {
+      const absl::Status status = Await(tp->AllReduce(amax, ReduceOp::kMax));
+      TORCH_CHECK(status.ok(), "float8 amax all-reduce over tensor-parallel ranks: ",
+                  status.ToString());
+    };
+  }
   return ConvertToFloat8(model, options, setup.device).status();
 }
 
@@ -211,7 +222,9 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
     pipeline.schedule_csv = p.pipeline_parallel_schedule_csv();
     pipeline.parallelize = parallelize;
     pipeline.param_options = param_options;
-    pipeline.convert = [&](Decoder& part) { return ApplyModelConverters(config, setup, part); };
+    pipeline.convert = [&](Decoder& part) {
+      return ApplyModelConverters(config, setup, runtime, part);
+    };
     if (!initial_load.empty()) {
       pipeline.load_weights = [&](Decoder& part) {
         return LoadModelWeights(initial_load, in_hf, info, part.NamedParameters());
@@ -223,7 +236,7 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
                                                     runtime.comms(), runtime.rank()));
     bundle.params = bundle.pipeline->params();
   } else {
-    TITAN_RETURN_IF_ERROR(ApplyModelConverters(config, setup, *bundle.model));
+    TITAN_RETURN_IF_ERROR(ApplyModelConverters(config, setup, runtime, *bundle.model));
     // An initial load reads whole tensors, so it needs the whole model first; else FSDP
     // initialises one group at a time after sharding (the same weights as one process with the
     // same seed).
