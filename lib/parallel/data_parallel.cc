@@ -18,7 +18,9 @@ DataParallel::DataParallel(std::vector<std::unique_ptr<FsdpParamGroup>> groups,
       reshard_root_(reshard_root),
       first_in_backward_(first_in_backward),
       shard_(shard) {
+  if (!groups_.empty()) reduce_scatter_queue_ = std::make_unique<FsdpReduceScatterQueue>();
   for (const auto& group : groups_) {
+    group->set_reduce_scatter_queue(reduce_scatter_queue_.get());
     for (const FsdpParamGroup::Param& param : group->params()) {
       by_name_[param.name] = {group.get(), &param};
     }
@@ -71,6 +73,7 @@ void DataParallel::BeginBackward(bool last_microbatch) {
 }
 
 absl::Status DataParallel::FinishBackward() {
+  if (reduce_scatter_queue_ != nullptr) TITAN_RETURN_IF_ERROR(reduce_scatter_queue_->Drain());
   if (ddp_ != nullptr) TITAN_RETURN_IF_ERROR(ddp_->Finish());
   return tp_ != nullptr ? tp_->ReduceReplicatedGradients() : absl::OkStatus();
 }

@@ -61,8 +61,9 @@ class DataParallel : public ShardedState {
   at::Tensor Forward(const std::function<at::Tensor()>& forward);
   // Before each microbatch's backward: DDP communicates on the last one only.
   void BeginBackward(bool last_microbatch);
-  // After the last backward of a step: gradients are then averaged over data-parallel ranks (and
-  // partial ones summed over tensor-parallel ranks).
+  // After the last backward of a step: FSDP's reduce-scatters still in flight are finished;
+  // gradients are then averaged over data-parallel ranks (and partial ones summed over
+  // tensor-parallel ranks).
   absl::Status FinishBackward();
   // [float8] precompute_float8_dynamic_scale_for_fsdp, after the optimizer step: the float8 scales
   // of every FSDP group's float8-gathered weights from one MAX all-reduce (instead of one per
@@ -94,6 +95,8 @@ class DataParallel : public ShardedState {
 
   std::unique_ptr<DdpGradientReducer> ddp_;
   std::vector<std::unique_ptr<FsdpParamGroup>> groups_;
+  // The groups' reduce-scatters overlap backward; FinishBackward drains it.
+  std::unique_ptr<FsdpReduceScatterQueue> reduce_scatter_queue_;
   FsdpParamGroup* root_ = nullptr;
   bool reshard_root_ = false;
   FsdpParamGroup* first_in_backward_ = nullptr;

@@ -137,6 +137,44 @@ TEST(FsdpParamGroupTest, MixedPrecisionGathersInParamDtypeAndReducesInReduceDtyp
   EXPECT_EQ(statuses, std::vector<int>(2, 0));
 }
 
+// Overlapped reduce-scatters: a group's gradients land when the next group's start or at Drain,
+// the same values as reducing in place, and accumulate over backward passes.
+TEST(FsdpReduceScatterQueueTest, FinishesAGroupWhenTheNextStartsAndAtDrain) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    at::manual_seed(0);
+    const at::Tensor weight_a = at::randn({4, 3});
+    const at::Tensor weight_b = at::randn({2, 2});
+    at::Tensor a = at::randn({4, 3}).requires_grad_(true);
+    at::Tensor b = at::randn({2, 2}).requires_grad_(true);
+    std::unique_ptr<FsdpParamGroup> group_a = *FsdpParamGroup::Create({{"a", &a}}, &comm, nullptr);
+    std::unique_ptr<FsdpParamGroup> group_b = *FsdpParamGroup::Create({{"b", &b}}, &comm, nullptr);
+    FsdpReduceScatterQueue queue;
+    group_a->set_reduce_scatter_queue(&queue);
+    group_b->set_reduce_scatter_queue(&queue);
+    const auto backward = [&] {
+      group_a->Unshard();
+      group_b->Unshard();
+      // b's all-gather is the later node: its backward (and reduce-scatter) runs first.
+      at::Tensor loss = (rank + 1) * ((a * weight_a).sum() + (b * weight_b).sum());
+      group_a->Reshard();
+      group_b->Reshard();
+      loss.backward();
+    };
+    backward();
+    // b's collective finished when a's started; a's is still in flight.
+    RANK_EXPECT(!a.grad().defined());
+    RANK_EXPECT(at::allclose(b.grad(), group_b->ShardOf(group_b->params()[0], 1.5 * weight_b)));
+    RANK_EXPECT(queue.Drain().ok());
+    RANK_EXPECT(at::allclose(a.grad(), group_a->ShardOf(group_a->params()[0], 1.5 * weight_a)));
+    backward();  // a second microbatch adds to the gradients
+    RANK_EXPECT(queue.Drain().ok());
+    RANK_EXPECT(at::allclose(a.grad(), group_a->ShardOf(group_a->params()[0], 3 * weight_a)));
+    RANK_EXPECT(at::allclose(b.grad(), group_b->ShardOf(group_b->params()[0], 3 * weight_b)));
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
 // Resharding after forward frees the gathered bytes autograd saved and gathers them again in
 // backward: the gradients are those of keeping them.
 TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {

@@ -60,7 +60,14 @@ struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto* group = reinterpret_cast<const FsdpParamGroup*>(ctx->saved_data["group"].toInt());
-    torch::autograd::variable_list shard_grads = group->ReduceScatterGrads(grads);
+    torch::autograd::variable_list shard_grads;
+    if (group->reduce_scatter_queue() != nullptr) {
+      // The queue adds them to the shards' gradients once the collective is done.
+      group->reduce_scatter_queue()->Issue(*group, grads);
+      shard_grads.resize(grads.size());
+    } else {
+      shard_grads = group->ReduceScatterGrads(grads);
+    }
     shard_grads.emplace_back();  // for the group argument
     shard_grads.emplace_back();  // and the casts
     return shard_grads;
@@ -259,13 +266,19 @@ std::vector<at::Tensor> FsdpParamGroup::AllGatherFlat(
 
 std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
     const std::vector<at::Tensor>& full_grads) const {
+  return FinishReduceScatter(StartReduceScatter(full_grads));
+}
+
+FsdpParamGroup::PendingReduceScatter FsdpParamGroup::StartReduceScatter(
+    const std::vector<at::Tensor>& full_grads) const {
   PhaseRange range("fsdp::reduce_scatter");
   c10::NoGradGuard no_grad;
   const int size = shard_->size();
   const at::TensorOptions options = params_[0].shard.options().dtype(reduce_dtype_);
   // Row r of `input` is what rank r receives: its rows of every gradient (cast to reduce_dtype_),
   // padding zero.
-  at::Tensor input = at::zeros({size, shard_numel_}, options);
+  PendingReduceScatter pending;
+  pending.input = at::zeros({size, shard_numel_}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Param& param = params_[i];
     if (!full_grads[i].defined()) continue;
@@ -273,16 +286,26 @@ std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
     for (int r = 0; r < size; ++r) {
       const int64_t count = RowsOfRank(param, r);
       if (count == 0) break;
-      input[r]
+      pending.input[r]
           .narrow(0, param.offset, count * param.row_numel)
           .view({count, param.row_numel})
           .copy_(rows.narrow(0, r * param.rows_per_shard, count));
     }
   }
-  at::Tensor reduced = at::empty({shard_numel_}, options);
-  CheckCollective(Await(shard_->ReduceScatter(input.view(-1), reduced, ReduceOp::kSum)),
-                  "reduce-scatter", *shard_);
-  int64_t dp_size = size;
+  pending.reduced = at::empty({shard_numel_}, options);
+  absl::StatusOr<std::unique_ptr<Work>> work =
+      shard_->ReduceScatter(pending.input.view(-1), pending.reduced, ReduceOp::kSum);
+  CheckCollective(work.status(), "reduce-scatter", *shard_);
+  pending.work = *std::move(work);
+  return pending;
+}
+
+std::vector<at::Tensor> FsdpParamGroup::FinishReduceScatter(PendingReduceScatter pending) const {
+  PhaseRange range("fsdp::reduce_scatter_wait");
+  c10::NoGradGuard no_grad;
+  CheckCollective(pending.work->Wait(), "reduce-scatter", *shard_);
+  at::Tensor& reduced = pending.reduced;
+  int64_t dp_size = shard_->size();
   if (replicate_ != nullptr && replicate_->size() > 1) {
     CheckCollective(Await(replicate_->AllReduce(reduced, ReduceOp::kSum)), "all-reduce",
                     *replicate_);
@@ -297,6 +320,49 @@ std::vector<at::Tensor> FsdpParamGroup::ReduceScatterGrads(
                         .to(param.shard.scalar_type()));
   }
   return grads;
+}
+
+void FsdpParamGroup::AccumulateShardGrads(const std::vector<at::Tensor>& grads) const {
+  c10::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& grad = params_[i].shard.mutable_grad();
+    // A fresh tensor, as autograd's accumulation: views of the flat buffer would keep it whole.
+    if (!grad.defined()) {
+      grad = grads[i].clone();
+    } else {
+      grad.add_(grads[i]);
+    }
+  }
+}
+
+struct FsdpReduceScatterQueue::InFlight {
+  const FsdpParamGroup* group;
+  FsdpParamGroup::PendingReduceScatter pending;
+};
+
+FsdpReduceScatterQueue::FsdpReduceScatterQueue() = default;
+
+FsdpReduceScatterQueue::~FsdpReduceScatterQueue() {
+  // A backward that threw leaves its collective to finish before the buffers go.
+  if (in_flight_ != nullptr) (void)in_flight_->pending.work->Wait();
+}
+
+void FsdpReduceScatterQueue::Issue(const FsdpParamGroup& group,
+                                   const std::vector<at::Tensor>& full_grads) {
+  const absl::Status drained = Drain();
+  TORCH_CHECK(drained.ok(), drained.ToString());
+  in_flight_ = std::make_unique<InFlight>(InFlight{&group, group.StartReduceScatter(full_grads)});
+}
+
+absl::Status FsdpReduceScatterQueue::Drain() {
+  if (in_flight_ == nullptr) return absl::OkStatus();
+  std::unique_ptr<InFlight> done = std::move(in_flight_);
+  try {
+    done->group->AccumulateShardGrads(done->group->FinishReduceScatter(std::move(done->pending)));
+  } catch (const c10::Error& error) {
+    return absl::InternalError(error.what_without_backtrace());
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<at::Tensor> FsdpParamGroup::GatherFull(const Param& param,

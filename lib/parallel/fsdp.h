@@ -44,6 +44,30 @@ struct FsdpMixedPrecision {
 // weight.
 using FsdpFloat8Params = absl::flat_hash_set<std::string>;
 
+class FsdpParamGroup;
+
+// FSDP2's reduce-scatter overlap: each group's gradients are reduce-scattered without waiting, so
+// the collective runs while backward computes the previous block; the group before is finished
+// (waited, averaged, added to its shards' gradients) when the next one starts, and the last by
+// Drain at the end of backward. At most one in flight, so at most one group's full gradients are
+// held for it. Shared by the groups of one DataParallel.
+class FsdpReduceScatterQueue {
+ public:
+  FsdpReduceScatterQueue();
+  FsdpReduceScatterQueue(const FsdpReduceScatterQueue&) = delete;
+  FsdpReduceScatterQueue& operator=(const FsdpReduceScatterQueue&) = delete;
+  ~FsdpReduceScatterQueue();
+
+  // Finishes what is in flight, then starts `group`'s reduce-scatter of `full_grads`.
+  void Issue(const FsdpParamGroup& group, const std::vector<at::Tensor>& full_grads);
+  // Finishes what is in flight; a failed collective is returned.
+  absl::Status Drain();
+
+ private:
+  struct InFlight;
+  std::unique_ptr<InFlight> in_flight_;
+};
+
 class FsdpParamGroup {
  public:
   // `params`' slots hold full, initialised tensors, identical on every rank of `shard`; each is
@@ -108,6 +132,21 @@ class FsdpParamGroup {
       const std::vector<at::Tensor>& shards,
       std::vector<std::optional<Float8Tensor>>* float8_casts = nullptr) const;
   std::vector<at::Tensor> ReduceScatterGrads(const std::vector<at::Tensor>& full_grads) const;
+  // Set: backward hands the gradients to `queue` (overlapped) instead of reducing them in place.
+  void set_reduce_scatter_queue(FsdpReduceScatterQueue* queue) { queue_ = queue; }
+  FsdpReduceScatterQueue* reduce_scatter_queue() const { return queue_; }
+
+  // The two halves of ReduceScatterGrads: the input built and the collective started, then
+  // awaited, all-reduced over `replicate` (HSDP), averaged and cut into shard gradients.
+  struct PendingReduceScatter {
+    std::unique_ptr<Work> work;
+    at::Tensor input;    // kept alive until the work is done
+    at::Tensor reduced;  // this rank's rows, flat
+  };
+  PendingReduceScatter StartReduceScatter(const std::vector<at::Tensor>& full_grads) const;
+  std::vector<at::Tensor> FinishReduceScatter(PendingReduceScatter pending) const;
+  // Adds `grads` (shard-shaped, from FinishReduceScatter) to the shards' gradients.
+  void AccumulateShardGrads(const std::vector<at::Tensor>& grads) const;
 
  private:
   FsdpParamGroup(std::vector<Param> params, int64_t shard_numel, int64_t gather_numel,
@@ -154,6 +193,7 @@ class FsdpParamGroup {
   at::ScalarType param_dtype_;
   at::ScalarType reduce_dtype_;
   mutable std::optional<PendingGather> prefetched_;  // Taken by the next AllGatherFlat.
+  FsdpReduceScatterQueue* queue_ = nullptr;
 };
 
 }  // namespace titan
