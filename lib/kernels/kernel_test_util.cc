@@ -1,6 +1,27 @@
 #include "lib/kernels/kernel_test_util.h"
 
 namespace titan {
+namespace {
+
+// SwiGLU's output and both gradients for `grad`, through `op`.
+struct SwiGluResult {
+  at::Tensor out;
+  at::Tensor grad_gate;
+  at::Tensor grad_up;
+};
+
+SwiGluResult SwiGluForwardBackward(SwiGluOp op, const at::Tensor& gate, const at::Tensor& up,
+                                   const at::Tensor& grad) {
+  const at::Tensor g = gate.clone().requires_grad_();
+  const at::Tensor u = up.clone().requires_grad_();
+  const at::Tensor out = op(g, u);
+  out.backward(grad);
+  return {out.detach(), g.grad(), u.grad()};
+}
+
+at::Tensor AtenSwiGlu(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
+
+}  // namespace
 
 testing::AssertionResult AllClose(const at::Tensor& got, const at::Tensor& want, Tolerance tol) {
   if (got.sizes() != want.sizes() || got.scalar_type() != want.scalar_type()) {
@@ -21,16 +42,23 @@ testing::AssertionResult AllClose(const at::Tensor& got, const at::Tensor& want,
          << w[i].item<double>();
 }
 
-SwiGluResult SwiGluForwardBackward(SwiGluOp op, const at::Tensor& gate, const at::Tensor& up,
-                                   const at::Tensor& grad) {
-  const at::Tensor g = gate.clone().requires_grad_();
-  const at::Tensor u = up.clone().requires_grad_();
-  const at::Tensor out = op(g, u);
-  out.backward(grad);
-  return {out.detach(), g.grad(), u.grad()};
-}
 
-at::Tensor AtenSwiGlu(const at::Tensor& gate, const at::Tensor& up) { return at::silu(gate) * up; }
+void ExpectSwiGluMatchesAten(SwiGluOp fused, const at::Tensor& gate, const at::Tensor& up,
+                             const at::Tensor& grad, Tolerance tol) {
+  const SwiGluResult got = SwiGluForwardBackward(fused, gate, up, grad);
+  const SwiGluResult want = SwiGluForwardBackward(AtenSwiGlu, gate, up, grad);
+  EXPECT_TRUE(AllClose(got.out, want.out, tol));
+  EXPECT_TRUE(AllClose(got.grad_gate, want.grad_gate, tol));
+  EXPECT_TRUE(AllClose(got.grad_up, want.grad_up, tol));
+  if (gate.scalar_type() == at::kFloat) return;
+  const SwiGluResult exact = SwiGluForwardBackward(AtenSwiGlu, gate.to(at::kDouble),
+                                                   up.to(at::kDouble), grad.to(at::kDouble));
+  EXPECT_LT(MeanRelativeError(got.out, exact.out), MeanRelativeError(want.out, exact.out));
+  EXPECT_LT(MeanRelativeError(got.grad_gate, exact.grad_gate),
+            MeanRelativeError(want.grad_gate, exact.grad_gate));
+  EXPECT_LT(MeanRelativeError(got.grad_up, exact.grad_up),
+            MeanRelativeError(want.grad_up, exact.grad_up));
+}
 
 double MeanRelativeError(const at::Tensor& t, const at::Tensor& exact) {
   const at::Tensor e = exact.detach().cpu().to(at::kDouble);

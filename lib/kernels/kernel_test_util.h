@@ -16,17 +16,12 @@ struct Tolerance {
 // Success, or the worst element (index, got, want, its bound) and how many exceed their bounds.
 testing::AssertionResult AllClose(const at::Tensor& got, const at::Tensor& want, Tolerance tol);
 
-// SwiGLU's output and both gradients for `grad`, through `op` (fused, or AtenSwiGlu).
-struct SwiGluResult {
-  at::Tensor out;
-  at::Tensor grad_gate;
-  at::Tensor grad_up;
-};
 using SwiGluOp = at::Tensor (*)(const at::Tensor& gate, const at::Tensor& up);
-SwiGluResult SwiGluForwardBackward(SwiGluOp op, const at::Tensor& gate, const at::Tensor& up,
-                                   const at::Tensor& grad);
-// The reference: silu(gate) * up in ATen.
-at::Tensor AtenSwiGlu(const at::Tensor& gate, const at::Tensor& up);
+
+// `fused` and ATen's silu(gate) * up agree on the output and both gradients within `tol`;
+// in bf16/fp16 the fused results (rounded once) are also the closer to fp64's.
+void ExpectSwiGluMatchesAten(SwiGluOp fused, const at::Tensor& gate, const at::Tensor& up,
+                             const at::Tensor& grad, Tolerance tol);
 
 // The mean of |t - exact| / (|exact| + 1e-6), in fp64: which of two roundings is the closer.
 double MeanRelativeError(const at::Tensor& t, const at::Tensor& exact);

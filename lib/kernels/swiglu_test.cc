@@ -39,22 +39,7 @@ TEST_P(FusedSwiGluCpuTest, MatchesAtenForwardAndBackward) {
   const at::Tensor gate = Gates(37, 129).to(dtype);
   const at::Tensor up = at::randn({37, 129}).to(dtype);
   const at::Tensor grad = at::randn({37, 129}).to(dtype);
-  const SwiGluResult got = SwiGluForwardBackward(FusedSwiGlu, gate, up, grad);
-  const SwiGluResult want = SwiGluForwardBackward(AtenSwiGlu, gate, up, grad);
-  const Tolerance tol = SwiGluTolerance(dtype);
-  EXPECT_TRUE(AllClose(got.out, want.out, tol));
-  EXPECT_TRUE(AllClose(got.grad_gate, want.grad_gate, tol));
-  EXPECT_TRUE(AllClose(got.grad_up, want.grad_up, tol));
-  if (dtype == at::kFloat) return;
-  // Rounded once, the fused results are the closer to fp64's on the same inputs.
-  const SwiGluResult exact =
-      SwiGluForwardBackward(AtenSwiGlu, gate.to(at::kDouble), up.to(at::kDouble),
-                            grad.to(at::kDouble));
-  EXPECT_LT(MeanRelativeError(got.out, exact.out), MeanRelativeError(want.out, exact.out));
-  EXPECT_LT(MeanRelativeError(got.grad_gate, exact.grad_gate),
-            MeanRelativeError(want.grad_gate, exact.grad_gate));
-  EXPECT_LT(MeanRelativeError(got.grad_up, exact.grad_up),
-            MeanRelativeError(want.grad_up, exact.grad_up));
+  ExpectSwiGluMatchesAten(FusedSwiGlu, gate, up, grad, SwiGluTolerance(dtype));
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedSwiGluCpuTest,
@@ -66,11 +51,7 @@ TEST(FusedSwiGluTest, TakesStridedInputs) {
   const at::Tensor gate = fused.narrow(-1, 0, 24);
   const at::Tensor up = fused.narrow(-1, 24, 24);
   const at::Tensor grad = at::randn({4, 5, 24});
-  const SwiGluResult got = SwiGluForwardBackward(FusedSwiGlu, gate, up, grad);
-  const SwiGluResult want = SwiGluForwardBackward(AtenSwiGlu, gate, up, grad);
-  EXPECT_TRUE(AllClose(got.out, want.out, {1e-6, 1e-6}));
-  EXPECT_TRUE(AllClose(got.grad_gate, want.grad_gate, {1e-6, 1e-6}));
-  EXPECT_TRUE(AllClose(got.grad_up, want.grad_up, {1e-6, 1e-6}));
+  ExpectSwiGluMatchesAten(FusedSwiGlu, gate, up, grad, {1e-6, 1e-6});
 }
 
 TEST(FusedSwiGluTest, SupportsNamesWhatItRefuses) {
