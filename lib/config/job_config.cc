@@ -542,7 +542,8 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   for (int i = 0; i < float8_section->field_count() && !float8; ++i) {
     const FieldDescriptor* field = float8_section->field(i);
     const bool refused_anyway = !field->options().GetExtension(titan::unsupported).empty();
-    if (!refused_anyway && TomlValue(config.float8(), field) != TomlValue(defaults.float8(), field)) {
+    if (!refused_anyway &&
+        TomlValue(config.float8(), field) != TomlValue(defaults.float8(), field)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "[float8] ", field->name(), " is set but [model] converters does not include "
           "\"float8\": add it, or drop the key"));

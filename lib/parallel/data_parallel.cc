@@ -93,7 +93,9 @@ absl::Status DataParallel::PrecomputeFloat8Scales() {
                        << " FSDP weights precomputed in one all-reduce";
   int64_t next = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    if (counts[g] > 0) groups_[g]->SetFloat8Scales(global.slice(0, next, next + counts[g]).unbind());
+    if (counts[g] > 0) {
+      groups_[g]->SetFloat8Scales(global.slice(0, next, next + counts[g]).unbind());
+    }
     next += counts[g];
   }
   return absl::OkStatus();
