@@ -14,6 +14,8 @@
 - FSDP's float8 all-gather (each rank casts its shard with the whole weight's scale) gives the
   same bits as gathering in fp32 and casting after, with and without full checkpointing (which
   gathers again in backward), and so do scales precomputed after each optimizer step.
+- A float8 FSDP run (float8 all-gather on) saved at step 5 resumes to step 10 on the saving run's
+  losses (float8 has no state beyond the weights: scales are dynamic).
 - Op-level selective checkpointing hands the kept float8 outputs back with the float8 backward:
   equal to no checkpointing (1e-6).
 - Tensor parallelism reduces every maximum taken over a split dim across its ranks, so TP 2 casts
@@ -25,6 +27,7 @@
 - Pipeline stages are converted too (PP 2 within 1% of fp32).
 - What cannot run as asked is refused in one line.
 """
+import os
 import sys
 
 import train_runs
@@ -78,6 +81,15 @@ class Float8TrainTest(train_runs.ParityTest):
                      "--float8.precompute_float8_dynamic_scale_for_fsdp=true")
         self.assertIn("float8 scales of 42 FSDP weights precomputed in one all-reduce", proc.stderr)
         self.assertEqual(plain, losses(dump))
+
+    def test_float8_run_resumes_from_its_checkpoint(self):
+        flags = [*FLOAT8, "--parallelism.data_parallel_shard_degree=2",
+                 "--float8.enable_fsdp_float8_all_gather=true"]
+        dump = self.fresh("float8_saving")
+        train(dump, 2, 4, "--checkpoint.enable=true", "--checkpoint.interval=5",
+              "--checkpoint.keep_latest_k=0", "--checkpoint.last_save_model_only=false", *flags)
+        self.check_resumes(os.path.join(dump, "checkpoint", "step-5"),
+                           [("float8_resumed", 2, *flags)], steps=train_runs.STEPS)
 
     def test_op_checkpointing_replays_float8_outputs(self):
         plain = self.run_float8("float8_no_ac", 1, "--float8.recipe_name=rowwise")
