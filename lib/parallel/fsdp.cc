@@ -142,7 +142,6 @@ FsdpParamGroup::FlatBuffer FsdpParamGroup::FlatShards(const std::vector<at::Tens
   c10::NoGradGuard no_grad;
   FlatBuffer buffer;
   buffer.flat = at::empty({gather_numel_}, shards[0].options().dtype(param_dtype_));
-  buffer.float8_scales.resize(params_.size());
   std::vector<size_t> float8;
   bool precomputed = !float8_scales_.empty();
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -156,17 +155,13 @@ FsdpParamGroup::FlatBuffer FsdpParamGroup::FlatShards(const std::vector<at::Tens
   }
   if (float8.empty()) return buffer;
   if (precomputed) {
-    for (size_t i : float8) buffer.float8_scales[i] = float8_scales_[i];
+    buffer.float8_scales = float8_scales_;
   } else {
     // The whole tensors' maxima: every rank casts its shard as the gathered weight would be.
-    std::vector<at::Tensor> amaxes;
-    for (size_t i : float8) amaxes.push_back(shards[i].abs().max());  // padding rows are zero
-    const at::Tensor amax = at::stack(amaxes);
+    const at::Tensor amax = at::stack(Float8ShardAmaxes());
     CheckCollective(Await(shard_->AllReduce(amax, ReduceOp::kMax)), "float8 amax all-reduce",
                     *shard_);
-    for (size_t k = 0; k < float8.size(); ++k) {
-      buffer.float8_scales[float8[k]] = Float8ScaleOf(amax[k], at::kFloat8_e4m3fn, false);
-    }
+    buffer.float8_scales = Float8ScalesOf(amax.unbind());
   }
   const at::Tensor bytes = buffer.flat.view(at::kByte);
   const int64_t element_size = static_cast<int64_t>(c10::elementSize(param_dtype_));
@@ -182,19 +177,28 @@ std::vector<at::Tensor> FsdpParamGroup::Float8ShardAmaxes() const {
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> amaxes;
   for (const Param& param : params_) {
-    if (param.float8) amaxes.push_back(param.shard.abs().max());
+    if (param.float8) amaxes.push_back(param.shard.abs().max());  // padding rows are zero
   }
   return amaxes;
 }
 
-void FsdpParamGroup::SetFloat8Scales(const std::vector<at::Tensor>& global_amaxes) {
-  float8_scales_.assign(params_.size(), at::Tensor());
-  float8_scale_versions_.assign(params_.size(), -1);
+std::vector<at::Tensor> FsdpParamGroup::Float8ScalesOf(
+    const std::vector<at::Tensor>& global_amaxes) const {
+  std::vector<at::Tensor> scales(params_.size());
   size_t next = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (!params_[i].float8) continue;
-    float8_scales_[i] = Float8ScaleOf(global_amaxes.at(next++), at::kFloat8_e4m3fn, false);
-    float8_scale_versions_[i] = params_[i].shard._version();
+    if (params_[i].float8) {
+      scales[i] = Float8ScaleOf(global_amaxes.at(next++), at::kFloat8_e4m3fn, false);
+    }
+  }
+  return scales;
+}
+
+void FsdpParamGroup::SetFloat8Scales(const std::vector<at::Tensor>& global_amaxes) {
+  float8_scales_ = Float8ScalesOf(global_amaxes);
+  float8_scale_versions_.assign(params_.size(), -1);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].float8) float8_scale_versions_[i] = params_[i].shard._version();
   }
 }
 

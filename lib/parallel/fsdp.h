@@ -171,6 +171,9 @@ class FsdpParamGroup {
     std::vector<at::Tensor> float8_scales;
   };
   FlatBuffer FlatShards(const std::vector<at::Tensor>& shards) const;
+  // The float8 parameters' scales (indexed like params_) from their whole tensors' maxima, in
+  // Float8ShardAmaxes' order.
+  std::vector<at::Tensor> Float8ScalesOf(const std::vector<at::Tensor>& global_amaxes) const;
   // The full tensors from `gathered` [group size, gather_numel_].
   std::vector<at::Tensor> AssembleAll(const at::Tensor& gathered,
                                       const std::vector<at::Tensor>& float8_scales,
