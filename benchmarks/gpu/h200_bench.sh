@@ -44,15 +44,14 @@ stage assets 30 python3 make_assets.py "$work"
 common=(--training.seq_len=8192 --training.local_batch_size=1 --training.steps=20
         --training.mixed_precision_param=bfloat16 --activation_checkpoint.mode=none
         --lr_scheduler.warmup_steps=2 --optimizer.lr=3e-4)
-stage titan_8b8l 150 titan titan_8b8l --model.name=llama3 --model.flavor=from_checkpoint \
-  --model.hf_assets_path="$work/model" --training.dataset_path="$work/corpus/train.jsonl" \
-  --optimizer.implementation=fused "${common[@]}"
+llama8b8l=(--model.name=llama3 --model.flavor=from_checkpoint --model.hf_assets_path="$work/model"
+           --training.dataset_path="$work/corpus/train.jsonl" --optimizer.implementation=fused
+           "${common[@]}")
+stage titan_8b8l 150 titan titan_8b8l "${llama8b8l[@]}"
 # Float8 (tensorwise, torchtitan's preset: the output head in bf16) on the same run: its loss curve
 # against titan_8b8l's is read by summarize.py.
-stage titan_8b8l_float8 120 titan titan_8b8l_float8 --model.name=llama3 \
-  --model.flavor=from_checkpoint --model.hf_assets_path="$work/model" \
-  --training.dataset_path="$work/corpus/train.jsonl" --optimizer.implementation=fused \
-  --model.converters=float8 --float8.filter_fqns=output "${common[@]}"
+stage titan_8b8l_float8 120 titan titan_8b8l_float8 "${llama8b8l[@]}" --model.converters=float8 \
+  --float8.filter_fqns=output
 stage wheels 60 python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" \
   wheels/*.whl
 export PYTHONPATH="$work/site"
