@@ -567,11 +567,6 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "[float8] precompute_float8_dynamic_scale_for_fsdp = true needs "
         "enable_fsdp_float8_all_gather = true (the scales are those of the float8 all-gather)");
   }
-  if (config.float8().enable_fsdp_float8_all_gather() && parallelism.tensor_parallel_degree() > 1) {
-    return absl::UnimplementedError(
-        "[float8] enable_fsdp_float8_all_gather = true with tensor parallelism: the gathered "
-        "slices' scales would need the tensor-parallel maximum too; not implemented yet");
-  }
 
   const std::string& ac_option = config.activation_checkpoint().selective_ac_option();
   if (ac_option != "op" && !IsPositiveInteger(ac_option)) {

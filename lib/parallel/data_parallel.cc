@@ -81,14 +81,16 @@ absl::Status DataParallel::FinishBackward() {
 absl::Status DataParallel::PrecomputeFloat8Scales() {
   std::vector<int64_t> counts;
   std::vector<at::Tensor> amaxes;
+  const FsdpParamGroup* reducer = nullptr;  // the groups share their communicators
   for (const auto& group : groups_) {
     std::vector<at::Tensor> local = group->Float8ShardAmaxes();
     counts.push_back(static_cast<int64_t>(local.size()));
     amaxes.insert(amaxes.end(), local.begin(), local.end());
+    if (!local.empty()) reducer = group.get();
   }
   if (amaxes.empty()) return absl::OkStatus();
   const at::Tensor global = at::stack(amaxes);
-  TITAN_RETURN_IF_ERROR(Await(shard_->AllReduce(global, ReduceOp::kMax)));
+  TITAN_RETURN_IF_ERROR(reducer->AllReduceFloat8Amaxes(global));
   LOG_FIRST_N(INFO, 1) << "float8 scales of " << amaxes.size()
                        << " FSDP weights precomputed in one all-reduce";
   int64_t next = 0;

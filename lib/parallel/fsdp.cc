@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/profiling/phase_range.h"
+#include "lib/util/status_macros.h"
 
 namespace titan {
 namespace {
@@ -100,7 +101,7 @@ absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
     param.rows_per_shard = (full.size(0) + size - 1) / size;
     param.row_numel = full.numel() / full.size(0);
     param.offset = offset;
-    param.float8 = float8.contains(ref.name);
+    param.float8 = float8.names.contains(ref.name);
     param.gather_offset = gather_offset;
     const int64_t shard_numel = param.rows_per_shard * param.row_numel;
     offset += shard_numel;
@@ -108,7 +109,8 @@ absl::StatusOr<std::unique_ptr<FsdpParamGroup>> FsdpParamGroup::Create(
     sharded.push_back(std::move(param));
   }
   std::unique_ptr<FsdpParamGroup> group(
-      new FsdpParamGroup(std::move(sharded), offset, gather_offset, shard, replicate, param_dtype,
+      new FsdpParamGroup(std::move(sharded), offset, gather_offset, shard, replicate,
+                         float8.tensor_parallel, param_dtype,
                          mixed_precision.reduce_dtype.value_or(param_dtype)));
   c10::NoGradGuard no_grad;
   for (Param& param : group->params_) {
@@ -159,8 +161,7 @@ FsdpParamGroup::FlatBuffer FsdpParamGroup::FlatShards(const std::vector<at::Tens
   } else {
     // The whole tensors' maxima: every rank casts its shard as the gathered weight would be.
     const at::Tensor amax = at::stack(Float8ShardAmaxes());
-    CheckCollective(Await(shard_->AllReduce(amax, ReduceOp::kMax)), "float8 amax all-reduce",
-                    *shard_);
+    CheckCollective(AllReduceFloat8Amaxes(amax), "float8 amax all-reduce", *shard_);
     buffer.float8_scales = Float8ScalesOf(amax.unbind());
   }
   const at::Tensor bytes = buffer.flat.view(at::kByte);
@@ -180,6 +181,12 @@ std::vector<at::Tensor> FsdpParamGroup::Float8ShardAmaxes() const {
     if (param.float8) amaxes.push_back(param.shard.abs().max());  // padding rows are zero
   }
   return amaxes;
+}
+
+absl::Status FsdpParamGroup::AllReduceFloat8Amaxes(const at::Tensor& amaxes) const {
+  TITAN_RETURN_IF_ERROR(Await(shard_->AllReduce(amaxes, ReduceOp::kMax)));
+  if (float8_tensor_parallel_ == nullptr) return absl::OkStatus();
+  return Await(float8_tensor_parallel_->AllReduce(amaxes, ReduceOp::kMax));
 }
 
 std::vector<at::Tensor> FsdpParamGroup::Float8ScalesOf(

@@ -42,7 +42,12 @@ struct FsdpMixedPrecision {
 // per group gather), so the gathered bytes equal the float8 cast of the gathered weight; the
 // linear uses them as its weight cast (RegisterFloat8Weight) and the slot gets the dequantised
 // weight.
-using FsdpFloat8Params = absl::flat_hash_set<std::string>;
+struct FsdpFloat8Params {
+  absl::flat_hash_set<std::string> names;
+  // Tensor parallelism: the shards are of TP slices, and the scale is the whole weight's (as the
+  // float8 linear's own cast), so the maxima are MAX-reduced over these ranks too. Null: no TP.
+  Communicator* tensor_parallel = nullptr;
+};
 
 class FsdpParamGroup;
 
@@ -125,6 +130,9 @@ class FsdpParamGroup {
   // gathers use until a shard changes (its version counter moves), instead of reducing them.
   std::vector<at::Tensor> Float8ShardAmaxes() const;
   void SetFloat8Scales(const std::vector<at::Tensor>& global_amaxes);
+  // Shard maxima (in place) to the whole weights' maxima: MAX over the shard group, then over the
+  // tensor-parallel group when the weights are TP slices.
+  absl::Status AllReduceFloat8Amaxes(const at::Tensor& amaxes) const;
 
   // The autograd all-gather (forward) and reduce-scatter (backward); used by Unshard. Float8
   // parameters' casts go to `float8_casts` (indexed like params(), unset for the others).
@@ -150,13 +158,14 @@ class FsdpParamGroup {
 
  private:
   FsdpParamGroup(std::vector<Param> params, int64_t shard_numel, int64_t gather_numel,
-                 Communicator* shard, Communicator* replicate, at::ScalarType param_dtype,
-                 at::ScalarType reduce_dtype)
+                 Communicator* shard, Communicator* replicate, Communicator* float8_tensor_parallel,
+                 at::ScalarType param_dtype, at::ScalarType reduce_dtype)
       : params_(std::move(params)),
         shard_numel_(shard_numel),
         gather_numel_(gather_numel),
         shard_(shard),
         replicate_(replicate),
+        float8_tensor_parallel_(float8_tensor_parallel),
         param_dtype_(param_dtype),
         reduce_dtype_(reduce_dtype) {}
 
@@ -193,6 +202,7 @@ class FsdpParamGroup {
   std::vector<int64_t> float8_scale_versions_;
   Communicator* shard_;
   Communicator* replicate_;
+  Communicator* float8_tensor_parallel_;  // FsdpFloat8Params::tensor_parallel
   at::ScalarType param_dtype_;
   at::ScalarType reduce_dtype_;
   mutable std::optional<PendingGather> prefetched_;  // Taken by the next AllGatherFlat.

@@ -64,21 +64,23 @@ struct FsdpSetup {
   Communicator* replicate = nullptr;
   TensorParallel* slice_after_init = nullptr;
   bool float8_all_gather = false;
+  Communicator* tensor_parallel = nullptr;  // its weights are TP slices
 };
 
 // The weights of the linears a converter set (float8), for FSDP's float8 all-gather. A tied head
 // is left out: its weight is the embedding table, which the lookup reads in high precision.
-FsdpFloat8Params Float8GatheredWeights(Decoder& model) {
+FsdpFloat8Params Float8GatheredWeights(Decoder& model, Communicator* tensor_parallel) {
   const std::vector<ParamRef> params = model.NamedParameters();
-  FsdpFloat8Params names;
+  FsdpFloat8Params float8;
+  float8.tensor_parallel = tensor_parallel;
   for (const LinearRef& linear : model.NamedLinears()) {
     if (!*linear.fn) continue;
     const std::string weight = linear.name + ".weight";
     for (const ParamRef& param : params) {
-      if (param.name == weight) names.insert(weight);
+      if (param.name == weight) float8.names.insert(weight);
     }
   }
-  return names;
+  return float8;
 }
 
 absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Decoder& model, const FsdpSetup& setup) {
@@ -90,9 +92,11 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Decoder& model, const Fs
                      policy, "\""));
   }
   const FsdpFloat8Params float8 =
-      setup.float8_all_gather ? Float8GatheredWeights(model) : FsdpFloat8Params();
+      setup.float8_all_gather ? Float8GatheredWeights(model, setup.tensor_parallel)
+                              : FsdpFloat8Params();
   if (setup.float8_all_gather) {
-    LOG(INFO) << "FSDP float8 all-gather: " << float8.size() << " weights travel as e4m3";
+    LOG(INFO) << "FSDP float8 all-gather: " << float8.names.size() << " weights travel as e4m3"
+              << (setup.tensor_parallel != nullptr ? " (TP slices, whole-weight scales)" : "");
   }
   const std::vector<int64_t> layer_ids = model.layer_ids();
   const int64_t num_layers = static_cast<int64_t>(layer_ids.size());
@@ -236,6 +240,7 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ParallelizeDecoder(Decoder& model,
     setup.shard = &comms->Get(dims.cp_enabled() ? MeshGroup::kDpShardCp : MeshGroup::kDpShard);
     if (dims.dp_replicate_enabled()) setup.replicate = &comms->Get(MeshGroup::kDpReplicate);
     if (options.materialize) setup.slice_after_init = tensor_parallel.get();
+    if (tensor_parallel != nullptr) setup.tensor_parallel = tensor_parallel->group();
     TITAN_ASSIGN_OR_RETURN(result, ApplyFsdp(model, setup));
   } else {
     if (options.materialize) {

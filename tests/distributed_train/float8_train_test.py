@@ -14,6 +14,8 @@
 - FSDP's float8 all-gather (each rank casts its shard with the whole weight's scale) gives the
   same bits as gathering in fp32 and casting after, with and without full checkpointing (which
   gathers again in backward), and so do scales precomputed after each optimizer step.
+- With tensor parallelism too (FSDP 2 x TP 2), the shards of TP slices are cast with the whole
+  weight's scale, so the float8 all-gather is again bitwise equal to casting after the gather.
 - A float8 FSDP run (float8 all-gather on) saved at step 5 resumes to step 10 on the saving run's
   losses (float8 has no state beyond the weights: scales are dynamic).
 - Op-level selective checkpointing hands the kept float8 outputs back with the float8 backward:
@@ -81,6 +83,20 @@ class Float8TrainTest(train_runs.ParityTest):
                      "--float8.precompute_float8_dynamic_scale_for_fsdp=true")
         self.assertIn("float8 scales of 42 FSDP weights precomputed in one all-reduce", proc.stderr)
         self.assertEqual(plain, losses(dump))
+
+    def test_float8_all_gather_with_tensor_parallel(self):
+        # FSDP 2 x TP 2: each rank casts its shard of a TP slice with the whole weight's scale
+        # (MAX over the shard group, then the TP group), as the linear casts a gathered slice.
+        fsdp_tp = ["--parallelism.data_parallel_shard_degree=2",
+                   "--parallelism.tensor_parallel_degree=2"]
+        plain = self.run_float8("float8_fsdp_tp_gather_fp32", 4, *fsdp_tp)
+        for precompute in ("false", "true"):
+            dump = self.fresh(f"float8_fsdp_tp_gather_fp8_{precompute}")
+            proc = train(dump, 4, 4, "--checkpoint.enable=false", *FLOAT8, *fsdp_tp,
+                         "--float8.enable_fsdp_float8_all_gather=true",
+                         f"--float8.precompute_float8_dynamic_scale_for_fsdp={precompute}")
+            self.assertIn("weights travel as e4m3 (TP slices, whole-weight scales)", proc.stderr)
+            self.assertEqual(plain, losses(dump), precompute)
 
     def test_float8_run_resumes_from_its_checkpoint(self):
         flags = [*FLOAT8, "--parallelism.data_parallel_shard_degree=2",
