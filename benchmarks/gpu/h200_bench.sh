@@ -4,8 +4,9 @@
 # come, so a stage that fails or runs out of time leaves the others' results. About 8 minutes:
 #   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (the fused RoPE/SwiGLU CUDA
 #   kernels against ATen; the training runs below go through them) · smoke (titan debug model on
-#   CUDA, bf16, loss falls) · titan_8b8l / torchtitan_eager / torchtitan_compiled (Llama 3 8B shapes
-#   with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) · chunked_ce · fused_kernels
+#   CUDA, bf16, loss falls) · smoke_cuda_graph (the same, replayed as CUDA graphs) · titan_8b8l /
+#   torchtitan_eager / torchtitan_compiled (Llama 3 8B shapes with 8 layers, batch 1 x seq 8192,
+#   bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph · chunked_ce · fused_kernels
 #   (fused vs ATen timings) · ops · summary.
 # Usage on the device: OUT=... bash gpu_pack/h200_bench.sh
 set -uo pipefail
@@ -36,10 +37,13 @@ titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
 stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"'
 stage nccl 60 bin/nccl_communicator_test
 stage kernels 60 bin/cuda_kernels_test
-stage smoke 90 titan smoke --model.tokenizer_path=default_tokenizer \
-  --training.dataset_path=default_corpus/train.jsonl --training.seq_len=512 \
-  --training.local_batch_size=8 --training.steps=30 --training.mixed_precision_param=bfloat16 \
-  --lr_scheduler.warmup_steps=5 --optimizer.lr=2e-3 --activation_checkpoint.mode=none
+smoke=(--model.tokenizer_path=default_tokenizer --training.dataset_path=default_corpus/train.jsonl
+       --training.seq_len=512 --training.local_batch_size=8 --training.steps=30
+       --training.mixed_precision_param=bfloat16 --lr_scheduler.warmup_steps=5 --optimizer.lr=2e-3
+       --activation_checkpoint.mode=none)
+stage smoke 90 titan smoke "${smoke[@]}"
+# The same run replayed as CUDA graphs from step 2: summarize.py compares its losses with smoke's.
+stage smoke_cuda_graph 90 titan smoke_cuda_graph "${smoke[@]}" --compile.cuda_graph=true
 stage assets 30 python3 make_assets.py "$work"
 common=(--training.seq_len=8192 --training.local_batch_size=1 --training.steps=20
         --training.mixed_precision_param=bfloat16 --activation_checkpoint.mode=none
@@ -61,6 +65,7 @@ torchtitan=(torchrun --standalone --nproc_per_node=1 torchtitan_run.py --model.n
             --optimizer.implementation=fused --job.dump_folder="$work/tt" "${common[@]}")
 stage torchtitan_eager 150 "${torchtitan[@]}"
 stage torchtitan_compiled 240 "${torchtitan[@]}" --compile.enable --compile.components model loss
+stage titan_8b8l_cuda_graph 120 titan titan_8b8l_cuda_graph "${llama8b8l[@]}" --compile.cuda_graph=true
 stage chunked_ce 60 bin/chunked_ce_benchmark 8192 4096 1024 cuda
 stage fused_kernels 60 bin/fused_kernels_benchmark
 stage ops 90 python3 op_bench.py "$OUT/ops.json"

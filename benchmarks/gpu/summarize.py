@@ -52,10 +52,14 @@ def torchtitan(name):
     return {"tps": median(tps), "memory_gib": max(memory), "final_loss": loss}
 
 
-results = {"titan_bf16": titan("titan_8b8l"), "titan_float8": titan("titan_8b8l_float8"), "torchtitan_eager": torchtitan("torchtitan_eager"),
+results = {"titan_bf16": titan("titan_8b8l"), "titan_float8": titan("titan_8b8l_float8"),
+           "titan_cuda_graph": titan("titan_8b8l_cuda_graph"),
+           "torchtitan_eager": torchtitan("torchtitan_eager"),
            "torchtitan_compiled": torchtitan("torchtitan_compiled"),
+           "smoke": titan("smoke"), "smoke_cuda_graph": titan("smoke_cuda_graph"),
            "flops_per_token": FLOPS_PER_TOKEN}
-RUNS = ("titan_bf16", "titan_float8", "torchtitan_eager", "torchtitan_compiled")
+RUNS = ("titan_bf16", "titan_float8", "titan_cuda_graph", "torchtitan_eager",
+        "torchtitan_compiled")
 for key in RUNS:
     if results[key] and results[key]["tps"]:
         results[key]["mfu_percent"] = results[key]["tps"] * FLOPS_PER_TOKEN / PEAK * 100
@@ -77,3 +81,9 @@ if bf16 and float8 and float8["tps"]:
     worst = max(abs(f - b) / b for b, f in zip(bf16["losses"], float8["losses"]))
     print(f"titan float8 / bf16: {float8['tps'] / bf16['tps']:.3f}x; "
           f"max per-step loss difference {worst:.2%} over {len(float8['losses'])} steps")
+for eager, graphed in (("smoke", "smoke_cuda_graph"), ("titan_bf16", "titan_cuda_graph")):
+    e, g = results[eager], results[graphed]
+    if e and g and g["tps"]:
+        worst = max(abs(a - b) / a for a, b in zip(e["losses"], g["losses"]))
+        print(f"{graphed} / {eager}: {g['tps'] / e['tps']:.3f}x tokens/s; max per-step loss "
+              f"difference {worst:.2e} over {len(g['losses'])} steps (the same kernels: 0 expected)")

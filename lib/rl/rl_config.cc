@@ -37,6 +37,11 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
         "[parallelism] tensor/context/pipeline_parallel_degree > 1: titan_rl shards the policy "
         "with data parallelism only (DDP, FSDP, HSDP); set them to 1");
   }
+  if (config.compile().cuda_graph()) {
+    return absl::UnimplementedError(
+        "[compile] cuda_graph: titan_rl's batches change shape and token counts every step; "
+        "CUDA graphs need static ones. Set it to false");
+  }
   if (config.model().converters_size() > 0) {
     return absl::UnimplementedError(
         "[model] converters: titan_rl trains in high precision only (float8 would widen the gap "

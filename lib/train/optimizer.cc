@@ -257,8 +257,15 @@ Optimizer::Optimizer(std::vector<ParamRef> params, std::vector<Group> groups,
 
 Optimizer::~Optimizer() = default;
 
-void Optimizer::ZeroGrad() {
-  for (const ParamRef& p : params_) p.tensor->mutable_grad().reset();
+void Optimizer::ZeroGrad(bool set_to_none) {
+  for (const ParamRef& p : params_) {
+    at::Tensor& grad = p.tensor->mutable_grad();
+    if (set_to_none) {
+      grad.reset();
+    } else if (grad.defined()) {
+      grad.zero_();
+    }
+  }
 }
 
 void Optimizer::Step() {

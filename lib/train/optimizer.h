@@ -39,7 +39,9 @@ class Optimizer {
                                                            const JobConfig::Optimizer& config);
   ~Optimizer();
 
-  void ZeroGrad();
+  // As torch's zero_grad: drops the gradients, or with `set_to_none` false zeroes them in place
+  // (their storage stays where a captured CUDA graph accumulates into it).
+  void ZeroGrad(bool set_to_none = true);
   void Step();
   // Sets every group's learning rate to its own lr × factor (the schedule's output).
   void SetLrFactor(double factor);

@@ -59,6 +59,22 @@ std::string CreateError(const JobConfig::Optimizer& config) {
   return optimizer.ok() ? "" : std::string(optimizer.status().message());
 }
 
+// zero_grad(set_to_none=False): the gradients stay allocated where they were (a captured CUDA
+// graph accumulates into that storage), as zeros; the default drops them.
+TEST(OptimizerTest, ZeroGradKeepsOrDropsTheGradientStorage) {
+  Params p;
+  auto opt = Optimizer::Create(p.refs(), Config("foreach")).value();
+  p.SetGrads(1);
+  const void* storage = p.matrix.grad().data_ptr();
+  opt->ZeroGrad(/*set_to_none=*/false);
+  EXPECT_EQ(p.matrix.grad().data_ptr(), storage);
+  EXPECT_TRUE(at::equal(p.matrix.grad(), at::zeros_like(p.matrix)));
+  opt->ZeroGrad();
+  EXPECT_FALSE(p.matrix.grad().defined());
+  opt->ZeroGrad(/*set_to_none=*/false);  // undefined gradients stay undefined
+  EXPECT_FALSE(p.norm.grad().defined());
+}
+
 // With zero gradients (and zero moments) a step moves a parameter only by decoupled weight decay:
 // p × (1 - lr × weight_decay), exact in float up to the one rounding of the product.
 TEST(OptimizerTest, ByDefaultEveryParameterDecays) {

@@ -105,6 +105,7 @@ absl::Status Trainer::Init() {
     }
   }
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, model_.params));
+  if (config_.compile().cuda_graph()) TITAN_RETURN_IF_ERROR(SetUpCudaGraph());
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
   microbatches_ = GradientAccumulationSteps(config_, setup_);
   TITAN_ASSIGN_OR_RETURN(train_data_, BuildTrainData(config_, tokenizer_.get(), setup_));
@@ -130,6 +131,27 @@ absl::Status Trainer::Init() {
                                                  setup_.device);
   }
   return InstallHooks();
+}
+
+absl::Status Trainer::SetUpCudaGraph() {
+  if (!setup_.device.is_cuda()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "[compile] cuda_graph = true needs a CUDA device; this run is on ", setup_.device.str()));
+  }
+  if (runtime_.distributed()) {
+    return absl::UnimplementedError(
+        "[compile] cuda_graph = true runs one process only: the collectives of data, tensor, "
+        "context and pipeline parallelism are not captured");
+  }
+  if (config_.model().attn_mask_type() == "block_causal") {
+    return absl::UnimplementedError(
+        "[compile] cuda_graph = true with [model] attn_mask_type = \"block_causal\": document "
+        "masks are built from each batch's tokens and are not captured; use \"causal\"");
+  }
+  // One eager step first: lazy initialisation (cuBLAS and cuDNN plans, SDPA's backend) stays out
+  // of the graph.
+  cuda_graph_ = std::make_unique<CudaGraphedMicrobatch>(model_.params, /*eager_steps=*/1);
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::InstallHooks() {
@@ -201,7 +223,8 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   // Data parallelism averages gradients over ranks: each rank scales its summed loss by
   // token_ranks / global_counted so the average is the gradient of the global mean.
   const double per_rank_counted = global_counted / token_ranks;
-  optimizer_->ZeroGrad();
+  // A captured graph accumulates into the gradients' storage: they are zeroed, not dropped.
+  optimizer_->ZeroGrad(/*set_to_none=*/cuda_graph_ == nullptr);
   at::Tensor loss_sum = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(setup_.device));
   PipelineParallel* pipeline = model_.pipeline.get();
   for (size_t m = 0; m < microbatches.size(); ++m) {
@@ -212,11 +235,21 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
       TITAN_ASSIGN_OR_RETURN(sum, pipeline->TrainStep(microbatches[m], loss_, per_rank_counted,
                                                       setup_.autocast_dtype));
     } else {
-      sum = ForwardLossSum(*model_.model, *model_.data_parallel, microbatches[m], loss_,
-                           setup_.autocast_dtype);
-      model_.data_parallel->BeginBackward(/*last_microbatch=*/m + 1 == microbatches.size());
-      PhaseRange range("backward");
-      (sum / per_rank_counted).backward();
+      const bool last_microbatch = m + 1 == microbatches.size();
+      auto forward_backward = [&](const Batch& batch) {
+        at::Tensor batch_sum = ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
+                                              setup_.autocast_dtype);
+        model_.data_parallel->BeginBackward(last_microbatch);
+        PhaseRange range("backward");
+        (batch_sum / per_rank_counted).backward();
+        return batch_sum.detach();
+      };
+      if (cuda_graph_ != nullptr) {
+        TITAN_ASSIGN_OR_RETURN(
+            sum, cuda_graph_->Run(m == 0, microbatches[m], per_rank_counted, forward_backward));
+      } else {
+        sum = forward_backward(microbatches[m]);
+      }
     }
     loss_sum += sum.detach();
     TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kAfterBackward, {step, int64_t(m)}));

@@ -12,6 +12,7 @@
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/profiling/step_profiler.h"
 #include "lib/train/components.h"
+#include "lib/train/cuda_graph.h"
 #include "lib/train/loss.h"
 #include "lib/train/resource_monitor.h"
 #include "lib/train/step_hooks.h"
@@ -83,6 +84,8 @@ class Trainer {
   // a per-step wait: each step's all-reduce of the flag is read a step later.
   absl::StatusOr<int> AgreedStopSignal();
   absl::Status InstallHooks();
+  // [compile] cuda_graph: refused where it cannot run, else cuda_graph_.
+  absl::Status SetUpCudaGraph();
 
   const JobConfig config_;
   const DistributedRuntime& runtime_;
@@ -96,6 +99,7 @@ class Trainer {
   std::unique_ptr<MetricsLogger> metrics_;           // null on ranks that write none
   std::unique_ptr<StepProfiler> profiler_;           // null with profiling off
   std::unique_ptr<ResourceMonitor> monitor_;         // [job] monitoring_interval
+  std::unique_ptr<CudaGraphedMicrobatch> cuda_graph_;  // [compile] cuda_graph; null: eager
   StepHooks hooks_;
   LossFn custom_loss_;  // set_loss's; unset: the cross-entropy
   LossFn loss_;         // what the model's logits get (DataParallel::Loss)

@@ -202,6 +202,14 @@ class TitanTrainTest(unittest.TestCase):
         self.assertIn("titan_train: [compile] enable = true: titan has no graph compiler",
                       proc.stderr)
 
+    def test_cuda_graph_is_refused_where_it_cannot_run(self):
+        dump = self.dump("cuda_graph")
+        proc = run_train(dump, "--compile.cuda_graph=true", check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("titan_train: [compile] cuda_graph = true needs a CUDA device; this run is "
+                      "on cpu", proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
+
     def test_help_lists_every_section(self):
         proc = subprocess.run([TITAN_TRAIN, "--help"], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 0)
