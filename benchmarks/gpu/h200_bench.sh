@@ -3,8 +3,9 @@
 # made (carried as gpu_pack): every stage under its own timeout, results written to $OUT as they
 # come, so a stage that fails or runs out of time leaves the others' results. About 8 minutes:
 #   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (the fused RoPE/SwiGLU CUDA
-#   kernels against ATen; the training runs below go through them) · smoke (titan debug model on
-#   CUDA, bf16, loss falls) · smoke_cuda_graph (the same, replayed as CUDA graphs) · titan_8b8l /
+#   kernels against ATen; the training runs below go through them) · cuda_graph (replays equal
+#   eager steps) · smoke (titan debug model on CUDA, bf16, loss falls) · smoke_cuda_graph (the
+#   same, replayed as CUDA graphs) · titan_8b8l /
 #   torchtitan_eager / torchtitan_compiled (Llama 3 8B shapes with 8 layers, batch 1 x seq 8192,
 #   bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph · chunked_ce · fused_kernels
 #   (fused vs ATen timings) · ops · summary.
@@ -37,6 +38,7 @@ titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
 stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"'
 stage nccl 60 bin/nccl_communicator_test
 stage kernels 60 bin/cuda_kernels_test
+stage cuda_graph 60 bin/cuda_graph_test
 smoke=(--model.tokenizer_path=default_tokenizer --training.dataset_path=default_corpus/train.jsonl
        --training.seq_len=512 --training.local_batch_size=8 --training.steps=30
        --training.mixed_precision_param=bfloat16 --lr_scheduler.warmup_steps=5 --optimizer.lr=2e-3
