@@ -49,7 +49,8 @@ absl::Status MeasureStep(const JobConfig& config, const DistributedRuntime& runt
   const int64_t start = counter->live();
   counter->ResetPeak();
   at::Tensor loss = ForwardLossSum(*model.model, *model.data_parallel, local,
-                                   model.data_parallel->Loss(), setup.autocast_dtype);
+                                   model.data_parallel->Loss(nullptr, training.loss_chunk_size()),
+                                   setup.autocast_dtype);
   const int64_t held = counter->live() - start;
   loss.backward();
   TITAN_RETURN_IF_ERROR(model.data_parallel->FinishBackward());

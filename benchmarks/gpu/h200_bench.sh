@@ -7,7 +7,8 @@
 #   eager steps) · smoke (titan debug model on CUDA, bf16, loss falls) · smoke_cuda_graph (the
 #   same, replayed as CUDA graphs) · titan_8b8l /
 #   torchtitan_eager / torchtitan_compiled (Llama 3 8B shapes with 8 layers, batch 1 x seq 8192,
-#   bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph · chunked_ce · fused_kernels
+#   bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph · titan_8b8l_fused_loss · chunked_ce ·
+#   fused_kernels
 #   (fused vs ATen timings) · ops · summary.
 # Usage on the device: OUT=... bash gpu_pack/h200_bench.sh
 set -uo pipefail
@@ -68,6 +69,9 @@ torchtitan=(torchrun --standalone --nproc_per_node=1 torchtitan_run.py --model.n
 stage torchtitan_eager 150 "${torchtitan[@]}"
 stage torchtitan_compiled 240 "${torchtitan[@]}" --compile.enable --compile.components model loss
 stage titan_8b8l_cuda_graph 120 titan titan_8b8l_cuda_graph "${llama8b8l[@]}" --compile.cuda_graph=true
+# The head fused with the loss, 2048 tokens' logits at a time: speed and peak memory vs titan_8b8l.
+stage titan_8b8l_fused_loss 120 titan titan_8b8l_fused_loss "${llama8b8l[@]}" \
+  --training.loss_chunk_size=2048
 stage chunked_ce 60 bin/chunked_ce_benchmark 8192 4096 1024 cuda
 stage fused_kernels 60 bin/fused_kernels_benchmark
 stage ops 90 python3 op_bench.py "$OUT/ops.json"

@@ -54,11 +54,12 @@ def torchtitan(name):
 
 results = {"titan_bf16": titan("titan_8b8l"), "titan_float8": titan("titan_8b8l_float8"),
            "titan_cuda_graph": titan("titan_8b8l_cuda_graph"),
+           "titan_fused_loss": titan("titan_8b8l_fused_loss"),
            "torchtitan_eager": torchtitan("torchtitan_eager"),
            "torchtitan_compiled": torchtitan("torchtitan_compiled"),
            "smoke": titan("smoke"), "smoke_cuda_graph": titan("smoke_cuda_graph"),
            "flops_per_token": FLOPS_PER_TOKEN}
-RUNS = ("titan_bf16", "titan_float8", "titan_cuda_graph", "torchtitan_eager",
+RUNS = ("titan_bf16", "titan_float8", "titan_cuda_graph", "titan_fused_loss", "torchtitan_eager",
         "torchtitan_compiled")
 for key in RUNS:
     if results[key] and results[key]["tps"]:
@@ -81,6 +82,12 @@ if bf16 and float8 and float8["tps"]:
     worst = max(abs(f - b) / b for b, f in zip(bf16["losses"], float8["losses"]))
     print(f"titan float8 / bf16: {float8['tps'] / bf16['tps']:.3f}x; "
           f"max per-step loss difference {worst:.2%} over {len(float8['losses'])} steps")
+fused = results["titan_fused_loss"]
+if bf16 and fused and fused["tps"]:
+    worst = max(abs(f - b) / b for b, f in zip(bf16["losses"], fused["losses"]))
+    print(f"titan fused loss / whole logits: {fused['tps'] / bf16['tps']:.3f}x tokens/s, peak "
+          f"memory {fused['memory_gib']:.1f} vs {bf16['memory_gib']:.1f} GiB; max per-step loss "
+          f"difference {worst:.2e} over {len(fused['losses'])} steps (bf16 roundings)")
 for eager, graphed in (("smoke", "smoke_cuda_graph"), ("titan_bf16", "titan_cuda_graph")):
     e, g = results[eager], results[graphed]
     if e and g and g["tps"]:

@@ -504,6 +504,17 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     }
   }
 
+  if (training.loss_chunk_size() > 0 && tp > 1 && parallelism.disable_loss_parallel()) {
+    return absl::InvalidArgumentError(
+        "[training] loss_chunk_size with [parallelism] disable_loss_parallel = true: the fused "
+        "loss never builds logits to gather (it runs on the head's vocabulary shards); drop one");
+  }
+  if (training.loss_chunk_size() > 0 && config.debug().batch_invariant()) {
+    return absl::InvalidArgumentError(
+        "[training] loss_chunk_size with [debug] batch_invariant = true: the fused head's chunked "
+        "matmuls are not batch-invariant; set loss_chunk_size = 0");
+  }
+
   const JobConfig::Checkpoint& checkpoint = config.checkpoint();
   if (checkpoint.keep_latest_k() == 1) {
     return absl::InvalidArgumentError(

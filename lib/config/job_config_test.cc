@@ -403,6 +403,23 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
             "[profiling] profiler_active=0 is out of range: expected >= 1");
 }
 
+TEST(JobConfigTest, FusedLossRefusesKeysItWouldIgnore) {
+  const std::vector<std::string> tp2 = {"--training.loss_chunk_size=256",
+                                        "--parallelism.tensor_parallel_degree=2"};
+  ExpectValid(tp2, 2);
+  std::vector<std::string> gathered = tp2;
+  gathered.push_back("--parallelism.disable_loss_parallel=true");
+  EXPECT_EQ(ValidationError(gathered, 2),
+            "[training] loss_chunk_size with [parallelism] disable_loss_parallel = true: the fused "
+            "loss never builds logits to gather (it runs on the head's vocabulary shards); drop "
+            "one");
+  EXPECT_NE(ValidationError({"--training.loss_chunk_size=256", "--debug.batch_invariant=true"})
+                .find("not batch-invariant"),
+            std::string::npos);
+  EXPECT_EQ(ValidationError({"--training.loss_chunk_size=-1"}),
+            "[training] loss_chunk_size=-1 is out of range: expected >= 0");
+}
+
 TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
   EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=8",
                              "--parallelism.tensor_parallel_degree=2"},

@@ -280,15 +280,23 @@ const at::Tensor& Decoder::OutputWeight() const {
   return output_ != nullptr ? *output_ : *tok_embeddings_;
 }
 
+at::Tensor Decoder::HeadInput(const at::Tensor& hidden) const {
+  return Apply(&hooks_, &ParallelHooks::region_in, FinalNorm(hidden));
+}
+
 at::Tensor Decoder::Head(const at::Tensor& hidden) const {
-  const at::Tensor normed = Apply(&hooks_, &ParallelHooks::region_in, FinalNorm(hidden));
-  return Apply(&hooks_, &ParallelHooks::logits, Linear(normed, OutputWeight(), *output_fn_));
+  return Apply(&hooks_, &ParallelHooks::logits,
+               Linear(HeadInput(hidden), OutputWeight(), *output_fn_));
+}
+
+at::Tensor Decoder::ForwardHidden(const at::Tensor& tokens, const DecoderInputs& inputs) {
+  at::Tensor hidden = Embed(tokens);
+  const BatchContext batch = PrepareBatch(tokens.size(0), tokens.size(1), inputs);
+  return RunLayers(hidden, batch);
 }
 
 at::Tensor Decoder::Forward(const at::Tensor& tokens, const DecoderInputs& inputs) {
-  at::Tensor hidden = Embed(tokens);
-  const BatchContext batch = PrepareBatch(tokens.size(0), tokens.size(1), inputs);
-  return Head(RunLayers(hidden, batch));
+  return Head(ForwardHidden(tokens, inputs));
 }
 
 }  // namespace titan

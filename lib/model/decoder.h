@@ -134,13 +134,18 @@ class Decoder : public Module {
 
   // tokens [B, S] int64 -> logits [B, S, vocab]; needs the embedding and the head.
   at::Tensor Forward(const at::Tensor& tokens, const DecoderInputs& inputs = {});
+  // Forward without the head: the last block's output [B, S, D] (before the final norm).
+  at::Tensor ForwardHidden(const at::Tensor& tokens, const DecoderInputs& inputs = {});
 
   // The pieces Forward chains, for pipeline stages and fused losses.
   at::Tensor Embed(const at::Tensor& tokens) const;
   BatchContext PrepareBatch(int64_t batch, int64_t seq_len, const DecoderInputs& inputs);
   at::Tensor RunLayers(at::Tensor hidden, const BatchContext& batch);
   at::Tensor FinalNorm(const at::Tensor& hidden) const;
-  at::Tensor Head(const at::Tensor& hidden) const;  // FinalNorm then the output projection
+  // What the output projection reads: FinalNorm, then into the head's region (tensor
+  // parallelism: the whole sequence, replicated); fused losses take it with OutputWeight().
+  at::Tensor HeadInput(const at::Tensor& hidden) const;
+  at::Tensor Head(const at::Tensor& hidden) const;  // HeadInput then the output projection
   // The output projection's weight (the embedding when tied).
   const at::Tensor& OutputWeight() const;
 

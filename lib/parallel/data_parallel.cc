@@ -41,14 +41,25 @@ absl::StatusOr<Batch> DataParallel::ShardBatch(const Batch& batch) const {
   return cp_ != nullptr ? cp_->ShardBatch(batch) : batch;
 }
 
-LossFn DataParallel::Loss(LossFn loss) const {
-  const bool vocab_shards = tp_ != nullptr && tp_->loss_parallel();
-  if (!loss) return vocab_shards ? VocabParallelCrossEntropySum(tp_->group()) : CrossEntropySum();
-  if (!vocab_shards) return loss;
-  Communicator* tp = tp_->group();
-  return [tp, loss](const at::Tensor& logits, const Batch& batch) {
-    return loss(GatherForReplicatedUse(logits, -1, tp), batch);
-  };
+HeadLoss DataParallel::Loss(LossFn loss, int64_t fused_chunk_tokens) const {
+  Communicator* tp = tp_ != nullptr ? tp_->group() : nullptr;
+  HeadLoss head_loss;
+  if (!loss && fused_chunk_tokens > 0) {
+    // The head's weight is split by vocabulary rows under tensor parallelism, whatever the logits.
+    head_loss.fused = ChunkedCrossEntropySum(fused_chunk_tokens, tp);
+    return head_loss;
+  }
+  const bool vocab_shards = tp != nullptr && tp_->loss_parallel();
+  if (!loss) {
+    head_loss.logits = vocab_shards ? VocabParallelCrossEntropySum(tp) : CrossEntropySum();
+  } else if (!vocab_shards) {
+    head_loss.logits = std::move(loss);
+  } else {
+    head_loss.logits = [tp, loss](const at::Tensor& logits, const Batch& batch) {
+      return loss(GatherForReplicatedUse(logits, -1, tp), batch);
+    };
+  }
+  return head_loss;
 }
 
 at::Tensor DataParallel::Forward(const std::function<at::Tensor()>& forward) {

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,6 +23,7 @@
 #include "lib/parallel/sharded_state.h"
 #include "lib/parallel/tensor_parallel.h"
 #include "lib/train/grad_clip.h"
+#include "lib/train/head_loss.h"
 #include "lib/train/loss.h"
 
 namespace titan {
@@ -52,10 +54,10 @@ class DataParallel : public ShardedState {
   // This rank's share of a batch its data-parallel group reads (context parallelism: a slice of
   // every sequence); the batch itself otherwise.
   absl::StatusOr<Batch> ShardBatch(const Batch& batch) const;
-  // The loss to apply to this model's logits: with `loss` unset the cross-entropy
-  // (vocab-parallel when the logits are vocabulary shards), else `loss` (on logits gathered
-  // first when they are shards).
-  LossFn Loss(LossFn loss = nullptr) const;
+  // The loss of this model's last stage: with `loss` unset the cross-entropy (vocab-parallel when
+  // the logits are vocabulary shards), fused with the head when `fused_chunk_tokens` > 0
+  // ([training] loss_chunk_size); else `loss` on the logits (gathered first when they are shards).
+  HeadLoss Loss(LossFn loss = nullptr, int64_t fused_chunk_tokens = 0) const;
 
   // Runs the model's forward, with the root group's parameters gathered (kept for backward).
   at::Tensor Forward(const std::function<at::Tensor()>& forward);

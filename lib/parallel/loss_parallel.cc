@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 
 #include "lib/parallel/collectives.h"
+#include "lib/train/chunked_cross_entropy.h"
 
 namespace titan {
 
@@ -36,6 +37,26 @@ LossFn VocabParallelCrossEntropySum(Communicator* tp, double label_smoothing) {
       loss = (1 - label_smoothing) * loss - label_smoothing * mean_log_p;
     }
     return loss.masked_fill(counted.logical_not(), 0.0).sum();
+  };
+}
+
+FusedHeadLossFn ChunkedCrossEntropySum(int64_t chunk_tokens, Communicator* tp) {
+  return [chunk_tokens, tp](const at::Tensor& head_input, const at::Tensor& weight,
+                            const Batch& batch) {
+    const at::Tensor hidden = head_input.flatten(0, 1);
+    const at::Tensor labels = batch.labels.flatten();
+    if (tp == nullptr) return ChunkedLinearCrossEntropySum(hidden, weight, labels, chunk_tokens);
+    auto reduce = [tp](ReduceOp op) {
+      return [tp, op](at::Tensor& t) {
+        const absl::Status status = Await(tp->AllReduce(t, op));
+        TORCH_CHECK(status.ok(), "vocab-parallel fused loss: ", status.ToString());
+      };
+    };
+    VocabShard shard;
+    shard.first_id = tp->rank() * weight.size(0);
+    shard.all_reduce_max = reduce(ReduceOp::kMax);
+    shard.all_reduce_sum = reduce(ReduceOp::kSum);
+    return ChunkedLinearCrossEntropySum(hidden, weight, labels, chunk_tokens, &shard);
   };
 }
 

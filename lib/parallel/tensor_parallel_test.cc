@@ -48,11 +48,12 @@ double Diff(const at::Tensor& got, const at::Tensor& want) {
   return ((got - want).abs().max() / (want.abs().max() + 1e-6)).item<double>();
 }
 
-// (qwen, sequence parallel, loss parallel, label smoothing)
-class TensorParallelTest : public ::testing::TestWithParam<std::tuple<bool, bool, bool, double>> {};
+// (qwen, sequence parallel, loss parallel, label smoothing, the head fused with the loss)
+class TensorParallelTest
+    : public ::testing::TestWithParam<std::tuple<bool, bool, bool, double, bool>> {};
 
 TEST_P(TensorParallelTest, LossAndGradientsMatchOneProcess) {
-  const auto [qwen, sequence_parallel, loss_parallel, smoothing] = GetParam();
+  const auto [qwen, sequence_parallel, loss_parallel, smoothing, fused] = GetParam();
   const std::vector<int> statuses = RunRanks(2, [&](int rank, Communicator& comm) {
     const TransformerArgs args = TinyArgs(qwen);
     at::manual_seed(7);
@@ -73,11 +74,18 @@ TEST_P(TensorParallelTest, LossAndGradientsMatchOneProcess) {
         TensorParallel::Apply(*model, options, &comm);
     RANK_EXPECT(tp.ok());
     (*tp)->ShardParameters(model->NamedParameters());
-    const at::Tensor logits = model->Forward(batch.tokens);
-    RANK_EXPECT(logits.size(-1) == (loss_parallel ? args.vocab_size / 2 : args.vocab_size));
-    const LossFn loss_fn =
-        loss_parallel ? VocabParallelCrossEntropySum(&comm, smoothing) : CrossEntropySum(smoothing);
-    const at::Tensor got = loss_fn(logits, batch);
+    at::Tensor got;
+    if (fused) {
+      // The head's weight holds this rank's vocabulary rows; chunks of 5 of the 16 tokens.
+      got = ChunkedCrossEntropySum(5, &comm)(model->HeadInput(model->ForwardHidden(batch.tokens)),
+                                             model->OutputWeight(), batch);
+    } else {
+      const at::Tensor logits = model->Forward(batch.tokens);
+      RANK_EXPECT(logits.size(-1) == (loss_parallel ? args.vocab_size / 2 : args.vocab_size));
+      const LossFn loss_fn = loss_parallel ? VocabParallelCrossEntropySum(&comm, smoothing)
+                                           : CrossEntropySum(smoothing);
+      got = loss_fn(logits, batch);
+    }
     got.backward();
     RANK_EXPECT((*tp)->ReduceReplicatedGradients().ok());
 
@@ -119,13 +127,15 @@ TEST_P(TensorParallelTest, LossAndGradientsMatchOneProcess) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelTest,
-                         ::testing::Values(std::make_tuple(false, false, false, 0.0),
-                                           std::make_tuple(false, true, false, 0.0),
-                                           std::make_tuple(false, false, true, 0.0),
-                                           std::make_tuple(false, true, true, 0.1),
-                                           std::make_tuple(true, false, true, 0.0),
-                                           std::make_tuple(true, true, true, 0.0),
-                                           std::make_tuple(true, true, false, 0.1)));
+                         ::testing::Values(std::make_tuple(false, false, false, 0.0, false),
+                                           std::make_tuple(false, true, false, 0.0, false),
+                                           std::make_tuple(false, false, true, 0.0, false),
+                                           std::make_tuple(false, true, true, 0.1, false),
+                                           std::make_tuple(true, false, true, 0.0, false),
+                                           std::make_tuple(true, true, true, 0.0, false),
+                                           std::make_tuple(true, true, false, 0.1, false),
+                                           std::make_tuple(false, true, true, 0.0, true),
+                                           std::make_tuple(true, false, true, 0.0, true)));
 
 TEST(TensorParallelCheckTest, RefusesSizesTheDegreeDoesNotDivide) {
   TransformerArgs args = TinyArgs(false);

@@ -182,7 +182,7 @@ std::string PipelineParallel::ScheduleTable() const {
   return timeline.ok() ? FormatScheduleTable(*timeline) : timeline.status().ToString();
 }
 
-absl::StatusOr<at::Tensor> PipelineParallel::TrainStep(const Batch& batch, const LossFn& loss,
+absl::StatusOr<at::Tensor> PipelineParallel::TrainStep(const Batch& batch, const HeadLoss& loss,
                                                        double loss_scale,
                                                        std::optional<at::ScalarType> autocast) {
   // DDP reduces once, after the step's last backward (FinishBackward).
@@ -234,7 +234,7 @@ absl::Status PipelineParallel::SyncTiedCopies() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> PipelineParallel::EvalLossSum(const Batch& batch, const LossFn& loss,
+absl::StatusOr<double> PipelineParallel::EvalLossSum(const Batch& batch, const HeadLoss& loss,
                                                      std::optional<at::ScalarType> autocast) {
   c10::NoGradGuard no_grad;
   std::vector<PipelineAction> forwards;

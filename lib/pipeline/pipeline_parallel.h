@@ -21,6 +21,7 @@
 #include "lib/pipeline/stage.h"
 #include "lib/registry/model_spec.h"
 #include "lib/train/grad_clip.h"
+#include "lib/train/head_loss.h"
 #include "lib/train/loss.h"
 #include "lib/train/step_hooks.h"
 
@@ -69,13 +70,13 @@ class PipelineParallel : public ShardedState {
   // options.microbatches microbatches and run through the schedule; the last stage
   // backpropagates loss / loss_scale. Returns the summed loss of the microbatches on the last
   // stage's ranks (zero elsewhere).
-  absl::StatusOr<at::Tensor> TrainStep(const Batch& batch, const LossFn& loss, double loss_scale,
+  absl::StatusOr<at::Tensor> TrainStep(const Batch& batch, const HeadLoss& loss, double loss_scale,
                                        std::optional<at::ScalarType> autocast);
   // After the step's last TrainStep: data-parallel reductions of every stage, the tied copy's
   // gradient added to the embedding's.
   absl::Status FinishBackward();
   // The loss sum of `batch` (forward only, one microbatch), known on every rank.
-  absl::StatusOr<double> EvalLossSum(const Batch& batch, const LossFn& loss,
+  absl::StatusOr<double> EvalLossSum(const Batch& batch, const HeadLoss& loss,
                                      std::optional<at::ScalarType> autocast);
   // `value` as the last stage's ranks have it, on every rank of the pipeline group.
   absl::StatusOr<double> FromLastStage(double value) const;

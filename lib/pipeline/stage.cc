@@ -46,10 +46,10 @@ at::Tensor PipelineStage::Forward(int m, const Batch& batch, const at::Tensor& i
       const BatchContext context =
           model_->PrepareBatch(batch.tokens.size(0), batch.tokens.size(1), inputs);
       hidden = model_->RunLayers(hidden, context);
-      return is_last() ? model_->Head(hidden) : hidden;
+      return is_last() ? run.loss->Forward(*model_, hidden, batch) : hidden;
     });
   }
-  if (is_last()) out = (*run.loss)(out, batch);
+  if (is_last()) out = run.loss->Sum(out, batch);
   if (c10::GradMode::is_enabled()) {
     InFlight& state = in_flight_[m];
     state.input = input;

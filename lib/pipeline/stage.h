@@ -11,13 +11,14 @@
 #include "lib/model/decoder.h"
 #include "lib/parallel/data_parallel.h"
 #include "lib/pipeline/split_backward.h"
+#include "lib/train/head_loss.h"
 #include "lib/train/loss.h"
 
 namespace titan {
 
 // How a training schedule runs a stage's microbatches.
 struct StageRun {
-  const LossFn* loss = nullptr;
+  const HeadLoss* loss = nullptr;
   // The last stage backpropagates loss / loss_scale (the trainer's global-valid-token count).
   double loss_scale = 1;
   std::optional<at::ScalarType> autocast;  // mixed precision of the forward (GPU)

@@ -4,16 +4,29 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace titan {
+
+// A weight holding rows [first_id, first_id + rows) of a vocabulary split over ranks (tensor
+// parallelism's output head). The reductions run in place over the ranks sharing the vocabulary.
+struct VocabShard {
+  int64_t first_id = 0;
+  std::function<void(at::Tensor&)> all_reduce_max;
+  std::function<void(at::Tensor&)> all_reduce_sum;
+};
 
 // Cross-entropy of the output projection, sum(CE(hidden @ weightᵀ, labels)) over labels that are
 // not kIgnoreIndex, computed `chunk_rows` rows at a time in fp32: the [tokens, vocab] logits (2 GiB
 // per 4096 tokens at a 128k vocabulary) are never held whole, in forward or backward (backward
 // recomputes each chunk's logits from the saved log-sum-exp). hidden [N, D], weight [V, D],
-// labels [N] int64. Gradients flow to hidden and weight in their own dtypes.
+// labels [N] int64. Gradients flow to hidden and weight in their own dtypes, each only when asked
+// for. With `shard`, weight holds a slice of the vocabulary: the log-sum-exp and the label's logit
+// are reduced over its ranks (three all-reduces of N floats), and hidden's gradient is this rank's
+// partial sum (tensor parallelism's region hook adds them up).
 at::Tensor ChunkedLinearCrossEntropySum(const at::Tensor& hidden, const at::Tensor& weight,
-                                        const at::Tensor& labels, int64_t chunk_rows = 1024);
+                                        const at::Tensor& labels, int64_t chunk_rows = 1024,
+                                        const VocabShard* shard = nullptr);
 
 }  // namespace titan
 

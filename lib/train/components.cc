@@ -155,7 +155,15 @@ absl::Status ApplyModelConverters(const JobConfig& config, const RunSetup& setup
                   status.ToString());
     };
   }
-  return ConvertToFloat8(model, options, setup.device).status();
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> converted,
+                         ConvertToFloat8(model, options, setup.device));
+  if (config.training().loss_chunk_size() > 0 &&
+      std::find(converted.begin(), converted.end(), "output") != converted.end()) {
+    return absl::InvalidArgumentError(
+        "[training] loss_chunk_size: the fused loss computes the output head in high precision, "
+        "but float8 converted it; add \"output\" to [float8] filter_fqns");
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -50,17 +50,18 @@ Batch MakeBatch(const TokenBatch& tokens, const at::Device& device,
 }  // namespace
 
 at::Tensor ForwardLossSum(Decoder& model, DataParallel& data_parallel, const Batch& batch,
-                          const LossFn& loss, std::optional<at::ScalarType> autocast) {
-  at::Tensor logits;
+                          const HeadLoss& loss, std::optional<at::ScalarType> autocast) {
+  at::Tensor out;
   {
     PhaseRange range("forward");
     AutocastScope autocast_scope(batch.tokens.device().type(), autocast);
     DecoderInputs inputs;
     inputs.positions = batch.positions;
     inputs.documents = batch.documents;
-    logits = data_parallel.Forward([&] { return model.Forward(batch.tokens, inputs); });
+    out = data_parallel.Forward(
+        [&] { return loss.Forward(model, model.ForwardHidden(batch.tokens, inputs), batch); });
   }
-  return loss(logits, batch);
+  return loss.Sum(out, batch);
 }
 
 Trainer::Trainer(const JobConfig& config, const DistributedRuntime& runtime)
@@ -81,7 +82,7 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
   TITAN_ASSIGN_OR_RETURN(model_, BuildModel(config_, info, setup_, runtime_));
-  loss_ = batch_parallel().Loss(custom_loss_);
+  loss_ = batch_parallel().Loss(custom_loss_, config_.training().loss_chunk_size());
   peak_flops_ = PeakFlops(DeviceName(setup_.device), setup_.autocast_dtype
                                                          ? MatmulDtype::kBfloat16
                                                          : MatmulDtype::kFloat32);
@@ -190,11 +191,17 @@ absl::StatusOr<std::vector<Batch>> Trainer::NextMicrobatches() {
   return batches;
 }
 
-void Trainer::set_loss(LossFn loss) {
+absl::Status Trainer::set_loss(LossFn loss) {
+  if (config_.training().loss_chunk_size() > 0) {
+    return absl::FailedPreconditionError(
+        "[training] loss_chunk_size fuses the head with the cross-entropy; a loss of its own "
+        "needs the logits: set it to 0");
+  }
   custom_loss_ = std::move(loss);
   if (model_.data_parallel != nullptr || model_.pipeline != nullptr) {
     loss_ = batch_parallel().Loss(custom_loss_);
   }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_microbatches,

@@ -13,6 +13,7 @@
 #include "lib/profiling/step_profiler.h"
 #include "lib/train/components.h"
 #include "lib/train/cuda_graph.h"
+#include "lib/train/head_loss.h"
 #include "lib/train/loss.h"
 #include "lib/train/resource_monitor.h"
 #include "lib/train/step_hooks.h"
@@ -23,7 +24,7 @@ namespace titan {
 // The model's forward and the loss of one microbatch, summed over its counted tokens: the one
 // place training and evaluation run them. Autocast covers the forward when `autocast` is set.
 at::Tensor ForwardLossSum(Decoder& model, DataParallel& data_parallel, const Batch& batch,
-                          const LossFn& loss, std::optional<at::ScalarType> autocast);
+                          const HeadLoss& loss, std::optional<at::ScalarType> autocast);
 
 // What one optimizer step measured.
 struct StepResult {
@@ -59,8 +60,9 @@ class Trainer {
   absl::StatusOr<std::vector<Batch>> NextMicrobatches();
 
   // The loss TrainStep and validation use (default: the cross-entropy, vocab-parallel on logits
-  // that tensor parallelism left as vocabulary shards); a loss set here gets whole logits.
-  void set_loss(LossFn loss);
+  // that tensor parallelism left as vocabulary shards); a loss set here gets whole logits, so it
+  // is refused with [training] loss_chunk_size (which fuses the head and the cross-entropy).
+  absl::Status set_loss(LossFn loss);
   StepHooks& hooks() { return hooks_; }
   Decoder& model() { return *model_.model; }  // not with pipeline parallelism: see pipeline()
   PipelineParallel* pipeline() { return model_.pipeline.get(); }  // null without
@@ -102,7 +104,7 @@ class Trainer {
   std::unique_ptr<CudaGraphedMicrobatch> cuda_graph_;  // [compile] cuda_graph; null: eager
   StepHooks hooks_;
   LossFn custom_loss_;  // set_loss's; unset: the cross-entropy
-  LossFn loss_;         // what the model's logits get (DataParallel::Loss)
+  HeadLoss loss_;       // what the last block's output gets (DataParallel::Loss)
   TrainState state_;
   at::Tensor stop_flag_;             // the stop signal's all-reduce in flight
   std::unique_ptr<Work> stop_work_;  // null: none in flight

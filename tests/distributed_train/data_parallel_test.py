@@ -24,6 +24,12 @@ class DataParallelTest(train_runs.ParityTest):
     def test_fsdp2(self):
         self.check_parity("fsdp2", 2)
 
+    def test_fsdp2_fused_loss_with_the_root_resharded(self):
+        # The fused loss reads the gathered head weight inside the forward, before the root group
+        # frees it (reshard after forward "always"), and its gradient reaches the shards.
+        self.check_parity("fsdp2_fused_loss", 2, "--parallelism.fsdp_reshard_after_forward=always",
+                          "--training.loss_chunk_size=48")
+
     def test_fsdp4_shards_state_and_its_checkpoint_reshards(self):
         # 20 steps (parity with one process's 20), saved every 5.
         dump, proc = self.check_parity("fsdp4", 4, checkpoint=True, steps=2 * STEPS)

@@ -34,6 +34,10 @@ class ModelParallelTest(train_runs.ParityTest):
         # Sequence parallelism is the default; the loss on gathered logits is the other loss path.
         self.check_parity("tp2_sp", 2, *TP2, "--parallelism.disable_loss_parallel=true")
 
+    def test_tp2_fused_loss_on_vocabulary_shards(self):
+        # The head fused with the loss on each rank's vocabulary rows, sequence parallel.
+        self.check_parity("tp2_fused_loss", 2, *TP2, "--training.loss_chunk_size=48")
+
     def test_cp2_ring(self):
         self.check_parity("cp2", 2, *CP2, "--parallelism.context_parallel_rotate_method=alltoall")
 

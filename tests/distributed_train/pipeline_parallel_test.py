@@ -51,6 +51,12 @@ class PipelineParallelTest(train_runs.ParityTest):
                           "--activation_checkpoint.mode=selective",
                           "--activation_checkpoint.selective_ac_option=op", local_batch=4)
 
+    def test_zbv_fused_loss_splits_its_backward_and_validates(self):
+        # The last stage fuses head and loss: its input and weight gradients come from separate
+        # passes (I and W), and validation runs the fused loss forward only.
+        self.check_parity("pp2_zbv_fused_loss", 2, *PP2, *VALIDATION, schedule("ZBVZeroBubble"),
+                          "--training.loss_chunk_size=48")
+
     def test_impossible_schedules_stop_with_one_line(self):
         # 1F1B needs at least as many microbatches as stages: 4 stages, 2 microbatches of 1.
         proc = train(self.fresh("too_few"), 4, 2, "--parallelism.pipeline_parallel_degree=4",
