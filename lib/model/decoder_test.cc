@@ -55,8 +55,11 @@ TEST_P(DecoderTest, KvCacheDecodingMatchesFullForward) {
   for (int64_t t = 5; t < 12; ++t) pieces.push_back(model->Forward(tokens.slice(1, t, t + 1), inputs));
   EXPECT_EQ(cache.length(), 12);
   at::Tensor decoded = at::cat(pieces, 1);
-  // 1e-5: the same math in another order (one query row at a time instead of a causal block).
-  EXPECT_LT((decoded - full).abs().max().item<double>(), 1e-5);
+  // The same math in another order (one query row at a time instead of a causal block): within
+  // 1e-6 of the largest logit, about ten fp32 steps at that magnitude (the Qwen-like model's tied
+  // head reaches 44, where one step is 3.8e-6; observed 1.1e-5 on an AMD EPYC).
+  const double largest = full.abs().max().item<double>();
+  EXPECT_LT((decoded - full).abs().max().item<double>(), 1e-6 * largest);
 }
 
 TEST_P(DecoderTest, LeftPaddedPromptsDecodeAsUnpaddedOnes) {
