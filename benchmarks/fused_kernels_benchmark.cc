@@ -1,7 +1,9 @@
 // The fused RoPE and SwiGLU kernels (lib/kernels) against ATen's compositions at Llama 3 8B's
 // shapes in bf16: RoPE on q [1, 8192, 32, 128] in both layouts, SwiGLU on gate/up [8192, 14336].
 // Per op: forward alone (no grad), forward + backward, and the bytes the autograd graph holds after
-// the forward (output included). Median of timed repeats after 3 warm-ups, CUDA events.
+// the forward (output included). Then the float8 cast of a bf16 [8192, 14336] activation
+// (tensorwise and per-row scales): fused vs ATen's composition. Median of timed repeats after 3
+// warm-ups, CUDA events.
 // Usage on a GPU: fused_kernels_benchmark [repeats]
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -16,6 +18,7 @@
 #include <functional>
 #include <vector>
 
+#include "lib/kernels/float8_cast.h"
 #include "lib/kernels/rope.h"
 #include "lib/kernels/swiglu.h"
 #include "lib/model/rope.h"
@@ -93,6 +96,20 @@ void Compare(const char* name, const Op& fused, const Op& aten,
   std::fflush(stdout);
 }
 
+// The float8 cast: no autograd, so forward time only.
+void CompareFloat8Cast(const char* name, const at::Tensor& hp, const at::Tensor& scale,
+                       int repeats) {
+  const double max = titan::Float8MaxOf(at::kFloat8_e4m3fn);
+  const double fused =
+      MedianMs([&] { titan::FusedScaledCastToFloat8(hp, scale, at::kFloat8_e4m3fn); }, repeats);
+  const double aten = MedianMs(
+      [&] { (hp.to(at::kFloat) * scale).clamp(-max, max).to(at::kFloat8_e4m3fn); }, repeats);
+  const double bytes = hp.nbytes() + hp.numel();  // read once, written as one byte each
+  std::printf("float8 cast %s: %.3f ms fused vs %.3f ms ATen (%.2fx, fused %.0f GB/s)\n", name,
+              fused, aten, aten / fused, bytes / fused / 1e6);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,5 +144,9 @@ int main(int argc, char** argv) {
       [](const std::vector<at::Tensor>& in) { return titan::FusedSwiGlu(in[0], in[1]); },
       [](const std::vector<at::Tensor>& in) { return at::silu(in[0]) * in[1]; },
       {at::randn({8192, 14336}, bf16), at::randn({8192, 14336}, bf16)}, repeats);
+  const at::Tensor activation = at::randn({8192, 14336}, bf16);
+  const auto fp32 = bf16.dtype(at::kFloat);
+  CompareFloat8Cast("tensorwise [8192, 14336]", activation, at::full({}, 0.5f, fp32), repeats);
+  CompareFloat8Cast("per row [8192, 14336]", activation, at::rand({8192, 1}, fp32) + 0.5, repeats);
   return 0;
 }

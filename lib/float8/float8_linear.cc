@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "lib/kernels/float8_cast.h"
 #include "lib/model/autocast.h"
 #include "lib/model/op_cache.h"
 
@@ -18,12 +19,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 constexpr double kAmaxFloor = 1e-12;  // an all-zero tensor still gets a finite scale
-
-double Float8Max(at::ScalarType dtype) {
-  return dtype == at::kFloat8_e5m2
-             ? static_cast<double>(std::numeric_limits<c10::Float8_e5m2>::max())
-             : static_cast<double>(std::numeric_limits<c10::Float8_e4m3fn>::max());
-}
 
 bool IsRowMajor(const at::Tensor& t) { return t.stride(1) == 1 && t.stride(0) == t.size(1); }
 bool IsColumnMajor(const at::Tensor& t) { return t.stride(0) == 1 && t.stride(1) == t.size(0); }
@@ -65,8 +60,10 @@ RecipeCasts CastsOf(Float8Recipe recipe) {
 
 at::Tensor AmaxOf(const at::Tensor& hp, std::optional<int64_t> axis) {
   at::NoGradGuard no_grad;
-  const at::Tensor magnitude = hp.abs();
-  return axis ? magnitude.amax({*axis}, /*keepdim=*/true) : magnitude.max();
+  // The infinity norm: one reduction pass with |x| inside it, no |hp| tensor written first.
+  const double inf = std::numeric_limits<double>::infinity();
+  return axis ? at::linalg_vector_norm(hp, inf, {*axis}, /*keepdim=*/true)
+              : at::linalg_vector_norm(hp, inf);
 }
 
 // `hp` (2-D) cast as `cast` says; `split_dim`: the dim of `hp` split over tensor-parallel ranks,
@@ -203,14 +200,19 @@ at::Tensor Float8ScaleOf(const at::Tensor& amax, at::ScalarType dtype, bool powe
   at::NoGradGuard no_grad;
   // In float64 and as reciprocal × max, torchao's own arithmetic, so the scales agree to the bit.
   at::Tensor scale =
-      (amax.to(at::kDouble).clamp_min(kAmaxFloor).reciprocal() * Float8Max(dtype)).to(at::kFloat);
+      (amax.to(at::kDouble).clamp_min(kAmaxFloor).reciprocal() * Float8MaxOf(dtype)).to(at::kFloat);
   if (power_of_2_scales) scale = at::exp2(at::floor(at::log2(scale)));
   return scale;
 }
 
 Float8Tensor CastWithScale(const at::Tensor& hp, at::ScalarType dtype, const at::Tensor& scale) {
   at::NoGradGuard no_grad;
-  const double max = Float8Max(dtype);
+  // On an H100/H200 one pass (lib/kernels); elsewhere, the CPU included, ATen's composition, the
+  // kernel's reference.
+  if (hp.is_cuda() && FusedFloat8CastSupports(hp, scale, dtype).ok()) {
+    return {FusedScaledCastToFloat8(hp, scale, dtype), scale};
+  }
+  const double max = Float8MaxOf(dtype);
   // Saturate first: an fp32 value just past the format's max would otherwise cast to NaN.
   return {(hp.to(at::kFloat) * scale).clamp(-max, max).to(dtype), scale};
 }

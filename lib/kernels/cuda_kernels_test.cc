@@ -8,8 +8,12 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <cmath>
+#include <tuple>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/kernels/float8_cast.h"
 #include "lib/kernels/kernel_test_util.h"
 #include "lib/kernels/rope.h"
 #include "lib/kernels/swiglu.h"
@@ -116,6 +120,37 @@ TEST_P(CudaSwiGluTest, MatchesAten) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaSwiGluTest,
                          testing::Values(at::kFloat, at::kBFloat16, at::kHalf));
+
+// (input dtype, float8 dtype, per-row scales, column-major input)
+class CudaFloat8CastTest
+    : public testing::TestWithParam<std::tuple<at::ScalarType, at::ScalarType, bool, bool>> {
+ protected:
+  void SetUp() override { SkipWithoutHopper(); }
+};
+
+// Bit for bit against ATen's composition on the GPU (both round to nearest even after
+// saturating), and the layout kept.
+TEST_P(CudaFloat8CastTest, EqualsAtenBitForBit) {
+  const auto [in_dtype, dtype, per_row, column_major] = GetParam();
+  at::manual_seed(0);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  at::Tensor hp =
+      at::randn({2048, 1000}, cuda) * at::exp2(at::randint(-20, 20, {2048, 1000}, cuda));
+  hp.view(-1).slice(0, 0, 3).copy_(at::tensor({INFINITY, -INFINITY, NAN}));
+  hp = (column_major ? hp.t().contiguous().t() : hp).to(in_dtype);
+  const at::Tensor scale =
+      per_row ? at::rand({2048, 1}, cuda) * 4 + 0.01 : at::full({}, 0.37f, cuda);
+  const double max = Float8MaxOf(dtype);
+  const at::Tensor want = (hp.to(at::kFloat) * scale).clamp(-max, max).to(dtype);
+  const at::Tensor got = FusedScaledCastToFloat8(hp, scale, dtype);
+  EXPECT_EQ(got.strides(), want.strides());
+  EXPECT_TRUE(at::equal(got.contiguous().view(at::kByte), want.contiguous().view(at::kByte)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Casts, CudaFloat8CastTest,
+                         testing::Combine(testing::Values(at::kFloat, at::kBFloat16),
+                                          testing::Values(at::kFloat8_e4m3fn, at::kFloat8_e5m2),
+                                          testing::Bool(), testing::Bool()));
 
 class CudaDispatchTest : public testing::Test {
  protected:

@@ -7,12 +7,14 @@
 
 #include "lib/kernels/rope_math.h"
 
-// The CUDA kernels' host API (rope.cu, swiglu.cu): raw device pointers, contiguous tensors, fp32
-// math whatever the element type. Each returns the launch's error (cudaSuccess when nothing ran).
+// The CUDA kernels' host API (rope.cu, swiglu.cu, float8_cast.cu): raw device pointers,
+// contiguous tensors, fp32 math whatever the element type. Each returns the launch's error
+// (cudaSuccess when nothing ran).
 
 namespace titan {
 
 enum class KernelDtype { kFloat32, kBFloat16, kFloat16 };
+enum class Float8KernelDtype { kE4m3fn, kE5m2 };
 
 // out = x rotated by the angles of cos/sin (fp32), or by their negatives when `inverse`.
 cudaError_t LaunchRope(KernelDtype dtype, const void* x, const float* cos, const float* sin,
@@ -26,6 +28,13 @@ cudaError_t LaunchSwiGluForward(KernelDtype dtype, const void* gate, const void*
 cudaError_t LaunchSwiGluBackward(KernelDtype dtype, const void* grad, const void* gate,
                                  const void* up, int64_t n, void* grad_gate, void* grad_up,
                                  cudaStream_t stream);
+
+// out = float8(saturate(x · scale, ±max)) over a row-major [rows, cols] x, the fp32 scale of
+// element (r, c) at scale[r · scale_row_stride + c · scale_col_stride]; one read, one write.
+cudaError_t LaunchScaledCastToFloat8(KernelDtype dtype, const void* x, const float* scale,
+                                     int64_t rows, int64_t cols, int64_t scale_row_stride,
+                                     int64_t scale_col_stride, Float8KernelDtype out_dtype,
+                                     float max, void* out, cudaStream_t stream);
 
 }  // namespace titan
 

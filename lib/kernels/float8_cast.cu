@@ -1,0 +1,45 @@
+// The float8 cast in one pass (float8_cast_math.h): ATen's composition reads and writes the tensor
+// four times (to fp32, times the scale, clamp, to float8).
+#include <cuda_fp8.h>
+
+#include "lib/kernels/cuda_dtype.cuh"
+#include "lib/kernels/float8_cast_math.h"
+#include "lib/kernels/launch.h"
+
+namespace titan {
+namespace {
+
+template <typename T>
+__global__ void ScaledCastKernel(const T* __restrict__ x, const float* __restrict__ scale,
+                                 int64_t n, int64_t cols, int64_t row_stride, int64_t col_stride,
+                                 __nv_fp8_interpretation_t format, float max,
+                                 __nv_fp8_storage_t* __restrict__ out) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    const float s = scale[ScaleIndex(i, cols, row_stride, col_stride)];
+    // Round to nearest even, as LibTorch's casts; saturation already happened.
+    out[i] = __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(x[i]), s, max), __NV_SATFINITE, format);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchScaledCastToFloat8(KernelDtype dtype, const void* x, const float* scale,
+                                     int64_t rows, int64_t cols, int64_t scale_row_stride,
+                                     int64_t scale_col_stride, Float8KernelDtype out_dtype,
+                                     float max, void* out, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  const __nv_fp8_interpretation_t format =
+      out_dtype == Float8KernelDtype::kE4m3fn ? __NV_E4M3 : __NV_E5M2;
+  return DispatchDtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ScaledCastKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(x), scale, n, cols, scale_row_stride, scale_col_stride, format, max,
+        static_cast<__nv_fp8_storage_t*>(out));
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace titan

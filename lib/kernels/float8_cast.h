@@ -1,0 +1,28 @@
+#ifndef TITAN_LIB_KERNELS_FLOAT8_CAST_H_
+#define TITAN_LIB_KERNELS_FLOAT8_CAST_H_
+
+#include <ATen/ATen.h>
+
+#include "absl/status/status.h"
+
+namespace titan {
+
+// The largest finite value of float8_e4m3fn (448) or float8_e5m2 (57344).
+double Float8MaxOf(at::ScalarType dtype);
+
+// OK when FusedScaledCastToFloat8 takes these: `hp` a 2-D fp32, bf16 or fp16 tensor, row-major or
+// the transpose of a row-major one, on the CPU or an sm_90 GPU; `scale` fp32 on hp's device, one
+// value, one per row ([rows, 1]) or one per column ([1, cols]); `dtype` float8_e4m3fn or e5m2.
+absl::Status FusedFloat8CastSupports(const at::Tensor& hp, const at::Tensor& scale,
+                                     at::ScalarType dtype);
+
+// (hp in fp32 · scale) saturated to ±Float8MaxOf(dtype) and rounded to `dtype`, in one pass and
+// in hp's layout: the CUDA kernel on a GPU, the same math (float8_cast_math.h) in a loop on the
+// CPU (the reference the tests hold against ATen's composition). Not differentiable. Throws
+// c10::Error on what FusedFloat8CastSupports refuses.
+at::Tensor FusedScaledCastToFloat8(const at::Tensor& hp, const at::Tensor& scale,
+                                   at::ScalarType dtype);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_KERNELS_FLOAT8_CAST_H_

@@ -1,0 +1,27 @@
+#ifndef TITAN_LIB_KERNELS_FLOAT8_CAST_MATH_H_
+#define TITAN_LIB_KERNELS_FLOAT8_CAST_MATH_H_
+
+#include <stdint.h>
+
+#include "lib/kernels/host_device.h"
+
+namespace titan {
+
+// x · scale in fp32, saturated to ±max (the float8 format's largest finite value): what a float8
+// cast rounds (a value past max would round to NaN). NaN stays NaN, as at::clamp keeps it.
+TITAN_HOST_DEVICE float ScaleSaturate(float x, float scale, float max) {
+  const float v = x * scale;
+  if (v != v) return v;
+  return v < -max ? -max : (v > max ? max : v);
+}
+
+// The scale of element (row, col) of a [rows, cols] tensor whose scale broadcasts with these
+// strides (0 along a dim the scale does not vary in: tensorwise, per row or per column).
+TITAN_HOST_DEVICE int64_t ScaleIndex(int64_t i, int64_t cols, int64_t row_stride,
+                                     int64_t col_stride) {
+  return (i / cols) * row_stride + (i % cols) * col_stride;
+}
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_KERNELS_FLOAT8_CAST_MATH_H_
