@@ -100,6 +100,20 @@ std::string FirstFew(const std::vector<std::string>& items) {
   return out;
 }
 
+// `info`, read from `directory`, if it is the family and flavor asked for (empty: any).
+absl::StatusOr<ModelInfo> CheckDescribed(ModelInfo info, const std::string& directory,
+                                         const std::string& model_name, const std::string& flavor) {
+  if (!model_name.empty() && info.name() != model_name) {
+    return absl::InvalidArgumentError(absl::StrCat(directory, ": holds ", DescribeModelInfo(info),
+                                                   ", not a ", model_name, " model"));
+  }
+  if (!flavor.empty() && info.flavor != flavor) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(directory, ": holds ", DescribeModelInfo(info), ", not flavor ", flavor));
+  }
+  return info;
+}
+
 }  // namespace
 
 std::string DescribeModelInfo(const ModelInfo& info) {
@@ -128,16 +142,15 @@ absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
       break;
   }
   if (!info.ok()) return info.status();
-  if (!model_name.empty() && info->name() != model_name) {
-    return absl::InvalidArgumentError(absl::StrCat(reader.directory(), ": holds ",
-                                                   DescribeModelInfo(*info), ", not a ", model_name,
-                                                   " model"));
-  }
-  if (!flavor.empty() && info->flavor != flavor) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        reader.directory(), ": holds ", DescribeModelInfo(*info), ", not flavor ", flavor));
-  }
-  return info;
+  return CheckDescribed(*info, reader.directory(), model_name, flavor);
+}
+
+absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
+                                           const std::string& model_name) {
+  if (!model_name.empty()) TITAN_RETURN_IF_ERROR(FindModel(model_name).status());
+  TITAN_ASSIGN_OR_RETURN(const json config, ReadHfConfig(directory));
+  TITAN_ASSIGN_OR_RETURN(ModelInfo info, ModelInfoFromHfConfig(config, directory + "/config.json"));
+  return CheckDescribed(std::move(info), directory, model_name, /*flavor=*/"");
 }
 
 absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointReader& reader,

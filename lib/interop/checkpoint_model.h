@@ -21,6 +21,11 @@ absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
                                              const std::string& model_name,
                                              const std::string& flavor);
 
+// The model a Hugging Face folder's config.json describes, whether or not the folder holds weights
+// (a shape to train from scratch); `model_name` as above.
+absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
+                                           const std::string& model_name);
+
 // "llama3 debugmodel (dim 256, 6 layers, ...)" or "qwen3 custom (dim 576, ...)".
 std::string DescribeModelInfo(const ModelInfo& info);
 

@@ -1,5 +1,6 @@
 #include "lib/interop/checkpoint_model.h"
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -78,6 +79,16 @@ TEST(CheckpointModelTest, DescribesRecordedModelsOfEveryFamily) {
   info = DescribeCheckpointAt(hf, /*in_hf=*/true, "qwen3");
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(DescribeModelInfo(*info), DescribeModelInfo(SmallQwen3()));
+
+  // config.json alone (no weights: a shape to train from scratch) says the same.
+  const std::string shape_only = TestDir("shape_only");
+  std::filesystem::create_directories(shape_only);
+  std::filesystem::copy_file(hf + "/config.json", shape_only + "/config.json");
+  info = DescribeCheckpointAt(shape_only, /*in_hf=*/true, "qwen3");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(DescribeModelInfo(*info), DescribeModelInfo(SmallQwen3()));
+  EXPECT_THAT(DescribeCheckpointAt(shape_only, true, "llama3").status().message(),
+              HasSubstr(shape_only + ": holds qwen3 (dim 64"));
 }
 
 TEST(CheckpointModelTest, UnrecordedTitanCheckpointsAreMatchedAgainstEveryFlavor) {

@@ -169,8 +169,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
   auto reader = std::unique_ptr<SafetensorsReader>(new SafetensorsReader());
   reader->format_ = CheckpointFormat::kHf;
   reader->directory_ = path;
-  TITAN_ASSIGN_OR_RETURN(reader->description_,
-                         ReadJsonFile(absl::StrCat(path, "/", kHfConfigFile)));
+  TITAN_ASSIGN_OR_RETURN(reader->description_, ReadHfConfig(path));
   const std::string index_path = absl::StrCat(path, "/", kHfIndexFile);
   if (!PathExists(index_path)) {
     TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(path, "/", kHfSingleFile)));
@@ -203,6 +202,10 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
 }
 
 }  // namespace
+
+absl::StatusOr<json> ReadHfConfig(const std::string& directory) {
+  return ReadJsonFile(absl::StrCat(directory, "/", kHfConfigFile));
+}
 
 absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source) {
   const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);

@@ -43,6 +43,9 @@ struct TensorInfo {
   std::string file;  // Base name of the file holding it.
 };
 
+// A Hugging Face folder's config.json, parsed; the folder need not hold weights.
+absl::StatusOr<nlohmann::json> ReadHfConfig(const std::string& directory);
+
 class CheckpointReader {
  public:
   // `format` unset: detected from the files.

@@ -25,6 +25,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenCheckpoint(const std::stri
 
 absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_hf,
                                                const std::string& model_name) {
+  if (in_hf) return DescribeHfConfig(path, model_name);
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpoint(path, in_hf));
   return DescribeCheckpoint(*reader, model_name, /*flavor=*/"");
 }

@@ -16,7 +16,8 @@
 namespace titan {
 
 // The model the checkpoint at `path` holds ([model] flavor = "from_checkpoint"): a Hugging Face
-// folder's config.json (`in_hf` forces HF), a titan step directory or checkpoint root's recorded
+// folder's config.json (`in_hf`: config.json alone, so a folder without weights gives a shape to
+// train from scratch), a titan step directory or checkpoint root's recorded
 // model entry (or, for trainer outputs that do not record it, the flavor its shapes match), or
 // Meta's params.json. `model_name` non-empty: the checkpoint must hold that family.
 absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_hf,

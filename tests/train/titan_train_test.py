@@ -133,6 +133,26 @@ class TitanTrainTest(unittest.TestCase):
         for fused, for_loop in zip(losses["fused"], losses["for-loop"]):
             self.assertLessEqual(abs(fused - for_loop), 1e-6 * abs(for_loop), losses)
 
+    def test_from_checkpoint_takes_a_shape_from_config_json_alone(self):
+        # A Hugging Face folder with config.json and no weights (what benchmarks/gpu/make_assets.py
+        # writes): the shape to train from scratch.
+        shape = self.dump("shape_only")
+        os.makedirs(shape)
+        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                  "hidden_size": 128, "intermediate_size": 256, "num_attention_heads": 4,
+                  "num_key_value_heads": 2, "num_hidden_layers": 2, "vocab_size": 4096,
+                  "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "tie_word_embeddings": False}
+        with open(os.path.join(shape, "config.json"), "w") as f:
+            json.dump(config, f)
+        dump = self.dump("from_shape")
+        proc = run_train(dump, "--model.flavor=from_checkpoint", f"--model.hf_assets_path={shape}",
+                         "--model.tokenizer_path=assets/default_tokenizer", "--training.steps=2",
+                         "--validation.enable=false", "--checkpoint.enable=false")
+        self.assertIn("dim 128, 2 layers, 4/2 heads of 32, ffn 256, vocab 4096", proc.stderr)
+        # Fresh weights: the first loss is about ln(4096) = 8.3 (observed 8.7: initial logits are
+        # not all equal).
+        self.assertLess(abs(metrics(dump)[0]["loss"] - 8.318), 1.0)
+
     def test_fused_loss_follows_the_full_logits_losses(self):
         runs = {}
         for chunk in (0, 100):  # 100 does not divide the 1,024 tokens of a batch
