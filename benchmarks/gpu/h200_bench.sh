@@ -10,7 +10,9 @@
 #   bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph · titan_8b8l_fused_loss · chunked_ce ·
 #   fused_kernels
 #   (fused vs ATen timings) · ops · summary.
-# Usage on the device: OUT=... bash gpu_pack/h200_bench.sh
+# Usage on the device: OUT=... bash gpu_pack/h200_bench.sh [STAGE ...]: the named stages only (a
+# second call can finish what a first one's time limit cut; the titan_8b8l* and torchtitan_*
+# stages need assets, torchtitan_* wheels too, and summary reads every earlier stage's $OUT).
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT="${OUT:-/tmp/h200_bench}"
@@ -21,9 +23,11 @@ torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(tor
 nvidia_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib"))))')
 export LD_LIBRARY_PATH="$PWD/lib:$torch_lib:$nvidia_libs:${LD_LIBRARY_PATH:-}"
 
+only=" $* "
 stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its outcome in summary.txt
   local name=$1 seconds=$2 start=$SECONDS
   shift 2
+  if [[ "$only" != "  " && "$only" != *" $name "* ]]; then return 0; fi
   echo "== $name (limit ${seconds}s)"
   timeout --kill-after=10 "$seconds" "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
