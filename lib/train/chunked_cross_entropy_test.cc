@@ -1,10 +1,12 @@
 #include "lib/train/chunked_cross_entropy.h"
 
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -18,13 +20,16 @@ struct Result {
   at::Tensor loss, grad_hidden, grad_weight;
 };
 
+// Both paths backpropagate the loss divided by a token count, as the trainer does.
+constexpr double kDivisor = 7.0;
+
 // The plain path: full logits, then cross-entropy summed over counted labels.
 Result Reference(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& labels) {
   at::Tensor h = hidden.detach().requires_grad_(true);
   at::Tensor w = weight.detach().requires_grad_(true);
   at::Tensor loss = at::cross_entropy_loss(at::linear(h, w).to(at::kFloat), labels, {},
                                            at::Reduction::Sum, kIgnoreIndex);
-  loss.backward();
+  (loss / kDivisor).backward();
   return {loss.detach(), h.grad(), w.grad()};
 }
 
@@ -33,7 +38,7 @@ Result Chunked(const at::Tensor& hidden, const at::Tensor& weight, const at::Ten
   at::Tensor h = hidden.detach().requires_grad_(true);
   at::Tensor w = weight.detach().requires_grad_(true);
   at::Tensor loss = ChunkedLinearCrossEntropySum(h, w, labels, chunk, shard);
-  loss.backward();
+  (loss / kDivisor).backward();
   return {loss.detach(), h.grad(), w.grad()};
 }
 
@@ -42,14 +47,19 @@ double RelativeDiff(const at::Tensor& a, const at::Tensor& b) {
          a.to(at::kDouble).abs().max().item<double>();
 }
 
-TEST(ChunkedCrossEntropyTest, EqualsFullLogitsCrossEntropyWithIgnoredLabels) {
+// Rows and dims: at least as many tokens as dims computes the gradients in the forward, fewer
+// recomputes the logits in backward; every test runs both.
+class ChunkedCrossEntropyTest : public testing::TestWithParam<std::pair<int64_t, int64_t>> {};
+
+TEST_P(ChunkedCrossEntropyTest, EqualsFullLogitsCrossEntropyWithIgnoredLabels) {
+  const auto [rows, dim] = GetParam();
   at::manual_seed(0);
-  const at::Tensor hidden = at::randn({37, 16});
-  const at::Tensor weight = at::randn({101, 16}) * 0.3;
-  at::Tensor labels = at::randint(101, {37}, at::kLong);
+  const at::Tensor hidden = at::randn({rows, dim});
+  const at::Tensor weight = at::randn({101, dim}) * 0.3;
+  at::Tensor labels = at::randint(101, {rows}, at::kLong);
   labels.slice(0, 5, 12).fill_(kIgnoreIndex);
   const Result want = Reference(hidden, weight, labels);
-  for (int64_t chunk : {1, 8, 37, 64}) {  // uneven, whole, larger than the batch
+  for (int64_t chunk : {int64_t{1}, int64_t{8}, rows, rows + 27}) {  // uneven, whole, larger
     const Result got = Chunked(hidden, weight, labels, chunk);
     // fp32; the same math summed in chunks instead of one pass: 1e-6 relative.
     EXPECT_LT(RelativeDiff(want.loss, got.loss), 1e-6) << chunk;
@@ -62,11 +72,28 @@ TEST(ChunkedCrossEntropyTest, EqualsFullLogitsCrossEntropyWithIgnoredLabels) {
       0.0f);
 }
 
-TEST(ChunkedCrossEntropyTest, FollowsTheForwardsAutocastInBackward) {
+// Without a backward to follow (validation), nothing but the loss.
+TEST_P(ChunkedCrossEntropyTest, ForwardWithoutGradientsGivesTheLoss) {
+  const auto [rows, dim] = GetParam();
+  at::manual_seed(4);
+  const at::Tensor hidden = at::randn({rows, dim});
+  const at::Tensor weight = at::randn({50, dim}) * 0.3;
+  const at::Tensor labels = at::randint(50, {rows}, at::kLong);
+  const at::Tensor want = at::cross_entropy_loss(at::linear(hidden, weight), labels, {},
+                                                 at::Reduction::Sum, kIgnoreIndex);
+  c10::NoGradGuard no_grad;
+  const at::Tensor got =
+      ChunkedLinearCrossEntropySum(hidden.requires_grad_(true), weight, labels, 7);
+  EXPECT_FALSE(got.requires_grad());
+  EXPECT_LT(RelativeDiff(want, got), 1e-6);
+}
+
+TEST_P(ChunkedCrossEntropyTest, FollowsTheForwardsAutocastInBackward) {
+  const auto [rows, dim] = GetParam();
   at::manual_seed(1);
-  const at::Tensor hidden = at::randn({24, 32});
-  const at::Tensor weight = at::randn({50, 32}) * 0.2;
-  const at::Tensor labels = at::randint(50, {24}, at::kLong);
+  const at::Tensor hidden = at::randn({rows, dim});
+  const at::Tensor weight = at::randn({50, dim}) * 0.2;
+  const at::Tensor labels = at::randint(50, {rows}, at::kLong);
   Result want, got;
   {
     AutocastScope bf16(at::kCPU, at::kBFloat16);
@@ -110,12 +137,13 @@ class ThreadAllReduce {
   at::Tensor partial_, result_;
 };
 
-TEST(ChunkedCrossEntropyTest, VocabularyShardsAddUpToTheWholeVocabulary) {
+TEST_P(ChunkedCrossEntropyTest, VocabularyShardsAddUpToTheWholeVocabulary) {
+  const auto [rows, dim] = GetParam();
   at::manual_seed(2);
   constexpr int kRanks = 2;
-  const at::Tensor hidden = at::randn({29, 16});
-  const at::Tensor weight = at::randn({60, 16}) * 0.3;
-  at::Tensor labels = at::randint(60, {29}, at::kLong);
+  const at::Tensor hidden = at::randn({rows, dim});
+  const at::Tensor weight = at::randn({60, dim}) * 0.3;
+  at::Tensor labels = at::randint(60, {rows}, at::kLong);
   labels.slice(0, 3, 7).fill_(kIgnoreIndex);
   const Result want = Reference(hidden, weight, labels);
   ThreadAllReduce group(kRanks);
@@ -143,19 +171,24 @@ TEST(ChunkedCrossEntropyTest, VocabularyShardsAddUpToTheWholeVocabulary) {
 }
 
 // Zero-bubble pipelines take hidden's gradient and the weight's in two passes over one graph.
-TEST(ChunkedCrossEntropyTest, SeparateGradientPassesEqualOneBackward) {
+TEST_P(ChunkedCrossEntropyTest, SeparateGradientPassesEqualOneBackward) {
+  const auto [rows, dim] = GetParam();
   at::manual_seed(3);
-  const at::Tensor hidden = at::randn({12, 8}).requires_grad_(true);
-  const at::Tensor weight = (at::randn({20, 8}) * 0.3).requires_grad_(true);
-  const at::Tensor labels = at::randint(20, {12}, at::kLong);
+  const at::Tensor hidden = at::randn({rows, dim}).requires_grad_(true);
+  const at::Tensor weight = (at::randn({20, dim}) * 0.3).requires_grad_(true);
+  const at::Tensor labels = at::randint(20, {rows}, at::kLong);
   const Result want = Reference(hidden, weight, labels);
-  const at::Tensor loss = ChunkedLinearCrossEntropySum(hidden, weight, labels, 5);
+  const at::Tensor loss = ChunkedLinearCrossEntropySum(hidden, weight, labels, 5) / kDivisor;
   const at::Tensor grad_hidden =
       torch::autograd::grad({loss}, {hidden}, {}, /*retain_graph=*/true)[0];
   const at::Tensor grad_weight = torch::autograd::grad({loss}, {weight})[0];
   EXPECT_LT(RelativeDiff(want.grad_hidden, grad_hidden), 1e-6);
   EXPECT_LT(RelativeDiff(want.grad_weight, grad_weight), 1e-6);
 }
+
+INSTANTIATE_TEST_SUITE_P(GradientsInForwardOrRecomputed, ChunkedCrossEntropyTest,
+                         testing::Values(std::make_pair(int64_t{37}, int64_t{16}),
+                                         std::make_pair(int64_t{29}, int64_t{40})));
 
 }  // namespace
 }  // namespace titan
