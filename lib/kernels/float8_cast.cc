@@ -18,8 +18,6 @@
 namespace titan {
 namespace {
 
-bool IsRowMajor(const at::Tensor& t) { return t.is_contiguous(); }
-
 // `scale` as [rows or 1, cols or 1].
 at::Tensor Scale2d(const at::Tensor& scale) {
   return scale.numel() == 1 ? scale.reshape({1, 1}) : scale;
@@ -80,7 +78,7 @@ absl::Status FusedFloat8CastSupports(const at::Tensor& hp, const at::Tensor& sca
     return absl::InvalidArgumentError(
         absl::StrCat("dtype: expected Float8_e4m3fn or Float8_e5m2, got ", c10::toString(dtype)));
   }
-  if (hp.dim() != 2 || !(IsRowMajor(hp) || IsRowMajor(hp.t()))) {
+  if (hp.dim() != 2 || !(hp.is_contiguous() || hp.t().is_contiguous())) {
     return absl::InvalidArgumentError(
         absl::StrCat("hp: expected a row- or column-major 2-D tensor, got ", ShapeOf(hp)));
   }
@@ -101,7 +99,7 @@ at::Tensor FusedScaledCastToFloat8(const at::Tensor& hp, const at::Tensor& scale
                                    at::ScalarType dtype) {
   ThrowIfError(FusedFloat8CastSupports(hp, scale, dtype));
   // A column-major tensor is the transpose of a row-major one: cast that, keep the layout.
-  if (!IsRowMajor(hp)) return CastRowMajor(hp.t(), Scale2d(scale).t(), dtype).t();
+  if (!hp.is_contiguous()) return CastRowMajor(hp.t(), Scale2d(scale).t(), dtype).t();
   return CastRowMajor(hp, scale, dtype);
 }
 

@@ -24,19 +24,17 @@ LossFn VocabParallelCrossEntropySum(Communicator* tp, double label_smoothing) {
     }
     const at::Tensor shifted = local - max;
     const at::Tensor log_sum_exp = SumOverRegion(shifted.exp().sum(1), tp).log();
-    const at::Tensor counted = labels.ne(kIgnoreIndex);
-    const at::Tensor index = labels - tp->rank() * shard;
-    const at::Tensor here = counted.logical_and(index.ge(0)).logical_and(index.lt(shard));
-    const at::Tensor target =
-        shifted.gather(1, index.masked_fill(here.logical_not(), 0).unsqueeze(1)).squeeze(1);
-    at::Tensor loss = log_sum_exp - SumOverRegion(target.masked_fill(here.logical_not(), 0.0), tp);
+    const LocalLabels labels_here = LocalizeLabels(labels, tp->rank() * shard, shard);
+    const at::Tensor target = shifted.gather(1, labels_here.index.unsqueeze(1)).squeeze(1);
+    at::Tensor loss =
+        log_sum_exp - SumOverRegion(target.masked_fill(labels_here.here.logical_not(), 0.0), tp);
     if (label_smoothing > 0) {
       // torch's smoothing: the mean over the vocabulary of -log p, weighted label_smoothing.
       const at::Tensor mean_log_p =
           SumOverRegion(shifted.sum(1), tp) / static_cast<double>(vocab) - log_sum_exp;
       loss = (1 - label_smoothing) * loss - label_smoothing * mean_log_p;
     }
-    return loss.masked_fill(counted.logical_not(), 0.0).sum();
+    return loss.masked_fill(labels_here.counted.logical_not(), 0.0).sum();
   };
 }
 

@@ -30,21 +30,6 @@ c10::IValue SavedDtype(const std::optional<at::ScalarType>& dtype) {
   return dtype ? c10::IValue(static_cast<int64_t>(*dtype)) : c10::IValue();
 }
 
-// A chunk's labels as rows of this weight: `index` (0 where the label is elsewhere), `here`
-// (counted and in this rank's slice of the vocabulary) and `counted` (not kIgnoreIndex).
-struct LocalLabels {
-  at::Tensor index;
-  at::Tensor here;
-  at::Tensor counted;
-};
-
-LocalLabels Localize(const at::Tensor& labels, int64_t first_id, int64_t rows) {
-  const at::Tensor index = labels - first_id;
-  const at::Tensor counted = labels.ne(kIgnoreIndex);
-  const at::Tensor here = counted.logical_and(index.ge(0)).logical_and(index.lt(rows));
-  return {index.masked_fill(here.logical_not(), 0), here, counted};
-}
-
 // log Σ_ranks exp(lse_r), shifted by the largest.
 at::Tensor CombineOverShards(const at::Tensor& lse, const VocabShard& shard) {
   at::Tensor max = lse.clone();
@@ -93,7 +78,8 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
       const int64_t end = std::min(rows, begin + chunk_rows);
       const at::Tensor h = InDtype(hidden.slice(0, begin, end), dtype);
       at::Tensor logits = at::mm(h, w.t()).to(at::kFloat);
-      const LocalLabels local = Localize(labels.slice(0, begin, end), first_id, weight.size(0));
+      const LocalLabels local =
+          LocalizeLabels(labels.slice(0, begin, end), first_id, weight.size(0));
       at::Tensor chunk_lse = at::logsumexp(logits, {1});
       target.slice(0, begin, end)
           .copy_(logits.gather(1, local.index.unsqueeze(1))
@@ -154,8 +140,9 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
          begin += chunk_rows) {
       const int64_t end = std::min(hidden.size(0), begin + chunk_rows);
       const at::Tensor h = InDtype(hidden.slice(0, begin, end), dtype);
-      ChunkGradients(at::mm(h, w.t()).to(at::kFloat), lse.slice(0, begin, end),
-                     Localize(labels.slice(0, begin, end), first_id, weight.size(0)), grad, h, w,
+      const LocalLabels local =
+          LocalizeLabels(labels.slice(0, begin, end), first_id, weight.size(0));
+      ChunkGradients(at::mm(h, w.t()).to(at::kFloat), lse.slice(0, begin, end), local, grad, h, w,
                      want_hidden ? grad_hidden.slice(0, begin, end) : at::Tensor(), grad_weight);
     }
     return {grad_hidden, want_weight ? grad_weight.to(weight_dtype) : at::Tensor(), at::Tensor(),

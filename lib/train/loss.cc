@@ -40,4 +40,11 @@ at::Tensor DocumentIds(const at::Tensor& tokens, int64_t bos_id) {
   return tokens.eq(bos_id).cumsum(/*dim=*/1);
 }
 
+LocalLabels LocalizeLabels(const at::Tensor& labels, int64_t first_id, int64_t rows) {
+  const at::Tensor index = labels - first_id;
+  const at::Tensor counted = labels.ne(kIgnoreIndex);
+  const at::Tensor here = counted.logical_and(index.ge(0)).logical_and(index.lt(rows));
+  return {index.masked_fill(here.logical_not(), 0), here, counted};
+}
+
 }  // namespace titan

@@ -35,6 +35,16 @@ using LossFn = std::function<at::Tensor(const at::Tensor& logits, const Batch& b
 // label_smoothing as torch.nn.functional.cross_entropy's.
 LossFn CrossEntropySum(double label_smoothing = 0);
 
+// Labels [N] as rows of a vocabulary slice [first_id, first_id + rows) (tensor parallelism's
+// shard of the head): `index` (0 where the label is elsewhere), `here` (counted and in the
+// slice) and `counted` (not kIgnoreIndex).
+struct LocalLabels {
+  at::Tensor index;
+  at::Tensor here;
+  at::Tensor counted;
+};
+LocalLabels LocalizeLabels(const at::Tensor& labels, int64_t first_id, int64_t rows);
+
 // `batch` cut along dim 0 into `parts` microbatches of equal size (every field, `extra` too).
 std::vector<Batch> SplitBatch(const Batch& batch, int64_t parts);
 
