@@ -65,13 +65,16 @@ stage titan_8b8l_float8 120 titan titan_8b8l_float8 "${llama8b8l[@]}" --model.co
   --float8.filter_fqns=output
 stage wheels 60 python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" \
   wheels/*.whl
-export PYTHONPATH="$work/site"
-torchtitan=(torchrun --standalone --nproc_per_node=1 torchtitan_run.py --model.name=llama3
-            --model.flavor=8B_8L --model.hf_assets_path="$work/model" --training.dataset=c4_test
-            --training.dataset_path="$work/corpus" --metrics.log_freq=1
+# No network there: datasets and the hub read local folders only, without trying to reach it.
+export PYTHONPATH="$work/site" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+# python3 -m: torchrun need not be on PATH where python3 is.
+torchtitan=(python3 -m torch.distributed.run --standalone --nproc_per_node=1 torchtitan_run.py
+            --model.name=llama3 --model.flavor=8B_8L --model.hf_assets_path="$work/model"
+            --training.dataset=c4_test --training.dataset_path="$work/corpus" --metrics.log_freq=1
             --optimizer.implementation=fused --job.dump_folder="$work/tt" "${common[@]}")
 stage torchtitan_eager 150 "${torchtitan[@]}"
-stage torchtitan_compiled 240 "${torchtitan[@]}" --compile.enable --compile.components model loss
+# torchtitan 0.2.2 compiles model and loss by default (`--compile.components model loss` is refused).
+stage torchtitan_compiled 240 "${torchtitan[@]}" --compile.enable
 stage titan_8b8l_cuda_graph 120 titan titan_8b8l_cuda_graph "${llama8b8l[@]}" --compile.cuda_graph=true
 # The head fused with the loss, 2048 tokens' logits at a time: speed and peak memory vs titan_8b8l.
 stage titan_8b8l_fused_loss 120 titan titan_8b8l_fused_loss "${llama8b8l[@]}" \
