@@ -76,6 +76,15 @@ Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scal
   return CastWithScale(hp, cast.dtype, Float8ScaleOf(amax, cast.dtype, power_of_2_scales));
 }
 
+// `row_major` (2-D float8) with zero columns appended up to a multiple of 16: _scaled_mm on CUDA
+// needs the contracted dim so, and a step's token count (grad_weight's) need not be. Zero bytes
+// are +0 in both formats and add nothing to the sums; scales do not depend on this dim.
+at::Tensor PadColumnsTo16(const at::Tensor& row_major) {
+  const int64_t pad = (16 - row_major.size(1) % 16) % 16;
+  if (pad == 0) return row_major;
+  return at::constant_pad_nd(row_major.view(at::kByte), {0, pad}, 0).view(row_major.scalar_type());
+}
+
 // Weights FSDP gathered in float8 (RegisterFloat8Weight), by tensor identity.
 std::mutex registry_mutex;
 std::unordered_map<const c10::TensorImpl*, Float8Tensor>& Registry() {
@@ -231,8 +240,9 @@ at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::Scalar
   }
   // _scaled_mm wants a row-major and b column-major, and both scaled alike (a tensorwise scale
   // next to a rowwise one is repeated along its rows or columns).
-  const at::Tensor a_data = IsRowMajor(a.data) ? a.data : a.data.contiguous();
-  const at::Tensor b_data = IsColumnMajor(b.data) ? b.data : b.data.t().contiguous().t();
+  const at::Tensor a_data = PadColumnsTo16(IsRowMajor(a.data) ? a.data : a.data.contiguous());
+  const at::Tensor b_data =
+      PadColumnsTo16(IsColumnMajor(b.data) ? b.data.t() : b.data.t().contiguous()).t();
   at::Tensor a_inverse = a.scale.reciprocal();
   at::Tensor b_inverse = b.scale.reciprocal();
   const bool a_rows = a.scale.dim() == 2;
@@ -241,18 +251,19 @@ at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::Scalar
   if (!a_rows && b_columns) a_inverse = a_inverse.reshape({1, 1}).expand({a.data.size(0), 1});
   const bool rowwise = a_rows || b_columns;
   const bool cuda = a.data.is_cuda();
-  // Rowwise scaling (CUTLASS) has no fp32 output, and is slow without fast accumulation, where
-  // the tensorwise kernel with unit scales and the scales applied after is faster (as torchao).
+  // Rowwise scaling gives bf16 or fp16 only (torch 2.11), and is slow without fast accumulation,
+  // where the tensorwise kernel with unit scales and the scales applied after is faster (as
+  // torchao).
   const at::ScalarType mm_dtype = rowwise && out_dtype != at::kBFloat16 ? at::kBFloat16 : out_dtype;
-  at::Tensor post_scale;
-  if (rowwise && !use_fast_accum) {
-    post_scale = a_inverse.contiguous() * b_inverse.contiguous();
-    a_inverse = at::ones({}, a_inverse.options());
-    b_inverse = at::ones({}, b_inverse.options());
-  }
-  at::Tensor out = at::_scaled_mm(a_data, b_data, a_inverse.contiguous(), b_inverse.contiguous(),
-                                  std::nullopt, std::nullopt, mm_dtype, use_fast_accum && cuda);
-  if (post_scale.defined()) out.mul_(post_scale);
+  const bool scale_after = rowwise && !use_fast_accum;
+  at::Tensor a_mm_scale = a_inverse.contiguous();
+  at::Tensor b_mm_scale = b_inverse.contiguous();
+  if (scale_after) a_mm_scale = b_mm_scale = at::ones({}, a_inverse.options());
+  at::Tensor out = at::_scaled_mm(a_data, b_data, a_mm_scale, b_mm_scale, std::nullopt,
+                                  std::nullopt, mm_dtype, use_fast_accum && cuda);
+  // One factor at a time, in place: torchao multiplies by their [M, N] product, an fp32 tensor
+  // as large as the output; the scales are powers of 2 (rowwise recipes), so the bits agree.
+  if (scale_after) out.mul_(a_inverse).mul_(b_inverse);
   return out.to(out_dtype);
 }
 

@@ -48,6 +48,38 @@ TEST(CastToFloat8Test, AllZeroTensorGetsAFiniteScale) {
   EXPECT_EQ(cast.data.to(at::kFloat).abs().max().item<float>(), 0.0F);
 }
 
+TEST(Float8MatmulTest, OddContractedDimIsPaddedWithoutChangingTheProduct) {
+  at::manual_seed(0);
+  // 20 contracted elements (a microbatch's tokens in grad_weight): CUDA needs a multiple of 16.
+  // Unit scales, so that anything but zeros in the padding shows at the output's magnitude.
+  const at::Tensor one = at::ones({});
+  const Float8Tensor a{at::randn({8, 20}).to(at::kFloat8_e5m2), one};
+  const Float8Tensor b{at::randn({20, 32}).to(at::kFloat8_e4m3fn), one};
+  const at::Tensor padded = Float8Matmul(a, b, at::kFloat, false, /*emulate=*/false);
+  // The CPU kernel takes the unpadded operands.
+  const at::Tensor unpadded =
+      at::_scaled_mm(a.data, b.data.t().contiguous().t(), a.scale.reciprocal(),
+                     b.scale.reciprocal(), std::nullopt, std::nullopt, at::kFloat, false);
+  ASSERT_EQ(padded.sizes(), unpadded.sizes());
+  EXPECT_LT(RelativeError(padded, unpadded), 1e-6);
+}
+
+TEST(Float8MatmulTest, RowwiseScalesAppliedAfterTheMatmulEqualTheEmulation) {
+  at::manual_seed(0);
+  // Scales over six decades, so a row or column scaled wrongly stands out.
+  const at::Tensor a_hp = at::randn({16, 32}) * at::logspace(-3, 3, 16).view({16, 1});
+  const at::Tensor b_hp = at::randn({32, 48}) * at::logspace(-3, 3, 48).view({1, 48});
+  const Float8Tensor a = CastToFloat8(a_hp, at::kFloat8_e4m3fn, -1, true);
+  const Float8Tensor b = CastToFloat8(b_hp, at::kFloat8_e4m3fn, 0, true);
+  const at::Tensor kernel = Float8Matmul(a, b, at::kBFloat16, false, /*emulate=*/false);
+  const at::Tensor emulated = Float8Matmul(a, b, at::kBFloat16, false, /*emulate=*/true);
+  // Power-of-2 scales are exact to apply before or after; the fp32 sums differ only in order,
+  // so the bf16 results agree within one rounding (2^-8 relative).
+  const at::Tensor relative =
+      (kernel.to(at::kFloat) - emulated.to(at::kFloat)).abs() / emulated.to(at::kFloat).abs();
+  EXPECT_LE(relative.max().item<double>(), std::ldexp(1.0, -8));
+}
+
 struct LinearResult {
   at::Tensor out, grad_x, grad_weight;
 };
