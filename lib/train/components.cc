@@ -80,7 +80,7 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   SetBatchInvariant(config.debug().batch_invariant());
 
   setup.device = PickDevice(runtime.env().local_rank);
-  ConfigureCudaRuntime(setup.device);
+  ConfigureCudaRuntime(setup.device, training.deterministic());
   const std::string& mp = training.mixed_precision_param();
   if (setup.device.is_cuda() && (mp == "bfloat16" || mp == "float16")) {
     setup.autocast_dtype = mp == "bfloat16" ? at::kBFloat16 : at::kHalf;

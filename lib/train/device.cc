@@ -21,8 +21,16 @@ at::Device PickDevice(int local_rank) {
   return at::Device(at::kCPU);
 }
 
-void ConfigureCudaRuntime(const at::Device& device) {
+void ConfigureCudaRuntime(const at::Device& device, bool deterministic) {
   if (!device.is_cuda()) return;
+  if (deterministic) {
+    // Read at the first GEMM; ":4096:8" is one of the two values LibTorch accepts.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+    LOG(INFO) << "deterministic: CUBLAS_WORKSPACE_CONFIG=" << std::getenv("CUBLAS_WORKSPACE_CONFIG")
+              << ", cuDNN deterministic";
+  }
   const char* user = std::getenv("PYTORCH_ALLOC_CONF");
   if (user == nullptr) user = std::getenv("PYTORCH_CUDA_ALLOC_CONF");
   if (user == nullptr) {
