@@ -38,6 +38,12 @@ at::Tensor BatchInvariantLinear(const at::Tensor& x, const at::Tensor& weight) {
   return at::cat(blocks).slice(0, 0, rows).view(shape);
 }
 
+double MaskedScore(at::ScalarType dtype) {
+  if (dtype == at::kFloat) return std::numeric_limits<float>::lowest();
+  if (dtype == at::kDouble) return std::numeric_limits<double>::lowest();
+  return -65504.0;
+}
+
 at::Tensor BatchInvariantAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                    const at::Tensor& allowed) {
   const int64_t b = q.size(0), h = q.size(1), sq = q.size(2), d = q.size(3);
@@ -72,13 +78,13 @@ at::Tensor BatchInvariantAttention(const at::Tensor& q, const at::Tensor& k, con
         .reshape({b * h * row_blocks, kInvariantKeyBlock, d});
   };
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  const double lowest = std::numeric_limits<float>::lowest();
   std::vector<at::Tensor> scores;
   for (int64_t i = 0; i < key_blocks; ++i) {
+    // In bf16 under CUDA autocast, where fp32's lowest value would overflow masked_fill.
     at::Tensor s = at::bmm(queries, block_of(padded_keys, i).transpose(1, 2)) * scale;
     scores.push_back(s.masked_fill(
         visible.slice(2, i * kInvariantKeyBlock, (i + 1) * kInvariantKeyBlock).logical_not(),
-        lowest));
+        MaskedScore(s.scalar_type())));
   }
   // The max is exact in any order; sums and outputs accumulate block after block.
   at::Tensor row_max = scores[0].amax(-1, /*keepdim=*/true);

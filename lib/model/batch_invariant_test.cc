@@ -50,6 +50,20 @@ TEST_F(BatchInvariantTest, AttentionOfOneQueryEqualsItsRowOfTheFullCausalBlock) 
   EXPECT_LT((full - reference).abs().max().item<double>(), 1e-5);
 }
 
+TEST_F(BatchInvariantTest, Bfloat16AttentionMasksWithAFiniteBfloat16Score) {
+  // bf16 scores, as under CUDA autocast: fp32's lowest value would overflow masked_fill.
+  at::manual_seed(2);
+  const at::Tensor q = at::randn({1, 2, 40, 16});
+  const at::Tensor k = at::randn({1, 2, 40, 16});
+  const at::Tensor v = at::randn({1, 2, 40, 16});
+  const at::Tensor bf16 = BatchInvariantAttention(q.to(at::kBFloat16), k.to(at::kBFloat16),
+                                                  v.to(at::kBFloat16), at::Tensor());
+  const at::Tensor fp32 = BatchInvariantAttention(q, k, v, at::Tensor());
+  ASSERT_EQ(bf16.scalar_type(), at::kBFloat16);
+  // bf16 rounds scores, weights and outputs (2^-8 each); a mask lost would be off by O(1).
+  EXPECT_LT((bf16.to(at::kFloat) - fp32).abs().max().item<double>(), 0.05);
+}
+
 TransformerArgs TinyArgs(bool qwen) {
   TransformerArgs args;
   args.dim = 64;
