@@ -5,7 +5,6 @@
 
 #include <glog/logging.h>
 
-#include <limits>
 #include <mutex>
 #include <tuple>
 #include <utility>
@@ -62,16 +61,30 @@ struct ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
 // into NaN and spread through 0 · NaN.
 std::optional<at::Tensor> AttentionBias(const AttentionMask& mask, at::ScalarType dtype) {
   if (mask.is_causal) return std::nullopt;
-  const double lowest = dtype == at::kFloat    ? std::numeric_limits<float>::lowest()
-                        : dtype == at::kDouble ? std::numeric_limits<double>::lowest()
-                                               : -65504.0;  // finite in fp16 and bf16 alike
   return at::zeros(mask.allowed.sizes(), mask.allowed.options().dtype(dtype))
-      .masked_fill_(mask.allowed.logical_not(), lowest);
+      .masked_fill_(mask.allowed.logical_not(), MaskedScore(dtype));
 }
 
 at::Tensor RepeatKvHeads(const at::Tensor& x, int64_t n_rep) {
   return n_rep == 1 ? x : x.repeat_interleave(n_rep, /*dim=*/1);
 }
+
+namespace {
+
+// A bias for the efficient kernel called directly: [B, H, Sq, Sk] with rows 16-element aligned,
+// as at::scaled_dot_product_attention pads and broadcasts it (the kernel checks both; the CPU one
+// broadcasts a [B, 1, Sq, Sk] bias itself).
+std::optional<at::Tensor> EfficientKernelBias(const std::optional<at::Tensor>& bias,
+                                              const at::Tensor& q, const at::Tensor& k) {
+  if (!bias) return std::nullopt;
+  const int64_t sk = bias->size(-1);
+  const int64_t pad = (16 - sk % 16) % 16;
+  const at::Tensor aligned =
+      pad == 0 ? *bias : at::constant_pad_nd(*bias, {0, pad}).slice(-1, 0, sk);
+  return aligned.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
+}
+
+}  // namespace
 
 std::pair<at::Tensor, at::Tensor> AttentionKernelForward(const at::Tensor& q, const at::Tensor& k,
                                                          const at::Tensor& v,
@@ -79,7 +92,8 @@ std::pair<at::Tensor, at::Tensor> AttentionKernelForward(const at::Tensor& q, co
                                                          bool is_causal) {
   if (q.is_cuda()) {
     auto [out, lse, seed, offset] =
-        at::_scaled_dot_product_efficient_attention(q, k, v, bias, /*compute_log_sumexp=*/true,
+        at::_scaled_dot_product_efficient_attention(q, k, v, EfficientKernelBias(bias, q, k),
+                                                    /*compute_log_sumexp=*/true,
                                                     /*dropout_p=*/0.0, is_causal);
     // The kernel pads the rows to a multiple of 32; AttentionKernelBackward pads back.
     return {out, lse.narrow(2, 0, q.size(2))};
@@ -97,8 +111,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionKernelBackward(
     const at::Tensor padded = at::constant_pad_nd(lse, {0, (32 - lse.size(2) % 32) % 32});
     const at::Tensor no_rng = at::zeros({}, q.options().dtype(at::kLong));
     auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
-        grad, q, k, v, bias.value_or(at::Tensor()), out, padded, no_rng, no_rng, 0.0,
-        {true, true, true, false}, is_causal);
+        grad, q, k, v, EfficientKernelBias(bias, q, k).value_or(at::Tensor()), out, padded, no_rng,
+        no_rng, 0.0, {true, true, true, false}, is_causal);
     return {dq, dk, dv};
   }
   return at::_scaled_dot_product_flash_attention_for_cpu_backward(grad.contiguous(), q, k, v, out,

@@ -1,0 +1,59 @@
+// The attention kernel pair ring attention calls directly (AttentionKernelForward/Backward) with a
+// mask, on CUDA, against at::scaled_dot_product_attention in fp32 and its autograd: the efficient
+// kernel wants the bias broadcast over heads and its rows aligned, which the CPU kernel does not.
+// Without a CUDA device every test skips; benchmarks/gpu/h200_bench.sh runs this binary.
+#include <ATen/cuda/CUDAContext.h>
+
+#include "gtest/gtest.h"
+#include "lib/model/attention.h"
+
+namespace titan {
+namespace {
+
+double RelativeError(const at::Tensor& value, const at::Tensor& reference) {
+  return ((value.to(at::kFloat) - reference).norm() / reference.norm()).item<double>();
+}
+
+TEST(AttentionCudaTest, KernelPairWithAMaskEqualsSdpa) {
+  if (!at::cuda::is_available()) {
+    GTEST_SKIP() << "no CUDA device: the CUDA attention path was compiled and linked, not run";
+  }
+  at::manual_seed(0);
+  const at::TensorOptions cuda = at::TensorOptions().device(at::kCUDA);
+  // 45 keys: rows of the bias not 16-aligned; 4 heads against a [B, 1, Sq, Sk] mask.
+  const int64_t b = 2, h = 4, s = 45, d = 64;
+  const at::Tensor q = at::randn({b, h, s, d}, cuda);
+  const at::Tensor k = at::randn({b, h, s, d}, cuda);
+  const at::Tensor v = at::randn({b, h, s, d}, cuda);
+  const at::Tensor grad = at::randn({b, h, s, d}, cuda);
+  // Causal within two packed documents, so whole blocks of keys are masked.
+  const at::Tensor position = at::arange(s, cuda.dtype(at::kLong));
+  const at::Tensor document = (position >= 20).to(at::kLong);
+  MaskInputs inputs;
+  inputs.query_positions = inputs.key_positions = position.expand({b, s});
+  inputs.query_documents = inputs.key_documents = document.expand({b, s});
+  const AttentionMask mask = BuildAttentionMask(inputs);
+
+  const at::ScalarType bf16 = at::kBFloat16;
+  const at::Tensor qh = q.to(bf16), kh = k.to(bf16), vh = v.to(bf16);
+  const std::optional<at::Tensor> bias = AttentionBias(mask, bf16);
+  ASSERT_TRUE(bias.has_value());
+  const auto [out, lse] = AttentionKernelForward(qh, kh, vh, bias, /*is_causal=*/false);
+  const auto [dq, dk, dv] =
+      AttentionKernelBackward(grad.to(bf16), qh, kh, vh, out, lse, bias, /*is_causal=*/false);
+
+  const at::Tensor q_leaf = q.clone().set_requires_grad(true);
+  const at::Tensor k_leaf = k.clone().set_requires_grad(true);
+  const at::Tensor v_leaf = v.clone().set_requires_grad(true);
+  const at::Tensor reference =
+      at::scaled_dot_product_attention(q_leaf, k_leaf, v_leaf, mask.allowed, 0.0, false);
+  reference.backward(grad);
+  // bf16 inputs and outputs (2^-8 per rounding) against fp32: a lost mask is off by O(1).
+  EXPECT_LT(RelativeError(out, reference.detach()), 2e-2);
+  EXPECT_LT(RelativeError(dq, q_leaf.grad()), 3e-2);
+  EXPECT_LT(RelativeError(dk, k_leaf.grad()), 3e-2);
+  EXPECT_LT(RelativeError(dv, v_leaf.grad()), 3e-2);
+}
+
+}  // namespace
+}  // namespace titan
