@@ -90,6 +90,7 @@ absl::Status CudaGraphedMicrobatch::Capture(const Batch& batch, const Body& body
   inputs_ready.record(current);
   inputs_ready.block(capture_stream);
   auto graph = std::make_unique<at::cuda::CUDAGraph>();
+  bool capturing = false;
   try {
     c10::cuda::CUDAStreamGuard guard(capture_stream);
     // Warm-up on the capture stream (lazy per-stream state: cuBLAS workspaces, autograd's
@@ -100,9 +101,19 @@ absl::Status CudaGraphedMicrobatch::Capture(const Batch& batch, const Body& body
     c10::cuda::CUDACachingAllocator::emptyCache();  // as torch.cuda.graph: a compact private pool
     // Thread-local: the resource monitor's thread may query the device while this one captures.
     graph->capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    capturing = true;
     output_ = body(inputs_);
     graph->capture_end();
+    capturing = false;
   } catch (const c10::Error& e) {
+    if (capturing) {
+      // Ends the stream's broken capture, so that the error below is what the run reports and
+      // not the next CUDA call's; ending it fails too (the capture is invalid), as expected.
+      try {
+        graph->capture_end();
+      } catch (const c10::Error&) {
+      }
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "[compile] cuda_graph: capturing forward and backward failed (an op synchronises with "
         "the host or cannot be captured); set cuda_graph = false. ",
