@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# The one-shot H200 benchmark, run on the GPU machine from the folder benchmarks/gpu/pack.sh
-# made (carried as gpu_pack): every stage under its own timeout, results written to $OUT as they
-# come, so a stage that fails or runs out of time leaves the others' results. About 8 minutes:
-#   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (the fused RoPE/SwiGLU CUDA
-#   kernels against ATen; the training runs below go through them) · cuda_graph (replays equal
-#   eager steps) · smoke (titan debug model on CUDA, bf16, loss falls) · smoke_cuda_graph (the
-#   same, replayed as CUDA graphs) · titan_8b8l /
-#   torchtitan_eager / torchtitan_compiled (Llama 3 8B shapes with 8 layers, batch 1 x seq 8192,
-#   bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph · titan_8b8l_fused_loss · chunked_ce ·
-#   fused_kernels
-#   (fused vs ATen timings) · ops · summary.
-# Usage on the device: OUT=... bash gpu_pack/h200_bench.sh [STAGE ...]: the named stages only (a
-# second call can finish what a first one's time limit cut; the titan_8b8l* and torchtitan_*
-# stages need assets, torchtitan_* wheels too, and summary reads every earlier stage's $OUT).
+# The H200 benchmark, run on the GPU machine from the folder benchmarks/gpu/pack.sh made (carried
+# as gpu_pack): every stage under its own timeout, results written to $OUT as they come, so a
+# stage that fails or runs out of time leaves the others' results. Stages, in order:
+#   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (fused RoPE/SwiGLU/float8
+#   cast CUDA kernels against ATen; the training runs go through them) · float8 (_scaled_mm
+#   against its emulation, each recipe) · attention (the masked kernel pair ring attention calls,
+#   against SDPA) · cuda_graph (replays equal eager steps) · smoke (titan
+#   debug model on CUDA, bf16, loss falls) · smoke_cuda_graph (the same, replayed as CUDA graphs)
+#   · assets · titan_8b8l, titan_8b8l_float8, wheels, torchtitan_eager, torchtitan_compiled (Llama
+#   3 8B shapes with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) ·
+#   titan_8b8l_cuda_graph · titan_8b8l_fused_loss · chunked_ce · fused_kernels (fused vs ATen
+#   timings) · ops · summary.
+# Usage on the device: OUT=... bash gpu_pack/h200_bench.sh [STAGE ...]: the named stages only.
+# The limits add up past one 600 s device call, so split the stages over calls; titan_8b8l* and
+# torchtitan_* need assets in the same call, torchtitan_* wheels too, and summary reads that
+# call's $OUT (run summarize.py here on the calls' results put together).
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT="${OUT:-/tmp/h200_bench}"
@@ -43,6 +45,8 @@ titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
 stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"'
 stage nccl 60 bin/nccl_communicator_test
 stage kernels 60 bin/cuda_kernels_test
+stage float8 60 bin/float8_cuda_test
+stage attention 60 bin/attention_cuda_test
 stage cuda_graph 60 bin/cuda_graph_test
 smoke=(--model.tokenizer_path=default_tokenizer --training.dataset_path=default_corpus/train.jsonl
        --training.seq_len=512 --training.local_batch_size=8 --training.steps=30
