@@ -185,21 +185,19 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   }
   const int64_t n_rep = q.size(1) / k.size(1);
   OpCache* cache = CurrentOpCache();
-  // CUDA's efficient-attention kernel wants its bias padded and aligned: kept attention is
-  // CPU-only with a bias, and recomputed on CUDA then.
-  const bool keep = cache != nullptr && !(q.is_cuda() && !mask.is_causal);
-  if (!keep) {
+  if (cache == nullptr) {
     std::optional<at::Tensor> bias = AttentionBias(mask, q.scalar_type());
     // On CPU the kv heads are repeated as for the kept path, so that SDPA runs the same flash
     // kernels with or without selective checkpointing (its GQA path is another kernel, whose bf16
-    // results differ in the last bits).
-    if (!q.is_cuda()) {
-      return at::scaled_dot_product_attention(q, RepeatKvHeads(k, n_rep), RepeatKvHeads(v, n_rep),
-                                              bias, /*dropout_p=*/0.0, mask.is_causal);
-    }
-    LogSdpaBackendOnce(q, k, v, bias, mask.is_causal, n_rep > 1);
-    return at::scaled_dot_product_attention(q, k, v, bias, /*dropout_p=*/0.0, mask.is_causal,
-                                            /*scale=*/std::nullopt, /*enable_gqa=*/n_rep > 1);
+    // results differ in the last bits). On CUDA with a mask too: flash takes no mask and the
+    // efficient kernel no grouped heads, which could leave the math kernel's [B, H, S, S] scores.
+    const bool repeat = !q.is_cuda() || bias.has_value();
+    const at::Tensor keys = repeat ? RepeatKvHeads(k, n_rep) : k;
+    const at::Tensor values = repeat ? RepeatKvHeads(v, n_rep) : v;
+    const bool grouped = !repeat && n_rep > 1;
+    if (q.is_cuda()) LogSdpaBackendOnce(q, keys, values, bias, mask.is_causal, grouped);
+    return at::scaled_dot_product_attention(q, keys, values, bias, /*dropout_p=*/0.0,
+                                            mask.is_causal, /*scale=*/std::nullopt, grouped);
   }
   // The kernels below bypass autocast: cast as autocast would for attention.
   const at::Tensor q_in = AutocastInput(q);

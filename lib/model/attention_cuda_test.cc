@@ -14,25 +14,47 @@ double RelativeError(const at::Tensor& value, const at::Tensor& reference) {
   return ((value.to(at::kFloat) - reference).norm() / reference.norm()).item<double>();
 }
 
-TEST(AttentionCudaTest, KernelPairWithAMaskEqualsSdpa) {
-  if (!at::cuda::is_available()) {
-    GTEST_SKIP() << "no CUDA device: the CUDA attention path was compiled and linked, not run";
+class AttentionCudaTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (!at::cuda::is_available()) {
+      GTEST_SKIP() << "no CUDA device: the CUDA attention path was compiled and linked, not run";
+    }
   }
-  at::manual_seed(0);
   const at::TensorOptions cuda = at::TensorOptions().device(at::kCUDA);
-  // 45 keys: rows of the bias not 16-aligned; 4 heads against a [B, 1, Sq, Sk] mask.
-  const int64_t b = 2, h = 4, s = 45, d = 64;
-  const at::Tensor q = at::randn({b, h, s, d}, cuda);
-  const at::Tensor k = at::randn({b, h, s, d}, cuda);
-  const at::Tensor v = at::randn({b, h, s, d}, cuda);
-  const at::Tensor grad = at::randn({b, h, s, d}, cuda);
-  // Causal within two packed documents, so whole blocks of keys are masked.
-  const at::Tensor position = at::arange(s, cuda.dtype(at::kLong));
+  static constexpr int64_t b = 2, h = 4, s = 45, d = 64;  // 45 keys: bias rows not 16-aligned
+};
+
+// Causal within two packed documents, so whole blocks of keys are masked: [B, 1, Sq, Sk].
+AttentionMask TwoDocumentMask(const at::TensorOptions& options, int64_t b, int64_t s) {
+  const at::Tensor position = at::arange(s, options.dtype(at::kLong));
   const at::Tensor document = (position >= 20).to(at::kLong);
   MaskInputs inputs;
   inputs.query_positions = inputs.key_positions = position.expand({b, s});
   inputs.query_documents = inputs.key_documents = document.expand({b, s});
-  const AttentionMask mask = BuildAttentionMask(inputs);
+  return BuildAttentionMask(inputs);
+}
+
+TEST_F(AttentionCudaTest, MaskedGroupedQueryAttentionEqualsSdpa) {
+  at::manual_seed(0);
+  const at::Tensor q = at::randn({b, h, s, d}, cuda);
+  const at::Tensor k = at::randn({b, h / 2, s, d}, cuda);
+  const at::Tensor v = at::randn({b, h / 2, s, d}, cuda);
+  const AttentionMask mask = TwoDocumentMask(cuda, b, s);
+  const at::Tensor out =
+      Attention(q.to(at::kBFloat16), k.to(at::kBFloat16), v.to(at::kBFloat16), mask);
+  const at::Tensor reference = at::scaled_dot_product_attention(
+      q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), mask.allowed, 0.0, false);
+  EXPECT_LT(RelativeError(out, reference), 2e-2);  // bf16 against fp32
+}
+
+TEST_F(AttentionCudaTest, KernelPairWithAMaskEqualsSdpa) {
+  at::manual_seed(0);
+  const at::Tensor q = at::randn({b, h, s, d}, cuda);
+  const at::Tensor k = at::randn({b, h, s, d}, cuda);
+  const at::Tensor v = at::randn({b, h, s, d}, cuda);
+  const at::Tensor grad = at::randn({b, h, s, d}, cuda);
+  const AttentionMask mask = TwoDocumentMask(cuda, b, s);
 
   const at::ScalarType bf16 = at::kBFloat16;
   const at::Tensor qh = q.to(bf16), kh = k.to(bf16), vh = v.to(bf16);
