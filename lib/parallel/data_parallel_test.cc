@@ -176,7 +176,8 @@ TEST(FsdpReduceScatterQueueTest, FinishesAGroupWhenTheNextStartsAndAtDrain) {
 }
 
 // Resharding after forward frees the gathered bytes autograd saved and gathers them again in
-// backward: the gradients are those of keeping them.
+// backward, freed once more when the group's gradients are computed (while the graph lives on):
+// the gradients are those of keeping them.
 TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {
   const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
     std::vector<at::Tensor> grads[2];
@@ -196,6 +197,7 @@ TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {
       RANK_EXPECT(seen.sizes() == at::IntArrayRef({5, 3}));
       RANK_EXPECT((seen.storage().nbytes() == 0) == reshard);
       out.sum().backward();
+      RANK_EXPECT((seen.storage().nbytes() == 0) == reshard);
       grads[reshard].push_back(a.grad());
     }
     RANK_EXPECT(Equal(grads[0][0], grads[1][0]));

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +42,13 @@ at::Tensor AssembleFull(const FsdpParamGroup::Param& param, const at::Tensor& ga
   return full;
 }
 
+// Frees `tensor`'s bytes, keeping the tensor (autograd may hold it) for a later refill.
+void FreeStorage(const at::Tensor& tensor) {
+  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
+  storage->set_nbytes(0);
+}
+
 // Elements of `dtype` that hold `numel` float8 bytes.
 int64_t Float8Elements(int64_t numel, at::ScalarType dtype) {
   const int64_t size = static_cast<int64_t>(c10::elementSize(dtype));
@@ -61,6 +69,8 @@ struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto* group = reinterpret_cast<const FsdpParamGroup*>(ctx->saved_data["group"].toInt());
+    // Every gradient of the full tensors is computed: what backward gathered again can go.
+    group->ReleaseRefilled();
     torch::autograd::variable_list shard_grads;
     if (group->reduce_scatter_queue() != nullptr) {
       // The queue adds them to the shards' gradients once the collective is done.
@@ -178,7 +188,11 @@ std::vector<at::Tensor> FsdpParamGroup::Float8ShardAmaxes() const {
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> amaxes;
   for (const Param& param : params_) {
-    if (param.float8) amaxes.push_back(param.shard.abs().max());  // padding rows are zero
+    // Padding rows are zero. One reduction with |x| inside, as the float8 linear's own amax.
+    if (param.float8) {
+      amaxes.push_back(
+          at::linalg_vector_norm(param.shard, std::numeric_limits<double>::infinity()));
+    }
   }
   return amaxes;
 }
@@ -403,11 +417,10 @@ std::vector<at::Tensor> FsdpParamGroup::Shards() const {
 
 void FsdpParamGroup::Unshard() {
   const std::vector<at::Tensor> shards = Shards();
-  std::vector<std::optional<Float8Tensor>> casts;
-  std::vector<at::Tensor> full = AllGatherFunction::apply(at::TensorList(shards), this, &casts);
+  std::vector<at::Tensor> full = AllGatherFunction::apply(at::TensorList(shards), this, &casts_);
   for (size_t i = 0; i < params_.size(); ++i) {
     *params_[i].slot = full[i];
-    if (params_[i].float8) RegisterFloat8Weight(full[i], *casts[i]);
+    if (params_[i].float8) RegisterFloat8Weight(full[i], *casts_[i]);
   }
 }
 
@@ -416,18 +429,32 @@ void FsdpParamGroup::Reshard() {
     if (param.float8) UnregisterFloat8Weight(*param.slot);
     *param.slot = param.shard;
   }
+  casts_.clear();  // their bytes live on only where autograd saved them
 }
 
-void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full) const {
-  std::vector<at::Tensor> gathered = AllGatherFlat(Shards());
-  for (size_t i = 0; i < full.size(); ++i) {
-    // Both come from at::empty(full_shape): the same contiguous layout, so the bytes move over.
-    c10::StorageImpl* from = gathered[i].storage().unsafeGetStorageImpl();
-    c10::StorageImpl* to = full[i].storage().unsafeGetStorageImpl();
+void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full,
+                                const std::vector<at::Tensor>& float8_data) const {
+  std::vector<std::optional<Float8Tensor>> casts;
+  std::vector<at::Tensor> gathered = AllGatherFlat(Shards(), &casts);
+  // Both come from at::empty(full_shape): the same contiguous layout, so the bytes move over.
+  auto move_bytes = [this](const at::Tensor& from_tensor, const at::Tensor& to_tensor) {
+    c10::StorageImpl* from = from_tensor.storage().unsafeGetStorageImpl();
+    c10::StorageImpl* to = to_tensor.storage().unsafeGetStorageImpl();
     const size_t nbytes = from->nbytes();
     to->set_data_ptr_noswap(from->set_data_ptr(at::DataPtr(nullptr, from->device())));
     to->set_nbytes(nbytes);
+    refilled_.push_back(to_tensor);
+  };
+  for (size_t i = 0; i < full.size(); ++i) {
+    move_bytes(gathered[i], full[i]);
+    // The same shards and scales as in forward: the bytes the linear saved.
+    if (float8_data[i].defined()) move_bytes(casts[i]->data, float8_data[i]);
   }
+}
+
+void FsdpParamGroup::ReleaseRefilled() const {
+  for (const at::Tensor& tensor : refilled_) FreeStorage(tensor);
+  refilled_.clear();
 }
 
 at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
@@ -437,20 +464,24 @@ at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at
   Unshard();
   if (prefetch != nullptr) prefetch->Prefetch();
   std::vector<at::Tensor> full;
+  std::vector<at::Tensor> float8_data(params_.size());
   full.reserve(params_.size());
-  for (const Param& param : params_) full.push_back(*param.slot);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    full.push_back(*params_[i].slot);
+    if (casts_[i]) float8_data[i] = casts_[i]->data;
+  }
   at::Tensor out = call(x);
   Reshard();
   if (!reshard_after_forward || !c10::GradMode::is_enabled() || !out.requires_grad()) return out;
-  // Autograd holds `full` (or views of it) for backward; only their bytes go.
-  for (const at::Tensor& tensor : full) {
-    c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-    storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
-    storage->set_nbytes(0);
+  // Autograd holds `full` (or views of it) and float8 linears their casts for backward; only
+  // their bytes go.
+  for (const at::Tensor& tensor : full) FreeStorage(tensor);
+  for (const at::Tensor& tensor : float8_data) {
+    if (tensor.defined()) FreeStorage(tensor);
   }
   // Every node of call's graph runs after the one that produced `out`: refill before them.
-  out.register_hook([this, full, backward_prefetch](const at::Tensor& grad) {
-    RefillFull(full);
+  out.register_hook([this, full, float8_data, backward_prefetch](const at::Tensor& grad) {
+    RefillFull(full, float8_data);
     if (backward_prefetch != nullptr) backward_prefetch->Prefetch();
     return grad;
   });
