@@ -11,7 +11,8 @@
 #   3 8B shapes with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) ·
 #   titan_8b8l_cuda_graph · titan_8b8l_fused_loss · chunked_ce · fused_kernels (fused vs ATen
 #   timings) · ops · summary.
-# Usage on the device: OUT=... bash gpu_pack/h200_bench.sh [STAGE ...]: the named stages only.
+# Usage on the device: OUT=... BENCH_BUDGET=570 bash gpu_pack/h200_bench.sh [STAGE ...]: the
+# named stages only (default all), in the order above, within the budget (see stage()).
 # The limits add up past one 600 s device call, so split the stages over calls; titan_8b8l* and
 # torchtitan_* need assets in the same call, torchtitan_* wheels too, and summary reads that
 # call's $OUT (run summarize.py here on the calls' results put together).
@@ -26,12 +27,27 @@ nvidia_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(glob.glob(os.p
 export LD_LIBRARY_PATH="$PWD/lib:$torch_lib:$nvidia_libs:${LD_LIBRARY_PATH:-}"
 
 only=" $* "
+# BENCH_BUDGET=S: the seconds this call may take (the device call's limit); each stage's limit is
+# cut to what is left, keeping 40 s for the summary, and a stage that no longer fits is skipped
+# (listed in summary.txt, for the next call).
+budget="${BENCH_BUDGET:-0}"
 stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its outcome in summary.txt
   local name=$1 seconds=$2 start=$SECONDS
   shift 2
   if [[ "$only" != "  " && "$only" != *" $name "* ]]; then return 0; fi
+  if ((budget > 0)); then
+    local reserve=40
+    [[ $name == summary ]] && reserve=10
+    local left=$((budget - SECONDS - reserve))
+    if ((left < 15)); then
+      echo "$name: skipped, ${left}s of the budget left" | tee -a "$OUT/summary.txt"
+      return 0
+    fi
+    ((seconds > left)) && seconds=$left
+  fi
   echo "== $name (limit ${seconds}s)"
-  timeout --kill-after=10 "$seconds" "$@" >"$OUT/$name.log" 2>&1
+  # Through bash: timeout runs programs only, and titan below is a (exported) function.
+  timeout --kill-after=10 "$seconds" bash -c '"$@"' _ "$@" >"$OUT/$name.log" 2>&1
   local rc=$?
   echo "$name: exit $rc after $((SECONDS - start))s" | tee -a "$OUT/summary.txt"
   tail -n 3 "$OUT/$name.log"
@@ -41,6 +57,8 @@ titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
   bin/titan_train --job.dump_folder="$OUT/$1" --checkpoint.enable=false --validation.enable=false \
     --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.description="h200 bench $1" "${@:2}"
 }
+export OUT
+export -f titan
 
 stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"'
 stage nccl 60 bin/nccl_communicator_test
