@@ -31,6 +31,12 @@ only=" $* "
 # cut to what is left, keeping 40 s for the summary, and a stage that no longer fits is skipped
 # (listed in summary.txt, for the next call).
 budget="${BENCH_BUDGET:-0}"
+# BENCH_TINY=1 (a dry run of this script on CPU, here): the 8B-shaped runs become 2 layers of dim
+# 256 at seq_len 512 (make_assets.py, torchtitan_run.py), and BENCH_SITE names a folder where the
+# wheels are already installed for this Python. The figures mean nothing; the plumbing is checked.
+export BENCH_TINY="${BENCH_TINY:-0}"
+seq_len=8192
+[[ $BENCH_TINY == 1 ]] && seq_len=512
 stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its outcome in summary.txt
   local name=$1 seconds=$2 start=$SECONDS
   shift 2
@@ -54,8 +60,10 @@ stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its out
 }
 
 titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
-  bin/titan_train --job.dump_folder="$OUT/$1" --checkpoint.enable=false --validation.enable=false \
-    --metrics.log_freq=1 --metrics.enable_tensorboard=false --job.description="h200 bench $1" "${@:2}"
+  # One seed for all: the runs' loss curves are compared (float8, fused loss, CUDA graphs).
+  bin/titan_train --job.dump_folder="$OUT/$1" --training.seed=0 --checkpoint.enable=false \
+    --validation.enable=false --metrics.log_freq=1 --metrics.enable_tensorboard=false \
+    --job.description="h200 bench $1" "${@:2}"
 }
 export OUT
 export -f titan
@@ -74,7 +82,7 @@ stage smoke 90 titan smoke "${smoke[@]}"
 # The same run replayed as CUDA graphs from step 2: summarize.py compares its losses with smoke's.
 stage smoke_cuda_graph 90 titan smoke_cuda_graph "${smoke[@]}" --compile.cuda_graph=true
 stage assets 30 python3 make_assets.py "$work"
-common=(--training.seq_len=8192 --training.local_batch_size=1 --training.steps=20
+common=(--training.seq_len=$seq_len --training.local_batch_size=1 --training.steps=20
         --training.mixed_precision_param=bfloat16 --activation_checkpoint.mode=none
         --lr_scheduler.warmup_steps=2 --optimizer.lr=3e-4)
 llama8b8l=(--model.name=llama3 --model.flavor=from_checkpoint --model.hf_assets_path="$work/model"
@@ -85,10 +93,11 @@ stage titan_8b8l 150 titan titan_8b8l "${llama8b8l[@]}"
 # against titan_8b8l's is read by summarize.py.
 stage titan_8b8l_float8 120 titan titan_8b8l_float8 "${llama8b8l[@]}" --model.converters=float8 \
   --float8.filter_fqns=output
-stage wheels 60 python3 -m pip install -q --no-index --no-deps --no-compile --target "$work/site" \
-  wheels/*.whl
+site="${BENCH_SITE:-$work/site}"
+[[ -z ${BENCH_SITE:-} ]] && stage wheels 60 python3 -m pip install -q --no-index --no-deps \
+  --no-compile --target "$site" wheels/*.whl
 # No network there: datasets and the hub read local folders only, without trying to reach it.
-export PYTHONPATH="$work/site" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+export PYTHONPATH="$site" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 # python3 -m: torchrun need not be on PATH where python3 is.
 torchtitan=(python3 -m torch.distributed.run --standalone --nproc_per_node=1 torchtitan_run.py
             --model.name=llama3 --model.flavor=8B_8L --model.hf_assets_path="$work/model"

@@ -39,8 +39,8 @@ def torchtitan(name):
     tps, memory, loss = [], [], None
     for line in open(path, errors="replace"):
         line = ANSI.sub("", line)
-        m = re.search(r"step:\s*(\d+).*?loss:\s*([\d.]+).*?memory:\s*([\d.]+)GiB.*?tps:\s*([\d,]+)",
-                      line)
+        m = re.search(r"step:\s*(\d+).*?loss:\s*([\d.]+).*?memory:\s*(-?[\d.]+)GiB"
+                      r".*?tps:\s*([\d,]+)", line)
         if m:
             step = int(m.group(1))
             loss = float(m.group(2))
