@@ -5,11 +5,11 @@
 #   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (fused RoPE/SwiGLU/float8
 #   cast CUDA kernels against ATen; the training runs go through them) · float8 (_scaled_mm
 #   against its emulation, each recipe) · attention (the masked kernel pair ring attention calls,
-#   against SDPA) · cuda_graph (replays equal eager steps) · smoke (titan
-#   debug model on CUDA, bf16, loss falls) · smoke_cuda_graph (the same, replayed as CUDA graphs)
-#   · assets · titan_8b8l, titan_8b8l_float8, wheels, torchtitan_eager, torchtitan_compiled (Llama
-#   3 8B shapes with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) ·
-#   titan_8b8l_cuda_graph · titan_8b8l_fused_loss · chunked_ce · fused_kernels (fused vs ATen
+#   against SDPA) · cuda_graph (replays equal eager steps) · smoke (titan debug model on CUDA,
+#   bf16, loss falls) · smoke_cuda_graph (the same, replayed as CUDA graphs) · assets ·
+#   titan_8b8l, titan_8b8l_float8, wheels, torchtitan_eager, torchtitan_compiled (Llama 3 8B
+#   shapes with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph
+#   · titan_8b8l_fused_loss · titan_8b8l_unfused · chunked_ce · fused_kernels (fused vs ATen
 #   timings) · ops · summary.
 # Usage on the device: OUT=... BENCH_BUDGET=570 bash gpu_pack/h200_bench.sh [STAGE ...]: the
 # named stages only (default all), in the order above, within the budget (see stage()).
@@ -110,6 +110,9 @@ stage titan_8b8l_cuda_graph 120 titan titan_8b8l_cuda_graph "${llama8b8l[@]}" --
 # The head fused with the loss, 2048 tokens' logits at a time: speed and peak memory vs titan_8b8l.
 stage titan_8b8l_fused_loss 120 titan titan_8b8l_fused_loss "${llama8b8l[@]}" \
   --training.loss_chunk_size=2048
+# Without titan's CUDA kernels (RoPE, SwiGLU): what they buy, on the same run.
+stage titan_8b8l_unfused 120 titan titan_8b8l_unfused "${llama8b8l[@]}" \
+  --compile.fused_kernels=false
 stage chunked_ce 60 bin/chunked_ce_benchmark 8192 4096 1024 cuda
 stage fused_kernels 60 bin/fused_kernels_benchmark
 stage ops 90 python3 op_bench.py "$OUT/ops.json"

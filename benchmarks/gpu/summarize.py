@@ -55,12 +55,13 @@ def torchtitan(name):
 results = {"titan_bf16": titan("titan_8b8l"), "titan_float8": titan("titan_8b8l_float8"),
            "titan_cuda_graph": titan("titan_8b8l_cuda_graph"),
            "titan_fused_loss": titan("titan_8b8l_fused_loss"),
+           "titan_unfused": titan("titan_8b8l_unfused"),
            "torchtitan_eager": torchtitan("torchtitan_eager"),
            "torchtitan_compiled": torchtitan("torchtitan_compiled"),
            "smoke": titan("smoke"), "smoke_cuda_graph": titan("smoke_cuda_graph"),
            "flops_per_token": FLOPS_PER_TOKEN}
-RUNS = ("titan_bf16", "titan_float8", "titan_cuda_graph", "titan_fused_loss", "torchtitan_eager",
-        "torchtitan_compiled")
+RUNS = ("titan_bf16", "titan_float8", "titan_cuda_graph", "titan_fused_loss", "titan_unfused",
+        "torchtitan_eager", "torchtitan_compiled")
 for key in RUNS:
     if results[key] and results[key]["tps"]:
         results[key]["mfu_percent"] = results[key]["tps"] * FLOPS_PER_TOKEN / PEAK * 100
@@ -88,6 +89,12 @@ if bf16 and fused and fused["tps"]:
     print(f"titan fused loss / whole logits: {fused['tps'] / bf16['tps']:.3f}x tokens/s, peak "
           f"memory {fused['memory_gib']:.1f} vs {bf16['memory_gib']:.1f} GiB; max per-step loss "
           f"difference {worst:.2e} over {len(fused['losses'])} steps (bf16 roundings)")
+unfused = results["titan_unfused"]
+if bf16 and unfused and unfused["tps"]:
+    worst = max(abs(u - b) / b for b, u in zip(bf16["losses"], unfused["losses"]))
+    print(f"titan fused kernels / LibTorch compositions: {bf16['tps'] / unfused['tps']:.3f}x "
+          f"tokens/s, peak memory {bf16['memory_gib']:.1f} vs {unfused['memory_gib']:.1f} GiB; max "
+          f"per-step loss difference {worst:.2e} over {len(unfused['losses'])} steps")
 for eager, graphed in (("smoke", "smoke_cuda_graph"), ("titan_bf16", "titan_cuda_graph")):
     e, g = results[eager], results[graphed]
     if e and g and g["tps"]:

@@ -14,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/kernels/float8_cast.h"
+#include "lib/kernels/kernel_dispatch.h"
 #include "lib/kernels/kernel_test_util.h"
 #include "lib/kernels/rope.h"
 #include "lib/kernels/swiglu.h"
@@ -168,6 +169,17 @@ TEST_F(CudaDispatchTest, ModelOpsTakeTheFusedKernelsOnCudaAndAtenOnCpu) {
   const at::Tensor cpu_gate = gate.detach().cpu().requires_grad_();
   EXPECT_THAT(SwiGlu(cpu_gate, cpu_gate.detach()).grad_fn()->name(),
               testing::Not(HasSubstr("SwiGluFunction")));
+}
+
+TEST_F(CudaDispatchTest, TurnedOffTheModelOpsTakeAten) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor gate = at::randn({4, 8}, cuda.dtype(at::kBFloat16)).requires_grad_();
+  SetFusedKernelsEnabled(false);
+  const at::Tensor out = SwiGlu(gate, gate.detach());
+  const absl::Status refused = FusedSwiGluSupports(gate, gate.detach());
+  SetFusedKernelsEnabled(true);
+  EXPECT_THAT(out.grad_fn()->name(), testing::Not(HasSubstr("SwiGluFunction")));
+  EXPECT_THAT(refused.message(), HasSubstr("fused_kernels = false"));
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/util/Exception.h>
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -22,9 +24,19 @@ absl::StatusOr<KernelDtype> KernelDtypeOf(const at::Tensor& t, absl::string_view
   }
 }
 
+namespace {
+std::atomic<bool> g_fused_kernels{true};
+}  // namespace
+
+void SetFusedKernelsEnabled(bool enabled) { g_fused_kernels = enabled; }
+
 absl::Status CheckKernelDevice(const at::Tensor& t, absl::string_view name) {
   if (t.is_cpu()) return absl::OkStatus();
   if (t.is_cuda()) {
+    if (!g_fused_kernels) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name, ": the CUDA kernels are off ([compile] fused_kernels = false)"));
+    }
     const cudaDeviceProp* properties = at::cuda::getDeviceProperties(t.device().index());
     if (properties->major == 9 && properties->minor == 0) return absl::OkStatus();
     return absl::FailedPreconditionError(absl::StrCat(name, ": the kernels are built for sm_90a, ",

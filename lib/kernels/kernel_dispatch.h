@@ -17,8 +17,12 @@ namespace titan {
 // The kernel element type of `t` (fp32, bf16 or fp16); `name` names t in the error.
 absl::StatusOr<KernelDtype> KernelDtypeOf(const at::Tensor& t, absl::string_view name);
 
+// [compile] fused_kernels: whether CUDA tensors may take the kernels at all (on by default; off,
+// the model's ops run LibTorch's compositions, the kernels' references). Process-wide.
+void SetFusedKernelsEnabled(bool enabled);
+
 // OK on the CPU (the reference loops) and on CUDA devices of compute capability 9.0 (the kernels
-// are built for sm_90a alone).
+// are built for sm_90a alone) unless the kernels are turned off.
 absl::Status CheckKernelDevice(const at::Tensor& t, absl::string_view name);
 
 // "[2, 3, 4]".

@@ -14,6 +14,7 @@
 #include "lib/data/packed_text_dataset.h"
 #include "lib/float8/float8_converter.h"
 #include "lib/interop/load_weights.h"
+#include "lib/kernels/kernel_dispatch.h"
 #include "lib/model/batch_invariant.h"
 #include "lib/parallel/tensor_parallel.h"
 #include "lib/tokenizer/tokenizer_loader.h"
@@ -78,6 +79,7 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   at::manual_seed(setup.seed);
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
   SetBatchInvariant(config.debug().batch_invariant());
+  SetFusedKernelsEnabled(config.compile().fused_kernels());
 
   setup.device = PickDevice(runtime.env().local_rank);
   ConfigureCudaRuntime(setup.device, training.deterministic());
