@@ -68,7 +68,13 @@ class BackendWork : public Work {
     PhaseRange range("comm:", op_, ":wait");
     CommTrace* trace = shared_->trace.get();
     try {
-      work_->wait(ToChrono(timeout_));
+      if (shared_->device.is_cpu()) {
+        work_->wait(ToChrono(timeout_));
+      } else {
+        // Only the caller's stream waits: given a timeout, c10d's wait would block the host until
+        // the collective ends. Its watchdog thread enforces the group's timeout instead.
+        work_->wait();
+      }
     } catch (const std::exception& e) {
       const std::string reason = Reason(e);
       if (trace != nullptr) {

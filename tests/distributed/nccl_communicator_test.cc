@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Sleep.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -13,6 +14,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/distributed/comm_trace.h"
@@ -77,6 +79,31 @@ TEST(NcclCommunicatorTest, CollectivesOnOneGpuAndDispatchByDevice) {
 
   EXPECT_THAT(Await(comm->AllGather(x, at::empty({3}, cuda.dtype(at::kFloat)))).message(),
               HasSubstr("all_gather on group \"solo\": expected 1048576"));
+}
+
+// Wait orders the caller's stream after the collective and returns: the host does not wait for
+// the device (a c10d wait with a timeout would block it until the collective ends).
+TEST(NcclCommunicatorTest, WaitLeavesTheHostRunning) {
+  if (!at::hasCUDA() || at::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::shared_ptr<Rendezvous> rendezvous = ConnectAlone();
+  ASSERT_NE(rendezvous, nullptr);
+  absl::StatusOr<std::unique_ptr<Communicator>> nccl =
+      CreateNcclCommunicator(rendezvous, "solo", {0}, /*device=*/0, absl::Seconds(30));
+  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  at::Tensor x = at::ones({1024}, at::TensorOptions().device(at::kCUDA, 0));
+  ASSERT_TRUE(Await((*nccl)->AllReduce(x, ReduceOp::kSum)).ok());  // connects
+  at::cuda::getCurrentCUDAStream(0).synchronize();
+  // About a second of device work queued before the collective, which waits for it.
+  at::cuda::sleep(int64_t{2} << 30);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Work>> work = (*nccl)->AllReduce(x, ReduceOp::kSum);
+  ASSERT_TRUE(work.ok()) << work.status();
+  ASSERT_TRUE((*work)->Wait().ok());
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
+  EXPECT_FALSE((*work)->IsCompleted());
+  at::cuda::getCurrentCUDAStream(0).synchronize();
+  EXPECT_TRUE((*work)->IsCompleted());
+  EXPECT_TRUE(x.equal(at::ones_like(x)));
 }
 
 // A sub-group split from the world's NCCL communicator, and the trace of both: NCCL operations
