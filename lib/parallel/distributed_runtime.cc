@@ -30,6 +30,24 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
                           p.pipeline_parallel_degree(), env.world_size));
   DistributedRuntime runtime(env, std::move(dims));
   if (env.world_size == 1) return runtime;
+  // The device the trainer picks for this rank (lib/train/device), or -1 on a CPU-only machine.
+  const int gpus = at::hasCUDA() ? static_cast<int>(at::cuda::device_count()) : 0;
+  const int gpu = gpus > 0 ? env.local_rank % gpus : -1;
+  if (gpus > 0 && env.local_world_size > gpus) {
+    // NCCL refuses two ranks on one device ("Duplicate GPU detected"), after a rendezvous.
+    return absl::FailedPreconditionError(absl::StrCat(
+        env.local_world_size, " ranks on this machine but ", gpus,
+        " GPU(s) visible: NCCL needs a GPU per rank; start at most ", gpus,
+        " per machine, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run every rank on the CPU"));
+  }
+  if (gpus > 0 && runtime.dims_.pp_enabled()) {
+    // c10d runs a group's unbatched sends and receives one after another on one stream, and the
+    // schedule posts each receive an action ahead: 1F1B on 2 stages already waits in a circle.
+    return absl::UnimplementedError(
+        "[parallelism] pipeline_parallel_degree > 1 on GPUs: the pipeline's sends and receives "
+        "are not batched into NCCL groups yet, and unbatched they deadlock; pipeline parallelism "
+        "runs on CPU ranks (CUDA_VISIBLE_DEVICES=)");
+  }
   const absl::Duration timeout = absl::Seconds(config.comm().init_timeout_seconds());
   RendezvousOptions options;
   options.timeout = timeout;
@@ -44,10 +62,6 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   trace_options.store = rendezvous->store();
   TITAN_ASSIGN_OR_RETURN(runtime.trace_, CommTrace::Create(std::move(trace_options)));
   std::shared_ptr<CommTrace> trace = runtime.trace_;
-  // The device the trainer picks for this rank (lib/train/device), or -1 on a CPU-only machine.
-  const int gpu = at::hasCUDA() && at::cuda::device_count() > 0
-                      ? env.local_rank % at::cuda::device_count()
-                      : -1;
   // MeshCommunicators makes the world group first; the other NCCL communicators split from its.
   const Communicator* world_nccl = nullptr;
   TITAN_ASSIGN_OR_RETURN(
