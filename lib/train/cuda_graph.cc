@@ -108,7 +108,9 @@ absl::Status CudaGraphedMicrobatch::Capture(const Batch& batch, const Body& body
   } catch (const c10::Error& e) {
     if (capturing) {
       // Ends the stream's broken capture, so that the error below is what the run reports and
-      // not the next CUDA call's; ending it fails too (the capture is invalid), as expected.
+      // not the next CUDA call's. On the capture stream (the try block's guard is gone), which
+      // capture_end checks; it then reports the invalidated capture, as expected.
+      c10::cuda::CUDAStreamGuard end_guard(capture_stream);
       try {
         graph->capture_end();
       } catch (const c10::Error&) {
