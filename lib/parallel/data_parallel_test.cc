@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include <functional>
 #include <memory>
@@ -201,6 +202,38 @@ TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {
       grads[reshard].push_back(a.grad());
     }
     RANK_EXPECT(Equal(grads[0][0], grads[1][0]));
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
+// Two calls of one group; the second's backward runs as far as its input only (a zero-bubble
+// pipeline's I pass, which refills but does not reach the gather), then the first's whole
+// backward: each call frees only what its own backward gathered again.
+TEST(FsdpParamGroupTest, EachCallFreesOnlyWhatItsOwnBackwardGathered) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    at::manual_seed(rank);
+    at::Tensor a = at::randn({5, 3}).requires_grad_(true);
+    std::unique_ptr<FsdpParamGroup> group =
+        *FsdpParamGroup::Create({{"a", &a}}, &comm, /*replicate=*/nullptr);
+    const at::Tensor x_later = at::randn({4, 3}).requires_grad_(true);
+    at::Tensor seen[2];
+    at::Tensor out[2];
+    for (int i : {0, 1}) {
+      out[i] = group->CallUnsharded(
+          [&a, &seen, i](const at::Tensor& y) {
+            seen[i] = a;
+            return at::matmul(y, a.t()).tanh();
+          },
+          i == 0 ? at::randn({4, 3}) : x_later, /*reshard_after_forward=*/true);
+    }
+    torch::autograd::grad({out[1].sum()}, {x_later}, {}, /*retain_graph=*/true);
+    RANK_EXPECT(seen[1].storage().nbytes() > 0);
+    out[0].sum().backward();
+    RANK_EXPECT(seen[0].storage().nbytes() == 0);
+    RANK_EXPECT(seen[1].storage().nbytes() > 0);  // still there for its weight gradients
+    out[1].sum().backward();
+    RANK_EXPECT(seen[1].storage().nbytes() == 0);
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(2, 0));

@@ -42,11 +42,11 @@ at::Tensor AssembleFull(const FsdpParamGroup::Param& param, const at::Tensor& ga
   return full;
 }
 
-// Frees `tensor`'s bytes, keeping the tensor (autograd may hold it) for a later refill.
-void FreeStorage(const at::Tensor& tensor) {
-  c10::StorageImpl* storage = tensor.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(at::DataPtr(nullptr, storage->device()));
-  storage->set_nbytes(0);
+// Frees a storage's bytes, keeping it (tensors autograd holds use it) for a later refill.
+void FreeStorage(const c10::Storage& storage) {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, impl->device()));
+  impl->set_nbytes(0);
 }
 
 // Elements of `dtype` that hold `numel` float8 bytes.
@@ -69,8 +69,6 @@ struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto* group = reinterpret_cast<const FsdpParamGroup*>(ctx->saved_data["group"].toInt());
-    // Every gradient of the full tensors is computed: what backward gathered again can go.
-    group->ReleaseRefilled();
     torch::autograd::variable_list shard_grads;
     if (group->reduce_scatter_queue() != nullptr) {
       // The queue adds them to the shards' gradients once the collective is done.
@@ -83,6 +81,25 @@ struct AllGatherFunction : public torch::autograd::Function<AllGatherFunction> {
     shard_grads.emplace_back();  // and the casts
     return shard_grads;
   }
+};
+
+// Frees what one CallUnsharded's backward gathered again when its gather node runs, i.e. once
+// every gradient of the full tensors is computed (FSDP2's post-backward reshard). Per call: a
+// split backward may refill a later microbatch's tensors before an earlier one's gather runs.
+class ReleaseRefilledOnGather : public torch::autograd::FunctionPreHook {
+ public:
+  explicit ReleaseRefilledOnGather(std::shared_ptr<std::vector<c10::Storage>> refilled)
+      : refilled_(std::move(refilled)) {}
+
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    for (const c10::Storage& storage : *refilled_) FreeStorage(storage);
+    refilled_->clear();
+    return grads;
+  }
+
+ private:
+  // Storages, not tensors: a tensor would hold this node (its grad_fn), which holds this hook.
+  const std::shared_ptr<std::vector<c10::Storage>> refilled_;
 };
 
 }  // namespace
@@ -433,28 +450,24 @@ void FsdpParamGroup::Reshard() {
 }
 
 void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full,
-                                const std::vector<at::Tensor>& float8_data) const {
+                                const std::vector<at::Tensor>& float8_data,
+                                std::vector<c10::Storage>* refilled) const {
   std::vector<std::optional<Float8Tensor>> casts;
   std::vector<at::Tensor> gathered = AllGatherFlat(Shards(), &casts);
   // Both come from at::empty(full_shape): the same contiguous layout, so the bytes move over.
-  auto move_bytes = [this](const at::Tensor& from_tensor, const at::Tensor& to_tensor) {
+  auto move_bytes = [refilled](const at::Tensor& from_tensor, const at::Tensor& to_tensor) {
     c10::StorageImpl* from = from_tensor.storage().unsafeGetStorageImpl();
     c10::StorageImpl* to = to_tensor.storage().unsafeGetStorageImpl();
     const size_t nbytes = from->nbytes();
     to->set_data_ptr_noswap(from->set_data_ptr(at::DataPtr(nullptr, from->device())));
     to->set_nbytes(nbytes);
-    refilled_.push_back(to_tensor);
+    refilled->push_back(to_tensor.storage());
   };
   for (size_t i = 0; i < full.size(); ++i) {
     move_bytes(gathered[i], full[i]);
     // The same shards and scales as in forward: the bytes the linear saved.
     if (float8_data[i].defined()) move_bytes(casts[i]->data, float8_data[i]);
   }
-}
-
-void FsdpParamGroup::ReleaseRefilled() const {
-  for (const at::Tensor& tensor : refilled_) FreeStorage(tensor);
-  refilled_.clear();
 }
 
 at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at::Tensor&)>& call,
@@ -475,13 +488,16 @@ at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at
   if (!reshard_after_forward || !c10::GradMode::is_enabled() || !out.requires_grad()) return out;
   // Autograd holds `full` (or views of it) and float8 linears their casts for backward; only
   // their bytes go.
-  for (const at::Tensor& tensor : full) FreeStorage(tensor);
+  for (const at::Tensor& tensor : full) FreeStorage(tensor.storage());
   for (const at::Tensor& tensor : float8_data) {
-    if (tensor.defined()) FreeStorage(tensor);
+    if (tensor.defined()) FreeStorage(tensor.storage());
   }
-  // Every node of call's graph runs after the one that produced `out`: refill before them.
-  out.register_hook([this, full, float8_data, backward_prefetch](const at::Tensor& grad) {
-    RefillFull(full, float8_data);
+  // Every node of call's graph runs after the one that produced `out`: refill before them, and
+  // free again when the gather's node runs after them all.
+  auto refilled = std::make_shared<std::vector<c10::Storage>>();
+  full[0].grad_fn()->add_pre_hook(std::make_unique<ReleaseRefilledOnGather>(refilled));
+  out.register_hook([this, full, float8_data, backward_prefetch, refilled](const at::Tensor& grad) {
+    RefillFull(full, float8_data, refilled.get());
     if (backward_prefetch != nullptr) backward_prefetch->Prefetch();
     return grad;
   });

@@ -96,9 +96,6 @@ class FsdpParamGroup {
                            const at::Tensor& x, bool reshard_after_forward = false,
                            FsdpParamGroup* prefetch = nullptr,
                            FsdpParamGroup* backward_prefetch = nullptr);
-  // Frees what backward gathered again for CallUnsharded's freed tensors, once their gradients are
-  // all computed (FSDP2's post-backward reshard): the gather's backward calls it.
-  void ReleaseRefilled() const;
   // Starts this group's all-gather without waiting (FSDP2's forward prefetch): the next Unshard
   // uses it. Every member of the group must prefetch at the same point.
   void Prefetch();
@@ -151,7 +148,7 @@ class FsdpParamGroup {
   // awaited, all-reduced over `replicate` (HSDP), averaged and cut into shard gradients.
   struct PendingReduceScatter {
     std::unique_ptr<Work> work;
-    at::Tensor input;    // kept alive until the work is done
+    at::Tensor input;    // kept until waited for (on CUDA, the stream order then protects it)
     at::Tensor reduced;  // this rank's rows, flat
   };
   PendingReduceScatter StartReduceScatter(const std::vector<at::Tensor>& full_grads) const;
@@ -173,10 +170,10 @@ class FsdpParamGroup {
         reduce_dtype_(reduce_dtype) {}
 
   // Gathers the shards again into the storage of `full` and of `float8_data` (tensors Unshard
-  // made, then freed; the latter the float8 casts' bytes, undefined for other parameters), until
-  // ReleaseRefilled frees it.
-  void RefillFull(const std::vector<at::Tensor>& full,
-                  const std::vector<at::Tensor>& float8_data) const;
+  // made, then freed; the latter the float8 casts' bytes, undefined for other parameters), and
+  // adds the storages it filled to `refilled`.
+  void RefillFull(const std::vector<at::Tensor>& full, const std::vector<at::Tensor>& float8_data,
+                  std::vector<c10::Storage>* refilled) const;
   // Every parameter's shard, in order.
   std::vector<at::Tensor> Shards() const;
   // What the all-gather sends: the shards flat, cast to param_dtype_, float8 parameters' as
@@ -196,7 +193,7 @@ class FsdpParamGroup {
 
   struct PendingGather {
     std::unique_ptr<Work> work;
-    FlatBuffer sent;      // kept alive until the work is done
+    FlatBuffer sent;      // kept until waited for (on CUDA, the stream order then protects it)
     at::Tensor gathered;  // [group size, gather_numel_]
   };
 
@@ -212,7 +209,6 @@ class FsdpParamGroup {
   at::ScalarType param_dtype_;
   at::ScalarType reduce_dtype_;
   mutable std::optional<PendingGather> prefetched_;  // Taken by the next AllGatherFlat.
-  mutable std::vector<at::Tensor> refilled_;         // RefillFull's, until ReleaseRefilled
   std::vector<std::optional<Float8Tensor>> casts_;   // Unshard's until Reshard (like params_)
   FsdpReduceScatterQueue* queue_ = nullptr;
 };

@@ -87,8 +87,11 @@ class PipelineParallelLongTest(train_runs.ParityTest):
 
     def test_fsdp2_x_pp2_zero_bubble_with_checkpointing_and_accumulation(self):
         # 4 ranks: 2 stages × 2 shards; 2 accumulation steps of 2 sequences (2 microbatches each).
+        # Resharding after forward: a later microbatch's I pass gathers again before an earlier
+        # one's W pass, and each must free only its own gathered weights.
         self.check_parity("fsdp2_pp2", 4, "--parallelism.pipeline_parallel_degree=2",
                           "--parallelism.data_parallel_shard_degree=2",
+                          "--parallelism.fsdp_reshard_after_forward=always",
                           schedule("InterleavedZeroBubble"),
                           "--activation_checkpoint.mode=selective",
                           "--activation_checkpoint.selective_ac_option=2", local_batch=2)
