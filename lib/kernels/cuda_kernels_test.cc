@@ -171,15 +171,23 @@ TEST_F(CudaDispatchTest, ModelOpsTakeTheFusedKernelsOnCudaAndAtenOnCpu) {
               testing::Not(HasSubstr("SwiGluFunction")));
 }
 
-TEST_F(CudaDispatchTest, TurnedOffTheModelOpsTakeAten) {
+// Turns the kernels off for one test, on again even when it fails.
+class CudaKernelsOffTest : public CudaDispatchTest {
+ protected:
+  void SetUp() override {
+    CudaDispatchTest::SetUp();
+    SetFusedKernelsEnabled(false);
+  }
+  void TearDown() override { SetFusedKernelsEnabled(true); }
+};
+
+TEST_F(CudaKernelsOffTest, ModelOpsTakeAten) {
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   const at::Tensor gate = at::randn({4, 8}, cuda.dtype(at::kBFloat16)).requires_grad_();
-  SetFusedKernelsEnabled(false);
-  const at::Tensor out = SwiGlu(gate, gate.detach());
-  const absl::Status refused = FusedSwiGluSupports(gate, gate.detach());
-  SetFusedKernelsEnabled(true);
-  EXPECT_THAT(out.grad_fn()->name(), testing::Not(HasSubstr("SwiGluFunction")));
-  EXPECT_THAT(refused.message(), HasSubstr("fused_kernels = false"));
+  EXPECT_THAT(SwiGlu(gate, gate.detach()).grad_fn()->name(),
+              testing::Not(HasSubstr("SwiGluFunction")));
+  EXPECT_THAT(FusedSwiGluSupports(gate, gate.detach()).message(),
+              HasSubstr("fused_kernels = false"));
 }
 
 }  // namespace

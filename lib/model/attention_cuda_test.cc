@@ -2,7 +2,10 @@
 // mask, on CUDA, against at::scaled_dot_product_attention in fp32 and its autograd: the efficient
 // kernel wants the bias broadcast over heads and its rows aligned, which the CPU kernel does not.
 // Without a CUDA device every test skips; benchmarks/gpu/h200_bench.sh runs this binary.
+#include <ATen/SDPBackend.h>
 #include <ATen/cuda/CUDAContext.h>
+
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "lib/model/attention.h"
@@ -21,8 +24,9 @@ class AttentionCudaTest : public testing::Test {
       GTEST_SKIP() << "no CUDA device: the CUDA attention path was compiled and linked, not run";
     }
   }
-  const at::TensorOptions cuda = at::TensorOptions().device(at::kCUDA);
-  static constexpr int64_t b = 2, h = 4, s = 45, d = 64;  // 45 keys: bias rows not 16-aligned
+  const at::TensorOptions cuda_ = at::TensorOptions().device(at::kCUDA);
+  // 45 keys: the bias rows are not 16-aligned.
+  static constexpr int64_t kBatch = 2, kHeads = 4, kSeqLen = 45, kHeadDim = 64;
 };
 
 // Causal within two packed documents, so whole blocks of keys are masked: [B, 1, Sq, Sk].
@@ -37,24 +41,31 @@ AttentionMask TwoDocumentMask(const at::TensorOptions& options, int64_t b, int64
 
 TEST_F(AttentionCudaTest, MaskedGroupedQueryAttentionEqualsSdpa) {
   at::manual_seed(0);
-  const at::Tensor q = at::randn({b, h, s, d}, cuda);
-  const at::Tensor k = at::randn({b, h / 2, s, d}, cuda);
-  const at::Tensor v = at::randn({b, h / 2, s, d}, cuda);
-  const AttentionMask mask = TwoDocumentMask(cuda, b, s);
-  const at::Tensor out =
-      Attention(q.to(at::kBFloat16), k.to(at::kBFloat16), v.to(at::kBFloat16), mask);
+  const at::Tensor q = at::randn({kBatch, kHeads, kSeqLen, kHeadDim}, cuda_);
+  const at::Tensor k = at::randn({kBatch, kHeads / 2, kSeqLen, kHeadDim}, cuda_);
+  const at::Tensor v = at::randn({kBatch, kHeads / 2, kSeqLen, kHeadDim}, cuda_);
+  const AttentionMask mask = TwoDocumentMask(cuda_, kBatch, kSeqLen);
+  const at::Tensor qh = q.to(at::kBFloat16), kh = k.to(at::kBFloat16), vh = v.to(at::kBFloat16);
+  const at::Tensor out = Attention(qh, kh, vh, mask);
   const at::Tensor reference = at::scaled_dot_product_attention(
       q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), mask.allowed, 0.0, false);
   EXPECT_LT(RelativeError(out, reference), 2e-2);  // bf16 against fp32
+  // What Attention hands SDPA (heads repeated, the mask as a bias) takes a fused kernel, not the
+  // math one with its [B, H, S, S] scores.
+  const int64_t math = static_cast<int64_t>(at::SDPBackend::math);
+  EXPECT_NE(at::_fused_sdp_choice(qh, RepeatKvHeads(kh, 2), RepeatKvHeads(vh, 2),
+                                  AttentionBias(mask, at::kBFloat16), 0.0, false),
+            math);
 }
 
 TEST_F(AttentionCudaTest, KernelPairWithAMaskEqualsSdpa) {
   at::manual_seed(0);
-  const at::Tensor q = at::randn({b, h, s, d}, cuda);
-  const at::Tensor k = at::randn({b, h, s, d}, cuda);
-  const at::Tensor v = at::randn({b, h, s, d}, cuda);
-  const at::Tensor grad = at::randn({b, h, s, d}, cuda);
-  const AttentionMask mask = TwoDocumentMask(cuda, b, s);
+  const std::vector<int64_t> shape = {kBatch, kHeads, kSeqLen, kHeadDim};
+  const at::Tensor q = at::randn(shape, cuda_);
+  const at::Tensor k = at::randn(shape, cuda_);
+  const at::Tensor v = at::randn(shape, cuda_);
+  const at::Tensor grad = at::randn(shape, cuda_);
+  const AttentionMask mask = TwoDocumentMask(cuda_, kBatch, kSeqLen);
 
   const at::ScalarType bf16 = at::kBFloat16;
   const at::Tensor qh = q.to(bf16), kh = k.to(bf16), vh = v.to(bf16);

@@ -22,8 +22,8 @@ inline constexpr int64_t kInvariantKeyBlock = 32;
 // x @ weightᵀ (x [..., in], weight [out, in]) computed as fixed-shape row blocks.
 at::Tensor BatchInvariantLinear(const at::Tensor& x, const at::Tensor& weight);
 
-// The score a masked key gets: the lowest finite value of `dtype` (-65504 for fp16 and bf16, finite
-// in both), not -inf, so a row that sees no key stays finite instead of turning into NaN.
+// The score a masked key gets: the lowest finite value of fp32 or fp64, and fp16's (-65504, finite
+// in bf16 too) for 16-bit dtypes; not -inf, so a row that sees no key stays finite, not NaN.
 double MaskedScore(at::ScalarType dtype);
 
 // Attention (lib/model/attention.h) with fixed-shape blocks: query rows in blocks of kInvariantRowBlock,

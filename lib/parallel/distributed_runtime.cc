@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -33,7 +34,9 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   // The device the trainer picks for this rank (lib/train/device), or -1 on a CPU-only machine.
   const int gpus = at::hasCUDA() ? static_cast<int>(at::cuda::device_count()) : 0;
   const int gpu = gpus > 0 ? env.local_rank % gpus : -1;
-  if (gpus > 0 && env.local_world_size > gpus) {
+  // With CUDA_VISIBLE_DEVICES set, a launcher may bind each rank to its own GPU (Slurm's
+  // --gpus-per-task): every rank then sees one.
+  if (gpus > 0 && env.local_world_size > gpus && std::getenv("CUDA_VISIBLE_DEVICES") == nullptr) {
     // NCCL refuses two ranks on one device ("Duplicate GPU detected"), after a rendezvous.
     return absl::FailedPreconditionError(absl::StrCat(
         env.local_world_size, " ranks on this machine but ", gpus,
