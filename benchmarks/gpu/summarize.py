@@ -21,6 +21,11 @@ def median(values):
     return values[len(values) // 2] if values else None
 
 
+def worst_difference(reference, run):
+    """The largest per-step relative difference of `run`'s losses from `reference`'s."""
+    return max(abs(r - x) / x for x, r in zip(reference["losses"], run["losses"]))
+
+
 def titan(name):
     path = os.path.join(OUT, name, "metrics.jsonl")
     if not os.path.exists(path):
@@ -80,24 +85,24 @@ if results["titan_bf16"] and compiled and compiled["tps"]:
     print(f"\ntitan / torchtitan compiled: {results['titan_bf16']['tps'] / compiled['tps']:.3f}x")
 bf16, float8 = results["titan_bf16"], results["titan_float8"]
 if bf16 and float8 and float8["tps"]:
-    worst = max(abs(f - b) / b for b, f in zip(bf16["losses"], float8["losses"]))
+    worst = worst_difference(bf16, float8)
     print(f"titan float8 / bf16: {float8['tps'] / bf16['tps']:.3f}x; "
           f"max per-step loss difference {worst:.2%} over {len(float8['losses'])} steps")
 fused = results["titan_fused_loss"]
 if bf16 and fused and fused["tps"]:
-    worst = max(abs(f - b) / b for b, f in zip(bf16["losses"], fused["losses"]))
+    worst = worst_difference(bf16, fused)
     print(f"titan fused loss / whole logits: {fused['tps'] / bf16['tps']:.3f}x tokens/s, peak "
           f"memory {fused['memory_gib']:.1f} vs {bf16['memory_gib']:.1f} GiB; max per-step loss "
           f"difference {worst:.2e} over {len(fused['losses'])} steps (bf16 roundings)")
 unfused = results["titan_unfused"]
 if bf16 and unfused and unfused["tps"]:
-    worst = max(abs(u - b) / b for b, u in zip(bf16["losses"], unfused["losses"]))
+    worst = worst_difference(bf16, unfused)
     print(f"titan fused kernels / LibTorch compositions: {bf16['tps'] / unfused['tps']:.3f}x "
           f"tokens/s, peak memory {bf16['memory_gib']:.1f} vs {unfused['memory_gib']:.1f} GiB; max "
           f"per-step loss difference {worst:.2e} over {len(unfused['losses'])} steps")
 for eager, graphed in (("smoke", "smoke_cuda_graph"), ("titan_bf16", "titan_cuda_graph")):
     e, g = results[eager], results[graphed]
     if e and g and g["tps"]:
-        worst = max(abs(a - b) / a for a, b in zip(e["losses"], g["losses"]))
+        worst = worst_difference(e, g)
         print(f"{graphed} / {eager}: {g['tps'] / e['tps']:.3f}x tokens/s; max per-step loss "
               f"difference {worst:.2e} over {len(g['losses'])} steps (the same kernels: 0 expected)")
