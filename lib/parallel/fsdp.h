@@ -88,7 +88,8 @@ class FsdpParamGroup {
   void Reshard();
   // Unshard, call(x), Reshard. With `reshard_after_forward` (and grad mode on), the full tensors
   // autograd saved also give up their memory, and are all-gathered into it again when the gradient
-  // reaches call's output in backward (FSDP2's storage resize): no recomputation.
+  // reaches call's output in backward (FSDP2's storage resize): no recomputation. That memory goes
+  // again when this call's gather node runs, after every gradient of the full tensors.
   // `prefetch` (if set) starts gathering right after this group's gather, so that it overlaps
   // call's compute; `backward_prefetch` (if set) right after the gather again in backward, so that
   // the group backward needs next arrives while this one's gradients are computed.
