@@ -432,13 +432,18 @@ std::vector<at::Tensor> FsdpParamGroup::Shards() const {
   return shards;
 }
 
-void FsdpParamGroup::Unshard() {
+std::vector<at::Tensor> FsdpParamGroup::Unshard() {
   const std::vector<at::Tensor> shards = Shards();
-  std::vector<at::Tensor> full = AllGatherFunction::apply(at::TensorList(shards), this, &casts_);
+  std::vector<std::optional<Float8Tensor>> casts;
+  std::vector<at::Tensor> full = AllGatherFunction::apply(at::TensorList(shards), this, &casts);
+  std::vector<at::Tensor> float8_data(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     *params_[i].slot = full[i];
-    if (params_[i].float8) RegisterFloat8Weight(full[i], *casts_[i]);
+    if (!params_[i].float8) continue;
+    RegisterFloat8Weight(full[i], *casts[i]);
+    float8_data[i] = casts[i]->data;
   }
+  return float8_data;
 }
 
 void FsdpParamGroup::Reshard() {
@@ -446,7 +451,6 @@ void FsdpParamGroup::Reshard() {
     if (param.float8) UnregisterFloat8Weight(*param.slot);
     *param.slot = param.shard;
   }
-  casts_.clear();  // their bytes live on only where autograd saved them
 }
 
 void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full,
@@ -474,15 +478,11 @@ at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at
                                          const at::Tensor& x, bool reshard_after_forward,
                                          FsdpParamGroup* prefetch,
                                          FsdpParamGroup* backward_prefetch) {
-  Unshard();
+  const std::vector<at::Tensor> float8_data = Unshard();
   if (prefetch != nullptr) prefetch->Prefetch();
   std::vector<at::Tensor> full;
-  std::vector<at::Tensor> float8_data(params_.size());
   full.reserve(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) {
-    full.push_back(*params_[i].slot);
-    if (casts_[i]) float8_data[i] = casts_[i]->data;
-  }
+  for (const Param& param : params_) full.push_back(*param.slot);
   at::Tensor out = call(x);
   Reshard();
   if (!reshard_after_forward || !c10::GradMode::is_enabled() || !out.requires_grad()) return out;

@@ -83,7 +83,9 @@ class FsdpParamGroup {
 
   // Puts full tensors into the slots: all-gathered from the shards, connected to them by autograd
   // when grad mode is on. Throws c10::Error when the collective fails (it runs inside autograd).
-  void Unshard();
+  // Returns the float8 casts' bytes the float8 linears take as their weights (indexed like the
+  // parameters; undefined for the others).
+  std::vector<at::Tensor> Unshard();
   // Puts the shards back; the full tensors live on only where autograd saved them.
   void Reshard();
   // Unshard, call(x), Reshard. With `reshard_after_forward` (and grad mode on), the full tensors
@@ -210,7 +212,6 @@ class FsdpParamGroup {
   at::ScalarType param_dtype_;
   at::ScalarType reduce_dtype_;
   mutable std::optional<PendingGather> prefetched_;  // Taken by the next AllGatherFlat.
-  std::vector<std::optional<Float8Tensor>> casts_;   // Unshard's until Reshard (like params_)
   FsdpReduceScatterQueue* queue_ = nullptr;
 };
 
