@@ -39,6 +39,8 @@ struct RecipeCasts {
   bool power_of_2_scales = false;
 };
 
+bool SameCast(const Cast& a, const Cast& b) { return a.dtype == b.dtype && a.axis == b.axis; }
+
 RecipeCasts CastsOf(Float8Recipe recipe) {
   RecipeCasts c;
   if (recipe == Float8Recipe::kTensorwise) {
@@ -163,25 +165,30 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
 
     // Each gradient only where asked for: a zero-bubble pipeline's I and W passes ask for one.
     at::Tensor grad_x;
+    std::optional<Float8Tensor> grad8;
     if (ctx->needs_input_grad(0)) {
       const Float8Tensor weight8 =
           saved.size() == 4 ? Float8Tensor{saved[2], saved[3]}
                             : CastAs(weight, casts.weight_for_input, pow2, split.weight, options);
-      const Float8Tensor grad8 =
-          CastAs(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
-      grad_x = Float8Matmul(grad8, weight8, grad.scalar_type(), /*use_fast_accum=*/false,
+      grad8 = CastAs(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
+      grad_x = Float8Matmul(*grad8, weight8, grad.scalar_type(), /*use_fast_accum=*/false,
                             options.emulate)
                    .view(x.sizes());
     }
     at::Tensor grad_weight;
     if (ctx->needs_input_grad(1)) {
-      grad_weight =
-          casts.high_precision_grad_weight
-              ? grad.t().mm(x2d)
-              : Float8Matmul(Transposed(CastAs(grad, casts.grad_output_for_weight, pow2,
-                                               split.grad_output, options)),
-                             CastAs(x2d, casts.input_for_weight, pow2, split.input, options),
-                             grad.scalar_type(), /*use_fast_accum=*/false, options.emulate);
+      if (casts.high_precision_grad_weight) {
+        grad_weight = grad.t().mm(x2d);
+      } else {
+        // Tensorwise casts the output gradient alike for both matmuls: once.
+        const Float8Tensor grad_for_weight =
+            grad8 && SameCast(casts.grad_output_for_input, casts.grad_output_for_weight)
+                ? *grad8
+                : CastAs(grad, casts.grad_output_for_weight, pow2, split.grad_output, options);
+        grad_weight = Float8Matmul(Transposed(grad_for_weight),
+                                   CastAs(x2d, casts.input_for_weight, pow2, split.input, options),
+                                   grad.scalar_type(), /*use_fast_accum=*/false, options.emulate);
+      }
       grad_weight = grad_weight.to(weight.scalar_type());
     }
     return {grad_x, grad_weight, at::Tensor(), at::Tensor()};
