@@ -47,19 +47,24 @@ struct Shared {
 
 class BackendWork : public Work {
  public:
-  BackendWork(std::shared_ptr<const Shared> shared, c10::intrusive_ptr<c10d::Work> work,
-              std::string op, uint64_t seq, TraceId trace_id, absl::Duration timeout)
+  // `works`: c10d's handles (one per operation, or one for a group); `trace_ids`: the operations'
+  // trace entries, all done when every handle is.
+  BackendWork(std::shared_ptr<const Shared> shared,
+              std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, uint64_t seq,
+              std::vector<TraceId> trace_ids, absl::Duration timeout)
       : shared_(std::move(shared)),
-        work_(std::move(work)),
+        works_(std::move(works)),
         op_(std::move(op)),
         seq_(seq),
-        trace_id_(trace_id),
+        trace_ids_(std::move(trace_ids)),
         timeout_(timeout),
         start_(absl::Now()) {}
 
   ~BackendWork() override {
-    if (!waited_ && shared_->trace)
-      shared_->trace->Retire(shared_->trace_group.get(), trace_id_, false);
+    if (waited_ || !shared_->trace) return;
+    for (const TraceId& id : trace_ids_) {
+      shared_->trace->Retire(shared_->trace_group.get(), id, false);
+    }
   }
 
   absl::Status Wait() override {
@@ -68,17 +73,19 @@ class BackendWork : public Work {
     PhaseRange range("comm:", op_, ":wait");
     CommTrace* trace = shared_->trace.get();
     try {
-      if (shared_->device.is_cpu()) {
-        work_->wait(ToChrono(timeout_));
-      } else {
-        // Only the caller's stream waits: given a timeout, c10d's wait would block the host until
-        // the collective ends. Its watchdog thread enforces the group's timeout instead.
-        work_->wait();
+      for (const auto& work : works_) {
+        if (shared_->device.is_cpu()) {
+          work->wait(ToChrono(timeout_));
+        } else {
+          // Only the caller's stream waits: given a timeout, c10d's wait would block the host
+          // until the collective ends. Its watchdog thread enforces the group's timeout instead.
+          work->wait();
+        }
       }
     } catch (const std::exception& e) {
       const std::string reason = Reason(e);
       if (trace != nullptr) {
-        trace->Fail(trace_id_);
+        for (const TraceId& id : trace_ids_) trace->Fail(id);
         trace->DumpAllRanks(absl::StrCat(op_, " #", seq_, " on group \"", shared_->state->name(),
                                          "\" failed: ", reason));
       }
@@ -86,26 +93,31 @@ class BackendWork : public Work {
       return status_;
     }
     if (trace == nullptr || !trace->enabled()) return status_;
-    if (shared_->device.is_cpu()) {
-      trace->Retire(shared_->trace_group.get(), trace_id_, true);
-    } else {
-      // c10d's wait only ordered the caller's stream after the operation: it is done when an
-      // event recorded there now is.
-      c10::Event done(shared_->device.type());
-      done.record(c10::impl::VirtualGuardImpl(shared_->device.type()).getStream(shared_->device));
-      trace->CompleteOn(trace_id_, std::move(done));
+    for (const TraceId& id : trace_ids_) {
+      if (shared_->device.is_cpu()) {
+        trace->Retire(shared_->trace_group.get(), id, true);
+      } else {
+        // c10d's wait only ordered the caller's stream after the operation: it is done when an
+        // event recorded there now is.
+        c10::Event done(shared_->device.type());
+        done.record(c10::impl::VirtualGuardImpl(shared_->device.type()).getStream(shared_->device));
+        trace->CompleteOn(id, std::move(done));
+      }
     }
     return status_;
   }
 
-  bool IsCompleted() override { return work_->isCompleted(); }
+  bool IsCompleted() override {
+    return std::all_of(works_.begin(), works_.end(),
+                       [](const auto& work) { return work->isCompleted(); });
+  }
 
  private:
   const std::shared_ptr<const Shared> shared_;
-  const c10::intrusive_ptr<c10d::Work> work_;
+  const std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   const std::string op_;
   const uint64_t seq_;
-  const TraceId trace_id_;
+  const std::vector<TraceId> trace_ids_;
   const absl::Duration timeout_;
   const absl::Time start_;
   bool waited_ = false;
@@ -200,6 +212,67 @@ class BackendCommunicator : public Communicator {
     });
   }
 
+  absl::StatusOr<std::unique_ptr<Work>> BatchP2P(std::vector<P2POp> ops) override {
+    if (ops.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("batch_p2p on group \"", name(), "\": no operations"));
+    }
+    // ProcessGroupNCCL runs a coalesced block as one NCCL group over the group's communicator
+    // (where a member may also send to itself); Gloo cannot coalesce, and needs not: its sends
+    // and receives are matched by tag.
+    const bool grouped = backend_->supportsCoalescing();
+    for (const P2POp& p2p : ops) {
+      const char* op = p2p.send ? "send" : "recv";
+      TITAN_RETURN_IF_ERROR(CheckTensor(op, "tensor", p2p.tensor));
+      TITAN_RETURN_IF_ERROR(
+          CheckCollectivePeer(state(), op, p2p.send ? "dst" : "src", p2p.peer, grouped));
+    }
+    const uint64_t seq = ++seq_;
+    const absl::Time start = absl::Now();
+    PhaseRange range("comm:", "batch_p2p", "");
+    bool open = false;
+    try {
+      shared_->state->MarkArrived(seq);
+      std::vector<c10::intrusive_ptr<c10d::Work>> works;
+      if (grouped) {
+        backend_->startCoalescing();
+        open = true;
+      }
+      for (P2POp& p2p : ops) {
+        std::vector<at::Tensor> tensors = {p2p.tensor};
+        c10::intrusive_ptr<c10d::Work> work = p2p.send ? backend_->send(tensors, p2p.peer, p2p.tag)
+                                                       : backend_->recv(tensors, p2p.peer, p2p.tag);
+        if (!grouped) works.push_back(std::move(work));
+      }
+      if (grouped) {
+        open = false;
+        works.push_back(backend_->endCoalescing());
+      }
+      std::vector<TraceId> ids;
+      if (shared_->trace) {
+        for (size_t i = 0; i < ops.size(); ++i) {
+          const P2POp& p2p = ops[i];
+          const std::string traced = p2p.send ? absl::StrCat("send ", rank(), "->", p2p.peer)
+                                              : absl::StrCat("recv ", rank(), "<-", p2p.peer);
+          ids.push_back(shared_->trace->Record(shared_->trace_group.get(), traced, true,
+                                               {p2p.tensor}, {p2p.tensor},
+                                               grouped ? works.front() : works[i], timeout_));
+        }
+      }
+      return std::unique_ptr<Work>(
+          new BackendWork(shared_, std::move(works), "batch_p2p", seq, std::move(ids), timeout_));
+    } catch (const std::exception& e) {
+      if (open) {
+        try {
+          (void)backend_->endCoalescing();
+        } catch (const std::exception&) {
+          // The first error is the one to report.
+        }
+      }
+      return shared_->state->Failure("batch_p2p", seq, start, Reason(e));
+    }
+  }
+
   absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
     TITAN_RETURN_IF_ERROR(CheckPair("all_to_all", input, output, input.numel(), "input"));
     if (input.numel() % size() != 0) {
@@ -241,13 +314,13 @@ class BackendCommunicator : public Communicator {
     try {
       shared_->state->MarkArrived(seq);
       c10::intrusive_ptr<c10d::Work> work = issue();
-      TraceId id;
+      std::vector<TraceId> ids;
       if (shared_->trace) {
-        id = shared_->trace->Record(shared_->trace_group.get(), traced, p2p, inputs, outputs, work,
-                                    timeout_);
+        ids.push_back(shared_->trace->Record(shared_->trace_group.get(), traced, p2p, inputs,
+                                             outputs, work, timeout_));
       }
       return std::unique_ptr<Work>(
-          new BackendWork(shared_, std::move(work), op, seq, id, timeout_));
+          new BackendWork(shared_, {std::move(work)}, op, seq, std::move(ids), timeout_));
     } catch (const std::exception& e) {
       return shared_->state->Failure(op, seq, start, Reason(e));
     }

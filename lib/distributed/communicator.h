@@ -15,6 +15,14 @@ namespace titan {
 
 enum class ReduceOp { kSum, kProduct, kMin, kMax };
 
+// One transfer of a BatchP2P: `tensor` to (send) or from (receive) group member `peer`.
+struct P2POp {
+  bool send = false;
+  at::Tensor tensor;
+  int peer = 0;
+  int tag = 0;
+};
+
 // An operation in flight. Wait() returns when the operation is done (CPU tensors), or once the
 // caller's CUDA stream waits for it (CUDA tensors; the host goes on). The communicator's timeout
 // bounds the operation either way (for CUDA, c10d's watchdog enforces it); a failed Wait names the
@@ -54,6 +62,12 @@ class Communicator {
   virtual absl::StatusOr<std::unique_ptr<Work>> Broadcast(at::Tensor tensor, int root) = 0;
   virtual absl::StatusOr<std::unique_ptr<Work>> Send(at::Tensor tensor, int dst, int tag) = 0;
   virtual absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) = 0;
+  // Starts `ops` together, one Work for all. On NCCL they form one group (ncclGroupStart/End), so
+  // they progress together whatever order the peers issued theirs in; separate sends and receives
+  // run in order on one NCCL stream, where a send and a receive each waiting for the other's
+  // turn deadlock; there a member may also send to itself. Gloo runs them as separate operations
+  // (it matches them by tag).
+  virtual absl::StatusOr<std::unique_ptr<Work>> BatchP2P(std::vector<P2POp> ops) = 0;
   // Equal splits: slice j of member i's input (flat, size() slices) lands in slice i of member j's
   // output.
   virtual absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) = 0;

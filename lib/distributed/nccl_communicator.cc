@@ -52,6 +52,17 @@ class DeviceDispatchingCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) override {
     return For(tensor).Recv(tensor, src, tag);
   }
+  absl::StatusOr<std::unique_ptr<Work>> BatchP2P(std::vector<P2POp> ops) override {
+    if (ops.empty()) return cpu_->BatchP2P(std::move(ops));
+    Communicator& backend = For(ops.front().tensor);
+    for (const P2POp& op : ops) {
+      if (&For(op.tensor) != &backend) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch_p2p on group \"", name(), "\": CPU and CUDA tensors in one batch"));
+      }
+    }
+    return backend.BatchP2P(std::move(ops));
+  }
   absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
     return For(input).AllToAll(input, output);
   }

@@ -333,6 +333,9 @@ class RecordingCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) override {
     return inner_->Recv(tensor, src, tag);
   }
+  absl::StatusOr<std::unique_ptr<Work>> BatchP2P(std::vector<P2POp> ops) override {
+    return inner_->BatchP2P(std::move(ops));
+  }
   absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
     return inner_->AllToAll(input, output);
   }

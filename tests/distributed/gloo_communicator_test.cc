@@ -218,6 +218,21 @@ int AllCollectives(int rank, std::shared_ptr<Rendezvous> rendezvous) {
     RANK_CHECK_OK((*send)->Wait());
     RANK_CHECK_OK((*recv)->Wait());
     RANK_CHECK(Same(from_prev, Input((rank + world - 1) % world, 9, dtype)), "send/recv " + type);
+
+    // The same ring both ways as one batch, each member's send listed before its receives.
+    at::Tensor from_next = at::zeros({9}, dtype);
+    from_prev.zero_();
+    std::vector<P2POp> ring = {{true, Input(rank, 9, dtype), (rank + 1) % world, 8},
+                               {false, from_prev, (rank + world - 1) % world, 8}};
+    if (world > 2) {
+      ring.push_back({true, Input(rank, 9, dtype), (rank + world - 1) % world, 9});
+      ring.push_back({false, from_next, (rank + 1) % world, 9});
+    }
+    RANK_CHECK_OK(Await(comm.BatchP2P(ring)));
+    RANK_CHECK(Same(from_prev, Input((rank + world - 1) % world, 9, dtype)), "batch_p2p " + type);
+    if (world > 2) {
+      RANK_CHECK(Same(from_next, Input((rank + 1) % world, 9, dtype)), "batch_p2p back " + type);
+    }
   }
 
   // Several operations in flight at once, waited for in reverse order, with compute in between.
@@ -249,6 +264,9 @@ int AllCollectives(int rank, std::shared_ptr<Rendezvous> rendezvous) {
   }
 
   // Argument errors are caught before anything is sent.
+  absl::Status self = comm.BatchP2P({{true, at::zeros({2}), rank, 0}}).status();
+  RANK_CHECK(self.code() == absl::StatusCode::kInvalidArgument, self.ToString());
+  RANK_CHECK(self.message().find("is not another member") != std::string::npos, self.ToString());
   absl::Status bad = comm.AllGather(at::zeros({2}), at::zeros({3})).status();
   RANK_CHECK(bad.code() == absl::StatusCode::kInvalidArgument, bad.ToString());
   RANK_CHECK(bad.message().find("all_gather on group \"world\"") != std::string::npos,

@@ -81,6 +81,29 @@ TEST(NcclCommunicatorTest, CollectivesOnOneGpuAndDispatchByDevice) {
               HasSubstr("all_gather on group \"solo\": expected 1048576"));
 }
 
+// A batch is one NCCL group: a send to this member and its receive, which as separate operations
+// on one stream would wait for each other, complete together.
+TEST(NcclCommunicatorTest, BatchedSendAndReceiveToItself) {
+  if (!at::hasCUDA() || at::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  std::shared_ptr<Rendezvous> rendezvous = ConnectAlone();
+  ASSERT_NE(rendezvous, nullptr);
+  absl::StatusOr<std::unique_ptr<Communicator>> nccl =
+      CreateNcclCommunicator(rendezvous, "solo", {0}, /*device=*/0, absl::Seconds(30));
+  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  const auto cuda = at::TensorOptions().device(at::kCUDA, 0).dtype(at::kFloat);
+  const at::Tensor sent = at::arange(1 << 22, cuda);
+  at::Tensor received = at::zeros({1 << 22}, cuda);
+  const at::Tensor sent_too = at::full({5}, 3.0, cuda);
+  at::Tensor received_too = at::zeros({5}, cuda);
+  ASSERT_TRUE(Await((*nccl)->BatchP2P({{true, sent, 0, 0},
+                                       {false, received, 0, 0},
+                                       {true, sent_too, 0, 1},
+                                       {false, received_too, 0, 1}}))
+                  .ok());
+  EXPECT_TRUE(received.equal(sent));
+  EXPECT_TRUE(received_too.equal(sent_too));
+}
+
 // Wait orders the caller's stream after the collective and returns: the host does not wait for
 // the device (a c10d wait with a timeout would block it until the collective ends).
 TEST(NcclCommunicatorTest, WaitLeavesTheHostRunning) {
