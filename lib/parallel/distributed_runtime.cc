@@ -43,14 +43,6 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
         " GPU(s) visible: NCCL needs a GPU per rank; start at most ", gpus,
         " per machine, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run every rank on the CPU"));
   }
-  if (gpus > 0 && runtime.dims_.pp_enabled()) {
-    // c10d runs a group's unbatched sends and receives one after another on one stream, and the
-    // schedule posts each receive an action ahead: 1F1B on 2 stages already waits in a circle.
-    return absl::UnimplementedError(
-        "[parallelism] pipeline_parallel_degree > 1 on GPUs: the pipeline's sends and receives "
-        "are not batched into NCCL groups yet, and unbatched they deadlock; pipeline parallelism "
-        "runs on CPU ranks (CUDA_VISIBLE_DEVICES=)");
-  }
   const absl::Duration timeout = absl::Seconds(config.comm().init_timeout_seconds());
   RendezvousOptions options;
   options.timeout = timeout;

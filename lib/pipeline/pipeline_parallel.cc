@@ -103,10 +103,19 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
   Communicator* comm = comms == nullptr ? nullptr : &comms->Get(MeshGroup::kPp);
   const int64_t sequence_shards =
       options.parallelize.tensor_parallel.sequence_parallel ? dims.tp() : 1;
-  pipeline->runner_ =
-      std::make_unique<ScheduleRunner>(planned, local, comm, args.dim, sequence_shards);
-  pipeline->eval_runner_ =
-      std::make_unique<ScheduleRunner>(planned, local, comm, args.dim, sequence_shards);
+  TITAN_ASSIGN_OR_RETURN(pipeline->runner_,
+                         ScheduleRunner::Create(planned, local, comm, pipeline->schedule_,
+                                                options.microbatches, args.dim, sequence_shards));
+  // Validation runs one microbatch forward through the stages in order.
+  PipelineSchedule forwards(planned.pp);
+  for (int r = 0; r < planned.pp; ++r) {
+    for (int stage : planned.StagesOfRank(r)) {
+      forwards[r].push_back({PipelineOp::kForward, stage, 0});
+    }
+  }
+  TITAN_ASSIGN_OR_RETURN(
+      pipeline->eval_runner_,
+      ScheduleRunner::Create(planned, local, comm, forwards, 1, args.dim, sequence_shards));
   TITAN_RETURN_IF_ERROR(pipeline->SyncTiedCopies());
   return pipeline;
 }
@@ -191,7 +200,7 @@ absl::StatusOr<at::Tensor> PipelineParallel::TrainStep(const Batch& batch, const
   run.loss = &loss;
   run.loss_scale = loss_scale;
   run.autocast = autocast;
-  return runner_->Run(schedule_[pp_rank_], SplitBatch(batch, microbatches_), run);
+  return runner_->Run(SplitBatch(batch, microbatches_), run);
 }
 
 absl::Status PipelineParallel::FinishBackward() {
@@ -237,12 +246,10 @@ absl::Status PipelineParallel::SyncTiedCopies() {
 absl::StatusOr<double> PipelineParallel::EvalLossSum(const Batch& batch, const HeadLoss& loss,
                                                      std::optional<at::ScalarType> autocast) {
   c10::NoGradGuard no_grad;
-  std::vector<PipelineAction> forwards;
-  for (const auto& stage : stages_) forwards.push_back({PipelineOp::kForward, stage->index(), 0});
   StageRun run;
   run.loss = &loss;
   run.autocast = autocast;
-  TITAN_ASSIGN_OR_RETURN(const at::Tensor sum, eval_runner_->Run(forwards, {batch}, run));
+  TITAN_ASSIGN_OR_RETURN(const at::Tensor sum, eval_runner_->Run({batch}, run));
   return FromLastStage(sum.item<double>());
 }
 

@@ -48,14 +48,11 @@ double ScheduleTimeline::IdleFraction() const {
   return idle / static_cast<double>(ranks.size());
 }
 
-absl::StatusOr<ScheduleTimeline> SimulateSchedule(const PipelineSchedule& schedule, int num_stages,
-                                                  int microbatches,
-                                                  const std::function<int(int)>& rank_of_stage,
-                                                  const ActionCosts& costs) {
-  std::vector<Progress> progress(static_cast<size_t>(num_stages) * microbatches);
-  auto at = [&](int stage, int microbatch) -> Progress& {
-    return progress[static_cast<size_t>(stage) * microbatches + microbatch];
-  };
+namespace {
+
+// Each action is within the stages and microbatches, on the rank that holds its stage.
+absl::Status CheckPlacement(const PipelineSchedule& schedule, int num_stages, int microbatches,
+                            const std::function<int(int)>& rank_of_stage) {
   for (size_t r = 0; r < schedule.size(); ++r) {
     for (const PipelineAction& a : schedule[r]) {
       if (a.stage < 0 || a.stage >= num_stages || a.microbatch < 0 ||
@@ -69,26 +66,18 @@ absl::StatusOr<ScheduleTimeline> SimulateSchedule(const PipelineSchedule& schedu
             absl::StrCat("pipeline schedule: rank ", r, " runs ", ActionName(a), ", but stage ",
                          a.stage, " is on rank ", rank_of_stage(a.stage)));
       }
-      Progress& p = at(a.stage, a.microbatch);
-      ++(a.op == PipelineOp::kForward    ? p.forwards
-         : a.op == PipelineOp::kBackward ? p.backwards
-         : a.op == PipelineOp::kBackwardInput ? p.inputs
-                                              : p.weights);
     }
   }
-  for (int s = 0; s < num_stages; ++s) {
-    for (int m = 0; m < microbatches; ++m) {
-      const Progress& p = at(s, m);
-      const bool split = p.backwards == 0 && p.inputs == 1 && p.weights == 1;
-      const bool whole = p.backwards == 1 && p.inputs == 0 && p.weights == 0;
-      if (p.forwards != 1 || !(split || whole)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "pipeline schedule: stage %d microbatch %d runs F %d, B %d, I %d, W %d times; "
-            "expected F once and either B once or I and W once each",
-            s, m, p.forwards, p.backwards, p.inputs, p.weights));
-      }
-    }
-  }
+  return absl::OkStatus();
+}
+
+// The timeline of a placed schedule, or the deadlock that stops it.
+absl::StatusOr<ScheduleTimeline> Play(const PipelineSchedule& schedule, int num_stages,
+                                      int microbatches, const ActionCosts& costs) {
+  std::vector<Progress> progress(static_cast<size_t>(num_stages) * microbatches);
+  auto at = [&](int stage, int microbatch) -> Progress& {
+    return progress[static_cast<size_t>(stage) * microbatches + microbatch];
+  };
   ScheduleTimeline timeline;
   timeline.ranks.resize(schedule.size());
   std::vector<double> free_at(schedule.size(), 0);
@@ -145,6 +134,52 @@ absl::StatusOr<ScheduleTimeline> SimulateSchedule(const PipelineSchedule& schedu
     }
   }
   return timeline;
+}
+}  // namespace
+
+absl::StatusOr<ScheduleTimeline> SimulateSchedule(const PipelineSchedule& schedule, int num_stages,
+                                                  int microbatches,
+                                                  const std::function<int(int)>& rank_of_stage,
+                                                  const ActionCosts& costs) {
+  if (absl::Status placed = CheckPlacement(schedule, num_stages, microbatches, rank_of_stage);
+      !placed.ok()) {
+    return placed;
+  }
+  std::vector<Progress> counts(static_cast<size_t>(num_stages) * microbatches);
+  for (const auto& ops : schedule) {
+    for (const PipelineAction& a : ops) {
+      Progress& p = counts[static_cast<size_t>(a.stage) * microbatches + a.microbatch];
+      ++(a.op == PipelineOp::kForward         ? p.forwards
+         : a.op == PipelineOp::kBackward      ? p.backwards
+         : a.op == PipelineOp::kBackwardInput ? p.inputs
+                                              : p.weights);
+    }
+  }
+  for (int s = 0; s < num_stages; ++s) {
+    for (int m = 0; m < microbatches; ++m) {
+      const Progress& p = counts[static_cast<size_t>(s) * microbatches + m];
+      const bool split = p.backwards == 0 && p.inputs == 1 && p.weights == 1;
+      const bool whole = p.backwards == 1 && p.inputs == 0 && p.weights == 0;
+      if (p.forwards != 1 || !(split || whole)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "pipeline schedule: stage %d microbatch %d runs F %d, B %d, I %d, W %d times; "
+            "expected F once and either B once or I and W once each",
+            s, m, p.forwards, p.backwards, p.inputs, p.weights));
+      }
+    }
+  }
+  return Play(schedule, num_stages, microbatches, costs);
+}
+
+absl::StatusOr<ScheduleTimeline> PlaySchedule(const PipelineSchedule& schedule, int num_stages,
+                                              int microbatches,
+                                              const std::function<int(int)>& rank_of_stage,
+                                              const ActionCosts& costs) {
+  if (absl::Status placed = CheckPlacement(schedule, num_stages, microbatches, rank_of_stage);
+      !placed.ok()) {
+    return placed;
+  }
+  return Play(schedule, num_stages, microbatches, costs);
 }
 
 std::string FormatScheduleTable(const ScheduleTimeline& timeline) {

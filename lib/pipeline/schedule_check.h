@@ -45,6 +45,13 @@ absl::StatusOr<ScheduleTimeline> SimulateSchedule(const PipelineSchedule& schedu
                                                   const std::function<int(int)>& rank_of_stage,
                                                   const ActionCosts& costs = {});
 
+// The same timeline for any placed schedule, without SimulateSchedule's check that every
+// microbatch runs forward and backward once: forward-only (evaluation) schedules play too.
+absl::StatusOr<ScheduleTimeline> PlaySchedule(const PipelineSchedule& schedule, int num_stages,
+                                              int microbatches,
+                                              const std::function<int(int)>& rank_of_stage,
+                                              const ActionCosts& costs = {});
+
 // The timeline as a table, one row per time step and one column per rank (PyTorch's
 // _format_pipeline_order), for unit costs; an empty cell is a rank waiting.
 std::string FormatScheduleTable(const ScheduleTimeline& timeline);

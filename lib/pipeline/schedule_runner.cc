@@ -2,47 +2,57 @@
 
 #include <c10/core/GradMode.h>
 
-#include <memory>
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "lib/pipeline/schedule_check.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
 namespace {
 
-// A tensor one action needs: a forward's input or a backward's output gradient.
-struct Need {
-  bool grad = false;
-  int stage = 0;  // the stage that needs it
-  int microbatch = 0;
-  bool operator<(const Need& other) const {
-    return std::tie(grad, stage, microbatch) < std::tie(other.grad, other.stage, other.microbatch);
-  }
-};
-
-// What `action` needs from another stage, and that stage; none for the first stage's forward, the
-// last stage's backward (it starts from the loss) and W.
-std::optional<std::pair<Need, int>> NeedOf(const PipelineAction& action, int num_stages) {
-  const Need need{action.op != PipelineOp::kForward, action.stage, action.microbatch};
+// The stage whose tensor `action` needs (the previous one's output for a forward, the next one's
+// input gradient for a backward); none for the first stage's forward, the last stage's backward
+// (it starts from the loss) and W.
+std::optional<int> SourceOf(const PipelineAction& action, int num_stages) {
   switch (action.op) {
     case PipelineOp::kForward:
       if (action.stage == 0) return std::nullopt;
-      return std::make_pair(need, action.stage - 1);
+      return action.stage - 1;
     case PipelineOp::kBackward:
     case PipelineOp::kBackwardInput:
       if (action.stage + 1 == num_stages) return std::nullopt;
-      return std::make_pair(need, action.stage + 1);
+      return action.stage + 1;
     case PipelineOp::kBackwardWeight:
       return std::nullopt;
   }
   return std::nullopt;
 }
 
-// Both ends compute the same tag from the sending stage, microbatch and direction.
+// The stage that receives what `action` produces; none for the last stage's forward (its loss),
+// the first stage's backward and W.
+std::optional<int> DestinationOf(const PipelineAction& action, int num_stages) {
+  switch (action.op) {
+    case PipelineOp::kForward:
+      if (action.stage + 1 == num_stages) return std::nullopt;
+      return action.stage + 1;
+    case PipelineOp::kBackward:
+    case PipelineOp::kBackwardInput:
+      if (action.stage == 0) return std::nullopt;
+      return action.stage - 1;
+    case PipelineOp::kBackwardWeight:
+      return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// Both ends compute the same tag from the sending stage, microbatch and direction (Gloo matches
+// by it; NCCL by order, which the rounds fix).
 int Tag(int from_stage, int microbatch, int microbatches, bool grad) {
   return (from_stage * microbatches + microbatch) * 2 + (grad ? 1 : 0);
 }
@@ -51,92 +61,173 @@ double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - si
 
 }  // namespace
 
+bool PipelineNeed::operator<(const PipelineNeed& other) const {
+  return std::tie(grad, stage, microbatch) < std::tie(other.grad, other.stage, other.microbatch);
+}
+
+bool PipelineNeed::operator==(const PipelineNeed& other) const {
+  return grad == other.grad && stage == other.stage && microbatch == other.microbatch;
+}
+
+absl::StatusOr<PipelineRoundPlan> PlanRounds(const PipelineLayout& layout,
+                                             const PipelineSchedule& schedule, int microbatches,
+                                             int rank) {
+  const int num_stages = layout.num_stages();
+  TITAN_ASSIGN_OR_RETURN(const ScheduleTimeline timeline,
+                         PlaySchedule(schedule, num_stages, microbatches,
+                                      [&](int stage) { return layout.RankOfStage(stage); }));
+  PipelineRoundPlan plan;
+  std::map<int, PipelineRoundPlan::Round> rounds;
+  for (size_t r = 0; r < timeline.ranks.size(); ++r) {
+    const int from = static_cast<int>(r);
+    for (const ScheduleTimeline::Slot& slot : timeline.ranks[r]) {
+      const int round = static_cast<int>(std::lround(slot.start));
+      if (from == rank) {
+        plan.actions.push_back(slot.action);
+        plan.action_rounds.push_back(round);
+      }
+      const std::optional<int> to_stage = DestinationOf(slot.action, num_stages);
+      if (!to_stage) continue;
+      const int to = layout.RankOfStage(*to_stage);
+      if (to == from || (from != rank && to != rank)) continue;
+      const PipelineNeed need{slot.action.op != PipelineOp::kForward, *to_stage,
+                              slot.action.microbatch};
+      rounds[round].transfers.push_back({from == rank, need, from == rank ? to : from});
+    }
+  }
+  for (auto& [index, round] : rounds) {
+    round.index = index;
+    plan.rounds.push_back(std::move(round));
+  }
+  return plan;
+}
+
 ScheduleRunner::ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
-                               Communicator* comm, int64_t hidden_dim,
-                               int64_t sequence_shards)
+                               Communicator* comm, int microbatches, int64_t hidden_dim,
+                               int64_t sequence_shards, PipelineRoundPlan plan)
     : layout_(layout),
       stages_(std::move(stages)),
       comm_(comm),
+      microbatches_(microbatches),
       hidden_dim_(hidden_dim),
       sequence_shards_(sequence_shards),
-      rank_(layout.RankOfStage(stages_.begin()->first)) {}
+      rank_(layout.RankOfStage(stages_.begin()->first)),
+      plan_(std::move(plan)) {}
+
+absl::StatusOr<std::unique_ptr<ScheduleRunner>> ScheduleRunner::Create(
+    const PipelineLayout& layout, std::map<int, PipelineStage*> stages, Communicator* comm,
+    const PipelineSchedule& schedule, int microbatches, int64_t hidden_dim,
+    int64_t sequence_shards) {
+  if (stages.empty()) return absl::InvalidArgumentError("pipeline runner: no local stages");
+  const int rank = layout.RankOfStage(stages.begin()->first);
+  TITAN_ASSIGN_OR_RETURN(PipelineRoundPlan plan, PlanRounds(layout, schedule, microbatches, rank));
+  if (!plan.rounds.empty() && comm == nullptr) {
+    return absl::InvalidArgumentError(
+        "pipeline runner: stages on other ranks but no pipeline communicator");
+  }
+  return std::unique_ptr<ScheduleRunner>(new ScheduleRunner(
+      layout, std::move(stages), comm, microbatches, hidden_dim, sequence_shards, std::move(plan)));
+}
 
 ScheduleRunner::Times ScheduleRunner::TakeTimes() { return std::exchange(times_, Times()); }
 
-absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<PipelineAction>& actions,
-                                               const std::vector<Batch>& microbatches,
+absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microbatches,
                                                const StageRun& run) {
   const absl::Time start = absl::Now();
   const int count = static_cast<int>(microbatches.size());
+  if (count != microbatches_) {
+    return absl::InternalError(absl::StrCat("pipeline runner: ", count,
+                                            " microbatches for a schedule of ", microbatches_));
+  }
   const int num_stages = layout_.num_stages();
   const at::TensorOptions options =
       at::TensorOptions().dtype(at::kFloat).device(microbatches.front().tokens.device());
   struct Incoming {
     at::Tensor tensor;
-    std::unique_ptr<Work> work;  // null: handed over by a local stage, or already waited for
+    std::optional<size_t> round;  // the batch receiving it; none: handed over by a local stage
   };
-  std::map<Need, Incoming> incoming;
-  std::vector<std::pair<at::Tensor, std::unique_ptr<Work>>> sends;
+  std::map<PipelineNeed, Incoming> incoming;
+  std::map<PipelineNeed, at::Tensor> outgoing;  // produced, for its round's batch
+  std::vector<std::unique_ptr<Work>> works(plan_.rounds.size());
+  std::vector<std::vector<at::Tensor>> in_flight(plan_.rounds.size());  // alive until waited for
+  size_t next_round = 0;
   double waiting = 0;
+  auto wait_round = [&](size_t round) -> absl::Status {
+    const absl::Time wait_start = absl::Now();
+    const absl::Status status = works[round]->Wait();
+    waiting += Seconds(wait_start);
+    in_flight[round].clear();
+    return status;
+  };
 
-  auto post_receive = [&](const PipelineAction& action) -> absl::Status {
-    const auto need = NeedOf(action, num_stages);
-    if (!need || incoming.count(need->first) > 0) return absl::OkStatus();
-    const int from = layout_.RankOfStage(need->second);
-    if (from == rank_) return absl::OkStatus();  // the local producer hands it over
-    const at::Tensor& tokens = microbatches[action.microbatch].tokens;
-    at::Tensor buffer = at::empty({tokens.size(0), tokens.size(1) / sequence_shards_, hidden_dim_}, options);
-    TITAN_ASSIGN_OR_RETURN(
-        std::unique_ptr<Work> work,
-        comm_->Recv(buffer, from, Tag(need->second, action.microbatch, count, need->first.grad)));
-    incoming[need->first] = {buffer, std::move(work)};
+  // Starts the batches of every round up to `last` not started yet.
+  auto start_rounds = [&](int last) -> absl::Status {
+    for (; next_round < plan_.rounds.size() && plan_.rounds[next_round].index <= last;
+         ++next_round) {
+      std::vector<P2POp> ops;
+      for (const PipelineRoundPlan::Transfer& transfer : plan_.rounds[next_round].transfers) {
+        const PipelineNeed& need = transfer.need;
+        const int from_stage = need.grad ? need.stage + 1 : need.stage - 1;
+        const int tag = Tag(from_stage, need.microbatch, count, need.grad);
+        at::Tensor tensor;
+        if (transfer.send) {
+          auto it = outgoing.find(need);
+          if (it == outgoing.end()) {
+            return absl::InternalError(
+                absl::StrCat("pipeline round ", plan_.rounds[next_round].index, " sends stage ",
+                             from_stage, "'s tensor before it was computed"));
+          }
+          tensor = std::move(it->second);
+          outgoing.erase(it);
+        } else {
+          const at::Tensor& tokens = microbatches[need.microbatch].tokens;
+          tensor =
+              at::empty({tokens.size(0), tokens.size(1) / sequence_shards_, hidden_dim_}, options);
+          incoming[need] = {tensor, next_round};
+        }
+        ops.push_back({transfer.send, tensor, transfer.peer, tag});
+        in_flight[next_round].push_back(tensor);
+      }
+      TITAN_ASSIGN_OR_RETURN(works[next_round], comm_->BatchP2P(std::move(ops)));
+    }
     return absl::OkStatus();
   };
   auto take = [&](const PipelineAction& action) -> absl::StatusOr<at::Tensor> {
-    const auto need = NeedOf(action, num_stages);
-    if (!need) return at::Tensor();
-    auto it = incoming.find(need->first);
+    const std::optional<int> source = SourceOf(action, num_stages);
+    if (!source) return at::Tensor();
+    const PipelineNeed need{action.op != PipelineOp::kForward, action.stage, action.microbatch};
+    auto it = incoming.find(need);
     if (it == incoming.end()) {
       return absl::InternalError(absl::StrCat("pipeline action ", ActionName(action),
-                                              " needs stage ", need->second,
+                                              " needs stage ", *source,
                                               "'s tensor, which no earlier action produced"));
     }
-    if (it->second.work != nullptr) {
-      const absl::Time wait_start = absl::Now();
-      const absl::Status status = it->second.work->Wait();
-      waiting += Seconds(wait_start);
-      TITAN_RETURN_IF_ERROR(status);
-    }
+    if (it->second.round) TITAN_RETURN_IF_ERROR(wait_round(*it->second.round));
     at::Tensor tensor = std::move(it->second.tensor);
     incoming.erase(it);
     return tensor;
   };
   // A forward's output goes to the next stage, a backward's input gradient to the previous one.
-  auto deliver = [&](const PipelineAction& action, int to_stage, const at::Tensor& tensor) {
-    const bool grad = action.op != PipelineOp::kForward;
-    const int to = layout_.RankOfStage(to_stage);
-    if (to == rank_) {
-      incoming[{grad, to_stage, action.microbatch}] = {tensor.detach(), nullptr};
-      return absl::OkStatus();
+  auto deliver = [&](const PipelineAction& action, const at::Tensor& tensor) {
+    const std::optional<int> to_stage = DestinationOf(action, num_stages);
+    if (!to_stage) return;
+    const PipelineNeed need{action.op != PipelineOp::kForward, *to_stage, action.microbatch};
+    if (layout_.RankOfStage(*to_stage) == rank_) {
+      incoming[need] = {tensor.detach(), std::nullopt};
+    } else {
+      outgoing[need] = tensor.detach().to(at::kFloat).contiguous();
     }
-    at::Tensor flat = tensor.detach().to(at::kFloat).contiguous();
-    TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Work> work,
-                           comm_->Send(flat, to, Tag(action.stage, action.microbatch, count, grad)));
-    sends.emplace_back(std::move(flat), std::move(work));
-    return absl::OkStatus();
   };
 
   at::Tensor loss_sum = at::zeros({}, options);
-  size_t posted = 0;
-  for (size_t k = 0; k < actions.size(); ++k) {
-    for (; posted < actions.size() && posted <= k + 1; ++posted) {
-      TITAN_RETURN_IF_ERROR(post_receive(actions[posted]));
-    }
-    const PipelineAction& action = actions[k];
+  for (size_t k = 0; k < plan_.actions.size(); ++k) {
+    const PipelineAction& action = plan_.actions[k];
+    // Receives of earlier rounds start before this action; its own round's batch right after.
+    TITAN_RETURN_IF_ERROR(start_rounds(plan_.action_rounds[k] - 1));
     const auto stage_it = stages_.find(action.stage);
-    if (stage_it == stages_.end() || action.microbatch >= count) {
-      return absl::InternalError(absl::StrCat("pipeline action ", ActionName(action),
-                                              " is not for this rank's stages and microbatches"));
+    if (stage_it == stages_.end()) {
+      return absl::InternalError(
+          absl::StrCat("pipeline action ", ActionName(action), " is not for this rank's stages"));
     }
     PipelineStage& stage = *stage_it->second;
     const int m = action.microbatch;
@@ -148,7 +239,7 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<PipelineAction>
         if (stage.is_last()) {
           loss_sum += out.detach();
         } else {
-          TITAN_RETURN_IF_ERROR(deliver(action, action.stage + 1, out));
+          deliver(action, out);
         }
         break;
       }
@@ -157,17 +248,17 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<PipelineAction>
         const at::Tensor grad = action.op == PipelineOp::kBackward
                                     ? stage.Backward(m, received)
                                     : stage.BackwardInput(m, received);
-        if (!stage.is_first()) TITAN_RETURN_IF_ERROR(deliver(action, action.stage - 1, grad));
+        if (!stage.is_first()) deliver(action, grad);
         break;
       }
       case PipelineOp::kBackwardWeight:
         stage.BackwardWeight(m);
         break;
     }
+    TITAN_RETURN_IF_ERROR(start_rounds(plan_.action_rounds[k]));
   }
-  const absl::Time drain = absl::Now();
-  for (auto& [tensor, work] : sends) TITAN_RETURN_IF_ERROR(work->Wait());
-  waiting += Seconds(drain);
+  TITAN_RETURN_IF_ERROR(start_rounds(std::numeric_limits<int>::max()));
+  for (size_t round = 0; round < works.size(); ++round) TITAN_RETURN_IF_ERROR(wait_round(round));
   times_.total_seconds += Seconds(start);
   times_.waiting_seconds += waiting;
   return loss_sum;

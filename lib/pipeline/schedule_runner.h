@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,25 +17,62 @@
 
 namespace titan {
 
+// What one action needs from another stage: a forward's input or a backward's output gradient.
+struct PipelineNeed {
+  bool grad = false;
+  int stage = 0;  // the stage that needs it
+  int microbatch = 0;
+  bool operator<(const PipelineNeed& other) const;
+  bool operator==(const PipelineNeed& other) const;
+};
+
+// One rank's part of a schedule played out with unit costs: each action gets a round (it starts a
+// whole number of rounds after what it needs), and each round's transfers to and from other ranks
+// form one batch. Both ends of a transfer list it in the same round.
+struct PipelineRoundPlan {
+  struct Transfer {
+    bool send = false;
+    PipelineNeed need;
+    int peer = 0;  // pipeline rank
+  };
+  struct Round {
+    int index = 0;
+    std::vector<Transfer> transfers;
+  };
+  std::vector<PipelineAction> actions;  // the rank's, in order
+  std::vector<int> action_rounds;       // actions[i] runs in round action_rounds[i]
+  std::vector<Round> rounds;            // the rank's batches, ascending, none empty
+};
+
+// `rank`'s plan of `schedule` (every rank's actions over `microbatches`) on `layout`; fails if the
+// schedule does not play out there.
+absl::StatusOr<PipelineRoundPlan> PlanRounds(const PipelineLayout& layout,
+                                             const PipelineSchedule& schedule, int microbatches,
+                                             int rank);
+
 // Runs one rank's actions of a pipeline schedule on its stages. A forward takes the previous
 // stage's output and a backward the next stage's input gradient: from a local stage directly (V
-// placement puts two neighbours on one rank), else received point to point over the pipeline
-// group, the receive posted one action ahead so the transfer overlaps compute. Results leave by
-// asynchronous sends, waited for at the end, so a rank blocks only on what it needs next: a
-// schedule that SimulateSchedule accepts cannot deadlock.
+// placement puts two neighbours on one rank), else point to point over the pipeline group, in
+// PlanRounds' batches: a round's batch starts right after the rank's compute of that round (its
+// receives earlier when the rank computes nothing then), so transfers overlap compute. Every rank
+// issues its batches in round order and both ends list a transfer in the same round, so NCCL,
+// which runs a pair's operations in issue order and ignores tags, can neither deadlock nor
+// mismatch them; a rank blocks only on what it needs next.
 class ScheduleRunner {
  public:
   // `stages`: this rank's, by stage index; `comm`: the pipeline group, its rank r running
-  // layout.StagesOfRank(r) (null when every stage is local); `hidden_dim`: what travels between
-  // stages is [batch, seq / sequence_shards, hidden_dim] in float32 (sequence parallelism leaves
-  // each tensor-parallel rank its slice of the sequence).
-  ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
-                 Communicator* comm, int64_t hidden_dim, int64_t sequence_shards = 1);
+  // layout.StagesOfRank(r) (null when every stage is local); `schedule`: every rank's actions over
+  // `microbatches` microbatches; `hidden_dim`: what travels between stages is [batch, seq /
+  // sequence_shards, hidden_dim] in float32 (sequence parallelism leaves each tensor-parallel rank
+  // its slice of the sequence). Fails if the schedule does not play out on the layout.
+  static absl::StatusOr<std::unique_ptr<ScheduleRunner>> Create(
+      const PipelineLayout& layout, std::map<int, PipelineStage*> stages, Communicator* comm,
+      const PipelineSchedule& schedule, int microbatches, int64_t hidden_dim,
+      int64_t sequence_shards = 1);
 
-  // Runs `actions` over `microbatches`. Returns the sum of the last stage's microbatch losses
-  // (an fp32 scalar; zero on ranks without the last stage).
-  absl::StatusOr<at::Tensor> Run(const std::vector<PipelineAction>& actions,
-                                 const std::vector<Batch>& microbatches, const StageRun& run);
+  // Runs this rank's actions over `microbatches` (as many as the schedule's). Returns the sum of
+  // the last stage's microbatch losses (an fp32 scalar; zero on ranks without the last stage).
+  absl::StatusOr<at::Tensor> Run(const std::vector<Batch>& microbatches, const StageRun& run);
 
   // Wall time in Run, and the part of it spent waiting for other ranks, since the last call.
   struct Times {
@@ -44,12 +82,18 @@ class ScheduleRunner {
   Times TakeTimes();
 
  private:
+  ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
+                 Communicator* comm, int microbatches, int64_t hidden_dim, int64_t sequence_shards,
+                 PipelineRoundPlan plan);
+
   const PipelineLayout& layout_;
   std::map<int, PipelineStage*> stages_;
   Communicator* comm_;
+  int microbatches_;
   int64_t hidden_dim_;
   int64_t sequence_shards_;
   int rank_;
+  PipelineRoundPlan plan_;
   Times times_;
 };
 
