@@ -104,6 +104,11 @@ absl::Status RunJobOnThisRank(const JobConfig& config,
                               const std::function<absl::Status(const DistributedRuntime&)>& body) {
   TITAN_ASSIGN_OR_RETURN(const DistributedEnv env, DetectDistributedEnv());
   TITAN_RETURN_IF_ERROR(ValidateJobConfig(config, env.world_size));
+  // cuBLAS reads it at the first GEMM; set before c10d starts threads (setenv is not thread-safe).
+  // ":4096:8" is one of the two values LibTorch's deterministic mode accepts.
+  if (config.training().deterministic()) {
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+  }
   TITAN_ASSIGN_OR_RETURN(const DistributedRuntime runtime, DistributedRuntime::Connect(config, env));
   TITAN_RETURN_IF_ERROR(body(runtime));
   return runtime.Barrier();

@@ -24,11 +24,11 @@ at::Device PickDevice(int local_rank) {
 void ConfigureCudaRuntime(const at::Device& device, bool deterministic) {
   if (!device.is_cuda()) return;
   if (deterministic) {
-    // Read at the first GEMM; ":4096:8" is one of the two values LibTorch accepts.
-    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
     at::globalContext().setDeterministicCuDNN(true);
     at::globalContext().setBenchmarkCuDNN(false);
-    LOG(INFO) << "deterministic: CUBLAS_WORKSPACE_CONFIG=" << std::getenv("CUBLAS_WORKSPACE_CONFIG")
+    // RunJobOnThisRank sets it, unless the environment did.
+    const char* workspace = std::getenv("CUBLAS_WORKSPACE_CONFIG");
+    LOG(INFO) << "deterministic: CUBLAS_WORKSPACE_CONFIG=" << (workspace ? workspace : "(unset)")
               << ", cuDNN deterministic";
   }
   const char* user = std::getenv("PYTORCH_ALLOC_CONF");

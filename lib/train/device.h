@@ -14,9 +14,9 @@ at::Device PickDevice(int local_rank);
 // torchtitan's launcher sets them; less fragmentation with changing activation sizes) unless
 // PYTORCH_ALLOC_CONF or PYTORCH_CUDA_ALLOC_CONF says otherwise, and SDPA's backend order cuDNN,
 // flash, efficient, math on sm_90+ (cuDNN's attention is the fastest there). With
-// `deterministic` (algorithms already set so): cuBLAS's deterministic workspace, which LibTorch
-// demands of every GEMM then (CUBLAS_WORKSPACE_CONFIG, unless set), and cuDNN deterministic
-// without autotuning, as torchtitan sets them. Logs the choices.
+// `deterministic` (algorithms already set so): cuDNN deterministic without autotuning, as
+// torchtitan sets it (cuBLAS's deterministic workspace, CUBLAS_WORKSPACE_CONFIG, is set earlier by
+// RunJobOnThisRank). Logs the choices.
 void ConfigureCudaRuntime(const at::Device& device, bool deterministic);
 
 // Peak memory this process used on `device` since start, in GiB: the caching allocator's peak
