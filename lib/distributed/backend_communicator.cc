@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <stdexcept>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -246,7 +247,9 @@ class BackendCommunicator : public Communicator {
       }
       if (grouped) {
         open = false;
-        works.push_back(backend_->endCoalescing());
+        c10::intrusive_ptr<c10d::Work> work = backend_->endCoalescing();
+        if (!work) throw std::runtime_error("c10d's endCoalescing returned no work");
+        works.push_back(std::move(work));
       }
       std::vector<TraceId> ids;
       if (shared_->trace) {

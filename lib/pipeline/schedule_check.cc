@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/util/status_macros.h"
 
 namespace titan {
 namespace {
@@ -141,10 +142,7 @@ absl::StatusOr<ScheduleTimeline> SimulateSchedule(const PipelineSchedule& schedu
                                                   int microbatches,
                                                   const std::function<int(int)>& rank_of_stage,
                                                   const ActionCosts& costs) {
-  if (absl::Status placed = CheckPlacement(schedule, num_stages, microbatches, rank_of_stage);
-      !placed.ok()) {
-    return placed;
-  }
+  TITAN_RETURN_IF_ERROR(CheckPlacement(schedule, num_stages, microbatches, rank_of_stage));
   std::vector<Progress> counts(static_cast<size_t>(num_stages) * microbatches);
   for (const auto& ops : schedule) {
     for (const PipelineAction& a : ops) {
@@ -175,10 +173,7 @@ absl::StatusOr<ScheduleTimeline> PlaySchedule(const PipelineSchedule& schedule, 
                                               int microbatches,
                                               const std::function<int(int)>& rank_of_stage,
                                               const ActionCosts& costs) {
-  if (absl::Status placed = CheckPlacement(schedule, num_stages, microbatches, rank_of_stage);
-      !placed.ok()) {
-    return placed;
-  }
+  TITAN_RETURN_IF_ERROR(CheckPlacement(schedule, num_stages, microbatches, rank_of_stage));
   return Play(schedule, num_stages, microbatches, costs);
 }
 

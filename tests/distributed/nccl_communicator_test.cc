@@ -46,18 +46,29 @@ std::shared_ptr<Rendezvous> ConnectAlone() {
   return rendezvous.ok() ? *rendezvous : nullptr;
 }
 
-TEST(NcclCommunicatorTest, CollectivesOnOneGpuAndDispatchByDevice) {
-  if (!at::hasCUDA() || at::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  std::shared_ptr<Rendezvous> rendezvous = ConnectAlone();
-  ASSERT_NE(rendezvous, nullptr);
-  absl::StatusOr<std::unique_ptr<Communicator>> nccl =
-      CreateNcclCommunicator(rendezvous, "solo", {0}, /*device=*/0, absl::Seconds(30));
-  ASSERT_TRUE(nccl.ok()) << nccl.status();
+// A group of one on GPU 0, "solo", over a rendezvous of its own.
+class SoloNcclTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!at::hasCUDA() || at::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    rendezvous_ = ConnectAlone();
+    ASSERT_NE(rendezvous_, nullptr);
+    absl::StatusOr<std::unique_ptr<Communicator>> nccl =
+        CreateNcclCommunicator(rendezvous_, "solo", {0}, /*device=*/0, absl::Seconds(30));
+    ASSERT_TRUE(nccl.ok()) << nccl.status();
+    nccl_ = *std::move(nccl);
+  }
+
+  std::shared_ptr<Rendezvous> rendezvous_;
+  std::unique_ptr<Communicator> nccl_;
+};
+
+TEST_F(SoloNcclTest, CollectivesOnOneGpuAndDispatchByDevice) {
   absl::StatusOr<std::unique_ptr<Communicator>> gloo =
-      CreateGlooCommunicator(rendezvous, "solo", {0}, absl::Seconds(30));
+      CreateGlooCommunicator(rendezvous_, "solo", {0}, absl::Seconds(30));
   ASSERT_TRUE(gloo.ok()) << gloo.status();
   std::unique_ptr<Communicator> comm =
-      CreateDeviceDispatchingCommunicator(*std::move(gloo), *std::move(nccl));
+      CreateDeviceDispatchingCommunicator(*std::move(gloo), std::move(nccl_));
 
   const auto cuda = at::TensorOptions().device(at::kCUDA, 0);
   // Queued right before the collective on the compute stream: the event orders NCCL after it.
@@ -83,22 +94,16 @@ TEST(NcclCommunicatorTest, CollectivesOnOneGpuAndDispatchByDevice) {
 
 // A batch is one NCCL group: a send to this member and its receive, which as separate operations
 // on one stream would wait for each other, complete together.
-TEST(NcclCommunicatorTest, BatchedSendAndReceiveToItself) {
-  if (!at::hasCUDA() || at::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  std::shared_ptr<Rendezvous> rendezvous = ConnectAlone();
-  ASSERT_NE(rendezvous, nullptr);
-  absl::StatusOr<std::unique_ptr<Communicator>> nccl =
-      CreateNcclCommunicator(rendezvous, "solo", {0}, /*device=*/0, absl::Seconds(30));
-  ASSERT_TRUE(nccl.ok()) << nccl.status();
+TEST_F(SoloNcclTest, BatchedSendAndReceiveToItself) {
   const auto cuda = at::TensorOptions().device(at::kCUDA, 0).dtype(at::kFloat);
   const at::Tensor sent = at::arange(1 << 22, cuda);
   at::Tensor received = at::zeros({1 << 22}, cuda);
   const at::Tensor sent_too = at::full({5}, 3.0, cuda);
   at::Tensor received_too = at::zeros({5}, cuda);
-  ASSERT_TRUE(Await((*nccl)->BatchP2P({{true, sent, 0, 0},
-                                       {false, received, 0, 0},
-                                       {true, sent_too, 0, 1},
-                                       {false, received_too, 0, 1}}))
+  ASSERT_TRUE(Await(nccl_->BatchP2P({{true, sent, 0, 0},
+                                     {false, received, 0, 0},
+                                     {true, sent_too, 0, 1},
+                                     {false, received_too, 0, 1}}))
                   .ok());
   EXPECT_TRUE(received.equal(sent));
   EXPECT_TRUE(received_too.equal(sent_too));
@@ -106,20 +111,14 @@ TEST(NcclCommunicatorTest, BatchedSendAndReceiveToItself) {
 
 // Wait orders the caller's stream after the collective and returns: the host does not wait for
 // the device (a c10d wait with a timeout would block it until the collective ends).
-TEST(NcclCommunicatorTest, WaitLeavesTheHostRunning) {
-  if (!at::hasCUDA() || at::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  std::shared_ptr<Rendezvous> rendezvous = ConnectAlone();
-  ASSERT_NE(rendezvous, nullptr);
-  absl::StatusOr<std::unique_ptr<Communicator>> nccl =
-      CreateNcclCommunicator(rendezvous, "solo", {0}, /*device=*/0, absl::Seconds(30));
-  ASSERT_TRUE(nccl.ok()) << nccl.status();
+TEST_F(SoloNcclTest, WaitLeavesTheHostRunning) {
   at::Tensor x = at::ones({1024}, at::TensorOptions().device(at::kCUDA, 0));
-  ASSERT_TRUE(Await((*nccl)->AllReduce(x, ReduceOp::kSum)).ok());  // connects
+  ASSERT_TRUE(Await(nccl_->AllReduce(x, ReduceOp::kSum)).ok());  // connects
   at::cuda::getCurrentCUDAStream(0).synchronize();
   // About a second of device work queued before the collective, which waits for it.
   at::cuda::sleep(int64_t{2} << 30);
   const absl::Time start = absl::Now();
-  absl::StatusOr<std::unique_ptr<Work>> work = (*nccl)->AllReduce(x, ReduceOp::kSum);
+  absl::StatusOr<std::unique_ptr<Work>> work = nccl_->AllReduce(x, ReduceOp::kSum);
   ASSERT_TRUE(work.ok()) << work.status();
   ASSERT_TRUE((*work)->Wait().ok());
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(200));
