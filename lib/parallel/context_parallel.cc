@@ -29,31 +29,24 @@ void Check(const absl::Status& status, const char* what, const Communicator& com
 }
 
 // Sends each of `send` to the next member and receives each of `receive` from the previous one,
-// without waiting (even members send first, odd ones receive first, so no backend can deadlock).
-std::vector<std::unique_ptr<Work>> ExchangeWithNeighbours(Communicator* cp,
-                                                          const std::vector<at::Tensor>& send,
-                                                          const std::vector<at::Tensor>& receive,
-                                                          const std::vector<int>& tags) {
+// as one batch (on NCCL one group: the sends and receives run together), without waiting.
+std::unique_ptr<Work> ExchangeWithNeighbours(Communicator* cp, const std::vector<at::Tensor>& send,
+                                             const std::vector<at::Tensor>& receive,
+                                             const std::vector<int>& tags) {
   const int next = (cp->rank() + 1) % cp->size();
   const int previous = (cp->rank() + cp->size() - 1) % cp->size();
-  std::vector<std::unique_ptr<Work>> works;
-  auto post = [&](bool sending) {
-    for (size_t i = 0; i < tags.size(); ++i) {
-      absl::StatusOr<std::unique_ptr<Work>> work =
-          sending ? cp->Send(send[i], next, tags[i]) : cp->Recv(receive[i], previous, tags[i]);
-      Check(work.status(), sending ? "send" : "receive", *cp);
-      works.push_back(*std::move(work));
-    }
-  };
-  const bool even = cp->rank() % 2 == 0;
-  post(even);
-  post(!even);
-  return works;
+  std::vector<P2POp> ops;
+  for (size_t i = 0; i < tags.size(); ++i) ops.push_back({true, send[i], next, tags[i]});
+  for (size_t i = 0; i < tags.size(); ++i) ops.push_back({false, receive[i], previous, tags[i]});
+  absl::StatusOr<std::unique_ptr<Work>> work = cp->BatchP2P(std::move(ops));
+  Check(work.status(), "exchange", *cp);
+  return *std::move(work);
 }
 
-void WaitAll(std::vector<std::unique_ptr<Work>>& works, Communicator* cp) {
-  for (auto& work : works) Check(work->Wait(), "exchange", *cp);
-  works.clear();
+void WaitFor(std::unique_ptr<Work>& work, Communicator* cp) {
+  if (work == nullptr) return;
+  Check(work->Wait(), "exchange", *cp);
+  work.reset();
 }
 
 // Every member's key/value block ([2, B, Hkv, S, D], keys then values) and its key description ([B,
@@ -77,7 +70,7 @@ class KvBlocks {
       return {gathered_kv_[owner], gathered_meta_[owner]};
     }
     if (step > 0) {
-      WaitAll(pending_, cp_);
+      WaitFor(pending_, cp_);
       kv_ = incoming_kv_;
       meta_ = incoming_meta_;
     }
@@ -104,7 +97,7 @@ class KvBlocks {
   int step_ = 0;
   at::Tensor kv_, meta_;                    // ring: the current step's block
   at::Tensor incoming_kv_, incoming_meta_;  // ring: the next step's, being received
-  std::vector<std::unique_ptr<Work>> pending_;
+  std::unique_ptr<Work> pending_;
   at::Tensor gathered_kv_, gathered_meta_;  // all-gather: [size, ...]
 };
 
@@ -130,7 +123,7 @@ class KvGradients {
     } else if (rotation_ == KvRotation::kAllGather) {
       all_[(cp_->rank() - step + size) % size].copy_(grad);
     } else {
-      if (step > 0) WaitAll(pending_, cp_);
+      if (step > 0) WaitFor(pending_, cp_);
       sum_ = step > 0 ? incoming_ + grad : grad.contiguous();
       incoming_ = at::empty_like(sum_);
       pending_ = ExchangeWithNeighbours(cp_, {sum_}, {incoming_}, {kGradTag});
@@ -144,7 +137,7 @@ class KvGradients {
       Check(Await(cp_->ReduceScatter(all_, own, ReduceOp::kSum)), "reduce-scatter", *cp_);
       return own;
     }
-    WaitAll(pending_, cp_);
+    WaitFor(pending_, cp_);
     return incoming_;
   }
 
@@ -154,7 +147,7 @@ class KvGradients {
   int step_ = 0;
   at::Tensor all_;             // all-gather: [size, ...], one slot per block
   at::Tensor sum_, incoming_;  // ring: the running sum sent on, the one being received
-  std::vector<std::unique_ptr<Work>> pending_;
+  std::unique_ptr<Work> pending_;
 };
 
 // Where a query of `query` ([B, 3, Sq]) sees a key of `key` ([B, 3, Sk]), as an additive bias.
