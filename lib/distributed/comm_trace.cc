@@ -110,9 +110,9 @@ void OnDumpSignal(int) {
 // "gloo:" names that torch 2.11's fr_trace rejects: it is created now, while the size reads 0.
 // ProcessGroupNCCL's keeps one entry when tracing, because c10d's watchdog dumps on a timeout only
 // when it records; that dump then reaches the writer RegisterWithC10d installs.
-void ConfigureC10dRecorders(bool tracing) {
+void ConfigureC10dRecorders(bool tracing, absl::Duration peer_dump_wait) {
   static std::once_flag once;
-  std::call_once(once, [tracing] {
+  std::call_once(once, [tracing, peer_dump_wait] {
     if (const char* user = std::getenv("TORCH_FR_BUFFER_SIZE")) {
       LOG(WARNING) << "TORCH_FR_BUFFER_SIZE=" << user << " is ignored: [comm] trace_buf_size sizes "
                    << "titan's collective recorder";
@@ -121,7 +121,12 @@ void ConfigureC10dRecorders(bool tracing) {
     (void)c10d::dump_fr_trace_json(/*includeCollectives=*/false, /*onlyActive=*/false);
     setenv("TORCH_FR_BUFFER_SIZE", tracing ? "1" : "0", 1);
     // As torchtitan: a recorded job dumps when the watchdog sees a timeout (unless told otherwise).
-    if (tracing) setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", /*overwrite=*/0);
+    if (!tracing) return;
+    setenv("TORCH_NCCL_DUMP_ON_TIMEOUT", "1", /*overwrite=*/0);
+    // The watchdog then waits this long for the dump before taking the process down: our writer
+    // needs peer_dump_wait for the other ranks' dumps plus its own write, not c10d's default.
+    const int64_t dump_ms = absl::ToInt64Milliseconds(peer_dump_wait) + 5000;
+    setenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", absl::StrCat(dump_ms).c_str(), /*overwrite=*/0);
   });
 }
 
@@ -163,7 +168,7 @@ absl::StatusOr<std::shared_ptr<CommTrace>> CommTrace::Create(CommTraceOptions op
         absl::StrCat("comm trace: buffer size must be >= 0, got ", options.buffer_size));
   }
   std::shared_ptr<CommTrace> trace(new CommTrace(std::move(options)));
-  ConfigureC10dRecorders(trace->enabled());
+  ConfigureC10dRecorders(trace->enabled(), trace->options_.peer_dump_wait);
   if (!trace->enabled()) return trace;
   const CommTraceOptions& o = trace->options_;
   trace->recorder_ = std::make_unique<Recorder>(static_cast<size_t>(o.buffer_size));

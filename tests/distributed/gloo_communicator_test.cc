@@ -377,6 +377,9 @@ TEST(GlooCommunicatorTest, OperationsAreTracedOnceByTitansRecorder) {
     options.rank = rank;
     absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
     RANK_CHECK_OK(trace.status());
+    // c10d's watchdog waits for the dump as long as titan's peer_dump_wait (5 s) and 5 s more.
+    const char* dump_wait = std::getenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC");
+    RANK_CHECK(dump_wait != nullptr && std::string(dump_wait) == "10000", "dump wait not set");
     absl::StatusOr<std::unique_ptr<Communicator>> comm =
         CreateGlooCommunicator(rendezvous, "world", Iota(2), absl::Seconds(10), *trace);
     RANK_CHECK_OK(comm.status());
