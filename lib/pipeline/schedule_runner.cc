@@ -51,11 +51,9 @@ std::optional<int> DestinationOf(const PipelineAction& action, int num_stages) {
   return std::nullopt;
 }
 
-// Both ends compute the same tag from the sending stage, microbatch and direction (Gloo matches
-// by it; NCCL by order, which the rounds fix).
-int Tag(int from_stage, int microbatch, int microbatches, bool grad) {
-  return (from_stage * microbatches + microbatch) * 2 + (grad ? 1 : 0);
-}
+// One tag for every transfer: Gloo then pairs a peer's sends and receives in issue order, as NCCL
+// does (it has no tags), so the CPU runs check the order the rounds fix.
+constexpr int kTransferTag = 0;
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
 
@@ -168,7 +166,6 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microba
       for (const PipelineRoundPlan::Transfer& transfer : plan_.rounds[next_round].transfers) {
         const PipelineNeed& need = transfer.need;
         const int from_stage = need.grad ? need.stage + 1 : need.stage - 1;
-        const int tag = Tag(from_stage, need.microbatch, count, need.grad);
         at::Tensor tensor;
         if (transfer.send) {
           auto it = outgoing.find(need);
@@ -185,7 +182,7 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microba
               at::empty({tokens.size(0), tokens.size(1) / sequence_shards_, hidden_dim_}, options);
           incoming[need] = {tensor, next_round};
         }
-        ops.push_back({transfer.send, tensor, transfer.peer, tag});
+        ops.push_back({transfer.send, tensor, transfer.peer, kTransferTag});
         in_flight[next_round].push_back(tensor);
       }
       TITAN_ASSIGN_OR_RETURN(works[next_round], comm_->BatchP2P(std::move(ops)));

@@ -57,7 +57,8 @@ absl::StatusOr<PipelineRoundPlan> PlanRounds(const PipelineLayout& layout,
 // receives earlier when the rank computes nothing then), so transfers overlap compute. Every rank
 // issues its batches in round order and both ends list a transfer in the same round, so NCCL,
 // which runs a pair's operations in issue order and ignores tags, can neither deadlock nor
-// mismatch them; a rank blocks only on what it needs next.
+// mismatch them; a rank blocks only on what it needs next. Gloo gets one tag for all, so it
+// pairs by order too.
 class ScheduleRunner {
  public:
   // `stages`: this rank's, by stage index; `comm`: the pipeline group, its rank r running
