@@ -108,18 +108,24 @@ std::vector<int> RunRanks(int world, const RankBody& body) {
       });
 }
 
-std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body) {
-  return ForkRanks(dims.world_size(),
-                   [&](int rank, std::shared_ptr<Rendezvous> rendezvous) -> absl::StatusOr<int> {
-                     TITAN_ASSIGN_OR_RETURN(
-                         MeshCommunicators comms,
-                         MeshCommunicators::Create(
-                             dims, rank, [&](const std::string& name, std::vector<int> ranks) {
-                               return CreateGlooCommunicator(rendezvous, name, ranks,
-                                                             absl::Seconds(30));
-                             }));
-                     return body(rank, comms);
-                   });
+std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body,
+                              const CommunicatorWrapper& wrap) {
+  return ForkRanks(
+      dims.world_size(),
+      [&](int rank, std::shared_ptr<Rendezvous> rendezvous) -> absl::StatusOr<int> {
+        TITAN_ASSIGN_OR_RETURN(
+            MeshCommunicators comms,
+            MeshCommunicators::Create(
+                dims, rank,
+                [&](const std::string& name,
+                    std::vector<int> ranks) -> absl::StatusOr<std::unique_ptr<Communicator>> {
+                  TITAN_ASSIGN_OR_RETURN(
+                      std::unique_ptr<Communicator> comm,
+                      CreateGlooCommunicator(rendezvous, name, ranks, absl::Seconds(30)));
+                  return wrap ? wrap(name, std::move(comm)) : std::move(comm);
+                }));
+        return body(rank, comms);
+      });
 }
 
 }  // namespace titan

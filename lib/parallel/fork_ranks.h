@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "lib/distributed/communicator.h"
@@ -31,8 +33,14 @@ std::vector<int> RunRanks(int world, const RankBody& body);
 
 using MeshRankBody = std::function<int(int rank, const MeshCommunicators& comms)>;
 
-// The same for `dims`' world, with a Gloo communicator for every mesh group.
-std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body);
+// Wraps the communicator of the mesh group named `name` (the wrapper may return it unchanged).
+using CommunicatorWrapper = std::function<std::unique_ptr<Communicator>(
+    const std::string& name, std::unique_ptr<Communicator> communicator)>;
+
+// The same for `dims`' world, with a Gloo communicator for every mesh group (each passed through
+// `wrap` when set).
+std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body,
+                              const CommunicatorWrapper& wrap = nullptr);
 
 }  // namespace titan
 
