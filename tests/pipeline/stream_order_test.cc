@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -149,9 +150,11 @@ std::string OutPath(const std::string& run, int rank) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", run, ".rank", rank, ".txt");
 }
 
-// One training step of the debug model on `pp` ranks under `schedule` (one stage per rank, two
-// for multi-stage schedules), each rank writing its loss and the sums of its gradients.
-void RunStep(const std::string& run, const std::string& schedule, int pp, bool one_stream) {
+// One training step of `model`'s debug model on `pp` ranks under `schedule` (one stage per rank,
+// two for multi-stage schedules), each rank writing its loss and the sums of its gradients (a tied
+// head's added to the embedding's, over the pipeline group, in FinishBackward).
+void RunStep(const std::string& run, const std::string& model, const std::string& schedule, int pp,
+             bool one_stream) {
   const ParallelDims dims = *ParallelDims::Build(1, 1, 1, 1, pp, pp);
   CommunicatorWrapper wrap;
   if (one_stream) {
@@ -164,7 +167,7 @@ void RunStep(const std::string& run, const std::string& schedule, int pp, bool o
   const std::vector<int> statuses = RunMeshRanks(
       dims,
       [&](int rank, const MeshCommunicators& comms) -> int {
-        absl::StatusOr<const ModelSpec*> spec = FindModel("llama3");
+        absl::StatusOr<const ModelSpec*> spec = FindModel(model);
         RANK_EXPECT(spec.ok());
         absl::StatusOr<TransformerArgs> args = (*spec)->Flavor("debugmodel");
         RANK_EXPECT(args.ok());
@@ -187,6 +190,7 @@ void RunStep(const std::string& run, const std::string& schedule, int pp, bool o
         absl::StatusOr<at::Tensor> sum = (*pipeline)->TrainStep(batch, loss, 1000.0, std::nullopt);
         if (!sum.ok()) std::fprintf(stderr, "%s\n", sum.status().ToString().c_str());
         RANK_EXPECT(sum.ok());
+        RANK_EXPECT((*pipeline)->FinishBackward().ok());
         std::ofstream out(OutPath(run, rank));
         out.precision(17);
         out << sum->item<double>();
@@ -207,13 +211,14 @@ std::string Read(const std::string& path) {
   return text.str();
 }
 
-class StreamOrderTest : public ::testing::TestWithParam<std::pair<std::string, int>> {};
+class StreamOrderTest : public ::testing::TestWithParam<std::tuple<std::string, std::string, int>> {
+};
 
 TEST_P(StreamOrderTest, StepEqualsTheGlooStep) {
-  const auto& [schedule, pp] = GetParam();
-  const std::string name = absl::StrCat(schedule, pp);
-  RunStep(name + "_gloo", schedule, pp, /*one_stream=*/false);
-  RunStep(name + "_stream", schedule, pp, /*one_stream=*/true);
+  const auto& [model, schedule, pp] = GetParam();
+  const std::string name = absl::StrCat(model, "_", schedule, pp);
+  RunStep(name + "_gloo", model, schedule, pp, /*one_stream=*/false);
+  RunStep(name + "_stream", model, schedule, pp, /*one_stream=*/true);
   for (int rank = 0; rank < pp; ++rank) {
     const std::string gloo = Read(OutPath(name + "_gloo", rank));
     EXPECT_FALSE(gloo.empty()) << name << " rank " << rank;
@@ -222,13 +227,16 @@ TEST_P(StreamOrderTest, StepEqualsTheGlooStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, StreamOrderTest,
-                         ::testing::Values(std::make_pair("1F1B", 2), std::make_pair("GPipe", 2),
-                                           std::make_pair("Interleaved1F1B", 2),
-                                           std::make_pair("InterleavedZeroBubble", 2),
-                                           std::make_pair("ZBVZeroBubble", 2),
-                                           std::make_pair("DualPipeV", 2),
-                                           std::make_pair("1F1B", 3),
-                                           std::make_pair("Interleaved1F1B", 3)));
+                         ::testing::Values(std::make_tuple("llama3", "1F1B", 2),
+                                           std::make_tuple("llama3", "GPipe", 2),
+                                           std::make_tuple("llama3", "Interleaved1F1B", 2),
+                                           std::make_tuple("llama3", "InterleavedZeroBubble", 2),
+                                           std::make_tuple("llama3", "ZBVZeroBubble", 2),
+                                           std::make_tuple("llama3", "DualPipeV", 2),
+                                           std::make_tuple("llama3", "1F1B", 3),
+                                           std::make_tuple("llama3", "Interleaved1F1B", 3),
+                                           std::make_tuple("qwen3", "1F1B", 2),
+                                           std::make_tuple("qwen3", "ZBVZeroBubble", 2)));
 
 }  // namespace
 }  // namespace titan
