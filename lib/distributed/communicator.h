@@ -1,11 +1,12 @@
 #ifndef TITAN_LIB_DISTRIBUTED_COMMUNICATOR_H_
 #define TITAN_LIB_DISTRIBUTED_COMMUNICATOR_H_
 
+#include <ATen/core/Tensor.h>
+
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
-
-#include <ATen/core/Tensor.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -73,6 +74,51 @@ class Communicator {
   virtual absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) = 0;
   // Completes once every member has reached it (and this member's earlier operations are done).
   virtual absl::StatusOr<std::unique_ptr<Work>> Barrier() = 0;
+};
+
+// Passes every call to `inner` (not owned): wrappers override only what they change.
+class ForwardingCommunicator : public Communicator {
+ public:
+  explicit ForwardingCommunicator(Communicator* inner) : inner_(inner) {}
+
+  const std::string& name() const override { return inner_->name(); }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  const std::vector<int>& global_ranks() const override { return inner_->global_ranks(); }
+  absl::Duration timeout() const override { return inner_->timeout(); }
+  void set_timeout(absl::Duration timeout) override { inner_->set_timeout(timeout); }
+  absl::StatusOr<std::unique_ptr<Work>> AllReduce(at::Tensor tensor, ReduceOp op) override {
+    return inner_->AllReduce(tensor, op);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) override {
+    return inner_->AllGather(input, output);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> ReduceScatter(at::Tensor input, at::Tensor output,
+                                                      ReduceOp op) override {
+    return inner_->ReduceScatter(input, output, op);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Broadcast(at::Tensor tensor, int root) override {
+    return inner_->Broadcast(tensor, root);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Send(at::Tensor tensor, int dst, int tag) override {
+    return inner_->Send(tensor, dst, tag);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) override {
+    return inner_->Recv(tensor, src, tag);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> BatchP2P(std::vector<P2POp> ops) override {
+    return inner_->BatchP2P(std::move(ops));
+  }
+  absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
+    return inner_->AllToAll(input, output);
+  }
+  absl::StatusOr<std::unique_ptr<Work>> Barrier() override { return inner_->Barrier(); }
+
+ protected:
+  Communicator* inner() const { return inner_; }
+
+ private:
+  Communicator* inner_;
 };
 
 // Starts an operation and waits for it: the blocking form of every call above.

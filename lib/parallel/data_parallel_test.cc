@@ -302,49 +302,24 @@ TEST(DataParallelTest, FsdpShardsOfTensorParallelSlicesGatherAndBoxIntoWholeTens
 }
 
 // Runs every operation on `inner` and records the collectives' names in the order they started.
-class RecordingCommunicator : public Communicator {
+class RecordingCommunicator : public ForwardingCommunicator {
  public:
-  explicit RecordingCommunicator(Communicator* inner) : inner_(inner) {}
-  const std::string& name() const override { return inner_->name(); }
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::vector<int>& global_ranks() const override { return inner_->global_ranks(); }
-  absl::Duration timeout() const override { return inner_->timeout(); }
-  void set_timeout(absl::Duration timeout) override { inner_->set_timeout(timeout); }
+  explicit RecordingCommunicator(Communicator* inner) : ForwardingCommunicator(inner) {}
   absl::StatusOr<std::unique_ptr<Work>> AllReduce(at::Tensor tensor, ReduceOp op) override {
     log.push_back("all_reduce");
-    return inner_->AllReduce(tensor, op);
+    return inner()->AllReduce(tensor, op);
   }
   absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) override {
     log.push_back("all_gather");
-    return inner_->AllGather(input, output);
+    return inner()->AllGather(input, output);
   }
   absl::StatusOr<std::unique_ptr<Work>> ReduceScatter(at::Tensor input, at::Tensor output,
                                                       ReduceOp op) override {
     log.push_back("reduce_scatter");
-    return inner_->ReduceScatter(input, output, op);
+    return inner()->ReduceScatter(input, output, op);
   }
-  absl::StatusOr<std::unique_ptr<Work>> Broadcast(at::Tensor tensor, int root) override {
-    return inner_->Broadcast(tensor, root);
-  }
-  absl::StatusOr<std::unique_ptr<Work>> Send(at::Tensor tensor, int dst, int tag) override {
-    return inner_->Send(tensor, dst, tag);
-  }
-  absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) override {
-    return inner_->Recv(tensor, src, tag);
-  }
-  absl::StatusOr<std::unique_ptr<Work>> BatchP2P(std::vector<P2POp> ops) override {
-    return inner_->BatchP2P(std::move(ops));
-  }
-  absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
-    return inner_->AllToAll(input, output);
-  }
-  absl::StatusOr<std::unique_ptr<Work>> Barrier() override { return inner_->Barrier(); }
 
   std::vector<std::string> log;
-
- private:
-  Communicator* inner_;
 };
 
 // Backward prefetch: when backward reaches the second of two resharded groups, it gathers that

@@ -58,10 +58,12 @@ class StreamWork : public Work {
 };
 
 // Runs `inner`'s operations in issue order on one thread, each to its end before the next.
-class OneStreamCommunicator : public Communicator {
+class OneStreamCommunicator : public ForwardingCommunicator {
  public:
   explicit OneStreamCommunicator(std::unique_ptr<Communicator> inner)
-      : inner_(std::move(inner)), worker_([this] { Serve(); }) {}
+      : ForwardingCommunicator(inner.get()),
+        inner_(std::move(inner)),
+        worker_([this] { Serve(); }) {}
   ~OneStreamCommunicator() override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -70,13 +72,6 @@ class OneStreamCommunicator : public Communicator {
     queued_.notify_all();
     worker_.join();
   }
-
-  const std::string& name() const override { return inner_->name(); }
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  const std::vector<int>& global_ranks() const override { return inner_->global_ranks(); }
-  absl::Duration timeout() const override { return inner_->timeout(); }
-  void set_timeout(absl::Duration timeout) override { inner_->set_timeout(timeout); }
 
   absl::StatusOr<std::unique_ptr<Work>> AllReduce(at::Tensor tensor, ReduceOp op) override {
     return Enqueue([=] { return inner_->AllReduce(tensor, op); });
