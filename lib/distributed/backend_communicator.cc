@@ -228,52 +228,44 @@ class BackendCommunicator : public Communicator {
       TITAN_RETURN_IF_ERROR(
           CheckCollectivePeer(state(), op, p2p.send ? "dst" : "src", p2p.peer, grouped));
     }
-    const uint64_t seq = ++seq_;
-    const absl::Time start = absl::Now();
-    PhaseRange range("comm:", "batch_p2p", "");
-    bool open = false;
-    try {
-      shared_->state->MarkArrived(seq);
-      std::vector<c10::intrusive_ptr<c10d::Work>> works;
-      if (grouped) {
-        backend_->startCoalescing();
-        open = true;
+    return StartAll("batch_p2p", [&]() -> Issued {
+      Issued issued;
+      if (grouped) backend_->startCoalescing();
+      try {
+        for (P2POp& p2p : ops) {
+          std::vector<at::Tensor> tensors = {p2p.tensor};
+          c10::intrusive_ptr<c10d::Work> work = p2p.send
+                                                    ? backend_->send(tensors, p2p.peer, p2p.tag)
+                                                    : backend_->recv(tensors, p2p.peer, p2p.tag);
+          if (!grouped) issued.works.push_back(std::move(work));
+        }
+      } catch (const std::exception&) {
+        if (grouped) {
+          try {
+            (void)backend_->endCoalescing();
+          } catch (const std::exception&) {
+            // The first error is the one to report.
+          }
+        }
+        throw;
       }
-      for (P2POp& p2p : ops) {
-        std::vector<at::Tensor> tensors = {p2p.tensor};
-        c10::intrusive_ptr<c10d::Work> work = p2p.send ? backend_->send(tensors, p2p.peer, p2p.tag)
-                                                       : backend_->recv(tensors, p2p.peer, p2p.tag);
-        if (!grouped) works.push_back(std::move(work));
-      }
       if (grouped) {
-        open = false;
         c10::intrusive_ptr<c10d::Work> work = backend_->endCoalescing();
         if (!work) throw std::runtime_error("c10d's endCoalescing returned no work");
-        works.push_back(std::move(work));
+        issued.works.push_back(std::move(work));
       }
-      std::vector<TraceId> ids;
       if (shared_->trace) {
         for (size_t i = 0; i < ops.size(); ++i) {
           const P2POp& p2p = ops[i];
           const std::string traced = p2p.send ? absl::StrCat("send ", rank(), "->", p2p.peer)
                                               : absl::StrCat("recv ", rank(), "<-", p2p.peer);
-          ids.push_back(shared_->trace->Record(shared_->trace_group.get(), traced, true,
-                                               {p2p.tensor}, {p2p.tensor},
-                                               grouped ? works.front() : works[i], timeout_));
+          issued.trace_ids.push_back(shared_->trace->Record(
+              shared_->trace_group.get(), traced, true, {p2p.tensor}, {p2p.tensor},
+              grouped ? issued.works.front() : issued.works[i], timeout_));
         }
       }
-      return std::unique_ptr<Work>(
-          new BackendWork(shared_, std::move(works), "batch_p2p", seq, std::move(ids), timeout_));
-    } catch (const std::exception& e) {
-      if (open) {
-        try {
-          (void)backend_->endCoalescing();
-        } catch (const std::exception&) {
-          // The first error is the one to report.
-        }
-      }
-      return shared_->state->Failure("batch_p2p", seq, start, Reason(e));
-    }
+      return issued;
+    });
   }
 
   absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
@@ -305,28 +297,43 @@ class BackendCommunicator : public Communicator {
  private:
   const GroupState& state() const { return *shared_->state; }
 
-  // Marks this member's arrival, issues the c10d call, records it (as `traced`, the analyzer's
-  // name) and wraps its handle.
-  template <typename Issue>
-  absl::StatusOr<std::unique_ptr<Work>> Start(const char* op, const std::string& traced, bool p2p,
-                                              const std::vector<at::Tensor>& inputs,
-                                              const std::vector<at::Tensor>& outputs, Issue issue) {
+  // What one operation started: c10d's handles, and the trace entries recorded for them.
+  struct Issued {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<TraceId> trace_ids;
+  };
+
+  // Marks this member's arrival, runs `issue` (the c10d calls and their trace entries) and wraps
+  // what it started; a throw becomes the group's failure, naming who has not arrived.
+  template <typename IssueAll>
+  absl::StatusOr<std::unique_ptr<Work>> StartAll(const char* op, IssueAll issue) {
     const uint64_t seq = ++seq_;
     const absl::Time start = absl::Now();
     PhaseRange range("comm:", op, "");
     try {
       shared_->state->MarkArrived(seq);
-      c10::intrusive_ptr<c10d::Work> work = issue();
-      std::vector<TraceId> ids;
-      if (shared_->trace) {
-        ids.push_back(shared_->trace->Record(shared_->trace_group.get(), traced, p2p, inputs,
-                                             outputs, work, timeout_));
-      }
-      return std::unique_ptr<Work>(
-          new BackendWork(shared_, {std::move(work)}, op, seq, std::move(ids), timeout_));
+      Issued issued = issue();
+      return std::unique_ptr<Work>(new BackendWork(shared_, std::move(issued.works), op, seq,
+                                                   std::move(issued.trace_ids), timeout_));
     } catch (const std::exception& e) {
       return shared_->state->Failure(op, seq, start, Reason(e));
     }
+  }
+
+  // One c10d call, recorded as `traced` (the analyzer's name).
+  template <typename Issue>
+  absl::StatusOr<std::unique_ptr<Work>> Start(const char* op, const std::string& traced, bool p2p,
+                                              const std::vector<at::Tensor>& inputs,
+                                              const std::vector<at::Tensor>& outputs, Issue issue) {
+    return StartAll(op, [&] {
+      Issued issued{{issue()}, {}};
+      if (shared_->trace) {
+        issued.trace_ids.push_back(shared_->trace->Record(shared_->trace_group.get(), traced, p2p,
+                                                          inputs, outputs, issued.works.front(),
+                                                          timeout_));
+      }
+      return issued;
+    });
   }
 
   absl::Status CheckTensor(const char* op, const char* what, const at::Tensor& tensor) const {
