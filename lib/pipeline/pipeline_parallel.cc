@@ -104,7 +104,7 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
   const int64_t sequence_shards =
       options.parallelize.tensor_parallel.sequence_parallel ? dims.tp() : 1;
   TITAN_ASSIGN_OR_RETURN(pipeline->runner_,
-                         ScheduleRunner::Create(planned, local, comm, pipeline->schedule_,
+                         ScheduleRunner::Create(planned, local, comm, *checked,
                                                 options.microbatches, args.dim, sequence_shards));
   // Validation runs one microbatch forward through the stages in order.
   PipelineSchedule forwards(planned.pp);
@@ -113,9 +113,12 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
       forwards[r].push_back({PipelineOp::kForward, stage, 0});
     }
   }
+  TITAN_ASSIGN_OR_RETURN(const ScheduleTimeline forward_timeline,
+                         PlaySchedule(forwards, planned.num_stages(), 1,
+                                      [&](int stage) { return planned.RankOfStage(stage); }));
   TITAN_ASSIGN_OR_RETURN(
       pipeline->eval_runner_,
-      ScheduleRunner::Create(planned, local, comm, forwards, 1, args.dim, sequence_shards));
+      ScheduleRunner::Create(planned, local, comm, forward_timeline, 1, args.dim, sequence_shards));
   TITAN_RETURN_IF_ERROR(pipeline->SyncTiedCopies());
   return pipeline;
 }

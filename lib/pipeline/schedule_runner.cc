@@ -63,17 +63,9 @@ bool PipelineNeed::operator<(const PipelineNeed& other) const {
   return std::tie(grad, stage, microbatch) < std::tie(other.grad, other.stage, other.microbatch);
 }
 
-bool PipelineNeed::operator==(const PipelineNeed& other) const {
-  return grad == other.grad && stage == other.stage && microbatch == other.microbatch;
-}
-
-absl::StatusOr<PipelineRoundPlan> PlanRounds(const PipelineLayout& layout,
-                                             const PipelineSchedule& schedule, int microbatches,
-                                             int rank) {
+PipelineRoundPlan PlanRounds(const PipelineLayout& layout, const ScheduleTimeline& timeline,
+                             int rank) {
   const int num_stages = layout.num_stages();
-  TITAN_ASSIGN_OR_RETURN(const ScheduleTimeline timeline,
-                         PlaySchedule(schedule, num_stages, microbatches,
-                                      [&](int stage) { return layout.RankOfStage(stage); }));
   PipelineRoundPlan plan;
   std::map<int, PipelineRoundPlan::Round> rounds;
   for (size_t r = 0; r < timeline.ranks.size(); ++r) {
@@ -101,7 +93,7 @@ absl::StatusOr<PipelineRoundPlan> PlanRounds(const PipelineLayout& layout,
 }
 
 ScheduleRunner::ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
-                               Communicator* comm, int microbatches, int64_t hidden_dim,
+                               Communicator* comm, int rank, int microbatches, int64_t hidden_dim,
                                int64_t sequence_shards, PipelineRoundPlan plan)
     : layout_(layout),
       stages_(std::move(stages)),
@@ -109,22 +101,23 @@ ScheduleRunner::ScheduleRunner(const PipelineLayout& layout, std::map<int, Pipel
       microbatches_(microbatches),
       hidden_dim_(hidden_dim),
       sequence_shards_(sequence_shards),
-      rank_(layout.RankOfStage(stages_.begin()->first)),
+      rank_(rank),
       plan_(std::move(plan)) {}
 
 absl::StatusOr<std::unique_ptr<ScheduleRunner>> ScheduleRunner::Create(
     const PipelineLayout& layout, std::map<int, PipelineStage*> stages, Communicator* comm,
-    const PipelineSchedule& schedule, int microbatches, int64_t hidden_dim,
+    const ScheduleTimeline& timeline, int microbatches, int64_t hidden_dim,
     int64_t sequence_shards) {
   if (stages.empty()) return absl::InvalidArgumentError("pipeline runner: no local stages");
   const int rank = layout.RankOfStage(stages.begin()->first);
-  TITAN_ASSIGN_OR_RETURN(PipelineRoundPlan plan, PlanRounds(layout, schedule, microbatches, rank));
+  PipelineRoundPlan plan = PlanRounds(layout, timeline, rank);
   if (!plan.rounds.empty() && comm == nullptr) {
     return absl::InvalidArgumentError(
         "pipeline runner: stages on other ranks but no pipeline communicator");
   }
-  return std::unique_ptr<ScheduleRunner>(new ScheduleRunner(
-      layout, std::move(stages), comm, microbatches, hidden_dim, sequence_shards, std::move(plan)));
+  return std::unique_ptr<ScheduleRunner>(new ScheduleRunner(layout, std::move(stages), comm, rank,
+                                                            microbatches, hidden_dim,
+                                                            sequence_shards, std::move(plan)));
 }
 
 ScheduleRunner::Times ScheduleRunner::TakeTimes() { return std::exchange(times_, Times()); }

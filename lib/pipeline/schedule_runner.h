@@ -12,6 +12,7 @@
 #include "lib/distributed/communicator.h"
 #include "lib/pipeline/layout.h"
 #include "lib/pipeline/schedule.h"
+#include "lib/pipeline/schedule_check.h"
 #include "lib/pipeline/stage.h"
 #include "lib/train/loss.h"
 
@@ -23,7 +24,6 @@ struct PipelineNeed {
   int stage = 0;  // the stage that needs it
   int microbatch = 0;
   bool operator<(const PipelineNeed& other) const;
-  bool operator==(const PipelineNeed& other) const;
 };
 
 // One rank's part of a schedule played out with unit costs: each action gets a round (it starts a
@@ -44,11 +44,10 @@ struct PipelineRoundPlan {
   std::vector<Round> rounds;            // the rank's batches, ascending, none empty
 };
 
-// `rank`'s plan of `schedule` (every rank's actions over `microbatches`) on `layout`; fails if the
-// schedule does not play out there.
-absl::StatusOr<PipelineRoundPlan> PlanRounds(const PipelineLayout& layout,
-                                             const PipelineSchedule& schedule, int microbatches,
-                                             int rank);
+// `rank`'s plan of a schedule on `layout`, from its timeline with unit costs (SimulateSchedule's
+// or PlaySchedule's).
+PipelineRoundPlan PlanRounds(const PipelineLayout& layout, const ScheduleTimeline& timeline,
+                             int rank);
 
 // Runs one rank's actions of a pipeline schedule on its stages. A forward takes the previous
 // stage's output and a backward the next stage's input gradient: from a local stage directly (V
@@ -62,13 +61,13 @@ absl::StatusOr<PipelineRoundPlan> PlanRounds(const PipelineLayout& layout,
 class ScheduleRunner {
  public:
   // `stages`: this rank's, by stage index; `comm`: the pipeline group, its rank r running
-  // layout.StagesOfRank(r) (null when every stage is local); `schedule`: every rank's actions over
-  // `microbatches` microbatches; `hidden_dim`: what travels between stages is [batch, seq /
-  // sequence_shards, hidden_dim] in float32 (sequence parallelism leaves each tensor-parallel rank
-  // its slice of the sequence). Fails if the schedule does not play out on the layout.
+  // layout.StagesOfRank(r) (null when every stage is local); `timeline`: every rank's actions over
+  // `microbatches` microbatches, played out with unit costs; `hidden_dim`: what travels between
+  // stages is [batch, seq / sequence_shards, hidden_dim] in float32 (sequence parallelism leaves
+  // each tensor-parallel rank its slice of the sequence).
   static absl::StatusOr<std::unique_ptr<ScheduleRunner>> Create(
       const PipelineLayout& layout, std::map<int, PipelineStage*> stages, Communicator* comm,
-      const PipelineSchedule& schedule, int microbatches, int64_t hidden_dim,
+      const ScheduleTimeline& timeline, int microbatches, int64_t hidden_dim,
       int64_t sequence_shards = 1);
 
   // Runs this rank's actions over `microbatches` (as many as the schedule's). Returns the sum of
@@ -84,8 +83,8 @@ class ScheduleRunner {
 
  private:
   ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
-                 Communicator* comm, int microbatches, int64_t hidden_dim, int64_t sequence_shards,
-                 PipelineRoundPlan plan);
+                 Communicator* comm, int rank, int microbatches, int64_t hidden_dim,
+                 int64_t sequence_shards, PipelineRoundPlan plan);
 
   const PipelineLayout& layout_;
   std::map<int, PipelineStage*> stages_;

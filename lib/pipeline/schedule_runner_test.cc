@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "lib/pipeline/layout.h"
 #include "lib/pipeline/schedule.h"
+#include "lib/pipeline/schedule_check.h"
 
 namespace titan {
 namespace {
@@ -34,15 +35,17 @@ TEST(PlanRoundsTest, OneFOneBSendsAndReceivesInTheSameBatch) {
   ASSERT_TRUE(layout.ok()) << layout.status();
   absl::StatusOr<PipelineSchedule> schedule = BuildSchedule(layout->kind, 2, 1, 3);
   ASSERT_TRUE(schedule.ok()) << schedule.status();
-  absl::StatusOr<PipelineRoundPlan> plan = PlanRounds(*layout, *schedule, 3, 0);
-  ASSERT_TRUE(plan.ok()) << plan.status();
+  absl::StatusOr<ScheduleTimeline> timeline = PlaySchedule(
+      *schedule, layout->num_stages(), 3, [&](int stage) { return layout->RankOfStage(stage); });
+  ASSERT_TRUE(timeline.ok()) << timeline.status();
+  const PipelineRoundPlan plan = PlanRounds(*layout, *timeline, 0);
   std::vector<std::string> rounds;
-  for (const auto& round : plan->rounds) rounds.push_back(Describe(round));
+  for (const auto& round : plan.rounds) rounds.push_back(Describe(round));
   EXPECT_EQ(rounds,
             (std::vector<std::string>{
                 "r0: send act 1/0 to 1", "r1: send act 1/1 to 1", "r2: recv grad 0/0 from 1",
                 "r4: send act 1/2 to 1 recv grad 0/1 from 1", "r6: recv grad 0/2 from 1"}));
-  EXPECT_EQ(plan->action_rounds, (std::vector<int>{0, 1, 3, 4, 5, 7}));
+  EXPECT_EQ(plan.action_rounds, (std::vector<int>{0, 1, 3, 4, 5, 7}));
 }
 
 // For every schedule on 2 and 4 ranks: both ends of each transfer list it in the same round (so
@@ -68,13 +71,15 @@ TEST(PlanRoundsTest, BothEndsAgreeForEverySchedule) {
         // (from, to) -> the (round, need) of each transfer, as the sender and as the receiver lists
         // it.
         std::map<std::pair<int, int>, std::vector<std::tuple<int, bool, int, int>>> sent, received;
+        absl::StatusOr<ScheduleTimeline> timeline =
+            SimulateSchedule(*schedule, layout->num_stages(), microbatches,
+                             [&](int stage) { return layout->RankOfStage(stage); });
+        ASSERT_TRUE(timeline.ok()) << label << ": " << timeline.status();
         for (int rank = 0; rank < pp; ++rank) {
-          absl::StatusOr<PipelineRoundPlan> plan =
-              PlanRounds(*layout, *schedule, microbatches, rank);
-          ASSERT_TRUE(plan.ok()) << label << ": " << plan.status();
-          ASSERT_EQ(plan->actions, (*schedule)[rank]) << label;
+          const PipelineRoundPlan plan = PlanRounds(*layout, *timeline, rank);
+          ASSERT_EQ(plan.actions, (*schedule)[rank]) << label;
           std::map<PipelineNeed, int> arrives;  // round of the batch bringing each input
-          for (const auto& round : plan->rounds) {
+          for (const auto& round : plan.rounds) {
             std::set<std::pair<bool, int>> directions;
             EXPECT_FALSE(round.transfers.empty()) << label;
             for (const auto& t : round.transfers) {
@@ -85,13 +90,13 @@ TEST(PlanRoundsTest, BothEndsAgreeForEverySchedule) {
               if (!t.send) arrives[t.need] = round.index;
             }
           }
-          for (size_t k = 0; k < plan->actions.size(); ++k) {
-            if (k > 0) EXPECT_LT(plan->action_rounds[k - 1], plan->action_rounds[k]) << label;
-            const PipelineAction& a = plan->actions[k];
+          for (size_t k = 0; k < plan.actions.size(); ++k) {
+            if (k > 0) EXPECT_LT(plan.action_rounds[k - 1], plan.action_rounds[k]) << label;
+            const PipelineAction& a = plan.actions[k];
             const PipelineNeed need{a.op != PipelineOp::kForward, a.stage, a.microbatch};
             auto it = arrives.find(need);
             if (it != arrives.end()) {
-              EXPECT_LT(it->second, plan->action_rounds[k]) << label << " " << ActionName(a);
+              EXPECT_LT(it->second, plan.action_rounds[k]) << label << " " << ActionName(a);
             }
           }
         }
