@@ -48,12 +48,6 @@ void SkipWithoutHopper() {
   }
 }
 
-struct RopeCase {
-  RopeLayout layout;
-  at::ScalarType dtype;
-  bool per_batch_positions;
-};
-
 class CudaRopeTest : public testing::TestWithParam<RopeCase> {
  protected:
   void SetUp() override { SkipWithoutHopper(); }
@@ -71,8 +65,7 @@ TEST_P(CudaRopeTest, MatchesAtenAndTheCpuLoop) {
   const at::Tensor positions =
       c.per_batch_positions ? at::randint(8192, {batch, seq}, cuda.dtype(at::kLong)) : at::Tensor();
   const RopeRotation rotation = RotationForPositions(tables, positions, seq);
-  const RopePairing pairing =
-      c.layout == RopeLayout::kInterleaved ? RopePairing::kInterleaved : RopePairing::kHalves;
+  const RopePairing pairing = PairingOf(c.layout);
   const at::Tensor x = at::randn({batch, seq, heads, 128}, cuda).to(c.dtype);
   const at::Tensor x_fused = x.clone().requires_grad_();
   const at::Tensor x_ref = x.clone().requires_grad_();
@@ -89,17 +82,7 @@ TEST_P(CudaRopeTest, MatchesAtenAndTheCpuLoop) {
   EXPECT_TRUE(AllClose(got.cpu(), on_cpu, tol));
 }
 
-INSTANTIATE_TEST_SUITE_P(LayoutsAndDtypes, CudaRopeTest,
-                         testing::Values(RopeCase{RopeLayout::kInterleaved, at::kFloat, false},
-                                         RopeCase{RopeLayout::kInterleaved, at::kFloat, true},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kFloat, false},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kFloat, true},
-                                         RopeCase{RopeLayout::kInterleaved, at::kBFloat16, false},
-                                         RopeCase{RopeLayout::kInterleaved, at::kBFloat16, true},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kBFloat16, false},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kBFloat16, true},
-                                         RopeCase{RopeLayout::kInterleaved, at::kHalf, false},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kHalf, true}));
+INSTANTIATE_TEST_SUITE_P(LayoutsAndDtypes, CudaRopeTest, testing::ValuesIn(AllRopeCases()));
 
 class CudaSwiGluTest : public testing::TestWithParam<at::ScalarType> {
  protected:

@@ -65,4 +65,20 @@ double MeanRelativeError(const at::Tensor& t, const at::Tensor& exact) {
   return ((t.detach().cpu().to(at::kDouble) - e).abs() / (e.abs() + 1e-6)).mean().item<double>();
 }
 
+std::vector<RopeCase> AllRopeCases() {
+  std::vector<RopeCase> cases;
+  for (RopeLayout layout : {RopeLayout::kInterleaved, RopeLayout::kRotateHalf}) {
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf}) {
+      for (bool per_batch_positions : {false, true}) {
+        cases.push_back({layout, dtype, per_batch_positions});
+      }
+    }
+  }
+  return cases;
+}
+
+RopePairing PairingOf(RopeLayout layout) {
+  return layout == RopeLayout::kInterleaved ? RopePairing::kInterleaved : RopePairing::kHalves;
+}
+
 }  // namespace titan

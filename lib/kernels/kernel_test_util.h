@@ -3,7 +3,11 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 #include "gtest/gtest.h"
+#include "lib/kernels/rope.h"
+#include "lib/model/rope.h"
 
 namespace titan {
 
@@ -22,6 +26,19 @@ using SwiGluOp = at::Tensor (*)(const at::Tensor& gate, const at::Tensor& up);
 // in bf16/fp16 the fused results (rounded once) are also the closer to fp64's.
 void ExpectSwiGluMatchesAten(SwiGluOp fused, const at::Tensor& gate, const at::Tensor& up,
                              const at::Tensor& grad, Tolerance tol);
+
+// One fused-RoPE test case: the model's layout, the tensors' dtype, and the rotation's form.
+struct RopeCase {
+  RopeLayout layout;
+  at::ScalarType dtype;
+  bool per_batch_positions;  // cos/sin [B, S, 1, D/2], else [1, S, 1, D/2]
+};
+
+// Every layout x fp32/bf16/fp16 x both rotation forms.
+std::vector<RopeCase> AllRopeCases();
+
+// The fused op's pairing of a model layout.
+RopePairing PairingOf(RopeLayout layout);
 
 // The mean of |t - exact| / (|exact| + 1e-6), in fp64: which of two roundings is the closer.
 double MeanRelativeError(const at::Tensor& t, const at::Tensor& exact);

@@ -16,12 +16,6 @@
 namespace titan {
 namespace {
 
-struct RopeCase {
-  RopeLayout layout;
-  at::ScalarType dtype;
-  bool per_batch_positions;  // cos/sin [B, S, 1, D/2], else [1, S, 1, D/2]
-};
-
 Tolerance RopeTolerance(at::ScalarType dtype) {
   switch (dtype) {
     case at::kBFloat16:
@@ -31,10 +25,6 @@ Tolerance RopeTolerance(at::ScalarType dtype) {
     default:
       return {1e-6, 1e-6};
   }
-}
-
-RopePairing PairingOf(RopeLayout layout) {
-  return layout == RopeLayout::kInterleaved ? RopePairing::kInterleaved : RopePairing::kHalves;
 }
 
 RopeRotation MakeRotation(RopeLayout layout, int64_t batch, int64_t seq, int64_t head_dim,
@@ -67,17 +57,7 @@ TEST_P(FusedRopeCpuTest, MatchesApplyRopeForwardAndBackward) {
   EXPECT_TRUE(AllClose(x_fused.grad(), x_ref.grad(), tol));
 }
 
-INSTANTIATE_TEST_SUITE_P(LayoutsAndDtypes, FusedRopeCpuTest,
-                         testing::Values(RopeCase{RopeLayout::kInterleaved, at::kFloat, false},
-                                         RopeCase{RopeLayout::kInterleaved, at::kFloat, true},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kFloat, false},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kFloat, true},
-                                         RopeCase{RopeLayout::kInterleaved, at::kBFloat16, false},
-                                         RopeCase{RopeLayout::kInterleaved, at::kBFloat16, true},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kBFloat16, false},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kBFloat16, true},
-                                         RopeCase{RopeLayout::kInterleaved, at::kHalf, true},
-                                         RopeCase{RopeLayout::kRotateHalf, at::kHalf, false}));
+INSTANTIATE_TEST_SUITE_P(LayoutsAndDtypes, FusedRopeCpuTest, testing::ValuesIn(AllRopeCases()));
 
 TEST(FusedRopeTest, GradientOfTheGradientIsTheRotation) {
   at::manual_seed(1);
