@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/float8/float8_linear.h"
 #include "lib/parallel/ddp.h"
 #include "lib/parallel/fork_ranks.h"
 #include "lib/parallel/fsdp.h"
@@ -202,6 +203,44 @@ TEST(FsdpParamGroupTest, ReshardAfterForwardFreesAndRegathersForBackward) {
       grads[reshard].push_back(a.grad());
     }
     RANK_EXPECT(Equal(grads[0][0], grads[1][0]));
+    return 0;
+  });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
+// Float8 all-gather: the float8 linear computes from the gathered cast in forward and in the
+// backward's re-gather, and the slot holds a one-element stand-in, never a high-precision copy of
+// the weight. Outputs and gradients equal the float8 linear on the whole weight, bit for bit.
+TEST(FsdpParamGroupTest, Float8GatherKeepsNoHighPrecisionWeight) {
+  const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
+    at::manual_seed(0);  // the same weight and input on both ranks: the mean gradient is one's
+    const at::Tensor full = at::randn({6, 32});
+    const at::Tensor x = at::randn({4, 32});
+    Float8LinearOptions options;
+    options.emulate = true;
+    const at::Tensor want_weight = full.clone().requires_grad_(true);
+    const at::Tensor want = Float8Linear(x, want_weight, options);
+    want.sum().backward();
+
+    at::Tensor w = full.clone().requires_grad_(true);
+    FsdpFloat8Params float8;
+    float8.names = {"w"};
+    std::unique_ptr<FsdpParamGroup> group =
+        *FsdpParamGroup::Create({{"w", &w}}, &comm, /*replicate=*/nullptr, {}, float8);
+    std::vector<int64_t> seen_shape;
+    size_t seen_bytes = 0;  // while the call computes; afterwards resharding frees them anyway
+    const at::Tensor out = group->CallUnsharded(
+        [&w, &seen_shape, &seen_bytes, &options](const at::Tensor& y) {
+          seen_shape = w.sizes().vec();
+          seen_bytes = w.storage().nbytes();
+          return Float8Linear(y, w, options);
+        },
+        x, /*reshard_after_forward=*/true);
+    RANK_EXPECT(seen_shape == std::vector<int64_t>({6, 32}));
+    RANK_EXPECT(seen_bytes == sizeof(float));
+    RANK_EXPECT(Equal(out, want));
+    out.sum().backward();
+    RANK_EXPECT(Equal(w.grad(), group->ShardOf(group->params()[0], want_weight.grad())));
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(2, 0));

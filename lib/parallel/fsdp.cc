@@ -49,6 +49,17 @@ void FreeStorage(const c10::Storage& storage) {
   impl->set_nbytes(0);
 }
 
+// The slot's tensor for a weight gathered in float8: the shape and dtype autograd checks its
+// gradient against, and for bytes one NaN (zero strides). Nothing reads it, as Float8Linear
+// finds the cast by the tensor's identity; a read would show as NaN, not as a plausible weight.
+// Dequantising instead cost two passes over the weight and its high-precision bytes.
+at::Tensor Float8WeightStandIn(const std::vector<int64_t>& shape,
+                               const at::TensorOptions& options) {
+  const at::Tensor element = at::full({}, std::numeric_limits<double>::quiet_NaN(), options);
+  return at::empty({0}, options)
+      .set_(element.storage(), 0, shape, std::vector<int64_t>(shape.size(), 0));
+}
+
 // Elements of `dtype` that hold `numel` float8 bytes.
 int64_t Float8Elements(int64_t numel, at::ScalarType dtype) {
   const int64_t size = static_cast<int64_t>(c10::elementSize(dtype));
@@ -245,7 +256,7 @@ std::vector<at::Tensor> FsdpParamGroup::AssembleAll(
     std::vector<std::optional<Float8Tensor>>* float8_casts) const {
   std::vector<at::Tensor> full;
   full.reserve(params_.size());
-  if (float8_casts != nullptr) float8_casts->assign(params_.size(), std::nullopt);
+  float8_casts->assign(params_.size(), std::nullopt);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Param& param = params_[i];
     if (!param.float8) {
@@ -257,9 +268,8 @@ std::vector<at::Tensor> FsdpParamGroup::AssembleAll(
                                  .view(at::kByte)
                                  .view(at::kFloat8_e4m3fn);
     at::Tensor data = AssembleFull(param, bytes, 0);
-    // The slot's weight: what the cast stands for (the linear uses the cast itself).
-    full.push_back(data.to(at::kFloat).div(float8_scales[i]).to(param_dtype_));
-    if (float8_casts != nullptr) (*float8_casts)[i] = Float8Tensor{data, float8_scales[i]};
+    full.push_back(Float8WeightStandIn(param.full_shape, data.options().dtype(param_dtype_)));
+    (*float8_casts)[i] = Float8Tensor{data, float8_scales[i]};
   }
   return full;
 }
@@ -458,7 +468,8 @@ void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full,
                                 std::vector<c10::Storage>* refilled) const {
   std::vector<std::optional<Float8Tensor>> casts;
   std::vector<at::Tensor> gathered = AllGatherFlat(Shards(), &casts);
-  // Both come from at::empty(full_shape): the same contiguous layout, so the bytes move over.
+  // Both come from at::empty(full_shape), or both are stand-ins of one element: the same layout,
+  // so the bytes move over.
   auto move_bytes = [refilled](const at::Tensor& from_tensor, const at::Tensor& to_tensor) {
     c10::StorageImpl* from = from_tensor.storage().unsafeGetStorageImpl();
     c10::StorageImpl* to = to_tensor.storage().unsafeGetStorageImpl();

@@ -40,8 +40,8 @@ struct FsdpMixedPrecision {
 // (weights of float8 linears) travel as e4m3 bytes, a quarter of fp32's, half of bf16's. Each
 // rank casts its shard with the scale of the whole tensor's absolute maximum (one MAX all-reduce
 // per group gather), so the gathered bytes equal the float8 cast of the gathered weight; the
-// linear uses them as its weight cast (RegisterFloat8Weight) and the slot gets the dequantised
-// weight.
+// linear uses them as its weight cast (RegisterFloat8Weight), in forward and backward, and the
+// slot a stand-in of the weight's shape holding one element: no high-precision copy is made.
 struct FsdpFloat8Params {
   absl::flat_hash_set<std::string> names;
   // Tensor parallelism: the shards are of TP slices, and the scale is the whole weight's (as the
@@ -138,10 +138,11 @@ class FsdpParamGroup {
   absl::Status AllReduceFloat8Amaxes(const at::Tensor& amaxes) const;
 
   // The autograd all-gather (forward) and reduce-scatter (backward); used by Unshard. Float8
-  // parameters' casts go to `float8_casts` (indexed like params(), unset for the others).
+  // parameters' casts go to `float8_casts` (indexed like params(), unset for the others), and
+  // their full tensors are one-element stand-ins for the casts.
   std::vector<at::Tensor> AllGatherFlat(
       const std::vector<at::Tensor>& shards,
-      std::vector<std::optional<Float8Tensor>>* float8_casts = nullptr) const;
+      std::vector<std::optional<Float8Tensor>>* float8_casts) const;
   std::vector<at::Tensor> ReduceScatterGrads(const std::vector<at::Tensor>& full_grads) const;
   // Set: backward hands the gradients to `queue` (overlapped) instead of reducing them in place.
   void set_reduce_scatter_queue(FsdpReduceScatterQueue* queue) { queue_ = queue; }
