@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <tuple>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -153,6 +154,44 @@ TEST_F(CudaDispatchTest, ModelOpsTakeTheFusedKernelsOnCudaAndAtenOnCpu) {
   EXPECT_THAT(SwiGlu(cpu_gate, cpu_gate.detach()).grad_fn()->name(),
               testing::Not(HasSubstr("SwiGluFunction")));
 }
+
+// RmsNorm on CUDA takes ATen's fused kernel, also for bf16 heads with an fp32 weight (qk-norm
+// under autocast; the weight is cast), and returns x's dtype; forward and backward against the
+// reference formula in fp64. Tolerances: fp32 1e-5 (another summation order); bf16 2^-6, the
+// weight's and the output's roundings (2^-8 each) with room, gradients relative to their largest.
+class CudaRmsNormTest : public testing::TestWithParam<at::ScalarType> {
+ protected:
+  void SetUp() override { SkipWithoutHopper(); }
+};
+
+TEST_P(CudaRmsNormTest, TakesTheFusedKernelAndMatchesFp64) {
+  at::manual_seed(0);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::ScalarType dtype = GetParam();
+  const double eps = 1e-6;
+  const at::Tensor x = at::randn({4, 256, 8, 128}, cuda).to(dtype);
+  const at::Tensor w = 1 + 0.1 * at::randn({128}, cuda);  // fp32, as an autocast run's weights
+  const at::Tensor x_got = x.clone().requires_grad_();
+  const at::Tensor w_got = w.clone().requires_grad_();
+  const at::Tensor got = RmsNorm(x_got, w_got, eps);
+  EXPECT_EQ(got.scalar_type(), dtype);
+  EXPECT_THAT(got.grad_fn()->name(), HasSubstr("FusedRmsNorm"));
+  const at::Tensor x64 = x.to(at::kDouble).requires_grad_();
+  const at::Tensor w64 = w.to(at::kDouble).requires_grad_();
+  const at::Tensor want = x64 * at::rsqrt(x64.pow(2).mean(-1, /*keepdim=*/true) + eps) * w64;
+  const at::Tensor grad = at::randn(got.sizes(), cuda).to(dtype);
+  got.backward(grad);
+  want.backward(grad.to(at::kDouble));
+  const double rtol = dtype == at::kFloat ? 1e-5 : 0.015625;
+  EXPECT_TRUE(AllClose(got.to(at::kDouble), want.detach(), {rtol, 1e-5}));
+  for (const auto& [got_grad, want_grad] :
+       {std::pair(x_got.grad(), x64.grad()), std::pair(w_got.grad(), w64.grad())}) {
+    const double scale = want_grad.abs().max().item<double>();
+    EXPECT_TRUE(AllClose(got_grad.to(at::kDouble), want_grad, {rtol, rtol * scale}));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, CudaRmsNormTest, testing::Values(at::kFloat, at::kBFloat16));
 
 // Turns the kernels off for one test, on again even when it fails.
 class CudaKernelsOffTest : public CudaDispatchTest {
