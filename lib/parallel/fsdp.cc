@@ -52,7 +52,8 @@ void FreeStorage(const c10::Storage& storage) {
 // The slot's tensor for a weight gathered in float8: the shape and dtype autograd checks its
 // gradient against, and for bytes one NaN (zero strides). Nothing reads it, as Float8Linear
 // finds the cast by the tensor's identity; a read would show as NaN, not as a plausible weight.
-// Dequantising instead cost two passes over the weight and its high-precision bytes.
+// Dequantising instead cost three passes over the weight (through an fp32 copy) and its
+// high-precision bytes.
 at::Tensor Float8WeightStandIn(const std::vector<int64_t>& shape,
                                const at::TensorOptions& options) {
   const at::Tensor element = at::full({}, std::numeric_limits<double>::quiet_NaN(), options);
