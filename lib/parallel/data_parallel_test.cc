@@ -2,12 +2,16 @@
 #include "lib/parallel/data_parallel.h"
 
 #include <ATen/ATen.h>
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -244,6 +248,84 @@ TEST(FsdpParamGroupTest, Float8GatherKeepsNoHighPrecisionWeight) {
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
+int g_copies = 0;         // aten::copy_ calls on the rank's thread while counted
+bool g_counting = false;  // off inside the collectives: Gloo's own copies grow with the ranks
+
+std::unique_ptr<at::ObserverContext> CountCopy(const at::RecordFunction& fn) {
+  if (g_counting && std::string_view(fn.name()) == "aten::copy_") ++g_copies;
+  return nullptr;
+}
+
+// A finished operation's Work.
+class DoneWork : public Work {
+ public:
+  explicit DoneWork(absl::Status status) : status_(std::move(status)) {}
+  absl::Status Wait() override { return status_; }
+  bool IsCompleted() override { return true; }
+
+ private:
+  absl::Status status_;
+};
+
+// Runs the collectives to the end when they start, with copies not counted.
+class UncountedCollectives : public ForwardingCommunicator {
+ public:
+  explicit UncountedCollectives(Communicator* inner) : ForwardingCommunicator(inner) {}
+  absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) override {
+    return Uncounted([&] { return inner()->AllGather(input, output); });
+  }
+  absl::StatusOr<std::unique_ptr<Work>> ReduceScatter(at::Tensor input, at::Tensor output,
+                                                      ReduceOp op) override {
+    return Uncounted([&] { return inner()->ReduceScatter(input, output, op); });
+  }
+
+ private:
+  static std::unique_ptr<Work> Uncounted(
+      const std::function<absl::StatusOr<std::unique_ptr<Work>>()>& start) {
+    const bool counting = std::exchange(g_counting, false);
+    const absl::Status status = Await(start());
+    g_counting = counting;
+    return std::make_unique<DoneWork>(status);
+  }
+};
+
+// Packing for and unpacking from the collectives takes one copy per parameter each way (FSDP2's
+// split_with_sizes_copy copy-out and _chunk_cat copy-in), at 2 ranks as at 8, not one per
+// parameter and rank: on CUDA a copy is a kernel launch, at 64 ranks hundreds a layer.
+TEST(FsdpParamGroupTest, GatherAndReduceScatterCopiesDoNotGrowWithRanks) {
+  for (const int world : {2, 8}) {
+    const std::vector<int> statuses = RunRanks(world, [](int rank, Communicator& comm) {
+      UncountedCollectives uncounted(&comm);
+      at::manual_seed(0);
+      // Padding on the last ranks: 5 rows and 2 split over 2 ranks or 8.
+      at::Tensor a = at::randn({5, 3}).requires_grad_(true);
+      at::Tensor b = at::randn({2}).requires_grad_(true);
+      at::Tensor c = at::randn({8, 4}).requires_grad_(true);
+      const std::vector<at::Tensor> full = {a.detach().clone(), b.detach().clone(),
+                                            c.detach().clone()};
+      std::unique_ptr<FsdpParamGroup> group = *FsdpParamGroup::Create(
+          {{"a", &a}, {"b", &b}, {"c", &c}}, &uncounted, /*replicate=*/nullptr);
+      const at::CallbackHandle handle = at::addThreadLocalCallback(
+          at::RecordFunctionCallback(&CountCopy).scopes({at::RecordScope::FUNCTION}));
+      g_counting = true;
+      group->Unshard();
+      const int gather_copies = std::exchange(g_copies, 0);
+      const std::vector<at::Tensor> grads = group->ReduceScatterGrads(full);
+      const int reduce_scatter_copies = g_copies;
+      g_counting = false;
+      at::removeCallback(handle);
+      RANK_EXPECT(Equal(a, full[0]) && Equal(b, full[1]) && Equal(c, full[2]));
+      for (int i = 0; i < 3; ++i) {  // the mean of equal gradients: sums of 8 round
+        RANK_EXPECT(at::allclose(grads[i], group->ShardOf(group->params()[i], full[i])));
+      }
+      RANK_EXPECT(gather_copies <= 2 * 3);  // into the send buffer, out of the gathered one
+      RANK_EXPECT(reduce_scatter_copies <= 3);
+      return 0;
+    });
+    EXPECT_EQ(statuses, std::vector<int>(world, 0)) << world << " ranks";
+  }
 }
 
 // Two calls of one group; the second's backward runs as far as its input only (a zero-bubble

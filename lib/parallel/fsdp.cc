@@ -27,19 +27,12 @@ int64_t RowsOfRank(const FsdpParamGroup::Param& param, int rank) {
   return std::clamp<int64_t>(param.full_shape[0] - start, 0, param.rows_per_shard);
 }
 
-// The full tensor from `gathered` [group size, stride]: row r holds rank r's shard at `offset`.
-at::Tensor AssembleFull(const FsdpParamGroup::Param& param, const at::Tensor& gathered,
-                        int64_t offset) {
-  at::Tensor full = at::empty(param.full_shape, gathered.options());
-  at::Tensor rows = full.view({param.full_shape[0], param.row_numel});
-  for (int r = 0; r < gathered.size(0); ++r) {
-    const int64_t count = RowsOfRank(param, r);
-    if (count == 0) break;
-    rows.narrow(0, r * param.rows_per_shard, count)
-        .copy_(
-            gathered[r].narrow(0, offset, count * param.row_numel).view({count, param.row_numel}));
-  }
-  return full;
+// A tensor of `param`'s full shape over `padded`'s bytes ([group size, rows_per_shard * row_numel],
+// contiguous, so rank r's rows follow rank r - 1's and the padding rows trail): no copy. Not a
+// view, as autograd takes it as a custom function's own output.
+at::Tensor FullOverPadded(const FsdpParamGroup::Param& param, const at::Tensor& padded) {
+  return at::empty({0}, padded.options())
+      .set_(padded.storage(), padded.storage_offset(), param.full_shape);
 }
 
 // Frees a storage's bytes, keeping it (tensors autograd holds use it) for a later refill.
@@ -255,21 +248,32 @@ void FsdpParamGroup::SetFloat8Scales(const std::vector<at::Tensor>& global_amaxe
 std::vector<at::Tensor> FsdpParamGroup::AssembleAll(
     const at::Tensor& gathered, const std::vector<at::Tensor>& float8_scales,
     std::vector<std::optional<Float8Tensor>>* float8_casts) const {
+  // One copy for the whole group (FSDP2's copy-out, a single kernel on CUDA), not one per
+  // parameter and rank: each parameter's column block of `gathered` into its padded tensor.
+  std::vector<int64_t> widths;
+  std::vector<at::Tensor> padded;
+  for (const Param& param : params_) {
+    const int64_t numel = param.shard.numel();
+    widths.push_back(param.float8 ? Float8Elements(numel, param_dtype_) : numel);
+    padded.push_back(at::empty({gathered.size(0), widths.back()}, gathered.options()));
+  }
+  at::split_with_sizes_copy_out(padded, gathered, widths, 1);
   std::vector<at::Tensor> full;
   full.reserve(params_.size());
   float8_casts->assign(params_.size(), std::nullopt);
   for (size_t i = 0; i < params_.size(); ++i) {
     const Param& param = params_[i];
     if (!param.float8) {
-      full.push_back(AssembleFull(param, gathered, param.gather_offset));
+      full.push_back(FullOverPadded(param, padded[i]));
       continue;
     }
-    const int64_t elements = Float8Elements(param.shard.numel(), param_dtype_);
-    const at::Tensor bytes = gathered.narrow(1, param.gather_offset, elements)
-                                 .view(at::kByte)
-                                 .view(at::kFloat8_e4m3fn);
-    at::Tensor data = AssembleFull(param, bytes, 0);
-    full.push_back(Float8WeightStandIn(param.full_shape, data.options().dtype(param_dtype_)));
+    at::Tensor bytes = padded[i].view(at::kByte);
+    // Shards whose bytes do not fill whole elements of param_dtype_ end in unused bytes.
+    if (bytes.size(1) != param.shard.numel()) {
+      bytes = bytes.narrow(1, 0, param.shard.numel()).contiguous();
+    }
+    const at::Tensor data = FullOverPadded(param, bytes.view(at::kFloat8_e4m3fn));
+    full.push_back(Float8WeightStandIn(param.full_shape, padded[i].options()));
     (*float8_casts)[i] = Float8Tensor{data, float8_scales[i]};
   }
   return full;
@@ -329,22 +333,19 @@ FsdpParamGroup::PendingReduceScatter FsdpParamGroup::StartReduceScatter(
   const int size = shard_->size();
   const at::TensorOptions options = params_[0].shard.options().dtype(reduce_dtype_);
   // Row r of `input` is what rank r receives: its rows of every gradient (cast to reduce_dtype_),
-  // padding zero.
-  PendingReduceScatter pending;
-  pending.input = at::zeros({size, shard_numel_}, options);
+  // padding zero. _chunk_cat splits dim 0 as the shards are (ceil(rows / size) rows a rank) and
+  // packs the whole group in one copy (a single kernel on CUDA), not one per parameter and rank.
+  std::vector<at::Tensor> grads;
+  grads.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
-    const Param& param = params_[i];
-    if (!full_grads[i].defined()) continue;
-    at::Tensor rows = full_grads[i].reshape({param.full_shape[0], param.row_numel});
-    for (int r = 0; r < size; ++r) {
-      const int64_t count = RowsOfRank(param, r);
-      if (count == 0) break;
-      pending.input[r]
-          .narrow(0, param.offset, count * param.row_numel)
-          .view({count, param.row_numel})
-          .copy_(rows.narrow(0, r * param.rows_per_shard, count));
-    }
+    // Autograd gives a full tensor's gradient its dtype, param_dtype_; an unused one is zero.
+    grads.push_back(full_grads[i].defined()
+                        ? full_grads[i]
+                        : at::zeros(params_[i].full_shape, options.dtype(param_dtype_)));
   }
+  PendingReduceScatter pending;
+  pending.input = at::empty({size, shard_numel_}, options);
+  at::_chunk_cat_out(pending.input, grads, 0, size);
   pending.reduced = at::empty({shard_numel_}, options);
   absl::StatusOr<std::unique_ptr<Work>> work =
       shard_->ReduceScatter(pending.input.view(-1), pending.reduced, ReduceOp::kSum);
@@ -433,7 +434,7 @@ absl::StatusOr<at::Tensor> FsdpParamGroup::GatherFull(const Param& param,
     return absl::Status(status.code(),
                         absl::StrCat("FSDP gather of ", param.name, ": ", status.message()));
   }
-  return AssembleFull(param, gathered, 0);
+  return FullOverPadded(param, gathered);
 }
 
 std::vector<at::Tensor> FsdpParamGroup::Shards() const {
@@ -469,8 +470,8 @@ void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full,
                                 std::vector<c10::Storage>* refilled) const {
   std::vector<std::optional<Float8Tensor>> casts;
   std::vector<at::Tensor> gathered = AllGatherFlat(Shards(), &casts);
-  // Both come from at::empty(full_shape), or both are stand-ins of one element: the same layout,
-  // so the bytes move over.
+  // Both are the same parameter's padded gather, or both stand-ins of one element: the same
+  // layout, so the bytes move over.
   auto move_bytes = [refilled](const at::Tensor& from_tensor, const at::Tensor& to_tensor) {
     c10::StorageImpl* from = from_tensor.storage().unsafeGetStorageImpl();
     c10::StorageImpl* to = to_tensor.storage().unsafeGetStorageImpl();
