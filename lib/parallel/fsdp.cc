@@ -177,6 +177,8 @@ FsdpParamGroup::FlatBuffer FsdpParamGroup::FlatShards(const std::vector<at::Tens
   FlatBuffer buffer;
   buffer.flat = at::empty({gather_numel_}, shards[0].options().dtype(param_dtype_));
   std::vector<size_t> float8;
+  std::vector<at::Tensor> slots;
+  std::vector<at::Tensor> sources;
   bool precomputed = !float8_scales_.empty();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (params_[i].float8) {
@@ -184,9 +186,12 @@ FsdpParamGroup::FlatBuffer FsdpParamGroup::FlatShards(const std::vector<at::Tens
       precomputed = precomputed && float8_scale_versions_[i] == shards[i]._version();
       continue;
     }
-    // copy_ casts to param_dtype_
-    buffer.flat.narrow(0, params_[i].gather_offset, shards[i].numel()).copy_(shards[i].reshape(-1));
+    slots.push_back(buffer.flat.narrow(0, params_[i].gather_offset, shards[i].numel()));
+    sources.push_back(shards[i].reshape(-1));
   }
+  // One multi-tensor op (on CUDA, ATen's foreach kernel), not a copy per shard; it casts to
+  // param_dtype_ as copy_ does. Foreach ops refuse empty lists: a group of float8 weights only.
+  if (!slots.empty()) at::_foreach_copy_(slots, sources);
   if (float8.empty()) return buffer;
   if (precomputed) {
     buffer.float8_scales = float8_scales_;
