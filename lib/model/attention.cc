@@ -1,13 +1,14 @@
 #include "lib/model/attention.h"
 
+#include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
-#include <torch/csrc/autograd/custom_function.h>
-
 #include <glog/logging.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include <mutex>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "lib/model/batch_invariant.h"
 #include "lib/model/op_cache.h"
@@ -17,6 +18,15 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+bool IsHalfType(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kHalf; }
+
+// The dtype SDPA computes in: autocast's where it is on (SDPA is on its lower-precision list).
+at::ScalarType SdpaDtype(const at::Tensor& q) {
+  const at::DeviceType device = q.device().type();
+  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
+                                                   : q.scalar_type();
+}
 
 // Which fused kernel SDPA runs on CUDA, logged at the first call (the shapes are the run's).
 void LogSdpaBackendOnce(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -31,27 +41,54 @@ void LogSdpaBackendOnce(const at::Tensor& q, const at::Tensor& k, const at::Tens
   });
 }
 
-// Attention whose output and logsumexp the selective-checkpoint forward kept.
+// Whether the selective-checkpoint path runs ATen's flash kernel (sm80+): on CUDA, half types, no
+// bias, head dims flash takes. It takes grouped kv heads as they are, so nothing is repeated, and
+// it is the fastest kernel ATen can call with its logsumexp; the efficient kernel is the rest's.
+bool FlashKernelTakes(const at::Tensor& q, const std::optional<at::Tensor>& bias) {
+  return q.is_cuda() && !bias.has_value() && IsHalfType(q.scalar_type()) && q.size(-1) % 8 == 0 &&
+         q.size(-1) <= 256;
+}
+
+// The flash kernel's output, logsumexp and random-number state (unused: no dropout, but its
+// backward takes them), for dense [B, H, S, D] inputs.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> FlashKernelForward(const at::Tensor& q,
+                                                                              const at::Tensor& k,
+                                                                              const at::Tensor& v,
+                                                                              bool is_causal) {
+  auto [out, lse, cum_seq_q, cum_seq_k, max_q, max_k, seed, offset, debug_mask] =
+      at::_scaled_dot_product_flash_attention(q, k, v, /*dropout_p=*/0.0, is_causal);
+  return {out, lse, seed, offset};
+}
+
+// Attention whose output and logsumexp (and, from the flash kernel, its random-number state) the
+// selective-checkpoint forward kept.
 struct ReplayedAttention : public torch::autograd::Function<ReplayedAttention> {
   // The mask and the kept results are constants: they travel in saved_data, not as inputs.
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& q, const at::Tensor& k,
                             const at::Tensor& v, const std::optional<at::Tensor>& bias,
-                            bool is_causal, const at::Tensor& out, const at::Tensor& lse) {
+                            bool is_causal, const std::vector<at::Tensor>& kept) {
     ctx->save_for_backward({q, k, v});
     ctx->saved_data["bias"] = bias;
     ctx->saved_data["is_causal"] = is_causal;
-    ctx->saved_data["out"] = out;
-    ctx->saved_data["lse"] = lse;
-    return out.detach();  // a fresh tensor for autograd to attach this node to
+    ctx->saved_data["kept"] = kept;
+    return kept[0].detach();  // a fresh tensor for autograd to attach this node to
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto s = ctx->get_saved_variables();
-    auto [dq, dk, dv] = AttentionKernelBackward(
-        grad_outputs[0], s[0], s[1], s[2], ctx->saved_data["out"].toTensor(),
-        ctx->saved_data["lse"].toTensor(), ctx->saved_data["bias"].toOptional<at::Tensor>(),
-        ctx->saved_data["is_causal"].toBool());
-    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const std::vector<at::Tensor> kept = ctx->saved_data["kept"].toTensorVector();
+    const bool is_causal = ctx->saved_data["is_causal"].toBool();
+    at::Tensor dq, dk, dv;
+    if (kept.size() == 4) {
+      std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
+          grad_outputs[0], s[0], s[1], s[2], kept[0], kept[1], /*cum_seq_q=*/{}, /*cum_seq_k=*/{},
+          s[0].size(2), s[1].size(2), /*dropout_p=*/0.0, is_causal, kept[2], kept[3]);
+    } else {
+      std::tie(dq, dk, dv) =
+          AttentionKernelBackward(grad_outputs[0], s[0], s[1], s[2], kept[0], kept[1],
+                                  ctx->saved_data["bias"].toOptional<at::Tensor>(), is_causal);
+    }
+    return {dq, dk, dv, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -189,9 +226,10 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     std::optional<at::Tensor> bias = AttentionBias(mask, q.scalar_type());
     // On CPU the kv heads are repeated as for the kept path, so that SDPA runs the same flash
     // kernels with or without selective checkpointing (its GQA path is another kernel, whose bf16
-    // results differ in the last bits). On CUDA with a mask too: flash takes no mask and the
-    // efficient kernel no grouped heads, which could leave the math kernel's [B, H, S, S] scores.
-    const bool repeat = !q.is_cuda() || bias.has_value();
+    // results differ in the last bits). On CUDA with a mask or in fp32 too: flash and cuDNN take
+    // grouped heads but no fp32 (flash no mask either), the efficient kernel no grouped heads,
+    // which would leave the math kernel's [B, H, S, S] scores.
+    const bool repeat = !q.is_cuda() || bias.has_value() || !IsHalfType(SdpaDtype(q));
     const at::Tensor keys = repeat ? RepeatKvHeads(k, n_rep) : k;
     const at::Tensor values = repeat ? RepeatKvHeads(v, n_rep) : v;
     const bool grouped = !repeat && n_rep > 1;
@@ -201,18 +239,26 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   }
   // The kernels below bypass autocast: cast as autocast would for attention.
   const at::Tensor q_in = AutocastInput(q);
-  const at::Tensor k_in = RepeatKvHeads(AutocastInput(k), n_rep);
-  const at::Tensor v_in = RepeatKvHeads(AutocastInput(v), n_rep);
   const std::optional<at::Tensor> bias = AttentionBias(mask, q_in.scalar_type());
+  const bool flash = FlashKernelTakes(q_in, bias);
+  const at::Tensor k_in = RepeatKvHeads(AutocastInput(k), flash ? 1 : n_rep);
+  const at::Tensor v_in = RepeatKvHeads(AutocastInput(v), flash ? 1 : n_rep);
+  const size_t kept_count = flash ? 4 : 2;
   if (CurrentOpCacheMode() == OpCache::Mode::kRecord) {
-    auto [out, lse] = AttentionKernelForward(q_in, k_in, v_in, bias, mask.is_causal);
-    cache->Push(out);
-    cache->Push(lse);
-    return out;
+    std::vector<at::Tensor> kept;
+    if (flash) {
+      auto [out, lse, seed, offset] = FlashKernelForward(q_in, k_in, v_in, mask.is_causal);
+      kept = {out, lse, seed, offset};
+    } else {
+      auto [out, lse] = AttentionKernelForward(q_in, k_in, v_in, bias, mask.is_causal);
+      kept = {out, lse};
+    }
+    for (const at::Tensor& tensor : kept) cache->Push(tensor);
+    return kept[0];
   }
-  at::Tensor out = cache->Pop();
-  at::Tensor lse = cache->Pop();
-  return ReplayedAttention::apply(q_in, k_in, v_in, bias, mask.is_causal, out, lse);
+  std::vector<at::Tensor> kept;
+  for (size_t i = 0; i < kept_count; ++i) kept.push_back(cache->Pop());
+  return ReplayedAttention::apply(q_in, k_in, v_in, bias, mask.is_causal, kept);
 }
 
 }  // namespace titan

@@ -1,14 +1,17 @@
-// The attention kernel pair ring attention calls directly (AttentionKernelForward/Backward) with a
-// mask, on CUDA, against at::scaled_dot_product_attention in fp32 and its autograd: the efficient
-// kernel wants the bias broadcast over heads and its rows aligned, which the CPU kernel does not.
+// CUDA attention against at::scaled_dot_product_attention in fp32 and its autograd: the kernel pair
+// ring attention calls directly (AttentionKernelForward/Backward) with a mask (the efficient kernel
+// wants the bias broadcast over heads and its rows aligned, which the CPU kernel does not), the
+// selective-checkpoint replay, and which kernels grouped-query attention takes.
 // Without a CUDA device every test skips; benchmarks/gpu/h200_bench.sh runs this binary.
 #include <ATen/SDPBackend.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/core/GradMode.h>
 
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "lib/model/attention.h"
+#include "lib/model/op_cache.h"
 
 namespace titan {
 namespace {
@@ -86,6 +89,70 @@ TEST_F(AttentionCudaTest, KernelPairWithAMaskEqualsSdpa) {
   EXPECT_LT(RelativeError(dq, q_leaf.grad()), 3e-2);
   EXPECT_LT(RelativeError(dk, k_leaf.grad()), 3e-2);
   EXPECT_LT(RelativeError(dv, v_leaf.grad()), 3e-2);
+}
+
+// Op-level selective checkpointing keeps causal grouped-query attention's results from the flash
+// kernel, with the kv heads as they are, and replays them with its backward: the kept output, and
+// gradients equal to SDPA's autograd in fp32 on repeated heads.
+TEST_F(AttentionCudaTest, SelectiveCheckpointReplayEqualsSdpa) {
+  at::manual_seed(0);
+  const at::Tensor q = at::randn({kBatch, kHeads, kSeqLen, kHeadDim}, cuda_);
+  const at::Tensor k = at::randn({kBatch, kHeads / 2, kSeqLen, kHeadDim}, cuda_);
+  const at::Tensor v = at::randn({kBatch, kHeads / 2, kSeqLen, kHeadDim}, cuda_);
+  const at::Tensor grad = at::randn({kBatch, kHeads, kSeqLen, kHeadDim}, cuda_);
+  const AttentionMask causal;
+  const at::ScalarType bf16 = at::kBFloat16;
+  OpCache cache;
+  at::Tensor recorded;
+  {
+    c10::NoGradGuard no_grad;  // the checkpointed forward
+    OpCacheScope scope(&cache, OpCache::Mode::kRecord);
+    recorded = Attention(q.to(bf16), k.to(bf16), v.to(bf16), causal);
+  }
+  cache.StartReplay();
+  const at::Tensor qh = q.to(bf16).set_requires_grad(true);
+  const at::Tensor kh = k.to(bf16).set_requires_grad(true);
+  const at::Tensor vh = v.to(bf16).set_requires_grad(true);
+  at::Tensor replayed;
+  {
+    OpCacheScope scope(&cache, OpCache::Mode::kReplay);  // backward's recomputation
+    replayed = Attention(qh, kh, vh, causal);
+  }
+  replayed.backward(grad.to(bf16));
+
+  const at::Tensor q_leaf = q.clone().set_requires_grad(true);
+  const at::Tensor k_leaf = k.clone().set_requires_grad(true);
+  const at::Tensor v_leaf = v.clone().set_requires_grad(true);
+  const at::Tensor reference =
+      at::scaled_dot_product_attention(q_leaf, k_leaf.repeat_interleave(2, 1),
+                                       v_leaf.repeat_interleave(2, 1), std::nullopt, 0.0, true);
+  reference.backward(grad);
+  EXPECT_TRUE(at::equal(replayed, recorded));
+  EXPECT_LT(RelativeError(recorded, reference.detach()), 2e-2);
+  EXPECT_LT(RelativeError(qh.grad(), q_leaf.grad()), 3e-2);
+  EXPECT_LT(RelativeError(kh.grad(), k_leaf.grad()), 3e-2);
+  EXPECT_LT(RelativeError(vh.grad(), v_leaf.grad()), 3e-2);
+}
+
+// fp32 grouped-query attention without a mask takes a fused kernel (the efficient one, on
+// repeated heads), not the math kernel and its [B, H, S, S] scores.
+TEST_F(AttentionCudaTest, Fp32GroupedQueryAttentionTakesAFusedKernel) {
+  at::manual_seed(0);
+  const at::Tensor q = at::randn({kBatch, kHeads, kSeqLen, kHeadDim}, cuda_);
+  const at::Tensor k = at::randn({kBatch, kHeads / 2, kSeqLen, kHeadDim}, cuda_);
+  const at::Tensor v = at::randn({kBatch, kHeads / 2, kSeqLen, kHeadDim}, cuda_);
+  const AttentionMask causal;
+  const at::Tensor out = Attention(q, k, v, causal);
+  const at::Tensor reference = at::scaled_dot_product_attention(
+      q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), std::nullopt, 0.0, true);
+  EXPECT_LT(RelativeError(out, reference), 1e-5);
+  const int64_t math = static_cast<int64_t>(at::SDPBackend::math);
+  EXPECT_EQ(at::_fused_sdp_choice(q, k, v, std::nullopt, 0.0, true, std::nullopt,
+                                  /*enable_gqa=*/true),
+            math);  // what Attention must not hand SDPA
+  EXPECT_NE(
+      at::_fused_sdp_choice(q, RepeatKvHeads(k, 2), RepeatKvHeads(v, 2), std::nullopt, 0.0, true),
+      math);
 }
 
 }  // namespace
