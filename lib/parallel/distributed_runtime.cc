@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -43,6 +44,8 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
         " GPU(s) visible: NCCL needs a GPU per rank; start at most ", gpus,
         " per machine, or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run every rank on the CPU"));
   }
+  // Before NCCL: c10d's events and threads then use this rank's GPU, not a context on GPU 0 each.
+  if (gpu >= 0) c10::cuda::set_device(gpu);
   const absl::Duration timeout = absl::Seconds(config.comm().init_timeout_seconds());
   RendezvousOptions options;
   options.timeout = timeout;
