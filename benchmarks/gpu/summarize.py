@@ -26,6 +26,16 @@ def worst_difference(reference, run):
     return max(abs(r - x) / x for x, r in zip(reference["losses"], run["losses"]))
 
 
+def print_ratio(label, first, second, reference, note=""):
+    """first against second (one run's options): tokens/s, peak memory, loss curves vs reference's."""
+    if not (first and second and first["tps"] and second["tps"]):
+        return
+    run = second if reference is first else first
+    print(f"{label}: {first['tps'] / second['tps']:.3f}x tokens/s, peak memory "
+          f"{first['memory_gib']:.1f} vs {second['memory_gib']:.1f} GiB; max per-step loss "
+          f"difference {worst_difference(reference, run):.2e} over {len(run['losses'])} steps{note}")
+
+
 def titan(name):
     path = os.path.join(OUT, name, "metrics.jsonl")
     if not os.path.exists(path):
@@ -93,18 +103,9 @@ if bf16 and float8 and float8["tps"]:
     worst = worst_difference(bf16, float8)
     print(f"titan float8 / bf16: {float8['tps'] / bf16['tps']:.3f}x; "
           f"max per-step loss difference {worst:.2%} over {len(float8['losses'])} steps")
-fused = results["titan_fused_loss"]
-if bf16 and fused and fused["tps"]:
-    worst = worst_difference(bf16, fused)
-    print(f"titan fused loss / whole logits: {fused['tps'] / bf16['tps']:.3f}x tokens/s, peak "
-          f"memory {fused['memory_gib']:.1f} vs {bf16['memory_gib']:.1f} GiB; max per-step loss "
-          f"difference {worst:.2e} over {len(fused['losses'])} steps (bf16 roundings)")
-unfused = results["titan_unfused"]
-if bf16 and unfused and unfused["tps"]:
-    worst = worst_difference(bf16, unfused)
-    print(f"titan fused kernels / LibTorch compositions: {bf16['tps'] / unfused['tps']:.3f}x "
-          f"tokens/s, peak memory {bf16['memory_gib']:.1f} vs {unfused['memory_gib']:.1f} GiB; max "
-          f"per-step loss difference {worst:.2e} over {len(unfused['losses'])} steps")
+print_ratio("titan fused loss / whole logits", results["titan_fused_loss"], bf16, bf16,
+            " (bf16 roundings)")
+print_ratio("titan fused kernels / LibTorch compositions", bf16, results["titan_unfused"], bf16)
 for eager, graphed in (("smoke", "smoke_cuda_graph"), ("titan_bf16", "titan_cuda_graph")):
     e, g = results[eager], results[graphed]
     if e and g and g["tps"]:
