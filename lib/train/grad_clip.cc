@@ -39,14 +39,8 @@ at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
     total = at::linalg_vector_norm(at::stack(norms), 2);
   }
   if (max_norm > 0 && !grads.empty()) {
-    const at::Tensor scale = (max_norm / (total + 1e-6)).clamp_max(1.0);
-    if (grads.front().is_cuda()) {
-      // torch's CUDA path: one foreach kernel, the fp32 coefficient as it is.
-      at::_foreach_mul_(grads, scale);
-    } else {
-      // torch's CPU path: a multiply per gradient (casting the coefficient to its dtype).
-      for (const at::Tensor& g : grads) g.mul_(scale.to(g.scalar_type()));
-    }
+    // As torch: one foreach kernel on CUDA (for fp32 gradients), a multiply per tensor on CPU.
+    at::_foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_max(1.0));
   }
   return total;
 }
