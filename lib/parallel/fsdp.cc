@@ -343,9 +343,10 @@ FsdpParamGroup::PendingReduceScatter FsdpParamGroup::StartReduceScatter(
   std::vector<at::Tensor> grads;
   grads.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
-    // Autograd gives a full tensor's gradient its dtype, param_dtype_; an unused one is zero.
+    // Autograd gives a full tensor's gradient its dtype, param_dtype_; an unused one is zero. A
+    // non-contiguous one (expanded, transposed) would send the whole group off the CUDA kernel.
     grads.push_back(full_grads[i].defined()
-                        ? full_grads[i]
+                        ? full_grads[i].contiguous()
                         : at::zeros(params_[i].full_shape, options.dtype(param_dtype_)));
   }
   PendingReduceScatter pending;
