@@ -42,11 +42,13 @@ void LogSdpaBackendOnce(const at::Tensor& q, const at::Tensor& k, const at::Tens
 }
 
 // Whether the selective-checkpoint path runs ATen's flash kernel (sm80+): on CUDA, half types, no
-// bias, head dims flash takes. It takes grouped kv heads as they are, so nothing is repeated, and
-// it is the fastest kernel ATen can call with its logsumexp; the efficient kernel is the rest's.
-bool FlashKernelTakes(const at::Tensor& q, const std::optional<at::Tensor>& bias) {
+// bias, head dims flash takes, as many queries as keys (flash aligns a causal mask bottom-right,
+// SDPA top-left). It takes grouped kv heads as they are, so nothing is repeated, and it is the
+// fastest kernel ATen can call with its logsumexp; the efficient kernel is the rest's.
+bool FlashKernelTakes(const at::Tensor& q, const at::Tensor& k,
+                      const std::optional<at::Tensor>& bias) {
   return q.is_cuda() && !bias.has_value() && IsHalfType(q.scalar_type()) && q.size(-1) % 8 == 0 &&
-         q.size(-1) <= 256;
+         q.size(-1) <= 256 && q.size(2) == k.size(2);
 }
 
 // The flash kernel's output, logsumexp and random-number state (unused: no dropout, but its
@@ -240,7 +242,7 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   // The kernels below bypass autocast: cast as autocast would for attention.
   const at::Tensor q_in = AutocastInput(q);
   const std::optional<at::Tensor> bias = AttentionBias(mask, q_in.scalar_type());
-  const bool flash = FlashKernelTakes(q_in, bias);
+  const bool flash = FlashKernelTakes(q_in, k, bias);
   const at::Tensor k_in = RepeatKvHeads(AutocastInput(k), flash ? 1 : n_rep);
   const at::Tensor v_in = RepeatKvHeads(AutocastInput(v), flash ? 1 : n_rep);
   const size_t kept_count = flash ? 4 : 2;
