@@ -1,6 +1,7 @@
 """Op microbenchmarks on the GPU at Llama 3 8B's shapes (batch 1 x seq 8192, bf16): the GEMM
-ceiling, each SDPA backend, RMSNorm fused vs composite, AdamW for-loop / foreach / fused, eager
-and torch.compile where it applies. Median of timed repeats after warm-up, CUDA events."""
+ceiling, each SDPA backend (forward, and forward + backward, with and without grouped kv heads),
+RMSNorm fused vs composite, AdamW for-loop / foreach / fused, eager and torch.compile where it
+applies. Median of timed repeats after warm-up, CUDA events."""
 import json
 import sys
 
@@ -34,20 +35,32 @@ def main():
     n = 8192
     a, b = torch.randn(n, n, device=dev, dtype=bf16), torch.randn(n, n, device=dev, dtype=bf16)
     timed("gemm_8192_bf16", lambda: a @ b, flops=2 * n ** 3)
-    q = torch.randn(1, 32, 8192, 128, device=dev, dtype=bf16)
-    k = torch.randn(1, 32, 8192, 128, device=dev, dtype=bf16)
-    v = torch.randn(1, 32, 8192, 128, device=dev, dtype=bf16)
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    # Forward, and forward + backward (training's cost, 3.5x the forward's FLOPs), with 32 kv
+    # heads and with Llama 3 8B's 8 grouped ones (enable_gqa): which backend titan should prefer.
     attn_flops = 4 * 32 * 8192 * 8192 * 128 / 2  # causal
-    for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
-                    SDPBackend.EFFICIENT_ATTENTION):
-        try:
-            with sdpa_kernel(backend):
-                timed(f"sdpa_{backend.name.lower()}",
-                      lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-                      flops=attn_flops)
-        except RuntimeError as e:
-            results[f"sdpa_{backend.name.lower()}"] = {"error": str(e).splitlines()[0]}
+    q = torch.randn(1, 32, 8192, 128, device=dev, dtype=bf16, requires_grad=True)
+    grad = torch.randn(1, 32, 8192, 128, device=dev, dtype=bf16)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for kv_heads in (32, 8):
+        k = torch.randn(1, kv_heads, 8192, 128, device=dev, dtype=bf16, requires_grad=True)
+        v = torch.randn(1, kv_heads, 8192, 128, device=dev, dtype=bf16, requires_grad=True)
+        gqa = kv_heads < 32
+
+        def forward():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+        for backend in (SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
+                        SDPBackend.EFFICIENT_ATTENTION):
+            name = f"sdpa_{backend.name.lower()}_kv{kv_heads}"
+            try:
+                with sdpa_kernel(backend):
+                    with torch.no_grad():
+                        timed(name, forward, flops=attn_flops)
+                    timed(f"{name}_fwd_bwd",
+                          lambda: torch.autograd.grad(forward(), (q, k, v), grad),
+                          flops=3.5 * attn_flops)
+            except RuntimeError as e:
+                results[name] = {"error": str(e).splitlines()[0]}
     x = torch.randn(8192, 4096, device=dev)
     w = torch.ones(4096, device=dev)
 
