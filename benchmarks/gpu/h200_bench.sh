@@ -9,8 +9,8 @@
 #   bf16, loss falls) · smoke_cuda_graph (the same, replayed as CUDA graphs) · assets ·
 #   titan_8b8l, titan_8b8l_float8, wheels, torchtitan_eager, torchtitan_compiled (Llama 3 8B
 #   shapes with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph
-#   · titan_8b8l_fused_loss · titan_8b8l_unfused · chunked_ce · fused_kernels (fused vs ATen
-#   timings) · ops · summary.
+#   · titan_8b8l_fused_loss · titan_8b8l_unfused · titan_8b8l_selective_ac · chunked_ce ·
+#   fused_kernels (fused vs ATen timings) · ops · summary.
 # Usage on the device: OUT=... BENCH_BUDGET=570 bash gpu_pack/h200_bench.sh [STAGE ...]: the
 # named stages only (default all), in the order above, within the budget (see stage()).
 # The limits add up past one 600 s device call, so split the stages over calls; titan_8b8l* and
@@ -113,6 +113,10 @@ stage titan_8b8l_fused_loss 120 titan titan_8b8l_fused_loss "${llama8b8l[@]}" \
 # Without titan's CUDA kernels (RoPE, SwiGLU): what they buy, on the same run.
 stage titan_8b8l_unfused 120 titan titan_8b8l_unfused "${llama8b8l[@]}" \
   --compile.fused_kernels=false
+# Op-level selective checkpointing (the 8B config's AC): what recomputation costs, what it saves,
+# and its attention replay (flash on grouped heads) on the same run.
+stage titan_8b8l_selective_ac 120 titan titan_8b8l_selective_ac "${llama8b8l[@]}" \
+  --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
 stage chunked_ce 60 bin/chunked_ce_benchmark 8192 4096 1024 cuda
 stage fused_kernels 60 bin/fused_kernels_benchmark
 stage ops 90 python3 op_bench.py "$OUT/ops.json"

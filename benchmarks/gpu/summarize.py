@@ -71,12 +71,13 @@ results = {"titan_bf16": titan("titan_8b8l"), "titan_float8": titan("titan_8b8l_
            "titan_cuda_graph": titan("titan_8b8l_cuda_graph"),
            "titan_fused_loss": titan("titan_8b8l_fused_loss"),
            "titan_unfused": titan("titan_8b8l_unfused"),
+           "titan_selective_ac": titan("titan_8b8l_selective_ac"),
            "torchtitan_eager": torchtitan("torchtitan_eager"),
            "torchtitan_compiled": torchtitan("torchtitan_compiled"),
            "smoke": titan("smoke"), "smoke_cuda_graph": titan("smoke_cuda_graph"),
            "flops_per_token": FLOPS_PER_TOKEN}
 RUNS = ("titan_bf16", "titan_float8", "titan_cuda_graph", "titan_fused_loss", "titan_unfused",
-        "torchtitan_eager", "torchtitan_compiled")
+        "titan_selective_ac", "torchtitan_eager", "torchtitan_compiled")
 for key in RUNS:
     if results[key] and results[key]["tps"]:
         results[key]["mfu_percent"] = results[key]["tps"] * FLOPS_PER_TOKEN / PEAK * 100
@@ -106,6 +107,8 @@ if bf16 and float8 and float8["tps"]:
 print_ratio("titan fused loss / whole logits", results["titan_fused_loss"], bf16, bf16,
             " (bf16 roundings)")
 print_ratio("titan fused kernels / LibTorch compositions", bf16, results["titan_unfused"], bf16)
+print_ratio("titan selective op AC / no AC", results["titan_selective_ac"], bf16, bf16,
+            " (attention: flash replayed vs SDPA's choice)")
 for eager, graphed in (("smoke", "smoke_cuda_graph"), ("titan_bf16", "titan_cuda_graph")):
     e, g = results[eager], results[graphed]
     if e and g and g["tps"]:
