@@ -1,6 +1,5 @@
 #include "lib/model/attention.h"
 
-#include <ATen/autocast_mode.h>
 #include <c10/util/Exception.h>
 #include <glog/logging.h>
 #include <torch/csrc/autograd/custom_function.h>
@@ -20,13 +19,6 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 bool IsHalfType(at::ScalarType dtype) { return dtype == at::kBFloat16 || dtype == at::kHalf; }
-
-// The dtype SDPA computes in: autocast's where it is on (SDPA is on its lower-precision list).
-at::ScalarType SdpaDtype(const at::Tensor& q) {
-  const at::DeviceType device = q.device().type();
-  return at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
-                                                   : q.scalar_type();
-}
 
 // Which fused kernel SDPA runs on CUDA, logged at the first call (the shapes are the run's).
 void LogSdpaBackendOnce(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
@@ -228,10 +220,11 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     std::optional<at::Tensor> bias = AttentionBias(mask, q.scalar_type());
     // On CPU the kv heads are repeated as for the kept path, so that SDPA runs the same flash
     // kernels with or without selective checkpointing (its GQA path is another kernel, whose bf16
-    // results differ in the last bits). On CUDA with a mask or in fp32 too: flash and cuDNN take
-    // grouped heads but no fp32 (flash no mask either), the efficient kernel no grouped heads,
-    // which would leave the math kernel's [B, H, S, S] scores.
-    const bool repeat = !q.is_cuda() || bias.has_value() || !IsHalfType(SdpaDtype(q));
+    // results differ in the last bits). On CUDA with a mask or in fp32 (autocast's dtype, as SDPA
+    // is on its lower-precision list) too: flash and cuDNN take grouped heads but no fp32 (flash
+    // no mask either), the efficient kernel no grouped heads, which would leave the math kernel's
+    // [B, H, S, S] scores.
+    const bool repeat = !q.is_cuda() || bias.has_value() || !IsHalfType(AutocastDtype(q));
     const at::Tensor keys = repeat ? RepeatKvHeads(k, n_rep) : k;
     const at::Tensor values = repeat ? RepeatKvHeads(v, n_rep) : v;
     const bool grouped = !repeat && n_rep > 1;

@@ -53,11 +53,15 @@ OpCache* CurrentOpCache() { return g_cache; }
 
 OpCache::Mode CurrentOpCacheMode() { return g_mode; }
 
-at::Tensor AutocastInput(const at::Tensor& tensor) {
+at::ScalarType AutocastDtype(const at::Tensor& tensor) {
   const at::DeviceType device = tensor.device().type();
-  if (!tensor.is_floating_point() || !at::autocast::is_autocast_enabled(device)) return tensor;
-  return tensor.to(at::autocast::get_autocast_dtype(device));
+  if (!tensor.is_floating_point() || !at::autocast::is_autocast_enabled(device)) {
+    return tensor.scalar_type();
+  }
+  return at::autocast::get_autocast_dtype(device);
 }
+
+at::Tensor AutocastInput(const at::Tensor& tensor) { return tensor.to(AutocastDtype(tensor)); }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const LinearFn& fn) {
   const auto product = [&](const at::Tensor& kept) {

@@ -58,9 +58,12 @@ OpCache::Mode CurrentOpCacheMode();
 // the decoder's matmuls go through here so op-level selective checkpointing can keep or replay them.
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const LinearFn& fn = nullptr);
 
-// What autocast would cast a floating tensor to for the ops it runs in lower precision (matmuls,
-// attention) on `tensor`'s device; `tensor` itself when autocast is off. Replayed ops bypass the
-// dispatcher's autocast, so they cast their inputs the same way themselves.
+// The dtype autocast would cast a floating tensor to for the ops it runs in lower precision
+// (matmuls, attention) on `tensor`'s device; `tensor`'s own when autocast is off.
+at::ScalarType AutocastDtype(const at::Tensor& tensor);
+
+// `tensor` cast to AutocastDtype. Replayed ops bypass the dispatcher's autocast, so they cast their
+// inputs the same way themselves.
 at::Tensor AutocastInput(const at::Tensor& tensor);
 
 }  // namespace titan
