@@ -1,9 +1,13 @@
 #include "lib/train/trainer.h"
 
+#include <ATen/record_function.h>
+
 #include <cstdlib>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
 
@@ -11,13 +15,15 @@ namespace titan {
 namespace {
 
 // A trainer of a small debug model on the bundled tokenizer and corpus, initialised from seed 0.
-std::unique_ptr<Trainer> MakeTrainer(const std::string& name, JobConfig& config) {
+std::unique_ptr<Trainer> MakeTrainer(const std::string& name, JobConfig& config,
+                                     const std::vector<std::string>& overrides = {}) {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  absl::StatusOr<JobConfig> parsed = ParseJobConfig(
-      "configs/llama3_debugmodel.toml",
-      {absl::StrCat("--job.dump_folder=", tmp != nullptr ? tmp : "/tmp", "/", name),
-       "--training.seed=0", "--training.max_norm=1e9", "--checkpoint.enable=false",
-       "--metrics.enable_tensorboard=false", "--validation.enable=false"});
+  std::vector<std::string> flags = {
+      absl::StrCat("--job.dump_folder=", tmp != nullptr ? tmp : "/tmp", "/", name),
+      "--training.seed=0", "--training.max_norm=1e9", "--checkpoint.enable=false",
+      "--metrics.enable_tensorboard=false", "--validation.enable=false"};
+  flags.insert(flags.end(), overrides.begin(), overrides.end());
+  absl::StatusOr<JobConfig> parsed = ParseJobConfig("configs/llama3_debugmodel.toml", flags);
   EXPECT_TRUE(parsed.ok()) << parsed.status();
   config = *parsed;
   // The trainer keeps a reference to its runtime.
@@ -114,6 +120,73 @@ TEST(TrainerTest, UnloggedStepsReadNothingBackAndUpdateAlike) {
   const std::vector<ParamRef> b = unlogged->model().NamedParameters();
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_TRUE(at::equal(*a[i].tensor, *b[i].tensor)) << a[i].name;
+  }
+}
+
+// Ops that read a tensor's values on the host: on a GPU each waits for the device to drain.
+// item(), bool(t) and int(t) go through _local_scalar_dense; the rest size their output by data.
+constexpr std::string_view kHostReadOps[] = {
+    "aten::_local_scalar_dense", "aten::nonzero",           "aten::masked_select",
+    "aten::_unique2",            "aten::unique_consecutive", "aten::unique_dim",
+    "aten::equal",               "aten::is_nonzero"};
+
+struct HostReads {
+  int device_values = 0;  // reads of anything but the optimizer's step counters
+  int step_counters = 0;
+};
+HostReads g_reads;
+const absl::flat_hash_set<const void*>* g_step_counters = nullptr;
+
+std::unique_ptr<at::ObserverContext> CountHostRead(const at::RecordFunction& fn) {
+  const std::string_view name = fn.name();
+  bool reads = false;
+  for (std::string_view op : kHostReadOps) reads = reads || name == op;
+  if (!reads) return nullptr;
+  const c10::ArrayRef<c10::IValue> inputs = fn.inputs();
+  if (name == "aten::_local_scalar_dense" && !inputs.empty() && inputs[0].isTensor() &&
+      g_step_counters->contains(inputs[0].toTensor().unsafeGetTensorImpl())) {
+    ++g_reads.step_counters;
+  } else {
+    ++g_reads.device_values;
+  }
+  return nullptr;
+}
+
+// The host reads of one step on this thread.
+HostReads CountHostReads(Trainer& trainer, const Batch& batch, bool read_metrics) {
+  absl::flat_hash_set<const void*> counters;
+  for (const at::Tensor& t : trainer.optimizer().StateTensors()) {
+    if (t.dim() == 0) counters.insert(t.unsafeGetTensorImpl());
+  }
+  g_step_counters = &counters;
+  g_reads = {};
+  const at::CallbackHandle handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&CountHostRead).needsInputs(true).scopes(
+          {at::RecordScope::FUNCTION}));
+  absl::StatusOr<StepResult> result = trainer.TrainStep({batch}, false, read_metrics);
+  at::removeCallback(handle);
+  EXPECT_TRUE(result.ok()) << result.status();
+  return g_reads;
+}
+
+// A step that logs nothing never waits for the device (GPU speed: the host queues the next step's
+// kernels while this one runs). Only the optimizer's step counters are read, once a parameter:
+// foreach keeps them on the CPU whatever the device, as torch's; fused keeps them on the device,
+// where ATen's CUDA kernel reads them (its CPU kernel reads them on the host, as here).
+TEST(TrainerTest, UnloggedStepsReadNoTensorOnTheHost) {
+  for (const std::string implementation : {"foreach", "fused"}) {
+    SCOPED_TRACE(implementation);
+    JobConfig config;
+    auto trainer = MakeTrainer(absl::StrCat("host_reads_", implementation), config,
+                               {absl::StrCat("--optimizer.implementation=", implementation)});
+    const Batch batch = RandomBatch(2, trainer->model_info().args.vocab_size, 10);
+    ASSERT_TRUE(trainer->TrainStep({batch}, false, /*read_metrics=*/false).ok());  // makes state
+    const HostReads unlogged = CountHostReads(*trainer, batch, /*read_metrics=*/false);
+    EXPECT_EQ(unlogged.device_values, 0);
+    EXPECT_EQ(unlogged.step_counters, static_cast<int>(trainer->params().size()));
+    // The count sees reads: a logged step reads its loss and gradient norm.
+    const HostReads logged = CountHostReads(*trainer, batch, /*read_metrics=*/true);
+    EXPECT_EQ(logged.device_values, 2);
   }
 }
 
