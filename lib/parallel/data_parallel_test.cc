@@ -293,7 +293,8 @@ class UncountedCollectives : public ForwardingCommunicator {
 
 // Packing for and unpacking from the collectives takes one copy per parameter each way (FSDP2's
 // split_with_sizes_copy copy-out and _chunk_cat copy-in), at 2 ranks as at 8, not one per
-// parameter and rank: on CUDA a copy is a kernel launch, at 64 ranks hundreds a layer.
+// parameter and rank: on CUDA a copy is a kernel launch, at 64 ranks hundreds a layer. The
+// first microbatch's shard gradients are the reduce-scatter output's rows, not copies of them.
 TEST(FsdpParamGroupTest, GatherAndReduceScatterCopiesDoNotGrowWithRanks) {
   for (const int world : {2, 8}) {
     const std::vector<int> statuses = RunRanks(world, [](int rank, Communicator& comm) {
@@ -313,15 +314,19 @@ TEST(FsdpParamGroupTest, GatherAndReduceScatterCopiesDoNotGrowWithRanks) {
       group->Unshard();
       const int gather_copies = std::exchange(g_copies, 0);
       const std::vector<at::Tensor> grads = group->ReduceScatterGrads(full);
-      const int reduce_scatter_copies = g_copies;
+      const int reduce_scatter_copies = std::exchange(g_copies, 0);
+      group->AccumulateShardGrads(grads);
+      const int accumulate_copies = g_copies;
       g_counting = false;
       at::removeCallback(handle);
       RANK_EXPECT(Equal(a, full[0]) && Equal(b, full[1]) && Equal(c, full[2]));
       for (int i = 0; i < 3; ++i) {  // the mean of equal gradients: sums of 8 round
         RANK_EXPECT(at::allclose(grads[i], group->ShardOf(group->params()[i], full[i])));
+        RANK_EXPECT(Equal(group->params()[i].shard.grad(), grads[i]));
       }
       RANK_EXPECT(gather_copies <= 2 * 3);  // into the send buffer, out of the gathered one
       RANK_EXPECT(reduce_scatter_copies <= 3);
+      RANK_EXPECT(accumulate_copies == 0);  // a first gradient adopts the reduced rows
       return 0;
     });
     EXPECT_EQ(statuses, std::vector<int>(world, 0)) << world << " ranks";

@@ -386,9 +386,11 @@ void FsdpParamGroup::AccumulateShardGrads(const std::vector<at::Tensor>& grads) 
   c10::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor& grad = params_[i].shard.mutable_grad();
-    // A fresh tensor, as autograd's accumulation: views of the flat buffer would keep it whole.
+    // The first microbatch's gradient is the shard's rows of the reduce-scatter output itself,
+    // as FSDP2's: that buffer is fresh each step and holds only the group's gradients (and their
+    // padding), so adopting it saves a pass over the gradient bytes and keeps no more memory.
     if (!grad.defined()) {
-      grad = grads[i].clone();
+      grad = grads[i];
     } else {
       grad.add_(grads[i]);
     }
