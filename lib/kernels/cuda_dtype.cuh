@@ -56,8 +56,32 @@ cudaError_t DispatchDtype(KernelDtype dtype, F&& f) {
 // Grid-stride loops: a few waves of blocks on an H200 (132 SMs), each thread taking every
 // (blocks * threads)-th element after that.
 constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 4096;
 inline int Blocks(int64_t n) {
-  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, 4096));
+  return static_cast<int>(std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks));
+}
+
+// Row loops over a [rows, row_length] problem: a block is blockDim.y rows of blockDim.x threads
+// (row_length rounded up to a warp, at most kThreads), so a kernel works out where a row starts
+// once a row (divisions included) and walks its elements with additions alone.
+struct RowLaunch {
+  dim3 grid;
+  dim3 block;
+};
+inline RowLaunch RowsLaunch(int64_t rows, int64_t row_length) {
+  const int per_row = static_cast<int>(std::min<int64_t>((row_length + 31) / 32 * 32, kThreads));
+  const int rows_per_block = kThreads / per_row;
+  const int64_t blocks =
+      std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, kMaxBlocks);
+  return {dim3(static_cast<unsigned>(blocks)), dim3(per_row, rows_per_block)};
+}
+
+// This thread's first row of a row loop, and the rows between its successive ones.
+__device__ __forceinline__ int64_t FirstRow() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+}
+__device__ __forceinline__ int64_t RowStride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.y;
 }
 
 }  // namespace titan

@@ -7,6 +7,7 @@
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -32,12 +33,17 @@ void CastOnCpu(const at::Tensor& hp, const at::Tensor& scale, at::Tensor& out, i
   DispatchCpu(KernelDtypeOf(hp, "hp").value(), [&](auto zero) {
     using T = decltype(zero);
     const T* x = hp.data_ptr<T>();
-    at::parallel_for(0, hp.numel(), 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        o[i] = Float8(ScaleSaturate(static_cast<float>(x[i]),
-                                    s[ScaleIndex(i, cols, row_stride, col_stride)], max));
+    const auto cast_rows = [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        for (int64_t col = 0; col < cols; ++col) {
+          const int64_t i = row * cols + col;
+          o[i] = Float8(ScaleSaturate(static_cast<float>(x[i]),
+                                      s[ScaleIndex(row, col, row_stride, col_stride)], max));
+        }
       }
-    });
+    };
+    at::parallel_for(0, hp.size(0), std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1)),
+                     cast_rows);
   });
 }
 

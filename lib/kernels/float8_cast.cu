@@ -11,15 +11,18 @@ namespace {
 
 template <typename T>
 __global__ void ScaledCastKernel(const T* __restrict__ x, const float* __restrict__ scale,
-                                 int64_t n, int64_t cols, int64_t row_stride, int64_t col_stride,
+                                 int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
                                  __nv_fp8_interpretation_t format, float max,
                                  __nv_fp8_storage_t* __restrict__ out) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += stride) {
-    const float s = scale[ScaleIndex(i, cols, row_stride, col_stride)];
-    // Round to nearest even, as LibTorch's casts; saturation already happened.
-    out[i] = __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(x[i]), s, max), __NV_SATFINITE, format);
+  for (int64_t row = FirstRow(); row < rows; row += RowStride()) {
+    const T* x_row = x + row * cols;
+    __nv_fp8_storage_t* out_row = out + row * cols;
+    for (int64_t col = threadIdx.x; col < cols; col += blockDim.x) {
+      const float s = scale[ScaleIndex(row, col, row_stride, col_stride)];
+      // Round to nearest even, as LibTorch's casts; saturation already happened.
+      out_row[col] =
+          __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(x_row[col]), s, max), __NV_SATFINITE, format);
+    }
   }
 }
 
@@ -29,15 +32,15 @@ cudaError_t LaunchScaledCastToFloat8(KernelDtype dtype, const void* x, const flo
                                      int64_t rows, int64_t cols, int64_t scale_row_stride,
                                      int64_t scale_col_stride, Float8KernelDtype out_dtype,
                                      float max, void* out, cudaStream_t stream) {
-  const int64_t n = rows * cols;
-  if (n == 0) return cudaSuccess;
+  if (rows == 0 || cols == 0) return cudaSuccess;
   const __nv_fp8_interpretation_t format =
       out_dtype == Float8KernelDtype::kE4m3fn ? __NV_E4M3 : __NV_E5M2;
+  const RowLaunch launch = RowsLaunch(rows, cols);
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ScaledCastKernel<T><<<Blocks(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), scale, n, cols, scale_row_stride, scale_col_stride, format, max,
-        static_cast<__nv_fp8_storage_t*>(out));
+    ScaledCastKernel<T><<<launch.grid, launch.block, 0, stream>>>(
+        static_cast<const T*>(x), scale, rows, cols, scale_row_stride, scale_col_stride, format,
+        max, static_cast<__nv_fp8_storage_t*>(out));
     return cudaGetLastError();
   });
 }

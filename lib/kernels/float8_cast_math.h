@@ -16,10 +16,11 @@ TITAN_HOST_DEVICE float ScaleSaturate(float x, float scale, float max) {
 }
 
 // The scale of element (row, col) of a [rows, cols] tensor whose scale broadcasts with these
-// strides (0 along a dim the scale does not vary in: tensorwise, per row or per column).
-TITAN_HOST_DEVICE int64_t ScaleIndex(int64_t i, int64_t cols, int64_t row_stride,
+// strides (0 along a dim the scale does not vary in: tensorwise, per row or per column). The
+// kernels loop over a row's columns inside a loop over rows: no division per element.
+TITAN_HOST_DEVICE int64_t ScaleIndex(int64_t row, int64_t col, int64_t row_stride,
                                      int64_t col_stride) {
-  return (i / cols) * row_stride + (i % cols) * col_stride;
+  return row * row_stride + col * col_stride;
 }
 
 }  // namespace titan

@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <algorithm>
 #include <initializer_list>
 #include <utility>
 
@@ -42,16 +43,23 @@ at::Tensor Rotate(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Te
     using T = decltype(zero);
     const T* in = x.data_ptr<T>();
     T* o = out.data_ptr<T>();
-    at::parallel_for(0, dims.pairs(), 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t p = begin; p < end; ++p) {
-        const RopeOffsets off = RopePairOffsets(p, dims);
-        const RotatedPair r =
-            RotatePair(static_cast<float>(in[off.first]), static_cast<float>(in[off.second]),
-                       c[off.angle], sin_sign * s[off.angle]);
-        o[off.first] = static_cast<T>(r.first);
-        o[off.second] = static_cast<T>(r.second);
+    const int64_t half = dims.head_dim / 2;
+    const auto rotate_rows = [&](int64_t begin, int64_t end) {
+      for (int64_t row = begin; row < end; ++row) {
+        const RopeRowStart start = RopeRowStartOf(row, dims);
+        for (int64_t j = 0; j < half; ++j) {
+          const RopePairInRow pair = RopePairOf(j, dims);
+          const int64_t first = start.x + pair.first, second = start.x + pair.second;
+          const RotatedPair r =
+              RotatePair(static_cast<float>(in[first]), static_cast<float>(in[second]),
+                         c[start.angle + j], sin_sign * s[start.angle + j]);
+          o[first] = static_cast<T>(r.first);
+          o[second] = static_cast<T>(r.second);
+        }
       }
-    });
+    };
+    at::parallel_for(0, dims.rows(), std::max<int64_t>(1, 4096 / std::max<int64_t>(half, 1)),
+                     rotate_rows);
   });
   return out;
 }

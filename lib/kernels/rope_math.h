@@ -20,25 +20,31 @@ struct RopeDims {
   bool broadcast_batch = false;  // cos/sin hold one row per position for every batch row
   RopePairing pairing = RopePairing::kInterleaved;
 
-  TITAN_HOST_DEVICE int64_t pairs() const { return batch * seq * heads * (head_dim / 2); }
+  // One row per (b, s, h): head_dim / 2 pairs each.
+  TITAN_HOST_DEVICE int64_t rows() const { return batch * seq * heads; }
 };
 
-// Where pair p (0 .. pairs()) reads and writes x, and where it reads cos and sin.
-struct RopeOffsets {
-  int64_t first;
-  int64_t second;
+// Where row r (0 .. rows()) starts in x and in cos/sin. The kernels loop over a row's pairs
+// inside a loop over rows, so these divisions run once a row rather than once an element.
+struct RopeRowStart {
+  int64_t x;
   int64_t angle;
 };
 
-TITAN_HOST_DEVICE RopeOffsets RopePairOffsets(int64_t p, const RopeDims& d) {
-  const int64_t half = d.head_dim / 2;
-  const int64_t row = p / half;  // (b, s, h)
-  const int64_t j = p - row * half;
+TITAN_HOST_DEVICE RopeRowStart RopeRowStartOf(int64_t row, const RopeDims& d) {
   const int64_t token = row / d.heads;  // (b, s)
-  const int64_t angle = (d.broadcast_batch ? token % d.seq : token) * half + j;
-  const int64_t base = row * d.head_dim;
-  if (d.pairing == RopePairing::kInterleaved) return {base + 2 * j, base + 2 * j + 1, angle};
-  return {base + j, base + j + half, angle};
+  return {row * d.head_dim, (d.broadcast_batch ? token % d.seq : token) * (d.head_dim / 2)};
+}
+
+// The two elements pair j of a row rotates, from the row's start; its angle is the row's j-th.
+struct RopePairInRow {
+  int64_t first;
+  int64_t second;
+};
+
+TITAN_HOST_DEVICE RopePairInRow RopePairOf(int64_t j, const RopeDims& d) {
+  if (d.pairing == RopePairing::kInterleaved) return {2 * j, 2 * j + 1};
+  return {j, j + d.head_dim / 2};
 }
 
 struct RotatedPair {
