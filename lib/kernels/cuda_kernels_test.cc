@@ -103,6 +103,36 @@ TEST_P(CudaSwiGluTest, MatchesAten) {
                           KernelTolerance(dtype, /*two_roundings=*/true));
 }
 
+// The kernels move 16-byte chunks: a length that no chunk size divides ends in a partial chunk,
+// and views at an odd element offset (not 16-byte aligned) take one element a thread, with the
+// same math: bitwise the chunked path's results.
+TEST_P(CudaSwiGluTest, PartialChunksAndUnalignedViewsMatchAten) {
+  const at::ScalarType dtype = GetParam();
+  at::manual_seed(1);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor gate = (at::randn({3003}, cuda) * 3).to(dtype);
+  const at::Tensor up = at::randn({3003}, cuda).to(dtype);
+  const at::Tensor grad = at::randn({3003}, cuda).to(dtype);
+  ExpectSwiGluMatchesAten(FusedSwiGlu, gate, up, grad,
+                          KernelTolerance(dtype, /*two_roundings=*/true));
+  // Leaves one element longer, so their views from element 1 on are misaligned.
+  const auto padded = [](const at::Tensor& t) {
+    return at::cat({at::zeros({1}, t.options()), t}).requires_grad_();
+  };
+  const at::Tensor gate_leaf = padded(gate), up_leaf = padded(up), grad_pad = padded(grad);
+  const at::Tensor gate_view = gate_leaf.slice(0, 1), up_view = up_leaf.slice(0, 1);
+  ASSERT_NE(reinterpret_cast<uintptr_t>(gate_view.data_ptr()) % 16, 0u);
+  const at::Tensor out = FusedSwiGlu(gate_view, up_view);
+  out.backward(grad_pad.detach().slice(0, 1));
+  const at::Tensor gate_aligned = gate.clone().requires_grad_();
+  const at::Tensor up_aligned = up.clone().requires_grad_();
+  const at::Tensor out_aligned = FusedSwiGlu(gate_aligned, up_aligned);
+  out_aligned.backward(grad);
+  EXPECT_TRUE(at::equal(out, out_aligned));
+  EXPECT_TRUE(at::equal(gate_leaf.grad().slice(0, 1), gate_aligned.grad()));
+  EXPECT_TRUE(at::equal(up_leaf.grad().slice(0, 1), up_aligned.grad()));
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaSwiGluTest,
                          testing::Values(at::kFloat, at::kBFloat16, at::kHalf));
 
