@@ -23,7 +23,10 @@ def titan_cuda_library(name, srcs, hdrs = [], cu_hdrs = [], deps = []):
             name = "_%s_%s" % (name, src[:-len(".cu")].replace("/", "_")),
             srcs = [src] + hdrs + cu_hdrs,
             outs = [obj],
-            cmd = "%s %s -I. -I$(GENDIR) -c $(location %s) -o $@" % (_NVCC, _NVCC_FLAGS, src),
+            # nvcc names its temporaries in $TMPDIR after its pid, which the sandbox's pid
+            # namespace makes the same for every genrule: each gets a directory of its own.
+            cmd = ("tmp=$$(mktemp -d) && TMPDIR=$$tmp %s %s -I. -I$(GENDIR) -c $(location %s) " +
+                   "-o $@; status=$$?; rm -rf $$tmp; exit $$status") % (_NVCC, _NVCC_FLAGS, src),
         )
         objects.append(obj)
     native.cc_library(
