@@ -109,6 +109,11 @@ absl::Status FusedRopeSupports(const at::Tensor& x, const at::Tensor& cos, const
       return absl::InvalidArgumentError(absl::StrCat(name, ": the fused op differentiates x only"));
     }
   }
+  // The kernels read both with cos's batch size.
+  if (sin.sizes() != cos.sizes()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sin: expected cos's shape ", ShapeOf(cos), ", got ", ShapeOf(sin)));
+  }
   return absl::OkStatus();
 }
 

@@ -97,6 +97,10 @@ TEST(FusedRopeTest, SupportsNamesWhatItRefuses) {
               HasSubstr("sin: expected float32"));
   EXPECT_THAT(FusedRopeSupports(x, cos.clone().requires_grad_(), sin).message(),
               HasSubstr("differentiates x only"));
+  // Both pass their own checks ([1 or B, ...]) but differ: one batch of cos, two of sin.
+  const at::Tensor sin_per_batch = sin.expand({2, -1, -1, -1}).contiguous();
+  EXPECT_THAT(FusedRopeSupports(x, cos, sin_per_batch).message(),
+              HasSubstr("sin: expected cos's shape"));
   EXPECT_THROW(FusedRope(x.to(at::kDouble), cos, sin, RopePairing::kInterleaved), c10::Error);
 }
 
