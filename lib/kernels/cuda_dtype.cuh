@@ -63,17 +63,24 @@ inline int Blocks(int64_t n) {
 
 // Row loops over a [rows, row_length] problem: a block is blockDim.y rows of blockDim.x threads
 // (row_length rounded up to a warp, at most kThreads), so a kernel works out where a row starts
-// once a row (divisions included) and walks its elements with additions alone.
+// once a row (divisions included) and walks its elements with additions alone. Few long rows
+// (a float8 cast of an FSDP shard) are also split over gridDim.y, so the grid still has about
+// kMinBlocks blocks to spread over the SMs.
 struct RowLaunch {
   dim3 grid;
   dim3 block;
 };
+constexpr int64_t kMinBlocks = 1024;  // about 8 blocks per SM of an H200
 inline RowLaunch RowsLaunch(int64_t rows, int64_t row_length) {
-  const int per_row = static_cast<int>(std::min<int64_t>((row_length + 31) / 32 * 32, kThreads));
+  const int per_row =
+      static_cast<int>(std::clamp<int64_t>((row_length + 31) / 32 * 32, 32, kThreads));
   const int rows_per_block = kThreads / per_row;
-  const int64_t blocks =
+  const int64_t row_blocks =
       std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, kMaxBlocks);
-  return {dim3(static_cast<unsigned>(blocks)), dim3(per_row, rows_per_block)};
+  const int64_t most_splits = std::max<int64_t>(1, (row_length + per_row - 1) / per_row);
+  const int64_t splits = std::clamp<int64_t>(kMinBlocks / row_blocks, 1, most_splits);
+  return {dim3(static_cast<unsigned>(row_blocks), static_cast<unsigned>(splits)),
+          dim3(per_row, rows_per_block)};
 }
 
 // This thread's first row of a row loop, and the rows between its successive ones.
@@ -82,6 +89,13 @@ __device__ __forceinline__ int64_t FirstRow() {
 }
 __device__ __forceinline__ int64_t RowStride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.y;
+}
+// This thread's first element of a row, and the elements between its successive ones.
+__device__ __forceinline__ int64_t FirstInRow() {
+  return static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t InRowStride() {
+  return static_cast<int64_t>(gridDim.y) * blockDim.x;
 }
 
 }  // namespace titan

@@ -9,6 +9,7 @@
 #include <torch/csrc/autograd/function.h>
 
 #include <cmath>
+#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -94,11 +95,12 @@ TEST_P(CudaSwiGluTest, MatchesAten) {
   const at::ScalarType dtype = GetParam();
   at::manual_seed(0);
   const auto cuda = at::TensorOptions().device(at::kCUDA);
-  at::Tensor gate = at::randn({2048, 1000}, cuda) * 3;  // 2M elements
+  // 8.6M elements: more 16-byte chunks than one grid's threads (4096 x 256) in every dtype.
+  at::Tensor gate = at::randn({4096, 2100}, cuda) * 3;
   gate.view(-1).slice(0, 0, 6).copy_(at::tensor({-100.0f, -20.0f, -1.2785f, 0.0f, 20.0f, 100.0f}));
   gate = gate.to(dtype);
-  const at::Tensor up = at::randn({2048, 1000}, cuda).to(dtype);
-  const at::Tensor grad = at::randn({2048, 1000}, cuda).to(dtype);
+  const at::Tensor up = at::randn({4096, 2100}, cuda).to(dtype);
+  const at::Tensor grad = at::randn({4096, 2100}, cuda).to(dtype);
   ExpectSwiGluMatchesAten(FusedSwiGlu, gate, up, grad,
                           KernelTolerance(dtype, /*two_roundings=*/true));
 }
@@ -166,6 +168,29 @@ INSTANTIATE_TEST_SUITE_P(Casts, CudaFloat8CastTest,
                          testing::Combine(testing::Values(at::kFloat, at::kBFloat16),
                                           testing::Values(at::kFloat8_e4m3fn, at::kFloat8_e5m2),
                                           testing::Bool(), testing::Bool()));
+
+// The cast's row loops at other shapes, bf16 to e4m3fn with per-row scales: narrow rows (8 a
+// block, more blocks than the grid's cap), few long ones (split over the grid's second dim), and
+// rows longer than a block's threads that wrap the grid too.
+class CudaFloat8CastShapesTest : public testing::Test {
+ protected:
+  void SetUp() override { SkipWithoutHopper(); }
+};
+
+TEST_F(CudaFloat8CastShapesTest, EqualsAtenBitForBit) {
+  at::manual_seed(1);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{40000, 24}, {64, 4096}, {20000, 1000}}) {
+    SCOPED_TRACE(testing::Message() << rows << " x " << cols);
+    const at::Tensor hp = (at::randn({rows, cols}, cuda) * 50).to(at::kBFloat16);
+    const at::Tensor scale = at::rand({rows, 1}, cuda) * 4 + 0.01;
+    const double max = Float8MaxOf(at::kFloat8_e4m3fn);
+    const at::Tensor want = (hp.to(at::kFloat) * scale).clamp(-max, max).to(at::kFloat8_e4m3fn);
+    const at::Tensor got = FusedScaledCastToFloat8(hp, scale, at::kFloat8_e4m3fn);
+    EXPECT_TRUE(at::equal(got.view(at::kByte), want.view(at::kByte)));
+  }
+}
 
 class CudaDispatchTest : public testing::Test {
  protected:

@@ -17,7 +17,7 @@ __global__ void ScaledCastKernel(const T* __restrict__ x, const float* __restric
   for (int64_t row = FirstRow(); row < rows; row += RowStride()) {
     const T* x_row = x + row * cols;
     __nv_fp8_storage_t* out_row = out + row * cols;
-    for (int64_t col = threadIdx.x; col < cols; col += blockDim.x) {
+    for (int64_t col = FirstInRow(); col < cols; col += InRowStride()) {
       const float s = scale[ScaleIndex(row, col, row_stride, col_stride)];
       // Round to nearest even, as LibTorch's casts; saturation already happened.
       out_row[col] =

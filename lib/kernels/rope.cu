@@ -17,7 +17,7 @@ __global__ void RopeKernel(const T* __restrict__ x, const float* __restrict__ co
     const RopeRowStart start = RopeRowStartOf(row, dims);
     const T* x_row = x + start.x;
     T* out_row = out + start.x;
-    for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
+    for (int64_t j = FirstInRow(); j < half; j += InRowStride()) {
       const RopePairInRow pair = RopePairOf(j, dims);
       const RotatedPair r = RotatePair(ToFloat(x_row[pair.first]), ToFloat(x_row[pair.second]),
                                        cos[start.angle + j], sin_sign * sin[start.angle + j]);
@@ -31,7 +31,7 @@ __global__ void RopeKernel(const T* __restrict__ x, const float* __restrict__ co
 
 cudaError_t LaunchRope(KernelDtype dtype, const void* x, const float* cos, const float* sin,
                        const RopeDims& dims, bool inverse, void* out, cudaStream_t stream) {
-  if (dims.rows() == 0 || dims.head_dim == 0) return cudaSuccess;
+  if (dims.rows() == 0 || dims.head_dim / 2 == 0) return cudaSuccess;
   const RowLaunch launch = RowsLaunch(dims.rows(), dims.head_dim / 2);
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
