@@ -124,11 +124,12 @@ TEST(TrainerTest, UnloggedStepsReadNothingBackAndUpdateAlike) {
 }
 
 // Ops that read a tensor's values on the host: on a GPU each waits for the device to drain.
-// item(), bool(t) and int(t) go through _local_scalar_dense; the rest size their output by data.
+// item(), bool(t) and int(t) go through _local_scalar_dense; the rest size their output by data
+// (equal compares on the host on CPU). What the CPU cannot show: copies to the host.
 constexpr std::string_view kHostReadOps[] = {
-    "aten::_local_scalar_dense", "aten::nonzero",           "aten::masked_select",
-    "aten::_unique2",            "aten::unique_consecutive", "aten::unique_dim",
-    "aten::equal",               "aten::is_nonzero"};
+    "aten::_local_scalar_dense", "aten::nonzero",          "aten::masked_select",
+    "aten::_unique",             "aten::_unique2",         "aten::unique_consecutive",
+    "aten::unique_dim",          "aten::bincount",         "aten::equal"};
 
 struct HostReads {
   int device_values = 0;  // reads of anything but the optimizer's step counters
@@ -174,7 +175,7 @@ HostReads CountHostReads(Trainer& trainer, const Batch& batch, bool read_metrics
 // foreach keeps them on the CPU whatever the device, as torch's; fused keeps them on the device,
 // where ATen's CUDA kernel reads them (its CPU kernel reads them on the host, as here).
 TEST(TrainerTest, UnloggedStepsReadNoTensorOnTheHost) {
-  for (const std::string implementation : {"foreach", "fused"}) {
+  for (const char* implementation : {"foreach", "fused"}) {
     SCOPED_TRACE(implementation);
     JobConfig config;
     auto trainer = MakeTrainer(absl::StrCat("host_reads_", implementation), config,
