@@ -19,16 +19,23 @@ struct alignas(sizeof(T) * K) Pack {
   T v[K];
 };
 
-// Threads take chunks of K elements, grid-stride; the last chunk may be partial.
-template <typename T, int K>
-__global__ void SwiGluForwardKernel(const T* __restrict__ gate, const T* __restrict__ up, int64_t n,
-                                    T* __restrict__ out) {
-  using P = Pack<T, K>;
+// Calls chunk(base) for each chunk of K elements (from element base) this thread takes,
+// grid-stride; the last chunk may be partial (base + K > n).
+template <int K, typename F>
+__device__ __forceinline__ void ForEachChunk(int64_t n, F&& chunk) {
   const int64_t chunks = (n + K - 1) / K;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
        c += stride) {
-    const int64_t base = c * K;
+    chunk(c * K);
+  }
+}
+
+template <typename T, int K>
+__global__ void SwiGluForwardKernel(const T* __restrict__ gate, const T* __restrict__ up, int64_t n,
+                                    T* __restrict__ out) {
+  using P = Pack<T, K>;
+  ForEachChunk<K>(n, [&](int64_t base) {
     if (base + K <= n) {
       const P g = *reinterpret_cast<const P*>(gate + base);
       const P u = *reinterpret_cast<const P*>(up + base);
@@ -43,7 +50,7 @@ __global__ void SwiGluForwardKernel(const T* __restrict__ gate, const T* __restr
         out[i] = FromFloat<T>(SwiGluElement(ToFloat(gate[i]), ToFloat(up[i])));
       }
     }
-  }
+  });
 }
 
 template <typename T, int K>
@@ -51,11 +58,7 @@ __global__ void SwiGluBackwardKernel(const T* __restrict__ grad, const T* __rest
                                      const T* __restrict__ up, int64_t n, T* __restrict__ grad_gate,
                                      T* __restrict__ grad_up) {
   using P = Pack<T, K>;
-  const int64_t chunks = (n + K - 1) / K;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < chunks;
-       c += stride) {
-    const int64_t base = c * K;
+  ForEachChunk<K>(n, [&](int64_t base) {
     if (base + K <= n) {
       const P dy = *reinterpret_cast<const P*>(grad + base);
       const P g = *reinterpret_cast<const P*>(gate + base);
@@ -79,7 +82,7 @@ __global__ void SwiGluBackwardKernel(const T* __restrict__ grad, const T* __rest
         grad_up[i] = FromFloat<T>(d.up);
       }
     }
-  }
+  });
 }
 
 // 16-byte chunks when every pointer allows them (a view at an odd offset does not), else one
