@@ -20,6 +20,7 @@
 #include "lib/parallel/fork_ranks.h"
 #include "lib/parallel/fsdp.h"
 #include "lib/parallel/tensor_parallel.h"
+#include "lib/profiling/host_read_counter.h"
 
 namespace titan {
 namespace {
@@ -311,12 +312,14 @@ TEST(FsdpParamGroupTest, GatherAndReduceScatterCopiesDoNotGrowWithRanks) {
       const at::CallbackHandle handle = at::addThreadLocalCallback(
           at::RecordFunctionCallback(&CountCopy).scopes({at::RecordScope::FUNCTION}));
       g_counting = true;
+      const HostReadCounter host_reads;
       group->Unshard();
       const int gather_copies = std::exchange(g_copies, 0);
       const std::vector<at::Tensor> grads = group->ReduceScatterGrads(full);
       const int reduce_scatter_copies = std::exchange(g_copies, 0);
       group->AccumulateShardGrads(grads);
       const int accumulate_copies = g_copies;
+      RANK_EXPECT(host_reads.reads() == 0);  // nothing waits for a GPU's values
       g_counting = false;
       at::removeCallback(handle);
       RANK_EXPECT(Equal(a, full[0]) && Equal(b, full[1]) && Equal(c, full[2]));

@@ -1,15 +1,12 @@
 #include "lib/train/trainer.h"
 
-#include <ATen/record_function.h>
-
 #include <cstdlib>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
+#include "lib/profiling/host_read_counter.h"
 
 namespace titan {
 namespace {
@@ -123,51 +120,21 @@ TEST(TrainerTest, UnloggedStepsReadNothingBackAndUpdateAlike) {
   }
 }
 
-// Ops that read a tensor's values on the host: on a GPU each waits for the device to drain.
-// item(), bool(t) and int(t) go through _local_scalar_dense; the rest size their output by data
-// (equal compares on the host on CPU). What the CPU cannot show: copies to the host.
-constexpr std::string_view kHostReadOps[] = {
-    "aten::_local_scalar_dense", "aten::nonzero",          "aten::masked_select",
-    "aten::_unique",             "aten::_unique2",         "aten::unique_consecutive",
-    "aten::unique_dim",          "aten::bincount",         "aten::equal"};
-
 struct HostReads {
   int device_values = 0;  // reads of anything but the optimizer's step counters
   int step_counters = 0;
 };
-HostReads g_reads;
-const absl::flat_hash_set<const void*>* g_step_counters = nullptr;
-
-std::unique_ptr<at::ObserverContext> CountHostRead(const at::RecordFunction& fn) {
-  const std::string_view name = fn.name();
-  bool reads = false;
-  for (std::string_view op : kHostReadOps) reads = reads || name == op;
-  if (!reads) return nullptr;
-  const c10::ArrayRef<c10::IValue> inputs = fn.inputs();
-  if (name == "aten::_local_scalar_dense" && !inputs.empty() && inputs[0].isTensor() &&
-      g_step_counters->contains(inputs[0].toTensor().unsafeGetTensorImpl())) {
-    ++g_reads.step_counters;
-  } else {
-    ++g_reads.device_values;
-  }
-  return nullptr;
-}
 
 // The host reads of one step on this thread.
 HostReads CountHostReads(Trainer& trainer, const Batch& batch, bool read_metrics) {
-  absl::flat_hash_set<const void*> counters;
+  std::vector<at::Tensor> step_counters;
   for (const at::Tensor& t : trainer.optimizer().StateTensors()) {
-    if (t.dim() == 0) counters.insert(t.unsafeGetTensorImpl());
+    if (t.dim() == 0) step_counters.push_back(t);
   }
-  g_step_counters = &counters;
-  g_reads = {};
-  const at::CallbackHandle handle = at::addThreadLocalCallback(
-      at::RecordFunctionCallback(&CountHostRead).needsInputs(true).scopes(
-          {at::RecordScope::FUNCTION}));
+  const HostReadCounter counter(step_counters);
   absl::StatusOr<StepResult> result = trainer.TrainStep({batch}, false, read_metrics);
-  at::removeCallback(handle);
   EXPECT_TRUE(result.ok()) << result.status();
-  return g_reads;
+  return {counter.reads(), counter.expected_reads()};
 }
 
 // A step that logs nothing never waits for the device (GPU speed: the host queues the next step's

@@ -3,7 +3,8 @@
 // NCCL kernels run on one stream; a batch is issued whole, then waited for, as one NCCL group. A
 // send on Gloo does not complete before its receive is posted, so separate sends and receives in
 // the wrong order wait on each other here as they would on GPUs. Every schedule's training step
-// must then still run, and produce the losses and gradients of the same step on plain Gloo.
+// must then still run, and produce the losses and gradients of the same step on plain Gloo, and
+// the rank's thread must read no tensor value on the host (lib/profiling/host_read_counter.h).
 #include <ATen/ATen.h>
 
 #include <condition_variable>
@@ -25,6 +26,7 @@
 #include "gtest/gtest.h"
 #include "lib/parallel/fork_ranks.h"
 #include "lib/pipeline/pipeline_parallel.h"
+#include "lib/profiling/host_read_counter.h"
 #include "lib/registry/model_spec.h"
 #include "lib/train/head_loss.h"
 #include "lib/train/loss.h"
@@ -182,10 +184,19 @@ void RunStep(const std::string& run, const std::string& model, const std::string
         batch.tokens = at::randint(512, {options.microbatches, 32}, at::kLong);
         batch.labels = at::randint(512, {options.microbatches, 32}, at::kLong);
         HeadLoss loss{CrossEntropySum(), nullptr};
-        absl::StatusOr<at::Tensor> sum = (*pipeline)->TrainStep(batch, loss, 1000.0, std::nullopt);
+        absl::StatusOr<at::Tensor> sum;
+        absl::Status finished;
+        int host_reads = 0;
+        {
+          const HostReadCounter counter;
+          sum = (*pipeline)->TrainStep(batch, loss, 1000.0, std::nullopt);
+          if (sum.ok()) finished = (*pipeline)->FinishBackward();
+          host_reads = counter.reads();
+        }
         if (!sum.ok()) std::fprintf(stderr, "%s\n", sum.status().ToString().c_str());
         RANK_EXPECT(sum.ok());
-        RANK_EXPECT((*pipeline)->FinishBackward().ok());
+        RANK_EXPECT(finished.ok());
+        RANK_EXPECT(host_reads == 0);  // the schedule never waits for a GPU's values
         std::ofstream out(OutPath(run, rank));
         out.precision(17);
         out << sum->item<double>();
