@@ -14,18 +14,17 @@ thread_local HostReadCounter* t_counter = nullptr;
 
 }  // namespace
 
-HostReadCounter::HostReadCounter(const std::vector<at::Tensor>& expected)
-    : outer_(t_counter),
-      handle_(at::addThreadLocalCallback(
-          at::RecordFunctionCallback(&Count).needsInputs(true).scopes(
-              {at::RecordScope::FUNCTION}))) {
+HostReadCounter::HostReadCounter(const std::vector<at::Tensor>& expected) {
+  TORCH_CHECK(t_counter == nullptr, "one HostReadCounter at a time on a thread");
   for (const at::Tensor& t : expected) expected_.insert(t.unsafeGetTensorImpl());
   t_counter = this;
+  handle_ = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(&Count).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
 }
 
 HostReadCounter::~HostReadCounter() {
   at::removeCallback(handle_);
-  t_counter = outer_;
+  t_counter = nullptr;
 }
 
 std::unique_ptr<at::ObserverContext> HostReadCounter::Count(const at::RecordFunction& fn) {
@@ -33,7 +32,7 @@ std::unique_ptr<at::ObserverContext> HostReadCounter::Count(const at::RecordFunc
   const std::string_view name = fn.name();
   bool reads = false;
   for (std::string_view op : kHostReadOps) reads = reads || name == op;
-  if (counter == nullptr || !reads) return nullptr;
+  if (!reads) return nullptr;
   const c10::ArrayRef<c10::IValue> inputs = fn.inputs();
   if (name == "aten::_local_scalar_dense" && !inputs.empty() && inputs[0].isTensor() &&
       counter->expected_.contains(inputs[0].toTensor().unsafeGetTensorImpl())) {

@@ -16,7 +16,7 @@ namespace titan {
 // While alive, counts on this thread the ops that read tensor values on the host: item(), bool(t)
 // and int(t) (all _local_scalar_dense), and the ops that size their output by the data (nonzero,
 // masked_select, unique, bincount) or compare on the host (equal). Not seen: copies to the host,
-// ops on other threads.
+// ops on other threads. One counter at a time on a thread.
 class HostReadCounter {
  public:
   // Scalar reads of the tensors in `expected` (the same TensorImpl) are counted apart.
@@ -34,7 +34,6 @@ class HostReadCounter {
   absl::flat_hash_set<const void*> expected_;
   int reads_ = 0;
   int expected_reads_ = 0;
-  HostReadCounter* outer_;  // the counter this one nests in, restored when it goes
   at::CallbackHandle handle_;
 };
 
