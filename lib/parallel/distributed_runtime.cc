@@ -23,7 +23,8 @@ DistributedRuntime DistributedRuntime::SingleProcess() {
 }
 
 absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& config,
-                                                               const DistributedEnv& env) {
+                                                               const DistributedEnv& env,
+                                                               int store_listen_fd) {
   const JobConfig::Parallelism& p = config.parallelism();
   TITAN_ASSIGN_OR_RETURN(
       ParallelDims dims,
@@ -49,6 +50,7 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   const absl::Duration timeout = absl::Seconds(config.comm().init_timeout_seconds());
   RendezvousOptions options;
   options.timeout = timeout;
+  options.listen_fd = store_listen_fd;
   TITAN_ASSIGN_OR_RETURN(runtime.rendezvous_, Rendezvous::Connect(env, options));
   std::shared_ptr<Rendezvous> rendezvous = runtime.rendezvous_;
   CommTraceOptions trace_options;
@@ -112,7 +114,8 @@ absl::Status RunJobOnThisRank(const JobConfig& config,
   if (config.training().deterministic()) {
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   }
-  TITAN_ASSIGN_OR_RETURN(const DistributedRuntime runtime, DistributedRuntime::Connect(config, env));
+  TITAN_ASSIGN_OR_RETURN(const DistributedRuntime runtime,
+                         DistributedRuntime::Connect(config, env));
   TITAN_RETURN_IF_ERROR(body(runtime));
   return runtime.Barrier();
 }

@@ -23,10 +23,11 @@ namespace titan {
 
 namespace {
 
-// Forks `world` ranks that meet at one rendezvous and run `body` there; their exit statuses.
+// Forks `world` ranks that run `body` with their place in the job and, on rank 0, a listening
+// socket for the store (else -1); their exit statuses.
 std::vector<int> ForkRanks(
     int world,
-    const std::function<absl::StatusOr<int>(int rank, std::shared_ptr<Rendezvous> rendezvous)>&
+    const std::function<absl::StatusOr<int>(int rank, const DistributedEnv& env, int listen_fd)>&
         body) {
   const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -47,19 +48,12 @@ std::vector<int> ForkRanks(
       env.rank = rank;
       env.world_size = world;
       env.master_port = ntohs(addr.sin_port);
-      RendezvousOptions options;
-      options.timeout = absl::Seconds(30);
-      if (rank == 0) {
-        options.listen_fd = listen_fd;
-      } else {
-        close(listen_fd);
-      }
+      if (rank != 0) close(listen_fd);
       int code = 1;
-      absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
       absl::StatusOr<int> result = code;
       // An exception must not unwind into the forked copy of gtest (it would run on).
       try {
-        result = rendezvous.ok() ? body(rank, *rendezvous) : rendezvous.status();
+        result = body(rank, env, rank == 0 ? listen_fd : -1);
       } catch (const std::exception& e) {
         result = absl::InternalError(absl::StrCat("exception: ", e.what()));
       }
@@ -95,11 +89,21 @@ std::vector<int> ForkRanks(
   return statuses;
 }
 
+absl::StatusOr<std::shared_ptr<Rendezvous>> ConnectRendezvous(const DistributedEnv& env,
+                                                              int listen_fd) {
+  RendezvousOptions options;
+  options.timeout = absl::Seconds(30);
+  options.listen_fd = listen_fd;
+  return Rendezvous::Connect(env, options);
+}
+
 }  // namespace
 
 std::vector<int> RunRanks(int world, const RankBody& body) {
   return ForkRanks(
-      world, [&](int rank, std::shared_ptr<Rendezvous> rendezvous) -> absl::StatusOr<int> {
+      world, [&](int rank, const DistributedEnv& env, int listen_fd) -> absl::StatusOr<int> {
+        TITAN_ASSIGN_OR_RETURN(std::shared_ptr<Rendezvous> rendezvous,
+                               ConnectRendezvous(env, listen_fd));
         std::vector<int> ranks(world);
         std::iota(ranks.begin(), ranks.end(), 0);
         TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
@@ -112,7 +116,9 @@ std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body
                               const CommunicatorWrapper& wrap) {
   return ForkRanks(
       dims.world_size(),
-      [&](int rank, std::shared_ptr<Rendezvous> rendezvous) -> absl::StatusOr<int> {
+      [&](int rank, const DistributedEnv& env, int listen_fd) -> absl::StatusOr<int> {
+        TITAN_ASSIGN_OR_RETURN(std::shared_ptr<Rendezvous> rendezvous,
+                               ConnectRendezvous(env, listen_fd));
         TITAN_ASSIGN_OR_RETURN(
             MeshCommunicators comms,
             MeshCommunicators::Create(
@@ -126,6 +132,15 @@ std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body
                 }));
         return body(rank, comms);
       });
+}
+
+std::vector<int> RunRuntimeRanks(const JobConfig& config, int world, const RuntimeRankBody& body) {
+  return ForkRanks(world,
+                   [&](int rank, const DistributedEnv& env, int listen_fd) -> absl::StatusOr<int> {
+                     TITAN_ASSIGN_OR_RETURN(const DistributedRuntime runtime,
+                                            DistributedRuntime::Connect(config, env, listen_fd));
+                     return body(rank, runtime);
+                   });
 }
 
 }  // namespace titan

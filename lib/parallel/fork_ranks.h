@@ -11,9 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "lib/config/job_config.pb.h"
 #include "lib/distributed/communicator.h"
 #include "lib/distributed/mesh_communicators.h"
 #include "lib/distributed/parallel_dims.h"
+#include "lib/parallel/distributed_runtime.h"
 
 namespace titan {
 
@@ -41,6 +43,12 @@ using CommunicatorWrapper = std::function<std::unique_ptr<Communicator>(
 // `wrap` when set).
 std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body,
                               const CommunicatorWrapper& wrap = nullptr);
+
+using RuntimeRankBody = std::function<int(int rank, const DistributedRuntime& runtime)>;
+
+// The same for `world` ranks each connected as a job of `config` (DistributedRuntime::Connect: the
+// mesh of its [parallelism], Gloo communicators), as titan_train's ranks are.
+std::vector<int> RunRuntimeRanks(const JobConfig& config, int world, const RuntimeRankBody& body);
 
 }  // namespace titan
 
