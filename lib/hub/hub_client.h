@@ -6,7 +6,6 @@
 // digest, and publishes each file by atomic rename. Re-running fetches only what changed.
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -14,39 +13,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "lib/hub/asset_plan.h"
+#include "lib/hub/file_downloader.h"  // DownloadOptions, FileOutcome, FileReport
 #include "lib/hub/hub_api.h"
 
 namespace titan {
-
-struct DownloadOptions {
-  std::string endpoint = kDefaultHubEndpoint;
-  std::string repo_id;             // ORG/NAME
-  std::string revision = "main";   // branch, tag or commit
-  AssetSelection selection;
-  std::string local_dir;           // files land at local_dir/<repo path>
-  std::string token;               // sent only to `endpoint`; empty for anonymous access
-  bool offline = false;            // no network: report what is on disk from the last listing
-  int max_workers = 8;             // files fetched in parallel
-  int max_retries = 10;            // consecutive failed attempts on one file without progress
-  absl::Duration retry_base_delay = absl::Seconds(1);  // doubles per failure, with jitter
-  absl::Duration retry_max_delay = absl::Seconds(60);
-  absl::Duration connect_timeout = absl::Seconds(30);
-  absl::Duration stall_timeout = absl::Seconds(60);  // below 1 KiB/s this long: reconnect
-  FILE* progress_out = stderr;     // nullptr: silent
-  bool progress_bars = false;      // bars for a terminal rather than plain lines
-};
-
-enum class FileOutcome { kDownloaded, kUpToDate, kFailed };
-
-struct FileReport {
-  std::string path;
-  int64_t size = -1;
-  FileOutcome outcome = FileOutcome::kFailed;
-  int64_t bytes_fetched = 0;  // over the network in this run
-  int retries = 0;
-  std::string error;          // for kFailed
-};
 
 struct DownloadReport {
   absl::Status status;  // OK when every planned file is on disk and verified

@@ -1,0 +1,409 @@
+#include "lib/hub/file_downloader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "lib/hub/content_digest.h"
+#include "lib/hub/part_writer.h"
+#include "lib/util/file_util.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+constexpr int kMaxRedirects = 10;
+constexpr char kStateDir[] = ".cache/download_assets";
+
+std::string Dirname(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
+}
+
+std::string StripEtag(absl::string_view etag) {
+  absl::ConsumePrefix(&etag, "W/");
+  return std::string(absl::StripSuffix(absl::StripPrefix(etag, "\""), "\""));
+}
+
+bool IsSha256Hex(absl::string_view s) {
+  return s.size() == 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return absl::ascii_isdigit(c) || (c >= 'a' && c <= 'f');
+         });
+}
+
+int64_t MtimeNs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+// Parses "bytes START-END/TOTAL"; TOTAL is -1 when "*".
+bool ParseContentRange(absl::string_view value, int64_t* start, int64_t* total) {
+  if (!absl::ConsumePrefix(&value, "bytes ")) return false;
+  const size_t dash = value.find('-');
+  const size_t slash = value.find('/');
+  if (dash == absl::string_view::npos || slash == absl::string_view::npos) return false;
+  if (!absl::SimpleAtoi(value.substr(0, dash), start)) return false;
+  const absl::string_view total_text = value.substr(slash + 1);
+  if (total_text == "*") {
+    *total = -1;
+    return true;
+  }
+  return absl::SimpleAtoi(total_text, total);
+}
+
+}  // namespace
+
+absl::Status MakeDirs(const std::string& dir) {
+  std::string prefix;
+  for (size_t i = 0; i <= dir.size(); ++i) {
+    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
+      prefix = dir.substr(0, i);
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+        return ErrnoError("mkdir", prefix);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+FileDownloader::FileDownloader(const DownloadOptions& options)
+    : options_(options), random_(std::random_device{}()) {}
+
+std::string FileDownloader::FinalPath(const std::string& path) const {
+  return absl::StrCat(options_.local_dir, "/", path);
+}
+
+std::string FileDownloader::StatePath(absl::string_view name) const {
+  return absl::StrCat(options_.local_dir, "/", kStateDir, "/", name);
+}
+
+std::string FileDownloader::PartPath(const std::string& path) const {
+  return StatePath(path + ".part");
+}
+
+std::string FileDownloader::MetaPath(const std::string& path) const {
+  return StatePath(path + ".meta.json");
+}
+
+std::string FileDownloader::ListingPath() const {
+  return StatePath(
+      absl::StrCat("revisions/", absl::StrReplaceAll(options_.revision, {{"/", "%2F"}}), ".json"));
+}
+
+HubRequestContext FileDownloader::Context(const std::string& path) const {
+  return HubRequestContext{options_.endpoint, options_.repo_id, options_.revision, path,
+                           !options_.token.empty()};
+}
+
+absl::StatusOr<HttpResponse> FileDownloader::GetFollowing(
+    HttpClient& client, HttpRequest request,
+    absl::flat_hash_map<std::string, std::string>* hub_headers) {
+  const std::vector<std::string> base_headers = request.headers;
+  for (int hop = 0; hop <= kMaxRedirects; ++hop) {
+    request.headers = base_headers;
+    if (!options_.token.empty() && SameOrigin(request.url, options_.endpoint)) {
+      request.headers.push_back(absl::StrCat("Authorization: Bearer ", options_.token));
+    }
+    absl::StatusOr<HttpResponse> response = client.Get(request);
+    if (!response.ok() || response->status < 300 || response->status >= 400) return response;
+    if (hub_headers != nullptr) {
+      for (const auto& [name, value] : response->headers) (*hub_headers)[name] = value;
+    }
+    if (response->redirect_url.empty()) {
+      return absl::UnavailableError(
+          absl::StrCat("HTTP ", response->status, " redirect without a Location"));
+    }
+    request.url = response->redirect_url;
+  }
+  return absl::FailedPreconditionError(absl::StrCat("more than ", kMaxRedirects, " redirects"));
+}
+
+void FileDownloader::Backoff(int failures) {
+  const double base = absl::ToDoubleSeconds(options_.retry_base_delay);
+  const double cap = absl::ToDoubleSeconds(options_.retry_max_delay);
+  const double delay = std::min(cap, base * std::pow(2.0, std::max(0, failures - 1)));
+  std::uniform_real_distribution<double> jitter(0.5, 1.0);
+  double seconds;
+  {
+    std::lock_guard<std::mutex> lock(random_mutex_);
+    seconds = delay * jitter(random_);
+  }
+  absl::SleepFor(absl::Seconds(seconds));
+}
+
+absl::StatusOr<std::string> FileDownloader::FetchListing(HttpClient& client) {
+  HttpRequest request;
+  request.url = RepoInfoUrl(options_.endpoint, options_.repo_id, options_.revision);
+  request.connect_timeout = options_.connect_timeout;
+  request.stall_timeout = options_.stall_timeout;
+  for (int failures = 1;; ++failures) {
+    absl::StatusOr<HttpResponse> response = GetFollowing(client, request, nullptr);
+    absl::Status status;
+    if (!response.ok()) {
+      status = response.status();
+    } else if (response->status == 200) {
+      return std::move(response->body);
+    } else {
+      status = HubHttpError(response->status, response->headers["x-error-code"],
+                            response->headers["x-error-message"], Context(""));
+    }
+    if (!IsRetryable(status) || failures > options_.max_retries) return status;
+    Note("listing", absl::StrCat("retry ", failures, ": ", status.message()));
+    Backoff(failures);
+  }
+}
+
+bool FileDownloader::IsRetryable(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+void FileDownloader::Note(const std::string& path, const std::string& message) {
+  if (progress_ != nullptr) progress_->Note(path, message);
+}
+
+bool FileDownloader::IsUpToDate(const RemoteFile& file) {
+  const std::string final_path = FinalPath(file.path);
+  struct stat st;
+  if (::stat(final_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  if (file.size >= 0 && st.st_size != file.size) return false;
+  ContentDigest digest(file);
+  absl::StatusOr<std::string> meta_text = ReadFile(MetaPath(file.path));
+  if (meta_text.ok()) {
+    const nlohmann::json meta = nlohmann::json::parse(*meta_text, nullptr, false);
+    if (meta.is_object() && meta.value("size", int64_t{-2}) == st.st_size &&
+        meta.value("mtime_ns", int64_t{-1}) == MtimeNs(st) &&
+        meta.value("digest", std::string()) == digest.expected()) {
+      return true;
+    }
+  }
+  if (!digest.enabled()) return file.size >= 0;
+  if (!HashPrefix(final_path, st.st_size, &digest).ok()) return false;
+  if (digest.Finish() != digest.expected()) return false;
+  return WriteMeta(file, digest.expected()).ok();
+}
+
+absl::Status FileDownloader::WriteMeta(const RemoteFile& file, const std::string& digest) {
+  struct stat st;
+  const std::string final_path = FinalPath(file.path);
+  if (::stat(final_path.c_str(), &st) != 0) return ErrnoError("stat", final_path);
+  const nlohmann::json meta = {{"path", file.path},       {"size", st.st_size},
+                               {"mtime_ns", MtimeNs(st)}, {"digest", digest},
+                               {"commit", commit_},       {"repo_id", options_.repo_id}};
+  const std::string meta_path = MetaPath(file.path);
+  if (absl::Status status = MakeDirs(Dirname(meta_path)); !status.ok()) return status;
+  return WriteFileAtomically(meta_path, meta.dump(2) + "\n");
+}
+
+int64_t FileDownloader::PartSize(const RemoteFile& file) const {
+  struct stat st;
+  if (::stat(PartPath(file.path).c_str(), &st) != 0) return 0;
+  return file.size >= 0 ? std::min<int64_t>(st.st_size, file.size) : st.st_size;
+}
+
+FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& remote) {
+  RemoteFile file = remote;
+  FileReport report{file.path, file.size};
+  const auto fail = [&](const absl::Status& status) {
+    report.outcome = FileOutcome::kFailed;
+    report.error = std::string(status.message());
+    if (progress_ != nullptr) progress_->Finish(file.path, absl::StrCat("FAILED: ", report.error));
+    return report;
+  };
+  const std::string part_path = PartPath(file.path);
+  const std::string final_path = FinalPath(file.path);
+  for (const std::string& dir : {Dirname(part_path), Dirname(final_path)}) {
+    if (absl::Status status = MakeDirs(dir); !status.ok()) return fail(status);
+  }
+  ContentDigest digest(file);
+  int verify_failures = 0;
+  int failures_without_progress = 0;
+  bool started = false;
+  while (true) {
+    const int fd = ::open(part_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) return fail(ErrnoError("open", part_path));
+    struct stat st;
+    ::fstat(fd, &st);
+    int64_t offset = st.st_size;
+    if (file.size >= 0 && offset > file.size) {
+      if (::ftruncate(fd, 0) != 0) {
+        ::close(fd);
+        return fail(ErrnoError("truncate", part_path));
+      }
+      offset = 0;
+    }
+    if (digest.bytes() != offset) {
+      digest.Reset();
+      if (absl::Status status = HashPrefix(part_path, offset, &digest); !status.ok()) {
+        ::close(fd);
+        return fail(status);
+      }
+    }
+    if (!started && progress_ != nullptr) progress_->Start(file.path, file.size, offset);
+    started = true;
+    const int64_t offset_at_attempt = offset;
+    absl::Status attempt_status;
+    if (file.size < 0 || offset < file.size) {
+      // Made with the first body byte, once the headers have settled the offset and size.
+      std::optional<PartWriter> writer;
+      absl::flat_hash_map<std::string, std::string> hub_headers;
+      HttpRequest request;
+      request.url = ResolveUrl(options_.endpoint, options_.repo_id,
+                               commit_.empty() ? options_.revision : commit_, file.path);
+      request.connect_timeout = options_.connect_timeout;
+      request.stall_timeout = options_.stall_timeout;
+      if (offset > 0) request.headers.push_back(absl::StrCat("Range: bytes=", offset, "-"));
+      request.on_headers = [&](const HttpResponse& response) -> absl::Status {
+        if (!digest.enabled()) {
+          for (const char* name : {"x-linked-etag", "etag"}) {
+            const auto it = hub_headers.find(name);
+            const std::string etag = it == hub_headers.end() ? "" : StripEtag(it->second);
+            if (IsSha256Hex(etag)) {
+              digest.ExpectSha256(etag);
+              if (offset > 0) return HashPrefix(part_path, offset, &digest);
+              break;
+            }
+          }
+        }
+        const auto range = response.headers.find("content-range");
+        if (response.status == 206 && range != response.headers.end()) {
+          int64_t start = -1;
+          int64_t total = -1;
+          if (!ParseContentRange(range->second, &start, &total) || start != offset) {
+            return absl::UnavailableError(absl::StrCat("server answered Range bytes=", offset,
+                                                       "- with Content-Range ", range->second));
+          }
+          if (file.size < 0) file.size = total;
+          return absl::OkStatus();
+        }
+        if (offset > 0) {  // the server ignored Range: start over
+          if (::ftruncate(fd, 0) != 0) return ErrnoError("truncate", part_path);
+          offset = 0;
+          digest.Reset();
+          if (progress_ != nullptr) progress_->Rewind(file.path, 0);
+        }
+        const auto length = response.headers.find("content-length");
+        int64_t content_length = -1;
+        if (file.size < 0 && length != response.headers.end() &&
+            absl::SimpleAtoi(length->second, &content_length)) {
+          file.size = content_length;
+        }
+        return absl::OkStatus();
+      };
+      request.on_body = [&](absl::string_view data) -> absl::Status {
+        if (!writer.has_value()) {
+          writer.emplace(part_path, fd, offset, file.size, [&](absl::string_view written) {
+            digest.Update(written);
+            if (progress_ != nullptr) {
+              progress_->Advance(file.path, static_cast<int64_t>(written.size()));
+            }
+          });
+        }
+        if (file.size >= 0 &&
+            offset + writer->accepted() + static_cast<int64_t>(data.size()) > file.size) {
+          return absl::DataLossError(absl::StrCat(file.path, ": server sent more than the ",
+                                                  file.size, " bytes the listing gives"));
+        }
+        return writer->Append(data);
+      };
+      absl::StatusOr<HttpResponse> response = GetFollowing(client, request, &hub_headers);
+      absl::Status write_status;
+      if (writer.has_value()) {
+        write_status = writer->Finish();
+        offset += writer->written();
+        report.bytes_fetched += writer->written();
+      }
+      if (!write_status.ok()) {
+        attempt_status = write_status;
+      } else if (!response.ok()) {
+        attempt_status = response.status();
+      } else if (response->status == 416) {
+        attempt_status = absl::UnavailableError(
+            "HTTP 416: the part file does not fit the "
+            "remote file; starting over");
+        ::ftruncate(fd, 0);
+        digest.Reset();
+        if (progress_ != nullptr) progress_->Rewind(file.path, 0);
+      } else if (response->status < 200 || response->status >= 300) {
+        attempt_status = HubHttpError(response->status, response->headers["x-error-code"],
+                                      response->headers["x-error-message"], Context(file.path));
+      } else if (file.size >= 0 && offset < file.size) {
+        attempt_status = absl::UnavailableError(
+            absl::StrCat("connection ended at byte ", offset, " of ", file.size));
+      }
+    }
+    if (attempt_status.ok()) {
+      const int sync_rc = ::fsync(fd);
+      if (::close(fd) != 0 || sync_rc != 0) return fail(ErrnoError("fsync", part_path));
+    } else {
+      ::close(fd);
+    }
+    if (absl::IsDataLoss(attempt_status)) {
+      ::unlink(part_path.c_str());
+      digest.Reset();
+      if (++verify_failures >= 2) return fail(attempt_status);
+      ++report.retries;
+      Note(file.path, absl::StrCat(attempt_status.message(), "; deleted the part file"));
+      if (progress_ != nullptr) progress_->Rewind(file.path, 0);
+      continue;
+    }
+    if (!attempt_status.ok()) {
+      if (!IsRetryable(attempt_status)) return fail(attempt_status);
+      failures_without_progress = offset > offset_at_attempt ? 1 : failures_without_progress + 1;
+      ++report.retries;
+      if (failures_without_progress > options_.max_retries) {
+        return fail(absl::Status(
+            attempt_status.code(),
+            absl::StrCat(attempt_status.message(), " (gave up after ", options_.max_retries,
+                         " retries without progress; re-run to resume)")));
+      }
+      Note(file.path, absl::StrCat("retry ", report.retries, " at byte ", offset, ": ",
+                                   attempt_status.message()));
+      Backoff(failures_without_progress);
+      continue;
+    }
+    const std::string actual = digest.enabled() ? digest.Finish() : "";
+    if (actual != digest.expected() || (file.size >= 0 && offset != file.size)) {
+      ::unlink(part_path.c_str());
+      const std::string mismatch =
+          actual != digest.expected()
+              ? absl::StrCat(digest.name(), " mismatch: expected ", digest.expected(), ", got ",
+                             actual)
+              : absl::StrCat("size mismatch: expected ", file.size, " bytes, got ", offset);
+      digest.Reset();
+      if (++verify_failures >= 2) {
+        return fail(absl::DataLossError(absl::StrCat(
+            file.path, ": ", mismatch, " (downloaded twice; the part file was deleted)")));
+      }
+      ++report.retries;
+      Note(file.path, absl::StrCat(mismatch, "; deleted the part file, downloading again"));
+      if (progress_ != nullptr) progress_->Rewind(file.path, 0);
+      continue;
+    }
+    if (::rename(part_path.c_str(), final_path.c_str()) != 0) {
+      return fail(ErrnoError(absl::StrCat("rename to ", final_path), part_path));
+    }
+    if (absl::Status status = FsyncDirectory(Dirname(final_path)); !status.ok()) {
+      return fail(status);
+    }
+    if (absl::Status status = WriteMeta(file, digest.expected()); !status.ok()) {
+      return fail(status);
+    }
+    report.size = file.size;
+    report.outcome = FileOutcome::kDownloaded;
+    if (progress_ != nullptr) progress_->Finish(file.path, "done, verified");
+    return report;
+  }
+}
+
+}  // namespace titan

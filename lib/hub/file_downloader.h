@@ -1,0 +1,111 @@
+#ifndef TITAN_LIB_HUB_FILE_DOWNLOADER_H_
+#define TITAN_LIB_HUB_FILE_DOWNLOADER_H_
+
+// Fetches one file of a Hub repo into a local folder: resumes its part file with HTTP Range,
+// retries with backoff, verifies size and digest, and publishes it by atomic rename with a sidecar
+// that lets a later run skip it.
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "lib/hub/asset_plan.h"
+#include "lib/hub/http_client.h"
+#include "lib/hub/hub_api.h"
+#include "lib/hub/progress.h"
+
+namespace titan {
+
+struct DownloadOptions {
+  std::string endpoint = kDefaultHubEndpoint;
+  std::string repo_id;            // ORG/NAME
+  std::string revision = "main";  // branch, tag or commit
+  AssetSelection selection;
+  std::string local_dir;  // files land at local_dir/<repo path>
+  std::string token;      // sent only to `endpoint`; empty for anonymous access
+  bool offline = false;   // no network: report what is on disk from the last listing
+  int max_workers = 8;    // files fetched in parallel
+  int max_retries = 10;   // consecutive failed attempts on one file without progress
+  absl::Duration retry_base_delay = absl::Seconds(1);  // doubles per failure, with jitter
+  absl::Duration retry_max_delay = absl::Seconds(60);
+  absl::Duration connect_timeout = absl::Seconds(30);
+  absl::Duration stall_timeout = absl::Seconds(60);  // below 1 KiB/s this long: reconnect
+  FILE* progress_out = stderr;                       // nullptr: silent
+  bool progress_bars = false;                        // bars for a terminal rather than plain lines
+};
+
+enum class FileOutcome { kDownloaded, kUpToDate, kFailed };
+
+struct FileReport {
+  std::string path;
+  int64_t size = -1;
+  FileOutcome outcome = FileOutcome::kFailed;
+  int64_t bytes_fetched = 0;  // over the network in this run
+  int retries = 0;
+  std::string error;  // for kFailed
+};
+
+// Creates `dir` and its missing parents, as mkdir -p.
+absl::Status MakeDirs(const std::string& dir);
+
+// One run's shared state; each worker thread owns its HttpClient.
+class FileDownloader {
+ public:
+  explicit FileDownloader(const DownloadOptions& options);
+
+  // Where the repo file `path` lands.
+  std::string FinalPath(const std::string& path) const;
+  // `name` in local_dir's state folder (part files, sidecars, saved listings).
+  std::string StatePath(absl::string_view name) const;
+  // The listing of options.revision saved for --offline.
+  std::string ListingPath() const;
+
+  // The repo listing's JSON, with the redirects and retries of a file transfer.
+  absl::StatusOr<std::string> FetchListing(HttpClient& client);
+
+  // True when `file` is already in place: size and mtime match the sidecar written when it was
+  // verified, or, lacking one, its content hashes to the expected digest.
+  bool IsUpToDate(const RemoteFile& file);
+
+  // Bytes of `file` already in its part file from an earlier run.
+  int64_t PartSize(const RemoteFile& file) const;
+
+  // Fetches `file` from its part file's end, verifies it and moves it to FinalPath; never throws.
+  FileReport DownloadFile(HttpClient& client, const RemoteFile& file);
+
+  void set_progress(ProgressReporter* progress) { progress_ = progress; }
+  void set_commit(std::string commit) { commit_ = std::move(commit); }
+
+ private:
+  std::string PartPath(const std::string& path) const;
+  std::string MetaPath(const std::string& path) const;
+  HubRequestContext Context(const std::string& path) const;
+
+  // GET that follows redirects; Authorization goes only to the Hub endpoint's origin. Headers
+  // that the Hub puts on its redirect (X-Linked-Etag …) are merged into `hub_headers`.
+  absl::StatusOr<HttpResponse> GetFollowing(
+      HttpClient& client, HttpRequest request,
+      absl::flat_hash_map<std::string, std::string>* hub_headers);
+  void Backoff(int failures);
+  static bool IsRetryable(const absl::Status& status);
+  void Note(const std::string& path, const std::string& message);
+  absl::Status WriteMeta(const RemoteFile& file, const std::string& digest);
+
+  const DownloadOptions& options_;
+  ProgressReporter* progress_ = nullptr;
+  std::string commit_;
+  std::mutex random_mutex_;
+  std::mt19937_64 random_;
+};
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_HUB_FILE_DOWNLOADER_H_
