@@ -1,11 +1,9 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 
-#include <c10/core/GradMode.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -23,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "glog/logging.h"
+#include "lib/checkpoint/checkpoint_manifest.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
@@ -32,19 +30,18 @@
 namespace titan {
 namespace {
 
+using checkpoint_internal::Crc32;
+using checkpoint_internal::GroupPieces;
+using checkpoint_internal::kModelStem;
+using checkpoint_internal::kOptimizerStem;
+using checkpoint_internal::ParsePieceEntries;
+using checkpoint_internal::PieceEntry;
+using checkpoint_internal::PieceEntryToJson;
+using checkpoint_internal::RankFileName;
 using nlohmann::json;
 
 constexpr char kStepPrefix[] = "step-";
 constexpr char kTemporaryInfix[] = ".tmp-";
-constexpr char kModelStem[] = "model";
-constexpr char kOptimizerStem[] = "optimizer";
-
-// CRC-32 rather than SHA-256: it guards against torn writes and bit rot, not tampering, zlib is
-// already a dependency, and it keeps pace with the disk on multi-GB checkpoints.
-uint32_t Crc32(absl::string_view bytes) {
-  return static_cast<uint32_t>(
-      crc32_z(0L, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
-}
 
 // `name` is "step-<digits>": returns the step.
 std::optional<int64_t> ParseStepName(const std::string& name) {
@@ -57,28 +54,6 @@ std::optional<int64_t> ParseStepName(const std::string& name) {
   // "step-007" is not ours: StepDirectory(7) is "step-7".
   if (!absl::SimpleAtoi(digits, &step) || absl::StrCat(step) != digits) return std::nullopt;
   return step;
-}
-
-// The file rank `rank` of `world` writes its `stem` ("model" or "optimizer") tensors to.
-std::string RankFileName(absl::string_view stem, int rank, int world) {
-  if (world == 1) return absl::StrCat(stem, ".safetensors");
-  return absl::StrFormat("%s-%05d-of-%05d.safetensors", stem, rank, world);
-}
-
-// The stem of a file name RankFileName can produce; nullopt for any other name.
-std::optional<std::string> StemOfRankFile(absl::string_view file) {
-  for (absl::string_view stem : {kModelStem, kOptimizerStem}) {
-    absl::string_view rest = file;
-    if (!absl::ConsumePrefix(&rest, stem) || !absl::ConsumeSuffix(&rest, ".safetensors")) continue;
-    if (rest.empty()) return std::string(stem);
-    int rank, world;
-    char tail;
-    if (std::sscanf(std::string(rest).c_str(), "-%5d-of-%5d%c", &rank, &world, &tail) == 2 &&
-        RankFileName(stem, rank, world) == file) {
-      return std::string(stem);
-    }
-  }
-  return std::nullopt;
 }
 
 // Swaps `from` into `to` atomically where the filesystem can (renameat2 RENAME_EXCHANGE), leaving
@@ -100,171 +75,6 @@ absl::Status ReplaceDirectory(const std::string& from, const std::string& to,
   }
   old_location = aside;
   return absl::OkStatus();
-}
-
-// A manifest number for an error message; other JSON by type only (it could be huge).
-std::string Describe(const json& value) {
-  return value.is_number() ? value.dump() : value.type_name();
-}
-
-int64_t Volume(const std::vector<int64_t>& shape) {
-  int64_t volume = 1;
-  for (int64_t size : shape) volume *= size;
-  return volume;
-}
-
-// True when the boxes [a, a + a_shape) and [b, b + b_shape) share an element.
-bool BoxesOverlap(const std::vector<int64_t>& a, const std::vector<int64_t>& a_shape,
-                  const std::vector<int64_t>& b, const std::vector<int64_t>& b_shape) {
-  for (size_t d = 0; d < a.size(); ++d) {
-    if (std::max(a[d], b[d]) >= std::min(a[d] + a_shape[d], b[d] + b_shape[d])) return false;
-  }
-  return true;
-}
-
-// Copies the overlap of `source` (at `source_offsets` in the whole tensor) into `destination` (at
-// `destination_offsets`); nothing when they do not overlap.
-void CopyOverlap(const at::Tensor& source, const std::vector<int64_t>& source_offsets,
-                 const at::Tensor& destination, const std::vector<int64_t>& destination_offsets) {
-  at::Tensor from = source;
-  at::Tensor to = destination;
-  for (int64_t d = 0; d < source.dim(); ++d) {
-    const int64_t begin = std::max(source_offsets[d], destination_offsets[d]);
-    const int64_t end =
-        std::min(source_offsets[d] + source.size(d), destination_offsets[d] + destination.size(d));
-    if (end <= begin) return;
-    from = from.narrow(d, begin - source_offsets[d], end - begin);
-    to = to.narrow(d, begin - destination_offsets[d], end - begin);
-  }
-  to.copy_(from);
-}
-
-// One manifest (or rank record) entry: a whole tensor, or a piece of one.
-struct PieceEntry {
-  std::string stem;  // "model" or "optimizer", from the file name.
-  std::string name;
-  std::string dtype;
-  CheckpointStep::Piece piece;
-  std::vector<int64_t> global_shape;
-};
-
-absl::StatusOr<PieceEntry> ParsePieceEntry(const std::string& source, const json& entry,
-                                           size_t index) {
-  const std::string where = absl::StrCat(source, ": tensors[", index, "]");
-  if (!entry.is_object()) return absl::DataLossError(where + ": expected an object");
-  PieceEntry parsed;
-  try {
-    parsed.piece.file = entry.at("file").get<std::string>();
-    parsed.name = entry.at("name").get<std::string>();
-    parsed.dtype = entry.at("dtype").get<std::string>();
-    parsed.piece.shape = entry.at("shape").get<std::vector<int64_t>>();
-    parsed.piece.bytes = entry.at("bytes").get<uint64_t>();
-    parsed.piece.crc32 = entry.at("crc32").get<uint32_t>();
-    parsed.global_shape = entry.value("global_shape", parsed.piece.shape);
-    parsed.piece.offsets =
-        entry.value("offsets", std::vector<int64_t>(parsed.piece.shape.size(), 0));
-  } catch (const json::exception& e) {
-    return absl::DataLossError(absl::StrCat(
-        where, ": ", e.what(),
-        " (expected file, name, dtype, shape, bytes, crc32; optional global_shape, offsets)"));
-  }
-  std::optional<std::string> stem = StemOfRankFile(parsed.piece.file);
-  if (!stem) {
-    return absl::DataLossError(absl::StrCat(where, ": file \"", parsed.piece.file,
-                                            "\", expected model[-RRRRR-of-WWWWW].safetensors or "
-                                            "optimizer[-RRRRR-of-WWWWW].safetensors"));
-  }
-  parsed.stem = *stem;
-  const size_t dims = parsed.global_shape.size();
-  bool inside = parsed.piece.shape.size() == dims && parsed.piece.offsets.size() == dims;
-  for (size_t d = 0; inside && d < dims; ++d) {
-    inside = parsed.piece.shape[d] >= 0 && parsed.piece.offsets[d] >= 0 &&
-             parsed.piece.offsets[d] + parsed.piece.shape[d] <= parsed.global_shape[d];
-  }
-  if (!inside) {
-    return absl::DataLossError(absl::StrCat(
-        where, ": tensor '", parsed.name, "': piece ", ShapeString(parsed.piece.shape), " at ",
-        ShapeString(parsed.piece.offsets), " does not fit in ", ShapeString(parsed.global_shape)));
-  }
-  return parsed;
-}
-
-json PieceEntryToJson(const std::string& file, const std::string& name, const at::Tensor& tensor,
-                      uint32_t crc32, const TensorBox* box) {
-  json entry = {{"file", file},
-                {"name", name},
-                {"dtype", *SafetensorsDtypeName(tensor.scalar_type())},
-                {"shape", tensor.sizes().vec()},
-                {"bytes", tensor.numel() * tensor.element_size()},
-                {"crc32", crc32}};
-  if (box != nullptr) {
-    entry["global_shape"] = box->global_shape;
-    entry["offsets"] = box->offsets;
-  }
-  return entry;
-}
-
-// Groups pieces into tensors (in order of first appearance) and checks that each tensor's pieces
-// agree on dtype and shape and tile it exactly.
-absl::Status GroupPieces(const std::string& source, std::vector<PieceEntry> entries,
-                         std::vector<CheckpointStep::Tensor>& model,
-                         std::vector<CheckpointStep::Tensor>& optimizer) {
-  std::map<std::pair<std::string, std::string>, size_t> index;
-  for (PieceEntry& entry : entries) {
-    std::vector<CheckpointStep::Tensor>& tensors = entry.stem == kModelStem ? model : optimizer;
-    auto [it, inserted] = index.emplace(std::make_pair(entry.stem, entry.name), tensors.size());
-    if (inserted) {
-      absl::StatusOr<at::ScalarType> type = ScalarTypeFromSafetensorsDtype(entry.dtype);
-      if (!type.ok()) {
-        return absl::DataLossError(absl::StrCat(source, ": tensor '", entry.name, "': dtype \"",
-                                                entry.dtype, "\" is not supported"));
-      }
-      tensors.push_back({entry.name, entry.dtype, *type, entry.global_shape, {}});
-    }
-    CheckpointStep::Tensor& tensor = tensors[it->second];
-    if (entry.dtype != tensor.dtype || entry.global_shape != tensor.shape) {
-      return absl::DataLossError(absl::StrCat(source, ": tensor '", entry.name, "': a piece in ",
-                                              entry.piece.file, " says ", entry.dtype, " ",
-                                              ShapeString(entry.global_shape), ", another ",
-                                              tensor.dtype, " ", ShapeString(tensor.shape)));
-    }
-    tensor.pieces.push_back(std::move(entry.piece));
-  }
-  for (const auto* tensors : {&model, &optimizer}) {
-    for (const CheckpointStep::Tensor& tensor : *tensors) {
-      int64_t covered = 0;
-      for (size_t i = 0; i < tensor.pieces.size(); ++i) {
-        const CheckpointStep::Piece& a = tensor.pieces[i];
-        covered += Volume(a.shape);
-        for (size_t j = i + 1; j < tensor.pieces.size(); ++j) {
-          const CheckpointStep::Piece& b = tensor.pieces[j];
-          if (BoxesOverlap(a.offsets, a.shape, b.offsets, b.shape) && Volume(a.shape) > 0) {
-            return absl::DataLossError(absl::StrCat(source, ": tensor '", tensor.name,
-                                                    "': pieces in ", a.file, " and ", b.file,
-                                                    " overlap"));
-          }
-        }
-      }
-      if (covered != Volume(tensor.shape)) {
-        return absl::DataLossError(absl::StrCat(source, ": tensor '", tensor.name,
-                                                "': pieces hold ", covered, " of its ",
-                                                Volume(tensor.shape), " elements"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The manifest's pieces, with the fields and types they need.
-absl::StatusOr<std::vector<PieceEntry>> ParsePieceEntries(const std::string& source,
-                                                          const json& tensors) {
-  if (!tensors.is_array()) return absl::DataLossError(source + ": tensors: expected an array");
-  std::vector<PieceEntry> entries;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    TITAN_ASSIGN_OR_RETURN(PieceEntry entry, ParsePieceEntry(source, tensors[i], i));
-    entries.push_back(std::move(entry));
-  }
-  return entries;
 }
 
 // Compares the caller's tensors with a checkpoint's, collecting every problem in one message.
@@ -325,179 +135,6 @@ std::string RankRecordPath(const std::string& dir, int rank, absl::string_view s
 }
 
 }  // namespace
-
-// The step's safetensors files, opened once each.
-class CheckpointStep::Files {
- public:
-  std::map<std::string, SafetensorsFile> by_name;
-  std::set<std::pair<std::string, std::string>> verified;  // (file, tensor) checked against CRCs
-};
-
-CheckpointStep::~CheckpointStep() = default;
-
-absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::string& dir,
-                                                                     int64_t expected_step) {
-  if (!IsDirectory(dir)) {
-    return absl::NotFoundError(absl::StrCat(dir, ": no such checkpoint"));
-  }
-  const std::string manifest_path = absl::StrCat(dir, "/", kCheckpointManifestFile);
-  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(manifest_path));
-  json manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (!manifest.is_object()) {
-    return absl::DataLossError(absl::StrCat(manifest_path, ": not a valid JSON object"));
-  }
-  const auto version = manifest.find("format_version");
-  if (version == manifest.end() || *version != kCheckpointFormatVersion) {
-    return absl::DataLossError(
-        absl::StrCat(manifest_path, ": format_version ",
-                     version == manifest.end() ? "missing" : Describe(*version), ", expected ",
-                     kCheckpointFormatVersion));
-  }
-  const auto saved_step = manifest.find("step");
-  if (saved_step == manifest.end() || !saved_step->is_number_integer() ||
-      (expected_step >= 0 && *saved_step != expected_step)) {
-    return absl::DataLossError(absl::StrCat(
-        manifest_path, ": step ", saved_step == manifest.end() ? "missing" : Describe(*saved_step),
-        expected_step >= 0 ? absl::StrCat(", expected ", expected_step) : ", expected an integer"));
-  }
-  const auto model_only = manifest.find("model_only");
-  const auto tensors = manifest.find("tensors");
-  const auto state = manifest.find("state");
-  if (model_only == manifest.end() || !model_only->is_boolean() || tensors == manifest.end() ||
-      !tensors->is_array() || state == manifest.end() || !state->is_object()) {
-    return absl::DataLossError(absl::StrCat(
-        manifest_path, ": expected boolean model_only, array tensors and object state"));
-  }
-  auto step = std::unique_ptr<CheckpointStep>(new CheckpointStep());
-  step->dir_ = dir;
-  step->step_ = saved_step->get<int64_t>();
-  step->model_only_ = model_only->get<bool>();
-  step->state_ = *state;
-  step->files_ = std::make_unique<Files>();
-  TITAN_ASSIGN_OR_RETURN(std::vector<PieceEntry> entries,
-                         ParsePieceEntries(manifest_path, *tensors));
-
-  // Every file against the pieces the manifest places in it, and the reverse.
-  std::map<std::string, std::vector<const PieceEntry*>> by_file;
-  for (const PieceEntry& entry : entries) by_file[entry.piece.file].push_back(&entry);
-  for (const auto& [file_name, listed] : by_file) {
-    TITAN_ASSIGN_OR_RETURN(SafetensorsFile file,
-                           SafetensorsFile::Open(absl::StrCat(dir, "/", file_name)));
-    std::set<std::string> names;
-    for (const PieceEntry* entry : listed) {
-      const std::string where = absl::StrCat(file.path(), ": tensor '", entry->name, "'");
-      names.insert(entry->name);
-      const SafetensorsEntry* in_file = file.Find(entry->name);
-      if (in_file == nullptr)
-        return absl::DataLossError(where + ": listed in the manifest, missing");
-      if (in_file->dtype != entry->dtype || in_file->shape != entry->piece.shape ||
-          in_file->end - in_file->begin != entry->piece.bytes) {
-        return absl::DataLossError(absl::StrCat(
-            where, ": ", in_file->dtype, " ", ShapeString(in_file->shape), " ",
-            in_file->end - in_file->begin, " bytes in the file, manifest says ", entry->dtype, " ",
-            ShapeString(entry->piece.shape), " ", entry->piece.bytes, " bytes"));
-      }
-    }
-    for (const std::string& name : file.names()) {
-      if (names.count(name) == 0) {
-        return absl::DataLossError(
-            absl::StrCat(file.path(), ": tensor '", name, "' is not listed in the manifest"));
-      }
-    }
-    step->files_->by_name.emplace(file_name, std::move(file));
-  }
-  TITAN_RETURN_IF_ERROR(
-      GroupPieces(manifest_path, std::move(entries), step->model_, step->optimizer_));
-  if (step->model_only_ && !step->optimizer_.empty()) {
-    return absl::DataLossError(
-        absl::StrCat(manifest_path, ": model-only checkpoint lists optimizer tensors"));
-  }
-  return step;
-}
-
-absl::StatusOr<absl::string_view> CheckpointStep::PieceBytes(const Tensor& tensor,
-                                                             const Piece& piece,
-                                                             bool verify_checksums) const {
-  const SafetensorsFile& file = files_->by_name.at(piece.file);
-  TITAN_ASSIGN_OR_RETURN(absl::string_view bytes, file.Bytes(tensor.name));
-  if (verify_checksums && files_->verified.emplace(piece.file, tensor.name).second) {
-    const uint32_t crc = Crc32(bytes);
-    if (crc != piece.crc32) {
-      files_->verified.erase({piece.file, tensor.name});
-      return absl::DataLossError(absl::StrCat(file.path(), ": tensor '", tensor.name, "': CRC-32 ",
-                                              crc, " does not match the manifest's ", piece.crc32));
-    }
-  }
-  return bytes;
-}
-
-absl::StatusOr<absl::string_view> CheckpointStep::WholeBytes(const Tensor& tensor) const {
-  if (tensor.pieces.size() != 1) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        dir_, ": tensor '", tensor.name, "' is split into ", tensor.pieces.size(), " pieces"));
-  }
-  return PieceBytes(tensor, tensor.pieces[0], /*verify_checksums=*/false);
-}
-
-absl::StatusOr<at::Tensor> CheckpointStep::Read(const Tensor& tensor, bool verify_checksums) const {
-  try {
-    if (tensor.pieces.size() == 1) {
-      TITAN_ASSIGN_OR_RETURN(absl::string_view bytes,
-                             PieceBytes(tensor, tensor.pieces[0], verify_checksums));
-      return TensorOverBytes(bytes, tensor.scalar_type, tensor.shape);
-    }
-    at::Tensor whole = at::empty(tensor.shape, at::TensorOptions().dtype(tensor.scalar_type));
-    TITAN_RETURN_IF_ERROR(ReadInto(tensor, whole, nullptr, verify_checksums));
-    return whole;
-  } catch (const c10::Error& e) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat(dir_, ": tensor '", tensor.name, "': ", e.what_without_backtrace()));
-  }
-}
-
-absl::Status CheckpointStep::ReadInto(const Tensor& tensor, const at::Tensor& destination,
-                                      const TensorBox* box, bool verify_checksums) const {
-  const std::vector<int64_t> offsets =
-      box != nullptr ? box->offsets : std::vector<int64_t>(tensor.shape.size(), 0);
-  const bool fits = box != nullptr ? box->global_shape == tensor.shape &&
-                                         offsets.size() == static_cast<size_t>(destination.dim())
-                                   : destination.sizes().vec() == tensor.shape;
-  if (!fits) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir_, ": tensor '", tensor.name, "' is ", ShapeString(tensor.shape),
-                     ", destination ", ShapeString(destination.sizes().vec()),
-                     box != nullptr ? absl::StrCat(" in ", ShapeString(box->global_shape)) : ""));
-  }
-  c10::NoGradGuard no_grad;  // Destinations may be parameters.
-  try {
-    for (const Piece& piece : tensor.pieces) {
-      if (Volume(piece.shape) == 0 ||
-          !BoxesOverlap(piece.offsets, piece.shape, offsets, destination.sizes().vec())) {
-        continue;
-      }
-      TITAN_ASSIGN_OR_RETURN(absl::string_view bytes, PieceBytes(tensor, piece, verify_checksums));
-      CopyOverlap(TensorOverBytes(bytes, tensor.scalar_type, piece.shape), piece.offsets,
-                  destination, offsets);
-    }
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat(dir_, ": tensor '", tensor.name,
-                                            "': copy failed: ", e.what_without_backtrace()));
-  }
-  return absl::OkStatus();
-}
-
-std::vector<std::string> CheckpointStep::Verify() const {
-  std::vector<std::string> problems;
-  for (const auto* tensors : {&model_, &optimizer_}) {
-    for (const Tensor& tensor : *tensors) {
-      for (const Piece& piece : tensor.pieces) {
-        absl::StatusOr<absl::string_view> bytes = PieceBytes(tensor, piece, true);
-        if (!bytes.ok()) problems.push_back(std::string(bytes.status().message()));
-      }
-    }
-  }
-  return problems;
-}
 
 CheckpointManager::CheckpointManager(std::string root, int keep_latest_k, CheckpointRanks ranks)
     : root_(std::move(root)), keep_latest_k_(keep_latest_k), ranks_(std::move(ranks)) {

@@ -16,35 +16,19 @@
 // holds now, whatever layout saved them. Leftover *.tmp-* directories are never listed and are
 // removed by rank 0's next Save. Two jobs must not save into one root at once.
 
-#include <ATen/ATen.h>
-
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "lib/checkpoint/checkpoint_manifest.h"
+#include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
-
-inline constexpr int kCheckpointFormatVersion = 2;
-// File names inside a step directory saved by one process (readers such as lib/interop use them).
-inline constexpr char kCheckpointModelFile[] = "model.safetensors";
-inline constexpr char kCheckpointOptimizerFile[] = "optimizer.safetensors";
-inline constexpr char kCheckpointManifestFile[] = "manifest.json";
-
-// Where a piece of a larger tensor sits: the whole tensor's shape and the piece's offset per dim.
-struct TensorBox {
-  std::vector<int64_t> global_shape;
-  std::vector<int64_t> offsets;
-};
-// Names of pieces -> their boxes; a name without a box is a whole tensor.
-using TensorBoxes = std::map<std::string, TensorBox>;
 
 // What one rank saves for one step, or what it loads.
 struct CheckpointState {
@@ -125,63 +109,6 @@ class CheckpointManager {
   int keep_latest_k_;
   CheckpointRanks ranks_;
   double write_duty_cycle_ = 1.0;
-};
-
-// A committed step opened for reading: the manifest checked against the files it names, each
-// piece memory-mapped. lib/interop reads titan checkpoints through it.
-class CheckpointStep {
- public:
-  struct Piece {
-    std::string file;  // Base name in the step directory.
-    std::vector<int64_t> shape;
-    std::vector<int64_t> offsets;  // In the whole tensor.
-    uint64_t bytes = 0;
-    uint32_t crc32 = 0;
-  };
-  struct Tensor {
-    std::string name;
-    std::string dtype;  // safetensors' spelling, e.g. "F32".
-    at::ScalarType scalar_type = at::kFloat;
-    std::vector<int64_t> shape;  // Of the whole tensor.
-    std::vector<Piece> pieces;   // Tile the whole tensor exactly.
-  };
-
-  // `dir` is a step directory; expected_step < 0 accepts any step.
-  static absl::StatusOr<std::unique_ptr<CheckpointStep>> Open(const std::string& dir,
-                                                              int64_t expected_step = -1);
-  ~CheckpointStep();
-
-  const std::string& directory() const { return dir_; }
-  int64_t step() const { return step_; }
-  bool model_only() const { return model_only_; }
-  const nlohmann::json& state() const { return state_; }
-  const std::vector<Tensor>& model() const { return model_; }
-  const std::vector<Tensor>& optimizer() const { return optimizer_; }
-
-  // A model tensor's bytes when one piece holds all of it (no copy); FailedPrecondition otherwise.
-  absl::StatusOr<absl::string_view> WholeBytes(const Tensor& tensor) const;
-  // A CPU tensor: aliases the mapping when one aligned piece holds it (read-only), else a copy.
-  absl::StatusOr<at::Tensor> Read(const Tensor& tensor, bool verify_checksums) const;
-  // Copies the part of `tensor` inside `box` (null: all of it) into `destination`.
-  absl::Status ReadInto(const Tensor& tensor, const at::Tensor& destination, const TensorBox* box,
-                        bool verify_checksums) const;
-  // Every piece's CRC-32 against the manifest; each problem is one line naming file and tensor.
-  std::vector<std::string> Verify() const;
-
- private:
-  class Files;
-  CheckpointStep() = default;
-  // The piece's bytes, checked against its CRC-32 the first time when verify_checksums.
-  absl::StatusOr<absl::string_view> PieceBytes(const Tensor& tensor, const Piece& piece,
-                                               bool verify_checksums) const;
-
-  std::string dir_;
-  int64_t step_ = 0;
-  bool model_only_ = true;
-  nlohmann::json state_;
-  std::vector<Tensor> model_;
-  std::vector<Tensor> optimizer_;
-  std::unique_ptr<Files> files_;
 };
 
 }  // namespace titan

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/meta_checkpoint.h"

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
+#include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/rng_state.h"
 #include "lib/interop/convert.h"
