@@ -1,0 +1,235 @@
+// ValidateJobConfig (declared in job_config.h): ranges, choices and the relations between keys,
+// apart from the parsing in job_config.cc.
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+#include "lib/config/field_value.h"
+#include "lib/config/job_config.h"
+
+namespace titan {
+namespace {
+
+using ::google::protobuf::Descriptor;
+using ::google::protobuf::FieldDescriptor;
+using ::google::protobuf::Message;
+
+// The data-parallel shard degree, with -1 resolved to the ranks the other degrees leave.
+absl::StatusOr<int64_t> ShardDegree(const JobConfig::Parallelism& p, int world_size) {
+  const int64_t others = int64_t{p.data_parallel_replicate_degree()} * p.tensor_parallel_degree() *
+                         p.pipeline_parallel_degree() * p.context_parallel_degree();
+  const std::string others_text = absl::StrFormat(
+      "data_parallel_replicate_degree=%d × tensor_parallel_degree=%d × "
+      "pipeline_parallel_degree=%d × context_parallel_degree=%d",
+      p.data_parallel_replicate_degree(), p.tensor_parallel_degree(), p.pipeline_parallel_degree(),
+      p.context_parallel_degree());
+  if (p.data_parallel_shard_degree() == -1) {
+    if (world_size % others != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("[parallelism] world size %d is not divisible by %s = %d, so "
+                          "data_parallel_shard_degree=-1 cannot be inferred",
+                          world_size, others_text, others));
+    }
+    return world_size / others;
+  }
+  const int64_t product = others * p.data_parallel_shard_degree();
+  if (product != world_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[parallelism] %s × data_parallel_shard_degree=%d = %d, but the world size is %d",
+        others_text, p.data_parallel_shard_degree(), product, world_size));
+  }
+  return p.data_parallel_shard_degree();
+}
+
+bool IsPositiveInteger(const std::string& text) {
+  int value;
+  return absl::SimpleAtoi(text, &value) && value >= 1;
+}
+
+}  // namespace
+
+absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
+  if (world_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("world size must be >= 1, got ", world_size));
+  }
+  const Descriptor* root = JobConfig::descriptor();
+  const JobConfig defaults = DefaultJobConfig();
+  // Checked last, so a job that is also inconsistent hears about that first.
+  absl::Status unsupported_key;
+  for (int i = 0; i < root->field_count(); ++i) {
+    const FieldDescriptor* section = root->field(i);
+    const Message& message = config.GetReflection()->GetMessage(config, section);
+    const Message& section_defaults = defaults.GetReflection()->GetMessage(defaults, section);
+    for (int j = 0; j < section->message_type()->field_count(); ++j) {
+      const FieldDescriptor* field = section->message_type()->field(j);
+      if (absl::Status status =
+              CheckField(absl::StrCat("[", section->name(), "] "), message, field);
+          !status.ok()) {
+        return status;
+      }
+      const std::string& unsupported = field->options().GetExtension(titan::unsupported);
+      const std::string value = TomlValue(message, field);
+      if (!unsupported.empty() && unsupported_key.ok() &&
+          value != TomlValue(section_defaults, field)) {
+        unsupported_key = absl::UnimplementedError(absl::StrCat(
+            "[", section->name(), "] ", field->name(), " = ", value, ": ", unsupported));
+      }
+    }
+  }
+
+  const JobConfig::Parallelism& parallelism = config.parallelism();
+  absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
+  if (!shard_degree.ok()) return shard_degree.status();
+  const int64_t ep = parallelism.expert_parallel_degree();
+  const int64_t ep_pool =
+      *shard_degree * parallelism.context_parallel_degree() * parallelism.tensor_parallel_degree();
+  const int64_t ep_base =
+      int64_t{parallelism.context_parallel_degree()} * parallelism.tensor_parallel_degree();
+  if (ep > 1 && (ep_pool % ep != 0 || ep % ep_base != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("[parallelism] expert_parallel_degree=%d must divide data_parallel_shard × "
+                        "context_parallel × tensor_parallel degrees = %d and be a multiple of "
+                        "context_parallel × tensor_parallel = %d",
+                        ep, ep_pool, ep_base));
+  }
+
+  const JobConfig::Training& training = config.training();
+  const int64_t dp_degree = *shard_degree * parallelism.data_parallel_replicate_degree();
+  if (training.global_batch_size() != -1 &&
+      training.global_batch_size() % (training.local_batch_size() * dp_degree) != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[training] global_batch_size=%d is not a multiple of local_batch_size=%d × "
+        "data-parallel degree=%d",
+        training.global_batch_size(), training.local_batch_size(), dp_degree));
+  }
+  if (parallelism.pipeline_parallel_degree() > 1 &&
+      training.local_batch_size() % parallelism.pipeline_parallel_microbatch_size() != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[parallelism] pipeline_parallel_microbatch_size=%d does not divide "
+        "[training] local_batch_size=%d",
+        parallelism.pipeline_parallel_microbatch_size(), training.local_batch_size()));
+  }
+
+  // Context parallelism cuts every sequence into equal chunks, sequence parallelism each rank's
+  // share again.
+  const int64_t cp = parallelism.context_parallel_degree();
+  const int64_t tp = parallelism.tensor_parallel_degree();
+  const bool head_tail = parallelism.context_parallel_load_balancer() == "headtail";
+  for (const auto& [key, seq_len] :
+       {std::pair<const char*, int64_t>{"[training] seq_len", training.seq_len()},
+        {"[validation] seq_len",
+         config.validation().enable() ? config.validation().seq_len() : 0}}) {
+    if (cp > 1 && seq_len % (head_tail ? 2 * cp : cp) != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s=%d is not divisible by %s[parallelism] context_parallel_degree=%d%s", key, seq_len,
+          head_tail ? "2 × " : "", cp,
+          head_tail ? " (context_parallel_load_balancer=headtail cuts each sequence into 2 × "
+                      "degree chunks)"
+                    : ""));
+    }
+    if (tp > 1 && parallelism.enable_sequence_parallel() && (seq_len / cp) % tp != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s=%d%s is not divisible by [parallelism] tensor_parallel_degree=%d "
+          "(enable_sequence_parallel splits each rank's tokens; set it to false or change "
+          "seq_len)",
+          key, seq_len,
+          cp > 1 ? absl::StrFormat(" / [parallelism] context_parallel_degree=%d", cp) : "", tp));
+    }
+  }
+
+  if (training.loss_chunk_size() > 0 && tp > 1 && parallelism.disable_loss_parallel()) {
+    return absl::InvalidArgumentError(
+        "[training] loss_chunk_size with [parallelism] disable_loss_parallel = true: the fused "
+        "loss never builds logits to gather (it runs on the head's vocabulary shards); drop one");
+  }
+  if (training.loss_chunk_size() > 0 && config.debug().batch_invariant()) {
+    return absl::InvalidArgumentError(
+        "[training] loss_chunk_size with [debug] batch_invariant = true: the fused head's chunked "
+        "matmuls are not batch-invariant; set loss_chunk_size = 0");
+  }
+
+  const JobConfig::Checkpoint& checkpoint = config.checkpoint();
+  if (checkpoint.keep_latest_k() == 1) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the newest checkpoint may "
+        "still be being written)");
+  }
+  if (checkpoint.initial_load_in_hf() && !checkpoint.initial_load_model_only()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] initial_load_in_hf=true needs initial_load_model_only=true (safetensors "
+        "hold only model weights)");
+  }
+  if (checkpoint.last_save_in_hf() && !checkpoint.last_save_model_only()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "
+        "only model weights)");
+  }
+
+  const JobConfig::Profiling& profiling = config.profiling();
+  if (profiling.enable_profiling() &&
+      profiling.profiler_warmup() + profiling.profiler_active() > profiling.profile_freq()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "[profiling] profiler_warmup=%d + profiler_active=%d exceeds profile_freq=%d: a cycle "
+        "must fit its warmup and traced steps",
+        profiling.profiler_warmup(), profiling.profiler_active(), profiling.profile_freq()));
+  }
+
+  bool float8 = false;
+  for (const std::string& converter : config.model().converters()) {
+    if (converter != "float8") {
+      return absl::InvalidArgumentError(absl::StrCat("[model] converters: unknown converter ",
+                                                     Quote(converter), "; expected \"float8\""));
+    }
+    float8 = true;
+  }
+  const Descriptor* float8_section = JobConfig::Float8::descriptor();
+  for (int i = 0; i < float8_section->field_count() && !float8; ++i) {
+    const FieldDescriptor* field = float8_section->field(i);
+    const bool refused_anyway = !field->options().GetExtension(titan::unsupported).empty();
+    if (!refused_anyway &&
+        TomlValue(config.float8(), field) != TomlValue(defaults.float8(), field)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("[float8] ", field->name(),
+                       " is set but [model] converters does not include "
+                       "\"float8\": add it, or drop the key"));
+    }
+  }
+  if (config.float8().enable_fsdp_float8_all_gather() && !config.float8().recipe_name().empty() &&
+      config.float8().recipe_name() != "tensorwise") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[float8] enable_fsdp_float8_all_gather = true needs recipe_name = \"tensorwise\" (one "
+        "scale per weight, as torchao), got ",
+        Quote(config.float8().recipe_name())));
+  }
+  if (config.float8().enable_fsdp_float8_all_gather() &&
+      *shard_degree * parallelism.context_parallel_degree() <= 1) {
+    return absl::InvalidArgumentError(
+        "[float8] enable_fsdp_float8_all_gather = true needs FSDP: [parallelism] "
+        "data_parallel_shard_degree (or context_parallel_degree) above 1");
+  }
+  if (config.float8().precompute_float8_dynamic_scale_for_fsdp() &&
+      !config.float8().enable_fsdp_float8_all_gather()) {
+    return absl::InvalidArgumentError(
+        "[float8] precompute_float8_dynamic_scale_for_fsdp = true needs "
+        "enable_fsdp_float8_all_gather = true (the scales are those of the float8 all-gather)");
+  }
+
+  const std::string& ac_option = config.activation_checkpoint().selective_ac_option();
+  if (ac_option != "op" && !IsPositiveInteger(ac_option)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[activation_checkpoint] selective_ac_option=", Quote(ac_option),
+                     ": expected a positive integer N (every Nth layer) or \"op\""));
+  }
+
+  return unsupported_key;
+}
+
+}  // namespace titan
