@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "lib/distributed/launcher.h"
+#include "lib/distributed/distributed_env.h"
 
 namespace titan {
 

@@ -11,7 +11,7 @@
 #include "lib/config/job_config.pb.h"
 #include "lib/distributed/comm_trace.h"
 #include "lib/distributed/communicator.h"
-#include "lib/distributed/launcher.h"
+#include "lib/distributed/distributed_env.h"
 #include "lib/distributed/mesh_communicators.h"
 #include "lib/distributed/parallel_dims.h"
 #include "lib/distributed/rendezvous.h"
