@@ -7,7 +7,6 @@
 #include <c10/util/Float8_e4m3fn.h>
 #include <c10/util/Float8_e5m2.h>
 
-#include <algorithm>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -42,8 +41,7 @@ void CastOnCpu(const at::Tensor& hp, const at::Tensor& scale, at::Tensor& out, i
         }
       }
     };
-    at::parallel_for(0, hp.size(0), std::max<int64_t>(1, 4096 / std::max<int64_t>(cols, 1)),
-                     cast_rows);
+    ParallelForRows(hp.size(0), cols, cast_rows);
   });
 }
 

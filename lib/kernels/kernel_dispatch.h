@@ -2,7 +2,10 @@
 #define TITAN_LIB_KERNELS_KERNEL_DISPATCH_H_
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -42,6 +45,13 @@ void DispatchCpu(KernelDtype dtype, F&& f) {
     case KernelDtype::kFloat16:
       return f(at::Half{});
   }
+}
+
+// body(begin, end) over ranges of [0, rows) on LibTorch's CPU threads, about 4096 elements of
+// `row_length` per task: the CPU reference loops that walk rows, as the kernels do.
+template <typename F>
+void ParallelForRows(int64_t rows, int64_t row_length, F&& body) {
+  at::parallel_for(0, rows, std::max<int64_t>(1, 4096 / std::max<int64_t>(row_length, 1)), body);
 }
 
 }  // namespace titan

@@ -6,7 +6,6 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/csrc/autograd/custom_function.h>
 
-#include <algorithm>
 #include <initializer_list>
 #include <utility>
 
@@ -58,8 +57,7 @@ at::Tensor Rotate(const at::Tensor& x_in, const at::Tensor& cos_in, const at::Te
         }
       }
     };
-    at::parallel_for(0, dims.rows(), std::max<int64_t>(1, 4096 / std::max<int64_t>(half, 1)),
-                     rotate_rows);
+    ParallelForRows(dims.rows(), half, rotate_rows);
   });
   return out;
 }
