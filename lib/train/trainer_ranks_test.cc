@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
 #include "lib/parallel/fork_ranks.h"
-#include "lib/profiling/host_read_counter.h"
+#include "lib/train/step_host_reads.h"
 #include "lib/train/trainer.h"
 
 namespace titan {
@@ -61,32 +61,18 @@ TEST_P(TrainerRanksTest, UnloggedStepReadsNoTensorOnTheHostOnAnyRank) {
         RANK_EXPECT(microbatches.ok());
         // The first step makes the optimizer's state.
         RANK_EXPECT(trainer.TrainStep(*microbatches, false, /*read_metrics=*/false).ok());
-        std::vector<at::Tensor> step_counters;
-        for (const at::Tensor& t : trainer.optimizer().StateTensors()) {
-          if (t.dim() == 0) step_counters.push_back(t);
-        }
-        int unlogged_reads = -1;
-        int counter_reads = -1;
-        {
-          const HostReadCounter counter(step_counters);
-          RANK_EXPECT(trainer.TrainStep(*microbatches, false, /*read_metrics=*/false).ok());
-          unlogged_reads = counter.reads();
-          counter_reads = counter.expected_reads();
-        }
-        int logged_reads = -1;
-        absl::StatusOr<StepResult> logged;
-        {
-          const HostReadCounter counter(step_counters);
-          logged = trainer.TrainStep(*microbatches, false, /*read_metrics=*/true);
-          logged_reads = counter.reads();
-        }
+        const StepHostReads unlogged =
+            CountStepHostReads(trainer, *microbatches, /*read_metrics=*/false);
+        const StepHostReads logged =
+            CountStepHostReads(trainer, *microbatches, /*read_metrics=*/true);
         std::fprintf(stderr, "rank %d: host reads unlogged %d, logged %d; step counters %d\n", rank,
-                     unlogged_reads, logged_reads, counter_reads);
-        RANK_EXPECT(unlogged_reads == 0);
-        RANK_EXPECT(counter_reads == static_cast<int>(trainer.params().size()));
+                     unlogged.device_values, logged.device_values, unlogged.step_counters);
+        RANK_EXPECT(unlogged.result.ok());
+        RANK_EXPECT(unlogged.device_values == 0);
+        RANK_EXPECT(unlogged.step_counters == static_cast<int>(trainer.params().size()));
         // The count sees reads.
-        RANK_EXPECT(logged.ok() && logged->loss > 0 && logged->grad_norm > 0);
-        RANK_EXPECT(logged_reads == layout.logged_reads);
+        RANK_EXPECT(logged.result.ok() && logged.result->loss > 0 && logged.result->grad_norm > 0);
+        RANK_EXPECT(logged.device_values == layout.logged_reads);
         return 0;
       });
   ASSERT_EQ(statuses.size(), static_cast<size_t>(layout.world));

@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
-#include "lib/profiling/host_read_counter.h"
+#include "lib/train/step_host_reads.h"
 
 namespace titan {
 namespace {
@@ -120,23 +120,6 @@ TEST(TrainerTest, UnloggedStepsReadNothingBackAndUpdateAlike) {
   }
 }
 
-struct HostReads {
-  int device_values = 0;  // reads of anything but the optimizer's step counters
-  int step_counters = 0;
-};
-
-// The host reads of one step on this thread.
-HostReads CountHostReads(Trainer& trainer, const Batch& batch, bool read_metrics) {
-  std::vector<at::Tensor> step_counters;
-  for (const at::Tensor& t : trainer.optimizer().StateTensors()) {
-    if (t.dim() == 0) step_counters.push_back(t);
-  }
-  const HostReadCounter counter(step_counters);
-  absl::StatusOr<StepResult> result = trainer.TrainStep({batch}, false, read_metrics);
-  EXPECT_TRUE(result.ok()) << result.status();
-  return {counter.reads(), counter.expected_reads()};
-}
-
 // A step that logs nothing never waits for the device (GPU speed: the host queues the next step's
 // kernels while this one runs). Only the optimizer's step counters are read, once a parameter:
 // foreach keeps them on the CPU whatever the device, as torch's; fused keeps them on the device,
@@ -149,11 +132,13 @@ TEST(TrainerTest, UnloggedStepsReadNoTensorOnTheHost) {
                                {absl::StrCat("--optimizer.implementation=", implementation)});
     const Batch batch = RandomBatch(2, trainer->model_info().args.vocab_size, 10);
     ASSERT_TRUE(trainer->TrainStep({batch}, false, /*read_metrics=*/false).ok());  // makes state
-    const HostReads unlogged = CountHostReads(*trainer, batch, /*read_metrics=*/false);
+    const StepHostReads unlogged = CountStepHostReads(*trainer, {batch}, /*read_metrics=*/false);
+    ASSERT_TRUE(unlogged.result.ok()) << unlogged.result.status();
     EXPECT_EQ(unlogged.device_values, 0);
     EXPECT_EQ(unlogged.step_counters, static_cast<int>(trainer->params().size()));
     // The count sees reads: a logged step reads its loss and gradient norm.
-    const HostReads logged = CountHostReads(*trainer, batch, /*read_metrics=*/true);
+    const StepHostReads logged = CountStepHostReads(*trainer, {batch}, /*read_metrics=*/true);
+    ASSERT_TRUE(logged.result.ok()) << logged.result.status();
     EXPECT_EQ(logged.device_values, 2);
   }
 }
