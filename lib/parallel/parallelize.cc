@@ -142,23 +142,23 @@ absl::StatusOr<std::unique_ptr<DataParallel>> ApplyFsdp(Decoder& model, const Fs
     // Backward runs the blocks in reverse: the one before this is needed next.
     FsdpParamGroup* backward_next =
         i > 0 && gathers_in_backward(i - 1) ? groups[i - 1].get() : nullptr;
+    // The next block's all-gather runs while this block computes.
+    FsdpParamGroup* next = i + 1 < num_layers ? groups[i + 1].get() : nullptr;
     if (setup.policies[i]) {
       // Recomputation gathers again in backward and frees afterwards: resharding comes with it.
-      // Its forward prefetches nothing (the recomputation would start one nobody uses); the
-      // recomputation in backward (grad mode on) prefetches the block backward needs next.
+      // The forward (grad mode off inside the checkpoint) prefetches the next block; the
+      // recomputation in backward (grad mode on) the block backward needs next.
       const RecomputePolicy recompute = *setup.policies[i];
-      model.SetLayerWrapper(layer_ids[i], [raw, recompute, backward_next](
+      model.SetLayerWrapper(layer_ids[i], [raw, recompute, next, backward_next](
                                               const Decoder::LayerCall& call, const at::Tensor& x) {
         return CheckpointedCall(
-            [raw, call, backward_next](const at::Tensor& y) {
+            [raw, call, next, backward_next](const at::Tensor& y) {
               return raw->CallUnsharded(call, y, /*reshard_after_forward=*/false,
-                                        c10::GradMode::is_enabled() ? backward_next : nullptr);
+                                        c10::GradMode::is_enabled() ? backward_next : next);
             },
             x, recompute);
       });
     } else {
-      // The next block's all-gather runs while this block computes.
-      FsdpParamGroup* next = i + 1 < num_layers ? groups[i + 1].get() : nullptr;
       model.SetLayerWrapper(layer_ids[i], [raw, reshard, next, backward_next](
                                               const Decoder::LayerCall& call, const at::Tensor& x) {
         return raw->CallUnsharded(call, x, reshard, next, backward_next);
