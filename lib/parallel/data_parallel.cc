@@ -122,12 +122,14 @@ SquaredNormReducer DataParallel::GradNormReducer(const std::vector<ParamRef>& pa
   for (const ParamRef& param : params) {
     weights.push_back(tp_ == nullptr || tp_->OwnsCopy(param.name) ? 1.0f : 0.0f);
   }
-  const at::Tensor weight = at::tensor(weights);
+  // On the parameters' device now: a copy from the host in every step would wait for the device.
+  const at::Tensor weight = at::tensor(weights).to(
+      params.empty() ? at::Device(at::kCPU) : params.front().tensor->device());
   Communicator* shard = shard_;
   Communicator* tp = tp_ != nullptr ? tp_->group() : nullptr;
   // Padding rows hold zero gradients, so the shards' squares sum to the full norm's square.
   return [weight, shard, tp](const at::Tensor& squares) {
-    at::Tensor total = (squares * weight.to(squares.device())).sum();
+    at::Tensor total = (squares * weight).sum();
     for (Communicator* group : {shard, tp}) {
       if (group == nullptr) continue;
       const absl::Status status = Await(group->AllReduce(total, ReduceOp::kSum));

@@ -73,7 +73,7 @@ class DataParallel : public ShardedState {
   absl::Status PrecomputeFloat8Scales();
   // ClipGradNorm's reduction for `params` (this rank's, in the order ClipGradNorm gets them): each
   // shard counted once, parameters replicated over tensor-parallel ranks once; null when every
-  // rank holds whole gradients.
+  // rank holds whole gradients. Build it once: its per-parameter weights are copied to the device.
   SquaredNormReducer GradNormReducer(const std::vector<ParamRef>& params) const;
 
   // Checkpoint support. `local` holds parameters or optimizer state as this rank has them (a

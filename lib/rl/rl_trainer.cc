@@ -85,6 +85,7 @@ absl::Status RlTrainer::Init() {
                                              tokenizer_->vocab_size()));
   }
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params));
+  grad_norm_reducer_ = policy_.data_parallel->GradNormReducer(policy_.params);
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
   if (rl_.algorithm() == "ppo") {
     // Zero: the critic starts predicting 0 for every state (TRL's value head starts near it).

@@ -17,6 +17,7 @@
 #include "lib/rl/generator.h"
 #include "lib/rl/reward_model.h"
 #include "lib/train/components.h"
+#include "lib/train/grad_clip.h"
 #include "lib/train/train_checkpoint.h"
 
 namespace titan {
@@ -116,6 +117,7 @@ class RlTrainer {
   std::unique_ptr<RewardModel> reward_model_;  // reward = "reward_model"
   at::Tensor value_head_;                 // PPO: [1, dim] on the policy's trunk
   std::vector<ParamRef> critic_params_;
+  SquaredNormReducer grad_norm_reducer_;  // the policy's gradient norm over ranks; null: one rank
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<Optimizer> critic_optimizer_;
   std::optional<WarmupStableDecaySchedule> schedule_;

@@ -56,9 +56,8 @@ absl::StatusOr<double> RlTrainer::OptimizerStep(
   TITAN_RETURN_IF_ERROR(policy_.data_parallel->FinishBackward());
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : policy_.params) tensors.push_back(*p.tensor);
-  const double grad_norm = ClipGradNorm(tensors, config_.training().max_norm(),
-                                        policy_.data_parallel->GradNormReducer(policy_.params))
-                               .item<double>();
+  const double grad_norm =
+      ClipGradNorm(tensors, config_.training().max_norm(), grad_norm_reducer_).item<double>();
   const double factor = schedule_->Factor(state_.lr_step);
   optimizer_->SetLrFactor(factor);
   optimizer_->Step();

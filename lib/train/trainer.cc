@@ -83,6 +83,9 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
   TITAN_ASSIGN_OR_RETURN(model_, BuildModel(config_, info, setup_, runtime_));
   loss_ = batch_parallel().Loss(custom_loss_, config_.training().loss_chunk_size());
+  grad_norm_reducer_ = model_.pipeline != nullptr
+                           ? model_.pipeline->GradNormReducer()
+                           : model_.data_parallel->GradNormReducer(model_.params);
   peak_flops_ = PeakFlops(DeviceName(setup_.device), setup_.autocast_dtype
                                                          ? MatmulDtype::kBfloat16
                                                          : MatmulDtype::kFloat32);
@@ -280,9 +283,7 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);
   // The norm and the clipping scale stay on the device unless the step is logged.
   const at::Tensor grad_norm =
-      ClipGradNorm(tensors, config_.training().max_norm(),
-                   pipeline != nullptr ? pipeline->GradNormReducer()
-                                       : model_.data_parallel->GradNormReducer(model_.params));
+      ClipGradNorm(tensors, config_.training().max_norm(), grad_norm_reducer_);
   if (read_metrics) result.grad_norm = grad_norm.item<double>();
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeOptimizer, {step}));
   {

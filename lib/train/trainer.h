@@ -13,6 +13,7 @@
 #include "lib/profiling/step_profiler.h"
 #include "lib/train/components.h"
 #include "lib/train/cuda_graph.h"
+#include "lib/train/grad_clip.h"
 #include "lib/train/head_loss.h"
 #include "lib/train/loss.h"
 #include "lib/train/resource_monitor.h"
@@ -105,6 +106,7 @@ class Trainer {
   StepHooks hooks_;
   LossFn custom_loss_;  // set_loss's; unset: the cross-entropy
   HeadLoss loss_;       // what the last block's output gets (DataParallel::Loss)
+  SquaredNormReducer grad_norm_reducer_;  // sums the gradient norm over ranks; null: one process
   TrainState state_;
   at::Tensor stop_flag_;             // the stop signal's all-reduce in flight
   std::unique_ptr<Work> stop_work_;  // null: none in flight
