@@ -240,6 +240,11 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   const at::Tensor v_in = RepeatKvHeads(AutocastInput(v), flash ? 1 : n_rep);
   const size_t kept_count = flash ? 4 : 2;
   if (CurrentOpCacheMode() == OpCache::Mode::kRecord) {
+    if (q_in.is_cuda()) {
+      LOG_FIRST_N(INFO, 1) << "attention kernel under op-level checkpointing: "
+                           << (flash ? "flash" : "efficient") << " (called directly) for "
+                           << q_in.sizes() << " " << q_in.scalar_type();
+    }
     std::vector<at::Tensor> kept;
     if (flash) {
       auto [out, lse, seed, offset] = FlashKernelForward(q_in, k_in, v_in, mask.is_causal);
