@@ -264,11 +264,12 @@ at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::Scalar
   if (!a_rows && b_columns) a_inverse = a_inverse.reshape({1, 1}).expand({a.data.size(0), 1});
   const bool rowwise = a_rows || b_columns;
   const bool cuda = a.data.is_cuda();
-  // Rowwise scaling gives bf16 or fp16 only (torch 2.11), and is slow without fast accumulation,
-  // where the tensorwise kernel with unit scales and the scales applied after is faster (as
-  // torchao).
-  const at::ScalarType mm_dtype = rowwise && out_dtype != at::kBFloat16 ? at::kBFloat16 : out_dtype;
+  // Rowwise scaling is slow without fast accumulation, where the tensorwise kernel with unit
+  // scales and the scales applied after is faster (as torchao); that kernel writes any output
+  // dtype, the rowwise one bf16 here.
   const bool scale_after = rowwise && !use_fast_accum;
+  const at::ScalarType mm_dtype =
+      rowwise && !scale_after && out_dtype != at::kBFloat16 ? at::kBFloat16 : out_dtype;
   at::Tensor a_mm_scale = a_inverse.contiguous();
   at::Tensor b_mm_scale = b_inverse.contiguous();
   if (scale_after) a_mm_scale = b_mm_scale = at::ones({}, a_inverse.options());
