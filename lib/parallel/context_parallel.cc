@@ -311,7 +311,8 @@ void ContextParallel::Apply(Decoder& model) const {
   };
 }
 
-absl::StatusOr<at::Tensor> ContextParallel::LocalPositions(int64_t seq_len) const {
+absl::StatusOr<at::Tensor> ContextParallel::LocalPositions(int64_t seq_len,
+                                                           const at::Device& device) const {
   const int64_t size = cp_->size();
   const int64_t rank = cp_->rank();
   const int64_t chunks = head_tail_ ? 2 * size : size;
@@ -321,17 +322,19 @@ absl::StatusOr<at::Tensor> ContextParallel::LocalPositions(int64_t seq_len) cons
                      " needs sequences of a multiple of ", chunks, " tokens, got ", seq_len));
   }
   const int64_t chunk = seq_len / chunks;
-  const at::Tensor head = at::arange(rank * chunk, (rank + 1) * chunk, at::kLong);
+  // Made where the batch is: a copy from host memory to a GPU would wait for its queue.
+  const at::TensorOptions options = at::TensorOptions(at::kLong).device(device);
+  const at::Tensor head = at::arange(rank * chunk, (rank + 1) * chunk, options);
   if (!head_tail_) return head;
   const int64_t tail = chunks - 1 - rank;
-  return at::cat({head, at::arange(tail * chunk, (tail + 1) * chunk, at::kLong)});
+  return at::cat({head, at::arange(tail * chunk, (tail + 1) * chunk, options)});
 }
 
 absl::StatusOr<Batch> ContextParallel::ShardBatch(const Batch& batch) const {
   const int64_t seq_len = batch.tokens.size(1);
-  absl::StatusOr<at::Tensor> local = LocalPositions(seq_len);
+  absl::StatusOr<at::Tensor> local = LocalPositions(seq_len, batch.tokens.device());
   if (!local.ok()) return local.status();
-  const at::Tensor index = local->to(batch.tokens.device());
+  const at::Tensor& index = *local;
   auto shard = [&](const at::Tensor& x) { return x.defined() ? x.index_select(1, index) : x; };
   Batch out;
   out.tokens = shard(batch.tokens);

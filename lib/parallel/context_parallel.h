@@ -45,8 +45,9 @@ class ContextParallel {
 
   // Makes RingAttention the decoder's attention.
   void Apply(Decoder& model) const;
-  // The positions of a sequence of `seq_len` this rank holds, in its local order.
-  absl::StatusOr<at::Tensor> LocalPositions(int64_t seq_len) const;
+  // The positions of a sequence of `seq_len` this rank holds, in its local order, on `device`.
+  absl::StatusOr<at::Tensor> LocalPositions(int64_t seq_len,
+                                            const at::Device& device = at::kCPU) const;
   // This rank's share of every [B, S] tensor of `batch` (tokens, labels, documents, extra) along
   // the sequence, positions included (0 .. S-1 when unset), so RoPE and masks see global positions.
   absl::StatusOr<Batch> ShardBatch(const Batch& batch) const;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <cstring>
 #include <string>
 #include <utility>
 
@@ -34,7 +35,14 @@ void OnStopSignal(int signal) { g_stop_signal = signal; }
 
 at::Tensor ToTensor(const std::vector<int64_t>& values, int64_t rows, int64_t cols,
                     const at::Device& device) {
-  return at::tensor(values, at::kLong).view({rows, cols}).to(device);
+  TORCH_CHECK(static_cast<int64_t>(values.size()) == rows * cols, "batch of ", values.size(),
+              " tokens is not ", rows, " x ", cols);
+  // A copy to the GPU from pageable memory waits for everything queued there; from pinned memory
+  // it is queued like a kernel (the host allocator keeps the buffer until the copy has run).
+  const bool gpu = !device.is_cpu();
+  at::Tensor host = at::empty({rows, cols}, at::TensorOptions(at::kLong).pinned_memory(gpu));
+  std::memcpy(host.data_ptr<int64_t>(), values.data(), values.size() * sizeof(int64_t));
+  return gpu ? host.to(device, at::kLong, /*non_blocking=*/true) : host;
 }
 
 // A packed text batch on `device`; with document masking, documents start at BOS.
