@@ -103,9 +103,16 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
   Communicator* comm = comms == nullptr ? nullptr : &comms->Get(MeshGroup::kPp);
   const int64_t sequence_shards =
       options.parallelize.tensor_parallel.sequence_parallel ? dims.tp() : 1;
-  TITAN_ASSIGN_OR_RETURN(pipeline->runner_,
-                         ScheduleRunner::Create(planned, local, comm, *checked,
-                                                options.microbatches, args.dim, sequence_shards));
+  // FSDP's gathered parameters in param_dtype make the residual stream that dtype (the embedding
+  // is gathered so too): stages pass it on as such, as one process computes it.
+  const std::optional<at::ScalarType> param_dtype =
+      options.parallelize.fsdp_mixed_precision.param_dtype;
+  const at::ScalarType activation_dtype =
+      dims.fsdp_enabled() && param_dtype ? *param_dtype : at::kFloat;
+  TITAN_ASSIGN_OR_RETURN(
+      pipeline->runner_,
+      ScheduleRunner::Create(planned, local, comm, *checked, options.microbatches, args.dim,
+                             sequence_shards, activation_dtype));
   // Validation runs one microbatch forward through the stages in order.
   PipelineSchedule forwards(planned.pp);
   for (int r = 0; r < planned.pp; ++r) {
@@ -118,7 +125,8 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
                                       [&](int stage) { return planned.RankOfStage(stage); }));
   TITAN_ASSIGN_OR_RETURN(
       pipeline->eval_runner_,
-      ScheduleRunner::Create(planned, local, comm, forward_timeline, 1, args.dim, sequence_shards));
+      ScheduleRunner::Create(planned, local, comm, forward_timeline, 1, args.dim, sequence_shards,
+                             activation_dtype));
   TITAN_RETURN_IF_ERROR(pipeline->SyncTiedCopies());
   return pipeline;
 }

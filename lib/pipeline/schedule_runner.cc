@@ -94,20 +94,22 @@ PipelineRoundPlan PlanRounds(const PipelineLayout& layout, const ScheduleTimelin
 
 ScheduleRunner::ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
                                Communicator* comm, int rank, int microbatches, int64_t hidden_dim,
-                               int64_t sequence_shards, PipelineRoundPlan plan)
+                               int64_t sequence_shards, at::ScalarType activation_dtype,
+                               PipelineRoundPlan plan)
     : layout_(layout),
       stages_(std::move(stages)),
       comm_(comm),
       microbatches_(microbatches),
       hidden_dim_(hidden_dim),
       sequence_shards_(sequence_shards),
+      activation_dtype_(activation_dtype),
       rank_(rank),
       plan_(std::move(plan)) {}
 
 absl::StatusOr<std::unique_ptr<ScheduleRunner>> ScheduleRunner::Create(
     const PipelineLayout& layout, std::map<int, PipelineStage*> stages, Communicator* comm,
-    const ScheduleTimeline& timeline, int microbatches, int64_t hidden_dim,
-    int64_t sequence_shards) {
+    const ScheduleTimeline& timeline, int microbatches, int64_t hidden_dim, int64_t sequence_shards,
+    at::ScalarType activation_dtype) {
   if (stages.empty()) return absl::InvalidArgumentError("pipeline runner: no local stages");
   const int rank = layout.RankOfStage(stages.begin()->first);
   PipelineRoundPlan plan = PlanRounds(layout, timeline, rank);
@@ -115,9 +117,9 @@ absl::StatusOr<std::unique_ptr<ScheduleRunner>> ScheduleRunner::Create(
     return absl::InvalidArgumentError(
         "pipeline runner: stages on other ranks but no pipeline communicator");
   }
-  return std::unique_ptr<ScheduleRunner>(new ScheduleRunner(layout, std::move(stages), comm, rank,
-                                                            microbatches, hidden_dim,
-                                                            sequence_shards, std::move(plan)));
+  return std::unique_ptr<ScheduleRunner>(
+      new ScheduleRunner(layout, std::move(stages), comm, rank, microbatches, hidden_dim,
+                         sequence_shards, activation_dtype, std::move(plan)));
 }
 
 ScheduleRunner::Times ScheduleRunner::TakeTimes() { return std::exchange(times_, Times()); }
@@ -133,6 +135,7 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microba
   const int num_stages = layout_.num_stages();
   const at::TensorOptions options =
       at::TensorOptions().dtype(at::kFloat).device(microbatches.front().tokens.device());
+  const at::TensorOptions activation_options = options.dtype(activation_dtype_);
   struct Incoming {
     at::Tensor tensor;
     std::optional<size_t> round;  // the batch receiving it; none: handed over by a local stage
@@ -171,8 +174,8 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microba
           outgoing.erase(it);
         } else {
           const at::Tensor& tokens = microbatches[need.microbatch].tokens;
-          tensor =
-              at::empty({tokens.size(0), tokens.size(1) / sequence_shards_, hidden_dim_}, options);
+          tensor = at::empty({tokens.size(0), tokens.size(1) / sequence_shards_, hidden_dim_},
+                             activation_options);
           incoming[need] = {tensor, next_round};
         }
         ops.push_back({transfer.send, tensor, transfer.peer, kTransferTag});
@@ -205,7 +208,7 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microba
     if (layout_.RankOfStage(*to_stage) == rank_) {
       incoming[need] = {tensor.detach(), std::nullopt};
     } else {
-      outgoing[need] = tensor.detach().to(at::kFloat).contiguous();
+      outgoing[need] = tensor.detach().to(activation_dtype_).contiguous();
     }
   };
 

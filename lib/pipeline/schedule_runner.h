@@ -63,12 +63,13 @@ class ScheduleRunner {
   // `stages`: this rank's, by stage index; `comm`: the pipeline group, its rank r running
   // layout.StagesOfRank(r) (null when every stage is local); `timeline`: every rank's actions over
   // `microbatches` microbatches, played out with unit costs; `hidden_dim`: what travels between
-  // stages is [batch, seq / sequence_shards, hidden_dim] in float32 (sequence parallelism leaves
-  // each tensor-parallel rank its slice of the sequence).
+  // stages is [batch, seq / sequence_shards, hidden_dim] in `activation_dtype` (sequence
+  // parallelism leaves each tensor-parallel rank its slice of the sequence; the dtype is the
+  // residual stream's: float32, or FSDP's param_dtype, in which its blocks compute).
   static absl::StatusOr<std::unique_ptr<ScheduleRunner>> Create(
       const PipelineLayout& layout, std::map<int, PipelineStage*> stages, Communicator* comm,
       const ScheduleTimeline& timeline, int microbatches, int64_t hidden_dim,
-      int64_t sequence_shards = 1);
+      int64_t sequence_shards = 1, at::ScalarType activation_dtype = at::kFloat);
 
   // Runs this rank's actions over `microbatches` (as many as the schedule's). Returns the sum of
   // the last stage's microbatch losses (an fp32 scalar; zero on ranks without the last stage).
@@ -84,7 +85,7 @@ class ScheduleRunner {
  private:
   ScheduleRunner(const PipelineLayout& layout, std::map<int, PipelineStage*> stages,
                  Communicator* comm, int rank, int microbatches, int64_t hidden_dim,
-                 int64_t sequence_shards, PipelineRoundPlan plan);
+                 int64_t sequence_shards, at::ScalarType activation_dtype, PipelineRoundPlan plan);
 
   const PipelineLayout& layout_;
   std::map<int, PipelineStage*> stages_;
@@ -92,6 +93,7 @@ class ScheduleRunner {
   int microbatches_;
   int64_t hidden_dim_;
   int64_t sequence_shards_;
+  at::ScalarType activation_dtype_;
   int rank_;
   PipelineRoundPlan plan_;
   Times times_;
