@@ -2,8 +2,8 @@
 // shapes in bf16: RoPE on q [1, 8192, 32, 128] in both layouts, SwiGLU on gate/up [8192, 14336].
 // Per op: forward alone (no grad), forward + backward, and the bytes the autograd graph holds after
 // the forward (output included). Then the float8 cast of a bf16 [8192, 14336] activation
-// (tensorwise and per-row scales): fused vs ATen's composition. Median of timed repeats after 3
-// warm-ups, CUDA events.
+// (tensorwise and per-row scales): fused vs ATen's composition. Median of timed repeats (10 calls
+// each) after 3 warm-ups, CUDA events.
 // Usage on a GPU: fused_kernels_benchmark [repeats]
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -27,6 +27,10 @@ namespace {
 
 using Op = std::function<at::Tensor(const std::vector<at::Tensor>&)>;
 
+// Calls timed between one pair of events: one alone would also time the host's launch of it onto
+// an idle GPU, a large share of a tens-of-microseconds kernel.
+constexpr int kCallsPerTiming = 10;
+
 double MedianMs(const std::function<void()>& fn, int repeats) {
   for (int i = 0; i < 3; ++i) fn();
   std::vector<double> ms;
@@ -34,10 +38,10 @@ double MedianMs(const std::function<void()>& fn, int repeats) {
     at::cuda::CUDAEvent start(cudaEventDefault);
     at::cuda::CUDAEvent end(cudaEventDefault);
     start.record();
-    fn();
+    for (int call = 0; call < kCallsPerTiming; ++call) fn();
     end.record();
     end.synchronize();
-    ms.push_back(start.elapsed_time(end));
+    ms.push_back(start.elapsed_time(end) / kCallsPerTiming);
   }
   std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
   return ms[ms.size() / 2];

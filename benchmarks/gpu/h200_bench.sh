@@ -2,15 +2,15 @@
 # The H200 benchmark, run on the GPU machine from the folder benchmarks/gpu/pack.sh made (carried
 # as gpu_pack): every stage under its own timeout, results written to $OUT as they come, so a
 # stage that fails or runs out of time leaves the others' results. Stages, in order:
-#   probe (GPU, torch) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (fused RoPE/SwiGLU/float8
-#   cast CUDA kernels against ATen; the training runs go through them) · float8 (_scaled_mm
-#   against its emulation, each recipe) · attention (the masked kernel pair ring attention calls,
-#   against SDPA) · cuda_graph (replays equal eager steps) · smoke (titan debug model on CUDA,
-#   bf16, loss falls) · smoke_cuda_graph (the same, replayed as CUDA graphs) · assets ·
-#   titan_8b8l, titan_8b8l_float8, wheels, torchtitan_eager, torchtitan_compiled (Llama 3 8B
-#   shapes with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps each) · titan_8b8l_cuda_graph
-#   · titan_8b8l_fused_loss · titan_8b8l_unfused · titan_8b8l_selective_ac · chunked_ce ·
-#   fused_kernels (fused vs ATen timings) · ops · summary.
+#   probe (GPU, torch) · assets · titan_8b8l, titan_8b8l_float8, wheels, torchtitan_compiled,
+#   torchtitan_eager (Llama 3 8B shapes with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps
+#   each) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (fused RoPE/SwiGLU/float8 cast CUDA
+#   kernels against ATen; the training runs go through them) · float8 (_scaled_mm against its
+#   emulation, each recipe) · attention (the masked kernel pair ring attention calls, against
+#   SDPA) · cuda_graph (replays equal eager steps) · smoke (titan debug model on CUDA, bf16, loss
+#   falls) · smoke_cuda_graph (the same, replayed as CUDA graphs) · chunked_ce · fused_kernels
+#   (fused vs ATen timings) · ops · titan_8b8l_fused_loss · titan_8b8l_unfused ·
+#   titan_8b8l_selective_ac · titan_8b8l_cuda_graph · summary.
 # Usage on the device: OUT=... BENCH_BUDGET=570 bash gpu_pack/h200_bench.sh [STAGE ...]: the
 # named stages only (default all), in the order above, within the budget (see stage()).
 # The limits add up past one 600 s device call, so split the stages over calls; titan_8b8l* and
@@ -24,7 +24,11 @@ work=/tmp/h200_work
 rm -rf "$work" && mkdir -p "$work"
 torch_lib=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 nvidia_libs=$(python3 -c 'import glob, os, nvidia; print(":".join(glob.glob(os.path.join(list(nvidia.__path__)[0], "*", "lib"))))')
-export LD_LIBRARY_PATH="$PWD/lib:$torch_lib:$nvidia_libs:${LD_LIBRARY_PATH:-}"
+# titan's binaries find the box's LibTorch and CUDA, and the packed Debian libraries (only they:
+# Python's own modules keep the box's zlib, lzma, ...).
+export TITAN_LD_LIBRARY_PATH="$PWD/lib:$torch_lib:$nvidia_libs:${LD_LIBRARY_PATH:-}"
+native() { LD_LIBRARY_PATH="$TITAN_LD_LIBRARY_PATH" "$@"; }
+export -f native
 
 only=" $* "
 # BENCH_BUDGET=S: the seconds this call may take (the device call's limit); each stage's limit is
@@ -61,26 +65,17 @@ stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its out
 
 titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
   # One seed for all: the runs' loss curves are compared (float8, fused loss, CUDA graphs).
-  bin/titan_train --job.dump_folder="$OUT/$1" --training.seed=0 --checkpoint.enable=false \
+  native bin/titan_train --job.dump_folder="$OUT/$1" --training.seed=0 --checkpoint.enable=false \
     --validation.enable=false --metrics.log_freq=1 --metrics.enable_tensorboard=false \
     --job.description="h200 bench $1" "${@:2}"
 }
 export OUT
 export -f titan
 
+# The acceptance's runs first (titan bf16 and float8, torchtitan compiled), so that a stage that
+# hangs later costs only what comes after it; then the CUDA tests, the smoke runs, the op
+# benchmarks, and titan's options on the same run.
 stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"'
-stage nccl 60 bin/nccl_communicator_test
-stage kernels 60 bin/cuda_kernels_test
-stage float8 60 bin/float8_cuda_test
-stage attention 60 bin/attention_cuda_test
-stage cuda_graph 60 bin/cuda_graph_test
-smoke=(--model.tokenizer_path=default_tokenizer --training.dataset_path=default_corpus/train.jsonl
-       --training.seq_len=512 --training.local_batch_size=8 --training.steps=30
-       --training.mixed_precision_param=bfloat16 --lr_scheduler.warmup_steps=5 --optimizer.lr=2e-3
-       --activation_checkpoint.mode=none)
-stage smoke 90 titan smoke "${smoke[@]}"
-# The same run replayed as CUDA graphs from step 2: summarize.py compares its losses with smoke's.
-stage smoke_cuda_graph 90 titan smoke_cuda_graph "${smoke[@]}" --compile.cuda_graph=true
 stage assets 30 python3 make_assets.py "$work"
 common=(--training.seq_len=$seq_len --training.local_batch_size=1 --training.steps=20
         --training.mixed_precision_param=bfloat16 --activation_checkpoint.mode=none
@@ -103,10 +98,24 @@ torchtitan=(python3 -m torch.distributed.run --standalone --nproc_per_node=1 tor
             --model.name=llama3 --model.flavor=8B_8L --model.hf_assets_path="$work/model"
             --training.dataset=c4_test --training.dataset_path="$work/corpus" --metrics.log_freq=1
             --optimizer.implementation=fused --job.dump_folder="$work/tt" "${common[@]}")
-stage torchtitan_eager 150 "${torchtitan[@]}"
 # torchtitan 0.2.2 compiles model and loss by default (`--compile.components model loss` is refused).
 stage torchtitan_compiled 240 "${torchtitan[@]}" --compile.enable
-stage titan_8b8l_cuda_graph 120 titan titan_8b8l_cuda_graph "${llama8b8l[@]}" --compile.cuda_graph=true
+stage torchtitan_eager 150 "${torchtitan[@]}"
+stage nccl 30 native bin/nccl_communicator_test
+stage kernels 30 native bin/cuda_kernels_test
+stage float8 30 native bin/float8_cuda_test
+stage attention 30 native bin/attention_cuda_test
+stage cuda_graph 30 native bin/cuda_graph_test
+smoke=(--model.tokenizer_path=default_tokenizer --training.dataset_path=default_corpus/train.jsonl
+       --training.seq_len=512 --training.local_batch_size=8 --training.steps=30
+       --training.mixed_precision_param=bfloat16 --lr_scheduler.warmup_steps=5 --optimizer.lr=2e-3
+       --activation_checkpoint.mode=none)
+stage smoke 90 titan smoke "${smoke[@]}"
+# The same run replayed as CUDA graphs from step 2: summarize.py compares its losses with smoke's.
+stage smoke_cuda_graph 90 titan smoke_cuda_graph "${smoke[@]}" --compile.cuda_graph=true
+stage chunked_ce 60 native bin/chunked_ce_benchmark 8192 4096 1024 cuda
+stage fused_kernels 60 native bin/fused_kernels_benchmark
+stage ops 90 python3 op_bench.py "$OUT/ops.json"
 # The head fused with the loss, 2048 tokens' logits at a time: speed and peak memory vs titan_8b8l.
 stage titan_8b8l_fused_loss 120 titan titan_8b8l_fused_loss "${llama8b8l[@]}" \
   --training.loss_chunk_size=2048
@@ -117,8 +126,6 @@ stage titan_8b8l_unfused 120 titan titan_8b8l_unfused "${llama8b8l[@]}" \
 # and its attention replay (flash on grouped heads) on the same run.
 stage titan_8b8l_selective_ac 120 titan titan_8b8l_selective_ac "${llama8b8l[@]}" \
   --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
-stage chunked_ce 60 bin/chunked_ce_benchmark 8192 4096 1024 cuda
-stage fused_kernels 60 bin/fused_kernels_benchmark
-stage ops 90 python3 op_bench.py "$OUT/ops.json"
+stage titan_8b8l_cuda_graph 120 titan titan_8b8l_cuda_graph "${llama8b8l[@]}" --compile.cuda_graph=true
 stage summary 30 python3 summarize.py "$OUT"
 cat "$OUT/summary.log"

@@ -22,8 +22,12 @@ def median(values):
 
 
 def worst_difference(reference, run):
-    """The largest per-step relative difference of `run`'s losses from `reference`'s."""
-    return max(abs(r - x) / x for x, r in zip(reference["losses"], run["losses"]))
+    """The largest per-step relative difference of `run`'s losses from `reference`'s (nan when
+    either run has a non-finite loss, which titan's metrics write as null)."""
+    pairs = list(zip(reference["losses"], run["losses"]))
+    if not pairs or any(x is None or r is None for x, r in pairs):
+        return float("nan")
+    return max(abs(r - x) / x for x, r in pairs)
 
 
 def print_ratio(label, first, second, reference, note=""):
@@ -40,7 +44,9 @@ def titan(name):
     path = os.path.join(OUT, name, "metrics.jsonl")
     if not os.path.exists(path):
         return None
-    rows = [json.loads(line) for line in open(path)]
+    rows = [json.loads(line) for line in open(path) if line.strip()]
+    if not rows:  # the run stopped before its first step's metrics
+        return None
     steady = [r for r in rows if 6 <= r["step"] <= 20]
     return {"tps": median([r["tps"] for r in steady]),
             "memory_gib": max(r["memory_gib"] for r in rows), "steps": len(rows),
