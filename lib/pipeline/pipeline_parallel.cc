@@ -254,14 +254,13 @@ absl::Status PipelineParallel::SyncTiedCopies() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<double> PipelineParallel::EvalLossSum(const Batch& batch, const HeadLoss& loss,
-                                                     std::optional<at::ScalarType> autocast) {
+absl::StatusOr<at::Tensor> PipelineParallel::EvalLossSum(const Batch& batch, const HeadLoss& loss,
+                                                         std::optional<at::ScalarType> autocast) {
   c10::NoGradGuard no_grad;
   StageRun run;
   run.loss = &loss;
   run.autocast = autocast;
-  TITAN_ASSIGN_OR_RETURN(const at::Tensor sum, eval_runner_->Run({batch}, run));
-  return FromLastStage(sum.item<double>());
+  return eval_runner_->Run({batch}, run);
 }
 
 absl::StatusOr<double> PipelineParallel::FromLastStage(double value) const {

@@ -75,9 +75,10 @@ class PipelineParallel : public ShardedState {
   // After the step's last TrainStep: data-parallel reductions of every stage, the tied copy's
   // gradient added to the embedding's.
   absl::Status FinishBackward();
-  // The loss sum of `batch` (forward only, one microbatch), known on every rank.
-  absl::StatusOr<double> EvalLossSum(const Batch& batch, const HeadLoss& loss,
-                                     std::optional<at::ScalarType> autocast);
+  // The loss sum of `batch` (forward only, one microbatch) on the last stage's ranks (zero
+  // elsewhere: FromLastStage shares it), on the device.
+  absl::StatusOr<at::Tensor> EvalLossSum(const Batch& batch, const HeadLoss& loss,
+                                         std::optional<at::ScalarType> autocast);
   // `value` as the last stage's ranks have it, on every rank of the pipeline group.
   absl::StatusOr<double> FromLastStage(double value) const;
   // ClipGradNorm's reduction for params(): over each stage's shards and tensor-parallel ranks,

@@ -32,8 +32,12 @@ std::vector<Batch> SplitBatch(const Batch& batch, int64_t parts) {
   return out;
 }
 
+at::Tensor CountedTokensOnDevice(const at::Tensor& labels) {
+  return labels.ne(kIgnoreIndex).sum();
+}
+
 int64_t CountedTokens(const at::Tensor& labels) {
-  return labels.ne(kIgnoreIndex).sum().item<int64_t>();
+  return CountedTokensOnDevice(labels).item<int64_t>();
 }
 
 at::Tensor DocumentIds(const at::Tensor& tokens, int64_t bos_id) {

@@ -48,7 +48,9 @@ LocalLabels LocalizeLabels(const at::Tensor& labels, int64_t first_id, int64_t r
 // `batch` cut along dim 0 into `parts` microbatches of equal size (every field, `extra` too).
 std::vector<Batch> SplitBatch(const Batch& batch, int64_t parts);
 
-// Tokens whose label counts (a host sync: call once per microbatch, before the step).
+// Tokens whose label counts, as an int64 scalar on the labels' device (no host sync).
+at::Tensor CountedTokensOnDevice(const at::Tensor& labels);
+// The same read to the host (a host sync: call once per microbatch, before the step).
 int64_t CountedTokens(const at::Tensor& labels);
 
 // Document ids of packed windows: a new document starts at each `bos_id` (tokens before the

@@ -359,8 +359,10 @@ absl::StatusOr<double> Trainer::Validate() {
   if (config_.model().attn_mask_type() == "block_causal") document_bos = tokenizer_->bos_id();
   // Every rank evaluates the whole set (alike): sharded ranks must run the same forwards anyway.
   c10::NoGradGuard no_grad;
-  double loss_sum = 0;
-  int64_t counted = 0;
+  // Summed on the device and read once at the end, so batches queue without waiting for each other.
+  const at::TensorOptions on_device = at::TensorOptions().device(setup_.device);
+  at::Tensor device_loss_sum = at::zeros({}, on_device.dtype(at::kDouble));
+  at::Tensor device_counted = at::zeros({}, on_device.dtype(at::kLong));
   int64_t batches = 0;
   while (v.steps() < 0 || batches < v.steps()) {
     absl::StatusOr<TokenBatch> tokens = loader.NextBatch(v.local_batch_size());
@@ -369,16 +371,21 @@ absl::StatusOr<double> Trainer::Validate() {
     TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(MakeBatch(
                                                   *tokens, setup_.device, document_bos)));
     if (model_.pipeline != nullptr) {
-      TITAN_ASSIGN_OR_RETURN(const double sum,
+      TITAN_ASSIGN_OR_RETURN(const at::Tensor sum,
                              model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));
-      loss_sum += sum;
+      device_loss_sum += sum;
     } else {
-      loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
-                                 setup_.autocast_dtype)
-                      .item<double>();
+      device_loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
+                                        setup_.autocast_dtype);
     }
-    counted += CountedTokens(batch.labels);
+    device_counted += CountedTokensOnDevice(batch.labels);
     ++batches;
+  }
+  double loss_sum = device_loss_sum.item<double>();
+  int64_t counted = device_counted.item<int64_t>();
+  // Only the last pipeline stage computed the losses.
+  if (model_.pipeline != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(loss_sum, model_.pipeline->FromLastStage(loss_sum));
   }
   if (batch_parallel().context_parallel_degree() > 1) {
     // Context-parallel ranks evaluated shares of the same sequences.
