@@ -204,6 +204,12 @@ MaskInputs KvCache::AddTokens(const at::Tensor& positions, const at::Tensor& val
 std::pair<at::Tensor, at::Tensor> KvCache::Append(int64_t layer, const at::Tensor& k,
                                                   const at::Tensor& v) {
   const int64_t end = length_ + k.size(2);
+  // The cache holds what the layers compute in, which FSDP's gathered weights (param_dtype) can
+  // make other than the dtype the cache was made with.
+  if (keys_.at(layer).scalar_type() != k.scalar_type()) {
+    keys_[layer] = keys_[layer].to(k.scalar_type());
+    values_[layer] = values_[layer].to(v.scalar_type());
+  }
   keys_.at(layer).slice(2, length_, end).copy_(k);
   values_.at(layer).slice(2, length_, end).copy_(v);
   return {keys_[layer].slice(2, 0, end), values_[layer].slice(2, 0, end)};

@@ -49,7 +49,8 @@ class KvCache {
   void Reset() { length_ = 0; }
 
   // Writes this forward's keys/values [B, H, S, D] of `layer` after the cached ones and returns
-  // all of them so far (views [B, H, length() + S, D]).
+  // all of them so far (views [B, H, length() + S, D]), in k's dtype (the layer's cache converts
+  // to it if it differs).
   std::pair<at::Tensor, at::Tensor> Append(int64_t layer, const at::Tensor& k, const at::Tensor& v);
   // Records the new tokens' positions, validity and documents ([B, S]; documents may be
   // undefined) and returns the key side of the mask over cached + new tokens. Call once per

@@ -62,6 +62,22 @@ TEST_P(DecoderTest, KvCacheDecodingMatchesFullForward) {
   EXPECT_LT((decoded - full).abs().max().item<double>(), 1e-6 * largest);
 }
 
+// A cache made for fp32 weights holds bf16 keys and values when the layers compute in bf16 (FSDP's
+// bf16 gathered weights), so attention gets one dtype.
+TEST(KvCacheTest, KeepsTheDtypeTheLayersComputeIn) {
+  KvCache cache(/*num_layers=*/1, /*batch=*/1, /*max_len=*/4, /*kv_heads=*/2, /*head_dim=*/8,
+                at::kFloat);
+  const at::Tensor first = at::randn({1, 2, 3, 8}).to(at::kBFloat16);
+  cache.Append(0, first, first * 2);
+  cache.Commit(3);
+  const at::Tensor next = at::randn({1, 2, 1, 8}).to(at::kBFloat16);
+  const auto [keys, values] = cache.Append(0, next, next * 2);
+  EXPECT_EQ(keys.scalar_type(), at::kBFloat16);
+  EXPECT_EQ(values.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(keys, at::cat({first, next}, 2)));
+  EXPECT_TRUE(at::equal(values, at::cat({first, next}, 2) * 2));
+}
+
 TEST_P(DecoderTest, LeftPaddedPromptsDecodeAsUnpaddedOnes) {
   const TransformerArgs args = TinyArgs(GetParam());
   auto model = Build(args, 1);

@@ -157,7 +157,8 @@ RewardModel::Score(const std::vector<TokenIds> &prompts,
       const at::Tensor hidden =
           trunk.FinalNorm(trunk.RunLayers(trunk.Embed(batch.tokens), context));
       const at::Tensor rows = at::arange(hidden.size(0), index.options());
-      return Linear(hidden.index({rows, index}), score_)
+      // In the score head's dtype: FSDP's bf16 gathered weights leave the trunk's output bf16.
+      return Linear(hidden.index({rows, index}).to(score_.scalar_type()), score_)
           .squeeze(-1)
           .to(at::kDouble);
     });

@@ -256,7 +256,10 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
     // Head() split in two, so the value head reads the same normalised trunk output.
     const at::Tensor hidden = decoder.FinalNorm(decoder.RunLayers(decoder.Embed(batch.tokens), context));
     if (values != nullptr) {
-      *values = Linear(hidden.slice(1, p - 1, p + t - 1), value_head_).squeeze(-1).to(at::kFloat);
+      // In the value head's fp32: FSDP's bf16 gathered weights leave the trunk's output bf16.
+      *values = Linear(hidden.slice(1, p - 1, p + t - 1).to(value_head_.scalar_type()), value_head_)
+                    .squeeze(-1)
+                    .to(at::kFloat);
     }
     return Linear(hidden, decoder.OutputWeight());
   });
