@@ -56,8 +56,9 @@ struct MemoryTimeline {
 // (communication), else inside "forward" or "backward" (activations), else other. Ranges are
 // followed through a RecordFunction callback, process-wide: the trainer runs them on one thread,
 // and on a GPU the autograd threads allocate for that thread's backward. Sizes are the bytes
-// asked for (CPU) or the caching allocator's rounded blocks (CUDA); allocator overhead and cached
-// free blocks are not counted.
+// asked for, on CUDA too (the caching allocator's trace reports requested sizes, not its rounded
+// blocks: the peak is below max_memory_allocated); allocator overhead and cached free blocks are
+// not counted.
 class MemoryTracker : public AllocationObserver {
  public:
   // On the CPU it installs TrackingAllocator (blocks allocated earlier stay unseen, so create it

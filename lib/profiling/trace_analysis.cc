@@ -177,6 +177,9 @@ absl::StatusOr<TraceAnalysis> AnalyzeTrace(const nlohmann::json& trace, const st
         !raw.contains("dur") || !raw["ts"].is_number() || !raw["dur"].is_number()) {
       continue;
     }
+    // Kineto's device-side copies of host ranges (ProfilerStep#N, forward, ...): no work of their
+    // own, and a second step marker for each step.
+    if (raw.value("cat", "") == "gpu_user_annotation") continue;
     Event event;
     event.name = raw.value("name", "");
     event.category = raw.value("cat", "");

@@ -124,6 +124,9 @@ TEST(TraceAnalysisTest, GpuTracesSplitByKernels) {
       Event("sm90_gemm", "kernel", 100, 200, 7),
       Event("ncclDevKernel_AllReduce_Sum_f32", "kernel", 250, 250, 8),
       Event("Memcpy DtoH", "gpu_memcpy", 600, 100, 7),
+      // Kineto's device-side copies of the host ranges: no second step, no work.
+      Event("ProfilerStep#1", "gpu_user_annotation", 100, 600, 7),
+      Event("forward", "gpu_user_annotation", 100, 200, 7),
   });
   absl::StatusOr<TraceAnalysis> analysis = AnalyzeTrace({{"traceEvents", events}}, "gpu.json");
   ASSERT_TRUE(analysis.ok()) << analysis.status();
@@ -139,6 +142,7 @@ TEST(TraceAnalysisTest, GpuTracesSplitByKernels) {
   EXPECT_TRUE(analysis->InStepTime(*nccl));
   EXPECT_FALSE(analysis->InStepTime(*Find(*analysis, "aten::mm")));
   EXPECT_DOUBLE_EQ(nccl->self_ms, 0.25);
+  EXPECT_EQ(Find(*analysis, "forward"), nullptr);
 }
 
 TEST(TraceAnalysisTest, FlopsOfMatrixProductsAndAttention) {
