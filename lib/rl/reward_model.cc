@@ -12,6 +12,7 @@
 #include "lib/interop/checkpoint_model.h"
 #include "lib/interop/checkpoint_reader.h"
 #include "lib/interop/load_weights.h"
+#include "lib/model/autocast.h"
 #include "lib/model/op_cache.h"
 #include "lib/util/status_macros.h"
 
@@ -96,6 +97,7 @@ RewardModel::Load(const std::string &path, const JobConfig &config,
     model->pad_id_ = hf_config["pad_token_id"].get<int64_t>();
   }
   model->device_ = setup.device;
+  model->autocast_dtype_ = setup.autocast_dtype;
   const at::TensorOptions options =
       at::TensorOptions().device(setup.device).dtype(at::kFloat);
   try {
@@ -148,6 +150,7 @@ RewardModel::Score(const std::vector<TokenIds> &prompts,
     c10::NoGradGuard no_grad;
     Decoder &trunk = *trunk_;
     const at::Tensor index = at::tensor(columns, at::kLong).to(device_);
+    const AutocastScope autocast(device_.type(), autocast_dtype_);
     const at::Tensor scores = data_parallel_->Forward([&] {
       DecoderInputs inputs;
       inputs.positions = batch.positions;

@@ -51,6 +51,7 @@ private:
   ModelInfo info_;
   std::optional<int64_t> pad_id_;
   at::Device device_{at::kCPU};
+  std::optional<at::ScalarType> autocast_dtype_;  // the policy's mixed precision (GPUs)
   std::unique_ptr<Decoder> trunk_;
   std::unique_ptr<DataParallel> data_parallel_;
   at::Tensor score_; // [1, dim], replicated

@@ -16,6 +16,7 @@
 #include "lib/checkpoint/safetensors.h"
 #include "lib/config/job_config.h"
 #include "lib/metrics/flops.h"
+#include "lib/model/autocast.h"
 #include "lib/model/op_cache.h"
 #include "lib/rl/losses.h"
 #include "lib/rl/rewards.h"
@@ -181,6 +182,8 @@ absl::StatusOr<Generation> RlTrainer::Generate(const std::vector<std::string>& p
   if (runtime_.distributed()) {
     all_stopped = [this](bool stopped) { return runtime_.AllAgree(stopped); };
   }
+  // [training] mixed_precision_param, as titan_train's forwards (set on GPUs only).
+  const AutocastScope autocast(setup_.device.type(), setup_.autocast_dtype);
   return titan::Generate(*policy_.model, *policy_.data_parallel, ids, options, all_stopped);
 }
 
@@ -247,6 +250,7 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
   const int64_t p = batch.prompt_len;
   const int64_t t = batch.response_mask.size(1);
   const double temperature = rl_.temperature() > 0 ? rl_.temperature() : 1.0;
+  const AutocastScope autocast(setup_.device.type(), setup_.autocast_dtype);
   const at::Tensor logits = model.data_parallel->Forward([&] {
     DecoderInputs inputs;
     inputs.positions = batch.positions;
