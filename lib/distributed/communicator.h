@@ -26,9 +26,10 @@ struct P2POp {
 
 // An operation in flight. Wait() returns when the operation is done (CPU tensors), or once the
 // caller's CUDA stream waits for it (CUDA tensors; the host goes on). The communicator's timeout
-// bounds the operation either way (for CUDA, c10d's watchdog enforces it); a failed Wait names the
-// collective, the group and the ranks that did not arrive. A communicator whose operation failed
-// is unusable (peers may be mid-transfer): the job should stop.
+// bounds the operation either way. On CPU a failed Wait names the collective, the group and the
+// ranks that did not arrive; on CUDA c10d's watchdog finds the timeout, dumps the flight recorder
+// and ends the process (its error handling), so Wait may never see it. A communicator whose
+// operation failed is unusable (peers may be mid-transfer): the job should stop.
 class Work {
  public:
   virtual ~Work() = default;
@@ -76,10 +77,12 @@ class Communicator {
   virtual absl::StatusOr<std::unique_ptr<Work>> Barrier() = 0;
 };
 
-// Passes every call to `inner` (not owned): wrappers override only what they change.
+// Passes every call to `inner`: wrappers override only what they change.
 class ForwardingCommunicator : public Communicator {
  public:
-  explicit ForwardingCommunicator(Communicator* inner) : inner_(inner) {}
+  explicit ForwardingCommunicator(Communicator* inner) : inner_(inner) {}  // not owned
+  explicit ForwardingCommunicator(std::unique_ptr<Communicator> inner)
+      : owned_(std::move(inner)), inner_(owned_.get()) {}
 
   const std::string& name() const override { return inner_->name(); }
   int rank() const override { return inner_->rank(); }
@@ -118,6 +121,7 @@ class ForwardingCommunicator : public Communicator {
   Communicator* inner() const { return inner_; }
 
  private:
+  std::unique_ptr<Communicator> owned_;  // null when not owned
   Communicator* inner_;
 };
 

@@ -24,15 +24,11 @@ std::vector<std::string>& Log() {
 
 class GatherRecorder : public ForwardingCommunicator {
  public:
-  explicit GatherRecorder(std::unique_ptr<Communicator> inner)
-      : ForwardingCommunicator(inner.get()), owned_(std::move(inner)) {}
+  using ForwardingCommunicator::ForwardingCommunicator;
   absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) override {
     Log().push_back("all_gather");
     return ForwardingCommunicator::AllGather(input, output);
   }
-
- private:
-  std::unique_ptr<Communicator> owned_;
 };
 
 std::unique_ptr<at::ObserverContext> RecordLinear(const at::RecordFunction& fn) {

@@ -30,15 +30,11 @@ std::vector<at::ScalarType>& TransferDtypes() {
 
 class DtypeRecorder : public ForwardingCommunicator {
  public:
-  explicit DtypeRecorder(std::unique_ptr<Communicator> inner)
-      : ForwardingCommunicator(inner.get()), owned_(std::move(inner)) {}
+  using ForwardingCommunicator::ForwardingCommunicator;
   absl::StatusOr<std::unique_ptr<Work>> BatchP2P(std::vector<P2POp> ops) override {
     for (const P2POp& op : ops) TransferDtypes().push_back(op.tensor.scalar_type());
     return ForwardingCommunicator::BatchP2P(std::move(ops));
   }
-
- private:
-  std::unique_ptr<Communicator> owned_;
 };
 
 // PP 2 x FSDP 2, 1F1B: with param_dtype bf16 every transfer is bf16 and the step trains (a finite

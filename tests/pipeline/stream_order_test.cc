@@ -63,9 +63,7 @@ class StreamWork : public Work {
 class OneStreamCommunicator : public ForwardingCommunicator {
  public:
   explicit OneStreamCommunicator(std::unique_ptr<Communicator> inner)
-      : ForwardingCommunicator(inner.get()),
-        inner_(std::move(inner)),
-        worker_([this] { Serve(); }) {}
+      : ForwardingCommunicator(std::move(inner)), worker_([this] { Serve(); }) {}
   ~OneStreamCommunicator() override {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -76,32 +74,32 @@ class OneStreamCommunicator : public ForwardingCommunicator {
   }
 
   absl::StatusOr<std::unique_ptr<Work>> AllReduce(at::Tensor tensor, ReduceOp op) override {
-    return Enqueue([=] { return inner_->AllReduce(tensor, op); });
+    return Enqueue([=] { return inner()->AllReduce(tensor, op); });
   }
   absl::StatusOr<std::unique_ptr<Work>> AllGather(at::Tensor input, at::Tensor output) override {
-    return Enqueue([=] { return inner_->AllGather(input, output); });
+    return Enqueue([=] { return inner()->AllGather(input, output); });
   }
   absl::StatusOr<std::unique_ptr<Work>> ReduceScatter(at::Tensor input, at::Tensor output,
                                                       ReduceOp op) override {
-    return Enqueue([=] { return inner_->ReduceScatter(input, output, op); });
+    return Enqueue([=] { return inner()->ReduceScatter(input, output, op); });
   }
   absl::StatusOr<std::unique_ptr<Work>> Broadcast(at::Tensor tensor, int root) override {
-    return Enqueue([=] { return inner_->Broadcast(tensor, root); });
+    return Enqueue([=] { return inner()->Broadcast(tensor, root); });
   }
   absl::StatusOr<std::unique_ptr<Work>> Send(at::Tensor tensor, int dst, int tag) override {
-    return Enqueue([=] { return inner_->Send(tensor, dst, tag); });
+    return Enqueue([=] { return inner()->Send(tensor, dst, tag); });
   }
   absl::StatusOr<std::unique_ptr<Work>> Recv(at::Tensor tensor, int src, int tag) override {
-    return Enqueue([=] { return inner_->Recv(tensor, src, tag); });
+    return Enqueue([=] { return inner()->Recv(tensor, src, tag); });
   }
   absl::StatusOr<std::unique_ptr<Work>> BatchP2P(std::vector<P2POp> ops) override {
-    return Enqueue([=] { return inner_->BatchP2P(ops); });
+    return Enqueue([=] { return inner()->BatchP2P(ops); });
   }
   absl::StatusOr<std::unique_ptr<Work>> AllToAll(at::Tensor input, at::Tensor output) override {
-    return Enqueue([=] { return inner_->AllToAll(input, output); });
+    return Enqueue([=] { return inner()->AllToAll(input, output); });
   }
   absl::StatusOr<std::unique_ptr<Work>> Barrier() override {
-    return Enqueue([=] { return inner_->Barrier(); });
+    return Enqueue([=] { return inner()->Barrier(); });
   }
 
  private:
@@ -135,7 +133,6 @@ class OneStreamCommunicator : public ForwardingCommunicator {
     }
   }
 
-  std::unique_ptr<Communicator> inner_;
   std::mutex mutex_;
   std::condition_variable queued_;
   std::deque<std::pair<Start, std::shared_ptr<Done>>> queue_;
