@@ -316,14 +316,21 @@ void Optimizer::InitState() {
 }
 
 NamedTensors Optimizer::StateDict() const {
+  std::vector<at::Tensor> steps;
+  for (const ParamState& s : state_) {
+    if (s.step.defined()) steps.push_back(s.step);
+  }
+  // Fused keeps each step on the GPU: one host read for all of them, not one per parameter.
+  const at::Tensor host_steps =
+      steps.empty() ? at::zeros({0}, at::kLong) : at::stack(steps).to(at::kCPU, at::kLong);
+  const int64_t* step_values = host_steps.data_ptr<int64_t>();
   NamedTensors out;
   for (size_t i = 0; i < params_.size(); ++i) {
     const ParamState& s = state_[i];
     if (!s.step.defined()) continue;
     out.emplace_back(params_[i].name + ".exp_avg", s.exp_avg);
     out.emplace_back(params_[i].name + ".exp_avg_sq", s.exp_avg_sq);
-    out.emplace_back(params_[i].name + ".step",
-                     at::scalar_tensor(static_cast<int64_t>(s.step.item<double>()), at::kLong));
+    out.emplace_back(params_[i].name + ".step", at::scalar_tensor(*step_values++, at::kLong));
   }
   return out;
 }
@@ -353,9 +360,12 @@ absl::Status Optimizer::LoadStateDict(const NamedTensors& state) {
                                                      c10::str(avg->second.sizes()), " expected ",
                                                      c10::str(p.tensor->sizes())));
     }
-    CreateState(i, static_cast<double>(step->second.item<int64_t>()));
+    // Into the held state: a checkpoint loaded into StateDict()'s tensors is then not copied, and
+    // the moments are never held twice.
+    if (!state_[i].step.defined()) CreateState(i, 0);
     state_[i].exp_avg.copy_(avg->second);
     state_[i].exp_avg_sq.copy_(avg_sq->second);
+    state_[i].step.fill_(static_cast<double>(step->second.item<int64_t>()));
     by_name.erase(avg);
     by_name.erase(avg_sq);
     by_name.erase(step);

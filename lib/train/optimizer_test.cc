@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "lib/profiling/tracking_allocator.h"
 
 namespace titan {
 namespace {
@@ -213,6 +214,29 @@ TEST(OptimizerTest, ParametersWithoutGradientsAreSkipped) {
   opt->InitState();
   EXPECT_EQ(opt->StateDict().size(), 9u);
   EXPECT_EQ(opt->StateTensors().size(), 9u);
+}
+
+TEST(OptimizerTest, LoadIntoHeldStateHoldsTheMomentsOnce) {
+  TrackingAllocator& allocator = TrackingAllocator::Install();
+  for (const std::string& implementation : kImplementations) {
+    at::Tensor weight = at::ones({256, 256}).set_requires_grad(true);
+    const int64_t moment_bytes = weight.numel() * 4;
+    auto opt = Optimizer::Create({{"w", &weight}}, Config(implementation)).value();
+    opt->InitState();
+    // What a resume does: the checkpoint is read into StateDict()'s tensors, then loaded.
+    NamedTensors state = opt->StateDict();
+    state[0].second.fill_(0.5);
+    state[1].second.fill_(0.25);
+    state[2].second.fill_(4);
+    const int64_t live = allocator.live();
+    allocator.ResetPeak();
+    ASSERT_TRUE(opt->LoadStateDict(state).ok()) << implementation;
+    EXPECT_LT(allocator.peak() - live, moment_bytes / 4) << implementation;
+    const NamedTensors loaded = opt->StateDict();
+    EXPECT_TRUE(loaded[0].second.eq(0.5).all().item<bool>()) << implementation;
+    EXPECT_TRUE(loaded[1].second.eq(0.25).all().item<bool>()) << implementation;
+    EXPECT_EQ(loaded[2].second.item<int64_t>(), 4) << implementation;
+  }
 }
 
 TEST(OptimizerTest, StateRoundTripContinuesBitwise) {
