@@ -154,21 +154,26 @@ const FsdpParamGroup::Param* DataParallel::ShardedParamOf(const std::string& nam
   return it->second.second;
 }
 
-absl::StatusOr<NamedTensors> DataParallel::GatherFull(const NamedTensors& local) const {
-  NamedTensors full;
-  full.reserve(local.size());
-  for (const auto& [name, tensor] : local) {
-    at::Tensor whole = tensor;
-    const FsdpParamGroup* group = nullptr;
-    if (const FsdpParamGroup::Param* param = ShardedParamOf(name, tensor, &group)) {
-      TITAN_ASSIGN_OR_RETURN(whole, group->GatherFull(*param, tensor));
-    }
-    if (const TensorParallelShard* slice = tp_ ? tp_->ShardOf(name, whole.sizes()) : nullptr) {
-      TITAN_ASSIGN_OR_RETURN(whole, tp_->GatherFull(*slice, whole));
-    }
-    full.emplace_back(name, std::move(whole));
+absl::StatusOr<at::Tensor> DataParallel::GatherWhole(const std::string& name,
+                                                     const at::Tensor& tensor) const {
+  at::Tensor whole = tensor;
+  const FsdpParamGroup* group = nullptr;
+  if (const FsdpParamGroup::Param* param = ShardedParamOf(name, tensor, &group)) {
+    TITAN_ASSIGN_OR_RETURN(whole, group->GatherFull(*param, tensor));
   }
-  return full;
+  if (const TensorParallelShard* slice = tp_ ? tp_->ShardOf(name, whole.sizes()) : nullptr) {
+    TITAN_ASSIGN_OR_RETURN(whole, tp_->GatherFull(*slice, whole));
+  }
+  return whole;
+}
+
+absl::Status DataParallel::GatherFull(const NamedTensors& local,
+                                      const WholeTensorSink& sink) const {
+  for (const auto& [name, tensor] : local) {
+    TITAN_ASSIGN_OR_RETURN(const at::Tensor whole, GatherWhole(name, tensor));
+    TITAN_RETURN_IF_ERROR(sink(name, whole));
+  }
+  return absl::OkStatus();
 }
 
 NamedTensors DataParallel::CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const {

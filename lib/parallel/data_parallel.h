@@ -77,9 +77,11 @@ class DataParallel : public ShardedState {
   SquaredNormReducer GradNormReducer(const std::vector<ParamRef>& params) const;
 
   // Checkpoint support. `local` holds parameters or optimizer state as this rank has them (a
-  // sharded parameter's state named "<param>.<state>"). The full tensors: shard-shaped entries
+  // sharded parameter's state named "<param>.<state>"). The whole tensor of one entry: shard-shaped
   // all-gathered, others as they are. A collective when sharded.
-  absl::StatusOr<NamedTensors> GatherFull(const NamedTensors& local) const override;
+  absl::StatusOr<at::Tensor> GatherWhole(const std::string& name, const at::Tensor& tensor) const;
+  // ShardedState: GatherWhole of each entry in turn, every rank's sink getting each.
+  absl::Status GatherFull(const NamedTensors& local, const WholeTensorSink& sink) const override;
   // This rank's pieces for a distributed checkpoint: a shard-shaped entry becomes a view of its
   // rows without padding (loading into it fills the shard), its box in the whole tensor (FSDP rows
   // within a tensor-parallel slice) added to `boxes`; other entries as they are.

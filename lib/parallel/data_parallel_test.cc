@@ -29,6 +29,14 @@ bool Equal(const at::Tensor& a, const at::Tensor& b) {
   return a.sizes() == b.sizes() && at::equal(a, b);
 }
 
+// A GatherFull sink that keeps every whole tensor.
+ShardedState::WholeTensorSink CollectInto(NamedTensors& kept) {
+  return [&kept](const std::string& name, const at::Tensor& whole) {
+    kept.emplace_back(name, whole);
+    return absl::OkStatus();
+  };
+}
+
 // 3 ranks: dim 0 of 5 splits 2 + 2 + 1 (one padding row), of 2 splits 1 + 1 + 0 (all padding).
 TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
   const std::vector<int> statuses = RunRanks(3, [](int rank, Communicator& comm) {
@@ -71,9 +79,10 @@ TEST(FsdpParamGroupTest, ShardsGathersAndReduceScattersWithPadding) {
     const NamedTensors local = {{"a", a.detach()},
                                 {"a.exp_avg", a.detach() * 2},
                                 {"a.step", at::scalar_tensor(3, at::kLong)}};
-    absl::StatusOr<NamedTensors> full = dp.GatherFull(local);
-    RANK_EXPECT(full.ok() && Equal((*full)[0].second, full_a) &&
-                Equal((*full)[1].second, full_a * 2) && Equal((*full)[2].second, local[2].second));
+    NamedTensors full;
+    RANK_EXPECT(dp.GatherFull(local, CollectInto(full)).ok());
+    RANK_EXPECT(full.size() == 3 && Equal(full[0].second, full_a) &&
+                Equal(full[1].second, full_a * 2) && Equal(full[2].second, local[2].second));
     TensorBoxes boxes;
     const NamedTensors pieces = dp.CheckpointPieces(local, boxes);
     RANK_EXPECT(pieces.size() == 3 && boxes.size() == 2 && boxes.count("a.step") == 0);
@@ -401,12 +410,13 @@ TEST(DataParallelTest, FsdpShardsOfTensorParallelSlicesGatherAndBoxIntoWholeTens
         dp.SetModelParallel(std::move(tp), nullptr);
         NamedTensors local;
         for (const ParamRef& p : model.NamedParameters()) local.emplace_back(p.name, *p.tensor);
-        absl::StatusOr<NamedTensors> full = dp.GatherFull(local);
-        RANK_EXPECT(full.ok() && full->size() == whole.size());
+        NamedTensors full;
+        RANK_EXPECT(dp.GatherFull(local, CollectInto(full)).ok());
+        RANK_EXPECT(full.size() == whole.size());
         TensorBoxes boxes;
         const NamedTensors pieces = dp.CheckpointPieces(local, boxes);
         for (size_t i = 0; i < whole.size(); ++i) {
-          RANK_EXPECT(Equal((*full)[i].second, whole[i].second));
+          RANK_EXPECT(Equal(full[i].second, whole[i].second));
           const TensorBox& box = boxes.at(pieces[i].first);
           RANK_EXPECT(box.global_shape == whole[i].second.sizes().vec());
           at::Tensor expected = whole[i].second;

@@ -336,32 +336,35 @@ NamedTensors PipelineParallel::CheckpointPieces(const NamedTensors& local,
   return pieces;
 }
 
-absl::StatusOr<NamedTensors> PipelineParallel::GatherFull(const NamedTensors& local) const {
-  NamedTensors full = local;
-  for (const auto& stage : stages_) {
-    TITAN_ASSIGN_OR_RETURN(full, stage->data_parallel().GatherFull(full));
-  }
+absl::Status PipelineParallel::GatherFull(const NamedTensors& local,
+                                          const WholeTensorSink& sink) const {
+  if (local.empty()) return absl::InvalidArgumentError("pipeline gather: no tensors");
   const MeshCoordinates at = dims_.CoordinatesOf(rank_);
-  // One pipeline group (the one holding rank 0) brings the stages together.
-  if (at.dp_replicate != 0 || at.dp_shard != 0 || at.cp != 0 || at.tp != 0) return full;
-  return GatherStagesAt(0, full);
+  // One pipeline group (the one holding rank 0) brings the stages together at its first rank.
+  const bool gathering = at.dp_replicate == 0 && at.dp_shard == 0 && at.cp == 0 && at.tp == 0;
+  absl::flat_hash_set<std::string> seen;
+  int tag = kGatherTag;
+  for (const auto& [name, tensor] : local) {
+    // Each stage's data-parallel wrapper gathers the names it shards and passes the others on.
+    at::Tensor whole = tensor;
+    for (const auto& stage : stages_) {
+      TITAN_ASSIGN_OR_RETURN(whole, stage->data_parallel().GatherWhole(name, whole));
+    }
+    if (gathering && pp_rank_ != 0) {
+      TITAN_RETURN_IF_ERROR(Await(pp_comm()->Send(whole.contiguous(), 0, tag++)));
+    }
+    seen.insert(name);
+    TITAN_RETURN_IF_ERROR(sink(name, whole));
+  }
+  if (!gathering || pp_rank_ != 0) return absl::OkStatus();
+  return ReceiveStages(local.front().second.options(), seen, sink);
 }
 
-absl::StatusOr<NamedTensors> PipelineParallel::GatherStagesAt(int pp_root,
-                                                              const NamedTensors& mine) const {
-  Communicator* comm = pp_comm();
-  if (pp_rank_ != pp_root) {
-    int tag = kGatherTag;
-    for (const auto& [name, tensor] : mine) {
-      TITAN_RETURN_IF_ERROR(Await(comm->Send(tensor.contiguous(), pp_root, tag++)));
-    }
-    return mine;
-  }
-  std::map<std::string, at::Tensor> by_name(mine.begin(), mine.end());
-  const at::TensorOptions options = mine.front().second.options();
+absl::Status PipelineParallel::ReceiveStages(const at::TensorOptions& options,
+                                             absl::flat_hash_set<std::string>& seen,
+                                             const WholeTensorSink& sink) const {
   const at::TensorOptions meta = at::TensorOptions().device(at::kMeta);
-  for (int p = 0; p < layout_.pp; ++p) {
-    if (p == pp_root) continue;
+  for (int p = 1; p < layout_.pp; ++p) {
     // A rank sends its stages' parameters in params() order: ascending stages, tied copy left out.
     int tag = kGatherTag;
     for (int s : layout_.StagesOfRank(p)) {
@@ -369,20 +372,18 @@ absl::StatusOr<NamedTensors> PipelineParallel::GatherStagesAt(int pp_root,
       for (const ParamRef& param : part->NamedParameters()) {
         if (args_.tie_word_embeddings && param.name == kEmbedding && s != 0) continue;
         at::Tensor tensor = at::empty(param.tensor->sizes(), options);
-        TITAN_RETURN_IF_ERROR(Await(comm->Recv(tensor, p, tag++)));
-        by_name[param.name] = tensor;
+        TITAN_RETURN_IF_ERROR(Await(pp_comm()->Recv(tensor, p, tag++)));
+        seen.insert(param.name);
+        TITAN_RETURN_IF_ERROR(sink(param.name, tensor));
       }
     }
   }
-  NamedTensors whole;
   for (const auto& [name, shape] : ParameterShapes(spec_, args_)) {
-    auto it = by_name.find(name);
-    if (it == by_name.end()) {
+    if (!seen.contains(name)) {
       return absl::InternalError(absl::StrCat("pipeline gather: no stage sent ", name));
     }
-    whole.emplace_back(name, it->second);
   }
-  return whole;
+  return absl::OkStatus();
 }
 
 }  // namespace titan

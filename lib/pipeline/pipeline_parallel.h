@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/distributed/mesh_communicators.h"
@@ -96,8 +97,8 @@ class PipelineParallel : public ShardedState {
   void InstallHooks(StepHooks& hooks);
 
   // ShardedState: each stage's data-parallel pieces; GatherFull brings the whole model to the
-  // rank whose every mesh coordinate is 0 (others get their stages').
-  absl::StatusOr<NamedTensors> GatherFull(const NamedTensors& local) const override;
+  // rank whose every mesh coordinate is 0 (others' sinks get their stages'), a tensor at a time.
+  absl::Status GatherFull(const NamedTensors& local, const WholeTensorSink& sink) const override;
   NamedTensors CheckpointPieces(const NamedTensors& local, TensorBoxes& boxes) const override;
   bool WritesPiece(const std::string& name) const override;
 
@@ -106,9 +107,11 @@ class PipelineParallel : public ShardedState {
                    const ParallelDims& dims, const MeshCommunicators* comms, int rank);
 
   absl::Status BuildStages(const PipelineOptions& options);
-  // The stages' tensors as the rank of the pipeline group at this data-parallel position hold
-  // them, by name (a collective of that group).
-  absl::StatusOr<NamedTensors> GatherStagesAt(int pp_root, const NamedTensors& mine) const;
+  // On the gathering group's first rank: the other stages' whole tensors, each received and
+  // handed to `sink` in turn; fails unless every parameter was then `seen`.
+  absl::Status ReceiveStages(const at::TensorOptions& options,
+                             absl::flat_hash_set<std::string>& seen,
+                             const WholeTensorSink& sink) const;
   Communicator* pp_comm() const;
 
   const ModelSpec& spec_;

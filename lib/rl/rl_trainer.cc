@@ -480,7 +480,12 @@ absl::Status RlTrainer::Train() {
 absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
   NamedTensors local;
   for (const ParamRef& p : policy_.params) local.emplace_back(p.name, p.tensor->detach());
-  TITAN_ASSIGN_OR_RETURN(const NamedTensors full, policy_.data_parallel->GatherFull(local));
+  NamedTensors full;
+  TITAN_RETURN_IF_ERROR(policy_.data_parallel->GatherFull(
+      local, [&](const std::string& name, const at::Tensor& whole) {
+        if (runtime_.rank() == 0) full.emplace_back(name, whole.to(at::kCPU));
+        return absl::OkStatus();
+      }));
   if (runtime_.rank() != 0) return absl::OkStatus();
   return WriteSafetensors(path, full);
 }

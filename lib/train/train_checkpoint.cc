@@ -152,12 +152,16 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   CheckpointState state;
   absl::Status exported;
   if (model_only) {
-    // A consolidated export: whole tensors, gathered and written by rank 0 in export_dtype.
-    TITAN_ASSIGN_OR_RETURN(NamedTensors full, parts_.sharded->GatherFull(ModelState()));
-    if (writer()) {
-      const at::ScalarType type = ExportType(config_.checkpoint().export_dtype());
-      for (auto& [name, tensor] : full) state.model.emplace_back(name, tensor.to(type));
-      if (config_.checkpoint().last_save_in_hf()) exported = ExportHf(train.step, state.model);
+    // A consolidated export: whole tensors, gathered and written by rank 0 in export_dtype. Each
+    // leaves the device as it arrives, so a model larger than one GPU's memory exports.
+    const at::ScalarType type = ExportType(config_.checkpoint().export_dtype());
+    TITAN_RETURN_IF_ERROR(parts_.sharded->GatherFull(
+        ModelState(), [&](const std::string& name, const at::Tensor& whole) {
+          if (writer()) state.model.emplace_back(name, whole.to(at::kCPU, type));
+          return absl::OkStatus();
+        }));
+    if (writer() && config_.checkpoint().last_save_in_hf()) {
+      exported = ExportHf(train.step, state.model);
     }
   } else {
     // Every rank writes its own shards, in parallel (CheckpointManager joins them on load).
@@ -171,9 +175,10 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   // The shape travels with the weights, so convert_checkpoint and checkpoint_inspect need no
   // flavor.
   state.extra["model"] = ModelInfoToJson(*parts_.model);
-  // A failed export skips the save; the agreement below (on every rank's single one for this
-  // save) still tells the other ranks.
-  if (async_saver_ != nullptr && exported.ok()) {
+  // The final export is written at once: nothing is left to overlap it with, and staging would
+  // hold a second host copy of the model. A failed export skips the save; the agreement below (on
+  // every rank's single one for this save) still tells the other ranks.
+  if (async_saver_ != nullptr && !model_only && exported.ok()) {
     return async_saver_->Start(train.step, state, model_only);
   }
   // CheckpointManager logs the save (path, tensors, bytes, seconds).
