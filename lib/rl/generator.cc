@@ -1,10 +1,11 @@
 #include "lib/rl/generator.h"
 
-#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,15 @@ SequenceBatch LayOutSequences(const std::vector<TokenIds>& prompts,
   return batch;
 }
 
+at::Generator SamplingGenerator(const at::Device& device, uint64_t seed) {
+  // A copy of the device's default generator, reseeded: one path for the CPU and CUDA (whose
+  // generator type needs CUDA headers), and the global generator's draws stay untouched.
+  at::Generator generator = at::globalContext().defaultGenerator(device).clone();
+  std::lock_guard<std::mutex> lock(generator.mutex());
+  generator.set_current_seed(seed);
+  return generator;
+}
+
 at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
                       at::Generator& generator, at::Tensor* logprobs) {
   const at::Tensor scores = logits.to(at::kFloat);
@@ -66,10 +76,9 @@ at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
     const at::Tensor drop = at::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
     filtered = filtered.masked_fill(drop, lowest);
   }
-  const at::Tensor probs = filtered.softmax(-1).to(at::kCPU);
-  const at::Tensor next = at::multinomial(probs, 1, /*replacement=*/false, generator)
-                              .squeeze(1)
-                              .to(logits.device());
+  // Drawn where the logits are: no [B, V] copy to the host per token.
+  const at::Tensor next =
+      at::multinomial(filtered.softmax(-1), 1, /*replacement=*/false, generator).squeeze(1);
   *logprobs = TokenLogProbs(scores.unsqueeze(1), next.unsqueeze(1), temperature).squeeze(1);
   return next;
 }
@@ -91,7 +100,7 @@ absl::StatusOr<Generation> Generate(
         " new ones exceed the model's RoPE range of ", args.max_seq_len, " positions"));
   }
   c10::NoGradGuard no_grad;
-  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(options.seed);
+  at::Generator generator = SamplingGenerator(device, options.seed);
   const auto float_options = model.OutputWeight().options().dtype(at::kFloat);
   KvCache cache(static_cast<int64_t>(model.layer_ids().size()), rows, p + options.max_new_tokens,
                 args.kv_heads(), args.head_size(), model.OutputWeight().options());

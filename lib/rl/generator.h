@@ -51,7 +51,11 @@ struct Generation {
   int64_t decode_steps = 0;           // forwards after the prompt's
 };
 
-// One next token per row of `logits` [B, V] and its log-probability (out), as `options` say.
+// The generator sampling draws from on `device`: its own, seeded with `seed`.
+at::Generator SamplingGenerator(const at::Device& device, uint64_t seed);
+
+// One next token per row of `logits` [B, V] and its log-probability (out), as `options` say;
+// drawn on the logits' device, from `generator` (of that device).
 at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
                       at::Generator& generator, at::Tensor* logprobs);
 

@@ -1,5 +1,7 @@
 #include "lib/rl/generator.h"
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "gtest/gtest.h"
 #include "lib/model/autocast.h"
 
@@ -31,6 +33,58 @@ TEST(GenerateTest, RunsUnderBf16Autocast) {
   ASSERT_EQ(out->responses.size(), 2u);
   EXPECT_EQ(out->responses[0].size(), 4u);
   EXPECT_TRUE(out->logprobs.isfinite().all().item<bool>());
+}
+
+// Sampling follows softmax(logits / temperature): 4,000 rows with the same 4 logits draw each
+// token at its probability (a binomial standard deviation is under 0.008; bound 0.03), and each
+// draw's log-probability is log_softmax's.
+TEST(SampleNextTest, DrawsTokensAtTheirProbabilities) {
+  const at::Tensor row = at::tensor({2.0, 1.0, 0.0, -1.0}, at::kFloat);
+  const at::Tensor logits = row.expand({4000, 4}).contiguous();
+  SamplingOptions options;
+  options.temperature = 0.7;
+  at::Generator generator = SamplingGenerator(at::kCPU, 3);
+  at::Tensor logprobs;
+  const at::Tensor next = SampleNext(logits, options, generator, &logprobs);
+  const at::Tensor expected = (row / 0.7).softmax(-1);
+  const at::Tensor frequency = at::bincount(next, {}, 4).to(at::kFloat) / 4000;
+  EXPECT_LT((frequency - expected).abs().max().item<double>(), 0.03);
+  EXPECT_TRUE(at::allclose(logprobs, expected.log().index_select(0, next), 1e-5, 1e-6));
+}
+
+// top_k keeps the k likeliest tokens, top_p the fewest whose probability reaches p.
+TEST(SampleNextTest, TopKAndTopPKeepOnlyTheirTokens) {
+  at::manual_seed(0);
+  const at::Tensor logits = at::randn({64, 32});
+  const at::Tensor top3 = std::get<1>(logits.topk(3, -1));
+  SamplingOptions options;
+  options.top_k = 3;
+  at::Generator generator = SamplingGenerator(at::kCPU, 1);
+  at::Tensor logprobs;
+  at::Tensor next = SampleNext(logits, options, generator, &logprobs);
+  EXPECT_TRUE(top3.eq(next.unsqueeze(1)).any(1).all().item<bool>());
+  options.top_k = 0;
+  options.top_p = 1e-6;  // the first token alone reaches it
+  next = SampleNext(logits, options, generator, &logprobs);
+  EXPECT_TRUE(next.equal(logits.argmax(-1)));
+}
+
+// Each generation draws from its own seeded generator: the same seed gives the same tokens
+// whatever the global generator did in between; another seed gives others.
+TEST(SampleNextTest, SeededDrawsIgnoreTheGlobalGenerator) {
+  const at::Tensor logits = at::zeros({16, 50});
+  SamplingOptions options;
+  at::Tensor logprobs;
+  at::Generator first = SamplingGenerator(at::kCPU, 5);
+  const at::Tensor a = SampleNext(logits, options, first, &logprobs);
+  at::rand({100});
+  at::Generator second = SamplingGenerator(at::kCPU, 5);
+  EXPECT_TRUE(SampleNext(logits, options, second, &logprobs).equal(a));
+  // On the CPU, as torch.Generator().manual_seed(5) draws (what titan_rl drew before).
+  at::Generator fresh = at::make_generator<at::CPUGeneratorImpl>(5);
+  EXPECT_TRUE(SampleNext(logits, options, fresh, &logprobs).equal(a));
+  at::Generator other = SamplingGenerator(at::kCPU, 6);
+  EXPECT_FALSE(SampleNext(logits, options, other, &logprobs).equal(a));
 }
 
 }  // namespace
