@@ -1,27 +1,45 @@
 #include "lib/checkpoint/async_checkpoint_saver.h"
 
+#include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 
 namespace titan {
-namespace {
 
-// A CPU copy that later training steps cannot change.
-absl::StatusOr<NamedTensors> Stage(const NamedTensors& tensors) {
+absl::StatusOr<NamedTensors> AsyncCheckpointSaver::Stage(const NamedTensors& tensors,
+                                                         std::optional<c10::Device>& queued_on) {
   c10::NoGradGuard no_grad;
   NamedTensors staged;
   staged.reserve(tensors.size());
   try {
     for (const auto& [name, tensor] : tensors) {
-      staged.emplace_back(name, tensor.detach().to(at::kCPU, /*non_blocking=*/false,
-                                                   /*copy=*/true));
+      if (staging_ == CheckpointStaging::kCopyPerSave) {
+        // A copy that later training steps cannot change.
+        staged.emplace_back(name, tensor.detach().to(at::kCPU, /*non_blocking=*/false,
+                                                     /*copy=*/true));
+        continue;
+      }
+      at::Tensor& buffer = buffers_[name];
+      if (!buffer.defined() || !buffer.sizes().equals(tensor.sizes()) ||
+          buffer.scalar_type() != tensor.scalar_type()) {
+        buffer = at::empty(tensor.sizes(),
+                           tensor.options().device(at::kCPU).pinned_memory(tensor.is_cuda()));
+      }
+      // From pinned memory a GPU copy is queued on the current stream, after the step that
+      // produced the values and before the next one changes them.
+      buffer.copy_(tensor.detach(), /*non_blocking=*/tensor.is_cuda());
+      if (tensor.is_cuda()) queued_on = tensor.device();
+      staged.emplace_back(name, buffer);
     }
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(
@@ -29,8 +47,6 @@ absl::StatusOr<NamedTensors> Stage(const NamedTensors& tensors) {
   }
   return staged;
 }
-
-}  // namespace
 
 AsyncCheckpointSaver::~AsyncCheckpointSaver() { Wait().IgnoreError(); }
 
@@ -41,21 +57,29 @@ absl::Status AsyncCheckpointSaver::Start(int64_t step, const CheckpointState& st
         absl::StrCat("checkpoint step ", step, ": the previous save is still in flight"));
   }
   CheckpointState staged;
-  absl::StatusOr<NamedTensors> model = Stage(state.model);
+  std::optional<c10::Device> queued_on;
+  absl::StatusOr<NamedTensors> model = Stage(state.model, queued_on);
   if (!model.ok()) return model.status();
   staged.model = *std::move(model);
   if (!model_only) {
-    absl::StatusOr<NamedTensors> optimizer = Stage(state.optimizer);
+    absl::StatusOr<NamedTensors> optimizer = Stage(state.optimizer, queued_on);
     if (!optimizer.ok()) return optimizer.status();
     staged.optimizer = *std::move(optimizer);
   }
   staged.extra = state.extra;
   staged.boxes = state.boxes;
-  thread_ = std::thread([this, step, model_only, staged = std::move(staged)] {
+  // Marks the end of the queued copies; the thread waits for it, not the training loop.
+  std::shared_ptr<c10::Event> copied;
+  if (queued_on) {
+    copied = std::make_shared<c10::Event>(queued_on->type());
+    copied->record(c10::impl::VirtualGuardImpl(queued_on->type()).getStream(*queued_on));
+  }
+  thread_ = std::thread([this, step, model_only, copied, staged = std::move(staged)] {
     // Nice 10: the write mostly takes cycles the training threads leave (a preempted training
     // thread stalls a whole parallel region at its barrier) yet still ends within a few steps;
     // SCHED_IDLE or nice 19 starved it for 5+ s on a busy 2-core machine.
     ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
+    if (copied) copied->synchronize();
     result_ = manager_->Save(step, staged, model_only);
   });
   return absl::OkStatus();

@@ -1,23 +1,40 @@
 #ifndef TITAN_LIB_CHECKPOINT_ASYNC_CHECKPOINT_SAVER_H_
 #define TITAN_LIB_CHECKPOINT_ASYNC_CHECKPOINT_SAVER_H_
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 
 namespace titan {
 
+// How Start() copies the state to the host.
+enum class CheckpointStaging {
+  // A fresh copy per save, freed when it is written; a GPU tensor's copy waits for the device.
+  kCopyPerSave,
+  // Host buffers kept from one save to the next (pinned for GPU tensors): the copies from the GPU
+  // are queued without waiting and the writer thread waits for them once. Costs host memory for
+  // the whole run (torchtitan's async_with_pinned_mem).
+  kReusedPinnedBuffers,
+};
+
 // Saves checkpoints on a background thread so training continues while files are written: Start()
 // stages a CPU copy of the state and returns; the write (and rank 0's commit) runs on the thread.
-// Extra memory: one copy of what this rank saves, held until that save finishes. One save at a
-// time; Wait() returns its outcome. The writes are paced (`write_duty_cycle`, see
-// CheckpointManager::set_write_duty_cycle) so that no single training step absorbs the whole write.
+// Extra memory: one copy of what this rank saves, held until that save finishes (or for the run,
+// with reused buffers). One save at a time; Wait() returns its outcome. The writes are paced
+// (`write_duty_cycle`, see CheckpointManager::set_write_duty_cycle) so that no single training
+// step absorbs the whole write.
 class AsyncCheckpointSaver {
  public:
-  explicit AsyncCheckpointSaver(CheckpointManager* manager, double write_duty_cycle = 0.25)
-      : manager_(manager) {
+  explicit AsyncCheckpointSaver(CheckpointManager* manager, double write_duty_cycle = 0.25,
+                                CheckpointStaging staging = CheckpointStaging::kCopyPerSave)
+      : manager_(manager), staging_(staging) {
     manager_->set_write_duty_cycle(write_duty_cycle);
   }
   ~AsyncCheckpointSaver();  // Waits for a save in flight.
@@ -29,7 +46,15 @@ class AsyncCheckpointSaver {
   bool in_flight() const { return thread_.joinable(); }
 
  private:
+  // The host copy of `tensors` a save writes; `queued_on` gets the GPU of copies queued there
+  // without waiting.
+  absl::StatusOr<NamedTensors> Stage(const NamedTensors& tensors,
+                                     std::optional<c10::Device>& queued_on);
+
   CheckpointManager* manager_;
+  const CheckpointStaging staging_;
+  // kReusedPinnedBuffers: the host buffer of each saved tensor, by name.
+  absl::flat_hash_map<std::string, at::Tensor> buffers_;
   std::thread thread_;
   absl::Status result_;
 };

@@ -5,6 +5,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/test_dir.h"
+#include "lib/profiling/tracking_allocator.h"
 
 namespace titan {
 namespace {
@@ -15,9 +16,11 @@ using ::testing::HasSubstr;
 // A fresh directory per test.
 std::string TestRoot() { return TestDir("root"); }
 
-TEST(AsyncCheckpointSaverTest, SavesTheValuesOfStartWhileTheCallerChangesThem) {
+class AsyncCheckpointSaverTest : public ::testing::TestWithParam<CheckpointStaging> {};
+
+TEST_P(AsyncCheckpointSaverTest, SavesTheValuesOfStartWhileTheCallerChangesThem) {
   CheckpointManager manager(TestRoot(), 0);
-  AsyncCheckpointSaver saver(&manager);
+  AsyncCheckpointSaver saver(&manager, 0.25, GetParam());
   CheckpointState state;
   state.model = {{"w", at::randn({256, 256})}};
   state.optimizer = {{"w.exp_avg", at::randn({256, 256})}};
@@ -45,15 +48,48 @@ TEST(AsyncCheckpointSaverTest, SavesTheValuesOfStartWhileTheCallerChangesThem) {
   EXPECT_TRUE(saver.Wait().ok());  // Nothing in flight.
 }
 
-TEST(AsyncCheckpointSaverTest, WaitReturnsTheFailure) {
+// Reused buffers: a later save copies into the first one's host memory (no new allocation) and
+// still writes its own values; a fresh copy per save allocates one each time.
+TEST_P(AsyncCheckpointSaverTest, ReusedBuffersAllocateOnlyForTheFirstSave) {
+  TrackingAllocator& allocator = TrackingAllocator::Install();
   CheckpointManager manager(TestRoot(), 0);
-  AsyncCheckpointSaver saver(&manager);
+  AsyncCheckpointSaver saver(&manager, 0.25, GetParam());
+  CheckpointState state;
+  state.model = {{"w", at::zeros({256, 256})}};
+  const int64_t bytes = 256 * 256 * 4;
+  for (int64_t step = 1; step <= 3; ++step) {
+    state.model[0].second.fill_(static_cast<double>(step));
+    const int64_t live = allocator.live();
+    allocator.ResetPeak();
+    ASSERT_TRUE(saver.Start(step, state, /*model_only=*/false).ok());
+    const int64_t staged = allocator.peak() - live;
+    ASSERT_TRUE(saver.Wait().ok());
+    if (GetParam() == CheckpointStaging::kCopyPerSave || step == 1) {
+      EXPECT_GE(staged, bytes) << "step " << step;
+    } else {
+      EXPECT_LT(staged, bytes / 4) << "step " << step;
+    }
+  }
+  for (int64_t step = 1; step <= 3; ++step) {
+    absl::StatusOr<CheckpointState> loaded = manager.Load(step);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_TRUE(loaded->model[0].second.eq(static_cast<double>(step)).all().item<bool>());
+  }
+}
+
+TEST_P(AsyncCheckpointSaverTest, WaitReturnsTheFailure) {
+  CheckpointManager manager(TestRoot(), 0);
+  AsyncCheckpointSaver saver(&manager, 0.25, GetParam());
   CheckpointState state;
   state.model = {{"w", at::ones({2})}, {"w", at::ones({2})}};
   ASSERT_TRUE(saver.Start(1, state, true).ok());
   EXPECT_THAT(saver.Wait().message(), HasSubstr("duplicate name"));
   EXPECT_TRUE(manager.ListSteps()->empty());
 }
+
+INSTANTIATE_TEST_SUITE_P(Staging, AsyncCheckpointSaverTest,
+                         ::testing::Values(CheckpointStaging::kCopyPerSave,
+                                           CheckpointStaging::kReusedPinnedBuffers));
 
 }  // namespace
 }  // namespace titan

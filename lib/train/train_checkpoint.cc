@@ -53,8 +53,12 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& config, const DistributedR
       manager_(std::move(manager)),
       parts_(parts),
       excluded_(std::move(excluded)) {
-  if (config.checkpoint().async_mode() == "async") {
-    async_saver_ = std::make_unique<AsyncCheckpointSaver>(manager_.get());
+  const std::string& async_mode = config.checkpoint().async_mode();
+  if (async_mode != "disabled") {
+    async_saver_ = std::make_unique<AsyncCheckpointSaver>(
+        manager_.get(), /*write_duty_cycle=*/0.25,
+        async_mode == "async_with_pinned_mem" ? CheckpointStaging::kReusedPinnedBuffers
+                                              : CheckpointStaging::kCopyPerSave);
   }
 }
 
