@@ -1,6 +1,7 @@
 #include "lib/pipeline/schedule_runner.h"
 
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 
 #include <cmath>
 #include <limits>
@@ -56,6 +57,13 @@ std::optional<int> DestinationOf(const PipelineAction& action, int num_stages) {
 constexpr int kTransferTag = 0;
 
 double Seconds(absl::Time since) { return absl::ToDoubleSeconds(absl::Now() - since); }
+
+// A timed event at this point of `device`'s current stream.
+c10::Event RecordTimedEvent(const c10::Device& device) {
+  c10::Event event(device.type(), c10::EventFlag::BACKEND_DEFAULT);  // with timing
+  event.record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
+  return event;
+}
 
 }  // namespace
 
@@ -122,7 +130,20 @@ absl::StatusOr<std::unique_ptr<ScheduleRunner>> ScheduleRunner::Create(
                          sequence_shards, activation_dtype, std::move(plan)));
 }
 
-ScheduleRunner::Times ScheduleRunner::TakeTimes() { return std::exchange(times_, Times()); }
+void ScheduleRunner::FoldDeviceSpans(bool wait) {
+  if (wait && !device_spans_.empty()) device_spans_.back().end.synchronize();
+  while (!device_spans_.empty() && device_spans_.front().end.query()) {
+    const DeviceSpan& span = device_spans_.front();
+    const double seconds = span.start.elapsedTime(span.end) / 1e3;
+    (span.waiting ? times_.waiting_seconds : times_.total_seconds) += seconds;
+    device_spans_.pop_front();
+  }
+}
+
+ScheduleRunner::Times ScheduleRunner::TakeTimes() {
+  FoldDeviceSpans(/*wait=*/true);
+  return std::exchange(times_, Times());
+}
 
 absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microbatches,
                                                const StageRun& run) {
@@ -132,9 +153,12 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microba
     return absl::InternalError(absl::StrCat("pipeline runner: ", count,
                                             " microbatches for a schedule of ", microbatches_));
   }
+  const c10::Device device = microbatches.front().tokens.device();
+  const bool device_timed = device.is_cuda();
+  std::optional<c10::Event> device_start;
+  if (device_timed) device_start = RecordTimedEvent(device);
   const int num_stages = layout_.num_stages();
-  const at::TensorOptions options =
-      at::TensorOptions().dtype(at::kFloat).device(microbatches.front().tokens.device());
+  const at::TensorOptions options = at::TensorOptions().dtype(at::kFloat).device(device);
   const at::TensorOptions activation_options = options.dtype(activation_dtype_);
   struct Incoming {
     at::Tensor tensor;
@@ -148,8 +172,14 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microba
   double waiting = 0;
   auto wait_round = [&](size_t round) -> absl::Status {
     const absl::Time wait_start = absl::Now();
+    std::optional<c10::Event> before;
+    if (device_timed) before = RecordTimedEvent(device);
     const absl::Status status = works[round]->Wait();
-    waiting += Seconds(wait_start);
+    if (device_timed) {
+      device_spans_.push_back({*std::move(before), RecordTimedEvent(device), /*waiting=*/true});
+    } else {
+      waiting += Seconds(wait_start);
+    }
     in_flight[round].clear();
     return status;
   };
@@ -252,8 +282,14 @@ absl::StatusOr<at::Tensor> ScheduleRunner::Run(const std::vector<Batch>& microba
   }
   TITAN_RETURN_IF_ERROR(start_rounds(std::numeric_limits<int>::max()));
   for (size_t round = 0; round < works.size(); ++round) TITAN_RETURN_IF_ERROR(wait_round(round));
-  times_.total_seconds += Seconds(start);
-  times_.waiting_seconds += waiting;
+  if (device_timed) {
+    device_spans_.push_back(
+        {*std::move(device_start), RecordTimedEvent(device), /*waiting=*/false});
+    FoldDeviceSpans(/*wait=*/false);
+  } else {
+    times_.total_seconds += Seconds(start);
+    times_.waiting_seconds += waiting;
+  }
   return loss_sum;
 }
 

@@ -2,8 +2,10 @@
 #define TITAN_LIB_PIPELINE_SCHEDULE_RUNNER_H_
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <vector>
@@ -75,7 +77,9 @@ class ScheduleRunner {
   // the last stage's microbatch losses (an fp32 scalar; zero on ranks without the last stage).
   absl::StatusOr<at::Tensor> Run(const std::vector<Batch>& microbatches, const StageRun& run);
 
-  // Wall time in Run, and the part of it spent waiting for other ranks, since the last call.
+  // Time in Run, and the part of it spent waiting for other ranks, since the last call. On a GPU
+  // that is the stream's time (from timed events: the host only queues the work, and a receive
+  // makes the stream wait, not the host), read once the device has done it; else the host's.
   struct Times {
     double total_seconds = 0;
     double waiting_seconds = 0;
@@ -95,8 +99,18 @@ class ScheduleRunner {
   int64_t sequence_shards_;
   at::ScalarType activation_dtype_;
   int rank_;
+  // A stretch of the GPU stream's work between two timed events, not read yet.
+  struct DeviceSpan {
+    c10::Event start;
+    c10::Event end;
+    bool waiting;  // a wait for other ranks; else a whole Run
+  };
+  // Adds the spans the device has finished to times_ (all of them, waiting, with `wait`).
+  void FoldDeviceSpans(bool wait);
+
   PipelineRoundPlan plan_;
   Times times_;
+  std::deque<DeviceSpan> device_spans_;  // in the stream's order
 };
 
 }  // namespace titan
