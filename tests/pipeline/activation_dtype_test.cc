@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
-#include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,9 +14,9 @@
 #include "gtest/gtest.h"
 #include "lib/parallel/fork_ranks.h"
 #include "lib/pipeline/pipeline_parallel.h"
-#include "lib/registry/model_spec.h"
 #include "lib/train/head_loss.h"
 #include "lib/train/loss.h"
+#include "tests/pipeline/debug_pipeline.h"
 
 namespace titan {
 namespace {
@@ -47,38 +46,30 @@ TEST(PipelineActivationDtypeTest, StagesPassTheResidualStreamsDtype) {
     const std::vector<int> statuses = RunMeshRanks(
         dims,
         [&](int rank, const MeshCommunicators& comms) -> int {
-          absl::StatusOr<const ModelSpec*> spec = FindModel("llama3");
-          RANK_EXPECT(spec.ok());
-          absl::StatusOr<TransformerArgs> args = (*spec)->Flavor("debugmodel");
-          RANK_EXPECT(args.ok());
-          args->vocab_size = 512;
           PipelineOptions options;
           options.split.schedule = "1F1B";
           options.split.pp = 2;
           options.microbatches = 2;
-          options.param_options = at::TensorOptions().dtype(at::kFloat);
           if (mixed) options.parallelize.fsdp_mixed_precision = {at::kBFloat16, at::kFloat};
-          at::manual_seed(7);
-          absl::StatusOr<std::unique_ptr<PipelineParallel>> pipeline =
-              PipelineParallel::Create(**spec, *args, options, dims, &comms, rank);
-          if (!pipeline.ok()) std::fprintf(stderr, "%s\n", pipeline.status().ToString().c_str());
-          RANK_EXPECT(pipeline.ok());
+          absl::StatusOr<DebugPipeline> debug =
+              MakeDebugPipeline("llama3", options, dims, comms, rank);
+          RANK_EXPECT(debug.ok());
           at::manual_seed(11);
           Batch batch;
           batch.tokens = at::randint(512, {2, 32}, at::kLong);
           batch.labels = at::randint(512, {2, 32}, at::kLong);
           TransferDtypes().clear();
           // Under autocast too, as the trainer runs mixed precision.
-          absl::StatusOr<at::Tensor> sum = (*pipeline)->TrainStep(
+          absl::StatusOr<at::Tensor> sum = debug->pipeline->TrainStep(
               batch, HeadLoss{CrossEntropySum(), nullptr}, 64.0,
               mixed ? std::optional<at::ScalarType>(at::kBFloat16) : std::nullopt);
           RANK_EXPECT(sum.ok());
-          RANK_EXPECT((*pipeline)->FinishBackward().ok());
+          RANK_EXPECT(debug->pipeline->FinishBackward().ok());
           RANK_EXPECT(std::isfinite(sum->item<double>()));
           // 2 microbatches: each stage sends and receives 2 tensors (activations or gradients).
           RANK_EXPECT(TransferDtypes().size() == 4);
           for (at::ScalarType dtype : TransferDtypes()) RANK_EXPECT(dtype == expected);
-          for (const ParamRef& param : (*pipeline)->params()) {
+          for (const ParamRef& param : debug->pipeline->params()) {
             RANK_EXPECT(param.tensor->grad().defined());
           }
           return 0;

@@ -16,6 +16,7 @@
 #include "lib/pipeline/pipeline_parallel.h"
 #include "lib/profiling/tracking_allocator.h"
 #include "lib/registry/model_spec.h"
+#include "tests/pipeline/debug_pipeline.h"
 
 namespace titan {
 namespace {
@@ -25,23 +26,17 @@ TEST(PipelineExportGatherTest, HoldsOneWholeTensorAtATime) {
   const std::vector<int> statuses =
       RunMeshRanks(dims, [&](int rank, const MeshCommunicators& comms) -> int {
         TrackingAllocator& allocator = TrackingAllocator::Install();
-        absl::StatusOr<const ModelSpec*> spec = FindModel("llama3");
-        RANK_EXPECT(spec.ok());
-        absl::StatusOr<TransformerArgs> args = (*spec)->Flavor("debugmodel");
-        RANK_EXPECT(args.ok());
-        args->vocab_size = 512;
         PipelineOptions options;
         options.split.schedule = "1F1B";
         options.split.pp = 2;
         options.microbatches = 2;
-        options.param_options = at::TensorOptions().dtype(at::kFloat);
-        absl::StatusOr<std::unique_ptr<PipelineParallel>> pipeline =
-            PipelineParallel::Create(**spec, *args, options, dims, &comms, rank);
-        if (!pipeline.ok()) std::fprintf(stderr, "%s\n", pipeline.status().ToString().c_str());
-        RANK_EXPECT(pipeline.ok());
+        absl::StatusOr<DebugPipeline> debug =
+            MakeDebugPipeline("llama3", options, dims, comms, rank);
+        RANK_EXPECT(debug.ok());
+        PipelineParallel& pipeline = *debug->pipeline;
 
         const std::map<std::string, std::vector<int64_t>> shapes = [&] {
-          auto list = ParameterShapes(**spec, *args);
+          auto list = ParameterShapes(*debug->spec, debug->args);
           return std::map<std::string, std::vector<int64_t>>(list.begin(), list.end());
         }();
         int64_t largest = 0;
@@ -50,7 +45,7 @@ TEST(PipelineExportGatherTest, HoldsOneWholeTensorAtATime) {
         }
         NamedTensors local;
         int64_t stage_bytes = 0;
-        for (const ParamRef& p : (*pipeline)->params()) {
+        for (const ParamRef& p : pipeline.params()) {
           local.emplace_back(p.name, p.tensor->detach());
           stage_bytes += at::empty(shapes.at(p.name), at::kMeta).numel() * 4;
         }
@@ -64,7 +59,7 @@ TEST(PipelineExportGatherTest, HoldsOneWholeTensorAtATime) {
         int64_t live = allocator.live();
         allocator.ResetPeak();
         absl::Status gathered =
-            (*pipeline)->GatherFull(local, [&](const std::string& name, const at::Tensor& whole) {
+            pipeline.GatherFull(local, [&](const std::string& name, const at::Tensor& whole) {
               seen[name] = whole.sizes().vec();
               return absl::OkStatus();
             });
@@ -88,7 +83,7 @@ TEST(PipelineExportGatherTest, HoldsOneWholeTensorAtATime) {
         live = allocator.live();
         allocator.ResetPeak();
         gathered =
-            (*pipeline)->GatherFull(local, [&](const std::string& name, const at::Tensor& whole) {
+            pipeline.GatherFull(local, [&](const std::string& name, const at::Tensor& whole) {
               kept.emplace_back(name, whole.clone());
               return absl::OkStatus();
             });

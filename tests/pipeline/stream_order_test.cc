@@ -27,9 +27,9 @@
 #include "lib/parallel/fork_ranks.h"
 #include "lib/pipeline/pipeline_parallel.h"
 #include "lib/profiling/host_read_counter.h"
-#include "lib/registry/model_spec.h"
 #include "lib/train/head_loss.h"
 #include "lib/train/loss.h"
+#include "tests/pipeline/debug_pipeline.h"
 
 namespace titan {
 namespace {
@@ -161,21 +161,12 @@ void RunStep(const std::string& run, const std::string& model, const std::string
   const std::vector<int> statuses = RunMeshRanks(
       dims,
       [&](int rank, const MeshCommunicators& comms) -> int {
-        absl::StatusOr<const ModelSpec*> spec = FindModel(model);
-        RANK_EXPECT(spec.ok());
-        absl::StatusOr<TransformerArgs> args = (*spec)->Flavor("debugmodel");
-        RANK_EXPECT(args.ok());
-        args->vocab_size = 512;
         PipelineOptions options;
         options.split.schedule = schedule;
         options.split.pp = pp;
         options.microbatches = 2 * pp;
-        options.param_options = at::TensorOptions().dtype(at::kFloat);
-        at::manual_seed(7);
-        absl::StatusOr<std::unique_ptr<PipelineParallel>> pipeline =
-            PipelineParallel::Create(**spec, *args, options, dims, &comms, rank);
-        if (!pipeline.ok()) std::fprintf(stderr, "%s\n", pipeline.status().ToString().c_str());
-        RANK_EXPECT(pipeline.ok());
+        absl::StatusOr<DebugPipeline> debug = MakeDebugPipeline(model, options, dims, comms, rank);
+        RANK_EXPECT(debug.ok());
         at::manual_seed(11);
         Batch batch;
         batch.tokens = at::randint(512, {options.microbatches, 32}, at::kLong);
@@ -186,8 +177,8 @@ void RunStep(const std::string& run, const std::string& model, const std::string
         int host_reads = 0;
         {
           const HostReadCounter counter;
-          sum = (*pipeline)->TrainStep(batch, loss, 1000.0, std::nullopt);
-          if (sum.ok()) finished = (*pipeline)->FinishBackward();
+          sum = debug->pipeline->TrainStep(batch, loss, 1000.0, std::nullopt);
+          if (sum.ok()) finished = debug->pipeline->FinishBackward();
           host_reads = counter.reads();
         }
         if (!sum.ok()) std::fprintf(stderr, "%s\n", sum.status().ToString().c_str());
@@ -197,7 +188,7 @@ void RunStep(const std::string& run, const std::string& model, const std::string
         std::ofstream out(OutPath(run, rank));
         out.precision(17);
         out << sum->item<double>();
-        for (const ParamRef& param : (*pipeline)->params()) {
+        for (const ParamRef& param : debug->pipeline->params()) {
           RANK_EXPECT(param.tensor->grad().defined());
           out << " " << param.tensor->grad().sum().item<double>();
         }
