@@ -17,35 +17,35 @@
 namespace titan {
 
 absl::StatusOr<NamedTensors> AsyncCheckpointSaver::Stage(const NamedTensors& tensors,
+                                                         PinnedHostArena& arena,
                                                          std::optional<c10::Device>& queued_on) {
   c10::NoGradGuard no_grad;
-  NamedTensors staged;
-  staged.reserve(tensors.size());
   try {
-    for (const auto& [name, tensor] : tensors) {
-      if (staging_ == CheckpointStaging::kCopyPerSave) {
-        // A copy that later training steps cannot change.
+    if (staging_ == CheckpointStaging::kCopyPerSave) {
+      NamedTensors staged;
+      staged.reserve(tensors.size());
+      // Copies that later training steps cannot change.
+      for (const auto& [name, tensor] : tensors) {
         staged.emplace_back(name, tensor.detach().to(at::kCPU, /*non_blocking=*/false,
                                                      /*copy=*/true));
-        continue;
       }
-      at::Tensor& buffer = buffers_[name];
-      if (!buffer.defined() || !buffer.sizes().equals(tensor.sizes()) ||
-          buffer.scalar_type() != tensor.scalar_type()) {
-        buffer = at::empty(tensor.sizes(),
-                           tensor.options().device(at::kCPU).pinned_memory(tensor.is_cuda()));
-      }
-      // From pinned memory a GPU copy is queued on the current stream, after the step that
-      // produced the values and before the next one changes them.
-      buffer.copy_(tensor.detach(), /*non_blocking=*/tensor.is_cuda());
-      if (tensor.is_cuda()) queued_on = tensor.device();
-      staged.emplace_back(name, buffer);
+      return staged;
     }
+    absl::StatusOr<NamedTensors> staged = arena.Views(tensors);
+    if (!staged.ok()) return staged.status();
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const at::Tensor& tensor = tensors[i].second;
+      // Into pinned memory a GPU copy is queued on the current stream, after the step that
+      // produced the values and before the next one changes them.
+      const bool queued = tensor.is_cuda() && arena.pinned();
+      (*staged)[i].second.copy_(tensor.detach(), /*non_blocking=*/queued);
+      if (queued) queued_on = tensor.device();
+    }
+    return staged;
   } catch (const c10::Error& e) {
     return absl::ResourceExhaustedError(
         absl::StrCat("staging a checkpoint copy: ", e.what_without_backtrace()));
   }
-  return staged;
 }
 
 AsyncCheckpointSaver::~AsyncCheckpointSaver() { Wait().IgnoreError(); }
@@ -58,11 +58,11 @@ absl::Status AsyncCheckpointSaver::Start(int64_t step, const CheckpointState& st
   }
   CheckpointState staged;
   std::optional<c10::Device> queued_on;
-  absl::StatusOr<NamedTensors> model = Stage(state.model, queued_on);
+  absl::StatusOr<NamedTensors> model = Stage(state.model, model_arena_, queued_on);
   if (!model.ok()) return model.status();
   staged.model = *std::move(model);
   if (!model_only) {
-    absl::StatusOr<NamedTensors> optimizer = Stage(state.optimizer, queued_on);
+    absl::StatusOr<NamedTensors> optimizer = Stage(state.optimizer, optimizer_arena_, queued_on);
     if (!optimizer.ok()) return optimizer.status();
     staged.optimizer = *std::move(optimizer);
   }

@@ -5,12 +5,11 @@
 
 #include <cstdint>
 #include <optional>
-#include <string>
 #include <thread>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/checkpoint/pinned_host_arena.h"
 
 namespace titan {
 
@@ -18,9 +17,9 @@ namespace titan {
 enum class CheckpointStaging {
   // A fresh copy per save, freed when it is written; a GPU tensor's copy waits for the device.
   kCopyPerSave,
-  // Host buffers kept from one save to the next (pinned for GPU tensors): the copies from the GPU
-  // are queued without waiting and the writer thread waits for them once. Costs host memory for
-  // the whole run (torchtitan's async_with_pinned_mem).
+  // Host buffers kept from one save to the next (PinnedHostArena: pinned for GPU tensors): the
+  // copies from the GPU are queued without waiting and the writer thread waits for them once.
+  // Costs host memory for the whole run (torchtitan's async_with_pinned_mem).
   kReusedPinnedBuffers,
 };
 
@@ -46,15 +45,15 @@ class AsyncCheckpointSaver {
   bool in_flight() const { return thread_.joinable(); }
 
  private:
-  // The host copy of `tensors` a save writes; `queued_on` gets the GPU of copies queued there
-  // without waiting.
-  absl::StatusOr<NamedTensors> Stage(const NamedTensors& tensors,
+  // The host copy of `tensors` a save writes (in `arena` with reused buffers); `queued_on` gets
+  // the GPU of copies queued there without waiting.
+  absl::StatusOr<NamedTensors> Stage(const NamedTensors& tensors, PinnedHostArena& arena,
                                      std::optional<c10::Device>& queued_on);
 
   CheckpointManager* manager_;
   const CheckpointStaging staging_;
-  // kReusedPinnedBuffers: the host buffer of each saved tensor, by name.
-  absl::flat_hash_map<std::string, at::Tensor> buffers_;
+  PinnedHostArena model_arena_;      // kReusedPinnedBuffers
+  PinnedHostArena optimizer_arena_;  // kReusedPinnedBuffers
   std::thread thread_;
   absl::Status result_;
 };
