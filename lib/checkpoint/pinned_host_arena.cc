@@ -25,14 +25,15 @@ bool PinnedHostArena::Matches(const NamedTensors& tensors) const {
       return false;
     }
   }
-  // A GPU tensor needs the arena pinned (it may have been laid out for CPU tensors alone).
-  return registered_ || std::none_of(tensors.begin(), tensors.end(),
-                                     [](const auto& named) { return named.second.is_cuda(); });
+  // A GPU tensor needs an arena laid out to be pinned (a failed pin is not retried every save).
+  return for_gpu_ || std::none_of(tensors.begin(), tensors.end(),
+                                  [](const auto& named) { return named.second.is_cuda(); });
 }
 
 void PinnedHostArena::Release() {
   if (registered_) cudaHostUnregister(bytes_.data_ptr());
   registered_ = false;
+  for_gpu_ = false;
   bytes_ = at::Tensor();
   slots_.clear();
 }
@@ -41,21 +42,20 @@ absl::StatusOr<NamedTensors> PinnedHostArena::Views(const NamedTensors& tensors)
   if (!Matches(tensors)) {
     Release();
     int64_t total = 0;
-    bool on_gpu = false;
     for (const auto& [name, tensor] : tensors) {
       slots_.push_back({name, tensor.sizes().vec(), tensor.scalar_type(), total});
       total += (tensor.numel() * tensor.element_size() + kAlignment - 1) / kAlignment * kAlignment;
-      on_gpu = on_gpu || tensor.is_cuda();
+      for_gpu_ = for_gpu_ || tensor.is_cuda();
     }
     try {
       bytes_ = at::empty({std::max<int64_t>(total, 1)}, at::kByte);
     } catch (const c10::Error& e) {
-      slots_.clear();
+      Release();
       return absl::ResourceExhaustedError(
           absl::StrCat("allocating ", total,
                        " bytes of host memory for checkpoints: ", e.what_without_backtrace()));
     }
-    if (on_gpu) {
+    if (for_gpu_) {
       const cudaError_t error =
           cudaHostRegister(bytes_.data_ptr(), bytes_.numel(), cudaHostRegisterPortable);
       registered_ = error == cudaSuccess;

@@ -42,7 +42,8 @@ class PinnedHostArena {
 
   std::vector<Slot> slots_;
   at::Tensor bytes_;
-  bool registered_ = false;
+  bool for_gpu_ = false;     // laid out for tensors some of which are on a GPU
+  bool registered_ = false;  // and pinned for them
 };
 
 }  // namespace titan
