@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -227,25 +226,6 @@ absl::Status CheckTiling(absl::string_view source, std::vector<SafetensorsEntry>
   return absl::OkStatus();
 }
 
-absl::Status WriteAll(int fd, const char* data, size_t size, const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError("write", path);
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
-std::string DirectoryOf(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // The header bytes (length field + padded JSON) for tensors laid out in `order`.
 absl::StatusOr<std::string> BuildHeader(const std::string& path, const NamedTensors& tensors,
                                         const std::vector<size_t>& order,
@@ -385,45 +365,27 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
   absl::StatusOr<std::string> header = BuildHeader(path, tensors, order, metadata);
   if (!header.ok()) return header.status();
 
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("create", tmp);
-  auto fail = [&](absl::Status status) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return status;
-  };
-  absl::Status status = WriteAll(fd, header->data(), header->size(), tmp);
-  if (!status.ok()) return fail(status);
+  absl::StatusOr<AtomicFileWriter> file = AtomicFileWriter::Create(path);
+  if (!file.ok()) return file.status();
+  absl::Status status = file->Write(*header);
+  if (!status.ok()) return status;
   for (size_t i : order) {
     const auto& [name, tensor] = tensors[i];
     at::Tensor host;
     try {
       host = tensor.to(at::kCPU).contiguous();  // One tensor's copy at a time, none when on CPU.
     } catch (const c10::Error& e) {
-      return fail(absl::InternalError(absl::StrCat(
-          path, ": tensor '", name, "': copy to CPU failed: ", e.what_without_backtrace())));
+      return absl::InternalError(absl::StrCat(path, ": tensor '", name,
+                                              "': copy to CPU failed: ", e.what_without_backtrace()));
     }
     const absl::string_view bytes(static_cast<const char*>(host.data_ptr()), host.nbytes());
-    status = WriteAll(fd, bytes.data(), bytes.size(), tmp);
-    if (!status.ok()) return fail(status);
+    status = file->Write(bytes);
+    if (!status.ok()) return status;
     if (observer) observer(name, bytes);
   }
-  if (::fsync(fd) != 0) return fail(ErrnoError("fsync", tmp));
-  if (::close(fd) != 0) {
-    status = ErrnoError("close", tmp);
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError("rename to " + path, tmp);
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  return FsyncDirectory(DirectoryOf(path));
+  return file->Commit();
 }
 
-// A read-only private mapping of a whole file.
 at::Tensor TensorOverBytes(absl::string_view bytes, at::ScalarType type,
                            const std::vector<int64_t>& shape) {
   const auto options = at::TensorOptions().dtype(type);
@@ -435,6 +397,7 @@ at::Tensor TensorOverBytes(absl::string_view bytes, at::ScalarType type,
   return copy;
 }
 
+// A read-only private mapping of a whole file.
 class SafetensorsFile::Mapping {
  public:
   Mapping(void* data, size_t size) : data_(data), size_(size) {}

@@ -26,6 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
+#include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 
 extern char** environ;
@@ -66,15 +67,6 @@ absl::StatusOr<int> PickFreePort() {
   return ntohs(addr.sin_port);
 }
 
-void WriteAll(int fd, absl::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-}
-
 // One child's output stream, passed through line by line with the rank prefix.
 struct Stream {
   int fd = -1;
@@ -102,7 +94,8 @@ void EmitLines(const std::string& prefix, Stream& stream, bool flush) {
     absl::StrAppend(&out, prefix, stream.pending, "\n");
     stream.pending.clear();
   }
-  WriteAll(stream.target_fd, out);
+  // The launcher's own stdout or stderr: nowhere better to report a failed write.
+  WriteFully(stream.target_fd, out, "output").IgnoreError();
 }
 
 int ExitStatusOf(int wait_status) {

@@ -27,11 +27,6 @@ namespace {
 constexpr int kMaxRedirects = 10;
 constexpr char kStateDir[] = ".cache/download_assets";
 
-std::string Dirname(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : path.substr(0, std::max<size_t>(slash, 1));
-}
-
 std::string StripEtag(absl::string_view etag) {
   absl::ConsumePrefix(&etag, "W/");
   return std::string(absl::StripSuffix(absl::StripPrefix(etag, "\""), "\""));

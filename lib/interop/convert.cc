@@ -181,11 +181,8 @@ absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
                                ConvertSummary& summary) {
   TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
   const std::string target(absl::StripSuffix(output, "/"));
-  const size_t slash = target.find_last_of('/');
-  const std::string parent = slash == std::string::npos ? "."
-                             : slash == 0               ? "/"
-                                                        : target.substr(0, slash);
-  const std::string temporary_prefix = target.substr(slash + 1) + ".tmp-";
+  const std::string parent = Dirname(target);
+  const std::string temporary_prefix = target.substr(target.find_last_of('/') + 1) + ".tmp-";
   TITAN_RETURN_IF_ERROR(MakeDirectories(parent));
   TITAN_ASSIGN_OR_RETURN(std::vector<std::string> siblings, ListDirectory(parent));
   for (const std::string& name : siblings) {

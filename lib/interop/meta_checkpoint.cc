@@ -4,14 +4,11 @@
 #include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
-#include <fcntl.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
 #include <torch/csrc/jit/serialization/storage_context.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -199,24 +196,12 @@ absl::Status WriteMetaCheckpoint(const std::string& directory,
                                  const std::vector<std::string>& names,
                                  const MetaTensorProducer& produce, const json& params) {
   const std::string path = absl::StrCat(directory, "/", kWeightsFile);
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return ErrnoError("open", tmp);
+  TITAN_ASSIGN_OR_RETURN(AtomicFileWriter file, AtomicFileWriter::Create(path));
   absl::Status write_status;
   // Reports every write as complete: a short count makes the zip writer throw, and its destructor
   // would throw again while unwinding. The first error is kept and checked after each record.
   const auto write_bytes = [&](const void* data, size_t size) -> size_t {
-    const char* next = static_cast<const char*>(data);
-    for (size_t left = size; left > 0 && write_status.ok();) {
-      const ssize_t written = ::write(fd, next, left);
-      if (written < 0 && errno == EINTR) continue;
-      if (written <= 0) {
-        write_status = ErrnoError("write", tmp);
-        break;
-      }
-      next += written;
-      left -= static_cast<size_t>(written);
-    }
+    if (write_status.ok()) write_status = file.Write({static_cast<const char*>(data), size});
     return size;
   };
   absl::Status status = [&]() -> absl::Status {
@@ -261,17 +246,10 @@ absl::Status WriteMetaCheckpoint(const std::string& directory,
       if (!write_status.ok()) return write_status;
       return absl::InternalError(absl::StrCat(path, ": ", e.what_without_backtrace()));
     }
-    if (!write_status.ok()) return write_status;
-    if (::fsync(fd) != 0) return ErrnoError("fsync", tmp);
-    return absl::OkStatus();
+    return write_status;
   }();
-  if (::close(fd) != 0 && status.ok()) status = ErrnoError("close", tmp);
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) status = ErrnoError("rename", tmp);
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  TITAN_RETURN_IF_ERROR(FsyncDirectory(directory));
+  TITAN_RETURN_IF_ERROR(status);
+  TITAN_RETURN_IF_ERROR(file.Commit());
   return WriteFileAtomically(absl::StrCat(directory, "/", kParamsFile), params.dump(2) + "\n");
 }
 

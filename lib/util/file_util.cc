@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -36,34 +37,78 @@ absl::Status FsyncDirectory(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return ErrnoError("create", tmp);
-  size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      absl::Status status = ErrnoError("write", tmp);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return status;
+absl::Status WriteFully(int fd, absl::string_view bytes, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;  // no progress: an error rather than a loop forever
+      return ErrnoError("write", path);
     }
-    written += static_cast<size_t>(n);
+    bytes.remove_prefix(static_cast<size_t>(n));
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    absl::Status status = ErrnoError("fsync", tmp);
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    absl::Status status = ErrnoError("rename", tmp);
-    ::unlink(tmp.c_str());
-    return status;
-  }
+  return absl::OkStatus();
+}
+
+std::string Dirname(absl::string_view path) {
   const size_t slash = path.find_last_of('/');
-  return FsyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash));
+  if (slash == absl::string_view::npos) return ".";
+  return std::string(path.substr(0, slash == 0 ? 1 : slash));
+}
+
+absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(std::string path) {
+  std::string temp_path = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("create", temp_path);
+  return AtomicFileWriter(std::move(path), std::move(temp_path), fd);
+}
+
+AtomicFileWriter::AtomicFileWriter(std::string path, std::string temp_path, int fd)
+    : path_(std::move(path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+
+AtomicFileWriter::AtomicFileWriter(AtomicFileWriter&& other) noexcept
+    : path_(std::move(other.path_)), temp_path_(std::move(other.temp_path_)), fd_(other.fd_) {
+  other.fd_ = -1;
+  other.temp_path_.clear();
+}
+
+AtomicFileWriter::~AtomicFileWriter() { Discard(); }
+
+void AtomicFileWriter::Discard() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  temp_path_.clear();
+}
+
+absl::Status AtomicFileWriter::Write(absl::string_view bytes) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already committed"));
+  return WriteFully(fd_, bytes, temp_path_);
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": already committed"));
+  absl::Status status;
+  if (::fsync(fd_) != 0) status = ErrnoError("fsync", temp_path_);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0 && status.ok()) status = ErrnoError("close", temp_path_);
+  if (status.ok() && ::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    status = ErrnoError("rename to " + path_, temp_path_);
+  }
+  if (!status.ok()) {
+    Discard();
+    return status;
+  }
+  temp_path_.clear();  // renamed: nothing left to remove
+  return FsyncDirectory(Dirname(path_));
+}
+
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents) {
+  absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Create(path);
+  if (!writer.ok()) return writer.status();
+  if (absl::Status status = writer->Write(contents); !status.ok()) return status;
+  return writer->Commit();
 }
 
 }  // namespace titan

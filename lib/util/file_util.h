@@ -12,9 +12,43 @@ namespace titan {
 // Reads a whole file; the error names the path and the OS reason.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
-// Writes `contents` to `path` through `path.tmp.<pid>`, fsync and rename: readers see the old file
-// or the new one, never a torn one.
+// A file written under `path.tmp.<pid>` and renamed over `path` by Commit, after an fsync, with
+// the directory fsynced too: readers see the old file or the whole new one, never a torn one, even
+// after a crash or power loss. Dropped without a successful Commit, the temporary file is removed.
+class AtomicFileWriter {
+ public:
+  static absl::StatusOr<AtomicFileWriter> Create(std::string path);
+
+  AtomicFileWriter(AtomicFileWriter&& other) noexcept;
+  AtomicFileWriter& operator=(AtomicFileWriter&&) = delete;
+  AtomicFileWriter(const AtomicFileWriter&) = delete;
+  AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
+  ~AtomicFileWriter();
+
+  // The temporary file's descriptor and path, for writers that need them (zlib, zip writers).
+  int fd() const { return fd_; }
+  const std::string& temp_path() const { return temp_path_; }
+
+  absl::Status Write(absl::string_view bytes);
+  absl::Status Commit();
+
+ private:
+  AtomicFileWriter(std::string path, std::string temp_path, int fd);
+  void Discard();
+
+  std::string path_;
+  std::string temp_path_;
+  int fd_;
+};
+
+// Writes `contents` to `path` through an AtomicFileWriter.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+
+// Writes all of `bytes` to `fd`, retrying short and interrupted writes; errors name `path`.
+absl::Status WriteFully(int fd, absl::string_view bytes, const std::string& path);
+
+// The directory part of `path`: "." without a slash, "/" for a file in the root.
+std::string Dirname(absl::string_view path);
 
 // fsyncs a directory so a rename inside it survives a power loss.
 absl::Status FsyncDirectory(const std::string& path);

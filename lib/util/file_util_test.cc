@@ -1,7 +1,10 @@
 #include "lib/util/file_util.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "gtest/gtest.h"
 
@@ -18,6 +21,42 @@ TEST(FileUtilTest, AtomicWriteReplacesContentsAndLeavesNoTempFile) {
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, "second");
   EXPECT_FALSE(ReadFile(path + ".tmp." + std::to_string(::getpid())).ok());
+}
+
+TEST(FileUtilTest, AtomicWriterDroppedWithoutCommitKeepsTheOldFile) {
+  const std::string path = TempDir() + "/dropped.txt";
+  ASSERT_TRUE(WriteFileAtomically(path, "old").ok());
+  std::string temp_path;
+  {
+    absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Create(path);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    ASSERT_TRUE(writer->Write("half of the new").ok());
+    temp_path = writer->temp_path();
+    EXPECT_EQ(*ReadFile(temp_path), "half of the new");
+  }
+  EXPECT_EQ(*ReadFile(path), "old");
+  EXPECT_FALSE(ReadFile(temp_path).ok());
+}
+
+TEST(FileUtilTest, AtomicWriterWritesOnceAndCommitsOnce) {
+  const std::string path = TempDir() + "/committed.txt";
+  absl::StatusOr<AtomicFileWriter> writer = AtomicFileWriter::Create(path);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_TRUE(writer->Write("ab").ok());
+  ASSERT_TRUE(writer->Write("cd").ok());
+  AtomicFileWriter moved = *std::move(writer);
+  ASSERT_TRUE(moved.Commit().ok());
+  EXPECT_EQ(*ReadFile(path), "abcd");
+  EXPECT_EQ(moved.Commit().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(moved.Write("e").code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*ReadFile(path), "abcd");
+}
+
+TEST(FileUtilTest, DirnameOfRelativeRootAndNestedPaths) {
+  EXPECT_EQ(Dirname("file"), ".");
+  EXPECT_EQ(Dirname("/file"), "/");
+  EXPECT_EQ(Dirname("a/b/file"), "a/b");
+  EXPECT_EQ(Dirname("/a/file"), "/a");
 }
 
 TEST(FileUtilTest, ReadMissingFileNamesThePath) {

@@ -28,9 +28,17 @@ std::string GzError(gzFile file) {
 absl::Status GzipFile(const std::string& from, const std::string& to) {
   std::ifstream in(from, std::ios::binary);
   if (!in) return ErrnoError("open", from);
-  const std::string tmp = absl::StrCat(to, ".tmp.", ::getpid());
-  gzFile out = gzopen(tmp.c_str(), "wb6");
-  if (out == nullptr) return ErrnoError("open", tmp);
+  absl::StatusOr<AtomicFileWriter> file = AtomicFileWriter::Create(to);
+  if (!file.ok()) return file.status();
+  const std::string& tmp = file->temp_path();
+  // zlib closes the descriptor it writes through; the writer keeps its own to fsync and rename.
+  const int gz_fd = ::dup(file->fd());
+  if (gz_fd < 0) return ErrnoError("dup", tmp);
+  gzFile out = gzdopen(gz_fd, "wb6");
+  if (out == nullptr) {
+    ::close(gz_fd);
+    return ErrnoError("open", tmp);
+  }
   std::vector<char> buffer(kChunkBytes);
   absl::Status status;
   while (status.ok() && in) {
@@ -42,11 +50,8 @@ absl::Status GzipFile(const std::string& from, const std::string& to) {
   }
   if (status.ok() && in.bad()) status = ErrnoError("read", from);
   if (gzclose(out) != Z_OK && status.ok()) status = ErrnoError("close", tmp);
-  if (status.ok() && std::rename(tmp.c_str(), to.c_str()) != 0) status = ErrnoError("rename", tmp);
-  if (!status.ok()) {
-    std::remove(tmp.c_str());
-    return status;
-  }
+  if (status.ok()) status = file->Commit();  // `to` is on disk before `from` goes
+  if (!status.ok()) return status;
   if (std::remove(from.c_str()) != 0) return ErrnoError("remove", from);
   return absl::OkStatus();
 }

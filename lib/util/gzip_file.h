@@ -8,7 +8,7 @@
 
 namespace titan {
 
-// Compresses `from` into `to` (gzip, through a temporary file and a rename) and removes `from`.
+// Compresses `from` into `to` (gzip, written atomically: on disk before `from` is removed).
 absl::Status GzipFile(const std::string& from, const std::string& to);
 
 // A whole file, decompressed when it is gzip (zlib tells by its header, whatever the name).
