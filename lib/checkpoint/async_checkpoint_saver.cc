@@ -8,17 +8,30 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
-#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace titan {
 
+namespace {
+
+// Blocks until every copy queued so far on these devices' current streams has finished.
+void SynchronizeStreams(const std::vector<c10::Device>& devices) {
+  for (const c10::Device& device : devices) {
+    c10::impl::VirtualGuardImpl(device.type()).getStream(device).synchronize();
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<NamedTensors> AsyncCheckpointSaver::Stage(const NamedTensors& tensors,
                                                          PinnedHostArena& arena,
-                                                         std::optional<c10::Device>& queued_on) {
+                                                         std::vector<c10::Device>& queued_on) {
   c10::NoGradGuard no_grad;
   try {
     if (staging_ == CheckpointStaging::kCopyPerSave) {
@@ -39,7 +52,10 @@ absl::StatusOr<NamedTensors> AsyncCheckpointSaver::Stage(const NamedTensors& ten
       // produced the values and before the next one changes them.
       const bool queued = tensor.is_cuda() && arena.pinned();
       (*staged)[i].second.copy_(tensor.detach(), /*non_blocking=*/queued);
-      if (queued) queued_on = tensor.device();
+      if (queued && std::find(queued_on.begin(), queued_on.end(), tensor.device()) ==
+                        queued_on.end()) {
+        queued_on.push_back(tensor.device());
+      }
     }
     return staged;
   } catch (const c10::Error& e) {
@@ -57,29 +73,52 @@ absl::Status AsyncCheckpointSaver::Start(int64_t step, const CheckpointState& st
         absl::StrCat("checkpoint step ", step, ": the previous save is still in flight"));
   }
   CheckpointState staged;
-  std::optional<c10::Device> queued_on;
-  absl::StatusOr<NamedTensors> model = Stage(state.model, model_arena_, queued_on);
-  if (!model.ok()) return model.status();
-  staged.model = *std::move(model);
-  if (!model_only) {
+  std::vector<c10::Device> queued_on;
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<NamedTensors> model = Stage(state.model, model_arena_, queued_on);
+    if (!model.ok()) return model.status();
+    staged.model = *std::move(model);
+    if (model_only) return absl::OkStatus();
     absl::StatusOr<NamedTensors> optimizer = Stage(state.optimizer, optimizer_arena_, queued_on);
     if (!optimizer.ok()) return optimizer.status();
     staged.optimizer = *std::move(optimizer);
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    // Copies already queued into the arenas must land before anything may free or reuse them.
+    try {
+      SynchronizeStreams(queued_on);
+    } catch (const c10::Error& e) {
+      LOG(ERROR) << "after a failed checkpoint staging: " << e.what_without_backtrace();
+    }
+    return status;
   }
   staged.extra = state.extra;
   staged.boxes = state.boxes;
-  // Marks the end of the queued copies; the thread waits for it, not the training loop.
-  std::shared_ptr<c10::Event> copied;
-  if (queued_on) {
-    copied = std::make_shared<c10::Event>(queued_on->type());
-    copied->record(c10::impl::VirtualGuardImpl(queued_on->type()).getStream(*queued_on));
+  // Marks the end of the queued copies, one event per GPU; the thread waits, not training.
+  std::vector<std::shared_ptr<c10::Event>> copied;
+  for (const c10::Device& device : queued_on) {
+    copied.push_back(std::make_shared<c10::Event>(device.type()));
+    copied.back()->record(c10::impl::VirtualGuardImpl(device.type()).getStream(device));
   }
   thread_ = std::thread([this, step, model_only, copied, staged = std::move(staged)] {
     // Nice 10: the write mostly takes cycles the training threads leave (a preempted training
     // thread stalls a whole parallel region at its barrier) yet still ends within a few steps;
     // SCHED_IDLE or nice 19 starved it for 5+ s on a busy 2-core machine.
     ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
-    if (copied) copied->synchronize();
+    try {
+      for (const std::shared_ptr<c10::Event>& event : copied) {
+        // This thread's CUDA calls (the wait, the event's destruction) then use the copies' GPU:
+        // a new thread's current device is 0, where CUDA would make another context.
+        c10::impl::VirtualGuardImpl(event->device_type()).setDevice(event->device());
+        event->synchronize();
+      }
+    } catch (const c10::Error& e) {
+      result_ = absl::InternalError(absl::StrCat("checkpoint step ", step,
+                                                 ": waiting for the copies from the GPU: ",
+                                                 e.what_without_backtrace()));
+      return;
+    }
     result_ = manager_->Save(step, staged, model_only);
   });
   return absl::OkStatus();

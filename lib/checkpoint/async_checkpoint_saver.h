@@ -4,8 +4,8 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
-#include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "lib/checkpoint/checkpoint_manager.h"
@@ -46,9 +46,9 @@ class AsyncCheckpointSaver {
 
  private:
   // The host copy of `tensors` a save writes (in `arena` with reused buffers); `queued_on` gets
-  // the GPU of copies queued there without waiting.
+  // the GPUs of copies queued there without waiting.
   absl::StatusOr<NamedTensors> Stage(const NamedTensors& tensors, PinnedHostArena& arena,
-                                     std::optional<c10::Device>& queued_on);
+                                     std::vector<c10::Device>& queued_on);
 
   CheckpointManager* manager_;
   const CheckpointStaging staging_;

@@ -1,8 +1,10 @@
 #include "lib/checkpoint/pinned_host_arena.h"
 
 #include <cuda_runtime_api.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -48,7 +50,13 @@ absl::StatusOr<NamedTensors> PinnedHostArena::Views(const NamedTensors& tensors)
       for_gpu_ = for_gpu_ || tensor.is_cuda();
     }
     try {
-      bytes_ = at::empty({std::max<int64_t>(total, 1)}, at::kByte);
+      // Whole pages: a registration shares no page with other memory (CUDA refuses a page
+      // registered twice).
+      const int64_t page = ::sysconf(_SC_PAGESIZE);
+      const int64_t size = (std::max<int64_t>(total, 1) + page - 1) / page * page;
+      const at::Tensor block = at::empty({size + page}, at::kByte);
+      const int64_t misalignment = reinterpret_cast<uintptr_t>(block.data_ptr()) % page;
+      bytes_ = block.narrow(0, misalignment == 0 ? 0 : page - misalignment, size);
     } catch (const c10::Error& e) {
       Release();
       return absl::ResourceExhaustedError(

@@ -15,8 +15,8 @@ namespace titan {
 // Host memory for copies of a set of tensors, kept from one checkpoint save to the next: one
 // allocation laid out for all of them, registered with CUDA as pinned when any of them is on a
 // GPU (so copies from there can be queued without waiting). LibTorch's pinned allocator rounds
-// each block up to a power of two, up to twice the bytes; one registered block costs the bytes,
-// as torch.distributed.checkpoint's pinned staging does.
+// each block up to a power of two, up to twice the bytes; one registered block costs the bytes in
+// whole pages, as torch.distributed.checkpoint's pinned staging does.
 class PinnedHostArena {
  public:
   PinnedHostArena() = default;
