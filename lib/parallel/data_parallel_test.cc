@@ -155,7 +155,7 @@ TEST(FsdpParamGroupTest, MixedPrecisionGathersInParamDtypeAndReducesInReduceDtyp
 
 // Overlapped reduce-scatters: a group's gradients land when the next group's start or at Drain,
 // the same values as reducing in place, and accumulate over backward passes.
-TEST(FsdpReduceScatterQueueTest, FinishesAGroupWhenTheNextStartsAndAtDrain) {
+TEST(FsdpReduceScatterQueueTest, FinishesAGroupWhenTheNextStartsAndWhenBackwardEnds) {
   const std::vector<int> statuses = RunRanks(2, [](int rank, Communicator& comm) {
     at::manual_seed(0);
     const at::Tensor weight_a = at::randn({4, 3});
@@ -167,6 +167,14 @@ TEST(FsdpReduceScatterQueueTest, FinishesAGroupWhenTheNextStartsAndAtDrain) {
     FsdpReduceScatterQueue queue;
     group_a->set_reduce_scatter_queue(&queue);
     group_b->set_reduce_scatter_queue(&queue);
+    // Outside a backward pass: b's collective finishes when a's starts; a's waits for Drain.
+    queue.Issue(*group_b, {(rank + 1) * weight_b});
+    RANK_EXPECT(!b.grad().defined());
+    queue.Issue(*group_a, {(rank + 1) * weight_a});
+    RANK_EXPECT(at::allclose(b.grad(), group_b->ShardOf(group_b->params()[0], 1.5 * weight_b)));
+    RANK_EXPECT(!a.grad().defined());
+    RANK_EXPECT(queue.Drain().ok());
+    RANK_EXPECT(at::allclose(a.grad(), group_a->ShardOf(group_a->params()[0], 1.5 * weight_a)));
     const auto backward = [&] {
       group_a->Unshard();
       group_b->Unshard();
@@ -176,16 +184,15 @@ TEST(FsdpReduceScatterQueueTest, FinishesAGroupWhenTheNextStartsAndAtDrain) {
       group_b->Reshard();
       loss.backward();
     };
+    // In a backward pass the last group's collective (a's) finishes when the pass ends, not at
+    // the next microbatch: its full gradients are not held through the next forward.
     backward();
-    // b's collective finished when a's started; a's is still in flight.
-    RANK_EXPECT(!a.grad().defined());
-    RANK_EXPECT(at::allclose(b.grad(), group_b->ShardOf(group_b->params()[0], 1.5 * weight_b)));
-    RANK_EXPECT(queue.Drain().ok());
-    RANK_EXPECT(at::allclose(a.grad(), group_a->ShardOf(group_a->params()[0], 1.5 * weight_a)));
-    backward();  // a second microbatch adds to the gradients
-    RANK_EXPECT(queue.Drain().ok());
     RANK_EXPECT(at::allclose(a.grad(), group_a->ShardOf(group_a->params()[0], 3 * weight_a)));
     RANK_EXPECT(at::allclose(b.grad(), group_b->ShardOf(group_b->params()[0], 3 * weight_b)));
+    backward();  // a second microbatch adds to the gradients
+    RANK_EXPECT(at::allclose(a.grad(), group_a->ShardOf(group_a->params()[0], 4.5 * weight_a)));
+    RANK_EXPECT(at::allclose(b.grad(), group_b->ShardOf(group_b->params()[0], 4.5 * weight_b)));
+    RANK_EXPECT(queue.Drain().ok());  // nothing left in flight
     return 0;
   });
   EXPECT_EQ(statuses, std::vector<int>(2, 0));

@@ -3,6 +3,8 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -414,6 +416,15 @@ void FsdpReduceScatterQueue::Issue(const FsdpParamGroup& group,
   const absl::Status drained = Drain();
   TORCH_CHECK(drained.ok(), drained.ToString());
   in_flight_ = std::make_unique<InFlight>(InFlight{&group, group.StartReduceScatter(full_grads)});
+  const int graph_task = torch::autograd::get_current_graph_task_id();
+  if (graph_task != -1 && graph_task != drain_queued_for_) {
+    drain_queued_for_ = graph_task;
+    // The last group's collective would otherwise hold its full gradients into the next forward.
+    torch::autograd::Engine::get_default_engine().queue_callback([this] {
+      const absl::Status status = Drain();
+      TORCH_CHECK(status.ok(), status.ToString());
+    });
+  }
 }
 
 absl::Status FsdpReduceScatterQueue::Drain() {

@@ -53,9 +53,10 @@ class FsdpParamGroup;
 
 // FSDP2's reduce-scatter overlap: each group's gradients are reduce-scattered without waiting, so
 // the collective runs while backward computes the previous block; the group before is finished
-// (waited, averaged, added to its shards' gradients) when the next one starts, and the last by
-// Drain at the end of backward. At most one in flight, so at most one group's full gradients are
-// held for it. Shared by the groups of one DataParallel.
+// (waited, averaged, added to its shards' gradients) when the next one starts, and the last when
+// the backward pass ends (an autograd final callback, as FSDP2's), so no group's full gradients
+// outlive their microbatch's backward. At most one in flight, so at most one group's full
+// gradients are held for it. Shared by the groups of one DataParallel.
 class FsdpReduceScatterQueue {
  public:
   FsdpReduceScatterQueue();
@@ -63,7 +64,8 @@ class FsdpReduceScatterQueue {
   FsdpReduceScatterQueue& operator=(const FsdpReduceScatterQueue&) = delete;
   ~FsdpReduceScatterQueue();
 
-  // Finishes what is in flight, then starts `group`'s reduce-scatter of `full_grads`.
+  // Finishes what is in flight, then starts `group`'s reduce-scatter of `full_grads`; inside a
+  // backward pass, the queue is drained when it ends.
   void Issue(const FsdpParamGroup& group, const std::vector<at::Tensor>& full_grads);
   // Finishes what is in flight; a failed collective is returned.
   absl::Status Drain();
@@ -71,6 +73,7 @@ class FsdpReduceScatterQueue {
  private:
   struct InFlight;
   std::unique_ptr<InFlight> in_flight_;
+  int drain_queued_for_ = -1;  // the autograd graph task whose end drains the queue
 };
 
 class FsdpParamGroup {
