@@ -93,6 +93,24 @@ void DistributedRuntime::SetTimeout(absl::Duration timeout) const {
   }
 }
 
+absl::Duration DistributedRuntime::timeout() const {
+  return comms_ ? comm(MeshGroup::kWorld).timeout() : absl::InfiniteDuration();
+}
+
+ScopedCollectiveTimeout::ScopedCollectiveTimeout(const DistributedRuntime& runtime,
+                                                 absl::Duration timeout)
+    : runtime_(runtime), previous_(runtime.timeout()) {
+  runtime_.SetTimeout(timeout);
+}
+
+ScopedCollectiveTimeout::~ScopedCollectiveTimeout() { runtime_.SetTimeout(previous_); }
+
+absl::Duration OneWriterTimeout(const JobConfig& config, int64_t bytes) {
+  constexpr int64_t kSlowWriteBytesPerSecond = int64_t{32} << 20;
+  return absl::Seconds(config.comm().train_timeout_seconds()) +
+         absl::Seconds(static_cast<double>(bytes) / kSlowWriteBytesPerSecond);
+}
+
 absl::StatusOr<bool> DistributedRuntime::AllAgree(bool ok) const {
   if (!comms_) return ok;
   at::Tensor flag = at::full({1}, ok ? 0 : 1, at::kLong);

@@ -1,6 +1,7 @@
 #ifndef TITAN_LIB_PARALLEL_DISTRIBUTED_RUNTIME_H_
 #define TITAN_LIB_PARALLEL_DISTRIBUTED_RUNTIME_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -44,6 +45,8 @@ class DistributedRuntime {
 
   // The timeout of operations started afterwards, in every group.
   void SetTimeout(absl::Duration timeout) const;
+  // The timeout operations started now get (infinite for a single process).
+  absl::Duration timeout() const;
   // True on every rank iff `ok` is true on all of them (a world all-reduce; no-op alone).
   absl::StatusOr<bool> AllAgree(bool ok) const;
   absl::Status Barrier() const;
@@ -58,6 +61,25 @@ class DistributedRuntime {
   std::shared_ptr<CommTrace> trace_;
   std::optional<MeshCommunicators> comms_;
 };
+
+// Every group's timeout is `timeout` while this lives, then what it was before.
+class ScopedCollectiveTimeout {
+ public:
+  ScopedCollectiveTimeout(const DistributedRuntime& runtime, absl::Duration timeout);
+  ~ScopedCollectiveTimeout();
+  ScopedCollectiveTimeout(const ScopedCollectiveTimeout&) = delete;
+  ScopedCollectiveTimeout& operator=(const ScopedCollectiveTimeout&) = delete;
+
+ private:
+  const DistributedRuntime& runtime_;
+  const absl::Duration previous_;
+};
+
+// How long the other ranks may wait in a collective while one rank copies `bytes` to the host and
+// writes them (the final export): [comm] train_timeout_seconds plus a second per 32 MiB, a slow
+// shared filesystem's pace. A waiting rank cannot tell a long write from a hung writer; the
+// launcher still ends the job at once when a process dies.
+absl::Duration OneWriterTimeout(const JobConfig& config, int64_t bytes);
 
 // How titan_train, titan_rl and profile_run run a job on this process: the place in the job from
 // the environment (DetectDistributedEnv), `config` validated for that world, the ranks connected,

@@ -102,7 +102,7 @@ absl::Status RlTrainer::Init() {
                          BuildCheckpointManager(config_, setup_, runtime_));
   if (manager != nullptr) {
     CheckpointedParts parts{&policy_.params, optimizer_.get(), policy_.data_parallel.get(),
-                            nullptr, &policy_.info};
+                            nullptr, &policy_.info, policy_.num_params};
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));
@@ -480,14 +480,20 @@ absl::Status RlTrainer::Train() {
 absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
   NamedTensors local;
   for (const ParamRef& p : policy_.params) local.emplace_back(p.name, p.tensor->detach());
+  // The other ranks wait while rank 0 copies and writes the whole policy.
+  const int64_t bytes = policy_.num_params * local.front().second.element_size();
+  const ScopedCollectiveTimeout wait_for_writer(runtime_, OneWriterTimeout(config_, bytes));
   NamedTensors full;
   TITAN_RETURN_IF_ERROR(policy_.data_parallel->GatherFull(
       local, [&](const std::string& name, const at::Tensor& whole) {
         if (runtime_.rank() == 0) full.emplace_back(name, whole.to(at::kCPU));
         return absl::OkStatus();
       }));
-  if (runtime_.rank() != 0) return absl::OkStatus();
-  return WriteSafetensors(path, full);
+  const absl::Status written = runtime_.rank() == 0 ? WriteSafetensors(path, full) : absl::OkStatus();
+  TITAN_ASSIGN_OR_RETURN(const bool all_written, runtime_.AllAgree(written.ok()));
+  TITAN_RETURN_IF_ERROR(written);
+  if (!all_written) return absl::InternalError(absl::StrCat("rank 0 failed to write ", path));
+  return absl::OkStatus();
 }
 
 absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime) {

@@ -1,5 +1,6 @@
 #include "lib/train/train_checkpoint.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -155,10 +156,14 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   TITAN_RETURN_IF_ERROR(FinishPendingSave());
   CheckpointState state;
   absl::Status exported;
+  std::optional<ScopedCollectiveTimeout> wait_for_writer;
   if (model_only) {
     // A consolidated export: whole tensors, gathered and written by rank 0 in export_dtype. Each
     // leaves the device as it arrives, so a model larger than one GPU's memory exports.
     const at::ScalarType type = ExportType(config_.checkpoint().export_dtype());
+    // Until the agreement below, the other ranks wait while rank 0 copies and writes it all.
+    wait_for_writer.emplace(runtime_,
+                            OneWriterTimeout(config_, parts_.num_params * c10::elementSize(type)));
     TITAN_RETURN_IF_ERROR(parts_.sharded->GatherFull(
         ModelState(), [&](const std::string& name, const at::Tensor& whole) {
           if (writer()) state.model.emplace_back(name, whole.to(at::kCPU, type));

@@ -34,6 +34,7 @@ struct CheckpointedParts {
   const ShardedState* sharded = nullptr;  // DataParallel, or PipelineParallel
   TextDataLoader* data = nullptr;  // null: a tool without a data loader
   const ModelInfo* model = nullptr;
+  int64_t num_params = 0;  // of the whole model: what the final export writes
 };
 
 // Saving and resuming a training run under [checkpoint]: every rank writes its own pieces (FSDP

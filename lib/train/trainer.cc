@@ -128,7 +128,7 @@ absl::Status Trainer::Init() {
                                       ? static_cast<const ShardedState*>(model_.pipeline.get())
                                       : model_.data_parallel.get();
     CheckpointedParts parts{&model_.params, optimizer_.get(), sharded, train_data_.get(),
-                            &model_.info};
+                            &model_.info, model_.num_params};
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));

@@ -1,0 +1,54 @@
+// Collective timeouts of a connected job (forked ranks, Gloo on loopback).
+#include "lib/parallel/distributed_runtime.h"
+
+#include <unistd.h>
+
+#include <optional>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "lib/config/job_config.h"
+#include "lib/parallel/fork_ranks.h"
+
+namespace titan {
+namespace {
+
+JobConfig TwoRankConfig() {
+  absl::StatusOr<JobConfig> config = ParseJobConfig(
+      "", {"--comm.train_timeout_seconds=1", "--parallelism.data_parallel_shard_degree=2"});
+  EXPECT_TRUE(config.ok()) << config.status();
+  return *config;
+}
+
+TEST(OneWriterTimeoutTest, TrainTimeoutPlusASecondPer32MiB) {
+  const JobConfig config = TwoRankConfig();
+  EXPECT_EQ(OneWriterTimeout(config, 0), absl::Seconds(1));
+  EXPECT_EQ(OneWriterTimeout(config, int64_t{96} << 20), absl::Seconds(4));
+  // A 70B model's bf16 export: 140 GB may take over an hour on a slow filesystem.
+  EXPECT_GT(OneWriterTimeout(config, int64_t{140} * 1000 * 1000 * 1000), absl::Hours(1));
+}
+
+// Rank 0 works 2.5 s before the collective ("writes the model") while rank 1 waits in it: under
+// the 1 s train timeout rank 1 gives up; inside a ScopedCollectiveTimeout for 96 MiB (4 s) both
+// agree, and the timeout is 1 s again afterwards.
+TEST(ScopedCollectiveTimeoutTest, LetsTheOthersWaitForOneWriterThenRestores) {
+  const JobConfig config = TwoRankConfig();
+  for (const bool scoped : {false, true}) {
+    const std::vector<int> statuses =
+        RunRuntimeRanks(config, 2, [&](int rank, const DistributedRuntime& runtime) {
+          runtime.SetTimeout(absl::Seconds(config.comm().train_timeout_seconds()));
+          std::optional<ScopedCollectiveTimeout> wait_for_writer;
+          if (scoped) wait_for_writer.emplace(runtime, OneWriterTimeout(config, int64_t{96} << 20));
+          if (rank == 0) ::usleep(2'500'000);
+          const absl::StatusOr<bool> agreed = runtime.AllAgree(true);
+          if (rank == 1) RANK_EXPECT(agreed.ok() == scoped);
+          wait_for_writer.reset();
+          RANK_EXPECT(runtime.timeout() == absl::Seconds(1));
+          return 0;
+        });
+    EXPECT_EQ(statuses, std::vector<int>(2, 0)) << (scoped ? "scoped" : "train timeout");
+  }
+}
+
+}  // namespace
+}  // namespace titan
