@@ -1,6 +1,7 @@
 #include "lib/train/device.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <glog/logging.h>
@@ -39,13 +40,22 @@ void ConfigureCudaRuntime(const at::Device& device, bool deterministic) {
   } else {
     LOG(INFO) << "CUDA caching allocator: " << user << " (from the environment)";
   }
-  if (at::cuda::getDeviceProperties(device.index())->major >= 9) {
+  // cuDNN attention first where PyTorch itself trusts it (cuDNN newer than 9.15 on Hopper and
+  // Blackwell; older ones mishandle sequence lengths not a multiple of 128), unless the user
+  // deprioritised it.
+  const int major = at::cuda::getDeviceProperties(device.index())->major;
+  const long cudnn = at::detail::getCUDAHooks().versionRuntimeCuDNN();
+  if ((major == 9 || major == 10) && cudnn > 91500 &&
+      std::getenv("TORCH_CUDNN_SDPA_DEPRIORITIZED") == nullptr) {
     const std::vector<int64_t> order = {static_cast<int64_t>(at::SDPBackend::cudnn_attention),
                                         static_cast<int64_t>(at::SDPBackend::flash_attention),
                                         static_cast<int64_t>(at::SDPBackend::efficient_attention),
                                         static_cast<int64_t>(at::SDPBackend::math)};
     at::globalContext().setSDPPriorityOrder(order);
-    LOG(INFO) << "SDPA backend order: cudnn, flash, efficient, math";
+    LOG(INFO) << "SDPA backend order: cudnn, flash, efficient, math (cuDNN " << cudnn << ")";
+  } else {
+    LOG(INFO) << "SDPA backend order: PyTorch's default (sm_" << major << "x, cuDNN " << cudnn
+              << ")";
   }
 }
 
