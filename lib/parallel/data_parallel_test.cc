@@ -198,6 +198,36 @@ TEST(FsdpReduceScatterQueueTest, FinishesAGroupWhenTheNextStartsAndWhenBackwardE
   EXPECT_EQ(statuses, std::vector<int>(2, 0));
 }
 
+// HSDP (2 replicas of 2 shards): a finished reduce-scatter's all-reduce over the replicas is
+// started, not awaited, when the next group's reduce-scatter starts, and finished at the next
+// Issue or Drain; the gradients are the mean over all 4 ranks.
+TEST(FsdpReduceScatterQueueTest, HsdpAllReduceOverlapsTheNextGroupsReduceScatter) {
+  const ParallelDims dims = *ParallelDims::Build(2, 2, 1, 1, 1, 4);
+  const std::vector<int> statuses =
+      RunMeshRanks(dims, [](int rank, const MeshCommunicators& comms) {
+        Communicator& shard = comms.Get(MeshGroup::kDpShard);
+        Communicator& replicate = comms.Get(MeshGroup::kDpReplicate);
+        at::manual_seed(0);
+        const at::Tensor weight_a = at::randn({4, 3});
+        const at::Tensor weight_b = at::randn({2, 2});
+        at::Tensor a = at::randn({4, 3}).requires_grad_(true);
+        at::Tensor b = at::randn({2, 2}).requires_grad_(true);
+        std::unique_ptr<FsdpParamGroup> group_a =
+            *FsdpParamGroup::Create({{"a", &a}}, &shard, &replicate);
+        std::unique_ptr<FsdpParamGroup> group_b =
+            *FsdpParamGroup::Create({{"b", &b}}, &shard, &replicate);
+        FsdpReduceScatterQueue queue;
+        queue.Issue(*group_b, {(rank + 1) * weight_b});
+        queue.Issue(*group_a, {(rank + 1) * weight_a});
+        RANK_EXPECT(!b.grad().defined());  // all-reducing over the replicas, not yet added
+        RANK_EXPECT(queue.Drain().ok());
+        RANK_EXPECT(at::allclose(b.grad(), group_b->ShardOf(group_b->params()[0], 2.5 * weight_b)));
+        RANK_EXPECT(at::allclose(a.grad(), group_a->ShardOf(group_a->params()[0], 2.5 * weight_a)));
+        return 0;
+      });
+  EXPECT_EQ(statuses, std::vector<int>(4, 0));
+}
+
 // Resharding after forward frees the gathered bytes autograd saved and gathers them again in
 // backward, freed once more when the group's gradients are computed (while the graph lives on):
 // the gradients are those of keeping them.

@@ -362,17 +362,26 @@ FsdpParamGroup::PendingReduceScatter FsdpParamGroup::StartReduceScatter(
   return pending;
 }
 
-std::vector<at::Tensor> FsdpParamGroup::FinishReduceScatter(PendingReduceScatter pending) const {
+void FsdpParamGroup::StartReplicaAllReduce(PendingReduceScatter& pending) const {
   PhaseRange range("fsdp::reduce_scatter_wait");
   c10::NoGradGuard no_grad;
   CheckCollective(pending.work->Wait(), "reduce-scatter", *shard_);
+  pending.input = at::Tensor();
+  absl::StatusOr<std::unique_ptr<Work>> work =
+      replicate_->AllReduce(pending.reduced, ReduceOp::kSum);
+  CheckCollective(work.status(), "all-reduce", *replicate_);
+  pending.work = *std::move(work);
+  pending.all_reducing = true;
+}
+
+std::vector<at::Tensor> FsdpParamGroup::FinishReduceScatter(PendingReduceScatter pending) const {
+  if (replicated() && !pending.all_reducing) StartReplicaAllReduce(pending);
+  PhaseRange range(pending.all_reducing ? "fsdp::all_reduce_wait" : "fsdp::reduce_scatter_wait");
+  c10::NoGradGuard no_grad;
+  CheckCollective(pending.work->Wait(), pending.all_reducing ? "all-reduce" : "reduce-scatter",
+                  pending.all_reducing ? *replicate_ : *shard_);
   at::Tensor& reduced = pending.reduced;
-  int64_t dp_size = shard_->size();
-  if (replicate_ != nullptr && replicate_->size() > 1) {
-    CheckCollective(Await(replicate_->AllReduce(reduced, ReduceOp::kSum)), "all-reduce",
-                    *replicate_);
-    dp_size *= replicate_->size();
-  }
+  const int64_t dp_size = shard_->size() * (replicated() ? replicate_->size() : 1);
   reduced.div_(static_cast<double>(dp_size));
   std::vector<at::Tensor> grads;
   grads.reserve(params_.size());
@@ -407,14 +416,22 @@ struct FsdpReduceScatterQueue::InFlight {
 FsdpReduceScatterQueue::FsdpReduceScatterQueue() = default;
 
 FsdpReduceScatterQueue::~FsdpReduceScatterQueue() {
-  // A backward that threw leaves its collective to finish before the buffers go.
-  if (in_flight_ != nullptr) (void)in_flight_->pending.work->Wait();
+  // A backward that threw leaves its collectives to finish before the buffers go.
+  for (const auto* pending : {&all_reducing_, &in_flight_}) {
+    if (*pending != nullptr) (void)(*pending)->pending.work->Wait();
+  }
 }
 
 void FsdpReduceScatterQueue::Issue(const FsdpParamGroup& group,
                                    const std::vector<at::Tensor>& full_grads) {
-  const absl::Status drained = Drain();
-  TORCH_CHECK(drained.ok(), drained.ToString());
+  absl::Status status = Finish(std::move(all_reducing_));
+  TORCH_CHECK(status.ok(), status.ToString());
+  if (in_flight_ != nullptr && in_flight_->group->replicated()) {
+    in_flight_->group->StartReplicaAllReduce(in_flight_->pending);
+    all_reducing_ = std::move(in_flight_);
+  }
+  status = Finish(std::move(in_flight_));
+  TORCH_CHECK(status.ok(), status.ToString());
   in_flight_ = std::make_unique<InFlight>(InFlight{&group, group.StartReduceScatter(full_grads)});
   const int graph_task = torch::autograd::get_current_graph_task_id();
   if (graph_task != -1 && graph_task != drain_queued_for_) {
@@ -427,15 +444,21 @@ void FsdpReduceScatterQueue::Issue(const FsdpParamGroup& group,
   }
 }
 
-absl::Status FsdpReduceScatterQueue::Drain() {
-  if (in_flight_ == nullptr) return absl::OkStatus();
-  std::unique_ptr<InFlight> done = std::move(in_flight_);
+absl::Status FsdpReduceScatterQueue::Finish(std::unique_ptr<InFlight> done) {
+  if (done == nullptr) return absl::OkStatus();
   try {
     done->group->AccumulateShardGrads(done->group->FinishReduceScatter(std::move(done->pending)));
   } catch (const c10::Error& error) {
     return absl::InternalError(error.what_without_backtrace());
   }
   return absl::OkStatus();
+}
+
+absl::Status FsdpReduceScatterQueue::Drain() {
+  // In issue order: every rank finishes its groups' collectives in the same order.
+  const absl::Status all_reduced = Finish(std::move(all_reducing_));
+  const absl::Status reduced = Finish(std::move(in_flight_));
+  return all_reduced.ok() ? reduced : all_reduced;
 }
 
 absl::StatusOr<at::Tensor> FsdpParamGroup::GatherFull(const Param& param,

@@ -72,8 +72,11 @@ class FsdpReduceScatterQueue {
 
  private:
   struct InFlight;
-  std::unique_ptr<InFlight> in_flight_;
-  int drain_queued_for_ = -1;  // the autograd graph task whose end drains the queue
+  // Finishes `done` and adds its gradients to its group's shards.
+  static absl::Status Finish(std::unique_ptr<InFlight> done);
+  std::unique_ptr<InFlight> in_flight_;     // a reduce-scatter
+  std::unique_ptr<InFlight> all_reducing_;  // HSDP: the one before, all-reducing over replicas
+  int drain_queued_for_ = -1;               // the autograd graph task whose end drains the queue
 };
 
 class FsdpParamGroup {
@@ -151,14 +154,19 @@ class FsdpParamGroup {
   void set_reduce_scatter_queue(FsdpReduceScatterQueue* queue) { queue_ = queue; }
   FsdpReduceScatterQueue* reduce_scatter_queue() const { return queue_; }
 
-  // The two halves of ReduceScatterGrads: the input built and the collective started, then
-  // awaited, all-reduced over `replicate` (HSDP), averaged and cut into shard gradients.
+  // The halves of ReduceScatterGrads: the input built and the collective started; under HSDP,
+  // optionally, the reduce-scatter awaited and the all-reduce over `replicate` started; then
+  // everything awaited, averaged and cut into shard gradients.
   struct PendingReduceScatter {
-    std::unique_ptr<Work> work;
+    std::unique_ptr<Work> work;  // the reduce-scatter, or once started the all-reduce
     at::Tensor input;    // kept until waited for (on CUDA, the stream order then protects it)
     at::Tensor reduced;  // this rank's rows, flat
+    bool all_reducing = false;
   };
   PendingReduceScatter StartReduceScatter(const std::vector<at::Tensor>& full_grads) const;
+  // Whether the group all-reduces over replicas (HSDP) after its reduce-scatter.
+  bool replicated() const { return replicate_ != nullptr && replicate_->size() > 1; }
+  void StartReplicaAllReduce(PendingReduceScatter& pending) const;
   std::vector<at::Tensor> FinishReduceScatter(PendingReduceScatter pending) const;
   // Adds `grads` (shard-shaped, from FinishReduceScatter) to the shards' gradients.
   void AccumulateShardGrads(const std::vector<at::Tensor>& grads) const;
