@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "lib/model/autocast.h"
 #include "lib/rl/losses.h"
 #include "lib/util/status_macros.h"
 
@@ -102,8 +103,12 @@ absl::StatusOr<Generation> Generate(
   c10::NoGradGuard no_grad;
   at::Generator generator = SamplingGenerator(device, options.seed);
   const auto float_options = model.OutputWeight().options().dtype(at::kFloat);
+  // In the dtype the layers compute keys and values in (autocast's, under mixed precision).
+  const at::ScalarType cache_dtype = AutocastScope::Current(device.type())
+                                         .value_or(model.OutputWeight().scalar_type());
   KvCache cache(static_cast<int64_t>(model.layer_ids().size()), rows, p + options.max_new_tokens,
-                args.kv_heads(), args.head_size(), model.OutputWeight().options());
+                args.kv_heads(), args.head_size(),
+                model.OutputWeight().options().dtype(cache_dtype));
   out.logprobs = at::zeros({rows, options.max_new_tokens}, float_options);
   out.responses.assign(rows, {});
   out.stopped.assign(rows, false);
@@ -113,8 +118,10 @@ absl::StatusOr<Generation> Generate(
   inputs.positions = batch.positions.slice(1, 0, p);
   inputs.valid = batch.valid.slice(1, 0, p);
   inputs.kv_cache = &cache;
-  at::Tensor logits = data_parallel.Forward(
-      [&] { return model.Forward(batch.tokens.slice(1, 0, p), inputs); });
+  // Only the last prompt position's logits are sampled from: no [B, p, vocab] tensor.
+  at::Tensor logits = data_parallel.Forward([&] {
+    return model.Head(model.ForwardHidden(batch.tokens.slice(1, 0, p), inputs).narrow(1, p - 1, 1));
+  });
   for (int64_t t = 0; t < options.max_new_tokens; ++t) {
     at::Tensor logprobs;
     at::Tensor next = SampleNext(logits.select(1, -1), options, generator, &logprobs);

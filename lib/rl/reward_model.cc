@@ -160,7 +160,9 @@ RewardModel::Score(const std::vector<TokenIds> &prompts,
       const at::Tensor hidden =
           trunk.FinalNorm(trunk.RunLayers(trunk.Embed(batch.tokens), context));
       const at::Tensor rows = at::arange(hidden.size(0), index.options());
-      // In the score head's dtype: FSDP's bf16 gathered weights leave the trunk's output bf16.
+      // In the score head's dtype, outside autocast (which would run the linear in bf16); FSDP's
+      // bf16 gathered weights leave the trunk's output bf16.
+      const AutocastScope full_precision(device_.type(), std::nullopt);
       return Linear(hidden.index({rows, index}).to(score_.scalar_type()), score_)
           .squeeze(-1)
           .to(at::kDouble);

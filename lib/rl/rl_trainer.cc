@@ -259,16 +259,20 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
         decoder.PrepareBatch(batch.tokens.size(0), batch.tokens.size(1), inputs);
     // Head() split in two, so the value head reads the same normalised trunk output.
     const at::Tensor hidden = decoder.FinalNorm(decoder.RunLayers(decoder.Embed(batch.tokens), context));
+    // Position i predicts token i + 1: the response's tokens come from positions p - 1 ...
+    const at::Tensor response_hidden = hidden.slice(1, p - 1, p + t - 1);
     if (values != nullptr) {
-      // In the value head's fp32: FSDP's bf16 gathered weights leave the trunk's output bf16.
-      *values = Linear(hidden.slice(1, p - 1, p + t - 1).to(value_head_.scalar_type()), value_head_)
+      // In the value head's fp32, outside autocast (which would run the linear in bf16); FSDP's
+      // bf16 gathered weights leave the trunk's output bf16.
+      const AutocastScope full_precision(setup_.device.type(), std::nullopt);
+      *values = Linear(response_hidden.to(value_head_.scalar_type()), value_head_)
                     .squeeze(-1)
                     .to(at::kFloat);
     }
-    return Linear(hidden, decoder.OutputWeight());
+    // The head on the response positions only: no logits for the prompt.
+    return Linear(response_hidden, decoder.OutputWeight());
   });
-  // Position i predicts token i + 1: the response's tokens come from positions p - 1 ...
-  const at::Tensor response_logits = logits.slice(1, p - 1, p + t - 1);
+  const at::Tensor& response_logits = logits;
   if (entropy != nullptr) {
     c10::NoGradGuard no_grad;
     *entropy = TokenEntropy(response_logits, temperature);

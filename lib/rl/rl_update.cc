@@ -37,6 +37,15 @@ struct Tally {
     }
     sums.emplace_back(name, value);
   }
+  void Max(const std::string& name, double value) {
+    for (auto& [n, v] : sums) {
+      if (n == name) {
+        v = std::max(v, value);
+        return;
+      }
+    }
+    sums.emplace_back(name, value);
+  }
 };
 
 }  // namespace
@@ -171,8 +180,12 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
           if (epoch == 0 && begin == 0) {
             // Before any update of this batch: the trainer's log-probabilities against the
             // generator's (0 in batch-invariant mode: the PPO ratio is exactly 1).
-            tally.Add("logprob_diff_max",
-                      (logp.detach() - old).abs().masked_select(m_bool).max().item<double>());
+            // Masked entries count as 0: a microbatch whose tokens were all dropped has none.
+            tally.Max("logprob_diff_max", (logp.detach() - old)
+                                              .abs()
+                                              .masked_fill(m_bool.logical_not(), 0)
+                                              .amax()
+                                              .item<double>());
           }
         }
         if (reference_ && !ppo) {
