@@ -1,5 +1,6 @@
 #include "lib/profiling/step_profiler.h"
 
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
 
@@ -207,6 +208,11 @@ absl::Status StepProfiler::SaveTrace(int64_t step) {
   session_ = Session::kOff;
   std::unique_ptr<kineto::ProfilerResult> result;
   try {
+    // As torch.profiler's exit: kernels still running (the last step's optimizer) are traced.
+    if (options_.device.is_cuda()) {
+      const c10::impl::VirtualGuardImpl guard(options_.device.type());
+      guard.synchronizeDevice(guard.getDevice().index());
+    }
     result = kineto::disableProfiler();
   } catch (const c10::Error& e) {
     return TorchError(absl::StrCat("cannot stop the profiler at step ", step), e);
