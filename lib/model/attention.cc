@@ -4,6 +4,7 @@
 #include <glog/logging.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <limits>
 #include <mutex>
 #include <tuple>
 #include <utility>
@@ -139,7 +140,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionKernelBackward(
     const at::Tensor& out, const at::Tensor& lse, const std::optional<at::Tensor>& bias,
     bool is_causal) {
   if (q.is_cuda()) {
-    const at::Tensor padded = at::constant_pad_nd(lse, {0, (32 - lse.size(2) % 32) % 32});
+    // Padded as the forward kernel pads it, with +inf: those rows then weigh nothing.
+    const at::Tensor padded = at::constant_pad_nd(lse, {0, (32 - lse.size(2) % 32) % 32},
+                                                  std::numeric_limits<double>::infinity());
     const at::Tensor no_rng = at::zeros({}, q.options().dtype(at::kLong));
     auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
         grad, q, k, v, EfficientKernelBias(bias, q, k).value_or(at::Tensor()), out, padded, no_rng,
