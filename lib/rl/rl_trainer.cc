@@ -251,7 +251,7 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
   const int64_t t = batch.response_mask.size(1);
   const double temperature = rl_.temperature() > 0 ? rl_.temperature() : 1.0;
   const AutocastScope autocast(setup_.device.type(), setup_.autocast_dtype);
-  const at::Tensor logits = model.data_parallel->Forward([&] {
+  const at::Tensor response_logits = model.data_parallel->Forward([&] {
     DecoderInputs inputs;
     inputs.positions = batch.positions;
     inputs.valid = batch.valid;
@@ -272,7 +272,6 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
     // The head on the response positions only: no logits for the prompt.
     return Linear(response_hidden, decoder.OutputWeight());
   });
-  const at::Tensor& response_logits = logits;
   if (entropy != nullptr) {
     c10::NoGradGuard no_grad;
     *entropy = TokenEntropy(response_logits, temperature);
