@@ -116,6 +116,18 @@ std::optional<at::Tensor> EfficientKernelBias(const std::optional<at::Tensor>& b
   return aligned.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
+// One query per sequence against grouped kv heads (a decode step on a KV cache): each kv head's
+// query heads become its rows, so the cache is read as it is instead of repeated per query head
+// at every token. [B, H, 1, D] queries, a [B, 1, 1, Sk] bias.
+at::Tensor DecodeStepAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& bias) {
+  const int64_t b = q.size(0), kv_heads = k.size(1), n_rep = q.size(1) / kv_heads;
+  const at::Tensor rows = q.reshape({b, kv_heads, n_rep, q.size(3)});
+  const at::Tensor rows_bias = bias.expand({bias.size(0), bias.size(1), n_rep, bias.size(3)});
+  return at::scaled_dot_product_attention(rows, k, v, rows_bias)
+      .reshape({b, kv_heads * n_rep, 1, v.size(3)});
+}
+
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> AttentionKernelForward(const at::Tensor& q, const at::Tensor& k,
@@ -227,6 +239,7 @@ at::Tensor Attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   OpCache* cache = CurrentOpCache();
   if (cache == nullptr) {
     std::optional<at::Tensor> bias = AttentionBias(mask, q.scalar_type());
+    if (n_rep > 1 && q.size(2) == 1 && bias.has_value()) return DecodeStepAttention(q, k, v, *bias);
     // On CPU the kv heads are repeated as for the kept path, so that SDPA runs the same flash
     // kernels with or without selective checkpointing (its GQA path is another kernel, whose bf16
     // results differ in the last bits). On CUDA with a mask or in fp32 (autocast's dtype, as SDPA
