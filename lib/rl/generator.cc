@@ -14,6 +14,13 @@
 #include "lib/util/status_macros.h"
 
 namespace titan {
+namespace {
+
+// Tokens between two reads of "every row stopped" on the host: a read after each token would
+// stall the device's queue at every step; a batch decodes at most this many tokens too many.
+constexpr int64_t kStopCheckInterval = 8;
+
+}  // namespace
 
 SequenceBatch LayOutSequences(const std::vector<TokenIds>& prompts,
                               const std::vector<TokenIds>& responses, int64_t pad_id,
@@ -131,12 +138,14 @@ absl::StatusOr<Generation> Generate(
     batch.tokens.select(1, p + t).copy_(next);
     batch.response_mask.select(1, t).copy_(finished.logical_not());
     if (stop_ids.numel() > 0) finished = finished.logical_or(at::isin(next, stop_ids));
-    const bool done = finished.all().item<bool>() || t + 1 == options.max_new_tokens;
-    bool stop_all = done;
-    if (all_stopped) {
-      TITAN_ASSIGN_OR_RETURN(stop_all, all_stopped(done));
+    if (t + 1 == options.max_new_tokens) break;  // on every rank: no vote
+    if ((t + 1) % kStopCheckInterval == 0) {
+      bool stop_all = finished.all().item<bool>();
+      if (all_stopped) {
+        TITAN_ASSIGN_OR_RETURN(stop_all, all_stopped(stop_all));
+      }
+      if (stop_all) break;
     }
-    if (stop_all) break;
     DecoderInputs step;
     step.positions = batch.positions.slice(1, p + t, p + t + 1);
     step.kv_cache = &cache;

@@ -60,10 +60,10 @@ at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
                       at::Generator& generator, at::Tensor* logprobs);
 
 // Decodes `prompts` as one left-padded batch with a KV cache: a prompt forward, then one token
-// per forward until every row has stopped or max_new_tokens. `all_stopped` (optional) turns this
-// rank's "every row stopped" into the job's: with FSDP every rank must run as many forwards
-// (data-parallel generation over a sharded policy). The model runs under `data_parallel`'s
-// Forward, without autograd.
+// per forward until every row has stopped (read every 8 tokens) or max_new_tokens. `all_stopped`
+// (optional, called at those reads) turns this rank's "every row stopped" into the job's: with
+// FSDP every rank must run as many forwards (data-parallel generation over a sharded policy).
+// The model runs under `data_parallel`'s Forward, without autograd.
 absl::StatusOr<Generation> Generate(
     Decoder& model, DataParallel& data_parallel, const std::vector<TokenIds>& prompts,
     const SamplingOptions& options,

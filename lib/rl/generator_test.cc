@@ -2,15 +2,15 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <memory>
+
 #include "gtest/gtest.h"
 #include "lib/model/autocast.h"
 
 namespace titan {
 namespace {
 
-// Under bf16 autocast (titan_rl's mixed precision on GPUs; the CPU's autocast here) generation
-// runs on fp32 weights: every row gets its tokens, each with a finite log-probability.
-TEST(GenerateTest, RunsUnderBf16Autocast) {
+std::unique_ptr<Decoder> TinyModel(int64_t max_seq_len) {
   TransformerArgs args;
   args.dim = 32;
   args.n_layers = 2;
@@ -18,21 +18,54 @@ TEST(GenerateTest, RunsUnderBf16Autocast) {
   args.n_kv_heads = 2;
   args.vocab_size = 16;
   args.ffn_hidden_dim = 64;
-  args.max_seq_len = 16;
+  args.max_seq_len = max_seq_len;
   at::manual_seed(0);
-  Decoder model(args, at::TensorOptions().dtype(at::kFloat));
-  model.Materialize(at::TensorOptions().dtype(at::kFloat));
-  model.InitWeights();
+  auto model = std::make_unique<Decoder>(args, at::TensorOptions().dtype(at::kFloat));
+  model->Materialize(at::TensorOptions().dtype(at::kFloat));
+  model->InitWeights();
+  return model;
+}
+
+// Under bf16 autocast (titan_rl's mixed precision on GPUs; the CPU's autocast here) generation
+// runs on fp32 weights: every row gets its tokens, each with a finite log-probability.
+TEST(GenerateTest, RunsUnderBf16Autocast) {
+  std::unique_ptr<Decoder> model = TinyModel(16);
   DataParallel data_parallel;
   SamplingOptions options;
   options.max_new_tokens = 4;
   options.temperature = 0;
   const AutocastScope autocast(at::kCPU, at::kBFloat16);
-  absl::StatusOr<Generation> out = Generate(model, data_parallel, {{1, 2, 3}, {4, 5}}, options);
+  absl::StatusOr<Generation> out = Generate(*model, data_parallel, {{1, 2, 3}, {4, 5}}, options);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->responses.size(), 2u);
   EXPECT_EQ(out->responses[0].size(), 4u);
   EXPECT_TRUE(out->logprobs.isfinite().all().item<bool>());
+}
+
+// The host reads "every row stopped" and the job votes on it every 8 tokens, not after each one:
+// 20 tokens vote after 8 and 16 (every rank ends at the 20th); a vote to stop at 8 ends there.
+TEST(GenerateTest, StopIsVotedEveryEightTokens) {
+  std::unique_ptr<Decoder> model = TinyModel(32);
+  DataParallel data_parallel;
+  SamplingOptions options;
+  options.max_new_tokens = 20;
+  int votes = 0;
+  auto never = [&](bool) -> absl::StatusOr<bool> {
+    ++votes;
+    return false;
+  };
+  absl::StatusOr<Generation> full = Generate(*model, data_parallel, {{1, 2, 3}}, options, never);
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(votes, 2);
+  EXPECT_EQ(full->decode_steps, 19);
+  ASSERT_EQ(full->responses[0].size(), 20u);
+  auto at_once = [](bool) -> absl::StatusOr<bool> { return true; };
+  absl::StatusOr<Generation> early = Generate(*model, data_parallel, {{1, 2, 3}}, options, at_once);
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(early->decode_steps, 7);
+  // The same seed draws the same first 8 tokens.
+  EXPECT_EQ(early->responses[0],
+            TokenIds(full->responses[0].begin(), full->responses[0].begin() + 8));
 }
 
 // Sampling follows softmax(logits / temperature): 4,000 rows with the same 4 logits draw each
