@@ -279,11 +279,13 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
   return TokenLogProbs(response_logits, batch.tokens.slice(1, p, p + t), temperature);
 }
 
-absl::StatusOr<double> RlTrainer::SumOverDp(double value) const {
-  if (setup_.dp_size == 1) return value;
-  at::Tensor sum = at::full({1}, value, at::kDouble);
-  TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(sum, ReduceOp::kSum)));
-  return sum.item<double>();
+absl::StatusOr<at::Tensor> RlTrainer::ReduceOverDp(const at::Tensor& values, ReduceOp op) const {
+  // A copy: the collective writes into it.
+  at::Tensor host = values.to(at::kCPU, at::kDouble, /*non_blocking=*/false, /*copy=*/true);
+  if (setup_.dp_size > 1) {
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(host, op)));
+  }
+  return host;
 }
 
 absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prompts,
@@ -446,8 +448,10 @@ absl::Status RlTrainer::Train() {
       rollouts.generator_logprobs = generation.logprobs;
       TITAN_ASSIGN_OR_RETURN(m, RlUpdate(rollouts));
       const double update_seconds = stopwatch.Lap();
-      TITAN_ASSIGN_OR_RETURN(const double all_generated, SumOverDp(generated));
-      m.extra.emplace_back("generation_tps", all_generated / generation_seconds);
+      TITAN_ASSIGN_OR_RETURN(
+          const at::Tensor all_generated,
+          ReduceOverDp(at::scalar_tensor(static_cast<double>(generated)), ReduceOp::kSum));
+      m.extra.emplace_back("generation_tps", all_generated.item<double>() / generation_seconds);
       m.extra.emplace_back(
           "training_tps", static_cast<double>(generation.batch.tokens.numel()) * setup_.dp_size *
                               rl_.ppo_epochs() / update_seconds);

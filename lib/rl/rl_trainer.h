@@ -98,11 +98,13 @@ class RlTrainer {
   absl::StatusOr<StepMetrics> RlUpdate(const Rollouts& rollouts);
   absl::StatusOr<StepMetrics> SftOrDpoStep(const std::vector<const RlExample*>& examples);
   // One optimizer step: `loss_sum(m)` is microbatch m's summed loss; `denominator` the step's
-  // global normaliser (tokens, or pairs). Returns the gradient norm.
-  absl::StatusOr<double> OptimizerStep(
+  // global normaliser (tokens, or pairs). Returns the gradient norm, on the device (unread).
+  absl::StatusOr<at::Tensor> OptimizerStep(
       int64_t microbatches, const std::function<absl::StatusOr<at::Tensor>(int64_t)>& loss_sum,
       double denominator);
-  absl::StatusOr<double> SumOverDp(double value) const;
+  // `values` reduced over the data-parallel ranks, as doubles on the host: one read and one
+  // collective.
+  absl::StatusOr<at::Tensor> ReduceOverDp(const at::Tensor& values, ReduceOp op) const;
   absl::Status WriteRollouts(const std::vector<const RlExample*>& examples,
                              const std::vector<std::string>& responses,
                              const std::vector<double>& rewards, const Generation& generation);

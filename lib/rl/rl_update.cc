@@ -3,8 +3,12 @@
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
+#include <functional>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "lib/rl/losses.h"
 #include "lib/rl/rl_config.h"
@@ -25,32 +29,61 @@ SequenceBatch Rows(const SequenceBatch& batch, int64_t begin, int64_t end) {
   return out;
 }
 
-// Sums, over response tokens or sequences, that become the step's metrics once reduced.
-struct Tally {
-  std::vector<std::pair<std::string, double>> sums;
-  void Add(const std::string& name, double value) {
-    for (auto& [n, v] : sums) {
-      if (n == name) {
-        v += value;
+// Sums over response tokens or sequences (and maxima) that become the step's metrics once
+// reduced over ranks. They stay on the device until the step ends: reading each on the host per
+// microbatch made the host wait for the forward before it could queue the backward.
+class Tally {
+ public:
+  using Reducer = std::function<absl::StatusOr<at::Tensor>(const at::Tensor&, ReduceOp)>;
+
+  void Add(const std::string& name, const at::Tensor& value) { Fold(name, value, false); }
+  void Max(const std::string& name, const at::Tensor& value) { Fold(name, value, true); }
+
+  // Every entry over the ranks, on the host: one `reduce` (a read and a collective) per kind.
+  absl::StatusOr<absl::flat_hash_map<std::string, double>> Totals(const Reducer& reduce) const {
+    absl::flat_hash_map<std::string, double> totals;
+    for (const bool max : {false, true}) {
+      std::vector<const Entry*> kind;
+      std::vector<at::Tensor> values;
+      for (const Entry& e : entries_) {
+        if (e.max != max) continue;
+        kind.push_back(&e);
+        values.push_back(e.value);
+      }
+      if (kind.empty()) continue;
+      TITAN_ASSIGN_OR_RETURN(const at::Tensor reduced,
+                             reduce(at::stack(values), max ? ReduceOp::kMax : ReduceOp::kSum));
+      for (size_t i = 0; i < kind.size(); ++i) {
+        totals[kind[i]->name] = reduced[static_cast<int64_t>(i)].item<double>();
+      }
+    }
+    return totals;
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    at::Tensor value;  // 0-dim double, on the device
+    bool max;
+  };
+
+  void Fold(const std::string& name, const at::Tensor& value, bool max) {
+    const at::Tensor v = value.detach().to(at::kDouble);
+    for (Entry& e : entries_) {
+      if (e.name == name) {
+        e.value = max ? at::maximum(e.value, v) : e.value + v;
         return;
       }
     }
-    sums.emplace_back(name, value);
+    entries_.push_back({name, v, max});
   }
-  void Max(const std::string& name, double value) {
-    for (auto& [n, v] : sums) {
-      if (n == name) {
-        v = std::max(v, value);
-        return;
-      }
-    }
-    sums.emplace_back(name, value);
-  }
+
+  std::vector<Entry> entries_;
 };
 
 }  // namespace
 
-absl::StatusOr<double> RlTrainer::OptimizerStep(
+absl::StatusOr<at::Tensor> RlTrainer::OptimizerStep(
     int64_t microbatches, const std::function<absl::StatusOr<at::Tensor>(int64_t)>& loss_sum,
     double denominator) {
   // Gradients are averaged over ranks: each scales its sum by dp_size / denominator.
@@ -65,8 +98,8 @@ absl::StatusOr<double> RlTrainer::OptimizerStep(
   TITAN_RETURN_IF_ERROR(policy_.data_parallel->FinishBackward());
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : policy_.params) tensors.push_back(*p.tensor);
-  const double grad_norm =
-      ClipGradNorm(tensors, config_.training().max_norm(), grad_norm_reducer_).item<double>();
+  const at::Tensor grad_norm =
+      ClipGradNorm(tensors, config_.training().max_norm(), grad_norm_reducer_);
   const double factor = schedule_->Factor(state_.lr_step);
   optimizer_->SetLrFactor(factor);
   optimizer_->Step();
@@ -134,30 +167,34 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     }
   }
   Tally tally;
-  const double response_tokens = mask.sum().item<double>();
-  tally.Add("response_tokens", response_tokens);
-  tally.Add("sequences", rows);
-  tally.Add("reward_sum", rewards.sum().item<double>());
-  tally.Add("reward_sq_sum", rewards.square().sum().item<double>());
-  tally.Add("counted_tokens", loss_mask.sum().item<double>());
+  tally.Add("response_tokens", mask.sum());
+  tally.Add("sequences", at::scalar_tensor(static_cast<double>(rows), mask.options()));
+  tally.Add("reward_sum", rewards.sum());
+  tally.Add("reward_sq_sum", rewards.square().sum());
+  tally.Add("counted_tokens", loss_mask.sum());
   if (ppo) {
     // Explained variance of the rollout-time values, over response tokens.
-    tally.Add("returns_sum", (returns * mask).sum().item<double>());
-    tally.Add("returns_sq_sum", (returns.square() * mask).sum().item<double>());
-    tally.Add("residual_sum", ((returns - old_values) * mask).sum().item<double>());
-    tally.Add("residual_sq_sum", ((returns - old_values).square() * mask).sum().item<double>());
+    tally.Add("returns_sum", (returns * mask).sum());
+    tally.Add("returns_sq_sum", (returns.square() * mask).sum());
+    tally.Add("residual_sum", ((returns - old_values) * mask).sum());
+    tally.Add("residual_sq_sum", ((returns - old_values).square() * mask).sum());
   }
   const int64_t minibatch = rl.has_minibatch_size() ? std::min<int64_t>(rl.minibatch_size(), rows)
                                                      : rows;
   const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), minibatch);
-  double grad_norm = 0;
+  // Each minibatch's counted tokens over the ranks, read once for every epoch.
+  std::vector<at::Tensor> minibatch_tokens;
+  for (int64_t begin = 0; begin < rows; begin += minibatch) {
+    minibatch_tokens.push_back(loss_mask.slice(0, begin, std::min(rows, begin + minibatch)).sum());
+  }
+  TITAN_ASSIGN_OR_RETURN(const at::Tensor counted_tokens,
+                         ReduceOverDp(at::stack(minibatch_tokens), ReduceOp::kSum));
+  at::Tensor grad_norm;
   int64_t optimizer_steps = 0;
   for (int64_t epoch = 0; epoch < rl.ppo_epochs(); ++epoch) {
     for (int64_t begin = 0; begin < rows; begin += minibatch) {
       const int64_t end = std::min(rows, begin + minibatch);
-      TITAN_ASSIGN_OR_RETURN(
-          const double counted,
-          SumOverDp(loss_mask.slice(0, begin, end).sum().item<double>()));
+      const double counted = counted_tokens[begin / minibatch].item<double>();
       if (counted == 0) continue;  // every group of this minibatch was dropped, on every rank
       const bool first = epoch == 0;
       auto loss_sum = [&](int64_t m) -> absl::StatusOr<at::Tensor> {
@@ -174,35 +211,31 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
         if (first) {
           c10::NoGradGuard no_grad;
           const at::Tensor m_bool = lm.to(at::kBool);
-          tally.Add("policy_loss_sum", (per_token * lm).sum().item<double>());
-          tally.Add("clipped_sum", (clipped.to(at::kFloat) * lm).sum().item<double>());
-          tally.Add("entropy_sum", (entropy * lm).sum().item<double>());
+          tally.Add("policy_loss_sum", (per_token * lm).sum());
+          tally.Add("clipped_sum", (clipped.to(at::kFloat) * lm).sum());
+          tally.Add("entropy_sum", (entropy * lm).sum());
           if (epoch == 0 && begin == 0) {
             // Before any update of this batch: the trainer's log-probabilities against the
             // generator's (0 in batch-invariant mode: the PPO ratio is exactly 1).
             // Masked entries count as 0: a microbatch whose tokens were all dropped has none.
-            tally.Max("logprob_diff_max", (logp.detach() - old)
-                                              .abs()
-                                              .masked_fill(m_bool.logical_not(), 0)
-                                              .amax()
-                                              .item<double>());
+            tally.Max("logprob_diff_max",
+                      (logp.detach() - old).abs().masked_fill(m_bool.logical_not(), 0).amax());
           }
         }
         if (reference_ && !ppo) {
           const at::Tensor kl = KlPenalty(logp, ref_logp.slice(0, a, b), estimator);
           per_token = per_token + rl.kl_coef() * kl;
-          if (first) tally.Add("kl_sum", (kl.detach() * lm).sum().item<double>());
+          if (first) tally.Add("kl_sum", (kl.detach() * lm).sum());
         } else if (reference_ && first) {
-          tally.Add("kl_sum", (KlPenalty(logp.detach(), ref_logp.slice(0, a, b), estimator) * lm)
-                                  .sum()
-                                  .item<double>());
+          tally.Add("kl_sum",
+                    (KlPenalty(logp.detach(), ref_logp.slice(0, a, b), estimator) * lm).sum());
         }
         if (ppo) {
           const at::Tensor value_loss = ClippedValueLoss(values, old_values.slice(0, a, b),
                                                          returns.slice(0, a, b),
                                                          rl.value_clip_range());
           per_token = per_token + rl.vf_coef() * value_loss;
-          if (first) tally.Add("value_loss_sum", (value_loss.detach() * lm).sum().item<double>());
+          if (first) tally.Add("value_loss_sum", (value_loss.detach() * lm).sum());
         }
         return (per_token * lm).sum();
       };
@@ -211,34 +244,23 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
       ++optimizer_steps;
     }
   }
-  // Metrics: sums over ranks, then ratios.
-  StepMetrics metrics;
-  for (auto& [name, value] : tally.sums) {
-    double total = value;
-    if (name == "logprob_diff_max") {
-      at::Tensor v = at::full({1}, value, at::kDouble);
-      if (setup_.dp_size > 1) {
-        TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(v, ReduceOp::kMax)));
-      }
-      total = v.item<double>();
-    } else {
-      TITAN_ASSIGN_OR_RETURN(total, SumOverDp(value));
-    }
-    value = total;
-  }
-  auto get = [&](const std::string& name) {
-    for (const auto& [n, v] : tally.sums) {
-      if (n == name) return v;
-    }
-    return 0.0;
+  // Metrics: sums (and the maximum) over ranks, then ratios.
+  const Tally::Reducer over_dp = [this](const at::Tensor& v, ReduceOp op) {
+    return ReduceOverDp(v, op);
   };
+  TITAN_ASSIGN_OR_RETURN(const auto totals, tally.Totals(over_dp));
+  auto get = [&](const std::string& name) {
+    const auto it = totals.find(name);
+    return it == totals.end() ? 0.0 : it->second;
+  };
+  StepMetrics metrics;
   const double tokens = std::max(1.0, get("counted_tokens"));
   const double n = std::max(1.0, get("sequences"));
   const double reward_mean = get("reward_sum") / n;
   metrics.loss = (get("policy_loss_sum") + rl.kl_coef() * (ppo ? 0 : get("kl_sum")) +
                   rl.vf_coef() * get("value_loss_sum")) /
                  tokens;
-  metrics.grad_norm = grad_norm;
+  metrics.grad_norm = grad_norm.defined() ? grad_norm.item<double>() : 0.0;
   metrics.lr = optimizer_->lr();
   metrics.extra = {
       {"reward_mean", reward_mean},
@@ -286,18 +308,20 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
     c10::NoGradGuard no_grad;
     ref_sums = (ResponseLogProbs(*reference_, batch) * mask).sum(1);
   }
-  const double local_tokens = mask.sum().item<double>();
-  TITAN_ASSIGN_OR_RETURN(const double denominator,
-                         SumOverDp(dpo ? static_cast<double>(pairs) : local_tokens));
+  TITAN_ASSIGN_OR_RETURN(
+      const at::Tensor local,
+      ReduceOverDp(dpo ? at::scalar_tensor(static_cast<double>(pairs)) : mask.sum(),
+                   ReduceOp::kSum));
+  const double denominator = local.item<double>();
   const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), pairs);
   const DpoLossType type = rl.dpo_loss() == "ipo" ? DpoLossType::kIpo : DpoLossType::kSigmoid;
-  double loss_sum_total = 0, correct = 0, margin_sum = 0;
+  Tally tally;
   auto loss_sum = [&](int64_t m) -> absl::StatusOr<at::Tensor> {
     const int64_t a = m * micro, b = std::min(pairs, a + micro);
     if (!dpo) {
       const SequenceBatch part = Rows(batch, a, b);
       const at::Tensor loss = -(ResponseLogProbs(policy_, part) * mask.slice(0, a, b)).sum();
-      loss_sum_total += loss.item<double>();
+      tally.Add("loss_sum", loss);
       return loss;
     }
     // Chosen rows [a, b) and their rejected rows [pairs + a, pairs + b) in one forward.
@@ -315,23 +339,25 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
                                       rl.beta(), type);
     const at::Tensor margin =
         ((sums.slice(0, 0, k) - ref_c) - (sums.slice(0, k, 2 * k) - ref_r)).detach();
-    correct += margin.gt(0).sum().item<double>();
-    margin_sum += margin.sum().item<double>();
-    loss_sum_total += losses.sum().item<double>();
+    tally.Add("correct", margin.gt(0).sum());
+    tally.Add("margin_sum", margin.sum());
+    tally.Add("loss_sum", losses.sum());
     return losses.sum();
   };
   const int64_t microbatches = (pairs + micro - 1) / micro;
-  TITAN_ASSIGN_OR_RETURN(const double grad_norm, OptimizerStep(microbatches, loss_sum, denominator));
+  TITAN_ASSIGN_OR_RETURN(const at::Tensor grad_norm,
+                         OptimizerStep(microbatches, loss_sum, denominator));
+  const Tally::Reducer over_dp = [this](const at::Tensor& v, ReduceOp op) {
+    return ReduceOverDp(v, op);
+  };
+  TITAN_ASSIGN_OR_RETURN(const auto totals, tally.Totals(over_dp));
   StepMetrics metrics;
-  TITAN_ASSIGN_OR_RETURN(const double total_loss, SumOverDp(loss_sum_total));
-  metrics.loss = total_loss / std::max(1.0, denominator);
-  metrics.grad_norm = grad_norm;
+  metrics.loss = totals.at("loss_sum") / std::max(1.0, denominator);
+  metrics.grad_norm = grad_norm.item<double>();
   metrics.lr = optimizer_->lr();
   if (dpo) {
-    TITAN_ASSIGN_OR_RETURN(const double all_correct, SumOverDp(correct));
-    TITAN_ASSIGN_OR_RETURN(const double all_margins, SumOverDp(margin_sum));
-    metrics.extra = {{"preference_accuracy", all_correct / denominator},
-                     {"reward_margin", rl.beta() * all_margins / denominator}};
+    metrics.extra = {{"preference_accuracy", totals.at("correct") / denominator},
+                     {"reward_margin", rl.beta() * totals.at("margin_sum") / denominator}};
   } else {
     metrics.extra = {{"response_tokens", denominator}};
   }
