@@ -79,6 +79,24 @@ at::Tensor DataParallel::Forward(const std::function<at::Tensor()>& forward) {
   return out;
 }
 
+absl::StatusOr<std::unique_ptr<DataParallel::GatheredScope>> DataParallel::GatheredScope::Gather(
+    DataParallel& data_parallel) {
+  std::unique_ptr<GatheredScope> scope(new GatheredScope());
+  try {
+    for (const auto& group : data_parallel.groups_) {
+      group->Hold();
+      scope->held_.push_back(group.get());
+    }
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("gathering the model: ", e.what_without_backtrace()));
+  }
+  return scope;
+}
+
+DataParallel::GatheredScope::~GatheredScope() {
+  for (FsdpParamGroup* group : held_) group->Release();
+}
+
 void DataParallel::BeginBackward(bool last_microbatch) {
   if (ddp_ != nullptr) ddp_->set_sync(last_microbatch);
 }

@@ -61,6 +61,21 @@ class DataParallel : public ShardedState {
 
   // Runs the model's forward, with the root group's parameters gathered (kept for backward).
   at::Tensor Forward(const std::function<at::Tensor()>& forward);
+  // Every FSDP group gathered once for this object's life (for forwards without autograd): the
+  // forwards within it communicate nothing (generation's token loop), at the cost of the whole
+  // model in param_dtype on every rank. Every rank creates and destroys it at the same point.
+  class GatheredScope {
+   public:
+    // Fails, holding nothing, when a gather fails.
+    static absl::StatusOr<std::unique_ptr<GatheredScope>> Gather(DataParallel& data_parallel);
+    ~GatheredScope();
+    GatheredScope(const GatheredScope&) = delete;
+    GatheredScope& operator=(const GatheredScope&) = delete;
+
+   private:
+    GatheredScope() = default;
+    std::vector<FsdpParamGroup*> held_;
+  };
   // Before each microbatch's backward: DDP communicates on the last one only.
   void BeginBackward(bool last_microbatch);
   // After the last backward of a step: FSDP's reduce-scatters still in flight are finished;

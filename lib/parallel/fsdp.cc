@@ -287,7 +287,7 @@ std::vector<at::Tensor> FsdpParamGroup::AssembleAll(
 }
 
 void FsdpParamGroup::Prefetch() {
-  if (prefetched_) return;
+  if (prefetched_ || held_) return;
   PhaseRange range("fsdp::all_gather");
   PendingGather pending;
   pending.sent = FlatShards(Shards());
@@ -507,6 +507,20 @@ void FsdpParamGroup::Reshard() {
   }
 }
 
+void FsdpParamGroup::Hold() {
+  if (held_) return;
+  DropPrefetch();
+  c10::NoGradGuard no_grad;
+  Unshard();
+  held_ = true;
+}
+
+void FsdpParamGroup::Release() {
+  if (!held_) return;
+  Reshard();
+  held_ = false;
+}
+
 void FsdpParamGroup::RefillFull(const std::vector<at::Tensor>& full,
                                 const std::vector<at::Tensor>& float8_data,
                                 std::vector<c10::Storage>* refilled) const {
@@ -533,6 +547,7 @@ at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at
                                          const at::Tensor& x, bool reshard_after_forward,
                                          FsdpParamGroup* prefetch,
                                          FsdpParamGroup* backward_prefetch) {
+  if (held_) return call(x);
   const std::vector<at::Tensor> float8_data = Unshard();
   if (prefetch != nullptr) prefetch->Prefetch();
   std::vector<at::Tensor> full;

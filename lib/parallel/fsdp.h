@@ -110,6 +110,11 @@ class FsdpParamGroup {
   void Prefetch();
   // Waits for and discards a prefetch no Unshard used (e.g. a forward that stopped early).
   void DropPrefetch();
+  // Gathers the full parameters once and keeps them in the slots, without autograd, until
+  // Release(): CallUnsharded and Prefetch communicate nothing meanwhile (generation's token
+  // loop). Every member calls both at the same point. Throws c10::Error as Unshard does.
+  void Hold();
+  void Release();
 
   struct Param {
     std::string name;
@@ -224,6 +229,7 @@ class FsdpParamGroup {
   at::ScalarType param_dtype_;
   at::ScalarType reduce_dtype_;
   mutable std::optional<PendingGather> prefetched_;  // Taken by the next AllGatherFlat.
+  bool held_ = false;                                // Hold() to Release()
   FsdpReduceScatterQueue* queue_ = nullptr;
 };
 

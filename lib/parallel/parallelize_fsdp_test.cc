@@ -1,6 +1,7 @@
 // ParallelizeDecoder's FSDP wiring over forked ranks: in which order a forward starts the blocks'
 // all-gathers and their compute.
 #include <ATen/record_function.h>
+#include <c10/core/GradMode.h>
 
 #include <memory>
 #include <string>
@@ -84,6 +85,55 @@ TEST(ParallelizeFsdpTest, EveryBlockPrefetchesTheNextInForward) {
           RANK_EXPECT(gathers[2] == gathers[1] + 1);
           RANK_EXPECT(logits.requires_grad());
         }
+        return 0;
+      },
+      [](const std::string&, std::unique_ptr<Communicator> communicator) {
+        return std::unique_ptr<Communicator>(new GatherRecorder(std::move(communicator)));
+      });
+  EXPECT_EQ(statuses, std::vector<int>(2, 0));
+}
+
+// Inside a GatheredScope, forwards without autograd gather nothing and compute what gathering
+// forwards compute; the scope gathers each group once, and afterwards the slots hold shards again.
+TEST(ParallelizeFsdpTest, GatheredScopeForwardsGatherNothing) {
+  const ParallelDims dims = *ParallelDims::Build(1, 2, 1, 1, 1, 2);
+  const std::vector<int> statuses = RunMeshRanks(
+      dims,
+      [&dims](int rank, const MeshCommunicators& comms) {
+        TransformerArgs args;
+        args.dim = 16;
+        args.n_layers = 3;
+        args.n_heads = 2;
+        args.vocab_size = 8;
+        args.ffn_hidden_dim = 32;
+        args.max_seq_len = 4;
+        at::manual_seed(0);
+        Decoder model(args, at::TensorOptions().dtype(at::kFloat));
+        model.Materialize(at::TensorOptions().dtype(at::kFloat));
+        model.InitWeights();
+        absl::StatusOr<std::unique_ptr<DataParallel>> dp =
+            ParallelizeDecoder(model, ParallelizeOptions(), dims, &comms);
+        RANK_EXPECT(dp.ok());
+        const std::vector<int64_t> shard_shape = model.OutputWeight().sizes().vec();
+        c10::NoGradGuard no_grad;
+        const at::Tensor tokens = at::randint(0, args.vocab_size, {1, 4}, at::kLong);
+        const at::Tensor expected = (*dp)->Forward([&] { return model.Forward(tokens); });
+        Log().clear();
+        {
+          absl::StatusOr<std::unique_ptr<DataParallel::GatheredScope>> scope =
+              DataParallel::GatheredScope::Gather(**dp);
+          RANK_EXPECT(scope.ok());
+          RANK_EXPECT(Log().size() == static_cast<size_t>(1 + args.n_layers));
+          Log().clear();
+          for (int i = 0; i < 2; ++i) {
+            const at::Tensor logits = (*dp)->Forward([&] { return model.Forward(tokens); });
+            RANK_EXPECT(logits.equal(expected));
+          }
+          RANK_EXPECT(Log().empty());
+        }
+        RANK_EXPECT(model.OutputWeight().sizes().vec() == shard_shape);
+        (*dp)->Forward([&] { return model.Forward(tokens); });
+        RANK_EXPECT(Log().size() == static_cast<size_t>(1 + args.n_layers));
         return 0;
       },
       [](const std::string&, std::unique_ptr<Communicator> communicator) {

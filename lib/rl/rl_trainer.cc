@@ -184,6 +184,10 @@ absl::StatusOr<Generation> RlTrainer::Generate(const std::vector<std::string>& p
   }
   // [training] mixed_precision_param, as titan_train's forwards (set on GPUs only).
   const AutocastScope autocast(setup_.device.type(), setup_.autocast_dtype);
+  std::unique_ptr<DataParallel::GatheredScope> gathered;
+  if (rl_.gather_for_generation()) {
+    TITAN_ASSIGN_OR_RETURN(gathered, DataParallel::GatheredScope::Gather(*policy_.data_parallel));
+  }
   return titan::Generate(*policy_.model, *policy_.data_parallel, ids, options, all_stopped);
 }
 
