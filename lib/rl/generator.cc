@@ -22,6 +22,15 @@ constexpr int64_t kStopCheckInterval = 8;
 
 }  // namespace
 
+SequenceBatch SequenceBatch::Rows(int64_t begin, int64_t end) const {
+  SequenceBatch out = *this;
+  out.tokens = tokens.slice(0, begin, end);
+  out.valid = valid.slice(0, begin, end);
+  out.positions = positions.slice(0, begin, end);
+  out.response_mask = response_mask.slice(0, begin, end);
+  return out;
+}
+
 SequenceBatch LayOutSequences(const std::vector<TokenIds>& prompts,
                               const std::vector<TokenIds>& responses, int64_t pad_id,
                               const at::Device& device, int64_t response_len) {

@@ -24,6 +24,9 @@ struct SequenceBatch {
   at::Tensor positions;      // int64 RoPE positions: 0 at each prompt's first token
   int64_t prompt_len = 0;    // P
   at::Tensor response_mask;  // bool [B, T]: response tokens (stop token included)
+
+  // Rows [begin, end) of every tensor (views).
+  SequenceBatch Rows(int64_t begin, int64_t end) const;
 };
 
 // The layout of `prompts` with `responses` (T = the longest response, or `response_len` if

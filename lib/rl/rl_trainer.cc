@@ -283,6 +283,22 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
   return TokenLogProbs(response_logits, batch.tokens.slice(1, p, p + t), temperature);
 }
 
+at::Tensor RlTrainer::ResponseLogProbsNoGrad(ModelBundle& model, const SequenceBatch& batch,
+                                             at::Tensor* values) {
+  c10::NoGradGuard no_grad;
+  const int64_t rows = batch.tokens.size(0);
+  const int64_t micro = config_.training().local_batch_size();
+  std::vector<at::Tensor> logprobs, row_values;
+  for (int64_t begin = 0; begin < rows; begin += micro) {
+    at::Tensor part_values;
+    logprobs.push_back(ResponseLogProbs(model, batch.Rows(begin, std::min(rows, begin + micro)),
+                                        values != nullptr ? &part_values : nullptr));
+    if (values != nullptr) row_values.push_back(part_values);
+  }
+  if (values != nullptr) *values = at::cat(row_values);
+  return at::cat(logprobs);
+}
+
 absl::StatusOr<at::Tensor> RlTrainer::ReduceOverDp(const at::Tensor& values, ReduceOp op) const {
   // A copy: the collective writes into it.
   at::Tensor host = values.to(at::kCPU, at::kDouble, /*non_blocking=*/false, /*copy=*/true);
@@ -344,8 +360,9 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
     const SequenceBatch batch =
         LayOutSequences(prompt_ids, responses, tokenizer_->eos_id(), setup_.device);
     const at::Tensor mask = batch.response_mask.to(at::kFloat);
-    const at::Tensor ratio = ((ResponseLogProbs(policy_, batch) -
-                               ResponseLogProbs(*reference_, batch)) * mask).sum(1);
+    const at::Tensor log_ratio =
+        ResponseLogProbsNoGrad(policy_, batch) - ResponseLogProbsNoGrad(*reference_, batch);
+    const at::Tensor ratio = (log_ratio * mask).sum(1);
     const int64_t n = static_cast<int64_t>(examples.size());
     // A tie (the policy still equal to its reference) counts one half, as a coin flip would.
     const at::Tensor margin = ratio.slice(0, 0, n) - ratio.slice(0, n, 2 * n);

@@ -92,9 +92,13 @@ class RlTrainer {
   std::vector<const RlExample*> StepExamples(int64_t step) const;
 
   // Forward of `batch` through the policy (or reference): response-token log-probabilities
-  // [B, T] and, with the value head, values [B, T]; `logits_out` keeps the logits.
+  // [B, T] and, with the value head, values [B, T]; given `entropy`, each token's entropy.
   at::Tensor ResponseLogProbs(ModelBundle& model, const SequenceBatch& batch,
                               at::Tensor* values = nullptr, at::Tensor* entropy = nullptr);
+  // The same without autograd, in microbatches of [training] local_batch_size rows as the
+  // update's forwards: one forward of a whole batch would hold its [rows, T, vocab] logits.
+  at::Tensor ResponseLogProbsNoGrad(ModelBundle& model, const SequenceBatch& batch,
+                                    at::Tensor* values = nullptr);
   absl::StatusOr<StepMetrics> RlUpdate(const Rollouts& rollouts);
   absl::StatusOr<StepMetrics> SftOrDpoStep(const std::vector<const RlExample*>& examples);
   // One optimizer step: `loss_sum(m)` is microbatch m's summed loss; `denominator` the step's

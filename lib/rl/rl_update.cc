@@ -19,16 +19,6 @@
 namespace titan {
 namespace {
 
-// Rows [begin, end) of every tensor of a layout.
-SequenceBatch Rows(const SequenceBatch& batch, int64_t begin, int64_t end) {
-  SequenceBatch out = batch;
-  out.tokens = batch.tokens.slice(0, begin, end);
-  out.valid = batch.valid.slice(0, begin, end);
-  out.positions = batch.positions.slice(0, begin, end);
-  out.response_mask = batch.response_mask.slice(0, begin, end);
-  return out;
-}
-
 // Sums over response tokens or sequences (and maxima) that become the step's metrics once
 // reduced over ranks. They stay on the device until the step ends: reading each on the host per
 // microbatch made the host wait for the forward before it could queue the backward.
@@ -128,15 +118,15 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const at::Tensor rewards =
       at::tensor(rollouts.rewards, at::kDouble).to(at::kFloat).to(setup_.device);
   at::Tensor old_logp, ref_logp, old_values;
-  {
-    c10::NoGradGuard no_grad;
-    // The generator's log-probabilities are the behaviour policy's: same model, same kernels.
-    old_logp = rollouts.generator_logprobs.defined()
-                   ? rollouts.generator_logprobs.to(setup_.device)
-                   : ResponseLogProbs(policy_, batch, ppo ? &old_values : nullptr);
-    if (ppo && !old_values.defined()) ResponseLogProbs(policy_, batch, &old_values);
-    if (reference_) ref_logp = ResponseLogProbs(*reference_, batch);
+  // The generator's log-probabilities are the behaviour policy's (same model, its decode kernels)
+  // unless [rl] old_logprobs asks for the trainer's.
+  if (rollouts.generator_logprobs.defined() && rl.old_logprobs() == "generator") {
+    old_logp = rollouts.generator_logprobs.to(setup_.device);
+    if (ppo) ResponseLogProbsNoGrad(policy_, batch, &old_values);
+  } else {
+    old_logp = ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr);
   }
+  if (reference_) ref_logp = ResponseLogProbsNoGrad(*reference_, batch);
   const KlEstimator estimator = KlEstimatorFromConfig(rl_);
   at::Tensor advantages, returns;
   at::Tensor loss_mask = mask;
@@ -199,7 +189,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
       const bool first = epoch == 0;
       auto loss_sum = [&](int64_t m) -> absl::StatusOr<at::Tensor> {
         const int64_t a = begin + m * micro, b = std::min(end, a + micro);
-        const SequenceBatch part = Rows(batch, a, b);
+        const SequenceBatch part = batch.Rows(a, b);
         at::Tensor values, entropy;
         const at::Tensor logp = ResponseLogProbs(policy_, part, ppo ? &values : nullptr,
                                                  first ? &entropy : nullptr);
@@ -215,8 +205,9 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
           tally.Add("clipped_sum", (clipped.to(at::kFloat) * lm).sum());
           tally.Add("entropy_sum", (entropy * lm).sum());
           if (epoch == 0 && begin == 0) {
-            // Before any update of this batch: the trainer's log-probabilities against the
-            // generator's (0 in batch-invariant mode: the PPO ratio is exactly 1).
+            // Before any update of this batch: the trainer's log-probabilities against the old
+            // ones the ratio uses (0 with the generator's in batch-invariant mode, or with the
+            // trainer's: the PPO ratio is exactly 1).
             // Masked entries count as 0: a microbatch whose tokens were all dropped has none.
             tally.Max("logprob_diff_max",
                       (logp.detach() - old).abs().masked_fill(m_bool.logical_not(), 0).amax());
@@ -304,10 +295,7 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
       LayOutSequences(prompts, responses, tokenizer_->eos_id(), setup_.device);
   const at::Tensor mask = batch.response_mask.to(at::kFloat);
   at::Tensor ref_sums;
-  if (dpo) {
-    c10::NoGradGuard no_grad;
-    ref_sums = (ResponseLogProbs(*reference_, batch) * mask).sum(1);
-  }
+  if (dpo) ref_sums = (ResponseLogProbsNoGrad(*reference_, batch) * mask).sum(1);
   TITAN_ASSIGN_OR_RETURN(
       const at::Tensor local,
       ReduceOverDp(dpo ? at::scalar_tensor(static_cast<double>(pairs)) : mask.sum(),
@@ -319,14 +307,14 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
   auto loss_sum = [&](int64_t m) -> absl::StatusOr<at::Tensor> {
     const int64_t a = m * micro, b = std::min(pairs, a + micro);
     if (!dpo) {
-      const SequenceBatch part = Rows(batch, a, b);
+      const SequenceBatch part = batch.Rows(a, b);
       const at::Tensor loss = -(ResponseLogProbs(policy_, part) * mask.slice(0, a, b)).sum();
       tally.Add("loss_sum", loss);
       return loss;
     }
     // Chosen rows [a, b) and their rejected rows [pairs + a, pairs + b) in one forward.
-    SequenceBatch part = Rows(batch, a, b);
-    const SequenceBatch rejected = Rows(batch, pairs + a, pairs + b);
+    SequenceBatch part = batch.Rows(a, b);
+    const SequenceBatch rejected = batch.Rows(pairs + a, pairs + b);
     part.tokens = at::cat({part.tokens, rejected.tokens});
     part.valid = at::cat({part.valid, rejected.valid});
     part.positions = at::cat({part.positions, rejected.positions});

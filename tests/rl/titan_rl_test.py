@@ -29,16 +29,21 @@ class TitanRlTest(unittest.TestCase):
         return dump, common.short_run(TITAN_RL, CONFIG, dump, self.hf, *overrides)
 
     def test_batch_invariant_logprobs_are_the_trainers(self):
-        # PPO (value head, reference KL in the reward), first epoch over the whole batch.
-        for invariant in (True, False):
-            dump, cmd = self.job(f"bi_{invariant}", "--rl.algorithm=ppo", "--rl.kl_coef=0.05",
-                                 f"--debug.batch_invariant={str(invariant).lower()}")
+        # First epoch over the whole batch: PPO (value head, reference KL in the reward) and GRPO.
+        # The old log-probabilities are the generator's (exactly the trainer's in batch-invariant
+        # mode) or recomputed by the trainer ([rl] old_logprobs): exactly its own either way.
+        for algorithm, invariant, old in (("ppo", True, "generator"), ("ppo", False, "generator"),
+                                          ("ppo", False, "trainer"), ("grpo", False, "trainer")):
+            name = f"{algorithm}_bi_{invariant}_{old}"
+            dump, cmd = self.job(name, f"--rl.algorithm={algorithm}", "--rl.kl_coef=0.05",
+                                 f"--debug.batch_invariant={str(invariant).lower()}",
+                                 f"--rl.old_logprobs={old}")
             common.run(cmd)
             rows = [m for m in common.metrics(dump) if m["step"] > 0]
             self.assertEqual(len(rows), 2)
             diffs = [m["logprob_diff_max"] for m in rows]
-            print(f"batch_invariant={invariant}: max |generator - trainer| log-prob per step {diffs}")
-            if invariant:
+            print(f"{name}: max |old - trainer| log-prob per step {diffs}")
+            if invariant or old == "trainer":
                 self.assertEqual(diffs, [0.0, 0.0])  # the PPO ratio at the first epoch is exactly 1
             else:
                 self.assertLess(max(diffs), 1e-3)
