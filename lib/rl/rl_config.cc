@@ -42,11 +42,6 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
         "[compile] cuda_graph: titan_rl's batches change shape and token counts every step; "
         "CUDA graphs need static ones. Set it to false");
   }
-  if (config.training().loss_chunk_size() > 0) {
-    return absl::UnimplementedError(
-        "[training] loss_chunk_size: titan_rl's losses read every token's log-probabilities "
-        "from the logits, which the fused head and loss never build; set it to 0");
-  }
   if (config.model().converters_size() > 0) {
     return absl::UnimplementedError(
         "[model] converters: titan_rl trains in high precision only (float8 would widen the gap "

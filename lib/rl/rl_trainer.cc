@@ -21,6 +21,7 @@
 #include "lib/rl/losses.h"
 #include "lib/rl/rewards.h"
 #include "lib/rl/rl_config.h"
+#include "lib/train/chunked_cross_entropy.h"
 #include "lib/train/device.h"
 #include "lib/train/grad_clip.h"
 #include "lib/util/file_util.h"
@@ -254,8 +255,11 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
   const int64_t p = batch.prompt_len;
   const int64_t t = batch.response_mask.size(1);
   const double temperature = rl_.temperature() > 0 ? rl_.temperature() : 1.0;
+  const at::Tensor labels = batch.tokens.slice(1, p, p + t);
+  const int64_t chunk_tokens = config_.training().loss_chunk_size();
+  at::Tensor chunked_entropy;
   const AutocastScope autocast(setup_.device.type(), setup_.autocast_dtype);
-  const at::Tensor response_logits = model.data_parallel->Forward([&] {
+  const at::Tensor out = model.data_parallel->Forward([&] {
     DecoderInputs inputs;
     inputs.positions = batch.positions;
     inputs.valid = batch.valid;
@@ -273,14 +277,28 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
                     .squeeze(-1)
                     .to(at::kFloat);
     }
+    if (chunk_tokens > 0) {
+      // [training] loss_chunk_size: the head fused with the log-softmax, that many tokens at a
+      // time: no [rows, T, vocab] logits.
+      return ChunkedLinearCrossEntropyPerToken(
+                 response_hidden.reshape({-1, response_hidden.size(2)}), decoder.OutputWeight(),
+                 labels.reshape({-1}), 1.0 / temperature, chunk_tokens,
+                 entropy != nullptr ? &chunked_entropy : nullptr)
+          .neg()
+          .view(labels.sizes());
+    }
     // The head on the response positions only: no logits for the prompt.
     return Linear(response_hidden, decoder.OutputWeight());
   });
+  if (chunk_tokens > 0) {
+    if (entropy != nullptr) *entropy = chunked_entropy.view(labels.sizes());
+    return out;
+  }
   if (entropy != nullptr) {
     c10::NoGradGuard no_grad;
-    *entropy = TokenEntropy(response_logits, temperature);
+    *entropy = TokenEntropy(out, temperature);
   }
-  return TokenLogProbs(response_logits, batch.tokens.slice(1, p, p + t), temperature);
+  return TokenLogProbs(out, labels, temperature);
 }
 
 at::Tensor RlTrainer::ResponseLogProbsNoGrad(ModelBundle& model, const SequenceBatch& batch,

@@ -32,6 +32,16 @@ at::Tensor ChunkedLinearCrossEntropySum(const at::Tensor& hidden, const at::Tens
                                         const at::Tensor& labels, int64_t chunk_rows = 1024,
                                         const VocabShard* shard = nullptr);
 
+// Each token's cross-entropy lse(z) - z[label] with z = logit_scale · (hidden @ weightᵀ), [N] (0
+// where the label is kIgnoreIndex), `chunk_rows` rows at a time likewise, for losses that weigh
+// each token (RL: its negation is the label's log-probability at temperature 1 / logit_scale).
+// Backward, given a gradient per token, recomputes each chunk's logits. `entropy` (optional,
+// without autograd): each row's entropy of softmax(z), [N]. One rank's whole vocabulary.
+at::Tensor ChunkedLinearCrossEntropyPerToken(const at::Tensor& hidden, const at::Tensor& weight,
+                                             const at::Tensor& labels, double logit_scale = 1.0,
+                                             int64_t chunk_rows = 1024,
+                                             at::Tensor* entropy = nullptr);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_TRAIN_CHUNKED_CROSS_ENTROPY_H_

@@ -186,6 +186,40 @@ TEST_P(ChunkedCrossEntropyTest, SeparateGradientPassesEqualOneBackward) {
   EXPECT_LT(RelativeDiff(want.grad_weight, grad_weight), 1e-6);
 }
 
+// Per token, at a logit scale (RL's 1 / temperature), with a gradient per token: each token's
+// lse - label logit, its entropy and the gradients equal log_softmax over the full logits'.
+TEST(ChunkedCrossEntropyPerTokenTest, EqualsFullLogitsPerTokenWithEntropy) {
+  at::manual_seed(0);
+  const int64_t rows = 37, dim = 16;
+  const double scale = 1.0 / 0.7;
+  const at::Tensor hidden = at::randn({rows, dim});
+  const at::Tensor weight = at::randn({101, dim}) * 0.3;
+  at::Tensor labels = at::randint(101, {rows}, at::kLong);
+  labels.slice(0, 5, 12).fill_(kIgnoreIndex);
+  const at::Tensor counted = labels.ne(kIgnoreIndex);
+  const at::Tensor token_weight = at::randn({rows});  // e.g. advantages
+  at::Tensor h = hidden.detach().requires_grad_(true);
+  at::Tensor w = weight.detach().requires_grad_(true);
+  const at::Tensor logp = at::log_softmax(at::linear(h, w) * scale, -1);
+  const at::Tensor want = -logp.gather(1, labels.clamp_min(0).unsqueeze(1)).squeeze(1) * counted;
+  const at::Tensor want_entropy = -(logp.exp() * logp).sum(1).detach();
+  (want * token_weight).sum().backward();
+  for (int64_t chunk : {int64_t{1}, int64_t{8}, rows + 3}) {
+    at::Tensor hc = hidden.detach().requires_grad_(true);
+    at::Tensor wc = weight.detach().requires_grad_(true);
+    at::Tensor entropy;
+    const at::Tensor got =
+        ChunkedLinearCrossEntropyPerToken(hc, wc, labels, scale, chunk, &entropy);
+    (got * token_weight).sum().backward();
+    // fp32, the same math in chunks: 1e-6 relative.
+    EXPECT_LT(RelativeDiff(want.detach(), got.detach()), 1e-6) << chunk;
+    EXPECT_LT(RelativeDiff(want_entropy, entropy), 1e-6) << chunk;
+    EXPECT_LT(RelativeDiff(h.grad(), hc.grad()), 1e-6) << chunk;
+    EXPECT_LT(RelativeDiff(w.grad(), wc.grad()), 1e-6) << chunk;
+    EXPECT_EQ(got.slice(0, 5, 12).abs().max().item<float>(), 0.0f);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(GradientsInForwardOrRecomputed, ChunkedCrossEntropyTest,
                          testing::Values(std::make_pair(int64_t{37}, int64_t{16}),
                                          std::make_pair(int64_t{29}, int64_t{40})));
