@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "lib/profiling/svg_plot.h"
 #include "lib/util/json_fields.h"
 #include "lib/util/status_macros.h"
@@ -178,6 +179,7 @@ RankProfile MakeRankProfile(int rank, const std::string& trace_file,
   profile.rank = rank;
   profile.trace_file = trace_file;
   profile.steps = analysis.steps;
+  profile.device_timeline = analysis.device_timeline;
   for (const OpStats& op : analysis.ops) {
     if (analysis.InStepTime(op) && profile.top_ops.size() < kTopOps) {
       profile.top_ops.push_back(op);
@@ -187,6 +189,21 @@ RankProfile MakeRankProfile(int rank, const std::string& trace_file,
     }
   }
   return profile;
+}
+
+std::string MissingDeviceTimelineWarning(const ProfileRunInfo& info,
+                                         const std::vector<RankProfile>& ranks) {
+  if (info.device == "cpu") return "";
+  std::vector<int> missing;
+  for (const RankProfile& r : ranks) {
+    if (!r.device_timeline) missing.push_back(r.rank);
+  }
+  if (missing.empty()) return "";
+  return absl::StrCat(
+      "the traces of rank(s) ", absl::StrJoin(missing, ", "),
+      " hold no GPU kernels: Kineto found no CUPTI (libcupti.so of the CUDA toolkit, or the "
+      "nvidia-cuda-cupti wheel's, must be on LD_LIBRARY_PATH). Their step split and op table are "
+      "the host's, where CUDA ops only launch kernels");
 }
 
 std::string SummaryLine(const RankProfile& profile) {
@@ -203,7 +220,8 @@ std::string SummaryLine(const RankProfile& profile) {
 nlohmann::json RankProfileToJson(const RankProfile& profile) {
   nlohmann::json json = {{"rank", profile.rank},
                          {"trace_file", profile.trace_file},
-                         {"top_ops_self_ms", profile.top_ops_self_ms}};
+                         {"top_ops_self_ms", profile.top_ops_self_ms},
+                         {"device_timeline", profile.device_timeline}};
   json["steps"] = nlohmann::json::array();
   for (const StepTime& s : profile.steps) json["steps"].push_back(StepJson(s));
   json["top_ops"] = OpsJson(profile.top_ops);
@@ -231,6 +249,7 @@ absl::StatusOr<RankProfile> RankProfileFromJson(const nlohmann::json& json) {
     p.rank = json.at("rank").get<int>();
     p.trace_file = json.at("trace_file").get<std::string>();
     p.top_ops_self_ms = json.at("top_ops_self_ms").get<double>();
+    p.device_timeline = json.at("device_timeline").get<bool>();
     for (const nlohmann::json& s : json.at("steps")) {
       p.steps.push_back(StepTime{s.at("step").get<int64_t>(), s.at("duration_ms").get<double>(),
                                  s.at("compute_ms").get<double>(),
@@ -271,7 +290,9 @@ nlohmann::json SummaryJson(const ProfileRunInfo& info, const std::vector<RankPro
   json["ranks"] = nlohmann::json::array();
   for (const RankProfile& r : ranks) {
     const StepTime mean = MeanStep(r.steps);
-    nlohmann::json rank = {{"rank", r.rank}, {"trace", r.trace_file}};
+    nlohmann::json rank = {{"rank", r.rank},
+                           {"trace", r.trace_file},
+                           {"timeline", r.device_timeline ? "device" : "host"}};
     rank["step_time_ms"] = mean.duration_ms;
     rank["breakdown_ms"] = {{"compute", mean.compute_ms},
                             {"exposed_comm", mean.exposed_comm_ms},
@@ -309,7 +330,12 @@ std::string ReportHtml(const ProfileRunInfo& info, const std::vector<RankProfile
   for (const RankProfile& r : ranks) {
     absl::StrAppend(&html, "<code>", XmlEscape(r.trace_file), "</code> ");
   }
-  html += "(open in ui.perfetto.dev or chrome://tracing).</p>\n<h2>Step time</h2>\n";
+  html += "(open in ui.perfetto.dev or chrome://tracing).</p>\n";
+  const std::string warning = MissingDeviceTimelineWarning(info, ranks);
+  if (!warning.empty()) {
+    absl::StrAppend(&html, "<p><b>Warning</b>: ", XmlEscape(warning), ".</p>\n");
+  }
+  html += "<h2>Step time</h2>\n";
   std::vector<std::string> labels;
   std::vector<std::vector<double>> split;
   for (const RankProfile& r : ranks) {

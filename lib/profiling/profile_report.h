@@ -26,6 +26,7 @@ struct RankProfile {
   std::vector<OpStats> top_ops;    // the kTopOps InStepTime with the most self time
   double top_ops_self_ms = 0;      // their self time together
   std::vector<OpStats> other_ops;  // the kTopOtherOps not InStepTime with the most self time
+  bool device_timeline = false;    // the split and top ops came from GPU kernels
   MemoryTimeline memory;
 };
 
@@ -43,6 +44,11 @@ struct ProfileRunInfo {
 
 // The top ops of `analysis` and its steps, with no memory yet.
 RankProfile MakeRankProfile(int rank, const std::string& trace_file, const TraceAnalysis& analysis);
+
+// On a GPU run, which ranks' traces hold no GPU kernels (Kineto had no CUPTI) and what that means;
+// empty when every rank's has them, or on CPU.
+std::string MissingDeviceTimelineWarning(const ProfileRunInfo& info,
+                                         const std::vector<RankProfile>& ranks);
 
 // One line: mean step time and its split, peak memory, the top ops' share of step time.
 std::string SummaryLine(const RankProfile& profile);

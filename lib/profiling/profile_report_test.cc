@@ -114,5 +114,21 @@ TEST(ProfileReportTest, HtmlIsSelfContainedWithThePlots) {
   EXPECT_THAT(html, HasSubstr("optimizer_state"));
 }
 
+// A GPU run whose trace has no kernels (no CUPTI) says so in the report, naming the rank; a CPU
+// run, or a GPU run with kernels, does not.
+TEST(ProfileReportTest, GpuTraceWithoutKernelsIsFlagged) {
+  ProfileRunInfo info;
+  info.device = "NVIDIA H200";
+  RankProfile with_kernels = Profile(0);
+  with_kernels.device_timeline = true;
+  const RankProfile host_only = Profile(1);
+  EXPECT_THAT(ReportHtml(info, {with_kernels, host_only}),
+              HasSubstr("traces of rank(s) 1 hold no GPU kernels"));
+  EXPECT_EQ(MissingDeviceTimelineWarning(info, {with_kernels}), "");
+  info.device = "cpu";
+  EXPECT_EQ(MissingDeviceTimelineWarning(info, {host_only}), "");
+  EXPECT_EQ(SummaryJson(info, {with_kernels, host_only})["ranks"][1]["timeline"], "host");
+}
+
 }  // namespace
 }  // namespace titan

@@ -175,6 +175,8 @@ absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
     }
   }
   const ProfileRunInfo info = RunInfo(config, runtime, trainer, options);
+  const std::string warning = MissingDeviceTimelineWarning(info, ranks);
+  if (!warning.empty()) LOG(WARNING) << warning;
   TITAN_RETURN_IF_ERROR(
       WriteFileAtomically(options.out + "/summary.json", SummaryJson(info, ranks).dump(1)));
   TITAN_RETURN_IF_ERROR(WriteFileAtomically(options.out + "/report.html", ReportHtml(info, ranks)));
