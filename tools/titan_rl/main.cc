@@ -89,22 +89,26 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
   if (rank > 0) output = absl::StrCat(output, ".rank", rank);
   std::string lines;
   int64_t generated = 0;
-  const at::Tensor logprobs = generation->logprobs.cpu().to(at::kDouble);
+  // Read through accessors: an item() per token is a dispatch each.
+  const at::Tensor logprob_values = generation->logprobs.cpu().to(at::kDouble);
+  const at::Tensor token_values = generation->batch.tokens.cpu();
+  const at::Tensor valid_values = generation->batch.valid.cpu();
+  const auto logprobs = logprob_values.accessor<double, 2>();
+  const auto tokens = token_values.accessor<int64_t, 2>();
+  const auto valid = valid_values.accessor<bool, 2>();
   const int64_t p = generation->batch.prompt_len;
-  const at::Tensor tokens = generation->batch.tokens.cpu();
-  const at::Tensor valid = generation->batch.valid.cpu();
   for (size_t i = 0; i < prompts.size(); ++i) {
     const titan::TokenIds& response = generation->responses[i];
     generated += static_cast<int64_t>(response.size());
     std::vector<int64_t> prompt_ids;
     for (int64_t j = 0; j < p; ++j) {
-      if (valid[i][j].item<bool>()) prompt_ids.push_back(tokens[i][j].item<int64_t>());
+      if (valid[i][j]) prompt_ids.push_back(tokens[i][j]);
     }
     const std::vector<int32_t> ids(response.begin(), response.end());
     absl::StatusOr<std::string> text = trainer.tokenizer().Decode(ids);
     if (!text.ok()) return text.status();
     std::vector<double> lp;
-    for (size_t t = 0; t < response.size(); ++t) lp.push_back(logprobs[i][t].item<double>());
+    for (size_t t = 0; t < response.size(); ++t) lp.push_back(logprobs[i][t]);
     lines += nlohmann::json{{"prompt", prompts[i]},
                             {"prompt_ids", prompt_ids},
                             {"response", *text},
