@@ -116,18 +116,6 @@ std::optional<at::Tensor> EfficientKernelBias(const std::optional<at::Tensor>& b
   return aligned.expand({q.size(0), q.size(1), q.size(2), k.size(2)});
 }
 
-// One query per sequence against grouped kv heads (a decode step on a KV cache): each kv head's
-// query heads become its rows, so the cache is read as it is instead of repeated per query head
-// at every token. [B, H, 1, D] queries, a [B, 1, 1, Sk] bias.
-at::Tensor DecodeStepAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               const at::Tensor& bias) {
-  const int64_t b = q.size(0), kv_heads = k.size(1), n_rep = q.size(1) / kv_heads;
-  const at::Tensor rows = q.reshape({b, kv_heads, n_rep, q.size(3)});
-  const at::Tensor rows_bias = bias.expand({bias.size(0), bias.size(1), n_rep, bias.size(3)});
-  return at::scaled_dot_product_attention(rows, k, v, rows_bias)
-      .reshape({b, kv_heads * n_rep, 1, v.size(3)});
-}
-
 }  // namespace
 
 std::pair<at::Tensor, at::Tensor> AttentionKernelForward(const at::Tensor& q, const at::Tensor& k,
@@ -164,6 +152,31 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> AttentionKernelBackward(
   return at::_scaled_dot_product_flash_attention_for_cpu_backward(grad.contiguous(), q, k, v, out,
                                                                   lse, 0.0, is_causal, bias);
 }
+
+namespace {
+
+// One query per sequence against grouped kv heads (a decode step on a KV cache): each kv head's
+// query heads become its rows, so the cache is read as it is instead of repeated per query head
+// at every token. [B, H, 1, D] queries, a [B, 1, 1, Sk] bias. The attention kernel is called
+// directly, not through SDPA: on sm90 SDPA picks cuDNN, whose graph cache is keyed on the key
+// length, which grows by one every token (a graph built per decode step).
+at::Tensor DecodeStepAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               const at::Tensor& bias) {
+  const int64_t b = q.size(0), kv_heads = k.size(1), n_rep = q.size(1) / kv_heads;
+  // The kernels bypass autocast: cast as autocast would for attention.
+  const at::Tensor rows = AutocastInput(q).reshape({b, kv_heads, n_rep, q.size(3)});
+  const at::Tensor rows_bias =
+      bias.to(rows.scalar_type()).expand({bias.size(0), bias.size(1), n_rep, bias.size(3)});
+  if (rows.is_cuda()) {
+    LOG_FIRST_N(INFO, 1) << "decode attention: efficient kernel (called directly) for "
+                         << rows.sizes() << " " << rows.scalar_type();
+  }
+  const at::Tensor out =
+      AttentionKernelForward(rows, AutocastInput(k), AutocastInput(v), rows_bias, false).first;
+  return out.reshape({b, kv_heads * n_rep, 1, v.size(3)});
+}
+
+}  // namespace
 
 AttentionMask BuildAttentionMask(const MaskInputs& in) {
   // [B, Sq, Sk]: keys at or before the query's position.

@@ -155,5 +155,29 @@ TEST_F(AttentionCudaTest, Fp32GroupedQueryAttentionTakesAFusedKernel) {
       math);
 }
 
+// A decode step on a KV cache: one query per sequence over grouped kv heads (folded into rows,
+// the efficient kernel called directly), keys a slice of a longer cache, the second sequence's
+// first keys left padding: SDPA's result on repeated heads in fp32.
+TEST_F(AttentionCudaTest, DecodeStepOnGroupedHeadsEqualsSdpa) {
+  at::manual_seed(0);
+  c10::NoGradGuard no_grad;
+  const at::Tensor cache_k = at::randn({kBatch, kHeads / 2, 64, kHeadDim}, cuda_);
+  const at::Tensor cache_v = at::randn({kBatch, kHeads / 2, 64, kHeadDim}, cuda_);
+  const at::Tensor k = cache_k.slice(2, 0, kSeqLen), v = cache_v.slice(2, 0, kSeqLen);
+  const at::Tensor q = at::randn({kBatch, 1, kHeads, kHeadDim}, cuda_).transpose(1, 2);
+  MaskInputs inputs;
+  inputs.key_positions = at::arange(kSeqLen, cuda_.dtype(at::kLong)).expand({kBatch, kSeqLen});
+  inputs.query_positions = at::full({kBatch, 1}, kSeqLen - 1, cuda_.dtype(at::kLong));
+  inputs.key_valid = at::ones({kBatch, kSeqLen}, cuda_.dtype(at::kBool));
+  inputs.key_valid[1].slice(0, 0, 5).fill_(false);
+  const AttentionMask mask = BuildAttentionMask(inputs);
+  const at::Tensor out =
+      Attention(q.to(at::kBFloat16), k.to(at::kBFloat16), v.to(at::kBFloat16), mask);
+  const at::Tensor reference = at::scaled_dot_product_attention(
+      q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), mask.allowed, 0.0, false);
+  ASSERT_EQ(out.sizes(), reference.sizes());
+  EXPECT_LT(RelativeError(out, reference), 2e-2);  // bf16 against fp32; a wrong head is O(1)
+}
+
 }  // namespace
 }  // namespace titan

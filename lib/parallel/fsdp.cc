@@ -547,7 +547,12 @@ at::Tensor FsdpParamGroup::CallUnsharded(const std::function<at::Tensor(const at
                                          const at::Tensor& x, bool reshard_after_forward,
                                          FsdpParamGroup* prefetch,
                                          FsdpParamGroup* backward_prefetch) {
-  if (held_) return call(x);
+  if (held_) {
+    // Held tensors were gathered without autograd: a gradient would never reach the shards.
+    TORCH_CHECK(!c10::GradMode::is_enabled(), "FSDP group held gathered (DataParallel::",
+                "GatheredScope) in a forward with autograd");
+    return call(x);
+  }
   const std::vector<at::Tensor> float8_data = Unshard();
   if (prefetch != nullptr) prefetch->Prefetch();
   std::vector<at::Tensor> full;

@@ -489,7 +489,8 @@ absl::Status RlTrainer::Train() {
       const double update_seconds = stopwatch.Lap();
       TITAN_ASSIGN_OR_RETURN(
           const at::Tensor all_generated,
-          ReduceOverDp(at::scalar_tensor(static_cast<double>(generated)), ReduceOp::kSum));
+          ReduceOverDp(at::scalar_tensor(static_cast<double>(generated), at::kDouble),
+                       ReduceOp::kSum));
       m.extra.emplace_back("generation_tps", all_generated.item<double>() / generation_seconds);
       m.extra.emplace_back(
           "training_tps", static_cast<double>(generation.batch.tokens.numel()) * setup_.dp_size *

@@ -298,7 +298,7 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
   if (dpo) ref_sums = (ResponseLogProbsNoGrad(*reference_, batch) * mask).sum(1);
   TITAN_ASSIGN_OR_RETURN(
       const at::Tensor local,
-      ReduceOverDp(dpo ? at::scalar_tensor(static_cast<double>(pairs)) : mask.sum(),
+      ReduceOverDp(dpo ? at::scalar_tensor(static_cast<double>(pairs), at::kDouble) : mask.sum(),
                    ReduceOp::kSum));
   const double denominator = local.item<double>();
   const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), pairs);
