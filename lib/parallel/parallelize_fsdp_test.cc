@@ -32,6 +32,24 @@ class GatherRecorder : public ForwardingCommunicator {
   }
 };
 
+// A 3-block model whose every rank starts from the same weights.
+TransformerArgs TinyArgs() {
+  TransformerArgs args;
+  args.dim = 16;
+  args.n_layers = 3;
+  args.n_heads = 2;
+  args.vocab_size = 8;
+  args.ffn_hidden_dim = 32;
+  args.max_seq_len = 4;
+  return args;
+}
+
+void Initialize(Decoder& model) {
+  at::manual_seed(0);
+  model.Materialize(at::TensorOptions().dtype(at::kFloat));
+  model.InitWeights();
+}
+
 std::unique_ptr<at::ObserverContext> RecordLinear(const at::RecordFunction& fn) {
   if (std::string_view(fn.name()) == "aten::linear") Log().push_back("linear");
   return nullptr;
@@ -47,17 +65,9 @@ TEST(ParallelizeFsdpTest, EveryBlockPrefetchesTheNextInForward) {
       [&dims](int rank, const MeshCommunicators& comms) {
         for (const auto& [mode, option] : std::vector<std::pair<std::string, std::string>>{
                  {"none", ""}, {"full", ""}, {"selective", "op"}, {"selective", "2"}}) {
-          TransformerArgs args;
-          args.dim = 16;
-          args.n_layers = 3;
-          args.n_heads = 2;
-          args.vocab_size = 8;
-          args.ffn_hidden_dim = 32;
-          args.max_seq_len = 4;
-          at::manual_seed(0);
+          const TransformerArgs args = TinyArgs();
           Decoder model(args, at::TensorOptions().dtype(at::kFloat));
-          model.Materialize(at::TensorOptions().dtype(at::kFloat));
-          model.InitWeights();
+          Initialize(model);
           ParallelizeOptions options;
           options.ac_mode = mode;
           options.selective_ac_option = option;
@@ -100,17 +110,9 @@ TEST(ParallelizeFsdpTest, GatheredScopeForwardsGatherNothing) {
   const std::vector<int> statuses = RunMeshRanks(
       dims,
       [&dims](int rank, const MeshCommunicators& comms) {
-        TransformerArgs args;
-        args.dim = 16;
-        args.n_layers = 3;
-        args.n_heads = 2;
-        args.vocab_size = 8;
-        args.ffn_hidden_dim = 32;
-        args.max_seq_len = 4;
-        at::manual_seed(0);
+        const TransformerArgs args = TinyArgs();
         Decoder model(args, at::TensorOptions().dtype(at::kFloat));
-        model.Materialize(at::TensorOptions().dtype(at::kFloat));
-        model.InitWeights();
+        Initialize(model);
         absl::StatusOr<std::unique_ptr<DataParallel>> dp =
             ParallelizeDecoder(model, ParallelizeOptions(), dims, &comms);
         RANK_EXPECT(dp.ok());
