@@ -53,6 +53,13 @@ void ChunkGradients(at::Tensor logits, const at::Tensor& lse, const LocalLabels&
   if (grad_weight.defined()) grad_weight.add_(at::mm(dlogits_in.t(), h).to(at::kFloat));
 }
 
+// One chunk's logits in fp32, times `logit_scale`: forward and backward compute them alike.
+at::Tensor ChunkLogits(const at::Tensor& h, const at::Tensor& w, double logit_scale) {
+  at::Tensor logits = at::mm(h, w.t()).to(at::kFloat);
+  if (logit_scale != 1.0) logits.mul_(logit_scale);
+  return logits;
+}
+
 // How the head's logits become the result: the sum of the per-token losses, or each token's.
 struct ChunkedOutput {
   bool per_token = false;
@@ -87,8 +94,7 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
     for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
       const int64_t end = std::min(rows, begin + chunk_rows);
       const at::Tensor h = InDtype(hidden.slice(0, begin, end), dtype);
-      at::Tensor logits = at::mm(h, w.t()).to(at::kFloat);
-      if (output.logit_scale != 1.0) logits.mul_(output.logit_scale);
+      at::Tensor logits = ChunkLogits(h, w, output.logit_scale);
       const LocalLabels local =
           LocalizeLabels(labels.slice(0, begin, end), first_id, weight.size(0));
       at::Tensor chunk_lse = at::logsumexp(logits, {1});
@@ -163,10 +169,8 @@ struct ChunkedCrossEntropy : public torch::autograd::Function<ChunkedCrossEntrop
       const at::Tensor h = InDtype(hidden.slice(0, begin, end), dtype);
       const LocalLabels local =
           LocalizeLabels(labels.slice(0, begin, end), first_id, weight.size(0));
-      at::Tensor logits = at::mm(h, w.t()).to(at::kFloat);
-      if (logit_scale != 1.0) logits.mul_(logit_scale);
       const at::Tensor scale = (grad.dim() == 0 ? grad : grad.slice(0, begin, end)) * logit_scale;
-      ChunkGradients(logits, lse.slice(0, begin, end), local, scale, h, w,
+      ChunkGradients(ChunkLogits(h, w, logit_scale), lse.slice(0, begin, end), local, scale, h, w,
                      want_hidden ? grad_hidden.slice(0, begin, end) : at::Tensor(), grad_weight);
     }
     return {grad_hidden,  want_weight ? grad_weight.to(weight_dtype) : at::Tensor(),
