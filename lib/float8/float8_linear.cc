@@ -4,7 +4,10 @@
 
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -68,14 +71,38 @@ at::Tensor AmaxOf(const at::Tensor& hp, std::optional<int64_t> axis) {
               : at::linalg_vector_norm(hp, inf);
 }
 
-// `hp` (2-D) cast as `cast` says; `split_dim`: the dim of `hp` split over tensor-parallel ranks,
-// whose maxima `options.reduce_max` completes.
-Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
+// The scale of `hp` (2-D) cast as `cast` says; `split_dim`: the dim of `hp` split over
+// tensor-parallel ranks, whose maxima `options.reduce_max` completes.
+at::Tensor ScaleFor(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
                     std::optional<int64_t> split_dim, const Float8LinearOptions& options) {
   at::Tensor amax = AmaxOf(hp, cast.axis);
   const bool over_split = split_dim && (!cast.axis || (*cast.axis + 2) % 2 == *split_dim);
   if (over_split && options.reduce_max) options.reduce_max(amax);
-  return CastWithScale(hp, cast.dtype, Float8ScaleOf(amax, cast.dtype, power_of_2_scales));
+  return Float8ScaleOf(amax, cast.dtype, power_of_2_scales);
+}
+
+Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
+                    std::optional<int64_t> split_dim, const Float8LinearOptions& options) {
+  return CastWithScale(hp, cast.dtype, ScaleFor(hp, cast, power_of_2_scales, split_dim, options));
+}
+
+// One cast in both of _scaled_mm's operand layouts, for an operand one matmul takes row-major and
+// another column-major: on a GPU one pass writes both, where a cast and a transposing copy of
+// float8 bytes cost about twice the time.
+struct Float8Layouts {
+  Float8Tensor row_major, column_major;
+};
+Float8Layouts CastAsBothLayouts(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
+                                std::optional<int64_t> split_dim,
+                                const Float8LinearOptions& options) {
+  const at::Tensor scale = ScaleFor(hp, cast, power_of_2_scales, split_dim, options);
+  if (hp.is_cuda() && FusedFloat8CastSupports(hp, scale, cast.dtype).ok()) {
+    Float8CastLayouts layouts = FusedScaledCastToFloat8BothLayouts(hp, scale, cast.dtype);
+    return {{std::move(layouts.row_major), scale}, {std::move(layouts.column_major), scale}};
+  }
+  Float8Tensor row_major = CastWithScale(hp, cast.dtype, scale);
+  Float8Tensor column_major{row_major.data.t().contiguous().t(), scale};
+  return {std::move(row_major), std::move(column_major)};
 }
 
 // `row_major` (2-D float8) with zero columns appended up to a multiple of 16: _scaled_mm on CUDA
@@ -118,31 +145,56 @@ SplitDims SplitDimsOf(const Float8LinearOptions& options) {
   return dims;
 }
 
+// Whether backward can take forward's casts of the input and the weight instead of casting
+// them again: the recipe casts each alike for both of its matmuls (tensorwise).
+bool BackwardReusesCasts(const RecipeCasts& casts) {
+  return SameCast(casts.input, casts.input_for_weight) &&
+         SameCast(casts.weight, casts.weight_for_input) && !casts.high_precision_grad_weight;
+}
+
 struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunction> {
+  // `training`: a backward will follow (autograd records this call).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const std::optional<at::Tensor>& kept_output,
-                            const Float8LinearOptions* options) {
+                            const Float8LinearOptions* options, bool training) {
     const RecipeCasts casts = CastsOf(options->recipe);
-    // A weight gathered in float8 comes with its cast, which backward reuses (tensorwise only).
-    const std::optional<Float8Tensor> gathered =
-        options->recipe == Float8Recipe::kTensorwise ? RegisteredCast(weight) : std::nullopt;
-    if (gathered) {
-      ctx->save_for_backward({x, weight, gathered->data, gathered->scale});
-    } else {
-      ctx->save_for_backward({x, weight});
-    }
     // The options outlive the graph (Float8Linear's contract); a plain address needs no
     // custom-class registration.
     ctx->saved_data["options"] = reinterpret_cast<int64_t>(options);
+    // A weight gathered in float8 comes with its cast, which backward reuses (tensorwise only).
+    const std::optional<Float8Tensor> gathered =
+        options->recipe == Float8Recipe::kTensorwise ? RegisteredCast(weight) : std::nullopt;
+    // Otherwise forward's casts, where backward would cast alike, are kept for it in the layout
+    // its matmuls take: no second cast, no transposing copy, and float8 bytes held, not x.
+    const bool keep_casts = training && !kept_output && !gathered && BackwardReusesCasts(casts);
+    ctx->saved_data["kept_casts"] = keep_casts;
+    if (gathered) {
+      ctx->save_for_backward({x, weight, gathered->data, gathered->scale});
+    } else if (!keep_casts) {
+      ctx->save_for_backward({x, weight});
+    }
     if (kept_output) return kept_output->detach();
     // The casts and matmuls run as written: autocast would turn the emulated fp32 mm into bf16.
     AutocastScope no_autocast(x.device().type(), std::nullopt);
     const SplitDims split = SplitDimsOf(*options);
     const bool pow2 = casts.power_of_2_scales;
     const at::Tensor x2d = x.reshape({-1, x.size(-1)});
-    const Float8Tensor input = CastAs(x2d, casts.input, pow2, split.input, *options);
-    const Float8Tensor weight8 =
-        gathered ? *gathered : CastAs(weight, casts.weight, pow2, split.weight, *options);
+    Float8Tensor input, weight8;
+    if (keep_casts) {
+      Float8Layouts input_layouts =
+          CastAsBothLayouts(x2d, casts.input, pow2, split.input, *options);
+      Float8Layouts weight_layouts =
+          CastAsBothLayouts(weight, casts.weight, pow2, split.weight, *options);
+      ctx->save_for_backward({input_layouts.column_major.data, input_layouts.column_major.scale,
+                              weight_layouts.column_major.data, weight_layouts.column_major.scale});
+      ctx->saved_data["x_sizes"] = x.sizes().vec();
+      ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
+      input = std::move(input_layouts.row_major);
+      weight8 = std::move(weight_layouts.row_major);
+    } else {
+      input = CastAs(x2d, casts.input, pow2, split.input, *options);
+      weight8 = gathered ? *gathered : CastAs(weight, casts.weight, pow2, split.weight, *options);
+    }
     const at::Tensor out = Float8Matmul(input, Transposed(weight8), x.scalar_type(),
                                         /*use_fast_accum=*/true, options->emulate);
     std::vector<int64_t> shape = x.sizes().vec();
@@ -152,46 +204,76 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor& x = saved[0];
-    const at::Tensor& weight = saved[1];
     const auto& options =
         *reinterpret_cast<const Float8LinearOptions*>(ctx->saved_data["options"].toInt());
     const RecipeCasts casts = CastsOf(options.recipe);
     const SplitDims split = SplitDimsOf(options);
     const bool pow2 = casts.power_of_2_scales;
-    AutocastScope no_autocast(x.device().type(), std::nullopt);
-    const at::Tensor grad = grad_outputs[0].reshape({-1, weight.size(0)});
-    const at::Tensor x2d = x.reshape({-1, weight.size(1)});
+    const bool kept_casts = ctx->saved_data["kept_casts"].toBool();
+    // Forward's casts, column-major (kept), or x and the weight to cast here.
+    std::optional<Float8Tensor> kept_input, kept_weight;
+    at::Tensor x, weight;
+    std::vector<int64_t> x_sizes;
+    at::ScalarType weight_dtype;
+    if (kept_casts) {
+      kept_input = Float8Tensor{saved[0], saved[1]};
+      kept_weight = Float8Tensor{saved[2], saved[3]};
+      x_sizes = ctx->saved_data["x_sizes"].toIntVector();
+      weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    } else {
+      x = saved[0];
+      weight = saved[1];
+      x_sizes = x.sizes().vec();
+      weight_dtype = weight.scalar_type();
+      if (saved.size() == 4) kept_weight = Float8Tensor{saved[2], saved[3]};  // FSDP's gather
+    }
+    const int64_t out_features = kept_casts ? kept_weight->data.size(0) : weight.size(0);
+    AutocastScope no_autocast(grad_outputs[0].device().type(), std::nullopt);
+    const at::Tensor grad = grad_outputs[0].reshape({-1, out_features});
 
     // Each gradient only where asked for: a zero-bubble pipeline's I and W passes ask for one.
+    const bool want_x = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
+    // Tensorwise casts the output gradient alike for both matmuls: once, in both layouts.
+    std::optional<Float8Tensor> grad_for_input, grad_for_weight;
+    if (want_x && want_weight && !casts.high_precision_grad_weight &&
+        SameCast(casts.grad_output_for_input, casts.grad_output_for_weight)) {
+      Float8Layouts layouts =
+          CastAsBothLayouts(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
+      grad_for_input = std::move(layouts.row_major);
+      grad_for_weight = std::move(layouts.column_major);
+    }
     at::Tensor grad_x;
-    std::optional<Float8Tensor> grad8;
-    if (ctx->needs_input_grad(0)) {
+    if (want_x) {
       const Float8Tensor weight8 =
-          saved.size() == 4 ? Float8Tensor{saved[2], saved[3]}
-                            : CastAs(weight, casts.weight_for_input, pow2, split.weight, options);
-      grad8 = CastAs(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
-      grad_x = Float8Matmul(*grad8, weight8, grad.scalar_type(), /*use_fast_accum=*/false,
-                            options.emulate)
-                   .view(x.sizes());
+          kept_weight ? *kept_weight
+                      : CastAs(weight, casts.weight_for_input, pow2, split.weight, options);
+      if (!grad_for_input) {
+        grad_for_input =
+            CastAs(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
+      }
+      grad_x = Float8Matmul(*grad_for_input, weight8, grad.scalar_type(),
+                            /*use_fast_accum=*/false, options.emulate)
+                   .view(x_sizes);
     }
     at::Tensor grad_weight;
-    if (ctx->needs_input_grad(1)) {
+    if (want_weight) {
       if (casts.high_precision_grad_weight) {
-        grad_weight = grad.t().mm(x2d);
+        grad_weight = grad.t().mm(x.reshape({-1, x.size(-1)}));
       } else {
-        // Tensorwise casts the output gradient alike for both matmuls: once.
-        const Float8Tensor grad_for_weight =
-            grad8 && SameCast(casts.grad_output_for_input, casts.grad_output_for_weight)
-                ? *grad8
-                : CastAs(grad, casts.grad_output_for_weight, pow2, split.grad_output, options);
-        grad_weight = Float8Matmul(Transposed(grad_for_weight),
-                                   CastAs(x2d, casts.input_for_weight, pow2, split.input, options),
-                                   grad.scalar_type(), /*use_fast_accum=*/false, options.emulate);
+        if (!grad_for_weight) {
+          grad_for_weight =
+              CastAs(grad, casts.grad_output_for_weight, pow2, split.grad_output, options);
+        }
+        const Float8Tensor input8 =
+            kept_input ? *kept_input
+                       : CastAs(x.reshape({-1, x.size(-1)}), casts.input_for_weight, pow2,
+                                split.input, options);
+        grad_weight = Float8Matmul(Transposed(*grad_for_weight), input8, grad.scalar_type(),
+                                   /*use_fast_accum=*/false, options.emulate);
       }
-      grad_weight = grad_weight.to(weight.scalar_type());
+      grad_weight = grad_weight.to(weight_dtype);
     }
-    return {grad_x, grad_weight, at::Tensor(), at::Tensor()};
+    return {grad_x, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -297,7 +379,8 @@ at::Tensor Float8Linear(const at::Tensor& x, const at::Tensor& weight,
   // to float8.
   const std::optional<at::Tensor> kept =
       kept_output.defined() ? std::optional<at::Tensor>(kept_output) : std::nullopt;
-  return Float8LinearFunction::apply(AutocastInput(x), weight, kept, &options);
+  const bool training = at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
+  return Float8LinearFunction::apply(AutocastInput(x), weight, kept, &options, training);
 }
 
 }  // namespace titan

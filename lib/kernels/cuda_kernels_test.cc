@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -189,6 +190,29 @@ TEST_F(CudaFloat8CastShapesTest, EqualsAtenBitForBit) {
     const at::Tensor want = (hp.to(at::kFloat) * scale).clamp(-max, max).to(at::kFloat8_e4m3fn);
     const at::Tensor got = FusedScaledCastToFloat8(hp, scale, at::kFloat8_e4m3fn);
     EXPECT_TRUE(at::equal(got.view(at::kByte), want.view(at::kByte)));
+  }
+}
+
+// Both layouts from one read, bit for bit against ATen's cast: tiles cut by the edges, every
+// scale shape, and more rows than the grid's second dim covers (its loop over tile rows).
+TEST_F(CudaFloat8CastShapesTest, BothLayoutsEqualAtenBitForBit) {
+  at::manual_seed(2);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  for (const auto& [rows, cols] :
+       {std::pair<int64_t, int64_t>{37, 1000}, {8192, 4096}, {2100000, 3}}) {
+    for (const int scale_kind : {0, 1, 2}) {
+      SCOPED_TRACE(testing::Message() << rows << " x " << cols << ", scale " << scale_kind);
+      const at::Tensor hp = (at::randn({rows, cols}, cuda) * 50).to(at::kBFloat16);
+      const std::vector<int64_t> scale_shape[] = {{}, {rows, 1}, {1, cols}};
+      const at::Tensor scale = at::rand(scale_shape[scale_kind], cuda) * 4 + 0.01;
+      const double max = Float8MaxOf(at::kFloat8_e5m2);
+      const at::Tensor want =
+          (hp.to(at::kFloat) * scale).clamp(-max, max).to(at::kFloat8_e5m2).view(at::kByte);
+      const Float8CastLayouts got = FusedScaledCastToFloat8BothLayouts(hp, scale, at::kFloat8_e5m2);
+      EXPECT_TRUE(got.column_major.t().is_contiguous());
+      EXPECT_TRUE(at::equal(got.row_major.view(at::kByte), want));
+      EXPECT_TRUE(at::equal(got.column_major.contiguous().view(at::kByte), want));
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <c10/util/Float8_e5m2.h>
 
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "lib/kernels/float8_cast_math.h"
@@ -66,6 +67,28 @@ at::Tensor CastRowMajor(const at::Tensor& hp, const at::Tensor& scale, at::Scala
   return out;
 }
 
+// The row-major case of FusedScaledCastToFloat8BothLayouts.
+Float8CastLayouts CastRowMajorBothLayouts(const at::Tensor& hp, const at::Tensor& scale,
+                                          at::ScalarType dtype) {
+  if (!hp.is_cuda()) {
+    at::Tensor row_major = CastRowMajor(hp, scale, dtype);
+    at::Tensor column_major = row_major.t().contiguous().t();
+    return {std::move(row_major), std::move(column_major)};
+  }
+  at::Tensor out = at::empty(hp.sizes(), hp.options().dtype(dtype));
+  at::Tensor out_t = at::empty({hp.size(1), hp.size(0)}, hp.options().dtype(dtype));
+  const at::Tensor scale2d = Scale2d(scale);
+  const at::Tensor expanded = scale2d.expand({hp.size(0), hp.size(1)});
+  const c10::cuda::CUDAGuard guard(hp.device());
+  C10_CUDA_CHECK(LaunchScaledCastToFloat8BothLayouts(
+      KernelDtypeOf(hp, "hp").value(), hp.data_ptr(), scale2d.data_ptr<float>(), hp.size(0),
+      hp.size(1), expanded.stride(0), expanded.stride(1),
+      dtype == at::kFloat8_e4m3fn ? Float8KernelDtype::kE4m3fn : Float8KernelDtype::kE5m2,
+      static_cast<float>(Float8MaxOf(dtype)), out.data_ptr(), out_t.data_ptr(),
+      at::cuda::getCurrentCUDAStream()));
+  return {std::move(out), out_t.t()};
+}
+
 }  // namespace
 
 double Float8MaxOf(at::ScalarType dtype) {
@@ -105,6 +128,17 @@ at::Tensor FusedScaledCastToFloat8(const at::Tensor& hp, const at::Tensor& scale
   // A column-major tensor is the transpose of a row-major one: cast that, keep the layout.
   if (!hp.is_contiguous()) return CastRowMajor(hp.t(), Scale2d(scale).t(), dtype).t();
   return CastRowMajor(hp, scale, dtype);
+}
+
+Float8CastLayouts FusedScaledCastToFloat8BothLayouts(const at::Tensor& hp, const at::Tensor& scale,
+                                                     at::ScalarType dtype) {
+  ThrowIfError(FusedFloat8CastSupports(hp, scale, dtype));
+  if (!hp.is_contiguous()) {
+    // hp is the transpose of a row-major tensor: that tensor's two layouts, swapped.
+    Float8CastLayouts layouts = CastRowMajorBothLayouts(hp.t(), Scale2d(scale).t(), dtype);
+    return {layouts.column_major.t(), layouts.row_major.t()};
+  }
+  return CastRowMajorBothLayouts(hp, scale, dtype);
 }
 
 }  // namespace titan

@@ -23,6 +23,18 @@ absl::Status FusedFloat8CastSupports(const at::Tensor& hp, const at::Tensor& sca
 at::Tensor FusedScaledCastToFloat8(const at::Tensor& hp, const at::Tensor& scale,
                                    at::ScalarType dtype);
 
+// One float8 cast in both layouts _scaled_mm takes an operand in; both have hp's sizes.
+struct Float8CastLayouts {
+  at::Tensor row_major;
+  at::Tensor column_major;
+};
+
+// FusedScaledCastToFloat8's values in both layouts, from one read of `hp` on a GPU (a float8
+// operand used by one matmul in each layout, as forward's and backward's, is cast once instead
+// of cast and transposed). On the CPU: the cast, then its transposed copy.
+Float8CastLayouts FusedScaledCastToFloat8BothLayouts(const at::Tensor& hp, const at::Tensor& scale,
+                                                     at::ScalarType dtype);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_KERNELS_FLOAT8_CAST_H_

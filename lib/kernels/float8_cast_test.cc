@@ -50,6 +50,23 @@ TEST_P(Float8CastTest, EqualsAtenBitForBit) {
   EXPECT_TRUE(at::equal(got.contiguous().view(at::kByte), want.contiguous().view(at::kByte)));
 }
 
+// Both layouts hold the same cast: the first row-major, the second column-major.
+TEST_P(Float8CastTest, BothLayoutsEqualAtenBitForBit) {
+  const auto [in_dtype, dtype, scale_kind, column_major] = GetParam();
+  constexpr int64_t kRows = 37, kCols = 53;
+  at::Tensor hp = Values(kRows, kCols, in_dtype);
+  if (column_major) hp = Values(kCols, kRows, in_dtype).t();
+  const std::vector<int64_t> scale_shape[] = {{}, {kRows, 1}, {1, kCols}};
+  const at::Tensor scale = at::rand(scale_shape[scale_kind]) * 4 + 0.01;
+  const at::Tensor want = AtenCast(hp, scale, dtype).contiguous().view(at::kByte);
+  const Float8CastLayouts got = FusedScaledCastToFloat8BothLayouts(hp, scale, dtype);
+  EXPECT_TRUE(got.row_major.is_contiguous());
+  EXPECT_TRUE(got.column_major.t().is_contiguous());
+  EXPECT_EQ(got.column_major.scalar_type(), dtype);
+  EXPECT_TRUE(at::equal(got.row_major.view(at::kByte), want));
+  EXPECT_TRUE(at::equal(got.column_major.contiguous().view(at::kByte), want));
+}
+
 INSTANTIATE_TEST_SUITE_P(Casts, Float8CastTest,
                          testing::Combine(testing::Values(at::kFloat, at::kBFloat16, at::kHalf),
                                           testing::Values(at::kFloat8_e4m3fn, at::kFloat8_e5m2),

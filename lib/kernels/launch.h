@@ -36,6 +36,14 @@ cudaError_t LaunchScaledCastToFloat8(KernelDtype dtype, const void* x, const flo
                                      int64_t scale_col_stride, Float8KernelDtype out_dtype,
                                      float max, void* out, cudaStream_t stream);
 
+// The same cast written row-major into `out` and column-major into `out_t` (a [cols, rows]
+// row-major buffer) from one read of x: the two layouts a float8 operand takes in _scaled_mm.
+cudaError_t LaunchScaledCastToFloat8BothLayouts(KernelDtype dtype, const void* x,
+                                                const float* scale, int64_t rows, int64_t cols,
+                                                int64_t scale_row_stride, int64_t scale_col_stride,
+                                                Float8KernelDtype out_dtype, float max, void* out,
+                                                void* out_t, cudaStream_t stream);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_KERNELS_LAUNCH_H_
