@@ -2,12 +2,12 @@
 # The H200 benchmark, run on the GPU machine from the folder benchmarks/gpu/pack.sh made (carried
 # as gpu_pack): every stage under its own timeout, results written to $OUT as they come, so a
 # stage that fails or runs out of time leaves the others' results. Stages, in order:
-#   probe (GPU, torch) · assets · titan_8b8l, titan_8b8l_float8, wheels, torchtitan_compiled,
-#   torchtitan_eager (Llama 3 8B shapes with 8 layers, batch 1 x seq 8192, bf16, no AC, 20 steps
-#   each) · nccl (ProcessGroupNCCL test, 1 GPU) · kernels (fused RoPE/SwiGLU/float8 cast CUDA
-#   kernels against ATen; the training runs go through them) · float8 (_scaled_mm against its
-#   emulation, each recipe) · attention (the masked kernel pair ring attention calls, against
-#   SDPA) · cuda_graph (replays equal eager steps) · smoke (titan debug model on CUDA, bf16, loss
+#   probe (GPU, torch) · assets · kernels (fused RoPE/SwiGLU/float8 cast CUDA kernels against
+#   ATen; the training runs go through them) · float8 (_scaled_mm against its emulation, each
+#   recipe) · attention (the masked kernel pair ring attention calls, and decode attention, against
+#   SDPA) · cuda_graph (replays equal eager steps) · titan_8b8l, titan_8b8l_float8, wheels,
+#   torchtitan_compiled, torchtitan_eager (Llama 3 8B shapes with 8 layers, batch 1 x seq 8192,
+#   bf16, no AC, 20 steps each) · nccl (ProcessGroupNCCL test, 1 GPU) · smoke (titan debug model on CUDA, bf16, loss
 #   falls) · smoke_cuda_graph (the same, replayed as CUDA graphs) · chunked_ce · fused_kernels
 #   (fused vs ATen timings) · ops · titan_8b8l_fused_loss · titan_8b8l_unfused ·
 #   titan_8b8l_selective_ac · titan_8b8l_cuda_graph · summary.
@@ -63,23 +63,31 @@ stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its out
   tail -n 3 "$OUT/$name.log"
 }
 
-titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME
+titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME (NAME a path: there)
+  local dump=$1
+  [[ $dump == */* ]] || dump="$OUT/$dump"
   # One seed for all: the runs' loss curves are compared (float8, fused loss, CUDA graphs).
-  native bin/titan_train --job.dump_folder="$OUT/$1" --training.seed=0 --checkpoint.enable=false \
+  native bin/titan_train --job.dump_folder="$dump" --training.seed=0 --checkpoint.enable=false \
     --validation.enable=false --metrics.log_freq=1 --metrics.enable_tensorboard=false \
     --job.description="h200 bench $1" "${@:2}"
 }
 export OUT
 export -f titan
 
-# The acceptance's runs first (titan bf16 and float8, torchtitan compiled), so that a stage that
-# hangs later costs only what comes after it; then the CUDA tests, the smoke runs, the op
-# benchmarks, and titan's options on the same run.
+# The kernels' tests and the acceptance's runs first (titan bf16 and float8, torchtitan compiled),
+# so that a stage that hangs later costs only what comes after it; then the NCCL test, the smoke
+# runs, the op benchmarks, and titan's options on the same run.
 stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.cuda.get_device_name(0))"'
 stage assets 30 python3 make_assets.py "$work"
+# The CUDA kernels' tests against their ATen references: seconds each, and decisive if the
+# training runs below fail.
+stage kernels 20 native bin/cuda_kernels_test
+stage float8 20 native bin/float8_cuda_test
+stage attention 20 native bin/attention_cuda_test
+stage cuda_graph 20 native bin/cuda_graph_test
 common=(--training.seq_len=$seq_len --training.local_batch_size=1 --training.steps=20
         --training.mixed_precision_param=bfloat16 --activation_checkpoint.mode=none
-        --lr_scheduler.warmup_steps=2 --optimizer.lr=3e-4)
+        --lr_scheduler.warmup_steps=10 --optimizer.lr=3e-4)
 llama8b8l=(--model.name=llama3 --model.flavor=from_checkpoint --model.hf_assets_path="$work/model"
            --training.dataset_path="$work/corpus/train.jsonl" --optimizer.implementation=fused
            "${common[@]}")
@@ -97,15 +105,11 @@ export PYTHONPATH="$site" HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 torchtitan=(python3 -m torch.distributed.run --standalone --nproc_per_node=1 torchtitan_run.py
             --model.name=llama3 --model.flavor=8B_8L --model.hf_assets_path="$work/model"
             --training.dataset=c4_test --training.dataset_path="$work/corpus" --metrics.log_freq=1
-            --optimizer.implementation=fused --job.dump_folder="$work/tt" "${common[@]}")
+            --optimizer.implementation=fused "${common[@]}")
 # torchtitan 0.2.2 compiles model and loss by default (`--compile.components model loss` is refused).
-stage torchtitan_compiled 240 "${torchtitan[@]}" --compile.enable
-stage torchtitan_eager 150 "${torchtitan[@]}"
+stage torchtitan_compiled 240 "${torchtitan[@]}" --job.dump_folder="$work/tt" --compile.enable
+stage torchtitan_eager 150 "${torchtitan[@]}" --job.dump_folder="$work/tt"
 stage nccl 30 native bin/nccl_communicator_test
-stage kernels 30 native bin/cuda_kernels_test
-stage float8 30 native bin/float8_cuda_test
-stage attention 30 native bin/attention_cuda_test
-stage cuda_graph 30 native bin/cuda_graph_test
 smoke=(--model.tokenizer_path=default_tokenizer --training.dataset_path=default_corpus/train.jsonl
        --training.seq_len=512 --training.local_batch_size=8 --training.steps=30
        --training.mixed_precision_param=bfloat16 --lr_scheduler.warmup_steps=5 --optimizer.lr=2e-3
@@ -127,5 +131,21 @@ stage titan_8b8l_unfused 120 titan titan_8b8l_unfused "${llama8b8l[@]}" \
 stage titan_8b8l_selective_ac 120 titan titan_8b8l_selective_ac "${llama8b8l[@]}" \
   --activation_checkpoint.mode=selective --activation_checkpoint.selective_ac_option=op
 stage titan_8b8l_cuda_graph 120 titan titan_8b8l_cuda_graph "${llama8b8l[@]}" --compile.cuda_graph=true
+# One traced step (the 10th) of titan bf16, titan float8 and torchtitan compiled, on the same
+# run, read alike by kernel_table.py: where each spends its GPU time. Traces stay in $work.
+profile=(--profiling.profile_freq=10 --training.steps=10)
+stage profile_titan 60 titan "$work/profile_titan" "${llama8b8l[@]}" "${profile[@]}" \
+  --profiling.enable_profiling=true
+stage profile_titan_float8 60 titan "$work/profile_titan_float8" "${llama8b8l[@]}" \
+  --model.converters=float8 --float8.filter_fqns=output "${profile[@]}" \
+  --profiling.enable_profiling=true
+# tyro's booleans take no value.
+stage profile_torchtitan_compiled 120 "${torchtitan[@]}" --compile.enable \
+  --job.dump_folder="$work/profile_tt" "${profile[@]}" --profiling.enable_profiling
+trace=profile_traces/iteration_10/rank0_trace.json
+stage kernel_table 30 python3 kernel_table.py "titan_bf16=$work/profile_titan/$trace" \
+  "titan_float8=$work/profile_titan_float8/$trace" "torchtitan_compiled=$work/profile_tt/$trace"
 stage summary 30 python3 summarize.py "$OUT"
-cat "$OUT/summary.log"
+cat "$OUT/summary.log" "$OUT/kernel_table.log" 2>/dev/null
+# At most 8 files come back from the device: all of $OUT in one archive.
+tar -czf "$work/h200_bench.tgz" -C "$OUT" . && rm -rf "${OUT:?}"/* && mv "$work/h200_bench.tgz" "$OUT/"
