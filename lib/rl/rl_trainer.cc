@@ -301,11 +301,18 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
   return TokenLogProbs(out, labels, temperature);
 }
 
-at::Tensor RlTrainer::ResponseLogProbsNoGrad(ModelBundle& model, const SequenceBatch& batch,
-                                             at::Tensor* values) {
+absl::StatusOr<at::Tensor> RlTrainer::ResponseLogProbsNoGrad(ModelBundle& model,
+                                                             const SequenceBatch& batch,
+                                                             at::Tensor* values) {
   c10::NoGradGuard no_grad;
   const int64_t rows = batch.tokens.size(0);
   const int64_t micro = config_.training().local_batch_size();
+  // Under FSDP, several microbatches share one gather of the model ([rl] gather_for_generation)
+  // instead of gathering every layer again for each.
+  std::unique_ptr<DataParallel::GatheredScope> gathered;
+  if (rows > micro && rl_.gather_for_generation() && model.data_parallel != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(gathered, DataParallel::GatheredScope::Gather(*model.data_parallel));
+  }
   std::vector<at::Tensor> logprobs, row_values;
   for (int64_t begin = 0; begin < rows; begin += micro) {
     at::Tensor part_values;
@@ -378,8 +385,10 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
     const SequenceBatch batch =
         LayOutSequences(prompt_ids, responses, tokenizer_->eos_id(), setup_.device);
     const at::Tensor mask = batch.response_mask.to(at::kFloat);
-    const at::Tensor log_ratio =
-        ResponseLogProbsNoGrad(policy_, batch) - ResponseLogProbsNoGrad(*reference_, batch);
+    TITAN_ASSIGN_OR_RETURN(const at::Tensor policy_logp, ResponseLogProbsNoGrad(policy_, batch));
+    TITAN_ASSIGN_OR_RETURN(const at::Tensor reference_logp,
+                           ResponseLogProbsNoGrad(*reference_, batch));
+    const at::Tensor log_ratio = policy_logp - reference_logp;
     const at::Tensor ratio = (log_ratio * mask).sum(1);
     const int64_t n = static_cast<int64_t>(examples.size());
     // A tie (the policy still equal to its reference) counts one half, as a coin flip would.

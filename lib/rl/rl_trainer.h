@@ -97,8 +97,9 @@ class RlTrainer {
                               at::Tensor* values = nullptr, at::Tensor* entropy = nullptr);
   // The same without autograd, in microbatches of [training] local_batch_size rows as the
   // update's forwards: one forward of a whole batch would hold its [rows, T, vocab] logits.
-  at::Tensor ResponseLogProbsNoGrad(ModelBundle& model, const SequenceBatch& batch,
-                                    at::Tensor* values = nullptr);
+  // Fails when gathering the model for them fails.
+  absl::StatusOr<at::Tensor> ResponseLogProbsNoGrad(ModelBundle& model, const SequenceBatch& batch,
+                                                    at::Tensor* values = nullptr);
   absl::StatusOr<StepMetrics> RlUpdate(const Rollouts& rollouts);
   absl::StatusOr<StepMetrics> SftOrDpoStep(const std::vector<const RlExample*>& examples);
   // One optimizer step: `loss_sum(m)` is microbatch m's summed loss; `denominator` the step's

@@ -122,11 +122,14 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   // unless [rl] old_logprobs asks for the trainer's.
   if (rollouts.generator_logprobs.defined() && rl.old_logprobs() == "generator") {
     old_logp = rollouts.generator_logprobs.to(setup_.device);
-    if (ppo) ResponseLogProbsNoGrad(policy_, batch, &old_values);
+    if (ppo) TITAN_RETURN_IF_ERROR(ResponseLogProbsNoGrad(policy_, batch, &old_values).status());
   } else {
-    old_logp = ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr);
+    TITAN_ASSIGN_OR_RETURN(old_logp,
+                           ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr));
   }
-  if (reference_) ref_logp = ResponseLogProbsNoGrad(*reference_, batch);
+  if (reference_) {
+    TITAN_ASSIGN_OR_RETURN(ref_logp, ResponseLogProbsNoGrad(*reference_, batch));
+  }
   const KlEstimator estimator = KlEstimatorFromConfig(rl_);
   at::Tensor advantages, returns;
   at::Tensor loss_mask = mask;
@@ -295,7 +298,10 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
       LayOutSequences(prompts, responses, tokenizer_->eos_id(), setup_.device);
   const at::Tensor mask = batch.response_mask.to(at::kFloat);
   at::Tensor ref_sums;
-  if (dpo) ref_sums = (ResponseLogProbsNoGrad(*reference_, batch) * mask).sum(1);
+  if (dpo) {
+    TITAN_ASSIGN_OR_RETURN(const at::Tensor ref_logp, ResponseLogProbsNoGrad(*reference_, batch));
+    ref_sums = (ref_logp * mask).sum(1);
+  }
   TITAN_ASSIGN_OR_RETURN(
       const at::Tensor local,
       ReduceOverDp(dpo ? at::scalar_tensor(static_cast<double>(pairs), at::kDouble) : mask.sum(),

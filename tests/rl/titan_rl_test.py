@@ -82,9 +82,12 @@ class TitanRlTest(unittest.TestCase):
         self.assertLess(worst, tolerance)
 
     def test_fsdp_step_on_given_rollouts_equals_one_process(self):
-        one = self.step_on_rollouts("one")
+        # Microbatches of 2 rows: FSDP's no-grad forwards (old log-probabilities, the reference's)
+        # share one gather of each model ([rl] gather_for_generation).
+        one = self.step_on_rollouts("one", "--training.local_batch_size=2")
         fsdp = self.step_on_rollouts("fsdp2", "--nproc_per_node=2",
-                                     "--parallelism.data_parallel_shard_degree=2")
+                                     "--parallelism.data_parallel_shard_degree=2",
+                                     "--training.local_batch_size=2")
         # 1e-5: ranks sum their halves' gradients and token counts in another order.
         self.assert_same_step(one, fsdp, ("1 process", "FSDP 2"), 1e-5)
         self.assertEqual(one[0]["loss"], 0.0)  # advantages ±1 over equal tokens: the mean cancels
