@@ -78,8 +78,10 @@ absl::Status RlTrainer::Init() {
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicyCopy());
   if ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo") {
+    // Its parameters keep requires_grad as the policy's, though no optimizer holds them and it
+    // only runs under NoGradGuard: with them frozen, LibTorch took other kernels somewhere (the
+    // reference's log-probabilities differed from the identical policy's by up to 1e-5).
     TITAN_ASSIGN_OR_RETURN(reference_, BuildPolicyCopy());
-    for (const ParamRef& p : reference_->params) p.tensor->requires_grad_(false);
   }
   if (rl_.reward() == "reward_model") {
     TITAN_ASSIGN_OR_RETURN(reward_model_,
