@@ -7,6 +7,7 @@
 #include <limits>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -32,15 +33,23 @@ at::Tensor Values(int64_t rows, int64_t cols, at::ScalarType dtype) {
 
 // (input dtype, float8 dtype, scale shape: 0 one value, 1 per row, 2 per column, column-major)
 class Float8CastTest
-    : public testing::TestWithParam<std::tuple<at::ScalarType, at::ScalarType, int, bool>> {};
+    : public testing::TestWithParam<std::tuple<at::ScalarType, at::ScalarType, int, bool>> {
+ protected:
+  // The case's input, in its layout, and its scale.
+  static std::pair<at::Tensor, at::Tensor> Inputs() {
+    const auto [in_dtype, dtype, scale_kind, column_major] = GetParam();
+    constexpr int64_t kRows = 37, kCols = 53;
+    at::Tensor hp =
+        column_major ? Values(kCols, kRows, in_dtype).t() : Values(kRows, kCols, in_dtype);
+    const std::vector<int64_t> scale_shape[] = {{}, {kRows, 1}, {1, kCols}};
+    return {hp, at::rand(scale_shape[scale_kind]) * 4 + 0.01};
+  }
+  static at::ScalarType Float8Dtype() { return std::get<1>(GetParam()); }
+};
 
 TEST_P(Float8CastTest, EqualsAtenBitForBit) {
-  const auto [in_dtype, dtype, scale_kind, column_major] = GetParam();
-  constexpr int64_t kRows = 37, kCols = 53;
-  at::Tensor hp = Values(kRows, kCols, in_dtype);
-  if (column_major) hp = Values(kCols, kRows, in_dtype).t();
-  const std::vector<int64_t> scale_shape[] = {{}, {kRows, 1}, {1, kCols}};
-  const at::Tensor scale = at::rand(scale_shape[scale_kind]) * 4 + 0.01;
+  const auto [hp, scale] = Inputs();
+  const at::ScalarType dtype = Float8Dtype();
   const at::Tensor want = AtenCast(hp, scale, dtype);
   ASSERT_TRUE(FusedFloat8CastSupports(hp, scale, dtype).ok());
   const at::Tensor got = FusedScaledCastToFloat8(hp, scale, dtype);
@@ -52,12 +61,8 @@ TEST_P(Float8CastTest, EqualsAtenBitForBit) {
 
 // Both layouts hold the same cast: the first row-major, the second column-major.
 TEST_P(Float8CastTest, BothLayoutsEqualAtenBitForBit) {
-  const auto [in_dtype, dtype, scale_kind, column_major] = GetParam();
-  constexpr int64_t kRows = 37, kCols = 53;
-  at::Tensor hp = Values(kRows, kCols, in_dtype);
-  if (column_major) hp = Values(kCols, kRows, in_dtype).t();
-  const std::vector<int64_t> scale_shape[] = {{}, {kRows, 1}, {1, kCols}};
-  const at::Tensor scale = at::rand(scale_shape[scale_kind]) * 4 + 0.01;
+  const auto [hp, scale] = Inputs();
+  const at::ScalarType dtype = Float8Dtype();
   const at::Tensor want = AtenCast(hp, scale, dtype).contiguous().view(at::kByte);
   const Float8CastLayouts got = FusedScaledCastToFloat8BothLayouts(hp, scale, dtype);
   EXPECT_TRUE(got.row_major.is_contiguous());
