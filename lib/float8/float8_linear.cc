@@ -145,12 +145,10 @@ SplitDims SplitDimsOf(const Float8LinearOptions& options) {
   return dims;
 }
 
-// Whether backward can take forward's casts of the input and the weight instead of casting
-// them again: the recipe casts each alike for both of its matmuls (tensorwise).
-bool BackwardReusesCasts(const RecipeCasts& casts) {
-  return SameCast(casts.input, casts.input_for_weight) &&
-         SameCast(casts.weight, casts.weight_for_input) && !casts.high_precision_grad_weight;
-}
+// Backward's operands: forward's casts where the recipe casts an operand alike for both of its
+// matmuls (tensorwise), kept column-major, the layout backward's matmul takes them in; otherwise
+// the high-precision tensor, cast again in backward.
+enum SavedSlot { kX, kWeight, kInputCast, kInputScale, kWeightCast, kWeightScale, kSlots };
 
 struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunction> {
   // `training`: a backward will follow (autograd records this call).
@@ -161,40 +159,53 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     // The options outlive the graph (Float8Linear's contract); a plain address needs no
     // custom-class registration.
     ctx->saved_data["options"] = reinterpret_cast<int64_t>(options);
+    ctx->saved_data["x_sizes"] = x.sizes().vec();
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     // A weight gathered in float8 comes with its cast, which backward reuses (tensorwise only).
     const std::optional<Float8Tensor> gathered =
         options->recipe == Float8Recipe::kTensorwise ? RegisteredCast(weight) : std::nullopt;
-    // Otherwise forward's casts, where backward would cast alike, are kept for it in the layout
-    // its matmuls take: no second cast, no transposing copy, and float8 bytes held, not x.
-    const bool keep_casts = training && !kept_output && !gathered && BackwardReusesCasts(casts);
-    ctx->saved_data["kept_casts"] = keep_casts;
+    // A cast is kept only for the gradient that reads it: the input's for the weight's gradient,
+    // the weight's for the input's.
+    const bool computes = training && !kept_output;
+    const bool keep_input = computes && weight.requires_grad() &&
+                            SameCast(casts.input, casts.input_for_weight) &&
+                            !casts.high_precision_grad_weight;
+    const bool keep_weight = computes && options->keep_weight_cast && !gathered &&
+                             x.requires_grad() && SameCast(casts.weight, casts.weight_for_input);
+    std::vector<at::Tensor> saved(kSlots);
+    if (!keep_input) saved[kX] = x;
+    if (!keep_weight && !gathered) saved[kWeight] = weight;
     if (gathered) {
-      ctx->save_for_backward({x, weight, gathered->data, gathered->scale});
-    } else if (!keep_casts) {
-      ctx->save_for_backward({x, weight});
+      saved[kWeightCast] = gathered->data;
+      saved[kWeightScale] = gathered->scale;
     }
-    if (kept_output) return kept_output->detach();
+    if (kept_output) {
+      ctx->save_for_backward(saved);
+      return kept_output->detach();
+    }
     // The casts and matmuls run as written: autocast would turn the emulated fp32 mm into bf16.
     AutocastScope no_autocast(x.device().type(), std::nullopt);
     const SplitDims split = SplitDimsOf(*options);
     const bool pow2 = casts.power_of_2_scales;
     const at::Tensor x2d = x.reshape({-1, x.size(-1)});
     Float8Tensor input, weight8;
-    if (keep_casts) {
-      Float8Layouts input_layouts =
-          CastAsBothLayouts(x2d, casts.input, pow2, split.input, *options);
-      Float8Layouts weight_layouts =
-          CastAsBothLayouts(weight, casts.weight, pow2, split.weight, *options);
-      ctx->save_for_backward({input_layouts.column_major.data, input_layouts.column_major.scale,
-                              weight_layouts.column_major.data, weight_layouts.column_major.scale});
-      ctx->saved_data["x_sizes"] = x.sizes().vec();
-      ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
-      input = std::move(input_layouts.row_major);
-      weight8 = std::move(weight_layouts.row_major);
+    if (keep_input) {
+      Float8Layouts layouts = CastAsBothLayouts(x2d, casts.input, pow2, split.input, *options);
+      saved[kInputCast] = layouts.column_major.data;
+      saved[kInputScale] = layouts.column_major.scale;
+      input = std::move(layouts.row_major);
     } else {
       input = CastAs(x2d, casts.input, pow2, split.input, *options);
+    }
+    if (keep_weight) {
+      Float8Layouts layouts = CastAsBothLayouts(weight, casts.weight, pow2, split.weight, *options);
+      saved[kWeightCast] = layouts.column_major.data;
+      saved[kWeightScale] = layouts.column_major.scale;
+      weight8 = std::move(layouts.row_major);
+    } else {
       weight8 = gathered ? *gathered : CastAs(weight, casts.weight, pow2, split.weight, *options);
     }
+    ctx->save_for_backward(saved);
     const at::Tensor out = Float8Matmul(input, Transposed(weight8), x.scalar_type(),
                                         /*use_fast_accum=*/true, options->emulate);
     std::vector<int64_t> shape = x.sizes().vec();
@@ -209,66 +220,54 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     const RecipeCasts casts = CastsOf(options.recipe);
     const SplitDims split = SplitDimsOf(options);
     const bool pow2 = casts.power_of_2_scales;
-    const bool kept_casts = ctx->saved_data["kept_casts"].toBool();
-    // Forward's casts, column-major (kept), or x and the weight to cast here.
-    std::optional<Float8Tensor> kept_input, kept_weight;
-    at::Tensor x, weight;
-    std::vector<int64_t> x_sizes;
-    at::ScalarType weight_dtype;
-    if (kept_casts) {
-      kept_input = Float8Tensor{saved[0], saved[1]};
-      kept_weight = Float8Tensor{saved[2], saved[3]};
-      x_sizes = ctx->saved_data["x_sizes"].toIntVector();
-      weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-    } else {
-      x = saved[0];
-      weight = saved[1];
-      x_sizes = x.sizes().vec();
-      weight_dtype = weight.scalar_type();
-      if (saved.size() == 4) kept_weight = Float8Tensor{saved[2], saved[3]};  // FSDP's gather
+    const std::vector<int64_t> x_sizes = ctx->saved_data["x_sizes"].toIntVector();
+    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const at::Tensor& x = saved[kX];
+    const at::Tensor& weight = saved[kWeight];
+    std::optional<Float8Tensor> input8, weight8;
+    if (saved[kInputCast].defined()) input8 = Float8Tensor{saved[kInputCast], saved[kInputScale]};
+    if (saved[kWeightCast].defined()) {
+      weight8 = Float8Tensor{saved[kWeightCast], saved[kWeightScale]};
     }
-    const int64_t out_features = kept_casts ? kept_weight->data.size(0) : weight.size(0);
+    const int64_t out_features = grad_outputs[0].size(-1);
     AutocastScope no_autocast(grad_outputs[0].device().type(), std::nullopt);
     const at::Tensor grad = grad_outputs[0].reshape({-1, out_features});
 
     // Each gradient only where asked for: a zero-bubble pipeline's I and W passes ask for one.
     const bool want_x = ctx->needs_input_grad(0), want_weight = ctx->needs_input_grad(1);
+    const bool weight_in_float8 = want_weight && !casts.high_precision_grad_weight;
     // Tensorwise casts the output gradient alike for both matmuls: once, in both layouts.
     std::optional<Float8Tensor> grad_for_input, grad_for_weight;
-    if (want_x && want_weight && !casts.high_precision_grad_weight &&
-        SameCast(casts.grad_output_for_input, casts.grad_output_for_weight)) {
+    if (weight_in_float8 &&
+        (!want_x || SameCast(casts.grad_output_for_input, casts.grad_output_for_weight))) {
       Float8Layouts layouts =
-          CastAsBothLayouts(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
-      grad_for_input = std::move(layouts.row_major);
+          CastAsBothLayouts(grad, casts.grad_output_for_weight, pow2, split.grad_output, options);
       grad_for_weight = std::move(layouts.column_major);
+      if (want_x) grad_for_input = std::move(layouts.row_major);
     }
     at::Tensor grad_x;
     if (want_x) {
-      const Float8Tensor weight8 =
-          kept_weight ? *kept_weight
-                      : CastAs(weight, casts.weight_for_input, pow2, split.weight, options);
+      if (!weight8) weight8 = CastAs(weight, casts.weight_for_input, pow2, split.weight, options);
       if (!grad_for_input) {
         grad_for_input =
             CastAs(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
       }
-      grad_x = Float8Matmul(*grad_for_input, weight8, grad.scalar_type(),
+      grad_x = Float8Matmul(*grad_for_input, *weight8, grad.scalar_type(),
                             /*use_fast_accum=*/false, options.emulate)
                    .view(x_sizes);
     }
     at::Tensor grad_weight;
     if (want_weight) {
+      const at::Tensor x2d = x.defined() ? x.reshape({-1, x.size(-1)}) : at::Tensor();
       if (casts.high_precision_grad_weight) {
-        grad_weight = grad.t().mm(x.reshape({-1, x.size(-1)}));
+        grad_weight = grad.t().mm(x2d);
       } else {
         if (!grad_for_weight) {
           grad_for_weight =
               CastAs(grad, casts.grad_output_for_weight, pow2, split.grad_output, options);
         }
-        const Float8Tensor input8 =
-            kept_input ? *kept_input
-                       : CastAs(x.reshape({-1, x.size(-1)}), casts.input_for_weight, pow2,
-                                split.input, options);
-        grad_weight = Float8Matmul(Transposed(*grad_for_weight), input8, grad.scalar_type(),
+        if (!input8) input8 = CastAs(x2d, casts.input_for_weight, pow2, split.input, options);
+        grad_weight = Float8Matmul(Transposed(*grad_for_weight), *input8, grad.scalar_type(),
                                    /*use_fast_accum=*/false, options.emulate);
       }
       grad_weight = grad_weight.to(weight_dtype);

@@ -34,6 +34,11 @@ struct Float8LinearOptions {
   // so each rank casts with the scales one process would use.
   std::optional<int64_t> split_dim;
   std::function<void(at::Tensor& amax)> reduce_max;
+  // Tensorwise: backward takes forward's float8 cast of the weight instead of casting it again,
+  // at one byte per weight element held from each forward to its backward. For a weight that
+  // stays resident with one forward in flight; not under FSDP (which frees the gathered weight
+  // after forward) or pipeline parallelism (several microbatches in flight).
+  bool keep_weight_cast = false;
 };
 
 // A float8 tensor and the fp32 factor that scaled it into float8's range (data ≈ hp · scale):

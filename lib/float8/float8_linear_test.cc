@@ -153,6 +153,28 @@ TEST_F(Float8LinearTest, KeptOutputIsReturnedWithTheFloat8Backward) {
   EXPECT_TRUE(at::equal(replayed.grad_weight, computed.grad_weight));
 }
 
+// Backward on forward's kept casts (tensorwise: the input's, and the weight's where asked)
+// equals backward casting again (the replay of a kept output keeps none), bit for bit, also when
+// only one gradient is wanted.
+TEST_F(Float8LinearTest, KeptCastsEqualCastingAgain) {
+  for (const bool emulate : {true, false}) {
+    Float8LinearOptions options{Float8Recipe::kTensorwise, emulate};
+    options.keep_weight_cast = true;
+    SCOPED_TRACE(emulate ? "emulated" : "CPU _scaled_mm");
+    const LinearResult kept = RunLinear(x_, weight_, grad_, &options);
+    const LinearResult cast_again = RunLinear(x_, weight_, grad_, &options, kept.out.clone());
+    EXPECT_TRUE(at::equal(kept.grad_x, cast_again.grad_x));
+    EXPECT_TRUE(at::equal(kept.grad_weight, cast_again.grad_weight));
+    for (const bool x_wants_grad : {true, false}) {
+      const at::Tensor x = x_.clone().set_requires_grad(x_wants_grad);
+      const at::Tensor weight = weight_.clone().set_requires_grad(!x_wants_grad);
+      Float8Linear(x, weight, options).backward(grad_);
+      EXPECT_TRUE(x_wants_grad ? at::equal(x.grad(), kept.grad_x)
+                               : at::equal(weight.grad(), kept.grad_weight));
+    }
+  }
+}
+
 TEST_F(Float8LinearTest, RegisteredWeightCastReplacesTheLinearsOwn) {
   const Float8LinearOptions options{Float8Recipe::kTensorwise, true};
   const LinearResult own = RunLinear(x_, weight_, grad_, &options);

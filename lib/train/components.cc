@@ -147,6 +147,7 @@ absl::Status ApplyModelConverters(const JobConfig& config, const RunSetup& setup
   Float8ConverterOptions options;
   TITAN_ASSIGN_OR_RETURN(options.linear.recipe, ParseFloat8Recipe(float8.recipe_name()));
   options.linear.emulate = float8.emulate();
+  options.linear.keep_weight_cast = !runtime.dims().fsdp_enabled() && !runtime.dims().pp_enabled();
   options.filter_fqns.assign(float8.filter_fqns().begin(), float8.filter_fqns().end());
   if (runtime.dims().tp_enabled()) {
     Communicator* tp = &runtime.comms()->Get(MeshGroup::kTp);
