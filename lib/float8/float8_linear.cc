@@ -105,6 +105,17 @@ Float8Layouts CastAsBothLayouts(const at::Tensor& hp, const Cast& cast, bool pow
   return {std::move(row_major), std::move(column_major)};
 }
 
+// `hp` cast as `cast` says for forward's matmul; given `column_major`, the same cast is also
+// written there in the layout backward's matmul takes (one pass on a GPU).
+Float8Tensor CastForForward(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
+                            std::optional<int64_t> split_dim, const Float8LinearOptions& options,
+                            Float8Tensor* column_major) {
+  if (column_major == nullptr) return CastAs(hp, cast, power_of_2_scales, split_dim, options);
+  Float8Layouts layouts = CastAsBothLayouts(hp, cast, power_of_2_scales, split_dim, options);
+  *column_major = std::move(layouts.column_major);
+  return std::move(layouts.row_major);
+}
+
 // `row_major` (2-D float8) with zero columns appended up to a multiple of 16: _scaled_mm on CUDA
 // needs the contracted dim so, and a step's token count (grad_weight's) need not be. Zero bytes
 // are +0 in both formats and add nothing to the sums; scales do not depend on this dim.
@@ -188,22 +199,20 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     const SplitDims split = SplitDimsOf(*options);
     const bool pow2 = casts.power_of_2_scales;
     const at::Tensor x2d = x.reshape({-1, x.size(-1)});
-    Float8Tensor input, weight8;
+    Float8Tensor kept_input, kept_weight;
+    const Float8Tensor input = CastForForward(x2d, casts.input, pow2, split.input, *options,
+                                              keep_input ? &kept_input : nullptr);
+    const Float8Tensor weight8 =
+        gathered ? *gathered
+                 : CastForForward(weight, casts.weight, pow2, split.weight, *options,
+                                  keep_weight ? &kept_weight : nullptr);
     if (keep_input) {
-      Float8Layouts layouts = CastAsBothLayouts(x2d, casts.input, pow2, split.input, *options);
-      saved[kInputCast] = layouts.column_major.data;
-      saved[kInputScale] = layouts.column_major.scale;
-      input = std::move(layouts.row_major);
-    } else {
-      input = CastAs(x2d, casts.input, pow2, split.input, *options);
+      saved[kInputCast] = kept_input.data;
+      saved[kInputScale] = kept_input.scale;
     }
     if (keep_weight) {
-      Float8Layouts layouts = CastAsBothLayouts(weight, casts.weight, pow2, split.weight, *options);
-      saved[kWeightCast] = layouts.column_major.data;
-      saved[kWeightScale] = layouts.column_major.scale;
-      weight8 = std::move(layouts.row_major);
-    } else {
-      weight8 = gathered ? *gathered : CastAs(weight, casts.weight, pow2, split.weight, *options);
+      saved[kWeightCast] = kept_weight.data;
+      saved[kWeightScale] = kept_weight.scale;
     }
     ctx->save_for_backward(saved);
     const at::Tensor out = Float8Matmul(input, Transposed(weight8), x.scalar_type(),
