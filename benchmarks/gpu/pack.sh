@@ -12,13 +12,14 @@ python="${TITAN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/titan/venv}/bin/python3"
 targets=(//tools/titan_train //tests/distributed:nccl_communicator_test //benchmarks:chunked_ce_benchmark
          //lib/kernels:cuda_kernels_test //benchmarks:fused_kernels_benchmark
          //lib/train:cuda_graph_test //lib/float8:float8_cuda_test
-         //lib/model:attention_cuda_test)
+         //lib/model:attention_cuda_test //benchmarks:optimizer_step_benchmark)
 bazel build -c opt "${targets[@]}"
 rm -rf "$pack" && mkdir -p "$pack"/{bin,lib,wheels}
 cp bazel-bin/tools/titan_train/titan_train bazel-bin/tests/distributed/nccl_communicator_test \
   bazel-bin/benchmarks/chunked_ce_benchmark bazel-bin/lib/kernels/cuda_kernels_test \
   bazel-bin/benchmarks/fused_kernels_benchmark bazel-bin/lib/train/cuda_graph_test \
-  bazel-bin/lib/float8/float8_cuda_test bazel-bin/lib/model/attention_cuda_test "$pack/bin/"
+  bazel-bin/lib/float8/float8_cuda_test bazel-bin/lib/model/attention_cuda_test \
+  bazel-bin/benchmarks/optimizer_step_benchmark "$pack/bin/"
 # Debian's libraries (abseil, protobuf, glog, gflags, pcre2, ...); not glibc, the C++ runtime,
 # LibTorch or CUDA, which the GPU machine has in newer versions.
 for binary in "$pack"/bin/*; do

@@ -4,7 +4,8 @@
 // grid-stride loops. Tolerances: fp32 1e-5 (the device may contract a * c - b * s into a fused
 // multiply-add, and CUDA's expf is within 2 ulp, not ATen's exp bit for bit); bf16 and fp16 RoPE
 // one step of their rounding (2^-7, 2^-10 relative); SwiGLU two (2^-6, 2^-9): ATen rounds
-// silu(gate) to the dtype before the product, the kernel rounds once.
+// silu(gate) to the dtype before the product, the kernel rounds once. The Adam kernel: bit for bit
+// (it is written as ATen's fp32 kernel is).
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/csrc/autograd/function.h>
 
@@ -16,6 +17,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/kernels/adam.h"
 #include "lib/kernels/float8_cast.h"
 #include "lib/kernels/kernel_dispatch.h"
 #include "lib/kernels/kernel_test_util.h"
@@ -293,6 +295,82 @@ TEST_F(CudaKernelsOffTest, ModelOpsTakeAten) {
   EXPECT_THAT(FusedSwiGluSupports(gate, gate.detach()).message(),
               HasSubstr("fused_kernels = false"));
 }
+
+struct CudaAdamCase {
+  bool decoupled;
+  double weight_decay;
+  bool scaled;  // with a clipping scale
+};
+
+class CudaFusedAdamTest : public testing::TestWithParam<CudaAdamCase> {
+ protected:
+  void SetUp() override { SkipWithoutHopper(); }
+};
+
+// One optimizer's tensors: 61 parameters (two launches) of sizes around the kernel's chunk, one
+// empty, one an unaligned view (the element-wise path).
+struct AdamTensors {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+};
+
+AdamTensors MakeAdamTensors() {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const std::vector<int64_t> sizes = {1, 3, 4095, 4096, 4097, 65543, 300000, 0};
+  AdamTensors t;
+  at::manual_seed(0);
+  for (int i = 0; i < 61; ++i) {
+    const int64_t n = sizes[i % sizes.size()];
+    t.params.push_back(i == 5 ? at::randn({n + 1}, cuda).narrow(0, 1, n) : at::randn({n}, cuda));
+    t.exp_avgs.push_back(at::zeros({n}, cuda));
+    t.exp_avg_sqs.push_back(at::zeros({n}, cuda));
+    t.steps.push_back(at::zeros({}, cuda));
+  }
+  return t;
+}
+
+// titan's kernel against ATen's _foreach_mul_ (the clipping) and _fused_adam(w)_ over three steps:
+// parameters and moments bit for bit, the gradients left as they were.
+TEST_P(CudaFusedAdamTest, EqualsAtenBitForBit) {
+  const CudaAdamCase c = GetParam();
+  AdamTensors mine = MakeAdamTensors();
+  AdamTensors aten = MakeAdamTensors();
+  const AdamSettings settings{3e-3, 0.9, 0.95, 1e-8, c.weight_decay, c.decoupled};
+  for (int step = 0; step < 3; ++step) {
+    std::vector<at::Tensor> grads;
+    for (const at::Tensor& p : mine.params) grads.push_back(at::randn(p.sizes(), p.options()));
+    std::vector<at::Tensor> grads_copy;
+    for (const at::Tensor& g : grads) grads_copy.push_back(g.clone());
+    const at::Tensor scale =
+        c.scaled ? at::full({}, 0.25f + 0.5f * step, grads[0].options()) : at::Tensor();
+    at::_foreach_add_(mine.steps, 1);
+    FusedAdamStep(mine.params, grads, mine.exp_avgs, mine.exp_avg_sqs, mine.steps, settings, scale);
+    if (c.scaled) at::_foreach_mul_(grads_copy, scale);
+    at::_foreach_add_(aten.steps, 1);
+    if (c.decoupled) {
+      at::_fused_adamw_(aten.params, grads_copy, aten.exp_avgs, aten.exp_avg_sqs, {}, aten.steps,
+                        settings.lr, settings.beta1, settings.beta2, settings.weight_decay,
+                        settings.eps, false, false, std::nullopt, std::nullopt);
+    } else {
+      at::_fused_adam_(aten.params, grads_copy, aten.exp_avgs, aten.exp_avg_sqs, {}, aten.steps,
+                       settings.lr, settings.beta1, settings.beta2, settings.weight_decay,
+                       settings.eps, false, false, std::nullopt, std::nullopt);
+    }
+    for (size_t i = 0; i < grads.size(); ++i) {
+      ASSERT_TRUE(at::equal(mine.params[i], aten.params[i])) << "step " << step << " param " << i;
+      ASSERT_TRUE(at::equal(mine.exp_avgs[i], aten.exp_avgs[i])) << "step " << step << " " << i;
+      ASSERT_TRUE(at::equal(mine.exp_avg_sqs[i], aten.exp_avg_sqs[i])) << "step " << step;
+      if (!c.scaled) continue;
+      // Left unscaled: the copy ATen scaled differs.
+      ASSERT_EQ(at::equal(grads[i], grads_copy[i]), grads[i].numel() == 0) << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, CudaFusedAdamTest,
+                         testing::Values(CudaAdamCase{true, 0.1, true},
+                                         CudaAdamCase{true, 0.1, false},
+                                         CudaAdamCase{false, 0.01, true},
+                                         CudaAdamCase{true, 0.0, true}));
 
 }  // namespace
 }  // namespace titan

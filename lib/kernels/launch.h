@@ -5,9 +5,10 @@
 
 #include <cstdint>
 
+#include "lib/kernels/adam_math.h"
 #include "lib/kernels/rope_math.h"
 
-// The CUDA kernels' host API (rope.cu, swiglu.cu, float8_cast.cu): raw device pointers,
+// The CUDA kernels' host API (rope.cu, swiglu.cu, float8_cast.cu, adam.cu): raw device pointers,
 // contiguous tensors, fp32 math whatever the element type. Each returns the launch's error
 // (cudaSuccess when nothing ran).
 
@@ -43,6 +44,27 @@ cudaError_t LaunchScaledCastToFloat8BothLayouts(KernelDtype dtype, const void* x
                                                 int64_t scale_row_stride, int64_t scale_col_stride,
                                                 Float8KernelDtype out_dtype, float max, void* out,
                                                 void* out_t, cudaStream_t stream);
+
+// One parameter's fp32 tensors for an Adam step (numel elements each, contiguous) and its step
+// count (fp32, on the device, already advanced for this step).
+struct AdamTensorPointers {
+  float* param;
+  const float* grad;
+  float* exp_avg;
+  float* exp_avg_sq;
+  const float* step;
+  int64_t numel;
+};
+
+// The tensors one launch takes: their pointers travel as kernel arguments (at most 4 KB).
+constexpr int kAdamTensorsPerLaunch = 48;
+
+// Adam(W) steps of `count` parameters (adam_math.h), each gradient first multiplied by
+// *grad_scale (a device fp32 scalar; null: by 1); at most `blocks` blocks a launch, one launch
+// per kAdamTensorsPerLaunch tensors. The gradients are read, not written.
+cudaError_t LaunchFusedAdam(const AdamTensorPointers* tensors, int64_t count,
+                            const AdamConstants& constants, const float* grad_scale, int blocks,
+                            cudaStream_t stream);
 
 }  // namespace titan
 

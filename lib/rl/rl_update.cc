@@ -88,22 +88,22 @@ absl::StatusOr<at::Tensor> RlTrainer::OptimizerStep(
   TITAN_RETURN_IF_ERROR(policy_.data_parallel->FinishBackward());
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : policy_.params) tensors.push_back(*p.tensor);
-  const at::Tensor grad_norm =
-      ClipGradNorm(tensors, config_.training().max_norm(), grad_norm_reducer_);
+  const GradClip clip = ComputeGradClip(tensors, config_.training().max_norm(), grad_norm_reducer_);
   const double factor = schedule_->Factor(state_.lr_step);
   optimizer_->SetLrFactor(factor);
-  optimizer_->Step();
+  optimizer_->Step(clip.scale);
   if (critic_optimizer_) {
     if (setup_.dp_size > 1) {
       at::Tensor grad = value_head_.mutable_grad();
       TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(grad, ReduceOp::kSum)));
       grad.div_(setup_.dp_size);
     }
-    ClipGradNorm({value_head_}, config_.training().max_norm(), nullptr);
+    const GradClip critic_clip =
+        ComputeGradClip({value_head_}, config_.training().max_norm(), nullptr);
     critic_optimizer_->SetLrFactor(factor);
-    critic_optimizer_->Step();
+    critic_optimizer_->Step(critic_clip.scale);
   }
-  return grad_norm;
+  return clip.total_norm;
 }
 
 absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {

@@ -4,8 +4,8 @@
 
 namespace titan {
 
-at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
-                        const SquaredNormReducer& reduce) {
+GradClip ComputeGradClip(const std::vector<at::Tensor>& params, double max_norm,
+                         const SquaredNormReducer& reduce) {
   c10::NoGradGuard no_grad;
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
@@ -29,7 +29,7 @@ at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
       norms.push_back(at::zeros({}, p.options().dtype(at::kFloat)));
     }
   }
-  if (norms.empty()) return at::zeros({}, at::kFloat);
+  if (norms.empty()) return {at::zeros({}, at::kFloat), at::Tensor()};
   at::Tensor total;
   if (reduce) {
     // Shards: the squares add up across ranks.
@@ -38,11 +38,18 @@ at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
     // torch.nn.utils.clip_grad_norm_'s own reduction, so one process clips by the same bits.
     total = at::linalg_vector_norm(at::stack(norms), 2);
   }
-  if (max_norm > 0 && !grads.empty()) {
-    // As torch: one foreach kernel on CUDA (for fp32 gradients), a multiply per tensor on CPU.
-    at::_foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp_max(1.0));
+  if (max_norm <= 0 || grads.empty()) return {total, at::Tensor()};
+  return {total, (max_norm / (total + 1e-6)).clamp_max(1.0)};
+}
+
+void ScaleGrads(const std::vector<at::Tensor>& params, const at::Tensor& scale) {
+  if (!scale.defined()) return;
+  c10::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
-  return total;
+  if (!grads.empty()) at::_foreach_mul_(grads, scale);
 }
 
 }  // namespace titan

@@ -13,10 +13,23 @@ namespace titan {
 // across ranks (each shard once, each replicated parameter once); one process passes none.
 using SquaredNormReducer = std::function<at::Tensor(const at::Tensor& squared_norms)>;
 
-// Global-norm gradient clipping as torch.nn.utils.clip_grad_norm_, but shard-aware: each rank's
-// squared norm is reduced before the scale is taken. Returns the total norm before clipping.
-at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
-                        const SquaredNormReducer& reduce = nullptr);
+struct GradClip {
+  at::Tensor total_norm;  // before clipping
+  // What clipping multiplies the gradients by, min(1, max_norm / (total_norm + 1e-6)) as torch;
+  // undefined when max_norm <= 0 or no parameter has a gradient.
+  at::Tensor scale;
+};
+
+// Global-norm clipping's norm and scale as torch.nn.utils.clip_grad_norm_, but shard-aware: each
+// rank's squared norm is reduced before the scale is taken. The gradients are not touched:
+// Optimizer::Step(scale) applies the scale (within its update where it can).
+GradClip ComputeGradClip(const std::vector<at::Tensor>& params, double max_norm,
+                         const SquaredNormReducer& reduce = nullptr);
+
+// Multiplies each defined gradient of `params` by `scale` (an fp32 scalar; undefined: nothing) as
+// torch.nn.utils.clip_grad_norm_ does after ComputeGradClip: one foreach kernel on CUDA (for fp32
+// gradients), a multiply per tensor on the CPU.
+void ScaleGrads(const std::vector<at::Tensor>& params, const at::Tensor& scale);
 
 }  // namespace titan
 

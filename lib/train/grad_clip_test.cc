@@ -15,12 +15,29 @@ std::vector<at::Tensor> ParamsWithGrads(std::vector<std::vector<float>> grads) {
   return params;
 }
 
+// As torch.nn.utils.clip_grad_norm_: the norm, then the gradients scaled.
+at::Tensor ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm,
+                        const SquaredNormReducer& reduce = nullptr) {
+  const GradClip clip = ComputeGradClip(params, max_norm, reduce);
+  ScaleGrads(params, clip.scale);
+  return clip.total_norm;
+}
+
 TEST(GradClipTest, ScalesToMaxNormAndReturnsNormBeforeClipping) {
   auto params = ParamsWithGrads({{3.0f}, {4.0f, 0.0f}});
-  at::Tensor norm = ClipGradNorm(params, 1.0);
-  EXPECT_NEAR(norm.item<float>(), 5.0f, 1e-6);
+  const GradClip clip = ComputeGradClip(params, 1.0);
+  // The gradients are untouched until scaled.
+  EXPECT_FLOAT_EQ(params[0].grad()[0].item<float>(), 3.0f);
+  EXPECT_NEAR(clip.scale.item<float>(), 1.0f / 5, 1e-6);
+  ScaleGrads(params, clip.scale);
+  EXPECT_NEAR(clip.total_norm.item<float>(), 5.0f, 1e-6);
   EXPECT_NEAR(params[0].grad()[0].item<float>(), 3.0f / 5, 1e-5);
   EXPECT_NEAR(params[1].grad()[0].item<float>(), 4.0f / 5, 1e-5);
+}
+
+TEST(GradClipTest, NoScaleWithoutMaxNorm) {
+  auto params = ParamsWithGrads({{3.0f}});
+  EXPECT_FALSE(ComputeGradClip(params, 0.0).scale.defined());
 }
 
 TEST(GradClipTest, LeavesSmallGradientsAlone) {

@@ -9,6 +9,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "lib/kernels/adam.h"
+#include "lib/train/grad_clip.h"
 #include "pcre2.h"
 
 namespace titan {
@@ -187,6 +189,29 @@ void FusedUpdate(const StepTensors& all, const AdamHyperparameters& h, bool deco
   }
 }
 
+// titan's multi-tensor kernel (lib/kernels/adam.h): _fused_adam(w)_'s math and bits in one pass,
+// the gradient scale applied within it.
+void KernelUpdate(const StepTensors& all, const AdamHyperparameters& h, bool decoupled,
+                  const at::Tensor& grad_scale) {
+  for (const StepTensors& t : ByDeviceAndDtype(all)) {
+    at::_foreach_add_(t.steps, 1);
+    FusedAdamStep(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps,
+                  {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, decoupled}, grad_scale);
+  }
+}
+
+// OK when every group's tensors can take titan's kernel.
+absl::Status KernelSupports(const std::vector<StepTensors>& groups) {
+  for (const StepTensors& group : groups) {
+    for (const StepTensors& t : ByDeviceAndDtype(group)) {
+      absl::Status status =
+          FusedAdamSupports(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps);
+      if (!status.ok()) return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<ParamRef>& params,
@@ -268,18 +293,38 @@ void Optimizer::ZeroGrad(bool set_to_none) {
   }
 }
 
-void Optimizer::Step() {
+void Optimizer::Step(const at::Tensor& grad_scale) {
   c10::NoGradGuard no_grad;
-  for (const Group& group : groups_) {
-    StepTensors tensors;
-    for (size_t i : group.params) {
+  std::vector<StepTensors> group_tensors(groups_.size());
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    for (size_t i : groups_[g].params) {
       const at::Tensor& param = *params_[i].tensor;
       if (!param.grad().defined()) continue;
       if (!state_[i].step.defined()) CreateState(i, 0);
-      tensors.Add(param, param.grad(), state_[i].exp_avg, state_[i].exp_avg_sq, state_[i].step);
+      group_tensors[g].Add(param, param.grad(), state_[i].exp_avg, state_[i].exp_avg_sq,
+                           state_[i].step);
     }
+  }
+  bool kernel = false;
+  if (implementation_ == Implementation::kFused) {
+    const absl::Status supported = KernelSupports(group_tensors);
+    kernel = supported.ok();
+    if (!kernel_logged_) {
+      LOG(INFO) << "optimizer (fused): "
+                << (kernel ? "titan's multi-tensor Adam kernel"
+                           : "ATen's _fused_adam(w)_: " + std::string(supported.message()));
+      kernel_logged_ = true;
+    }
+  }
+  if (!kernel) {
+    std::vector<at::Tensor> params;
+    for (const ParamRef& p : params_) params.push_back(*p.tensor);
+    ScaleGrads(params, grad_scale);
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const StepTensors& tensors = group_tensors[g];
     if (tensors.params.empty()) continue;
-    AdamHyperparameters h = group.hyper;
+    AdamHyperparameters h = groups_[g].hyper;
     h.lr *= lr_factor_;
     switch (implementation_) {
       case Implementation::kForLoop:
@@ -289,7 +334,11 @@ void Optimizer::Step() {
         ForeachUpdate(tensors, h, decoupled_weight_decay_);
         break;
       case Implementation::kFused:
-        FusedUpdate(tensors, h, decoupled_weight_decay_);
+        if (kernel) {
+          KernelUpdate(tensors, h, decoupled_weight_decay_, grad_scale);
+        } else {
+          FusedUpdate(tensors, h, decoupled_weight_decay_);
+        }
         break;
     }
   }

@@ -42,7 +42,11 @@ class Optimizer {
   // As torch's zero_grad: drops the gradients, or with `set_to_none` false zeroes them in place
   // (their storage stays where a captured CUDA graph accumulates into it).
   void ZeroGrad(bool set_to_none = true);
-  void Step();
+  // One step. A defined `grad_scale` (an fp32 scalar on the gradients' device: the clipping
+  // scale) multiplies every gradient first, as _foreach_mul_ would: inside the update where
+  // titan's Adam kernel runs (fused, fp32 on an sm_90 GPU; the gradients are then left unscaled),
+  // else on the gradients before it.
+  void Step(const at::Tensor& grad_scale = at::Tensor());
   // Sets every group's learning rate to its own lr × factor (the schedule's output).
   void SetLrFactor(double factor);
   // [optimizer] lr × the factor: the learning rate of parameters no group claims.
@@ -90,6 +94,7 @@ class Optimizer {
   Implementation implementation_;
   double base_lr_;
   double lr_factor_ = 1.0;
+  bool kernel_logged_ = false;  // which fused implementation runs, logged at the first step
 };
 
 }  // namespace titan

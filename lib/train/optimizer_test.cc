@@ -193,6 +193,39 @@ TEST(OptimizerTest, ImplementationsAgree) {
   }
 }
 
+// Step(scale) is the clipping multiply then Step(), bit for bit, in every implementation (on the
+// CPU none takes titan's CUDA kernel; cuda_kernels_test holds that one to the same bits).
+TEST(OptimizerTest, StepWithAGradScaleEqualsScalingTheGradientsFirst) {
+  for (const std::string& implementation : kImplementations) {
+    Params scaled_inside;
+    Params scaled_first;
+    auto inside =
+        Optimizer::Create(scaled_inside.refs(), Config(implementation, 0.01, 0.1)).value();
+    auto first = Optimizer::Create(scaled_first.refs(), Config(implementation, 0.01, 0.1)).value();
+    for (int step = 0; step < 3; ++step) {
+      // A scale that varies by step (Adam's update ignores a constant one, up to eps).
+      const at::Tensor scale = at::full({}, 0.3f + 0.5f * step);
+      scaled_inside.SetGrads(step);
+      scaled_first.SetGrads(step);
+      inside->Step(scale);
+      for (const at::Tensor& t : scaled_first.tensors()) t.mutable_grad().mul_(scale);
+      first->Step();
+    }
+    for (int t = 0; t < 3; ++t) {
+      EXPECT_TRUE(at::equal(scaled_inside.tensors()[t], scaled_first.tensors()[t]))
+          << implementation;
+    }
+    // The scale mattered: unscaled steps end elsewhere.
+    Params unscaled;
+    auto plain = Optimizer::Create(unscaled.refs(), Config(implementation, 0.01, 0.1)).value();
+    for (int step = 0; step < 3; ++step) {
+      unscaled.SetGrads(step);
+      plain->Step();
+    }
+    EXPECT_FALSE(at::equal(unscaled.matrix, scaled_inside.matrix)) << implementation;
+  }
+}
+
 TEST(OptimizerTest, ParametersWithoutGradientsAreSkipped) {
   Params p;
   auto opt = Optimizer::Create(p.refs(), Config("foreach")).value();

@@ -289,16 +289,16 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   }
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);
-  // The norm and the clipping scale stay on the device unless the step is logged.
-  const at::Tensor grad_norm =
-      ClipGradNorm(tensors, config_.training().max_norm(), grad_norm_reducer_);
-  if (read_metrics) result.grad_norm = grad_norm.item<double>();
+  // The norm and the clipping scale stay on the device unless the step is logged; the optimizer
+  // applies the scale.
+  const GradClip clip = ComputeGradClip(tensors, config_.training().max_norm(), grad_norm_reducer_);
+  if (read_metrics) result.grad_norm = clip.total_norm.item<double>();
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeOptimizer, {step}));
   {
     PhaseRange range("optimizer");
     optimizer_->SetLrFactor(schedule_->Factor(state_.lr_step));
     result.lr = optimizer_->lr();
-    optimizer_->Step();
+    optimizer_->Step(clip.scale);
   }
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kAfterOptimizer, {step}));
   state_.step = step;
