@@ -23,6 +23,8 @@
 #include "lib/kernels/kernel_test_util.h"
 #include "lib/kernels/rope.h"
 #include "lib/kernels/swiglu.h"
+#include "lib/model/autocast.h"
+#include "lib/model/op_cache.h"
 #include "lib/model/rope.h"
 #include "lib/model/transformer_ops.h"
 
@@ -278,6 +280,39 @@ TEST_P(CudaRmsNormTest, TakesTheFusedKernelAndMatchesFp64) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaRmsNormTest, testing::Values(at::kFloat, at::kBFloat16));
 
 // Turns the kernels off for one test, on again even when it fails.
+// max |got - want| / max |want|.
+double RelativeError(const at::Tensor& got, const at::Tensor& want) {
+  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+}
+
+// The decoder's Linear under bf16 autocast: autocast's forward, and fp32 gradients straight from
+// cuBLAS's fp32 accumulator (within 1e-5 of the exact products of the bf16 operands; autocast's
+// own are rounded to bf16, about 2^-9 off).
+TEST_F(CudaDispatchTest, LinearUnderAutocastTakesFp32GradientsFromTheGemm) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor x = at::randn({2, 256, 512}, cuda).requires_grad_();
+  const at::Tensor weight = at::randn({384, 512}, cuda).requires_grad_();
+  at::Tensor out;
+  {
+    AutocastScope autocast(at::kCUDA, at::kBFloat16);
+    out = Linear(x, weight);
+  }
+  EXPECT_THAT(out.grad_fn()->name(), HasSubstr("MixedPrecisionLinearFunction"));
+  EXPECT_TRUE(at::equal(out, at::linear(x.to(at::kBFloat16), weight.to(at::kBFloat16))));
+  const at::Tensor grad = at::randn(out.sizes(), cuda).to(at::kBFloat16);
+  out.backward(grad);
+  ASSERT_EQ(x.grad().scalar_type(), at::kFloat);
+  ASSERT_EQ(weight.grad().scalar_type(), at::kFloat);
+  const at::Tensor g = grad.to(at::kDouble).reshape({-1, 384});
+  const at::Tensor x_low = x.detach().to(at::kBFloat16).to(at::kDouble).reshape({-1, 512});
+  const at::Tensor w_low = weight.detach().to(at::kBFloat16).to(at::kDouble);
+  EXPECT_LT(RelativeError(weight.grad(), g.t().mm(x_low)), 1e-5);
+  EXPECT_LT(RelativeError(x.grad(), g.mm(w_low).view(x.sizes())), 1e-5);
+  const at::Tensor weight_ref = weight.detach().clone().requires_grad_();
+  at::linear(x.detach().to(at::kBFloat16), weight_ref.to(at::kBFloat16)).backward(grad);
+  EXPECT_GT(RelativeError(weight_ref.grad(), g.t().mm(x_low)), 1e-4);
+}
+
 class CudaKernelsOffTest : public CudaDispatchTest {
  protected:
   void SetUp() override {
@@ -294,6 +329,10 @@ TEST_F(CudaKernelsOffTest, ModelOpsTakeAten) {
               testing::Not(HasSubstr("SwiGluFunction")));
   EXPECT_THAT(FusedSwiGluSupports(gate, gate.detach()).message(),
               HasSubstr("fused_kernels = false"));
+  const at::Tensor weight = at::randn({8, 8}, cuda).requires_grad_();
+  AutocastScope autocast(at::kCUDA, at::kBFloat16);
+  EXPECT_THAT(Linear(at::randn({4, 8}, cuda), weight).grad_fn()->name(),
+              testing::Not(HasSubstr("MixedPrecisionLinearFunction")));
 }
 
 struct CudaAdamCase {

@@ -30,6 +30,8 @@ std::atomic<bool> g_fused_kernels{true};
 
 void SetFusedKernelsEnabled(bool enabled) { g_fused_kernels = enabled; }
 
+bool FusedKernelsEnabled() { return g_fused_kernels; }
+
 absl::Status CheckKernelDevice(const at::Tensor& t, absl::string_view name) {
   if (t.is_cpu()) return absl::OkStatus();
   if (t.is_cuda()) {

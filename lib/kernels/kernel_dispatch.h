@@ -23,6 +23,7 @@ absl::StatusOr<KernelDtype> KernelDtypeOf(const at::Tensor& t, absl::string_view
 // [compile] fused_kernels: whether CUDA tensors may take the kernels at all (on by default; off,
 // the model's ops run LibTorch's compositions, the kernels' references). Process-wide.
 void SetFusedKernelsEnabled(bool enabled);
+bool FusedKernelsEnabled();
 
 // OK on the CPU (the reference loops) and on CUDA devices of compute capability 9.0 (the kernels
 // are built for sm_90a alone) unless the kernels are turned off.

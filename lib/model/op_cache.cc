@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "lib/model/batch_invariant.h"
+#include "lib/model/mixed_precision_linear.h"
 
 namespace titan {
 namespace {
@@ -65,7 +66,11 @@ at::Tensor AutocastInput(const at::Tensor& tensor) { return tensor.to(AutocastDt
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const LinearFn& fn) {
   const auto product = [&](const at::Tensor& kept) {
-    return fn ? fn(x, weight, kept) : at::linear(x, weight);
+    if (fn) return fn(x, weight, kept);
+    if (TakesMixedPrecisionLinear(x, weight)) {
+      return MixedPrecisionLinear(x, weight, at::autocast::get_autocast_dtype(at::kCUDA));
+    }
+    return at::linear(x, weight);
   };
   // Recomputed rather than kept: the fixed-shape blocks are the point of that mode (float8
   // refuses it).
@@ -80,6 +85,10 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& weight, const LinearFn&
   }
   if (!saved) return product({});
   if (fn) return fn(x, weight, cache->Pop());
+  if (TakesMixedPrecisionLinear(x, weight)) {
+    return MixedPrecisionLinear(x, weight, at::autocast::get_autocast_dtype(at::kCUDA),
+                                cache->Pop());
+  }
   return ReplayedLinear::apply(AutocastInput(x), AutocastInput(weight), cache->Pop());
 }
 

@@ -1,0 +1,70 @@
+#include "lib/model/mixed_precision_linear.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <optional>
+
+#include "lib/kernels/kernel_dispatch.h"
+
+namespace titan {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// a @ b with the result in `out_dtype`, accumulated in fp32 (a and b in a lower precision).
+at::Tensor MatmulInto(const at::Tensor& a, const at::Tensor& b, at::ScalarType out_dtype) {
+  if (out_dtype == a.scalar_type()) return at::mm(a, b);
+  if (a.is_cuda()) return at::mm(a, b, out_dtype);
+  return at::mm(a.to(out_dtype), b.to(out_dtype));
+}
+
+struct MixedPrecisionLinearFunction
+    : public torch::autograd::Function<MixedPrecisionLinearFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            at::ScalarType dtype, const std::optional<at::Tensor>& kept_output) {
+    const at::Tensor x_low = x.to(dtype);
+    const at::Tensor weight_low = at::autocast::cached_cast(dtype, weight, weight.device().type());
+    ctx->save_for_backward({x_low, weight_low});
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    // A kept output: a fresh tensor for autograd to attach this node to.
+    return kept_output ? kept_output->detach() : at::linear(x_low, weight_low);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x_low = saved[0];
+    const at::Tensor& weight_low = saved[1];
+    const at::Tensor grad = grad_outputs[0].reshape({-1, weight_low.size(0)});
+    at::Tensor grad_x;
+    at::Tensor grad_weight;
+    if (ctx->needs_input_grad(0)) {
+      const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+      grad_x = MatmulInto(grad, weight_low, x_dtype).view(x_low.sizes());
+    }
+    if (ctx->needs_input_grad(1)) {
+      grad_weight = MatmulInto(grad.t(), x_low.reshape({-1, weight_low.size(1)}), at::kFloat);
+    }
+    return {grad_x, grad_weight, at::Tensor(), at::Tensor()};
+  }
+};
+
+}  // namespace
+
+at::Tensor MixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight, at::ScalarType dtype,
+                                const at::Tensor& kept_output) {
+  // An optional, not an undefined tensor: autograd records every tensor argument as an input.
+  return MixedPrecisionLinearFunction::apply(
+      x, weight, dtype,
+      kept_output.defined() ? std::optional<at::Tensor>(kept_output) : std::nullopt);
+}
+
+bool TakesMixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight) {
+  return x.is_cuda() && weight.scalar_type() == at::kFloat && weight.requires_grad() &&
+         c10::GradMode::is_enabled() && at::autocast::is_autocast_enabled(at::kCUDA) &&
+         at::autocast::get_autocast_dtype(at::kCUDA) != at::kFloat && FusedKernelsEnabled();
+}
+
+}  // namespace titan

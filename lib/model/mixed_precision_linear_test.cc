@@ -1,0 +1,71 @@
+// MixedPrecisionLinear on the CPU (its fp32 GEMM stands in for CUDA's bf16 GEMM with an fp32
+// output; cuda_kernels_test runs the CUDA one): autocast's forward bit for bit, and gradients in
+// each input's dtype that are closer to the exact product than autocast's bf16-rounded ones.
+#include "lib/model/mixed_precision_linear.h"
+
+#include <ATen/ATen.h>
+
+#include "gtest/gtest.h"
+
+namespace titan {
+namespace {
+
+// max |got - want| / max |want|.
+double RelativeError(const at::Tensor& got, const at::Tensor& want) {
+  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+}
+
+TEST(MixedPrecisionLinearTest, ForwardAsAutocastGradientsFromTheFp32Accumulator) {
+  at::manual_seed(0);
+  const at::Tensor x = at::randn({2, 64, 96}).requires_grad_();
+  const at::Tensor weight = at::randn({48, 96}).requires_grad_();
+  const at::Tensor out = MixedPrecisionLinear(x, weight, at::kBFloat16);
+  EXPECT_EQ(out.scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(out, at::linear(x.to(at::kBFloat16), weight.to(at::kBFloat16))));
+
+  const at::Tensor grad = at::randn(out.sizes()).to(at::kBFloat16);
+  out.backward(grad);
+  ASSERT_EQ(x.grad().scalar_type(), at::kFloat);
+  ASSERT_EQ(weight.grad().scalar_type(), at::kFloat);
+  // The exact products of the bf16 operands, in fp64.
+  const at::Tensor g = grad.to(at::kDouble).reshape({-1, 48});
+  const at::Tensor x_low = x.detach().to(at::kBFloat16).to(at::kDouble).reshape({-1, 96});
+  const at::Tensor w_low = weight.detach().to(at::kBFloat16).to(at::kDouble);
+  const at::Tensor want_weight = g.t().mm(x_low);
+  const at::Tensor want_x = g.mm(w_low).view(x.sizes());
+  // fp32 accumulation over 128 (weight) and 48 (input) terms: far below bf16's 2^-9.
+  EXPECT_LT(RelativeError(weight.grad(), want_weight), 1e-6);
+  EXPECT_LT(RelativeError(x.grad(), want_x), 1e-6);
+  // Autocast's gradients are rounded to bf16 on the way: about 2^-9 off.
+  const at::Tensor x_ref = x.detach().clone().requires_grad_();
+  const at::Tensor weight_ref = weight.detach().clone().requires_grad_();
+  at::linear(x_ref.to(at::kBFloat16), weight_ref.to(at::kBFloat16)).backward(grad);
+  EXPECT_GT(RelativeError(weight_ref.grad(), want_weight), 1e-4);
+}
+
+// Selective checkpointing's replay hands in the kept output: returned as is, same gradients.
+TEST(MixedPrecisionLinearTest, KeptOutputGivesTheSameGradients) {
+  at::manual_seed(1);
+  const at::Tensor x = at::randn({8, 16}).requires_grad_();
+  const at::Tensor weight = at::randn({4, 16}).requires_grad_();
+  const at::Tensor computed = MixedPrecisionLinear(x, weight, at::kBFloat16);
+  const at::Tensor kept = computed.detach().clone();
+  const at::Tensor x2 = x.detach().clone().requires_grad_();
+  const at::Tensor weight2 = weight.detach().clone().requires_grad_();
+  const at::Tensor replayed = MixedPrecisionLinear(x2, weight2, at::kBFloat16, kept);
+  EXPECT_TRUE(at::equal(replayed, kept));
+  const at::Tensor grad = at::randn({8, 4}).to(at::kBFloat16);
+  computed.backward(grad);
+  replayed.backward(grad);
+  EXPECT_TRUE(at::equal(x.grad(), x2.grad()));
+  EXPECT_TRUE(at::equal(weight.grad(), weight2.grad()));
+}
+
+TEST(MixedPrecisionLinearTest, NotTakenOnTheCpu) {
+  const at::Tensor x = at::randn({4, 8});
+  const at::Tensor weight = at::randn({8, 8}).requires_grad_();
+  EXPECT_FALSE(TakesMixedPrecisionLinear(x, weight));
+}
+
+}  // namespace
+}  // namespace titan
