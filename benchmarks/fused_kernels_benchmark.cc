@@ -2,8 +2,10 @@
 // shapes in bf16: RoPE on q [1, 8192, 32, 128] in both layouts, SwiGLU on gate/up [8192, 14336].
 // Per op: forward alone (no grad), forward + backward, and the bytes the autograd graph holds after
 // the forward (output included). Then the float8 cast of a bf16 [8192, 14336] activation
-// (tensorwise and per-row scales): fused vs ATen's composition. Median of timed repeats (10 calls
-// each) after 3 warm-ups, CUDA events.
+// (tensorwise and per-row scales): fused vs ATen's composition; and the cross-entropy of bf16
+// logits [8192, 128256] (Llama 3's vocabulary) summed over tokens, fused vs ATen's on fp32
+// logits (titan's loss before the kernels). Median of timed repeats (10 calls each) after 3
+// warm-ups, CUDA events.
 // Usage on a GPU: fused_kernels_benchmark [repeats]
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -18,6 +20,7 @@
 #include <functional>
 #include <vector>
 
+#include "lib/kernels/cross_entropy.h"
 #include "lib/kernels/float8_cast.h"
 #include "lib/kernels/rope.h"
 #include "lib/kernels/swiglu.h"
@@ -152,5 +155,16 @@ int main(int argc, char** argv) {
   const auto fp32 = bf16.dtype(at::kFloat);
   CompareFloat8Cast("tensorwise [8192, 14336]", activation, at::full({}, 0.5f, fp32), repeats);
   CompareFloat8Cast("per row [8192, 14336]", activation, at::rand({8192, 1}, fp32) + 0.5, repeats);
+  const at::Tensor labels = at::randint(128256, {8192}, bf16.dtype(at::kLong));
+  Compare(
+      "cross-entropy [8192, 128256]",
+      [&](const std::vector<at::Tensor>& in) {
+        return titan::FusedCrossEntropySum(in[0], labels, -100);
+      },
+      [&](const std::vector<at::Tensor>& in) {
+        return at::cross_entropy_loss(in[0].to(at::kFloat), labels, {}, at::Reduction::Sum, -100,
+                                      0.0);
+      },
+      {at::randn({8192, 128256}, bf16)}, repeats);
   return 0;
 }

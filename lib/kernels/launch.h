@@ -8,9 +8,9 @@
 #include "lib/kernels/adam_math.h"
 #include "lib/kernels/rope_math.h"
 
-// The CUDA kernels' host API (rope.cu, swiglu.cu, float8_cast.cu, adam.cu): raw device pointers,
-// contiguous tensors, fp32 math whatever the element type. Each returns the launch's error
-// (cudaSuccess when nothing ran).
+// The CUDA kernels' host API (rope.cu, swiglu.cu, float8_cast.cu, adam.cu, cross_entropy.cu): raw
+// device pointers, contiguous tensors, fp32 math whatever the element type. Each returns the
+// launch's error (cudaSuccess when nothing ran).
 
 namespace titan {
 
@@ -44,6 +44,21 @@ cudaError_t LaunchScaledCastToFloat8BothLayouts(KernelDtype dtype, const void* x
                                                 int64_t scale_row_stride, int64_t scale_col_stride,
                                                 Float8KernelDtype out_dtype, float max, void* out,
                                                 void* out_t, cudaStream_t stream);
+
+// Cross-entropy of each row of a row-major [rows, cols] `logits` against its label (an index into
+// the row; ignore_index: not counted): lse[r] the row's log-sum-exp, loss[r] = lse[r] -
+// logits[r, label] (0 for an ignored row, NaN for a label outside [0, cols)), fp32.
+cudaError_t LaunchCrossEntropyForward(KernelDtype dtype, const void* logits, const int64_t* labels,
+                                      int64_t rows, int64_t cols, int64_t ignore_index, float* lse,
+                                      float* loss, cudaStream_t stream);
+
+// The logits' gradient of the counted rows' summed loss for the upstream gradient *grad (a device
+// fp32 scalar): *grad · (softmax - one-hot) in counted rows, 0 in ignored ones, in the logits'
+// dtype.
+cudaError_t LaunchCrossEntropyBackward(KernelDtype dtype, const void* logits, const int64_t* labels,
+                                       const float* lse, const float* grad, int64_t rows,
+                                       int64_t cols, int64_t ignore_index, void* grad_logits,
+                                       cudaStream_t stream);
 
 // One parameter's fp32 tensors for an Adam step (numel elements each, contiguous) and its step
 // count (fp32, on the device, already advanced for this step).
