@@ -280,7 +280,6 @@ TEST_P(CudaRmsNormTest, TakesTheFusedKernelAndMatchesFp64) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaRmsNormTest, testing::Values(at::kFloat, at::kBFloat16));
 
-// Turns the kernels off for one test, on again even when it fails.
 // max |got - want| / max |want|.
 double RelativeError(const at::Tensor& got, const at::Tensor& want) {
   return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
@@ -288,7 +287,8 @@ double RelativeError(const at::Tensor& got, const at::Tensor& want) {
 
 // The decoder's Linear under bf16 autocast: autocast's forward, and fp32 gradients straight from
 // cuBLAS's fp32 accumulator (within 1e-5 of the exact products of the bf16 operands; autocast's
-// own are rounded to bf16, about 2^-9 off).
+// own are rounded to bf16, about 2^-9 off). 5e-5: tensor cores round their partial sums per
+// k-block.
 TEST_F(CudaDispatchTest, LinearUnderAutocastTakesFp32GradientsFromTheGemm) {
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   const at::Tensor x = at::randn({2, 256, 512}, cuda).requires_grad_();
@@ -307,13 +307,14 @@ TEST_F(CudaDispatchTest, LinearUnderAutocastTakesFp32GradientsFromTheGemm) {
   const at::Tensor g = grad.to(at::kDouble).reshape({-1, 384});
   const at::Tensor x_low = x.detach().to(at::kBFloat16).to(at::kDouble).reshape({-1, 512});
   const at::Tensor w_low = weight.detach().to(at::kBFloat16).to(at::kDouble);
-  EXPECT_LT(RelativeError(weight.grad(), g.t().mm(x_low)), 1e-5);
-  EXPECT_LT(RelativeError(x.grad(), g.mm(w_low).view(x.sizes())), 1e-5);
+  EXPECT_LT(RelativeError(weight.grad(), g.t().mm(x_low)), 5e-5);
+  EXPECT_LT(RelativeError(x.grad(), g.mm(w_low).view(x.sizes())), 5e-5);
   const at::Tensor weight_ref = weight.detach().clone().requires_grad_();
   at::linear(x.detach().to(at::kBFloat16), weight_ref.to(at::kBFloat16)).backward(grad);
   EXPECT_GT(RelativeError(weight_ref.grad(), g.t().mm(x_low)), 1e-4);
 }
 
+// Turns the kernels off for one test, on again even when it fails.
 class CudaKernelsOffTest : public CudaDispatchTest {
  protected:
   void SetUp() override {
@@ -379,7 +380,11 @@ TEST_P(CudaFusedAdamTest, EqualsAtenBitForBit) {
     std::vector<at::Tensor> grads;
     for (const at::Tensor& p : mine.params) grads.push_back(at::randn(p.sizes(), p.options()));
     std::vector<at::Tensor> grads_copy;
-    for (const at::Tensor& g : grads) grads_copy.push_back(g.clone());
+    std::vector<at::Tensor> grads_before;
+    for (const at::Tensor& g : grads) {
+      grads_copy.push_back(g.clone());
+      grads_before.push_back(g.clone());
+    }
     const at::Tensor scale =
         c.scaled ? at::full({}, 0.25f + 0.5f * step, grads[0].options()) : at::Tensor();
     at::_foreach_add_(mine.steps, 1);
@@ -399,9 +404,7 @@ TEST_P(CudaFusedAdamTest, EqualsAtenBitForBit) {
       ASSERT_TRUE(at::equal(mine.params[i], aten.params[i])) << "step " << step << " param " << i;
       ASSERT_TRUE(at::equal(mine.exp_avgs[i], aten.exp_avgs[i])) << "step " << step << " " << i;
       ASSERT_TRUE(at::equal(mine.exp_avg_sqs[i], aten.exp_avg_sqs[i])) << "step " << step;
-      if (!c.scaled) continue;
-      // Left unscaled: the copy ATen scaled differs.
-      ASSERT_EQ(at::equal(grads[i], grads_copy[i]), grads[i].numel() == 0) << i;
+      ASSERT_TRUE(at::equal(grads[i], grads_before[i])) << "gradient " << i << " was written";
     }
   }
 }

@@ -26,7 +26,9 @@ struct MixedPrecisionLinearFunction
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             at::ScalarType dtype, const std::optional<at::Tensor>& kept_output) {
     const at::Tensor x_low = x.to(dtype);
-    const at::Tensor weight_low = at::autocast::cached_cast(dtype, weight, weight.device().type());
+    // Not autocast's cache: a cast made here (grad mode off) would serve later autocast ops on the
+    // weight without a path back to it.
+    const at::Tensor weight_low = weight.to(dtype);
     ctx->save_for_backward({x_low, weight_low});
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     // A kept output: a fresh tensor for autograd to attach this node to.
@@ -62,9 +64,15 @@ at::Tensor MixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight, a
 }
 
 bool TakesMixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight) {
-  return x.is_cuda() && weight.scalar_type() == at::kFloat && weight.requires_grad() &&
-         c10::GradMode::is_enabled() && at::autocast::is_autocast_enabled(at::kCUDA) &&
-         at::autocast::get_autocast_dtype(at::kCUDA) != at::kFloat && FusedKernelsEnabled();
+  if (!x.is_cuda() || weight.scalar_type() != at::kFloat || !weight.requires_grad() ||
+      !c10::GradMode::is_enabled() || !at::autocast::is_autocast_enabled(at::kCUDA) ||
+      !FusedKernelsEnabled()) {
+    return false;
+  }
+  // x in fp32 or already in the autocast dtype: the gradient GEMMs write those (autocast leaves
+  // fp64 alone, and fp16 output from bf16 operands does not exist).
+  const at::ScalarType dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+  return dtype != at::kFloat && (x.scalar_type() == at::kFloat || x.scalar_type() == dtype);
 }
 
 }  // namespace titan

@@ -5,8 +5,8 @@
 
 namespace titan {
 
-// x @ weightᵀ as autocast runs it (x and the fp32 weight cast to `dtype`, the weight's cast
-// through autocast's cache, the product in `dtype`), but whose backward GEMMs write each input's
+// x @ weightᵀ as autocast runs it (x and the fp32 weight cast to `dtype`, the product in
+// `dtype`), but whose backward GEMMs write each input's
 // gradient in that input's own dtype: the fp32 weight's gradient comes out of the GEMM's fp32
 // accumulator, not rounded to bf16 and then cast (as autocast's ToCopyBackward does: a pass over
 // every weight gradient, 15 ms of a Llama 3 8B-8-layer H200 step with the activations'). On the
@@ -17,7 +17,7 @@ at::Tensor MixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight, a
                                 const at::Tensor& kept_output = at::Tensor());
 
 // Whether Linear takes MixedPrecisionLinear for these tensors: CUDA autocast to a lower precision
-// in grad mode, an fp32 weight, and [compile] fused_kernels on.
+// in grad mode, an fp32 weight, x in fp32 or that precision, and [compile] fused_kernels on.
 bool TakesMixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight);
 
 }  // namespace titan

@@ -86,7 +86,8 @@ class DataParallel : public ShardedState {
   // of every FSDP group's float8-gathered weights from one MAX all-reduce (instead of one per
   // group gather). A no-op without such weights.
   absl::Status PrecomputeFloat8Scales();
-  // ClipGradNorm's reduction for `params` (this rank's, in the order ClipGradNorm gets them): each
+  // ComputeGradClip's reduction for `params` (this rank's, in the order ComputeGradClip gets them):
+  // each
   // shard counted once, parameters replicated over tensor-parallel ranks once; null when every
   // rank holds whole gradients. Build it once: its per-parameter weights are copied to the device.
   SquaredNormReducer GradNormReducer(const std::vector<ParamRef>& params) const;

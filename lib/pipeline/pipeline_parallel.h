@@ -82,7 +82,7 @@ class PipelineParallel : public ShardedState {
                                          std::optional<at::ScalarType> autocast);
   // `value` as the last stage's ranks have it, on every rank of the pipeline group.
   absl::StatusOr<double> FromLastStage(double value) const;
-  // ClipGradNorm's reduction for params(): over each stage's shards and tensor-parallel ranks,
+  // ComputeGradClip's reduction for params(): over each stage's shards and tensor-parallel ranks,
   // then the stages.
   SquaredNormReducer GradNormReducer() const;
   // The data-parallel wrapper of this rank's first stage: every stage shards batches (context

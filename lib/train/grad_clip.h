@@ -9,8 +9,8 @@
 namespace titan {
 
 // The global squared norm from this rank's per-parameter squared gradient norms ([n] fp32, in the
-// order ClipGradNorm got the parameters, 0 without a gradient): parallel code weighs and sums them
-// across ranks (each shard once, each replicated parameter once); one process passes none.
+// order ComputeGradClip got the parameters, 0 without a gradient): parallel code weighs and sums
+// them across ranks (each shard once, each replicated parameter once); one process passes none.
 using SquaredNormReducer = std::function<at::Tensor(const at::Tensor& squared_norms)>;
 
 struct GradClip {

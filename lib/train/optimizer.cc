@@ -200,13 +200,20 @@ void KernelUpdate(const StepTensors& all, const AdamHyperparameters& h, bool dec
   }
 }
 
-// OK when every group's tensors can take titan's kernel.
-absl::Status KernelSupports(const std::vector<StepTensors>& groups) {
+// OK when every group's tensors, and the gradient scale, can take titan's kernel.
+absl::Status KernelSupports(const std::vector<StepTensors>& groups, const at::Tensor& grad_scale) {
   for (const StepTensors& group : groups) {
     for (const StepTensors& t : ByDeviceAndDtype(group)) {
       absl::Status status =
           FusedAdamSupports(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps);
       if (!status.ok()) return status;
+      if (grad_scale.defined() &&
+          (grad_scale.numel() != 1 || grad_scale.scalar_type() != at::kFloat ||
+           grad_scale.device() != t.params[0].device())) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "grad_scale: expected one float32 on ", t.params[0].device().str(), ", got ",
+            c10::toString(grad_scale.scalar_type()), " on ", grad_scale.device().str()));
+      }
     }
   }
   return absl::OkStatus();
@@ -307,7 +314,7 @@ void Optimizer::Step(const at::Tensor& grad_scale) {
   }
   bool kernel = false;
   if (implementation_ == Implementation::kFused) {
-    const absl::Status supported = KernelSupports(group_tensors);
+    const absl::Status supported = KernelSupports(group_tensors, grad_scale);
     kernel = supported.ok();
     if (!kernel_logged_) {
       LOG(INFO) << "optimizer (fused): "

@@ -18,10 +18,10 @@ enum class StepPhase {
   kStepBegin,        // before the first microbatch's forward
   kBeforeForward,    // each microbatch
   kAfterBackward,    // each microbatch
-  kBeforeOptimizer,  // gradients final (reduced, clipped)
+  kBeforeOptimizer,  // gradients final (reduced; the clipping scale is applied by the optimizer)
   kAfterOptimizer,
-  kStepEnd,          // after the optimizer, before logging and checkpoints
-  kOnLog,            // a logged step; `metrics` set
+  kStepEnd,  // after the optimizer, before logging and checkpoints
+  kOnLog,    // a logged step; `metrics` set
 };
 inline constexpr int kNumStepPhases = 7;
 
