@@ -276,7 +276,13 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
               CastAs(grad, casts.grad_output_for_weight, pow2, split.grad_output, options);
         }
         if (!input8) input8 = CastAs(x2d, casts.input_for_weight, pow2, split.input, options);
-        grad_weight = Float8Matmul(Transposed(*grad_for_weight), *input8, grad.scalar_type(),
+        // On GPUs tensorwise's _scaled_mm writes the weight's dtype (fp32) itself: no bf16
+        // rounding and cast pass. Emulation keeps torchao's rounding to the gradient's dtype, and
+        // rowwise's kernel writes bf16 only.
+        const at::ScalarType out_dtype =
+            options.recipe == Float8Recipe::kTensorwise && !options.emulate ? weight_dtype
+                                                                            : grad.scalar_type();
+        grad_weight = Float8Matmul(Transposed(*grad_for_weight), *input8, out_dtype,
                                    /*use_fast_accum=*/false, options.emulate);
       }
       grad_weight = grad_weight.to(weight_dtype);
