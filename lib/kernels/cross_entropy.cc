@@ -6,6 +6,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
@@ -20,23 +21,29 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// {lse [N], loss [N]} (fp32).
+static_assert(sizeof(SoftmaxStats) == 2 * sizeof(float), "stats travel as [N, 2] fp32");
+
+SoftmaxStats* StatsOf(const at::Tensor& stats) {
+  return reinterpret_cast<SoftmaxStats*>(stats.data_ptr<float>());
+}
+
+// {stats [N, 2] (each row's SoftmaxStats), loss [N]} (fp32).
 std::pair<at::Tensor, at::Tensor> Forward(const at::Tensor& logits, const at::Tensor& labels,
                                           int64_t ignore_index) {
   const int64_t rows = logits.size(0);
   const int64_t cols = logits.size(1);
   const KernelDtype dtype = KernelDtypeOf(logits, "logits").value();
-  at::Tensor lse = at::empty({rows}, logits.options().dtype(at::kFloat));
+  at::Tensor stats = at::empty({rows, 2}, logits.options().dtype(at::kFloat));
   at::Tensor loss = at::empty({rows}, logits.options().dtype(at::kFloat));
   if (logits.is_cuda()) {
     const c10::cuda::CUDAGuard guard(logits.device());
     C10_CUDA_CHECK(LaunchCrossEntropyForward(
         dtype, logits.data_ptr(), labels.data_ptr<int64_t>(), rows, cols, ignore_index,
-        lse.data_ptr<float>(), loss.data_ptr<float>(), at::cuda::getCurrentCUDAStream()));
-    return {lse, loss};
+        StatsOf(stats), loss.data_ptr<float>(), at::cuda::getCurrentCUDAStream()));
+    return {stats, loss};
   }
   const int64_t* label = labels.data_ptr<int64_t>();
-  float* lse_out = lse.data_ptr<float>();
+  SoftmaxStats* stats_out = StatsOf(stats);
   float* loss_out = loss.data_ptr<float>();
   DispatchCpu(dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -44,20 +51,22 @@ std::pair<at::Tensor, at::Tensor> Forward(const at::Tensor& logits, const at::Te
     ParallelForRows(rows, cols, [&](int64_t begin, int64_t end) {
       for (int64_t r = begin; r < end; ++r) {
         LogSumExpPart part;
-        for (int64_t c = 0; c < cols; ++c)
+        for (int64_t c = 0; c < cols; ++c) {
           AddToLogSumExp(part, static_cast<float>(x[r * cols + c]));
-        lse_out[r] = LogSumExpOf(part);
+        }
+        stats_out[r] = SoftmaxStatsOf(part);
         const int64_t l = label[r];
-        loss_out[r] = l == ignore_index    ? 0.0f
-                      : l < 0 || l >= cols ? std::numeric_limits<float>::quiet_NaN()
-                                           : lse_out[r] - static_cast<float>(x[r * cols + l]);
+        loss_out[r] = l == ignore_index ? 0.0f
+                      : l < 0 || l >= cols
+                          ? std::numeric_limits<float>::quiet_NaN()
+                          : CrossEntropyLoss(stats_out[r], static_cast<float>(x[r * cols + l]));
       }
     });
   });
-  return {lse, loss};
+  return {stats, loss};
 }
 
-at::Tensor Backward(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& lse,
+at::Tensor Backward(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& stats,
                     const at::Tensor& grad, int64_t ignore_index) {
   const int64_t rows = logits.size(0);
   const int64_t cols = logits.size(1);
@@ -66,13 +75,13 @@ at::Tensor Backward(const at::Tensor& logits, const at::Tensor& labels, const at
   if (logits.is_cuda()) {
     const c10::cuda::CUDAGuard guard(logits.device());
     C10_CUDA_CHECK(LaunchCrossEntropyBackward(dtype, logits.data_ptr(), labels.data_ptr<int64_t>(),
-                                              lse.data_ptr<float>(), grad.data_ptr<float>(), rows,
-                                              cols, ignore_index, grad_logits.data_ptr(),
+                                              StatsOf(stats), grad.data_ptr<float>(), rows, cols,
+                                              ignore_index, grad_logits.data_ptr(),
                                               at::cuda::getCurrentCUDAStream()));
     return grad_logits;
   }
   const int64_t* label = labels.data_ptr<int64_t>();
-  const float* row_lse = lse.data_ptr<float>();
+  const SoftmaxStats* row_stats = StatsOf(stats);
   const float g = grad.item<float>();
   DispatchCpu(dtype, [&](auto zero) {
     using T = decltype(zero);
@@ -83,7 +92,7 @@ at::Tensor Backward(const at::Tensor& logits, const at::Tensor& labels, const at
         const float row_grad = label[r] == ignore_index ? 0.0f : g;
         for (int64_t c = 0; c < cols; ++c) {
           out[r * cols + c] = static_cast<T>(CrossEntropyGradElement(
-              static_cast<float>(x[r * cols + c]), row_lse[r], c == label[r], row_grad));
+              static_cast<float>(x[r * cols + c]), row_stats[r], c == label[r], row_grad));
         }
       }
     });
@@ -95,15 +104,16 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& logits,
                             const at::Tensor& labels, int64_t ignore_index) {
     ThrowIfError(FusedCrossEntropySupports(logits, labels));
-    auto [lse, loss] = Forward(logits, labels, ignore_index);
-    ctx->save_for_backward({logits, labels, lse});
+    auto [stats, loss] = Forward(logits, labels, ignore_index);
+    ctx->save_for_backward({logits, labels, stats});
     ctx->saved_data["ignore_index"] = ignore_index;
     return loss.sum();
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor grad = grad_outputs[0].to(at::kFloat).contiguous();
+    // One fp32 on the logits' device, whatever the engine hands in.
+    const at::Tensor grad = grad_outputs[0].to(saved[0].device(), at::kFloat).contiguous();
     return {Backward(saved[0], saved[1], saved[2], grad, ctx->saved_data["ignore_index"].toInt()),
             at::Tensor(), at::Tensor()};
   }
@@ -114,9 +124,10 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
 absl::Status FusedCrossEntropySupports(const at::Tensor& logits, const at::Tensor& labels) {
   TITAN_RETURN_IF_ERROR(KernelDtypeOf(logits, "logits").status());
   TITAN_RETURN_IF_ERROR(CheckKernelDevice(logits, "logits"));
-  if (logits.dim() != 2 || !logits.is_contiguous()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("logits: expected a contiguous [N, V] tensor, got ", ShapeOf(logits)));
+  if (logits.dim() != 2 || !logits.is_contiguous() ||
+      logits.size(0) > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "logits: expected a contiguous [N, V] tensor with N < 2^31, got ", ShapeOf(logits)));
   }
   if (labels.dim() != 1 || labels.size(0) != logits.size(0) || labels.scalar_type() != at::kLong ||
       labels.device() != logits.device() || !labels.is_contiguous()) {

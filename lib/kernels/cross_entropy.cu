@@ -50,7 +50,7 @@ struct alignas(sizeof(T) * K) Elements {
 template <typename T, int K>
 __global__ void __launch_bounds__(kRowThreads)
     CrossEntropyForwardKernel(const T* __restrict__ logits, const int64_t* __restrict__ labels,
-                              int64_t cols, int64_t ignore_index, float* __restrict__ lse,
+                              int64_t cols, int64_t ignore_index, SoftmaxStats* __restrict__ stats,
                               float* __restrict__ loss) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * cols;
@@ -60,34 +60,35 @@ __global__ void __launch_bounds__(kRowThreads)
 #pragma unroll
     for (int k = 0; k < K; ++k) AddToLogSumExp(part, ToFloat(e.v[k]));
   }
-  const float row_lse = LogSumExpOf(BlockLogSumExp(part));
+  const SoftmaxStats row_stats = SoftmaxStatsOf(BlockLogSumExp(part));
   if (threadIdx.x == 0) {
     const int64_t label = labels[row];
-    lse[row] = row_lse;
+    stats[row] = row_stats;
     // A label outside the vocabulary makes the loss NaN (ATen stops on a device assert).
     loss[row] = label == ignore_index        ? 0.0f
                 : label < 0 || label >= cols ? NAN
-                                             : row_lse - ToFloat(x[label]);
+                                             : CrossEntropyLoss(row_stats, ToFloat(x[label]));
   }
 }
 
 template <typename T, int K>
 __global__ void __launch_bounds__(kRowThreads)
     CrossEntropyBackwardKernel(const T* __restrict__ logits, const int64_t* __restrict__ labels,
-                               const float* __restrict__ lse, const float* __restrict__ grad,
-                               int64_t cols, int64_t ignore_index, T* __restrict__ grad_logits) {
+                               const SoftmaxStats* __restrict__ stats,
+                               const float* __restrict__ grad, int64_t cols, int64_t ignore_index,
+                               T* __restrict__ grad_logits) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * cols;
   T* out = grad_logits + row * cols;
   const int64_t label = labels[row];
   const float g = label == ignore_index ? 0.0f : *grad;
-  const float row_lse = lse[row];
+  const SoftmaxStats row_stats = stats[row];
   for (int64_t c = threadIdx.x * K; c < cols; c += kRowThreads * K) {
     const Elements<T, K> e = *reinterpret_cast<const Elements<T, K>*>(x + c);
     Elements<T, K> o;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
-      o.v[k] = FromFloat<T>(CrossEntropyGradElement(ToFloat(e.v[k]), row_lse, c + k == label, g));
+      o.v[k] = FromFloat<T>(CrossEntropyGradElement(ToFloat(e.v[k]), row_stats, c + k == label, g));
     }
     *reinterpret_cast<Elements<T, K>*>(out + c) = o;
   }
@@ -106,22 +107,22 @@ cudaError_t LaunchByWidth(int64_t cols, const void* a, const void* b, F&& launch
 }  // namespace
 
 cudaError_t LaunchCrossEntropyForward(KernelDtype dtype, const void* logits, const int64_t* labels,
-                                      int64_t rows, int64_t cols, int64_t ignore_index, float* lse,
-                                      float* loss, cudaStream_t stream) {
+                                      int64_t rows, int64_t cols, int64_t ignore_index,
+                                      SoftmaxStats* stats, float* loss, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return LaunchByWidth<T>(cols, logits, logits, [&](auto width) {
       constexpr int K = decltype(width)::value;
       CrossEntropyForwardKernel<T, K><<<rows, kRowThreads, 0, stream>>>(
-          static_cast<const T*>(logits), labels, cols, ignore_index, lse, loss);
+          static_cast<const T*>(logits), labels, cols, ignore_index, stats, loss);
       return cudaGetLastError();
     });
   });
 }
 
 cudaError_t LaunchCrossEntropyBackward(KernelDtype dtype, const void* logits, const int64_t* labels,
-                                       const float* lse, const float* grad, int64_t rows,
+                                       const SoftmaxStats* stats, const float* grad, int64_t rows,
                                        int64_t cols, int64_t ignore_index, void* grad_logits,
                                        cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
@@ -130,8 +131,8 @@ cudaError_t LaunchCrossEntropyBackward(KernelDtype dtype, const void* logits, co
     return LaunchByWidth<T>(cols, logits, grad_logits, [&](auto width) {
       constexpr int K = decltype(width)::value;
       CrossEntropyBackwardKernel<T, K>
-          <<<rows, kRowThreads, 0, stream>>>(static_cast<const T*>(logits), labels, lse, grad, cols,
-                                             ignore_index, static_cast<T*>(grad_logits));
+          <<<rows, kRowThreads, 0, stream>>>(static_cast<const T*>(logits), labels, stats, grad,
+                                             cols, ignore_index, static_cast<T*>(grad_logits));
       return cudaGetLastError();
     });
   });

@@ -16,10 +16,10 @@ absl::Status FusedCrossEntropySupports(const at::Tensor& logits, const at::Tenso
 // The summed cross-entropy of the rows whose label is not `ignore_index` (an fp32 scalar), as
 // at::cross_entropy_loss(logits.float(), labels, {}, Sum, ignore_index) computes it, in one pass
 // over the logits forward and one backward, keeping only the logits, the labels and each row's
-// log-sum-exp between them (ATen keeps fp32 log-probabilities); the gradient comes in the logits'
-// dtype, rounded once. A label outside [0, V) gives NaN. CUDA kernels on a GPU, the same math
-// (cross_entropy_math.h) in a loop on the CPU: the reference the tests hold against ATen. Throws
-// c10::Error on what FusedCrossEntropySupports refuses.
+// max and log-sum between them (ATen keeps fp32 log-probabilities); the gradient comes in the
+// logits' dtype, rounded once. A label outside [0, V) gives NaN. CUDA kernels on a GPU, the same
+// math (cross_entropy_math.h) in a loop on the CPU: the reference the tests hold against ATen.
+// Throws c10::Error on what FusedCrossEntropySupports refuses.
 at::Tensor FusedCrossEntropySum(const at::Tensor& logits, const at::Tensor& labels,
                                 int64_t ignore_index);
 

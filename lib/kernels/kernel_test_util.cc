@@ -1,5 +1,9 @@
 #include "lib/kernels/kernel_test_util.h"
 
+#include <limits>
+
+#include "lib/kernels/cross_entropy.h"
+
 namespace titan {
 namespace {
 
@@ -79,6 +83,49 @@ std::vector<RopeCase> AllRopeCases() {
 
 RopePairing PairingOf(RopeLayout layout) {
   return layout == RopeLayout::kInterleaved ? RopePairing::kInterleaved : RopePairing::kHalves;
+}
+
+CrossEntropyCase MakeCrossEntropyCase(int64_t rows, int64_t vocab, at::ScalarType dtype,
+                                      at::Device device) {
+  at::manual_seed(0);
+  const auto options = at::TensorOptions().device(device);
+  at::Tensor logits = at::randn({rows, vocab}, options) * 3;
+  at::Tensor labels = at::randint(vocab, {rows}, options.dtype(at::kLong));
+  labels.index_put_({at::arange(0, rows, 5, options.dtype(at::kLong))}, -100);
+  // Two finite logits 15 apart: every order sums exp(x - max) to the same 1 + 3e-7.
+  const int64_t label = labels[1].item<int64_t>();
+  logits[1].fill_(-std::numeric_limits<float>::infinity());
+  logits[1][label] = 24.0;
+  logits[1][(label + 1) % vocab] = 9.0;
+  logits[2].slice(0, 0, 4).fill_(-std::numeric_limits<float>::infinity());
+  labels[2] = vocab - 1;
+  return {logits.to(dtype), labels};
+}
+
+void ExpectCrossEntropyMatchesAten(const CrossEntropyCase& c, double loss_rtol) {
+  const at::Tensor mine = c.logits.clone().requires_grad_();
+  const at::Tensor ref = c.logits.clone().requires_grad_();
+  const at::Tensor loss = FusedCrossEntropySum(mine, c.labels, -100);
+  const at::Tensor want =
+      at::cross_entropy_loss(ref.to(at::kFloat), c.labels, {}, at::Reduction::Sum, -100, 0.0);
+  EXPECT_NEAR(loss.item<double>(), want.item<double>(), loss_rtol * want.item<double>());
+  const double upstream = 0.5;
+  (loss * upstream).backward();
+  (want * upstream).backward();
+  ASSERT_EQ(mine.grad().scalar_type(), c.logits.scalar_type());
+  const at::Tensor got = mine.grad().to(at::kDouble).cpu();
+  const at::Tensor expected = ref.grad().to(at::kDouble).cpu();
+  const at::Tensor difference = (got - expected).abs();
+  if (c.logits.scalar_type() == at::kFloat) {
+    EXPECT_LE(difference.max().item<double>(), 1e-6 * expected.abs().max().item<double>());
+  } else {
+    const at::Tensor over = difference > expected.abs() * 0x1p-7;
+    EXPECT_FALSE(over.any().item<bool>())
+        << over.sum().item<int64_t>() << " gradient entries off by more than their bound, the "
+        << "first at " << over.nonzero()[0];
+  }
+  EXPECT_EQ(got[0].abs().max().item<double>(), 0.0);  // an ignored row
+  EXPECT_TRUE(at::isfinite(got).all().item<bool>());
 }
 
 }  // namespace titan

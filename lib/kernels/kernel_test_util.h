@@ -40,6 +40,23 @@ std::vector<RopeCase> AllRopeCases();
 // The fused op's pairing of a model layout.
 RopePairing PairingOf(RopeLayout layout);
 
+// Cross-entropy test inputs: logits [rows, vocab] (randn * 3) in `dtype` on `device`, with every
+// 5th row ignored (label -100), row 1 a confident token (its label's logit 24, one other 9, the
+// rest -inf: 1 - p = 3.6e-7, below the rounding of max + log-sum) and row 2's first 4 logits -inf
+// (a masked vocabulary); rows >= 3.
+struct CrossEntropyCase {
+  at::Tensor logits;
+  at::Tensor labels;
+};
+CrossEntropyCase MakeCrossEntropyCase(int64_t rows, int64_t vocab, at::ScalarType dtype,
+                                      at::Device device);
+
+// FusedCrossEntropySum against ATen's cross_entropy_loss on fp32 logits (titan's loss before it),
+// upstream gradient 0.5: the loss within `loss_rtol` (fp32 sums in other orders); the gradient in
+// fp32 within 1e-6 of its largest entry, else each entry within one rounding of its dtype (2^-7
+// relative in bf16); ignored rows 0.
+void ExpectCrossEntropyMatchesAten(const CrossEntropyCase& c, double loss_rtol);
+
 // The mean of |t - exact| / (|exact| + 1e-6), in fp64: which of two roundings is the closer.
 double MeanRelativeError(const at::Tensor& t, const at::Tensor& exact);
 

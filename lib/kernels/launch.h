@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "lib/kernels/adam_math.h"
+#include "lib/kernels/cross_entropy_math.h"
 #include "lib/kernels/rope_math.h"
 
 // The CUDA kernels' host API (rope.cu, swiglu.cu, float8_cast.cu, adam.cu, cross_entropy.cu): raw
@@ -45,18 +46,18 @@ cudaError_t LaunchScaledCastToFloat8BothLayouts(KernelDtype dtype, const void* x
                                                 Float8KernelDtype out_dtype, float max, void* out,
                                                 void* out_t, cudaStream_t stream);
 
-// Cross-entropy of each row of a row-major [rows, cols] `logits` against its label (an index into
-// the row; ignore_index: not counted): lse[r] the row's log-sum-exp, loss[r] = lse[r] -
-// logits[r, label] (0 for an ignored row, NaN for a label outside [0, cols)), fp32.
+// Cross-entropy of each row of a row-major [rows, cols] `logits` (rows < 2^31) against its label
+// (an index into the row; ignore_index: not counted): stats[r] the row's softmax statistics,
+// loss[r] = -log softmax(row)[label] (0 for an ignored row, NaN for a label outside [0, cols)).
 cudaError_t LaunchCrossEntropyForward(KernelDtype dtype, const void* logits, const int64_t* labels,
-                                      int64_t rows, int64_t cols, int64_t ignore_index, float* lse,
-                                      float* loss, cudaStream_t stream);
+                                      int64_t rows, int64_t cols, int64_t ignore_index,
+                                      SoftmaxStats* stats, float* loss, cudaStream_t stream);
 
 // The logits' gradient of the counted rows' summed loss for the upstream gradient *grad (a device
 // fp32 scalar): *grad · (softmax - one-hot) in counted rows, 0 in ignored ones, in the logits'
 // dtype.
 cudaError_t LaunchCrossEntropyBackward(KernelDtype dtype, const void* logits, const int64_t* labels,
-                                       const float* lse, const float* grad, int64_t rows,
+                                       const SoftmaxStats* stats, const float* grad, int64_t rows,
                                        int64_t cols, int64_t ignore_index, void* grad_logits,
                                        cudaStream_t stream);
 
