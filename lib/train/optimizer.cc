@@ -69,9 +69,9 @@ absl::StatusOr<std::vector<bool>> SearchNames(const std::string& pattern,
 }
 
 // A group's settings: [optimizer]'s, overridden by the keys the group sets.
-absl::StatusOr<AdamHyperparameters> GroupHyperparameters(
-    const JobConfig::Optimizer::ParamGroup& spec, const AdamHyperparameters& defaults,
-    const std::string& key) {
+absl::StatusOr<AdamSettings> GroupHyperparameters(const JobConfig::Optimizer::ParamGroup& spec,
+                                                  const AdamSettings& defaults,
+                                                  const std::string& key) {
   if (spec.pattern().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(key, ": pattern missing (a regular expression naming its parameters)"));
@@ -84,7 +84,7 @@ absl::StatusOr<AdamHyperparameters> GroupHyperparameters(
     return absl::InvalidArgumentError(
         absl::StrCat(key, ": betas and beta1/beta2 set the same values; set only one of them"));
   }
-  AdamHyperparameters h = defaults;
+  AdamSettings h = defaults;
   if (spec.has_lr()) h.lr = spec.lr();
   if (spec.has_weight_decay()) h.weight_decay = spec.weight_decay();
   if (spec.has_eps()) h.eps = spec.eps();
@@ -98,13 +98,13 @@ absl::StatusOr<AdamHyperparameters> GroupHyperparameters(
 }
 
 // torch's _single_tensor_adam (capturable, differentiable, maximize and amsgrad off).
-void ForLoopUpdate(const StepTensors& t, const AdamHyperparameters& h, bool decoupled) {
+void ForLoopUpdate(const StepTensors& t, const AdamSettings& h) {
   for (size_t i = 0; i < t.params.size(); ++i) {
     const at::Tensor& param = t.params[i];
     at::Tensor grad = t.grads[i];
     t.steps[i].add_(1);
     if (h.weight_decay != 0) {
-      if (decoupled) {
+      if (h.decoupled) {
         param.mul_(1 - h.lr * h.weight_decay);
       } else {
         grad = grad.add(param, h.weight_decay);
@@ -143,12 +143,12 @@ std::vector<StepTensors> ByDeviceAndDtype(const StepTensors& t) {
 }
 
 // torch's _multi_tensor_adam (capturable, maximize and amsgrad off).
-void ForeachUpdate(const StepTensors& all, const AdamHyperparameters& h, bool decoupled) {
+void ForeachUpdate(const StepTensors& all, const AdamSettings& h) {
   for (const StepTensors& t : ByDeviceAndDtype(all)) {
     at::_foreach_add_(t.steps, 1);
     std::vector<at::Tensor> grads = t.grads;
     if (h.weight_decay != 0) {
-      if (decoupled) {
+      if (h.decoupled) {
         at::_foreach_mul_(t.params, 1 - h.lr * h.weight_decay);
       } else {
         grads = at::_foreach_add(t.grads, t.params, h.weight_decay);
@@ -174,7 +174,7 @@ void ForeachUpdate(const StepTensors& all, const AdamHyperparameters& h, bool de
 // torch's _fused_adam: at::_fused_adamw_ (decoupled) or at::_fused_adam_, one call per device and
 // dtype. The double-lr overload: torch takes it for a float lr, and on CPU the tensor_lr one gives
 // the same bits only for a float64 lr tensor.
-void FusedUpdate(const StepTensors& all, const AdamHyperparameters& h, bool decoupled) {
+void FusedUpdate(const StepTensors& all, const AdamSettings& h) {
   for (const StepTensors& t : ByDeviceAndDtype(all)) {
     at::_foreach_add_(t.steps, 1);
     using FusedAdam =
@@ -182,7 +182,7 @@ void FusedUpdate(const StepTensors& all, const AdamHyperparameters& h, bool deco
                  at::TensorList, double, double, double, double, double, bool, bool,
                  const std::optional<at::Tensor>&, const std::optional<at::Tensor>&);
     const FusedAdam fused =
-        decoupled ? FusedAdam{&at::_fused_adamw_} : FusedAdam{&at::_fused_adam_};
+        h.decoupled ? FusedAdam{&at::_fused_adamw_} : FusedAdam{&at::_fused_adam_};
     fused(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, /*max_exp_avg_sqs=*/{}, t.steps, h.lr,
           h.beta1, h.beta2, h.weight_decay, h.eps, /*amsgrad=*/false, /*maximize=*/false,
           /*grad_scale=*/std::nullopt, /*found_inf=*/std::nullopt);
@@ -191,12 +191,10 @@ void FusedUpdate(const StepTensors& all, const AdamHyperparameters& h, bool deco
 
 // titan's multi-tensor kernel (lib/kernels/adam.h): _fused_adam(w)_'s math and bits in one pass,
 // the gradient scale applied within it.
-void KernelUpdate(const StepTensors& all, const AdamHyperparameters& h, bool decoupled,
-                  const at::Tensor& grad_scale) {
+void KernelUpdate(const StepTensors& all, const AdamSettings& h, const at::Tensor& grad_scale) {
   for (const StepTensors& t : ByDeviceAndDtype(all)) {
     at::_foreach_add_(t.steps, 1);
-    FusedAdamStep(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps,
-                  {h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, decoupled}, grad_scale);
+    FusedAdamStep(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps, h, grad_scale);
   }
 }
 
@@ -238,14 +236,14 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
                      "got \"",
                      config.implementation(), "\""));
   }
-  const AdamHyperparameters defaults{config.lr(), config.beta1(), config.beta2(), config.eps(),
-                                     config.weight_decay()};
+  const AdamSettings defaults{config.lr(),  config.beta1(),        config.beta2(),
+                              config.eps(), config.weight_decay(), config.name() == "AdamW"};
   std::vector<Group> groups;
   std::vector<bool> claimed(params.size(), false);
   for (int g = 0; g < config.param_groups_size(); ++g) {
     const JobConfig::Optimizer::ParamGroup& spec = config.param_groups(g);
     const std::string key = absl::StrCat("[optimizer] param_groups[", g, "]");
-    absl::StatusOr<AdamHyperparameters> hyper = GroupHyperparameters(spec, defaults, key);
+    absl::StatusOr<AdamSettings> hyper = GroupHyperparameters(spec, defaults, key);
     if (!hyper.ok()) return hyper.status();
     Group group{spec.pattern(), *hyper, {}};
     absl::StatusOr<std::vector<bool>> found =
@@ -274,16 +272,15 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
               << (group.pattern.empty() ? "no pattern" : "\"" + group.pattern + "\"") << ": lr "
               << group.hyper.lr << ", weight_decay " << group.hyper.weight_decay;
   }
-  return std::unique_ptr<Optimizer>(new Optimizer(
-      params, std::move(groups), config.name() == "AdamW", implementation->second, config.lr()));
+  return std::unique_ptr<Optimizer>(
+      new Optimizer(params, std::move(groups), implementation->second, config.lr()));
 }
 
 Optimizer::Optimizer(std::vector<ParamRef> params, std::vector<Group> groups,
-                     bool decoupled_weight_decay, Implementation implementation, double base_lr)
+                     Implementation implementation, double base_lr)
     : params_(std::move(params)),
       state_(params_.size()),
       groups_(std::move(groups)),
-      decoupled_weight_decay_(decoupled_weight_decay),
       implementation_(implementation),
       base_lr_(base_lr) {}
 
@@ -331,20 +328,20 @@ void Optimizer::Step(const at::Tensor& grad_scale) {
   for (size_t g = 0; g < groups_.size(); ++g) {
     const StepTensors& tensors = group_tensors[g];
     if (tensors.params.empty()) continue;
-    AdamHyperparameters h = groups_[g].hyper;
+    AdamSettings h = groups_[g].hyper;
     h.lr *= lr_factor_;
     switch (implementation_) {
       case Implementation::kForLoop:
-        ForLoopUpdate(tensors, h, decoupled_weight_decay_);
+        ForLoopUpdate(tensors, h);
         break;
       case Implementation::kForeach:
-        ForeachUpdate(tensors, h, decoupled_weight_decay_);
+        ForeachUpdate(tensors, h);
         break;
       case Implementation::kFused:
         if (kernel) {
-          KernelUpdate(tensors, h, decoupled_weight_decay_, grad_scale);
+          KernelUpdate(tensors, h, grad_scale);
         } else {
-          FusedUpdate(tensors, h, decoupled_weight_decay_);
+          FusedUpdate(tensors, h);
         }
         break;
     }

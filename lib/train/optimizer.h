@@ -11,18 +11,10 @@
 #include "absl/status/statusor.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/config/job_config.pb.h"
+#include "lib/kernels/adam.h"
 #include "lib/model/module.h"
 
 namespace titan {
-
-// One parameter group's settings, as torch.optim.Adam's param_groups hold them.
-struct AdamHyperparameters {
-  double lr = 0;
-  double beta1 = 0;
-  double beta2 = 0;
-  double eps = 0;
-  double weight_decay = 0;
-};
 
 // torch.optim.AdamW or Adam over a model's parameters, step for step the same ATen calls as
 // torch 2.11's for-loop (_single_tensor_adam), foreach (_multi_tensor_adam) and fused
@@ -69,7 +61,7 @@ class Optimizer {
 
   struct Group {
     std::string pattern;  // "" for the parameters no pattern claimed
-    AdamHyperparameters hyper;
+    AdamSettings hyper;   // as torch.optim.Adam's param_groups hold them
     std::vector<size_t> params;  // indices into params_
   };
 
@@ -81,8 +73,8 @@ class Optimizer {
     at::Tensor step;
   };
 
-  Optimizer(std::vector<ParamRef> params, std::vector<Group> groups, bool decoupled_weight_decay,
-            Implementation implementation, double base_lr);
+  Optimizer(std::vector<ParamRef> params, std::vector<Group> groups, Implementation implementation,
+            double base_lr);
 
   // Zero state for parameter i, with `step` steps taken.
   void CreateState(size_t i, double step);
@@ -90,7 +82,6 @@ class Optimizer {
   std::vector<ParamRef> params_;
   std::vector<ParamState> state_;  // Undefined tensors until a parameter's first step.
   std::vector<Group> groups_;
-  bool decoupled_weight_decay_;  // AdamW; Adam adds weight_decay × parameter to the gradient.
   Implementation implementation_;
   double base_lr_;
   double lr_factor_ = 1.0;
