@@ -4,7 +4,9 @@
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cstdint>
 #include <optional>
+#include <utility>
 
 #include "lib/kernels/kernel_dispatch.h"
 
@@ -21,11 +23,21 @@ at::Tensor MatmulInto(const at::Tensor& a, const at::Tensor& b, at::ScalarType o
   return at::mm(a.to(out_dtype), b.to(out_dtype));
 }
 
+// The last input cast on this thread, known by weak references: while its source lives unchanged,
+// the next cast of it to the same dtype is that one.
+struct LastCast {
+  c10::weak_intrusive_ptr<c10::TensorImpl> source{c10::intrusive_ptr<c10::TensorImpl>()};
+  uint32_t version = 0;
+  at::ScalarType dtype = at::kFloat;
+  c10::weak_intrusive_ptr<c10::TensorImpl> cast{c10::intrusive_ptr<c10::TensorImpl>()};
+};
+thread_local LastCast g_last_cast;
+
 struct MixedPrecisionLinearFunction
     : public torch::autograd::Function<MixedPrecisionLinearFunction> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             at::ScalarType dtype, const std::optional<at::Tensor>& kept_output) {
-    const at::Tensor x_low = x.to(dtype);
+    const at::Tensor x_low = CastInputOnce(x, dtype);
     // Not autocast's cache: a cast made here (grad mode off) would serve later autocast ops on the
     // weight without a path back to it.
     const at::Tensor weight_low = weight.to(dtype);
@@ -54,6 +66,20 @@ struct MixedPrecisionLinearFunction
 };
 
 }  // namespace
+
+at::Tensor CastInputOnce(const at::Tensor& x, at::ScalarType dtype) {
+  if (x.scalar_type() == dtype) return x;
+  const c10::intrusive_ptr<c10::TensorImpl> source = g_last_cast.source.lock();
+  c10::intrusive_ptr<c10::TensorImpl> cast = g_last_cast.cast.lock();
+  if (source && cast && source.get() == x.unsafeGetTensorImpl() &&
+      g_last_cast.version == x._version() && g_last_cast.dtype == dtype) {
+    return at::Tensor(std::move(cast));
+  }
+  at::Tensor out = x.to(dtype);
+  g_last_cast = {c10::weak_intrusive_ptr<c10::TensorImpl>(x.getIntrusivePtr()), x._version(), dtype,
+                 c10::weak_intrusive_ptr<c10::TensorImpl>(out.getIntrusivePtr())};
+  return out;
+}
 
 at::Tensor MixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight, at::ScalarType dtype,
                                 const at::Tensor& kept_output) {

@@ -4,6 +4,7 @@
 #include "lib/model/mixed_precision_linear.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "gtest/gtest.h"
 
@@ -59,6 +60,43 @@ TEST(MixedPrecisionLinearTest, KeptOutputGivesTheSameGradients) {
   replayed.backward(grad);
   EXPECT_TRUE(at::equal(x.grad(), x2.grad()));
   EXPECT_TRUE(at::equal(weight.grad(), weight2.grad()));
+}
+
+// Consecutive casts of one unchanged tensor share one copy; a change, another tensor or another
+// dtype cast anew.
+TEST(MixedPrecisionLinearTest, CastInputOnceSharesTheCastOfAnUnchangedInput) {
+  at::Tensor x = at::randn({4, 8});
+  const at::Tensor first = CastInputOnce(x, at::kBFloat16);
+  EXPECT_TRUE(CastInputOnce(x, at::kBFloat16).is_same(first));
+  EXPECT_FALSE(CastInputOnce(x, at::kHalf).is_same(first));
+  const at::Tensor again = CastInputOnce(x, at::kBFloat16);
+  EXPECT_FALSE(again.is_same(first));  // the fp16 cast came between
+  x.add_(1);
+  const at::Tensor changed = CastInputOnce(x, at::kBFloat16);
+  EXPECT_FALSE(changed.is_same(again));
+  EXPECT_TRUE(at::equal(changed, x.to(at::kBFloat16)));
+  EXPECT_FALSE(CastInputOnce(x.clone(), at::kBFloat16).is_same(changed));
+  EXPECT_TRUE(CastInputOnce(changed, at::kBFloat16).is_same(changed));  // already that dtype
+}
+
+// Two linears on one input (as wq and wk) share its cast and still get their own gradients.
+TEST(MixedPrecisionLinearTest, LinearsSharingAnInputCastGetTheirGradients) {
+  at::manual_seed(2);
+  const at::Tensor x = at::randn({16, 32}).requires_grad_();
+  const at::Tensor w1 = at::randn({8, 32}).requires_grad_();
+  const at::Tensor w2 = at::randn({4, 32}).requires_grad_();
+  const at::Tensor g1 = at::randn({16, 8}).to(at::kBFloat16);
+  const at::Tensor g2 = at::randn({16, 4}).to(at::kBFloat16);
+  torch::autograd::backward(
+      {MixedPrecisionLinear(x, w1, at::kBFloat16), MixedPrecisionLinear(x, w2, at::kBFloat16)},
+      {g1, g2});
+  const at::Tensor x_low = x.detach().to(at::kBFloat16).to(at::kDouble);
+  const auto low = [](const at::Tensor& t) { return t.detach().to(at::kBFloat16).to(at::kDouble); };
+  EXPECT_LT(RelativeError(w1.grad(), g1.to(at::kDouble).t().mm(x_low)), 1e-6);
+  EXPECT_LT(RelativeError(w2.grad(), g2.to(at::kDouble).t().mm(x_low)), 1e-6);
+  EXPECT_LT(
+      RelativeError(x.grad(), g1.to(at::kDouble).mm(low(w1)) + g2.to(at::kDouble).mm(low(w2))),
+      1e-6);
 }
 
 TEST(MixedPrecisionLinearTest, NotTakenOnTheCpu) {
