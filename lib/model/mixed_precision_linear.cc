@@ -69,6 +69,7 @@ struct MixedPrecisionLinearFunction
 
 at::Tensor CastInputOnce(const at::Tensor& x, at::ScalarType dtype) {
   if (x.scalar_type() == dtype) return x;
+  if (x.is_inference()) return x.to(dtype);  // no version counter to tell a change by
   const c10::intrusive_ptr<c10::TensorImpl> source = g_last_cast.source.lock();
   c10::intrusive_ptr<c10::TensorImpl> cast = g_last_cast.cast.lock();
   if (source && cast && source.get() == x.unsafeGetTensorImpl() &&
