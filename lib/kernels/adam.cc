@@ -45,7 +45,8 @@ absl::Status CheckTensor(const at::Tensor& t, const at::Tensor& param, absl::str
 }  // namespace
 
 absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                               at::TensorList exp_avg_sqs, at::TensorList steps) {
+                               at::TensorList exp_avg_sqs, at::TensorList steps,
+                               const at::Tensor& grad_scale) {
   if (grads.size() != params.size() || exp_avgs.size() != params.size() ||
       exp_avg_sqs.size() != params.size() || steps.size() != params.size()) {
     return absl::InvalidArgumentError(
@@ -68,18 +69,22 @@ absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::
     TITAN_RETURN_IF_ERROR(CheckTensor(exp_avg_sqs[i], param, "exp_avg_sqs", i));
     TITAN_RETURN_IF_ERROR(CheckTensor(steps[i], param, "steps", i));
   }
+  if (grad_scale.defined() && !params.empty() &&
+      (grad_scale.numel() != 1 || grad_scale.scalar_type() != at::kFloat ||
+       grad_scale.device() != params[0].device())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grad_scale: expected one float32 on ", params[0].device().str(), ", got ",
+                     c10::toString(grad_scale.scalar_type()), " ", ShapeOf(grad_scale), " on ",
+                     grad_scale.device().str()));
+  }
   return absl::OkStatus();
 }
 
 void FusedAdamStep(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                    at::TensorList exp_avg_sqs, at::TensorList steps, const AdamSettings& settings,
                    const at::Tensor& grad_scale) {
-  ThrowIfError(FusedAdamSupports(params, grads, exp_avgs, exp_avg_sqs, steps));
+  ThrowIfError(FusedAdamSupports(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale));
   if (params.empty()) return;
-  TORCH_CHECK(
-      !grad_scale.defined() || (grad_scale.numel() == 1 && grad_scale.scalar_type() == at::kFloat &&
-                                grad_scale.device() == params[0].device()),
-      "grad_scale: expected one float32 on ", params[0].device().str());
   std::vector<AdamTensorPointers> pointers;
   pointers.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {

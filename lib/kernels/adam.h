@@ -18,9 +18,11 @@ struct AdamSettings {
 };
 
 // OK when FusedAdamStep takes these aligned lists: fp32, contiguous tensors of matching sizes on
-// one sm_90 GPU (fp32 step counts there too), the CUDA kernels not turned off.
+// one sm_90 GPU (fp32 step counts there too), the CUDA kernels not turned off, and `grad_scale`
+// undefined or one fp32 there.
 absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
-                               at::TensorList exp_avg_sqs, at::TensorList steps);
+                               at::TensorList exp_avg_sqs, at::TensorList steps,
+                               const at::Tensor& grad_scale);
 
 // One Adam(W) step in place, with torch 2.11's CUDA _fused_adam(w)_ math (the steps already
 // advanced, as torch advances them first), each gradient first multiplied by `grad_scale` (an fp32

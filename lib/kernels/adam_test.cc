@@ -111,9 +111,9 @@ TEST(AdamChunkTest, ChunksCoverEveryElementOnce) {
 TEST(FusedAdamSupportsTest, RefusesCpuTensorsAndMismatches) {
   const at::Tensor p = at::zeros({4});
   const at::Tensor step = at::zeros({}, at::kFloat);
-  EXPECT_THAT(std::string(FusedAdamSupports({p}, {p}, {p}, {p}, {step}).message()),
+  EXPECT_THAT(std::string(FusedAdamSupports({p}, {p}, {p}, {p}, {step}, {}).message()),
               HasSubstr("params[0]: expected a CUDA tensor"));
-  EXPECT_THAT(std::string(FusedAdamSupports({p}, {}, {p}, {p}, {step}).message()),
+  EXPECT_THAT(std::string(FusedAdamSupports({p}, {}, {p}, {p}, {step}, {}).message()),
               HasSubstr("differ in length"));
 }
 

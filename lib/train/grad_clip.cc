@@ -3,14 +3,22 @@
 #include <c10/core/GradMode.h>
 
 namespace titan {
+namespace {
 
-GradClip ComputeGradClip(const std::vector<at::Tensor>& params, double max_norm,
-                         const SquaredNormReducer& reduce) {
-  c10::NoGradGuard no_grad;
+std::vector<at::Tensor> DefinedGrads(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
+  return grads;
+}
+
+}  // namespace
+
+GradClip ComputeGradClip(const std::vector<at::Tensor>& params, double max_norm,
+                         const SquaredNormReducer& reduce) {
+  c10::NoGradGuard no_grad;
+  const std::vector<at::Tensor> grads = DefinedGrads(params);
   // As torch.nn.utils.clip_grad_norm_: one foreach kernel on CUDA, a norm per tensor on CPU (where
   // torch has no foreach path), so both devices match torch bit for bit.
   std::vector<at::Tensor> grad_norms =
@@ -45,10 +53,7 @@ GradClip ComputeGradClip(const std::vector<at::Tensor>& params, double max_norm,
 void ScaleGrads(const std::vector<at::Tensor>& params, const at::Tensor& scale) {
   if (!scale.defined()) return;
   c10::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads;
-  for (const at::Tensor& p : params) {
-    if (p.grad().defined()) grads.push_back(p.grad());
-  }
+  const std::vector<at::Tensor> grads = DefinedGrads(params);
   if (!grads.empty()) at::_foreach_mul_(grads, scale);
 }
 

@@ -203,15 +203,8 @@ absl::Status KernelSupports(const std::vector<StepTensors>& groups, const at::Te
   for (const StepTensors& group : groups) {
     for (const StepTensors& t : ByDeviceAndDtype(group)) {
       absl::Status status =
-          FusedAdamSupports(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps);
+          FusedAdamSupports(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps, grad_scale);
       if (!status.ok()) return status;
-      if (grad_scale.defined() &&
-          (grad_scale.numel() != 1 || grad_scale.scalar_type() != at::kFloat ||
-           grad_scale.device() != t.params[0].device())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "grad_scale: expected one float32 on ", t.params[0].device().str(), ", got ",
-            c10::toString(grad_scale.scalar_type()), " on ", grad_scale.device().str()));
-      }
     }
   }
   return absl::OkStatus();
