@@ -280,11 +280,6 @@ TEST_P(CudaRmsNormTest, TakesTheFusedKernelAndMatchesFp64) {
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaRmsNormTest, testing::Values(at::kFloat, at::kBFloat16));
 
-// max |got - want| / max |want|.
-double RelativeError(const at::Tensor& got, const at::Tensor& want) {
-  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
-}
-
 // The decoder's Linear under bf16 autocast: autocast's forward, and fp32 gradients straight from
 // cuBLAS's fp32 accumulator (within 1e-5 of the exact products of the bf16 operands; autocast's
 // own are rounded to bf16, about 2^-9 off). 5e-5: tensor cores round their partial sums per
@@ -307,11 +302,11 @@ TEST_F(CudaDispatchTest, LinearUnderAutocastTakesFp32GradientsFromTheGemm) {
   const at::Tensor g = grad.to(at::kDouble).reshape({-1, 384});
   const at::Tensor x_low = x.detach().to(at::kBFloat16).to(at::kDouble).reshape({-1, 512});
   const at::Tensor w_low = weight.detach().to(at::kBFloat16).to(at::kDouble);
-  EXPECT_LT(RelativeError(weight.grad(), g.t().mm(x_low)), 5e-5);
-  EXPECT_LT(RelativeError(x.grad(), g.mm(w_low).view(x.sizes())), 5e-5);
+  EXPECT_LT(MaxRelativeError(weight.grad(), g.t().mm(x_low)), 5e-5);
+  EXPECT_LT(MaxRelativeError(x.grad(), g.mm(w_low).view(x.sizes())), 5e-5);
   const at::Tensor weight_ref = weight.detach().clone().requires_grad_();
   at::linear(x.detach().to(at::kBFloat16), weight_ref.to(at::kBFloat16)).backward(grad);
-  EXPECT_GT(RelativeError(weight_ref.grad(), g.t().mm(x_low)), 1e-4);
+  EXPECT_GT(MaxRelativeError(weight_ref.grad(), g.t().mm(x_low)), 1e-4);
 }
 
 // Turns the kernels off for one test, on again even when it fails.

@@ -128,4 +128,8 @@ void ExpectCrossEntropyMatchesAten(const CrossEntropyCase& c, double loss_rtol) 
   EXPECT_TRUE(at::isfinite(got).all().item<bool>());
 }
 
+double MaxRelativeError(const at::Tensor& got, const at::Tensor& want) {
+  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
+}
+
 }  // namespace titan

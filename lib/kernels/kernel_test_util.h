@@ -57,6 +57,9 @@ CrossEntropyCase MakeCrossEntropyCase(int64_t rows, int64_t vocab, at::ScalarTyp
 // relative in bf16); ignored rows 0.
 void ExpectCrossEntropyMatchesAten(const CrossEntropyCase& c, double loss_rtol);
 
+// max |got - want| / max |want|, in fp64 (want's dtype, e.g. an fp64 reference).
+double MaxRelativeError(const at::Tensor& got, const at::Tensor& want);
+
 // The mean of |t - exact| / (|exact| + 1e-6), in fp64: which of two roundings is the closer.
 double MeanRelativeError(const at::Tensor& t, const at::Tensor& exact);
 

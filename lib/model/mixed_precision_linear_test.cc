@@ -7,14 +7,10 @@
 #include <torch/csrc/autograd/autograd.h>
 
 #include "gtest/gtest.h"
+#include "lib/kernels/kernel_test_util.h"
 
 namespace titan {
 namespace {
-
-// max |got - want| / max |want|.
-double RelativeError(const at::Tensor& got, const at::Tensor& want) {
-  return ((got.to(at::kDouble) - want).abs().max() / want.abs().max()).item<double>();
-}
 
 TEST(MixedPrecisionLinearTest, ForwardAsAutocastGradientsFromTheFp32Accumulator) {
   at::manual_seed(0);
@@ -35,13 +31,13 @@ TEST(MixedPrecisionLinearTest, ForwardAsAutocastGradientsFromTheFp32Accumulator)
   const at::Tensor want_weight = g.t().mm(x_low);
   const at::Tensor want_x = g.mm(w_low).view(x.sizes());
   // fp32 accumulation over 128 (weight) and 48 (input) terms: far below bf16's 2^-9.
-  EXPECT_LT(RelativeError(weight.grad(), want_weight), 1e-6);
-  EXPECT_LT(RelativeError(x.grad(), want_x), 1e-6);
+  EXPECT_LT(MaxRelativeError(weight.grad(), want_weight), 1e-6);
+  EXPECT_LT(MaxRelativeError(x.grad(), want_x), 1e-6);
   // Autocast's gradients are rounded to bf16 on the way: about 2^-9 off.
   const at::Tensor x_ref = x.detach().clone().requires_grad_();
   const at::Tensor weight_ref = weight.detach().clone().requires_grad_();
   at::linear(x_ref.to(at::kBFloat16), weight_ref.to(at::kBFloat16)).backward(grad);
-  EXPECT_GT(RelativeError(weight_ref.grad(), want_weight), 1e-4);
+  EXPECT_GT(MaxRelativeError(weight_ref.grad(), want_weight), 1e-4);
 }
 
 // Selective checkpointing's replay hands in the kept output: returned as is, same gradients.
@@ -92,10 +88,10 @@ TEST(MixedPrecisionLinearTest, LinearsSharingAnInputCastGetTheirGradients) {
       {g1, g2});
   const at::Tensor x_low = x.detach().to(at::kBFloat16).to(at::kDouble);
   const auto low = [](const at::Tensor& t) { return t.detach().to(at::kBFloat16).to(at::kDouble); };
-  EXPECT_LT(RelativeError(w1.grad(), g1.to(at::kDouble).t().mm(x_low)), 1e-6);
-  EXPECT_LT(RelativeError(w2.grad(), g2.to(at::kDouble).t().mm(x_low)), 1e-6);
+  EXPECT_LT(MaxRelativeError(w1.grad(), g1.to(at::kDouble).t().mm(x_low)), 1e-6);
+  EXPECT_LT(MaxRelativeError(w2.grad(), g2.to(at::kDouble).t().mm(x_low)), 1e-6);
   EXPECT_LT(
-      RelativeError(x.grad(), g1.to(at::kDouble).mm(low(w1)) + g2.to(at::kDouble).mm(low(w2))),
+      MaxRelativeError(x.grad(), g1.to(at::kDouble).mm(low(w1)) + g2.to(at::kDouble).mm(low(w2))),
       1e-6);
 }
 
