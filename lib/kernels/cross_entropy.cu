@@ -41,12 +41,6 @@ __device__ LogSumExpPart BlockLogSumExp(LogSumExpPart part) {
   return {total_max, total_sum};
 }
 
-// K consecutive elements as one access (16 bytes for K = 16 / sizeof(T)).
-template <typename T, int K>
-struct alignas(sizeof(T) * K) Elements {
-  T v[K];
-};
-
 template <typename T, int K>
 __global__ void __launch_bounds__(kRowThreads)
     CrossEntropyForwardKernel(const T* __restrict__ logits, const int64_t* __restrict__ labels,
@@ -56,7 +50,7 @@ __global__ void __launch_bounds__(kRowThreads)
   const T* x = logits + row * cols;
   LogSumExpPart part;
   for (int64_t c = threadIdx.x * K; c < cols; c += kRowThreads * K) {
-    const Elements<T, K> e = *reinterpret_cast<const Elements<T, K>*>(x + c);
+    const Pack<T, K> e = *reinterpret_cast<const Pack<T, K>*>(x + c);
 #pragma unroll
     for (int k = 0; k < K; ++k) AddToLogSumExp(part, ToFloat(e.v[k]));
   }
@@ -84,24 +78,14 @@ __global__ void __launch_bounds__(kRowThreads)
   const float g = label == ignore_index ? 0.0f : *grad;
   const SoftmaxStats row_stats = stats[row];
   for (int64_t c = threadIdx.x * K; c < cols; c += kRowThreads * K) {
-    const Elements<T, K> e = *reinterpret_cast<const Elements<T, K>*>(x + c);
-    Elements<T, K> o;
+    const Pack<T, K> e = *reinterpret_cast<const Pack<T, K>*>(x + c);
+    Pack<T, K> o;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       o.v[k] = FromFloat<T>(CrossEntropyGradElement(ToFloat(e.v[k]), row_stats, c + k == label, g));
     }
-    *reinterpret_cast<Elements<T, K>*>(out + c) = o;
+    *reinterpret_cast<Pack<T, K>*>(out + c) = o;
   }
-}
-
-// 16-byte accesses when a row is whole 16-byte chunks and the pointers allow; else one element.
-template <typename T, typename F>
-cudaError_t LaunchByWidth(int64_t cols, const void* a, const void* b, F&& launch) {
-  constexpr int kWide = 16 / sizeof(T);
-  const bool wide = cols % kWide == 0 && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
-                    reinterpret_cast<uintptr_t>(b) % 16 == 0;
-  return wide ? launch(std::integral_constant<int, kWide>{})
-              : launch(std::integral_constant<int, 1>{});
 }
 
 }  // namespace
@@ -112,12 +96,15 @@ cudaError_t LaunchCrossEntropyForward(KernelDtype dtype, const void* logits, con
   if (rows == 0) return cudaSuccess;
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return LaunchByWidth<T>(cols, logits, logits, [&](auto width) {
-      constexpr int K = decltype(width)::value;
-      CrossEntropyForwardKernel<T, K><<<rows, kRowThreads, 0, stream>>>(
-          static_cast<const T*>(logits), labels, cols, ignore_index, stats, loss);
-      return cudaGetLastError();
-    });
+    return LaunchInChunks<T>(
+        {logits},
+        [&](auto width) {
+          constexpr int K = decltype(width)::value;
+          CrossEntropyForwardKernel<T, K><<<rows, kRowThreads, 0, stream>>>(
+              static_cast<const T*>(logits), labels, cols, ignore_index, stats, loss);
+          return cudaGetLastError();
+        },
+        /*chunks_fit=*/cols % (16 / sizeof(T)) == 0);
   });
 }
 
@@ -128,13 +115,16 @@ cudaError_t LaunchCrossEntropyBackward(KernelDtype dtype, const void* logits, co
   if (rows == 0) return cudaSuccess;
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return LaunchByWidth<T>(cols, logits, grad_logits, [&](auto width) {
-      constexpr int K = decltype(width)::value;
-      CrossEntropyBackwardKernel<T, K>
-          <<<rows, kRowThreads, 0, stream>>>(static_cast<const T*>(logits), labels, stats, grad,
-                                             cols, ignore_index, static_cast<T*>(grad_logits));
-      return cudaGetLastError();
-    });
+    return LaunchInChunks<T>(
+        {logits, grad_logits},
+        [&](auto width) {
+          constexpr int K = decltype(width)::value;
+          CrossEntropyBackwardKernel<T, K>
+              <<<rows, kRowThreads, 0, stream>>>(static_cast<const T*>(logits), labels, stats, grad,
+                                                 cols, ignore_index, static_cast<T*>(grad_logits));
+          return cudaGetLastError();
+        },
+        /*chunks_fit=*/cols % (16 / sizeof(T)) == 0);
   });
 }
 

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <type_traits>
 
 #include "lib/kernels/launch.h"
 
@@ -96,6 +98,26 @@ __device__ __forceinline__ int64_t FirstInRow() {
 }
 __device__ __forceinline__ int64_t InRowStride() {
   return static_cast<int64_t>(gridDim.y) * blockDim.x;
+}
+
+// K consecutive elements, loaded and stored as one access: 16 bytes (one 128-bit instruction)
+// when K = 16 / sizeof(T) and the addresses are 16-byte aligned.
+template <typename T, int K>
+struct alignas(sizeof(T) * K) Pack {
+  T v[K];
+};
+
+// 16-byte chunks when every pointer allows them (a view at an odd offset does not) and
+// `chunks_fit` (e.g. rows that are whole chunks), else one element a thread; `launch` gets the
+// chunk size as a template argument.
+template <typename T, typename F>
+cudaError_t LaunchInChunks(std::initializer_list<const void*> pointers, F&& launch,
+                           bool chunks_fit = true) {
+  constexpr int kWide = 16 / sizeof(T);
+  bool wide = chunks_fit;
+  for (const void* p : pointers) wide = wide && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  return wide ? launch(std::integral_constant<int, kWide>{})
+              : launch(std::integral_constant<int, 1>{});
 }
 
 }  // namespace titan

@@ -2,8 +2,6 @@
 // from gate, so nothing but gate and up is kept between them. Each thread moves 16 bytes of each
 // tensor per access, as ATen's elementwise kernels do, where the addresses allow.
 #include <cstdint>
-#include <initializer_list>
-#include <type_traits>
 
 #include "lib/kernels/cuda_dtype.cuh"
 #include "lib/kernels/launch.h"
@@ -11,13 +9,6 @@
 
 namespace titan {
 namespace {
-
-// K consecutive elements, loaded and stored as one access: 16 bytes (one 128-bit instruction)
-// when K = 16 / sizeof(T) and the addresses are 16-byte aligned.
-template <typename T, int K>
-struct alignas(sizeof(T) * K) Pack {
-  T v[K];
-};
 
 // Calls chunk(base) for each chunk of K elements (from element base) this thread takes,
 // grid-stride; the last chunk may be partial (base + K > n).
@@ -83,19 +74,6 @@ __global__ void SwiGluBackwardKernel(const T* __restrict__ grad, const T* __rest
       }
     }
   });
-}
-
-// 16-byte chunks when every pointer allows them (a view at an odd offset does not), else one
-// element a thread; `launch` gets the chunk size as a template argument.
-template <typename T, typename F>
-cudaError_t LaunchInChunks(std::initializer_list<const void*> pointers, F&& launch) {
-  constexpr int kWide = 16 / sizeof(T);
-  for (const void* p : pointers) {
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
-      return launch(std::integral_constant<int, 1>{});
-    }
-  }
-  return launch(std::integral_constant<int, kWide>{});
 }
 
 }  // namespace
