@@ -67,6 +67,10 @@ int main(int argc, char** argv) {
   const int64_t dim = argc > 2 ? std::atoll(argv[2]) : 256;
   const int64_t chunk = argc > 3 ? std::atoll(argv[3]) : 256;
   MemoryProbe memory{argc > 4 && std::string(argv[4]) == "cuda"};
+  if (memory.cuda && c10::cuda::device_count() == 0) {
+    std::fprintf(stderr, "chunked_ce_benchmark: cuda asked for, no CUDA device\n");
+    return 1;
+  }
   constexpr int64_t kVocab = 128256;
   if (!memory.cuda) titan::TrackingAllocator::Install();
   at::manual_seed(0);

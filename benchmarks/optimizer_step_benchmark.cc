@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "debug";
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 20;
   const bool cuda = argc > 3 && std::string(argv[3]) == "cuda";
+  if (cuda && !at::cuda::is_available()) {
+    std::fprintf(stderr, "optimizer_step_benchmark: cuda asked for, no CUDA device\n");
+    return 1;
+  }
   const at::TensorOptions options = at::TensorOptions().device(cuda ? at::kCUDA : at::kCPU);
   const std::vector<std::string> kinds =
       cuda ? std::vector<std::string>{"fused-aten", "fused-titan"}

@@ -13,7 +13,9 @@
 #include "absl/strings/str_cat.h"
 #include "lib/kernels/float8_cast.h"
 #include "lib/model/autocast.h"
+#include "lib/model/mixed_precision_linear.h"
 #include "lib/model/op_cache.h"
+#include "lib/model/tensor_memo.h"
 
 namespace titan {
 namespace {
@@ -43,6 +45,7 @@ struct RecipeCasts {
 };
 
 bool SameCast(const Cast& a, const Cast& b) { return a.dtype == b.dtype && a.axis == b.axis; }
+bool operator==(const Cast& a, const Cast& b) { return SameCast(a, b); }
 
 RecipeCasts CastsOf(Float8Recipe recipe) {
   RecipeCasts c;
@@ -116,6 +119,63 @@ Float8Tensor CastForForward(const at::Tensor& hp, const Cast& cast, bool power_o
   return std::move(layouts.row_major);
 }
 
+// How an input was cast for forward: its dtype before float8, then the cast and its scale's
+// reduction over tensor-parallel ranks.
+struct InputCastKey {
+  at::ScalarType dtype = at::kFloat;
+  Cast cast;
+  bool power_of_2_scales = false;
+  std::optional<int64_t> split_dim;
+  bool reduced = false;
+  bool with_column_major = false;
+  bool operator==(const InputCastKey& other) const {
+    return dtype == other.dtype && cast == other.cast &&
+           power_of_2_scales == other.power_of_2_scales && split_dim == other.split_dim &&
+           reduced == other.reduced && with_column_major == other.with_column_major;
+  }
+};
+// This thread's last input cast: held until the next one (one input's float8 bytes, twice with
+// the column-major layout).
+thread_local TensorMemo<InputCastKey, Float8Layouts> g_last_input_cast;
+
+// Forward's cast of x (any leading dims) in `dtype` then float8, and its column-major layout when
+// `column_major` is given: the previous call's when x is the same unchanged tensor cast alike, so
+// that wq, wk and wv (w1 and w3) cast (and, under tensor parallelism, reduce the maximum of) their
+// shared input once.
+Float8Tensor CastInput(const at::Tensor& x, at::ScalarType dtype, const Cast& cast,
+                       bool power_of_2_scales, std::optional<int64_t> split_dim,
+                       const Float8LinearOptions& options, Float8Tensor* column_major) {
+  const InputCastKey key{dtype,
+                         cast,
+                         power_of_2_scales,
+                         split_dim,
+                         static_cast<bool>(options.reduce_max),
+                         column_major != nullptr};
+  if (const Float8Layouts* last = g_last_input_cast.Find(x, key)) {
+    if (column_major != nullptr) *column_major = last->column_major;
+    return last->row_major;
+  }
+  const at::Tensor x2d = CastInputOnce(x, dtype).reshape({-1, x.size(-1)});
+  Float8Layouts layouts;
+  if (column_major == nullptr) {
+    layouts.row_major = CastAs(x2d, cast, power_of_2_scales, split_dim, options);
+  } else {
+    layouts = CastAsBothLayouts(x2d, cast, power_of_2_scales, split_dim, options);
+    *column_major = layouts.column_major;
+  }
+  g_last_input_cast.Store(x, key, layouts);
+  return layouts.row_major;
+}
+
+// The dtype a float8 gradient matmul writes for a tensor of `dtype`: tensorwise's _scaled_mm
+// writes it from its fp32 accumulator (an fp32 weight's or autocast input's gradient, without a
+// bf16 rounding and a cast pass); emulation keeps torchao's rounding to the output gradient's
+// dtype, and rowwise's kernel writes bf16 only.
+at::ScalarType GradientMatmulDtype(const Float8LinearOptions& options, at::ScalarType dtype,
+                                   at::ScalarType grad_dtype) {
+  return options.recipe == Float8Recipe::kTensorwise && !options.emulate ? dtype : grad_dtype;
+}
+
 // `row_major` (2-D float8) with zero columns appended up to a multiple of 16: _scaled_mm on CUDA
 // needs the contracted dim so, and a step's token count (grad_weight's) need not be. Zero bytes
 // are +0 in both formats and add nothing to the sums; scales do not depend on this dim.
@@ -162,15 +222,17 @@ SplitDims SplitDimsOf(const Float8LinearOptions& options) {
 enum SavedSlot { kX, kWeight, kInputCast, kInputScale, kWeightCast, kWeightScale, kSlots };
 
 struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunction> {
-  // `training`: a backward will follow (autograd records this call).
+  // x in its own dtype, cast to `dtype` (autocast's) before float8: its gradient comes back in
+  // x's dtype. `training`: a backward will follow (autograd records this call).
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const std::optional<at::Tensor>& kept_output,
+                            at::ScalarType dtype, const std::optional<at::Tensor>& kept_output,
                             const Float8LinearOptions* options, bool training) {
     const RecipeCasts casts = CastsOf(options->recipe);
     // The options outlive the graph (Float8Linear's contract); a plain address needs no
     // custom-class registration.
     ctx->saved_data["options"] = reinterpret_cast<int64_t>(options);
     ctx->saved_data["x_sizes"] = x.sizes().vec();
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weight.scalar_type());
     // A weight gathered in float8 comes with its cast, which backward reuses (tensorwise only).
     const std::optional<Float8Tensor> gathered =
@@ -184,7 +246,7 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     const bool keep_weight = computes && options->keep_weight_cast && !gathered &&
                              x.requires_grad() && SameCast(casts.weight, casts.weight_for_input);
     std::vector<at::Tensor> saved(kSlots);
-    if (!keep_input) saved[kX] = x;
+    if (!keep_input) saved[kX] = CastInputOnce(x, dtype);  // one copy for the linears sharing x
     if (!keep_weight && !gathered) saved[kWeight] = weight;
     if (gathered) {
       saved[kWeightCast] = gathered->data;
@@ -198,10 +260,9 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     AutocastScope no_autocast(x.device().type(), std::nullopt);
     const SplitDims split = SplitDimsOf(*options);
     const bool pow2 = casts.power_of_2_scales;
-    const at::Tensor x2d = x.reshape({-1, x.size(-1)});
     Float8Tensor kept_input, kept_weight;
-    const Float8Tensor input = CastForForward(x2d, casts.input, pow2, split.input, *options,
-                                              keep_input ? &kept_input : nullptr);
+    const Float8Tensor input = CastInput(x, dtype, casts.input, pow2, split.input, *options,
+                                         keep_input ? &kept_input : nullptr);
     const Float8Tensor weight8 =
         gathered ? *gathered
                  : CastForForward(weight, casts.weight, pow2, split.weight, *options,
@@ -215,7 +276,7 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
       saved[kWeightScale] = kept_weight.scale;
     }
     ctx->save_for_backward(saved);
-    const at::Tensor out = Float8Matmul(input, Transposed(weight8), x.scalar_type(),
+    const at::Tensor out = Float8Matmul(input, Transposed(weight8), dtype,
                                         /*use_fast_accum=*/true, options->emulate);
     std::vector<int64_t> shape = x.sizes().vec();
     shape.back() = weight.size(0);
@@ -231,6 +292,7 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     const bool pow2 = casts.power_of_2_scales;
     const std::vector<int64_t> x_sizes = ctx->saved_data["x_sizes"].toIntVector();
     const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
     const at::Tensor& x = saved[kX];
     const at::Tensor& weight = saved[kWeight];
     std::optional<Float8Tensor> input8, weight8;
@@ -261,8 +323,10 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
         grad_for_input =
             CastAs(grad, casts.grad_output_for_input, pow2, split.grad_output, options);
       }
-      grad_x = Float8Matmul(*grad_for_input, *weight8, grad.scalar_type(),
+      grad_x = Float8Matmul(*grad_for_input, *weight8,
+                            GradientMatmulDtype(options, x_dtype, grad.scalar_type()),
                             /*use_fast_accum=*/false, options.emulate)
+                   .to(x_dtype)
                    .view(x_sizes);
     }
     at::Tensor grad_weight;
@@ -276,18 +340,13 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
               CastAs(grad, casts.grad_output_for_weight, pow2, split.grad_output, options);
         }
         if (!input8) input8 = CastAs(x2d, casts.input_for_weight, pow2, split.input, options);
-        // On GPUs tensorwise's _scaled_mm writes the weight's dtype (fp32) itself: no bf16
-        // rounding and cast pass. Emulation keeps torchao's rounding to the gradient's dtype, and
-        // rowwise's kernel writes bf16 only.
-        const at::ScalarType out_dtype =
-            options.recipe == Float8Recipe::kTensorwise && !options.emulate ? weight_dtype
-                                                                            : grad.scalar_type();
-        grad_weight = Float8Matmul(Transposed(*grad_for_weight), *input8, out_dtype,
+        grad_weight = Float8Matmul(Transposed(*grad_for_weight), *input8,
+                                   GradientMatmulDtype(options, weight_dtype, grad.scalar_type()),
                                    /*use_fast_accum=*/false, options.emulate);
       }
       grad_weight = grad_weight.to(weight_dtype);
     }
-    return {grad_x, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, grad_weight, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -389,12 +448,12 @@ void UnregisterFloat8Weight(const at::Tensor& weight) {
 
 at::Tensor Float8Linear(const at::Tensor& x, const at::Tensor& weight,
                         const Float8LinearOptions& options, const at::Tensor& kept_output) {
-  // As F.linear under autocast: the input in autocast's dtype, the fp32 weight cast straight
-  // to float8.
+  // As F.linear under autocast: the input in autocast's dtype (cast inside, once for the linears
+  // sharing it), the fp32 weight cast straight to float8.
   const std::optional<at::Tensor> kept =
       kept_output.defined() ? std::optional<at::Tensor>(kept_output) : std::nullopt;
   const bool training = at::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
-  return Float8LinearFunction::apply(AutocastInput(x), weight, kept, &options, training);
+  return Float8LinearFunction::apply(x, weight, AutocastDtype(x), kept, &options, training);
 }
 
 }  // namespace titan

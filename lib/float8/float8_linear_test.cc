@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <memory>
+#include <vector>
 
 #include "lib/float8/float8_converter.h"
+#include "lib/model/autocast.h"
 #include "lib/model/batch_invariant.h"
 #include "lib/model/module.h"
 
@@ -191,6 +193,75 @@ TEST_F(Float8LinearTest, RegisteredWeightCastReplacesTheLinearsOwn) {
   EXPECT_TRUE(at::equal(x.grad(), other_result.grad_x));  // backward reuses the cast
   EXPECT_TRUE(at::equal(leaf.grad(), own.grad_weight));   // needs no weight
   EXPECT_TRUE(at::equal(Float8Linear(x_, leaf, options), own.out));  // unregistered: its own
+}
+
+// wq, wk and wv read one input: the first casts it, the others take that cast (under tensor
+// parallelism, one all-reduce of its maximum, not three), with the bits of casting it each.
+TEST_F(Float8LinearTest, LinearsReadingOneInputCastItOnce) {
+  for (const Float8Recipe recipe : {Float8Recipe::kTensorwise, Float8Recipe::kRowwise}) {
+    SCOPED_TRACE(Float8RecipeName(recipe));
+    int reductions = 0;
+    Float8LinearOptions options{recipe, /*emulate=*/true};
+    options.split_dim = 1;  // row-parallel: the input's and the weight's maxima are reduced
+    options.reduce_max = [&reductions](at::Tensor&) { ++reductions; };
+    const std::vector<at::Tensor> weights = {weight_, weight_ * 0.5, weight_ + 0.01};
+    const at::Tensor x = x_.clone().set_requires_grad(true);
+    std::vector<at::Tensor> leaves;
+    at::Tensor sum = at::zeros({});
+    for (const at::Tensor& weight : weights) {
+      leaves.push_back(weight.clone().set_requires_grad(true));
+      sum = sum + (Float8Linear(x, leaves.back(), options) * grad_).sum();
+    }
+    EXPECT_EQ(reductions, 1 + 3);  // the input once, each weight
+    sum.backward();
+    // Each on its own copy of x, cast three times.
+    at::Tensor grad_x = at::zeros_like(x_);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const LinearResult own = RunLinear(x_, weights[i], grad_, &options);
+      EXPECT_TRUE(at::equal(leaves[i].grad(), own.grad_weight));
+      grad_x = grad_x + own.grad_x;
+    }
+    EXPECT_LT(RelativeError(x.grad(), grad_x), 1e-6);  // the same terms, summed in another order
+  }
+}
+
+TEST_F(Float8LinearTest, InputChangedInPlaceIsCastAgain) {
+  const Float8LinearOptions options{Float8Recipe::kTensorwise, /*emulate=*/true};
+  at::Tensor x = x_.clone();
+  const at::Tensor first = Float8Linear(x, weight_, options);
+  x.mul_(3);
+  const at::Tensor second = Float8Linear(x, weight_, options);
+  EXPECT_TRUE(at::equal(second, Float8Linear(x_ * 3, weight_, options)));
+  EXPECT_FALSE(at::equal(second, first));
+}
+
+// Under autocast an fp32 input is cast to bf16 inside; its gradient comes back in fp32: in
+// emulation the bf16 gradient cast (the bits of autocast's ToCopyBackward), from tensorwise's
+// _scaled_mm in fp32 directly.
+TEST_F(Float8LinearTest, Fp32InputUnderAutocastGetsAnFp32Gradient) {
+  for (const bool emulate : {true, false}) {
+    SCOPED_TRACE(emulate ? "emulated" : "CPU _scaled_mm");
+    const Float8LinearOptions options{Float8Recipe::kTensorwise, emulate};
+    LinearResult autocast;
+    {
+      AutocastScope bf16(at::kCPU, at::kBFloat16);
+      autocast = RunLinear(x_, weight_, grad_, &options);
+    }
+    const at::Tensor x = x_.clone().set_requires_grad(true);
+    const at::Tensor out = Float8Linear(x.to(at::kBFloat16), weight_, options);
+    out.backward(grad_.to(at::kBFloat16));
+    EXPECT_EQ(autocast.out.scalar_type(), at::kBFloat16);
+    EXPECT_TRUE(at::equal(autocast.out, out));
+    ASSERT_EQ(autocast.grad_x.scalar_type(), at::kFloat);
+    if (emulate) {
+      EXPECT_TRUE(at::equal(autocast.grad_x, x.grad()));
+    } else {
+      // Not rounded to bf16 on the way: within half a bf16 rounding of the rounded one.
+      const at::Tensor error = (autocast.grad_x - x.grad()).abs();
+      EXPECT_TRUE((error <= x.grad().abs() * std::ldexp(1.0, -8)).all().item<bool>());
+      EXPECT_GT(error.max().item<double>(), 0);  // really fp32
+    }
+  }
 }
 
 class TwoLayers : public Module {

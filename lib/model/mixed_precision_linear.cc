@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "lib/kernels/kernel_dispatch.h"
+#include "lib/model/tensor_memo.h"
 
 namespace titan {
 namespace {
@@ -23,15 +24,8 @@ at::Tensor MatmulInto(const at::Tensor& a, const at::Tensor& b, at::ScalarType o
   return at::mm(a.to(out_dtype), b.to(out_dtype));
 }
 
-// The last input cast on this thread, known by weak references: while its source lives unchanged,
-// the next cast of it to the same dtype is that one.
-struct LastCast {
-  c10::weak_intrusive_ptr<c10::TensorImpl> source{c10::intrusive_ptr<c10::TensorImpl>()};
-  uint32_t version = 0;
-  at::ScalarType dtype = at::kFloat;
-  c10::weak_intrusive_ptr<c10::TensorImpl> cast{c10::intrusive_ptr<c10::TensorImpl>()};
-};
-thread_local LastCast g_last_cast;
+// This thread's last input cast, by source and dtype: weak, it keeps no cast alive.
+thread_local TensorMemo<at::ScalarType, c10::weak_intrusive_ptr<c10::TensorImpl>> g_last_cast;
 
 struct MixedPrecisionLinearFunction
     : public torch::autograd::Function<MixedPrecisionLinearFunction> {
@@ -69,16 +63,11 @@ struct MixedPrecisionLinearFunction
 
 at::Tensor CastInputOnce(const at::Tensor& x, at::ScalarType dtype) {
   if (x.scalar_type() == dtype) return x;
-  if (x.is_inference()) return x.to(dtype);  // no version counter to tell a change by
-  const c10::intrusive_ptr<c10::TensorImpl> source = g_last_cast.source.lock();
-  c10::intrusive_ptr<c10::TensorImpl> cast = g_last_cast.cast.lock();
-  if (source && cast && source.get() == x.unsafeGetTensorImpl() &&
-      g_last_cast.version == x._version() && g_last_cast.dtype == dtype) {
-    return at::Tensor(std::move(cast));
+  if (const auto* last = g_last_cast.Find(x, dtype)) {
+    if (c10::intrusive_ptr<c10::TensorImpl> cast = last->lock()) return at::Tensor(std::move(cast));
   }
   at::Tensor out = x.to(dtype);
-  g_last_cast = {c10::weak_intrusive_ptr<c10::TensorImpl>(x.getIntrusivePtr()), x._version(), dtype,
-                 c10::weak_intrusive_ptr<c10::TensorImpl>(out.getIntrusivePtr())};
+  g_last_cast.Store(x, dtype, c10::weak_intrusive_ptr<c10::TensorImpl>(out.getIntrusivePtr()));
   return out;
 }
 

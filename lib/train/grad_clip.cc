@@ -47,7 +47,8 @@ GradClip ComputeGradClip(const std::vector<at::Tensor>& params, double max_norm,
     total = at::linalg_vector_norm(at::stack(norms), 2);
   }
   if (max_norm <= 0 || grads.empty()) return {total, at::Tensor()};
-  return {total, (max_norm / (total + 1e-6)).clamp_max(1.0)};
+  // Python's max_norm / tensor is reciprocal, then multiply (Tensor.__rdiv__): two roundings.
+  return {total, (total + 1e-6).reciprocal().mul(max_norm).clamp_max(1.0)};
 }
 
 void ScaleGrads(const std::vector<at::Tensor>& params, const at::Tensor& scale) {
