@@ -82,7 +82,7 @@ stage probe 30 sh -c 'nvidia-smi; python3 -c "import torch; print(torch.__versio
 stage assets 30 python3 make_assets.py "$work"
 # The CUDA kernels' tests against their ATen references: seconds each, and decisive if the
 # training runs below fail.
-stage kernels 20 native bin/cuda_kernels_test
+stage kernels 60 native bin/cuda_kernels_test
 stage optimizer 40 native bin/optimizer_step_benchmark 8b8l 10 cuda
 stage float8 20 native bin/float8_cuda_test
 stage attention 20 native bin/attention_cuda_test

@@ -113,8 +113,8 @@ void ExpectCrossEntropyMatchesAten(const CrossEntropyCase& c, double loss_rtol) 
   (loss * upstream).backward();
   (want * upstream).backward();
   ASSERT_EQ(mine.grad().scalar_type(), c.logits.scalar_type());
-  const at::Tensor got = mine.grad().to(at::kDouble).cpu();
-  const at::Tensor expected = ref.grad().to(at::kDouble).cpu();
+  const at::Tensor got = mine.grad().to(at::kDouble);  // compared where it is: GBs on a GPU
+  const at::Tensor expected = ref.grad().to(at::kDouble);
   const at::Tensor difference = (got - expected).abs();
   if (c.logits.scalar_type() == at::kFloat) {
     EXPECT_LE(difference.max().item<double>(), 1e-6 * expected.abs().max().item<double>());
