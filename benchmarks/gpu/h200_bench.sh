@@ -11,7 +11,8 @@
 #   bf16, no AC, 20 steps each) · nccl (ProcessGroupNCCL test, 1 GPU) · smoke (titan debug model on CUDA, bf16, loss
 #   falls) · smoke_cuda_graph (the same, replayed as CUDA graphs) · chunked_ce · fused_kernels
 #   (fused vs ATen timings) · ops · titan_8b8l_fused_loss · titan_8b8l_unfused ·
-#   titan_8b8l_selective_ac · titan_8b8l_cuda_graph · summary.
+#   titan_8b8l_selective_ac · titan_8b8l_cuda_graph · summary. (titan_8b8l_unfused and
+#   titan_8b8l_float8_unfused run at once where titan_8b8l or titan_8b8l_float8 fails.)
 # Usage on the device: OUT=... BENCH_BUDGET=570 bash gpu_pack/h200_bench.sh [STAGE ...]: the
 # named stages only (default all), in the order above, within the budget (see stage()).
 # The limits add up past one 600 s device call, so split the stages over calls; titan_8b8l* and
@@ -62,6 +63,7 @@ stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its out
   local rc=$?
   echo "$name: exit $rc after $((SECONDS - start))s" | tee -a "$OUT/summary.txt"
   tail -n 3 "$OUT/$name.log"
+  return $rc
 }
 
 titan() {  # titan NAME FLAGS...: titan_train with its dump in $OUT/NAME (NAME a path: there)
@@ -93,11 +95,18 @@ common=(--training.seq_len=$seq_len --training.local_batch_size=1 --training.ste
 llama8b8l=(--model.name=llama3 --model.flavor=from_checkpoint --model.hf_assets_path="$work/model"
            --training.dataset_path="$work/corpus/train.jsonl" --optimizer.implementation=fused
            "${common[@]}")
-stage titan_8b8l 150 titan titan_8b8l "${llama8b8l[@]}"
+# A run that fails in titan's CUDA kernels is run again at once without them (the call still
+# brings a figure for each); titan_8b8l_unfused then does not run a second time below.
+unfused=(--compile.fused_kernels=false)
+stage titan_8b8l 150 titan titan_8b8l "${llama8b8l[@]}" ||
+  { stage titan_8b8l_unfused 120 titan titan_8b8l_unfused "${llama8b8l[@]}" "${unfused[@]}"
+    unfused_ran=1; }
 # Float8 (tensorwise, torchtitan's preset: the output head in bf16) on the same run: its loss curve
 # against titan_8b8l's is read by summarize.py.
-stage titan_8b8l_float8 120 titan titan_8b8l_float8 "${llama8b8l[@]}" --model.converters=float8 \
-  --float8.filter_fqns=output
+float8=(--model.converters=float8 --float8.filter_fqns=output)
+stage titan_8b8l_float8 120 titan titan_8b8l_float8 "${llama8b8l[@]}" "${float8[@]}" ||
+  stage titan_8b8l_float8_unfused 120 titan titan_8b8l_float8_unfused "${llama8b8l[@]}" \
+    "${float8[@]}" "${unfused[@]}"
 site="${BENCH_SITE:-$work/site}"
 [[ -z ${BENCH_SITE:-} ]] && stage wheels 60 python3 -m pip install -q --no-index --no-deps \
   --no-compile --target "$site" wheels/*.whl
@@ -126,8 +135,8 @@ stage ops 90 python3 op_bench.py "$OUT/ops.json"
 stage titan_8b8l_fused_loss 120 titan titan_8b8l_fused_loss "${llama8b8l[@]}" \
   --training.loss_chunk_size=2048
 # Without titan's CUDA kernels (RoPE, SwiGLU): what they buy, on the same run.
-stage titan_8b8l_unfused 120 titan titan_8b8l_unfused "${llama8b8l[@]}" \
-  --compile.fused_kernels=false
+[[ -z ${unfused_ran:-} ]] &&
+  stage titan_8b8l_unfused 120 titan titan_8b8l_unfused "${llama8b8l[@]}" "${unfused[@]}"
 # Op-level selective checkpointing (the 8B config's AC): what recomputation costs, what it saves,
 # and its attention replay (flash on grouped heads) on the same run.
 stage titan_8b8l_selective_ac 120 titan titan_8b8l_selective_ac "${llama8b8l[@]}" \

@@ -77,13 +77,14 @@ results = {"titan_bf16": titan("titan_8b8l"), "titan_float8": titan("titan_8b8l_
            "titan_cuda_graph": titan("titan_8b8l_cuda_graph"),
            "titan_fused_loss": titan("titan_8b8l_fused_loss"),
            "titan_unfused": titan("titan_8b8l_unfused"),
+           "titan_float8_unfused": titan("titan_8b8l_float8_unfused"),
            "titan_selective_ac": titan("titan_8b8l_selective_ac"),
            "torchtitan_eager": torchtitan("torchtitan_eager"),
            "torchtitan_compiled": torchtitan("torchtitan_compiled"),
            "smoke": titan("smoke"), "smoke_cuda_graph": titan("smoke_cuda_graph"),
            "flops_per_token": FLOPS_PER_TOKEN}
 RUNS = ("titan_bf16", "titan_float8", "titan_cuda_graph", "titan_fused_loss", "titan_unfused",
-        "titan_selective_ac", "torchtitan_eager", "torchtitan_compiled")
+        "titan_float8_unfused", "titan_selective_ac", "torchtitan_eager", "torchtitan_compiled")
 for key in RUNS:
     if results[key] and results[key]["tps"]:
         results[key]["mfu_percent"] = results[key]["tps"] * FLOPS_PER_TOKEN / PEAK * 100
@@ -113,6 +114,9 @@ if bf16 and float8 and float8["tps"]:
 print_ratio("titan fused loss / whole logits", results["titan_fused_loss"], bf16, bf16,
             " (bf16 roundings)")
 print_ratio("titan fused kernels / LibTorch compositions", bf16, results["titan_unfused"], bf16)
+# Only where titan_8b8l_float8 failed (h200_bench.sh's fallback): float8 without the kernels.
+print_ratio("titan float8 / bf16, both without titan's kernels", results["titan_float8_unfused"],
+            results["titan_unfused"], results["titan_unfused"])
 print_ratio("titan selective op AC / no AC", results["titan_selective_ac"], bf16, bf16,
             " (attention: flash replayed vs SDPA's choice)")
 for eager, graphed in (("smoke", "smoke_cuda_graph"), ("titan_bf16", "titan_cuda_graph")):
