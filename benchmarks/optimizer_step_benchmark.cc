@@ -3,12 +3,15 @@
 // round by round; prints each implementation's median step and its ratio to the first. On the CPU:
 // for-loop, foreach, fused. On CUDA: fused by ATen's _fused_adamw_ (after _foreach_mul_ by the
 // scale) and fused by titan's kernel ([compile] fused_kernels), and whether their parameters end
-// bit for bit equal. Shapes: the Llama 3 debug model's 57 tensors (6.2M parameters), `8b_layer`
-// one Llama 3 8B block (9 tensors, 218M parameters), `8b8l` the 8B model with 8 layers (75
-// tensors, 2.8B parameters: the H200 benchmark's). fp32.
+// bit for bit equal; `cuda_copies`: titan's kernel without and with the bf16 copies of the 2-D
+// weights (but the embedding) that linears ask for (lib/model/bf16_weight_copies.h), and whether
+// the parameters agree and each copy holds its parameter's bf16 bits. Shapes: the Llama 3 debug
+// model's 57 tensors (6.2M parameters), `8b_layer` one Llama 3 8B block (9 tensors, 218M
+// parameters), `8b8l` the 8B model with 8 layers (75 tensors, 2.8B parameters: the H200
+// benchmark's). fp32.
 //
 //   bazel run -c opt //benchmarks:optimizer_step_benchmark -- [debug|8b_layer|8b8l] [rounds]
-//   [cpu|cuda]
+//   [cpu|cuda|cuda_copies]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -24,6 +27,7 @@
 
 #include "lib/config/job_config.pb.h"
 #include "lib/kernels/kernel_dispatch.h"
+#include "lib/model/bf16_weight_copies.h"
 #include "lib/model/module.h"
 #include "lib/train/optimizer.h"
 
@@ -57,7 +61,7 @@ std::vector<std::vector<int64_t>> Shapes(const std::string& which) {
 double StepSeconds(titan::Optimizer& optimizer, const std::string& kind, const at::Tensor& scale) {
   const bool cuda = scale.is_cuda();
   if (cuda) {
-    titan::SetFusedKernelsEnabled(kind == "fused-titan");
+    titan::SetFusedKernelsEnabled(kind != "fused-aten");
     at::cuda::getCurrentCUDAStream().synchronize();
   }
   const auto start = std::chrono::steady_clock::now();
@@ -71,15 +75,18 @@ double StepSeconds(titan::Optimizer& optimizer, const std::string& kind, const a
 int main(int argc, char** argv) {
   const std::string which = argc > 1 ? argv[1] : "debug";
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 20;
-  const bool cuda = argc > 3 && std::string(argv[3]) == "cuda";
+  const std::string device = argc > 3 ? argv[3] : "cpu";
+  const bool cuda = device != "cpu";
   if (cuda && !at::cuda::is_available()) {
     std::fprintf(stderr, "optimizer_step_benchmark: cuda asked for, no CUDA device\n");
     return 1;
   }
   const at::TensorOptions options = at::TensorOptions().device(cuda ? at::kCUDA : at::kCPU);
   const std::vector<std::string> kinds =
-      cuda ? std::vector<std::string>{"fused-aten", "fused-titan"}
-           : std::vector<std::string>{"for-loop", "foreach", "fused"};
+      device == "cuda_copies" ? std::vector<std::string>{"fused-titan", "fused-titan+bf16"}
+      : cuda                  ? std::vector<std::string>{"fused-aten", "fused-titan"}
+                              : std::vector<std::string>{"for-loop", "foreach", "fused"};
+  titan::SetBf16WeightCopiesEnabled(device == "cuda_copies");
   // A scale of 1: the same work as any (ATen's path multiplies the gradients in place), while the
   // gradients stay the same round after round for both paths.
   const at::Tensor scale = at::full({}, 1.0f, options);
@@ -108,6 +115,11 @@ int main(int argc, char** argv) {
       return 1;
     }
     optimizers[kind] = std::move(*optimizer);
+    if (kind == "fused-titan+bf16") {
+      for (size_t i = 1; i < mine.size(); ++i) {  // as the linears would ask
+        if (mine[i].dim() == 2) titan::Bf16WeightOf(mine[i]);
+      }
+    }
     StepSeconds(*optimizers[kind], kind, scale);  // creates the state: later steps are steady
   }
   std::map<std::string, std::vector<double>> times;
@@ -144,6 +156,18 @@ int main(int argc, char** argv) {
     std::printf("  parameters after %d steps (the last clipped by 0.75): %s\n", rounds + 2,
                 equal ? "bit for bit equal" : "DIFFER");
     if (!equal) return 1;
+    if (device == "cuda_copies") {
+      int copies = 0;
+      for (const at::Tensor& param : tensors[kinds[1]]) {
+        const at::Tensor copy = titan::Bf16WeightCopyToWrite(param);
+        if (!copy.defined()) continue;
+        ++copies;
+        equal = equal && at::equal(copy, param.to(at::kBFloat16));
+      }
+      std::printf("  %d bf16 copies: %s\n", copies,
+                  equal ? "each its parameter's .to(bf16) bits" : "DIFFER");
+      if (!equal || copies == 0) return 1;
+    }
   }
   return 0;
 }

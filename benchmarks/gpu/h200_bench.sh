@@ -4,7 +4,8 @@
 # stage that fails or runs out of time leaves the others' results. Stages, in order:
 #   probe (GPU, torch) · assets · kernels (fused RoPE/SwiGLU/float8 cast/Adam CUDA kernels against
 #   ATen; the training runs go through them) · optimizer (titan's Adam kernel vs ATen's
-#   _fused_adamw_ on the 8B-8-layer parameters: time, and equal bits) · float8 (_scaled_mm against its emulation, each
+#   _fused_adamw_ on the 8B-8-layer parameters: time, and equal bits) · optimizer_copies (the
+#   same kernel writing the linears' bf16 weight copies, against without) · float8 (_scaled_mm against its emulation, each
 #   recipe) · attention (the masked kernel pair ring attention calls, and decode attention, against
 #   SDPA) · cuda_graph (replays equal eager steps) · titan_8b8l, titan_8b8l_float8, wheels,
 #   torchtitan_compiled, torchtitan_eager (Llama 3 8B shapes with 8 layers, batch 1 x seq 8192,
@@ -86,6 +87,7 @@ stage assets 30 python3 make_assets.py "$work"
 # training runs below fail.
 stage kernels 60 native bin/cuda_kernels_test
 stage optimizer 40 native bin/optimizer_step_benchmark 8b8l 10 cuda
+stage optimizer_copies 40 native bin/optimizer_step_benchmark 8b8l 10 cuda_copies
 stage float8 20 native bin/float8_cuda_test
 stage attention 20 native bin/attention_cuda_test
 stage cuda_graph 20 native bin/cuda_graph_test

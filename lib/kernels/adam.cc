@@ -42,6 +42,25 @@ absl::Status CheckTensor(const at::Tensor& t, const at::Tensor& param, absl::str
   return absl::OkStatus();
 }
 
+absl::Status CheckBf16Copies(at::TensorList params, at::TensorList copies) {
+  if (copies.empty()) return absl::OkStatus();
+  if (copies.size() != params.size()) {
+    return absl::InvalidArgumentError("bf16_copies: expected none or one per parameter");
+  }
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const at::Tensor& copy = copies[i];
+    if (!copy.defined()) continue;
+    if (copy.scalar_type() != at::kBFloat16 || copy.device() != params[i].device() ||
+        !copy.sizes().equals(params[i].sizes()) || !copy.is_contiguous()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bf16_copies[", i, "]: expected a contiguous bfloat16 ", ShapeOf(params[i]), " on ",
+          params[i].device().str(), ", got ", c10::toString(copy.scalar_type()), " ", ShapeOf(copy),
+          " on ", copy.device().str()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
@@ -82,15 +101,18 @@ absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::
 
 void FusedAdamStep(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                    at::TensorList exp_avg_sqs, at::TensorList steps, const AdamSettings& settings,
-                   const at::Tensor& grad_scale) {
+                   const at::Tensor& grad_scale, at::TensorList bf16_copies) {
   ThrowIfError(FusedAdamSupports(params, grads, exp_avgs, exp_avg_sqs, steps, grad_scale));
+  ThrowIfError(CheckBf16Copies(params, bf16_copies));
   if (params.empty()) return;
   std::vector<AdamTensorPointers> pointers;
   pointers.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
+    const bool copy = !bf16_copies.empty() && bf16_copies[i].defined();
     pointers.push_back({params[i].data_ptr<float>(), grads[i].data_ptr<float>(),
                         exp_avgs[i].data_ptr<float>(), exp_avg_sqs[i].data_ptr<float>(),
-                        steps[i].data_ptr<float>(), params[i].numel()});
+                        steps[i].data_ptr<float>(), params[i].numel(),
+                        copy ? bf16_copies[i].data_ptr() : nullptr});
   }
   // As ATen's kernel: the double settings rounded once to fp32.
   const AdamConstants constants{
@@ -102,6 +124,14 @@ void FusedAdamStep(at::TensorList params, at::TensorList grads, at::TensorList e
   C10_CUDA_CHECK(LaunchFusedAdam(pointers.data(), static_cast<int64_t>(pointers.size()), constants,
                                  grad_scale.defined() ? grad_scale.data_ptr<float>() : nullptr,
                                  blocks, at::cuda::getCurrentCUDAStream()));
+  for (size_t i = 0; i < params.size(); ++i) {
+    for (const at::Tensor& written : {params[i], exp_avgs[i], exp_avg_sqs[i]}) {
+      written.unsafeGetTensorImpl()->bump_version();
+    }
+    if (!bf16_copies.empty() && bf16_copies[i].defined()) {
+      bf16_copies[i].unsafeGetTensorImpl()->bump_version();
+    }
+  }
 }
 
 }  // namespace titan

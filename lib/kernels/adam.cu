@@ -1,7 +1,10 @@
 // Adam(W) over many fp32 tensors in one launch (adam_math.h). ATen's _fused_adamw_ launches at
 // most 320 blocks of 65536-element chunks per call and ran at 1.7 TB/s on an H200 (46 ms of a
 // 272 ms Llama 3 8B step); here a grid sized to the GPU walks all chunks, each thread keeping 16
-// loads in flight, and the clipping scale is applied in the same pass (no _foreach_mul_).
+// loads in flight, and the clipping scale is applied in the same pass (no _foreach_mul_); where
+// asked, the updated parameter is also written in bf16 (the forward's copy: no cast pass).
+#include <cuda_bf16.h>
+
 #include <algorithm>
 #include <cstdint>
 
@@ -22,11 +25,15 @@ struct AdamLaunchTable {
   float* exp_avg[kAdamTensorsPerLaunch];
   float* exp_avg_sq[kAdamTensorsPerLaunch];
   const float* step[kAdamTensorsPerLaunch];
+  __nv_bfloat16* param_bf16[kAdamTensorsPerLaunch];  // null: no bf16 copy
   int64_t numel[kAdamTensorsPerLaunch];
   int64_t first_chunk[kAdamTensorsPerLaunch + 1];
-  bool aligned[kAdamTensorsPerLaunch];  // all four pointers 16-byte aligned
+  bool aligned[kAdamTensorsPerLaunch];  // float4 (and the copy's 4 x bf16) accesses
   int count;
 };
+
+static_assert(sizeof(AdamLaunchTable) + sizeof(AdamConstants) + sizeof(float*) <= 4096,
+              "a launch's arguments exceed 4 KB");
 
 __device__ __forceinline__ void AdamVectorChunk(const AdamLaunchTable& table, int t, int64_t begin,
                                                 const AdamConstants& c,
@@ -55,6 +62,15 @@ __device__ __forceinline__ void AdamVectorChunk(const AdamLaunchTable& table, in
     reinterpret_cast<float4*>(table.param[t])[i] = p[k];
     reinterpret_cast<float4*>(table.exp_avg[t])[i] = m[k];
     reinterpret_cast<float4*>(table.exp_avg_sq[t])[i] = v[k];
+    if (table.param_bf16[t] != nullptr) {
+      // Four bf16 in one 8-byte store, lowest address first.
+      const __nv_bfloat162 low = __floats2bfloat162_rn(p[k].x, p[k].y);
+      const __nv_bfloat162 high = __floats2bfloat162_rn(p[k].z, p[k].w);
+      uint2 packed;
+      packed.x = *reinterpret_cast<const uint32_t*>(&low);
+      packed.y = *reinterpret_cast<const uint32_t*>(&high);
+      reinterpret_cast<uint2*>(table.param_bf16[t])[i] = packed;
+    }
   }
 }
 
@@ -77,11 +93,16 @@ __global__ void __launch_bounds__(kAdamThreads)
       table.param[at.tensor][i] = param;
       table.exp_avg[at.tensor][i] = exp_avg;
       table.exp_avg_sq[at.tensor][i] = exp_avg_sq;
+      if (table.param_bf16[at.tensor] != nullptr) {
+        table.param_bf16[at.tensor][i] = __float2bfloat16_rn(param);
+      }
     }
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool AlignedTo(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 }  // namespace
 
@@ -101,10 +122,12 @@ cudaError_t LaunchFusedAdam(const AdamTensorPointers* tensors, int64_t count,
       table.exp_avg[i] = t.exp_avg;
       table.exp_avg_sq[i] = t.exp_avg_sq;
       table.step[i] = t.step;
+      table.param_bf16[i] = static_cast<__nv_bfloat16*>(t.param_bf16);
       table.numel[i] = t.numel;
       table.first_chunk[i] = chunks;
-      table.aligned[i] = Aligned16(t.param) && Aligned16(t.grad) && Aligned16(t.exp_avg) &&
-                         Aligned16(t.exp_avg_sq);
+      table.aligned[i] = AlignedTo(t.param, 16) && AlignedTo(t.grad, 16) &&
+                         AlignedTo(t.exp_avg, 16) && AlignedTo(t.exp_avg_sq, 16) &&
+                         AlignedTo(t.param_bf16, 8);
       chunks += (t.numel + kAdamChunk - 1) / kAdamChunk;
     }
     if (table.count == 0) break;

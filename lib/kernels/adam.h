@@ -28,10 +28,13 @@ absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::
 // advanced, as torch advances them first), each gradient first multiplied by `grad_scale` (an fp32
 // scalar on the device, e.g. the clipping scale; undefined: 1) as _foreach_mul_ would: the same
 // bits as _foreach_mul_ then _fused_adamw_, in one pass over all tensors. The gradients are left
-// as they were. Throws c10::Error on what FusedAdamSupports refuses.
+// as they were; what is written has its version counter advanced, as ATen's in-place ops do.
+// `bf16_copies`: empty, or one per parameter, undefined or a contiguous bf16 tensor of its size
+// that receives the updated parameter's param.to(bf16) bits in the same pass. Throws c10::Error on
+// what FusedAdamSupports refuses, and on a copy that is not such a tensor.
 void FusedAdamStep(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                    at::TensorList exp_avg_sqs, at::TensorList steps, const AdamSettings& settings,
-                   const at::Tensor& grad_scale);
+                   const at::Tensor& grad_scale, at::TensorList bf16_copies = {});
 
 }  // namespace titan
 

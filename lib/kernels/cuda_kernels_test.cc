@@ -365,11 +365,20 @@ AdamTensors MakeAdamTensors() {
 }
 
 // titan's kernel against ATen's _foreach_mul_ (the clipping) and _fused_adam(w)_ over three steps:
-// parameters and moments bit for bit, the gradients left as they were.
+// parameters and moments bit for bit, the gradients left as they were, versions advanced; every
+// other parameter's bf16 copy written with .to(bf16)'s bits (one copy unaligned: the element path).
 TEST_P(CudaFusedAdamTest, EqualsAtenBitForBit) {
   const CudaAdamCase c = GetParam();
   AdamTensors mine = MakeAdamTensors();
   AdamTensors aten = MakeAdamTensors();
+  std::vector<at::Tensor> copies;
+  for (size_t i = 0; i < mine.params.size(); ++i) {
+    const at::Tensor& p = mine.params[i];
+    const at::TensorOptions bf16 = p.options().dtype(at::kBFloat16);
+    copies.push_back(i % 2 == 0 ? at::Tensor()
+                     : i == 3   ? at::empty({p.numel() + 1}, bf16).narrow(0, 1, p.numel())
+                                : at::empty(p.sizes(), bf16));
+  }
   const AdamSettings settings{3e-3, 0.9, 0.95, 1e-8, c.weight_decay, c.decoupled};
   for (int step = 0; step < 3; ++step) {
     std::vector<at::Tensor> grads;
@@ -383,7 +392,10 @@ TEST_P(CudaFusedAdamTest, EqualsAtenBitForBit) {
     const at::Tensor scale =
         c.scaled ? at::full({}, 0.25f + 0.5f * step, grads[0].options()) : at::Tensor();
     at::_foreach_add_(mine.steps, 1);
-    FusedAdamStep(mine.params, grads, mine.exp_avgs, mine.exp_avg_sqs, mine.steps, settings, scale);
+    const int64_t version = mine.params[1]._version();
+    FusedAdamStep(mine.params, grads, mine.exp_avgs, mine.exp_avg_sqs, mine.steps, settings, scale,
+                  copies);
+    EXPECT_GT(mine.params[1]._version(), version);
     if (c.scaled) at::_foreach_mul_(grads_copy, scale);
     at::_foreach_add_(aten.steps, 1);
     if (c.decoupled) {
@@ -400,7 +412,25 @@ TEST_P(CudaFusedAdamTest, EqualsAtenBitForBit) {
       ASSERT_TRUE(at::equal(mine.exp_avgs[i], aten.exp_avgs[i])) << "step " << step << " " << i;
       ASSERT_TRUE(at::equal(mine.exp_avg_sqs[i], aten.exp_avg_sqs[i])) << "step " << step;
       ASSERT_TRUE(at::equal(grads[i], grads_before[i])) << "gradient " << i << " was written";
+      if (copies[i].defined()) {
+        ASSERT_TRUE(at::equal(copies[i], mine.params[i].to(at::kBFloat16))) << "copy " << i;
+      }
     }
+  }
+}
+
+TEST_P(CudaFusedAdamTest, RefusesACopyOfAnotherDtypeOrSize) {
+  AdamTensors t = MakeAdamTensors();
+  at::_foreach_add_(t.steps, 1);
+  const AdamSettings settings{3e-3, 0.9, 0.95, 1e-8, 0.1, true};
+  for (const at::Tensor& wrong :
+       {at::empty(t.params[1].sizes(), t.params[1].options()),
+        at::empty({t.params[1].numel() + 1}, t.params[1].options().dtype(at::kBFloat16))}) {
+    std::vector<at::Tensor> copies(t.params.size());
+    copies[1] = wrong;
+    EXPECT_THROW(FusedAdamStep(t.params, t.params, t.exp_avgs, t.exp_avg_sqs, t.steps, settings,
+                               at::Tensor(), copies),
+                 c10::Error);
   }
 }
 

@@ -62,7 +62,8 @@ cudaError_t LaunchCrossEntropyBackward(KernelDtype dtype, const void* logits, co
                                        cudaStream_t stream);
 
 // One parameter's fp32 tensors for an Adam step (numel elements each, contiguous) and its step
-// count (fp32, on the device, already advanced for this step).
+// count (fp32, on the device, already advanced for this step); `param_bf16`: null, or numel bf16
+// elements where the updated parameter is also written, rounded to nearest even (as .to(bf16)).
 struct AdamTensorPointers {
   float* param;
   const float* grad;
@@ -70,9 +71,10 @@ struct AdamTensorPointers {
   float* exp_avg_sq;
   const float* step;
   int64_t numel;
+  void* param_bf16;
 };
 
-// The tensors one launch takes: their pointers travel as kernel arguments (at most 4 KB).
+// The tensors one launch takes: their pointers travel as kernel arguments (under 4 KB).
 constexpr int kAdamTensorsPerLaunch = 48;
 
 // Adam(W) steps of `count` parameters (adam_math.h), each gradient first multiplied by

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "lib/kernels/kernel_dispatch.h"
+#include "lib/model/bf16_weight_copies.h"
 #include "lib/model/tensor_memo.h"
 
 namespace titan {
@@ -33,8 +34,8 @@ struct MixedPrecisionLinearFunction
                             at::ScalarType dtype, const std::optional<at::Tensor>& kept_output) {
     const at::Tensor x_low = CastInputOnce(x, dtype);
     // Not autocast's cache: a cast made here (grad mode off) would serve later autocast ops on the
-    // weight without a path back to it.
-    const at::Tensor weight_low = weight.to(dtype);
+    // weight without a path back to it. In bf16, the optimizer's copy where it keeps one.
+    const at::Tensor weight_low = dtype == at::kBFloat16 ? Bf16WeightOf(weight) : weight.to(dtype);
     ctx->save_for_backward({x_low, weight_low});
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     // A kept output: a fresh tensor for autograd to attach this node to.

@@ -16,6 +16,7 @@
 #include "lib/interop/load_weights.h"
 #include "lib/kernels/kernel_dispatch.h"
 #include "lib/model/batch_invariant.h"
+#include "lib/model/bf16_weight_copies.h"
 #include "lib/parallel/tensor_parallel.h"
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/device.h"
@@ -80,6 +81,10 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
   SetBatchInvariant(config.debug().batch_invariant());
   SetFusedKernelsEnabled(config.compile().fused_kernels());
+  // Without activation checkpointing forward's bf16 weights live until backward anyway: the
+  // optimizer's copies of them (written in its kernel's pass) cost no peak memory there.
+  SetBf16WeightCopiesEnabled(config.compile().fused_kernels() &&
+                             config.activation_checkpoint().mode() == "none");
 
   setup.device = PickDevice(runtime.env().local_rank);
   ConfigureCudaRuntime(setup.device, training.deterministic());

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "lib/kernels/adam.h"
+#include "lib/model/bf16_weight_copies.h"
 #include "lib/train/grad_clip.h"
 #include "pcre2.h"
 
@@ -190,11 +191,16 @@ void FusedUpdate(const StepTensors& all, const AdamSettings& h) {
 }
 
 // titan's multi-tensor kernel (lib/kernels/adam.h): _fused_adam(w)_'s math and bits in one pass,
-// the gradient scale applied within it.
+// the gradient scale applied within it, and the bf16 copies linears asked for written in it.
 void KernelUpdate(const StepTensors& all, const AdamSettings& h, const at::Tensor& grad_scale) {
   for (const StepTensors& t : ByDeviceAndDtype(all)) {
     at::_foreach_add_(t.steps, 1);
-    FusedAdamStep(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps, h, grad_scale);
+    std::vector<at::Tensor> copies;
+    for (const at::Tensor& param : t.params) copies.push_back(Bf16WeightCopyToWrite(param));
+    FusedAdamStep(t.params, t.grads, t.exp_avgs, t.exp_avg_sqs, t.steps, h, grad_scale, copies);
+    for (size_t i = 0; i < copies.size(); ++i) {
+      if (copies[i].defined()) Bf16WeightCopyWritten(t.params[i]);
+    }
   }
 }
 
