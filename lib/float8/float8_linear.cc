@@ -173,7 +173,9 @@ Float8Tensor CastInput(const at::Tensor& x, at::ScalarType dtype, const Cast& ca
 // dtype, and rowwise's kernel writes bf16 only.
 at::ScalarType GradientMatmulDtype(const Float8LinearOptions& options, at::ScalarType dtype,
                                    at::ScalarType grad_dtype) {
-  return options.recipe == Float8Recipe::kTensorwise && !options.emulate ? dtype : grad_dtype;
+  const bool writes = options.recipe == Float8Recipe::kTensorwise && !options.emulate &&
+                      (dtype == at::kFloat || dtype == grad_dtype);  // not fp64, say
+  return writes ? dtype : grad_dtype;
 }
 
 // `row_major` (2-D float8) with zero columns appended up to a multiple of 16: _scaled_mm on CUDA

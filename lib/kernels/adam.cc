@@ -77,6 +77,9 @@ absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::
       return absl::InvalidArgumentError(absl::StrCat(
           "params[", i, "]: expected a CUDA tensor, got one on ", param.device().str()));
     }
+    if (param.is_inference()) {  // its version counter cannot advance
+      return absl::InvalidArgumentError(absl::StrCat("params[", i, "]: an inference tensor"));
+    }
     TITAN_RETURN_IF_ERROR(CheckKernelDevice(param, absl::StrCat("params[", i, "]")));
     if (param.device() != params[0].device()) {
       return absl::InvalidArgumentError(absl::StrCat("params[", i, "]: on ", param.device().str(),

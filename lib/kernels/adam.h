@@ -18,8 +18,8 @@ struct AdamSettings {
 };
 
 // OK when FusedAdamStep takes these aligned lists: fp32, contiguous tensors of matching sizes on
-// one sm_90 GPU (fp32 step counts there too), the CUDA kernels not turned off, and `grad_scale`
-// undefined or one fp32 there.
+// one sm_90 GPU (parameters not inference tensors) (fp32 step counts there too), the CUDA kernels
+// not turned off, and `grad_scale` undefined or one fp32 there.
 absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::TensorList exp_avgs,
                                at::TensorList exp_avg_sqs, at::TensorList steps,
                                const at::Tensor& grad_scale);

@@ -45,13 +45,16 @@ void SetBf16WeightCopiesEnabled(bool enabled) {
 }
 
 at::Tensor Bf16WeightOf(const at::Tensor& weight) {
-  if (!g_enabled || weight.scalar_type() != at::kFloat || weight.is_inference()) {
+  // Only a parameter (a leaf) can be the optimizer's: a gathered or computed weight is cast.
+  if (!g_enabled || weight.scalar_type() != at::kFloat || weight.is_inference() ||
+      !weight.is_leaf()) {
     return weight.to(at::kBFloat16);
   }
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     if (Copy* copy = Find(weight)) {
       if (copy->data.defined() && copy->version == weight._version()) return copy->data;
+      copy->data = at::Tensor();  // stale: not held beside the cast (the optimizer makes another)
     } else {
       // Rare (once per weight): drop the entries of weights that died, with their copies.
       for (auto it = Copies().begin(); it != Copies().end();) {
@@ -78,6 +81,11 @@ at::Tensor Bf16WeightCopyToWrite(const at::Tensor& param) {
 void Bf16WeightCopyWritten(const at::Tensor& param) {
   std::lock_guard<std::mutex> lock(g_mutex);
   if (Copy* copy = Find(param)) copy->version = param._version();
+}
+
+void DropBf16WeightCopy(const at::Tensor& param) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Copies().erase(param.unsafeGetTensorImpl());
 }
 
 }  // namespace titan

@@ -39,6 +39,25 @@ TEST_F(Bf16WeightCopiesTest, AskedForWrittenThenTakenUntilTheWeightChanges) {
   EXPECT_EQ(Bf16WeightOf(weight).data_ptr(), Bf16WeightCopyToWrite(weight).data_ptr());
 }
 
+TEST_F(Bf16WeightCopiesTest, StaleCopyIsDroppedAndComputedWeightsAreOnlyCast) {
+  const at::Tensor weight = at::randn({8, 16});
+  Bf16WeightOf(weight);
+  WriteCopy(weight, weight.to(at::kBFloat16));
+  const at::Tensor first = Bf16WeightCopyToWrite(weight);  // held: its memory is not reused
+  weight.mul_(2);
+  Bf16WeightOf(weight);  // stale: dropped, a new one is made for the next write
+  const at::Tensor second = Bf16WeightCopyToWrite(weight);
+  EXPECT_TRUE(second.defined());
+  EXPECT_NE(second.data_ptr(), first.data_ptr());
+  DropBf16WeightCopy(weight);
+  EXPECT_FALSE(Bf16WeightCopyToWrite(weight).defined());
+  // A weight that is not a leaf (FSDP's gathered weight, say) is never the optimizer's.
+  const at::Tensor leaf = at::randn({4, 4}).requires_grad_();
+  const at::Tensor gathered = leaf * 1;
+  Bf16WeightOf(gathered);
+  EXPECT_FALSE(Bf16WeightCopyToWrite(gathered).defined());
+}
+
 TEST_F(Bf16WeightCopiesTest, OffMeansCastsAndNoCopies) {
   SetBf16WeightCopiesEnabled(false);
   const at::Tensor weight = at::randn({4, 4});

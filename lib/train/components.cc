@@ -82,9 +82,11 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   SetBatchInvariant(config.debug().batch_invariant());
   SetFusedKernelsEnabled(config.compile().fused_kernels());
   // Without activation checkpointing forward's bf16 weights live until backward anyway: the
-  // optimizer's copies of them (written in its kernel's pass) cost no peak memory there.
+  // optimizer's copies of them (written in its kernel's pass) add no peak memory there. A CUDA
+  // graph would read a copy without checking it is current.
   SetBf16WeightCopiesEnabled(config.compile().fused_kernels() &&
-                             config.activation_checkpoint().mode() == "none");
+                             config.activation_checkpoint().mode() == "none" &&
+                             !config.compile().cuda_graph());
 
   setup.device = PickDevice(runtime.env().local_rank);
   ConfigureCudaRuntime(setup.device, training.deterministic());

@@ -283,7 +283,9 @@ Optimizer::Optimizer(std::vector<ParamRef> params, std::vector<Group> groups,
       implementation_(implementation),
       base_lr_(base_lr) {}
 
-Optimizer::~Optimizer() = default;
+Optimizer::~Optimizer() {
+  for (const ParamRef& p : params_) DropBf16WeightCopy(*p.tensor);
+}
 
 void Optimizer::ZeroGrad(bool set_to_none) {
   for (const ParamRef& p : params_) {
