@@ -2,7 +2,8 @@
 // shapes in bf16: RoPE on q [1, 8192, 32, 128] in both layouts, SwiGLU on gate/up [8192, 14336].
 // Per op: forward alone (no grad), forward + backward, and the bytes the autograd graph holds after
 // the forward (output included). Then the float8 cast of a bf16 [8192, 14336] activation
-// (tensorwise and per-row scales): fused vs ATen's composition; and the cross-entropy of bf16
+// (tensorwise and per-row scales) and in both of _scaled_mm's layouts (that activation, and an fp32
+// [14336, 4096] weight): fused vs ATen's composition; and the cross-entropy of bf16
 // logits [8192, 128256] (Llama 3's vocabulary) summed over tokens, fused vs ATen's on fp32
 // logits (titan's loss before the kernels). Median of timed repeats (10 calls each) after 3
 // warm-ups, CUDA events.
@@ -117,6 +118,25 @@ void CompareFloat8Cast(const char* name, const at::Tensor& hp, const at::Tensor&
   std::fflush(stdout);
 }
 
+// Both of _scaled_mm's layouts from one read, against ATen's cast then a transposing copy.
+void CompareFloat8CastBothLayouts(const char* name, const at::Tensor& hp, const at::Tensor& scale,
+                                  int repeats) {
+  const double max = titan::Float8MaxOf(at::kFloat8_e4m3fn);
+  const double fused = MedianMs(
+      [&] { titan::FusedScaledCastToFloat8BothLayouts(hp, scale, at::kFloat8_e4m3fn); }, repeats);
+  const double aten = MedianMs(
+      [&] {
+        const at::Tensor cast = (hp.to(at::kFloat) * scale).clamp(-max, max).to(at::kFloat8_e4m3fn);
+        cast.t().contiguous();
+      },
+      repeats);
+  const double bytes = hp.nbytes() + 2 * hp.numel();  // read once, written twice a byte each
+  std::printf(
+      "float8 cast, both layouts %s: %.3f ms fused vs %.3f ms ATen (%.2fx, fused %.0f GB/s)\n",
+      name, fused, aten, aten / fused, bytes / fused / 1e6);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -155,6 +175,9 @@ int main(int argc, char** argv) {
   const auto fp32 = bf16.dtype(at::kFloat);
   CompareFloat8Cast("tensorwise [8192, 14336]", activation, at::full({}, 0.5f, fp32), repeats);
   CompareFloat8Cast("per row [8192, 14336]", activation, at::rand({8192, 1}, fp32) + 0.5, repeats);
+  CompareFloat8CastBothLayouts("bf16 [8192, 14336]", activation, at::full({}, 0.5f, fp32), repeats);
+  CompareFloat8CastBothLayouts("fp32 weight [14336, 4096]", at::randn({14336, 4096}, fp32),
+                               at::full({}, 0.5f, fp32), repeats);
   const at::Tensor labels = at::randint(128256, {8192}, bf16.dtype(at::kLong));
   Compare(
       "cross-entropy [8192, 128256]",
