@@ -201,7 +201,8 @@ TEST_F(CudaFloat8CastShapesTest, EqualsAtenBitForBit) {
 // Both layouts from one read, bit for bit against ATen's cast: tiles cut by the edges, every
 // scale shape, and more rows than the grid's second dim covers (its loop over tile rows). Dims
 // that are multiples of 8 take the 8-element-vector kernel (bf16 activations and gradients in
-// e5m2, fp32 weights in e4m3; 200 x 328 cuts its 64 x 64 tiles), the others the 32 x 32 one.
+// e5m2, fp32 weights and fp16 in e4m3; 200 x 328 cuts its 64 x 64 tiles), the others the 32 x 32
+// one.
 TEST_F(CudaFloat8CastShapesTest, BothLayoutsEqualAtenBitForBit) {
   at::manual_seed(2);
   const auto cuda = at::TensorOptions().device(at::kCUDA);
@@ -210,8 +211,8 @@ TEST_F(CudaFloat8CastShapesTest, BothLayoutsEqualAtenBitForBit) {
                                    {200, 328},
                                    {4200000, 8},
                                    {2100000, 3}}) {
-    for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat}) {
-      const at::ScalarType format = dtype == at::kFloat ? at::kFloat8_e4m3fn : at::kFloat8_e5m2;
+    for (const at::ScalarType dtype : {at::kBFloat16, at::kFloat, at::kHalf}) {
+      const at::ScalarType format = dtype == at::kBFloat16 ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn;
       for (const int scale_kind : {0, 1, 2}) {
         SCOPED_TRACE(testing::Message()
                      << rows << " x " << cols << " " << dtype << ", scale " << scale_kind);

@@ -114,9 +114,11 @@ __global__ void __launch_bounds__(kWideThreads)
       const int64_t row = tile_row + r, col = tile_col + c;
       if (row >= rows || col >= cols) continue;
       uint32_t packed[2] = {0, 0};
+      float s = scale[ScaleIndex(row, col, row_stride, col_stride)];
 #pragma unroll
       for (int k = 0; k < kVector; ++k) {
-        const float s = scale[ScaleIndex(row, col + k, row_stride, col_stride)];
+        // One scale a vector unless it varies along the row (per-column scales).
+        if (col_stride != 0 && k > 0) s = scale[ScaleIndex(row, col + k, row_stride, col_stride)];
         PutByte(packed, k,
                 __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(in[i].v[k]), s, max), __NV_SATFINITE,
                                       format));
