@@ -177,7 +177,8 @@ INSTANTIATE_TEST_SUITE_P(Casts, CudaFloat8CastTest,
 
 // The cast's row loops at other shapes, bf16 to e4m3fn with per-row scales: narrow rows (8 a
 // block, more blocks than the grid's cap), few long ones (split over the grid's second dim), and
-// rows longer than a block's threads that wrap the grid too.
+// rows longer than a block's threads that wrap the grid too; 16-byte chunks where rows are whole
+// chunks, one element a thread in rows of 1001.
 class CudaFloat8CastShapesTest : public testing::Test {
  protected:
   void SetUp() override { SkipWithoutHopper(); }
@@ -187,7 +188,7 @@ TEST_F(CudaFloat8CastShapesTest, EqualsAtenBitForBit) {
   at::manual_seed(1);
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   for (const auto& [rows, cols] :
-       {std::pair<int64_t, int64_t>{40000, 24}, {64, 4096}, {20000, 1000}}) {
+       {std::pair<int64_t, int64_t>{40000, 24}, {64, 4096}, {20000, 1000}, {3000, 1001}}) {
     SCOPED_TRACE(testing::Message() << rows << " x " << cols);
     const at::Tensor hp = (at::randn({rows, cols}, cuda) * 50).to(at::kBFloat16);
     const at::Tensor scale = at::rand({rows, 1}, cuda) * 4 + 0.01;

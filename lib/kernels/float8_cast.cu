@@ -12,19 +12,32 @@
 namespace titan {
 namespace {
 
-template <typename T>
+// K consecutive elements a thread an access (K divides cols: LaunchInChunks' 16-byte loads, K
+// bytes stored), or one.
+template <typename T, int K>
 __global__ void ScaledCastKernel(const T* __restrict__ x, const float* __restrict__ scale,
                                  int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
                                  __nv_fp8_interpretation_t format, float max,
                                  __nv_fp8_storage_t* __restrict__ out) {
+  using In = Pack<T, K>;
+  using Out = Pack<__nv_fp8_storage_t, K>;
+  const int64_t chunks = cols / K;
   for (int64_t row = FirstRow(); row < rows; row += RowStride()) {
-    const T* x_row = x + row * cols;
-    __nv_fp8_storage_t* out_row = out + row * cols;
-    for (int64_t col = FirstInRow(); col < cols; col += InRowStride()) {
-      const float s = scale[ScaleIndex(row, col, row_stride, col_stride)];
-      // Round to nearest even, as LibTorch's casts; saturation already happened.
-      out_row[col] =
-          __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(x_row[col]), s, max), __NV_SATFINITE, format);
+    const In* x_row = reinterpret_cast<const In*>(x + row * cols);
+    Out* out_row = reinterpret_cast<Out*>(out + row * cols);
+    for (int64_t chunk = FirstInRow(); chunk < chunks; chunk += InRowStride()) {
+      const In in = x_row[chunk];
+      Out cast;
+      float s = scale[ScaleIndex(row, chunk * K, row_stride, col_stride)];
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        if (col_stride != 0 && k > 0)
+          s = scale[ScaleIndex(row, chunk * K + k, row_stride, col_stride)];
+        // Round to nearest even, as LibTorch's casts; saturation already happened.
+        cast.v[k] =
+            __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(in.v[k]), s, max), __NV_SATFINITE, format);
+      }
+      out_row[chunk] = cast;
     }
   }
 }
@@ -189,13 +202,19 @@ cudaError_t LaunchScaledCastToFloat8(KernelDtype dtype, const void* x, const flo
   if (rows == 0 || cols == 0) return cudaSuccess;
   const __nv_fp8_interpretation_t format =
       out_dtype == Float8KernelDtype::kE4m3fn ? __NV_E4M3 : __NV_E5M2;
-  const RowLaunch launch = RowsLaunch(rows, cols);
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    ScaledCastKernel<T><<<launch.grid, launch.block, 0, stream>>>(
-        static_cast<const T*>(x), scale, rows, cols, scale_row_stride, scale_col_stride, format,
-        max, static_cast<__nv_fp8_storage_t*>(out));
-    return cudaGetLastError();
+    return LaunchInChunks<T>(
+        {x, out},
+        [&](auto chunk) {
+          constexpr int K = decltype(chunk)::value;
+          const RowLaunch launch = RowsLaunch(rows, cols / K);
+          ScaledCastKernel<T, K><<<launch.grid, launch.block, 0, stream>>>(
+              static_cast<const T*>(x), scale, rows, cols, scale_row_stride, scale_col_stride,
+              format, max, static_cast<__nv_fp8_storage_t*>(out));
+          return cudaGetLastError();
+        },
+        cols % (16 / sizeof(T)) == 0);
   });
 }
 
