@@ -74,19 +74,26 @@ at::Tensor AmaxOf(const at::Tensor& hp, std::optional<int64_t> axis) {
               : at::linalg_vector_norm(hp, inf);
 }
 
-// The scale of `hp` (2-D) cast as `cast` says; `split_dim`: the dim of `hp` split over
-// tensor-parallel ranks, whose maxima `options.reduce_max` completes.
-at::Tensor ScaleFor(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
-                    std::optional<int64_t> split_dim, const Float8LinearOptions& options) {
+// The scale of `hp` (2-D) cast as `cast` says, with its reciprocal where one GPU launch makes
+// both (lib/kernels; ATen's ops take five, and one per reciprocal); `split_dim`: the dim of `hp`
+// split over tensor-parallel ranks, whose maxima `options.reduce_max` completes.
+Float8Scales ScaleFor(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
+                      std::optional<int64_t> split_dim, const Float8LinearOptions& options) {
   at::Tensor amax = AmaxOf(hp, cast.axis);
   const bool over_split = split_dim && (!cast.axis || (*cast.axis + 2) % 2 == *split_dim);
   if (over_split && options.reduce_max) options.reduce_max(amax);
-  return Float8ScaleOf(amax, cast.dtype, power_of_2_scales);
+  if (!power_of_2_scales && amax.is_cuda() && FusedFloat8ScalesSupports(amax).ok()) {
+    return FusedFloat8ScalesFromAmax(amax, cast.dtype);
+  }
+  return {Float8ScaleOf(amax, cast.dtype, power_of_2_scales), at::Tensor()};
 }
 
 Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
                     std::optional<int64_t> split_dim, const Float8LinearOptions& options) {
-  return CastWithScale(hp, cast.dtype, ScaleFor(hp, cast, power_of_2_scales, split_dim, options));
+  const Float8Scales scales = ScaleFor(hp, cast, power_of_2_scales, split_dim, options);
+  Float8Tensor out = CastWithScale(hp, cast.dtype, scales.scale);
+  out.inverse_scale = scales.inverse;
+  return out;
 }
 
 // One cast in both of _scaled_mm's operand layouts, for an operand one matmul takes row-major and
@@ -98,13 +105,15 @@ struct Float8Layouts {
 Float8Layouts CastAsBothLayouts(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
                                 std::optional<int64_t> split_dim,
                                 const Float8LinearOptions& options) {
-  const at::Tensor scale = ScaleFor(hp, cast, power_of_2_scales, split_dim, options);
-  if (hp.is_cuda() && FusedFloat8CastSupports(hp, scale, cast.dtype).ok()) {
-    Float8CastLayouts layouts = FusedScaledCastToFloat8BothLayouts(hp, scale, cast.dtype);
-    return {{std::move(layouts.row_major), scale}, {std::move(layouts.column_major), scale}};
+  const Float8Scales s = ScaleFor(hp, cast, power_of_2_scales, split_dim, options);
+  if (hp.is_cuda() && FusedFloat8CastSupports(hp, s.scale, cast.dtype).ok()) {
+    Float8CastLayouts layouts = FusedScaledCastToFloat8BothLayouts(hp, s.scale, cast.dtype);
+    return {{std::move(layouts.row_major), s.scale, s.inverse},
+            {std::move(layouts.column_major), s.scale, s.inverse}};
   }
-  Float8Tensor row_major = CastWithScale(hp, cast.dtype, scale);
-  Float8Tensor column_major{row_major.data.t().contiguous().t(), scale};
+  Float8Tensor row_major = CastWithScale(hp, cast.dtype, s.scale);
+  row_major.inverse_scale = s.inverse;
+  Float8Tensor column_major{row_major.data.t().contiguous().t(), s.scale, s.inverse};
   return {std::move(row_major), std::move(column_major)};
 }
 
@@ -201,9 +210,13 @@ std::optional<Float8Tensor> RegisteredCast(const at::Tensor& weight) {
   return it->second;
 }
 
-// The transpose of a cast tensor, its scale transposed alike ([1, N] column scales become [N, 1]).
+// The transpose of a cast tensor, its scales transposed alike ([1, N] column scales become
+// [N, 1]).
 Float8Tensor Transposed(const Float8Tensor& t) {
-  return {t.data.t(), t.scale.dim() == 2 ? t.scale.t() : t.scale};
+  const auto transposed = [](const at::Tensor& s) {
+    return s.defined() && s.dim() == 2 ? s.t() : s;
+  };
+  return {t.data.t(), transposed(t.scale), transposed(t.inverse_scale)};
 }
 
 // Which dim of each 2-D operand tensor parallelism splits (see Float8LinearOptions::split_dim).
@@ -221,7 +234,17 @@ SplitDims SplitDimsOf(const Float8LinearOptions& options) {
 // Backward's operands: forward's casts where the recipe casts an operand alike for both of its
 // matmuls (tensorwise), kept column-major, the layout backward's matmul takes them in; otherwise
 // the high-precision tensor, cast again in backward.
-enum SavedSlot { kX, kWeight, kInputCast, kInputScale, kWeightCast, kWeightScale, kSlots };
+enum SavedSlot {
+  kX,
+  kWeight,
+  kInputCast,
+  kInputScale,
+  kInputInverseScale,
+  kWeightCast,
+  kWeightScale,
+  kWeightInverseScale,
+  kSlots
+};
 
 struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunction> {
   // x in its own dtype, cast to `dtype` (autocast's) before float8: its gradient comes back in
@@ -253,6 +276,7 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     if (gathered) {
       saved[kWeightCast] = gathered->data;
       saved[kWeightScale] = gathered->scale;
+      saved[kWeightInverseScale] = gathered->inverse_scale;
     }
     if (kept_output) {
       ctx->save_for_backward(saved);
@@ -272,10 +296,12 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     if (keep_input) {
       saved[kInputCast] = kept_input.data;
       saved[kInputScale] = kept_input.scale;
+      saved[kInputInverseScale] = kept_input.inverse_scale;
     }
     if (keep_weight) {
       saved[kWeightCast] = kept_weight.data;
       saved[kWeightScale] = kept_weight.scale;
+      saved[kWeightInverseScale] = kept_weight.inverse_scale;
     }
     ctx->save_for_backward(saved);
     const at::Tensor out = Float8Matmul(input, Transposed(weight8), dtype,
@@ -298,9 +324,11 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     const at::Tensor& x = saved[kX];
     const at::Tensor& weight = saved[kWeight];
     std::optional<Float8Tensor> input8, weight8;
-    if (saved[kInputCast].defined()) input8 = Float8Tensor{saved[kInputCast], saved[kInputScale]};
+    if (saved[kInputCast].defined()) {
+      input8 = Float8Tensor{saved[kInputCast], saved[kInputScale], saved[kInputInverseScale]};
+    }
     if (saved[kWeightCast].defined()) {
-      weight8 = Float8Tensor{saved[kWeightCast], saved[kWeightScale]};
+      weight8 = Float8Tensor{saved[kWeightCast], saved[kWeightScale], saved[kWeightInverseScale]};
     }
     const int64_t out_features = grad_outputs[0].size(-1);
     AutocastScope no_autocast(grad_outputs[0].device().type(), std::nullopt);
@@ -413,8 +441,8 @@ at::Tensor Float8Matmul(const Float8Tensor& a, const Float8Tensor& b, at::Scalar
   const at::Tensor a_data = PadColumnsTo16(IsRowMajor(a.data) ? a.data : a.data.contiguous());
   const at::Tensor b_data =
       PadColumnsTo16(IsColumnMajor(b.data) ? b.data.t() : b.data.t().contiguous()).t();
-  at::Tensor a_inverse = a.scale.reciprocal();
-  at::Tensor b_inverse = b.scale.reciprocal();
+  at::Tensor a_inverse = a.inverse_scale.defined() ? a.inverse_scale : a.scale.reciprocal();
+  at::Tensor b_inverse = b.inverse_scale.defined() ? b.inverse_scale : b.scale.reciprocal();
   const bool a_rows = a.scale.dim() == 2;
   const bool b_columns = b.scale.dim() == 2;
   if (a_rows && !b_columns) b_inverse = b_inverse.reshape({1, 1}).expand({1, b.data.size(1)});

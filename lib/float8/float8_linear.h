@@ -46,6 +46,7 @@ struct Float8LinearOptions {
 struct Float8Tensor {
   at::Tensor data;
   at::Tensor scale;
+  at::Tensor inverse_scale;  // 1 / scale in fp32 where made with it (else taken when needed)
 };
 
 // The scale that puts `amax` (fp32 or fp64 magnitudes) on `dtype`'s largest finite value, as fp32.

@@ -235,6 +235,27 @@ TEST_F(CudaFloat8CastShapesTest, BothLayoutsEqualAtenBitForBit) {
   }
 }
 
+// Scales and their reciprocals in one launch, bit for bit against lib/float8's ATen ops (the
+// scale) and at::reciprocal (what Float8Matmul took), for tensorwise and per-row maxima in fp32
+// and bf16 (AmaxOf returns the input's dtype), with zero, infinity and NaN among them.
+TEST_F(CudaFloat8CastShapesTest, ScalesFromAmaxEqualAten) {
+  at::manual_seed(4);
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  at::Tensor rows = at::rand({5000, 1}, cuda) * at::exp2(at::randint(-60, 30, {5000, 1}, cuda));
+  rows.view(-1).slice(0, 0, 4).copy_(at::tensor({0.0F, 1e-13F, INFINITY, NAN}));
+  for (const at::Tensor& amax : {at::full({}, 3.5F, cuda), rows, rows.to(at::kBFloat16)}) {
+    for (const at::ScalarType dtype : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+      SCOPED_TRACE(testing::Message() << amax.sizes() << " " << amax.scalar_type());
+      const at::Tensor want =
+          (amax.to(at::kDouble).clamp_min(1e-12).reciprocal() * Float8MaxOf(dtype)).to(at::kFloat);
+      const Float8Scales got = FusedFloat8ScalesFromAmax(amax, dtype);
+      EXPECT_EQ(got.scale.sizes(), amax.sizes());
+      EXPECT_TRUE(at::equal(got.scale.view(at::kInt), want.view(at::kInt)));
+      EXPECT_TRUE(at::equal(got.inverse.view(at::kInt), want.reciprocal().view(at::kInt)));
+    }
+  }
+}
+
 class CudaDispatchTest : public testing::Test {
  protected:
   void SetUp() override { SkipWithoutHopper(); }

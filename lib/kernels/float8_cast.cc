@@ -97,6 +97,30 @@ double Float8MaxOf(at::ScalarType dtype) {
              : static_cast<double>(std::numeric_limits<c10::Float8_e4m3fn>::max());
 }
 
+absl::Status FusedFloat8ScalesSupports(const at::Tensor& amax) {
+  TITAN_RETURN_IF_ERROR(KernelDtypeOf(amax, "amax").status());
+  if (!amax.is_cuda()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("amax: expected a CUDA tensor, got one on ", amax.device().str()));
+  }
+  TITAN_RETURN_IF_ERROR(CheckKernelDevice(amax, "amax"));
+  if (!amax.is_contiguous())
+    return absl::InvalidArgumentError("amax: expected a contiguous tensor");
+  return absl::OkStatus();
+}
+
+Float8Scales FusedFloat8ScalesFromAmax(const at::Tensor& amax, at::ScalarType dtype) {
+  ThrowIfError(FusedFloat8ScalesSupports(amax));
+  Float8Scales out{at::empty(amax.sizes(), amax.options().dtype(at::kFloat)),
+                   at::empty(amax.sizes(), amax.options().dtype(at::kFloat))};
+  const c10::cuda::CUDAGuard guard(amax.device());
+  C10_CUDA_CHECK(
+      LaunchFloat8ScalesFromAmax(KernelDtypeOf(amax, "amax").value(), amax.data_ptr(), amax.numel(),
+                                 Float8MaxOf(dtype), out.scale.data_ptr<float>(),
+                                 out.inverse.data_ptr<float>(), at::cuda::getCurrentCUDAStream()));
+  return out;
+}
+
 absl::Status FusedFloat8CastSupports(const at::Tensor& hp, const at::Tensor& scale,
                                      at::ScalarType dtype) {
   TITAN_RETURN_IF_ERROR(KernelDtypeOf(hp, "hp").status());

@@ -161,7 +161,31 @@ bool AlignedTo(const void* p, uintptr_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+template <typename T>
+__global__ void ScalesFromAmaxKernel(const T* __restrict__ amax, int64_t n, double max,
+                                     float* __restrict__ scale, float* __restrict__ inverse_scale) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float s = Float8ScaleFromAmax(static_cast<double>(ToFloat(amax[i])), max);
+  scale[i] = s;
+  inverse_scale[i] = 1.0f / s;  // IEEE division, as ATen's reciprocal (no fast math here)
+}
+
 }  // namespace
+
+cudaError_t LaunchFloat8ScalesFromAmax(KernelDtype dtype, const void* amax, int64_t n, double max,
+                                       float* scale, float* inverse_scale, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  constexpr int kThreadsPerBlock = 256;
+  const int64_t blocks = (n + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  return DispatchDtype(dtype, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    ScalesFromAmaxKernel<T><<<static_cast<unsigned>(blocks), kThreadsPerBlock, 0, stream>>>(
+        static_cast<const T*>(amax), n, max, scale, inverse_scale);
+    return cudaGetLastError();
+  });
+}
 
 cudaError_t LaunchScaledCastToFloat8BothLayouts(KernelDtype dtype, const void* x,
                                                 const float* scale, int64_t rows, int64_t cols,

@@ -23,6 +23,22 @@ absl::Status FusedFloat8CastSupports(const at::Tensor& hp, const at::Tensor& sca
 at::Tensor FusedScaledCastToFloat8(const at::Tensor& hp, const at::Tensor& scale,
                                    at::ScalarType dtype);
 
+// A float8 cast's scale and its fp32 reciprocal (the operand scale _scaled_mm takes).
+struct Float8Scales {
+  at::Tensor scale;
+  at::Tensor inverse;
+};
+
+// OK when FusedFloat8ScalesFromAmax takes `amax`: a contiguous fp32, bf16 or fp16 tensor on an
+// sm_90 GPU with the kernels on (on the CPU, ATen's ops cost no launches to save).
+absl::Status FusedFloat8ScalesSupports(const at::Tensor& amax);
+
+// The dynamic scales for `dtype` from maxima `amax` (Float8ScaleFromAmax, the bits of
+// lib/float8's Float8ScaleOf without power-of-2 rounding) and their reciprocals, fp32 in amax's
+// shape, in one launch (ATen's ops take five, and one more for each reciprocal). Throws c10::Error
+// on what FusedFloat8ScalesSupports refuses.
+Float8Scales FusedFloat8ScalesFromAmax(const at::Tensor& amax, at::ScalarType dtype);
+
 // One float8 cast in both layouts _scaled_mm takes an operand in; both have hp's sizes.
 struct Float8CastLayouts {
   at::Tensor row_major;

@@ -15,6 +15,14 @@ TITAN_HOST_DEVICE float ScaleSaturate(float x, float scale, float max) {
   return v < -max ? -max : (v > max ? max : v);
 }
 
+// torchao's dynamic scale from a tensor's largest magnitude, in lib/float8's Float8ScaleOf's
+// order of ATen ops: the fp64 reciprocal of the amax clamped below at 1e-12 (NaN kept, as
+// clamp_min), times the format's largest value, rounded to fp32.
+TITAN_HOST_DEVICE float Float8ScaleFromAmax(double amax, double max) {
+  const double clamped = amax < 1e-12 ? 1e-12 : amax;
+  return static_cast<float>((1.0 / clamped) * max);
+}
+
 // The scale of element (row, col) of a [rows, cols] tensor whose scale broadcasts with these
 // strides (0 along a dim the scale does not vary in: tensorwise, per row or per column). The
 // kernels loop over a row's columns inside a loop over rows: no division per element.

@@ -4,6 +4,7 @@
 // finite. cuda_kernels_test holds the CUDA kernel to the same reference on an H200.
 #include "lib/kernels/float8_cast.h"
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/kernels/float8_cast_math.h"
 
 namespace titan {
 namespace {
@@ -76,6 +78,27 @@ INSTANTIATE_TEST_SUITE_P(Casts, Float8CastTest,
                          testing::Combine(testing::Values(at::kFloat, at::kBFloat16, at::kHalf),
                                           testing::Values(at::kFloat8_e4m3fn, at::kFloat8_e5m2),
                                           testing::Values(0, 1, 2), testing::Bool()));
+
+// The scale kernel's math (Float8ScaleFromAmax) against lib/float8's Float8ScaleOf's ATen ops on
+// the same maxima: bit for bit over 30 binades, below the 1e-12 floor, zero, infinity and NaN.
+TEST(Float8ScaleFromAmaxTest, EqualsAtenBitForBit) {
+  at::manual_seed(3);
+  at::Tensor amax = at::rand({4000}) * at::exp2(at::randint(-60, 30, {4000})).to(at::kFloat);
+  amax.slice(0, 0, 6).copy_(at::tensor({0.0F, 1e-13F, 1e-12F, 1.0F, INFINITY, NAN}));
+  for (const at::ScalarType dtype : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+    const at::Tensor want =
+        (amax.to(at::kDouble).clamp_min(1e-12).reciprocal() * Float8MaxOf(dtype)).to(at::kFloat);
+    const float* a = amax.data_ptr<float>();
+    const float* w = want.data_ptr<float>();
+    for (int64_t i = 0; i < amax.numel(); ++i) {
+      const float got = Float8ScaleFromAmax(a[i], Float8MaxOf(dtype));
+      ASSERT_TRUE(got == w[i] || (std::isnan(got) && std::isnan(w[i])))
+          << "amax " << a[i] << ": " << got << " vs " << w[i];
+    }
+  }
+  // CUDA only (cuda_kernels_test runs it): on the CPU ATen's ops cost no launches.
+  EXPECT_FALSE(FusedFloat8ScalesSupports(amax).ok());
+}
 
 TEST(Float8CastSupportTest, RefusesWhatTheKernelDoesNotTake) {
   const at::Tensor hp = at::randn({4, 6});

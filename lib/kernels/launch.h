@@ -46,6 +46,11 @@ cudaError_t LaunchScaledCastToFloat8BothLayouts(KernelDtype dtype, const void* x
                                                 Float8KernelDtype out_dtype, float max, void* out,
                                                 void* out_t, cudaStream_t stream);
 
+// scale[i] = Float8ScaleFromAmax(amax[i], max) and inverse_scale[i] = 1 / scale[i] in fp32 (the
+// operand scale _scaled_mm takes), for n maxima: one launch for what ATen does in six.
+cudaError_t LaunchFloat8ScalesFromAmax(KernelDtype dtype, const void* amax, int64_t n, double max,
+                                       float* scale, float* inverse_scale, cudaStream_t stream);
+
 // Cross-entropy of each row of a row-major [rows, cols] `logits` (rows < 2^31) against its label
 // (an index into the row; ignore_index: not counted): stats[r] the row's softmax statistics,
 // loss[r] = -log softmax(row)[label] (0 for an ignored row, NaN for a label outside [0, cols)).
