@@ -171,7 +171,7 @@ TEST_P(CudaFloat8CastTest, EqualsAtenBitForBit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Casts, CudaFloat8CastTest,
-                         testing::Combine(testing::Values(at::kFloat, at::kBFloat16),
+                         testing::Combine(testing::Values(at::kFloat, at::kBFloat16, at::kHalf),
                                           testing::Values(at::kFloat8_e4m3fn, at::kFloat8_e5m2),
                                           testing::Bool(), testing::Bool()));
 
