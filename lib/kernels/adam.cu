@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "lib/kernels/adam_math.h"
+#include "lib/kernels/cuda_dtype.cuh"
 #include "lib/kernels/launch.h"
 
 namespace titan {
@@ -98,10 +99,6 @@ __global__ void __launch_bounds__(kAdamThreads)
       }
     }
   }
-}
-
-bool AlignedTo(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
 }  // namespace

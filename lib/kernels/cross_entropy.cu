@@ -96,15 +96,12 @@ cudaError_t LaunchCrossEntropyForward(KernelDtype dtype, const void* logits, con
   if (rows == 0) return cudaSuccess;
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return LaunchInChunks<T>(
-        {logits},
-        [&](auto width) {
-          constexpr int K = decltype(width)::value;
-          CrossEntropyForwardKernel<T, K><<<rows, kRowThreads, 0, stream>>>(
-              static_cast<const T*>(logits), labels, cols, ignore_index, stats, loss);
-          return cudaGetLastError();
-        },
-        /*chunks_fit=*/cols % (16 / sizeof(T)) == 0);
+    return LaunchRowsInChunks<T>({logits}, cols, [&](auto width) {
+      constexpr int K = decltype(width)::value;
+      CrossEntropyForwardKernel<T, K><<<rows, kRowThreads, 0, stream>>>(
+          static_cast<const T*>(logits), labels, cols, ignore_index, stats, loss);
+      return cudaGetLastError();
+    });
   });
 }
 
@@ -115,16 +112,14 @@ cudaError_t LaunchCrossEntropyBackward(KernelDtype dtype, const void* logits, co
   if (rows == 0) return cudaSuccess;
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return LaunchInChunks<T>(
-        {logits, grad_logits},
-        [&](auto width) {
+    return LaunchRowsInChunks<T>(
+        {logits, grad_logits}, cols, [&](auto width) {
           constexpr int K = decltype(width)::value;
           CrossEntropyBackwardKernel<T, K>
               <<<rows, kRowThreads, 0, stream>>>(static_cast<const T*>(logits), labels, stats, grad,
                                                  cols, ignore_index, static_cast<T*>(grad_logits));
           return cudaGetLastError();
-        },
-        /*chunks_fit=*/cols % (16 / sizeof(T)) == 0);
+        });
   });
 }
 

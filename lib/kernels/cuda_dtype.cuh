@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
+#include <utility>
 
 #include "lib/kernels/launch.h"
 
@@ -107,17 +108,28 @@ struct alignas(sizeof(T) * K) Pack {
   T v[K];
 };
 
+// Whether `p` sits on a multiple of `bytes` (what a vector access of that size needs).
+inline bool AlignedTo(const void* p, uintptr_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 // 16-byte chunks when every pointer allows them (a view at an odd offset does not) and
-// `chunks_fit` (e.g. rows that are whole chunks), else one element a thread; `launch` gets the
-// chunk size as a template argument.
+// `chunks_fit`, else one element a thread; `launch` gets the chunk size as a template argument.
 template <typename T, typename F>
 cudaError_t LaunchInChunks(std::initializer_list<const void*> pointers, F&& launch,
                            bool chunks_fit = true) {
   constexpr int kWide = 16 / sizeof(T);
   bool wide = chunks_fit;
-  for (const void* p : pointers) wide = wide && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+  for (const void* p : pointers) wide = wide && AlignedTo(p, 16);
   return wide ? launch(std::integral_constant<int, kWide>{})
               : launch(std::integral_constant<int, 1>{});
+}
+
+// LaunchInChunks over row-major rows of `row_length` elements: chunks where rows are whole ones.
+template <typename T, typename F>
+cudaError_t LaunchRowsInChunks(std::initializer_list<const void*> pointers, int64_t row_length,
+                               F&& launch) {
+  return LaunchInChunks<T>(pointers, std::forward<F>(launch), row_length % (16 / sizeof(T)) == 0);
 }
 
 }  // namespace titan

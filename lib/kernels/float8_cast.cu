@@ -12,7 +12,7 @@
 namespace titan {
 namespace {
 
-// K consecutive elements a thread an access (K divides cols: LaunchInChunks' 16-byte loads, K
+// K consecutive elements a thread an access (K divides cols: LaunchRowsInChunks' 16-byte loads, K
 // bytes stored), or one.
 template <typename T, int K>
 __global__ void ScaledCastKernel(const T* __restrict__ x, const float* __restrict__ scale,
@@ -88,11 +88,6 @@ constexpr int kVectorsPerTileRow = kWideTile / kVector;
 constexpr int kSlotsPerThread = kWideTile * kVectorsPerTileRow / kWideThreads;
 static_assert(kSlotsPerThread * kWideThreads == kWideTile * kVectorsPerTileRow, "whole slots");
 
-template <typename T>
-struct alignas(16) Vector8 {
-  T v[kVector];
-};
-
 // Byte k of a vector's cast at bits 8k of its word k / 4: memory order on a little-endian GPU.
 __device__ __forceinline__ void PutByte(uint32_t (&packed)[2], int k, uint32_t byte) {
   packed[k / 4] |= byte << (8 * (k % 4));
@@ -111,14 +106,14 @@ __global__ void __launch_bounds__(kWideThreads)
   for (int64_t tile_row = static_cast<int64_t>(blockIdx.y) * kWideTile; tile_row < rows;
        tile_row += static_cast<int64_t>(gridDim.y) * kWideTile) {
     // Read: slot = (tile row, vector in it); all loads first, so they are in flight together.
-    Vector8<T> in[kSlotsPerThread];
+    Pack<T, kVector> in[kSlotsPerThread];
 #pragma unroll
     for (int i = 0; i < kSlotsPerThread; ++i) {
       const int slot = threadIdx.x + i * kWideThreads;
       const int64_t row = tile_row + slot / kVectorsPerTileRow;
       const int64_t col = tile_col + (slot % kVectorsPerTileRow) * kVector;
       if (row < rows && col < cols)
-        in[i] = *reinterpret_cast<const Vector8<T>*>(x + row * cols + col);
+        in[i] = *reinterpret_cast<const Pack<T, kVector>*>(x + row * cols + col);
     }
 #pragma unroll
     for (int i = 0; i < kSlotsPerThread; ++i) {
@@ -157,10 +152,6 @@ __global__ void __launch_bounds__(kWideThreads)
   }
 }
 
-bool AlignedTo(const void* p, uintptr_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 template <typename T>
 __global__ void ScalesFromAmaxKernel(const T* __restrict__ amax, int64_t n, double max,
                                      float* __restrict__ scale, float* __restrict__ inverse_scale) {
@@ -195,16 +186,17 @@ cudaError_t LaunchScaledCastToFloat8BothLayouts(KernelDtype dtype, const void* x
   if (rows == 0 || cols == 0) return cudaSuccess;
   const __nv_fp8_interpretation_t format =
       out_dtype == Float8KernelDtype::kE4m3fn ? __NV_E4M3 : __NV_E5M2;
-  // Whole 8-element vectors in every row of both outputs, at aligned addresses.
-  const bool wide = rows % kVector == 0 && cols % kVector == 0 && AlignedTo(x, 16) &&
-                    AlignedTo(out, 8) && AlignedTo(out_t, 8);
-  const int tile = wide ? kWideTile : kTile;
-  const int64_t col_tiles = (cols + tile - 1) / tile;
-  if (col_tiles > 0x7fffffff) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(col_tiles),
-                  static_cast<unsigned>(std::min<int64_t>((rows + tile - 1) / tile, 65535)));
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    // Whole 8-element vectors in every row of both outputs, at aligned addresses.
+    const bool wide = rows % kVector == 0 && cols % kVector == 0 &&
+                      AlignedTo(x, alignof(Pack<T, kVector>)) && AlignedTo(out, 8) &&
+                      AlignedTo(out_t, 8);
+    const int tile = wide ? kWideTile : kTile;
+    const int64_t col_tiles = (cols + tile - 1) / tile;
+    if (col_tiles > 0x7fffffff) return cudaErrorInvalidValue;
+    const dim3 grid(static_cast<unsigned>(col_tiles),
+                    static_cast<unsigned>(std::min<int64_t>((rows + tile - 1) / tile, 65535)));
     if (wide) {
       ScaledCastBothLayoutsWideKernel<T><<<grid, kWideThreads, 0, stream>>>(
           static_cast<const T*>(x), scale, rows, cols, scale_row_stride, scale_col_stride, format,
@@ -228,17 +220,15 @@ cudaError_t LaunchScaledCastToFloat8(KernelDtype dtype, const void* x, const flo
       out_dtype == Float8KernelDtype::kE4m3fn ? __NV_E4M3 : __NV_E5M2;
   return DispatchDtype(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return LaunchInChunks<T>(
-        {x, out},
-        [&](auto chunk) {
+    return LaunchRowsInChunks<T>(
+        {x, out}, cols, [&](auto chunk) {
           constexpr int K = decltype(chunk)::value;
           const RowLaunch launch = RowsLaunch(rows, cols / K);
           ScaledCastKernel<T, K><<<launch.grid, launch.block, 0, stream>>>(
               static_cast<const T*>(x), scale, rows, cols, scale_row_stride, scale_col_stride,
               format, max, static_cast<__nv_fp8_storage_t*>(out));
           return cudaGetLastError();
-        },
-        cols % (16 / sizeof(T)) == 0);
+        });
   });
 }
 
