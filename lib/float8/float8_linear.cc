@@ -44,8 +44,7 @@ struct RecipeCasts {
   bool power_of_2_scales = false;
 };
 
-bool SameCast(const Cast& a, const Cast& b) { return a.dtype == b.dtype && a.axis == b.axis; }
-bool operator==(const Cast& a, const Cast& b) { return SameCast(a, b); }
+bool operator==(const Cast& a, const Cast& b) { return a.dtype == b.dtype && a.axis == b.axis; }
 
 RecipeCasts CastsOf(Float8Recipe recipe) {
   RecipeCasts c;
@@ -266,10 +265,10 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     // the weight's for the input's.
     const bool computes = training && !kept_output;
     const bool keep_input = computes && weight.requires_grad() &&
-                            SameCast(casts.input, casts.input_for_weight) &&
+                            casts.input == casts.input_for_weight &&
                             !casts.high_precision_grad_weight;
     const bool keep_weight = computes && options->keep_weight_cast && !gathered &&
-                             x.requires_grad() && SameCast(casts.weight, casts.weight_for_input);
+                             x.requires_grad() && casts.weight == casts.weight_for_input;
     std::vector<at::Tensor> saved(kSlots);
     if (!keep_input) saved[kX] = CastInputOnce(x, dtype);  // one copy for the linears sharing x
     if (!keep_weight && !gathered) saved[kWeight] = weight;
@@ -340,7 +339,7 @@ struct Float8LinearFunction : public torch::autograd::Function<Float8LinearFunct
     // Tensorwise casts the output gradient alike for both matmuls: once, in both layouts.
     std::optional<Float8Tensor> grad_for_input, grad_for_weight;
     if (weight_in_float8 &&
-        (!want_x || SameCast(casts.grad_output_for_input, casts.grad_output_for_weight))) {
+        (!want_x || casts.grad_output_for_input == casts.grad_output_for_weight)) {
       Float8Layouts layouts =
           CastAsBothLayouts(grad, casts.grad_output_for_weight, pow2, split.grad_output, options);
       grad_for_weight = std::move(layouts.column_major);

@@ -18,12 +18,13 @@ namespace {
 constexpr int kAdamBlocksPerSm = 8;
 
 absl::Status CheckTensor(const at::Tensor& t, const at::Tensor& param, absl::string_view list,
-                         size_t i) {
+                         size_t i, at::ScalarType dtype = at::kFloat) {
   const std::string name = absl::StrCat(list, "[", i, "]");
   if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(name, ": undefined"));
-  if (t.scalar_type() != at::kFloat) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": expected float32, got ", c10::toString(t.scalar_type())));
+  if (t.scalar_type() != dtype) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected ",
+                                                   c10::getDtypeNames(dtype).first, ", got ",
+                                                   c10::toString(t.scalar_type())));
   }
   if (t.device() != param.device()) {
     return absl::InvalidArgumentError(
@@ -48,14 +49,8 @@ absl::Status CheckBf16Copies(at::TensorList params, at::TensorList copies) {
     return absl::InvalidArgumentError("bf16_copies: expected none or one per parameter");
   }
   for (size_t i = 0; i < copies.size(); ++i) {
-    const at::Tensor& copy = copies[i];
-    if (!copy.defined()) continue;
-    if (copy.scalar_type() != at::kBFloat16 || copy.device() != params[i].device() ||
-        !copy.sizes().equals(params[i].sizes()) || !copy.is_contiguous()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "bf16_copies[", i, "]: expected a contiguous bfloat16 ", ShapeOf(params[i]), " on ",
-          params[i].device().str(), ", got ", c10::toString(copy.scalar_type()), " ", ShapeOf(copy),
-          " on ", copy.device().str()));
+    if (copies[i].defined()) {
+      TITAN_RETURN_IF_ERROR(CheckTensor(copies[i], params[i], "bf16_copies", i, at::kBFloat16));
     }
   }
   return absl::OkStatus();

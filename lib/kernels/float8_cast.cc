@@ -104,8 +104,9 @@ absl::Status FusedFloat8ScalesSupports(const at::Tensor& amax) {
         absl::StrCat("amax: expected a CUDA tensor, got one on ", amax.device().str()));
   }
   TITAN_RETURN_IF_ERROR(CheckKernelDevice(amax, "amax"));
-  if (!amax.is_contiguous())
+  if (!amax.is_contiguous()) {
     return absl::InvalidArgumentError("amax: expected a contiguous tensor");
+  }
   return absl::OkStatus();
 }
 
