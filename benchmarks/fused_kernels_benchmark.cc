@@ -104,36 +104,31 @@ void Compare(const char* name, const Op& fused, const Op& aten,
   std::fflush(stdout);
 }
 
-// The float8 cast: no autograd, so forward time only.
+// The float8 cast: no autograd, so forward time only. `both_layouts`: _scaled_mm's two layouts
+// from one read, against ATen's cast then a transposing copy.
 void CompareFloat8Cast(const char* name, const at::Tensor& hp, const at::Tensor& scale,
-                       int repeats) {
-  const double max = titan::Float8MaxOf(at::kFloat8_e4m3fn);
-  const double fused =
-      MedianMs([&] { titan::FusedScaledCastToFloat8(hp, scale, at::kFloat8_e4m3fn); }, repeats);
-  const double aten = MedianMs(
-      [&] { (hp.to(at::kFloat) * scale).clamp(-max, max).to(at::kFloat8_e4m3fn); }, repeats);
-  const double bytes = hp.nbytes() + hp.numel();  // read once, written as one byte each
-  std::printf("float8 cast %s: %.3f ms fused vs %.3f ms ATen (%.2fx, fused %.0f GB/s)\n", name,
-              fused, aten, aten / fused, bytes / fused / 1e6);
-  std::fflush(stdout);
-}
-
-// Both of _scaled_mm's layouts from one read, against ATen's cast then a transposing copy.
-void CompareFloat8CastBothLayouts(const char* name, const at::Tensor& hp, const at::Tensor& scale,
-                                  int repeats) {
+                       bool both_layouts, int repeats) {
   const double max = titan::Float8MaxOf(at::kFloat8_e4m3fn);
   const double fused = MedianMs(
-      [&] { titan::FusedScaledCastToFloat8BothLayouts(hp, scale, at::kFloat8_e4m3fn); }, repeats);
+      [&] {
+        if (both_layouts) {
+          titan::FusedScaledCastToFloat8BothLayouts(hp, scale, at::kFloat8_e4m3fn);
+        } else {
+          titan::FusedScaledCastToFloat8(hp, scale, at::kFloat8_e4m3fn);
+        }
+      },
+      repeats);
   const double aten = MedianMs(
       [&] {
         const at::Tensor cast = (hp.to(at::kFloat) * scale).clamp(-max, max).to(at::kFloat8_e4m3fn);
-        cast.t().contiguous();
+        if (both_layouts) cast.t().contiguous();
       },
       repeats);
-  const double bytes = hp.nbytes() + 2 * hp.numel();  // read once, written twice a byte each
-  std::printf(
-      "float8 cast, both layouts %s: %.3f ms fused vs %.3f ms ATen (%.2fx, fused %.0f GB/s)\n",
-      name, fused, aten, aten / fused, bytes / fused / 1e6);
+  // Read once, written as one byte an element in each layout.
+  const double bytes = hp.nbytes() + (both_layouts ? 2 : 1) * hp.numel();
+  std::printf("float8 cast%s %s: %.3f ms fused vs %.3f ms ATen (%.2fx, fused %.0f GB/s)\n",
+              both_layouts ? ", both layouts" : "", name, fused, aten, aten / fused,
+              bytes / fused / 1e6);
   std::fflush(stdout);
 }
 
@@ -173,11 +168,13 @@ int main(int argc, char** argv) {
       {at::randn({8192, 14336}, bf16), at::randn({8192, 14336}, bf16)}, repeats);
   const at::Tensor activation = at::randn({8192, 14336}, bf16);
   const auto fp32 = bf16.dtype(at::kFloat);
-  CompareFloat8Cast("tensorwise [8192, 14336]", activation, at::full({}, 0.5f, fp32), repeats);
-  CompareFloat8Cast("per row [8192, 14336]", activation, at::rand({8192, 1}, fp32) + 0.5, repeats);
-  CompareFloat8CastBothLayouts("bf16 [8192, 14336]", activation, at::full({}, 0.5f, fp32), repeats);
-  CompareFloat8CastBothLayouts("fp32 weight [14336, 4096]", at::randn({14336, 4096}, fp32),
-                               at::full({}, 0.5f, fp32), repeats);
+  CompareFloat8Cast("tensorwise [8192, 14336]", activation, at::full({}, 0.5f, fp32), false,
+                    repeats);
+  CompareFloat8Cast("per row [8192, 14336]", activation, at::rand({8192, 1}, fp32) + 0.5, false,
+                    repeats);
+  CompareFloat8Cast("bf16 [8192, 14336]", activation, at::full({}, 0.5f, fp32), true, repeats);
+  CompareFloat8Cast("fp32 weight [14336, 4096]", at::randn({14336, 4096}, fp32),
+                    at::full({}, 0.5f, fp32), true, repeats);
   const at::Tensor labels = at::randint(128256, {8192}, bf16.dtype(at::kLong));
   Compare(
       "cross-entropy [8192, 128256]",
