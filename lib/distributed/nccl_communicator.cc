@@ -2,6 +2,8 @@
 // version macros), and only exported c10d functions and Backend/Work virtuals are called.
 #include "lib/distributed/nccl_communicator.h"
 
+#include <glog/logging.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/distributed/backend_communicator.h"
+#include "lib/distributed/deadline_watch.h"
 #include "lib/distributed/group_state.h"
 #include "lib/util/status_macros.h"
 
@@ -116,8 +119,21 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     c10::intrusive_ptr<c10d::Backend> backend = c10::make_intrusive<c10d::ProcessGroupNCCL>(
         c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("titan/nccl/", name), store), rank,
         size, options);
-    // Connect (or split) now, all members together, rather than at the first operation.
-    backend->eagerConnectSingleDevice(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
+    // Connect (or split) now, all members together, rather than at the first operation. NCCL
+    // waits for every member with no timeout of its own: a member that died never arrives.
+    RunWithDeadline(
+        timeout,
+        [&] {
+          backend->eagerConnectSingleDevice(
+              at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
+        },
+        [&] {
+          const absl::Status failure =
+              group->Failure("create_group", 0, start, "NCCL's connection is not made");
+          if (trace) trace->DumpAllRanks(failure.message());
+          LOG(FATAL) << failure.message() << "; ending this rank (a connecting NCCL "
+                     << "communicator cannot be cancelled)";
+        });
     if (trace) trace->RegisterWithC10d();
     return MakeBackendCommunicator(
         std::move(group), std::move(backend), "nccl",

@@ -20,8 +20,10 @@ namespace titan {
 // `split_from` (another NCCL communicator of this process whose group holds every rank, e.g. the
 // world's) the NCCL communicator is split from its one (ncclCommSplit: a collective call over
 // split_from's ranks, each calling with its own group); without, it connects through the store.
-// Either way the connection is made now, not at the first operation. Compiled and linked here, but
-// it has not run on a GPU yet.
+// Either way the connection is made now, not at the first operation; one not made within
+// `timeout` (a member died or never called) ends the process after logging who never joined, as
+// NCCL cannot cancel a connection. Ran on one H200 as one-member groups (nccl_communicator_test);
+// groups of several GPUs have not run (one GPU is lent at a time).
 absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
     std::shared_ptr<Rendezvous> rendezvous, const std::string& name, std::vector<int> global_ranks,
     int device, absl::Duration timeout, std::shared_ptr<CommTrace> trace = nullptr,
