@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <string>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <utility>
@@ -128,11 +129,15 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
               at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
         },
         [&] {
-          const absl::Status failure =
-              group->Failure("create_group", 0, start, "NCCL's connection is not made");
-          if (trace) trace->DumpAllRanks(failure.message());
-          LOG(FATAL) << failure.message() << "; ending this rank (a connecting NCCL "
-                     << "communicator cannot be cancelled)";
+          std::string failure = "NCCL's connection is not made";
+          try {  // a dead store must not hide the message below
+            failure = std::string(group->Failure("create_group", 0, start, failure).message());
+            if (trace) trace->DumpAllRanks(failure);
+          } catch (const std::exception& e) {
+            absl::StrAppend(&failure, " (", Reason(e), ")");
+          }
+          LOG(FATAL) << failure << "; ending this rank (a connecting NCCL communicator cannot be "
+                     << "cancelled)";
         });
     if (trace) trace->RegisterWithC10d();
     return MakeBackendCommunicator(
