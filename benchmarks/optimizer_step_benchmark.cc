@@ -61,7 +61,7 @@ std::vector<std::vector<int64_t>> Shapes(const std::string& which) {
 double StepSeconds(titan::Optimizer& optimizer, const std::string& kind, const at::Tensor& scale) {
   const bool cuda = scale.is_cuda();
   if (cuda) {
-    titan::SetFusedKernelsEnabled(kind != "fused-aten");
+    titan::SetFusedKernels(kind != "fused-aten");
     at::cuda::getCurrentCUDAStream().synchronize();
   }
   const auto start = std::chrono::steady_clock::now();

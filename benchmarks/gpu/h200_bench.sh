@@ -3,7 +3,8 @@
 # as gpu_pack): every stage under its own timeout, results written to $OUT as they come, so a
 # stage that fails or runs out of time leaves the others' results. Stages, in order:
 #   probe (GPU, torch) · assets · kernels (fused RoPE/SwiGLU/float8 cast/Adam CUDA kernels against
-#   ATen; the training runs go through them) · optimizer (titan's Adam kernel vs ATen's
+#   ATen; the training runs go through them; kernels_NAME: a failing kernel's tests alone, and if
+#   they fail, the training runs leave it off) · optimizer (titan's Adam kernel vs ATen's
 #   _fused_adamw_ on the 8B-8-layer parameters: time, and equal bits) · optimizer_copies (the
 #   same kernel writing the linears' bf16 weight copies, against without) · float8 (_scaled_mm against its emulation, each
 #   recipe) · attention (the masked kernel pair ring attention calls, and decode attention, against
@@ -47,7 +48,9 @@ seq_len=8192
 stage() {  # stage NAME SECONDS COMMAND...: its output in $OUT/NAME.log, its outcome in summary.txt
   local name=$1 seconds=$2 start=$SECONDS
   shift 2
-  if [[ "$only" != "  " && "$only" != *" $name "* ]]; then return 0; fi
+  local key=$name
+  [[ $name == kernels_* ]] && key=kernels  # a kernel's tests alone go with the kernels stage
+  if [[ "$only" != "  " && "$only" != *" $key "* ]]; then return 0; fi
   if ((budget > 0)); then
     local reserve=40
     [[ $name == summary ]] && reserve=10
@@ -86,6 +89,20 @@ stage assets 30 python3 make_assets.py "$work"
 # The CUDA kernels' tests against their ATen references: seconds each, and decisive if the
 # training runs below fail.
 stage kernels 60 native bin/cuda_kernels_test
+# A kernel whose tests fail alone (a CUDA fault fails every test after it, so the suspects run
+# again one by one) stays off in the training runs below: the other kernels keep their figures.
+kernels_off=()
+if [[ -f $OUT/kernels.log ]]; then
+  for kernel in $(python3 kernel_switches.py suspects "$OUT/kernels.log"); do
+    stage "kernels_$kernel" 30 native bin/cuda_kernels_test \
+      --gtest_filter="$(python3 kernel_switches.py filter "$kernel")" || kernels_off+=("$kernel")
+  done
+fi
+kernels_off_flags=()
+if ((${#kernels_off[@]})); then
+  kernels_off_flags=(--compile.disabled_kernels="$(IFS=,; echo "${kernels_off[*]}")")
+  echo "kernels left off in the training runs: ${kernels_off[*]}" | tee -a "$OUT/summary.txt"
+fi
 stage optimizer 40 native bin/optimizer_step_benchmark 8b8l 10 cuda
 stage optimizer_copies 40 native bin/optimizer_step_benchmark 8b8l 10 cuda_copies
 stage float8 20 native bin/float8_cuda_test
@@ -96,7 +113,7 @@ common=(--training.seq_len=$seq_len --training.local_batch_size=1 --training.ste
         --lr_scheduler.warmup_steps=10 --optimizer.lr=3e-4)
 llama8b8l=(--model.name=llama3 --model.flavor=from_checkpoint --model.hf_assets_path="$work/model"
            --training.dataset_path="$work/corpus/train.jsonl" --optimizer.implementation=fused
-           "${common[@]}")
+           "${common[@]}" "${kernels_off_flags[@]}")
 # A run that fails in titan's CUDA kernels is run again at once without them (the call still
 # brings a figure for each); titan_8b8l_unfused then does not run a second time below.
 unfused=(--compile.fused_kernels=false)
@@ -126,7 +143,7 @@ stage nccl 30 native bin/nccl_communicator_test
 smoke=(--model.tokenizer_path=default_tokenizer --training.dataset_path=default_corpus/train.jsonl
        --training.seq_len=512 --training.local_batch_size=8 --training.steps=30
        --training.mixed_precision_param=bfloat16 --lr_scheduler.warmup_steps=5 --optimizer.lr=2e-3
-       --activation_checkpoint.mode=none)
+       --activation_checkpoint.mode=none "${kernels_off_flags[@]}")
 stage smoke 90 titan smoke "${smoke[@]}"
 # The same run replayed as CUDA graphs from step 2: summarize.py compares its losses with smoke's.
 stage smoke_cuda_graph 90 titan smoke_cuda_graph "${smoke[@]}" --compile.cuda_graph=true

@@ -382,6 +382,11 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
             "[model] norm_type=\"layernorm\": expected one of \"rmsnorm\"");
   EXPECT_EQ(ValidationError({"--compile.components=model,graph"}),
             "[compile] components=\"graph\": expected one of \"model\", \"loss\"");
+  EXPECT_EQ(ValidationError({"--compile.disabled_kernels=adam,rmsnorm"}),
+            "[compile] disabled_kernels=\"rmsnorm\": expected one of \"rope\", \"swiglu\", "
+            "\"float8_cast\", \"adam\", \"bf16_weight_copies\", \"cross_entropy\", "
+            "\"mixed_precision_linear\"");
+  ExpectValid({"--compile.disabled_kernels=adam,cross_entropy"});
   EXPECT_EQ(ValidationError({"--activation_checkpoint.selective_ac_option=0"}),
             "[activation_checkpoint] selective_ac_option=\"0\": expected a positive integer N "
             "(every Nth layer) or \"op\"");

@@ -75,7 +75,8 @@ absl::Status FusedAdamSupports(at::TensorList params, at::TensorList grads, at::
     if (param.is_inference()) {  // its version counter cannot advance
       return absl::InvalidArgumentError(absl::StrCat("params[", i, "]: an inference tensor"));
     }
-    TITAN_RETURN_IF_ERROR(CheckKernelDevice(param, absl::StrCat("params[", i, "]")));
+    TITAN_RETURN_IF_ERROR(
+        CheckKernelDevice(param, absl::StrCat("params[", i, "]"), FusedKernel::kAdam));
     if (param.device() != params[0].device()) {
       return absl::InvalidArgumentError(absl::StrCat("params[", i, "]: on ", param.device().str(),
                                                      ", params[0] on ", params[0].device().str()));

@@ -123,7 +123,7 @@ struct CrossEntropyFunction : public torch::autograd::Function<CrossEntropyFunct
 
 absl::Status FusedCrossEntropySupports(const at::Tensor& logits, const at::Tensor& labels) {
   TITAN_RETURN_IF_ERROR(KernelDtypeOf(logits, "logits").status());
-  TITAN_RETURN_IF_ERROR(CheckKernelDevice(logits, "logits"));
+  TITAN_RETURN_IF_ERROR(CheckKernelDevice(logits, "logits", FusedKernel::kCrossEntropy));
   if (logits.dim() != 2 || !logits.is_contiguous() ||
       logits.size(0) > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -346,9 +347,9 @@ class CudaKernelsOffTest : public CudaDispatchTest {
  protected:
   void SetUp() override {
     CudaDispatchTest::SetUp();
-    SetFusedKernelsEnabled(false);
+    SetFusedKernels(false);
   }
-  void TearDown() override { SetFusedKernelsEnabled(true); }
+  void TearDown() override { SetFusedKernels(true); }
 };
 
 TEST_F(CudaKernelsOffTest, ModelOpsTakeAten) {
@@ -362,6 +363,25 @@ TEST_F(CudaKernelsOffTest, ModelOpsTakeAten) {
   AutocastScope autocast(at::kCUDA, at::kBFloat16);
   EXPECT_THAT(Linear(at::randn({4, 8}, cuda), weight).grad_fn()->name(),
               testing::Not(HasSubstr("MixedPrecisionLinearFunction")));
+}
+
+// One kernel off ([compile] disabled_kernels): its op takes ATen, the others keep theirs.
+TEST_F(CudaDispatchTest, OneKernelOffLeavesTheOthers) {
+  SetFusedKernels(true, {FusedKernel::kSwiGlu});
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor gate = at::randn({4, 8}, cuda.dtype(at::kBFloat16)).requires_grad_();
+  const absl::Status refused = FusedSwiGluSupports(gate, gate.detach());
+  const at::Tensor weight = at::randn({8, 8}, cuda).requires_grad_();
+  std::string linear_node;
+  {
+    AutocastScope autocast(at::kCUDA, at::kBFloat16);
+    linear_node = Linear(at::randn({4, 8}, cuda), weight).grad_fn()->name();
+  }
+  const std::string swiglu_node = SwiGlu(gate, gate.detach()).grad_fn()->name();
+  SetFusedKernels(true);
+  EXPECT_THAT(refused.message(), HasSubstr("\"swiglu\" is off ([compile] disabled_kernels)"));
+  EXPECT_THAT(swiglu_node, testing::Not(HasSubstr("SwiGluFunction")));
+  EXPECT_THAT(linear_node, HasSubstr("MixedPrecisionLinearFunction"));
 }
 
 struct CudaAdamCase {

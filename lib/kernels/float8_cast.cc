@@ -103,7 +103,7 @@ absl::Status FusedFloat8ScalesSupports(const at::Tensor& amax) {
     return absl::InvalidArgumentError(
         absl::StrCat("amax: expected a CUDA tensor, got one on ", amax.device().str()));
   }
-  TITAN_RETURN_IF_ERROR(CheckKernelDevice(amax, "amax"));
+  TITAN_RETURN_IF_ERROR(CheckKernelDevice(amax, "amax", FusedKernel::kFloat8Cast));
   if (!amax.is_contiguous()) {
     return absl::InvalidArgumentError("amax: expected a contiguous tensor");
   }
@@ -125,7 +125,7 @@ Float8Scales FusedFloat8ScalesFromAmax(const at::Tensor& amax, at::ScalarType dt
 absl::Status FusedFloat8CastSupports(const at::Tensor& hp, const at::Tensor& scale,
                                      at::ScalarType dtype) {
   TITAN_RETURN_IF_ERROR(KernelDtypeOf(hp, "hp").status());
-  TITAN_RETURN_IF_ERROR(CheckKernelDevice(hp, "hp"));
+  TITAN_RETURN_IF_ERROR(CheckKernelDevice(hp, "hp", FusedKernel::kFloat8Cast));
   if (dtype != at::kFloat8_e4m3fn && dtype != at::kFloat8_e5m2) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype: expected Float8_e4m3fn or Float8_e5m2, got ", c10::toString(dtype)));

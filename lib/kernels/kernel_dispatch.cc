@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 
 #include <atomic>
+#include <cstdint>
+#include <iterator>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -25,19 +27,57 @@ absl::StatusOr<KernelDtype> KernelDtypeOf(const at::Tensor& t, absl::string_view
 }
 
 namespace {
+
+// In FusedKernel's order.
+constexpr absl::string_view kKernelNames[] = {"rope",
+                                              "swiglu",
+                                              "float8_cast",
+                                              "adam",
+                                              "bf16_weight_copies",
+                                              "cross_entropy",
+                                              "mixed_precision_linear"};
+
 std::atomic<bool> g_fused_kernels{true};
+std::atomic<uint32_t> g_disabled{0};  // bit k: FusedKernel k is off
+
+uint32_t BitOf(FusedKernel kernel) { return 1u << static_cast<int>(kernel); }
+
 }  // namespace
 
-void SetFusedKernelsEnabled(bool enabled) { g_fused_kernels = enabled; }
+absl::string_view FusedKernelName(FusedKernel kernel) {
+  return kKernelNames[static_cast<int>(kernel)];
+}
 
-bool FusedKernelsEnabled() { return g_fused_kernels; }
+absl::StatusOr<FusedKernel> FusedKernelNamed(absl::string_view name) {
+  for (int k = 0; k < static_cast<int>(std::size(kKernelNames)); ++k) {
+    if (kKernelNames[k] == name) return static_cast<FusedKernel>(k);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown kernel \"", name, "\"; expected one of ",
+                                                 absl::StrJoin(kKernelNames, ", ")));
+}
 
-absl::Status CheckKernelDevice(const at::Tensor& t, absl::string_view name) {
+void SetFusedKernels(bool enabled, const std::vector<FusedKernel>& disabled) {
+  uint32_t bits = 0;
+  for (FusedKernel kernel : disabled) bits |= BitOf(kernel);
+  g_disabled = bits;
+  g_fused_kernels = enabled;
+}
+
+bool FusedKernelEnabled(FusedKernel kernel) {
+  return g_fused_kernels && (g_disabled & BitOf(kernel)) == 0;
+}
+
+absl::Status CheckKernelDevice(const at::Tensor& t, absl::string_view name, FusedKernel kernel) {
   if (t.is_cpu()) return absl::OkStatus();
   if (t.is_cuda()) {
     if (!g_fused_kernels) {
       return absl::FailedPreconditionError(
           absl::StrCat(name, ": the CUDA kernels are off ([compile] fused_kernels = false)"));
+    }
+    if (!FusedKernelEnabled(kernel)) {
+      return absl::FailedPreconditionError(absl::StrCat(name, ": the CUDA kernel \"",
+                                                        FusedKernelName(kernel),
+                                                        "\" is off ([compile] disabled_kernels)"));
     }
     const cudaDeviceProp* properties = at::cuda::getDeviceProperties(t.device().index());
     if (properties->major == 9 && properties->minor == 0) return absl::OkStatus();

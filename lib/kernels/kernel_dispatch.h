@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -20,14 +21,31 @@ namespace titan {
 // The kernel element type of `t` (fp32, bf16 or fp16); `name` names t in the error.
 absl::StatusOr<KernelDtype> KernelDtypeOf(const at::Tensor& t, absl::string_view name);
 
-// [compile] fused_kernels: whether CUDA tensors may take the kernels at all (on by default; off,
-// the model's ops run LibTorch's compositions, the kernels' references). Process-wide.
-void SetFusedKernelsEnabled(bool enabled);
-bool FusedKernelsEnabled();
+// titan's CUDA fast paths, each of which [compile] disabled_kernels turns off alone (a kernel
+// misbehaving on some GPU need not cost the others).
+enum class FusedKernel {
+  kRope,
+  kSwiGlu,
+  kFloat8Cast,  // the casts and their scales
+  kAdam,
+  kBf16WeightCopies,  // written by the Adam kernel
+  kCrossEntropy,
+  kMixedPrecisionLinear,
+};
+
+// The config's name of a kernel ("rope", "swiglu", "float8_cast", "adam", "bf16_weight_copies",
+// "cross_entropy", "mixed_precision_linear"), and back.
+absl::string_view FusedKernelName(FusedKernel kernel);
+absl::StatusOr<FusedKernel> FusedKernelNamed(absl::string_view name);
+
+// [compile] fused_kernels (false: every kernel off, the model's ops run LibTorch's compositions,
+// the kernels' references) and disabled_kernels (those off). Process-wide; all on by default.
+void SetFusedKernels(bool enabled, const std::vector<FusedKernel>& disabled = {});
+bool FusedKernelEnabled(FusedKernel kernel);
 
 // OK on the CPU (the reference loops) and on CUDA devices of compute capability 9.0 (the kernels
-// are built for sm_90a alone) unless the kernels are turned off.
-absl::Status CheckKernelDevice(const at::Tensor& t, absl::string_view name);
+// are built for sm_90a alone) unless `kernel` is turned off.
+absl::Status CheckKernelDevice(const at::Tensor& t, absl::string_view name, FusedKernel kernel);
 
 // "[2, 3, 4]".
 std::string ShapeOf(const at::Tensor& t);

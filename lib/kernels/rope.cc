@@ -89,7 +89,7 @@ absl::Status FusedRopeSupports(const at::Tensor& x, const at::Tensor& cos, const
         absl::StrCat("x: expected [B, S, H, D] with D even, got ", ShapeOf(x)));
   }
   TITAN_RETURN_IF_ERROR(KernelDtypeOf(x, "x").status());
-  TITAN_RETURN_IF_ERROR(CheckKernelDevice(x, "x"));
+  TITAN_RETURN_IF_ERROR(CheckKernelDevice(x, "x", FusedKernel::kRope));
   for (const auto& [name, t] :
        {std::pair<const char*, const at::Tensor&>{"cos", cos}, {"sin", sin}}) {
     if (t.dim() != 4 || (t.size(0) != 1 && t.size(0) != x.size(0)) || t.size(1) != x.size(1) ||

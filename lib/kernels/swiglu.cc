@@ -95,7 +95,7 @@ struct SwiGluFunction : public torch::autograd::Function<SwiGluFunction> {
 
 absl::Status FusedSwiGluSupports(const at::Tensor& gate, const at::Tensor& up) {
   TITAN_RETURN_IF_ERROR(KernelDtypeOf(gate, "gate").status());
-  TITAN_RETURN_IF_ERROR(CheckKernelDevice(gate, "gate"));
+  TITAN_RETURN_IF_ERROR(CheckKernelDevice(gate, "gate", FusedKernel::kSwiGlu));
   if (up.sizes() != gate.sizes() || up.scalar_type() != gate.scalar_type() ||
       up.device() != gate.device()) {
     return absl::InvalidArgumentError(

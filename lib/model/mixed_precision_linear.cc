@@ -83,7 +83,7 @@ at::Tensor MixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight, a
 bool TakesMixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight) {
   if (!x.is_cuda() || weight.scalar_type() != at::kFloat || !weight.requires_grad() ||
       !c10::GradMode::is_enabled() || !at::autocast::is_autocast_enabled(at::kCUDA) ||
-      !FusedKernelsEnabled()) {
+      !FusedKernelEnabled(FusedKernel::kMixedPrecisionLinear)) {
     return false;
   }
   // x in fp32 or already in the autocast dtype: the gradient GEMMs write those (autocast leaves

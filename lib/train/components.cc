@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -80,11 +82,17 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   at::manual_seed(setup.seed);
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
   SetBatchInvariant(config.debug().batch_invariant());
-  SetFusedKernelsEnabled(config.compile().fused_kernels());
+  std::vector<FusedKernel> disabled_kernels;
+  for (const std::string& name : config.compile().disabled_kernels()) {
+    TITAN_ASSIGN_OR_RETURN(const FusedKernel kernel, FusedKernelNamed(name));
+    disabled_kernels.push_back(kernel);
+  }
+  SetFusedKernels(config.compile().fused_kernels(), disabled_kernels);
   // Without activation checkpointing forward's bf16 weights live until backward anyway: the
   // optimizer's copies of them (written in its kernel's pass) add no peak memory there. A CUDA
   // graph would read a copy without checking it is current.
-  SetBf16WeightCopiesEnabled(config.compile().fused_kernels() &&
+  SetBf16WeightCopiesEnabled(FusedKernelEnabled(FusedKernel::kAdam) &&
+                             FusedKernelEnabled(FusedKernel::kBf16WeightCopies) &&
                              config.activation_checkpoint().mode() == "none" &&
                              !config.compile().cuda_graph());
 
