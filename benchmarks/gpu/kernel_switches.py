@@ -3,7 +3,8 @@
 not cost the other kernels' figures.
 
   kernel_switches.py suspects LOG   kernels whose tests failed, crashed, or never ran because the
-                                    binary died (space-separated; empty when the run passed)
+                                    binary died (space-separated; empty when the run passed or
+                                    never started a test)
   kernel_switches.py filter KERNEL  the --gtest_filter running that kernel's tests alone
 
 A CUDA fault poisons the process, so every test after it fails too: h200_bench.sh runs each
@@ -52,6 +53,9 @@ def suspects(log_text):
     bad.update(kernel for name, kernel in started.items() if name not in ended)  # crashed in it
     # gtest's closing line, "[==========] 40 tests from 9 test suites ran. (1234 ms total)", is
     # missing when the binary died: the kernels it never reached are unknown.
+    # A binary that never started a test (a missing library, say) says nothing about the kernels.
+    if not started and not re.search(r"^\[ RUN", log_text, re.M):
+        return []
     if not re.search(r"^\[=+\] \d+ tests? from .* ran\.", log_text, re.M):
         bad.update(kernel for kernel in TESTS if kernel not in started.values())
     return [kernel for kernel in TESTS if kernel in bad]

@@ -51,6 +51,11 @@ class SuspectsTest(unittest.TestCase):
                           "mixed_precision_linear"])
 
 
+    def test_a_binary_that_never_started_says_nothing(self):
+        log = "bin/cuda_kernels_test: error while loading shared libraries: libglog.so.1\n"
+        self.assertEqual(kernel_switches.suspects(log), [])
+
+
 class CommandLineTest(unittest.TestCase):
     def run_script(self, *args):
         script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel_switches.py")

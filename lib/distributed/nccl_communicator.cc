@@ -121,7 +121,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(
         c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("titan/nccl/", name), store), rank,
         size, options);
     // Connect (or split) now, all members together, rather than at the first operation. NCCL
-    // waits for every member with no timeout of its own: a member that died never arrives.
+    // waits for every member with no timeout of its own: a member that died never arrives. (The
+    // straggler list reads the store, which may first wait out a blocked unique-id read; in a
+    // split, the missing rank may be in another group of it.)
     RunWithDeadline(
         timeout,
         [&] {

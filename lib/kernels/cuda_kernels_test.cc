@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -365,23 +366,57 @@ TEST_F(CudaKernelsOffTest, ModelOpsTakeAten) {
               testing::Not(HasSubstr("MixedPrecisionLinearFunction")));
 }
 
-// One kernel off ([compile] disabled_kernels): its op takes ATen, the others keep theirs.
-TEST_F(CudaDispatchTest, OneKernelOffLeavesTheOthers) {
+// One kernel off at a time ([compile] disabled_kernels): its check refuses by name, and the model
+// ops of the others keep their kernels.
+class CudaOneKernelOffTest : public CudaDispatchTest {
+ protected:
+  void TearDown() override { SetFusedKernels(true); }
+};
+
+TEST_F(CudaOneKernelOffTest, EachCheckRefusesItsKernelAlone) {
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor x = at::randn({1, 4, 2, 8}, cuda.dtype(at::kBFloat16));
+  const at::Tensor rotation = at::randn({1, 4, 1, 4}, cuda);
+  const at::Tensor gate = at::randn({4, 8}, cuda.dtype(at::kBFloat16));
+  const at::Tensor amax = at::ones({}, cuda);
+  const at::Tensor param = at::randn({8}, cuda);
+  const at::Tensor labels = at::zeros({4}, cuda.dtype(at::kLong));
+  const std::vector<std::pair<FusedKernel, std::function<absl::Status()>>> checks = {
+      {FusedKernel::kRope, [&] { return FusedRopeSupports(x, rotation, rotation); }},
+      {FusedKernel::kSwiGlu, [&] { return FusedSwiGluSupports(gate, gate); }},
+      {FusedKernel::kFloat8Cast, [&] { return FusedFloat8ScalesSupports(amax); }},
+      {FusedKernel::kFloat8Cast,
+       [&] { return FusedFloat8CastSupports(gate, amax, at::kFloat8_e4m3fn); }},
+      {FusedKernel::kAdam,
+       [&] { return FusedAdamSupports({param}, {param}, {param}, {param}, {amax}, at::Tensor()); }},
+      {FusedKernel::kCrossEntropy, [&] { return FusedCrossEntropySupports(gate, labels); }},
+  };
+  for (const auto& [kernel, check] : checks) {
+    const std::string name(FusedKernelName(kernel));
+    SetFusedKernels(true);
+    EXPECT_TRUE(check().ok()) << name << ": " << check();
+    SetFusedKernels(true, {kernel});
+    EXPECT_THAT(check().message(), HasSubstr("\"" + name + "\" is off")) << name;
+    // Every other kernel off leaves this one on.
+    std::vector<FusedKernel> others;
+    for (int k = 0; k < static_cast<int>(FusedKernel::kCount); ++k) {
+      if (static_cast<FusedKernel>(k) != kernel) others.push_back(static_cast<FusedKernel>(k));
+    }
+    SetFusedKernels(true, others);
+    EXPECT_TRUE(check().ok()) << name << " with the others off: " << check();
+  }
+}
+
+TEST_F(CudaOneKernelOffTest, ModelOpsOfTheOthersKeepTheirKernels) {
   SetFusedKernels(true, {FusedKernel::kSwiGlu});
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   const at::Tensor gate = at::randn({4, 8}, cuda.dtype(at::kBFloat16)).requires_grad_();
-  const absl::Status refused = FusedSwiGluSupports(gate, gate.detach());
+  EXPECT_THAT(SwiGlu(gate, gate.detach()).grad_fn()->name(),
+              testing::Not(HasSubstr("SwiGluFunction")));
   const at::Tensor weight = at::randn({8, 8}, cuda).requires_grad_();
-  std::string linear_node;
-  {
-    AutocastScope autocast(at::kCUDA, at::kBFloat16);
-    linear_node = Linear(at::randn({4, 8}, cuda), weight).grad_fn()->name();
-  }
-  const std::string swiglu_node = SwiGlu(gate, gate.detach()).grad_fn()->name();
-  SetFusedKernels(true);
-  EXPECT_THAT(refused.message(), HasSubstr("\"swiglu\" is off ([compile] disabled_kernels)"));
-  EXPECT_THAT(swiglu_node, testing::Not(HasSubstr("SwiGluFunction")));
-  EXPECT_THAT(linear_node, HasSubstr("MixedPrecisionLinearFunction"));
+  AutocastScope autocast(at::kCUDA, at::kBFloat16);
+  EXPECT_THAT(Linear(at::randn({4, 8}, cuda), weight).grad_fn()->name(),
+              HasSubstr("MixedPrecisionLinearFunction"));
 }
 
 struct CudaAdamCase {

@@ -36,6 +36,8 @@ constexpr absl::string_view kKernelNames[] = {"rope",
                                               "bf16_weight_copies",
                                               "cross_entropy",
                                               "mixed_precision_linear"};
+static_assert(std::size(kKernelNames) == static_cast<size_t>(FusedKernel::kCount),
+              "a name for every kernel");
 
 std::atomic<bool> g_fused_kernels{true};
 std::atomic<uint32_t> g_disabled{0};  // bit k: FusedKernel k is off
@@ -49,7 +51,7 @@ absl::string_view FusedKernelName(FusedKernel kernel) {
 }
 
 absl::StatusOr<FusedKernel> FusedKernelNamed(absl::string_view name) {
-  for (int k = 0; k < static_cast<int>(std::size(kKernelNames)); ++k) {
+  for (int k = 0; k < static_cast<int>(FusedKernel::kCount); ++k) {
     if (kKernelNames[k] == name) return static_cast<FusedKernel>(k);
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown kernel \"", name, "\"; expected one of ",

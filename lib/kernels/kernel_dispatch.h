@@ -31,6 +31,7 @@ enum class FusedKernel {
   kBf16WeightCopies,  // written by the Adam kernel
   kCrossEntropy,
   kMixedPrecisionLinear,
+  kCount,  // not a kernel: how many there are
 };
 
 // The config's name of a kernel ("rope", "swiglu", "float8_cast", "adam", "bf16_weight_copies",

@@ -37,6 +37,8 @@ Copy* Find(const at::Tensor& weight) {
 
 }  // namespace
 
+bool Bf16WeightCopiesEnabled() { return g_enabled; }
+
 void SetBf16WeightCopiesEnabled(bool enabled) {
   g_enabled = enabled;
   if (enabled) return;

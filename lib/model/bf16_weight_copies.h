@@ -15,6 +15,7 @@ namespace titan {
 // captured with a copy would read it whatever happened to the weight since. Keyed by the weight's
 // identity (held weakly); thread-safe.
 void SetBf16WeightCopiesEnabled(bool enabled);
+bool Bf16WeightCopiesEnabled();
 
 // `weight` (fp32) in bf16: its copy where one was written since the weight last changed (its
 // version counter), else weight.to(bf16), asking for a copy when enabled.

@@ -22,7 +22,8 @@ at::Tensor MixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight, a
 at::Tensor CastInputOnce(const at::Tensor& x, at::ScalarType dtype);
 
 // Whether Linear takes MixedPrecisionLinear for these tensors: CUDA autocast to a lower precision
-// in grad mode, an fp32 weight, x in fp32 or that precision, and [compile] fused_kernels on.
+// in grad mode, an fp32 weight, x in fp32 or that precision, and the kernel switch on ([compile]
+// fused_kernels, not "mixed_precision_linear" in disabled_kernels).
 bool TakesMixedPrecisionLinear(const at::Tensor& x, const at::Tensor& weight);
 
 }  // namespace titan

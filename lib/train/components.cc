@@ -59,6 +59,23 @@ absl::Status CheckHfAssets(const JobConfig::Model& model, const ModelInfo& info)
 
 }  // namespace
 
+absl::Status ConfigureFusedKernels(const JobConfig& config) {
+  std::vector<FusedKernel> disabled_kernels;
+  for (const std::string& name : config.compile().disabled_kernels()) {
+    TITAN_ASSIGN_OR_RETURN(const FusedKernel kernel, FusedKernelNamed(name));
+    disabled_kernels.push_back(kernel);
+  }
+  SetFusedKernels(config.compile().fused_kernels(), disabled_kernels);
+  // Without activation checkpointing forward's bf16 weights live until backward anyway: the
+  // optimizer's copies of them (written in its kernel's pass) add no peak memory there. A CUDA
+  // graph would read a copy without checking it is current.
+  SetBf16WeightCopiesEnabled(FusedKernelEnabled(FusedKernel::kAdam) &&
+                             FusedKernelEnabled(FusedKernel::kBf16WeightCopies) &&
+                             config.activation_checkpoint().mode() == "none" &&
+                             !config.compile().cuda_graph());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime) {
   RunSetup setup;
   if (runtime.distributed()) {
@@ -82,19 +99,7 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   at::manual_seed(setup.seed);
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
   SetBatchInvariant(config.debug().batch_invariant());
-  std::vector<FusedKernel> disabled_kernels;
-  for (const std::string& name : config.compile().disabled_kernels()) {
-    TITAN_ASSIGN_OR_RETURN(const FusedKernel kernel, FusedKernelNamed(name));
-    disabled_kernels.push_back(kernel);
-  }
-  SetFusedKernels(config.compile().fused_kernels(), disabled_kernels);
-  // Without activation checkpointing forward's bf16 weights live until backward anyway: the
-  // optimizer's copies of them (written in its kernel's pass) add no peak memory there. A CUDA
-  // graph would read a copy without checking it is current.
-  SetBf16WeightCopiesEnabled(FusedKernelEnabled(FusedKernel::kAdam) &&
-                             FusedKernelEnabled(FusedKernel::kBf16WeightCopies) &&
-                             config.activation_checkpoint().mode() == "none" &&
-                             !config.compile().cuda_graph());
+  TITAN_RETURN_IF_ERROR(ConfigureFusedKernels(config));
 
   setup.device = PickDevice(runtime.env().local_rank);
   ConfigureCudaRuntime(setup.device, training.deterministic());

@@ -37,6 +37,11 @@ struct RunSetup {
   int dp_rank = 0;
   int dp_size = 1;
 };
+
+// [compile] fused_kernels and disabled_kernels, and the optimizer's bf16 weight copies where they
+// cost no peak memory (process-wide switches; SetUpRun calls it).
+absl::Status ConfigureFusedKernels(const JobConfig& config);
+
 // Picks the device, splits host cores between local ranks, agrees on seed and run id and seeds
 // LibTorch, turns on deterministic algorithms if asked. A collective with several ranks.
 absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime);

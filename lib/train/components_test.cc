@@ -1,0 +1,64 @@
+#include "lib/train/components.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "lib/config/job_config.h"
+#include "lib/kernels/kernel_dispatch.h"
+#include "lib/model/bf16_weight_copies.h"
+
+namespace titan {
+namespace {
+
+// The switches are process-wide: each test leaves the defaults behind.
+class ConfigureFusedKernelsTest : public testing::Test {
+ protected:
+  void TearDown() override {
+    SetFusedKernels(true);
+    SetBf16WeightCopiesEnabled(false);
+  }
+
+  static JobConfig Config(const std::vector<std::string>& disabled, bool fused = true) {
+    JobConfig config = DefaultJobConfig();
+    config.mutable_activation_checkpoint()->set_mode("none");
+    config.mutable_compile()->set_fused_kernels(fused);
+    for (const std::string& name : disabled) config.mutable_compile()->add_disabled_kernels(name);
+    return config;
+  }
+};
+
+TEST_F(ConfigureFusedKernelsTest, DisabledKernelsAreOffAndTheOthersOn) {
+  ASSERT_TRUE(ConfigureFusedKernels(Config({"rope", "cross_entropy"})).ok());
+  EXPECT_FALSE(FusedKernelEnabled(FusedKernel::kRope));
+  EXPECT_FALSE(FusedKernelEnabled(FusedKernel::kCrossEntropy));
+  EXPECT_TRUE(FusedKernelEnabled(FusedKernel::kSwiGlu));
+  EXPECT_TRUE(FusedKernelEnabled(FusedKernel::kAdam));
+  EXPECT_TRUE(Bf16WeightCopiesEnabled());
+}
+
+TEST_F(ConfigureFusedKernelsTest, Bf16CopiesNeedTheAdamKernelAndTheirOwnSwitch) {
+  ASSERT_TRUE(ConfigureFusedKernels(Config({"adam"})).ok());
+  EXPECT_FALSE(Bf16WeightCopiesEnabled());  // only the Adam kernel writes them
+  ASSERT_TRUE(ConfigureFusedKernels(Config({"bf16_weight_copies"})).ok());
+  EXPECT_TRUE(FusedKernelEnabled(FusedKernel::kAdam));
+  EXPECT_FALSE(Bf16WeightCopiesEnabled());
+  ASSERT_TRUE(ConfigureFusedKernels(Config({}, /*fused=*/false)).ok());
+  EXPECT_FALSE(FusedKernelEnabled(FusedKernel::kAdam));
+  EXPECT_FALSE(Bf16WeightCopiesEnabled());
+  JobConfig checkpointed = Config({});
+  checkpointed.mutable_activation_checkpoint()->set_mode("full");
+  ASSERT_TRUE(ConfigureFusedKernels(checkpointed).ok());
+  EXPECT_TRUE(FusedKernelEnabled(FusedKernel::kAdam));
+  EXPECT_FALSE(Bf16WeightCopiesEnabled());  // recomputed forwards would hold them longer
+}
+
+TEST_F(ConfigureFusedKernelsTest, AnUnknownNameIsRefused) {
+  // The config's choices refuse it first; a config built in code still gets a clear error.
+  EXPECT_EQ(ConfigureFusedKernels(Config({"flash"})).message(),
+            "unknown kernel \"flash\"; expected one of rope, swiglu, float8_cast, adam, "
+            "bf16_weight_copies, cross_entropy, mixed_precision_linear");
+}
+
+}  // namespace
+}  // namespace titan
