@@ -1,8 +1,10 @@
-// titan's CUDA kernels that have not run on a GPU yet (the Adam step, the float8 casts and scales,
-// cross-entropy), executed on this CPU through cuda_host_emulation.h: their launch code and
+// titan's CUDA kernels executed on this CPU through cuda_host_emulation.h: their launch code and
 // kernels as written, each block's threads as threads with real barriers and warp exchanges.
-// Against the references their CUDA tests use. This file and the emulated kernels are compiled
-// with -Dtitan=titan_emulated, so that they never meet the real CUDA library's symbols.
+// The Adam step, the float8 casts and scales and cross-entropy have not run on a GPU yet; RoPE and
+// SwiGLU have (this keeps their edits checked here). Against the references their CUDA tests use,
+// or their per-element math (the *_math.h functions both sides run) where only indexing differs.
+// This file and the emulated kernels are compiled with -Dtitan=titan_emulated, so that they never
+// meet the real CUDA library's symbols.
 #include <ATen/ATen.h>
 
 #include <cmath>
@@ -13,6 +15,8 @@
 #include "gtest/gtest.h"
 #include "lib/kernels/float8_cast_math.h"
 #include "lib/kernels/launch.h"
+#include "lib/kernels/rope_math.h"
+#include "lib/kernels/swiglu_math.h"
 
 namespace titan {
 namespace {
@@ -249,6 +253,96 @@ TEST_P(EmulatedCrossEntropyTest, LossAndGradientMatchAten) {
 
 // 16-byte chunks (vocab a multiple of 8) and single elements (odd vocab), fp32 and bf16.
 INSTANTIATE_TEST_SUITE_P(DtypesAndVocabularies, EmulatedCrossEntropyTest,
+                         testing::Combine(testing::Values(at::kFloat, at::kBFloat16),
+                                          testing::Values(int64_t{4096}, int64_t{1001})));
+
+// --- RoPE and SwiGLU ---------------------------------------------------------------------------
+
+class EmulatedRopeTest
+    : public testing::TestWithParam<std::tuple<at::ScalarType, RopePairing, bool, int64_t>> {};
+
+// Every pair of every row rotated as RotatePair rotates it, by the row's angles (or their
+// negatives), cos/sin per batch row or broadcast.
+TEST_P(EmulatedRopeTest, EveryPairRotatesAsRotatePair) {
+  const auto [dtype, pairing, inverse, head_dim] = GetParam();
+  for (const bool broadcast : {true, false}) {
+    RopeDims d;
+    d.batch = 2;
+    d.seq = 9;
+    d.heads = 3;
+    d.head_dim = head_dim;
+    d.broadcast_batch = broadcast;
+    d.pairing = pairing;
+    at::manual_seed(0);
+    const at::Tensor x = at::randn({d.batch, d.seq, d.heads, d.head_dim}).to(dtype);
+    const at::Tensor angles = at::rand({broadcast ? 1 : d.batch, d.seq, 1, d.head_dim / 2}) * 6;
+    const at::Tensor cos = angles.cos();
+    const at::Tensor sin = angles.sin();
+    at::Tensor out = at::full(x.sizes(), 7.0).to(dtype);
+    ASSERT_EQ(LaunchRope(KernelDtypeFor(dtype), x.data_ptr(), cos.data_ptr<float>(),
+                         sin.data_ptr<float>(), d, inverse, out.data_ptr(), nullptr),
+              cudaSuccess);
+    const at::Tensor xf = x.to(at::kFloat).contiguous();
+    at::Tensor want = at::empty_like(xf);
+    const float* in = xf.data_ptr<float>();
+    float* w = want.data_ptr<float>();
+    for (int64_t r = 0; r < d.rows(); ++r) {
+      const RopeRowStart start = RopeRowStartOf(r, d);
+      for (int64_t j = 0; j < d.head_dim / 2; ++j) {
+        const RopePairInRow pair = RopePairOf(j, d);
+        const float c = cos.data_ptr<float>()[start.angle + j];
+        const float s = sin.data_ptr<float>()[start.angle + j];
+        const RotatedPair rotated =
+            RotatePair(in[start.x + pair.first], in[start.x + pair.second], c, inverse ? -s : s);
+        w[start.x + pair.first] = rotated.first;
+        w[start.x + pair.second] = rotated.second;
+      }
+    }
+    EXPECT_TRUE(at::equal(out, want.to(dtype))) << "broadcast " << broadcast;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    DtypesPairingsDirections, EmulatedRopeTest,
+    testing::Combine(testing::Values(at::kFloat, at::kBFloat16),
+                     testing::Values(RopePairing::kInterleaved, RopePairing::kHalves),
+                     testing::Bool(), testing::Values(int64_t{6}, int64_t{128})));
+
+class EmulatedSwiGluTest : public testing::TestWithParam<std::tuple<at::ScalarType, int64_t>> {};
+
+// Forward and backward, element by element as SwiGluElement and SwiGluElementBackward.
+TEST_P(EmulatedSwiGluTest, EveryElementAsItsMath) {
+  const auto [dtype, n] = GetParam();
+  at::manual_seed(0);
+  const at::Tensor gate = (at::randn({n}) * 4).to(dtype);
+  const at::Tensor up = at::randn({n}).to(dtype);
+  const at::Tensor grad = at::randn({n}).to(dtype);
+  at::Tensor out = at::full({n}, 7.0).to(dtype);
+  at::Tensor grad_gate = at::full({n}, 7.0).to(dtype);
+  at::Tensor grad_up = at::full({n}, 7.0).to(dtype);
+  ASSERT_EQ(LaunchSwiGluForward(KernelDtypeFor(dtype), gate.data_ptr(), up.data_ptr(), n,
+                                out.data_ptr(), nullptr),
+            cudaSuccess);
+  ASSERT_EQ(
+      LaunchSwiGluBackward(KernelDtypeFor(dtype), grad.data_ptr(), gate.data_ptr(), up.data_ptr(),
+                           n, grad_gate.data_ptr(), grad_up.data_ptr(), nullptr),
+      cudaSuccess);
+  const at::Tensor g = gate.to(at::kFloat), u = up.to(at::kFloat), o = grad.to(at::kFloat);
+  at::Tensor want = at::empty({n}), want_gate = at::empty({n}), want_up = at::empty({n});
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g.data_ptr<float>()[i], ui = u.data_ptr<float>()[i];
+    want.data_ptr<float>()[i] = SwiGluElement(gi, ui);
+    const SwiGluGrads grads = SwiGluElementBackward(o.data_ptr<float>()[i], gi, ui);
+    want_gate.data_ptr<float>()[i] = grads.gate;
+    want_up.data_ptr<float>()[i] = grads.up;
+  }
+  EXPECT_TRUE(at::equal(out, want.to(dtype)));
+  EXPECT_TRUE(at::equal(grad_gate, want_gate.to(dtype)));
+  EXPECT_TRUE(at::equal(grad_up, want_up.to(dtype)));
+}
+
+// 16-byte chunks (n a multiple of 8) and single elements, fp32 and bf16.
+INSTANTIATE_TEST_SUITE_P(DtypesAndSizes, EmulatedSwiGluTest,
                          testing::Combine(testing::Values(at::kFloat, at::kBFloat16),
                                           testing::Values(int64_t{4096}, int64_t{1001})));
 
