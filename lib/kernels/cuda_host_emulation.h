@@ -7,8 +7,9 @@
 // rewrote as `EmulateLaunch(grid, block, [&] { K(args); });`. Each block's threads are real
 // threads (blocks one after another): __syncthreads is a barrier of the block, __shared__ a static
 // (one block at a time uses it), a warp shuffle an exchange among the warp's 32 lanes. Device
-// pointers are host pointers. What it cannot tell: speed, device math (expf and friends are the
-// host's), register or shared-memory limits, and alignment faults (x86 loads unaligned vectors).
+// pointers are host pointers; the BUILD compiles the kernels with UBSan's alignment check, so a
+// misaligned vector access (a fault on the GPU) ends the test. What it cannot tell: speed, device
+// math (expf and friends are the host's), register or shared-memory limits.
 // Hand-written: no library emulates CUDA on a CPU for LibTorch-built code.
 
 #include <cuda_bf16.h>

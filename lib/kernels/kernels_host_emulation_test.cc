@@ -122,6 +122,7 @@ struct CastCase {
   at::ScalarType dtype;
   int scale_kind;  // 0 one scale, 1 per row, 2 per column
   bool e4m3;
+  bool misaligned = false;  // the input one element past an aligned address: no vector loads
 };
 
 class EmulatedFloat8CastTest : public testing::TestWithParam<CastCase> {
@@ -129,9 +130,14 @@ class EmulatedFloat8CastTest : public testing::TestWithParam<CastCase> {
   void SetUp() override {
     const CastCase c = GetParam();
     at::manual_seed(0);
-    hp = (at::randn({c.rows, c.cols}) *
-          at::exp2(at::randint(-12, 12, {c.rows, c.cols}).to(at::kFloat)))
-             .to(c.dtype);
+    const at::Tensor values = (at::randn({c.rows, c.cols}) *
+                               at::exp2(at::randint(-12, 12, {c.rows, c.cols}).to(at::kFloat)))
+                                  .to(c.dtype);
+    hp = c.misaligned ? at::empty({c.rows * c.cols + 1}, values.options())
+                            .narrow(0, 1, c.rows * c.cols)
+                            .view({c.rows, c.cols})
+                            .copy_(values)
+                      : values;
     const std::vector<std::vector<int64_t>> shapes = {{}, {c.rows, 1}, {1, c.cols}};
     scale = at::rand(shapes[c.scale_kind]) * 4 + 0.01;
     row_stride = c.scale_kind == 1 ? 1 : 0;
@@ -175,15 +181,16 @@ TEST_P(EmulatedFloat8CastTest, RowMajorEqualsAtenByteForByte) {
 }
 
 // Wide tiles (both dims multiples of 8; whole and cut 64 x 64 tiles), the 32 x 32 path (cut
-// tiles), 16-byte chunks and single elements in rows, every scale shape, both formats.
-INSTANTIATE_TEST_SUITE_P(Shapes, EmulatedFloat8CastTest,
-                         testing::Values(CastCase{64, 128, at::kBFloat16, 0, true},
-                                         CastCase{136, 200, at::kBFloat16, 1, true},
-                                         CastCase{72, 96, at::kFloat, 2, true},
-                                         CastCase{40, 64, at::kHalf, 0, false},
-                                         CastCase{37, 45, at::kBFloat16, 1, true},
-                                         CastCase{33, 70, at::kFloat, 2, false},
-                                         CastCase{9, 1001, at::kFloat, 0, true}));
+// tiles), 16-byte chunks and single elements in rows, every scale shape, both formats; a
+// misaligned input, which must take the element paths (the build traps misaligned vectors).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, EmulatedFloat8CastTest,
+    testing::Values(CastCase{64, 128, at::kBFloat16, 0, true},
+                    CastCase{136, 200, at::kBFloat16, 1, true},
+                    CastCase{72, 96, at::kFloat, 2, true}, CastCase{40, 64, at::kHalf, 0, false},
+                    CastCase{37, 45, at::kBFloat16, 1, true},
+                    CastCase{33, 70, at::kFloat, 2, false}, CastCase{9, 1001, at::kFloat, 0, true},
+                    CastCase{64, 128, at::kBFloat16, 0, true, /*misaligned=*/true}));
 
 TEST(EmulatedFloat8ScalesTest, EachScaleAndItsInverseFromItsAmax) {
   at::Tensor amax = at::rand({1000}) * at::exp2(at::randint(-30, 30, {1000}).to(at::kFloat));
