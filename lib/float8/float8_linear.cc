@@ -87,12 +87,16 @@ Float8Scales ScaleFor(const at::Tensor& hp, const Cast& cast, bool power_of_2_sc
   return {Float8ScaleOf(amax, cast.dtype, power_of_2_scales), at::Tensor()};
 }
 
+// `hp` cast with s.scale, carrying the reciprocal ScaleFor made with it (if any).
+Float8Tensor CastWithScales(const at::Tensor& hp, at::ScalarType dtype, const Float8Scales& s) {
+  Float8Tensor out = CastWithScale(hp, dtype, s.scale);
+  out.inverse_scale = s.inverse;
+  return out;
+}
+
 Float8Tensor CastAs(const at::Tensor& hp, const Cast& cast, bool power_of_2_scales,
                     std::optional<int64_t> split_dim, const Float8LinearOptions& options) {
-  const Float8Scales scales = ScaleFor(hp, cast, power_of_2_scales, split_dim, options);
-  Float8Tensor out = CastWithScale(hp, cast.dtype, scales.scale);
-  out.inverse_scale = scales.inverse;
-  return out;
+  return CastWithScales(hp, cast.dtype, ScaleFor(hp, cast, power_of_2_scales, split_dim, options));
 }
 
 // One cast in both of _scaled_mm's operand layouts, for an operand one matmul takes row-major and
@@ -110,8 +114,7 @@ Float8Layouts CastAsBothLayouts(const at::Tensor& hp, const Cast& cast, bool pow
     return {{std::move(layouts.row_major), s.scale, s.inverse},
             {std::move(layouts.column_major), s.scale, s.inverse}};
   }
-  Float8Tensor row_major = CastWithScale(hp, cast.dtype, s.scale);
-  row_major.inverse_scale = s.inverse;
+  Float8Tensor row_major = CastWithScales(hp, cast.dtype, s);
   Float8Tensor column_major{row_major.data.t().contiguous().t(), s.scale, s.inverse};
   return {std::move(row_major), std::move(column_major)};
 }
@@ -165,12 +168,9 @@ Float8Tensor CastInput(const at::Tensor& x, at::ScalarType dtype, const Cast& ca
   }
   const at::Tensor x2d = CastInputOnce(x, dtype).reshape({-1, x.size(-1)});
   Float8Layouts layouts;
-  if (column_major == nullptr) {
-    layouts.row_major = CastAs(x2d, cast, power_of_2_scales, split_dim, options);
-  } else {
-    layouts = CastAsBothLayouts(x2d, cast, power_of_2_scales, split_dim, options);
-    *column_major = layouts.column_major;
-  }
+  layouts.row_major = CastForForward(x2d, cast, power_of_2_scales, split_dim, options,
+                                     column_major != nullptr ? &layouts.column_major : nullptr);
+  if (column_major != nullptr) *column_major = layouts.column_major;
   g_last_input_cast.Store(x, key, layouts);
   return layouts.row_major;
 }
