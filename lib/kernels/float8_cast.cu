@@ -12,6 +12,28 @@
 namespace titan {
 namespace {
 
+using Float8 = __nv_fp8_storage_t;
+
+// Elements col .. col + K - 1 of row `row` cast to float8: one scale load unless the scale varies
+// along the row (per-column scales). Round to nearest even, as LibTorch's casts; saturation
+// already happened.
+template <typename T, int K>
+__device__ __forceinline__ Pack<Float8, K> CastVector(const Pack<T, K>& in,
+                                                      const float* __restrict__ scale, int64_t row,
+                                                      int64_t col, int64_t row_stride,
+                                                      int64_t col_stride,
+                                                      __nv_fp8_interpretation_t format, float max) {
+  Pack<Float8, K> out;
+  float s = scale[ScaleIndex(row, col, row_stride, col_stride)];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (col_stride != 0 && k > 0) s = scale[ScaleIndex(row, col + k, row_stride, col_stride)];
+    out.v[k] =
+        __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(in.v[k]), s, max), __NV_SATFINITE, format);
+  }
+  return out;
+}
+
 // K consecutive elements a thread an access (K divides cols: LaunchRowsInChunks' 16-byte loads, K
 // bytes stored), or one.
 template <typename T, int K>
@@ -19,25 +41,13 @@ __global__ void ScaledCastKernel(const T* __restrict__ x, const float* __restric
                                  int64_t rows, int64_t cols, int64_t row_stride, int64_t col_stride,
                                  __nv_fp8_interpretation_t format, float max,
                                  __nv_fp8_storage_t* __restrict__ out) {
-  using In = Pack<T, K>;
-  using Out = Pack<__nv_fp8_storage_t, K>;
   const int64_t chunks = cols / K;
   for (int64_t row = FirstRow(); row < rows; row += RowStride()) {
-    const In* x_row = reinterpret_cast<const In*>(x + row * cols);
-    Out* out_row = reinterpret_cast<Out*>(out + row * cols);
+    const auto* x_row = reinterpret_cast<const Pack<T, K>*>(x + row * cols);
+    auto* out_row = reinterpret_cast<Pack<Float8, K>*>(out + row * cols);
     for (int64_t chunk = FirstInRow(); chunk < chunks; chunk += InRowStride()) {
-      const In in = x_row[chunk];
-      Out cast;
-      float s = scale[ScaleIndex(row, chunk * K, row_stride, col_stride)];
-#pragma unroll
-      for (int k = 0; k < K; ++k) {
-        if (col_stride != 0 && k > 0)
-          s = scale[ScaleIndex(row, chunk * K + k, row_stride, col_stride)];
-        // Round to nearest even, as LibTorch's casts; saturation already happened.
-        cast.v[k] =
-            __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(in.v[k]), s, max), __NV_SATFINITE, format);
-      }
-      out_row[chunk] = cast;
+      out_row[chunk] = CastVector<T, K>(x_row[chunk], scale, row, chunk * K, row_stride, col_stride,
+                                        format, max);
     }
   }
 }
@@ -88,11 +98,6 @@ constexpr int kVectorsPerTileRow = kWideTile / kVector;
 constexpr int kSlotsPerThread = kWideTile * kVectorsPerTileRow / kWideThreads;
 static_assert(kSlotsPerThread * kWideThreads == kWideTile * kVectorsPerTileRow, "whole slots");
 
-// Byte k of a vector's cast at bits 8k of its word k / 4: memory order on a little-endian GPU.
-__device__ __forceinline__ void PutByte(uint32_t (&packed)[2], int k, uint32_t byte) {
-  packed[k / 4] |= byte << (8 * (k % 4));
-}
-
 template <typename T>
 __global__ void __launch_bounds__(kWideThreads)
     ScaledCastBothLayoutsWideKernel(const T* __restrict__ x, const float* __restrict__ scale,
@@ -121,19 +126,13 @@ __global__ void __launch_bounds__(kWideThreads)
       const int r = slot / kVectorsPerTileRow, c = (slot % kVectorsPerTileRow) * kVector;
       const int64_t row = tile_row + r, col = tile_col + c;
       if (row >= rows || col >= cols) continue;
-      uint32_t packed[2] = {0, 0};
-      float s = scale[ScaleIndex(row, col, row_stride, col_stride)];
-#pragma unroll
-      for (int k = 0; k < kVector; ++k) {
-        // One scale a vector unless it varies along the row (per-column scales).
-        if (col_stride != 0 && k > 0) s = scale[ScaleIndex(row, col + k, row_stride, col_stride)];
-        PutByte(packed, k,
-                __nv_cvt_float_to_fp8(ScaleSaturate(ToFloat(in[i].v[k]), s, max), __NV_SATFINITE,
-                                      format));
-      }
-      *reinterpret_cast<uint2*>(out + row * cols + col) = make_uint2(packed[0], packed[1]);
-      *reinterpret_cast<uint32_t*>(&tile[r][c]) = packed[0];
-      *reinterpret_cast<uint32_t*>(&tile[r][c + 4]) = packed[1];
+      const Pack<Float8, kVector> cast =
+          CastVector<T, kVector>(in[i], scale, row, col, row_stride, col_stride, format, max);
+      *reinterpret_cast<Pack<Float8, kVector>*>(out + row * cols + col) = cast;
+      // Tile rows are 4-byte aligned: the 8 bytes as two words.
+      const uint2 words = *reinterpret_cast<const uint2*>(&cast);
+      *reinterpret_cast<uint32_t*>(&tile[r][c]) = words.x;
+      *reinterpret_cast<uint32_t*>(&tile[r][c + 4]) = words.y;
     }
     __syncthreads();
     // Write the transpose: slot = (tile column, 8 rows of it), 8 bytes of a row of out_t.
@@ -143,10 +142,10 @@ __global__ void __launch_bounds__(kWideThreads)
       const int c = slot / kVectorsPerTileRow, r = (slot % kVectorsPerTileRow) * kVector;
       const int64_t row = tile_row + r, col = tile_col + c;
       if (row >= rows || col >= cols) continue;
-      uint32_t packed[2] = {0, 0};
+      Pack<Float8, kVector> column;
 #pragma unroll
-      for (int k = 0; k < kVector; ++k) PutByte(packed, k, tile[r + k][c]);
-      *reinterpret_cast<uint2*>(out_t + col * rows + row) = make_uint2(packed[0], packed[1]);
+      for (int k = 0; k < kVector; ++k) column.v[k] = tile[r + k][c];
+      *reinterpret_cast<Pack<Float8, kVector>*>(out_t + col * rows + row) = column;
     }
     __syncthreads();
   }
