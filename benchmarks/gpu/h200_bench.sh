@@ -160,7 +160,7 @@ stage ops 90 python3 op_bench.py "$OUT/ops.json"
 # The head fused with the loss, 2048 tokens' logits at a time: speed and peak memory vs titan_8b8l.
 stage titan_8b8l_fused_loss 120 titan titan_8b8l_fused_loss "${llama8b8l[@]}" \
   --training.loss_chunk_size=2048
-# Without titan's CUDA kernels (RoPE, SwiGLU): what they buy, on the same run.
+# Without titan's CUDA fast paths ([compile] fused_kernels = false): what they buy, same run.
 [[ -z ${unfused_ran:-} ]] &&
   stage titan_8b8l_unfused 120 titan titan_8b8l_unfused "${llama8b8l[@]}" "${unfused[@]}"
 # Op-level selective checkpointing (the 8B config's AC): what recomputation costs, what it saves,
@@ -174,7 +174,7 @@ profile=(--profiling.profile_freq=10 --training.steps=10)
 stage profile_titan 60 titan "$work/profile_titan" "${llama8b8l[@]}" "${profile[@]}" \
   --profiling.enable_profiling=true
 stage profile_titan_float8 60 titan "$work/profile_titan_float8" "${llama8b8l[@]}" \
-  --model.converters=float8 --float8.filter_fqns=output "${profile[@]}" \
+  "${float8[@]}" "${profile[@]}" \
   --profiling.enable_profiling=true
 # tyro's booleans take no value.
 stage profile_torchtitan_compiled 120 "${torchtitan[@]}" --compile.enable \
