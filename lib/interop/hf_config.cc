@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/model/transformer_args.h"
 #include "lib/util/json_fields.h"
 #include "lib/util/status_macros.h"
 
@@ -161,13 +162,7 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const std::stri
     rope.mscale = rope.mscale_all_dim = rope.attention_factor = 0;
     rope.truncate = true;
     TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "factor", where, rope.factor));
-    TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "beta_fast", where, rope.beta_fast));
-    TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "beta_slow", where, rope.beta_slow));
-    TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "mscale", where, rope.mscale));
-    TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "mscale_all_dim", where, rope.mscale_all_dim));
-    TITAN_RETURN_IF_ERROR(
-        ReadOptionalField(params, "attention_factor", where, rope.attention_factor));
-    TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "truncate", where, rope.truncate));
+    TITAN_RETURN_IF_ERROR(ReadYarnFields(params, where, rope));
     if (rope.beta_fast == 0) rope.beta_fast = kYarnBetaFast;
     if (rope.beta_slow == 0) rope.beta_slow = kYarnBetaSlow;
   }

@@ -51,13 +51,7 @@ absl::Status ReadRope(const json& object, const std::string& source, RopeConfig&
   TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "low_freq_factor", source, rope.low_freq_factor));
   TITAN_RETURN_IF_ERROR(
       ReadOptionalField(object, "high_freq_factor", source, rope.high_freq_factor));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "beta_fast", source, rope.beta_fast));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "beta_slow", source, rope.beta_slow));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "mscale", source, rope.mscale));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "mscale_all_dim", source, rope.mscale_all_dim));
-  TITAN_RETURN_IF_ERROR(
-      ReadOptionalField(object, "attention_factor", source, rope.attention_factor));
-  return ReadOptionalField(object, "truncate", source, rope.truncate);
+  return ReadYarnFields(object, source, rope);
 }
 
 json RopeToJson(const RopeConfig& rope) {
@@ -106,6 +100,16 @@ bool SameRope(const RopeConfig& a, const RopeConfig& b) {
 }
 
 }  // namespace
+
+absl::Status ReadYarnFields(const json& object, const std::string& source, RopeConfig& rope) {
+  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "beta_fast", source, rope.beta_fast));
+  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "beta_slow", source, rope.beta_slow));
+  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "mscale", source, rope.mscale));
+  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "mscale_all_dim", source, rope.mscale_all_dim));
+  TITAN_RETURN_IF_ERROR(
+      ReadOptionalField(object, "attention_factor", source, rope.attention_factor));
+  return ReadOptionalField(object, "truncate", source, rope.truncate);
+}
 
 int64_t FeedForwardHiddenDim(int64_t dim, int64_t multiple_of, double ffn_dim_multiplier) {
   int64_t hidden = 2 * (4 * dim) / 3;

@@ -90,6 +90,11 @@ absl::StatusOr<TransformerArgs> TransformerArgsFromJson(const nlohmann::json& js
                                                         const TransformerArgs& base,
                                                         const std::string& source);
 
+// YaRN's optional keys (beta_fast, beta_slow, mscale, mscale_all_dim, attention_factor, truncate):
+// the same names in titan's `rope` object and in HF's rope_scaling. Absent keys keep `rope`'s.
+absl::Status ReadYarnFields(const nlohmann::json& object, const std::string& source,
+                            RopeConfig& rope);
+
 // Whether two architectures build the same model (vocab_size and max_seq_len aside).
 bool SameArchitecture(const TransformerArgs& a, const TransformerArgs& b);
 
