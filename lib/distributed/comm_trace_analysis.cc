@@ -1,5 +1,6 @@
 #include "lib/distributed/comm_trace_analysis.h"
 
+#include <c10/util/Exception.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
@@ -82,6 +83,9 @@ absl::StatusOr<RankDump> ReadDump(const std::string& path) {
           Entry{entry.at("profiling_name").toStringRef(), entry.at("state").toStringRef(),
                 SizesText(entry.at("input_sizes")), SizesText(entry.at("output_sizes"))};
     }
+  } catch (const c10::Error& e) {  // without the C++ backtrace what() appends
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a flight-recorder dump: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat(path, ": not a flight-recorder dump: ", e.what()));
   }

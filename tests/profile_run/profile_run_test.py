@@ -262,6 +262,23 @@ class ProfileRunTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("profile_run: [training] steps=3: profile_run needs warmup + active = 5 steps",
                       proc.stderr)
+        dumps = os.path.join(self.tmp, "garbage_dumps")
+        os.makedirs(dumps, exist_ok=True)
+        with open(os.path.join(dumps, "rank_0"), "w") as f:
+            f.write("garbage\n")
+        # Each refusal: exit 1 and one line saying what was expected, before any work.
+        for args, message in [
+                (["--profile.gzip=yes"], '--profile.gzip: expected true or false, got "yes"'),
+                (["--out="], "--out: expected --out=DIR"),
+                ([f"--analyze_comm_trace={dumps}", "--json"],
+                 "--analyze_comm_trace takes only --comm_trace_prefix, got --json"),
+                ([f"--out={out}", "--comm_trace_prefix=r"],
+                 "--comm_trace_prefix applies to --analyze_comm_trace only"),
+                ([f"--analyze_comm_trace={dumps}"], "rank_0: not a flight-recorder dump: ")]:
+            proc = subprocess.run([PROFILE_RUN, *args], capture_output=True, text=True, timeout=60)
+            self.assertEqual(proc.returncode, 1, args)
+            self.assertIn(message, proc.stderr)
+            self.assertNotIn("frame #", proc.stderr)  # no C++ backtrace
 
     def test_titan_train_traces_every_profile_freq_steps(self):
         dump = os.path.join(self.tmp, "train")

@@ -43,9 +43,20 @@ absl::Status ParseInt(absl::string_view flag, absl::string_view value, int* out)
   return absl::OkStatus();
 }
 
+absl::Status ParseBool(absl::string_view flag, absl::string_view value, bool* out) {
+  if (value != "true" && value != "false") {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": expected true or false, got \"", value, "\""));
+  }
+  *out = value == "true";
+  return absl::OkStatus();
+}
+
 // profile_run's own flags (--flag=value); the rest stays for the job config.
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags flags;
+  bool prefix_given = false;
+  std::string profile_arg;  // the first argument only profiling reads
   for (int i = 1; i < argc; ++i) {
     const absl::string_view arg = argv[i];
     const size_t eq = arg.find('=');
@@ -59,18 +70,30 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else if (name == "--profile.active") {
       status = ParseInt(name, value, &flags.profile.active);
     } else if (name == "--profile.gzip") {
-      flags.profile.gzip = eq == absl::string_view::npos || value == "true";
+      status = ParseBool(name, eq == absl::string_view::npos ? "true" : value, &flags.profile.gzip);
     } else if (name == "--analyze_comm_trace") {
       flags.analyze_comm_trace = std::string(value);
     } else if (name == "--comm_trace_prefix") {
       flags.comm_trace_prefix = std::string(value);
+      prefix_given = true;
     } else {
       flags.job_args.emplace_back(arg);
     }
     if (!status.ok()) return status;
     if ((name == "--out" || name == "--analyze_comm_trace") && value.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": expected --", name, "=DIR"));
+      return absl::InvalidArgumentError(absl::StrCat(name, ": expected ", name, "=DIR"));
     }
+    if (name != "--analyze_comm_trace" && name != "--comm_trace_prefix") {
+      profile_arg = profile_arg.empty() ? std::string(arg) : profile_arg;
+    }
+  }
+  // A flag the chosen mode would not read is refused, not ignored.
+  if (!flags.analyze_comm_trace.empty() && !profile_arg.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--analyze_comm_trace takes only --comm_trace_prefix, got ", profile_arg));
+  }
+  if (flags.analyze_comm_trace.empty() && prefix_given) {
+    return absl::InvalidArgumentError("--comm_trace_prefix applies to --analyze_comm_trace only");
   }
   return flags;
 }
