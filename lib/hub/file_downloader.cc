@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <optional>
 #include <vector>
 
@@ -164,7 +165,11 @@ bool FileDownloader::IsRetryable(const absl::Status& status) {
 }
 
 void FileDownloader::Note(const std::string& path, const std::string& message) {
-  if (progress_ != nullptr) progress_->Note(path, message);
+  if (progress_ != nullptr) {
+    progress_->Note(path, message);
+  } else if (options_.progress_out != nullptr) {  // before any transfer: the listing's retries
+    std::fprintf(options_.progress_out, "%s: %s\n", path.c_str(), message.c_str());
+  }
 }
 
 bool FileDownloader::IsUpToDate(const RemoteFile& file) {

@@ -93,12 +93,17 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
     absl::StatusOr<std::string> fetched = downloader.FetchListing(main_client);
     if (!fetched.ok()) return finish(fetched.status());
     listing = *std::move(fetched);
+  }
+  // A listing that does not parse names where it came from, and is not kept for --offline.
+  absl::StatusOr<RepoSnapshot> snapshot = ParseRepoInfo(
+      listing, options.offline ? listing_path
+                               : RepoInfoUrl(options.endpoint, options.repo_id, options.revision));
+  if (!snapshot.ok()) return finish(snapshot.status());
+  if (!options.offline) {
     if (absl::Status status = WriteFileAtomically(listing_path, listing); !status.ok()) {
       return finish(status);
     }
   }
-  absl::StatusOr<RepoSnapshot> snapshot = ParseRepoInfo(listing, listing_path);
-  if (!snapshot.ok()) return finish(snapshot.status());
   report.commit = snapshot->commit;
   downloader.set_commit(snapshot->commit);
 

@@ -187,6 +187,7 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assert_identical("model", [SHARD1, SHARD2, "config.json"])
         self.assertIn("HTTP 503", result.stderr)
+        self.assertIn("listing: retry 2: ", result.stderr)  # the listing's retries are shown too
         retries = {f["path"]: f["retries"] for f in summary["files"]}
         self.assertEqual(retries[SHARD1], 3)
         self.assertEqual(retries["config.json"], 1)
@@ -297,6 +298,15 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertIn('file "generation_config.json" not found at revision main', entry.stderr)
         self.assertEqual({f["path"]: f["status"] for f in summary["files"]},
                          {"config.json": "downloaded", "generation_config.json": "failed"})
+
+    def test_listing_that_is_not_json_names_the_url_and_is_not_kept(self):
+        self.serve(listing_body="<html>maintenance</html>")
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=config")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("/api/models/org/model/revision/main?blobs=true: expected a JSON object", result.stderr)
+        self.assertEqual(summary["status"], "error")
+        saved = [name for _, _, names in os.walk(self.local_dir) for name in names]
+        self.assertEqual(saved, [])  # nothing for a later --offline run to trust
 
     def test_unsafe_remote_names_are_refused(self):
         for name in ["../escape.txt", "/etc/passwd", "a/../../escape.txt"]:

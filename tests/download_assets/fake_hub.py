@@ -9,6 +9,7 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   drop_every: int                  storage cuts every response at each multiple of this offset
   errors: {path: [status, ...]}    resolve answers these statuses first, one per request
   listing_errors: [status, ...]    the listing answers these statuses first
+  listing_body: str                the listing answers 200 with this body instead
   trickle: {path: seconds}         first storage response of path dribbles bytes, then hangs up
   corrupt: {path: count}           first `count` responses of path have one byte flipped
   extra_siblings: {repo_id: [name]}  names added to the listing (unsafe-name tests)
@@ -148,6 +149,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
             status = repos.pop({"l": repos.listing_errors}, "l")
             if status is not None:
                 return self.reply(status, b"temporarily unavailable")
+            if "listing_body" in repos.config:
+                return self.reply(200, repos.config["listing_body"].encode())
             return self.listing(repo_id, revision)
         if len(parts) >= 6 and parts[3] == "resolve":
             repo_id, revision, path = f"{parts[1]}/{parts[2]}", parts[4], "/".join(parts[5:])
