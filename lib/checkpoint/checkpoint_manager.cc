@@ -345,6 +345,20 @@ absl::StatusOr<int64_t> CheckpointManager::LatestStep() const {
   return steps.back();
 }
 
+absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideStepsAfter(int64_t step) const {
+  TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListSteps());
+  const std::vector<int64_t> newer(std::upper_bound(steps.begin(), steps.end(), step), steps.end());
+  if (ranks_.rank != 0) return newer;
+  for (const int64_t abandoned : newer) {
+    const std::string dir = StepDirectory(abandoned);
+    const std::string aside = absl::StrCat(dir, ".abandoned-", ranks_.run_id);
+    if (::rename(dir.c_str(), aside.c_str()) != 0) return ErrnoError("rename to " + aside, dir);
+    LOG(WARNING) << "Set aside " << dir << " as " << aside << ": newer than the step this run "
+                 << "resumed from (load_step " << step << "); rename it back to resume it";
+  }
+  return newer;
+}
+
 absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) const {
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(root_));
   for (const std::string& name : names) {

@@ -78,6 +78,12 @@ class CheckpointManager {
   // The newest committed step; NotFound when there is none.
   absl::StatusOr<int64_t> LatestStep() const;
 
+  // Renames the committed steps after `step` to step-<N>.abandoned-<run id> (rank 0; the other
+  // ranks rename nothing): a run resumed from an earlier step (load_step) starts a new timeline,
+  // and a later resume must take its saves, not the old timeline's newer steps. Returns those
+  // steps.
+  absl::StatusOr<std::vector<int64_t>> SetAsideStepsAfter(int64_t step) const;
+
   // Loads a step as whole CPU tensors (pieces joined), in the order they were saved.
   // verify_checksums re-reads every piece's bytes against the manifest's CRC-32.
   absl::StatusOr<CheckpointState> Load(int64_t step, bool verify_checksums = true) const;

@@ -105,6 +105,22 @@ TEST(CheckpointManagerTest, KeepLatestKDeletesOlderSteps) {
   EXPECT_THAT(*keep_all.ListSteps(), ElementsAre(4, 5, 6));
 }
 
+TEST(CheckpointManagerTest, StepsAfterARolledBackStepAreSetAsideNotDeleted) {
+  const std::string root = TestRoot();
+  CheckpointManager manager(root, /*keep_latest_k=*/3, CheckpointRanks{0, 1, "run2"});
+  for (int step = 2; step <= 6; step += 2)
+    ASSERT_TRUE(manager.Save(step, MakeState(step), false).ok());
+  EXPECT_THAT(*manager.SetAsideStepsAfter(2), ElementsAre(4, 6));
+  // The rolled-back run's saves are the newest now, and keep_latest_k counts only them.
+  ASSERT_TRUE(manager.Save(3, MakeState(3), false).ok());
+  EXPECT_EQ(*manager.LatestStep(), 3);
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(2, 3));
+  ExpectSameTensors(manager.Load(3)->model, MakeState(3).model);
+  EXPECT_TRUE(IsDirectory(root + "/step-6.abandoned-run2"));  // kept, under another name
+  EXPECT_TRUE(IsDirectory(root + "/step-4.abandoned-run2"));
+  EXPECT_THAT(*manager.SetAsideStepsAfter(3), ElementsAre());
+}
+
 TEST(CheckpointManagerTest, ModelOnlyLeavesOutTheOptimizer) {
   CheckpointManager manager(TestRoot(), 0);
   const CheckpointState state = MakeState(3);

@@ -97,7 +97,7 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
     TITAN_RETURN_IF_ERROR(
         manager_->LoadInto(step, model, nullptr, nullptr, boxes, /*verify_checksums=*/true, partial));
     LOG(INFO) << "loaded model weights from seed checkpoint " << dir << "; training starts at 0";
-    return absl::OkStatus();
+    return SetAsideNewerSteps(step);
   }
   // The optimizer's zero state gives LoadInto tensors of the right shapes to fill in place. Each
   // rank reads the rows it holds from whichever saved pieces overlap them.
@@ -125,7 +125,13 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
             << (excluded_.empty() ? ""
                                   : absl::StrCat(" (not loaded: ", absl::StrJoin(excluded_, ", "),
                                                  ")"));
-  return absl::OkStatus();
+  return SetAsideNewerSteps(step);
+}
+
+absl::Status TrainCheckpointer::SetAsideNewerSteps(int64_t step) const {
+  // Only an explicit load_step can resume from before the newest step.
+  if (config_.checkpoint().load_step() < 0) return absl::OkStatus();
+  return manager_->SetAsideStepsAfter(step).status();
 }
 
 NamedTensors TrainCheckpointer::PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const {

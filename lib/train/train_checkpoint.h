@@ -50,7 +50,9 @@ class TrainCheckpointer {
 
   // Loads [checkpoint] load_step (default the newest) into the parts and `state`; OK without
   // doing anything when the folder holds none. A model-only checkpoint loads only at step 0 (a
-  // seed checkpoint, as torchtitan); later ones are exports, refused with what to do instead.
+  // seed checkpoint, as torchtitan); later ones are exports, refused with what to do instead. A
+  // load_step before the newest step sets the newer ones aside (CheckpointManager::
+  // SetAsideStepsAfter), so that a later resume continues this run.
   absl::Status Resume(TrainState& state);
   // Saves `state` and the parts at state.step; model_only: the consolidated final weights (in
   // export_dtype, and as Hugging Face files with last_save_in_hf). With async_mode=async the
@@ -64,6 +66,7 @@ class TrainCheckpointer {
                     std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts,
                     absl::flat_hash_set<std::string> excluded);
   NamedTensors ModelState() const;
+  absl::Status SetAsideNewerSteps(int64_t step) const;
   // What this rank saves of `local`: its pieces in the first replica group (a piece several
   // tensor-parallel ranks hold, from the first of them), whole tensors on the rank at data-, context-
   // and tensor-parallel position 0 of each pipeline stage.

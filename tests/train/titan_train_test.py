@@ -73,6 +73,17 @@ class TitanTrainTest(unittest.TestCase):
         # Bitwise: the JSON holds each loss with round-trip precision.
         self.assertEqual(got, want)
 
+        # Rolling back to step 20 sets the later steps aside, so the next resume takes this run's.
+        run_train(full, "--training.steps=25", "--checkpoint.load_step=20",
+                  "--checkpoint.keep_latest_k=0", "--validation.enable=false")
+        names = sorted(os.listdir(os.path.join(full, "checkpoint")))
+        self.assertIn("step-25", names)
+        self.assertNotIn("step-40", names)
+        self.assertEqual(len([n for n in names if n.startswith("step-40.abandoned-")]), 1, names)
+        proc = run_train(full, "--training.steps=26", "--checkpoint.keep_latest_k=0",
+                         "--validation.enable=false")
+        self.assertIn("resumed from checkpoint step-25", proc.stderr)
+
     def test_sigterm_finishes_step_saves_and_exits_zero(self):
         dump = self.dump("sigterm")
         cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
