@@ -120,12 +120,18 @@ absl::Status CheckDestinations(const NamedTensors& destinations,
   for (const auto& [name, unused] : saved) {
     if (!partial && wanted.count(name) == 0) unexpected.push_back(name);
   }
+  // The first few of each list: a whole other architecture would list hundreds of names.
+  const auto few = [](const std::vector<std::string>& names, absl::string_view separator) {
+    constexpr size_t kShown = 6;
+    if (names.size() <= kShown) return absl::StrJoin(names, separator);
+    return absl::StrCat(absl::StrJoin(names.begin(), names.begin() + kShown, separator), separator,
+                        "... (", names.size(), " in all)");
+  };
   std::vector<std::string> problems;
-  if (!missing.empty()) problems.push_back("missing keys: " + absl::StrJoin(missing, ", "));
-  if (!unexpected.empty())
-    problems.push_back("unexpected keys: " + absl::StrJoin(unexpected, ", "));
-  if (!duplicated.empty()) problems.push_back("duplicate keys: " + absl::StrJoin(duplicated, ", "));
-  if (!mismatched.empty()) problems.push_back("shape mismatch: " + absl::StrJoin(mismatched, "; "));
+  if (!missing.empty()) problems.push_back("missing keys: " + few(missing, ", "));
+  if (!unexpected.empty()) problems.push_back("unexpected keys: " + few(unexpected, ", "));
+  if (!duplicated.empty()) problems.push_back("duplicate keys: " + few(duplicated, ", "));
+  if (!mismatched.empty()) problems.push_back("shape mismatch: " + few(mismatched, "; "));
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(source, ": ", absl::StrJoin(problems, "; ")));
 }

@@ -26,6 +26,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // A fresh directory per test.
 std::string TestRoot() { return TestDir("root"); }
@@ -338,6 +339,17 @@ TEST(CheckpointManagerTest, PartialLoadIntoFillsAPipelineStagesShareOfTheModel) 
   stage[0].first = "layers.7.attention.wq.weight";
   EXPECT_THAT(manager.LoadInto(4, stage, nullptr, nullptr, {}, true, true).message(),
               HasSubstr("missing keys: layers.7.attention.wq.weight"));
+}
+
+TEST(CheckpointManagerTest, LongKeyListsAreCutToTheFirstFew) {
+  CheckpointManager manager(TestRoot(), 0);
+  ASSERT_TRUE(manager.Save(1, MakeState(1), false).ok());
+  NamedTensors other;
+  for (int i = 0; i < 40; ++i) other.emplace_back(absl::StrCat("other.", i), at::zeros({2}));
+  const std::string message(manager.LoadInto(1, other, nullptr, nullptr).message());
+  EXPECT_THAT(message, HasSubstr("missing keys: other.0, other.1, other.2, other.3, other.4, "
+                                 "other.5, ... (40 in all)"));
+  EXPECT_THAT(message, Not(HasSubstr("other.6")));
 }
 
 TEST(CheckpointManagerTest, RngStateSurvivesSaveAndLoad) {
