@@ -155,8 +155,10 @@ absl::Status PackedTextDataset::ReadDocument() {
       documents_in_epoch_ = 0;
       file_index_ = 0;
       file_position_ = {};
-      LOG(WARNING) << "Dataset " << options_.path << " is being re-looped: starting epoch "
-                   << epoch_ << " (0-based)";
+      // At epochs 1, 2, 4, 8, ...: a tiny dataset would otherwise log a line per pass.
+      LOG_IF(WARNING, (epoch_ & (epoch_ - 1)) == 0)
+          << "Dataset " << options_.path << " is being re-looped: starting epoch " << epoch_
+          << " (0-based; later passes are logged at powers of two)";
     }
     if (reader_ == nullptr) {
       absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
