@@ -1,5 +1,6 @@
 #include "lib/data/json_document_reader.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -72,6 +73,13 @@ absl::StatusOr<std::unique_ptr<JsonDocumentReader>> JsonDocumentReader::Open(
     if (gzseek(file, position.byte_offset, SEEK_SET) != position.byte_offset) {
       return absl::DataLossError(
           absl::StrCat(path, ": seek to byte ", position.byte_offset, " failed: ", GzError(file)));
+    }
+    // A plain file seeks past its end without complaint; reading there would end the file early.
+    struct stat st;
+    if (gzdirect(file) && ::stat(path.c_str(), &st) == 0 && st.st_size < position.byte_offset) {
+      return absl::DataLossError(absl::StrCat(path, ": position ", position.byte_offset,
+                                              " is past the end of the file (", st.st_size,
+                                              " bytes)"));
     }
     reader->offset_ = position.byte_offset;
     reader->line_ = position.line;

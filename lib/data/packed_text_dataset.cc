@@ -163,11 +163,12 @@ absl::Status PackedTextDataset::ReadDocument() {
     if (reader_ == nullptr) {
       absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
           JsonDocumentReader::Open(files_[file_index_], options_.text_field, file_position_);
-      if (!reader.ok()) return reader.status();
+      if (!reader.ok()) return ResumeHint(reader.status());
       reader_ = std::move(*reader);
     }
     absl::StatusOr<std::optional<std::string>> text = reader_->Next();
-    if (!text.ok()) return text.status();
+    if (!text.ok()) return ResumeHint(text.status());
+    resumed_at_ = std::nullopt;
     if (!text->has_value()) {
       reader_.reset();
       ++file_index_;
@@ -180,6 +181,13 @@ absl::Status PackedTextDataset::ReadDocument() {
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     return absl::OkStatus();
   }
+}
+
+absl::Status PackedTextDataset::ResumeHint(const absl::Status& status) const {
+  if (!resumed_at_.has_value()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(status.message(), " (reading on from byte ", *resumed_at_,
+                                   " as the checkpoint recorded: has the file changed since?)"));
 }
 
 nlohmann::json PackedTextDataset::StateDict() const {
@@ -250,6 +258,8 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
   epoch_ = *epoch;
   file_index_ = *file_index;
   file_position_ = {*byte_offset, *line};
+  resumed_at_ = file_position_.byte_offset > 0 ? std::optional<int64_t>(file_position_.byte_offset)
+                                               : std::nullopt;
   reader_.reset();
   documents_in_epoch_ = *documents;
   windows_consumed_ = *windows;

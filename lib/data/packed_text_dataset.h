@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,8 @@ class PackedTextDataset {
   absl::Status TakeWindow(std::vector<int32_t>* window);
   // Appends the next document's tokens, moving on to the next file or epoch as needed.
   absl::Status ReadDocument();
+  // `status` saying that the file may have changed, while reading on from a loaded state.
+  absl::Status ResumeHint(const absl::Status& status) const;
 
   const TextDatasetOptions options_;
   const Tokenizer* const tokenizer_;
@@ -78,6 +81,8 @@ class PackedTextDataset {
   int64_t file_index_ = 0;  // == files_.size() once a finite dataset is exhausted
   DocumentPosition file_position_;
   std::unique_ptr<JsonDocumentReader> reader_;  // on files_[file_index_] at file_position_, or null
+  // The saved byte offset LoadStateDict resumed at, until a document is read from there.
+  std::optional<int64_t> resumed_at_;
   int64_t documents_in_epoch_ = 0;
   int64_t windows_consumed_ = 0;  // global windows, every rank's
   std::vector<int32_t> tokens_;   // tokens read but not yet windowed start at tokens_start_

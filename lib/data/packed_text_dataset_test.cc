@@ -282,6 +282,33 @@ TEST(PackedTextDatasetTest, RejectsAStateThatDoesNotMatch) {
   EXPECT_EQ(dataset->StateDict(), state);
 }
 
+TEST(PackedTextDatasetTest, AFileChangedSinceTheStateIsNamedAsThePossibleCause) {
+  const std::string dir = FreshTestDir("changed");
+  WriteTestFile(dir + "/a.jsonl", JsonLines(MakeTexts(40)));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(Options(dir, 8), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  ReadWindows(*dataset, 12);
+  const nlohmann::json state = dataset->StateDict();
+  ASSERT_GT(state["byte_offset"].get<int64_t>(), 0);
+  // Another corpus under the same name: the saved offset falls inside a line.
+  WriteTestFile(dir + "/a.jsonl", "{\"text\": \"" + std::string(4000, 'x') + "\"}\n");
+  std::unique_ptr<PackedTextDataset> restored = OpenOrDie(Options(dir, 8), &tokenizer);
+  ASSERT_NE(restored, nullptr);
+  ASSERT_TRUE(restored->LoadStateDict(state).ok());
+  const std::string hint =
+      absl::StrCat("(reading on from byte ", state["byte_offset"].dump(),
+                   " as the checkpoint recorded: has the file changed since?)");
+  EXPECT_THAT(restored->NextWindow().status().message(), HasSubstr(hint));
+  // A shorter file: the offset is past its end, where reading would silently end the file.
+  WriteTestFile(dir + "/a.jsonl", "{\"text\": \"x\"}\n");
+  restored = OpenOrDie(Options(dir, 8), &tokenizer);
+  ASSERT_TRUE(restored->LoadStateDict(state).ok());
+  const std::string message(restored->NextWindow().status().message());
+  EXPECT_THAT(message, HasSubstr("is past the end of the file (14 bytes)"));
+  EXPECT_THAT(message, HasSubstr(hint));
+}
+
 TEST(PackedTextDatasetTest, MalformedLineNamesFileAndLine) {
   const std::string dir = FreshTestDir("malformed");
   WriteTestFile(dir + "/a.jsonl", JsonLines({"fine"}));
