@@ -1,5 +1,7 @@
 #include "lib/rl/rl_config.h"
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace titan {
@@ -51,8 +53,15 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
     rl.set_clip_range_high(rl.algorithm() == "dapo" ? 0.28 : rl.clip_range());
   }
   if (!rl.has_dynamic_sampling() && rl.algorithm() == "dapo") rl.set_dynamic_sampling(true);
-  if (rl.reward() == "command" && rl.reward_command().empty()) {
-    return absl::InvalidArgumentError("[rl] reward = \"command\" needs [rl] reward_command");
+  if ((rl.reward() == "command") != !rl.reward_command().empty()) {
+    return absl::InvalidArgumentError(
+        "[rl] reward = \"command\" and [rl] reward_command: set both or neither");
+  }
+  if (rl.reward() != "command" &&
+      rl.reward_timeout_seconds() != JobConfig::Rl().reward_timeout_seconds()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[rl] reward_timeout_seconds = ", rl.reward_timeout_seconds(),
+        ": only reward = \"command\" has a timeout, reward is \"", rl.reward(), "\"; remove it"));
   }
   if ((rl.reward() == "reward_model") != !rl.reward_model_path().empty()) {
     return absl::InvalidArgumentError(
@@ -60,6 +69,16 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
   }
   if (rl.task().empty() && rl.prompts_path().empty()) {
     return absl::InvalidArgumentError("[rl] needs prompts_path or a bundled task");
+  }
+  if (rl.max_new_tokens() >= rl.max_seq_len()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[rl] max_new_tokens = ", rl.max_new_tokens(), " must be below max_seq_len = ",
+                     rl.max_seq_len(), " (prompt + response tokens), leaving room for the prompt"));
+  }
+  if (!absl::StrContains(rl.chat_template(), "{prompt}")) {
+    return absl::InvalidArgumentError(absl::StrCat("[rl] chat_template = \"",
+                                                   absl::CEscape(rl.chat_template()),
+                                                   "\": expected a {prompt} placeholder"));
   }
   if (rl.overlong_buffer_len() >= rl.max_new_tokens()) {
     return absl::InvalidArgumentError(absl::StrCat(

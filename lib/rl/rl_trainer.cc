@@ -155,7 +155,8 @@ TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
   const std::vector<int32_t> ids =
       tokenizer_->Encode(ApplyChatTemplate(rl_.chat_template(), prompt), true, false);
   // Prompts too long for a response are cut from the left (the question is usually last).
-  const size_t room = static_cast<size_t>(std::max(1, rl_.max_seq_len() - rl_.max_new_tokens()));
+  // RlJobConfig keeps max_new_tokens below max_seq_len: room is at least one token.
+  const size_t room = static_cast<size_t>(rl_.max_seq_len() - rl_.max_new_tokens());
   const size_t skip = ids.size() > room ? ids.size() - room : 0;
   return TokenIds(ids.begin() + skip, ids.end());
 }
