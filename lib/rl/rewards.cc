@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/ascii.h"
@@ -66,6 +67,17 @@ double VerifierReward(const std::string& kind, const std::string& response,
   if (kind == "exact_match") return ExactMatchReward(response, answer);
   if (kind == "format") return FormatReward(response);
   return NumericReward(response, answer);
+}
+
+absl::Status CheckFiniteRewards(const std::vector<double>& rewards, absl::string_view source) {
+  for (size_t i = 0; i < rewards.size(); ++i) {
+    if (!std::isfinite(rewards[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": reward ", i + 1, " of ",
+                                                     rewards.size(), " is ", rewards[i],
+                                                     ", expected a finite number"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
@@ -166,10 +178,11 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
   std::vector<double> rewards;
   for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
     double value = 0;
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(line), &value)) {
+    // SimpleAtod reads "nan" and "inf" too.
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(line), &value) || !std::isfinite(value)) {
       return absl::InvalidArgumentError(absl::StrCat("[rl] reward_command \"", command,
                                                      "\" printed \"", line,
-                                                     "\", expected one number per line"));
+                                                     "\", expected one finite number per line"));
     }
     rewards.push_back(value);
   }

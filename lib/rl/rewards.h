@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace titan {
@@ -29,6 +31,10 @@ double FormatReward(const std::string& response);
 double VerifierReward(const std::string& kind, const std::string& response,
                       const std::string& answer);
 
+// OK when every reward is finite; else an error naming `source` and the first NaN or infinity
+// (one would turn the loss, and then every weight, into NaN).
+absl::Status CheckFiniteRewards(const std::vector<double>& rewards, absl::string_view source);
+
 // One rollout as the scorer command sees it.
 struct ScoredRollout {
   std::string prompt;
@@ -38,8 +44,8 @@ struct ScoredRollout {
 
 // Runs `command` under /bin/sh, writes one JSON object per rollout (prompt, response, answer) to
 // its stdin and reads one reward per line from its stdout. A command that exits non-zero, prints
-// a wrong number of lines or a non-number, or runs past `timeout` (then killed) is an error that
-// names it and quotes its stderr; the caller keeps the rollouts.
+// a wrong number of lines or anything but a finite number, or runs past `timeout` (then killed) is
+// an error that names it and quotes its stderr; the caller keeps the rollouts.
 absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
                                                      const std::vector<ScoredRollout>& rollouts,
                                                      absl::Duration timeout);

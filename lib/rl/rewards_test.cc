@@ -1,6 +1,9 @@
 #include "lib/rl/rewards.h"
 
+#include <cmath>
+
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "lib/rl/examples.h"
 
@@ -57,7 +60,23 @@ TEST(CommandScorerTest, FailuresAreClearErrors) {
                                        absl::Seconds(10));
   EXPECT_TRUE(absl::StrContains(short_output.status().message(), "2 rewards for 1 rollouts"));
   auto not_number = ScoreWithCommand("cat >/dev/null; echo yes", rollouts, absl::Seconds(10));
-  EXPECT_TRUE(absl::StrContains(not_number.status().message(), "expected one number"));
+  EXPECT_TRUE(absl::StrContains(not_number.status().message(), "expected one finite number"));
+  for (const char* printed : {"nan", "inf", "-Infinity", "1e999"}) {
+    auto not_finite = ScoreWithCommand(absl::StrCat("cat >/dev/null; echo ", printed), rollouts,
+                                       absl::Seconds(10));
+    EXPECT_TRUE(absl::StrContains(
+        not_finite.status().message(),
+        absl::StrCat("printed \"", printed, "\", expected one finite number per line")))
+        << printed << ": " << not_finite.status();
+  }
+}
+
+TEST(CheckFiniteRewardsTest, NamesTheFirstNonFiniteReward) {
+  EXPECT_TRUE(CheckFiniteRewards({0, -1.5, 1e300}, "scorer").ok());
+  const absl::Status nan = CheckFiniteRewards({1, std::nan(""), INFINITY}, "scorer");
+  EXPECT_EQ(nan.message(), "scorer: reward 2 of 3 is nan, expected a finite number");
+  EXPECT_EQ(CheckFiniteRewards({-INFINITY}, "scorer").message(),
+            "scorer: reward 1 of 1 is -inf, expected a finite number");
 }
 
 TEST(TaskTest, HeldOutSplitIsDisjointAndAnswersVerify) {

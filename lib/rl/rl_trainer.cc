@@ -215,7 +215,11 @@ absl::StatusOr<std::vector<double>> RlTrainer::Rewards(
   if (reward_model_ != nullptr) {
     std::vector<TokenIds> prompt_ids;
     for (const std::string& prompt : prompts) prompt_ids.push_back(EncodePrompt(prompt));
-    return reward_model_->Score(prompt_ids, generation.responses);
+    TITAN_ASSIGN_OR_RETURN(std::vector<double> scores,
+                           reward_model_->Score(prompt_ids, generation.responses));
+    TITAN_RETURN_IF_ERROR(CheckFiniteRewards(
+        scores, absl::StrCat("[rl] reward_model_path ", rl_.reward_model_path())));
+    return scores;
   }
   if (rl_.reward() != "command") {
     std::vector<double> rewards;
@@ -359,6 +363,7 @@ absl::StatusOr<StepMetrics> RlTrainer::StepOnRollouts(const Rollouts& rollouts) 
         absl::StrCat("Step takes rollouts: [rl] algorithm must be grpo, dapo or ppo, not ",
                      rl_.algorithm()));
   }
+  TITAN_RETURN_IF_ERROR(CheckFiniteRewards(rollouts.rewards, "Step"));
   try {
     return RlUpdate(rollouts);
   } catch (const c10::Error& e) {

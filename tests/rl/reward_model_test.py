@@ -95,6 +95,18 @@ class RewardModelTest(unittest.TestCase):
         self.check_run("qwen3", 2, "--nproc_per_node=2",
                        "--parallelism.data_parallel_shard_degree=2")
 
+    def test_non_finite_scores_are_refused(self):
+        folder = os.path.join(self.root, "rm_nan")
+        model = save_reward_model(folder, "llama3", 3, common.EOS)
+        with torch.no_grad():
+            model.score.weight.fill_(float("nan"))
+        model.save_pretrained(folder)
+        _, cmd = self.job("run_nan", "--rl.reward=reward_model", f"--rl.reward_model_path={folder}")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn(f"[rl] reward_model_path {folder}: reward 1 of 8 is nan, expected a finite "
+                      "number", proc.stderr)
+
     def test_a_causal_lm_or_a_missing_path_is_refused(self):
         _, cmd = self.job("refused_lm", "--rl.reward=reward_model",
                           f"--rl.reward_model_path={self.policy}")

@@ -138,6 +138,19 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(len(rows), 16)
         self.assertTrue(all(r["reward"] is None and "response" in r for r in rows))
 
+    def refusal(self, name, *flags):
+        """titan_rl's stderr for a job it must refuse with one clear line (no abort)."""
+        _, cmd = self.job(name, *flags)
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        return proc.stderr
+
+    def test_non_finite_scorer_rewards_are_refused(self):
+        for printed in ("nan", "inf"):
+            stderr = self.refusal(f"scorer_{printed}", "--rl.reward=command",
+                                  f"--rl.reward_command=sed 's/.*/{printed}/'")
+            self.assertIn(f'printed "{printed}", expected one finite number per line', stderr)
+
     def test_contradictions_are_refused(self):
         _, cmd = self.job("refused", "--optimizer.lr=1e-3")
         proc = common.run(cmd, check=False)
