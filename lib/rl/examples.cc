@@ -60,6 +60,38 @@ absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
   return examples;
 }
 
+absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path) {
+  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  std::vector<RewardedRollout> rollouts;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
+    const std::string where = absl::StrCat(path, ":", line_number);
+    const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!object.is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": expected a JSON object with prompt, response and reward"));
+    }
+    RewardedRollout rollout;
+    TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));
+    TITAN_ASSIGN_OR_RETURN(rollout.response, StringField(object, "response", true, where));
+    auto reward = object.find("reward");
+    if (reward == object.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": no \"reward\" field"));
+    }
+    if (!reward->is_number()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": \"reward\" must be a number, got ", reward->dump()));
+    }
+    // Finite: JSON has no NaN or infinity, and the parser refuses numbers that overflow.
+    rollout.reward = reward->get<double>();
+    rollouts.push_back(std::move(rollout));
+  }
+  if (rollouts.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no rollouts"));
+  return rollouts;
+}
+
 absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task, int64_t count,
                                                         uint64_t seed, bool held_out) {
   std::mt19937_64 rng(seed);

@@ -24,6 +24,17 @@ struct RlExample {
 absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
                                                     const std::string& algorithm);
 
+// A rollout scored elsewhere: what titan_rl --step_rollouts updates on.
+struct RewardedRollout {
+  std::string prompt;
+  std::string response;
+  double reward = 0;
+};
+
+// JSONL with one object per line: "prompt", "response" (strings) and "reward" (a number).
+// Errors name path:line and the field; a file without rollouts is one.
+absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path);
+
 // A bundled task's examples, generated from `seed` (no download):
 //  - arithmetic: "What is 23 + 45?" answered "68"; responses end in "#### 68" (GSM8K's).
 //  - sorting: "Sort: c e a" answered "a c e" (three distinct letters of a..h).

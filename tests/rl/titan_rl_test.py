@@ -151,6 +151,21 @@ class TitanRlTest(unittest.TestCase):
                                   f"--rl.reward_command=sed 's/.*/{printed}/'")
             self.assertIn(f'printed "{printed}", expected one finite number per line', stderr)
 
+    def test_bad_step_rollouts_name_file_line_and_field(self):
+        good = {"prompt": "Sort: b a", "response": "#### a b", "reward": 1}
+        for name, bad, error in (("null", "null", '"reward" must be a number, got null'),
+                                 ("text", '"high"', '"reward" must be a number, got "high"'),
+                                 ("inf", "1e999",
+                                  "expected a JSON object with prompt, response and reward")):
+            path = os.path.join(self.root, f"rollouts_{name}.jsonl")
+            with open(path, "w") as f:
+                f.write(json.dumps(good) + "\n" + json.dumps(good)[:-2] + f"{bad}}}\n")
+            stderr = self.refusal(f"step_{name}", f"--step_rollouts={path}")
+            self.assertIn(f"{path}:2: {error}", stderr)
+        path = os.path.join(self.root, "rollouts_empty.jsonl")
+        common.write_jsonl(path, [])
+        self.assertIn(f"{path}: no rollouts", self.refusal("step_empty", f"--step_rollouts={path}"))
+
     def test_contradictions_are_refused(self):
         _, cmd = self.job("refused", "--optimizer.lr=1e-3")
         proc = common.run(cmd, check=False)

@@ -10,12 +10,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/launcher.h"
 #include "lib/metrics/flops.h"
 #include "lib/parallel/distributed_runtime.h"
+#include "lib/rl/examples.h"
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_trainer.h"
 #include "lib/util/file_util.h"
@@ -137,31 +137,23 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
 
 absl::Status StepMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
                       const titan::DistributedRuntime& runtime, const ToolFlags& flags) {
-  absl::StatusOr<std::string> text = titan::ReadFile(flags.step_rollouts);
-  if (!text.ok()) return text.status();
-  std::vector<nlohmann::json> rows;
-  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipWhitespace())) {
-    nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-    if (!row.is_object() || !row.contains("prompt") || !row.contains("response") ||
-        !row.contains("reward")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flags.step_rollouts, ": expected JSON objects with prompt, response and reward"));
-    }
-    rows.push_back(std::move(row));
-  }
+  absl::StatusOr<std::vector<titan::RewardedRollout>> rows =
+      titan::ReadRewardedRollouts(flags.step_rollouts);
+  if (!rows.ok()) return rows.status();
   // Rank r takes the r-th contiguous share, so groups stay whole when the shares are multiples
   // of [rl] group_size.
   const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
-  if (rows.size() % world != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(rows.size(), " rollouts for ", world, " ranks"));
+  if (rows->size() % world != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flags.step_rollouts, ": ", rows->size(), " rollouts for ", world, " ranks"));
   }
-  const size_t share = rows.size() / world;
+  const size_t share = rows->size() / world;
   std::vector<std::string> prompts, responses;
   std::vector<double> rewards;
   for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
-    prompts.push_back(rows[i]["prompt"].get<std::string>());
-    responses.push_back(rows[i]["response"].get<std::string>());
-    rewards.push_back(rows[i]["reward"].get<double>());
+    prompts.push_back((*rows)[i].prompt);
+    responses.push_back((*rows)[i].response);
+    rewards.push_back((*rows)[i].reward);
   }
   absl::StatusOr<titan::StepMetrics> metrics = trainer.Step(prompts, responses, rewards);
   if (!metrics.ok()) return metrics.status();
@@ -175,7 +167,7 @@ absl::Status StepMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
     if (flags.json) {
       std::cout << summary.dump() << std::endl;
     } else {
-      LOG(INFO) << "step on " << rows.size() << " rollouts: " << summary.dump();
+      LOG(INFO) << "step on " << rows->size() << " rollouts: " << summary.dump();
     }
   }
   return absl::OkStatus();

@@ -1,0 +1,65 @@
+#include "lib/rl/examples.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+// `text` written to a file named `name` in the test's temporary folder; returns its path.
+std::string WriteTemp(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/" + name;
+  EXPECT_TRUE(WriteFileAtomically(path, text).ok());
+  return path;
+}
+
+TEST(RewardedRolloutsTest, ReadsPromptResponseAndReward) {
+  const std::string path =
+      WriteTemp("good.jsonl",
+                "{\"prompt\":\"Sort: b a\",\"response\":\"#### a b\",\"reward\":1}\n\n"
+                "{\"prompt\":\"Sort: c a\",\"response\":\"#### c a\",\"reward\":-0.5}\n");
+  auto rollouts = ReadRewardedRollouts(path);
+  ASSERT_TRUE(rollouts.ok()) << rollouts.status();
+  ASSERT_EQ(rollouts->size(), 2u);
+  EXPECT_EQ((*rollouts)[1].prompt, "Sort: c a");
+  EXPECT_EQ((*rollouts)[1].response, "#### c a");
+  EXPECT_EQ((*rollouts)[1].reward, -0.5);
+}
+
+TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {
+  const std::string good = "{\"prompt\":\"Sort: b a\",\"response\":\"#### a b\",\"reward\":1}\n";
+  const struct {
+    std::string line;
+    std::string error;
+  } cases[] = {
+      {R"({"prompt":"Sort: b a","response":"#### a b","reward":null})",
+       ":2: \"reward\" must be a number, got null"},
+      {R"({"prompt":"Sort: b a","response":"#### a b","reward":"high"})",
+       ":2: \"reward\" must be a number, got \"high\""},
+      {R"({"prompt":"Sort: b a","response":"#### a b","reward":true})",
+       ":2: \"reward\" must be a number, got true"},
+      {R"({"prompt":"Sort: b a","response":"#### a b","reward":1e999})",
+       ":2: expected a JSON object with prompt, response and reward"},
+      {R"({"prompt":"Sort: b a","response":"#### a b"})", ":2: no \"reward\" field"},
+      {R"({"prompt":"Sort: b a","reward":1})", ":2: no \"response\" field"},
+      {R"({"prompt":null,"response":"#### a b","reward":1})",
+       ":2: \"prompt\" must be a string, got null"},
+      {"[1, 2]", ":2: expected a JSON object with prompt, response and reward"},
+      {"not json", ":2: expected a JSON object with prompt, response and reward"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = WriteTemp("bad.jsonl", good + c.line + "\n");
+    const absl::Status status = ReadRewardedRollouts(path).status();
+    EXPECT_EQ(std::string(status.message()), path + c.error) << c.line;
+  }
+}
+
+TEST(RewardedRolloutsTest, EmptyFileIsRefused) {
+  const std::string path = WriteTemp("empty.jsonl", "\n \n");
+  EXPECT_EQ(ReadRewardedRollouts(path).status().message(), path + ": no rollouts");
+}
+
+}  // namespace
+}  // namespace titan
