@@ -166,6 +166,22 @@ class TitanRlTest(unittest.TestCase):
         common.write_jsonl(path, [])
         self.assertIn(f"{path}: no rollouts", self.refusal("step_empty", f"--step_rollouts={path}"))
 
+    def test_generate_does_not_overwrite_its_prompts(self):
+        prompts = os.path.join(self.root, "own_prompts.jsonl")
+        common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"}])
+        with open(prompts) as f:
+            before = f.read()
+        link = os.path.join(self.root, "own_prompts_link.jsonl")
+        os.symlink(prompts, link)
+        for key in ("prompts_path", "eval_prompts_path"):
+            for output in (prompts, link):
+                stderr = self.refusal(f"generate_{key}", "--generate", f"--output={output}",
+                                      f"--rl.{key}={prompts}")
+                self.assertIn(f"--generate would write {output}, which is [rl] {key} = {prompts}",
+                              stderr)
+        with open(prompts) as f:
+            self.assertEqual(f.read(), before)
+
     def test_contradictions_are_refused(self):
         _, cmd = self.job("refused", "--optimizer.lr=1e-3")
         proc = common.run(cmd, check=False)

@@ -2,10 +2,12 @@
 // section, in one process or --nproc_per_node local ranks; or generation alone (--generate); or
 // one update on given rollouts (--step_rollouts).
 #include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
+#include <sys/stat.h>
 
 #include <ctime>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -64,8 +66,34 @@ ToolFlags ParseToolFlags(int argc, char** argv) {
   return flags;
 }
 
+// True when `a` and `b` are one existing file, whatever the spelling, links included.
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+// Where this rank's --generate writes; refused when that is a prompts file it reads.
+absl::StatusOr<std::string> GenerationOutput(const titan::JobConfig& config, int rank,
+                                             const ToolFlags& flags) {
+  std::string output =
+      flags.output.empty() ? config.job().dump_folder() + "/generations.jsonl" : flags.output;
+  if (rank > 0) output = absl::StrCat(output, ".rank", rank);
+  for (const auto& [key, input] :
+       {std::pair{"prompts_path", config.rl().prompts_path()},
+        std::pair{"eval_prompts_path", config.rl().eval_prompts_path()}}) {
+    if (!input.empty() && SameFile(output, input)) {
+      return absl::InvalidArgumentError(absl::StrCat("--generate would write ", output,
+                                                     ", which is [rl] ", key, " = ", input,
+                                                     "; pass another --output"));
+    }
+  }
+  return output;
+}
+
 absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
-                          const titan::DistributedRuntime& runtime, const ToolFlags& flags) {
+                          const titan::DistributedRuntime& runtime, const ToolFlags& flags,
+                          const std::string& output) {
   // Rank r takes every world-th prompt: data-parallel generation over the (sharded) policy.
   const int rank = runtime.rank();
   const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
@@ -84,9 +112,6 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
   if (!generation.ok()) return generation.status();
   const double seconds = stopwatch.Lap();
   const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-  std::string output = flags.output.empty() ? config.job().dump_folder() + "/generations.jsonl"
-                                            : flags.output;
-  if (rank > 0) output = absl::StrCat(output, ".rank", rank);
   std::string lines;
   int64_t generated = 0;
   // Read through accessors: an item() per token is a dispatch each.
@@ -181,11 +206,18 @@ absl::Status Run(const ToolFlags& flags) {
     if (!flags.generate && flags.step_rollouts.empty()) return titan::RunRl(*config, runtime);
     absl::StatusOr<titan::JobConfig> rl_config = titan::RlJobConfig(*config);
     if (!rl_config.ok()) return rl_config.status();
+    std::string output;
+    if (flags.generate) {
+      // Before the model loads.
+      absl::StatusOr<std::string> checked = GenerationOutput(*rl_config, runtime.rank(), flags);
+      if (!checked.ok()) return checked.status();
+      output = *std::move(checked);
+    }
     try {
       absl::StatusOr<std::unique_ptr<titan::RlTrainer>> trainer =
           titan::RlTrainer::Create(*rl_config, runtime);
       if (!trainer.ok()) return trainer.status();
-      return flags.generate ? GenerateMode(**trainer, *rl_config, runtime, flags)
+      return flags.generate ? GenerateMode(**trainer, *rl_config, runtime, flags, output)
                             : StepMode(**trainer, *rl_config, runtime, flags);
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
