@@ -46,6 +46,8 @@ absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
       return absl::InvalidArgumentError(absl::StrCat(where, ": expected a JSON object"));
     }
     RlExample example;
+    example.where = where;
+    example.has_answer = object.contains("answer");
     TITAN_ASSIGN_OR_RETURN(example.prompt, StringField(object, "prompt", true, where));
     TITAN_ASSIGN_OR_RETURN(example.answer, StringField(object, "answer", false, where));
     if (algorithm == "sft") {
@@ -58,6 +60,16 @@ absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
   }
   if (examples.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no examples"));
   return examples;
+}
+
+absl::Status RequireAnswers(const std::vector<RlExample>& examples, absl::string_view why) {
+  for (const RlExample& example : examples) {
+    if (!example.has_answer) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(example.where, ": no \"answer\" field; ", why));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path) {

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace titan {
 
@@ -17,12 +19,18 @@ struct RlExample {
   std::string answer;    // the verifier's reference ("" when none)
   std::string response;  // SFT target; DPO: the chosen response
   std::string rejected;  // DPO only
+  std::string where;     // "path:line" of its JSONL line, for errors ("" for a task's)
+  bool has_answer = true;  // false: its JSONL line has no "answer"
 };
 
 // JSONL with one object per line: "prompt" (required) and, as the algorithm needs them,
 // "answer", "response", "chosen" (read into response) and "rejected". Errors name path:line.
 absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
                                                     const std::string& algorithm);
+
+// OK when every example has an answer; else an error naming the first line without one and
+// `why` it needs one.
+absl::Status RequireAnswers(const std::vector<RlExample>& examples, absl::string_view why);
 
 // A rollout scored elsewhere: what titan_rl --step_rollouts updates on.
 struct RewardedRollout {

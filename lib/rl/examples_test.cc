@@ -15,6 +15,21 @@ std::string WriteTemp(const std::string& name, const std::string& text) {
   return path;
 }
 
+TEST(ExamplesTest, RequireAnswersNamesTheLineWithoutOne) {
+  const std::string path = WriteTemp("prompts.jsonl",
+                                     "{\"prompt\":\"What is 1 + 2?\",\"answer\":3}\n"
+                                     "{\"prompt\":\"Sort: b a\"}\n");
+  auto examples = ReadExamples(path, "grpo");
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  EXPECT_EQ(RequireAnswers(*examples, "the verifier needs it").message(),
+            path + ":2: no \"answer\" field; the verifier needs it");
+  examples->pop_back();
+  EXPECT_TRUE(RequireAnswers(*examples, "").ok());
+  auto task = MakeTaskExamples("sorting", 4, 1, false);
+  ASSERT_TRUE(task.ok());
+  EXPECT_TRUE(RequireAnswers(*task, "").ok());
+}
+
 TEST(RewardedRolloutsTest, ReadsPromptResponseAndReward) {
   const std::string path =
       WriteTemp("good.jsonl",

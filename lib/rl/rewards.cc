@@ -62,6 +62,10 @@ double ExactMatchReward(const std::string& response, const std::string& answer) 
 
 double FormatReward(const std::string& response) { return HashAnswer(response) ? 1 : 0; }
 
+bool RewardNeedsAnswer(const std::string& kind) {
+  return kind == "numeric" || kind == "exact_match";
+}
+
 double VerifierReward(const std::string& kind, const std::string& response,
                       const std::string& answer) {
   if (kind == "exact_match") return ExactMatchReward(response, answer);

@@ -27,6 +27,9 @@ double ExactMatchReward(const std::string& response, const std::string& answer);
 // 1 when the response holds a "#### answer", else 0.
 double FormatReward(const std::string& response);
 
+// Whether the reward `kind` names ([rl] reward) compares responses with the example's answer.
+bool RewardNeedsAnswer(const std::string& kind);
+
 // The verifier `kind` names ([rl] reward: "exact_match", "format", else "numeric").
 double VerifierReward(const std::string& kind, const std::string& response,
                       const std::string& answer);

@@ -48,6 +48,14 @@ TEST(VerifierTest, KindPicksTheVerifier) {
   EXPECT_EQ(VerifierReward("format", "no answer", "a b c"), 0);
 }
 
+TEST(VerifierTest, OnlyComparingRewardsNeedAnAnswer) {
+  EXPECT_TRUE(RewardNeedsAnswer("numeric"));
+  EXPECT_TRUE(RewardNeedsAnswer("exact_match"));
+  EXPECT_FALSE(RewardNeedsAnswer("format"));
+  EXPECT_FALSE(RewardNeedsAnswer("command"));
+  EXPECT_FALSE(RewardNeedsAnswer("reward_model"));
+}
+
 TEST(CommandScorerTest, FailuresAreClearErrors) {
   const std::vector<ScoredRollout> rollouts = {{"p", "r", "a"}};
   auto failed = ScoreWithCommand("echo broken >&2; exit 3", rollouts, absl::Seconds(10));

@@ -451,6 +451,13 @@ absl::Status RlTrainer::Train() {
     if (metrics_ != nullptr) return metrics_->Log(m);
     return absl::OkStatus();
   };
+  // Before any step: an example without an answer would score 0 whatever the response.
+  if (RewardNeedsAnswer(rl_.reward())) {
+    const std::string why =
+        absl::StrCat("[rl] reward = \"", rl_.reward(), "\" compares each response with it");
+    if (IsPolicyGradient(algorithm)) TITAN_RETURN_IF_ERROR(RequireAnswers(train_examples_, why));
+    if (algorithm != "dpo") TITAN_RETURN_IF_ERROR(RequireAnswers(eval_examples_, why));
+  }
   if (state_.step == 0) {
     TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());
     StepMetrics m;

@@ -182,6 +182,14 @@ class TitanRlTest(unittest.TestCase):
         with open(prompts) as f:
             self.assertEqual(f.read(), before)
 
+    def test_prompts_without_answers_are_refused_by_verifiers(self):
+        prompts = os.path.join(self.root, "no_answer.jsonl")
+        common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"},
+                                     {"prompt": "Sort: c a"}])
+        stderr = self.refusal("no_answer", f"--rl.prompts_path={prompts}")
+        self.assertIn(f'{prompts}:2: no "answer" field; [rl] reward = "exact_match" compares',
+                      stderr)
+
     def test_contradictions_are_refused(self):
         _, cmd = self.job("refused", "--optimizer.lr=1e-3")
         proc = common.run(cmd, check=False)
