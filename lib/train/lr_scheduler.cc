@@ -1,5 +1,6 @@
 #include "lib/train/lr_scheduler.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/status/status.h"
@@ -52,11 +53,12 @@ absl::StatusOr<WarmupStableDecaySchedule> WarmupStableDecaySchedule::Create(
 
 double WarmupStableDecaySchedule::Factor(int64_t step) const {
   if (step < warmup_steps_) return static_cast<double>(step + 1) / warmup_steps_;
-  if (step < warmup_steps_ + stable_steps_) return 1.0;
-  // Up to training_steps, decay is reached only when decay_steps > 0 (torchtitan asserts it).
-  DCHECK_GT(decay_steps_, 0);
+  // Without decay steps the stable phase never ends, also past training_steps.
+  if (step < warmup_steps_ + stable_steps_ || decay_steps_ == 0) return 1.0;
+  // Clamped: a position past the end (a resumed schedule ahead of the step count, more steps than
+  // planned) stays at min_lr_factor instead of going negative (linear, sqrt) or rising (cosine).
   const double progress =
-      static_cast<double>(step + 1 - warmup_steps_ - stable_steps_) / decay_steps_;
+      std::min(1.0, static_cast<double>(step + 1 - warmup_steps_ - stable_steps_) / decay_steps_);
   double factor = 1.0 - progress;
   if (decay_type_ == LrDecayType::kSqrt) factor = 1.0 - std::sqrt(progress);
   if (decay_type_ == LrDecayType::kCosine) factor = 0.5 * (1.0 + std::cos(M_PI * progress));

@@ -21,7 +21,8 @@ class WarmupStableDecaySchedule {
                                                           const std::string& decay_type,
                                                           double min_lr_factor);
 
-  // Factor for the optimizer step that follows `completed_steps` earlier steps (0-based).
+  // Factor for the optimizer step that follows `completed_steps` earlier steps (0-based). Past
+  // the end of decay it stays at min_lr_factor.
   double Factor(int64_t completed_steps) const;
 
   int64_t warmup_steps() const { return warmup_steps_; }

@@ -30,6 +30,23 @@ TEST(LrScheduleTest, CosineAndSqrtRespectMinFactor) {
   EXPECT_NEAR(sqrt.Factor(1), 1 - std::sqrt(0.25), 1e-12);
 }
 
+TEST(LrScheduleTest, PastTheEndOfDecayStaysAtMinFactor) {
+  // A resumed schedule can run ahead of the step count: linear and sqrt must not go negative,
+  // cosine must not climb back to the peak.
+  for (const char* type : {"linear", "sqrt", "cosine"}) {
+    auto s = WarmupStableDecaySchedule::Create(10, 2, 0.5, type, 0.0).value();
+    auto floor = WarmupStableDecaySchedule::Create(10, 2, 0.5, type, 0.25).value();
+    for (int64_t step : {10, 11, 15, 19, 100}) {
+      EXPECT_DOUBLE_EQ(s.Factor(step), 0.0) << type << " step " << step;
+      EXPECT_DOUBLE_EQ(floor.Factor(step), 0.25) << type << " step " << step;
+    }
+  }
+  // Without decay steps the rate stays at the peak.
+  auto no_decay = WarmupStableDecaySchedule::Create(10, 20, 0.5, "linear", 0.0).value();
+  EXPECT_DOUBLE_EQ(no_decay.Factor(11), 1.0);
+  EXPECT_DOUBLE_EQ(no_decay.Factor(50), 1.0);
+}
+
 TEST(LrScheduleTest, WarmupIsCappedAtTheRunAndDecayGetsWhatIsLeft) {
   // torchtitan caps warmup at the total, then shortens decay to the steps warmup leaves.
   auto s = WarmupStableDecaySchedule::Create(10, 20, 0.5, "linear", 0.0).value();
