@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -366,6 +367,10 @@ std::string JobConfigHelp() {
     }
   }
   return help;
+}
+
+std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) {
+  return (std::filesystem::path(config.job().dump_folder()) / folder).string();
 }
 
 std::string JobConfigToToml(const JobConfig& config) {

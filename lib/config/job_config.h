@@ -41,6 +41,10 @@ std::string JobConfigHelp();
 // The effective configuration as TOML; ParseJobConfigText reads it back to an equal config.
 std::string JobConfigToToml(const JobConfig& config);
 
+// Where a folder key (checkpoint.folder, metrics.save_tb_folder, ...) points, as torchtitan's
+// os.path.join(job.dump_folder, folder): an absolute `folder` as is, else under the dump folder.
+std::string UnderDumpFolder(const JobConfig& config, const std::string& folder);
+
 // Checks ranges, choices and the relations between keys for a job on `world_size` ranks
 // (data_parallel_shard_degree = -1 takes the ranks the other degrees leave).
 absl::Status ValidateJobConfig(const JobConfig& config, int world_size = 1);

@@ -425,6 +425,14 @@ TEST(JobConfigTest, FusedLossRefusesKeysItWouldIgnore) {
             "[training] loss_chunk_size=-1 is out of range: expected >= 0");
 }
 
+TEST(JobConfigTest, FolderKeysJoinTheDumpFolderAsOsPathJoin) {
+  absl::StatusOr<JobConfig> config = ParseText("", {"--job.dump_folder=out/run"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(UnderDumpFolder(*config, "checkpoint"), "out/run/checkpoint");
+  EXPECT_EQ(UnderDumpFolder(*config, "a/tb"), "out/run/a/tb");
+  EXPECT_EQ(UnderDumpFolder(*config, "/abs/ck"), "/abs/ck");
+}
+
 TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
   EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=8",
                              "--parallelism.tensor_parallel_degree=2"},

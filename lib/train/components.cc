@@ -13,6 +13,7 @@
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
+#include "lib/config/job_config.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/float8/float8_converter.h"
 #include "lib/interop/load_weights.h"
@@ -340,7 +341,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
   ranks.world_size = runtime.dims().world_size();
   ranks.run_id = setup.run_id;
   ranks.commit_timeout = absl::Seconds(config.comm().train_timeout_seconds());
-  return std::make_unique<CheckpointManager>(config.job().dump_folder() + "/" + ckpt.folder(),
+  return std::make_unique<CheckpointManager>(UnderDumpFolder(config, ckpt.folder()),
                                              ckpt.keep_latest_k(), ranks);
 }
 
@@ -357,7 +358,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& con
   metrics.dump_folder = config.job().dump_folder() + rank_folder;
   if (config.metrics().enable_tensorboard()) {
     metrics.tensorboard_folder =
-        config.job().dump_folder() + "/" + config.metrics().save_tb_folder() + rank_folder;
+        UnderDumpFolder(config, config.metrics().save_tb_folder()) + rank_folder;
   }
   metrics.disable_color_printing = config.metrics().disable_color_printing();
   return MetricsLogger::Create(metrics);
