@@ -117,7 +117,9 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
     state.step = extra.at("train_state").at("step").get<int64_t>();
     state.ntokens_seen = extra.at("train_state").at("ntokens_seen").get<int64_t>();
   }
-  if (!excluded_.contains("lr_scheduler")) {
+  // The schedule follows the step count: restarted with it, it cannot run ahead of the steps
+  // left (which would end the decay early).
+  if (!excluded_.contains("lr_scheduler") && !excluded_.contains("train_state")) {
     state.lr_step = extra.at("lr_scheduler").at("last_step").get<int64_t>();
   }
   if (!excluded_.contains("rng")) TITAN_RETURN_IF_ERROR(RestoreRngState(extra.at("rng")));

@@ -24,7 +24,8 @@ namespace titan {
 struct TrainState {
   int64_t step = 0;          // completed optimizer steps
   int64_t ntokens_seen = 0;  // over all ranks
-  int64_t lr_step = 0;       // the schedule's position (equals step unless its state was excluded)
+  int64_t lr_step = 0;       // the schedule's position (equals step unless only its state was
+                             // excluded from loading)
 };
 
 // The stateful parts a training checkpoint holds; the trainer owns them.

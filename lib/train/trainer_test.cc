@@ -1,6 +1,7 @@
 #include "lib/train/trainer.h"
 
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ std::unique_ptr<Trainer> MakeTrainer(const std::string& name, JobConfig& config,
   absl::Status status = trainer->Init();
   EXPECT_TRUE(status.ok()) << status;
   return trainer;
+}
+
+std::string TempDir() {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return tmp != nullptr ? tmp : "/tmp";
 }
 
 std::vector<at::Tensor> Gradients(Trainer& trainer) {
@@ -140,6 +146,33 @@ TEST(TrainerTest, UnloggedStepsReadNoTensorOnTheHost) {
     const StepHostReads logged = CountStepHostReads(*trainer, {batch}, /*read_metrics=*/true);
     ASSERT_TRUE(logged.result.ok()) << logged.result.status();
     EXPECT_EQ(logged.device_values, 2);
+  }
+}
+
+// Resuming with train_state excluded restarts the step count; the schedule restarts with it
+// rather than running ahead of the steps left. Also: an absolute checkpoint folder is used as is.
+TEST(TrainerTest, ExcludedTrainStateRestartsTheSchedule) {
+  const std::string folder = TempDir() + "/absolute_checkpoint";
+  std::filesystem::remove_all(folder);
+  const std::vector<std::string> checkpointed = {
+      "--checkpoint.enable=true", "--checkpoint.folder=" + folder, "--training.steps=3",
+      "--training.seq_len=16", "--training.local_batch_size=2"};
+  {
+    JobConfig config;
+    auto trainer = MakeTrainer("resume_schedule", config, checkpointed);
+    ASSERT_TRUE(trainer->Train().ok());
+  }
+  ASSERT_TRUE(std::filesystem::exists(folder + "/step-3"));
+  for (const char* excluded : {"dataloader", "train_state", "lr_scheduler"}) {
+    SCOPED_TRACE(excluded);
+    std::vector<std::string> flags = checkpointed;
+    flags.push_back(absl::StrCat("--checkpoint.exclude_from_loading=", excluded));
+    JobConfig config;
+    auto trainer = MakeTrainer("resume_schedule", config, flags);
+    const bool restarted = excluded == std::string("train_state");
+    EXPECT_EQ(trainer->state().step, restarted ? 0 : 3);
+    EXPECT_EQ(trainer->state().lr_step,
+              restarted || excluded == std::string("lr_scheduler") ? 0 : 3);
   }
 }
 
