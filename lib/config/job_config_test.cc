@@ -425,6 +425,34 @@ TEST(JobConfigTest, FusedLossRefusesKeysItWouldIgnore) {
             "[training] loss_chunk_size=-1 is out of range: expected >= 0");
 }
 
+TEST(JobConfigTest, KeysOfAFeatureThatIsOffAreRefused) {
+  EXPECT_EQ(ValidationError({"--checkpoint.enable=false", "--checkpoint.load_step=4"}),
+            "[checkpoint] load_step = 4 applies to [checkpoint] enable = true (resuming), which is "
+            "false: set it, or drop the key");
+  ExpectValid({"--checkpoint.enable=true", "--checkpoint.load_step=4"});
+  EXPECT_EQ(
+      ValidationError({"--checkpoint.enable=false", "--checkpoint.exclude_from_loading=optimizer"}),
+      "[checkpoint] exclude_from_loading applies to [checkpoint] enable = true (resuming), "
+      "which is false: set it, or drop the key");
+  ExpectValid({"--checkpoint.enable=true", "--checkpoint.exclude_from_loading=optimizer,rng"});
+  // Unknown names are refused whether checkpointing is on or off.
+  for (const char* enable : {"--checkpoint.enable=true", "--checkpoint.enable=false"}) {
+    EXPECT_EQ(ValidationError({enable, "--checkpoint.exclude_from_loading=optimizer,bogus"}),
+              "[checkpoint] exclude_from_loading=\"bogus\": expected one of \"optimizer\", "
+              "\"lr_scheduler\", \"dataloader\", \"train_state\", \"rng\"");
+  }
+  EXPECT_EQ(ValidationError({"--parallelism.pipeline_parallel_split_points=layers.99"}),
+            "[parallelism] pipeline_parallel_split_points applies to pipeline_parallel_degree > "
+            "1, which is 1: raise it, or drop the key");
+  EXPECT_EQ(ValidationError({"--parallelism.pipeline_parallel_schedule_csv=/nonexistent.csv"}),
+            "[parallelism] pipeline_parallel_schedule_csv applies to pipeline_parallel_degree > "
+            "1, which is 1: raise it, or drop the key");
+  ExpectValid({"--parallelism.pipeline_parallel_degree=2",
+               "--parallelism.pipeline_parallel_split_points=layers.3",
+               "--parallelism.pipeline_parallel_schedule_csv=x.csv"},
+              2);
+}
+
 TEST(JobConfigTest, FolderKeysJoinTheDumpFolderAsOsPathJoin) {
   absl::StatusOr<JobConfig> config = ParseText("", {"--job.dump_folder=out/run"});
   ASSERT_TRUE(config.ok()) << config.status();

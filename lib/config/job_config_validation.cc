@@ -173,6 +173,33 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "only model weights)");
   }
 
+  // Keys of a feature that is off would be ignored: refused, as [float8]'s are below.
+  if (!checkpoint.enable()) {
+    if (checkpoint.load_step() != -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[checkpoint] load_step = ", checkpoint.load_step(),
+          " applies to [checkpoint] enable = true (resuming), which is false: set it, or drop "
+          "the key"));
+    }
+    if (checkpoint.exclude_from_loading_size() > 0) {
+      return absl::InvalidArgumentError(
+          "[checkpoint] exclude_from_loading applies to [checkpoint] enable = true (resuming), "
+          "which is false: set it, or drop the key");
+    }
+  }
+  if (parallelism.pipeline_parallel_degree() == 1) {
+    if (parallelism.pipeline_parallel_split_points_size() > 0) {
+      return absl::InvalidArgumentError(
+          "[parallelism] pipeline_parallel_split_points applies to pipeline_parallel_degree > 1, "
+          "which is 1: raise it, or drop the key");
+    }
+    if (!parallelism.pipeline_parallel_schedule_csv().empty()) {
+      return absl::InvalidArgumentError(
+          "[parallelism] pipeline_parallel_schedule_csv applies to pipeline_parallel_degree > 1, "
+          "which is 1: raise it, or drop the key");
+    }
+  }
+
   const JobConfig::Profiling& profiling = config.profiling();
   if (profiling.enable_profiling() &&
       profiling.profiler_warmup() + profiling.profiler_active() > profiling.profile_freq()) {

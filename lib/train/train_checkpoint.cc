@@ -17,11 +17,6 @@
 namespace titan {
 namespace {
 
-// torchtitan's names for the states a checkpoint holds, plus titan's RNG state. The model is
-// not among them: a run that wants fresh weights starts a new folder.
-constexpr const char* kExcludable[] = {"optimizer", "lr_scheduler", "dataloader", "train_state",
-                                       "rng"};
-
 at::ScalarType ExportType(const std::string& dtype) {
   return dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
 }
@@ -31,16 +26,9 @@ at::ScalarType ExportType(const std::string& dtype) {
 absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
     const JobConfig& config, const DistributedRuntime& runtime,
     std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts) {
-  absl::flat_hash_set<std::string> excluded;
-  for (const std::string& name : config.checkpoint().exclude_from_loading()) {
-    if (std::find_if(std::begin(kExcludable), std::end(kExcludable),
-                     [&](const char* known) { return name == known; }) == std::end(kExcludable)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "[checkpoint] exclude_from_loading: unknown state \"", name, "\"; expected any of ",
-          absl::StrJoin(kExcludable, ", ")));
-    }
-    excluded.insert(name);
-  }
+  // The names are the schema's choices, checked by ValidateJobConfig.
+  absl::flat_hash_set<std::string> excluded(config.checkpoint().exclude_from_loading().begin(),
+                                            config.checkpoint().exclude_from_loading().end());
   return std::unique_ptr<TrainCheckpointer>(
       new TrainCheckpointer(config, runtime, std::move(manager), parts, std::move(excluded)));
 }

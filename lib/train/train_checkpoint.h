@@ -43,7 +43,7 @@ struct CheckpointedParts {
 // last_save_in_hf exports the final weights, exclude_from_loading leaves chosen state fresh.
 class TrainCheckpointer {
  public:
-  // Checks exclude_from_loading's names. `manager` is the run's checkpoint folder.
+  // `manager` is the run's checkpoint folder; `config` has passed ValidateJobConfig.
   static absl::StatusOr<std::unique_ptr<TrainCheckpointer>> Create(
       const JobConfig& config, const DistributedRuntime& runtime,
       std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts);
