@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -162,10 +163,14 @@ absl::Status CheckNumber(absl::string_view name, const FieldOptions& options, do
       options.HasExtension(titan::min_value) && value < options.GetExtension(titan::min_value);
   const bool above =
       options.HasExtension(titan::max_value) && value > options.GetExtension(titan::max_value);
-  // NaN fails every comparison, so it is refused explicitly.
-  if (below || above || value != value) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, "=", FormatNumber(value), " is out of range: expected ", RangeText(options)));
+  // No key means anything by inf, and NaN fails every comparison: both are refused explicitly.
+  if (below || above || !std::isfinite(value)) {
+    std::string expected = RangeText(options);
+    if (!std::isfinite(value)) {
+      expected = expected.empty() ? "a finite number" : absl::StrCat("a finite number, ", expected);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "=", FormatNumber(value), " is out of range: expected ", expected));
   }
   return absl::OkStatus();
 }

@@ -365,7 +365,13 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
   EXPECT_EQ(ValidationError({"--optimizer.lr=-0.001"}),
             "[optimizer] lr=-0.001 is out of range: expected >= 0");
   EXPECT_EQ(ValidationError({"--optimizer.lr=nan"}),
-            "[optimizer] lr=nan is out of range: expected >= 0");
+            "[optimizer] lr=nan is out of range: expected a finite number, >= 0");
+  EXPECT_EQ(ValidationError({"--optimizer.lr=inf"}),
+            "[optimizer] lr=inf is out of range: expected a finite number, >= 0");
+  EXPECT_EQ(ValidationError({"--training.max_norm=inf"}),
+            "[training] max_norm=inf is out of range: expected a finite number, >= 0");
+  EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", eps = inf}]"}),
+            "[optimizer] param_groups[0].eps=inf is out of range: expected a finite number, >= 0");
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=1.5"}),
             "[lr_scheduler] decay_ratio=1.5 is out of range: expected -1 or a value in [0, 1]");
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=-0.5"}),
