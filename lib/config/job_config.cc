@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -315,6 +316,12 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
   }
   JobConfig config = DefaultJobConfig();
   if (!path.empty()) {
+    // An ifstream opens a directory and reads it as empty: the defaults would run unnoticed.
+    std::error_code error;
+    if (std::filesystem::is_directory(path, error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": is a directory, expected a TOML file"));
+    }
     absl::StatusOr<std::string> text = ReadFile(path);
     if (!text.ok()) return text.status();
     if (absl::Status status = ApplyToml(*text, path, &config); !status.ok()) return status;

@@ -144,6 +144,12 @@ TEST(JobConfigTest, ConfigFileFlagNamesTheFile) {
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(absl::StrContains(missing.status().message(), "missing.toml"));
+
+  // An ifstream reads a directory as an empty file: the defaults would run.
+  absl::StatusOr<JobConfig> folder = ParseJobConfig(TempDir(), {});
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.status().message(),
+            absl::StrCat(TempDir(), ": is a directory, expected a TOML file"));
 }
 
 TEST(JobConfigTest, FileErrorsNameFileSectionKeyAndValue) {
@@ -372,6 +378,8 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
             "[training] max_norm=inf is out of range: expected a finite number, >= 0");
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", eps = inf}]"}),
             "[optimizer] param_groups[0].eps=inf is out of range: expected a finite number, >= 0");
+  EXPECT_EQ(ValidationError({"--job.dump_folder="}),
+            "[job] dump_folder: expected a folder for the job's outputs, got \"\"");
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=1.5"}),
             "[lr_scheduler] decay_ratio=1.5 is out of range: expected -1 or a value in [0, 1]");
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=-0.5"}),

@@ -85,6 +85,11 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     }
   }
 
+  if (config.job().dump_folder().empty()) {
+    return absl::InvalidArgumentError(
+        "[job] dump_folder: expected a folder for the job's outputs, got \"\"");
+  }
+
   const JobConfig::Parallelism& parallelism = config.parallelism();
   absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
   if (!shard_degree.ok()) return shard_degree.status();
