@@ -376,6 +376,23 @@ std::string JobConfigHelp() {
   return help;
 }
 
+std::vector<std::string> ChangedKeys(const JobConfig& config, absl::string_view section) {
+  const FieldDescriptor* field = JobConfig::descriptor()->FindFieldByName(std::string(section));
+  CHECK(field != nullptr) << "no section " << section;
+  const JobConfig defaults = DefaultJobConfig();
+  const Message& message = config.GetReflection()->GetMessage(config, field);
+  const Message& section_defaults = defaults.GetReflection()->GetMessage(defaults, field);
+  std::vector<std::string> changed;
+  for (int i = 0; i < field->message_type()->field_count(); ++i) {
+    const FieldDescriptor* key = field->message_type()->field(i);
+    const std::string value = TomlValue(message, key);
+    if (value != TomlValue(section_defaults, key)) {
+      changed.push_back(absl::StrCat("[", section, "] ", key->name(), " = ", value));
+    }
+  }
+  return changed;
+}
+
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) {
   return (std::filesystem::path(config.job().dump_folder()) / folder).string();
 }

@@ -41,6 +41,10 @@ std::string JobConfigHelp();
 // The effective configuration as TOML; ParseJobConfigText reads it back to an equal config.
 std::string JobConfigToToml(const JobConfig& config);
 
+// The keys of [`section`] whose values differ from the schema's defaults, as TOML lines
+// ("[rl] algorithm = \"ppo\""), in schema order; a key set to its default is not listed.
+std::vector<std::string> ChangedKeys(const JobConfig& config, absl::string_view section);
+
 // Where a folder key (checkpoint.folder, metrics.save_tb_folder, ...) points, as torchtitan's
 // os.path.join(job.dump_folder, folder): an absolute `folder` as is, else under the dump folder.
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder);

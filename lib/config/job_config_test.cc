@@ -467,6 +467,18 @@ TEST(JobConfigTest, KeysOfAFeatureThatIsOffAreRefused) {
               2);
 }
 
+TEST(JobConfigTest, ChangedKeysListsOnlyValuesOtherThanTheDefaults) {
+  // Written out whole (as config.toml is), a section at its defaults has no changed key.
+  absl::StatusOr<JobConfig> dumped =
+      ParseText(JobConfigToToml(DefaultJobConfig()), {"--training.steps=3"});
+  ASSERT_TRUE(dumped.ok()) << dumped.status();
+  EXPECT_TRUE(ChangedKeys(*dumped, "rl").empty());
+  EXPECT_EQ(ChangedKeys(*dumped, "training"), std::vector<std::string>{"[training] steps = 3"});
+  absl::StatusOr<JobConfig> changed = ParseText("[rl]\nalgorithm = \"ppo\"\nkl_coef = 0.05\n");
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(ChangedKeys(*changed, "rl"), std::vector<std::string>{"[rl] algorithm = \"ppo\""});
+}
+
 TEST(JobConfigTest, FolderKeysJoinTheDumpFolderAsOsPathJoin) {
   absl::StatusOr<JobConfig> config = ParseText("", {"--job.dump_folder=out/run"});
   ASSERT_TRUE(config.ok()) << config.status();

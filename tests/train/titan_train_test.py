@@ -129,6 +129,26 @@ class TitanTrainTest(unittest.TestCase):
         # Nothing was trained: no metrics were written.
         self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
 
+    def test_written_config_toml_runs_again(self):
+        first = self.dump("config_first")
+        run_train(first, "--training.steps=1", "--validation.enable=false",
+                  "--checkpoint.enable=false")
+        # It holds every section, [rl] at its defaults included.
+        again = self.dump("config_again")
+        run_train(again, config=os.path.join(first, "config.toml"))
+        self.assertEqual([r["step"] for r in metrics(again)], [1])
+        refused = [
+            (self.dump("rl_changed"), ["--rl.algorithm=ppo"], CONFIG,
+             'titan_train: [rl] algorithm = "ppo": [rl] is titan_rl\'s section'),
+            (self.dump("config_folder"), [], first,
+             f"titan_train: {first}: is a directory, expected a TOML file"),
+            ("", [], CONFIG, "titan_train: [job] dump_folder: expected a folder"),
+        ]
+        for dump, flags, config, message in refused:
+            proc = run_train(dump, *flags, check=False, config=config)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+            self.assertIn(message, proc.stderr)
+
     def test_optimizer_implementations_give_the_same_losses(self):
         losses = {}
         for implementation in ("for-loop", "foreach", "fused"):

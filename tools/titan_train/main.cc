@@ -2,6 +2,7 @@
 // process, in --nproc_per_node local ranks, or as one rank of a job that torchrun, srun or mpirun
 // started.
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -21,9 +22,13 @@ constexpr char kUsage[] =
 absl::Status Run(int argc, char** argv) {
   absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
   if (!config.ok()) return config.status();
-  if (config->rl().ByteSizeLong() != 0) {
-    return absl::InvalidArgumentError("[rl]: the RL section is titan_rl's; titan_train ignores "
-                                      "nothing, so remove it or run titan_rl");
+  // An [rl] section at its defaults is accepted: config.toml holds one, and must run again.
+  if (const std::vector<std::string> changed = titan::ChangedKeys(*config, "rl");
+      !changed.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(changed.front(),
+                     ": [rl] is titan_rl's section, which titan_train would "
+                     "ignore; leave it at its defaults or run titan_rl"));
   }
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime) {
     return titan::RunTraining(*config, runtime);
