@@ -81,8 +81,6 @@ absl::Status Trainer::Init() {
   const auto& job = config_.job();
   TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
   if (runtime_.rank() == 0) {
-    TITAN_RETURN_IF_ERROR(
-        WriteFileAtomically(job.dump_folder() + "/config.toml", JobConfigToToml(config_)));
     LOG(INFO) << "job: " << job.description();
     if (job.print_config()) LOG(INFO) << "effective configuration:\n" << JobConfigToToml(config_);
   }
@@ -147,7 +145,13 @@ absl::Status Trainer::Init() {
     monitor_ = std::make_unique<ResourceMonitor>(absl::Seconds(job.monitoring_interval()),
                                                  setup_.device);
   }
-  return InstallHooks();
+  TITAN_RETURN_IF_ERROR(InstallHooks());
+  // Last, once the job has started: a run refused at startup leaves the previous config.toml.
+  if (runtime_.rank() == 0) {
+    TITAN_RETURN_IF_ERROR(
+        WriteFileAtomically(job.dump_folder() + "/config.toml", JobConfigToToml(config_)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::SetUpCudaGraph() {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
 #include "lib/train/step_host_reads.h"
@@ -36,6 +37,18 @@ std::unique_ptr<Trainer> MakeTrainer(const std::string& name, JobConfig& config,
 std::string TempDir() {
   const char* tmp = std::getenv("TEST_TMPDIR");
   return tmp != nullptr ? tmp : "/tmp";
+}
+
+// Init's status for the job MakeTrainer builds, in a fresh dump folder.
+absl::Status InitStatus(const std::string& name, const std::vector<std::string>& overrides) {
+  std::filesystem::remove_all(TempDir() + "/" + name);
+  std::vector<std::string> flags = {absl::StrCat("--job.dump_folder=", TempDir(), "/", name)};
+  flags.insert(flags.end(), overrides.begin(), overrides.end());
+  absl::StatusOr<JobConfig> config = ParseJobConfig("configs/llama3_debugmodel.toml", flags);
+  if (!config.ok()) return config.status();
+  static const DistributedRuntime* runtime =
+      new DistributedRuntime(DistributedRuntime::SingleProcess());
+  return Trainer(*config, *runtime).Init();
 }
 
 std::vector<at::Tensor> Gradients(Trainer& trainer) {
@@ -147,6 +160,16 @@ TEST(TrainerTest, UnloggedStepsReadNoTensorOnTheHost) {
     ASSERT_TRUE(logged.result.ok()) << logged.result.status();
     EXPECT_EQ(logged.device_values, 2);
   }
+}
+
+TEST(TrainerTest, ConfigTomlIsWrittenOnlyByAJobThatStarts) {
+  const std::string config_toml = TempDir() + "/config_toml/config.toml";
+  const absl::Status refused =
+      InitStatus("config_toml", {"--optimizer.param_groups=[{pattern = \"nomatch\", lr = 1e-4}]"});
+  EXPECT_TRUE(absl::StrContains(refused.message(), "matches no parameter")) << refused;
+  EXPECT_FALSE(std::filesystem::exists(config_toml));
+  ASSERT_TRUE(InitStatus("config_toml", {"--validation.enable=false"}).ok());
+  EXPECT_TRUE(std::filesystem::exists(config_toml));
 }
 
 // Resuming with train_state excluded restarts the step count; the schedule restarts with it
