@@ -119,6 +119,7 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
   microbatches_ = GradientAccumulationSteps(config_, setup_);
   TITAN_ASSIGN_OR_RETURN(train_data_, BuildTrainData(config_, tokenizer_.get(), setup_));
+  if (config_.validation().enable()) TITAN_RETURN_IF_ERROR(CheckValidationData());
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                          BuildCheckpointManager(config_, setup_, runtime_));
   if (manager != nullptr) {
@@ -150,6 +151,41 @@ absl::Status Trainer::Init() {
   if (runtime_.rank() == 0) {
     TITAN_RETURN_IF_ERROR(
         WriteFileAtomically(job.dump_folder() + "/config.toml", JobConfigToToml(config_)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TextDataLoader>> Trainer::OpenValidationData() const {
+  const auto& v = config_.validation();
+  TextDatasetOptions data;
+  data.path = v.dataset_path();
+  data.text_field = config_.training().dataset_text_field();
+  data.seq_len = v.seq_len();
+  data.infinite = false;
+  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
+  return std::make_unique<TextDataLoader>(std::move(dataset));
+}
+
+absl::Status Trainer::CheckValidationData() const {
+  const auto& v = config_.validation();
+  const auto in_key = [&](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat("[validation] dataset_path: ", status.message()));
+  };
+  absl::StatusOr<std::unique_ptr<TextDataLoader>> loader = OpenValidationData();
+  if (!loader.ok()) return in_key(loader.status());
+  // The batches one evaluation reads: bad data found now costs no training steps.
+  int64_t batches = 0;
+  while (v.steps() < 0 || batches < v.steps()) {
+    absl::StatusOr<TokenBatch> tokens = (*loader)->NextBatch(v.local_batch_size());
+    if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
+    if (!tokens.ok()) return in_key(tokens.status());
+    ++batches;
+  }
+  if (batches == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("[validation] dataset_path: ", v.dataset_path(),
+                                                   " holds less than one window of seq_len ",
+                                                   v.seq_len(), " + 1 tokens"));
   }
   return absl::OkStatus();
 }
@@ -357,13 +393,7 @@ void Trainer::LogStateMemory() const {
 
 absl::StatusOr<double> Trainer::Validate() {
   const auto& v = config_.validation();
-  TextDatasetOptions data;
-  data.path = v.dataset_path();
-  data.text_field = config_.training().dataset_text_field();
-  data.seq_len = v.seq_len();
-  data.infinite = false;
-  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
-  TextDataLoader loader(std::move(dataset));
+  TITAN_ASSIGN_OR_RETURN(const std::unique_ptr<TextDataLoader> loader, OpenValidationData());
   std::optional<int64_t> document_bos;
   if (config_.model().attn_mask_type() == "block_causal") document_bos = tokenizer_->bos_id();
   // Every rank evaluates the whole set (alike): sharded ranks must run the same forwards anyway.
@@ -374,7 +404,7 @@ absl::StatusOr<double> Trainer::Validate() {
   at::Tensor device_counted = at::zeros({}, on_device.dtype(at::kLong));
   int64_t batches = 0;
   while (v.steps() < 0 || batches < v.steps()) {
-    absl::StatusOr<TokenBatch> tokens = loader.NextBatch(v.local_batch_size());
+    absl::StatusOr<TokenBatch> tokens = loader->NextBatch(v.local_batch_size());
     if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
     TITAN_RETURN_IF_ERROR(tokens.status());
     TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(MakeBatch(

@@ -78,6 +78,11 @@ class Trainer {
 
  private:
   absl::StatusOr<double> Validate();
+  // [validation] dataset_path from its start.
+  absl::StatusOr<std::unique_ptr<TextDataLoader>> OpenValidationData() const;
+  // Reads what one evaluation reads, so a missing, empty or malformed file stops the run at
+  // startup.
+  absl::Status CheckValidationData() const;
   // What shards batches (context parallelism) and picks the loss (tensor parallelism): the model's
   // data-parallel wrapper, or with pipeline parallelism its stages' (alike in both).
   DataParallel& batch_parallel() const;

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
 #include "lib/train/step_host_reads.h"
+#include "lib/util/file_util.h"
 
 namespace titan {
 namespace {
@@ -170,6 +171,22 @@ TEST(TrainerTest, ConfigTomlIsWrittenOnlyByAJobThatStarts) {
   EXPECT_FALSE(std::filesystem::exists(config_toml));
   ASSERT_TRUE(InitStatus("config_toml", {"--validation.enable=false"}).ok());
   EXPECT_TRUE(std::filesystem::exists(config_toml));
+}
+
+TEST(TrainerTest, BadValidationDataStopsInit) {
+  const std::string empty = TempDir() + "/empty_validation.jsonl";
+  const std::string malformed = TempDir() + "/malformed_validation.jsonl";
+  ASSERT_TRUE(WriteFileAtomically(empty, "").ok());
+  ASSERT_TRUE(WriteFileAtomically(malformed, "{\"text\": \"a\"}\nnot json\n").ok());
+  for (const std::string& path : {TempDir() + "/missing_validation.jsonl", empty, malformed}) {
+    const absl::Status status =
+        InitStatus("bad_validation", {"--validation.enable=true", "--checkpoint.enable=false",
+                                      "--validation.dataset_path=" + path});
+    EXPECT_FALSE(status.ok()) << path;
+    EXPECT_TRUE(absl::StartsWith(status.message(), "[validation] dataset_path: ")) << status;
+    EXPECT_TRUE(absl::StrContains(status.message(), path)) << status;
+  }
+  EXPECT_TRUE(InitStatus("good_validation", {"--validation.enable=true"}).ok());
 }
 
 // Resuming with train_state excluded restarts the step count; the schedule restarts with it
