@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "lib/checkpoint/directory.h"
 #include "lib/config/job_config.h"
 #include "lib/train/step_host_reads.h"
 #include "lib/util/file_util.h"
@@ -42,7 +43,7 @@ std::string TempDir() {
 
 // Init's status for the job MakeTrainer builds, in a fresh dump folder.
 absl::Status InitStatus(const std::string& name, const std::vector<std::string>& overrides) {
-  std::filesystem::remove_all(TempDir() + "/" + name);
+  EXPECT_TRUE(RemoveTree(TempDir() + "/" + name).ok());
   std::vector<std::string> flags = {absl::StrCat("--job.dump_folder=", TempDir(), "/", name)};
   flags.insert(flags.end(), overrides.begin(), overrides.end());
   absl::StatusOr<JobConfig> config = ParseJobConfig("configs/llama3_debugmodel.toml", flags);
@@ -193,7 +194,7 @@ TEST(TrainerTest, BadValidationDataStopsInit) {
 // rather than running ahead of the steps left. Also: an absolute checkpoint folder is used as is.
 TEST(TrainerTest, ExcludedTrainStateRestartsTheSchedule) {
   const std::string folder = TempDir() + "/absolute_checkpoint";
-  std::filesystem::remove_all(folder);
+  ASSERT_TRUE(RemoveTree(folder).ok());
   const std::vector<std::string> checkpointed = {
       "--checkpoint.enable=true", "--checkpoint.folder=" + folder, "--training.steps=3",
       "--training.seq_len=16", "--training.local_batch_size=2"};
