@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
+#include "lib/config/job_config.h"
 #include "lib/util/file_util.h"
 #include "lib/util/gzip_file.h"
 #include "lib/util/status_macros.h"
@@ -77,15 +78,14 @@ absl::Status ValidateOptions(const StepProfilerOptions& options) {
 StepProfilerOptions ProfilerOptionsFromConfig(const JobConfig& config, int rank,
                                               const c10::Device& device) {
   const JobConfig::Profiling& profiling = config.profiling();
-  const std::string& dump_folder = config.job().dump_folder();
   StepProfilerOptions options;
   options.enable_profiling = profiling.enable_profiling();
-  options.traces_folder = dump_folder + "/" + profiling.save_traces_folder();
+  options.traces_folder = UnderDumpFolder(config, profiling.save_traces_folder());
   options.profile_freq = profiling.profile_freq();
   options.warmup = profiling.profiler_warmup();
   options.active = profiling.profiler_active();
   options.enable_memory_snapshot = profiling.enable_memory_snapshot();
-  options.memory_snapshot_folder = dump_folder + "/" + profiling.save_memory_snapshot_folder();
+  options.memory_snapshot_folder = UnderDumpFolder(config, profiling.save_memory_snapshot_folder());
   options.rank = rank;
   options.device = device;
   return options;

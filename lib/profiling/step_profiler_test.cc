@@ -235,6 +235,16 @@ TEST(StepProfilerTest, DisabledIsNullAndWritesNothing) {
   EXPECT_FALSE(PathExists(folder));
 }
 
+TEST(StepProfilerTest, FoldersAreJoinedAsTorchtitanJoinsThem) {
+  JobConfig config;
+  config.mutable_job()->set_dump_folder("/runs/a");
+  config.mutable_profiling()->set_save_traces_folder("traces");
+  config.mutable_profiling()->set_save_memory_snapshot_folder("/scratch/snapshots");
+  const StepProfilerOptions options = ProfilerOptionsFromConfig(config, 0, at::kCPU);
+  EXPECT_EQ(options.traces_folder, "/runs/a/traces");
+  EXPECT_EQ(options.memory_snapshot_folder, "/scratch/snapshots");  // absolute: as is
+}
+
 TEST(StepProfilerTest, CreateNamesTheKeyAtFault) {
   const std::string folder = TestDir("traces");
   EXPECT_EQ(CreateError(TraceOptions(folder, 3, 3, 1)),

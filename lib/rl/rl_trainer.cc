@@ -117,7 +117,7 @@ absl::Status RlTrainer::Init() {
       ranks.run_id = setup_.run_id;
       ranks.commit_timeout = absl::Seconds(config_.comm().train_timeout_seconds());
       auto critic_manager = std::make_unique<CheckpointManager>(
-          absl::StrCat(job.dump_folder(), "/", config_.checkpoint().folder(), "_critic"),
+          UnderDumpFolder(config_, config_.checkpoint().folder()) + "_critic",
           config_.checkpoint().keep_latest_k(), ranks);
       CheckpointedParts critic{&critic_params_, critic_optimizer_.get(), &critic_data_parallel_,
                                nullptr, &policy_.info};

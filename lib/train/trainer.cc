@@ -135,13 +135,8 @@ absl::Status Trainer::Init() {
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
   TITAN_ASSIGN_OR_RETURN(metrics_, BuildMetrics(config_, runtime_));
-  StepProfilerOptions profiling =
-      ProfilerOptionsFromConfig(config_, runtime_.rank(), setup_.device);
-  // ProfilerOptionsFromConfig appends the folders to the dump folder even when they are absolute.
-  profiling.traces_folder = UnderDumpFolder(config_, config_.profiling().save_traces_folder());
-  profiling.memory_snapshot_folder =
-      UnderDumpFolder(config_, config_.profiling().save_memory_snapshot_folder());
-  TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(profiling));
+  TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
+                                        config_, runtime_.rank(), setup_.device)));
   if (job.monitoring_interval() > 0) {
     monitor_ = std::make_unique<ResourceMonitor>(absl::Seconds(job.monitoring_interval()),
                                                  setup_.device);
