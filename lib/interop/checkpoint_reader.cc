@@ -107,7 +107,8 @@ class SafetensorsReader : public CheckpointReader {
 class TitanReader : public CheckpointReader {
  public:
   // `path` is a step directory, or a checkpoint root meaning its latest step.
-  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& path) {
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& path,
+                                                                bool verify_checksums) {
     std::string step_dir = path;
     if (!PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) {
       CheckpointManager manager(path, /*keep_latest_k=*/0);
@@ -123,6 +124,7 @@ class TitanReader : public CheckpointReader {
     TITAN_ASSIGN_OR_RETURN(reader->step_reader_, CheckpointStep::Open(step_dir));
     reader->format_ = CheckpointFormat::kTitan;
     reader->directory_ = step_dir;
+    reader->verify_checksums_ = verify_checksums;
     reader->step_ = reader->step_reader_->step();
     reader->description_ = reader->step_reader_->state();
     for (const CheckpointStep::Tensor& tensor : reader->step_reader_->model()) {
@@ -140,7 +142,7 @@ class TitanReader : public CheckpointReader {
 
   absl::StatusOr<at::Tensor> Get(absl::string_view name) const override {
     TITAN_ASSIGN_OR_RETURN(const CheckpointStep::Tensor* tensor, Lookup(name));
-    return step_reader_->Read(*tensor, /*verify_checksums=*/false);
+    return step_reader_->Read(*tensor, verify_checksums_);
   }
 
   absl::StatusOr<absl::string_view> Bytes(absl::string_view name) const override {
@@ -162,6 +164,7 @@ class TitanReader : public CheckpointReader {
   }
 
   std::unique_ptr<CheckpointStep> step_reader_;
+  bool verify_checksums_ = true;
   absl::flat_hash_map<std::string, const CheckpointStep::Tensor*> by_name_;
 };
 
@@ -275,7 +278,7 @@ const TensorInfo* CheckpointReader::Find(absl::string_view name) const {
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
-    const std::string& path, std::optional<CheckpointFormat> format) {
+    const std::string& path, std::optional<CheckpointFormat> format, bool verify_checksums) {
   if (!format) {
     absl::StatusOr<CheckpointFormat> detected = DetectCheckpointFormat(path);
     if (!detected.ok()) return detected.status();
@@ -283,7 +286,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
   }
   switch (*format) {
     case CheckpointFormat::kTitan:
-      return TitanReader::Open(path);
+      return TitanReader::Open(path, verify_checksums);
     case CheckpointFormat::kHf:
       return SafetensorsReader::OpenHf(path);
     case CheckpointFormat::kMeta:

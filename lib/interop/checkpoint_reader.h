@@ -48,9 +48,12 @@ absl::StatusOr<nlohmann::json> ReadHfConfig(const std::string& directory);
 
 class CheckpointReader {
  public:
-  // `format` unset: detected from the files.
+  // `format` unset: detected from the files. verify_checksums (titan): Get checks each piece
+  // against the manifest's CRC-32 the first time it is read, failing with DataLoss naming the file
+  // and tensor; off only where a report lists the problems (checkpoint_inspect --verify).
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
-      const std::string& path, std::optional<CheckpointFormat> format = std::nullopt);
+      const std::string& path, std::optional<CheckpointFormat> format = std::nullopt,
+      bool verify_checksums = true);
 
   virtual ~CheckpointReader() = default;
 

@@ -84,6 +84,14 @@ const at::Tensor& Named(const NamedTensors& tensors, const std::string& name) {
   return tensors.front().second;
 }
 
+// Flips one bit of the file's last byte (the last tensor's data).
+void CorruptLastByte(const std::string& path) {
+  absl::StatusOr<std::string> bytes = ReadFile(path);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  bytes->back() ^= 0x10;
+  ASSERT_TRUE(WriteFileAtomically(path, *bytes).ok());
+}
+
 void ExpectBitwiseEqual(const NamedTensors& actual, const NamedTensors& expected) {
   ASSERT_EQ(actual.size(), expected.size());
   for (size_t i = 0; i < actual.size(); ++i) {
@@ -335,6 +343,28 @@ TEST(ConvertTest, ExplainsWhatIsWrong) {
               HasSubstr("expected keep, bf16 or fp32"));
   EXPECT_THAT(ConvertCheckpoint(TestDir("none"), out, ConvertOptions()).status().message(),
               HasSubstr("not a directory"));
+}
+
+// A titan checkpoint is read against its manifest's CRC-32s, as the trainer's loader reads it.
+TEST(ConvertTest, RefusesTitanTensorsThatFailTheirChecksum) {
+  const ModelInfo info = SmallModel();
+  const std::string titan = TestDir("titan");
+  SaveTitan(titan, 3, info, /*describe=*/true);
+  CorruptLastByte(titan + "/step-3/model.safetensors");
+  for (CheckpointFormat to :
+       {CheckpointFormat::kHf, CheckpointFormat::kTitan, CheckpointFormat::kMeta}) {
+    ConvertOptions options;
+    options.to = to;
+    const absl::Status status = ConvertCheckpoint(titan, TestDir("out"), options).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+    EXPECT_THAT(status.message(), HasSubstr(titan + "/step-3/model.safetensors: tensor '"));
+    EXPECT_THAT(status.message(), HasSubstr("does not match the manifest's"));
+  }
+  NamedTensors loaded = RandomWeights(info, 4);
+  std::vector<ParamRef> params;
+  for (auto& [name, tensor] : loaded) params.push_back({name, &tensor});
+  EXPECT_THAT(LoadModelWeights(titan, /*in_hf=*/false, info, params).message(),
+              HasSubstr("CRC-32"));
 }
 
 // Every file of a directory, name -> bytes.

@@ -133,7 +133,11 @@ TensorStats ComputeTensorStats(const at::Tensor& tensor) {
 
 absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
                                                 const InspectOptions& options) {
-  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, CheckpointReader::Open(path));
+  // --verify lists every checksum problem, so its reads do not fail at the first; --stats alone
+  // refuses a corrupted tensor.
+  TITAN_ASSIGN_OR_RETURN(
+      std::unique_ptr<CheckpointReader> reader,
+      CheckpointReader::Open(path, std::nullopt, /*verify_checksums=*/!options.verify));
   InspectReport report;
   report.directory = reader->directory();
   report.format = CheckpointFormatName(reader->format());

@@ -105,6 +105,10 @@ TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
   ASSERT_EQ(report->problems.size(), 1u);
   EXPECT_THAT(report->problems[0], HasSubstr("model.safetensors: tensor '"));
   EXPECT_THAT(report->problems[0], HasSubstr("CRC-32"));
+  // Statistics alone do not describe a corrupted tensor: they fail naming it.
+  options.verify = false;
+  EXPECT_THAT(InspectCheckpoint(root, options).status().message(),
+              HasSubstr("model.safetensors: tensor '"));
 }
 
 TEST(InspectTest, DescribesQwen3CheckpointsInEveryFormat) {
