@@ -328,8 +328,18 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
   if (!options.tokenizer_dir.empty() && options.to != CheckpointFormat::kHf) {
     return absl::InvalidArgumentError("--tokenizer_dir applies to --to=hf only");
   }
-  if (options.max_shard_bytes == 0) {
+  if (options.max_shard_bytes && options.to != CheckpointFormat::kHf) {
+    return absl::InvalidArgumentError("--max_shard_size applies to --to=hf only");
+  }
+  if (options.max_shard_bytes && *options.max_shard_bytes == 0) {
     return absl::InvalidArgumentError("--max_shard_size must be positive");
+  }
+  if (options.step && options.to != CheckpointFormat::kTitan) {
+    return absl::InvalidArgumentError("--step applies to --to=titan only");
+  }
+  if (options.step && *options.step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--step: ", *options.step, ", expected a step >= 0"));
   }
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
                          CheckpointReader::Open(input, options.from));
@@ -353,9 +363,11 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
   const TensorProducer producer(*reader, info, dtype, options.to);
   switch (options.to) {
     case CheckpointFormat::kHf:
-      TITAN_RETURN_IF_ERROR(WriteHfAtomically(params, producer, info,
-                                              {options.max_shard_bytes, options.tokenizer_dir},
-                                              output, summary));
+      TITAN_RETURN_IF_ERROR(
+          WriteHfAtomically(params, producer, info,
+                            {options.max_shard_bytes.value_or(HfExportOptions().max_shard_bytes),
+                             options.tokenizer_dir},
+                            output, summary));
       break;
     case CheckpointFormat::kTitan:
       TITAN_RETURN_IF_ERROR(WriteTitan(params, producer, info,

@@ -29,10 +29,11 @@ struct ConvertOptions {
   // given, the input must agree.
   std::string model;
   std::string flavor;
-  std::string dtype = "keep";                // "keep", "bf16" or "fp32" (floating tensors only).
-  uint64_t max_shard_bytes = 5'000'000'000;  // hf output; a larger tensor gets a shard of its own.
+  std::string dtype = "keep";  // "keep", "bf16" or "fp32" (floating tensors only).
+  // The output-specific options are refused for other outputs, so none is silently ignored.
+  std::optional<uint64_t> max_shard_bytes;  // hf output, default HfExportOptions'.
   std::string tokenizer_dir;    // hf output: tokenizer files copied from here when set.
-  std::optional<int64_t> step;  // titan output: default the input's step, else 0.
+  std::optional<int64_t> step;  // titan output (>= 0): default the input's step, else 0.
 };
 
 struct ConvertSummary {
@@ -52,7 +53,7 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
 
 // What a Hugging Face export writes besides the weights and configs.
 struct HfExportOptions {
-  uint64_t max_shard_bytes = 5'000'000'000;  // As ConvertOptions::max_shard_bytes.
+  uint64_t max_shard_bytes = 5'000'000'000;  // A larger tensor gets a shard of its own.
   std::string tokenizer_dir;  // Tokenizer files copied from here when set (as convert's).
 };
 

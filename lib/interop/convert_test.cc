@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -343,6 +344,31 @@ TEST(ConvertTest, ExplainsWhatIsWrong) {
               HasSubstr("expected keep, bf16 or fp32"));
   EXPECT_THAT(ConvertCheckpoint(TestDir("none"), out, ConvertOptions()).status().message(),
               HasSubstr("not a directory"));
+}
+
+// An option of another output is refused, not ignored; so is a negative step.
+TEST(ConvertTest, RefusesOptionsThatDoNotApplyToTheOutput) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  const auto message = [&](CheckpointFormat to, std::optional<uint64_t> max_shard_bytes,
+                           std::optional<int64_t> step) {
+    ConvertOptions options;
+    options.to = to;
+    options.max_shard_bytes = max_shard_bytes;
+    options.step = step;
+    return std::string(ConvertCheckpoint(titan, out, options).status().message());
+  };
+  EXPECT_EQ(message(CheckpointFormat::kTitan, 1000, std::nullopt),
+            "--max_shard_size applies to --to=hf only");
+  EXPECT_EQ(message(CheckpointFormat::kMeta, 1000, std::nullopt),
+            "--max_shard_size applies to --to=hf only");
+  EXPECT_EQ(message(CheckpointFormat::kHf, std::nullopt, 5), "--step applies to --to=titan only");
+  EXPECT_EQ(message(CheckpointFormat::kMeta, std::nullopt, 5), "--step applies to --to=titan only");
+  EXPECT_EQ(message(CheckpointFormat::kTitan, std::nullopt, -5),
+            "--step: -5, expected a step >= 0");
+  EXPECT_FALSE(PathExists(out));
+  EXPECT_EQ(message(CheckpointFormat::kTitan, std::nullopt, 0), "");
+  EXPECT_TRUE(PathExists(out + "/step-0"));
 }
 
 // A titan checkpoint is read against its manifest's CRC-32s, as the trainer's loader reads it.

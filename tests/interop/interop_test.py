@@ -172,6 +172,21 @@ class InteropTest(unittest.TestCase):
         self.assertIn("consolidated.00.pth: not a torch.save state dict of tensors", proc.stderr)
         self.assertFalse(os.path.exists(marker))
 
+    def test_flags_of_other_outputs_are_refused(self):
+        self.save_hf(small_config(), torch.float32)
+        for flags, error in [(["--to=hf", "--step=5"], "--step applies to --to=titan only"),
+                             (["--to=titan", "--max_shard_size=1KB"],
+                              "--max_shard_size applies to --to=hf only"),
+                             (["--to=titan", "--step=-5"], "--step: -5, expected a step >= 0"),
+                             (["--to=hf", "--max_shard_size=0"], "--max_shard_size: size \"0\"")]:
+            proc = subprocess.run([CONVERT, "--from=hf", *flags, self.path("hf"), self.path("out")],
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 1, flags)
+            self.assertIn(error, proc.stderr, flags)
+            self.assertFalse(os.path.exists(self.path("out")), flags)
+        summary = convert(CONVERT, self.path("hf"), self.path("out"), "--to=titan", "--step=7")
+        self.assertEqual(summary["output"], self.path("out/step-7"))
+
     def test_errors_are_clear(self):
         proc = subprocess.run([CONVERT, "--from=hf", "--to=titan", self.path("missing"),
                                self.path("out")], capture_output=True, text=True)

@@ -27,10 +27,14 @@ DEFINE_string(flavor, "",
 DEFINE_string(dtype, "keep", "Floating tensors' output dtype: keep, bf16 or fp32");
 DEFINE_string(max_shard_size, "5GB", "hf output: largest shard (KB/MB/GB, KiB/MiB/GiB)");
 DEFINE_string(tokenizer_dir, "", "hf output: copy tokenizer files from this directory");
-DEFINE_int64(step, -1, "titan output: the step to write; -1: the input's step, else 0");
+DEFINE_int64(step, -1, "titan output: the step to write (>= 0); unset: the input's step, else 0");
 DEFINE_bool(json, false, "Print a JSON summary on stdout");
 
 namespace {
+
+// Whether the flag was given on the command line (the output-specific ones are refused for other
+// outputs only then).
+bool IsSet(const char* flag) { return !gflags::GetCommandLineFlagInfoOrDie(flag).is_default; }
 
 int Fail(const absl::Status& status) {
   std::cerr << "convert_checkpoint: " << status.message() << "\n";
@@ -59,15 +63,20 @@ int main(int argc, char** argv) {
   }
   absl::StatusOr<titan::CheckpointFormat> to = titan::ParseCheckpointFormat(FLAGS_to);
   if (!to.ok()) return Fail(to.status());
-  absl::StatusOr<uint64_t> max_shard = titan::ParseByteSize(FLAGS_max_shard_size);
-  if (!max_shard.ok()) return Fail(max_shard.status());
   options.to = *to;
   options.model = FLAGS_model;
   options.flavor = FLAGS_flavor;
   options.dtype = FLAGS_dtype;
-  options.max_shard_bytes = *max_shard;
+  if (IsSet("max_shard_size")) {
+    absl::StatusOr<uint64_t> max_shard = titan::ParseByteSize(FLAGS_max_shard_size);
+    if (!max_shard.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--max_shard_size: ", max_shard.status().message())));
+    }
+    options.max_shard_bytes = *max_shard;
+  }
   options.tokenizer_dir = FLAGS_tokenizer_dir;
-  if (FLAGS_step >= 0) options.step = FLAGS_step;
+  if (IsSet("step")) options.step = FLAGS_step;
 
   absl::StatusOr<titan::ConvertSummary> summary =
       titan::ConvertCheckpoint(argv[1], argv[2], options);
