@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -37,6 +38,19 @@ constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.j
                                            "special_tokens_map.json", "tokenizer.model",
                                            "added_tokens.json"};
 
+// The tokenizer files `dir` holds, checked before any weights are written.
+absl::StatusOr<std::vector<std::string>> FindTokenizerFiles(const std::string& dir) {
+  std::vector<std::string> found;
+  for (const char* name : kTokenizerFiles) {
+    if (PathExists(absl::StrCat(dir, "/", name))) found.push_back(name);
+  }
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("--tokenizer_dir ", dir, ": none of ", absl::StrJoin(kTokenizerFiles, ", ")));
+  }
+  return found;
+}
+
 absl::StatusOr<std::optional<at::ScalarType>> ParseDtype(const std::string& dtype) {
   if (dtype == "keep") return std::optional<at::ScalarType>();
   if (dtype == "bf16") return std::optional<at::ScalarType>(at::kBFloat16);
@@ -62,10 +76,14 @@ std::string TorchDtypeName(at::ScalarType type) {
 class TensorProducer {
  public:
   TensorProducer(const CheckpointReader& reader, const ModelInfo& info,
-                 std::optional<at::ScalarType> dtype, CheckpointFormat to)
-      : reader_(reader), info_(info), dtype_(dtype), to_(to) {}
+                 std::optional<at::ScalarType> dtype, CheckpointFormat to,
+                 const std::atomic<int>* stop_signal = nullptr)
+      : reader_(reader), info_(info), dtype_(dtype), to_(to), stop_signal_(stop_signal) {}
 
   absl::StatusOr<at::Tensor> Produce(const ParameterSource& param) const {
+    if (stop_signal_ != nullptr && stop_signal_->load() != 0) {
+      return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal_->load()));
+    }
     absl::StatusOr<at::Tensor> tensor = reader_.Get(param.source_name);
     if (!tensor.ok()) return tensor.status();
     at::Tensor out = *tensor;
@@ -93,6 +111,7 @@ class TensorProducer {
   const ModelInfo& info_;
   std::optional<at::ScalarType> dtype_;
   CheckpointFormat to_;
+  const std::atomic<int>* stop_signal_;
 };
 
 absl::Status WriteJson(const std::string& path, const json& value) {
@@ -102,6 +121,10 @@ absl::Status WriteJson(const std::string& path, const json& value) {
 absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorProducer& producer,
                      const ModelInfo& info, const HfExportOptions& options,
                      const std::string& output, ConvertSummary& summary) {
+  std::vector<std::string> tokenizer_files;
+  if (!options.tokenizer_dir.empty()) {
+    TITAN_ASSIGN_OR_RETURN(tokenizer_files, FindTokenizerFiles(options.tokenizer_dir));
+  }
   // Shards planned from metadata alone: every file name is known before the first is written.
   std::vector<std::vector<const ParameterSource*>> shards(1);
   uint64_t shard_bytes = 0;
@@ -146,19 +169,11 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
       WriteJson(absl::StrCat(output, "/generation_config.json"), HfGenerationConfig(info)));
   summary.files.push_back("config.json");
   summary.files.push_back("generation_config.json");
-  if (options.tokenizer_dir.empty()) return absl::OkStatus();
-  int copied = 0;
-  for (const char* name : kTokenizerFiles) {
-    const std::string from = absl::StrCat(options.tokenizer_dir, "/", name);
-    if (!PathExists(from)) continue;
-    TITAN_ASSIGN_OR_RETURN(std::string contents, ReadFile(from));
+  for (const std::string& name : tokenizer_files) {
+    TITAN_ASSIGN_OR_RETURN(std::string contents,
+                           ReadFile(absl::StrCat(options.tokenizer_dir, "/", name)));
     TITAN_RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(output, "/", name), contents));
     summary.files.push_back(name);
-    ++copied;
-  }
-  if (copied == 0) {
-    return absl::NotFoundError(absl::StrCat("--tokenizer_dir ", options.tokenizer_dir, ": none of ",
-                                            absl::StrJoin(kTokenizerFiles, ", ")));
   }
   return absl::OkStatus();
 }
@@ -353,14 +368,19 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
   TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*reader, info));
 
   TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
+  const bool output_existed = PathExists(output);
   TITAN_RETURN_IF_ERROR(MakeDirectories(output));
+  // A failed conversion leaves no output behind (an empty directory given as `output` stays).
+  absl::Cleanup remove_output = [&] {
+    if (!output_existed) RemoveTree(output).IgnoreError();  // The failure is the one to report.
+  };
 
   ConvertSummary summary;
   summary.input = reader->directory();
   summary.output = output;
   summary.model = info.name();
   summary.flavor = info.flavor;
-  const TensorProducer producer(*reader, info, dtype, options.to);
+  const TensorProducer producer(*reader, info, dtype, options.to, options.stop_signal);
   switch (options.to) {
     case CheckpointFormat::kHf:
       TITAN_RETURN_IF_ERROR(
@@ -382,6 +402,7 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
             << ") to " << summary.output << " (" << CheckpointFormatName(options.to)
             << "): " << summary.tensors << " tensors, " << summary.bytes << " bytes; "
             << DescribeModelInfo(info);
+  std::move(remove_output).Cancel();
   return summary;
 }
 

@@ -7,6 +7,7 @@
 // at most one shard of converted tensors (titan output: the tensors whose layout or dtype changes)
 // is held in memory.
 
+#include <atomic>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -34,6 +35,9 @@ struct ConvertOptions {
   std::optional<uint64_t> max_shard_bytes;  // hf output, default HfExportOptions'.
   std::string tokenizer_dir;    // hf output: tokenizer files copied from here when set.
   std::optional<int64_t> step;  // titan output (>= 0): default the input's step, else 0.
+  // Non-zero (a SIGINT/SIGTERM handler sets it): stop before the next tensor with Cancelled,
+  // leaving no output. A file being written is finished first.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
 struct ConvertSummary {
@@ -46,7 +50,8 @@ struct ConvertSummary {
   std::vector<std::string> files;  // Files written, relative to `output`.
 };
 
-// Converts `input` into `output`, which must not exist or be empty.
+// Converts `input` into `output`, which must not exist or be empty; a failed or stopped conversion
+// removes the output directory it made.
 absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
                                                  const std::string& output,
                                                  const ConvertOptions& options);

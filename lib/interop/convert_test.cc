@@ -1,6 +1,7 @@
 #include "lib/interop/convert.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -385,12 +386,41 @@ TEST(ConvertTest, RefusesTitanTensorsThatFailTheirChecksum) {
     EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
     EXPECT_THAT(status.message(), HasSubstr(titan + "/step-3/model.safetensors: tensor '"));
     EXPECT_THAT(status.message(), HasSubstr("does not match the manifest's"));
+    EXPECT_THAT(*ListDirectory(Dirname(titan)), ElementsAre("titan"));  // No output, no temporary.
   }
   NamedTensors loaded = RandomWeights(info, 4);
   std::vector<ParamRef> params;
   for (auto& [name, tensor] : loaded) params.push_back({name, &tensor});
   EXPECT_THAT(LoadModelWeights(titan, /*in_hf=*/false, info, params).message(),
               HasSubstr("CRC-32"));
+}
+
+// A conversion stopped (by a signal) or failing after it made the output directory removes it.
+TEST(ConvertTest, LeavesNoOutputWhenStoppedOrFailing) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  const std::atomic<int> stop_signal{2};
+  for (CheckpointFormat to :
+       {CheckpointFormat::kHf, CheckpointFormat::kTitan, CheckpointFormat::kMeta}) {
+    ConvertOptions options;
+    options.to = to;
+    options.stop_signal = &stop_signal;
+    const absl::Status status = ConvertCheckpoint(titan, out, options).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+    EXPECT_EQ(status.message(), "stopped by signal 2");
+    EXPECT_THAT(*ListDirectory(Dirname(titan)), ElementsAre("titan"));
+  }
+  ConvertOptions options;
+  options.tokenizer_dir = TestDir("no_tokenizer");
+  ASSERT_TRUE(MakeDirectories(options.tokenizer_dir).ok());
+  EXPECT_THAT(ConvertCheckpoint(titan, out, options).status().message(),
+              HasSubstr("--tokenizer_dir " + options.tokenizer_dir + ": none of tokenizer.json"));
+  EXPECT_THAT(*ListDirectory(Dirname(titan)),
+              ::testing::UnorderedElementsAre("no_tokenizer", "titan"));
+  // An empty output directory given is left as it was.
+  ASSERT_TRUE(MakeDirectories(out).ok());
+  EXPECT_FALSE(ConvertCheckpoint(titan, out, options).ok());
+  EXPECT_TRUE(ListDirectory(out)->empty());
 }
 
 // Every file of a directory, name -> bytes.
@@ -503,7 +533,7 @@ TEST(SaveHfExportTest, LeavesNothingHalfWritten) {
   EXPECT_THAT(message, HasSubstr("first differing tensors: output.weight absent vs [40, 32]"));
   EXPECT_THAT(*ListDirectory(root), ElementsAre("hf"));
 
-  // A failure while writing (a tokenizer folder without tokenizer files) removes the temporary.
+  // A tokenizer folder without tokenizer files fails before anything is written.
   weights = RandomWeights(info, 3);
   HfExportOptions options;
   options.tokenizer_dir = TestDir("no_tokenizer");

@@ -4,8 +4,10 @@ import glob
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 import torch
@@ -186,6 +188,29 @@ class InteropTest(unittest.TestCase):
             self.assertFalse(os.path.exists(self.path("out")), flags)
         summary = convert(CONVERT, self.path("hf"), self.path("out"), "--to=titan", "--step=7")
         self.assertEqual(summary["output"], self.path("out/step-7"))
+
+    def test_stopped_or_failed_conversions_leave_nothing(self):
+        # One shard per tensor (147, each synced): still writing when the signal comes.
+        self.save_hf(small_config(vocab_size=4096, hidden_size=256, intermediate_size=1024,
+                                  num_hidden_layers=16), torch.float32)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            out = self.path(f"out_{sig.name}")
+            proc = subprocess.Popen([CONVERT, "--to=hf", "--max_shard_size=1KB", self.path("hf"),
+                                     out], stderr=subprocess.PIPE, text=True)
+            temporary = f"{out}.tmp-{proc.pid}"
+            while proc.poll() is None and not glob.glob(os.path.join(temporary, "model-*")):
+                time.sleep(0.001)
+            proc.send_signal(sig)
+            _, stderr = proc.communicate(timeout=60)
+            self.assertEqual(proc.returncode, 128 + sig, stderr)
+            self.assertIn(f"stopped by signal {int(sig)}", stderr)
+            self.assertEqual(glob.glob(out + "*"), [])
+        os.makedirs(self.path("no_tokenizer"))
+        proc = subprocess.run([CONVERT, "--to=hf", f"--tokenizer_dir={self.path('no_tokenizer')}",
+                               self.path("hf"), self.path("out")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("no_tokenizer: none of tokenizer.json", proc.stderr)
+        self.assertFalse(os.path.exists(self.path("out")))
 
     def test_errors_are_clear(self):
         proc = subprocess.run([CONVERT, "--from=hf", "--to=titan", self.path("missing"),

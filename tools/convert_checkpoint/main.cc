@@ -3,8 +3,10 @@
 // Converts a checkpoint of any registered model family between Hugging Face's *ForCausalLM
 // folders, titan's step directories and Meta's format (see lib/interop/convert.h).
 
+#include <signal.h>
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -31,6 +33,10 @@ DEFINE_int64(step, -1, "titan output: the step to write (>= 0); unset: the input
 DEFINE_bool(json, false, "Print a JSON summary on stdout");
 
 namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void OnStopSignal(int signal) { g_stop_signal = signal; }
 
 // Whether the flag was given on the command line (the output-specific ones are refused for other
 // outputs only then).
@@ -77,10 +83,21 @@ int main(int argc, char** argv) {
   }
   options.tokenizer_dir = FLAGS_tokenizer_dir;
   if (IsSet("step")) options.step = FLAGS_step;
+  // SIGINT and SIGTERM stop the conversion, which then removes what it wrote; a second one kills
+  // at once.
+  struct sigaction action = {};
+  action.sa_handler = OnStopSignal;
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  options.stop_signal = &g_stop_signal;
 
   absl::StatusOr<titan::ConvertSummary> summary =
       titan::ConvertCheckpoint(argv[1], argv[2], options);
-  if (!summary.ok()) return Fail(summary.status());
+  if (!summary.ok()) {
+    Fail(summary.status());
+    return g_stop_signal != 0 ? 128 + g_stop_signal : 1;
+  }
 
   if (FLAGS_json) {
     rusage usage{};
