@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <utility>
 
@@ -21,12 +22,11 @@ using nlohmann::json;
 constexpr int64_t kChunkElements = int64_t{1} << 24;
 
 json StatsToJson(const TensorStats& stats) {
-  return {{"min", stats.min},
-          {"max", stats.max},
-          {"mean", stats.mean},
-          {"std", stats.std},
-          {"nan_count", stats.nan_count},
-          {"inf_count", stats.inf_count}};
+  // JSON has no NaN: statistics over no finite values are null.
+  const auto value = [](double x) { return std::isnan(x) ? json() : json(x); };
+  return {{"min", value(stats.min)},      {"max", value(stats.max)},
+          {"mean", value(stats.mean)},    {"std", value(stats.std)},
+          {"nan_count", stats.nan_count}, {"inf_count", stats.inf_count}};
 }
 
 // A checkpoint's tensors under the names a comparison uses, and how to fetch each one.
@@ -126,8 +126,12 @@ TensorStats ComputeTensorStats(const at::Tensor& tensor) {
     m2 += chunk_m2 + delta * delta * static_cast<double>(count) * n / total;
     count = total;
   }
+  if (count == 0) {
+    stats.min = stats.max = stats.mean = stats.std = std::numeric_limits<double>::quiet_NaN();
+    return stats;
+  }
   stats.mean = mean;
-  stats.std = count > 0 ? std::sqrt(m2 / count) : 0;
+  stats.std = std::sqrt(m2 / count);
   return stats;
 }
 

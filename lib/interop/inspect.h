@@ -16,7 +16,7 @@
 namespace titan {
 
 struct TensorStats {
-  double min = 0;  // Over finite values; 0 when there are none.
+  double min = 0;  // Over finite values; NaN when there are none (JSON: null).
   double max = 0;
   double mean = 0;
   double std = 0;  // Population standard deviation.

@@ -64,6 +64,21 @@ TEST(InspectTest, StatsMatchDirectComputationAndCountNonFinite) {
   EXPECT_EQ(stats.min, 1);
   EXPECT_EQ(stats.max, 3);
   EXPECT_EQ(stats.mean, 2);
+
+  // No finite value: no minimum, maximum, mean or spread (nan in text, null in JSON).
+  stats = ComputeTensorStats(at::full({64}, NAN));
+  EXPECT_EQ(stats.nan_count, 64);
+  EXPECT_TRUE(std::isnan(stats.min) && std::isnan(stats.max));
+  EXPECT_TRUE(std::isnan(stats.mean) && std::isnan(stats.std));
+  InspectReport report;
+  report.tensors.push_back(
+      {TensorInfo{"w", "F32", at::kFloat, {64}, 256, "model.safetensors"}, stats});
+  EXPECT_THAT(FormatInspectReport(report),
+              HasSubstr("min nan max nan mean nan std nan nan 64 inf 0"));
+  const nlohmann::json json = InspectReportToJson(report).at("tensors")[0].at("stats");
+  for (const char* key : {"min", "max", "mean", "std"}) {
+    EXPECT_TRUE(json.at(key).is_null()) << key;
+  }
 }
 
 TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
