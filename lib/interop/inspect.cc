@@ -233,6 +233,12 @@ std::string FormatInspectReport(const InspectReport& report) {
 
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
                                            double rtol, double atol) {
+  for (const auto& [flag, tolerance] : {std::pair("--rtol", rtol), std::pair("--atol", atol)}) {
+    if (!(tolerance >= 0)) {  // Also NaN.
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": ", tolerance, ", expected a tolerance >= 0"));
+    }
+  }
   TITAN_ASSIGN_OR_RETURN(ComparableTensors a, OpenComparable(first));
   TITAN_ASSIGN_OR_RETURN(ComparableTensors b, OpenComparable(second));
   if (a.reader->format() != b.reader->format()) {

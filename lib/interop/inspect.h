@@ -76,8 +76,9 @@ struct DiffReport {
 };
 
 // Compares two checkpoints tensor by tensor: elements differ when |a - b| > atol + rtol * |b|
-// (NaN equals NaN); rtol = atol = 0 asks for equal values. Checkpoints of different formats are
-// compared in titan's names and q/k layout (each must hold a registered model).
+// (NaN equals NaN); rtol = atol = 0 asks for equal values, and a negative tolerance is refused.
+// Checkpoints of different formats are compared in titan's names and q/k layout (each must hold a
+// registered model).
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
                                            double rtol, double atol);
 nlohmann::json DiffReportToJson(const DiffReport& report);

@@ -176,6 +176,12 @@ TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
   diff = DiffCheckpoints(a, b, 0, 0.6);
   ASSERT_TRUE(diff.ok()) << diff.status();
   EXPECT_TRUE(diff->different.empty());
+
+  // A negative tolerance would call identical tensors different.
+  EXPECT_EQ(DiffCheckpoints(a, a, -1, 0).status().message(),
+            "--rtol: -1, expected a tolerance >= 0");
+  EXPECT_EQ(DiffCheckpoints(a, a, 0, -0.5).status().message(),
+            "--atol: -0.5, expected a tolerance >= 0");
 }
 
 }  // namespace

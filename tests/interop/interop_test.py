@@ -212,6 +212,18 @@ class InteropTest(unittest.TestCase):
         self.assertIn("no_tokenizer: none of tokenizer.json", proc.stderr)
         self.assertFalse(os.path.exists(self.path("out")))
 
+    def test_inspect_refuses_tolerances_it_cannot_use(self):
+        self.save_hf(small_config(), torch.float32)
+        for flags, error in [(["--rtol=0.1"], "--rtol applies to --diff only"),
+                             (["--atol=0.1"], "--atol applies to --diff only"),
+                             ([f"--diff={self.path('hf')}", "--rtol=-1"],
+                              "--rtol: -1, expected a tolerance >= 0")]:
+            proc = subprocess.run([INSPECT, *flags, self.path("hf")], capture_output=True,
+                                  text=True)
+            self.assertEqual(proc.returncode, 1, flags)
+            self.assertIn(error, proc.stderr, flags)
+            self.assertEqual(proc.stdout, "", flags)
+
     def test_errors_are_clear(self):
         proc = subprocess.run([CONVERT, "--from=hf", "--to=titan", self.path("missing"),
                                self.path("out")], capture_output=True, text=True)

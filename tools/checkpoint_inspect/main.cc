@@ -15,8 +15,8 @@ DEFINE_bool(stats, false, "Per-tensor min, max, mean, std, NaN and Inf counts");
 DEFINE_bool(verify, false,
             "Integrity: sizes and CRC-32 against a titan manifest; index and headers for hf");
 DEFINE_string(diff, "", "Compare every tensor with this checkpoint");
-DEFINE_double(rtol, 0, "--diff: relative tolerance");
-DEFINE_double(atol, 0, "--diff: absolute tolerance");
+DEFINE_double(rtol, 0, "--diff: relative tolerance (>= 0)");
+DEFINE_double(atol, 0, "--diff: absolute tolerance (>= 0)");
 DEFINE_bool(json, false, "Print JSON instead of text");
 
 int main(int argc, char** argv) {
@@ -28,6 +28,12 @@ int main(int argc, char** argv) {
   if (argc != 2) {
     std::cerr << "checkpoint_inspect: expected one PATH, got " << argc - 1 << " (see --help)\n";
     return 1;
+  }
+  for (const char* flag : {"rtol", "atol"}) {
+    if (FLAGS_diff.empty() && !gflags::GetCommandLineFlagInfoOrDie(flag).is_default) {
+      std::cerr << "checkpoint_inspect: --" << flag << " applies to --diff only\n";
+      return 1;
+    }
   }
   titan::InspectOptions options;
   options.stats = FLAGS_stats;
