@@ -327,6 +327,10 @@ class DownloadAssetsTest(unittest.TestCase):
         result, _ = self.run_tool("--repo_id=org/model", "--assets=weights")
         self.assertEqual(result.returncode, 2)
         self.assertIn('unknown asset "weights"', result.stderr)
+        result = subprocess.run([BINARY, "--help"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("  --repo_id (Hub repo as ORG/NAME", result.stdout)
+        self.assertNotIn("flagfile", result.stdout)  # gflags' own flags stay out
 
 
 if __name__ == "__main__":

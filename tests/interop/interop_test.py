@@ -232,6 +232,23 @@ class InteropTest(unittest.TestCase):
         proc = subprocess.run([CONVERT, "--to=xla", "a", "b"], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 1)
         self.assertIn('checkpoint format "xla", expected titan, hf or meta', proc.stderr)
+        # With --json a failure is JSON on stdout too.
+        for command in ([CONVERT, "--from=hf", "--to=titan", self.path("missing"), self.path("out")],
+                        [INSPECT, self.path("missing")]):
+            proc = subprocess.run([*command, "--json"], capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 1)
+            self.assertIn("missing", json.loads(proc.stdout)["error"])
+
+    def test_help_lists_the_tools_own_flags_and_exits_zero(self):
+        for tool, flags in [(CONVERT, ["--from", "--max_shard_size", "--json"]),
+                            (INSPECT, ["--stats", "--verify", "--rtol"])]:
+            for spelling in ("--help", "-h"):
+                proc = subprocess.run([tool, spelling], capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                self.assertTrue(proc.stdout.startswith(os.path.basename(tool) + " "), proc.stdout)
+                for flag in flags:
+                    self.assertIn(f"  {flag} (", proc.stdout)
+                self.assertNotIn("alsologtoemail", proc.stdout)  # glog's flags stay out
 
 
 if __name__ == "__main__":

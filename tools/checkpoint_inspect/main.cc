@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "lib/interop/inspect.h"
 #include "nlohmann/json.hpp"
+#include "tools/common/tool_flags.h"
 
 DEFINE_bool(stats, false, "Per-tensor min, max, mean, std, NaN and Inf counts");
 DEFINE_bool(verify, false,
@@ -20,39 +21,37 @@ DEFINE_double(atol, 0, "--diff: absolute tolerance (>= 0)");
 DEFINE_bool(json, false, "Print JSON instead of text");
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
-      "checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol=R --atol=A]] [--json]");
-  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  titan::ParseToolFlags(
+      "checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol=R --atol=A]] [--json]",
+      &argc, &argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  if (argc != 2) {
-    std::cerr << "checkpoint_inspect: expected one PATH, got " << argc - 1 << " (see --help)\n";
+  // With --json a failure is also a JSON object on stdout, for the script parsing it.
+  const auto fail = [](const std::string& message) {
+    std::cerr << "checkpoint_inspect: " << message << "\n";
+    if (FLAGS_json) std::cout << nlohmann::json{{"error", message}}.dump(2) << "\n";
     return 1;
+  };
+  if (argc != 2) {
+    return fail(absl::StrCat("expected one PATH, got ", argc - 1, " (see --help)"));
   }
   for (const char* flag : {"rtol", "atol"}) {
     if (FLAGS_diff.empty() && !gflags::GetCommandLineFlagInfoOrDie(flag).is_default) {
-      std::cerr << "checkpoint_inspect: --" << flag << " applies to --diff only\n";
-      return 1;
+      return fail(absl::StrCat("--", flag, " applies to --diff only"));
     }
   }
   titan::InspectOptions options;
   options.stats = FLAGS_stats;
   options.verify = FLAGS_verify;
   absl::StatusOr<titan::InspectReport> report = titan::InspectCheckpoint(argv[1], options);
-  if (!report.ok()) {
-    std::cerr << "checkpoint_inspect: " << report.status().message() << "\n";
-    return 1;
-  }
+  if (!report.ok()) return fail(std::string(report.status().message()));
   nlohmann::json json = titan::InspectReportToJson(*report);
   std::string text = titan::FormatInspectReport(*report);
   bool failed = report->verified && !report->problems.empty();
   if (!FLAGS_diff.empty()) {
     absl::StatusOr<titan::DiffReport> diff =
         titan::DiffCheckpoints(argv[1], FLAGS_diff, FLAGS_rtol, FLAGS_atol);
-    if (!diff.ok()) {
-      std::cerr << "checkpoint_inspect: " << diff.status().message() << "\n";
-      return 1;
-    }
+    if (!diff.ok()) return fail(std::string(diff.status().message()));
     json["diff"] = titan::DiffReportToJson(*diff);
     absl::StrAppend(&text, "diff against ", FLAGS_diff, ": ", titan::FormatDiffReport(*diff));
     failed = failed || !diff->identical();

@@ -9,12 +9,12 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "lib/distributed/comm_trace_analysis.h"
+#include "tools/common/tool_flags.h"
 
 DEFINE_string(prefix, "rank_", "Dump file names: <prefix><rank>");
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("comm_trace_analyze FOLDER [--prefix=rank_]");
-  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  titan::ParseToolFlags("comm_trace_analyze FOLDER [--prefix=rank_]", &argc, &argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   if (argc != 2) {

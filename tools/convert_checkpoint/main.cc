@@ -16,6 +16,7 @@
 #include "glog/logging.h"
 #include "lib/interop/convert.h"
 #include "nlohmann/json.hpp"
+#include "tools/common/tool_flags.h"
 
 DEFINE_string(from, "", "Input format: titan, hf or meta; empty: detected from the files");
 DEFINE_string(to, "hf", "Output format: titan, hf or meta");
@@ -42,18 +43,21 @@ void OnStopSignal(int signal) { g_stop_signal = signal; }
 // outputs only then).
 bool IsSet(const char* flag) { return !gflags::GetCommandLineFlagInfoOrDie(flag).is_default; }
 
+// With --json a failure is also a JSON object on stdout, for the script parsing it.
 int Fail(const absl::Status& status) {
   std::cerr << "convert_checkpoint: " << status.message() << "\n";
+  if (FLAGS_json)
+    std::cout << nlohmann::json{{"error", std::string(status.message())}}.dump(2) << "\n";
   return 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
+  titan::ParseToolFlags(
       "convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--model=qwen3] [--flavor=8B] "
-      "[--dtype=keep|bf16|fp32] IN OUT");
-  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+      "[--dtype=keep|bf16|fp32] IN OUT",
+      &argc, &argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   if (argc != 3) {

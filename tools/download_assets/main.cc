@@ -16,6 +16,7 @@
 #include "gflags/gflags.h"
 #include "lib/hub/hub_client.h"
 #include "lib/hub/progress.h"
+#include "tools/common/tool_flags.h"
 
 DEFINE_string(repo_id, "", "Hub repo as ORG/NAME, e.g. meta-llama/Llama-3.1-8B.");
 DEFINE_string(revision, "main", "Branch, tag or commit to download.");
@@ -74,12 +75,12 @@ int Usage(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage(
+  std::vector<char*> original_argv(argv, argv + argc);
+  titan::ParseToolFlags(
       "download_assets --repo_id=ORG/NAME --assets=tokenizer,config,safetensors,index,all "
       "[--revision=main] [--include=GLOBS] [--exclude=GLOBS] [--local_dir=assets/hf] "
-      "[--hf_token=...] [--offline] [--json]");
-  std::vector<char*> original_argv(argv, argv + argc);
-  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+      "[--hf_token=...] [--offline] [--json]",
+      &argc, &argv);
   ScrubTokenFromArgv(static_cast<int>(original_argv.size()), original_argv.data());
 
   titan::DownloadOptions options;

@@ -14,6 +14,7 @@
 #include "gflags/gflags.h"
 #include "lib/pipeline/schedule.h"
 #include "lib/pipeline/schedule_check.h"
+#include "tools/common/tool_flags.h"
 
 DEFINE_string(schedule, "1F1B",
               "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble or "
@@ -34,8 +35,8 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  gflags::SetUsageMessage("pp_schedule --schedule=NAME --pp=N --microbatches=M (see --help)");
-  gflags::ParseCommandLineFlags(&argc, &argv, /*remove_flags=*/true);
+  titan::ParseToolFlags("pp_schedule --schedule=NAME --pp=N --microbatches=M (see --help)", &argc,
+                        &argv);
   absl::StatusOr<titan::ScheduleKind> kind = titan::FindScheduleKind(FLAGS_schedule);
   if (!kind.ok()) return Fail(kind.status());
   const int per_rank =

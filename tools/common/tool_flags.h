@@ -1,0 +1,13 @@
+#ifndef TITAN_TOOLS_COMMON_TOOL_FLAGS_H_
+#define TITAN_TOOLS_COMMON_TOOL_FLAGS_H_
+
+namespace titan {
+
+// gflags' ParseCommandLineFlags, except that --help (-h, -help, --helpshort) prints `usage` and
+// the flags the tool itself defines (tools/...) on stdout and exits 0: gflags' own --help lists
+// glog's and gflags' flags first and exits 1.
+void ParseToolFlags(const char* usage, int* argc, char*** argv);
+
+}  // namespace titan
+
+#endif  // TITAN_TOOLS_COMMON_TOOL_FLAGS_H_
