@@ -1,6 +1,7 @@
 #include "lib/rl/examples.h"
 
 #include <algorithm>
+#include <functional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -27,15 +28,12 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
       absl::StrCat(where, ": \"", key, "\" must be a string, got ", it->type_name()));
 }
 
-// Arithmetic operands: held out when (a + 3b) % 7 == 0, about one pair in seven.
-bool ArithmeticHeldOut(int a, int b) { return (a + 3 * b) % 7 == 0; }
-
-}  // namespace
-
-absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
-                                                    const std::string& algorithm) {
+// Calls `read` with each non-blank line of the JSON-lines file `path` (a JSON object, else the
+// error says `expected`) and the line's "path:line" for its errors.
+absl::Status ForEachObjectLine(
+    const std::string& path, absl::string_view expected,
+    const std::function<absl::Status(const nlohmann::json&, const std::string&)>& read) {
   TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
-  std::vector<RlExample> examples;
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
@@ -43,21 +41,38 @@ absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
     const std::string where = absl::StrCat(path, ":", line_number);
     const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!object.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": expected a JSON object"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", expected));
     }
-    RlExample example;
-    example.where = where;
-    example.has_answer = object.contains("answer");
-    TITAN_ASSIGN_OR_RETURN(example.prompt, StringField(object, "prompt", true, where));
-    TITAN_ASSIGN_OR_RETURN(example.answer, StringField(object, "answer", false, where));
-    if (algorithm == "sft") {
-      TITAN_ASSIGN_OR_RETURN(example.response, StringField(object, "response", true, where));
-    } else if (algorithm == "dpo") {
-      TITAN_ASSIGN_OR_RETURN(example.response, StringField(object, "chosen", true, where));
-      TITAN_ASSIGN_OR_RETURN(example.rejected, StringField(object, "rejected", true, where));
-    }
-    examples.push_back(std::move(example));
+    TITAN_RETURN_IF_ERROR(read(object, where));
   }
+  return absl::OkStatus();
+}
+
+// Arithmetic operands: held out when (a + 3b) % 7 == 0, about one pair in seven.
+bool ArithmeticHeldOut(int a, int b) { return (a + 3 * b) % 7 == 0; }
+
+}  // namespace
+
+absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
+                                                    const std::string& algorithm) {
+  std::vector<RlExample> examples;
+  TITAN_RETURN_IF_ERROR(ForEachObjectLine(
+      path, "a JSON object",
+      [&](const nlohmann::json& object, const std::string& where) -> absl::Status {
+        RlExample example;
+        example.where = where;
+        example.has_answer = object.contains("answer");
+        TITAN_ASSIGN_OR_RETURN(example.prompt, StringField(object, "prompt", true, where));
+        TITAN_ASSIGN_OR_RETURN(example.answer, StringField(object, "answer", false, where));
+        if (algorithm == "sft") {
+          TITAN_ASSIGN_OR_RETURN(example.response, StringField(object, "response", true, where));
+        } else if (algorithm == "dpo") {
+          TITAN_ASSIGN_OR_RETURN(example.response, StringField(object, "chosen", true, where));
+          TITAN_ASSIGN_OR_RETURN(example.rejected, StringField(object, "rejected", true, where));
+        }
+        examples.push_back(std::move(example));
+        return absl::OkStatus();
+      }));
   if (examples.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no examples"));
   return examples;
 }
@@ -73,33 +88,26 @@ absl::Status RequireAnswers(const std::vector<RlExample>& examples, absl::string
 }
 
 absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path) {
-  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
   std::vector<RewardedRollout> rollouts;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_number;
-    if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
-    const std::string where = absl::StrCat(path, ":", line_number);
-    const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!object.is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": expected a JSON object with prompt, response and reward"));
-    }
-    RewardedRollout rollout;
-    TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));
-    TITAN_ASSIGN_OR_RETURN(rollout.response, StringField(object, "response", true, where));
-    auto reward = object.find("reward");
-    if (reward == object.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": no \"reward\" field"));
-    }
-    if (!reward->is_number()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": \"reward\" must be a number, got ", reward->dump()));
-    }
-    // Finite: JSON has no NaN or infinity, and the parser refuses numbers that overflow.
-    rollout.reward = reward->get<double>();
-    rollouts.push_back(std::move(rollout));
-  }
+  TITAN_RETURN_IF_ERROR(ForEachObjectLine(
+      path, "a JSON object with prompt, response and reward",
+      [&](const nlohmann::json& object, const std::string& where) -> absl::Status {
+        RewardedRollout rollout;
+        TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));
+        TITAN_ASSIGN_OR_RETURN(rollout.response, StringField(object, "response", true, where));
+        auto reward = object.find("reward");
+        if (reward == object.end()) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": no \"reward\" field"));
+        }
+        if (!reward->is_number()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": \"reward\" must be a number, got ", reward->dump()));
+        }
+        // Finite: JSON has no NaN or infinity, and the parser refuses numbers that overflow.
+        rollout.reward = reward->get<double>();
+        rollouts.push_back(std::move(rollout));
+        return absl::OkStatus();
+      }));
   if (rollouts.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no rollouts"));
   return rollouts;
 }
