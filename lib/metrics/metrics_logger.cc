@@ -8,12 +8,35 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
 namespace {
+
+// Rewrites `path` (atomically) without the rows of steps after `step`; rows it cannot read stay.
+absl::Status DropRowsAfter(const std::string& path, int64_t step) {
+  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  std::string kept;
+  int dropped = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const auto at = row.is_object() ? row.find("step") : row.end();
+    if (row.is_object() && at != row.end() && at->is_number_integer() &&
+        at->get<int64_t>() > step) {
+      ++dropped;
+      continue;
+    }
+    absl::StrAppend(&kept, line, "\n");
+  }
+  if (dropped == 0) return absl::OkStatus();
+  LOG(INFO) << path << ": dropped " << dropped << " rows of steps after " << step
+            << ", logged before the run resumed from step " << step;
+  return WriteFileAtomically(path, kept);
+}
 
 // ANSI escapes, one color per field as in torchtitan's log line.
 constexpr char kRed[] = "\033[31m";
@@ -74,6 +97,9 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
     tensorboard = *std::move(writer);
   }
   std::string jsonl_path = absl::StrCat(options.dump_folder, "/metrics.jsonl");
+  if (options.resumed_step >= 0 && std::filesystem::exists(jsonl_path, error)) {
+    TITAN_RETURN_IF_ERROR(DropRowsAfter(jsonl_path, options.resumed_step));
+  }
   // Appended, so a resumed run continues the same file.
   std::FILE* jsonl = std::fopen(jsonl_path.c_str(), "a");
   if (jsonl == nullptr) return ErrnoError("open for append", jsonl_path);

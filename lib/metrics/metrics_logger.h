@@ -34,6 +34,9 @@ struct MetricsLoggerOptions {
   std::string dump_folder;         // metrics.jsonl is appended to here; created if missing
   std::string tensorboard_folder;  // where event files go; empty: no TensorBoard
   bool disable_color_printing = false;
+  // The step a run resumed from (-1: none): metrics.jsonl's rows of later steps, which the run
+  // it continues logged after its last checkpoint, are dropped, so each step has one row.
+  int64_t resumed_step = -1;
 };
 
 // The log line for one step, e.g.

@@ -136,6 +136,31 @@ TEST(MetricsLoggerTest, ResumedRunAppendsToTheSameFile) {
   EXPECT_EQ(lines[1]["step"], 2);
 }
 
+TEST(MetricsLoggerTest, ResumedRunDropsTheRowsAfterItsCheckpoint) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("resume_after_kill");
+  {
+    absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+    ASSERT_TRUE(logger.ok()) << logger.status();
+    for (int step = 1; step <= 5; ++step) {  // killed after step 5, last checkpoint at step 3
+      StepMetrics metrics = ExampleStep();
+      metrics.step = step;
+      ASSERT_TRUE((*logger)->Log(metrics).ok());
+    }
+  }
+  options.resumed_step = 3;
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  StepMetrics metrics = ExampleStep();
+  metrics.step = 4;
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+  std::vector<int64_t> steps;
+  for (const nlohmann::json& line : ReadJsonLines(options.dump_folder + "/metrics.jsonl")) {
+    steps.push_back(line["step"].get<int64_t>());
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
 TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("tb_dump");

@@ -346,7 +346,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 }
 
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
-                                                            const DistributedRuntime& runtime) {
+                                                            const DistributedRuntime& runtime,
+                                                            int64_t resumed_step) {
   const int rank = runtime.rank();
   // torchtitan: with pipeline parallelism only the last stage knows the loss.
   MeshCoordinates first_of_last_stage;
@@ -361,6 +362,8 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& con
         UnderDumpFolder(config, config.metrics().save_tb_folder()) + rank_folder;
   }
   metrics.disable_color_printing = config.metrics().disable_color_printing();
+  // A fresh run (step 0) appends after whatever an earlier run in the folder logged.
+  metrics.resumed_step = resumed_step > 0 ? resumed_step : -1;
   return MetricsLogger::Create(metrics);
 }
 
