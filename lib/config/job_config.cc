@@ -178,6 +178,13 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
           !status.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
       }
+      // Ranges and choices here too, where the value's file and line are known.
+      if (absl::Status status = CheckField(absl::StrCat("[", section, "] "),
+                                           *MutableSection(*ref, config), ref->field);
+          !status.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(source, ":", node.source().begin.line, ": ", status.message()));
+      }
       WarnAboutName(section, key, *ref, source, written);
     }
   }

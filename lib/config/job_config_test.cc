@@ -152,6 +152,14 @@ TEST(JobConfigTest, ConfigFileFlagNamesTheFile) {
             absl::StrCat(TempDir(), ": is a directory, expected a TOML file"));
 }
 
+TEST(JobConfigTest, RangeAndChoiceErrorsInAFileNameItsLine) {
+  EXPECT_EQ(ParseError("[job]\ndescription = \"x\"\n\n[training]\nsteps = -3\n"),
+            "configs/x.toml:5: [training] steps=-3 is out of range: expected >= 0");
+  EXPECT_EQ(ParseError("[lr_scheduler]\ndecay_type = \"exp\"\n"),
+            "configs/x.toml:2: [lr_scheduler] decay_type=\"exp\": expected one of \"linear\", "
+            "\"sqrt\", \"cosine\"");
+}
+
 TEST(JobConfigTest, FileErrorsNameFileSectionKeyAndValue) {
   EXPECT_EQ(ParseError("[training]\nstepz = 10\n"),
             "configs/x.toml: [training] stepz: unknown key (did you mean \"steps\"?)");
