@@ -25,8 +25,7 @@ absl::Status DropRowsAfter(const std::string& path, int64_t step) {
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     const auto at = row.is_object() ? row.find("step") : row.end();
-    if (row.is_object() && at != row.end() && at->is_number_integer() &&
-        at->get<int64_t>() > step) {
+    if (at != row.end() && at->is_number_integer() && at->get<int64_t>() > step) {
       ++dropped;
       continue;
     }

@@ -150,7 +150,8 @@ absl::Status Trainer::Init() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<TextDataLoader>> Trainer::OpenValidationData() const {
+absl::StatusOr<int64_t> Trainer::ForEachValidationBatch(
+    const std::function<absl::Status(const TokenBatch&)>& use) const {
   const auto& v = config_.validation();
   TextDatasetOptions data;
   data.path = v.dataset_path();
@@ -158,26 +159,28 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> Trainer::OpenValidationData() co
   data.seq_len = v.seq_len();
   data.infinite = false;
   TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
-  return std::make_unique<TextDataLoader>(std::move(dataset));
+  TextDataLoader loader(std::move(dataset));
+  int64_t batches = 0;
+  while (v.steps() < 0 || batches < v.steps()) {
+    absl::StatusOr<TokenBatch> tokens = loader.NextBatch(v.local_batch_size());
+    if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
+    TITAN_RETURN_IF_ERROR(tokens.status());
+    TITAN_RETURN_IF_ERROR(use(*tokens));
+    ++batches;
+  }
+  return batches;
 }
 
 absl::Status Trainer::CheckValidationData() const {
   const auto& v = config_.validation();
-  const auto in_key = [&](const absl::Status& status) {
-    return absl::Status(status.code(),
-                        absl::StrCat("[validation] dataset_path: ", status.message()));
-  };
-  absl::StatusOr<std::unique_ptr<TextDataLoader>> loader = OpenValidationData();
-  if (!loader.ok()) return in_key(loader.status());
   // The batches one evaluation reads: bad data found now costs no training steps.
-  int64_t batches = 0;
-  while (v.steps() < 0 || batches < v.steps()) {
-    absl::StatusOr<TokenBatch> tokens = (*loader)->NextBatch(v.local_batch_size());
-    if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
-    if (!tokens.ok()) return in_key(tokens.status());
-    ++batches;
+  absl::StatusOr<int64_t> batches =
+      ForEachValidationBatch([](const TokenBatch&) { return absl::OkStatus(); });
+  if (!batches.ok()) {
+    return absl::Status(batches.status().code(),
+                        absl::StrCat("[validation] dataset_path: ", batches.status().message()));
   }
-  if (batches == 0) {
+  if (*batches == 0) {
     return absl::InvalidArgumentError(absl::StrCat("[validation] dataset_path: ", v.dataset_path(),
                                                    " holds less than one window of seq_len ",
                                                    v.seq_len(), " + 1 tokens"));
@@ -388,7 +391,6 @@ void Trainer::LogStateMemory() const {
 
 absl::StatusOr<double> Trainer::Validate() {
   const auto& v = config_.validation();
-  TITAN_ASSIGN_OR_RETURN(const std::unique_ptr<TextDataLoader> loader, OpenValidationData());
   std::optional<int64_t> document_bos;
   if (config_.model().attn_mask_type() == "block_causal") document_bos = tokenizer_->bos_id();
   // Every rank evaluates the whole set (alike): sharded ranks must run the same forwards anyway.
@@ -397,24 +399,21 @@ absl::StatusOr<double> Trainer::Validate() {
   const at::TensorOptions on_device = at::TensorOptions().device(setup_.device);
   at::Tensor device_loss_sum = at::zeros({}, on_device.dtype(at::kDouble));
   at::Tensor device_counted = at::zeros({}, on_device.dtype(at::kLong));
-  int64_t batches = 0;
-  while (v.steps() < 0 || batches < v.steps()) {
-    absl::StatusOr<TokenBatch> tokens = loader->NextBatch(v.local_batch_size());
-    if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
-    TITAN_RETURN_IF_ERROR(tokens.status());
-    TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(MakeBatch(
-                                                  *tokens, setup_.device, document_bos)));
-    if (model_.pipeline != nullptr) {
-      TITAN_ASSIGN_OR_RETURN(const at::Tensor sum,
-                             model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));
-      device_loss_sum += sum;
-    } else {
-      device_loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
-                                        setup_.autocast_dtype);
-    }
-    device_counted += CountedTokensOnDevice(batch.labels);
-    ++batches;
-  }
+  TITAN_RETURN_IF_ERROR(
+      ForEachValidationBatch([&](const TokenBatch& tokens) -> absl::Status {
+        TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(MakeBatch(
+                                                      tokens, setup_.device, document_bos)));
+        if (model_.pipeline != nullptr) {
+          TITAN_ASSIGN_OR_RETURN(const at::Tensor sum,
+                                 model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));
+          device_loss_sum += sum;
+        } else {
+          device_loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
+                                            setup_.autocast_dtype);
+        }
+        device_counted += CountedTokensOnDevice(batch.labels);
+        return absl::OkStatus();
+      }).status());
   double loss_sum = device_loss_sum.item<double>();
   int64_t counted = device_counted.item<int64_t>();
   // Only the last pipeline stage computed the losses.

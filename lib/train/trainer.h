@@ -2,6 +2,7 @@
 #define TITAN_LIB_TRAIN_TRAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -78,8 +79,10 @@ class Trainer {
 
  private:
   absl::StatusOr<double> Validate();
-  // [validation] dataset_path from its start.
-  absl::StatusOr<std::unique_ptr<TextDataLoader>> OpenValidationData() const;
+  // Calls `use` with each batch one evaluation reads ([validation] dataset_path from its start,
+  // `steps` batches or all); returns how many.
+  absl::StatusOr<int64_t> ForEachValidationBatch(
+      const std::function<absl::Status(const TokenBatch&)>& use) const;
   // Reads what one evaluation reads, so a missing, empty or malformed file stops the run at
   // startup.
   absl::Status CheckValidationData() const;
