@@ -148,17 +148,21 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
   }
   const Schema& schema = Schema::Get();
   KeyWrites writes;
+  // "file:line" of a node, so every error below points at the line to fix.
+  const auto at = [&source](const toml::node& node) {
+    return absl::StrCat(source, ":", node.source().begin.line);
+  };
   for (const auto& [section_key, section_node] : root) {
     const std::string section(section_key.str());
     const toml::table* table = section_node.as_table();
     if (table == nullptr) {
       return absl::InvalidArgumentError(
-          absl::StrCat(source, ": ", section, ": keys belong in a [section], got ",
+          absl::StrCat(at(section_node), ": ", section, ": keys belong in a [section], got ",
                        DescribeTomlNode(section_node), " at the top level"));
     }
     if (!schema.HasSection(section)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(source, ": [", section, "]: unknown section",
+          absl::StrCat(at(section_node), ": [", section, "]: unknown section",
                        DidYouMean(Closest(section, schema.SectionNames()), "")));
     }
     for (const auto& [key_name, node] : *table) {
@@ -167,23 +171,22 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
       const KeyRef* ref = schema.Find(section, key);
       if (ref == nullptr) {
         return absl::InvalidArgumentError(
-            absl::StrCat(source, ": ", written, ": unknown key",
+            absl::StrCat(at(node), ": ", written, ": unknown key",
                          DidYouMean(Closest(key, schema.KeyNames(section)), "")));
       }
       if (absl::Status status = writes.Record(*ref, written); !status.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
+        return absl::InvalidArgumentError(absl::StrCat(at(node), ": ", status.message()));
       }
       if (absl::Status status =
               SetFromToml(node, ref->field, MutableSection(*ref, config), written);
           !status.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ": ", status.message()));
+        return absl::InvalidArgumentError(absl::StrCat(at(node), ": ", status.message()));
       }
-      // Ranges and choices here too, where the value's file and line are known.
+      // Ranges and choices here too, not only over the merged config, to name the line.
       if (absl::Status status = CheckField(absl::StrCat("[", section, "] "),
                                            *MutableSection(*ref, config), ref->field);
           !status.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(source, ":", node.source().begin.line, ": ", status.message()));
+        return absl::InvalidArgumentError(absl::StrCat(at(node), ": ", status.message()));
       }
       WarnAboutName(section, key, *ref, source, written);
     }

@@ -160,34 +160,35 @@ TEST(JobConfigTest, RangeAndChoiceErrorsInAFileNameItsLine) {
             "\"sqrt\", \"cosine\"");
 }
 
-TEST(JobConfigTest, FileErrorsNameFileSectionKeyAndValue) {
+TEST(JobConfigTest, FileErrorsNameFileLineSectionKeyAndValue) {
   EXPECT_EQ(ParseError("[training]\nstepz = 10\n"),
-            "configs/x.toml: [training] stepz: unknown key (did you mean \"steps\"?)");
+            "configs/x.toml:2: [training] stepz: unknown key (did you mean \"steps\"?)");
   EXPECT_EQ(ParseError("[training]\nwibblewobble = 10\n"),
-            "configs/x.toml: [training] wibblewobble: unknown key");
+            "configs/x.toml:2: [training] wibblewobble: unknown key");
   EXPECT_EQ(ParseError("[trainig]\nsteps = 10\n"),
-            "configs/x.toml: [trainig]: unknown section (did you mean \"training\"?)");
+            "configs/x.toml:1: [trainig]: unknown section (did you mean \"training\"?)");
   EXPECT_EQ(ParseError("steps = 10\n"),
-            "configs/x.toml: steps: keys belong in a [section], got integer 10 at the top level");
+            "configs/x.toml:1: steps: keys belong in a [section], got integer 10 at the top level");
   EXPECT_EQ(ParseError("[training]\nsteps = \"ten\"\n"),
-            "configs/x.toml: [training] steps: expected integer, got string \"ten\"");
+            "configs/x.toml:2: [training] steps: expected integer, got string \"ten\"");
   EXPECT_EQ(ParseError("[training]\nsteps = 10.5\n"),
-            "configs/x.toml: [training] steps: expected integer, got float 10.5");
+            "configs/x.toml:2: [training] steps: expected integer, got float 10.5");
   EXPECT_EQ(ParseError("[training]\nsteps = 9999999999\n"),
-            "configs/x.toml: [training] steps: expected 32-bit integer, got integer 9999999999");
+            "configs/x.toml:2: [training] steps: expected 32-bit integer, got integer 9999999999");
   EXPECT_EQ(ParseError("[optimizer]\nlr = \"fast\"\n"),
-            "configs/x.toml: [optimizer] lr: expected float, got string \"fast\"");
+            "configs/x.toml:2: [optimizer] lr: expected float, got string \"fast\"");
   EXPECT_EQ(ParseError("[checkpoint]\nenable = 1\n"),
-            "configs/x.toml: [checkpoint] enable: expected boolean, got integer 1");
+            "configs/x.toml:2: [checkpoint] enable: expected boolean, got integer 1");
   EXPECT_EQ(ParseError("[model]\nflavor = 8\n"),
-            "configs/x.toml: [model] flavor: expected string, got integer 8");
-  EXPECT_EQ(ParseError("[model]\nconverters = \"float8\"\n"),
-            "configs/x.toml: [model] converters: expected list of strings, got string \"float8\"");
+            "configs/x.toml:2: [model] flavor: expected string, got integer 8");
+  EXPECT_EQ(
+      ParseError("[model]\nconverters = \"float8\"\n"),
+      "configs/x.toml:2: [model] converters: expected list of strings, got string \"float8\"");
   EXPECT_EQ(ParseError("[model]\nconverters = [\"float8\", 2]\n"),
-            "configs/x.toml: [model] converters: expected list of strings, got array containing "
+            "configs/x.toml:2: [model] converters: expected list of strings, got array containing "
             "integer 2");
   EXPECT_EQ(ParseError("[training.dataloader]\nnum_workers = 2\n"),
-            "configs/x.toml: [training] dataloader: unknown key");
+            "configs/x.toml:1: [training] dataloader: unknown key");
   EXPECT_TRUE(absl::StartsWith(ParseError("[training]\nsteps = \n"), "configs/x.toml:2:"))
       << ParseError("[training]\nsteps = \n");
 }
@@ -264,19 +265,21 @@ TEST(JobConfigTest, ParamGroupsAreAListOfTablesInFilesAndOnTheCommandLine) {
 TEST(JobConfigTest, ParamGroupErrorsNameTheTableAndKey) {
   EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = \"norm\"}, "
                        "{pattern = \"bias\", wieght_decay = 0.0}]\n"),
-            "configs/x.toml: [optimizer] param_groups[1].wieght_decay: unknown key (did you mean "
+            "configs/x.toml:2: [optimizer] param_groups[1].wieght_decay: unknown key (did you mean "
             "\"weight_decay\"?)");
-  EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = \"norm\", lr = \"fast\"}]\n"),
-            "configs/x.toml: [optimizer] param_groups[0].lr: expected float, got string \"fast\"");
-  EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = 3}]\n"),
-            "configs/x.toml: [optimizer] param_groups[0].pattern: expected string, got integer 3");
+  EXPECT_EQ(
+      ParseError("[optimizer]\nparam_groups = [{pattern = \"norm\", lr = \"fast\"}]\n"),
+      "configs/x.toml:2: [optimizer] param_groups[0].lr: expected float, got string \"fast\"");
+  EXPECT_EQ(
+      ParseError("[optimizer]\nparam_groups = [{pattern = 3}]\n"),
+      "configs/x.toml:2: [optimizer] param_groups[0].pattern: expected string, got integer 3");
   EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = \"x\", betas = [0.9, \"b\"]}]\n"),
-            "configs/x.toml: [optimizer] param_groups[0].betas: expected list of floats, got "
+            "configs/x.toml:2: [optimizer] param_groups[0].betas: expected list of floats, got "
             "array containing string \"b\"");
   EXPECT_EQ(ParseError("[optimizer]\nparam_groups = {pattern = \"norm\"}\n"),
-            "configs/x.toml: [optimizer] param_groups: expected list of tables, got table");
+            "configs/x.toml:2: [optimizer] param_groups: expected list of tables, got table");
   EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [\"norm\"]\n"),
-            "configs/x.toml: [optimizer] param_groups: expected list of tables, got array "
+            "configs/x.toml:2: [optimizer] param_groups: expected list of tables, got array "
             "containing string \"norm\"");
   EXPECT_EQ(ParseError("", {"--optimizer.param_groups=[{pattern = \"x\", wieght_decay = 0.0}]"}),
             "--optimizer.param_groups[0].wieght_decay: unknown key (did you mean "
@@ -351,10 +354,10 @@ TEST(JobConfigTest, OldNamesLandInNewKeys) {
 
 TEST(JobConfigTest, OldAndNewNameTogetherIsAnError) {
   EXPECT_EQ(ParseError("[job]\nprint_freq = 3\n[metrics]\nlog_freq = 5\n"),
-            "configs/x.toml: [job] print_freq and [metrics] log_freq name the same key "
+            "configs/x.toml:4: [job] print_freq and [metrics] log_freq name the same key "
             "metrics.log_freq; set only one of them");
   EXPECT_EQ(ParseError("[training]\nbatch_size = 4\nlocal_batch_size = 4\n"),
-            "configs/x.toml: [training] batch_size and [training] local_batch_size name the same "
+            "configs/x.toml:3: [training] batch_size and [training] local_batch_size name the same "
             "key training.local_batch_size; set only one of them");
   EXPECT_EQ(ParseError("", {"--training.local_batch_size=2", "--training.batch_size=2"}),
             "--training.local_batch_size and --training.batch_size name the same key "

@@ -114,7 +114,7 @@ class TitanTrainTest(unittest.TestCase):
             out.write(f.read().replace("[training]\n", "[training]\nstepz = 3\n"))
         cases = [
             (["--training.stepz=3"], "--training.stepz: unknown key"),
-            ([], "bad.toml: [training] stepz: unknown key"),
+            ([], "bad.toml:37: [training] stepz: unknown key"),
             (["--training.steps=ten"], "--training.steps: expected integer"),
             (["--training.global_batch_size=12"], "global_batch_size"),
             (['--optimizer.param_groups=[{pattern = "norm", wieght_decay = 0.0}]'],
