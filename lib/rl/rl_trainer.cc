@@ -104,8 +104,9 @@ absl::Status RlTrainer::Init() {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                          BuildCheckpointManager(config_, setup_, runtime_));
   if (manager != nullptr) {
-    CheckpointedParts parts{&policy_.params, optimizer_.get(), policy_.data_parallel.get(),
-                            nullptr, &policy_.info, policy_.num_params};
+    CheckpointedParts parts{
+        &policy_.params, optimizer_.get(),   policy_.data_parallel.get(),         nullptr,
+        &policy_.info,   policy_.num_params, absl::StrCat("rl/", rl_.algorithm())};
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));
@@ -119,8 +120,13 @@ absl::Status RlTrainer::Init() {
       auto critic_manager = std::make_unique<CheckpointManager>(
           UnderDumpFolder(config_, config_.checkpoint().folder()) + "_critic",
           config_.checkpoint().keep_latest_k(), ranks);
-      CheckpointedParts critic{&critic_params_, critic_optimizer_.get(), &critic_data_parallel_,
-                               nullptr, &policy_.info};
+      CheckpointedParts critic{&critic_params_,
+                               critic_optimizer_.get(),
+                               &critic_data_parallel_,
+                               nullptr,
+                               &policy_.info,
+                               0,
+                               absl::StrCat("rl/", rl_.algorithm())};
       TITAN_ASSIGN_OR_RETURN(critic_checkpointer_,
                              TrainCheckpointer::Create(config_, runtime_,
                                                        std::move(critic_manager), critic));

@@ -3,6 +3,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
@@ -97,6 +98,7 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   TITAN_RETURN_IF_ERROR(
       manager_->LoadInto(step, model, load_optimizer ? &optimizer : nullptr, &extra, boxes,
                          /*verify_checksums=*/true, partial));
+  if (!excluded_.contains("train_state")) TITAN_RETURN_IF_ERROR(CheckRunKind(dir, extra));
   if (load_optimizer) TITAN_RETURN_IF_ERROR(parts_.optimizer->LoadStateDict(optimizer_state));
   if (parts_.data != nullptr && !excluded_.contains("dataloader")) {
     TITAN_RETURN_IF_ERROR(parts_.data->LoadStateDict(extra.at("dataloader")));
@@ -116,6 +118,24 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
                                   : absl::StrCat(" (not loaded: ", absl::StrJoin(excluded_, ", "),
                                                  ")"));
   return SetAsideNewerSteps(step);
+}
+
+absl::Status TrainCheckpointer::CheckRunKind(const std::string& dir,
+                                             const nlohmann::json& extra) const {
+  // Steps saved before the kind was recorded are titan_train's (titan_rl's lack "dataloader").
+  const std::string saved = extra.contains("run_kind")     ? extra.at("run_kind").get<std::string>()
+                            : extra.contains("dataloader") ? "train"
+                                                           : "rl";
+  if (saved == parts_.run_kind || (saved == "rl" && absl::StartsWith(parts_.run_kind, "rl/"))) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      dir, " was saved by a ", saved, " run, so this ", parts_.run_kind,
+      " run cannot resume it; to start from its weights use a new [job] dump_folder with "
+      "[checkpoint] initial_load_path=",
+      dir,
+      " (or load only its weights here with [checkpoint] "
+      "exclude_from_loading = [\"train_state\", \"optimizer\", \"dataloader\"])"));
 }
 
 absl::Status TrainCheckpointer::SetAsideNewerSteps(int64_t step) const {
@@ -176,6 +196,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
     state.extra["train_state"] = {{"step", train.step}, {"ntokens_seen", train.ntokens_seen}};
     state.extra["lr_scheduler"] = {{"last_step", train.lr_step}};
     state.extra["rng"] = CaptureRngState();
+    state.extra["run_kind"] = parts_.run_kind;
   }
   // The shape travels with the weights, so convert_checkpoint and checkpoint_inspect need no
   // flavor.

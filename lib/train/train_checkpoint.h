@@ -13,10 +13,11 @@
 #include "lib/config/job_config.pb.h"
 #include "lib/data/text_data_loader.h"
 #include "lib/model/module.h"
-#include "lib/parallel/sharded_state.h"
 #include "lib/parallel/distributed_runtime.h"
+#include "lib/parallel/sharded_state.h"
 #include "lib/registry/model_spec.h"
 #include "lib/train/optimizer.h"
+#include "nlohmann/json.hpp"
 
 namespace titan {
 
@@ -36,6 +37,9 @@ struct CheckpointedParts {
   TextDataLoader* data = nullptr;  // null: a tool without a data loader
   const ModelInfo* model = nullptr;
   int64_t num_params = 0;  // of the whole model: what the final export writes
+  // What kind of run saves these steps ("train", "rl/grpo", ...): a resume refuses another
+  // kind's steps, whose progress and state mean something else.
+  std::string run_kind = "train";
 };
 
 // Saving and resuming a training run under [checkpoint]: every rank writes its own pieces (FSDP
@@ -68,6 +72,8 @@ class TrainCheckpointer {
                     absl::flat_hash_set<std::string> excluded);
   NamedTensors ModelState() const;
   absl::Status SetAsideNewerSteps(int64_t step) const;
+  // Refuses a step that another kind of run saved (parts_.run_kind).
+  absl::Status CheckRunKind(const std::string& dir, const nlohmann::json& extra) const;
   // What this rank saves of `local`: its pieces in the first replica group (a piece several
   // tensor-parallel ranks hold, from the first of them), whole tensors on the rank at data-, context-
   // and tensor-parallel position 0 of each pipeline stage.

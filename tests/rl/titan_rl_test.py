@@ -125,6 +125,23 @@ class TitanRlTest(unittest.TestCase):
         print(f"resumed at step 2: steps 3-4 equal bitwise ({len(ra)} rollouts, "
               f"losses {[m['loss'] for m in b]})")
 
+    def test_another_kind_of_run_does_not_resume_the_steps(self):
+        ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
+        dump, cmd = self.job("sft_then_grpo", *ckpt, "--rl.algorithm=sft", "--training.steps=1")
+        common.run(cmd)
+        _, cmd = self.job("sft_then_grpo", *ckpt, "--training.steps=2")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn("step-1 was saved by a rl/sft run, so this rl/grpo run cannot resume it",
+                      proc.stderr)
+        proc = common.run([TITAN_TRAIN, "--job.config_file=configs/llama3_debugmodel.toml",
+                           f"--job.dump_folder={dump}", "--model.flavor=from_checkpoint",
+                           f"--model.hf_assets_path={self.hf}", "--training.steps=2",
+                           "--checkpoint.last_save_model_only=false"], check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn("was saved by a rl/sft run, so this train run cannot resume it", proc.stderr)
+        self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])  # the SFT run's
+
     def test_failing_scorer_is_a_clear_error_and_keeps_the_rollouts(self):
         # The scorer serves the 8 held-out prompts at step 0, then fails on the 16 rollouts.
         script = ("n=$(wc -l); if [ $n -gt 8 ]; then echo scorer broke >&2; exit 3; fi; "
