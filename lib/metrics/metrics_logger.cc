@@ -90,8 +90,8 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
   }
   std::unique_ptr<TensorBoardWriter> tensorboard;
   if (!options.tensorboard_folder.empty()) {
-    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer =
-        TensorBoardWriter::Create(options.tensorboard_folder);
+    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Create(
+        options.tensorboard_folder, options.resumed_step >= 0 ? options.resumed_step + 1 : -1);
     if (!writer.ok()) return writer.status();
     tensorboard = *std::move(writer);
   }

@@ -35,7 +35,8 @@ struct MetricsLoggerOptions {
   std::string tensorboard_folder;  // where event files go; empty: no TensorBoard
   bool disable_color_printing = false;
   // The step a run resumed from (-1: none): metrics.jsonl's rows of later steps, which the run
-  // it continues logged after its last checkpoint, are dropped, so each step has one row.
+  // it continues logged after its last checkpoint, are dropped, so each step has one row;
+  // TensorBoard is told to hide the earlier event files' points of those steps.
   int64_t resumed_step = -1;
 };
 

@@ -149,6 +149,7 @@ TEST(MetricsLoggerTest, ResumedRunDropsTheRowsAfterItsCheckpoint) {
     }
   }
   options.resumed_step = 3;
+  options.tensorboard_folder = TestDir("resume_after_kill/tb");
   absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
   ASSERT_TRUE(logger.ok()) << logger.status();
   StepMetrics metrics = ExampleStep();
@@ -159,6 +160,17 @@ TEST(MetricsLoggerTest, ResumedRunDropsTheRowsAfterItsCheckpoint) {
     steps.push_back(line["step"].get<int64_t>());
   }
   EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  // TensorBoard hides the earlier files' points from step 4 on (tensorboard_reader_test).
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(options.tensorboard_folder)) {
+    files.push_back(entry.path());
+  }
+  ASSERT_EQ(files.size(), 1u);
+  absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(files[0]);
+  ASSERT_TRUE(events.ok()) << events.status();
+  ASSERT_GE(events->size(), 2u);
+  EXPECT_EQ((*events)[1].session_log().status(), tensorboard::SessionLog::START);
+  EXPECT_EQ((*events)[1].step(), 4);
 }
 
 TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 
@@ -46,6 +47,23 @@ def main():
         got = [(event.step, event.value) for event in accumulator.Scalars(tag)]
         assert got == expected, f"{tag}: expected {expected}, got {got}"
     print(f"OK: {len(SCALARS)} scalars under {len(expected_tags)} tags read back from {path}")
+    check_resumed_run_replaces_redone_steps(writer, log_dir)
+
+
+def check_resumed_run_replaces_redone_steps(writer, log_dir):
+    """A run resumed from step 1 logs step 2 again: TensorBoard shows its points, not the first
+    run's (every tag's points from step 2 on are hidden, as with PyTorch's purge_step)."""
+    time.sleep(1.1)  # a new file: names carry the second
+    subprocess.run([writer, log_dir, "2"], input="lr\t2\t0.5\nlr\t3\t0.25\n", text=True,
+                   capture_output=True, check=True)
+    accumulator = event_accumulator.EventAccumulator(log_dir)
+    accumulator.Reload()
+    got = {tag: [(e.step, e.value) for e in accumulator.Scalars(tag)]
+           for tag in ("lr", "loss_metrics/global_avg_loss", "throughput(tps)")}
+    expected = {"lr": [(1, float(np.float32(8e-4))), (2, 0.5), (3, 0.25)],
+                "loss_metrics/global_avg_loss": [(1, 10.8125)], "throughput(tps)": []}
+    assert got == expected, f"after a resume at step 1: expected {expected}, got {got}"
+    print("OK: a resumed writer's purge_step hides the redone steps' earlier points")
 
 
 if __name__ == "__main__":

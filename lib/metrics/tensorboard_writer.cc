@@ -46,7 +46,7 @@ std::string EncodeTfRecord(absl::string_view data) {
 }
 
 absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
-    const std::string& log_dir) {
+    const std::string& log_dir, int64_t purge_step) {
   std::error_code error;
   std::filesystem::create_directories(log_dir, error);
   if (error) {
@@ -65,6 +65,13 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
   event.set_wall_time(WallTimeSeconds());
   event.set_file_version("brain.Event:2");
   absl::Status status = writer->WriteRecord(event.SerializeAsString());
+  if (status.ok() && purge_step >= 0) {
+    tensorboard::Event start;
+    start.set_wall_time(WallTimeSeconds());
+    start.set_step(purge_step);
+    start.mutable_session_log()->set_status(tensorboard::SessionLog::START);
+    status = writer->WriteRecord(start.SerializeAsString());
+  }
   if (status.ok()) status = writer->Flush();
   if (!status.ok()) return status;
   return writer;

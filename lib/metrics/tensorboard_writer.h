@@ -23,7 +23,10 @@ class TensorBoardWriter {
   // Creates `log_dir` (and parents) if missing and opens
   // `<log_dir>/events.out.tfevents.<unix-seconds>.<hostname>`, whose first record is the
   // "brain.Event:2" file-version event. An existing file of that name is appended to.
-  static absl::StatusOr<std::unique_ptr<TensorBoardWriter>> Create(const std::string& log_dir);
+  // `purge_step` >= 0 (a resumed run's first step): TensorBoard hides the points earlier files
+  // hold at that step and after, which the resumed run logs again (PyTorch's purge_step).
+  static absl::StatusOr<std::unique_ptr<TensorBoardWriter>> Create(const std::string& log_dir,
+                                                                   int64_t purge_step = -1);
 
   TensorBoardWriter(const TensorBoardWriter&) = delete;
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;

@@ -1,5 +1,6 @@
 // Test helper: writes the scalars read from stdin ("<tag>\t<step>\t<value>" per line) into a
-// TensorBoard event file under the folder given as the only argument.
+// TensorBoard event file under the folder given as the first argument; the optional second is
+// the writer's purge_step.
 #include <cstdint>
 #include <iostream>
 #include <string>
@@ -10,12 +11,13 @@
 #include "lib/metrics/tensorboard_writer.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: " << argv[0] << " LOG_DIR < scalars.tsv\n";
+  int64_t purge_step = -1;
+  if ((argc != 2 && argc != 3) || (argc == 3 && !absl::SimpleAtoi(argv[2], &purge_step))) {
+    std::cerr << "usage: " << argv[0] << " LOG_DIR [PURGE_STEP] < scalars.tsv\n";
     return 2;
   }
   absl::StatusOr<std::unique_ptr<titan::TensorBoardWriter>> writer =
-      titan::TensorBoardWriter::Create(argv[1]);
+      titan::TensorBoardWriter::Create(argv[1], purge_step);
   if (!writer.ok()) {
     std::cerr << writer.status() << "\n";
     return 1;
