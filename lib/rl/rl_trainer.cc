@@ -65,10 +65,6 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
 absl::Status RlTrainer::Init() {
   const auto& job = config_.job();
   TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
-  if (runtime_.rank() == 0) {
-    TITAN_RETURN_IF_ERROR(
-        WriteFileAtomically(job.dump_folder() + "/config.toml", JobConfigToToml(config_)));
-  }
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   if (rl_.prompts_per_step() % setup_.dp_size != 0) {
     return absl::InvalidArgumentError(
@@ -463,6 +459,12 @@ absl::Status RlTrainer::Train() {
         absl::StrCat("[rl] reward = \"", rl_.reward(), "\" compares each response with it");
     if (IsPolicyGradient(algorithm)) TITAN_RETURN_IF_ERROR(RequireAnswers(train_examples_, why));
     if (algorithm != "dpo") TITAN_RETURN_IF_ERROR(RequireAnswers(eval_examples_, why));
+  }
+  // Once the run has passed its checks (a refused run leaves the previous one's), and only for
+  // training: --generate and --step_rollouts in a run's folder do not replace its config.
+  if (runtime_.rank() == 0) {
+    TITAN_RETURN_IF_ERROR(WriteFileAtomically(config_.job().dump_folder() + "/config.toml",
+                                              JobConfigToToml(config_)));
   }
   if (state_.step == 0) {
     TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());

@@ -141,6 +141,8 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
         self.assertIn("was saved by a rl/sft run, so this train run cannot resume it", proc.stderr)
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])  # the SFT run's
+        with open(os.path.join(dump, "config.toml")) as f:
+            self.assertIn('algorithm = "sft"', f.read())  # a refused run leaves it
 
     def test_failing_scorer_is_a_clear_error_and_keeps_the_rollouts(self):
         # The scorer serves the 8 held-out prompts at step 0, then fails on the 16 rollouts.
