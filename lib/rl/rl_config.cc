@@ -97,4 +97,8 @@ KlEstimator KlEstimatorFromConfig(const JobConfig::Rl& rl) {
   return rl.kl_estimator() == "k1" ? KlEstimator::kK1 : KlEstimator::kK3;
 }
 
+bool IsPolicyGradient(const std::string& algorithm) {
+  return algorithm == "grpo" || algorithm == "dapo" || algorithm == "ppo";
+}
+
 }  // namespace titan

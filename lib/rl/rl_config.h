@@ -1,6 +1,8 @@
 #ifndef TITAN_LIB_RL_RL_CONFIG_H_
 #define TITAN_LIB_RL_RL_CONFIG_H_
 
+#include <string>
+
 #include "absl/status/statusor.h"
 #include "lib/config/job_config.pb.h"
 #include "lib/rl/losses.h"
@@ -16,6 +18,9 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config);
 
 GroupStd GroupStdFromConfig(const JobConfig::Rl& rl);
 KlEstimator KlEstimatorFromConfig(const JobConfig::Rl& rl);
+
+// grpo, dapo and ppo: sampled rollouts scored by a reward (sft and dpo learn from given text).
+bool IsPolicyGradient(const std::string& algorithm);
 
 }  // namespace titan
 

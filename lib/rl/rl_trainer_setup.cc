@@ -1,0 +1,134 @@
+// RlTrainer's setup: the policy, its frozen reference, reward model, optimizers, checkpoints
+// (resumed), metrics and examples. The steps and the run: rl_trainer.cc, rl_update.cc.
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "lib/checkpoint/directory.h"
+#include "lib/config/job_config.h"
+#include "lib/rl/examples.h"
+#include "lib/rl/rl_config.h"
+#include "lib/rl/rl_trainer.h"
+#include "lib/train/train_checkpoint.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+
+namespace titan {
+namespace {
+
+// Training examples a bundled task generates (drawn with replacement from its finite space).
+constexpr int64_t kTaskTrainExamples = 4096;
+
+}  // namespace
+
+RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
+    : config_(config), runtime_(runtime), rl_(config_.rl()) {}
+
+RlTrainer::~RlTrainer() = default;
+
+absl::StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(const JobConfig& config,
+                                                             const DistributedRuntime& runtime) {
+  std::unique_ptr<RlTrainer> trainer(new RlTrainer(config, runtime));
+  TITAN_RETURN_IF_ERROR(trainer->Init());
+  return trainer;
+}
+
+absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
+  TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
+  // The same seed (or initial load) as the policy: the reference starts as the policy's copy.
+  at::manual_seed(setup_.seed);
+  return BuildModel(config_, info, setup_, runtime_);
+}
+
+absl::Status RlTrainer::Init() {
+  const auto& job = config_.job();
+  TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
+  TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
+  if (rl_.prompts_per_step() % setup_.dp_size != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[rl] prompts_per_step = ", rl_.prompts_per_step(),
+                     " must be a multiple of the data-parallel degree ", setup_.dp_size));
+  }
+  TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
+  TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicyCopy());
+  if ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo") {
+    // Its parameters keep requires_grad as the policy's, though no optimizer holds them and it
+    // only runs under NoGradGuard: with them frozen, LibTorch took other kernels somewhere (the
+    // reference's log-probabilities differed from the identical policy's by up to 1e-5).
+    TITAN_ASSIGN_OR_RETURN(reference_, BuildPolicyCopy());
+  }
+  if (rl_.reward() == "reward_model") {
+    TITAN_ASSIGN_OR_RETURN(reward_model_,
+                           RewardModel::Load(rl_.reward_model_path(), config_, setup_, runtime_,
+                                             tokenizer_->vocab_size()));
+  }
+  TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params));
+  grad_norm_reducer_ = policy_.data_parallel->GradNormReducer(policy_.params);
+  TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
+  if (rl_.algorithm() == "ppo") {
+    // Zero: the critic starts predicting 0 for every state (TRL's value head starts near it).
+    value_head_ = at::zeros({1, policy_.info.args.dim},
+                            at::TensorOptions().device(setup_.device).dtype(at::kFloat))
+                      .requires_grad_(true);
+    critic_params_ = {{"value_head.weight", &value_head_}};
+    JobConfig::Optimizer critic_optimizer = config_.optimizer();
+    critic_optimizer.clear_param_groups();  // the policy's patterns name decoder parameters
+    TITAN_ASSIGN_OR_RETURN(critic_optimizer_, Optimizer::Create(critic_params_, critic_optimizer));
+  }
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
+                         BuildCheckpointManager(config_, setup_, runtime_));
+  if (manager != nullptr) {
+    CheckpointedParts parts{
+        &policy_.params, optimizer_.get(),   policy_.data_parallel.get(),         nullptr,
+        &policy_.info,   policy_.num_params, absl::StrCat("rl/", rl_.algorithm())};
+    TITAN_ASSIGN_OR_RETURN(checkpointer_,
+                           TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
+    TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));
+    if (critic_optimizer_ != nullptr) {
+      // The value head and its optimizer, step by step beside the policy's checkpoints.
+      CheckpointRanks ranks;
+      ranks.rank = runtime_.rank();
+      ranks.world_size = runtime_.dims().world_size();
+      ranks.run_id = setup_.run_id;
+      ranks.commit_timeout = absl::Seconds(config_.comm().train_timeout_seconds());
+      auto critic_manager = std::make_unique<CheckpointManager>(
+          UnderDumpFolder(config_, config_.checkpoint().folder()) + "_critic",
+          config_.checkpoint().keep_latest_k(), ranks);
+      CheckpointedParts critic{&critic_params_,
+                               critic_optimizer_.get(),
+                               &critic_data_parallel_,
+                               nullptr,
+                               &policy_.info,
+                               0,
+                               absl::StrCat("rl/", rl_.algorithm())};
+      TITAN_ASSIGN_OR_RETURN(
+          critic_checkpointer_,
+          TrainCheckpointer::Create(config_, runtime_, std::move(critic_manager), critic));
+      TrainState critic_state;
+      TITAN_RETURN_IF_ERROR(critic_checkpointer_->Resume(critic_state));
+    }
+  }
+  TITAN_ASSIGN_OR_RETURN(metrics_, BuildMetrics(config_, runtime_, state_.step));
+  // Data: a bundled task's generated split, or JSONL.
+  const uint64_t seed = static_cast<uint64_t>(setup_.seed);
+  if (!rl_.task().empty()) {
+    TITAN_ASSIGN_OR_RETURN(train_examples_,
+                           MakeTaskExamples(rl_.task(), kTaskTrainExamples, seed, false));
+    TITAN_ASSIGN_OR_RETURN(eval_examples_,
+                           MakeTaskExamples(rl_.task(), rl_.eval_size(), seed + 1, true));
+  }
+  if (!rl_.prompts_path().empty()) {
+    TITAN_ASSIGN_OR_RETURN(train_examples_, ReadExamples(rl_.prompts_path(), rl_.algorithm()));
+  }
+  if (!rl_.eval_prompts_path().empty()) {
+    TITAN_ASSIGN_OR_RETURN(eval_examples_, ReadExamples(rl_.eval_prompts_path(), rl_.algorithm()));
+  }
+  LOG(INFO) << "titan_rl " << rl_.algorithm() << ": " << train_examples_.size()
+            << " training examples, " << eval_examples_.size() << " held out; policy "
+            << policy_.info.name() << " (" << policy_.num_params << " parameters)"
+            << (reference_ ? ", frozen reference" : "")
+            << (value_head_.defined() ? ", value head" : "");
+  return absl::OkStatus();
+}
+
+}  // namespace titan
