@@ -12,7 +12,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/config/job_config.h"
 #include "lib/metrics/flops.h"
