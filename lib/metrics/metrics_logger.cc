@@ -17,23 +17,33 @@
 namespace titan {
 namespace {
 
-// Rewrites `path` (atomically) without the rows of steps after `step`; rows it cannot read stay.
+// Rewrites `path` (atomically) without the rows of steps after `step` (step < 0: none), and
+// without a last row cut short (a run that died mid-write, e.g. on a full disk), which would
+// break every JSON-lines reader. Other rows it cannot read stay.
 absl::Status DropRowsAfter(const std::string& path, int64_t step) {
-  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+  TITAN_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const size_t complete = text.rfind('\n') + 1;  // 0 when no line is complete
+  const bool cut_short = complete < text.size();
+  if (cut_short) {
+    LOG(WARNING) << path << ": dropped its last row, cut short: " << text.substr(complete, 80);
+    text.resize(complete);
+  }
   std::string kept;
   int dropped = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     const auto at = row.is_object() ? row.find("step") : row.end();
-    if (at != row.end() && at->is_number_integer() && at->get<int64_t>() > step) {
+    if (step >= 0 && at != row.end() && at->is_number_integer() && at->get<int64_t>() > step) {
       ++dropped;
       continue;
     }
     absl::StrAppend(&kept, line, "\n");
   }
-  if (dropped == 0) return absl::OkStatus();
-  LOG(INFO) << path << ": dropped " << dropped << " rows of steps after " << step
-            << ", logged before the run resumed from step " << step;
+  if (dropped == 0 && !cut_short) return absl::OkStatus();
+  if (dropped > 0) {
+    LOG(INFO) << path << ": dropped " << dropped << " rows of steps after " << step
+              << ", logged before the run resumed from step " << step;
+  }
   return WriteFileAtomically(path, kept);
 }
 
@@ -96,7 +106,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
     tensorboard = *std::move(writer);
   }
   std::string jsonl_path = absl::StrCat(options.dump_folder, "/metrics.jsonl");
-  if (options.resumed_step >= 0 && std::filesystem::exists(jsonl_path, error)) {
+  if (std::filesystem::exists(jsonl_path, error)) {
     TITAN_RETURN_IF_ERROR(DropRowsAfter(jsonl_path, options.resumed_step));
   }
   // Appended, so a resumed run continues the same file.

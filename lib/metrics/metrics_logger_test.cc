@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "lib/metrics/event.pb.h"
@@ -171,6 +172,29 @@ TEST(MetricsLoggerTest, ResumedRunDropsTheRowsAfterItsCheckpoint) {
   ASSERT_GE(events->size(), 2u);
   EXPECT_EQ((*events)[1].session_log().status(), tensorboard::SessionLog::START);
   EXPECT_EQ((*events)[1].step(), 4);
+}
+
+TEST(MetricsLoggerTest, ARowCutShortIsDroppedBeforeAppending) {
+  for (const int64_t resumed_step : {-1, 1}) {
+    MetricsLoggerOptions options;
+    options.dump_folder = TestDir(absl::StrCat("cut_short_", resumed_step + 1));
+    options.resumed_step = resumed_step;
+    std::filesystem::create_directories(options.dump_folder);
+    // The disk filled up in the middle of step 2's row.
+    ASSERT_TRUE(WriteFileAtomically(options.dump_folder + "/metrics.jsonl",
+                                    "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.")
+                    .ok());
+    absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+    ASSERT_TRUE(logger.ok()) << logger.status();
+    StepMetrics metrics = ExampleStep();
+    metrics.step = 2;
+    ASSERT_TRUE((*logger)->Log(metrics).ok());
+    std::vector<int64_t> steps;
+    for (const nlohmann::json& line : ReadJsonLines(options.dump_folder + "/metrics.jsonl")) {
+      steps.push_back(line["step"].get<int64_t>());
+    }
+    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2})) << "resumed_step " << resumed_step;
+  }
 }
 
 TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
