@@ -351,7 +351,8 @@ absl::StatusOr<int64_t> CheckpointManager::LatestStep() const {
   return steps.back();
 }
 
-absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideStepsAfter(int64_t step) const {
+absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideStepsAfter(
+    int64_t step, absl::string_view why) const {
   TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListSteps());
   const std::vector<int64_t> newer(std::upper_bound(steps.begin(), steps.end(), step), steps.end());
   if (ranks_.rank != 0) return newer;
@@ -359,8 +360,8 @@ absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideStepsAfter(int64
     const std::string dir = StepDirectory(abandoned);
     const std::string aside = absl::StrCat(dir, ".abandoned-", ranks_.run_id);
     if (::rename(dir.c_str(), aside.c_str()) != 0) return ErrnoError("rename to " + aside, dir);
-    LOG(WARNING) << "Set aside " << dir << " as " << aside << ": newer than the step this run "
-                 << "resumed from (load_step " << step << "); rename it back to resume it";
+    LOG(WARNING) << "Set aside " << dir << " as " << aside << ": " << why
+                 << "; rename it back to resume it";
   }
   return newer;
 }

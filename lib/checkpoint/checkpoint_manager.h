@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "lib/checkpoint/checkpoint_manifest.h"
 #include "lib/checkpoint/checkpoint_step.h"
@@ -79,10 +80,11 @@ class CheckpointManager {
   absl::StatusOr<int64_t> LatestStep() const;
 
   // Renames the committed steps after `step` to step-<N>.abandoned-<run id> (rank 0; the other
-  // ranks rename nothing): a run resumed from an earlier step (load_step) starts a new timeline,
-  // and a later resume must take its saves, not the old timeline's newer steps. Returns those
-  // steps.
-  absl::StatusOr<std::vector<int64_t>> SetAsideStepsAfter(int64_t step) const;
+  // ranks rename nothing): a run resumed from an earlier step (load_step), or counting from 0
+  // again, starts a new timeline, and a later resume must take its saves, not the old timeline's
+  // newer steps. `why` goes in the log. Returns those steps.
+  absl::StatusOr<std::vector<int64_t>> SetAsideStepsAfter(int64_t step,
+                                                          absl::string_view why) const;
 
   // Loads a step as whole CPU tensors (pieces joined), in the order they were saved.
   // verify_checksums re-reads every piece's bytes against the manifest's CRC-32.

@@ -111,7 +111,7 @@ TEST(CheckpointManagerTest, StepsAfterARolledBackStepAreSetAsideNotDeleted) {
   CheckpointManager manager(root, /*keep_latest_k=*/3, CheckpointRanks{0, 1, "run2"});
   for (int step = 2; step <= 6; step += 2)
     ASSERT_TRUE(manager.Save(step, MakeState(step), false).ok());
-  EXPECT_THAT(*manager.SetAsideStepsAfter(2), ElementsAre(4, 6));
+  EXPECT_THAT(*manager.SetAsideStepsAfter(2, "test"), ElementsAre(4, 6));
   // The rolled-back run's saves are the newest now, and keep_latest_k counts only them.
   ASSERT_TRUE(manager.Save(3, MakeState(3), false).ok());
   EXPECT_EQ(*manager.LatestStep(), 3);
@@ -119,7 +119,7 @@ TEST(CheckpointManagerTest, StepsAfterARolledBackStepAreSetAsideNotDeleted) {
   ExpectSameTensors(manager.Load(3)->model, MakeState(3).model);
   EXPECT_TRUE(IsDirectory(root + "/step-6.abandoned-run2"));  // kept, under another name
   EXPECT_TRUE(IsDirectory(root + "/step-4.abandoned-run2"));
-  EXPECT_THAT(*manager.SetAsideStepsAfter(3), ElementsAre());
+  EXPECT_THAT(*manager.SetAsideStepsAfter(3, "test"), ElementsAre());
 }
 
 TEST(CheckpointManagerTest, ModelOnlyLeavesOutTheOptimizer) {

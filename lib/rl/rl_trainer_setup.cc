@@ -108,7 +108,9 @@ absl::Status RlTrainer::Init() {
       TITAN_RETURN_IF_ERROR(critic_checkpointer_->Resume(critic_state));
     }
   }
-  TITAN_ASSIGN_OR_RETURN(metrics_, BuildMetrics(config_, runtime_, state_.step));
+  TITAN_ASSIGN_OR_RETURN(
+      metrics_,
+      BuildMetrics(config_, runtime_, checkpointer_ ? checkpointer_->resumed_step() : -1));
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);
   if (!rl_.task().empty()) {

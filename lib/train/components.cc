@@ -363,7 +363,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& con
   }
   metrics.disable_color_printing = config.metrics().disable_color_printing();
   // A fresh run (step 0) appends after whatever an earlier run in the folder logged.
-  metrics.resumed_step = resumed_step > 0 ? resumed_step : -1;
+  metrics.resumed_step = resumed_step;
   return MetricsLogger::Create(metrics);
 }
 

@@ -96,7 +96,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 // metrics.jsonl and TensorBoard; null on ranks that write none. The job's metrics come from rank
 // 0, or with pipeline parallelism from the first rank of the last stage (which has the loss);
 // [metrics] save_for_all_ranks: every rank, the others under <dump>/rank_<r>/. `resumed_step`:
-// the step a resumed run continues from (0: a fresh run), whose later rows are dropped.
+// the step a resumed run continues from (-1: a fresh run), whose later rows are dropped.
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
                                                             const DistributedRuntime& runtime,
                                                             int64_t resumed_step);

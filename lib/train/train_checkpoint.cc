@@ -113,6 +113,13 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
     state.lr_step = extra.at("lr_scheduler").at("last_step").get<int64_t>();
   }
   if (!excluded_.contains("rng")) TITAN_RETURN_IF_ERROR(RestoreRngState(extra.at("rng")));
+  resumed_step_ = state.step;
+  if (excluded_.contains("train_state") && step > 0) {
+    // Set aside only then: a run that dies before it saves must find the step it loaded again.
+    set_aside_at_first_save_ = true;
+    LOG(INFO) << "train_state not loaded: this run counts from step 0; the steps of the run it "
+                 "loaded are set aside when it first saves";
+  }
   LOG(INFO) << "resumed from checkpoint step-" << step
             << (excluded_.empty() ? ""
                                   : absl::StrCat(" (not loaded: ", absl::StrJoin(excluded_, ", "),
@@ -141,7 +148,10 @@ absl::Status TrainCheckpointer::CheckRunKind(const std::string& dir,
 absl::Status TrainCheckpointer::SetAsideNewerSteps(int64_t step) const {
   // Only an explicit load_step can resume from before the newest step.
   if (config_.checkpoint().load_step() < 0) return absl::OkStatus();
-  return manager_->SetAsideStepsAfter(step).status();
+  return manager_
+      ->SetAsideStepsAfter(
+          step, absl::StrCat("newer than load_step ", step, ", which this run resumed from"))
+      .status();
 }
 
 NamedTensors TrainCheckpointer::PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const {
@@ -170,6 +180,17 @@ absl::Status TrainCheckpointer::FinishPendingSave() {
 
 absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   TITAN_RETURN_IF_ERROR(FinishPendingSave());
+  if (set_aside_at_first_save_) {
+    // Otherwise keep_latest_k deletes this run's saves for the old run's newer ones, and a resume
+    // takes the old timeline's newest step.
+    TITAN_RETURN_IF_ERROR(
+        manager_
+            ->SetAsideStepsAfter(0,
+                                 "saved by the run this one loaded with exclude_from_loading "
+                                 "= [\"train_state\"] (it counts from step 0)")
+            .status());
+    set_aside_at_first_save_ = false;
+  }
   CheckpointState state;
   absl::Status exported;
   std::optional<ScopedCollectiveTimeout> wait_for_writer;

@@ -63,6 +63,9 @@ class TrainCheckpointer {
   // export_dtype, and as Hugging Face files with last_save_in_hf). With async_mode=async the
   // write happens in the background; every rank agrees on the outcome before the next save.
   absl::Status Save(const TrainState& state, bool model_only);
+  // The step the run continues from once Resume loaded a full step (0 with train_state excluded);
+  // -1: it starts fresh.
+  int64_t resumed_step() const { return resumed_step_; }
   // Waits for a background save and agrees with the other ranks that it succeeded.
   absl::Status FinishPendingSave();
 
@@ -87,6 +90,8 @@ class TrainCheckpointer {
   std::unique_ptr<AsyncCheckpointSaver> async_saver_;  // [checkpoint] async_mode=async
   CheckpointedParts parts_;
   absl::flat_hash_set<std::string> excluded_;  // [checkpoint] exclude_from_loading
+  int64_t resumed_step_ = -1;
+  bool set_aside_at_first_save_ = false;  // train_state excluded: the loaded timeline goes
 };
 
 }  // namespace titan

@@ -134,7 +134,9 @@ absl::Status Trainer::Init() {
     // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
-  TITAN_ASSIGN_OR_RETURN(metrics_, BuildMetrics(config_, runtime_, state_.step));
+  TITAN_ASSIGN_OR_RETURN(
+      metrics_,
+      BuildMetrics(config_, runtime_, checkpointer_ ? checkpointer_->resumed_step() : -1));
   TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
                                         config_, runtime_.rank(), setup_.device)));
   if (job.monitoring_interval() > 0) {

@@ -87,6 +87,22 @@ class TitanTrainTest(unittest.TestCase):
                          "--validation.enable=false")
         self.assertIn("resumed from checkpoint step-25", proc.stderr)
 
+    def test_counting_from_zero_again_sets_the_loaded_run_aside(self):
+        dump = self.dump("restart_count")
+        flags = ["--checkpoint.interval=2", "--checkpoint.keep_latest_k=2",
+                 "--checkpoint.last_save_model_only=false", "--validation.enable=false"]
+        run_train(dump, "--training.steps=6", *flags)
+        proc = run_train(dump, "--training.steps=4", "--checkpoint.exclude_from_loading=train_state",
+                         *flags)
+        self.assertIn("resumed from checkpoint step-6", proc.stderr)
+        # This run's saves are kept (keep_latest_k deleted them for the old run's newer steps), and
+        # the old run's steps are set aside, not overwritten.
+        names = sorted(os.listdir(os.path.join(dump, "checkpoint")))
+        self.assertEqual([n for n in names if "." not in n], ["step-2", "step-4"], names)
+        self.assertEqual(sorted(n.split(".")[0] for n in names if ".abandoned-" in n),
+                         ["step-4", "step-6"], names)
+        self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3, 4])
+
     def test_sigterm_finishes_step_saves_and_exits_zero(self):
         dump = self.dump("sigterm")
         cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
