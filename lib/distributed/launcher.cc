@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -218,8 +220,11 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
     children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, ""};
   }
 
-  int result = 0;
+  int failure_status = 0;  // The first failing rank's.
+  int stopped_status = 0;  // The first rank's that died of a signal the launcher sent it.
   bool stopping = false;
+  // A rank that dies of one of these did what the launcher asked: it is no failure of its own.
+  absl::flat_hash_set<int> stop_signals_sent;
   absl::Time kill_deadline = absl::InfiniteFuture();
   // After the last rank is reaped, grandchildren that inherited its pipes get a moment, not forever.
   absl::Time drain_deadline = absl::InfiniteFuture();
@@ -228,11 +233,15 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       if (child.pid > 0 && !child.exited) kill(child.pid, signo);
     }
   };
+  auto stop_all_with = [&](int signo) {
+    stop_signals_sent.insert(signo);
+    signal_all(signo);
+  };
   auto stop_all = [&]() {
-    if (stopping) return;
+    // After a forwarded SIGINT/SIGTERM the ranks are stopping already, but still get the deadline.
+    if (!stopping) stop_all_with(SIGTERM);
     stopping = true;
-    signal_all(SIGTERM);
-    kill_deadline = absl::Now() + options.grace_period;
+    kill_deadline = std::min(kill_deadline, absl::Now() + options.grace_period);
   };
   if (!spawn_status.ok()) stop_all();
 
@@ -245,9 +254,13 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       if (waitpid(child.pid, &wait_status, WNOHANG) == child.pid) {
         child.exited = true;
         child.exit_status = ExitStatusOf(wait_status);
-        if (child.exit_status != 0 && result == 0) {
-          result = child.exit_status;
-          LOG(ERROR) << "launcher: rank " << rank << " exited with status " << result
+        if (WIFSIGNALED(wait_status) && stop_signals_sent.contains(WTERMSIG(wait_status))) {
+          LOG(WARNING) << "launcher: rank " << rank << " was stopped by signal "
+                       << WTERMSIG(wait_status) << " from the launcher";
+          if (stopped_status == 0) stopped_status = child.exit_status;
+        } else if (child.exit_status != 0 && failure_status == 0) {
+          failure_status = child.exit_status;
+          LOG(ERROR) << "launcher: rank " << rank << " exited with status " << failure_status
                      << "; stopping the other ranks";
           stop_all();
         }
@@ -271,7 +284,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
     }
     const absl::Time now = absl::Now();
     if (now >= kill_deadline) {
-      signal_all(SIGKILL);
+      stop_all_with(SIGKILL);
       kill_deadline = absl::InfiniteFuture();
     }
     if (now >= drain_deadline) break;
@@ -294,10 +307,11 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
         if (signals[i] == SIGINT || signals[i] == SIGTERM) {
           if (stopping) {
             // A second interrupt means "now".
-            signal_all(SIGKILL);
+            stop_all_with(SIGKILL);
           } else {
-            // The first is forwarded as is: ranks may checkpoint before they exit.
-            signal_all(signals[i]);
+            // The first is forwarded with no deadline, as a save takes what it takes: a wedged rank
+            // fails its peers' collectives ([comm] train_timeout_seconds) and stop_all ends it.
+            stop_all_with(signals[i]);
             stopping = true;
           }
         }
@@ -339,7 +353,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   close(signal_pipe[0]);
   close(signal_pipe[1]);
   if (!spawn_status.ok()) return spawn_status;
-  return result;
+  return failure_status != 0 ? failure_status : stopped_status;
 }
 
 absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {

@@ -11,16 +11,18 @@
 namespace titan {
 
 struct LaunchOptions {
-  // How long ranks get to exit after SIGTERM before SIGKILL.
+  // How long the other ranks get to exit after a rank failed before SIGKILL.
   absl::Duration grace_period = absl::Seconds(5);
 };
 
 // Runs `nproc` copies of this executable (/proc/self/exe) on this host, like torchrun standalone:
-// argv without --nproc_per_node, RANK/LOCAL_RANK/WORLD_SIZE/LOCAL_WORLD_SIZE/MASTER_ADDR/MASTER_PORT
-// set (a free MASTER_PORT when none is given), every output line prefixed with "[rank N] ",
-// SIGINT/SIGTERM/SIGUSR1 forwarded. When a rank exits non-zero the others get SIGTERM, then SIGKILL
-// after the grace period. Returns the first failing rank's exit status (128+signal when killed),
-// else 0.
+// argv without --nproc_per_node, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT set (a free MASTER_PORT when none is given), every output line prefixed with
+// "[rank N] ", SIGINT/SIGTERM/SIGUSR1 forwarded (a second SIGINT/SIGTERM kills the ranks). When a
+// rank fails (exits non-zero, not of a signal the launcher sent it) the others get SIGTERM (unless
+// a forwarded SIGINT/SIGTERM is stopping them already), then SIGKILL after the grace period.
+// Returns the first failing rank's exit status (128+signal when killed), else 128+signal when a
+// rank died of a signal the launcher sent it, else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 

@@ -4,7 +4,9 @@
 //   fail:   rank FAKE_FAIL_RANK exits 3 after 200 ms; rank FAKE_STUBBORN_RANK ignores SIGTERM;
 //           every other rank sleeps until killed.
 //   wait:   prints "ready pid=P" and sleeps; on SIGUSR1 prints "rank R got SIGUSR1"; on SIGTERM
-//           prints "rank R got SIGTERM" and exits 0.
+//           prints "rank R got SIGTERM" and exits 0, but rank FAKE_FAIL_RANK exits 1 (as a rank
+//           whose collective with a wedged peer timed out) and rank FAKE_UNHANDLED_RANK dies of it
+//           (as a rank that has not installed its handler yet).
 #include <signal.h>
 #include <unistd.h>
 
@@ -19,6 +21,8 @@
 #include "lib/distributed/launcher.h"
 
 namespace {
+
+int g_term_exit_code = 0;
 
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
@@ -35,7 +39,7 @@ void OnTerm(int) {
   char message[64];
   int n = snprintf(message, sizeof(message), "rank %s got SIGTERM\n", getenv("RANK"));
   (void)!write(STDOUT_FILENO, message, n);
-  _exit(0);
+  _exit(g_term_exit_code);
 }
 
 }  // namespace
@@ -79,7 +83,8 @@ int main(int argc, char** argv) {
     while (true) pause();
   }
   if (mode == "wait") {
-    signal(SIGTERM, OnTerm);
+    if (rank == Env("FAKE_FAIL_RANK")) g_term_exit_code = 1;
+    signal(SIGTERM, rank == Env("FAKE_UNHANDLED_RANK") ? SIG_DFL : OnTerm);
     signal(SIGUSR1, OnUsr1);
     printf("ready pid=%d\n", static_cast<int>(getpid()));
     fflush(stdout);

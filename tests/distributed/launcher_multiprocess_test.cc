@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -17,6 +18,7 @@ namespace titan {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::UnorderedElementsAreArray;
 
 std::string FakeRank() {
@@ -27,16 +29,28 @@ std::string OutputPrefix(const std::string& name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
 }
 
-bool IsZombie(int pid) {
+// The state letter of /proc/<pid>/stat (R, S, T for stopped, Z for zombie), '?' when unreadable.
+char ProcessState(int pid) {
   std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
   std::string line;
   std::getline(stat, line);
   const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
 }
+
+bool IsZombie(int pid) { return ProcessState(pid) == 'Z'; }
 
 std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
+}
+
+// The pid in rank `rank`'s "ready pid=P" line of fake_rank's wait mode, 0 when absent.
+int ReadyRankPid(const std::string& out, int rank) {
+  const std::string prefix = absl::StrCat("[rank ", rank, "] ready pid=");
+  for (const std::string& line : Lines(out)) {
+    if (absl::StartsWith(line, prefix)) return std::atoi(line.substr(prefix.size()).c_str());
+  }
+  return 0;
 }
 
 TEST(LaunchLocalRanksTest, SetsEnvironmentDropsFlagAndPrefixesEveryLine) {
@@ -105,6 +119,49 @@ TEST(LaunchLocalRanksTest, SigtermIsForwardedToEveryRank) {
   EXPECT_EQ(*status, 0) << launcher->Stderr();
   EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 0] rank 0 got SIGTERM"));
   EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank 1 got SIGTERM"));
+}
+
+// The user's SIGTERM is forwarded while rank 2 is wedged (stopped); rank 1's collective with it
+// times out, so the job has failed and the wedged rank gets SIGKILL after the grace period.
+TEST(LaunchLocalRanksTest, WedgedRankIsKilledWhenAnotherFailsAfterAForwardedSigterm) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=3"}, {{"FAKE_RANK_MODE", "wait"}, {"FAKE_FAIL_RANK", "1"}},
+      OutputPrefix("wedged"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 3, absl::Seconds(20))) << launcher->Stdout();
+  const int wedged_pid = ReadyRankPid(launcher->Stdout(), 2);
+  ASSERT_GT(wedged_pid, 0) << launcher->Stdout();
+  kill(wedged_pid, SIGSTOP);
+  // Stopped before the launcher forwards SIGTERM, else rank 2 could still handle it and exit 0.
+  const absl::Time stopped_deadline = absl::Now() + absl::Seconds(5);
+  while (ProcessState(wedged_pid) != 'T' && absl::Now() < stopped_deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(ProcessState(wedged_pid), 'T');
+  kill(launcher->pid(), SIGTERM);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status() << "\n" << launcher->Stderr();
+  EXPECT_EQ(*status, 1) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stderr(),
+              HasSubstr("rank 1 exited with status 1; stopping the other ranks"));
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 2 was stopped by signal 9 from the launcher"));
+}
+
+// A rank that dies of the forwarded SIGTERM (it had no handler yet) did what it was told: the job
+// did not finish cleanly, but that rank is no failure that stops the others.
+TEST(LaunchLocalRanksTest, RankEndedByTheForwardedSigtermIsReportedAsStopped) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"},
+      {{"FAKE_RANK_MODE", "wait"}, {"FAKE_UNHANDLED_RANK", "1"}}, OutputPrefix("unhandled"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 2, absl::Seconds(20))) << launcher->Stdout();
+  kill(launcher->pid(), SIGTERM);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 128 + SIGTERM) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 0] rank 0 got SIGTERM"));
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 1 was stopped by signal 15 from the launcher"));
+  EXPECT_THAT(launcher->Stderr(), Not(HasSubstr("stopping the other ranks")));
 }
 
 TEST(LaunchLocalRanksTest, SigusrOneIsForwardedToEveryRankAndTheJobGoesOn) {
