@@ -461,7 +461,8 @@ absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
 absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime) {
   try {
     TITAN_ASSIGN_OR_RETURN(const JobConfig rl_config, RlJobConfig(config));
-    TITAN_ASSIGN_OR_RETURN(std::unique_ptr<RlTrainer> trainer, RlTrainer::Create(rl_config, runtime));
+    TITAN_ASSIGN_OR_RETURN(std::unique_ptr<RlTrainer> trainer,
+                           RlTrainer::Create(rl_config, runtime, /*training_run=*/true));
     return trainer->Train();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));

@@ -38,8 +38,11 @@ struct Rollouts {
 class RlTrainer {
  public:
   // `config` as RlJobConfig returns it. Builds every part and resumes from the newest checkpoint.
+  // `training_run`: Train() follows, so the run locks its folders (LockRunFolders) and logs
+  // metrics; --generate and --step_rollouts may read a running training's folder, and do not.
   static absl::StatusOr<std::unique_ptr<RlTrainer>> Create(const JobConfig& config,
-                                                           const DistributedRuntime& runtime);
+                                                           const DistributedRuntime& runtime,
+                                                           bool training_run);
   ~RlTrainer();
 
   // The founding API: one update on this rank's rollouts (text; the chat template is applied to
@@ -76,7 +79,7 @@ class RlTrainer {
 
  private:
   RlTrainer(const JobConfig& config, const DistributedRuntime& runtime);
-  absl::Status Init();
+  absl::Status Init(bool training_run);
   absl::StatusOr<ModelBundle> BuildPolicyCopy();
 
   TokenIds EncodePrompt(const std::string& prompt) const;
@@ -131,7 +134,8 @@ class RlTrainer {
   std::unique_ptr<TrainCheckpointer> checkpointer_;
   std::unique_ptr<TrainCheckpointer> critic_checkpointer_;
   DataParallel critic_data_parallel_;  // whole tensors: the value head is replicated
-  std::unique_ptr<MetricsLogger> metrics_;
+  std::vector<std::unique_ptr<FolderLock>> folder_locks_;  // training runs: held while it lives
+  std::unique_ptr<MetricsLogger> metrics_;                 // null but in training runs
   std::vector<RlExample> train_examples_;
   std::vector<RlExample> eval_examples_;
   TrainState state_;

@@ -27,9 +27,10 @@ RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
 RlTrainer::~RlTrainer() = default;
 
 absl::StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(const JobConfig& config,
-                                                             const DistributedRuntime& runtime) {
+                                                             const DistributedRuntime& runtime,
+                                                             bool training_run) {
   std::unique_ptr<RlTrainer> trainer(new RlTrainer(config, runtime));
-  TITAN_RETURN_IF_ERROR(trainer->Init());
+  TITAN_RETURN_IF_ERROR(trainer->Init(training_run));
   return trainer;
 }
 
@@ -40,10 +41,13 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
   return BuildModel(config_, info, setup_, runtime_);
 }
 
-absl::Status RlTrainer::Init() {
+absl::Status RlTrainer::Init(bool training_run) {
   const auto& job = config_.job();
   TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
+  if (training_run) {
+    TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
+  }
   if (rl_.prompts_per_step() % setup_.dp_size != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("[rl] prompts_per_step = ", rl_.prompts_per_step(),
@@ -108,9 +112,11 @@ absl::Status RlTrainer::Init() {
       TITAN_RETURN_IF_ERROR(critic_checkpointer_->Resume(critic_state));
     }
   }
-  TITAN_ASSIGN_OR_RETURN(
-      metrics_,
-      BuildMetrics(config_, runtime_, checkpointer_ ? checkpointer_->resumed_step() : -1));
+  if (training_run) {
+    TITAN_ASSIGN_OR_RETURN(
+        metrics_,
+        BuildMetrics(config_, runtime_, checkpointer_ ? checkpointer_->resumed_step() : -1));
+  }
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);
   if (!rl_.task().empty()) {

@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <thread>
@@ -112,6 +113,42 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
             << (setup.autocast_dtype ? mp : std::string("float32"))
             << (setup.device.is_cpu() && mp != "float32" ? " (mixed precision is GPU-only)" : "");
   return setup;
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
+    const JobConfig& config, const DistributedRuntime& runtime) {
+  std::vector<std::unique_ptr<FolderLock>> locks;
+  absl::Status locked;
+  if (runtime.rank() == 0) {
+    // (key, folder) pairs.
+    std::vector<std::pair<std::string, std::string>> folders = {
+        {"[job] dump_folder", config.job().dump_folder()}};
+    if (config.checkpoint().enable()) {
+      const std::string checkpoints = UnderDumpFolder(config, config.checkpoint().folder());
+      const std::filesystem::path relative =
+          std::filesystem::weakly_canonical(checkpoints)
+              .lexically_relative(std::filesystem::weakly_canonical(folders[0].second));
+      if (relative.empty() || *relative.begin() == "..") {
+        folders.emplace_back("[checkpoint] folder", checkpoints);
+      }
+    }
+    for (const auto& [key, folder] : folders) {
+      absl::StatusOr<std::unique_ptr<FolderLock>> lock = FolderLock::Acquire(folder);
+      if (!lock.ok()) {
+        locked =
+            absl::Status(lock.status().code(), absl::StrCat(key, ": ", lock.status().message()));
+        break;
+      }
+      locks.push_back(*std::move(lock));
+    }
+  }
+  TITAN_ASSIGN_OR_RETURN(const bool all_locked, runtime.AllAgree(locked.ok()));
+  TITAN_RETURN_IF_ERROR(locked);
+  if (!all_locked) {
+    return absl::FailedPreconditionError(
+        "rank 0 could not lock the run's folders against another run (its log says why)");
+  }
+  return locks;
 }
 
 std::string TokenizerPath(const JobConfig& config) {

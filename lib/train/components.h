@@ -25,6 +25,7 @@
 #include "lib/tokenizer/tokenizer.h"
 #include "lib/train/lr_scheduler.h"
 #include "lib/train/optimizer.h"
+#include "lib/util/folder_lock.h"
 
 namespace titan {
 
@@ -45,6 +46,14 @@ absl::Status ConfigureFusedKernels(const JobConfig& config);
 // Picks the device, splits host cores between local ranks, agrees on seed and run id and seeds
 // LibTorch, turns on deterministic algorithms if asked. A collective with several ranks.
 absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime);
+
+// Locks a training run's folders against a second run writing them (resubmitting a running job
+// interleaved metrics and removed its in-flight checkpoint): rank 0 holds [job] dump_folder's
+// lock, and [checkpoint] folder's when that lies outside it (created now, so an unwritable one
+// fails before the first step). Every rank fails when rank 0 does. A collective with several
+// ranks.
+absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
+    const JobConfig& config, const DistributedRuntime& runtime);
 
 // [model] tokenizer_path, or else hf_assets_path, or else the bundled tokenizer.
 std::string TokenizerPath(const JobConfig& config);

@@ -85,6 +85,7 @@ absl::Status Trainer::Init() {
     if (job.print_config()) LOG(INFO) << "effective configuration:\n" << JobConfigToToml(config_);
   }
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
+  TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
   TITAN_ASSIGN_OR_RETURN(model_, BuildModel(config_, info, setup_, runtime_));

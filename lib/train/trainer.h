@@ -20,6 +20,7 @@
 #include "lib/train/resource_monitor.h"
 #include "lib/train/step_hooks.h"
 #include "lib/train/train_checkpoint.h"
+#include "lib/util/folder_lock.h"
 
 namespace titan {
 
@@ -101,6 +102,7 @@ class Trainer {
   const JobConfig config_;
   const DistributedRuntime& runtime_;
   RunSetup setup_;
+  std::vector<std::unique_ptr<FolderLock>> folder_locks_;  // held while the run lives
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelBundle model_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -116,6 +116,13 @@ class TitanTrainTest(unittest.TestCase):
                     if len(f.readlines()) >= 3:
                         break
             time.sleep(0.2)
+        # A second run in the same folder (a resubmitted job) is refused while this one runs.
+        second = run_train(dump, "--training.steps=10000", "--validation.enable=false",
+                           check=False)
+        self.assertEqual(second.returncode, 1, second.stderr[-3000:])
+        self.assertIn(f"titan_train: [job] dump_folder: {dump} is in use by another run "
+                      f"(pid {proc.pid})",
+                      second.stderr)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 0, stderr[-3000:])

@@ -215,7 +215,7 @@ absl::Status Run(const ToolFlags& flags) {
     }
     try {
       absl::StatusOr<std::unique_ptr<titan::RlTrainer>> trainer =
-          titan::RlTrainer::Create(*rl_config, runtime);
+          titan::RlTrainer::Create(*rl_config, runtime, /*training_run=*/false);
       if (!trainer.ok()) return trainer.status();
       return flags.generate ? GenerateMode(**trainer, *rl_config, runtime, flags, output)
                             : StepMode(**trainer, *rl_config, runtime, flags);

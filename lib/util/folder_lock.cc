@@ -1,0 +1,50 @@
+#include "lib/util/folder_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+
+absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::string& folder) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat(folder, ": mkdir failed: ", error.message()));
+  }
+  const std::string path = folder + "/.titan.lock";
+  // Close-on-exec: a command the run starts (a reward scorer) must not keep the lock.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("open", path);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int lock_errno = errno;
+    ::close(fd);
+    if (lock_errno != EWOULDBLOCK) {
+      errno = lock_errno;
+      return ErrnoError("lock", path);
+    }
+    const absl::StatusOr<std::string> holder = ReadFile(path);
+    const std::string pid(holder.ok() ? absl::StripAsciiWhitespace(*holder) : "");
+    return absl::FailedPreconditionError(absl::StrCat(
+        folder, " is in use by another run", pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
+        "; wait for it to end or use another folder"));
+  }
+  const std::string pid = absl::StrCat(::getpid(), "\n");
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    ::close(fd);
+    return ErrnoError("write", path);
+  }
+  return std::unique_ptr<FolderLock>(new FolderLock(fd));
+}
+
+FolderLock::~FolderLock() { ::close(fd_); }
+
+}  // namespace titan

@@ -1,0 +1,32 @@
+#ifndef TITAN_LIB_UTIL_FOLDER_LOCK_H_
+#define TITAN_LIB_UTIL_FOLDER_LOCK_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace titan {
+
+// An exclusive lock on a folder (flock on <folder>/.titan.lock), held until it is destroyed or
+// the process ends (kill -9 included), so that two runs never write one folder at once. The lock
+// file keeps the holder's pid for the refusal; it is not removed (a lock, not a marker).
+class FolderLock {
+ public:
+  // Creates `folder` if missing. Fails with FailedPrecondition naming the holder's pid when
+  // another process holds the lock.
+  static absl::StatusOr<std::unique_ptr<FolderLock>> Acquire(const std::string& folder);
+
+  FolderLock(const FolderLock&) = delete;
+  FolderLock& operator=(const FolderLock&) = delete;
+  ~FolderLock();
+
+ private:
+  explicit FolderLock(int fd) : fd_(fd) {}
+
+  int fd_;
+};
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_UTIL_FOLDER_LOCK_H_
