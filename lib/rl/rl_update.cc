@@ -172,8 +172,9 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     tally.Add("residual_sum", ((returns - old_values) * mask).sum());
     tally.Add("residual_sq_sum", ((returns - old_values).square() * mask).sum());
   }
-  const int64_t minibatch = rl.has_minibatch_size() ? std::min<int64_t>(rl.minibatch_size(), rows)
-                                                     : rows;
+  // -1, left out or spelled out (config.toml spells it out): the whole batch.
+  const int64_t minibatch =
+      rl.minibatch_size() == -1 ? rows : std::min<int64_t>(rl.minibatch_size(), rows);
   const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), minibatch);
   // Each minibatch's counted tokens over the ranks, read once for every epoch.
   std::vector<at::Tensor> minibatch_tokens;
