@@ -1,12 +1,41 @@
 #include "lib/rl/rl_config.h"
 
+#include <vector>
+
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/config/job_config.h"
 
 namespace titan {
+namespace {
 
-absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
+// An [rl] key and whether the algorithm and settings read it; `why` says which do.
+struct RlKeyUse {
+  const char* key;
+  bool read;
+  std::string why;
+};
+
+// The first key of `uses` that is not read yet differs from its default, refused by name: it
+// would change nothing. Defaults, not presence: config.toml spells every key out.
+absl::Status RefuseUnreadKeys(const JobConfig& config, const std::vector<RlKeyUse>& uses) {
+  const std::vector<std::string> changed = ChangedKeys(config, "rl");
+  for (const RlKeyUse& use : uses) {
+    if (use.read) continue;
+    const std::string prefix = absl::StrCat("[rl] ", use.key, " = ");
+    for (const std::string& key : changed) {
+      if (absl::StartsWith(key, prefix)) {
+        return absl::InvalidArgumentError(absl::StrCat(key, ": ", use.why, "; remove it"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
   JobConfig out = config;
   JobConfig::Rl& rl = *out.mutable_rl();
   if (config.optimizer().has_lr() && config.optimizer().lr() != rl.learning_rate()) {
@@ -21,16 +50,26 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
         rl.max_seq_len(), ": titan_rl's sequences are prompt + response; set only [rl] max_seq_len"));
   }
   out.mutable_training()->set_seq_len(rl.max_seq_len());
-  if (config.training().has_dataset_path() || config.training().has_dataset() ||
-      config.training().has_dataset_text_field()) {
+  const JobConfig::Training training_defaults;
+  if (config.training().dataset_path() != training_defaults.dataset_path() ||
+      config.training().dataset() != training_defaults.dataset() ||
+      config.training().dataset_text_field() != training_defaults.dataset_text_field()) {
     return absl::InvalidArgumentError(
         "[training] dataset/dataset_path/dataset_text_field: titan_rl reads [rl] prompts_path "
         "(or generates [rl] task); remove them");
   }
-  if (config.validation().enable()) {
+  if (config.training().global_batch_size() != training_defaults.global_batch_size()) {
     return absl::InvalidArgumentError(
-        "[validation] enable: titan_rl evaluates [rl] eval_prompts_path (or the task's held-out "
-        "split) every [rl] eval_freq steps instead; remove it");
+        absl::StrCat("[training] global_batch_size = ", config.training().global_batch_size(),
+                     ": titan_rl's batch is [rl] prompts_per_step (times group_size), run in "
+                     "local_batch_size microbatches; remove it"));
+  }
+  if (const std::vector<std::string> changed = ChangedKeys(config, "validation");
+      !changed.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(changed.front(),
+                     ": titan_rl evaluates [rl] eval_prompts_path (or the task's held-out "
+                     "split) every [rl] eval_freq steps instead of [validation]; remove it"));
   }
   const JobConfig::Parallelism& p = config.parallelism();
   if (p.tensor_parallel_degree() > 1 || p.context_parallel_degree() > 1 ||
@@ -49,19 +88,69 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config) {
         "[model] converters: titan_rl trains in high precision only (float8 would widen the gap "
         "between the generator's and the trainer's log-probabilities); remove them");
   }
-  if (!rl.has_clip_range_high()) {
-    rl.set_clip_range_high(rl.algorithm() == "dapo" ? 0.28 : rl.clip_range());
+  const std::string& algorithm = rl.algorithm();
+  const bool policy_gradient = IsPolicyGradient(algorithm);
+  const bool groups = algorithm == "grpo" || algorithm == "dapo";
+  const std::string is = absl::StrCat(", algorithm is \"", algorithm, "\"");
+  const std::string sampled = absl::StrCat("only grpo, dapo and ppo sample rollouts", is);
+  const std::string sampling =
+      absl::StrCat("sft and dpo sample nothing (titan_rl --generate does)", is);
+  const std::string grouped = absl::StrCat("only grpo and dapo normalise rewards by group", is);
+  const std::string gae = absl::StrCat("only ppo has a value head and GAE", is);
+  const bool generate = mode == RlMode::kGenerate;
+  if (absl::Status status = RefuseUnreadKeys(
+          config,
+          {{"ppo_epochs", policy_gradient, sampled},
+           {"minibatch_size", policy_gradient, sampled},
+           {"clip_range", policy_gradient, sampled},
+           {"clip_range_high", policy_gradient, sampled},
+           {"group_size", policy_gradient, sampled},
+           {"old_logprobs", policy_gradient, sampled},
+           {"overlong_buffer_len", policy_gradient, sampled},
+           {"kl_coef", policy_gradient,
+            absl::StrCat("only grpo, dapo and ppo weigh a KL to the reference (dpo: beta)", is)},
+           {"temperature", policy_gradient || generate, sampling},
+           {"top_k", policy_gradient || generate, sampling},
+           {"top_p", policy_gradient || generate, sampling},
+           {"advantage_std", groups, grouped},
+           {"advantage_eps", groups, grouped},
+           {"dynamic_sampling", groups, grouped},
+           {"gamma", algorithm == "ppo", gae},
+           {"lam", algorithm == "ppo", gae},
+           {"vf_coef", algorithm == "ppo", gae},
+           {"value_clip_range", algorithm == "ppo", gae},
+           {"whiten_advantages", algorithm == "ppo", gae},
+           {"beta", algorithm == "dpo", absl::StrCat("only dpo has a preference loss", is)},
+           {"dpo_loss", algorithm == "dpo", absl::StrCat("only dpo has a preference loss", is)},
+           {"reward", algorithm != "dpo",
+            "dpo learns from preference pairs and scores no response"},
+           {"kl_estimator", policy_gradient && rl.kl_coef() > 0,
+            "only a KL penalty (grpo, dapo, ppo with kl_coef > 0) estimates a KL"},
+           {"overlong_penalty_factor", rl.overlong_buffer_len() > 0,
+            "only an overlong buffer (overlong_buffer_len > 0) has a penalty"},
+           {"reward_timeout_seconds", rl.reward() == "command",
+            absl::StrCat("only reward = \"command\" has a timeout, reward is \"", rl.reward(),
+                         "\"")}});
+      !status.ok()) {
+    return status;
   }
-  if (!rl.has_dynamic_sampling() && rl.algorithm() == "dapo") rl.set_dynamic_sampling(true);
+  // -1 is the sentinel whether left out or spelled out (config.toml spells it out).
+  if (policy_gradient && rl.clip_range_high() == -1) {
+    rl.set_clip_range_high(algorithm == "dapo" ? 0.28 : rl.clip_range());
+  }
+  if (!rl.has_dynamic_sampling() && algorithm == "dapo") rl.set_dynamic_sampling(true);
+  if (rl.top_p() == 0) {
+    return absl::InvalidArgumentError(
+        "[rl] top_p = 0: must be in (0, 1]; a nucleus of probability 0 holds no token");
+  }
+  if (groups && rl.advantage_std() == "bessel" && rl.group_size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[rl] advantage_std = \"bessel\" divides by group_size - 1: needs group_size >= 2, not ",
+        rl.group_size()));
+  }
   if ((rl.reward() == "command") != !rl.reward_command().empty()) {
     return absl::InvalidArgumentError(
         "[rl] reward = \"command\" and [rl] reward_command: set both or neither");
-  }
-  if (rl.reward() != "command" &&
-      rl.reward_timeout_seconds() != JobConfig::Rl().reward_timeout_seconds()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[rl] reward_timeout_seconds = ", rl.reward_timeout_seconds(),
-        ": only reward = \"command\" has a timeout, reward is \"", rl.reward(), "\"; remove it"));
   }
   if ((rl.reward() == "reward_model") != !rl.reward_model_path().empty()) {
     return absl::InvalidArgumentError(

@@ -9,12 +9,18 @@
 
 namespace titan {
 
+// What titan_rl does with a job: train (or --step_rollouts), or sample alone (--generate, which
+// reads [rl]'s sampling keys whatever the algorithm).
+enum class RlMode { kTrain, kGenerate };
+
 // The job titan_rl runs: `config` with [rl]'s founding-API keys applied to the trainer sections
 // they stand for ([optimizer] lr = [rl] learning_rate, [training] seq_len = [rl] max_seq_len) and
 // the algorithm's defaults filled in (dapo: clip_range_high 0.28, dynamic sampling). A trainer key
-// set to a value that contradicts [rl], or one titan_rl has no use for ([training] dataset_path,
-// [validation]), is refused with one line naming both.
-absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config);
+// set to a value that contradicts [rl], one titan_rl has no use for ([training] dataset_path,
+// [validation]), or an [rl] key other than its default that the algorithm and settings do not
+// read in `mode`, is refused with one line naming it. Keys are compared with their defaults, not
+// tested for presence: the config.toml titan_rl writes spells every key out and runs again.
+absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode);
 
 GroupStd GroupStdFromConfig(const JobConfig::Rl& rl);
 KlEstimator KlEstimatorFromConfig(const JobConfig::Rl& rl);

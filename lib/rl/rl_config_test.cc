@@ -1,8 +1,11 @@
 #include "lib/rl/rl_config.h"
 
 #include <string>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "lib/config/job_config.h"
 
 namespace titan {
 namespace {
@@ -15,11 +18,11 @@ JobConfig SortingJob() {
 }
 
 std::string Refusal(const JobConfig& config) {
-  return std::string(RlJobConfig(config).status().message());
+  return std::string(RlJobConfig(config, RlMode::kTrain).status().message());
 }
 
 TEST(RlJobConfigTest, DefaultsAreAccepted) {
-  EXPECT_TRUE(RlJobConfig(SortingJob()).ok()) << Refusal(SortingJob());
+  EXPECT_TRUE(RlJobConfig(SortingJob(), RlMode::kTrain).ok()) << Refusal(SortingJob());
 }
 
 TEST(RlJobConfigTest, ResponsesMustLeaveRoomForThePrompt) {
@@ -30,7 +33,7 @@ TEST(RlJobConfigTest, ResponsesMustLeaveRoomForThePrompt) {
             "[rl] max_new_tokens = 64 must be below max_seq_len = 64 (prompt + response tokens), "
             "leaving room for the prompt");
   config.mutable_rl()->set_max_new_tokens(63);
-  EXPECT_TRUE(RlJobConfig(config).ok()) << Refusal(config);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 }
 
 TEST(RlJobConfigTest, ChatTemplateNeedsThePromptPlaceholder) {
@@ -40,7 +43,7 @@ TEST(RlJobConfigTest, ChatTemplateNeedsThePromptPlaceholder) {
             "[rl] chat_template = \"User: {question}\\nAssistant:\": expected a {prompt} "
             "placeholder");
   config.mutable_rl()->set_chat_template("User: {prompt}\nAssistant:");
-  EXPECT_TRUE(RlJobConfig(config).ok()) << Refusal(config);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 }
 
 TEST(RlJobConfigTest, KeysOfAnotherRewardAreRefused) {
@@ -49,7 +52,7 @@ TEST(RlJobConfigTest, KeysOfAnotherRewardAreRefused) {
   EXPECT_EQ(Refusal(config),
             "[rl] reward = \"command\" and [rl] reward_command: set both or neither");
   config.mutable_rl()->set_reward("command");
-  EXPECT_TRUE(RlJobConfig(config).ok()) << Refusal(config);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
   config.mutable_rl()->set_reward_command("");
   EXPECT_EQ(Refusal(config),
             "[rl] reward = \"command\" and [rl] reward_command: set both or neither");
@@ -61,16 +64,146 @@ TEST(RlJobConfigTest, KeysOfAnotherRewardAreRefused) {
             "[rl] reward_timeout_seconds = 5: only reward = \"command\" has a timeout, reward is "
             "\"exact_match\"; remove it");
   config.mutable_rl()->set_reward_timeout_seconds(60);  // the default, spelled out
-  EXPECT_TRUE(RlJobConfig(config).ok()) << Refusal(config);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
   config.mutable_rl()->set_reward("command");
   config.mutable_rl()->set_reward_command("cat");
   config.mutable_rl()->set_reward_timeout_seconds(5);
-  EXPECT_TRUE(RlJobConfig(config).ok()) << Refusal(config);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 
   config = SortingJob();
   config.mutable_rl()->set_reward_model_path("/models/rm");
   EXPECT_EQ(Refusal(config),
             "[rl] reward = \"reward_model\" and [rl] reward_model_path: set both or neither");
+}
+
+TEST(RlJobConfigTest, WrittenConfigRunsAgainUnchanged) {
+  // config.toml spells every key out, sentinels and trainer defaults included.
+  for (const char* name : {"sft", "grpo", "dapo", "ppo", "dpo"}) {
+    const std::string file =
+        absl::StrCat("configs/rl_", std::string(name) == "dapo" ? "grpo" : name, "_sorting.toml");
+    absl::StatusOr<JobConfig> parsed =
+        ParseJobConfig(file, {absl::StrCat("--rl.algorithm=", name)});
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    absl::StatusOr<JobConfig> job = RlJobConfig(*parsed, RlMode::kTrain);
+    ASSERT_TRUE(job.ok()) << name << ": " << job.status();
+    absl::StatusOr<JobConfig> written =
+        ParseJobConfigText(JobConfigToToml(*job), "config.toml", {});
+    ASSERT_TRUE(written.ok()) << written.status();
+    absl::StatusOr<JobConfig> again = RlJobConfig(*written, RlMode::kTrain);
+    ASSERT_TRUE(again.ok()) << name << ": " << again.status();
+    EXPECT_EQ(JobConfigToToml(*again), JobConfigToToml(*job)) << name;
+  }
+}
+
+TEST(RlJobConfigTest, SpelledOutSentinelsMeanWhatTheyDoLeftOut) {
+  JobConfig config = SortingJob();
+  config.mutable_rl()->set_clip_range(0.3);
+  config.mutable_rl()->set_clip_range_high(-1);
+  absl::StatusOr<JobConfig> job = RlJobConfig(config, RlMode::kTrain);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->rl().clip_range_high(), 0.3);
+  config.mutable_rl()->set_algorithm("dapo");
+  job = RlJobConfig(config, RlMode::kTrain);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->rl().clip_range_high(), 0.28);
+}
+
+TEST(RlJobConfigTest, TopPZeroIsRefused) {
+  JobConfig config = SortingJob();
+  config.mutable_rl()->set_top_p(0);
+  EXPECT_EQ(Refusal(config),
+            "[rl] top_p = 0: must be in (0, 1]; a nucleus of probability 0 holds no token");
+  config.mutable_rl()->set_top_p(0.01);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+}
+
+TEST(RlJobConfigTest, BesselStdNeedsTwoSamplesPerGroup) {
+  JobConfig config = SortingJob();
+  config.mutable_rl()->set_advantage_std("bessel");
+  config.mutable_rl()->set_group_size(1);
+  EXPECT_EQ(Refusal(config),
+            "[rl] advantage_std = \"bessel\" divides by group_size - 1: needs group_size >= 2, "
+            "not 1");
+  config.mutable_rl()->set_advantage_std("population");
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+}
+
+TEST(RlJobConfigTest, SftAndDpoSampleOnlyForGenerate) {
+  for (const char* algorithm : {"sft", "dpo"}) {
+    JobConfig config = SortingJob();
+    config.mutable_rl()->set_algorithm(algorithm);
+    config.mutable_rl()->set_temperature(0.7);
+    EXPECT_EQ(Refusal(config),
+              absl::StrCat("[rl] temperature = 0.7: sft and dpo sample nothing (titan_rl "
+                           "--generate does), algorithm is \"",
+                           algorithm, "\"; remove it"));
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kGenerate).ok());
+    config.mutable_rl()->set_temperature(1.0);  // the default, spelled out
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+  }
+}
+
+TEST(RlJobConfigTest, KeysTheAlgorithmDoesNotReadAreRefused) {
+  struct Case {
+    const char* algorithm;
+    std::string override;
+    std::string refusal;
+  };
+  const std::string sampled = "only grpo, dapo and ppo sample rollouts, algorithm is ";
+  const std::string grouped = "only grpo and dapo normalise rewards by group, algorithm is ";
+  const std::string gae = "only ppo has a value head and GAE, algorithm is \"grpo\"; remove it";
+  const std::string dpo = "only dpo has a preference loss, algorithm is \"grpo\"; remove it";
+  for (const Case& c : std::vector<Case>{
+           {"grpo", "gamma = 0.9", "[rl] gamma = 0.9: " + gae},
+           {"grpo", "lam = 0.5", "[rl] lam = 0.5: " + gae},
+           {"grpo", "vf_coef = 0.5", "[rl] vf_coef = 0.5: " + gae},
+           {"grpo", "value_clip_range = 0.5", "[rl] value_clip_range = 0.5: " + gae},
+           {"grpo", "whiten_advantages = false", "[rl] whiten_advantages = false: " + gae},
+           {"grpo", "beta = 0.5", "[rl] beta = 0.5: " + dpo},
+           {"grpo", "dpo_loss = \"ipo\"", "[rl] dpo_loss = \"ipo\": " + dpo},
+           {"grpo", "overlong_penalty_factor = 0.5",
+            "[rl] overlong_penalty_factor = 0.5: only an overlong buffer (overlong_buffer_len > 0) "
+            "has a penalty; remove it"},
+           {"grpo", "kl_coef = 0.0\nkl_estimator = \"k1\"",
+            "[rl] kl_estimator = \"k1\": only a KL penalty (grpo, dapo, ppo with kl_coef > 0) "
+            "estimates a KL; remove it"},
+           {"sft", "group_size = 4", "[rl] group_size = 4: " + sampled + "\"sft\"; remove it"},
+           {"sft", "clip_range = 0.3", "[rl] clip_range = 0.3: " + sampled + "\"sft\"; remove it"},
+           {"sft", "ppo_epochs = 2", "[rl] ppo_epochs = 2: " + sampled + "\"sft\"; remove it"},
+           {"sft", "kl_coef = 0.1",
+            "[rl] kl_coef = 0.1: only grpo, dapo and ppo weigh a KL to the reference (dpo: beta), "
+            "algorithm is \"sft\"; remove it"},
+           {"dpo", "group_size = 4", "[rl] group_size = 4: " + sampled + "\"dpo\"; remove it"},
+           {"dpo", "minibatch_size = 4",
+            "[rl] minibatch_size = 4: " + sampled + "\"dpo\"; remove it"},
+           {"dpo", "reward = \"command\"\nreward_command = \"cat\"",
+            "[rl] reward = \"command\": dpo learns from preference pairs and scores no response; "
+            "remove it"},
+           {"ppo", "advantage_std = \"bessel\"",
+            "[rl] advantage_std = \"bessel\": " + grouped + "\"ppo\"; remove it"},
+           {"ppo", "dynamic_sampling = true",
+            "[rl] dynamic_sampling = true: " + grouped + "\"ppo\"; remove it"},
+       }) {
+    absl::StatusOr<JobConfig> config =
+        ParseJobConfigText(absl::StrCat("[rl]\ntask = \"sorting\"\nalgorithm = \"", c.algorithm,
+                                        "\"\n", c.override, "\n"),
+                           "job.toml", {});
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(Refusal(*config), c.refusal);
+  }
+}
+
+TEST(RlJobConfigTest, TrainerKeysTitanRlDoesNotReadAreRefused) {
+  JobConfig config = SortingJob();
+  config.mutable_training()->set_global_batch_size(16);
+  EXPECT_EQ(Refusal(config),
+            "[training] global_batch_size = 16: titan_rl's batch is [rl] prompts_per_step (times "
+            "group_size), run in local_batch_size microbatches; remove it");
+  config = SortingJob();
+  config.mutable_validation()->set_freq(5);
+  EXPECT_EQ(Refusal(config),
+            "[validation] freq = 5: titan_rl evaluates [rl] eval_prompts_path (or the task's "
+            "held-out split) every [rl] eval_freq steps instead of [validation]; remove it");
 }
 
 }  // namespace

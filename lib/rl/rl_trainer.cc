@@ -146,6 +146,8 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
   Decoder& decoder = *model.model;
   const int64_t p = batch.prompt_len;
   const int64_t t = batch.response_mask.size(1);
+  // Sampled rollouts' log-probabilities are the scaled distribution's (TRL's GRPO); RlJobConfig
+  // refuses a temperature for sft and dpo training, which sample nothing.
   const double temperature = rl_.temperature() > 0 ? rl_.temperature() : 1.0;
   const at::Tensor labels = batch.tokens.slice(1, p, p + t);
   const int64_t chunk_tokens = config_.training().loss_chunk_size();
@@ -460,7 +462,7 @@ absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
 
 absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime) {
   try {
-    TITAN_ASSIGN_OR_RETURN(const JobConfig rl_config, RlJobConfig(config));
+    TITAN_ASSIGN_OR_RETURN(const JobConfig rl_config, RlJobConfig(config, RlMode::kTrain));
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<RlTrainer> trainer,
                            RlTrainer::Create(rl_config, runtime, /*training_run=*/true));
     return trainer->Train();

@@ -23,10 +23,15 @@ class TitanRlTest(unittest.TestCase):
         cls.hf = os.path.join(cls.root, "hf")
         common.save_random_hf(cls.hf, "llama3", initializer_range=0.02)
 
-    def job(self, name, *overrides):
-        """titan_rl's command line for a short GRPO run in its own dump folder."""
+    def job(self, name, *overrides, config=CONFIG):
+        """titan_rl's command line for a short run of `config` (GRPO) in its own dump folder."""
         dump = os.path.join(self.root, name)
-        return dump, common.short_run(TITAN_RL, CONFIG, dump, self.hf, *overrides)
+        return dump, common.short_run(TITAN_RL, config, dump, self.hf, *overrides)
+
+    @staticmethod
+    def algorithm(name):
+        """Flags that switch CONFIG (GRPO with dynamic sampling, which PPO refuses) to `name`."""
+        return [f"--rl.algorithm={name}"] + (["--rl.dynamic_sampling=false"] if name == "ppo" else [])
 
     def test_batch_invariant_logprobs_are_the_trainers(self):
         # First epoch over the whole batch: PPO (value head, reference KL in the reward) and GRPO.
@@ -35,7 +40,7 @@ class TitanRlTest(unittest.TestCase):
         for algorithm, invariant, old in (("ppo", True, "generator"), ("ppo", False, "generator"),
                                           ("ppo", False, "trainer"), ("grpo", False, "trainer")):
             name = f"{algorithm}_bi_{invariant}_{old}"
-            dump, cmd = self.job(name, f"--rl.algorithm={algorithm}", "--rl.kl_coef=0.05",
+            dump, cmd = self.job(name, *self.algorithm(algorithm), "--rl.kl_coef=0.05",
                                  f"--debug.batch_invariant={str(invariant).lower()}",
                                  f"--rl.old_logprobs={old}")
             common.run(cmd)
@@ -97,8 +102,8 @@ class TitanRlTest(unittest.TestCase):
         # [training] loss_chunk_size: log-probabilities and entropies 5 tokens at a time, PPO (its
         # value head too) and GRPO. 1e-5: fp32, the head's matmul in chunks instead of one.
         for algorithm in ("ppo", "grpo"):
-            full = self.step_on_rollouts(f"{algorithm}_full", f"--rl.algorithm={algorithm}")
-            chunked = self.step_on_rollouts(f"{algorithm}_chunked", f"--rl.algorithm={algorithm}",
+            full = self.step_on_rollouts(f"{algorithm}_full", *self.algorithm(algorithm))
+            chunked = self.step_on_rollouts(f"{algorithm}_chunked", *self.algorithm(algorithm),
                                             "--training.loss_chunk_size=5")
             self.assert_same_step(full, chunked, ("full", "chunked"), 1e-5)
 
@@ -127,7 +132,8 @@ class TitanRlTest(unittest.TestCase):
 
     def test_another_kind_of_run_does_not_resume_the_steps(self):
         ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
-        dump, cmd = self.job("sft_then_grpo", *ckpt, "--rl.algorithm=sft", "--training.steps=1")
+        dump, cmd = self.job("sft_then_grpo", *ckpt, "--training.steps=1",
+                             config="configs/rl_sft_sorting.toml")
         common.run(cmd)
         _, cmd = self.job("sft_then_grpo", *ckpt, "--training.steps=2")
         proc = common.run(cmd, check=False)
@@ -208,6 +214,16 @@ class TitanRlTest(unittest.TestCase):
         stderr = self.refusal("no_answer", f"--rl.prompts_path={prompts}")
         self.assertIn(f'{prompts}:2: no "answer" field; [rl] reward = "exact_match" compares',
                       stderr)
+
+    def test_written_config_runs_again(self):
+        # config.toml spells out every key: [rl] minibatch_size = -1 (the whole batch) and the
+        # [training] dataset keys at their defaults.
+        dump, cmd = self.job("written", "--training.steps=1")
+        common.run(cmd)
+        again = os.path.join(self.root, "written_again")
+        common.run([TITAN_RL, f"--job.config_file={os.path.join(dump, 'config.toml')}",
+                    f"--job.dump_folder={again}"], timeout=600)
+        self.assertEqual([m["step"] for m in common.metrics(again)], [0, 1])
 
     def test_contradictions_are_refused(self):
         _, cmd = self.job("refused", "--optimizer.lr=1e-3")

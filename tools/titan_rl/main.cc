@@ -204,7 +204,8 @@ absl::Status Run(const ToolFlags& flags) {
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime)
                                               -> absl::Status {
     if (!flags.generate && flags.step_rollouts.empty()) return titan::RunRl(*config, runtime);
-    absl::StatusOr<titan::JobConfig> rl_config = titan::RlJobConfig(*config);
+    absl::StatusOr<titan::JobConfig> rl_config = titan::RlJobConfig(
+        *config, flags.generate ? titan::RlMode::kGenerate : titan::RlMode::kTrain);
     if (!rl_config.ok()) return rl_config.status();
     std::string output;
     if (flags.generate) {
