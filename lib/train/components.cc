@@ -59,6 +59,20 @@ absl::Status CheckHfAssets(const JobConfig::Model& model, const ModelInfo& info)
   return absl::OkStatus();
 }
 
+// This data-parallel rank's share of the windows of the documents at `path` (PackedTextDataset
+// deals them out in rounds); the tensor, context and pipeline ranks of one data-parallel rank read
+// the same.
+TextDatasetOptions RankShare(const JobConfig& config, const RunSetup& setup,
+                             const std::string& path, int64_t seq_len) {
+  TextDatasetOptions data;
+  data.path = path;
+  data.text_field = config.training().dataset_text_field();
+  data.seq_len = seq_len;
+  data.dp_rank = setup.dp_rank;
+  data.dp_world_size = setup.dp_size;
+  return data;
+}
+
 }  // namespace
 
 absl::Status ConfigureFusedKernels(const JobConfig& config) {
@@ -355,18 +369,25 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
                                                                const Tokenizer* tokenizer,
                                                                const RunSetup& setup) {
   const auto& training = config.training();
-  TextDatasetOptions data;
-  data.path = training.dataset_path();
-  data.text_field = training.dataset_text_field();
-  data.seq_len = training.seq_len();
-  data.dp_rank = setup.dp_rank;
-  data.dp_world_size = setup.dp_size;
+  const TextDatasetOptions data =
+      RankShare(config, setup, training.dataset_path(), training.seq_len());
   TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
   LOG(INFO) << "dataset " << training.dataset() << ": " << training.dataset_path();
   auto loader = std::make_unique<TextDataLoader>(std::move(dataset));
   // Two batches ahead: tokenizing the next step's windows overlaps this step's compute.
   loader->StartReadAhead(training.local_batch_size(), /*depth=*/2);
   return loader;
+}
+
+absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobConfig& config,
+                                                                    const Tokenizer* tokenizer,
+                                                                    const RunSetup& setup) {
+  const auto& validation = config.validation();
+  TextDatasetOptions data =
+      RankShare(config, setup, validation.dataset_path(), validation.seq_len());
+  data.infinite = false;
+  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
+  return std::make_unique<TextDataLoader>(std::move(dataset));
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(

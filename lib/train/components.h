@@ -98,6 +98,12 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
                                                                const Tokenizer* tokenizer,
                                                                const RunSetup& setup);
 
+// This rank's share of [validation] dataset_path from its start, packed into its seq_len windows
+// and split across data-parallel ranks as the training data is; ends with the data.
+absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobConfig& config,
+                                                                    const Tokenizer* tokenizer,
+                                                                    const RunSetup& setup);
+
 // [checkpoint]; null when checkpointing is off.
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
     const JobConfig& config, const RunSetup& setup, const DistributedRuntime& runtime);

@@ -17,7 +17,7 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/config/job_config.h"
-#include "lib/data/packed_text_dataset.h"
+#include "lib/data/text_data_loader.h"
 #include "lib/metrics/flops.h"
 #include "lib/model/autocast.h"
 #include "lib/profiling/phase_range.h"
@@ -154,18 +154,12 @@ absl::Status Trainer::Init() {
 }
 
 absl::StatusOr<int64_t> Trainer::ForEachValidationBatch(
-    const std::function<absl::Status(const TokenBatch&)>& use) const {
-  const auto& v = config_.validation();
-  TextDatasetOptions data;
-  data.path = v.dataset_path();
-  data.text_field = config_.training().dataset_text_field();
-  data.seq_len = v.seq_len();
-  data.infinite = false;
-  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer_.get()));
-  TextDataLoader loader(std::move(dataset));
+    int64_t max_batches, const std::function<absl::Status(const TokenBatch&)>& use) const {
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<TextDataLoader> loader,
+                         BuildValidationData(config_, tokenizer_.get(), setup_));
   int64_t batches = 0;
-  while (v.steps() < 0 || batches < v.steps()) {
-    absl::StatusOr<TokenBatch> tokens = loader.NextBatch(v.local_batch_size());
+  while (max_batches < 0 || batches < max_batches) {
+    absl::StatusOr<TokenBatch> tokens = loader->NextBatch(config_.validation().local_batch_size());
     if (absl::IsOutOfRange(tokens.status()) || absl::IsNotFound(tokens.status())) break;
     TITAN_RETURN_IF_ERROR(tokens.status());
     TITAN_RETURN_IF_ERROR(use(*tokens));
@@ -174,20 +168,32 @@ absl::StatusOr<int64_t> Trainer::ForEachValidationBatch(
   return batches;
 }
 
-absl::Status Trainer::CheckValidationData() const {
+absl::Status Trainer::CheckValidationData() {
   const auto& v = config_.validation();
-  // The batches one evaluation reads: bad data found now costs no training steps.
+  // This rank's share of the batches one evaluation reads: bad data found now costs no training
+  // steps.
   absl::StatusOr<int64_t> batches =
-      ForEachValidationBatch([](const TokenBatch&) { return absl::OkStatus(); });
+      ForEachValidationBatch(v.steps(), [](const TokenBatch&) { return absl::OkStatus(); });
   if (!batches.ok()) {
     return absl::Status(batches.status().code(),
                         absl::StrCat("[validation] dataset_path: ", batches.status().message()));
   }
-  if (*batches == 0) {
+  validation_batches_ = *batches;
+  // The longest share sets the count: shorter ones then run batches that count no token.
+  if (setup_.dp_size > 1) {
+    at::Tensor most = at::full({1}, *batches, at::kLong);
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kDp).AllReduce(most, ReduceOp::kMax)));
+    validation_batches_ = most.item<int64_t>();
+  }
+  if (validation_batches_ == 0) {
     return absl::InvalidArgumentError(absl::StrCat("[validation] dataset_path: ", v.dataset_path(),
                                                    " holds less than one window of seq_len ",
                                                    v.seq_len(), " + 1 tokens"));
   }
+  LOG_IF(INFO, *batches < validation_batches_)
+      << "rank " << runtime_.rank() << ": its share of the validation set holds " << *batches
+      << " of the " << validation_batches_
+      << " batches every rank evaluates; it runs the rest without counted labels";
   return absl::OkStatus();
 }
 
@@ -358,13 +364,18 @@ DataParallel& Trainer::batch_parallel() const {
   return model_.pipeline != nullptr ? model_.pipeline->data_parallel() : *model_.data_parallel;
 }
 
-absl::StatusOr<double> Trainer::SumOverDp(double value) const {
-  if (!runtime_.distributed()) return value;
-  at::Tensor sum = at::full({1}, value, at::kDouble);
+absl::Status Trainer::SumOverDp(const at::Tensor& values) const {
+  if (!runtime_.distributed()) return absl::OkStatus();
   for (MeshGroup group : {MeshGroup::kDp, MeshGroup::kCp}) {
     if (runtime_.comm(group).size() == 1) continue;
-    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(group).AllReduce(sum, ReduceOp::kSum)));
+    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(group).AllReduce(values, ReduceOp::kSum)));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<double> Trainer::SumOverDp(double value) const {
+  const at::Tensor sum = at::full({1}, value, at::kDouble);
+  TITAN_RETURN_IF_ERROR(SumOverDp(sum));
   return sum.item<double>();
 }
 
@@ -396,45 +407,50 @@ absl::StatusOr<double> Trainer::Validate() {
   const auto& v = config_.validation();
   std::optional<int64_t> document_bos;
   if (config_.model().attn_mask_type() == "block_causal") document_bos = tokenizer_->bos_id();
-  // Every rank evaluates the whole set (alike): sharded ranks must run the same forwards anyway.
   c10::NoGradGuard no_grad;
   // Summed on the device and read once at the end, so batches queue without waiting for each other.
   const at::TensorOptions on_device = at::TensorOptions().device(setup_.device);
   at::Tensor device_loss_sum = at::zeros({}, on_device.dtype(at::kDouble));
   at::Tensor device_counted = at::zeros({}, on_device.dtype(at::kLong));
-  TITAN_RETURN_IF_ERROR(
-      ForEachValidationBatch([&](const TokenBatch& tokens) -> absl::Status {
-        TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(MakeBatch(
-                                                      tokens, setup_.device, document_bos)));
-        if (model_.pipeline != nullptr) {
-          TITAN_ASSIGN_OR_RETURN(const at::Tensor sum,
-                                 model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));
-          device_loss_sum += sum;
-        } else {
-          device_loss_sum += ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_,
-                                            setup_.autocast_dtype);
-        }
-        device_counted += CountedTokensOnDevice(batch.labels);
-        return absl::OkStatus();
-      }).status());
+  auto evaluate = [&](const TokenBatch& tokens) -> absl::Status {
+    TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(
+                                                  MakeBatch(tokens, setup_.device, document_bos)));
+    if (model_.pipeline != nullptr) {
+      TITAN_ASSIGN_OR_RETURN(const at::Tensor sum,
+                             model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));
+      device_loss_sum += sum;
+    } else {
+      device_loss_sum +=
+          ForwardLossSum(*model_.model, *model_.data_parallel, batch, loss_, setup_.autocast_dtype);
+    }
+    device_counted += CountedTokensOnDevice(batch.labels);
+    return absl::OkStatus();
+  };
+  // Each data-parallel rank evaluates its share of every global batch, as in training.
+  TITAN_ASSIGN_OR_RETURN(int64_t batches, ForEachValidationBatch(validation_batches_, evaluate));
+  // A share that ran out first (the set's last global batch is short) runs forwards that count no
+  // token, so that FSDP's all-gathers, which span data-parallel ranks, still pair up.
+  TokenBatch uncounted;
+  uncounted.batch_size = 1;
+  uncounted.seq_len = v.seq_len();
+  uncounted.inputs.assign(v.seq_len(), 0);
+  uncounted.labels.assign(v.seq_len(), kIgnoreIndex);
+  for (; batches < validation_batches_; ++batches) TITAN_RETURN_IF_ERROR(evaluate(uncounted));
   double loss_sum = device_loss_sum.item<double>();
-  int64_t counted = device_counted.item<int64_t>();
+  const int64_t counted = device_counted.item<int64_t>();
   // Only the last pipeline stage computed the losses.
   if (model_.pipeline != nullptr) {
     TITAN_ASSIGN_OR_RETURN(loss_sum, model_.pipeline->FromLastStage(loss_sum));
   }
-  if (batch_parallel().context_parallel_degree() > 1) {
-    // Context-parallel ranks evaluated shares of the same sequences.
-    at::Tensor sums = at::tensor({loss_sum, static_cast<double>(counted)}, at::kDouble);
-    TITAN_RETURN_IF_ERROR(Await(runtime_.comm(MeshGroup::kCp).AllReduce(sums, ReduceOp::kSum)));
-    loss_sum = sums[0].item<double>();
-    counted = static_cast<int64_t>(sums[1].item<double>());
-  }
-  if (counted == 0) {
+  // Data-parallel ranks evaluated other sequences, context-parallel ranks shares of the same ones.
+  const at::Tensor sums = at::tensor({loss_sum, static_cast<double>(counted)}, at::kDouble);
+  TITAN_RETURN_IF_ERROR(SumOverDp(sums));
+  const double global_counted = sums[1].item<double>();
+  if (global_counted == 0) {
     return absl::InvalidArgumentError(absl::StrCat("[validation] dataset_path: ", v.dataset_path(),
                                                    " holds less than one batch"));
   }
-  return loss_sum / counted;
+  return sums[0].item<double>() / global_counted;
 }
 
 absl::Status Trainer::Train() {

@@ -79,18 +79,22 @@ class Trainer {
   void LogStateMemory() const;
 
  private:
+  // The token-weighted mean loss over every rank's share of validation_batches_ global batches.
   absl::StatusOr<double> Validate();
-  // Calls `use` with each batch one evaluation reads ([validation] dataset_path from its start,
-  // `steps` batches or all); returns how many.
+  // Calls `use` with each of this rank's batches of one evaluation (its data-parallel share of
+  // [validation] dataset_path from its start), at most `max_batches` (-1: all); returns how many.
   absl::StatusOr<int64_t> ForEachValidationBatch(
-      const std::function<absl::Status(const TokenBatch&)>& use) const;
-  // Reads what one evaluation reads, so a missing, empty or malformed file stops the run at
-  // startup.
-  absl::Status CheckValidationData() const;
+      int64_t max_batches, const std::function<absl::Status(const TokenBatch&)>& use) const;
+  // Reads this rank's share of what one evaluation reads, so a missing, empty or malformed file
+  // stops the run at startup, and agrees on validation_batches_ (a collective over data-parallel
+  // ranks).
+  absl::Status CheckValidationData();
   // What shards batches (context parallelism) and picks the loss (tensor parallelism): the model's
   // data-parallel wrapper, or with pipeline parallelism its stages' (alike in both).
   DataParallel& batch_parallel() const;
-  // Over the ranks a step's tokens are split across: data parallel × context parallel.
+  // Over the ranks a step's tokens are split across: data parallel × context parallel. `values`
+  // (on the host) in place.
+  absl::Status SumOverDp(const at::Tensor& values) const;
   absl::StatusOr<double> SumOverDp(double value) const;
   // The stop signal, once any rank has one, so that every rank stops after the same step; without
   // a per-step wait: each step's all-reduce of the flag is read a step later.
@@ -121,6 +125,9 @@ class Trainer {
   at::Tensor stop_flag_;             // the stop signal's all-reduce in flight
   std::unique_ptr<Work> stop_work_;  // null: none in flight
   int64_t microbatches_ = 1;
+  // Batches every rank runs per evaluation: the longest data-parallel share's ([validation] steps
+  // at most), so that the ranks' collectives pair up.
+  int64_t validation_batches_ = 0;
   double peak_flops_ = 0;
 };
 

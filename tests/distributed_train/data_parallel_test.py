@@ -3,6 +3,8 @@
 Parity: every data-parallel layout trains the debug model on the same global batch (8 sequences of
 64 tokens per step: 8 x 1 process, 4 x 2 ranks, 2 x 4 ranks) from the same initial weights, so each
 step's loss must match one process's within train_runs.RTOL (1e-5 relative, fp32; why: there).
+Validation batches split the same way: 2 ranks of 4 windows give one process's validation loss
+over 8, within VALIDATION_RTOL (1e-6).
 
 Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
 """
@@ -18,6 +20,10 @@ import time
 
 import train_runs
 from train_runs import COMMON, GLOBAL_BATCH, RTOL, STEPS, losses, max_rel_diff, state_bytes, train
+
+# Validation at the initial weights: ranks sum the same tokens' losses in another order (float32
+# within a batch, float64 across batches and ranks); observed differences are below 1e-7.
+VALIDATION_RTOL = 1e-6
 
 
 class DataParallelTest(train_runs.ParityTest):
@@ -127,6 +133,40 @@ class DataParallelTest(train_runs.ParityTest):
             print(f"\n{name}: max relative loss difference vs 1 process: {diff:.3e}",
                   file=sys.stderr)
             self.assertLessEqual(diff, RTOL, (reference, got))
+
+    def test_validation_splits_its_batches_across_ranks_like_one_process(self):
+        # Each data-parallel rank evaluates its half of every global validation batch (2 x 4
+        # windows against one process's 8), so the loss is one process's. With lr 0 the weights
+        # stay at their shared initialisation: only the order of float sums differs.
+        fixed = ["--optimizer.lr=0", "--checkpoint.enable=false", "--validation.enable=true",
+                 "--validation.seq_len=64"]
+        # The first 8 documents pack into 17 windows: the last global batch holds one, rank 0's,
+        # so rank 1 runs a batch that counts no token while rank 0's FSDP gathers go on.
+        tail = os.path.join(self.tmp, "validation_17_windows.jsonl")
+        with open("assets/default_corpus/validation.jsonl") as src, open(tail, "w") as dst:
+            dst.writelines(src.readlines()[:8])
+        ddp = ["--parallelism.data_parallel_replicate_degree=2",
+               "--parallelism.data_parallel_shard_degree=1"]
+        # (name, validation flags, parallelism flags, what rank 1 logs about its short share)
+        for name, validation, parallelism, short_share in (
+                # 2 of the default set's 51 batches: no share runs out.
+                ("ddp2", ["--validation.steps=2"], ddp, []),
+                ("fsdp2", ["--validation.steps=-1", f"--validation.dataset_path={tail}"], [],
+                 ["rank 1: its share of the validation set holds 2 of the 3 batches"])):
+            one = self.fresh(f"validation_one_{name}")
+            train(one, 1, GLOBAL_BATCH, *fixed, *validation, "--validation.local_batch_size=8",
+                  steps=1)
+            dump = self.fresh(f"validation_{name}")
+            proc = train(dump, 2, GLOBAL_BATCH // 2, *fixed, *validation, *parallelism,
+                         "--validation.local_batch_size=4", steps=1)
+            want, got = losses(one, "validation_loss"), losses(dump, "validation_loss")
+            self.assertEqual(sorted(got), [1])
+            diff = max_rel_diff(want, got)
+            print(f"\n{name} validation loss: relative difference vs 1 process {diff:.3e}",
+                  file=sys.stderr)
+            self.assertLessEqual(diff, VALIDATION_RTOL)
+            self.assertEqual(re.findall(r"rank \d+: its share of the validation set holds "
+                                        r"\d+ of the \d+ batches", proc.stderr), short_share)
 
     def test_bad_degrees_fail_on_every_rank_with_one_line(self):
         proc = train(self.fresh("bad"), 2, 4, "--parallelism.data_parallel_shard_degree=3",
