@@ -162,7 +162,9 @@ absl::Status CheckNumber(absl::string_view name, const FieldOptions& options, do
   const bool below =
       options.HasExtension(titan::min_value) && value < options.GetExtension(titan::min_value);
   const bool above =
-      options.HasExtension(titan::max_value) && value > options.GetExtension(titan::max_value);
+      options.HasExtension(titan::max_value) &&
+      (options.GetExtension(titan::max_exclusive) ? value >= options.GetExtension(titan::max_value)
+                                                  : value > options.GetExtension(titan::max_value));
   // No key means anything by inf, and NaN fails every comparison: both are refused explicitly.
   if (below || above || !std::isfinite(value)) {
     std::string expected = RangeText(options);
@@ -454,13 +456,16 @@ std::string RangeText(const FieldOptions& options) {
   std::string range;
   const bool has_min = options.HasExtension(titan::min_value);
   const bool has_max = options.HasExtension(titan::max_value);
+  const bool exclusive = options.GetExtension(titan::max_exclusive);
   if (has_min && has_max) {
-    range = absl::StrCat("a value in [", FormatNumber(options.GetExtension(titan::min_value)), ", ",
-                         FormatNumber(options.GetExtension(titan::max_value)), "]");
+    range =
+        absl::StrCat("a value in [", FormatNumber(options.GetExtension(titan::min_value)), ", ",
+                     FormatNumber(options.GetExtension(titan::max_value)), exclusive ? ")" : "]");
   } else if (has_min) {
     range = absl::StrCat(">= ", FormatNumber(options.GetExtension(titan::min_value)));
   } else if (has_max) {
-    range = absl::StrCat("<= ", FormatNumber(options.GetExtension(titan::max_value)));
+    range = absl::StrCat(exclusive ? "< " : "<= ",
+                         FormatNumber(options.GetExtension(titan::max_value)));
   }
   if (!range.empty() && options.HasExtension(titan::unset_value)) {
     range = absl::StrCat(FormatNumber(options.GetExtension(titan::unset_value)), " or ", range);

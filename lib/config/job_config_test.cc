@@ -298,7 +298,25 @@ TEST(JobConfigTest, ParamGroupErrorsNameTheTableAndKey) {
             "[optimizer] param_groups[0].lr=-1 is out of range: expected >= 0");
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\"}, "
                              "{pattern = \"y\", betas = [0.9, 1.5]}]"}),
-            "[optimizer] param_groups[1].betas=1.5 is out of range: expected a value in [0, 1]");
+            "[optimizer] param_groups[1].betas=1.5 is out of range: expected a value in [0, 1)");
+}
+
+// torch.optim refuses beta = 1 (the moment estimate never decays: the loss turns NaN).
+TEST(JobConfigTest, BetasOfOneAreRefusedEverywhere) {
+  EXPECT_EQ(ValidationError({"--optimizer.beta1=1"}),
+            "[optimizer] beta1=1 is out of range: expected a value in [0, 1)");
+  EXPECT_EQ(ValidationError({"--optimizer.beta2=1"}),
+            "[optimizer] beta2=1 is out of range: expected a value in [0, 1)");
+  EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", beta1 = 1}]"}),
+            "[optimizer] param_groups[0].beta1=1 is out of range: expected a value in [0, 1)");
+  EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", beta2 = 1.0}]"}),
+            "[optimizer] param_groups[0].beta2=1 is out of range: expected a value in [0, 1)");
+  EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", betas = [0.9, 1]}]"}),
+            "[optimizer] param_groups[0].betas=1 is out of range: expected a value in [0, 1)");
+  EXPECT_EQ(ParseError("[optimizer]\nbeta2 = 1.0\n"),
+            "configs/x.toml:2: [optimizer] beta2=1 is out of range: expected a value in [0, 1)");
+  ExpectValid({"--optimizer.beta1=0", "--optimizer.beta2=0.999999"});
+  EXPECT_TRUE(absl::StrContains(JobConfigHelp(), "range: a value in [0, 1)"));
 }
 
 TEST(JobConfigTest, SeedJobFileLoadsUnchangedThroughOldNames) {
