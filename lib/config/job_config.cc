@@ -109,6 +109,12 @@ class Schema {
   absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;
 };
 
+// [job] config_file names the file being read, so only the command line sets it.
+bool IsConfigFileKey(const KeyRef& ref) {
+  return ref.section->number() == JobConfig::kJobFieldNumber &&
+         ref.field->number() == JobConfig::Job::kConfigFileFieldNumber;
+}
+
 Message* MutableSection(const KeyRef& ref, JobConfig* config) {
   return config->GetReflection()->MutableMessage(config, ref.section);
 }
@@ -173,6 +179,12 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
         return absl::InvalidArgumentError(
             absl::StrCat(at(node), ": ", written, ": unknown key",
                          DidYouMean(Closest(key, schema.KeyNames(section)), "")));
+      }
+      if (IsConfigFileKey(*ref)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at(node), ": ", written,
+                         ": set it on the command line (--job.config_file=FILE); a job file "
+                         "cannot name another"));
       }
       if (absl::Status status = writes.Record(*ref, written); !status.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(at(node), ": ", status.message()));
@@ -314,10 +326,7 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
   if (!parsed.ok()) return parsed.status();
   std::string path = toml_path;
   for (const Override& override : *parsed) {
-    if (override.ref->field->number() != JobConfig::Job::kConfigFileFieldNumber ||
-        override.ref->section->number() != JobConfig::kJobFieldNumber) {
-      continue;
-    }
+    if (!IsConfigFileKey(*override.ref)) continue;
     if (!toml_path.empty() && override.value != toml_path) {
       return absl::InvalidArgumentError(absl::StrCat(override.flag, "=", override.value,
                                                      ": the config file is already ", toml_path));
@@ -416,7 +425,9 @@ std::string JobConfigToToml(const JobConfig& config) {
     absl::StrAppend(&toml, i == 0 ? "" : "\n", "[", section->name(), "]\n");
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
       const FieldDescriptor* field = section->message_type()->field(j);
-      absl::StrAppend(&toml, field->name(), " = ", TomlValue(message, field), "\n");
+      // A comment: a job file may not set it, and the dump must run again as one.
+      const char* prefix = IsConfigFileKey({section, field}) ? "# " : "";
+      absl::StrAppend(&toml, prefix, field->name(), " = ", TomlValue(message, field), "\n");
     }
   }
   return toml;

@@ -38,7 +38,8 @@ absl::StatusOr<JobConfig> ParseJobConfigText(absl::string_view toml_text,
 // Every key as --section.key with its type, default, help, choices and old names.
 std::string JobConfigHelp();
 
-// The effective configuration as TOML; ParseJobConfigText reads it back to an equal config.
+// The effective configuration as TOML; ParseJobConfigText reads it back to an equal config but for
+// [job] config_file, written as a comment (a job file cannot set it).
 std::string JobConfigToToml(const JobConfig& config);
 
 // The keys of [`section`] whose values differ from the schema's defaults, as TOML lines

@@ -121,6 +121,31 @@ TEST(JobConfigTest, CommandLineOverridesFile) {
   EXPECT_EQ(config->job().config_file(), path);
 }
 
+// The initial-load keys refuse what they could not do: nothing to load, or the other format.
+TEST(JobConfigTest, InitialLoadKeysNeedAPath) {
+  EXPECT_EQ(ValidationError({"--checkpoint.initial_load_in_hf=true"}),
+            "[checkpoint] initial_load_in_hf = true: no weights to load; set [checkpoint] "
+            "initial_load_path (a Hugging Face folder) or [model] hf_assets_path");
+  ExpectValid({"--checkpoint.initial_load_in_hf=true", "--checkpoint.initial_load_path=hf"});
+  ExpectValid({"--checkpoint.initial_load_in_hf=true", "--model.hf_assets_path=hf"});
+  EXPECT_EQ(ValidationError({"--checkpoint.initial_load_model_only=false"}),
+            "[checkpoint] initial_load_model_only = false applies to [checkpoint] "
+            "initial_load_path, which is empty: set it, or drop the key");
+}
+
+TEST(JobConfigTest, ConfigFileIsRefusedInAFile) {
+  EXPECT_EQ(ParseError("[job]\ndescription = \"x\"\nconfig_file = \"other.toml\"\n"),
+            "configs/x.toml:3: [job] config_file: set it on the command line "
+            "(--job.config_file=FILE); a job file cannot name another");
+  // The dump records the file read as a comment, so it runs again as a job file.
+  absl::StatusOr<JobConfig> config = ParseJobConfig("configs/llama3_debugmodel.toml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const std::string toml = JobConfigToToml(*config);
+  EXPECT_TRUE(absl::StrContains(toml, "\n# config_file = \"configs/llama3_debugmodel.toml\"\n"))
+      << toml;
+  EXPECT_TRUE(ParseJobConfigText(toml, "dump.toml", {}).ok());
+}
+
 TEST(JobConfigTest, ConfigFileFlagNamesTheFile) {
   const std::string path = TempDir() + "/flag.toml";
   ASSERT_TRUE(WriteFileAtomically(path, "[training]\nsteps = 7\n").ok());
@@ -484,6 +509,44 @@ TEST(JobConfigTest, KeysOfAFeatureThatIsOffAreRefused) {
               "[checkpoint] exclude_from_loading=\"bogus\": expected one of \"optimizer\", "
               "\"lr_scheduler\", \"dataloader\", \"train_state\", \"rng\"");
   }
+  for (const char* key : {"--checkpoint.enable_first_step_checkpoint=true",
+                          "--checkpoint.async_mode=async", "--checkpoint.last_save_in_hf=true"}) {
+    const std::string name = std::string(key).substr(13, std::string(key).find('=') - 13);
+    EXPECT_TRUE(absl::StartsWith(ValidationError({"--checkpoint.enable=false", key}),
+                                 absl::StrCat("[checkpoint] ", name, " = ")))
+        << ValidationError({"--checkpoint.enable=false", key});
+    ExpectValid({"--checkpoint.enable=true", key});
+  }
+  EXPECT_EQ(ValidationError({"--checkpoint.enable=false", "--checkpoint.async_mode=async"}),
+            "[checkpoint] async_mode = \"async\" applies to [checkpoint] enable = true (saving), "
+            "which is false: set it, or drop the key");
+  EXPECT_EQ(ValidationError({"--checkpoint.enable=true", "--checkpoint.export_dtype=bfloat16",
+                             "--checkpoint.last_save_model_only=false"}),
+            "[checkpoint] export_dtype = \"bfloat16\" applies to the model-only final save "
+            "(enable = true and last_save_model_only = true), but last_save_model_only is false "
+            "(the final save keeps float32 for resuming): change that, or drop the key");
+  EXPECT_EQ(ValidationError({"--checkpoint.enable=false", "--checkpoint.export_dtype=float16"}),
+            "[checkpoint] export_dtype = \"float16\" applies to the model-only final save "
+            "(enable = true and last_save_model_only = true), but enable is false: change that, "
+            "or drop the key");
+  ExpectValid({"--checkpoint.enable=true", "--checkpoint.export_dtype=bfloat16"});
+  for (const char* mode :
+       {"--activation_checkpoint.mode=none", "--activation_checkpoint.mode=full"}) {
+    EXPECT_TRUE(absl::StartsWith(
+        ValidationError({mode, "--activation_checkpoint.selective_ac_option=op"}),
+        "[activation_checkpoint] selective_ac_option = \"op\" applies to mode = \"selective\", "
+        "which is "));
+    ExpectValid({mode});
+  }
+  ExpectValid(
+      {"--activation_checkpoint.mode=selective", "--activation_checkpoint.selective_ac_option=op"});
+  // Layout keys torchtitan's job files carry at any scale stay accepted while their feature is off.
+  ExpectValid({"--checkpoint.enable=false", "--checkpoint.interval=7",
+               "--checkpoint.keep_latest_k=3", "--checkpoint.last_save_model_only=false",
+               "--parallelism.pipeline_parallel_schedule=GPipe",
+               "--parallelism.pipeline_parallel_microbatch_size=2",
+               "--parallelism.enable_sequence_parallel=false", "--profiling.profile_freq=5",
+               "--metrics.save_tb_folder=tb2"});
   EXPECT_EQ(ValidationError({"--parallelism.pipeline_parallel_split_points=layers.99"}),
             "[parallelism] pipeline_parallel_split_points applies to pipeline_parallel_degree > "
             "1, which is 1: raise it, or drop the key");
@@ -672,6 +735,8 @@ TEST(JobConfigTest, TomlDumpRoundTrips) {
     const std::string toml = JobConfigToToml(*config);
     absl::StatusOr<JobConfig> reparsed = ParseJobConfigText(toml, "dump.toml", {});
     ASSERT_TRUE(reparsed.ok()) << reparsed.status() << "\n" << toml;
+    // config_file is a comment in the dump (only the command line sets it).
+    reparsed->mutable_job()->set_config_file(config->job().config_file());
     // The dump writes every key, so presence differs; values must not.
     EXPECT_TRUE(MessageDifferencer::Equivalent(*reparsed, *config)) << toml;
     // A table's keys keep their presence: an unset one means "take [optimizer]'s value".

@@ -172,6 +172,17 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "[checkpoint] initial_load_in_hf=true needs initial_load_model_only=true (safetensors "
         "hold only model weights)");
   }
+  if (checkpoint.initial_load_in_hf() && checkpoint.initial_load_path().empty() &&
+      config.model().hf_assets_path().empty()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] initial_load_in_hf = true: no weights to load; set [checkpoint] "
+        "initial_load_path (a Hugging Face folder) or [model] hf_assets_path");
+  }
+  if (!checkpoint.initial_load_model_only() && checkpoint.initial_load_path().empty()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] initial_load_model_only = false applies to [checkpoint] initial_load_path, "
+        "which is empty: set it, or drop the key");
+  }
   if (checkpoint.last_save_in_hf() && !checkpoint.last_save_model_only()) {
     return absl::InvalidArgumentError(
         "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "
@@ -191,6 +202,26 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
           "[checkpoint] exclude_from_loading applies to [checkpoint] enable = true (resuming), "
           "which is false: set it, or drop the key");
     }
+    for (const char* key : {"enable_first_step_checkpoint", "async_mode", "last_save_in_hf"}) {
+      const FieldDescriptor* field = JobConfig::Checkpoint::descriptor()->FindFieldByName(key);
+      const std::string value = TomlValue(checkpoint, field);
+      if (value != TomlValue(defaults.checkpoint(), field)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("[checkpoint] ", key, " = ", value,
+                         " applies to [checkpoint] enable = true (saving), which is false: set "
+                         "it, or drop the key"));
+      }
+    }
+  }
+  if (checkpoint.export_dtype() != defaults.checkpoint().export_dtype() &&
+      (!checkpoint.enable() || !checkpoint.last_save_model_only())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[checkpoint] export_dtype = ", Quote(checkpoint.export_dtype()),
+        " applies to the model-only final save (enable = true and last_save_model_only = true), ",
+        checkpoint.enable() ? "but last_save_model_only is false (the final save keeps float32 "
+                              "for resuming)"
+                            : "but enable is false",
+        ": change that, or drop the key"));
   }
   if (parallelism.pipeline_parallel_degree() == 1) {
     if (parallelism.pipeline_parallel_split_points_size() > 0) {
@@ -259,6 +290,13 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("[activation_checkpoint] selective_ac_option=", Quote(ac_option),
                      ": expected a positive integer N (every Nth layer) or \"op\""));
+  }
+  if (config.activation_checkpoint().mode() != "selective" &&
+      ac_option != defaults.activation_checkpoint().selective_ac_option()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[activation_checkpoint] selective_ac_option = ", Quote(ac_option),
+                     " applies to mode = \"selective\", which is ",
+                     Quote(config.activation_checkpoint().mode()), ": set it, or drop the key"));
   }
 
   return unsupported_key;
