@@ -94,6 +94,15 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
   if (!shard_degree.ok()) return shard_degree.status();
   const int64_t ep = parallelism.expert_parallel_degree();
+  // Without a mixture-of-experts family no layout helps: that reason comes before the arithmetic.
+  const std::string& ep_unsupported = JobConfig::Parallelism::descriptor()
+                                          ->FindFieldByName("expert_parallel_degree")
+                                          ->options()
+                                          .GetExtension(titan::unsupported);
+  if (ep > 1 && !ep_unsupported.empty()) {
+    return absl::UnimplementedError(
+        absl::StrCat("[parallelism] expert_parallel_degree = ", ep, ": ", ep_unsupported));
+  }
   const int64_t ep_pool =
       *shard_degree * parallelism.context_parallel_degree() * parallelism.tensor_parallel_degree();
   const int64_t ep_base =
