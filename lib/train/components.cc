@@ -17,6 +17,7 @@
 #include "lib/config/job_config.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/float8/float8_converter.h"
+#include "lib/interop/checkpoint_reader.h"
 #include "lib/interop/load_weights.h"
 #include "lib/kernels/kernel_dispatch.h"
 #include "lib/model/batch_invariant.h"
@@ -33,11 +34,35 @@ constexpr char kBundledTokenizer[] = "assets/default_tokenizer";
 constexpr char kFromCheckpoint[] = "from_checkpoint";
 
 // Where [checkpoint] initial_load_path reads from: the path itself, or with initial_load_in_hf
-// and no path, [model] hf_assets_path (torchtitan's fallback). Empty: no initial load.
-std::string InitialLoadPath(const JobConfig& config) {
+// and no path, [model] hf_assets_path (torchtitan's fallback). Empty: no initial load. The folder
+// must exist and hold the format initial_load_in_hf names (false: a titan or Meta checkpoint).
+absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config) {
   const auto& ckpt = config.checkpoint();
-  if (!ckpt.initial_load_path().empty()) return ckpt.initial_load_path();
-  return ckpt.initial_load_in_hf() ? config.model().hf_assets_path() : "";
+  const bool from_assets = ckpt.initial_load_path().empty();
+  const std::string path = !from_assets                ? ckpt.initial_load_path()
+                           : ckpt.initial_load_in_hf() ? config.model().hf_assets_path()
+                                                       : "";
+  if (path.empty()) return path;
+  const std::string key = from_assets ? "[model] hf_assets_path" : "[checkpoint] initial_load_path";
+  if (!PathExists(path)) {
+    return absl::NotFoundError(absl::StrCat(key, ": ", path, ": no such file or directory"));
+  }
+  absl::StatusOr<CheckpointFormat> format = DetectCheckpointFormat(path);
+  if (!format.ok()) {
+    return absl::Status(format.status().code(), absl::StrCat(key, ": ", format.status().message()));
+  }
+  if ((*format == CheckpointFormat::kHf) != ckpt.initial_load_in_hf()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ": ", path, " holds a ",
+        *format == CheckpointFormat::kHf     ? "Hugging Face"
+        : *format == CheckpointFormat::kMeta ? "Meta"
+                                             : "titan",
+        " checkpoint, but [checkpoint] initial_load_in_hf = ",
+        ckpt.initial_load_in_hf() ? "true" : "false", " reads ",
+        ckpt.initial_load_in_hf() ? "Hugging Face safetensors" : "titan or Meta checkpoints",
+        ": set it to ", ckpt.initial_load_in_hf() ? "false" : "true"));
+  }
+  return path;
 }
 
 // [model] hf_assets_path with a named flavor: the folder must exist, and a config.json there must
@@ -181,7 +206,10 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
   ModelInfo info;
   if (model.flavor() == kFromCheckpoint) {
     const bool from_assets = !model.hf_assets_path().empty();
-    const std::string path = from_assets ? model.hf_assets_path() : InitialLoadPath(config);
+    std::string path = model.hf_assets_path();
+    if (!from_assets) {
+      TITAN_ASSIGN_OR_RETURN(path, InitialLoadPath(config));
+    }
     if (path.empty()) {
       return absl::InvalidArgumentError(
           "[model] flavor = \"from_checkpoint\" needs [model] hf_assets_path (a folder with "
@@ -273,7 +301,7 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
   bundle.model = info.spec->Build(run_args, at::TensorOptions().device(at::kMeta));
   bundle.num_params = bundle.model->NumParameters();
   const at::TensorOptions param_options = at::TensorOptions().device(setup.device).dtype(at::kFloat);
-  const std::string initial_load = InitialLoadPath(config);
+  TITAN_ASSIGN_OR_RETURN(const std::string initial_load, InitialLoadPath(config));
   if (!initial_load.empty() && !config.checkpoint().initial_load_model_only()) {
     return absl::UnimplementedError(
         "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
@@ -371,9 +399,18 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
   const auto& training = config.training();
   const TextDatasetOptions data =
       RankShare(config, setup, training.dataset_path(), training.seq_len());
-  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
+  if (data.path.empty()) {
+    return absl::InvalidArgumentError(
+        "[training] dataset_path: expected a JSON lines file or a folder of them, got \"\"");
+  }
+  absl::StatusOr<std::unique_ptr<PackedTextDataset>> dataset =
+      PackedTextDataset::Open(data, tokenizer);
+  if (!dataset.ok()) {
+    return absl::Status(dataset.status().code(),
+                        absl::StrCat("[training] dataset_path: ", dataset.status().message()));
+  }
   LOG(INFO) << "dataset " << training.dataset() << ": " << training.dataset_path();
-  auto loader = std::make_unique<TextDataLoader>(std::move(dataset));
+  auto loader = std::make_unique<TextDataLoader>(*std::move(dataset));
   // Two batches ahead: tokenizing the next step's windows overlaps this step's compute.
   loader->StartReadAhead(training.local_batch_size(), /*depth=*/2);
   return loader;

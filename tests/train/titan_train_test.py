@@ -155,6 +155,33 @@ class TitanTrainTest(unittest.TestCase):
         # Nothing was trained: no metrics were written.
         self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
 
+    def test_unreadable_paths_name_their_key(self):
+        hf = os.path.join(self.tmp, "config_json_only")
+        os.makedirs(hf, exist_ok=True)
+        with open(os.path.join(hf, "config.json"), "w") as f:
+            f.write("{}")
+        cases = [
+            (["--training.dataset_path="],
+             '[training] dataset_path: expected a JSON lines file or a folder of them, got ""'),
+            (["--training.dataset_path=/nonexistent.jsonl"],
+             "[training] dataset_path: /nonexistent.jsonl: no such file or directory"),
+            (["--checkpoint.initial_load_path=/nonexistent"],
+             "[checkpoint] initial_load_path: /nonexistent: no such file or directory"),
+            # A Hugging Face folder is not read as one unless initial_load_in_hf says so.
+            ([f"--checkpoint.initial_load_path={hf}"],
+             f"[checkpoint] initial_load_path: {hf} holds a Hugging Face checkpoint, but "
+             "[checkpoint] initial_load_in_hf = false reads titan or Meta checkpoints: set it to "
+             "true"),
+        ]
+        for flags, message in cases:
+            dump = self.dump("unreadable")
+            proc = run_train(dump, "--validation.enable=false", "--checkpoint.enable=false",
+                             *flags, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+            lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
+            self.assertEqual(lines, [f"titan_train: {message}"], proc.stderr[-2000:])
+            self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
+
     def test_written_config_toml_runs_again(self):
         first = self.dump("config_first")
         run_train(first, "--training.steps=1", "--validation.enable=false",
