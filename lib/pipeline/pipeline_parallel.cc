@@ -27,7 +27,18 @@ constexpr int kGatherTag = kTiedGradTag + 2;
 absl::StatusOr<PipelineSchedule> LoadSchedule(const PipelineOptions& options,
                                               const PipelineLayout& layout) {
   if (options.schedule_csv.empty()) {
-    return BuildSchedule(layout.kind, layout.pp, layout.stages_per_rank, options.microbatches);
+    absl::StatusOr<PipelineSchedule> schedule =
+        BuildSchedule(layout.kind, layout.pp, layout.stages_per_rank, options.microbatches);
+    // Too few microbatches is fixed by the batch keys, which the schedule's error cannot name.
+    if (!schedule.ok() && options.microbatches < layout.num_stages()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(schedule.status().message(),
+                       "; microbatches = [training] local_batch_size / [parallelism] "
+                       "pipeline_parallel_microbatch_size: raise local_batch_size or lower "
+                       "pipeline_parallel_microbatch_size to make at least ",
+                       layout.num_stages()));
+    }
+    return schedule;
   }
   std::ifstream in(options.schedule_csv);
   if (!in) {

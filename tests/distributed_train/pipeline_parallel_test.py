@@ -62,7 +62,10 @@ class PipelineParallelTest(train_runs.ParityTest):
         proc = train(self.fresh("too_few"), 4, 2, "--parallelism.pipeline_parallel_degree=4",
                      "--parallelism.data_parallel_shard_degree=1", check=False)
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("needs at least as many microbatches as stages (4)", proc.stderr)
+        self.assertIn("needs at least as many microbatches as stages (4); microbatches = "
+                      "[training] local_batch_size / [parallelism] "
+                      "pipeline_parallel_microbatch_size: raise local_batch_size or lower "
+                      "pipeline_parallel_microbatch_size to make at least 4", proc.stderr)
         # A CSV schedule where rank 1 runs a backward before the forward it needs arrives.
         csv = os.path.join(self.tmp, "deadlock.csv")
         with open(csv, "w") as f:
