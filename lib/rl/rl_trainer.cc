@@ -36,6 +36,11 @@ constexpr uint64_t kStepSeedStride = 1000003;
 
 }  // namespace
 
+RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
+    : config_(config), runtime_(runtime), rl_(config_.rl()) {}
+
+RlTrainer::~RlTrainer() = default;
+
 TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
   const std::vector<int32_t> ids =
       tokenizer_->Encode(ApplyChatTemplate(rl_.chat_template(), prompt), true, false);

@@ -21,11 +21,6 @@ constexpr int64_t kTaskTrainExamples = 4096;
 
 }  // namespace
 
-RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
-    : config_(config), runtime_(runtime), rl_(config_.rl()) {}
-
-RlTrainer::~RlTrainer() = default;
-
 absl::StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(const JobConfig& config,
                                                              const DistributedRuntime& runtime,
                                                              bool training_run) {
