@@ -169,7 +169,12 @@ absl::StatusOr<std::shared_ptr<CommTrace>> CommTrace::Create(CommTraceOptions op
   }
   std::shared_ptr<CommTrace> trace(new CommTrace(std::move(options)));
   ConfigureC10dRecorders(trace->enabled(), trace->options_.peer_dump_wait);
-  if (!trace->enabled()) return trace;
+  if (!trace->enabled()) {
+    // SIGUSR1's default action would end the job that asked for a dump of nothing.
+    std::signal(SIGUSR1, SIG_IGN);
+    LOG(INFO) << "collective flight recorder off ([comm] trace_buf_size = 0): SIGUSR1 is ignored";
+    return trace;
+  }
   const CommTraceOptions& o = trace->options_;
   trace->recorder_ = std::make_unique<Recorder>(static_cast<size_t>(o.buffer_size));
   trace->events_ = std::make_unique<CommEvent[]>(static_cast<size_t>(o.buffer_size));

@@ -147,5 +147,15 @@ TEST(CommTraceTest, SigusrOneDumps) {
   EXPECT_TRUE(std::filesystem::exists((*trace)->DumpPath()));
 }
 
+TEST(CommTraceTest, SigusrOneIsIgnoredWithTheRecorderOff) {
+  CommTraceOptions options;
+  options.buffer_size = 0;
+  options.folder = TestFolder("signal_off");
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_EQ(raise(SIGUSR1), 0);  // its default action would end this test
+  EXPECT_FALSE(std::filesystem::exists((*trace)->DumpPath()));
+}
+
 }  // namespace
 }  // namespace titan

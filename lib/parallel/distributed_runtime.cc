@@ -4,6 +4,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -32,7 +33,12 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
                           p.context_parallel_degree(), p.tensor_parallel_degree(),
                           p.pipeline_parallel_degree(), env.world_size));
   DistributedRuntime runtime(env, std::move(dims));
-  if (env.world_size == 1) return runtime;
+  if (env.world_size == 1) {
+    // One process has no collectives to dump: SIGUSR1 (the launcher's dump request, forwarded)
+    // must not end it by its default action.
+    std::signal(SIGUSR1, SIG_IGN);
+    return runtime;
+  }
   // The device the trainer picks for this rank (lib/train/device), or -1 on a CPU-only machine.
   const int gpus = at::hasCUDA() ? static_cast<int>(at::cuda::device_count()) : 0;
   const int gpu = gpus > 0 ? env.local_rank % gpus : -1;
