@@ -224,8 +224,8 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
     if (!status.ok()) return status;
   }
   if (*seq_len != options_.seq_len) {
-    return absl::FailedPreconditionError(absl::StrCat("dataset state: seq_len is ", *seq_len,
-                                                      ", this dataset has ", options_.seq_len));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset state: saved with seq_len ", *seq_len, ", this run has ", options_.seq_len));
   }
   if (*file_index > static_cast<int64_t>(files_.size())) {
     return absl::FailedPreconditionError(absl::StrCat("dataset state: file_index ", *file_index,

@@ -267,7 +267,8 @@ TEST(PackedTextDatasetTest, RejectsAStateThatDoesNotMatch) {
   ASSERT_EQ(state["file"], "b.jsonl.gz");
 
   std::unique_ptr<PackedTextDataset> other_len = OpenOrDie(Options(dir, 6), &tokenizer);
-  EXPECT_THAT(other_len->LoadStateDict(state).message(), HasSubstr("seq_len is 5"));
+  EXPECT_THAT(other_len->LoadStateDict(state).message(),
+              HasSubstr("saved with seq_len 5, this run has 6"));
   nlohmann::json renamed = state;
   renamed["file"] = "other.jsonl";
   EXPECT_THAT(dataset->LoadStateDict(renamed).message(),

@@ -101,7 +101,12 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   if (!excluded_.contains("train_state")) TITAN_RETURN_IF_ERROR(CheckRunKind(dir, extra));
   if (load_optimizer) TITAN_RETURN_IF_ERROR(parts_.optimizer->LoadStateDict(optimizer_state));
   if (parts_.data != nullptr && !excluded_.contains("dataloader")) {
-    TITAN_RETURN_IF_ERROR(parts_.data->LoadStateDict(extra.at("dataloader")));
+    if (absl::Status loaded = parts_.data->LoadStateDict(extra.at("dataloader")); !loaded.ok()) {
+      return absl::Status(
+          loaded.code(), absl::StrCat(dir, ": ", loaded.message(),
+                                      "; to read the data from its start instead, add [checkpoint] "
+                                      "exclude_from_loading = [\"dataloader\"]"));
+    }
   }
   if (!excluded_.contains("train_state")) {
     state.step = extra.at("train_state").at("step").get<int64_t>();

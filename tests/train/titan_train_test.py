@@ -103,6 +103,18 @@ class TitanTrainTest(unittest.TestCase):
                          ["step-4", "step-6"], names)
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3, 4])
 
+    def test_a_changed_seq_len_names_the_way_to_resume(self):
+        dump = self.dump("seq_len_changed")
+        flags = ["--checkpoint.last_save_model_only=false", "--validation.enable=false"]
+        run_train(dump, "--training.steps=2", "--checkpoint.interval=2", *flags)
+        proc = run_train(dump, "--training.steps=3", "--training.seq_len=64", *flags, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn('dataset state: saved with seq_len 128, this run has 64; to read the data '
+                      'from its start instead, add [checkpoint] exclude_from_loading = '
+                      '["dataloader"]', proc.stderr)
+        run_train(dump, "--training.steps=3", "--training.seq_len=64",
+                  "--checkpoint.exclude_from_loading=dataloader", *flags)
+
     def test_sigterm_finishes_step_saves_and_exits_zero(self):
         dump = self.dump("sigterm")
         cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
