@@ -122,7 +122,8 @@ absl::Status SetTablesFromToml(const toml::array& array, const FieldDescriptor* 
   return absl::OkStatus();
 }
 
-// The command line's value of a list of floats or tables: a TOML inline value, e.g. [{x = 1}].
+// The command line's value of a list of floats or tables (or of strings written as one): a TOML
+// inline value, e.g. [{x = 1}].
 absl::Status SetFromInlineToml(const std::string& text, const FieldDescriptor* field,
                                Message* message, absl::string_view where) {
   if (absl::StripAsciiWhitespace(text).empty()) {
@@ -391,6 +392,10 @@ absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, 
       reflection->SetString(message, field, text);
       return absl::OkStatus();
     case FieldKind::kStringList: {
+      // A TOML array too (["a", "b"]), as a job file writes it and other lists take it.
+      if (absl::StartsWith(absl::StripLeadingAsciiWhitespace(text), "[")) {
+        return SetFromInlineToml(text, field, message, where);
+      }
       std::vector<std::string> items;
       for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
         items.emplace_back(absl::StripAsciiWhitespace(item));

@@ -367,8 +367,9 @@ std::string JobConfigHelp() {
   std::string help =
       "Job configuration: a TOML job file (--job.config_file=FILE) with the [section] tables "
       "below,\nthen --section.key=value (or --section.key value) overrides, later ones winning. "
-      "On the command\nline lists of strings are comma-separated, other lists are TOML inline "
-      "values ('[{key = 1}]'),\nand a bare --section.key sets a boolean to true.\n";
+      "On the command\nline lists of strings are comma-separated (a,b) or TOML arrays ('[\"a\", "
+      "\"b\"]'), other lists are\nTOML inline values ('[{key = 1}]'), and a bare --section.key "
+      "sets a boolean to true.\n";
   const JobConfig defaults = DefaultJobConfig();
   const Descriptor* root = JobConfig::descriptor();
   for (int i = 0; i < root->field_count(); ++i) {

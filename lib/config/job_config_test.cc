@@ -287,6 +287,21 @@ TEST(JobConfigTest, ParamGroupsAreAListOfTablesInFilesAndOnTheCommandLine) {
       ParseText(inline_tables, {"--optimizer.param_groups="})->optimizer().param_groups_size(), 0);
 }
 
+TEST(JobConfigTest, StringListsOnTheCommandLineAreCommaSeparatedOrTomlArrays) {
+  for (const char* flag : {"--checkpoint.exclude_from_loading=dataloader, rng",
+                           "--checkpoint.exclude_from_loading=[\"dataloader\", \"rng\"]"}) {
+    absl::StatusOr<JobConfig> config = ParseText("", {flag});
+    ASSERT_TRUE(config.ok()) << flag << ": " << config.status();
+    EXPECT_EQ(std::vector<std::string>(config->checkpoint().exclude_from_loading().begin(),
+                                       config->checkpoint().exclude_from_loading().end()),
+              (std::vector<std::string>{"dataloader", "rng"}))
+        << flag;
+  }
+  EXPECT_TRUE(absl::StartsWith(ParseError("", {"--model.converters=[\"float8\", 2]"}),
+                               "--model.converters: expected list of strings, got array"))
+      << ParseError("", {"--model.converters=[\"float8\", 2]"});
+}
+
 TEST(JobConfigTest, ParamGroupErrorsNameTheTableAndKey) {
   EXPECT_EQ(ParseError("[optimizer]\nparam_groups = [{pattern = \"norm\"}, "
                        "{pattern = \"bias\", wieght_decay = 0.0}]\n"),
