@@ -300,13 +300,6 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         absl::StrCat("[activation_checkpoint] selective_ac_option=", Quote(ac_option),
                      ": expected a positive integer N (every Nth layer) or \"op\""));
   }
-  if (config.activation_checkpoint().mode() != "selective" &&
-      ac_option != defaults.activation_checkpoint().selective_ac_option()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("[activation_checkpoint] selective_ac_option = ", Quote(ac_option),
-                     " applies to mode = \"selective\", which is ",
-                     Quote(config.activation_checkpoint().mode()), ": set it, or drop the key"));
-  }
 
   return unsupported_key;
 }
