@@ -429,12 +429,13 @@ absl::StatusOr<double> Trainer::Validate() {
   // Each data-parallel rank evaluates its share of every global batch, as in training.
   TITAN_ASSIGN_OR_RETURN(int64_t batches, ForEachValidationBatch(validation_batches_, evaluate));
   // A share that ran out first (the set's last global batch is short) runs forwards that count no
-  // token, so that FSDP's all-gathers, which span data-parallel ranks, still pair up.
+  // token, so that FSDP's all-gathers, which span data-parallel ranks, still pair up. Full-sized,
+  // so a pipeline splits it into its usual microbatches.
   TokenBatch uncounted;
-  uncounted.batch_size = 1;
+  uncounted.batch_size = v.local_batch_size();
   uncounted.seq_len = v.seq_len();
-  uncounted.inputs.assign(v.seq_len(), 0);
-  uncounted.labels.assign(v.seq_len(), kIgnoreIndex);
+  uncounted.inputs.assign(v.local_batch_size() * v.seq_len(), 0);
+  uncounted.labels.assign(v.local_batch_size() * v.seq_len(), kIgnoreIndex);
   for (; batches < validation_batches_; ++batches) TITAN_RETURN_IF_ERROR(evaluate(uncounted));
   double loss_sum = device_loss_sum.item<double>();
   const int64_t counted = device_counted.item<int64_t>();
