@@ -47,6 +47,28 @@ std::vector<nlohmann::json> ReadJsonLines(const std::string& path) {
   return lines;
 }
 
+// The steps of metrics.jsonl's rows under `dump_folder`, in order.
+std::vector<int64_t> LoggedSteps(const std::string& dump_folder) {
+  std::vector<int64_t> steps;
+  for (const nlohmann::json& line : ReadJsonLines(dump_folder + "/metrics.jsonl")) {
+    steps.push_back(line["step"].get<int64_t>());
+  }
+  return steps;
+}
+
+// The events of the one event file in `folder` (none, with a test failure, otherwise).
+std::vector<tensorboard::Event> TheEventFile(const std::string& folder) {
+  std::vector<std::string> files;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    files.push_back(entry.path());
+  }
+  EXPECT_EQ(files.size(), 1u) << folder;
+  if (files.size() != 1) return {};
+  absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(files[0]);
+  EXPECT_TRUE(events.ok()) << events.status();
+  return events.ok() ? *std::move(events) : std::vector<tensorboard::Event>{};
+}
+
 std::string StripAnsi(const std::string& text) {
   std::string plain;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -156,22 +178,12 @@ TEST(MetricsLoggerTest, ResumedRunDropsTheRowsAfterItsCheckpoint) {
   StepMetrics metrics = ExampleStep();
   metrics.step = 4;
   ASSERT_TRUE((*logger)->Log(metrics).ok());
-  std::vector<int64_t> steps;
-  for (const nlohmann::json& line : ReadJsonLines(options.dump_folder + "/metrics.jsonl")) {
-    steps.push_back(line["step"].get<int64_t>());
-  }
-  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2, 3, 4}));
   // TensorBoard hides the earlier files' points from step 4 on (tensorboard_reader_test).
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(options.tensorboard_folder)) {
-    files.push_back(entry.path());
-  }
-  ASSERT_EQ(files.size(), 1u);
-  absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(files[0]);
-  ASSERT_TRUE(events.ok()) << events.status();
-  ASSERT_GE(events->size(), 2u);
-  EXPECT_EQ((*events)[1].session_log().status(), tensorboard::SessionLog::START);
-  EXPECT_EQ((*events)[1].step(), 4);
+  const std::vector<tensorboard::Event> events = TheEventFile(options.tensorboard_folder);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[1].session_log().status(), tensorboard::SessionLog::START);
+  EXPECT_EQ(events[1].step(), 4);
 }
 
 TEST(MetricsLoggerTest, ARowCutShortIsDroppedBeforeAppending) {
@@ -189,11 +201,8 @@ TEST(MetricsLoggerTest, ARowCutShortIsDroppedBeforeAppending) {
     StepMetrics metrics = ExampleStep();
     metrics.step = 2;
     ASSERT_TRUE((*logger)->Log(metrics).ok());
-    std::vector<int64_t> steps;
-    for (const nlohmann::json& line : ReadJsonLines(options.dump_folder + "/metrics.jsonl")) {
-      steps.push_back(line["step"].get<int64_t>());
-    }
-    EXPECT_EQ(steps, (std::vector<int64_t>{1, 2})) << "resumed_step " << resumed_step;
+    EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2}))
+        << "resumed_step " << resumed_step;
   }
 }
 
@@ -208,15 +217,9 @@ TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
   metrics.extra = {{"tokens_seen", 4096}};
   ASSERT_TRUE((*logger)->Log(metrics).ok());
 
-  std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(options.tensorboard_folder)) {
-    files.push_back(entry.path());
-  }
-  ASSERT_EQ(files.size(), 1u);
-  absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(files[0]);
-  ASSERT_TRUE(events.ok()) << events.status();
-  ASSERT_EQ(events->size(), 10u);
-  EXPECT_EQ((*events)[0].file_version(), "brain.Event:2");
+  const std::vector<tensorboard::Event> events = TheEventFile(options.tensorboard_folder);
+  ASSERT_EQ(events.size(), 10u);
+  EXPECT_EQ(events[0].file_version(), "brain.Event:2");
   const std::vector<std::pair<std::string, float>> expected = {
       {"loss_metrics/global_avg_loss", 5.1234f},
       {"grad_norm", 1.2345f},
@@ -228,7 +231,7 @@ TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
       {"validation_metrics/loss", 4.5f},
       {"tokens_seen", 4096.0f}};
   for (size_t i = 0; i < expected.size(); ++i) {
-    const tensorboard::Event& event = (*events)[i + 1];
+    const tensorboard::Event& event = events[i + 1];
     EXPECT_EQ(event.step(), 12);
     ASSERT_EQ(event.summary().value_size(), 1);
     EXPECT_EQ(event.summary().value(0).tag(), expected[i].first);
