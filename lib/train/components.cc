@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <thread>
@@ -162,14 +161,10 @@ absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
     // (key, folder) pairs.
     std::vector<std::pair<std::string, std::string>> folders = {
         {"[job] dump_folder", config.job().dump_folder()}};
+    // Inside the dump folder too: another run may name this one's checkpoint folder as its own.
     if (config.checkpoint().enable()) {
-      const std::string checkpoints = UnderDumpFolder(config, config.checkpoint().folder());
-      const std::filesystem::path relative =
-          std::filesystem::weakly_canonical(checkpoints)
-              .lexically_relative(std::filesystem::weakly_canonical(folders[0].second));
-      if (relative.empty() || *relative.begin() == "..") {
-        folders.emplace_back("[checkpoint] folder", checkpoints);
-      }
+      folders.emplace_back("[checkpoint] folder",
+                           UnderDumpFolder(config, config.checkpoint().folder()));
     }
     for (const auto& [key, folder] : folders) {
       absl::StatusOr<std::unique_ptr<FolderLock>> lock = FolderLock::Acquire(folder);

@@ -135,6 +135,13 @@ class TitanTrainTest(unittest.TestCase):
         self.assertIn(f"titan_train: [job] dump_folder: {dump} is in use by another run "
                       f"(pid {proc.pid})",
                       second.stderr)
+        # So is one that names this run's checkpoint folder as its own.
+        ckpt = os.path.join(dump, "checkpoint")
+        third = run_train(self.dump("sigterm_other"), f"--checkpoint.folder={ckpt}",
+                          "--validation.enable=false", check=False)
+        self.assertEqual(third.returncode, 1, third.stderr[-3000:])
+        self.assertIn(f"[checkpoint] folder: {ckpt} is in use by another run (pid {proc.pid})",
+                      third.stderr)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 0, stderr[-3000:])
