@@ -1,5 +1,6 @@
 #include "lib/train/train_checkpoint.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -70,6 +71,19 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   }
   const std::string dir = manager_->StepDirectory(step);
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
+  std::vector<std::string> excluded(excluded_.begin(), excluded_.end());
+  std::sort(excluded.begin(), excluded.end());
+  if (!excluded.empty() &&
+      saved->state().value("timeline_exclusions", nlohmann::json::array()) == excluded) {
+    // A step of the timeline these exclusions started: rerunning the same job resumes it.
+    LOG(INFO) << dir << " was saved by the run that started from another with exclude_from_loading "
+              << "= [" << absl::StrJoin(excluded, ", ") << "]: resuming it whole";
+    excluded_.clear();
+  } else if (!excluded.empty()) {
+    timeline_exclusions_ = excluded;
+  } else {
+    timeline_exclusions_ = saved->state().value("timeline_exclusions", std::vector<std::string>());
+  }
   TensorBoxes boxes;
   const NamedTensors model = parts_.sharded->CheckpointPieces(ModelState(), boxes);
   // A pipeline stage loads its part of the model.
@@ -223,6 +237,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
     state.extra["lr_scheduler"] = {{"last_step", train.lr_step}};
     state.extra["rng"] = CaptureRngState();
     state.extra["run_kind"] = parts_.run_kind;
+    state.extra["timeline_exclusions"] = timeline_exclusions_;
   }
   // The shape travels with the weights, so convert_checkpoint and checkpoint_inspect need no
   // flavor.

@@ -92,6 +92,9 @@ class TrainCheckpointer {
   absl::flat_hash_set<std::string> excluded_;  // [checkpoint] exclude_from_loading
   int64_t resumed_step_ = -1;
   bool set_aside_at_first_save_ = false;  // train_state excluded: the loaded timeline goes
+  // The exclude_from_loading this run's timeline started with, saved with each step: a rerun of
+  // the same job resumes those steps whole instead of starting over from them.
+  std::vector<std::string> timeline_exclusions_;
 };
 
 }  // namespace titan

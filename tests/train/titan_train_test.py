@@ -102,6 +102,11 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(sorted(n.split(".")[0] for n in names if ".abandoned-" in n),
                          ["step-4", "step-6"], names)
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3, 4])
+        # The same job again (its config.toml, or a retry after a crash) continues this run.
+        proc = run_train(dump, "--training.steps=6", "--checkpoint.exclude_from_loading=train_state",
+                         *flags)
+        self.assertIn("resuming it whole", proc.stderr)
+        self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3, 4, 5, 6])
 
     def test_a_changed_seq_len_names_the_way_to_resume(self):
         dump = self.dump("seq_len_changed")
