@@ -25,8 +25,13 @@ absl::Status DropRowsAfter(const std::string& path, int64_t step) {
   const size_t complete = text.rfind('\n') + 1;  // 0 when no line is complete
   const bool cut_short = complete < text.size();
   if (cut_short) {
-    LOG(WARNING) << path << ": dropped its last row, cut short: " << text.substr(complete, 80);
-    text.resize(complete);
+    // A whole row that lost only its newline stays: its step may not be redone.
+    if (nlohmann::json::parse(text.substr(complete), nullptr, false).is_object()) {
+      text += '\n';
+    } else {
+      LOG(WARNING) << path << ": dropped its last row, cut short: " << text.substr(complete, 80);
+      text.resize(complete);
+    }
   }
   std::string kept;
   int dropped = 0;

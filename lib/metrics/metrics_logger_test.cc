@@ -204,6 +204,19 @@ TEST(MetricsLoggerTest, ARowCutShortIsDroppedBeforeAppending) {
     EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2}))
         << "resumed_step " << resumed_step;
   }
+  // A whole row that lost only its newline is kept.
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("no_newline");
+  std::filesystem::create_directories(options.dump_folder);
+  ASSERT_TRUE(WriteFileAtomically(options.dump_folder + "/metrics.jsonl",
+                                  "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}")
+                  .ok());
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  StepMetrics metrics = ExampleStep();
+  metrics.step = 3;
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+  EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2, 3}));
 }
 
 TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
