@@ -104,14 +104,16 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
         absl::StrCat(options.dump_folder, ": cannot create dump folder: ", error.message()));
   }
   std::unique_ptr<TensorBoardWriter> tensorboard;
-  if (!options.tensorboard_folder.empty()) {
+  if (!options.tensorboard_folder.empty() && options.restart_id.empty()) {
     absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Create(
         options.tensorboard_folder, options.resumed_step >= 0 ? options.resumed_step + 1 : -1);
     if (!writer.ok()) return writer.status();
     tensorboard = *std::move(writer);
   }
   std::string jsonl_path = absl::StrCat(options.dump_folder, "/metrics.jsonl");
-  if (std::filesystem::exists(jsonl_path, error)) {
+  if (!options.restart_id.empty()) {
+    absl::StrAppend(&jsonl_path, ".restart-", options.restart_id);
+  } else if (std::filesystem::exists(jsonl_path, error)) {
     TITAN_RETURN_IF_ERROR(DropRowsAfter(jsonl_path, options.resumed_step));
   }
   // Appended, so a resumed run continues the same file.
@@ -119,7 +121,33 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
   if (jsonl == nullptr) return ErrnoError("open for append", jsonl_path);
   const bool color = !options.disable_color_printing && ::isatty(STDERR_FILENO) == 1;
   return std::unique_ptr<MetricsLogger>(
-      new MetricsLogger(std::move(jsonl_path), jsonl, std::move(tensorboard), color));
+      new MetricsLogger(options, std::move(jsonl_path), jsonl, std::move(tensorboard), color));
+}
+
+absl::Status MetricsLogger::CommitRestart() {
+  if (!restart_pending_) return absl::OkStatus();
+  restart_pending_ = false;
+  const std::string path = absl::StrCat(options_.dump_folder, "/metrics.jsonl");
+  std::error_code error;
+  if (std::filesystem::exists(path, error)) {
+    const std::string aside = absl::StrCat(path, ".abandoned-", options_.restart_id);
+    std::filesystem::rename(path, aside, error);
+    if (error) return absl::InternalError(absl::StrCat(path, ": rename: ", error.message()));
+    LOG(WARNING) << "Set aside " << path << " as " << aside
+                 << ": the earlier run's, whose steps this run set aside";
+  }
+  // The open file follows its rename.
+  std::filesystem::rename(jsonl_path_, path, error);
+  if (error) return absl::InternalError(absl::StrCat(jsonl_path_, ": rename: ", error.message()));
+  jsonl_path_ = path;
+  if (options_.tensorboard_folder.empty()) return absl::OkStatus();
+  TITAN_ASSIGN_OR_RETURN(tensorboard_,
+                         TensorBoardWriter::Create(options_.tensorboard_folder, /*purge_step=*/0));
+  for (const StepMetrics& metrics : waiting_for_tensorboard_) {
+    TITAN_RETURN_IF_ERROR(WriteTensorBoard(metrics));
+  }
+  waiting_for_tensorboard_.clear();
+  return absl::OkStatus();
 }
 
 MetricsLogger::~MetricsLogger() { std::fclose(jsonl_); }
@@ -145,6 +173,7 @@ absl::Status MetricsLogger::Log(const StepMetrics& metrics) {
     return ErrnoError("append", jsonl_path_);
   }
   if (tensorboard_ != nullptr) return WriteTensorBoard(metrics);
+  if (!options_.tensorboard_folder.empty()) waiting_for_tensorboard_.push_back(metrics);
   return absl::OkStatus();
 }
 

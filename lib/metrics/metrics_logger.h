@@ -38,6 +38,11 @@ struct MetricsLoggerOptions {
   // it continues logged after its last checkpoint, are dropped, so each step has one row;
   // TensorBoard is told to hide the earlier event files' points of those steps.
   int64_t resumed_step = -1;
+  // Non-empty: the run counts from step 0 again over an earlier run's steps ([checkpoint]
+  // exclude_from_loading = ["train_state"]), which stay until it first saves. Until
+  // CommitRestart its rows go to metrics.jsonl.restart-<id> and its TensorBoard points wait in
+  // memory, so a run that dies before saving leaves the earlier run's history as it was.
+  std::string restart_id;
 };
 
 // The log line for one step, e.g.
@@ -59,21 +64,31 @@ class MetricsLogger {
   // scalars. Non-finite values are written as JSON null.
   absl::Status Log(const StepMetrics& metrics);
 
+  // A restart's first save set the earlier run's steps aside: its metrics.jsonl becomes
+  // metrics.jsonl.abandoned-<id>, this run's rows metrics.jsonl, and its TensorBoard points go out
+  // behind a SessionLog START at step 0 that hides the earlier run's. No-op otherwise.
+  absl::Status CommitRestart();
+
   const std::string& jsonl_path() const { return jsonl_path_; }
 
  private:
-  MetricsLogger(std::string jsonl_path, std::FILE* jsonl,
+  MetricsLogger(const MetricsLoggerOptions& options, std::string jsonl_path, std::FILE* jsonl,
                 std::unique_ptr<TensorBoardWriter> tensorboard, bool color)
-      : jsonl_path_(std::move(jsonl_path)),
+      : options_(options),
+        jsonl_path_(std::move(jsonl_path)),
         jsonl_(jsonl),
         tensorboard_(std::move(tensorboard)),
+        restart_pending_(!options.restart_id.empty()),
         color_(color) {}
 
   absl::Status WriteTensorBoard(const StepMetrics& metrics);
 
+  const MetricsLoggerOptions options_;
   std::string jsonl_path_;
   std::FILE* jsonl_;
-  std::unique_ptr<TensorBoardWriter> tensorboard_;  // null when TensorBoard is off
+  std::unique_ptr<TensorBoardWriter> tensorboard_;    // null when TensorBoard is off (or waits)
+  std::vector<StepMetrics> waiting_for_tensorboard_;  // a restart's points until CommitRestart
+  bool restart_pending_;
   bool color_;
 };
 

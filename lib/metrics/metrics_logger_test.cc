@@ -219,6 +219,36 @@ TEST(MetricsLoggerTest, ARowCutShortIsDroppedBeforeAppending) {
   EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2, 3}));
 }
 
+TEST(MetricsLoggerTest, ARestartTakesOverTheFilesOnlyWhenItCommits) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("restart");
+  options.tensorboard_folder = TestDir("restart/tb");
+  std::filesystem::create_directories(options.dump_folder);
+  const std::string earlier = "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}\n";
+  ASSERT_TRUE(WriteFileAtomically(options.dump_folder + "/metrics.jsonl", earlier).ok());
+  options.restart_id = "r7";
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  StepMetrics metrics = ExampleStep();
+  metrics.step = 1;
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+  // Before the first save: the earlier run's history as it was, no TensorBoard file yet.
+  EXPECT_EQ(*ReadFile(options.dump_folder + "/metrics.jsonl"), earlier);
+  EXPECT_FALSE(std::filesystem::exists(options.tensorboard_folder));
+  ASSERT_TRUE((*logger)->CommitRestart().ok());
+  metrics.step = 2;
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+  EXPECT_EQ(*ReadFile(options.dump_folder + "/metrics.jsonl.abandoned-r7"), earlier);
+  EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2}));
+  // A START at step 0 hides the earlier run's points, then this run's, the waiting ones first.
+  const std::vector<tensorboard::Event> events = TheEventFile(options.tensorboard_folder);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[1].session_log().status(), tensorboard::SessionLog::START);
+  EXPECT_EQ(events[1].step(), 0);
+  EXPECT_EQ(events[2].step(), 1);
+  EXPECT_EQ(events.back().step(), 2);
+}
+
 TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("tb_dump");

@@ -437,7 +437,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
                                                             const DistributedRuntime& runtime,
-                                                            int64_t resumed_step) {
+                                                            int64_t resumed_step,
+                                                            const std::string& restart_id) {
   const int rank = runtime.rank();
   // torchtitan: with pipeline parallelism only the last stage knows the loss.
   MeshCoordinates first_of_last_stage;
@@ -453,7 +454,8 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& con
   }
   metrics.disable_color_printing = config.metrics().disable_color_printing();
   // A fresh run (step 0) appends after whatever an earlier run in the folder logged.
-  metrics.resumed_step = resumed_step;
+  metrics.resumed_step = restart_id.empty() ? resumed_step : -1;
+  metrics.restart_id = restart_id;
   return MetricsLogger::Create(metrics);
 }
 

@@ -209,6 +209,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
                                  "= [\"train_state\"] (it counts from step 0)")
             .status());
     set_aside_at_first_save_ = false;
+    if (on_set_aside_) TITAN_RETURN_IF_ERROR(on_set_aside_());
   }
   CheckpointState state;
   absl::Status exported;

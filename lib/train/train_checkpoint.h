@@ -2,6 +2,7 @@
 #define TITAN_LIB_TRAIN_TRAIN_CHECKPOINT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,13 @@ class TrainCheckpointer {
   // The step the run continues from once Resume loaded a full step (0 with train_state excluded);
   // -1: it starts fresh.
   int64_t resumed_step() const { return resumed_step_; }
+  // True from a Resume that counts from step 0 again over the loaded run's steps until the first
+  // save sets them aside; `on_set_aside` runs then (the metrics follow: MetricsLogger::
+  // CommitRestart).
+  bool restart_pending() const { return set_aside_at_first_save_; }
+  void OnSetAside(std::function<absl::Status()> on_set_aside) {
+    on_set_aside_ = std::move(on_set_aside);
+  }
   // Waits for a background save and agrees with the other ranks that it succeeded.
   absl::Status FinishPendingSave();
 
@@ -95,6 +103,7 @@ class TrainCheckpointer {
   // The exclude_from_loading this run's timeline started with, saved with each step: a rerun of
   // the same job resumes those steps whole instead of starting over from them.
   std::vector<std::string> timeline_exclusions_;
+  std::function<absl::Status()> on_set_aside_;
 };
 
 }  // namespace titan

@@ -137,7 +137,11 @@ absl::Status Trainer::Init() {
   }
   TITAN_ASSIGN_OR_RETURN(
       metrics_,
-      BuildMetrics(config_, runtime_, checkpointer_ ? checkpointer_->resumed_step() : -1));
+      BuildMetrics(config_, runtime_, checkpointer_ ? checkpointer_->resumed_step() : -1,
+                   checkpointer_ && checkpointer_->restart_pending() ? setup_.run_id : ""));
+  if (checkpointer_ && metrics_) {
+    checkpointer_->OnSetAside([this] { return metrics_->CommitRestart(); });
+  }
   TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
                                         config_, runtime_.rank(), setup_.device)));
   if (job.monitoring_interval() > 0) {

@@ -102,6 +102,10 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(sorted(n.split(".")[0] for n in names if ".abandoned-" in n),
                          ["step-4", "step-6"], names)
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3, 4])
+        aside = glob.glob(os.path.join(dump, "metrics.jsonl.abandoned-*"))
+        self.assertEqual(len(aside), 1, aside)
+        with open(aside[0]) as f:
+            self.assertEqual([json.loads(line)["step"] for line in f], [1, 2, 3, 4, 5, 6])
         # The same job again (its config.toml, or a retry after a crash) continues this run.
         proc = run_train(dump, "--training.steps=6", "--checkpoint.exclude_from_loading=train_state",
                          *flags)
