@@ -108,13 +108,8 @@ absl::Status RlTrainer::Init(bool training_run) {
     }
   }
   if (training_run) {
-    TITAN_ASSIGN_OR_RETURN(
-        metrics_,
-        BuildMetrics(config_, runtime_, checkpointer_ ? checkpointer_->resumed_step() : -1,
-                     checkpointer_ && checkpointer_->restart_pending() ? setup_.run_id : ""));
-    if (checkpointer_ && metrics_) {
-      checkpointer_->OnSetAside([this] { return metrics_->CommitRestart(); });
-    }
+    TITAN_ASSIGN_OR_RETURN(metrics_,
+                           BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
   }
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);

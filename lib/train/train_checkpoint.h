@@ -13,10 +13,12 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/config/job_config.pb.h"
 #include "lib/data/text_data_loader.h"
+#include "lib/metrics/metrics_logger.h"
 #include "lib/model/module.h"
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/parallel/sharded_state.h"
 #include "lib/registry/model_spec.h"
+#include "lib/train/components.h"
 #include "lib/train/optimizer.h"
 #include "nlohmann/json.hpp"
 
@@ -105,6 +107,12 @@ class TrainCheckpointer {
   std::vector<std::string> timeline_exclusions_;
   std::function<absl::Status()> on_set_aside_;
 };
+
+// BuildMetrics for a run that resumed through `checkpointer` (null: none): rows after the
+// resumed step dropped, and a restart's metrics taking over at its first save (CommitRestart).
+absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildResumedMetrics(
+    const JobConfig& config, const DistributedRuntime& runtime, const RunSetup& setup,
+    TrainCheckpointer* checkpointer);
 
 }  // namespace titan
 

@@ -135,13 +135,8 @@ absl::Status Trainer::Init() {
     // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
-  TITAN_ASSIGN_OR_RETURN(
-      metrics_,
-      BuildMetrics(config_, runtime_, checkpointer_ ? checkpointer_->resumed_step() : -1,
-                   checkpointer_ && checkpointer_->restart_pending() ? setup_.run_id : ""));
-  if (checkpointer_ && metrics_) {
-    checkpointer_->OnSetAside([this] { return metrics_->CommitRestart(); });
-  }
+  TITAN_ASSIGN_OR_RETURN(metrics_,
+                         BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
   TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
                                         config_, runtime_.rank(), setup_.device)));
   if (job.monitoring_interval() > 0) {
