@@ -23,6 +23,7 @@
 #include "lib/train/chunked_cross_entropy.h"
 #include "lib/train/device.h"
 #include "lib/train/grad_clip.h"
+#include "lib/train/stop_signal.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -356,6 +357,8 @@ absl::Status RlTrainer::Train() {
     TITAN_RETURN_IF_ERROR(WriteFileAtomically(config_.job().dump_folder() + "/config.toml",
                                               JobConfigToToml(config_)));
   }
+  // SIGINT/SIGTERM: finish the step, save and exit 0, as titan_train.
+  StopSignal stop_signal(runtime_);
   if (state_.step == 0) {
     TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());
     StepMetrics m;
@@ -434,12 +437,23 @@ absl::Status RlTrainer::Train() {
       TITAN_RETURN_IF_ERROR(log(m));
     }
     if (step == 1) runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
-    if (checkpointer_ && (step % ckpt.interval() == 0 || last)) {
+    const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last);
+    if (saved) {
       const bool model_only = last && ckpt.last_save_model_only();
       TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, model_only));
       if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->Save(state_, model_only));
     }
+    TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
+    if (signal != 0 && !last) {
+      LOG(WARNING) << "received signal " << signal << "; stopping after step " << step;
+      if (checkpointer_ && !saved) {
+        TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, false));
+        if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->Save(state_, false));
+      }
+      break;
+    }
   }
+  TITAN_RETURN_IF_ERROR(stop_signal.Finish());
   if (checkpointer_) TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
   if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());
   LOG(INFO) << "titan_rl done at step " << state_.step;

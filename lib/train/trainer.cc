@@ -5,8 +5,6 @@
 #include <c10/util/Exception.h>
 #include <malloc.h>
 
-#include <atomic>
-#include <csignal>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -23,15 +21,12 @@
 #include "lib/profiling/phase_range.h"
 #include "lib/train/device.h"
 #include "lib/train/grad_clip.h"
+#include "lib/train/stop_signal.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
 namespace {
-
-std::atomic<int> g_stop_signal{0};
-
-void OnStopSignal(int signal) { g_stop_signal = signal; }
 
 at::Tensor ToTensor(const std::vector<int64_t>& values, int64_t rows, int64_t cols,
                     const at::Device& device) {
@@ -378,20 +373,6 @@ absl::StatusOr<double> Trainer::SumOverDp(double value) const {
   return sum.item<double>();
 }
 
-absl::StatusOr<int> Trainer::AgreedStopSignal() {
-  if (!runtime_.distributed()) return g_stop_signal.load();
-  int agreed = 0;
-  if (stop_work_ != nullptr) {
-    // Issued a step ago: it has long completed, so waiting costs nothing.
-    TITAN_RETURN_IF_ERROR(stop_work_->Wait());
-    agreed = static_cast<int>(stop_flag_.item<int64_t>());
-  }
-  stop_flag_ = at::full({1}, g_stop_signal.load(), at::kLong);
-  TITAN_ASSIGN_OR_RETURN(stop_work_,
-                         runtime_.comm(MeshGroup::kWorld).AllReduce(stop_flag_, ReduceOp::kMax));
-  return agreed;
-}
-
 void Trainer::LogStateMemory() const {
   int64_t param_bytes = 0;
   for (const ParamRef& p : model_.params) param_bytes += p.tensor->nbytes();
@@ -456,9 +437,7 @@ absl::StatusOr<double> Trainer::Validate() {
 absl::Status Trainer::Train() {
   const auto& training = config_.training();
   const auto& ckpt = config_.checkpoint();
-  g_stop_signal = 0;
-  std::signal(SIGINT, OnStopSignal);
-  std::signal(SIGTERM, OnStopSignal);
+  StopSignal stop_signal(runtime_);
   if (state_.step >= training.steps()) {
     LOG(INFO) << "checkpoint is at step " << state_.step << " >= [training] steps "
               << training.steps() << "; nothing to train";
@@ -511,16 +490,16 @@ absl::Status Trainer::Train() {
     if (checkpointer_ && (step % ckpt.interval() == 0 || last || first_step_save)) {
       TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, last && ckpt.last_save_model_only()));
     }
-    TITAN_ASSIGN_OR_RETURN(const int stop_signal, AgreedStopSignal());
-    if (stop_signal != 0 && !last) {
-      LOG(WARNING) << "received signal " << stop_signal << "; stopping after step " << step;
+    TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
+    if (signal != 0 && !last) {
+      LOG(WARNING) << "received signal " << signal << "; stopping after step " << step;
       if (checkpointer_ && step % ckpt.interval() != 0 && !first_step_save) {
         TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, false));
       }
       break;
     }
   }
-  if (stop_work_ != nullptr) TITAN_RETURN_IF_ERROR(std::exchange(stop_work_, nullptr)->Wait());
+  TITAN_RETURN_IF_ERROR(stop_signal.Finish());
   if (checkpointer_) TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
   LOG(INFO) << "training done at step " << state_.step;
   return absl::OkStatus();

@@ -96,9 +96,6 @@ class Trainer {
   // (on the host) in place.
   absl::Status SumOverDp(const at::Tensor& values) const;
   absl::StatusOr<double> SumOverDp(double value) const;
-  // The stop signal, once any rank has one, so that every rank stops after the same step; without
-  // a per-step wait: each step's all-reduce of the flag is read a step later.
-  absl::StatusOr<int> AgreedStopSignal();
   absl::Status InstallHooks();
   // [compile] cuda_graph: refused where it cannot run, else cuda_graph_.
   absl::Status SetUpCudaGraph();
@@ -122,8 +119,6 @@ class Trainer {
   HeadLoss loss_;       // what the last block's output gets (DataParallel::Loss)
   SquaredNormReducer grad_norm_reducer_;  // sums the gradient norm over ranks; null: one process
   TrainState state_;
-  at::Tensor stop_flag_;             // the stop signal's all-reduce in flight
-  std::unique_ptr<Work> stop_work_;  // null: none in flight
   int64_t microbatches_ = 1;
   // Batches every rank runs per evaluation: the longest data-parallel share's ([validation] steps
   // at most), so that the ranks' collectives pair up.

@@ -4,7 +4,10 @@ resume, a failing reward scorer, refused keys."""
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
+import time
 import unittest
 
 from safetensors.torch import load_file
@@ -149,6 +152,24 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])  # the SFT run's
         with open(os.path.join(dump, "config.toml")) as f:
             self.assertIn('algorithm = "sft"', f.read())  # a refused run leaves it
+
+    def test_sigterm_finishes_the_step_saves_and_exits_zero(self):
+        dump, cmd = self.job("sigterm", "--checkpoint.enable=true", "--checkpoint.interval=1000",
+                             "--checkpoint.last_save_model_only=false", "--training.steps=1000")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        path = os.path.join(dump, "metrics.jsonl")
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            if os.path.exists(path) and any(r["step"] >= 1 for r in common.read_jsonl(path)):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=300)
+        self.assertEqual(proc.returncode, 0, stderr[-3000:])
+        self.assertIn("stopping after step", stderr)
+        steps = [n for n in os.listdir(os.path.join(dump, "checkpoint")) if n.startswith("step-")]
+        self.assertEqual(len(steps), 1, steps)
+        self.assertLess(int(steps[0].split("-")[1]), 1000)
 
     def test_failing_scorer_is_a_clear_error_and_keeps_the_rollouts(self):
         # The scorer serves the 8 held-out prompts at step 0, then fails on the 16 rollouts.
