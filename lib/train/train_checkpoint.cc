@@ -73,17 +73,16 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
   std::vector<std::string> excluded(excluded_.begin(), excluded_.end());
   std::sort(excluded.begin(), excluded.end());
-  if (!excluded.empty() &&
-      saved->state().value("timeline_exclusions", nlohmann::json::array()) == excluded) {
+  const std::vector<std::string> saved_exclusions =
+      saved->state().value("timeline_exclusions", std::vector<std::string>());
+  if (!excluded.empty() && saved_exclusions == excluded) {
     // A step of the timeline these exclusions started: rerunning the same job resumes it.
     LOG(INFO) << dir << " was saved by the run that started from another with exclude_from_loading "
               << "= [" << absl::StrJoin(excluded, ", ") << "]: resuming it whole";
     excluded_.clear();
-  } else if (!excluded.empty()) {
-    timeline_exclusions_ = excluded;
-  } else {
-    timeline_exclusions_ = saved->state().value("timeline_exclusions", std::vector<std::string>());
   }
+  // Exclusions start a new timeline; without them this run continues the saved one's.
+  timeline_exclusions_ = excluded.empty() ? saved_exclusions : excluded;
   TensorBoxes boxes;
   const NamedTensors model = parts_.sharded->CheckpointPieces(ModelState(), boxes);
   // A pipeline stage loads its part of the model.
