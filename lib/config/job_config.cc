@@ -413,6 +413,15 @@ std::vector<std::string> ChangedKeys(const JobConfig& config, absl::string_view 
   return changed;
 }
 
+std::optional<std::string> ChangedKey(const JobConfig& config, absl::string_view section,
+                                      absl::string_view key) {
+  const std::string prefix = absl::StrCat("[", section, "] ", key, " = ");
+  for (const std::string& changed : ChangedKeys(config, section)) {
+    if (absl::StartsWith(changed, prefix)) return changed;
+  }
+  return std::nullopt;
+}
+
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) {
   return (std::filesystem::path(config.job().dump_folder()) / folder).string();
 }

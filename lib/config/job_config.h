@@ -1,6 +1,7 @@
 #ifndef TITAN_LIB_CONFIG_JOB_CONFIG_H_
 #define TITAN_LIB_CONFIG_JOB_CONFIG_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ std::string JobConfigToToml(const JobConfig& config);
 // The keys of [`section`] whose values differ from the schema's defaults, as TOML lines
 // ("[rl] algorithm = \"ppo\""), in schema order; a key set to its default is not listed.
 std::vector<std::string> ChangedKeys(const JobConfig& config, absl::string_view section);
+// [`section`] `key` as ChangedKeys lists it when it differs from its default; nullopt otherwise.
+std::optional<std::string> ChangedKey(const JobConfig& config, absl::string_view section,
+                                      absl::string_view key);
 
 // Where a folder key (checkpoint.folder, metrics.save_tb_folder, ...) points, as torchtitan's
 // os.path.join(job.dump_folder, folder): an absolute `folder` as is, else under the dump folder.

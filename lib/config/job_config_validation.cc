@@ -2,6 +2,7 @@
 // apart from the parsing in job_config.cc.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -212,11 +213,9 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
           "which is false: set it, or drop the key");
     }
     for (const char* key : {"enable_first_step_checkpoint", "async_mode", "last_save_in_hf"}) {
-      const FieldDescriptor* field = JobConfig::Checkpoint::descriptor()->FindFieldByName(key);
-      const std::string value = TomlValue(checkpoint, field);
-      if (value != TomlValue(defaults.checkpoint(), field)) {
+      if (const std::optional<std::string> set = ChangedKey(config, "checkpoint", key)) {
         return absl::InvalidArgumentError(
-            absl::StrCat("[checkpoint] ", key, " = ", value,
+            absl::StrCat(*set,
                          " applies to [checkpoint] enable = true (saving), which is false: set "
                          "it, or drop the key"));
       }

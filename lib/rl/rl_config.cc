@@ -1,5 +1,6 @@
 #include "lib/rl/rl_config.h"
 
+#include <optional>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -20,14 +21,10 @@ struct RlKeyUse {
 // The first key of `uses` that is not read yet differs from its default, refused by name: it
 // would change nothing. Defaults, not presence: config.toml spells every key out.
 absl::Status RefuseUnreadKeys(const JobConfig& config, const std::vector<RlKeyUse>& uses) {
-  const std::vector<std::string> changed = ChangedKeys(config, "rl");
   for (const RlKeyUse& use : uses) {
     if (use.read) continue;
-    const std::string prefix = absl::StrCat("[rl] ", use.key, " = ");
-    for (const std::string& key : changed) {
-      if (absl::StartsWith(key, prefix)) {
-        return absl::InvalidArgumentError(absl::StrCat(key, ": ", use.why, "; remove it"));
-      }
+    if (const std::optional<std::string> set = ChangedKey(config, "rl", use.key)) {
+      return absl::InvalidArgumentError(absl::StrCat(*set, ": ", use.why, "; remove it"));
     }
   }
   return absl::OkStatus();
