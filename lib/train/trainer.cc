@@ -339,6 +339,10 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   // applies the scale.
   const GradClip clip = ComputeGradClip(tensors, config_.training().max_norm(), grad_norm_reducer_);
   if (read_metrics) result.grad_norm = clip.total_norm.item<double>();
+  // Noted on the device (no host read): Train reads it when it logs or saves.
+  const at::Tensor nonfinite = clip.total_norm.isfinite().logical_not();
+  nonfinite_grad_norm_ =
+      nonfinite_grad_norm_.defined() ? nonfinite_grad_norm_.logical_or(nonfinite) : nonfinite;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kBeforeOptimizer, {step}));
   {
     PhaseRange range("optimizer");
@@ -352,6 +356,23 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   state_.ntokens_seen += result.tokens * token_ranks;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepEnd, {step}));
   return result;
+}
+
+absl::Status Trainer::CheckFiniteSince(int64_t step) {
+  if (!nonfinite_grad_norm_.defined()) return absl::OkStatus();
+  const bool nonfinite = nonfinite_grad_norm_.item<bool>();
+  nonfinite_grad_norm_ = at::Tensor();
+  const int64_t first_unchecked = checked_through_step_ + 1;
+  checked_through_step_ = step;
+  if (!nonfinite) return absl::OkStatus();
+  // Every rank reads the same reduced norm, so every rank stops here.
+  return absl::InternalError(absl::StrCat(
+      "the gradient norm was not finite (NaN or inf) at ",
+      first_unchecked == step ? absl::StrCat("step ", step)
+                              : absl::StrCat("a step in ", first_unchecked, "..", step),
+      ": the loss diverged and the weights are no longer finite; stopped without saving them (the "
+      "last checkpoint is the last good one): lower [optimizer] lr or raise [lr_scheduler] "
+      "warmup_steps"));
 }
 
 DataParallel& Trainer::batch_parallel() const {
@@ -448,6 +469,7 @@ absl::Status Trainer::Train() {
             << training.seq_len() << " tokens per step";
   Stopwatch stopwatch;
   int64_t window_tokens = 0;
+  checked_through_step_ = state_.step;
   while (state_.step < training.steps()) {
     TITAN_ASSIGN_OR_RETURN(std::vector<Batch> batches, NextMicrobatches());
     const int64_t step = state_.step + 1;
@@ -481,6 +503,7 @@ absl::Status Trainer::Train() {
         LOG(INFO) << FormatStepLine(m, /*color=*/false);
       }
       window_tokens = 0;
+      TITAN_RETURN_IF_ERROR(CheckFiniteSince(step));
     }
     if (step == 1) {
       runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
@@ -488,12 +511,14 @@ absl::Status Trainer::Train() {
     }
     const bool first_step_save = step == 1 && ckpt.enable_first_step_checkpoint();
     if (checkpointer_ && (step % ckpt.interval() == 0 || last || first_step_save)) {
+      TITAN_RETURN_IF_ERROR(CheckFiniteSince(step));
       TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, last && ckpt.last_save_model_only()));
     }
     TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
     if (signal != 0 && !last) {
       LOG(WARNING) << "received signal " << signal << "; stopping after step " << step;
       if (checkpointer_ && step % ckpt.interval() != 0 && !first_step_save) {
+        TITAN_RETURN_IF_ERROR(CheckFiniteSince(step));
         TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, false));
       }
       break;

@@ -99,6 +99,9 @@ class Trainer {
   absl::Status InstallHooks();
   // [compile] cuda_graph: refused where it cannot run, else cuda_graph_.
   absl::Status SetUpCudaGraph();
+  // An error if a step after the last check, up to `step`, had a non-finite gradient norm: its
+  // update made the weights non-finite, which a save would keep (one host read).
+  absl::Status CheckFiniteSince(int64_t step);
 
   const JobConfig config_;
   const DistributedRuntime& runtime_;
@@ -119,6 +122,10 @@ class Trainer {
   HeadLoss loss_;       // what the last block's output gets (DataParallel::Loss)
   SquaredNormReducer grad_norm_reducer_;  // sums the gradient norm over ranks; null: one process
   TrainState state_;
+  // On the device, true once a step's gradient norm was non-finite; undefined: no step since
+  // checked_through_step_.
+  at::Tensor nonfinite_grad_norm_;
+  int64_t checked_through_step_ = 0;
   int64_t microbatches_ = 1;
   // Batches every rank runs per evaluation: the longest data-parallel share's ([validation] steps
   // at most), so that the ranks' collectives pair up.

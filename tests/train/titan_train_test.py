@@ -158,6 +158,20 @@ class TitanTrainTest(unittest.TestCase):
         self.assertLess(last, 10000)
         self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
 
+    def test_a_diverged_step_stops_the_run_before_it_is_saved(self):
+        dump = self.dump("diverged")
+        # lr 1e6 makes step 2's gradient norm non-finite; step 3 is neither logged nor saved.
+        proc = run_train(dump, "--training.steps=6", "--optimizer.lr=1e6",
+                         "--lr_scheduler.warmup_steps=1", "--metrics.log_freq=10",
+                         "--checkpoint.interval=3", "--checkpoint.enable_first_step_checkpoint",
+                         "--validation.enable=false", check=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("gradient norm was not finite (NaN or inf) at a step in 2..3", proc.stderr)
+        # Step 1's save is the last good one and is kept; no later step was written.
+        self.assertEqual(
+            [os.path.basename(p) for p in glob.glob(os.path.join(dump, "checkpoint", "step-*"))],
+            ["step-1"])
+
     def test_bad_config_fails_fast_with_one_line(self):
         dump = self.dump("bad")
         bad_file = os.path.join(self.tmp, "bad.toml")
