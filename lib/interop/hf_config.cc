@@ -88,6 +88,13 @@ absl::Status CheckRepresentable(const json& config, int64_t n_layers, const std:
           absl::StrCat(source, ": ", key, " true: titan's decoder has no biases"));
     }
   }
+  double attention_dropout = 0;
+  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "attention_dropout", source, attention_dropout));
+  if (attention_dropout != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": attention_dropout ", attention_dropout,
+                     ": titan's decoder has no dropout (expected 0)"));
+  }
   TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(config, source));
   std::vector<std::string> layer_types;
   TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "layer_types", source, layer_types));

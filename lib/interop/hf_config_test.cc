@@ -164,6 +164,10 @@ TEST(HfConfigTest, RefusesWhatTheDecoderCannotRepresentInOneLine) {
   json act = good;
   act["hidden_act"] = "gelu";
   EXPECT_EQ(Error(act), "c.json: hidden_act \"gelu\": titan's decoder supports only \"silu\"");
+  json dropout = good;
+  dropout["attention_dropout"] = 0.1;  // transformers would train with it; titan cannot
+  EXPECT_EQ(Error(dropout),
+            "c.json: attention_dropout 0.1: titan's decoder has no dropout (expected 0)");
   json sliding = good;
   sliding["use_sliding_window"] = true;
   sliding["sliding_window"] = 4096;
