@@ -140,6 +140,12 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
     return absl::InvalidArgumentError(
         "[rl] top_p = 0: must be in (0, 1]; a nucleus of probability 0 holds no token");
   }
+  if (algorithm == "dpo" && rl.beta() <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[rl] beta = ", rl.beta(),
+        ": must be > 0 (sigmoid: beta·margin at 0 learns nothing; ipo: the margin target is 1 / "
+        "(2 beta))"));
+  }
   if (groups && rl.advantage_std() == "bessel" && rl.group_size() < 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "[rl] advantage_std = \"bessel\" divides by group_size - 1: needs group_size >= 2, not ",

@@ -130,6 +130,20 @@ TEST(RlJobConfigTest, BesselStdNeedsTwoSamplesPerGroup) {
   EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 }
 
+TEST(RlJobConfigTest, DpoBetaMustBePositive) {
+  for (const char* loss : {"sigmoid", "ipo"}) {
+    JobConfig config = SortingJob();
+    config.mutable_rl()->set_algorithm("dpo");
+    config.mutable_rl()->set_dpo_loss(loss);
+    config.mutable_rl()->set_beta(0);
+    EXPECT_EQ(Refusal(config),
+              "[rl] beta = 0: must be > 0 (sigmoid: beta·margin at 0 learns nothing; ipo: the "
+              "margin target is 1 / (2 beta))");
+    config.mutable_rl()->set_beta(0.01);
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+  }
+}
+
 TEST(RlJobConfigTest, SftAndDpoSampleOnlyForGenerate) {
   for (const char* algorithm : {"sft", "dpo"}) {
     JobConfig config = SortingJob();
