@@ -151,6 +151,13 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
         "[rl] advantage_std = \"bessel\" divides by group_size - 1: needs group_size >= 2, not ",
         rl.group_size()));
   }
+  if (groups && rl.advantage_std() != "none" && rl.advantage_eps() <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[rl] advantage_eps = ", rl.advantage_eps(),
+                     ": must be > 0 with advantage_std = \"", rl.advantage_std(),
+                     "\", which divides by std + advantage_eps (0 for a group of equal "
+                     "rewards)"));
+  }
   if ((rl.reward() == "command") != !rl.reward_command().empty()) {
     return absl::InvalidArgumentError(
         "[rl] reward = \"command\" and [rl] reward_command: set both or neither");

@@ -130,6 +130,20 @@ TEST(RlJobConfigTest, BesselStdNeedsTwoSamplesPerGroup) {
   EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 }
 
+TEST(RlJobConfigTest, StdDivisionNeedsPositiveAdvantageEps) {
+  for (const char* std : {"population", "bessel"}) {
+    JobConfig config = SortingJob();
+    config.mutable_rl()->set_advantage_std(std);
+    config.mutable_rl()->set_advantage_eps(0);
+    EXPECT_EQ(Refusal(config),
+              absl::StrCat("[rl] advantage_eps = 0: must be > 0 with advantage_std = \"", std,
+                           "\", which divides by std + advantage_eps (0 for a group of equal "
+                           "rewards)"));
+    config.mutable_rl()->set_advantage_eps(1e-9);
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+  }
+}
+
 TEST(RlJobConfigTest, DpoBetaMustBePositive) {
   for (const char* loss : {"sigmoid", "ipo"}) {
     JobConfig config = SortingJob();
