@@ -110,7 +110,10 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
            {"top_k", policy_gradient || generate, sampling},
            {"top_p", policy_gradient || generate, sampling},
            {"advantage_std", groups, grouped},
-           {"advantage_eps", groups, grouped},
+           {"advantage_eps", groups && rl.advantage_std() != "none",
+            groups ? "only a std division (advantage_std population or bessel) adds it, "
+                     "advantage_std is \"none\""
+                   : grouped},
            {"dynamic_sampling", groups, grouped},
            {"gamma", algorithm == "ppo", gae},
            {"lam", algorithm == "ppo", gae},

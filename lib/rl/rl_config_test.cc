@@ -213,6 +213,11 @@ TEST(RlJobConfigTest, KeysTheAlgorithmDoesNotReadAreRefused) {
             "[rl] advantage_std = \"bessel\": " + grouped + "\"ppo\"; remove it"},
            {"ppo", "dynamic_sampling = true",
             "[rl] dynamic_sampling = true: " + grouped + "\"ppo\"; remove it"},
+           {"ppo", "advantage_eps = 0.001",
+            "[rl] advantage_eps = 0.001: " + grouped + "\"ppo\"; remove it"},
+           {"grpo", "advantage_std = \"none\"\nadvantage_eps = 0.001",
+            "[rl] advantage_eps = 0.001: only a std division (advantage_std population or bessel) "
+            "adds it, advantage_std is \"none\"; remove it"},
        }) {
     absl::StatusOr<JobConfig> config =
         ParseJobConfigText(absl::StrCat("[rl]\ntask = \"sorting\"\nalgorithm = \"", c.algorithm,
