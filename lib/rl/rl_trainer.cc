@@ -35,6 +35,15 @@ namespace {
 // resumed run samples what the uninterrupted one did.
 constexpr uint64_t kStepSeedStride = 1000003;
 
+// A loss or gradient norm that is not finite means the update diverged and has reached the
+// weights: `where` names the update, `then` what was kept.
+absl::Status CheckFiniteUpdate(const StepMetrics& m, absl::string_view where,
+                               absl::string_view then) {
+  if (std::isfinite(m.loss) && std::isfinite(m.grad_norm)) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat(where, ": loss = ", m.loss, ", grad_norm = ", m.grad_norm,
+                                         ", not finite: the update diverged", then));
+}
+
 }  // namespace
 
 RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
@@ -258,7 +267,9 @@ absl::StatusOr<StepMetrics> RlTrainer::StepOnRollouts(const Rollouts& rollouts) 
   }
   TITAN_RETURN_IF_ERROR(CheckFiniteRewards(rollouts.rewards, "Step"));
   try {
-    return RlUpdate(rollouts);
+    TITAN_ASSIGN_OR_RETURN(StepMetrics m, RlUpdate(rollouts));
+    TITAN_RETURN_IF_ERROR(CheckFiniteUpdate(m, "Step", ""));
+    return m;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
   }
@@ -423,6 +434,10 @@ absl::Status RlTrainer::Train() {
     } else {
       TITAN_ASSIGN_OR_RETURN(m, SftOrDpoStep(examples));
     }
+    // Before the evaluation (which would sample from NaN probabilities) and the checkpoint.
+    TITAN_RETURN_IF_ERROR(CheckFiniteUpdate(
+        m, absl::StrCat("step ", step),
+        "; stopped before saving it: the last checkpoint saved is the last good one"));
     state_.step = step;
     ++state_.lr_step;
     m.step = step;

@@ -4,6 +4,7 @@ resume, a failing reward scorer, refused keys."""
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -183,6 +184,35 @@ class TitanRlTest(unittest.TestCase):
         rows = common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))
         self.assertEqual(len(rows), 16)
         self.assertTrue(all(r["reward"] is None and "response" in r for r in rows))
+
+    def test_diverged_update_stops_before_its_checkpoint(self):
+        # lr 1e30: AdamW moves every weight by about that much, so the next forward overflows.
+        dump, cmd = self.job("diverged", "--rl.learning_rate=1e30", "--training.steps=4",
+                             "--checkpoint.enable=true", "--checkpoint.interval=1",
+                             "--checkpoint.keep_latest_k=0", config="configs/rl_sft_sorting.toml")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        match = re.search(r"step (\d+): loss = \S+, grad_norm = \S+, not finite: the update "
+                          r"diverged; stopped before saving it: the last checkpoint saved is the "
+                          r"last good one", proc.stderr)
+        self.assertIsNotNone(match, proc.stderr[-3000:])
+        diverged = int(match.group(1))
+        self.assertGreater(diverged, 1)  # step 1's loss is the initial weights'
+        saved = [n for n in os.listdir(os.path.join(dump, "checkpoint")) if n.startswith("step-")]
+        self.assertEqual(sorted(int(n.split("-")[1]) for n in saved), list(range(1, diverged)))
+
+    def test_diverged_step_on_rollouts_writes_no_weights(self):
+        # 1e39 is finite JSON but overflows the trainer's fp32 rewards: NaN advantages.
+        rows = [{"prompt": "Sort: c a b", "response": " #### a b c", "reward": r}
+                for r in (1e39, 0, 0, 0)]
+        path = os.path.join(self.root, "rollouts_huge.jsonl")
+        common.write_jsonl(path, rows)
+        dump, cmd = self.job("step_huge", f"--step_rollouts={path}")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn("Step: loss = nan, grad_norm = nan, not finite: the update diverged",
+                      proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(dump, "step_weights.safetensors")))
 
     def refusal(self, name, *flags):
         """titan_rl's stderr for a job it must refuse with one clear line (no abort)."""
