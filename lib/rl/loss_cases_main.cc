@@ -1,6 +1,7 @@
 // Writes random inputs and titan's RL losses and advantages on them to one safetensors file, for
 // losses_reference_test.py to recompute in Python. usage: loss_cases OUT.safetensors
 #include <iostream>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -52,6 +53,11 @@ int main(int argc, char** argv) {
   add("grpo_population", GroupAdvantages(scores, 5, GroupStd::kPopulation, 1e-6));
   add("grpo_bessel", GroupAdvantages(scores, 5, GroupStd::kBessel, 1e-4));
   add("grpo_none", GroupAdvantages(scores, 5, GroupStd::kNone, 0));
+  // Equal groups whose mean rounds (0.1), overflows (1e308) or is inf - inf (fp32 overflow).
+  const double inf = std::numeric_limits<double>::infinity();
+  const at::Tensor equal = at::tensor({0.1, 0.1, 0.1, 1e308, 1e308, 1e308, inf, inf, inf}, f64);
+  add("grpo_equal_population", GroupAdvantages(equal, 3, GroupStd::kPopulation, 1e-6));
+  add("grpo_equal_none", GroupAdvantages(equal, 3, GroupStd::kNone, 0));
   const at::Tensor ref_logp = logp + at::randn({6, 9}, f64) * 0.5;
   add("ref_logp", ref_logp);
   add("kl_k1", KlPenalty(logp, ref_logp, KlEstimator::kK1));

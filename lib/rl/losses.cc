@@ -65,11 +65,13 @@ at::Tensor Whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean) 
 at::Tensor GroupAdvantages(const at::Tensor& rewards, int64_t group_size, GroupStd std,
                            double eps) {
   const at::Tensor groups = rewards.view({-1, group_size});
+  // Exactly 0 for a group of equal rewards, also where their mean rounds or overflows (inf - inf).
+  const at::Tensor equal = groups.amax(1, /*keepdim=*/true) == groups.amin(1, /*keepdim=*/true);
   const at::Tensor centred = groups - groups.mean(1, /*keepdim=*/true);
-  if (std == GroupStd::kNone) return centred.flatten();
+  if (std == GroupStd::kNone) return centred.masked_fill(equal, 0).flatten();
   const at::Tensor sd = groups.std(1, /*correction=*/std == GroupStd::kBessel ? 1 : 0,
                                    /*keepdim=*/true);
-  return (centred / (sd + eps)).flatten();
+  return (centred / (sd + eps)).masked_fill(equal, 0).flatten();
 }
 
 at::Tensor KlPenalty(const at::Tensor& logp, const at::Tensor& ref_logp, KlEstimator estimator) {

@@ -42,7 +42,8 @@ at::Tensor Whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean =
 
 enum class GroupStd { kPopulation, kBessel, kNone };
 // GRPO advantages of `rewards` [N] laid out as consecutive groups of `group_size`:
-// (r - mean_group) / (std_group + eps), std by `std` (kNone: r - mean_group).
+// (r - mean_group) / (std_group + eps), std by `std` (kNone: r - mean_group); exactly 0 for a
+// group whose rewards are all equal.
 at::Tensor GroupAdvantages(const at::Tensor& rewards, int64_t group_size, GroupStd std, double eps);
 
 enum class KlEstimator { kK1, kK3 };

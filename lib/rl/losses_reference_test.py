@@ -74,6 +74,9 @@ def main():
     check("grpo_population", (centred / (groups.std(axis=1, ddof=0, keepdims=True) + 1e-6)).ravel())
     check("grpo_bessel", (centred / (groups.std(axis=1, ddof=1, keepdims=True) + 1e-4)).ravel())
     check("grpo_none", centred.ravel())
+    # A group of equal rewards carries no signal: 0, not the rounding or NaN of its arithmetic.
+    check("grpo_equal_population", np.zeros(9))
+    check("grpo_equal_none", np.zeros(9))
 
     x = logp - c["ref_logp"]
     check("kl_k1", x)
