@@ -30,6 +30,31 @@ std::optional<double> ParseNumber(absl::string_view text) {
   return value;
 }
 
+// A decimal number: optional sign, digits with an optional point, an optional exponent ("1",
+// "-0.5", "1e-3"); not hex, inf or nan, which SimpleAtod (strtod) reads too.
+bool IsDecimal(absl::string_view text) {
+  size_t i = 0;
+  auto sign = [&] { i += i < text.size() && (text[i] == '+' || text[i] == '-'); };
+  auto digits = [&] {
+    const size_t start = i;
+    while (i < text.size() && absl::ascii_isdigit(text[i])) ++i;
+    return i - start;
+  };
+  sign();
+  size_t mantissa = digits();
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    mantissa += digits();
+  }
+  if (mantissa == 0) return false;
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    sign();
+    if (digits() == 0) return false;
+  }
+  return i == text.size();
+}
+
 }  // namespace
 
 std::optional<std::string> HashAnswer(const std::string& response) {
@@ -180,13 +205,16 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
         ")", quoted));
   }
   std::vector<double> rewards;
-  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipWhitespace())) {
+  std::vector<absl::string_view> lines = absl::StrSplit(out, '\n');
+  if (lines.back().empty()) lines.pop_back();  // the last line's newline
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const absl::string_view text = absl::StripAsciiWhitespace(lines[i]);
     double value = 0;
-    // SimpleAtod reads "nan" and "inf" too.
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(line), &value) || !std::isfinite(value)) {
-      return absl::InvalidArgumentError(absl::StrCat("[rl] reward_command \"", command,
-                                                     "\" printed \"", line,
-                                                     "\", expected one finite number per line"));
+    // A blank line is refused too: skipping it would shift every later reward onto another rollout.
+    if (!IsDecimal(text) || !absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("[rl] reward_command \"", command, "\" printed \"", lines[i], "\" on line ",
+                       i + 1, ", expected one finite decimal number per line"));
     }
     rewards.push_back(value);
   }

@@ -67,16 +67,30 @@ TEST(CommandScorerTest, FailuresAreClearErrors) {
   auto short_output = ScoreWithCommand("cat >/dev/null; echo 1; echo 2", rollouts,
                                        absl::Seconds(10));
   EXPECT_TRUE(absl::StrContains(short_output.status().message(), "2 rewards for 1 rollouts"));
-  auto not_number = ScoreWithCommand("cat >/dev/null; echo yes", rollouts, absl::Seconds(10));
-  EXPECT_TRUE(absl::StrContains(not_number.status().message(), "expected one finite number"));
-  for (const char* printed : {"nan", "inf", "-Infinity", "1e999"}) {
-    auto not_finite = ScoreWithCommand(absl::StrCat("cat >/dev/null; echo ", printed), rollouts,
-                                       absl::Seconds(10));
-    EXPECT_TRUE(absl::StrContains(
-        not_finite.status().message(),
-        absl::StrCat("printed \"", printed, "\", expected one finite number per line")))
-        << printed << ": " << not_finite.status();
+  for (const char* printed :
+       {"yes", "nan", "inf", "-Infinity", "1e999", "0x10", "1.5e", ".", "1 2", "+-1"}) {
+    auto refused = ScoreWithCommand(absl::StrCat("cat >/dev/null; echo '", printed, "'"), rollouts,
+                                    absl::Seconds(10));
+    EXPECT_EQ(
+        refused.status().message(),
+        absl::StrCat("[rl] reward_command \"cat >/dev/null; echo '", printed, "'\" printed \"",
+                     printed, "\" on line 1, expected one finite decimal number per line"))
+        << printed;
   }
+}
+
+TEST(ScoreWithCommandTest, ReadsDecimalRewardsAndRefusesBlankLines) {
+  const std::vector<ScoredRollout> rollouts(5, {"p", "r", "a"});
+  auto rewards = ScoreWithCommand("cat >/dev/null; printf '1\\n-0.5\\n 1e-3 \\n+2.\\n.25E+1\\n'",
+                                  rollouts, absl::Seconds(10));
+  ASSERT_TRUE(rewards.ok()) << rewards.status();
+  EXPECT_EQ(*rewards, (std::vector<double>{1, -0.5, 1e-3, 2, 2.5}));
+  // 5 numbers for 5 rollouts: skipped, a blank line printed for one rollout shifts the rest.
+  auto blank = ScoreWithCommand("cat >/dev/null; printf '1\\n\\n2\\n3\\n4\\n5\\n'", rollouts,
+                                absl::Seconds(10));
+  EXPECT_TRUE(absl::StrContains(blank.status().message(),
+                                "printed \"\" on line 2, expected one finite decimal number"))
+      << blank.status();
 }
 
 TEST(CheckFiniteRewardsTest, NamesTheFirstNonFiniteReward) {

@@ -225,7 +225,8 @@ class TitanRlTest(unittest.TestCase):
         for printed in ("nan", "inf"):
             stderr = self.refusal(f"scorer_{printed}", "--rl.reward=command",
                                   f"--rl.reward_command=sed 's/.*/{printed}/'")
-            self.assertIn(f'printed "{printed}", expected one finite number per line', stderr)
+            self.assertIn(f'printed "{printed}" on line 1, expected one finite decimal number per '
+                          'line', stderr)
 
     def test_bad_step_rollouts_name_file_line_and_field(self):
         good = {"prompt": "Sort: b a", "response": "#### a b", "reward": 1}
