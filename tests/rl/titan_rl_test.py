@@ -243,6 +243,11 @@ class TitanRlTest(unittest.TestCase):
         common.write_jsonl(path, [])
         self.assertIn(f"{path}: no rollouts", self.refusal("step_empty", f"--step_rollouts={path}"))
 
+    def test_json_is_refused_for_training(self):
+        self.assertIn("--json: only --generate and --step_rollouts print a JSON summary; a "
+                      "training run writes metrics.jsonl under [job] dump_folder",
+                      self.refusal("json_train", "--json"))
+
     def test_generate_does_not_overwrite_its_prompts(self):
         prompts = os.path.join(self.root, "own_prompts.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"}])

@@ -199,6 +199,11 @@ absl::Status StepMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
 }
 
 absl::Status Run(const ToolFlags& flags) {
+  if (flags.json && !flags.generate && flags.step_rollouts.empty()) {
+    return absl::InvalidArgumentError(
+        "--json: only --generate and --step_rollouts print a JSON summary; a training run writes "
+        "metrics.jsonl under [job] dump_folder");
+  }
   absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.overrides);
   if (!config.ok()) return config.status();
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime)
