@@ -87,4 +87,8 @@ at::Tensor DpoLoss(const at::Tensor& chosen, const at::Tensor& rejected,
   return -at::log_sigmoid(beta * margin);
 }
 
+at::Tensor PreferenceScores(const at::Tensor& margin) {
+  return margin.gt(0).to(at::kDouble) + 0.5 * margin.eq(0).to(at::kDouble);
+}
+
 }  // namespace titan

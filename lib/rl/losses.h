@@ -58,6 +58,11 @@ at::Tensor DpoLoss(const at::Tensor& chosen, const at::Tensor& rejected,
                    const at::Tensor& ref_chosen, const at::Tensor& ref_rejected, double beta,
                    DpoLossType type);
 
+// Each pair's share of the preference accuracy from its DPO margin: 1 when the chosen response
+// gains more over the reference than the rejected one, 0 when less, 1/2 for a tie (a policy
+// still equal to its reference), as a coin flip would score.
+at::Tensor PreferenceScores(const at::Tensor& margin);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_RL_LOSSES_H_

@@ -303,9 +303,7 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
     const at::Tensor log_ratio = policy_logp - reference_logp;
     const at::Tensor ratio = (log_ratio * mask).sum(1);
     const int64_t n = static_cast<int64_t>(examples.size());
-    // A tie (the policy still equal to its reference) counts one half, as a coin flip would.
-    const at::Tensor margin = ratio.slice(0, 0, n) - ratio.slice(0, n, 2 * n);
-    return (margin.gt(0).to(at::kDouble) + 0.5 * margin.eq(0).to(at::kDouble)).mean().item<double>();
+    return PreferenceScores(ratio.slice(0, 0, n) - ratio.slice(0, n, 2 * n)).mean().item<double>();
   }
   TITAN_ASSIGN_OR_RETURN(const Generation generation,
                          Generate(prompts, SamplingFromConfig(0, /*greedy=*/true)));

@@ -334,7 +334,7 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
                                       rl.beta(), type);
     const at::Tensor margin =
         ((sums.slice(0, 0, k) - ref_c) - (sums.slice(0, k, 2 * k) - ref_r)).detach();
-    tally.Add("correct", margin.gt(0).sum());
+    tally.Add("correct", PreferenceScores(margin).sum());
     tally.Add("margin_sum", margin.sum());
     tally.Add("loss_sum", losses.sum());
     return losses.sum();

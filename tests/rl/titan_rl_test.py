@@ -57,6 +57,17 @@ class TitanRlTest(unittest.TestCase):
             else:
                 self.assertLess(max(diffs), 1e-3)
 
+    def test_dpo_ties_count_one_half_in_training_as_in_eval(self):
+        # Step 1's forward is the reference's weights: every margin is 0, bitwise in this mode.
+        dump, cmd = self.job("dpo_ties", "--debug.batch_invariant=true", "--training.steps=1",
+                             config="configs/rl_dpo_sorting.toml")
+        common.run(cmd)
+        rows = common.metrics(dump)
+        self.assertEqual(rows[0]["eval_preference_accuracy"], 0.5)
+        self.assertEqual(rows[1]["step"], 1)
+        self.assertEqual(rows[1]["reward_margin"], 0.0)
+        self.assertEqual(rows[1]["preference_accuracy"], 0.5)
+
     def rollouts(self):
         """Fixed rollouts: two prompts, four responses each, rewards 1 (right) or 0."""
         rows = []
