@@ -87,7 +87,8 @@ absl::Status RequireAnswers(const std::vector<RlExample>& examples, absl::string
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path) {
+absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path,
+                                                                  const std::string& algorithm) {
   std::vector<RewardedRollout> rollouts;
   TITAN_RETURN_IF_ERROR(ForEachObjectLine(
       path, "a JSON object with prompt, response and reward",
@@ -95,6 +96,10 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
         RewardedRollout rollout;
         TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));
         TITAN_ASSIGN_OR_RETURN(rollout.response, StringField(object, "response", true, where));
+        if (algorithm == "ppo" && rollout.response.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": \"response\" is empty: ppo puts the reward on its last token"));
+        }
         auto reward = object.find("reward");
         if (reward == object.end()) {
           return absl::InvalidArgumentError(absl::StrCat(where, ": no \"reward\" field"));

@@ -40,8 +40,11 @@ struct RewardedRollout {
 };
 
 // JSONL with one object per line: "prompt", "response" (strings) and "reward" (a number).
-// Errors name path:line and the field; a file without rollouts is one.
-absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path);
+// Errors name path:line and the field; a file without rollouts is one. For `algorithm` ppo an
+// empty response is one too: PPO puts the reward on the response's last token (grpo and dapo
+// take it: its reward still counts in its group's mean and std).
+absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path,
+                                                                  const std::string& algorithm);
 
 // A bundled task's examples, generated from `seed` (no download):
 //  - arithmetic: "What is 23 + 45?" answered "68"; responses end in "#### 68" (GSM8K's).

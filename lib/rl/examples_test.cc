@@ -35,7 +35,7 @@ TEST(RewardedRolloutsTest, ReadsPromptResponseAndReward) {
       WriteTemp("good.jsonl",
                 "{\"prompt\":\"Sort: b a\",\"response\":\"#### a b\",\"reward\":1}\n\n"
                 "{\"prompt\":\"Sort: c a\",\"response\":\"#### c a\",\"reward\":-0.5}\n");
-  auto rollouts = ReadRewardedRollouts(path);
+  auto rollouts = ReadRewardedRollouts(path, "grpo");
   ASSERT_TRUE(rollouts.ok()) << rollouts.status();
   ASSERT_EQ(rollouts->size(), 2u);
   EXPECT_EQ((*rollouts)[1].prompt, "Sort: c a");
@@ -66,14 +66,25 @@ TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {
   };
   for (const auto& c : cases) {
     const std::string path = WriteTemp("bad.jsonl", good + c.line + "\n");
-    const absl::Status status = ReadRewardedRollouts(path).status();
+    const absl::Status status = ReadRewardedRollouts(path, "grpo").status();
     EXPECT_EQ(std::string(status.message()), path + c.error) << c.line;
   }
 }
 
+TEST(RewardedRolloutsTest, PpoNeedsAResponseToPutItsRewardOn) {
+  const std::string path =
+      WriteTemp("empty_response.jsonl",
+                "{\"prompt\":\"Sort: b a\",\"response\":\"#### a b\",\"reward\":1}\n"
+                "{\"prompt\":\"Sort: c a\",\"response\":\"\",\"reward\":0}\n");
+  EXPECT_EQ(ReadRewardedRollouts(path, "ppo").status().message(),
+            path + ":2: \"response\" is empty: ppo puts the reward on its last token");
+  // GRPO's empty response still has its reward in its group's baseline.
+  EXPECT_TRUE(ReadRewardedRollouts(path, "grpo").ok());
+}
+
 TEST(RewardedRolloutsTest, EmptyFileIsRefused) {
   const std::string path = WriteTemp("empty.jsonl", "\n \n");
-  EXPECT_EQ(ReadRewardedRollouts(path).status().message(), path + ": no rollouts");
+  EXPECT_EQ(ReadRewardedRollouts(path, "grpo").status().message(), path + ": no rollouts");
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
 absl::Status StepMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
                       const titan::DistributedRuntime& runtime, const ToolFlags& flags) {
   absl::StatusOr<std::vector<titan::RewardedRollout>> rows =
-      titan::ReadRewardedRollouts(flags.step_rollouts);
+      titan::ReadRewardedRollouts(flags.step_rollouts, config.rl().algorithm());
   if (!rows.ok()) return rows.status();
   // Rank r takes the r-th contiguous share, so groups stay whole when the shares are multiples
   // of [rl] group_size.
