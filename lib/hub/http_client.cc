@@ -80,6 +80,11 @@ absl::StatusOr<HttpResponse> HttpClient::Get(const HttpRequest& request) {
   std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr,
                                                                       &curl_slist_free_all);
   for (const std::string& header : request.headers) {
+    if (header.find_first_of("\r\n\0", 0, 3) != std::string::npos) {  // would inject more headers
+      return absl::InvalidArgumentError(
+          absl::StrCat("HTTP header ", header.substr(0, header.find_first_of(":\r\n")),
+                       ": line break or NUL in its value; not sent"));
+    }
     headers.reset(curl_slist_append(headers.release(), header.c_str()));
   }
   char error_buffer[CURL_ERROR_SIZE] = {0};

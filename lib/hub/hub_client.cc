@@ -233,13 +233,24 @@ std::string DownloadReportJson(const DownloadReport& report) {
   return json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string FindHubToken(absl::string_view flag_value) {
-  if (!flag_value.empty()) return std::string(flag_value);
+absl::StatusOr<std::string> FindHubToken(absl::string_view flag_value) {
+  // The token goes into an HTTP header: a line break in it would start a header of its own.
+  const auto checked = [](absl::string_view source,
+                          std::string token) -> absl::StatusOr<std::string> {
+    const auto bad = std::find_if(token.begin(), token.end(), [](char c) {
+      return absl::ascii_iscntrl(c) || absl::ascii_isspace(c);
+    });
+    if (bad == token.end()) return token;
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the Hub token has whitespace or a control character at byte ",
+                     bad - token.begin() + 1, "; expected one word of printable characters"));
+  };
+  if (!flag_value.empty()) return checked("--hf_token", std::string(flag_value));
   const auto env = [](const char* name) {
     const char* value = std::getenv(name);
     return value == nullptr ? std::string() : std::string(value);
   };
-  if (std::string token = env("HF_TOKEN"); !token.empty()) return token;
+  if (std::string token = env("HF_TOKEN"); !token.empty()) return checked("$HF_TOKEN", token);
   std::string token_path = env("HF_TOKEN_PATH");
   if (token_path.empty()) {
     std::string hf_home = env("HF_HOME");
@@ -251,7 +262,8 @@ std::string FindHubToken(absl::string_view flag_value) {
     token_path = absl::StrCat(hf_home, "/token");
   }
   absl::StatusOr<std::string> token = ReadFile(token_path);
-  return token.ok() ? std::string(absl::StripAsciiWhitespace(*token)) : std::string();
+  if (!token.ok()) return std::string();
+  return checked(token_path, std::string(absl::StripAsciiWhitespace(*token)));
 }
 
 std::string HubEndpointFromEnv() {

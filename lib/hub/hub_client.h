@@ -42,8 +42,9 @@ absl::StatusOr<RepoSnapshot> ListRepoFiles(const DownloadOptions& options,
 std::string DownloadReportJson(const DownloadReport& report);
 
 // The token to use: `flag_value` if set, else $HF_TOKEN, else the file at $HF_TOKEN_PATH or
-// $HF_HOME/token (default ~/.cache/huggingface/token); empty when none.
-std::string FindHubToken(absl::string_view flag_value);
+// $HF_HOME/token (default ~/.cache/huggingface/token; surrounding whitespace stripped); empty when
+// none. A token with whitespace or control characters inside is refused, naming its source only.
+absl::StatusOr<std::string> FindHubToken(absl::string_view flag_value);
 
 // $HF_ENDPOINT without a trailing slash, or the public Hub.
 std::string HubEndpointFromEnv();

@@ -4,6 +4,9 @@
 #include <fstream>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -11,6 +14,7 @@ namespace titan {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class EnvTest : public ::testing::Test {
  protected:
@@ -22,15 +26,42 @@ class EnvTest : public ::testing::Test {
   }
 };
 
+std::string TokenOrError(absl::string_view flag_value) {
+  absl::StatusOr<std::string> token = FindHubToken(flag_value);
+  return token.ok() ? *token : absl::StrCat("error: ", token.status().message());
+}
+
 TEST_F(EnvTest, TokenPrecedenceFlagEnvFile) {
-  EXPECT_EQ(FindHubToken(""), "");
+  EXPECT_EQ(TokenOrError(""), "");
   const std::string token_file = ::testing::TempDir() + "/token";
   std::ofstream(token_file) << "hf_from_file\n";
   setenv("HF_TOKEN_PATH", token_file.c_str(), 1);
-  EXPECT_EQ(FindHubToken(""), "hf_from_file");
+  EXPECT_EQ(TokenOrError(""), "hf_from_file");
   setenv("HF_TOKEN", "hf_from_env", 1);
-  EXPECT_EQ(FindHubToken(""), "hf_from_env");
-  EXPECT_EQ(FindHubToken("hf_from_flag"), "hf_from_flag");
+  EXPECT_EQ(TokenOrError(""), "hf_from_env");
+  EXPECT_EQ(TokenOrError("hf_from_flag"), "hf_from_flag");
+}
+
+// A line break in the token would add headers of the sender's choosing to every Hub request.
+TEST_F(EnvTest, TokenWithLineBreakOrSpaceIsRefusedWithoutPrintingIt) {
+  const std::string token_file = ::testing::TempDir() + "/bad_token";
+  std::ofstream(token_file) << "hf_SECRETA\r\nX-Evil: 1\n";
+  setenv("HF_TOKEN_PATH", token_file.c_str(), 1);
+  EXPECT_EQ(TokenOrError(""),
+            absl::StrCat("error: ", token_file,
+                         ": the Hub token has whitespace or a control character at byte 11; "
+                         "expected one word of printable characters"));
+  setenv("HF_TOKEN", "hf_SECRETB\tx", 1);
+  const std::string from_env = TokenOrError("");
+  EXPECT_THAT(from_env, HasSubstr("error: $HF_TOKEN: the Hub token has whitespace"));
+  const std::string from_flag = TokenOrError("hf_SECRETC\r\nX-Evil: 1");
+  EXPECT_THAT(from_flag, HasSubstr("error: --hf_token: the Hub token has whitespace"));
+  const std::string with_space = TokenOrError("hf_SECRETD x");
+  EXPECT_THAT(with_space, HasSubstr("at byte 11"));
+  for (const std::string& error : {from_env, from_flag, with_space}) {
+    EXPECT_THAT(error, Not(HasSubstr("SECRET")));
+    EXPECT_THAT(error, Not(HasSubstr("Evil")));
+  }
 }
 
 TEST_F(EnvTest, TokenFileUnderHfHome) {
@@ -38,7 +69,7 @@ TEST_F(EnvTest, TokenFileUnderHfHome) {
   ASSERT_EQ(system(("mkdir -p " + home).c_str()), 0);
   std::ofstream(home + "/token") << "  hf_home_token \n";
   setenv("HF_HOME", home.c_str(), 1);
-  EXPECT_EQ(FindHubToken(""), "hf_home_token");
+  EXPECT_EQ(TokenOrError(""), "hf_home_token");
 }
 
 TEST_F(EnvTest, EndpointFromEnv) {
@@ -68,6 +99,20 @@ TEST(DownloadAssetsTest, RefusesBadRepoIdBeforeTouchingTheNetwork) {
   options.local_dir = ::testing::TempDir() + "/bad";
   options.progress_out = nullptr;
   EXPECT_EQ(DownloadAssets(options).status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DownloadAssetsTest, RefusesHeaderWithLineBreakBeforeSendingIt) {
+  DownloadOptions options;
+  options.repo_id = "org/name";
+  options.endpoint = "http://127.0.0.1:9";
+  options.local_dir = ::testing::TempDir() + "/header";
+  options.token = "hf_SECRET\r\nX-Evil: 1";
+  options.max_retries = 0;
+  options.progress_out = nullptr;
+  const DownloadReport report = DownloadAssets(options);
+  EXPECT_EQ(report.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(report.status.message()),
+            "HTTP header Authorization: line break or NUL in its value; not sent");
 }
 
 TEST(DownloadReportJsonTest, ListsFiles) {

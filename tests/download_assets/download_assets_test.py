@@ -285,6 +285,22 @@ class DownloadAssetsTest(unittest.TestCase):
         for request in storage:
             self.assertNotIn("authorization", request["headers"])
 
+    def test_token_with_line_break_is_refused_before_any_request(self):
+        self.serve()
+        injected = "hf_SECRETX\r\nX-Evil: 1"
+        token_file = os.path.join(self.workdir, "token")
+        write(token_file, (injected + "\n").encode())
+        for args, env, source in [([f"--hf_token={injected}"], {}, "--hf_token"),
+                                  ([], {"HF_TOKEN": injected}, "$HF_TOKEN"),
+                                  ([], {"HF_TOKEN_PATH": token_file}, token_file)]:
+            result, _ = self.run_tool("--repo_id=org/model", "--include=config.json", *args,
+                                      env=env)
+            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertIn(f"{source}: the Hub token has whitespace or a control character",
+                          result.stderr)
+            self.assertNotIn("SECRETX", result.stderr + result.stdout)
+        self.assertEqual(self.hub.requests(), [])
+
     def test_not_found_names_repo_revision_or_file(self):
         self.serve(missing=["generation_config.json"])
         repo, _ = self.run_tool("--repo_id=org/nope", "--assets=config")

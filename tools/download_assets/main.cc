@@ -8,8 +8,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -83,9 +85,11 @@ int main(int argc, char** argv) {
       &argc, &argv);
   ScrubTokenFromArgv(static_cast<int>(original_argv.size()), original_argv.data());
 
-  titan::DownloadOptions options;
-  options.token = titan::FindHubToken(FLAGS_hf_token);
+  absl::StatusOr<std::string> token = titan::FindHubToken(FLAGS_hf_token);
   FLAGS_hf_token.assign(FLAGS_hf_token.size(), 'x');
+  if (!token.ok()) return Usage(std::string(token.status().message()));
+  titan::DownloadOptions options;
+  options.token = *std::move(token);
   if (argc > 1) return Usage(absl::StrCat("unexpected argument \"", argv[1], "\""));
   if (FLAGS_repo_id.empty()) return Usage("--repo_id=ORG/NAME is required");
   if (FLAGS_assets.empty() && FLAGS_include.empty()) {
