@@ -360,13 +360,13 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
     if (!attempt_status.ok()) {
       if (!IsRetryable(attempt_status)) return fail(attempt_status);
       failures_without_progress = offset > offset_at_attempt ? 1 : failures_without_progress + 1;
-      ++report.retries;
       if (failures_without_progress > options_.max_retries) {
         return fail(absl::Status(
             attempt_status.code(),
             absl::StrCat(attempt_status.message(), " (gave up after ", options_.max_retries,
                          " retries without progress; re-run to resume)")));
       }
+      ++report.retries;
       Note(file.path, absl::StrCat("retry ", report.retries, " at byte ", offset, ": ",
                                    attempt_status.message()));
       Backoff(failures_without_progress);

@@ -200,6 +200,12 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertIn("gave up after 3 retries without progress", result.stderr)
         self.assertNotIn("config.json", self.files_on_disk())
         self.assertEqual(summary["status"], "error")
+        self.assertEqual(summary["files"][0]["retries"], 3)  # as many as the message says
+        self.assertEqual(len([r for r in self.hub.requests() if r["path"].endswith("/config.json")]),
+                         4)
+        negative, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--max_retries=-1")
+        self.assertEqual(negative.returncode, 2)
+        self.assertIn("--max_retries: expected 0 or more, got -1", negative.stderr)
 
     def test_slow_trickle_times_out_and_resumes(self):
         self.serve(trickle={SHARD2: 4})

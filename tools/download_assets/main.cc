@@ -38,7 +38,7 @@ DEFINE_string(hf_token, "",
               "Hub endpoint ($HF_ENDPOINT), never printed.");
 DEFINE_bool(offline, false, "Use only what is on disk: check the files of the last listing.");
 DEFINE_int32(max_workers, 8, "Files downloaded in parallel.");
-DEFINE_int32(max_retries, 10, "Retries of one file in a row that make no progress.");
+DEFINE_int32(max_retries, 10, "Retries (0 or more) of one file in a row that make no progress.");
 DEFINE_int32(retry_base_ms, 1000, "First retry delay; doubles per failure, with jitter.");
 DEFINE_int32(retry_max_ms, 60000, "Longest retry delay.");
 DEFINE_int32(connect_timeout_s, 30, "Connection timeout.");
@@ -100,6 +100,9 @@ int main(int argc, char** argv) {
     return Usage(std::string(status.message()));
   }
   if (FLAGS_max_workers < 1) return Usage("--max_workers: expected at least 1");
+  if (FLAGS_max_retries < 0) {
+    return Usage(absl::StrCat("--max_retries: expected 0 or more, got ", FLAGS_max_retries));
+  }
   options.selection.include = SplitList(FLAGS_include);
   options.selection.exclude = SplitList(FLAGS_exclude);
   options.endpoint = titan::HubEndpointFromEnv();
