@@ -26,7 +26,6 @@ namespace titan {
 namespace {
 
 constexpr int kMaxRedirects = 10;
-constexpr char kStateDir[] = ".cache/download_assets";
 
 std::string StripEtag(absl::string_view etag) {
   absl::ConsumePrefix(&etag, "W/");
@@ -73,6 +72,16 @@ absl::Status MakeDirs(const std::string& dir) {
   return absl::OkStatus();
 }
 
+absl::Status CheckOutsideStateDir(absl::string_view repo_path) {
+  absl::string_view rest = repo_path;
+  if (!absl::ConsumePrefix(&rest, kDownloadStateDir) || !(rest.empty() || rest[0] == '/')) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("repo file \"", repo_path, "\" would land in download_assets' own state folder ",
+                   kDownloadStateDir, "; leave it out with --exclude='", kDownloadStateDir, "/*'"));
+}
+
 FileDownloader::FileDownloader(const DownloadOptions& options)
     : options_(options), random_(std::random_device{}()) {}
 
@@ -81,7 +90,7 @@ std::string FileDownloader::FinalPath(const std::string& path) const {
 }
 
 std::string FileDownloader::StatePath(absl::string_view name) const {
-  return absl::StrCat(options_.local_dir, "/", kStateDir, "/", name);
+  return absl::StrCat(options_.local_dir, "/", kDownloadStateDir, "/", name);
 }
 
 std::string FileDownloader::PartPath(const std::string& path) const {

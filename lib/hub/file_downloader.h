@@ -56,6 +56,12 @@ struct FileReport {
 // Creates `dir` and its missing parents, as mkdir -p.
 absl::Status MakeDirs(const std::string& dir);
 
+// local_dir's folder for the downloader's own state (part files, sidecars, saved listings).
+inline constexpr char kDownloadStateDir[] = ".cache/download_assets";
+
+// Refuses a repo path that would land in kDownloadStateDir and overwrite the downloader's state.
+absl::Status CheckOutsideStateDir(absl::string_view repo_path);
+
 // One run's shared state; each worker thread owns its HttpClient.
 class FileDownloader {
  public:

@@ -145,6 +145,9 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
     return finish(absl::InvalidArgumentError(
         "nothing to download: --assets, --include and --exclude select no file of the repo"));
   }
+  for (const RemoteFile& file : *planned) {
+    if (absl::Status status = CheckOutsideStateDir(file.path); !status.ok()) return finish(status);
+  }
 
   // What is already in place needs nothing; the rest is fetched in parallel.
   std::vector<size_t> to_fetch;

@@ -50,6 +50,9 @@ def build_repos(root):
     write(os.path.join(gated, "tokenizer.json"), b'{"model": {}}')
     write(os.path.join(gated, "original/tokenizer.model"), rng.randbytes(64 * 1024))
     write(os.path.join(root, "org", "evil", "config.json"), b"{}")
+    clash = os.path.join(root, "org", "clash")
+    write(os.path.join(clash, "config.json"), b'{"dim": 8}')
+    write(os.path.join(clash, ".cache/download_assets/config.json.meta.json"), b'{"size": 1}')
 
 
 class FakeHub:
@@ -340,6 +343,23 @@ class DownloadAssetsTest(unittest.TestCase):
             self.assertFalse(os.path.exists(os.path.join(self.workdir, "escape.txt")))
             self.hub.stop()
             self.hub = None
+
+    def test_repo_files_in_the_tool_state_folder_are_refused(self):
+        self.serve()
+        result, _ = self.run_tool("--repo_id=org/clash", "--assets=all")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('repo file ".cache/download_assets/config.json.meta.json" would land in '
+                      "download_assets' own state folder .cache/download_assets; leave it out "
+                      "with --exclude='.cache/download_assets/*'", result.stderr)
+        self.assertEqual(self.files_on_disk("clash"), [])
+        result, _ = self.run_tool("--repo_id=org/clash", "--assets=all",
+                                  "--exclude=.cache/download_assets/*")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_identical("clash", ["config.json"])
+        meta = os.path.join(self.local_dir, "clash", ".cache", "download_assets",
+                            "config.json.meta.json")
+        with open(meta) as f:
+            self.assertEqual(json.load(f)["path"], "config.json")  # the tool's own sidecar
 
     def test_usage_errors(self):
         self.serve()
