@@ -188,7 +188,7 @@ bool FileDownloader::IsUpToDate(const RemoteFile& file) {
   if (file.size >= 0 && st.st_size != file.size) return false;
   ContentDigest digest(file);
   absl::StatusOr<std::string> meta_text = ReadFile(MetaPath(file.path));
-  if (meta_text.ok()) {
+  if (meta_text.ok() && !options_.verify) {
     const nlohmann::json meta = nlohmann::json::parse(*meta_text, nullptr, false);
     if (meta.is_object() && meta.value("size", int64_t{-2}) == st.st_size &&
         meta.value("mtime_ns", int64_t{-1}) == MtimeNs(st) &&
@@ -198,7 +198,11 @@ bool FileDownloader::IsUpToDate(const RemoteFile& file) {
   }
   if (!digest.enabled()) return file.size >= 0;
   if (!HashPrefix(final_path, st.st_size, &digest).ok()) return false;
-  if (digest.Finish() != digest.expected()) return false;
+  if (const std::string actual = digest.Finish(); actual != digest.expected()) {
+    Note(file.path, absl::StrCat("the file on disk does not verify: ", digest.name(), " expected ",
+                                 digest.expected(), ", got ", actual));
+    return false;
+  }
   return WriteMeta(file, digest.expected()).ok();
 }
 

@@ -32,6 +32,7 @@ struct DownloadOptions {
   std::string local_dir;  // files land at local_dir/<repo path>
   std::string token;      // sent only to `endpoint`; empty for anonymous access
   bool offline = false;   // no network: report what is on disk from the last listing
+  bool verify = false;    // re-hash files on disk rather than trust their recorded size and mtime
   int max_workers = 8;    // files fetched in parallel
   int max_retries = 10;   // consecutive failed attempts on one file without progress
   absl::Duration retry_base_delay = absl::Seconds(1);  // doubles per failure, with jitter
@@ -78,7 +79,7 @@ class FileDownloader {
   absl::StatusOr<std::string> FetchListing(HttpClient& client);
 
   // True when `file` is already in place: size and mtime match the sidecar written when it was
-  // verified, or, lacking one, its content hashes to the expected digest.
+  // verified, or, lacking one or with options.verify, its content hashes to the expected digest.
   bool IsUpToDate(const RemoteFile& file);
 
   // Bytes of `file` already in its part file from an earlier run.

@@ -165,8 +165,9 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
       continue;
     }
     if (options.offline) {
-      report.files[i].error = absl::StrCat("--offline: ", downloader.FinalPath(file.path),
-                                           " is missing or does not verify");
+      report.files[i].error =
+          absl::StrCat("--offline: ", downloader.FinalPath(file.path),
+                       " is missing, has another size than the listing's, or does not verify");
       continue;
     }
     to_fetch.push_back(i);

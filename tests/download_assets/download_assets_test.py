@@ -164,6 +164,34 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(len(summary["files"]), 5)
         self.hub = None
 
+    def test_verify_rehashes_and_repairs_a_file_changed_behind_its_mtime(self):
+        self.serve()
+        result, _ = self.run_tool("--repo_id=org/model", "--assets=config,safetensors")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        shard = os.path.join(self.local_dir, "model", SHARD1)
+        before = os.stat(shard)
+        with open(shard, "r+b") as f:
+            f.seek(1000)
+            byte = f.read(1)
+            f.seek(1000)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+        offline, _ = self.run_tool("--repo_id=org/model", "--assets=safetensors", "--offline")
+        self.assertEqual(offline.returncode, 0, offline.stderr)  # trusts the size and mtime
+        checked, summary = self.run_tool("--repo_id=org/model", "--assets=safetensors",
+                                         "--offline", "--verify")
+        self.assertEqual(checked.returncode, 1)
+        self.assertIn(f"{SHARD1}: the file on disk does not verify: sha256 expected", checked.stderr)
+        self.assertEqual({f["path"]: f["status"] for f in summary["files"]},
+                         {SHARD1: "failed", SHARD2: "up_to_date",
+                          "model.safetensors.index.json": "up_to_date"})
+        repaired, summary = self.run_tool("--repo_id=org/model", "--assets=config,safetensors",
+                                          "--verify")
+        self.assertEqual(repaired.returncode, 0, repaired.stderr)
+        self.assert_identical("model", [SHARD1])
+        self.assertEqual([f["path"] for f in summary["files"] if f["status"] == "downloaded"],
+                         [SHARD1])
+
     def test_include_exclude_globs(self):
         self.serve()
         result, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--include=*.md",

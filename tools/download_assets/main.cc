@@ -36,7 +36,14 @@ DEFINE_string(hf_token, "",
               "Hub access token for gated or private repos; default $HF_TOKEN, then the file "
               "$HF_TOKEN_PATH or $HF_HOME/token (~/.cache/huggingface/token). Sent only to the "
               "Hub endpoint ($HF_ENDPOINT), never printed.");
-DEFINE_bool(offline, false, "Use only what is on disk: check the files of the last listing.");
+DEFINE_bool(offline, false,
+            "No network: the files of the last saved listing must be on disk with the size and "
+            "mtime recorded when they were verified (a file without that record is hashed). "
+            "Content changed in place behind an unchanged size and mtime needs --verify.");
+DEFINE_bool(verify, false,
+            "Re-hash every selected file on disk (sha256 for LFS files, else the git blob sha1) "
+            "instead of trusting its recorded size and mtime; one that does not match is "
+            "downloaded again (with --offline: reported as an error). Reads every byte.");
 DEFINE_int32(max_workers, 8, "Files downloaded in parallel.");
 DEFINE_int32(max_retries, 10, "Retries (0 or more) of one file in a row that make no progress.");
 DEFINE_int32(retry_base_ms, 1000, "First retry delay; doubles per failure, with jitter.");
@@ -81,7 +88,7 @@ int main(int argc, char** argv) {
   titan::ParseToolFlags(
       "download_assets --repo_id=ORG/NAME --assets=tokenizer,config,safetensors,index,all "
       "[--revision=main] [--include=GLOBS] [--exclude=GLOBS] [--local_dir=assets/hf] "
-      "[--hf_token=...] [--offline] [--json]",
+      "[--hf_token=...] [--offline] [--verify] [--json]",
       &argc, &argv);
   ScrubTokenFromArgv(static_cast<int>(original_argv.size()), original_argv.data());
 
@@ -116,6 +123,7 @@ int main(int argc, char** argv) {
   const size_t slash = FLAGS_repo_id.find('/');
   options.local_dir = absl::StrCat(local_dir, "/", FLAGS_repo_id.substr(slash + 1));
   options.offline = FLAGS_offline;
+  options.verify = FLAGS_verify;
   options.max_workers = FLAGS_max_workers;
   options.max_retries = FLAGS_max_retries;
   options.retry_base_delay = absl::Milliseconds(FLAGS_retry_base_ms);
