@@ -74,9 +74,12 @@ void ProgressReporter::Rewind(const std::string& path, int64_t done) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = active_.find(path);
   if (it == active_.end()) return;
-  rewound_ += std::max<int64_t>(0, it->second.done - it->second.at_start - done);
-  it->second.done = done;
-  it->second.at_start = done;
+  FileState& file = it->second;
+  // Bytes fetched by this run and thrown away; bytes that were on disk and now must be fetched.
+  rewound_ += std::max<int64_t>(0, file.done - std::max(file.at_start, done));
+  total_bytes_ += std::max<int64_t>(0, file.at_start - done);
+  file.done = done;
+  file.at_start = std::min(file.at_start, done);
 }
 
 void ProgressReporter::Note(const std::string& path, const std::string& message) {

@@ -23,7 +23,7 @@ std::string HumanBytes(int64_t bytes);
 class ProgressReporter {
  public:
   // Writes to `out` (not owned); `terminal` selects bars over plain lines. `total_bytes` is what
-  // this run will fetch.
+  // this run will fetch; Rewind adds the bytes on disk it discards.
   ProgressReporter(FILE* out, bool terminal, int64_t total_bytes);
   ~ProgressReporter();
   ProgressReporter(const ProgressReporter&) = delete;
@@ -59,7 +59,7 @@ class ProgressReporter {
 
   FILE* const out_;
   const bool terminal_;
-  const int64_t total_bytes_;
+  int64_t total_bytes_;  // grows when a file restarts below what was on disk at its start
   const absl::Time started_;
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -46,5 +46,40 @@ TEST(ProgressReporterTest, PlainLinesWithoutEscapes) {
   EXPECT_THAT(text, Not(HasSubstr("\x1b[")));
 }
 
+// A part file as long as the remote file but with the wrong digest is deleted and fetched again:
+// the run's total grows by what was on disk, not stays at the 0 bytes planned.
+TEST(ProgressReporterTest, TotalCountsBytesOnDiskThatMustBeFetchedAgain) {
+  FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  {
+    ProgressReporter progress(out, /*terminal=*/false, 0);
+    progress.Start("a.bin", 4096, 4096);
+    progress.Rewind("a.bin", 0);
+    progress.Advance("a.bin", 4096);
+    progress.Finish("a.bin", "done, verified");
+  }
+  const std::string text = ReadAll(out);
+  std::fclose(out);
+  EXPECT_THAT(text, HasSubstr("total: 4.0 KiB / 4.0 KiB (100%)"));
+}
+
+// A resumed file restarted from 0: the bytes fetched before drop out of the done count, and the
+// resumed-from kilobyte joins the total.
+TEST(ProgressReporterTest, RewindOfResumedFileAddsWhatWasOnDisk) {
+  FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  {
+    ProgressReporter progress(out, /*terminal=*/false, 3072);
+    progress.Start("a.bin", 4096, 1024);
+    progress.Advance("a.bin", 2048);
+    progress.Rewind("a.bin", 0);
+    progress.Advance("a.bin", 4096);
+    progress.Finish("a.bin", "done, verified");
+  }
+  const std::string text = ReadAll(out);
+  std::fclose(out);
+  EXPECT_THAT(text, HasSubstr("total: 4.0 KiB / 4.0 KiB (100%)"));
+}
+
 }  // namespace
 }  // namespace titan
