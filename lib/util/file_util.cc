@@ -1,6 +1,7 @@
 #include "lib/util/file_util.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -22,6 +23,11 @@ absl::Status ErrnoError(absl::string_view what, const std::string& path) {
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoError("open", path);
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {  // opens, then reads as empty
+    errno = EISDIR;
+    return ErrnoError("open", path);
+  }
   std::ostringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) return ErrnoError("read", path);

@@ -9,7 +9,7 @@
 
 namespace titan {
 
-// Reads a whole file; the error names the path and the OS reason.
+// Reads a whole file; the error names the path and the OS reason (a directory is an error).
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
 // A file written under `path.tmp.<pid>` and renamed over `path` by Commit, after an fsync, with

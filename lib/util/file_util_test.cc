@@ -23,6 +23,12 @@ TEST(FileUtilTest, AtomicWriteReplacesContentsAndLeavesNoTempFile) {
   EXPECT_FALSE(ReadFile(path + ".tmp." + std::to_string(::getpid())).ok());
 }
 
+TEST(FileUtilTest, ReadFileOfDirectoryNamesIt) {
+  absl::StatusOr<std::string> read = ReadFile(TempDir());
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(std::string(read.status().message()), TempDir() + ": open failed: Is a directory");
+}
+
 TEST(FileUtilTest, AtomicWriterDroppedWithoutCommitKeepsTheOldFile) {
   const std::string path = TempDir() + "/dropped.txt";
   ASSERT_TRUE(WriteFileAtomically(path, "old").ok());

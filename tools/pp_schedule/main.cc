@@ -6,14 +6,15 @@
 // or, with --format=csv, each rank's actions (PyTorch's compute-only CSV, what
 // [parallelism] pipeline_parallel_schedule_csv reads). Exits 1 on a schedule that cannot run.
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "gflags/gflags.h"
 #include "lib/pipeline/schedule.h"
 #include "lib/pipeline/schedule_check.h"
+#include "lib/util/file_util.h"
 #include "tools/common/tool_flags.h"
 
 DEFINE_string(schedule, "1F1B",
@@ -21,7 +22,8 @@ DEFINE_string(schedule, "1F1B",
               "DualPipeV (placement and stages per rank follow it)");
 DEFINE_int32(pp, 2, "Pipeline ranks");
 DEFINE_int32(microbatches, 4, "Microbatches per schedule run");
-DEFINE_int32(stages_per_rank, 0, "Stages per rank; 0: 1 for single-stage schedules, else 2");
+DEFINE_int32(stages_per_rank, 0,
+             "Stages per rank, 0 or more; 0: 1 for single-stage schedules, else 2");
 DEFINE_string(csv, "", "Read the actions from this CSV instead (placement from --schedule)");
 DEFINE_string(format, "table", "table or csv");
 
@@ -37,6 +39,19 @@ int Fail(const absl::Status& status) {
 int main(int argc, char** argv) {
   titan::ParseToolFlags("pp_schedule --schedule=NAME --pp=N --microbatches=M (see --help)", &argc,
                         &argv);
+  if (argc > 1) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument \"", argv[1], "\"; flags are --name=value")));
+  }
+  if (FLAGS_format != "table" && FLAGS_format != "csv") {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--format: expected table or csv, got \"", FLAGS_format, "\"")));
+  }
+  if (FLAGS_stages_per_rank < 0) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--stages_per_rank: expected 0 (the schedule's default) or more, got ",
+                     FLAGS_stages_per_rank)));
+  }
   absl::StatusOr<titan::ScheduleKind> kind = titan::FindScheduleKind(FLAGS_schedule);
   if (!kind.ok()) return Fail(kind.status());
   const int per_rank =
@@ -45,10 +60,9 @@ int main(int argc, char** argv) {
   if (FLAGS_csv.empty()) {
     schedule = titan::BuildSchedule(*kind, FLAGS_pp, per_rank, FLAGS_microbatches);
   } else {
-    std::ifstream in(FLAGS_csv);
-    std::stringstream text;
-    text << in.rdbuf();
-    schedule = titan::ParseScheduleCsv(text.str());
+    absl::StatusOr<std::string> text = titan::ReadFile(FLAGS_csv);
+    if (!text.ok()) return Fail(text.status());
+    schedule = titan::ParseScheduleCsv(*text);
   }
   if (!schedule.ok()) return Fail(schedule.status());
   auto rank_of = [&](int stage) {
