@@ -3,12 +3,17 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <memory>
+#include <system_error>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
@@ -38,6 +43,41 @@ JobConfig ProfiledConfig(JobConfig config, const ProfileRunOptions& options) {
   config.mutable_profiling()->set_enable_profiling(false);
   config.mutable_profiling()->set_enable_memory_snapshot(false);
   return config;
+}
+
+// A file profile_run writes into --out, by name: trace_rank<r>.json[.gz], ops_rank<r>.txt/.json,
+// profile_rank<r>.json, memory_snapshot_rank<r>.pickle, summary.json, report.html.
+bool IsProfileRunOutput(absl::string_view name) {
+  if (name == "summary.json" || name == "report.html") return true;
+  constexpr std::pair<const char*, const char*> kPerRank[] = {
+      {"trace_rank", ".json"}, {"trace_rank", ".json.gz"}, {"ops_rank", ".txt"},
+      {"ops_rank", ".json"},   {"profile_rank", ".json"},  {"memory_snapshot_rank", ".pickle"}};
+  for (const auto& [prefix, suffix] : kPerRank) {
+    absl::string_view rank = name;
+    if (absl::ConsumePrefix(&rank, prefix) && absl::ConsumeSuffix(&rank, suffix) && !rank.empty() &&
+        std::all_of(rank.begin(), rank.end(), absl::ascii_isdigit)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Removes an earlier run's outputs from `out` (it may have had more ranks, or gzip), so that every
+// output there is this run's; other files stay. Returns how many were removed.
+absl::StatusOr<int> RemoveEarlierOutputs(const std::string& out) {
+  std::error_code error;
+  int removed = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(out, error)) {
+    if (!IsProfileRunOutput(entry.path().filename().string()) || !entry.is_regular_file(error)) {
+      continue;
+    }
+    if (!std::filesystem::remove(entry.path(), error)) break;
+    ++removed;
+  }
+  if (error) {
+    return absl::InternalError(absl::StrCat(out, ": removing earlier outputs: ", error.message()));
+  }
+  return removed;
 }
 
 // Tags the blocks of the trainer's long-lived state at the step phases where it exists.
@@ -105,7 +145,9 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
     return profiler->StepBegin(event.step);
   });
   TagStateHooks(trainer, tracker);
+  absl::Time work_end;  // the step's work done, before the profiler's own StepEnd
   trainer.hooks().Add(StepPhase::kStepEnd, [&](const StepEvent& event) {
+    work_end = absl::Now();
     if (event.step == last) timeline = tracker.StopRecording(kMemorySamples);
     return profiler->StepEnd(event.step);
   });
@@ -115,9 +157,13 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
     TITAN_ASSIGN_OR_RETURN(std::vector<Batch> batches, trainer.NextMicrobatches());
     TITAN_ASSIGN_OR_RETURN(const StepResult result,
                            trainer.TrainStep(batches, /*labels_masked=*/false));
-    LOG(INFO) << absl::StrFormat("step %d (%s)  loss %.4f  %.0f ms", step,
-                                 step < first_traced ? "warmup" : "traced", result.loss,
-                                 absl::ToDoubleMilliseconds(absl::Now() - begin));
+    // The last step's profiler stop and trace writing are not step time: logged apart.
+    LOG(INFO) << absl::StrFormat(
+        "step %d (%s)  loss %.4f  %.0f ms%s", step, step < first_traced ? "warmup" : "traced",
+        result.loss, absl::ToDoubleMilliseconds(work_end - begin),
+        step == last ? absl::StrFormat(", then %.0f ms stopping the profiler and writing the trace",
+                                       absl::ToDoubleMilliseconds(absl::Now() - work_end))
+                     : "");
     if (step == 1) {
       runtime.SetTimeout(absl::Seconds(config.comm().train_timeout_seconds()));
       trainer.LogStateMemory();
@@ -158,6 +204,13 @@ absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
                          MemoryTracker::Create(PickDevice(runtime.env().local_rank)));
   Trainer trainer(config, runtime);
   TITAN_RETURN_IF_ERROR(trainer.Init());
+  // Rank 0 holds the folder's lock now; the others wait until it has cleared an earlier run out.
+  if (runtime.rank() == 0) {
+    TITAN_ASSIGN_OR_RETURN(const int removed, RemoveEarlierOutputs(options.out));
+    if (removed > 0)
+      LOG(INFO) << "removed " << removed << " files of an earlier run from " << options.out;
+  }
+  TITAN_RETURN_IF_ERROR(runtime.Barrier());
   TITAN_ASSIGN_OR_RETURN(RankProfile mine,
                          ProfileSteps(trainer, runtime, *tracker, config, options));
 
@@ -174,6 +227,11 @@ absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
       ranks.push_back(std::move(profile));
     }
   }
+  // The trainer's metrics.jsonl, which profile_run never logs to (unless an earlier titan_train run
+  // in this folder did).
+  const std::string metrics = options.out + "/metrics.jsonl";
+  std::error_code error;
+  if (std::filesystem::is_empty(metrics, error)) std::filesystem::remove(metrics, error);
   const ProfileRunInfo info = RunInfo(config, runtime, trainer, options);
   const std::string warning = MissingDeviceTimelineWarning(info, ranks);
   if (!warning.empty()) LOG(WARNING) << warning;

@@ -15,6 +15,7 @@ Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a che
 """
 import argparse
 import collections
+import gzip
 import json
 import os
 import re
@@ -252,11 +253,35 @@ class ProfileRunTest(unittest.TestCase):
             self.check_rank(out, rank, summary, logged, 2)
         self.check_report(out, 2)
 
-    def test_gzip_and_refusals(self):
+    def test_gzip_over_an_earlier_run_with_spaced_flags_and_refusals(self):
         out = os.path.join(self.tmp, "gzip")
-        profile(out, 1, "--training.local_batch_size=2", "--profile.gzip")
-        self.assertTrue(os.path.exists(os.path.join(out, "trace_rank0.json.gz")))
-        self.assertFalse(os.path.exists(os.path.join(out, "trace_rank0.json")))
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        # An earlier run's outputs (two ranks, no gzip) and a file of the user's.
+        earlier = ["trace_rank0.json", "trace_rank1.json.gz", "ops_rank1.txt", "ops_rank1.json",
+                   "profile_rank1.json", "summary.json", "report.html"]
+        for name in earlier + ["notes.txt", "trace_rank0.json.bak"]:
+            with open(os.path.join(out, name), "w") as f:
+                f.write("earlier\n")
+        proc = run([PROFILE_RUN, *COMMON, "--out", out, "--profile.warmup", str(WARMUP),
+                    "--profile.active", str(ACTIVE), "--training.local_batch_size", "2",
+                    "--profile.gzip"])
+        self.assertIn(f"removed {len(earlier)} files of an earlier run from {out}", proc.stderr)
+        self.assertEqual(sorted(os.listdir(out)),
+                         [".titan.lock", "config.toml", "notes.txt", "ops_rank0.json",
+                          "ops_rank0.txt", "profile_rank0.json", "report.html", "summary.json",
+                          "trace_rank0.json.bak", "trace_rank0.json.gz"])
+        # The last traced step's time ends where its ProfilerStep range does; stopping the
+        # profiler and writing the trace are logged apart.
+        last = WARMUP + ACTIVE
+        logged = re.search(rf"step {last} \(traced\)  loss \S+  (\d+) ms, then (\d+) ms stopping "
+                           "the profiler and writing the trace", proc.stderr)
+        self.assertIsNotNone(logged, proc.stderr[-2000:])
+        with gzip.open(os.path.join(out, "trace_rank0.json.gz"), "rt") as f:
+            events = json.load(f)["traceEvents"]
+        traced_ms = [e["dur"] / 1000 for e in events if e.get("name") == f"ProfilerStep#{last}"]
+        step_ms, stop_ms = int(logged.group(1)), int(logged.group(2))
+        self.assertLess(step_ms, traced_ms[0] + stop_ms)
         proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--training.steps=3"],
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(proc.returncode, 1)

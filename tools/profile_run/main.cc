@@ -1,9 +1,12 @@
 // profile_run: profiles a few training steps of a job exactly as titan_train runs it (same flags,
 // same ranks), or analyses a hung job's collective flight-recorder dumps.
+#include <algorithm>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -26,7 +29,9 @@ constexpr char kUsage[] =
     "report.html + summary.json for all ranks. Nothing is written to the job's dump folder and\n"
     "no checkpoint is saved or resumed ([checkpoint] initial_load_path still loads).\n"
     "--analyze_comm_trace=DIR reads a job's collective flight-recorder dumps ([comm]\n"
-    "save_traces_folder) and names the collective and the ranks that never issued it.\n\n";
+    "save_traces_folder) and names the collective and the ranks that never issued it.\n"
+    "Flags take --flag=value or --flag value. An earlier run's outputs in DIR (the names above)\n"
+    "are removed first; other files stay.\n\n";
 
 struct Flags {
   titan::ProfileRunOptions profile;
@@ -52,8 +57,12 @@ absl::Status ParseBool(absl::string_view flag, absl::string_view value, bool* ou
   return absl::OkStatus();
 }
 
-// profile_run's own flags (--flag=value); the rest stays for the job config.
+// profile_run's own flags, as --flag=value or --flag value (a bare --profile.gzip is true, as a
+// boolean job key); the rest stays for the job config, which reads both forms too.
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  constexpr absl::string_view kOwnFlags[] = {
+      "--out",          "--profile.warmup",     "--profile.active",
+      "--profile.gzip", "--analyze_comm_trace", "--comm_trace_prefix"};
   Flags flags;
   bool prefix_given = false;
   std::string profile_arg;  // the first argument only profiling reads
@@ -61,7 +70,22 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     const absl::string_view arg = argv[i];
     const size_t eq = arg.find('=');
     const absl::string_view name = arg.substr(0, eq);
-    const absl::string_view value = eq == absl::string_view::npos ? "" : arg.substr(eq + 1);
+    if (std::find(std::begin(kOwnFlags), std::end(kOwnFlags), name) == std::end(kOwnFlags)) {
+      flags.job_args.emplace_back(arg);
+      if (profile_arg.empty()) profile_arg = std::string(arg);
+      continue;
+    }
+    const bool boolean = name == "--profile.gzip";
+    const absl::string_view next = i + 1 < argc ? argv[i + 1] : "--";
+    absl::string_view value;
+    if (eq != absl::string_view::npos) {
+      value = arg.substr(eq + 1);
+    } else if (!absl::StartsWith(next, "--") && (!boolean || next == "true" || next == "false")) {
+      value = next;
+      ++i;
+    } else if (boolean) {
+      value = "true";
+    }
     absl::Status status;
     if (name == "--out") {
       flags.profile.out = std::string(value);
@@ -69,22 +93,20 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       status = ParseInt(name, value, &flags.profile.warmup);
     } else if (name == "--profile.active") {
       status = ParseInt(name, value, &flags.profile.active);
-    } else if (name == "--profile.gzip") {
-      status = ParseBool(name, eq == absl::string_view::npos ? "true" : value, &flags.profile.gzip);
+    } else if (boolean) {
+      status = ParseBool(name, value, &flags.profile.gzip);
     } else if (name == "--analyze_comm_trace") {
       flags.analyze_comm_trace = std::string(value);
-    } else if (name == "--comm_trace_prefix") {
+    } else {
       flags.comm_trace_prefix = std::string(value);
       prefix_given = true;
-    } else {
-      flags.job_args.emplace_back(arg);
     }
     if (!status.ok()) return status;
     if ((name == "--out" || name == "--analyze_comm_trace") && value.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": expected ", name, "=DIR"));
     }
-    if (name != "--analyze_comm_trace" && name != "--comm_trace_prefix") {
-      profile_arg = profile_arg.empty() ? std::string(arg) : profile_arg;
+    if (name != "--analyze_comm_trace" && name != "--comm_trace_prefix" && profile_arg.empty()) {
+      profile_arg = std::string(name);
     }
   }
   // A flag the chosen mode would not read is refused, not ignored.
