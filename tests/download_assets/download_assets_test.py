@@ -237,6 +237,11 @@ class DownloadAssetsTest(unittest.TestCase):
         negative, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--max_retries=-1")
         self.assertEqual(negative.returncode, 2)
         self.assertIn("--max_retries: expected 0 or more, got -1", negative.stderr)
+        for flag, least in (("retry_base_ms", 0), ("retry_max_ms", 0), ("connect_timeout_s", 1),
+                            ("stall_timeout_s", 1), ("max_workers", 1)):
+            refused, _ = self.run_tool("--repo_id=org/model", "--assets=config", f"--{flag}=-1")
+            self.assertEqual(refused.returncode, 2, flag)
+            self.assertIn(f"--{flag}: expected {least} or more, got -1", refused.stderr)
 
     def test_slow_trickle_times_out_and_resumes(self):
         self.serve(trickle={SHARD2: 4})

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -106,9 +107,17 @@ int main(int argc, char** argv) {
   if (absl::Status status = titan::ParseAssets(FLAGS_assets, &options.selection); !status.ok()) {
     return Usage(std::string(status.message()));
   }
-  if (FLAGS_max_workers < 1) return Usage("--max_workers: expected at least 1");
-  if (FLAGS_max_retries < 0) {
-    return Usage(absl::StrCat("--max_retries: expected 0 or more, got ", FLAGS_max_retries));
+  const std::tuple<const char*, int, int> kCounts[] = {
+      {"max_workers", FLAGS_max_workers, 1},
+      {"max_retries", FLAGS_max_retries, 0},
+      {"retry_base_ms", FLAGS_retry_base_ms, 0},
+      {"retry_max_ms", FLAGS_retry_max_ms, 0},
+      {"connect_timeout_s", FLAGS_connect_timeout_s, 1},
+      {"stall_timeout_s", FLAGS_stall_timeout_s, 1}};
+  for (const auto& [name, value, least] : kCounts) {
+    if (value < least) {
+      return Usage(absl::StrCat("--", name, ": expected ", least, " or more, got ", value));
+    }
   }
   options.selection.include = SplitList(FLAGS_include);
   options.selection.exclude = SplitList(FLAGS_exclude);
