@@ -286,7 +286,8 @@ absl::Status WriteTitan(const std::vector<ParameterSource>& params, const Tensor
 }
 
 absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorProducer& producer,
-                       const ModelInfo& info, const std::string& output, ConvertSummary& summary) {
+                       const json& meta_params, const std::string& output,
+                       ConvertSummary& summary) {
   std::vector<std::string> names;
   for (const ParameterSource& param : params) names.push_back(param.titan_name);
   TITAN_RETURN_IF_ERROR(WriteMetaCheckpoint(
@@ -296,7 +297,7 @@ absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorP
         if (tensor.ok()) summary.bytes += tensor->numel() * tensor->element_size();
         return tensor;
       },
-      info.spec->meta->params(info.args)));
+      meta_params));
   summary.tensors = static_cast<int64_t>(params.size());
   summary.files = {"consolidated.00.pth", "params.json"};
   return absl::OkStatus();
@@ -360,10 +361,19 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
                          CheckpointReader::Open(input, options.from));
   TITAN_ASSIGN_OR_RETURN(ModelInfo info,
                          DescribeCheckpoint(*reader, options.model, options.flavor));
-  if (options.to == CheckpointFormat::kMeta && !info.spec->meta) {
-    return absl::InvalidArgumentError(absl::StrCat("--to=meta: ", info.name(),
-                                                   " has no Meta format (", reader->directory(),
-                                                   " holds ", DescribeModelInfo(info), ")"));
+  json meta_params;
+  if (options.to == CheckpointFormat::kMeta) {
+    if (!info.spec->meta) {
+      return absl::InvalidArgumentError(absl::StrCat("--to=meta: ", info.name(),
+                                                     " has no Meta format (", reader->directory(),
+                                                     " holds ", DescribeModelInfo(info), ")"));
+    }
+    absl::StatusOr<json> described = info.spec->meta->params(info.args);
+    if (!described.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--to=meta: ", reader->directory(), ": ", described.status().message()));
+    }
+    meta_params = *std::move(described);
   }
   TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*reader, info));
 
@@ -395,7 +405,7 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
                                        summary));
       break;
     case CheckpointFormat::kMeta:
-      TITAN_RETURN_IF_ERROR(WriteMeta(params, producer, info, output, summary));
+      TITAN_RETURN_IF_ERROR(WriteMeta(params, producer, meta_params, output, summary));
       break;
   }
   LOG(INFO) << "converted " << summary.input << " (" << CheckpointFormatName(reader->format())

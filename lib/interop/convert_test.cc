@@ -43,6 +43,13 @@ ModelInfo SmallModel() {
   return DescribeModel(spec, args, 1, 2);
 }
 
+// SmallModel as Meta's params.json can describe it: Llama 3.1's original length, 8192.
+ModelInfo SmallMetaModel() {
+  ModelInfo info = SmallModel();
+  info.args.rope.original_max_position_embeddings = 8192;
+  return info;
+}
+
 // A custom Qwen3 shape: head_dim 16 independent of dim / heads, qk-norm, tied.
 ModelInfo SmallQwen3() {
   const ModelSpec& spec = **FindModel("qwen3");
@@ -193,11 +200,19 @@ TEST(ConvertTest, Qwen3ToHfAndBackKeepsTensorsAsTheyAre) {
 
 // Meta's format is Llama 3's: read as llama3 unless another family is named.
 TEST(ConvertTest, MetaCheckpointsAreLlama3s) {
-  const ModelInfo info = SmallModel();
   const std::string titan = TestDir("titan"), meta = TestDir("meta"), back = TestDir("back");
-  const NamedTensors weights = SaveTitan(titan, 2, info, /*describe=*/true);
+  SaveTitan(titan, 1, SmallModel(), /*describe=*/true);
   ConvertOptions to_meta;
   to_meta.to = CheckpointFormat::kMeta;
+  // params.json's use_scaled_rope means Meta's fixed original length, 8192.
+  EXPECT_THAT(ConvertCheckpoint(titan, meta, to_meta).status().message(),
+              HasSubstr("--to=meta: " + titan +
+                        "/step-1: Meta's params.json cannot express "
+                        "llama3 RoPE scaling factor 8, low_freq_factor 1, high_freq_factor 4, "
+                        "original_max_position_embeddings 32: "));
+  EXPECT_FALSE(PathExists(meta));
+
+  const NamedTensors weights = SaveTitan(titan, 2, SmallMetaModel(), /*describe=*/true);
   ASSERT_TRUE(ConvertCheckpoint(titan, meta, to_meta).ok());
   ConvertOptions to_titan;
   to_titan.to = CheckpointFormat::kTitan;
@@ -374,7 +389,7 @@ TEST(ConvertTest, RefusesOptionsThatDoNotApplyToTheOutput) {
 
 // A titan checkpoint is read against its manifest's CRC-32s, as the trainer's loader reads it.
 TEST(ConvertTest, RefusesTitanTensorsThatFailTheirChecksum) {
-  const ModelInfo info = SmallModel();
+  const ModelInfo info = SmallMetaModel();
   const std::string titan = TestDir("titan");
   SaveTitan(titan, 3, info, /*describe=*/true);
   CorruptLastByte(titan + "/step-3/model.safetensors");
@@ -398,7 +413,7 @@ TEST(ConvertTest, RefusesTitanTensorsThatFailTheirChecksum) {
 // A conversion stopped (by a signal) or failing after it made the output directory removes it.
 TEST(ConvertTest, LeavesNoOutputWhenStoppedOrFailing) {
   const std::string titan = TestDir("titan"), out = TestDir("out");
-  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  SaveTitan(titan, 3, SmallMetaModel(), /*describe=*/true);
   const std::atomic<int> stop_signal{2};
   for (CheckpointFormat to :
        {CheckpointFormat::kHf, CheckpointFormat::kTitan, CheckpointFormat::kMeta}) {

@@ -46,7 +46,8 @@ struct HfAdapter {
 
 // Meta's consolidated format (params.json + consolidated.00.pth), for families that have one.
 struct MetaAdapter {
-  std::function<nlohmann::json(const TransformerArgs&)> params;
+  // InvalidArgument for a model params.json cannot describe.
+  std::function<absl::StatusOr<nlohmann::json>(const TransformerArgs&)> params;
   std::function<absl::StatusOr<ModelInfo>(const ModelSpec& spec, const nlohmann::json& params,
                                           const std::string& source)>
       describe;

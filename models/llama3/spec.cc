@@ -39,6 +39,15 @@ TransformerArgs Defaults() {
   return args;  // InitConfig's defaults are torchtitan's Llama init
 }
 
+// Llama 3.1's scaling by `factor` (Llama 3.2's 1B and 3B: 32), as Meta's reference code fixes it.
+void SetLlama3Scaling(double factor, RopeConfig& rope) {
+  rope.scaling = RopeScalingType::kLlama3;
+  rope.factor = factor;
+  rope.low_freq_factor = 1;
+  rope.high_freq_factor = 4;
+  rope.original_max_position_embeddings = 8192;
+}
+
 TransformerArgs FromShape(const Llama3Shape& shape) {
   TransformerArgs args = Defaults();
   args.dim = shape.dim;
@@ -48,19 +57,49 @@ TransformerArgs FromShape(const Llama3Shape& shape) {
   args.vocab_size = shape.vocab_size;
   args.ffn_hidden_dim = FeedForwardHiddenDim(shape.dim, shape.multiple_of, shape.ffn_dim_multiplier);
   args.tie_word_embeddings = shape.tied;
-  if (shape.rope_factor > 0) {
-    args.rope.scaling = RopeScalingType::kLlama3;
-    args.rope.factor = shape.rope_factor;
-    args.rope.low_freq_factor = 1;
-    args.rope.high_freq_factor = 4;
-    args.rope.original_max_position_embeddings = 8192;
+  if (shape.rope_factor > 0) SetLlama3Scaling(shape.rope_factor, args.rope);
+  return args;
+}
+
+// `args` with the RoPE Meta's reference code uses given params.json's rope_theta and
+// use_scaled_rope: unscaled, else Llama 3.1's scaling, or Llama 3.2's factor 32 for the shapes of
+// its 1B and 3B. Nothing else about the scaling is written in params.json.
+TransformerArgs WithMetaRope(TransformerArgs args, bool scaled) {
+  const double theta = args.rope.theta;
+  args.rope = Defaults().rope;
+  args.rope.theta = theta;
+  if (!scaled) return args;
+  SetLlama3Scaling(8, args.rope);
+  for (const Llama3Shape& shape : kShapes) {
+    const TransformerArgs flavor = FromShape(shape);
+    TransformerArgs candidate = args;
+    candidate.rope.factor = flavor.rope.factor;
+    candidate.tie_word_embeddings = flavor.tie_word_embeddings;
+    if (flavor.rope.scaling == RopeScalingType::kLlama3 && SameArchitecture(flavor, candidate)) {
+      args.rope.factor = flavor.rope.factor;
+    }
   }
   return args;
 }
 
+std::string DescribeRope(const RopeConfig& rope) {
+  if (rope.scaling == RopeScalingType::kNone) return "no RoPE scaling";
+  if (rope.scaling != RopeScalingType::kLlama3) return "yarn RoPE scaling";
+  return absl::StrCat("llama3 RoPE scaling factor ", rope.factor, ", low_freq_factor ",
+                      rope.low_freq_factor, ", high_freq_factor ", rope.high_freq_factor,
+                      ", original_max_position_embeddings ", rope.original_max_position_embeddings);
+}
+
 // Meta's params.json: the FFN as multiple_of / ffn_dim_multiplier (a flavor's own values, else
-// the pair that reproduces the width exactly).
-nlohmann::json MetaParams(const TransformerArgs& args) {
+// the pair that reproduces the width exactly). RoPE scaling params.json cannot express is refused.
+absl::StatusOr<nlohmann::json> MetaParams(const TransformerArgs& args) {
+  const bool scaled = args.rope.scaling != RopeScalingType::kNone;
+  const TransformerArgs implied = WithMetaRope(args, scaled);
+  if (!SameArchitecture(implied, args)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Meta's params.json cannot express ", DescribeRope(args.rope), ": its use_scaled_rope ",
+        scaled ? "true" : "false", " means ", DescribeRope(implied.rope), " for this shape"));
+  }
   int64_t multiple_of = args.ffn_hidden_dim;
   double multiplier = 0;
   for (const Llama3Shape& shape : kShapes) {
@@ -82,7 +121,7 @@ nlohmann::json MetaParams(const TransformerArgs& args) {
                            {"multiple_of", multiple_of},
                            {"norm_eps", args.norm_eps},
                            {"rope_theta", args.rope.theta},
-                           {"use_scaled_rope", args.rope.scaling == RopeScalingType::kLlama3}};
+                           {"use_scaled_rope", scaled}};
   if (multiplier > 0) params["ffn_dim_multiplier"] = multiplier;
   return params;
 }
@@ -97,19 +136,13 @@ absl::StatusOr<ModelInfo> DescribeMetaParams(const ModelSpec& spec, const nlohma
   }
   TITAN_ASSIGN_OR_RETURN(TransformerArgs args,
                          TransformerArgsFromJson(args_json, Defaults(), source));
-  if (scaled) {
-    // Llama 3.1 scales by 8, Llama 3.2 (1B, 3B, tied) by 32: a shape match says which.
-    args.rope.scaling = RopeScalingType::kLlama3;
-    args.rope.factor = 8;
-    for (const Llama3Shape& shape : kShapes) {
-      TransformerArgs flavor = FromShape(shape);
-      TransformerArgs candidate = args;
-      candidate.rope = flavor.rope;
-      candidate.tie_word_embeddings = flavor.tie_word_embeddings;
-      if (flavor.rope.scaling == RopeScalingType::kLlama3 && SameArchitecture(flavor, candidate)) {
-        args.rope = flavor.rope;
-        args.tie_word_embeddings = flavor.tie_word_embeddings;
-      }
+  args = WithMetaRope(args, scaled);
+  // Llama 3.2's 1B and 3B tie their head to the embedding.
+  for (const Llama3Shape& shape : kShapes) {
+    TransformerArgs candidate = args;
+    candidate.tie_word_embeddings = shape.tied;
+    if (shape.tied && SameArchitecture(FromShape(shape), candidate)) {
+      args.tie_word_embeddings = true;
     }
   }
   ModelInfo info = DescribeModel(spec, args);

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <string>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace titan {
@@ -125,7 +126,7 @@ TEST(Llama3SpecTest, FlavorsRoundTripThroughMatchingAndUnknownOnesListKnownOnes)
 }
 
 TEST(Llama3SpecTest, MetaParamsKeepMetasFfnDescription) {
-  const nlohmann::json params = Spec().meta->params(Spec().Flavor("8B").value());
+  const nlohmann::json params = Spec().meta->params(Spec().Flavor("8B").value()).value();
   EXPECT_EQ(params.at("multiple_of"), 1024);
   EXPECT_EQ(params.at("ffn_dim_multiplier"), 1.3);
   EXPECT_EQ(params.at("use_scaled_rope"), true);
@@ -133,6 +134,36 @@ TEST(Llama3SpecTest, MetaParamsKeepMetasFfnDescription) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->flavor, "8B");
   EXPECT_EQ(info->bos_token_id, 128000);
+}
+
+// params.json says only use_scaled_rope; Meta's code fixes the rest (3.2's 1B and 3B: factor 32).
+TEST(Llama3SpecTest, MetaParamsRefuseScalingParamsJsonCannotExpress) {
+  for (const char* flavor : {"1B", "8B"}) {
+    const TransformerArgs args = Spec().Flavor(flavor).value();
+    absl::StatusOr<nlohmann::json> params = Spec().meta->params(args);
+    ASSERT_TRUE(params.ok()) << params.status();
+    absl::StatusOr<ModelInfo> info = Spec().meta->describe(Spec(), *params, "params.json");
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->flavor, flavor);
+    EXPECT_EQ(info->args.rope.factor, args.rope.factor);
+  }
+  TransformerArgs args = Spec().Flavor("8B").value();
+  args.rope.original_max_position_embeddings = 64;
+  EXPECT_EQ(Spec().meta->params(args).status().message(),
+            "Meta's params.json cannot express llama3 RoPE scaling factor 8, low_freq_factor 1, "
+            "high_freq_factor 4, original_max_position_embeddings 64: its use_scaled_rope true "
+            "means llama3 RoPE scaling factor 8, low_freq_factor 1, high_freq_factor 4, "
+            "original_max_position_embeddings 8192 for this shape");
+  args = Spec().Flavor("debugmodel").value();
+  args.rope.scaling = RopeScalingType::kLlama3;
+  args.rope.factor = 32;
+  EXPECT_THAT(std::string(Spec().meta->params(args).status().message()),
+              ::testing::HasSubstr("cannot express llama3 RoPE scaling factor 32, "));
+  args.rope.scaling = RopeScalingType::kYarn;
+  EXPECT_THAT(std::string(Spec().meta->params(args).status().message()),
+              ::testing::HasSubstr("cannot express yarn RoPE scaling: its use_scaled_rope true"));
+  args.rope.scaling = RopeScalingType::kNone;
+  EXPECT_TRUE(Spec().meta->params(args).ok());
 }
 
 TEST(Llama3SpecTest, MfuCountsTheTiedHeadsMatmul) {

@@ -130,7 +130,19 @@ class InteropTest(unittest.TestCase):
         self.assertAlmostEqual(different[0]["max_abs_diff"], 0.25, places=5)
 
     def test_meta_export_and_import(self):
-        original = self.save_hf(small_config(), torch.bfloat16)
+        # params.json cannot say original_max_position_embeddings 32: refused, nothing written.
+        self.save_hf(small_config(), torch.bfloat16)
+        proc = subprocess.run([CONVERT, "--to=meta", self.path("hf"), self.path("meta")],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("original_max_position_embeddings 32: its use_scaled_rope true means",
+                      proc.stderr)
+        self.assertFalse(os.path.exists(self.path("meta")))
+        shutil.rmtree(self.path("hf"))
+        # Llama 3.1's scaling (original length 8192) is what use_scaled_rope means.
+        original = self.save_hf(small_config(rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}), torch.bfloat16)
         convert(CONVERT, self.path("hf"), self.path("meta"), "--from=hf", "--to=meta")
         with open(self.path("meta/params.json")) as f:
             params = json.load(f)

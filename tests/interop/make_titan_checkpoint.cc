@@ -17,6 +17,8 @@ DEFINE_int64(step, 3, "Step to save as");
 DEFINE_string(logits, "",
               "safetensors file for \"tokens\" [B, S] and titan's \"logits\" [B, S, V]");
 DEFINE_int64(seed, 1234, "Weight seed");
+DEFINE_int64(original_max_position_embeddings, 32,
+             "Llama 3 RoPE scaling's original context (Meta's params.json can say only 8192)");
 
 int main(int argc, char** argv) {
   gflags::ParseCommandLineFlags(&argc, &argv, true);
@@ -38,7 +40,7 @@ int main(int argc, char** argv) {
   // Original context 32 with head_dim 16: RoPE scaling touches low, smoothed and high frequencies.
   args.rope.scaling = titan::RopeScalingType::kLlama3;
   args.rope.factor = 8;
-  args.rope.original_max_position_embeddings = 32;
+  args.rope.original_max_position_embeddings = FLAGS_original_max_position_embeddings;
   const titan::ModelInfo info = titan::DescribeModel(spec, args, 1, 2);
 
   at::manual_seed(FLAGS_seed);

@@ -29,7 +29,8 @@ class TorchtuneTest(unittest.TestCase):
         cls.tmp = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "torchtune_test")
         os.makedirs(cls.tmp, exist_ok=True)
         titan = os.path.join(cls.tmp, "titan")
-        run([MAKE_TITAN, f"--checkpoint_dir={titan}",
+        # Llama 3.1's original context, the one Meta's params.json (use_scaled_rope) can say.
+        run([MAKE_TITAN, f"--checkpoint_dir={titan}", "--original_max_position_embeddings=8192",
              f"--logits={os.path.join(cls.tmp, 'logits.safetensors')}"])
         for to in ("hf", "meta"):
             run([CONVERT, "--from=titan", f"--to={to}", titan, os.path.join(cls.tmp, to)])
