@@ -71,6 +71,17 @@ absl::StatusOr<ModelInfo> InferFromTitanShapes(const CheckpointReader& reader,
                    " (custom shapes need a titan checkpoint that records them)"));
 }
 
+constexpr char kMetaHead[] = "output.weight";
+
+// Whether the checkpoint's output.weight equals its tok_embeddings.weight (dtype, shape, bits).
+absl::StatusOr<bool> HeadCopiesEmbedding(const CheckpointReader& reader) {
+  if (reader.Find("tok_embeddings.weight") == nullptr) return false;
+  TITAN_ASSIGN_OR_RETURN(const at::Tensor head, reader.Get(kMetaHead));
+  TITAN_ASSIGN_OR_RETURN(const at::Tensor embedding, reader.Get("tok_embeddings.weight"));
+  return head.scalar_type() == embedding.scalar_type() && head.sizes() == embedding.sizes() &&
+         head.equal(embedding);
+}
+
 // Meta's params.json, read by the family's Meta adapter: the named family's, else the first
 // registered family that has a Meta format (llama3).
 absl::StatusOr<ModelInfo> DescribeMeta(const CheckpointReader& reader,
@@ -87,7 +98,16 @@ absl::StatusOr<ModelInfo> DescribeMeta(const CheckpointReader& reader,
                      model_name.empty() ? "no registered family" : model_name,
                      model_name.empty() ? " has a Meta format" : " has no Meta format"));
   }
-  return spec->meta->describe(*spec, reader.description(), reader.directory() + "/params.json");
+  TITAN_ASSIGN_OR_RETURN(ModelInfo info, spec->meta->describe(*spec, reader.description(),
+                                                              reader.directory() + "/params.json"));
+  // params.json says nothing of tying. Meta's checkpoints hold output.weight even when the head is
+  // tied (Llama 3.2 1B and 3B: a copy of the embedding), so a copy means tied and anything else
+  // untied; without one, the flavor decides.
+  if (reader.Find(kMetaHead) != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(info.args.tie_word_embeddings, HeadCopiesEmbedding(reader));
+    info.flavor = spec->MatchFlavor(info.args);
+  }
+  return info;
 }
 
 // "a, b, c (41 more)".
@@ -157,10 +177,14 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
                                                              const ModelInfo& info,
                                                              const ModelInfo* holds) {
   const bool hf = reader.format() == CheckpointFormat::kHf;
+  // transformers drops the tied head on save (older writers kept a copy of the embedding); Meta's
+  // checkpoints keep the copy (DescribeMeta calls it tied only then).
+  const char* tied_copy = hf                                           ? "lm_head.weight"
+                          : reader.format() == CheckpointFormat::kMeta ? kMetaHead
+                                                                       : nullptr;
   std::map<std::string, std::string> by_titan_name;  // titan name -> source name
   for (const TensorInfo& tensor : reader.tensors()) {
-    // transformers drops the tied head on save; older writers kept a copy of the embedding.
-    if (hf && info.args.tie_word_embeddings && tensor.name == "lm_head.weight") continue;
+    if (info.args.tie_word_embeddings && tied_copy != nullptr && tensor.name == tied_copy) continue;
     absl::StatusOr<std::string> titan_name =
         hf ? HfToTitanName(tensor.name) : absl::StatusOr<std::string>(tensor.name);
     by_titan_name[titan_name.ok() ? *titan_name : tensor.name] = tensor.name;

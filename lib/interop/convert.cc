@@ -286,19 +286,29 @@ absl::Status WriteTitan(const std::vector<ParameterSource>& params, const Tensor
 }
 
 absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorProducer& producer,
-                       const json& meta_params, const std::string& output,
+                       const ModelInfo& info, const json& meta_params, const std::string& output,
                        ConvertSummary& summary) {
   std::vector<std::string> names;
-  for (const ParameterSource& param : params) names.push_back(param.titan_name);
+  std::vector<const ParameterSource*> sources;
+  for (const ParameterSource& param : params) {
+    names.push_back(param.titan_name);
+    sources.push_back(&param);
+    // Meta's reference model has its own output layer, and Meta's tied checkpoints (Llama 3.2 1B
+    // and 3B) hold a copy of the embedding for it.
+    if (info.args.tie_word_embeddings && param.titan_name == "tok_embeddings.weight") {
+      names.push_back("output.weight");
+      sources.push_back(&param);
+    }
+  }
   TITAN_RETURN_IF_ERROR(WriteMetaCheckpoint(
       output, names,
       [&](size_t i) -> absl::StatusOr<at::Tensor> {
-        absl::StatusOr<at::Tensor> tensor = producer.Produce(params[i]);
+        absl::StatusOr<at::Tensor> tensor = producer.Produce(*sources[i]);
         if (tensor.ok()) summary.bytes += tensor->numel() * tensor->element_size();
         return tensor;
       },
       meta_params));
-  summary.tensors = static_cast<int64_t>(params.size());
+  summary.tensors = static_cast<int64_t>(names.size());
   summary.files = {"consolidated.00.pth", "params.json"};
   return absl::OkStatus();
 }
@@ -405,7 +415,7 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
                                        summary));
       break;
     case CheckpointFormat::kMeta:
-      TITAN_RETURN_IF_ERROR(WriteMeta(params, producer, meta_params, output, summary));
+      TITAN_RETURN_IF_ERROR(WriteMeta(params, producer, info, meta_params, output, summary));
       break;
   }
   LOG(INFO) << "converted " << summary.input << " (" << CheckpointFormatName(reader->format())

@@ -17,6 +17,7 @@
 #include "lib/interop/hf_adapter.h"
 #include "lib/interop/hf_config.h"
 #include "lib/interop/load_weights.h"
+#include "lib/interop/meta_checkpoint.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -223,6 +224,43 @@ TEST(ConvertTest, MetaCheckpointsAreLlama3s) {
   to_titan.model = "qwen3";
   EXPECT_EQ(ConvertCheckpoint(meta, TestDir("x"), to_titan).status().message(),
             meta + ": a Meta checkpoint, and qwen3 has no Meta format");
+}
+
+// Meta's tied checkpoints (Llama 3.2 1B and 3B) hold output.weight as a copy of the embedding:
+// titan writes the copy, and reads a copy back as tied and any other head as untied.
+TEST(ConvertTest, TiedHeadsTravelToMetaAsACopyOfTheEmbedding) {
+  ModelInfo info = SmallMetaModel();
+  info.args.tie_word_embeddings = true;
+  const std::string titan = TestDir("titan"), meta = TestDir("meta"), back = TestDir("back");
+  const NamedTensors weights = SaveTitan(titan, 2, info, /*describe=*/true);
+  ConvertOptions to_meta;
+  to_meta.to = CheckpointFormat::kMeta;
+  ASSERT_TRUE(ConvertCheckpoint(titan, meta, to_meta).ok());
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(meta);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::StatusOr<at::Tensor> head = (*reader)->Get("output.weight");
+  ASSERT_TRUE(head.ok()) << head.status();
+  EXPECT_TRUE(head->equal(Named(weights, "tok_embeddings.weight")));
+
+  ConvertOptions to_titan;
+  to_titan.to = CheckpointFormat::kTitan;
+  ASSERT_TRUE(ConvertCheckpoint(meta, back, to_titan).ok());
+  absl::StatusOr<CheckpointState> loaded = CheckpointManager(back, 0).Load(0);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectBitwiseEqual(loaded->model, weights);
+  EXPECT_TRUE(ModelInfoFromJson(loaded->extra.at("model"), "model")->args.tie_word_embeddings);
+
+  // A head of its own is untied.
+  NamedTensors untied = weights;
+  untied.emplace_back("output.weight", Named(weights, "tok_embeddings.weight") + 1);
+  const std::string own_head = TestDir("own_head"), own_back = TestDir("own_back");
+  ASSERT_TRUE(MakeDirectories(own_head).ok());
+  ASSERT_TRUE(WriteMetaCheckpoint(own_head, untied, (*reader)->description()).ok());
+  ASSERT_TRUE(ConvertCheckpoint(own_head, own_back, to_titan).ok());
+  loaded = CheckpointManager(own_back, 0).Load(0);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(ModelInfoFromJson(loaded->extra.at("model"), "model")->args.tie_word_embeddings);
+  EXPECT_TRUE(Named(loaded->model, "output.weight").equal(Named(untied, "output.weight")));
 }
 
 // Checkpoints written before families existed record Llama3Args' keys and no model name.

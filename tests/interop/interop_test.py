@@ -31,6 +31,11 @@ def small_config(**overrides):
     return transformers.LlamaConfig(**kwargs)
 
 
+# Llama 3.1's scaling (original length 8192): what params.json's use_scaled_rope means.
+META_ROPE_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
 class InteropTest(unittest.TestCase):
     def setUp(self):
         self.tmp = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), self._testMethodName)
@@ -139,10 +144,7 @@ class InteropTest(unittest.TestCase):
                       proc.stderr)
         self.assertFalse(os.path.exists(self.path("meta")))
         shutil.rmtree(self.path("hf"))
-        # Llama 3.1's scaling (original length 8192) is what use_scaled_rope means.
-        original = self.save_hf(small_config(rope_scaling={
-            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}), torch.bfloat16)
+        original = self.save_hf(small_config(rope_scaling=META_ROPE_SCALING), torch.bfloat16)
         convert(CONVERT, self.path("hf"), self.path("meta"), "--from=hf", "--to=meta")
         with open(self.path("meta/params.json")) as f:
             params = json.load(f)
@@ -167,6 +169,26 @@ class InteropTest(unittest.TestCase):
         back = hf_tensors(self.path("back"))
         for name, tensor in hf_tensors(self.path("hf")).items():
             self.assertTrue(torch.equal(tensor, back[name]), name)
+
+    def test_tied_meta_round_trip_is_bitwise_identical(self):
+        original = self.save_hf(small_config(tie_word_embeddings=True,
+                                             rope_scaling=META_ROPE_SCALING), torch.bfloat16)
+        convert(CONVERT, self.path("hf"), self.path("meta"), "--from=hf", "--to=meta")
+        # Meta's tied checkpoints (Llama 3.2 1B, 3B) hold the head as a copy of the embedding.
+        state = torch.load(self.path("meta/consolidated.00.pth"), weights_only=True)
+        self.assertTrue(torch.equal(state["output.weight"], state["tok_embeddings.weight"]))
+        convert(CONVERT, self.path("meta"), self.path("back"), "--from=meta", "--to=hf")
+        original_tensors, back = hf_tensors(self.path("hf")), hf_tensors(self.path("back"))
+        self.assertEqual(sorted(original_tensors), sorted(back))
+        for name, tensor in original_tensors.items():
+            self.assertTrue(torch.equal(tensor.view(torch.uint8), back[name].view(torch.uint8)),
+                            name)
+        model = transformers.LlamaForCausalLM.from_pretrained(self.path("back"),
+                                                              dtype=torch.bfloat16)
+        self.assertTrue(model.config.tie_word_embeddings)
+        tokens = torch.tensor([[1, 5, 9, 3]])
+        with torch.no_grad():
+            self.assertTrue(torch.equal(model(tokens).logits, original(tokens).logits))
 
     def test_meta_pickle_cannot_run_code(self):
         os.makedirs(self.path("evil"))
