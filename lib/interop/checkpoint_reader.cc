@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/directory.h"
@@ -175,8 +176,14 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
   reader->directory_ = path;
   TITAN_ASSIGN_OR_RETURN(reader->description_, ReadHfConfig(path));
   const std::string index_path = absl::StrCat(path, "/", kHfIndexFile);
-  if (!PathExists(index_path)) {
-    TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(path, "/", kHfSingleFile)));
+  const std::string single_path = absl::StrCat(path, "/", kHfSingleFile);
+  // transformers' from_pretrained looks for the single file first.
+  if (PathExists(single_path) || !PathExists(index_path)) {
+    if (PathExists(index_path)) {
+      LOG(WARNING) << path << ": reading " << kHfSingleFile << " as transformers does; "
+                   << kHfIndexFile << " and its shards are ignored";
+    }
+    TITAN_RETURN_IF_ERROR(reader->AddFile(single_path));
     return std::unique_ptr<CheckpointReader>(std::move(reader));
   }
   TITAN_ASSIGN_OR_RETURN(std::string index_text, ReadFile(index_path));

@@ -155,6 +155,34 @@ TEST(ConvertTest, TitanToShardedHfAndBackIsBitwiseIdentical) {
   EXPECT_EQ(HfConfig(*described, "float32"), HfConfig(info, "float32"));
 }
 
+// A folder with both model.safetensors and an index is read as transformers reads it: the single
+// file.
+TEST(ConvertTest, HfSingleFileWinsOverAnIndexAsInTransformers) {
+  const ModelInfo info = SmallModel();
+  const std::string sharded_titan = TestDir("sharded_titan"),
+                    single_titan = TestDir("single_titan");
+  const std::string hf = TestDir("hf"), single = TestDir("single");
+  SaveTitan(sharded_titan, 1, info, /*describe=*/true);
+  CheckpointState state;
+  state.model = RandomWeights(info, 8);
+  state.extra["model"] = ModelInfoToJson(info);
+  ASSERT_TRUE(CheckpointManager(single_titan, 0).Save(1, state, /*model_only=*/true).ok());
+  ConvertOptions sharded;
+  sharded.max_shard_bytes = 8000;
+  ASSERT_TRUE(ConvertCheckpoint(sharded_titan, hf, sharded).ok());
+  ASSERT_TRUE(ConvertCheckpoint(single_titan, single, ConvertOptions()).ok());
+  ASSERT_TRUE(PathExists(hf + "/model.safetensors.index.json"));
+  absl::StatusOr<std::string> bytes = ReadFile(single + "/model.safetensors");
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  ASSERT_TRUE(WriteFileAtomically(hf + "/model.safetensors", *bytes).ok());
+
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->Verify().empty());
+  for (const TensorInfo& tensor : (*reader)->tensors()) EXPECT_EQ(tensor.file, "model.safetensors");
+  EXPECT_TRUE((*reader)->Get("model.norm.weight")->equal(Named(state.model, "norm.weight")));
+}
+
 // Qwen3 keeps its rotate-half q/k as they are, and its q/k norms travel under HF's names.
 TEST(ConvertTest, Qwen3ToHfAndBackKeepsTensorsAsTheyAre) {
   const ModelInfo info = SmallQwen3();
