@@ -210,7 +210,17 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
     differences.push_back(
         absl::StrCat(titan_name, " ", ShapeString(reader.Find(source_name)->shape), " vs absent"));
   }
-  if (differences.empty()) return params;
+  if (differences.empty()) {
+    for (const ParameterSource& param : params) {
+      const TensorInfo* tensor = reader.Find(param.source_name);
+      if (!at::isFloatingType(tensor->scalar_type)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(reader.directory(), ": ", tensor->file, ": tensor '", tensor->name,
+                         "' is ", tensor->dtype, ", expected a floating-point weight"));
+      }
+    }
+    return params;
+  }
   const std::string headline =
       holds != nullptr ? absl::StrCat("checkpoint holds ", DescribeModelInfo(*holds),
                                       ", the model is ", DescribeModelInfo(info))

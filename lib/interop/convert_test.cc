@@ -291,6 +291,31 @@ TEST(ConvertTest, TiedHeadsTravelToMetaAsACopyOfTheEmbedding) {
   EXPECT_TRUE(Named(loaded->model, "output.weight").equal(Named(untied, "output.weight")));
 }
 
+// An integer tensor is no model weight: refused before anything is written or loaded.
+TEST(ConvertTest, RefusesIntegerWeights) {
+  const ModelInfo info = SmallModel();
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  CheckpointState state;
+  state.model = RandomWeights(info, 2);
+  for (auto& [name, tensor] : state.model) {
+    if (name == "norm.weight") tensor = at::ones(tensor.sizes(), at::kLong);
+  }
+  state.extra["model"] = ModelInfoToJson(info);
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, state, /*model_only=*/true).ok());
+  ConvertOptions options;
+  options.dtype = "bf16";
+  EXPECT_EQ(ConvertCheckpoint(titan, out, options).status().message(),
+            titan +
+                "/step-1: model.safetensors: tensor 'norm.weight' is I64, expected a "
+                "floating-point weight");
+  EXPECT_FALSE(PathExists(out));
+  NamedTensors loaded = RandomWeights(info, 4);
+  std::vector<ParamRef> params;
+  for (auto& [name, tensor] : loaded) params.push_back({name, &tensor});
+  EXPECT_THAT(LoadModelWeights(titan, /*in_hf=*/false, info, params).message(),
+              HasSubstr("tensor 'norm.weight' is I64, expected a floating-point weight"));
+}
+
 // Checkpoints written before families existed record Llama3Args' keys and no model name.
 TEST(ConvertTest, OldTitanModelEntriesStillConvertAndLoad) {
   const ModelInfo info = SmallModel();
