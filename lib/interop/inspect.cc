@@ -79,20 +79,22 @@ TensorDifference Compare(const std::string& name, const at::Tensor& a, const at:
     differs = true;
   }
   const at::Tensor flat_a = a.reshape({-1}), flat_b = b.reshape({-1});
+  diff.max_abs_diff = 0;
+  diff.max_rel_diff = 0;
   for (int64_t begin = 0; begin < flat_a.numel(); begin += kChunkElements) {
     const int64_t end = std::min(flat_a.numel(), begin + kChunkElements);
     const at::Tensor x = flat_a.slice(0, begin, end).to(at::kDouble);
     const at::Tensor y = flat_b.slice(0, begin, end).to(at::kDouble);
-    const at::Tensor both_nan = x.isnan() & y.isnan();
-    const at::Tensor same = (x == y) | both_nan;  // Also equal infinities.
-    const at::Tensor abs_diff = at::where(same, at::zeros_like(x), (x - y).abs());
+    const at::Tensor finite = x.isfinite() & y.isfinite();
+    const at::Tensor same = (x == y) | (x.isnan() & y.isnan());  // Also equal infinities.
+    const at::Tensor nonfinite_mismatch = ~finite & ~same;
+    const at::Tensor abs_diff = at::where(finite, (x - y).abs(), at::zeros_like(x));
     const at::Tensor rel_diff = at::where(y != 0, abs_diff / y.abs(), at::zeros_like(x));
-    const at::Tensor outside = (abs_diff > atol + rtol * y.abs()) | (abs_diff.isnan() & ~same);
-    if (outside.any().item<bool>()) differs = true;
-    diff.max_abs_diff =
-        std::max(diff.max_abs_diff, at::nan_to_num(abs_diff, INFINITY).max().item<double>());
-    diff.max_rel_diff =
-        std::max(diff.max_rel_diff, at::nan_to_num(rel_diff, INFINITY).max().item<double>());
+    const int64_t mismatches = nonfinite_mismatch.sum().item<int64_t>();
+    diff.nonfinite_mismatches += mismatches;
+    if (mismatches > 0 || (abs_diff > atol + rtol * y.abs()).any().item<bool>()) differs = true;
+    diff.max_abs_diff = std::max(*diff.max_abs_diff, abs_diff.max().item<double>());
+    diff.max_rel_diff = std::max(*diff.max_rel_diff, rel_diff.max().item<double>());
   }
   return diff;
 }
@@ -269,8 +271,9 @@ json DiffReportToJson(const DiffReport& report) {
   for (const TensorDifference& diff : report.different) {
     different.push_back({{"name", diff.name},
                          {"problem", diff.problem},
-                         {"max_abs_diff", diff.max_abs_diff},
-                         {"max_rel_diff", diff.max_rel_diff}});
+                         {"max_abs_diff", diff.max_abs_diff ? json(*diff.max_abs_diff) : json()},
+                         {"max_rel_diff", diff.max_rel_diff ? json(*diff.max_rel_diff) : json()},
+                         {"nonfinite_mismatches", diff.nonfinite_mismatches}});
   }
   return {{"identical", report.identical()},
           {"compared", report.compared},
@@ -290,9 +293,17 @@ std::string FormatDiffReport(const DiffReport& report) {
     absl::StrAppend(&out, "  only in the second: ", name, "\n");
   }
   for (const TensorDifference& diff : report.different) {
-    absl::StrAppend(&out, absl::StrFormat("  %-50s max abs diff %.6g, max rel diff %.6g%s\n",
-                                          diff.name, diff.max_abs_diff, diff.max_rel_diff,
-                                          diff.problem.empty() ? "" : "; " + diff.problem));
+    absl::StrAppend(&out, absl::StrFormat("  %-50s ", diff.name));
+    if (diff.max_abs_diff) {
+      absl::StrAppend(&out, absl::StrFormat("max abs diff %.6g, max rel diff %.6g",
+                                            *diff.max_abs_diff, *diff.max_rel_diff));
+      if (diff.nonfinite_mismatches > 0) {
+        absl::StrAppend(&out, " (finite elements), ", diff.nonfinite_mismatches,
+                        " NaN/inf element(s) against another value");
+      }
+      if (!diff.problem.empty()) absl::StrAppend(&out, "; ");
+    }
+    absl::StrAppend(&out, diff.problem, "\n");
   }
   return out;
 }

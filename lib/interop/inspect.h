@@ -61,8 +61,10 @@ TensorStats ComputeTensorStats(const at::Tensor& tensor);
 struct TensorDifference {
   std::string name;
   std::string problem;  // Shape or dtype mismatch, or "" when only the values differ.
-  double max_abs_diff = 0;
-  double max_rel_diff = 0;  // |a - b| / |b| over elements where b != 0.
+  // Over elements finite on both sides; absent when the shapes differ (no values compared).
+  std::optional<double> max_abs_diff;
+  std::optional<double> max_rel_diff;  // |a - b| / |b| over elements where b != 0.
+  int64_t nonfinite_mismatches = 0;    // Elements where NaN or an infinity meets another value.
 };
 
 struct DiffReport {
@@ -77,6 +79,8 @@ struct DiffReport {
 
 // Compares two checkpoints tensor by tensor: elements differ when |a - b| > atol + rtol * |b|
 // (NaN equals NaN); rtol = atol = 0 asks for equal values, and a negative tolerance is refused.
+// Tensors of different dtypes differ whatever the tolerances (as torch.testing.assert_close's
+// check_dtype); their values are compared and reported too.
 // Checkpoints of different formats are compared in titan's names and q/k layout (each must hold a
 // registered model).
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,

@@ -168,7 +168,7 @@ TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
   EXPECT_FALSE(diff->identical());
   ASSERT_EQ(diff->different.size(), 1u);
   EXPECT_EQ(diff->different[0].name, "tok_embeddings.weight");
-  EXPECT_NEAR(diff->different[0].max_abs_diff, 0.5, 1e-6);
+  EXPECT_NEAR(*diff->different[0].max_abs_diff, 0.5, 1e-6);
   EXPECT_EQ(diff->only_in_first.size(), 1u);
   EXPECT_THAT(diff->only_in_second, ElementsAre("renamed.weight"));
   EXPECT_THAT(FormatDiffReport(*diff), HasSubstr("DIFFERENT"));
@@ -176,6 +176,38 @@ TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
   diff = DiffCheckpoints(a, b, 0, 0.6);
   ASSERT_TRUE(diff.ok()) << diff.status();
   EXPECT_TRUE(diff->different.empty());
+
+  // NaN against a number is counted apart from the finite elements' differences; a shape
+  // mismatch compares no values; a dtype mismatch differs within any tolerance.
+  state = SmallState(2);
+  for (auto& [name, tensor] : state.model) {
+    if (name == "tok_embeddings.weight") {
+      tensor = tensor.clone();
+      tensor[0][0] = NAN;
+      tensor[0][1] += 0.25;
+    }
+    if (name == "norm.weight") tensor = at::zeros({2});
+    if (name == "output.weight") tensor = tensor.to(at::kBFloat16);
+  }
+  const std::string c = TestDir("c");
+  ASSERT_TRUE(CheckpointManager(c, 0).Save(1, state, true).ok());
+  diff = DiffCheckpoints(a, c, 0, 1);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  const std::string text = FormatDiffReport(*diff);
+  ASSERT_EQ(diff->different.size(), 3u) << text;  // In name order.
+  EXPECT_EQ(diff->different[0].name, "norm.weight");
+  EXPECT_FALSE(diff->different[0].max_abs_diff.has_value());
+  EXPECT_EQ(diff->different[2].name, "tok_embeddings.weight");
+  EXPECT_EQ(diff->different[2].nonfinite_mismatches, 1);
+  EXPECT_NEAR(*diff->different[2].max_abs_diff, 0.25, 1e-6);
+  EXPECT_THAT(text, ::testing::ContainsRegex("norm.weight +shape \\[32\\] vs \\[2\\]\n"));
+  EXPECT_THAT(text, ::testing::ContainsRegex(
+                        "output.weight +max abs diff [0-9.e-]+, max rel diff [0-9.e-]+; dtype "
+                        "Float vs BFloat16\n"));
+  EXPECT_THAT(text, HasSubstr(" (finite elements), 1 NaN/inf element(s) against another value\n"));
+  const nlohmann::json different = DiffReportToJson(*diff).at("different");
+  EXPECT_TRUE(different[0].at("max_abs_diff").is_null());
+  EXPECT_EQ(different[2].at("nonfinite_mismatches"), 1);
 
   // A negative tolerance would call identical tensors different.
   EXPECT_EQ(DiffCheckpoints(a, a, -1, 0).status().message(),

@@ -15,7 +15,10 @@
 DEFINE_bool(stats, false, "Per-tensor min, max, mean, std, NaN and Inf counts");
 DEFINE_bool(verify, false,
             "Integrity: sizes and CRC-32 against a titan manifest; index and headers for hf");
-DEFINE_string(diff, "", "Compare every tensor with this checkpoint");
+DEFINE_string(diff, "",
+              "Compare every tensor with this checkpoint: |a - b| > atol + rtol * |b| differs, "
+              "NaN or inf against another value is counted apart, and a dtype mismatch differs "
+              "whatever the tolerances (as torch.testing.assert_close)");
 DEFINE_double(rtol, 0, "--diff: relative tolerance (>= 0)");
 DEFINE_double(atol, 0, "--diff: absolute tolerance (>= 0)");
 DEFINE_bool(json, false, "Print JSON instead of text");
