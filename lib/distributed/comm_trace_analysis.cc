@@ -65,6 +65,12 @@ absl::StatusOr<std::vector<int>> ParseRanks(const std::string& text) {
 
 absl::StatusOr<RankDump> ReadDump(const std::string& path) {
   TITAN_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
+  // LibTorch's unpickler reads protocol 2, what c10d writes, and would name another as a raw byte.
+  if (bytes.size() >= 2 && bytes[0] == '\x80' && bytes[1] != 2) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": pickle protocol ", static_cast<int>(static_cast<unsigned char>(bytes[1])),
+        ", expected 2 (what c10d writes; re-pickle with pickle.dump(..., protocol=2))"));
+  }
   RankDump dump;
   try {
     const c10::impl::GenericDict root =
@@ -116,16 +122,38 @@ std::string Disagreement(const std::map<int, const Entry*>& issued) {
 absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
                                                    const std::string& prefix) {
   std::map<int, RankDump> dumps;
+  std::map<int, std::string> paths;
   std::error_code error;
   for (const auto& file : std::filesystem::directory_iterator(folder, error)) {
     absl::string_view name = file.path().filename().native();
     int rank = 0;
     if (!absl::ConsumePrefix(&name, prefix) || !absl::SimpleAtoi(name, &rank)) continue;
-    TITAN_ASSIGN_OR_RETURN(dumps[rank], ReadDump(file.path().string()));
+    paths[rank] = file.path().string();
+    TITAN_ASSIGN_OR_RETURN(dumps[rank], ReadDump(paths[rank]));
   }
   if (error) return absl::NotFoundError(absl::StrCat(folder, ": ", error.message()));
   if (dumps.empty()) {
     return absl::NotFoundError(absl::StrCat(folder, ": no dumps named ", prefix, "<rank>"));
+  }
+  // A rank records the groups it is a member of (ranks "[]": all of them); a dump whose groups lack
+  // its file's rank is another rank's, or another job's.
+  int world_size = 0;
+  for (const auto& [rank, dump] : dumps) {
+    for (const auto& [name, ranks] : dump.group_ranks) {
+      for (int member : ranks) world_size = std::max(world_size, member + 1);
+    }
+  }
+  for (const auto& [rank, dump] : dumps) {
+    const bool member = std::any_of(
+        dump.group_ranks.begin(), dump.group_ranks.end(), [rank = rank](const auto& group) {
+          return group.second.empty() ||
+                 std::count(group.second.begin(), group.second.end(), rank) > 0;
+        });
+    if (!dump.group_ranks.empty() && !member) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(paths[rank], ": rank ", rank, " is in none of the process groups it records",
+                       " (the dumps' groups make a world of ", world_size, " ranks)"));
+    }
   }
   CommTraceVerdict verdict;
   std::map<std::string, std::vector<int>> groups;

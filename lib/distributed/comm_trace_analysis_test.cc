@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/distributed/comm_trace.h"
+#include "lib/util/file_util.h"
 
 namespace titan {
 namespace {
@@ -108,6 +109,35 @@ TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
   verdict = AnalyzeCommTraces(folder);
   ASSERT_TRUE(verdict.ok()) << verdict.status();
   EXPECT_THAT(verdict->missing_dumps, ElementsAre(3));
+}
+
+// A dump under another rank's name (here rank 1's as rank 5 of a 4-rank job) is refused.
+TEST(CommTraceAnalysisTest, RefusesADumpOfNoneOfItsGroupsRanks) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/foreign");
+  std::filesystem::remove_all(folder);
+  for (int rank = 0; rank < 4; ++rank) WriteDump(folder, rank, {{"world", "all_reduce", 16}});
+  ASSERT_TRUE(AnalyzeCommTraces(folder).ok());
+  std::filesystem::copy_file(folder + "/rank_1", folder + "/rank_5");
+  EXPECT_EQ(AnalyzeCommTraces(folder).status().message(),
+            folder +
+                "/rank_5: rank 5 is in none of the process groups it records (the dumps' "
+                "groups make a world of 4 ranks)");
+}
+
+// LibTorch's unpickler reads protocol 2 only; another is named by its number.
+TEST(CommTraceAnalysisTest, NamesAnotherPickleProtocolByNumber) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/protocol");
+  std::filesystem::remove_all(folder);
+  WriteDump(folder, 0, {{"world", "all_reduce", 16}});
+  const std::string path = folder + "/rank_0";
+  std::string bytes = *ReadFile(path);
+  ASSERT_EQ(bytes.substr(0, 2), std::string("\x80\x02"));
+  bytes[1] = 4;
+  ASSERT_TRUE(WriteFileAtomically(path, bytes).ok());
+  EXPECT_EQ(AnalyzeCommTraces(folder).status().message(),
+            path +
+                ": pickle protocol 4, expected 2 (what c10d writes; re-pickle with "
+                "pickle.dump(..., protocol=2))");
 }
 
 TEST(CommTraceAnalysisTest, AnEmptyFolderIsAnError) {
