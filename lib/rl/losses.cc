@@ -53,10 +53,21 @@ std::pair<at::Tensor, at::Tensor> Gae(const at::Tensor& rewards, const at::Tenso
 }
 
 at::Tensor Whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean) {
+  return Whiten(x, mask, shift_mean, [](const at::Tensor& local) { return local; }).value();
+}
+
+absl::StatusOr<at::Tensor> Whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean,
+                                  const SumOverRanks& sum_over_ranks) {
   const at::Tensor m = mask.to(x.scalar_type());
-  const at::Tensor n = m.sum();
-  const at::Tensor mean = (x * m).sum() / n;
-  const at::Tensor var = ((x - mean).square() * m).sum() / (n - 1);
+  // Two passes (mean, then squared deviations from it), as the one-process formula computes them.
+  absl::StatusOr<at::Tensor> totals = sum_over_ranks(at::stack({(x * m).sum(), m.sum()}));
+  if (!totals.ok()) return totals.status();
+  const at::Tensor sums = totals->to(x.options());
+  const at::Tensor n = sums[1];
+  const at::Tensor mean = sums[0] / n;
+  absl::StatusOr<at::Tensor> squares = sum_over_ranks(((x - mean).square() * m).sum());
+  if (!squares.ok()) return squares.status();
+  const at::Tensor var = squares->to(x.options()) / (n - 1);
   at::Tensor whitened = (x - mean) * at::rsqrt(var + 1e-8);
   if (!shift_mean) whitened = whitened + mean;
   return whitened;

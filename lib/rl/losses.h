@@ -8,7 +8,10 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <utility>
+
+#include "absl/status/statusor.h"
 
 namespace titan {
 
@@ -36,9 +39,15 @@ at::Tensor ClippedValueLoss(const at::Tensor& values, const at::Tensor& old_valu
 std::pair<at::Tensor, at::Tensor> Gae(const at::Tensor& rewards, const at::Tensor& values,
                                       const at::Tensor& mask, double gamma, double lam);
 
+// Sums a tensor over the data-parallel ranks (a collective, which can fail).
+using SumOverRanks = std::function<absl::StatusOr<at::Tensor>(const at::Tensor&)>;
+
 // (x - mean) / sqrt(var + 1e-8) over the tokens where `mask` is 1, var with Bessel's correction
-// (TRL's masked_whiten); shift_mean=false adds the mean back.
+// (TRL's masked_whiten); shift_mean=false adds the mean back. With `sum_over_ranks`, the mean and
+// variance are the whole batch's across ranks (each rank holding its share of x and mask).
 at::Tensor Whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean = true);
+absl::StatusOr<at::Tensor> Whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean,
+                                  const SumOverRanks& sum_over_ranks);
 
 enum class GroupStd { kPopulation, kBessel, kNone };
 // GRPO advantages of `rewards` [N] laid out as consecutive groups of `group_size`:

@@ -140,7 +140,14 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     const at::Tensor last = (mask.sum(1).to(at::kLong) - 1).clamp_min(0);
     token_rewards.scatter_add_(1, last.unsqueeze(1), rewards.unsqueeze(1));
     std::tie(advantages, returns) = Gae(token_rewards, old_values, mask, rl.gamma(), rl.lam());
-    if (rl.whiten_advantages()) advantages = Whiten(advantages, mask) * mask;
+    if (rl.whiten_advantages()) {
+      // Over the global batch: per-rank statistics would make the update depend on the ranks.
+      TITAN_ASSIGN_OR_RETURN(
+          const at::Tensor whitened,
+          Whiten(advantages, mask, /*shift_mean=*/true,
+                 [this](const at::Tensor& local) { return ReduceOverDp(local, ReduceOp::kSum); }));
+      advantages = whitened * mask;
+    }
   } else {
     if (rows % rl.group_size() != 0) {
       return absl::InvalidArgumentError(absl::StrCat(rows, " rollouts do not split into groups of ",

@@ -68,22 +68,25 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(rows[1]["reward_margin"], 0.0)
         self.assertEqual(rows[1]["preference_accuracy"], 0.5)
 
-    def rollouts(self):
-        """Fixed rollouts: two prompts, four responses each, rewards 1 (right) or 0."""
+    def rollouts(self, second_reward=1.0):
+        """Fixed rollouts: two prompts, four responses each, rewards 0 (wrong) or 1 (right; the
+        second prompt's `second_reward`)."""
         rows = []
-        for prompt, good in [("Sort: c a b", "a b c"), ("Sort: h e f", "e f h")]:
+        for prompt, good, reward in [("Sort: c a b", "a b c", 1.0),
+                                     ("Sort: h e f", "e f h", second_reward)]:
             for g in range(4):
                 response = f" #### {good}" if g % 2 == 0 else " #### b a c"
-                rows.append({"prompt": prompt, "response": response, "reward": float(g % 2 == 0)})
-        path = os.path.join(self.root, "rollouts.jsonl")
+                rows.append({"prompt": prompt, "response": response,
+                             "reward": reward if g % 2 == 0 else 0.0})
+        path = os.path.join(self.root, f"rollouts_{second_reward}.jsonl")
         common.write_jsonl(path, rows)
         return path
 
-    def step_on_rollouts(self, name, *flags):
+    def step_on_rollouts(self, name, *flags, second_reward=1.0):
         """One titan_rl step on self.rollouts(): its JSON summary and the weights it wrote."""
         dump, cmd = self.job("step_" + name, "--rl.kl_coef=0.05", "--rl.ppo_epochs=2",
                              "--rl.learning_rate=1e-5", "--json", *flags)
-        cmd.insert(1, f"--step_rollouts={self.rollouts()}")
+        cmd.insert(1, f"--step_rollouts={self.rollouts(second_reward)}")
         out = common.run(cmd).stdout
         # With --nproc_per_node every line carries a "[rank N] " prefix.
         summary = json.loads([l[l.index("{"):] for l in out.splitlines() if "{" in l][-1])
@@ -112,6 +115,22 @@ class TitanRlTest(unittest.TestCase):
         self.assert_same_step(one, fsdp, ("1 process", "FSDP 2"), 1e-5)
         self.assertEqual(one[0]["loss"], 0.0)  # advantages ±1 over equal tokens: the mean cancels
         self.assertLess(abs(fsdp[0]["loss"]), 1e-7)
+
+    def test_ppo_whitening_over_two_ranks_equals_one_process(self):
+        # Each rank holds one prompt's rollouts, whose rewards (1 vs 3) give the ranks other
+        # advantage statistics: whitened over the global batch, the step is the one process's.
+        flags = [*self.algorithm("ppo"), "--rl.whiten_advantages=true",
+                 "--training.local_batch_size=2"]
+        one = self.step_on_rollouts("ppo_one", *flags, second_reward=3.0)
+        # DDP: FSDP's sharded gradient reduction alone moves the norm by ~6e-6 relative.
+        two = self.step_on_rollouts("ppo_two", "--nproc_per_node=2", *flags,
+                                    "--parallelism.data_parallel_replicate_degree=2",
+                                    "--parallelism.data_parallel_shard_degree=1",
+                                    second_reward=3.0)
+        # 1e-6: the ranks sum their halves' statistics and gradients in another order (fp32).
+        self.assert_same_step(one, two, ("1 process", "2 processes"), 1e-6)
+        for key in ("loss", "value_loss"):
+            self.assertLess(abs(one[0][key] - two[0][key]), 1e-6 * max(abs(one[0][key]), 1e-6), key)
 
     def test_chunked_head_equals_full_logits(self):
         # [training] loss_chunk_size: log-probabilities and entropies 5 tokens at a time, PPO (its
