@@ -15,12 +15,10 @@
 #include "nlohmann/json.hpp"
 
 namespace titan {
-namespace {
 
-// Rewrites `path` (atomically) without the rows of steps after `step` (step < 0: none), and
-// without a last row cut short (a run that died mid-write, e.g. on a full disk), which would
-// break every JSON-lines reader. Other rows it cannot read stay.
 absl::Status DropRowsAfter(const std::string& path, int64_t step) {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return absl::OkStatus();
   TITAN_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   const size_t complete = text.rfind('\n') + 1;  // 0 when no line is complete
   const bool cut_short = complete < text.size();
@@ -51,6 +49,8 @@ absl::Status DropRowsAfter(const std::string& path, int64_t step) {
   }
   return WriteFileAtomically(path, kept);
 }
+
+namespace {
 
 // ANSI escapes, one color per field as in torchtitan's log line.
 constexpr char kRed[] = "\033[31m";
@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
   std::string jsonl_path = absl::StrCat(options.dump_folder, "/metrics.jsonl");
   if (!options.restart_id.empty()) {
     absl::StrAppend(&jsonl_path, ".restart-", options.restart_id);
-  } else if (std::filesystem::exists(jsonl_path, error)) {
+  } else {
     TITAN_RETURN_IF_ERROR(DropRowsAfter(jsonl_path, options.resumed_step));
   }
   // Appended, so a resumed run continues the same file.

@@ -45,6 +45,12 @@ struct MetricsLoggerOptions {
   std::string restart_id;
 };
 
+// Rewrites the JSON-lines file `path` (atomically; a missing one stays missing) without the rows
+// whose "step" is after `step` (step < 0: none), and without a last row cut short (a run that died
+// mid-write, e.g. on a full disk), which would break every JSON-lines reader. Other rows it cannot
+// read stay. A resumed run's per-step logs drop the steps it redoes this way.
+absl::Status DropRowsAfter(const std::string& path, int64_t step);
+
 // The log line for one step, e.g.
 // "step: 12  loss:  5.1234  grad_norm:  1.2345  lr: 8.0e-04  memory:  0.52GiB  tps: 12,345
 // tflops: 0.12  mfu: 0.05%", with ANSI colors when `color`.

@@ -313,13 +313,18 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
   return std::accumulate(rewards.begin(), rewards.end(), 0.0) / rewards.size();
 }
 
+std::string RlTrainer::RolloutsPath() const {
+  return absl::StrCat(config_.job().dump_folder(),
+                      runtime_.rank() == 0
+                          ? "/rollouts.jsonl"
+                          : absl::StrCat("/rollouts_rank", runtime_.rank(), ".jsonl"));
+}
+
 absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examples,
                                       const std::vector<std::string>& responses,
                                       const std::vector<double>& rewards,
                                       const Generation& generation) {
-  const std::string path = absl::StrCat(
-      config_.job().dump_folder(),
-      runtime_.rank() == 0 ? "/rollouts.jsonl" : absl::StrCat("/rollouts_rank", runtime_.rank(), ".jsonl"));
+  const std::string path = RolloutsPath();
   std::FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) return ErrnoError("open", path);
   const at::Tensor logprobs = generation.logprobs.cpu();

@@ -113,6 +113,8 @@ class RlTrainer {
   // `values` reduced over the data-parallel ranks, as doubles on the host: one read and one
   // collective.
   absl::StatusOr<at::Tensor> ReduceOverDp(const at::Tensor& values, ReduceOp op) const;
+  // This rank's rollouts file: rollouts.jsonl (rank 0), rollouts_rank<r>.jsonl.
+  std::string RolloutsPath() const;
   absl::Status WriteRollouts(const std::vector<const RlExample*>& examples,
                              const std::vector<std::string>& responses,
                              const std::vector<double>& rewards, const Generation& generation);

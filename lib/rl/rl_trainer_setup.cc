@@ -6,6 +6,7 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/config/job_config.h"
+#include "lib/metrics/metrics_logger.h"
 #include "lib/rl/examples.h"
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_trainer.h"
@@ -110,6 +111,8 @@ absl::Status RlTrainer::Init(bool training_run) {
   if (training_run) {
     TITAN_ASSIGN_OR_RETURN(metrics_,
                            BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
+    // The rollouts of the steps the run redoes go, as their metrics rows do.
+    TITAN_RETURN_IF_ERROR(DropRowsAfter(RolloutsPath(), LogsResumedStep(checkpointer_.get())));
   }
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);

@@ -453,8 +453,8 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& con
         UnderDumpFolder(config, config.metrics().save_tb_folder()) + rank_folder;
   }
   metrics.disable_color_printing = config.metrics().disable_color_printing();
-  // A fresh run (step 0) appends after whatever an earlier run in the folder logged.
-  metrics.resumed_step = restart_id.empty() ? resumed_step : -1;
+  // A fresh run (step 0) or a restart appends after whatever an earlier run in the folder logged.
+  metrics.resumed_step = resumed_step;
   metrics.restart_id = restart_id;
   return MetricsLogger::Create(metrics);
 }

@@ -110,7 +110,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 // metrics.jsonl and TensorBoard; null on ranks that write none. The job's metrics come from rank
 // 0, or with pipeline parallelism from the first rank of the last stage (which has the loss);
 // [metrics] save_for_all_ranks: every rank, the others under <dump>/rank_<r>/. `resumed_step`:
-// the step a resumed run continues from (-1: a fresh run), whose later rows are dropped.
+// the step a resumed run continues from (-1: a fresh run or a restart), whose later rows are
+// dropped.
 // `restart_id` non-empty: the run counts from 0 again over the folder's steps (see
 // MetricsLoggerOptions::restart_id).
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,

@@ -275,12 +275,17 @@ absl::Status TrainCheckpointer::ExportHf(int64_t step, const NamedTensors& model
   return absl::OkStatus();
 }
 
+int64_t LogsResumedStep(const TrainCheckpointer* checkpointer) {
+  if (checkpointer == nullptr || checkpointer->restart_pending()) return -1;
+  return checkpointer->resumed_step();
+}
+
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildResumedMetrics(
     const JobConfig& config, const DistributedRuntime& runtime, const RunSetup& setup,
     TrainCheckpointer* checkpointer) {
   TITAN_ASSIGN_OR_RETURN(
       std::unique_ptr<MetricsLogger> metrics,
-      BuildMetrics(config, runtime, checkpointer ? checkpointer->resumed_step() : -1,
+      BuildMetrics(config, runtime, LogsResumedStep(checkpointer),
                    checkpointer && checkpointer->restart_pending() ? setup.run_id : ""));
   if (checkpointer && metrics) {
     checkpointer->OnSetAside([logger = metrics.get()] { return logger->CommitRestart(); });

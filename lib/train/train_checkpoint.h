@@ -108,6 +108,11 @@ class TrainCheckpointer {
   std::function<absl::Status()> on_set_aside_;
 };
 
+// The step after which a run's per-step logs (metrics.jsonl, titan_rl's rollouts) drop the rows
+// an earlier run wrote (DropRowsAfter): the resumed step, or -1 for a fresh run (null
+// `checkpointer`: none) and a restart, whose rows wait for its first save.
+int64_t LogsResumedStep(const TrainCheckpointer* checkpointer);
+
 // BuildMetrics for a run that resumed through `checkpointer` (null: none): rows after the
 // resumed step dropped, and a restart's metrics taking over at its first save (CommitRestart).
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildResumedMetrics(

@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -163,6 +164,24 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(ra, rb)
         print(f"resumed at step 2: steps 3-4 equal bitwise ({len(ra)} rollouts, "
               f"losses {[m['loss'] for m in b]})")
+
+    def test_resume_drops_the_rollouts_of_the_steps_it_redoes(self):
+        # A run that died during step 4 after saving step 2 (its step-4 checkpoint removed):
+        # the rerun redoes steps 3 and 4, whose rows the dead run wrote, and they go.
+        dump, cmd = self.job("redo", "--checkpoint.enable=true", "--checkpoint.interval=2",
+                             "--checkpoint.last_save_model_only=false", "--training.steps=4",
+                             "--rl.reward=command",
+                             "--rl.reward_command=awk '{print length($0) % 3}'")
+        common.run(cmd)
+        path = os.path.join(dump, "rollouts.jsonl")
+        first = common.read_jsonl(path)
+        shutil.rmtree(os.path.join(dump, "checkpoint", "step-4"))
+        common.run(cmd)
+        again = common.read_jsonl(path)
+        self.assertEqual([r["step"] for r in again], [r["step"] for r in first])
+        self.assertEqual([r["step"] for r in again], sorted(r["step"] for r in again))
+        self.assertEqual(again, first)  # the redone steps sample what they did
+        self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1, 2, 3, 4])
 
     def test_another_kind_of_run_does_not_resume_the_steps(self):
         ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
