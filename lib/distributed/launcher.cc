@@ -69,10 +69,11 @@ absl::StatusOr<int> PickFreePort() {
   return ntohs(addr.sin_port);
 }
 
-// One child's output stream, passed through line by line with the rank prefix.
+// One child's output stream, passed through line by line with its prefix ("[rank N] ", or none).
 struct Stream {
   int fd = -1;
   int target_fd = 1;
+  std::string prefix;
   std::string pending;
 };
 
@@ -83,7 +84,8 @@ struct Child {
   Stream streams[2];
 };
 
-void EmitLines(const std::string& prefix, Stream& stream, bool flush) {
+void EmitLines(Stream& stream, bool flush) {
+  const std::string& prefix = stream.prefix;
   size_t start = 0;
   std::string out;
   for (size_t nl = stream.pending.find('\n'); nl != std::string::npos;
@@ -216,8 +218,10 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       break;
     }
     children[rank].pid = pid;
-    children[rank].streams[0] = {out_pipe[0], STDOUT_FILENO, ""};
-    children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, ""};
+    const std::string prefix = absl::StrCat("[rank ", rank, "] ");
+    children[rank].streams[0] = {out_pipe[0], STDOUT_FILENO,
+                                 rank == options.plain_stdout_rank ? "" : prefix, ""};
+    children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, prefix, ""};
   }
 
   int failure_status = 0;  // The first failing rank's.
@@ -324,14 +328,13 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       char buffer[65536];
       ssize_t n = read(stream.fd, buffer, sizeof(buffer));
       if (n < 0 && errno == EINTR) continue;
-      const std::string prefix = absl::StrCat("[rank ", rank, "] ");
       if (n <= 0) {
-        EmitLines(prefix, stream, /*flush=*/true);
+        EmitLines(stream, /*flush=*/true);
         close(stream.fd);
         stream.fd = -1;
       } else {
         stream.pending.append(buffer, static_cast<size_t>(n));
-        EmitLines(prefix, stream, /*flush=*/false);
+        EmitLines(stream, /*flush=*/false);
       }
     }
   }
@@ -340,7 +343,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
     Child& child = children[rank];
     for (Stream& stream : child.streams) {
       if (stream.fd < 0) continue;
-      EmitLines(absl::StrCat("[rank ", rank, "] "), stream, /*flush=*/true);
+      EmitLines(stream, /*flush=*/true);
       close(stream.fd);
     }
     if (child.pid > 0 && !child.exited) {
@@ -380,7 +383,7 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {
 }
 
 int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
-                  const std::function<absl::Status()>& run) {
+                  const std::function<absl::Status()>& run, const LaunchOptions& launch) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::cout << help;
@@ -395,7 +398,7 @@ int RunRankedTool(int argc, char** argv, const std::string& name, const std::str
   }
   absl::StatusOr<int> nproc = NprocPerNodeFlag(argc, argv);
   if (nproc.ok() && *nproc > 0) {
-    absl::StatusOr<int> exit_code = LaunchLocalRanks(*nproc, argc, argv);
+    absl::StatusOr<int> exit_code = LaunchLocalRanks(*nproc, argc, argv, launch);
     if (exit_code.ok()) return *exit_code;
     nproc = exit_code.status();
   }

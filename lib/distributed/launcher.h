@@ -13,16 +13,19 @@ namespace titan {
 struct LaunchOptions {
   // How long the other ranks get to exit after a rank failed before SIGKILL.
   absl::Duration grace_period = absl::Seconds(5);
+  // The rank whose stdout passes through without the "[rank N] " prefix (-1: none), for a tool
+  // whose rank 0 alone prints machine-readable output (titan_rl --json).
+  int plain_stdout_rank = -1;
 };
 
 // Runs `nproc` copies of this executable (/proc/self/exe) on this host, like torchrun standalone:
 // argv without --nproc_per_node, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT set (a free MASTER_PORT when none is given), every output line prefixed with
-// "[rank N] ", SIGINT/SIGTERM/SIGUSR1 forwarded (a second SIGINT/SIGTERM kills the ranks). When a
-// rank fails (exits non-zero, not of a signal the launcher sent it) the others get SIGTERM (unless
-// a forwarded SIGINT/SIGTERM is stopping them already), then SIGKILL after the grace period.
-// Returns the first failing rank's exit status (128+signal when killed), else 128+signal when a
-// rank died of a signal the launcher sent it, else 0.
+// "[rank N] " (but options.plain_stdout_rank's stdout), SIGINT/SIGTERM/SIGUSR1 forwarded (a second
+// SIGINT/SIGTERM kills the ranks). When a rank fails (exits non-zero, not of a signal the launcher
+// sent it) the others get SIGTERM (unless a forwarded SIGINT/SIGTERM is stopping them already),
+// then SIGKILL after the grace period. Returns the first failing rank's exit status (128+signal
+// when killed), else 128+signal when a rank died of a signal the launcher sent it, else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 
@@ -32,10 +35,11 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
 
 // The main() of a tool that may start its own ranks (titan_train, titan_rl): --help or -h prints
 // `help`; logs go to stderr; under `bazel run` relative paths mean the user's directory;
-// --nproc_per_node=N launches N local ranks of this binary (LaunchLocalRanks), else `run` runs
-// here. A failure prints "<name>: <message>" on stderr. Returns the process's exit code.
+// --nproc_per_node=N launches N local ranks of this binary (LaunchLocalRanks with `launch`), else
+// `run` runs here. A failure prints "<name>: <message>" on stderr. Returns the process's exit code.
 int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
-                  const std::function<absl::Status()>& run);
+                  const std::function<absl::Status()>& run,
+                  const LaunchOptions& launch = LaunchOptions());
 
 }  // namespace titan
 

@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
         absl::SimpleAtoi(arg, &nproc)) {
       titan::LaunchOptions options;
       options.grace_period = absl::Milliseconds(500);
+      // Unset: -1, every rank's stdout prefixed.
+      if (!absl::SimpleAtoi(Env("FAKE_PLAIN_STDOUT_RANK"), &options.plain_stdout_rank)) {
+        options.plain_stdout_rank = -1;
+      }
       absl::StatusOr<int> status = titan::LaunchLocalRanks(nproc, argc, argv, options);
       if (!status.ok()) {
         fprintf(stderr, "%s\n", std::string(status.status().message()).c_str());

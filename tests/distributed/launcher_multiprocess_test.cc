@@ -17,8 +17,10 @@
 namespace titan {
 namespace {
 
+using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::StartsWith;
 using ::testing::UnorderedElementsAreArray;
 
 std::string FakeRank() {
@@ -79,6 +81,22 @@ TEST(LaunchLocalRanksTest, SetsEnvironmentDropsFlagAndPrefixesEveryLine) {
   }
   EXPECT_THAT(out, UnorderedElementsAreArray(expected_out));
   EXPECT_THAT(Lines(launcher->Stderr()), UnorderedElementsAreArray(expected_err));
+}
+
+TEST(LaunchLocalRanksTest, PlainStdoutRankPassesItsStdoutAsIs) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"},
+      {{"FAKE_RANK_MODE", "print"}, {"FAKE_PLAIN_STDOUT_RANK", "0"}}, OutputPrefix("plain"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0) << launcher->Stderr();
+  const std::vector<std::string> out = Lines(launcher->Stdout());
+  ASSERT_EQ(out.size(), 2u) << launcher->Stdout();
+  EXPECT_THAT(out, Contains(StartsWith("rank=0 ")));
+  EXPECT_THAT(out, Contains(StartsWith("[rank 1] rank=1 ")));
+  // Its stderr keeps the prefix: logs still say whose they are.
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("[rank 0] to stderr"));
 }
 
 TEST(LaunchLocalRanksTest, SeparateValueFormOfFlagIsDroppedAndMasterPortKept) {

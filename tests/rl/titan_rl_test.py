@@ -88,9 +88,7 @@ class TitanRlTest(unittest.TestCase):
         dump, cmd = self.job("step_" + name, "--rl.kl_coef=0.05", "--rl.ppo_epochs=2",
                              "--rl.learning_rate=1e-5", "--json", *flags)
         cmd.insert(1, f"--step_rollouts={self.rollouts(second_reward)}")
-        out = common.run(cmd).stdout
-        # With --nproc_per_node every line carries a "[rank N] " prefix.
-        summary = json.loads([l[l.index("{"):] for l in out.splitlines() if "{" in l][-1])
+        summary = json.loads(common.run(cmd).stdout)  # one line, with any --nproc_per_node
         return summary, load_file(summary["weights"])
 
     def assert_same_step(self, a, b, names, tolerance):
@@ -312,6 +310,30 @@ class TitanRlTest(unittest.TestCase):
                               stderr)
         with open(prompts) as f:
             self.assertEqual(f.read(), before)
+
+    def test_generate_over_two_ranks_writes_one_file_and_one_summary(self):
+        prompts = os.path.join(self.root, "five_prompts.jsonl")
+        common.write_jsonl(prompts, [{"prompt": f"Sort: {c} a", "answer": f"a {c}"}
+                                     for c in "bcdef"])
+        for nproc in (1, 2):
+            output = os.path.join(self.root, f"generated_{nproc}", "out.jsonl")
+            os.makedirs(os.path.dirname(output), exist_ok=True)
+            _, cmd = self.job(f"generate_{nproc}", f"--nproc_per_node={nproc}", "--generate",
+                              "--json", f"--output={output}", f"--rl.prompts_path={prompts}",
+                              "--rl.temperature=0")
+            summary = json.loads(common.run(cmd).stdout)  # one line, no "[rank 0] " prefix
+            rows = common.read_jsonl(output)
+            self.assertEqual([r["prompt"] for r in rows], [f"Sort: {c} a" for c in "bcdef"])
+            self.assertEqual(summary["prompts"], 5)
+            self.assertEqual(summary["generated_tokens"], sum(len(r["response_ids"]) for r in rows))
+            self.assertEqual(os.listdir(os.path.dirname(output)), ["out.jsonl"])  # no rank parts
+
+    def test_step_rollouts_that_split_into_no_groups_per_rank_are_refused(self):
+        path = os.path.join(self.root, "twelve_rollouts.jsonl")
+        common.write_jsonl(path, [{"prompt": "Sort: b a", "response": " #### a b", "reward": 1}] * 12)
+        stderr = self.refusal("step_twelve", "--nproc_per_node=2", f"--step_rollouts={path}")
+        self.assertIn(f"{path}: 12 rollouts over 2 ranks: each rank takes a share of 6, which does "
+                      "not split into [rl] group_size = 4 groups (give a multiple of 8)", stderr)
 
     def test_prompts_without_answers_are_refused_by_verifiers(self):
         prompts = os.path.join(self.root, "no_answer.jsonl")

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
 #include <sys/stat.h>
 
+#include <cstdio>
 #include <ctime>
 #include <iostream>
 #include <string>
@@ -12,8 +13,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
+#include "lib/distributed/communicator.h"
 #include "lib/distributed/launcher.h"
 #include "lib/metrics/flops.h"
 #include "lib/parallel/distributed_runtime.h"
@@ -32,10 +36,11 @@ constexpr char kUsage[] =
     "Trains with the [rl] algorithm of the job file (sft, grpo, dapo, ppo, dpo): rollouts.jsonl,\n"
     "metrics.jsonl, TensorBoard and checkpoints under [job] dump_folder. --generate samples\n"
     "responses to [rl] prompts_path (or the task's held-out prompts) with the policy and writes\n"
-    "them as JSONL (default <dump_folder>/generations.jsonl); --step_rollouts runs one update on\n"
-    "the rollouts in FILE (JSONL: prompt, response, reward; split over ranks in order) and writes\n"
-    "the updated weights to <dump_folder>/step_weights.safetensors. --json prints one JSON\n"
-    "summary line on stdout.\n\n";
+    "them as JSONL (default <dump_folder>/generations.jsonl; one file in prompt order whatever\n"
+    "--nproc_per_node); --step_rollouts runs one update on the rollouts in FILE (JSONL: prompt,\n"
+    "response, reward; each rank takes an equal contiguous share, in order) and writes the\n"
+    "updated weights to <dump_folder>/step_weights.safetensors. --json prints one JSON summary\n"
+    "line on stdout, totals over the ranks, without the launcher's \"[rank 0] \" prefix.\n\n";
 
 struct ToolFlags {
   bool generate = false;
@@ -73,12 +78,11 @@ bool SameFile(const std::string& a, const std::string& b) {
          sa.st_ino == sb.st_ino;
 }
 
-// Where this rank's --generate writes; refused when that is a prompts file it reads.
-absl::StatusOr<std::string> GenerationOutput(const titan::JobConfig& config, int rank,
+// Where --generate writes; refused when that is a prompts file it reads.
+absl::StatusOr<std::string> GenerationOutput(const titan::JobConfig& config,
                                              const ToolFlags& flags) {
   std::string output =
       flags.output.empty() ? config.job().dump_folder() + "/generations.jsonl" : flags.output;
-  if (rank > 0) output = absl::StrCat(output, ".rank", rank);
   for (const auto& [key, input] :
        {std::pair{"prompts_path", config.rl().prompts_path()},
         std::pair{"eval_prompts_path", config.rl().eval_prompts_path()}}) {
@@ -89,6 +93,48 @@ absl::StatusOr<std::string> GenerationOutput(const titan::JobConfig& config, int
     }
   }
   return output;
+}
+
+// Writes `output` (atomically): one row per prompt, in prompt order, from every rank's `rows`
+// (rank r has prompts r, r + world, ...). Ranks > 0 hand theirs to rank 0 in <output>.rank<r>,
+// which rank 0 removes once merged.
+absl::Status MergeRankRows(const titan::DistributedRuntime& runtime, int world, size_t total,
+                           const std::string& output, const std::vector<std::string>& rows) {
+  const int rank = runtime.rank();
+  auto part_path = [&](int r) { return absl::StrCat(output, ".rank", r); };
+  const absl::Status written =
+      rank == 0 ? absl::OkStatus()
+                : titan::WriteFileAtomically(part_path(rank),
+                                             absl::StrCat(absl::StrJoin(rows, "\n"), "\n"));
+  absl::StatusOr<bool> all_written = runtime.AllAgree(written.ok());
+  if (!written.ok()) return written;
+  if (!all_written.ok()) return all_written.status();
+  if (!*all_written) {
+    return absl::InternalError(absl::StrCat("another rank failed to write its part of ", output));
+  }
+  if (rank != 0) return absl::OkStatus();
+  std::vector<std::vector<std::string>> by_rank = {rows};
+  for (int r = 1; r < world; ++r) {
+    absl::StatusOr<std::string> part = titan::ReadFile(part_path(r));
+    if (!part.ok()) return part.status();
+    by_rank.push_back(absl::StrSplit(*part, '\n', absl::SkipEmpty()));
+  }
+  std::string merged;
+  for (size_t i = 0; i < total; ++i) {
+    const std::vector<std::string>& share = by_rank[i % world];
+    if (i / world >= share.size()) {
+      return absl::InternalError(absl::StrCat(part_path(i % world), ": ", share.size(),
+                                              " rows, expected a row for prompt ", i + 1));
+    }
+    absl::StrAppend(&merged, share[i / world], "\n");
+  }
+  if (absl::Status status = titan::WriteFileAtomically(output, merged); !status.ok()) {
+    return status;
+  }
+  for (int r = 1; r < world; ++r) {
+    if (std::remove(part_path(r).c_str()) != 0) PLOG(WARNING) << "remove " << part_path(r);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
@@ -112,7 +158,7 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
   if (!generation.ok()) return generation.status();
   const double seconds = stopwatch.Lap();
   const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-  std::string lines;
+  std::vector<std::string> lines;
   int64_t generated = 0;
   // Read through accessors: an item() per token is a dispatch each.
   const at::Tensor logprob_values = generation->logprobs.cpu().to(at::kDouble);
@@ -134,28 +180,47 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
     if (!text.ok()) return text.status();
     std::vector<double> lp;
     for (size_t t = 0; t < response.size(); ++t) lp.push_back(logprobs[i][t]);
-    lines += nlohmann::json{{"prompt", prompts[i]},
-                            {"prompt_ids", prompt_ids},
-                            {"response", *text},
-                            {"response_ids", response},
-                            {"logprobs", lp},
-                            {"stopped", static_cast<bool>(generation->stopped[i])}}
-                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
-             "\n";
+    lines.push_back(nlohmann::json{{"prompt", prompts[i]},
+                                   {"prompt_ids", prompt_ids},
+                                   {"response", *text},
+                                   {"response_ids", response},
+                                   {"logprobs", lp},
+                                   {"stopped", static_cast<bool>(generation->stopped[i])}}
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
-  if (absl::Status status = titan::WriteFileAtomically(output, lines); !status.ok()) return status;
+  if (absl::Status status = MergeRankRows(runtime, world, examples.size(), output, lines);
+      !status.ok()) {
+    return status;
+  }
+  // Totals over the ranks: prompts, tokens and CPU time add up; the wall clock is the slowest's.
+  at::Tensor sums = at::tensor(
+      {static_cast<double>(prompts.size()), static_cast<double>(generated), cpu_seconds});
+  at::Tensor maxima = at::tensor({static_cast<double>(generation->decode_steps), seconds});
+  if (runtime.distributed()) {
+    titan::Communicator& comm = runtime.comm(titan::MeshGroup::kWorld);
+    if (absl::Status s = titan::Await(comm.AllReduce(sums, titan::ReduceOp::kSum)); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = titan::Await(comm.AllReduce(maxima, titan::ReduceOp::kMax)); !s.ok()) {
+      return s;
+    }
+  }
+  const int64_t all_generated = static_cast<int64_t>(sums[1].item<double>());
+  const double wall = maxima[1].item<double>();
   const nlohmann::json summary = {{"output", output},
-                                  {"prompts", prompts.size()},
-                                  {"generated_tokens", generated},
-                                  {"decode_steps", generation->decode_steps},
-                                  {"seconds", seconds},
-                                  {"cpu_seconds", cpu_seconds},
-                                  {"tokens_per_second", generated / seconds}};
-  if (flags.json && rank == 0) {
+                                  {"prompts", static_cast<int64_t>(sums[0].item<double>())},
+                                  {"generated_tokens", all_generated},
+                                  {"decode_steps", static_cast<int64_t>(maxima[0].item<double>())},
+                                  {"seconds", wall},
+                                  {"cpu_seconds", sums[2].item<double>()},
+                                  {"tokens_per_second", all_generated / wall}};
+  if (rank != 0) return absl::OkStatus();
+  if (flags.json) {
     std::cout << summary.dump() << std::endl;
   } else {
-    LOG(INFO) << "generated " << generated << " tokens for " << prompts.size() << " prompts in "
-              << seconds << " s (" << generated / seconds << " tokens/s) -> " << output;
+    LOG(INFO) << "generated " << all_generated << " tokens for " << summary["prompts"]
+              << " prompts in " << wall << " s (" << all_generated / wall << " tokens/s) -> "
+              << output;
   }
   return absl::OkStatus();
 }
@@ -173,6 +238,14 @@ absl::Status StepMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
         absl::StrCat(flags.step_rollouts, ": ", rows->size(), " rollouts for ", world, " ranks"));
   }
   const size_t share = rows->size() / world;
+  const int64_t group = config.rl().group_size();
+  if (config.rl().algorithm() != "ppo" && share % group != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flags.step_rollouts, ": ", rows->size(), " rollouts over ", world,
+                     " ranks: each rank takes a share of ", share,
+                     ", which does not split into [rl] group_size = ", group,
+                     " groups (give a multiple of ", group * world, ")"));
+  }
   std::vector<std::string> prompts, responses;
   std::vector<double> rewards;
   for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
@@ -215,7 +288,7 @@ absl::Status Run(const ToolFlags& flags) {
     std::string output;
     if (flags.generate) {
       // Before the model loads.
-      absl::StatusOr<std::string> checked = GenerationOutput(*rl_config, runtime.rank(), flags);
+      absl::StatusOr<std::string> checked = GenerationOutput(*rl_config, flags);
       if (!checked.ok()) return checked.status();
       output = *std::move(checked);
     }
@@ -234,6 +307,10 @@ absl::Status Run(const ToolFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return titan::RunRankedTool(argc, argv, "titan_rl", kUsage + titan::JobConfigHelp(),
-                              [&] { return Run(ParseToolFlags(argc, argv)); });
+  const ToolFlags flags = ParseToolFlags(argc, argv);
+  titan::LaunchOptions launch;
+  // Rank 0 alone prints --json's summary: stdout stays one JSON line.
+  if (flags.json) launch.plain_stdout_rank = 0;
+  return titan::RunRankedTool(
+      argc, argv, "titan_rl", kUsage + titan::JobConfigHelp(), [&] { return Run(flags); }, launch);
 }
