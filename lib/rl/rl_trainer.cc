@@ -95,14 +95,13 @@ absl::StatusOr<Generation> RlTrainer::Generate(const std::vector<std::string>& p
   return titan::Generate(*policy_.model, *policy_.data_parallel, ids, options, all_stopped);
 }
 
-absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(
-    const Generation& generation) const {
+absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(const Generation& generation,
+                                                                  bool with_stop_token) const {
   std::vector<std::string> texts;
   for (size_t i = 0; i < generation.responses.size(); ++i) {
-    // The text verifiers and scorers read leaves the stop token out.
     const TokenIds& response = generation.responses[i];
-    const std::vector<int32_t> ids(response.begin(),
-                                   response.end() - (generation.stopped[i] ? 1 : 0));
+    const bool drop_stop = generation.stopped[i] && !with_stop_token;
+    const std::vector<int32_t> ids(response.begin(), response.end() - (drop_stop ? 1 : 0));
     TITAN_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids));
     texts.push_back(std::move(text));
   }
@@ -307,7 +306,8 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
   }
   TITAN_ASSIGN_OR_RETURN(const Generation generation,
                          Generate(prompts, SamplingFromConfig(0, /*greedy=*/true)));
-  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts, ResponseTexts(generation));
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts,
+                         ResponseTexts(generation, /*with_stop_token=*/false));
   TITAN_ASSIGN_OR_RETURN(const std::vector<double> rewards,
                          Rewards(prompts, texts, examples, generation));
   return std::accumulate(rewards.begin(), rewards.end(), 0.0) / rewards.size();
@@ -321,9 +321,10 @@ std::string RlTrainer::RolloutsPath() const {
 }
 
 absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examples,
-                                      const std::vector<std::string>& responses,
                                       const std::vector<double>& rewards,
                                       const Generation& generation) {
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> responses,
+                         ResponseTexts(generation, /*with_stop_token=*/true));
   const std::string path = RolloutsPath();
   std::FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) return ErrnoError("open", path);
@@ -400,7 +401,8 @@ absl::Status RlTrainer::Train() {
                              Generate(prompts, SamplingFromConfig(seed, false)));
       const double generation_seconds = stopwatch.Lap();
       Rollouts rollouts;
-      TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts, ResponseTexts(generation));
+      TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts,
+                             ResponseTexts(generation, /*with_stop_token=*/false));
       int64_t generated = 0;
       for (size_t i = 0; i < prompts.size(); ++i) {
         generated += static_cast<int64_t>(generation.responses[i].size());
@@ -409,7 +411,7 @@ absl::Status RlTrainer::Train() {
       }
       absl::StatusOr<std::vector<double>> rewards = Rewards(prompts, texts, rows, generation);
       TITAN_RETURN_IF_ERROR(
-          WriteRollouts(rows, texts, rewards.ok() ? *rewards : std::vector<double>(), generation));
+          WriteRollouts(rows, rewards.ok() ? *rewards : std::vector<double>(), generation));
       TITAN_RETURN_IF_ERROR(rewards.status());
       rollouts.rewards = *rewards;
       if (rl_.overlong_buffer_len() > 0) {

@@ -84,8 +84,10 @@ class RlTrainer {
 
   TokenIds EncodePrompt(const std::string& prompt) const;
   TokenIds EncodeResponse(const std::string& response, bool add_eos) const;
-  // Each response's text without its stop token.
-  absl::StatusOr<std::vector<std::string>> ResponseTexts(const Generation& generation) const;
+  // Each response's text, without its stop token (what verifiers and scorers read) or with it as
+  // the tokenizer spells it (what re-encodes to the ids the update trained on).
+  absl::StatusOr<std::vector<std::string>> ResponseTexts(const Generation& generation,
+                                                         bool with_stop_token) const;
   // `responses` are `generation`'s texts; a reward model reads its ids.
   absl::StatusOr<std::vector<double>> Rewards(const std::vector<std::string>& prompts,
                                               const std::vector<std::string>& responses,
@@ -115,8 +117,9 @@ class RlTrainer {
   absl::StatusOr<at::Tensor> ReduceOverDp(const at::Tensor& values, ReduceOp op) const;
   // This rank's rollouts file: rollouts.jsonl (rank 0), rollouts_rank<r>.jsonl.
   std::string RolloutsPath() const;
+  // Appends the step's rollouts to RolloutsPath(); the responses with their stop tokens, so that
+  // --step_rollouts on them replays the step.
   absl::Status WriteRollouts(const std::vector<const RlExample*>& examples,
-                             const std::vector<std::string>& responses,
                              const std::vector<double>& rewards, const Generation& generation);
 
   const JobConfig config_;

@@ -12,6 +12,7 @@ import sys
 import time
 import unittest
 
+import torch
 from safetensors.torch import load_file
 
 import common
@@ -334,6 +335,38 @@ class TitanRlTest(unittest.TestCase):
         stderr = self.refusal("step_twelve", "--nproc_per_node=2", f"--step_rollouts={path}")
         self.assertIn(f"{path}: 12 rollouts over 2 ranks: each rank takes a share of 6, which does "
                       "not split into [rl] group_size = 4 groups (give a multiple of 8)", stderr)
+
+    def test_step_rollouts_on_a_runs_rollouts_replays_its_step(self):
+        # A model that answers in whole-word tokens (" a" ... " e", the bundled tokenizer's 257,
+        # 262, 283, 277, 267) or stops: their output rows scaled up, so that responses often stop
+        # and re-encode to their ids (a random model's byte tokens decode to U+FFFD).
+        hf = os.path.join(self.root, "hf_stops")
+        model = common.save_random_hf(hf, "llama3", initializer_range=0.02)
+        with torch.no_grad():
+            model.lm_head.weight[[257, 262, 283, 277, 267, common.EOS]] *= 30
+        model.save_pretrained(hf)
+        # top_k 3: the scaled rows; old log-probabilities the trainer's in the run as in the replay;
+        # one step in both (the LR schedule's warmup depends on it).
+        flags = ["--rl.top_k=3", "--rl.old_logprobs=trainer", "--training.steps=1",
+                 "--rl.reward=command",
+                 "--rl.reward_command=awk '{print length($0) % 3}'"]
+        dump = os.path.join(self.root, "replayed")
+        common.run(common.short_run(TITAN_RL, CONFIG, dump, hf, *flags))
+        step = next(m for m in common.metrics(dump) if m["step"] == 1)
+        rows = [r for r in common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))
+                if r["step"] == 1]
+        self.assertTrue(any(r["response_ids"][-1] == common.EOS for r in rows))
+        path = os.path.join(self.root, "replayed_rollouts.jsonl")
+        common.write_jsonl(path, [{k: r[k] for k in ("prompt", "response", "reward")}
+                                  for r in rows])
+        cmd = common.short_run(TITAN_RL, CONFIG, os.path.join(self.root, "replay"), hf, *flags,
+                               "--json")
+        cmd.insert(1, f"--step_rollouts={path}")
+        replay = json.loads(common.run(cmd).stdout)
+        print(f"step 1: loss {step['loss']:.9g}, grad norm {step['grad_norm']:.9g}; replayed: "
+              f"loss {replay['loss']:.9g}, grad norm {replay['grad_norm']:.9g} (2 epochs)")
+        for key in ("loss", "grad_norm", "entropy", "response_length", "counted_fraction"):
+            self.assertEqual(replay[key], step[key], key)  # the same ids and kernels: bitwise
 
     def test_prompts_without_answers_are_refused_by_verifiers(self):
         prompts = os.path.join(self.root, "no_answer.jsonl")
