@@ -231,6 +231,9 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   } else {
     // Every rank writes its own shards, in parallel (CheckpointManager joins them on load).
     state.model = PiecesToSave(ModelState(), state.boxes);
+    // A run that has not stepped yet (RL's dynamic sampling can drop every group) still saves
+    // the zero state that Resume loads into.
+    parts_.optimizer->InitState();
     state.optimizer = PiecesToSave(parts_.optimizer->StateDict(), state.boxes);
     if (parts_.data != nullptr) state.extra["dataloader"] = parts_.data->StateDict();
     state.extra["train_state"] = {{"step", train.step}, {"ntokens_seen", train.ntokens_seen}};

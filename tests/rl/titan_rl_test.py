@@ -182,6 +182,19 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(again, first)  # the redone steps sample what they did
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1, 2, 3, 4])
 
+    def test_a_run_that_never_stepped_resumes(self):
+        # Equal rewards: dynamic sampling drops every group, so step 1 takes no optimizer step.
+        dump, cmd = self.job("never_stepped", "--checkpoint.enable=true",
+                             "--checkpoint.last_save_model_only=false", "--training.steps=1",
+                             "--rl.reward=command", "--rl.reward_command=awk '{print 0}'")
+        common.run(cmd)
+        self.assertEqual(common.metrics(dump)[-1]["optimizer_steps"], 0)
+        cmd[cmd.index("--training.steps=1")] = "--training.steps=2"
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        self.assertIn("resumed from checkpoint step-1", proc.stderr)
+        self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1, 2])
+
     def test_another_kind_of_run_does_not_resume_the_steps(self):
         ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
         dump, cmd = self.job("sft_then_grpo", *ckpt, "--training.steps=1",
