@@ -308,6 +308,10 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn("--json: only --generate and --step_rollouts print a JSON summary; a "
                       "training run writes metrics.jsonl under [job] dump_folder",
                       self.refusal("json_train", "--json"))
+        self.assertIn("--output names --generate's output file",
+                      self.refusal("output_train", "--output=/tmp/never_written.jsonl"))
+        self.assertIn("--generate and --step_rollouts: give one of them",
+                      self.refusal("generate_step", "--generate", "--step_rollouts=/nonexistent"))
 
     def test_generate_does_not_overwrite_its_prompts(self):
         prompts = os.path.join(self.root, "own_prompts.jsonl")

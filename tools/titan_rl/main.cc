@@ -39,8 +39,9 @@ constexpr char kUsage[] =
     "them as JSONL (default <dump_folder>/generations.jsonl; one file in prompt order whatever\n"
     "--nproc_per_node); --step_rollouts runs one update on the rollouts in FILE (JSONL: prompt,\n"
     "response, reward; each rank takes an equal contiguous share, in order) and writes the\n"
-    "updated weights to <dump_folder>/step_weights.safetensors. --json prints one JSON summary\n"
-    "line on stdout, totals over the ranks, without the launcher's \"[rank 0] \" prefix.\n\n";
+    "updated policy weights to <dump_folder>/step_weights.safetensors (not PPO's value head).\n"
+    "--json prints one JSON summary line on stdout, totals over the ranks, without the\n"
+    "launcher's \"[rank 0] \" prefix.\n\n";
 
 struct ToolFlags {
   bool generate = false;
@@ -276,6 +277,13 @@ absl::Status Run(const ToolFlags& flags) {
     return absl::InvalidArgumentError(
         "--json: only --generate and --step_rollouts print a JSON summary; a training run writes "
         "metrics.jsonl under [job] dump_folder");
+  }
+  if (!flags.output.empty() && !flags.generate) {
+    return absl::InvalidArgumentError(
+        "--output names --generate's output file; without --generate nothing is written there");
+  }
+  if (flags.generate && !flags.step_rollouts.empty()) {
+    return absl::InvalidArgumentError("--generate and --step_rollouts: give one of them");
   }
   absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.overrides);
   if (!config.ok()) return config.status();
