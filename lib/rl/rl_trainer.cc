@@ -414,17 +414,6 @@ absl::Status RlTrainer::Train() {
           WriteRollouts(rows, rewards.ok() ? *rewards : std::vector<double>(), generation));
       TITAN_RETURN_IF_ERROR(rewards.status());
       rollouts.rewards = *rewards;
-      if (rl_.overlong_buffer_len() > 0) {
-        // DAPO's soft overlong punishment over the last overlong_buffer_len tokens.
-        const double start = rl_.max_new_tokens() - rl_.overlong_buffer_len();
-        for (size_t i = 0; i < rollouts.rewards.size(); ++i) {
-          const double over = rollouts.responses[i].size() - start;
-          if (over > 0) {
-            rollouts.rewards[i] -=
-                rl_.overlong_penalty_factor() * over / rl_.overlong_buffer_len();
-          }
-        }
-      }
       rollouts.generator_logprobs = generation.logprobs;
       TITAN_ASSIGN_OR_RETURN(m, RlUpdate(rollouts));
       const double update_seconds = stopwatch.Lap();

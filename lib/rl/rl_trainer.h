@@ -51,7 +51,8 @@ class RlTrainer {
   absl::StatusOr<StepMetrics> Step(const std::vector<std::string>& prompts,
                                    const std::vector<std::string>& responses,
                                    const std::vector<double>& rewards);
-  // The same on token ids, with the generator's log-probabilities when it has them.
+  // The same on token ids, with the generator's log-probabilities when it has them. Rewards are
+  // the scorer's: [rl] overlong_buffer_len's penalty is applied here, as in Train.
   absl::StatusOr<StepMetrics> StepOnRollouts(const Rollouts& rollouts);
 
   // Samples responses to `prompts` (text) with the policy, as [rl] says, seeded by `seed`.
@@ -106,6 +107,8 @@ class RlTrainer {
   absl::StatusOr<at::Tensor> ResponseLogProbsNoGrad(ModelBundle& model, const SequenceBatch& batch,
                                                     at::Tensor* values = nullptr);
   absl::StatusOr<StepMetrics> RlUpdate(const Rollouts& rollouts);
+  // The rewards the update uses: the scorer's, less [rl] overlong_buffer_len's penalty.
+  std::vector<double> OverlongPenalized(const Rollouts& rollouts) const;
   absl::StatusOr<StepMetrics> SftOrDpoStep(const std::vector<const RlExample*>& examples);
   // One optimizer step: `loss_sum(m)` is microbatch m's summed loss; `denominator` the step's
   // global normaliser (tokens, or pairs). Returns the gradient norm, on the device (unread).

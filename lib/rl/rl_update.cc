@@ -106,6 +106,18 @@ absl::StatusOr<at::Tensor> RlTrainer::OptimizerStep(
   return clip.total_norm;
 }
 
+std::vector<double> RlTrainer::OverlongPenalized(const Rollouts& rollouts) const {
+  std::vector<double> rewards = rollouts.rewards;
+  if (rl_.overlong_buffer_len() == 0) return rewards;
+  // DAPO's soft overlong punishment over the last overlong_buffer_len tokens.
+  const double start = rl_.max_new_tokens() - rl_.overlong_buffer_len();
+  for (size_t i = 0; i < rewards.size(); ++i) {
+    const double over = rollouts.responses[i].size() - start;
+    if (over > 0) rewards[i] -= rl_.overlong_penalty_factor() * over / rl_.overlong_buffer_len();
+  }
+  return rewards;
+}
+
 absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const JobConfig::Rl& rl = rl_;
   const bool ppo = rl.algorithm() == "ppo";
@@ -116,7 +128,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
                                               tokenizer_->eos_id(), setup_.device, response_len);
   const at::Tensor mask = batch.response_mask.to(at::kFloat);
   const at::Tensor rewards =
-      at::tensor(rollouts.rewards, at::kDouble).to(at::kFloat).to(setup_.device);
+      at::tensor(OverlongPenalized(rollouts), at::kDouble).to(at::kFloat).to(setup_.device);
   at::Tensor old_logp, ref_logp, old_values;
   // The generator's log-probabilities are the behaviour policy's (same model, its decode kernels)
   // unless [rl] old_logprobs asks for the trainer's.

@@ -363,9 +363,10 @@ class TitanRlTest(unittest.TestCase):
             model.lm_head.weight[[257, 262, 283, 277, 267, common.EOS]] *= 30
         model.save_pretrained(hf)
         # top_k 3: the scaled rows; old log-probabilities the trainer's in the run as in the replay;
-        # one step in both (the LR schedule's warmup depends on it).
+        # one step in both (the LR schedule's warmup depends on it). Responses past 4 of the 12
+        # tokens lose reward (DAPO's overlong penalty): rollouts.jsonl has the scorer's rewards.
         flags = ["--rl.top_k=3", "--rl.old_logprobs=trainer", "--training.steps=1",
-                 "--rl.reward=command",
+                 "--rl.reward=command", "--rl.overlong_buffer_len=8",
                  "--rl.reward_command=awk '{print length($0) % 3}'"]
         dump = os.path.join(self.root, "replayed")
         common.run(common.short_run(TITAN_RL, CONFIG, dump, hf, *flags))
@@ -382,7 +383,9 @@ class TitanRlTest(unittest.TestCase):
         replay = json.loads(common.run(cmd).stdout)
         print(f"step 1: loss {step['loss']:.9g}, grad norm {step['grad_norm']:.9g}; replayed: "
               f"loss {replay['loss']:.9g}, grad norm {replay['grad_norm']:.9g} (2 epochs)")
-        for key in ("loss", "grad_norm", "entropy", "response_length", "counted_fraction"):
+        self.assertTrue(any(len(r["response_ids"]) > 4 for r in rows))
+        for key in ("loss", "grad_norm", "entropy", "response_length", "counted_fraction",
+                    "reward_mean"):
             self.assertEqual(replay[key], step[key], key)  # the same ids and kernels: bitwise
 
     def test_prompts_without_answers_are_refused_by_verifiers(self):
