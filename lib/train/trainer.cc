@@ -6,6 +6,7 @@
 #include <malloc.h>
 
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -370,9 +371,9 @@ absl::Status Trainer::CheckFiniteSince(int64_t step) {
       "the gradient norm was not finite (NaN or inf) at ",
       first_unchecked == step ? absl::StrCat("step ", step)
                               : absl::StrCat("a step in ", first_unchecked, "..", step),
-      ": the loss diverged and the weights are no longer finite; stopped without saving them (the "
-      "last checkpoint is the last good one): lower [optimizer] lr or raise [lr_scheduler] "
-      "warmup_steps"));
+      ": the loss diverged and the weights are no longer finite; stopped without saving them (a "
+      "checkpoint saved before, if any, is the last good one): lower [optimizer] lr or raise "
+      "[lr_scheduler] warmup_steps"));
 }
 
 DataParallel& Trainer::batch_parallel() const {
@@ -537,6 +538,9 @@ absl::Status RunTraining(const JobConfig& config, const DistributedRuntime& runt
     return trainer.Train();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    // LibTorch's scalar conversions throw std::runtime_error (e.g. an lr past float's range).
+    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
   }
 }
 

@@ -167,10 +167,16 @@ class TitanTrainTest(unittest.TestCase):
                          "--validation.enable=false", check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("gradient norm was not finite (NaN or inf) at a step in 2..3", proc.stderr)
+        self.assertIn("a checkpoint saved before, if any, is the last good one", proc.stderr)
         # Step 1's save is the last good one and is kept; no later step was written.
         self.assertEqual(
             [os.path.basename(p) for p in glob.glob(os.path.join(dump, "checkpoint", "step-*"))],
             ["step-1"])
+        # An lr past float32's range: one clear error, not an abort (rc 134).
+        proc = run_train(self.dump("lr_overflow"), "--training.steps=1", "--optimizer.lr=1e39",
+                         "--validation.enable=false", "--checkpoint.enable=false", check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn("cannot be converted to type float without overflow", proc.stderr)
 
     def test_bad_config_fails_fast_with_one_line(self):
         dump = self.dump("bad")
