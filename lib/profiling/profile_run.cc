@@ -45,10 +45,9 @@ JobConfig ProfiledConfig(JobConfig config, const ProfileRunOptions& options) {
   return config;
 }
 
-// A file profile_run writes into --out, by name: trace_rank<r>.json[.gz], ops_rank<r>.txt/.json,
-// profile_rank<r>.json, memory_snapshot_rank<r>.pickle, summary.json, report.html.
-bool IsProfileRunOutput(absl::string_view name) {
-  if (name == "summary.json" || name == "report.html") return true;
+// A per-rank file profile_run writes into --out, by name: trace_rank<r>.json[.gz],
+// ops_rank<r>.txt/.json, profile_rank<r>.json, memory_snapshot_rank<r>.pickle.
+bool IsPerRankOutput(absl::string_view name) {
   constexpr std::pair<const char*, const char*> kPerRank[] = {
       {"trace_rank", ".json"}, {"trace_rank", ".json.gz"}, {"ops_rank", ".txt"},
       {"ops_rank", ".json"},   {"profile_rank", ".json"},  {"memory_snapshot_rank", ".pickle"}};
@@ -62,20 +61,30 @@ bool IsProfileRunOutput(absl::string_view name) {
   return false;
 }
 
-// Removes an earlier run's outputs from `out` (it may have had more ranks, or gzip), so that every
-// output there is this run's; other files stay. Returns how many were removed.
+// Removes an earlier run's per-rank outputs from `out` (it may have had more ranks, or gzip), so
+// that every trace there is this run's. Only regular files are removed (links are not followed);
+// summary.json and report.html are rewritten at the end, and other files stay. Returns how many
+// were removed.
 absl::StatusOr<int> RemoveEarlierOutputs(const std::string& out) {
   std::error_code error;
   int removed = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(out, error)) {
-    if (!IsProfileRunOutput(entry.path().filename().string()) || !entry.is_regular_file(error)) {
-      continue;
+  // On an error increment() leaves `it` at the end.
+  for (std::filesystem::directory_iterator it(out, error);
+       it != std::filesystem::directory_iterator(); it.increment(error)) {
+    const std::filesystem::path& path = it->path();
+    if (!IsPerRankOutput(path.filename().string())) continue;
+    std::error_code file_error;
+    const bool regular = std::filesystem::is_regular_file(it->symlink_status(file_error));
+    if (!file_error && !regular) continue;
+    if (!file_error) std::filesystem::remove(path, file_error);
+    if (file_error) {
+      return absl::InternalError(absl::StrCat(
+          path.string(), ": removing an earlier run's output: ", file_error.message()));
     }
-    if (!std::filesystem::remove(entry.path(), error)) break;
     ++removed;
   }
   if (error) {
-    return absl::InternalError(absl::StrCat(out, ": removing earlier outputs: ", error.message()));
+    return absl::InternalError(absl::StrCat(out, ": listing earlier outputs: ", error.message()));
   }
   return removed;
 }

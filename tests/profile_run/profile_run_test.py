@@ -257,12 +257,14 @@ class ProfileRunTest(unittest.TestCase):
         out = os.path.join(self.tmp, "gzip")
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(out)
-        # An earlier run's outputs (two ranks, no gzip) and a file of the user's.
+        # An earlier run's per-rank outputs (two ranks, no gzip), its summary.json and files of
+        # the user's, one a dangling link named like an output: links are left alone.
         earlier = ["trace_rank0.json", "trace_rank1.json.gz", "ops_rank1.txt", "ops_rank1.json",
-                   "profile_rank1.json", "summary.json", "report.html"]
-        for name in earlier + ["notes.txt", "trace_rank0.json.bak"]:
+                   "profile_rank1.json", "memory_snapshot_rank1.pickle"]
+        for name in earlier + ["summary.json", "notes.txt", "trace_rank0.json.bak"]:
             with open(os.path.join(out, name), "w") as f:
                 f.write("earlier\n")
+        os.symlink("/nonexistent", os.path.join(out, "trace_rank2.json"))
         proc = run([PROFILE_RUN, *COMMON, "--out", out, "--profile.warmup", str(WARMUP),
                     "--profile.active", str(ACTIVE), "--training.local_batch_size", "2",
                     "--profile.gzip"])
@@ -270,7 +272,8 @@ class ProfileRunTest(unittest.TestCase):
         self.assertEqual(sorted(os.listdir(out)),
                          [".titan.lock", "config.toml", "notes.txt", "ops_rank0.json",
                           "ops_rank0.txt", "profile_rank0.json", "report.html", "summary.json",
-                          "trace_rank0.json.bak", "trace_rank0.json.gz"])
+                          "trace_rank0.json.bak", "trace_rank0.json.gz", "trace_rank2.json"])
+        self.assertTrue(os.path.islink(os.path.join(out, "trace_rank2.json")))
         # The last traced step's time ends where its ProfilerStep range does; stopping the
         # profiler and writing the trace are logged apart.
         last = WARMUP + ACTIVE

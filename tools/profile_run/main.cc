@@ -30,8 +30,9 @@ constexpr char kUsage[] =
     "no checkpoint is saved or resumed ([checkpoint] initial_load_path still loads).\n"
     "--analyze_comm_trace=DIR reads a job's collective flight-recorder dumps ([comm]\n"
     "save_traces_folder) and names the collective and the ranks that never issued it.\n"
-    "Flags take --flag=value or --flag value. An earlier run's outputs in DIR (the names above)\n"
-    "are removed first; other files stay.\n\n";
+    "Flags take --flag=value or --flag value. An earlier run's per-rank files in DIR (the\n"
+    "<name>_rank<r> names above, gzipped or not; regular files only) are removed first;\n"
+    "summary.json and report.html are replaced at the end; other files stay.\n\n";
 
 struct Flags {
   titan::ProfileRunOptions profile;
