@@ -89,7 +89,7 @@ TensorDifference Compare(const std::string& name, const at::Tensor& a, const at:
     const at::Tensor same = (x == y) | (x.isnan() & y.isnan());  // Also equal infinities.
     const at::Tensor nonfinite_mismatch = ~finite & ~same;
     const at::Tensor abs_diff = at::where(finite, (x - y).abs(), at::zeros_like(x));
-    const at::Tensor rel_diff = at::where(y != 0, abs_diff / y.abs(), at::zeros_like(x));
+    const at::Tensor rel_diff = at::where(finite & (y != 0), abs_diff / y.abs(), at::zeros_like(x));
     const int64_t mismatches = nonfinite_mismatch.sum().item<int64_t>();
     diff.nonfinite_mismatches += mismatches;
     if (mismatches > 0 || (abs_diff > atol + rtol * y.abs()).any().item<bool>()) differs = true;

@@ -177,14 +177,17 @@ TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
   ASSERT_TRUE(diff.ok()) << diff.status();
   EXPECT_TRUE(diff->different.empty());
 
-  // NaN against a number is counted apart from the finite elements' differences; a shape
-  // mismatch compares no values; a dtype mismatch differs within any tolerance.
+  // NaN against a number is counted apart from the finite elements' differences (the relative
+  // one too, with the NaN in the second checkpoint); a shape mismatch compares no values; a dtype
+  // mismatch differs within any tolerance.
   state = SmallState(2);
+  double rel_diff = 0;
   for (auto& [name, tensor] : state.model) {
     if (name == "tok_embeddings.weight") {
       tensor = tensor.clone();
       tensor[0][0] = NAN;
       tensor[0][1] += 0.25;
+      rel_diff = 0.25 / std::abs(tensor[0][1].item<double>());
     }
     if (name == "norm.weight") tensor = at::zeros({2});
     if (name == "output.weight") tensor = tensor.to(at::kBFloat16);
@@ -200,6 +203,7 @@ TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
   EXPECT_EQ(diff->different[2].name, "tok_embeddings.weight");
   EXPECT_EQ(diff->different[2].nonfinite_mismatches, 1);
   EXPECT_NEAR(*diff->different[2].max_abs_diff, 0.25, 1e-6);
+  EXPECT_NEAR(*diff->different[2].max_rel_diff, rel_diff, 1e-5 * rel_diff);
   EXPECT_THAT(text, ::testing::ContainsRegex("norm.weight +shape \\[32\\] vs \\[2\\]\n"));
   EXPECT_THAT(text, ::testing::ContainsRegex(
                         "output.weight +max abs diff [0-9.e-]+, max rel diff [0-9.e-]+; dtype "
