@@ -63,6 +63,10 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> text = titan::ReadFile(FLAGS_csv);
     if (!text.ok()) return Fail(text.status());
     schedule = titan::ParseScheduleCsv(*text);
+    if (!schedule.ok()) {
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat(FLAGS_csv, ": ", schedule.status().message())));
+    }
   }
   if (!schedule.ok()) return Fail(schedule.status());
   auto rank_of = [&](int stage) {

@@ -40,6 +40,10 @@ class PpScheduleTest(unittest.TestCase):
                             "/nonexistent.csv: open failed: No such file or directory")
         folder = tempfile.mkdtemp(dir=os.environ.get("TEST_TMPDIR"))
         self.assert_refused([f"--csv={folder}"], f"{folder}: open failed: Is a directory")
+        bad = os.path.join(folder, "bad.csv")
+        with open(bad, "w") as f:
+            f.write("0\n")
+        self.assert_refused([f"--csv={bad}"], f'{bad}: line 1 (rank 0): pipeline action "0": ')
 
     def test_bad_flags_and_arguments_are_refused(self):
         self.assert_refused(["--format=xml"], '--format: expected table or csv, got "xml"')
