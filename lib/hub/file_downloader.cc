@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -73,13 +74,17 @@ absl::Status MakeDirs(const std::string& dir) {
 }
 
 absl::Status CheckOutsideStateDir(absl::string_view repo_path) {
-  absl::string_view rest = repo_path;
-  if (!absl::ConsumePrefix(&rest, kDownloadStateDir) || !(rest.empty() || rest[0] == '/')) {
-    return absl::OkStatus();
-  }
+  // Whether `path` is `dir` or a path under it.
+  const auto within = [](absl::string_view path, absl::string_view dir) {
+    return absl::StartsWith(path, dir) && (path.size() == dir.size() || path[dir.size()] == '/');
+  };
+  const bool under = within(repo_path, kDownloadStateDir) && repo_path != kDownloadStateDir;
+  // A file at the state folder or at one of its ancestors would keep it from being created.
+  if (!under && !within(kDownloadStateDir, repo_path)) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("repo file \"", repo_path, "\" would land in download_assets' own state folder ",
-                   kDownloadStateDir, "; leave it out with --exclude='", kDownloadStateDir, "/*'"));
+                   kDownloadStateDir, "; leave it out with --exclude='",
+                   under ? absl::StrCat(kDownloadStateDir, "/*") : std::string(repo_path), "'"));
 }
 
 FileDownloader::FileDownloader(const DownloadOptions& options)

@@ -60,7 +60,9 @@ absl::Status MakeDirs(const std::string& dir);
 // local_dir's folder for the downloader's own state (part files, sidecars, saved listings).
 inline constexpr char kDownloadStateDir[] = ".cache/download_assets";
 
-// Refuses a repo path that would land in kDownloadStateDir and overwrite the downloader's state.
+// Refuses a repo path that would land in kDownloadStateDir and overwrite the downloader's state,
+// or that names the folder or one of its ancestors (`.cache`), where it would keep it from being
+// created.
 absl::Status CheckOutsideStateDir(absl::string_view repo_path);
 
 // One run's shared state; each worker thread owns its HttpClient.

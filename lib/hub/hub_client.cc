@@ -238,16 +238,17 @@ std::string DownloadReportJson(const DownloadReport& report) {
 }
 
 absl::StatusOr<std::string> FindHubToken(absl::string_view flag_value) {
-  // The token goes into an HTTP header: a line break in it would start a header of its own.
+  // The token goes into an HTTP header: a line break in it would start a header of its own. Hub
+  // tokens are printable ASCII without spaces (0x21..0x7e).
   const auto checked = [](absl::string_view source,
                           std::string token) -> absl::StatusOr<std::string> {
     const auto bad = std::find_if(token.begin(), token.end(), [](char c) {
-      return absl::ascii_iscntrl(c) || absl::ascii_isspace(c);
+      return static_cast<unsigned char>(c) < 0x21 || static_cast<unsigned char>(c) > 0x7e;
     });
     if (bad == token.end()) return token;
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": the Hub token has whitespace or a control character at byte ",
-                     bad - token.begin() + 1, "; expected one word of printable characters"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, ": the Hub token has whitespace, a control character or a non-ASCII byte at byte ",
+        bad - token.begin() + 1, "; expected one word of printable ASCII characters"));
   };
   if (!flag_value.empty()) return checked("--hf_token", std::string(flag_value));
   const auto env = [](const char* name) {

@@ -49,8 +49,8 @@ TEST_F(EnvTest, TokenWithLineBreakOrSpaceIsRefusedWithoutPrintingIt) {
   setenv("HF_TOKEN_PATH", token_file.c_str(), 1);
   EXPECT_EQ(TokenOrError(""),
             absl::StrCat("error: ", token_file,
-                         ": the Hub token has whitespace or a control character at byte 11; "
-                         "expected one word of printable characters"));
+                         ": the Hub token has whitespace, a control character or a non-ASCII byte "
+                         "at byte 11; expected one word of printable ASCII characters"));
   setenv("HF_TOKEN", "hf_SECRETB\tx", 1);
   const std::string from_env = TokenOrError("");
   EXPECT_THAT(from_env, HasSubstr("error: $HF_TOKEN: the Hub token has whitespace"));
@@ -58,7 +58,10 @@ TEST_F(EnvTest, TokenWithLineBreakOrSpaceIsRefusedWithoutPrintingIt) {
   EXPECT_THAT(from_flag, HasSubstr("error: --hf_token: the Hub token has whitespace"));
   const std::string with_space = TokenOrError("hf_SECRETD x");
   EXPECT_THAT(with_space, HasSubstr("at byte 11"));
-  for (const std::string& error : {from_env, from_flag, with_space}) {
+  // A no-break space (U+00A0, bytes C2 A0) is whitespace that isascii/isspace do not see.
+  const std::string with_nbsp = TokenOrError("\xc2\xa0hf_SECRETE");
+  EXPECT_THAT(with_nbsp, HasSubstr("non-ASCII byte at byte 1;"));
+  for (const std::string& error : {from_env, from_flag, with_space, with_nbsp}) {
     EXPECT_THAT(error, Not(HasSubstr("SECRET")));
     EXPECT_THAT(error, Not(HasSubstr("Evil")));
   }

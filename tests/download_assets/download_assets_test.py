@@ -53,6 +53,9 @@ def build_repos(root):
     clash = os.path.join(root, "org", "clash")
     write(os.path.join(clash, "config.json"), b'{"dim": 8}')
     write(os.path.join(clash, ".cache/download_assets/config.json.meta.json"), b'{"size": 1}')
+    dot_cache = os.path.join(root, "org", "dot_cache")
+    write(os.path.join(dot_cache, "config.json"), b'{"dim": 8}')
+    write(os.path.join(dot_cache, ".cache"), b"a file where the state folder goes\n")
 
 
 class FakeHub:
@@ -333,13 +336,14 @@ class DownloadAssetsTest(unittest.TestCase):
         token_file = os.path.join(self.workdir, "token")
         write(token_file, (injected + "\n").encode())
         for args, env, source in [([f"--hf_token={injected}"], {}, "--hf_token"),
+                                  (["--hf_token=\u00a0hf_SECRETX"], {}, "--hf_token"),  # NBSP
                                   ([], {"HF_TOKEN": injected}, "$HF_TOKEN"),
                                   ([], {"HF_TOKEN_PATH": token_file}, token_file)]:
             result, _ = self.run_tool("--repo_id=org/model", "--include=config.json", *args,
                                       env=env)
             self.assertEqual(result.returncode, 2, result.stderr)
-            self.assertIn(f"{source}: the Hub token has whitespace or a control character",
-                          result.stderr)
+            self.assertIn(f"{source}: the Hub token has whitespace, a control character or a "
+                          "non-ASCII byte", result.stderr)
             self.assertNotIn("SECRETX", result.stderr + result.stdout)
         self.assertEqual(self.hub.requests(), [])
 
@@ -393,6 +397,15 @@ class DownloadAssetsTest(unittest.TestCase):
                             "config.json.meta.json")
         with open(meta) as f:
             self.assertEqual(json.load(f)["path"], "config.json")  # the tool's own sidecar
+        # A file named like the state folder's ancestor would keep the folder from being made.
+        result, _ = self.run_tool("--repo_id=org/dot_cache", "--assets=all")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('repo file ".cache" would land in download_assets\' own state folder '
+                      ".cache/download_assets; leave it out with --exclude='.cache'",
+                      result.stderr)
+        result, _ = self.run_tool("--repo_id=org/dot_cache", "--assets=all", "--exclude=.cache")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assert_identical("dot_cache", ["config.json"])
 
     def test_usage_errors(self):
         self.serve()
