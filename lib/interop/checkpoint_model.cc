@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "glog/logging.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/hf_adapter.h"
 #include "lib/interop/hf_config.h"
@@ -105,6 +106,11 @@ absl::StatusOr<ModelInfo> DescribeMeta(const CheckpointReader& reader,
   // untied; without one, the flavor decides.
   if (reader.Find(kMetaHead) != nullptr) {
     TITAN_ASSIGN_OR_RETURN(info.args.tie_word_embeddings, HeadCopiesEmbedding(reader));
+    if (info.args.tie_word_embeddings) {
+      LOG(INFO) << reader.directory() << ": the head is read as tied because " << kMetaHead
+                << " equals tok_embeddings.weight bitwise (Meta's format cannot tell a tied head "
+                   "from an untied one with equal weights)";
+    }
     info.flavor = spec->MatchFlavor(info.args);
   }
   return info;
