@@ -109,11 +109,14 @@ absl::StatusOr<at::Tensor> RlTrainer::OptimizerStep(
 std::vector<double> RlTrainer::OverlongPenalized(const Rollouts& rollouts) const {
   std::vector<double> rewards = rollouts.rewards;
   if (rl_.overlong_buffer_len() == 0) return rewards;
-  // DAPO's soft overlong punishment over the last overlong_buffer_len tokens.
-  const double start = rl_.max_new_tokens() - rl_.overlong_buffer_len();
+  // DAPO's soft overlong punishment over the last overlong_buffer_len tokens: linear up to the
+  // full factor at max_new_tokens, and no more beyond (a response given to --step_rollouts may be
+  // longer than max_new_tokens).
+  const double buffer = rl_.overlong_buffer_len();
+  const double start = rl_.max_new_tokens() - buffer;
   for (size_t i = 0; i < rewards.size(); ++i) {
-    const double over = rollouts.responses[i].size() - start;
-    if (over > 0) rewards[i] -= rl_.overlong_penalty_factor() * over / rl_.overlong_buffer_len();
+    const double over = std::min(rollouts.responses[i].size() - start, buffer);
+    if (over > 0) rewards[i] -= rl_.overlong_penalty_factor() * over / buffer;
   }
   return rewards;
 }

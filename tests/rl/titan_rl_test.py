@@ -388,6 +388,18 @@ class TitanRlTest(unittest.TestCase):
                     "reward_mean"):
             self.assertEqual(replay[key], step[key], key)  # the same ids and kernels: bitwise
 
+    def test_overlong_penalty_is_at_most_its_factor(self):
+        # Given rollouts may be longer than max_new_tokens: DAPO's soft punishment stops at the
+        # factor (1 here) beyond the maximum length, so rewards 1, 1, 0, 0 average -0.5.
+        path = os.path.join(self.root, "overlong_rollouts.jsonl")
+        common.write_jsonl(path, [{"prompt": "Sort: c a b", "response": " #### a b c d e f g h i j",
+                                   "reward": r} for r in (1, 1, 0, 0)])
+        _, cmd = self.job("step_overlong", "--rl.max_new_tokens=4", "--rl.overlong_buffer_len=2",
+                          "--rl.overlong_penalty_factor=1", "--json")
+        cmd.insert(1, f"--step_rollouts={path}")
+        summary = json.loads(common.run(cmd).stdout)
+        self.assertAlmostEqual(summary["reward_mean"], -0.5, places=6)
+
     def test_prompts_without_answers_are_refused_by_verifiers(self):
         prompts = os.path.join(self.root, "no_answer.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"},
