@@ -313,11 +313,10 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
   return std::accumulate(rewards.begin(), rewards.end(), 0.0) / rewards.size();
 }
 
-std::string RlTrainer::RolloutsPath() const {
-  return absl::StrCat(config_.job().dump_folder(),
-                      runtime_.rank() == 0
-                          ? "/rollouts.jsonl"
-                          : absl::StrCat("/rollouts_rank", runtime_.rank(), ".jsonl"));
+std::string RlTrainer::RolloutsPath(int rank) const {
+  return absl::StrCat(
+      config_.job().dump_folder(),
+      rank == 0 ? "/rollouts.jsonl" : absl::StrCat("/rollouts_rank", rank, ".jsonl"));
 }
 
 absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examples,
@@ -325,7 +324,7 @@ absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examp
                                       const Generation& generation) {
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> responses,
                          ResponseTexts(generation, /*with_stop_token=*/true));
-  const std::string path = RolloutsPath();
+  const std::string path = RolloutsPath(runtime_.rank());
   std::FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) return ErrnoError("open", path);
   const at::Tensor logprobs = generation.logprobs.cpu();

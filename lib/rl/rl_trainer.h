@@ -118,9 +118,10 @@ class RlTrainer {
   // `values` reduced over the data-parallel ranks, as doubles on the host: one read and one
   // collective.
   absl::StatusOr<at::Tensor> ReduceOverDp(const at::Tensor& values, ReduceOp op) const;
-  // This rank's rollouts file: rollouts.jsonl (rank 0), rollouts_rank<r>.jsonl.
-  std::string RolloutsPath() const;
-  // Appends the step's rollouts to RolloutsPath(); the responses with their stop tokens, so that
+  // Rank `rank`'s rollouts file: rollouts.jsonl (rank 0), rollouts_rank<r>.jsonl.
+  std::string RolloutsPath(int rank) const;
+  // Appends the step's rollouts to this rank's RolloutsPath(); the responses with their stop
+  // tokens, so that
   // --step_rollouts on them replays the step.
   absl::Status WriteRollouts(const std::vector<const RlExample*>& examples,
                              const std::vector<double>& rewards, const Generation& generation);

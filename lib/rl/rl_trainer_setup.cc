@@ -1,5 +1,6 @@
 // RlTrainer's setup: the policy, its frozen reference, reward model, optimizers, checkpoints
 // (resumed), metrics and examples. The steps and the run: rl_trainer.cc, rl_update.cc.
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -111,8 +112,16 @@ absl::Status RlTrainer::Init(bool training_run) {
   if (training_run) {
     TITAN_ASSIGN_OR_RETURN(metrics_,
                            BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
-    // The rollouts of the steps the run redoes go, as their metrics rows do.
-    TITAN_RETURN_IF_ERROR(DropRowsAfter(RolloutsPath(), LogsResumedStep(checkpointer_.get())));
+    // The rollouts of the steps the run redoes go, as their metrics rows do; rank 0 also trims
+    // the files of ranks that an earlier run on more ranks had (ranks are numbered 0, 1, ...).
+    const int64_t resumed = LogsResumedStep(checkpointer_.get());
+    TITAN_RETURN_IF_ERROR(DropRowsAfter(RolloutsPath(runtime_.rank()), resumed));
+    if (runtime_.rank() == 0) {
+      const int world = runtime_.distributed() ? runtime_.dims().world_size() : 1;
+      for (int r = world; std::filesystem::exists(RolloutsPath(r)); ++r) {
+        TITAN_RETURN_IF_ERROR(DropRowsAfter(RolloutsPath(r), resumed));
+      }
+    }
   }
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);

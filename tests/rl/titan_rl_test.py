@@ -182,6 +182,19 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(again, first)  # the redone steps sample what they did
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1, 2, 3, 4])
 
+    def test_resume_on_fewer_ranks_drops_the_redone_rollouts_of_every_rank(self):
+        # Two ranks save step 2 and die in step 3 (its checkpoint removed); one process redoes it:
+        # rank 1's file loses its step-3 rows too.
+        dump, cmd = self.job("redo_fewer", "--checkpoint.enable=true", "--checkpoint.interval=2",
+                             "--checkpoint.last_save_model_only=false", "--training.steps=3")
+        common.run(cmd[:1] + ["--nproc_per_node=2"] + cmd[1:])
+        rank1 = os.path.join(dump, "rollouts_rank1.jsonl")
+        self.assertEqual({r["step"] for r in common.read_jsonl(rank1)}, {1, 2, 3})
+        shutil.rmtree(os.path.join(dump, "checkpoint", "step-3"))
+        common.run(cmd)
+        self.assertEqual({r["step"] for r in common.read_jsonl(rank1)}, {1, 2})
+        self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1, 2, 3])
+
     def test_a_run_that_never_stepped_resumes(self):
         # Equal rewards: dynamic sampling drops every group, so step 1 takes no optimizer step.
         dump, cmd = self.job("never_stepped", "--checkpoint.enable=true",
