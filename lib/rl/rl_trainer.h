@@ -76,6 +76,8 @@ class RlTrainer {
   const std::vector<RlExample>& train_examples() const { return train_examples_; }
   const std::vector<RlExample>& eval_examples() const { return eval_examples_; }
   const TrainState& state() const { return state_; }
+  // Random, the same on every rank of this run, new each run.
+  const std::string& run_id() const { return setup_.run_id; }
   Decoder& policy() { return *policy_.model; }
 
  private:

@@ -359,6 +359,35 @@ class TitanRlTest(unittest.TestCase):
             self.assertEqual(summary["generated_tokens"], sum(len(r["response_ids"]) for r in rows))
             self.assertEqual(os.listdir(os.path.dirname(output)), ["out.jsonl"])  # no rank parts
 
+    def test_generate_over_two_ranks_keeps_files_named_like_its_parts(self):
+        # The old part names, <output>.rank<r>: here the run's own prompts and a user's file.
+        folder = os.path.join(self.root, "generated_beside")
+        os.makedirs(folder, exist_ok=True)
+        output = os.path.join(folder, "q.jsonl")
+        prompts = output + ".rank1"
+        common.write_jsonl(prompts, [{"prompt": f"Sort: {c} a", "answer": f"a {c}"} for c in "bcd"])
+        with open(output + ".rank2", "w") as f:
+            f.write("mine\n")
+        with open(prompts) as f:
+            before = f.read()
+        _, cmd = self.job("generate_beside", "--nproc_per_node=2", "--generate",
+                          f"--output={output}", f"--rl.prompts_path={prompts}",
+                          "--rl.temperature=0")
+        common.run(cmd)
+        self.assertEqual([r["prompt"] for r in common.read_jsonl(output)],
+                         [f"Sort: {c} a" for c in "bcd"])
+        with open(prompts) as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(sorted(os.listdir(folder)), ["q.jsonl", "q.jsonl.rank1", "q.jsonl.rank2"])
+
+    def test_generate_to_a_directory_is_refused(self):
+        folder = os.path.join(self.root, "output_folder")
+        os.makedirs(folder, exist_ok=True)
+        stderr = self.refusal("generate_dir", "--generate", f"--output={folder}")
+        self.assertIn(f"{folder} is a directory: --generate writes one JSONL file; pass "
+                      "--output=FILE", stderr)
+        self.assertNotIn("generated", stderr)
+
     def test_step_rollouts_that_split_into_no_groups_per_rank_are_refused(self):
         path = os.path.join(self.root, "twelve_rollouts.jsonl")
         common.write_jsonl(path, [{"prompt": "Sort: b a", "response": " #### a b", "reward": 1}] * 12)

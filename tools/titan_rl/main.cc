@@ -4,8 +4,10 @@
 #include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -79,11 +81,16 @@ bool SameFile(const std::string& a, const std::string& b) {
          sa.st_ino == sb.st_ino;
 }
 
-// Where --generate writes; refused when that is a prompts file it reads.
+// Where --generate writes; refused when that is a directory or a prompts file it reads.
 absl::StatusOr<std::string> GenerationOutput(const titan::JobConfig& config,
                                              const ToolFlags& flags) {
   std::string output =
       flags.output.empty() ? config.job().dump_folder() + "/generations.jsonl" : flags.output;
+  std::error_code error;
+  if (std::filesystem::is_directory(output, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        output, " is a directory: --generate writes one JSONL file; pass --output=FILE"));
+  }
   for (const auto& [key, input] :
        {std::pair{"prompts_path", config.rl().prompts_path()},
         std::pair{"eval_prompts_path", config.rl().eval_prompts_path()}}) {
@@ -96,13 +103,23 @@ absl::StatusOr<std::string> GenerationOutput(const titan::JobConfig& config,
   return output;
 }
 
+// Rank r's part of `output` for rank 0 to merge: hidden, in the output's folder, named after the
+// run (`run_id`, agreed by all ranks), so that no user's file is overwritten or removed.
+std::string PartPath(const std::string& output, const std::string& run_id, int rank) {
+  const std::filesystem::path path(output);
+  return (path.parent_path() /
+          absl::StrCat(".", path.filename().string(), ".", run_id, ".rank", rank))
+      .string();
+}
+
 // Writes `output` (atomically): one row per prompt, in prompt order, from every rank's `rows`
-// (rank r has prompts r, r + world, ...). Ranks > 0 hand theirs to rank 0 in <output>.rank<r>,
-// which rank 0 removes once merged.
+// (rank r has prompts r, r + world, ...). Ranks > 0 hand theirs to rank 0 in PartPath files,
+// which rank 0 removes once merged, or failed to.
 absl::Status MergeRankRows(const titan::DistributedRuntime& runtime, int world, size_t total,
-                           const std::string& output, const std::vector<std::string>& rows) {
+                           const std::string& output, const std::string& run_id,
+                           const std::vector<std::string>& rows) {
   const int rank = runtime.rank();
-  auto part_path = [&](int r) { return absl::StrCat(output, ".rank", r); };
+  auto part_path = [&](int r) { return PartPath(output, run_id, r); };
   const absl::Status written =
       rank == 0 ? absl::OkStatus()
                 : titan::WriteFileAtomically(part_path(rank),
@@ -110,32 +127,36 @@ absl::Status MergeRankRows(const titan::DistributedRuntime& runtime, int world, 
   absl::StatusOr<bool> all_written = runtime.AllAgree(written.ok());
   if (!written.ok()) return written;
   if (!all_written.ok()) return all_written.status();
-  if (!*all_written) {
-    return absl::InternalError(absl::StrCat("another rank failed to write its part of ", output));
-  }
-  if (rank != 0) return absl::OkStatus();
-  std::vector<std::vector<std::string>> by_rank = {rows};
-  for (int r = 1; r < world; ++r) {
-    absl::StatusOr<std::string> part = titan::ReadFile(part_path(r));
-    if (!part.ok()) return part.status();
-    by_rank.push_back(absl::StrSplit(*part, '\n', absl::SkipEmpty()));
-  }
-  std::string merged;
-  for (size_t i = 0; i < total; ++i) {
-    const std::vector<std::string>& share = by_rank[i % world];
-    if (i / world >= share.size()) {
-      return absl::InternalError(absl::StrCat(part_path(i % world), ": ", share.size(),
-                                              " rows, expected a row for prompt ", i + 1));
+  const absl::Status parts_written =
+      *all_written
+          ? absl::OkStatus()
+          : absl::InternalError(absl::StrCat("another rank failed to write its part of ", output));
+  if (rank != 0) return parts_written;
+  const absl::Status merged = [&]() -> absl::Status {
+    if (!parts_written.ok()) return parts_written;
+    std::vector<std::vector<std::string>> by_rank = {rows};
+    for (int r = 1; r < world; ++r) {
+      absl::StatusOr<std::string> part = titan::ReadFile(part_path(r));
+      if (!part.ok()) return part.status();
+      by_rank.push_back(absl::StrSplit(*part, '\n', absl::SkipEmpty()));
     }
-    absl::StrAppend(&merged, share[i / world], "\n");
-  }
-  if (absl::Status status = titan::WriteFileAtomically(output, merged); !status.ok()) {
-    return status;
-  }
+    std::string text;
+    for (size_t i = 0; i < total; ++i) {
+      const std::vector<std::string>& share = by_rank[i % world];
+      if (i / world >= share.size()) {
+        return absl::InternalError(absl::StrCat(part_path(i % world), ": ", share.size(),
+                                                " rows, expected a row for prompt ", i + 1));
+      }
+      absl::StrAppend(&text, share[i / world], "\n");
+    }
+    return titan::WriteFileAtomically(output, text);
+  }();
   for (int r = 1; r < world; ++r) {
-    if (std::remove(part_path(r).c_str()) != 0) PLOG(WARNING) << "remove " << part_path(r);
+    if (std::remove(part_path(r).c_str()) != 0 && errno != ENOENT) {
+      PLOG(WARNING) << "remove " << part_path(r);
+    }
   }
-  return absl::OkStatus();
+  return merged;
 }
 
 absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
@@ -189,7 +210,8 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
                                    {"stopped", static_cast<bool>(generation->stopped[i])}}
                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
-  if (absl::Status status = MergeRankRows(runtime, world, examples.size(), output, lines);
+  if (absl::Status status =
+          MergeRankRows(runtime, world, examples.size(), output, trainer.run_id(), lines);
       !status.ok()) {
     return status;
   }
