@@ -388,6 +388,17 @@ class TitanRlTest(unittest.TestCase):
                       "--output=FILE", stderr)
         self.assertNotIn("generated", stderr)
 
+    def test_generate_with_fewer_prompts_than_ranks_is_refused(self):
+        prompts = os.path.join(self.root, "two_prompts.jsonl")
+        common.write_jsonl(prompts, [{"prompt": f"Sort: {c} a", "answer": f"a {c}"} for c in "bc"])
+        for nproc, flags, count in ((3, [f"--rl.prompts_path={prompts}", "--rl.prompts_per_step=6"],
+                                     2),
+                                    (2, ["--rl.eval_size=1"], 1)):
+            stderr = self.refusal(f"generate_few_{nproc}", f"--nproc_per_node={nproc}",
+                                  "--generate", *flags)
+            self.assertIn(f"--generate: {count} prompts for {nproc} ranks: every rank needs at "
+                          "least one", stderr)
+
     def test_step_rollouts_that_split_into_no_groups_per_rank_are_refused(self):
         path = os.path.join(self.root, "twelve_rollouts.jsonl")
         common.write_jsonl(path, [{"prompt": "Sort: b a", "response": " #### a b", "reward": 1}] * 12)

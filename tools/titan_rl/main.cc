@@ -168,6 +168,13 @@ absl::Status GenerateMode(titan::RlTrainer& trainer, const titan::JobConfig& con
   const std::vector<titan::RlExample>& examples = config.rl().prompts_path().empty()
                                                        ? trainer.eval_examples()
                                                        : trainer.train_examples();
+  // Every rank runs the same forwards (FSDP gathers), so each needs a prompt.
+  if (examples.size() < static_cast<size_t>(world)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--generate: ", examples.size(), " prompts for ", world,
+                     " ranks: every rank needs at least one; run on at most ", examples.size(),
+                     " (--nproc_per_node) or give more prompts"));
+  }
   std::vector<std::string> prompts;
   for (size_t i = rank; i < examples.size(); i += world) prompts.push_back(examples[i].prompt);
   const titan::SamplingOptions options =
