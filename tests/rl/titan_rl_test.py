@@ -406,6 +406,36 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn(f"{path}: 12 rollouts over 2 ranks: each rank takes a share of 6, which does "
                       "not split into [rl] group_size = 4 groups (give a multiple of 8)", stderr)
 
+    def test_step_rollouts_that_do_not_split_over_the_ranks_are_refused(self):
+        path = os.path.join(self.root, "seven_rollouts.jsonl")
+        common.write_jsonl(path, [{"prompt": "Sort: b a", "response": " #### a b", "reward": 1}] * 7)
+        stderr = self.refusal("step_seven", "--nproc_per_node=2", f"--step_rollouts={path}")
+        self.assertIn(f"{path}: 7 rollouts for 2 ranks: each rank takes an equal share, so give a "
+                      "multiple of 2", stderr)
+
+    def test_tool_flags_take_their_value_as_the_next_argument(self):
+        output = os.path.join(self.root, "spaced", "out.jsonl")
+        os.makedirs(os.path.dirname(output), exist_ok=True)
+        _, cmd = self.job("generate_spaced", "--generate", "--output", output, "--rl.eval_size=2")
+        common.run(cmd)
+        self.assertEqual(len(common.read_jsonl(output)), 2)
+        path = self.rollouts()
+        _, cmd = self.job("step_spaced", "--json", "--step_rollouts", path)
+        self.assertIn("loss", json.loads(common.run(cmd).stdout))
+        proc = common.run([TITAN_RL, "--generate", "--output"], check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("--output: expected a file name after it (or --output=FILE)", proc.stderr)
+
+    def test_help_says_beta_and_advantage_eps_must_be_positive(self):
+        proc = common.run([TITAN_RL, "--help"], check=False)
+        help_text = proc.stdout + proc.stderr
+        for key, text in (("beta", "DPO temperature beta, > 0"),
+                          ("advantage_eps", "must be > 0 with a std division")):
+            entry = help_text[help_text.index(f"--rl.{key} "):]
+            entry = entry[:entry.index("\n  --")]
+            self.assertIn(text, entry)
+            self.assertNotIn("range: >= 0", entry)
+
     def test_step_rollouts_on_a_runs_rollouts_replays_its_step(self):
         # A model that answers in whole-word tokens (" a" ... " e", the bundled tokenizer's 257,
         # 262, 283, 277, 267) or stops: their output rows scaled up, so that responses often stop

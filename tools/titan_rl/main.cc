@@ -50,6 +50,7 @@ struct ToolFlags {
   bool json = false;
   std::string output;
   std::string step_rollouts;
+  std::string error;                   // a tool flag given without its value
   std::vector<std::string> overrides;  // everything else: job keys
 };
 
@@ -65,6 +66,13 @@ ToolFlags ParseToolFlags(int argc, char** argv) {
       flags.output = arg.substr(9);
     } else if (absl::StartsWith(arg, "--step_rollouts=")) {
       flags.step_rollouts = arg.substr(16);
+    } else if (arg == "--output" || arg == "--step_rollouts") {
+      // gflags' spelling: the value is the next argument.
+      if (i + 1 == argc) {
+        flags.error = absl::StrCat(arg, ": expected a file name after it (or ", arg, "=FILE)");
+      } else {
+        (arg == "--output" ? flags.output : flags.step_rollouts) = argv[++i];
+      }
     } else if (!absl::StartsWith(arg, "--nproc_per_node")) {
       flags.overrides.push_back(arg);
     } else if (arg == "--nproc_per_node") {
@@ -265,7 +273,8 @@ absl::Status StepMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
   const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
   if (rows->size() % world != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(flags.step_rollouts, ": ", rows->size(), " rollouts for ", world, " ranks"));
+        absl::StrCat(flags.step_rollouts, ": ", rows->size(), " rollouts for ", world,
+                     " ranks: each rank takes an equal share, so give a multiple of ", world));
   }
   const size_t share = rows->size() / world;
   const int64_t group = config.rl().group_size();
@@ -302,6 +311,7 @@ absl::Status StepMode(titan::RlTrainer& trainer, const titan::JobConfig& config,
 }
 
 absl::Status Run(const ToolFlags& flags) {
+  if (!flags.error.empty()) return absl::InvalidArgumentError(flags.error);
   if (flags.json && !flags.generate && flags.step_rollouts.empty()) {
     return absl::InvalidArgumentError(
         "--json: only --generate and --step_rollouts print a JSON summary; a training run writes "
