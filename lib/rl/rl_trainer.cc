@@ -430,7 +430,7 @@ absl::Status RlTrainer::Train() {
     // Before the evaluation (which would sample from NaN probabilities) and the checkpoint.
     TITAN_RETURN_IF_ERROR(CheckFiniteUpdate(
         m, absl::StrCat("step ", step),
-        "; stopped before saving it: the last checkpoint saved is the last good one"));
+        "; stopped before saving it: a checkpoint saved before, if any, is the last good one"));
     state_.step = step;
     ++state_.lr_step;
     m.step = step;
