@@ -1,0 +1,237 @@
+#include "lib/rl/rl_modes.h"
+
+#include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+#include "lib/distributed/communicator.h"
+#include "lib/metrics/flops.h"
+#include "lib/rl/examples.h"
+#include "lib/util/file_util.h"
+
+namespace titan {
+namespace {
+
+// True when `a` and `b` are one existing file, whatever the spelling, links included.
+bool SameFile(const std::string& a, const std::string& b) {
+  struct stat sa, sb;
+  return ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 && sa.st_dev == sb.st_dev &&
+         sa.st_ino == sb.st_ino;
+}
+
+// Rank r's part of `output` for rank 0 to merge: hidden, in the output's folder, named after the
+// run (`run_id`, agreed by all ranks), so that no user's file is overwritten or removed.
+std::string PartPath(const std::string& output, const std::string& run_id, int rank) {
+  const std::filesystem::path path(output);
+  return (path.parent_path() /
+          absl::StrCat(".", path.filename().string(), ".", run_id, ".rank", rank))
+      .string();
+}
+
+// Writes `output` (atomically): one row per prompt, in prompt order, from every rank's `rows`
+// (rank r has prompts r, r + world, ...). Ranks > 0 hand theirs to rank 0 in PartPath files,
+// which rank 0 removes once merged, or failed to.
+absl::Status MergeRankRows(const DistributedRuntime& runtime, int world, size_t total,
+                           const std::string& output, const std::string& run_id,
+                           const std::vector<std::string>& rows) {
+  const int rank = runtime.rank();
+  auto part_path = [&](int r) { return PartPath(output, run_id, r); };
+  const absl::Status written =
+      rank == 0
+          ? absl::OkStatus()
+          : WriteFileAtomically(part_path(rank), absl::StrCat(absl::StrJoin(rows, "\n"), "\n"));
+  absl::StatusOr<bool> all_written = runtime.AllAgree(written.ok());
+  if (!written.ok()) return written;
+  if (!all_written.ok()) return all_written.status();
+  const absl::Status parts_written =
+      *all_written
+          ? absl::OkStatus()
+          : absl::InternalError(absl::StrCat("another rank failed to write its part of ", output));
+  if (rank != 0) return parts_written;
+  const absl::Status merged = [&]() -> absl::Status {
+    if (!parts_written.ok()) return parts_written;
+    std::vector<std::vector<std::string>> by_rank = {rows};
+    for (int r = 1; r < world; ++r) {
+      absl::StatusOr<std::string> part = ReadFile(part_path(r));
+      if (!part.ok()) return part.status();
+      by_rank.push_back(absl::StrSplit(*part, '\n', absl::SkipEmpty()));
+    }
+    std::string text;
+    for (size_t i = 0; i < total; ++i) {
+      const std::vector<std::string>& share = by_rank[i % world];
+      if (i / world >= share.size()) {
+        return absl::InternalError(absl::StrCat(part_path(i % world), ": ", share.size(),
+                                                " rows, expected a row for prompt ", i + 1));
+      }
+      absl::StrAppend(&text, share[i / world], "\n");
+    }
+    return WriteFileAtomically(output, text);
+  }();
+  for (int r = 1; r < world; ++r) {
+    if (std::remove(part_path(r).c_str()) != 0 && errno != ENOENT) {
+      PLOG(WARNING) << "remove " << part_path(r);
+    }
+  }
+  return merged;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
+                                                 const std::string& output_flag) {
+  std::string output =
+      output_flag.empty() ? config.job().dump_folder() + "/generations.jsonl" : output_flag;
+  std::error_code error;
+  if (std::filesystem::is_directory(output, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        output, " is a directory: --generate writes one JSONL file; pass --output=FILE"));
+  }
+  for (const auto& [key, input] :
+       {std::pair{"prompts_path", config.rl().prompts_path()},
+        std::pair{"eval_prompts_path", config.rl().eval_prompts_path()}}) {
+    if (!input.empty() && SameFile(output, input)) {
+      return absl::InvalidArgumentError(absl::StrCat("--generate would write ", output,
+                                                     ", which is [rl] ", key, " = ", input,
+                                                     "; pass another --output"));
+    }
+  }
+  return output;
+}
+
+absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfig& config,
+                                              const DistributedRuntime& runtime,
+                                              const std::string& output) {
+  // Rank r takes every world-th prompt: data-parallel generation over the (sharded) policy.
+  const int rank = runtime.rank();
+  const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
+  const std::vector<RlExample>& examples =
+      config.rl().prompts_path().empty() ? trainer.eval_examples() : trainer.train_examples();
+  // Every rank runs the same forwards (FSDP gathers), so each needs a prompt.
+  if (examples.size() < static_cast<size_t>(world)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--generate: ", examples.size(), " prompts for ", world,
+                     " ranks: every rank needs at least one; run on at most ", examples.size(),
+                     " (--nproc_per_node) or give more prompts"));
+  }
+  std::vector<std::string> prompts;
+  for (size_t i = rank; i < examples.size(); i += world) prompts.push_back(examples[i].prompt);
+  const SamplingOptions options = trainer.SamplingFromConfig(
+      static_cast<uint64_t>(config.training().seed()) + rank, config.rl().temperature() == 0);
+  Stopwatch stopwatch;
+  // The process's CPU time over all threads: on shared cores a fairer rate than the wall clock.
+  const std::clock_t cpu_start = std::clock();
+  absl::StatusOr<Generation> generation = trainer.Generate(prompts, options);
+  if (!generation.ok()) return generation.status();
+  const double seconds = stopwatch.Lap();
+  const double cpu_seconds = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+  std::vector<std::string> lines;
+  int64_t generated = 0;
+  // Read through accessors: an item() per token is a dispatch each.
+  const at::Tensor logprob_values = generation->logprobs.cpu().to(at::kDouble);
+  const at::Tensor token_values = generation->batch.tokens.cpu();
+  const at::Tensor valid_values = generation->batch.valid.cpu();
+  const auto logprobs = logprob_values.accessor<double, 2>();
+  const auto tokens = token_values.accessor<int64_t, 2>();
+  const auto valid = valid_values.accessor<bool, 2>();
+  const int64_t p = generation->batch.prompt_len;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const TokenIds& response = generation->responses[i];
+    generated += static_cast<int64_t>(response.size());
+    std::vector<int64_t> prompt_ids;
+    for (int64_t j = 0; j < p; ++j) {
+      if (valid[i][j]) prompt_ids.push_back(tokens[i][j]);
+    }
+    const std::vector<int32_t> ids(response.begin(), response.end());
+    absl::StatusOr<std::string> text = trainer.tokenizer().Decode(ids);
+    if (!text.ok()) return text.status();
+    std::vector<double> lp;
+    for (size_t t = 0; t < response.size(); ++t) lp.push_back(logprobs[i][t]);
+    lines.push_back(nlohmann::json{{"prompt", prompts[i]},
+                                   {"prompt_ids", prompt_ids},
+                                   {"response", *text},
+                                   {"response_ids", response},
+                                   {"logprobs", lp},
+                                   {"stopped", static_cast<bool>(generation->stopped[i])}}
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (absl::Status status =
+          MergeRankRows(runtime, world, examples.size(), output, trainer.run_id(), lines);
+      !status.ok()) {
+    return status;
+  }
+  // Totals over the ranks: prompts, tokens and CPU time add up; the wall clock is the slowest's.
+  at::Tensor sums = at::tensor(
+      {static_cast<double>(prompts.size()), static_cast<double>(generated), cpu_seconds});
+  at::Tensor maxima = at::tensor({static_cast<double>(generation->decode_steps), seconds});
+  if (runtime.distributed()) {
+    Communicator& comm = runtime.comm(MeshGroup::kWorld);
+    if (absl::Status s = Await(comm.AllReduce(sums, ReduceOp::kSum)); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = Await(comm.AllReduce(maxima, ReduceOp::kMax)); !s.ok()) {
+      return s;
+    }
+  }
+  const int64_t all_generated = static_cast<int64_t>(sums[1].item<double>());
+  const double wall = maxima[1].item<double>();
+  nlohmann::json summary = {{"output", output},
+                            {"prompts", static_cast<int64_t>(sums[0].item<double>())},
+                            {"generated_tokens", all_generated},
+                            {"decode_steps", static_cast<int64_t>(maxima[0].item<double>())},
+                            {"seconds", wall},
+                            {"cpu_seconds", sums[2].item<double>()},
+                            {"tokens_per_second", all_generated / wall}};
+  return summary;
+}
+
+absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobConfig& config,
+                                                  const DistributedRuntime& runtime,
+                                                  const std::string& path) {
+  absl::StatusOr<std::vector<RewardedRollout>> rows =
+      ReadRewardedRollouts(path, config.rl().algorithm());
+  if (!rows.ok()) return rows.status();
+  // Rank r takes the r-th contiguous share, so groups stay whole when the shares are multiples
+  // of [rl] group_size.
+  const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
+  if (rows->size() % world != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", rows->size(), " rollouts for ", world,
+                     " ranks: each rank takes an equal share, so give a multiple of ", world));
+  }
+  const size_t share = rows->size() / world;
+  const int64_t group = config.rl().group_size();
+  if (config.rl().algorithm() != "ppo" && share % group != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": ", rows->size(), " rollouts over ", world, " ranks: each rank takes a share of ",
+        share, ", which does not split into [rl] group_size = ", group,
+        " groups (give a multiple of ", group * world, ")"));
+  }
+  std::vector<std::string> prompts, responses;
+  std::vector<double> rewards;
+  for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
+    prompts.push_back((*rows)[i].prompt);
+    responses.push_back((*rows)[i].response);
+    rewards.push_back((*rows)[i].reward);
+  }
+  absl::StatusOr<StepMetrics> metrics = trainer.Step(prompts, responses, rewards);
+  if (!metrics.ok()) return metrics.status();
+  const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
+  if (absl::Status status = trainer.SavePolicyWeights(weights); !status.ok()) return status;
+  nlohmann::json summary = {
+      {"loss", metrics->loss}, {"grad_norm", metrics->grad_norm}, {"weights", weights}};
+  for (const auto& [name, value] : metrics->extra) summary[name] = value;
+  return summary;
+}
+
+}  // namespace titan
