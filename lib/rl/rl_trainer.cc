@@ -445,19 +445,18 @@ absl::Status RlTrainer::Train() {
       TITAN_RETURN_IF_ERROR(log(m));
     }
     if (step == 1) runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
-    const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last);
-    if (saved) {
-      const bool model_only = last && ckpt.last_save_model_only();
+    // The policy's step, and PPO's value head beside it.
+    auto save = [&](bool model_only) -> absl::Status {
       TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, model_only));
-      if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->Save(state_, model_only));
-    }
+      return critic_checkpointer_ ? critic_checkpointer_->Save(state_, model_only)
+                                  : absl::OkStatus();
+    };
+    const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last);
+    if (saved) TITAN_RETURN_IF_ERROR(save(last && ckpt.last_save_model_only()));
     TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
     if (signal != 0 && !last) {
       LOG(WARNING) << "received signal " << signal << "; stopping after step " << step;
-      if (checkpointer_ && !saved) {
-        TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, false));
-        if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->Save(state_, false));
-      }
+      if (checkpointer_ && !saved) TITAN_RETURN_IF_ERROR(save(false));
       break;
     }
   }

@@ -510,18 +510,18 @@ absl::Status Trainer::Train() {
       runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
       LogStateMemory();
     }
-    const bool first_step_save = step == 1 && ckpt.enable_first_step_checkpoint();
-    if (checkpointer_ && (step % ckpt.interval() == 0 || last || first_step_save)) {
+    // A save first reads the steps since the last check: a diverged update is never saved.
+    auto save = [&](bool model_only) -> absl::Status {
       TITAN_RETURN_IF_ERROR(CheckFiniteSince(step));
-      TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, last && ckpt.last_save_model_only()));
-    }
+      return checkpointer_->Save(state_, model_only);
+    };
+    const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last ||
+                                         (step == 1 && ckpt.enable_first_step_checkpoint()));
+    if (saved) TITAN_RETURN_IF_ERROR(save(last && ckpt.last_save_model_only()));
     TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
     if (signal != 0 && !last) {
       LOG(WARNING) << "received signal " << signal << "; stopping after step " << step;
-      if (checkpointer_ && step % ckpt.interval() != 0 && !first_step_save) {
-        TITAN_RETURN_IF_ERROR(CheckFiniteSince(step));
-        TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, false));
-      }
+      if (checkpointer_ && !saved) TITAN_RETURN_IF_ERROR(save(false));
       break;
     }
   }
