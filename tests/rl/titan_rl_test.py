@@ -399,19 +399,17 @@ class TitanRlTest(unittest.TestCase):
             self.assertIn(f"--generate: {count} prompts for {nproc} ranks: every rank needs at "
                           "least one", stderr)
 
-    def test_step_rollouts_that_split_into_no_groups_per_rank_are_refused(self):
-        path = os.path.join(self.root, "twelve_rollouts.jsonl")
-        common.write_jsonl(path, [{"prompt": "Sort: b a", "response": " #### a b", "reward": 1}] * 12)
-        stderr = self.refusal("step_twelve", "--nproc_per_node=2", f"--step_rollouts={path}")
-        self.assertIn(f"{path}: 12 rollouts over 2 ranks: each rank takes a share of 6, which does "
-                      "not split into [rl] group_size = 4 groups (give a multiple of 8)", stderr)
-
     def test_step_rollouts_that_do_not_split_over_the_ranks_are_refused(self):
-        path = os.path.join(self.root, "seven_rollouts.jsonl")
-        common.write_jsonl(path, [{"prompt": "Sort: b a", "response": " #### a b", "reward": 1}] * 7)
-        stderr = self.refusal("step_seven", "--nproc_per_node=2", f"--step_rollouts={path}")
-        self.assertIn(f"{path}: 7 rollouts for 2 ranks: each rank takes an equal share, so give a "
-                      "multiple of 2", stderr)
+        for count, message in (
+                (12, "12 rollouts over 2 ranks: each rank takes a share of 6, which does not split "
+                     "into [rl] group_size = 4 groups (give a multiple of 8)"),
+                (7, "7 rollouts for 2 ranks: each rank takes an equal share, so give a multiple "
+                    "of 2")):
+            path = os.path.join(self.root, f"{count}_rollouts.jsonl")
+            common.write_jsonl(path, [{"prompt": "Sort: b a", "response": " #### a b",
+                                       "reward": 1}] * count)
+            stderr = self.refusal(f"step_{count}", "--nproc_per_node=2", f"--step_rollouts={path}")
+            self.assertIn(f"{path}: {message}", stderr)
 
     def test_tool_flags_take_their_value_as_the_next_argument(self):
         output = os.path.join(self.root, "spaced", "out.jsonl")
