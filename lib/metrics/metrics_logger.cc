@@ -2,53 +2,19 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
-
-absl::Status DropRowsAfter(const std::string& path, int64_t step) {
-  std::error_code error;
-  if (!std::filesystem::exists(path, error)) return absl::OkStatus();
-  TITAN_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
-  const size_t complete = text.rfind('\n') + 1;  // 0 when no line is complete
-  const bool cut_short = complete < text.size();
-  if (cut_short) {
-    // A whole row that lost only its newline stays: its step may not be redone.
-    if (nlohmann::json::parse(text.substr(complete), nullptr, false).is_object()) {
-      text += '\n';
-    } else {
-      LOG(WARNING) << path << ": dropped its last row, cut short: " << text.substr(complete, 80);
-      text.resize(complete);
-    }
-  }
-  std::string kept;
-  int dropped = 0;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    const auto at = row.is_object() ? row.find("step") : row.end();
-    if (step >= 0 && at != row.end() && at->is_number_integer() && at->get<int64_t>() > step) {
-      ++dropped;
-      continue;
-    }
-    absl::StrAppend(&kept, line, "\n");
-  }
-  if (dropped == 0 && !cut_short) return absl::OkStatus();
-  if (dropped > 0) {
-    LOG(INFO) << path << ": dropped " << dropped << " rows of steps after " << step
-              << ", logged before the run resumed from step " << step;
-  }
-  return WriteFileAtomically(path, kept);
-}
 
 namespace {
 
@@ -103,43 +69,27 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
     return absl::InternalError(
         absl::StrCat(options.dump_folder, ": cannot create dump folder: ", error.message()));
   }
+  TITAN_ASSIGN_OR_RETURN(
+      StepLog rows,
+      StepLog::Start(absl::StrCat(options.dump_folder, "/metrics.jsonl"), options.start));
   std::unique_ptr<TensorBoardWriter> tensorboard;
-  if (!options.tensorboard_folder.empty() && options.restart_id.empty()) {
-    absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer = TensorBoardWriter::Create(
-        options.tensorboard_folder, options.resumed_step >= 0 ? options.resumed_step + 1 : -1);
-    if (!writer.ok()) return writer.status();
-    tensorboard = *std::move(writer);
-  }
-  std::string jsonl_path = absl::StrCat(options.dump_folder, "/metrics.jsonl");
-  if (!options.restart_id.empty()) {
-    absl::StrAppend(&jsonl_path, ".restart-", options.restart_id);
-  } else {
-    TITAN_RETURN_IF_ERROR(DropRowsAfter(jsonl_path, options.resumed_step));
+  if (!options.tensorboard_folder.empty() && !rows.commit_pending()) {
+    // A fresh run hides an earlier run's points as it sets its metrics.jsonl aside.
+    TITAN_ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Create(
+                                            options.tensorboard_folder,
+                                            std::max<int64_t>(options.start.resumed_step, 0) + 1));
   }
   // Appended, so a resumed run continues the same file.
-  std::FILE* jsonl = std::fopen(jsonl_path.c_str(), "a");
-  if (jsonl == nullptr) return ErrnoError("open for append", jsonl_path);
+  std::FILE* jsonl = std::fopen(rows.rows_path().c_str(), "a");
+  if (jsonl == nullptr) return ErrnoError("open for append", rows.rows_path());
   const bool color = !options.disable_color_printing && ::isatty(STDERR_FILENO) == 1;
   return std::unique_ptr<MetricsLogger>(
-      new MetricsLogger(options, std::move(jsonl_path), jsonl, std::move(tensorboard), color));
+      new MetricsLogger(options, std::move(rows), jsonl, std::move(tensorboard), color));
 }
 
 absl::Status MetricsLogger::CommitRestart() {
-  if (!restart_pending_) return absl::OkStatus();
-  restart_pending_ = false;
-  const std::string path = absl::StrCat(options_.dump_folder, "/metrics.jsonl");
-  std::error_code error;
-  if (std::filesystem::exists(path, error)) {
-    const std::string aside = absl::StrCat(path, ".abandoned-", options_.restart_id);
-    std::filesystem::rename(path, aside, error);
-    if (error) return absl::InternalError(absl::StrCat(path, ": rename: ", error.message()));
-    LOG(WARNING) << "Set aside " << path << " as " << aside
-                 << ": the earlier run's, whose steps this run set aside";
-  }
-  // The open file follows its rename.
-  std::filesystem::rename(jsonl_path_, path, error);
-  if (error) return absl::InternalError(absl::StrCat(jsonl_path_, ": rename: ", error.message()));
-  jsonl_path_ = path;
+  if (!rows_.commit_pending()) return absl::OkStatus();
+  TITAN_RETURN_IF_ERROR(rows_.Commit());
   if (options_.tensorboard_folder.empty()) return absl::OkStatus();
   TITAN_ASSIGN_OR_RETURN(tensorboard_,
                          TensorBoardWriter::Create(options_.tensorboard_folder, /*purge_step=*/0));
@@ -170,7 +120,7 @@ absl::Status MetricsLogger::Log(const StepMetrics& metrics) {
   const std::string line =
       record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   if (std::fwrite(line.data(), 1, line.size(), jsonl_) != line.size() || std::fflush(jsonl_) != 0) {
-    return ErrnoError("append", jsonl_path_);
+    return ErrnoError("append", rows_.rows_path());
   }
   if (tensorboard_ != nullptr) return WriteTensorBoard(metrics);
   if (!options_.tensorboard_folder.empty()) waiting_for_tensorboard_.push_back(metrics);

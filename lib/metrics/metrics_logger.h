@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/metrics/step_log.h"
 #include "lib/metrics/tensorboard_writer.h"
 
 namespace titan {
@@ -34,22 +35,11 @@ struct MetricsLoggerOptions {
   std::string dump_folder;         // metrics.jsonl is appended to here; created if missing
   std::string tensorboard_folder;  // where event files go; empty: no TensorBoard
   bool disable_color_printing = false;
-  // The step a run resumed from (-1: none): metrics.jsonl's rows of later steps, which the run
-  // it continues logged after its last checkpoint, are dropped, so each step has one row;
-  // TensorBoard is told to hide the earlier event files' points of those steps.
-  int64_t resumed_step = -1;
-  // Non-empty: the run counts from step 0 again over an earlier run's steps ([checkpoint]
-  // exclude_from_loading = ["train_state"]), which stay until it first saves. Until
-  // CommitRestart its rows go to metrics.jsonl.restart-<id> and its TensorBoard points wait in
-  // memory, so a run that dies before saving leaves the earlier run's history as it was.
-  std::string restart_id;
+  // How the run continues the folder's metrics.jsonl (StepLog) and TensorBoard points: a resumed
+  // run's redone steps and a fresh run's earlier points are hidden (a SessionLog START, PyTorch's
+  // purge_step); a restart's points wait in memory until CommitRestart.
+  StepLogStart start;
 };
-
-// Rewrites the JSON-lines file `path` (atomically; a missing one stays missing) without the rows
-// whose "step" is after `step` (step < 0: none), and without a last row cut short (a run that died
-// mid-write, e.g. on a full disk), which would break every JSON-lines reader. Other rows it cannot
-// read stay. A resumed run's per-step logs drop the steps it redoes this way.
-absl::Status DropRowsAfter(const std::string& path, int64_t step);
 
 // The log line for one step, e.g.
 // "step: 12  loss:  5.1234  grad_norm:  1.2345  lr: 8.0e-04  memory:  0.52GiB  tps: 12,345
@@ -70,31 +60,29 @@ class MetricsLogger {
   // scalars. Non-finite values are written as JSON null.
   absl::Status Log(const StepMetrics& metrics);
 
-  // A restart's first save set the earlier run's steps aside: its metrics.jsonl becomes
-  // metrics.jsonl.abandoned-<id>, this run's rows metrics.jsonl, and its TensorBoard points go out
-  // behind a SessionLog START at step 0 that hides the earlier run's. No-op otherwise.
+  // A restart's first save set the earlier run's steps aside: so go its metrics.jsonl (StepLog::
+  // Commit) and TensorBoard points (this run's go out behind a SessionLog START at step 0 that
+  // hides them). No-op otherwise.
   absl::Status CommitRestart();
 
-  const std::string& jsonl_path() const { return jsonl_path_; }
+  const std::string& jsonl_path() const { return rows_.rows_path(); }
 
  private:
-  MetricsLogger(const MetricsLoggerOptions& options, std::string jsonl_path, std::FILE* jsonl,
+  MetricsLogger(const MetricsLoggerOptions& options, StepLog rows, std::FILE* jsonl,
                 std::unique_ptr<TensorBoardWriter> tensorboard, bool color)
       : options_(options),
-        jsonl_path_(std::move(jsonl_path)),
+        rows_(std::move(rows)),
         jsonl_(jsonl),
         tensorboard_(std::move(tensorboard)),
-        restart_pending_(!options.restart_id.empty()),
         color_(color) {}
 
   absl::Status WriteTensorBoard(const StepMetrics& metrics);
 
   const MetricsLoggerOptions options_;
-  std::string jsonl_path_;
+  StepLog rows_;  // metrics.jsonl
   std::FILE* jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;    // null when TensorBoard is off (or waits)
   std::vector<StepMetrics> waiting_for_tensorboard_;  // a restart's points until CommitRestart
-  bool restart_pending_;
   bool color_;
 };
 

@@ -110,6 +110,7 @@ TEST(FormatStepLineTest, GroupsThousandsAndAppendsExtras) {
 TEST(MetricsLoggerTest, AppendsOneJsonObjectPerStep) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("jsonl/dump");
+  options.start.run_id = "r1";
   options.disable_color_printing = true;
   absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
   ASSERT_TRUE(logger.ok()) << logger.status();
@@ -146,22 +147,45 @@ TEST(MetricsLoggerTest, AppendsOneJsonObjectPerStep) {
 TEST(MetricsLoggerTest, ResumedRunAppendsToTheSameFile) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("resume");
+  options.start.run_id = "r1";
   for (int step = 1; step <= 2; ++step) {
     absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
     ASSERT_TRUE(logger.ok()) << logger.status();
     StepMetrics metrics = ExampleStep();
     metrics.step = step;
     ASSERT_TRUE((*logger)->Log(metrics).ok());
+    options.start.resumed_step = step;
   }
-  const std::vector<nlohmann::json> lines = ReadJsonLines(options.dump_folder + "/metrics.jsonl");
-  ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0]["step"], 1);
-  EXPECT_EQ(lines[1]["step"], 2);
+  EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2}));
+}
+
+TEST(MetricsLoggerTest, AFreshRunSetsAnEarlierRunsRowsAsideAndHidesItsPoints) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("fresh_again");
+  options.tensorboard_folder = TestDir("fresh_again/tb");
+  std::filesystem::create_directories(options.dump_folder);
+  const std::string earlier = "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}\n";
+  ASSERT_TRUE(WriteFileAtomically(options.dump_folder + "/metrics.jsonl", earlier).ok());
+  options.start.run_id = "r2";
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  StepMetrics metrics = ExampleStep();
+  metrics.step = 1;
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+  EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1}));
+  EXPECT_EQ(*ReadFile(options.dump_folder + "/metrics.jsonl.abandoned-r2"), earlier);
+  // A START at its first step hides the points earlier event files hold there and after.
+  const std::vector<tensorboard::Event> events = TheEventFile(options.tensorboard_folder);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[1].session_log().status(), tensorboard::SessionLog::START);
+  EXPECT_EQ(events[1].step(), 1);
+  EXPECT_EQ(events[2].step(), 1);
 }
 
 TEST(MetricsLoggerTest, ResumedRunDropsTheRowsAfterItsCheckpoint) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("resume_after_kill");
+  options.start.run_id = "r1";
   {
     absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
     ASSERT_TRUE(logger.ok()) << logger.status();
@@ -171,7 +195,7 @@ TEST(MetricsLoggerTest, ResumedRunDropsTheRowsAfterItsCheckpoint) {
       ASSERT_TRUE((*logger)->Log(metrics).ok());
     }
   }
-  options.resumed_step = 3;
+  options.start.resumed_step = 3;
   options.tensorboard_folder = TestDir("resume_after_kill/tb");
   absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
   ASSERT_TRUE(logger.ok()) << logger.status();
@@ -186,39 +210,6 @@ TEST(MetricsLoggerTest, ResumedRunDropsTheRowsAfterItsCheckpoint) {
   EXPECT_EQ(events[1].step(), 4);
 }
 
-TEST(MetricsLoggerTest, ARowCutShortIsDroppedBeforeAppending) {
-  for (const int64_t resumed_step : {-1, 1}) {
-    MetricsLoggerOptions options;
-    options.dump_folder = TestDir(absl::StrCat("cut_short_", resumed_step + 1));
-    options.resumed_step = resumed_step;
-    std::filesystem::create_directories(options.dump_folder);
-    // The disk filled up in the middle of step 2's row.
-    ASSERT_TRUE(WriteFileAtomically(options.dump_folder + "/metrics.jsonl",
-                                    "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.")
-                    .ok());
-    absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
-    ASSERT_TRUE(logger.ok()) << logger.status();
-    StepMetrics metrics = ExampleStep();
-    metrics.step = 2;
-    ASSERT_TRUE((*logger)->Log(metrics).ok());
-    EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2}))
-        << "resumed_step " << resumed_step;
-  }
-  // A whole row that lost only its newline is kept.
-  MetricsLoggerOptions options;
-  options.dump_folder = TestDir("no_newline");
-  std::filesystem::create_directories(options.dump_folder);
-  ASSERT_TRUE(WriteFileAtomically(options.dump_folder + "/metrics.jsonl",
-                                  "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}")
-                  .ok());
-  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
-  ASSERT_TRUE(logger.ok()) << logger.status();
-  StepMetrics metrics = ExampleStep();
-  metrics.step = 3;
-  ASSERT_TRUE((*logger)->Log(metrics).ok());
-  EXPECT_EQ(LoggedSteps(options.dump_folder), (std::vector<int64_t>{1, 2, 3}));
-}
-
 TEST(MetricsLoggerTest, ARestartTakesOverTheFilesOnlyWhenItCommits) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("restart");
@@ -226,7 +217,8 @@ TEST(MetricsLoggerTest, ARestartTakesOverTheFilesOnlyWhenItCommits) {
   std::filesystem::create_directories(options.dump_folder);
   const std::string earlier = "{\"step\":1,\"loss\":2.5}\n{\"step\":2,\"loss\":2.25}\n";
   ASSERT_TRUE(WriteFileAtomically(options.dump_folder + "/metrics.jsonl", earlier).ok());
-  options.restart_id = "r7";
+  options.start.restart = true;
+  options.start.run_id = "r7";
   absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
   ASSERT_TRUE(logger.ok()) << logger.status();
   StepMetrics metrics = ExampleStep();
@@ -253,6 +245,7 @@ TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("tb_dump");
   options.tensorboard_folder = TestDir("tb_dump/tb");
+  options.start.run_id = "r1";
   absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
   ASSERT_TRUE(logger.ok()) << logger.status();
   StepMetrics metrics = ExampleStep();
@@ -261,8 +254,9 @@ TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
   ASSERT_TRUE((*logger)->Log(metrics).ok());
 
   const std::vector<tensorboard::Event> events = TheEventFile(options.tensorboard_folder);
-  ASSERT_EQ(events.size(), 10u);
+  ASSERT_EQ(events.size(), 11u);
   EXPECT_EQ(events[0].file_version(), "brain.Event:2");
+  EXPECT_EQ(events[1].session_log().status(), tensorboard::SessionLog::START);
   const std::vector<std::pair<std::string, float>> expected = {
       {"loss_metrics/global_avg_loss", 5.1234f},
       {"grad_norm", 1.2345f},
@@ -274,7 +268,7 @@ TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
       {"validation_metrics/loss", 4.5f},
       {"tokens_seen", 4096.0f}};
   for (size_t i = 0; i < expected.size(); ++i) {
-    const tensorboard::Event& event = events[i + 1];
+    const tensorboard::Event& event = events[i + 2];
     EXPECT_EQ(event.step(), 12);
     ASSERT_EQ(event.summary().value_size(), 1);
     EXPECT_EQ(event.summary().value(0).tag(), expected[i].first);

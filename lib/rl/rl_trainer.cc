@@ -324,7 +324,7 @@ absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examp
                                       const Generation& generation) {
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> responses,
                          ResponseTexts(generation, /*with_stop_token=*/true));
-  const std::string path = RolloutsPath(runtime_.rank());
+  const std::string& path = rollouts_.front().rows_path();
   std::FILE* file = std::fopen(path.c_str(), "a");
   if (file == nullptr) return ErrnoError("open", path);
   const at::Tensor logprobs = generation.logprobs.cpu();

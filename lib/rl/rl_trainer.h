@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "lib/config/job_config.pb.h"
 #include "lib/metrics/metrics_logger.h"
+#include "lib/metrics/step_log.h"
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/rl/examples.h"
 #include "lib/rl/generator.h"
@@ -122,9 +123,8 @@ class RlTrainer {
   absl::StatusOr<at::Tensor> ReduceOverDp(const at::Tensor& values, ReduceOp op) const;
   // Rank `rank`'s rollouts file: rollouts.jsonl (rank 0), rollouts_rank<r>.jsonl.
   std::string RolloutsPath(int rank) const;
-  // Appends the step's rollouts to this rank's RolloutsPath(); the responses with their stop
-  // tokens, so that
-  // --step_rollouts on them replays the step.
+  // Appends the step's rollouts to this rank's rollouts file; the responses with their stop
+  // tokens, so that --step_rollouts on them replays the step.
   absl::Status WriteRollouts(const std::vector<const RlExample*>& examples,
                              const std::vector<double>& rewards, const Generation& generation);
 
@@ -147,6 +147,9 @@ class RlTrainer {
   DataParallel critic_data_parallel_;  // whole tensors: the value head is replicated
   std::vector<std::unique_ptr<FolderLock>> folder_locks_;  // training runs: held while it lives
   std::unique_ptr<MetricsLogger> metrics_;                 // null but in training runs
+  // Training runs: this rank's RolloutsPath(), then on rank 0 those of ranks an earlier run on
+  // more ranks had.
+  std::vector<StepLog> rollouts_;
   std::vector<RlExample> train_examples_;
   std::vector<RlExample> eval_examples_;
   TrainState state_;

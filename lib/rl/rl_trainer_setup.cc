@@ -112,15 +112,23 @@ absl::Status RlTrainer::Init(bool training_run) {
   if (training_run) {
     TITAN_ASSIGN_OR_RETURN(metrics_,
                            BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
-    // The rollouts of the steps the run redoes go, as their metrics rows do; rank 0 also trims
-    // the files of ranks that an earlier run on more ranks had (ranks are numbered 0, 1, ...).
-    const int64_t resumed = LogsResumedStep(checkpointer_.get());
-    TITAN_RETURN_IF_ERROR(DropRowsAfter(RolloutsPath(runtime_.rank()), resumed));
+    // The rollouts files follow the run as metrics.jsonl does; rank 0 also takes the files of
+    // ranks that an earlier run on more ranks had (ranks are numbered 0, 1, ...).
+    const StepLogStart start = LogStart(checkpointer_.get(), setup_);
+    std::vector<int> ranks = {runtime_.rank()};
     if (runtime_.rank() == 0) {
       const int world = runtime_.distributed() ? runtime_.dims().world_size() : 1;
-      for (int r = world; std::filesystem::exists(RolloutsPath(r)); ++r) {
-        TITAN_RETURN_IF_ERROR(DropRowsAfter(RolloutsPath(r), resumed));
-      }
+      for (int r = world; std::filesystem::exists(RolloutsPath(r)); ++r) ranks.push_back(r);
+    }
+    for (const int r : ranks) {
+      TITAN_ASSIGN_OR_RETURN(StepLog log, StepLog::Start(RolloutsPath(r), start));
+      rollouts_.push_back(std::move(log));
+    }
+    if (checkpointer_ != nullptr) {
+      checkpointer_->OnSetAside([this]() -> absl::Status {
+        for (StepLog& log : rollouts_) TITAN_RETURN_IF_ERROR(log.Commit());
+        return absl::OkStatus();
+      });
     }
   }
   // Data: a bundled task's generated split, or JSONL.

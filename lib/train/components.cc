@@ -437,8 +437,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
                                                             const DistributedRuntime& runtime,
-                                                            int64_t resumed_step,
-                                                            const std::string& restart_id) {
+                                                            const StepLogStart& start) {
   const int rank = runtime.rank();
   // torchtitan: with pipeline parallelism only the last stage knows the loss.
   MeshCoordinates first_of_last_stage;
@@ -453,9 +452,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& con
         UnderDumpFolder(config, config.metrics().save_tb_folder()) + rank_folder;
   }
   metrics.disable_color_printing = config.metrics().disable_color_printing();
-  // A fresh run (step 0) or a restart appends after whatever an earlier run in the folder logged.
-  metrics.resumed_step = resumed_step;
-  metrics.restart_id = restart_id;
+  metrics.start = start;
   return MetricsLogger::Create(metrics);
 }
 

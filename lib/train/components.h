@@ -17,6 +17,7 @@
 #include "lib/config/job_config.pb.h"
 #include "lib/data/text_data_loader.h"
 #include "lib/metrics/metrics_logger.h"
+#include "lib/metrics/step_log.h"
 #include "lib/model/decoder.h"
 #include "lib/parallel/data_parallel.h"
 #include "lib/parallel/distributed_runtime.h"
@@ -109,15 +110,11 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 
 // metrics.jsonl and TensorBoard; null on ranks that write none. The job's metrics come from rank
 // 0, or with pipeline parallelism from the first rank of the last stage (which has the loss);
-// [metrics] save_for_all_ranks: every rank, the others under <dump>/rank_<r>/. `resumed_step`:
-// the step a resumed run continues from (-1: a fresh run or a restart), whose later rows are
-// dropped.
-// `restart_id` non-empty: the run counts from 0 again over the folder's steps (see
-// MetricsLoggerOptions::restart_id).
+// [metrics] save_for_all_ranks: every rank, the others under <dump>/rank_<r>/. `start`: how the
+// run continues what an earlier run logged there (StepLog).
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
                                                             const DistributedRuntime& runtime,
-                                                            int64_t resumed_step,
-                                                            const std::string& restart_id);
+                                                            const StepLogStart& start);
 
 }  // namespace titan
 

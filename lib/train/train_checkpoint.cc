@@ -208,7 +208,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
                                  "= [\"train_state\"] (it counts from step 0)")
             .status());
     set_aside_at_first_save_ = false;
-    if (on_set_aside_) TITAN_RETURN_IF_ERROR(on_set_aside_());
+    for (const auto& on_set_aside : on_set_aside_) TITAN_RETURN_IF_ERROR(on_set_aside());
   }
   CheckpointState state;
   absl::Status exported;
@@ -278,18 +278,19 @@ absl::Status TrainCheckpointer::ExportHf(int64_t step, const NamedTensors& model
   return absl::OkStatus();
 }
 
-int64_t LogsResumedStep(const TrainCheckpointer* checkpointer) {
-  if (checkpointer == nullptr || checkpointer->restart_pending()) return -1;
-  return checkpointer->resumed_step();
+StepLogStart LogStart(const TrainCheckpointer* checkpointer, const RunSetup& setup) {
+  StepLogStart start;
+  start.restart = checkpointer != nullptr && checkpointer->restart_pending();
+  if (checkpointer != nullptr && !start.restart) start.resumed_step = checkpointer->resumed_step();
+  start.run_id = setup.run_id;
+  return start;
 }
 
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildResumedMetrics(
     const JobConfig& config, const DistributedRuntime& runtime, const RunSetup& setup,
     TrainCheckpointer* checkpointer) {
-  TITAN_ASSIGN_OR_RETURN(
-      std::unique_ptr<MetricsLogger> metrics,
-      BuildMetrics(config, runtime, LogsResumedStep(checkpointer),
-                   checkpointer && checkpointer->restart_pending() ? setup.run_id : ""));
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<MetricsLogger> metrics,
+                         BuildMetrics(config, runtime, LogStart(checkpointer, setup)));
   if (checkpointer && metrics) {
     checkpointer->OnSetAside([logger = metrics.get()] { return logger->CommitRestart(); });
   }

@@ -14,6 +14,7 @@
 #include "lib/config/job_config.pb.h"
 #include "lib/data/text_data_loader.h"
 #include "lib/metrics/metrics_logger.h"
+#include "lib/metrics/step_log.h"
 #include "lib/model/module.h"
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/parallel/sharded_state.h"
@@ -70,11 +71,11 @@ class TrainCheckpointer {
   // -1: it starts fresh.
   int64_t resumed_step() const { return resumed_step_; }
   // True from a Resume that counts from step 0 again over the loaded run's steps until the first
-  // save sets them aside; `on_set_aside` runs then (the metrics follow: MetricsLogger::
-  // CommitRestart).
+  // save sets them aside; each `on_set_aside` runs then, in the order added (the per-step logs
+  // follow: MetricsLogger::CommitRestart, StepLog::Commit).
   bool restart_pending() const { return set_aside_at_first_save_; }
   void OnSetAside(std::function<absl::Status()> on_set_aside) {
-    on_set_aside_ = std::move(on_set_aside);
+    on_set_aside_.push_back(std::move(on_set_aside));
   }
   // Waits for a background save and agrees with the other ranks that it succeeded.
   absl::Status FinishPendingSave();
@@ -105,13 +106,12 @@ class TrainCheckpointer {
   // The exclude_from_loading this run's timeline started with, saved with each step: a rerun of
   // the same job resumes those steps whole instead of starting over from them.
   std::vector<std::string> timeline_exclusions_;
-  std::function<absl::Status()> on_set_aside_;
+  std::vector<std::function<absl::Status()>> on_set_aside_;
 };
 
-// The step after which a run's per-step logs (metrics.jsonl, titan_rl's rollouts) drop the rows
-// an earlier run wrote (DropRowsAfter): the resumed step, or -1 for a fresh run (null
-// `checkpointer`: none) and a restart, whose rows wait for its first save.
-int64_t LogsResumedStep(const TrainCheckpointer* checkpointer);
+// How a run that resumed through `checkpointer` (null: none, a fresh run) continues its folder's
+// per-step logs (metrics.jsonl, titan_rl's rollouts.jsonl).
+StepLogStart LogStart(const TrainCheckpointer* checkpointer, const RunSetup& setup);
 
 // BuildMetrics for a run that resumed through `checkpointer` (null: none): rows after the
 // resumed step dropped, and a restart's metrics taking over at its first save (CommitRestart).

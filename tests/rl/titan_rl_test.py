@@ -2,6 +2,7 @@
 sorting task: batch-invariant log-probabilities, FSDP parity of one step on given rollouts, exact
 resume, a failing reward scorer, refused keys."""
 import argparse
+import glob
 import json
 import os
 import re
@@ -194,6 +195,30 @@ class TitanRlTest(unittest.TestCase):
         common.run(cmd)
         self.assertEqual({r["step"] for r in common.read_jsonl(rank1)}, {1, 2})
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1, 2, 3])
+
+    def test_a_run_that_starts_over_sets_the_earlier_rollouts_aside(self):
+        # A fresh run (no checkpoint to continue) counts from step 1 again: one row set per step.
+        dump, cmd = self.job("fresh_twice", "--training.steps=1")
+        common.run(cmd)
+        common.run(cmd)
+        self.assertEqual({r["step"] for r in common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))},
+                         {1})
+        aside = glob.glob(os.path.join(dump, "rollouts.jsonl.abandoned-*"))
+        self.assertEqual(len(aside), 1, aside)
+        self.assertEqual({r["step"] for r in common.read_jsonl(aside[0])}, {1})
+        # So does a restart (train_state not loaded), at its first save, with the metrics rows.
+        ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
+        dump, cmd = self.job("restart_rollouts", *ckpt, "--training.steps=2")
+        common.run(cmd)
+        _, cmd = self.job("restart_rollouts", *ckpt, "--training.steps=1",
+                          "--checkpoint.exclude_from_loading=train_state")
+        common.run(cmd)
+        self.assertEqual({r["step"] for r in common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))},
+                         {1})
+        aside = glob.glob(os.path.join(dump, "rollouts.jsonl.abandoned-*"))
+        self.assertEqual(len(aside), 1, aside)
+        self.assertEqual({r["step"] for r in common.read_jsonl(aside[0])}, {1, 2})
+        self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])
 
     def test_a_run_that_never_stepped_resumes(self):
         # Equal rewards: dynamic sampling drops every group, so step 1 takes no optimizer step.

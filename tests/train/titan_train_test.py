@@ -112,6 +112,18 @@ class TitanTrainTest(unittest.TestCase):
         self.assertIn("resuming it whole", proc.stderr)
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3, 4, 5, 6])
 
+    def test_a_fresh_run_sets_an_earlier_runs_metrics_aside(self):
+        dump = self.dump("fresh_twice")
+        flags = ["--checkpoint.enable=false", "--validation.enable=false"]
+        run_train(dump, "--training.steps=2", *flags)
+        run_train(dump, "--training.steps=3", *flags)
+        # One row a step, this run's: the earlier run's steps were never saved, so not continued.
+        self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3])
+        aside = glob.glob(os.path.join(dump, "metrics.jsonl.abandoned-*"))
+        self.assertEqual(len(aside), 1, aside)
+        with open(aside[0]) as f:
+            self.assertEqual([json.loads(line)["step"] for line in f], [1, 2])
+
     def test_a_changed_seq_len_names_the_way_to_resume(self):
         dump = self.dump("seq_len_changed")
         flags = ["--checkpoint.last_save_model_only=false", "--validation.enable=false"]

@@ -1,0 +1,99 @@
+#include "lib/metrics/step_log.h"
+
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "glog/logging.h"
+#include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+namespace {
+
+// Rewrites `path` (atomically; a missing one stays missing) without the rows whose "step" is
+// after `step` and without a last row cut short. Other rows it cannot read stay.
+absl::Status DropRowsAfter(const std::string& path, int64_t step) {
+  std::error_code error;
+  if (!std::filesystem::exists(path, error)) return absl::OkStatus();
+  TITAN_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  const size_t complete = text.rfind('\n') + 1;  // 0 when no line is complete
+  const bool cut_short = complete < text.size();
+  if (cut_short) {
+    // A whole row that lost only its newline stays: its step may not be redone.
+    if (nlohmann::json::parse(text.substr(complete), nullptr, false).is_object()) {
+      text += '\n';
+    } else {
+      LOG(WARNING) << path << ": dropped its last row, cut short: " << text.substr(complete, 80);
+      text.resize(complete);
+    }
+  }
+  std::string kept;
+  int dropped = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const auto at = row.is_object() ? row.find("step") : row.end();
+    if (at != row.end() && at->is_number_integer() && at->get<int64_t>() > step) {
+      ++dropped;
+      continue;
+    }
+    absl::StrAppend(&kept, line, "\n");
+  }
+  if (dropped == 0 && !cut_short) return absl::OkStatus();
+  if (dropped > 0) {
+    LOG(INFO) << path << ": dropped " << dropped << " rows of steps after " << step
+              << ", logged before the run resumed from step " << step;
+  }
+  return WriteFileAtomically(path, kept);
+}
+
+}  // namespace
+
+absl::StatusOr<StepLog> StepLog::Start(std::string path, const StepLogStart& start) {
+  if (start.resumed_step >= 0) {
+    TITAN_RETURN_IF_ERROR(DropRowsAfter(path, start.resumed_step));
+    std::string rows_path = path;
+    return StepLog(std::move(path), std::move(rows_path), start.run_id, false);
+  }
+  if (start.run_id.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": a run that starts over needs a run id"));
+  }
+  std::string rows_path = start.restart ? absl::StrCat(path, ".restart-", start.run_id) : path;
+  StepLog log(std::move(path), std::move(rows_path), start.run_id, start.restart);
+  if (!start.restart) TITAN_RETURN_IF_ERROR(log.SetAsideEarlier());
+  return log;
+}
+
+absl::Status StepLog::SetAsideEarlier() const {
+  std::error_code error;
+  if (!std::filesystem::exists(path_, error) || std::filesystem::file_size(path_, error) == 0) {
+    return absl::OkStatus();
+  }
+  const std::string aside = absl::StrCat(path_, ".abandoned-", run_id_);
+  std::filesystem::rename(path_, aside, error);
+  if (error) return absl::InternalError(absl::StrCat(path_, ": rename: ", error.message()));
+  LOG(WARNING) << "Set aside " << path_ << " as " << aside
+               << ": an earlier run's, whose steps this run does not continue";
+  return absl::OkStatus();
+}
+
+absl::Status StepLog::Commit() {
+  if (!commit_pending_) return absl::OkStatus();
+  commit_pending_ = false;
+  TITAN_RETURN_IF_ERROR(SetAsideEarlier());
+  std::error_code error;
+  if (!std::filesystem::exists(rows_path_, error)) {
+    rows_path_ = path_;
+    return absl::OkStatus();
+  }
+  // A file open for appending follows its rename.
+  std::filesystem::rename(rows_path_, path_, error);
+  if (error) return absl::InternalError(absl::StrCat(rows_path_, ": rename: ", error.message()));
+  rows_path_ = path_;
+  return absl::OkStatus();
+}
+
+}  // namespace titan
