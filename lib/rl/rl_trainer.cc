@@ -383,6 +383,8 @@ absl::Status RlTrainer::Train() {
     const int64_t step = state_.step + 1;
     const std::vector<const RlExample*> examples = StepExamples(step);
     StepMetrics m;
+    // The profiled step is the rollouts and the update: evaluation and saving stay out.
+    if (profiler_ != nullptr) TITAN_RETURN_IF_ERROR(profiler_->StepBegin(step));
     Stopwatch stopwatch;
     if (IsPolicyGradient(algorithm)) {
       // group_size samples per prompt, consecutive.
@@ -427,6 +429,7 @@ absl::Status RlTrainer::Train() {
     } else {
       TITAN_ASSIGN_OR_RETURN(m, SftOrDpoStep(examples));
     }
+    if (profiler_ != nullptr) TITAN_RETURN_IF_ERROR(profiler_->StepEnd(step));
     // Before the evaluation (which would sample from NaN probabilities) and the checkpoint.
     TITAN_RETURN_IF_ERROR(CheckFiniteUpdate(
         m, absl::StrCat("step ", step),

@@ -14,11 +14,13 @@
 #include "lib/metrics/metrics_logger.h"
 #include "lib/metrics/step_log.h"
 #include "lib/parallel/distributed_runtime.h"
+#include "lib/profiling/step_profiler.h"
 #include "lib/rl/examples.h"
 #include "lib/rl/generator.h"
 #include "lib/rl/reward_model.h"
 #include "lib/train/components.h"
 #include "lib/train/grad_clip.h"
+#include "lib/train/resource_monitor.h"
 #include "lib/train/train_checkpoint.h"
 
 namespace titan {
@@ -150,6 +152,8 @@ class RlTrainer {
   // Training runs: this rank's RolloutsPath(), then on rank 0 those of ranks an earlier run on
   // more ranks had.
   std::vector<StepLog> rollouts_;
+  std::unique_ptr<StepProfiler> profiler_;    // training runs with [profiling] on
+  std::unique_ptr<ResourceMonitor> monitor_;  // training runs with [job] monitoring_interval
   std::vector<RlExample> train_examples_;
   std::vector<RlExample> eval_examples_;
   TrainState state_;

@@ -130,6 +130,12 @@ absl::Status RlTrainer::Init(bool training_run) {
         return absl::OkStatus();
       });
     }
+    TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
+                                          config_, runtime_.rank(), setup_.device)));
+    if (job.monitoring_interval() > 0) {
+      monitor_ = std::make_unique<ResourceMonitor>(absl::Seconds(job.monitoring_interval()),
+                                                   setup_.device);
+    }
   }
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);
@@ -139,11 +145,23 @@ absl::Status RlTrainer::Init(bool training_run) {
     TITAN_ASSIGN_OR_RETURN(eval_examples_,
                            MakeTaskExamples(rl_.task(), rl_.eval_size(), seed + 1, true));
   }
+  // Errors name the key, then the file (and line).
+  const auto read_examples = [this](const char* key, const std::string& path,
+                                    std::vector<RlExample>& examples) -> absl::Status {
+    absl::StatusOr<std::vector<RlExample>> read = ReadExamples(path, rl_.algorithm());
+    if (!read.ok()) {
+      return absl::Status(read.status().code(),
+                          absl::StrCat("[rl] ", key, ": ", read.status().message()));
+    }
+    examples = *std::move(read);
+    return absl::OkStatus();
+  };
   if (!rl_.prompts_path().empty()) {
-    TITAN_ASSIGN_OR_RETURN(train_examples_, ReadExamples(rl_.prompts_path(), rl_.algorithm()));
+    TITAN_RETURN_IF_ERROR(read_examples("prompts_path", rl_.prompts_path(), train_examples_));
   }
   if (!rl_.eval_prompts_path().empty()) {
-    TITAN_ASSIGN_OR_RETURN(eval_examples_, ReadExamples(rl_.eval_prompts_path(), rl_.algorithm()));
+    TITAN_RETURN_IF_ERROR(
+        read_examples("eval_prompts_path", rl_.eval_prompts_path(), eval_examples_));
   }
   LOG(INFO) << "titan_rl " << rl_.algorithm() << ": " << train_examples_.size()
             << " training examples, " << eval_examples_.size() << " held out; policy "

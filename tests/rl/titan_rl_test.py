@@ -220,6 +220,30 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual({r["step"] for r in common.read_jsonl(aside[0])}, {1, 2})
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])
 
+    def test_profiling_and_monitoring_act_as_in_titan_train(self):
+        dump, cmd = self.job("profiled", "--profiling.enable_profiling=true",
+                             "--profiling.profile_freq=2", "--profiling.profiler_warmup=0",
+                             "--profiling.profiler_active=1", "--job.monitoring_interval=1",
+                             # A slow scorer: the run outlasts the monitor's first interval.
+                             "--rl.reward=command", "--rl.reward_command=sleep 1.2; awk '{print 0}'")
+        proc = common.run(cmd)
+        with open(os.path.join(dump, "profile_traces", "iteration_2", "rank0_trace.json")) as f:
+            names = {e.get("name") for e in json.load(f)["traceEvents"]}
+        self.assertIn("ProfilerStep#2", names)
+        self.assertIn("monitor: host", proc.stderr)
+        # A CUDA-only key is refused here as it is by titan_train, not ignored.
+        proc = common.run(self.job("snapshot", "--profiling.enable_memory_snapshot=true")[1],
+                          check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn("[profiling] enable_memory_snapshot", proc.stderr)
+
+    def test_an_unreadable_prompts_file_names_its_key(self):
+        for key in ("prompts_path", "eval_prompts_path"):
+            proc = common.run(self.job(f"no_{key}", f"--rl.{key}=/nonexistent.jsonl")[1],
+                              check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+            self.assertIn(f"[rl] {key}: /nonexistent.jsonl", proc.stderr)
+
     def test_a_run_that_never_stepped_resumes(self):
         # Equal rewards: dynamic sampling drops every group, so step 1 takes no optimizer step.
         dump, cmd = self.job("never_stepped", "--checkpoint.enable=true",
