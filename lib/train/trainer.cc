@@ -359,6 +359,23 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   return result;
 }
 
+absl::StatusOr<StepResult> Trainer::TrainStepOrOom(const std::vector<Batch>& microbatches,
+                                                   bool read_metrics) {
+  try {
+    return TrainStep(microbatches, /*labels_masked=*/false, read_metrics);
+  } catch (const c10::OutOfMemoryError& e) {
+    // As torchtitan on its way out: the allocator's history shows what filled the memory.
+    if (profiler_ != nullptr) {
+      const absl::Status dumped = profiler_->DumpMemorySnapshotOnOom(state_.step);
+      LOG_IF(ERROR, !dumped.ok()) << dumped;
+    }
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "step ", state_.step + 1, ": out of device memory: ", e.what_without_backtrace(),
+        " (lower [training] local_batch_size or seq_len, or set [activation_checkpoint] "
+        "mode = \"full\")"));
+  }
+}
+
 absl::Status Trainer::CheckFiniteSince(int64_t step) {
   if (!nonfinite_grad_norm_.defined()) return absl::OkStatus();
   const bool nonfinite = nonfinite_grad_norm_.item<bool>();
@@ -478,8 +495,7 @@ absl::Status Trainer::Train() {
     const bool validate =
         config_.validation().enable() && (step % config_.validation().freq() == 0 || last);
     const bool log = step == 1 || step % config_.metrics().log_freq() == 0 || last || validate;
-    TITAN_ASSIGN_OR_RETURN(StepResult result,
-                           TrainStep(batches, /*labels_masked=*/false, /*read_metrics=*/log));
+    TITAN_ASSIGN_OR_RETURN(StepResult result, TrainStepOrOom(batches, /*read_metrics=*/log));
     window_tokens += result.tokens;
     if (log) {
       const Throughput throughput = ComputeThroughput(window_tokens, stopwatch.Lap(),

@@ -102,6 +102,10 @@ class Trainer {
   // An error if a step after the last check, up to `step`, had a non-finite gradient norm: its
   // update made the weights non-finite, which a save would keep (one host read).
   absl::Status CheckFiniteSince(int64_t step);
+  // Train's step: a device out-of-memory error becomes a status, after the allocator's history is
+  // dumped ([profiling] enable_memory_snapshot: iteration_<last step>_exit/).
+  absl::StatusOr<StepResult> TrainStepOrOom(const std::vector<Batch>& microbatches,
+                                            bool read_metrics);
 
   const JobConfig config_;
   const DistributedRuntime& runtime_;

@@ -192,6 +192,24 @@ TEST(TrainerTest, BadValidationDataStopsInit) {
 
 // Resuming with train_state excluded restarts the step count; the schedule restarts with it
 // rather than running ahead of the steps left. Also: an absolute checkpoint folder is used as is.
+TEST(TrainerTest, OutOfDeviceMemoryStopsTheRunWithAStatus) {
+  JobConfig config;
+  auto trainer =
+      MakeTrainer("out_of_memory", config, {"--training.steps=3", "--training.seq_len=16"});
+  trainer->hooks().Add(StepPhase::kBeforeOptimizer, [](const StepEvent& event) -> absl::Status {
+    // What the CUDA caching allocator throws; CPU allocation failures are plain c10::Errors.
+    TORCH_CHECK_WITH(OutOfMemoryError, event.step != 2,
+                     "CUDA out of memory. Tried to allocate 2 GiB");
+    return absl::OkStatus();
+  });
+  const absl::Status status = trainer->Train();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_TRUE(
+      absl::StrContains(status.message(), "step 2: out of device memory: CUDA out of memory"))
+      << status;
+  EXPECT_EQ(trainer->state().step, 1);
+}
+
 TEST(TrainerTest, ExcludedTrainStateRestartsTheSchedule) {
   const std::string folder = TempDir() + "/absolute_checkpoint";
   ASSERT_TRUE(RemoveTree(folder).ok());
