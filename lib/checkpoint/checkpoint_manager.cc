@@ -30,6 +30,10 @@
 namespace titan {
 namespace {
 
+// A restart's journal of the steps it set aside: .restart-<run id>.json (SetAsideForRestart).
+constexpr char kRestartJournalPrefix[] = ".restart-";
+constexpr char kRestartJournalSuffix[] = ".json";
+
 using checkpoint_internal::Crc32;
 using checkpoint_internal::GroupPieces;
 using checkpoint_internal::kModelStem;
@@ -364,6 +368,58 @@ absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideStepsAfter(
                  << "; rename it back to resume it";
   }
   return newer;
+}
+
+absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideForRestart(
+    absl::string_view why) const {
+  if (ranks_.rank == 0) {
+    TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListSteps());
+    const json journal = {{"run_id", ranks_.run_id}, {"steps", steps}};
+    TITAN_RETURN_IF_ERROR(WriteFileAtomically(
+        absl::StrCat(root_, "/", kRestartJournalPrefix, ranks_.run_id, kRestartJournalSuffix),
+        journal.dump()));
+  }
+  return SetAsideStepsAfter(0, why);
+}
+
+absl::Status CheckpointManager::FinishRestart() const {
+  if (ranks_.rank != 0) return absl::OkStatus();
+  const std::string journal =
+      absl::StrCat(root_, "/", kRestartJournalPrefix, ranks_.run_id, kRestartJournalSuffix);
+  if (::unlink(journal.c_str()) != 0 && errno != ENOENT) return ErrnoError("unlink", journal);
+  return FsyncDirectory(root_);
+}
+
+absl::Status CheckpointManager::UndoInterruptedRestarts() const {
+  if (ranks_.rank != 0 || !PathExists(root_)) return absl::OkStatus();
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(root_));
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, kRestartJournalPrefix) ||
+        !absl::EndsWith(name, kRestartJournalSuffix)) {
+      continue;
+    }
+    const std::string path = absl::StrCat(root_, "/", name);
+    TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
+    const json journal = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!journal.is_object() || !journal.value("run_id", json()).is_string() ||
+        !journal.value("steps", json()).is_array()) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": expected {\"run_id\": ..., \"steps\": [...]}"));
+    }
+    const std::string run_id = journal.at("run_id").get<std::string>();
+    for (const json& step : journal.at("steps")) {
+      if (!step.is_number_integer()) continue;
+      const std::string dir = StepDirectory(step.get<int64_t>());
+      const std::string aside = absl::StrCat(dir, ".abandoned-", run_id);
+      if (!IsDirectory(aside) || PathExists(dir)) continue;
+      if (::rename(aside.c_str(), dir.c_str()) != 0) return ErrnoError("rename to " + dir, aside);
+      LOG(WARNING) << "Put back " << dir << ", set aside by run " << run_id
+                   << ", which counted from step 0 again and stopped before its first save";
+    }
+    TITAN_RETURN_IF_ERROR(FsyncDirectory(root_));
+    if (::unlink(path.c_str()) != 0) return ErrnoError("unlink", path);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) const {

@@ -86,6 +86,16 @@ class CheckpointManager {
   absl::StatusOr<std::vector<int64_t>> SetAsideStepsAfter(int64_t step,
                                                           absl::string_view why) const;
 
+  // SetAsideStepsAfter(0) for a run that counts from step 0 again, journaled: rank 0 first records
+  // the steps in .restart-<run id>.json, so that until FinishRestart (once the run's first save is
+  // committed) UndoInterruptedRestarts can put them back: a run that dies before it has a step of
+  // its own leaves the steps it loaded from.
+  absl::StatusOr<std::vector<int64_t>> SetAsideForRestart(absl::string_view why) const;
+  absl::Status FinishRestart() const;
+  // Rank 0: puts back the steps that restarts which died before FinishRestart set aside (a step
+  // saved again since stays); a resume calls it before choosing its step.
+  absl::Status UndoInterruptedRestarts() const;
+
   // Loads a step as whole CPU tensors (pieces joined), in the order they were saved.
   // verify_checksums re-reads every piece's bytes against the manifest's CRC-32.
   absl::StatusOr<CheckpointState> Load(int64_t step, bool verify_checksums = true) const;

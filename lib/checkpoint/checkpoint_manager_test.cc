@@ -27,6 +27,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
+using ::testing::UnorderedElementsAre;
 
 // A fresh directory per test.
 std::string TestRoot() { return TestDir("root"); }
@@ -120,6 +121,41 @@ TEST(CheckpointManagerTest, StepsAfterARolledBackStepAreSetAsideNotDeleted) {
   EXPECT_TRUE(IsDirectory(root + "/step-6.abandoned-run2"));  // kept, under another name
   EXPECT_TRUE(IsDirectory(root + "/step-4.abandoned-run2"));
   EXPECT_THAT(*manager.SetAsideStepsAfter(3, "test"), ElementsAre());
+}
+
+TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLoaded) {
+  const std::string root = TestRoot();
+  CheckpointManager earlier(root, /*keep_latest_k=*/0, CheckpointRanks{0, 1, "run1"});
+  for (int step = 5; step <= 10; step += 5)
+    ASSERT_TRUE(earlier.Save(step, MakeState(step), false).ok());
+  CheckpointManager restart(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run2"});
+  EXPECT_THAT(*restart.SetAsideForRestart("test"), ElementsAre(5, 10));
+  EXPECT_THAT(*restart.ListSteps(), IsEmpty());
+  // It died here, before its first save committed: the next run puts both steps back.
+  CheckpointManager rerun(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run3"});
+  ASSERT_TRUE(rerun.UndoInterruptedRestarts().ok());
+  EXPECT_THAT(*rerun.ListSteps(), ElementsAre(5, 10));
+  ExpectSameTensors(rerun.Load(10)->model, MakeState(10).model);
+  EXPECT_THAT(*ListDirectory(root), UnorderedElementsAre("step-5", "step-10"));
+
+  // A restart whose first save committed keeps them aside.
+  EXPECT_THAT(*rerun.SetAsideForRestart("test"), ElementsAre(5, 10));
+  ASSERT_TRUE(rerun.Save(5, MakeState(1), false).ok());
+  ASSERT_TRUE(rerun.FinishRestart().ok());
+  ASSERT_TRUE(rerun.UndoInterruptedRestarts().ok());
+  EXPECT_THAT(*rerun.ListSteps(), ElementsAre(5));
+  ExpectSameTensors(rerun.Load(5)->model, MakeState(1).model);
+  EXPECT_THAT(*ListDirectory(root),
+              UnorderedElementsAre("step-5", "step-5.abandoned-run3", "step-10.abandoned-run3"));
+
+  // One that died between its commit and FinishRestart: a step saved again since stays.
+  CheckpointManager last(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run4"});
+  EXPECT_THAT(*last.SetAsideForRestart("test"), ElementsAre(5));
+  ASSERT_TRUE(last.Save(5, MakeState(2), false).ok());
+  ASSERT_TRUE(last.UndoInterruptedRestarts().ok());
+  ExpectSameTensors(last.Load(5)->model, MakeState(2).model);
+  EXPECT_TRUE(IsDirectory(root + "/step-5.abandoned-run4"));
+  EXPECT_FALSE(PathExists(root + "/.restart-run4.json"));
 }
 
 TEST(CheckpointManagerTest, ModelOnlyLeavesOutTheOptimizer) {

@@ -126,6 +126,29 @@ std::string FirstFew(const std::vector<std::string>& items) {
   return out;
 }
 
+// The parameters `a` and `b` name or shape differently ("name [shape] vs [shape]", or absent).
+std::vector<std::string> ParameterDifferences(const ModelInfo& a, const ModelInfo& b) {
+  std::map<std::string, std::vector<int64_t>> only_b;
+  for (auto& [name, shape] : ParameterShapes(*b.spec, b.args)) only_b[name] = shape;
+  std::vector<std::string> differences;
+  for (const auto& [name, shape] : ParameterShapes(*a.spec, a.args)) {
+    const auto it = only_b.find(name);
+    if (it == only_b.end()) {
+      differences.push_back(absl::StrCat(name, " ", ShapeString(shape), " vs absent"));
+      continue;
+    }
+    if (it->second != shape) {
+      differences.push_back(
+          absl::StrCat(name, " ", ShapeString(shape), " vs ", ShapeString(it->second)));
+    }
+    only_b.erase(it);
+  }
+  for (const auto& [name, shape] : only_b) {
+    differences.push_back(absl::StrCat(name, " absent vs ", ShapeString(shape)));
+  }
+  return differences;
+}
+
 // `info`, read from `directory`, if it is the family and flavor asked for (empty: any).
 absl::StatusOr<ModelInfo> CheckDescribed(ModelInfo info, const std::string& directory,
                                          const std::string& model_name, const std::string& flavor) {
@@ -233,6 +256,15 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
                        : absl::StrCat("checkpoint tensors do not match ", DescribeModelInfo(info));
   return absl::InvalidArgumentError(absl::StrCat(
       reader.directory(), ": ", headline, "; first differing tensors: ", FirstFew(differences)));
+}
+
+absl::Status CheckSameParameters(const ModelInfo& saved, const ModelInfo& model,
+                                 const std::string& source) {
+  const std::vector<std::string> differences = ParameterDifferences(saved, model);
+  if (differences.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": checkpoint holds ", DescribeModelInfo(saved), ", the model is ",
+                   DescribeModelInfo(model), "; first differing tensors: ", FirstFew(differences)));
 }
 
 }  // namespace titan

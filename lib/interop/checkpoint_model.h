@@ -29,6 +29,11 @@ absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
 // "llama3 debugmodel (dim 256, 6 layers, ...)" or "qwen3 custom (dim 576, ...)".
 std::string DescribeModelInfo(const ModelInfo& info);
 
+// InvalidArgument in one line ("<source>: checkpoint holds <saved>, the model is <model>; first
+// differing tensors: ...") unless both have the same parameters with the same shapes.
+absl::Status CheckSameParameters(const ModelInfo& saved, const ModelInfo& model,
+                                 const std::string& source);
+
 // One model parameter and where the checkpoint keeps it.
 struct ParameterSource {
   std::string titan_name;

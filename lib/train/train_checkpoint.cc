@@ -11,6 +11,7 @@
 #include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/rng_state.h"
+#include "lib/interop/checkpoint_model.h"
 #include "lib/interop/convert.h"
 #include "lib/train/components.h"
 #include "lib/util/file_util.h"
@@ -62,6 +63,11 @@ NamedTensors TrainCheckpointer::ModelState() const {
 }
 
 absl::Status TrainCheckpointer::Resume(TrainState& state) {
+  // Rank 0 puts back what a restart that died before its first save set aside; the others wait.
+  const absl::Status undone = manager_->UndoInterruptedRestarts();
+  TITAN_ASSIGN_OR_RETURN(const bool all_undone, runtime_.AllAgree(undone.ok()));
+  TITAN_RETURN_IF_ERROR(undone);
+  if (!all_undone) return absl::InternalError("rank 0 failed to put back set-aside steps");
   int64_t step = config_.checkpoint().load_step();
   if (step < 0) {
     absl::StatusOr<int64_t> latest = manager_->LatestStep();
@@ -71,6 +77,12 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   }
   const std::string dir = manager_->StepDirectory(step);
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
+  // Another model's step is refused in one line, before any tensor is matched by name.
+  if (saved->state().contains("model")) {
+    TITAN_ASSIGN_OR_RETURN(const ModelInfo held,
+                           ModelInfoFromJson(saved->state().at("model"), dir));
+    TITAN_RETURN_IF_ERROR(CheckSameParameters(held, *parts_.model, dir));
+  }
   std::vector<std::string> excluded(excluded_.begin(), excluded_.end());
   std::sort(excluded.begin(), excluded.end());
   const std::vector<std::string> saved_exclusions =
@@ -193,6 +205,14 @@ absl::Status TrainCheckpointer::FinishPendingSave() {
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
   TITAN_RETURN_IF_ERROR(saved);
   if (!all_saved) return absl::InternalError("another rank failed to write its checkpoint part");
+  return FinishRestart();
+}
+
+absl::Status TrainCheckpointer::FinishRestart() {
+  if (!restart_saving_) return absl::OkStatus();
+  restart_saving_ = false;
+  TITAN_RETURN_IF_ERROR(manager_->FinishRestart());
+  for (const auto& on_set_aside : on_set_aside_) TITAN_RETURN_IF_ERROR(on_set_aside());
   return absl::OkStatus();
 }
 
@@ -200,15 +220,14 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   TITAN_RETURN_IF_ERROR(FinishPendingSave());
   if (set_aside_at_first_save_) {
     // Otherwise keep_latest_k deletes this run's saves for the old run's newer ones, and a resume
-    // takes the old timeline's newest step.
+    // takes the old timeline's newest step. Journaled until this save is committed.
     TITAN_RETURN_IF_ERROR(
         manager_
-            ->SetAsideStepsAfter(0,
-                                 "saved by the run this one loaded with exclude_from_loading "
+            ->SetAsideForRestart("saved by the run this one loaded with exclude_from_loading "
                                  "= [\"train_state\"] (it counts from step 0)")
             .status());
     set_aside_at_first_save_ = false;
-    for (const auto& on_set_aside : on_set_aside_) TITAN_RETURN_IF_ERROR(on_set_aside());
+    restart_saving_ = true;
   }
   CheckpointState state;
   absl::Status exported;
@@ -260,7 +279,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   if (!all_saved) {
     return absl::InternalError(absl::StrCat("another rank failed to save step-", train.step));
   }
-  return absl::OkStatus();
+  return FinishRestart();
 }
 
 absl::Status TrainCheckpointer::ExportHf(int64_t step, const NamedTensors& model) const {

@@ -71,9 +71,9 @@ class TrainCheckpointer {
   // -1: it starts fresh.
   int64_t resumed_step() const { return resumed_step_; }
   // True from a Resume that counts from step 0 again over the loaded run's steps until the first
-  // save sets them aside; each `on_set_aside` runs then, in the order added (the per-step logs
-  // follow: MetricsLogger::CommitRestart, StepLog::Commit).
-  bool restart_pending() const { return set_aside_at_first_save_; }
+  // save sets them aside; each `on_set_aside` runs once that save is committed, in the order added
+  // (the per-step logs follow: MetricsLogger::CommitRestart, StepLog::Commit).
+  bool restart_pending() const { return set_aside_at_first_save_ || restart_saving_; }
   void OnSetAside(std::function<absl::Status()> on_set_aside) {
     on_set_aside_.push_back(std::move(on_set_aside));
   }
@@ -86,6 +86,8 @@ class TrainCheckpointer {
                     absl::flat_hash_set<std::string> excluded);
   NamedTensors ModelState() const;
   absl::Status SetAsideNewerSteps(int64_t step) const;
+  // A restart's first save is committed: its journal goes and the on_set_aside callbacks run.
+  absl::Status FinishRestart();
   // Refuses a step that another kind of run saved (parts_.run_kind).
   absl::Status CheckRunKind(const std::string& dir, const nlohmann::json& extra) const;
   // What this rank saves of `local`: its pieces in the first replica group (a piece several
@@ -103,6 +105,7 @@ class TrainCheckpointer {
   absl::flat_hash_set<std::string> excluded_;  // [checkpoint] exclude_from_loading
   int64_t resumed_step_ = -1;
   bool set_aside_at_first_save_ = false;  // train_state excluded: the loaded timeline goes
+  bool restart_saving_ = false;           // set aside, journaled, until the first save commits
   // The exclude_from_loading this run's timeline started with, saved with each step: a rerun of
   // the same job resumes those steps whole instead of starting over from them.
   std::vector<std::string> timeline_exclusions_;

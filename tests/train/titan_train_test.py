@@ -112,6 +112,26 @@ class TitanTrainTest(unittest.TestCase):
         self.assertIn("resuming it whole", proc.stderr)
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3, 4, 5, 6])
 
+    def test_a_restart_that_died_in_its_first_save_leaves_the_loaded_step(self):
+        dump = self.dump("restart_died")
+        flags = ["--checkpoint.interval=2", "--checkpoint.last_save_model_only=false",
+                 "--validation.enable=false"]
+        run_train(dump, "--training.steps=2", *flags)
+        ckpt = os.path.join(dump, "checkpoint")
+        # What a restart killed during its first save leaves: the loaded step set aside, journaled.
+        os.rename(os.path.join(ckpt, "step-2"), os.path.join(ckpt, "step-2.abandoned-77"))
+        with open(os.path.join(ckpt, ".restart-77.json"), "w") as f:
+            json.dump({"run_id": "77", "steps": [2]}, f)
+        proc = run_train(dump, "--training.steps=2", "--checkpoint.exclude_from_loading=train_state",
+                         *flags)
+        self.assertIn("Put back", proc.stderr)
+        self.assertIn("resumed from checkpoint step-2", proc.stderr)
+        # This restart's own first save committed: its journal is gone, the loaded step aside.
+        self.assertEqual(glob.glob(os.path.join(ckpt, ".restart-*.json")), [])
+        names = sorted(os.listdir(ckpt))
+        self.assertIn("step-2", names)
+        self.assertEqual(len([n for n in names if n.startswith("step-2.abandoned-")]), 1, names)
+
     def test_a_fresh_run_sets_an_earlier_runs_metrics_aside(self):
         dump = self.dump("fresh_twice")
         flags = ["--checkpoint.enable=false", "--validation.enable=false"]
@@ -135,6 +155,16 @@ class TitanTrainTest(unittest.TestCase):
                       '["dataloader"]', proc.stderr)
         run_train(dump, "--training.steps=3", "--training.seq_len=64",
                   "--checkpoint.exclude_from_loading=dataloader", *flags)
+
+    def test_another_models_step_is_refused_in_one_line(self):
+        dump = self.dump("model_changed")
+        flags = ["--checkpoint.last_save_model_only=false", "--validation.enable=false"]
+        run_train(dump, "--training.steps=1", *flags)
+        proc = run_train(dump, "--training.steps=2", "--model.name=qwen3", *flags, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertRegex(proc.stderr, r"step-1: checkpoint holds llama3 debugmodel \(dim 256.*\), "
+                                      r"the model is qwen3 debugmodel \(.*\); first differing "
+                                      r"tensors: ")
 
     def test_sigterm_finishes_step_saves_and_exits_zero(self):
         dump = self.dump("sigterm")
