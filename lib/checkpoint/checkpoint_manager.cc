@@ -390,8 +390,9 @@ absl::Status CheckpointManager::FinishRestart() const {
   return FsyncDirectory(root_);
 }
 
-absl::Status CheckpointManager::UndoInterruptedRestarts() const {
+absl::Status CheckpointManager::RecoverInterruptedRuns() const {
   if (ranks_.rank != 0 || !PathExists(root_)) return absl::OkStatus();
+  TITAN_RETURN_IF_ERROR(RemoveStaleTemporaries(""));
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(root_));
   for (const std::string& name : names) {
     if (!absl::StartsWith(name, kRestartJournalPrefix) ||

@@ -88,13 +88,14 @@ class CheckpointManager {
 
   // SetAsideStepsAfter(0) for a run that counts from step 0 again, journaled: rank 0 first records
   // the steps in .restart-<run id>.json, so that until FinishRestart (once the run's first save is
-  // committed) UndoInterruptedRestarts can put them back: a run that dies before it has a step of
+  // committed) RecoverInterruptedRuns can put them back: a run that dies before it has a step of
   // its own leaves the steps it loaded from.
   absl::StatusOr<std::vector<int64_t>> SetAsideForRestart(absl::string_view why) const;
   absl::Status FinishRestart() const;
   // Rank 0: puts back the steps that restarts which died before FinishRestart set aside (a step
-  // saved again since stays); a resume calls it before choosing its step.
-  absl::Status UndoInterruptedRestarts() const;
+  // saved again since stays) and removes the temporaries of interrupted saves and deletions; a
+  // resume calls it before choosing its step (a run refused then still leaves the folder tidy).
+  absl::Status RecoverInterruptedRuns() const;
 
   // Loads a step as whole CPU tensors (pieces joined), in the order they were saved.
   // verify_checksums re-reads every piece's bytes against the manifest's CRC-32.

@@ -133,7 +133,7 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   EXPECT_THAT(*restart.ListSteps(), IsEmpty());
   // It died here, before its first save committed: the next run puts both steps back.
   CheckpointManager rerun(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run3"});
-  ASSERT_TRUE(rerun.UndoInterruptedRestarts().ok());
+  ASSERT_TRUE(rerun.RecoverInterruptedRuns().ok());
   EXPECT_THAT(*rerun.ListSteps(), ElementsAre(5, 10));
   ExpectSameTensors(rerun.Load(10)->model, MakeState(10).model);
   EXPECT_THAT(*ListDirectory(root), UnorderedElementsAre("step-5", "step-10"));
@@ -142,7 +142,7 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   EXPECT_THAT(*rerun.SetAsideForRestart("test"), ElementsAre(5, 10));
   ASSERT_TRUE(rerun.Save(5, MakeState(1), false).ok());
   ASSERT_TRUE(rerun.FinishRestart().ok());
-  ASSERT_TRUE(rerun.UndoInterruptedRestarts().ok());
+  ASSERT_TRUE(rerun.RecoverInterruptedRuns().ok());
   EXPECT_THAT(*rerun.ListSteps(), ElementsAre(5));
   ExpectSameTensors(rerun.Load(5)->model, MakeState(1).model);
   EXPECT_THAT(*ListDirectory(root),
@@ -152,7 +152,7 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   CheckpointManager last(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run4"});
   EXPECT_THAT(*last.SetAsideForRestart("test"), ElementsAre(5));
   ASSERT_TRUE(last.Save(5, MakeState(2), false).ok());
-  ASSERT_TRUE(last.UndoInterruptedRestarts().ok());
+  ASSERT_TRUE(last.RecoverInterruptedRuns().ok());
   ExpectSameTensors(last.Load(5)->model, MakeState(2).model);
   EXPECT_TRUE(IsDirectory(root + "/step-5.abandoned-run4"));
   EXPECT_FALSE(PathExists(root + "/.restart-run4.json"));
@@ -209,6 +209,13 @@ TEST(CheckpointManagerTest, StaleTemporaryIsIgnoredThenCleaned) {
 
   ASSERT_TRUE(manager.Save(6, MakeState(6), false).ok());
   EXPECT_FALSE(PathExists(stale));
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(5, 6));
+
+  // A resume tidies up too, before it saves (a run refused then may never save).
+  const std::string deleting = root + "/step-5.tmp-12345-deleted";
+  ASSERT_TRUE(MakeDirectories(deleting).ok());
+  ASSERT_TRUE(manager.RecoverInterruptedRuns().ok());
+  EXPECT_FALSE(PathExists(deleting));
   EXPECT_THAT(*manager.ListSteps(), ElementsAre(5, 6));
 }
 

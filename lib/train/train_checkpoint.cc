@@ -63,8 +63,8 @@ NamedTensors TrainCheckpointer::ModelState() const {
 }
 
 absl::Status TrainCheckpointer::Resume(TrainState& state) {
-  // Rank 0 puts back what a restart that died before its first save set aside; the others wait.
-  const absl::Status undone = manager_->UndoInterruptedRestarts();
+  // Rank 0 tidies up after an interrupted run (RecoverInterruptedRuns); the others wait.
+  const absl::Status undone = manager_->RecoverInterruptedRuns();
   TITAN_ASSIGN_OR_RETURN(const bool all_undone, runtime_.AllAgree(undone.ok()));
   TITAN_RETURN_IF_ERROR(undone);
   if (!all_undone) return absl::InternalError("rank 0 failed to put back set-aside steps");
