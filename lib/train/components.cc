@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
@@ -166,14 +167,23 @@ absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
       folders.emplace_back("[checkpoint] folder",
                            UnderDumpFolder(config, config.checkpoint().folder()));
     }
+    std::vector<std::string> locked_keys;
     for (const auto& [key, folder] : folders) {
       absl::StatusOr<std::unique_ptr<FolderLock>> lock = FolderLock::Acquire(folder);
+      if (absl::IsAlreadyExists(lock.status())) {
+        // Validation catches the spellings; a symlink to the dump folder ends up here.
+        locked = absl::InvalidArgumentError(absl::StrCat(key, ": ", folder, " is the folder of ",
+                                                         absl::StrJoin(locked_keys, " or "),
+                                                         " too; give it a folder of its own"));
+        break;
+      }
       if (!lock.ok()) {
         locked =
             absl::Status(lock.status().code(), absl::StrCat(key, ": ", lock.status().message()));
         break;
       }
       locks.push_back(*std::move(lock));
+      locked_keys.push_back(key);
     }
   }
   TITAN_ASSIGN_OR_RETURN(const bool all_locked, runtime.AllAgree(locked.ok()));

@@ -33,6 +33,11 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
     }
     const absl::StatusOr<std::string> holder = ReadFile(path);
     const std::string pid(holder.ok() ? absl::StripAsciiWhitespace(*holder) : "");
+    // flock refuses a second open file of this process too: that is no other run.
+    if (pid == absl::StrCat(::getpid())) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          folder, " is already locked by this process: another of its folders is the same one"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         folder, " is in use by another run", pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
         "; wait for it to end or use another folder"));

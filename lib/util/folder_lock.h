@@ -14,7 +14,8 @@ namespace titan {
 class FolderLock {
  public:
   // Creates `folder` if missing. Fails with FailedPrecondition naming the holder's pid when
-  // another process holds the lock.
+  // another process holds the lock, and with AlreadyExists when this process does (two of its
+  // folder keys name one folder).
   static absl::StatusOr<std::unique_ptr<FolderLock>> Acquire(const std::string& folder);
 
   FolderLock(const FolderLock&) = delete;

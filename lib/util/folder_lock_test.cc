@@ -1,8 +1,10 @@
 #include "lib/util/folder_lock.h"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -11,17 +13,56 @@
 namespace titan {
 namespace {
 
-TEST(FolderLockTest, ASecondHolderIsRefusedUntilTheFirstLetsGo) {
-  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/run/dump");
-  absl::StatusOr<std::unique_ptr<FolderLock>> first = FolderLock::Acquire(folder);
-  ASSERT_TRUE(first.ok()) << first.status();
-  // Another open of the lock file stands for another process: flock locks open files.
+std::string TestFolder(const std::string& name) {
+  return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
+}
+
+TEST(FolderLockTest, AnotherProcessIsRefusedUntilTheFirstLetsGo) {
+  const std::string folder = TestFolder("run/dump");
+  int ready[2];
+  int release[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The other run: holds the lock until the parent closes its end of `release`.
+    absl::StatusOr<std::unique_ptr<FolderLock>> held = FolderLock::Acquire(folder);
+    const char byte = held.ok() ? 'y' : 'n';
+    (void)!::write(ready[1], &byte, 1);
+    ::close(release[1]);
+    char unused;
+    (void)!::read(release[0], &unused, 1);
+    ::_exit(0);
+  }
+  ::close(release[0]);
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(byte, 'y');
   absl::StatusOr<std::unique_ptr<FolderLock>> second = FolderLock::Acquire(folder);
+  ::close(release[1]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(second.status().message(),
-            absl::StrCat(folder, " is in use by another run (pid ", ::getpid(),
+            absl::StrCat(folder, " is in use by another run (pid ", child,
                          "); wait for it to end or use another folder"));
+  EXPECT_TRUE(FolderLock::Acquire(folder).ok());
+}
+
+TEST(FolderLockTest, ThisProcessLockingAFolderTwiceIsNotCalledAnotherRun) {
+  const std::string folder = TestFolder("twice/dump");
+  absl::StatusOr<std::unique_ptr<FolderLock>> first = FolderLock::Acquire(folder);
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The same folder under another name, as a checkpoint folder of "." would give.
+  absl::StatusOr<std::unique_ptr<FolderLock>> second = FolderLock::Acquire(folder + "/.");
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(second.status().message(),
+            absl::StrCat(folder,
+                         "/. is already locked by this process: another of its folders is "
+                         "the same one"));
   first->reset();
   EXPECT_TRUE(FolderLock::Acquire(folder).ok());
 }

@@ -200,6 +200,22 @@ class TitanTrainTest(unittest.TestCase):
         self.assertLess(last, 10000)
         self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
 
+    def test_a_checkpoint_folder_that_is_the_dump_folder_is_refused(self):
+        dump = self.dump("ckpt_is_dump")
+        os.makedirs(dump)
+        link = os.path.join(self.tmp, "ckpt_is_dump_link")
+        if os.path.lexists(link):
+            os.remove(link)
+        os.symlink(dump, link)
+        # No spelling of the dump folder: both locks are the dump folder's, not another run's.
+        proc = run_train(dump, "--training.steps=1", "--validation.enable=false",
+                         f"--checkpoint.folder={link}", check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
+        self.assertEqual(lines, [f"titan_train: [checkpoint] folder: {link} is the folder of "
+                                 "[job] dump_folder too; give it a folder of its own"],
+                         proc.stderr[-2000:])
+
     def test_a_diverged_step_stops_the_run_before_it_is_saved(self):
         dump = self.dump("diverged")
         # lr 1e6 makes step 2's gradient norm non-finite; step 3 is neither logged nor saved.
