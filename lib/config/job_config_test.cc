@@ -586,6 +586,28 @@ TEST(JobConfigTest, FolderKeysJoinTheDumpFolderAsOsPathJoin) {
   EXPECT_EQ(UnderDumpFolder(*config, "/abs/ck"), "/abs/ck");
 }
 
+TEST(JobConfigTest, FolderKeysThatAreTheDumpFolderItselfAreRefused) {
+  for (const std::string& folder : {"", ".", "./", "../run/", "/abs/run"}) {
+    EXPECT_EQ(ValidationError({"--job.dump_folder=/abs/run", "--checkpoint.folder=" + folder}),
+              absl::StrCat("[checkpoint] folder = \"", folder,
+                           "\" is [job] dump_folder itself: checkpoints need a folder of their own "
+                           "(its lock, its step-N folders); use a subfolder, e.g. \"checkpoint\" "
+                           "(the default)"));
+  }
+  const std::string cwd = std::filesystem::current_path().string();
+  EXPECT_TRUE(absl::StartsWith(
+      ValidationError({"--job.dump_folder=./outputs/", "--checkpoint.folder=" + cwd + "/outputs"}),
+      "[checkpoint] folder = "));
+  EXPECT_EQ(ValidationError({"--comm.save_traces_folder="}),
+            "[comm] save_traces_folder = \"\" is [job] dump_folder itself: the flight-recorder "
+            "dumps (rank_<r> files) need a folder of their own ([metrics] save_for_all_ranks "
+            "writes rank_<r> folders there); use a subfolder, e.g. \"comm_traces\" (the default)");
+  ExpectValid({"--checkpoint.folder=./ck", "--comm.save_traces_folder=/abs/traces"});
+  // Their files keep names of their own (events.out.tfevents.*, iteration_N/rank<r>_*).
+  ExpectValid({"--metrics.save_tb_folder=", "--profiling.save_traces_folder=.",
+               "--profiling.save_memory_snapshot_folder="});
+}
+
 TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
   EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=8",
                              "--parallelism.tensor_parallel_degree=2"},

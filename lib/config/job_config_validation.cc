@@ -2,8 +2,10 @@
 // apart from the parsing in job_config.cc.
 
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -11,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "lib/config/field_value.h"
@@ -48,6 +51,28 @@ absl::StatusOr<int64_t> ShardDegree(const JobConfig::Parallelism& p, int world_s
         others_text, p.data_parallel_shard_degree(), product, world_size));
   }
   return p.data_parallel_shard_degree();
+}
+
+// Absolute, without "." and ".." parts or a trailing separator: two spellings of one folder agree.
+std::filesystem::path NormalFolder(const std::string& folder) {
+  std::error_code error;
+  std::filesystem::path path = std::filesystem::absolute(folder, error);
+  if (error) path = folder;
+  path = path.lexically_normal();
+  return path.has_filename() ? path : path.parent_path();
+}
+
+// A folder key that resolves to the dump folder itself would mix its files with the dump folder's
+// own; `why` says what clashes.
+absl::Status CheckOwnFolder(const JobConfig& config, absl::string_view key,
+                            const std::string& folder, const std::string& default_folder,
+                            absl::string_view why) {
+  if (NormalFolder(UnderDumpFolder(config, folder)) != NormalFolder(config.job().dump_folder())) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(key, " = ", Quote(folder), " is [job] dump_folder itself: ", why,
+                   "; use a subfolder, e.g. ", Quote(default_folder), " (the default)"));
 }
 
 bool IsPositiveInteger(const std::string& text) {
@@ -89,6 +114,22 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   if (config.job().dump_folder().empty()) {
     return absl::InvalidArgumentError(
         "[job] dump_folder: expected a folder for the job's outputs, got \"\"");
+  }
+
+  if (absl::Status status =
+          CheckOwnFolder(config, "[checkpoint] folder", config.checkpoint().folder(),
+                         defaults.checkpoint().folder(),
+                         "checkpoints need a folder of their own (its lock, its step-N folders)");
+      !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = CheckOwnFolder(
+          config, "[comm] save_traces_folder", config.comm().save_traces_folder(),
+          defaults.comm().save_traces_folder(),
+          "the flight-recorder dumps (rank_<r> files) need a folder of their own ([metrics] "
+          "save_for_all_ranks writes rank_<r> folders there)");
+      !status.ok()) {
+    return status;
   }
 
   const JobConfig::Parallelism& parallelism = config.parallelism();

@@ -215,6 +215,12 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(lines, [f"titan_train: [checkpoint] folder: {link} is the folder of "
                                  "[job] dump_folder too; give it a folder of its own"],
                          proc.stderr[-2000:])
+        # Spelled as the dump folder, validation refuses it before anything is locked.
+        proc = run_train(dump, "--training.steps=1", "--validation.enable=false",
+                         "--checkpoint.folder=", check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn('titan_train: [checkpoint] folder = "" is [job] dump_folder itself: '
+                      'checkpoints need a folder of their own', proc.stderr)
 
     def test_a_diverged_step_stops_the_run_before_it_is_saved(self):
         dump = self.dump("diverged")
