@@ -449,6 +449,9 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
             "[optimizer] param_groups[0].eps=inf is out of range: expected a finite number, >= 0");
   EXPECT_EQ(ValidationError({"--job.dump_folder="}),
             "[job] dump_folder: expected a folder for the job's outputs, got \"\"");
+  EXPECT_EQ(ValidationError({"--training.dataset_text_field="}),
+            "[training] dataset_text_field: expected the JSON field holding each document's text, "
+            "got \"\"");
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=1.5"}),
             "[lr_scheduler] decay_ratio=1.5 is out of range: expected -1 or a value in [0, 1]");
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=-0.5"}),

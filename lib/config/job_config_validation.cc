@@ -158,6 +158,11 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   }
 
   const JobConfig::Training& training = config.training();
+  if (training.dataset_text_field().empty()) {
+    return absl::InvalidArgumentError(
+        "[training] dataset_text_field: expected the JSON field holding each document's text, "
+        "got \"\"");
+  }
   const int64_t dp_degree = *shard_degree * parallelism.data_parallel_replicate_degree();
   if (training.global_batch_size() != -1 &&
       training.global_batch_size() % (training.local_batch_size() * dp_degree) != 0) {

@@ -254,6 +254,8 @@ class TitanTrainTest(unittest.TestCase):
             (["--training.global_batch_size=12"], "global_batch_size"),
             (['--optimizer.param_groups=[{pattern = "norm", wieght_decay = 0.0}]'],
              "--optimizer.param_groups[0].wieght_decay: unknown key"),
+            (["--training.dataset_text_field="], "[training] dataset_text_field: expected the "
+             "JSON field holding each document's text"),
             (['--optimizer.param_groups=[{pattern = "no_such_parameter"}]'],
              '[optimizer] param_groups[0].pattern="no_such_parameter" matches no parameter'),
         ]
