@@ -202,7 +202,14 @@ std::string TokenizerPath(const JobConfig& config) {
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(const JobConfig& config) {
-  return LoadTokenizer(TokenizerPath(config));
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(TokenizerPath(config));
+  if (tokenizer.ok()) return tokenizer;
+  // The key TokenizerPath took the path from; the bundled tokenizer has none.
+  const auto& model = config.model();
+  const char* key = !model.tokenizer_path().empty()   ? "[model] tokenizer_path: "
+                    : !model.hf_assets_path().empty() ? "[model] hf_assets_path: "
+                                                      : "";
+  return absl::Status(tokenizer.status().code(), absl::StrCat(key, tokenizer.status().message()));
 }
 
 absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer) {

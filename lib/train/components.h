@@ -57,6 +57,7 @@ absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
 
 // [model] tokenizer_path, or else hf_assets_path, or else the bundled tokenizer.
 std::string TokenizerPath(const JobConfig& config);
+// Loads TokenizerPath's tokenizer; an error names the key the path came from.
 absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(const JobConfig& config);
 
 // The model the job trains: its family and shape ([model] name and flavor, or with flavor

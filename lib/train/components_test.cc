@@ -60,5 +60,15 @@ TEST_F(ConfigureFusedKernelsTest, AnUnknownNameIsRefused) {
             "bf16_weight_copies, cross_entropy, mixed_precision_linear");
 }
 
+TEST(BuildTokenizerTest, AMissingTokenizerNamesTheKeyItCameFrom) {
+  JobConfig config = DefaultJobConfig();
+  config.mutable_model()->set_hf_assets_path("/nonexistent/assets");
+  EXPECT_EQ(BuildTokenizer(config).status().message(),
+            "[model] hf_assets_path: /nonexistent/assets: no such tokenizer file or directory");
+  config.mutable_model()->set_tokenizer_path("/nonexistent");
+  EXPECT_EQ(BuildTokenizer(config).status().message(),
+            "[model] tokenizer_path: /nonexistent: no such tokenizer file or directory");
+}
+
 }  // namespace
 }  // namespace titan

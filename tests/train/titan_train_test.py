@@ -279,6 +279,8 @@ class TitanTrainTest(unittest.TestCase):
              '[training] dataset_path: expected a JSON lines file or a folder of them, got ""'),
             (["--training.dataset_path=/nonexistent.jsonl"],
              "[training] dataset_path: /nonexistent.jsonl: no such file or directory"),
+            (["--model.tokenizer_path=/nonexistent"],
+             "[model] tokenizer_path: /nonexistent: no such tokenizer file or directory"),
             (["--checkpoint.initial_load_path=/nonexistent"],
              "[checkpoint] initial_load_path: /nonexistent: no such file or directory"),
             # A Hugging Face folder is not read as one unless initial_load_in_hf says so.
