@@ -36,6 +36,16 @@ std::string WithThousandsSeparators(double value) {
   return rounded < 0 ? "-" + digits : digits;
 }
 
+// TensorBoardWriter::Create, its errors naming the key that chose the folder.
+absl::StatusOr<std::unique_ptr<TensorBoardWriter>> OpenTensorBoard(const std::string& folder,
+                                                                   int64_t purge_step) {
+  absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer =
+      TensorBoardWriter::Create(folder, purge_step);
+  if (writer.ok()) return writer;
+  return absl::Status(writer.status().code(),
+                      absl::StrCat("[metrics] save_tb_folder: ", writer.status().message()));
+}
+
 }  // namespace
 
 std::string FormatStepLine(const StepMetrics& metrics, bool color) {
@@ -75,9 +85,9 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
   std::unique_ptr<TensorBoardWriter> tensorboard;
   if (!options.tensorboard_folder.empty() && !rows.commit_pending()) {
     // A fresh run hides an earlier run's points as it sets its metrics.jsonl aside.
-    TITAN_ASSIGN_OR_RETURN(tensorboard, TensorBoardWriter::Create(
-                                            options.tensorboard_folder,
-                                            std::max<int64_t>(options.start.resumed_step, 0) + 1));
+    TITAN_ASSIGN_OR_RETURN(tensorboard,
+                           OpenTensorBoard(options.tensorboard_folder,
+                                           std::max<int64_t>(options.start.resumed_step, 0) + 1));
   }
   // Appended, so a resumed run continues the same file.
   std::FILE* jsonl = std::fopen(rows.rows_path().c_str(), "a");
@@ -92,7 +102,7 @@ absl::Status MetricsLogger::CommitRestart() {
   TITAN_RETURN_IF_ERROR(rows_.Commit());
   if (options_.tensorboard_folder.empty()) return absl::OkStatus();
   TITAN_ASSIGN_OR_RETURN(tensorboard_,
-                         TensorBoardWriter::Create(options_.tensorboard_folder, /*purge_step=*/0));
+                         OpenTensorBoard(options_.tensorboard_folder, /*purge_step=*/0));
   for (const StepMetrics& metrics : waiting_for_tensorboard_) {
     TITAN_RETURN_IF_ERROR(WriteTensorBoard(metrics));
   }

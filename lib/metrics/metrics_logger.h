@@ -33,7 +33,8 @@ struct StepMetrics {
 
 struct MetricsLoggerOptions {
   std::string dump_folder;         // metrics.jsonl is appended to here; created if missing
-  std::string tensorboard_folder;  // where event files go; empty: no TensorBoard
+  // Where event files go ([metrics] save_tb_folder, which its errors name); empty: no TensorBoard.
+  std::string tensorboard_folder;
   bool disable_color_printing = false;
   // How the run continues the folder's metrics.jsonl (StepLog) and TensorBoard points: a resumed
   // run's redone steps and a fresh run's earlier points are hidden (a SessionLog START, PyTorch's

@@ -241,6 +241,16 @@ TEST(MetricsLoggerTest, ARestartTakesOverTheFilesOnlyWhenItCommits) {
   EXPECT_EQ(events.back().step(), 2);
 }
 
+TEST(MetricsLoggerTest, AnUncreatableTensorBoardFolderNamesItsKey) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("tb_not_a_folder");
+  options.tensorboard_folder = "/dev/null/tb";
+  options.start.run_id = "r1";
+  EXPECT_EQ(MetricsLogger::Create(options).status().message(),
+            "[metrics] save_tb_folder: /dev/null/tb: cannot create TensorBoard folder: Not a "
+            "directory");
+}
+
 TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("tb_dump");

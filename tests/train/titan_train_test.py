@@ -281,6 +281,9 @@ class TitanTrainTest(unittest.TestCase):
              "[training] dataset_path: /nonexistent.jsonl: no such file or directory"),
             (["--model.tokenizer_path=/nonexistent"],
              "[model] tokenizer_path: /nonexistent: no such tokenizer file or directory"),
+            (["--metrics.enable_tensorboard", "--metrics.save_tb_folder=/dev/null/tb"],
+             "[metrics] save_tb_folder: /dev/null/tb: cannot create TensorBoard folder: Not a "
+             "directory"),
             (["--checkpoint.initial_load_path=/nonexistent"],
              "[checkpoint] initial_load_path: /nonexistent: no such file or directory"),
             # A Hugging Face folder is not read as one unless initial_load_in_hf says so.
