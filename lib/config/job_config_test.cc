@@ -452,6 +452,11 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
   EXPECT_EQ(ValidationError({"--training.dataset_text_field="}),
             "[training] dataset_text_field: expected the JSON field holding each document's text, "
             "got \"\"");
+  EXPECT_EQ(ValidationError({"--model.converters=mxfp8"}),
+            "[model] converters: unknown converter \"mxfp8\"; expected \"float8\"");
+  EXPECT_EQ(ValidationError({"--model.converters=float8,float8"}),
+            "[model] converters: \"float8\" is listed twice");
+  ExpectValid({"--model.converters=float8"});
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=1.5"}),
             "[lr_scheduler] decay_ratio=1.5 is out of range: expected -1 or a value in [0, 1]");
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=-0.5"}),

@@ -305,6 +305,11 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
       return absl::InvalidArgumentError(absl::StrCat("[model] converters: unknown converter ",
                                                      Quote(converter), "; expected \"float8\""));
     }
+    // Each converter runs once, however often it is listed.
+    if (float8) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("[model] converters: ", Quote(converter), " is listed twice"));
+    }
     float8 = true;
   }
   const Descriptor* float8_section = JobConfig::Float8::descriptor();
