@@ -3,6 +3,8 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <glog/logging.h>
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -48,6 +50,22 @@ absl::Status CheckFloat8Support(const Float8LinearOptions& options, const at::De
       "float8 matmul is a reference kernel about 1000x slower than the emulation (and has no "
       "rowwise scaling); recipe ",
       Float8RecipeName(options.recipe)));
+}
+
+absl::Status CheckFloat8Filters(Module& model, const std::vector<std::string>& filter_fqns) {
+  const std::vector<LinearRef> linears = model.NamedLinears();
+  for (const std::string& fqn : filter_fqns) {
+    const bool matched = std::any_of(linears.begin(), linears.end(), [&](const LinearRef& linear) {
+      return absl::StrContains(linear.name, fqn);
+    });
+    if (matched) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[float8] filter_fqns: \"", fqn, "\" matches no linear layer's name",
+        linears.empty()
+            ? ""
+            : absl::StrCat(" (e.g. ", linears.front().name, ", ", linears.back().name, ")")));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> ConvertToFloat8(Module& model,

@@ -31,6 +31,10 @@ struct Float8ConverterOptions {
 // (float8 casts scale by a whole tensor's or row's magnitude).
 absl::Status CheckFloat8Support(const Float8LinearOptions& options, const at::Device& device);
 
+// Refuses a filter_fqns entry that no linear layer's name of `model` contains (a typo would
+// convert every layer). Call on the whole model: a pipeline stage lacks the other stages' layers.
+absl::Status CheckFloat8Filters(Module& model, const std::vector<std::string>& filter_fqns);
+
 // The "float8" model converter: every linear layer of `model` not filtered out, with both
 // weight dims multiples of 16 (the float8 kernels' requirement; others are kept and logged, as
 // torchtitan), computes in float8 (Float8Linear). Call on the whole, unsharded shapes (meta is

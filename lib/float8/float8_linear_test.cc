@@ -290,6 +290,14 @@ TEST(Float8ConverterTest, ConvertsUnfilteredLayersWithDimsOf16) {
   EXPECT_FALSE(static_cast<bool>(*model.output_fn));
 }
 
+TEST(Float8ConverterTest, AFilterMatchingNoLinearLayerIsRefused) {
+  TwoLayers model;
+  // "odd" stays in high precision anyway (40 is no multiple of 16): it still names a layer.
+  EXPECT_TRUE(CheckFloat8Filters(model, {"output", "odd", "w"}).ok());
+  EXPECT_EQ(CheckFloat8Filters(model, {"output", "outptu"}).message(),
+            "[float8] filter_fqns: \"outptu\" matches no linear layer's name (e.g. wq, output)");
+}
+
 TEST(Float8ConverterTest, RefusesWhatCannotRunAsAsked) {
   TwoLayers model;
   Float8ConverterOptions rowwise;

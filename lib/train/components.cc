@@ -312,6 +312,10 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
   run_args.max_seq_len = std::max<int64_t>(training.seq_len(), config.validation().seq_len());
   bundle.model = info.spec->Build(run_args, at::TensorOptions().device(at::kMeta));
   bundle.num_params = bundle.model->NumParameters();
+  if (!config.model().converters().empty()) {
+    const auto& filters = config.float8().filter_fqns();
+    TITAN_RETURN_IF_ERROR(CheckFloat8Filters(*bundle.model, {filters.begin(), filters.end()}));
+  }
   const at::TensorOptions param_options = at::TensorOptions().device(setup.device).dtype(at::kFloat);
   TITAN_ASSIGN_OR_RETURN(const std::string initial_load, InitialLoadPath(config));
   if (!initial_load.empty() && !config.checkpoint().initial_load_model_only()) {

@@ -256,6 +256,9 @@ class TitanTrainTest(unittest.TestCase):
              "--optimizer.param_groups[0].wieght_decay: unknown key"),
             (["--training.dataset_text_field="], "[training] dataset_text_field: expected the "
              "JSON field holding each document's text"),
+            (["--model.converters=float8", "--float8.emulate=true",
+              "--float8.filter_fqns=output,nonexistent_layer"],
+             '[float8] filter_fqns: "nonexistent_layer" matches no linear layer\'s name'),
             (['--optimizer.param_groups=[{pattern = "no_such_parameter"}]'],
              '[optimizer] param_groups[0].pattern="no_such_parameter" matches no parameter'),
         ]
