@@ -463,7 +463,7 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
             "[lr_scheduler] decay_ratio=-0.5 is out of range: expected -1 or a value in [0, 1]");
   ExpectValid({"--lr_scheduler.decay_ratio=0.8"});
   ExpectValid({"--lr_scheduler.decay_ratio=-1"});
-  ExpectValid({"--lr_scheduler.warmup_steps=50", "--training.steps=10"});  // torchtitan warns
+  ExpectValid({"--lr_scheduler.warmup_steps=50", "--training.steps=10"});  // shortened, warned
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_type=exp"}),
             "[lr_scheduler] decay_type=\"exp\": expected one of \"linear\", \"sqrt\", \"cosine\"");
   EXPECT_EQ(ValidationError({"--activation_checkpoint.mode=partial"}),
@@ -746,6 +746,8 @@ TEST(JobConfigTest, HelpListsEveryKeyWithTypeDefaultAndOldNames) {
   EXPECT_TRUE(absl::StrContains(help, "old name: --checkpoint.enable_checkpoint"));
   EXPECT_TRUE(absl::StrContains(help, "one of: \"linear\", \"sqrt\", \"cosine\""));
   EXPECT_TRUE(absl::StrContains(help, "range: -1 or a value in [0, 1]"));
+  // What LrScheduler does with a warmup longer than the run.
+  EXPECT_TRUE(absl::StrContains(help, "more than training.steps is shortened to training.steps"));
   EXPECT_TRUE(absl::StrContains(help, "--optimizer.param_groups  (list of tables, default [])"));
   const FieldDescriptor* groups =
       JobConfig::Optimizer::descriptor()->FindFieldByName("param_groups");
