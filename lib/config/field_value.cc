@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -295,6 +296,14 @@ std::string DidYouMean(const std::optional<std::string>& suggestion, absl::strin
   return absl::StrCat(" (did you mean \"", prefix, *suggestion, "\"?)");
 }
 
+bool ParseBoolean(absl::string_view text, bool* value) {
+  if (!absl::EqualsIgnoreCase(text, "true") && !absl::EqualsIgnoreCase(text, "false")) {
+    return false;
+  }
+  *value = absl::EqualsIgnoreCase(text, "true");
+  return true;
+}
+
 void SetList(const std::vector<std::string>& items, const FieldDescriptor* field,
              Message* message) {
   const Reflection* reflection = message->GetReflection();
@@ -384,7 +393,9 @@ absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, 
     }
     case FieldKind::kBoolean: {
       bool value;
-      if (!absl::SimpleAtob(text, &value)) return TypeError(where, field, Quote(text));
+      if (!ParseBoolean(text, &value)) {
+        return Error(where, absl::StrCat("expected true or false, got ", Quote(text)));
+      }
       reflection->SetBool(message, field, value);
       return absl::OkStatus();
     }

@@ -250,7 +250,7 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
       const bool next_is_value = i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--");
       bool unused;
       if (KindOf(ref->field) == FieldKind::kBoolean) {
-        value = next_is_value && absl::SimpleAtob(args[i + 1], &unused) ? args[++i] : "true";
+        value = next_is_value && ParseBoolean(args[i + 1], &unused) ? args[++i] : "true";
       } else if (next_is_value) {
         value = args[++i];
       } else {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -233,7 +234,14 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
   EXPECT_EQ(ParseError("", {"--optimizer.lr=fast"}),
             "--optimizer.lr: expected float, got \"fast\"");
   EXPECT_EQ(ParseError("", {"--checkpoint.enable=maybe"}),
-            "--checkpoint.enable: expected boolean, got \"maybe\"");
+            "--checkpoint.enable: expected true or false, got \"maybe\"");
+  // As TOML, which refuses print_config = 1.
+  for (const char* value : {"1", "0", "yes", "on", "t"}) {
+    EXPECT_EQ(ParseError("", {absl::StrCat("--job.print_config=", value)}),
+              absl::StrCat("--job.print_config: expected true or false, got \"", value, "\""));
+  }
+  EXPECT_EQ(ParseError("", {"--job.print_config", "1"}),
+            "unexpected argument \"1\": expected --section.key=value");
   EXPECT_EQ(ParseError("", {"--training.stepz=10"}),
             "--training.stepz: unknown key (did you mean \"--training.steps\"?)");
   EXPECT_EQ(ParseError("", {"--trainig.steps=10"}),
@@ -246,6 +254,18 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
             "unexpected argument \"training.steps=10\": expected --section.key=value");
   EXPECT_EQ(ParseError("", {"--checkpoint.enable", "yes please"}),
             "unexpected argument \"yes please\": expected --section.key=value");
+}
+
+TEST(JobConfigTest, BooleanFlagsTakeTrueOrFalseInAnyCase) {
+  for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, bool>>{
+           {{"--job.print_config=True"}, true},
+           {{"--job.print_config=FALSE"}, false},
+           {{"--job.print_config", "false"}, false},
+           {{"--job.print_config"}, true}}) {
+    absl::StatusOr<JobConfig> config = ParseText("", flags);
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(config->job().print_config(), expected) << flags[0];
+  }
 }
 
 TEST(JobConfigTest, ParamGroupsAreAListOfTablesInFilesAndOnTheCommandLine) {
