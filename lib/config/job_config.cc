@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -63,11 +64,13 @@ class Schema {
     return it == keys_.end() ? nullptr : &it->second;
   }
 
-  bool HasSection(absl::string_view section) const { return keys_by_section_.contains(section); }
+  bool HasSection(absl::string_view section) const { return sections_.contains(section); }
 
-  // Names accepted in `section`, old ones included: candidates for "did you mean".
-  const std::vector<std::string>& KeyNames(absl::string_view section) const {
-    return keys_by_section_.at(section);
+  // The current names of `section`'s keys (none where only old names live): candidates for "did
+  // you mean", which should not teach an old name.
+  std::vector<std::string> KeyNames(absl::string_view section) const {
+    auto it = keys_by_section_.find(section);
+    return it == keys_by_section_.end() ? std::vector<std::string>() : it->second;
   }
 
   std::vector<std::string> SectionNames() const {
@@ -89,6 +92,7 @@ class Schema {
         CHECK(IsSupportedField(field)) << field->full_name() << ": unsupported type";
         const KeyRef ref{section, field};
         Add({section->name(), field->name()}, ref);
+        keys_by_section_[section->name()].push_back(field->name());
         for (const std::string& alias : field->options().GetRepeatedExtension(titan::alias)) {
           std::vector<std::string> parts = absl::StrSplit(alias, '.');
           CHECK_EQ(parts.size(), 2u)
@@ -102,11 +106,12 @@ class Schema {
   void Add(const SectionKey& name, const KeyRef& ref) {
     CHECK(keys_.emplace(absl::StrCat(name.section, ".", name.key), ref).second)
         << name.section << "." << name.key << " is declared twice";
-    keys_by_section_[name.section].push_back(name.key);
+    sections_.insert(name.section);
   }
 
   absl::flat_hash_map<std::string, KeyRef> keys_;
-  absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;
+  absl::flat_hash_set<std::string> sections_;  // old names' sections too
+  absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;  // current names
 };
 
 // [job] config_file names the file being read, so only the command line sets it.

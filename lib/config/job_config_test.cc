@@ -189,6 +189,9 @@ TEST(JobConfigTest, RangeAndChoiceErrorsInAFileNameItsLine) {
 TEST(JobConfigTest, FileErrorsNameFileLineSectionKeyAndValue) {
   EXPECT_EQ(ParseError("[training]\nstepz = 10\n"),
             "configs/x.toml:2: [training] stepz: unknown key (did you mean \"steps\"?)");
+  // Suggestions are current names: print_freq is [metrics] log_freq's old name.
+  EXPECT_EQ(ParseError("[job]\nprint_args = true\n"),
+            "configs/x.toml:2: [job] print_args: unknown key");
   EXPECT_EQ(ParseError("[training]\nwibblewobble = 10\n"),
             "configs/x.toml:2: [training] wibblewobble: unknown key");
   EXPECT_EQ(ParseError("[trainig]\nsteps = 10\n"),
@@ -244,6 +247,8 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
             "unexpected argument \"1\": expected --section.key=value");
   EXPECT_EQ(ParseError("", {"--training.stepz=10"}),
             "--training.stepz: unknown key (did you mean \"--training.steps\"?)");
+  EXPECT_EQ(ParseError("", {"--job.print_args=true"}), "--job.print_args: unknown key");
+  EXPECT_EQ(ParseError("", {"--training.batch_sizes=8"}), "--training.batch_sizes: unknown key");
   EXPECT_EQ(ParseError("", {"--trainig.steps=10"}),
             "--trainig.steps: unknown section (did you mean \"training\"?)");
   EXPECT_EQ(ParseError("", {"--training.steps"}), "--training.steps: missing value (integer)");
