@@ -204,6 +204,20 @@ void KernelUpdate(const StepTensors& all, const AdamSettings& h, const at::Tenso
   }
 }
 
+// Which kernel the fused implementation runs and, for ATen's, why: read as a choice, not an error.
+std::string FusedChoice(const absl::Status& kernel_supported, const std::vector<ParamRef>& params) {
+  if (kernel_supported.ok()) return "titan's multi-tensor Adam kernel";
+  if (!params.empty() && !params[0].tensor->is_cuda()) {
+    return absl::StrCat(
+        "ATen's _fused_adam(w)_ (titan's multi-tensor Adam kernel is for CUDA "
+        "tensors; the parameters are on ",
+        params[0].tensor->device().str(), ")");
+  }
+  return absl::StrCat(
+      "ATen's _fused_adam(w)_ (titan's multi-tensor Adam kernel does not take these tensors: ",
+      kernel_supported.message(), ")");
+}
+
 // OK when every group's tensors, and the gradient scale, can take titan's kernel.
 absl::Status KernelSupports(const std::vector<StepTensors>& groups, const at::Tensor& grad_scale) {
   for (const StepTensors& group : groups) {
@@ -315,9 +329,7 @@ void Optimizer::Step(const at::Tensor& grad_scale) {
     const absl::Status supported = KernelSupports(group_tensors, grad_scale);
     kernel = supported.ok();
     if (!kernel_logged_) {
-      LOG(INFO) << "optimizer (fused): "
-                << (kernel ? "titan's multi-tensor Adam kernel"
-                           : "ATen's _fused_adam(w)_: " + std::string(supported.message()));
+      LOG(INFO) << "optimizer (fused): " << FusedChoice(supported, params_);
       kernel_logged_ = true;
     }
   }
