@@ -5,6 +5,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
@@ -44,6 +45,13 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
            it(path, fs::directory_options::follow_directory_symlink, error),
        end;
        !error && it != end; it.increment(error)) {
+    // Hidden names (.git, .ipynb_checkpoints, macOS ._* files) are not data: skipped with what
+    // they hold, as Hugging Face datasets does.
+    if (absl::StartsWith(it->path().filename().string(), ".")) {
+      std::error_code type_error;
+      if (it->is_directory(type_error)) it.disable_recursion_pending();
+      continue;
+    }
     std::error_code type_error;
     if (IsJsonDataFile(it->path().filename().string()) && it->is_regular_file(type_error)) {
       found.push_back(it->path().lexically_relative(path));
@@ -54,7 +62,8 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
   }
   if (found.empty()) {
     return absl::NotFoundError(
-        absl::StrCat(path, ": no ", kDataFileKinds, " files in this folder"));
+        absl::StrCat(path, ": no ", kDataFileKinds,
+                     " files in this folder (names starting with \".\" are skipped)"));
   }
   std::sort(found.begin(), found.end());
   for (const fs::path& name : found) {

@@ -17,7 +17,8 @@ namespace titan {
 
 struct TextDatasetOptions {
   // A .jsonl/.json/.jsonl.gz/.json.gz file, or a folder searched recursively for them (read in
-  // order of their paths relative to the folder).
+  // order of their paths relative to the folder; files and folders whose names start with "."
+  // are skipped).
   std::string path;
   // Key of the text in each JSON object.
   std::string text_field = "text";

@@ -141,6 +141,34 @@ TEST(PackedTextDatasetTest, ReadsAFolderOfEveryFormatInPathOrder) {
   EXPECT_EQ(ReadToEnd(*dataset), expected);
 }
 
+TEST(PackedTextDatasetTest, AFolderSkipsHiddenFilesAndFolders) {
+  const std::string dir = FreshTestDir("hidden");
+  const std::vector<std::string> texts = WriteMixedFolder(dir + "/x");
+  WriteTestFile(dir + "/.git/objects/x.jsonl", "garbage, not JSON\n");
+  WriteTestFile(dir + "/x/.ipynb_checkpoints/a-checkpoint.jsonl", JsonLines(MakeTexts(9, 0)));
+  WriteTestFile(dir + "/x/._a.jsonl", std::string("\0\5\26\7\0\2\0\0Mac OS X", 16));
+  WriteTestFile(dir + "/.d.jsonl.gz", JsonLines({"hidden"}), /*gzip=*/true);
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset =
+      OpenOrDie(Options(dir, 5, /*infinite=*/false), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_THAT(dataset->files(),
+              ElementsAre(dir + "/x/a.jsonl", dir + "/x/b.jsonl.gz", dir + "/x/c.json"));
+  EXPECT_EQ(ReadToEnd(*dataset), ReferenceWindows(texts, 5));
+
+  // Only the names below the folder count: a hidden folder named as the path is read.
+  std::unique_ptr<PackedTextDataset> named =
+      OpenOrDie(Options(dir + "/.git", 5, /*infinite=*/false), &tokenizer);
+  ASSERT_NE(named, nullptr);
+  EXPECT_THAT(named->files(), ElementsAre(dir + "/.git/objects/x.jsonl"));
+
+  const std::string only_hidden = FreshTestDir("only_hidden");
+  WriteTestFile(only_hidden + "/.a.jsonl", JsonLines({"x"}));
+  const absl::Status status = PackedTextDataset::Open(Options(only_hidden, 4), &tokenizer).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), HasSubstr("names starting with \".\" are skipped"));
+}
+
 TEST(PackedTextDatasetTest, TextFieldOption) {
   const std::string path = FreshTestDir("field") + "/a.jsonl";
   WriteTestFile(path, JsonLines({"abc", "de"}, "content"));
