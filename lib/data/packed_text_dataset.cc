@@ -186,7 +186,10 @@ absl::Status PackedTextDataset::ReadDocument() {
     }
     file_position_ = reader_->position();
     ++documents_in_epoch_;
-    const std::vector<int32_t> ids = tokenizer_->Encode(**text, /*add_bos=*/true, /*add_eos=*/true);
+    // Special-token text in a document is data: a "<|begin_of_text|>" inside it must not become
+    // a BOS that block_causal masking would take for the start of another document.
+    const std::vector<int32_t> ids =
+        tokenizer_->Encode(**text, /*add_bos=*/true, /*add_eos=*/true, SpecialTokenText::kPlain);
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     return absl::OkStatus();
   }

@@ -1,14 +1,17 @@
 #include "lib/data/packed_text_dataset.h"
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/data/test_util.h"
+#include "lib/tokenizer/tokenizer_loader.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -167,6 +170,58 @@ TEST(PackedTextDatasetTest, AFolderSkipsHiddenFilesAndFolders) {
   const absl::Status status = PackedTextDataset::Open(Options(only_hidden, 4), &tokenizer).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("names starting with \".\" are skipped"));
+}
+
+// Documents that quote special tokens, as a web page about Llama 3 would.
+const std::vector<std::string>& TextsQuotingSpecialTokens() {
+  static const auto* const texts = new std::vector<std::string>{
+      "The prompt starts with <|begin_of_text|> and ends with <|end_of_text|>.",
+      "<|begin_of_text|><|start_header_id|>user<|end_header_id|>hi<|eot_id|>",
+      "plain",
+  };
+  return *texts;
+}
+
+TEST(PackedTextDatasetTest, SpecialTokenTextInDocumentsIsPlainTextWithTiktoken) {
+  // Llama 3's layout with a rank per byte (rank = byte): ids spell the bytes, and BOS and EOS take
+  // 256 and 257 as in ByteTokenizer, so the reference packing is ReferenceWindows.
+  const std::string dir = FreshTestDir("tiktoken_specials");
+  std::string ranks;
+  for (int b = 0; b < 256; ++b) {
+    absl::StrAppend(&ranks, absl::Base64Escape(std::string(1, static_cast<char>(b))), " ", b, "\n");
+  }
+  WriteTestFile(dir + "/tokenizer/tokenizer.model", ranks);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir + "/tokenizer");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ASSERT_EQ((*tokenizer)->bos_id(), B);
+  WriteTestFile(dir + "/data/a.jsonl", JsonLines(TextsQuotingSpecialTokens()));
+  std::unique_ptr<PackedTextDataset> dataset =
+      OpenOrDie(Options(dir + "/data", 8, /*infinite=*/false), tokenizer->get());
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_EQ(ReadToEnd(*dataset), ReferenceWindows(TextsQuotingSpecialTokens(), 8));
+}
+
+TEST(PackedTextDatasetTest, SpecialTokenTextInDocumentsIsPlainTextWithTokenizerJson) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer("assets/default_tokenizer");
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const std::string path = FreshTestDir("hf_specials") + "/a.jsonl";
+  WriteTestFile(path, JsonLines(TextsQuotingSpecialTokens()));
+  std::unique_ptr<PackedTextDataset> dataset =
+      OpenOrDie(Options(path, 4, /*infinite=*/false), tokenizer->get());
+  ASSERT_NE(dataset, nullptr);
+  std::vector<int32_t> stream;
+  for (const std::vector<int32_t>& window : ReadToEnd(*dataset)) {
+    stream.insert(stream.end(), window.begin(), window.end());
+  }
+  // One BOS and one EOS a document, the ones packing adds; the quoted ones are text.
+  const int32_t bos = (*tokenizer)->bos_id();
+  const int32_t eos = (*tokenizer)->eos_id();
+  EXPECT_EQ(std::count(stream.begin(), stream.end(), bos), 3);
+  EXPECT_EQ(std::count(stream.begin(), stream.end(), eos), 3);
+  EXPECT_EQ(stream.front(), bos);
+  const std::vector<int32_t> second =
+      (*tokenizer)->Encode(TextsQuotingSpecialTokens()[1], true, true, SpecialTokenText::kPlain);
+  EXPECT_NE(std::search(stream.begin(), stream.end(), second.begin(), second.end()), stream.end());
 }
 
 TEST(PackedTextDatasetTest, TextFieldOption) {

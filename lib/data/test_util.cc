@@ -11,8 +11,8 @@
 
 namespace titan {
 
-std::vector<int32_t> ByteTokenizer::Encode(absl::string_view text, bool add_bos,
-                                           bool add_eos) const {
+std::vector<int32_t> ByteTokenizer::Encode(absl::string_view text, bool add_bos, bool add_eos,
+                                           SpecialTokenText /*special_text*/) const {
   std::vector<int32_t> ids;
   if (add_bos) ids.push_back(kBos);
   for (char c : text) ids.push_back(static_cast<unsigned char>(c));

@@ -18,7 +18,9 @@ class ByteTokenizer : public Tokenizer {
   static constexpr int32_t kBos = 256;
   static constexpr int32_t kEos = 257;
 
-  std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos) const override;
+  using Tokenizer::Encode;
+  std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
+                              SpecialTokenText special_text) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
   int32_t bos_id() const override { return kBos; }
   int32_t eos_id() const override { return kEos; }

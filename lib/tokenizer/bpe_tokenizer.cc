@@ -156,8 +156,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
   return tokenizer;
 }
 
-std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos,
-                                          bool add_eos) const {
+std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, bool add_eos,
+                                          SpecialTokenText special_text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 2);
   if (add_bos) ids.push_back(model_.bos_id);
@@ -181,6 +181,11 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos,
       }
       if (found == nullptr) {
         ++pos;
+        continue;
+      }
+      if (found->special && special_text == SpecialTokenText::kPlain) {
+        // Stepped over, not searched again, as `tokenizers` skips such a match.
+        pos += found->content.size();
         continue;
       }
       size_t start = pos;

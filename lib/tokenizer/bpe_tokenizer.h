@@ -47,6 +47,8 @@ struct BpeModel {
     bool rstrip = false;  // The match swallows whitespace after it.
     // HF matches non-normalized tokens first, then normalized ones in what is left.
     bool normalized = false;
+    // Matched only under SpecialTokenText::kParse (HF "special"; every tiktoken special token).
+    bool special = false;
   };
 
   // Bytes each id decodes to, indexed by id; nullopt for an unused id.
@@ -75,7 +77,9 @@ class BpeTokenizer : public Tokenizer {
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(BpeModel model);
   ~BpeTokenizer() override;
 
-  std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos) const override;
+  using Tokenizer::Encode;
+  std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
+                              SpecialTokenText special_text) const override;
   // Concatenates the bytes of `ids`; the result may end inside a UTF-8 character when the ids
   // split one. Fails naming the first unknown id.
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;

@@ -267,6 +267,7 @@ absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t i
   absl::StatusOr<bool> normalized = OptionalBool(spec, "normalized", !*special, errors, key);
   if (!normalized.ok()) return normalized.status();
   token.normalized = *normalized;
+  token.special = *special;
   return token;
 }
 

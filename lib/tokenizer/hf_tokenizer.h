@@ -13,7 +13,7 @@ namespace titan {
 // `config_path` (tokenizer_config.json, may be empty) adds its added_tokens_decoder and names
 // bos_token/eos_token when the Llama 3 names are absent. Encoding matches PyPI `tokenizers`'
 // `encode(text, add_special_tokens=False)`, with tokenizer_config's added tokens registered as
-// `transformers` does.
+// `transformers` does, and with `encode_special_tokens = True` under SpecialTokenText::kPlain.
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
                                                               const std::string& config_path);
 

@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTiktokenTokenizer(const std::s
   const std::vector<std::string> specials = Llama3SpecialTokens();
   for (size_t i = 0; i < specials.size(); ++i) {
     const int32_t id = static_cast<int32_t>(num_ranks + i);
-    model.added_tokens.push_back({specials[i], id});
+    model.added_tokens.push_back({specials[i], id, /*lstrip=*/false, /*rstrip=*/false,
+                                  /*normalized=*/false, /*special=*/true});
     model.id_to_bytes.push_back(specials[i]);
   }
   model.bos_id = static_cast<int32_t>(num_ranks);

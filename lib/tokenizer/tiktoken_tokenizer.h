@@ -15,7 +15,9 @@ std::vector<std::string> Llama3SpecialTokens();
 
 // Loads a tiktoken rank file (Llama 3's original tokenizer.model: lines of "<base64 token> <rank>")
 // with Llama 3's split regex and special tokens, <|begin_of_text|> as BOS and <|end_of_text|> as
-// EOS. Encoding matches tiktoken's `encode(text, allowed_special="all")`.
+// EOS. Encoding matches tiktoken's `encode(text, allowed_special=set(), disallowed_special=())`
+// (special-token text is plain text, as torchtitan's and Meta's Llama 3 tokenizers encode) under
+// SpecialTokenText::kPlain and `encode(text, allowed_special="all")` under kParse.
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTiktokenTokenizer(const std::string& path);
 
 }  // namespace titan

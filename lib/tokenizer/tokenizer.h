@@ -12,13 +12,30 @@
 
 namespace titan {
 
+// What Encode makes of special-token text in its input, such as "<|begin_of_text|>". Only special
+// tokens are concerned: HF added tokens marked "special": false are vocabulary and always match.
+enum class SpecialTokenText {
+  // Plain text like any other: documents, where such text is data (torchtitan's and Meta's Llama 3
+  // `encode` with allowed_special=set(); `tokenizers` with encode_special_tokens=True).
+  kPlain,
+  // The special token's id: text that spells special tokens on purpose, such as a chat template's
+  // prompt (`tokenizers`' and `transformers`' default; tiktoken's allowed_special="all").
+  kParse,
+};
+
 // Text <-> token ids. Implementations: BPE from HF tokenizer.json or tiktoken rank files.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
   // Llama 3 rules: `add_bos` prepends <|begin_of_text|>, `add_eos` appends <|end_of_text|>.
-  virtual std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos) const = 0;
+  virtual std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
+                                      SpecialTokenText special_text) const = 0;
+  // SpecialTokenText::kParse, the behaviour before the choice was a parameter; titan_rl's prompt
+  // and response encoding still call this form. New callers name the choice.
+  std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos) const {
+    return Encode(text, add_bos, add_eos, SpecialTokenText::kParse);
+  }
   virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
 
   virtual int32_t bos_id() const = 0;

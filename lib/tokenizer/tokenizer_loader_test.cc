@@ -21,6 +21,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+constexpr SpecialTokenText kPlain = SpecialTokenText::kPlain;
+constexpr SpecialTokenText kParse = SpecialTokenText::kParse;
+
 // The committed default tokenizer (a runfile of this test).
 constexpr char kDefaultTokenizer[] = "assets/default_tokenizer";
 
@@ -78,7 +81,7 @@ TEST(TokenizerLoaderTest, DefaultTokenizerRoundTripsTrickyText) {
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
   ASSERT_NE(tokenizer, nullptr);
   for (const std::string& text : TrickyTexts()) {
-    const std::vector<int32_t> ids = tokenizer->Encode(text, false, false);
+    const std::vector<int32_t> ids = tokenizer->Encode(text, false, false, kPlain);
     for (const int32_t id : ids) {
       EXPECT_GE(id, 0);
       EXPECT_LT(id, tokenizer->vocab_size());
@@ -88,32 +91,57 @@ TEST(TokenizerLoaderTest, DefaultTokenizerRoundTripsTrickyText) {
     EXPECT_EQ(*decoded, text);
   }
   // BPE merges: ordinary English takes fewer ids than bytes.
-  EXPECT_LT(tokenizer->Encode("Once upon a time, there was a cat.", false, false).size(), 15);
+  EXPECT_LT(tokenizer->Encode("Once upon a time, there was a cat.", false, false, kPlain).size(),
+            15);
 }
 
-TEST(TokenizerLoaderTest, SpecialTokensInTextAreSingleIds) {
+TEST(TokenizerLoaderTest, ParsedSpecialTokensInTextAreSingleIds) {
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
   ASSERT_NE(tokenizer, nullptr);
-  EXPECT_THAT(tokenizer->Encode("<|begin_of_text|>", false, false), ElementsAre(tokenizer->bos_id()));
-  EXPECT_THAT(tokenizer->Encode("<|end_of_text|>", false, false), ElementsAre(tokenizer->eos_id()));
-  const std::vector<int32_t> ids = tokenizer->Encode("a<|end_of_text|>b<|end_of_tex", false, false);
+  EXPECT_THAT(tokenizer->Encode("<|begin_of_text|>", false, false, kParse),
+              ElementsAre(tokenizer->bos_id()));
+  EXPECT_THAT(tokenizer->Encode("<|end_of_text|>", false, false, kParse),
+              ElementsAre(tokenizer->eos_id()));
+  const std::vector<int32_t> ids =
+      tokenizer->Encode("a<|end_of_text|>b<|end_of_tex", false, false, kParse);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer->eos_id()), 1);
   EXPECT_EQ(*tokenizer->Decode(ids), "a<|end_of_text|>b<|end_of_tex");
   EXPECT_EQ(*tokenizer->Decode({tokenizer->bos_id()}), "<|begin_of_text|>");
+  // The three-argument form parses (titan_rl's chat prompts).
+  EXPECT_EQ(tokenizer->Encode("a<|end_of_text|>b", true, false),
+            tokenizer->Encode("a<|end_of_text|>b", true, false, kParse));
+}
+
+TEST(TokenizerLoaderTest, PlainSpecialTokenTextIsOrdinaryText) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
+  ASSERT_NE(tokenizer, nullptr);
+  for (const std::string text : {"<|begin_of_text|>", "x <|end_of_text|><|eot_id|>y",
+                                 "<|reserved_special_token_3|>\n<|begin_of_text|>"}) {
+    const std::vector<int32_t> ids = tokenizer->Encode(text, true, true, kPlain);
+    ASSERT_GE(ids.size(), 2u);
+    // Only the added BOS and EOS are special ids; the text round-trips.
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer->bos_id()), 1) << text;
+    EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer->eos_id()), 1) << text;
+    EXPECT_EQ(ids.front(), tokenizer->bos_id());
+    EXPECT_EQ(ids.back(), tokenizer->eos_id());
+    EXPECT_EQ(*tokenizer->Decode(absl::MakeConstSpan(ids).subspan(1, ids.size() - 2)), text);
+    EXPECT_GT(ids.size(), tokenizer->Encode(text, true, true, kParse).size()) << text;
+  }
 }
 
 TEST(TokenizerLoaderTest, BosAndEosWrapTheText) {
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_NE(tokenizer->bos_id(), tokenizer->eos_id());
-  const std::vector<int32_t> plain = tokenizer->Encode("The cat sat.", false, false);
+  const std::vector<int32_t> plain = tokenizer->Encode("The cat sat.", false, false, kPlain);
   std::vector<int32_t> wrapped = {tokenizer->bos_id()};
   wrapped.insert(wrapped.end(), plain.begin(), plain.end());
-  EXPECT_EQ(tokenizer->Encode("The cat sat.", true, false), wrapped);
+  EXPECT_EQ(tokenizer->Encode("The cat sat.", true, false, kPlain), wrapped);
   wrapped.push_back(tokenizer->eos_id());
-  EXPECT_EQ(tokenizer->Encode("The cat sat.", true, true), wrapped);
-  EXPECT_THAT(tokenizer->Encode("", true, true), ElementsAre(tokenizer->bos_id(), tokenizer->eos_id()));
-  EXPECT_THAT(tokenizer->Encode("", false, true), ElementsAre(tokenizer->eos_id()));
+  EXPECT_EQ(tokenizer->Encode("The cat sat.", true, true, kPlain), wrapped);
+  EXPECT_THAT(tokenizer->Encode("", true, true, kPlain),
+              ElementsAre(tokenizer->bos_id(), tokenizer->eos_id()));
+  EXPECT_THAT(tokenizer->Encode("", false, true, kPlain), ElementsAre(tokenizer->eos_id()));
 }
 
 TEST(TokenizerLoaderTest, LoadsTokenizerJsonFileDirectly) {
@@ -122,18 +150,19 @@ TEST(TokenizerLoaderTest, LoadsTokenizerJsonFileDirectly) {
   ASSERT_NE(from_dir, nullptr);
   ASSERT_NE(from_file, nullptr);
   EXPECT_EQ(from_file->vocab_size(), from_dir->vocab_size());
-  EXPECT_EQ(from_file->Encode(TrickyTexts()[3], true, true), from_dir->Encode(TrickyTexts()[3], true, true));
+  EXPECT_EQ(from_file->Encode(TrickyTexts()[3], true, true, kPlain),
+            from_dir->Encode(TrickyTexts()[3], true, true, kPlain));
 }
 
 TEST(TokenizerLoaderTest, EncodesTheSameFromManyThreads) {
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
   ASSERT_NE(tokenizer, nullptr);
   const std::string text = absl::StrJoin(TrickyTexts(), " <|end_of_text|> ");
-  const std::vector<int32_t> expected = tokenizer->Encode(text, true, true);
+  const std::vector<int32_t> expected = tokenizer->Encode(text, true, true, kParse);
   std::vector<std::vector<int32_t>> results(4);
   std::vector<std::thread> threads;
   for (auto& result : results) {
-    threads.emplace_back([&] { result = tokenizer->Encode(text, true, true); });
+    threads.emplace_back([&] { result = tokenizer->Encode(text, true, true, kParse); });
   }
   for (std::thread& thread : threads) thread.join();
   for (const auto& result : results) EXPECT_EQ(result, expected);
@@ -161,14 +190,21 @@ TEST(TokenizerLoaderTest, TiktokenRankFileInMetaLayout) {
   EXPECT_EQ(tokenizer->bos_id(), num_ranks);
   EXPECT_EQ(tokenizer->eos_id(), num_ranks + 1);
   // Meta's list: <|eot_id|> is the tenth special, the last reserved one is number 250.
-  EXPECT_THAT(tokenizer->Encode("<|eot_id|>", false, false), ElementsAre(num_ranks + 9));
-  EXPECT_THAT(tokenizer->Encode("<|reserved_special_token_250|>", false, false),
+  EXPECT_THAT(tokenizer->Encode("<|eot_id|>", false, false, kParse), ElementsAre(num_ranks + 9));
+  EXPECT_THAT(tokenizer->Encode("<|reserved_special_token_250|>", false, false, kParse),
               ElementsAre(num_ranks + 255));
+  // As torchtitan's and Meta's encode (allowed_special=set()): in documents, special-token text
+  // is bytes. Byte ranks equal the bytes here, so the ids spell the text.
+  const std::string text = "<|begin_of_text|>";
+  std::vector<int32_t> bytes = {num_ranks};
+  for (const char c : text) bytes.push_back(static_cast<uint8_t>(c));
+  bytes.push_back(num_ranks + 1);
+  EXPECT_EQ(tokenizer->Encode(text, true, true, kPlain), bytes);
   EXPECT_EQ(Llama3SpecialTokens().size(), 256);
   // A piece that is a token is one id: "hello" is rank 259, " world" rank 263.
-  EXPECT_THAT(tokenizer->Encode("hello world", false, false), ElementsAre(259, 263));
+  EXPECT_THAT(tokenizer->Encode("hello world", false, false, kPlain), ElementsAre(259, 263));
   for (const std::string& text : TrickyTexts()) {
-    EXPECT_EQ(*tokenizer->Decode(tokenizer->Encode(text, false, false)), text);
+    EXPECT_EQ(*tokenizer->Decode(tokenizer->Encode(text, false, false, kPlain)), text);
   }
 }
 
@@ -225,7 +261,26 @@ TEST(TokenizerLoaderTest, BosAndEosFallBackToTokenizerConfig) {
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->bos_id(), 1);
   EXPECT_EQ(tokenizer->eos_id(), 2);
-  EXPECT_THAT(tokenizer->Encode("a[STOP]", true, false), ElementsAre(1, 0, 2));
+  EXPECT_THAT(tokenizer->Encode("a[STOP]", true, false, kParse), ElementsAre(1, 0, 2));
+}
+
+TEST(TokenizerLoaderTest, PlainTextStillMatchesNonSpecialAddedTokens) {
+  const std::string dir = MakeDir("non_special");
+  Write(dir + "/tokenizer.json",
+        absl::StrCat("{", kByteLevel,
+                     R"(, "model": {"vocab": {"<": 0, "|": 1, "a": 2, "b": 3, ">": 4}},
+      "added_tokens": [{"id": 5, "content": "<|ab|>", "special": true},
+                       {"id": 6, "content": "ab", "special": false, "normalized": false},
+                       {"id": 7, "content": "</s>", "special": true},
+                       {"id": 8, "content": "<s>", "special": true}]})"));
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  // `tokenizers` with encode_special_tokens=True (ids checked there): special-token text is bytes
+  // ("x", "/" and "s" have none and drop), and not searched again for "ab", which is vocabulary
+  // and one id elsewhere.
+  EXPECT_THAT(tokenizer->Encode("x<|ab|>ab</s>", false, false, kPlain),
+              ElementsAre(0, 1, 2, 3, 1, 4, 6, 0, 4));
+  EXPECT_THAT(tokenizer->Encode("x<|ab|>ab</s>", false, false, kParse), ElementsAre(5, 6, 7));
 }
 
 TEST(TokenizerLoaderTest, MalformedRankFileErrorsNameTheLine) {

@@ -1,6 +1,7 @@
 // Encodes a JSON array of strings with titan's tokenizer and prints, as one JSON object, each
-// text's ids (plain and with BOS/EOS) and decoding, for tests/tokenizer/parity_test.py to compare
-// with the Python references.
+// text's ids (special-token text parsed, and as plain text without and with BOS/EOS, as the data
+// loader encodes documents) and decoding, for tests/tokenizer/parity_test.py to compare with the
+// Python references.
 #include <chrono>
 #include <cstdint>
 #include <iostream>
@@ -41,7 +42,8 @@ int main(int argc, char** argv) {
   for (const nlohmann::json& text_json : texts) {
     const std::string text = text_json.get<std::string>();
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<int32_t> ids = (*tokenizer)->Encode(text, false, false);
+    const std::vector<int32_t> ids =
+        (*tokenizer)->Encode(text, false, false, titan::SpecialTokenText::kParse);
     encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     encoded_bytes += static_cast<int64_t>(text.size());
     absl::StatusOr<std::string> decoded = (*tokenizer)->Decode(ids);
@@ -49,8 +51,10 @@ int main(int argc, char** argv) {
       std::cerr << decoded.status().message() << "\n";
       return 1;
     }
+    const titan::SpecialTokenText plain = titan::SpecialTokenText::kPlain;
     results.push_back({{"ids", ids},
-                       {"ids_bos_eos", (*tokenizer)->Encode(text, true, true)},
+                       {"ids_plain", (*tokenizer)->Encode(text, false, false, plain)},
+                       {"ids_plain_bos_eos", (*tokenizer)->Encode(text, true, true, plain)},
                        {"decoded", *decoded}});
   }
   const nlohmann::json out = {{"bos_id", (*tokenizer)->bos_id()},

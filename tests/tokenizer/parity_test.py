@@ -134,11 +134,20 @@ class ParityTest(unittest.TestCase):
         self.assertEqual(ours["bos_id"], reference.token_to_id(bos))
         self.assertEqual(ours["eos_id"], reference.token_to_id(eos))
         self.assertEqual(ours["vocab_size"], reference.get_vocab_size(with_added_tokens=True))
+        # Documents: special-token text is plain text (tokenizers' encode_special_tokens).
+        plain = Tokenizer.from_file(json_path)
+        plain.encode_special_tokens = True
+        differ = 0
         for text, result in zip(texts, ours["results"]):
             expected = reference.encode(text, add_special_tokens=False).ids
             self.assertEqual(result["ids"], expected, f"text: {text[:80]!r}")
-            self.assertEqual(result["ids_bos_eos"], [ours["bos_id"]] + expected + [ours["eos_id"]])
             self.assertEqual(result["decoded"], reference.decode(expected, skip_special_tokens=False))
+            expected_plain = plain.encode(text, add_special_tokens=False).ids
+            self.assertEqual(result["ids_plain"], expected_plain, f"text: {text[:80]!r}")
+            self.assertEqual(result["ids_plain_bos_eos"],
+                             [ours["bos_id"]] + expected_plain + [ours["eos_id"]])
+            differ += expected_plain != expected
+        self.assertGreater(differ, 5)  # The special texts did exercise the difference.
 
     def test_default_tokenizer_matches_tokenizers(self):
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
@@ -222,11 +231,18 @@ class ParityTest(unittest.TestCase):
         self.assertEqual(ours["bos_id"], reference.encode_single_token("<|begin_of_text|>"))
         self.assertEqual(ours["eos_id"], reference.encode_single_token("<|end_of_text|>"))
         self.assertEqual(ours["vocab_size"], reference.n_vocab)
+        differ = 0
         for text, result in zip(texts, ours["results"]):
             expected = reference.encode(text, allowed_special="all")
             self.assertEqual(result["ids"], expected, f"text: {text[:80]!r}")
-            self.assertEqual(result["ids_bos_eos"], [ours["bos_id"]] + expected + [ours["eos_id"]])
             self.assertEqual(result["decoded"], reference.decode(expected))
+            # Documents: torchtitan's and Meta's Llama 3 Tokenizer.encode defaults.
+            expected_plain = reference.encode(text, allowed_special=set(), disallowed_special=())
+            self.assertEqual(result["ids_plain"], expected_plain, f"text: {text[:80]!r}")
+            self.assertEqual(result["ids_plain_bos_eos"],
+                             [ours["bos_id"]] + expected_plain + [ours["eos_id"]])
+            differ += expected_plain != expected
+        self.assertGreater(differ, 5)  # The special texts did exercise the difference.
 
 
 if __name__ == "__main__":
