@@ -214,7 +214,7 @@ TEST(PackedTextDatasetTest, SpecialTokenTextInDocumentsIsPlainTextWithTokenizerJ
     stream.insert(stream.end(), window.begin(), window.end());
   }
   // One BOS and one EOS a document, the ones packing adds; the quoted ones are text.
-  const int32_t bos = (*tokenizer)->bos_id();
+  const int32_t bos = *(*tokenizer)->bos_id();
   const int32_t eos = (*tokenizer)->eos_id();
   EXPECT_EQ(std::count(stream.begin(), stream.end(), bos), 3);
   EXPECT_EQ(std::count(stream.begin(), stream.end(), eos), 3);

@@ -2,6 +2,7 @@
 #define TITAN_LIB_DATA_TEST_UTIL_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,7 @@ class ByteTokenizer : public Tokenizer {
   std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
                               SpecialTokenText special_text) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
-  int32_t bos_id() const override { return kBos; }
+  std::optional<int32_t> bos_id() const override { return kBos; }
   int32_t eos_id() const override { return kEos; }
   int64_t vocab_size() const override { return 258; }
 };

@@ -121,9 +121,11 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
   if (model.unk_id.has_value() && !known(*model.unk_id)) {
     return absl::InvalidArgumentError(absl::StrCat("unk id ", *model.unk_id, " is unknown"));
   }
-  if (!known(model.bos_id) || !known(model.eos_id)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BOS id ", model.bos_id, " or EOS id ", model.eos_id, " is not a token"));
+  if (model.bos_id.has_value() && !known(*model.bos_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("BOS id ", *model.bos_id, " is not a token"));
+  }
+  if (!known(model.eos_id)) {
+    return absl::InvalidArgumentError(absl::StrCat("EOS id ", model.eos_id, " is not a token"));
   }
   std::vector<std::unique_ptr<Regex>> regexes;
   for (const BpeModel::PreTokenizeStep& step : model.pre_tokenizer) {
@@ -160,7 +162,7 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, 
                                           SpecialTokenText special_text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 2);
-  if (add_bos) ids.push_back(model_.bos_id);
+  if (add_bos && model_.bos_id.has_value()) ids.push_back(*model_.bos_id);
 
   // Cuts the added tokens of pass `pass` out of `segment`; what is left goes to the next pass.
   const auto split_pass = [&](auto& self, absl::string_view segment, size_t pass) -> void {

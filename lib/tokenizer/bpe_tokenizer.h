@@ -64,7 +64,7 @@ struct BpeModel {
   std::optional<int32_t> unk_id;
   bool fuse_unk = false;  // Consecutive unknown bytes give one unk.
   std::vector<AddedToken> added_tokens;
-  int32_t bos_id = -1;
+  std::optional<int32_t> bos_id;  // None: no BOS is added.
   int32_t eos_id = -1;
 };
 
@@ -73,7 +73,7 @@ struct BpeModel {
 // and `tiktoken` do. Thread-safe.
 class BpeTokenizer : public Tokenizer {
  public:
-  // Validates `model` (ids in range, BOS/EOS known) and compiles its regexes.
+  // Validates `model` (ids in range, BOS (if any) and EOS known) and compiles its regexes.
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> Create(BpeModel model);
   ~BpeTokenizer() override;
 
@@ -84,7 +84,7 @@ class BpeTokenizer : public Tokenizer {
   // split one. Fails naming the first unknown id.
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
 
-  int32_t bos_id() const override { return model_.bos_id; }
+  std::optional<int32_t> bos_id() const override { return model_.bos_id; }
   int32_t eos_id() const override { return model_.eos_id; }
   int64_t vocab_size() const override { return static_cast<int64_t>(model_.id_to_bytes.size()); }
 

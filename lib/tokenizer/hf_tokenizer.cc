@@ -11,6 +11,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
 #include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
 
@@ -302,34 +304,68 @@ absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors
   return absl::OkStatus();
 }
 
-// tokenizer_config.json names a special token as a string or as {"content": ...}.
-std::optional<std::string> ConfigTokenName(const Json& config, const char* field) {
-  if (!config.is_object()) return std::nullopt;
-  const Json value = config.value(field, Json());
-  if (value.is_string()) return value.get<std::string>();
-  if (value.is_object() && value.contains("content") && value["content"].is_string()) {
-    return value["content"].get<std::string>();
+// The id of `name` as an added token or in the vocab, as HF's token_to_id.
+std::optional<int32_t> TokenId(const std::string& name, const BpeModel& model,
+                               const absl::flat_hash_map<std::string, int32_t>& vocab) {
+  for (const BpeModel::AddedToken& token : model.added_tokens) {
+    if (token.content == name) return token.id;
   }
+  const auto it = vocab.find(name);
+  if (it != vocab.end()) return it->second;
   return std::nullopt;
 }
 
-// The id of the first of `names` that is an added token or in the vocab.
-absl::StatusOr<int32_t> FindSpecialId(const std::vector<std::optional<std::string>>& names,
-                                      const BpeModel& model,
-                                      const absl::flat_hash_map<std::string, int32_t>& vocab,
-                                      const std::string& path, const char* role) {
-  std::string tried;
-  for (const std::optional<std::string>& name : names) {
-    if (!name.has_value()) continue;
-    for (const BpeModel::AddedToken& token : model.added_tokens) {
-      if (token.content == *name) return token.id;
+// The BOS or EOS: its id (none: the tokenizer has none), its text and why it was chosen.
+struct SpecialChoice {
+  std::optional<int32_t> id;
+  std::string token;
+  std::string reason;
+};
+
+// tokenizer_config.json's `key` (bos_token, eos_token) decides, as in transformers and
+// torchtitan: a token (a string or {"content": ...}) that must exist, or null for none. Without a
+// config or the key, the first of `conventional` that exists, else none.
+absl::StatusOr<SpecialChoice> ChooseSpecialToken(
+    const Json& config, const JsonErrors& config_errors, const char* key,
+    const std::vector<std::string>& conventional, const BpeModel& model,
+    const absl::flat_hash_map<std::string, int32_t>& vocab, const std::string& json_path) {
+  const bool configured = config.is_object() && config.contains(key);
+  if (configured) {
+    const Json& value = config[key];
+    if (value.is_null()) {
+      return SpecialChoice{std::nullopt, "",
+                           absl::StrCat("tokenizer_config.json ", key, " is null")};
     }
-    const auto it = vocab.find(*name);
-    if (it != vocab.end()) return it->second;
-    absl::StrAppend(&tried, tried.empty() ? "" : ", ", *name);
+    std::optional<std::string> name;
+    if (value.is_string()) name = value.get<std::string>();
+    if (value.is_object() && value.contains("content") && value["content"].is_string()) {
+      name = value["content"].get<std::string>();
+    }
+    if (!name.has_value()) {
+      return config_errors.Expected(key, "a token string, {\"content\": ...} or null", value);
+    }
+    const std::optional<int32_t> id = TokenId(*name, model, vocab);
+    if (!id.has_value()) {
+      return config_errors.Error(
+          key, absl::StrCat("\"", *name, "\" is neither an added token nor in ", json_path,
+                            "'s model.vocab"));
+    }
+    return SpecialChoice{id, *name, absl::StrCat("tokenizer_config.json ", key)};
   }
-  return absl::NotFoundError(absl::StrCat(path, ": no ", role, " token: none of ", tried,
-                                          " is an added token or in model.vocab"));
+  const std::string why = config.is_object() ? absl::StrCat("tokenizer_config.json has no ", key)
+                                             : std::string("no tokenizer_config.json");
+  for (const std::string& name : conventional) {
+    const std::optional<int32_t> id = TokenId(name, model, vocab);
+    if (id.has_value()) return SpecialChoice{id, name, absl::StrCat(why, "; its usual name")};
+  }
+  return SpecialChoice{std::nullopt, "",
+                       absl::StrCat(why, "; none of ", absl::StrJoin(conventional, ", "))};
+}
+
+// For the log: "<token> = <id> (<reason>)", or "none (<reason>)".
+std::string Describe(const SpecialChoice& choice) {
+  if (!choice.id.has_value()) return absl::StrCat("none (", choice.reason, ")");
+  return absl::StrCat(choice.token, " = ", *choice.id, " (", choice.reason, ")");
 }
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, const Json& config,
@@ -371,17 +407,28 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
     SetIdBytes(token.id, token.content, &model);
   }
 
-  const std::string where = config_path.empty() ? errors.path() : absl::StrCat(errors.path(), " (and ", config_path, ")");
-  absl::StatusOr<int32_t> bos = FindSpecialId(
-      {"<|begin_of_text|>", ConfigTokenName(config, "bos_token"), "<s>", "<bos>", "<|endoftext|>"},
-      model, vocab, where, "BOS");
+  const JsonErrors config_errors(config_path);
+  absl::StatusOr<SpecialChoice> bos =
+      ChooseSpecialToken(config, config_errors, "bos_token", {"<|begin_of_text|>", "<s>", "<bos>"},
+                         model, vocab, errors.path());
   if (!bos.ok()) return bos.status();
-  absl::StatusOr<int32_t> eos = FindSpecialId(
-      {"<|end_of_text|>", ConfigTokenName(config, "eos_token"), "</s>", "<eos>", "<|endoftext|>"},
-      model, vocab, where, "EOS");
+  absl::StatusOr<SpecialChoice> eos = ChooseSpecialToken(
+      config, config_errors, "eos_token", {"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>"},
+      model, vocab, errors.path());
   if (!eos.ok()) return eos.status();
-  model.bos_id = *bos;
-  model.eos_id = *eos;
+  // Documents end with EOS and generation stops at it: a tokenizer without one is unusable.
+  if (!eos->id.has_value()) {
+    constexpr char kNeed[] = "titan needs an EOS: it ends documents and stops generation";
+    if (config.is_object() && config.contains("eos_token")) {
+      return config_errors.Error("eos_token", absl::StrCat("null, but ", kNeed));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(config.is_object() ? config_path : errors.path(),
+                                                   ": no EOS token (", eos->reason, "): ", kNeed));
+  }
+  model.bos_id = bos->id;
+  model.eos_id = *eos->id;
+  LOG(INFO) << "Tokenizer " << errors.path() << ": BOS " << Describe(*bos) << ", EOS "
+            << Describe(*eos);
 
   absl::StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = BpeTokenizer::Create(std::move(model));
   if (!tokenizer.ok()) {

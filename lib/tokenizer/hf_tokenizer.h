@@ -10,10 +10,14 @@
 namespace titan {
 
 // Loads a Hugging Face tokenizer.json holding a byte-level BPE model (GPT-2, Llama 3 style).
-// `config_path` (tokenizer_config.json, may be empty) adds its added_tokens_decoder and names
-// bos_token/eos_token when the Llama 3 names are absent. Encoding matches PyPI `tokenizers`'
-// `encode(text, add_special_tokens=False)`, with tokenizer_config's added tokens registered as
-// `transformers` does, and with `encode_special_tokens = True` under SpecialTokenText::kPlain.
+// `config_path` (tokenizer_config.json, may be empty) adds its added_tokens_decoder, and its
+// bos_token and eos_token name the BOS and EOS as in transformers and torchtitan (bos_token null:
+// no BOS; a named token that does not exist is an error). Without the config or the key, the
+// usual names decide (<|begin_of_text|>, <s>, <bos>; <|end_of_text|>, </s>, <eos>,
+// <|endoftext|>), else no BOS; an EOS is required. The choice is logged. Encoding matches PyPI
+// `tokenizers`' `encode(text, add_special_tokens=False)`, with tokenizer_config's added tokens
+// registered as `transformers` does, and with `encode_special_tokens = True` under
+// SpecialTokenText::kPlain.
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
                                                               const std::string& config_path);
 

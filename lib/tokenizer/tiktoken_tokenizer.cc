@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "glog/logging.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -97,6 +98,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadTiktokenTokenizer(const std::s
   }
   model.bos_id = static_cast<int32_t>(num_ranks);
   model.eos_id = static_cast<int32_t>(num_ranks + 1);
+  LOG(INFO) << "Tokenizer " << path << ": BOS " << specials[0] << " = " << num_ranks << ", EOS "
+            << specials[1] << " = " << num_ranks + 1 << " (Llama 3's special tokens)";
 
   absl::StatusOr<std::unique_ptr<BpeTokenizer>> tokenizer = BpeTokenizer::Create(std::move(model));
   if (!tokenizer.ok()) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  // Llama 3 rules: `add_bos` prepends <|begin_of_text|>, `add_eos` appends <|end_of_text|>.
+  // Llama 3 rules: `add_bos` prepends the BOS (when there is one), `add_eos` appends the EOS.
   virtual std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
                                       SpecialTokenText special_text) const = 0;
   // SpecialTokenText::kParse, the behaviour before the choice was a parameter; titan_rl's prompt
@@ -38,7 +39,8 @@ class Tokenizer {
   }
   virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
 
-  virtual int32_t bos_id() const = 0;
+  // None for a tokenizer without BOS (Qwen's layout: tokenizer_config.json says bos_token null).
+  virtual std::optional<int32_t> bos_id() const = 0;
   virtual int32_t eos_id() const = 0;
   // Number of ids the model's embedding must cover (largest id + 1, special tokens included).
   virtual int64_t vocab_size() const = 0;

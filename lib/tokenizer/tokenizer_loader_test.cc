@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "lib/tokenizer/tiktoken_tokenizer.h"
 #include "lib/util/file_util.h"
+#include "nlohmann/json.hpp"
 
 namespace titan {
 namespace {
@@ -106,7 +107,7 @@ TEST(TokenizerLoaderTest, ParsedSpecialTokensInTextAreSingleIds) {
       tokenizer->Encode("a<|end_of_text|>b<|end_of_tex", false, false, kParse);
   EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer->eos_id()), 1);
   EXPECT_EQ(*tokenizer->Decode(ids), "a<|end_of_text|>b<|end_of_tex");
-  EXPECT_EQ(*tokenizer->Decode({tokenizer->bos_id()}), "<|begin_of_text|>");
+  EXPECT_EQ(*tokenizer->Decode({*tokenizer->bos_id()}), "<|begin_of_text|>");
   // The three-argument form parses (titan_rl's chat prompts).
   EXPECT_EQ(tokenizer->Encode("a<|end_of_text|>b", true, false),
             tokenizer->Encode("a<|end_of_text|>b", true, false, kParse));
@@ -122,7 +123,7 @@ TEST(TokenizerLoaderTest, PlainSpecialTokenTextIsOrdinaryText) {
     // Only the added BOS and EOS are special ids; the text round-trips.
     EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer->bos_id()), 1) << text;
     EXPECT_EQ(std::count(ids.begin(), ids.end(), tokenizer->eos_id()), 1) << text;
-    EXPECT_EQ(ids.front(), tokenizer->bos_id());
+    EXPECT_EQ(ids.front(), *tokenizer->bos_id());
     EXPECT_EQ(ids.back(), tokenizer->eos_id());
     EXPECT_EQ(*tokenizer->Decode(absl::MakeConstSpan(ids).subspan(1, ids.size() - 2)), text);
     EXPECT_GT(ids.size(), tokenizer->Encode(text, true, true, kParse).size()) << text;
@@ -134,7 +135,7 @@ TEST(TokenizerLoaderTest, BosAndEosWrapTheText) {
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_NE(tokenizer->bos_id(), tokenizer->eos_id());
   const std::vector<int32_t> plain = tokenizer->Encode("The cat sat.", false, false, kPlain);
-  std::vector<int32_t> wrapped = {tokenizer->bos_id()};
+  std::vector<int32_t> wrapped = {*tokenizer->bos_id()};
   wrapped.insert(wrapped.end(), plain.begin(), plain.end());
   EXPECT_EQ(tokenizer->Encode("The cat sat.", true, false, kPlain), wrapped);
   wrapped.push_back(tokenizer->eos_id());
@@ -246,8 +247,10 @@ TEST(TokenizerLoaderTest, MalformedTokenizerJsonErrorsSayWhatIsWrong) {
               HasSubstr("model.type: expected \"BPE\""));
   EXPECT_THAT(HfError("no_byte_level", R"({"model": {"vocab": {"a": 0}}})"),
               HasSubstr("only byte-level BPE"));
-  EXPECT_THAT(HfError("no_bos", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}}})")),
-              HasSubstr("no BOS token"));
+  EXPECT_THAT(
+      HfError("no_eos", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}}})")),
+      HasSubstr("tokenizer.json: no EOS token (no tokenizer_config.json; none of "
+                "<|end_of_text|>, </s>, <eos>, <|endoftext|>): titan needs an EOS"));
 }
 
 TEST(TokenizerLoaderTest, BosAndEosFallBackToTokenizerConfig) {
@@ -281,6 +284,165 @@ TEST(TokenizerLoaderTest, PlainTextStillMatchesNonSpecialAddedTokens) {
   EXPECT_THAT(tokenizer->Encode("x<|ab|>ab</s>", false, false, kPlain),
               ElementsAre(0, 1, 2, 3, 1, 4, 6, 0, 4));
   EXPECT_THAT(tokenizer->Encode("x<|ab|>ab</s>", false, false, kParse), ElementsAre(5, 6, 7));
+}
+
+// tokenizer.json's model.vocab with the 256 bytes in GPT-2's byte-level alphabet, id = byte.
+nlohmann::json ByteVocab() {
+  nlohmann::json vocab = nlohmann::json::object();
+  int next = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+    const int cp = printable ? b : next++;
+    std::string utf8;
+    if (cp < 0x80) {
+      utf8 = std::string(1, static_cast<char>(cp));
+    } else {
+      utf8 = {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
+    }
+    vocab[utf8] = b;
+  }
+  return vocab;
+}
+
+// An added token as tokenizer.json and tokenizer_config.json's added_tokens_decoder spell it.
+nlohmann::json AddedToken(const std::string& content, bool special) {
+  return {{"content", content}, {"lstrip", false},      {"normalized", false},
+          {"rstrip", false},    {"single_word", false}, {"special", special}};
+}
+
+// Qwen3's layout (byte vocabulary, no merges): its pre-tokenizer and added tokens, ids 256 on.
+void WriteQwen3Layout(const std::string& dir, const nlohmann::json& config) {
+  const std::vector<std::pair<std::string, bool>> added = {
+      {"<|endoftext|>", true}, {"<|im_start|>", true}, {"<|im_end|>", true}, {"<think>", false}};
+  nlohmann::json tokens = nlohmann::json::array();
+  nlohmann::json decoder = nlohmann::json::object();
+  for (size_t i = 0; i < added.size(); ++i) {
+    nlohmann::json token = AddedToken(added[i].first, added[i].second);
+    decoder[std::to_string(256 + i)] = token;
+    token["id"] = 256 + i;
+    tokens.push_back(token);
+  }
+  const nlohmann::json json = {
+      {"version", "1.0"},
+      {"added_tokens", tokens},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"},
+           {"pattern",
+            {{"Regex",
+              R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"}}},
+           {"behavior", "Isolated"},
+           {"invert", false}},
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", false},
+           {"trim_offsets", false},
+           {"use_regex", false}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", ""},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", ByteVocab()},
+        {"merges", nlohmann::json::array()}}}};
+  Write(dir + "/tokenizer.json", json.dump());
+  nlohmann::json full_config = config;
+  full_config["added_tokens_decoder"] = decoder;
+  full_config["tokenizer_class"] = "Qwen2Tokenizer";
+  Write(dir + "/tokenizer_config.json", full_config.dump());
+}
+
+TEST(TokenizerLoaderTest, Qwen3InstructLayoutHasNoBosAndEndsWithImEnd) {
+  const std::string dir = MakeDir("qwen3_instruct");
+  WriteQwen3Layout(
+      dir, {{"bos_token", nullptr}, {"eos_token", "<|im_end|>"}, {"pad_token", "<|endoftext|>"}});
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  // transformers' AutoTokenizer: bos_token_id None, eos_token_id 258.
+  EXPECT_EQ(tokenizer->bos_id(), std::nullopt);
+  EXPECT_EQ(tokenizer->eos_id(), 258);
+  EXPECT_THAT(tokenizer->Encode("hi", true, true, kPlain), ElementsAre('h', 'i', 258));
+  EXPECT_THAT(tokenizer->Encode("<|im_start|>x<think>", true, false, kParse),
+              ElementsAre(257, 'x', 259));
+}
+
+TEST(TokenizerLoaderTest, Qwen3BaseLayoutEndsWithEndOfText) {
+  const std::string dir = MakeDir("qwen3_base");
+  WriteQwen3Layout(dir, {{"bos_token", nullptr}, {"eos_token", "<|endoftext|>"}});
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->bos_id(), std::nullopt);
+  EXPECT_EQ(tokenizer->eos_id(), 256);
+  EXPECT_THAT(tokenizer->Encode("", true, true, kPlain), ElementsAre(256));
+}
+
+TEST(TokenizerLoaderTest, TokenizerConfigNamesWinOverUsualNames) {
+  // Llama 3.x Instruct's layout: its config ends text with <|eot_id|>, not <|end_of_text|>.
+  const std::string dir = MakeDir("config_wins");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
+      "added_tokens": [{"id": 1, "content": "<|begin_of_text|>", "special": true},
+                       {"id": 2, "content": "<|end_of_text|>", "special": true},
+                       {"id": 3, "content": "<|eot_id|>", "special": true}]})"));
+  Write(dir + "/tokenizer_config.json",
+        R"({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"})");
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->bos_id(), 1);
+  EXPECT_EQ(tokenizer->eos_id(), 3);
+  // A null bos_token means no BOS even where a usual name exists.
+  Write(dir + "/tokenizer_config.json", R"({"bos_token": null, "eos_token": "<|eot_id|>"})");
+  tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->bos_id(), std::nullopt);
+  EXPECT_THAT(tokenizer->Encode("a", true, true, kPlain), ElementsAre(0, 3));
+}
+
+TEST(TokenizerLoaderTest, WithoutTokenizerConfigEndOfTextIsOnlyEos) {
+  // GPT-2's or Qwen's tokenizer.json alone: <|endoftext|> ends documents and starts none.
+  const std::string dir = MakeDir("endoftext_only");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
+      "added_tokens": [{"id": 1, "content": "<|endoftext|>", "special": true}]})"));
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->bos_id(), std::nullopt);
+  EXPECT_EQ(tokenizer->eos_id(), 1);
+}
+
+// Loads the Qwen3 layout with `config` and returns the error message.
+std::string ConfigError(const std::string& name, const nlohmann::json& config) {
+  const std::string dir = MakeDir(name);
+  WriteQwen3Layout(dir, config);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir);
+  EXPECT_FALSE(tokenizer.ok());
+  if (tokenizer.ok()) return "";
+  const std::string message(tokenizer.status().message());
+  EXPECT_THAT(message, HasSubstr(dir + "/tokenizer_config.json: ")) << message;
+  return message;
+}
+
+TEST(TokenizerLoaderTest, BadBosOrEosInTokenizerConfigIsAnErrorNamingFileAndKey) {
+  // Not a silent fallback to another token: the config names one that is not there.
+  const std::string missing_bos =
+      ConfigError("missing_bos", {{"bos_token", "<s>"}, {"eos_token", "<|im_end|>"}});
+  EXPECT_THAT(missing_bos, HasSubstr("tokenizer_config.json: bos_token: \"<s>\" is neither an "
+                                     "added token nor in "));
+  EXPECT_THAT(missing_bos, HasSubstr("missing_bos/tokenizer.json's model.vocab"));
+  EXPECT_THAT(ConfigError("missing_eos", {{"bos_token", nullptr}, {"eos_token", "</s>"}}),
+              HasSubstr("eos_token: \"</s>\" is neither an added token"));
+  EXPECT_THAT(ConfigError("missing_eos_content",
+                          {{"eos_token", {{"content", "<eos>"}, {"special", true}}}}),
+              HasSubstr("eos_token: \"<eos>\" is neither"));
+  EXPECT_THAT(ConfigError("number_bos", {{"bos_token", 7}, {"eos_token", "<|im_end|>"}}),
+              HasSubstr("bos_token: expected a token string, {\"content\": ...} or null, got "
+                        "number 7"));
+  EXPECT_THAT(ConfigError("null_eos", {{"bos_token", nullptr}, {"eos_token", nullptr}}),
+              HasSubstr("tokenizer_config.json: eos_token: null, but titan needs an EOS"));
 }
 
 TEST(TokenizerLoaderTest, MalformedRankFileErrorsNameTheLine) {

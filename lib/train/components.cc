@@ -243,7 +243,9 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
         spec->name, " ", info.flavor.empty() ? "(custom shape)" : info.flavor, " embeds only ",
         info.args.vocab_size));
   }
-  if (info.bos_token_id.is_null()) info.bos_token_id = tokenizer.bos_id();
+  if (info.bos_token_id.is_null() && tokenizer.bos_id().has_value()) {
+    info.bos_token_id = *tokenizer.bos_id();
+  }
   if (info.eos_token_id.is_null()) info.eos_token_id = tokenizer.eos_id();
   return info;
 }

@@ -48,8 +48,10 @@ int64_t CountedTokens(const at::Tensor& labels) {
   return CountedTokensOnDevice(labels).item<int64_t>();
 }
 
-at::Tensor DocumentIds(const at::Tensor& tokens, int64_t bos_id) {
-  return tokens.eq(bos_id).cumsum(/*dim=*/1);
+at::Tensor DocumentIds(const at::Tensor& tokens, std::optional<int64_t> bos_id, int64_t eos_id) {
+  if (bos_id.has_value()) return tokens.eq(*bos_id).cumsum(/*dim=*/1);
+  const at::Tensor ends = tokens.eq(eos_id).to(at::kLong);
+  return ends.cumsum(/*dim=*/1) - ends;
 }
 
 LocalLabels LocalizeLabels(const at::Tensor& labels, int64_t first_id, int64_t rows) {

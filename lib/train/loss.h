@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,11 @@ at::Tensor CountedTokensOnDevice(const at::Tensor& labels);
 // The same read to the host (a host sync: call once per microbatch, before the step).
 int64_t CountedTokens(const at::Tensor& labels);
 
-// Document ids of packed windows: a new document starts at each `bos_id` (tokens before the
-// window's first BOS belong to the document it cut, id 0).
-at::Tensor DocumentIds(const at::Tensor& tokens, int64_t bos_id);
+// Document ids of packed windows for block_causal masking; tokens before the window's first
+// boundary belong to the document it cut, id 0. With a BOS a document starts at each BOS; without
+// one (Qwen's layout) documents are only ended by EOS, so one starts after each EOS, as in
+// torchtitan's get_document_mask_mod.
+at::Tensor DocumentIds(const at::Tensor& tokens, std::optional<int64_t> bos_id, int64_t eos_id);
 
 }  // namespace titan
 

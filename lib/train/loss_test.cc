@@ -22,9 +22,16 @@ TEST(LossTest, CrossEntropySumSkipsIgnoredLabelsAndEqualsTheMeanTimesCount) {
 }
 
 TEST(LossTest, DocumentIdsStartAtEachBos) {
-  const at::Tensor tokens = at::tensor({7, 1, 5, 6, 1, 9}, at::kLong).view({1, 6});
-  const at::Tensor ids = DocumentIds(tokens, /*bos_id=*/1);
-  EXPECT_TRUE(at::equal(ids, at::tensor({0, 1, 1, 1, 2, 2}, at::kLong).view({1, 6})));
+  const at::Tensor tokens = at::tensor({7, 2, 1, 5, 6, 2, 1, 9}, at::kLong).view({1, 8});
+  const at::Tensor ids = DocumentIds(tokens, /*bos_id=*/1, /*eos_id=*/2);
+  EXPECT_TRUE(at::equal(ids, at::tensor({0, 0, 1, 1, 1, 1, 2, 2}, at::kLong).view({1, 8})));
+}
+
+TEST(LossTest, DocumentIdsWithoutBosStartAfterEachEos) {
+  // Qwen's layout packs "text EOS text EOS": the same split as with BOS, one token earlier.
+  const at::Tensor tokens = at::tensor({7, 2, 5, 6, 2, 9, 2, 2}, at::kLong).view({2, 4});
+  const at::Tensor ids = DocumentIds(tokens, /*bos_id=*/std::nullopt, /*eos_id=*/2);
+  EXPECT_TRUE(at::equal(ids, at::tensor({0, 0, 1, 1, 0, 1, 1, 2}, at::kLong).view({2, 4})));
 }
 
 TEST(LossTest, SplitBatchCutsEveryFieldIntoEqualMicrobatches) {

@@ -41,13 +41,15 @@ at::Tensor ToTensor(const std::vector<int64_t>& values, int64_t rows, int64_t co
   return gpu ? host.to(device, at::kLong, /*non_blocking=*/true) : host;
 }
 
-// A packed text batch on `device`; with document masking, documents start at BOS.
-Batch MakeBatch(const TokenBatch& tokens, const at::Device& device,
-                std::optional<int64_t> document_bos) {
+// A packed text batch on `device`; with document masking (`documents_of` set), the documents
+// that `documents_of`'s BOS starts or, without BOS, its EOS ends.
+Batch MakeBatch(const TokenBatch& tokens, const at::Device& device, const Tokenizer* documents_of) {
   Batch batch;
   batch.tokens = ToTensor(tokens.inputs, tokens.batch_size, tokens.seq_len, device);
   batch.labels = ToTensor(tokens.labels, tokens.batch_size, tokens.seq_len, device);
-  if (document_bos) batch.documents = DocumentIds(batch.tokens, *document_bos);
+  if (documents_of != nullptr) {
+    batch.documents = DocumentIds(batch.tokens, documents_of->bos_id(), documents_of->eos_id());
+  }
   return batch;
 }
 
@@ -238,13 +240,13 @@ absl::Status Trainer::InstallHooks() {
 }
 
 absl::StatusOr<std::vector<Batch>> Trainer::NextMicrobatches() {
-  std::optional<int64_t> document_bos;
-  if (config_.model().attn_mask_type() == "block_causal") document_bos = tokenizer_->bos_id();
+  const Tokenizer* documents_of =
+      config_.model().attn_mask_type() == "block_causal" ? tokenizer_.get() : nullptr;
   std::vector<Batch> batches;
   for (int64_t m = 0; m < microbatches_; ++m) {
     TITAN_ASSIGN_OR_RETURN(TokenBatch tokens,
                            train_data_->NextBatch(config_.training().local_batch_size()));
-    batches.push_back(MakeBatch(tokens, setup_.device, document_bos));
+    batches.push_back(MakeBatch(tokens, setup_.device, documents_of));
   }
   return batches;
 }
@@ -424,8 +426,8 @@ void Trainer::LogStateMemory() const {
 
 absl::StatusOr<double> Trainer::Validate() {
   const auto& v = config_.validation();
-  std::optional<int64_t> document_bos;
-  if (config_.model().attn_mask_type() == "block_causal") document_bos = tokenizer_->bos_id();
+  const Tokenizer* documents_of =
+      config_.model().attn_mask_type() == "block_causal" ? tokenizer_.get() : nullptr;
   c10::NoGradGuard no_grad;
   // Summed on the device and read once at the end, so batches queue without waiting for each other.
   const at::TensorOptions on_device = at::TensorOptions().device(setup_.device);
@@ -433,7 +435,7 @@ absl::StatusOr<double> Trainer::Validate() {
   at::Tensor device_counted = at::zeros({}, on_device.dtype(at::kLong));
   auto evaluate = [&](const TokenBatch& tokens) -> absl::Status {
     TITAN_ASSIGN_OR_RETURN(const Batch batch, batch_parallel().ShardBatch(
-                                                  MakeBatch(tokens, setup_.device, document_bos)));
+                                                  MakeBatch(tokens, setup_.device, documents_of)));
     if (model_.pipeline != nullptr) {
       TITAN_ASSIGN_OR_RETURN(const at::Tensor sum,
                              model_.pipeline->EvalLossSum(batch, loss_, setup_.autocast_dtype));

@@ -11,6 +11,7 @@
 #include "lib/config/job_config.h"
 #include "lib/train/step_host_reads.h"
 #include "lib/util/file_util.h"
+#include "nlohmann/json.hpp"
 
 namespace titan {
 namespace {
@@ -188,6 +189,50 @@ TEST(TrainerTest, BadValidationDataStopsInit) {
     EXPECT_TRUE(absl::StrContains(status.message(), path)) << status;
   }
   EXPECT_TRUE(InitStatus("good_validation", {"--validation.enable=true"}).ok());
+}
+
+TEST(TrainerTest, BlockCausalWithoutBosSeparatesDocumentsAfterEachEos) {
+  // Qwen3's tokenizer files: the bundled vocabulary with Qwen's special tokens, no BOS.
+  absl::StatusOr<std::string> bundled = ReadFile("assets/default_tokenizer/tokenizer.json");
+  ASSERT_TRUE(bundled.ok()) << bundled.status();
+  nlohmann::json spec = nlohmann::json::parse(*bundled);
+  const int32_t first = static_cast<int32_t>(spec["model"]["vocab"].size());
+  spec["added_tokens"] = nlohmann::json::array();
+  for (const char* content : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    spec["added_tokens"].push_back({{"id", first + spec["added_tokens"].size()},
+                                    {"content", content},
+                                    {"special", true},
+                                    {"normalized", false}});
+  }
+  const int32_t im_end = first + 2;
+  const std::string dir = TempDir() + "/qwen3_tokenizer";
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(WriteFileAtomically(dir + "/tokenizer.json", spec.dump()).ok());
+  ASSERT_TRUE(WriteFileAtomically(dir + "/tokenizer_config.json",
+                                  R"({"bos_token": null, "eos_token": "<|im_end|>"})")
+                  .ok());
+  const std::string corpus = TempDir() + "/three_documents.jsonl";
+  ASSERT_TRUE(WriteFileAtomically(corpus,
+                                  "{\"text\": \"The cat sat.\"}\n"
+                                  "{\"text\": \"A dog ran far away.\"}\n"
+                                  "{\"text\": \"Hi\"}\n")
+                  .ok());
+  JobConfig config;
+  auto trainer =
+      MakeTrainer("block_causal_no_bos", config,
+                  {"--model.tokenizer_path=" + dir, "--model.attn_mask_type=block_causal",
+                   "--training.dataset_path=" + corpus, "--training.seq_len=24",
+                   "--training.local_batch_size=2"});
+  absl::StatusOr<std::vector<Batch>> batches = trainer->NextMicrobatches();
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  const at::Tensor tokens = batches->at(0).tokens;
+  const at::Tensor documents = batches->at(0).documents;
+  ASSERT_TRUE(documents.defined());
+  // No BOS is added, not even <|endoftext|> (id `first`), which titan used to take for one.
+  EXPECT_EQ(tokens.ge(first).logical_and(tokens.ne(im_end)).sum().item<int64_t>(), 0);
+  const at::Tensor ends = tokens.eq(im_end).to(at::kLong);
+  EXPECT_GE(ends.sum().item<int64_t>(), 4);  // several documents a row
+  EXPECT_TRUE(at::equal(documents, ends.cumsum(1) - ends));
 }
 
 // Resuming with train_state excluded restarts the step count; the schedule restarts with it

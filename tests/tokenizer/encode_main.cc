@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,8 @@ int main(int argc, char** argv) {
                        {"ids_plain_bos_eos", (*tokenizer)->Encode(text, true, true, plain)},
                        {"decoded", *decoded}});
   }
-  const nlohmann::json out = {{"bos_id", (*tokenizer)->bos_id()},
+  const std::optional<int32_t> bos = (*tokenizer)->bos_id();
+  const nlohmann::json out = {{"bos_id", bos.has_value() ? nlohmann::json(*bos) : nlohmann::json()},
                               {"eos_id", (*tokenizer)->eos_id()},
                               {"vocab_size", (*tokenizer)->vocab_size()},
                               {"encode_seconds", encode_seconds},

@@ -15,10 +15,17 @@ import tempfile
 import unittest
 
 import tiktoken
+import transformers
 from tiktoken.load import load_tiktoken_bpe
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 FLAGS = None
+
+# Qwen2/2.5/3's tokenizer.json Split regex: one digit a piece, unlike Llama 3's 1-3.
+QWEN_PAT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
+    r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 
 LLAMA3_PAT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
@@ -127,12 +134,14 @@ class ParityTest(unittest.TestCase):
                 + mixed_sample(FLAGS.validation_corpus, 7, specials))
 
     def assert_hf_parity(self, tokenizer_path, json_path, specials, bos, eos):
+        """bos None: the tokenizer has no BOS (Qwen's layout)."""
         reference = Tokenizer.from_file(json_path)
         texts = self.texts_for(specials)
         self.assertGreater(sum(len(t.encode()) for t in texts), 20000)
         ours = run_encode_main(tokenizer_path, texts, self.tmp)
-        self.assertEqual(ours["bos_id"], reference.token_to_id(bos))
+        self.assertEqual(ours["bos_id"], None if bos is None else reference.token_to_id(bos))
         self.assertEqual(ours["eos_id"], reference.token_to_id(eos))
+        prefix = [] if bos is None else [ours["bos_id"]]
         self.assertEqual(ours["vocab_size"], reference.get_vocab_size(with_added_tokens=True))
         # Documents: special-token text is plain text (tokenizers' encode_special_tokens).
         plain = Tokenizer.from_file(json_path)
@@ -144,10 +153,10 @@ class ParityTest(unittest.TestCase):
             self.assertEqual(result["decoded"], reference.decode(expected, skip_special_tokens=False))
             expected_plain = plain.encode(text, add_special_tokens=False).ids
             self.assertEqual(result["ids_plain"], expected_plain, f"text: {text[:80]!r}")
-            self.assertEqual(result["ids_plain_bos_eos"],
-                             [ours["bos_id"]] + expected_plain + [ours["eos_id"]])
+            self.assertEqual(result["ids_plain_bos_eos"], prefix + expected_plain + [ours["eos_id"]])
             differ += expected_plain != expected
         self.assertGreater(differ, 5)  # The special texts did exercise the difference.
+        return texts, ours
 
     def test_default_tokenizer_matches_tokenizers(self):
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
@@ -198,6 +207,42 @@ class ParityTest(unittest.TestCase):
             self.assert_hf_parity(tokenizer_dir, json_path, specials, "<s>", "</s>")
         finally:
             del TRICKY_TEXTS[-len(texts_extra):]
+
+    def test_qwen3_layout_matches_transformers(self):
+        # Qwen3's tokenizer files (the default vocabulary under Qwen's pre-tokenizer, added tokens
+        # and instruct tokenizer_config.json): no BOS, <|im_end|> the EOS, <think> not special.
+        # Without Qwen's NFC normalizer, which titan refuses: transformers reads the file as it is.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        n = len(spec["model"]["vocab"])
+        spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN_PAT}, "behavior": "Isolated",
+             "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+             "use_regex": False}]}
+        added = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
+                 ("<think>", False), ("</think>", False)]
+        entries = {n + i: {"content": c, "single_word": False, "lstrip": False, "rstrip": False,
+                           "normalized": False, "special": s} for i, (c, s) in enumerate(added)}
+        spec["added_tokens"] = [dict(entry, id=i) for i, entry in entries.items()]
+        tokenizer_dir = os.path.join(self.tmp, "qwen3_layout")
+        os.makedirs(tokenizer_dir)
+        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                       "tokenizer_class": "PreTrainedTokenizerFast",
+                       "added_tokens_decoder": {str(i): e for i, e in entries.items()}}, f)
+        texts, ours = self.assert_hf_parity(tokenizer_dir, json_path, [c for c, _ in added],
+                                            None, "<|im_end|>")
+        reference = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.assertIsNone(reference.bos_token_id)
+        self.assertEqual(ours["eos_id"], reference.eos_token_id)
+        plain = transformers.AutoTokenizer.from_pretrained(tokenizer_dir, split_special_tokens=True)
+        for text, result in zip(texts, ours["results"]):
+            self.assertEqual(result["ids"], reference(text, add_special_tokens=False).input_ids)
+            self.assertEqual(result["ids_plain"], plain(text, add_special_tokens=False).input_ids)
 
     def test_tiktoken_rank_file_matches_tiktoken(self):
         # Ranks: the default tokenizer's learned vocab in id order, as bytes. tiktoken merges by
