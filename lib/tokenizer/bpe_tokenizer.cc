@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/tokenizer/nfc.h"
 #include "pcre2.h"
 
 namespace titan {
@@ -166,6 +167,11 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, 
 
   // Cuts the added tokens of pass `pass` out of `segment`; what is left goes to the next pass.
   const auto split_pass = [&](auto& self, absl::string_view segment, size_t pass) -> void {
+    std::string normalized;  // Outlives the recursion on its pieces.
+    if (pass == 1 && model_.nfc) {
+      normalized = NfcNormalize(segment);
+      segment = normalized;
+    }
     if (pass == added_by_pass_.size()) {
       EncodeOrdinaryText(segment, 0, &ids);
       return;

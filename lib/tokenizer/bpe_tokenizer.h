@@ -57,6 +57,9 @@ struct BpeModel {
   absl::flat_hash_map<std::string, int32_t> bytes_to_id;
   // (left id, right id) -> merge.
   absl::flat_hash_map<std::pair<int32_t, int32_t>, Merge> merges;
+  // HF NFC normalizer: what the non-normalized added tokens leave is NFC-normalized before the
+  // normalized added tokens and the pre-tokenizer see it.
+  bool nfc = false;
   std::vector<PreTokenizeStep> pre_tokenizer;
   // A piece that is itself a token is emitted whole (HF ignore_merges; tiktoken always).
   bool ignore_merges = false;

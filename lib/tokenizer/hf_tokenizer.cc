@@ -162,13 +162,33 @@ absl::Status ParsePreTokenizers(const Json& root, const JsonErrors& errors, BpeM
   return absl::OkStatus();
 }
 
-absl::Status CheckUnsupportedOptions(const Json& root, const Json& bpe, const JsonErrors& errors) {
+// Sets `model->nfc` from the tokenizer.json "normalizer": null, NFC (Qwen2/2.5/3) or a Sequence
+// of NFCs; other normalizers are refused.
+absl::Status ParseNormalizer(const Json& root, const JsonErrors& errors, BpeModel* model) {
   const Json normalizer = root.value("normalizer", Json());
-  const bool empty_sequence = normalizer.is_object() && normalizer.value("type", "") == "Sequence" &&
-                              normalizer.value("normalizers", Json::array()).empty();
-  if (!normalizer.is_null() && !empty_sequence) {
-    return errors.Expected("normalizer", "null (normalizers are not supported)", normalizer);
+  if (normalizer.is_null()) return absl::OkStatus();
+  const auto is_nfc = [](const Json& spec) {
+    return spec.is_object() && spec.value("type", Json()) == "NFC";
+  };
+  std::vector<Json> steps;
+  if (normalizer.is_object() && normalizer.value("type", Json()) == "Sequence") {
+    const Json list = normalizer.value("normalizers", Json());
+    if (!list.is_array()) return errors.Expected("normalizer.normalizers", "an array", list);
+    steps.assign(list.begin(), list.end());
+  } else {
+    steps.push_back(normalizer);
   }
+  for (const Json& step : steps) {
+    if (!is_nfc(step)) {
+      return errors.Expected("normalizer", "null, {\"type\": \"NFC\"} or a Sequence of them",
+                             normalizer);
+    }
+  }
+  model->nfc = !steps.empty();
+  return absl::OkStatus();
+}
+
+absl::Status CheckUnsupportedOptions(const Json& bpe, const JsonErrors& errors) {
   const Json dropout = bpe.value("dropout", Json());
   if (!dropout.is_null() && !(dropout.is_number() && dropout.get<double>() == 0.0)) {
     return errors.Expected("model.dropout", "null (BPE dropout is not supported)", dropout);
@@ -380,7 +400,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
   if (type != "BPE") return errors.Expected("model.type", "\"BPE\"", type);
 
   BpeModel model;
-  if (absl::Status s = CheckUnsupportedOptions(root, bpe, errors); !s.ok()) return s;
+  if (absl::Status s = CheckUnsupportedOptions(bpe, errors); !s.ok()) return s;
+  if (absl::Status s = ParseNormalizer(root, errors, &model); !s.ok()) return s;
   if (absl::Status s = ParsePreTokenizers(root, errors, &model); !s.ok()) return s;
   absl::flat_hash_map<std::string, int32_t> vocab;
   if (absl::Status s = ParseVocabAndMerges(bpe, errors, &model, &vocab); !s.ok()) return s;

@@ -247,6 +247,9 @@ TEST(TokenizerLoaderTest, MalformedTokenizerJsonErrorsSayWhatIsWrong) {
               HasSubstr("model.type: expected \"BPE\""));
   EXPECT_THAT(HfError("no_byte_level", R"({"model": {"vocab": {"a": 0}}})"),
               HasSubstr("only byte-level BPE"));
+  EXPECT_THAT(HfError("lowercase", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
+                                                    "normalizer": {"type": "Lowercase"}})")),
+              HasSubstr("normalizer: expected null, {\"type\": \"NFC\"} or a Sequence of them"));
   EXPECT_THAT(
       HfError("no_eos", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}}})")),
       HasSubstr("tokenizer.json: no EOS token (no tokenizer_config.json; none of "
@@ -310,7 +313,8 @@ nlohmann::json AddedToken(const std::string& content, bool special) {
           {"rstrip", false},    {"single_word", false}, {"special", special}};
 }
 
-// Qwen3's layout (byte vocabulary, no merges): its pre-tokenizer and added tokens, ids 256 on.
+// Qwen3's layout (byte vocabulary, no merges): its NFC normalizer, pre-tokenizer and added
+// tokens, ids 256 on.
 void WriteQwen3Layout(const std::string& dir, const nlohmann::json& config) {
   const std::vector<std::pair<std::string, bool>> added = {
       {"<|endoftext|>", true}, {"<|im_start|>", true}, {"<|im_end|>", true}, {"<think>", false}};
@@ -325,7 +329,7 @@ void WriteQwen3Layout(const std::string& dir, const nlohmann::json& config) {
   const nlohmann::json json = {
       {"version", "1.0"},
       {"added_tokens", tokens},
-      {"normalizer", nullptr},
+      {"normalizer", {{"type", "NFC"}}},
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
@@ -370,6 +374,11 @@ TEST(TokenizerLoaderTest, Qwen3InstructLayoutHasNoBosAndEndsWithImEnd) {
   EXPECT_THAT(tokenizer->Encode("hi", true, true, kPlain), ElementsAre('h', 'i', 258));
   EXPECT_THAT(tokenizer->Encode("<|im_start|>x<think>", true, false, kParse),
               ElementsAre(257, 'x', 259));
+  // NFC: e and a combining acute are é (UTF-8 C3 A9), around added tokens too.
+  EXPECT_THAT(tokenizer->Encode("e\u0301<|im_end|>e\u0301", false, false, kParse),
+              ElementsAre(0xC3, 0xA9, 258, 0xC3, 0xA9));
+  EXPECT_THAT(tokenizer->Encode("e\u0301<|im_end|>", false, false, kPlain),
+              ElementsAre(0xC3, 0xA9, '<', '|', 'i', 'm', '_', 'e', 'n', 'd', '|', '>'));
 }
 
 TEST(TokenizerLoaderTest, Qwen3BaseLayoutEndsWithEndOfText) {

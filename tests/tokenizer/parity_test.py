@@ -12,6 +12,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import unicodedata
 import unittest
 
 import tiktoken
@@ -209,12 +210,13 @@ class ParityTest(unittest.TestCase):
             del TRICKY_TEXTS[-len(texts_extra):]
 
     def test_qwen3_layout_matches_transformers(self):
-        # Qwen3's tokenizer files (the default vocabulary under Qwen's pre-tokenizer, added tokens
-        # and instruct tokenizer_config.json): no BOS, <|im_end|> the EOS, <think> not special.
-        # Without Qwen's NFC normalizer, which titan refuses: transformers reads the file as it is.
+        # Qwen3's tokenizer files (the default vocabulary under Qwen's NFC normalizer,
+        # pre-tokenizer, added tokens and instruct tokenizer_config.json): no BOS, <|im_end|> the
+        # EOS, <think> not special. transformers' Qwen2Tokenizer builds that pipeline itself.
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
             spec = json.load(f)
         n = len(spec["model"]["vocab"])
+        spec["normalizer"] = {"type": "NFC"}
         spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
             {"type": "Split", "pattern": {"Regex": QWEN_PAT}, "behavior": "Isolated",
              "invert": False},
@@ -232,7 +234,7 @@ class ParityTest(unittest.TestCase):
             json.dump(spec, f, ensure_ascii=False)
         with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
             json.dump({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-                       "tokenizer_class": "PreTrainedTokenizerFast",
+                       "tokenizer_class": "Qwen2Tokenizer",
                        "added_tokens_decoder": {str(i): e for i, e in entries.items()}}, f)
         texts, ours = self.assert_hf_parity(tokenizer_dir, json_path, [c for c, _ in added],
                                             None, "<|im_end|>")
@@ -243,6 +245,43 @@ class ParityTest(unittest.TestCase):
         for text, result in zip(texts, ours["results"]):
             self.assertEqual(result["ids"], reference(text, add_special_tokens=False).input_ids)
             self.assertEqual(result["ids_plain"], plain(text, add_special_tokens=False).input_ids)
+
+    def test_nfc_matches_tokenizers(self):
+        # A byte vocabulary without merges under an NFC normalizer: the ids are the normalized
+        # text's bytes. Every character lib/tokenizer/nfc_tables.inc or Python knows something of
+        # (a canonical decomposition or a combining class) alone, after a letter and before
+        # marks, then random runs of them: titan's tables must agree with tokenizers' everywhere.
+        to_byte = byte_level_decoder()
+        spec = {"model": {"type": "BPE", "vocab": {c: b for c, b in to_byte.items()},
+                          "merges": []},
+                "normalizer": {"type": "NFC"},
+                "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False,
+                                  "trim_offsets": False, "use_regex": False},
+                "added_tokens": [{"id": 256, "content": "</s>", "single_word": False,
+                                  "lstrip": False, "rstrip": False, "normalized": False,
+                                  "special": True}]}
+        path = os.path.join(self.tmp, "nfc.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        reference = Tokenizer.from_file(path)
+        interesting = [chr(cp) for cp in range(0x110000) if not 0xD800 <= cp < 0xE000 and (
+            unicodedata.combining(chr(cp)) or unicodedata.decomposition(chr(cp)))]
+        interesting += [chr(cp) for cp in range(0x1100, 0x1200)]  # Hangul jamo
+        interesting += ["\uac00", "\uac01", "\ud7a3", "a", "A", "\u0391", "\u3099", "\u309a"]
+        texts = []
+        for c in interesting:
+            texts += [c, "a" + c, c + "\u0301\u0323", "\u0323" + c + "\u0301"]
+        rng = random.Random(11)
+        for _ in range(3000):
+            texts.append("".join(rng.choice(interesting) for _ in range(rng.randint(1, 8))))
+        self.assertGreater(len(texts), 10000)
+        ours = run_encode_main(path, texts, self.tmp)
+        changed = 0
+        for text, result in zip(texts, ours["results"]):
+            expected = reference.encode(text, add_special_tokens=False).ids
+            self.assertEqual(result["ids"], expected, f"text: {[hex(ord(c)) for c in text]}")
+            changed += bytes(expected) != text.encode()
+        self.assertGreater(changed, 5000)  # NFC did change much of it.
 
     def test_tiktoken_rank_file_matches_tiktoken(self):
         # Ranks: the default tokenizer's learned vocab in id order, as bytes. tiktoken merges by
