@@ -52,8 +52,9 @@ RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
 RlTrainer::~RlTrainer() = default;
 
 TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
-  const std::vector<int32_t> ids =
-      tokenizer_->Encode(ApplyChatTemplate(rl_.chat_template(), prompt), true, false);
+  // A chat template spells its special tokens on purpose, as transformers' apply_chat_template.
+  const std::vector<int32_t> ids = tokenizer_->Encode(
+      ApplyChatTemplate(rl_.chat_template(), prompt), true, false, SpecialTokenText::kParse);
   // Prompts too long for a response are cut from the left (the question is usually last).
   // RlJobConfig keeps max_new_tokens below max_seq_len: room is at least one token.
   const size_t room = static_cast<size_t>(rl_.max_seq_len() - rl_.max_new_tokens());
@@ -62,7 +63,9 @@ TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
 }
 
 TokenIds RlTrainer::EncodeResponse(const std::string& response, bool add_eos) const {
-  const std::vector<int32_t> ids = tokenizer_->Encode(response, false, add_eos);
+  // Parsed: rollouts.jsonl's responses end with their stop token's text, which must replay as it.
+  const std::vector<int32_t> ids =
+      tokenizer_->Encode(response, false, add_eos, SpecialTokenText::kParse);
   return TokenIds(ids.begin(), ids.end());
 }
 

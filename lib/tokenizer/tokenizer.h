@@ -32,11 +32,6 @@ class Tokenizer {
   // Llama 3 rules: `add_bos` prepends the BOS (when there is one), `add_eos` appends the EOS.
   virtual std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
                                       SpecialTokenText special_text) const = 0;
-  // SpecialTokenText::kParse, the behaviour before the choice was a parameter; titan_rl's prompt
-  // and response encoding still call this form. New callers name the choice.
-  std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos) const {
-    return Encode(text, add_bos, add_eos, SpecialTokenText::kParse);
-  }
   virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
 
   // None for a tokenizer without BOS (Qwen's layout: tokenizer_config.json says bos_token null).

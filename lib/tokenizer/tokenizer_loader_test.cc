@@ -109,7 +109,7 @@ TEST(TokenizerLoaderTest, ParsedSpecialTokensInTextAreSingleIds) {
   EXPECT_EQ(*tokenizer->Decode(ids), "a<|end_of_text|>b<|end_of_tex");
   EXPECT_EQ(*tokenizer->Decode({*tokenizer->bos_id()}), "<|begin_of_text|>");
   // The three-argument form parses (titan_rl's chat prompts).
-  EXPECT_EQ(tokenizer->Encode("a<|end_of_text|>b", true, false),
+  EXPECT_EQ(tokenizer->Encode("a<|end_of_text|>b", true, false, SpecialTokenText::kParse),
             tokenizer->Encode("a<|end_of_text|>b", true, false, kParse));
 }
 
