@@ -84,7 +84,8 @@ struct Child {
   Stream streams[2];
 };
 
-void EmitLines(Stream& stream, bool flush) {
+// Writes the stream's complete lines (and with `flush` its tail) to its target.
+absl::Status EmitLines(Stream& stream, bool flush) {
   const std::string& prefix = stream.prefix;
   size_t start = 0;
   std::string out;
@@ -98,8 +99,7 @@ void EmitLines(Stream& stream, bool flush) {
     absl::StrAppend(&out, prefix, stream.pending, "\n");
     stream.pending.clear();
   }
-  // The launcher's own stdout or stderr: nowhere better to report a failed write.
-  WriteFully(stream.target_fd, out, "output").IgnoreError();
+  return WriteFully(stream.target_fd, out, stream.target_fd == STDOUT_FILENO ? "stdout" : "stderr");
 }
 
 int ExitStatusOf(int wait_status) {
@@ -241,6 +241,13 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
     stop_signals_sent.insert(signo);
     signal_all(signo);
   };
+  // The first failed write to the launcher's stdout (the ranks' output is lost); a failed write to
+  // stderr has nowhere to be reported.
+  absl::Status output_status;
+  auto emit = [&](Stream& stream, bool flush) {
+    const absl::Status written = EmitLines(stream, flush);
+    if (stream.target_fd == STDOUT_FILENO && output_status.ok()) output_status = written;
+  };
   auto stop_all = [&]() {
     // After a forwarded SIGINT/SIGTERM the ranks are stopping already, but still get the deadline.
     if (!stopping) stop_all_with(SIGTERM);
@@ -329,12 +336,12 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       ssize_t n = read(stream.fd, buffer, sizeof(buffer));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
-        EmitLines(stream, /*flush=*/true);
+        emit(stream, /*flush=*/true);
         close(stream.fd);
         stream.fd = -1;
       } else {
         stream.pending.append(buffer, static_cast<size_t>(n));
-        EmitLines(stream, /*flush=*/false);
+        emit(stream, /*flush=*/false);
       }
     }
   }
@@ -343,7 +350,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
     Child& child = children[rank];
     for (Stream& stream : child.streams) {
       if (stream.fd < 0) continue;
-      EmitLines(stream, /*flush=*/true);
+      emit(stream, /*flush=*/true);
       close(stream.fd);
     }
     if (child.pid > 0 && !child.exited) {
@@ -356,7 +363,12 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   close(signal_pipe[0]);
   close(signal_pipe[1]);
   if (!spawn_status.ok()) return spawn_status;
-  return failure_status != 0 ? failure_status : stopped_status;
+  if (failure_status != 0 || stopped_status != 0) {
+    if (!output_status.ok()) LOG(ERROR) << "launcher: " << output_status.message();
+    return failure_status != 0 ? failure_status : stopped_status;
+  }
+  if (!output_status.ok()) return output_status;
+  return 0;
 }
 
 absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {

@@ -25,7 +25,8 @@ struct LaunchOptions {
 // SIGINT/SIGTERM kills the ranks). When a rank fails (exits non-zero, not of a signal the launcher
 // sent it) the others get SIGTERM (unless a forwarded SIGINT/SIGTERM is stopping them already),
 // then SIGKILL after the grace period. Returns the first failing rank's exit status (128+signal
-// when killed), else 128+signal when a rank died of a signal the launcher sent it, else 0.
+// when killed), else 128+signal when a rank died of a signal the launcher sent it, else an error
+// when passing the ranks' output to stdout failed (the output is lost), else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 

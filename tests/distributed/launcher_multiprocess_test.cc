@@ -99,6 +99,18 @@ TEST(LaunchLocalRanksTest, PlainStdoutRankPassesItsStdoutAsIs) {
   EXPECT_THAT(launcher->Stderr(), HasSubstr("[rank 0] to stderr"));
 }
 
+TEST(LaunchLocalRanksTest, LostStdoutIsAnErrorThoughTheRanksSucceeded) {
+  // The ranks write to their pipes; the launcher's own stdout is what fails.
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {"/bin/sh", "-c", absl::StrCat("exec ", FakeRank(), " --nproc_per_node=2 >/dev/full")},
+      {{"FAKE_RANK_MODE", "print"}}, OutputPrefix("full"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 1) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("stdout: write failed: No space left on device"));
+}
+
 TEST(LaunchLocalRanksTest, SeparateValueFormOfFlagIsDroppedAndMasterPortKept) {
   absl::StatusOr<Subprocess> launcher = Subprocess::Start(
       {FakeRank(), "--nproc_per_node", "2", "x"},
