@@ -273,6 +273,19 @@ class InteropTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 1)
             self.assertIn("missing", json.loads(proc.stdout)["error"])
 
+    def test_json_to_a_full_disk_fails(self):
+        # The conversion is done, but its summary is lost: the tools say so, as coreutils do.
+        self.save_hf(small_config(), torch.float32)
+        for tool, args in [(CONVERT, ["--to=titan", self.path("hf"), self.path("titan")]),
+                           (INSPECT, ["--stats", self.path("hf")])]:
+            with open("/dev/full", "w") as full:
+                proc = subprocess.run([tool, "--json", *args], stdout=full, stderr=subprocess.PIPE,
+                                      text=True)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertEqual(proc.stderr.splitlines()[-1],
+                             f"{os.path.basename(tool)}: stdout: write failed: No space left on "
+                             "device")
+
     def test_help_lists_the_tools_own_flags_and_exits_zero(self):
         for tool, flags in [(CONVERT, ["--from", "--max_shard_size", "--json"]),
                             (INSPECT, ["--stats", "--verify", "--rtol"])]:

@@ -473,6 +473,16 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("--output: expected a file name after it (or --output=FILE)", proc.stderr)
 
+    def test_json_summary_to_a_full_disk_fails(self):
+        # The step is done, but its summary is lost: titan_rl says so, as coreutils do.
+        _, cmd = self.job("step_full", "--json", f"--step_rollouts={self.rollouts()}")
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=1800)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertEqual(proc.stderr.splitlines()[-1],
+                         "titan_rl: stdout: write failed: No space left on device")
+
     def test_help_says_beta_and_advantage_eps_must_be_positive(self):
         proc = common.run([TITAN_RL, "--help"], check=False)
         help_text = proc.stdout + proc.stderr

@@ -11,6 +11,7 @@
 #include "lib/interop/inspect.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/tool_flags.h"
+#include "tools/common/tool_output.h"
 
 DEFINE_bool(stats, false, "Per-tensor min, max, mean, std, NaN and Inf counts");
 DEFINE_bool(verify, false,
@@ -24,6 +25,7 @@ DEFINE_double(atol, 0, "--diff: absolute tolerance (>= 0)");
 DEFINE_bool(json, false, "Print JSON instead of text");
 
 int main(int argc, char** argv) {
+  titan::CheckStdoutAtExit("checkpoint_inspect");
   titan::ParseToolFlags(
       "checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol=R --atol=A]] [--json]",
       &argc, &argv);

@@ -10,10 +10,12 @@
 #include "glog/logging.h"
 #include "lib/distributed/comm_trace_analysis.h"
 #include "tools/common/tool_flags.h"
+#include "tools/common/tool_output.h"
 
 DEFINE_string(prefix, "rank_", "Dump file names: <prefix><rank>");
 
 int main(int argc, char** argv) {
+  titan::CheckStdoutAtExit("comm_trace_analyze");
   titan::ParseToolFlags("comm_trace_analyze FOLDER [--prefix=rank_]", &argc, &argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

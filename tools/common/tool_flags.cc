@@ -1,7 +1,7 @@
 #include "tools/common/tool_flags.h"
 
-#include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -13,12 +13,12 @@ namespace {
 void PrintHelp(const char* usage) {
   std::vector<gflags::CommandLineFlagInfo> flags;
   gflags::GetAllFlags(&flags);  // sorted by file, then name
-  std::printf("%s\n\nFlags:\n", usage);
+  std::cout << usage << "\n\nFlags:\n";
   for (const gflags::CommandLineFlagInfo& flag : flags) {
     if (flag.filename.rfind("tools/", 0) != 0) continue;  // glog's and gflags' own
-    std::printf("  --%s (%s) default: %s\n", flag.name.c_str(), flag.description.c_str(),
-                flag.type == "string" ? ("\"" + flag.default_value + "\"").c_str()
-                                      : flag.default_value.c_str());
+    std::cout << "  --" << flag.name << " (" << flag.description << ") default: "
+              << (flag.type == "string" ? "\"" + flag.default_value + "\"" : flag.default_value)
+              << "\n";
   }
 }
 

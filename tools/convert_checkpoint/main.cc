@@ -17,6 +17,7 @@
 #include "lib/interop/convert.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/tool_flags.h"
+#include "tools/common/tool_output.h"
 
 DEFINE_string(from, "", "Input format: titan, hf or meta; empty: detected from the files");
 DEFINE_string(to, "hf", "Output format: titan, hf or meta");
@@ -54,6 +55,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  titan::CheckStdoutAtExit("convert_checkpoint");
   titan::ParseToolFlags(
       "convert_checkpoint --from=hf|meta|titan --to=hf|meta|titan [--model=qwen3] [--flavor=8B] "
       "[--dtype=keep|bf16|fp32] IN OUT",

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "lib/hub/hub_client.h"
 #include "lib/hub/progress.h"
 #include "tools/common/tool_flags.h"
+#include "tools/common/tool_output.h"
 
 DEFINE_string(repo_id, "", "Hub repo as ORG/NAME, e.g. meta-llama/Llama-3.1-8B.");
 DEFINE_string(revision, "main", "Branch, tag or commit to download.");
@@ -85,6 +87,7 @@ int Usage(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  titan::CheckStdoutAtExit("download_assets");
   std::vector<char*> original_argv(argv, argv + argc);
   titan::ParseToolFlags(
       "download_assets --repo_id=ORG/NAME --assets=tokenizer,config,safetensors,index,all "
@@ -149,7 +152,7 @@ int main(int argc, char** argv) {
   }
 
   const titan::DownloadReport report = titan::DownloadAssets(options);
-  if (FLAGS_json) std::printf("%s\n", titan::DownloadReportJson(report).c_str());
+  if (FLAGS_json) std::cout << titan::DownloadReportJson(report) << "\n";
   if (!report.status.ok()) {
     std::fprintf(stderr, "download_assets: error: %s\n",
                  std::string(report.status.message()).c_str());

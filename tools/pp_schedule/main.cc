@@ -16,6 +16,7 @@
 #include "lib/pipeline/schedule_check.h"
 #include "lib/util/file_util.h"
 #include "tools/common/tool_flags.h"
+#include "tools/common/tool_output.h"
 
 DEFINE_string(schedule, "1F1B",
               "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble or "
@@ -37,6 +38,7 @@ int Fail(const absl::Status& status) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  titan::CheckStdoutAtExit("pp_schedule");
   titan::ParseToolFlags("pp_schedule --schedule=NAME --pp=N --microbatches=M (see --help)", &argc,
                         &argv);
   if (argc > 1) {

@@ -15,6 +15,7 @@
 #include "lib/distributed/launcher.h"
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/profiling/profile_run.h"
+#include "tools/common/tool_output.h"
 
 namespace {
 
@@ -142,6 +143,7 @@ absl::Status Profile(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  titan::CheckStdoutAtExit("profile_run");
   return titan::RunRankedTool(argc, argv, "profile_run", kUsage + titan::JobConfigHelp(), [&] {
     absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
     if (!flags.ok()) return flags.status();

@@ -18,6 +18,7 @@
 #include "lib/rl/rl_modes.h"
 #include "lib/rl/rl_trainer.h"
 #include "nlohmann/json.hpp"
+#include "tools/common/tool_output.h"
 
 namespace {
 
@@ -130,6 +131,7 @@ absl::Status Run(const ToolFlags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  titan::CheckStdoutAtExit("titan_rl");
   const ToolFlags flags = ParseToolFlags(argc, argv);
   titan::LaunchOptions launch;
   // Rank 0 alone prints --json's summary: stdout stays one JSON line.

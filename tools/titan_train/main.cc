@@ -10,6 +10,7 @@
 #include "lib/distributed/launcher.h"
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/train/trainer.h"
+#include "tools/common/tool_output.h"
 
 namespace {
 
@@ -38,6 +39,7 @@ absl::Status Run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  titan::CheckStdoutAtExit("titan_train");
   return titan::RunRankedTool(argc, argv, "titan_train", kUsage + titan::JobConfigHelp(),
                               [&] { return Run(argc, argv); });
 }

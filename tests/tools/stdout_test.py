@@ -1,0 +1,59 @@
+"""Every tool fails, with one line on stderr, when its stdout cannot be written (/dev/full), as
+coreutils do; a failing tool keeps its own exit status.
+
+Usage: python3 stdout_test.py <tool binary>...
+"""
+import os
+import subprocess
+import sys
+import unittest
+
+TOOLS = {}
+FULL = "No space left on device"
+
+
+def run_to_full(tool, *args):
+    with open("/dev/full", "w") as full:
+        return subprocess.run([TOOLS[tool], *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                              timeout=120)
+
+
+class StdoutTest(unittest.TestCase):
+    def assert_lost_output_fails(self, tool, *args, code=1):
+        proc = run_to_full(tool, *args)
+        self.assertEqual(proc.returncode, code, proc.stderr)
+        self.assertEqual(proc.stderr.splitlines()[-1], f"{tool}: stdout: write failed: {FULL}")
+
+    def test_help_to_a_full_disk_fails(self):
+        for tool in TOOLS:
+            with self.subTest(tool=tool):
+                self.assert_lost_output_fails(tool, "--help")
+
+    def test_output_to_a_full_disk_fails(self):
+        self.assert_lost_output_fails("pp_schedule", "--format=csv")
+        # Larger than stdio's buffer: the write fails before exit, and its reason is still known.
+        self.assert_lost_output_fails("pp_schedule", "--pp=8", "--microbatches=64")
+
+    def test_a_failing_tool_keeps_its_message_and_status(self):
+        proc = run_to_full("pp_schedule", "--format=bogus")
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stderr, 'pp_schedule: --format: expected table or csv, got "bogus"\n')
+        # Its --json error is lost too, and said so.
+        proc = run_to_full("convert_checkpoint", "--json", "--to=xla", "a", "b")
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(proc.stderr.splitlines(), [
+            'convert_checkpoint: checkpoint format "xla", expected titan, hf or meta',
+            f"convert_checkpoint: stdout: write failed: {FULL}"])
+
+    def test_output_that_is_written_exits_zero(self):
+        proc = subprocess.run([TOOLS["pp_schedule"], "--format=csv"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(proc.stderr, "")
+        self.assertTrue(proc.stdout.startswith("0F0,"), proc.stdout)
+
+
+if __name__ == "__main__":
+    for path in sys.argv[1:]:
+        TOOLS[os.path.basename(path)] = os.path.abspath(path)
+    unittest.main(argv=[sys.argv[0]])

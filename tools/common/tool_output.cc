@@ -1,0 +1,72 @@
+#include "tools/common/tool_output.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <streambuf>
+
+namespace titan {
+namespace {
+
+const char* g_tool = "";
+int g_failure_code = 1;
+// The first failed write's errno: stdio drops the failed bytes and the errno with them.
+int g_write_errno = 0;
+
+void NoteWriteError() {
+  if (g_write_errno == 0) g_write_errno = errno;
+}
+
+// std::cout's own buffer (stdio's stdout), passed through, noting a failed write's errno.
+class ErrnoNotingBuffer : public std::streambuf {
+ public:
+  explicit ErrnoNotingBuffer(std::streambuf* out) : out_(out) {}
+
+ protected:
+  int_type overflow(int_type c) override {
+    if (traits_type::eq_int_type(c, traits_type::eof())) return traits_type::not_eof(c);
+    const int_type put = out_->sputc(traits_type::to_char_type(c));
+    if (traits_type::eq_int_type(put, traits_type::eof())) NoteWriteError();
+    return put;
+  }
+
+  std::streamsize xsputn(const char* bytes, std::streamsize count) override {
+    const std::streamsize written = out_->sputn(bytes, count);
+    if (written < count) NoteWriteError();
+    return written;
+  }
+
+  int sync() override {
+    const int result = out_->pubsync();
+    if (result != 0) NoteWriteError();
+    return result;
+  }
+
+ private:
+  std::streambuf* out_;
+};
+
+// on_exit's handler: it sees the exit status, so a failing tool keeps its own.
+void CheckStdout(int status, void*) {
+  std::cout.flush();
+  if (std::fflush(stdout) != 0) NoteWriteError();
+  if (!std::ferror(stdout) && !std::cout.bad()) return;
+  std::fprintf(stderr, "%s: stdout: write failed%s%s\n", g_tool, g_write_errno != 0 ? ": " : "",
+               g_write_errno != 0 ? std::strerror(g_write_errno) : "");
+  std::_Exit(std::max(status, g_failure_code));
+}
+
+}  // namespace
+
+void CheckStdoutAtExit(const char* tool, int failure_code) {
+  g_tool = tool;
+  g_failure_code = failure_code;
+  static ErrnoNotingBuffer* const buffer = new ErrnoNotingBuffer(std::cout.rdbuf());
+  std::cout.rdbuf(buffer);
+  on_exit(CheckStdout, nullptr);
+}
+
+}  // namespace titan

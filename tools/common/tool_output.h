@@ -1,0 +1,15 @@
+#ifndef TITAN_TOOLS_COMMON_TOOL_OUTPUT_H_
+#define TITAN_TOOLS_COMMON_TOOL_OUTPUT_H_
+
+namespace titan {
+
+// Makes a lost stdout an error, as coreutils' close_stdout: at exit (a return from main() or
+// exit(), --help's too) stdout is flushed, and if a write to it failed (std::cout or stdio) the
+// tool prints "<tool>: stdout: write failed: <reason>" on stderr and exits `failure_code`, or its
+// own status where that is higher. Call it first in main(). The reason of a write that failed
+// before exit is known through std::cout only: tools print with it.
+void CheckStdoutAtExit(const char* tool, int failure_code = 1);
+
+}  // namespace titan
+
+#endif  // TITAN_TOOLS_COMMON_TOOL_OUTPUT_H_
