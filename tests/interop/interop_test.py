@@ -254,7 +254,7 @@ class InteropTest(unittest.TestCase):
                               "--rtol: -1, expected a tolerance >= 0")]:
             proc = subprocess.run([INSPECT, *flags, self.path("hf")], capture_output=True,
                                   text=True)
-            self.assertEqual(proc.returncode, 1, flags)
+            self.assertEqual(proc.returncode, 2, flags)  # trouble, not a difference
             self.assertIn(error, proc.stderr, flags)
             self.assertEqual(proc.stdout, "", flags)
 
@@ -266,12 +266,39 @@ class InteropTest(unittest.TestCase):
         proc = subprocess.run([CONVERT, "--to=xla", "a", "b"], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 1)
         self.assertIn('checkpoint format "xla", expected titan, hf or meta', proc.stderr)
-        # With --json a failure is JSON on stdout too.
-        for command in ([CONVERT, "--from=hf", "--to=titan", self.path("missing"), self.path("out")],
-                        [INSPECT, self.path("missing")]):
+        # With --json a failure is JSON on stdout too; checkpoint_inspect's is 2, as diff's trouble.
+        for command, code in (
+                ([CONVERT, "--from=hf", "--to=titan", self.path("missing"), self.path("out")], 1),
+                ([INSPECT, self.path("missing")], 2)):
             proc = subprocess.run([*command, "--json"], capture_output=True, text=True)
-            self.assertEqual(proc.returncode, 1)
+            self.assertEqual(proc.returncode, code)
             self.assertIn("missing", json.loads(proc.stdout)["error"])
+
+    def test_inspect_exits_as_diff_does(self):
+        # 0 the same, 1 different (test_titan_export_matches_transformers_logits), 2 trouble: a
+        # checkpoint it cannot read, a flag gflags refuses, or a missing PATH.
+        self.save_hf(small_config(), torch.float32)
+        hf = self.path("hf")
+        proc = subprocess.run([INSPECT, f"--diff={hf}", hf], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        # A problem --verify finds is a finding too: 1.
+        convert(CONVERT, hf, self.path("titan"), "--to=titan")
+        shard = glob.glob(self.path("titan/step-0/*.safetensors"))[0]
+        with open(shard, "r+b") as f:
+            f.seek(-1, os.SEEK_END)
+            last = f.read(1)
+            f.seek(-1, os.SEEK_END)
+            f.write(bytes([last[0] ^ 1]))
+        proc = subprocess.run([INSPECT, "--verify", self.path("titan")], capture_output=True,
+                              text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        for args, error in [([f"--diff={self.path('missing')}", "--json", hf], "missing"),
+                            ([f"--diff={hf}", "--rtool=0.1", hf], "unknown command line flag"),
+                            ([f"--diff={hf}", "--rtol=abc", hf], "illegal value 'abc'"),
+                            ([f"--diff={hf}"], "expected one PATH, got 0")]:
+            proc = subprocess.run([INSPECT, *args], capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 2, args)
+            self.assertIn(error, proc.stderr, args)
 
     def test_json_to_a_full_disk_fails(self):
         # The conversion is done, but its summary is lost: the tools say so, as coreutils do.
@@ -281,7 +308,7 @@ class InteropTest(unittest.TestCase):
             with open("/dev/full", "w") as full:
                 proc = subprocess.run([tool, "--json", *args], stdout=full, stderr=subprocess.PIPE,
                                       text=True)
-            self.assertEqual(proc.returncode, 1, proc.stderr)
+            self.assertEqual(proc.returncode, 2 if tool == INSPECT else 1, proc.stderr)
             self.assertEqual(proc.stderr.splitlines()[-1],
                              f"{os.path.basename(tool)}: stdout: write failed: No space left on "
                              "device")

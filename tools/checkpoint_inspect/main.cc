@@ -1,6 +1,7 @@
 // checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol --atol]] [--json]
 // Lists a titan, Hugging Face or Meta checkpoint's model (family, flavor or "custom", architecture)
-// and tensors; exits 1 when --verify finds a problem or --diff finds a difference.
+// and tensors. Exits as diff(1) and cmp do: 0 when all is well, 1 when --verify finds a problem or
+// --diff a difference, 2 on trouble (a checkpoint it cannot read, a bad flag, lost output).
 
 #include <iostream>
 #include <string>
@@ -24,18 +25,29 @@ DEFINE_double(rtol, 0, "--diff: relative tolerance (>= 0)");
 DEFINE_double(atol, 0, "--diff: absolute tolerance (>= 0)");
 DEFINE_bool(json, false, "Print JSON instead of text");
 
+namespace {
+
+// diff(1)'s exit statuses: a script tells "they differ" from "could not compare".
+constexpr int kFound = 1;
+constexpr int kTrouble = 2;
+
+constexpr char kUsage[] =
+    "checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol=R --atol=A]] [--json]\n"
+    "Exit status: 0 all is well, 1 --verify found a problem or --diff a difference, 2 trouble\n"
+    "(a checkpoint it cannot read, a bad flag, output it cannot write), as diff(1)";
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  titan::CheckStdoutAtExit("checkpoint_inspect");
-  titan::ParseToolFlags(
-      "checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol=R --atol=A]] [--json]",
-      &argc, &argv);
+  titan::CheckStdoutAtExit("checkpoint_inspect", kTrouble);
+  titan::ParseToolFlags(kUsage, &argc, &argv, kTrouble);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   // With --json a failure is also a JSON object on stdout, for the script parsing it.
   const auto fail = [](const std::string& message) {
     std::cerr << "checkpoint_inspect: " << message << "\n";
     if (FLAGS_json) std::cout << nlohmann::json{{"error", message}}.dump(2) << "\n";
-    return 1;
+    return kTrouble;
   };
   if (argc != 2) {
     return fail(absl::StrCat("expected one PATH, got ", argc - 1, " (see --help)"));
@@ -62,5 +74,5 @@ int main(int argc, char** argv) {
     failed = failed || !diff->identical();
   }
   std::cout << (FLAGS_json ? json.dump(2) + "\n" : text);
-  return failed ? 1 : 0;
+  return failed ? kFound : 0;
 }
