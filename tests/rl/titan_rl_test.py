@@ -375,6 +375,23 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn("--generate and --step_rollouts: give one of them",
                       self.refusal("generate_step", "--generate", "--step_rollouts=/nonexistent"))
 
+    def test_json_failures_are_one_json_line_on_stdout(self):
+        # As checkpoint_inspect's and convert_checkpoint's, and rank 0's alone over several ranks.
+        folder = os.path.join(self.root, "json_output_folder")
+        os.makedirs(folder, exist_ok=True)
+        for ranks in ([], ["--nproc_per_node=2"]):
+            _, cmd = self.job(f"json_generate{len(ranks)}", *ranks, "--generate", "--json",
+                              f"--output={folder}")
+            proc = common.run(cmd, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+            self.assertEqual(len(proc.stdout.splitlines()), 1, proc.stdout)
+            self.assertIn(f"{folder} is a directory: --generate writes one JSONL file",
+                          json.loads(proc.stdout)["error"])
+        _, cmd = self.job("json_step", "--json", "--step_rollouts=/nonexistent.jsonl")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn("/nonexistent.jsonl", json.loads(proc.stdout)["error"])
+
     def test_generate_does_not_overwrite_its_prompts(self):
         prompts = os.path.join(self.root, "own_prompts.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"}])

@@ -46,7 +46,7 @@ int main(int argc, char** argv) {
   // With --json a failure is also a JSON object on stdout, for the script parsing it.
   const auto fail = [](const std::string& message) {
     std::cerr << "checkpoint_inspect: " << message << "\n";
-    if (FLAGS_json) std::cout << nlohmann::json{{"error", message}}.dump(2) << "\n";
+    if (FLAGS_json) titan::PrintJsonError(message);
     return kTrouble;
   };
   if (argc != 2) {

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <iostream>
 #include <streambuf>
+#include <string>
+
+#include "nlohmann/json.hpp"
 
 namespace titan {
 namespace {
@@ -67,6 +70,12 @@ void CheckStdoutAtExit(const char* tool, int failure_code) {
   static ErrnoNotingBuffer* const buffer = new ErrnoNotingBuffer(std::cout.rdbuf());
   std::cout.rdbuf(buffer);
   on_exit(CheckStdout, nullptr);
+}
+
+void PrintJsonError(absl::string_view message) {
+  std::cout << nlohmann::json{{"error", std::string(message)}}.dump(
+                   -1, ' ', false, nlohmann::json::error_handler_t::replace)
+            << "\n";
 }
 
 }  // namespace titan

@@ -1,6 +1,8 @@
 #ifndef TITAN_TOOLS_COMMON_TOOL_OUTPUT_H_
 #define TITAN_TOOLS_COMMON_TOOL_OUTPUT_H_
 
+#include "absl/strings/string_view.h"
+
 namespace titan {
 
 // Makes a lost stdout an error, as coreutils' close_stdout: at exit (a return from main() or
@@ -9,6 +11,10 @@ namespace titan {
 // own status where that is higher. Call it first in main(). The reason of a write that failed
 // before exit is known through std::cout only: tools print with it.
 void CheckStdoutAtExit(const char* tool, int failure_code = 1);
+
+// Prints {"error": message} as one JSON line on stdout: a --json tool's failure, for the script
+// that parses its output (bytes that are not UTF-8 become U+FFFD).
+void PrintJsonError(absl::string_view message);
 
 }  // namespace titan
 

@@ -47,8 +47,7 @@ bool IsSet(const char* flag) { return !gflags::GetCommandLineFlagInfoOrDie(flag)
 // With --json a failure is also a JSON object on stdout, for the script parsing it.
 int Fail(const absl::Status& status) {
   std::cerr << "convert_checkpoint: " << status.message() << "\n";
-  if (FLAGS_json)
-    std::cout << nlohmann::json{{"error", std::string(status.message())}}.dump(2) << "\n";
+  if (FLAGS_json) titan::PrintJsonError(status.message());
   return 1;
 }
 

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
+#include "lib/distributed/distributed_env.h"
 #include "lib/distributed/launcher.h"
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/rl/rl_config.h"
@@ -34,7 +35,8 @@ constexpr char kUsage[] =
     "response, reward; each rank takes an equal contiguous share, in order) and writes the\n"
     "updated policy weights to <dump_folder>/step_weights.safetensors (not PPO's value head).\n"
     "--json prints one JSON summary line on stdout, totals over the ranks, without the\n"
-    "launcher's \"[rank 0] \" prefix.\n\n";
+    "launcher's \"[rank 0] \" prefix; a failure prints {\"error\": \"...\"} there instead (rank\n"
+    "0's) as well as the message on stderr.\n\n";
 
 struct ToolFlags {
   bool generate = false;
@@ -128,6 +130,16 @@ absl::Status Run(const ToolFlags& flags) {
   });
 }
 
+// Run, with a --json failure also a JSON line on stdout, from rank 0 alone: the one whose stdout
+// passes through the launcher unprefixed.
+absl::Status RunReportingJson(const ToolFlags& flags) {
+  const absl::Status status = Run(flags);
+  if (status.ok() || !flags.json) return status;
+  const absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
+  if (!env.ok() || env->rank == 0) titan::PrintJsonError(status.message());
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,5 +149,6 @@ int main(int argc, char** argv) {
   // Rank 0 alone prints --json's summary: stdout stays one JSON line.
   if (flags.json) launch.plain_stdout_rank = 0;
   return titan::RunRankedTool(
-      argc, argv, "titan_rl", kUsage + titan::JobConfigHelp(), [&] { return Run(flags); }, launch);
+      argc, argv, "titan_rl", kUsage + titan::JobConfigHelp(),
+      [&] { return RunReportingJson(flags); }, launch);
 }
