@@ -238,12 +238,12 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(len([r for r in self.hub.requests() if r["path"].endswith("/config.json")]),
                          4)
         negative, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--max_retries=-1")
-        self.assertEqual(negative.returncode, 2)
+        self.assertEqual(negative.returncode, 1)
         self.assertIn("--max_retries: expected 0 or more, got -1", negative.stderr)
         for flag, least in (("retry_base_ms", 0), ("retry_max_ms", 0), ("connect_timeout_s", 1),
                             ("stall_timeout_s", 1), ("max_workers", 1)):
             refused, _ = self.run_tool("--repo_id=org/model", "--assets=config", f"--{flag}=-1")
-            self.assertEqual(refused.returncode, 2, flag)
+            self.assertEqual(refused.returncode, 1, flag)
             self.assertIn(f"--{flag}: expected {least} or more, got -1", refused.stderr)
 
     def test_slow_trickle_times_out_and_resumes(self):
@@ -341,7 +341,7 @@ class DownloadAssetsTest(unittest.TestCase):
                                   ([], {"HF_TOKEN_PATH": token_file}, token_file)]:
             result, _ = self.run_tool("--repo_id=org/model", "--include=config.json", *args,
                                       env=env)
-            self.assertEqual(result.returncode, 2, result.stderr)
+            self.assertEqual(result.returncode, 1, result.stderr)
             self.assertIn(f"{source}: the Hub token has whitespace, a control character or a "
                           "non-ASCII byte", result.stderr)
             self.assertNotIn("SECRETX", result.stderr + result.stdout)
@@ -408,13 +408,18 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assert_identical("dot_cache", ["config.json"])
 
     def test_usage_errors(self):
+        # Exit 1, as every tool's usage errors and download_assets' other failures; with --json
+        # (which run_tool passes) the error is JSON on stdout too.
         self.serve()
-        result, _ = self.run_tool("--repo_id=org/model")
-        self.assertEqual(result.returncode, 2)
-        self.assertIn("say what to fetch", result.stderr)
-        result, _ = self.run_tool("--repo_id=org/model", "--assets=weights")
-        self.assertEqual(result.returncode, 2)
-        self.assertIn('unknown asset "weights"', result.stderr)
+        for args, error in [(["--repo_id=org/model"], "say what to fetch"),
+                            (["--repo_id=org/model", "--assets=weights"],
+                             'unknown asset "weights"'),
+                            (["--assets=config"], "--repo_id=ORG/NAME is required"),
+                            (["--repo_id=ab", "--assets=config"], '"ab"')]:
+            result, summary = self.run_tool(*args)
+            self.assertEqual(result.returncode, 1, args)
+            self.assertIn(error, result.stderr, args)
+            self.assertIn(error, summary["error"], args)
         result = subprocess.run([BINARY, "--help"], capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("  --repo_id (Hub repo as ORG/NAME", result.stdout)

@@ -79,9 +79,11 @@ void ScrubTokenFromArgv(int argc, char** argv) {
   }
 }
 
+// Exit 1, as every tool's usage errors; with --json also JSON on stdout, as a failed download's.
 int Usage(const std::string& message) {
   std::fprintf(stderr, "download_assets: %s\n(see --help)\n", message.c_str());
-  return 2;
+  if (FLAGS_json) titan::PrintJsonError(message);
+  return 1;
 }
 
 }  // namespace
