@@ -1,5 +1,7 @@
 #include "lib/interop/convert.h"
 
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -188,14 +190,26 @@ absl::Status CheckOutputIsFree(const std::string& output) {
   return absl::OkStatus();
 }
 
+// The directory `path` names when it is a symlink (a directory renamed onto a link fails: the
+// rename must replace the directory it points to), else `path` without a trailing slash.
+absl::StatusOr<std::string> RenameTarget(const std::string& path) {
+  const std::string target(absl::StripSuffix(path, "/"));
+  struct stat info;
+  if (::lstat(target.c_str(), &info) != 0 || !S_ISLNK(info.st_mode)) return target;
+  char resolved[PATH_MAX];
+  if (::realpath(target.c_str(), resolved) == nullptr) return ErrnoError("resolve link", target);
+  return std::string(resolved);
+}
+
 // WriteHf into <output>.tmp-<pid>, then one rename: `output` is either absent (or still empty) or
-// whole. Temporaries that a crashed export to `output` left behind are removed first.
+// whole. Temporaries that a crashed export to `output` left behind are removed first. An `output`
+// that links to an empty directory is written there, with the temporary beside that directory.
 absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
                                const TensorProducer& producer, const ModelInfo& info,
                                const HfExportOptions& options, const std::string& output,
                                ConvertSummary& summary) {
   TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
-  const std::string target(absl::StripSuffix(output, "/"));
+  TITAN_ASSIGN_OR_RETURN(const std::string target, RenameTarget(output));
   const std::string parent = Dirname(target);
   const std::string temporary_prefix = target.substr(target.find_last_of('/') + 1) + ".tmp-";
   TITAN_RETURN_IF_ERROR(MakeDirectories(parent));

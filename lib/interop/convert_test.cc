@@ -1,5 +1,7 @@
 #include "lib/interop/convert.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -527,6 +529,29 @@ TEST(ConvertTest, LeavesNoOutputWhenStoppedOrFailing) {
   ASSERT_TRUE(MakeDirectories(out).ok());
   EXPECT_FALSE(ConvertCheckpoint(titan, out, options).ok());
   EXPECT_TRUE(ListDirectory(out)->empty());
+}
+
+TEST(ConvertTest, HfOutputThroughALinkLandsInTheEmptyDirectoryItNames) {
+  const std::string titan = TestDir("titan"), real = TestDir("real"), link = TestDir("link");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  ASSERT_TRUE(MakeDirectories(real).ok());
+  ASSERT_EQ(::symlink(real.c_str(), link.c_str()), 0);
+  for (const std::string& output : {link, link + "/"}) {
+    const absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, output, {});
+    ASSERT_TRUE(summary.ok()) << output << ": " << summary.status();
+    EXPECT_TRUE(PathExists(real + "/model.safetensors")) << output;
+    EXPECT_TRUE(PathExists(link + "/config.json")) << output;  // the link still names it
+    // Written beside the directory and renamed onto it: no temporary left on either side.
+    EXPECT_THAT(*ListDirectory(Dirname(real)),
+                ::testing::UnorderedElementsAre("titan", "real", "link"));
+    ASSERT_TRUE(RemoveTree(real).ok());
+    ASSERT_TRUE(MakeDirectories(real).ok());
+  }
+  // A link to a directory that is not empty is refused, as the directory itself is.
+  ASSERT_TRUE(WriteFileAtomically(real + "/mine.txt", "kept").ok());
+  EXPECT_THAT(ConvertCheckpoint(titan, link, {}).status().message(),
+              HasSubstr(link + ": exists and is not empty"));
+  EXPECT_THAT(*ListDirectory(real), ElementsAre("mine.txt"));
 }
 
 // Every file of a directory, name -> bytes.
