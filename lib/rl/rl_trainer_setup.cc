@@ -40,7 +40,7 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
 
 absl::Status RlTrainer::Init(bool training_run) {
   const auto& job = config_.job();
-  TITAN_RETURN_IF_ERROR(MakeDirectories(job.dump_folder()));
+  TITAN_RETURN_IF_ERROR(MakeDumpFolder(config_));
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   if (training_run) {
     TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));

@@ -154,6 +154,12 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   return setup;
 }
 
+absl::Status MakeDumpFolder(const JobConfig& config) {
+  const absl::Status made = MakeDirectories(config.job().dump_folder());
+  if (made.ok()) return made;
+  return absl::Status(made.code(), absl::StrCat("[job] dump_folder: ", made.message()));
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
     const JobConfig& config, const DistributedRuntime& runtime) {
   std::vector<std::unique_ptr<FolderLock>> locks;

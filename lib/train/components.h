@@ -44,6 +44,9 @@ struct RunSetup {
 // cost no peak memory (process-wide switches; SetUpRun calls it).
 absl::Status ConfigureFusedKernels(const JobConfig& config);
 
+// Creates [job] dump_folder (mkdir -p); an error names the key, as a file in its place.
+absl::Status MakeDumpFolder(const JobConfig& config);
+
 // Picks the device, splits host cores between local ranks, agrees on seed and run id and seeds
 // LibTorch, turns on deterministic algorithms if asked. A collective with several ranks.
 absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime);

@@ -244,6 +244,16 @@ class TitanRlTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
             self.assertIn(f"[rl] {key}: /nonexistent.jsonl", proc.stderr)
 
+    def test_a_dump_folder_that_is_a_file_names_its_key(self):
+        path = os.path.join(self.root, "dump_is_a_file")
+        with open(path, "w") as f:
+            f.write("mine\n")
+        for mode in ([], ["--generate"]):
+            proc = common.run(self.job("dump_is_a_file", *mode)[1], check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+            self.assertIn(f"titan_rl: [job] dump_folder: {path}: mkdir failed: File exists",
+                          proc.stderr)
+
     def test_a_run_that_never_stepped_resumes(self):
         # Equal rewards: dynamic sampling drops every group, so step 1 takes no optimizer step.
         dump, cmd = self.job("never_stepped", "--checkpoint.enable=true",

@@ -304,6 +304,18 @@ class TitanTrainTest(unittest.TestCase):
             self.assertEqual(lines, [f"titan_train: {message}"], proc.stderr[-2000:])
             self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
 
+    def test_a_dump_folder_that_is_a_file_names_its_key(self):
+        path = os.path.join(self.tmp, "dump_is_a_file")
+        with open(path, "w") as f:
+            f.write("mine\n")
+        proc = run_train(path, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
+        self.assertEqual(lines,
+                         [f"titan_train: [job] dump_folder: {path}: mkdir failed: File exists"])
+        with open(path) as f:
+            self.assertEqual(f.read(), "mine\n")
+
     def test_written_config_toml_runs_again(self):
         first = self.dump("config_first")
         run_train(first, "--training.steps=1", "--validation.enable=false",
