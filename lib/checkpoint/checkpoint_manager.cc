@@ -371,10 +371,10 @@ absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideStepsAfter(
 }
 
 absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideForRestart(
-    absl::string_view why) const {
+    int64_t saving, absl::string_view why) const {
   if (ranks_.rank == 0) {
     TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListSteps());
-    const json journal = {{"run_id", ranks_.run_id}, {"steps", steps}};
+    const json journal = {{"run_id", ranks_.run_id}, {"steps", steps}, {"saving", saving}};
     TITAN_RETURN_IF_ERROR(WriteFileAtomically(
         absl::StrCat(root_, "/", kRestartJournalPrefix, ranks_.run_id, kRestartJournalSuffix),
         journal.dump()));
@@ -408,6 +408,15 @@ absl::Status CheckpointManager::RecoverInterruptedRuns() const {
           absl::StrCat(path, ": expected {\"run_id\": ..., \"steps\": [...]}"));
     }
     const std::string run_id = journal.at("run_id").get<std::string>();
+    // Its save may have been committed: it goes too, or it would mix into the loaded run's steps.
+    const json saving = journal.value("saving", json());
+    if (saving.is_number_integer() && IsDirectory(StepDirectory(saving.get<int64_t>()))) {
+      const std::string dir = StepDirectory(saving.get<int64_t>());
+      const std::string aside = absl::StrCat(dir, ".unfinished-", run_id);
+      if (::rename(dir.c_str(), aside.c_str()) != 0) return ErrnoError("rename to " + aside, dir);
+      LOG(WARNING) << "Set aside " << dir << " as " << aside << ": the first save of run " << run_id
+                   << ", which counted from step 0 again and stopped before it took over";
+    }
     for (const json& step : journal.at("steps")) {
       if (!step.is_number_integer()) continue;
       const std::string dir = StepDirectory(step.get<int64_t>());
@@ -429,7 +438,8 @@ absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) 
     if (!absl::StartsWith(name, kStepPrefix) || !absl::StrContains(name, kTemporaryInfix)) continue;
     const std::string path = absl::StrCat(root_, "/", name);
     if (path == keep) continue;
-    LOG(WARNING) << "Removing " << path << " left by an interrupted save";
+    LOG(WARNING) << "Removing " << path << " left by an interrupted "
+                 << (absl::EndsWith(name, "-deleted") ? "deletion" : "save");
     TITAN_RETURN_IF_ERROR(RemoveTree(path));
   }
   return absl::OkStatus();

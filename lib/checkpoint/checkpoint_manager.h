@@ -86,15 +86,17 @@ class CheckpointManager {
   absl::StatusOr<std::vector<int64_t>> SetAsideStepsAfter(int64_t step,
                                                           absl::string_view why) const;
 
-  // SetAsideStepsAfter(0) for a run that counts from step 0 again, journaled: rank 0 first records
-  // the steps in .restart-<run id>.json, so that until FinishRestart (once the run's first save is
-  // committed) RecoverInterruptedRuns can put them back: a run that dies before it has a step of
-  // its own leaves the steps it loaded from.
-  absl::StatusOr<std::vector<int64_t>> SetAsideForRestart(absl::string_view why) const;
+  // SetAsideStepsAfter(0) for a run that counts from step 0 again before it saves `saving`,
+  // journaled: rank 0 first records the steps in .restart-<run id>.json, so that until
+  // FinishRestart (once that save is committed and the run's logs took over)
+  // RecoverInterruptedRuns can undo it: a run that dies first leaves the steps it loaded from.
+  absl::StatusOr<std::vector<int64_t>> SetAsideForRestart(int64_t saving,
+                                                          absl::string_view why) const;
   absl::Status FinishRestart() const;
-  // Rank 0: puts back the steps that restarts which died before FinishRestart set aside (a step
-  // saved again since stays) and removes the temporaries of interrupted saves and deletions; a
-  // resume calls it before choosing its step (a run refused then still leaves the folder tidy).
+  // Rank 0: undoes the set-aside of restarts that died before FinishRestart (their own committed
+  // save goes aside as step-<N>.unfinished-<run id>, the steps they set aside come back) and
+  // removes the temporaries of interrupted saves and deletions; a resume calls it before choosing
+  // its step (a run refused then still leaves the folder tidy).
   absl::Status RecoverInterruptedRuns() const;
 
   // Loads a step as whole CPU tensors (pieces joined), in the order they were saved.

@@ -129,7 +129,7 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   for (int step = 5; step <= 10; step += 5)
     ASSERT_TRUE(earlier.Save(step, MakeState(step), false).ok());
   CheckpointManager restart(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run2"});
-  EXPECT_THAT(*restart.SetAsideForRestart("test"), ElementsAre(5, 10));
+  EXPECT_THAT(*restart.SetAsideForRestart(5, "test"), ElementsAre(5, 10));
   EXPECT_THAT(*restart.ListSteps(), IsEmpty());
   // It died here, before its first save committed: the next run puts both steps back.
   CheckpointManager rerun(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run3"});
@@ -139,7 +139,7 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   EXPECT_THAT(*ListDirectory(root), UnorderedElementsAre("step-5", "step-10"));
 
   // A restart whose first save committed keeps them aside.
-  EXPECT_THAT(*rerun.SetAsideForRestart("test"), ElementsAre(5, 10));
+  EXPECT_THAT(*rerun.SetAsideForRestart(5, "test"), ElementsAre(5, 10));
   ASSERT_TRUE(rerun.Save(5, MakeState(1), false).ok());
   ASSERT_TRUE(rerun.FinishRestart().ok());
   ASSERT_TRUE(rerun.RecoverInterruptedRuns().ok());
@@ -148,13 +148,13 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   EXPECT_THAT(*ListDirectory(root),
               UnorderedElementsAre("step-5", "step-5.abandoned-run3", "step-10.abandoned-run3"));
 
-  // One that died between its commit and FinishRestart: a step saved again since stays.
+  // One that died between its commit and FinishRestart: its step goes, the loaded one comes back.
   CheckpointManager last(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run4"});
-  EXPECT_THAT(*last.SetAsideForRestart("test"), ElementsAre(5));
+  EXPECT_THAT(*last.SetAsideForRestart(5, "test"), ElementsAre(5));
   ASSERT_TRUE(last.Save(5, MakeState(2), false).ok());
   ASSERT_TRUE(last.RecoverInterruptedRuns().ok());
-  ExpectSameTensors(last.Load(5)->model, MakeState(2).model);
-  EXPECT_TRUE(IsDirectory(root + "/step-5.abandoned-run4"));
+  ExpectSameTensors(last.Load(5)->model, MakeState(1).model);
+  EXPECT_TRUE(IsDirectory(root + "/step-5.unfinished-run4"));
   EXPECT_FALSE(PathExists(root + "/.restart-run4.json"));
 }
 

@@ -223,7 +223,8 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
     // takes the old timeline's newest step. Journaled until this save is committed.
     TITAN_RETURN_IF_ERROR(
         manager_
-            ->SetAsideForRestart("saved by the run this one loaded with exclude_from_loading "
+            ->SetAsideForRestart(train.step,
+                                 "saved by the run this one loaded with exclude_from_loading "
                                  "= [\"train_state\"] (it counts from step 0)")
             .status());
     set_aside_at_first_save_ = false;
