@@ -463,6 +463,13 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn(f"{folder} is a directory: --generate writes one JSONL file; pass "
                       "--output=FILE", stderr)
         self.assertNotIn("generated", stderr)
+        # A link (to stdout, say) or a device would be replaced by a file: refused too.
+        link = os.path.join(self.root, "output_link")
+        if not os.path.islink(link):
+            os.symlink("/proc/self/fd/1", link)
+        stderr = self.refusal("generate_link", "--generate", f"--output={link}")
+        self.assertIn(f"{link} is not a regular file (a link, device or FIFO)", stderr)
+        self.assertTrue(os.path.islink(link))
 
     def test_generate_with_fewer_prompts_than_ranks_is_refused(self):
         prompts = os.path.join(self.root, "two_prompts.jsonl")
