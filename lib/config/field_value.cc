@@ -297,10 +297,9 @@ std::string DidYouMean(const std::optional<std::string>& suggestion, absl::strin
 }
 
 bool ParseBoolean(absl::string_view text, bool* value) {
-  if (!absl::EqualsIgnoreCase(text, "true") && !absl::EqualsIgnoreCase(text, "false")) {
-    return false;
-  }
-  *value = absl::EqualsIgnoreCase(text, "true");
+  // TOML's two spellings only, so a flag takes what a job file takes.
+  if (text != "true" && text != "false") return false;
+  *value = text == "true";
   return true;
 }
 

@@ -37,7 +37,7 @@ std::optional<std::string> Closest(absl::string_view name,
 // " (did you mean \"<prefix><suggestion>\"?)", or "" without a suggestion.
 std::string DidYouMean(const std::optional<std::string>& suggestion, absl::string_view prefix);
 
-// A command-line boolean: true or false in any case, as TOML's (which takes no 1, yes or on).
+// A command-line boolean: true or false, exactly as TOML spells them (no True, 1, yes or on).
 bool ParseBoolean(absl::string_view text, bool* value);
 
 void SetList(const std::vector<std::string>& items, const google::protobuf::FieldDescriptor* field,

@@ -239,7 +239,7 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
   EXPECT_EQ(ParseError("", {"--checkpoint.enable=maybe"}),
             "--checkpoint.enable: expected true or false, got \"maybe\"");
   // As TOML, which refuses print_config = 1.
-  for (const char* value : {"1", "0", "yes", "on", "t"}) {
+  for (const char* value : {"1", "0", "yes", "on", "t", "True", "FALSE"}) {
     EXPECT_EQ(ParseError("", {absl::StrCat("--job.print_config=", value)}),
               absl::StrCat("--job.print_config: expected true or false, got \"", value, "\""));
   }
@@ -261,10 +261,10 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
             "unexpected argument \"yes please\": expected --section.key=value");
 }
 
-TEST(JobConfigTest, BooleanFlagsTakeTrueOrFalseInAnyCase) {
+TEST(JobConfigTest, BooleanFlagsTakeTrueOrFalse) {
   for (const auto& [flags, expected] : std::vector<std::pair<std::vector<std::string>, bool>>{
-           {{"--job.print_config=True"}, true},
-           {{"--job.print_config=FALSE"}, false},
+           {{"--job.print_config=true"}, true},
+           {{"--job.print_config=false"}, false},
            {{"--job.print_config", "false"}, false},
            {{"--job.print_config"}, true}}) {
     absl::StatusOr<JobConfig> config = ParseText("", flags);
