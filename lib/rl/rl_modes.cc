@@ -97,14 +97,6 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
     return absl::InvalidArgumentError(absl::StrCat(
         output, " is a directory: --generate writes one JSONL file; pass --output=FILE"));
   }
-  // The file is replaced whole (a rename): a link, device or FIFO there would be replaced too.
-  const std::filesystem::file_status there = std::filesystem::symlink_status(output, error);
-  if (std::filesystem::exists(there) && !std::filesystem::is_regular_file(there)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        output,
-        " is not a regular file (a link, device or FIFO): --generate replaces its output "
-        "file whole; pass --output=FILE"));
-  }
   for (const auto& [key, input] :
        {std::pair{"prompts_path", config.rl().prompts_path()},
         std::pair{"eval_prompts_path", config.rl().eval_prompts_path()}}) {
@@ -113,6 +105,14 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
                                                      ", which is [rl] ", key, " = ", input,
                                                      "; pass another --output"));
     }
+  }
+  // The file is replaced whole (a rename): a link, device or FIFO there would be replaced too.
+  const std::filesystem::file_status there = std::filesystem::symlink_status(output, error);
+  if (std::filesystem::exists(there) && !std::filesystem::is_regular_file(there)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        output,
+        " is not a regular file (a link, device or FIFO): --generate replaces its output "
+        "file whole; pass --output=FILE"));
   }
   return output;
 }
