@@ -39,7 +39,6 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
 }
 
 absl::Status RlTrainer::Init(bool training_run) {
-  const auto& job = config_.job();
   TITAN_RETURN_IF_ERROR(MakeDumpFolder(config_));
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   if (training_run) {
@@ -132,10 +131,7 @@ absl::Status RlTrainer::Init(bool training_run) {
     }
     TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
                                           config_, runtime_.rank(), setup_.device)));
-    if (job.monitoring_interval() > 0) {
-      monitor_ = std::make_unique<ResourceMonitor>(absl::Seconds(job.monitoring_interval()),
-                                                   setup_.device);
-    }
+    monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
   }
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);

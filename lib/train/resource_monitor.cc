@@ -24,6 +24,13 @@ double ResidentGiB() {
 ResourceMonitor::ResourceMonitor(absl::Duration interval, const at::Device& device)
     : interval_(interval), device_(device), thread_([this] { Run(); }) {}
 
+std::unique_ptr<ResourceMonitor> ResourceMonitor::FromConfig(const JobConfig& config,
+                                                             const at::Device& device) {
+  const int64_t interval = config.job().monitoring_interval();
+  if (interval <= 0) return nullptr;
+  return std::make_unique<ResourceMonitor>(absl::Seconds(interval), device);
+}
+
 ResourceMonitor::~ResourceMonitor() {
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/time/time.h"
+#include "lib/config/job_config.pb.h"
 
 namespace titan {
 
@@ -20,6 +21,10 @@ class ResourceMonitor {
   ResourceMonitor(absl::Duration interval, const at::Device& device);
   ~ResourceMonitor();
   ResourceMonitor(const ResourceMonitor&) = delete;
+
+  // The monitor [job] monitoring_interval asks for; null when it is 0 (off).
+  static std::unique_ptr<ResourceMonitor> FromConfig(const JobConfig& config,
+                                                     const at::Device& device);
   ResourceMonitor& operator=(const ResourceMonitor&) = delete;
 
   // The line it logs, e.g. "monitor: host 1.23 GiB resident (peak 1.50 GiB), device peak

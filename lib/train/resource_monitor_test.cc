@@ -16,5 +16,12 @@ TEST(ResourceMonitorTest, ReportsHostMemoryAndStopsPromptly) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+TEST(ResourceMonitorTest, FromConfigFollowsMonitoringInterval) {
+  JobConfig config;
+  EXPECT_EQ(ResourceMonitor::FromConfig(config, at::Device(at::kCPU)), nullptr);
+  config.mutable_job()->set_monitoring_interval(3600);
+  EXPECT_NE(ResourceMonitor::FromConfig(config, at::Device(at::kCPU)), nullptr);
+}
+
 }  // namespace
 }  // namespace titan

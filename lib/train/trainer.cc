@@ -137,10 +137,7 @@ absl::Status Trainer::Init() {
                          BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
   TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
                                         config_, runtime_.rank(), setup_.device)));
-  if (job.monitoring_interval() > 0) {
-    monitor_ = std::make_unique<ResourceMonitor>(absl::Seconds(job.monitoring_interval()),
-                                                 setup_.device);
-  }
+  monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
   TITAN_RETURN_IF_ERROR(InstallHooks());
   // Last, once the job has started: a run refused at startup leaves the previous config.toml.
   if (runtime_.rank() == 0) {
