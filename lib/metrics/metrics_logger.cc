@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -42,8 +43,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> OpenTensorBoard(const std::st
   absl::StatusOr<std::unique_ptr<TensorBoardWriter>> writer =
       TensorBoardWriter::Create(folder, purge_step);
   if (writer.ok()) return writer;
-  return absl::Status(writer.status().code(),
-                      absl::StrCat("[metrics] save_tb_folder: ", writer.status().message()));
+  return WithContext(writer.status(), "[metrics] save_tb_folder");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "lib/util/status_context.h"
 
 namespace titan {
 
@@ -121,10 +122,7 @@ absl::Status DdpGradientReducer::Finish() {
   }
   next_launch_ = 0;
   error_ = absl::OkStatus();
-  if (!status.ok()) {
-    return absl::Status(status.code(), absl::StrCat("DDP gradient all-reduce: ", status.message()));
-  }
-  return absl::OkStatus();
+  return WithContext(status, "DDP gradient all-reduce");
 }
 
 }  // namespace titan

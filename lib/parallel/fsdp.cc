@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/profiling/phase_range.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -416,11 +417,8 @@ absl::StatusOr<at::Tensor> FsdpParamGroup::GatherFull(const Param& param,
   c10::NoGradGuard no_grad;
   at::Tensor flat = shard_like.detach().contiguous().view(-1);
   at::Tensor gathered = at::empty({shard_->size(), flat.numel()}, flat.options());
-  absl::Status status = Await(shard_->AllGather(flat, gathered));
-  if (!status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat("FSDP gather of ", param.name, ": ", status.message()));
-  }
+  TITAN_RETURN_IF_ERROR(WithContext(Await(shard_->AllGather(flat, gathered)),
+                                    absl::StrCat("FSDP gather of ", param.name)));
   return FullOverPadded(param, gathered);
 }
 

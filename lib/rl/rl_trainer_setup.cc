@@ -13,6 +13,7 @@
 #include "lib/rl/rl_trainer.h"
 #include "lib/train/train_checkpoint.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -145,10 +146,7 @@ absl::Status RlTrainer::Init(bool training_run) {
   const auto read_examples = [this](const char* key, const std::string& path,
                                     std::vector<RlExample>& examples) -> absl::Status {
     absl::StatusOr<std::vector<RlExample>> read = ReadExamples(path, rl_.algorithm());
-    if (!read.ok()) {
-      return absl::Status(read.status().code(),
-                          absl::StrCat("[rl] ", key, ": ", read.status().message()));
-    }
+    TITAN_RETURN_IF_ERROR(WithContext(read.status(), absl::StrCat("[rl] ", key)));
     examples = *std::move(read);
     return absl::OkStatus();
   };

@@ -25,6 +25,7 @@
 #include "lib/parallel/tensor_parallel.h"
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/device.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -48,9 +49,7 @@ absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config) {
     return absl::NotFoundError(absl::StrCat(key, ": ", path, ": no such file or directory"));
   }
   absl::StatusOr<CheckpointFormat> format = DetectCheckpointFormat(path);
-  if (!format.ok()) {
-    return absl::Status(format.status().code(), absl::StrCat(key, ": ", format.status().message()));
-  }
+  TITAN_RETURN_IF_ERROR(WithContext(format.status(), key));
   if ((*format == CheckpointFormat::kHf) != ckpt.initial_load_in_hf()) {
     return absl::InvalidArgumentError(absl::StrCat(
         key, ": ", path, " holds a ",
@@ -155,9 +154,7 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
 }
 
 absl::Status MakeDumpFolder(const JobConfig& config) {
-  const absl::Status made = MakeDirectories(config.job().dump_folder());
-  if (made.ok()) return made;
-  return absl::Status(made.code(), absl::StrCat("[job] dump_folder: ", made.message()));
+  return WithContext(MakeDirectories(config.job().dump_folder()), "[job] dump_folder");
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
@@ -184,8 +181,7 @@ absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
         break;
       }
       if (!lock.ok()) {
-        locked =
-            absl::Status(lock.status().code(), absl::StrCat(key, ": ", lock.status().message()));
+        locked = WithContext(lock.status(), key);
         break;
       }
       locks.push_back(*std::move(lock));
@@ -212,10 +208,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(const JobConfig& confi
   if (tokenizer.ok()) return tokenizer;
   // The key TokenizerPath took the path from; the bundled tokenizer has none.
   const auto& model = config.model();
-  const char* key = !model.tokenizer_path().empty()   ? "[model] tokenizer_path: "
-                    : !model.hf_assets_path().empty() ? "[model] hf_assets_path: "
-                                                      : "";
-  return absl::Status(tokenizer.status().code(), absl::StrCat(key, tokenizer.status().message()));
+  if (!model.tokenizer_path().empty())
+    return WithContext(tokenizer.status(), "[model] tokenizer_path");
+  if (!model.hf_assets_path().empty())
+    return WithContext(tokenizer.status(), "[model] hf_assets_path");
+  return tokenizer.status();
 }
 
 absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer) {
@@ -429,10 +426,7 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
   }
   absl::StatusOr<std::unique_ptr<PackedTextDataset>> dataset =
       PackedTextDataset::Open(data, tokenizer);
-  if (!dataset.ok()) {
-    return absl::Status(dataset.status().code(),
-                        absl::StrCat("[training] dataset_path: ", dataset.status().message()));
-  }
+  TITAN_RETURN_IF_ERROR(WithContext(dataset.status(), "[training] dataset_path"));
   LOG(INFO) << "dataset " << training.dataset() << ": " << training.dataset_path();
   auto loader = std::make_unique<TextDataLoader>(*std::move(dataset));
   // Two batches ahead: tokenizing the next step's windows overlaps this step's compute.

@@ -24,6 +24,7 @@
 #include "lib/train/grad_clip.h"
 #include "lib/train/stop_signal.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -168,10 +169,7 @@ absl::Status Trainer::CheckValidationData() {
   // steps.
   absl::StatusOr<int64_t> batches =
       ForEachValidationBatch(v.steps(), [](const TokenBatch&) { return absl::OkStatus(); });
-  if (!batches.ok()) {
-    return absl::Status(batches.status().code(),
-                        absl::StrCat("[validation] dataset_path: ", batches.status().message()));
-  }
+  TITAN_RETURN_IF_ERROR(WithContext(batches.status(), "[validation] dataset_path"));
   validation_batches_ = *batches;
   // The longest share sets the count: shorter ones then run batches that count no token.
   if (setup_.dp_size > 1) {
