@@ -236,6 +236,15 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(
             [os.path.basename(p) for p in glob.glob(os.path.join(dump, "checkpoint", "step-*"))],
             ["step-1"])
+        # A finite gradient norm whose update overflows (lr x weight_decay past float32): the save
+        # checks the weights themselves.
+        overflow = self.dump("update_overflow")
+        proc = run_train(overflow, "--training.steps=2", "--optimizer.lr=3e37",
+                         "--optimizer.weight_decay=10", "--lr_scheduler.warmup_steps=1",
+                         "--checkpoint.interval=1", "--validation.enable=false", check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn("titan_train: step 1: the weights are not finite (NaN or inf)", proc.stderr)
+        self.assertEqual(glob.glob(os.path.join(overflow, "checkpoint", "step-*")), [])
         # An lr past float32's range: one clear error, not an abort (rc 134).
         proc = run_train(self.dump("lr_overflow"), "--training.steps=1", "--optimizer.lr=1e39",
                          "--validation.enable=false", "--checkpoint.enable=false", check=False)
