@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
@@ -49,9 +50,31 @@ absl::Status DropRowsAfter(const std::string& path, int64_t step) {
   return WriteFileAtomically(path, kept);
 }
 
+// Renames the rows of restarts that stopped before their first save (<path>.restart-<id>, none
+// of them `own_run_id`) to <path>.abandoned-<id>: the folder's lock says their runs are gone.
+absl::Status SetAsideDeadRestarts(const std::string& path, const std::string& own_run_id) {
+  const std::filesystem::path log(path);
+  const std::string prefix = log.filename().string() + ".restart-";
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(log.parent_path(), error)) {
+    const std::string name = entry.path().filename().string();
+    if (!absl::StartsWith(name, prefix) || name == prefix + own_run_id) continue;
+    const std::string aside =
+        absl::StrCat(path, ".abandoned-", absl::string_view(name).substr(prefix.size()));
+    std::filesystem::rename(entry.path(), aside, error);
+    if (error)
+      return absl::InternalError(
+          absl::StrCat(entry.path().string(), ": rename: ", error.message()));
+    LOG(WARNING) << "Set aside " << entry.path().string() << " as " << aside
+                 << ": the rows of a restart that stopped before its first save";
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<StepLog> StepLog::Start(std::string path, const StepLogStart& start) {
+  TITAN_RETURN_IF_ERROR(SetAsideDeadRestarts(path, start.run_id));
   if (start.resumed_step >= 0) {
     TITAN_RETURN_IF_ERROR(DropRowsAfter(path, start.resumed_step));
     std::string rows_path = path;

@@ -30,7 +30,7 @@ struct StepLogStart {
 //   checkpointed here, or checkpointing is off, so this run does not continue them);
 // - restart: rows go to <path>.restart-<run_id> until Commit, at the run's first save, sets the
 //   earlier file aside and takes over <path>; a run that dies before saving leaves the earlier
-//   history as it was.
+//   history as it was, and the next run to start sets its rows aside as <path>.abandoned-<id>.
 class StepLog {
  public:
   static absl::StatusOr<StepLog> Start(std::string path, const StepLogStart& start);

@@ -86,6 +86,16 @@ TEST(StepLogTest, ARestartTakesOverTheFileOnlyWhenItCommits) {
   EXPECT_FALSE(std::filesystem::exists(path + ".restart-r7"));
 }
 
+TEST(StepLogTest, TheNextRunSetsAsideTheRowsOfARestartThatDiedBeforeItsFirstSave) {
+  const std::string path = EarlierLog("restart_died", kEarlier);
+  ASSERT_TRUE(WriteFileAtomically(path + ".restart-r7", "{\"step\":1}\n").ok());
+  absl::StatusOr<StepLog> log = StepLog::Start(path, Starting(2, false, "r8"));
+  ASSERT_TRUE(log.ok()) << log.status();
+  EXPECT_EQ(Contents(path), kEarlier);
+  EXPECT_FALSE(std::filesystem::exists(path + ".restart-r7"));
+  EXPECT_EQ(Contents(path + ".abandoned-r7"), "{\"step\":1}\n");
+}
+
 TEST(StepLogTest, ARestartThatWroteNoRowsStillSetsTheEarlierFileAsideAtItsCommit) {
   const std::string path = EarlierLog("restart_no_rows", kEarlier);
   absl::StatusOr<StepLog> log = StepLog::Start(path, Starting(-1, true, "r7"));
