@@ -2,9 +2,11 @@
 
 #include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <string>
@@ -113,6 +115,21 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
         output,
         " is not a regular file (a link, device or FIFO): --generate replaces its output "
         "file whole; pass --output=FILE"));
+  }
+  // Each rank writes its part beside the output: a folder that cannot take them is said here, by
+  // every rank, not as rank 0's "another rank failed" after the generation. The default's folder,
+  // the dump folder, is made later.
+  if (!output_flag.empty()) {
+    const std::filesystem::path folder = std::filesystem::path(output).parent_path();
+    const std::string dir = folder.empty() ? "." : folder.string();
+    if (!std::filesystem::is_directory(dir, error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--output=", output, ": its folder ", dir, " does not exist"));
+    }
+    if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--output=", output, ": cannot write in ", dir, ": ", std::strerror(errno)));
+    }
   }
   return output;
 }

@@ -470,6 +470,14 @@ class TitanRlTest(unittest.TestCase):
         stderr = self.refusal("generate_link", "--generate", f"--output={link}")
         self.assertIn(f"{link} is not a regular file (a link, device or FIFO)", stderr)
         self.assertTrue(os.path.islink(link))
+        # A missing folder: said by every rank before the model loads, not as "another rank
+        # failed to write its part" after the generation.
+        missing = os.path.join(self.root, "no_such_folder", "out.jsonl")
+        stderr = self.refusal("generate_missing_folder", "--nproc_per_node=2", "--generate",
+                              f"--output={missing}")
+        self.assertIn(f"--output={missing}: its folder {os.path.dirname(missing)} does not exist",
+                      stderr)
+        self.assertNotIn("another rank failed", stderr)
 
     def test_generate_with_fewer_prompts_than_ranks_is_refused(self):
         prompts = os.path.join(self.root, "two_prompts.jsonl")
