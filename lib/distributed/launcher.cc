@@ -225,6 +225,8 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   }
 
   int failure_status = 0;  // The first failing rank's.
+  int failed_rank = -1;
+  bool plain_rank_printed = false;  // options.plain_stdout_rank wrote to its stdout
   int stopped_status = 0;  // The first rank's that died of a signal the launcher sent it.
   bool stopping = false;
   // A rank that dies of one of these did what the launcher asked: it is no failure of its own.
@@ -271,6 +273,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
           if (stopped_status == 0) stopped_status = child.exit_status;
         } else if (child.exit_status != 0 && failure_status == 0) {
           failure_status = child.exit_status;
+          failed_rank = rank;
           LOG(ERROR) << "launcher: rank " << rank << " exited with status " << failure_status
                      << "; stopping the other ranks";
           stop_all();
@@ -341,6 +344,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
         stream.fd = -1;
       } else {
         stream.pending.append(buffer, static_cast<size_t>(n));
+        if (s == 0 && rank == options.plain_stdout_rank) plain_rank_printed = true;
         emit(stream, /*flush=*/false);
       }
     }
@@ -365,6 +369,13 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   if (!spawn_status.ok()) return spawn_status;
   if (failure_status != 0 || stopped_status != 0) {
     if (!output_status.ok()) LOG(ERROR) << "launcher: " << output_status.message();
+    if (options.report_failure && options.plain_stdout_rank >= 0 && !plain_rank_printed) {
+      options.report_failure(
+          failure_status != 0
+              ? absl::StrCat("rank ", failed_rank, " exited with status ", failure_status,
+                             " (its error is on stderr)")
+              : absl::StrCat("the ranks were stopped (exit status ", stopped_status, ")"));
+    }
     return failure_status != 0 ? failure_status : stopped_status;
   }
   if (!output_status.ok()) return output_status;
@@ -414,6 +425,8 @@ int RunRankedTool(int argc, char** argv, const std::string& name, const std::str
     if (exit_code.ok()) return *exit_code;
     nproc = exit_code.status();
   }
+  // `run` reports its own failures; the launch's (and the flag's) are reported here.
+  if (!nproc.ok() && launch.report_failure) launch.report_failure(nproc.status().message());
   const absl::Status status = nproc.ok() ? run() : nproc.status();
   if (!status.ok()) {
     std::cerr << name << ": " << status.message() << "\n";

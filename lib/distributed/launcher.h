@@ -5,6 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "lib/distributed/distributed_env.h"
 
@@ -16,6 +17,10 @@ struct LaunchOptions {
   // The rank whose stdout passes through without the "[rank N] " prefix (-1: none), for a tool
   // whose rank 0 alone prints machine-readable output (titan_rl --json).
   int plain_stdout_rank = -1;
+  // Told the job's failure in one line when plain_stdout_rank printed nothing on stdout (it was
+  // stopped after another rank failed, or the launch itself failed), so that a --json caller
+  // still gets its one error line there.
+  std::function<void(absl::string_view message)> report_failure;
 };
 
 // Runs `nproc` copies of this executable (/proc/self/exe) on this host, like torchrun standalone:
@@ -37,7 +42,8 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
 // The main() of a tool that may start its own ranks (titan_train, titan_rl): --help or -h prints
 // `help`; logs go to stderr; under `bazel run` relative paths mean the user's directory;
 // --nproc_per_node=N launches N local ranks of this binary (LaunchLocalRanks with `launch`), else
-// `run` runs here. A failure prints "<name>: <message>" on stderr. Returns the process's exit code.
+// `run` runs here. A failure prints "<name>: <message>" on stderr (and, before or around the ranks,
+// goes to launch.report_failure). Returns the process's exit code.
 int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
                   const std::function<absl::Status()>& run,
                   const LaunchOptions& launch = LaunchOptions());

@@ -1,5 +1,5 @@
 // A stand-in for titan_train in launcher tests: with --nproc_per_node it launches itself; as a rank
-// it behaves as FAKE_RANK_MODE says.
+// it behaves as FAKE_RANK_MODE says; the launcher's report_failure prints "report: <message>".
 //   print:  prints its env and args to stdout, a line and an unterminated tail to stderr, exits 0.
 //   fail:   rank FAKE_FAIL_RANK exits 3 after 200 ms; rank FAKE_STUBBORN_RANK ignores SIGTERM;
 //           every other rank sleeps until killed.
@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
       if (!absl::SimpleAtoi(Env("FAKE_PLAIN_STDOUT_RANK"), &options.plain_stdout_rank)) {
         options.plain_stdout_rank = -1;
       }
+      options.report_failure = [](absl::string_view message) {
+        printf("report: %s\n", std::string(message).c_str());
+      };
       absl::StatusOr<int> status = titan::LaunchLocalRanks(nproc, argc, argv, options);
       if (!status.ok()) {
         fprintf(stderr, "%s\n", std::string(status.status().message()).c_str());

@@ -138,6 +138,27 @@ TEST(LaunchLocalRanksTest, FailingRankStopsOthersAndItsStatusIsReturned) {
   EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 2 exited with status 3"));
 }
 
+TEST(LaunchLocalRanksTest, ASilentPlainStdoutRankGetsTheFailureReported) {
+  // Rank 0 (the --json rank) is stopped after rank 1 fails: its stdout would stay empty.
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"},
+      {{"FAKE_RANK_MODE", "fail"}, {"FAKE_FAIL_RANK", "1"}, {"FAKE_PLAIN_STDOUT_RANK", "0"}},
+      OutputPrefix("report"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 3) << launcher->Stderr();
+  EXPECT_EQ(launcher->Stdout(), "report: rank 1 exited with status 3 (its error is on stderr)\n");
+  // Without a plain rank nothing is reported: every line is a rank's.
+  absl::StatusOr<Subprocess> unreported = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "fail"}, {"FAKE_FAIL_RANK", "1"}},
+      OutputPrefix("no_report"));
+  ASSERT_TRUE(unreported.ok()) << unreported.status();
+  status = unreported->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(unreported->Stdout(), "");
+}
+
 TEST(LaunchLocalRanksTest, SigtermIsForwardedToEveryRank) {
   absl::StatusOr<Subprocess> launcher = Subprocess::Start(
       {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}}, OutputPrefix("wait"));

@@ -397,6 +397,12 @@ class TitanRlTest(unittest.TestCase):
             self.assertEqual(len(proc.stdout.splitlines()), 1, proc.stdout)
             self.assertIn(f"{folder} is a directory: --generate writes one JSONL file",
                           json.loads(proc.stdout)["error"])
+        # Refused before any rank starts: the launcher reports it.
+        _, cmd = self.job("json_nproc", "--nproc_per_node=0", "--generate", "--json")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn("--nproc_per_node: expected a positive integer",
+                      json.loads(proc.stdout)["error"])
         _, cmd = self.job("json_step", "--json", "--step_rollouts=/nonexistent.jsonl")
         proc = common.run(cmd, check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])

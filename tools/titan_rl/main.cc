@@ -147,7 +147,10 @@ int main(int argc, char** argv) {
   const ToolFlags flags = ParseToolFlags(argc, argv);
   titan::LaunchOptions launch;
   // Rank 0 alone prints --json's summary: stdout stays one JSON line.
-  if (flags.json) launch.plain_stdout_rank = 0;
+  if (flags.json) {
+    launch.plain_stdout_rank = 0;
+    launch.report_failure = [](absl::string_view message) { titan::PrintJsonError(message); };
+  }
   return titan::RunRankedTool(
       argc, argv, "titan_rl", kUsage + titan::JobConfigHelp(),
       [&] { return RunReportingJson(flags); }, launch);
