@@ -183,7 +183,11 @@ absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64
       kept.emplace_back(name, tensor);
     }
     if (kept.empty()) return absl::OkStatus();
-    const std::string file = RankFileName(stem, ranks_.rank, ranks_.world_size);
+    // A model-only save is a consolidated export that rank 0 writes alone (whatever a reader
+    // expects: model.safetensors); other ranks' tensors, if any, keep their rank's name.
+    const bool consolidated = model_only && ranks_.rank == 0;
+    const std::string file = consolidated ? RankFileName(stem, 0, 1)
+                                          : RankFileName(stem, ranks_.rank, ranks_.world_size);
     std::map<std::string, uint32_t> crcs;
     auto busy_since = std::chrono::steady_clock::now();
     TITAN_RETURN_IF_ERROR(WriteSafetensors(

@@ -467,7 +467,8 @@ CheckpointState PiecesOf(const CheckpointState& whole, int rank, int world, bool
 // each rank's status. Ranks with a null state never call Save (dead). Each call is a new run.
 std::vector<absl::Status> SaveAsRanks(const std::string& root, int64_t step,
                                       const std::vector<const CheckpointState*>& states,
-                                      absl::Duration commit_timeout = absl::Seconds(30)) {
+                                      absl::Duration commit_timeout = absl::Seconds(30),
+                                      bool model_only = false) {
   const int world = static_cast<int>(states.size());
   std::vector<absl::Status> statuses(world);
   static int runs = 0;
@@ -477,11 +478,30 @@ std::vector<absl::Status> SaveAsRanks(const std::string& root, int64_t step,
     if (states[rank] == nullptr) continue;
     threads.emplace_back([&, rank] {
       CheckpointManager manager(root, 0, {rank, world, run_id, commit_timeout});
-      statuses[rank] = manager.Save(step, *states[rank], /*model_only=*/false);
+      statuses[rank] = manager.Save(step, *states[rank], model_only);
     });
   }
   for (std::thread& thread : threads) thread.join();
   return statuses;
+}
+
+TEST(CheckpointManagerTest, AModelOnlySaveOfSeveralRanksIsOneModelFile) {
+  // A consolidated export: rank 0 holds the whole model, the others nothing.
+  const std::string root = TestRoot();
+  CheckpointState whole = WholeState();
+  whole.optimizer.clear();
+  const CheckpointState nothing;
+  for (const absl::Status& status :
+       SaveAsRanks(root, 5, {&whole, &nothing}, absl::Seconds(30), /*model_only=*/true)) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  CheckpointManager manager(root, 0);
+  absl::StatusOr<std::vector<std::string>> files = ListDirectory(manager.StepDirectory(5));
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_THAT(*files, testing::UnorderedElementsAre("manifest.json", "model.safetensors"));
+  absl::StatusOr<CheckpointState> loaded = manager.Load(5);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectSameTensors(loaded->model, whole.model);
 }
 
 TEST(CheckpointManagerTest, RanksSavePiecesInParallelAndLoadsReshard) {
