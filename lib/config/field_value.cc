@@ -179,6 +179,15 @@ absl::Status CheckNumber(absl::string_view name, const FieldOptions& options, do
   return absl::OkStatus();
 }
 
+// `value`, or the choice it names in another case where the field takes any case.
+std::string SpelledAsChoice(const FieldDescriptor* field, const std::string& value) {
+  if (!field->options().GetExtension(titan::choices_ignore_case)) return value;
+  for (const std::string& choice : field->options().GetRepeatedExtension(titan::choices)) {
+    if (absl::EqualsIgnoreCase(choice, value)) return choice;
+  }
+  return value;
+}
+
 }  // namespace
 
 FieldKind KindOf(const FieldDescriptor* field) {
@@ -333,7 +342,7 @@ absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, M
       break;
     case FieldKind::kString:
       if (const auto* value = node.as_string()) {
-        reflection->SetString(message, field, value->get());
+        reflection->SetString(message, field, SpelledAsChoice(field, value->get()));
         return absl::OkStatus();
       }
       break;
@@ -399,7 +408,7 @@ absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, 
       return absl::OkStatus();
     }
     case FieldKind::kString:
-      reflection->SetString(message, field, text);
+      reflection->SetString(message, field, SpelledAsChoice(field, text));
       return absl::OkStatus();
     case FieldKind::kStringList: {
       // A TOML array too (["a", "b"]), as a job file writes it and other lists take it.

@@ -494,6 +494,20 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
   EXPECT_EQ(ValidationError({"--activation_checkpoint.mode=partial"}),
             "[activation_checkpoint] mode=\"partial\": expected one of \"none\", \"selective\", "
             "\"full\"");
+  // The pipeline schedule takes any case, as torch's get_schedule_class; other choices do not.
+  for (const char* text : {"gpipe", "zbvzerobubble"}) {
+    absl::StatusOr<JobConfig> any_case =
+        ParseText(absl::StrCat("[parallelism]\npipeline_parallel_schedule = \"", text, "\"\n"));
+    ASSERT_TRUE(any_case.ok()) << any_case.status();
+    EXPECT_TRUE(ValidateJobConfig(*any_case, 1).ok());
+  }
+  EXPECT_EQ(ParseText("", {"--parallelism.pipeline_parallel_schedule=interleaved1f1b"})
+                ->parallelism()
+                .pipeline_parallel_schedule(),
+            "Interleaved1F1B");
+  EXPECT_EQ(
+      ValidationError({"--lr_scheduler.decay_type=Linear"}),
+      "[lr_scheduler] decay_type=\"Linear\": expected one of \"linear\", \"sqrt\", \"cosine\"");
   EXPECT_EQ(ValidationError({"--model.norm_type=layernorm"}),
             "[model] norm_type=\"layernorm\": expected one of \"rmsnorm\"");
   EXPECT_EQ(ValidationError({"--compile.components=model,graph"}),
