@@ -3,6 +3,7 @@ coreutils do; a failing tool keeps its own exit status.
 
 Usage: python3 stdout_test.py <tool binary>...
 """
+import json
 import os
 import subprocess
 import sys
@@ -46,6 +47,21 @@ class StdoutTest(unittest.TestCase):
         self.assertEqual(proc.stderr.splitlines(), [
             'convert_checkpoint: checkpoint format "xla", expected titan, hf or meta',
             f"convert_checkpoint: stdout: write failed: {FULL}"])
+
+    def test_a_flag_refused_under_json_is_a_json_error_too(self):
+        # gflags' own refusals (an unknown flag, a missing value), before the tool runs.
+        for tool, code in (("convert_checkpoint", 1), ("checkpoint_inspect", 2),
+                           ("download_assets", 1)):
+            with self.subTest(tool=tool):
+                proc = subprocess.run([TOOLS[tool], "--json", "--bogus=1"], capture_output=True,
+                                      text=True, timeout=60)
+                self.assertEqual(proc.returncode, code, proc.stderr)
+                self.assertEqual(json.loads(proc.stdout),
+                                 {"error": "unknown command line flag 'bogus'"})
+                self.assertIn("ERROR: unknown command line flag 'bogus'", proc.stderr)
+        proc = subprocess.run([TOOLS["convert_checkpoint"], "--bogus=1"], capture_output=True,
+                              text=True, timeout=60)
+        self.assertEqual(proc.stdout, "")  # without --json, stdout stays empty
 
     def test_output_that_is_written_exits_zero(self):
         proc = subprocess.run([TOOLS["pp_schedule"], "--format=csv"], capture_output=True,

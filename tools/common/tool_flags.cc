@@ -1,25 +1,70 @@
 #include "tools/common/tool_flags.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "gflags/gflags.h"
+#include "tools/common/tool_output.h"
 
 namespace titan {
 namespace {
 
 int g_usage_error_code = 1;
 bool g_parsing = false;
+// With --json, gflags' own error is caught here (stderr goes to this file while it parses) to be
+// printed as {"error": ...} too; null: not caught.
+std::FILE* g_caught_stderr = nullptr;
+int g_real_stderr = -1;
 
-// gflags exits 1 on a flag it refuses, with no way to ask for another status.
-void RemapParseExit(int status, void*) {
+// Puts stderr back and writes what gflags printed there; returns it.
+std::string ReleaseStderr() {
+  if (g_caught_stderr == nullptr) return "";
+  std::fflush(stderr);
+  std::string text;
+  std::rewind(g_caught_stderr);
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), g_caught_stderr)) > 0;) {
+    text.append(buffer, n);
+  }
+  std::fclose(g_caught_stderr);
+  g_caught_stderr = nullptr;
+  ::dup2(g_real_stderr, STDERR_FILENO);
+  ::close(g_real_stderr);
+  std::fputs(text.c_str(), stderr);
+  return text;
+}
+
+// gflags exits 1 on a flag it refuses, with no way to ask for another status or format.
+void OnParseExit(int status, void*) {
   if (!g_parsing || status == 0) return;
+  const std::string caught = ReleaseStderr();
   std::cout.flush();  // --helpfull's text, which gflags prints before it exits 1
   std::fflush(stdout);
+  if (!caught.empty()) {
+    absl::string_view message(caught);
+    message = message.substr(0, message.find('\n'));
+    absl::ConsumePrefix(&message, "ERROR: ");
+    PrintJsonError(message);
+    std::fflush(stdout);
+  }
   std::_Exit(g_usage_error_code);
+}
+
+bool JsonRequested(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--json" || arg == "-json" || arg == "--json=true" || arg == "-json=true")
+      return true;
+  }
+  return false;
 }
 
 void PrintHelp(const char* usage) {
@@ -46,13 +91,22 @@ void ParseToolFlags(const char* usage, int* argc, char*** argv, int usage_error_
       std::exit(0);
     }
   }
-  if (usage_error_code != 1) {
-    g_usage_error_code = usage_error_code;
-    on_exit(RemapParseExit, nullptr);
+  g_usage_error_code = usage_error_code;
+  const bool json = JsonRequested(*argc, *argv);
+  if (usage_error_code != 1 || json) on_exit(OnParseExit, nullptr);
+  if (json) {
+    std::fflush(stderr);
+    g_caught_stderr = std::tmpfile();
+    g_real_stderr = g_caught_stderr != nullptr ? ::dup(STDERR_FILENO) : -1;
+    if (g_real_stderr < 0 || ::dup2(::fileno(g_caught_stderr), STDERR_FILENO) < 0) {
+      if (g_caught_stderr != nullptr) std::fclose(g_caught_stderr);
+      g_caught_stderr = nullptr;
+    }
   }
   g_parsing = true;
   gflags::ParseCommandLineFlags(argc, argv, /*remove_flags=*/true);
   g_parsing = false;
+  ReleaseStderr();
 }
 
 }  // namespace titan
