@@ -62,9 +62,10 @@ absl::Status SetAsideDeadRestarts(const std::string& path, const std::string& ow
     const std::string aside =
         absl::StrCat(path, ".abandoned-", absl::string_view(name).substr(prefix.size()));
     std::filesystem::rename(entry.path(), aside, error);
-    if (error)
+    if (error) {
       return absl::InternalError(
           absl::StrCat(entry.path().string(), ": rename: ", error.message()));
+    }
     LOG(WARNING) << "Set aside " << entry.path().string() << " as " << aside
                  << ": the rows of a restart that stopped before its first save";
   }
