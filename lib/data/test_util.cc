@@ -20,10 +20,14 @@ std::vector<int32_t> ByteTokenizer::Encode(absl::string_view text, bool add_bos,
   return ids;
 }
 
-absl::StatusOr<std::string> ByteTokenizer::Decode(absl::Span<const int32_t> ids) const {
+absl::StatusOr<std::string> ByteTokenizer::Decode(absl::Span<const int32_t> ids,
+                                                  UnknownIds unknown) const {
   std::string text;
   for (int32_t id : ids) {
-    if (id < 0 || id >= 256) return absl::InvalidArgumentError("not a byte id");
+    if (id < 0 || id >= 256) {
+      if (unknown == UnknownIds::kEmpty) continue;
+      return absl::InvalidArgumentError("not a byte id");
+    }
     text.push_back(static_cast<char>(id));
   }
   return text;

@@ -22,7 +22,9 @@ class ByteTokenizer : public Tokenizer {
   using Tokenizer::Encode;
   std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
                               SpecialTokenText special_text) const override;
-  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
+  using Tokenizer::Decode;
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                     UnknownIds unknown) const override;
   std::optional<int32_t> bos_id() const override { return kBos; }
   int32_t eos_id() const override { return kEos; }
   int64_t vocab_size() const override { return 258; }

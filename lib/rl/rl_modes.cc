@@ -178,7 +178,8 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
       if (valid[i][j]) prompt_ids.push_back(tokens[i][j]);
     }
     const std::vector<int32_t> ids(response.begin(), response.end());
-    absl::StatusOr<std::string> text = trainer.tokenizer().Decode(ids);
+    // Ids past the tokenizer decode as nothing; response_ids keeps them.
+    absl::StatusOr<std::string> text = trainer.tokenizer().Decode(ids, UnknownIds::kEmpty);
     if (!text.ok()) return text.status();
     std::vector<double> lp;
     for (size_t t = 0; t < response.size(); ++t) lp.push_back(logprobs[i][t]);

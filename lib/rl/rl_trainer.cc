@@ -105,7 +105,8 @@ absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(const Generati
     const TokenIds& response = generation.responses[i];
     const bool drop_stop = generation.stopped[i] && !with_stop_token;
     const std::vector<int32_t> ids(response.begin(), response.end() - (drop_stop ? 1 : 0));
-    TITAN_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids));
+    // Ids past the tokenizer (a padded embedding's) are text-less, as `tokenizers`' decode.
+    TITAN_ASSIGN_OR_RETURN(std::string text, tokenizer_->Decode(ids, UnknownIds::kEmpty));
     texts.push_back(std::move(text));
   }
   return texts;

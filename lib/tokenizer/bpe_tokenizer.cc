@@ -330,10 +330,12 @@ void BpeTokenizer::MergePiece(absl::string_view piece, std::vector<int32_t>* ids
   for (int32_t i = 0; i >= 0; i = symbols[i].next) ids->push_back(symbols[i].id);
 }
 
-absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids) const {
+absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids,
+                                                 UnknownIds unknown) const {
   std::string text;
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size() || !model_.id_to_bytes[id].has_value()) {
+      if (unknown == UnknownIds::kEmpty) continue;
       return absl::InvalidArgumentError(
           absl::StrCat("cannot decode unknown token id ", id, " (vocab size ", vocab_size(), ")"));
     }

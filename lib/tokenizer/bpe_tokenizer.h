@@ -83,9 +83,11 @@ class BpeTokenizer : public Tokenizer {
   using Tokenizer::Encode;
   std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
                               SpecialTokenText special_text) const override;
+  using Tokenizer::Decode;
   // Concatenates the bytes of `ids`; the result may end inside a UTF-8 character when the ids
-  // split one. Fails naming the first unknown id.
-  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
+  // split one. An unknown id fails naming it (kError) or decodes as nothing (kEmpty).
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                     UnknownIds unknown) const override;
 
   std::optional<int32_t> bos_id() const override { return model_.bos_id; }
   int32_t eos_id() const override { return model_.eos_id; }

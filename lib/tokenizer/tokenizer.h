@@ -24,6 +24,15 @@ enum class SpecialTokenText {
   kParse,
 };
 
+// What Decode makes of an id the tokenizer has no text for (out of range or unused).
+enum class UnknownIds {
+  // An error naming the id: where such an id is a bug (data, conversions, tests).
+  kError,
+  // Empty text, as `tokenizers`' decode: a model's embedding may be padded past the tokenizer
+  // (Qwen3: 151936 rows, 151669 ids), and what it samples there is text-less, not an error.
+  kEmpty,
+};
+
 // Text <-> token ids. Implementations: BPE from HF tokenizer.json or tiktoken rank files.
 class Tokenizer {
  public:
@@ -32,7 +41,12 @@ class Tokenizer {
   // Llama 3 rules: `add_bos` prepends the BOS (when there is one), `add_eos` appends the EOS.
   virtual std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
                                       SpecialTokenText special_text) const = 0;
-  virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
+  virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                             UnknownIds unknown) const = 0;
+  // An unknown id is an error.
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const {
+    return Decode(ids, UnknownIds::kError);
+  }
 
   // None for a tokenizer without BOS (Qwen's layout: tokenizer_config.json says bos_token null).
   virtual std::optional<int32_t> bos_id() const = 0;

@@ -179,6 +179,21 @@ TEST(TokenizerLoaderTest, DecodeNamesTheUnknownId) {
   EXPECT_FALSE(tokenizer->Decode({-1}).ok());
 }
 
+TEST(TokenizerLoaderTest, DecodeAsksForUnknownIdsAsEmptyText) {
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(kDefaultTokenizer);
+  ASSERT_NE(tokenizer, nullptr);
+  // A padded embedding's ids (Qwen3 embeds 151936, its tokenizer has 151669): `tokenizers`
+  // decodes them as nothing.
+  const int32_t padded = static_cast<int32_t>(tokenizer->vocab_size()) + 52;
+  const std::vector<int32_t> ids = tokenizer->Encode("ab", false, false, kPlain);
+  std::vector<int32_t> with_padded = {padded, -1};
+  with_padded.insert(with_padded.begin() + 1, ids.begin(), ids.end());
+  absl::StatusOr<std::string> decoded = tokenizer->Decode(with_padded, UnknownIds::kEmpty);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, "ab");
+  EXPECT_FALSE(tokenizer->Decode(with_padded, UnknownIds::kError).ok());
+}
+
 TEST(TokenizerLoaderTest, TiktokenRankFileInMetaLayout) {
   const std::string dir = MakeDir("meta_layout");
   std::filesystem::create_directories(dir + "/original");

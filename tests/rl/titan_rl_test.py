@@ -14,6 +14,7 @@ import time
 import unittest
 
 import torch
+import transformers
 from safetensors.torch import load_file
 
 import common
@@ -407,6 +408,39 @@ class TitanRlTest(unittest.TestCase):
         proc = common.run(cmd, check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
         self.assertIn("/nonexistent.jsonl", json.loads(proc.stdout)["error"])
+
+    def test_ids_past_the_tokenizer_decode_as_empty_text(self):
+        # A model that embeds more ids than its tokenizer has (Qwen3: 151936 rows, 151669 ids)
+        # and samples one: the response keeps the id and its text has none, as transformers'
+        # generate and the tokenizer's decode give; training goes on.
+        hf = os.path.join(self.root, "padded_vocab")
+        model = common.save_random_hf(hf, "llama3", vocab_size=2176, initializer_range=0.02)
+        prompts = os.path.join(self.root, "padded_prompts.jsonl")
+        common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"}])
+        output = os.path.join(self.root, "padded_generated.jsonl")
+        flags = ["--generate", f"--output={output}", f"--rl.prompts_path={prompts}",
+                 "--rl.temperature=0", "--rl.max_new_tokens=4"]
+        common.run(common.short_run(TITAN_RL, CONFIG, os.path.join(self.root, "padded_gen"), hf,
+                                    *flags))
+        prompt_ids = common.read_jsonl(output)[0]["prompt_ids"]
+        # Row 2100 of the head along the prompt's last hidden state: the first token is 2100.
+        padded = 2100
+        with torch.no_grad():
+            hidden = model.model(torch.tensor([prompt_ids])).last_hidden_state[0, -1]
+            model.lm_head.weight[padded] = hidden / hidden.norm() * 50
+        model.save_pretrained(hf)
+        common.run(common.short_run(TITAN_RL, CONFIG, os.path.join(self.root, "padded_gen"), hf,
+                                    *flags))
+        row = common.read_jsonl(output)[0]
+        self.assertEqual(row["response_ids"][0], padded)
+        tokenizer = transformers.AutoTokenizer.from_pretrained(common.TOKENIZER)
+        self.assertEqual(row["response"], tokenizer.decode(row["response_ids"]))
+        dump = os.path.join(self.root, "padded_grpo")
+        common.run(common.short_run(TITAN_RL, CONFIG, dump, hf, f"--rl.prompts_path={prompts}",
+                                    "--training.steps=1"))
+        rollouts = common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))
+        self.assertEqual({r["response_ids"][0] for r in rollouts}, {padded})
+        self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])
 
     def test_generate_does_not_overwrite_its_prompts(self):
         prompts = os.path.join(self.root, "own_prompts.jsonl")
