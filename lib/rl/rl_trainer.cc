@@ -75,7 +75,7 @@ SamplingOptions RlTrainer::SamplingFromConfig(uint64_t seed, bool greedy) const 
   options.temperature = greedy ? 0.0 : rl_.temperature();
   options.top_k = rl_.top_k();
   options.top_p = rl_.top_p();
-  options.stop_tokens = {tokenizer_->eos_id()};
+  options.stop_tokens = stop_tokens_.ids;
   options.pad_id = tokenizer_->eos_id();
   options.seed = seed;
   return options;

@@ -18,6 +18,7 @@
 #include "lib/rl/examples.h"
 #include "lib/rl/generator.h"
 #include "lib/rl/reward_model.h"
+#include "lib/rl/stop_tokens.h"
 #include "lib/train/components.h"
 #include "lib/train/grad_clip.h"
 #include "lib/train/resource_monitor.h"
@@ -135,6 +136,7 @@ class RlTrainer {
   const JobConfig::Rl& rl_;
   RunSetup setup_;
   std::unique_ptr<Tokenizer> tokenizer_;
+  StopTokens stop_tokens_;  // what every generation's responses end at
   ModelBundle policy_;
   std::optional<ModelBundle> reference_;  // kl_coef > 0, and DPO
   std::unique_ptr<RewardModel> reward_model_;  // reward = "reward_model"

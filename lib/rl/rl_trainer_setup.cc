@@ -1,9 +1,12 @@
 // RlTrainer's setup: the policy, its frozen reference, reward model, optimizers, checkpoints
 // (resumed), metrics and examples. The steps and the run: rl_trainer.cc, rl_update.cc.
+#include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
+
 #include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/config/job_config.h"
@@ -52,6 +55,10 @@ absl::Status RlTrainer::Init(bool training_run) {
   }
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicyCopy());
+  TITAN_ASSIGN_OR_RETURN(stop_tokens_,
+                         StopTokensFromConfig(config_, *tokenizer_, policy_.info.args.vocab_size));
+  LOG(INFO) << "generation stops at ids [" << absl::StrJoin(stop_tokens_.ids, ", ") << "] ("
+            << stop_tokens_.source << ")";
   if ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo") {
     // Its parameters keep requires_grad as the policy's, though no optimizer holds them and it
     // only runs under NoGradGuard: with them frozen, LibTorch took other kernels somewhere (the

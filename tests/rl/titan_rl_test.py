@@ -442,6 +442,40 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual({r["response_ids"][0] for r in rollouts}, {padded})
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])
 
+    def test_generation_stops_at_every_eos_of_generation_config(self):
+        # generation_config.json's eos_token_id list (Qwen3's [<|im_end|>, <|endoftext|>]): the
+        # response ends at any of them, as transformers' generate(do_sample=False).
+        hf = os.path.join(self.root, "eos_list")
+        shutil.rmtree(hf, ignore_errors=True)
+        shutil.copytree(self.hf, hf)
+        prompts = os.path.join(self.root, "eos_prompts.jsonl")
+        common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"}])
+        output = os.path.join(self.root, "eos_generated.jsonl")
+        cmd = common.short_run(TITAN_RL, CONFIG, os.path.join(self.root, "eos_gen"), hf,
+                               "--generate", f"--output={output}", f"--rl.prompts_path={prompts}",
+                               "--rl.temperature=0", "--rl.max_new_tokens=6")
+        common.run(cmd)
+        row = common.read_jsonl(output)[0]
+        first = row["response_ids"][0]
+        self.assertNotEqual(first, common.EOS)
+        self.assertFalse(row["stopped"])
+        path = os.path.join(hf, "generation_config.json")
+        with open(path) as f:
+            generation_config = json.load(f)
+        generation_config["eos_token_id"] = [common.EOS, first]
+        with open(path, "w") as f:
+            json.dump(generation_config, f)
+        proc = common.run(cmd)
+        self.assertIn(f"generation stops at ids [{common.EOS}, {first}] ({path} eos_token_id)",
+                      proc.stderr)
+        row = common.read_jsonl(output)[0]
+        self.assertEqual(row["response_ids"], [first])
+        self.assertTrue(row["stopped"])
+        model = transformers.AutoModelForCausalLM.from_pretrained(hf)
+        expected = model.generate(torch.tensor([row["prompt_ids"]]), max_new_tokens=6,
+                                  do_sample=False)[0, len(row["prompt_ids"]):].tolist()
+        self.assertEqual(row["response_ids"], expected)
+
     def test_generate_does_not_overwrite_its_prompts(self):
         prompts = os.path.join(self.root, "own_prompts.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"}])
