@@ -179,6 +179,7 @@ absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
   switch (reader.format()) {
     case CheckpointFormat::kHf:
       info = ModelInfoFromHfConfig(description, reader.directory() + "/config.json");
+      if (info.ok()) info->hf_generation_config = ReadHfGenerationConfig(reader.directory());
       break;
     case CheckpointFormat::kTitan:
       info = description.contains("model")
@@ -199,6 +200,7 @@ absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
   if (!model_name.empty()) TITAN_RETURN_IF_ERROR(FindModel(model_name).status());
   TITAN_ASSIGN_OR_RETURN(const json config, ReadHfConfig(directory));
   TITAN_ASSIGN_OR_RETURN(ModelInfo info, ModelInfoFromHfConfig(config, directory + "/config.json"));
+  info.hf_generation_config = ReadHfGenerationConfig(directory);
   return CheckDescribed(std::move(info), directory, model_name, /*flavor=*/"");
 }
 

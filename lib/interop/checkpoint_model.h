@@ -12,17 +12,18 @@
 
 namespace titan {
 
-// The model `reader` holds: from hf's config.json (the family by model_type), from the "model"
-// entry of a titan manifest's state (entries without a name are llama3), from Meta's params.json
-// (a family with a Meta format), or, for titan checkpoints that do not record it, the registered
-// family and flavor whose parameter shapes the tensors match. `model_name` / `flavor`, when not
+// The model `reader` holds: from hf's config.json (the family by model_type; with the folder's
+// generation_config.json, which an HF export writes back), from the "model" entry of a titan
+// manifest's state (entries without a name are llama3), from Meta's params.json (a family with a
+// Meta format), or, for titan checkpoints that do not record it, the registered family and flavor
+// whose parameter shapes the tensors match. `model_name` / `flavor`, when not
 // empty, narrow the search and must agree with what the checkpoint says.
 absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
                                              const std::string& model_name,
                                              const std::string& flavor);
 
-// The model a Hugging Face folder's config.json describes, whether or not the folder holds weights
-// (a shape to train from scratch); `model_name` as above.
+// The model a Hugging Face folder's config.json describes (with its generation_config.json),
+// whether or not the folder holds weights (a shape to train from scratch); `model_name` as above.
 absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
                                            const std::string& model_name);
 

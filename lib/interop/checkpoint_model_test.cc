@@ -8,9 +8,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/test_dir.h"
 #include "lib/interop/convert.h"
+#include "lib/interop/hf_config.h"
 #include "lib/interop/load_weights.h"
+#include "lib/util/file_util.h"
 
 namespace titan {
 namespace {
@@ -51,6 +54,36 @@ void SaveTitan(const std::string& root, const ModelInfo& info, const json& entry
   }
   if (!entry.is_null()) state.extra["model"] = entry;
   ASSERT_TRUE(CheckpointManager(root, 0).Save(1, state, /*model_only=*/true).ok());
+}
+
+// A shape read from an HF folder (the trainer's from_checkpoint) keeps its pad id and
+// generation_config.json, and so does the titan manifest's model entry it is saved as.
+TEST(CheckpointModelTest, HfSettingsTravelInTheModelEntry) {
+  const std::string hf = TestDir("hf");
+  ASSERT_TRUE(MakeDirectories(hf).ok());
+  ModelInfo info = SmallQwen3();
+  info.pad_token_id = 39;
+  const json generation = {{"do_sample", true}, {"temperature", 0.7}, {"eos_token_id", {1, 2}}};
+  ASSERT_TRUE(WriteFileAtomically(hf + "/config.json", HfConfig(info, "float32").dump()).ok());
+  ASSERT_TRUE(WriteFileAtomically(hf + "/generation_config.json", generation.dump()).ok());
+  absl::StatusOr<ModelInfo> read = DescribeHfConfig(hf, "qwen3");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->pad_token_id, 39);
+  EXPECT_EQ(read->hf_generation_config, generation);
+
+  absl::StatusOr<ModelInfo> entry = ModelInfoFromJson(ModelInfoToJson(*read), "entry");
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  EXPECT_EQ(entry->pad_token_id, 39);
+  EXPECT_EQ(entry->hf_generation_config, generation);
+  // Entries of models without them (a flavor, older checkpoints) hold neither key.
+  const json plain = ModelInfoToJson(SmallQwen3());
+  EXPECT_FALSE(plain.contains("pad_token_id"));
+  EXPECT_FALSE(plain.contains("hf_generation_config"));
+  EXPECT_TRUE(ModelInfoFromJson(plain, "entry")->hf_generation_config.is_null());
+  json bad = plain;
+  bad["hf_generation_config"] = "sampling";
+  EXPECT_THAT(ModelInfoFromJson(bad, "entry").status().message(),
+              HasSubstr("entry: hf_generation_config: expected an object, got string"));
 }
 
 TEST(CheckpointModelTest, DescribesRecordedModelsOfEveryFamily) {

@@ -25,6 +25,7 @@ namespace {
 using nlohmann::json;
 
 constexpr char kHfConfigFile[] = "config.json";
+constexpr char kHfGenerationConfigFile[] = "generation_config.json";
 constexpr char kHfSingleFile[] = "model.safetensors";
 constexpr char kHfIndexFile[] = "model.safetensors.index.json";
 constexpr char kMetaParamsFile[] = "params.json";
@@ -216,6 +217,16 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
 
 absl::StatusOr<json> ReadHfConfig(const std::string& directory) {
   return ReadJsonFile(absl::StrCat(directory, "/", kHfConfigFile));
+}
+
+json ReadHfGenerationConfig(const std::string& directory) {
+  const std::string path = absl::StrCat(directory, "/", kHfGenerationConfigFile);
+  if (!PathExists(path)) return nullptr;
+  absl::StatusOr<json> config = ReadJsonFile(path);
+  if (config.ok() && config->is_object()) return *std::move(config);
+  LOG(WARNING) << (config.ok() ? path + ": not a JSON object" : config.status().message())
+               << "; ignored, as transformers ignores it";
+  return nullptr;
 }
 
 absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source) {

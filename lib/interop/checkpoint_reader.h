@@ -45,6 +45,9 @@ struct TensorInfo {
 
 // A Hugging Face folder's config.json, parsed; the folder need not hold weights.
 absl::StatusOr<nlohmann::json> ReadHfConfig(const std::string& directory);
+// Its generation_config.json, parsed; null when absent or not a JSON object (with a warning:
+// transformers too loads the model without it then).
+nlohmann::json ReadHfGenerationConfig(const std::string& directory);
 
 class CheckpointReader {
  public:

@@ -16,6 +16,7 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/test_dir.h"
+#include "lib/interop/checkpoint_reader.h"
 #include "lib/interop/hf_adapter.h"
 #include "lib/interop/hf_config.h"
 #include "lib/interop/load_weights.h"
@@ -227,6 +228,49 @@ TEST(ConvertTest, Qwen3ToHfAndBackKeepsTensorsAsTheyAre) {
   EXPECT_THAT(ConvertCheckpoint(titan, TestDir("meta"), to_meta).status().message(),
               HasSubstr("--to=meta: qwen3 has no Meta format"));
   EXPECT_FALSE(PathExists(TestDir("meta")));
+}
+
+// What an HF folder says that titan does not model (pad_token_id, the authors' sampling defaults
+// and eos list in generation_config.json) reaches the export, directly and through titan's format.
+TEST(ConvertTest, HfConfigSettingsTitanDoesNotModelReachTheExport) {
+  const std::string titan = TestDir("titan"), hf = TestDir("hf");
+  SaveTitan(titan, 1, SmallModel(), /*describe=*/true);
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, ConvertOptions()).ok());
+  json config = *ReadHfConfig(hf);
+  config["pad_token_id"] = 39;
+  ASSERT_TRUE(WriteFileAtomically(hf + "/config.json", config.dump(2)).ok());
+  const json generation = {{"bos_token_id", 1},  {"eos_token_id", {2, 3}},
+                           {"pad_token_id", 39}, {"do_sample", true},
+                           {"temperature", 0.6}, {"top_p", 0.95},
+                           {"top_k", 20},        {"transformers_version", "5.24.0"}};
+  ASSERT_TRUE(WriteFileAtomically(hf + "/generation_config.json", generation.dump(2)).ok());
+
+  const std::string direct = TestDir("direct"), back_titan = TestDir("back_titan");
+  const std::string back = TestDir("back");
+  ASSERT_TRUE(ConvertCheckpoint(hf, direct, ConvertOptions()).ok());
+  ConvertOptions to_titan;
+  to_titan.to = CheckpointFormat::kTitan;
+  ASSERT_TRUE(ConvertCheckpoint(hf, back_titan, to_titan).ok());
+  ASSERT_TRUE(ConvertCheckpoint(back_titan, back, ConvertOptions()).ok());
+  for (const std::string& out : {direct, back}) {
+    EXPECT_EQ(ReadHfConfig(out)->value("pad_token_id", json()), 39) << out;
+    EXPECT_EQ(ReadHfGenerationConfig(out), generation) << out;
+  }
+}
+
+// Without a source generation_config.json (a model from a flavor) the export builds one from the
+// special ids; a malformed one is ignored, as transformers ignores it.
+TEST(ConvertTest, GenerationConfigIsBuiltWhenTheSourceHasNone) {
+  const std::string titan = TestDir("titan"), hf = TestDir("hf"), back = TestDir("back");
+  SaveTitan(titan, 1, SmallModel(), /*describe=*/true);
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, ConvertOptions()).ok());
+  const json built = {{"_from_model_config", true}, {"bos_token_id", 1}, {"eos_token_id", 2}};
+  EXPECT_EQ(ReadHfGenerationConfig(hf), built);
+  EXPECT_FALSE(ReadHfConfig(hf)->contains("pad_token_id"));
+  ASSERT_TRUE(WriteFileAtomically(hf + "/generation_config.json", "{not json").ok());
+  EXPECT_TRUE(ReadHfGenerationConfig(hf).is_null());
+  ASSERT_TRUE(ConvertCheckpoint(hf, back, ConvertOptions()).ok());
+  EXPECT_EQ(ReadHfGenerationConfig(back), built);
 }
 
 // Meta's format is Llama 3's: read as llama3 unless another family is named.

@@ -204,13 +204,18 @@ json HfConfig(const ModelInfo& info, const std::string& torch_dtype) {
                  {"bos_token_id", info.bos_token_id},
                  {"eos_token_id", info.eos_token_id},
                  {"torch_dtype", torch_dtype}});
+  if (!info.pad_token_id.is_null()) config["pad_token_id"] = info.pad_token_id;
   return config;
 }
 
 json HfGenerationConfig(const ModelInfo& info) {
-  return {{"_from_model_config", true},
-          {"bos_token_id", info.bos_token_id},
-          {"eos_token_id", info.eos_token_id}};
+  // The source's own file carries settings titan does not model (sampling, eos lists).
+  if (info.hf_generation_config.is_object()) return info.hf_generation_config;
+  json config = {{"_from_model_config", true},
+                 {"bos_token_id", info.bos_token_id},
+                 {"eos_token_id", info.eos_token_id}};
+  if (!info.pad_token_id.is_null()) config["pad_token_id"] = info.pad_token_id;
+  return config;
 }
 
 absl::StatusOr<ModelInfo> ModelInfoFromHfConfig(const json& config, const std::string& source) {
@@ -240,8 +245,10 @@ absl::StatusOr<ModelInfo> ModelInfoFromHfConfig(const json& config, const std::s
   TITAN_RETURN_IF_ERROR(CheckRepresentable(config, args.n_layers, source));
   TITAN_RETURN_IF_ERROR(ReadRope(config, args.max_seq_len, source, args.rope));
   TITAN_RETURN_IF_ERROR(ValidateTransformerArgs(args, source));
-  return DescribeModel(*spec, args, config.value("bos_token_id", json()),
-                       config.value("eos_token_id", json()));
+  ModelInfo info = DescribeModel(*spec, args, config.value("bos_token_id", json()),
+                                 config.value("eos_token_id", json()));
+  info.pad_token_id = config.value("pad_token_id", json());
+  return info;
 }
 
 }  // namespace titan

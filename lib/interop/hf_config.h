@@ -16,7 +16,8 @@ namespace titan {
 // config.json for `info` as transformers writes it (legacy rope_theta + rope_scaling, which every
 // transformers version reads); `torch_dtype` is "float32", "bfloat16", ...
 nlohmann::json HfConfig(const ModelInfo& info, const std::string& torch_dtype);
-// generation_config.json (the special ids).
+// generation_config.json: info.hf_generation_config verbatim when the model came with one, else
+// the special ids.
 nlohmann::json HfGenerationConfig(const ModelInfo& info);
 
 // Reads a config.json: the family is the registered spec whose hf.model_type matches; the common
@@ -24,7 +25,7 @@ nlohmann::json HfGenerationConfig(const ModelInfo& info);
 // take transformers' defaults when absent); RoPE default, llama3 or yarn from rope_scaling or
 // transformers 5's rope_parameters. What the decoder cannot represent (biases, activations other
 // than silu, sliding windows in use, other RoPE types, partial rotary) is refused with one line
-// naming `source` (the path) and the key.
+// naming `source` (the path) and the key. The special ids (bos, eos, pad) are kept as written.
 absl::StatusOr<ModelInfo> ModelInfoFromHfConfig(const nlohmann::json& config,
                                                 const std::string& source);
 

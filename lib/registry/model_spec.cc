@@ -111,11 +111,15 @@ ModelInfo DescribeModel(const ModelSpec& spec, const TransformerArgs& args,
 }
 
 nlohmann::json ModelInfoToJson(const ModelInfo& info) {
-  return {{"name", info.name()},
-          {"flavor", info.flavor},
-          {"args", TransformerArgsToJson(info.args)},
-          {"bos_token_id", info.bos_token_id},
-          {"eos_token_id", info.eos_token_id}};
+  nlohmann::json out = {{"name", info.name()},
+                        {"flavor", info.flavor},
+                        {"args", TransformerArgsToJson(info.args)},
+                        {"bos_token_id", info.bos_token_id},
+                        {"eos_token_id", info.eos_token_id}};
+  // Left out when unset, so entries of models without them read as they always did.
+  if (!info.pad_token_id.is_null()) out["pad_token_id"] = info.pad_token_id;
+  if (!info.hf_generation_config.is_null()) out["hf_generation_config"] = info.hf_generation_config;
+  return out;
 }
 
 absl::StatusOr<ModelInfo> ModelInfoFromJson(const nlohmann::json& object,
@@ -132,8 +136,16 @@ absl::StatusOr<ModelInfo> ModelInfoFromJson(const nlohmann::json& object,
   TITAN_ASSIGN_OR_RETURN(
       TransformerArgs args,
       TransformerArgsFromJson(object.at("args"), (*spec)->defaults, source + ": args"));
-  return DescribeModel(**spec, args, object.value("bos_token_id", nlohmann::json()),
-                       object.value("eos_token_id", nlohmann::json()));
+  ModelInfo info = DescribeModel(**spec, args, object.value("bos_token_id", nlohmann::json()),
+                                 object.value("eos_token_id", nlohmann::json()));
+  info.pad_token_id = object.value("pad_token_id", nlohmann::json());
+  info.hf_generation_config = object.value("hf_generation_config", nlohmann::json());
+  if (!info.hf_generation_config.is_null() && !info.hf_generation_config.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": hf_generation_config: expected an object, got ",
+                     info.hf_generation_config.type_name()));
+  }
+  return info;
 }
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> ParameterShapes(

@@ -31,6 +31,10 @@ struct ModelInfo {
   std::string flavor;
   nlohmann::json bos_token_id;
   nlohmann::json eos_token_id;
+  nlohmann::json pad_token_id;
+  // The Hugging Face generation_config.json the model came with (its authors' sampling defaults
+  // and stop ids), written back verbatim on export; null for a model without one (a flavor).
+  nlohmann::json hf_generation_config;
 
   const std::string& name() const;  // the family's
 };
@@ -99,7 +103,8 @@ ModelInfo DescribeModel(const ModelSpec& spec, const TransformerArgs& args,
                         nlohmann::json bos_token_id = nullptr,
                         nlohmann::json eos_token_id = nullptr);
 
-// The "model" entry of a titan checkpoint's state ({name, flavor, args, bos/eos}). Entries written
+// The "model" entry of a titan checkpoint's state ({name, flavor, args, bos/eos, and pad and
+// hf_generation_config when set}). Entries written
 // before families existed have no name: `default_model` is assumed then.
 nlohmann::json ModelInfoToJson(const ModelInfo& info);
 absl::StatusOr<ModelInfo> ModelInfoFromJson(const nlohmann::json& json, const std::string& source,
