@@ -35,12 +35,33 @@ namespace {
 
 using nlohmann::json;
 
-// What transformers' tokenizers read from a model folder.
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json",
-                                           "special_tokens_map.json", "tokenizer.model",
-                                           "added_tokens.json"};
+// What transformers' tokenizers read from a model folder (recent versions keep the chat template
+// in chat_template.jinja; vocab.json and merges.txt are BPE tokenizers' slow files).
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json",
+                                           "tokenizer_config.json",
+                                           "special_tokens_map.json",
+                                           "tokenizer.model",
+                                           "added_tokens.json",
+                                           "chat_template.jinja",
+                                           "vocab.json",
+                                           "merges.txt"};
+// Where transformers saves a tokenizer's named chat templates besides the default one.
+constexpr char kChatTemplateDir[] = "additional_chat_templates";
 
-// The tokenizer files `dir` holds, checked before any weights are written.
+// additional_chat_templates/<name>.jinja in `dir`, sorted (transformers reads every *.jinja).
+absl::StatusOr<std::vector<std::string>> FindNamedChatTemplates(const std::string& dir) {
+  const std::string templates = absl::StrCat(dir, "/", kChatTemplateDir);
+  if (!IsDirectory(templates)) return std::vector<std::string>();
+  TITAN_ASSIGN_OR_RETURN(std::vector<std::string> names, ListDirectory(templates));
+  std::sort(names.begin(), names.end());
+  std::vector<std::string> found;
+  for (const std::string& name : names) {
+    if (absl::EndsWith(name, ".jinja")) found.push_back(absl::StrCat(kChatTemplateDir, "/", name));
+  }
+  return found;
+}
+
+// The tokenizer files `dir` holds (paths relative to it), checked before any weights are written.
 absl::StatusOr<std::vector<std::string>> FindTokenizerFiles(const std::string& dir) {
   std::vector<std::string> found;
   for (const char* name : kTokenizerFiles) {
@@ -50,6 +71,8 @@ absl::StatusOr<std::vector<std::string>> FindTokenizerFiles(const std::string& d
     return absl::NotFoundError(
         absl::StrCat("--tokenizer_dir ", dir, ": none of ", absl::StrJoin(kTokenizerFiles, ", ")));
   }
+  TITAN_ASSIGN_OR_RETURN(std::vector<std::string> templates, FindNamedChatTemplates(dir));
+  found.insert(found.end(), templates.begin(), templates.end());
   return found;
 }
 
@@ -174,7 +197,9 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
   for (const std::string& name : tokenizer_files) {
     TITAN_ASSIGN_OR_RETURN(std::string contents,
                            ReadFile(absl::StrCat(options.tokenizer_dir, "/", name)));
-    TITAN_RETURN_IF_ERROR(WriteFileAtomically(absl::StrCat(output, "/", name), contents));
+    const std::string path = absl::StrCat(output, "/", name);
+    TITAN_RETURN_IF_ERROR(MakeDirectories(Dirname(path)));  // additional_chat_templates/
+    TITAN_RETURN_IF_ERROR(WriteFileAtomically(path, contents));
     summary.files.push_back(name);
   }
   return absl::OkStatus();

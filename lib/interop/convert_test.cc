@@ -273,6 +273,37 @@ TEST(ConvertTest, GenerationConfigIsBuiltWhenTheSourceHasNone) {
   EXPECT_EQ(ReadHfGenerationConfig(back), built);
 }
 
+// Everything transformers' save_pretrained writes for a tokenizer travels with --tokenizer_dir: the
+// chat template (chat_template.jinja and named ones in additional_chat_templates/) included.
+TEST(ConvertTest, TokenizerDirCopiesChatTemplatesAndLegacyFiles) {
+  const std::string titan = TestDir("titan"), hf = TestDir("hf"), tok = TestDir("tok");
+  SaveTitan(titan, 1, SmallModel(), /*describe=*/true);
+  const std::map<std::string, std::string> files = {
+      {"tokenizer.json", "{}"},
+      {"tokenizer_config.json", "{\"bos_token\": \"<s>\"}"},
+      {"special_tokens_map.json", "{}"},
+      {"added_tokens.json", "{}"},
+      {"tokenizer.model", "sentencepiece bytes"},
+      {"vocab.json", "{\"a\": 0}"},
+      {"merges.txt", "#version: 0.2\n"},
+      {"chat_template.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}"},
+      {"additional_chat_templates/tool_use.jinja", "{{ tools }}"}};
+  ASSERT_TRUE(MakeDirectories(tok + "/additional_chat_templates").ok());
+  for (const auto& [name, contents] : files) {
+    ASSERT_TRUE(WriteFileAtomically(tok + "/" + name, contents).ok());
+  }
+  ASSERT_TRUE(WriteFileAtomically(tok + "/additional_chat_templates/notes.txt", "x").ok());
+  ConvertOptions options;
+  options.tokenizer_dir = tok;
+  absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, hf, options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  for (const auto& [name, contents] : files) {
+    EXPECT_EQ(ReadFile(hf + "/" + name).value_or("(missing)"), contents) << name;
+    EXPECT_THAT(summary->files, ::testing::Contains(name));
+  }
+  EXPECT_FALSE(PathExists(hf + "/additional_chat_templates/notes.txt"));
+}
+
 // Meta's format is Llama 3's: read as llama3 unless another family is named.
 TEST(ConvertTest, MetaCheckpointsAreLlama3s) {
   const std::string titan = TestDir("titan"), meta = TestDir("meta"), back = TestDir("back");

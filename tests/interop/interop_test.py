@@ -102,6 +102,41 @@ class InteropTest(unittest.TestCase):
         self.assertEqual({t["dtype"] for t in manifest["tensors"]}, {"BF16"})
         self.assertTrue(manifest["state"]["model"]["args"]["tie_word_embeddings"])
 
+    def test_generation_settings_and_chat_template_reach_the_export(self):
+        # What titan does not model travels verbatim: generate() samples as the authors set, and
+        # the chat template saved beside the tokenizer (chat_template.jinja) is kept.
+        self.save_hf(small_config(pad_token_id=95), torch.float32)
+        transformers.GenerationConfig(bos_token_id=1, eos_token_id=[2, 3], pad_token_id=95,
+                                      do_sample=True, temperature=0.6, top_p=0.95,
+                                      top_k=20).save_pretrained(self.path("hf"))
+        self.save_tokenizer(self.path("tok"))
+        self.assertIn("chat_template.jinja", os.listdir(self.path("tok")))
+        _, back = self.round_trip(f"--tokenizer_dir={self.path('tok')}")
+        direct = convert(CONVERT, self.path("hf"), self.path("direct"), "--to=hf")
+        self.assertIn("chat_template.jinja", back["files"])
+        messages = [{"role": "user", "content": "w5 w6"}]
+        for out in ("back", "direct"):
+            self.assertEqual(transformers.AutoConfig.from_pretrained(self.path(out)).pad_token_id,
+                             95)
+            self.assertEqual(
+                transformers.GenerationConfig.from_pretrained(self.path(out)).to_diff_dict(),
+                transformers.GenerationConfig.from_pretrained(self.path("hf")).to_diff_dict())
+        tokenizer = transformers.AutoTokenizer.from_pretrained(self.path("back"))
+        self.assertEqual(tokenizer.apply_chat_template(messages, tokenize=False), "[user] w5 w6")
+
+    def save_tokenizer(self, folder):
+        """A word-level tokenizer with a chat template, saved by transformers."""
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        vocab = {f"w{i}": i for i in range(3, 96)}
+        vocab.update({"<unk>": 0, "<s>": 1, "</s>": 2})
+        backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        backend.pre_tokenizer = pre_tokenizers.Whitespace()
+        tokenizer = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=backend, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+        tokenizer.chat_template = \
+            "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}{% endfor %}"
+        tokenizer.save_pretrained(folder)
+
     def test_titan_export_matches_transformers_logits(self):
         logits_path = self.path("titan_logits.safetensors")
         run([MAKE_TITAN, f"--checkpoint_dir={self.path('titan')}", f"--logits={logits_path}"])
