@@ -25,21 +25,17 @@ std::vector<std::string> HfFolders(const JobConfig& config) {
   return folders;
 }
 
-// generation_config.json's eos_token_id: an id or a list of ids; null or absent gives none.
-absl::StatusOr<std::vector<int64_t>> EosIds(const std::string& path, int64_t vocab_size) {
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  const json config = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (!config.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-  }
+// A generation config's eos_token_id (`where` names it in errors): an id or a list of ids; null
+// or absent gives none.
+absl::StatusOr<std::vector<int64_t>> EosIds(const json& config, const std::string& where,
+                                            int64_t vocab_size) {
   const json eos = config.value("eos_token_id", json());
   const json ids = eos.is_array() ? eos : eos.is_null() ? json::array() : json::array({eos});
   std::vector<int64_t> out;
   for (const json& id : ids) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= vocab_size) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": eos_token_id: expected token ids below the model's vocab size ",
+          absl::StrCat(where, ": eos_token_id: expected token ids below the model's vocab size ",
                        vocab_size, ", got ", eos.dump()));
     }
     out.push_back(id.get<int64_t>());
@@ -50,14 +46,29 @@ absl::StatusOr<std::vector<int64_t>> EosIds(const std::string& path, int64_t voc
 }  // namespace
 
 absl::StatusOr<StopTokens> StopTokensFromConfig(const JobConfig& config, const Tokenizer& tokenizer,
-                                                int64_t vocab_size) {
+                                                const ModelInfo& model) {
+  const int64_t vocab_size = model.args.vocab_size;
   for (const std::string& folder : HfFolders(config)) {
     const std::string path = (std::filesystem::path(folder) / "generation_config.json").string();
     std::error_code error;
     if (!std::filesystem::is_regular_file(path, error)) continue;
-    absl::StatusOr<std::vector<int64_t>> ids = EosIds(path, vocab_size);
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) return text.status();
+    const json parsed = json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!parsed.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
+    }
+    absl::StatusOr<std::vector<int64_t>> ids = EosIds(parsed, path, vocab_size);
     if (!ids.ok()) return ids.status();
     if (!ids->empty()) return StopTokens{*std::move(ids), absl::StrCat(path, " eos_token_id")};
+  }
+  // A titan checkpoint converted from Hugging Face files carries their generation config.
+  if (model.hf_generation_config.is_object()) {
+    const std::string where = "the checkpoint's generation_config.json";
+    absl::StatusOr<std::vector<int64_t>> ids =
+        EosIds(model.hf_generation_config, where, vocab_size);
+    if (!ids.ok()) return ids.status();
+    if (!ids->empty()) return StopTokens{*std::move(ids), absl::StrCat(where, " eos_token_id")};
   }
   return StopTokens{{tokenizer.eos_id()}, "the tokenizer's EOS"};
 }

@@ -15,7 +15,13 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr int64_t kVocab = 300;  // the model's rows: past the byte tokenizer's 258 ids
+// A model of 300 rows: past the byte tokenizer's 258 ids.
+ModelInfo Model300() {
+  ModelInfo model;
+  model.args.vocab_size = 300;
+  return model;
+}
+const ModelInfo kModel = Model300();
 
 // A job whose model's HF folder (hf_assets_path) holds `generation_config`, if not empty.
 JobConfig JobWithGenerationConfig(const std::string& name, const std::string& generation_config) {
@@ -32,7 +38,7 @@ TEST(StopTokensTest, GenerationConfigEosListIsEveryStopId) {
   const ByteTokenizer tokenizer;
   absl::StatusOr<StopTokens> stop = StopTokensFromConfig(
       JobWithGenerationConfig("list", R"({"eos_token_id": [7, 290], "bos_token_id": 1})"),
-      tokenizer, kVocab);
+      tokenizer, kModel);
   ASSERT_TRUE(stop.ok()) << stop.status();
   EXPECT_THAT(stop->ids, ElementsAre(7, 290));
   EXPECT_THAT(stop->source, HasSubstr("generation_config.json eos_token_id"));
@@ -41,7 +47,7 @@ TEST(StopTokensTest, GenerationConfigEosListIsEveryStopId) {
 TEST(StopTokensTest, GenerationConfigEosIdAlone) {
   const ByteTokenizer tokenizer;
   absl::StatusOr<StopTokens> stop = StopTokensFromConfig(
-      JobWithGenerationConfig("one", R"({"eos_token_id": 9})"), tokenizer, kVocab);
+      JobWithGenerationConfig("one", R"({"eos_token_id": 9})"), tokenizer, kModel);
   ASSERT_TRUE(stop.ok()) << stop.status();
   EXPECT_THAT(stop->ids, ElementsAre(9));
 }
@@ -52,7 +58,7 @@ TEST(StopTokensTest, WithoutGenerationConfigEosTheTokenizersEos) {
                                        {"no_key", R"({"bos_token_id": 1})"},
                                        {"null", R"({"eos_token_id": null})"}}) {
     absl::StatusOr<StopTokens> stop =
-        StopTokensFromConfig(JobWithGenerationConfig(name, contents), tokenizer, kVocab);
+        StopTokensFromConfig(JobWithGenerationConfig(name, contents), tokenizer, kModel);
     ASSERT_TRUE(stop.ok()) << name << ": " << stop.status();
     EXPECT_THAT(stop->ids, ElementsAre(ByteTokenizer::kEos)) << name;
     EXPECT_EQ(stop->source, "the tokenizer's EOS") << name;
@@ -66,31 +72,49 @@ TEST(StopTokensTest, InitialLoadPathInHfIsTheFolderWithoutAssets) {
   config.mutable_model()->clear_hf_assets_path();
   config.mutable_checkpoint()->set_initial_load_path(folder);
   config.mutable_checkpoint()->set_initial_load_in_hf(true);
-  absl::StatusOr<StopTokens> stop = StopTokensFromConfig(config, tokenizer, kVocab);
+  absl::StatusOr<StopTokens> stop = StopTokensFromConfig(config, tokenizer, kModel);
   ASSERT_TRUE(stop.ok()) << stop.status();
   EXPECT_THAT(stop->ids, ElementsAre(5));
   // A titan checkpoint's folder is not read.
   config.mutable_checkpoint()->set_initial_load_in_hf(false);
-  EXPECT_THAT(StopTokensFromConfig(config, tokenizer, kVocab)->ids,
+  EXPECT_THAT(StopTokensFromConfig(config, tokenizer, kModel)->ids,
               ElementsAre(ByteTokenizer::kEos));
 }
 
 TEST(StopTokensTest, BadIdsAreRefusedNamingTheFile) {
   const ByteTokenizer tokenizer;
+  // One folder each: libtorch's std::filesystem::remove_all (which a test linking it gets) crashes
+  // on a folder FreshTestDir made before.
   for (const std::string& eos : {"300", "[1, -1]", "\"</s>\"", "[1.5]"}) {
     absl::StatusOr<StopTokens> stop = StopTokensFromConfig(
-        JobWithGenerationConfig("bad", absl::StrCat(R"({"eos_token_id": )", eos, "}")), tokenizer,
-        kVocab);
+        JobWithGenerationConfig(absl::StrCat("bad", eos.size()),
+                                absl::StrCat(R"({"eos_token_id": )", eos, "}")),
+        tokenizer, kModel);
     ASSERT_FALSE(stop.ok()) << eos;
     EXPECT_THAT(stop.status().message(),
                 HasSubstr("generation_config.json: eos_token_id: expected token ids below the "
                           "model's vocab size 300"))
         << eos;
   }
-  EXPECT_THAT(StopTokensFromConfig(JobWithGenerationConfig("torn", "{"), tokenizer, kVocab)
+  EXPECT_THAT(StopTokensFromConfig(JobWithGenerationConfig("torn", "{"), tokenizer, kModel)
                   .status()
                   .message(),
               HasSubstr("generation_config.json: not a JSON object"));
+}
+
+TEST(StopTokensTest, ACheckpointsCarriedGenerationConfigServesWithoutAnHfFolder) {
+  const ByteTokenizer tokenizer;
+  ModelInfo model = Model300();
+  model.hf_generation_config = nlohmann::json::parse(R"({"eos_token_id": [4, 290]})");
+  absl::StatusOr<StopTokens> stop = StopTokensFromConfig(JobConfig(), tokenizer, model);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_THAT(stop->ids, ElementsAre(4, 290));
+  EXPECT_EQ(stop->source, "the checkpoint's generation_config.json eos_token_id");
+  // An HF folder's file comes first.
+  stop = StopTokensFromConfig(JobWithGenerationConfig("folder_first", R"({"eos_token_id": 9})"),
+                              tokenizer, model);
+  ASSERT_TRUE(stop.ok()) << stop.status();
+  EXPECT_THAT(stop->ids, ElementsAre(9));
 }
 
 }  // namespace
