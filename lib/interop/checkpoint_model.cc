@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -73,14 +74,33 @@ absl::StatusOr<ModelInfo> InferFromTitanShapes(const CheckpointReader& reader,
 }
 
 constexpr char kMetaHead[] = "output.weight";
+constexpr char kMetaEmbedding[] = "tok_embeddings.weight";
+constexpr char kHfHead[] = "lm_head.weight";
+constexpr char kHfEmbedding[] = "model.embed_tokens.weight";
 
-// Whether the checkpoint's output.weight equals its tok_embeddings.weight (dtype, shape, bits).
-absl::StatusOr<bool> HeadCopiesEmbedding(const CheckpointReader& reader) {
-  if (reader.Find("tok_embeddings.weight") == nullptr) return false;
-  TITAN_ASSIGN_OR_RETURN(const at::Tensor head, reader.Get(kMetaHead));
-  TITAN_ASSIGN_OR_RETURN(const at::Tensor embedding, reader.Get("tok_embeddings.weight"));
-  return head.scalar_type() == embedding.scalar_type() && head.sizes() == embedding.sizes() &&
-         head.equal(embedding);
+// Whether the checkpoint's `head` equals its `embedding` (dtype, shape, bits).
+absl::StatusOr<bool> HeadCopiesEmbedding(const CheckpointReader& reader, const char* head,
+                                         const char* embedding) {
+  if (reader.Find(embedding) == nullptr) return false;
+  TITAN_ASSIGN_OR_RETURN(const at::Tensor head_tensor, reader.Get(head));
+  TITAN_ASSIGN_OR_RETURN(const at::Tensor embedding_tensor, reader.Get(embedding));
+  return head_tensor.scalar_type() == embedding_tensor.scalar_type() &&
+         head_tensor.sizes() == embedding_tensor.sizes() && head_tensor.equal(embedding_tensor);
+}
+
+// config.json ties the head, but the weights hold a head of their own: read untied, as
+// transformers loads it (dropping that head would give another model).
+absl::Status UntieDistinctHfHead(const CheckpointReader& reader, ModelInfo& info) {
+  const TensorInfo* head = reader.Find(kHfHead);
+  if (!info.args.tie_word_embeddings || head == nullptr) return absl::OkStatus();
+  TITAN_ASSIGN_OR_RETURN(const bool copy, HeadCopiesEmbedding(reader, kHfHead, kHfEmbedding));
+  if (copy) return absl::OkStatus();
+  info.args.tie_word_embeddings = false;
+  info.flavor = info.spec->MatchFlavor(info.args);
+  LOG(WARNING) << reader.directory() << "/" << head->file << ": " << kHfHead << " differs from "
+               << kHfEmbedding << " though config.json says tie_word_embeddings true; the head "
+               << "is read untied, as transformers reads it";
+  return absl::OkStatus();
 }
 
 // Meta's params.json, read by the family's Meta adapter: the named family's, else the first
@@ -105,7 +125,8 @@ absl::StatusOr<ModelInfo> DescribeMeta(const CheckpointReader& reader,
   // tied (Llama 3.2 1B and 3B: a copy of the embedding), so a copy means tied and anything else
   // untied; without one, the flavor decides.
   if (reader.Find(kMetaHead) != nullptr) {
-    TITAN_ASSIGN_OR_RETURN(info.args.tie_word_embeddings, HeadCopiesEmbedding(reader));
+    TITAN_ASSIGN_OR_RETURN(info.args.tie_word_embeddings,
+                           HeadCopiesEmbedding(reader, kMetaHead, kMetaEmbedding));
     if (info.args.tie_word_embeddings) {
       LOG(INFO) << reader.directory() << ": the head is read as tied because " << kMetaHead
                 << " equals tok_embeddings.weight bitwise (Meta's format cannot tell a tied head "
@@ -179,7 +200,10 @@ absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
   switch (reader.format()) {
     case CheckpointFormat::kHf:
       info = ModelInfoFromHfConfig(description, reader.directory() + "/config.json");
-      if (info.ok()) info->hf_generation_config = ReadHfGenerationConfig(reader.directory());
+      if (info.ok()) {
+        info->hf_generation_config = ReadHfGenerationConfig(reader.directory());
+        TITAN_RETURN_IF_ERROR(UntieDistinctHfHead(reader, *info));
+      }
       break;
     case CheckpointFormat::kTitan:
       info = description.contains("model")
@@ -201,6 +225,11 @@ absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
   TITAN_ASSIGN_OR_RETURN(const json config, ReadHfConfig(directory));
   TITAN_ASSIGN_OR_RETURN(ModelInfo info, ModelInfoFromHfConfig(config, directory + "/config.json"));
   info.hf_generation_config = ReadHfGenerationConfig(directory);
+  if (info.args.tie_word_embeddings && HfFolderHoldsWeights(directory)) {
+    TITAN_ASSIGN_OR_RETURN(const std::unique_ptr<CheckpointReader> reader,
+                           CheckpointReader::Open(directory, CheckpointFormat::kHf));
+    TITAN_RETURN_IF_ERROR(UntieDistinctHfHead(*reader, info));
+  }
   return CheckDescribed(std::move(info), directory, model_name, /*flavor=*/"");
 }
 
@@ -209,13 +238,19 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
                                                              const ModelInfo* holds) {
   const bool hf = reader.format() == CheckpointFormat::kHf;
   // transformers drops the tied head on save (older writers kept a copy of the embedding); Meta's
-  // checkpoints keep the copy (DescribeMeta calls it tied only then).
-  const char* tied_copy = hf                                           ? "lm_head.weight"
+  // checkpoints keep the copy (DescribeMeta calls it tied only then). A head that is no copy is a
+  // parameter the tied model lacks.
+  const char* tied_copy = hf                                           ? kHfHead
                           : reader.format() == CheckpointFormat::kMeta ? kMetaHead
                                                                        : nullptr;
+  bool skip_head = false;
+  if (info.args.tie_word_embeddings && tied_copy != nullptr && reader.Find(tied_copy) != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(
+        skip_head, HeadCopiesEmbedding(reader, tied_copy, hf ? kHfEmbedding : kMetaEmbedding));
+  }
   std::map<std::string, std::string> by_titan_name;  // titan name -> source name
   for (const TensorInfo& tensor : reader.tensors()) {
-    if (info.args.tie_word_embeddings && tied_copy != nullptr && tensor.name == tied_copy) continue;
+    if (skip_head && tensor.name == tied_copy) continue;
     absl::StatusOr<std::string> titan_name =
         hf ? HfToTitanName(tensor.name) : absl::StatusOr<std::string>(tensor.name);
     by_titan_name[titan_name.ok() ? *titan_name : tensor.name] = tensor.name;

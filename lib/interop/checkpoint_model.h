@@ -24,6 +24,8 @@ absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
 
 // The model a Hugging Face folder's config.json describes (with its generation_config.json),
 // whether or not the folder holds weights (a shape to train from scratch); `model_name` as above.
+// Here and in DescribeCheckpoint, a head that config.json ties but the weights hold apart
+// (lm_head.weight unequal to the embedding) is read untied with a warning, as transformers reads it.
 absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
                                            const std::string& model_name);
 

@@ -1,6 +1,7 @@
 #include "lib/interop/checkpoint_model.h"
 
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,68 @@ TEST(CheckpointModelTest, HfSettingsTravelInTheModelEntry) {
   bad["hf_generation_config"] = "sampling";
   EXPECT_THAT(ModelInfoFromJson(bad, "entry").status().message(),
               HasSubstr("entry: hf_generation_config: expected an object, got string"));
+}
+
+// A Hugging Face folder of SmallQwen3 whose config.json ties the head while its weights hold
+// lm_head.weight: a copy of the embedding when `copy`, else a head of its own.
+std::string HfWithTiedConfigAndHead(const std::string& name, bool copy) {
+  ModelInfo untied = SmallQwen3();
+  untied.args.tie_word_embeddings = false;
+  CheckpointState state;
+  at::manual_seed(5);
+  for (const auto& [param, shape] : ParameterShapes(*untied.spec, untied.args)) {
+    state.model.emplace_back(param, at::randn(shape));
+  }
+  for (auto& [param, tensor] : state.model) {
+    if (copy && param == "output.weight") tensor = state.model.front().second.clone();
+  }
+  state.extra["model"] = ModelInfoToJson(untied);
+  const std::string titan = TestDir(name + "_titan"), hf = TestDir(name);
+  EXPECT_TRUE(CheckpointManager(titan, 0).Save(1, state, /*model_only=*/true).ok());
+  EXPECT_TRUE(ConvertCheckpoint(titan, hf, ConvertOptions()).ok());
+  json config = json::parse(std::ifstream(hf + "/config.json"));
+  config["tie_word_embeddings"] = true;
+  std::ofstream(hf + "/config.json") << config.dump();
+  return hf;
+}
+
+// The checkpoint tensor MatchParameters reads for `titan_name`, or "".
+std::string SourceOf(const std::vector<ParameterSource>& params, const std::string& titan_name) {
+  for (const ParameterSource& param : params) {
+    if (param.titan_name == titan_name) return param.source_name;
+  }
+  return "";
+}
+
+// transformers keeps such a head untied ("both are present in the checkpoints with different
+// values, so we will NOT tie them"): dropping it would give another model.
+TEST(CheckpointModelTest, AHeadThatDiffersFromTheEmbeddingIsReadUntied) {
+  const std::string hf = HfWithTiedConfigAndHead("own_head", /*copy=*/false);
+  absl::StatusOr<ModelInfo> info = DescribeCheckpointAt(hf, /*in_hf=*/true, "qwen3");  // train
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_FALSE(info->args.tie_word_embeddings);
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  info = DescribeCheckpoint(**reader, "", "");  // convert_checkpoint
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_FALSE(info->args.tie_word_embeddings);
+  absl::StatusOr<std::vector<ParameterSource>> params = MatchParameters(**reader, *info);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(SourceOf(*params, "output.weight"), "lm_head.weight");
+  // A tied model is refused the head rather than silently dropping it.
+  EXPECT_THAT(std::string(MatchParameters(**reader, SmallQwen3()).status().message()),
+              HasSubstr("first differing tensors: output.weight [40, 64] vs absent"));
+
+  // A copy of the embedding is what a tied head looks like: it stays tied.
+  const std::string copied = HfWithTiedConfigAndHead("copied_head", /*copy=*/true);
+  info = DescribeCheckpointAt(copied, /*in_hf=*/true, "qwen3");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->args.tie_word_embeddings);
+  reader = CheckpointReader::Open(copied);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  params = MatchParameters(**reader, SmallQwen3());
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(SourceOf(*params, "output.weight"), "");
 }
 
 TEST(CheckpointModelTest, DescribesRecordedModelsOfEveryFamily) {

@@ -229,6 +229,11 @@ json ReadHfGenerationConfig(const std::string& directory) {
   return nullptr;
 }
 
+bool HfFolderHoldsWeights(const std::string& directory) {
+  return PathExists(absl::StrCat(directory, "/", kHfSingleFile)) ||
+         PathExists(absl::StrCat(directory, "/", kHfIndexFile));
+}
+
 absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source) {
   const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) {

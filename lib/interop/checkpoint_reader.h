@@ -48,6 +48,8 @@ absl::StatusOr<nlohmann::json> ReadHfConfig(const std::string& directory);
 // Its generation_config.json, parsed; null when absent or not a JSON object (with a warning:
 // transformers too loads the model without it then).
 nlohmann::json ReadHfGenerationConfig(const std::string& directory);
+// Whether a Hugging Face folder holds weights (model.safetensors or its sharded index).
+bool HfFolderHoldsWeights(const std::string& directory);
 
 class CheckpointReader {
  public:

@@ -175,6 +175,26 @@ class FamilyTest(unittest.TestCase):
             from_titan, _ = self.titan_logits(self.path("titan"), tokens)
             self.assertTrue(torch.equal(from_hf, from_titan), name)
 
+    def test_tied_config_with_a_head_of_its_own_is_untied_as_in_transformers(self):
+        # transformers keeps such a head ("both are present in the checkpoints with different
+        # values, so we will NOT tie them"); dropping it would be another model.
+        self.save_hf(transformers.Qwen3ForCausalLM, qwen3_config(), torch.float32)
+        with open(self.path("hf/config.json")) as f:
+            config = json.load(f)
+        config["tie_word_embeddings"] = True
+        with open(self.path("hf/config.json"), "w") as f:
+            json.dump(config, f)
+        model = transformers.AutoModelForCausalLM.from_pretrained(self.path("hf")).eval()
+        self.assertFalse(torch.equal(model.lm_head.weight, model.model.embed_tokens.weight))
+        tokens = torch.randint(2048, (1, 24), generator=torch.Generator().manual_seed(3))
+        self.assert_logits_match(model, self.path("hf"), tokens, "qwen3 tied config, own head",
+                                 "--in_hf", "--model=qwen3")
+        proc = run([CONVERT, "--json", "--to=titan", self.path("hf"), self.path("titan")])
+        self.assertEqual(json.loads(proc.stdout)["tensors"], 4 * 11 + 3)
+        self.assertIn(f"{self.path('hf')}/model.safetensors: lm_head.weight differs from "
+                      "model.embed_tokens.weight though config.json says tie_word_embeddings true",
+                      proc.stderr)
+
     def test_custom_llama_shape_logits_match_transformers(self):
         model = self.save_hf(transformers.LlamaForCausalLM, smollm_shaped_llama_config(),
                              torch.float32)
