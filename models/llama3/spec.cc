@@ -91,8 +91,16 @@ std::string DescribeRope(const RopeConfig& rope) {
 }
 
 // Meta's params.json: the FFN as multiple_of / ffn_dim_multiplier (a flavor's own values, else
-// the pair that reproduces the width exactly). RoPE scaling params.json cannot express is refused.
+// the pair that reproduces the width exactly). RoPE scaling params.json cannot express is refused,
+// as is a head_dim other than dim / n_heads.
 absl::StatusOr<nlohmann::json> MetaParams(const TransformerArgs& args) {
+  // params.json has no head_dim: Meta's reference code splits dim evenly over the heads.
+  if (args.head_size() * args.n_heads != args.dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Meta's params.json cannot express head_dim ", args.head_size(),
+                     ": it has no head_dim key and Meta's code uses dim / n_heads = ", args.dim,
+                     " / ", args.n_heads));
+  }
   const bool scaled = args.rope.scaling != RopeScalingType::kNone;
   const TransformerArgs implied = WithMetaRope(args, scaled);
   if (!SameArchitecture(implied, args)) {

@@ -166,6 +166,17 @@ TEST(Llama3SpecTest, MetaParamsRefuseScalingParamsJsonCannotExpress) {
   EXPECT_TRUE(Spec().meta->params(args).ok());
 }
 
+// Meta's code takes dim / n_heads as the head size, so an export of another would not read back.
+TEST(Llama3SpecTest, MetaParamsRefuseAHeadDimParamsJsonCannotExpress) {
+  TransformerArgs args = TinyArgs();
+  args.head_dim = 32;
+  EXPECT_EQ(Spec().meta->params(args).status().message(),
+            "Meta's params.json cannot express head_dim 32: it has no head_dim key and Meta's "
+            "code uses dim / n_heads = 64 / 4");
+  args.head_dim = 16;  // dim / n_heads written explicitly
+  EXPECT_TRUE(Spec().meta->params(args).ok());
+}
+
 TEST(Llama3SpecTest, MfuCountsTheTiedHeadsMatmul) {
   // Llama 3.2 1B shares its 128256 x 2048 table with the head; the head's matmul still runs.
   const TransformerArgs tied = Spec().Flavor("1B").value();
