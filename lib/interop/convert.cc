@@ -84,6 +84,7 @@ absl::StatusOr<std::optional<at::ScalarType>> ParseDtype(const std::string& dtyp
       absl::StrCat("--dtype: \"", dtype, "\", expected keep, bf16 or fp32"));
 }
 
+// config.json's torch_dtype: torch's name without "torch.", which transformers reads back.
 std::string TorchDtypeName(at::ScalarType type) {
   switch (type) {
     case at::kFloat:
@@ -92,8 +93,10 @@ std::string TorchDtypeName(at::ScalarType type) {
       return "bfloat16";
     case at::kHalf:
       return "float16";
-    default:
-      return c10::toString(type);
+    case at::kDouble:
+      return "float64";
+    default:  // c10 spells the rest as torch does, capitalised ("Float8_e4m3fn").
+      return absl::AsciiStrToLower(c10::toString(type));
   }
 }
 

@@ -714,6 +714,24 @@ TEST(SaveHfExportTest, CastsAsConvertsDtypeDoes) {
   EXPECT_EQ(json::parse(*config).at("tie_word_embeddings"), true);
 }
 
+// transformers reads torch_dtype by torch's own name; "Double" fails its load.
+TEST(SaveHfExportTest, NamesEveryDtypeAsTransformersDoes) {
+  const ModelInfo info = SmallModel();
+  const NamedTensors weights = RandomWeights(info, 5);
+  const std::pair<at::ScalarType, const char*> kNames[] = {{at::kFloat, "float32"},
+                                                           {at::kBFloat16, "bfloat16"},
+                                                           {at::kHalf, "float16"},
+                                                           {at::kDouble, "float64"}};
+  for (const auto& [dtype, name] : kNames) {
+    const std::string exported = TestDir(std::string("exported_") + name);
+    const absl::Status saved = SaveHfExport(weights, info, dtype, exported);
+    ASSERT_TRUE(saved.ok()) << saved;
+    absl::StatusOr<std::string> config = ReadFile(exported + "/config.json");
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_EQ(json::parse(*config).at("torch_dtype"), name);
+  }
+}
+
 TEST(SaveHfExportTest, LeavesNothingHalfWritten) {
   const ModelInfo info = SmallModel();
   const std::string root = TestDir("run"), exported = root + "/hf";
