@@ -1,6 +1,7 @@
 #include "lib/interop/checkpoint_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <utility>
@@ -178,13 +179,51 @@ absl::StatusOr<ModelInfo> CheckDescribed(ModelInfo info, const std::string& dire
                                                    ", not a ", model_name, " model"));
   }
   if (!flavor.empty() && info.flavor != flavor) {
+    // The one-line descriptions may agree (rope_theta, norm_eps): name the fields that differ.
+    const absl::StatusOr<TransformerArgs> wanted = info.spec->Flavor(flavor);
+    const std::string differences =
+        wanted.ok() ? ArchitectureDifferences(info.args, *wanted) : std::string();
     return absl::InvalidArgumentError(
-        absl::StrCat(directory, ": holds ", DescribeModelInfo(info), ", not flavor ", flavor));
+        absl::StrCat(directory, ": holds ", DescribeModelInfo(info), ", not flavor ", flavor,
+                     differences.empty() ? "" : " (", differences, differences.empty() ? "" : ")"));
   }
   return info;
 }
 
+// A field's value as a config file spells it: 10000 rather than 10000.0, none rather than "none".
+std::string FieldValue(const json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number_float()) {
+    const double number = value.get<double>();
+    if (std::abs(number) < 1e15 && number == std::trunc(number)) {
+      return absl::StrCat(static_cast<int64_t>(number));
+    }
+  }
+  return value.dump();
+}
+
+// TransformerArgsToJson's fields, rope's flattened as rope_<key>, without the sizes
+// SameArchitecture leaves aside.
+json ArchitectureFields(const TransformerArgs& args) {
+  json fields = TransformerArgsToJson(args);
+  for (const auto& [key, value] : fields.at("rope").items()) fields["rope_" + key] = value;
+  for (const char* key : {"rope", "vocab_size", "max_seq_len"}) fields.erase(key);
+  return fields;
+}
+
 }  // namespace
+
+std::string ArchitectureDifferences(const TransformerArgs& a, const TransformerArgs& b) {
+  const json a_fields = ArchitectureFields(a), b_fields = ArchitectureFields(b);
+  std::vector<std::string> differences;
+  for (const auto& [key, value] : a_fields.items()) {
+    // A field only one side has (a scaling's parameters) follows from rope_scaling differing.
+    if (!b_fields.contains(key) || b_fields.at(key) == value) continue;
+    differences.push_back(
+        absl::StrCat(key, " ", FieldValue(value), " vs ", FieldValue(b_fields.at(key))));
+  }
+  return absl::StrJoin(differences, ", ");
+}
 
 std::string DescribeModelInfo(const ModelInfo& info) {
   return absl::StrCat(info.name(), info.flavor.empty() ? "" : " ", info.flavor, " (",

@@ -32,6 +32,12 @@ absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
 // "llama3 debugmodel (dim 256, 6 layers, ...)" or "qwen3 custom (dim 576, ...)".
 std::string DescribeModelInfo(const ModelInfo& info);
 
+// The fields two architectures differ in (vocab_size and max_seq_len aside), by their
+// TransformerArgsToJson names with rope's prefixed, in name order ("norm_eps 1e-06 vs 1e-05,
+// rope_theta 10000 vs 1000000"); "" when SameArchitecture. Mismatch errors print it, since
+// DescribeArchitecture's line omits some of them.
+std::string ArchitectureDifferences(const TransformerArgs& a, const TransformerArgs& b);
+
 // InvalidArgument in one line ("<source>: checkpoint holds <saved>, the model is <model>; first
 // differing tensors: ...") unless both have the same parameters with the same shapes.
 absl::Status CheckSameParameters(const ModelInfo& saved, const ModelInfo& model,

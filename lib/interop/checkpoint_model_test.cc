@@ -205,6 +205,32 @@ TEST(CheckpointModelTest, UnrecordedTitanCheckpointsAreMatchedAgainstEveryFlavor
                         "match no flavor of llama3: debugmodel, 1B"));
 }
 
+// The one-line descriptions leave out RoPE and the norm's epsilon: a mismatch names such fields.
+TEST(CheckpointModelTest, AFlavorMismatchNamesTheFieldsThatDiffer) {
+  const ModelInfo flavor = Flavor("llama3", "debugmodel", 40);
+  ModelInfo other = flavor;
+  other.args.rope.theta = 10000;
+  other.args.norm_eps = 1e-6;
+  EXPECT_EQ(ArchitectureDifferences(other.args, flavor.args),
+            absl::StrCat("norm_eps 1e-06 vs 1e-05, rope_theta 10000 vs ",
+                         static_cast<int64_t>(flavor.args.rope.theta)));
+  EXPECT_EQ(ArchitectureDifferences(flavor.args, flavor.args), "");
+  ModelInfo scaled = flavor;
+  scaled.args.rope.scaling = RopeScalingType::kYarn;  // its parameters follow from the type
+  EXPECT_EQ(ArchitectureDifferences(scaled.args, flavor.args), "rope_scaling yarn vs none");
+
+  // convert_checkpoint --flavor: both descriptions read the same, the difference is named.
+  const std::string root = TestDir("titan");
+  other.flavor = "";
+  SaveTitan(root, other, ModelInfoToJson(other));
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(root);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ(DescribeCheckpoint(**reader, "llama3", "debugmodel").status().message(),
+            absl::StrCat(root, "/step-1: holds ", DescribeModelInfo(other),
+                         ", not flavor debugmodel (norm_eps 1e-06 vs 1e-05, rope_theta 10000 vs ",
+                         static_cast<int64_t>(flavor.args.rope.theta), ")"));
+}
+
 // The summary names both models in one line each and at most three tensors.
 TEST(CheckpointModelTest, ShapeMismatchIsAShortSummary) {
   const std::string titan = TestDir("titan"), hf = TestDir("hf");

@@ -17,6 +17,7 @@
 #include "lib/config/job_config.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/float8/float8_converter.h"
+#include "lib/interop/checkpoint_model.h"
 #include "lib/interop/checkpoint_reader.h"
 #include "lib/interop/load_weights.h"
 #include "lib/kernels/kernel_dispatch.h"
@@ -75,10 +76,14 @@ absl::Status CheckHfAssets(const JobConfig::Model& model, const ModelInfo& info)
   TITAN_ASSIGN_OR_RETURN(const ModelInfo assets,
                          DescribeCheckpointAt(path, /*in_hf=*/true, info.name()));
   if (!SameArchitecture(assets.args, info.args) || assets.args.vocab_size != info.args.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[model] hf_assets_path: ", path, "/config.json describes ", DescribeArchitecture(assets.args),
-        ", but [model] flavor ", model.flavor(), " is ", DescribeArchitecture(info.args),
-        "; use flavor = \"from_checkpoint\" to take the checkpoint's shape"));
+    // The one-line descriptions may agree (rope_theta, norm_eps): name the fields that differ.
+    const std::string differences = ArchitectureDifferences(assets.args, info.args);
+    return absl::InvalidArgumentError(
+        absl::StrCat("[model] hf_assets_path: ", path, "/config.json describes ",
+                     DescribeArchitecture(assets.args), ", but [model] flavor ", model.flavor(),
+                     " is ", DescribeArchitecture(info.args), differences.empty() ? "" : " (",
+                     differences, differences.empty() ? "" : ")",
+                     "; use flavor = \"from_checkpoint\" to take the checkpoint's shape"));
   }
   return absl::OkStatus();
 }

@@ -1,10 +1,15 @@
 #include "lib/train/components.h"
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/checkpoint/test_dir.h"
 #include "lib/config/job_config.h"
+#include "lib/interop/hf_config.h"
 #include "lib/kernels/kernel_dispatch.h"
 #include "lib/model/bf16_weight_copies.h"
 
@@ -68,6 +73,40 @@ TEST(BuildTokenizerTest, AMissingTokenizerNamesTheKeyItCameFrom) {
   config.mutable_model()->set_tokenizer_path("/nonexistent");
   EXPECT_EQ(BuildTokenizer(config).status().message(),
             "[model] tokenizer_path: /nonexistent: no such tokenizer file or directory");
+}
+
+// The ids ResolveModel reads: a vocabulary of `vocab_size`, no BOS.
+class SizedTokenizer : public Tokenizer {
+ public:
+  explicit SizedTokenizer(int64_t vocab_size) : vocab_size_(vocab_size) {}
+  std::vector<int32_t> Encode(absl::string_view, bool, bool, SpecialTokenText) const override {
+    return {};
+  }
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t>) const override { return ""; }
+  std::optional<int32_t> bos_id() const override { return std::nullopt; }
+  int32_t eos_id() const override { return 0; }
+  int64_t vocab_size() const override { return vocab_size_; }
+
+ private:
+  int64_t vocab_size_;
+};
+
+// Qwen3 debugmodel's one-line description says nothing of RoPE's theta: the refusal names it.
+TEST(ResolveModelTest, AnAssetsConfigThatDiffersFromTheFlavorNamesTheFields) {
+  const ModelSpec& spec = **FindModel("qwen3");
+  TransformerArgs args = spec.Flavor("debugmodel").value();
+  args.vocab_size = 64;
+  args.rope.theta = 10000;
+  const std::string assets = TestDir("assets");
+  std::filesystem::create_directories(assets);
+  std::ofstream(assets + "/config.json") << HfConfig(DescribeModel(spec, args), "float32").dump();
+  JobConfig config = DefaultJobConfig();
+  config.mutable_model()->set_name("qwen3");
+  config.mutable_model()->set_flavor("debugmodel");
+  config.mutable_model()->set_hf_assets_path(assets);
+  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
+              ::testing::HasSubstr(", vocab 64, tied, qk-norm (rope_theta 10000 vs 1000000); use "
+                                   "flavor = \"from_checkpoint\""));
 }
 
 }  // namespace
