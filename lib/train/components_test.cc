@@ -82,7 +82,9 @@ class SizedTokenizer : public Tokenizer {
   std::vector<int32_t> Encode(absl::string_view, bool, bool, SpecialTokenText) const override {
     return {};
   }
-  absl::StatusOr<std::string> Decode(absl::Span<const int32_t>) const override { return ""; }
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t>, UnknownIds) const override {
+    return "";
+  }
   std::optional<int32_t> bos_id() const override { return std::nullopt; }
   int32_t eos_id() const override { return 0; }
   int64_t vocab_size() const override { return vocab_size_; }
