@@ -23,12 +23,13 @@ namespace {
 
 constexpr size_t kTail = 300;
 
-std::optional<double> ParseNumber(absl::string_view text) {
-  double value = 0;
-  const std::string clean = absl::StrReplaceAll(absl::StripAsciiWhitespace(text), {{",", ""}});
-  if (!absl::SimpleAtod(clean, &value)) return std::nullopt;
-  return value;
+// verl's scorers look at the response's last kTail characters only.
+absl::string_view Tail(absl::string_view response) {
+  return response.size() > kTail ? response.substr(response.size() - kTail) : response;
 }
+
+// The characters of verl's strict GSM8K answer, [0-9.,].
+bool IsGsm8kChar(char c) { return absl::ascii_isdigit(c) || c == '.' || c == ','; }
 
 // A decimal number: optional sign, digits with an optional point, an optional exponent ("1",
 // "-0.5", "1e-3"); not hex, inf or nan, which SimpleAtod (strtod) reads too.
@@ -58,25 +59,35 @@ bool IsDecimal(absl::string_view text) {
 }  // namespace
 
 std::optional<std::string> HashAnswer(const std::string& response) {
-  const std::string tail = response.size() > kTail ? response.substr(response.size() - kTail)
-                                                   : response;
+  const absl::string_view tail = Tail(response);
   const size_t mark = tail.rfind("####");
-  if (mark == std::string::npos) return std::nullopt;
+  if (mark == absl::string_view::npos) return std::nullopt;
   // The answer runs to the end of its line.
-  absl::string_view rest = absl::string_view(tail).substr(mark + 4);
-  rest = rest.substr(0, rest.find('\n'));
-  const std::string answer =
-      absl::StrReplaceAll(absl::StripAsciiWhitespace(rest), {{",", ""}});
-  if (answer.empty()) return std::nullopt;
-  return answer;
+  absl::string_view rest = tail.substr(mark + 4);
+  rest = absl::StripAsciiWhitespace(rest.substr(0, rest.find('\n')));
+  if (rest.empty()) return std::nullopt;
+  return std::string(rest);
+}
+
+std::optional<std::string> Gsm8kAnswer(const std::string& response) {
+  const absl::string_view tail = Tail(response);
+  // re.findall's last match is the last "#### " followed by a number: matches cannot overlap.
+  for (size_t mark = tail.rfind("#### "); mark != absl::string_view::npos;
+       mark = mark == 0 ? absl::string_view::npos : tail.rfind("#### ", mark - 1)) {
+    const size_t start = mark + 5;
+    size_t end = start + (start < tail.size() && tail[start] == '-');
+    const size_t digits = end;
+    while (end < tail.size() && IsGsm8kChar(tail[end])) ++end;
+    if (end > digits) return absl::StrReplaceAll(tail.substr(start, end - start), {{",", ""}});
+  }
+  return std::nullopt;
 }
 
 double NumericReward(const std::string& response, const std::string& answer) {
-  const std::optional<std::string> given = HashAnswer(response);
-  if (!given) return 0;
-  const std::optional<double> value = ParseNumber(*given);
-  const std::optional<double> expected = ParseNumber(answer);
-  return value && expected && *value == *expected ? 1 : 0;
+  const std::optional<std::string> given = Gsm8kAnswer(response);
+  // verl compares strings; its GSM8K preprocessing stores the reference without commas.
+  const std::string expected = absl::StrReplaceAll(absl::StripAsciiWhitespace(answer), {{",", ""}});
+  return given && *given == expected ? 1 : 0;
 }
 
 double ExactMatchReward(const std::string& response, const std::string& answer) {

@@ -15,14 +15,19 @@
 
 namespace titan {
 
-// GSM8K's convention (verl's gsm8k scorer): the answer after the last "####" within the
-// response's last 300 characters, commas removed; nullopt without one.
+// The text after the last "####" within the response's last 300 characters, to the end of its
+// line, stripped of surrounding whitespace; nullopt without one (or when it is empty).
 std::optional<std::string> HashAnswer(const std::string& response);
 
-// 1 when HashAnswer is a number equal to `answer`'s, else 0.
+// verl's strict GSM8K answer: the last match of "#### (-?[0-9.,]+)" within the response's last 300
+// characters, commas removed ("#### 1,000 dollars" -> "1000"); nullopt without one.
+std::optional<std::string> Gsm8kAnswer(const std::string& response);
+
+// verl's gsm8k compute_score: 1 when Gsm8kAnswer equals `answer` as text (`answer` stripped and
+// its commas removed, as verl's preprocessing stores it), else 0: "72.0" is not "72".
 double NumericReward(const std::string& response, const std::string& answer);
 // 1 when the response's HashAnswer (or, without "####", the whole response), stripped, equals
-// `answer` stripped, else 0.
+// `answer` stripped, else 0: nothing else is normalised on either side (commas count).
 double ExactMatchReward(const std::string& response, const std::string& answer);
 // 1 when the response holds a "#### answer", else 0.
 double FormatReward(const std::string& response);

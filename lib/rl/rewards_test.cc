@@ -12,14 +12,13 @@ namespace {
 
 TEST(VerifierTest, Gsm8kHashAnswer) {
   EXPECT_EQ(HashAnswer("so 3 + 4 = 7\n#### 7"), "7");
-  EXPECT_EQ(HashAnswer("#### 1,234 \nthanks"), "1234");
+  EXPECT_EQ(HashAnswer("#### 1,234 \nthanks"), "1,234");
   EXPECT_EQ(HashAnswer("#### 1 #### 2"), "2");  // the last one
   EXPECT_EQ(HashAnswer("no answer"), std::nullopt);
   EXPECT_EQ(HashAnswer("#### "), std::nullopt);
   // Only the last 300 characters count (verl).
   EXPECT_EQ(HashAnswer("#### 5" + std::string(300, ' ')), std::nullopt);
   EXPECT_EQ(NumericReward(" #### 68", "68"), 1);
-  EXPECT_EQ(NumericReward(" #### 68.0", "68"), 1);
   EXPECT_EQ(NumericReward(" #### 69", "68"), 0);
   EXPECT_EQ(NumericReward("68", "68"), 0);  // no #### format
   EXPECT_EQ(ExactMatchReward(" #### a c e", "a c e"), 1);
@@ -27,6 +26,43 @@ TEST(VerifierTest, Gsm8kHashAnswer) {
   EXPECT_EQ(ExactMatchReward(" #### a e c", "a c e"), 0);
   EXPECT_EQ(FormatReward(" #### x"), 1);
   EXPECT_EQ(FormatReward(" x"), 0);
+}
+
+// verl's gsm8k.py, strict: re.findall("#### (\-?[0-9\.\,]+)", solution_str[-300:]), the last
+// match with "," and "$" removed, compared with the ground truth as a string.
+TEST(VerifierTest, NumericIsVerlsStrictGsm8kRule) {
+  EXPECT_EQ(Gsm8kAnswer("so #### 1,000 dollars"), "1000");
+  EXPECT_EQ(Gsm8kAnswer("#### -5."), "-5.");
+  EXPECT_EQ(Gsm8kAnswer("#### 1 then #### x"), "1");  // the last match, not the last ####
+  EXPECT_EQ(Gsm8kAnswer("##### 7"), "7");
+  EXPECT_EQ(Gsm8kAnswer("#### 7" + std::string(296, ' ')), std::nullopt);
+  EXPECT_EQ(Gsm8kAnswer("#### 7" + std::string(294, ' ')), "7");
+  for (const char* unmatched : {"####72", "#### inf", "#### nan", "#### +72", "#### - 72",
+                                "####\t72", "#### $72", "#### ", "no answer"}) {
+    EXPECT_EQ(Gsm8kAnswer(unmatched), std::nullopt) << unmatched;
+  }
+  EXPECT_EQ(NumericReward("#### 72", "72"), 1);
+  EXPECT_EQ(NumericReward("#### 72 dollars", "72"), 1);
+  EXPECT_EQ(NumericReward("#### 72\n", " 72 "), 1);
+  EXPECT_EQ(NumericReward("#### 7,2", "72"), 1);
+  EXPECT_EQ(NumericReward("#### 1,000", "1,000"), 1);  // the reference's commas go too
+  EXPECT_EQ(NumericReward("#### -3", "-3"), 1);
+  // What strtod read as 72 and verl does not: hex, exponents, decimals, no space, a sign.
+  for (const char* hack :
+       {"#### 0x48", "#### 7.2e1", "#### 72.0", "####72", "#### +72", "#### 072", "#### 72."}) {
+    EXPECT_EQ(NumericReward(hack, "72"), 0) << hack;
+  }
+  EXPECT_EQ(NumericReward("#### inf", "inf"), 0);
+  EXPECT_EQ(NumericReward("#### nan", "nan"), 0);
+}
+
+TEST(VerifierTest, ExactMatchNormalisesBothSidesAlike) {
+  EXPECT_EQ(ExactMatchReward(" #### 1,000", "1,000"), 1);
+  EXPECT_EQ(ExactMatchReward(" #### red, green", "red, green"), 1);
+  EXPECT_EQ(ExactMatchReward(" #### red, green\n", " red, green "), 1);
+  EXPECT_EQ(ExactMatchReward(" #### 1000", "1,000"), 0);
+  EXPECT_EQ(ExactMatchReward(" #### 1,000", "1000"), 0);
+  EXPECT_EQ(ExactMatchReward(" #### red green", "red, green"), 0);
 }
 
 TEST(CommandScorerTest, ReadsOneRewardPerLine) {
