@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "lib/rl/rewards.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -108,8 +109,14 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
           return absl::InvalidArgumentError(
               absl::StrCat(where, ": \"reward\" must be a number, got ", reward->dump()));
         }
-        // Finite: JSON has no NaN or infinity, and the parser refuses numbers that overflow.
+        // Finite in double: JSON has no NaN or infinity, and the parser refuses numbers that
+        // overflow.
         rollout.reward = reward->get<double>();
+        if (!FitsFloat32(rollout.reward)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": \"reward\" is ", reward->dump(),
+              ", beyond float32's range (magnitude at most 3.4e38), where the update computes"));
+        }
         rollouts.push_back(std::move(rollout));
         return absl::OkStatus();
       }));

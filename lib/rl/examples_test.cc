@@ -57,6 +57,12 @@ TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {
        ":2: \"reward\" must be a number, got true"},
       {R"({"prompt":"Sort: b a","response":"#### a b","reward":1e999})",
        ":2: expected a JSON object with prompt, response and reward"},
+      {R"({"prompt":"Sort: b a","response":"#### a b","reward":1e39})",
+       ":2: \"reward\" is 1e+39, beyond float32's range (magnitude at most 3.4e38), where the "
+       "update computes"},
+      {R"({"prompt":"Sort: b a","response":"#### a b","reward":-1e39})",
+       ":2: \"reward\" is -1e+39, beyond float32's range (magnitude at most 3.4e38), where the "
+       "update computes"},
       {R"({"prompt":"Sort: b a","response":"#### a b"})", ":2: no \"reward\" field"},
       {R"({"prompt":"Sort: b a","reward":1})", ":2: no \"response\" field"},
       {R"({"prompt":null,"response":"#### a b","reward":1})",

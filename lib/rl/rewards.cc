@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -55,6 +56,10 @@ bool IsDecimal(absl::string_view text) {
   }
   return i == text.size();
 }
+
+constexpr absl::string_view kBeyondFloat32 =
+    "beyond float32's range (magnitude at most 3.4e38), where the update computes: it would be "
+    "infinite there";
 
 }  // namespace
 
@@ -109,12 +114,19 @@ double VerifierReward(const std::string& kind, const std::string& response,
   return NumericReward(response, answer);
 }
 
+bool FitsFloat32(double reward) { return std::abs(reward) <= std::numeric_limits<float>::max(); }
+
 absl::Status CheckFiniteRewards(const std::vector<double>& rewards, absl::string_view source) {
   for (size_t i = 0; i < rewards.size(); ++i) {
     if (!std::isfinite(rewards[i])) {
       return absl::InvalidArgumentError(absl::StrCat(source, ": reward ", i + 1, " of ",
                                                      rewards.size(), " is ", rewards[i],
                                                      ", expected a finite number"));
+    }
+    if (!FitsFloat32(rewards[i])) {
+      return absl::InvalidArgumentError(absl::StrCat(source, ": reward ", i + 1, " of ",
+                                                     rewards.size(), " is ", rewards[i], ", ",
+                                                     kBeyondFloat32));
     }
   }
   return absl::OkStatus();
@@ -226,6 +238,11 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
       return absl::InvalidArgumentError(
           absl::StrCat("[rl] reward_command \"", command, "\" printed \"", lines[i], "\" on line ",
                        i + 1, ", expected one finite decimal number per line"));
+    }
+    if (!FitsFloat32(value)) {
+      return absl::InvalidArgumentError(absl::StrCat("[rl] reward_command \"", command,
+                                                     "\" printed \"", lines[i], "\" on line ",
+                                                     i + 1, ", ", kBeyondFloat32));
     }
     rewards.push_back(value);
   }

@@ -39,8 +39,11 @@ bool RewardNeedsAnswer(const std::string& kind);
 double VerifierReward(const std::string& kind, const std::string& response,
                       const std::string& answer);
 
-// OK when every reward is finite; else an error naming `source` and the first NaN or infinity
-// (one would turn the loss, and then every weight, into NaN).
+// Whether `reward` stays finite in float32, the update's precision (1e39 is finite in double).
+bool FitsFloat32(double reward);
+
+// OK when every reward is finite in float32 (FitsFloat32); else an error naming `source` and the
+// first NaN, infinity or larger number (one would turn the loss, and then every weight, into NaN).
 absl::Status CheckFiniteRewards(const std::vector<double>& rewards, absl::string_view source);
 
 // One rollout as the scorer command sees it.
@@ -52,8 +55,9 @@ struct ScoredRollout {
 
 // Runs `command` under /bin/sh, writes one JSON object per rollout (prompt, response, answer) to
 // its stdin and reads one reward per line from its stdout. A command that exits non-zero, prints
-// a wrong number of lines or anything but a finite number, or runs past `timeout` (then killed) is
-// an error that names it and quotes its stderr; the caller keeps the rollouts.
+// a wrong number of lines or anything but a decimal number finite in float32 (FitsFloat32), or
+// runs past `timeout` (then killed) is an error that names it and quotes its stderr; the caller
+// keeps the rollouts.
 absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
                                                      const std::vector<ScoredRollout>& rollouts,
                                                      absl::Duration timeout);

@@ -1,6 +1,7 @@
 #include "lib/rl/rewards.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -130,11 +131,31 @@ TEST(ScoreWithCommandTest, ReadsDecimalRewardsAndRefusesBlankLines) {
 }
 
 TEST(CheckFiniteRewardsTest, NamesTheFirstNonFiniteReward) {
-  EXPECT_TRUE(CheckFiniteRewards({0, -1.5, 1e300}, "scorer").ok());
+  EXPECT_TRUE(CheckFiniteRewards({0, -1.5, 3.4e38, -3.4e38}, "scorer").ok());
   const absl::Status nan = CheckFiniteRewards({1, std::nan(""), INFINITY}, "scorer");
   EXPECT_EQ(nan.message(), "scorer: reward 2 of 3 is nan, expected a finite number");
   EXPECT_EQ(CheckFiniteRewards({-INFINITY}, "scorer").message(),
             "scorer: reward 1 of 1 is -inf, expected a finite number");
+}
+
+// Finite in double, infinite once the update casts it to float32: "the update diverged".
+TEST(CheckFiniteRewardsTest, RefusesRewardsBeyondFloat32) {
+  EXPECT_TRUE(FitsFloat32(std::numeric_limits<float>::max()));
+  EXPECT_FALSE(FitsFloat32(1e39));
+  EXPECT_FALSE(FitsFloat32(-1e39));
+  EXPECT_EQ(CheckFiniteRewards({1, 1e39}, "scorer").message(),
+            "scorer: reward 2 of 2 is 1e+39, beyond float32's range (magnitude at most 3.4e38), "
+            "where the update computes: it would be infinite there");
+  EXPECT_EQ(CheckFiniteRewards({-1e300}, "scorer").message(),
+            "scorer: reward 1 of 1 is -1e+300, beyond float32's range (magnitude at most 3.4e38), "
+            "where the update computes: it would be infinite there");
+  const std::vector<ScoredRollout> rollouts(2, {"p", "r", "a"});
+  auto refused =
+      ScoreWithCommand("cat >/dev/null; printf '1\\n-1e39\\n'", rollouts, absl::Seconds(10));
+  EXPECT_EQ(refused.status().message(),
+            "[rl] reward_command \"cat >/dev/null; printf '1\\n-1e39\\n'\" printed \"-1e39\" on "
+            "line 2, beyond float32's range (magnitude at most 3.4e38), where the update computes: "
+            "it would be infinite there");
 }
 
 TEST(TaskTest, HeldOutSplitIsDisjointAndAnswersVerify) {

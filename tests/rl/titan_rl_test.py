@@ -336,16 +336,16 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(sorted(int(n.split("-")[1]) for n in saved), list(range(1, diverged)))
 
     def test_diverged_step_on_rollouts_writes_no_weights(self):
-        # 1e39 is finite JSON but overflows the trainer's fp32 rewards: NaN advantages.
+        # 3e38 fits float32 (1e39 is refused as it is read), but PPO's value loss squares it.
         rows = [{"prompt": "Sort: c a b", "response": " #### a b c", "reward": r}
-                for r in (1e39, 0, 0, 0)]
+                for r in (3e38, 0, 0, 0)]
         path = os.path.join(self.root, "rollouts_huge.jsonl")
         common.write_jsonl(path, rows)
-        dump, cmd = self.job("step_huge", f"--step_rollouts={path}")
+        dump, cmd = self.job("step_huge", f"--step_rollouts={path}", *self.algorithm("ppo"))
         proc = common.run(cmd, check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
-        self.assertIn("Step: loss = nan, grad_norm = nan, not finite: the update diverged",
-                      proc.stderr)
+        self.assertRegex(proc.stderr, r"Step: loss = \S+, grad_norm = \S+, not finite: the update "
+                         r"diverged")
         self.assertFalse(os.path.exists(os.path.join(dump, "step_weights.safetensors")))
 
     def refusal(self, name, *flags):
@@ -361,13 +361,19 @@ class TitanRlTest(unittest.TestCase):
                                   f"--rl.reward_command=sed 's/.*/{printed}/'")
             self.assertIn(f'printed "{printed}" on line 1, expected one finite decimal number per '
                           'line', stderr)
+        # Finite in double, infinite in the update's float32.
+        stderr = self.refusal("scorer_1e39", "--rl.reward=command",
+                              "--rl.reward_command=sed 's/.*/1e39/'")
+        self.assertIn('printed "1e39" on line 1, beyond float32\'s range', stderr)
 
     def test_bad_step_rollouts_name_file_line_and_field(self):
         good = {"prompt": "Sort: b a", "response": "#### a b", "reward": 1}
         for name, bad, error in (("null", "null", '"reward" must be a number, got null'),
                                  ("text", '"high"', '"reward" must be a number, got "high"'),
                                  ("inf", "1e999",
-                                  "expected a JSON object with prompt, response and reward")):
+                                  "expected a JSON object with prompt, response and reward"),
+                                 ("float32", "1e39",
+                                  '"reward" is 1e+39, beyond float32\'s range')):
             path = os.path.join(self.root, f"rollouts_{name}.jsonl")
             with open(path, "w") as f:
                 f.write(json.dumps(good) + "\n" + json.dumps(good)[:-2] + f"{bad}}}\n")
