@@ -24,7 +24,8 @@ struct RlExample {
 };
 
 // JSONL with one object per line: "prompt" (required) and, as the algorithm needs them,
-// "answer", "response", "chosen" (read into response) and "rejected". Errors name path:line.
+// "answer", "response", "chosen" (read into response) and "rejected" (`algorithm` "": prompts
+// and answers only, as generation reads them). Errors name path:line.
 absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
                                                     const std::string& algorithm);
 

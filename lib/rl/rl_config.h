@@ -9,9 +9,10 @@
 
 namespace titan {
 
-// What titan_rl does with a job: train (or --step_rollouts), or sample alone (--generate, which
-// reads [rl]'s sampling keys whatever the algorithm).
-enum class RlMode { kTrain, kGenerate };
+// What titan_rl does with a job: train, one update on given rollouts (--step_rollouts, whose keys
+// are checked as training's), or sample alone (--generate, which reads [rl]'s sampling keys and
+// prompts-only examples whatever the algorithm).
+enum class RlMode { kTrain, kStepRollouts, kGenerate };
 
 // The job titan_rl runs: `config` with [rl]'s founding-API keys applied to the trainer sections
 // they stand for ([optimizer] lr = [rl] learning_rate, [training] seq_len = [rl] max_seq_len) and

@@ -497,7 +497,7 @@ absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime) {
   try {
     TITAN_ASSIGN_OR_RETURN(const JobConfig rl_config, RlJobConfig(config, RlMode::kTrain));
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<RlTrainer> trainer,
-                           RlTrainer::Create(rl_config, runtime, /*training_run=*/true));
+                           RlTrainer::Create(rl_config, runtime, RlMode::kTrain));
     return trainer->Train();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));

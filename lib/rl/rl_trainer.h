@@ -18,6 +18,7 @@
 #include "lib/rl/examples.h"
 #include "lib/rl/generator.h"
 #include "lib/rl/reward_model.h"
+#include "lib/rl/rl_config.h"
 #include "lib/rl/stop_tokens.h"
 #include "lib/train/components.h"
 #include "lib/train/grad_clip.h"
@@ -42,11 +43,12 @@ struct Rollouts {
 class RlTrainer {
  public:
   // `config` as RlJobConfig returns it. Builds every part and resumes from the newest checkpoint.
-  // `training_run`: Train() follows, so the run locks its folders (LockRunFolders) and logs
+  // `mode` kTrain: Train() follows, so the run locks its folders (LockRunFolders) and logs
   // metrics; --generate and --step_rollouts may read a running training's folder, and do not.
+  // kGenerate reads only prompts (and answers) from the prompts files, whatever the algorithm.
   static absl::StatusOr<std::unique_ptr<RlTrainer>> Create(const JobConfig& config,
                                                            const DistributedRuntime& runtime,
-                                                           bool training_run);
+                                                           RlMode mode);
   ~RlTrainer();
 
   // The founding API: one update on this rank's rollouts (text; the chat template is applied to
@@ -86,7 +88,7 @@ class RlTrainer {
 
  private:
   RlTrainer(const JobConfig& config, const DistributedRuntime& runtime);
-  absl::Status Init(bool training_run);
+  absl::Status Init(RlMode mode);
   absl::StatusOr<ModelBundle> BuildPolicyCopy();
 
   TokenIds EncodePrompt(const std::string& prompt) const;

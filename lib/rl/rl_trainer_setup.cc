@@ -29,9 +29,9 @@ constexpr int64_t kTaskTrainExamples = 4096;
 
 absl::StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(const JobConfig& config,
                                                              const DistributedRuntime& runtime,
-                                                             bool training_run) {
+                                                             RlMode mode) {
   std::unique_ptr<RlTrainer> trainer(new RlTrainer(config, runtime));
-  TITAN_RETURN_IF_ERROR(trainer->Init(training_run));
+  TITAN_RETURN_IF_ERROR(trainer->Init(mode));
   return trainer;
 }
 
@@ -42,7 +42,8 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
   return BuildModel(config_, info, setup_, runtime_);
 }
 
-absl::Status RlTrainer::Init(bool training_run) {
+absl::Status RlTrainer::Init(RlMode mode) {
+  const bool training_run = mode == RlMode::kTrain;
   TITAN_RETURN_IF_ERROR(MakeDumpFolder(config_));
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   if (training_run) {
@@ -148,10 +149,12 @@ absl::Status RlTrainer::Init(bool training_run) {
     TITAN_ASSIGN_OR_RETURN(eval_examples_,
                            MakeTaskExamples(rl_.task(), rl_.eval_size(), seed + 1, true));
   }
+  // Generation samples the responses: an SFT or DPO target is not needed there.
+  const std::string fields = mode == RlMode::kGenerate ? "" : rl_.algorithm();
   // Errors name the key, then the file (and line).
-  const auto read_examples = [this](const char* key, const std::string& path,
-                                    std::vector<RlExample>& examples) -> absl::Status {
-    absl::StatusOr<std::vector<RlExample>> read = ReadExamples(path, rl_.algorithm());
+  const auto read_examples = [&](const char* key, const std::string& path,
+                                 std::vector<RlExample>& examples) -> absl::Status {
+    absl::StatusOr<std::vector<RlExample>> read = ReadExamples(path, fields);
     TITAN_RETURN_IF_ERROR(WithContext(read.status(), absl::StrCat("[rl] ", key)));
     examples = *std::move(read);
     return absl::OkStatus();

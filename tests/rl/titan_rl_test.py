@@ -498,6 +498,25 @@ class TitanRlTest(unittest.TestCase):
         with open(prompts) as f:
             self.assertEqual(f.read(), before)
 
+    def test_generate_reads_prompts_only_whatever_the_algorithm(self):
+        prompts = os.path.join(self.root, "prompts_only.jsonl")
+        common.write_jsonl(prompts, [{"prompt": "Sort: b a"}, {"prompt": "Sort: c a"}])
+        for algorithm in ("sft", "dpo"):
+            config = f"configs/rl_{algorithm}_sorting.toml"
+            output = os.path.join(self.root, f"prompts_only_{algorithm}.jsonl")
+            _, cmd = self.job(f"generate_prompts_only_{algorithm}", "--generate",
+                              f"--output={output}", f"--rl.prompts_path={prompts}", config=config)
+            common.run(cmd)
+            self.assertEqual([r["prompt"] for r in common.read_jsonl(output)],
+                             ["Sort: b a", "Sort: c a"])
+            # Training still needs the algorithm's targets.
+            _, cmd = self.job(f"train_prompts_only_{algorithm}", f"--rl.prompts_path={prompts}",
+                              config=config)
+            proc = common.run(cmd, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+            field = "response" if algorithm == "sft" else "chosen"
+            self.assertIn(f'[rl] prompts_path: {prompts}:1: no "{field}" field', proc.stderr)
+
     def test_generate_over_two_ranks_writes_one_file_and_one_summary(self):
         prompts = os.path.join(self.root, "five_prompts.jsonl")
         common.write_jsonl(prompts, [{"prompt": f"Sort: {c} a", "answer": f"a {c}"}

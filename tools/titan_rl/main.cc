@@ -94,8 +94,9 @@ absl::Status Run(const ToolFlags& flags) {
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime)
                                               -> absl::Status {
     if (!flags.generate && flags.step_rollouts.empty()) return titan::RunRl(*config, runtime);
-    absl::StatusOr<titan::JobConfig> rl_config = titan::RlJobConfig(
-        *config, flags.generate ? titan::RlMode::kGenerate : titan::RlMode::kTrain);
+    const titan::RlMode mode =
+        flags.generate ? titan::RlMode::kGenerate : titan::RlMode::kStepRollouts;
+    absl::StatusOr<titan::JobConfig> rl_config = titan::RlJobConfig(*config, mode);
     if (!rl_config.ok()) return rl_config.status();
     std::string output;
     if (flags.generate) {
@@ -106,7 +107,7 @@ absl::Status Run(const ToolFlags& flags) {
     }
     try {
       absl::StatusOr<std::unique_ptr<titan::RlTrainer>> trainer =
-          titan::RlTrainer::Create(*rl_config, runtime, /*training_run=*/false);
+          titan::RlTrainer::Create(*rl_config, runtime, mode);
       if (!trainer.ok()) return trainer.status();
       absl::StatusOr<nlohmann::json> summary =
           flags.generate
