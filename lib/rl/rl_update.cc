@@ -205,7 +205,9 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   }
   TITAN_ASSIGN_OR_RETURN(const at::Tensor counted_tokens,
                          ReduceOverDp(at::stack(minibatch_tokens), ReduceOp::kSum));
-  at::Tensor grad_norm;
+  // The update's metrics are means over its optimizer steps (every epoch and minibatch), as TRL's
+  // PPO and verl report them; each step's metric is its token mean.
+  at::Tensor grad_norm_sum;
   int64_t optimizer_steps = 0;
   for (int64_t epoch = 0; epoch < rl.ppo_epochs(); ++epoch) {
     for (int64_t begin = 0; begin < rows; begin += minibatch) {
@@ -213,6 +215,10 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
       const double counted = counted_tokens[begin / minibatch].item<double>();
       if (counted == 0) continue;  // every group of this minibatch was dropped, on every rank
       const bool first = epoch == 0;
+      // Local sums over this step's global token count: summed over ranks, the step's token mean.
+      const auto step_mean = [&](const std::string& name, const at::Tensor& sum) {
+        tally.Add(name, sum.detach() / counted);
+      };
       auto loss_sum = [&](int64_t m) -> absl::StatusOr<at::Tensor> {
         const int64_t a = begin + m * micro, b = std::min(end, a + micro);
         const SequenceBatch part = batch.Rows(a, b);
@@ -224,11 +230,16 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
         const at::Tensor old = old_logp.slice(0, a, b);
         at::Tensor per_token = ClippedPolicyLoss(logp, old, advantages.slice(0, a, b),
                                                  rl.clip_range(), rl.clip_range_high(), &clipped);
+        {
+          c10::NoGradGuard no_grad;
+          step_mean("policy_loss", (per_token * lm).sum());
+          step_mean("clip_fraction", (clipped.to(at::kFloat) * lm).sum());
+        }
         if (first) {
+          // The policy the rollouts were scored under (verl's actor/entropy comes from its
+          // old-log-prob forward): computed in the first epoch only, saving later epochs' softmax.
           c10::NoGradGuard no_grad;
           const at::Tensor m_bool = lm.to(at::kBool);
-          tally.Add("policy_loss_sum", (per_token * lm).sum());
-          tally.Add("clipped_sum", (clipped.to(at::kFloat) * lm).sum());
           tally.Add("entropy_sum", (entropy * lm).sum());
           if (epoch == 0 && begin == 0) {
             // Before any update of this batch: the trainer's log-probabilities against the old
@@ -242,9 +253,9 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
         if (reference_ && !ppo) {
           const at::Tensor kl = KlPenalty(logp, ref_logp.slice(0, a, b), estimator);
           per_token = per_token + rl.kl_coef() * kl;
-          if (first) tally.Add("kl_sum", (kl.detach() * lm).sum());
-        } else if (reference_ && first) {
-          tally.Add("kl_sum",
+          step_mean("kl", (kl.detach() * lm).sum());
+        } else if (reference_) {
+          step_mean("kl",
                     (KlPenalty(logp.detach(), ref_logp.slice(0, a, b), estimator) * lm).sum());
         }
         if (ppo) {
@@ -252,12 +263,14 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
                                                          returns.slice(0, a, b),
                                                          rl.value_clip_range());
           per_token = per_token + rl.vf_coef() * value_loss;
-          if (first) tally.Add("value_loss_sum", (value_loss.detach() * lm).sum());
+          step_mean("value_loss", (value_loss.detach() * lm).sum());
         }
         return (per_token * lm).sum();
       };
       const int64_t microbatches = (end - begin + micro - 1) / micro;
-      TITAN_ASSIGN_OR_RETURN(grad_norm, OptimizerStep(microbatches, loss_sum, counted));
+      TITAN_ASSIGN_OR_RETURN(const at::Tensor grad_norm,
+                             OptimizerStep(microbatches, loss_sum, counted));
+      grad_norm_sum = grad_norm_sum.defined() ? grad_norm_sum + grad_norm : grad_norm;
       ++optimizer_steps;
     }
   }
@@ -274,22 +287,25 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const double tokens = std::max(1.0, get("counted_tokens"));
   const double n = std::max(1.0, get("sequences"));
   const double reward_mean = get("reward_sum") / n;
-  metrics.loss = (get("policy_loss_sum") + rl.kl_coef() * (ppo ? 0 : get("kl_sum")) +
-                  rl.vf_coef() * get("value_loss_sum")) /
-                 tokens;
-  metrics.grad_norm = grad_norm.defined() ? grad_norm.item<double>() : 0.0;
+  const double steps = std::max<int64_t>(1, optimizer_steps);
+  auto step_average = [&](const std::string& name) { return get(name) / steps; };
+  metrics.loss = step_average("policy_loss") + rl.kl_coef() * (ppo ? 0 : step_average("kl")) +
+                 rl.vf_coef() * step_average("value_loss");
+  // verl's actor/grad_norm: the mean over the optimizer steps (each step's norm before clipping).
+  metrics.grad_norm = grad_norm_sum.defined() ? grad_norm_sum.item<double>() / steps : 0.0;
   metrics.lr = optimizer_->lr();
   metrics.extra = {
       {"reward_mean", reward_mean},
-      {"reward_std", std::sqrt(std::max(0.0, get("reward_sq_sum") / n - reward_mean * reward_mean))},
-      {"policy_loss", get("policy_loss_sum") / tokens},
-      {"clip_fraction", get("clipped_sum") / tokens},
+      {"reward_std",
+       std::sqrt(std::max(0.0, get("reward_sq_sum") / n - reward_mean * reward_mean))},
+      {"policy_loss", step_average("policy_loss")},
+      {"clip_fraction", step_average("clip_fraction")},
       {"entropy", get("entropy_sum") / tokens},
       {"response_length", get("response_tokens") / n},
       {"logprob_diff_max", get("logprob_diff_max")},
       {"optimizer_steps", static_cast<double>(optimizer_steps)},
   };
-  if (reference_) metrics.extra.emplace_back("kl", get("kl_sum") / tokens);
+  if (reference_) metrics.extra.emplace_back("kl", step_average("kl"));
   if (!ppo) {
     metrics.extra.emplace_back("counted_fraction", get("counted_tokens") /
                                                        std::max(1.0, get("response_tokens")));
@@ -298,7 +314,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     const double rt = std::max(1.0, get("response_tokens"));
     const double var_returns = get("returns_sq_sum") / rt - std::pow(get("returns_sum") / rt, 2);
     const double var_residual = get("residual_sq_sum") / rt - std::pow(get("residual_sum") / rt, 2);
-    metrics.extra.emplace_back("value_loss", get("value_loss_sum") / tokens);
+    metrics.extra.emplace_back("value_loss", step_average("value_loss"));
     metrics.extra.emplace_back("explained_variance",
                                var_returns > 0 ? 1 - var_residual / var_returns : 0.0);
   }

@@ -18,6 +18,7 @@ import transformers
 from safetensors.torch import load_file
 
 import common
+import transformers
 
 TITAN_RL = None
 TITAN_TRAIN = None
@@ -115,8 +116,8 @@ class TitanRlTest(unittest.TestCase):
                                      "--training.local_batch_size=2")
         # 1e-5: ranks sum their halves' gradients and token counts in another order.
         self.assert_same_step(one, fsdp, ("1 process", "FSDP 2"), 1e-5)
-        self.assertEqual(one[0]["loss"], 0.0)  # advantages ±1 over equal tokens: the mean cancels
-        self.assertLess(abs(fsdp[0]["loss"]), 1e-7)
+        # The loss is the mean over both epochs (the first's is 0: advantages ±1 over equal tokens).
+        self.assertLess(abs(one[0]["loss"] - fsdp[0]["loss"]), 1e-7)
 
     def test_ppo_whitening_over_two_ranks_equals_one_process(self):
         # Each rank holds one prompt's rollouts, whose rewards (1 vs 3) give the ranks other
@@ -318,6 +319,70 @@ class TitanRlTest(unittest.TestCase):
         rows = common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))
         self.assertEqual(len(rows), 16)
         self.assertTrue(all(r["reward"] is None and "response" in r for r in rows))
+
+    def replay_epochs(self, rows, epochs, lr):
+        """The GRPO update (population std, dynamic sampling, clip 0.2/0.28) restated in torch on
+        self.hf, one AdamW step per epoch: each epoch's loss, clip fraction and gradient norm."""
+        tok = transformers.PreTrainedTokenizerFast(
+            tokenizer_file=os.path.join(common.TOKENIZER, "tokenizer.json"))
+        model = transformers.LlamaForCausalLM.from_pretrained(self.hf).float()
+        prompts = [[common.BOS] + tok(r["prompt"], add_special_tokens=False)["input_ids"]
+                   for r in rows]
+        responses = [tok(r["response"], add_special_tokens=False)["input_ids"] for r in rows]
+        rewards = torch.tensor([r["reward"] for r in rows], dtype=torch.float64).view(-1, 4)
+        centred = rewards - rewards.mean(1, keepdim=True)
+        adv = centred / (rewards.std(1, keepdim=True, correction=0) + 1e-6)
+        adv = adv.masked_fill(rewards.amax(1, keepdim=True) == rewards.amin(1, keepdim=True), 0)
+        adv = adv.flatten().float()
+        tokens = sum(map(len, responses))
+
+        def logps():
+            out = []
+            for p, q in zip(prompts, responses):
+                logits = model(torch.tensor([p + q])).logits[0, len(p) - 1:-1].float()
+                out.append(torch.log_softmax(logits, -1).gather(-1, torch.tensor(q)[:, None])[:, 0])
+            return out
+
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), eps=1e-8,
+                                weight_decay=0.0)
+        with torch.no_grad():
+            old = logps()
+        per_epoch = []
+        for _ in range(epochs):
+            opt.zero_grad()
+            loss, clipped = 0, 0
+            for i, logp in enumerate(logps()):
+                ratio = torch.exp(logp - old[i])
+                unclipped, clip = -adv[i] * ratio, -adv[i] * ratio.clamp(0.8, 1.28)
+                loss = loss + torch.maximum(unclipped, clip).sum()
+                clipped += (clip > unclipped).sum().item()
+            (loss / tokens).backward()
+            norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in model.parameters()))
+            per_epoch.append(((loss / tokens).item(), clipped / tokens, norm.item()))
+            opt.step()
+        return per_epoch
+
+    def test_update_metrics_are_means_over_every_epoch(self):
+        # As TRL's PPO and verl report them: each optimizer step's token mean, averaged over the
+        # steps (here 3 epochs of one minibatch). The first epoch's ratio is exactly 1 (clip
+        # fraction 0): metrics from it alone would not describe the update.
+        path = self.rollouts()
+        _, cmd = self.job("epochs3", "--rl.ppo_epochs=3", "--rl.learning_rate=3e-3",
+                          "--lr_scheduler.warmup_steps=0", "--training.max_norm=1e9",
+                          "--rl.old_logprobs=trainer", "--json")
+        cmd.insert(1, f"--step_rollouts={path}")
+        summary = json.loads(common.run(cmd).stdout)
+        per_epoch = self.replay_epochs(common.read_jsonl(path), 3, 3e-3)
+        print(f"torch replay per epoch (loss, clip fraction, grad norm): {per_epoch}; titan_rl: "
+              f"{summary['loss']:.6g} {summary['clip_fraction']:.6g} {summary['grad_norm']:.6g}")
+        mean = [sum(e[k] for e in per_epoch) / 3 for k in range(3)]
+        self.assertEqual(summary["optimizer_steps"], 3)
+        self.assertGreater(summary["clip_fraction"], 0)
+        # 1e-4: fp32 forwards in other kernels, amplified by two AdamW steps at this LR.
+        self.assertLess(abs(summary["loss"] - mean[0]), 1e-4 * max(abs(mean[0]), 1e-2))
+        self.assertEqual(summary["policy_loss"], summary["loss"])  # no KL, no value loss
+        self.assertAlmostEqual(summary["clip_fraction"], mean[1], places=6)
+        self.assertLess(abs(summary["grad_norm"] - mean[2]), 1e-4 * mean[2])
 
     def test_diverged_update_stops_before_its_checkpoint(self):
         # lr 1e30: AdamW moves every weight by about that much, so the next forward overflows.
