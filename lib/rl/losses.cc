@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 namespace titan {
 
 at::Tensor TokenLogProbs(const at::Tensor& logits, const at::Tensor& labels, double temperature) {
@@ -62,6 +64,14 @@ absl::StatusOr<at::Tensor> Whiten(const at::Tensor& x, const at::Tensor& mask, b
   // Two passes (mean, then squared deviations from it), as the one-process formula computes them.
   absl::StatusOr<at::Tensor> totals = sum_over_ranks(at::stack({(x * m).sum(), m.sum()}));
   if (!totals.ok()) return totals.status();
+  // Bessel's variance of one value is 0/0: a NaN that would surface as a diverged update.
+  const double count = (*totals)[1].item<double>();
+  if (count < 2) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "whitening needs at least 2 values to estimate a variance (it divides by n - 1, as TRL's "
+        "masked_var), got ",
+        count));
+  }
   const at::Tensor sums = totals->to(x.options());
   const at::Tensor n = sums[1];
   const at::Tensor mean = sums[0] / n;

@@ -44,7 +44,8 @@ using SumOverRanks = std::function<absl::StatusOr<at::Tensor>(const at::Tensor&)
 
 // (x - mean) / sqrt(var + 1e-8) over the tokens where `mask` is 1, var with Bessel's correction
 // (TRL's masked_whiten); shift_mean=false adds the mean back. With `sum_over_ranks`, the mean and
-// variance are the whole batch's across ranks (each rank holding its share of x and mask).
+// variance are the whole batch's across ranks (each rank holding its share of x and mask). Fewer
+// than 2 masked values (over the ranks) are a FailedPrecondition error.
 at::Tensor Whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean = true);
 absl::StatusOr<at::Tensor> Whiten(const at::Tensor& x, const at::Tensor& mask, bool shift_mean,
                                   const SumOverRanks& sum_over_ranks);

@@ -157,11 +157,17 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     std::tie(advantages, returns) = Gae(token_rewards, old_values, mask, rl.gamma(), rl.lam());
     if (rl.whiten_advantages()) {
       // Over the global batch: per-rank statistics would make the update depend on the ranks.
-      TITAN_ASSIGN_OR_RETURN(
-          const at::Tensor whitened,
+      absl::StatusOr<at::Tensor> whitened =
           Whiten(advantages, mask, /*shift_mean=*/true,
-                 [this](const at::Tensor& local) { return ReduceOverDp(local, ReduceOp::kSum); }));
-      advantages = whitened * mask;
+                 [this](const at::Tensor& local) { return ReduceOverDp(local, ReduceOp::kSum); });
+      if (absl::IsFailedPrecondition(whitened.status())) {
+        // One response token in the whole batch: refused rather than trained on NaN advantages.
+        return absl::FailedPreconditionError(absl::StrCat(
+            "PPO advantages over the batch's response tokens: ", whitened.status().message(),
+            "; [rl] whiten_advantages = false trains on such a batch"));
+      }
+      if (!whitened.ok()) return whitened.status();
+      advantages = *whitened * mask;
     }
   } else {
     if (rows % rl.group_size() != 0) {

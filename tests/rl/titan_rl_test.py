@@ -420,6 +420,22 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
         return proc.stderr
 
+    def test_ppo_whitening_of_one_response_token_is_refused(self):
+        # Bessel's variance of one token is 0/0 (TRL's masked_var raises too): named, not NaN.
+        path = os.path.join(self.root, "rollouts_one_token.jsonl")
+        common.write_jsonl(path, [{"prompt": "Sort: a", "response": "<|end_of_text|>",
+                                   "reward": 1.0}])
+        stderr = self.refusal("step_one_token", f"--step_rollouts={path}", *self.algorithm("ppo"),
+                              "--rl.group_size=1")
+        self.assertIn("PPO advantages over the batch's response tokens: whitening needs at least 2 "
+                      "values to estimate a variance (it divides by n - 1, as TRL's masked_var), "
+                      "got 1; [rl] whiten_advantages = false trains on such a batch", stderr)
+        self.assertNotIn("diverged", stderr)
+        _, cmd = self.job("step_one_token_unwhitened", f"--step_rollouts={path}",
+                          *self.algorithm("ppo"), "--rl.group_size=1",
+                          "--rl.whiten_advantages=false", "--json")
+        self.assertTrue(os.path.exists(json.loads(common.run(cmd).stdout)["weights"]))
+
     def test_non_finite_scorer_rewards_are_refused(self):
         for printed in ("nan", "inf"):
             stderr = self.refusal(f"scorer_{printed}", "--rl.reward=command",
