@@ -69,6 +69,26 @@ TokenIds RlTrainer::EncodeResponse(const std::string& response, bool add_eos) co
   return TokenIds(ids.begin(), ids.end());
 }
 
+TokenIds RlTrainer::FitResponse(const TokenIds& prompt, TokenIds response, int64_t* cut) const {
+  // EncodePrompt leaves at least max_new_tokens of room.
+  const size_t room = static_cast<size_t>(rl_.max_seq_len()) - prompt.size();
+  if (response.size() > room) {
+    response.resize(room);
+    ++*cut;
+  }
+  return response;
+}
+
+absl::Status RlTrainer::CheckRolloutFits(const std::string& prompt,
+                                         const std::string& response) const {
+  const size_t p = EncodePrompt(prompt).size(), r = EncodeResponse(response, false).size();
+  if (p + r <= static_cast<size_t>(rl_.max_seq_len())) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      p, " prompt + ", r, " response tokens exceed [rl] max_seq_len = ", rl_.max_seq_len(),
+      ": a scored rollout is not cut (its last token carries the reward); raise max_seq_len or "
+      "leave the rollout out"));
+}
+
 SamplingOptions RlTrainer::SamplingFromConfig(uint64_t seed, bool greedy) const {
   SamplingOptions options;
   options.max_new_tokens = rl_.max_new_tokens();
@@ -253,6 +273,11 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prom
                                                    responses.size(), " responses and ",
                                                    rewards.size(), " rewards"));
   }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (absl::Status fits = CheckRolloutFits(prompts[i], responses[i]); !fits.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("Step: rollout ", i, ": ", fits.message()));
+    }
+  }
   Rollouts rollouts;
   for (size_t i = 0; i < prompts.size(); ++i) {
     rollouts.prompts.push_back(EncodePrompt(prompts[i]));
@@ -291,10 +316,12 @@ absl::StatusOr<double> RlTrainer::Evaluate() {
   if (rl_.algorithm() == "dpo") {
     // Held-out preference accuracy: the policy's implicit reward ranks chosen above rejected.
     std::vector<TokenIds> prompt_ids, responses;
+    int64_t cut = 0;  // counted by the training steps' log
     for (int pass = 0; pass < 2; ++pass) {
       for (const RlExample* e : examples) {
         prompt_ids.push_back(EncodePrompt(e->prompt));
-        responses.push_back(EncodeResponse(pass == 0 ? e->response : e->rejected, true));
+        responses.push_back(FitResponse(
+            prompt_ids.back(), EncodeResponse(pass == 0 ? e->response : e->rejected, true), &cut));
       }
     }
     const SequenceBatch batch =

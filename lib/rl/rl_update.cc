@@ -1,5 +1,6 @@
 // RlTrainer's updates: policy-gradient steps on rollouts (GRPO, DAPO, PPO with its value head),
 // SFT and DPO steps on examples.
+#include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's lines
 #include <c10/core/GradMode.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "lib/rl/losses.h"
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_trainer.h"
@@ -332,12 +334,20 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
   const bool dpo = rl.algorithm() == "dpo";
   const int64_t pairs = static_cast<int64_t>(examples.size());
   std::vector<TokenIds> prompts, responses;
+  int64_t cut = 0;
   // DPO rows: every chosen response, then every rejected one, microbatched pair-wise below.
   for (int pass = 0; pass < (dpo ? 2 : 1); ++pass) {
     for (const RlExample* e : examples) {
       prompts.push_back(EncodePrompt(e->prompt));
-      responses.push_back(EncodeResponse(pass == 0 ? e->response : e->rejected, /*add_eos=*/true));
+      responses.push_back(FitResponse(
+          prompts.back(), EncodeResponse(pass == 0 ? e->response : e->rejected, /*add_eos=*/true),
+          &cut));
     }
+  }
+  if (cut > 0) {
+    LOG(WARNING) << rl.algorithm() << " step: " << cut << " of " << responses.size()
+                 << " responses on this rank cut to fit [rl] max_seq_len = " << rl.max_seq_len()
+                 << " (prompt + response tokens; their start is kept, as TRL's max_length)";
   }
   const SequenceBatch batch =
       LayOutSequences(prompts, responses, tokenizer_->eos_id(), setup_.device);

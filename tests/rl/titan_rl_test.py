@@ -464,6 +464,37 @@ class TitanRlTest(unittest.TestCase):
         common.write_jsonl(path, [])
         self.assertIn(f"{path}: no rollouts", self.refusal("step_empty", f"--step_rollouts={path}"))
 
+    def test_step_rollouts_longer_than_max_seq_len_are_refused(self):
+        # A scored rollout is not cut (its last token carries the reward): the third line (after a
+        # blank one) holds more tokens than the config's max_seq_len of 64.
+        good = {"prompt": "Sort: b a", "response": " #### a b", "reward": 1}
+        long = {**good, "response": " #### a b" * 30}
+        path = os.path.join(self.root, "rollouts_long.jsonl")
+        with open(path, "w") as f:
+            f.write("\n".join(json.dumps(r) for r in (good, {}, long, good, good))
+                    .replace("{}", "") + "\n")
+        stderr = self.refusal("step_long", f"--step_rollouts={path}")
+        self.assertRegex(stderr, re.escape(f"{path}:3: ") + r"\d+ prompt \+ \d+ response tokens "
+                         r"exceed \[rl\] max_seq_len = 64: a scored rollout is not cut")
+
+    def test_sft_and_dpo_responses_are_cut_to_max_seq_len(self):
+        # TRL's SFTTrainer and DPOTrainer truncate to max_length too: the responses' start is kept,
+        # and the step's log counts them. 4 prompts per step, responses of ~120 tokens.
+        path = os.path.join(self.root, "long_examples.jsonl")
+        common.write_jsonl(path, [{"prompt": f"Sort: c a b {i}", "response": " #### a b c" * 40,
+                                   "chosen": " #### a b c" * 40, "rejected": " #### c b a" * 40}
+                                  for i in range(16)])
+        for algorithm, cut in (("sft", 4), ("dpo", 8)):
+            dump, cmd = self.job(f"long_{algorithm}", f"--rl.prompts_path={path}",
+                                 "--training.steps=1",
+                                 config=f"configs/rl_{algorithm}_sorting.toml")
+            proc = common.run(cmd)
+            self.assertIn(f"{algorithm} step: {cut} of {cut} responses on this rank cut to fit "
+                          "[rl] max_seq_len = 64", proc.stderr)
+            if algorithm == "sft":
+                step = next(m for m in common.metrics(dump) if m["step"] == 1)
+                self.assertLessEqual(step["response_tokens"], 4 * 64)
+
     def test_json_is_refused_for_training(self):
         self.assertIn("--json: only --generate and --step_rollouts print a JSON summary; a "
                       "training run writes metrics.jsonl under [job] dump_folder",
