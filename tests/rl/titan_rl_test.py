@@ -746,6 +746,16 @@ class TitanRlTest(unittest.TestCase):
             self.assertIn(text, entry)
             self.assertNotIn("range: >= 0", entry)
 
+    def test_help_says_dapo_leaves_the_overlong_penalty_off(self):
+        # dapo defaults clip_range_high and dynamic_sampling only: overlong_buffer_len stays 0.
+        proc = common.run([TITAN_RL, "--help"], check=False)
+        help_text = proc.stdout + proc.stderr
+        entry = help_text[help_text.index("--rl.algorithm "):]
+        entry = " ".join(entry[:entry.index("\n  --")].split())
+        self.assertIn("dapo (grpo with clip-higher and dynamic sampling on by default; its overlong "
+                      "penalty is overlong_buffer_len, off unless set)", entry)
+        self.assertNotIn("overlong penalty defaults", entry)
+
     def test_step_rollouts_on_a_runs_rollouts_replays_its_step(self):
         # A model that answers in whole-word tokens (" a" ... " e", the bundled tokenizer's 257,
         # 262, 283, 277, 267) or stops: their output rows scaled up, so that responses often stop
