@@ -248,6 +248,11 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
     TITAN_RETURN_IF_ERROR(UseTitanNames(b));
   }
   DiffReport report;
+  const absl::StatusOr<ModelInfo> model_a = DescribeCheckpoint(*a.reader, "", "");
+  const absl::StatusOr<ModelInfo> model_b = DescribeCheckpoint(*b.reader, "", "");
+  if (model_a.ok() && model_b.ok()) {
+    report.architecture = ArchitectureDifferences(model_a->args, model_b->args);
+  }
   for (const auto& [name, source] : a.source_names) {
     if (b.source_names.count(name) == 0) {
       report.only_in_first.push_back(name);
@@ -279,13 +284,17 @@ json DiffReportToJson(const DiffReport& report) {
           {"compared", report.compared},
           {"only_in_first", report.only_in_first},
           {"only_in_second", report.only_in_second},
-          {"different", different}};
+          {"different", different},
+          {"architecture", report.architecture.empty() ? json() : json(report.architecture)}};
 }
 
 std::string FormatDiffReport(const DiffReport& report) {
   std::string out =
       absl::StrCat("compared ", report.compared,
                    " tensors: ", report.identical() ? "identical" : "DIFFERENT", "\n");
+  if (!report.architecture.empty()) {
+    absl::StrAppend(&out, "  architecture: ", report.architecture, "\n");
+  }
   for (const std::string& name : report.only_in_first) {
     absl::StrAppend(&out, "  only in the first: ", name, "\n");
   }

@@ -72,8 +72,12 @@ struct DiffReport {
   std::vector<std::string> only_in_first;
   std::vector<std::string> only_in_second;
   std::vector<TensorDifference> different;
+  // The architecture fields the two differ in (rope_theta, norm_eps, ...: the same tensors make
+  // another model then); "" when alike or when either holds no registered model.
+  std::string architecture;
   bool identical() const {
-    return only_in_first.empty() && only_in_second.empty() && different.empty();
+    return only_in_first.empty() && only_in_second.empty() && different.empty() &&
+           architecture.empty();
   }
 };
 
@@ -82,7 +86,7 @@ struct DiffReport {
 // Tensors of different dtypes differ whatever the tolerances (as torch.testing.assert_close's
 // check_dtype); their values are compared and reported too.
 // Checkpoints of different formats are compared in titan's names and q/k layout (each must hold a
-// registered model).
+// registered model). Two that each describe a registered model are compared by architecture too.
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
                                            double rtol, double atol);
 nlohmann::json DiffReportToJson(const DiffReport& report);

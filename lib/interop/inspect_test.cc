@@ -145,6 +145,25 @@ TEST(InspectTest, DescribesQwen3CheckpointsInEveryFormat) {
   EXPECT_EQ(diff->compared, 1 + 11 + 2);  // embedding, one layer with q/k norms, norm, output
 }
 
+TEST(InspectTest, DiffFindsArchitecturesThatDifferWithTheSameTensors) {
+  // The same tensors under another norm_eps are another model.
+  const std::string a = TestDir("arch_a"), b = TestDir("arch_b");
+  CheckpointState state = SmallState(4);
+  ASSERT_TRUE(CheckpointManager(a, 0).Save(1, state, true).ok());
+  ModelInfo other = SmallModel("llama3");
+  other.args.norm_eps = 1e-3;
+  state.extra["model"] = ModelInfoToJson(other);
+  ASSERT_TRUE(CheckpointManager(b, 0).Save(1, state, true).ok());
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(a, b, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->different.empty());
+  EXPECT_FALSE(diff->identical());
+  EXPECT_THAT(diff->architecture, HasSubstr("norm_eps 1e-05 vs 0.001"));
+  EXPECT_THAT(FormatDiffReport(*diff), HasSubstr("  architecture: norm_eps"));
+  EXPECT_EQ(DiffReportToJson(*diff).at("architecture"), diff->architecture);
+  EXPECT_TRUE(DiffReportToJson(*DiffCheckpoints(a, a, 0, 0)).at("architecture").is_null());
+}
+
 TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
   const std::string a = TestDir("a"), b = TestDir("b"), hf = TestDir("hf");
   CheckpointState state = SmallState(2);
