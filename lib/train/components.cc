@@ -88,6 +88,24 @@ absl::Status CheckHfAssets(const JobConfig::Model& model, const ModelInfo& info)
   return absl::OkStatus();
 }
 
+// Loading compares parameter shapes only: an initial load that describes its model (config.json,
+// a titan model entry, params.json) must also agree with the flavor on what shapes do not show
+// (rope_theta, norm_eps, RoPE scaling), or the weights would run as another model.
+absl::Status CheckInitialLoadArchitecture(const JobConfig& config, const ModelInfo& info) {
+  TITAN_ASSIGN_OR_RETURN(const std::string path, InitialLoadPath(config));
+  if (path.empty()) return absl::OkStatus();
+  const absl::StatusOr<ModelInfo> saved =
+      DescribeCheckpointAt(path, config.checkpoint().initial_load_in_hf(), info.name());
+  // One that says nothing of its model is judged by its shapes when it loads.
+  if (!saved.ok()) return absl::OkStatus();
+  const std::string differences = ArchitectureDifferences(saved->args, info.args);
+  if (differences.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "[checkpoint] initial_load_path: ", path, " holds ", DescribeArchitecture(saved->args),
+      ", but [model] flavor ", config.model().flavor(), " is ", DescribeArchitecture(info.args),
+      " (", differences, "); use flavor = \"from_checkpoint\" to take the checkpoint's shape"));
+}
+
 // This data-parallel rank's share of the windows of the documents at `path` (PackedTextDataset
 // deals them out in rounds); the tensor, context and pipeline ranks of one data-parallel rank read
 // the same.
@@ -244,6 +262,7 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
     info = DescribeModel(*spec, args);
     info.flavor = model.flavor();
     if (!model.hf_assets_path().empty()) TITAN_RETURN_IF_ERROR(CheckHfAssets(model, info));
+    TITAN_RETURN_IF_ERROR(CheckInitialLoadArchitecture(config, info));
   }
   if (tokenizer.vocab_size() > info.args.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -5,8 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/test_dir.h"
 #include "lib/config/job_config.h"
 #include "lib/interop/hf_config.h"
@@ -109,6 +111,36 @@ TEST(ResolveModelTest, AnAssetsConfigThatDiffersFromTheFlavorNamesTheFields) {
   EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
               ::testing::HasSubstr(", vocab 64, tied, qk-norm (rope_theta 10000 vs 1000000); use "
                                    "flavor = \"from_checkpoint\""));
+}
+
+TEST(ResolveModelTest, AnInitialLoadOfAnotherArchitectureIsRefusedNamingTheFields) {
+  // Loading compares shapes, which rope_theta leaves alike: the saved model entry tells.
+  const ModelSpec& spec = **FindModel("qwen3");
+  TransformerArgs args = spec.Flavor("debugmodel").value();
+  args.vocab_size = 64;
+  JobConfig config = DefaultJobConfig();
+  config.mutable_model()->set_name("qwen3");
+  config.mutable_model()->set_flavor("debugmodel");
+  for (const double theta : {1e6, 1e4}) {
+    args.rope.theta = theta;
+    CheckpointState state;
+    state.model.emplace_back("tok_embeddings.weight", at::zeros({2}));
+    state.extra["model"] = ModelInfoToJson(DescribeModel(spec, args));
+    const std::string root = TestDir(absl::StrCat("initial_", theta));
+    ASSERT_TRUE(CheckpointManager(root, 0).Save(1, state, /*model_only=*/true).ok());
+    config.mutable_checkpoint()->set_initial_load_path(root + "/step-1");
+    const absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
+    if (theta == 1e6) {
+      EXPECT_TRUE(info.ok()) << info.status();
+    } else {
+      EXPECT_THAT(
+          std::string(info.status().message()),
+          ::testing::HasSubstr("[checkpoint] initial_load_path: " + root + "/step-1 holds "));
+      EXPECT_THAT(std::string(info.status().message()),
+                  ::testing::HasSubstr("(rope_theta 10000 vs 1000000); use flavor = "
+                                       "\"from_checkpoint\""));
+    }
+  }
 }
 
 }  // namespace
