@@ -294,26 +294,32 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
         hf ? HfToTitanName(tensor.name) : absl::StatusOr<std::string>(tensor.name);
     by_titan_name[titan_name.ok() ? *titan_name : tensor.name] = tensor.name;
   }
+  // A Hugging Face file's tensors go by their names there, which the user can look up.
+  const auto file_name = [hf](const std::string& titan_name) {
+    if (!hf) return titan_name;
+    absl::StatusOr<std::string> hf_name = TitanToHfName(titan_name);
+    return hf_name.ok() ? *hf_name : titan_name;
+  };
   // "name <checkpoint shape> vs <model shape>", in model order, then what the model lacks.
   std::vector<std::string> differences;
   std::vector<ParameterSource> params;
   for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
     const auto it = by_titan_name.find(name);
     if (it == by_titan_name.end()) {
-      differences.push_back(absl::StrCat(name, " absent vs ", ShapeString(shape)));
+      differences.push_back(absl::StrCat(file_name(name), " absent vs ", ShapeString(shape)));
       continue;
     }
     const TensorInfo* tensor = reader.Find(it->second);
     if (tensor->shape != shape) {
       differences.push_back(
-          absl::StrCat(name, " ", ShapeString(tensor->shape), " vs ", ShapeString(shape)));
+          absl::StrCat(tensor->name, " ", ShapeString(tensor->shape), " vs ", ShapeString(shape)));
     }
     params.push_back({name, it->second});
     by_titan_name.erase(it);
   }
   for (const auto& [titan_name, source_name] : by_titan_name) {
     differences.push_back(
-        absl::StrCat(titan_name, " ", ShapeString(reader.Find(source_name)->shape), " vs absent"));
+        absl::StrCat(source_name, " ", ShapeString(reader.Find(source_name)->shape), " vs absent"));
   }
   if (differences.empty()) {
     for (const ParameterSource& param : params) {
@@ -330,8 +336,9 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
       holds != nullptr ? absl::StrCat("checkpoint holds ", DescribeModelInfo(*holds),
                                       ", the model is ", DescribeModelInfo(info))
                        : absl::StrCat("checkpoint tensors do not match ", DescribeModelInfo(info));
-  return absl::InvalidArgumentError(absl::StrCat(
-      reader.directory(), ": ", headline, "; first differing tensors: ", FirstFew(differences)));
+  return absl::InvalidArgumentError(
+      absl::StrCat(reader.directory(), ": ", headline, "; first differing tensors",
+                   hf ? " (by their names in the files)" : "", ": ", FirstFew(differences)));
 }
 
 absl::Status CheckSameParameters(const ModelInfo& saved, const ModelInfo& model,

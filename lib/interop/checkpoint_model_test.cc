@@ -134,8 +134,10 @@ TEST(CheckpointModelTest, AHeadThatDiffersFromTheEmbeddingIsReadUntied) {
   ASSERT_TRUE(params.ok()) << params.status();
   EXPECT_EQ(SourceOf(*params, "output.weight"), "lm_head.weight");
   // A tied model is refused the head rather than silently dropping it.
-  EXPECT_THAT(std::string(MatchParameters(**reader, SmallQwen3()).status().message()),
-              HasSubstr("first differing tensors: output.weight [40, 64] vs absent"));
+  EXPECT_THAT(
+      std::string(MatchParameters(**reader, SmallQwen3()).status().message()),
+      HasSubstr("first differing tensors (by their names in the files): lm_head.weight [40, 64] "
+                "vs absent"));
 
   // A copy of the embedding is what a tied head looks like: it stays tied.
   const std::string copied = HfWithTiedConfigAndHead("copied_head", /*copy=*/true);
@@ -248,8 +250,9 @@ TEST(CheckpointModelTest, ShapeMismatchIsAShortSummary) {
   EXPECT_EQ(message, hf + ": checkpoint holds qwen3 (dim 64, 2 layers, 4/2 heads of 32, ffn 128, "
                           "vocab 40, tied, qk-norm), the model is llama3 debugmodel (dim 256, 6 "
                           "layers, 16/16 heads of 16, ffn 768, vocab 40); first differing "
-                          "tensors: tok_embeddings.weight [40, 64] vs [40, 256], norm.weight [64] "
-                          "vs [256], output.weight absent vs [40, 256] (58 more)");
+                          "tensors (by their names in the files): model.embed_tokens.weight "
+                          "[40, 64] vs [40, 256], model.norm.weight [64] vs [256], lm_head.weight "
+                          "absent vs [40, 256] (58 more)");
 
   // The same model the checkpoint describes: only the tensors are listed.
   absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(titan);
