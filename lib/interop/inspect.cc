@@ -149,10 +149,13 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
   report.format = CheckpointFormatName(reader->format());
   report.step = reader->step();
   absl::StatusOr<ModelInfo> info = DescribeCheckpoint(*reader, "", "");
-  if (info.ok() && MatchParameters(*reader, *info).ok()) {
+  const absl::Status matched = info.ok() ? MatchParameters(*reader, *info).status() : info.status();
+  if (matched.ok()) {
     report.model = info->name();
     report.flavor = info->flavor;
     report.architecture = DescribeArchitecture(info->args);
+  } else {
+    report.model_unknown_reason = std::string(matched.message());
   }
   for (const TensorInfo& tensor : reader->tensors()) {
     InspectedTensor inspected{tensor, std::nullopt};
@@ -184,16 +187,18 @@ json InspectReportToJson(const InspectReport& report) {
     if (tensor.stats) entry["stats"] = StatsToJson(*tensor.stats);
     tensors.push_back(std::move(entry));
   }
-  json out = {{"path", report.directory},
-              {"format", report.format},
-              {"step", report.step ? json(*report.step) : json()},
-              {"model", report.model},
-              {"flavor", report.flavor},
-              {"architecture", report.architecture},
-              {"tensors", tensors},
-              {"total_tensors", report.tensors.size()},
-              {"total_elements", report.total_elements},
-              {"total_bytes", report.total_bytes}};
+  json out = {
+      {"path", report.directory},
+      {"format", report.format},
+      {"step", report.step ? json(*report.step) : json()},
+      {"model", report.model},
+      {"flavor", report.flavor},
+      {"architecture", report.architecture},
+      {"model_unknown_reason", report.model.empty() ? json(report.model_unknown_reason) : json()},
+      {"tensors", tensors},
+      {"total_tensors", report.tensors.size()},
+      {"total_elements", report.total_elements},
+      {"total_bytes", report.total_bytes}};
   if (report.verified) {
     out["verify"] = {{"ok", report.problems.empty()}, {"problems", report.problems}};
   }
@@ -204,7 +209,8 @@ std::string FormatInspectReport(const InspectReport& report) {
   std::string out = absl::StrCat(
       report.directory, "\n  format ", report.format,
       report.step ? absl::StrCat(", step ", *report.step) : "", ", model ",
-      report.model.empty() ? "unknown" : report.model,
+      report.model.empty() ? absl::StrCat("unknown (", report.model_unknown_reason, ")")
+                           : report.model,
       report.model.empty() ? ""
                            : absl::StrCat(" ", report.flavor.empty() ? "custom" : report.flavor,
                                           " (", report.architecture, ")"),

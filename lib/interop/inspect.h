@@ -41,6 +41,7 @@ struct InspectReport {
   std::string model;         // The family, or "" when the checkpoint holds no registered model.
   std::string flavor;        // "" for custom shapes.
   std::string architecture;  // DescribeArchitecture's line, when the model is known.
+  std::string model_unknown_reason;  // Why not, when it is not (an unsupported config.json key).
   std::vector<InspectedTensor> tensors;
   int64_t total_elements = 0;
   uint64_t total_bytes = 0;

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <string>
 
@@ -143,6 +144,23 @@ TEST(InspectTest, DescribesQwen3CheckpointsInEveryFormat) {
   ASSERT_TRUE(diff.ok()) << diff.status();
   EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
   EXPECT_EQ(diff->compared, 1 + 11 + 2);  // embedding, one layer with q/k norms, norm, output
+}
+
+TEST(InspectTest, AnUnknownModelSaysWhy) {
+  const std::string titan = TestDir("why_titan"), hf = TestDir("why_hf");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(6), true).ok());
+  ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, options).ok());
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(hf + "/config.json"));
+  config["hidden_act"] = "gelu";
+  std::ofstream(hf + "/config.json") << config.dump();
+  absl::StatusOr<InspectReport> report = InspectCheckpoint(hf, InspectOptions());
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->model, "");
+  EXPECT_THAT(report->model_unknown_reason, HasSubstr("hidden_act"));
+  EXPECT_THAT(FormatInspectReport(*report), HasSubstr(", model unknown (" + hf));
+  EXPECT_EQ(InspectReportToJson(*report).at("model_unknown_reason"), report->model_unknown_reason);
 }
 
 TEST(InspectTest, DiffFindsArchitecturesThatDifferWithTheSameTensors) {
