@@ -300,6 +300,9 @@ absl::StatusOr<StepMetrics> RlTrainer::StepOnRollouts(const Rollouts& rollouts) 
     return m;
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    // LibTorch's scalar conversions throw std::runtime_error (an lr past float's range).
+    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
   }
 }
 
@@ -502,6 +505,7 @@ absl::Status RlTrainer::Train() {
 }
 
 absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
+  TITAN_RETURN_IF_ERROR(RefuseNonFiniteWeights(policy_.params, runtime_, path));
   NamedTensors local;
   for (const ParamRef& p : policy_.params) local.emplace_back(p.name, p.tensor->detach());
   // The other ranks wait while rank 0 copies and writes the whole policy.
@@ -528,6 +532,9 @@ absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime) {
     return trainer->Train();
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    // LibTorch's scalar conversions throw std::runtime_error (an lr past float's range).
+    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
   }
 }
 

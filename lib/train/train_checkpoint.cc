@@ -20,10 +20,6 @@
 namespace titan {
 namespace {
 
-at::ScalarType ExportType(const std::string& dtype) {
-  return dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
-}
-
 // True iff every element of every tensor is finite: NaN and inf reach a tensor's minimum or
 // maximum (one reduction per tensor, no copy of it) and one host read tells.
 bool AllFinite(const std::vector<ParamRef>& params) {
@@ -37,7 +33,22 @@ bool AllFinite(const std::vector<ParamRef>& params) {
   return extremes.empty() || at::stack(extremes).isfinite().all().item<bool>();
 }
 
+at::ScalarType ExportType(const std::string& dtype) {
+  return dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
+}
+
 }  // namespace
+
+absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
+                                    const DistributedRuntime& runtime, absl::string_view where) {
+  TITAN_ASSIGN_OR_RETURN(const bool finite, runtime.AllAgree(AllFinite(params)));
+  if (finite) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(
+      where,
+      ": the weights are not finite (NaN or inf): an update overflowed; stopped without saving "
+      "them (a checkpoint saved before, if any, is the last good one): lower the learning rate "
+      "or weight_decay"));
+}
 
 absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
     const JobConfig& config, const DistributedRuntime& runtime,
@@ -232,15 +243,9 @@ absl::Status TrainCheckpointer::FinishRestart() {
 absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   TITAN_RETURN_IF_ERROR(FinishPendingSave());
   // An update can overflow with a finite gradient norm (a huge lr or weight decay): its weights
-  // must not replace the last good step. Every rank checks its own shards.
-  TITAN_ASSIGN_OR_RETURN(const bool finite, runtime_.AllAgree(AllFinite(*parts_.params)));
-  if (!finite) {
-    return absl::InternalError(absl::StrCat(
-        "step ", train.step,
-        ": the weights are not finite (NaN or inf): an update overflowed; "
-        "stopped without saving them (a checkpoint saved before, if any, is the last good one): "
-        "lower [optimizer] lr or weight_decay"));
-  }
+  // must not replace the last good step.
+  TITAN_RETURN_IF_ERROR(
+      RefuseNonFiniteWeights(*parts_.params, runtime_, absl::StrCat("step ", train.step)));
   if (set_aside_at_first_save_) {
     // Otherwise keep_latest_k deletes this run's saves for the old run's newer ones, and a resume
     // takes the old timeline's newest step. Journaled until this save is committed.

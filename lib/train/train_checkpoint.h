@@ -9,6 +9,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "lib/checkpoint/async_checkpoint_saver.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/config/job_config.pb.h"
@@ -34,6 +35,12 @@ struct TrainState {
 };
 
 // The stateful parts a training checkpoint holds; the trainer owns them.
+// An error (every rank agreeing) if a weight of any rank's `params` is NaN or inf: an update can
+// overflow with a finite gradient norm (a huge lr times weight_decay), and such weights must not
+// be written. `where` starts the message ("step 3").
+absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
+                                    const DistributedRuntime& runtime, absl::string_view where);
+
 struct CheckpointedParts {
   const std::vector<ParamRef>* params = nullptr;
   Optimizer* optimizer = nullptr;

@@ -412,6 +412,26 @@ class TitanRlTest(unittest.TestCase):
         self.assertRegex(proc.stderr, r"Step: loss = \S+, grad_norm = \S+, not finite: the update "
                          r"diverged")
         self.assertFalse(os.path.exists(os.path.join(dump, "step_weights.safetensors")))
+        # Finite loss and gradient norm, but an update past float32 (lr x weight_decay): the
+        # weights themselves are checked before they are written.
+        rows = [{"prompt": "Sort: c a b", "response": " #### a b c", "reward": r}
+                for r in (1, 0, 0, 0)]
+        path = os.path.join(self.root, "rollouts_overflow.jsonl")
+        common.write_jsonl(path, rows)
+        dump, cmd = self.job("step_overflow", f"--step_rollouts={path}", "--rl.ppo_epochs=1",
+                             "--rl.learning_rate=3.3e37", "--optimizer.weight_decay=10.3",
+                             "--lr_scheduler.warmup_steps=0")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn("step_weights.safetensors: the weights are not finite (NaN or inf)",
+                      proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(dump, "step_weights.safetensors")))
+        # lr x weight_decay itself past float32: one clear error, not an abort.
+        _, cmd = self.job("step_lr_overflow", f"--step_rollouts={path}", "--rl.ppo_epochs=1",
+                          "--rl.learning_rate=3e38", "--optimizer.weight_decay=10")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn("cannot be converted to type float without overflow", proc.stderr)
 
     def refusal(self, name, *flags):
         """titan_rl's stderr for a job it must refuse with one clear line (no abort)."""

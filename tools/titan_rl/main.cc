@@ -127,6 +127,9 @@ absl::Status Run(const ToolFlags& flags) {
       return absl::OkStatus();
     } catch (const c10::Error& e) {
       return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
+    } catch (const std::exception& e) {
+      // LibTorch's scalar conversions throw std::runtime_error (an lr past float's range).
+      return absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
     }
   });
 }
