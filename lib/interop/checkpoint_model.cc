@@ -93,7 +93,10 @@ absl::StatusOr<bool> HeadCopiesEmbedding(const CheckpointReader& reader, const c
 // transformers loads it (dropping that head would give another model).
 absl::Status UntieDistinctHfHead(const CheckpointReader& reader, ModelInfo& info) {
   const TensorInfo* head = reader.Find(kHfHead);
-  if (!info.args.tie_word_embeddings || head == nullptr) return absl::OkStatus();
+  // A head alone is the tied weight itself (MatchParameters reads the embedding from it).
+  if (!info.args.tie_word_embeddings || head == nullptr || reader.Find(kHfEmbedding) == nullptr) {
+    return absl::OkStatus();
+  }
   TITAN_ASSIGN_OR_RETURN(const bool copy, HeadCopiesEmbedding(reader, kHfHead, kHfEmbedding));
   if (copy) return absl::OkStatus();
   info.args.tie_word_embeddings = false;
@@ -293,6 +296,16 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
     absl::StatusOr<std::string> titan_name =
         hf ? HfToTitanName(tensor.name) : absl::StatusOr<std::string>(tensor.name);
     by_titan_name[titan_name.ok() ? *titan_name : tensor.name] = tensor.name;
+  }
+  // A tied model saved as its head alone: transformers fills the embedding from it.
+  if (hf && info.args.tie_word_embeddings && reader.Find(kHfEmbedding) == nullptr &&
+      reader.Find(kHfHead) != nullptr) {
+    const absl::StatusOr<std::string> embedding = HfToTitanName(kHfEmbedding);
+    const absl::StatusOr<std::string> head = HfToTitanName(kHfHead);
+    if (embedding.ok() && head.ok()) {
+      by_titan_name.erase(*head);
+      by_titan_name[*embedding] = kHfHead;
+    }
   }
   // A Hugging Face file's tensors go by their names there, which the user can look up.
   const auto file_name = [hf](const std::string& titan_name) {

@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/safetensors.h"
 #include "lib/checkpoint/test_dir.h"
 #include "lib/interop/convert.h"
 #include "lib/interop/hf_config.h"
@@ -148,6 +149,31 @@ TEST(CheckpointModelTest, AHeadThatDiffersFromTheEmbeddingIsReadUntied) {
   ASSERT_TRUE(reader.ok()) << reader.status();
   params = MatchParameters(**reader, SmallQwen3());
   ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(SourceOf(*params, "output.weight"), "");
+}
+
+// transformers loads a tied model saved as its head alone, filling the embedding from it.
+TEST(CheckpointModelTest, ATiedModelSavedAsItsHeadAloneReadsTheEmbeddingFromIt) {
+  const std::string hf = HfWithTiedConfigAndHead("head_alone", /*copy=*/false);
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  NamedTensors kept;
+  for (const TensorInfo& tensor : (*reader)->tensors()) {
+    if (tensor.name == "model.embed_tokens.weight") continue;
+    kept.emplace_back(tensor.name, (*(*reader)->Get(tensor.name)).clone());
+  }
+  reader->reset();
+  std::filesystem::remove(hf + "/model.safetensors");
+  const absl::Status written = WriteSafetensors(hf + "/model.safetensors", kept);
+  ASSERT_TRUE(written.ok()) << written;
+  absl::StatusOr<ModelInfo> info = DescribeCheckpointAt(hf, /*in_hf=*/true, "qwen3");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_TRUE(info->args.tie_word_embeddings);
+  reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::StatusOr<std::vector<ParameterSource>> params = MatchParameters(**reader, *info);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(SourceOf(*params, "tok_embeddings.weight"), "lm_head.weight");
   EXPECT_EQ(SourceOf(*params, "output.weight"), "");
 }
 

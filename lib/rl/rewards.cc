@@ -24,9 +24,16 @@ namespace {
 
 constexpr size_t kTail = 300;
 
-// verl's scorers look at the response's last kTail characters only.
+// verl's scorers look at the response's last kTail characters only (Python's str[-300:]: code
+// points, so a UTF-8 character is never split).
 absl::string_view Tail(absl::string_view response) {
-  return response.size() > kTail ? response.substr(response.size() - kTail) : response;
+  size_t start = response.size();
+  for (size_t characters = 0; start > 0 && characters < kTail; ++characters) {
+    do {
+      --start;
+    } while (start > 0 && (static_cast<unsigned char>(response[start]) & 0xC0) == 0x80);
+  }
+  return response.substr(start);
 }
 
 // The characters of verl's strict GSM8K answer, [0-9.,].

@@ -38,6 +38,13 @@ TEST(VerifierTest, NumericIsVerlsStrictGsm8kRule) {
   EXPECT_EQ(Gsm8kAnswer("##### 7"), "7");
   EXPECT_EQ(Gsm8kAnswer("#### 7" + std::string(296, ' ')), std::nullopt);
   EXPECT_EQ(Gsm8kAnswer("#### 7" + std::string(294, ' ')), "7");
+  // Characters, not bytes, as Python's str[-300:]: 294 "é" are 588 bytes and the answer still
+  // counts; a 295th pushes it out.
+  std::string accents;
+  for (int i = 0; i < 294; ++i) accents += "\xC3\xA9";
+  EXPECT_EQ(Gsm8kAnswer("#### 7" + accents), "7");
+  EXPECT_EQ(Gsm8kAnswer("#### 7" + accents + "\xC3\xA9"), std::nullopt);
+  EXPECT_EQ(HashAnswer("#### 7\n" + accents.substr(2)), "7");  // 7 + 293 characters
   for (const char* unmatched : {"####72", "#### inf", "#### nan", "#### +72", "#### - 72",
                                 "####\t72", "#### $72", "#### ", "no answer"}) {
     EXPECT_EQ(Gsm8kAnswer(unmatched), std::nullopt) << unmatched;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "lib/util/file_util.h"
+#include "lib/interop/checkpoint_reader.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -49,15 +49,10 @@ absl::StatusOr<StopTokens> StopTokensFromConfig(const JobConfig& config, const T
                                                 const ModelInfo& model) {
   const int64_t vocab_size = model.args.vocab_size;
   for (const std::string& folder : HfFolders(config)) {
+    // Absent or malformed (warned): transformers too generates without it then.
+    const json parsed = ReadHfGenerationConfig(folder);
+    if (!parsed.is_object()) continue;
     const std::string path = (std::filesystem::path(folder) / "generation_config.json").string();
-    std::error_code error;
-    if (!std::filesystem::is_regular_file(path, error)) continue;
-    absl::StatusOr<std::string> text = ReadFile(path);
-    if (!text.ok()) return text.status();
-    const json parsed = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!parsed.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not a JSON object"));
-    }
     absl::StatusOr<std::vector<int64_t>> ids = EosIds(parsed, path, vocab_size);
     if (!ids.ok()) return ids.status();
     if (!ids->empty()) return StopTokens{*std::move(ids), absl::StrCat(path, " eos_token_id")};

@@ -59,9 +59,17 @@ class StdoutTest(unittest.TestCase):
                 self.assertEqual(json.loads(proc.stdout),
                                  {"error": "unknown command line flag 'bogus'"})
                 self.assertIn("ERROR: unknown command line flag 'bogus'", proc.stderr)
-        proc = subprocess.run([TOOLS["convert_checkpoint"], "--bogus=1"], capture_output=True,
-                              text=True, timeout=60)
-        self.assertEqual(proc.stdout, "")  # without --json, stdout stays empty
+        # --json as gflags reads it: any spelling of true, the last one given.
+        for flags, json_error in ((["--json=yes"], True), (["--bogus=1", "--json=1"], True),
+                                  (["--json", "--nojson"], False), (["--json=false"], False),
+                                  ([], False)):
+            with self.subTest(flags=flags):
+                proc = subprocess.run([TOOLS["convert_checkpoint"], *flags, "--bogus=1"],
+                                      capture_output=True, text=True, timeout=60)
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                self.assertEqual(proc.stdout,
+                                 '{"error":"unknown command line flag \'bogus\'"}\n'
+                                 if json_error else "")
 
     def test_output_that_is_written_exits_zero(self):
         proc = subprocess.run([TOOLS["pp_schedule"], "--format=csv"], capture_output=True,

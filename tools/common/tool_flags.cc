@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "gflags/gflags.h"
 #include "tools/common/tool_output.h"
@@ -18,8 +17,8 @@ namespace {
 
 int g_usage_error_code = 1;
 bool g_parsing = false;
-// With --json, gflags' own error is caught here (stderr goes to this file while it parses) to be
-// printed as {"error": ...} too; null: not caught.
+// In a tool with --json, gflags' own error is caught here (stderr goes to this file while it
+// parses) to be printed as {"error": ...} too when --json is on; null: not caught.
 std::FILE* g_caught_stderr = nullptr;
 int g_real_stderr = -1;
 
@@ -41,13 +40,20 @@ std::string ReleaseStderr() {
   return text;
 }
 
+// Whether the tool has a --json flag and the command line set it, in any of gflags' spellings
+// (--json=yes, --nojson after it, ...): gflags has parsed every flag before it reports errors.
+bool JsonRequested() {
+  std::string value;
+  return gflags::GetCommandLineOption("json", &value) && value == "true";
+}
+
 // gflags exits 1 on a flag it refuses, with no way to ask for another status or format.
 void OnParseExit(int status, void*) {
   if (!g_parsing || status == 0) return;
   const std::string caught = ReleaseStderr();
   std::cout.flush();  // --helpfull's text, which gflags prints before it exits 1
   std::fflush(stdout);
-  if (!caught.empty()) {
+  if (!caught.empty() && JsonRequested()) {
     absl::string_view message(caught);
     message = message.substr(0, message.find('\n'));
     absl::ConsumePrefix(&message, "ERROR: ");
@@ -55,16 +61,6 @@ void OnParseExit(int status, void*) {
     std::fflush(stdout);
   }
   std::_Exit(g_usage_error_code);
-}
-
-bool JsonRequested(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    if (arg == "--") break;
-    if (arg == "--json" || arg == "-json" || arg == "--json=true" || arg == "-json=true")
-      return true;
-  }
-  return false;
 }
 
 void PrintHelp(const char* usage) {
@@ -92,9 +88,10 @@ void ParseToolFlags(const char* usage, int* argc, char*** argv, int usage_error_
     }
   }
   g_usage_error_code = usage_error_code;
-  const bool json = JsonRequested(*argc, *argv);
-  if (usage_error_code != 1 || json) on_exit(OnParseExit, nullptr);
-  if (json) {
+  gflags::CommandLineFlagInfo json_flag;
+  const bool has_json = gflags::GetCommandLineFlagInfo("json", &json_flag);
+  if (usage_error_code != 1 || has_json) on_exit(OnParseExit, nullptr);
+  if (has_json) {
     std::fflush(stderr);
     g_caught_stderr = std::tmpfile();
     g_real_stderr = g_caught_stderr != nullptr ? ::dup(STDERR_FILENO) : -1;
