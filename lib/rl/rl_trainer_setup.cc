@@ -56,7 +56,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
   }
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicyCopy());
-  TITAN_ASSIGN_OR_RETURN(stop_tokens_, StopTokensFromConfig(config_, *tokenizer_, policy_.info));
+  TITAN_ASSIGN_OR_RETURN(stop_tokens_, StopTokensOf(policy_.info));
   LOG(INFO) << "generation stops at ids [" << absl::StrJoin(stop_tokens_.ids, ", ") << "] ("
             << stop_tokens_.source << ")";
   if ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo") {

@@ -6,9 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "lib/config/job_config.pb.h"
 #include "lib/registry/model_spec.h"
-#include "lib/tokenizer/tokenizer.h"
 
 namespace titan {
 
@@ -18,14 +16,12 @@ struct StopTokens {
   std::string source;
 };
 
-// As transformers' generate: the eos_token_id (an id or a list of ids) of generation_config.json
-// in the model's Hugging Face folder ([model] hf_assets_path, else [checkpoint] initial_load_path
-// when initial_load_in_hf), the first of them that has the file; else the one `model` carries (a
-// titan checkpoint converted from Hugging Face files). Without any, or with no ids in it, the
-// tokenizer's EOS. An id that is not an integer below the model's vocab size (its embedding rows)
-// is refused with one line naming the file.
-absl::StatusOr<StopTokens> StopTokensFromConfig(const JobConfig& config, const Tokenizer& tokenizer,
-                                                const ModelInfo& model);
+// As transformers' generate: the eos_token_id (an id or a list of ids) of the model's generation
+// config (its Hugging Face folder's generation_config.json, or the one a converted checkpoint
+// carries); without one, or with no ids in it, the model's eos_token_id (config.json's, else the
+// tokenizer's EOS, as ResolveModel fills it). An id that is not an integer below the model's vocab
+// size (its embedding rows) is refused with one line naming where it was read.
+absl::StatusOr<StopTokens> StopTokensOf(const ModelInfo& model);
 
 }  // namespace titan
 

@@ -65,45 +65,67 @@ absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config) {
   return path;
 }
 
-// [model] hf_assets_path with a named flavor: the folder must exist, and a config.json there must
-// describe the flavor's architecture (else the weights and tokenizer belong to another model).
-absl::Status CheckHfAssets(const JobConfig::Model& model, const ModelInfo& info) {
-  const std::string& path = model.hf_assets_path();
-  if (!IsDirectory(path)) {
-    return absl::NotFoundError(absl::StrCat("[model] hf_assets_path: ", path, ": no such folder"));
+// Fills what `source` says of its model beyond the architecture (special ids, generation config)
+// where `info` says nothing yet.
+void AdoptUnsetModelDetails(const ModelInfo& source, ModelInfo& info) {
+  for (auto [from, to] : {std::pair(&source.bos_token_id, &info.bos_token_id),
+                          std::pair(&source.eos_token_id, &info.eos_token_id),
+                          std::pair(&source.pad_token_id, &info.pad_token_id),
+                          std::pair(&source.hf_generation_config, &info.hf_generation_config)}) {
+    if (to->is_null()) *to = *from;
   }
-  if (!PathExists(path + "/config.json")) return absl::OkStatus();
-  TITAN_ASSIGN_OR_RETURN(const ModelInfo assets,
-                         DescribeCheckpointAt(path, /*in_hf=*/true, info.name()));
-  if (!SameArchitecture(assets.args, info.args) || assets.args.vocab_size != info.args.vocab_size) {
-    // The one-line descriptions may agree (rope_theta, norm_eps): name the fields that differ.
-    const std::string differences = ArchitectureDifferences(assets.args, info.args);
-    return absl::InvalidArgumentError(
-        absl::StrCat("[model] hf_assets_path: ", path, "/config.json describes ",
-                     DescribeArchitecture(assets.args), ", but [model] flavor ", model.flavor(),
-                     " is ", DescribeArchitecture(info.args), differences.empty() ? "" : " (",
-                     differences, differences.empty() ? "" : ")",
-                     "; use flavor = \"from_checkpoint\" to take the checkpoint's shape"));
-  }
-  return absl::OkStatus();
 }
 
-// Loading compares parameter shapes only: an initial load that describes its model (config.json,
-// a titan model entry, params.json) must also agree with the flavor on what shapes do not show
-// (rope_theta, norm_eps, RoPE scaling), or the weights would run as another model.
-absl::Status CheckInitialLoadArchitecture(const JobConfig& config, const ModelInfo& info) {
-  TITAN_ASSIGN_OR_RETURN(const std::string path, InitialLoadPath(config));
-  if (path.empty()) return absl::OkStatus();
-  const absl::StatusOr<ModelInfo> saved =
-      DescribeCheckpointAt(path, config.checkpoint().initial_load_in_hf(), info.name());
-  // One that says nothing of its model is judged by its shapes when it loads.
-  if (!saved.ok()) return absl::OkStatus();
-  const std::string differences = ArchitectureDifferences(saved->args, info.args);
-  if (differences.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      "[checkpoint] initial_load_path: ", path, " holds ", DescribeArchitecture(saved->args),
-      ", but [model] flavor ", config.model().flavor(), " is ", DescribeArchitecture(info.args),
-      " (", differences, "); use flavor = \"from_checkpoint\" to take the checkpoint's shape"));
+// A named flavor's [model] hf_assets_path (its tokenizer, perhaps its weights) and initial load
+// must, where they describe their model, describe the flavor's architecture and vocab: loading
+// compares parameter shapes only, which rope_theta, norm_eps or RoPE scaling leave alike, and
+// assets of another model would pair the flavor with a foreign tokenizer. What shapes do not say
+// (special ids, generation config) the model takes from the first of them that says it, as a
+// "from_checkpoint" model takes it from its source.
+absl::Status CheckAndAdoptFlavorSources(const JobConfig& config, ModelInfo& info) {
+  struct Source {
+    std::string key, path;
+    bool in_hf;
+  };
+  std::vector<Source> sources;
+  const std::string& assets = config.model().hf_assets_path();
+  if (!assets.empty()) {
+    if (!IsDirectory(assets)) {
+      return absl::NotFoundError(
+          absl::StrCat("[model] hf_assets_path: ", assets, ": no such folder"));
+    }
+    // A folder without config.json (a tokenizer's) describes no architecture to check.
+    if (PathExists(assets + "/config.json")) {
+      sources.push_back({"[model] hf_assets_path", assets, /*in_hf=*/true});
+    } else {
+      info.hf_generation_config = ReadHfGenerationConfig(assets);
+    }
+  }
+  TITAN_ASSIGN_OR_RETURN(const std::string initial_load, InitialLoadPath(config));
+  if (!initial_load.empty() && initial_load != assets) {
+    sources.push_back(
+        {"[checkpoint] initial_load_path", initial_load, config.checkpoint().initial_load_in_hf()});
+  }
+  for (const Source& source : sources) {
+    const absl::StatusOr<ModelInfo> described =
+        DescribeCheckpointAt(source.path, source.in_hf, info.name());
+    // An initial load that says nothing of its model is judged by its shapes when it loads.
+    if (!described.ok() && source.key != "[model] hf_assets_path") continue;
+    TITAN_RETURN_IF_ERROR(WithContext(described.status(), source.key));
+    std::string differences = ArchitectureDifferences(described->args, info.args);
+    if (described->args.vocab_size != info.args.vocab_size) {
+      absl::StrAppend(&differences, differences.empty() ? "" : ", ", "vocab_size ",
+                      described->args.vocab_size, " vs ", info.args.vocab_size);
+    }
+    if (!differences.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source.key, ": ", source.path, " holds ", DescribeArchitecture(described->args),
+          ", but [model] flavor ", config.model().flavor(), " is ", DescribeArchitecture(info.args),
+          " (", differences, "); use flavor = \"from_checkpoint\" to take the checkpoint's shape"));
+    }
+    AdoptUnsetModelDetails(*described, info);
+  }
+  return absl::OkStatus();
 }
 
 // This data-parallel rank's share of the windows of the documents at `path` (PackedTextDataset
@@ -261,8 +283,7 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
     if (args.vocab_size == 0) args.vocab_size = tokenizer.vocab_size();
     info = DescribeModel(*spec, args);
     info.flavor = model.flavor();
-    if (!model.hf_assets_path().empty()) TITAN_RETURN_IF_ERROR(CheckHfAssets(model, info));
-    TITAN_RETURN_IF_ERROR(CheckInitialLoadArchitecture(config, info));
+    TITAN_RETURN_IF_ERROR(CheckAndAdoptFlavorSources(config, info));
   }
   if (tokenizer.vocab_size() > info.args.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(

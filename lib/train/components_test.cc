@@ -143,5 +143,54 @@ TEST(ResolveModelTest, AnInitialLoadOfAnotherArchitectureIsRefusedNamingTheField
   }
 }
 
+// What shapes do not say (special ids, generation config) a named flavor takes from its HF folder,
+// as a "from_checkpoint" model does: exports keep them, and titan_rl stops at every eos id.
+TEST(ResolveModelTest, ANamedFlavorTakesItsHfFoldersIdsAndGenerationConfig) {
+  const ModelSpec& spec = **FindModel("qwen3");
+  TransformerArgs args = spec.Flavor("debugmodel").value();
+  args.vocab_size = 64;
+  ModelInfo saved = DescribeModel(spec, args, /*bos_token_id=*/3, nlohmann::json::array({4, 5}));
+  saved.pad_token_id = 6;
+  const std::string assets = TestDir("assets_ids");
+  std::filesystem::create_directories(assets);
+  std::ofstream(assets + "/config.json") << HfConfig(saved, "float32").dump();
+  const std::string generation = R"({"eos_token_id": [4, 5, 7], "temperature": 0.6})";
+  std::ofstream(assets + "/generation_config.json") << generation;
+  JobConfig config = DefaultJobConfig();
+  config.mutable_model()->set_name("qwen3");
+  config.mutable_model()->set_flavor("debugmodel");
+  config.mutable_model()->set_hf_assets_path(assets);
+  absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->bos_token_id, 3);
+  EXPECT_EQ(info->eos_token_id, nlohmann::json::array({4, 5}));
+  EXPECT_EQ(info->pad_token_id, 6);
+  EXPECT_EQ(info->hf_generation_config, nlohmann::json::parse(generation));
+  // A tokenizer's folder (no config.json) lends its generation config alone.
+  std::filesystem::rename(assets + "/config.json", assets + "/config.json.away");
+  info = ResolveModel(config, SizedTokenizer(64));
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->eos_token_id, 0);  // the tokenizer's
+  EXPECT_TRUE(info->pad_token_id.is_null());
+  EXPECT_EQ(info->hf_generation_config, nlohmann::json::parse(generation));
+}
+
+TEST(ResolveModelTest, AnAssetsConfigOfAnotherVocabIsRefused) {
+  const ModelSpec& spec = **FindModel("qwen3");
+  TransformerArgs args = spec.Flavor("debugmodel").value();
+  args.vocab_size = 96;
+  const std::string assets = TestDir("assets_vocab");
+  std::filesystem::create_directories(assets);
+  std::ofstream(assets + "/config.json") << HfConfig(DescribeModel(spec, args), "float32").dump();
+  JobConfig config = DefaultJobConfig();
+  config.mutable_model()->set_name("qwen3");
+  config.mutable_model()->set_flavor("debugmodel");
+  config.mutable_model()->set_hf_assets_path(assets);
+  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
+              ::testing::HasSubstr("[model] hf_assets_path: " + assets + " holds dim"));
+  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
+              ::testing::HasSubstr("(vocab_size 96 vs 64); use flavor"));
+}
+
 }  // namespace
 }  // namespace titan
