@@ -25,6 +25,7 @@
 #include "lib/train/trainer.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
+#include "lib/util/torch_errors.h"
 
 namespace titan {
 namespace {
@@ -256,13 +257,14 @@ absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
 
 absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runtime,
                         const ProfileRunOptions& options) {
-  try {
-    return Run(config, runtime, options);
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
-  } catch (const nlohmann::json::exception& e) {
-    return absl::InternalError(absl::StrCat("rank profile: ", e.what()));
-  }
+  return CatchTorchErrors([&]() -> absl::Status {
+    // Before CatchTorchErrors' std::exception: a JSON error is a rank profile's, not LibTorch's.
+    try {
+      return Run(config, runtime, options);
+    } catch (const nlohmann::json::exception& e) {
+      return absl::InternalError(absl::StrCat("rank profile: ", e.what()));
+    }
+  });
 }
 
 }  // namespace titan

@@ -1,7 +1,6 @@
 #include "lib/rl/reward_model.h"
 
 #include <c10/core/GradMode.h>
-#include <c10/util/Exception.h>
 
 #include <utility>
 
@@ -14,7 +13,9 @@
 #include "lib/interop/load_weights.h"
 #include "lib/model/autocast.h"
 #include "lib/model/op_cache.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
+#include "lib/util/torch_errors.h"
 
 namespace titan {
 namespace {
@@ -100,21 +101,20 @@ RewardModel::Load(const std::string &path, const JobConfig &config,
   model->autocast_dtype_ = setup.autocast_dtype;
   const at::TensorOptions options =
       at::TensorOptions().device(setup.device).dtype(at::kFloat);
-  try {
-    TransformerArgs run_args = args;
-    run_args.max_seq_len = config.training().seq_len();
-    model->trunk_ = model->info_.spec->Build(
-        run_args, at::TensorOptions().device(at::kMeta));
-    model->trunk_->Materialize(options);
-    model->trunk_->BuildRopeTables(options);
-    TITAN_RETURN_IF_ERROR(LoadModelWeights(reader, model->info_,
-                                           model->trunk_->NamedParameters()));
-    TITAN_ASSIGN_OR_RETURN(at::Tensor weight, reader.inner().Get(kScoreName));
-    model->score_ = weight.to(options).clone();
-  } catch (const c10::Error &e) {
-    return absl::InternalError(
-        absl::StrCat(source, ": LibTorch error: ", e.what_without_backtrace()));
-  }
+  TITAN_RETURN_IF_ERROR(WithContext(
+      CatchTorchErrors([&]() -> absl::Status {
+        TransformerArgs run_args = args;
+        run_args.max_seq_len = config.training().seq_len();
+        model->trunk_ = model->info_.spec->Build(run_args, at::TensorOptions().device(at::kMeta));
+        model->trunk_->Materialize(options);
+        model->trunk_->BuildRopeTables(options);
+        TITAN_RETURN_IF_ERROR(
+            LoadModelWeights(reader, model->info_, model->trunk_->NamedParameters()));
+        TITAN_ASSIGN_OR_RETURN(at::Tensor weight, reader.inner().Get(kScoreName));
+        model->score_ = weight.to(options).clone();
+        return absl::OkStatus();
+      }),
+      source));
   TITAN_ASSIGN_OR_RETURN(
       model->data_parallel_,
       model->info_.spec->parallelize(*model->trunk_,
@@ -146,7 +146,7 @@ RewardModel::Score(const std::vector<TokenIds> &prompts,
     columns.push_back(batch.prompt_len -
                       static_cast<int64_t>(prompts[i].size()) + last);
   }
-  try {
+  const auto score = [&]() -> absl::StatusOr<std::vector<double>> {
     c10::NoGradGuard no_grad;
     Decoder &trunk = *trunk_;
     const at::Tensor index = at::tensor(columns, at::kLong).to(device_);
@@ -170,10 +170,10 @@ RewardModel::Score(const std::vector<TokenIds> &prompts,
     const at::Tensor cpu = scores.cpu().contiguous();
     return std::vector<double>(cpu.data_ptr<double>(),
                                cpu.data_ptr<double>() + cpu.numel());
-  } catch (const c10::Error &e) {
-    return absl::InternalError(absl::StrCat("reward model: LibTorch error: ",
-                                            e.what_without_backtrace()));
-  }
+  };
+  absl::StatusOr<std::vector<double>> scored = CatchTorchErrors(score);
+  if (!scored.ok()) return WithContext(scored.status(), "reward model");
+  return scored;
 }
 
 } // namespace titan

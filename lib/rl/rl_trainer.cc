@@ -1,7 +1,6 @@
 #include "lib/rl/rl_trainer.h"
 
 #include <c10/core/GradMode.h>
-#include <c10/util/Exception.h>
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +25,7 @@
 #include "lib/train/stop_signal.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
+#include "lib/util/torch_errors.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -294,16 +294,11 @@ absl::StatusOr<StepMetrics> RlTrainer::StepOnRollouts(const Rollouts& rollouts) 
                      rl_.algorithm()));
   }
   TITAN_RETURN_IF_ERROR(CheckFiniteRewards(rollouts.rewards, "Step"));
-  try {
+  return CatchTorchErrors([&]() -> absl::StatusOr<StepMetrics> {
     TITAN_ASSIGN_OR_RETURN(StepMetrics m, RlUpdate(rollouts));
     TITAN_RETURN_IF_ERROR(CheckFiniteUpdate(m, "Step", ""));
     return m;
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    // LibTorch's scalar conversions throw std::runtime_error (an lr past float's range).
-    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
-  }
+  });
 }
 
 absl::StatusOr<double> RlTrainer::Evaluate() {
@@ -525,17 +520,12 @@ absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
 }
 
 absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime) {
-  try {
+  return CatchTorchErrors([&]() -> absl::Status {
     TITAN_ASSIGN_OR_RETURN(const JobConfig rl_config, RlJobConfig(config, RlMode::kTrain));
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<RlTrainer> trainer,
                            RlTrainer::Create(rl_config, runtime, RlMode::kTrain));
     return trainer->Train();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    // LibTorch's scalar conversions throw std::runtime_error (an lr past float's range).
-    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
-  }
+  });
 }
 
 }  // namespace titan

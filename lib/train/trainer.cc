@@ -26,6 +26,7 @@
 #include "lib/util/file_util.h"
 #include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
+#include "lib/util/torch_errors.h"
 
 namespace titan {
 namespace {
@@ -545,16 +546,11 @@ absl::Status Trainer::Train() {
 }
 
 absl::Status RunTraining(const JobConfig& config, const DistributedRuntime& runtime) {
-  try {
+  return CatchTorchErrors([&]() -> absl::Status {
     Trainer trainer(config, runtime);
     TITAN_RETURN_IF_ERROR(trainer.Init());
     return trainer.Train();
-  } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    // LibTorch's scalar conversions throw std::runtime_error (e.g. an lr past float's range).
-    return absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
-  }
+  });
 }
 
 }  // namespace titan

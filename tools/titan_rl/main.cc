@@ -18,6 +18,7 @@
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_modes.h"
 #include "lib/rl/rl_trainer.h"
+#include "lib/util/torch_errors.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/tool_output.h"
 
@@ -105,7 +106,7 @@ absl::Status Run(const ToolFlags& flags) {
       if (!checked.ok()) return checked.status();
       output = *std::move(checked);
     }
-    try {
+    return titan::CatchTorchErrors([&]() -> absl::Status {
       absl::StatusOr<std::unique_ptr<titan::RlTrainer>> trainer =
           titan::RlTrainer::Create(*rl_config, runtime, mode);
       if (!trainer.ok()) return trainer.status();
@@ -125,12 +126,7 @@ absl::Status Run(const ToolFlags& flags) {
         LOG(INFO) << "step on " << flags.step_rollouts << ": " << summary->dump();
       }
       return absl::OkStatus();
-    } catch (const c10::Error& e) {
-      return absl::InternalError(absl::StrCat("LibTorch error: ", e.what_without_backtrace()));
-    } catch (const std::exception& e) {
-      // LibTorch's scalar conversions throw std::runtime_error (an lr past float's range).
-      return absl::InternalError(absl::StrCat("LibTorch error: ", e.what()));
-    }
+    });
   });
 }
 
