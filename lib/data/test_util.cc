@@ -2,11 +2,11 @@
 
 #include <zlib.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "gtest/gtest.h"
+#include "lib/checkpoint/test_dir.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -34,11 +34,9 @@ absl::StatusOr<std::string> ByteTokenizer::Decode(absl::Span<const int32_t> ids,
 }
 
 std::string FreshTestDir(const std::string& name) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::filesystem::path dir = std::filesystem::path(tmp != nullptr ? tmp : "/tmp") / name;
-  std::filesystem::remove_all(dir);
+  const std::string dir = TestDir(name);
   std::filesystem::create_directories(dir);
-  return dir.string();
+  return dir;
 }
 
 void WriteTestFile(const std::string& path, absl::string_view contents, bool gzip) {

@@ -30,7 +30,7 @@ class ByteTokenizer : public Tokenizer {
   int64_t vocab_size() const override { return 258; }
 };
 
-// A fresh empty folder $TEST_TMPDIR/<name>.
+// TestDir(name), made: a fresh empty folder $TEST_TMPDIR/<test name>/<name>.
 std::string FreshTestDir(const std::string& name);
 
 // Writes `contents` to `path` (creating parent folders), gzip-compressed when `gzip`.

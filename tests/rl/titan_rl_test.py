@@ -604,8 +604,8 @@ class TitanRlTest(unittest.TestCase):
         with open(path, "w") as f:
             json.dump(generation_config, f)
         proc = common.run(cmd)
-        self.assertIn(f"generation stops at ids [{common.EOS}, {first}] ({path} eos_token_id)",
-                      proc.stderr)
+        self.assertIn(f"generation stops at ids [{common.EOS}, {first}] (the model's "
+                      "generation_config.json eos_token_id)", proc.stderr)
         row = common.read_jsonl(output)[0]
         self.assertEqual(row["response_ids"], [first])
         self.assertTrue(row["stopped"])
