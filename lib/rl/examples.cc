@@ -95,6 +95,7 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
       path, "a JSON object with prompt, response and reward",
       [&](const nlohmann::json& object, const std::string& where) -> absl::Status {
         RewardedRollout rollout;
+        rollout.where = where;
         TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));
         TITAN_ASSIGN_OR_RETURN(rollout.response, StringField(object, "response", true, where));
         if (algorithm == "ppo" && rollout.response.empty()) {

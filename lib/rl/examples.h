@@ -38,6 +38,7 @@ struct RewardedRollout {
   std::string prompt;
   std::string response;
   double reward = 0;
+  std::string where;  // "path:line", for errors about it found later
 };
 
 // JSONL with one object per line: "prompt", "response" (strings) and "reward" (a number).

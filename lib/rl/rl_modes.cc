@@ -9,7 +9,6 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -222,22 +221,6 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
   return summary;
 }
 
-namespace {
-
-// The line of `path` that holds its `row`-th rollout (from 0), as ReadRewardedRollouts counts
-// them: blank lines hold none.
-int64_t FileLineOfRow(const std::string& path, size_t row) {
-  std::ifstream in(path);
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (row-- == 0) return number;
-  }
-  return 0;
-}
-
-}  // namespace
-
 absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobConfig& config,
                                                   const DistributedRuntime& runtime,
                                                   const std::string& path) {
@@ -265,8 +248,7 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
     if (absl::Status fits = trainer.CheckRolloutFits((*rows)[i].prompt, (*rows)[i].response);
         !fits.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", FileLineOfRow(path, i), ": ", fits.message()));
+      return absl::InvalidArgumentError(absl::StrCat((*rows)[i].where, ": ", fits.message()));
     }
     prompts.push_back((*rows)[i].prompt);
     responses.push_back((*rows)[i].response);
