@@ -107,6 +107,16 @@ absl::Status UntieDistinctHfHead(const CheckpointReader& reader, ModelInfo& info
   return absl::OkStatus();
 }
 
+// The model an HF folder's config.json (`config`) describes, with the folder's
+// generation_config.json; with its `weights`, a tied head they hold apart is read untied.
+absl::StatusOr<ModelInfo> HfFolderModel(const json& config, const std::string& directory,
+                                        const CheckpointReader* weights) {
+  TITAN_ASSIGN_OR_RETURN(ModelInfo info, ModelInfoFromHfConfig(config, directory + "/config.json"));
+  info.hf_generation_config = ReadHfGenerationConfig(directory);
+  if (weights != nullptr) TITAN_RETURN_IF_ERROR(UntieDistinctHfHead(*weights, info));
+  return info;
+}
+
 // Meta's params.json, read by the family's Meta adapter: the named family's, else the first
 // registered family that has a Meta format (llama3).
 absl::StatusOr<ModelInfo> DescribeMeta(const CheckpointReader& reader,
@@ -241,11 +251,7 @@ absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
   const json& description = reader.description();
   switch (reader.format()) {
     case CheckpointFormat::kHf:
-      info = ModelInfoFromHfConfig(description, reader.directory() + "/config.json");
-      if (info.ok()) {
-        info->hf_generation_config = ReadHfGenerationConfig(reader.directory());
-        TITAN_RETURN_IF_ERROR(UntieDistinctHfHead(reader, *info));
-      }
+      info = HfFolderModel(description, reader.directory(), &reader);
       break;
     case CheckpointFormat::kTitan:
       info = description.contains("model")
@@ -265,8 +271,8 @@ absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
                                            const std::string& model_name) {
   if (!model_name.empty()) TITAN_RETURN_IF_ERROR(FindModel(model_name).status());
   TITAN_ASSIGN_OR_RETURN(const json config, ReadHfConfig(directory));
-  TITAN_ASSIGN_OR_RETURN(ModelInfo info, ModelInfoFromHfConfig(config, directory + "/config.json"));
-  info.hf_generation_config = ReadHfGenerationConfig(directory);
+  TITAN_ASSIGN_OR_RETURN(ModelInfo info, HfFolderModel(config, directory, /*weights=*/nullptr));
+  // Only a tied head needs the weights read (to tell a head of its own from the tied copy).
   if (info.args.tie_word_embeddings && HfFolderHoldsWeights(directory)) {
     TITAN_ASSIGN_OR_RETURN(const std::unique_ptr<CheckpointReader> reader,
                            CheckpointReader::Open(directory, CheckpointFormat::kHf));
