@@ -55,6 +55,12 @@ absl::Status CheckFloat8Support(const Float8LinearOptions& options, const at::De
 absl::Status CheckFloat8Filters(Module& model, const std::vector<std::string>& filter_fqns) {
   const std::vector<LinearRef> linears = model.NamedLinears();
   for (const std::string& fqn : filter_fqns) {
+    // Matching by substring, as torchtitan's, "" would keep every layer in high precision.
+    if (fqn.empty()) {
+      return absl::InvalidArgumentError(
+          "[float8] filter_fqns: an empty entry matches every linear layer's name, so float8 would "
+          "convert none; remove it (or the float8 converter)");
+    }
     const bool matched = std::any_of(linears.begin(), linears.end(), [&](const LinearRef& linear) {
       return absl::StrContains(linear.name, fqn);
     });

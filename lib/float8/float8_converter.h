@@ -32,7 +32,8 @@ struct Float8ConverterOptions {
 absl::Status CheckFloat8Support(const Float8LinearOptions& options, const at::Device& device);
 
 // Refuses a filter_fqns entry that no linear layer's name of `model` contains (a typo would
-// convert every layer). Call on the whole model: a pipeline stage lacks the other stages' layers.
+// convert every layer), and an empty one (every name contains it: nothing would convert). Call on
+// the whole model: a pipeline stage lacks the other stages' layers.
 absl::Status CheckFloat8Filters(Module& model, const std::vector<std::string>& filter_fqns);
 
 // The "float8" model converter: every linear layer of `model` not filtered out, with both

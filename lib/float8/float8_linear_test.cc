@@ -1,5 +1,6 @@
 #include "lib/float8/float8_linear.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -296,6 +297,9 @@ TEST(Float8ConverterTest, AFilterMatchingNoLinearLayerIsRefused) {
   EXPECT_TRUE(CheckFloat8Filters(model, {"output", "odd", "w"}).ok());
   EXPECT_EQ(CheckFloat8Filters(model, {"output", "outptu"}).message(),
             "[float8] filter_fqns: \"outptu\" matches no linear layer's name (e.g. wq, output)");
+  // "" is in every name: it would keep every layer in high precision.
+  EXPECT_THAT(std::string(CheckFloat8Filters(model, {"output", ""}).message()),
+              ::testing::HasSubstr("an empty entry matches every linear layer's name"));
 }
 
 TEST(Float8ConverterTest, RefusesWhatCannotRunAsAsked) {
