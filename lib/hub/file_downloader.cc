@@ -58,6 +58,22 @@ bool ParseContentRange(absl::string_view value, int64_t* start, int64_t* total) 
   return absl::SimpleAtoi(total_text, total);
 }
 
+// The total of a 416's "bytes */TOTAL", or -1 when absent or unparsable.
+int64_t UnsatisfiedRangeTotal(const HttpResponse& response) {
+  const auto range = response.headers.find("content-range");
+  if (range == response.headers.end()) return -1;
+  absl::string_view value = range->second;
+  int64_t total = -1;
+  if (!absl::ConsumePrefix(&value, "bytes */") || !absl::SimpleAtoi(value, &total)) return -1;
+  return total;
+}
+
+// Not retryable: the same listing and server would disagree again on every attempt.
+absl::Status SizeMismatch(int64_t listed, int64_t served) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("size mismatch: the listing says ", listed, " bytes, the server has ", served));
+}
+
 }  // namespace
 
 absl::Status MakeDirs(const std::string& dir) {
@@ -246,6 +262,9 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
   ContentDigest digest(file);
   int verify_failures = 0;
   int failures_without_progress = 0;
+  // Progress is a byte never reached before: a server that cuts every transfer at one byte and
+  // answers 416 past it sends the same bytes again without getting further.
+  int64_t furthest_offset = -1;
   bool started = false;
   while (true) {
     const int fd = ::open(part_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -302,6 +321,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
                                                        "- with Content-Range ", range->second));
           }
           if (file.size < 0) file.size = total;
+          if (total >= 0 && total != file.size) return SizeMismatch(file.size, total);
           return absl::OkStatus();
         }
         if (offset > 0) {  // the server ignored Range: start over
@@ -312,10 +332,13 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
         }
         const auto length = response.headers.find("content-length");
         int64_t content_length = -1;
-        if (file.size < 0 && length != response.headers.end() &&
-            absl::SimpleAtoi(length->second, &content_length)) {
-          file.size = content_length;
+        if (length == response.headers.end() ||
+            !absl::SimpleAtoi(length->second, &content_length) ||
+            response.headers.contains("content-encoding")) {
+          return absl::OkStatus();  // an encoded body's length is not the file's
         }
+        if (file.size < 0) file.size = content_length;
+        if (content_length != file.size) return SizeMismatch(file.size, content_length);
         return absl::OkStatus();
       };
       request.on_body = [&](absl::string_view data) -> absl::Status {
@@ -345,6 +368,9 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
         attempt_status = write_status;
       } else if (!response.ok()) {
         attempt_status = response.status();
+      } else if (const int64_t total = UnsatisfiedRangeTotal(*response);
+                 response->status == 416 && total >= 0 && file.size >= 0 && total != file.size) {
+        attempt_status = SizeMismatch(file.size, total);
       } else if (response->status == 416) {
         attempt_status = absl::UnavailableError(
             "HTTP 416: the part file does not fit the "
@@ -377,7 +403,9 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
     }
     if (!attempt_status.ok()) {
       if (!IsRetryable(attempt_status)) return fail(attempt_status);
-      failures_without_progress = offset > offset_at_attempt ? 1 : failures_without_progress + 1;
+      const bool progressed = offset > offset_at_attempt && offset > furthest_offset;
+      failures_without_progress = progressed ? 1 : failures_without_progress + 1;
+      furthest_offset = std::max(furthest_offset, offset);
       if (failures_without_progress > options_.max_retries) {
         return fail(absl::Status(
             attempt_status.code(),

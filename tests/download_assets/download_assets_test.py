@@ -290,6 +290,47 @@ class DownloadAssetsTest(unittest.TestCase):
         shard = [f for f in summary["files"] if f["path"] == SHARD1][0]
         self.assertEqual(shard["bytes_fetched"], 2 * MiB + 123)
 
+    def test_listing_larger_than_the_served_file_is_a_size_mismatch(self):
+        config_size = len(self.repo_bytes("model", "config.json"))
+        shard_size = 2 * MiB + 7
+        self.serve(list_size={"config.json": config_size + 2, SHARD2: shard_size + 2})
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=config,safetensors",
+                                        f"--exclude={SHARD1},generation_config.json",
+                                        "--max_retries=2")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f"size mismatch: the listing says {config_size + 2} bytes, the server has "
+                      f"{config_size}", result.stderr)
+        errors = {f["path"]: f.get("error", "") for f in summary["files"]}
+        self.assertEqual(errors[SHARD2], f"size mismatch: the listing says {shard_size + 2} "
+                         f"bytes, the server has {shard_size}")
+        for path in ("config.json", SHARD2):  # one request each: a retry cannot change the sizes
+            self.assertEqual(len([r for r in self.hub.requests() if path in r["path"]]),
+                             1 if path == "config.json" else 2, path)  # the shard: 302 + storage
+
+        # A part file holding the whole served file meets a 416 "bytes */SIZE".
+        part = os.path.join(self.local_dir, "model", ".cache", "download_assets",
+                            "config.json.part")
+        write(part, self.repo_bytes("model", "config.json"))
+        resumed, _ = self.run_tool("--repo_id=org/model", "--assets=config",
+                                   "--exclude=generation_config.json", "--max_retries=2")
+        self.assertEqual(resumed.returncode, 1)
+        self.assertIn(f"the listing says {config_size + 2} bytes, the server has {config_size}",
+                      resumed.stderr)
+        self.assertIn(f"bytes={config_size}-", [r["headers"].get("range")
+                                                for r in self.hub.requests()])
+
+    def test_transfers_cut_at_one_byte_give_up_after_max_retries(self):
+        # Without size headers the client only sees each transfer end early and a 416 past it.
+        config_size = len(self.repo_bytes("model", "config.json"))
+        self.serve(list_size={"config.json": config_size + 2}, no_size_headers=["config.json"])
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=config",
+                                        "--exclude=generation_config.json", "--max_retries=2")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("gave up after 2 retries without progress", result.stderr)
+        self.assertEqual(summary["files"][0]["retries"], 2)
+        self.assertEqual(len([r for r in self.hub.requests() if r["path"].endswith("config.json")]),
+                         3)  # GET, Range -> 416, GET again: no byte beyond the first transfer's
+
     def test_gated_repo_without_token_says_how_to_get_access(self):
         self.serve()
         result, _ = self.run_tool("--repo_id=org/gated", "--assets=tokenizer")

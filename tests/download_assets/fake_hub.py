@@ -14,6 +14,9 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   corrupt: {path: count}           first `count` responses of path have one byte flipped
   extra_siblings: {repo_id: [name]}  names added to the listing (unsafe-name tests)
   missing: [path]                  listed, but resolve answers 404 EntryNotFound
+  list_size: {path: size}          the listing gives this size instead of the file's
+  no_size_headers: [path]          bodies without Content-Length (ended by closing), 416 without
+                                   Content-Range: the client cannot learn the size from headers
 Every request is appended to --log as one JSON line (method, path, headers). The servers stop
 after --lifetime seconds or when the parent process goes away.
 """
@@ -175,10 +178,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         siblings = []
         for path, info in repos.files[repo_id].items():
-            entry = {"rfilename": path, "size": info["size"], "blobId": info["sha1"]}
+            size = repos.config.get("list_size", {}).get(path, info["size"])
+            entry = {"rfilename": path, "size": size, "blobId": info["sha1"]}
             if info["lfs"]:
                 entry["blobId"] = hashlib.sha1(path.encode()).hexdigest()
-                entry["lfs"] = {"sha256": info["sha256"], "size": info["size"],
+                entry["lfs"] = {"sha256": info["sha256"], "size": size,
                                 "pointerSize": 134}
             siblings.append(entry)
         for name in repos.config.get("extra_siblings", {}).get(repo_id, []):
@@ -227,21 +231,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
         size = os.path.getsize(full)
         start, end = 0, size - 1
         status = 200
+        sized = rel not in repos.config.get("no_size_headers", [])
         header = self.headers.get("Range")
         if header:
             first, _, last = header.removeprefix("bytes=").partition("-")
             start = int(first)
             end = int(last) if last else size - 1
             if start >= size:
-                return self.reply(416, b"", {"Content-Range": f"bytes */{size}"})
+                return self.reply(416, b"", {"Content-Range": f"bytes */{size}"} if sized else {})
             status = 206
-            headers["Content-Range"] = f"bytes {start}-{end}/{size}"
+            if sized:
+                headers["Content-Range"] = f"bytes {start}-{end}/{size}"
         length = end - start + 1
         self.send_response(status)
         for key, value in headers.items():
             self.send_header(key, value)
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(length))
+        if sized:
+            self.send_header("Content-Length", str(length))
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         if self.command == "HEAD":
             return
