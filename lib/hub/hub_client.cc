@@ -18,6 +18,7 @@
 #include "lib/hub/http_client.h"
 #include "lib/hub/progress.h"
 #include "lib/util/file_util.h"
+#include "lib/util/folder_lock.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -75,6 +76,14 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   if (absl::Status status = ValidateRepoId(options.repo_id); !status.ok()) return finish(status);
   if (absl::Status status = MakeDirs(downloader.StatePath("revisions")); !status.ok()) {
     return finish(status);
+  }
+  // Two runs into one folder would append to the same part files; the second one stops at once.
+  absl::StatusOr<std::unique_ptr<FolderLock>> lock =
+      FolderLock::Acquire(absl::StrCat(options.local_dir, "/", kDownloadStateDir));
+  if (!lock.ok()) {
+    return finish(absl::Status(lock.status().code(),
+                               absl::StrCat("another download_assets is using ", options.local_dir,
+                                            ": ", lock.status().message())));
   }
 
   // The listing: from the Hub, kept on disk for --offline.

@@ -3,6 +3,7 @@
 Usage: python3 download_assets_test.py <download_assets binary> <fake_hub.py>
 """
 
+import fcntl
 import json
 import os
 import random
@@ -331,6 +332,24 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(len([r for r in self.hub.requests() if r["path"].endswith("config.json")]),
                          3)  # GET, Range -> 416, GET again: no byte beyond the first transfer's
 
+    def test_second_run_into_the_same_folder_is_refused_while_the_first_holds_it(self):
+        self.serve()
+        state = os.path.join(self.local_dir, "model", ".cache", "download_assets")
+        os.makedirs(state)
+        with open(os.path.join(state, ".titan.lock"), "w") as holder:
+            fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a first run would
+            holder.write("4242\n")
+            holder.flush()
+            result, summary = self.run_tool("--repo_id=org/model", "--assets=config")
+            self.assertEqual(result.returncode, 1)
+            self.assertIn("another download_assets is using " +
+                          os.path.join(self.local_dir, "model"), result.stderr)
+            self.assertIn("(pid 4242)", result.stderr)
+            self.assertEqual(summary["status"], "error")
+            self.assertEqual(self.hub.requests(), [])  # stopped before the listing
+        after, _ = self.run_tool("--repo_id=org/model", "--assets=config")
+        self.assertEqual(after.returncode, 0, after.stderr)
+
     def test_gated_repo_without_token_says_how_to_get_access(self):
         self.serve()
         result, _ = self.run_tool("--repo_id=org/gated", "--assets=tokenizer")
@@ -408,7 +427,8 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn("/api/models/org/model/revision/main?blobs=true: expected a JSON object", result.stderr)
         self.assertEqual(summary["status"], "error")
-        saved = [name for _, _, names in os.walk(self.local_dir) for name in names]
+        saved = [name for _, _, names in os.walk(self.local_dir) for name in names
+                 if name != ".titan.lock"]  # the run's lock stays: a lock, not a marker
         self.assertEqual(saved, [])  # nothing for a later --offline run to trust
 
     def test_unsafe_remote_names_are_refused(self):
