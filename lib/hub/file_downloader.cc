@@ -74,6 +74,13 @@ absl::Status SizeMismatch(int64_t listed, int64_t served) {
       absl::StrCat("size mismatch: the listing says ", listed, " bytes, the server has ", served));
 }
 
+// The note's tail for a server's Retry-After; empty when it gave none.
+std::string RetryAfterNote(absl::Duration retry_after) {
+  if (retry_after <= absl::ZeroDuration()) return "";
+  return absl::StrCat("; waiting ", absl::FormatDuration(std::min(retry_after, kMaxRetryAfter)),
+                      " as the server asks (Retry-After)");
+}
+
 }  // namespace
 
 absl::Status MakeDirs(const std::string& dir) {
@@ -155,7 +162,7 @@ absl::StatusOr<HttpResponse> FileDownloader::GetFollowing(
   return absl::FailedPreconditionError(absl::StrCat("more than ", kMaxRedirects, " redirects"));
 }
 
-void FileDownloader::Backoff(int failures) {
+void FileDownloader::Backoff(int failures, absl::Duration at_least) {
   const double base = absl::ToDoubleSeconds(options_.retry_base_delay);
   const double cap = absl::ToDoubleSeconds(options_.retry_max_delay);
   const double delay = std::min(cap, base * std::pow(2.0, std::max(0, failures - 1)));
@@ -165,7 +172,7 @@ void FileDownloader::Backoff(int failures) {
     std::lock_guard<std::mutex> lock(random_mutex_);
     seconds = delay * jitter(random_);
   }
-  absl::SleepFor(absl::Seconds(seconds));
+  absl::SleepFor(std::max(absl::Seconds(seconds), std::min(at_least, kMaxRetryAfter)));
 }
 
 absl::StatusOr<std::string> FileDownloader::FetchListing(HttpClient& client) {
@@ -176,6 +183,7 @@ absl::StatusOr<std::string> FileDownloader::FetchListing(HttpClient& client) {
   for (int failures = 1;; ++failures) {
     absl::StatusOr<HttpResponse> response = GetFollowing(client, request, nullptr);
     absl::Status status;
+    absl::Duration retry_after;
     if (!response.ok()) {
       status = response.status();
     } else if (response->status == 200) {
@@ -183,10 +191,12 @@ absl::StatusOr<std::string> FileDownloader::FetchListing(HttpClient& client) {
     } else {
       status = HubHttpError(response->status, response->headers["x-error-code"],
                             response->headers["x-error-message"], Context(""));
+      retry_after = RetryAfter(*response, absl::Now());
     }
     if (!IsRetryable(status) || failures > options_.max_retries) return status;
-    Note("listing", absl::StrCat("retry ", failures, ": ", status.message()));
-    Backoff(failures);
+    Note("listing",
+         absl::StrCat("retry ", failures, ": ", status.message(), RetryAfterNote(retry_after)));
+    Backoff(failures, retry_after);
   }
 }
 
@@ -290,6 +300,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
     started = true;
     const int64_t offset_at_attempt = offset;
     absl::Status attempt_status;
+    absl::Duration retry_after;
     if (file.size < 0 || offset < file.size) {
       // Made with the first body byte, once the headers have settled the offset and size.
       std::optional<PartWriter> writer;
@@ -381,6 +392,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       } else if (response->status < 200 || response->status >= 300) {
         attempt_status = HubHttpError(response->status, response->headers["x-error-code"],
                                       response->headers["x-error-message"], Context(file.path));
+        retry_after = RetryAfter(*response, absl::Now());
       } else if (file.size >= 0 && offset < file.size) {
         attempt_status = absl::UnavailableError(
             absl::StrCat("connection ended at byte ", offset, " of ", file.size));
@@ -414,8 +426,8 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       }
       ++report.retries;
       Note(file.path, absl::StrCat("retry ", report.retries, " at byte ", offset, ": ",
-                                   attempt_status.message()));
-      Backoff(failures_without_progress);
+                                   attempt_status.message(), RetryAfterNote(retry_after)));
+      Backoff(failures_without_progress, retry_after);
       continue;
     }
     const std::string actual = digest.enabled() ? digest.Finish() : "";

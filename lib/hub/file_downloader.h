@@ -54,6 +54,10 @@ struct FileReport {
   std::string error;  // for kFailed
 };
 
+// The longest a server's Retry-After makes a retry wait: longer asks are more likely a
+// misconfigured server than a plan, and the user can re-run.
+inline constexpr absl::Duration kMaxRetryAfter = absl::Minutes(5);
+
 // Creates `dir` and its missing parents, as mkdir -p.
 absl::Status MakeDirs(const std::string& dir);
 
@@ -103,7 +107,9 @@ class FileDownloader {
   absl::StatusOr<HttpResponse> GetFollowing(
       HttpClient& client, HttpRequest request,
       absl::flat_hash_map<std::string, std::string>* hub_headers);
-  void Backoff(int failures);
+  // Sleeps the jittered exponential delay, or `at_least` (a server's Retry-After, capped at
+  // kMaxRetryAfter) when longer.
+  void Backoff(int failures, absl::Duration at_least = absl::ZeroDuration());
   static bool IsRetryable(const absl::Status& status);
   void Note(const std::string& path, const std::string& message);
   absl::Status WriteMeta(const RemoteFile& file, const std::string& digest);

@@ -2,11 +2,14 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -65,6 +68,18 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
 }
 
 }  // namespace
+
+absl::Duration RetryAfter(const HttpResponse& response, absl::Time now) {
+  if (response.status != 429 && response.status != 503) return absl::ZeroDuration();
+  const auto header = response.headers.find("retry-after");
+  if (header == response.headers.end()) return absl::ZeroDuration();
+  int64_t seconds = 0;
+  if (absl::SimpleAtoi(header->second, &seconds))
+    return absl::Seconds(std::max<int64_t>(0, seconds));
+  const time_t date = curl_getdate(header->second.c_str(), nullptr);
+  if (date < 0) return absl::ZeroDuration();
+  return std::max(absl::ZeroDuration(), absl::FromTimeT(date) - now);
+}
 
 HttpClient::HttpClient() {
   static std::once_flag init_once;

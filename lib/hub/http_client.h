@@ -38,6 +38,11 @@ struct HttpRequest {
   std::function<absl::Status(absl::string_view)> on_body;
 };
 
+// How long a 429 or 503 response asks to be left alone: its Retry-After header as delta-seconds
+// or an HTTP-date (counted from `now`). Zero for other statuses, no header or one that does not
+// parse.
+absl::Duration RetryAfter(const HttpResponse& response, absl::Time now);
+
 // One connection cache per client: use one client per thread.
 class HttpClient {
  public:

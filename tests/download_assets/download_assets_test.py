@@ -227,6 +227,18 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(retries[SHARD1], 3)
         self.assertEqual(retries["config.json"], 1)
 
+    def test_retry_after_of_429_and_503_is_waited_for(self):
+        # --retry_max_ms=200 would retry within 0.2 s; the server asks for 1 s each time.
+        self.serve(listing_errors=[503], errors={"config.json": [429]}, retry_after="1")
+        result, _ = self.run_tool("--repo_id=org/model", "--assets=config",
+                                  "--exclude=generation_config.json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("waiting 1s as the server asks (Retry-After)", result.stderr)
+        for marker in ("/api/models/", "/config.json"):
+            times = [r["t"] for r in self.hub.requests() if marker in r["path"]]
+            self.assertEqual(len(times), 2, marker)
+            self.assertGreaterEqual(times[1] - times[0], 1.0, marker)
+
     def test_persistent_server_errors_fail_after_retries(self):
         self.serve(errors={"config.json": [503] * 20})
         result, summary = self.run_tool("--repo_id=org/model", "--assets=config",

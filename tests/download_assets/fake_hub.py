@@ -15,6 +15,7 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   extra_siblings: {repo_id: [name]}  names added to the listing (unsafe-name tests)
   missing: [path]                  listed, but resolve answers 404 EntryNotFound
   list_size: {path: size}          the listing gives this size instead of the file's
+  retry_after: str                 Retry-After header on the 429 and 503 of errors/listing_errors
   no_size_headers: [path]          bodies without Content-Length (ended by closing), 416 without
                                    Content-Range: the client cannot learn the size from headers
 Every request is appended to --log as one JSON line (method, path, headers). The servers stop
@@ -93,7 +94,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     def record(self):
-        entry = {"server": self.server.role, "method": self.command, "path": self.path,
+        entry = {"t": time.time(), "server": self.server.role, "method": self.command,
+                 "path": self.path,
                  "headers": {k.lower(): v for k, v in self.headers.items()}}
         with self.server.log_lock:
             with open(self.server.log_path, "a") as log:
@@ -151,7 +153,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             repo_id, revision = f"{parts[3]}/{parts[4]}", parts[6]
             status = repos.pop({"l": repos.listing_errors}, "l")
             if status is not None:
-                return self.reply(status, b"temporarily unavailable")
+                return self.reply(status, b"temporarily unavailable", self.retry_after(status))
             if "listing_body" in repos.config:
                 return self.reply(200, repos.config["listing_body"].encode())
             return self.listing(repo_id, revision)
@@ -159,6 +161,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             repo_id, revision, path = f"{parts[1]}/{parts[2]}", parts[4], "/".join(parts[5:])
             return self.resolve(repo_id, revision, path)
         self.error(404, "", "no such endpoint")
+
+    def retry_after(self, status):
+        value = self.server.repos.config.get("retry_after")
+        return {"Retry-After": value} if value is not None and status in (429, 503) else {}
 
     def check_repo(self, repo_id, revision):
         repos = self.server.repos
@@ -196,7 +202,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         status = repos.pop(repos.errors, path)
         if status is not None:
-            return self.reply(status, b"internal error")
+            return self.reply(status, b"internal error", self.retry_after(status))
         info = repos.files[repo_id].get(path)
         if info is None or path in repos.config.get("missing", []):
             return self.error(404, "EntryNotFound", f"{path} does not exist on \"{revision}\"")

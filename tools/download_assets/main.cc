@@ -51,7 +51,9 @@ DEFINE_bool(verify, false,
 DEFINE_int32(max_workers, 8, "Files downloaded in parallel.");
 DEFINE_int32(max_retries, 10, "Retries (0 or more) of one file in a row that make no progress.");
 DEFINE_int32(retry_base_ms, 1000, "First retry delay; doubles per failure, with jitter.");
-DEFINE_int32(retry_max_ms, 60000, "Longest retry delay.");
+DEFINE_int32(retry_max_ms, 60000,
+             "Longest retry delay of our own; a 429's or 503's Retry-After is waited for even "
+             "when longer (up to 5 minutes).");
 DEFINE_int32(connect_timeout_s, 30, "Connection timeout.");
 DEFINE_int32(stall_timeout_s, 60, "Reconnect when a transfer stays below 1 KiB/s this long.");
 DEFINE_string(progress, "auto", "auto (bars on a terminal, lines otherwise), bars, plain, none.");
