@@ -81,6 +81,16 @@ absl::Duration RetryAfter(const HttpResponse& response, absl::Time now) {
   return std::max(absl::ZeroDuration(), absl::FromTimeT(date) - now);
 }
 
+std::string RedactUrl(absl::string_view url) {
+  const size_t scheme_end = url.find("://");
+  if (scheme_end == absl::string_view::npos) return std::string(url);
+  const size_t host_start = scheme_end + 3;
+  const size_t authority_end = std::min(url.find_first_of("/?#", host_start), url.size());
+  const size_t at = url.substr(0, authority_end).rfind('@');
+  if (at == absl::string_view::npos || at < host_start) return std::string(url);
+  return absl::StrCat(url.substr(0, host_start), "***", url.substr(at));
+}
+
 HttpClient::HttpClient() {
   static std::once_flag init_once;
   std::call_once(init_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -125,9 +135,9 @@ absl::StatusOr<HttpResponse> HttpClient::Get(const HttpRequest& request) {
   const CURLcode code = curl_easy_perform(curl_);
   if (!transfer.callback_status.ok()) return transfer.callback_status;
   if (code != CURLE_OK) {
-    const std::string message = absl::StrCat(
-        request.url.substr(0, request.url.find('?')), ": ",
-        error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(code));
+    const std::string message =
+        absl::StrCat(RedactUrl(request.url.substr(0, request.url.find('?'))), ": ",
+                     error_buffer[0] != '\0' ? error_buffer : curl_easy_strerror(code));
     if (code == CURLE_OPERATION_TIMEDOUT) return absl::DeadlineExceededError(message);
     if (code == CURLE_URL_MALFORMAT || code == CURLE_UNSUPPORTED_PROTOCOL) {
       return absl::InvalidArgumentError(message);

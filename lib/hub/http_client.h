@@ -43,6 +43,10 @@ struct HttpRequest {
 // parse.
 absl::Duration RetryAfter(const HttpResponse& response, absl::Time now);
 
+// `url` with its userinfo (user:password@) replaced by "***@", for messages: HF_ENDPOINT may carry
+// credentials.
+std::string RedactUrl(absl::string_view url);
+
 // One connection cache per client: use one client per thread.
 class HttpClient {
  public:

@@ -34,5 +34,19 @@ TEST(RetryAfterTest, ZeroWithoutAUsableHeaderOrForOtherStatuses) {
   EXPECT_EQ(RetryAfter(Answer(301, "5"), now), absl::ZeroDuration());
 }
 
+TEST(RedactUrlTest, ReplacesUserinfoOnly) {
+  EXPECT_EQ(RedactUrl("http://alice:S3cretPass@127.0.0.1:18002/api/models/org/m"),
+            "http://***@127.0.0.1:18002/api/models/org/m");
+  EXPECT_EQ(RedactUrl("https://hf_token@mirror.example"), "https://***@mirror.example");
+  EXPECT_EQ(RedactUrl("https://a:b@c@host/x"), "https://***@host/x");
+}
+
+TEST(RedactUrlTest, LeavesUrlsWithoutUserinfoAlone) {
+  EXPECT_EQ(RedactUrl("https://huggingface.co/org/m"), "https://huggingface.co/org/m");
+  EXPECT_EQ(RedactUrl("https://host/path/with@sign?q=a@b#x@y"),
+            "https://host/path/with@sign?q=a@b#x@y");
+  EXPECT_EQ(RedactUrl("not a url"), "not a url");
+}
+
 }  // namespace
 }  // namespace titan

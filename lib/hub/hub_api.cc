@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "lib/hub/http_client.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -159,7 +160,8 @@ bool IsRetryableHttpStatus(long http_status) {
 
 absl::Status HubHttpError(long http_status, absl::string_view error_code,
                           absl::string_view error_message, const HubRequestContext& context) {
-  const std::string repo_url = absl::StrCat(TrimSlash(context.endpoint), "/", context.repo_id);
+  const std::string endpoint = RedactUrl(TrimSlash(context.endpoint));
+  const std::string repo_url = absl::StrCat(endpoint, "/", context.repo_id);
   const std::string what =
       context.path.empty() ? absl::StrCat(context.repo_id, "@", context.revision)
                            : absl::StrCat(context.repo_id, "@", context.revision, ": ",
@@ -188,7 +190,7 @@ absl::Status HubHttpError(long http_status, absl::string_view error_code,
                                               detail));
     }
     return absl::NotFoundError(absl::StrCat(what, ": repository \"", context.repo_id,
-                                            "\" not found at ", TrimSlash(context.endpoint),
+                                            "\" not found at ", endpoint,
                                             " (check the spelling, or pass --hf_token if it is "
                                             "private)",
                                             detail));
@@ -196,8 +198,7 @@ absl::Status HubHttpError(long http_status, absl::string_view error_code,
   const absl::StatusCode code = IsRetryableHttpStatus(http_status)
                                     ? absl::StatusCode::kUnavailable
                                     : absl::StatusCode::kFailedPrecondition;
-  return absl::Status(code, absl::StrCat(what, ": HTTP ", http_status, " from ",
-                                         TrimSlash(context.endpoint), detail));
+  return absl::Status(code, absl::StrCat(what, ": HTTP ", http_status, " from ", endpoint, detail));
 }
 
 }  // namespace titan

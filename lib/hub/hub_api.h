@@ -59,7 +59,8 @@ struct HubRequestContext {
   bool has_token = false;
 };
 
-// Turns a non-2xx Hub response into an error that says what to do. `error_code` is the
+// Turns a non-2xx Hub response into an error that says what to do; the endpoint's userinfo is
+// redacted. `error_code` is the
 // X-Error-Code header (RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo) or empty.
 absl::Status HubHttpError(long http_status, absl::string_view error_code,
                           absl::string_view error_message, const HubRequestContext& context);

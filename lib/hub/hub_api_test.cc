@@ -1,9 +1,10 @@
 #include "lib/hub/hub_api.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/escaping.h"
-
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -11,6 +12,7 @@ namespace titan {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ValidateRemotePathTest, AcceptsNestedNames) {
   EXPECT_TRUE(ValidateRemotePath("config.json").ok());
@@ -105,6 +107,18 @@ TEST(HubHttpErrorTest, SaysWhatToDo) {
               HasSubstr("repository \"meta-llama/Llama-3.1-8B\" not found"));
   EXPECT_EQ(HubHttpError(503, "", "", context).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(HubHttpError(400, "", "", context).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(HubHttpErrorTest, NeverShowsTheEndpointsCredentials) {
+  const HubRequestContext context{"http://alice:S3cretPass@hub.example:8080/", "org/m", "main", "",
+                                  false};
+  for (const auto& [status, code] :
+       std::vector<std::pair<long, std::string>>{{401, "GatedRepo"}, {404, ""}, {503, ""}}) {
+    const std::string message(HubHttpError(status, code, "", context).message());
+    EXPECT_THAT(message, HasSubstr("http://***@hub.example:8080")) << status;
+    EXPECT_THAT(message, Not(HasSubstr("S3cretPass"))) << status;
+    EXPECT_THAT(message, Not(HasSubstr("alice"))) << status;
+  }
 }
 
 TEST(IsRetryableHttpStatusTest, ServerErrorsAndThrottling) {

@@ -55,8 +55,8 @@ absl::StatusOr<RepoSnapshot> ListRepoFiles(const DownloadOptions& options, std::
   HttpClient client;
   absl::StatusOr<std::string> body = downloader.FetchListing(client);
   if (!body.ok()) return body.status();
-  absl::StatusOr<RepoSnapshot> snapshot =
-      ParseRepoInfo(*body, RepoInfoUrl(options.endpoint, options.repo_id, options.revision));
+  absl::StatusOr<RepoSnapshot> snapshot = ParseRepoInfo(
+      *body, RedactUrl(RepoInfoUrl(options.endpoint, options.repo_id, options.revision)));
   if (snapshot.ok() && raw_json != nullptr) *raw_json = *std::move(body);
   return snapshot;
 }
@@ -105,8 +105,9 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   }
   // A listing that does not parse names where it came from, and is not kept for --offline.
   absl::StatusOr<RepoSnapshot> snapshot = ParseRepoInfo(
-      listing, options.offline ? listing_path
-                               : RepoInfoUrl(options.endpoint, options.repo_id, options.revision));
+      listing, options.offline
+                   ? listing_path
+                   : RedactUrl(RepoInfoUrl(options.endpoint, options.repo_id, options.revision)));
   if (!snapshot.ok()) return finish(snapshot.status());
   if (!options.offline) {
     if (absl::Status status = WriteFileAtomically(listing_path, listing); !status.ok()) {

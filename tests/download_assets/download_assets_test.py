@@ -433,6 +433,30 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual({f["path"]: f["status"] for f in summary["files"]},
                          {"config.json": "downloaded", "generation_config.json": "failed"})
 
+    def test_credentials_in_hf_endpoint_are_never_printed(self):
+        self.serve(listing_errors=[503])
+        secret = "S3cretPass"
+        with_userinfo = self.hub.endpoint.replace("http://", f"http://alice:{secret}@")
+        unreachable = f"http://alice:{secret}@127.0.0.1:9"
+        runs = [
+            (with_userinfo, "--repo_id=org/model", "HTTP 503 from http://***@127.0.0.1:"),
+            (with_userinfo, "--repo_id=org/nosuch", "not found at http://***@127.0.0.1:"),
+            (unreachable, "--repo_id=org/model", "http://***@127.0.0.1:9/api/models/"),
+        ]
+        for endpoint, repo, expected in runs:
+            result, _ = self.run_tool(repo, "--assets=config", "--max_retries=1",
+                                      env={"HF_ENDPOINT": endpoint})
+            self.assertIn(expected, result.stderr + result.stdout)
+            self.assertNotIn(secret, result.stderr + result.stdout)
+            self.assertNotIn("alice", result.stderr + result.stdout)
+        self.hub.stop()
+        self.serve(listing_body="<html>maintenance</html>")  # the listing's URL names the input
+        not_json, _ = self.run_tool("--repo_id=org/model", "--assets=config",
+                                    env={"HF_ENDPOINT": self.hub.endpoint.replace(
+                                        "http://", f"http://alice:{secret}@")})
+        self.assertIn("http://***@127.0.0.1:", not_json.stderr)
+        self.assertNotIn(secret, not_json.stderr + not_json.stdout)
+
     def test_listing_that_is_not_json_names_the_url_and_is_not_kept(self):
         self.serve(listing_body="<html>maintenance</html>")
         result, summary = self.run_tool("--repo_id=org/model", "--assets=config")
