@@ -34,7 +34,7 @@ struct DownloadOptions {
   bool offline = false;   // no network: report what is on disk from the last listing
   bool verify = false;    // re-hash files on disk rather than trust their recorded size and mtime
   int max_workers = 8;    // files fetched in parallel
-  int max_retries = 10;   // consecutive failed attempts on one file without progress
+  int max_retries = 10;   // consecutive failed attempts on one file that reach no new byte
   absl::Duration retry_base_delay = absl::Seconds(1);  // doubles per failure, with jitter
   absl::Duration retry_max_delay = absl::Seconds(60);
   absl::Duration connect_timeout = absl::Seconds(30);

@@ -49,7 +49,9 @@ DEFINE_bool(verify, false,
             "instead of trusting its recorded size and mtime; one that does not match is "
             "downloaded again (with --offline: reported as an error). Reads every byte.");
 DEFINE_int32(max_workers, 8, "Files downloaded in parallel.");
-DEFINE_int32(max_retries, 10, "Retries (0 or more) of one file in a row that make no progress.");
+DEFINE_int32(max_retries, 10,
+             "Retries (0 or more) of one file in a row that get no further into it than an "
+             "earlier attempt did.");
 DEFINE_int32(retry_base_ms, 1000, "First retry delay; doubles per failure, with jitter.");
 DEFINE_int32(retry_max_ms, 60000,
              "Longest retry delay of our own; a 429's or 503's Retry-After is waited for even "
