@@ -532,6 +532,10 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
   EXPECT_EQ(ValidationError({"--profiling.enable_profiling", "--profiling.profile_freq=3"}),
             "[profiling] profiler_warmup=3 + profiler_active=1 exceeds profile_freq=3: a cycle "
             "must fit its warmup and traced steps");
+  EXPECT_EQ(ValidationError({"--profiling.enable_profiling", "--profiling.profile_freq=3",
+                             "--profiling.profiler_warmup=2147483647"}),
+            "[profiling] profiler_warmup=2147483647 + profiler_active=1 exceeds profile_freq=3: "
+            "a cycle must fit its warmup and traced steps");
   ExpectValid({"--profiling.profile_freq=3"});  // torchtitan checks the cycle only when profiling
   ExpectValid({"--profiling.enable_profiling", "--profiling.profile_freq=4"});
   EXPECT_EQ(ValidationError({"--profiling.profiler_active=0"}),

@@ -292,7 +292,9 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
 
   const JobConfig::Profiling& profiling = config.profiling();
   if (profiling.enable_profiling() &&
-      profiling.profiler_warmup() + profiling.profiler_active() > profiling.profile_freq()) {
+      // In int64: a huge warmup must not wrap the sum negative and pass.
+      int64_t{profiling.profiler_warmup()} + profiling.profiler_active() >
+          profiling.profile_freq()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "[profiling] profiler_warmup=%d + profiler_active=%d exceeds profile_freq=%d: a cycle "
         "must fit its warmup and traced steps",

@@ -202,10 +202,12 @@ absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
                                                    " --profile.active=", options.active,
                                                    ": expected warmup >= 0 and active >= 1"));
   }
-  if (job.training().steps() < options.warmup + options.active) {
+  // In int64: a huge warmup must not wrap the sum negative and pass.
+  const int64_t steps = int64_t{options.warmup} + options.active;
+  if (job.training().steps() < steps) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[training] steps=", job.training().steps(),
-        ": profile_run needs warmup + active = ", options.warmup + options.active, " steps"));
+        "[training] steps=", job.training().steps(), ": profile_run needs --profile.warmup=",
+        options.warmup, " + --profile.active=", options.active, " = ", steps, " steps"));
   }
   const JobConfig config = ProfiledConfig(job, options);
   TITAN_RETURN_IF_ERROR(MakeDirectories(options.out));

@@ -64,7 +64,8 @@ absl::Status ValidateOptions(const StepProfilerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("[profiling] profiler_active=", options.active, ": expected >= 1"));
   }
-  if (options.warmup + options.active > options.profile_freq) {
+  // In int64: a huge warmup must not wrap the sum negative and pass.
+  if (int64_t{options.warmup} + options.active > options.profile_freq) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "[profiling] profiler_warmup=%d + profiler_active=%d exceeds profile_freq=%d: a cycle "
         "must fit its warmup and traced steps",

@@ -250,6 +250,10 @@ TEST(StepProfilerTest, CreateNamesTheKeyAtFault) {
   EXPECT_EQ(CreateError(TraceOptions(folder, 3, 3, 1)),
             "[profiling] profiler_warmup=3 + profiler_active=1 exceeds profile_freq=3: a cycle "
             "must fit its warmup and traced steps");
+  // warmup + active past INT_MAX must not wrap negative and pass.
+  EXPECT_EQ(CreateError(TraceOptions(folder, 3, 2147483647, 1)),
+            "[profiling] profiler_warmup=2147483647 + profiler_active=1 exceeds profile_freq=3: "
+            "a cycle must fit its warmup and traced steps");
   EXPECT_EQ(CreateError(TraceOptions(folder, 3, 1, 0)),
             "[profiling] profiler_active=0: expected >= 1");
   EXPECT_EQ(CreateError(TraceOptions(folder, 3, -1, 1)),

@@ -288,8 +288,8 @@ class ProfileRunTest(unittest.TestCase):
         proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--training.steps=3"],
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(proc.returncode, 1)
-        self.assertIn("profile_run: [training] steps=3: profile_run needs warmup + active = 5 steps",
-                      proc.stderr)
+        self.assertIn("profile_run: [training] steps=3: profile_run needs --profile.warmup=2 + "
+                      "--profile.active=3 = 5 steps", proc.stderr)
         dumps = os.path.join(self.tmp, "garbage_dumps")
         os.makedirs(dumps, exist_ok=True)
         with open(os.path.join(dumps, "rank_0"), "w") as f:
@@ -307,6 +307,29 @@ class ProfileRunTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 1, args)
             self.assertIn(message, proc.stderr)
             self.assertNotIn("frame #", proc.stderr)  # no C++ backtrace
+
+    def test_refusals_before_any_work(self):
+        out = os.path.join(self.tmp, "refused")
+        shutil.rmtree(out, ignore_errors=True)
+        # Each refusal: exit 1 and one line naming the flags or keys the user passed.
+        for tool, args, message in [
+                # warmup + active past INT_MAX must not wrap negative and pass.
+                (PROFILE_RUN, [f"--out={out}", "--profile.warmup=2147483647",
+                               "--profile.active=1"],
+                 "[training] steps=30: profile_run needs --profile.warmup=2147483647 + "
+                 "--profile.active=1 = 2147483648 steps"),
+                (TITAN_TRAIN, [f"--job.dump_folder={out}", "--training.steps=6",
+                               "--profiling.enable_profiling", "--profiling.profile_freq=3",
+                               "--profiling.profiler_warmup=2147483647",
+                               "--profiling.profiler_active=1"],
+                 "[profiling] profiler_warmup=2147483647 + profiler_active=1 exceeds "
+                 "profile_freq=3")]:
+            proc = subprocess.run([tool, *COMMON, *args], capture_output=True, text=True,
+                                  timeout=120)
+            self.assertEqual(proc.returncode, 1, args)
+            self.assertIn(message, proc.stderr)
+            self.assertNotIn("frame #", proc.stderr)  # no C++ backtrace
+            self.assertFalse(os.path.exists(out), args)
 
     def test_titan_train_traces_every_profile_freq_steps(self):
         dump = os.path.join(self.tmp, "train")
