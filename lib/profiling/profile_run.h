@@ -24,7 +24,7 @@ struct ProfileRunOptions {
 // peak by category, top ops), and on a GPU memory_snapshot_rank<r>.pickle; rank 0 then writes
 // summary.json and report.html for every rank. The job's own dump folder is left alone: the run's
 // config.toml lands in `out`, no checkpoint is saved or resumed ([checkpoint] initial_load_path
-// still loads), and [profiling] is replaced by these options.
+// still loads), and [profiling] is replaced by these options (config.toml records its defaults).
 absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runtime,
                         const ProfileRunOptions& options);
 

@@ -22,6 +22,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import unittest
 import xml.etree.ElementTree as ElementTree
 
@@ -39,6 +40,10 @@ COMMON = [
     "--comm.train_timeout_seconds=60",
 ]
 WARMUP, ACTIVE = 2, 3
+PROFILING_DEFAULTS = {"enable_profiling": False, "save_traces_folder": "profile_traces",
+                      "profile_freq": 10, "enable_memory_snapshot": False,
+                      "save_memory_snapshot_folder": "memory_snapshot", "profiler_active": 1,
+                      "profiler_warmup": 3}
 CATEGORIES = ["parameters", "gradients", "optimizer_state", "activations", "communication",
               "other"]
 
@@ -50,12 +55,13 @@ def run(cmd):
     return proc
 
 
-def profile(out, nproc, *flags):
+def profile(out, nproc, *flags, config=CONFIG):
     shutil.rmtree(out, ignore_errors=True)
     cmd = [PROFILE_RUN]
     if nproc > 1:
         cmd.append(f"--nproc_per_node={nproc}")
-    cmd += [*COMMON, f"--out={out}", f"--profile.warmup={WARMUP}", f"--profile.active={ACTIVE}",
+    common = [f"--job.config_file={config}" if f == COMMON[0] else f for f in COMMON]
+    cmd += [*common, f"--out={out}", f"--profile.warmup={WARMUP}", f"--profile.active={ACTIVE}",
             *flags]
     return run(cmd)
 
@@ -231,7 +237,14 @@ class ProfileRunTest(unittest.TestCase):
 
     def test_one_process(self):
         out = os.path.join(self.tmp, "one")
-        proc = profile(out, 1, "--training.local_batch_size=4")
+        # A job file tracing on titan_train's schedule: profile_run replaces it.
+        job = os.path.join(self.tmp, "one_job.toml")
+        with open(CONFIG) as f:
+            text = f.read()
+        with open(job, "w") as f:
+            f.write(text.replace("enable_profiling = false", "enable_profiling = true\n"
+                                 "profiler_active = 2"))
+        proc = profile(out, 1, "--training.local_batch_size=4", config=job)
         with open(os.path.join(out, "summary.json")) as f:
             summary = json.load(f)
         self.assertEqual(len(summary["ranks"]), 1)
@@ -239,6 +252,9 @@ class ProfileRunTest(unittest.TestCase):
         self.check_report(out, 1)
         # The job's own dump folder and checkpoints are untouched; the run's config lands in out.
         self.assertTrue(os.path.exists(os.path.join(out, "config.toml")))
+        # It records [profiling] at its defaults: the job file's schedule did not run.
+        with open(os.path.join(out, "config.toml"), "rb") as f:
+            self.assertEqual(tomllib.load(f)["profiling"], PROFILING_DEFAULTS)
         self.assertFalse(os.path.exists(os.path.join(out, "checkpoint")))
 
     def test_fsdp_two_ranks(self):
@@ -323,7 +339,15 @@ class ProfileRunTest(unittest.TestCase):
                                "--profiling.profiler_warmup=2147483647",
                                "--profiling.profiler_active=1"],
                  "[profiling] profiler_warmup=2147483647 + profiler_active=1 exceeds "
-                 "profile_freq=3")]:
+                 "profile_freq=3"),
+                # profile_run replaces [profiling]: its keys are refused, not ignored.
+                (PROFILE_RUN, [f"--out={out}", "--profiling.profiler_active=5",
+                               "--profiling.enable_profiling=true",
+                               "--profiling.save_traces_folder", out],
+                 "--profiling.profiler_active (use --profile.active), "
+                 "--profiling.enable_profiling (profile_run always traces), "
+                 "--profiling.save_traces_folder (use --out): profile_run replaces titan_train's "
+                 "[profiling] with its own flags; drop them")]:
             proc = subprocess.run([tool, *COMMON, *args], capture_output=True, text=True,
                                   timeout=120)
             self.assertEqual(proc.returncode, 1, args)

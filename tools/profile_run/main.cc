@@ -4,12 +4,15 @@
 #include <iostream>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/comm_trace_analysis.h"
 #include "lib/distributed/launcher.h"
@@ -33,7 +36,38 @@ constexpr char kUsage[] =
     "save_traces_folder) and names the collective and the ranks that never issued it.\n"
     "Flags take --flag=value or --flag value. An earlier run's per-rank files in DIR (the\n"
     "<name>_rank<r> names above, gzipped or not; regular files only) are removed first;\n"
-    "summary.json and report.html are replaced at the end; other files stay.\n\n";
+    "summary.json and report.html are replaced at the end; other files stay.\n"
+    "[profiling] below is titan_train's: profile_run replaces it with the flags above (the job\n"
+    "file's is not run, and config.toml records it at its defaults) and refuses --profiling.*\n"
+    "flags.\n\n";
+
+// What replaces each of titan_train's [profiling] keys in profile_run.
+constexpr std::pair<absl::string_view, absl::string_view> kProfilingReplacements[] = {
+    {"enable_profiling", "profile_run always traces"},
+    {"save_traces_folder", "use --out"},
+    {"profile_freq", "use --profile.warmup + --profile.active"},
+    {"enable_memory_snapshot", "profile_run snapshots on a GPU"},
+    {"save_memory_snapshot_folder", "use --out"},
+    {"profiler_active", "use --profile.active"},
+    {"profiler_warmup", "use --profile.warmup"}};
+
+// --profiling.* flags would be silently replaced, so they are refused, each with its replacement.
+absl::Status RefuseProfilingFlags(const std::vector<std::string>& job_args) {
+  std::vector<std::string> refused;
+  for (const std::string& arg : job_args) {
+    absl::string_view key = absl::string_view(arg).substr(0, arg.find('='));
+    if (!absl::ConsumePrefix(&key, "--profiling.")) continue;
+    absl::string_view use = "no such key";
+    for (const auto& [name, replacement] : kProfilingReplacements) {
+      if (key == name) use = replacement;
+    }
+    refused.push_back(absl::StrCat("--profiling.", key, " (", use, ")"));
+  }
+  if (refused.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      absl::StrJoin(refused, ", "),
+      ": profile_run replaces titan_train's [profiling] with its own flags; drop them"));
+}
 
 struct Flags {
   titan::ProfileRunOptions profile;
@@ -118,6 +152,9 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   }
   if (flags.analyze_comm_trace.empty() && prefix_given) {
     return absl::InvalidArgumentError("--comm_trace_prefix applies to --analyze_comm_trace only");
+  }
+  if (flags.analyze_comm_trace.empty()) {
+    if (absl::Status status = RefuseProfilingFlags(flags.job_args); !status.ok()) return status;
   }
   return flags;
 }
