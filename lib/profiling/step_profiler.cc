@@ -3,6 +3,7 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -232,6 +233,11 @@ absl::Status StepProfiler::SaveTrace(int64_t step) {
     return TorchError(absl::StrCat("cannot write ", json_path), e);
   }
   if (!PathExists(json_path)) {
+    // Kineto leaves its partial <trace>.tmp behind (on a full disk, as large as the disk allowed).
+    const std::string partial = json_path + ".tmp";
+    if (unlink(partial.c_str()) != 0 && errno != ENOENT && errno != EISDIR) {
+      LOG(ERROR) << ErrnoError("remove", partial);
+    }
     return absl::InternalError(
         absl::StrCat("Kineto wrote no trace to ", json_path, " (its log says why)"));
   }

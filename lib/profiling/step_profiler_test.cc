@@ -1,9 +1,11 @@
 #include "lib/profiling/step_profiler.h"
 
 #include <ATen/ATen.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -221,6 +223,26 @@ TEST(StepProfilerTest, TraceThatCannotBeWrittenIsAnError) {
   EXPECT_EQ(profiler->StepEnd(1).message(),
             absl::StrCat("Kineto wrote no trace to ", folder,
                          "/iteration_1/rank2_trace.json (its log says why)"));
+}
+
+TEST(StepProfilerTest, TraceCutShortByAFullDiskLeavesNoPartialFile) {
+  const std::string folder = TestDir("traces");
+  std::unique_ptr<StepProfiler> profiler = MustCreate(TraceOptions(folder, 1, 0, 1));
+  ASSERT_NE(profiler, nullptr);
+  ASSERT_TRUE(profiler->StepBegin(1).ok());
+  for (int i = 0; i < 10; ++i) at::mm(torch::randn({16, 16}), torch::randn({16, 16}));
+  // A file size limit fails Kineto's write part-way, as a full disk does (EFBIG, not a signal).
+  signal(SIGXFSZ, SIG_IGN);
+  rlimit limit;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &limit), 0);
+  rlimit small = limit;
+  small.rlim_cur = 1024;
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  const absl::Status status = profiler->StepEnd(1);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
+  EXPECT_EQ(status.message(), absl::StrCat("Kineto wrote no trace to ", folder,
+                                           "/iteration_1/rank2_trace.json (its log says why)"));
+  EXPECT_FALSE(PathExists(folder + "/iteration_1/rank2_trace.json.tmp"));
 }
 
 TEST(StepProfilerTest, DisabledIsNullAndWritesNothing) {

@@ -355,6 +355,20 @@ class ProfileRunTest(unittest.TestCase):
             self.assertNotIn("frame #", proc.stderr)  # no C++ backtrace
             self.assertFalse(os.path.exists(out), args)
 
+    def test_trace_that_cannot_be_written_leaves_no_partial_files(self):
+        out = os.path.join(self.tmp, "unwritable")
+        shutil.rmtree(out, ignore_errors=True)
+        # A directory where Kineto writes its temporary trace fails the write, as a full disk does.
+        os.makedirs(os.path.join(out, "trace_rank0.json.tmp"))
+        proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--profile.warmup=0",
+                               "--profile.active=1", "--training.local_batch_size=1"],
+                              capture_output=True, text=True, timeout=300)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn(f"Kineto wrote no trace to {out}/trace_rank0.json", proc.stderr)
+        # The trainer's empty metrics.jsonl is removed on failure too.
+        self.assertEqual(sorted(os.listdir(out)),
+                         [".titan.lock", "config.toml", "trace_rank0.json.tmp"])
+
     def test_titan_train_traces_every_profile_freq_steps(self):
         dump = os.path.join(self.tmp, "train")
         shutil.rmtree(dump, ignore_errors=True)
