@@ -413,8 +413,9 @@ absl::StatusOr<double> Trainer::SumOverDp(double value) const {
 void Trainer::LogStateMemory() const {
   int64_t param_bytes = 0;
   for (const ParamRef& p : model_.params) param_bytes += p.tensor->nbytes();
+  // The tensors held (a float32 step), not StateDict()'s copies (an int64 step, as checkpoints).
   int64_t optimizer_bytes = 0;
-  for (const auto& [name, tensor] : optimizer_->StateDict()) optimizer_bytes += tensor.nbytes();
+  for (const at::Tensor& tensor : optimizer_->StateTensors()) optimizer_bytes += tensor.nbytes();
   LOG(INFO) << "rank " << runtime_.rank() << " state memory: parameters " << param_bytes
             << " B + optimizer " << optimizer_bytes << " B = " << param_bytes + optimizer_bytes
             << " B";

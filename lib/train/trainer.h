@@ -75,7 +75,7 @@ class Trainer {
   const Optimizer& optimizer() const { return *optimizer_; }
   const RunSetup& setup() const { return setup_; }
   const TrainState& state() const { return state_; }
-  // Logs this rank's parameter and optimizer-state bytes (tensor sizes).
+  // Logs this rank's parameter and optimizer-state bytes (the tensors held).
   void LogStateMemory() const;
 
  private:

@@ -208,11 +208,12 @@ class ProfileRunTest(unittest.TestCase):
         self.assertEqual(most["parameters"], params)
         # Every parameter (or shard) has a gradient of its size when the optimizer steps.
         self.assertEqual(most["gradients"], params)
-        # The log counts AdamW's two moments (each the parameters' size) and an int64 step per
-        # parameter tensor, as checkpoints store it; the optimizer holds that step as a float32.
-        tensors, rest = divmod(optimizer - 2 * params, 8)
+        # AdamW's two moments (each the parameters' size) and a float32 step per parameter
+        # tensor, as the optimizer holds them and the trainer logs them.
+        self.assertEqual(most["optimizer_state"], optimizer)
+        tensors, rest = divmod(optimizer - 2 * params, 4)
         self.assertEqual(rest, 0)
-        self.assertEqual(most["optimizer_state"], 2 * params + 4 * tensors)
+        self.assertGreater(tensors, 0)
         self.assertGreater(most["activations"], 0)
         if world > 1:
             self.assertGreater(most["communication"], 0)
