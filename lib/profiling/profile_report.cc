@@ -278,6 +278,10 @@ absl::StatusOr<RankProfile> RankProfileFromJson(const nlohmann::json& json) {
 
 nlohmann::json OpTableJson(const TraceAnalysis& analysis) { return OpsJson(analysis.ops); }
 
+int64_t GlobalBatch(const ProfileRunInfo& info) {
+  return info.microbatches * info.local_batch_size * info.dp_size;
+}
+
 nlohmann::json SummaryJson(const ProfileRunInfo& info, const std::vector<RankProfile>& ranks) {
   nlohmann::json json = {{"model", info.model},
                          {"device", info.device},
@@ -286,7 +290,10 @@ nlohmann::json SummaryJson(const ProfileRunInfo& info, const std::vector<RankPro
                          {"warmup_steps", info.warmup},
                          {"active_steps", info.active},
                          {"local_batch_size", info.local_batch_size},
-                         {"seq_len", info.seq_len}};
+                         {"microbatches_per_step", info.microbatches},
+                         {"global_batch_size", GlobalBatch(info)},
+                         {"seq_len", info.seq_len},
+                         {"tokens_per_step", GlobalBatch(info) * info.seq_len}};
   json["ranks"] = nlohmann::json::array();
   for (const RankProfile& r : ranks) {
     const StepTime mean = MeanStep(r.steps);
@@ -323,10 +330,11 @@ std::string ReportHtml(const ProfileRunInfo& info, const std::vector<RankProfile
                    ".dim{color:#888}svg{display:block;margin:8px 0 16px}</style></head><body>\n");
   absl::StrAppendFormat(
       &html,
-      "<h1>titan profile: %s</h1>\n<p>%s, %d rank(s), %s; %d warmup + %d traced steps of %d x "
-      "%d tokens per rank. Traces: ",
+      "<h1>titan profile: %s</h1>\n<p>%s, %d rank(s), %s; %d warmup + %d traced steps, each of "
+      "%d microbatch(es) of %d x %d tokens per rank, %d tokens per step in all. Traces: ",
       XmlEscape(info.model), XmlEscape(info.device), info.world_size, XmlEscape(info.parallelism),
-      info.warmup, info.active, info.local_batch_size, info.seq_len);
+      info.warmup, info.active, info.microbatches, info.local_batch_size, info.seq_len,
+      GlobalBatch(info) * info.seq_len);
   for (const RankProfile& r : ranks) {
     absl::StrAppend(&html, "<code>", XmlEscape(r.trace_file), "</code> ");
   }

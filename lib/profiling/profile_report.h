@@ -40,7 +40,13 @@ struct ProfileRunInfo {
   int active = 0;
   int64_t local_batch_size = 0;
   int64_t seq_len = 0;
+  // Gradient accumulation: each step runs `microbatches` of local_batch_size on every rank.
+  int64_t microbatches = 1;
+  int64_t dp_size = 1;  // ranks that read different data
 };
+
+// Sequences per optimizer step over all ranks: microbatches x local_batch_size x dp_size.
+int64_t GlobalBatch(const ProfileRunInfo& info);
 
 // The top ops of `analysis` and its steps, with no memory yet.
 RankProfile MakeRankProfile(int rank, const std::string& trace_file, const TraceAnalysis& analysis);

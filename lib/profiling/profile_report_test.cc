@@ -92,6 +92,18 @@ TEST(ProfileReportTest, SummaryHasStepTimeSplitAndPeakByCategory) {
   EXPECT_EQ(rank["top_ops"].size(), kTopOps);
   EXPECT_EQ(rank["other_ops"][0]["where"], "other thread");
   EXPECT_FALSE(rank.contains("samples"));
+  // Under gradient accumulation a step is every microbatch on every data-parallel rank.
+  info.local_batch_size = 1;
+  info.seq_len = 32;
+  info.microbatches = 3;
+  info.dp_size = 2;
+  const nlohmann::json accumulated = SummaryJson(info, {});
+  EXPECT_EQ(accumulated["microbatches_per_step"], 3);
+  EXPECT_EQ(accumulated["global_batch_size"], 6);
+  EXPECT_EQ(accumulated["tokens_per_step"], 6 * 32);
+  EXPECT_THAT(ReportHtml(info, {Profile(0)}),
+              HasSubstr("steps, each of 3 microbatch(es) of 1 x 32 tokens per rank, 192 tokens "
+                        "per step in all."));
   EXPECT_THAT(SummaryLine(Profile(1)),
               HasSubstr("rank 1: step 110.0 ms = compute 65.0 + exposed comm 32.5 + idle 12.5"));
 }

@@ -21,6 +21,7 @@
 #include "lib/profiling/profile_report.h"
 #include "lib/profiling/step_profiler.h"
 #include "lib/profiling/trace_analysis.h"
+#include "lib/train/components.h"
 #include "lib/train/device.h"
 #include "lib/train/trainer.h"
 #include "lib/util/file_util.h"
@@ -122,6 +123,8 @@ ProfileRunInfo RunInfo(const JobConfig& config, const DistributedRuntime& runtim
   info.active = options.active;
   info.local_batch_size = config.training().local_batch_size();
   info.seq_len = config.training().seq_len();
+  info.microbatches = GradientAccumulationSteps(config, trainer.setup());
+  info.dp_size = trainer.setup().dp_size;
   return info;
 }
 

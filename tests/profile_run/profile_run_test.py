@@ -284,7 +284,7 @@ class ProfileRunTest(unittest.TestCase):
         os.symlink("/nonexistent", os.path.join(out, "trace_rank2.json"))
         proc = run([PROFILE_RUN, *COMMON, "--out", out, "--profile.warmup", str(WARMUP),
                     "--profile.active", str(ACTIVE), "--training.local_batch_size", "2",
-                    "--profile.gzip"])
+                    "--training.global_batch_size", "4", "--profile.gzip"])
         self.assertIn(f"removed {len(earlier)} files of an earlier run from {out}", proc.stderr)
         self.assertEqual(sorted(os.listdir(out)),
                          [".titan.lock", "config.toml", "notes.txt", "ops_rank0.json",
@@ -299,6 +299,16 @@ class ProfileRunTest(unittest.TestCase):
         self.assertIsNotNone(logged, proc.stderr[-2000:])
         with gzip.open(os.path.join(out, "trace_rank0.json.gz"), "rt") as f:
             events = json.load(f)["traceEvents"]
+        # Gradient accumulation: two microbatches of 2 x 128 tokens per step, as each step ran.
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual((summary["microbatches_per_step"], summary["global_batch_size"],
+                          summary["tokens_per_step"]), (2, 4, 4 * 128))
+        forwards = [e for e in events if e.get("ph") == "X" and e["name"] == "forward"]
+        self.assertEqual(len(forwards), 2 * ACTIVE)
+        with open(os.path.join(out, "report.html")) as f:
+            self.assertIn("each of 2 microbatch(es) of 2 x 128 tokens per rank, 512 tokens per "
+                          "step in all", f.read())
         traced_ms = [e["dur"] / 1000 for e in events if e.get("name") == f"ProfilerStep#{last}"]
         step_ms, stop_ms = int(logged.group(1)), int(logged.group(2))
         self.assertLess(step_ms, traced_ms[0] + stop_ms)
