@@ -208,7 +208,9 @@ std::string FormatScheduleTable(const ScheduleTimeline& timeline) {
 
 absl::StatusOr<PipelineSchedule> ParseScheduleCsv(absl::string_view text) {
   PipelineSchedule schedule;
+  int line_number = 0;  // The file's, counting the blank lines that name no rank.
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
     line = absl::StripTrailingAsciiWhitespace(line);
     if (line.empty()) continue;
     std::vector<PipelineAction> ops;
@@ -217,8 +219,7 @@ absl::StatusOr<PipelineSchedule> ParseScheduleCsv(absl::string_view text) {
       absl::StatusOr<PipelineAction> action = ParseAction(cell);
       if (!action.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "line ", schedule.size() + 1, " (rank ", schedule.size(), "): ",
-            action.status().message()));
+            "line ", line_number, " (rank ", schedule.size(), "): ", action.status().message()));
       }
       ops.push_back(*action);
     }

@@ -57,7 +57,8 @@ absl::StatusOr<ScheduleTimeline> PlaySchedule(const PipelineSchedule& schedule, 
 std::string FormatScheduleTable(const ScheduleTimeline& timeline);
 
 // PyTorch's compute-only CSV (Schedule._dump_csv / _load_csv): one line per rank, its actions
-// comma-separated ("0F0,0F1,0B0,..."); empty cells are allowed and skipped.
+// comma-separated ("0F0,0F1,0B0,..."); empty cells and blank lines are allowed and skipped (an
+// error names the line of `text`, blank lines counted).
 absl::StatusOr<PipelineSchedule> ParseScheduleCsv(absl::string_view text);
 std::string ScheduleToCsv(const PipelineSchedule& schedule);
 

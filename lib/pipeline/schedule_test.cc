@@ -52,6 +52,13 @@ TEST(ScheduleTest, OneFOneBWarmsUpByDistanceFromTheLastStage) {
   EXPECT_FALSE(BuildSchedule(*FindScheduleKind("ZBVZeroBubble"), 2, 3, 4).ok());
 }
 
+// Blank lines name no rank but count as lines: the error points at the file's own line.
+TEST(ScheduleTest, CsvErrorNamesTheFilesLineAfterBlankLines) {
+  const absl::Status bad = ParseScheduleCsv("\n\n0F0,0F1,0B0,0B1\n1F0,1B0,1Z1,1B1\n").status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(bad.message()).rfind("line 4 (rank 1): ", 0), 0u) << bad;
+}
+
 TEST(ScheduleTest, TableShowsEachRanksActionsByTimeStep) {
   absl::StatusOr<ScheduleTimeline> timeline =
       SimulateSchedule(Csv("0F0,0F1,0B0,0B1\n1F0,1B0,1F1,1B1\n"), 2, 2, Loop2);
