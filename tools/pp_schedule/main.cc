@@ -4,8 +4,11 @@
 // (each action one time unit; an empty cell is a rank waiting for another stage) and the idle
 // fraction it implies with unit costs and with a backward twice a forward (F 1, B 2, I 1, W 1);
 // or, with --format=csv, each rank's actions (PyTorch's compute-only CSV, what
-// [parallelism] pipeline_parallel_schedule_csv reads). Exits 1 on a schedule that cannot run.
+// [parallelism] pipeline_parallel_schedule_csv reads). Exits 1 on a schedule that cannot run, and
+// on counts too large to simulate (--pp over 1024, --pp x stages per rank x --microbatches over
+// 2^20).
 
+#include <cstdint>
 #include <iostream>
 #include <string>
 
@@ -21,8 +24,9 @@
 DEFINE_string(schedule, "1F1B",
               "GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble or "
               "DualPipeV (placement and stages per rank follow it)");
-DEFINE_int32(pp, 2, "Pipeline ranks");
-DEFINE_int32(microbatches, 4, "Microbatches per schedule run");
+DEFINE_int32(pp, 2, "Pipeline ranks, 1 to 1024");
+DEFINE_int32(microbatches, 4,
+             "Microbatches per schedule run (at most 2^20 stage-microbatch pairs in all)");
 DEFINE_int32(stages_per_rank, 0,
              "Stages per rank, 0 or more; 0: 1 for single-stage schedules, else 2");
 DEFINE_string(csv, "", "Read the actions from this CSV instead (placement from --schedule)");
@@ -33,6 +37,31 @@ namespace {
 int Fail(const absl::Status& status) {
   std::cerr << "pp_schedule: " << status.message() << "\n";
   return 1;
+}
+
+// The simulation keeps a cell per (stage, microbatch) and prints a line per time step: past a
+// million cells the table is too long to read and the memory runs to gigabytes.
+constexpr int64_t kMaxCells = int64_t{1} << 20;
+// A column per rank: real pipelines have tens of stages, and a wider table is unreadable.
+constexpr int kMaxPp = 1024;
+
+// Refuses counts the simulation cannot hold before anything is allocated for them.
+absl::Status CheckCounts(int pp, int stages_per_rank, int microbatches) {
+  if (pp < 1 || pp > kMaxPp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pp: expected 1 to ", kMaxPp, " ranks, got ", pp));
+  }
+  if (microbatches < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--microbatches: expected a positive count, got ", microbatches));
+  }
+  const int64_t stages = int64_t{pp} * stages_per_rank;  // At most 2^10 x 2^31: no overflow.
+  if (stages > kMaxCells || stages * microbatches > kMaxCells) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--pp x stages per rank x --microbatches: expected at most ", kMaxCells,
+        " (stage, microbatch) pairs, got ", pp, " x ", stages_per_rank, " x ", microbatches));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -58,6 +87,9 @@ int main(int argc, char** argv) {
   if (!kind.ok()) return Fail(kind.status());
   const int per_rank =
       FLAGS_stages_per_rank > 0 ? FLAGS_stages_per_rank : (kind->multi_stage ? 2 : 1);
+  if (absl::Status counts = CheckCounts(FLAGS_pp, per_rank, FLAGS_microbatches); !counts.ok()) {
+    return Fail(counts);
+  }
   absl::StatusOr<titan::PipelineSchedule> schedule;
   if (FLAGS_csv.empty()) {
     schedule = titan::BuildSchedule(*kind, FLAGS_pp, per_rank, FLAGS_microbatches);

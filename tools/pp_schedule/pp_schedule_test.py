@@ -50,6 +50,16 @@ class PpScheduleTest(unittest.TestCase):
         self.assert_refused(["--stages_per_rank=-1"],
                             "--stages_per_rank: expected 0 (the schedule's default) or more, "
                             "got -1")
+        self.assert_refused(["--pp=2", "--microbatches=2000000000"],
+                            "--pp x stages per rank x --microbatches: expected at most 1048576 "
+                            "(stage, microbatch) pairs, got 2 x 1 x 2000000000")
+        self.assert_refused(["--pp=1024", "--stages_per_rank=2000000000",
+                             "--microbatches=2000000000"],
+                            "--pp x stages per rank x --microbatches: expected at most 1048576 "
+                            "(stage, microbatch) pairs, got 1024 x "
+                            "2000000000 x 2000000000")
+        self.assert_refused(["--pp=2000000000"], "--pp: expected 1 to 1024 ranks, got 2000000000")
+        self.assert_refused(["--microbatches=0"], "--microbatches: expected a positive count, got 0")
         self.assert_refused(["--pp=2", "stray"],
                             'unexpected argument "stray"; flags are --name=value')
 
