@@ -47,6 +47,15 @@ void ForwardToPipe(int signo) {
   errno = saved_errno;
 }
 
+// Past this many ranks per CPU core they mostly wait for a core (and each loads LibTorch): a
+// larger --nproc_per_node is a typo that would spawn processes until memory runs out.
+constexpr int kMaxRanksPerCore = 8;
+
+int MaxNprocPerNode() {
+  const long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  return kMaxRanksPerCore * static_cast<int>(std::max(1L, cores));
+}
+
 absl::Status Errno(absl::string_view what) {
   return absl::InternalError(absl::StrCat("launcher: ", what, ": ", std::strerror(errno)));
 }
@@ -399,6 +408,11 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {
     if (!absl::SimpleAtoi(value, &nproc) || nproc < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("--nproc_per_node: expected a positive integer, got \"", value, "\""));
+    }
+    if (nproc > MaxNprocPerNode()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nproc_per_node: expected at most ", MaxNprocPerNode(), " ranks (",
+                       kMaxRanksPerCore, " per CPU core of this machine), got ", nproc));
     }
     return nproc;
   }

@@ -36,7 +36,8 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 
 // The value of a --nproc_per_node=N (or --nproc_per_node N) argument, 0 when absent; an error for
-// anything but a positive integer. LaunchLocalRanks drops the flag for the ranks.
+// anything but a positive integer, and past 8 ranks per CPU core of this machine. LaunchLocalRanks
+// drops the flag for the ranks.
 absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
 
 // The main() of a tool that may start its own ranks (titan_train, titan_rl): --help or -h prints

@@ -1,8 +1,11 @@
 #include "lib/distributed/launcher.h"
 
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace titan {
@@ -22,6 +25,23 @@ TEST(NprocPerNodeFlagTest, BothSpellingsAndAbsence) {
   EXPECT_EQ(nproc({"--nproc_per_node=0"}).status().message(),
             "--nproc_per_node: expected a positive integer, got \"0\"");
   EXPECT_FALSE(nproc({"--nproc_per_node=two"}).ok());
+}
+
+// A typo must not fork processes until the OOM killer fires: 8 ranks per core at most.
+TEST(NprocPerNodeFlagTest, MoreRanksThanTheCoresCanRunAreRefused) {
+  const int cores = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  auto nproc = [](int n) {
+    std::string flag = absl::StrCat("--nproc_per_node=", n);
+    char tool[] = "tool";
+    char* argv[] = {tool, flag.data()};
+    return NprocPerNodeFlag(2, argv);
+  };
+  EXPECT_EQ(*nproc(8 * cores), 8 * cores);
+  const absl::StatusOr<int> refused = nproc(8 * cores + 1);
+  EXPECT_EQ(refused.status().message(),
+            absl::StrCat("--nproc_per_node: expected at most ", 8 * cores,
+                         " ranks (8 per CPU core of this machine), got ", 8 * cores + 1));
+  EXPECT_FALSE(nproc(100000).ok());
 }
 
 }  // namespace

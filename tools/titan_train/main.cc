@@ -17,8 +17,8 @@ namespace {
 constexpr char kUsage[] =
     "usage: titan_train [--nproc_per_node=N] --job.config_file=FILE [--section.key=value ...]\n"
     "Trains the model the job file describes; flags override the file's keys. --nproc_per_node=N\n"
-    "runs N ranks on this host (as torchrun --standalone); [parallelism] says how they split the\n"
-    "work.\n\n";
+    "runs N ranks on this host (as torchrun --standalone; at most 8 per CPU core); [parallelism]\n"
+    "says how they split the work.\n\n";
 
 absl::Status Run(int argc, char** argv) {
   absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
