@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
+#include "lib/distributed/dump_signal.h"
 #include "lib/distributed/group_state.h"
 #include "lib/util/file_util.h"
 
@@ -203,7 +204,9 @@ CommTrace::~CommTrace() {
   if (!watcher_.joinable()) return;
   stop_ = true;
   int expected = wake_pipe_[1];
-  if (g_signal_pipe.compare_exchange_strong(expected, -1)) signal(SIGUSR1, SIG_DFL);
+  // A request after this is logged and ignored: SIGUSR1's default action would fail a job that
+  // finished its work.
+  if (g_signal_pipe.compare_exchange_strong(expected, -1)) IgnoreDumpRequests();
   (void)!write(wake_pipe_[1], "q", 1);
   watcher_.join();
   close(wake_pipe_[0]);

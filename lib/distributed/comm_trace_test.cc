@@ -147,6 +147,26 @@ TEST(CommTraceTest, SigusrOneDumps) {
   EXPECT_TRUE(std::filesystem::exists((*trace)->DumpPath()));
 }
 
+// A request reaching a rank after training (the launcher forwards SIGUSR1 until the job ends)
+// must not end it by SIGUSR1's default action.
+TEST(CommTraceTest, SigusrOneIsLoggedAndIgnoredOnceTheRecorderIsGone) {
+  CommTraceOptions options;
+  options.buffer_size = 4;
+  options.folder = TestFolder("signal_after");
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  const std::string path = (*trace)->DumpPath();
+  trace->reset();
+  struct sigaction current {};
+  ASSERT_EQ(sigaction(SIGUSR1, nullptr, &current), 0);
+  ASSERT_NE(current.sa_handler, SIG_DFL);
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(raise(SIGUSR1), 0);
+  EXPECT_THAT(testing::internal::GetCapturedStderr(),
+              testing::HasSubstr("SIGUSR1: no collective flight recorder runs in this process"));
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 TEST(CommTraceTest, SigusrOneIsIgnoredWithTheRecorderOff) {
   CommTraceOptions options;
   options.buffer_size = 0;

@@ -213,6 +213,9 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       if (getppid() != launcher_pid) _exit(1);
       dup2(out_pipe[1], STDOUT_FILENO);
       dup2(err_pipe[1], STDERR_FILENO);
+      // execve resets handlers but keeps ignored signals ignored: a dump request forwarded while
+      // the rank's loader runs (before dump_signal's handler is back) must not end it.
+      signal(SIGUSR1, SIG_IGN);
       execve("/proc/self/exe", arg_ptrs.data(), env_ptrs[rank].data());
       const char kMessage[] = "launcher: execve(/proc/self/exe) failed\n";
       (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);

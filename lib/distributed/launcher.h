@@ -27,9 +27,10 @@ struct LaunchOptions {
 // argv without --nproc_per_node, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT set (a free MASTER_PORT when none is given), every output line prefixed with
 // "[rank N] " (but options.plain_stdout_rank's stdout), SIGINT/SIGTERM/SIGUSR1 forwarded (a second
-// SIGINT/SIGTERM kills the ranks). When a rank fails (exits non-zero, not of a signal the launcher
-// sent it) the others get SIGTERM (unless a forwarded SIGINT/SIGTERM is stopping them already),
-// then SIGKILL after the grace period. Returns the first failing rank's exit status (128+signal
+// SIGINT/SIGTERM kills the ranks; a rank starts with SIGUSR1 ignored, see dump_signal.h). When a
+// rank fails (exits non-zero, not of a signal the launcher sent it) the others get SIGTERM
+// (unless a forwarded SIGINT/SIGTERM is stopping them already), then SIGKILL after the grace
+// period. Returns the first failing rank's exit status (128+signal
 // when killed), else 128+signal when a rank died of a signal the launcher sent it, else an error
 // when passing the ranks' output to stdout failed (the output is lost), else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,

@@ -7,6 +7,8 @@
 //           prints "rank R got SIGTERM" and exits 0, but rank FAKE_FAIL_RANK exits 1 (as a rank
 //           whose collective with a wedged peer timed out) and rank FAKE_UNHANDLED_RANK dies of it
 //           (as a rank that has not installed its handler yet).
+//   slow:   prints "started pid=P", sleeps a second with SIGUSR1 left as the process start set it
+//           (as a rank loading, or ending after its recorder is gone), exits 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "lib/distributed/launcher.h"
 
@@ -88,6 +91,12 @@ int main(int argc, char** argv) {
     }
     if (rank == Env("FAKE_STUBBORN_RANK")) signal(SIGTERM, SIG_IGN);
     while (true) pause();
+  }
+  if (mode == "slow") {
+    printf("started pid=%d\n", static_cast<int>(getpid()));
+    fflush(stdout);
+    absl::SleepFor(absl::Seconds(1));
+    return 0;
   }
   if (mode == "wait") {
     if (rank == Env("FAKE_FAIL_RANK")) g_term_exit_code = 1;

@@ -230,6 +230,26 @@ TEST(LaunchLocalRanksTest, SigusrOneIsForwardedToEveryRankAndTheJobGoesOn) {
   EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank 1 got SIGUSR1"));
 }
 
+// A dump request while no rank has a recorder (starting, or done) is logged and ignored: a
+// watchdog's SIGUSR1 must not fail a job.
+TEST(LaunchLocalRanksTest, SigusrOneWithoutARecorderIsLoggedAndTheJobSucceeds) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "slow"}}, OutputPrefix("usr1_slow"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("started", 2, absl::Seconds(20))) << launcher->Stdout();
+  // Until the launcher has exited too: its own shutdown is covered as well.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!IsZombie(launcher->pid()) && absl::Now() < deadline) {
+    kill(launcher->pid(), SIGUSR1);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stderr(),
+              HasSubstr("[rank 0] SIGUSR1: no collective flight recorder runs in this process"));
+}
+
 TEST(LaunchLocalRanksTest, KilledLauncherTakesItsRanksWithIt) {
   absl::StatusOr<Subprocess> launcher = Subprocess::Start(
       {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}}, OutputPrefix("orphans"));
