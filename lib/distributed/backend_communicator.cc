@@ -86,7 +86,7 @@ class BackendWork : public Work {
     } catch (const std::exception& e) {
       const std::string reason = Reason(e);
       if (trace != nullptr) {
-        for (const TraceId& id : trace_ids_) trace->Fail(id);
+        for (const TraceId& id : trace_ids_) trace->Fail(shared_->trace_group.get(), id);
         trace->DumpAllRanks(absl::StrCat(op_, " #", seq_, " on group \"", shared_->state->name(),
                                          "\" failed: ", reason));
       }

@@ -54,11 +54,13 @@ class CommEvent {
     done_.emplace(std::move(done));
   }
 
-  // Drops the Work (and the tensors it holds) unless the slot was reused meanwhile.
-  void Finish(uint64_t ticket) {
+  // Drops the Work (and the tensors it holds) unless the slot was reused meanwhile. `waited_ok`:
+  // its wait returned without error, which is completion even where the Work's isCompleted
+  // never turns true (ProcessGroupGloo's _reduce_scatter_base in torch 2.11).
+  void Finish(uint64_t ticket, bool waited_ok) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (ticket_ != ticket || !work_) return;
-    completed_ = work_->isCompleted() && work_->exception() == nullptr;
+    completed_ = waited_ok || (work_->isCompleted() && work_->exception() == nullptr);
     work_.reset();
   }
 
@@ -77,6 +79,7 @@ struct TraceGroup {
   size_t collective_seq = 0;
   size_t p2p_seq = 0;
   size_t op_seq = 0;
+  int64_t failed_seq = 0;  // The first operation that failed; 0 while none has.
 };
 
 }  // namespace titan
@@ -256,19 +259,30 @@ TraceId CommTrace::Record(TraceGroup* group, const std::string& op, bool p2p,
       group->pg_id, group->pg_name, group->collective_seq, group->p2p_seq, group->op_seq,
       absl::StrCat("nccl:", op), inputs, outputs, /*start=*/nullptr, event,
       std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)), group->status, p2p);
-  return TraceId{traced.id, traced.reset_epoch, ticket};
+  return TraceId{traced.id, traced.reset_epoch, ticket, static_cast<int64_t>(group->op_seq)};
 }
 
 void CommTrace::Retire(TraceGroup* group, const TraceId& id, bool ok) {
   if (!enabled() || !id.id) return;
+  // Before retire_id, which reads the entry's state for the last time.
+  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket, ok);
   recorder_->recorder.retire_id(id.id, id.epoch, /*compute_duration=*/false);
-  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket);
-  if (ok && group != nullptr) group->status->lastCompletedSeq = static_cast<int64_t>(group->op_seq);
+  if (!ok || group == nullptr) return;
+  std::lock_guard<std::mutex> lock(record_mutex_);
+  // This operation's own number (others may still be in flight), below any failed one.
+  int64_t completed = std::max(group->status->lastCompletedSeq, id.op_seq);
+  if (group->failed_seq > 0) completed = std::min(completed, group->failed_seq - 1);
+  group->status->lastCompletedSeq = completed;
 }
 
-void CommTrace::Fail(const TraceId& id) {
+void CommTrace::Fail(TraceGroup* group, const TraceId& id) {
   if (!enabled() || !id.id) return;
-  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket);
+  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket, false);
+  if (group == nullptr) return;
+  std::lock_guard<std::mutex> lock(record_mutex_);
+  if (group->failed_seq == 0 || id.op_seq < group->failed_seq) group->failed_seq = id.op_seq;
+  group->status->lastCompletedSeq =
+      std::min(group->status->lastCompletedSeq, group->failed_seq - 1);
 }
 
 void CommTrace::RegisterWithC10d() {

@@ -46,6 +46,7 @@ struct TraceId {
   std::optional<size_t> id;
   std::optional<size_t> epoch;
   uint64_t ticket = 0;
+  int64_t op_seq = 0;  // Its place in the group's operations, as pg_status counts them.
 };
 
 // The job's collective flight recorder in this process: c10d's FlightRecorder (the header template
@@ -78,12 +79,14 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   TraceId Record(TraceGroup* group, const std::string& op, bool p2p,
                  const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs,
                  c10::intrusive_ptr<c10d::Work> work, absl::Duration timeout);
-  // After the operation's Work was waited for (well or not); `ok` moves the group's completed
-  // sequence number.
+  // After the operation's Work was waited for (well or not). `ok`: the wait succeeded, so the
+  // entry reads completed (whatever the Work's isCompleted says) and the group's completed
+  // sequence number moves up to it, never past an operation that failed.
   void Retire(TraceGroup* group, const TraceId& id, bool ok);
   // After the operation failed (timeout, peer gone): its entry keeps the state it reached, as
-  // c10d leaves a timed-out operation, so every rank's dump shows where the group stopped.
-  void Fail(const TraceId& id);
+  // c10d leaves a timed-out operation, so every rank's dump shows where the group stopped; the
+  // group's completed sequence number stays below it from now on.
+  void Fail(TraceGroup* group, const TraceId& id);
   // For device-side waits: the operation is done once `done` is; dumps query it. The entry stays
   // open (not retired), as c10d leaves an NCCL operation until its watchdog sees the end event.
   void CompleteOn(const TraceId& id, c10::Event done);

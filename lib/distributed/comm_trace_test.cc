@@ -94,6 +94,40 @@ TEST(CommTraceTest, KeepsTheNewestEntriesWithSequenceNumbersSizesAndStates) {
   }
 }
 
+// A successful wait completes the entry even where the Work never says so (ProcessGroupGloo's
+// reduce-scatter), and pg_status counts an operation's own number, never a failed one.
+TEST(CommTraceTest, WaitedOperationsCompleteAndPgStatusStopsBeforeAFailure) {
+  CommTraceOptions options;
+  options.buffer_size = 8;
+  options.folder = TestFolder("pg_status");
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::shared_ptr<TraceGroup> group = (*trace)->AddGroup("gloo:dp/0", {0}, "gloo");
+  at::Tensor tensor = at::zeros({2});
+  std::vector<TraceId> ids;
+  for (int i = 0; i < 4; ++i) {
+    ids.push_back((*trace)->Record(group.get(), "_reduce_scatter_base", /*p2p=*/false, {tensor},
+                                   {tensor}, c10::make_intrusive<FakeWork>(false),
+                                   absl::Seconds(7)));
+  }
+  (*trace)->Retire(group.get(), ids[0], /*ok=*/true);  // while #2 to #4 are in flight
+  (*trace)->Fail(group.get(), ids[2]);
+  (*trace)->Retire(group.get(), ids[1], /*ok=*/true);
+  (*trace)->Retire(group.get(), ids[3], /*ok=*/true);  // after #3 failed
+  ASSERT_TRUE((*trace)->Dump("test").ok());
+
+  const auto dump = LoadDump(absl::StrCat(options.folder, "/rank_0"));
+  const auto entries = dump.at("entries").toList();
+  ASSERT_EQ(entries.size(), 4u);
+  const char* kState[] = {"completed", "completed", "scheduled", "completed"};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(entries.get(i).toGenericDict().at("state").toStringRef(), kState[i]) << i;
+  }
+  const auto status = dump.at("pg_status").toGenericDict().at("0").toGenericDict();
+  EXPECT_EQ(status.at("last_enqueued_collective").toInt(), 4);
+  EXPECT_EQ(status.at("last_completed_collective").toInt(), 2);
+}
+
 TEST(CommTraceTest, SizeZeroRecordsAndWritesNothing) {
   CommTraceOptions options;
   options.buffer_size = 0;

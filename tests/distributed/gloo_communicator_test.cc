@@ -1,11 +1,15 @@
 // GlooCommunicator across real processes on loopback: the test forks its ranks (before it touches
 // LibTorch, so no thread pool is split by fork), waits for them with a deadline and kills them on
 // failure. Ranks report through their exit status, stderr and files in $TEST_TMPDIR.
+#include "lib/distributed/gloo_communicator.h"
+
+#include <ATen/ATen.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,10 +20,8 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <vector>
-
-#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/FlightRecorder.hpp>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -28,7 +30,6 @@
 #include "gtest/gtest.h"
 #include "lib/distributed/comm_trace.h"
 #include "lib/distributed/communicator.h"
-#include "lib/distributed/gloo_communicator.h"
 #include "lib/distributed/mesh_communicators.h"
 #include "lib/distributed/parallel_dims.h"
 #include "lib/distributed/rendezvous.h"
@@ -394,6 +395,43 @@ TEST(GlooCommunicatorTest, OperationsAreTracedOnceByTitansRecorder) {
     RANK_CHECK(pickle.find("nccl:all_reduce") != std::string::npos, "all_reduce not recorded");
     RANK_CHECK(pickle.find("nccl:all_reduce_barrier") != std::string::npos, "barrier not recorded");
     return LeaveTogether(rank, rendezvous, "traced/done");
+  });
+  EXPECT_THAT(statuses, ::testing::Each(0));
+}
+
+// Every awaited operation reads completed in the dump, and pg_status counts it; FSDP's
+// reduce-scatters once stayed "scheduled" while pg_status counted them done.
+TEST(GlooCommunicatorTest, AwaitedOperationsReadCompleted) {
+  std::vector<int> statuses = RunRanks(2, absl::Seconds(30), [](int rank, auto rendezvous) {
+    CommTraceOptions options;
+    options.buffer_size = 16;
+    options.folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/completed");
+    options.rank = rank;
+    absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+    RANK_CHECK_OK(trace.status());
+    absl::StatusOr<std::unique_ptr<Communicator>> comm =
+        CreateGlooCommunicator(rendezvous, "world", Iota(2), absl::Seconds(10), *trace);
+    RANK_CHECK_OK(comm.status());
+    at::Tensor whole = at::ones({8});
+    at::Tensor half = at::zeros({4});
+    RANK_CHECK_OK(Await((*comm)->AllReduce(whole, ReduceOp::kSum)));
+    RANK_CHECK_OK(Await((*comm)->ReduceScatter(whole, half, ReduceOp::kSum)));
+    RANK_CHECK_OK(Await((*comm)->AllGather(half, whole)));
+    RANK_CHECK_OK((*trace)->Dump("test"));
+    std::ifstream file((*trace)->DumpPath());
+    const std::string pickle((std::istreambuf_iterator<char>(file)), {});
+    const auto dump = torch::jit::unpickle(pickle.data(), pickle.size()).toGenericDict();
+    const auto entries = dump.at("entries").toList();
+    RANK_CHECK(entries.size() == 3, absl::StrCat(entries.size(), " entries"));
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const auto entry = entries.get(i).toGenericDict();
+      RANK_CHECK(entry.at("state").toStringRef() == "completed",
+                 absl::StrCat(entry.at("profiling_name").toStringRef(), " reads ",
+                              entry.at("state").toStringRef()));
+    }
+    const auto status = dump.at("pg_status").toGenericDict().at("0").toGenericDict();
+    RANK_CHECK(status.at("last_completed_collective").toInt() == 3, "pg_status not at 3");
+    return LeaveTogether(rank, rendezvous, "completed/done");
   });
   EXPECT_THAT(statuses, ::testing::Each(0));
 }
