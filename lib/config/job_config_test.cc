@@ -181,6 +181,10 @@ TEST(JobConfigTest, ConfigFileFlagNamesTheFile) {
 TEST(JobConfigTest, RangeAndChoiceErrorsInAFileNameItsLine) {
   EXPECT_EQ(ParseError("[job]\ndescription = \"x\"\n\n[training]\nsteps = -3\n"),
             "configs/x.toml:5: [training] steps=-3 is out of range: expected >= 0");
+  // The flight recorder's ring grows as it fills, but a size this large is a typo, not a plan.
+  EXPECT_EQ(ParseError("[comm]\ntrace_buf_size = 2147483647\n"),
+            "configs/x.toml:2: [comm] trace_buf_size=2147483647 is out of range: expected a value "
+            "in [0, 1048576]");
   EXPECT_EQ(ParseError("[lr_scheduler]\ndecay_type = \"exp\"\n"),
             "configs/x.toml:2: [lr_scheduler] decay_type=\"exp\": expected one of \"linear\", "
             "\"sqrt\", \"cosine\"");

@@ -181,7 +181,6 @@ absl::StatusOr<std::shared_ptr<CommTrace>> CommTrace::Create(CommTraceOptions op
   }
   const CommTraceOptions& o = trace->options_;
   trace->recorder_ = std::make_unique<Recorder>(static_cast<size_t>(o.buffer_size));
-  trace->events_ = std::make_unique<CommEvent[]>(static_cast<size_t>(o.buffer_size));
   if (o.store) {
     try {
       // Its own connection: the watcher's polls never wait behind the trainer's store calls.
@@ -251,7 +250,11 @@ TraceId CommTrace::Record(TraceGroup* group, const std::string& op, bool p2p,
   group->status->lastEnqueuedWorkName = op;
   std::lock_guard<std::mutex> lock(record_mutex_);
   const uint64_t ticket = next_ticket_++;
-  CommEvent* event = &events_[ticket % static_cast<uint64_t>(options_.buffer_size)];
+  // Grown one slot at a time: a large ring costs memory only once that many operations ran.
+  if (events_.size() < static_cast<size_t>(options_.buffer_size)) {
+    events_.push_back(std::make_unique<CommEvent>());
+  }
+  CommEvent* event = events_[ticket % static_cast<uint64_t>(options_.buffer_size)].get();
   event->Start(ticket, std::move(work));
   // The analyzer (torch 2.11's fr_trace) parses "<library>:<op>" and accepts only nccl and xccl
   // as the library, so every backend's operations use "nccl:"; the group name says which ran.
@@ -259,13 +262,13 @@ TraceId CommTrace::Record(TraceGroup* group, const std::string& op, bool p2p,
       group->pg_id, group->pg_name, group->collective_seq, group->p2p_seq, group->op_seq,
       absl::StrCat("nccl:", op), inputs, outputs, /*start=*/nullptr, event,
       std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)), group->status, p2p);
-  return TraceId{traced.id, traced.reset_epoch, ticket, static_cast<int64_t>(group->op_seq)};
+  return TraceId{traced.id, traced.reset_epoch, ticket, static_cast<int64_t>(group->op_seq), event};
 }
 
 void CommTrace::Retire(TraceGroup* group, const TraceId& id, bool ok) {
   if (!enabled() || !id.id) return;
   // Before retire_id, which reads the entry's state for the last time.
-  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket, ok);
+  id.event->Finish(id.ticket, ok);
   recorder_->recorder.retire_id(id.id, id.epoch, /*compute_duration=*/false);
   if (!ok || group == nullptr) return;
   std::lock_guard<std::mutex> lock(record_mutex_);
@@ -277,7 +280,7 @@ void CommTrace::Retire(TraceGroup* group, const TraceId& id, bool ok) {
 
 void CommTrace::Fail(TraceGroup* group, const TraceId& id) {
   if (!enabled() || !id.id) return;
-  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].Finish(id.ticket, false);
+  id.event->Finish(id.ticket, false);
   if (group == nullptr) return;
   std::lock_guard<std::mutex> lock(record_mutex_);
   if (group->failed_seq == 0 || id.op_seq < group->failed_seq) group->failed_seq = id.op_seq;
@@ -301,8 +304,7 @@ void CommTrace::RegisterWithC10d() {
 
 void CommTrace::CompleteOn(const TraceId& id, c10::Event done) {
   if (!enabled() || !id.id) return;
-  events_[id.ticket % static_cast<uint64_t>(options_.buffer_size)].FinishOn(id.ticket,
-                                                                            std::move(done));
+  id.event->FinishOn(id.ticket, std::move(done));
 }
 
 absl::Status CommTrace::Dump(absl::string_view reason) {

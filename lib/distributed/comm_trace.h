@@ -24,6 +24,7 @@ namespace titan {
 
 struct CommTraceOptions {
   // Operations kept, the newest ([comm] trace_buf_size); 0 records nothing and starts nothing.
+  // Memory grows with the operations recorded, up to this many, as c10d's ring does.
   int buffer_size = 20000;
   // Dumps go to <folder>/<file_prefix><rank>, the layout PyTorch's fr_trace reads (a folder and a
   // file prefix; torchtitan's names).
@@ -47,6 +48,7 @@ struct TraceId {
   std::optional<size_t> epoch;
   uint64_t ticket = 0;
   int64_t op_seq = 0;  // Its place in the group's operations, as pg_status counts them.
+  CommEvent* event = nullptr;  // Its buffer slot's end event.
 };
 
 // The job's collective flight recorder in this process: c10d's FlightRecorder (the header template
@@ -114,7 +116,8 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   const CommTraceOptions options_;
   std::unique_ptr<Recorder> recorder_;
   c10::intrusive_ptr<c10d::Store> store_;  // The watcher's own connection, under a prefix.
-  std::unique_ptr<CommEvent[]> events_;    // One per buffer slot: stable addresses for c10d.
+  // One per buffer slot, added as the ring fills: stable addresses for c10d.
+  std::vector<std::unique_ptr<CommEvent>> events_;
   std::mutex record_mutex_;
   uint64_t next_ticket_ = 0;
   size_t next_group_id_ = 0;

@@ -5,6 +5,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include <filesystem>
+#include <limits>
 #include <string>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <vector>
@@ -126,6 +127,23 @@ TEST(CommTraceTest, WaitedOperationsCompleteAndPgStatusStopsBeforeAFailure) {
   const auto status = dump.at("pg_status").toGenericDict().at("0").toGenericDict();
   EXPECT_EQ(status.at("last_enqueued_collective").toInt(), 4);
   EXPECT_EQ(status.at("last_completed_collective").toInt(), 2);
+}
+
+// The ring costs memory as operations fill it, not up front: a 2^31 - 1 entry one is cheap to make.
+TEST(CommTraceTest, AHugeRingGrowsAsItFills) {
+  CommTraceOptions options;
+  options.buffer_size = std::numeric_limits<int>::max();
+  options.folder = TestFolder("huge");
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::shared_ptr<TraceGroup> group = (*trace)->AddGroup("gloo:dp/0", {0}, "gloo");
+  at::Tensor tensor = at::zeros({2});
+  (*trace)->Retire(group.get(),
+                   (*trace)->Record(group.get(), "all_reduce", /*p2p=*/false, {tensor}, {tensor},
+                                    c10::make_intrusive<FakeWork>(true), absl::Seconds(7)),
+                   /*ok=*/true);
+  ASSERT_TRUE((*trace)->Dump("test").ok());
+  EXPECT_EQ(LoadDump(absl::StrCat(options.folder, "/rank_0")).at("entries").toList().size(), 1u);
 }
 
 TEST(CommTraceTest, SizeZeroRecordsAndWritesNothing) {
