@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <torch/csrc/distributed/c10d/TraceUtils.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +19,10 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "lib/distributed/dump_signal.h"
@@ -150,6 +154,13 @@ class C10dDumpWriter : public c10d::DebugInfoWriter {
  private:
   const std::weak_ptr<CommTrace> trace_;
 };
+
+// c10d's dump pickle with a top-level "run_id" added (FlightRecorder::dump takes no extra keys).
+std::string WithRunId(const std::string& pickle, const std::string& run_id) {
+  c10::impl::GenericDict root = torch::jit::unpickle(pickle.data(), pickle.size()).toGenericDict();
+  root.insert_or_assign("run_id", run_id);
+  return c10d::pickle_str(root);
+}
 
 }  // namespace
 
@@ -307,6 +318,45 @@ void CommTrace::CompleteOn(const TraceId& id, c10::Event done) {
   id.event->FinishOn(id.ticket, std::move(done));
 }
 
+void CommTrace::SetRunId(const std::string& run_id) {
+  if (!enabled()) return;
+  std::lock_guard<std::mutex> lock(recorder_->dump_mutex);
+  run_id_ = run_id;
+}
+
+absl::Status CommTrace::StartRun(const std::string& run_id) {
+  SetRunId(run_id);
+  if (!enabled() || options_.rank != 0) return absl::OkStatus();
+  std::vector<std::filesystem::path> earlier;
+  std::error_code error;
+  for (const auto& file : std::filesystem::directory_iterator(options_.folder, error)) {
+    absl::string_view name = file.path().filename().native();
+    int rank = 0;
+    if (absl::ConsumePrefix(&name, options_.file_prefix) && absl::SimpleAtoi(name, &rank) &&
+        file.is_regular_file()) {
+      earlier.push_back(file.path());
+    }
+  }
+  if (earlier.empty()) return absl::OkStatus();  // A missing folder too: nothing to set aside.
+  const std::filesystem::path aside =
+      std::filesystem::path(options_.folder) / absl::StrCat("earlier-", run_id);
+  std::filesystem::create_directories(aside, error);
+  std::vector<std::string> names;
+  for (const std::filesystem::path& path : earlier) {
+    if (!error) std::filesystem::rename(path, aside / path.filename(), error);
+    if (error) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(path.string(), ": cannot set an earlier run's comm trace aside in ",
+                       aside.string(), ": ", error.message()));
+    }
+    names.push_back(path.filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  LOG(WARNING) << "comm trace: moved an earlier run's dumps (" << absl::StrJoin(names, ", ")
+               << ") to " << aside.string() << ", so this run's dumps stand alone";
+  return absl::OkStatus();
+}
+
 absl::Status CommTrace::Dump(absl::string_view reason) {
   if (!enabled()) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(recorder_->dump_mutex);
@@ -314,6 +364,7 @@ absl::Status CommTrace::Dump(absl::string_view reason) {
   try {
     pickle = recorder_->recorder.dump(std::nullopt, /*includeCollectives=*/true,
                                       /*includeStackTraces=*/true, /*onlyActive=*/false);
+    if (!run_id_.empty()) pickle = WithRunId(pickle, run_id_);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("comm trace: dump: ", Reason(e)));
   }

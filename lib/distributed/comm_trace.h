@@ -97,6 +97,14 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   // write this trace instead, and ask the other ranks for theirs. Once per process.
   void RegisterWithC10d();
 
+  // Dumps from now on carry `run_id` (an extra key, "run_id", that c10d's format allows), so an
+  // analyser can refuse a folder mixing runs.
+  void SetRunId(const std::string& run_id);
+  // SetRunId, and on rank 0 moves an earlier run's dumps (<folder>/<file_prefix><r>) into
+  // <folder>/earlier-<run_id>/, saying so in the log: a rerun in the same dump folder would
+  // otherwise leave them beside its own. Call once the run owns the dump folder.
+  absl::Status StartRun(const std::string& run_id);
+
   // Writes this rank's dump now.
   absl::Status Dump(absl::string_view reason);
   // Writes this rank's dump and asks every rank to write theirs, waiting up to peer_dump_wait for
@@ -119,6 +127,7 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   // One per buffer slot, added as the ring fills: stable addresses for c10d.
   std::vector<std::unique_ptr<CommEvent>> events_;
   std::mutex record_mutex_;
+  std::string run_id_;  // Guarded by the recorder's dump mutex.
   uint64_t next_ticket_ = 0;
   size_t next_group_id_ = 0;
   std::atomic<bool> answered_request_{false};

@@ -146,6 +146,35 @@ TEST(CommTraceTest, AHugeRingGrowsAsItFills) {
   EXPECT_EQ(LoadDump(absl::StrCat(options.folder, "/rank_0")).at("entries").toList().size(), 1u);
 }
 
+// A rerun in the same folder sets the earlier run's dumps aside (rank 0 does, for every rank) and
+// marks its own with its run id.
+TEST(CommTraceTest, StartRunSetsEarlierDumpsAsideAndMarksNewOnes) {
+  CommTraceOptions options;
+  options.buffer_size = 4;
+  options.folder = TestFolder("rerun");
+  std::filesystem::create_directories(options.folder);
+  for (const char* name : {"rank_0", "rank_1", "rank_3", "notes.txt"}) {
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(options.folder, "/", name), "old").ok());
+  }
+  options.rank = 1;
+  absl::StatusOr<std::shared_ptr<CommTrace>> peer = CommTrace::Create(options);
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  ASSERT_TRUE((*peer)->StartRun("42").ok());
+  EXPECT_TRUE(std::filesystem::exists(options.folder + "/rank_1"));  // only rank 0 moves them
+
+  options.rank = 0;
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  ASSERT_TRUE((*trace)->StartRun("42").ok());
+  for (const char* name : {"rank_0", "rank_1", "rank_3"}) {
+    EXPECT_FALSE(std::filesystem::exists(absl::StrCat(options.folder, "/", name))) << name;
+    EXPECT_EQ(*ReadFile(absl::StrCat(options.folder, "/earlier-42/", name)), "old") << name;
+  }
+  EXPECT_TRUE(std::filesystem::exists(options.folder + "/notes.txt"));
+  ASSERT_TRUE((*trace)->Dump("test").ok());
+  EXPECT_EQ(LoadDump(options.folder + "/rank_0").at("run_id").toStringRef(), "42");
+}
+
 TEST(CommTraceTest, SizeZeroRecordsAndWritesNothing) {
   CommTraceOptions options;
   options.buffer_size = 0;
