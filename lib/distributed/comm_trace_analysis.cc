@@ -7,9 +7,11 @@
 #include <exception>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +33,7 @@ struct Entry {
 };
 
 struct RankDump {
+  std::string run_id;  // "" in dumps without one (c10d's own).
   // group name -> collective sequence number -> entry.
   std::map<std::string, std::map<int64_t, Entry>> collectives;
   std::map<std::string, std::vector<int>> group_ranks;
@@ -80,6 +83,7 @@ absl::StatusOr<RankDump> ReadDump(const std::string& path) {
       TITAN_ASSIGN_OR_RETURN(dump.group_ranks[item.key().toStringRef()],
                              ParseRanks(group.at("ranks").toStringRef()));
     }
+    if (root.contains("run_id")) dump.run_id = root.at("run_id").toStringRef();
     if (!root.contains("entries")) return dump;
     for (const c10::IValue& value : root.at("entries").toListRef()) {
       const c10::impl::GenericDict entry = value.toGenericDict();
@@ -115,6 +119,42 @@ std::string Disagreement(const std::map<int, const Entry*>& issued) {
     }
   }
   return "";
+}
+
+// Dumps of one run only: a folder reused by a later run may still hold an earlier one's.
+absl::Status CheckOneRun(const std::map<int, RankDump>& dumps,
+                         const std::map<int, std::string>& paths) {
+  const auto& [first_rank, first] = *dumps.begin();
+  for (const auto& [rank, dump] : dumps) {
+    if (dump.run_id == first.run_id) continue;
+    const auto run = [](const std::string& id) { return id.empty() ? "(none)" : id; };
+    return absl::InvalidArgumentError(absl::StrCat(
+        paths.at(first_rank), " (run ", run(first.run_id), ") and ", paths.at(rank), " (run ",
+        run(dump.run_id), ") come from different runs; analyse one run's dumps alone"));
+  }
+  return absl::OkStatus();
+}
+
+// `members`' group when some of them left no dump; `rows`: the others' progress in it.
+std::optional<InconclusiveGroup> Inconclusive(const std::string& name,
+                                              const std::vector<int>& members,
+                                              const std::map<int, RankDump>& dumps,
+                                              const std::vector<RankProgress>& rows) {
+  InconclusiveGroup group{name, members};
+  for (int member : members) {
+    if (dumps.count(member) == 0) group.missing_dumps.push_back(member);
+  }
+  if (group.missing_dumps.empty()) return std::nullopt;
+  for (const RankProgress& row : rows) {
+    if (row.last_seq > group.last_seq) {
+      group.last_seq = row.last_seq;
+      group.last_op = row.last_op;
+      group.last_state = row.last_state;
+      group.last_ranks.clear();
+    }
+    if (row.last_seq == group.last_seq) group.last_ranks.push_back(row.rank);
+  }
+  return group;
 }
 
 }  // namespace
@@ -156,12 +196,23 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
     }
   }
   CommTraceVerdict verdict;
+  TITAN_RETURN_IF_ERROR(CheckOneRun(dumps, paths));
+  verdict.run_id = dumps.begin()->second.run_id;
   std::map<std::string, std::vector<int>> groups;
+  std::map<std::string, int> group_source;  // The first rank whose dump named the group.
   std::set<int> missing_dumps;
   for (const auto& [rank, dump] : dumps) {
     verdict.ranks.push_back(rank);
     for (const auto& [name, ranks] : dump.group_ranks) {
-      groups[name] = ranks;
+      const auto [known, added] = groups.emplace(name, ranks);
+      if (!added && known->second != ranks) {
+        const int first = group_source[name];
+        return absl::InvalidArgumentError(absl::StrCat(
+            paths[first], " and ", paths[rank], " disagree on group ", name, "'s ranks ([",
+            absl::StrJoin(known->second, ","), "] vs [", absl::StrJoin(ranks, ","),
+            "]): dumps of different jobs; analyse one job's dumps alone"));
+      }
+      group_source.emplace(name, rank);
       for (int member : ranks) {
         if (dumps.count(member) == 0) missing_dumps.insert(member);
       }
@@ -190,6 +241,9 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
     if (std::any_of(rows.begin(), rows.end(),
                     [](const RankProgress& p) { return p.last_seq > 0; })) {
       verdict.progress.insert(verdict.progress.end(), rows.begin(), rows.end());
+      if (std::optional<InconclusiveGroup> unknown = Inconclusive(name, members, dumps, rows)) {
+        verdict.inconclusive.push_back(*std::move(unknown));
+      }
     }
   }
 
@@ -236,7 +290,7 @@ std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
   if (!verdict.missing_dumps.empty()) {
     absl::StrAppend(&text, "no dump from ranks ", absl::StrJoin(verdict.missing_dumps, ","), "\n");
   }
-  if (verdict.mismatches.empty()) {
+  if (verdict.all_clear()) {
     absl::StrAppend(&text, "every group's members issued the same collectives\n");
   }
   for (const CollectiveMismatch& m : verdict.mismatches) {
@@ -248,6 +302,17 @@ std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
     }
     if (!m.detail.empty()) absl::StrAppend(&text, m.missing_ranks.empty() ? " " : "; ", m.detail);
     absl::StrAppend(&text, "\n");
+  }
+  for (const InconclusiveGroup& g : verdict.inconclusive) {
+    absl::StrAppend(&text, "group ", g.group, " (ranks ", absl::StrJoin(g.group_ranks, ","),
+                    "): inconclusive, no dump from ranks ", absl::StrJoin(g.missing_dumps, ","),
+                    " (suspects: stuck, stopped or dead); ranks ", absl::StrJoin(g.last_ranks, ","),
+                    " last issued collective #", g.last_seq, " ", g.last_op, " (", g.last_state,
+                    ")\n");
+  }
+  if (!verdict.missing_dumps.empty() && verdict.mismatches.empty()) {
+    absl::StrAppend(&text, "inconclusive: the dumps present agree, but ranks ",
+                    absl::StrJoin(verdict.missing_dumps, ","), " left none\n");
   }
   return text;
 }

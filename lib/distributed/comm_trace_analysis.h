@@ -31,11 +31,27 @@ struct RankProgress {
   int64_t last_completed = 0;  // The newest collective it recorded as completed (0: none).
 };
 
+// A group some members of which left no dump: whether they issued its collectives is unknown.
+struct InconclusiveGroup {
+  std::string group;
+  std::vector<int> group_ranks;    // Job ranks.
+  std::vector<int> missing_dumps;  // The suspects: stuck, stopped or dead before they could dump.
+  int64_t last_seq = 0;            // The newest collective the members with a dump issued.
+  std::string last_op;             // That collective's operation and state.
+  std::string last_state;
+  std::vector<int> last_ranks;  // The members with a dump that issued it.
+};
+
 struct CommTraceVerdict {
   std::vector<int> ranks;                      // Whose dumps were read.
+  std::string run_id;                          // The job run they came from ("" if unrecorded).
   std::vector<int> missing_dumps;              // Members of a recorded group without a dump.
   std::vector<CollectiveMismatch> mismatches;  // At most one per group.
-  std::vector<RankProgress> progress;          // By group, then rank; groups some member used.
+  std::vector<InconclusiveGroup> inconclusive;  // Groups some member used, with missing_dumps.
+  std::vector<RankProgress> progress;           // By group, then rank; groups some member used.
+
+  // The members agree as far as anyone can tell: no mismatch and no missing dump.
+  bool all_clear() const { return mismatches.empty() && missing_dumps.empty(); }
 };
 
 // Reads one job's flight-recorder dumps (<folder>/<prefix><rank>: what CommTrace, and c10d's
@@ -43,12 +59,14 @@ struct CommTraceVerdict {
 // member issued, or that members issued with different operations or sizes: the verdict of
 // `python -m torch.distributed.flight_recorder.fr_trace <folder>`, without Python. Groups are
 // compared from the first sequence number every member's ring buffer still holds; point-to-point
-// operations are not matched.
+// operations are not matched. Refuses dumps of different runs (their "run_id", which titan
+// writes) or that disagree on a group's members: a folder holding an earlier job's files.
 absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
                                                    const std::string& prefix = "rank_");
 
 // One line per finding, e.g. `group gloo:dp_shard/0 (ranks 0,1,2,3): collective #7
-// nccl:all_reduce (input sizes [[16]], scheduled) never issued by ranks 2`.
+// nccl:all_reduce (input sizes [[16]], scheduled) never issued by ranks 2`; a group with a
+// member's dump missing is inconclusive, never said to agree.
 std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict);
 
 // A table of `verdict.progress`: one row per group and rank with its newest collective and its

@@ -19,6 +19,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class DoneWork : public c10d::Work {
  public:
@@ -27,15 +28,17 @@ class DoneWork : public c10d::Work {
 
 // Writes rank `rank`'s dump into `folder`: `ops` (group, op name, elements) in order.
 void WriteDump(const std::string& folder, int rank,
-               const std::vector<std::tuple<std::string, std::string, int>>& ops) {
+               const std::vector<std::tuple<std::string, std::string, int>>& ops,
+               const std::string& run_id = "run", std::vector<int> world = {0, 1, 2, 3}) {
   CommTraceOptions options;
   options.buffer_size = 64;
   options.folder = folder;
   options.rank = rank;
   absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
   ASSERT_TRUE(trace.ok()) << trace.status();
+  (*trace)->SetRunId(run_id);
   std::map<std::string, std::shared_ptr<TraceGroup>> groups = {
-      {"world", (*trace)->AddGroup("world", {0, 1, 2, 3}, "gloo")},
+      {"world", (*trace)->AddGroup("world", world, "gloo")},
       {"pair", (*trace)->AddGroup("pair", {0, 1}, "gloo")}};
   for (const auto& [group, op, elements] : ops) {
     at::Tensor tensor = at::zeros({elements});
@@ -109,6 +112,48 @@ TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
   verdict = AnalyzeCommTraces(folder);
   ASSERT_TRUE(verdict.ok()) << verdict.status();
   EXPECT_THAT(verdict->missing_dumps, ElementsAre(3));
+}
+
+// A member without a dump (stopped, dead) makes its groups' verdict inconclusive, naming it and
+// where the others stopped; it never reads as agreement.
+TEST(CommTraceAnalysisTest, AMissingDumpIsInconclusiveNotAgreement) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/missing");
+  WriteDump(folder, 0, {{"pair", "all_reduce", 16}, {"pair", "_reduce_scatter_base", 8}});
+  absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_FALSE(verdict->all_clear());
+  EXPECT_TRUE(verdict->mismatches.empty());
+  ASSERT_EQ(verdict->inconclusive.size(), 1u);  // world recorded nothing: no line for it
+  const InconclusiveGroup& pair = verdict->inconclusive[0];
+  EXPECT_EQ(pair.group, "pair");
+  EXPECT_THAT(pair.missing_dumps, ElementsAre(1));
+  EXPECT_EQ(pair.last_seq, 2);
+  EXPECT_EQ(pair.last_op, "nccl:_reduce_scatter_base");
+  EXPECT_THAT(pair.last_ranks, ElementsAre(0));
+  const std::string text = FormatCommTraceVerdict(*verdict);
+  std::cout << text;
+  EXPECT_THAT(text, Not(HasSubstr("issued the same collectives")));
+  EXPECT_THAT(text, HasSubstr("group pair (ranks 0,1): inconclusive, no dump from ranks 1 "
+                              "(suspects: stuck, stopped or dead); ranks 0 last issued "
+                              "collective #2 nccl:_reduce_scatter_base (completed)"));
+}
+
+// An earlier run's dumps left beside this one's are refused, by run id or by group membership.
+TEST(CommTraceAnalysisTest, RefusesDumpsOfDifferentRuns) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/runs");
+  WriteDump(folder, 0, {{"pair", "all_reduce", 16}}, "new");
+  WriteDump(folder, 1, {{"pair", "all_reduce", 16}}, "old");
+  EXPECT_EQ(AnalyzeCommTraces(folder).status().message(),
+            folder + "/rank_0 (run new) and " + folder +
+                "/rank_1 (run old) come from different runs; analyse one run's dumps alone");
+
+  const std::string members = absl::StrCat(std::getenv("TEST_TMPDIR"), "/members");
+  WriteDump(members, 0, {{"world", "all_reduce", 16}}, "", {0, 1});
+  WriteDump(members, 3, {{"world", "all_reduce", 16}}, "", {0, 1, 2, 3});
+  EXPECT_EQ(AnalyzeCommTraces(members).status().message(),
+            members + "/rank_0 and " + members +
+                "/rank_3 disagree on group world's ranks ([0,1] vs [0,1,2,3]): dumps of "
+                "different jobs; analyse one job's dumps alone");
 }
 
 // A dump under another rank's name (here rank 1's as rank 5 of a 4-rank job) is refused.

@@ -99,6 +99,10 @@ void DistributedRuntime::SetTimeout(absl::Duration timeout) const {
   }
 }
 
+absl::Status DistributedRuntime::StartCommTrace(const std::string& run_id) const {
+  return trace_ ? trace_->StartRun(run_id) : absl::OkStatus();
+}
+
 absl::Duration DistributedRuntime::timeout() const {
   return comms_ ? comm(MeshGroup::kWorld).timeout() : absl::InfiniteDuration();
 }

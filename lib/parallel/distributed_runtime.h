@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -50,6 +51,9 @@ class DistributedRuntime {
   // True on every rank iff `ok` is true on all of them (a world all-reduce; no-op alone).
   absl::StatusOr<bool> AllAgree(bool ok) const;
   absl::Status Barrier() const;
+  // Marks this run's flight-recorder dumps with `run_id` and sets an earlier run's aside
+  // (CommTrace::StartRun); a no-op for a single process.
+  absl::Status StartCommTrace(const std::string& run_id) const;
 
  private:
   DistributedRuntime(DistributedEnv env, ParallelDims dims)

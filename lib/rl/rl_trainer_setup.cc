@@ -48,6 +48,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   if (training_run) {
     TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
+    TITAN_RETURN_IF_ERROR(runtime_.StartCommTrace(setup_.run_id));
   }
   if (rl_.prompts_per_step() % setup_.dp_size != 0) {
     return absl::InvalidArgumentError(

@@ -86,6 +86,7 @@ absl::Status Trainer::Init() {
   }
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
+  TITAN_RETURN_IF_ERROR(runtime_.StartCommTrace(setup_.run_id));
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
   TITAN_ASSIGN_OR_RETURN(model_, BuildModel(config_, info, setup_, runtime_));

@@ -25,10 +25,11 @@ WORLD = "gloo:pp+dp_replicate+dp_shard+cp+tp/0"
 SHARD = "gloo:dp_shard/0"
 
 
-def hang(dump, *flags):
+def hang(dump, *flags, run_id="hang", fresh=True):
     """Runs the job with rank 2 asleep; returns (seconds, exit status, stderr)."""
-    shutil.rmtree(dump, ignore_errors=True)
-    env = dict(os.environ, HANG_RANK="2", HANG_SECONDS="120", HANG_OPS="3")
+    if fresh:
+        shutil.rmtree(dump, ignore_errors=True)
+    env = dict(os.environ, HANG_RANK="2", HANG_SECONDS="120", HANG_OPS="3", HANG_RUN_ID=run_id)
     cmd = [HANG_RANK, f"--nproc_per_node={RANKS}", f"--job.dump_folder={dump}",
            f"--comm.train_timeout_seconds={TIMEOUT_S}", *flags]
     start = time.time()
@@ -67,10 +68,11 @@ class CommTraceTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
         return proc.stdout + proc.stderr
 
-    def analyze(self, folder):
+    def analyze(self, folder, status=2):
+        """comm_trace_analyze's output; `status`: its exit status (2: the members disagree)."""
         proc = subprocess.run([ANALYZE, folder], capture_output=True, text=True, timeout=60)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        return proc.stdout
+        self.assertEqual(proc.returncode, status, proc.stderr)
+        return proc.stdout + proc.stderr
 
     def check_verdicts(self, folder):
         report = self.fr_trace(folder)
@@ -134,6 +136,23 @@ class CommTraceTest(unittest.TestCase):
             first = 6 if rank != 2 else 5
             self.assertEqual([e["record_id"] for e in entries], list(range(first, first + 4)))
         self.check_verdicts(folder)
+
+    def test_a_rerun_sets_the_earlier_dumps_aside(self):
+        dump = os.path.join(self.tmp, "rerun")
+        self.check_failed_in_time(*hang(dump, run_id="first"))
+        self.check_failed_in_time(*hang(dump, run_id="second", fresh=False))
+        folder = os.path.join(dump, "comm_traces")
+        ranks = [f"rank_{r}" for r in range(RANKS)]
+        self.assertEqual(sorted(os.listdir(folder)), ["earlier-second", *ranks])
+        self.assertEqual(sorted(os.listdir(os.path.join(folder, "earlier-second"))), ranks)
+        for rank in ranks:
+            self.assertEqual(load(os.path.join(folder, rank))["run_id"], "second")
+            self.assertEqual(load(os.path.join(folder, "earlier-second", rank))["run_id"], "first")
+        self.check_verdicts(folder)
+        # A dump of the first run put back beside the second's is refused, by name.
+        shutil.copy(os.path.join(folder, "earlier-second", "rank_3"), os.path.join(folder, "rank_3"))
+        report = self.analyze(folder, status=1)
+        self.assertIn("rank_3 (run first) come from different runs", report)
 
     def test_size_zero_records_nothing(self):
         dump = os.path.join(self.tmp, "off")

@@ -2,8 +2,8 @@
 // the trainer sets it up (job config, DistributedRuntime: c10d Gloo groups and the comm trace),
 // that runs HANG_OPS rounds of collectives (world all_reduce, dp_shard all_gather, world
 // broadcast), switches to [comm] train_timeout_seconds, and all-reduces over the world once more;
-// rank HANG_RANK first sleeps HANG_SECONDS. With --nproc_per_node it launches itself, as
-// titan_train does.
+// rank HANG_RANK first sleeps HANG_SECONDS. The run's id for the comm trace is HANG_RUN_ID
+// ("hang" if unset). With --nproc_per_node it launches itself, as titan_train does.
 #include <ATen/ATen.h>
 #include <unistd.h>
 
@@ -41,6 +41,10 @@ absl::Status Run(int argc, char** argv) {
   absl::StatusOr<titan::DistributedRuntime> runtime =
       titan::DistributedRuntime::Connect(*config, *env);
   if (!runtime.ok()) return runtime.status();
+  const char* run_id = std::getenv("HANG_RUN_ID");
+  if (absl::Status s = runtime->StartCommTrace(run_id != nullptr ? run_id : "hang"); !s.ok()) {
+    return s;
+  }
   titan::Communicator& world = runtime->comm(titan::MeshGroup::kWorld);
   titan::Communicator& shard = runtime->comm(titan::MeshGroup::kDpShard);
   for (int round = 0; round < EnvInt("HANG_OPS", 3); ++round) {

@@ -1,8 +1,9 @@
 // comm_trace_analyze FOLDER [--prefix=rank_]
 // Reads one job's collective flight-recorder dumps (titan's [comm] save_traces_folder, or c10d's
 // TORCH_NCCL_DEBUG_INFO_TEMP_FILE files) and prints, per process group, the first collective that
-// not every member issued alike: fr_trace's verdict without Python. Exits 1 when it cannot read
-// them.
+// not every member issued alike: fr_trace's verdict without Python. Exit status: 0 every group's
+// members issued the same collectives, 1 the dumps cannot be read (or are of different runs),
+// 2 a group's members disagree, 3 inconclusive (a member's dump is missing; it is the suspect).
 
 #include <iostream>
 
@@ -16,7 +17,13 @@ DEFINE_string(prefix, "rank_", "Dump file names: <prefix><rank>");
 
 int main(int argc, char** argv) {
   titan::CheckStdoutAtExit("comm_trace_analyze");
-  titan::ParseToolFlags("comm_trace_analyze FOLDER [--prefix=rank_]", &argc, &argv);
+  titan::ParseToolFlags(
+      "comm_trace_analyze FOLDER [--prefix=rank_]\n"
+      "Exit status: 0 every group's members issued the same collectives; 1 the dumps cannot be "
+      "read, or come from different runs; 2 a group's members disagree (a collective some never "
+      "issued, or issued differently); 3 inconclusive: no disagreement found, but some ranks left "
+      "no dump (the suspects)",
+      &argc, &argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   if (argc != 2) {
@@ -29,5 +36,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << titan::FormatCommTraceVerdict(*verdict);
-  return 0;
+  if (!verdict->mismatches.empty()) return 2;
+  return verdict->all_clear() ? 0 : 3;
 }
