@@ -1,6 +1,7 @@
 #include "lib/rl/examples.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 
@@ -24,9 +25,23 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
     return absl::InvalidArgumentError(absl::StrCat(where, ": no \"", key, "\" field"));
   }
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_number()) return it->dump();  // numeric answers
   return absl::InvalidArgumentError(
       absl::StrCat(where, ": \"", key, "\" must be a string, got ", it->type_name()));
+}
+
+// "answer": a string, or a JSON number (GSM8K-style data writes 72) as its shortest decimal text,
+// an integral one without ".0" (72.0 reads "72"): what the numeric verifier compares as text.
+absl::StatusOr<std::string> AnswerField(const nlohmann::json& object, const std::string& where) {
+  auto it = object.find("answer");
+  if (it == object.end() || !it->is_number()) return StringField(object, "answer", false, where);
+  if (it->is_number_float()) {
+    const double value = it->get<double>();
+    // Below 2^53 every integer is exact in a double.
+    if (value == std::trunc(value) && std::fabs(value) < 9007199254740992.0) {
+      return absl::StrCat(static_cast<int64_t>(value));
+    }
+  }
+  return it->dump();
 }
 
 // Calls `read` with each non-blank line of the JSON-lines file `path` (a JSON object, else the
@@ -64,7 +79,7 @@ absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
         example.where = where;
         example.has_answer = object.contains("answer");
         TITAN_ASSIGN_OR_RETURN(example.prompt, StringField(object, "prompt", true, where));
-        TITAN_ASSIGN_OR_RETURN(example.answer, StringField(object, "answer", false, where));
+        TITAN_ASSIGN_OR_RETURN(example.answer, AnswerField(object, where));
         if (algorithm == "sft") {
           TITAN_ASSIGN_OR_RETURN(example.response, StringField(object, "response", true, where));
         } else if (algorithm == "dpo") {

@@ -30,6 +30,42 @@ TEST(ExamplesTest, RequireAnswersNamesTheLineWithoutOne) {
   EXPECT_TRUE(RequireAnswers(*task, "").ok());
 }
 
+TEST(ExamplesTest, NumericAnswersReadAsTheirDecimalText) {
+  const std::string path = WriteTemp("numeric.jsonl",
+                                     "{\"prompt\":\"a\",\"answer\":72}\n"
+                                     "{\"prompt\":\"b\",\"answer\":72.0}\n"
+                                     "{\"prompt\":\"c\",\"answer\":-0.5}\n"
+                                     "{\"prompt\":\"d\",\"answer\":\"1,000\"}\n");
+  auto examples = ReadExamples(path, "grpo");
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  ASSERT_EQ(examples->size(), 4u);
+  EXPECT_EQ((*examples)[0].answer, "72");
+  EXPECT_EQ((*examples)[1].answer, "72");
+  EXPECT_EQ((*examples)[2].answer, "-0.5");
+  EXPECT_EQ((*examples)[3].answer, "1,000");
+}
+
+TEST(ExamplesTest, NumbersAreRefusedAsPromptsAndResponses) {
+  const struct {
+    std::string line;
+    std::string algorithm;
+    std::string error;
+  } cases[] = {
+      {R"({"prompt":5})", "", ":1: \"prompt\" must be a string, got number"},
+      {R"({"prompt":"a","response":7})", "sft", ":1: \"response\" must be a string, got number"},
+      {R"({"prompt":"a","chosen":1,"rejected":"b"})", "dpo",
+       ":1: \"chosen\" must be a string, got number"},
+      {R"({"prompt":"a","chosen":"b","rejected":2.5})", "dpo",
+       ":1: \"rejected\" must be a string, got number"},
+      {R"({"prompt":"a","answer":true})", "grpo", ":1: \"answer\" must be a string, got boolean"},
+  };
+  for (const auto& c : cases) {
+    const std::string path = WriteTemp("number.jsonl", c.line + "\n");
+    EXPECT_EQ(std::string(ReadExamples(path, c.algorithm).status().message()), path + c.error)
+        << c.line;
+  }
+}
+
 TEST(RewardedRolloutsTest, ReadsPromptResponseAndReward) {
   const std::string path =
       WriteTemp("good.jsonl",
@@ -67,6 +103,10 @@ TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {
       {R"({"prompt":"Sort: b a","reward":1})", ":2: no \"response\" field"},
       {R"({"prompt":null,"response":"#### a b","reward":1})",
        ":2: \"prompt\" must be a string, got null"},
+      {R"({"prompt":"Sort: b a","response":7,"reward":1})",
+       ":2: \"response\" must be a string, got number"},
+      {R"({"prompt":5,"response":"#### a b","reward":1})",
+       ":2: \"prompt\" must be a string, got number"},
       {"[1, 2]", ":2: expected a JSON object with prompt, response and reward"},
       {"not json", ":2: expected a JSON object with prompt, response and reward"},
   };
