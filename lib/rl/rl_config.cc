@@ -128,6 +128,12 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
             "only a KL penalty (grpo, dapo, ppo with kl_coef > 0) estimates a KL"},
            {"overlong_penalty_factor", rl.overlong_buffer_len() > 0,
             "only an overlong buffer (overlong_buffer_len > 0) has a penalty"},
+           {"eval_size", !rl.task().empty() && rl.eval_prompts_path().empty(),
+            rl.eval_prompts_path().empty()
+                ? "only a bundled [rl] task's generated held-out split has a size, task is \"\""
+                : absl::StrCat("[rl] eval_prompts_path = ", rl.eval_prompts_path(),
+                               " is the held-out set; eval_size sizes only a bundled task's "
+                               "generated one")},
            {"reward_timeout_seconds", rl.reward() == "command",
             absl::StrCat("only reward = \"command\" has a timeout, reward is \"", rl.reward(),
                          "\"")}});

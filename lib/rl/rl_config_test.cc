@@ -76,6 +76,26 @@ TEST(RlJobConfigTest, KeysOfAnotherRewardAreRefused) {
             "[rl] reward = \"reward_model\" and [rl] reward_model_path: set both or neither");
 }
 
+TEST(RlJobConfigTest, EvalSizeWithoutATaskSplitIsRefused) {
+  JobConfig config = SortingJob();
+  config.mutable_rl()->set_eval_size(5);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+  config.mutable_rl()->set_eval_prompts_path("held_out.jsonl");
+  EXPECT_EQ(Refusal(config),
+            "[rl] eval_size = 5: [rl] eval_prompts_path = held_out.jsonl is the held-out set; "
+            "eval_size sizes only a bundled task's generated one; remove it");
+  config.mutable_rl()->set_eval_size(64);  // the default, spelled out
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+
+  config = SortingJob();
+  config.mutable_rl()->set_task("");
+  config.mutable_rl()->set_prompts_path("prompts.jsonl");
+  config.mutable_rl()->set_eval_size(5);
+  EXPECT_EQ(Refusal(config),
+            "[rl] eval_size = 5: only a bundled [rl] task's generated held-out split has a size, "
+            "task is \"\"; remove it");
+}
+
 TEST(RlJobConfigTest, WrittenConfigRunsAgainUnchanged) {
   // config.toml spells every key out, sentinels and trainer defaults included.
   for (const char* name : {"sft", "grpo", "dapo", "ppo", "dpo"}) {

@@ -68,14 +68,18 @@ def fresh_dir(name):
 def short_run(titan_rl, config, dump, hf, *overrides):
     """titan_rl's command line for a short run of `config` from the transformers checkpoint `hf`:
     2 steps (unless overrides set them) of 4 prompts (x 4 samples for grpo, dapo and ppo: sft and
-    dpo refuse group_size), 8 held-out prompts, no checkpoints, metrics every step."""
+    dpo refuse group_size), 8 held-out prompts (unless eval_prompts_path is given), no
+    checkpoints, metrics every step."""
     steps = [] if any(o.startswith("--training.steps=") for o in overrides) else [
         "--training.steps=2"]
+    # eval_size sizes only the task's held-out split: refused beside eval_prompts_path.
+    held_out = [] if any(o.startswith("--rl.eval_prompts_path=") for o in overrides) else [
+        "--rl.eval_size=8"]
     samples = [] if os.path.basename(config) in ("rl_sft_sorting.toml", "rl_dpo_sorting.toml") else [
         "--rl.group_size=4"]
     return [titan_rl, f"--job.config_file={config}", f"--job.dump_folder={dump}",
             "--model.flavor=from_checkpoint", f"--model.hf_assets_path={hf}",
             f"--model.tokenizer_path={TOKENIZER}", f"--checkpoint.initial_load_path={hf}",
-            "--checkpoint.initial_load_in_hf", "--metrics.log_freq=1", "--rl.eval_size=8",
+            "--checkpoint.initial_load_in_hf", "--metrics.log_freq=1", *held_out,
             "--rl.eval_freq=100", "--rl.prompts_per_step=4", "--checkpoint.enable=false", *samples,
             *steps, *overrides]
