@@ -134,6 +134,26 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
   return output;
 }
 
+absl::StatusOr<std::string> PolicyWeightsFrom(const RlTrainer& trainer, const JobConfig& config,
+                                              bool random_weights) {
+  if (!trainer.weights_from().empty()) {
+    LOG(INFO) << "policy weights from " << trainer.weights_from();
+    return trainer.weights_from();
+  }
+  const std::string why = absl::StrCat(
+      config.checkpoint().enable()
+          ? absl::StrCat("no checkpoint under [job] dump_folder = ", config.job().dump_folder())
+          : std::string("[checkpoint] enable = false"),
+      " and no [checkpoint] initial_load_path");
+  if (!random_weights) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the policy would be randomly initialised: ", why,
+                     "; set one, or pass --random_weights to use a random model"));
+  }
+  LOG(WARNING) << "--random_weights: the policy is randomly initialised: " << why;
+  return std::string("random initialisation");
+}
+
 absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfig& config,
                                               const DistributedRuntime& runtime,
                                               const std::string& output) {

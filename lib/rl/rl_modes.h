@@ -19,6 +19,12 @@ namespace titan {
 absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
                                                  const std::string& output_flag);
 
+// What `trainer`'s policy weights are, for the summary's "weights_from": RlTrainer::weights_from(),
+// or "random initialisation". A random one is refused unless `random_weights` (--random_weights),
+// then a WARNING: a mistyped dump folder would otherwise sample from, or update, a random model.
+absl::StatusOr<std::string> PolicyWeightsFrom(const RlTrainer& trainer, const JobConfig& config,
+                                              bool random_weights);
+
 // Samples responses to [rl] prompts_path (or the held-out prompts) with the policy, rank r taking
 // every world-th prompt, and writes them to `output` as JSONL (prompt, ids, response, log-probs),
 // one file in prompt order. Returns output, prompts, generated_tokens, decode_steps, seconds,

@@ -86,6 +86,9 @@ class RlTrainer {
   const std::vector<RlExample>& train_examples() const { return train_examples_; }
   const std::vector<RlExample>& eval_examples() const { return eval_examples_; }
   const TrainState& state() const { return state_; }
+  // Where the policy's weights came from: the checkpoint step folder resumed, else [checkpoint]
+  // initial_load_path (or hf_assets_path); "": a random initialisation.
+  const std::string& weights_from() const { return weights_from_; }
   // Random, the same on every rank of this run, new each run.
   const std::string& run_id() const { return setup_.run_id; }
   Decoder& policy() { return *policy_.model; }
@@ -168,6 +171,7 @@ class RlTrainer {
   std::vector<RlExample> train_examples_;
   std::vector<RlExample> eval_examples_;
   TrainState state_;
+  std::string weights_from_;
 };
 
 // titan_rl's library call: builds an RlTrainer for `config` (RlJobConfig applied) and trains.

@@ -117,6 +117,11 @@ absl::Status RlTrainer::Init(RlMode mode) {
       TITAN_RETURN_IF_ERROR(critic_checkpointer_->Resume(critic_state));
     }
   }
+  // A resumed step replaces the initial load.
+  TITAN_ASSIGN_OR_RETURN(weights_from_, InitialLoadPath(config_));
+  if (checkpointer_ != nullptr && !checkpointer_->loaded_dir().empty()) {
+    weights_from_ = checkpointer_->loaded_dir();
+  }
   if (training_run) {
     TITAN_ASSIGN_OR_RETURN(metrics_,
                            BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));

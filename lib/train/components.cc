@@ -35,9 +35,8 @@ namespace {
 constexpr char kBundledTokenizer[] = "assets/default_tokenizer";
 constexpr char kFromCheckpoint[] = "from_checkpoint";
 
-// Where [checkpoint] initial_load_path reads from: the path itself, or with initial_load_in_hf
-// and no path, [model] hf_assets_path (torchtitan's fallback). Empty: no initial load. The folder
-// must exist and hold the format initial_load_in_hf names (false: a titan or Meta checkpoint).
+}  // namespace
+
 absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config) {
   const auto& ckpt = config.checkpoint();
   const bool from_assets = ckpt.initial_load_path().empty();
@@ -64,6 +63,8 @@ absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config) {
   }
   return path;
 }
+
+namespace {
 
 // Fills what `source` says of its model beyond the architecture (special ids, generation config)
 // where `info` says nothing yet.

@@ -82,6 +82,11 @@ struct ModelBundle {
 // an initialised model: `materialize` unset).
 ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSetup& setup);
 
+// Where [checkpoint] initial_load_path reads from: the path itself, or with initial_load_in_hf
+// and no path, [model] hf_assets_path (torchtitan's fallback). Empty: no initial load. The folder
+// must exist and hold the format initial_load_in_hf names (false: a titan or Meta checkpoint).
+absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config);
+
 // Builds `info`'s model on the meta device, initialises it (or loads [checkpoint]
 // initial_load_path) and applies the family's parallelize function ([parallelism],
 // [activation_checkpoint]). Under FSDP without an initial load, each group is initialised after

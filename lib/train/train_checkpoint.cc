@@ -135,6 +135,7 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
     TITAN_RETURN_IF_ERROR(
         manager_->LoadInto(step, model, nullptr, nullptr, boxes, /*verify_checksums=*/true, partial));
     LOG(INFO) << "loaded model weights from seed checkpoint " << dir << "; training starts at 0";
+    loaded_dir_ = dir;
     return SetAsideNewerSteps(step);
   }
   // The optimizer's zero state gives LoadInto tensors of the right shapes to fill in place. Each
@@ -168,6 +169,7 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
   }
   if (!excluded_.contains("rng")) TITAN_RETURN_IF_ERROR(RestoreRngState(extra.at("rng")));
   resumed_step_ = state.step;
+  loaded_dir_ = dir;
   if (excluded_.contains("train_state") && step > 0) {
     // Set aside only then: a run that dies before it saves must find the step it loaded again.
     set_aside_at_first_save_ = true;

@@ -77,6 +77,8 @@ class TrainCheckpointer {
   // The step the run continues from once Resume loaded a full step (0 with train_state excluded);
   // -1: it starts fresh.
   int64_t resumed_step() const { return resumed_step_; }
+  // The step folder Resume loaded weights from (a seed checkpoint's too); "": none.
+  const std::string& loaded_dir() const { return loaded_dir_; }
   // True from a Resume that counts from step 0 again over the loaded run's steps until the first
   // save sets them aside; each `on_set_aside` runs once that save is committed, in the order added
   // (the per-step logs follow: MetricsLogger::CommitRestart, StepLog::Commit).
@@ -111,6 +113,7 @@ class TrainCheckpointer {
   CheckpointedParts parts_;
   absl::flat_hash_set<std::string> excluded_;  // [checkpoint] exclude_from_loading
   int64_t resumed_step_ = -1;
+  std::string loaded_dir_;
   bool set_aside_at_first_save_ = false;  // train_state excluded: the loaded timeline goes
   bool restart_saving_ = false;           // set aside, journaled, until the first save commits
   // The exclude_from_loading this run's timeline started with, saved with each step: a rerun of

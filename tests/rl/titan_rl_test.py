@@ -269,6 +269,31 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn("resumed from checkpoint step-1", proc.stderr)
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1, 2])
 
+    def test_generate_and_step_rollouts_name_their_weights_and_refuse_random_ones(self):
+        # Without a checkpoint or an initial load (a mistyped dump folder, say) the policy is a
+        # random one: refused unless --random_weights asks for it; the summary names the weights.
+        no_load = ["--checkpoint.initial_load_path=", "--checkpoint.initial_load_in_hf=false"]
+        output = os.path.join(self.root, "weights_generated.jsonl")
+        for name, mode in (("generate", ["--generate", f"--output={output}"]),
+                           ("step", [f"--step_rollouts={self.rollouts()}"])):
+            stderr = self.refusal(f"random_{name}", *mode, *no_load)
+            self.assertIn("the policy would be randomly initialised: [checkpoint] enable = false "
+                          "and no [checkpoint] initial_load_path; set one, or pass "
+                          "--random_weights to use a random model", stderr)
+            _, cmd = self.job(f"random_{name}_asked", *mode, *no_load, "--random_weights", "--json")
+            proc = common.run(cmd)
+            self.assertEqual(json.loads(proc.stdout)["weights_from"], "random initialisation")
+            self.assertIn("--random_weights: the policy is randomly initialised", proc.stderr)
+            _, cmd = self.job(f"loaded_{name}", *mode, "--json")
+            self.assertEqual(json.loads(common.run(cmd).stdout)["weights_from"], self.hf)
+        # A run's checkpoint replaces the initial load.
+        ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
+        dump, cmd = self.job("weights_trained", *ckpt, "--training.steps=1")
+        common.run(cmd)
+        _, cmd = self.job("weights_trained", *ckpt, "--generate", f"--output={output}", "--json")
+        self.assertEqual(json.loads(common.run(cmd).stdout)["weights_from"],
+                         os.path.join(dump, "checkpoint", "step-1"))
+
     def test_another_kind_of_run_does_not_resume_the_steps(self):
         ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
         dump, cmd = self.job("sft_then_grpo", *ckpt, "--training.steps=1",

@@ -26,8 +26,9 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: titan_rl [--nproc_per_node=N] --job.config_file=FILE [--section.key=value ...]\n"
-    "       titan_rl --generate [--output=FILE] [--json] --job.config_file=FILE ...\n"
-    "       titan_rl --step_rollouts=FILE [--json] --job.config_file=FILE ...\n"
+    "       titan_rl --generate [--output=FILE] [--json] [--random_weights]\n"
+    "                --job.config_file=FILE ...\n"
+    "       titan_rl --step_rollouts=FILE [--json] [--random_weights] --job.config_file=FILE ...\n"
     "Trains with the [rl] algorithm of the job file (sft, grpo, dapo, ppo, dpo): rollouts.jsonl,\n"
     "metrics.jsonl, TensorBoard and checkpoints under [job] dump_folder. --generate samples\n"
     "responses to [rl] prompts_path (or the task's held-out prompts) with the policy and writes\n"
@@ -35,13 +36,17 @@ constexpr char kUsage[] =
     "--nproc_per_node); --step_rollouts runs one update on the rollouts in FILE (JSONL: prompt,\n"
     "response, reward; each rank takes an equal contiguous share, in order) and writes the\n"
     "updated policy weights to <dump_folder>/step_weights.safetensors (not PPO's value head).\n"
+    "Both use the newest checkpoint under [job] dump_folder, else [checkpoint] initial_load_path;\n"
+    "with neither they refuse to run unless --random_weights asks for a random policy.\n"
     "--json prints one JSON summary line on stdout, totals over the ranks, without the\n"
-    "launcher's \"[rank 0] \" prefix; a failure prints {\"error\": \"...\"} there instead (rank\n"
-    "0's) as well as the message on stderr.\n\n";
+    "launcher's \"[rank 0] \" prefix (its weights_from names the weights: the checkpoint step\n"
+    "folder, the initial load, or \"random initialisation\"); a failure prints\n"
+    "{\"error\": \"...\"} there instead (rank 0's) as well as the message on stderr.\n\n";
 
 struct ToolFlags {
   bool generate = false;
   bool json = false;
+  bool random_weights = false;
   std::string output;
   std::string step_rollouts;
   std::string error;                   // a tool flag given without its value
@@ -56,6 +61,8 @@ ToolFlags ParseToolFlags(int argc, char** argv) {
       flags.generate = true;
     } else if (arg == "--json") {
       flags.json = true;
+    } else if (arg == "--random_weights") {
+      flags.random_weights = true;
     } else if (absl::StartsWith(arg, "--output=")) {
       flags.output = arg.substr(9);
     } else if (absl::StartsWith(arg, "--step_rollouts=")) {
@@ -87,6 +94,11 @@ absl::Status Run(const ToolFlags& flags) {
     return absl::InvalidArgumentError(
         "--output names --generate's output file; without --generate nothing is written there");
   }
+  if (flags.random_weights && !flags.generate && flags.step_rollouts.empty()) {
+    return absl::InvalidArgumentError(
+        "--random_weights: only --generate and --step_rollouts refuse a random policy; a training "
+        "run starts from one unless [checkpoint] initial_load_path is set");
+  }
   if (flags.generate && !flags.step_rollouts.empty()) {
     return absl::InvalidArgumentError("--generate and --step_rollouts: give one of them");
   }
@@ -110,11 +122,15 @@ absl::Status Run(const ToolFlags& flags) {
       absl::StatusOr<std::unique_ptr<titan::RlTrainer>> trainer =
           titan::RlTrainer::Create(*rl_config, runtime, mode);
       if (!trainer.ok()) return trainer.status();
+      absl::StatusOr<std::string> weights_from =
+          titan::PolicyWeightsFrom(**trainer, *rl_config, flags.random_weights);
+      if (!weights_from.ok()) return weights_from.status();
       absl::StatusOr<nlohmann::json> summary =
           flags.generate
               ? titan::GenerateToFile(**trainer, *rl_config, runtime, output)
               : titan::StepOnRolloutsFile(**trainer, *rl_config, runtime, flags.step_rollouts);
       if (!summary.ok()) return summary.status();
+      (*summary)["weights_from"] = *weights_from;
       if (runtime.rank() != 0) return absl::OkStatus();
       if (flags.json) {
         std::cout << summary->dump() << std::endl;
