@@ -477,11 +477,16 @@ absl::Status RlTrainer::Train() {
       TITAN_RETURN_IF_ERROR(log(m));
     }
     if (step == 1) runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
-    // The policy's step, and PPO's value head beside it.
+    // PPO's value head, then the policy's step: a resume keys on the policy's step, so it
+    // appears only once the critic's is durable.
     auto save = [&](bool model_only) -> absl::Status {
-      TITAN_RETURN_IF_ERROR(checkpointer_->Save(state_, model_only));
-      return critic_checkpointer_ ? critic_checkpointer_->Save(state_, model_only)
-                                  : absl::OkStatus();
+      if (critic_checkpointer_) {
+        // The policy's earlier step is committed before the critic's pruning counts it.
+        TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
+        TITAN_RETURN_IF_ERROR(critic_checkpointer_->Save(state_, model_only));
+        TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());
+      }
+      return checkpointer_->Save(state_, model_only);
     };
     const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last);
     if (saved) TITAN_RETURN_IF_ERROR(save(last && ckpt.last_save_model_only()));

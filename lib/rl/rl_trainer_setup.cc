@@ -92,7 +92,6 @@ absl::Status RlTrainer::Init(RlMode mode) {
         &policy_.info,   policy_.num_params, absl::StrCat("rl/", rl_.algorithm())};
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
-    TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));
     if (critic_optimizer_ != nullptr) {
       // The value head and its optimizer, step by step beside the policy's checkpoints.
       CheckpointRanks ranks;
@@ -100,9 +99,12 @@ absl::Status RlTrainer::Init(RlMode mode) {
       ranks.world_size = runtime_.dims().world_size();
       ranks.run_id = setup_.run_id;
       ranks.commit_timeout = absl::Seconds(config_.comm().train_timeout_seconds());
+      // One step more than the policy keeps: each critic step is saved (and pruned) before its
+      // policy step, and must not take the critic of the oldest policy step still kept.
+      const int keep = config_.checkpoint().keep_latest_k();
       auto critic_manager = std::make_unique<CheckpointManager>(
           UnderDumpFolder(config_, config_.checkpoint().folder()) + "_critic",
-          config_.checkpoint().keep_latest_k(), ranks);
+          keep > 0 ? keep + 1 : 0, ranks);
       CheckpointedParts critic{&critic_params_,
                                critic_optimizer_.get(),
                                &critic_data_parallel_,
@@ -113,8 +115,13 @@ absl::Status RlTrainer::Init(RlMode mode) {
       TITAN_ASSIGN_OR_RETURN(
           critic_checkpointer_,
           TrainCheckpointer::Create(config_, runtime_, std::move(critic_manager), critic));
+    }
+    // Only a step saved whole resumes: the policy's with the critic of exactly that step.
+    TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_, critic_checkpointer_.get()));
+    if (critic_checkpointer_ != nullptr) {
       TrainState critic_state;
-      TITAN_RETURN_IF_ERROR(critic_checkpointer_->Resume(critic_state));
+      TITAN_RETURN_IF_ERROR(
+          critic_checkpointer_->ResumeAt(checkpointer_->loaded_step(), critic_state));
     }
   }
   // A resumed step replaces the initial load.

@@ -86,12 +86,18 @@ NamedTensors TrainCheckpointer::ModelState() const {
   return state;
 }
 
-absl::Status TrainCheckpointer::Resume(TrainState& state) {
-  // Rank 0 tidies up after an interrupted run (RecoverInterruptedRuns); the others wait.
+absl::Status TrainCheckpointer::RecoverInterruptedRuns() const {
   const absl::Status undone = manager_->RecoverInterruptedRuns();
   TITAN_ASSIGN_OR_RETURN(const bool all_undone, runtime_.AllAgree(undone.ok()));
   TITAN_RETURN_IF_ERROR(undone);
   if (!all_undone) return absl::InternalError("rank 0 failed to put back set-aside steps");
+  return absl::OkStatus();
+}
+
+absl::Status TrainCheckpointer::Resume(TrainState& state, const TrainCheckpointer* paired) {
+  TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
+  // The pair's interrupted restarts are undone too before its steps are compared.
+  if (paired != nullptr) TITAN_RETURN_IF_ERROR(paired->RecoverInterruptedRuns());
   int64_t step = config_.checkpoint().load_step();
   if (step < 0) {
     absl::StatusOr<int64_t> latest = manager_->LatestStep();
@@ -99,6 +105,54 @@ absl::Status TrainCheckpointer::Resume(TrainState& state) {
     TITAN_RETURN_IF_ERROR(latest.status());
     step = *latest;
   }
+  // A step 0 may be a seed checkpoint: the policy's weights alone.
+  if (paired != nullptr && step > 0) {
+    TITAN_ASSIGN_OR_RETURN(step, PairedStep(step, *paired));
+  }
+  return LoadStep(step, state);
+}
+
+absl::StatusOr<int64_t> TrainCheckpointer::PairedStep(int64_t step,
+                                                      const TrainCheckpointer& paired) const {
+  TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> held, paired.manager_->ListSteps());
+  const auto holds = [&](int64_t s) { return std::binary_search(held.begin(), held.end(), s); };
+  if (holds(step)) return step;
+  const std::string missing = paired.manager_->StepDirectory(step);
+  if (config_.checkpoint().load_step() >= 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "[checkpoint] load_step = ", step, ": ", missing, " is missing, so ",
+        manager_->StepDirectory(step), " cannot resume whole; choose a step both folders hold"));
+  }
+  TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, manager_->ListSteps());
+  for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
+    if (*it >= step || !holds(*it)) continue;
+    // A save that died between the two: the newest whole step is the last good checkpoint.
+    LOG(WARNING) << missing << " is missing (a save interrupted before it was complete?): "
+                 << "resuming step-" << *it << ", the newest step saved whole";
+    TITAN_RETURN_IF_ERROR(
+        manager_->SetAsideStepsAfter(*it, absl::StrCat("no ", missing, " beside it")).status());
+    return *it;
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      missing, " is missing and no earlier step of ", manager_->root(), " has its pair in ",
+      paired.manager_->root(), ", so no step resumes whole; to start afresh, move ",
+      manager_->root(), " away"));
+}
+
+absl::Status TrainCheckpointer::ResumeAt(int64_t step, TrainState& state) {
+  TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
+  // Newer steps were saved for steps that the run now redoes.
+  const std::string why =
+      step < 0 ? "the run resumes no step" : absl::StrCat("newer than the resumed step ", step);
+  TITAN_RETURN_IF_ERROR(manager_->SetAsideStepsAfter(step, why).status());
+  if (step < 0 || (step == 0 && !PathExists(manager_->StepDirectory(step)))) {
+    return absl::OkStatus();
+  }
+  return LoadStep(step, state);
+}
+
+absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state) {
+  loaded_step_ = step;
   const std::string dir = manager_->StepDirectory(step);
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
   // Another model's step is refused in one line, before any tensor is matched by name.

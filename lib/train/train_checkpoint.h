@@ -69,7 +69,16 @@ class TrainCheckpointer {
   // seed checkpoint, as torchtitan); later ones are exports, refused with what to do instead. A
   // load_step before the newest step sets the newer ones aside (CheckpointManager::
   // SetAsideStepsAfter), so that a later resume continues this run.
-  absl::Status Resume(TrainState& state);
+  // With `paired` (PPO's critic, saved before each policy step): only a step that `paired` also
+  // holds; load_step without one is an error naming the missing folder, and the newest step
+  // without one (a save interrupted between the two) is set aside, with a warning, for the newest
+  // step both hold. Call paired->ResumeAt(loaded_step()) next.
+  absl::Status Resume(TrainState& state, const TrainCheckpointer* paired = nullptr);
+  // Loads exactly `step` (-1: none; a step 0 that is absent: none, as beside a seed checkpoint)
+  // and sets aside the steps after it, which belong to steps the run redoes.
+  absl::Status ResumeAt(int64_t step, TrainState& state);
+  // The step folder Resume or ResumeAt loaded; -1: none.
+  int64_t loaded_step() const { return loaded_step_; }
   // Saves `state` and the parts at state.step; model_only: the consolidated final weights (in
   // export_dtype, and as Hugging Face files with last_save_in_hf). With async_mode=async the
   // write happens in the background; every rank agrees on the outcome before the next save.
@@ -94,6 +103,12 @@ class TrainCheckpointer {
                     std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts,
                     absl::flat_hash_set<std::string> excluded);
   NamedTensors ModelState() const;
+  // Rank 0 tidies up after an interrupted run (RecoverInterruptedRuns); the others wait.
+  absl::Status RecoverInterruptedRuns() const;
+  // The newest step at or before `step` that `paired` also holds (see Resume).
+  absl::StatusOr<int64_t> PairedStep(int64_t step, const TrainCheckpointer& paired) const;
+  // Resume's work once the step is chosen.
+  absl::Status LoadStep(int64_t step, TrainState& state);
   absl::Status SetAsideNewerSteps(int64_t step) const;
   // A restart's first save is committed: its journal goes and the on_set_aside callbacks run.
   absl::Status FinishRestart();
@@ -114,6 +129,7 @@ class TrainCheckpointer {
   absl::flat_hash_set<std::string> excluded_;  // [checkpoint] exclude_from_loading
   int64_t resumed_step_ = -1;
   std::string loaded_dir_;
+  int64_t loaded_step_ = -1;
   bool set_aside_at_first_save_ = false;  // train_state excluded: the loaded timeline goes
   bool restart_saving_ = false;           // set aside, journaled, until the first save commits
   // The exclude_from_loading this run's timeline started with, saved with each step: a rerun of

@@ -167,6 +167,46 @@ class TitanRlTest(unittest.TestCase):
         print(f"resumed at step 2: steps 3-4 equal bitwise ({len(ra)} rollouts, "
               f"losses {[m['loss'] for m in b]})")
 
+    def test_ppo_resumes_only_a_step_whose_critic_was_saved(self):
+        # PPO saves the critic's step beside the policy's; a run that died between the two (one of
+        # them removed) resumes step 2, the newest pair, and redoes steps 3-4 bitwise.
+        dump, cmd = self.job("ppo_pair", *self.algorithm("ppo"), "--checkpoint.enable=true",
+                             "--checkpoint.interval=2", "--checkpoint.last_save_model_only=false",
+                             "--checkpoint.async_mode=async",
+                             "--training.steps=4", "--rl.kl_coef=0.05", "--rl.reward=command",
+                             "--rl.reward_command=awk '{print length($0) % 3}'")
+        common.run(cmd)
+        first = [m for m in common.metrics(dump) if m["step"] > 2]
+        self.assertEqual([m["step"] for m in first], [3, 4])
+        keys = ("loss", "value_loss", "explained_variance", "reward_mean", "kl", "grad_norm")
+        policy, critic = os.path.join(dump, "checkpoint"), os.path.join(dump, "checkpoint_critic")
+        for step in ("step-2", "step-4"):
+            # The critic's step is written whole before the policy's (which a resume keys on).
+            mtimes = lambda d: [os.stat(f).st_mtime_ns for f in glob.glob(os.path.join(d, "*"))]
+            self.assertLessEqual(max(mtimes(os.path.join(critic, step))),
+                                 min(mtimes(os.path.join(policy, step))), step)
+        for removed, kept in ((critic, policy), (policy, critic)):
+            shutil.rmtree(os.path.join(removed, "step-4"))
+            proc = common.run(cmd)
+            self.assertIn("resumed from checkpoint step-2", proc.stderr)
+            if removed == critic:
+                self.assertIn(f"{critic}/step-4 is missing", proc.stderr)
+            self.assertTrue(glob.glob(os.path.join(kept, "step-4.abandoned-*")),
+                            os.listdir(kept))  # set aside, not loaded
+            again = [m for m in common.metrics(dump) if m["step"] > 2]
+            self.assertEqual([m["step"] for m in again], [3, 4])
+            for x, y in zip(first, again):
+                for key in keys:
+                    self.assertEqual(x[key], y[key], f"{removed}: step {x['step']} {key}")
+            for aside in glob.glob(os.path.join(kept, "step-4.abandoned-*")):
+                shutil.rmtree(aside)
+        # A load_step whose critic is missing is refused, naming the folder.
+        shutil.rmtree(os.path.join(critic, "step-2"))
+        proc = common.run(cmd + ["--checkpoint.load_step=2"], check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn(f"[checkpoint] load_step = 2: {critic}/step-2 is missing", proc.stderr)
+        print("PPO: a step without its critic (or policy) set aside; steps 3-4 redone bitwise")
+
     def test_resume_drops_the_rollouts_of_the_steps_it_redoes(self):
         # A run that died during step 4 after saving step 2 (its step-4 checkpoint removed):
         # the rerun redoes steps 3 and 4, whose rows the dead run wrote, and they go.
