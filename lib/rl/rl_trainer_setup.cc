@@ -90,9 +90,13 @@ absl::Status RlTrainer::Init(RlMode mode) {
     CheckpointedParts parts{
         &policy_.params, optimizer_.get(),   policy_.data_parallel.get(),         nullptr,
         &policy_.info,   policy_.num_params, absl::StrCat("rl/", rl_.algorithm())};
+    // --generate and --step_rollouts read a training run's folder and must leave it as it is.
+    parts.read_only = !training_run;
+    parts.weights_only = mode == RlMode::kGenerate;
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
-    if (critic_optimizer_ != nullptr) {
+    // Generation samples from the policy alone: it needs no critic.
+    if (critic_optimizer_ != nullptr && mode != RlMode::kGenerate) {
       // The value head and its optimizer, step by step beside the policy's checkpoints.
       CheckpointRanks ranks;
       ranks.rank = runtime_.rank();
@@ -112,6 +116,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
                                &policy_.info,
                                0,
                                absl::StrCat("rl/", rl_.algorithm())};
+      critic.read_only = !training_run;
       TITAN_ASSIGN_OR_RETURN(
           critic_checkpointer_,
           TrainCheckpointer::Create(config_, runtime_, std::move(critic_manager), critic));

@@ -95,9 +95,11 @@ absl::Status TrainCheckpointer::RecoverInterruptedRuns() const {
 }
 
 absl::Status TrainCheckpointer::Resume(TrainState& state, const TrainCheckpointer* paired) {
-  TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
-  // The pair's interrupted restarts are undone too before its steps are compared.
-  if (paired != nullptr) TITAN_RETURN_IF_ERROR(paired->RecoverInterruptedRuns());
+  if (!parts_.read_only) {
+    TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
+    // The pair's interrupted restarts are undone too before its steps are compared.
+    if (paired != nullptr) TITAN_RETURN_IF_ERROR(paired->RecoverInterruptedRuns());
+  }
   int64_t step = config_.checkpoint().load_step();
   if (step < 0) {
     absl::StatusOr<int64_t> latest = manager_->LatestStep();
@@ -129,8 +131,10 @@ absl::StatusOr<int64_t> TrainCheckpointer::PairedStep(int64_t step,
     // A save that died between the two: the newest whole step is the last good checkpoint.
     LOG(WARNING) << missing << " is missing (a save interrupted before it was complete?): "
                  << "resuming step-" << *it << ", the newest step saved whole";
-    TITAN_RETURN_IF_ERROR(
-        manager_->SetAsideStepsAfter(*it, absl::StrCat("no ", missing, " beside it")).status());
+    if (!parts_.read_only) {
+      TITAN_RETURN_IF_ERROR(
+          manager_->SetAsideStepsAfter(*it, absl::StrCat("no ", missing, " beside it")).status());
+    }
     return *it;
   }
   return absl::FailedPreconditionError(absl::StrCat(
@@ -140,11 +144,13 @@ absl::StatusOr<int64_t> TrainCheckpointer::PairedStep(int64_t step,
 }
 
 absl::Status TrainCheckpointer::ResumeAt(int64_t step, TrainState& state) {
-  TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
-  // Newer steps were saved for steps that the run now redoes.
-  const std::string why =
-      step < 0 ? "the run resumes no step" : absl::StrCat("newer than the resumed step ", step);
-  TITAN_RETURN_IF_ERROR(manager_->SetAsideStepsAfter(step, why).status());
+  if (!parts_.read_only) {
+    TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
+    // Newer steps were saved for steps that the run now redoes.
+    const std::string why =
+        step < 0 ? "the run resumes no step" : absl::StrCat("newer than the resumed step ", step);
+    TITAN_RETURN_IF_ERROR(manager_->SetAsideStepsAfter(step, why).status());
+  }
   if (step < 0 || (step == 0 && !PathExists(manager_->StepDirectory(step)))) {
     return absl::OkStatus();
   }
@@ -178,6 +184,13 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state) {
   // A pipeline stage loads its part of the model.
   const bool partial = runtime_.dims().pp_enabled();
   if (saved->model_only()) {
+    if (parts_.weights_only) {
+      TITAN_RETURN_IF_ERROR(manager_->LoadInto(step, model, nullptr, nullptr, boxes,
+                                               /*verify_checksums=*/true, partial));
+      LOG(INFO) << "loaded model weights from " << dir;
+      loaded_dir_ = dir;
+      return absl::OkStatus();
+    }
     if (step != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
           dir, " holds model weights only (a last_save_model_only export), so training cannot "
@@ -257,7 +270,7 @@ absl::Status TrainCheckpointer::CheckRunKind(const std::string& dir,
 
 absl::Status TrainCheckpointer::SetAsideNewerSteps(int64_t step) const {
   // Only an explicit load_step can resume from before the newest step.
-  if (config_.checkpoint().load_step() < 0) return absl::OkStatus();
+  if (config_.checkpoint().load_step() < 0 || parts_.read_only) return absl::OkStatus();
   return manager_
       ->SetAsideStepsAfter(
           step, absl::StrCat("newer than load_step ", step, ", which this run resumed from"))

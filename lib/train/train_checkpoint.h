@@ -51,6 +51,13 @@ struct CheckpointedParts {
   // What kind of run saves these steps ("train", "rl/grpo", ...): a resume refuses another
   // kind's steps, whose progress and state mean something else.
   std::string run_kind = "train";
+  // A tool that only reads the run's steps (titan_rl --generate, --step_rollouts): Resume changes
+  // nothing in the folder, which belongs to a training run (it sets no step aside, however it
+  // chooses one, and leaves an interrupted run's journal to that run).
+  bool read_only = false;
+  // With read_only, for a tool that needs the weights alone (--generate): a model-only step (the
+  // run's last_save_model_only export) loads at any step.
+  bool weights_only = false;
 };
 
 // Saving and resuming a training run under [checkpoint]: every rank writes its own pieces (FSDP
@@ -68,7 +75,7 @@ class TrainCheckpointer {
   // doing anything when the folder holds none. A model-only checkpoint loads only at step 0 (a
   // seed checkpoint, as torchtitan); later ones are exports, refused with what to do instead. A
   // load_step before the newest step sets the newer ones aside (CheckpointManager::
-  // SetAsideStepsAfter), so that a later resume continues this run.
+  // SetAsideStepsAfter), so that a later resume continues this run (not with parts.read_only).
   // With `paired` (PPO's critic, saved before each policy step): only a step that `paired` also
   // holds; load_step without one is an error naming the missing folder, and the newest step
   // without one (a save interrupted between the two) is set aside, with a warning, for the newest

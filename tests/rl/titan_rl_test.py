@@ -334,6 +334,27 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(json.loads(common.run(cmd).stdout)["weights_from"],
                          os.path.join(dump, "checkpoint", "step-1"))
 
+    def test_generate_reads_a_runs_steps_without_changing_them(self):
+        # A run ends in a model-only export (last_save_model_only): --generate loads it; an older
+        # load_step reads that step and leaves the newer ones where they are (the folder is the
+        # training run's, not generation's).
+        ckpt = ["--checkpoint.enable=true", "--checkpoint.interval=1",
+                "--checkpoint.last_save_model_only=true"]
+        dump, cmd = self.job("generate_read_only", *ckpt, "--training.steps=2")
+        common.run(cmd)
+        def steps():
+            return sorted(n for n in os.listdir(os.path.join(dump, "checkpoint"))
+                          if n.startswith("step-"))
+        self.assertEqual(steps(), ["step-1", "step-2"])
+        output = os.path.join(self.root, "read_only_generated.jsonl")
+        for load_step, expected in (("-1", "step-2"), ("1", "step-1")):
+            _, cmd = self.job("generate_read_only", *ckpt, "--generate", f"--output={output}",
+                              f"--checkpoint.load_step={load_step}", "--json")
+            proc = common.run(cmd)
+            self.assertEqual(json.loads(proc.stdout)["weights_from"],
+                             os.path.join(dump, "checkpoint", expected))
+            self.assertEqual(steps(), ["step-1", "step-2"])
+
     def test_another_kind_of_run_does_not_resume_the_steps(self):
         ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
         dump, cmd = self.job("sft_then_grpo", *ckpt, "--training.steps=1",
