@@ -90,7 +90,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
                                            std::max<int64_t>(options.start.resumed_step, 0) + 1));
   }
   // Appended, so a resumed run continues the same file.
-  std::FILE* jsonl = std::fopen(rows.rows_path().c_str(), "a");
+  std::FILE* jsonl = std::fopen(rows.rows_path().c_str(), "ae");  // e: O_CLOEXEC
   if (jsonl == nullptr) return ErrnoError("open for append", rows.rows_path());
   const bool color = !options.disable_color_printing && ::isatty(STDERR_FILENO) == 1;
   return std::unique_ptr<MetricsLogger>(

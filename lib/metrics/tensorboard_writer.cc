@@ -57,7 +57,7 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
   if (!host.ok()) return host.status();
   const std::string path =
       absl::StrCat(log_dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", *host);
-  std::FILE* file = std::fopen(path.c_str(), "ab");
+  std::FILE* file = std::fopen(path.c_str(), "abe");  // e: O_CLOEXEC
   if (file == nullptr) return ErrnoError("open for append", path);
   std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, file));
 

@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -62,6 +64,32 @@ bool IsDecimal(absl::string_view text) {
     if (digits() == 0) return false;
   }
   return i == text.size();
+}
+
+// The scorer's process group leader: runs `command` under /bin/sh in a child and exits as it does.
+// When `parent` (titan_rl) dies, even by SIGKILL, PR_SET_PDEATHSIG tells it and it kills the whole
+// group: the shell's own children too (dash runs "sh -c script.sh" as a child, not by exec).
+[[noreturn]] void SuperviseScorer(const char* command, pid_t parent) {
+  struct sigaction kill_group = {};
+  kill_group.sa_handler = [](int) { ::kill(0, SIGKILL); };
+  ::sigaction(SIGTERM, &kill_group, nullptr);
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != parent) ::kill(0, SIGKILL);  // titan_rl died before prctl
+  const pid_t shell = ::fork();
+  if (shell == 0) {
+    ::signal(SIGPIPE, SIG_DFL);  // titan_rl ignores it; exec would keep it ignored
+    ::execl("/bin/sh", "sh", "-c", command, static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  int status = 0;
+  while (::waitpid(shell, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    // The shell's own status: "failed (signal N)" names the signal that ended it.
+    ::signal(WTERMSIG(status), SIG_DFL);
+    ::raise(WTERMSIG(status));
+  }
+  ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 127);
 }
 
 constexpr absl::string_view kBeyondFloat32 =
@@ -141,7 +169,8 @@ absl::Status CheckFiniteRewards(const std::vector<double>& rewards, absl::string
 
 absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
                                                      const std::vector<ScoredRollout>& rollouts,
-                                                     absl::Duration timeout) {
+                                                     absl::Duration timeout,
+                                                     const std::function<int()>& stop_signal) {
   std::string input;
   for (const ScoredRollout& r : rollouts) {
     input += nlohmann::json{{"prompt", r.prompt}, {"response", r.response}, {"answer", r.answer}}
@@ -149,25 +178,28 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
     input += '\n';
   }
   int to_child[2], from_child[2], err_child[2];
-  if (::pipe(to_child) != 0 || ::pipe(from_child) != 0 || ::pipe(err_child) != 0) {
+  if (::pipe2(to_child, O_CLOEXEC) != 0 || ::pipe2(from_child, O_CLOEXEC) != 0 ||
+      ::pipe2(err_child, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("[rl] reward_command: pipe: ", std::strerror(errno)));
   }
+  const pid_t parent = ::getpid();
+  const long open_max = ::sysconf(_SC_OPEN_MAX);  // before fork: not async-signal-safe
   const pid_t pid = ::fork();
   if (pid < 0) {
     return absl::InternalError(absl::StrCat("[rl] reward_command: fork: ", std::strerror(errno)));
   }
   if (pid == 0) {
+    ::setpgid(0, 0);  // its own group, so a timeout or a stop signal kills its children too
     ::dup2(to_child[0], 0);
     ::dup2(from_child[1], 1);
     ::dup2(err_child[1], 2);
-    for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1], err_child[0],
-                   err_child[1]}) {
-      ::close(fd);
+    // Nothing else of titan's (metrics.jsonl, its libraries' pipes) reaches the scorer.
+    if (::close_range(3, ~0U, 0) != 0) {
+      for (long fd = 3; fd < open_max; ++fd) ::close(static_cast<int>(fd));
     }
-    ::setpgid(0, 0);  // its own group, so a timeout kills its children too
-    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-    ::_exit(127);
+    SuperviseScorer(command.c_str(), parent);
   }
+  ::setpgid(pid, pid);  // also here: a stop right after fork must reach the group
   ::close(to_child[0]);
   ::close(from_child[1]);
   ::close(err_child[1]);
@@ -182,7 +214,9 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
   }
   const absl::Time deadline = absl::Now() + timeout;
   bool open_out = true, open_err = true, timed_out = false;
+  int stopped_by = 0;
   while (open_out || open_err) {
+    if (stop_signal && (stopped_by = stop_signal()) != 0) break;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
       timed_out = true;
@@ -192,7 +226,9 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
                      {err_child[0], open_err ? POLLIN : 0, 0},
                      {write_fd, POLLOUT, 0}};
     const int n = write_fd >= 0 ? 3 : 2;
-    ::poll(fds, n, static_cast<int>(std::max<int64_t>(1, absl::ToInt64Milliseconds(left))));
+    // At most 100 ms: a stop signal may interrupt another thread, not this poll.
+    const int64_t wait_ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 1, 100);
+    ::poll(fds, n, static_cast<int>(wait_ms));
     char buffer[4096];
     for (int i = 0; i < 2; ++i) {
       if (fds[i].revents == 0) continue;
@@ -215,9 +251,14 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
   if (write_fd >= 0) ::close(write_fd);
   ::close(from_child[0]);
   ::close(err_child[0]);
-  if (timed_out) ::kill(-pid, SIGKILL);
+  if (timed_out || stopped_by != 0) ::kill(-pid, SIGKILL);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (stopped_by != 0) {
+    return absl::CancelledError(absl::StrCat(
+        "[rl] reward_command \"", command, "\" was killed: titan_rl received signal ", stopped_by));
+  }
   const std::string stderr_tail =
       err.size() > 500 ? err.substr(err.size() - 500) : err;
   const std::string quoted =

@@ -4,6 +4,7 @@
 // Rewards for responses: rule-based verifiers in C++ and an external scorer command. (A reward
 // model is scored by lib/rl/rl_trainer.h's policy runtime.)
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -57,10 +58,12 @@ struct ScoredRollout {
 // its stdin and reads one reward per line from its stdout. A command that exits non-zero, prints
 // a wrong number of lines or anything but a decimal number finite in float32 (FitsFloat32), or
 // runs past `timeout` (then killed) is an error that names it and quotes its stderr; the caller
-// keeps the rollouts.
-absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
-                                                     const std::vector<ScoredRollout>& rollouts,
-                                                     absl::Duration timeout);
+// keeps the rollouts. `stop_signal` (polled every 100 ms) returning a signal number kills it at
+// once too: a CancelledError naming the signal. The command runs in its own process group with
+// only stdin, stdout and stderr open, and is killed if this process dies.
+absl::StatusOr<std::vector<double>> ScoreWithCommand(
+    const std::string& command, const std::vector<ScoredRollout>& rollouts, absl::Duration timeout,
+    const std::function<int()>& stop_signal = nullptr);
 
 }  // namespace titan
 

@@ -1,10 +1,19 @@
 #include "lib/rl/rewards.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <limits>
+#include <string>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "lib/rl/examples.h"
 
@@ -121,6 +130,81 @@ TEST(CommandScorerTest, FailuresAreClearErrors) {
                      printed, "\" on line 1, expected one finite decimal number per line"))
         << printed;
   }
+}
+
+// The pid a command wrote to `path`, once written (0: not within 10 s).
+pid_t WaitForPid(const std::string& path) {
+  for (int i = 0; i < 1000; ++i) {
+    std::ifstream in(path);
+    pid_t pid = 0;
+    if (in >> pid && pid > 0) return pid;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return 0;
+}
+
+// Whether `pid` still runs within 5 s: gone or a zombie (its reaper may be slow) is not running.
+bool StillRunning(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+    std::string id, name, state;
+    if (!(stat >> id >> name >> state) || state == "Z") return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(dir != nullptr ? dir : "/tmp", "/", name, "_", ::getpid());
+}
+
+TEST(CommandScorerTest, StopSignalKillsTheCommandsGroupAtOnce) {
+  const std::string pid_file = TempPath("stopped_scorer_pid");
+  const std::vector<ScoredRollout> rollouts = {{"p", "r", "a"}};
+  const absl::Time start = absl::Now();
+  // A child of the shell, which only the process group reaches.
+  auto stopped = ScoreWithCommand(
+      absl::StrCat("cat >/dev/null; sh -c 'echo $$ >", pid_file, "; exec sleep 100'; echo 1"),
+      rollouts, absl::Seconds(60),
+      [&] { return absl::Now() - start > absl::Milliseconds(500) ? SIGTERM : 0; });
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_TRUE(absl::IsCancelled(stopped.status())) << stopped.status();
+  EXPECT_TRUE(absl::StrContains(stopped.status().message(), "received signal 15"))
+      << stopped.status();
+  const pid_t scorer = WaitForPid(pid_file);
+  ASSERT_GT(scorer, 0);
+  EXPECT_FALSE(StillRunning(scorer));
+}
+
+TEST(CommandScorerTest, CommandSeesNoOtherFileOfOurs) {
+  const std::string path = TempPath("inherited");
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT, 0644);  // no O_CLOEXEC
+  ASSERT_GE(fd, 3);
+  auto rewards = ScoreWithCommand(
+      absl::StrCat("cat >/dev/null; [ -e /proc/$$/fd/", fd, " ] && echo 1 || echo 0"),
+      {{"p", "r", "a"}}, absl::Seconds(10));
+  ::close(fd);
+  ASSERT_TRUE(rewards.ok()) << rewards.status();
+  EXPECT_EQ(*rewards, std::vector<double>{0});
+}
+
+TEST(CommandScorerTest, CommandDiesWithItsParent) {
+  const std::string pid_file = TempPath("orphaned_scorer_pid");
+  const pid_t parent = ::fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    // The shell's child, as dash runs "sh -c script.sh".
+    (void)ScoreWithCommand(
+        absl::StrCat("cat >/dev/null; sh -c 'echo $$ >", pid_file, "; exec sleep 100'; echo 1"),
+        {{"p", "r", "a"}}, absl::Seconds(60));
+    ::_exit(0);
+  }
+  const pid_t scorer = WaitForPid(pid_file);
+  ::kill(parent, SIGKILL);
+  ::waitpid(parent, nullptr, 0);
+  ASSERT_GT(scorer, 0);
+  EXPECT_FALSE(StillRunning(scorer));
 }
 
 TEST(ScoreWithCommandTest, ReadsDecimalRewardsAndRefusesBlankLines) {

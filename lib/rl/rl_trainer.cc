@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -155,8 +156,9 @@ absl::StatusOr<std::vector<double>> RlTrainer::Rewards(
   for (size_t i = 0; i < responses.size(); ++i) {
     rollouts.push_back({prompts[i], responses[i], examples[i]->answer});
   }
+  // A SIGINT/SIGTERM ends the wait at once: the scorer may take minutes, past a preemption's grace.
   return ScoreWithCommand(rl_.reward_command(), rollouts,
-                          absl::Seconds(rl_.reward_timeout_seconds()));
+                          absl::Seconds(rl_.reward_timeout_seconds()), &StopSignal::Received);
 }
 
 std::vector<const RlExample*> RlTrainer::StepExamples(int64_t step) const {
@@ -354,7 +356,7 @@ absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examp
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> responses,
                          ResponseTexts(generation, /*with_stop_token=*/true));
   const std::string& path = rollouts_.front().rows_path();
-  std::FILE* file = std::fopen(path.c_str(), "a");
+  std::FILE* file = std::fopen(path.c_str(), "ae");  // e: O_CLOEXEC, kept from child processes
   if (file == nullptr) return ErrnoError("open", path);
   const at::Tensor logprobs = generation.logprobs.cpu();
   for (size_t i = 0; i < responses.size(); ++i) {
@@ -525,12 +527,23 @@ absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
 }
 
 absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime) {
-  return CatchTorchErrors([&]() -> absl::Status {
+  const absl::Status status = CatchTorchErrors([&]() -> absl::Status {
     TITAN_ASSIGN_OR_RETURN(const JobConfig rl_config, RlJobConfig(config, RlMode::kTrain));
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<RlTrainer> trainer,
                            RlTrainer::Create(rl_config, runtime, RlMode::kTrain));
     return trainer->Train();
   });
+  const int signal = StopSignal::Received();
+  if (absl::IsCancelled(status) && signal != 0) {
+    // The step cannot finish without its rewards, so nothing is saved: as during startup, the run
+    // ends with the signal's own status (143 for SIGTERM), not 0, which means "saved".
+    LOG(WARNING) << "received signal " << signal << " while waiting for the scorer ("
+                 << status.message() << "); stopping without finishing or saving the step: the "
+                 << "last checkpoint is the last good one";
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+  }
+  return status;
 }
 
 }  // namespace titan

@@ -71,7 +71,8 @@ class RlTrainer {
   SamplingOptions SamplingFromConfig(uint64_t seed, bool greedy) const;
 
   // The run: [training] steps of [rl] algorithm from the prompts (or task), with held-out
-  // evaluations, rollouts.jsonl, metrics and checkpoints; SIGINT/SIGTERM stop after a step.
+  // evaluations, rollouts.jsonl, metrics and checkpoints; SIGINT/SIGTERM stop after a step, or
+  // at once while reward_command runs (a CancelledError: RunRl).
   absl::Status Train();
 
   // Mean held-out reward (RL: greedy responses), or preference accuracy (DPO), over this rank's
@@ -174,7 +175,8 @@ class RlTrainer {
   std::string weights_from_;
 };
 
-// titan_rl's library call: builds an RlTrainer for `config` (RlJobConfig applied) and trains.
+// titan_rl's library call: builds an RlTrainer for `config` (RlJobConfig applied) and trains. A
+// SIGINT/SIGTERM that killed the scorer ends the process with that signal, the step not saved.
 absl::Status RunRl(const JobConfig& config, const DistributedRuntime& runtime);
 
 }  // namespace titan

@@ -31,6 +31,8 @@ absl::Status StopSignal::Finish() {
   return std::exchange(work_, nullptr)->Wait();
 }
 
+int StopSignal::Received() { return g_stop_signal.load(); }
+
 absl::StatusOr<int> StopSignal::Agreed() {
   if (!runtime_.distributed()) return g_stop_signal.load();
   int agreed = 0;

@@ -24,6 +24,9 @@ class StopSignal {
   absl::StatusOr<int> Agreed();
   // Waits for the all-reduce in flight (the run ends).
   absl::Status Finish();
+  // This process's own signal since the handlers were installed (0: none), not agreed: for a wait
+  // that ends at once on a signal (titan_rl's reward_command).
+  static int Received();
 
  private:
   const DistributedRuntime& runtime_;

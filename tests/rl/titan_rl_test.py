@@ -393,6 +393,33 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(len(steps), 1, steps)
         self.assertLess(int(steps[0].split("-")[1]), 1000)
 
+    def test_sigterm_while_the_scorer_runs_kills_it_and_exits_at_once(self):
+        # The scorer serves the 8 held-out prompts at step 0, then hangs on step 1's 16 rollouts.
+        pid_file = os.path.join(self.root, "hung_scorer.pid")
+        script = (f"n=$(wc -l); if [ $n -gt 8 ]; then echo $$ >{pid_file}; exec sleep 300; fi; "
+                  "yes 0 | head -n $n")
+        dump, cmd = self.job("sigterm_scorer", "--checkpoint.enable=true",
+                             "--checkpoint.interval=1000", "--checkpoint.last_save_model_only=false",
+                             "--rl.reward=command", f"--rl.reward_command={script}",
+                             "--rl.reward_timeout_seconds=250")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not os.path.exists(pid_file):
+            time.sleep(0.2)
+        time.sleep(0.5)  # the pid is written
+        with open(pid_file) as f:
+            scorer = int(f.read())
+        start = time.time()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        self.assertLess(time.time() - start, 30)
+        # Step 1 cannot finish without its rewards: nothing is saved, so not 0 but the signal's.
+        self.assertEqual(proc.returncode, -signal.SIGTERM, stderr[-3000:])
+        self.assertIn("received signal 15 while waiting for the scorer", stderr)
+        self.assertFalse(os.path.exists(f"/proc/{scorer}"), "the scorer outlived titan_rl")
+        self.assertEqual(glob.glob(os.path.join(dump, "checkpoint", "step-*")), [])
+        self.assertEqual([m["step"] for m in common.metrics(dump)], [0])
+
     def test_failing_scorer_is_a_clear_error_and_keeps_the_rollouts(self):
         # The scorer serves the 8 held-out prompts at step 0, then fails on the 16 rollouts.
         script = ("n=$(wc -l); if [ $n -gt 8 ]; then echo scorer broke >&2; exit 3; fi; "
