@@ -95,19 +95,31 @@ class SizedTokenizer : public Tokenizer {
   int64_t vocab_size_;
 };
 
-// Qwen3 debugmodel's one-line description says nothing of RoPE's theta: the refusal names it.
-TEST(ResolveModelTest, AnAssetsConfigThatDiffersFromTheFlavorNamesTheFields) {
-  const ModelSpec& spec = **FindModel("qwen3");
-  TransformerArgs args = spec.Flavor("debugmodel").value();
+// Qwen3 debugmodel's shape with a 64-id vocabulary (SizedTokenizer(64)'s).
+TransformerArgs Qwen3Debug64() {
+  TransformerArgs args = (*FindModel("qwen3"))->Flavor("debugmodel").value();
   args.vocab_size = 64;
-  args.rope.theta = 10000;
-  const std::string assets = TestDir("assets");
+  return args;
+}
+
+// A qwen3 debugmodel job whose [model] hf_assets_path, TestDir(`name`), holds a config.json
+// describing `described`.
+JobConfig JobWithAssetsConfig(const std::string& name, const ModelInfo& described) {
+  const std::string assets = TestDir(name);
   std::filesystem::create_directories(assets);
-  std::ofstream(assets + "/config.json") << HfConfig(DescribeModel(spec, args), "float32").dump();
+  std::ofstream(assets + "/config.json") << HfConfig(described, "float32").dump();
   JobConfig config = DefaultJobConfig();
   config.mutable_model()->set_name("qwen3");
   config.mutable_model()->set_flavor("debugmodel");
   config.mutable_model()->set_hf_assets_path(assets);
+  return config;
+}
+
+// Qwen3 debugmodel's one-line description says nothing of RoPE's theta: the refusal names it.
+TEST(ResolveModelTest, AnAssetsConfigThatDiffersFromTheFlavorNamesTheFields) {
+  TransformerArgs args = Qwen3Debug64();
+  args.rope.theta = 10000;
+  const JobConfig config = JobWithAssetsConfig("assets", DescribeModel(**FindModel("qwen3"), args));
   EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
               ::testing::HasSubstr(", vocab 64, tied, qk-norm (rope_theta 10000 vs 1000000); use "
                                    "flavor = \"from_checkpoint\""));
@@ -146,20 +158,13 @@ TEST(ResolveModelTest, AnInitialLoadOfAnotherArchitectureIsRefusedNamingTheField
 // What shapes do not say (special ids, generation config) a named flavor takes from its HF folder,
 // as a "from_checkpoint" model does: exports keep them, and titan_rl stops at every eos id.
 TEST(ResolveModelTest, ANamedFlavorTakesItsHfFoldersIdsAndGenerationConfig) {
-  const ModelSpec& spec = **FindModel("qwen3");
-  TransformerArgs args = spec.Flavor("debugmodel").value();
-  args.vocab_size = 64;
-  ModelInfo saved = DescribeModel(spec, args, /*bos_token_id=*/3, nlohmann::json::array({4, 5}));
+  ModelInfo saved = DescribeModel(**FindModel("qwen3"), Qwen3Debug64(), /*bos_token_id=*/3,
+                                  nlohmann::json::array({4, 5}));
   saved.pad_token_id = 6;
-  const std::string assets = TestDir("assets_ids");
-  std::filesystem::create_directories(assets);
-  std::ofstream(assets + "/config.json") << HfConfig(saved, "float32").dump();
+  const JobConfig config = JobWithAssetsConfig("assets_ids", saved);
+  const std::string assets = config.model().hf_assets_path();
   const std::string generation = R"({"eos_token_id": [4, 5, 7], "temperature": 0.6})";
   std::ofstream(assets + "/generation_config.json") << generation;
-  JobConfig config = DefaultJobConfig();
-  config.mutable_model()->set_name("qwen3");
-  config.mutable_model()->set_flavor("debugmodel");
-  config.mutable_model()->set_hf_assets_path(assets);
   absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->bos_token_id, 3);
@@ -176,16 +181,11 @@ TEST(ResolveModelTest, ANamedFlavorTakesItsHfFoldersIdsAndGenerationConfig) {
 }
 
 TEST(ResolveModelTest, AnAssetsConfigOfAnotherVocabIsRefused) {
-  const ModelSpec& spec = **FindModel("qwen3");
-  TransformerArgs args = spec.Flavor("debugmodel").value();
+  TransformerArgs args = Qwen3Debug64();
   args.vocab_size = 96;
-  const std::string assets = TestDir("assets_vocab");
-  std::filesystem::create_directories(assets);
-  std::ofstream(assets + "/config.json") << HfConfig(DescribeModel(spec, args), "float32").dump();
-  JobConfig config = DefaultJobConfig();
-  config.mutable_model()->set_name("qwen3");
-  config.mutable_model()->set_flavor("debugmodel");
-  config.mutable_model()->set_hf_assets_path(assets);
+  const JobConfig config =
+      JobWithAssetsConfig("assets_vocab", DescribeModel(**FindModel("qwen3"), args));
+  const std::string assets = config.model().hf_assets_path();
   EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
               ::testing::HasSubstr("[model] hf_assets_path: " + assets + " holds dim"));
   EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
