@@ -30,7 +30,14 @@ absl::Status MakeDirectories(const std::string& path) {
     }
     if (slash == std::string::npos) break;
   }
-  if (!IsDirectory(path)) return ErrnoError("mkdir", path);
+  if (!IsDirectory(path)) {
+    // mkdir's own words, "File exists", read as if the folder were there.
+    if (PathExists(path)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(path, ": is a file, not a folder (mkdir cannot make a folder there)"));
+    }
+    return ErrnoError("mkdir", path);
+  }
   return absl::OkStatus();
 }
 

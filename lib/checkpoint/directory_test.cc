@@ -50,6 +50,9 @@ TEST(DirectoryTest, ErrorsNameThePath) {
               testing::HasSubstr("absent"));
   std::ofstream(TempDir() + "/plain") << "f";
   EXPECT_FALSE(MakeDirectories(TempDir() + "/plain/sub").ok());
+  // mkdir's "File exists" would read as if the folder were there.
+  EXPECT_EQ(MakeDirectories(TempDir() + "/plain").message(),
+            TempDir() + "/plain: is a file, not a folder (mkdir cannot make a folder there)");
 }
 
 }  // namespace

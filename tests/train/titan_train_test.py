@@ -321,7 +321,8 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
         lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
         self.assertEqual(lines,
-                         [f"titan_train: [job] dump_folder: {path}: mkdir failed: File exists"])
+                         [f"titan_train: [job] dump_folder: {path}: is a file, not a folder "
+                          "(mkdir cannot make a folder there)"])
         with open(path) as f:
             self.assertEqual(f.read(), "mine\n")
 
