@@ -263,18 +263,16 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
         share, ", which does not split into [rl] group_size = ", group,
         " groups (give a multiple of ", group * world, ")"));
   }
-  std::vector<std::string> prompts, responses;
+  std::vector<std::string> prompts, responses, where;
   std::vector<double> rewards;
   for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
-    if (absl::Status fits = trainer.CheckRolloutFits((*rows)[i].prompt, (*rows)[i].response);
-        !fits.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat((*rows)[i].where, ": ", fits.message()));
-    }
     prompts.push_back((*rows)[i].prompt);
     responses.push_back((*rows)[i].response);
     rewards.push_back((*rows)[i].reward);
+    where.push_back((*rows)[i].where);
   }
-  absl::StatusOr<StepMetrics> metrics = trainer.Step(prompts, responses, rewards);
+  // A too-long row is refused by its file:line.
+  absl::StatusOr<StepMetrics> metrics = trainer.Step(prompts, responses, rewards, where);
   if (!metrics.ok()) return metrics.status();
   const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
   if (absl::Status status = trainer.SavePolicyWeights(weights); !status.ok()) return status;

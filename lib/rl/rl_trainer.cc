@@ -80,9 +80,7 @@ TokenIds RlTrainer::FitResponse(const TokenIds& prompt, TokenIds response, int64
   return response;
 }
 
-absl::Status RlTrainer::CheckRolloutFits(const std::string& prompt,
-                                         const std::string& response) const {
-  const size_t p = EncodePrompt(prompt).size(), r = EncodeResponse(response, false).size();
+absl::Status RlTrainer::CheckRolloutFits(size_t p, size_t r) const {
   if (p + r <= static_cast<size_t>(rl_.max_seq_len())) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
       p, " prompt + ", r, " response tokens exceed [rl] max_seq_len = ", rl_.max_seq_len(),
@@ -269,21 +267,24 @@ absl::StatusOr<at::Tensor> RlTrainer::ReduceOverDp(const at::Tensor& values, Red
 
 absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prompts,
                                             const std::vector<std::string>& responses,
-                                            const std::vector<double>& rewards) {
-  if (prompts.size() != responses.size() || prompts.size() != rewards.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("Step: ", prompts.size(), " prompts, ",
-                                                   responses.size(), " responses and ",
-                                                   rewards.size(), " rewards"));
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (absl::Status fits = CheckRolloutFits(prompts[i], responses[i]); !fits.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("Step: rollout ", i, ": ", fits.message()));
-    }
+                                            const std::vector<double>& rewards,
+                                            const std::vector<std::string>& where) {
+  if (prompts.size() != responses.size() || prompts.size() != rewards.size() ||
+      (!where.empty() && where.size() != prompts.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Step: ", prompts.size(), " prompts, ", responses.size(), " responses and ", rewards.size(),
+        " rewards", where.empty() ? "" : absl::StrCat(", ", where.size(), " names")));
   }
   Rollouts rollouts;
   for (size_t i = 0; i < prompts.size(); ++i) {
     rollouts.prompts.push_back(EncodePrompt(prompts[i]));
     rollouts.responses.push_back(EncodeResponse(responses[i], /*add_eos=*/false));
+    if (absl::Status fits =
+            CheckRolloutFits(rollouts.prompts.back().size(), rollouts.responses.back().size());
+        !fits.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where.empty() ? absl::StrCat("Step: rollout ", i) : where[i], ": ", fits.message()));
+    }
   }
   rollouts.rewards = rewards;
   return StepOnRollouts(rollouts);

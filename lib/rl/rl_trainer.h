@@ -56,11 +56,11 @@ class RlTrainer {
   // metrics of the step (sums over ranks); a collective with several ranks.
   // A rollout whose prompt (cut as generation cuts it) and response exceed [rl] max_seq_len is
   // refused: it is not cut, as its last token carries the reward its scorer gave the whole.
+  // `where`, when given, names each rollout in errors (a file's path:line), else "Step: rollout i".
   absl::StatusOr<StepMetrics> Step(const std::vector<std::string>& prompts,
                                    const std::vector<std::string>& responses,
-                                   const std::vector<double>& rewards);
-  // OK when Step takes this rollout whole, else an error that names [rl] max_seq_len.
-  absl::Status CheckRolloutFits(const std::string& prompt, const std::string& response) const;
+                                   const std::vector<double>& rewards,
+                                   const std::vector<std::string>& where = {});
   // The same on token ids, with the generator's log-probabilities when it has them. Rewards are
   // the scorer's: [rl] overlong_buffer_len's penalty is applied here, as in Train.
   absl::StatusOr<StepMetrics> StepOnRollouts(const Rollouts& rollouts);
@@ -104,6 +104,9 @@ class RlTrainer {
   // SFT's and DPO's response cut to fit [rl] max_seq_len after `prompt`, keeping its start (TRL's
   // max_length truncation); `*cut` counts the responses cut.
   TokenIds FitResponse(const TokenIds& prompt, TokenIds response, int64_t* cut) const;
+  // OK when a rollout of these encoded lengths fits [rl] max_seq_len whole, else an error naming
+  // it.
+  absl::Status CheckRolloutFits(size_t prompt_tokens, size_t response_tokens) const;
   // Each response's text, without its stop token (what verifiers and scorers read) or with it as
   // the tokenizer spells it (what re-encodes to the ids the update trained on).
   absl::StatusOr<std::vector<std::string>> ResponseTexts(const Generation& generation,
