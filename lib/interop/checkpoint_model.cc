@@ -1,7 +1,6 @@
 #include "lib/interop/checkpoint_model.h"
 
 #include <algorithm>
-#include <cmath>
 #include <map>
 #include <memory>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/hf_adapter.h"
 #include "lib/interop/hf_config.h"
+#include "lib/util/json_fields.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -203,18 +203,6 @@ absl::StatusOr<ModelInfo> CheckDescribed(ModelInfo info, const std::string& dire
   return info;
 }
 
-// A field's value as a config file spells it: 10000 rather than 10000.0, none rather than "none".
-std::string FieldValue(const json& value) {
-  if (value.is_string()) return value.get<std::string>();
-  if (value.is_number_float()) {
-    const double number = value.get<double>();
-    if (std::abs(number) < 1e15 && number == std::trunc(number)) {
-      return absl::StrCat(static_cast<int64_t>(number));
-    }
-  }
-  return value.dump();
-}
-
 // TransformerArgsToJson's fields, rope's flattened as rope_<key>, without the sizes
 // SameArchitecture leaves aside.
 json ArchitectureFields(const TransformerArgs& args) {
@@ -233,7 +221,7 @@ std::string ArchitectureDifferences(const TransformerArgs& a, const TransformerA
     // A field only one side has (a scaling's parameters) follows from rope_scaling differing.
     if (!b_fields.contains(key) || b_fields.at(key) == value) continue;
     differences.push_back(
-        absl::StrCat(key, " ", FieldValue(value), " vs ", FieldValue(b_fields.at(key))));
+        absl::StrCat(key, " ", JsonScalarText(value), " vs ", JsonScalarText(b_fields.at(key))));
   }
   return absl::StrJoin(differences, ", ");
 }

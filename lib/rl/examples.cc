@@ -1,7 +1,6 @@
 #include "lib/rl/examples.h"
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 #include <random>
 
@@ -11,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "lib/rl/rewards.h"
 #include "lib/util/file_util.h"
+#include "lib/util/json_fields.h"
 #include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -34,14 +34,7 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
 absl::StatusOr<std::string> AnswerField(const nlohmann::json& object, const std::string& where) {
   auto it = object.find("answer");
   if (it == object.end() || !it->is_number()) return StringField(object, "answer", false, where);
-  if (it->is_number_float()) {
-    const double value = it->get<double>();
-    // Below 2^53 every integer is exact in a double.
-    if (value == std::trunc(value) && std::fabs(value) < 9007199254740992.0) {
-      return absl::StrCat(static_cast<int64_t>(value));
-    }
-  }
-  return it->dump();
+  return JsonScalarText(*it);
 }
 
 // Calls `read` with each non-blank line of the JSON-lines file `path` (a JSON object, else the

@@ -1,6 +1,8 @@
 #ifndef TITAN_LIB_UTIL_JSON_FIELDS_H_
 #define TITAN_LIB_UTIL_JSON_FIELDS_H_
 
+#include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -33,6 +35,19 @@ absl::Status ReadRequiredField(const nlohmann::json& object, const char* key,
     return absl::InvalidArgumentError(absl::StrCat(source, ": missing key \"", key, "\""));
   }
   return ReadOptionalField(object, key, source, out);
+}
+
+// A JSON scalar as a person writes it: a string's own text, an integral float below 2^53 (exact in
+// a double) without ".0" (72.0 reads "72", 10000.0 "10000"), anything else as JSON spells it.
+inline std::string JsonScalarText(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number_float()) {
+    const double number = value.get<double>();
+    if (number == std::trunc(number) && std::fabs(number) < 9007199254740992.0) {
+      return absl::StrCat(static_cast<int64_t>(number));
+    }
+  }
+  return value.dump();
 }
 
 }  // namespace titan
