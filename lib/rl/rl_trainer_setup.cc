@@ -98,17 +98,10 @@ absl::Status RlTrainer::Init(RlMode mode) {
     // Generation samples from the policy alone: it needs no critic.
     if (critic_optimizer_ != nullptr && mode != RlMode::kGenerate) {
       // The value head and its optimizer, step by step beside the policy's checkpoints.
-      CheckpointRanks ranks;
-      ranks.rank = runtime_.rank();
-      ranks.world_size = runtime_.dims().world_size();
-      ranks.run_id = setup_.run_id;
-      ranks.commit_timeout = absl::Seconds(config_.comm().train_timeout_seconds());
       // One step more than the policy keeps: each critic step is saved (and pruned) before its
       // policy step, and must not take the critic of the oldest policy step still kept.
-      const int keep = config_.checkpoint().keep_latest_k();
-      auto critic_manager = std::make_unique<CheckpointManager>(
-          UnderDumpFolder(config_, config_.checkpoint().folder()) + "_critic",
-          keep > 0 ? keep + 1 : 0, ranks);
+      TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> critic_manager,
+                             BuildCheckpointManager(config_, setup_, runtime_, "_critic", 1));
       CheckpointedParts critic{&critic_params_,
                                critic_optimizer_.get(),
                                &critic_data_parallel_,

@@ -492,7 +492,8 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobCon
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
-    const JobConfig& config, const RunSetup& setup, const DistributedRuntime& runtime) {
+    const JobConfig& config, const RunSetup& setup, const DistributedRuntime& runtime,
+    absl::string_view folder_suffix, int extra_kept) {
   const auto& ckpt = config.checkpoint();
   if (!ckpt.enable()) return nullptr;
   CheckpointRanks ranks;
@@ -500,8 +501,10 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
   ranks.world_size = runtime.dims().world_size();
   ranks.run_id = setup.run_id;
   ranks.commit_timeout = absl::Seconds(config.comm().train_timeout_seconds());
-  return std::make_unique<CheckpointManager>(UnderDumpFolder(config, ckpt.folder()),
-                                             ckpt.keep_latest_k(), ranks);
+  const int keep = ckpt.keep_latest_k();  // 0 keeps every step
+  return std::make_unique<CheckpointManager>(
+      absl::StrCat(UnderDumpFolder(config, ckpt.folder()), folder_suffix),
+      keep > 0 ? keep + extra_kept : 0, ranks);
 }
 
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
