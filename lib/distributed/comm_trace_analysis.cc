@@ -285,6 +285,11 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
   return verdict;
 }
 
+int CommTraceExitStatus(const CommTraceVerdict& verdict) {
+  if (!verdict.mismatches.empty()) return 2;
+  return verdict.all_clear() ? 0 : 3;
+}
+
 std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
   std::string text = absl::StrCat("dumps from ranks ", absl::StrJoin(verdict.ranks, ","), "\n");
   if (!verdict.missing_dumps.empty()) {

@@ -69,6 +69,9 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
 // member's dump missing is inconclusive, never said to agree.
 std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict);
 
+// The analyzing tools' exit status for a verdict: 0 all clear, 2 a mismatch, 3 inconclusive.
+int CommTraceExitStatus(const CommTraceVerdict& verdict);
+
 // A table of `verdict.progress`: one row per group and rank with its newest collective and its
 // newest completed one, rows of ranks named in a mismatch marked.
 std::string FormatCommTraceProgress(const CommTraceVerdict& verdict);

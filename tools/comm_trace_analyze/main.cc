@@ -36,6 +36,5 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << titan::FormatCommTraceVerdict(*verdict);
-  if (!verdict->mismatches.empty()) return 2;
-  return verdict->all_clear() ? 0 : 3;
+  return titan::CommTraceExitStatus(*verdict);
 }

@@ -33,7 +33,8 @@ constexpr char kUsage[] =
     "report.html + summary.json for all ranks. Nothing is written to the job's dump folder and\n"
     "no checkpoint is saved or resumed ([checkpoint] initial_load_path still loads).\n"
     "--analyze_comm_trace=DIR reads a job's collective flight-recorder dumps ([comm]\n"
-    "save_traces_folder) and names the collective and the ranks that never issued it.\n"
+    "save_traces_folder) and names the collective and the ranks that never issued it; it exits\n"
+    "as comm_trace_analyze does (0 agree, 2 disagree, 3 inconclusive: ranks left no dump).\n"
     "Flags take --flag=value or --flag value. An earlier run's per-rank files in DIR (the\n"
     "<name>_rank<r> names above, gzipped or not; regular files only) are removed first;\n"
     "summary.json and report.html are replaced at the end; other files stay.\n"
@@ -57,7 +58,9 @@ absl::Status RefuseProfilingFlags(const std::vector<std::string>& job_args) {
   for (const std::string& arg : job_args) {
     absl::string_view key = absl::string_view(arg).substr(0, arg.find('='));
     if (!absl::ConsumePrefix(&key, "--profiling.")) continue;
-    absl::string_view use = "no such key";
+    const bool known =
+        titan::JobConfig::Profiling::descriptor()->FindFieldByName(std::string(key)) != nullptr;
+    absl::string_view use = known ? "profile_run's flags replace it" : "no such key";
     for (const auto& [name, replacement] : kProfilingReplacements) {
       if (key == name) use = replacement;
     }
@@ -159,12 +162,14 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   return flags;
 }
 
-absl::Status AnalyzeCommTrace(const Flags& flags) {
+// `exit_status`: comm_trace_analyze's for the verdict.
+absl::Status AnalyzeCommTrace(const Flags& flags, int* exit_status) {
   absl::StatusOr<titan::CommTraceVerdict> verdict =
       titan::AnalyzeCommTraces(flags.analyze_comm_trace, flags.comm_trace_prefix);
   if (!verdict.ok()) return verdict.status();
   std::cout << titan::FormatCommTraceVerdict(*verdict) << "\n"
             << titan::FormatCommTraceProgress(*verdict);
+  *exit_status = titan::CommTraceExitStatus(*verdict);
   return absl::OkStatus();
 }
 
@@ -181,9 +186,13 @@ absl::Status Profile(const Flags& flags) {
 
 int main(int argc, char** argv) {
   titan::CheckStdoutAtExit("profile_run");
-  return titan::RunRankedTool(argc, argv, "profile_run", kUsage + titan::JobConfigHelp(), [&] {
-    absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
-    if (!flags.ok()) return flags.status();
-    return flags->analyze_comm_trace.empty() ? Profile(*flags) : AnalyzeCommTrace(*flags);
-  });
+  int verdict_status = 0;
+  const int status =
+      titan::RunRankedTool(argc, argv, "profile_run", kUsage + titan::JobConfigHelp(), [&] {
+        absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
+        if (!flags.ok()) return flags.status();
+        return flags->analyze_comm_trace.empty() ? Profile(*flags)
+                                                 : AnalyzeCommTrace(*flags, &verdict_status);
+      });
+  return status != 0 ? status : verdict_status;
 }
