@@ -17,10 +17,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
+#include "lib/checkpoint/directory.h"
 #include "lib/distributed/communicator.h"
 #include "lib/metrics/flops.h"
 #include "lib/rl/examples.h"
+#include "lib/train/components.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
 
 namespace titan {
 namespace {
@@ -157,6 +160,9 @@ absl::StatusOr<std::string> PolicyWeightsFrom(const RlTrainer& trainer, const Jo
 absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfig& config,
                                               const DistributedRuntime& runtime,
                                               const std::string& output) {
+  // The default output's folder, the dump folder, is made only now that the weights are known.
+  const std::filesystem::path folder = std::filesystem::path(output).parent_path();
+  if (!folder.empty()) TITAN_RETURN_IF_ERROR(MakeDirectories(folder.string()));
   // Rank r takes every world-th prompt: data-parallel generation over the (sharded) policy.
   const int rank = runtime.rank();
   const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
@@ -275,6 +281,7 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   absl::StatusOr<StepMetrics> metrics = trainer.Step(prompts, responses, rewards, where);
   if (!metrics.ok()) return metrics.status();
   const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
+  TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
   if (absl::Status status = trainer.SavePolicyWeights(weights); !status.ok()) return status;
   nlohmann::json summary = {
       {"loss", metrics->loss}, {"grad_norm", metrics->grad_norm}, {"weights", weights}};

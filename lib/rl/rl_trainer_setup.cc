@@ -44,7 +44,8 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
 
 absl::Status RlTrainer::Init(RlMode mode) {
   const bool training_run = mode == RlMode::kTrain;
-  TITAN_RETURN_IF_ERROR(MakeDumpFolder(config_));
+  // --generate and --step_rollouts make it only once they have weights to use (rl_modes.h).
+  if (training_run) TITAN_RETURN_IF_ERROR(MakeDumpFolder(config_));
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   if (training_run) {
     TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));

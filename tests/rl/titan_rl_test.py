@@ -320,6 +320,8 @@ class TitanRlTest(unittest.TestCase):
             self.assertIn("the policy would be randomly initialised: [checkpoint] enable = false "
                           "and no [checkpoint] initial_load_path; set one, or pass "
                           "--random_weights to use a random model", stderr)
+            # A refused run leaves nothing behind: its (mistyped) dump folder is not made.
+            self.assertFalse(os.path.exists(os.path.join(self.root, f"random_{name}")))
             _, cmd = self.job(f"random_{name}_asked", *mode, *no_load, "--random_weights", "--json")
             proc = common.run(cmd)
             self.assertEqual(json.loads(proc.stdout)["weights_from"], "random initialisation")
