@@ -91,6 +91,22 @@ std::string RedactUrl(absl::string_view url) {
   return absl::StrCat(url.substr(0, host_start), "***", url.substr(at));
 }
 
+std::string RedactUrlsIn(absl::string_view text) {
+  std::string redacted;
+  size_t copied = 0;  // text before it is in `redacted`
+  for (size_t scheme_end = text.find("://"); scheme_end != absl::string_view::npos;
+       scheme_end = text.find("://", copied)) {
+    size_t url_start = scheme_end;
+    while (url_start > copied && absl::ascii_isalnum(text[url_start - 1])) --url_start;
+    const size_t url_end = std::min(text.find_first_of(" \t\r\n\"'<>", scheme_end), text.size());
+    absl::StrAppend(&redacted, text.substr(copied, url_start - copied),
+                    RedactUrl(text.substr(url_start, url_end - url_start)));
+    copied = url_end;
+  }
+  absl::StrAppend(&redacted, text.substr(copied));
+  return redacted;
+}
+
 HttpClient::HttpClient() {
   static std::once_flag init_once;
   std::call_once(init_once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });

@@ -41,6 +41,16 @@ TEST(RedactUrlTest, ReplacesUserinfoOnly) {
   EXPECT_EQ(RedactUrl("https://a:b@c@host/x"), "https://***@host/x");
 }
 
+TEST(RedactUrlsInTest, RedactsEveryUrlInText) {
+  EXPECT_EQ(
+      RedactUrlsIn("no access to http://alice:pw@hub:8080/org/m, see "
+                   "'https://tok@mirror/x' or https://plain/y"),
+      "no access to http://***@hub:8080/org/m, see 'https://***@mirror/x' or https://plain/y");
+  EXPECT_EQ(RedactUrlsIn("http://a:b@h"), "http://***@h");
+  EXPECT_EQ(RedactUrlsIn("odd :// and x://u@"), "odd :// and x://***@");
+  EXPECT_EQ(RedactUrlsIn("nothing here"), "nothing here");
+}
+
 TEST(RedactUrlTest, LeavesUrlsWithoutUserinfoAlone) {
   EXPECT_EQ(RedactUrl("https://huggingface.co/org/m"), "https://huggingface.co/org/m");
   EXPECT_EQ(RedactUrl("https://host/path/with@sign?q=a@b#x@y"),
