@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "lib/model/attention.h"
 #include "lib/model/decoder.h"
+#include "lib/model/tiny_transformer_args.h"
 
 namespace titan {
 namespace {
@@ -64,23 +65,7 @@ TEST_F(BatchInvariantTest, Bfloat16AttentionMasksWithAFiniteBfloat16Score) {
   EXPECT_LT((bf16.to(at::kFloat) - fp32).abs().max().item<double>(), 0.05);
 }
 
-TransformerArgs TinyArgs(bool qwen) {
-  TransformerArgs args;
-  args.dim = 64;
-  args.n_layers = 2;
-  args.n_heads = 4;
-  args.n_kv_heads = 2;
-  args.vocab_size = 101;
-  args.ffn_hidden_dim = 96;
-  args.max_seq_len = 64;
-  if (qwen) {
-    args.head_dim = 32;
-    args.qk_norm = true;
-    args.tie_word_embeddings = true;
-    args.rope.layout = RopeLayout::kRotateHalf;
-  }
-  return args;
-}
+TransformerArgs TinyArgs(bool qwen) { return TinyTransformerArgs(64, 101, 64, qwen); }
 
 // Left-padded prompts decoded token by token, as the RL generator does, against one full forward
 // of the finished sequences (the trainer's recomputation): the logits must agree bit for bit.

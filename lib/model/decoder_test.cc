@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/model/tiny_transformer_args.h"
 
 namespace titan {
 namespace {
@@ -13,19 +14,8 @@ namespace {
 // A Llama-like tiny model (interleaved RoPE) and a Qwen3-like one (rotate-half, qk-norm, a head
 // size independent of dim, tied embeddings).
 TransformerArgs TinyArgs(bool qwen) {
-  TransformerArgs args;
-  args.dim = 32;
-  args.n_layers = 3;
-  args.n_heads = 4;
-  args.n_kv_heads = 2;
-  args.vocab_size = 61;
-  args.ffn_hidden_dim = 48;
-  args.max_seq_len = 64;
+  TransformerArgs args = TinyTransformerArgs(32, 61, 64, qwen, /*n_layers=*/3);
   if (qwen) {
-    args.head_dim = 16;
-    args.qk_norm = true;
-    args.tie_word_embeddings = true;
-    args.rope.layout = RopeLayout::kRotateHalf;
     args.rope.theta = 1e6;
     args.norm_eps = 1e-6;
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/model/tiny_transformer_args.h"
 #include "lib/parallel/fork_ranks.h"
 #include "lib/parallel/parallelize.h"
 
@@ -112,17 +113,7 @@ TEST(ContextParallelTest, ShardsEveryPerTokenTensorAndRefusesUnevenSequences) {
   EXPECT_EQ(statuses, std::vector<int>(2, 0));
 }
 
-TransformerArgs TinyArgs() {
-  TransformerArgs args;
-  args.dim = 32;
-  args.n_layers = 2;
-  args.n_heads = 4;
-  args.n_kv_heads = 2;
-  args.vocab_size = 40;
-  args.ffn_hidden_dim = 48;
-  args.max_seq_len = 16;
-  return args;
-}
+TransformerArgs TinyArgs() { return TinyTransformerArgs(32, 40, 16); }
 
 std::unique_ptr<Decoder> Build() {
   at::manual_seed(1);

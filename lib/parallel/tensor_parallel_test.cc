@@ -11,29 +11,14 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "lib/model/tiny_transformer_args.h"
 #include "lib/parallel/fork_ranks.h"
 #include "lib/parallel/loss_parallel.h"
 
 namespace titan {
 namespace {
 
-TransformerArgs TinyArgs(bool qwen) {
-  TransformerArgs args;
-  args.dim = 32;
-  args.n_layers = 2;
-  args.n_heads = 4;
-  args.n_kv_heads = 2;
-  args.vocab_size = 64;
-  args.ffn_hidden_dim = 48;
-  args.max_seq_len = 16;
-  if (qwen) {
-    args.head_dim = 16;
-    args.qk_norm = true;
-    args.tie_word_embeddings = true;
-    args.rope.layout = RopeLayout::kRotateHalf;
-  }
-  return args;
-}
+TransformerArgs TinyArgs(bool qwen) { return TinyTransformerArgs(32, 64, 16, qwen); }
 
 std::unique_ptr<Decoder> Build(const TransformerArgs& args) {
   at::manual_seed(1);  // every rank and both models get the same weights

@@ -12,20 +12,14 @@
 
 #include "gtest/gtest.h"
 #include "lib/model/decoder.h"
+#include "lib/model/tiny_transformer_args.h"
 #include "lib/parallel/parallelize.h"
 
 namespace titan {
 namespace {
 
 TransformerArgs SmallArgs() {
-  TransformerArgs args;
-  args.dim = 32;
-  args.n_layers = 3;
-  args.n_heads = 4;
-  args.n_kv_heads = 2;
-  args.vocab_size = 40;
-  args.ffn_hidden_dim = 48;
-  args.max_seq_len = 16;
+  TransformerArgs args = TinyTransformerArgs(32, 40, 16, /*qwen=*/false, /*n_layers=*/3);
   args.qk_norm = true;
   return args;
 }
