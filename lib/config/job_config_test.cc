@@ -388,6 +388,22 @@ TEST(JobConfigTest, BetasOfOneAreRefusedEverywhere) {
   EXPECT_TRUE(absl::StrContains(JobConfigHelp(), "range: a value in [0, 1)"));
 }
 
+TEST(JobConfigTest, NamedDatasetNeedsItsOwnPath) {
+  // torchtitan streams dataset = "c4" from the Hub; here it would train on the toy corpus.
+  EXPECT_EQ(ValidationError({"--training.dataset=c4"}),
+            "[training] dataset = \"c4\" without a dataset_path would train on the bundled toy "
+            "corpus (assets/default_corpus/train.jsonl): titan reads local files only; set "
+            "[training] dataset_path to your copy of c4, or dataset = \"default\"");
+  EXPECT_TRUE(absl::StrContains(
+      ValidationError({"--validation.enable=true", "--validation.dataset=c4_validation"}),
+      "[validation] dataset = \"c4_validation\" without a dataset_path"));
+  ExpectValid({"--training.dataset=c4", "--training.dataset_path=data/c4"});
+  // Named on purpose: the bundled corpus under another name.
+  ExpectValid(
+      {"--training.dataset=c4", "--training.dataset_path=assets/default_corpus/train.jsonl"});
+  ExpectValid({"--validation.enable=false", "--validation.dataset=c4_validation"});
+}
+
 TEST(JobConfigTest, SeedJobFileLoadsUnchangedThroughOldNames) {
   absl::StatusOr<JobConfig> config = ParseJobConfig("tests/fixtures/llama3_8b.seed.toml", {});
   ASSERT_TRUE(config.ok()) << config.status();

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <system_error>
+#include <tuple>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -114,6 +115,23 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   if (config.job().dump_folder().empty()) {
     return absl::InvalidArgumentError(
         "[job] dump_folder: expected a folder for the job's outputs, got \"\"");
+  }
+
+  // A torchtitan job file's dataset = "c4" streamed c4 from the Hub; titan reads local files only,
+  // and a path left unset is the bundled toy corpus.
+  for (const auto& [section, name, path_set, path] :
+       {std::tuple{"training", config.training().dataset(), config.training().has_dataset_path(),
+                   config.training().dataset_path()},
+        std::tuple{"validation", config.validation().enable() ? config.validation().dataset() : "",
+                   config.validation().has_dataset_path(), config.validation().dataset_path()}}) {
+    if (!name.empty() && name != "default" && !path_set) {
+      return absl::InvalidArgumentError(absl::StrCat("[", section, "] dataset = \"", name,
+                                                     "\" without a dataset_path would train on the "
+                                                     "bundled toy corpus (",
+                                                     path, "): titan reads local files only; set [",
+                                                     section, "] dataset_path to your copy of ",
+                                                     name, ", or dataset = \"default\""));
+    }
   }
 
   if (absl::Status status =
