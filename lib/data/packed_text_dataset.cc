@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
 
@@ -16,6 +20,20 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kDataFileKinds[] = ".jsonl, .json, .jsonl.gz or .json.gz";
+
+// A name of data titan cannot read (another case, compression or format): a folder holding one is
+// refused rather than trained on without it.
+bool LooksLikeUnreadableData(absl::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(name);
+  absl::string_view stem = lower;
+  for (absl::string_view compression : {".gz", ".zst", ".zstd", ".bz2", ".xz", ".lz4"}) {
+    if (absl::ConsumeSuffix(&stem, compression)) break;
+  }
+  for (absl::string_view format : {".jsonl", ".json", ".parquet", ".arrow"}) {
+    if (absl::EndsWith(stem, format)) return true;
+  }
+  return false;
+}
 
 // The data files under `path` in reading order, with their names relative to `path`.
 absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* files,
@@ -41,6 +59,7 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file or a folder"));
   }
   std::vector<fs::path> found;
+  std::vector<std::string> skipped;  // files that are not data (README.md, LICENSE, ...)
   for (fs::recursive_directory_iterator
            it(path, fs::directory_options::follow_directory_symlink, error),
        end;
@@ -53,8 +72,19 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
       continue;
     }
     std::error_code type_error;
-    if (IsJsonDataFile(it->path().filename().string()) && it->is_regular_file(type_error)) {
+    if (it->is_directory(type_error)) continue;
+    const std::string name = it->path().filename().string();
+    const bool regular = it->is_regular_file(type_error);
+    if (IsJsonDataFile(name) && regular) {
       found.push_back(it->path().lexically_relative(path));
+    } else if (IsJsonDataFile(name) || LooksLikeUnreadableData(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          it->path().string(),
+          regular ? absl::StrCat(": titan reads only ", kDataFileKinds, " files (lower case)")
+                  : std::string(": not a regular file"),
+          "; convert it, or move it out of the dataset folder ", path));
+    } else {
+      skipped.push_back(it->path().lexically_relative(path).generic_string());
     }
   }
   if (error) {
@@ -66,6 +96,14 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
                      " files in this folder (names starting with \".\" are skipped)"));
   }
   std::sort(found.begin(), found.end());
+  if (!skipped.empty()) {
+    std::sort(skipped.begin(), skipped.end());
+    const size_t named = std::min<size_t>(skipped.size(), 5);
+    LOG(INFO) << path << ": " << found.size() << " data files; " << skipped.size()
+              << " other files skipped ("
+              << absl::StrJoin(skipped.begin(), skipped.begin() + named, ", ")
+              << (named < skipped.size() ? ", ..." : "") << ")";
+  }
   for (const fs::path& name : found) {
     files->push_back((fs::path(path) / name).string());
     names->push_back(name.generic_string());

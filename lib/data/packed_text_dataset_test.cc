@@ -1,5 +1,7 @@
 #include "lib/data/packed_text_dataset.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -170,6 +172,25 @@ TEST(PackedTextDatasetTest, AFolderSkipsHiddenFilesAndFolders) {
   const absl::Status status = PackedTextDataset::Open(Options(only_hidden, 4), &tokenizer).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(status.message(), HasSubstr("names starting with \".\" are skipped"));
+}
+
+TEST(PackedTextDatasetTest, AFolderRefusesDataItCannotRead) {
+  // Skipped, they would leave the run training on the rest alone.
+  ByteTokenizer tokenizer;
+  for (const std::string name :
+       {"shard.JSONL", "shard.jsonl.zst", "part-0.parquet", "d.json.bz2", "t.arrow"}) {
+    const std::string dir = FreshTestDir("unreadable");
+    WriteMixedFolder(dir);
+    WriteTestFile(dir + "/sub/" + name, "data");
+    const absl::Status status = PackedTextDataset::Open(Options(dir, 4), &tokenizer).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(status.message(), HasSubstr(dir + "/sub/" + name + ": titan reads only .jsonl"));
+  }
+  const std::string dir = FreshTestDir("fifo");
+  WriteMixedFolder(dir);
+  ASSERT_EQ(::mkfifo((dir + "/pipe.jsonl").c_str(), 0600), 0);
+  const absl::Status status = PackedTextDataset::Open(Options(dir, 4), &tokenizer).status();
+  EXPECT_THAT(status.message(), HasSubstr(dir + "/pipe.jsonl: not a regular file"));
 }
 
 // Documents that quote special tokens, as a web page about Llama 3 would.
