@@ -77,13 +77,14 @@ void AdoptUnsetModelDetails(const ModelInfo& source, ModelInfo& info) {
   }
 }
 
-// A named flavor's [model] hf_assets_path (its tokenizer, perhaps its weights) and initial load
-// must, where they describe their model, describe the flavor's architecture and vocab: loading
-// compares parameter shapes only, which rope_theta, norm_eps or RoPE scaling leave alike, and
-// assets of another model would pair the flavor with a foreign tokenizer. What shapes do not say
-// (special ids, generation config) the model takes from the first of them that says it, as a
-// "from_checkpoint" model takes it from its source.
-absl::Status CheckAndAdoptFlavorSources(const JobConfig& config, ModelInfo& info) {
+// [model] hf_assets_path (its tokenizer, perhaps its weights) and the initial load must, where
+// they describe their model, describe the architecture and vocab of `info` (a named flavor's, or
+// with `shape_from` = "key: path" the "from_checkpoint" source's, which is not checked against
+// itself): loading compares parameter shapes only, which rope_theta, norm_eps or RoPE scaling
+// leave alike, and assets of another model would pair it with a foreign tokenizer. What shapes do
+// not say (special ids, generation config) the model takes from the first of them that says it.
+absl::Status CheckAndAdoptFlavorSources(const JobConfig& config, ModelInfo& info,
+                                        const std::string& shape_from = "") {
   struct Source {
     std::string key, path;
     bool in_hf;
@@ -108,6 +109,7 @@ absl::Status CheckAndAdoptFlavorSources(const JobConfig& config, ModelInfo& info
         {"[checkpoint] initial_load_path", initial_load, config.checkpoint().initial_load_in_hf()});
   }
   for (const Source& source : sources) {
+    if (shape_from == absl::StrCat(source.key, ": ", source.path)) continue;
     const absl::StatusOr<ModelInfo> described =
         DescribeCheckpointAt(source.path, source.in_hf, info.name());
     // An initial load that says nothing of its model is judged by its shapes when it loads.
@@ -117,6 +119,12 @@ absl::Status CheckAndAdoptFlavorSources(const JobConfig& config, ModelInfo& info
     if (described->args.vocab_size != info.args.vocab_size) {
       absl::StrAppend(&differences, differences.empty() ? "" : ", ", "vocab_size ",
                       described->args.vocab_size, " vs ", info.args.vocab_size);
+    }
+    if (!differences.empty() && !shape_from.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source.key, ": ", source.path, " holds ", DescribeArchitecture(described->args),
+          ", but the model's shape (flavor = \"from_checkpoint\") comes from ", shape_from, ": ",
+          DescribeArchitecture(info.args), " (", differences, "); point both at one model"));
     }
     if (!differences.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -279,6 +287,10 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
     const bool in_hf = from_assets || config.checkpoint().initial_load_in_hf();
     TITAN_ASSIGN_OR_RETURN(info, DescribeCheckpointAt(path, in_hf, spec->name));
     LOG(INFO) << "model shape from " << path << ": " << DescribeArchitecture(info.args);
+    TITAN_RETURN_IF_ERROR(CheckAndAdoptFlavorSources(
+        config, info,
+        absl::StrCat(from_assets ? "[model] hf_assets_path" : "[checkpoint] initial_load_path",
+                     ": ", path)));
   } else {
     TITAN_ASSIGN_OR_RETURN(TransformerArgs args, spec->Flavor(model.flavor()));
     if (args.vocab_size == 0) args.vocab_size = tokenizer.vocab_size();

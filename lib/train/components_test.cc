@@ -155,6 +155,36 @@ TEST(ResolveModelTest, AnInitialLoadOfAnotherArchitectureIsRefusedNamingTheField
   }
 }
 
+// from_checkpoint takes the shape from hf_assets_path; an initial load of another model (its
+// weights' shapes alike) must not run under that shape's RoPE.
+TEST(ResolveModelTest, FromCheckpointRefusesAnInitialLoadOfAnotherArchitecture) {
+  const ModelSpec& spec = **FindModel("qwen3");
+  JobConfig config = JobWithAssetsConfig("from_assets", DescribeModel(spec, Qwen3Debug64()));
+  config.mutable_model()->set_flavor("from_checkpoint");
+  for (const double theta : {1e6, 1e4}) {
+    TransformerArgs args = Qwen3Debug64();
+    args.rope.theta = theta;
+    CheckpointState state;
+    state.model.emplace_back("tok_embeddings.weight", at::zeros({2}));
+    state.extra["model"] = ModelInfoToJson(DescribeModel(spec, args));
+    const std::string root = TestDir(absl::StrCat("from_initial_", theta));
+    ASSERT_TRUE(CheckpointManager(root, 0).Save(1, state, /*model_only=*/true).ok());
+    config.mutable_checkpoint()->set_initial_load_path(root + "/step-1");
+    const absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
+    if (theta == 1e6) {
+      EXPECT_TRUE(info.ok()) << info.status();
+      continue;
+    }
+    EXPECT_THAT(std::string(info.status().message()),
+                ::testing::HasSubstr("[checkpoint] initial_load_path: " + root + "/step-1 holds "));
+    EXPECT_THAT(std::string(info.status().message()),
+                ::testing::HasSubstr("comes from [model] hf_assets_path: " +
+                                     config.model().hf_assets_path()));
+    EXPECT_THAT(std::string(info.status().message()),
+                ::testing::HasSubstr("(rope_theta 10000 vs 1000000); point both at one model"));
+  }
+}
+
 // What shapes do not say (special ids, generation config) a named flavor takes from its HF folder,
 // as a "from_checkpoint" model does: exports keep them, and titan_rl stops at every eos id.
 TEST(ResolveModelTest, ANamedFlavorTakesItsHfFoldersIdsAndGenerationConfig) {
