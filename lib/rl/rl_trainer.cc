@@ -53,14 +53,24 @@ RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
 RlTrainer::~RlTrainer() = default;
 
 TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
-  // A chat template spells its special tokens on purpose, as transformers' apply_chat_template.
-  const std::vector<int32_t> ids = tokenizer_->Encode(
-      ApplyChatTemplate(rl_.chat_template(), prompt), true, false, SpecialTokenText::kParse);
-  // Prompts too long for a response are cut from the left (the question is usually last).
-  // RlJobConfig keeps max_new_tokens below max_seq_len: room is at least one token.
+  // A chat template spells its special tokens on purpose, as transformers' apply_chat_template,
+  // which adds no BOS of its own: a template that starts with the BOS's text gets one BOS.
+  std::vector<int32_t> ids = tokenizer_->Encode(ApplyChatTemplate(rl_.chat_template(), prompt),
+                                                false, false, SpecialTokenText::kParse);
+  const std::optional<int32_t> bos = tokenizer_->bos_id();
+  if (bos.has_value() && (ids.empty() || ids.front() != *bos)) ids.insert(ids.begin(), *bos);
+  // Prompts too long for a response are cut from the left (the question is usually last), after
+  // the BOS, as transformers' left truncation keeps special tokens. RlJobConfig keeps
+  // max_new_tokens below max_seq_len: room is at least one token.
   const size_t room = static_cast<size_t>(rl_.max_seq_len() - rl_.max_new_tokens());
-  const size_t skip = ids.size() > room ? ids.size() - room : 0;
-  return TokenIds(ids.begin() + skip, ids.end());
+  if (ids.size() <= room) return TokenIds(ids.begin(), ids.end());
+  LOG_FIRST_N(WARNING, 1) << "a prompt of " << ids.size() << " tokens is cut from the left to "
+                          << room << " ([rl] max_seq_len - max_new_tokens); later cuts are not "
+                          << "logged";
+  const size_t kept_bos = bos.has_value() && room > 1 ? 1 : 0;
+  TokenIds cut(ids.begin(), ids.begin() + kept_bos);
+  cut.insert(cut.end(), ids.end() - (room - kept_bos), ids.end());
+  return cut;
 }
 
 TokenIds RlTrainer::EncodeResponse(const std::string& response, bool add_eos) const {

@@ -745,6 +745,35 @@ class TitanRlTest(unittest.TestCase):
         with open(prompts) as f:
             self.assertEqual(f.read(), before)
 
+    def test_prompts_have_one_bos_and_keep_it_when_cut(self):
+        # A template that spells the BOS gets one (apply_chat_template adds none of its own); a
+        # prompt longer than max_seq_len - max_new_tokens (64 - 1) loses its oldest tokens after
+        # the BOS, as transformers' left truncation keeps special tokens.
+        prompts = os.path.join(self.root, "bos_prompts.jsonl")
+        common.write_jsonl(prompts, [{"prompt": "Sort: b a"},
+                                     {"prompt": "Sort: " + " ".join("zyxw" * 30)}])
+        ids, stderr = {}, {}
+        for name, template, seq in (("plain", "Q: {prompt} A:", 64),
+                                    ("spelled", "<|begin_of_text|>Q: {prompt} A:", 64),
+                                    ("uncut", "Q: {prompt} A:", 512)):
+            output = os.path.join(self.root, f"bos_{name}.jsonl")
+            _, cmd = self.job(f"bos_{name}", "--generate", f"--output={output}",
+                              f"--rl.prompts_path={prompts}", f"--rl.chat_template={template}",
+                              f"--rl.max_seq_len={seq}", "--rl.max_new_tokens=1")
+            proc = common.run(cmd)
+            ids[name] = [r["prompt_ids"] for r in common.read_jsonl(output)]
+            stderr[name] = proc.stderr
+        self.assertEqual(ids["spelled"], ids["plain"])
+        cut = f"a prompt of {len(ids['uncut'][1])} tokens is cut from the left to 63"
+        self.assertIn(cut, stderr["plain"])
+        self.assertNotIn("is cut from the left", stderr["uncut"])
+        short, long = ids["plain"]
+        self.assertEqual(short[:2].count(common.BOS), 1, short)
+        self.assertEqual(short, ids["uncut"][0])
+        self.assertEqual(len(long), 63)
+        self.assertEqual(long[0], common.BOS)
+        self.assertEqual(long[1:], ids["uncut"][1][-62:])
+
     def test_generate_reads_prompts_only_whatever_the_algorithm(self):
         prompts = os.path.join(self.root, "prompts_only.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a"}, {"prompt": "Sort: c a"}])
