@@ -17,7 +17,8 @@ namespace titan {
 // <|endoftext|>), else no BOS; an EOS is required. The choice is logged. Encoding matches PyPI
 // `tokenizers`' `encode(text, add_special_tokens=False)`, with tokenizer_config's added tokens
 // registered as `transformers` does, and with `encode_special_tokens = True` under
-// SpecialTokenText::kPlain.
+// SpecialTokenText::kPlain. Split regexes are Oniguruma's (as tokenizers runs them), translated
+// to PCRE2; a construct with no PCRE2 equivalent (\X, [[:alpha:]], class intersection) is refused.
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
                                                               const std::string& config_path);
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -467,6 +468,94 @@ TEST(TokenizerLoaderTest, BadBosOrEosInTokenizerConfigIsAnErrorNamingFileAndKey)
                         "number 7"));
   EXPECT_THAT(ConfigError("null_eos", {{"bos_token", nullptr}, {"eos_token", nullptr}}),
               HasSubstr("tokenizer_config.json: eos_token: null, but titan needs an EOS"));
+}
+
+// The default tokenizer with its Split regex replaced by `regex`, or its load error.
+absl::StatusOr<std::unique_ptr<Tokenizer>> DefaultWithSplitRegex(const std::string& name,
+                                                                 const std::string& regex) {
+  absl::StatusOr<std::string> text = ReadFile(absl::StrCat(kDefaultTokenizer, "/tokenizer.json"));
+  if (!text.ok()) return text.status();
+  nlohmann::json json = nlohmann::json::parse(*text);
+  json["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = regex;
+  const std::string path = MakeDir(name) + "/tokenizer.json";
+  if (absl::Status written = WriteFileAtomically(path, json.dump()); !written.ok()) return written;
+  return LoadTokenizer(path);
+}
+
+// tokenizer.json regexes are Oniguruma's (what HF tokenizers runs), not PCRE2's. Expected ids are
+// PyPI tokenizers 0.23.3's: the default tokenizer.json with pretokenizers[0].pattern.Regex set to
+// the regex, then Tokenizer.from_str(json).encode(text, add_special_tokens=False).ids.
+TEST(TokenizerLoaderTest, SplitRegexEscapesMeanWhatTheyMeanInOniguruma) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> words = DefaultWithSplitRegex("onig_w", R"(\w+|\W)");
+  ASSERT_TRUE(words.ok()) << words.status();
+  // \w takes marks (U+032F, U+036F, U+0308) and connector punctuation (U+203F) into the word, but
+  // not other numbers (U+2460 ①, U+09F4); a bare \w also takes the Latin-1 superscript ².
+  EXPECT_THAT((*words)->Encode("cafe\u032fs", false, false, kPlain),
+              ElementsAre(66, 64, 69, 68, 136, 503));
+  EXPECT_THAT((*words)->Encode("cafe\u036fs", false, false, kPlain),
+              ElementsAre(66, 64, 69, 68, 137, 503));
+  EXPECT_THAT((*words)->Encode("na\u0308ive\u203fs", false, false, kPlain),
+              ElementsAre(376, 136, 230, 748, 158, 222, 123, 82));
+  EXPECT_THAT((*words)->Encode("x\u2460y", false, false, kPlain),
+              ElementsAre(87, 158, 239, 254, 88));
+  EXPECT_THAT((*words)->Encode("\u09f4s", false, false, kPlain), ElementsAre(156, 100, 112, 82));
+  EXPECT_THAT((*words)->Encode("e=mc\u00b2s", false, false, kPlain),
+              ElementsAre(68, 28, 76, 66, 126, 110, 82));
+
+  // \h is a hex digit, not horizontal space.
+  absl::StatusOr<std::unique_ptr<Tokenizer>> hex = DefaultWithSplitRegex("onig_h", R"(\h+|\H+)");
+  ASSERT_TRUE(hex.ok()) << hex.status();
+  EXPECT_THAT((*hex)->Encode("face off", false, false, kPlain),
+              ElementsAre(69, 64, 348, 272, 69, 69));
+  EXPECT_THAT((*hex)->Encode("0xdeadbeef;", false, false, kPlain),
+              ElementsAre(15, 87, 67, 645, 65, 68, 68, 69, 26));
+}
+
+// Oniguruma reads a bare \w's code points below U+0100 from its Latin-1 table, where ² and ½ are
+// word characters; [\w] follows Unicode, where they are not. A byte vocabulary plus the merge
+// "c Â" (c, 0xC2) shows where the split falls. Expected ids: PyPI tokenizers 0.23.3 on this
+// tokenizer.json (with the fields tokenizers requires added at their defaults),
+// Tokenizer.from_str(json).encode(text, add_special_tokens=False).ids.
+TEST(TokenizerLoaderTest, SplitRegexBareWordTakesOnigurumasLatin1Superscripts) {
+  const auto load = [](const std::string& name, const std::string& regex) {
+    nlohmann::json vocab = ByteVocab();
+    vocab["c\u00c2"] = 256;
+    const nlohmann::json json = {
+        {"added_tokens", {{{"id", 257}, {"content", "<|endoftext|>"}, {"special", true}}}},
+        {"pre_tokenizer",
+         {{"type", "Sequence"},
+          {"pretokenizers",
+           {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}},
+            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"c \u00c2"}}}}};
+    const std::string dir = MakeDir(name);
+    Write(dir + "/tokenizer.json", json.dump());
+    return LoadOrDie(dir + "/tokenizer.json");
+  };
+  std::unique_ptr<Tokenizer> bare = load("latin1_bare", R"(\w+|\W)");
+  ASSERT_NE(bare, nullptr);
+  EXPECT_THAT(bare->Encode("c\u00b2", false, false, kPlain), ElementsAre(256, 178));
+  EXPECT_THAT(bare->Encode("[c\u00bd]", false, false, kPlain), ElementsAre('[', 256, 189, ']'));
+  EXPECT_THAT(bare->Encode("c\u00a9", false, false, kPlain), ElementsAre('c', 194, 169));
+  std::unique_ptr<Tokenizer> in_class = load("latin1_class", R"([\w]+|[^\w])");
+  ASSERT_NE(in_class, nullptr);
+  EXPECT_THAT(in_class->Encode("c\u00b2", false, false, kPlain), ElementsAre('c', 194, 178));
+}
+
+TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
+  for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
+           {R"(\X)", R"(\X is not supported)"},
+           {R"(\V+)", R"(\V is not supported)"},
+           {R"([[:alpha:]]+)", "POSIX class [:alpha:] is not supported"},
+           {R"([a-z&&[^aeiou]]+)", "&& inside [...] is not supported"},
+           {R"([a[0-9]]+)", "[ inside [...] is not supported"},
+           {R"([\W])", R"(\W inside [...] is not supported)"}}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
+    ASSERT_FALSE(tokenizer.ok()) << regex;
+    EXPECT_THAT(tokenizer.status().message(),
+                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
+                                       regex, "/: ", construct)));
+  }
 }
 
 TEST(TokenizerLoaderTest, MalformedRankFileErrorsNameTheLine) {
