@@ -1,0 +1,179 @@
+#include "lib/tokenizer/oniguruma_regex.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+
+namespace titan {
+namespace {
+
+// Oniguruma's \w, the Unicode word characters (Alphabetic, marks, decimal digits, connector
+// punctuation), as the body of a PCRE2 class: PCRE2 10.42's \w under UCP is only [\p{L}\p{N}_],
+// which splits combining marks off words and keeps other numbers (①) in them.
+constexpr absl::string_view kOnigWordBody = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})";
+// A bare \w, \W or \b (not one inside [...]) reads code points below U+0100 from Oniguruma's
+// Latin-1 table, which also counts these as word characters: superscripts ²³¹ and fractions ¼½¾.
+constexpr absl::string_view kOnigLatin1Word = R"(\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
+
+bool OneOf(absl::string_view chars, char c) { return chars.find(c) != absl::string_view::npos; }
+
+}  // namespace
+
+absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
+  const std::string word_class = absl::StrCat("[", kOnigWordBody, kOnigLatin1Word, "]");
+  const std::string non_word_class = absl::StrCat("[^", kOnigWordBody, kOnigLatin1Word, "]");
+  const auto refuse = [&](absl::string_view construct, absl::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("regex /", pattern, "/: ", construct, " is not supported (", why, ")"));
+  };
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      const char e = pattern[++i];
+      switch (e) {
+        case 'w':
+          absl::StrAppend(&out, in_class ? std::string(kOnigWordBody) : word_class);
+          continue;
+        case 'W':
+          if (in_class) return refuse("\\W inside [...]", "PCRE2 cannot negate a class inside one");
+          absl::StrAppend(&out, non_word_class);
+          continue;
+        case 'b':
+        case 'B':
+          if (in_class) break;  // Backspace in a class, as in PCRE2.
+          // A word boundary by Oniguruma's \w, not PCRE2's.
+          absl::StrAppend(&out, "(?:(?<=", word_class, e == 'b' ? ")(?!" : ")(?=", word_class,
+                          ")|(?<!", word_class, e == 'b' ? ")(?=" : ")(?!", word_class, "))");
+          continue;
+        case 'h':  // A hex digit in Oniguruma; horizontal space in PCRE2.
+          absl::StrAppend(&out, in_class ? "0-9a-fA-F" : "[0-9a-fA-F]");
+          continue;
+        case 'H':
+          if (in_class) return refuse("\\H inside [...]", "PCRE2 cannot negate a class inside one");
+          absl::StrAppend(&out, "[^0-9a-fA-F]");
+          continue;
+        case 's':  // Unicode White_Space; PCRE2 10.42's \s also takes U+180E.
+          absl::StrAppend(&out, "\\p{White_Space}");
+          continue;
+        case 'S':
+          absl::StrAppend(&out, "\\P{White_Space}");
+          continue;
+        case 'v':  // The vertical tab alone in Oniguruma; any vertical space in PCRE2.
+          absl::StrAppend(&out, "\\x{0B}");
+          continue;
+        case 'u':  // \uHHHH: Oniguruma's code point escape; PCRE2 spells it \x{HHHH}.
+          if (i + 4 < pattern.size() && absl::ascii_isxdigit(pattern[i + 1]) &&
+              absl::ascii_isxdigit(pattern[i + 2]) && absl::ascii_isxdigit(pattern[i + 3]) &&
+              absl::ascii_isxdigit(pattern[i + 4])) {
+            absl::StrAppend(&out, "\\x{", pattern.substr(i + 1, 4), "}");
+            i += 4;
+            continue;
+          }
+          return refuse("\\u without 4 hex digits", "expected \\uHHHH");
+        case 'V':
+          return refuse("\\V", "a literal V in Oniguruma, non-vertical-space in PCRE2");
+        case 'X':
+          return refuse("\\X", "PCRE2 and Oniguruma segment grapheme clusters differently");
+        case 'Q':
+          return refuse("\\Q", "a literal Q in Oniguruma, a quoting start in PCRE2");
+        default:
+          break;
+      }
+      out.push_back('\\');
+      out.push_back(e);
+      // Braced arguments (\p{^L}, \x{2028}, \k<name>) are copied whole: their ^ and { are no anchor
+      // or quantifier.
+      const char open = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+      if ((OneOf("pPxo", e) && open == '{') || (OneOf("kg", e) && open == '<')) {
+        const size_t close = pattern.find(open == '{' ? '}' : '>', i + 1);
+        if (close != absl::string_view::npos) {
+          absl::StrAppend(&out, pattern.substr(i + 1, close - i));
+          i = close;
+        }
+      }
+      continue;
+    }
+    if (in_class) {
+      if (c == ']') {
+        in_class = false;
+      } else if (c == '&' && i + 1 < pattern.size() && pattern[i + 1] == '&') {
+        return refuse("&& inside [...]", "class intersection in Oniguruma, literal & in PCRE2");
+      } else if (c == '[') {
+        // POSIX classes; these three mean the same in both, the others (alpha, word, punct, ...)
+        // follow different Unicode properties.
+        const size_t end = pattern.find(":]", i);
+        if (i + 1 < pattern.size() && pattern[i + 1] == ':' && end != absl::string_view::npos) {
+          const absl::string_view name = pattern.substr(i, end + 2 - i);
+          if (name != "[:digit:]" && name != "[:xdigit:]" && name != "[:cntrl:]" &&
+              name != "[:^digit:]" && name != "[:^xdigit:]" && name != "[:^cntrl:]") {
+            return refuse(absl::StrCat("POSIX class ", name),
+                          "Oniguruma's Unicode meaning differs from PCRE2's");
+          }
+          absl::StrAppend(&out, name);
+          i = end + 1;
+          continue;
+        }
+        return refuse("[ inside [...]", "a nested class in Oniguruma, a literal [ in PCRE2");
+      }
+      out.push_back(c);
+      continue;
+    }
+    switch (c) {
+      case '[':
+        in_class = true;
+        out.push_back(c);
+        // A ] first in the class (after an optional ^) is literal in both.
+        if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
+        if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);
+        continue;
+      case '^':  // Oniguruma (Ruby) anchors always match at line starts and ends.
+        absl::StrAppend(&out, "(?m:^)");
+        continue;
+      case '$':
+        absl::StrAppend(&out, "(?m:$)");
+        continue;
+      case '{':  // {,n} is {0,n} in Oniguruma; PCRE2 10.42 reads it literally.
+        if (i + 1 < pattern.size() && pattern[i + 1] == ',') {
+          absl::StrAppend(&out, "{0");
+          continue;
+        }
+        break;
+      case '(':
+        if (absl::StartsWith(pattern.substr(i), "(?#")) {  // A comment, copied whole.
+          const size_t close = pattern.find(')', i);
+          if (close == absl::string_view::npos) break;
+          absl::StrAppend(&out, pattern.substr(i, close + 1 - i));
+          i = close;
+          continue;
+        }
+        // Inline options: Ruby's m is PCRE2's s (dot matches newline).
+        if (i + 2 < pattern.size() && pattern[i + 1] == '?') {
+          size_t j = i + 2;
+          while (j < pattern.size() && OneOf("imx-", pattern[j])) ++j;
+          if (j > i + 2 && j < pattern.size() && (pattern[j] == ':' || pattern[j] == ')')) {
+            std::string options(pattern.substr(i + 2, j - i - 2));
+            if (OneOf(options, 'x')) {
+              return refuse("(?x)", "extended-mode comments are not translated");
+            }
+            std::replace(options.begin(), options.end(), 'm', 's');
+            absl::StrAppend(&out, "(?", options);
+            i = j - 1;
+            continue;
+          }
+        }
+        break;
+      default:
+        break;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace titan
