@@ -166,6 +166,15 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state) {
     TITAN_ASSIGN_OR_RETURN(const ModelInfo held,
                            ModelInfoFromJson(saved->state().at("model"), dir));
     TITAN_RETURN_IF_ERROR(CheckSameParameters(held, *parts_.model, dir));
+    // Shapes alike, the same weights under another rope_theta or norm_eps are another model.
+    const std::string differences = ArchitectureDifferences(held.args, parts_.model->args);
+    if (!differences.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir, ": saved by ", DescribeModelInfo(held), ", but this run's model is ",
+          DescribeModelInfo(*parts_.model), " (", differences,
+          "); resume with the saved settings, or start a new run from this step with [checkpoint] "
+          "initial_load_path"));
+    }
   }
   std::vector<std::string> excluded(excluded_.begin(), excluded_.end());
   std::sort(excluded.begin(), excluded.end());

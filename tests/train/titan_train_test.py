@@ -166,6 +166,24 @@ class TitanTrainTest(unittest.TestCase):
                                       r"the model is qwen3 debugmodel \(.*\); first differing "
                                       r"tensors: ")
 
+    def test_a_step_of_another_rope_theta_is_refused(self):
+        # Shapes alike, the same weights under another RoPE are another model: a resume of a step
+        # saved with other architecture fields (here the manifest's record) is refused by name.
+        dump = self.dump("theta_changed")
+        flags = ["--checkpoint.last_save_model_only=false", "--validation.enable=false"]
+        run_train(dump, "--training.steps=1", *flags)
+        manifest = os.path.join(dump, "checkpoint", "step-1", "manifest.json")
+        with open(manifest) as f:
+            saved = json.load(f)
+        saved["state"]["model"]["args"]["rope"]["theta"] = 10000.0
+        with open(manifest, "w") as f:
+            json.dump(saved, f)
+        proc = run_train(dump, "--training.steps=2", *flags, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertRegex(proc.stderr, r"step-1: saved by llama3 \(dim 256.*\), but this "
+                                      r"run's model is llama3 debugmodel \(.*\) \(rope_theta 10000 vs "
+                                      r"500000\); resume with the saved settings")
+
     def test_sigterm_finishes_step_saves_and_exits_zero(self):
         dump = self.dump("sigterm")
         cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
