@@ -444,7 +444,10 @@ absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) 
     if (path == keep) continue;
     LOG(WARNING) << "Removing " << path << " left by an interrupted "
                  << (absl::EndsWith(name, "-deleted") ? "deletion" : "save");
-    TITAN_RETURN_IF_ERROR(RemoveTree(path));
+    // Never read as a step, a temporary that stays (not ours to delete, say) costs only disk.
+    if (const absl::Status removed = RemoveTree(path); !removed.ok()) {
+      LOG(WARNING) << "could not remove it, left in place: " << removed.message();
+    }
   }
   return absl::OkStatus();
 }
@@ -457,8 +460,15 @@ absl::Status CheckpointManager::EnforceKeepLatest() const {
     const std::string dir = StepDirectory(steps[i]);
     // Renamed first so a crash mid-delete leaves a temporary, never a half step.
     const std::string doomed = absl::StrCat(dir, kTemporaryInfix, ranks_.run_id, "-deleted");
-    if (::rename(dir.c_str(), doomed.c_str()) != 0) return ErrnoError("rename to " + doomed, dir);
-    TITAN_RETURN_IF_ERROR(RemoveTree(doomed));
+    // A step that cannot go (not ours to delete, a snapshot) is kept: training goes on.
+    absl::Status removed = ::rename(dir.c_str(), doomed.c_str()) == 0
+                               ? RemoveTree(doomed)
+                               : ErrnoError("rename to " + doomed, dir);
+    if (!removed.ok()) {
+      LOG(WARNING) << "keep_latest_k=" << keep_latest_k_ << ": could not delete " << dir
+                   << ", left in place: " << removed.message();
+      continue;
+    }
     LOG(INFO) << "Deleted checkpoint " << dir << " (keep_latest_k=" << keep_latest_k_ << ")";
   }
   return absl::OkStatus();

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -16,8 +15,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/directory.h"
-#include "lib/checkpoint/test_dir.h"
 #include "lib/checkpoint/rng_state.h"
+#include "lib/checkpoint/test_dir.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -105,6 +104,19 @@ TEST(CheckpointManagerTest, KeepLatestKDeletesOlderSteps) {
   CheckpointManager keep_all(root, /*keep_latest_k=*/0);
   ASSERT_TRUE(keep_all.Save(6, MakeState(6), false).ok());
   EXPECT_THAT(*keep_all.ListSteps(), ElementsAre(4, 5, 6));
+}
+
+TEST(CheckpointManagerTest, AStepThatCannotBeDeletedIsKeptAndTheSaveSucceeds) {
+  // A run id long enough that step-10's deletion name (step-10.tmp-<id>-deleted) passes NAME_MAX
+  // while step-2's and the save's own names do not: its rename fails, as for a step on a snapshot
+  // or of another owner. The save succeeds, the step stays, and the other old steps still go.
+  const std::string root = TestRoot();
+  CheckpointManager keep_all(root, /*keep_latest_k=*/0);
+  for (int step : {2, 10}) ASSERT_TRUE(keep_all.Save(step, MakeState(step), false).ok());
+  CheckpointManager manager(root, /*keep_latest_k=*/1,
+                            CheckpointRanks{0, 1, std::string(255 - 19, 'r')});
+  ASSERT_TRUE(manager.Save(11, MakeState(11), false).ok());
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(10, 11));  // step 2 deleted, step 10 left
 }
 
 TEST(CheckpointManagerTest, StepsAfterARolledBackStepAreSetAsideNotDeleted) {
