@@ -157,6 +157,10 @@ std::string CheckpointManager::StepDirectory(int64_t step) const {
   return absl::StrCat(root_, "/", kStepPrefix, step);
 }
 
+std::string CheckpointManager::HfExportDirectory(int64_t step) const {
+  return StepDirectory(step) + "-hf";
+}
+
 absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64_t step,
                                                const CheckpointState& state, bool model_only,
                                                uint64_t& total_bytes) const {
@@ -370,6 +374,15 @@ absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideStepsAfter(
     if (::rename(dir.c_str(), aside.c_str()) != 0) return ErrnoError("rename to " + aside, dir);
     LOG(WARNING) << "Set aside " << dir << " as " << aside << ": " << why
                  << "; rename it back to resume it";
+    // Its Hugging Face export goes with it: left, it would pass for the new timeline's step.
+    const std::string export_dir = HfExportDirectory(abandoned);
+    if (IsDirectory(export_dir)) {
+      const std::string export_aside = absl::StrCat(export_dir, ".abandoned-", ranks_.run_id);
+      if (::rename(export_dir.c_str(), export_aside.c_str()) != 0) {
+        return ErrnoError("rename to " + export_aside, export_dir);
+      }
+      LOG(WARNING) << "Set aside " << export_dir << " as " << export_aside;
+    }
   }
   return newer;
 }
@@ -424,11 +437,15 @@ absl::Status CheckpointManager::RecoverInterruptedRuns() const {
     for (const json& step : journal.at("steps")) {
       if (!step.is_number_integer()) continue;
       const std::string dir = StepDirectory(step.get<int64_t>());
-      const std::string aside = absl::StrCat(dir, ".abandoned-", run_id);
-      if (!IsDirectory(aside) || PathExists(dir)) continue;
-      if (::rename(aside.c_str(), dir.c_str()) != 0) return ErrnoError("rename to " + dir, aside);
-      LOG(WARNING) << "Put back " << dir << ", set aside by run " << run_id
-                   << ", which counted from step 0 again and stopped before its first save";
+      for (const std::string& put_back : {dir, HfExportDirectory(step.get<int64_t>())}) {
+        const std::string aside = absl::StrCat(put_back, ".abandoned-", run_id);
+        if (!IsDirectory(aside) || PathExists(put_back)) continue;
+        if (::rename(aside.c_str(), put_back.c_str()) != 0) {
+          return ErrnoError("rename to " + put_back, aside);
+        }
+        LOG(WARNING) << "Put back " << put_back << ", set aside by run " << run_id
+                     << ", which counted from step 0 again and stopped before its first save";
+      }
     }
     TITAN_RETURN_IF_ERROR(FsyncDirectory(root_));
     if (::unlink(path.c_str()) != 0) return ErrnoError("unlink", path);

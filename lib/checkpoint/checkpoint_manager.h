@@ -116,6 +116,9 @@ class CheckpointManager {
 
   // The directory a committed step lives in.
   std::string StepDirectory(int64_t step) const;
+  // Where a step's Hugging Face export ([checkpoint] last_save_in_hf) lives, beside the step: it is
+  // set aside and put back with it.
+  std::string HfExportDirectory(int64_t step) const;
 
  private:
   absl::Status WriteRankFiles(const std::string& tmp_dir, int64_t step,

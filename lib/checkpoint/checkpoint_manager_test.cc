@@ -124,7 +124,10 @@ TEST(CheckpointManagerTest, StepsAfterARolledBackStepAreSetAsideNotDeleted) {
   CheckpointManager manager(root, /*keep_latest_k=*/3, CheckpointRanks{0, 1, "run2"});
   for (int step = 2; step <= 6; step += 2)
     ASSERT_TRUE(manager.Save(step, MakeState(step), false).ok());
+  ASSERT_TRUE(MakeDirectories(manager.HfExportDirectory(6)).ok());  // its last_save_in_hf export
   EXPECT_THAT(*manager.SetAsideStepsAfter(2, "test"), ElementsAre(4, 6));
+  EXPECT_FALSE(PathExists(root + "/step-6-hf"));  // it goes with its step
+  EXPECT_TRUE(IsDirectory(root + "/step-6-hf.abandoned-run2"));
   // The rolled-back run's saves are the newest now, and keep_latest_k counts only them.
   ASSERT_TRUE(manager.Save(3, MakeState(3), false).ok());
   EXPECT_EQ(*manager.LatestStep(), 3);
@@ -140,15 +143,18 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   CheckpointManager earlier(root, /*keep_latest_k=*/0, CheckpointRanks{0, 1, "run1"});
   for (int step = 5; step <= 10; step += 5)
     ASSERT_TRUE(earlier.Save(step, MakeState(step), false).ok());
+  ASSERT_TRUE(MakeDirectories(earlier.HfExportDirectory(10)).ok());
   CheckpointManager restart(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run2"});
   EXPECT_THAT(*restart.SetAsideForRestart(5, "test"), ElementsAre(5, 10));
   EXPECT_THAT(*restart.ListSteps(), IsEmpty());
-  // It died here, before its first save committed: the next run puts both steps back.
+  // It died here, before its first save committed: the next run puts both steps back, with the
+  // export.
   CheckpointManager rerun(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run3"});
   ASSERT_TRUE(rerun.RecoverInterruptedRuns().ok());
   EXPECT_THAT(*rerun.ListSteps(), ElementsAre(5, 10));
   ExpectSameTensors(rerun.Load(10)->model, MakeState(10).model);
-  EXPECT_THAT(*ListDirectory(root), UnorderedElementsAre("step-5", "step-10"));
+  EXPECT_THAT(*ListDirectory(root), UnorderedElementsAre("step-5", "step-10", "step-10-hf"));
+  ASSERT_TRUE(RemoveTree(root + "/step-10-hf").ok());
 
   // A restart whose first save committed keeps them aside.
   EXPECT_THAT(*rerun.SetAsideForRestart(5, "test"), ElementsAre(5, 10));

@@ -395,8 +395,10 @@ absl::Status TrainCheckpointer::ExportHf(int64_t step, const NamedTensors& model
   if (PathExists(tokenizer + "/tokenizer.json") || PathExists(tokenizer + "/tokenizer.model")) {
     options.tokenizer_dir = tokenizer;  // transformers loads the export with its tokenizer.
   }
-  const std::string dir = manager_->StepDirectory(step) + "-hf";
-  // An export of this same step by an earlier run of the job is replaced.
+  const std::string dir = manager_->HfExportDirectory(step);
+  // An export of this step by an earlier run of this timeline (other timelines' are set aside
+  // with their steps) is replaced.
+  if (PathExists(dir)) LOG(WARNING) << "replacing " << dir << ", an earlier export of this step";
   TITAN_RETURN_IF_ERROR(RemoveTree(dir));
   TITAN_RETURN_IF_ERROR(
       SaveHfExport(model, *parts_.model, model.front().second.scalar_type(), dir, options));
