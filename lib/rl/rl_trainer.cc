@@ -75,8 +75,11 @@ TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
 
 TokenIds RlTrainer::EncodeResponse(const std::string& response, bool add_eos) const {
   // Parsed: rollouts.jsonl's responses end with their stop token's text, which must replay as it.
-  const std::vector<int32_t> ids =
-      tokenizer_->Encode(response, false, add_eos, SpecialTokenText::kParse);
+  std::vector<int32_t> ids = tokenizer_->Encode(response, false, false, SpecialTokenText::kParse);
+  // A response that already ends with the EOS (a generation fed back) gets no second one (TRL).
+  if (add_eos && (ids.empty() || ids.back() != tokenizer_->eos_id())) {
+    ids.push_back(tokenizer_->eos_id());
+  }
   return TokenIds(ids.begin(), ids.end());
 }
 

@@ -774,6 +774,20 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(long[0], common.BOS)
         self.assertEqual(long[1:], ids["uncut"][1][-62:])
 
+    def test_sft_response_ending_with_eos_gets_no_second_one(self):
+        # A generation fed back as SFT data ends with the EOS's text: TRL appends none then.
+        rows = {}
+        for name, response in (("bare", " #### a b"), ("eos", " #### a b<|end_of_text|>")):
+            prompts = os.path.join(self.root, f"sft_{name}.jsonl")
+            common.write_jsonl(prompts, [{"prompt": "Sort: b a", "response": response}])
+            dump, cmd = self.job(f"sft_eos_{name}", f"--rl.prompts_path={prompts}",
+                                 "--rl.prompts_per_step=1", "--training.steps=1",
+                                 "--metrics.log_freq=1", config="configs/rl_sft_sorting.toml")
+            common.run(cmd)
+            rows[name] = [m for m in common.metrics(dump) if m["step"] == 1][0]
+        for key in ("response_tokens", "loss"):
+            self.assertEqual(rows["eos"][key], rows["bare"][key], key)
+
     def test_generate_reads_prompts_only_whatever_the_algorithm(self):
         prompts = os.path.join(self.root, "prompts_only.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a"}, {"prompt": "Sort: c a"}])
