@@ -48,7 +48,15 @@ absl::Status ForEachObjectLine(
     ++line_number;
     if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
     const std::string where = absl::StrCat(path, ":", line_number);
-    const nlohmann::json object = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    nlohmann::json object;
+    try {
+      object = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception& e) {
+      // What is wrong, where in the line: "parse error at line 1, column 9: ... ill-formed UTF-8".
+      absl::string_view why = e.what();
+      why.remove_prefix(std::min(why.size(), why.find("] ") + 2));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON: ", why));
+    }
     if (!object.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", expected));
     }

@@ -92,7 +92,7 @@ TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {
       {R"({"prompt":"Sort: b a","response":"#### a b","reward":true})",
        ":2: \"reward\" must be a number, got true"},
       {R"({"prompt":"Sort: b a","response":"#### a b","reward":1e999})",
-       ":2: expected a JSON object with prompt, response and reward"},
+       ":2: not valid JSON: number overflow parsing '1e999'"},
       {R"({"prompt":"Sort: b a","response":"#### a b","reward":1e39})",
        ":2: \"reward\" is 1e+39, beyond float32's range (magnitude at most 3.4e38), where the "
        "update computes"},
@@ -108,7 +108,12 @@ TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {
       {R"({"prompt":5,"response":"#### a b","reward":1})",
        ":2: \"prompt\" must be a string, got number"},
       {"[1, 2]", ":2: expected a JSON object with prompt, response and reward"},
-      {"not json", ":2: expected a JSON object with prompt, response and reward"},
+      {"not json",
+       ":2: not valid JSON: parse error at line 1, column 2: syntax error while parsing value - "
+       "invalid literal; last read: 'no'"},
+      {"{\"prompt\":\"\xff\"}",
+       ":2: not valid JSON: parse error at line 1, column 12: syntax error while parsing value - "
+       "invalid string: ill-formed UTF-8 byte; last read: '\"\xff'"},
   };
   for (const auto& c : cases) {
     const std::string path = WriteTemp("bad.jsonl", good + c.line + "\n");
