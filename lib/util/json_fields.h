@@ -1,9 +1,11 @@
 #ifndef TITAN_LIB_UTIL_JSON_FIELDS_H_
 #define TITAN_LIB_UTIL_JSON_FIELDS_H_
 
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <system_error>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -38,13 +40,23 @@ absl::Status ReadRequiredField(const nlohmann::json& object, const char* key,
 }
 
 // A JSON scalar as a person writes it: a string's own text, an integral float below 2^53 (exact in
-// a double) without ".0" (72.0 reads "72", 10000.0 "10000"), anything else as JSON spells it.
+// a double) without ".0" (72.0 reads "72", 10000.0 "10000"), another float in its shortest
+// round-trip spelling as Python's repr (1e+23, not 9.999999999999999e+22), anything else as JSON
+// spells it.
 inline std::string JsonScalarText(const nlohmann::json& value) {
   if (value.is_string()) return value.get<std::string>();
   if (value.is_number_float()) {
     const double number = value.get<double>();
     if (number == std::trunc(number) && std::fabs(number) < 9007199254740992.0) {
       return absl::StrCat(static_cast<int64_t>(number));
+    }
+    char text[32];
+    const std::to_chars_result written = std::to_chars(text, text + sizeof(text), number);
+    if (written.ec == std::errc()) {
+      std::string spelled(text, written.ptr);
+      // Python keeps a float's ".0" where it spells no exponent: 2^53 reads 9007199254740992.0.
+      if (spelled.find_first_of(".e") == std::string::npos) spelled += ".0";
+      return spelled;
     }
   }
   return value.dump();
