@@ -50,11 +50,13 @@ absl::Status RlTrainer::Init(RlMode mode) {
   if (training_run) {
     TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
     TITAN_RETURN_IF_ERROR(runtime_.StartCommTrace(setup_.run_id));
-  }
-  if (rl_.prompts_per_step() % setup_.dp_size != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("[rl] prompts_per_step = ", rl_.prompts_per_step(),
-                     " must be a multiple of the data-parallel degree ", setup_.dp_size));
+    // Only training draws prompts_per_step prompts a step; --generate and --step_rollouts split
+    // their own inputs over the ranks.
+    if (rl_.prompts_per_step() % setup_.dp_size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("[rl] prompts_per_step = ", rl_.prompts_per_step(),
+                       " must be a multiple of the data-parallel degree ", setup_.dp_size));
+    }
   }
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicyCopy());

@@ -879,6 +879,23 @@ class TitanRlTest(unittest.TestCase):
             self.assertIn(f"--generate: {count} prompts for {nproc} ranks: every rank needs at "
                           "least one", stderr)
 
+    def test_prompts_per_step_splits_over_the_ranks_in_training_runs_only(self):
+        # --generate and --step_rollouts split their own inputs over the ranks: prompts_per_step,
+        # which only training reads, need not be a multiple of them there.
+        output = os.path.join(self.root, "odd_per_step.jsonl")
+        _, cmd = self.job("odd_per_step_generate", "--nproc_per_node=2", "--generate",
+                          f"--output={output}", "--rl.eval_size=2", "--rl.prompts_per_step=3")
+        common.run(cmd)
+        self.assertEqual(len(common.read_jsonl(output)), 2)
+        _, cmd = self.job("odd_per_step_step", "--nproc_per_node=2", "--json",
+                          "--rl.prompts_per_step=3")
+        cmd.insert(1, f"--step_rollouts={self.rollouts()}")
+        self.assertIn("loss", json.loads(common.run(cmd).stdout))
+        stderr = self.refusal("odd_per_step_train", "--nproc_per_node=2",
+                              "--rl.prompts_per_step=3")
+        self.assertIn("[rl] prompts_per_step = 3 must be a multiple of the data-parallel degree 2",
+                      stderr)
+
     def test_step_rollouts_that_do_not_split_over_the_ranks_are_refused(self):
         for count, message in (
                 (12, "12 rollouts over 2 ranks: each rank takes a share of 6, which does not split "
