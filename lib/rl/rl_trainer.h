@@ -45,7 +45,9 @@ class RlTrainer {
   // `config` as RlJobConfig returns it. Builds every part and resumes from the newest checkpoint.
   // `mode` kTrain: Train() follows, so the run locks its folders (LockRunFolders) and logs
   // metrics; --generate and --step_rollouts may read a running training's folder, and do not.
-  // kGenerate reads only prompts (and answers) from the prompts files, whatever the algorithm.
+  // kGenerate reads only prompts (and answers) from the prompts files, whatever the algorithm, and
+  // builds the policy alone: no reference, value head or reward model (kStepRollouts: no reward
+  // model).
   static absl::StatusOr<std::unique_ptr<RlTrainer>> Create(const JobConfig& config,
                                                            const DistributedRuntime& runtime,
                                                            RlMode mode);
@@ -154,9 +156,9 @@ class RlTrainer {
   std::unique_ptr<Tokenizer> tokenizer_;
   StopTokens stop_tokens_;  // what every generation's responses end at
   ModelBundle policy_;
-  std::optional<ModelBundle> reference_;  // kl_coef > 0, and DPO
-  std::unique_ptr<RewardModel> reward_model_;  // reward = "reward_model"
-  at::Tensor value_head_;                 // PPO: [1, dim] on the policy's trunk
+  std::optional<ModelBundle> reference_;       // kl_coef > 0, and DPO; never under --generate
+  std::unique_ptr<RewardModel> reward_model_;  // reward = "reward_model", training runs only
+  at::Tensor value_head_;  // PPO, but not under --generate: [1, dim] on the trunk
   std::vector<ParamRef> critic_params_;
   SquaredNormReducer grad_norm_reducer_;  // the policy's gradient norm over ranks; null: one rank
   std::unique_ptr<Optimizer> optimizer_;

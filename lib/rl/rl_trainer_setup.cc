@@ -63,13 +63,18 @@ absl::Status RlTrainer::Init(RlMode mode) {
   TITAN_ASSIGN_OR_RETURN(stop_tokens_, StopTokensOf(policy_.info));
   LOG(INFO) << "generation stops at ids [" << absl::StrJoin(stop_tokens_.ids, ", ") << "] ("
             << stop_tokens_.source << ")";
-  if ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo") {
+  // Generation samples from the policy alone: a reference (a whole copy of the weights) or a
+  // critic there would only take memory.
+  const bool generate = mode == RlMode::kGenerate;
+  if (!generate &&
+      ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo")) {
     // Its parameters keep requires_grad as the policy's, though no optimizer holds them and it
     // only runs under NoGradGuard: with them frozen, LibTorch took other kernels somewhere (the
     // reference's log-probabilities differed from the identical policy's by up to 1e-5).
     TITAN_ASSIGN_OR_RETURN(reference_, BuildPolicyCopy());
   }
-  if (rl_.reward() == "reward_model") {
+  // Only training scores responses: --step_rollouts' rewards are given, --generate has none.
+  if (rl_.reward() == "reward_model" && training_run) {
     TITAN_ASSIGN_OR_RETURN(reward_model_,
                            RewardModel::Load(rl_.reward_model_path(), config_, setup_, runtime_,
                                              tokenizer_->vocab_size()));
@@ -77,7 +82,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params));
   grad_norm_reducer_ = policy_.data_parallel->GradNormReducer(policy_.params);
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
-  if (rl_.algorithm() == "ppo") {
+  if (rl_.algorithm() == "ppo" && !generate) {
     // Zero: the critic starts predicting 0 for every state (TRL's value head starts near it).
     value_head_ = at::zeros({1, policy_.info.args.dim},
                             at::TensorOptions().device(setup_.device).dtype(at::kFloat))
@@ -95,11 +100,11 @@ absl::Status RlTrainer::Init(RlMode mode) {
         &policy_.info,   policy_.num_params, absl::StrCat("rl/", rl_.algorithm())};
     // --generate and --step_rollouts read a training run's folder and must leave it as it is.
     parts.read_only = !training_run;
-    parts.weights_only = mode == RlMode::kGenerate;
+    parts.weights_only = generate;
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
-    // Generation samples from the policy alone: it needs no critic.
-    if (critic_optimizer_ != nullptr && mode != RlMode::kGenerate) {
+    // Generation builds no critic (above).
+    if (critic_optimizer_ != nullptr) {
       // The value head and its optimizer, step by step beside the policy's checkpoints.
       // One step more than the policy keeps: each critic step is saved (and pruned) before its
       // policy step, and must not take the critic of the oldest policy step still kept.
@@ -184,7 +189,8 @@ absl::Status RlTrainer::Init(RlMode mode) {
             << " training examples, " << eval_examples_.size() << " held out; policy "
             << policy_.info.name() << " (" << policy_.num_params << " parameters)"
             << (reference_ ? ", frozen reference" : "")
-            << (value_head_.defined() ? ", value head" : "");
+            << (value_head_.defined() ? ", value head" : "")
+            << (reward_model_ ? ", reward model" : "");
   return absl::OkStatus();
 }
 

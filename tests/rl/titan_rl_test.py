@@ -896,6 +896,19 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn("[rl] prompts_per_step = 3 must be a multiple of the data-parallel degree 2",
                       stderr)
 
+    def test_generate_builds_the_policy_alone(self):
+        # A reference or a value head is unused by generation: no second copy of the weights.
+        output = os.path.join(self.root, "policy_alone.jsonl")
+        _, cmd = self.job("policy_alone_generate", *self.algorithm("ppo"), "--rl.kl_coef=0.05",
+                          "--generate", f"--output={output}", "--rl.eval_size=2")
+        stderr = common.run(cmd).stderr
+        self.assertRegex(stderr, r"titan_rl ppo: \d+ training examples, 2 held out; policy .* "
+                                 r"parameters\)\n")
+        # --step_rollouts' update reads both (the KL to the reference, PPO's values).
+        _, cmd = self.job("policy_alone_step", *self.algorithm("ppo"), "--rl.kl_coef=0.05")
+        cmd.insert(1, f"--step_rollouts={self.rollouts()}")
+        self.assertIn("parameters), frozen reference, value head\n", common.run(cmd).stderr)
+
     def test_step_rollouts_that_do_not_split_over_the_ranks_are_refused(self):
         for count, message in (
                 (12, "12 rollouts over 2 ranks: each rank takes a share of 6, which does not split "
