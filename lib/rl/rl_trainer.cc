@@ -418,10 +418,13 @@ absl::Status RlTrainer::Train() {
   }
   // SIGINT/SIGTERM: finish the step, save and exit 0, as titan_train.
   StopSignal stop_signal(runtime_);
-  if (state_.step == 0) {
+  // Without a held-out set there is no evaluation to log: a 0 would read as a measured one.
+  const bool held_out = !eval_examples_.empty();
+  const std::string eval_key = algorithm == "dpo" ? "eval_preference_accuracy" : "eval_reward";
+  if (state_.step == 0 && held_out) {
     TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());
     StepMetrics m;
-    m.extra = {{algorithm == "dpo" ? "eval_preference_accuracy" : "eval_reward", eval}};
+    m.extra = {{eval_key, eval}};
     TITAN_RETURN_IF_ERROR(log(m));
   }
   while (state_.step < training.steps()) {
@@ -484,9 +487,9 @@ absl::Status RlTrainer::Train() {
     m.step = step;
     m.memory_gib = PeakMemoryGiB(setup_.device);
     const bool last = step == training.steps();
-    if (step % rl_.eval_freq() == 0 || last) {
+    if (held_out && (step % rl_.eval_freq() == 0 || last)) {
       TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());
-      m.extra.emplace_back(algorithm == "dpo" ? "eval_preference_accuracy" : "eval_reward", eval);
+      m.extra.emplace_back(eval_key, eval);
     }
     if (step == 1 || step % config_.metrics().log_freq() == 0 || last ||
         step % rl_.eval_freq() == 0) {

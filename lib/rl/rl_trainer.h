@@ -78,7 +78,7 @@ class RlTrainer {
   absl::Status Train();
 
   // Mean held-out reward (RL: greedy responses), or preference accuracy (DPO), over this rank's
-  // share of the held-out set, summed over ranks.
+  // share of the held-out set, summed over ranks; 0 without one (Train logs nothing then).
   absl::StatusOr<double> Evaluate();
 
   // The policy's whole weights as one safetensors file (rank 0 writes; a collective when

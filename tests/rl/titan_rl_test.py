@@ -73,6 +73,23 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(rows[1]["reward_margin"], 0.0)
         self.assertEqual(rows[1]["preference_accuracy"], 0.5)
 
+    def test_no_held_out_set_logs_no_evaluation(self):
+        # prompts_path without eval_prompts_path (nor a task): nothing is evaluated, so
+        # metrics.jsonl has no eval key (a 0 would read as measured) and no step 0 row.
+        prompts = os.path.join(self.root, "not_held_out.jsonl")
+        common.write_jsonl(prompts, [{"prompt": f"Sort: {c} a", "answer": f"a {c}",
+                                      "chosen": f" #### a {c}", "rejected": f" #### {c} a"}
+                                     for c in "bcde"])
+        for config, key in (("configs/rl_grpo_sorting.toml", "eval_reward"),
+                            ("configs/rl_dpo_sorting.toml", "eval_preference_accuracy")):
+            dump, cmd = self.job(f"no_held_out_{key}", "--rl.task=", f"--rl.prompts_path={prompts}",
+                                 "--training.steps=1", config=config)
+            cmd.remove("--rl.eval_size=8")  # refused without a task
+            self.assertIn("4 training examples, 0 held out", common.run(cmd).stderr)
+            rows = common.metrics(dump)
+            self.assertEqual([m["step"] for m in rows], [1])
+            self.assertNotIn(key, rows[0])
+
     def rollouts(self, second_reward=1.0):
         """Fixed rollouts: two prompts, four responses each, rewards 0 (wrong) or 1 (right; the
         second prompt's `second_reward`)."""
