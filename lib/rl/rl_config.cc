@@ -167,6 +167,15 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
                      "\", which divides by std + advantage_eps (0 for a group of equal "
                      "rewards)"));
   }
+  // Greedy groups are group_size copies of one response: equal rewards, advantages all 0. PPO's
+  // advantages come from its value head (GAE), not from its group, so it still learns.
+  if (groups && mode == RlMode::kTrain && rl.temperature() == 0 && rl.group_size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[rl] temperature = 0 with [rl] group_size = ", rl.group_size(), ": ", algorithm,
+        " would sample each group's responses greedily, all the same, so their rewards are equal "
+        "and every advantage (r - group mean) is 0: the run would never learn. Set temperature > "
+        "0 (1.0 samples the model's distribution); titan_rl --generate samples greedily"));
+  }
   if ((rl.reward() == "command") != !rl.reward_command().empty()) {
     return absl::InvalidArgumentError(
         "[rl] reward = \"command\" and [rl] reward_command: set both or neither");

@@ -193,6 +193,31 @@ TEST(RlJobConfigTest, SftAndDpoSampleOnlyForGenerate) {
   }
 }
 
+TEST(RlJobConfigTest, GreedyGroupsAreRefusedForTrainingOnly) {
+  for (const char* algorithm : {"grpo", "dapo"}) {
+    JobConfig config = SortingJob();
+    config.mutable_rl()->set_algorithm(algorithm);
+    config.mutable_rl()->set_temperature(0);
+    config.mutable_rl()->set_group_size(4);
+    EXPECT_EQ(Refusal(config),
+              absl::StrCat("[rl] temperature = 0 with [rl] group_size = 4: ", algorithm,
+                           " would sample each group's responses greedily, all the same, so "
+                           "their rewards are equal and every advantage (r - group mean) is 0: "
+                           "the run would never learn. Set temperature > 0 (1.0 samples the "
+                           "model's distribution); titan_rl --generate samples greedily"));
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kGenerate).ok());
+    // Given rollouts are not sampled: the temperature only scales their log-probabilities.
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kStepRollouts).ok());
+    config.mutable_rl()->set_temperature(0.7);
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+  }
+  // PPO's advantages are its value head's (GAE): a greedy response still has some.
+  JobConfig config = SortingJob();
+  config.mutable_rl()->set_algorithm("ppo");
+  config.mutable_rl()->set_temperature(0);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+}
+
 TEST(RlJobConfigTest, KeysTheAlgorithmDoesNotReadAreRefused) {
   struct Case {
     const char* algorithm;
