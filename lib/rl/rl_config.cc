@@ -95,6 +95,13 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
   const std::string grouped = absl::StrCat("only grpo and dapo normalise rewards by group", is);
   const std::string gae = absl::StrCat("only ppo has a value head and GAE", is);
   const bool generate = mode == RlMode::kGenerate;
+  // Before the keys and the rollouts file's shape, which are the wrong algorithm's to check.
+  if (mode == RlMode::kStepRollouts && !policy_gradient) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--step_rollouts updates on scored rollouts: [rl] algorithm must be grpo, dapo or ppo, "
+        "not ",
+        algorithm, " (sft and dpo learn from the examples of [rl] prompts_path)"));
+  }
   if (absl::Status status = RefuseUnreadKeys(
           config,
           {{"ppo_epochs", policy_gradient, sampled},

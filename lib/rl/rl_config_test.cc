@@ -218,6 +218,21 @@ TEST(RlJobConfigTest, GreedyGroupsAreRefusedForTrainingOnly) {
   EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 }
 
+TEST(RlJobConfigTest, StepRolloutsNeedsASamplingAlgorithm) {
+  for (const char* algorithm : {"sft", "dpo"}) {
+    JobConfig config = SortingJob();
+    config.mutable_rl()->set_algorithm(algorithm);
+    EXPECT_EQ(
+        RlJobConfig(config, RlMode::kStepRollouts).status().message(),
+        absl::StrCat("--step_rollouts updates on scored rollouts: [rl] algorithm must be "
+                     "grpo, dapo or ppo, not ",
+                     algorithm, " (sft and dpo learn from the examples of [rl] prompts_path)"));
+  }
+  JobConfig config = SortingJob();
+  config.mutable_rl()->set_algorithm("ppo");
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kStepRollouts).ok());
+}
+
 TEST(RlJobConfigTest, KeysTheAlgorithmDoesNotReadAreRefused) {
   struct Case {
     const char* algorithm;

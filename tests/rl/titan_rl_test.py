@@ -938,6 +938,19 @@ class TitanRlTest(unittest.TestCase):
             stderr = self.refusal(f"step_{count}", "--nproc_per_node=2", f"--step_rollouts={path}")
             self.assertIn(f"{path}: {message}", stderr)
 
+    def test_step_rollouts_checks_the_algorithm_before_the_rollouts(self):
+        # 7 rows split into no group_size = 8 group: the algorithm is what is wrong, said first.
+        path = os.path.join(self.root, "rollouts_for_dpo.jsonl")
+        common.write_jsonl(path, [{"prompt": "Sort: b a", "response": " #### a b", "reward": 1}] * 7)
+        for algorithm in ("sft", "dpo"):
+            _, cmd = self.job(f"step_{algorithm}", f"--step_rollouts={path}",
+                              config=f"configs/rl_{algorithm}_sorting.toml")
+            proc = common.run(cmd, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+            self.assertIn("--step_rollouts updates on scored rollouts: [rl] algorithm must be grpo, "
+                          f"dapo or ppo, not {algorithm}", proc.stderr)
+            self.assertNotIn("group_size", proc.stderr)
+
     def test_tool_flags_take_their_value_as_the_next_argument(self):
         output = os.path.join(self.root, "spaced", "out.jsonl")
         os.makedirs(os.path.dirname(output), exist_ok=True)
