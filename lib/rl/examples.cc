@@ -134,6 +134,31 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
               where, ": \"reward\" is ", reward->dump(),
               ", beyond float32's range (magnitude at most 3.4e38), where the update computes"));
         }
+        if (auto logprobs = object.find("logprobs"); logprobs != object.end()) {
+          if (!logprobs->is_array()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                where, ": \"logprobs\" must be an array of numbers, got ", logprobs->type_name()));
+          }
+          for (size_t t = 0; t < logprobs->size(); ++t) {
+            const nlohmann::json& value = (*logprobs)[t];
+            // JSON has no NaN or infinity; float32 is what the update computes in.
+            if (!value.is_number() || !FitsFloat32(value.get<double>())) {
+              return absl::InvalidArgumentError(absl::StrCat(where, ": \"logprobs\"[", t, "] is ",
+                                                             value.dump(),
+                                                             ", not a number in float32's range"));
+            }
+            rollout.logprobs.push_back(value.get<double>());
+          }
+          rollout.has_logprobs = true;
+        }
+        // Old log-probabilities for some rows only would mix two behaviour policies in one step.
+        if (!rollouts.empty() && rollout.has_logprobs != rollouts.front().has_logprobs) {
+          const RewardedRollout& with = rollout.has_logprobs ? rollout : rollouts.front();
+          const RewardedRollout& without = rollout.has_logprobs ? rollouts.front() : rollout;
+          return absl::InvalidArgumentError(
+              absl::StrCat(without.where, ": no \"logprobs\" field, which ", with.where,
+                           " has: give every rollout's log-probabilities or none"));
+        }
         rollouts.push_back(std::move(rollout));
         return absl::OkStatus();
       }));

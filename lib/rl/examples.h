@@ -39,10 +39,15 @@ struct RewardedRollout {
   std::string prompt;
   std::string response;
   double reward = 0;
+  // The behaviour policy's log-probability of each response token (a generator's, or titan's
+  // rollouts.jsonl); empty when the row has none.
+  std::vector<double> logprobs;
+  bool has_logprobs = false;
   std::string where;  // "path:line", for errors about it found later
 };
 
-// JSONL with one object per line: "prompt", "response" (strings) and "reward" (a number).
+// JSONL with one object per line: "prompt", "response" (strings), "reward" (a number) and
+// optionally "logprobs" (an array of numbers in float32's range; every row has it or none).
 // Errors name path:line and the field; a file without rollouts is one. For `algorithm` ppo an
 // empty response is one too: PPO puts the reward on the response's last token (grpo and dapo
 // take it: its reward still counts in its group's mean and std).

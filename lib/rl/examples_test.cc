@@ -1,6 +1,7 @@
 #include "lib/rl/examples.h"
 
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "lib/util/file_util.h"
@@ -77,6 +78,40 @@ TEST(RewardedRolloutsTest, ReadsPromptResponseAndReward) {
   EXPECT_EQ((*rollouts)[1].prompt, "Sort: c a");
   EXPECT_EQ((*rollouts)[1].response, "#### c a");
   EXPECT_EQ((*rollouts)[1].reward, -0.5);
+}
+
+TEST(RewardedRolloutsTest, ReadsLogprobsOfEveryRowOrNone) {
+  const std::string with = R"({"prompt":"a","response":"b","reward":1,"logprobs":[-0.5,-2]})";
+  const std::string without = R"({"prompt":"a","response":"b","reward":1})";
+  std::string path = WriteTemp("logprobs.jsonl", with + "\n" + with + "\n");
+  auto rollouts = ReadRewardedRollouts(path, "grpo");
+  ASSERT_TRUE(rollouts.ok()) << rollouts.status();
+  EXPECT_TRUE((*rollouts)[1].has_logprobs);
+  EXPECT_EQ((*rollouts)[1].logprobs, (std::vector<double>{-0.5, -2}));
+  const struct {
+    std::string lines;
+    std::string error;
+  } cases[] = {
+      {with + "\n" + without,
+       ":2: no \"logprobs\" field, which PATH:1 has: give every rollout's "
+       "log-probabilities or none"},
+      {without + "\n" + with,
+       ":1: no \"logprobs\" field, which PATH:2 has: give every rollout's "
+       "log-probabilities or none"},
+      {R"({"prompt":"a","response":"b","reward":1,"logprobs":-1})",
+       ":1: \"logprobs\" must be an array of numbers, got number"},
+      {R"({"prompt":"a","response":"b","reward":1,"logprobs":[-1,null]})",
+       ":1: \"logprobs\"[1] is null, not a number in float32's range"},
+      {R"({"prompt":"a","response":"b","reward":1,"logprobs":[-1e39]})",
+       ":1: \"logprobs\"[0] is -1e+39, not a number in float32's range"},
+  };
+  for (const auto& c : cases) {
+    path = WriteTemp("bad_logprobs.jsonl", c.lines + "\n");
+    std::string error = c.error;
+    if (const size_t at = error.find("PATH"); at != std::string::npos) error.replace(at, 4, path);
+    EXPECT_EQ(std::string(ReadRewardedRollouts(path, "grpo").status().message()), path + error)
+        << c.lines;
+  }
 }
 
 TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {

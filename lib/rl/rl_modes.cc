@@ -269,16 +269,27 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
         share, ", which does not split into [rl] group_size = ", group,
         " groups (give a multiple of ", group * world, ")"));
   }
+  // The rows' log-probabilities are the behaviour policy's: the old ones, unless [rl]
+  // old_logprobs asks for the trainer's.
+  const bool given_logprobs = rows->front().has_logprobs;
+  const bool use_logprobs = given_logprobs && config.rl().old_logprobs() == "generator";
+  if (given_logprobs && !use_logprobs && runtime.rank() == 0) {
+    LOG(INFO) << path << ": its \"logprobs\" are not read: [rl] old_logprobs = \""
+              << config.rl().old_logprobs() << "\" computes the old log-probabilities";
+  }
   std::vector<std::string> prompts, responses, where;
   std::vector<double> rewards;
+  std::vector<std::vector<double>> logprobs;
   for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
     prompts.push_back((*rows)[i].prompt);
     responses.push_back((*rows)[i].response);
     rewards.push_back((*rows)[i].reward);
     where.push_back((*rows)[i].where);
+    if (use_logprobs) logprobs.push_back((*rows)[i].logprobs);
   }
-  // A too-long row is refused by its file:line.
-  absl::StatusOr<StepMetrics> metrics = trainer.Step(prompts, responses, rewards, where);
+  // A too-long row, or one whose log-probabilities are not one per token, is refused by its
+  // file:line.
+  absl::StatusOr<StepMetrics> metrics = trainer.Step(prompts, responses, rewards, where, logprobs);
   if (!metrics.ok()) return metrics.status();
   const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
   TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));

@@ -281,25 +281,47 @@ absl::StatusOr<at::Tensor> RlTrainer::ReduceOverDp(const at::Tensor& values, Red
 absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prompts,
                                             const std::vector<std::string>& responses,
                                             const std::vector<double>& rewards,
-                                            const std::vector<std::string>& where) {
+                                            const std::vector<std::string>& where,
+                                            const std::vector<std::vector<double>>& logprobs) {
   if (prompts.size() != responses.size() || prompts.size() != rewards.size() ||
-      (!where.empty() && where.size() != prompts.size())) {
+      (!where.empty() && where.size() != prompts.size()) ||
+      (!logprobs.empty() && logprobs.size() != prompts.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Step: ", prompts.size(), " prompts, ", responses.size(), " responses and ", rewards.size(),
-        " rewards", where.empty() ? "" : absl::StrCat(", ", where.size(), " names")));
+        " rewards", where.empty() ? "" : absl::StrCat(", ", where.size(), " names"),
+        logprobs.empty() ? "" : absl::StrCat(", ", logprobs.size(), " log-probability rows")));
   }
   Rollouts rollouts;
+  size_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     rollouts.prompts.push_back(EncodePrompt(prompts[i]));
     rollouts.responses.push_back(EncodeResponse(responses[i], /*add_eos=*/false));
-    if (absl::Status fits =
-            CheckRolloutFits(rollouts.prompts.back().size(), rollouts.responses.back().size());
-        !fits.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where.empty() ? absl::StrCat("Step: rollout ", i) : where[i], ": ", fits.message()));
+    const std::string name = where.empty() ? absl::StrCat("Step: rollout ", i) : where[i];
+    const size_t tokens = rollouts.responses.back().size();
+    if (absl::Status fits = CheckRolloutFits(rollouts.prompts.back().size(), tokens); !fits.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", fits.message()));
     }
+    // A log-probability per token, or they would be set against other tokens' in the ratio.
+    if (!logprobs.empty() && logprobs[i].size() != tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": ", logprobs[i].size(), " \"logprobs\" for a response of ", tokens,
+          " tokens (as the tokenizer encodes it, its stop token's text included): give one per "
+          "response token"));
+    }
+    longest = std::max(longest, tokens);
   }
   rollouts.rewards = rewards;
+  if (!logprobs.empty()) {
+    // The layout of LayOutSequences: each row's tokens from column 0, 0 past them (masked).
+    rollouts.generator_logprobs = at::zeros(
+        {static_cast<int64_t>(logprobs.size()), static_cast<int64_t>(longest)}, at::kFloat);
+    auto values = rollouts.generator_logprobs.accessor<float, 2>();
+    for (size_t i = 0; i < logprobs.size(); ++i) {
+      for (size_t t = 0; t < logprobs[i].size(); ++t) {
+        values[i][t] = static_cast<float>(logprobs[i][t]);
+      }
+    }
+  }
   return StepOnRollouts(rollouts);
 }
 

@@ -926,6 +926,41 @@ class TitanRlTest(unittest.TestCase):
         cmd.insert(1, f"--step_rollouts={self.rollouts()}")
         self.assertIn("parameters), frozen reference, value head\n", common.run(cmd).stderr)
 
+    def test_step_rollouts_takes_the_rows_logprobs_as_the_old_ones(self):
+        # An external generator's (vLLM's) log-probabilities are the behaviour policy's: with [rl]
+        # old_logprobs = "generator" (the default) the update's ratio is taken against them.
+        rows = common.read_jsonl(self.rollouts())
+        tokenizer = transformers.AutoTokenizer.from_pretrained(common.TOKENIZER)
+        lengths = [len(tokenizer(r["response"], add_special_tokens=False)["input_ids"])
+                   for r in rows]
+        summaries = {}
+        for name, logprobs, old in (("none", None, "generator"), ("given", -5.0, "generator"),
+                                    ("ignored", -5.0, "trainer")):
+            path = os.path.join(self.root, f"rollouts_logprobs_{name}.jsonl")
+            common.write_jsonl(path, [dict(r, **({} if logprobs is None else
+                                                 {"logprobs": [logprobs] * n}))
+                                      for r, n in zip(rows, lengths)])
+            _, cmd = self.job(f"step_logprobs_{name}", "--rl.kl_coef=0", "--json",
+                              f"--rl.old_logprobs={old}")
+            cmd.insert(1, f"--step_rollouts={path}")
+            proc = common.run(cmd)
+            summaries[name] = json.loads(proc.stdout)
+            if name == "ignored":
+                self.assertIn(f'{path}: its "logprobs" are not read: [rl] old_logprobs = "trainer"',
+                              proc.stderr)
+        self.assertEqual(summaries["none"]["logprob_diff_max"], 0.0)  # the trainer's own
+        self.assertGreater(summaries["given"]["logprob_diff_max"], 1.0)  # -5 vs the trainer's
+        self.assertNotEqual(summaries["given"]["loss"], summaries["none"]["loss"])
+        for key in ("loss", "grad_norm", "logprob_diff_max"):
+            self.assertEqual(summaries["ignored"][key], summaries["none"][key], key)
+        # One per response token, else the row is refused by file:line.
+        path = os.path.join(self.root, "rollouts_logprobs_short.jsonl")
+        common.write_jsonl(path, [dict(r, logprobs=[-1.0] * (n - (i == 2)))
+                                  for i, (r, n) in enumerate(zip(rows, lengths))])
+        stderr = self.refusal("step_logprobs_short", f"--step_rollouts={path}")
+        self.assertIn(f'{path}:3: {lengths[2] - 1} "logprobs" for a response of {lengths[2]} '
+                      "tokens", stderr)
+
     def test_step_rollouts_that_do_not_split_over_the_ranks_are_refused(self):
         for count, message in (
                 (12, "12 rollouts over 2 ranks: each rank takes a share of 6, which does not split "
