@@ -4,6 +4,7 @@
 #include <functional>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
@@ -67,6 +68,10 @@ absl::Status ForEachObjectLine(
 
 // Arithmetic operands: held out when (a + 3b) % 7 == 0, about one pair in seven.
 bool ArithmeticHeldOut(int a, int b) { return (a + 3 * b) % 7 == 0; }
+
+// Sorting's letters: held out when their codes sum to a multiple of 4 (14 of the 56 sets, 84
+// ordered prompts).
+bool SortingHeldOut(char x, char y, char z) { return (x + y + z) % 4 == 0; }
 
 }  // namespace
 
@@ -170,11 +175,38 @@ absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task,
                                                         uint64_t seed, bool held_out) {
   std::mt19937_64 rng(seed);
   std::vector<RlExample> examples;
+  // The held-out split is drawn without repeats: a prompt counted twice would weigh double.
+  absl::flat_hash_set<std::string> seen;
+  auto repeated = [&](const std::string& prompt) {
+    return held_out && !seen.insert(prompt).second;
+  };
+  if (held_out) {
+    int64_t distinct = 0;
+    if (task == "arithmetic") {
+      for (int a = 0; a < 50; ++a) {
+        for (int b = 0; b < 50; ++b) distinct += ArithmeticHeldOut(a, b) ? 1 : 0;
+      }
+    } else if (task == "sorting") {
+      for (int x = 0; x < 8; ++x) {
+        for (int y = 0; y < 8; ++y) {
+          for (int z = 0; z < 8; ++z) {
+            distinct += x != y && y != z && x != z && SortingHeldOut('a' + x, 'a' + y, 'a' + z);
+          }
+        }
+      }
+    }
+    if (count > distinct && distinct > 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(count, " held-out examples asked for, but the ", task, " task has ",
+                       distinct, " distinct held-out prompts"));
+    }
+  }
   if (task == "arithmetic") {
     std::uniform_int_distribution<int> operand(0, 49);
     while (static_cast<int64_t>(examples.size()) < count) {
       const int a = operand(rng), b = operand(rng);
       if (ArithmeticHeldOut(a, b) != held_out) continue;
+      if (repeated(absl::StrCat(a, " + ", b))) continue;
       RlExample e;
       e.prompt = absl::StrCat("What is ", a, " + ", b, "?");
       e.answer = absl::StrCat(a + b);
@@ -190,9 +222,8 @@ absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task,
       std::string picked = letters;
       std::shuffle(picked.begin(), picked.end(), rng);
       picked.resize(3);
-      // Held out: the sets whose letters' codes sum to a multiple of 4 (14 of the 56 sets).
-      const int sum = picked[0] + picked[1] + picked[2];
-      if ((sum % 4 == 0) != held_out) continue;
+      if (SortingHeldOut(picked[0], picked[1], picked[2]) != held_out) continue;
+      if (repeated(picked)) continue;
       std::string sorted = picked;
       std::sort(sorted.begin(), sorted.end());
       std::string wrong = sorted;

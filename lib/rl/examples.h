@@ -57,8 +57,10 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
 // A bundled task's examples, generated from `seed` (no download):
 //  - arithmetic: "What is 23 + 45?" answered "68"; responses end in "#### 68" (GSM8K's).
 //  - sorting: "Sort: c e a" answered "a c e" (three distinct letters of a..h).
-// The held-out split is disjoint from the training one (a fixed rule on the operands). Each
-// example carries a correct response and, for DPO, a wrong one as `rejected`.
+// The held-out split is disjoint from the training one (a fixed rule on the operands) and its
+// prompts are distinct: more than the task has (arithmetic 358, sorting 84) is an error. The
+// training split is drawn with repeats. Each example carries a correct response and, for DPO, a
+// wrong one as `rejected`.
 absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task, int64_t count,
                                                         uint64_t seed, bool held_out);
 

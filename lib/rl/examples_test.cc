@@ -1,8 +1,11 @@
 #include "lib/rl/examples.h"
 
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "lib/util/file_util.h"
 
@@ -29,6 +32,28 @@ TEST(ExamplesTest, RequireAnswersNamesTheLineWithoutOne) {
   auto task = MakeTaskExamples("sorting", 4, 1, false);
   ASSERT_TRUE(task.ok());
   EXPECT_TRUE(RequireAnswers(*task, "").ok());
+}
+
+TEST(ExamplesTest, HeldOutTaskPromptsAreDistinctAndDisjointFromTraining) {
+  for (const auto& [task, distinct] : {std::pair{"sorting", 84}, std::pair{"arithmetic", 358}}) {
+    auto train = MakeTaskExamples(task, 4096, 7, false);
+    ASSERT_TRUE(train.ok()) << train.status();
+    std::set<std::string> train_prompts;
+    for (const RlExample& e : *train) train_prompts.insert(e.prompt);
+    for (const int count : {64, distinct}) {
+      auto held_out = MakeTaskExamples(task, count, 8, true);
+      ASSERT_TRUE(held_out.ok()) << held_out.status();
+      std::set<std::string> prompts;
+      for (const RlExample& e : *held_out) {
+        prompts.insert(e.prompt);
+        EXPECT_EQ(train_prompts.count(e.prompt), 0) << e.prompt;
+      }
+      EXPECT_EQ(prompts.size(), count) << task;
+    }
+    EXPECT_EQ(MakeTaskExamples(task, distinct + 1, 8, true).status().message(),
+              absl::StrCat(distinct + 1, " held-out examples asked for, but the ", task,
+                           " task has ", distinct, " distinct held-out prompts"));
+  }
 }
 
 TEST(ExamplesTest, NumericAnswersReadAsTheirDecimalText) {

@@ -165,8 +165,11 @@ absl::Status RlTrainer::Init(RlMode mode) {
   if (!rl_.task().empty()) {
     TITAN_ASSIGN_OR_RETURN(train_examples_,
                            MakeTaskExamples(rl_.task(), kTaskTrainExamples, seed, false));
-    TITAN_ASSIGN_OR_RETURN(eval_examples_,
-                           MakeTaskExamples(rl_.task(), rl_.eval_size(), seed + 1, true));
+    absl::StatusOr<std::vector<RlExample>> held_out =
+        MakeTaskExamples(rl_.task(), rl_.eval_size(), seed + 1, true);
+    TITAN_RETURN_IF_ERROR(
+        WithContext(held_out.status(), absl::StrCat("[rl] eval_size = ", rl_.eval_size())));
+    eval_examples_ = *std::move(held_out);
   }
   // Generation samples the responses: an SFT or DPO target is not needed there.
   const std::string fields = mode == RlMode::kGenerate ? "" : rl_.algorithm();
