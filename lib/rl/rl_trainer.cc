@@ -432,6 +432,18 @@ absl::Status RlTrainer::Train() {
     if (IsPolicyGradient(algorithm)) TITAN_RETURN_IF_ERROR(RequireAnswers(train_examples_, why));
     if (algorithm != "dpo") TITAN_RETURN_IF_ERROR(RequireAnswers(eval_examples_, why));
   }
+  // A step takes distinct prompts: a repeated one would count twice in the step's mean, as
+  // another group of the same prompt (group_size samples each prompt group_size times).
+  if (rl_.prompts_per_step() > static_cast<int64_t>(train_examples_.size())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[rl] prompts_per_step = ", rl_.prompts_per_step(), " exceeds the ", train_examples_.size(),
+        " training examples of ",
+        rl_.prompts_path().empty() ? absl::StrCat("[rl] task = ", rl_.task())
+                                   : absl::StrCat("[rl] prompts_path = ", rl_.prompts_path()),
+        ": each step would repeat some of them; set prompts_per_step <= ", train_examples_.size(),
+        IsPolicyGradient(algorithm) ? " (group_size sets the samples per prompt)" : "",
+        " or give more examples"));
+  }
   // Once the run has passed its checks (a refused run leaves the previous one's), and only for
   // training: --generate and --step_rollouts in a run's folder do not replace its config.
   if (runtime_.rank() == 0) {

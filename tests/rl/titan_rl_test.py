@@ -90,6 +90,21 @@ class TitanRlTest(unittest.TestCase):
             self.assertEqual([m["step"] for m in rows], [1])
             self.assertNotIn(key, rows[0])
 
+    def test_more_prompts_per_step_than_prompts_is_refused(self):
+        # A step would take a prompt twice (two groups of it, double weight): said before any step.
+        prompts = os.path.join(self.root, "three_prompts.jsonl")
+        common.write_jsonl(prompts, [{"prompt": f"Sort: {c} a", "answer": f"a {c}",
+                                      "response": f" #### a {c}"} for c in "bcd"])
+        for config, hint in ((CONFIG, " (group_size sets the samples per prompt)"),
+                             ("configs/rl_sft_sorting.toml", "")):
+            _, cmd = self.job(f"few_prompts_{os.path.basename(config)}",
+                                 f"--rl.prompts_path={prompts}", config=config)
+            proc = common.run(cmd, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+            self.assertIn(f"[rl] prompts_per_step = 4 exceeds the 3 training examples of [rl] "
+                          f"prompts_path = {prompts}: each step would repeat some of them; set "
+                          f"prompts_per_step <= 3{hint} or give more examples", proc.stderr)
+
     def rollouts(self, second_reward=1.0):
         """Fixed rollouts: two prompts, four responses each, rewards 0 (wrong) or 1 (right; the
         second prompt's `second_reward`)."""
@@ -707,7 +722,7 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(row["response"], tokenizer.decode(row["response_ids"]))
         dump = os.path.join(self.root, "padded_grpo")
         common.run(common.short_run(TITAN_RL, CONFIG, dump, hf, f"--rl.prompts_path={prompts}",
-                                    "--training.steps=1"))
+                                    "--training.steps=1", "--rl.prompts_per_step=1"))
         rollouts = common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))
         self.assertEqual({r["response_ids"][0] for r in rollouts}, {padded})
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])
