@@ -160,9 +160,12 @@ absl::StatusOr<std::string> PolicyWeightsFrom(const RlTrainer& trainer, const Jo
 absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfig& config,
                                               const DistributedRuntime& runtime,
                                               const std::string& output) {
-  // The default output's folder, the dump folder, is made only now that the weights are known.
+  // The default output's folder, the dump folder, is made only now that the weights are known
+  // (an --output's folder exists: GenerationOutputPath checked it).
   const std::filesystem::path folder = std::filesystem::path(output).parent_path();
-  if (!folder.empty()) TITAN_RETURN_IF_ERROR(MakeDirectories(folder.string()));
+  if (!folder.empty() && !IsDirectory(folder.string())) {
+    TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
+  }
   // Rank r takes every world-th prompt: data-parallel generation over the (sharded) policy.
   const int rank = runtime.rank();
   const int world = runtime.distributed() ? runtime.dims().world_size() : 1;
