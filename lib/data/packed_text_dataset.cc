@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "nlohmann/json.hpp"
@@ -111,11 +112,14 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> GetNonNegativeInt(const nlohmann::json& state, const char* key) {
+// `key` of `state`, which is the dataset state's field `parent` when that is not empty.
+absl::StatusOr<int64_t> GetNonNegativeInt(const nlohmann::json& state, const char* key,
+                                          absl::string_view parent = "") {
   auto field = state.find(key);
   if (field == state.end() || !field->is_number_integer() || field->get<int64_t>() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("dataset state: \"", key, "\": expected a non-negative integer"));
+    return absl::InvalidArgumentError(absl::StrCat("dataset state: \"", parent,
+                                                   parent.empty() ? "" : ".", key,
+                                                   "\": expected a non-negative integer"));
   }
   return field->get<int64_t>();
 }
@@ -186,6 +190,7 @@ absl::Status PackedTextDataset::TakeWindow(std::vector<int32_t>* window) {
 }
 
 absl::Status PackedTextDataset::ReadDocument() {
+  if (restore_from_token_.has_value()) return RestoreDocument();
   tokens_.erase(tokens_.begin(), tokens_.begin() + tokens_start_);
   tokens_start_ = 0;
   while (true) {
@@ -202,6 +207,7 @@ absl::Status PackedTextDataset::ReadDocument() {
       documents_in_epoch_ = 0;
       file_index_ = 0;
       file_position_ = {};
+      document_start_ = std::nullopt;
       // At epochs 1, 2, 4, 8, ...: a tiny dataset would otherwise log a line per pass.
       LOG_IF(WARNING, (epoch_ & (epoch_ - 1)) == 0)
           << "Dataset " << options_.path << " is being re-looped: starting epoch " << epoch_
@@ -220,17 +226,53 @@ absl::Status PackedTextDataset::ReadDocument() {
       reader_.reset();
       ++file_index_;
       file_position_ = {};
+      document_start_ = std::nullopt;
       continue;
     }
+    document_start_ = file_position_;
     file_position_ = reader_->position();
     ++documents_in_epoch_;
-    // Special-token text in a document is data: a "<|begin_of_text|>" inside it must not become
-    // a BOS that block_causal masking would take for the start of another document.
-    const std::vector<int32_t> ids =
-        tokenizer_->Encode(**text, /*add_bos=*/true, /*add_eos=*/true, SpecialTokenText::kPlain);
+    const std::vector<int32_t> ids = Tokenize(**text);
+    document_tokens_ = static_cast<int64_t>(ids.size());
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     return absl::OkStatus();
   }
+}
+
+absl::Status PackedTextDataset::RestoreDocument() {
+  const std::string& path = files_[file_index_];
+  absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
+      JsonDocumentReader::Open(path, options_.text_field, *document_start_);
+  if (!reader.ok()) return ResumeHint(reader.status());
+  absl::StatusOr<std::optional<std::string>> text = (*reader)->Next();
+  if (!text.ok()) return ResumeHint(text.status());
+  std::vector<int32_t> ids;
+  if (text->has_value()) ids = Tokenize(**text);
+  // Tokenization is deterministic: the same document at the same place gives the same tokens,
+  // so skipping the windowed ones lands where the saved run stood.
+  const DocumentPosition end = (*reader)->position();
+  if (!text->has_value() || end.byte_offset != file_position_.byte_offset ||
+      end.line != file_position_.line || static_cast<int64_t>(ids.size()) != document_tokens_) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": the checkpoint recorded a document of ", document_tokens_, " tokens from byte ",
+        document_start_->byte_offset, " to byte ", file_position_.byte_offset, ", found ",
+        text->has_value()
+            ? absl::StrCat("one of ", ids.size(), " tokens ending at byte ", end.byte_offset)
+            : std::string("the end of the file"),
+        ": has the file or the tokenizer changed since?"));
+  }
+  tokens_ = std::move(ids);
+  tokens_start_ = static_cast<size_t>(*restore_from_token_);
+  restore_from_token_ = std::nullopt;
+  reader_ = std::move(*reader);  // at file_position_, where the next document starts
+  resumed_at_ = std::nullopt;
+  return absl::OkStatus();
+}
+
+std::vector<int32_t> PackedTextDataset::Tokenize(const std::string& text) const {
+  // Special-token text in a document is data: a "<|begin_of_text|>" inside it must not become
+  // a BOS that block_causal masking would take for the start of another document.
+  return tokenizer_->Encode(text, /*add_bos=*/true, /*add_eos=*/true, SpecialTokenText::kPlain);
 }
 
 absl::Status PackedTextDataset::ResumeHint(const absl::Status& status) const {
@@ -242,7 +284,7 @@ absl::Status PackedTextDataset::ResumeHint(const absl::Status& status) const {
 
 nlohmann::json PackedTextDataset::StateDict() const {
   const bool exhausted = file_index_ == static_cast<int64_t>(files_.size());
-  return {
+  nlohmann::json state = {
       {"seq_len", options_.seq_len},
       {"epoch", epoch_},
       {"file_index", file_index_},
@@ -251,9 +293,26 @@ nlohmann::json PackedTextDataset::StateDict() const {
       {"line", file_position_.line},
       {"documents_in_epoch", documents_in_epoch_},
       {"windows_consumed", windows_consumed_},
-      // Under one window plus one document: the state stays small.
-      {"tokens", std::vector<int32_t>(tokens_.begin() + tokens_start_, tokens_.end())},
   };
+  const int64_t pending = restore_from_token_.has_value()
+                              ? document_tokens_ - *restore_from_token_
+                              : static_cast<int64_t>(tokens_.size() - tokens_start_);
+  // Between NextWindow calls the unwindowed tokens are the last ones of the document that ends at
+  // file_position_: the window that took the first token after them took every earlier one. A
+  // document can hold millions of tokens, so the state names it rather than listing them.
+  if (pending > 0 && !exhausted && document_start_.has_value() && pending <= document_tokens_) {
+    state["document"] = {
+        {"byte_offset", document_start_->byte_offset},
+        {"line", document_start_->line},
+        {"num_tokens", document_tokens_},
+        {"consumed_tokens", document_tokens_ - pending},
+    };
+  } else {
+    // None, under a window's worth at the end of a finite dataset, or the tokens of an older
+    // state's document (whose start it did not record) until the next document is read.
+    state["tokens"] = std::vector<int32_t>(tokens_.begin() + tokens_start_, tokens_.end());
+  }
+  return state;
 }
 
 absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
@@ -290,31 +349,68 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
         "dataset state: \"file\": expected \"", expected_name, "\" (file #", *file_index, " of ",
         options_.path, "), got ", file == state.end() ? "nothing" : file->dump()));
   }
-  auto tokens = state.find("tokens");
-  if (tokens == state.end() || !tokens->is_array()) {
-    return absl::InvalidArgumentError("dataset state: \"tokens\": expected an array of token ids");
-  }
   std::vector<int32_t> pending;
-  pending.reserve(tokens->size());
-  for (const nlohmann::json& id : *tokens) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
-        id.get<int64_t>() >= tokenizer_->vocab_size()) {
+  std::optional<DocumentPosition> document_start;
+  int64_t document_tokens = 0;
+  std::optional<int64_t> restore_from_token;
+  auto document = state.find("document");
+  auto tokens = state.find("tokens");
+  if (document != state.end()) {
+    if (!document->is_object() || tokens != state.end()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("dataset state: \"tokens\": expected ids in [0, ", tokenizer_->vocab_size(),
-                       "), got ", id.dump()));
+          "dataset state: \"document\": expected a JSON object, and no \"tokens\" beside it");
     }
-    pending.push_back(id.get<int32_t>());
+    absl::StatusOr<int64_t> start = GetNonNegativeInt(*document, "byte_offset", "document");
+    absl::StatusOr<int64_t> start_line = GetNonNegativeInt(*document, "line", "document");
+    absl::StatusOr<int64_t> num_tokens = GetNonNegativeInt(*document, "num_tokens", "document");
+    absl::StatusOr<int64_t> consumed = GetNonNegativeInt(*document, "consumed_tokens", "document");
+    for (const absl::Status& status :
+         {start.status(), start_line.status(), num_tokens.status(), consumed.status()}) {
+      if (!status.ok()) return status;
+    }
+    if (exhausted || *start >= *byte_offset || *start_line > *line || *consumed >= *num_tokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dataset state: \"document\": expected a document of file #", *file_index,
+          " that ends at byte ", *byte_offset, " with tokens left, got ", document->dump()));
+    }
+    document_start = DocumentPosition{*start, *start_line};
+    document_tokens = *num_tokens;
+    restore_from_token = *consumed;
+  } else {
+    // Older titans listed the unwindowed tokens themselves.
+    if (tokens == state.end() || !tokens->is_array()) {
+      return absl::InvalidArgumentError(
+          "dataset state: \"tokens\": expected an array of token ids");
+    }
+    pending.reserve(tokens->size());
+    for (const nlohmann::json& id : *tokens) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+          id.get<int64_t>() >= tokenizer_->vocab_size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("dataset state: \"tokens\": expected ids in [0, ",
+                         tokenizer_->vocab_size(), "), got ", id.dump()));
+      }
+      pending.push_back(id.get<int32_t>());
+    }
   }
   epoch_ = *epoch;
   file_index_ = *file_index;
   file_position_ = {*byte_offset, *line};
-  resumed_at_ = file_position_.byte_offset > 0 ? std::optional<int64_t>(file_position_.byte_offset)
-                                               : std::nullopt;
+  if (document_start.has_value()) {
+    resumed_at_ = document_start->byte_offset;
+  } else {
+    resumed_at_ = file_position_.byte_offset > 0
+                      ? std::optional<int64_t>(file_position_.byte_offset)
+                      : std::nullopt;
+  }
   reader_.reset();
   documents_in_epoch_ = *documents;
   windows_consumed_ = *windows;
   tokens_ = std::move(pending);
   tokens_start_ = 0;
+  document_start_ = document_start;
+  document_tokens_ = document_tokens;
+  restore_from_token_ = restore_from_token;
   return absl::OkStatus();
 }
 

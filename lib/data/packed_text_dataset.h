@@ -53,6 +53,10 @@ class PackedTextDataset {
   // are identical. After the same number of NextWindow calls every rank holds the same state, and
   // it may be loaded under another dp_world_size: the next round then starts where it left off.
   nlohmann::json StateDict() const;
+  // Its size does not grow with the documents: tokens read but not yet windowed are named by the
+  // document they end (where it starts, how many of its tokens are windowed), which the next
+  // NextWindow after LoadStateDict reads and tokenizes again. States of older titans, which list
+  // those tokens under "tokens", load as well.
   // Checks the state against this dataset (seq_len, file list) and moves to it; no I/O until the
   // next NextWindow.
   absl::Status LoadStateDict(const nlohmann::json& state);
@@ -69,6 +73,9 @@ class PackedTextDataset {
   absl::Status TakeWindow(std::vector<int32_t>* window);
   // Appends the next document's tokens, moving on to the next file or epoch as needed.
   absl::Status ReadDocument();
+  // Reads the document at document_start_ again and leaves its unwindowed tokens in tokens_.
+  absl::Status RestoreDocument();
+  std::vector<int32_t> Tokenize(const std::string& text) const;
   // `status` saying that the file may have changed, while reading on from a loaded state.
   absl::Status ResumeHint(const absl::Status& status) const;
 
@@ -88,6 +95,13 @@ class PackedTextDataset {
   int64_t windows_consumed_ = 0;  // global windows, every rank's
   std::vector<int32_t> tokens_;   // tokens read but not yet windowed start at tokens_start_
   size_t tokens_start_ = 0;
+  // Where the document that ends at file_position_ starts, and its token count; null when unknown
+  // (at the start of a file, or after loading an older state that listed the tokens).
+  std::optional<DocumentPosition> document_start_;
+  int64_t document_tokens_ = 0;
+  // Set by LoadStateDict until RestoreDocument: tokens_ is then empty, and that document's tokens
+  // from this one on are the unwindowed ones.
+  std::optional<int64_t> restore_from_token_;
 };
 
 }  // namespace titan

@@ -360,6 +360,201 @@ TEST(PackedTextDatasetTest, StateIsRankIndependentAndReshardable) {
   }
 }
 
+// A document far longer than a window: `length` letters.
+std::string LongText(size_t length, int seed) {
+  std::string text(length, ' ');
+  for (size_t i = 0; i < length; ++i) text[i] = static_cast<char>('a' + (i * 7 + seed) % 26);
+  return text;
+}
+
+// Long documents between short ones in every file kind, one of them last in its file; the texts
+// in reading order.
+std::vector<std::string> WriteLongDocumentFolder(const std::string& dir, size_t length) {
+  const std::vector<std::string> first = {"ab", LongText(length, 1), "cde", "",
+                                          LongText(length, 2)};
+  const std::vector<std::string> second = {LongText(length, 3), "fg", "hij"};
+  const std::vector<std::string> third = {"k", LongText(length, 4), "lm"};
+  WriteTestFile(dir + "/a.jsonl", JsonLines(first));
+  WriteTestFile(dir + "/b.jsonl.gz", JsonLines(second), /*gzip=*/true);
+  std::string array = "[";
+  for (const std::string& text : third) {
+    array += absl::StrCat(array.size() > 1 ? ",\n" : "", nlohmann::json{{"text", text}}.dump());
+  }
+  WriteTestFile(dir + "/c.json", array + "]");
+  std::vector<std::string> all = first;
+  all.insert(all.end(), second.begin(), second.end());
+  all.insert(all.end(), third.begin(), third.end());
+  return all;
+}
+
+// Bytes of a state as a checkpoint's manifest.json holds it (pretty-printed).
+size_t StateBytes(const nlohmann::json& state) { return state.dump(2).size(); }
+
+// A loader saved anywhere in a document of 20000 tokens has a state of a few hundred bytes (the
+// tokens it has yet to window are not listed), and a fresh loader restored from it reads the
+// same windows: inside long documents, across document and file boundaries (gzip included) and
+// into the next epoch.
+TEST(PackedTextDatasetTest, StateInALongDocumentIsSmallAndRestoresExactly) {
+  const std::string dir = FreshTestDir("long_state");
+  const std::vector<std::string> texts = WriteLongDocumentFolder(dir, 20000);
+  ByteTokenizer tokenizer;
+  const TextDatasetOptions options = Options(dir, 31);
+  std::unique_ptr<PackedTextDataset> reference = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(reference, nullptr);
+  const std::vector<std::vector<int32_t>> windows = ReadWindows(*reference, 3300);
+  ASSERT_EQ(reference->StateDict()["epoch"], 1);
+  const std::vector<std::vector<int32_t>> epoch = ReferenceWindows(texts, 31);
+  ASSERT_EQ(std::vector<std::vector<int32_t>>(windows.begin(), windows.begin() + epoch.size()),
+            epoch);
+
+  constexpr int kCompared = 40;  // 1280 tokens: restores within that of a boundary cross it
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  std::set<std::string> files_seen;
+  int documents_named = 0;
+  for (size_t saved = 0; saved + kCompared <= windows.size(); ++saved) {
+    const nlohmann::json state = nlohmann::json::parse(dataset->StateDict().dump());
+    ASSERT_LT(StateBytes(state), 512u) << "after " << saved << " windows";
+    files_seen.insert(state["file"].get<std::string>());
+    documents_named += state.contains("document");
+    std::unique_ptr<PackedTextDataset> restored = OpenOrDie(options, &tokenizer);
+    ASSERT_NE(restored, nullptr);
+    ASSERT_TRUE(restored->LoadStateDict(state).ok()) << state.dump();
+    // Before reading, the state is the loaded one.
+    ASSERT_EQ(restored->StateDict(), state);
+    ASSERT_EQ(ReadWindows(*restored, kCompared),
+              std::vector<std::vector<int32_t>>(windows.begin() + saved,
+                                                windows.begin() + saved + kCompared))
+        << "restored after " << saved << " windows from " << state.dump();
+    ASSERT_EQ(ReadWindows(*dataset, 1)[0], windows[saved]);
+  }
+  EXPECT_EQ(files_seen, (std::set<std::string>{"a.jsonl", "b.jsonl.gz", "c.json"}));
+  EXPECT_GT(documents_named, 3000);
+}
+
+// Each rank's state is the same small one, and restores exactly under the same or another
+// data-parallel degree, with long documents.
+TEST(PackedTextDatasetTest, LongDocumentStateIsRankIndependentAndReshardable) {
+  const std::string dir = FreshTestDir("long_reshard");
+  WriteLongDocumentFolder(dir, 5000);
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> single = OpenOrDie(Options(dir, 15), &tokenizer);
+  ASSERT_NE(single, nullptr);
+  const std::vector<std::vector<int32_t>> all = ReadWindows(*single, 3000);
+
+  for (int calls : {1, 100, 333, 420, 555}) {
+    nlohmann::json state;
+    for (int rank = 0; rank < 3; ++rank) {
+      std::unique_ptr<PackedTextDataset> dataset =
+          OpenOrDie(Options(dir, 15, /*infinite=*/true, rank, 3), &tokenizer);
+      ASSERT_NE(dataset, nullptr);
+      ReadWindows(*dataset, calls);
+      if (rank == 0) state = dataset->StateDict();
+      ASSERT_EQ(dataset->StateDict(), state) << calls;
+      ASSERT_LT(StateBytes(state), 512u);
+      // The same rank restored goes on as this one does.
+      std::unique_ptr<PackedTextDataset> restored =
+          OpenOrDie(Options(dir, 15, /*infinite=*/true, rank, 3), &tokenizer);
+      ASSERT_TRUE(restored->LoadStateDict(state).ok());
+      EXPECT_EQ(ReadWindows(*restored, 10), ReadWindows(*dataset, 10)) << calls << " " << rank;
+    }
+    for (int rank = 0; rank < 2; ++rank) {
+      std::unique_ptr<PackedTextDataset> dataset =
+          OpenOrDie(Options(dir, 15, /*infinite=*/true, rank, 2), &tokenizer);
+      ASSERT_TRUE(dataset->LoadStateDict(state).ok());
+      const std::vector<std::vector<int32_t>> mine = ReadWindows(*dataset, 10);
+      for (int step = 0; step < 10; ++step) {
+        EXPECT_EQ(mine[step], all[3 * calls + step * 2 + rank]) << calls << " " << rank;
+      }
+    }
+  }
+}
+
+// The manifest of a titan that listed the unwindowed tokens under "tokens" (saved here after two
+// windows of {"ab", "cde", "f", "gh"}: "E" of "cde" is left).
+TEST(PackedTextDatasetTest, AStateListingTheTokensStillRestores) {
+  const std::string path = FreshTestDir("old_state") + "/a.jsonl";
+  WriteTestFile(path,
+                "{\"text\":\"ab\"}\n{\"text\":\"cde\"}\n{\"text\":\"f\"}\n{\"text\":\"gh\"}\n");
+  const nlohmann::json old_state = nlohmann::json::parse(R"({
+    "byte_offset": 29, "documents_in_epoch": 2, "epoch": 0, "file": "a.jsonl", "file_index": 0,
+    "line": 2, "seq_len": 3, "tokens": [257], "windows_consumed": 2})");
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset =
+      OpenOrDie(Options(path, 3, /*infinite=*/false), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  ReadWindows(*dataset, 2);
+  nlohmann::json saved = dataset->StateDict();
+  EXPECT_EQ(saved["document"],
+            nlohmann::json::parse(
+                R"({"byte_offset": 14, "line": 1, "num_tokens": 5, "consumed_tokens": 4})"));
+  saved.erase("document");
+  saved["tokens"] = {E};
+  EXPECT_EQ(saved, old_state);
+
+  std::unique_ptr<PackedTextDataset> restored =
+      OpenOrDie(Options(path, 3, /*infinite=*/false), &tokenizer);
+  ASSERT_TRUE(restored->LoadStateDict(old_state).ok());
+  // Until the next document the tokens stay listed: where theirs started is not known.
+  EXPECT_EQ(restored->StateDict(), old_state);
+  EXPECT_THAT(ReadToEnd(*restored), ElementsAre(std::vector<int32_t>{E, B, 'f', E},
+                                                std::vector<int32_t>{B, 'g', 'h', E}));
+}
+
+// An older state in the middle of a long document: the tokens it lists are the rest of that
+// document, and a loader restored from it reads on exactly, its later states small again.
+TEST(PackedTextDatasetTest, AStateListingTheTokensOfALongDocumentRestoresExactly) {
+  const std::string path = FreshTestDir("old_long_state") + "/a.jsonl";
+  const std::vector<std::string> texts = {"ab", LongText(3000, 1), "cde", LongText(2000, 2), "f"};
+  WriteTestFile(path, JsonLines(texts));
+  std::vector<int32_t> stream;
+  std::vector<size_t> document_ends;  // in stream
+  ByteTokenizer tokenizer;
+  for (const std::string& text : texts) {
+    const std::vector<int32_t> ids = tokenizer.Encode(text, true, true, SpecialTokenText::kPlain);
+    stream.insert(stream.end(), ids.begin(), ids.end());
+    document_ends.push_back(stream.size());
+  }
+  const TextDatasetOptions options = Options(path, 9, /*infinite=*/false);
+  std::unique_ptr<PackedTextDataset> reference = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(reference, nullptr);
+  const std::vector<std::vector<int32_t>> windows = ReadToEnd(*reference);
+  ASSERT_EQ(windows, ReferenceWindows(texts, 9));
+
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  for (size_t saved = 0; saved + 7 <= windows.size(); saved += 7) {
+    // What an older titan saved here: the new state with the tokens up to the document's end.
+    nlohmann::json state = dataset->StateDict();
+    const int64_t documents = state["documents_in_epoch"].get<int64_t>();
+    const size_t end = documents == 0 ? 0 : document_ends[documents - 1];
+    const std::vector<int32_t> pending(stream.begin() + saved * 10, stream.begin() + end);
+    if (state.contains("tokens")) {
+      EXPECT_EQ(state["tokens"], nlohmann::json(pending));
+    }
+    state.erase("document");
+    state["tokens"] = pending;
+    std::unique_ptr<PackedTextDataset> restored = OpenOrDie(options, &tokenizer);
+    ASSERT_TRUE(restored->LoadStateDict(state).ok());
+    const std::vector<std::vector<int32_t>> rest = ReadToEnd(*restored);
+    ASSERT_EQ(rest, std::vector<std::vector<int32_t>>(windows.begin() + saved, windows.end()))
+        << "restored after " << saved << " windows";
+    ReadWindows(*dataset, 7);
+  }
+  // Once past the listed document, the state names documents again.
+  std::unique_ptr<PackedTextDataset> restored = OpenOrDie(options, &tokenizer);
+  nlohmann::json state = nlohmann::json::parse(R"({"seq_len": 9, "epoch": 0, "file_index": 0,
+      "file": "a.jsonl", "line": 2, "documents_in_epoch": 2, "windows_consumed": 1})");
+  state["byte_offset"] = JsonLines({texts[0], texts[1]}).size();
+  state["tokens"] = std::vector<int32_t>(stream.begin() + 10, stream.begin() + document_ends[1]);
+  ASSERT_TRUE(restored->LoadStateDict(state).ok());
+  ReadWindows(*restored, 305);  // into texts[3]
+  EXPECT_TRUE(restored->StateDict().contains("document"));
+  EXPECT_LT(StateBytes(restored->StateDict()), 512u);
+  EXPECT_EQ(ReadToEnd(*restored),
+            std::vector<std::vector<int32_t>>(windows.begin() + 306, windows.end()));
+}
+
 TEST(PackedTextDatasetTest, RejectsAStateThatDoesNotMatch) {
   const std::string dir = FreshTestDir("mismatch");
   WriteMixedFolder(dir);
@@ -377,9 +572,20 @@ TEST(PackedTextDatasetTest, RejectsAStateThatDoesNotMatch) {
   renamed["file"] = "other.jsonl";
   EXPECT_THAT(dataset->LoadStateDict(renamed).message(),
               HasSubstr("expected \"b.jsonl.gz\" (file #1"));
-  nlohmann::json bad_token = state;
-  bad_token["tokens"].push_back(999);
+  ASSERT_TRUE(state.contains("document"));
+  nlohmann::json bad_token = state;  // as older titans saved it
+  bad_token.erase("document");
+  bad_token["tokens"] = {999};
   EXPECT_THAT(dataset->LoadStateDict(bad_token).message(), HasSubstr("got 999"));
+  nlohmann::json both = state;
+  both["tokens"] = nlohmann::json::array();
+  EXPECT_THAT(dataset->LoadStateDict(both).message(), HasSubstr("no \"tokens\" beside it"));
+  nlohmann::json all_consumed = state;
+  all_consumed["document"]["consumed_tokens"] = state["document"]["num_tokens"];
+  EXPECT_THAT(dataset->LoadStateDict(all_consumed).message(), HasSubstr("with tokens left"));
+  nlohmann::json no_count = state;
+  no_count["document"].erase("num_tokens");
+  EXPECT_THAT(dataset->LoadStateDict(no_count).message(), HasSubstr("\"document.num_tokens\""));
   nlohmann::json no_offset = state;
   no_offset.erase("byte_offset");
   EXPECT_THAT(dataset->LoadStateDict(no_offset).message(), HasSubstr("\"byte_offset\""));
@@ -395,14 +601,30 @@ TEST(PackedTextDatasetTest, AFileChangedSinceTheStateIsNamedAsThePossibleCause) 
   ASSERT_NE(dataset, nullptr);
   ReadWindows(*dataset, 12);
   const nlohmann::json state = dataset->StateDict();
-  ASSERT_GT(state["byte_offset"].get<int64_t>(), 0);
-  // Another corpus under the same name: the saved offset falls inside a line.
-  WriteTestFile(dir + "/a.jsonl", "{\"text\": \"" + std::string(4000, 'x') + "\"}\n");
+  // Reading on starts with the document the unwindowed tokens are from.
+  ASSERT_TRUE(state.contains("document"));
+  const int64_t resumed_at = state["document"]["byte_offset"].get<int64_t>();
+  ASSERT_GT(resumed_at, 14);
+  // Another document where the saved one started: it ends elsewhere, with other tokens.
+  const std::string original = JsonLines(MakeTexts(40));
+  WriteTestFile(dir + "/a.jsonl", original.substr(0, resumed_at) + "{\"text\": \"zz\"}\n" +
+                                      original.substr(resumed_at));
   std::unique_ptr<PackedTextDataset> restored = OpenOrDie(Options(dir, 8), &tokenizer);
   ASSERT_NE(restored, nullptr);
   ASSERT_TRUE(restored->LoadStateDict(state).ok());
+  absl::Status status = restored->NextWindow().status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("recorded a document of ",
+                                                       state["document"]["num_tokens"].dump(),
+                                                       " tokens from byte ", resumed_at)));
+  EXPECT_THAT(status.message(), HasSubstr("has the file or the tokenizer changed since?"));
+  // Another corpus under the same name: the saved offset falls inside a line.
+  WriteTestFile(dir + "/a.jsonl", "{\"text\": \"" + std::string(4000, 'x') + "\"}\n");
+  restored = OpenOrDie(Options(dir, 8), &tokenizer);
+  ASSERT_NE(restored, nullptr);
+  ASSERT_TRUE(restored->LoadStateDict(state).ok());
   const std::string hint =
-      absl::StrCat("(reading on from byte ", state["byte_offset"].dump(),
+      absl::StrCat("(reading on from byte ", resumed_at,
                    " as the checkpoint recorded: has the file changed since?)");
   EXPECT_THAT(restored->NextWindow().status().message(), HasSubstr(hint));
   // A shorter file: the offset is past its end, where reading would silently end the file.
