@@ -177,6 +177,7 @@ absl::StatusOr<std::vector<int32_t>> PackedTextDataset::NextWindow() {
 
 absl::Status PackedTextDataset::TakeWindow(std::vector<int32_t>* window) {
   const size_t window_size = static_cast<size_t>(options_.seq_len) + 1;
+  if (locate_document_) LocateDocument();
   while (tokens_.size() - tokens_start_ < window_size) {
     absl::Status status = ReadDocument();
     if (!status.ok()) return status;
@@ -269,6 +270,30 @@ absl::Status PackedTextDataset::RestoreDocument() {
   return absl::OkStatus();
 }
 
+void PackedTextDataset::LocateDocument() {
+  locate_document_ = false;
+  absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
+      JsonDocumentReader::Open(files_[file_index_], options_.text_field);
+  if (!reader.ok()) return;
+  while (true) {
+    const DocumentPosition start = (*reader)->position();
+    absl::StatusOr<std::optional<std::string>> text = (*reader)->Next();
+    if (!text.ok() || !text->has_value()) return;
+    const DocumentPosition end = (*reader)->position();
+    if (end.byte_offset < file_position_.byte_offset) continue;
+    if (end.byte_offset != file_position_.byte_offset || end.line != file_position_.line) return;
+    // Named only if the listed tokens are the last ones of this document, as they were saved.
+    const std::vector<int32_t> ids = Tokenize(**text);
+    const size_t pending = tokens_.size() - tokens_start_;
+    if (ids.size() >= pending &&
+        std::equal(tokens_.begin() + tokens_start_, tokens_.end(), ids.end() - pending)) {
+      document_start_ = start;
+      document_tokens_ = static_cast<int64_t>(ids.size());
+    }
+    return;
+  }
+}
+
 std::vector<int32_t> PackedTextDataset::Tokenize(const std::string& text) const {
   // Special-token text in a document is data: a "<|begin_of_text|>" inside it must not become
   // a BOS that block_causal masking would take for the start of another document.
@@ -308,8 +333,8 @@ nlohmann::json PackedTextDataset::StateDict() const {
         {"consumed_tokens", document_tokens_ - pending},
     };
   } else {
-    // None, under a window's worth at the end of a finite dataset, or the tokens of an older
-    // state's document (whose start it did not record) until the next document is read.
+    // None, or under a window's worth at the end of a finite dataset or after an older state
+    // (whose document start is not recorded: see LocateDocument).
     state["tokens"] = std::vector<int32_t>(tokens_.begin() + tokens_start_, tokens_.end());
   }
   return state;
@@ -406,6 +431,10 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
   reader_.reset();
   documents_in_epoch_ = *documents;
   windows_consumed_ = *windows;
+  // Under a window's worth the listed tokens are windowed at the next call anyway.
+  locate_document_ = !document_start.has_value() &&
+                     file_index_ < static_cast<int64_t>(files_.size()) &&
+                     pending.size() > static_cast<size_t>(options_.seq_len) + 1;
   tokens_ = std::move(pending);
   tokens_start_ = 0;
   document_start_ = document_start;

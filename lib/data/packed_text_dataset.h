@@ -76,6 +76,11 @@ class PackedTextDataset {
   // Reads the document at document_start_ again and leaves its unwindowed tokens in tokens_.
   absl::Status RestoreDocument();
   std::vector<int32_t> Tokenize(const std::string& text) const;
+  // After an older state that listed more than a window of tokens: finds where their document
+  // starts by reading the file up to file_position_ once, so that the states saved while the
+  // rest of it is windowed name it instead of listing its tokens again. Leaves it unknown when
+  // the file does not match.
+  void LocateDocument();
   // `status` saying that the file may have changed, while reading on from a loaded state.
   absl::Status ResumeHint(const absl::Status& status) const;
 
@@ -102,6 +107,7 @@ class PackedTextDataset {
   // Set by LoadStateDict until RestoreDocument: tokens_ is then empty, and that document's tokens
   // from this one on are the unwindowed ones.
   std::optional<int64_t> restore_from_token_;
+  bool locate_document_ = false;  // LocateDocument at the next TakeWindow
 };
 
 }  // namespace titan

@@ -502,7 +502,7 @@ TEST(PackedTextDatasetTest, AStateListingTheTokensStillRestores) {
 }
 
 // An older state in the middle of a long document: the tokens it lists are the rest of that
-// document, and a loader restored from it reads on exactly, its later states small again.
+// document, and a loader restored from it reads on exactly, its next states small again.
 TEST(PackedTextDatasetTest, AStateListingTheTokensOfALongDocumentRestoresExactly) {
   const std::string path = FreshTestDir("old_long_state") + "/a.jsonl";
   const std::vector<std::string> texts = {"ab", LongText(3000, 1), "cde", LongText(2000, 2), "f"};
@@ -536,19 +536,30 @@ TEST(PackedTextDatasetTest, AStateListingTheTokensOfALongDocumentRestoresExactly
     state["tokens"] = pending;
     std::unique_ptr<PackedTextDataset> restored = OpenOrDie(options, &tokenizer);
     ASSERT_TRUE(restored->LoadStateDict(state).ok());
-    const std::vector<std::vector<int32_t>> rest = ReadToEnd(*restored);
+    std::vector<std::vector<int32_t>> rest = ReadWindows(*restored, 1);
+    // Reading on, it finds where that document starts: its next state names it.
+    const nlohmann::json next_state = restored->StateDict();
+    EXPECT_LT(StateBytes(next_state), 512u) << "restored after " << saved << " windows";
+    std::unique_ptr<PackedTextDataset> again = OpenOrDie(options, &tokenizer);
+    ASSERT_TRUE(again->LoadStateDict(next_state).ok());
+    const std::vector<std::vector<int32_t>> more = ReadToEnd(*again);
+    rest.insert(rest.end(), more.begin(), more.end());
     ASSERT_EQ(rest, std::vector<std::vector<int32_t>>(windows.begin() + saved, windows.end()))
         << "restored after " << saved << " windows";
     ReadWindows(*dataset, 7);
   }
-  // Once past the listed document, the state names documents again.
+  // A file that no longer holds the listed tokens' document: they stay listed until windowed.
   std::unique_ptr<PackedTextDataset> restored = OpenOrDie(options, &tokenizer);
   nlohmann::json state = nlohmann::json::parse(R"({"seq_len": 9, "epoch": 0, "file_index": 0,
       "file": "a.jsonl", "line": 2, "documents_in_epoch": 2, "windows_consumed": 1})");
   state["byte_offset"] = JsonLines({texts[0], texts[1]}).size();
-  state["tokens"] = std::vector<int32_t>(stream.begin() + 10, stream.begin() + document_ends[1]);
+  std::vector<int32_t> listed(stream.begin() + 10, stream.begin() + document_ends[1]);
+  listed.back() = 'x';  // not the EOS the document ends with
+  state["tokens"] = listed;
   ASSERT_TRUE(restored->LoadStateDict(state).ok());
-  ReadWindows(*restored, 305);  // into texts[3]
+  EXPECT_EQ(ReadWindows(*restored, 1)[0], windows[1]);
+  EXPECT_TRUE(restored->StateDict().contains("tokens"));
+  ReadWindows(*restored, 304);  // into texts[3]
   EXPECT_TRUE(restored->StateDict().contains("document"));
   EXPECT_LT(StateBytes(restored->StateDict()), 512u);
   EXPECT_EQ(ReadToEnd(*restored),
