@@ -174,6 +174,19 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
                      "\", which divides by std + advantage_eps (0 for a group of equal "
                      "rewards)"));
   }
+  if (groups && mode != RlMode::kGenerate && rl.group_size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[rl] group_size = ", rl.group_size(), ": ", algorithm,
+        "'s advantage is a response's reward minus its group's mean, 0 in a group of one: the run "
+        "would never learn; use group_size >= 2 (or ppo, whose advantages come from its value "
+        "head)"));
+  }
+  if (mode != RlMode::kStepRollouts && rl.temperature() > 0 && rl.temperature() < 1e-5) {
+    // vLLM's threshold: logits / temperature overflow float32 long before 0.
+    return absl::InvalidArgumentError(
+        absl::StrCat("[rl] temperature = ", rl.temperature(),
+                     ": below 1e-5 the scaled logits overflow; use 0 for greedy sampling"));
+  }
   // Greedy groups are group_size copies of one response: equal rewards, advantages all 0. PPO's
   // advantages come from its value head (GAE), not from its group, so it still learns.
   if (groups && mode == RlMode::kTrain && rl.temperature() == 0 && rl.group_size() > 1) {

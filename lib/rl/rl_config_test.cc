@@ -147,6 +147,24 @@ TEST(RlJobConfigTest, BesselStdNeedsTwoSamplesPerGroup) {
             "[rl] advantage_std = \"bessel\" divides by group_size - 1: needs group_size >= 2, "
             "not 1");
   config.mutable_rl()->set_advantage_std("population");
+  EXPECT_EQ(
+      Refusal(config),
+      "[rl] group_size = 1: grpo's advantage is a response's reward minus its group's mean, 0 "
+      "in a group of one: the run would never learn; use group_size >= 2 (or ppo, whose "
+      "advantages come from its value head)");
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kGenerate).ok());
+  config.mutable_rl()->set_algorithm("ppo");
+  config.mutable_rl()->set_dynamic_sampling(false);
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+}
+
+TEST(RlJobConfigTest, ATemperatureThatOverflowsIsRefused) {
+  JobConfig config = SortingJob();
+  config.mutable_rl()->set_temperature(1e-45);
+  EXPECT_EQ(Refusal(config),
+            "[rl] temperature = 1e-45: below 1e-5 the scaled logits overflow; use 0 for greedy "
+            "sampling");
+  config.mutable_rl()->set_temperature(1e-5);
   EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 }
 
