@@ -297,6 +297,12 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prom
     rollouts.prompts.push_back(EncodePrompt(prompts[i]));
     rollouts.responses.push_back(EncodeResponse(responses[i], /*add_eos=*/false));
     const std::string name = where.empty() ? absl::StrCat("Step: rollout ", i) : where[i];
+    if (rollouts.prompts.back().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name,
+          ": an empty prompt, and the tokenizer has no BOS: the response would follow no "
+          "token"));
+    }
     const size_t tokens = rollouts.responses.back().size();
     if (absl::Status fits = CheckRolloutFits(rollouts.prompts.back().size(), tokens); !fits.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", fits.message()));

@@ -820,6 +820,28 @@ class TitanRlTest(unittest.TestCase):
         for key in ("response_tokens", "loss"):
             self.assertEqual(rows["eos"][key], rows["bare"][key], key)
 
+    def test_an_empty_prompt_without_a_bos_is_refused(self):
+        # Qwen's layout (bos_token null): an empty prompt is no token for the response to follow.
+        tokenizer = os.path.join(self.root, "no_bos_tokenizer")
+        shutil.copytree("assets/default_tokenizer", tokenizer)
+        settings = os.path.join(tokenizer, "tokenizer_config.json")
+        with open(settings) as f:
+            config = json.load(f)
+        config["bos_token"] = None
+        with open(settings, "w") as f:
+            json.dump(config, f)
+        prompts = os.path.join(self.root, "empty_prompt.jsonl")
+        common.write_jsonl(prompts, [{"prompt": "Sort: b a"}, {"prompt": ""}])
+        output = os.path.join(self.root, "empty_prompt_out.jsonl")
+        stderr = self.refusal("empty_prompt", "--generate", f"--output={output}",
+                              f"--rl.prompts_path={prompts}", f"--model.tokenizer_path={tokenizer}")
+        self.assertIn(f"[rl] prompts_path: {prompts}:2: an empty prompt, and the tokenizer has no "
+                      "BOS", stderr)
+        # With a BOS the response follows it.
+        _, cmd = self.job("empty_prompt_bos", "--generate", f"--output={output}",
+                          f"--rl.prompts_path={prompts}")
+        common.run(cmd)
+
     def test_generate_reads_prompts_only_whatever_the_algorithm(self):
         prompts = os.path.join(self.root, "prompts_only.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a"}, {"prompt": "Sort: c a"}])
