@@ -52,6 +52,7 @@ void CopyOverlap(const at::Tensor& source, const std::vector<int64_t>& source_of
 class CheckpointStep::Files {
  public:
   std::map<std::string, SafetensorsFile> by_name;
+  std::map<std::string, std::string> damaged;              // file name -> what is wrong with it
   std::set<std::pair<std::string, std::string>> verified;  // (file, tensor) checked against CRCs
 };
 
@@ -59,6 +60,44 @@ CheckpointStep::~CheckpointStep() = default;
 
 absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::string& dir,
                                                                      int64_t expected_step) {
+  return Open(dir, expected_step, OpenOptions());
+}
+
+namespace {
+
+// Opens one of the step's files and checks it against the pieces the manifest places in it, and
+// the reverse.
+absl::StatusOr<SafetensorsFile> OpenListedFile(const std::string& path,
+                                               const std::vector<const PieceEntry*>& listed) {
+  TITAN_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::Open(path));
+  std::set<std::string> names;
+  for (const PieceEntry* entry : listed) {
+    const std::string where = absl::StrCat(file.path(), ": tensor '", entry->name, "'");
+    names.insert(entry->name);
+    const SafetensorsEntry* in_file = file.Find(entry->name);
+    if (in_file == nullptr) return absl::DataLossError(where + ": listed in the manifest, missing");
+    if (in_file->dtype != entry->dtype || in_file->shape != entry->piece.shape ||
+        in_file->end - in_file->begin != entry->piece.bytes) {
+      return absl::DataLossError(absl::StrCat(
+          where, ": ", in_file->dtype, " ", ShapeString(in_file->shape), " ",
+          in_file->end - in_file->begin, " bytes in the file, manifest says ", entry->dtype, " ",
+          ShapeString(entry->piece.shape), " ", entry->piece.bytes, " bytes"));
+    }
+  }
+  for (const std::string& name : file.names()) {
+    if (names.count(name) == 0) {
+      return absl::DataLossError(
+          absl::StrCat(file.path(), ": tensor '", name, "' is not listed in the manifest"));
+    }
+  }
+  return file;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::string& dir,
+                                                                     int64_t expected_step,
+                                                                     const OpenOptions& options) {
   if (!IsDirectory(dir)) {
     return absl::NotFoundError(absl::StrCat(dir, ": no such checkpoint"));
   }
@@ -101,32 +140,22 @@ absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::
 
   // Every file against the pieces the manifest places in it, and the reverse.
   std::map<std::string, std::vector<const PieceEntry*>> by_file;
-  for (const PieceEntry& entry : entries) by_file[entry.piece.file].push_back(&entry);
+  std::set<std::string> model_files;
+  for (const PieceEntry& entry : entries) {
+    by_file[entry.piece.file].push_back(&entry);
+    if (entry.stem == "model") model_files.insert(entry.piece.file);
+  }
   for (const auto& [file_name, listed] : by_file) {
-    TITAN_ASSIGN_OR_RETURN(SafetensorsFile file,
-                           SafetensorsFile::Open(absl::StrCat(dir, "/", file_name)));
-    std::set<std::string> names;
-    for (const PieceEntry* entry : listed) {
-      const std::string where = absl::StrCat(file.path(), ": tensor '", entry->name, "'");
-      names.insert(entry->name);
-      const SafetensorsEntry* in_file = file.Find(entry->name);
-      if (in_file == nullptr)
-        return absl::DataLossError(where + ": listed in the manifest, missing");
-      if (in_file->dtype != entry->dtype || in_file->shape != entry->piece.shape ||
-          in_file->end - in_file->begin != entry->piece.bytes) {
-        return absl::DataLossError(absl::StrCat(
-            where, ": ", in_file->dtype, " ", ShapeString(in_file->shape), " ",
-            in_file->end - in_file->begin, " bytes in the file, manifest says ", entry->dtype, " ",
-            ShapeString(entry->piece.shape), " ", entry->piece.bytes, " bytes"));
-      }
+    if (options.model_files_only && model_files.count(file_name) == 0) continue;
+    absl::StatusOr<SafetensorsFile> file =
+        OpenListedFile(absl::StrCat(dir, "/", file_name), listed);
+    if (!file.ok() && options.keep_damaged_files) {
+      step->files_->damaged.emplace(file_name, file.status().message());
+      step->damaged_.push_back(std::string(file.status().message()));
+      continue;
     }
-    for (const std::string& name : file.names()) {
-      if (names.count(name) == 0) {
-        return absl::DataLossError(
-            absl::StrCat(file.path(), ": tensor '", name, "' is not listed in the manifest"));
-      }
-    }
-    step->files_->by_name.emplace(file_name, std::move(file));
+    TITAN_RETURN_IF_ERROR(file.status());
+    step->files_->by_name.emplace(file_name, *std::move(file));
   }
   TITAN_RETURN_IF_ERROR(
       GroupPieces(manifest_path, std::move(entries), step->model_, step->optimizer_));
@@ -140,7 +169,15 @@ absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::
 absl::StatusOr<absl::string_view> CheckpointStep::PieceBytes(const Tensor& tensor,
                                                              const Piece& piece,
                                                              bool verify_checksums) const {
-  const SafetensorsFile& file = files_->by_name.at(piece.file);
+  const auto opened = files_->by_name.find(piece.file);
+  if (opened == files_->by_name.end()) {
+    const auto damaged = files_->damaged.find(piece.file);
+    return absl::FailedPreconditionError(
+        damaged != files_->damaged.end()
+            ? damaged->second
+            : absl::StrCat(dir_, "/", piece.file, ": not opened (model files only)"));
+  }
+  const SafetensorsFile& file = opened->second;
   TITAN_ASSIGN_OR_RETURN(absl::string_view bytes, file.Bytes(tensor.name));
   if (verify_checksums && files_->verified.emplace(piece.file, tensor.name).second) {
     const uint32_t crc = Crc32(bytes);
@@ -209,10 +246,11 @@ absl::Status CheckpointStep::ReadInto(const Tensor& tensor, const at::Tensor& de
 }
 
 std::vector<std::string> CheckpointStep::Verify() const {
-  std::vector<std::string> problems;
+  std::vector<std::string> problems = damaged_;
   for (const auto* tensors : {&model_, &optimizer_}) {
     for (const Tensor& tensor : *tensors) {
       for (const Piece& piece : tensor.pieces) {
+        if (files_->by_name.count(piece.file) == 0) continue;  // Damaged, or not opened.
         absl::StatusOr<absl::string_view> bytes = PieceBytes(tensor, piece, true);
         if (!bytes.ok()) problems.push_back(std::string(bytes.status().message()));
       }

@@ -28,9 +28,22 @@ class CheckpointStep {
   using Piece = CheckpointPiece;
   using Tensor = CheckpointTensor;
 
+  struct OpenOptions {
+    // Open only the files that hold model pieces (a model export needs nothing else); the
+    // optimizer's tensors are still listed, and reading one fails.
+    bool model_files_only = false;
+    // A safetensors file that cannot be opened or does not match the manifest (truncated,
+    // missing) is listed in damaged() instead of failing Open (checkpoint_inspect describes the
+    // rest); reading a tensor with a piece in it fails with FailedPrecondition naming the file.
+    bool keep_damaged_files = false;
+  };
+
   // `dir` is a step directory; expected_step < 0 accepts any step.
   static absl::StatusOr<std::unique_ptr<CheckpointStep>> Open(const std::string& dir,
                                                               int64_t expected_step = -1);
+  static absl::StatusOr<std::unique_ptr<CheckpointStep>> Open(const std::string& dir,
+                                                              int64_t expected_step,
+                                                              const OpenOptions& options);
   ~CheckpointStep();
 
   const std::string& directory() const { return dir_; }
@@ -39,6 +52,8 @@ class CheckpointStep {
   const nlohmann::json& state() const { return state_; }
   const std::vector<Tensor>& model() const { return model_; }
   const std::vector<Tensor>& optimizer() const { return optimizer_; }
+  // OpenOptions::keep_damaged_files: one line per damaged file, naming it and what is wrong.
+  const std::vector<std::string>& damaged() const { return damaged_; }
 
   // A model tensor's bytes when one piece holds all of it (no copy); FailedPrecondition otherwise.
   absl::StatusOr<absl::string_view> WholeBytes(const Tensor& tensor) const;
@@ -47,7 +62,8 @@ class CheckpointStep {
   // Copies the part of `tensor` inside `box` (null: all of it) into `destination`.
   absl::Status ReadInto(const Tensor& tensor, const at::Tensor& destination, const TensorBox* box,
                         bool verify_checksums) const;
-  // Every piece's CRC-32 against the manifest; each problem is one line naming file and tensor.
+  // The damaged files, then every other opened piece's CRC-32 against the manifest; each problem
+  // is one line naming the file (and tensor).
   std::vector<std::string> Verify() const;
 
  private:
@@ -63,6 +79,7 @@ class CheckpointStep {
   nlohmann::json state_;
   std::vector<Tensor> model_;
   std::vector<Tensor> optimizer_;
+  std::vector<std::string> damaged_;
   std::unique_ptr<Files> files_;
 };
 

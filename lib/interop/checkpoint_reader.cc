@@ -110,7 +110,8 @@ class TitanReader : public CheckpointReader {
  public:
   // `path` is a step directory, or a checkpoint root meaning its latest step.
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& path,
-                                                                bool verify_checksums) {
+                                                                bool verify_checksums,
+                                                                bool inspect) {
     std::string step_dir = path;
     if (!PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) {
       CheckpointManager manager(path, /*keep_latest_k=*/0);
@@ -123,7 +124,11 @@ class TitanReader : public CheckpointReader {
       step_dir = manager.StepDirectory(*latest);
     }
     auto reader = std::unique_ptr<TitanReader>(new TitanReader());
-    TITAN_ASSIGN_OR_RETURN(reader->step_reader_, CheckpointStep::Open(step_dir));
+    CheckpointStep::OpenOptions open_options;
+    open_options.model_files_only = !inspect;
+    open_options.keep_damaged_files = inspect;
+    TITAN_ASSIGN_OR_RETURN(reader->step_reader_,
+                           CheckpointStep::Open(step_dir, /*expected_step=*/-1, open_options));
     reader->format_ = CheckpointFormat::kTitan;
     reader->directory_ = step_dir;
     reader->verify_checksums_ = verify_checksums;
@@ -153,6 +158,7 @@ class TitanReader : public CheckpointReader {
   }
 
   std::vector<std::string> Verify() const override { return step_reader_->Verify(); }
+  std::vector<std::string> Damaged() const override { return step_reader_->damaged(); }
 
  private:
   TitanReader() = default;
@@ -301,7 +307,8 @@ const TensorInfo* CheckpointReader::Find(absl::string_view name) const {
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
-    const std::string& path, std::optional<CheckpointFormat> format, bool verify_checksums) {
+    const std::string& path, std::optional<CheckpointFormat> format, bool verify_checksums,
+    bool inspect) {
   if (!format) {
     absl::StatusOr<CheckpointFormat> detected = DetectCheckpointFormat(path);
     if (!detected.ok()) return detected.status();
@@ -309,7 +316,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
   }
   switch (*format) {
     case CheckpointFormat::kTitan:
-      return TitanReader::Open(path, verify_checksums);
+      return TitanReader::Open(path, verify_checksums, inspect);
     case CheckpointFormat::kHf:
       return SafetensorsReader::OpenHf(path);
     case CheckpointFormat::kMeta:

@@ -56,9 +56,12 @@ class CheckpointReader {
   // `format` unset: detected from the files. verify_checksums (titan): Get checks each piece
   // against the manifest's CRC-32 the first time it is read, failing with DataLoss naming the file
   // and tensor; off only where a report lists the problems (checkpoint_inspect --verify).
+  // A titan step is opened by its model files only (a damaged optimizer file does not stop a model
+  // export), unless `inspect`: then every file is opened and a damaged one (truncated, missing) is
+  // listed in Damaged() rather than failing Open (checkpoint_inspect).
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
       const std::string& path, std::optional<CheckpointFormat> format = std::nullopt,
-      bool verify_checksums = true);
+      bool verify_checksums = true, bool inspect = false);
 
   virtual ~CheckpointReader() = default;
 
@@ -82,6 +85,9 @@ class CheckpointReader {
   // Format-specific integrity checks beyond what Open validates (titan: every tensor's size and
   // CRC-32 against the manifest). Each problem is one line naming the file and tensor.
   virtual std::vector<std::string> Verify() const = 0;
+  // Files Open found damaged (titan, opened to inspect), one line each naming the file; their
+  // tensors are listed but cannot be read.
+  virtual std::vector<std::string> Damaged() const { return {}; }
 
  protected:
   CheckpointFormat format_ = CheckpointFormat::kTitan;

@@ -578,6 +578,32 @@ TEST(ConvertTest, RefusesTitanTensorsThatFailTheirChecksum) {
               HasSubstr("CRC-32"));
 }
 
+// Exporting the model reads the model's files only: a damaged optimizer file does not stop it, a
+// damaged model file does (named).
+TEST(ConvertTest, ReadsOnlyTheModelFilesOfATitanStep) {
+  const ModelInfo info = SmallModel();
+  const std::string titan = TestDir("titan");
+  CheckpointState state;
+  state.model = RandomWeights(info, 1);
+  for (const auto& [name, tensor] : state.model) {
+    state.optimizer.emplace_back(name + ".exp_avg", at::zeros_like(tensor));
+  }
+  state.extra["model"] = ModelInfoToJson(info);
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(5, state, /*model_only=*/false).ok());
+  ASSERT_TRUE(WriteFileAtomically(titan + "/step-5/optimizer.safetensors", "truncated").ok());
+  ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
+  absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, TestDir("hf"), options);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  ASSERT_TRUE(RemoveTree(titan + "/step-5/optimizer.safetensors").ok());
+  ASSERT_TRUE(ConvertCheckpoint(titan, TestDir("hf2"), options).ok());
+  ASSERT_TRUE(WriteFileAtomically(titan + "/step-5/model.safetensors", "truncated").ok());
+  const std::string refused = TestDir("hf3");
+  EXPECT_THAT(ConvertCheckpoint(titan, refused, options).status().message(),
+              HasSubstr(titan + "/step-5/model.safetensors"));
+  EXPECT_FALSE(PathExists(refused));
+}
+
 // A conversion stopped (by a signal) or failing after it made the output directory removes it.
 TEST(ConvertTest, LeavesNoOutputWhenStoppedOrFailing) {
   const std::string titan = TestDir("titan"), out = TestDir("out");

@@ -143,11 +143,13 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
   // refuses a corrupted tensor.
   TITAN_ASSIGN_OR_RETURN(
       std::unique_ptr<CheckpointReader> reader,
-      CheckpointReader::Open(path, std::nullopt, /*verify_checksums=*/!options.verify));
+      CheckpointReader::Open(path, std::nullopt, /*verify_checksums=*/!options.verify,
+                             /*inspect=*/true));
   InspectReport report;
   report.directory = reader->directory();
   report.format = CheckpointFormatName(reader->format());
   report.step = reader->step();
+  report.damaged = reader->Damaged();
   absl::StatusOr<ModelInfo> info = DescribeCheckpoint(*reader, "", "");
   const absl::Status matched = info.ok() ? MatchParameters(*reader, *info).status() : info.status();
   if (matched.ok()) {
@@ -164,8 +166,13 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
     report.total_elements += elements;
     report.total_bytes += tensor.bytes;
     if (options.stats) {
-      TITAN_ASSIGN_OR_RETURN(at::Tensor value, reader->Get(tensor.name));
-      inspected.stats = ComputeTensorStats(value);
+      absl::StatusOr<at::Tensor> value = reader->Get(tensor.name);
+      // A tensor in a damaged file gets no statistics; the file is listed in report.damaged.
+      if (value.ok()) {
+        inspected.stats = ComputeTensorStats(*value);
+      } else if (report.damaged.empty() || !absl::IsFailedPrecondition(value.status())) {
+        return value.status();
+      }
     }
     report.tensors.push_back(std::move(inspected));
   }
@@ -202,6 +209,7 @@ json InspectReportToJson(const InspectReport& report) {
   if (report.verified) {
     out["verify"] = {{"ok", report.problems.empty()}, {"problems", report.problems}};
   }
+  if (!report.damaged.empty()) out["damaged"] = report.damaged;
   return out;
 }
 
@@ -229,6 +237,10 @@ std::string FormatInspectReport(const InspectReport& report) {
   absl::StrAppend(&out, absl::StrFormat("  total: %d tensors, %d elements, %d bytes (%.1f MB)\n",
                                         report.tensors.size(), report.total_elements,
                                         report.total_bytes, report.total_bytes / 1e6));
+  if (!report.damaged.empty() && !report.verified) {
+    absl::StrAppend(&out, "  damaged: ", report.damaged.size(), " file(s)\n    ",
+                    absl::StrJoin(report.damaged, "\n    "), "\n");
+  }
   if (report.verified) {
     absl::StrAppend(&out,
                     report.problems.empty()

@@ -46,7 +46,10 @@ struct InspectReport {
   int64_t total_elements = 0;
   uint64_t total_bytes = 0;
   bool verified = false;              // --verify ran.
-  std::vector<std::string> problems;  // What --verify found.
+  std::vector<std::string> problems;  // What --verify found (the damaged files among them).
+  // Files found damaged on opening (truncated, missing: titan), with or without --verify; their
+  // tensors are listed from the manifest, without statistics.
+  std::vector<std::string> damaged;
 };
 
 absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,

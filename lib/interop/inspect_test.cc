@@ -127,6 +127,50 @@ TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
               HasSubstr("model.safetensors: tensor '"));
 }
 
+// A truncated or missing file is a finding about the checkpoint, not a reason to describe none of
+// it: the tensors are listed from the manifest and the damaged file is named.
+TEST(InspectTest, DescribesWhatItCanOfAStepWithADamagedFile) {
+  const std::string root = TestDir("damaged");
+  CheckpointState state = SmallState(1);
+  for (const auto& [name, tensor] : state.model) {
+    state.optimizer.emplace_back(name + ".exp_avg", at::zeros_like(tensor));
+  }
+  ASSERT_TRUE(CheckpointManager(root, 0).Save(5, state, /*model_only=*/false).ok());
+  const std::string optimizer = root + "/step-5/optimizer.safetensors";
+  ASSERT_EQ(::truncate(optimizer.c_str(), 1000), 0);
+  InspectOptions options;
+  options.stats = true;
+  absl::StatusOr<InspectReport> report = InspectCheckpoint(root, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  EXPECT_EQ(report->model, "llama3");
+  ASSERT_EQ(report->tensors.size(), state.model.size());
+  EXPECT_TRUE(report->tensors[0].stats.has_value());
+  ASSERT_EQ(report->damaged.size(), 1u);
+  EXPECT_THAT(report->damaged[0], HasSubstr(optimizer + ": "));
+  EXPECT_THAT(FormatInspectReport(*report), HasSubstr("  damaged: 1 file(s)\n    " + optimizer));
+  EXPECT_EQ(InspectReportToJson(*report).at("damaged")[0], report->damaged[0]);
+  // --verify lists it among its problems, and checks the other files' CRCs.
+  options.verify = true;
+  report = InspectCheckpoint(root, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->problems.size(), 1u);
+  EXPECT_THAT(report->problems[0], HasSubstr(optimizer + ": "));
+  EXPECT_THAT(FormatInspectReport(*report), HasSubstr("verify: 1 problem(s)"));
+
+  // A missing model file: the tensors are still listed (without statistics), the file named.
+  ASSERT_TRUE(RemoveTree(root + "/step-5/model.safetensors").ok());
+  report = InspectCheckpoint(root, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->tensors.size(), state.model.size());
+  EXPECT_FALSE(report->tensors[0].stats.has_value());
+  ASSERT_EQ(report->damaged.size(), 2u);
+  EXPECT_THAT(report->damaged[0], HasSubstr(root + "/step-5/model.safetensors: "));
+  EXPECT_EQ(report->problems.size(), 2u);
+  // A comparison reads model tensors: it refuses, naming the file.
+  EXPECT_THAT(DiffCheckpoints(root, root, 0, 0).status().message(),
+              HasSubstr(root + "/step-5/model.safetensors"));
+}
+
 TEST(InspectTest, DescribesQwen3CheckpointsInEveryFormat) {
   const std::string titan = TestDir("titan"), hf = TestDir("hf");
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(3, "qwen3"), true).ok());

@@ -335,6 +335,30 @@ class InteropTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2, args)
             self.assertIn(error, proc.stderr, args)
 
+    def test_inspect_names_a_damaged_file_as_a_finding(self):
+        # A truncated file is what --verify checks for: 1 with the file named, and the tensors the
+        # manifest lists still described, --verify or not; convert refuses the damaged model file.
+        self.save_hf(small_config(), torch.float32)
+        titan = convert(CONVERT, self.path("hf"), self.path("titan"), "--to=titan")
+        model = self.path("titan/step-0/model.safetensors")
+        os.truncate(model, 1000)
+        for flags in ([], ["--verify"]):
+            proc = subprocess.run([INSPECT, "--json", *flags, self.path("titan")],
+                                  capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 1, proc.stderr)
+            report = json.loads(proc.stdout)
+            self.assertEqual(report["total_tensors"], titan["tensors"])
+            self.assertIn(model, report["damaged"][0])
+            if flags:
+                self.assertIn(model, report["verify"]["problems"][0])
+        proc = subprocess.run([INSPECT, self.path("titan")], capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn("damaged: 1 file(s)\n    " + model, proc.stdout)
+        proc = subprocess.run([CONVERT, "--to=hf", self.path("titan"), self.path("out")],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn(model, proc.stderr)
+
     def test_json_to_a_full_disk_fails(self):
         # The conversion is done, but its summary is lost: the tools say so, as coreutils do.
         self.save_hf(small_config(), torch.float32)

@@ -1,7 +1,8 @@
 // checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol --atol]] [--json]
 // Lists a titan, Hugging Face or Meta checkpoint's model (family, flavor or "custom", architecture)
-// and tensors. Exits as diff(1) and cmp do: 0 when all is well, 1 when --verify finds a problem or
-// --diff a difference, 2 on trouble (a checkpoint it cannot read, a bad flag, lost output).
+// and tensors. Exits as diff(1) and cmp do: 0 when all is well, 1 when --verify finds a problem (a
+// damaged titan file is one, --verify or not) or --diff a difference, 2 on trouble (a checkpoint it
+// cannot read, a bad flag, lost output).
 
 #include <iostream>
 #include <string>
@@ -33,7 +34,8 @@ constexpr int kTrouble = 2;
 
 constexpr char kUsage[] =
     "checkpoint_inspect PATH [--stats] [--verify] [--diff=OTHER [--rtol=R --atol=A]] [--json]\n"
-    "Exit status: 0 all is well, 1 --verify found a problem or --diff a difference, 2 trouble\n"
+    "Exit status: 0 all is well, 1 --verify found a problem (a damaged file: found without it\n"
+    "too) or --diff a difference, 2 trouble\n"
     "(a checkpoint it cannot read, a bad flag, output it cannot write), as diff(1)";
 
 }  // namespace
@@ -64,7 +66,8 @@ int main(int argc, char** argv) {
   if (!report.ok()) return fail(std::string(report.status().message()));
   nlohmann::json json = titan::InspectReportToJson(*report);
   std::string text = titan::FormatInspectReport(*report);
-  bool failed = report->verified && !report->problems.empty();
+  // A damaged file is a problem found, --verify or not.
+  bool failed = !report->damaged.empty() || (report->verified && !report->problems.empty());
   if (!FLAGS_diff.empty()) {
     absl::StatusOr<titan::DiffReport> diff =
         titan::DiffCheckpoints(argv[1], FLAGS_diff, FLAGS_rtol, FLAGS_atol);
