@@ -62,11 +62,13 @@ absl::Status UseTitanNames(ComparableTensors& side) {
   return absl::OkStatus();
 }
 
+// `differs`: beyond the tolerances; `values_differ`: at all.
 TensorDifference Compare(const std::string& name, const at::Tensor& a, const at::Tensor& b,
-                         double rtol, double atol, bool& differs) {
+                         double rtol, double atol, bool& differs, bool& values_differ) {
   TensorDifference diff;
   diff.name = name;
   differs = false;
+  values_differ = false;
   if (a.sizes() != b.sizes()) {
     diff.problem =
         absl::StrCat("shape ", ShapeString(a.sizes().vec()), " vs ", ShapeString(b.sizes().vec()));
@@ -92,6 +94,7 @@ TensorDifference Compare(const std::string& name, const at::Tensor& a, const at:
     const at::Tensor rel_diff = at::where(finite & (y != 0), abs_diff / y.abs(), at::zeros_like(x));
     const int64_t mismatches = nonfinite_mismatch.sum().item<int64_t>();
     diff.nonfinite_mismatches += mismatches;
+    if (!values_differ && !same.all().item<bool>()) values_differ = true;
     if (mismatches > 0 || (abs_diff > atol + rtol * y.abs()).any().item<bool>()) differs = true;
     diff.max_abs_diff = std::max(*diff.max_abs_diff, abs_diff.max().item<double>());
     diff.max_rel_diff = std::max(*diff.max_rel_diff, rel_diff.max().item<double>());
@@ -266,6 +269,8 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
     TITAN_RETURN_IF_ERROR(UseTitanNames(b));
   }
   DiffReport report;
+  report.rtol = rtol;
+  report.atol = atol;
   const absl::StatusOr<ModelInfo> model_a = DescribeCheckpoint(*a.reader, "", "");
   const absl::StatusOr<ModelInfo> model_b = DescribeCheckpoint(*b.reader, "", "");
   if (model_a.ok() && model_b.ok()) {
@@ -278,10 +283,14 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
     }
     TITAN_ASSIGN_OR_RETURN(at::Tensor x, a.Get(name));
     TITAN_ASSIGN_OR_RETURN(at::Tensor y, b.Get(name));
-    bool differs = false;
-    TensorDifference diff = Compare(name, x, y, rtol, atol, differs);
+    bool differs = false, values_differ = false;
+    TensorDifference diff = Compare(name, x, y, rtol, atol, differs, values_differ);
     ++report.compared;
-    if (differs) report.different.push_back(std::move(diff));
+    if (differs) {
+      report.different.push_back(std::move(diff));
+    } else if (values_differ) {
+      report.tolerated.push_back({name, *diff.max_abs_diff, *diff.max_rel_diff});
+    }
   }
   for (const auto& [name, source] : b.source_names) {
     if (a.source_names.count(name) == 0) report.only_in_second.push_back(name);
@@ -298,7 +307,17 @@ json DiffReportToJson(const DiffReport& report) {
                          {"max_rel_diff", diff.max_rel_diff ? json(*diff.max_rel_diff) : json()},
                          {"nonfinite_mismatches", diff.nonfinite_mismatches}});
   }
+  json tolerated = json::array();
+  for (const ToleratedDifference& diff : report.tolerated) {
+    tolerated.push_back({{"name", diff.name},
+                         {"max_abs_diff", diff.max_abs_diff},
+                         {"max_rel_diff", diff.max_rel_diff}});
+  }
   return {{"identical", report.identical()},
+          {"within_tolerance", report.within_tolerance()},
+          {"rtol", report.rtol},
+          {"atol", report.atol},
+          {"tolerated", tolerated},
           {"compared", report.compared},
           {"only_in_first", report.only_in_first},
           {"only_in_second", report.only_in_second},
@@ -307,9 +326,22 @@ json DiffReportToJson(const DiffReport& report) {
 }
 
 std::string FormatDiffReport(const DiffReport& report) {
-  std::string out =
-      absl::StrCat("compared ", report.compared,
-                   " tensors: ", report.identical() ? "identical" : "DIFFERENT", "\n");
+  std::string out = absl::StrCat("compared ", report.compared, " tensors: ");
+  if (report.identical()) {
+    absl::StrAppend(&out, "identical\n");
+  } else if (report.within_tolerance()) {
+    double max_abs = 0, max_rel = 0;
+    for (const ToleratedDifference& diff : report.tolerated) {
+      max_abs = std::max(max_abs, diff.max_abs_diff);
+      max_rel = std::max(max_rel, diff.max_rel_diff);
+    }
+    absl::StrAppend(
+        &out, absl::StrFormat("within tolerance (rtol %g, atol %g): %d differ, by at most "
+                              "%.6g absolute, %.6g relative\n",
+                              report.rtol, report.atol, report.tolerated.size(), max_abs, max_rel));
+  } else {
+    absl::StrAppend(&out, "DIFFERENT\n");
+  }
   if (!report.architecture.empty()) {
     absl::StrAppend(&out, "  architecture: ", report.architecture, "\n");
   }

@@ -71,18 +71,32 @@ struct TensorDifference {
   int64_t nonfinite_mismatches = 0;    // Elements where NaN or an infinity meets another value.
 };
 
+// A tensor whose values differ, but none by more than the tolerances.
+struct ToleratedDifference {
+  std::string name;
+  double max_abs_diff = 0;
+  double max_rel_diff = 0;
+};
+
 struct DiffReport {
   int64_t compared = 0;
   std::vector<std::string> only_in_first;
   std::vector<std::string> only_in_second;
   std::vector<TensorDifference> different;
+  // Tensors whose values differ within the tolerances (none when rtol = atol = 0).
+  std::vector<ToleratedDifference> tolerated;
+  double rtol = 0;
+  double atol = 0;
   // The architecture fields the two differ in (rope_theta, norm_eps, ...: the same tensors make
   // another model then); "" when alike or when either holds no registered model.
   std::string architecture;
-  bool identical() const {
+  // Nothing differs beyond the tolerances (checkpoint_inspect exits 0).
+  bool within_tolerance() const {
     return only_in_first.empty() && only_in_second.empty() && different.empty() &&
            architecture.empty();
   }
+  // Nothing differs at all: the same tensors with equal values (NaN equals NaN).
+  bool identical() const { return within_tolerance() && tolerated.empty(); }
 };
 
 // Compares two checkpoints tensor by tensor: elements differ when |a - b| > atol + rtol * |b|

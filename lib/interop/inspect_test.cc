@@ -258,6 +258,33 @@ TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
   ASSERT_TRUE(diff.ok()) << diff.status();
   EXPECT_TRUE(diff->different.empty());
 
+  // Values that differ within the tolerances are not called identical: bitwise-equal is one thing,
+  // within tolerance another.
+  const std::string near = TestDir("near");
+  CheckpointState nudged = SmallState(2);
+  nudged.model[0].second = nudged.model[0].second.clone();
+  nudged.model[0].second[1][2] += 1e-4;
+  ASSERT_TRUE(CheckpointManager(near, 0).Save(1, nudged, true).ok());
+  diff = DiffCheckpoints(a, near, 1e-2, 1e-3);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->within_tolerance());
+  EXPECT_FALSE(diff->identical());
+  ASSERT_EQ(diff->tolerated.size(), 1u);
+  EXPECT_EQ(diff->tolerated[0].name, "tok_embeddings.weight");
+  EXPECT_NEAR(diff->tolerated[0].max_abs_diff, 1e-4, 1e-6);
+  EXPECT_THAT(FormatDiffReport(*diff),
+              ::testing::StartsWith(absl::StrCat("compared ", state.model.size(),
+                                                 " tensors: within tolerance (rtol 0.01, atol "
+                                                 "0.001): 1 differ, by at most ")));
+  nlohmann::json near_json = DiffReportToJson(*diff);
+  EXPECT_EQ(near_json.at("identical"), false);
+  EXPECT_EQ(near_json.at("within_tolerance"), true);
+  EXPECT_EQ(near_json.at("tolerated")[0].at("name"), "tok_embeddings.weight");
+  near_json = DiffReportToJson(*DiffCheckpoints(a, a, 1e-2, 1e-3));
+  EXPECT_EQ(near_json.at("identical"), true);
+  EXPECT_EQ(near_json.at("within_tolerance"), true);
+  EXPECT_THAT(FormatDiffReport(*DiffCheckpoints(a, a, 1e-2, 1e-3)), HasSubstr(": identical\n"));
+
   // NaN against a number is counted apart from the finite elements' differences (the relative
   // one too, with the NaN in the second checkpoint); a shape mismatch compares no values; a dtype
   // mismatch differs within any tolerance.

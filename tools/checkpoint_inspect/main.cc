@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     if (!diff.ok()) return fail(std::string(diff.status().message()));
     json["diff"] = titan::DiffReportToJson(*diff);
     absl::StrAppend(&text, "diff against ", FLAGS_diff, ": ", titan::FormatDiffReport(*diff));
-    failed = failed || !diff->identical();
+    failed = failed || !diff->within_tolerance();
   }
   std::cout << (FLAGS_json ? json.dump(2) + "\n" : text);
   return failed ? kFound : 0;
