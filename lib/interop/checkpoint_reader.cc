@@ -113,6 +113,9 @@ class TitanReader : public CheckpointReader {
                                                                 bool verify_checksums,
                                                                 bool inspect) {
     std::string step_dir = path;
+    if (!PathExists(path)) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+    }
     if (!PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) {
       CheckpointManager manager(path, /*keep_latest_k=*/0);
       absl::StatusOr<int64_t> latest = manager.LatestStep();
@@ -286,6 +289,9 @@ absl::StatusOr<CheckpointFormat> ParseCheckpointFormat(absl::string_view name) {
 }
 
 absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path) {
+  if (!PathExists(path)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
+  }
   if (!IsDirectory(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": not a directory"));
   }

@@ -526,8 +526,15 @@ TEST(ConvertTest, ExplainsWhatIsWrong) {
   options.dtype = "fp16";
   EXPECT_THAT(ConvertCheckpoint(titan, out, options).status().message(),
               HasSubstr("expected keep, bf16 or fp32"));
-  EXPECT_THAT(ConvertCheckpoint(TestDir("none"), out, ConvertOptions()).status().message(),
-              HasSubstr("not a directory"));
+  // A path that is not there is not there, whatever --from says; a file is not a directory.
+  EXPECT_EQ(ConvertCheckpoint(TestDir("none"), out, ConvertOptions()).status().message(),
+            TestDir("none") + ": no such file or directory");
+  ConvertOptions from_titan;
+  from_titan.from = CheckpointFormat::kTitan;
+  EXPECT_EQ(ConvertCheckpoint(TestDir("none"), out, from_titan).status().message(),
+            TestDir("none") + ": no such file or directory");
+  EXPECT_EQ(ConvertCheckpoint(out + "/x", TestDir("out2"), ConvertOptions()).status().message(),
+            out + "/x: not a directory");
 }
 
 // An option of another output is refused, not ignored; so is a negative step.
