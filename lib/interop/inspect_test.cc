@@ -171,6 +171,23 @@ TEST(InspectTest, DescribesWhatItCanOfAStepWithADamagedFile) {
               HasSubstr(root + "/step-5/model.safetensors"));
 }
 
+// A root holding only what unfinished saves left says so rather than "unknown checkpoint format".
+TEST(InspectTest, SaysARootHoldsNoCommittedStep) {
+  const std::string root = TestDir("uncommitted");
+  for (const char* name : {"step-6.abandoned-77", "step-5.tmp-123", "notes"}) {
+    ASSERT_TRUE(MakeDirectories(absl::StrCat(root, "/", name)).ok());
+  }
+  const std::string expected = root +
+                               ": no committed step, only step-5.tmp-123, step-6.abandoned-77 "
+                               "(.tmp*: a save that did not finish; .abandoned-*, .unfinished-*: "
+                               "steps a restart set aside, renamed back to step-N to be read)";
+  EXPECT_EQ(InspectCheckpoint(root, InspectOptions()).status().message(), expected);
+  ConvertOptions options;
+  EXPECT_EQ(ConvertCheckpoint(root, TestDir("out"), options).status().message(), expected);
+  options.from = CheckpointFormat::kTitan;
+  EXPECT_EQ(ConvertCheckpoint(root, TestDir("out"), options).status().message(), expected);
+}
+
 TEST(InspectTest, DescribesQwen3CheckpointsInEveryFormat) {
   const std::string titan = TestDir("titan"), hf = TestDir("hf");
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(3, "qwen3"), true).ok());
