@@ -102,6 +102,15 @@ absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::
     return absl::NotFoundError(absl::StrCat(dir, ": no such checkpoint"));
   }
   const std::string manifest_path = absl::StrCat(dir, "/", kCheckpointManifestFile);
+  if (!PathExists(manifest_path)) {
+    // Save commits a step by renaming a folder with its manifest into place: a step folder without
+    // one was made some other way, most likely a copy cut short.
+    return absl::NotFoundError(absl::StrCat(
+        manifest_path,
+        ": open failed: No such file or directory (a step folder without its manifest: an "
+        "interrupted copy? Remove the folder, or read another step: its step-N folder as the "
+        "path, or titan_train's --checkpoint.load_step)"));
+  }
   TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(manifest_path));
   json manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!manifest.is_object()) {

@@ -188,6 +188,23 @@ TEST(InspectTest, SaysARootHoldsNoCommittedStep) {
   EXPECT_EQ(ConvertCheckpoint(root, TestDir("out"), options).status().message(), expected);
 }
 
+// A step folder without a manifest (an interrupted copy) is named with what to do about it, by the
+// tools and by the trainer's resume, which opens steps through CheckpointStep too.
+TEST(InspectTest, AStepWithoutAManifestSaysWhatToDo) {
+  const std::string root = TestDir("empty_step");
+  ASSERT_TRUE(CheckpointManager(root, 0).Save(4, SmallState(1), true).ok());
+  ASSERT_TRUE(MakeDirectories(root + "/step-5").ok());
+  const std::string expected =
+      root +
+      "/step-5/manifest.json: open failed: No such file or directory (a step folder without its "
+      "manifest: an interrupted copy? Remove the folder, or read another step: its step-N folder "
+      "as the path, or titan_train's --checkpoint.load_step)";
+  EXPECT_EQ(InspectCheckpoint(root, InspectOptions()).status().message(), expected);
+  EXPECT_EQ(ConvertCheckpoint(root, TestDir("out"), ConvertOptions()).status().message(), expected);
+  EXPECT_EQ(CheckpointStep::Open(root + "/step-5", 5).status().message(), expected);
+  EXPECT_TRUE(InspectCheckpoint(root + "/step-4", InspectOptions()).ok());
+}
+
 TEST(InspectTest, DescribesQwen3CheckpointsInEveryFormat) {
   const std::string titan = TestDir("titan"), hf = TestDir("hf");
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(3, "qwen3"), true).ok());
