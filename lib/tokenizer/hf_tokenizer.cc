@@ -434,7 +434,18 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
   if (!config.is_null()) {
     if (absl::Status s = ParseConfigAddedTokens(config, JsonErrors(config_path), &model); !s.ok()) return s;
   }
+  // An added token on another vocab entry's id would make that id two strings (tokenizers then
+  // gives the added token a new id): refused rather than encoded differently.
+  absl::flat_hash_map<int32_t, const std::string*> vocab_text;
+  for (const auto& [text, id] : vocab) vocab_text.emplace(id, &text);
   for (const BpeModel::AddedToken& token : model.added_tokens) {
+    const auto taken = vocab_text.find(token.id);
+    if (taken != vocab_text.end() && *taken->second != token.content) {
+      return errors.Error(
+          "added_tokens",
+          absl::StrCat("\"", token.content, "\" has id ", token.id, ", model.vocab's \"",
+                       *taken->second, "\": an added token needs an id of its own"));
+    }
     SetIdBytes(token.id, token.content, &model);
   }
 

@@ -266,6 +266,12 @@ TEST(TokenizerLoaderTest, MalformedTokenizerJsonErrorsSayWhatIsWrong) {
   EXPECT_THAT(HfError("lowercase", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
                                                     "normalizer": {"type": "Lowercase"}})")),
               HasSubstr("normalizer: expected null, {\"type\": \"NFC\"} or a Sequence of them"));
+  // tokenizers gives such a token another id than the file's: refused, not encoded differently.
+  EXPECT_THAT(HfError("added_on_vocab_id",
+                      absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0, "b": 1}},
+                                   "added_tokens": [{"id": 1, "content": "<|x|>"}]})")),
+              HasSubstr("added_tokens: \"<|x|>\" has id 1, model.vocab's \"b\": an added token "
+                        "needs an id of its own"));
   EXPECT_THAT(
       HfError("no_eos", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}}})")),
       HasSubstr("tokenizer.json: no EOS token (no tokenizer_config.json; none of "
