@@ -280,6 +280,15 @@ absl::Status TrainCheckpointer::CheckRunKind(const std::string& dir,
 absl::Status TrainCheckpointer::SetAsideNewerSteps(int64_t step) const {
   // Only an explicit load_step can resume from before the newest step.
   if (config_.checkpoint().load_step() < 0 || parts_.read_only) return absl::OkStatus();
+  if (step >= config_.training().steps()) {
+    TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, manager_->ListSteps());
+    if (!steps.empty() && steps.back() > step) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("[checkpoint] load_step = ", step, " with [training] steps = ",
+                       config_.training().steps(), ": nothing would train, yet the steps after ",
+                       step, " would be set aside; raise [training] steps, or drop load_step"));
+    }
+  }
   return manager_
       ->SetAsideStepsAfter(
           step, absl::StrCat("newer than load_step ", step, ", which this run resumed from"))

@@ -184,6 +184,21 @@ class TitanTrainTest(unittest.TestCase):
                                       r"run's model is llama3 debugmodel \(.*\) \(rope_theta 10000 vs "
                                       r"500000\); resume with the saved settings")
 
+    def test_load_step_with_nothing_to_train_changes_nothing(self):
+        # A mistyped steps would set the newer steps aside (and drop their metrics) for no run.
+        dump = self.dump("load_step_idle")
+        flags = ["--checkpoint.last_save_model_only=false", "--validation.enable=false",
+                 "--checkpoint.interval=2"]
+        run_train(dump, "--training.steps=4", *flags)
+        proc = run_train(dump, "--training.steps=2", "--checkpoint.load_step=2", *flags,
+                         check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn("[checkpoint] load_step = 2 with [training] steps = 2: nothing would train, "
+                      "yet the steps after 2 would be set aside", proc.stderr)
+        self.assertEqual(sorted(glob.glob("step-*", root_dir=os.path.join(dump, "checkpoint"))),
+                         ["step-2", "step-4"])
+        self.assertEqual([m["step"] for m in metrics(dump)], [1, 2, 3, 4])
+
     def test_sigterm_finishes_step_saves_and_exits_zero(self):
         dump = self.dump("sigterm")
         cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
