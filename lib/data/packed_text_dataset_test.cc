@@ -77,11 +77,12 @@ std::vector<std::vector<int32_t>> ReadWindows(PackedTextDataset& dataset, int co
   return windows;
 }
 
-// Three files of different kinds in a folder; the texts in reading order.
-std::vector<std::string> WriteMixedFolder(const std::string& dir) {
-  const std::vector<std::string> first = MakeTexts(9, 0);
-  const std::vector<std::string> second = MakeTexts(7, 9);
-  const std::vector<std::string> third = MakeTexts(8, 16);
+// `first`, `second` and `third` as a.jsonl, b.jsonl.gz and c.json (an array) in `dir`; the texts
+// in reading order.
+std::vector<std::string> WriteThreeKinds(const std::string& dir,
+                                         const std::vector<std::string>& first,
+                                         const std::vector<std::string>& second,
+                                         const std::vector<std::string>& third) {
   WriteTestFile(dir + "/a.jsonl", JsonLines(first));
   WriteTestFile(dir + "/b.jsonl.gz", JsonLines(second), /*gzip=*/true);
   std::string array = "[";
@@ -93,6 +94,11 @@ std::vector<std::string> WriteMixedFolder(const std::string& dir) {
   all.insert(all.end(), second.begin(), second.end());
   all.insert(all.end(), third.begin(), third.end());
   return all;
+}
+
+// Three files of different kinds in a folder; the texts in reading order.
+std::vector<std::string> WriteMixedFolder(const std::string& dir) {
+  return WriteThreeKinds(dir, MakeTexts(9, 0), MakeTexts(7, 9), MakeTexts(8, 16));
 }
 
 TEST(PackedTextDatasetTest, PacksDocumentsIntoWindowsWithBosAndEos) {
@@ -370,21 +376,8 @@ std::string LongText(size_t length, int seed) {
 // Long documents between short ones in every file kind, one of them last in its file; the texts
 // in reading order.
 std::vector<std::string> WriteLongDocumentFolder(const std::string& dir, size_t length) {
-  const std::vector<std::string> first = {"ab", LongText(length, 1), "cde", "",
-                                          LongText(length, 2)};
-  const std::vector<std::string> second = {LongText(length, 3), "fg", "hij"};
-  const std::vector<std::string> third = {"k", LongText(length, 4), "lm"};
-  WriteTestFile(dir + "/a.jsonl", JsonLines(first));
-  WriteTestFile(dir + "/b.jsonl.gz", JsonLines(second), /*gzip=*/true);
-  std::string array = "[";
-  for (const std::string& text : third) {
-    array += absl::StrCat(array.size() > 1 ? ",\n" : "", nlohmann::json{{"text", text}}.dump());
-  }
-  WriteTestFile(dir + "/c.json", array + "]");
-  std::vector<std::string> all = first;
-  all.insert(all.end(), second.begin(), second.end());
-  all.insert(all.end(), third.begin(), third.end());
-  return all;
+  return WriteThreeKinds(dir, {"ab", LongText(length, 1), "cde", "", LongText(length, 2)},
+                         {LongText(length, 3), "fg", "hij"}, {"k", LongText(length, 4), "lm"});
 }
 
 // Bytes of a state as a checkpoint's manifest.json holds it (pretty-printed).

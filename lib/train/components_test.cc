@@ -125,29 +125,33 @@ TEST(ResolveModelTest, AnAssetsConfigThatDiffersFromTheFlavorNamesTheFields) {
                                    "flavor = \"from_checkpoint\""));
 }
 
+// A model-only titan step, TestDir(`name`)/step-1, whose manifest describes `args` (its one tensor
+// matches nothing: the architecture is checked before any tensor).
+std::string SavedModelStep(const std::string& name, const TransformerArgs& args) {
+  CheckpointState state;
+  state.model.emplace_back("tok_embeddings.weight", at::zeros({2}));
+  state.extra["model"] = ModelInfoToJson(DescribeModel(**FindModel("qwen3"), args));
+  const std::string root = TestDir(name);
+  EXPECT_TRUE(CheckpointManager(root, 0).Save(1, state, /*model_only=*/true).ok());
+  return root + "/step-1";
+}
+
 TEST(ResolveModelTest, AnInitialLoadOfAnotherArchitectureIsRefusedNamingTheFields) {
   // Loading compares shapes, which rope_theta leaves alike: the saved model entry tells.
-  const ModelSpec& spec = **FindModel("qwen3");
-  TransformerArgs args = spec.Flavor("debugmodel").value();
-  args.vocab_size = 64;
+  TransformerArgs args = Qwen3Debug64();
   JobConfig config = DefaultJobConfig();
   config.mutable_model()->set_name("qwen3");
   config.mutable_model()->set_flavor("debugmodel");
   for (const double theta : {1e6, 1e4}) {
     args.rope.theta = theta;
-    CheckpointState state;
-    state.model.emplace_back("tok_embeddings.weight", at::zeros({2}));
-    state.extra["model"] = ModelInfoToJson(DescribeModel(spec, args));
-    const std::string root = TestDir(absl::StrCat("initial_", theta));
-    ASSERT_TRUE(CheckpointManager(root, 0).Save(1, state, /*model_only=*/true).ok());
-    config.mutable_checkpoint()->set_initial_load_path(root + "/step-1");
+    const std::string step = SavedModelStep(absl::StrCat("initial_", theta), args);
+    config.mutable_checkpoint()->set_initial_load_path(step);
     const absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
     if (theta == 1e6) {
       EXPECT_TRUE(info.ok()) << info.status();
     } else {
-      EXPECT_THAT(
-          std::string(info.status().message()),
-          ::testing::HasSubstr("[checkpoint] initial_load_path: " + root + "/step-1 holds "));
+      EXPECT_THAT(std::string(info.status().message()),
+                  ::testing::HasSubstr("[checkpoint] initial_load_path: " + step + " holds "));
       EXPECT_THAT(std::string(info.status().message()),
                   ::testing::HasSubstr("(rope_theta 10000 vs 1000000); use flavor = "
                                        "\"from_checkpoint\""));
@@ -158,25 +162,21 @@ TEST(ResolveModelTest, AnInitialLoadOfAnotherArchitectureIsRefusedNamingTheField
 // from_checkpoint takes the shape from hf_assets_path; an initial load of another model (its
 // weights' shapes alike) must not run under that shape's RoPE.
 TEST(ResolveModelTest, FromCheckpointRefusesAnInitialLoadOfAnotherArchitecture) {
-  const ModelSpec& spec = **FindModel("qwen3");
-  JobConfig config = JobWithAssetsConfig("from_assets", DescribeModel(spec, Qwen3Debug64()));
+  JobConfig config =
+      JobWithAssetsConfig("from_assets", DescribeModel(**FindModel("qwen3"), Qwen3Debug64()));
   config.mutable_model()->set_flavor("from_checkpoint");
   for (const double theta : {1e6, 1e4}) {
     TransformerArgs args = Qwen3Debug64();
     args.rope.theta = theta;
-    CheckpointState state;
-    state.model.emplace_back("tok_embeddings.weight", at::zeros({2}));
-    state.extra["model"] = ModelInfoToJson(DescribeModel(spec, args));
-    const std::string root = TestDir(absl::StrCat("from_initial_", theta));
-    ASSERT_TRUE(CheckpointManager(root, 0).Save(1, state, /*model_only=*/true).ok());
-    config.mutable_checkpoint()->set_initial_load_path(root + "/step-1");
+    const std::string step = SavedModelStep(absl::StrCat("from_initial_", theta), args);
+    config.mutable_checkpoint()->set_initial_load_path(step);
     const absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
     if (theta == 1e6) {
       EXPECT_TRUE(info.ok()) << info.status();
       continue;
     }
     EXPECT_THAT(std::string(info.status().message()),
-                ::testing::HasSubstr("[checkpoint] initial_load_path: " + root + "/step-1 holds "));
+                ::testing::HasSubstr("[checkpoint] initial_load_path: " + step + " holds "));
     EXPECT_THAT(std::string(info.status().message()),
                 ::testing::HasSubstr("comes from [model] hf_assets_path: " +
                                      config.model().hf_assets_path()));
