@@ -46,6 +46,9 @@ using nlohmann::json;
 
 constexpr char kStepPrefix[] = "step-";
 constexpr char kTemporaryInfix[] = ".tmp-";
+// Steps a restart or a rolled-back run set aside: kept, never read as steps.
+constexpr char kAbandonedInfix[] = ".abandoned-";
+constexpr char kUnfinishedInfix[] = ".unfinished-";
 
 // `name` is "step-<digits>": returns the step.
 std::optional<int64_t> ParseStepName(const std::string& name) {
@@ -357,6 +360,23 @@ absl::StatusOr<std::vector<int64_t>> CheckpointManager::ListSteps() const {
   return steps;
 }
 
+std::vector<std::string> CheckpointManager::UncommittedStepFolders() const {
+  std::vector<std::string> found;
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(root_);
+  if (!names.ok()) return found;
+  for (const std::string& name : *names) {
+    const size_t dot = name.find('.');
+    if (dot == std::string::npos || !ParseStepName(name.substr(0, dot))) continue;
+    const absl::string_view rest = absl::string_view(name).substr(dot);
+    if (absl::StartsWith(rest, kTemporaryInfix) || absl::StartsWith(rest, kAbandonedInfix) ||
+        absl::StartsWith(rest, kUnfinishedInfix)) {
+      found.push_back(name);
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 absl::StatusOr<int64_t> CheckpointManager::LatestStep() const {
   TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListSteps());
   if (steps.empty()) return absl::NotFoundError(absl::StrCat(root_, ": no checkpoints"));
@@ -370,14 +390,14 @@ absl::StatusOr<std::vector<int64_t>> CheckpointManager::SetAsideStepsAfter(
   if (ranks_.rank != 0) return newer;
   for (const int64_t abandoned : newer) {
     const std::string dir = StepDirectory(abandoned);
-    const std::string aside = absl::StrCat(dir, ".abandoned-", ranks_.run_id);
+    const std::string aside = absl::StrCat(dir, kAbandonedInfix, ranks_.run_id);
     if (::rename(dir.c_str(), aside.c_str()) != 0) return ErrnoError("rename to " + aside, dir);
     LOG(WARNING) << "Set aside " << dir << " as " << aside << ": " << why
                  << "; rename it back to resume it";
     // Its Hugging Face export goes with it: left, it would pass for the new timeline's step.
     const std::string export_dir = HfExportDirectory(abandoned);
     if (IsDirectory(export_dir)) {
-      const std::string export_aside = absl::StrCat(export_dir, ".abandoned-", ranks_.run_id);
+      const std::string export_aside = absl::StrCat(export_dir, kAbandonedInfix, ranks_.run_id);
       if (::rename(export_dir.c_str(), export_aside.c_str()) != 0) {
         return ErrnoError("rename to " + export_aside, export_dir);
       }
@@ -429,7 +449,7 @@ absl::Status CheckpointManager::RecoverInterruptedRuns() const {
     const json saving = journal.value("saving", json());
     if (saving.is_number_integer() && IsDirectory(StepDirectory(saving.get<int64_t>()))) {
       const std::string dir = StepDirectory(saving.get<int64_t>());
-      const std::string aside = absl::StrCat(dir, ".unfinished-", run_id);
+      const std::string aside = absl::StrCat(dir, kUnfinishedInfix, run_id);
       if (::rename(dir.c_str(), aside.c_str()) != 0) return ErrnoError("rename to " + aside, dir);
       LOG(WARNING) << "Set aside " << dir << " as " << aside << ": the first save of run " << run_id
                    << ", which counted from step 0 again and stopped before it took over";
@@ -438,7 +458,7 @@ absl::Status CheckpointManager::RecoverInterruptedRuns() const {
       if (!step.is_number_integer()) continue;
       const std::string dir = StepDirectory(step.get<int64_t>());
       for (const std::string& put_back : {dir, HfExportDirectory(step.get<int64_t>())}) {
-        const std::string aside = absl::StrCat(put_back, ".abandoned-", run_id);
+        const std::string aside = absl::StrCat(put_back, kAbandonedInfix, run_id);
         if (!IsDirectory(aside) || PathExists(put_back)) continue;
         if (::rename(aside.c_str(), put_back.c_str()) != 0) {
           return ErrnoError("rename to " + put_back, aside);

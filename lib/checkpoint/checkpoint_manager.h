@@ -75,6 +75,9 @@ class CheckpointManager {
 
   // Committed steps, ascending; empty when the root does not exist yet.
   absl::StatusOr<std::vector<int64_t>> ListSteps() const;
+  // What saves and restarts left beside the steps, sorted: step-N.tmp-* (a save that did not
+  // finish), step-N.abandoned-* and step-N.unfinished-* (steps a restart set aside).
+  std::vector<std::string> UncommittedStepFolders() const;
 
   // The newest committed step; NotFound when there is none.
   absl::StatusOr<int64_t> LatestStep() const;

@@ -11,7 +11,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/checkpoint_step.h"
@@ -37,29 +36,11 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-// What a save left in a checkpoint root that holds no committed step: step-N.tmp-* (a save that
-// did not finish), step-N.abandoned-* and step-N.unfinished-* (steps a restart set aside); sorted.
-std::vector<std::string> UncommittedStepFolders(const std::string& root) {
-  std::vector<std::string> found;
-  absl::StatusOr<std::vector<std::string>> names = ListDirectory(root);
-  if (!names.ok()) return found;
-  for (const std::string& name : *names) {
-    absl::string_view rest = name;
-    if (!absl::ConsumePrefix(&rest, "step-")) continue;
-    const size_t digits = rest.find_first_not_of("0123456789");
-    if (digits == 0 || digits == absl::string_view::npos) continue;
-    rest.remove_prefix(digits);
-    if (absl::StartsWith(rest, ".tmp") || absl::StartsWith(rest, ".abandoned-") ||
-        absl::StartsWith(rest, ".unfinished-")) {
-      found.push_back(name);
-    }
-  }
-  std::sort(found.begin(), found.end());
-  return found;
-}
-
-absl::Status NoCommittedStepError(const std::string& root,
-                                  const std::vector<std::string>& folders) {
+// A root without a committed step: NotFound naming what saves and restarts left there, OK when
+// they left nothing.
+absl::Status NoCommittedStep(const std::string& root) {
+  const std::vector<std::string> folders = CheckpointManager(root, 0).UncommittedStepFolders();
+  if (folders.empty()) return absl::OkStatus();
   return absl::NotFoundError(absl::StrCat(
       root, ": no committed step, only ", absl::StrJoin(folders, ", "),
       " (.tmp*: a save that did not finish; .abandoned-*, .unfinished-*: steps a restart set "
@@ -151,8 +132,7 @@ class TitanReader : public CheckpointReader {
       CheckpointManager manager(path, /*keep_latest_k=*/0);
       absl::StatusOr<int64_t> latest = manager.LatestStep();
       if (!latest.ok()) {
-        const std::vector<std::string> uncommitted = UncommittedStepFolders(path);
-        if (!uncommitted.empty()) return NoCommittedStepError(path, uncommitted);
+        TITAN_RETURN_IF_ERROR(NoCommittedStep(path));
         return absl::NotFoundError(absl::StrCat(path, ": not a titan checkpoint (no ",
                                                 kCheckpointManifestFile,
                                                 ", no step-N directories)"));
@@ -333,8 +313,7 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path)
   if (PathExists(absl::StrCat(path, "/", kMetaParamsFile))) return CheckpointFormat::kMeta;
   absl::StatusOr<std::vector<int64_t>> steps = CheckpointManager(path, 0).ListSteps();
   if (steps.ok() && !steps->empty()) return CheckpointFormat::kTitan;
-  const std::vector<std::string> uncommitted = UncommittedStepFolders(path);
-  if (!uncommitted.empty()) return NoCommittedStepError(path, uncommitted);
+  TITAN_RETURN_IF_ERROR(NoCommittedStep(path));
   return absl::InvalidArgumentError(absl::StrCat(
       path, ": unknown checkpoint format (expected manifest.json or step-N/ for titan, ",
       "config.json for hf, params.json for meta)"));
