@@ -68,6 +68,10 @@ absl::Status ForEachObjectLine(
 
 // Arithmetic operands: held out when (a + 3b) % 7 == 0, about one pair in seven.
 bool ArithmeticHeldOut(int a, int b) { return (a + 3 * b) % 7 == 0; }
+// The tasks' domains: arithmetic's operands are 0 .. kArithmeticOperands - 1, sorting picks three
+// of these letters.
+constexpr int kArithmeticOperands = 50;
+constexpr char kSortingLetters[] = "abcdefgh";
 
 // Sorting's letters: held out when their codes sum to a multiple of 4 (14 of the 56 sets, 84
 // ordered prompts).
@@ -183,15 +187,14 @@ absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task,
   if (held_out) {
     int64_t distinct = 0;
     if (task == "arithmetic") {
-      for (int a = 0; a < 50; ++a) {
-        for (int b = 0; b < 50; ++b) distinct += ArithmeticHeldOut(a, b) ? 1 : 0;
+      for (int a = 0; a < kArithmeticOperands; ++a) {
+        for (int b = 0; b < kArithmeticOperands; ++b) distinct += ArithmeticHeldOut(a, b) ? 1 : 0;
       }
     } else if (task == "sorting") {
-      for (int x = 0; x < 8; ++x) {
-        for (int y = 0; y < 8; ++y) {
-          for (int z = 0; z < 8; ++z) {
-            distinct += x != y && y != z && x != z && SortingHeldOut('a' + x, 'a' + y, 'a' + z);
-          }
+      const absl::string_view letters = kSortingLetters;
+      for (char x : letters) {
+        for (char y : letters) {
+          for (char z : letters) distinct += x != y && y != z && x != z && SortingHeldOut(x, y, z);
         }
       }
     }
@@ -202,7 +205,7 @@ absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task,
     }
   }
   if (task == "arithmetic") {
-    std::uniform_int_distribution<int> operand(0, 49);
+    std::uniform_int_distribution<int> operand(0, kArithmeticOperands - 1);
     while (static_cast<int64_t>(examples.size()) < count) {
       const int a = operand(rng), b = operand(rng);
       if (ArithmeticHeldOut(a, b) != held_out) continue;
@@ -217,7 +220,7 @@ absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task,
     return examples;
   }
   if (task == "sorting") {
-    const std::string letters = "abcdefgh";
+    const std::string letters = kSortingLetters;
     while (static_cast<int64_t>(examples.size()) < count) {
       std::string picked = letters;
       std::shuffle(picked.begin(), picked.end(), rng);
