@@ -144,8 +144,8 @@ absl::StatusOr<int64_t> TrainCheckpointer::PairedStep(int64_t step,
 }
 
 absl::Status TrainCheckpointer::ResumeAt(int64_t step, TrainState& state) {
+  // The pair's Resume has recovered this folder's interrupted runs already.
   if (!parts_.read_only) {
-    TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
     // Newer steps were saved for steps that the run now redoes.
     const std::string why =
         step < 0 ? "the run resumes no step" : absl::StrCat("newer than the resumed step ", step);

@@ -82,7 +82,8 @@ class TrainCheckpointer {
   // step both hold. Call paired->ResumeAt(loaded_step()) next.
   absl::Status Resume(TrainState& state, const TrainCheckpointer* paired = nullptr);
   // Loads exactly `step` (-1: none; a step 0 that is absent: none, as beside a seed checkpoint)
-  // and sets aside the steps after it, which belong to steps the run redoes.
+  // and sets aside the steps after it, which belong to steps the run redoes. Only after the
+  // Resume this checkpointer was `paired` to, which recovered its interrupted runs.
   absl::Status ResumeAt(int64_t step, TrainState& state);
   // The step folder Resume or ResumeAt loaded; -1: none.
   int64_t loaded_step() const { return loaded_step_; }
