@@ -31,6 +31,14 @@ SequenceBatch SequenceBatch::Rows(int64_t begin, int64_t end) const {
   return out;
 }
 
+int64_t SequenceTokens(const std::vector<TokenIds>& prompts,
+                       const std::vector<TokenIds>& responses) {
+  int64_t tokens = 0;
+  for (const TokenIds& ids : prompts) tokens += static_cast<int64_t>(ids.size());
+  for (const TokenIds& ids : responses) tokens += static_cast<int64_t>(ids.size());
+  return tokens;
+}
+
 SequenceBatch LayOutSequences(const std::vector<TokenIds>& prompts,
                               const std::vector<TokenIds>& responses, int64_t pad_id,
                               const at::Device& device, int64_t response_len) {

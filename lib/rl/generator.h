@@ -29,6 +29,10 @@ struct SequenceBatch {
   SequenceBatch Rows(int64_t begin, int64_t end) const;
 };
 
+// The tokens of `prompts` with `responses`, padding not counted.
+int64_t SequenceTokens(const std::vector<TokenIds>& prompts,
+                       const std::vector<TokenIds>& responses);
+
 // The layout of `prompts` with `responses` (T = the longest response, or `response_len` if
 // larger) on `device`.
 SequenceBatch LayOutSequences(const std::vector<TokenIds>& prompts,

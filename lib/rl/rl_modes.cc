@@ -297,8 +297,9 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
   TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
   if (absl::Status status = trainer.SavePolicyWeights(weights); !status.ok()) return status;
-  nlohmann::json summary = {
-      {"loss", metrics->loss}, {"grad_norm", metrics->grad_norm}, {"weights", weights}};
+  nlohmann::json summary = {{"loss", metrics->loss}, {"grad_norm", metrics->grad_norm},
+                            {"tps", metrics->tps},   {"tflops", metrics->tflops},
+                            {"mfu", metrics->mfu},   {"weights", weights}};
   for (const auto& [name, value] : metrics->extra) summary[name] = value;
   return summary;
 }

@@ -345,6 +345,17 @@ absl::StatusOr<StepMetrics> RlTrainer::StepOnRollouts(const Rollouts& rollouts) 
   });
 }
 
+void RlTrainer::SetThroughput(int64_t tokens, int64_t trained_tokens, int64_t width, double seconds,
+                              StepMetrics& m) const {
+  // Attention FLOPs at the width the batch is laid out in.
+  const int64_t flops_per_token = policy_.info.spec->flops_per_token(policy_.info.args, width);
+  m.tps = ComputeThroughput(tokens, seconds, flops_per_token, peak_flops_).tokens_per_second;
+  const Throughput update =
+      ComputeThroughput(trained_tokens, seconds, flops_per_token, peak_flops_);
+  m.tflops = update.tflops;
+  m.mfu = update.mfu_percent;
+}
+
 absl::StatusOr<double> RlTrainer::Evaluate() {
   if (eval_examples_.empty()) return 0.0;
   c10::NoGradGuard no_grad;
@@ -504,8 +515,12 @@ absl::Status RlTrainer::Train() {
       TITAN_RETURN_IF_ERROR(rewards.status());
       rollouts.rewards = *rewards;
       rollouts.generator_logprobs = generation.logprobs;
+      const double scoring_seconds = stopwatch.Lap();
       TITAN_ASSIGN_OR_RETURN(m, RlUpdate(rollouts));
       const double update_seconds = stopwatch.Lap();
+      // The update's own tokens/s (RlUpdate's) become the whole step's: generation and scoring in.
+      m.tps = static_cast<double>(SequenceTokens(rollouts.prompts, rollouts.responses)) /
+              (generation_seconds + scoring_seconds + update_seconds);
       TITAN_ASSIGN_OR_RETURN(
           const at::Tensor all_generated,
           ReduceOverDp(at::scalar_tensor(static_cast<double>(generated), at::kDouble),

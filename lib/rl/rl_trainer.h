@@ -138,6 +138,11 @@ class RlTrainer {
   // The rewards the update uses: the scorer's, less [rl] overlong_buffer_len's penalty.
   std::vector<double> OverlongPenalized(const Rollouts& rollouts) const;
   absl::StatusOr<StepMetrics> SftOrDpoStep(const std::vector<const RlExample*>& examples);
+  // Sets `m`'s tps to `tokens` (this rank's) per second of `seconds`, and its tflops and mfu to
+  // forward + backward passes over `trained_tokens` laid out `width` wide in that time (verl's
+  // perf/throughput and perf/mfu/actor).
+  void SetThroughput(int64_t tokens, int64_t trained_tokens, int64_t width, double seconds,
+                     StepMetrics& m) const;
   // One optimizer step: `loss_sum(m)` is microbatch m's summed loss; `denominator` the step's
   // global normaliser (tokens, or pairs). Returns the gradient norm, on the device (unread).
   absl::StatusOr<at::Tensor> OptimizerStep(
@@ -182,6 +187,7 @@ class RlTrainer {
   std::vector<RlExample> eval_examples_;
   TrainState state_;
   std::string weights_from_;
+  double peak_flops_ = 0;  // the device's datasheet peak in the matmuls' dtype; 0: unknown
 };
 
 // titan_rl's library call: builds an RlTrainer for `config` (RlJobConfig applied) and trains. A

@@ -10,10 +10,12 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/config/job_config.h"
+#include "lib/metrics/flops.h"
 #include "lib/metrics/metrics_logger.h"
 #include "lib/rl/examples.h"
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_trainer.h"
+#include "lib/train/device.h"
 #include "lib/train/train_checkpoint.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_context.h"
@@ -79,6 +81,8 @@ absl::Status RlTrainer::Init(RlMode mode) {
                            RewardModel::Load(rl_.reward_model_path(), config_, setup_, runtime_,
                                              tokenizer_->vocab_size()));
   }
+  peak_flops_ = PeakFlops(DeviceName(setup_.device),
+                          setup_.autocast_dtype ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params));
   grad_norm_reducer_ = policy_.data_parallel->GradNormReducer(policy_.params);
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));

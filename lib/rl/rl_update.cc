@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "lib/metrics/flops.h"
 #include "lib/rl/losses.h"
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_trainer.h"
@@ -129,6 +130,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const int64_t rows = static_cast<int64_t>(rollouts.prompts.size());
   const int64_t response_len =
       rollouts.generator_logprobs.defined() ? rollouts.generator_logprobs.size(1) : 0;
+  Stopwatch stopwatch;
   const SequenceBatch batch = LayOutSequences(rollouts.prompts, rollouts.responses,
                                               tokenizer_->eos_id(), setup_.device, response_len);
   const at::Tensor mask = batch.response_mask.to(at::kFloat);
@@ -217,11 +219,16 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   // PPO and verl report them; each step's metric is its token mean.
   at::Tensor grad_norm_sum;
   int64_t optimizer_steps = 0;
+  int64_t trained_tokens = 0;  // this rank's, every epoch's: the update's FLOPs
   for (int64_t epoch = 0; epoch < rl.ppo_epochs(); ++epoch) {
     for (int64_t begin = 0; begin < rows; begin += minibatch) {
       const int64_t end = std::min(rows, begin + minibatch);
       const double counted = counted_tokens[begin / minibatch].item<double>();
       if (counted == 0) continue;  // every group of this minibatch was dropped, on every rank
+      for (int64_t i = begin; i < end; ++i) {
+        trained_tokens +=
+            static_cast<int64_t>(rollouts.prompts[i].size() + rollouts.responses[i].size());
+      }
       const bool first = epoch == 0;
       // Local sums over this step's global token count: summed over ranks, the step's token mean.
       const auto step_mean = [&](const std::string& name, const at::Tensor& sum) {
@@ -318,6 +325,8 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     metrics.extra.emplace_back("counted_fraction", get("counted_tokens") /
                                                        std::max(1.0, get("response_tokens")));
   }
+  SetThroughput(SequenceTokens(rollouts.prompts, rollouts.responses), trained_tokens,
+                batch.tokens.size(1), stopwatch.Lap(), metrics);
   if (ppo) {
     const double rt = std::max(1.0, get("response_tokens"));
     const double var_returns = get("returns_sq_sum") / rt - std::pow(get("returns_sum") / rt, 2);
@@ -333,6 +342,7 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
   const JobConfig::Rl& rl = rl_;
   const bool dpo = rl.algorithm() == "dpo";
   const int64_t pairs = static_cast<int64_t>(examples.size());
+  Stopwatch stopwatch;
   std::vector<TokenIds> prompts, responses;
   int64_t cut = 0;
   // DPO rows: every chosen response, then every rejected one, microbatched pair-wise below.
@@ -410,6 +420,8 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
   } else {
     metrics.extra = {{"response_tokens", denominator}};
   }
+  const int64_t tokens = SequenceTokens(prompts, responses);
+  SetThroughput(tokens, tokens, batch.tokens.size(1), stopwatch.Lap(), metrics);
   return metrics;
 }
 

@@ -13,6 +13,7 @@ import sys
 import time
 import unittest
 
+import tokenizers
 import torch
 import transformers
 from safetensors.torch import load_file
@@ -89,6 +90,39 @@ class TitanRlTest(unittest.TestCase):
             rows = common.metrics(dump)
             self.assertEqual([m["step"] for m in rows], [1])
             self.assertNotIn(key, rows[0])
+
+    def test_throughput_counts_the_updates_forward_and_backward_passes(self):
+        # tps: the sequences' tokens per second; tflops: ppo_epochs forward + backward passes
+        # over them in that time, at torchtitan's FLOPs per token (6 per matmul weight + the
+        # attention's 12·layers·heads·head_dim·width), width that of the laid-out batch.
+        path = self.rollouts()
+        _, cmd = self.job("throughput", "--rl.ppo_epochs=2", "--rl.old_logprobs=trainer", "--json")
+        cmd.insert(1, f"--step_rollouts={path}")
+        summary = json.loads(common.run(cmd).stdout)
+        tokenizer = tokenizers.Tokenizer.from_file(f"{common.TOKENIZER}/tokenizer.json")
+        rows = common.read_jsonl(path)
+        width = (max(1 + len(tokenizer.encode(r["prompt"], add_special_tokens=False).ids)
+                     for r in rows) +
+                 max(len(tokenizer.encode(r["response"], add_special_tokens=False).ids)
+                     for r in rows))  # a prompt takes a BOS; a given response is taken as it is
+        config, _ = common.tiny_config("llama3")
+        model = transformers.LlamaForCausalLM(config)
+        matmul_params = (sum(p.numel() for p in model.parameters()) -
+                         model.model.embed_tokens.weight.numel())
+        head_dim = config.hidden_size // config.num_attention_heads
+        flops_per_token = (6 * matmul_params + 12 * config.num_hidden_layers *
+                           config.num_attention_heads * head_dim * width)
+        self.assertGreater(summary["tps"], 0)
+        self.assertEqual(summary["mfu"], 0)  # no published peak for a CPU
+        self.assertAlmostEqual(summary["tflops"] * 1e12 / summary["tps"] / (2 * flops_per_token),
+                               1, places=9)
+        # A training step's tps takes generation and scoring in as well: both rates are set.
+        dump, cmd = self.job("throughput_training", "--training.steps=1",
+                             "--rl.dynamic_sampling=false")
+        common.run(cmd)
+        row = common.metrics(dump)[-1]
+        self.assertGreater(row["tps"], 0)
+        self.assertGreater(row["tflops"], 0)
 
     def test_more_prompts_per_step_than_prompts_is_refused(self):
         # A step would take a prompt twice (two groups of it, double weight): said before any step.
