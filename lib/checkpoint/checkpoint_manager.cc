@@ -63,6 +63,12 @@ std::optional<int64_t> ParseStepName(const std::string& name) {
   return step;
 }
 
+// A file (not a folder) named as a step: neither listed nor replaced by a save.
+absl::Status NotAStepFolder(const std::string& path) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(path, " is named as a checkpoint step but is not a folder: move it away"));
+}
+
 // Swaps `from` into `to` atomically where the filesystem can (renameat2 RENAME_EXCHANGE), leaving
 // the old `to` at `from`; elsewhere moves the old `to` aside to `aside` first.
 absl::Status ReplaceDirectory(const std::string& from, const std::string& to,
@@ -290,6 +296,7 @@ absl::Status CheckpointManager::Commit(const std::string& tmp_dir, int64_t step,
   // Commit: step-<N> appears whole in one rename (or one exchange when replacing it).
   const std::string final_dir = StepDirectory(step);
   std::string old_dir;
+  if (PathExists(final_dir) && !IsDirectory(final_dir)) return NotAStepFolder(final_dir);
   if (PathExists(final_dir)) {
     TITAN_RETURN_IF_ERROR(
         ReplaceDirectory(tmp_dir, final_dir, absl::StrCat(tmp_dir, "-replaced"), old_dir));
@@ -354,7 +361,11 @@ absl::StatusOr<std::vector<int64_t>> CheckpointManager::ListSteps() const {
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(root_));
   for (const std::string& name : names) {
     std::optional<int64_t> step = ParseStepName(name);
-    if (step && IsDirectory(absl::StrCat(root_, "/", name))) steps.push_back(*step);
+    if (!step) continue;
+    const std::string path = absl::StrCat(root_, "/", name);
+    // Refused rather than skipped: the save of that step would replace it.
+    if (!IsDirectory(path)) return NotAStepFolder(path);
+    steps.push_back(*step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;

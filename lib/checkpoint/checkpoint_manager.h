@@ -73,7 +73,8 @@ class CheckpointManager {
   // agree on the outcome (a barrier) before relying on the step.
   absl::Status Save(int64_t step, const CheckpointState& state, bool model_only);
 
-  // Committed steps, ascending; empty when the root does not exist yet.
+  // Committed steps, ascending; empty when the root does not exist yet. A file named as a step is
+  // an error (Save refuses to replace it too).
   absl::StatusOr<std::vector<int64_t>> ListSteps() const;
   // What saves and restarts left beside the steps, sorted: step-N.tmp-* (a save that did not
   // finish), step-N.abandoned-* and step-N.unfinished-* (steps a restart set aside).

@@ -208,6 +208,18 @@ TEST(CheckpointManagerTest, SavingAnExistingStepReplacesIt) {
   EXPECT_THAT(*ListDirectory(root), ElementsAre("step-3"));
 }
 
+TEST(CheckpointManagerTest, AFileNamedAsAStepIsRefusedNotReplaced) {
+  const std::string root = TestRoot();
+  CheckpointManager manager(root, 0);
+  ASSERT_TRUE(manager.Save(2, MakeState(1), false).ok());
+  ASSERT_TRUE(WriteFileAtomically(root + "/step-3", "notes").ok());
+  EXPECT_THAT(manager.ListSteps().status().message(),
+              HasSubstr(root + "/step-3 is named as a checkpoint step but is not a folder"));
+  EXPECT_THAT(manager.Save(3, MakeState(2), false).message(),
+              HasSubstr(root + "/step-3 is named as a checkpoint step but is not a folder"));
+  EXPECT_EQ(*ReadFile(root + "/step-3"), "notes");
+}
+
 TEST(CheckpointManagerTest, StaleTemporaryIsIgnoredThenCleaned) {
   const std::string root = TestRoot();
   CheckpointManager manager(root, 0);
