@@ -16,7 +16,8 @@ try:
 except ImportError:
     sys.exit("tensorboard is not installed in the test environment: tools/setup.sh must pin it")
 
-# (tag, step, value): tags the trainer logs, a value float32 cannot hold exactly, a negative one.
+# (tag, step, value): tags the trainer logs, a value float32 cannot hold exactly, a negative one,
+# zeros.
 SCALARS = [
     ("loss_metrics/global_avg_loss", 1, 10.8125),
     ("loss_metrics/global_avg_loss", 2, 9.123456789),
@@ -26,6 +27,8 @@ SCALARS = [
     ("mfu(%)", 2, 0.05),
     ("memory/max_reserved(GiB)", 2, 0.52),
     ("validation_metrics/loss", 2, -3.5),
+    ("grad_norm", 1, 0.0),  # proto3 leaves a 0 out unless the field has presence
+    ("grad_norm", 2, -0.0),
 ]
 
 
