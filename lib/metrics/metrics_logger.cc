@@ -46,17 +46,44 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> OpenTensorBoard(const std::st
   return WithContext(writer.status(), "[metrics] save_tb_folder");
 }
 
+// The step's scalars under their metrics.jsonl keys or torchtitan's TensorBoard tags; an
+// evaluation-only row has no update's.
+std::vector<std::pair<std::string, double>> Scalars(const StepMetrics& metrics,
+                                                    bool tensorboard_tags) {
+  std::vector<std::pair<std::string, double>> scalars;
+  if (!metrics.evaluation_only) {
+    scalars.insert(
+        scalars.end(),
+        {{tensorboard_tags ? "loss_metrics/global_avg_loss" : "loss", metrics.loss},
+         {"grad_norm", metrics.grad_norm},
+         {"lr", metrics.lr},
+         {tensorboard_tags ? "throughput(tps)" : "tps", metrics.tps},
+         {"tflops", metrics.tflops},
+         {tensorboard_tags ? "mfu(%)" : "mfu", metrics.mfu},
+         {tensorboard_tags ? "memory/max_reserved(GiB)" : "memory_gib", metrics.memory_gib}});
+  }
+  if (metrics.validation_loss.has_value()) {
+    scalars.emplace_back(tensorboard_tags ? "validation_metrics/loss" : "validation_loss",
+                         *metrics.validation_loss);
+  }
+  scalars.insert(scalars.end(), metrics.extra.begin(), metrics.extra.end());
+  return scalars;
+}
+
 }  // namespace
 
 std::string FormatStepLine(const StepMetrics& metrics, bool color) {
   const auto paint = [color](const char* ansi) { return color ? ansi : ""; };
-  std::string line = absl::StrFormat(
-      "%sstep: %2d  %sloss: %7.4f  %sgrad_norm: %7.4f  %slr: %.1e  %smemory: %5.2fGiB  "
-      "%stps: %s  %stflops: %.2f  %smfu: %.2f%%",
-      paint(kRed), metrics.step, paint(kGreen), metrics.loss, paint(kYellow), metrics.grad_norm,
-      paint(kCyan), metrics.lr, paint(kTurquoise), metrics.memory_gib, paint(kBlue),
-      WithThousandsSeparators(metrics.tps), paint(kCyan), metrics.tflops, paint(kMagenta),
-      metrics.mfu);
+  std::string line =
+      metrics.evaluation_only
+          ? absl::StrFormat("%sstep: %2d", paint(kRed), metrics.step)
+          : absl::StrFormat(
+                "%sstep: %2d  %sloss: %7.4f  %sgrad_norm: %7.4f  %slr: %.1e  %smemory: %5.2fGiB  "
+                "%stps: %s  %stflops: %.2f  %smfu: %.2f%%",
+                paint(kRed), metrics.step, paint(kGreen), metrics.loss, paint(kYellow),
+                metrics.grad_norm, paint(kCyan), metrics.lr, paint(kTurquoise), metrics.memory_gib,
+                paint(kBlue), WithThousandsSeparators(metrics.tps), paint(kCyan), metrics.tflops,
+                paint(kMagenta), metrics.mfu);
   if (metrics.validation_loss.has_value()) {
     absl::StrAppendFormat(&line, "  %svalidation_loss: %7.4f", paint(kGreen),
                           *metrics.validation_loss);
@@ -89,12 +116,19 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
                            OpenTensorBoard(options.tensorboard_folder,
                                            std::max<int64_t>(options.start.resumed_step, 0) + 1));
   }
-  // Appended, so a resumed run continues the same file.
-  std::FILE* jsonl = std::fopen(rows.rows_path().c_str(), "ae");  // e: O_CLOEXEC
-  if (jsonl == nullptr) return ErrnoError("open for append", rows.rows_path());
+  // metrics.jsonl is opened at the first row (a run ended before it leaves no empty file), so
+  // here only checked: an existing file must open for appending, else its folder take a new one.
+  const std::string& rows_path = rows.rows_path();
+  if (std::filesystem::exists(rows_path, error)) {
+    std::FILE* probe = std::fopen(rows_path.c_str(), "ae");
+    if (probe == nullptr) return ErrnoError("open for append", rows_path);
+    std::fclose(probe);
+  } else if (::access(options.dump_folder.c_str(), W_OK) != 0) {
+    return ErrnoError("create metrics.jsonl in", options.dump_folder);
+  }
   const bool color = !options.disable_color_printing && ::isatty(STDERR_FILENO) == 1;
   return std::unique_ptr<MetricsLogger>(
-      new MetricsLogger(options, std::move(rows), jsonl, std::move(tensorboard), color));
+      new MetricsLogger(options, std::move(rows), std::move(tensorboard), color));
 }
 
 absl::Status MetricsLogger::CommitRestart() {
@@ -110,25 +144,26 @@ absl::Status MetricsLogger::CommitRestart() {
   return absl::OkStatus();
 }
 
-MetricsLogger::~MetricsLogger() { std::fclose(jsonl_); }
+MetricsLogger::~MetricsLogger() {
+  if (jsonl_ != nullptr) std::fclose(jsonl_);
+}
 
 absl::Status MetricsLogger::Log(const StepMetrics& metrics) {
   LOG(INFO) << FormatStepLine(metrics, color_);
 
   nlohmann::ordered_json record;
   record["step"] = metrics.step;
-  record["loss"] = metrics.loss;
-  record["grad_norm"] = metrics.grad_norm;
-  record["lr"] = metrics.lr;
-  record["tps"] = metrics.tps;
-  record["tflops"] = metrics.tflops;
-  record["mfu"] = metrics.mfu;
-  record["memory_gib"] = metrics.memory_gib;
-  if (metrics.validation_loss.has_value()) record["validation_loss"] = *metrics.validation_loss;
-  for (const auto& [name, value] : metrics.extra) record[name] = value;
+  for (const auto& [name, value] : Scalars(metrics, /*tensorboard_tags=*/false)) {
+    record[name] = value;
+  }
   // Replace, not throw, on a name that is not UTF-8: a metrics line must never abort training.
   const std::string line =
       record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  if (jsonl_ == nullptr) {
+    // Appended, so a resumed run continues the same file.
+    jsonl_ = std::fopen(rows_.rows_path().c_str(), "ae");  // e: O_CLOEXEC
+    if (jsonl_ == nullptr) return ErrnoError("open for append", rows_.rows_path());
+  }
   if (std::fwrite(line.data(), 1, line.size(), jsonl_) != line.size() || std::fflush(jsonl_) != 0) {
     return ErrnoError("append", rows_.rows_path());
   }
@@ -138,20 +173,7 @@ absl::Status MetricsLogger::Log(const StepMetrics& metrics) {
 }
 
 absl::Status MetricsLogger::WriteTensorBoard(const StepMetrics& metrics) {
-  std::vector<std::pair<std::string, double>> scalars = {
-      {"loss_metrics/global_avg_loss", metrics.loss},
-      {"grad_norm", metrics.grad_norm},
-      {"lr", metrics.lr},
-      {"throughput(tps)", metrics.tps},
-      {"tflops", metrics.tflops},
-      {"mfu(%)", metrics.mfu},
-      {"memory/max_reserved(GiB)", metrics.memory_gib},
-  };
-  if (metrics.validation_loss.has_value()) {
-    scalars.emplace_back("validation_metrics/loss", *metrics.validation_loss);
-  }
-  scalars.insert(scalars.end(), metrics.extra.begin(), metrics.extra.end());
-  for (const auto& [tag, value] : scalars) {
+  for (const auto& [tag, value] : Scalars(metrics, /*tensorboard_tags=*/true)) {
     absl::Status status = tensorboard_->AddScalar(tag, static_cast<float>(value), metrics.step);
     if (!status.ok()) return status;
   }

@@ -29,6 +29,8 @@ struct StepMetrics {
   std::optional<double> validation_loss;
   // Any other scalars; each name is the JSON key, the log-line label and the TensorBoard tag.
   std::vector<std::pair<std::string, double>> extra;
+  // A row of evaluations before any update (RL's step 0): loss through memory_gib are left out.
+  bool evaluation_only = false;
 };
 
 struct MetricsLoggerOptions {
@@ -69,11 +71,10 @@ class MetricsLogger {
   const std::string& jsonl_path() const { return rows_.rows_path(); }
 
  private:
-  MetricsLogger(const MetricsLoggerOptions& options, StepLog rows, std::FILE* jsonl,
+  MetricsLogger(const MetricsLoggerOptions& options, StepLog rows,
                 std::unique_ptr<TensorBoardWriter> tensorboard, bool color)
       : options_(options),
         rows_(std::move(rows)),
-        jsonl_(jsonl),
         tensorboard_(std::move(tensorboard)),
         color_(color) {}
 
@@ -81,7 +82,7 @@ class MetricsLogger {
 
   const MetricsLoggerOptions options_;
   StepLog rows_;  // metrics.jsonl
-  std::FILE* jsonl_;
+  std::FILE* jsonl_ = nullptr;                        // opened by the first Log
   std::unique_ptr<TensorBoardWriter> tensorboard_;    // null when TensorBoard is off (or waits)
   std::vector<StepMetrics> waiting_for_tensorboard_;  // a restart's points until CommitRestart
   bool color_;

@@ -286,6 +286,38 @@ TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {
   }
 }
 
+TEST(MetricsLoggerTest, AnEvaluationOnlyRowHasNoUpdatesMetrics) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("evaluation_only");
+  options.tensorboard_folder = TestDir("evaluation_only/tb");
+  options.start.run_id = "r1";
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  StepMetrics metrics;
+  metrics.evaluation_only = true;
+  metrics.extra = {{"eval_reward", 0.25}};
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+  EXPECT_EQ(FormatStepLine(metrics, /*color=*/false), "step:  0  eval_reward: 0.25");
+  const std::vector<nlohmann::json> lines = ReadJsonLines((*logger)->jsonl_path());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].dump(), R"({"eval_reward":0.25,"step":0})");
+  const std::vector<tensorboard::Event> events = TheEventFile(options.tensorboard_folder);
+  ASSERT_EQ(events.size(), 3u);  // file version, SessionLog START, the one scalar
+  EXPECT_EQ(events[2].summary().value(0).tag(), "eval_reward");
+}
+
+TEST(MetricsLoggerTest, ALoggerThatLogsNothingLeavesNoFile) {
+  // A run killed before its first logged step leaves no empty metrics.jsonl behind.
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("nothing_logged");
+  options.start.run_id = "r1";
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  EXPECT_FALSE(std::filesystem::exists((*logger)->jsonl_path()));
+  ASSERT_TRUE((*logger)->Log(ExampleStep()).ok());
+  EXPECT_EQ(ReadJsonLines((*logger)->jsonl_path()).size(), 1u);
+}
+
 TEST(MetricsLoggerTest, RejectsMissingDumpFolder) {
   absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create({});
   ASSERT_FALSE(logger.ok());

@@ -252,14 +252,6 @@ absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
   return absl::OkStatus();
 }
 
-// Removes the trainer's metrics.jsonl from `out` when empty: profile_run never logs to it (an
-// earlier titan_train run in this folder may have).
-void RemoveEmptyMetrics(const std::string& out) {
-  const std::string metrics = out + "/metrics.jsonl";
-  std::error_code error;
-  if (std::filesystem::is_empty(metrics, error)) std::filesystem::remove(metrics, error);
-}
-
 }  // namespace
 
 absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runtime,
@@ -267,10 +259,7 @@ absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runti
   return CatchTorchErrors([&]() -> absl::Status {
     // Before CatchTorchErrors' std::exception: a JSON error is a rank profile's, not LibTorch's.
     try {
-      // After the trainer is gone, whether the run failed or not.
-      absl::Status status = Run(config, runtime, options);
-      RemoveEmptyMetrics(options.out);
-      return status;
+      return Run(config, runtime, options);
     } catch (const nlohmann::json::exception& e) {
       return absl::InternalError(absl::StrCat("rank profile: ", e.what()));
     }

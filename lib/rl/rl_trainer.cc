@@ -475,6 +475,7 @@ absl::Status RlTrainer::Train() {
   if (state_.step == 0 && held_out) {
     TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());
     StepMetrics m;
+    m.evaluation_only = true;
     m.extra = {{eval_key, eval}};
     TITAN_RETURN_IF_ERROR(log(m));
   }

@@ -376,7 +376,7 @@ class ProfileRunTest(unittest.TestCase):
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(proc.returncode, 1)
         self.assertIn(f"Kineto wrote no trace to {out}/trace_rank0.json", proc.stderr)
-        # The trainer's empty metrics.jsonl is removed on failure too.
+        # No metrics.jsonl: a run makes it at its first logged step.
         self.assertEqual(sorted(os.listdir(out)),
                          [".titan.lock", "config.toml", "trace_rank0.json.tmp"])
 
