@@ -87,8 +87,9 @@ class BackendWork : public Work {
       const std::string reason = Reason(e);
       if (trace != nullptr) {
         for (const TraceId& id : trace_ids_) trace->Fail(shared_->trace_group.get(), id);
-        trace->DumpAllRanks(absl::StrCat(op_, " #", seq_, " on group \"", shared_->state->name(),
-                                         "\" failed: ", reason));
+        const std::string failure = absl::StrCat(op_, " #", seq_, " on group \"",
+                                                 shared_->state->name(), "\" failed: ", reason);
+        AskStoreAfterFailure(failure, [&] { trace->DumpAllRanks(failure); });
       }
       status_ = shared_->state->Failure(op_, seq_, start_, reason);
       return status_;

@@ -2,6 +2,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/container/flat_hash_set.h"
@@ -9,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "lib/distributed/deadline_watch.h"
 
 namespace titan {
 
@@ -101,11 +105,26 @@ std::string GroupState::Stragglers(uint64_t seq) {
 
 absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time start,
                                  absl::string_view reason) {
-  return absl::DeadlineExceededError(
-      absl::StrCat(op, " #", seq, " on group \"", name_, "\" (job ranks ",
-                   absl::StrJoin(global_ranks_, ","), ") failed after ",
-                   absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))),
-                   ": ", reason, "; ", Stragglers(seq)));
+  const std::string failure = absl::StrCat(
+      op, " #", seq, " on group \"", name_, "\" (job ranks ", absl::StrJoin(global_ranks_, ","),
+      ") failed after ",
+      absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))), ": ", reason);
+  std::string stragglers;
+  AskStoreAfterFailure(failure, [&] { stragglers = Stragglers(seq); });
+  return absl::DeadlineExceededError(absl::StrCat(failure, "; ", stragglers));
+}
+
+void AskStoreAfterFailure(absl::string_view failure, const std::function<void()>& ask) {
+  const std::string message = absl::StrCat(program_invocation_short_name, ": ", failure,
+                                           "; the store (hosted by rank 0) gave no answer within ",
+                                           absl::FormatDuration(kStoreAnswerTimeout),
+                                           " either: rank 0 may be the stuck rank\n");
+  RunWithDeadline(kStoreAnswerTimeout, ask, [&message] {
+    // Not glog: its lock may be held by the thread that waits on the store.
+    std::fputs(message.c_str(), stderr);
+    std::fflush(stderr);
+    std::_Exit(1);
+  });
 }
 
 absl::Status CheckCollectiveTensor(const GroupState& group, const char* op, const char* what,

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -19,6 +20,16 @@ namespace titan {
 
 // The first line of an exception's text (c10 errors carry a C++ backtrace after it).
 std::string Reason(const std::exception& e);
+
+// How long a member that saw a collective fail waits for the store's answers (stragglers, dump
+// requests): c10d's TCPStore client waits for an answer without a timeout, and the store's host
+// (rank 0) may be the stuck rank.
+inline constexpr absl::Duration kStoreAnswerTimeout = absl::Seconds(20);
+
+// Runs `ask` (store calls after `failure`, a collective's); if it has not returned within
+// kStoreAnswerTimeout, prints `failure` with why and ends the process with status 1, so that the
+// launcher or scheduler ends the job instead of waiting on the stuck store with it.
+void AskStoreAfterFailure(absl::string_view failure, const std::function<void()>& ask);
 
 // What a group's members and its Work handles share, whatever the backend: identity, and the
 // progress keys that tell who reached which operation. Before operation #n each member records n;

@@ -25,12 +25,14 @@ WORLD = "gloo:pp+dp_replicate+dp_shard+cp+tp/0"
 SHARD = "gloo:dp_shard/0"
 
 
-def hang(dump, *flags, run_id="hang", fresh=True):
-    """Runs the job with rank 2 asleep; returns (seconds, exit status, stderr)."""
+def hang(dump, *flags, run_id="hang", fresh=True, ranks=RANKS, **hang_env):
+    """Runs the job with rank 2 asleep (or as `hang_env` says); returns (seconds, exit status,
+    stderr)."""
     if fresh:
         shutil.rmtree(dump, ignore_errors=True)
     env = dict(os.environ, HANG_RANK="2", HANG_SECONDS="120", HANG_OPS="3", HANG_RUN_ID=run_id)
-    cmd = [HANG_RANK, f"--nproc_per_node={RANKS}", f"--job.dump_folder={dump}",
+    env.update(hang_env)
+    cmd = [HANG_RANK, f"--nproc_per_node={ranks}", f"--job.dump_folder={dump}",
            f"--comm.train_timeout_seconds={TIMEOUT_S}", *flags]
     start = time.time()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
@@ -126,6 +128,20 @@ class CommTraceTest(unittest.TestCase):
                                   last["input_sizes"], last["state"], last["timeout_ms"]),
                                  ("nccl:all_reduce", 7, [[16]], "scheduled", TIMEOUT_S * 1000))
             self.assertEqual(entries[1]["output_sizes"], [[4, 4]])
+
+    def test_a_stopped_store_host_ends_the_job(self):
+        # Rank 0 frozen (SIGSTOP: its store server too): the other rank's collective times out,
+        # and its questions to the store (stragglers; with the recorder, dump requests) get no
+        # answer; c10d's client would wait for one forever.
+        for flags in ([], ["--comm.trace_buf_size=0"]):
+            seconds, status, stderr = hang(os.path.join(self.tmp, "stopped_store"), *flags,
+                                           ranks=2, HANG_RANK="0", HANG_STOP="1")
+            self.assertEqual(status, 1, stderr[-3000:])
+            self.assertRegex(stderr, r"all_reduce #\d+ on group \S+ (\(job ranks 0,1\) )?failed"
+                                     r".*; the store \(hosted by rank 0\) gave no answer within "
+                                     r"20s either: rank 0 may be the stuck rank")
+            print(f"\n{flags}: the job ended {seconds:.1f} s after it started", file=sys.stderr)
+            self.assertLess(seconds, TIMEOUT_S + 5 + 20 + 30)
 
     def test_ring_keeps_the_newest_entries(self):
         dump = os.path.join(self.tmp, "ring")

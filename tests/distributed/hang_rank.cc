@@ -2,11 +2,13 @@
 // the trainer sets it up (job config, DistributedRuntime: c10d Gloo groups and the comm trace),
 // that runs HANG_OPS rounds of collectives (world all_reduce, dp_shard all_gather, world
 // broadcast), switches to [comm] train_timeout_seconds, and all-reduces over the world once more;
-// rank HANG_RANK first sleeps HANG_SECONDS. The run's id for the comm trace is HANG_RUN_ID
+// rank HANG_RANK first sleeps HANG_SECONDS (or with HANG_STOP stops itself). The run's id for the
+// comm trace is HANG_RUN_ID
 // ("hang" if unset). With --nproc_per_node it launches itself, as titan_train does.
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -57,8 +59,11 @@ absl::Status Run(int argc, char** argv) {
     if (absl::Status s = titan::Await(world.Broadcast(tensor, 0)); !s.ok()) return s;
   }
   runtime->SetTimeout(absl::Seconds(config->comm().train_timeout_seconds()));
-  if (env->rank == EnvInt("HANG_RANK", -1))
+  if (env->rank == EnvInt("HANG_RANK", -1)) {
+    // HANG_STOP: every thread stops, as a frozen host's would (rank 0's store server too).
+    if (EnvInt("HANG_STOP", 0) != 0) raise(SIGSTOP);
     absl::SleepFor(absl::Seconds(EnvInt("HANG_SECONDS", 0)));
+  }
   at::Tensor last = at::ones({16});
   if (absl::Status s = titan::Await(world.AllReduce(last, titan::ReduceOp::kSum)); !s.ok())
     return s;
