@@ -60,11 +60,11 @@ double PeakFlops(absl::string_view device_name, MatmulDtype dtype) {
   return 0;
 }
 
-Throughput ComputeThroughput(int64_t tokens, double seconds, int64_t flops_per_token,
+Throughput ComputeThroughput(double tokens, double seconds, int64_t flops_per_token,
                              double peak_flops) {
   Throughput throughput;
   if (seconds <= 0) return throughput;
-  throughput.tokens_per_second = static_cast<double>(tokens) / seconds;
+  throughput.tokens_per_second = tokens / seconds;
   const double flops_per_second =
       throughput.tokens_per_second * static_cast<double>(flops_per_token);
   throughput.tflops = flops_per_second / 1e12;

@@ -43,9 +43,9 @@ struct Throughput {
   double mfu_percent = 0;        // achieved / peak * 100; 0 when the peak is unknown
 };
 
-// Throughput of one device that processed `tokens` in `seconds` (torchtitan divides a data-parallel
-// rank's tokens by the tensor/pipeline/context-parallel degree to get per-device tokens).
-Throughput ComputeThroughput(int64_t tokens, double seconds, int64_t flops_per_token,
+// Throughput of one device that processed `tokens` in `seconds` (its share: torchtitan divides a
+// data-parallel rank's tokens by the tensor/pipeline/context-parallel degree).
+Throughput ComputeThroughput(double tokens, double seconds, int64_t flops_per_token,
                              double peak_flops);
 
 // Peak resident set size of this process in GiB (getrusage), the memory figure for CPU runs.

@@ -485,6 +485,10 @@ absl::Status Trainer::Train() {
   LOG(INFO) << "training from step " << state_.step + 1 << " to " << training.steps() << ", "
             << microbatches_ << " microbatch(es) of " << training.local_batch_size() << " x "
             << training.seq_len() << " tokens per step";
+  // Tensor- and pipeline-parallel ranks process the same tokens: a device's share of a rank's
+  // (torchtitan divides by the non-data-parallel degree; context-parallel ranks hold shards).
+  const int ranks_per_token =
+      runtime_.distributed() ? runtime_.dims().tp() * runtime_.dims().pp() : 1;
   Stopwatch stopwatch;
   int64_t window_tokens = 0;
   checked_through_step_ = state_.step;
@@ -498,8 +502,9 @@ absl::Status Trainer::Train() {
     TITAN_ASSIGN_OR_RETURN(StepResult result, TrainStepOrOom(batches, /*read_metrics=*/log));
     window_tokens += result.tokens;
     if (log) {
-      const Throughput throughput = ComputeThroughput(window_tokens, stopwatch.Lap(),
-                                                      model_.flops_per_token, peak_flops_);
+      const Throughput throughput =
+          ComputeThroughput(static_cast<double>(window_tokens) / ranks_per_token, stopwatch.Lap(),
+                            model_.flops_per_token, peak_flops_);
       StepMetrics m;
       m.step = step;
       m.loss = result.loss;

@@ -13,6 +13,7 @@ import unittest
 TITAN_TRAIN = None  # set by the test's main from --titan_train
 CONFIG = "configs/llama3_debugmodel.toml"
 GLOBAL_BATCH = 8
+SEQ_LEN = 64
 STEPS = 10
 # fp32 parity with one process: ranks add partial sums in another order than one process's
 # batched reductions (collectives, split matmuls, merged attention blocks), which changes float32
@@ -20,7 +21,7 @@ STEPS = 10
 RTOL = 1e-5
 COMMON = [
     f"--job.config_file={CONFIG}",
-    "--training.seq_len=64",
+    f"--training.seq_len={SEQ_LEN}",
     f"--training.global_batch_size={GLOBAL_BATCH}",
     "--validation.enable=false",
     "--metrics.enable_tensorboard=false",
@@ -55,6 +56,20 @@ def state_bytes(stderr):
     found = re.findall(r"rank (\d+) state memory: parameters \d+ B \+ optimizer \d+ B = (\d+) B",
                        stderr)
     return {int(rank): int(total) for rank, total in found}
+
+
+def device_tokens_per_step(stderr):
+    """The median over logged steps 2.. of tps x the time since the previous step's log line:
+    the tokens the run credited each device with per step."""
+    lines = re.findall(r"I\d{8} (\d\d):(\d\d):([\d.]+) .*\] step: +(\d+) .* tps: ([\d,]+) ",
+                       stderr)
+    credited, last = [], None
+    for hours, minutes, seconds, step, tps in lines:
+        at = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+        if last is not None and int(step) == last[0] + 1:
+            credited.append(int(tps.replace(",", "")) * (at - last[1]))
+        last = (int(step), at)
+    return sorted(credited)[len(credited) // 2]
 
 
 def fresh(root, name):
@@ -127,6 +142,13 @@ class ParityTest(unittest.TestCase):
             print(f"{name}: max relative validation loss difference vs 1 process: {diff:.3e}",
                   file=sys.stderr)
             self.assertLessEqual(diff, RTOL)
+        # tps is per device: the job's tokens of a step over its devices, whatever the layout
+        # (tensor- and pipeline-parallel ranks share tokens). Within 40%: log lines' timestamps.
+        credited = device_tokens_per_step(proc.stderr) / (GLOBAL_BATCH * SEQ_LEN / nproc)
+        print(f"{name}: tokens credited per device per step / its share: {credited:.2f}",
+              file=sys.stderr)
+        self.assertGreater(credited, 0.6)
+        self.assertLess(credited, 1.4)
         # One rank writes metrics (rank 0, or the last pipeline stage's first): one line per step.
         with open(os.path.join(dump, "metrics.jsonl")) as f:
             self.assertEqual(len(f.readlines()), steps)
