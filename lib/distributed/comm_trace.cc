@@ -155,10 +155,12 @@ class C10dDumpWriter : public c10d::DebugInfoWriter {
   const std::weak_ptr<CommTrace> trace_;
 };
 
-// c10d's dump pickle with a top-level "run_id" added (FlightRecorder::dump takes no extra keys).
-std::string WithRunId(const std::string& pickle, const std::string& run_id) {
+// c10d's dump pickle with top-level "rank" and "run_id" (if any) added: FlightRecorder::dump takes
+// no extra keys, and names no writer, so a dump copied under another rank's name would pass.
+std::string WithTitanKeys(const std::string& pickle, int rank, const std::string& run_id) {
   c10::impl::GenericDict root = torch::jit::unpickle(pickle.data(), pickle.size()).toGenericDict();
-  root.insert_or_assign("run_id", run_id);
+  root.insert_or_assign("rank", static_cast<int64_t>(rank));
+  if (!run_id.empty()) root.insert_or_assign("run_id", run_id);
   return c10d::pickle_str(root);
 }
 
@@ -364,7 +366,7 @@ absl::Status CommTrace::Dump(absl::string_view reason) {
   try {
     pickle = recorder_->recorder.dump(std::nullopt, /*includeCollectives=*/true,
                                       /*includeStackTraces=*/true, /*onlyActive=*/false);
-    if (!run_id_.empty()) pickle = WithRunId(pickle, run_id_);
+    pickle = WithTitanKeys(pickle, options_.rank, run_id_);
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("comm trace: dump: ", Reason(e)));
   }

@@ -105,7 +105,8 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   // otherwise leave them beside its own. Call once the run owns the dump folder.
   absl::Status StartRun(const std::string& run_id);
 
-  // Writes this rank's dump now.
+  // Writes this rank's dump now, with an extra top-level key, "rank" (options().rank), that
+  // fr_trace ignores: a dump copied under another rank's file name is then told apart.
   absl::Status Dump(absl::string_view reason);
   // Writes this rank's dump and asks every rank to write theirs, waiting up to peer_dump_wait for
   // them: what a failed operation calls, so a hang leaves one file per rank to analyse.

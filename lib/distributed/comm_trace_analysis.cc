@@ -33,7 +33,8 @@ struct Entry {
 };
 
 struct RankDump {
-  std::string run_id;  // "" in dumps without one (c10d's own).
+  std::string run_id;         // "" in dumps without one (c10d's own).
+  std::optional<int> writer;  // The rank that wrote it ("rank", which titan writes; c10d's: none).
   // group name -> collective sequence number -> entry.
   std::map<std::string, std::map<int64_t, Entry>> collectives;
   std::map<std::string, std::vector<int>> group_ranks;
@@ -84,6 +85,7 @@ absl::StatusOr<RankDump> ReadDump(const std::string& path) {
                              ParseRanks(group.at("ranks").toStringRef()));
     }
     if (root.contains("run_id")) dump.run_id = root.at("run_id").toStringRef();
+    if (root.contains("rank")) dump.writer = static_cast<int>(root.at("rank").toInt());
     if (!root.contains("entries")) return dump;
     for (const c10::IValue& value : root.at("entries").toListRef()) {
       const c10::impl::GenericDict entry = value.toGenericDict();
@@ -135,6 +137,47 @@ absl::Status CheckOneRun(const std::map<int, RankDump>& dumps,
   return absl::OkStatus();
 }
 
+// The ranks in every group `dump` records (ranks "[]": all of them); empty: none or no groups.
+std::set<int> InEveryGroup(const RankDump& dump, int world_size) {
+  std::set<int> common;
+  for (int rank = 0; rank < world_size; ++rank) common.insert(rank);
+  for (const auto& [name, ranks] : dump.group_ranks) {
+    if (ranks.empty()) continue;
+    std::set<int> kept;
+    for (int rank : ranks) {
+      if (common.count(rank) > 0) kept.insert(rank);
+    }
+    common = std::move(kept);
+  }
+  return common;
+}
+
+// `dump`, named as `rank`'s, is that rank's: it says so ("rank"), or, in a dump without that key
+// (c10d's own), every group it records holds `rank`, as a rank records only its own groups (the
+// world group holds every rank, so one group alone proves nothing).
+absl::Status CheckWriter(int rank, const RankDump& dump, const std::string& path, int world_size) {
+  if (dump.writer.has_value()) {
+    if (*dump.writer == rank) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(path, ": rank ", *dump.writer,
+                                                   "'s dump (its \"rank\" key says so), not rank ",
+                                                   rank, "'s as its file name says"));
+  }
+  for (const auto& [name, ranks] : dump.group_ranks) {
+    if (ranks.empty() || std::count(ranks.begin(), ranks.end(), rank) > 0) continue;
+    const std::set<int> owners = InEveryGroup(dump, world_size);
+    const std::string whose =
+        owners.size() == 1
+            ? absl::StrCat("it seems to be rank ", *owners.begin(), "'s dump")
+            : absl::StrCat(
+                  "another rank's or another job's dump (the dumps' groups make a world of ",
+                  world_size, " ranks)");
+    return absl::InvalidArgumentError(absl::StrCat(path, ": rank ", rank, " is not in group ", name,
+                                                   " (ranks ", absl::StrJoin(ranks, ","),
+                                                   ") it records: ", whose));
+  }
+  return absl::OkStatus();
+}
+
 // `members`' group when some of them left no dump; `rows`: the others' progress in it.
 std::optional<InconclusiveGroup> Inconclusive(const std::string& name,
                                               const std::vector<int>& members,
@@ -175,8 +218,6 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
   if (dumps.empty()) {
     return absl::NotFoundError(absl::StrCat(folder, ": no dumps named ", prefix, "<rank>"));
   }
-  // A rank records the groups it is a member of (ranks "[]": all of them); a dump whose groups lack
-  // its file's rank is another rank's, or another job's.
   int world_size = 0;
   for (const auto& [rank, dump] : dumps) {
     for (const auto& [name, ranks] : dump.group_ranks) {
@@ -184,16 +225,7 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
     }
   }
   for (const auto& [rank, dump] : dumps) {
-    const bool member = std::any_of(
-        dump.group_ranks.begin(), dump.group_ranks.end(), [rank = rank](const auto& group) {
-          return group.second.empty() ||
-                 std::count(group.second.begin(), group.second.end(), rank) > 0;
-        });
-    if (!dump.group_ranks.empty() && !member) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(paths[rank], ": rank ", rank, " is in none of the process groups it records",
-                       " (the dumps' groups make a world of ", world_size, " ranks)"));
-    }
+    TITAN_RETURN_IF_ERROR(CheckWriter(rank, dump, paths[rank], world_size));
   }
   CommTraceVerdict verdict;
   TITAN_RETURN_IF_ERROR(CheckOneRun(dumps, paths));

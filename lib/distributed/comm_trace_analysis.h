@@ -60,7 +60,8 @@ struct CommTraceVerdict {
 // `python -m torch.distributed.flight_recorder.fr_trace <folder>`, without Python. Groups are
 // compared from the first sequence number every member's ring buffer still holds; point-to-point
 // operations are not matched. Refuses dumps of different runs (their "run_id", which titan
-// writes) or that disagree on a group's members: a folder holding an earlier job's files.
+// writes) or that disagree on a group's members: a folder holding an earlier job's files; and a
+// dump under another rank's file name (its "rank", which titan writes, or else its groups, say).
 absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
                                                    const std::string& prefix = "rank_");
 

@@ -1,6 +1,7 @@
 #include "lib/distributed/comm_trace_analysis.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -156,17 +157,63 @@ TEST(CommTraceAnalysisTest, RefusesDumpsOfDifferentRuns) {
                 "different jobs; analyse one job's dumps alone");
 }
 
-// A dump under another rank's name (here rank 1's as rank 5 of a 4-rank job) is refused.
-TEST(CommTraceAnalysisTest, RefusesADumpOfNoneOfItsGroupsRanks) {
+// A dump under another rank's name is refused, naming whose it is: the world group, which holds
+// every rank, proves nothing (a hung rank 1 leaves no dump; rank 0's copied as rank 1's).
+TEST(CommTraceAnalysisTest, RefusesADumpUnderAnotherRanksName) {
   const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/foreign");
   std::filesystem::remove_all(folder);
-  for (int rank = 0; rank < 4; ++rank) WriteDump(folder, rank, {{"world", "all_reduce", 16}});
-  ASSERT_TRUE(AnalyzeCommTraces(folder).ok());
-  std::filesystem::copy_file(folder + "/rank_1", folder + "/rank_5");
+  WriteDump(folder, 0, {{"world", "all_reduce", 16}}, "run", {0, 1});
+  std::filesystem::copy_file(folder + "/rank_0", folder + "/rank_1");
   EXPECT_EQ(AnalyzeCommTraces(folder).status().message(),
             folder +
-                "/rank_5: rank 5 is in none of the process groups it records (the dumps' "
-                "groups make a world of 4 ranks)");
+                "/rank_1: rank 0's dump (its \"rank\" key says so), not rank 1's as its file "
+                "name says");
+
+  const std::string job = absl::StrCat(std::getenv("TEST_TMPDIR"), "/foreign4");
+  for (int rank = 0; rank < 4; ++rank) WriteDump(job, rank, {{"world", "all_reduce", 16}});
+  ASSERT_TRUE(AnalyzeCommTraces(job).ok());
+  std::filesystem::copy_file(job + "/rank_1", job + "/rank_5");
+  EXPECT_EQ(AnalyzeCommTraces(job).status().message(),
+            job +
+                "/rank_5: rank 1's dump (its \"rank\" key says so), not rank 5's as its file "
+                "name says");
+}
+
+// Rank `rank`'s dump as c10d writes it, with no "rank" key: `groups` (name, ranks) are the groups
+// it is a member of.
+void WriteUnkeyedDump(const std::string& folder, int rank,
+                      const std::vector<std::pair<std::string, std::vector<int>>>& groups) {
+  CommTraceOptions options;
+  options.buffer_size = 64;
+  options.folder = folder;
+  options.rank = rank;
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  for (const auto& [name, ranks] : groups) (*trace)->AddGroup(name, ranks, "gloo");
+  ASSERT_TRUE((*trace)->Dump("test").ok());
+  const std::string path = absl::StrCat(folder, "/rank_", rank);
+  const std::string bytes = *ReadFile(path);
+  c10::impl::GenericDict root = torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+  ASSERT_EQ(root.erase("rank"), 1u);
+  const std::vector<char> pickle = torch::jit::pickle(root);
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(pickle.begin(), pickle.end())).ok());
+}
+
+// Without a "rank" key, every group a dump records must hold its file's rank, not just one: a rank
+// records only its own groups, and groups of one (tp, cp, pp here) name it.
+TEST(CommTraceAnalysisTest, RefusesAnUnkeyedDumpMissingFromOneOfItsGroups) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/unkeyed");
+  std::filesystem::remove_all(folder);
+  for (int rank = 0; rank < 2; ++rank) {
+    WriteUnkeyedDump(folder, rank, {{"world", {0, 1}}, {absl::StrCat("tp/", rank), {rank}}});
+  }
+  ASSERT_TRUE(AnalyzeCommTraces(folder).ok());
+  std::filesystem::copy_file(folder + "/rank_0", folder + "/rank_1",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_EQ(AnalyzeCommTraces(folder).status().message(),
+            folder +
+                "/rank_1: rank 1 is not in group tp/0 (ranks 0) it records: it seems to be "
+                "rank 0's dump");
 }
 
 // LibTorch's unpickler reads protocol 2 only; another is named by its number.

@@ -173,6 +173,7 @@ TEST(CommTraceTest, StartRunSetsEarlierDumpsAsideAndMarksNewOnes) {
   EXPECT_TRUE(std::filesystem::exists(options.folder + "/notes.txt"));
   ASSERT_TRUE((*trace)->Dump("test").ok());
   EXPECT_EQ(LoadDump(options.folder + "/rank_0").at("run_id").toStringRef(), "42");
+  EXPECT_EQ(LoadDump(options.folder + "/rank_0").at("rank").toInt(), 0);  // whose dump it is
 }
 
 TEST(CommTraceTest, SizeZeroRecordsAndWritesNothing) {
