@@ -58,7 +58,7 @@ class StdoutTest(unittest.TestCase):
                 self.assertEqual(proc.returncode, code, proc.stderr)
                 self.assertEqual(json.loads(proc.stdout),
                                  {"error": "unknown command line flag 'bogus'"})
-                self.assertIn("ERROR: unknown command line flag 'bogus'", proc.stderr)
+                self.assertEqual(proc.stderr, f"{tool}: unknown command line flag 'bogus'\n")
         # --json as gflags reads it: any spelling of true, the last one given.
         for flags, json_error in ((["--json=yes"], True), (["--bogus=1", "--json=1"], True),
                                   (["--json", "--nojson"], False), (["--json=false"], False),
@@ -70,6 +70,17 @@ class StdoutTest(unittest.TestCase):
                 self.assertEqual(proc.stdout,
                                  '{"error":"unknown command line flag \'bogus\'"}\n'
                                  if json_error else "")
+
+    def test_a_refused_flag_reads_as_the_tools_own_error(self):
+        # One `<tool>: <message>` line, as the tools' own errors, not gflags' "ERROR: ...".
+        for tool, flag, code in (("comm_trace_analyze", "--json", 1), ("pp_schedule", "--bogus", 1),
+                                 ("checkpoint_inspect", "--rtol", 2)):
+            with self.subTest(tool=tool):
+                proc = subprocess.run([TOOLS[tool], flag], capture_output=True, text=True,
+                                      timeout=60)
+                self.assertEqual(proc.returncode, code, proc.stderr)
+                self.assertEqual(proc.stdout, "")
+                self.assertRegex(proc.stderr, f"^{tool}: [^\n]*{flag[2:]}[^\n]*\n$")
 
     def test_output_that_is_written_exits_zero(self):
         proc = subprocess.run([TOOLS["pp_schedule"], "--format=csv"], capture_output=True,

@@ -4,10 +4,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gflags/gflags.h"
 #include "tools/common/tool_output.h"
@@ -17,12 +20,24 @@ namespace {
 
 int g_usage_error_code = 1;
 bool g_parsing = false;
-// In a tool with --json, gflags' own error is caught here (stderr goes to this file while it
-// parses) to be printed as {"error": ...} too when --json is on; null: not caught.
+std::string g_tool;  // argv[0]'s file name, what the tool's own messages start with.
+// gflags' own error is caught here (stderr goes to this file while it parses), to be reworded
+// and, in a tool with --json, printed as {"error": ...} too when --json is on; null: not caught.
 std::FILE* g_caught_stderr = nullptr;
 int g_real_stderr = -1;
 
-// Puts stderr back and writes what gflags printed there; returns it.
+// gflags' refusals read "ERROR: <message>"; every titan tool says "<tool>: <message>".
+std::string AsToolMessages(const std::string& text) {
+  std::string reworded;
+  for (absl::string_view line : absl::StrSplit(text, absl::ByChar('\n'))) {
+    if (absl::ConsumePrefix(&line, "ERROR: ")) absl::StrAppend(&reworded, g_tool, ": ");
+    absl::StrAppend(&reworded, line, "\n");
+  }
+  reworded.pop_back();  // StrSplit's last piece follows the last newline
+  return reworded;
+}
+
+// Puts stderr back and writes what gflags printed there, reworded; returns it as printed.
 std::string ReleaseStderr() {
   if (g_caught_stderr == nullptr) return "";
   std::fflush(stderr);
@@ -36,8 +51,19 @@ std::string ReleaseStderr() {
   g_caught_stderr = nullptr;
   ::dup2(g_real_stderr, STDERR_FILENO);
   ::close(g_real_stderr);
-  std::fputs(text.c_str(), stderr);
+  std::fputs(AsToolMessages(text).c_str(), stderr);
   return text;
+}
+
+// Sends stderr to g_caught_stderr until ReleaseStderr; where that fails, gflags' text stays as is.
+void CatchStderr() {
+  std::fflush(stderr);
+  g_caught_stderr = std::tmpfile();
+  g_real_stderr = g_caught_stderr != nullptr ? ::dup(STDERR_FILENO) : -1;
+  if (g_real_stderr < 0 || ::dup2(::fileno(g_caught_stderr), STDERR_FILENO) < 0) {
+    if (g_caught_stderr != nullptr) std::fclose(g_caught_stderr);
+    g_caught_stderr = nullptr;
+  }
 }
 
 // Whether the tool has a --json flag and the command line set it, in any of gflags' spellings
@@ -49,8 +75,9 @@ bool JsonRequested() {
 
 // gflags exits 1 on a flag it refuses, with no way to ask for another status or format.
 void OnParseExit(int status, void*) {
-  if (!g_parsing || status == 0) return;
+  if (!g_parsing) return;
   const std::string caught = ReleaseStderr();
+  if (status == 0) return;
   std::cout.flush();  // --helpfull's text, which gflags prints before it exits 1
   std::fflush(stdout);
   if (!caught.empty() && JsonRequested()) {
@@ -88,18 +115,9 @@ void ParseToolFlags(const char* usage, int* argc, char*** argv, int usage_error_
     }
   }
   g_usage_error_code = usage_error_code;
-  gflags::CommandLineFlagInfo json_flag;
-  const bool has_json = gflags::GetCommandLineFlagInfo("json", &json_flag);
-  if (usage_error_code != 1 || has_json) on_exit(OnParseExit, nullptr);
-  if (has_json) {
-    std::fflush(stderr);
-    g_caught_stderr = std::tmpfile();
-    g_real_stderr = g_caught_stderr != nullptr ? ::dup(STDERR_FILENO) : -1;
-    if (g_real_stderr < 0 || ::dup2(::fileno(g_caught_stderr), STDERR_FILENO) < 0) {
-      if (g_caught_stderr != nullptr) std::fclose(g_caught_stderr);
-      g_caught_stderr = nullptr;
-    }
-  }
+  g_tool = std::filesystem::path((*argv)[0]).filename().string();
+  on_exit(OnParseExit, nullptr);
+  CatchStderr();
   g_parsing = true;
   gflags::ParseCommandLineFlags(argc, argv, /*remove_flags=*/true);
   g_parsing = false;

@@ -5,9 +5,10 @@ namespace titan {
 
 // gflags' ParseCommandLineFlags, except that --help (-h, -help, --helpshort) prints `usage` and
 // the flags the tool itself defines (tools/...) on stdout and exits 0: gflags' own --help lists
-// glog's and gflags' flags first and exits 1. A flag gflags refuses (unknown, a bad value) exits
-// `usage_error_code`, for a tool whose 1 means something else (checkpoint_inspect: a difference),
-// and with --json also prints gflags' message as {"error": ...} on stdout.
+// glog's and gflags' flags first and exits 1. A flag gflags refuses (unknown, a bad value) is
+// `<tool>: <message>` on stderr, as the tools' own errors (gflags writes "ERROR: <message>"), and
+// exits `usage_error_code`, for a tool whose 1 means something else (checkpoint_inspect: a
+// difference); with --json gflags' message is also {"error": ...} on stdout.
 void ParseToolFlags(const char* usage, int* argc, char*** argv, int usage_error_code = 1);
 
 }  // namespace titan
