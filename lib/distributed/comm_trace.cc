@@ -326,22 +326,21 @@ void CommTrace::SetRunId(const std::string& run_id) {
   run_id_ = run_id;
 }
 
-absl::Status CommTrace::StartRun(const std::string& run_id) {
-  SetRunId(run_id);
-  if (!enabled() || options_.rank != 0) return absl::OkStatus();
+absl::Status SetEarlierDumpsAside(const std::string& folder, const std::string& file_prefix,
+                                  const std::string& run_id) {
   std::vector<std::filesystem::path> earlier;
   std::error_code error;
-  for (const auto& file : std::filesystem::directory_iterator(options_.folder, error)) {
+  for (const auto& file : std::filesystem::directory_iterator(folder, error)) {
     absl::string_view name = file.path().filename().native();
     int rank = 0;
-    if (absl::ConsumePrefix(&name, options_.file_prefix) && absl::SimpleAtoi(name, &rank) &&
+    if (absl::ConsumePrefix(&name, file_prefix) && absl::SimpleAtoi(name, &rank) &&
         file.is_regular_file()) {
       earlier.push_back(file.path());
     }
   }
   if (earlier.empty()) return absl::OkStatus();  // A missing folder too: nothing to set aside.
   const std::filesystem::path aside =
-      std::filesystem::path(options_.folder) / absl::StrCat("earlier-", run_id);
+      std::filesystem::path(folder) / absl::StrCat("earlier-", run_id);
   std::filesystem::create_directories(aside, error);
   std::vector<std::string> names;
   for (const std::filesystem::path& path : earlier) {
@@ -357,6 +356,13 @@ absl::Status CommTrace::StartRun(const std::string& run_id) {
   LOG(WARNING) << "comm trace: moved an earlier run's dumps (" << absl::StrJoin(names, ", ")
                << ") to " << aside.string() << ", so this run's dumps stand alone";
   return absl::OkStatus();
+}
+
+absl::Status CommTrace::StartRun(const std::string& run_id) {
+  SetRunId(run_id);
+  if (options_.rank != 0) return absl::OkStatus();
+  // With the recorder off too: the earlier dumps would read as this run's.
+  return SetEarlierDumpsAside(options_.folder, options_.file_prefix, run_id);
 }
 
 absl::Status CommTrace::Dump(absl::string_view reason) {

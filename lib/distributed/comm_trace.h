@@ -42,6 +42,12 @@ struct CommTraceOptions {
 class CommEvent;
 struct TraceGroup;
 
+// Moves the dumps an earlier run left in `folder` (<file_prefix><r>) into
+// <folder>/earlier-<run_id>/, saying so in the log: a rerun in the same dump folder, even one that
+// writes no dump (a single process, the recorder off), would otherwise leave them as its own.
+absl::Status SetEarlierDumpsAside(const std::string& folder, const std::string& file_prefix,
+                                  const std::string& run_id);
+
 // A recorded operation; CommTrace::Retire closes it.
 struct TraceId {
   std::optional<size_t> id;
@@ -100,9 +106,8 @@ class CommTrace : public std::enable_shared_from_this<CommTrace> {
   // Dumps from now on carry `run_id` (an extra key, "run_id", that c10d's format allows), so an
   // analyser can refuse a folder mixing runs.
   void SetRunId(const std::string& run_id);
-  // SetRunId, and on rank 0 moves an earlier run's dumps (<folder>/<file_prefix><r>) into
-  // <folder>/earlier-<run_id>/, saying so in the log: a rerun in the same dump folder would
-  // otherwise leave them beside its own. Call once the run owns the dump folder.
+  // SetRunId, and on rank 0 SetEarlierDumpsAside (enabled or not). Call once the run owns the
+  // dump folder.
   absl::Status StartRun(const std::string& run_id);
 
   // Writes this rank's dump now, with an extra top-level key, "rank" (options().rank), that

@@ -17,15 +17,28 @@ void LogIgnoredDumpRequest(int) {
   errno = saved_errno;
 }
 
-}  // namespace
+void LogAloneDumpRequest(int) {
+  const int saved_errno = errno;
+  constexpr char kMessage[] =
+      "SIGUSR1: a single process issues no collectives; no collective flight recorder, nothing "
+      "to dump\n";
+  (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  errno = saved_errno;
+}
 
-void IgnoreDumpRequests() {
+void HandleDumpRequests(void (*handler)(int)) {
   struct sigaction action {};
-  action.sa_handler = LogIgnoredDumpRequest;
+  action.sa_handler = handler;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &action, nullptr);
 }
+
+}  // namespace
+
+void IgnoreDumpRequests() { HandleDumpRequests(LogIgnoredDumpRequest); }
+
+void IgnoreDumpRequestsAlone() { HandleDumpRequests(LogAloneDumpRequest); }
 
 // An executable's .preinit_array runs before its shared libraries' initialisers (LibTorch's take
 // about a second), which a static initialiser here would not: SIGUSR1 then cannot end a start-up.

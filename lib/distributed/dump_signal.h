@@ -9,6 +9,9 @@ namespace titan {
 // writes one line on stderr and does nothing else. Every process that links this library gets it
 // before its shared libraries' initialisers run (see dump_signal.cc); CommTrace restores it.
 void IgnoreDumpRequests();
+// The same for a process that runs alone: it issues no collectives, so its line says there is
+// nothing to dump.
+void IgnoreDumpRequestsAlone();
 
 }  // namespace titan
 

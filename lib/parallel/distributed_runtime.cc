@@ -4,7 +4,6 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 
-#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -13,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "lib/config/job_config.h"
+#include "lib/distributed/dump_signal.h"
 #include "lib/distributed/gloo_communicator.h"
 #include "lib/distributed/nccl_communicator.h"
 #include "lib/util/status_macros.h"
@@ -33,10 +33,13 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
                           p.context_parallel_degree(), p.tensor_parallel_degree(),
                           p.pipeline_parallel_degree(), env.world_size));
   DistributedRuntime runtime(env, std::move(dims));
+  const std::string trace_folder =
+      std::filesystem::path(config.job().dump_folder()) / config.comm().save_traces_folder();
   if (env.world_size == 1) {
     // One process has no collectives to dump: SIGUSR1 (the launcher's dump request, forwarded)
-    // must not end it by its default action.
-    std::signal(SIGUSR1, SIG_IGN);
+    // must not end it by its default action, and says so.
+    IgnoreDumpRequestsAlone();
+    runtime.lone_trace_folder_ = trace_folder;
     return runtime;
   }
   // The device the trainer picks for this rank (lib/train/device), or -1 on a CPU-only machine.
@@ -61,8 +64,7 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   std::shared_ptr<Rendezvous> rendezvous = runtime.rendezvous_;
   CommTraceOptions trace_options;
   trace_options.buffer_size = config.comm().trace_buf_size();
-  trace_options.folder =
-      std::filesystem::path(config.job().dump_folder()) / config.comm().save_traces_folder();
+  trace_options.folder = trace_folder;
   trace_options.rank = env.rank;
   trace_options.world_size = env.world_size;
   trace_options.store = rendezvous->store();
@@ -100,7 +102,10 @@ void DistributedRuntime::SetTimeout(absl::Duration timeout) const {
 }
 
 absl::Status DistributedRuntime::StartCommTrace(const std::string& run_id) const {
-  return trace_ ? trace_->StartRun(run_id) : absl::OkStatus();
+  if (trace_) return trace_->StartRun(run_id);
+  if (lone_trace_folder_.empty()) return absl::OkStatus();
+  // One process writes no dump, but an earlier run's would read as its own.
+  return SetEarlierDumpsAside(lone_trace_folder_, CommTraceOptions().file_prefix, run_id);
 }
 
 absl::Duration DistributedRuntime::timeout() const {

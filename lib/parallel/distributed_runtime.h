@@ -52,7 +52,7 @@ class DistributedRuntime {
   absl::StatusOr<bool> AllAgree(bool ok) const;
   absl::Status Barrier() const;
   // Marks this run's flight-recorder dumps with `run_id` and sets an earlier run's aside
-  // (CommTrace::StartRun); a no-op for a single process.
+  // (CommTrace::StartRun); a single process, which records nothing, only sets them aside.
   absl::Status StartCommTrace(const std::string& run_id) const;
 
  private:
@@ -63,6 +63,7 @@ class DistributedRuntime {
   ParallelDims dims_;
   std::shared_ptr<Rendezvous> rendezvous_;
   std::shared_ptr<CommTrace> trace_;
+  std::string lone_trace_folder_;  // A single process's dump folder (it has no trace_).
   std::optional<MeshCommunicators> comms_;
 };
 

@@ -1,14 +1,21 @@
 // Collective timeouts of a connected job (forked ranks, Gloo on loopback).
 #include "lib/parallel/distributed_runtime.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
 #include "lib/parallel/fork_ranks.h"
+#include "lib/util/file_util.h"
 
 namespace titan {
 namespace {
@@ -48,6 +55,36 @@ TEST(ScopedCollectiveTimeoutTest, LetsTheOthersWaitForOneWriterThenRestores) {
         });
     EXPECT_EQ(statuses, std::vector<int>(2, 0)) << (scoped ? "scoped" : "train timeout");
   }
+}
+
+// A single process writes no dump, but an earlier run's left in its dump folder would read as its
+// own: it sets them aside as rank 0 of a job does.
+TEST(SingleProcessTest, SetsEarlierDumpsAside) {
+  const std::string dump_folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/alone");
+  std::filesystem::create_directories(dump_folder + "/comm_traces");
+  for (const char* name : {"rank_0", "rank_1"}) {
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(dump_folder, "/comm_traces/", name), "old").ok());
+  }
+  absl::StatusOr<JobConfig> config = ParseJobConfig("", {"--job.dump_folder=" + dump_folder});
+  ASSERT_TRUE(config.ok()) << config.status();
+  absl::StatusOr<DistributedRuntime> runtime = DistributedRuntime::Connect(*config, {});
+  ASSERT_TRUE(runtime.ok()) << runtime.status();
+  ASSERT_TRUE(runtime->StartCommTrace("7").ok());
+  for (const char* name : {"rank_0", "rank_1"}) {
+    EXPECT_FALSE(std::filesystem::exists(absl::StrCat(dump_folder, "/comm_traces/", name)));
+    EXPECT_EQ(*ReadFile(absl::StrCat(dump_folder, "/comm_traces/earlier-7/", name)), "old");
+  }
+}
+
+// SIGUSR1 (a dump request) in a single process says there is nothing to dump, rather than nothing.
+TEST(SingleProcessTest, SaysSigusr1HasNothingToDump) {
+  absl::StatusOr<JobConfig> config = ParseJobConfig("", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(DistributedRuntime::Connect(*config, {}).ok());
+  testing::internal::CaptureStderr();
+  ASSERT_EQ(raise(SIGUSR1), 0);
+  EXPECT_THAT(testing::internal::GetCapturedStderr(),
+              testing::HasSubstr("SIGUSR1: a single process issues no collectives"));
 }
 
 }  // namespace
