@@ -11,7 +11,13 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 
-void OnStopSignal(int signal) { g_stop_signal = signal; }
+void OnStopSignal(int signal) {
+  if (g_stop_signal.exchange(signal) == 0) return;
+  // A second signal: the user will not wait for the step and its save (the launcher's own second
+  // signal kills its ranks; a process on its own, under srun or torchrun, ends here).
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
 
 }  // namespace
 

@@ -233,6 +233,26 @@ class TitanTrainTest(unittest.TestCase):
         self.assertLess(last, 10000)
         self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
 
+    def test_a_second_sigterm_ends_the_run_at_once(self):
+        # Steps of seconds: the first signal waits for the step and its save, the second does not.
+        dump = self.dump("sigterm_twice")
+        cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
+               "--training.steps=10000", "--checkpoint.interval=1000", "--validation.enable=false",
+               "--training.local_batch_size=16", "--training.seq_len=1024"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        path = os.path.join(dump, "metrics.jsonl")
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not os.path.exists(path):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        start = time.time()
+        _, stderr = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, -signal.SIGTERM, stderr[-3000:])
+        self.assertLess(time.time() - start, 2)
+        self.assertEqual(glob.glob(os.path.join(dump, "checkpoint", "step-*[0-9]")), [])
+
     def test_a_checkpoint_folder_that_is_the_dump_folder_is_refused(self):
         dump = self.dump("ckpt_is_dump")
         os.makedirs(dump)
