@@ -43,13 +43,6 @@ struct HttpRequest {
 // parse.
 absl::Duration RetryAfter(const HttpResponse& response, absl::Time now);
 
-// `url` with its userinfo (user:password@) replaced by "***@", for messages: HF_ENDPOINT may carry
-// credentials.
-std::string RedactUrl(absl::string_view url);
-
-// `text` (a server's error message, say) with RedactUrl applied to every URL in it.
-std::string RedactUrlsIn(absl::string_view text);
-
 // One connection cache per client: use one client per thread.
 class HttpClient {
  public:

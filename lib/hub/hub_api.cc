@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "lib/hub/http_client.h"
+#include "lib/util/redact.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {

@@ -19,6 +19,7 @@
 #include "lib/hub/progress.h"
 #include "lib/util/file_util.h"
 #include "lib/util/folder_lock.h"
+#include "lib/util/redact.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {

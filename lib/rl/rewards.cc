@@ -19,6 +19,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "lib/util/redact.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -167,10 +168,13 @@ absl::Status CheckFiniteRewards(const std::vector<double>& rewards, absl::string
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
-                                                     const std::vector<ScoredRollout>& rollouts,
-                                                     absl::Duration timeout,
-                                                     const std::function<int()>& stop_signal) {
+namespace {
+
+// ScoreWithCommand, its errors not yet redacted.
+absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
+                                              const std::vector<ScoredRollout>& rollouts,
+                                              absl::Duration timeout,
+                                              const std::function<int()>& stop_signal) {
   std::string input;
   for (const ScoredRollout& r : rollouts) {
     input += nlohmann::json{{"prompt", r.prompt}, {"response", r.response}, {"answer", r.answer}}
@@ -298,6 +302,20 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
     return absl::InvalidArgumentError(absl::StrCat("[rl] reward_command \"", command, "\" printed ",
                                                    rewards.size(), " rewards for ",
                                                    rollouts.size(), " rollouts"));
+  }
+  return rewards;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
+                                                     const std::vector<ScoredRollout>& rollouts,
+                                                     absl::Duration timeout,
+                                                     const std::function<int()>& stop_signal) {
+  absl::StatusOr<std::vector<double>> rewards = RunScorer(command, rollouts, timeout, stop_signal);
+  // The command, or what the scorer printed, may hold a URL's credentials: never shown.
+  if (!rewards.ok()) {
+    return absl::Status(rewards.status().code(), RedactUrlsIn(rewards.status().message()));
   }
   return rewards;
 }

@@ -207,6 +207,18 @@ TEST(CommandScorerTest, CommandDiesWithItsParent) {
   EXPECT_FALSE(StillRunning(scorer));
 }
 
+TEST(ScoreWithCommandTest, ErrorsShowNoUrlCredentials) {
+  const std::vector<ScoredRollout> rollouts = {{"p", "r", "a"}};
+  auto failed = ScoreWithCommand(
+      "cat >/dev/null; echo fetching http://alice:S3cretPass@127.0.0.1:9/score >&2; exit 3",
+      rollouts, absl::Seconds(10));
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(std::string(failed.status().message()).find("S3cretPass"), std::string::npos)
+      << failed.status();
+  EXPECT_NE(failed.status().message().find("http://***@127.0.0.1:9/score"), absl::string_view::npos)
+      << failed.status();
+}
+
 TEST(ScoreWithCommandTest, ReadsDecimalRewardsAndRefusesBlankLines) {
   const std::vector<ScoredRollout> rollouts(5, {"p", "r", "a"});
   auto rewards = ScoreWithCommand("cat >/dev/null; printf '1\\n-0.5\\n 1e-3 \\n+2.\\n.25E+1\\n'",
