@@ -396,6 +396,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
 
 absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {
   constexpr absl::string_view kFlag = "--nproc_per_node";
+  int found = 0;
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg = argv[i];
     if (arg.substr(0, kFlag.size()) != kFlag) continue;
@@ -417,9 +418,14 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {
           absl::StrCat("--nproc_per_node: expected at most ", MaxNprocPerNode(), " ranks (",
                        kMaxRanksPerCore, " per CPU core of this machine), got ", nproc));
     }
-    return nproc;
+    // Refused rather than one of them taken: the ranks would run as the other one was meant to.
+    if (found != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--nproc_per_node given twice (", found, " and ", nproc, "): give it once"));
+    }
+    found = nproc;
   }
-  return 0;
+  return found;
 }
 
 int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,

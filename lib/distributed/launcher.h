@@ -37,7 +37,8 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 
 // The value of a --nproc_per_node=N (or --nproc_per_node N) argument, 0 when absent; an error for
-// anything but a positive integer, and past 8 ranks per CPU core of this machine. LaunchLocalRanks
+// anything but a positive integer, past 8 ranks per CPU core of this machine, and for the flag
+// given twice. LaunchLocalRanks
 // drops the flag for the ranks.
 absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
 

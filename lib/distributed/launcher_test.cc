@@ -25,6 +25,8 @@ TEST(NprocPerNodeFlagTest, BothSpellingsAndAbsence) {
   EXPECT_EQ(nproc({"--nproc_per_node=0"}).status().message(),
             "--nproc_per_node: expected a positive integer, got \"0\"");
   EXPECT_FALSE(nproc({"--nproc_per_node=two"}).ok());
+  EXPECT_EQ(nproc({"--nproc_per_node=2", "--nproc_per_node", "3"}).status().message(),
+            "--nproc_per_node given twice (2 and 3): give it once");
 }
 
 // A typo must not fork processes until the OOM killer fires: 8 ranks per core at most.
