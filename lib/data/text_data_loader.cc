@@ -1,5 +1,6 @@
 #include "lib/data/text_data_loader.h"
 
+#include <exception>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,14 +16,21 @@ absl::StatusOr<TokenBatch> TextDataLoader::ReadBatch(int64_t local_batch_size) {
   const int64_t seq_len = dataset_->seq_len();
   TokenBatch batch;
   batch.seq_len = seq_len;
-  batch.inputs.reserve(local_batch_size * seq_len);
-  batch.labels.reserve(local_batch_size * seq_len);
-  for (; batch.batch_size < local_batch_size; ++batch.batch_size) {
-    absl::StatusOr<std::vector<int32_t>> window = dataset_->NextWindow();
-    if (absl::IsOutOfRange(window.status()) && batch.batch_size > 0) break;
-    if (!window.ok()) return window.status();
-    batch.inputs.insert(batch.inputs.end(), window->begin(), window->end() - 1);
-    batch.labels.insert(batch.labels.end(), window->begin() + 1, window->end());
+  // Caught here: thrown on the read-ahead thread, bad_alloc would end the process with no message.
+  try {
+    batch.inputs.reserve(local_batch_size * seq_len);
+    batch.labels.reserve(local_batch_size * seq_len);
+    for (; batch.batch_size < local_batch_size; ++batch.batch_size) {
+      absl::StatusOr<std::vector<int32_t>> window = dataset_->NextWindow();
+      if (absl::IsOutOfRange(window.status()) && batch.batch_size > 0) break;
+      if (!window.ok()) return window.status();
+      batch.inputs.insert(batch.inputs.end(), window->begin(), window->end() - 1);
+      batch.labels.insert(batch.labels.end(), window->begin() + 1, window->end());
+    }
+  } catch (const std::exception& e) {  // bad_alloc, or length_error past the vector's max_size
+    return absl::ResourceExhaustedError(
+        absl::StrCat("data loader: a batch of ", local_batch_size, " x ", seq_len,
+                     " tokens does not fit in memory (local batch size x seq_len)"));
   }
   return batch;
 }

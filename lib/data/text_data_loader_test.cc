@@ -147,6 +147,18 @@ TEST(TextDataLoaderTest, ReadAheadGivesTheSameBatchesStateAndEnd) {
   EXPECT_THAT(ahead->NextBatch(2).status().message(), HasSubstr("reading ahead batches of 3"));
 }
 
+TEST(TextDataLoaderTest, ABatchTooLargeForMemoryIsAnErrorOnTheReadAheadThreadToo) {
+  const std::string path = FreshTestDir("huge") + "/a.jsonl";
+  WriteTestFile(path, JsonLines(Texts()));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<TextDataLoader> loader = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  const int64_t rows = int64_t{1} << 60;  // 6 x 2^60 tokens: bad_alloc on any machine
+  loader->StartReadAhead(rows, 1);
+  EXPECT_THAT(loader->NextBatch(rows).status().message(),
+              HasSubstr("data loader: a batch of 1152921504606846976 x 6 tokens does not fit in "
+                        "memory"));
+}
+
 TEST(TextDataLoaderTest, RejectsANonPositiveBatchSize) {
   const std::string path = FreshTestDir("size") + "/a.jsonl";
   WriteTestFile(path, JsonLines(Texts()));
