@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "glog/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -114,6 +115,32 @@ class Schema {
   absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;  // current names
 };
 
+// Where each key of the last parsed config was set ("x.toml:12" or "--section.key"), by canonical
+// "section.key"; process-wide so errors raised far from the parser (model registry, optimizer) can
+// still name the line.
+class KeySources {
+ public:
+  static KeySources& Get() {
+    static KeySources* const sources = new KeySources();
+    return *sources;
+  }
+
+  void Reset(absl::flat_hash_map<std::string, std::string> sources) {
+    absl::MutexLock lock(&mutex_);
+    sources_ = std::move(sources);
+  }
+
+  std::optional<std::string> Find(const std::string& name) const {
+    absl::MutexLock lock(&mutex_);
+    auto it = sources_.find(name);
+    return it == sources_.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+
+ private:
+  mutable absl::Mutex mutex_;
+  absl::flat_hash_map<std::string, std::string> sources_;
+};
+
 // [job] config_file names the file being read, so only the command line sets it.
 bool IsConfigFileKey(const KeyRef& ref) {
   return ref.section->number() == JobConfig::kJobFieldNumber &&
@@ -147,7 +174,8 @@ void WarnAboutName(absl::string_view section, absl::string_view key, const KeyRe
   }
 }
 
-absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConfig* config) {
+absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConfig* config,
+                       absl::flat_hash_map<std::string, std::string>* sources) {
   toml::table root;
   try {
     // absl::string_view is not std::string_view in Debian's abseil build.
@@ -205,6 +233,7 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
           !status.ok()) {
         return absl::InvalidArgumentError(absl::StrCat(at(node), ": ", status.message()));
       }
+      (*sources)[CanonicalName(*ref)] = at(node);
       WarnAboutName(section, key, *ref, source, written);
     }
   }
@@ -268,7 +297,8 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
   return overrides;
 }
 
-absl::Status ApplyOverrides(const std::vector<Override>& overrides, JobConfig* config) {
+absl::Status ApplyOverrides(const std::vector<Override>& overrides, JobConfig* config,
+                            absl::flat_hash_map<std::string, std::string>* sources) {
   KeyWrites writes;
   for (const Override& override : overrides) {
     if (absl::Status status = writes.Record(*override.ref, override.flag); !status.ok()) {
@@ -279,6 +309,7 @@ absl::Status ApplyOverrides(const std::vector<Override>& overrides, JobConfig* c
         !status.ok()) {
       return status;
     }
+    (*sources)[CanonicalName(*override.ref)] = override.flag;
     WarnAboutName(override.section, override.key, *override.ref, "command line", override.flag);
   }
   return absl::OkStatus();
@@ -339,6 +370,7 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
     path = override.value;
   }
   JobConfig config = DefaultJobConfig();
+  absl::flat_hash_map<std::string, std::string> sources;
   if (!path.empty()) {
     // An ifstream opens a directory and reads it as empty: the defaults would run unnoticed.
     std::error_code error;
@@ -348,10 +380,15 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
     }
     absl::StatusOr<std::string> text = ReadFile(path);
     if (!text.ok()) return text.status();
-    if (absl::Status status = ApplyToml(*text, path, &config); !status.ok()) return status;
+    if (absl::Status status = ApplyToml(*text, path, &config, &sources); !status.ok()) {
+      return status;
+    }
   }
-  if (absl::Status status = ApplyOverrides(*parsed, &config); !status.ok()) return status;
+  if (absl::Status status = ApplyOverrides(*parsed, &config, &sources); !status.ok()) {
+    return status;
+  }
   if (!path.empty()) config.mutable_job()->set_config_file(path);
+  KeySources::Get().Reset(std::move(sources));
   return config;
 }
 
@@ -361,11 +398,31 @@ absl::StatusOr<JobConfig> ParseJobConfigText(absl::string_view toml_text,
   absl::StatusOr<std::vector<Override>> parsed = ParseOverrides(overrides);
   if (!parsed.ok()) return parsed.status();
   JobConfig config = DefaultJobConfig();
-  if (absl::Status status = ApplyToml(toml_text, source_name, &config); !status.ok()) {
+  absl::flat_hash_map<std::string, std::string> sources;
+  if (absl::Status status = ApplyToml(toml_text, source_name, &config, &sources); !status.ok()) {
     return status;
   }
-  if (absl::Status status = ApplyOverrides(*parsed, &config); !status.ok()) return status;
+  if (absl::Status status = ApplyOverrides(*parsed, &config, &sources); !status.ok()) {
+    return status;
+  }
+  KeySources::Get().Reset(std::move(sources));
   return config;
+}
+
+absl::Status WithKeySource(const absl::Status& status) {
+  absl::string_view message = status.message();
+  if (status.ok() || !absl::ConsumePrefix(&message, "[")) return status;
+  const size_t close = message.find("] ");
+  if (close == absl::string_view::npos) return status;
+  const absl::string_view section = message.substr(0, close);
+  const absl::string_view rest = message.substr(close + 2);
+  // The key ends where its name does: "key:", "key=", "key ", "key[0].pattern".
+  const size_t end = rest.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_");
+  const KeyRef* ref = Schema::Get().Find(section, rest.substr(0, end));
+  if (ref == nullptr) return status;
+  const std::optional<std::string> source = KeySources::Get().Find(CanonicalName(*ref));
+  if (!source.has_value()) return status;
+  return absl::Status(status.code(), absl::StrCat(*source, ": ", status.message()));
 }
 
 std::string JobConfigHelp() {

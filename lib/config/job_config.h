@@ -54,6 +54,12 @@ std::optional<std::string> ChangedKey(const JobConfig& config, absl::string_view
 // os.path.join(job.dump_folder, folder): an absolute `folder` as is, else under the dump folder.
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder);
 
+// Where the last ParseJobConfig (or ParseJobConfigText) in this process set `status`'s key, put
+// before its message: a refusal that starts "[section] key" (as checks anywhere in titan word them)
+// becomes "file.toml:12: [section] key ..." or "--section.key: [section] key ...". `status` is
+// returned as is when it is OK, names no key first, or that key was left at its default.
+absl::Status WithKeySource(const absl::Status& status);
+
 // Checks ranges, choices and the relations between keys for a job on `world_size` ranks
 // (data_parallel_shard_degree = -1 takes the ranks the other degrees leave).
 absl::Status ValidateJobConfig(const JobConfig& config, int world_size = 1);

@@ -190,6 +190,50 @@ TEST(JobConfigTest, RangeAndChoiceErrorsInAFileNameItsLine) {
             "\"sqrt\", \"cosine\"");
 }
 
+// Checks that run after parsing (validation, the model registry, the optimizer) name where the key
+// was set, as the parser's own errors do.
+TEST(JobConfigTest, LaterSingleKeyErrorsNameTheFileLineOrFlag) {
+  absl::StatusOr<JobConfig> config = ParseText(
+      "[checkpoint]\nkeep_latest_k = 1\n\n[activation_checkpoint]\nselective_ac_option = \"abc\"\n"
+      "[model]\nflavor = \"debugmodle\"\n",
+      {"--model.converters=float9"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(ValidateJobConfig(*config).message(),
+            "configs/x.toml:2: [checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the "
+            "newest checkpoint may still be being written)");
+  config->mutable_checkpoint()->set_keep_latest_k(0);
+  EXPECT_EQ(ValidateJobConfig(*config).message(),
+            "--model.converters: [model] converters: unknown converter \"float9\"; expected "
+            "\"float8\"");
+  config->mutable_model()->clear_converters();
+  EXPECT_EQ(ValidateJobConfig(*config).message(),
+            "configs/x.toml:5: [activation_checkpoint] selective_ac_option=\"abc\": expected a "
+            "positive integer N (every Nth layer) or \"op\"");
+  // Errors raised outside lib/config, worded "[section] key...", get the same prefix.
+  EXPECT_EQ(WithKeySource(absl::NotFoundError("[model] flavor: unknown llama3 flavor")),
+            absl::NotFoundError("configs/x.toml:7: [model] flavor: unknown llama3 flavor"));
+  EXPECT_EQ(WithKeySource(absl::InvalidArgumentError("[model] flavor=\"x\"")).message(),
+            "configs/x.toml:7: [model] flavor=\"x\"");
+  // A key left at its default, a sentence that is no key, and OK pass unchanged.
+  for (const absl::Status& status :
+       {absl::InvalidArgumentError("[model] name: unknown model"),
+        absl::InvalidArgumentError("[parallelism] world size 8 is not divisible"),
+        absl::InvalidArgumentError("no key here"), absl::OkStatus()}) {
+    EXPECT_EQ(WithKeySource(status), status);
+  }
+  // A flag wins over the file's line; an old name records its new name's key.
+  ASSERT_TRUE(
+      ParseText("[model]\nflavor = \"a\"\n[job]\nprint_freq = 5\n", {"--model.flavor=b"}).ok());
+  EXPECT_EQ(WithKeySource(absl::NotFoundError("[model] flavor: x")).message(),
+            "--model.flavor: [model] flavor: x");
+  EXPECT_EQ(WithKeySource(absl::NotFoundError("[metrics] log_freq: x")).message(),
+            "configs/x.toml:4: [metrics] log_freq: x");
+  // Errors naming two keys read as before.
+  config = ParseText("", {"--checkpoint.enable=false", "--checkpoint.load_step=4"});
+  ASSERT_TRUE(config.ok());
+  EXPECT_TRUE(absl::StartsWith(ValidateJobConfig(*config).message(), "[checkpoint] load_step"));
+}
+
 TEST(JobConfigTest, FileErrorsNameFileLineSectionKeyAndValue) {
   EXPECT_EQ(ParseError("[training]\nstepz = 10\n"),
             "configs/x.toml:2: [training] stepz: unknown key (did you mean \"steps\"?)");
@@ -363,25 +407,30 @@ TEST(JobConfigTest, ParamGroupErrorsNameTheTableAndKey) {
   EXPECT_EQ(ParseError("", {"--optimizer.param_groups=[]\nlr = 1"}),
             "--optimizer.param_groups: expected one TOML inline value, got \"[]\\nlr = 1\"");
 
-  EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", lr = -1}]"}),
-            "[optimizer] param_groups[0].lr=-1 is out of range: expected >= 0");
+  EXPECT_EQ(
+      ValidationError({"--optimizer.param_groups=[{pattern = \"x\", lr = -1}]"}),
+      "--optimizer.param_groups: [optimizer] param_groups[0].lr=-1 is out of range: expected >= 0");
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\"}, "
                              "{pattern = \"y\", betas = [0.9, 1.5]}]"}),
-            "[optimizer] param_groups[1].betas=1.5 is out of range: expected a value in [0, 1)");
+            "--optimizer.param_groups: [optimizer] param_groups[1].betas=1.5 is out of range: "
+            "expected a value in [0, 1)");
 }
 
 // torch.optim refuses beta = 1 (the moment estimate never decays: the loss turns NaN).
 TEST(JobConfigTest, BetasOfOneAreRefusedEverywhere) {
   EXPECT_EQ(ValidationError({"--optimizer.beta1=1"}),
-            "[optimizer] beta1=1 is out of range: expected a value in [0, 1)");
+            "--optimizer.beta1: [optimizer] beta1=1 is out of range: expected a value in [0, 1)");
   EXPECT_EQ(ValidationError({"--optimizer.beta2=1"}),
-            "[optimizer] beta2=1 is out of range: expected a value in [0, 1)");
+            "--optimizer.beta2: [optimizer] beta2=1 is out of range: expected a value in [0, 1)");
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", beta1 = 1}]"}),
-            "[optimizer] param_groups[0].beta1=1 is out of range: expected a value in [0, 1)");
+            "--optimizer.param_groups: [optimizer] param_groups[0].beta1=1 is out of range: "
+            "expected a value in [0, 1)");
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", beta2 = 1.0}]"}),
-            "[optimizer] param_groups[0].beta2=1 is out of range: expected a value in [0, 1)");
+            "--optimizer.param_groups: [optimizer] param_groups[0].beta2=1 is out of range: "
+            "expected a value in [0, 1)");
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", betas = [0.9, 1]}]"}),
-            "[optimizer] param_groups[0].betas=1 is out of range: expected a value in [0, 1)");
+            "--optimizer.param_groups: [optimizer] param_groups[0].betas=1 is out of range: "
+            "expected a value in [0, 1)");
   EXPECT_EQ(ParseError("[optimizer]\nbeta2 = 1.0\n"),
             "configs/x.toml:2: [optimizer] beta2=1 is out of range: expected a value in [0, 1)");
   ExpectValid({"--optimizer.beta1=0", "--optimizer.beta2=0.999999"});
@@ -477,42 +526,52 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
             "data-parallel degree=4");
   ExpectValid({"--training.global_batch_size=64", "--parallelism.tensor_parallel_degree=2"}, 8);
   EXPECT_EQ(ValidationError({"--training.global_batch_size=0"}),
-            "[training] global_batch_size=0 is out of range: expected -1 or >= 1");
+            "--training.global_batch_size: [training] global_batch_size=0 is out of range: "
+            "expected -1 or >= 1");
   EXPECT_EQ(ValidationError({"--training.steps=-5"}),
-            "[training] steps=-5 is out of range: expected >= 0");
+            "--training.steps: [training] steps=-5 is out of range: expected >= 0");
   EXPECT_EQ(ValidationError({"--training.seq_len=0"}),
-            "[training] seq_len=0 is out of range: expected >= 1");
+            "--training.seq_len: [training] seq_len=0 is out of range: expected >= 1");
   EXPECT_EQ(ValidationError({"--optimizer.lr=-0.001"}),
-            "[optimizer] lr=-0.001 is out of range: expected >= 0");
+            "--optimizer.lr: [optimizer] lr=-0.001 is out of range: expected >= 0");
   EXPECT_EQ(ValidationError({"--optimizer.lr=nan"}),
-            "[optimizer] lr=nan is out of range: expected a finite number, >= 0");
+            "--optimizer.lr: [optimizer] lr=nan is out of range: expected a finite number, >= 0");
   EXPECT_EQ(ValidationError({"--optimizer.lr=inf"}),
-            "[optimizer] lr=inf is out of range: expected a finite number, >= 0");
+            "--optimizer.lr: [optimizer] lr=inf is out of range: expected a finite number, >= 0");
   EXPECT_EQ(ValidationError({"--training.max_norm=inf"}),
-            "[training] max_norm=inf is out of range: expected a finite number, >= 0");
+            "--training.max_norm: [training] max_norm=inf is out of range: expected a finite "
+            "number, >= 0");
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", eps = inf}]"}),
-            "[optimizer] param_groups[0].eps=inf is out of range: expected a finite number, >= 0");
-  EXPECT_EQ(ValidationError({"--job.dump_folder="}),
-            "[job] dump_folder: expected a folder for the job's outputs, got \"\"");
+            "--optimizer.param_groups: [optimizer] param_groups[0].eps=inf is out of range: "
+            "expected a finite number, >= 0");
+  EXPECT_EQ(
+      ValidationError({"--job.dump_folder="}),
+      "--job.dump_folder: [job] dump_folder: expected a folder for the job's outputs, got \"\"");
   EXPECT_EQ(ValidationError({"--training.dataset_text_field="}),
-            "[training] dataset_text_field: expected the JSON field holding each document's text, "
+            "--training.dataset_text_field: [training] dataset_text_field: expected the JSON field "
+            "holding each document's text, "
             "got \"\"");
-  EXPECT_EQ(ValidationError({"--model.converters=mxfp8"}),
-            "[model] converters: unknown converter \"mxfp8\"; expected \"float8\"");
+  EXPECT_EQ(
+      ValidationError({"--model.converters=mxfp8"}),
+      "--model.converters: [model] converters: unknown converter \"mxfp8\"; expected \"float8\"");
   EXPECT_EQ(ValidationError({"--model.converters=float8,float8"}),
-            "[model] converters: \"float8\" is listed twice");
+            "--model.converters: [model] converters: \"float8\" is listed twice");
   ExpectValid({"--model.converters=float8"});
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=1.5"}),
-            "[lr_scheduler] decay_ratio=1.5 is out of range: expected -1 or a value in [0, 1]");
+            "--lr_scheduler.decay_ratio: [lr_scheduler] decay_ratio=1.5 is out of range: expected "
+            "-1 or a value in [0, 1]");
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_ratio=-0.5"}),
-            "[lr_scheduler] decay_ratio=-0.5 is out of range: expected -1 or a value in [0, 1]");
+            "--lr_scheduler.decay_ratio: [lr_scheduler] decay_ratio=-0.5 is out of range: expected "
+            "-1 or a value in [0, 1]");
   ExpectValid({"--lr_scheduler.decay_ratio=0.8"});
   ExpectValid({"--lr_scheduler.decay_ratio=-1"});
   ExpectValid({"--lr_scheduler.warmup_steps=50", "--training.steps=10"});  // shortened, warned
   EXPECT_EQ(ValidationError({"--lr_scheduler.decay_type=exp"}),
-            "[lr_scheduler] decay_type=\"exp\": expected one of \"linear\", \"sqrt\", \"cosine\"");
+            "--lr_scheduler.decay_type: [lr_scheduler] decay_type=\"exp\": expected one of "
+            "\"linear\", \"sqrt\", \"cosine\"");
   EXPECT_EQ(ValidationError({"--activation_checkpoint.mode=partial"}),
-            "[activation_checkpoint] mode=\"partial\": expected one of \"none\", \"selective\", "
+            "--activation_checkpoint.mode: [activation_checkpoint] mode=\"partial\": expected one "
+            "of \"none\", \"selective\", "
             "\"full\"");
   // The pipeline schedule takes any case, as torch's get_schedule_class; other choices do not.
   for (const char* text : {"gpipe", "zbvzerobubble"}) {
@@ -525,25 +584,29 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
                 ->parallelism()
                 .pipeline_parallel_schedule(),
             "Interleaved1F1B");
-  EXPECT_EQ(
-      ValidationError({"--lr_scheduler.decay_type=Linear"}),
-      "[lr_scheduler] decay_type=\"Linear\": expected one of \"linear\", \"sqrt\", \"cosine\"");
+  EXPECT_EQ(ValidationError({"--lr_scheduler.decay_type=Linear"}),
+            "--lr_scheduler.decay_type: [lr_scheduler] decay_type=\"Linear\": expected one of "
+            "\"linear\", \"sqrt\", \"cosine\"");
   EXPECT_EQ(ValidationError({"--model.norm_type=layernorm"}),
-            "[model] norm_type=\"layernorm\": expected one of \"rmsnorm\"");
-  EXPECT_EQ(ValidationError({"--compile.components=model,graph"}),
-            "[compile] components=\"graph\": expected one of \"model\", \"loss\"");
+            "--model.norm_type: [model] norm_type=\"layernorm\": expected one of \"rmsnorm\"");
+  EXPECT_EQ(
+      ValidationError({"--compile.components=model,graph"}),
+      "--compile.components: [compile] components=\"graph\": expected one of \"model\", \"loss\"");
   EXPECT_EQ(ValidationError({"--compile.disabled_kernels=adam,rmsnorm"}),
-            "[compile] disabled_kernels=\"rmsnorm\": expected one of \"rope\", \"swiglu\", "
+            "--compile.disabled_kernels: [compile] disabled_kernels=\"rmsnorm\": expected one of "
+            "\"rope\", \"swiglu\", "
             "\"float8_cast\", \"adam\", \"bf16_weight_copies\", \"cross_entropy\", "
             "\"mixed_precision_linear\"");
   ExpectValid({"--compile.disabled_kernels=adam,cross_entropy"});
   EXPECT_EQ(ValidationError({"--activation_checkpoint.selective_ac_option=0"}),
-            "[activation_checkpoint] selective_ac_option=\"0\": expected a positive integer N "
+            "--activation_checkpoint.selective_ac_option: [activation_checkpoint] "
+            "selective_ac_option=\"0\": expected a positive integer N "
             "(every Nth layer) or \"op\"");
   ExpectValid({"--activation_checkpoint.selective_ac_option=op"});
   ExpectValid({"--activation_checkpoint.selective_ac_option=3"});
   EXPECT_EQ(ValidationError({"--checkpoint.keep_latest_k=1"}),
-            "[checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the newest checkpoint "
+            "--checkpoint.keep_latest_k: [checkpoint] keep_latest_k=1: expected 0 (keep all) or >= "
+            "2 (the newest checkpoint "
             "may still be being written)");
   EXPECT_EQ(
       ValidationError({"--checkpoint.last_save_in_hf", "--checkpoint.last_save_model_only=false"}),
@@ -558,8 +621,9 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
             "a cycle must fit its warmup and traced steps");
   ExpectValid({"--profiling.profile_freq=3"});  // torchtitan checks the cycle only when profiling
   ExpectValid({"--profiling.enable_profiling", "--profiling.profile_freq=4"});
-  EXPECT_EQ(ValidationError({"--profiling.profiler_active=0"}),
-            "[profiling] profiler_active=0 is out of range: expected >= 1");
+  EXPECT_EQ(
+      ValidationError({"--profiling.profiler_active=0"}),
+      "--profiling.profiler_active: [profiling] profiler_active=0 is out of range: expected >= 1");
 }
 
 TEST(JobConfigTest, FusedLossRefusesKeysItWouldIgnore) {
@@ -575,8 +639,9 @@ TEST(JobConfigTest, FusedLossRefusesKeysItWouldIgnore) {
   EXPECT_NE(ValidationError({"--training.loss_chunk_size=256", "--debug.batch_invariant=true"})
                 .find("not batch-invariant"),
             std::string::npos);
-  EXPECT_EQ(ValidationError({"--training.loss_chunk_size=-1"}),
-            "[training] loss_chunk_size=-1 is out of range: expected >= 0");
+  EXPECT_EQ(
+      ValidationError({"--training.loss_chunk_size=-1"}),
+      "--training.loss_chunk_size: [training] loss_chunk_size=-1 is out of range: expected >= 0");
 }
 
 TEST(JobConfigTest, KeysOfAFeatureThatIsOffAreRefused) {
@@ -592,7 +657,8 @@ TEST(JobConfigTest, KeysOfAFeatureThatIsOffAreRefused) {
   // Unknown names are refused whether checkpointing is on or off.
   for (const char* enable : {"--checkpoint.enable=true", "--checkpoint.enable=false"}) {
     EXPECT_EQ(ValidationError({enable, "--checkpoint.exclude_from_loading=optimizer,bogus"}),
-              "[checkpoint] exclude_from_loading=\"bogus\": expected one of \"optimizer\", "
+              "--checkpoint.exclude_from_loading: [checkpoint] exclude_from_loading=\"bogus\": "
+              "expected one of \"optimizer\", "
               "\"lr_scheduler\", \"dataloader\", \"train_state\", \"rng\"");
   }
   for (const char* key : {"--checkpoint.enable_first_step_checkpoint=true",
@@ -691,7 +757,8 @@ TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
             "tensor_parallel_degree=3 × pipeline_parallel_degree=1 × context_parallel_degree=1 = "
             "3, so data_parallel_shard_degree=-1 cannot be inferred");
   EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=0"}, 8),
-            "[parallelism] data_parallel_shard_degree=0 is out of range: expected -1 or >= 1");
+            "--parallelism.data_parallel_shard_degree: [parallelism] data_parallel_shard_degree=0 "
+            "is out of range: expected -1 or >= 1");
   // 4D: the inferred shard degree fills the rest (16 / (2 x 2 x 2) = 2).
   ExpectValid({"--parallelism.data_parallel_replicate_degree=2",
                "--parallelism.pipeline_parallel_degree=2", "--parallelism.tensor_parallel_degree=2"},
@@ -702,12 +769,14 @@ TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
             "[parallelism] pipeline_parallel_microbatch_size=3 does not divide [training] "
             "local_batch_size=8");
   EXPECT_EQ(ValidationError({"--parallelism.expert_parallel_degree=4"}, 8),
-            "[parallelism] expert_parallel_degree = 4: expert parallelism needs a "
+            "--parallelism.expert_parallel_degree: [parallelism] expert_parallel_degree = 4: "
+            "expert parallelism needs a "
             "mixture-of-experts family; none is registered yet");
   // No layout makes it run, so the missing family is the reason given, not more ranks.
   for (int world_size : {1, 8}) {
     EXPECT_EQ(ValidationError({"--parallelism.expert_parallel_degree=3"}, world_size),
-              "[parallelism] expert_parallel_degree = 3: expert parallelism needs a "
+              "--parallelism.expert_parallel_degree: [parallelism] expert_parallel_degree = 3: "
+              "expert parallelism needs a "
               "mixture-of-experts family; none is registered yet");
   }
   EXPECT_EQ(ValidateJobConfig(DefaultJobConfig(), 0).message(), "world size must be >= 1, got 0");

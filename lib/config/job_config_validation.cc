@@ -100,7 +100,7 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
       if (absl::Status status =
               CheckField(absl::StrCat("[", section->name(), "] "), message, field);
           !status.ok()) {
-        return status;
+        return WithKeySource(status);
       }
       const std::string& unsupported = field->options().GetExtension(titan::unsupported);
       const std::string value = TomlValue(message, field);
@@ -113,8 +113,8 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   }
 
   if (config.job().dump_folder().empty()) {
-    return absl::InvalidArgumentError(
-        "[job] dump_folder: expected a folder for the job's outputs, got \"\"");
+    return WithKeySource(absl::InvalidArgumentError(
+        "[job] dump_folder: expected a folder for the job's outputs, got \"\""));
   }
 
   // A torchtitan job file's dataset = "c4" streamed c4 from the Hub; titan reads local files only,
@@ -160,8 +160,8 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
                                           ->options()
                                           .GetExtension(titan::unsupported);
   if (ep > 1 && !ep_unsupported.empty()) {
-    return absl::UnimplementedError(
-        absl::StrCat("[parallelism] expert_parallel_degree = ", ep, ": ", ep_unsupported));
+    return WithKeySource(absl::UnimplementedError(
+        absl::StrCat("[parallelism] expert_parallel_degree = ", ep, ": ", ep_unsupported)));
   }
   const int64_t ep_pool =
       *shard_degree * parallelism.context_parallel_degree() * parallelism.tensor_parallel_degree();
@@ -177,9 +177,9 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
 
   const JobConfig::Training& training = config.training();
   if (training.dataset_text_field().empty()) {
-    return absl::InvalidArgumentError(
+    return WithKeySource(absl::InvalidArgumentError(
         "[training] dataset_text_field: expected the JSON field holding each document's text, "
-        "got \"\"");
+        "got \"\""));
   }
   const int64_t dp_degree = *shard_degree * parallelism.data_parallel_replicate_degree();
   if (training.global_batch_size() != -1 &&
@@ -237,9 +237,9 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
 
   const JobConfig::Checkpoint& checkpoint = config.checkpoint();
   if (checkpoint.keep_latest_k() == 1) {
-    return absl::InvalidArgumentError(
+    return WithKeySource(absl::InvalidArgumentError(
         "[checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the newest checkpoint may "
-        "still be being written)");
+        "still be being written)"));
   }
   if (checkpoint.initial_load_in_hf() && !checkpoint.initial_load_model_only()) {
     return absl::InvalidArgumentError(
@@ -322,13 +322,13 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   bool float8 = false;
   for (const std::string& converter : config.model().converters()) {
     if (converter != "float8") {
-      return absl::InvalidArgumentError(absl::StrCat("[model] converters: unknown converter ",
-                                                     Quote(converter), "; expected \"float8\""));
+      return WithKeySource(absl::InvalidArgumentError(absl::StrCat(
+          "[model] converters: unknown converter ", Quote(converter), "; expected \"float8\"")));
     }
     // Each converter runs once, however often it is listed.
     if (float8) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("[model] converters: ", Quote(converter), " is listed twice"));
+      return WithKeySource(absl::InvalidArgumentError(
+          absl::StrCat("[model] converters: ", Quote(converter), " is listed twice")));
     }
     float8 = true;
   }
@@ -366,12 +366,12 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
 
   const std::string& ac_option = config.activation_checkpoint().selective_ac_option();
   if (ac_option != "op" && !IsPositiveInteger(ac_option)) {
-    return absl::InvalidArgumentError(
+    return WithKeySource(absl::InvalidArgumentError(
         absl::StrCat("[activation_checkpoint] selective_ac_option=", Quote(ac_option),
-                     ": expected a positive integer N (every Nth layer) or \"op\""));
+                     ": expected a positive integer N (every Nth layer) or \"op\"")));
   }
 
-  return unsupported_key;
+  return WithKeySource(unsupported_key);
 }
 
 }  // namespace titan

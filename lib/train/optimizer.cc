@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "lib/config/job_config.h"
 #include "lib/kernels/adam.h"
 #include "lib/model/bf16_weight_copies.h"
 #include "lib/train/grad_clip.h"
@@ -257,20 +258,20 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
     const JobConfig::Optimizer::ParamGroup& spec = config.param_groups(g);
     const std::string key = absl::StrCat("[optimizer] param_groups[", g, "]");
     absl::StatusOr<AdamSettings> hyper = GroupHyperparameters(spec, defaults, key);
-    if (!hyper.ok()) return hyper.status();
+    if (!hyper.ok()) return WithKeySource(hyper.status());
     Group group{spec.pattern(), *hyper, {}};
     absl::StatusOr<std::vector<bool>> found =
         SearchNames(spec.pattern(), params, absl::StrCat(key, ".pattern"));
-    if (!found.ok()) return found.status();
+    if (!found.ok()) return WithKeySource(found.status());
     for (size_t i = 0; i < params.size(); ++i) {
       if (claimed[i] || !(*found)[i]) continue;
       claimed[i] = true;
       group.params.push_back(i);
     }
     if (group.params.empty()) {
-      return absl::InvalidArgumentError(
+      return WithKeySource(absl::InvalidArgumentError(
           absl::StrCat(key, ".pattern=\"", spec.pattern(),
-                       "\" matches no parameter that an earlier group has not claimed"));
+                       "\" matches no parameter that an earlier group has not claimed")));
     }
     groups.push_back(std::move(group));
   }

@@ -392,7 +392,8 @@ class TitanTrainTest(unittest.TestCase):
              'titan_train: [rl] algorithm = "ppo": [rl] is titan_rl\'s section'),
             (self.dump("config_folder"), [], first,
              f"titan_train: {first}: is a directory, expected a TOML file"),
-            ("", [], CONFIG, "titan_train: [job] dump_folder: expected a folder"),
+            ("", [], CONFIG,
+             "titan_train: --job.dump_folder: [job] dump_folder: expected a folder"),
         ]
         for dump, flags, config, message in refused:
             proc = run_train(dump, *flags, check=False, config=config)
@@ -536,7 +537,8 @@ class TitanTrainTest(unittest.TestCase):
     def test_unsupported_key_is_refused_not_ignored(self):
         proc = run_train(self.dump("unsupported"), "--compile.enable=true", check=False)
         self.assertEqual(proc.returncode, 1)
-        self.assertIn("titan_train: [compile] enable = true: titan has no graph compiler",
+        self.assertIn("titan_train: --compile.enable: [compile] enable = true: titan has no "
+                      "graph compiler",
                       proc.stderr)
 
     def test_cuda_graph_is_refused_where_it_cannot_run(self):
