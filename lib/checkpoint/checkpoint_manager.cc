@@ -355,6 +355,16 @@ absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state,
   return EnforceKeepLatest();
 }
 
+absl::Status CheckpointManager::DiscardFailedSave(int64_t step) const {
+  // One remover: ranks removing the same tree at once would trip over each other's unlinks.
+  if (ranks_.rank != 0) return absl::OkStatus();
+  const std::string tmp_dir = absl::StrCat(StepDirectory(step), kTemporaryInfix, ranks_.run_id);
+  if (!PathExists(tmp_dir)) return absl::OkStatus();
+  TITAN_RETURN_IF_ERROR(RemoveTree(tmp_dir));
+  LOG(INFO) << "Removed " << tmp_dir << ", the temporary of the failed save of step " << step;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int64_t>> CheckpointManager::ListSteps() const {
   std::vector<int64_t> steps;
   if (!PathExists(root_)) return steps;

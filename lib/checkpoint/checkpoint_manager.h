@@ -13,8 +13,9 @@
 // Ranks write their files into step-<N>.tmp-<run id>/ in parallel; rank 0 waits for every rank's
 // record, writes the manifest and renames the directory into place, so step-<N> is either absent or
 // whole. Loading reshards: a rank reads the parts of the saved pieces that overlap the pieces it
-// holds now, whatever layout saved them. Leftover *.tmp-* directories are never listed and are
-// removed by rank 0's next Save. Two jobs must not save into one root at once.
+// holds now, whatever layout saved them. A failed save's temporary is removed once the ranks agree
+// it failed (DiscardFailedSave); one a crash left behind is never listed and is removed by rank 0's
+// next Save. Two jobs must not save into one root at once.
 
 #include <cstdint>
 #include <string>
@@ -72,6 +73,10 @@ class CheckpointManager {
   // finish within commit_timeout); other ranks return once their own files are durable, so callers
   // agree on the outcome (a barrier) before relying on the step.
   absl::Status Save(int64_t step, const CheckpointState& state, bool model_only);
+  // Call on every rank once all ranks' Save of `step` returned and they agreed that one failed, so
+  // that none writes into its temporary any more: rank 0 removes step-<N>.tmp-<run id> (a partial
+  // save can fill the disk); the other ranks do nothing. Committed steps are never touched.
+  absl::Status DiscardFailedSave(int64_t step) const;
 
   // Committed steps, ascending; empty when the root does not exist yet. A file named as a step is
   // an error (Save refuses to replace it too).

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -513,6 +514,73 @@ std::vector<absl::Status> SaveAsRanks(const std::string& root, int64_t step,
   }
   for (std::thread& thread : threads) thread.join();
   return statuses;
+}
+
+// SaveAsRanks, then what TrainCheckpointer does once the ranks agreed on the outcome (the join is
+// the agreement): when any rank failed, every rank calls DiscardFailedSave.
+std::vector<absl::Status> SaveAsRanksAndAgree(const std::string& root, int64_t step,
+                                              const std::vector<const CheckpointState*>& states) {
+  const int world = static_cast<int>(states.size());
+  std::vector<absl::Status> statuses(world);
+  static int runs = 0;
+  const std::string run_id = absl::StrCat("agreeing-run-", ++runs);
+  std::vector<std::unique_ptr<CheckpointManager>> managers;
+  for (int rank = 0; rank < world; ++rank) {
+    managers.push_back(std::make_unique<CheckpointManager>(
+        root, 0, CheckpointRanks{rank, world, run_id, absl::Seconds(30)}));
+  }
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back(
+        [&, rank] { statuses[rank] = managers[rank]->Save(step, *states[rank], false); });
+  }
+  for (std::thread& thread : threads) thread.join();
+  const bool all_saved = std::all_of(statuses.begin(), statuses.end(),
+                                     [](const absl::Status& status) { return status.ok(); });
+  if (!all_saved) {
+    threads.clear();
+    for (int rank = 0; rank < world; ++rank) {
+      threads.emplace_back(
+          [&, rank] { EXPECT_TRUE(managers[rank]->DiscardFailedSave(step).ok()); });
+    }
+    for (std::thread& thread : threads) thread.join();
+  }
+  return statuses;
+}
+
+TEST(CheckpointManagerTest, AFailedSaveOfSeveralRanksLeavesNoTemporaryOnceTheyAgree) {
+  const std::string root = TestRoot();
+  const CheckpointState whole = WholeState();
+  std::vector<CheckpointState> saved;
+  for (int rank = 0; rank < 2; ++rank) saved.push_back(PiecesOf(whole, rank, 2, true));
+  for (const absl::Status& status : SaveAsRanksAndAgree(root, 1, {&saved[0], &saved[1]})) {
+    ASSERT_TRUE(status.ok()) << status;
+  }
+  CheckpointManager manager(root, 0);
+
+  // Rank 1 fails to write its part (as on a full disk); rank 0 wrote its own files.
+  CheckpointState broken = saved[1];
+  broken.boxes["w"].offsets = {9, 0};
+  std::vector<absl::Status> statuses = SaveAsRanksAndAgree(root, 2, {&saved[0], &broken});
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(statuses[1].message(), HasSubstr("does not fit in [10, 3]"));
+  EXPECT_THAT(manager.UncommittedStepFolders(), IsEmpty());
+
+  // Every rank wrote, rank 0's commit failed (the pieces overlap).
+  CheckpointState overlapping = PiecesOf(whole, 0, 2, true);
+  overlapping.extra = nlohmann::json::object();
+  overlapping.model.pop_back();  // "scale" whole on rank 0 only
+  statuses = SaveAsRanksAndAgree(root, 2, {&saved[0], &overlapping});
+  EXPECT_EQ(statuses[0].code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(statuses[1].ok()) << statuses[1];
+  EXPECT_THAT(manager.UncommittedStepFolders(), IsEmpty());
+
+  // The last good step is untouched.
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(1));
+  absl::StatusOr<CheckpointState> loaded = manager.Load(1);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ExpectSameTensors(loaded->model, whole.model);
+  ExpectSameTensors(loaded->optimizer, whole.optimizer);
 }
 
 TEST(CheckpointManagerTest, AModelOnlySaveOfSeveralRanksIsOneModelFile) {

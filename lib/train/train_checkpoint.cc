@@ -314,9 +314,16 @@ absl::Status TrainCheckpointer::FinishPendingSave() {
   if (async_saver_ == nullptr || !async_saver_->in_flight()) return absl::OkStatus();
   const absl::Status saved = async_saver_->Wait();
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
+  if (!all_saved) DiscardFailedSave(pending_step_);
   TITAN_RETURN_IF_ERROR(saved);
   if (!all_saved) return absl::InternalError("another rank failed to write its checkpoint part");
   return FinishRestart();
+}
+
+void TrainCheckpointer::DiscardFailedSave(int64_t step) const {
+  const absl::Status discarded = manager_->DiscardFailedSave(step);
+  // The save's own error is the one to report; the next run removes what is left anyway.
+  if (!discarded.ok()) LOG(WARNING) << "Keeping a failed save's temporary: " << discarded;
 }
 
 absl::Status TrainCheckpointer::FinishRestart() {
@@ -384,6 +391,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   // hold a second host copy of the model. A failed export skips the save; the agreement below (on
   // every rank's single one for this save) still tells the other ranks.
   if (async_saver_ != nullptr && !model_only && exported.ok()) {
+    pending_step_ = train.step;
     return async_saver_->Start(train.step, state, model_only);
   }
   // CheckpointManager logs the save (path, tensors, bytes, seconds).
@@ -391,6 +399,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
       exported.ok() ? manager_->Save(train.step, state, model_only) : exported;
   // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
+  if (!all_saved) DiscardFailedSave(train.step);
   TITAN_RETURN_IF_ERROR(saved);
   if (!all_saved) {
     return absl::InternalError(absl::StrCat("another rank failed to save step-", train.step));

@@ -127,12 +127,16 @@ class TrainCheckpointer {
   // and tensor-parallel position 0 of each pipeline stage.
   NamedTensors PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const;
   absl::Status ExportHf(int64_t step, const NamedTensors& model) const;
+  // After the ranks agreed that the save of `step` failed (none writes into it any more): its
+  // temporary goes, so a disk it filled is freed before the run exits.
+  void DiscardFailedSave(int64_t step) const;
   bool writer() const { return runtime_.rank() == 0; }
 
   const JobConfig& config_;
   const DistributedRuntime& runtime_;
   std::unique_ptr<CheckpointManager> manager_;
   std::unique_ptr<AsyncCheckpointSaver> async_saver_;  // [checkpoint] async_mode=async
+  int64_t pending_step_ = -1;                          // the step async_saver_ writes
   CheckpointedParts parts_;
   absl::flat_hash_set<std::string> excluded_;  // [checkpoint] exclude_from_loading
   int64_t resumed_step_ = -1;
