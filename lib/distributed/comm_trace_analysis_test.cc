@@ -27,15 +27,20 @@ class DoneWork : public c10d::Work {
   bool isCompleted() override { return true; }
 };
 
-// Writes rank `rank`'s dump into `folder`: `ops` (group, op name, elements) in order.
-void WriteDump(const std::string& folder, int rank,
-               const std::vector<std::tuple<std::string, std::string, int>>& ops,
-               const std::string& run_id = "run", std::vector<int> world = {0, 1, 2, 3}) {
+// Rank `rank`'s recorder of 64 operations, dumping into `folder`.
+absl::StatusOr<std::shared_ptr<CommTrace>> TestTrace(const std::string& folder, int rank) {
   CommTraceOptions options;
   options.buffer_size = 64;
   options.folder = folder;
   options.rank = rank;
-  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  return CommTrace::Create(options);
+}
+
+// Writes rank `rank`'s dump into `folder`: `ops` (group, op name, elements) in order.
+void WriteDump(const std::string& folder, int rank,
+               const std::vector<std::tuple<std::string, std::string, int>>& ops,
+               const std::string& run_id = "run", std::vector<int> world = {0, 1, 2, 3}) {
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = TestTrace(folder, rank);
   ASSERT_TRUE(trace.ok()) << trace.status();
   (*trace)->SetRunId(run_id);
   std::map<std::string, std::shared_ptr<TraceGroup>> groups = {
@@ -183,11 +188,7 @@ TEST(CommTraceAnalysisTest, RefusesADumpUnderAnotherRanksName) {
 // it is a member of.
 void WriteUnkeyedDump(const std::string& folder, int rank,
                       const std::vector<std::pair<std::string, std::vector<int>>>& groups) {
-  CommTraceOptions options;
-  options.buffer_size = 64;
-  options.folder = folder;
-  options.rank = rank;
-  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = TestTrace(folder, rank);
   ASSERT_TRUE(trace.ok()) << trace.status();
   for (const auto& [name, ranks] : groups) (*trace)->AddGroup(name, ranks, "gloo");
   ASSERT_TRUE((*trace)->Dump("test").ok());

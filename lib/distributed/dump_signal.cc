@@ -4,25 +4,23 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 
 namespace titan {
 namespace {
 
-void LogIgnoredDumpRequest(int) {
-  const int saved_errno = errno;
-  constexpr char kMessage[] =
-      "SIGUSR1: no collective flight recorder runs in this process (yet, or any more); nothing "
-      "to dump\n";
-  (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
-  errno = saved_errno;
-}
+constexpr char kNoRecorder[] =
+    "SIGUSR1: no collective flight recorder runs in this process (yet, or any more); nothing to "
+    "dump\n";
+constexpr char kAlone[] =
+    "SIGUSR1: a single process issues no collectives; no collective flight recorder, nothing to "
+    "dump\n";
 
-void LogAloneDumpRequest(int) {
+// A signal handler that writes `kMessage` to stderr (write(2): async-signal-safe).
+template <const char* kMessage, size_t kSize>
+void SayIgnored(int) {
   const int saved_errno = errno;
-  constexpr char kMessage[] =
-      "SIGUSR1: a single process issues no collectives; no collective flight recorder, nothing "
-      "to dump\n";
-  (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  (void)!write(STDERR_FILENO, kMessage, kSize - 1);
   errno = saved_errno;
 }
 
@@ -36,9 +34,9 @@ void HandleDumpRequests(void (*handler)(int)) {
 
 }  // namespace
 
-void IgnoreDumpRequests() { HandleDumpRequests(LogIgnoredDumpRequest); }
+void IgnoreDumpRequests() { HandleDumpRequests(SayIgnored<kNoRecorder, sizeof(kNoRecorder)>); }
 
-void IgnoreDumpRequestsAlone() { HandleDumpRequests(LogAloneDumpRequest); }
+void IgnoreDumpRequestsAlone() { HandleDumpRequests(SayIgnored<kAlone, sizeof(kAlone)>); }
 
 // An executable's .preinit_array runs before its shared libraries' initialisers (LibTorch's take
 // about a second), which a static initialiser here would not: SIGUSR1 then cannot end a start-up.
