@@ -72,9 +72,13 @@ std::string ReadResult(const std::string& test, int rank) {
   return contents.str();
 }
 
-// Forks `world` ranks that rendezvous on a port the parent holds open (no race for it), runs
-// `body` in each and returns their exit statuses; ranks still running at `deadline` are killed.
-std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& body) {
+// Forks `world` ranks (or only the first `started`) that rendezvous on a port the parent holds
+// open (no race for it) within `connect_timeout`, runs `body` in each and returns their exit
+// statuses; ranks still running at `deadline` are killed. A rank that cannot connect writes why as
+// its result of test `failed_connect`.
+std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& body,
+                          int started = -1, absl::Duration connect_timeout = absl::Seconds(20),
+                          const std::string& failed_connect = "connect") {
   int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -86,8 +90,9 @@ std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& bo
     ADD_FAILURE() << "cannot open a listening socket";
     return {};
   }
+  if (started < 0) started = world;
   std::vector<pid_t> pids;
-  for (int rank = 0; rank < world; ++rank) {
+  for (int rank = 0; rank < started; ++rank) {
     pid_t pid = fork();
     if (pid == 0) {
       DistributedEnv env;
@@ -99,7 +104,7 @@ std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& bo
       env.master_port = ntohs(addr.sin_port);
       env.source = "test";
       RendezvousOptions options;
-      options.timeout = absl::Seconds(20);
+      options.timeout = connect_timeout;
       if (rank == 0) {
         options.listen_fd = listen_fd;
       } else {
@@ -111,6 +116,7 @@ std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& bo
         code = body(rank, *rendezvous);
       } else {
         std::fprintf(stderr, "rank %d: %s\n", rank, rendezvous.status().ToString().c_str());
+        WriteResult(failed_connect, rank, std::string(rendezvous.status().message()));
       }
       std::fflush(stdout);
       std::fflush(stderr);
@@ -119,11 +125,11 @@ std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& bo
     pids.push_back(pid);
   }
   close(listen_fd);
-  std::vector<int> statuses(world, -1);
+  std::vector<int> statuses(started, -1);
   const absl::Time stop = absl::Now() + deadline;
-  int running = world;
+  int running = started;
   while (running > 0 && absl::Now() < stop) {
-    for (int rank = 0; rank < world; ++rank) {
+    for (int rank = 0; rank < started; ++rank) {
       int wait_status = 0;
       if (statuses[rank] == -1 && waitpid(pids[rank], &wait_status, WNOHANG) == pids[rank]) {
         statuses[rank] = WIFEXITED(wait_status) ? WEXITSTATUS(wait_status)
@@ -133,7 +139,7 @@ std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& bo
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  for (int rank = 0; rank < world; ++rank) {
+  for (int rank = 0; rank < started; ++rank) {
     if (statuses[rank] == -1) {
       ADD_FAILURE() << "rank " << rank << " still running after " << deadline << "; killed";
       kill(pids[rank], SIGKILL);
@@ -452,6 +458,23 @@ TEST(GlooCommunicatorTest, MemberThatNeverJoinsIsNamed) {
     std::cout << "rank " << rank << ": " << message << "\n";
     EXPECT_THAT(message, HasSubstr("create_group #0 on group \"late\"")) << message;
     EXPECT_THAT(message, HasSubstr("ranks that did not arrive: 1")) << message;
+  }
+}
+
+TEST(GlooCommunicatorTest, RankThatNeverStartsIsNamedByTheRendezvous) {
+  // Ranks 0 and 1 of 3 start; rank 2 never does (a node that never came up).
+  const std::string kTest = "never_starts";
+  std::vector<int> statuses = RunRanks(
+      3, absl::Seconds(30), [](int, auto) { return 0; }, /*started=*/2, absl::Seconds(2), kTest);
+  EXPECT_THAT(statuses, ::testing::Each(1));
+  for (int rank : {0, 1}) {
+    const std::string message = ReadResult(kTest, rank);
+    std::cout << "rank " << rank << ": " << message << "\n";
+    EXPECT_THAT(message, HasSubstr(absl::StrCat("rendezvous: rank ", rank,
+                                                " of 3: ranks that never "
+                                                "joined the store at 127.0.0.1:")))
+        << message;
+    EXPECT_THAT(message, ::testing::EndsWith(" within 2s: 2")) << message;
   }
 }
 
