@@ -85,13 +85,14 @@ class BackendWork : public Work {
       }
     } catch (const std::exception& e) {
       const std::string reason = Reason(e);
+      const absl::Time failed_at = absl::Now();
       if (trace != nullptr) {
         for (const TraceId& id : trace_ids_) trace->Fail(shared_->trace_group.get(), id);
         const std::string failure = absl::StrCat(op_, " #", seq_, " on group \"",
                                                  shared_->state->name(), "\" failed: ", reason);
         AskStoreAfterFailure(failure, [&] { trace->DumpAllRanks(failure); });
       }
-      status_ = shared_->state->Failure(op_, seq_, start_, reason);
+      status_ = shared_->state->Failure(op_, seq_, start_, reason, failed_at);
       return status_;
     }
     if (trace == nullptr || !trace->enabled()) return status_;

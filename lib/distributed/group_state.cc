@@ -104,11 +104,11 @@ std::string GroupState::Stragglers(uint64_t seq) {
 }
 
 absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time start,
-                                 absl::string_view reason) {
+                                 absl::string_view reason, absl::Time end) {
   const std::string failure = absl::StrCat(
       op, " #", seq, " on group \"", name_, "\" (job ranks ", absl::StrJoin(global_ranks_, ","),
-      ") failed after ",
-      absl::FormatDuration(absl::Trunc(absl::Now() - start, absl::Milliseconds(1))), ": ", reason);
+      ") failed after ", absl::FormatDuration(absl::Trunc(end - start, absl::Milliseconds(1))),
+      ": ", reason);
   std::string stragglers;
   AskStoreAfterFailure(failure, [&] { stragglers = Stragglers(seq); });
   return absl::DeadlineExceededError(absl::StrCat(failure, "; ", stragglers));

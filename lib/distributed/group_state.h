@@ -58,9 +58,10 @@ class GroupState {
   // "ranks that did not arrive: 2, 5" (job ranks), or why that cannot be told. Publishes this
   // member's progress and gives the others a publishing period first.
   std::string Stragglers(uint64_t seq);
-  // DeadlineExceeded naming the operation, the group, how long it ran and the stragglers.
+  // DeadlineExceeded naming the operation, the group, how long it ran (`start` to `end`, when it
+  // failed: a trace dump exchange after it does not count) and the stragglers.
   absl::Status Failure(absl::string_view op, uint64_t seq, absl::Time start,
-                       absl::string_view reason);
+                       absl::string_view reason, absl::Time end = absl::Now());
 
  private:
   const std::string name_;
