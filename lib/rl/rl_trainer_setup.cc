@@ -10,7 +10,6 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
 #include "lib/config/job_config.h"
-#include "lib/metrics/flops.h"
 #include "lib/metrics/metrics_logger.h"
 #include "lib/rl/examples.h"
 #include "lib/rl/rl_config.h"
@@ -81,8 +80,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
                            RewardModel::Load(rl_.reward_model_path(), config_, setup_, runtime_,
                                              tokenizer_->vocab_size()));
   }
-  peak_flops_ = PeakFlops(DeviceName(setup_.device),
-                          setup_.autocast_dtype ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
+  peak_flops_ = MatmulPeakFlops(setup_.device, setup_.autocast_dtype.has_value());
   TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params));
   grad_norm_reducer_ = policy_.data_parallel->GradNormReducer(policy_.params);
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));

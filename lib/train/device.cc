@@ -73,4 +73,8 @@ std::string DeviceName(const at::Device& device) {
   return "cpu";
 }
 
+double MatmulPeakFlops(const at::Device& device, bool autocast) {
+  return PeakFlops(DeviceName(device), autocast ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
+}
+
 }  // namespace titan

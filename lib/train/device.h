@@ -26,6 +26,10 @@ double PeakMemoryGiB(const at::Device& device);
 // Human-readable device name for logs and the MFU peak table ("NVIDIA H200", "cpu").
 std::string DeviceName(const at::Device& device);
 
+// `device`'s datasheet peak FLOP/s for MFU in the matmuls' dtype: bf16 under autocast, else fp32
+// (PeakFlops; 0: unknown, no MFU reported).
+double MatmulPeakFlops(const at::Device& device, bool autocast);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_TRAIN_DEVICE_H_

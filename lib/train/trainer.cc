@@ -94,9 +94,7 @@ absl::Status Trainer::Init() {
   grad_norm_reducer_ = model_.pipeline != nullptr
                            ? model_.pipeline->GradNormReducer()
                            : model_.data_parallel->GradNormReducer(model_.params);
-  peak_flops_ = PeakFlops(DeviceName(setup_.device), setup_.autocast_dtype
-                                                         ? MatmulDtype::kBfloat16
-                                                         : MatmulDtype::kFloat32);
+  peak_flops_ = MatmulPeakFlops(setup_.device, setup_.autocast_dtype.has_value());
   if (runtime_.distributed()) {
     const ParallelDims& dims = runtime_.dims();
     LOG(INFO) << "rank " << runtime_.rank() << " of " << dims.world_size() << ": data parallel "
