@@ -147,10 +147,11 @@ absl::Status RunJobOnThisRank(const JobConfig& config,
   if (config.training().deterministic()) {
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   }
-  TITAN_ASSIGN_OR_RETURN(const DistributedRuntime runtime,
-                         DistributedRuntime::Connect(config, env));
-  TITAN_RETURN_IF_ERROR(body(runtime));
-  return runtime.Barrier();
+  absl::StatusOr<DistributedRuntime> runtime = DistributedRuntime::Connect(config, env);
+  if (!runtime.ok()) return WithKeySource(runtime.status());
+  // Refusals anywhere in the job that start "[section] key" gain the file:line or flag that set it.
+  if (absl::Status status = body(*runtime); !status.ok()) return WithKeySource(status);
+  return runtime->Barrier();
 }
 
 }  // namespace titan

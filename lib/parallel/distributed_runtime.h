@@ -88,7 +88,9 @@ absl::Duration OneWriterTimeout(const JobConfig& config, int64_t bytes);
 
 // How titan_train, titan_rl and profile_run run a job on this process: the place in the job from
 // the environment (DetectDistributedEnv), `config` validated for that world, the ranks connected,
-// `body`, then a barrier so that no rank leaves while another may still talk to it.
+// `body`, then a barrier so that no rank leaves while another may still talk to it. A refusal
+// that starts "[section] key" comes back with the file:line or flag that set the key
+// (WithKeySource).
 absl::Status RunJobOnThisRank(const JobConfig& config,
                               const std::function<absl::Status(const DistributedRuntime&)>& body);
 

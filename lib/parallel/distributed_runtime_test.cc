@@ -87,5 +87,17 @@ TEST(SingleProcessTest, SaysSigusr1HasNothingToDump) {
               testing::HasSubstr("SIGUSR1: a single process issues no collectives"));
 }
 
+// A refusal raised inside the job (components, schedulers, parallelize) names where its key was
+// set.
+TEST(RunJobOnThisRankTest, RefusalNamesTheLineThatSetItsKey) {
+  absl::StatusOr<JobConfig> config =
+      ParseJobConfigText("[lr_scheduler]\ndecay_ratio = 0.5\n", "job.toml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  const absl::Status status = RunJobOnThisRank(*config, [](const DistributedRuntime&) {
+    return absl::InvalidArgumentError("[lr_scheduler] decay_ratio: refused");
+  });
+  EXPECT_EQ(status.message(), "job.toml:2: [lr_scheduler] decay_ratio: refused");
+}
+
 }  // namespace
 }  // namespace titan
