@@ -56,13 +56,19 @@ absl::Status MergeRankRows(const DistributedRuntime& runtime, int world, size_t 
       rank == 0
           ? absl::OkStatus()
           : WriteFileAtomically(part_path(rank), absl::StrCat(absl::StrJoin(rows, "\n"), "\n"));
-  absl::StatusOr<bool> all_written = runtime.AllAgree(written.ok());
+  // Every rank's failure, "" where it wrote: the merge's error names the rank and its cause.
+  absl::StatusOr<std::vector<std::string>> failures =
+      runtime.distributed()
+          ? AllGatherStrings(runtime.comm(MeshGroup::kWorld), std::string(written.message()))
+          : std::vector<std::string>(1);
   if (!written.ok()) return written;
-  if (!all_written.ok()) return all_written.status();
-  const absl::Status parts_written =
-      *all_written
-          ? absl::OkStatus()
-          : absl::InternalError(absl::StrCat("another rank failed to write its part of ", output));
+  if (!failures.ok()) return failures.status();
+  absl::Status parts_written = absl::OkStatus();
+  for (int r = 1; r < world && parts_written.ok(); ++r) {
+    if ((*failures)[r].empty()) continue;
+    parts_written = absl::InternalError(
+        absl::StrCat("rank ", r, " failed to write its part of ", output, ": ", (*failures)[r]));
+  }
   if (rank != 0) return parts_written;
   const absl::Status merged = [&]() -> absl::Status {
     if (!parts_written.ok()) return parts_written;
