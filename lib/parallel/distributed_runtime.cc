@@ -147,6 +147,11 @@ absl::Status RunJobOnThisRank(const JobConfig& config,
   if (config.training().deterministic()) {
     setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
   }
+  // Without a GPU, Kineto's errors are its failed CUDA probes ("gpuGetDeviceCount failed"): only
+  // its fatal ones are printed (5; a user's KINETO_LOG_LEVEL wins).
+  if (!at::hasCUDA() || at::cuda::device_count() == 0) {
+    setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
+  }
   absl::StatusOr<DistributedRuntime> runtime = DistributedRuntime::Connect(config, env);
   if (!runtime.ok()) return WithKeySource(runtime.status());
   // Refusals anywhere in the job that start "[section] key" gain the file:line or flag that set it.
