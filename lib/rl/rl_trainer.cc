@@ -73,6 +73,16 @@ TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
   return cut;
 }
 
+absl::Status RlTrainer::CheckPromptHasTokens(const std::string& prompt,
+                                             absl::string_view where) const {
+  // With a BOS every prompt has one.
+  if (tokenizer_->bos_id().has_value() || !EncodePrompt(prompt).empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      where,
+      ": an empty prompt, and the tokenizer has no BOS: the response would follow no token; give "
+      "it text (or a chat_template that adds some)"));
+}
+
 TokenIds RlTrainer::EncodeResponse(const std::string& response, bool add_eos) const {
   // Parsed: rollouts.jsonl's responses end with their stop token's text, which must replay as it.
   std::vector<int32_t> ids = tokenizer_->Encode(response, false, false, SpecialTokenText::kParse);
@@ -297,12 +307,7 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prom
     rollouts.prompts.push_back(EncodePrompt(prompts[i]));
     rollouts.responses.push_back(EncodeResponse(responses[i], /*add_eos=*/false));
     const std::string name = where.empty() ? absl::StrCat("Step: rollout ", i) : where[i];
-    if (rollouts.prompts.back().empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          name,
-          ": an empty prompt, and the tokenizer has no BOS: the response would follow no "
-          "token"));
-    }
+    TITAN_RETURN_IF_ERROR(CheckPromptHasTokens(prompts[i], name));
     const size_t tokens = rollouts.responses.back().size();
     if (absl::Status fits = CheckRolloutFits(rollouts.prompts.back().size(), tokens); !fits.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", fits.message()));

@@ -106,6 +106,9 @@ class RlTrainer {
   absl::StatusOr<ModelBundle> BuildPolicyCopy();
 
   TokenIds EncodePrompt(const std::string& prompt) const;
+  // OK unless `prompt` encodes to no tokens (empty, no chat template text and no BOS), when the
+  // response would follow nothing; the error starts with `where`.
+  absl::Status CheckPromptHasTokens(const std::string& prompt, absl::string_view where) const;
   TokenIds EncodeResponse(const std::string& response, bool add_eos) const;
   // SFT's and DPO's response cut to fit [rl] max_seq_len after `prompt`, keeping its start (TRL's
   // max_length truncation); `*cut` counts the responses cut.

@@ -181,15 +181,9 @@ absl::Status RlTrainer::Init(RlMode mode) {
     absl::StatusOr<std::vector<RlExample>> read = ReadExamples(path, fields);
     TITAN_RETURN_IF_ERROR(WithContext(read.status(), absl::StrCat("[rl] ", key)));
     examples = *std::move(read);
-    // Without a BOS an empty prompt is no tokens: the response would follow nothing.
     for (const RlExample& example : examples) {
-      if (!tokenizer_->bos_id().has_value() &&
-          ApplyChatTemplate(rl_.chat_template(), example.prompt).empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "[rl] ", key, ": ", example.where,
-            ": an empty prompt, and the tokenizer has no BOS: the response would follow no token; "
-            "give it text (or a chat_template that adds some)"));
-      }
+      TITAN_RETURN_IF_ERROR(
+          CheckPromptHasTokens(example.prompt, absl::StrCat("[rl] ", key, ": ", example.where)));
     }
     return absl::OkStatus();
   };
