@@ -207,10 +207,14 @@ absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64
         absl::StrCat(tmp_dir, "/", file), kept, {{"format", "pt"}},
         [&](const std::string& name, absl::string_view bytes) {
           crcs[name] = Crc32(bytes);
-          if (write_duty_cycle_ >= 1.0) return;
+          if (stop_signal_ != nullptr && stop_signal_->load() != 0) {
+            return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal_->load()));
+          }
+          if (write_duty_cycle_ >= 1.0) return absl::OkStatus();
           const auto busy = std::chrono::steady_clock::now() - busy_since;
           std::this_thread::sleep_for(busy * ((1.0 - write_duty_cycle_) / write_duty_cycle_));
           busy_since = std::chrono::steady_clock::now();
+          return absl::OkStatus();
         }));
     for (const auto& [name, tensor] : kept) {
       const auto box = state.boxes.find(name);
@@ -494,10 +498,14 @@ absl::Status CheckpointManager::RecoverInterruptedRuns() const {
   return absl::OkStatus();
 }
 
+bool IsStepTemporaryName(absl::string_view name) {
+  return absl::StartsWith(name, kStepPrefix) && absl::StrContains(name, kTemporaryInfix);
+}
+
 absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) const {
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(root_));
   for (const std::string& name : names) {
-    if (!absl::StartsWith(name, kStepPrefix) || !absl::StrContains(name, kTemporaryInfix)) continue;
+    if (!IsStepTemporaryName(name)) continue;
     const std::string path = absl::StrCat(root_, "/", name);
     if (path == keep) continue;
     LOG(WARNING) << "Removing " << path << " left by an interrupted "

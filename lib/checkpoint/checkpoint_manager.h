@@ -17,6 +17,7 @@
 // it failed (DiscardFailedSave); one a crash left behind is never listed and is removed by rank 0's
 // next Save. Two jobs must not save into one root at once.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -50,6 +51,10 @@ struct CheckpointRanks {
   absl::Duration commit_timeout = absl::Minutes(10);  // Rank 0's wait for the other ranks' files.
 };
 
+// Whether `name` in a checkpoint folder is a step's temporary (step-<N>.tmp-...): a save's, or a
+// deletion's, that a crash may leave behind; never read as a step.
+bool IsStepTemporaryName(absl::string_view name);
+
 class CheckpointManager {
  public:
   // `root` is <dump_folder>/<checkpoint folder>; keep_latest_k > 0 keeps only that many newest
@@ -64,6 +69,9 @@ class CheckpointManager {
   // that writing takes `fraction` of the time, leaving the cores to training in between; the save
   // takes about 1 / fraction as long. 1 (the default): no pauses.
   void set_write_duty_cycle(double fraction) { write_duty_cycle_ = fraction; }
+  // A save stops after the tensor it is writing once *stop_signal is non-zero (Cancelled, no step
+  // written): for a tool whose SIGINT/SIGTERM ends the save, not waits for it. Null: never.
+  void set_stop_signal(const std::atomic<int>* stop_signal) { stop_signal_ = stop_signal; }
 
   // Saves this rank's `state` as part of step `step`, replacing that step if it exists. Every rank
   // calls it for the same step with its own tensors (none is fine: whole tensors come from one
@@ -142,6 +150,7 @@ class CheckpointManager {
   int keep_latest_k_;
   CheckpointRanks ranks_;
   double write_duty_cycle_ = 1.0;
+  const std::atomic<int>* stop_signal_ = nullptr;
 };
 
 }  // namespace titan

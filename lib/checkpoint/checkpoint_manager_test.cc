@@ -85,6 +85,18 @@ TEST(CheckpointManagerTest, SavesListsAndLoadsSteps) {
   EXPECT_EQ(loaded->extra, ten.extra);
 }
 
+// A stop signal (a tool's SIGTERM) ends a save between tensors, leaving no step and no temporary.
+TEST(CheckpointManagerTest, StopSignalEndsTheSaveAndLeavesNothing) {
+  const std::string root = TestRoot();
+  CheckpointManager manager(root, /*keep_latest_k=*/0);
+  const std::atomic<int> stop_signal{15};
+  manager.set_stop_signal(&stop_signal);
+  const absl::Status status = manager.Save(10, MakeState(10), /*model_only=*/false);
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_EQ(status.message(), "stopped by signal 15");
+  EXPECT_THAT(*ListDirectory(root), IsEmpty());
+}
+
 TEST(CheckpointManagerTest, EmptyRootHasNoSteps) {
   CheckpointManager manager(TestRoot() + "/never_created", 0);
   absl::StatusOr<std::vector<int64_t>> steps = manager.ListSteps();

@@ -381,7 +381,10 @@ absl::Status WriteSafetensors(const std::string& path, const NamedTensors& tenso
     const absl::string_view bytes(static_cast<const char*>(host.data_ptr()), host.nbytes());
     status = file->Write(bytes);
     if (!status.ok()) return status;
-    if (observer) observer(name, bytes);
+    if (observer) {
+      status = observer(name, bytes);
+      if (!status.ok()) return status;
+    }
   }
   return file->Commit();
 }

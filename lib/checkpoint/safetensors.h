@@ -57,8 +57,10 @@ struct SafetensorsHeader {
 absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(absl::string_view file_bytes,
                                                          absl::string_view source);
 
-// Called by WriteSafetensors with each tensor's bytes as they are written (e.g. to checksum them).
-using TensorBytesObserver = std::function<void(const std::string& name, absl::string_view bytes)>;
+// Called by WriteSafetensors with each tensor's bytes as they are written (e.g. to checksum them);
+// an error stops the write, leaving no file, and is returned.
+using TensorBytesObserver =
+    std::function<absl::Status(const std::string& name, absl::string_view bytes)>;
 
 // Writes `tensors` to `path` atomically (temp file, fsync, rename, fsync of the directory). Tensors
 // are laid out like the reference writer (by dtype alignment, then name), so the file is

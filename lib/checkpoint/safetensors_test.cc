@@ -122,6 +122,7 @@ TEST(SafetensorsTest, ObserverSeesEachTensorsBytes) {
   ASSERT_TRUE(WriteSafetensors(TempDir() + "/observed.safetensors", tensors, {},
                                [&](const std::string& name, absl::string_view bytes) {
                                  seen[name] = std::string(bytes);
+                                 return absl::OkStatus();
                                })
                   .ok());
   EXPECT_EQ(seen["x"], BytesOf(tensors[0].second));

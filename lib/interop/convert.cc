@@ -28,6 +28,7 @@
 #include "lib/interop/hf_config.h"
 #include "lib/interop/meta_checkpoint.h"
 #include "lib/util/file_util.h"
+#include "lib/util/folder_lock.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -208,14 +209,29 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
   return absl::OkStatus();
 }
 
-// An output directory that does not exist or is empty (a rename may replace an empty directory).
-absl::Status CheckOutputIsFree(const std::string& output) {
-  if (!PathExists(output)) return absl::OkStatus();
+// An output directory that does not exist or is empty (a rename may replace an empty directory),
+// but for the step temporaries of an interrupted --to=titan conversion, which are returned.
+absl::StatusOr<std::vector<std::string>> CheckOutputIsFree(const std::string& output) {
+  if (!PathExists(output)) return std::vector<std::string>();
   TITAN_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(output));
-  if (!entries.empty()) {
-    return absl::AlreadyExistsError(absl::StrCat(output, ": exists and is not empty"));
+  for (const std::string& name : entries) {
+    if (!IsStepTemporaryName(name)) {
+      return absl::AlreadyExistsError(absl::StrCat(output, ": exists and is not empty"));
+    }
   }
-  return absl::OkStatus();
+  return entries;
+}
+
+// Locks `output` (made if missing) against other conversions, checks that it is free under the
+// lock, and removes what an interrupted conversion left in it: no other run writes there now.
+absl::StatusOr<std::unique_ptr<FolderLock>> LockFreeOutput(const std::string& output) {
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FolderLock> lock, FolderLock::AcquireOnFolder(output));
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> leftovers, CheckOutputIsFree(output));
+  for (const std::string& name : leftovers) {
+    LOG(WARNING) << "Removing " << output << "/" << name << " left by an interrupted conversion";
+    TITAN_RETURN_IF_ERROR(RemoveTree(absl::StrCat(output, "/", name)));
+  }
+  return lock;
 }
 
 // The directory `path` names when it is a symlink (a directory renamed onto a link fails: the
@@ -229,14 +245,14 @@ absl::StatusOr<std::string> RenameTarget(const std::string& path) {
   return std::string(resolved);
 }
 
-// WriteHf into <output>.tmp-<pid>, then one rename: `output` is either absent (or still empty) or
-// whole. Temporaries that a crashed export to `output` left behind are removed first. An `output`
-// that links to an empty directory is written there, with the temporary beside that directory.
+// WriteHf into <output>.tmp-<pid>, then one rename: `output` (empty, locked by the caller) is
+// either still empty or whole. Temporaries that a crashed export to `output` left behind are
+// removed first. An `output` that links to an empty directory is written there, with the temporary
+// beside that directory.
 absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
                                const TensorProducer& producer, const ModelInfo& info,
                                const HfExportOptions& options, const std::string& output,
                                ConvertSummary& summary) {
-  TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
   TITAN_ASSIGN_OR_RETURN(const std::string target, RenameTarget(output));
   const std::string parent = Dirname(target);
   const std::string temporary_prefix = target.substr(target.find_last_of('/') + 1) + ".tmp-";
@@ -309,7 +325,7 @@ class InMemoryCheckpoint : public CheckpointReader {
 
 absl::Status WriteTitan(const std::vector<ParameterSource>& params, const TensorProducer& producer,
                         const ModelInfo& info, int64_t step, const std::string& output,
-                        ConvertSummary& summary) {
+                        const std::atomic<int>* stop_signal, ConvertSummary& summary) {
   CheckpointState state;
   for (const ParameterSource& param : params) {
     absl::StatusOr<at::Tensor> tensor = producer.Produce(param);
@@ -320,6 +336,7 @@ absl::Status WriteTitan(const std::vector<ParameterSource>& params, const Tensor
   // The shape travels with the tensors, so converting back needs no --flavor.
   state.extra["model"] = ModelInfoToJson(info);
   CheckpointManager manager(output, /*keep_latest_k=*/0);
+  manager.set_stop_signal(stop_signal);
   TITAN_RETURN_IF_ERROR(manager.Save(step, state, /*model_only=*/true));
   summary.output = manager.StepDirectory(step);
   summary.tensors = static_cast<int64_t>(state.model.size());
@@ -429,9 +446,10 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
   }
   TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*reader, info));
 
-  TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output));
+  TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output).status());
   const bool output_existed = PathExists(output);
-  TITAN_RETURN_IF_ERROR(MakeDirectories(output));
+  // Refusals here remove nothing: `output` may be another conversion's.
+  TITAN_ASSIGN_OR_RETURN(const std::unique_ptr<FolderLock> lock, LockFreeOutput(output));
   // A failed conversion leaves no output behind (an empty directory given as `output` stays).
   absl::Cleanup remove_output = [&] {
     if (!output_existed) RemoveTree(output).IgnoreError();  // The failure is the one to report.
@@ -454,7 +472,7 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
     case CheckpointFormat::kTitan:
       TITAN_RETURN_IF_ERROR(WriteTitan(params, producer, info,
                                        options.step.value_or(reader->step().value_or(0)), output,
-                                       summary));
+                                       options.stop_signal, summary));
       break;
     case CheckpointFormat::kMeta:
       TITAN_RETURN_IF_ERROR(WriteMeta(params, producer, info, meta_params, output, summary));
@@ -479,6 +497,8 @@ absl::Status SaveHfExport(const NamedTensors& model, const ModelInfo& info, at::
   TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*reader, info));
   const TensorProducer producer(*reader, info, dtype, CheckpointFormat::kHf);
   ConvertSummary summary;
+  // The trainer holds its checkpoint folder's lock: no other run writes here.
+  TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output_dir).status());
   TITAN_RETURN_IF_ERROR(WriteHfAtomically(params, producer, info, options, output_dir, summary));
   LOG(INFO) << "exported the model to " << output_dir << " (Hugging Face, "
             << TorchDtypeName(producer.OutputType(params.front())) << "): " << summary.tensors

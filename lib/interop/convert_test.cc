@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,6 +23,7 @@
 #include "lib/interop/load_weights.h"
 #include "lib/interop/meta_checkpoint.h"
 #include "lib/util/file_util.h"
+#include "lib/util/folder_lock.h"
 
 namespace titan {
 namespace {
@@ -637,6 +639,48 @@ TEST(ConvertTest, LeavesNoOutputWhenStoppedOrFailing) {
   ASSERT_TRUE(MakeDirectories(out).ok());
   EXPECT_FALSE(ConvertCheckpoint(titan, out, options).ok());
   EXPECT_TRUE(ListDirectory(out)->empty());
+}
+
+// Two conversions into one output: the second is refused while the first writes, and removes
+// nothing of it (it had seen no output, so its failure cleanup would have taken the first's).
+TEST(ConvertTest, OutputBeingWrittenByAnotherConversionIsRefusedAndKept) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  absl::StatusOr<std::unique_ptr<FolderLock>> other = FolderLock::AcquireOnFolder(out);
+  ASSERT_TRUE(other.ok()) << other.status();
+  for (CheckpointFormat to : {CheckpointFormat::kHf, CheckpointFormat::kTitan}) {
+    ConvertOptions options;
+    options.to = to;
+    const absl::Status status = ConvertCheckpoint(titan, out, options).status();
+    EXPECT_EQ(status.message(),
+              out + " is being written by another run; wait for it to end or use another folder");
+    EXPECT_TRUE(IsDirectory(out));
+  }
+}
+
+// What a conversion killed mid-write left in its output (a step temporary) does not make the
+// output "not empty" for the rerun, which removes it; anything else still does.
+TEST(ConvertTest, RerunAfterAnInterruptedConversionReplacesItsLeftovers) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  for (CheckpointFormat to : {CheckpointFormat::kTitan, CheckpointFormat::kHf}) {
+    ASSERT_TRUE(RemoveTree(out).ok());
+    ASSERT_TRUE(MakeDirectories(out + "/step-3.tmp-4242").ok());
+    ASSERT_TRUE(WriteFileAtomically(out + "/step-3.tmp-4242/model.safetensors.tmp.4242", "x").ok());
+    ConvertOptions options;
+    options.to = to;
+    const absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, out, options);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_FALSE(PathExists(out + "/step-3.tmp-4242"));
+    EXPECT_TRUE(PathExists(to == CheckpointFormat::kTitan ? out + "/step-3/manifest.json"
+                                                          : out + "/config.json"));
+  }
+  ASSERT_TRUE(RemoveTree(out).ok());
+  ASSERT_TRUE(MakeDirectories(out + "/step-3.tmp-4242").ok());
+  ASSERT_TRUE(WriteFileAtomically(out + "/notes.txt", "mine").ok());
+  EXPECT_EQ(ConvertCheckpoint(titan, out, {}).status().message(),
+            out + ": exists and is not empty");
+  EXPECT_TRUE(PathExists(out + "/step-3.tmp-4242"));
 }
 
 TEST(ConvertTest, HfOutputThroughALinkLandsInTheEmptyDirectoryItNames) {

@@ -50,6 +50,25 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
   return std::unique_ptr<FolderLock>(new FolderLock(fd));
 }
 
+absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::AcquireOnFolder(const std::string& folder) {
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat(folder, ": mkdir failed: ", error.message()));
+  }
+  const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("open", folder);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int lock_errno = errno;
+    ::close(fd);
+    errno = lock_errno;
+    if (lock_errno != EWOULDBLOCK) return ErrnoError("lock", folder);
+    return absl::FailedPreconditionError(absl::StrCat(
+        folder, " is being written by another run; wait for it to end or use another folder"));
+  }
+  return std::unique_ptr<FolderLock>(new FolderLock(fd));
+}
+
 FolderLock::~FolderLock() { ::close(fd_); }
 
 }  // namespace titan

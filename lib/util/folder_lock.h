@@ -17,6 +17,9 @@ class FolderLock {
   // another process holds the lock, and with AlreadyExists when this process does (two of its
   // folder keys name one folder).
   static absl::StatusOr<std::unique_ptr<FolderLock>> Acquire(const std::string& folder);
+  // As Acquire, but on `folder` itself (flock on its own descriptor), writing nothing into it: for
+  // an output folder that must stay empty until written whole. The refusal names no pid.
+  static absl::StatusOr<std::unique_ptr<FolderLock>> AcquireOnFolder(const std::string& folder);
 
   FolderLock(const FolderLock&) = delete;
   FolderLock& operator=(const FolderLock&) = delete;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -65,6 +66,23 @@ TEST(FolderLockTest, ThisProcessLockingAFolderTwiceIsNotCalledAnotherRun) {
                          "the same one"));
   first->reset();
   EXPECT_TRUE(FolderLock::Acquire(folder).ok());
+}
+
+// A lock on the folder itself leaves it empty, and holds off a second holder until released.
+TEST(FolderLockTest, LockOnTheFolderItselfWritesNothingIntoIt) {
+  const std::string folder = TestFolder("output");
+  absl::StatusOr<std::unique_ptr<FolderLock>> first = FolderLock::AcquireOnFolder(folder);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(std::filesystem::is_empty(folder));
+  absl::StatusOr<std::unique_ptr<FolderLock>> second = FolderLock::AcquireOnFolder(folder);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(second.status().message(),
+            absl::StrCat(folder,
+                         " is being written by another run; wait for it to end or use another "
+                         "folder"));
+  first->reset();
+  EXPECT_TRUE(FolderLock::AcquireOnFolder(folder).ok());
 }
 
 }  // namespace
