@@ -301,6 +301,11 @@ class InteropTest(unittest.TestCase):
         proc = subprocess.run([CONVERT, "--to=xla", "a", "b"], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 1)
         self.assertIn('checkpoint format "xla", expected titan, hf or meta', proc.stderr)
+        # An empty path ("$UNSET") is named, not read as the root or the working directory.
+        for args, which in ((["", "b"], "IN"), (["a", ""], "OUT")):
+            proc = subprocess.run([CONVERT, *args], capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 1)
+            self.assertIn(f"{which}: expected a checkpoint path, got an empty string", proc.stderr)
         # With --json a failure is JSON on stdout too; checkpoint_inspect's is 2, as diff's trouble.
         for command, code in (
                 ([CONVERT, "--from=hf", "--to=titan", self.path("missing"), self.path("out")], 1),

@@ -65,6 +65,11 @@ int main(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat("expected IN and OUT, got ", argc - 1, " arguments (see --help)")));
   }
+  // An empty path would name the root or the working directory in the errors that follow.
+  if (argv[1][0] == '\0' || argv[2][0] == '\0') {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        argv[1][0] == '\0' ? "IN" : "OUT", ": expected a checkpoint path, got an empty string")));
+  }
 
   titan::ConvertOptions options;
   if (!FLAGS_from.empty()) {
