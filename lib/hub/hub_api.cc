@@ -74,17 +74,28 @@ absl::Status ValidateRemotePath(absl::string_view path) {
 }
 
 absl::Status ValidateRepoId(absl::string_view repo_id) {
+  // The Hub's rule (huggingface_hub's validate_repo_id); it keeps "." and "-" off the front,
+  // where NAME would make a hidden folder or read as a flag.
   const std::vector<absl::string_view> parts = absl::StrSplit(repo_id, '/');
-  bool valid = parts.size() == 2;
+  bool valid = parts.size() == 2 && parts[1].size() <= 96 && !absl::StrContains(repo_id, "--") &&
+               !absl::StrContains(repo_id, "..");
+  const auto punctuation = [](char c) { return c == '-' || c == '.'; };
   for (absl::string_view part : parts) {
-    valid = valid && !part.empty() && part != "." && part != "..";
-    for (char c : part) {
-      valid = valid && (absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.');
-    }
+    valid = valid && !part.empty() && !punctuation(part.front()) && !punctuation(part.back());
+    for (char c : part) valid = valid && (absl::ascii_isalnum(c) || c == '_' || punctuation(c));
   }
   if (valid) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      "--repo_id: expected ORG/NAME (letters, digits, '-', '_', '.'), got \"", repo_id, "\""));
+      "--repo_id: expected ORG/NAME of letters, digits, '-', '_' and '.', neither starting nor "
+      "ending with '-' or '.', without '--' or '..', NAME at most 96 characters (the Hub's rule), "
+      "got \"",
+      absl::CHexEscape(repo_id), "\""));
+}
+
+absl::Status ValidateRevision(absl::string_view revision) {
+  if (!revision.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "--revision: expected a branch, tag or commit, got an empty string");
 }
 
 absl::StatusOr<RepoSnapshot> ParseRepoInfo(absl::string_view json, absl::string_view source) {

@@ -36,8 +36,12 @@ absl::StatusOr<RepoSnapshot> ParseRepoInfo(absl::string_view json, absl::string_
 // empty or "." segment, no backslash.
 absl::Status ValidateRemotePath(absl::string_view path);
 
-// "ORG/NAME" with characters the Hub allows.
+// "ORG/NAME" as the Hub allows it: letters, digits, '-', '_', '.'; no part starts or ends with
+// '-' or '.'; no "--" or ".."; NAME at most 96 characters.
 absl::Status ValidateRepoId(absl::string_view repo_id);
+
+// A branch, tag or commit: not empty (the saved listing is named after it).
+absl::Status ValidateRevision(absl::string_view revision);
 
 // {endpoint}/api/models/{repo}/revision/{revision}?blobs=true
 std::string RepoInfoUrl(absl::string_view endpoint, absl::string_view repo_id,

@@ -39,6 +39,28 @@ TEST(ValidateRepoIdTest, NeedsOrgAndName) {
   EXPECT_FALSE(ValidateRepoId("a/b?x=1").ok());
 }
 
+TEST(ValidateRepoIdTest, AppliesTheHubsRuleToEachPart) {
+  EXPECT_TRUE(ValidateRepoId("Qwen/Qwen2.5-0.5B").ok());
+  EXPECT_TRUE(ValidateRepoId("_org/_name_").ok());
+  EXPECT_TRUE(ValidateRepoId("org/" + std::string(96, 'n')).ok());
+  for (const char* refused : {"foo/.cache", "foo/-bar", ".foo/bar", "-foo/bar", "foo/bar.",
+                              "foo/bar-", "foo/a--b", "foo/a..b", "foo/.", "foo/.."}) {
+    const absl::Status status = ValidateRepoId(refused);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << refused;
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr("neither starting nor ending with '-' or '.', without '--' or '..'"))
+        << refused;
+  }
+  EXPECT_FALSE(ValidateRepoId("org/" + std::string(97, 'n')).ok());
+}
+
+TEST(ValidateRevisionTest, RefusesEmpty) {
+  EXPECT_TRUE(ValidateRevision("main").ok());
+  EXPECT_TRUE(ValidateRevision("refs/pr/1").ok());
+  EXPECT_EQ(ValidateRevision("").message(),
+            "--revision: expected a branch, tag or commit, got an empty string");
+}
+
 TEST(ParseRepoInfoTest, ReadsCommitSizesAndDigests) {
   const std::string json = R"({"sha": "0123456789abcdef0123456789abcdef01234567",
     "siblings": [

@@ -48,10 +48,16 @@ std::string OutcomeName(FileOutcome outcome) {
   return "failed";
 }
 
+// Both name folders and files under local_dir, so they are checked before anything is made.
+absl::Status ValidateRepoAndRevision(const DownloadOptions& options) {
+  if (absl::Status status = ValidateRepoId(options.repo_id); !status.ok()) return status;
+  return ValidateRevision(options.revision);
+}
+
 }  // namespace
 
 absl::StatusOr<RepoSnapshot> ListRepoFiles(const DownloadOptions& options, std::string* raw_json) {
-  if (absl::Status status = ValidateRepoId(options.repo_id); !status.ok()) return status;
+  if (absl::Status status = ValidateRepoAndRevision(options); !status.ok()) return status;
   FileDownloader downloader(options);
   HttpClient client;
   absl::StatusOr<std::string> body = downloader.FetchListing(client);
@@ -74,7 +80,7 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
     return report;
   };
   FileDownloader downloader(options);
-  if (absl::Status status = ValidateRepoId(options.repo_id); !status.ok()) return finish(status);
+  if (absl::Status status = ValidateRepoAndRevision(options); !status.ok()) return finish(status);
   if (absl::Status status = MakeDirs(downloader.StatePath("revisions")); !status.ok()) {
     return finish(status);
   }

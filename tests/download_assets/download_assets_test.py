@@ -512,11 +512,19 @@ class DownloadAssetsTest(unittest.TestCase):
                             (["--repo_id=org/model", "--assets=weights"],
                              'unknown asset "weights"'),
                             (["--assets=config"], "--repo_id=ORG/NAME is required"),
-                            (["--repo_id=ab", "--assets=config"], '"ab"')]:
+                            (["--repo_id=ab", "--assets=config"], '"ab"'),
+                            (["--repo_id=org/model", "--assets=config", "--revision="],
+                             "--revision: expected a branch, tag or commit, got an empty string"),
+                            (["--repo_id=foo/.cache", "--assets=config"],
+                             "neither starting nor ending with '-' or '.'"),
+                            (["--repo_id=foo/-bar", "--assets=config"],
+                             "neither starting nor ending with '-' or '.'")]:
             result, summary = self.run_tool(*args)
             self.assertEqual(result.returncode, 1, args)
             self.assertIn(error, result.stderr, args)
             self.assertIn(error, summary["error"], args)
+        self.assertFalse(os.path.exists(self.local_dir))  # refused before any folder is made
+        self.assertEqual(self.hub.requests(), [])
         result = subprocess.run([BINARY, "--help"], capture_output=True, text=True, timeout=60)
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertIn("  --repo_id (Hub repo as ORG/NAME", result.stdout)
