@@ -513,6 +513,8 @@ class DownloadAssetsTest(unittest.TestCase):
                              'unknown asset "weights"'),
                             (["--assets=config"], "--repo_id=ORG/NAME is required"),
                             (["--repo_id=ab", "--assets=config"], '"ab"'),
+                            (["--repo_id=org/model", "--assets=config", "--local_dir="],
+                             "--local_dir: expected a folder, got an empty string"),
                             (["--repo_id=org/model", "--assets=config", "--revision="],
                              "--revision: expected a branch, tag or commit, got an empty string"),
                             (["--repo_id=foo/.cache", "--assets=config"],

@@ -110,6 +110,8 @@ int main(int argc, char** argv) {
   options.token = *std::move(token);
   if (argc > 1) return Usage(absl::StrCat("unexpected argument \"", argv[1], "\""));
   if (FLAGS_repo_id.empty()) return Usage("--repo_id=ORG/NAME is required");
+  // An empty one would put NAME/ in the filesystem root ("" + "/" + NAME).
+  if (FLAGS_local_dir.empty()) return Usage("--local_dir: expected a folder, got an empty string");
   if (FLAGS_assets.empty() && FLAGS_include.empty()) {
     return Usage("say what to fetch: --assets=tokenizer,config,safetensors,index,all and/or "
                  "--include=GLOBS");
