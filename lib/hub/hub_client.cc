@@ -1,6 +1,7 @@
 #include "lib/hub/hub_client.h"
 
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -54,6 +55,12 @@ absl::Status ValidateRepoAndRevision(const DownloadOptions& options) {
   return ValidateRevision(options.revision);
 }
 
+absl::Status NoSavedListing(const DownloadOptions& options, const std::string& listing_path) {
+  return absl::FailedPreconditionError(absl::StrCat("--offline: no saved listing of ",
+                                                    options.repo_id, "@", options.revision, " in ",
+                                                    listing_path, "; run once without --offline"));
+}
+
 }  // namespace
 
 absl::StatusOr<RepoSnapshot> ListRepoFiles(const DownloadOptions& options, std::string* raw_json) {
@@ -81,6 +88,11 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   };
   FileDownloader downloader(options);
   if (absl::Status status = ValidateRepoAndRevision(options); !status.ok()) return finish(status);
+  const std::string listing_path = downloader.ListingPath();
+  // Without a saved listing an offline run can only fail: it does so before making the folder.
+  if (options.offline && ::access(listing_path.c_str(), F_OK) != 0) {
+    return finish(NoSavedListing(options, listing_path));
+  }
   if (absl::Status status = MakeDirs(downloader.StatePath("revisions")); !status.ok()) {
     return finish(status);
   }
@@ -96,14 +108,9 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   // The listing: from the Hub, kept on disk for --offline.
   HttpClient main_client;
   std::string listing;
-  const std::string listing_path = downloader.ListingPath();
   if (options.offline) {
     absl::StatusOr<std::string> saved = ReadFile(listing_path);
-    if (!saved.ok()) {
-      return finish(absl::FailedPreconditionError(absl::StrCat(
-          "--offline: no saved listing of ", options.repo_id, "@", options.revision, " in ",
-          listing_path, "; run once without --offline")));
-    }
+    if (!saved.ok()) return finish(NoSavedListing(options, listing_path));
     listing = *std::move(saved);
   } else {
     absl::StatusOr<std::string> fetched = downloader.FetchListing(main_client);

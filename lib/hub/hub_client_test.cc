@@ -1,5 +1,7 @@
 #include "lib/hub/hub_client.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -93,6 +95,8 @@ TEST(DownloadAssetsTest, OfflineWithoutListingSaysWhatToDo) {
   EXPECT_THAT(std::string(report.status.message()),
               HasSubstr("no saved listing of org/name@main"));
   EXPECT_THAT(DownloadReportJson(report), HasSubstr("\"status\": \"error\""));
+  struct stat st;
+  EXPECT_NE(::stat(options.local_dir.c_str(), &st), 0);  // no folder, no lock file left behind
 }
 
 TEST(DownloadAssetsTest, RefusesBadRepoIdBeforeTouchingTheNetwork) {

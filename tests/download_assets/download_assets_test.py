@@ -166,6 +166,10 @@ class DownloadAssetsTest(unittest.TestCase):
                                          "--offline")
         self.assertEqual(offline.returncode, 0, offline.stderr)
         self.assertEqual(len(summary["files"]), 5)
+        unknown, _ = self.run_tool("--repo_id=org/unknown", "--assets=config", "--offline")
+        self.assertEqual(unknown.returncode, 1)
+        self.assertIn("--offline: no saved listing of org/unknown@main", unknown.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.local_dir, "unknown")))  # nor a lock
         self.hub = None
 
     def test_verify_rehashes_and_repairs_a_file_changed_behind_its_mtime(self):
