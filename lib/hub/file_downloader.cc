@@ -212,29 +212,46 @@ void FileDownloader::Note(const std::string& path, const std::string& message) {
   }
 }
 
-bool FileDownloader::IsUpToDate(const RemoteFile& file) {
+absl::Status FileDownloader::CheckInPlace(const RemoteFile& file) {
   const std::string final_path = FinalPath(file.path);
   struct stat st;
-  if (::stat(final_path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  if (file.size >= 0 && st.st_size != file.size) return false;
-  ContentDigest digest(file);
-  absl::StatusOr<std::string> meta_text = ReadFile(MetaPath(file.path));
-  if (meta_text.ok() && !options_.verify) {
-    const nlohmann::json meta = nlohmann::json::parse(*meta_text, nullptr, false);
-    if (meta.is_object() && meta.value("size", int64_t{-2}) == st.st_size &&
-        meta.value("mtime_ns", int64_t{-1}) == MtimeNs(st) &&
-        meta.value("digest", std::string()) == digest.expected()) {
-      return true;
-    }
+  if (::stat(final_path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat(final_path, " is missing"));
   }
-  if (!digest.enabled()) return file.size >= 0;
-  if (!HashPrefix(final_path, st.st_size, &digest).ok()) return false;
+  if (!S_ISREG(st.st_mode)) {
+    return absl::FailedPreconditionError(absl::StrCat(final_path, " is not a regular file"));
+  }
+  if (file.size >= 0 && st.st_size != file.size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(final_path, " has ", st.st_size, " bytes, the listing says ", file.size));
+  }
+  ContentDigest digest(file);
+  if (!options_.verify && MatchesRecord(file, st, digest.expected())) return absl::OkStatus();
+  if (!digest.enabled()) {
+    if (file.size >= 0) return absl::OkStatus();
+    return absl::FailedPreconditionError(absl::StrCat(
+        final_path, ": the listing gives neither a size nor a digest to check it against"));
+  }
+  if (absl::Status status = HashPrefix(final_path, st.st_size, &digest); !status.ok()) {
+    return status;
+  }
   if (const std::string actual = digest.Finish(); actual != digest.expected()) {
     Note(file.path, absl::StrCat("the file on disk does not verify: ", digest.name(), " expected ",
                                  digest.expected(), ", got ", actual));
-    return false;
+    return absl::DataLossError(absl::StrCat(final_path, ": ", digest.name(), " mismatch: expected ",
+                                            digest.expected(), ", got ", actual));
   }
-  return WriteMeta(file, digest.expected()).ok();
+  return WriteMeta(file, digest.expected());
+}
+
+bool FileDownloader::MatchesRecord(const RemoteFile& file, const struct stat& st,
+                                   const std::string& digest) const {
+  absl::StatusOr<std::string> meta_text = ReadFile(MetaPath(file.path));
+  if (!meta_text.ok()) return false;
+  const nlohmann::json meta = nlohmann::json::parse(*meta_text, nullptr, false);
+  return meta.is_object() && meta.value("size", int64_t{-2}) == st.st_size &&
+         meta.value("mtime_ns", int64_t{-1}) == MtimeNs(st) &&
+         meta.value("digest", std::string()) == digest;
 }
 
 absl::Status FileDownloader::WriteMeta(const RemoteFile& file, const std::string& digest) {

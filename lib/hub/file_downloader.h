@@ -5,6 +5,8 @@
 // retries with backoff, verifies size and digest, and publishes it by atomic rename with a sidecar
 // that lets a later run skip it.
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -84,9 +86,11 @@ class FileDownloader {
   // The repo listing's JSON, with the redirects and retries of a file transfer.
   absl::StatusOr<std::string> FetchListing(HttpClient& client);
 
-  // True when `file` is already in place: size and mtime match the sidecar written when it was
-  // verified, or, lacking one or with options.verify, its content hashes to the expected digest.
-  bool IsUpToDate(const RemoteFile& file);
+  // OK when `file` is already in place: size and mtime match the sidecar written when it was
+  // verified, or, lacking one or with options.verify, its content hashes to the expected digest
+  // (a new sidecar is written). Else why not, starting with the file's path: NotFound (missing),
+  // FailedPrecondition (another size than the listing's), DataLoss (the digest differs).
+  absl::Status CheckInPlace(const RemoteFile& file);
 
   // Bytes of `file` already in its part file from an earlier run.
   int64_t PartSize(const RemoteFile& file) const;
@@ -113,6 +117,9 @@ class FileDownloader {
   static bool IsRetryable(const absl::Status& status);
   void Note(const std::string& path, const std::string& message);
   absl::Status WriteMeta(const RemoteFile& file, const std::string& digest);
+  // Whether `file`'s sidecar records the size and mtime in `st` and `digest`.
+  bool MatchesRecord(const RemoteFile& file, const struct stat& st,
+                     const std::string& digest) const;
 
   const DownloadOptions& options_;
   ProgressReporter* progress_ = nullptr;

@@ -61,6 +61,11 @@ absl::Status NoSavedListing(const DownloadOptions& options, const std::string& l
                                                     listing_path, "; run once without --offline"));
 }
 
+// Why an offline run cannot use a file: `not_in_place` from CheckInPlace, which names the file.
+absl::Status OfflineError(const absl::Status& not_in_place) {
+  return absl::Status(not_in_place.code(), absl::StrCat("--offline: ", not_in_place.message()));
+}
+
 }  // namespace
 
 absl::StatusOr<RepoSnapshot> ListRepoFiles(const DownloadOptions& options, std::string* raw_json) {
@@ -138,11 +143,8 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   const auto index = std::find_if(snapshot->files.begin(), snapshot->files.end(),
                                   [](const RemoteFile& f) { return f.path == kSafetensorsIndex; });
   if (NeedsIndex(options.selection) && index != snapshot->files.end()) {
-    if (!downloader.IsUpToDate(*index)) {
-      if (options.offline) {
-        return finish(absl::NotFoundError(absl::StrCat(
-            "--offline: ", downloader.FinalPath(kSafetensorsIndex), " is not on disk")));
-      }
+    if (absl::Status in_place = downloader.CheckInPlace(*index); !in_place.ok()) {
+      if (options.offline) return finish(OfflineError(in_place));
       if (options.progress_out != nullptr) {
         progress = std::make_unique<ProgressReporter>(options.progress_out,
                                                       options.progress_bars, index->size);
@@ -184,14 +186,13 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
       report.files[i] = *index_report;
       continue;
     }
-    if (downloader.IsUpToDate(file)) {
+    const absl::Status in_place = downloader.CheckInPlace(file);
+    if (in_place.ok()) {
       report.files[i].outcome = FileOutcome::kUpToDate;
       continue;
     }
     if (options.offline) {
-      report.files[i].error =
-          absl::StrCat("--offline: ", downloader.FinalPath(file.path),
-                       " is missing, has another size than the listing's, or does not verify");
+      report.files[i].error = std::string(OfflineError(in_place).message());
       continue;
     }
     to_fetch.push_back(i);

@@ -170,20 +170,42 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(unknown.returncode, 1)
         self.assertIn("--offline: no saved listing of org/unknown@main", unknown.stderr)
         self.assertFalse(os.path.exists(os.path.join(self.local_dir, "unknown")))  # nor a lock
+        # An offline failure says which file and why.
+        base = os.path.join(self.local_dir, "model")
+        config_size = os.path.getsize(os.path.join(base, "config.json"))
+        with open(os.path.join(base, "config.json"), "ab") as f:
+            f.write(b" ")
+        os.remove(os.path.join(base, SHARD2))
+        broken, summary = self.run_tool("--repo_id=org/model", "--assets=config,safetensors",
+                                        "--offline")
+        self.assertEqual(broken.returncode, 1)
+        errors = {f["path"]: f.get("error") for f in summary["files"]}
+        self.assertEqual(errors["config.json"], f"--offline: {base}/config.json has "
+                         f"{config_size + 1} bytes, the listing says {config_size}")
+        self.assertEqual(errors[SHARD2], f"--offline: {base}/{SHARD2} is missing")
+        self.assertIsNone(errors[SHARD1])
+        os.remove(os.path.join(base, "model.safetensors.index.json"))
+        no_index, _ = self.run_tool("--repo_id=org/model", "--assets=safetensors", "--offline")
+        self.assertEqual(no_index.returncode, 1)
+        self.assertIn(f"--offline: {base}/model.safetensors.index.json is missing",
+                      no_index.stderr)
         self.hub = None
+
+    def flip_byte_behind_mtime(self, path):
+        before = os.stat(path)
+        with open(path, "r+b") as f:
+            f.seek(1000)
+            byte = f.read(1)
+            f.seek(1000)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
 
     def test_verify_rehashes_and_repairs_a_file_changed_behind_its_mtime(self):
         self.serve()
         result, _ = self.run_tool("--repo_id=org/model", "--assets=config,safetensors")
         self.assertEqual(result.returncode, 0, result.stderr)
         shard = os.path.join(self.local_dir, "model", SHARD1)
-        before = os.stat(shard)
-        with open(shard, "r+b") as f:
-            f.seek(1000)
-            byte = f.read(1)
-            f.seek(1000)
-            f.write(bytes([byte[0] ^ 0xFF]))
-        os.utime(shard, ns=(before.st_atime_ns, before.st_mtime_ns))
+        self.flip_byte_behind_mtime(shard)
         offline, _ = self.run_tool("--repo_id=org/model", "--assets=safetensors", "--offline")
         self.assertEqual(offline.returncode, 0, offline.stderr)  # trusts the size and mtime
         checked, summary = self.run_tool("--repo_id=org/model", "--assets=safetensors",

@@ -1,0 +1,73 @@
+#include "lib/hub/file_downloader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr char kHelloSha256[] =  // sha256("hello")
+    "2cf24dba5fb0a30e26e83b2ac5b9e29e1b161e5c1fa7425e73043362938b9824";
+constexpr char kHellOSha256[] =  // sha256("hellO")
+    "04a6f55face2f46be8c23f627d539827615851e10751b63ec59db6d2c706b770";
+
+class CheckInPlaceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    options_.local_dir = ::testing::TempDir() + "/" +
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    ASSERT_TRUE(MakeDirs(options_.local_dir).ok());
+    options_.progress_out = nullptr;
+    file_.path = "a.bin";
+    file_.size = 5;
+    file_.sha256 = kHelloSha256;
+    path_ = options_.local_dir + "/a.bin";
+  }
+
+  absl::Status Check(bool verify) {
+    DownloadOptions options = options_;
+    options.verify = verify;
+    return FileDownloader(options).CheckInPlace(file_);
+  }
+
+  // Overwrites the file, then puts its mtime back, as a change a size and mtime check misses.
+  void WriteKeepingMtime(const std::string& content) {
+    struct stat st;
+    ASSERT_EQ(::stat(path_.c_str(), &st), 0);
+    std::ofstream(path_, std::ios::binary | std::ios::trunc) << content;
+    const struct timespec times[2] = {st.st_atim, st.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path_.c_str(), times, 0), 0);
+  }
+
+  DownloadOptions options_;
+  RemoteFile file_;
+  std::string path_;
+};
+
+TEST_F(CheckInPlaceTest, SaysWhyAFileIsNotInPlace) {
+  const absl::Status missing = Check(false);
+  EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(missing.message(), path_ + " is missing");
+  std::ofstream(path_, std::ios::binary) << "hello!";
+  const absl::Status size = Check(false);
+  EXPECT_EQ(size.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(size.message(), path_ + " has 6 bytes, the listing says 5");
+  std::ofstream(path_, std::ios::binary | std::ios::trunc) << "hellO";
+  const absl::Status digest = Check(false);
+  EXPECT_EQ(digest.code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(digest.message(),
+            path_ + ": sha256 mismatch: expected " + kHelloSha256 + ", got " + kHellOSha256);
+}
+
+}  // namespace
+}  // namespace titan
