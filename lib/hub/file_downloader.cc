@@ -238,8 +238,10 @@ absl::Status FileDownloader::CheckInPlace(const RemoteFile& file) {
   if (const std::string actual = digest.Finish(); actual != digest.expected()) {
     Note(file.path, absl::StrCat("the file on disk does not verify: ", digest.name(), " expected ",
                                  digest.expected(), ", got ", actual));
-    return absl::DataLossError(absl::StrCat(final_path, ": ", digest.name(), " mismatch: expected ",
-                                            digest.expected(), ", got ", actual));
+    const absl::Status mismatch =
+        absl::DataLossError(absl::StrCat(final_path, ": ", digest.name(), " mismatch: expected ",
+                                         digest.expected(), ", got ", actual));
+    return DropRecord(file, mismatch);
   }
   return WriteMeta(file, digest.expected());
 }
@@ -252,6 +254,14 @@ bool FileDownloader::MatchesRecord(const RemoteFile& file, const struct stat& st
   return meta.is_object() && meta.value("size", int64_t{-2}) == st.st_size &&
          meta.value("mtime_ns", int64_t{-1}) == MtimeNs(st) &&
          meta.value("digest", std::string()) == digest;
+}
+
+absl::Status FileDownloader::DropRecord(const RemoteFile& file, const absl::Status& why) {
+  const std::string meta_path = MetaPath(file.path);
+  if (::unlink(meta_path.c_str()) == 0 || errno == ENOENT) return why;
+  const absl::Status unlink_error = ErrnoError("unlink", meta_path);
+  return absl::Status(why.code(),
+                      absl::StrCat(why.message(), "; its record stays: ", unlink_error.message()));
 }
 
 absl::Status FileDownloader::WriteMeta(const RemoteFile& file, const std::string& digest) {

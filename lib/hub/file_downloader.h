@@ -89,7 +89,8 @@ class FileDownloader {
   // OK when `file` is already in place: size and mtime match the sidecar written when it was
   // verified, or, lacking one or with options.verify, its content hashes to the expected digest
   // (a new sidecar is written). Else why not, starting with the file's path: NotFound (missing),
-  // FailedPrecondition (another size than the listing's), DataLoss (the digest differs).
+  // FailedPrecondition (another size than the listing's), DataLoss (the digest differs: its
+  // sidecar is deleted, so no later run trusts the file by size and mtime again).
   absl::Status CheckInPlace(const RemoteFile& file);
 
   // Bytes of `file` already in its part file from an earlier run.
@@ -120,6 +121,8 @@ class FileDownloader {
   // Whether `file`'s sidecar records the size and mtime in `st` and `digest`.
   bool MatchesRecord(const RemoteFile& file, const struct stat& st,
                      const std::string& digest) const;
+  // Deletes `file`'s sidecar and returns `why`, plus the unlink error when the sidecar stays.
+  absl::Status DropRecord(const RemoteFile& file, const absl::Status& why);
 
   const DownloadOptions& options_;
   ProgressReporter* progress_ = nullptr;

@@ -69,5 +69,17 @@ TEST_F(CheckInPlaceTest, SaysWhyAFileIsNotInPlace) {
             path_ + ": sha256 mismatch: expected " + kHelloSha256 + ", got " + kHellOSha256);
 }
 
+TEST_F(CheckInPlaceTest, AFileThatFailsVerificationIsNoLongerTrusted) {
+  std::ofstream(path_, std::ios::binary) << "hello";
+  ASSERT_TRUE(Check(false).ok());  // hashed, and recorded by size and mtime
+  WriteKeepingMtime("hellO");
+  EXPECT_TRUE(Check(false).ok());  // the record is trusted, as huggingface_hub does
+  EXPECT_EQ(Check(true).code(), absl::StatusCode::kDataLoss);
+  // Without its record the next plain check hashes the file again.
+  EXPECT_THAT(std::string(Check(false).message()), HasSubstr("sha256 mismatch"));
+  WriteKeepingMtime("hello");
+  EXPECT_TRUE(Check(false).ok());
+}
+
 }  // namespace
 }  // namespace titan

@@ -215,6 +215,18 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual({f["path"]: f["status"] for f in summary["files"]},
                          {SHARD1: "failed", SHARD2: "up_to_date",
                           "model.safetensors.index.json": "up_to_date"})
+        # The failed verification dropped the file's record: plain runs no longer trust it.
+        offline, summary = self.run_tool("--repo_id=org/model", "--assets=safetensors",
+                                         "--offline")
+        self.assertEqual(offline.returncode, 1)
+        self.assertIn(f"--offline: {shard}: sha256 mismatch: expected ",
+                      {f["path"]: f.get("error") for f in summary["files"]}[SHARD1])
+        repaired, summary = self.run_tool("--repo_id=org/model", "--assets=config,safetensors")
+        self.assertEqual(repaired.returncode, 0, repaired.stderr)
+        self.assert_identical("model", [SHARD1])
+        self.assertEqual([f["path"] for f in summary["files"] if f["status"] == "downloaded"],
+                         [SHARD1])
+        self.flip_byte_behind_mtime(shard)
         repaired, summary = self.run_tool("--repo_id=org/model", "--assets=config,safetensors",
                                           "--verify")
         self.assertEqual(repaired.returncode, 0, repaired.stderr)
