@@ -335,6 +335,13 @@ absl::Status ApplyModelConverters(const JobConfig& config, const RunSetup& setup
   }
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> converted,
                          ConvertToFloat8(model, options, setup.device));
+  // A pipeline stage may hold only filtered layers; a whole model converting none ignored the key.
+  if (converted.empty() && !runtime.dims().pp_enabled()) {
+    return absl::InvalidArgumentError(
+        "[float8] filter_fqns: every linear layer is filtered out (or has a dim that is not a "
+        "multiple of 16), so float8 would convert none; narrow the filters or remove the float8 "
+        "converter");
+  }
   if (config.training().loss_chunk_size() > 0 &&
       std::find(converted.begin(), converted.end(), "output") != converted.end()) {
     return absl::InvalidArgumentError(

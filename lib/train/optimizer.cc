@@ -70,6 +70,16 @@ absl::StatusOr<std::vector<bool>> SearchNames(const std::string& pattern,
   return found;
 }
 
+// Adam divides by sqrt(v) + eps: with eps 0 (in float32) a parameter whose gradient is exactly 0,
+// as an embedding row no batch token uses, gets 0 / 0.
+absl::Status CheckEps(double eps, const std::string& key) {
+  if (static_cast<float>(eps) != 0.0f) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      key, " = ", eps, eps == 0 ? "" : " (0 in float32)",
+      ": a parameter whose gradient is exactly 0 (an embedding row of a token no batch holds) "
+      "would be updated by 0/0 = NaN; expected a value > 0 (torch's default 1e-8)"));
+}
+
 // A group's settings: [optimizer]'s, overridden by the keys the group sets.
 absl::StatusOr<AdamSettings> GroupHyperparameters(const JobConfig::Optimizer::ParamGroup& spec,
                                                   const AdamSettings& defaults,
@@ -89,7 +99,10 @@ absl::StatusOr<AdamSettings> GroupHyperparameters(const JobConfig::Optimizer::Pa
   AdamSettings h = defaults;
   if (spec.has_lr()) h.lr = spec.lr();
   if (spec.has_weight_decay()) h.weight_decay = spec.weight_decay();
-  if (spec.has_eps()) h.eps = spec.eps();
+  if (spec.has_eps()) {
+    if (absl::Status eps = CheckEps(spec.eps(), key + ".eps"); !eps.ok()) return eps;
+    h.eps = spec.eps();
+  }
   if (spec.has_beta1()) h.beta1 = spec.beta1();
   if (spec.has_beta2()) h.beta2 = spec.beta2();
   if (spec.betas_size() == 2) {
@@ -249,6 +262,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
         absl::StrCat("[optimizer] implementation: expected \"for-loop\", \"foreach\" or \"fused\", "
                      "got \"",
                      config.implementation(), "\""));
+  }
+  if (absl::Status eps = CheckEps(config.eps(), "[optimizer] eps"); !eps.ok()) {
+    return WithKeySource(eps);
   }
   const AdamSettings defaults{config.lr(),  config.beta1(),        config.beta2(),
                               config.eps(), config.weight_decay(), config.name() == "AdamW"};

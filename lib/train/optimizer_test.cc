@@ -167,6 +167,27 @@ TEST(OptimizerTest, BadGroupsAreErrorsNamingThem) {
   EXPECT_EQ(CreateError(config), "[optimizer] name: expected \"AdamW\" or \"Adam\", got \"SGD\"");
 }
 
+// eps 0 (or 0 once in float32) turns a parameter with an all-zero gradient into NaN: refused.
+TEST(OptimizerTest, EpsThatIsZeroInFloat32IsRefused) {
+  JobConfig::Optimizer config = Config("foreach");
+  config.set_eps(0);
+  EXPECT_TRUE(absl::StartsWith(CreateError(config),
+                               "[optimizer] eps = 0: a parameter whose "
+                               "gradient is exactly 0"))
+      << CreateError(config);
+  config.set_eps(1e-300);
+  EXPECT_TRUE(absl::StartsWith(CreateError(config), "[optimizer] eps = 1e-300 (0 in float32): "))
+      << CreateError(config);
+  config = Config("foreach");
+  AddGroup(&config, "norm");
+  config.mutable_param_groups(0)->set_eps(0);
+  EXPECT_TRUE(absl::StartsWith(CreateError(config), "[optimizer] param_groups[0].eps = 0: "))
+      << CreateError(config);
+  config.mutable_param_groups(0)->set_eps(1e-40);  // subnormal in float32, still > 0
+  Params p;
+  EXPECT_TRUE(Optimizer::Create(p.refs(), config).ok());
+}
+
 // for-loop and foreach run the same ATen kernels per tensor (foreach falls back to them on CPU),
 // so they agree bitwise; the fused kernel orders its arithmetic differently: 1e-6 relative.
 TEST(OptimizerTest, ImplementationsAgree) {

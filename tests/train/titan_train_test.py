@@ -321,6 +321,9 @@ class TitanTrainTest(unittest.TestCase):
             (["--model.converters=float8", "--float8.emulate=true",
               "--float8.filter_fqns=output,nonexistent_layer"],
              '[float8] filter_fqns: "nonexistent_layer" matches no linear layer\'s name'),
+            (["--model.converters=float8", "--float8.emulate=true",
+              "--float8.filter_fqns=layers,output"],
+             "--float8.filter_fqns: [float8] filter_fqns: every linear layer is filtered out"),
             (['--optimizer.param_groups=[{pattern = "no_such_parameter"}]'],
              '[optimizer] param_groups[0].pattern="no_such_parameter" matches no parameter'),
         ]
