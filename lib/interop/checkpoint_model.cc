@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
@@ -287,6 +288,8 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
   std::map<std::string, std::string> by_titan_name;  // titan name -> source name
   for (const TensorInfo& tensor : reader.tensors()) {
     if (skip_head && tensor.name == tied_copy) continue;
+    // RoPE's inverse frequencies, which older transformers saved per layer and drops on load.
+    if (hf && absl::EndsWith(tensor.name, ".rotary_emb.inv_freq")) continue;
     absl::StatusOr<std::string> titan_name =
         hf ? HfToTitanName(tensor.name) : absl::StatusOr<std::string>(tensor.name);
     by_titan_name[titan_name.ok() ? *titan_name : tensor.name] = tensor.name;

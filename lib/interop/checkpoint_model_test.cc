@@ -22,6 +22,7 @@ namespace {
 
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Qwen3 at a custom shape: 2 layers of dim 64, 4/2 heads of 32, tied.
 ModelInfo SmallQwen3() {
@@ -175,6 +176,30 @@ TEST(CheckpointModelTest, ATiedModelSavedAsItsHeadAloneReadsTheEmbeddingFromIt) 
   ASSERT_TRUE(params.ok()) << params.status();
   EXPECT_EQ(SourceOf(*params, "tok_embeddings.weight"), "lm_head.weight");
   EXPECT_EQ(SourceOf(*params, "output.weight"), "");
+}
+
+// Older transformers saved RoPE's inverse frequencies as a buffer per layer; loading drops them
+// (recomputed from config.json), and so does titan.
+TEST(CheckpointModelTest, RotaryInverseFrequencyBuffersAreDroppedAsTransformersDoes) {
+  const std::string hf = HfWithTiedConfigAndHead("inv_freq", /*copy=*/true);
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  NamedTensors kept;
+  for (const TensorInfo& tensor : (*reader)->tensors()) {
+    kept.emplace_back(tensor.name, (*(*reader)->Get(tensor.name)).clone());
+  }
+  kept.emplace_back("model.layers.0.self_attn.rotary_emb.inv_freq", at::ones({4}));
+  reader->reset();
+  std::filesystem::remove(hf + "/model.safetensors");
+  const absl::Status written = WriteSafetensors(hf + "/model.safetensors", kept);
+  ASSERT_TRUE(written.ok()) << written;
+  reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::StatusOr<std::vector<ParameterSource>> params = MatchParameters(**reader, SmallQwen3());
+  ASSERT_TRUE(params.ok()) << params.status();
+  for (const ParameterSource& param : *params) {
+    EXPECT_THAT(param.source_name, Not(HasSubstr("inv_freq")));
+  }
 }
 
 TEST(CheckpointModelTest, DescribesRecordedModelsOfEveryFamily) {
