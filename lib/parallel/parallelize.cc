@@ -2,6 +2,7 @@
 
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,13 @@ absl::StatusOr<LayerPolicies> CheckpointPolicies(const std::vector<int64_t>& lay
   for (size_t i = 0; i < layer_ids.size(); ++i) {
     // torchtitan counts layers from 1 (global ids, so pipeline stages agree with one process).
     if ((layer_ids[i] + 1) % every == 0) policies[i] = RecomputePolicy::kEverything;
+  }
+  // Accepted, as torchtitan does, but a user asking for checkpointing should hear it did nothing.
+  if (!layer_ids.empty() && std::none_of(policies.begin(), policies.end(),
+                                         [](const auto& policy) { return policy.has_value(); })) {
+    LOG(WARNING) << "[activation_checkpoint] selective_ac_option=" << every << " checkpoints every "
+                 << every << "th layer: none of layers " << layer_ids.front() + 1 << ".."
+                 << layer_ids.back() + 1 << " (counted from 1)";
   }
   return policies;
 }

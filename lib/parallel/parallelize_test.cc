@@ -97,5 +97,19 @@ TEST(ActivationCheckpointTest, RejectsUnknownModesWithTheKeyName) {
   EXPECT_FALSE(ApplyActivationCheckpointing(model, "selective", "zero").ok());
 }
 
+// torchtitan accepts an N past the layer count (no layer checkpointed); titan says so.
+TEST(ActivationCheckpointTest, EveryNthLayerPastTheLastSaysItCheckpointsNone) {
+  const std::string warning = "selective_ac_option=7 checkpoints every 7th layer: none of layers";
+  Decoder model(SmallArgs(), at::TensorOptions().device(at::kMeta));
+  testing::internal::CaptureStderr();
+  EXPECT_TRUE(ApplyActivationCheckpointing(model, "selective", "7").ok());
+  EXPECT_NE(testing::internal::GetCapturedStderr().find(warning + " 1..4 (counted from 1)"),
+            std::string::npos);
+  Decoder other(SmallArgs(), at::TensorOptions().device(at::kMeta));
+  testing::internal::CaptureStderr();
+  EXPECT_TRUE(ApplyActivationCheckpointing(other, "selective", "4").ok());
+  EXPECT_EQ(testing::internal::GetCapturedStderr().find("checkpoints every"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace titan
