@@ -340,6 +340,21 @@ class InteropTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2, args)
             self.assertIn(error, proc.stderr, args)
 
+    def test_inspect_refuses_an_empty_path(self):
+        # An unset variable ("$DIR", --diff="$OTHER") names no checkpoint: trouble, not a listing or
+        # "identical".
+        self.save_hf(small_config(), torch.float32)
+        hf = self.path("hf")
+        empty = "expected a checkpoint path, got an empty one"
+        for args, error in [([""], empty), (["--diff=", hf], f"--diff: {empty}"),
+                            (["--diff", "", hf], f"--diff: {empty}")]:
+            proc = subprocess.run([INSPECT, *args], capture_output=True, text=True)
+            self.assertEqual((proc.returncode, proc.stdout), (2, ""), args)
+            self.assertEqual(proc.stderr, f"checkpoint_inspect: {error}\n", args)
+            proc = subprocess.run([INSPECT, "--json", *args], capture_output=True, text=True)
+            self.assertEqual(proc.returncode, 2, args)
+            self.assertEqual(json.loads(proc.stdout), {"error": error}, args)
+
     def test_inspect_names_a_damaged_file_as_a_finding(self):
         # A truncated file is what --verify checks for: 1 with the file named, and the tensors the
         # manifest lists still described, --verify or not; convert refuses the damaged model file.

@@ -54,6 +54,11 @@ int main(int argc, char** argv) {
   if (argc != 2) {
     return fail(absl::StrCat("expected one PATH, got ", argc - 1, " (see --help)"));
   }
+  // An unset shell variable ("$DIR", --diff="$OTHER") must not read as "identical".
+  if (argv[1][0] == '\0') return fail("expected a checkpoint path, got an empty one");
+  if (FLAGS_diff.empty() && !gflags::GetCommandLineFlagInfoOrDie("diff").is_default) {
+    return fail("--diff: expected a checkpoint path, got an empty one");
+  }
   for (const char* flag : {"rtol", "atol"}) {
     if (FLAGS_diff.empty() && !gflags::GetCommandLineFlagInfoOrDie(flag).is_default) {
       return fail(absl::StrCat("--", flag, " applies to --diff only"));
