@@ -22,7 +22,7 @@ using nlohmann::json;
 constexpr int64_t kChunkElements = int64_t{1} << 24;
 
 json StatsToJson(const TensorStats& stats) {
-  // JSON has no NaN: statistics over no finite values are null.
+  // JSON has no NaN: statistics over no finite values (std: fewer than two) are null.
   const auto value = [](double x) { return std::isnan(x) ? json() : json(x); };
   return {{"min", value(stats.min)},      {"max", value(stats.max)},
           {"mean", value(stats.mean)},    {"std", value(stats.std)},
@@ -136,7 +136,9 @@ TensorStats ComputeTensorStats(const at::Tensor& tensor) {
     return stats;
   }
   stats.mean = mean;
-  stats.std = std::sqrt(m2 / count);
+  // Bessel's correction, as torch.std (the reference users compare with); one value has none.
+  stats.std = count > 1 ? std::sqrt(m2 / static_cast<double>(count - 1))
+                        : std::numeric_limits<double>::quiet_NaN();
   return stats;
 }
 

@@ -19,7 +19,7 @@ struct TensorStats {
   double min = 0;  // Over finite values; NaN when there are none (JSON: null).
   double max = 0;
   double mean = 0;
-  double std = 0;  // Population standard deviation.
+  double std = 0;  // Sample standard deviation (n - 1), as torch.std; NaN for one value.
   int64_t nan_count = 0;
   int64_t inf_count = 0;
 };

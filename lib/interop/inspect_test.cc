@@ -54,7 +54,8 @@ TEST(InspectTest, StatsMatchDirectComputationAndCountNonFinite) {
   TensorStats stats = ComputeTensorStats(values.to(at::kFloat));
   const at::Tensor rounded = values.to(at::kFloat).to(at::kDouble);
   EXPECT_NEAR(stats.mean, rounded.mean().item<double>(), 1e-9);
-  EXPECT_NEAR(stats.std, rounded.std(/*unbiased=*/false).item<double>(), 1e-9);
+  // torch.std's default: Bessel-corrected, which users compare with.
+  EXPECT_NEAR(stats.std, rounded.std().item<double>(), 1e-9);
   EXPECT_EQ(stats.min, rounded.min().item<double>());
   EXPECT_EQ(stats.max, rounded.max().item<double>());
 
@@ -65,6 +66,9 @@ TEST(InspectTest, StatsMatchDirectComputationAndCountNonFinite) {
   EXPECT_EQ(stats.min, 1);
   EXPECT_EQ(stats.max, 3);
   EXPECT_EQ(stats.mean, 2);
+  EXPECT_EQ(stats.std, std::sqrt(2.0));  // torch.tensor([1., 3.]).std()
+  // One finite value has no sample spread: nan, as torch.std of one value.
+  EXPECT_TRUE(std::isnan(ComputeTensorStats(at::tensor({4.0f, NAN})).std));
 
   // No finite value: no minimum, maximum, mean or spread (nan in text, null in JSON).
   stats = ComputeTensorStats(at::full({64}, NAN));

@@ -355,6 +355,19 @@ class InteropTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2, args)
             self.assertEqual(json.loads(proc.stdout), {"error": error}, args)
 
+    def test_inspect_stats_match_torch(self):
+        # std as torch.std (Bessel's correction), the reference a user checks --stats against.
+        self.save_hf(small_config(), torch.float32)
+        report = json.loads(run([INSPECT, "--json", "--stats", self.path("hf")]).stdout)
+        tensors = hf_tensors(self.path("hf"))
+        self.assertEqual(len(report["tensors"]), len(tensors))
+        for entry in report["tensors"]:
+            tensor, stats = tensors[entry["name"]].double(), entry["stats"]
+            for key, expected in (("min", tensor.min()), ("max", tensor.max()),
+                                  ("mean", tensor.mean()), ("std", tensor.std())):
+                # float64 sums in another order: agreement to rounding.
+                self.assertAlmostEqual(stats[key], expected.item(), delta=1e-12, msg=entry["name"])
+
     def test_inspect_names_a_damaged_file_as_a_finding(self):
         # A truncated file is what --verify checks for: 1 with the file named, and the tensors the
         # manifest lists still described, --verify or not; convert refuses the damaged model file.

@@ -15,7 +15,9 @@
 #include "tools/common/tool_flags.h"
 #include "tools/common/tool_output.h"
 
-DEFINE_bool(stats, false, "Per-tensor min, max, mean, std, NaN and Inf counts");
+DEFINE_bool(stats, false,
+            "Per-tensor NaN and Inf counts, and min, max, mean, std over the finite values (std "
+            "as torch.std: divided by n - 1)");
 DEFINE_bool(verify, false,
             "Integrity: sizes and CRC-32 against a titan manifest; index and headers for hf");
 DEFINE_string(diff, "",
