@@ -152,13 +152,17 @@ class TitanReader : public CheckpointReader {
     reader->description_ = reader->step_reader_->state();
     for (const CheckpointStep::Tensor& tensor : reader->step_reader_->model()) {
       reader->by_name_[tensor.name] = &tensor;
-      const std::string file = tensor.pieces.size() == 1
-                                   ? tensor.pieces[0].file
-                                   : absl::StrCat(tensor.pieces.size(), " pieces");
-      reader->tensors_.push_back({tensor.name, tensor.dtype, tensor.scalar_type, tensor.shape,
-                                  static_cast<uint64_t>(at::elementSize(tensor.scalar_type)) *
-                                      c10::multiply_integers(tensor.shape),
-                                  file});
+      TensorInfo info{tensor.name, tensor.dtype, tensor.scalar_type, tensor.shape,
+                      static_cast<uint64_t>(at::elementSize(tensor.scalar_type)) *
+                          c10::multiply_integers(tensor.shape)};
+      if (tensor.pieces.size() == 1) {
+        info.file = tensor.pieces[0].file;
+      } else {
+        for (const CheckpointStep::Piece& piece : tensor.pieces) {
+          info.piece_files.push_back(piece.file);
+        }
+      }
+      reader->tensors_.push_back(std::move(info));
     }
     return std::unique_ptr<CheckpointReader>(std::move(reader));
   }

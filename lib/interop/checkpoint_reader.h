@@ -40,7 +40,9 @@ struct TensorInfo {
   at::ScalarType scalar_type = at::kFloat;
   std::vector<int64_t> shape;
   uint64_t bytes = 0;
-  std::string file;  // Base name of the file holding it.
+  std::string file;  // Base name of the file holding it; "" when several pieces do.
+  // titan, saved over ranks: the file of each piece that holds part of it, when there are several.
+  std::vector<std::string> piece_files;
 };
 
 // A Hugging Face folder's config.json, parsed; the folder need not hold weights.

@@ -29,6 +29,26 @@ json StatsToJson(const TensorStats& stats) {
           {"nan_count", stats.nan_count}, {"inf_count", stats.inf_count}};
 }
 
+// Where a tensor is: "file" when one file holds it, else "pieces" and the distinct "files".
+void AddTensorLocation(const TensorInfo& tensor, json& entry) {
+  if (tensor.piece_files.empty()) {
+    entry["file"] = tensor.file;
+    return;
+  }
+  std::vector<std::string> files;
+  for (const std::string& file : tensor.piece_files) {
+    if (std::find(files.begin(), files.end(), file) == files.end()) files.push_back(file);
+  }
+  entry["pieces"] = tensor.piece_files.size();
+  entry["files"] = files;
+}
+
+// The text listing's last column: the file, or how many pieces ranks saved it in.
+std::string TensorLocation(const TensorInfo& tensor) {
+  return tensor.piece_files.empty() ? tensor.file
+                                    : absl::StrCat(tensor.piece_files.size(), " pieces");
+}
+
 // A checkpoint's tensors under the names a comparison uses, and how to fetch each one.
 struct ComparableTensors {
   std::unique_ptr<CheckpointReader> reader;
@@ -194,8 +214,8 @@ json InspectReportToJson(const InspectReport& report) {
     json entry = {{"name", tensor.info.name},
                   {"dtype", tensor.info.dtype},
                   {"shape", tensor.info.shape},
-                  {"bytes", tensor.info.bytes},
-                  {"file", tensor.info.file}};
+                  {"bytes", tensor.info.bytes}};
+    AddTensorLocation(tensor.info, entry);
     if (tensor.stats) entry["stats"] = StatsToJson(*tensor.stats);
     tensors.push_back(std::move(entry));
   }
@@ -229,9 +249,9 @@ std::string FormatInspectReport(const InspectReport& report) {
                                           " (", report.architecture, ")"),
       "\n");
   for (const InspectedTensor& tensor : report.tensors) {
-    absl::StrAppend(
-        &out, absl::StrFormat("  %-50s %-5s %-16s %12d  %s", tensor.info.name, tensor.info.dtype,
-                              ShapeString(tensor.info.shape), tensor.info.bytes, tensor.info.file));
+    absl::StrAppend(&out, absl::StrFormat("  %-50s %-5s %-16s %12d  %s", tensor.info.name,
+                                          tensor.info.dtype, ShapeString(tensor.info.shape),
+                                          tensor.info.bytes, TensorLocation(tensor.info)));
     if (tensor.stats) {
       const TensorStats& s = *tensor.stats;
       absl::StrAppend(&out, absl::StrFormat("  min %.6g max %.6g mean %.6g std %.6g nan %d inf %d",

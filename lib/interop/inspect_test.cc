@@ -8,6 +8,8 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -129,6 +131,46 @@ TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
   options.verify = false;
   EXPECT_THAT(InspectCheckpoint(root, options).status().message(),
               HasSubstr("model.safetensors: tensor '"));
+}
+
+// A tensor that ranks saved in pieces lies in several files: --json names them, and "file" holds
+// only a file name.
+TEST(InspectTest, NamesEveryFileOfATensorSavedInPieces) {
+  const std::string root = TestDir("pieces");
+  const CheckpointState whole = SmallState(7);
+  std::vector<CheckpointState> halves(2);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const auto& [name, tensor] : whole.model) {
+      const int64_t rows = tensor.size(0) / 2;
+      halves[rank].model.emplace_back(name, tensor.narrow(0, rank * rows, rows).clone());
+      std::vector<int64_t> offsets(tensor.dim(), 0);
+      offsets[0] = rank * rows;
+      halves[rank].boxes[name] = {tensor.sizes().vec(), offsets};
+    }
+  }
+  halves[0].extra = whole.extra;
+  std::vector<absl::Status> saved(2);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      CheckpointManager manager(root, 0, {rank, 2, "pieces", absl::Seconds(30)});
+      saved[rank] = manager.Save(1, halves[rank], /*model_only=*/true);
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  ASSERT_TRUE(saved[0].ok() && saved[1].ok()) << saved[0] << saved[1];
+
+  absl::StatusOr<InspectReport> report = InspectCheckpoint(root, InspectOptions());
+  ASSERT_TRUE(report.ok()) << report.status();
+  const nlohmann::json tensor = InspectReportToJson(*report).at("tensors")[0];
+  EXPECT_EQ(tensor.at("name"), "tok_embeddings.weight");
+  EXPECT_FALSE(tensor.contains("file")) << tensor;
+  EXPECT_EQ(tensor.at("pieces"), 2);
+  EXPECT_EQ(tensor.at("files"),
+            nlohmann::json({"model.safetensors", "model-00001-of-00002.safetensors"}));
+  EXPECT_THAT(
+      FormatInspectReport(*report),
+      ::testing::ContainsRegex("tok_embeddings.weight +F32 +\\[24, 32\\] +3072  2 pieces\n"));
 }
 
 // A truncated or missing file is a finding about the checkpoint, not a reason to describe none of
