@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -75,15 +76,20 @@ class SafetensorsReader : public CheckpointReader {
   }
 
   std::vector<std::string> Verify() const override {
-    std::vector<std::string> problems;
+    std::vector<std::string> problems = damaged_;
+    problems.insert(problems.end(), index_problems_.begin(), index_problems_.end());
     if (expected_total_size_ && *expected_total_size_ != TotalBytes()) {
       problems.push_back(absl::StrCat(directory_, "/", kHfIndexFile, ": metadata.total_size ",
                                       *expected_total_size_, ", tensors hold ", TotalBytes()));
     }
     return problems;
   }
+  std::vector<std::string> Damaged() const override { return damaged_; }
 
-  static absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenHf(const std::string& path);
+  // keep_problems: a shard that cannot be opened, and the index's disagreements with the shards,
+  // are listed by Damaged() and Verify() rather than failing Open.
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenHf(const std::string& path,
+                                                                  bool keep_problems);
 
  private:
   absl::Status NotFound(absl::string_view name) const {
@@ -96,14 +102,29 @@ class SafetensorsReader : public CheckpointReader {
     return total;
   }
 
-  // Opens `path`, appending its tensors; a name already seen is an error.
+  // `problem` fails Open, unless problems are kept: then it joins `list` and Open goes on.
+  absl::Status Found(absl::Status problem, std::vector<std::string>& list) {
+    if (!keep_problems_) return problem;
+    list.push_back(std::string(problem.message()));
+    return absl::OkStatus();
+  }
+
+  // Opens `path`, appending its tensors; a name already seen is a problem (the first file keeps
+  // it).
   absl::Status AddFile(const std::string& path) {
     absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
-    if (!file.ok()) return file.status();
+    if (!file.ok()) {
+      damaged_files_.insert(BaseName(path));
+      return Found(file.status(), damaged_);
+    }
     for (const SafetensorsEntry& entry : file->entries()) {
       if (!location_.emplace(entry.name, files_.size()).second) {
-        return absl::DataLossError(
-            absl::StrCat(path, ": tensor '", entry.name, "' also appears in another file"));
+        duplicated_.insert(entry.name);
+        TITAN_RETURN_IF_ERROR(
+            Found(absl::DataLossError(absl::StrCat(path, ": tensor '", entry.name,
+                                                   "' also appears in ", Find(entry.name)->file)),
+                  index_problems_));
+        continue;
       }
       tensors_.push_back({entry.name, entry.dtype, entry.scalar_type, entry.shape,
                           entry.end - entry.begin, BaseName(path)});
@@ -112,9 +133,38 @@ class SafetensorsReader : public CheckpointReader {
     return absl::OkStatus();
   }
 
+  // The index against the shards opened: each tensor where the index says, each indexed tensor
+  // present (those of a shard that could not be opened are named by that shard's problem).
+  absl::Status CheckIndex(const std::map<std::string, std::string>& weight_map,
+                          const std::string& index_path) {
+    for (const TensorInfo& tensor : tensors_) {
+      if (duplicated_.contains(tensor.name)) continue;  // Named with both its files.
+      const auto it = weight_map.find(tensor.name);
+      if (it == weight_map.end() || it->second != tensor.file) {
+        TITAN_RETURN_IF_ERROR(Found(
+            absl::DataLossError(absl::StrCat(index_path, ": tensor '", tensor.name, "' is in ",
+                                             tensor.file, ", the index says ",
+                                             it == weight_map.end() ? "nothing" : it->second)),
+            index_problems_));
+      }
+    }
+    for (const auto& [name, file] : weight_map) {
+      if (location_.contains(name) || damaged_files_.contains(file)) continue;
+      TITAN_RETURN_IF_ERROR(Found(absl::DataLossError(absl::StrCat(index_path, ": tensor '", name,
+                                                                   "' is missing from ", file)),
+                                  index_problems_));
+    }
+    return absl::OkStatus();
+  }
+
   std::vector<SafetensorsFile> files_;
   absl::flat_hash_map<std::string, size_t> location_;  // name -> index in files_
   std::optional<uint64_t> expected_total_size_;        // hf's index
+  bool keep_problems_ = false;
+  std::vector<std::string> damaged_;                // Files that could not be opened.
+  std::vector<std::string> index_problems_;         // Disagreements of the index and the files.
+  absl::flat_hash_set<std::string> damaged_files_;  // Base names.
+  absl::flat_hash_set<std::string> duplicated_;     // Tensors in more than one file.
 };
 
 // titan: a step directory read through lib/checkpoint, which joins the pieces ranks saved.
@@ -196,11 +246,13 @@ class TitanReader : public CheckpointReader {
   absl::flat_hash_map<std::string, const CheckpointStep::Tensor*> by_name_;
 };
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(const std::string& path,
+                                                                            bool keep_problems) {
   auto reader = std::unique_ptr<SafetensorsReader>(new SafetensorsReader());
   reader->format_ = CheckpointFormat::kHf;
   reader->directory_ = path;
+  // A folder without weights is no damaged checkpoint: it is refused as before.
+  reader->keep_problems_ = keep_problems && HfFolderHoldsWeights(path);
   TITAN_ASSIGN_OR_RETURN(reader->description_, ReadHfConfig(path));
   const std::string index_path = absl::StrCat(path, "/", kHfIndexFile);
   const std::string single_path = absl::StrCat(path, "/", kHfSingleFile);
@@ -214,28 +266,18 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(
     return std::unique_ptr<CheckpointReader>(std::move(reader));
   }
   TITAN_ASSIGN_OR_RETURN(std::string index_text, ReadFile(index_path));
-  TITAN_ASSIGN_OR_RETURN(HfIndex index, ParseHfIndex(index_text, index_path));
-  const std::map<std::string, std::string>& weight_map = index.weight_map;
+  absl::StatusOr<HfIndex> index = ParseHfIndex(index_text, index_path);
+  if (!index.ok()) {
+    TITAN_RETURN_IF_ERROR(reader->Found(index.status(), reader->damaged_));
+    return std::unique_ptr<CheckpointReader>(std::move(reader));
+  }
   std::set<std::string> shards;
-  for (const auto& [name, file] : weight_map) shards.insert(file);
+  for (const auto& [name, file] : index->weight_map) shards.insert(file);
   for (const std::string& shard : shards) {
     TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(path, "/", shard)));
   }
-  for (const TensorInfo& tensor : reader->tensors_) {
-    const auto it = weight_map.find(tensor.name);
-    if (it == weight_map.end() || it->second != tensor.file) {
-      return absl::DataLossError(absl::StrCat(index_path, ": tensor '", tensor.name, "' is in ",
-                                              tensor.file, ", the index says ",
-                                              it == weight_map.end() ? "nothing" : it->second));
-    }
-  }
-  for (const auto& [name, file] : weight_map) {
-    if (reader->Find(name) == nullptr) {
-      return absl::DataLossError(
-          absl::StrCat(index_path, ": tensor '", name, "' is missing from ", file));
-    }
-  }
-  reader->expected_total_size_ = index.total_size;
+  TITAN_RETURN_IF_ERROR(reader->CheckIndex(index->weight_map, index_path));
+  reader->expected_total_size_ = index->total_size;
   return std::unique_ptr<CheckpointReader>(std::move(reader));
 }
 
@@ -342,7 +384,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     case CheckpointFormat::kTitan:
       return TitanReader::Open(path, verify_checksums, inspect);
     case CheckpointFormat::kHf:
-      return SafetensorsReader::OpenHf(path);
+      return SafetensorsReader::OpenHf(path, /*keep_problems=*/inspect && !verify_checksums);
     case CheckpointFormat::kMeta:
       return OpenMetaCheckpoint(path);
   }

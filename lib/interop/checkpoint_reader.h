@@ -60,7 +60,10 @@ class CheckpointReader {
   // and tensor; off only where a report lists the problems (checkpoint_inspect --verify).
   // A titan step is opened by its model files only (a damaged optimizer file does not stop a model
   // export), unless `inspect`: then every file is opened and a damaged one (truncated, missing) is
-  // listed in Damaged() rather than failing Open (checkpoint_inspect).
+  // listed in Damaged() rather than failing Open (checkpoint_inspect). An HF folder opened to
+  // inspect without verify_checksums (checkpoint_inspect --verify) lists its damage the same way:
+  // a safetensors file that cannot be opened in Damaged(), and where the index disagrees with the
+  // files (a tensor in another shard, in none or in two, one the index lacks) in Verify().
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
       const std::string& path, std::optional<CheckpointFormat> format = std::nullopt,
       bool verify_checksums = true, bool inspect = false);
@@ -85,10 +88,11 @@ class CheckpointReader {
   virtual absl::StatusOr<absl::string_view> Bytes(absl::string_view name) const = 0;
 
   // Format-specific integrity checks beyond what Open validates (titan: every tensor's size and
-  // CRC-32 against the manifest). Each problem is one line naming the file and tensor.
+  // CRC-32 against the manifest; hf: the index's metadata.total_size), after the damage Open
+  // listed when opened to inspect. Each problem is one line naming the file and tensor.
   virtual std::vector<std::string> Verify() const = 0;
-  // Files Open found damaged (titan, opened to inspect), one line each naming the file; their
-  // tensors are listed but cannot be read.
+  // Files Open found damaged (opened to inspect: above), one line each naming the file; a titan
+  // step's tensors in them are listed but cannot be read, an HF folder's are not listed.
   virtual std::vector<std::string> Damaged() const { return {}; }
 
  protected:

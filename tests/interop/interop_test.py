@@ -392,6 +392,71 @@ class InteropTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn(model, proc.stderr)
 
+    def test_inspect_verify_names_a_damaged_hf_folder_as_a_finding(self):
+        # Under --verify an index that disagrees with the shards, a missing shard or a truncated
+        # file is damage found (1, each listed), as a truncated titan file is; without it such a
+        # folder is one it cannot read (2), as before.
+        self.save_hf(small_config(), torch.float32)
+        shutil.move(self.path("hf"), self.path("single"))
+        self.save_hf(small_config(), torch.float32, max_shard_size="50KB")
+        with open(self.path("hf/model.safetensors.index.json")) as f:
+            weight_map = json.load(f)["weight_map"]
+        norm_shard = weight_map["model.norm.weight"]
+        first_shard = sorted(set(weight_map.values()))[0]
+        self.assertNotEqual(norm_shard, first_shard)
+
+        def edit_index(edit):
+            def apply(folder):
+                index_path = os.path.join(folder, "model.safetensors.index.json")
+                with open(index_path) as f:
+                    index = json.load(f)
+                edit(index["weight_map"])
+                with open(index_path, "w") as f:
+                    json.dump(index, f)
+            return apply
+
+        def copy_norm_into_first_shard(folder):
+            tensors = load_file(os.path.join(folder, first_shard))
+            tensors["model.norm.weight"] = load_file(os.path.join(folder, norm_shard))[
+                "model.norm.weight"]
+            save_file(tensors, os.path.join(folder, first_shard), metadata={"format": "pt"})
+
+        cases = [
+            ("wrong_shard", "hf",
+             edit_index(lambda w: w.update({"model.norm.weight": first_shard})),
+             f"tensor 'model.norm.weight' is in {norm_shard}, the index says {first_shard}"),
+            ("unindexed", "hf", edit_index(lambda w: w.pop("model.norm.weight")),
+             f"tensor 'model.norm.weight' is in {norm_shard}, the index says nothing"),
+            ("phantom", "hf", edit_index(lambda w: w.update({"model.extra.weight": first_shard})),
+             f"tensor 'model.extra.weight' is missing from {first_shard}"),
+            ("duplicate", "hf", copy_norm_into_first_shard,
+             f"{norm_shard}: tensor 'model.norm.weight' also appears in {first_shard}"),
+            ("missing_shard", "hf", lambda folder: os.remove(os.path.join(folder, norm_shard)),
+             f"{norm_shard}: open failed: No such file or directory"),
+            ("truncated", "single",
+             lambda folder: os.truncate(os.path.join(folder, "model.safetensors"), 1000),
+             "model.safetensors: invalid safetensors file"),
+        ]
+        for name, source, damage, problem in cases:
+            with self.subTest(name):
+                folder = self.path(name)
+                shutil.copytree(self.path(source), folder)
+                damage(folder)
+                proc = subprocess.run([INSPECT, "--json", "--verify", folder], capture_output=True,
+                                      text=True)
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                report = json.loads(proc.stdout)
+                self.assertFalse(report["verify"]["ok"])
+                self.assertIn(problem, report["verify"]["problems"][0])
+                proc = subprocess.run([INSPECT, "--verify", folder], capture_output=True,
+                                      text=True)
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                self.assertIn("  verify: ", proc.stdout)
+                self.assertIn(problem, proc.stdout)
+                proc = subprocess.run([INSPECT, folder], capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 2, proc.stderr)
+                self.assertIn(problem, proc.stderr)
+
     def test_json_to_a_full_disk_fails(self):
         # The conversion is done, but its summary is lost: the tools say so, as coreutils do.
         self.save_hf(small_config(), torch.float32)
