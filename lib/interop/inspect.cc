@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -80,6 +81,50 @@ absl::Status UseTitanNames(ComparableTensors& side) {
     side.source_names[param.titan_name] = param.source_name;
   side.model = info;
   return absl::OkStatus();
+}
+
+constexpr char kHfHead[] = "lm_head.weight";
+constexpr char kHfEmbedding[] = "model.embed_tokens.weight";
+
+// Whether `reader` is an HF folder whose config.json ties the head to the embedding.
+bool DeclaresTiedHead(const CheckpointReader& reader) {
+  if (reader.format() != CheckpointFormat::kHf) return false;
+  const json& config = reader.description();
+  const auto tie = config.find("tie_word_embeddings");
+  return tie != config.end() && tie->is_boolean() && tie->get<bool>();
+}
+
+// Whether `reader`'s tensors `a` and `b` are bitwise equal (dtype, shape and bytes).
+absl::StatusOr<bool> BitwiseEqual(const CheckpointReader& reader, const char* a, const char* b) {
+  const TensorInfo *x = reader.Find(a), *y = reader.Find(b);
+  if (x->scalar_type != y->scalar_type || x->shape != y->shape) return false;
+  TITAN_ASSIGN_OR_RETURN(absl::string_view x_bytes, reader.Bytes(a));
+  TITAN_ASSIGN_OR_RETURN(absl::string_view y_bytes, reader.Bytes(b));
+  return x_bytes == y_bytes;
+}
+
+// What to say of `side`'s lm_head.weight when its config.json ties it to the embedding ("" when
+// nothing). A bitwise copy of the embedding is the tie itself (older writers saved one), so it is
+// not compared when `other` lacks it (titan's names never list it); a head of its own is named:
+// transformers reads that model untied.
+absl::StatusOr<std::string> TiedHeadNote(ComparableTensors& side, const ComparableTensors& other,
+                                         const std::string& which) {
+  const CheckpointReader& reader = *side.reader;
+  if (!DeclaresTiedHead(reader) || reader.Find(kHfHead) == nullptr ||
+      reader.Find(kHfEmbedding) == nullptr) {
+    return "";
+  }
+  TITAN_ASSIGN_OR_RETURN(const bool copy, BitwiseEqual(reader, kHfHead, kHfEmbedding));
+  if (!copy) {
+    return absl::StrCat(kHfHead, " in the ", which, " differs from ", kHfEmbedding,
+                        " though its config.json ties them (tie_word_embeddings true): "
+                        "transformers reads that model untied");
+  }
+  if (side.source_names.count(kHfHead) > 0 && other.source_names.count(kHfHead) > 0) return "";
+  side.source_names.erase(kHfHead);
+  return absl::StrCat(kHfHead, " in the ", which, " equals ", kHfEmbedding,
+                      " bitwise: the tie its config.json declares (tie_word_embeddings true), not "
+                      "a tensor of its own");
 }
 
 // `differs`: beyond the tolerances; `values_differ`: at all.
@@ -298,6 +343,11 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
   if (model_a.ok() && model_b.ok()) {
     report.architecture = ArchitectureDifferences(model_a->args, model_b->args);
   }
+  for (const auto& [side, other, which] :
+       {std::tuple(&a, &b, "first"), std::tuple(&b, &a, "second")}) {
+    TITAN_ASSIGN_OR_RETURN(std::string note, TiedHeadNote(*side, *other, which));
+    if (!note.empty()) report.notes.push_back(std::move(note));
+  }
   for (const auto& [name, source] : a.source_names) {
     if (b.source_names.count(name) == 0) {
       report.only_in_first.push_back(name);
@@ -344,6 +394,7 @@ json DiffReportToJson(const DiffReport& report) {
           {"only_in_first", report.only_in_first},
           {"only_in_second", report.only_in_second},
           {"different", different},
+          {"notes", report.notes},
           {"architecture", report.architecture.empty() ? json() : json(report.architecture)}};
 }
 
@@ -367,6 +418,7 @@ std::string FormatDiffReport(const DiffReport& report) {
   if (!report.architecture.empty()) {
     absl::StrAppend(&out, "  architecture: ", report.architecture, "\n");
   }
+  for (const std::string& note : report.notes) absl::StrAppend(&out, "  note: ", note, "\n");
   for (const std::string& name : report.only_in_first) {
     absl::StrAppend(&out, "  only in the first: ", name, "\n");
   }

@@ -90,6 +90,9 @@ struct DiffReport {
   // The architecture fields the two differ in (rope_theta, norm_eps, ...: the same tensors make
   // another model then); "" when alike or when either holds no registered model.
   std::string architecture;
+  // Beside the differences: an HF lm_head.weight that is the tied embedding's bitwise copy (left
+  // out of the comparison), or one that differs from it though config.json ties them.
+  std::vector<std::string> notes;
   // Nothing differs beyond the tolerances (checkpoint_inspect exits 0).
   bool within_tolerance() const {
     return only_in_first.empty() && only_in_second.empty() && different.empty() &&
@@ -105,6 +108,8 @@ struct DiffReport {
 // check_dtype); their values are compared and reported too.
 // Checkpoints of different formats are compared in titan's names and q/k layout (each must hold a
 // registered model). Two that each describe a registered model are compared by architecture too.
+// An HF folder whose config.json ties the head holds lm_head.weight as the tie itself when it is
+// the embedding's bitwise copy: it is not a tensor the other checkpoint lacks.
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
                                            double rtol, double atol);
 nlohmann::json DiffReportToJson(const DiffReport& report);

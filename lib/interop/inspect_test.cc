@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/directory.h"
+#include "lib/checkpoint/safetensors.h"
 #include "lib/checkpoint/test_dir.h"
 #include "lib/interop/convert.h"
 
@@ -304,6 +305,74 @@ TEST(InspectTest, DiffFindsArchitecturesThatDifferWithTheSameTensors) {
   EXPECT_THAT(FormatDiffReport(*diff), HasSubstr("  architecture: norm_eps"));
   EXPECT_EQ(DiffReportToJson(*diff).at("architecture"), diff->architecture);
   EXPECT_TRUE(DiffReportToJson(*DiffCheckpoints(a, a, 0, 0)).at("architecture").is_null());
+}
+
+// Rewrites `hf`'s model.safetensors with lm_head.weight = `head`.
+void AddHead(const std::string& hf, const at::Tensor& head) {
+  const std::string path = hf + "/model.safetensors";
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  NamedTensors tensors;
+  for (const std::string& name : file->names()) tensors.emplace_back(name, *file->Load(name));
+  tensors.emplace_back("lm_head.weight", head);
+  ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
+}
+
+// A tied model's HF folder with lm_head.weight, a copy of the embedding (as older writers saved),
+// is the same model as one without (as transformers saves it): the copy is the tie, noted. A head
+// that differs from the embedding is reported.
+TEST(InspectTest, DiffTakesATiedHeadsCopyForTheTie) {
+  ModelInfo info = SmallModel("llama3");
+  info.args.tie_word_embeddings = true;
+  info = DescribeModel(*info.spec, info.args);
+  CheckpointState state;
+  at::manual_seed(9);
+  for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
+    state.model.emplace_back(name, at::randn(shape));
+  }
+  state.extra["model"] = ModelInfoToJson(info);
+  const std::string titan = TestDir("tied_titan"), plain = TestDir("tied_hf"),
+                    copied = TestDir("tied_hf_copy"), distinct = TestDir("tied_hf_head");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, state, true).ok());
+  ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
+  for (const std::string& hf : {plain, copied, distinct}) {
+    ASSERT_TRUE(ConvertCheckpoint(titan, hf, options).ok());
+  }
+  const at::Tensor embedding = state.model[0].second;
+  ASSERT_EQ(state.model[0].first, "tok_embeddings.weight");
+  AddHead(copied, embedding);
+  AddHead(distinct, embedding + 1);
+
+  const std::string note =
+      "lm_head.weight in the first equals model.embed_tokens.weight bitwise: the tie its "
+      "config.json declares (tie_word_embeddings true), not a tensor of its own";
+  for (const std::string& other : {plain, titan}) {
+    absl::StatusOr<DiffReport> diff = DiffCheckpoints(copied, other, 0, 0);
+    ASSERT_TRUE(diff.ok()) << diff.status();
+    EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
+    EXPECT_THAT(diff->notes, ElementsAre(note)) << other;
+    EXPECT_THAT(FormatDiffReport(*diff), HasSubstr(": identical\n  note: " + note + "\n"));
+    EXPECT_EQ(DiffReportToJson(*diff).at("notes"), nlohmann::json({note}));
+  }
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(plain, copied, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
+  EXPECT_THAT(diff->notes, ElementsAre(HasSubstr("lm_head.weight in the second equals")));
+  // Both hold the copy: compared as any tensor, nothing to note.
+  diff = DiffCheckpoints(copied, copied, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->identical() && diff->notes.empty()) << FormatDiffReport(*diff);
+
+  // A head of its own: another model, and the head is named.
+  diff = DiffCheckpoints(plain, distinct, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_FALSE(diff->within_tolerance());
+  EXPECT_THAT(diff->only_in_second, ElementsAre("lm_head.weight"));
+  EXPECT_THAT(diff->notes, ElementsAre("lm_head.weight in the second differs from "
+                                       "model.embed_tokens.weight though its config.json ties "
+                                       "them (tie_word_embeddings true): transformers reads that "
+                                       "model untied"));
 }
 
 TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {

@@ -368,6 +368,25 @@ class InteropTest(unittest.TestCase):
                 # float64 sums in another order: agreement to rounding.
                 self.assertAlmostEqual(stats[key], expected.item(), delta=1e-12, msg=entry["name"])
 
+    def test_inspect_diff_takes_a_tied_heads_copy_for_the_tie(self):
+        # Older writers saved a tied head as a copy of the embedding; transformers loads that folder
+        # as it loads its titan -> HF export, which has no lm_head.weight: not a difference.
+        self.save_hf(small_config(tie_word_embeddings=True), torch.bfloat16)
+        weights = self.path("hf/model.safetensors")
+        tensors = load_file(weights)
+        self.assertNotIn("lm_head.weight", tensors)
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+        save_file(tensors, weights, metadata={"format": "pt"})
+        convert(CONVERT, self.path("hf"), self.path("titan"), "--to=titan")
+        convert(CONVERT, self.path("titan"), self.path("export"), "--to=hf")
+        self.assertNotIn("lm_head.weight", hf_tensors(self.path("export")))
+        proc = subprocess.run([INSPECT, f"--diff={self.path('export')}", self.path("hf")],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+        self.assertIn(": identical\n  note: lm_head.weight in the first equals "
+                      "model.embed_tokens.weight bitwise: the tie its config.json declares",
+                      proc.stdout)
+
     def test_inspect_names_a_damaged_file_as_a_finding(self):
         # A truncated file is what --verify checks for: 1 with the file named, and the tensors the
         # manifest lists still described, --verify or not; convert refuses the damaged model file.
