@@ -191,7 +191,7 @@ TEST(OptimizerTest, EpsThatIsZeroInFloat32IsRefused) {
 // for-loop and foreach run the same ATen kernels per tensor (foreach falls back to them on CPU),
 // so they agree bitwise; the fused kernel orders its arithmetic differently: 1e-6 relative.
 TEST(OptimizerTest, ImplementationsAgree) {
-  for (const std::string& name : {"AdamW", "Adam"}) {
+  for (const char* name : {"AdamW", "Adam"}) {
     std::vector<Params> runs(kImplementations.size());
     for (size_t r = 0; r < runs.size(); ++r) {
       JobConfig::Optimizer config = Config(kImplementations[r], 0.01, 0.1);
