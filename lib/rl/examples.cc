@@ -66,6 +66,20 @@ absl::Status ForEachObjectLine(
   return absl::OkStatus();
 }
 
+// `text` as a JSON string, its middle cut to "..." past 60 bytes: errors quote long prompts.
+std::string QuotedShort(const std::string& text) {
+  constexpr size_t kMax = 60;
+  const auto quoted = [](const std::string& s) {
+    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  };
+  if (text.size() <= kMax) return quoted(text);
+  // Cut on UTF-8 character boundaries (a continuation byte is 10xxxxxx).
+  size_t head = kMax / 2, tail = text.size() - kMax / 2;
+  while (head > 0 && (text[head] & 0xC0) == 0x80) --head;
+  while (tail < text.size() && (text[tail] & 0xC0) == 0x80) ++tail;
+  return quoted(absl::StrCat(text.substr(0, head), "...", text.substr(tail)));
+}
+
 // Arithmetic operands: held out when (a + 3b) % 7 == 0, about one pair in seven.
 bool ArithmeticHeldOut(int a, int b) { return (a + 3 * b) % 7 == 0; }
 // The tasks' domains: arithmetic's operands are 0 .. kArithmeticOperands - 1, sorting picks three
@@ -156,6 +170,12 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
                                                              value.dump(),
                                                              ", not a number in float32's range"));
             }
+            // A probability is at most 1: a positive value is no log-probability (0 is certainty).
+            if (value.get<double>() > 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat(where, ": \"logprobs\"[", t, "] is ", value.dump(),
+                               ", not a log-probability (at most 0)"));
+            }
             rollout.logprobs.push_back(value.get<double>());
           }
           rollout.has_logprobs = true;
@@ -173,6 +193,18 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
       }));
   if (rollouts.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no rollouts"));
   return rollouts;
+}
+
+absl::Status CheckRolloutGroups(const std::vector<RewardedRollout>& rollouts, int64_t group_size) {
+  for (size_t i = 0; i < rollouts.size(); ++i) {
+    const RewardedRollout& first = rollouts[i - i % group_size];
+    if (rollouts[i].prompt == first.prompt) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        rollouts[i].where, ": prompt ", QuotedShort(rollouts[i].prompt), " is not its group's (",
+        first.where, ": ", QuotedShort(first.prompt), "): each run of [rl] group_size = ",
+        group_size, " rows is one prompt's group; keep a prompt's rows together"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RlExample>> MakeTaskExamples(const std::string& task, int64_t count,

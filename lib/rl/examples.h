@@ -47,12 +47,18 @@ struct RewardedRollout {
 };
 
 // JSONL with one object per line: "prompt", "response" (strings), "reward" (a number) and
-// optionally "logprobs" (an array of numbers in float32's range; every row has it or none).
+// optionally "logprobs" (an array of log-probabilities: numbers <= 0, in float32's range; every
+// row has it or none).
 // Errors name path:line and the field; a file without rollouts is one. For `algorithm` ppo an
 // empty response is one too: PPO puts the reward on the response's last token (grpo and dapo
 // take it: its reward still counts in its group's mean and std).
 absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path,
                                                                   const std::string& algorithm);
+
+// OK when each run of `group_size` rows (a GRPO/DAPO group, by position) shares its first row's
+// prompt; else an error naming the first row that does not, both prompts (long ones shortened)
+// and group_size: a group of mixed prompts would take its advantages against another prompt's.
+absl::Status CheckRolloutGroups(const std::vector<RewardedRollout>& rollouts, int64_t group_size);
 
 // A bundled task's examples, generated from `seed` (no download):
 //  - arithmetic: "What is 23 + 45?" answered "68"; responses end in "#### 68" (GSM8K's).

@@ -129,6 +129,8 @@ TEST(RewardedRolloutsTest, ReadsLogprobsOfEveryRowOrNone) {
        ":1: \"logprobs\"[1] is null, not a number in float32's range"},
       {R"({"prompt":"a","response":"b","reward":1,"logprobs":[-1e39]})",
        ":1: \"logprobs\"[0] is -1e+39, not a number in float32's range"},
+      {R"({"prompt":"a","response":"b","reward":1,"logprobs":[0,-1,0.25]})",
+       ":1: \"logprobs\"[2] is 0.25, not a log-probability (at most 0)"},
   };
   for (const auto& c : cases) {
     path = WriteTemp("bad_logprobs.jsonl", c.lines + "\n");
@@ -137,6 +139,57 @@ TEST(RewardedRolloutsTest, ReadsLogprobsOfEveryRowOrNone) {
     EXPECT_EQ(std::string(ReadRewardedRollouts(path, "grpo").status().message()), path + error)
         << c.lines;
   }
+}
+
+TEST(RewardedRolloutsTest, ZeroIsALogProbability) {
+  const std::string path =
+      WriteTemp("certain.jsonl", R"({"prompt":"a","response":"b","reward":1,"logprobs":[0,-0.0]})"
+                                 "\n");
+  auto rollouts = ReadRewardedRollouts(path, "grpo");
+  ASSERT_TRUE(rollouts.ok()) << rollouts.status();
+  EXPECT_EQ((*rollouts)[0].logprobs, (std::vector<double>{0, 0}));
+}
+
+// Rows with the given prompts, read from a file so that each has its path:line.
+std::vector<RewardedRollout> RowsOf(const std::string& name,
+                                    const std::vector<std::string>& prompts) {
+  std::string text;
+  for (const std::string& prompt : prompts) {
+    absl::StrAppend(&text, R"({"prompt":")", prompt, R"(","response":"r","reward":1})", "\n");
+  }
+  auto rollouts = ReadRewardedRollouts(WriteTemp(name, text), "grpo");
+  EXPECT_TRUE(rollouts.ok()) << rollouts.status();
+  return rollouts.ok() ? *rollouts : std::vector<RewardedRollout>();
+}
+
+TEST(RewardedRolloutsTest, GroupsOfOnePromptEachPass) {
+  // One prompt may have several groups; groups need not be sorted.
+  EXPECT_TRUE(CheckRolloutGroups(RowsOf("grouped.jsonl", {"b", "b", "a", "a", "b", "b"}), 2).ok());
+  EXPECT_TRUE(CheckRolloutGroups(RowsOf("ones.jsonl", {"b", "a", "c"}), 1).ok());
+}
+
+TEST(RewardedRolloutsTest, AGroupOfMixedPromptsNamesTheRowAndBothPrompts) {
+  const std::string path = testing::TempDir() + "/mixed.jsonl";
+  const absl::Status status = CheckRolloutGroups(
+      RowsOf("mixed.jsonl",
+             {"Sort: b a", "Sort: b a", "Sort: b a", "Sort: c a", "Sort: c a", "Sort: b a"}),
+      3);
+  EXPECT_EQ(std::string(status.message()),
+            path + ":6: prompt \"Sort: b a\" is not its group's (" + path +
+                ":4: \"Sort: c a\"): each run of [rl] group_size = 3 rows is one prompt's "
+                "group; keep a prompt's rows together");
+}
+
+TEST(RewardedRolloutsTest, LongPromptsAreShortenedInTheGroupError) {
+  const std::string a(100, 'a'), b = std::string(100, 'a') + "b";
+  const std::string path = testing::TempDir() + "/long.jsonl";
+  const absl::Status status = CheckRolloutGroups(RowsOf("long.jsonl", {a, b}), 2);
+  const std::string cut_a = "\"" + std::string(30, 'a') + "..." + std::string(30, 'a') + "\"";
+  const std::string cut_b = "\"" + std::string(30, 'a') + "..." + std::string(29, 'a') + "b\"";
+  EXPECT_EQ(std::string(status.message()),
+            path + ":2: prompt " + cut_b + " is not its group's (" + path + ":1: " + cut_a +
+                "): each run of [rl] group_size = 2 rows is one prompt's group; keep a prompt's "
+                "rows together");
 }
 
 TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {

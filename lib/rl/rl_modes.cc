@@ -278,6 +278,8 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
         share, ", which does not split into [rl] group_size = ", group,
         " groups (give a multiple of ", group * world, ")"));
   }
+  // Groups are taken by position: rows of several prompts in one would mix their baselines.
+  if (config.rl().algorithm() != "ppo") TITAN_RETURN_IF_ERROR(CheckRolloutGroups(*rows, group));
   // The rows' log-probabilities are the behaviour policy's: the old ones, unless [rl]
   // old_logprobs asks for the trainer's.
   const bool given_logprobs = rows->front().has_logprobs;

@@ -1032,6 +1032,21 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn(f'{path}:3: {lengths[2] - 1} "logprobs" for a response of {lengths[2]} '
                       "tokens", stderr)
 
+    def test_step_rollouts_groups_of_mixed_prompts_are_refused(self):
+        # Groups are taken by position: rows 1-4 and 5-8, each of one prompt, else refused.
+        rows = common.read_jsonl(self.rollouts())
+        rows[3], rows[4] = rows[4], rows[3]
+        path = os.path.join(self.root, "rollouts_mixed.jsonl")
+        common.write_jsonl(path, rows)
+        stderr = self.refusal("step_mixed", f"--step_rollouts={path}")
+        self.assertIn(f'{path}:4: prompt "Sort: h e f" is not its group\'s ({path}:1: '
+                      '"Sort: c a b"): each run of [rl] group_size = 4 rows is one prompt\'s '
+                      "group; keep a prompt's rows together", stderr)
+        # PPO has no groups: the same rows are one batch.
+        _, cmd = self.job("step_mixed_ppo", f"--step_rollouts={path}", *self.algorithm("ppo"),
+                          "--json")
+        self.assertIn("weights", json.loads(common.run(cmd).stdout))
+
     def test_step_rollouts_that_do_not_split_over_the_ranks_are_refused(self):
         for count, message in (
                 (12, "12 rollouts over 2 ranks: each rank takes a share of 6, which does not split "
