@@ -146,6 +146,14 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
 absl::StatusOr<std::string> PolicyWeightsFrom(const RlTrainer& trainer, const JobConfig& config,
                                               bool random_weights) {
   if (!trainer.weights_from().empty()) {
+    // The flag asks for a random policy, which these weights would silently replace.
+    if (random_weights) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--random_weights asks for a random policy, but the policy loads ",
+          trainer.weights_from(),
+          ": --random_weights is for a run with no checkpoint under [job] dump_folder and no "
+          "[checkpoint] initial_load_path; drop it, or unset those"));
+    }
     LOG(INFO) << "policy weights from " << trainer.weights_from();
     return trainer.weights_from();
   }

@@ -22,6 +22,7 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
 // What `trainer`'s policy weights are, for the summary's "weights_from": RlTrainer::weights_from(),
 // or "random initialisation". A random one is refused unless `random_weights` (--random_weights),
 // then a WARNING: a mistyped dump folder would otherwise sample from, or update, a random model.
+// `random_weights` with weights to load is refused too: they would replace the random policy.
 absl::StatusOr<std::string> PolicyWeightsFrom(const RlTrainer& trainer, const JobConfig& config,
                                               bool random_weights);
 

@@ -394,6 +394,12 @@ class TitanRlTest(unittest.TestCase):
             self.assertIn("--random_weights: the policy is randomly initialised", proc.stderr)
             _, cmd = self.job(f"loaded_{name}", *mode, "--json")
             self.assertEqual(json.loads(common.run(cmd).stdout)["weights_from"], self.hf)
+            # Asked for beside weights to load, a random policy is refused, not silently loaded.
+            stderr = self.refusal(f"random_{name}_loaded", *mode, "--random_weights")
+            self.assertIn(f"--random_weights asks for a random policy, but the policy loads "
+                          f"{self.hf}: --random_weights is for a run with no checkpoint under "
+                          "[job] dump_folder and no [checkpoint] initial_load_path; drop it, or "
+                          "unset those", stderr)
         # A run's checkpoint replaces the initial load.
         ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false"]
         dump, cmd = self.job("weights_trained", *ckpt, "--training.steps=1")
