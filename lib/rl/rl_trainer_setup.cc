@@ -61,12 +61,18 @@ absl::Status RlTrainer::Init(RlMode mode) {
   }
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicyCopy());
-  TITAN_ASSIGN_OR_RETURN(stop_tokens_, StopTokensOf(policy_.info));
-  LOG(INFO) << "generation stops at ids [" << absl::StrJoin(stop_tokens_.ids, ", ") << "] ("
-            << stop_tokens_.source << ")";
   // Generation samples from the policy alone: a reference (a whole copy of the weights) or a
   // critic there would only take memory.
   const bool generate = mode == RlMode::kGenerate;
+  TITAN_ASSIGN_OR_RETURN(
+      stop_tokens_,
+      StopTokensOf(policy_.info, generate ? NoGenerationEos::kNoStop : NoGenerationEos::kModelEos));
+  if (stop_tokens_.ids.empty()) {
+    LOG(WARNING) << "generation stops at no id (" << stop_tokens_.source << ")";
+  } else {
+    LOG(INFO) << "generation stops at ids [" << absl::StrJoin(stop_tokens_.ids, ", ") << "] ("
+              << stop_tokens_.source << ")";
+  }
   if (!generate &&
       ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo")) {
     // Its parameters keep requires_grad as the policy's, though no optimizer holds them and it

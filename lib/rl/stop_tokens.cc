@@ -30,16 +30,25 @@ absl::StatusOr<std::vector<int64_t>> EosIds(const json& eos, const std::string& 
 
 }  // namespace
 
-absl::StatusOr<StopTokens> StopTokensOf(const ModelInfo& model) {
+absl::StatusOr<StopTokens> StopTokensOf(const ModelInfo& model, NoGenerationEos no_eos) {
   const int64_t vocab_size = model.args.vocab_size;
+  std::string where = "the model's eos_token_id";
   if (model.hf_generation_config.is_object()) {
-    const std::string where = "the model's generation_config.json eos_token_id";
-    absl::StatusOr<std::vector<int64_t>> ids =
-        EosIds(model.hf_generation_config.value("eos_token_id", json()), where, vocab_size);
+    const std::string generation_where = "the model's generation_config.json eos_token_id";
+    absl::StatusOr<std::vector<int64_t>> ids = EosIds(
+        model.hf_generation_config.value("eos_token_id", json()), generation_where, vocab_size);
     if (!ids.ok()) return ids.status();
-    if (!ids->empty()) return StopTokens{*std::move(ids), where};
+    if (!ids->empty()) return StopTokens{*std::move(ids), generation_where};
+    // transformers takes an existing generation config as it is: no stop, not config.json's.
+    if (no_eos == NoGenerationEos::kNoStop) {
+      return StopTokens{{},
+                        "the model's generation_config.json names no eos_token_id: responses "
+                        "run to max_new_tokens, as transformers' generate"};
+    }
+    where =
+        "the model's eos_token_id; its generation_config.json names none, and a training "
+        "run's responses need an end";
   }
-  const std::string where = "the model's eos_token_id";
   absl::StatusOr<std::vector<int64_t>> ids = EosIds(model.eos_token_id, where, vocab_size);
   if (!ids.ok()) return ids.status();
   if (ids->empty()) {

@@ -801,6 +801,46 @@ class TitanRlTest(unittest.TestCase):
                                   do_sample=False)[0, len(row["prompt_ids"]):].tolist()
         self.assertEqual(row["response_ids"], expected)
 
+    def test_a_generation_config_without_eos_stops_generate_nowhere_and_training_at_eos(self):
+        # transformers takes an existing generation_config.json as it is: without eos_token_id its
+        # generate runs to max_new_tokens, not to config.json's eos_token_id (here the greedy
+        # first token). Training falls back to config.json's: its responses need an end.
+        hf = os.path.join(self.root, "eos_none")
+        shutil.rmtree(hf, ignore_errors=True)
+        shutil.copytree(self.hf, hf)
+        prompts = os.path.join(self.root, "eos_none_prompts.jsonl")
+        common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"}])
+        output = os.path.join(self.root, "eos_none_generated.jsonl")
+        cmd = common.short_run(TITAN_RL, CONFIG, os.path.join(self.root, "eos_none_gen"), hf,
+                               "--generate", f"--output={output}", f"--rl.prompts_path={prompts}",
+                               "--rl.temperature=0", "--rl.max_new_tokens=6")
+        common.run(cmd)
+        first = common.read_jsonl(output)[0]["response_ids"][0]
+        for name, value in (("generation_config.json", None), ("config.json", first)):
+            path = os.path.join(hf, name)
+            with open(path) as f:
+                config = json.load(f)
+            config["eos_token_id"] = value
+            with open(path, "w") as f:
+                json.dump(config, f)
+        proc = common.run(cmd)
+        self.assertIn("generation stops at no id (the model's generation_config.json names no "
+                      "eos_token_id: responses run to max_new_tokens, as transformers' generate)",
+                      proc.stderr)
+        row = common.read_jsonl(output)[0]
+        model = transformers.AutoModelForCausalLM.from_pretrained(hf)
+        self.assertIsNone(model.generation_config.eos_token_id)
+        expected = model.generate(torch.tensor([row["prompt_ids"]]), max_new_tokens=6,
+                                  do_sample=False)[0, len(row["prompt_ids"]):].tolist()
+        self.assertEqual(len(expected), 6)
+        self.assertEqual(row["response_ids"], expected)
+        self.assertFalse(row["stopped"])
+        _, train = self.job("eos_none_train", f"--model.hf_assets_path={hf}",
+                            f"--checkpoint.initial_load_path={hf}", "--training.steps=1")
+        self.assertIn(f"generation stops at ids [{first}] (the model's eos_token_id; its "
+                      "generation_config.json names none, and a training run's responses need "
+                      "an end)", common.run(train).stderr)
+
     def test_generate_does_not_overwrite_its_prompts(self):
         prompts = os.path.join(self.root, "own_prompts.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"}])
