@@ -136,12 +136,22 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const at::Tensor mask = batch.response_mask.to(at::kFloat);
   const at::Tensor rewards =
       at::tensor(OverlongPenalized(rollouts), at::kDouble).to(at::kFloat).to(setup_.device);
+  // -1, left out or spelled out (config.toml spells it out): the whole batch.
+  const int64_t minibatch =
+      rl.minibatch_size() == -1 ? rows : std::min<int64_t>(rl.minibatch_size(), rows);
   at::Tensor old_logp, ref_logp, old_values;
+  // The trainer's log-probabilities of every row before the update, where logprob_diff_max needs
+  // them: rows past the first minibatch are only scored after its optimizer step.
+  at::Tensor trainer_logp;
   // The generator's log-probabilities are the behaviour policy's (same model, its decode kernels)
   // unless [rl] old_logprobs asks for the trainer's.
   if (rollouts.generator_logprobs.defined() && rl.old_logprobs() == "generator") {
     old_logp = rollouts.generator_logprobs.to(setup_.device);
-    if (ppo) TITAN_RETURN_IF_ERROR(ResponseLogProbsNoGrad(policy_, batch, &old_values).status());
+    if (ppo || minibatch < rows) {
+      TITAN_ASSIGN_OR_RETURN(const at::Tensor logp,
+                             ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr));
+      if (minibatch < rows) trainer_logp = logp;
+    }
   } else {
     TITAN_ASSIGN_OR_RETURN(old_logp,
                            ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr));
@@ -204,9 +214,10 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     tally.Add("residual_sum", ((returns - old_values) * mask).sum());
     tally.Add("residual_sq_sum", ((returns - old_values).square() * mask).sum());
   }
-  // -1, left out or spelled out (config.toml spells it out): the whole batch.
-  const int64_t minibatch =
-      rl.minibatch_size() == -1 ? rows : std::min<int64_t>(rl.minibatch_size(), rows);
+  // Masked entries count as 0: a batch whose tokens were all dropped has none.
+  const auto diff_max = [](const at::Tensor& logp, const at::Tensor& old, const at::Tensor& lm) {
+    return (logp.detach() - old).abs().masked_fill(lm.to(at::kBool).logical_not(), 0).amax();
+  };
   const int64_t micro = std::min<int64_t>(config_.training().local_batch_size(), minibatch);
   // Each minibatch's counted tokens over the ranks, read once for every epoch.
   std::vector<at::Tensor> minibatch_tokens;
@@ -215,11 +226,16 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   }
   TITAN_ASSIGN_OR_RETURN(const at::Tensor counted_tokens,
                          ReduceOverDp(at::stack(minibatch_tokens), ReduceOp::kSum));
+  // Over counted tokens only (none when dynamic sampling dropped every group, on every rank).
+  if (trainer_logp.defined() && counted_tokens.sum().item<double>() > 0) {
+    tally.Max("logprob_diff_max", diff_max(trainer_logp, old_logp, loss_mask));
+  }
   // The update's metrics are means over its optimizer steps (every epoch and minibatch), as TRL's
   // PPO and verl report them; each step's metric is its token mean.
   at::Tensor grad_norm_sum;
   int64_t optimizer_steps = 0;
   int64_t trained_tokens = 0;  // this rank's, every epoch's: the update's FLOPs
+  bool diff_measured = trainer_logp.defined();  // logprob_diff_max's rows are all taken
   for (int64_t epoch = 0; epoch < rl.ppo_epochs(); ++epoch) {
     for (int64_t begin = 0; begin < rows; begin += minibatch) {
       const int64_t end = std::min(rows, begin + minibatch);
@@ -254,15 +270,13 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
           // The policy the rollouts were scored under (verl's actor/entropy comes from its
           // old-log-prob forward): computed in the first epoch only, saving later epochs' softmax.
           c10::NoGradGuard no_grad;
-          const at::Tensor m_bool = lm.to(at::kBool);
           tally.Add("entropy_sum", (entropy * lm).sum());
-          if (epoch == 0 && begin == 0) {
-            // Before any update of this batch: the trainer's log-probabilities against the old
+          if (!diff_measured) {
+            // Before any update of this batch (its first counted minibatch, unless measured on
+            // every row above): the trainer's log-probabilities against the old
             // ones the ratio uses (0 with the generator's in batch-invariant mode, or with the
-            // trainer's: the PPO ratio is exactly 1).
-            // Masked entries count as 0: a microbatch whose tokens were all dropped has none.
-            tally.Max("logprob_diff_max",
-                      (logp.detach() - old).abs().masked_fill(m_bool.logical_not(), 0).amax());
+            // trainer's, which later minibatches' rows then equal: the PPO ratio is exactly 1).
+            tally.Max("logprob_diff_max", diff_max(logp, old, lm));
           }
         }
         if (reference_ && !ppo) {
@@ -287,6 +301,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
                              OptimizerStep(microbatches, loss_sum, counted));
       grad_norm_sum = grad_norm_sum.defined() ? grad_norm_sum + grad_norm : grad_norm;
       ++optimizer_steps;
+      diff_measured = true;
     }
   }
   // Metrics: sums (and the maximum) over ranks, then ratios.
@@ -315,11 +330,17 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
        std::sqrt(std::max(0.0, get("reward_sq_sum") / n - reward_mean * reward_mean))},
       {"policy_loss", step_average("policy_loss")},
       {"clip_fraction", step_average("clip_fraction")},
-      {"entropy", get("entropy_sum") / tokens},
       {"response_length", get("response_tokens") / n},
-      {"logprob_diff_max", get("logprob_diff_max")},
       {"optimizer_steps", static_cast<double>(optimizer_steps)},
   };
+  // Measured on counted tokens only: left out when dynamic sampling dropped every group (an
+  // entropy of 0 would read as a deterministic policy).
+  if (totals.contains("entropy_sum")) {
+    metrics.extra.emplace_back("entropy", get("entropy_sum") / tokens);
+  }
+  if (totals.contains("logprob_diff_max")) {
+    metrics.extra.emplace_back("logprob_diff_max", get("logprob_diff_max"));
+  }
   if (reference_) metrics.extra.emplace_back("kl", step_average("kl"));
   if (!ppo) {
     metrics.extra.emplace_back("counted_fraction", get("counted_tokens") /

@@ -50,7 +50,9 @@ class TitanRlTest(unittest.TestCase):
         for algorithm, invariant, old in (("ppo", True, "generator"), ("ppo", False, "generator"),
                                           ("ppo", False, "trainer"), ("grpo", False, "trainer")):
             name = f"{algorithm}_bi_{invariant}_{old}"
+            # Without dynamic sampling: a random model's equal rewards would drop every group.
             dump, cmd = self.job(name, *self.algorithm(algorithm), "--rl.kl_coef=0.05",
+                                 "--rl.dynamic_sampling=false",
                                  f"--debug.batch_invariant={str(invariant).lower()}",
                                  f"--rl.old_logprobs={old}")
             common.run(cmd)
@@ -1077,6 +1079,48 @@ class TitanRlTest(unittest.TestCase):
         stderr = self.refusal("step_logprobs_short", f"--step_rollouts={path}")
         self.assertIn(f'{path}:3: {lengths[2] - 1} "logprobs" for a response of {lengths[2]} '
                       "tokens", stderr)
+
+    def test_logprob_diff_max_covers_every_minibatch(self):
+        # Rows 1-4 (the first minibatch) have log-probabilities near a random model's (about
+        # -ln 2048 = -7.6), rows 5-8 far above (below would make the ratio overflow): the maximum
+        # is over the whole batch, each row's taken before the update.
+        rows = common.read_jsonl(self.rollouts())
+        tokenizer = transformers.AutoTokenizer.from_pretrained(common.TOKENIZER)
+        path = os.path.join(self.root, "rollouts_far_second_half.jsonl")
+        common.write_jsonl(path, [
+            dict(r, logprobs=[-7.0 if i < 4 else -0.5] *
+                 len(tokenizer(r["response"], add_special_tokens=False)["input_ids"]))
+            for i, r in enumerate(rows)])
+        summaries = {}
+        for minibatch in (-1, 4):
+            _, cmd = self.job(f"diff_max_{minibatch}", f"--rl.minibatch_size={minibatch}",
+                              "--rl.ppo_epochs=2", "--rl.kl_coef=0", "--json")
+            cmd.insert(1, f"--step_rollouts={path}")
+            summaries[minibatch] = json.loads(common.run(cmd).stdout)
+        self.assertEqual(summaries[4]["optimizer_steps"], 4)
+        self.assertGreater(summaries[-1]["logprob_diff_max"], 6)
+        # The same trainer log-probabilities, from a gradient-free forward: fp32 kernels apart.
+        self.assertAlmostEqual(summaries[4]["logprob_diff_max"], summaries[-1]["logprob_diff_max"],
+                               places=4)
+
+    def test_an_update_that_drops_every_group_reports_no_entropy(self):
+        # Dynamic sampling drops groups of equal rewards: with none left nothing is measured, so
+        # entropy and logprob_diff_max are left out (0 would read as a deterministic policy).
+        tokenizer = transformers.AutoTokenizer.from_pretrained(common.TOKENIZER)
+        rows = [dict(r, reward=1.0, logprobs=[-7.0] * len(
+            tokenizer(r["response"], add_special_tokens=False)["input_ids"]))
+            for r in common.read_jsonl(self.rollouts())]
+        path = os.path.join(self.root, "rollouts_all_equal.jsonl")
+        common.write_jsonl(path, rows)
+        for minibatch in (-1, 4):
+            _, cmd = self.job(f"all_dropped_{minibatch}", f"--rl.minibatch_size={minibatch}",
+                              "--json")
+            cmd.insert(1, f"--step_rollouts={path}")
+            summary = json.loads(common.run(cmd).stdout)
+            self.assertEqual(summary["optimizer_steps"], 0)
+            self.assertEqual(summary["counted_fraction"], 0)
+            self.assertNotIn("entropy", summary)
+            self.assertNotIn("logprob_diff_max", summary)
 
     def test_step_rollouts_groups_of_mixed_prompts_are_refused(self):
         # Groups are taken by position: rows 1-4 and 5-8, each of one prompt, else refused.
