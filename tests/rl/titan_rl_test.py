@@ -361,8 +361,8 @@ class TitanRlTest(unittest.TestCase):
         for mode in ([], ["--generate"]):
             proc = common.run(self.job("dump_is_a_file", *mode)[1], check=False)
             self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
-            self.assertIn(f"titan_rl: [job] dump_folder: {path}: is a file, not a folder",
-                          proc.stderr)
+            self.assertIn(f"titan_rl: --job.dump_folder: [job] dump_folder: {path}: is a file, "
+                          "not a folder", proc.stderr)
 
     def test_a_run_that_never_stepped_resumes(self):
         # Equal rewards: dynamic sampling drops every group, so step 1 takes no optimizer step.
