@@ -5,6 +5,8 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <functional>
+#include <limits>
 #include <mutex>
 #include <utility>
 
@@ -78,16 +80,19 @@ at::Generator SamplingGenerator(const at::Device& device, uint64_t seed) {
   return generator;
 }
 
-at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
-                      at::Generator& generator, at::Tensor* logprobs) {
-  const at::Tensor scores = logits.to(at::kFloat);
-  if (options.temperature == 0) {
-    const at::Tensor next = scores.argmax(-1);
-    *logprobs = TokenLogProbs(scores.unsqueeze(1), next.unsqueeze(1)).squeeze(1);
-    return next;
-  }
-  const double temperature = options.temperature;
-  at::Tensor filtered = scores / temperature;
+uint64_t RowSeed(uint64_t seed, uint64_t row) {
+  uint64_t z = seed ^ (row * 0x9E3779B97F4A7C15ULL + 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+namespace {
+
+// The distribution SampleNext draws from, [B, V]: softmax(logits / temperature) after top_k and
+// top_p (temperature > 0).
+at::Tensor SamplingProbs(const at::Tensor& scores, const SamplingOptions& options) {
+  at::Tensor filtered = scores / options.temperature;
   const double lowest = -std::numeric_limits<float>::infinity();
   if (options.top_k > 0 && options.top_k < filtered.size(-1)) {
     const at::Tensor kth = std::get<0>(filtered.topk(options.top_k, -1)).select(-1, -1);
@@ -101,11 +106,49 @@ at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
     const at::Tensor drop = at::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
     filtered = filtered.masked_fill(drop, lowest);
   }
-  // Drawn where the logits are: no [B, V] copy to the host per token.
-  const at::Tensor next =
-      at::multinomial(filtered.softmax(-1), 1, /*replacement=*/false, generator).squeeze(1);
-  *logprobs = TokenLogProbs(scores.unsqueeze(1), next.unsqueeze(1), temperature).squeeze(1);
+  return filtered.softmax(-1);
+}
+
+// Greedy (temperature 0) or drawn by `draw` from SamplingProbs, with each token's log-probability.
+at::Tensor Sample(const at::Tensor& logits, const SamplingOptions& options,
+                  const std::function<at::Tensor(const at::Tensor&)>& draw, at::Tensor* logprobs) {
+  const at::Tensor scores = logits.to(at::kFloat);
+  if (options.temperature == 0) {
+    const at::Tensor next = scores.argmax(-1);
+    *logprobs = TokenLogProbs(scores.unsqueeze(1), next.unsqueeze(1)).squeeze(1);
+    return next;
+  }
+  const at::Tensor next = draw(SamplingProbs(scores, options));
+  *logprobs = TokenLogProbs(scores.unsqueeze(1), next.unsqueeze(1), options.temperature).squeeze(1);
   return next;
+}
+
+}  // namespace
+
+at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
+                      at::Generator& generator, at::Tensor* logprobs) {
+  // Drawn where the logits are: no [B, V] copy to the host per token.
+  return Sample(
+      logits, options,
+      [&](const at::Tensor& probs) {
+        return at::multinomial(probs, 1, /*replacement=*/false, generator).squeeze(1);
+      },
+      logprobs);
+}
+
+at::Tensor SampleNextPerRow(const at::Tensor& logits, const SamplingOptions& options,
+                            std::vector<at::Generator>& generators, at::Tensor* logprobs) {
+  // One draw per row (a launch each on a GPU): a row's generator advances by its own draws only.
+  return Sample(
+      logits, options,
+      [&](const at::Tensor& probs) {
+        std::vector<at::Tensor> rows;
+        for (int64_t i = 0; i < probs.size(0); ++i) {
+          rows.push_back(at::multinomial(probs[i], 1, /*replacement=*/false, generators[i]));
+        }
+        return at::cat(rows);
+      },
+      logprobs);
 }
 
 absl::StatusOr<Generation> Generate(
@@ -124,8 +167,16 @@ absl::StatusOr<Generation> Generate(
         "a prompt of ", p, " tokens + ", options.max_new_tokens,
         " new ones exceed the model's RoPE range of ", args.max_seq_len, " positions"));
   }
+  if (!options.row_seeds.empty() && static_cast<int64_t>(options.row_seeds.size()) != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(options.row_seeds.size(), " row seeds for ",
+                                                   rows, " prompts: give one per prompt"));
+  }
   c10::NoGradGuard no_grad;
   at::Generator generator = SamplingGenerator(device, options.seed);
+  std::vector<at::Generator> row_generators;
+  for (const uint64_t seed : options.row_seeds) {
+    row_generators.push_back(SamplingGenerator(device, seed));
+  }
   const auto float_options = model.OutputWeight().options().dtype(at::kFloat);
   // In the dtype the layers compute keys and values in (autocast's, under mixed precision).
   const at::ScalarType cache_dtype = AutocastScope::Current(device.type())
@@ -148,7 +199,10 @@ absl::StatusOr<Generation> Generate(
   });
   for (int64_t t = 0; t < options.max_new_tokens; ++t) {
     at::Tensor logprobs;
-    at::Tensor next = SampleNext(logits.select(1, -1), options, generator, &logprobs);
+    at::Tensor next =
+        row_generators.empty()
+            ? SampleNext(logits.select(1, -1), options, generator, &logprobs)
+            : SampleNextPerRow(logits.select(1, -1), options, row_generators, &logprobs);
     // Rows that already stopped emit padding (not part of their response).
     next = next.masked_fill(finished, options.pad_id);
     out.logprobs.select(1, t).copy_(logprobs.masked_fill(finished, 0));

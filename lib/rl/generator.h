@@ -47,7 +47,13 @@ struct SamplingOptions {
   TokenIds stop_tokens;      // a response ends after the first of these (kept in the response)
   int64_t pad_id = 0;
   uint64_t seed = 0;         // sampling draws from its own generator: seeded, reproducible
+  // Non-empty: row i draws from a generator of its own, seeded row_seeds[i] (one per row), so
+  // that its samples do not depend on the other rows of the batch; `seed` is then not read.
+  std::vector<uint64_t> row_seeds;
 };
+
+// A seed for row `row` of a run seeded `seed` (SplitMix64's mix): rows and seeds draw apart.
+uint64_t RowSeed(uint64_t seed, uint64_t row);
 
 struct Generation {
   SequenceBatch batch;                // prompts and responses, T = max_new_tokens
@@ -65,6 +71,10 @@ at::Generator SamplingGenerator(const at::Device& device, uint64_t seed);
 // drawn on the logits' device, from `generator` (of that device).
 at::Tensor SampleNext(const at::Tensor& logits, const SamplingOptions& options,
                       at::Generator& generator, at::Tensor* logprobs);
+
+// As SampleNext, row i drawing from `generators`[i] alone (one per row of `logits`).
+at::Tensor SampleNextPerRow(const at::Tensor& logits, const SamplingOptions& options,
+                            std::vector<at::Generator>& generators, at::Tensor* logprobs);
 
 // Decodes `prompts` as one left-padded batch with a KV cache: a prompt forward, then one token
 // per forward until every row has stopped (read every 8 tokens) or max_new_tokens. `all_stopped`

@@ -120,5 +120,46 @@ TEST(SampleNextTest, SeededDrawsIgnoreTheGlobalGenerator) {
   EXPECT_FALSE(SampleNext(logits, options, other, &logprobs).equal(a));
 }
 
+// A row drawing from its own generator gets the tokens it gets alone: the other rows' draws do
+// not advance its generator.
+TEST(SampleNextTest, PerRowDrawsDoNotDependOnTheOtherRows) {
+  at::manual_seed(0);
+  const at::Tensor logits = at::randn({3, 50});
+  SamplingOptions options;
+  std::vector<at::Generator> batch = {SamplingGenerator(at::kCPU, 1),
+                                      SamplingGenerator(at::kCPU, 2),
+                                      SamplingGenerator(at::kCPU, 3)};
+  std::vector<at::Generator> alone = {SamplingGenerator(at::kCPU, 2)};
+  at::Tensor logprobs, alone_logprobs;
+  for (int step = 0; step < 5; ++step) {
+    const at::Tensor next = SampleNextPerRow(logits, options, batch, &logprobs);
+    const at::Tensor own = SampleNextPerRow(logits.slice(0, 1, 2), options, alone, &alone_logprobs);
+    EXPECT_EQ(next[1].item<int64_t>(), own[0].item<int64_t>()) << "step " << step;
+    EXPECT_EQ(logprobs[1].item<float>(), alone_logprobs[0].item<float>());
+  }
+}
+
+// Generation with row seeds: a prompt's response is the same in a batch of other prompts as
+// alone (its seed, not its place in the batch, decides its draws).
+TEST(GenerateTest, RowSeedsMakeAPromptsSamplesItsOwn) {
+  std::unique_ptr<Decoder> model = TinyModel(64);
+  DataParallel data_parallel;
+  SamplingOptions options;
+  options.max_new_tokens = 12;
+  options.pad_id = 0;
+  const std::vector<TokenIds> prompts = {{1, 2, 3, 4, 5}, {6, 7}, {8, 9, 10}};
+  options.row_seeds = {RowSeed(7, 0), RowSeed(7, 1), RowSeed(7, 2)};
+  absl::StatusOr<Generation> all = Generate(*model, data_parallel, prompts, options);
+  ASSERT_TRUE(all.ok()) << all.status();
+  options.row_seeds = {RowSeed(7, 1)};
+  absl::StatusOr<Generation> one = Generate(*model, data_parallel, {prompts[1]}, options);
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->responses[0], all->responses[1]);
+  EXPECT_NE(all->responses[0], all->responses[1]);  // other seeds draw other tokens
+  options.row_seeds = {1, 2};
+  EXPECT_EQ(Generate(*model, data_parallel, {prompts[1]}, options).status().message(),
+            "2 row seeds for 1 prompts: give one per prompt");
+}
+
 }  // namespace
 }  // namespace titan

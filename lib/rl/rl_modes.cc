@@ -194,8 +194,13 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
   }
   std::vector<std::string> prompts;
   for (size_t i = rank; i < examples.size(); i += world) prompts.push_back(examples[i].prompt);
-  const SamplingOptions options = trainer.SamplingFromConfig(
-      static_cast<uint64_t>(config.training().seed()) + rank, config.rl().temperature() == 0);
+  const uint64_t seed = static_cast<uint64_t>(config.training().seed());
+  SamplingOptions options = trainer.SamplingFromConfig(seed, config.rl().temperature() == 0);
+  // Each prompt draws from its own generator, seeded by its index in the file: its response does
+  // not depend on the other prompts or on --nproc_per_node.
+  for (size_t i = rank; i < examples.size() && options.temperature > 0; i += world) {
+    options.row_seeds.push_back(RowSeed(seed, i));
+  }
   Stopwatch stopwatch;
   // The process's CPU time over all threads: on shared cores a fairer rate than the wall clock.
   const std::clock_t cpu_start = std::clock();

@@ -960,6 +960,24 @@ class TitanRlTest(unittest.TestCase):
             self.assertEqual(summary["generated_tokens"], sum(len(r["response_ids"]) for r in rows))
             self.assertEqual(os.listdir(os.path.dirname(output)), ["out.jsonl"])  # no rank parts
 
+    def test_sampled_responses_depend_on_the_prompt_and_its_index_only(self):
+        # Each prompt draws from its own generator, seeded by (seed, its index in the file): the
+        # same response whatever the ranks or the prompts after it.
+        prompts = [{"prompt": f"Sort: {c} a"} for c in "bcdef"] + [{"prompt": "Sort: h g f e d"}]
+        outputs = {}
+        for name, nproc, count in (("all_1", 1, 6), ("all_2", 2, 6), ("first_3", 1, 3)):
+            path = os.path.join(self.root, f"sampled_prompts_{name}.jsonl")
+            common.write_jsonl(path, prompts[:count])
+            output = os.path.join(self.root, f"sampled_{name}.jsonl")
+            _, cmd = self.job(f"sampled_{name}", f"--nproc_per_node={nproc}", "--generate",
+                              f"--output={output}", f"--rl.prompts_path={path}",
+                              "--rl.temperature=1", "--rl.max_new_tokens=8")
+            common.run(cmd)
+            outputs[name] = [r["response_ids"] for r in common.read_jsonl(output)]
+        self.assertEqual(outputs["all_2"], outputs["all_1"])
+        self.assertEqual(outputs["first_3"], outputs["all_1"][:3])
+        self.assertGreater(len(set(map(tuple, outputs["all_1"]))), 1)  # sampled, not greedy
+
     def test_generate_over_two_ranks_keeps_files_named_like_its_parts(self):
         # The old part names, <output>.rank<r>: here the run's own prompts and a user's file.
         folder = os.path.join(self.root, "generated_beside")
