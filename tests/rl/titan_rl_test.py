@@ -26,6 +26,17 @@ TITAN_TRAIN = None
 CONFIG = "configs/rl_grpo_sorting.toml"
 
 
+def running(pid):
+    """Whether process `pid` is alive: a killed one may stay a zombie (state Z) until the PID 1
+    it was handed to reaps it, which a container's PID 1 may do late or never."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            state = next(line for line in f if line.startswith("State:"))
+    except FileNotFoundError:
+        return False
+    return state.split()[1] not in ("Z", "X")
+
+
 class TitanRlTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -492,7 +503,7 @@ class TitanRlTest(unittest.TestCase):
         # Step 1 cannot finish without its rewards: nothing is saved, so not 0 but the signal's.
         self.assertEqual(proc.returncode, -signal.SIGTERM, stderr[-3000:])
         self.assertIn("received signal 15 while waiting for the scorer", stderr)
-        self.assertFalse(os.path.exists(f"/proc/{scorer}"), "the scorer outlived titan_rl")
+        self.assertFalse(running(scorer), "the scorer outlived titan_rl")
         self.assertEqual(glob.glob(os.path.join(dump, "checkpoint", "step-*")), [])
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0])
 
