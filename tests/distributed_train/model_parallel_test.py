@@ -94,8 +94,9 @@ class ModelParallelTest(train_runs.ParityTest):
                      "--parallelism.enable_sequence_parallel=false", check=False)
         self.assertNotEqual(proc.returncode, 0)
         for rank in range(3):
-            self.assertIn(f"[rank {rank}] titan_train: [parallelism] tensor_parallel_degree=3 does "
-                          "not divide the model's attention heads (16)", proc.stderr)
+            self.assertIn(f"[rank {rank}] titan_train: --parallelism.tensor_parallel_degree: "
+                          "[parallelism] tensor_parallel_degree=3 does not divide the model's "
+                          "attention heads (16)", proc.stderr)
 
 
 class ModelParallelLongTest(train_runs.ParityTest):

@@ -317,8 +317,8 @@ class ProfileRunTest(unittest.TestCase):
         proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--training.steps=3"],
                               capture_output=True, text=True, timeout=120)
         self.assertEqual(proc.returncode, 1)
-        self.assertIn("profile_run: [training] steps=3: profile_run needs --profile.warmup=2 + "
-                      "--profile.active=3 = 5 steps", proc.stderr)
+        self.assertIn("profile_run: --training.steps: [training] steps=3: profile_run needs "
+                      "--profile.warmup=2 + --profile.active=3 = 5 steps", proc.stderr)
         dumps = os.path.join(self.tmp, "garbage_dumps")
         os.makedirs(dumps, exist_ok=True)
         with open(os.path.join(dumps, "rank_0"), "w") as f:

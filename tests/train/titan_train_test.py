@@ -216,8 +216,8 @@ class TitanTrainTest(unittest.TestCase):
         second = run_train(dump, "--training.steps=10000", "--validation.enable=false",
                            check=False)
         self.assertEqual(second.returncode, 1, second.stderr[-3000:])
-        self.assertIn(f"titan_train: [job] dump_folder: {dump} is in use by another run "
-                      f"(pid {proc.pid})",
+        self.assertIn(f"titan_train: --job.dump_folder: [job] dump_folder: {dump} is in use by "
+                      f"another run (pid {proc.pid})",
                       second.stderr)
         # So is one that names this run's checkpoint folder as its own.
         ckpt = os.path.join(dump, "checkpoint")
@@ -265,8 +265,9 @@ class TitanTrainTest(unittest.TestCase):
                          f"--checkpoint.folder={link}", check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
         lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
-        self.assertEqual(lines, [f"titan_train: [checkpoint] folder: {link} is the folder of "
-                                 "[job] dump_folder too; give it a folder of its own"],
+        self.assertEqual(lines, [f"titan_train: --checkpoint.folder: [checkpoint] folder: {link} "
+                                 "is the folder of [job] dump_folder too; give it a folder of its "
+                                 "own"],
                          proc.stderr[-2000:])
         # Spelled as the dump folder, validation refuses it before anything is locked.
         proc = run_train(dump, "--training.steps=1", "--validation.enable=false",
@@ -366,7 +367,10 @@ class TitanTrainTest(unittest.TestCase):
                              *flags, check=False)
             self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
             lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
-            self.assertEqual(lines, [f"titan_train: {message}"], proc.stderr[-2000:])
+            # Named after the flag that set the key (the message's first).
+            key = message[1:].split(" ")[:2]
+            source = f"--{key[0].rstrip(']')}.{key[1].rstrip(':')}"
+            self.assertEqual(lines, [f"titan_train: {source}: {message}"], proc.stderr[-2000:])
             self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
 
     def test_a_dump_folder_that_is_a_file_names_its_key(self):
@@ -377,8 +381,8 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
         lines = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")]
         self.assertEqual(lines,
-                         [f"titan_train: [job] dump_folder: {path}: is a file, not a folder "
-                          "(mkdir cannot make a folder there)"])
+                         [f"titan_train: --job.dump_folder: [job] dump_folder: {path}: is a file, "
+                          "not a folder (mkdir cannot make a folder there)"])
         with open(path) as f:
             self.assertEqual(f.read(), "mine\n")
 
@@ -548,8 +552,8 @@ class TitanTrainTest(unittest.TestCase):
         dump = self.dump("cuda_graph")
         proc = run_train(dump, "--compile.cuda_graph=true", check=False)
         self.assertEqual(proc.returncode, 1)
-        self.assertIn("titan_train: [compile] cuda_graph = true needs a CUDA device; this run is "
-                      "on cpu", proc.stderr)
+        self.assertIn("titan_train: --compile.cuda_graph: [compile] cuda_graph = true needs a "
+                      "CUDA device; this run is on cpu", proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
 
     def test_help_lists_every_section(self):
