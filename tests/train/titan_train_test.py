@@ -556,6 +556,18 @@ class TitanTrainTest(unittest.TestCase):
                       "CUDA device; this run is on cpu", proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
 
+    def test_no_job_given_is_refused_before_any_work(self):
+        # A bare command (or one with only --nproc_per_node) would train the default 10,000-step
+        # job into ./outputs.
+        cwd = os.path.join(self.tmp, "bare")
+        os.makedirs(cwd, exist_ok=True)
+        for args in ([], ["--nproc_per_node=2"], ["--nproc_per_node", "1"]):
+            proc = subprocess.run([TITAN_TRAIN, *args], capture_output=True, text=True, cwd=cwd,
+                                  timeout=60)
+            self.assertEqual(proc.returncode, 1, args)
+            self.assertIn("titan_train: no job given: pass --job.config_file=FILE", proc.stderr)
+            self.assertEqual(os.listdir(cwd), [], args)
+
     def test_help_lists_every_section(self):
         proc = subprocess.run([TITAN_TRAIN, "--help"], capture_output=True, text=True)
         self.assertEqual(proc.returncode, 0)
