@@ -109,10 +109,15 @@ class TensorProducer {
                  const std::atomic<int>* stop_signal = nullptr)
       : reader_(reader), info_(info), dtype_(dtype), to_(to), stop_signal_(stop_signal) {}
 
+  // Cancelled once a stop signal came: checked before each tensor is read and after each is
+  // written, so that a long write ends at the next tensor.
+  absl::Status CheckStop() const {
+    if (stop_signal_ == nullptr || stop_signal_->load() == 0) return absl::OkStatus();
+    return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal_->load()));
+  }
+
   absl::StatusOr<at::Tensor> Produce(const ParameterSource& param) const {
-    if (stop_signal_ != nullptr && stop_signal_->load() != 0) {
-      return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal_->load()));
-    }
+    TITAN_RETURN_IF_ERROR(CheckStop());
     absl::StatusOr<at::Tensor> tensor = reader_.Get(param.source_name);
     if (!tensor.ok()) return tensor.status();
     at::Tensor out = *tensor;
@@ -180,8 +185,9 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
       summary.bytes += tensor->numel() * tensor->element_size();
       tensors.emplace_back(std::move(hf_name), *std::move(tensor));
     }
-    TITAN_RETURN_IF_ERROR(
-        WriteSafetensors(absl::StrCat(output, "/", file), tensors, {{"format", "pt"}}));
+    TITAN_RETURN_IF_ERROR(WriteSafetensors(
+        absl::StrCat(output, "/", file), tensors, {{"format", "pt"}},
+        [&](const std::string&, absl::string_view) { return producer.CheckStop(); }));
     summary.files.push_back(file);
     summary.tensors += static_cast<int64_t>(tensors.size());
     LOG(INFO) << "wrote " << output << "/" << file << " (" << tensors.size() << " tensors)";
@@ -209,13 +215,23 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
   return absl::OkStatus();
 }
 
+// Whether `name` is what a conversion killed mid-write leaves in its output: a --to=titan's step
+// temporary, or the `<file>.tmp.<pid>` of a file written atomically (--to=meta's).
+bool IsInterruptedWrite(absl::string_view name) {
+  if (IsStepTemporaryName(name)) return true;
+  const size_t infix = name.rfind(".tmp.");
+  if (infix == absl::string_view::npos || infix == 0) return false;
+  const absl::string_view pid = name.substr(infix + 5);
+  return !pid.empty() && std::all_of(pid.begin(), pid.end(), absl::ascii_isdigit);
+}
+
 // An output directory that does not exist or is empty (a rename may replace an empty directory),
-// but for the step temporaries of an interrupted --to=titan conversion, which are returned.
+// but for what interrupted conversions left (IsInterruptedWrite), which is returned.
 absl::StatusOr<std::vector<std::string>> CheckOutputIsFree(const std::string& output) {
   if (!PathExists(output)) return std::vector<std::string>();
   TITAN_ASSIGN_OR_RETURN(std::vector<std::string> entries, ListDirectory(output));
   for (const std::string& name : entries) {
-    if (!IsStepTemporaryName(name)) {
+    if (!IsInterruptedWrite(name)) {
       return absl::AlreadyExistsError(absl::StrCat(output, ": exists and is not empty"));
     }
   }

@@ -662,22 +662,26 @@ TEST(ConvertTest, OutputBeingWrittenByAnotherConversionIsRefusedAndKept) {
 // output "not empty" for the rerun, which removes it; anything else still does.
 TEST(ConvertTest, RerunAfterAnInterruptedConversionReplacesItsLeftovers) {
   const std::string titan = TestDir("titan"), out = TestDir("out");
-  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
-  for (CheckpointFormat to : {CheckpointFormat::kTitan, CheckpointFormat::kHf}) {
+  SaveTitan(titan, 3, SmallMetaModel(), /*describe=*/true);
+  for (CheckpointFormat to :
+       {CheckpointFormat::kTitan, CheckpointFormat::kHf, CheckpointFormat::kMeta}) {
     ASSERT_TRUE(RemoveTree(out).ok());
     ASSERT_TRUE(MakeDirectories(out + "/step-3.tmp-4242").ok());
     ASSERT_TRUE(WriteFileAtomically(out + "/step-3.tmp-4242/model.safetensors.tmp.4242", "x").ok());
+    ASSERT_TRUE(WriteFileAtomically(out + "/consolidated.00.pth.tmp.4243", "x").ok());
     ConvertOptions options;
     options.to = to;
     const absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, out, options);
     ASSERT_TRUE(summary.ok()) << summary.status();
     EXPECT_FALSE(PathExists(out + "/step-3.tmp-4242"));
+    EXPECT_FALSE(PathExists(out + "/consolidated.00.pth.tmp.4243"));
     EXPECT_TRUE(PathExists(to == CheckpointFormat::kTitan ? out + "/step-3/manifest.json"
-                                                          : out + "/config.json"));
+                           : to == CheckpointFormat::kHf  ? out + "/config.json"
+                                                          : out + "/params.json"));
   }
   ASSERT_TRUE(RemoveTree(out).ok());
   ASSERT_TRUE(MakeDirectories(out + "/step-3.tmp-4242").ok());
-  ASSERT_TRUE(WriteFileAtomically(out + "/notes.txt", "mine").ok());
+  ASSERT_TRUE(WriteFileAtomically(out + "/notes.tmp.txt", "mine").ok());
   EXPECT_EQ(ConvertCheckpoint(titan, out, {}).status().message(),
             out + ": exists and is not empty");
   EXPECT_TRUE(PathExists(out + "/step-3.tmp-4242"));

@@ -259,15 +259,18 @@ class InteropTest(unittest.TestCase):
         self.assertEqual(summary["output"], self.path("out/step-7"))
 
     def test_stopped_or_failed_conversions_leave_nothing(self):
-        # One shard per tensor (147, each synced): still writing when the signal comes.
+        # One shard per tensor (147, each synced), or one 76 MB shard (checked after each tensor
+        # written): still writing when the signal comes.
         self.save_hf(small_config(vocab_size=4096, hidden_size=256, intermediate_size=1024,
                                   num_hidden_layers=16), torch.float32)
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            out = self.path(f"out_{sig.name}")
-            proc = subprocess.Popen([CONVERT, "--to=hf", "--max_shard_size=1KB", self.path("hf"),
-                                     out], stderr=subprocess.PIPE, text=True)
+        for sig, shard_flags, written in ((signal.SIGINT, ["--max_shard_size=1KB"], "model-*"),
+                                          (signal.SIGTERM, ["--max_shard_size=1KB"], "model-*"),
+                                          (signal.SIGINT, [], "model.safetensors.tmp.*")):
+            out = self.path(f"out_{sig.name}_{len(shard_flags)}")
+            proc = subprocess.Popen([CONVERT, "--to=hf", *shard_flags, self.path("hf"), out],
+                                    stderr=subprocess.PIPE, text=True)
             temporary = f"{out}.tmp-{proc.pid}"
-            while proc.poll() is None and not glob.glob(os.path.join(temporary, "model-*")):
+            while proc.poll() is None and not glob.glob(os.path.join(temporary, written)):
                 time.sleep(0.001)
             proc.send_signal(sig)
             _, stderr = proc.communicate(timeout=60)
