@@ -335,8 +335,13 @@ absl::Status ApplyModelConverters(const JobConfig& config, const RunSetup& setup
   }
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> converted,
                          ConvertToFloat8(model, options, setup.device));
-  // A pipeline stage may hold only filtered layers; a whole model converting none ignored the key.
-  if (converted.empty() && !runtime.dims().pp_enabled()) {
+  // A pipeline stage may hold only filtered layers: the stages' counts are summed.
+  at::Tensor converted_count = at::full({1}, static_cast<int64_t>(converted.size()), at::kLong);
+  if (runtime.dims().pp_enabled()) {
+    TITAN_RETURN_IF_ERROR(
+        Await(runtime.comms()->Get(MeshGroup::kPp).AllReduce(converted_count, ReduceOp::kSum)));
+  }
+  if (converted_count.item<int64_t>() == 0) {
     return absl::InvalidArgumentError(
         "[float8] filter_fqns: every linear layer is filtered out (or has a dim that is not a "
         "multiple of 16), so float8 would convert none; narrow the filters or remove the float8 "

@@ -149,9 +149,15 @@ class Float8TrainTest(train_runs.ParityTest):
               "--float8.recipe_name=rowwise"], "needs recipe_name = \"tensorwise\""),
             ([*FLOAT8, "--float8.enable_fsdp_float8_all_gather=true"], "needs FSDP"),
             ([*FLOAT8, "--debug.batch_invariant=true"], "batch-invariant"),
+            # No stage converts a layer: counted over the stages.
+            ([*FLOAT8, "--float8.filter_fqns=layers,output",
+              "--parallelism.pipeline_parallel_degree=2",
+              "--parallelism.pipeline_parallel_schedule=1F1B",
+              "--parallelism.data_parallel_shard_degree=1"],
+             "[float8] filter_fqns: every linear layer is filtered out"),
         ]
         for flags, message in cases:
-            nproc = 2 if "--parallelism.tensor_parallel_degree=2" in flags else 1
+            nproc = 2 if any(f.endswith("_degree=2") for f in flags) else 1
             proc = train(self.fresh("float8_refused"), nproc, 8, *flags, steps=1, check=False)
             self.assertNotEqual(proc.returncode, 0, flags)
             self.assertIn(message, proc.stderr, flags)
