@@ -260,13 +260,11 @@ std::string TokenizerPath(const JobConfig& config) {
 absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(const JobConfig& config) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(TokenizerPath(config));
   if (tokenizer.ok()) return tokenizer;
-  // The key TokenizerPath took the path from; the bundled tokenizer has none.
-  const auto& model = config.model();
-  if (!model.tokenizer_path().empty())
-    return WithContext(tokenizer.status(), "[model] tokenizer_path");
-  if (!model.hf_assets_path().empty())
-    return WithContext(tokenizer.status(), "[model] hf_assets_path");
-  return tokenizer.status();
+  // The key TokenizerPath took the path from (unset: the bundled tokenizer, its default).
+  return WithContext(tokenizer.status(), config.model().tokenizer_path().empty() &&
+                                                 !config.model().hf_assets_path().empty()
+                                             ? "[model] hf_assets_path"
+                                             : "[model] tokenizer_path");
 }
 
 absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer) {

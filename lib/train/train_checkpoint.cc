@@ -111,7 +111,14 @@ absl::Status TrainCheckpointer::Resume(TrainState& state, const TrainCheckpointe
   if (paired != nullptr && step > 0) {
     TITAN_ASSIGN_OR_RETURN(step, PairedStep(step, *paired));
   }
-  return LoadStep(step, state);
+  absl::Status loaded = LoadStep(step, state);
+  // A step the user named: the refusal names the key (and so where it was set).
+  if (!loaded.ok() && config_.checkpoint().load_step() >= 0 &&
+      !absl::StartsWith(loaded.message(), "[")) {
+    return absl::Status(loaded.code(),
+                        absl::StrCat("[checkpoint] load_step = ", step, ": ", loaded.message()));
+  }
+  return loaded;
 }
 
 absl::StatusOr<int64_t> TrainCheckpointer::PairedStep(int64_t step,

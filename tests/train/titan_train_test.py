@@ -327,6 +327,7 @@ class TitanTrainTest(unittest.TestCase):
              "--float8.filter_fqns: [float8] filter_fqns: every linear layer is filtered out"),
             (['--optimizer.param_groups=[{pattern = "no_such_parameter"}]'],
              '[optimizer] param_groups[0].pattern="no_such_parameter" matches no parameter'),
+            (["--checkpoint.load_step=7"], "--checkpoint.load_step: [checkpoint] load_step = 7: "),
         ]
         for flags, message in cases:
             config = bad_file if not flags else CONFIG
