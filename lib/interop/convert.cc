@@ -238,18 +238,6 @@ absl::StatusOr<std::vector<std::string>> CheckOutputIsFree(const std::string& ou
   return entries;
 }
 
-// Locks `output` (made if missing) against other conversions, checks that it is free under the
-// lock, and removes what an interrupted conversion left in it: no other run writes there now.
-absl::StatusOr<std::unique_ptr<FolderLock>> LockFreeOutput(const std::string& output) {
-  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FolderLock> lock, FolderLock::AcquireOnFolder(output));
-  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> leftovers, CheckOutputIsFree(output));
-  for (const std::string& name : leftovers) {
-    LOG(WARNING) << "Removing " << output << "/" << name << " left by an interrupted conversion";
-    TITAN_RETURN_IF_ERROR(RemoveTree(absl::StrCat(output, "/", name)));
-  }
-  return lock;
-}
-
 // The directory `path` names when it is a symlink (a directory renamed onto a link fails: the
 // rename must replace the directory it points to), else `path` without a trailing slash.
 absl::StatusOr<std::string> RenameTarget(const std::string& path) {
@@ -259,6 +247,21 @@ absl::StatusOr<std::string> RenameTarget(const std::string& path) {
   char resolved[PATH_MAX];
   if (::realpath(target.c_str(), resolved) == nullptr) return ErrnoError("resolve link", target);
   return std::string(resolved);
+}
+
+// Locks `output` (made if missing) against other conversions, checks that it is free under the
+// lock, and removes what an interrupted conversion left in it: no other run writes there now.
+absl::StatusOr<std::unique_ptr<FolderLock>> LockFreeOutput(const std::string& output) {
+  // Inside a running trainer's folder a new step-like folder would be counted as its checkpoint.
+  TITAN_ASSIGN_OR_RETURN(const std::string target, RenameTarget(output));
+  TITAN_RETURN_IF_ERROR(FolderLock::CheckNotHeld(Dirname(target)));
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<FolderLock> lock, FolderLock::AcquireOnFolder(output));
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> leftovers, CheckOutputIsFree(output));
+  for (const std::string& name : leftovers) {
+    LOG(WARNING) << "Removing " << output << "/" << name << " left by an interrupted conversion";
+    TITAN_RETURN_IF_ERROR(RemoveTree(absl::StrCat(output, "/", name)));
+  }
+  return lock;
 }
 
 // WriteHf into <output>.tmp-<pid>, then one rename: `output` (empty, locked by the caller) is

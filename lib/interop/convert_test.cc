@@ -658,6 +658,19 @@ TEST(ConvertTest, OutputBeingWrittenByAnotherConversionIsRefusedAndKept) {
   }
 }
 
+// A new folder inside a running trainer's checkpoint folder would be taken for one of its steps.
+TEST(ConvertTest, OutputInsideAFolderARunHoldsIsRefused) {
+  const std::string titan = TestDir("titan"), run = TestDir("run_checkpoint");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  absl::StatusOr<std::unique_ptr<FolderLock>> trainer = FolderLock::Acquire(run);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  const absl::Status status = ConvertCheckpoint(titan, run + "/step-999", {}).status();
+  EXPECT_THAT(status.message(), HasSubstr(run + " is in use by another run (pid "));
+  EXPECT_FALSE(PathExists(run + "/step-999"));
+  trainer->reset();
+  EXPECT_TRUE(ConvertCheckpoint(titan, run + "/step-999", {}).ok());
+}
+
 // What a conversion killed mid-write left in its output (a step temporary) does not make the
 // output "not empty" for the rerun, which removes it; anything else still does.
 TEST(ConvertTest, RerunAfterAnInterruptedConversionReplacesItsLeftovers) {

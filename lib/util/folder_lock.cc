@@ -69,6 +69,21 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::AcquireOnFolder(const st
   return std::unique_ptr<FolderLock>(new FolderLock(fd));
 }
 
+absl::Status FolderLock::CheckNotHeld(const std::string& folder) {
+  const std::string path = folder + "/.titan.lock";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return absl::OkStatus();
+  // A shared lock is refused while the holder's exclusive one stands.
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  ::close(fd);
+  if (!held) return absl::OkStatus();
+  const absl::StatusOr<std::string> holder = ReadFile(path);
+  const std::string pid(holder.ok() ? absl::StripAsciiWhitespace(*holder) : "");
+  return absl::FailedPreconditionError(absl::StrCat(
+      folder, " is in use by another run", pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
+      "; write elsewhere, or wait for it to end"));
+}
+
 FolderLock::~FolderLock() { ::close(fd_); }
 
 }  // namespace titan

@@ -20,6 +20,9 @@ class FolderLock {
   // As Acquire, but on `folder` itself (flock on its own descriptor), writing nothing into it: for
   // an output folder that must stay empty until written whole. The refusal names no pid.
   static absl::StatusOr<std::unique_ptr<FolderLock>> AcquireOnFolder(const std::string& folder);
+  // OK unless another process holds `folder`'s Acquire lock (a run writes there): then
+  // FailedPrecondition naming its pid. Takes nothing; a folder without a lock file is free.
+  static absl::Status CheckNotHeld(const std::string& folder);
 
   FolderLock(const FolderLock&) = delete;
   FolderLock& operator=(const FolderLock&) = delete;
