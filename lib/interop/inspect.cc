@@ -7,6 +7,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -125,6 +126,26 @@ absl::StatusOr<std::string> TiedHeadNote(ComparableTensors& side, const Comparab
   return absl::StrCat(kHfHead, " in the ", which, " equals ", kHfEmbedding,
                       " bitwise: the tie its config.json declares (tie_word_embeddings true), not "
                       "a tensor of its own");
+}
+
+// What to say of `side`'s rotary_emb.inv_freq buffers ("" when none) that `other` lacks: older
+// transformers saved them, loading drops them (RoPE comes from config.json), so they are left out.
+std::string InverseFrequencyNote(ComparableTensors& side, const ComparableTensors& other,
+                                 const std::string& which) {
+  if (side.reader->format() != CheckpointFormat::kHf) return "";
+  int dropped = 0;
+  for (auto it = side.source_names.begin(); it != side.source_names.end();) {
+    if (absl::EndsWith(it->first, ".rotary_emb.inv_freq") &&
+        other.source_names.count(it->first) == 0) {
+      it = side.source_names.erase(it);
+      ++dropped;
+    } else {
+      ++it;
+    }
+  }
+  if (dropped == 0) return "";
+  return absl::StrCat(dropped, " rotary_emb.inv_freq buffer(s) in the ", which,
+                      " left out: transformers drops them on load (RoPE comes from config.json)");
 }
 
 // `differs`: beyond the tolerances; `values_differ`: at all.
@@ -346,6 +367,8 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
   for (const auto& [side, other, which] :
        {std::tuple(&a, &b, "first"), std::tuple(&b, &a, "second")}) {
     TITAN_ASSIGN_OR_RETURN(std::string note, TiedHeadNote(*side, *other, which));
+    if (!note.empty()) report.notes.push_back(std::move(note));
+    note = InverseFrequencyNote(*side, *other, which);
     if (!note.empty()) report.notes.push_back(std::move(note));
   }
   for (const auto& [name, source] : a.source_names) {

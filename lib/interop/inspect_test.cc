@@ -308,14 +308,43 @@ TEST(InspectTest, DiffFindsArchitecturesThatDifferWithTheSameTensors) {
 }
 
 // Rewrites `hf`'s model.safetensors with lm_head.weight = `head`.
-void AddHead(const std::string& hf, const at::Tensor& head) {
+void AddTensor(const std::string& hf, const std::string& name, const at::Tensor& tensor) {
   const std::string path = hf + "/model.safetensors";
   absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
   ASSERT_TRUE(file.ok()) << file.status();
   NamedTensors tensors;
   for (const std::string& name : file->names()) tensors.emplace_back(name, *file->Load(name));
-  tensors.emplace_back("lm_head.weight", head);
+  tensors.emplace_back(name, tensor);
   ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
+}
+
+// An HF folder with older transformers' rotary_emb.inv_freq buffers is the model without them:
+// loading drops them. Left out, with a note, against a folder that lacks them.
+TEST(InspectTest, DiffLeavesOutRotaryInverseFrequencyBuffers) {
+  const ModelInfo info = SmallModel("llama3");
+  CheckpointState state;
+  at::manual_seed(10);
+  for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
+    state.model.emplace_back(name, at::randn(shape));
+  }
+  state.extra["model"] = ModelInfoToJson(info);
+  const std::string titan = TestDir("inv_titan"), plain = TestDir("inv_hf"),
+                    buffers = TestDir("inv_hf_buffers");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, state, true).ok());
+  ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
+  for (const std::string& hf : {plain, buffers})
+    ASSERT_TRUE(ConvertCheckpoint(titan, hf, options).ok());
+  AddTensor(buffers, "model.layers.0.self_attn.rotary_emb.inv_freq", at::ones({4}));
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(buffers, plain, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
+  EXPECT_THAT(diff->notes, ElementsAre("1 rotary_emb.inv_freq buffer(s) in the first left out: "
+                                       "transformers drops them on load (RoPE comes from "
+                                       "config.json)"));
+  diff = DiffCheckpoints(buffers, buffers, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->identical() && diff->notes.empty()) << FormatDiffReport(*diff);
 }
 
 // A tied model's HF folder with lm_head.weight, a copy of the embedding (as older writers saved),
@@ -341,8 +370,8 @@ TEST(InspectTest, DiffTakesATiedHeadsCopyForTheTie) {
   }
   const at::Tensor embedding = state.model[0].second;
   ASSERT_EQ(state.model[0].first, "tok_embeddings.weight");
-  AddHead(copied, embedding);
-  AddHead(distinct, embedding + 1);
+  AddTensor(copied, "lm_head.weight", embedding);
+  AddTensor(distinct, "lm_head.weight", embedding + 1);
 
   const std::string note =
       "lm_head.weight in the first equals model.embed_tokens.weight bitwise: the tie its "
