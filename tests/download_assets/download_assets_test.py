@@ -562,6 +562,8 @@ class DownloadAssetsTest(unittest.TestCase):
             result, summary = self.run_tool(*args)
             self.assertEqual(result.returncode, 1, args)
             self.assertIn(error, result.stderr, args)
+            # One spelling, the usage's and the download's: "download_assets: <message>".
+            self.assertNotIn("download_assets: error:", result.stderr, args)
             self.assertIn(error, summary["error"], args)
         self.assertFalse(os.path.exists(self.local_dir))  # refused before any folder is made
         self.assertEqual(self.hub.requests(), [])

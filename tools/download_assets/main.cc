@@ -163,8 +163,7 @@ int main(int argc, char** argv) {
   const titan::DownloadReport report = titan::DownloadAssets(options);
   if (FLAGS_json) std::cout << titan::DownloadReportJson(report) << "\n";
   if (!report.status.ok()) {
-    std::fprintf(stderr, "download_assets: error: %s\n",
-                 std::string(report.status.message()).c_str());
+    std::fprintf(stderr, "download_assets: %s\n", std::string(report.status.message()).c_str());
     return 1;
   }
   int downloaded = 0;
