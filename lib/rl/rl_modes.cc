@@ -132,8 +132,9 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
     const std::filesystem::path folder = std::filesystem::path(output).parent_path();
     const std::string dir = folder.empty() ? "." : folder.string();
     if (!std::filesystem::is_directory(dir, error)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--output=", output, ": its folder ", dir, " does not exist"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--output=", output, ": its folder ", dir,
+          std::filesystem::exists(dir, error) ? " is not a folder" : " does not exist"));
     }
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
       return absl::InvalidArgumentError(

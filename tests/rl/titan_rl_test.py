@@ -1032,6 +1032,13 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn(f"--output={missing}: its folder {os.path.dirname(missing)} does not exist",
                       stderr)
         self.assertNotIn("another rank failed", stderr)
+        # A file where the folder would be is named as such.
+        a_file = os.path.join(self.root, "a_file")
+        with open(a_file, "w") as f:
+            f.write("mine\n")
+        under_a_file = os.path.join(a_file, "out.jsonl")
+        stderr = self.refusal("generate_under_a_file", "--generate", f"--output={under_a_file}")
+        self.assertIn(f"--output={under_a_file}: its folder {a_file} is not a folder", stderr)
 
     def test_generate_with_fewer_prompts_than_ranks_is_refused(self):
         prompts = os.path.join(self.root, "two_prompts.jsonl")
