@@ -318,16 +318,21 @@ void AddTensor(const std::string& hf, const std::string& name, const at::Tensor&
   ASSERT_TRUE(WriteSafetensors(path, tensors, {{"format", "pt"}}).ok());
 }
 
-// An HF folder with older transformers' rotary_emb.inv_freq buffers is the model without them:
-// loading drops them. Left out, with a note, against a folder that lacks them.
-TEST(InspectTest, DiffLeavesOutRotaryInverseFrequencyBuffers) {
-  const ModelInfo info = SmallModel("llama3");
+// `info`'s parameters, random (seeded), with its model entry: a titan step's state.
+CheckpointState RandomState(const ModelInfo& info, uint64_t seed) {
   CheckpointState state;
-  at::manual_seed(10);
+  at::manual_seed(seed);
   for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
     state.model.emplace_back(name, at::randn(shape));
   }
   state.extra["model"] = ModelInfoToJson(info);
+  return state;
+}
+
+// An HF folder with older transformers' rotary_emb.inv_freq buffers is the model without them:
+// loading drops them. Left out, with a note, against a folder that lacks them.
+TEST(InspectTest, DiffLeavesOutRotaryInverseFrequencyBuffers) {
+  const CheckpointState state = RandomState(SmallModel("llama3"), 10);
   const std::string titan = TestDir("inv_titan"), plain = TestDir("inv_hf"),
                     buffers = TestDir("inv_hf_buffers");
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, state, true).ok());
@@ -353,13 +358,7 @@ TEST(InspectTest, DiffLeavesOutRotaryInverseFrequencyBuffers) {
 TEST(InspectTest, DiffTakesATiedHeadsCopyForTheTie) {
   ModelInfo info = SmallModel("llama3");
   info.args.tie_word_embeddings = true;
-  info = DescribeModel(*info.spec, info.args);
-  CheckpointState state;
-  at::manual_seed(9);
-  for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
-    state.model.emplace_back(name, at::randn(shape));
-  }
-  state.extra["model"] = ModelInfoToJson(info);
+  const CheckpointState state = RandomState(DescribeModel(*info.spec, info.args), 9);
   const std::string titan = TestDir("tied_titan"), plain = TestDir("tied_hf"),
                     copied = TestDir("tied_hf_copy"), distinct = TestDir("tied_hf_head");
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, state, true).ok());
