@@ -127,6 +127,32 @@ absl::Status RequireAnswers(const std::vector<RlExample>& examples, absl::string
   return absl::OkStatus();
 }
 
+namespace {
+
+// A row's optional "response_ids": an array of token ids (integers >= 0; the vocabulary's bound is
+// the model's, checked where it is known).
+absl::Status ReadResponseIds(const nlohmann::json& object, const std::string& where,
+                             RewardedRollout& rollout) {
+  const auto ids = object.find("response_ids");
+  if (ids == object.end()) return absl::OkStatus();
+  if (!ids->is_array()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, ": \"response_ids\" must be an array of token ids, got ", ids->type_name()));
+  }
+  rollout.response_ids.emplace();
+  for (size_t t = 0; t < ids->size(); ++t) {
+    const nlohmann::json& id = (*ids)[t];
+    if (!id.is_number_integer() || id.get<int64_t>() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": \"response_ids\"[", t, "] is ", id.dump(), ", not a token id"));
+    }
+    rollout.response_ids->push_back(id.get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path,
                                                                   const std::string& algorithm) {
   std::vector<RewardedRollout> rollouts;
@@ -137,7 +163,9 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
         rollout.where = where;
         TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));
         TITAN_ASSIGN_OR_RETURN(rollout.response, StringField(object, "response", true, where));
-        if (algorithm == "ppo" && rollout.response.empty()) {
+        TITAN_RETURN_IF_ERROR(ReadResponseIds(object, where, rollout));
+        if (algorithm == "ppo" &&
+            (rollout.response_ids ? rollout.response_ids->empty() : rollout.response.empty())) {
           return absl::InvalidArgumentError(absl::StrCat(
               where, ": \"response\" is empty: ppo puts the reward on its last token"));
         }

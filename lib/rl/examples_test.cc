@@ -246,6 +246,31 @@ TEST(RewardedRolloutsTest, PpoNeedsAResponseToPutItsRewardOn) {
   EXPECT_TRUE(ReadRewardedRollouts(path, "grpo").ok());
 }
 
+// The sampled ids, where a row gives them: token ids (integers >= 0), any row or none; PPO's
+// empty response is one without ids then.
+TEST(RewardedRolloutsTest, ReadsResponseIdsWhereGiven) {
+  const std::string path = WriteTemp(
+      "ids.jsonl",
+      "{\"prompt\":\"Sort: b a\",\"response\":\"\",\"reward\":1,\"response_ids\":[5,0,2041]}\n"
+      "{\"prompt\":\"Sort: b a\",\"response\":\"a b\",\"reward\":0}\n");
+  auto rollouts = ReadRewardedRollouts(path, "ppo");
+  ASSERT_TRUE(rollouts.ok()) << rollouts.status();
+  EXPECT_EQ((*rollouts)[0].response_ids, std::vector<int64_t>({5, 0, 2041}));
+  EXPECT_FALSE((*rollouts)[1].response_ids.has_value());
+  for (const auto& [ids, error] :
+       {std::pair("[1,\"x\"]", ":1: \"response_ids\"[1] is \"x\", not a token id"),
+        std::pair("[-1]", ":1: \"response_ids\"[0] is -1, not a token id"),
+        std::pair("[1.5]", ":1: \"response_ids\"[0] is 1.5, not a token id"),
+        std::pair("7", ":1: \"response_ids\" must be an array of token ids, got number")}) {
+    const std::string bad =
+        WriteTemp("bad_ids.jsonl", absl::StrCat("{\"prompt\":\"p\",\"response\":\"r\",\"reward\":1,"
+                                                "\"response_ids\":",
+                                                ids, "}\n"));
+    EXPECT_EQ(std::string(ReadRewardedRollouts(bad, "grpo").status().message()), bad + error)
+        << ids;
+  }
+}
+
 TEST(RewardedRolloutsTest, EmptyFileIsRefused) {
   const std::string path = WriteTemp("empty.jsonl", "\n \n");
   EXPECT_EQ(ReadRewardedRollouts(path, "grpo").status().message(), path + ": no rollouts");

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -305,16 +306,19 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   std::vector<std::string> prompts, responses, where;
   std::vector<double> rewards;
   std::vector<std::vector<double>> logprobs;
+  std::vector<std::optional<TokenIds>> response_ids;
   for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
     prompts.push_back((*rows)[i].prompt);
     responses.push_back((*rows)[i].response);
     rewards.push_back((*rows)[i].reward);
     where.push_back((*rows)[i].where);
     if (use_logprobs) logprobs.push_back((*rows)[i].logprobs);
+    response_ids.push_back((*rows)[i].response_ids);
   }
   // A too-long row, or one whose log-probabilities are not one per token, is refused by its
   // file:line.
-  absl::StatusOr<StepMetrics> metrics = trainer.Step(prompts, responses, rewards, where, logprobs);
+  absl::StatusOr<StepMetrics> metrics =
+      trainer.Step(prompts, responses, rewards, where, logprobs, response_ids);
   if (!metrics.ok()) return metrics.status();
   const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
   TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));

@@ -288,14 +288,15 @@ absl::StatusOr<at::Tensor> RlTrainer::ReduceOverDp(const at::Tensor& values, Red
   return host;
 }
 
-absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prompts,
-                                            const std::vector<std::string>& responses,
-                                            const std::vector<double>& rewards,
-                                            const std::vector<std::string>& where,
-                                            const std::vector<std::vector<double>>& logprobs) {
+absl::StatusOr<StepMetrics> RlTrainer::Step(
+    const std::vector<std::string>& prompts, const std::vector<std::string>& responses,
+    const std::vector<double>& rewards, const std::vector<std::string>& where,
+    const std::vector<std::vector<double>>& logprobs,
+    const std::vector<std::optional<TokenIds>>& response_ids) {
   if (prompts.size() != responses.size() || prompts.size() != rewards.size() ||
       (!where.empty() && where.size() != prompts.size()) ||
-      (!logprobs.empty() && logprobs.size() != prompts.size())) {
+      (!logprobs.empty() && logprobs.size() != prompts.size()) ||
+      (!response_ids.empty() && response_ids.size() != prompts.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Step: ", prompts.size(), " prompts, ", responses.size(), " responses and ", rewards.size(),
         " rewards", where.empty() ? "" : absl::StrCat(", ", where.size(), " names"),
@@ -305,8 +306,17 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prom
   size_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     rollouts.prompts.push_back(EncodePrompt(prompts[i]));
-    rollouts.responses.push_back(EncodeResponse(responses[i], /*add_eos=*/false));
+    const bool given_ids = !response_ids.empty() && response_ids[i].has_value();
+    rollouts.responses.push_back(given_ids ? *response_ids[i]
+                                           : EncodeResponse(responses[i], /*add_eos=*/false));
     const std::string name = where.empty() ? absl::StrCat("Step: rollout ", i) : where[i];
+    const int64_t vocab = policy_.info.args.vocab_size;
+    for (const int64_t id : rollouts.responses.back()) {
+      if (id >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": \"response_ids\" holds ", id,
+                                                       ", past the model's vocabulary of ", vocab));
+      }
+    }
     TITAN_RETURN_IF_ERROR(CheckPromptHasTokens(prompts[i], name));
     const size_t tokens = rollouts.responses.back().size();
     if (absl::Status fits = CheckRolloutFits(rollouts.prompts.back().size(), tokens); !fits.ok()) {
@@ -316,8 +326,10 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(const std::vector<std::string>& prom
     if (!logprobs.empty() && logprobs[i].size() != tokens) {
       return absl::InvalidArgumentError(absl::StrCat(
           name, ": ", logprobs[i].size(), " \"logprobs\" for a response of ", tokens,
-          " tokens (as the tokenizer encodes it, its stop token's text included): give one per "
-          "response token"));
+          given_ids ? " tokens (its \"response_ids\")"
+                    : " tokens (as the tokenizer encodes its text, its stop token's text included; "
+                      "\"response_ids\" would name the sampled ones)",
+          ": give one per response token"));
     }
     longest = std::max(longest, tokens);
   }

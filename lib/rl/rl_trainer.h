@@ -60,13 +60,15 @@ class RlTrainer {
   // refused: it is not cut, as its last token carries the reward its scorer gave the whole.
   // `where`, when given, names each rollout in errors (a file's path:line), else "Step: rollout i".
   // `logprobs`, when given, are the behaviour policy's log-probabilities of each response's tokens
-  // (as the tokenizer encodes it: one per token, else an error), the old ones of [rl] old_logprobs
-  // = "generator"; without them the trainer computes the old log-probabilities.
+  // (one per token, else an error), the old ones of [rl] old_logprobs = "generator"; without them
+  // the trainer computes the old log-probabilities. A response's tokens are its `response_ids`
+  // where given (the ids sampled: text need not encode back to them), else its text's encoding.
   absl::StatusOr<StepMetrics> Step(const std::vector<std::string>& prompts,
                                    const std::vector<std::string>& responses,
                                    const std::vector<double>& rewards,
                                    const std::vector<std::string>& where = {},
-                                   const std::vector<std::vector<double>>& logprobs = {});
+                                   const std::vector<std::vector<double>>& logprobs = {},
+                                   const std::vector<std::optional<TokenIds>>& response_ids = {});
   // The same on token ids, with the generator's log-probabilities when it has them. Rewards are
   // the scorer's: [rl] overlong_buffer_len's penalty is applied here, as in Train.
   absl::StatusOr<StepMetrics> StepOnRollouts(const Rollouts& rollouts);

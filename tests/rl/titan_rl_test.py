@@ -1116,6 +1116,33 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn(f'{path}:3: {lengths[2] - 1} "logprobs" for a response of {lengths[2]} '
                       "tokens", stderr)
 
+    def test_step_rollouts_trains_on_the_rows_response_ids(self):
+        # Sampled ids need not be their text's encoding (a partial UTF-8 token decodes to U+FFFD,
+        # BPE splits digits its own way): titan's rollouts.jsonl and --generate rows carry
+        # response_ids, which the update trains on. Here each row's ids are its text's plus EOS.
+        rows = common.read_jsonl(self.rollouts())
+        tokenizer = transformers.AutoTokenizer.from_pretrained(common.TOKENIZER)
+        ids = [tokenizer(r["response"], add_special_tokens=False)["input_ids"] + [common.EOS]
+               for r in rows]
+        summaries = {}
+        for name, extra in (("text", lambda i: {}),
+                            ("ids", lambda i: {"response_ids": ids[i],
+                                               "logprobs": [-1.0] * len(ids[i])})):
+            path = os.path.join(self.root, f"rollouts_response_ids_{name}.jsonl")
+            common.write_jsonl(path, [dict(r, **extra(i)) for i, r in enumerate(rows)])
+            _, cmd = self.job(f"step_response_ids_{name}", "--rl.kl_coef=0", "--json")
+            cmd.insert(1, f"--step_rollouts={path}")
+            summaries[name] = json.loads(common.run(cmd).stdout)
+        self.assertAlmostEqual(summaries["ids"]["response_length"],
+                               summaries["text"]["response_length"] + 1, places=6)
+        # Ids past the model's vocabulary are refused by file:line.
+        path = os.path.join(self.root, "rollouts_response_ids_bad.jsonl")
+        common.write_jsonl(path, [dict(r, response_ids=[4096] if i == 1 else ids[i])
+                                  for i, r in enumerate(rows)])
+        stderr = self.refusal("step_response_ids_bad", f"--step_rollouts={path}")
+        self.assertIn(f'{path}:2: "response_ids" holds 4096, past the model\'s vocabulary of',
+                      stderr)
+
     def test_logprob_diff_max_covers_every_minibatch(self):
         # Rows 1-4 (the first minibatch) have log-probabilities near a random model's (about
         # -ln 2048 = -7.6), rows 5-8 far above (below would make the ratio overflow): the maximum
