@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/directory.h"
+#include "lib/config/job_config.h"
 #include "lib/profiling/memory_tracker.h"
 #include "lib/profiling/profile_report.h"
 #include "lib/profiling/step_profiler.h"
@@ -36,11 +37,18 @@ constexpr size_t kMemorySamples = 800;
 // Rows of ops_rank<r>.txt.
 constexpr size_t kOpTableRows = 40;
 
-// The job as profile_run trains it: output in `out`, no checkpoint saved or resumed, no
-// TensorBoard, [profiling] at its defaults (off): config.toml records no schedule that did not run.
+// The job as profile_run trains it: output in `out`, no checkpoint saved or resumed (the saving
+// and resuming keys at their defaults, which enable = false requires; the initial load kept), no
+// TensorBoard, [profiling] at its defaults (off): config.toml records no schedule that did not
+// run, and runs again.
 JobConfig ProfiledConfig(JobConfig config, const ProfileRunOptions& options) {
   config.mutable_job()->set_dump_folder(options.out);
-  config.mutable_checkpoint()->set_enable(false);
+  JobConfig::Checkpoint checkpoint = DefaultJobConfig().checkpoint();
+  checkpoint.set_enable(false);
+  checkpoint.set_initial_load_path(config.checkpoint().initial_load_path());
+  checkpoint.set_initial_load_model_only(config.checkpoint().initial_load_model_only());
+  checkpoint.set_initial_load_in_hf(config.checkpoint().initial_load_in_hf());
+  *config.mutable_checkpoint() = std::move(checkpoint);
   config.mutable_metrics()->set_enable_tensorboard(false);
   config.clear_profiling();
   return config;

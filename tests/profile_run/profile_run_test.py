@@ -244,7 +244,9 @@ class ProfileRunTest(unittest.TestCase):
             text = f.read()
         with open(job, "w") as f:
             f.write(text.replace("enable_profiling = false", "enable_profiling = true\n"
-                                 "profiler_active = 2"))
+                                 "profiler_active = 2")
+                    .replace('async_mode = "disabled"', 'async_mode = "async"\n'
+                             "enable_first_step_checkpoint = true"))
         proc = profile(out, 1, "--training.local_batch_size=4", config=job)
         with open(os.path.join(out, "summary.json")) as f:
             summary = json.load(f)
@@ -258,6 +260,11 @@ class ProfileRunTest(unittest.TestCase):
         # It records [profiling] at its defaults: the job file's schedule did not run.
         with open(os.path.join(out, "config.toml"), "rb") as f:
             self.assertEqual(tomllib.load(f)["profiling"], PROFILING_DEFAULTS)
+        # It runs again: the saving keys that need [checkpoint] enable went back to their defaults.
+        rerun = subprocess.run([TITAN_TRAIN, f"--job.config_file={out}/config.toml",
+                                f"--job.dump_folder={self.tmp}/rerun", "--training.steps=0"],
+                               capture_output=True, text=True, timeout=120)
+        self.assertEqual(rerun.returncode, 0, rerun.stderr[-2000:])
         self.assertFalse(os.path.exists(os.path.join(out, "checkpoint")))
 
     def test_fsdp_two_ranks(self):
