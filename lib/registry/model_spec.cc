@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
-#include "lib/config/job_config.h"
 #include "lib/metrics/flops.h"
 #include "lib/util/json_fields.h"
 #include "lib/util/status_macros.h"
@@ -33,9 +32,9 @@ absl::StatusOr<TransformerArgs> ModelSpec::Flavor(const std::string& flavor) con
   for (const auto& [candidate, args] : flavors) {
     if (candidate == flavor) return args;
   }
-  return WithKeySource(absl::NotFoundError(
-      absl::StrCat("[model] flavor: unknown ", name, " flavor \"", flavor, "\"; expected one of ",
-                   absl::StrJoin(FlavorNames(), ", "))));
+  return absl::NotFoundError(absl::StrCat("[model] flavor: unknown ", name, " flavor \"", flavor,
+                                          "\"; expected one of ",
+                                          absl::StrJoin(FlavorNames(), ", ")));
 }
 
 std::string ModelSpec::MatchFlavor(const TransformerArgs& args) const {
@@ -85,9 +84,9 @@ void RegisterModel(ModelSpec spec) {
 absl::StatusOr<const ModelSpec*> FindModel(const std::string& name) {
   const auto it = Registry().find(name);
   if (it == Registry().end()) {
-    return WithKeySource(absl::NotFoundError(
-        absl::StrCat("[model] name: unknown model \"", name, "\"; expected one of ",
-                     absl::StrJoin(RegisteredModelNames(), ", "))));
+    return absl::NotFoundError(absl::StrCat("[model] name: unknown model \"", name,
+                                            "\"; expected one of ",
+                                            absl::StrJoin(RegisteredModelNames(), ", ")));
   }
   return it->second.get();
 }

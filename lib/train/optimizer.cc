@@ -9,7 +9,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
-#include "lib/config/job_config.h"
 #include "lib/kernels/adam.h"
 #include "lib/model/bf16_weight_copies.h"
 #include "lib/train/grad_clip.h"
@@ -263,9 +262,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
                      "got \"",
                      config.implementation(), "\""));
   }
-  if (absl::Status eps = CheckEps(config.eps(), "[optimizer] eps"); !eps.ok()) {
-    return WithKeySource(eps);
-  }
+  if (absl::Status eps = CheckEps(config.eps(), "[optimizer] eps"); !eps.ok()) return eps;
   const AdamSettings defaults{config.lr(),  config.beta1(),        config.beta2(),
                               config.eps(), config.weight_decay(), config.name() == "AdamW"};
   std::vector<Group> groups;
@@ -274,20 +271,20 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
     const JobConfig::Optimizer::ParamGroup& spec = config.param_groups(g);
     const std::string key = absl::StrCat("[optimizer] param_groups[", g, "]");
     absl::StatusOr<AdamSettings> hyper = GroupHyperparameters(spec, defaults, key);
-    if (!hyper.ok()) return WithKeySource(hyper.status());
+    if (!hyper.ok()) return hyper.status();
     Group group{spec.pattern(), *hyper, {}};
     absl::StatusOr<std::vector<bool>> found =
         SearchNames(spec.pattern(), params, absl::StrCat(key, ".pattern"));
-    if (!found.ok()) return WithKeySource(found.status());
+    if (!found.ok()) return found.status();
     for (size_t i = 0; i < params.size(); ++i) {
       if (claimed[i] || !(*found)[i]) continue;
       claimed[i] = true;
       group.params.push_back(i);
     }
     if (group.params.empty()) {
-      return WithKeySource(absl::InvalidArgumentError(
+      return absl::InvalidArgumentError(
           absl::StrCat(key, ".pattern=\"", spec.pattern(),
-                       "\" matches no parameter that an earlier group has not claimed")));
+                       "\" matches no parameter that an earlier group has not claimed"));
     }
     groups.push_back(std::move(group));
   }
