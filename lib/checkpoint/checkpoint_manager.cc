@@ -207,9 +207,7 @@ absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64
         absl::StrCat(tmp_dir, "/", file), kept, {{"format", "pt"}},
         [&](const std::string& name, absl::string_view bytes) {
           crcs[name] = Crc32(bytes);
-          if (stop_signal_ != nullptr && stop_signal_->load() != 0) {
-            return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal_->load()));
-          }
+          TITAN_RETURN_IF_ERROR(CheckStopSignal(stop_signal_));
           if (write_duty_cycle_ >= 1.0) return absl::OkStatus();
           const auto busy = std::chrono::steady_clock::now() - busy_since;
           std::this_thread::sleep_for(busy * ((1.0 - write_duty_cycle_) / write_duty_cycle_));
@@ -496,6 +494,11 @@ absl::Status CheckpointManager::RecoverInterruptedRuns() const {
     if (::unlink(path.c_str()) != 0) return ErrnoError("unlink", path);
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckStopSignal(const std::atomic<int>* stop_signal) {
+  if (stop_signal == nullptr || stop_signal->load() == 0) return absl::OkStatus();
+  return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal->load()));
 }
 
 bool IsStepTemporaryName(absl::string_view name) {

@@ -55,6 +55,10 @@ struct CheckpointRanks {
 // deletion's, that a crash may leave behind; never read as a step.
 bool IsStepTemporaryName(absl::string_view name);
 
+// Cancelled ("stopped by signal N") once *stop_signal is non-zero, else OK (null: never): a long
+// write checks it between tensors.
+absl::Status CheckStopSignal(const std::atomic<int>* stop_signal);
+
 class CheckpointManager {
  public:
   // `root` is <dump_folder>/<checkpoint folder>; keep_latest_k > 0 keeps only that many newest

@@ -109,12 +109,9 @@ class TensorProducer {
                  const std::atomic<int>* stop_signal = nullptr)
       : reader_(reader), info_(info), dtype_(dtype), to_(to), stop_signal_(stop_signal) {}
 
-  // Cancelled once a stop signal came: checked before each tensor is read and after each is
-  // written, so that a long write ends at the next tensor.
-  absl::Status CheckStop() const {
-    if (stop_signal_ == nullptr || stop_signal_->load() == 0) return absl::OkStatus();
-    return absl::CancelledError(absl::StrCat("stopped by signal ", stop_signal_->load()));
-  }
+  // Checked before each tensor is read and after each is written, so that a long write ends at
+  // the next tensor.
+  absl::Status CheckStop() const { return CheckStopSignal(stop_signal_); }
 
   absl::StatusOr<at::Tensor> Produce(const ParameterSource& param) const {
     TITAN_RETURN_IF_ERROR(CheckStop());
