@@ -213,13 +213,9 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
 }
 
 // Whether `name` is what a conversion killed mid-write leaves in its output: a --to=titan's step
-// temporary, or the `<file>.tmp.<pid>` of a file written atomically (--to=meta's).
+// temporary, or the temporary of a file written atomically (--to=meta's).
 bool IsInterruptedWrite(absl::string_view name) {
-  if (IsStepTemporaryName(name)) return true;
-  const size_t infix = name.rfind(".tmp.");
-  if (infix == absl::string_view::npos || infix == 0) return false;
-  const absl::string_view pid = name.substr(infix + 5);
-  return !pid.empty() && std::all_of(pid.begin(), pid.end(), absl::ascii_isdigit);
+  return IsStepTemporaryName(name) || IsAtomicWriteTemporary(name);
 }
 
 // An output directory that does not exist or is empty (a rename may replace an empty directory),

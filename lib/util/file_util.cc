@@ -4,12 +4,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace titan {
@@ -62,8 +64,18 @@ std::string Dirname(absl::string_view path) {
   return std::string(path.substr(0, slash == 0 ? 1 : slash));
 }
 
+// An AtomicFileWriter's temporary is `<file><kAtomicTemporaryInfix><pid>`.
+constexpr absl::string_view kAtomicTemporaryInfix = ".tmp.";
+
+bool IsAtomicWriteTemporary(absl::string_view name) {
+  const size_t infix = name.rfind(kAtomicTemporaryInfix);
+  if (infix == absl::string_view::npos || infix == 0) return false;
+  const absl::string_view pid = name.substr(infix + kAtomicTemporaryInfix.size());
+  return !pid.empty() && std::all_of(pid.begin(), pid.end(), absl::ascii_isdigit);
+}
+
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(std::string path) {
-  std::string temp_path = absl::StrCat(path, ".tmp.", ::getpid());
+  std::string temp_path = absl::StrCat(path, kAtomicTemporaryInfix, ::getpid());
   const int fd = ::open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("create", temp_path);
   return AtomicFileWriter(std::move(path), std::move(temp_path), fd);

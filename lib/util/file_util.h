@@ -12,6 +12,10 @@ namespace titan {
 // Reads a whole file; the error names the path and the OS reason (a directory is an error).
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// Whether `name` is an AtomicFileWriter's temporary (`<file>.tmp.<pid>`): what a writer killed
+// before Commit leaves.
+bool IsAtomicWriteTemporary(absl::string_view name);
+
 // A file written under `path.tmp.<pid>` and renamed over `path` by Commit, after an fsync, with
 // the directory fsynced too: readers see the old file or the whole new one, never a torn one, even
 // after a crash or power loss. Dropped without a successful Commit, the temporary file is removed.

@@ -13,13 +13,32 @@
 #include "lib/util/file_util.h"
 
 namespace titan {
+namespace {
 
-absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::string& folder) {
+absl::Status MakeFolder(const std::string& folder) {
   std::error_code error;
   std::filesystem::create_directories(folder, error);
-  if (error) {
-    return absl::InternalError(absl::StrCat(folder, ": mkdir failed: ", error.message()));
-  }
+  if (!error) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(folder, ": mkdir failed: ", error.message()));
+}
+
+// The pid an Acquire lock file at `path` holds ("" when unreadable).
+std::string HolderPid(const std::string& path) {
+  const absl::StatusOr<std::string> holder = ReadFile(path);
+  return std::string(holder.ok() ? absl::StripAsciiWhitespace(*holder) : "");
+}
+
+// "<folder> is in use by another run (pid N)", then `advice`.
+absl::Status InUse(const std::string& folder, const std::string& pid, absl::string_view advice) {
+  return absl::FailedPreconditionError(
+      absl::StrCat(folder, " is in use by another run",
+                   pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"), "; ", advice));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::string& folder) {
+  if (absl::Status made = MakeFolder(folder); !made.ok()) return made;
   const std::string path = folder + "/.titan.lock";
   // Close-on-exec: a command the run starts (a reward scorer) must not keep the lock.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -31,16 +50,13 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
       errno = lock_errno;
       return ErrnoError("lock", path);
     }
-    const absl::StatusOr<std::string> holder = ReadFile(path);
-    const std::string pid(holder.ok() ? absl::StripAsciiWhitespace(*holder) : "");
+    const std::string pid = HolderPid(path);
     // flock refuses a second open file of this process too: that is no other run.
     if (pid == absl::StrCat(::getpid())) {
       return absl::AlreadyExistsError(absl::StrCat(
           folder, " is already locked by this process: another of its folders is the same one"));
     }
-    return absl::FailedPreconditionError(absl::StrCat(
-        folder, " is in use by another run", pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
-        "; wait for it to end or use another folder"));
+    return InUse(folder, pid, "wait for it to end or use another folder");
   }
   const std::string pid = absl::StrCat(::getpid(), "\n");
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
@@ -51,11 +67,7 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
 }
 
 absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::AcquireOnFolder(const std::string& folder) {
-  std::error_code error;
-  std::filesystem::create_directories(folder, error);
-  if (error) {
-    return absl::InternalError(absl::StrCat(folder, ": mkdir failed: ", error.message()));
-  }
+  if (absl::Status made = MakeFolder(folder); !made.ok()) return made;
   const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open", folder);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -77,11 +89,7 @@ absl::Status FolderLock::CheckNotHeld(const std::string& folder) {
   const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   ::close(fd);
   if (!held) return absl::OkStatus();
-  const absl::StatusOr<std::string> holder = ReadFile(path);
-  const std::string pid(holder.ok() ? absl::StripAsciiWhitespace(*holder) : "");
-  return absl::FailedPreconditionError(absl::StrCat(
-      folder, " is in use by another run", pid.empty() ? "" : absl::StrCat(" (pid ", pid, ")"),
-      "; write elsewhere, or wait for it to end"));
+  return InUse(folder, HolderPid(path), "write elsewhere, or wait for it to end");
 }
 
 FolderLock::~FolderLock() { ::close(fd_); }
