@@ -181,8 +181,8 @@ class RlTrainer {
   std::unique_ptr<TrainCheckpointer> checkpointer_;
   std::unique_ptr<TrainCheckpointer> critic_checkpointer_;
   DataParallel critic_data_parallel_;  // whole tensors: the value head is replicated
-  std::vector<std::unique_ptr<FolderLock>> folder_locks_;  // training runs: held while it lives
-  std::unique_ptr<MetricsLogger> metrics_;                 // null but in training runs
+  FolderLocks folder_locks_;           // training runs: held while it lives
+  std::unique_ptr<MetricsLogger> metrics_;  // null but in training runs
   // Training runs: this rank's RolloutsPath(), then on rank 0 those of ranks an earlier run on
   // more ranks had.
   std::vector<StepLog> rollouts_;

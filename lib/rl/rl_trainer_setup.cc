@@ -45,10 +45,10 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
 
 absl::Status RlTrainer::Init(RlMode mode) {
   const bool training_run = mode == RlMode::kTrain;
-  // --generate and --step_rollouts make it only once they have weights to use (rl_modes.h).
-  if (training_run) TITAN_RETURN_IF_ERROR(MakeDumpFolder(config_));
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   if (training_run) {
+    // --generate and --step_rollouts make the dump folder only once they have weights to use
+    // (rl_modes.h).
     TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
     TITAN_RETURN_IF_ERROR(runtime_.StartCommTrace(setup_.run_id));
     // Only training draws prompts_per_step prompts a step; --generate and --step_rollouts split

@@ -211,9 +211,9 @@ absl::Status MakeDumpFolder(const JobConfig& config) {
   return WithContext(MakeDirectories(config.job().dump_folder()), "[job] dump_folder");
 }
 
-absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
-    const JobConfig& config, const DistributedRuntime& runtime) {
-  std::vector<std::unique_ptr<FolderLock>> locks;
+absl::StatusOr<FolderLocks> LockRunFolders(const JobConfig& config,
+                                           const DistributedRuntime& runtime) {
+  FolderLocks locks;
   absl::Status locked;
   if (runtime.rank() == 0) {
     // (key, folder) pairs.
@@ -238,7 +238,7 @@ absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
         locked = WithContext(lock.status(), key);
         break;
       }
-      locks.push_back(*std::move(lock));
+      locks.Add(*std::move(lock));
       locked_keys.push_back(key);
     }
   }
@@ -248,6 +248,8 @@ absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
     return absl::FailedPreconditionError(
         "rank 0 could not lock the run's folders against another run (its log says why)");
   }
+  // After rank 0's: its lock makes (and so may remove) the folder.
+  if (runtime.rank() != 0) TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
   return locks;
 }
 

@@ -54,10 +54,11 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
 
 // Locks a training run's folders against a second run writing them (resubmitting a running job
 // interleaved metrics and removed its in-flight checkpoint): rank 0 holds [job] dump_folder's
-// lock and [checkpoint] folder's (created now, so an unwritable one fails before the first step).
-// Every rank fails when rank 0 does. A collective with several ranks.
-absl::StatusOr<std::vector<std::unique_ptr<FolderLock>>> LockRunFolders(
-    const JobConfig& config, const DistributedRuntime& runtime);
+// lock and [checkpoint] folder's (created now, so an unwritable one fails before the first step;
+// removed again if the run ends without writing into them), then the other ranks make the dump
+// folder. Every rank fails when rank 0 does. A collective with several ranks.
+absl::StatusOr<FolderLocks> LockRunFolders(const JobConfig& config,
+                                           const DistributedRuntime& runtime);
 
 // [model] tokenizer_path, or else hf_assets_path, or else the bundled tokenizer.
 std::string TokenizerPath(const JobConfig& config);

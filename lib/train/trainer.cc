@@ -79,7 +79,6 @@ Trainer::~Trainer() = default;
 
 absl::Status Trainer::Init() {
   const auto& job = config_.job();
-  TITAN_RETURN_IF_ERROR(MakeDumpFolder(config_));
   if (runtime_.rank() == 0) {
     LOG(INFO) << "job: " << job.description();
     if (job.print_config()) LOG(INFO) << "effective configuration:\n" << JobConfigToToml(config_);

@@ -110,7 +110,7 @@ class Trainer {
   const JobConfig config_;
   const DistributedRuntime& runtime_;
   RunSetup setup_;
-  std::vector<std::unique_ptr<FolderLock>> folder_locks_;  // held while the run lives
+  FolderLocks folder_locks_;  // held while the run lives
   std::unique_ptr<Tokenizer> tokenizer_;
   ModelBundle model_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -15,11 +17,35 @@
 namespace titan {
 namespace {
 
+constexpr char kLockFileName[] = ".titan.lock";
+
 absl::Status MakeFolder(const std::string& folder) {
   std::error_code error;
   std::filesystem::create_directories(folder, error);
   if (!error) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(folder, ": mkdir failed: ", error.message()));
+}
+
+// The folders MakeFolder(`folder`) would create, the deepest first.
+std::vector<std::string> MissingFolders(const std::string& folder) {
+  std::vector<std::string> missing;
+  std::error_code error;
+  std::filesystem::path path = std::filesystem::path(folder).lexically_normal();
+  if (!path.has_filename()) path = path.parent_path();  // "out/" is "out"
+  for (; !path.empty() && !std::filesystem::exists(path, error); path = path.parent_path()) {
+    if (path == path.parent_path()) break;
+    missing.push_back(path.string());
+  }
+  return missing;
+}
+
+// Whether `folder` holds nothing but its lock file.
+bool HoldsOnlyTheLock(const std::string& folder) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
+    if (entry.path().filename() != kLockFileName) return false;
+  }
+  return !error;
 }
 
 // The pid an Acquire lock file at `path` holds ("" when unreadable).
@@ -38,8 +64,9 @@ absl::Status InUse(const std::string& folder, const std::string& pid, absl::stri
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::string& folder) {
+  std::vector<std::string> made_folders = MissingFolders(folder);
   if (absl::Status made = MakeFolder(folder); !made.ok()) return made;
-  const std::string path = folder + "/.titan.lock";
+  const std::string path = absl::StrCat(folder, "/", kLockFileName);
   // Close-on-exec: a command the run starts (a reward scorer) must not keep the lock.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError("open", path);
@@ -63,7 +90,7 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
     ::close(fd);
     return ErrnoError("write", path);
   }
-  return std::unique_ptr<FolderLock>(new FolderLock(fd));
+  return std::unique_ptr<FolderLock>(new FolderLock(fd, path, std::move(made_folders)));
 }
 
 absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::AcquireOnFolder(const std::string& folder) {
@@ -78,11 +105,11 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::AcquireOnFolder(const st
     return absl::FailedPreconditionError(absl::StrCat(
         folder, " is being written by another run; wait for it to end or use another folder"));
   }
-  return std::unique_ptr<FolderLock>(new FolderLock(fd));
+  return std::unique_ptr<FolderLock>(new FolderLock(fd, "", {}));
 }
 
 absl::Status FolderLock::CheckNotHeld(const std::string& folder) {
-  const std::string path = folder + "/.titan.lock";
+  const std::string path = absl::StrCat(folder, "/", kLockFileName);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::OkStatus();
   // A shared lock is refused while the holder's exclusive one stands.
@@ -92,6 +119,19 @@ absl::Status FolderLock::CheckNotHeld(const std::string& folder) {
   return InUse(folder, HolderPid(path), "write elsewhere, or wait for it to end");
 }
 
-FolderLock::~FolderLock() { ::close(fd_); }
+FolderLock::~FolderLock() {
+  // Unlinked while still held: a run starting now makes a lock file of its own.
+  if (!made_folders_.empty() && HoldsOnlyTheLock(made_folders_.front()) &&
+      ::unlink(lock_path_.c_str()) == 0) {
+    for (const std::string& folder : made_folders_) {
+      if (::rmdir(folder.c_str()) != 0) break;
+    }
+  }
+  ::close(fd_);
+}
+
+FolderLocks::~FolderLocks() {
+  while (!locks_.empty()) locks_.pop_back();
+}
 
 }  // namespace titan

@@ -85,5 +85,37 @@ TEST(FolderLockTest, LockOnTheFolderItselfWritesNothingIntoIt) {
   EXPECT_TRUE(FolderLock::AcquireOnFolder(folder).ok());
 }
 
+TEST(FolderLockTest, FoldersItMadeAreRemovedWhenLeftHoldingOnlyTheLock) {
+  const std::string top = TestFolder("made");
+  {
+    FolderLocks locks;
+    absl::StatusOr<std::unique_ptr<FolderLock>> dump = FolderLock::Acquire(top + "/run/dump/");
+    ASSERT_TRUE(dump.ok()) << dump.status();
+    locks.Add(*std::move(dump));
+    // Taken second, inside the first: let go first, so the first is empty by its turn.
+    absl::StatusOr<std::unique_ptr<FolderLock>> inner = FolderLock::Acquire(top + "/run/dump/ckpt");
+    ASSERT_TRUE(inner.ok()) << inner.status();
+    locks.Add(*std::move(inner));
+    EXPECT_TRUE(std::filesystem::exists(top + "/run/dump/ckpt/.titan.lock"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(top));
+}
+
+TEST(FolderLockTest, FoldersWrittenIntoOrThereBeforeAreKept) {
+  const std::string before = TestFolder("before");
+  std::filesystem::create_directories(before);
+  FolderLock::Acquire(before)->reset();
+  EXPECT_TRUE(std::filesystem::exists(before + "/.titan.lock"));
+
+  const std::string written = TestFolder("written/dump");
+  {
+    absl::StatusOr<std::unique_ptr<FolderLock>> lock = FolderLock::Acquire(written);
+    ASSERT_TRUE(lock.ok()) << lock.status();
+    std::filesystem::create_directories(written + "/step-1");
+  }
+  EXPECT_TRUE(std::filesystem::exists(written + "/.titan.lock"));
+  EXPECT_TRUE(std::filesystem::exists(written + "/step-1"));
+}
+
 }  // namespace
 }  // namespace titan

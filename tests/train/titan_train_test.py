@@ -555,7 +555,12 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("titan_train: --compile.cuda_graph: [compile] cuda_graph = true needs a "
                       "CUDA device; this run is on cpu", proc.stderr)
-        self.assertFalse(os.path.exists(os.path.join(dump, "metrics.jsonl")))
+        # Refused once the run held its folders: the folders it made are gone again.
+        self.assertFalse(os.path.exists(dump))
+        os.makedirs(dump)
+        proc = run_train(dump, "--compile.cuda_graph=true", check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(os.listdir(dump), [".titan.lock"])  # the user's folder stays
 
     def test_no_job_given_is_refused_before_any_work(self):
         # A bare command (or one with only --nproc_per_node) would train the default 10,000-step
