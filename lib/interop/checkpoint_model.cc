@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -102,9 +105,16 @@ absl::Status UntieDistinctHfHead(const CheckpointReader& reader, ModelInfo& info
   if (copy) return absl::OkStatus();
   info.args.tie_word_embeddings = false;
   info.flavor = info.spec->MatchFlavor(info.args);
-  LOG(WARNING) << reader.directory() << "/" << head->file << ": " << kHfHead << " differs from "
-               << kHfEmbedding << " though config.json says tie_word_embeddings true; the head "
-               << "is read untied, as transformers reads it";
+  // Once per file: a tool may read one folder's description several times (inspect, then diff).
+  static std::mutex warned_mutex;
+  static std::set<std::string>* const warned = new std::set<std::string>;
+  const std::string file = absl::StrCat(reader.directory(), "/", head->file);
+  std::lock_guard<std::mutex> lock(warned_mutex);
+  if (warned->insert(file).second) {
+    LOG(WARNING) << file << ": " << kHfHead << " differs from " << kHfEmbedding
+                 << " though config.json says tie_word_embeddings true; the head is read untied, "
+                 << "as transformers reads it";
+  }
   return absl::OkStatus();
 }
 

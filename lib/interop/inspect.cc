@@ -54,7 +54,8 @@ std::string TensorLocation(const TensorInfo& tensor) {
 // A checkpoint's tensors under the names a comparison uses, and how to fetch each one.
 struct ComparableTensors {
   std::unique_ptr<CheckpointReader> reader;
-  std::optional<ModelInfo> model;  // Set when comparing in titan's names and layout.
+  absl::StatusOr<ModelInfo> described;  // the model the checkpoint holds, read once
+  std::optional<ModelInfo> model;       // Set when comparing in titan's names and layout.
   std::map<std::string, std::string> source_names;  // comparison name -> name in the checkpoint
 
   absl::StatusOr<at::Tensor> Get(const std::string& name) const {
@@ -67,6 +68,7 @@ struct ComparableTensors {
 absl::StatusOr<ComparableTensors> OpenComparable(const std::string& path) {
   ComparableTensors out;
   TITAN_ASSIGN_OR_RETURN(out.reader, CheckpointReader::Open(path));
+  out.described = DescribeCheckpoint(*out.reader, "", "");
   for (const TensorInfo& tensor : out.reader->tensors()) {
     out.source_names[tensor.name] = tensor.name;
   }
@@ -75,7 +77,8 @@ absl::StatusOr<ComparableTensors> OpenComparable(const std::string& path) {
 
 // Re-keys `side` by titan parameter names (HF q/k un-permuted on fetch).
 absl::Status UseTitanNames(ComparableTensors& side) {
-  TITAN_ASSIGN_OR_RETURN(ModelInfo info, DescribeCheckpoint(*side.reader, "", ""));
+  TITAN_RETURN_IF_ERROR(side.described.status());
+  const ModelInfo& info = *side.described;
   TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*side.reader, info));
   side.source_names.clear();
   for (const ParameterSource& param : params)
@@ -359,10 +362,8 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
   DiffReport report;
   report.rtol = rtol;
   report.atol = atol;
-  const absl::StatusOr<ModelInfo> model_a = DescribeCheckpoint(*a.reader, "", "");
-  const absl::StatusOr<ModelInfo> model_b = DescribeCheckpoint(*b.reader, "", "");
-  if (model_a.ok() && model_b.ok()) {
-    report.architecture = ArchitectureDifferences(model_a->args, model_b->args);
+  if (a.described.ok() && b.described.ok()) {
+    report.architecture = ArchitectureDifferences(a.described->args, b.described->args);
   }
   for (const auto& [side, other, which] :
        {std::tuple(&a, &b, "first"), std::tuple(&b, &a, "second")}) {

@@ -191,9 +191,13 @@ class FamilyTest(unittest.TestCase):
                                  "--in_hf", "--model=qwen3")
         proc = run([CONVERT, "--json", "--to=titan", self.path("hf"), self.path("titan")])
         self.assertEqual(json.loads(proc.stdout)["tensors"], 4 * 11 + 3)
-        self.assertIn(f"{self.path('hf')}/model.safetensors: lm_head.weight differs from "
-                      "model.embed_tokens.weight though config.json says tie_word_embeddings true",
-                      proc.stderr)
+        warning = (f"{self.path('hf')}/model.safetensors: lm_head.weight differs from "
+                   "model.embed_tokens.weight though config.json says tie_word_embeddings true")
+        self.assertIn(warning, proc.stderr)
+        # Inspected, then diffed: one folder read three times, warned of once.
+        inspect = subprocess.run([INSPECT, f"--diff={self.path('titan')}", self.path("hf")],
+                                 capture_output=True, text=True)
+        self.assertEqual(inspect.stderr.count(warning), 1, inspect.stderr)
 
     def test_custom_llama_shape_logits_match_transformers(self):
         model = self.save_hf(transformers.LlamaForCausalLM, smollm_shaped_llama_config(),
