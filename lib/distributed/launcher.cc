@@ -17,6 +17,7 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
@@ -78,12 +80,60 @@ absl::StatusOr<int> PickFreePort() {
   return ntohs(addr.sin_port);
 }
 
+// The ranks' failure lines (LaunchOptions::failure_line_prefix), in the order first printed, each
+// with the ranks that printed it.
+class FailureLines {
+ public:
+  explicit FailureLines(std::string prefix) : prefix_(std::move(prefix)) {}
+
+  // Keeps `line` (its newline included) when it is a failure line; false when it is not.
+  bool Hold(int rank, absl::string_view line) {
+    if (prefix_.empty() || !absl::StartsWith(line, prefix_)) return false;
+    for (auto& [held, ranks] : lines_) {
+      if (held == line) {
+        ranks.push_back(rank);
+        return true;
+      }
+    }
+    lines_.push_back({std::string(line), {rank}});
+    return true;
+  }
+
+  // "[rank 2] <line>" or "[ranks 0-1,3] <line>" for each line held.
+  std::string Text() const {
+    std::string out;
+    for (const auto& [line, ranks] : lines_) {
+      absl::StrAppend(&out, "[rank", ranks.size() > 1 ? "s " : " ", RankRanges(ranks), "] ", line);
+    }
+    return out;
+  }
+
+ private:
+  // "0-2,5": sorted ranks with runs collapsed.
+  static std::string RankRanges(std::vector<int> ranks) {
+    std::sort(ranks.begin(), ranks.end());
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < ranks.size();) {
+      size_t j = i;
+      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+      parts.push_back(j == i ? absl::StrCat(ranks[i]) : absl::StrCat(ranks[i], "-", ranks[j]));
+      i = j + 1;
+    }
+    return absl::StrJoin(parts, ",");
+  }
+
+  std::string prefix_;
+  std::vector<std::pair<std::string, std::vector<int>>> lines_;
+};
+
 // One child's output stream, passed through line by line with its prefix ("[rank N] ", or none).
 struct Stream {
   int fd = -1;
   int target_fd = 1;
   std::string prefix;
   std::string pending;
+  int rank = -1;
+  FailureLines* failure_lines = nullptr;  // stderr's: where its failure lines are held
 };
 
 struct Child {
@@ -98,14 +148,19 @@ absl::Status EmitLines(Stream& stream, bool flush) {
   const std::string& prefix = stream.prefix;
   size_t start = 0;
   std::string out;
+  auto add_line = [&](absl::string_view line) {
+    if (stream.failure_lines == nullptr || !stream.failure_lines->Hold(stream.rank, line)) {
+      absl::StrAppend(&out, prefix, line);
+    }
+  };
   for (size_t nl = stream.pending.find('\n'); nl != std::string::npos;
        nl = stream.pending.find('\n', start)) {
-    absl::StrAppend(&out, prefix, absl::string_view(stream.pending).substr(start, nl + 1 - start));
+    add_line(absl::string_view(stream.pending).substr(start, nl + 1 - start));
     start = nl + 1;
   }
   stream.pending.erase(0, start);
   if (flush && !stream.pending.empty()) {
-    absl::StrAppend(&out, prefix, stream.pending, "\n");
+    add_line(absl::StrCat(stream.pending, "\n"));
     stream.pending.clear();
   }
   return WriteFully(stream.target_fd, out, stream.target_fd == STDOUT_FILENO ? "stdout" : "stderr");
@@ -190,6 +245,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   struct sigaction previous[kNumHandled];
   for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &action, &previous[i]);
 
+  FailureLines failure_lines(options.failure_line_prefix);
   std::vector<Child> children(nproc);
   const pid_t launcher_pid = getpid();
   absl::Status spawn_status;
@@ -233,7 +289,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
     const std::string prefix = absl::StrCat("[rank ", rank, "] ");
     children[rank].streams[0] = {out_pipe[0], STDOUT_FILENO,
                                  rank == options.plain_stdout_rank ? "" : prefix, ""};
-    children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, prefix, ""};
+    children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, prefix, "", rank, &failure_lines};
   }
 
   int failure_status = 0;  // The first failing rank's.
@@ -374,6 +430,8 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       waitpid(child.pid, nullptr, 0);
     }
   }
+  // Last, as a single process's failure line would be (nowhere to report a failed write).
+  (void)WriteFully(STDERR_FILENO, failure_lines.Text(), "stderr");
   for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &previous[i], nullptr);
   g_signal_pipe_write = -1;
   close(signal_pipe[0]);
@@ -444,7 +502,9 @@ int RunRankedTool(int argc, char** argv, const std::string& name, const std::str
   }
   absl::StatusOr<int> nproc = NprocPerNodeFlag(argc, argv);
   if (nproc.ok() && *nproc > 0) {
-    absl::StatusOr<int> exit_code = LaunchLocalRanks(*nproc, argc, argv, launch);
+    LaunchOptions options = launch;
+    options.failure_line_prefix = absl::StrCat(name, ": ");
+    absl::StatusOr<int> exit_code = LaunchLocalRanks(*nproc, argc, argv, options);
     if (exit_code.ok()) return *exit_code;
     nproc = exit_code.status();
   }

@@ -21,12 +21,17 @@ struct LaunchOptions {
   // stopped after another rank failed, or the launch itself failed), so that a --json caller
   // still gets its one error line there.
   std::function<void(absl::string_view message)> report_failure;
+  // Ranks' stderr lines starting with this ("titan_train: ", a failure) are held back and printed
+  // last, once each, naming every rank that printed it ("[ranks 0-7] titan_train: ..."): one
+  // refused config is said once, not once per rank. Empty: passed through as they come.
+  std::string failure_line_prefix;
 };
 
 // Runs `nproc` copies of this executable (/proc/self/exe) on this host, like torchrun standalone:
 // argv without --nproc_per_node, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT set (a free MASTER_PORT when none is given), every output line prefixed with
-// "[rank N] " (but options.plain_stdout_rank's stdout), SIGINT/SIGTERM/SIGUSR1 forwarded (a second
+// "[rank N] " (but options.plain_stdout_rank's stdout; failure lines are gathered, see
+// LaunchOptions::failure_line_prefix), SIGINT/SIGTERM/SIGUSR1 forwarded (a second
 // SIGINT/SIGTERM kills the ranks; a rank starts with SIGUSR1 ignored, see dump_signal.h). When a
 // rank fails (exits non-zero, not of a signal the launcher sent it) the others get SIGTERM
 // (unless a forwarded SIGINT/SIGTERM is stopping them already), then SIGKILL after the grace
@@ -46,7 +51,8 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
 // `help`; logs go to stderr; under `bazel run` relative paths mean the user's directory;
 // --nproc_per_node=N launches N local ranks of this binary (LaunchLocalRanks with `launch`), else
 // `run` runs here. A failure prints "<name>: <message>" on stderr (and, before or around the ranks,
-// goes to launch.report_failure). Returns the process's exit code.
+// goes to launch.report_failure); the ranks' such lines are gathered (failure_line_prefix
+// "<name>: "). Returns the process's exit code.
 int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
                   const std::function<absl::Status()>& run,
                   const LaunchOptions& launch = LaunchOptions());

@@ -7,6 +7,9 @@
 //           prints "rank R got SIGTERM" and exits 0, but rank FAKE_FAIL_RANK exits 1 (as a rank
 //           whose collective with a wedged peer timed out) and rank FAKE_UNHANDLED_RANK dies of it
 //           (as a rank that has not installed its handler yet).
+//   refuse: prints "fake_rank: refused" on stderr ("fake_rank: refused alone" on rank
+//           FAKE_FAIL_RANK) and a log line, exits 1 a second later (its launcher gathers failure
+//           lines: failure_line_prefix "fake_rank: ").
 //   slow:   prints "started pid=P", sleeps a second with SIGUSR1 left as the process start set it
 //           (as a rank loading, or ending after its recorder is gone), exits 0.
 #include <signal.h>
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
       options.report_failure = [](absl::string_view message) {
         printf("report: %s\n", std::string(message).c_str());
       };
+      if (Env("FAKE_RANK_MODE") == "refuse") options.failure_line_prefix = "fake_rank: ";
       absl::StatusOr<int> status = titan::LaunchLocalRanks(nproc, argc, argv, options);
       if (!status.ok()) {
         fprintf(stderr, "%s\n", std::string(status.status().message()).c_str());
@@ -91,6 +95,12 @@ int main(int argc, char** argv) {
     }
     if (rank == Env("FAKE_STUBBORN_RANK")) signal(SIGTERM, SIG_IGN);
     while (true) pause();
+  }
+  if (mode == "refuse") {
+    fprintf(stderr, "log line\nfake_rank: refused%s\n",
+            rank == Env("FAKE_FAIL_RANK") ? " alone" : "");
+    absl::SleepFor(absl::Seconds(1));
+    return 1;
   }
   if (mode == "slow") {
     printf("started pid=%d\n", static_cast<int>(getpid()));

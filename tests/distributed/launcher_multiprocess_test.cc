@@ -1,6 +1,7 @@
 // LaunchLocalRanks end to end: tests/distributed/fake_rank launches copies of itself.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -81,6 +82,23 @@ TEST(LaunchLocalRanksTest, SetsEnvironmentDropsFlagAndPrefixesEveryLine) {
   }
   EXPECT_THAT(out, UnorderedElementsAreArray(expected_out));
   EXPECT_THAT(Lines(launcher->Stderr()), UnorderedElementsAreArray(expected_err));
+}
+
+TEST(LaunchLocalRanksTest, FailureLinesArePrintedLastOnceEachWithTheirRanks) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=4"}, {{"FAKE_RANK_MODE", "refuse"}, {"FAKE_FAIL_RANK", "2"}},
+      OutputPrefix("refuse"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 1);
+  const std::vector<std::string> err = Lines(launcher->Stderr());
+  ASSERT_GE(err.size(), 2u) << launcher->Stderr();
+  EXPECT_EQ(err[err.size() - 2], "[ranks 0-1,3] fake_rank: refused") << launcher->Stderr();
+  EXPECT_EQ(err.back(), "[rank 2] fake_rank: refused alone") << launcher->Stderr();
+  // Other lines pass through as they come, one per rank.
+  EXPECT_THAT(err, Contains("[rank 3] log line"));
+  EXPECT_EQ(std::count(err.begin(), err.end(), "[rank 0] log line"), 1);
 }
 
 TEST(LaunchLocalRanksTest, PlainStdoutRankPassesItsStdoutAsIs) {
