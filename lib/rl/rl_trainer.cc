@@ -258,7 +258,8 @@ at::Tensor RlTrainer::ResponseLogProbs(ModelBundle& model, const SequenceBatch& 
 
 absl::StatusOr<at::Tensor> RlTrainer::ResponseLogProbsNoGrad(ModelBundle& model,
                                                              const SequenceBatch& batch,
-                                                             at::Tensor* values) {
+                                                             at::Tensor* values,
+                                                             at::Tensor* entropy) {
   c10::NoGradGuard no_grad;
   const int64_t rows = batch.tokens.size(0);
   const int64_t micro = config_.training().local_batch_size();
@@ -268,14 +269,17 @@ absl::StatusOr<at::Tensor> RlTrainer::ResponseLogProbsNoGrad(ModelBundle& model,
   if (rows > micro && rl_.gather_for_generation() && model.data_parallel != nullptr) {
     TITAN_ASSIGN_OR_RETURN(gathered, DataParallel::GatheredScope::Gather(*model.data_parallel));
   }
-  std::vector<at::Tensor> logprobs, row_values;
+  std::vector<at::Tensor> logprobs, row_values, row_entropy;
   for (int64_t begin = 0; begin < rows; begin += micro) {
-    at::Tensor part_values;
+    at::Tensor part_values, part_entropy;
     logprobs.push_back(ResponseLogProbs(model, batch.Rows(begin, std::min(rows, begin + micro)),
-                                        values != nullptr ? &part_values : nullptr));
+                                        values != nullptr ? &part_values : nullptr,
+                                        entropy != nullptr ? &part_entropy : nullptr));
     if (values != nullptr) row_values.push_back(part_values);
+    if (entropy != nullptr) row_entropy.push_back(part_entropy);
   }
   if (values != nullptr) *values = at::cat(row_values);
+  if (entropy != nullptr) *entropy = at::cat(row_entropy);
   return at::cat(logprobs);
 }
 

@@ -138,7 +138,8 @@ class RlTrainer {
   // update's forwards: one forward of a whole batch would hold its [rows, T, vocab] logits.
   // Fails when gathering the model for them fails.
   absl::StatusOr<at::Tensor> ResponseLogProbsNoGrad(ModelBundle& model, const SequenceBatch& batch,
-                                                    at::Tensor* values = nullptr);
+                                                    at::Tensor* values = nullptr,
+                                                    at::Tensor* entropy = nullptr);
   absl::StatusOr<StepMetrics> RlUpdate(const Rollouts& rollouts);
   // The rewards the update uses: the scorer's, less [rl] overlong_buffer_len's penalty.
   std::vector<double> OverlongPenalized(const Rollouts& rollouts) const;

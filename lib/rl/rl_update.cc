@@ -140,21 +140,24 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const int64_t minibatch =
       rl.minibatch_size() == -1 ? rows : std::min<int64_t>(rl.minibatch_size(), rows);
   at::Tensor old_logp, ref_logp, old_values;
-  // The trainer's log-probabilities of every row before the update, where logprob_diff_max needs
-  // them: rows past the first minibatch are only scored after its optimizer step.
-  at::Tensor trainer_logp;
+  // The trainer's log-probabilities and entropies of every row before the update, where
+  // logprob_diff_max and entropy need them: rows past the first minibatch are only scored after
+  // its optimizer step (a whole-batch forward below runs whenever there are several minibatches).
+  at::Tensor trainer_logp, pre_update_entropy;
+  at::Tensor* const entropy_out = minibatch < rows ? &pre_update_entropy : nullptr;
   // The generator's log-probabilities are the behaviour policy's (same model, its decode kernels)
   // unless [rl] old_logprobs asks for the trainer's.
   if (rollouts.generator_logprobs.defined() && rl.old_logprobs() == "generator") {
     old_logp = rollouts.generator_logprobs.to(setup_.device);
     if (ppo || minibatch < rows) {
-      TITAN_ASSIGN_OR_RETURN(const at::Tensor logp,
-                             ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr));
+      TITAN_ASSIGN_OR_RETURN(
+          const at::Tensor logp,
+          ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr, entropy_out));
       if (minibatch < rows) trainer_logp = logp;
     }
   } else {
-    TITAN_ASSIGN_OR_RETURN(old_logp,
-                           ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr));
+    TITAN_ASSIGN_OR_RETURN(
+        old_logp, ResponseLogProbsNoGrad(policy_, batch, ppo ? &old_values : nullptr, entropy_out));
   }
   if (reference_) {
     TITAN_ASSIGN_OR_RETURN(ref_logp, ResponseLogProbsNoGrad(*reference_, batch));
@@ -227,8 +230,12 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   TITAN_ASSIGN_OR_RETURN(const at::Tensor counted_tokens,
                          ReduceOverDp(at::stack(minibatch_tokens), ReduceOp::kSum));
   // Over counted tokens only (none when dynamic sampling dropped every group, on every rank).
-  if (trainer_logp.defined() && counted_tokens.sum().item<double>() > 0) {
-    tally.Max("logprob_diff_max", diff_max(trainer_logp, old_logp, loss_mask));
+  if (counted_tokens.sum().item<double>() > 0) {
+    if (trainer_logp.defined()) {
+      tally.Max("logprob_diff_max", diff_max(trainer_logp, old_logp, loss_mask));
+    }
+    if (pre_update_entropy.defined())
+      tally.Add("entropy_sum", (pre_update_entropy * loss_mask).sum());
   }
   // The update's metrics are means over its optimizer steps (every epoch and minibatch), as TRL's
   // PPO and verl report them; each step's metric is its token mean.
@@ -254,8 +261,9 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
         const int64_t a = begin + m * micro, b = std::min(end, a + micro);
         const SequenceBatch part = batch.Rows(a, b);
         at::Tensor values, entropy;
+        const bool measure_entropy = first && !pre_update_entropy.defined();
         const at::Tensor logp = ResponseLogProbs(policy_, part, ppo ? &values : nullptr,
-                                                 first ? &entropy : nullptr);
+                                                 measure_entropy ? &entropy : nullptr);
         const at::Tensor lm = loss_mask.slice(0, a, b);
         at::Tensor clipped;
         const at::Tensor old = old_logp.slice(0, a, b);
@@ -268,9 +276,9 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
         }
         if (first) {
           // The policy the rollouts were scored under (verl's actor/entropy comes from its
-          // old-log-prob forward): computed in the first epoch only, saving later epochs' softmax.
+          // old-log-prob forward): with one minibatch, this first epoch's, saving a softmax.
           c10::NoGradGuard no_grad;
-          tally.Add("entropy_sum", (entropy * lm).sum());
+          if (measure_entropy) tally.Add("entropy_sum", (entropy * lm).sum());
           if (!diff_measured) {
             // Before any update of this batch (its first counted minibatch, unless measured on
             // every row above): the trainer's log-probabilities against the old
