@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "fuzz/fuzz_entries.h"
 #include "gtest/gtest.h"
-#include "lib/checkpoint/directory.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 
 namespace titan {

@@ -23,7 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manifest.h"
-#include "lib/checkpoint/directory.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 

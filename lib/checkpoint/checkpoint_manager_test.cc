@@ -15,9 +15,9 @@
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/rng_state.h"
 #include "lib/checkpoint/test_dir.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 
 namespace titan {

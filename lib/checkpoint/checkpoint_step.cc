@@ -8,8 +8,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "lib/checkpoint/directory.h"
+#include "lib/util/directory.h"
 
 namespace titan {
 

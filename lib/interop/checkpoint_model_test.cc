@@ -9,12 +9,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/checkpoint_manager.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/checkpoint/test_dir.h"
 #include "lib/interop/convert.h"
 #include "lib/interop/hf_config.h"
 #include "lib/interop/load_weights.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 
 namespace titan {

@@ -15,9 +15,9 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/checkpoint_step.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/meta_checkpoint.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 

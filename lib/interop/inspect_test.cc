@@ -15,10 +15,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/checkpoint_manager.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/checkpoint/test_dir.h"
 #include "lib/interop/convert.h"
+#include "lib/util/directory.h"
 
 namespace titan {
 namespace {

@@ -20,8 +20,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/interop/torch_archive_checks.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 

@@ -9,8 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/test_dir.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 
 namespace titan {

@@ -18,11 +18,11 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/distributed/communicator.h"
 #include "lib/metrics/flops.h"
 #include "lib/rl/examples.h"
 #include "lib/train/components.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 

@@ -13,7 +13,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/config/job_config.h"
 #include "lib/data/packed_text_dataset.h"
 #include "lib/float8/float8_converter.h"
@@ -26,6 +25,7 @@
 #include "lib/parallel/tensor_parallel.h"
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/device.h"
+#include "lib/util/directory.h"
 #include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 

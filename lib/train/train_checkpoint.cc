@@ -9,11 +9,11 @@
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_step.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/checkpoint/rng_state.h"
 #include "lib/interop/checkpoint_model.h"
 #include "lib/interop/convert.h"
 #include "lib/train/components.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 

@@ -7,9 +7,9 @@
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
-#include "lib/checkpoint/directory.h"
 #include "lib/config/job_config.h"
 #include "lib/train/step_host_reads.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
 

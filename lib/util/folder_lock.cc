@@ -5,47 +5,38 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_macros.h"
 
 namespace titan {
 namespace {
 
 constexpr char kLockFileName[] = ".titan.lock";
 
-absl::Status MakeFolder(const std::string& folder) {
-  std::error_code error;
-  std::filesystem::create_directories(folder, error);
-  if (!error) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(folder, ": mkdir failed: ", error.message()));
-}
-
-// The folders MakeFolder(`folder`) would create, the deepest first.
-std::vector<std::string> MissingFolders(const std::string& folder) {
+// The folders MakeDirectories(`folder`) would create, the deepest first.
+std::vector<std::string> MissingFolders(std::string folder) {
+  while (folder.size() > 1 && folder.back() == '/') folder.pop_back();  // "out/" is "out"
   std::vector<std::string> missing;
-  std::error_code error;
-  std::filesystem::path path = std::filesystem::path(folder).lexically_normal();
-  if (!path.has_filename()) path = path.parent_path();  // "out/" is "out"
-  for (; !path.empty() && !std::filesystem::exists(path, error); path = path.parent_path()) {
-    if (path == path.parent_path()) break;
-    missing.push_back(path.string());
+  while (!folder.empty() && folder != "/" && !PathExists(folder)) {
+    missing.push_back(folder);
+    const size_t slash = folder.find_last_of('/');
+    if (slash == std::string::npos) break;
+    folder.resize(slash);
   }
   return missing;
 }
 
 // Whether `folder` holds nothing but its lock file.
 bool HoldsOnlyTheLock(const std::string& folder) {
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(folder, error)) {
-    if (entry.path().filename() != kLockFileName) return false;
-  }
-  return !error;
+  const absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
+  return names.ok() && names->size() == 1 && names->front() == kLockFileName;
 }
 
 // The pid an Acquire lock file at `path` holds ("" when unreadable).
@@ -65,7 +56,7 @@ absl::Status InUse(const std::string& folder, const std::string& pid, absl::stri
 
 absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::string& folder) {
   std::vector<std::string> made_folders = MissingFolders(folder);
-  if (absl::Status made = MakeFolder(folder); !made.ok()) return made;
+  TITAN_RETURN_IF_ERROR(MakeDirectories(folder));
   const std::string path = absl::StrCat(folder, "/", kLockFileName);
   // Close-on-exec: a command the run starts (a reward scorer) must not keep the lock.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -94,7 +85,7 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
 }
 
 absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::AcquireOnFolder(const std::string& folder) {
-  if (absl::Status made = MakeFolder(folder); !made.ok()) return made;
+  TITAN_RETURN_IF_ERROR(MakeDirectories(folder));
   const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open", folder);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {

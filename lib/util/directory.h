@@ -1,5 +1,5 @@
-#ifndef TITAN_LIB_CHECKPOINT_DIRECTORY_H_
-#define TITAN_LIB_CHECKPOINT_DIRECTORY_H_
+#ifndef TITAN_LIB_UTIL_DIRECTORY_H_
+#define TITAN_LIB_UTIL_DIRECTORY_H_
 
 // Directory helpers on POSIX calls. Not std::filesystem: PyPI's libtorch.so exports its own copies
 // of std::filesystem symbols, which interpose on libstdc++'s and crash (remove_all jumps to null).
@@ -26,4 +26,4 @@ absl::Status RemoveTree(const std::string& path);
 
 }  // namespace titan
 
-#endif  // TITAN_LIB_CHECKPOINT_DIRECTORY_H_
+#endif  // TITAN_LIB_UTIL_DIRECTORY_H_

@@ -1,4 +1,4 @@
-#include "lib/checkpoint/directory.h"
+#include "lib/util/directory.h"
 
 #include <unistd.h>
 
