@@ -144,6 +144,9 @@ absl::Status RlTrainer::Init(RlMode mode) {
     weights_from_ = checkpointer_->loaded_dir();
   }
   if (training_run) {
+    // Before the metrics and rollouts files: a refused [profiling] key leaves none behind.
+    TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
+                                          config_, runtime_.rank(), setup_.device)));
     TITAN_ASSIGN_OR_RETURN(metrics_,
                            BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
     // The rollouts files follow the run as metrics.jsonl does; rank 0 also takes the files of
@@ -164,8 +167,6 @@ absl::Status RlTrainer::Init(RlMode mode) {
         return absl::OkStatus();
       });
     }
-    TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
-                                          config_, runtime_.rank(), setup_.device)));
     monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
   }
   // Data: a bundled task's generated split, or JSONL.

@@ -133,10 +133,11 @@ absl::Status Trainer::Init() {
     // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
-  TITAN_ASSIGN_OR_RETURN(metrics_,
-                         BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
+  // Before the metrics files: a refused [profiling] key leaves no TensorBoard file behind.
   TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
                                         config_, runtime_.rank(), setup_.device)));
+  TITAN_ASSIGN_OR_RETURN(metrics_,
+                         BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
   monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
   TITAN_RETURN_IF_ERROR(InstallHooks());
   // Last, once the job has started: a run refused at startup leaves the previous config.toml.

@@ -561,6 +561,10 @@ class TitanTrainTest(unittest.TestCase):
         proc = run_train(dump, "--compile.cuda_graph=true", check=False)
         self.assertEqual(proc.returncode, 1)
         self.assertEqual(os.listdir(dump), [".titan.lock"])  # the user's folder stays
+        # The last refusal before the first step, [profiling]'s, comes before any metrics file.
+        proc = run_train(dump, "--profiling.enable_memory_snapshot=true", check=False)
+        self.assertIn("[profiling] enable_memory_snapshot: needs a CUDA device", proc.stderr)
+        self.assertEqual(os.listdir(dump), [".titan.lock"])
 
     def test_no_job_given_is_refused_before_any_work(self):
         # A bare command (or one with only --nproc_per_node) would train the default 10,000-step
