@@ -296,6 +296,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   int failed_rank = -1;
   bool plain_rank_printed = false;  // options.plain_stdout_rank wrote to its stdout
   int stopped_status = 0;  // The first rank's that died of a signal the launcher sent it.
+  int interrupted_status = 0;  // 128 + the second SIGINT/SIGTERM's number, which killed the ranks
   bool stopping = false;
   // A rank that dies of one of these did what the launcher asked: it is no failure of its own.
   absl::flat_hash_set<int> stop_signals_sent;
@@ -388,8 +389,9 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
         if (signals[i] == SIGUSR1) signal_all(SIGUSR1);
         if (signals[i] == SIGINT || signals[i] == SIGTERM) {
           if (stopping) {
-            // A second interrupt means "now".
+            // A second interrupt means "now"; the launcher exits with its status, as one process.
             stop_all_with(SIGKILL);
+            if (interrupted_status == 0) interrupted_status = 128 + signals[i];
           } else {
             // The first is forwarded with no deadline, as a save takes what it takes: a wedged rank
             // fails its peers' collectives ([comm] train_timeout_seconds) and stop_all ends it.
@@ -437,6 +439,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   close(signal_pipe[0]);
   close(signal_pipe[1]);
   if (!spawn_status.ok()) return spawn_status;
+  if (failure_status == 0 && interrupted_status != 0) stopped_status = interrupted_status;
   if (failure_status != 0 || stopped_status != 0) {
     if (!output_status.ok()) LOG(ERROR) << "launcher: " << output_status.message();
     if (options.report_failure && options.plain_stdout_rank >= 0 && !plain_rank_printed) {

@@ -7,9 +7,10 @@
 //           prints "rank R got SIGTERM" and exits 0, but rank FAKE_FAIL_RANK exits 1 (as a rank
 //           whose collective with a wedged peer timed out) and rank FAKE_UNHANDLED_RANK dies of it
 //           (as a rank that has not installed its handler yet).
-//   refuse: prints "fake_rank: refused" on stderr ("fake_rank: refused alone" on rank
-//           FAKE_FAIL_RANK) and a log line, exits 1 a second later (its launcher gathers failure
-//           lines: failure_line_prefix "fake_rank: ").
+//   refuse: ignoring SIGTERM (every rank prints before the launcher's SIGKILL), prints
+//           "fake_rank: refused" on stderr ("fake_rank: refused alone" on rank FAKE_FAIL_RANK)
+//           and a log line, exits 1 three seconds later (its launcher gathers failure lines:
+//           failure_line_prefix "fake_rank: ").
 //   slow:   prints "started pid=P", sleeps a second with SIGUSR1 left as the process start set it
 //           (as a rank loading, or ending after its recorder is gone), exits 0.
 #include <signal.h>
@@ -97,9 +98,10 @@ int main(int argc, char** argv) {
     while (true) pause();
   }
   if (mode == "refuse") {
+    signal(SIGTERM, SIG_IGN);
     fprintf(stderr, "log line\nfake_rank: refused%s\n",
             rank == Env("FAKE_FAIL_RANK") ? " alone" : "");
-    absl::SleepFor(absl::Seconds(1));
+    absl::SleepFor(absl::Seconds(3));
     return 1;
   }
   if (mode == "slow") {

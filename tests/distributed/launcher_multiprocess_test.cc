@@ -216,6 +216,24 @@ TEST(LaunchLocalRanksTest, WedgedRankIsKilledWhenAnotherFailsAfterAForwardedSigt
   EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 2 was stopped by signal 9 from the launcher"));
 }
 
+// The second SIGTERM kills the rank still saving (here: ignoring the first); the launcher exits
+// 143 as one process would, not 137, which reads as an out-of-memory kill.
+TEST(LaunchLocalRanksTest, SecondSigtermEndsTheJobWithItsStatus) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=1"},
+      {{"FAKE_RANK_MODE", "fail"}, {"FAKE_FAIL_RANK", "none"}, {"FAKE_STUBBORN_RANK", "0"}},
+      OutputPrefix("second"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::SleepFor(absl::Seconds(1));  // the rank is up, ignoring SIGTERM
+  kill(launcher->pid(), SIGTERM);
+  absl::SleepFor(absl::Milliseconds(300));
+  kill(launcher->pid(), SIGTERM);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 128 + SIGTERM) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 0 was stopped by signal 9 from the launcher"));
+}
+
 // A rank that dies of the forwarded SIGTERM (it had no handler yet) did what it was told: the job
 // did not finish cleanly, but that rank is no failure that stops the others.
 TEST(LaunchLocalRanksTest, RankEndedByTheForwardedSigtermIsReportedAsStopped) {
