@@ -31,6 +31,16 @@
 
 namespace titan {
 
+struct TraceGroup : std::enable_shared_from_this<TraceGroup> {
+  size_t pg_id = 0;
+  std::tuple<std::string, std::string> pg_name;
+  std::shared_ptr<c10d::ProcessGroupStatus> status = std::make_shared<c10d::ProcessGroupStatus>();
+  size_t collective_seq = 0;
+  size_t p2p_seq = 0;
+  size_t op_seq = 0;
+  int64_t failed_seq = 0;  // The first operation that failed; 0 while none has.
+};
+
 // What c10d's FlightRecorder asks of an entry's end event: has the operation finished? One per
 // buffer slot, reused when the ring wraps, so a pointer the recorder holds is never dangling.
 class CommEvent {
@@ -42,12 +52,21 @@ class CommEvent {
     return done_ ? done_->query() : completed_;
   }
 
-  void Start(uint64_t ticket, c10::intrusive_ptr<c10d::Work> work) {
+  void Start(uint64_t ticket, c10::intrusive_ptr<c10d::Work> work,
+             std::shared_ptr<TraceGroup> group, int64_t op_seq) {
     std::lock_guard<std::mutex> lock(mutex_);
     ticket_ = ticket;
     work_ = std::move(work);
     done_.reset();
     completed_ = false;
+    group_ = std::move(group);
+    op_seq_ = op_seq;
+  }
+
+  // The group and place of the operation recorded here (null group: none yet).
+  std::pair<std::shared_ptr<TraceGroup>, int64_t> Operation() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return {group_, op_seq_};
   }
 
   // Completion is `done` from now on; the Work (and its tensors) is let go.
@@ -74,17 +93,20 @@ class CommEvent {
   c10::intrusive_ptr<c10d::Work> work_;
   std::optional<c10::Event> done_;
   bool completed_ = false;
+  std::shared_ptr<TraceGroup> group_;
+  int64_t op_seq_ = 0;
 };
 
-struct TraceGroup {
-  size_t pg_id = 0;
-  std::tuple<std::string, std::string> pg_name;
-  std::shared_ptr<c10d::ProcessGroupStatus> status = std::make_shared<c10d::ProcessGroupStatus>();
-  size_t collective_seq = 0;
-  size_t p2p_seq = 0;
-  size_t op_seq = 0;
-  int64_t failed_seq = 0;  // The first operation that failed; 0 while none has.
-};
+namespace {
+
+// Counts operation `op_seq` of `group` completed in its pg_status, below any failed one.
+void MarkCompleted(TraceGroup& group, int64_t op_seq) {
+  int64_t completed = std::max(group.status->lastCompletedSeq, op_seq);
+  if (group.failed_seq > 0) completed = std::min(completed, group.failed_seq - 1);
+  group.status->lastCompletedSeq = completed;
+}
+
+}  // namespace
 
 }  // namespace titan
 
@@ -268,7 +290,8 @@ TraceId CommTrace::Record(TraceGroup* group, const std::string& op, bool p2p,
     events_.push_back(std::make_unique<CommEvent>());
   }
   CommEvent* event = events_[ticket % static_cast<uint64_t>(options_.buffer_size)].get();
-  event->Start(ticket, std::move(work));
+  event->Start(ticket, std::move(work), group->shared_from_this(),
+               static_cast<int64_t>(group->op_seq));
   // The analyzer (torch 2.11's fr_trace) parses "<library>:<op>" and accepts only nccl and xccl
   // as the library, so every backend's operations use "nccl:"; the group name says which ran.
   const auto traced = recorder_->recorder.recordWithResetEnabled(
@@ -285,10 +308,8 @@ void CommTrace::Retire(TraceGroup* group, const TraceId& id, bool ok) {
   recorder_->recorder.retire_id(id.id, id.epoch, /*compute_duration=*/false);
   if (!ok || group == nullptr) return;
   std::lock_guard<std::mutex> lock(record_mutex_);
-  // This operation's own number (others may still be in flight), below any failed one.
-  int64_t completed = std::max(group->status->lastCompletedSeq, id.op_seq);
-  if (group->failed_seq > 0) completed = std::min(completed, group->failed_seq - 1);
-  group->status->lastCompletedSeq = completed;
+  // This operation's own number (others may still be in flight).
+  MarkCompleted(*group, id.op_seq);
 }
 
 void CommTrace::Fail(TraceGroup* group, const TraceId& id) {
@@ -368,6 +389,15 @@ absl::Status CommTrace::StartRun(const std::string& run_id) {
 absl::Status CommTrace::Dump(absl::string_view reason) {
   if (!enabled()) return absl::OkStatus();
   std::lock_guard<std::mutex> lock(recorder_->dump_mutex);
+  {
+    // Entries read completed once the backend finished them, waited on or not (as c10d's
+    // watchdog counts them): pg_status says the same.
+    std::lock_guard<std::mutex> record_lock(record_mutex_);
+    for (const std::unique_ptr<CommEvent>& event : events_) {
+      const auto [group, op_seq] = event->Operation();
+      if (group != nullptr && event->query()) MarkCompleted(*group, op_seq);
+    }
+  }
   std::string pickle;
   try {
     pickle = recorder_->recorder.dump(std::nullopt, /*includeCollectives=*/true,

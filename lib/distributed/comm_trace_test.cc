@@ -129,6 +129,36 @@ TEST(CommTraceTest, WaitedOperationsCompleteAndPgStatusStopsBeforeAFailure) {
   EXPECT_EQ(status.at("last_completed_collective").toInt(), 2);
 }
 
+// An operation the backend finished reads completed before its wait returns, in its entry and in
+// pg_status alike (c10d's watchdog counts it so).
+TEST(CommTraceTest, PgStatusCountsWhatTheEntriesCallCompleted) {
+  CommTraceOptions options;
+  options.buffer_size = 8;
+  options.folder = TestFolder("pg_status_unwaited");
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  std::shared_ptr<TraceGroup> group = (*trace)->AddGroup("gloo:dp/0", {0}, "gloo");
+  at::Tensor tensor = at::zeros({2});
+  const TraceId first =
+      (*trace)->Record(group.get(), "allreduce", /*p2p=*/false, {tensor}, {tensor},
+                       c10::make_intrusive<FakeWork>(true), absl::Seconds(7));
+  (*trace)->Retire(group.get(), first, /*ok=*/true);
+  // Finished by the backend, not yet waited on; then one still running.
+  (*trace)->Record(group.get(), "allreduce", /*p2p=*/false, {tensor}, {tensor},
+                   c10::make_intrusive<FakeWork>(true), absl::Seconds(7));
+  (*trace)->Record(group.get(), "allreduce", /*p2p=*/false, {tensor}, {tensor},
+                   c10::make_intrusive<FakeWork>(false), absl::Seconds(7));
+  ASSERT_TRUE((*trace)->Dump("test").ok());
+
+  const auto dump = LoadDump(absl::StrCat(options.folder, "/rank_0"));
+  const auto entries = dump.at("entries").toList();
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries.get(1).toGenericDict().at("state").toStringRef(), "completed");
+  EXPECT_EQ(entries.get(2).toGenericDict().at("state").toStringRef(), "scheduled");
+  const auto status = dump.at("pg_status").toGenericDict().at("0").toGenericDict();
+  EXPECT_EQ(status.at("last_completed_collective").toInt(), 2);
+}
+
 // The ring costs memory as operations fill it, not up front: a 2^31 - 1 entry one is cheap to make.
 TEST(CommTraceTest, AHugeRingGrowsAsItFills) {
   CommTraceOptions options;
