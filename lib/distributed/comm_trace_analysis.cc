@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -30,11 +31,13 @@ struct Entry {
   std::string state;
   std::string input_sizes;
   std::string output_sizes;
+  int64_t created_ns = 0;  // When its rank issued it (c10d's time_created_ns; 0: unrecorded).
 };
 
 struct RankDump {
   std::string run_id;         // "" in dumps without one (c10d's own).
   std::optional<int> writer;  // The rank that wrote it ("rank", which titan writes; c10d's: none).
+  std::optional<int64_t> dumped_ns;  // When ("dump_time_ns", titan's; c10d's: none).
   // group name -> collective sequence number -> entry.
   std::map<std::string, std::map<int64_t, Entry>> collectives;
   std::map<std::string, std::vector<int>> group_ranks;
@@ -86,6 +89,7 @@ absl::StatusOr<RankDump> ReadDump(const std::string& path) {
     }
     if (root.contains("run_id")) dump.run_id = root.at("run_id").toStringRef();
     if (root.contains("rank")) dump.writer = static_cast<int>(root.at("rank").toInt());
+    if (root.contains("dump_time_ns")) dump.dumped_ns = root.at("dump_time_ns").toInt();
     if (!root.contains("entries")) return dump;
     for (const c10::IValue& value : root.at("entries").toListRef()) {
       const c10::impl::GenericDict entry = value.toGenericDict();
@@ -93,7 +97,8 @@ absl::StatusOr<RankDump> ReadDump(const std::string& path) {
       const std::string group = entry.at("process_group").toTupleRef().elements()[0].toStringRef();
       dump.collectives[group][entry.at("collective_seq_id").toInt()] =
           Entry{entry.at("profiling_name").toStringRef(), entry.at("state").toStringRef(),
-                SizesText(entry.at("input_sizes")), SizesText(entry.at("output_sizes"))};
+                SizesText(entry.at("input_sizes")), SizesText(entry.at("output_sizes")),
+                entry.contains("time_created_ns") ? entry.at("time_created_ns").toInt() : 0};
     }
   } catch (const c10::Error& e) {  // without the C++ backtrace what() appends
     return absl::DataLossError(
@@ -198,6 +203,21 @@ std::optional<InconclusiveGroup> Inconclusive(const std::string& name,
     if (row.last_seq == group.last_seq) group.last_ranks.push_back(row.rank);
   }
   return group;
+}
+
+// Whether every `missing` member's dump was written before the first of `issued` issued the
+// collective: its absence there says nothing of what the member did after.
+bool DumpedBeforeIssued(const std::vector<int>& missing, const std::map<int, const Entry*>& issued,
+                        const std::map<int, RankDump>& dumps) {
+  int64_t first_issued = std::numeric_limits<int64_t>::max();
+  for (const auto& [rank, entry] : issued) {
+    if (entry->created_ns == 0) return false;
+    first_issued = std::min(first_issued, entry->created_ns);
+  }
+  return std::all_of(missing.begin(), missing.end(), [&](int member) {
+    const std::optional<int64_t>& dumped = dumps.at(member).dumped_ns;
+    return dumped.has_value() && *dumped < first_issued;
+  });
 }
 
 }  // namespace
@@ -309,6 +329,13 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
       const std::string detail = Disagreement(issued);
       if (missing.empty() && detail.empty()) continue;
       const Entry& entry = *issued.begin()->second;
+      if (detail.empty() && DumpedBeforeIssued(missing, issued, dumps)) {
+        std::vector<int> issuers;
+        for (const auto& [rank, unused] : issued) issuers.push_back(rank);
+        verdict.inconclusive.push_back(
+            InconclusiveGroup{name, members, missing, true, seq, entry.op, entry.state, issuers});
+        break;
+      }
       verdict.mismatches.push_back(CollectiveMismatch{
           name, members, seq, entry.op, entry.input_sizes, entry.state, missing, detail});
       break;
@@ -341,8 +368,16 @@ std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
     absl::StrAppend(&text, "\n");
   }
   for (const InconclusiveGroup& g : verdict.inconclusive) {
-    absl::StrAppend(&text, "group ", g.group, " (ranks ", absl::StrJoin(g.group_ranks, ","),
-                    "): inconclusive, no dump from ranks ", absl::StrJoin(g.missing_dumps, ","),
+    absl::StrAppend(&text, "group ", g.group, " (ranks ", absl::StrJoin(g.group_ranks, ","), "): ");
+    if (g.older_dumps) {
+      absl::StrAppend(&text, "inconclusive, ranks ", absl::StrJoin(g.missing_dumps, ","),
+                      " dumped before ranks ", absl::StrJoin(g.last_ranks, ","),
+                      " issued collective #", g.last_seq, " ", g.last_op, " (", g.last_state,
+                      "): an older dump (an earlier SIGUSR1?) says nothing of what they did "
+                      "after (suspects: stopped or dead since)\n");
+      continue;
+    }
+    absl::StrAppend(&text, "inconclusive, no dump from ranks ", absl::StrJoin(g.missing_dumps, ","),
                     " (suspects: stuck, stopped or dead); ranks ", absl::StrJoin(g.last_ranks, ","),
                     " last issued collective #", g.last_seq, " ", g.last_op, " (", g.last_state,
                     ")\n");

@@ -31,11 +31,14 @@ struct RankProgress {
   int64_t last_completed = 0;  // The newest collective it recorded as completed (0: none).
 };
 
-// A group some members of which left no dump: whether they issued its collectives is unknown.
+// A group some members of which left no dump, or a dump older than a collective the others
+// issued (written on an earlier SIGUSR1, say, before the rank died): whether they issued its
+// collectives is unknown.
 struct InconclusiveGroup {
   std::string group;
   std::vector<int> group_ranks;    // Job ranks.
   std::vector<int> missing_dumps;  // The suspects: stuck, stopped or dead before they could dump.
+  bool older_dumps = false;        // missing_dumps left dumps, older than collective #last_seq.
   int64_t last_seq = 0;            // The newest collective the members with a dump issued.
   std::string last_op;             // That collective's operation and state.
   std::string last_state;
@@ -50,8 +53,10 @@ struct CommTraceVerdict {
   std::vector<InconclusiveGroup> inconclusive;  // Groups some member used, with missing_dumps.
   std::vector<RankProgress> progress;           // By group, then rank; groups some member used.
 
-  // The members agree as far as anyone can tell: no mismatch and no missing dump.
-  bool all_clear() const { return mismatches.empty() && missing_dumps.empty(); }
+  // The members agree as far as anyone can tell: no mismatch and no missing or older dump.
+  bool all_clear() const {
+    return mismatches.empty() && missing_dumps.empty() && inconclusive.empty();
+  }
 };
 
 // Reads one job's flight-recorder dumps (<folder>/<prefix><rank>: what CommTrace, and c10d's

@@ -57,6 +57,28 @@ void WriteDump(const std::string& folder, int rank,
   ASSERT_TRUE((*trace)->Dump("test").ok());
 }
 
+// Rank 1's dump (an earlier SIGUSR1's, the rank dead since) was written before rank 0 issued its
+// third all_reduce: inconclusive, not "never issued by rank 1".
+TEST(CommTraceAnalysisTest, ADumpOlderThanACollectiveIsInconclusiveNotAMismatch) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/older");
+  std::filesystem::remove_all(folder);
+  WriteDump(folder, 1, {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}}, "run", {0, 1});
+  WriteDump(folder, 0,
+            {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}, {"world", "all_reduce", 16}},
+            "run", {0, 1});
+  absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_TRUE(verdict->mismatches.empty());
+  ASSERT_EQ(verdict->inconclusive.size(), 1u);
+  EXPECT_TRUE(verdict->inconclusive[0].older_dumps);
+  EXPECT_THAT(verdict->inconclusive[0].missing_dumps, ElementsAre(1));
+  EXPECT_EQ(verdict->inconclusive[0].last_seq, 3);
+  EXPECT_EQ(CommTraceExitStatus(*verdict), 3);
+  EXPECT_THAT(FormatCommTraceVerdict(*verdict),
+              HasSubstr("group world (ranks 0,1): inconclusive, ranks 1 dumped before ranks 0 "
+                        "issued collective #3 nccl:all_reduce (completed)"));
+}
+
 TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
   const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/analysis");
   std::filesystem::remove_all(folder);
