@@ -21,8 +21,9 @@ struct Llama3Shape {
   int64_t vocab_size;  // 0: the tokenizer's
 };
 
+// torchtitan's debugmodel inherits TransformerModelArgs' default RoPE scaling, Llama 3.1's.
 constexpr Llama3Shape kShapes[] = {
-    {"debugmodel", 256, 6, 16, 0, 256, 0, 0, false, 0},
+    {"debugmodel", 256, 6, 16, 0, 256, 0, 8, false, 0},
     {"1B", 2048, 16, 32, 8, 256, 1.5, 32, true, 128256},
     {"3B", 3072, 28, 24, 8, 256, 1.0, 32, true, 128256},
     {"8B", 4096, 32, 32, 8, 1024, 1.3, 8, false, 128256},

@@ -136,6 +136,25 @@ TEST(Llama3SpecTest, MetaParamsKeepMetasFfnDescription) {
   EXPECT_EQ(info->bos_token_id, 128000);
 }
 
+// torchtitan's debugmodel keeps TransformerModelArgs' default RoPEScalingArgs: Llama 3.1's; so
+// its params.json says use_scaled_rope and reads back as the same flavor.
+TEST(Llama3SpecTest, DebugModelHasTorchtitansRopeScaling) {
+  TransformerArgs args = Spec().Flavor("debugmodel").value();
+  EXPECT_EQ(args.rope.scaling, RopeScalingType::kLlama3);
+  EXPECT_EQ(args.rope.factor, 8);
+  EXPECT_EQ(args.rope.low_freq_factor, 1);
+  EXPECT_EQ(args.rope.high_freq_factor, 4);
+  EXPECT_EQ(args.rope.original_max_position_embeddings, 8192);
+  args.vocab_size = 2048;  // torchtitan's
+  absl::StatusOr<nlohmann::json> params = Spec().meta->params(args);
+  ASSERT_TRUE(params.ok()) << params.status();
+  EXPECT_EQ(params->at("use_scaled_rope"), true);
+  absl::StatusOr<ModelInfo> info = Spec().meta->describe(Spec(), *params, "params.json");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->flavor, "debugmodel");
+  EXPECT_TRUE(SameArchitecture(info->args, args));
+}
+
 // params.json says only use_scaled_rope; Meta's code fixes the rest (3.2's 1B and 3B: factor 32).
 TEST(Llama3SpecTest, MetaParamsRefuseScalingParamsJsonCannotExpress) {
   for (const char* flavor : {"1B", "8B"}) {
