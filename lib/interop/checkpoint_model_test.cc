@@ -270,7 +270,9 @@ TEST(CheckpointModelTest, AFlavorMismatchNamesTheFieldsThatDiffer) {
   EXPECT_EQ(ArchitectureDifferences(flavor.args, flavor.args), "");
   ModelInfo scaled = flavor;
   scaled.args.rope.scaling = RopeScalingType::kYarn;  // its parameters follow from the type
-  EXPECT_EQ(ArchitectureDifferences(scaled.args, flavor.args), "rope_scaling yarn vs none");
+  EXPECT_EQ(ArchitectureDifferences(scaled.args, flavor.args), "rope_scaling yarn vs llama3");
+  scaled.args.rope.scaling = RopeScalingType::kNone;  // titan's debugmodel before torchtitan's RoPE
+  EXPECT_EQ(ArchitectureDifferences(scaled.args, flavor.args), "rope_scaling none vs llama3");
 
   // convert_checkpoint --flavor: both descriptions read the same, the difference is named.
   const std::string root = TestDir("titan");
