@@ -8,6 +8,7 @@ timed from fetching its batch to the optimizer step, as titan_train's per-step t
 """
 import argparse
 import json
+import math
 import os
 import time
 
@@ -43,6 +44,15 @@ def rope(x, cos, sin):
     return torch.stack((even * cos - odd * sin, even * sin + odd * cos), -1).flatten(-2).type_as(x)
 
 
+def llama3_scaled(freqs, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original=8192):
+    """Llama 3.1's RoPE scaling, which torchtitan's debugmodel inherits (titan's too)."""
+    wavelen = 2 * math.pi / freqs
+    smooth = (original / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+    blended = (1 - smooth) * freqs / factor + smooth * freqs
+    scaled = torch.where(wavelen > original / low_freq_factor, freqs / factor, blended)
+    return torch.where(wavelen < original / high_freq_factor, freqs, scaled)
+
+
 class Block(nn.Module):
     def __init__(self, dim, n_heads, hidden):
         super().__init__()
@@ -67,7 +77,7 @@ class Llama(nn.Module):
         self.norm = nn.RMSNorm(dim, eps=1e-5)
         self.output = nn.Linear(dim, vocab, bias=False)
         head_dim = dim // n_heads
-        freqs = 1.0 / (500000.0 ** (torch.arange(0, head_dim, 2).double() / head_dim))
+        freqs = llama3_scaled(1.0 / (500000.0 ** (torch.arange(0, head_dim, 2).double() / head_dim)))
         angles = torch.outer(torch.arange(max_seq).double(), freqs)
         self.register_buffer("cos", angles.cos().float(), persistent=False)
         self.register_buffer("sin", angles.sin().float(), persistent=False)
