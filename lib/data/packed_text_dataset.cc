@@ -1,24 +1,26 @@
 #include "lib/data/packed_text_dataset.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
-#include <filesystem>
+#include <cerrno>
+#include <cstring>
 #include <string>
-#include <system_error>
 #include <utility>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
+#include "lib/util/directory.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
 namespace {
-
-namespace fs = std::filesystem;
 
 constexpr char kDataFileKinds[] = ".jsonl, .json, .jsonl.gz or .json.gz";
 
@@ -36,78 +38,126 @@ bool LooksLikeUnreadableData(absl::string_view name) {
   return false;
 }
 
+// A folder by device and inode: the same folder under any name or link.
+using FolderId = std::pair<dev_t, ino_t>;
+
+// What a walk of a dataset folder has found so far.
+struct FolderWalk {
+  std::string root;                  // the dataset folder, as given
+  std::vector<FolderId> ancestors;   // the folders being walked, root first
+  std::vector<std::string> names;    // ancestors' paths relative to root ("" for root)
+  std::vector<std::string> found;    // data files, relative to root
+  std::vector<std::string> skipped;  // files that are not data (README.md, LICENSE, ...)
+};
+
+std::string JoinPath(absl::string_view folder, absl::string_view name) {
+  if (folder.empty()) return std::string(name);
+  return absl::StrCat(folder, absl::EndsWith(folder, "/") ? "" : "/", name);
+}
+
+// Orders paths folder by folder, as std::filesystem::path compares them.
+bool PathLess(const std::string& a, const std::string& b) {
+  const std::vector<absl::string_view> a_parts = absl::StrSplit(a, '/');
+  const std::vector<absl::string_view> b_parts = absl::StrSplit(b, '/');
+  return std::lexicographical_compare(a_parts.begin(), a_parts.end(), b_parts.begin(),
+                                      b_parts.end());
+}
+
+// Walks `relative` (under walk->root), whose stat is `info`, adding what it holds to `walk`.
+absl::Status WalkFolder(const std::string& relative, const struct stat& info, FolderWalk* walk) {
+  const std::string folder = JoinPath(walk->root, relative);
+  const FolderId id = {info.st_dev, info.st_ino};
+  for (size_t i = 0; i < walk->ancestors.size(); ++i) {
+    if (walk->ancestors[i] != id) continue;
+    // Followed, a link back up would list the folder's files again at every depth.
+    const std::string& ancestor = walk->names[i];
+    return absl::InvalidArgumentError(absl::StrCat(
+        folder, ": a link to ", ancestor.empty() ? walk->root : JoinPath(walk->root, ancestor),
+        ", a folder it is in (a loop); remove it, or move it out of the dataset folder ",
+        walk->root));
+  }
+  absl::StatusOr<std::vector<std::string>> entries = ListDirectory(folder);
+  if (!entries.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(walk->root, ": listing failed: ", entries.status().message()));
+  }
+  walk->ancestors.push_back(id);
+  walk->names.push_back(relative);
+  for (const std::string& name : *entries) {
+    // Hidden names (.git, .ipynb_checkpoints, macOS ._* files) are not data: skipped with what
+    // they hold, as Hugging Face datasets does.
+    if (absl::StartsWith(name, ".")) continue;
+    const std::string entry = JoinPath(relative, name);
+    const std::string full = JoinPath(walk->root, entry);
+    struct stat entry_info;
+    const bool exists = ::stat(full.c_str(), &entry_info) == 0;  // follows links, as HF does
+    if (exists && S_ISDIR(entry_info.st_mode)) {
+      absl::Status status = WalkFolder(entry, entry_info, walk);
+      if (!status.ok()) return status;
+      continue;
+    }
+    const bool regular = exists && S_ISREG(entry_info.st_mode);
+    if (IsJsonDataFile(name) && regular) {
+      walk->found.push_back(entry);
+    } else if (IsJsonDataFile(name) || LooksLikeUnreadableData(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          full,
+          regular ? absl::StrCat(": titan reads only ", kDataFileKinds, " files (lower case)")
+                  : std::string(": not a regular file"),
+          "; convert it, or move it out of the dataset folder ", walk->root));
+    } else {
+      walk->skipped.push_back(entry);
+    }
+  }
+  walk->ancestors.pop_back();
+  walk->names.pop_back();
+  return absl::OkStatus();
+}
+
 // The data files under `path` in reading order, with their names relative to `path`.
 absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* files,
                            std::vector<std::string>* names) {
-  std::error_code error;
-  const fs::file_status status = fs::status(path, error);
-  if (error || !fs::exists(status)) {
-    if (!error || error == std::errc::no_such_file_or_directory) {
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT) {
       return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
     }
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", error.message()));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
   }
-  if (fs::is_regular_file(status)) {
+  if (S_ISREG(info.st_mode)) {
     if (!IsJsonDataFile(path)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": expected a ", kDataFileKinds, " file, or a folder of them"));
     }
     files->push_back(path);
-    names->push_back(fs::path(path).filename().string());
+    const size_t slash = path.rfind('/');
+    names->push_back(slash == std::string::npos ? path : path.substr(slash + 1));
     return absl::OkStatus();
   }
-  if (!fs::is_directory(status)) {
+  if (!S_ISDIR(info.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file or a folder"));
   }
-  std::vector<fs::path> found;
-  std::vector<std::string> skipped;  // files that are not data (README.md, LICENSE, ...)
-  for (fs::recursive_directory_iterator
-           it(path, fs::directory_options::follow_directory_symlink, error),
-       end;
-       !error && it != end; it.increment(error)) {
-    // Hidden names (.git, .ipynb_checkpoints, macOS ._* files) are not data: skipped with what
-    // they hold, as Hugging Face datasets does.
-    if (absl::StartsWith(it->path().filename().string(), ".")) {
-      std::error_code type_error;
-      if (it->is_directory(type_error)) it.disable_recursion_pending();
-      continue;
-    }
-    std::error_code type_error;
-    if (it->is_directory(type_error)) continue;
-    const std::string name = it->path().filename().string();
-    const bool regular = it->is_regular_file(type_error);
-    if (IsJsonDataFile(name) && regular) {
-      found.push_back(it->path().lexically_relative(path));
-    } else if (IsJsonDataFile(name) || LooksLikeUnreadableData(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          it->path().string(),
-          regular ? absl::StrCat(": titan reads only ", kDataFileKinds, " files (lower case)")
-                  : std::string(": not a regular file"),
-          "; convert it, or move it out of the dataset folder ", path));
-    } else {
-      skipped.push_back(it->path().lexically_relative(path).generic_string());
-    }
-  }
-  if (error) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": listing failed: ", error.message()));
-  }
-  if (found.empty()) {
+  FolderWalk walk;
+  walk.root = path;
+  absl::Status status = WalkFolder("", info, &walk);
+  if (!status.ok()) return status;
+  if (walk.found.empty()) {
     return absl::NotFoundError(
         absl::StrCat(path, ": no ", kDataFileKinds,
                      " files in this folder (names starting with \".\" are skipped)"));
   }
-  std::sort(found.begin(), found.end());
-  if (!skipped.empty()) {
-    std::sort(skipped.begin(), skipped.end());
-    const size_t named = std::min<size_t>(skipped.size(), 5);
-    LOG(INFO) << path << ": " << found.size() << " data files; " << skipped.size()
+  std::sort(walk.found.begin(), walk.found.end(), PathLess);
+  if (!walk.skipped.empty()) {
+    std::sort(walk.skipped.begin(), walk.skipped.end());
+    const size_t named = std::min<size_t>(walk.skipped.size(), 5);
+    LOG(INFO) << path << ": " << walk.found.size() << " data files; " << walk.skipped.size()
               << " other files skipped ("
-              << absl::StrJoin(skipped.begin(), skipped.begin() + named, ", ")
-              << (named < skipped.size() ? ", ..." : "") << ")";
+              << absl::StrJoin(walk.skipped.begin(), walk.skipped.begin() + named, ", ")
+              << (named < walk.skipped.size() ? ", ..." : "") << ")";
   }
-  for (const fs::path& name : found) {
-    files->push_back((fs::path(path) / name).string());
-    names->push_back(name.generic_string());
+  for (const std::string& name : walk.found) {
+    files->push_back(JoinPath(path, name));
+    names->push_back(name);
   }
   return absl::OkStatus();
 }

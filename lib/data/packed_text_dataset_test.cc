@@ -199,6 +199,38 @@ TEST(PackedTextDatasetTest, AFolderRefusesDataItCannotRead) {
   EXPECT_THAT(status.message(), HasSubstr(dir + "/pipe.jsonl: not a regular file"));
 }
 
+TEST(PackedTextDatasetTest, AFolderRefusesALinkBackToAFolderItIsIn) {
+  // Followed, each link would list the folder again at every depth until the OS stops it.
+  ByteTokenizer tokenizer;
+  for (const std::string link : {"self", "sub/up"}) {
+    const std::string dir = FreshTestDir("loop");
+    WriteMixedFolder(dir);
+    WriteTestFile(dir + "/sub/d.jsonl", JsonLines({"d"}));
+    ASSERT_EQ(::symlink(link == "self" ? "." : "..", (dir + "/" + link).c_str()), 0);
+    const absl::Status status = PackedTextDataset::Open(Options(dir, 4), &tokenizer).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << link;
+    EXPECT_THAT(status.message(),
+                HasSubstr(dir + "/" + link + ": a link to " + dir + ", a folder it is in"));
+  }
+}
+
+TEST(PackedTextDatasetTest, AFolderFollowsLinksToFilesAndFoldersElsewhere) {
+  // As Hugging Face datasets does: shards are often links into a cache.
+  const std::string elsewhere = FreshTestDir("elsewhere");
+  WriteTestFile(elsewhere + "/shards/s.jsonl", JsonLines({"s"}));
+  WriteTestFile(elsewhere + "/f.jsonl", JsonLines({"f"}));
+  const std::string dir = FreshTestDir("links");
+  WriteTestFile(dir + "/a.jsonl", JsonLines({"a"}));
+  ASSERT_EQ(::symlink((elsewhere + "/shards").c_str(), (dir + "/b").c_str()), 0);
+  ASSERT_EQ(::symlink((elsewhere + "/f.jsonl").c_str(), (dir + "/c.jsonl").c_str()), 0);
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset =
+      OpenOrDie(Options(dir, 2, /*infinite=*/false), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_THAT(dataset->files(),
+              ElementsAre(dir + "/a.jsonl", dir + "/b/s.jsonl", dir + "/c.jsonl"));
+}
+
 // Documents that quote special tokens, as a web page about Llama 3 would.
 const std::vector<std::string>& TextsQuotingSpecialTokens() {
   static const auto* const texts = new std::vector<std::string>{
