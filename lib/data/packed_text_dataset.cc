@@ -12,7 +12,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
@@ -53,14 +52,6 @@ struct FolderWalk {
 std::string JoinPath(absl::string_view folder, absl::string_view name) {
   if (folder.empty()) return std::string(name);
   return absl::StrCat(folder, absl::EndsWith(folder, "/") ? "" : "/", name);
-}
-
-// Orders paths folder by folder, as std::filesystem::path compares them.
-bool PathLess(const std::string& a, const std::string& b) {
-  const std::vector<absl::string_view> a_parts = absl::StrSplit(a, '/');
-  const std::vector<absl::string_view> b_parts = absl::StrSplit(b, '/');
-  return std::lexicographical_compare(a_parts.begin(), a_parts.end(), b_parts.begin(),
-                                      b_parts.end());
 }
 
 // Walks `relative` (under walk->root), whose stat is `info`, adding what it holds to `walk`.
@@ -146,7 +137,8 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
         absl::StrCat(path, ": no ", kDataFileKinds,
                      " files in this folder (names starting with \".\" are skipped)"));
   }
-  std::sort(walk.found.begin(), walk.found.end(), PathLess);
+  // Byte order of the relative paths, as Python's sorted() and Hugging Face datasets read them.
+  std::sort(walk.found.begin(), walk.found.end());
   if (!walk.skipped.empty()) {
     std::sort(walk.skipped.begin(), walk.skipped.end());
     const size_t named = std::min<size_t>(walk.skipped.size(), 5);

@@ -152,6 +152,29 @@ TEST(PackedTextDatasetTest, ReadsAFolderOfEveryFormatInPathOrder) {
   EXPECT_EQ(ReadToEnd(*dataset), expected);
 }
 
+TEST(PackedTextDatasetTest, AFolderIsReadInTheByteOrderOfItsRelativePaths) {
+  // As Python's sorted() orders them and Hugging Face datasets reads them: "b.jsonl" < "b/c.jsonl"
+  // since '.' < '/', where comparing folder by folder put b/ first.
+  const std::string dir = FreshTestDir("order");
+  WriteTestFile(dir + "/b.jsonl", JsonLines({"b"}));
+  WriteTestFile(dir + "/b/c.jsonl", JsonLines({"c"}));
+  WriteTestFile(dir + "/b-2.jsonl", JsonLines({"b-2"}));
+  WriteTestFile(dir + "/a/z.jsonl", JsonLines({"z"}));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset =
+      OpenOrDie(Options(dir, 2, /*infinite=*/false), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_THAT(dataset->files(), ElementsAre(dir + "/a/z.jsonl", dir + "/b-2.jsonl",
+                                            dir + "/b.jsonl", dir + "/b/c.jsonl"));
+  // A state saved when b/c.jsonl came before b.jsonl names another file at its index: refused.
+  nlohmann::json state = dataset->StateDict();
+  state["file_index"] = 2;
+  state["file"] = "b/c.jsonl";
+  const absl::Status status = dataset->LoadStateDict(state);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("expected \"b.jsonl\" (file #2"));
+}
+
 TEST(PackedTextDatasetTest, AFolderSkipsHiddenFilesAndFolders) {
   const std::string dir = FreshTestDir("hidden");
   const std::vector<std::string> texts = WriteMixedFolder(dir + "/x");
