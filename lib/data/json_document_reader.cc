@@ -57,6 +57,8 @@ absl::StatusOr<std::unique_ptr<JsonDocumentReader>> JsonDocumentReader::Open(
 
   absl::string_view name = path;
   absl::ConsumeSuffix(&name, ".gz");
+  absl::Status status = reader->SkipByteOrderMark();
+  if (!status.ok()) return status;
   if (absl::EndsWith(name, ".json")) {
     for (size_t ahead = 0;; ++ahead) {
       absl::StatusOr<int> c = reader->Peek(ahead);
@@ -133,6 +135,16 @@ void JsonDocumentReader::Consume(size_t n) {
   line_ += std::count(buffer_.begin() + buffer_pos_, buffer_.begin() + buffer_pos_ + n, '\n');
   offset_ += n;
   buffer_pos_ += n;
+}
+
+absl::Status JsonDocumentReader::SkipByteOrderMark() {
+  for (size_t i = 0; i < 3; ++i) {
+    absl::StatusOr<int> c = Peek(i);
+    if (!c.ok()) return c.status();
+    if (*c != static_cast<unsigned char>("\xef\xbb\xbf"[i])) return absl::OkStatus();
+  }
+  Consume(3);
+  return absl::OkStatus();
 }
 
 absl::Status JsonDocumentReader::SkipWhitespace() {

@@ -53,6 +53,8 @@ class JsonDocumentReader {
   // Byte at buffer_pos_ + ahead without consuming it; -1 at the end of the file.
   absl::StatusOr<int> Peek(size_t ahead = 0);
   void Consume(size_t n);
+  // Editors on Windows start files with one: it is not data, and it hid an array's '['.
+  absl::Status SkipByteOrderMark();
   absl::Status SkipWhitespace();
   absl::StatusOr<std::optional<std::string>> NextLine();
   absl::StatusOr<std::optional<std::string>> NextArrayElement();

@@ -80,6 +80,23 @@ TEST(JsonDocumentReaderTest, JsonFileHoldsAnArrayOrLines) {
   EXPECT_THAT(ReadAll(dir + "/nothing.json"), ElementsAre());
 }
 
+TEST(JsonDocumentReaderTest, AByteOrderMarkIsNotData) {
+  const std::string dir = FreshTestDir("bom");
+  const std::string bom = "\xef\xbb\xbf";
+  WriteTestFile(dir + "/array.json", bom + "[{\"text\": \"a b c\"}, {\"text\": \"d e\"}]");
+  EXPECT_THAT(ReadAll(dir + "/array.json"), ElementsAre("a b c", "d e"));
+  WriteTestFile(dir + "/array.json.gz", bom + "\n[{\"text\": \"f\"}]", /*gzip=*/true);
+  EXPECT_THAT(ReadAll(dir + "/array.json.gz"), ElementsAre("f"));
+  WriteTestFile(dir + "/lines.jsonl", bom + JsonLines({"g", "h"}));
+  EXPECT_THAT(ReadAll(dir + "/lines.jsonl"), ElementsAre("g", "h"));
+  // Resuming after the first element reads on after the mark too.
+  absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
+      JsonDocumentReader::Open(dir + "/array.json", "text");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  ASSERT_TRUE((*reader)->Next().ok());
+  EXPECT_THAT(ReadAll(dir + "/array.json", (*reader)->position()), ElementsAre("d e"));
+}
+
 TEST(JsonDocumentReaderTest, ReadsGzip) {
   const std::string dir = FreshTestDir("gzip");
   WriteTestFile(dir + "/a.jsonl.gz", JsonLines({"p", "q"}), /*gzip=*/true);
