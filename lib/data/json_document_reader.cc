@@ -268,7 +268,15 @@ absl::StatusOr<std::string> JsonDocumentReader::ExtractText(absl::string_view js
   try {
     document = nlohmann::json::parse(json_text.begin(), json_text.end());
   } catch (const nlohmann::json::parse_error& e) {
-    return Error(line, absl::StrCat("invalid JSON: ", e.what()));
+    if (format_ == Format::kJsonArray) return Error(line, absl::StrCat("invalid JSON: ", e.what()));
+    // An object spread over lines (pretty-printed) fails here as a truncated line.
+    absl::string_view name = path_;
+    absl::ConsumeSuffix(&name, ".gz");
+    return Error(line, absl::StrCat("invalid JSON: expected ",
+                                    absl::EndsWith(name, ".json")
+                                        ? "a JSON array of objects, or one JSON object per line"
+                                        : "one JSON object per line",
+                                    " (", e.what(), ")"));
   }
   if (!document.is_object()) {
     return Error(line, absl::StrCat("expected a JSON object, found ", document.type_name()));

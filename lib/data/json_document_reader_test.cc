@@ -205,6 +205,11 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, MalformedTest,
     ::testing::Values(
         ErrorCase{"bad.jsonl", "{\"text\": \"ok\"}\n\n{\"text\": \"cut", "3: invalid JSON: "},
+        ErrorCase{"pretty.json", "{\n \"text\": \"pretty object\"\n}\n",
+                  "1: invalid JSON: expected a JSON array of objects, or one JSON object per "
+                  "line ("},
+        ErrorCase{"pretty_lines.jsonl", "{\n \"text\": \"pretty object\"\n}\n",
+                  "1: invalid JSON: expected one JSON object per line ("},
         ErrorCase{"missing.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"x\"}\n",
                   "2: missing text field \"text\""},
         ErrorCase{"number.jsonl", "{\"text\": 12}\n",
