@@ -28,10 +28,13 @@ std::string DescribeByte(int c) {
   return absl::StrFormat("byte 0x%02x", c);
 }
 
-std::string GzError(gzFile file) {
+// zlib's message for the last error on `file`, without the "<path>: " it starts with.
+std::string GzError(gzFile file, absl::string_view path) {
   int errnum = Z_OK;
-  const char* message = gzerror(file, &errnum);
-  return errnum == Z_ERRNO ? std::string(std::strerror(errno)) : std::string(message);
+  absl::string_view message = gzerror(file, &errnum);
+  if (errnum == Z_ERRNO) return std::strerror(errno);
+  absl::ConsumePrefix(&message, absl::StrCat(path, ": "));
+  return std::string(message);
 }
 
 }  // namespace
@@ -56,7 +59,15 @@ absl::StatusOr<std::unique_ptr<JsonDocumentReader>> JsonDocumentReader::Open(
       new JsonDocumentReader(path, std::move(text_field), file));
 
   absl::string_view name = path;
-  absl::ConsumeSuffix(&name, ".gz");
+  // zlib reads plain bytes as they are; Python's gzip and Hugging Face refuse them (BadGzipFile).
+  if (absl::ConsumeSuffix(&name, ".gz") && gzdirect(file)) {
+    absl::StatusOr<int> c = reader->Peek();
+    if (!c.ok()) return c.status();
+    if (*c >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": not gzip data, though the name ends in .gz; compress it, or rename it"));
+    }
+  }
   absl::Status status = reader->SkipByteOrderMark();
   if (!status.ok()) return status;
   if (absl::EndsWith(name, ".json")) {
@@ -73,8 +84,8 @@ absl::StatusOr<std::unique_ptr<JsonDocumentReader>> JsonDocumentReader::Open(
     reader->buffer_pos_ = 0;
     reader->at_eof_ = false;
     if (gzseek(file, position.byte_offset, SEEK_SET) != position.byte_offset) {
-      return absl::DataLossError(
-          absl::StrCat(path, ": seek to byte ", position.byte_offset, " failed: ", GzError(file)));
+      return absl::DataLossError(absl::StrCat(path, ": seek to byte ", position.byte_offset,
+                                              " failed: ", GzError(file, path)));
     }
     // A plain file seeks past its end without complaint; reading there would end the file early.
     struct stat st;
@@ -111,15 +122,26 @@ absl::StatusOr<bool> JsonDocumentReader::Fill() {
   int errnum = Z_OK;
   gzerror(file_, &errnum);
   // Z_BUF_ERROR at the end means a truncated gzip stream; zlib returns the data it had first.
-  if (n < 0 || (n == 0 && errnum != Z_OK)) {
-    return absl::DataLossError(
-        absl::StrCat(path_, ": read failed near byte ", offset_, ": ", GzError(file_)));
-  }
+  if (n < 0 || (n == 0 && errnum != Z_OK)) return ReadError();
   if (n == 0) {
     at_eof_ = true;
     return false;
   }
   return true;
+}
+
+absl::Status JsonDocumentReader::ReadError() const {
+  if (gzdirect(file_)) {
+    return absl::DataLossError(absl::StrCat(path_, ": read failed at byte ",
+                                            offset_ + (buffer_.size() - buffer_pos_), ": ",
+                                            GzError(file_, path_)));
+  }
+  // zlib drops the output of the read that failed, so only the compressed position is known.
+  struct stat st;
+  const std::string size =
+      ::stat(path_.c_str(), &st) == 0 ? absl::StrCat(" of ", st.st_size) : std::string();
+  return absl::DataLossError(absl::StrCat(path_, ": gzip data unreadable after ", gzoffset(file_),
+                                          size, " compressed bytes: ", GzError(file_, path_)));
 }
 
 absl::StatusOr<int> JsonDocumentReader::Peek(size_t ahead) {

@@ -24,7 +24,8 @@ bool IsJsonDataFile(absl::string_view path);
 
 // Streams the text field of each JSON object in one file, a bounded buffer at a time.
 // .jsonl: one object per line (blank lines skipped). .json: JSON lines, or one array of objects
-// when the first non-space character is '['. gzip is detected by zlib, whatever the name.
+// when the first non-space character is '['. gzip is detected by zlib, whatever the name, but a
+// name ending in .gz must hold gzip data.
 class JsonDocumentReader {
  public:
   // Opens `path` at `position`, which is either {} or a position() of a reader on the same file.
@@ -50,6 +51,8 @@ class JsonDocumentReader {
 
   // Appends the next chunk of the file to buffer_; false at the end of the file.
   absl::StatusOr<bool> Fill();
+  // The failed read's error, with where in the file it stopped.
+  absl::Status ReadError() const;
   // Byte at buffer_pos_ + ahead without consuming it; -1 at the end of the file.
   absl::StatusOr<int> Peek(size_t ahead = 0);
   void Consume(size_t n);

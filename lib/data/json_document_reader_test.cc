@@ -118,6 +118,36 @@ TEST(JsonDocumentReaderTest, TruncatedGzipIsAnError) {
   EXPECT_THAT(status.message(), HasSubstr(dir + "/cut.jsonl.gz"));
 }
 
+TEST(JsonDocumentReaderTest, AGzipNameMustHoldGzipData) {
+  // Python's gzip and Hugging Face datasets refuse it (BadGzipFile).
+  const std::string dir = FreshTestDir("not_gzip");
+  WriteTestFile(dir + "/plain.jsonl.gz", JsonLines({"p"}));
+  const absl::Status status = FirstError(dir + "/plain.jsonl.gz");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_THAT(status.message(), HasSubstr(dir + "/plain.jsonl.gz: not gzip data"));
+  // Without the name, gzip data is still found by its header; an empty file holds no documents.
+  WriteTestFile(dir + "/packed.jsonl", JsonLines({"q"}), /*gzip=*/true);
+  EXPECT_THAT(ReadAll(dir + "/packed.jsonl"), ElementsAre("q"));
+  WriteTestFile(dir + "/empty.jsonl.gz", "");
+  EXPECT_THAT(ReadAll(dir + "/empty.jsonl.gz"), ElementsAre());
+}
+
+TEST(JsonDocumentReaderTest, ABadGzipChecksumIsFoundAtTheEndOfTheStream) {
+  // zlib drops the output of the failed read: "near byte 0" named no place in the file.
+  const std::string dir = FreshTestDir("crc");
+  WriteTestFile(dir + "/good.jsonl.gz", JsonLines({"a b c", "d e"}), /*gzip=*/true);
+  std::ifstream in(dir + "/good.jsonl.gz", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  bytes[bytes.size() - 8] ^= 0x5a;  // the trailer: CRC-32, then the length
+  WriteTestFile(dir + "/bad.jsonl.gz", bytes);
+  const absl::Status status = FirstError(dir + "/bad.jsonl.gz");
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat(dir, "/bad.jsonl.gz: gzip data unreadable after ",
+                                     bytes.size() - 4, " of ", bytes.size(),
+                                     " compressed bytes: incorrect data check")));  // at the CRC
+}
+
 TEST(JsonDocumentReaderTest, TextFieldOption) {
   const std::string path = FreshTestDir("field") + "/a.jsonl";
   WriteTestFile(path, JsonLines({"body one", "body two"}, "content"));
