@@ -95,6 +95,9 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
   const std::string grouped = absl::StrCat("only grpo and dapo normalise rewards by group", is);
   const std::string gae = absl::StrCat("only ppo has a value head and GAE", is);
   const bool generate = mode == RlMode::kGenerate;
+  const bool held_out = !rl.task().empty() || !rl.eval_prompts_path().empty();
+  const std::string no_held_out =
+      "and there is none (give [rl] eval_prompts_path, or a bundled task for its split)";
   // Before the keys and the rollouts file's shape, which are the wrong algorithm's to check.
   if (mode == RlMode::kStepRollouts && !policy_gradient) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -129,8 +132,9 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
            {"whiten_advantages", algorithm == "ppo", gae},
            {"beta", algorithm == "dpo", absl::StrCat("only dpo has a preference loss", is)},
            {"dpo_loss", algorithm == "dpo", absl::StrCat("only dpo has a preference loss", is)},
-           {"reward", algorithm != "dpo",
-            "dpo learns from preference pairs and scores no response"},
+           {"reward", policy_gradient || (algorithm == "sft" && held_out),
+            algorithm == "dpo" ? "dpo learns from preference pairs and scores no response"
+                               : absl::StrCat("sft scores only held-out responses, ", no_held_out)},
            {"kl_estimator", policy_gradient && rl.kl_coef() > 0,
             "only a KL penalty (grpo, dapo, ppo with kl_coef > 0) estimates a KL"},
            {"overlong_penalty_factor", rl.overlong_buffer_len() > 0,
@@ -141,6 +145,7 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
                 : absl::StrCat("[rl] eval_prompts_path = ", rl.eval_prompts_path(),
                                " is the held-out set; eval_size sizes only a bundled task's "
                                "generated one")},
+           {"eval_freq", held_out, absl::StrCat("only a held-out set is evaluated, ", no_held_out)},
            {"reward_timeout_seconds", rl.reward() == "command",
             absl::StrCat("only reward = \"command\" has a timeout, reward is \"", rl.reward(),
                          "\"")}});

@@ -96,6 +96,42 @@ TEST(RlJobConfigTest, EvalSizeWithoutATaskSplitIsRefused) {
             "task is \"\"; remove it");
 }
 
+// prompts_path alone: nothing is evaluated, so nothing spaces evaluations or scores their
+// responses (SFT's reward scores only held-out ones; grpo, dapo and ppo score their rollouts).
+TEST(RlJobConfigTest, EvalKeysWithoutAHeldOutSetAreRefused) {
+  const std::string none =
+      "and there is none (give [rl] eval_prompts_path, or a bundled task for its split); remove it";
+  for (const char* algorithm : {"sft", "grpo", "ppo", "dpo"}) {
+    JobConfig config = SortingJob();
+    config.mutable_rl()->set_algorithm(algorithm);
+    config.mutable_rl()->set_eval_freq(1);
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+    config.mutable_rl()->set_task("");
+    config.mutable_rl()->set_prompts_path("prompts.jsonl");
+    EXPECT_EQ(Refusal(config), "[rl] eval_freq = 1: only a held-out set is evaluated, " + none);
+    config.mutable_rl()->set_eval_prompts_path("held_out.jsonl");
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+    config.mutable_rl()->set_eval_prompts_path("");
+    config.mutable_rl()->set_eval_freq(10);  // the default, spelled out
+    EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+  }
+
+  JobConfig config = SortingJob();
+  config.mutable_rl()->set_algorithm("sft");
+  config.mutable_rl()->set_reward("exact_match");
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+  config.mutable_rl()->set_task("");
+  config.mutable_rl()->set_prompts_path("prompts.jsonl");
+  EXPECT_EQ(Refusal(config),
+            "[rl] reward = \"exact_match\": sft scores only held-out responses, " + none);
+  config.mutable_rl()->set_eval_prompts_path("held_out.jsonl");
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+  // GRPO scores its rollouts, held-out set or not.
+  config.mutable_rl()->set_eval_prompts_path("");
+  config.mutable_rl()->set_algorithm("grpo");
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
+}
+
 TEST(RlJobConfigTest, WrittenConfigRunsAgainUnchanged) {
   // config.toml spells every key out, sentinels and trainer defaults included.
   for (const char* name : {"sft", "grpo", "dapo", "ppo", "dpo"}) {

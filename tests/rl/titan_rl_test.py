@@ -99,6 +99,13 @@ class TitanRlTest(unittest.TestCase):
             dump, cmd = self.job(f"no_held_out_{key}", "--rl.task=", f"--rl.prompts_path={prompts}",
                                  "--training.steps=1", config=config)
             cmd.remove("--rl.eval_size=8")  # refused without a task
+            # So is an eval_freq (short_run's 100, over the config's): it would space nothing.
+            proc = common.run(cmd, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+            self.assertIn("[rl] eval_freq = 100: only a held-out set is evaluated, and there is "
+                          "none (give [rl] eval_prompts_path, or a bundled task for its split); "
+                          "remove it", proc.stderr)
+            cmd[cmd.index("--rl.eval_freq=100")] = "--rl.eval_freq=10"  # the default, spelled out
             self.assertIn("4 training examples, 0 held out", common.run(cmd).stderr)
             rows = common.metrics(dump)
             self.assertEqual([m["step"] for m in rows], [1])
