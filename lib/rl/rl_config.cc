@@ -95,6 +95,11 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
   const std::string grouped = absl::StrCat("only grpo and dapo normalise rewards by group", is);
   const std::string gae = absl::StrCat("only ppo has a value head and GAE", is);
   const bool generate = mode == RlMode::kGenerate;
+  const bool samples = policy_gradient || generate;
+  // transformers' generate warns the same: top_k and top_p filter only what is sampled.
+  const std::string greedy =
+      "only sampling (temperature > 0) keeps the top_k tokens or the top_p nucleus, temperature "
+      "is 0 (greedy: the most likely token)";
   const bool held_out = !rl.task().empty() || !rl.eval_prompts_path().empty();
   const std::string no_held_out =
       "and there is none (give [rl] eval_prompts_path, or a bundled task for its split)";
@@ -117,8 +122,8 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
            {"kl_coef", policy_gradient,
             absl::StrCat("only grpo, dapo and ppo weigh a KL to the reference (dpo: beta)", is)},
            {"temperature", policy_gradient || generate, sampling},
-           {"top_k", policy_gradient || generate, sampling},
-           {"top_p", policy_gradient || generate, sampling},
+           {"top_k", samples && rl.temperature() != 0, samples ? greedy : sampling},
+           {"top_p", samples && rl.temperature() != 0, samples ? greedy : sampling},
            {"advantage_std", groups, grouped},
            {"advantage_eps", groups && rl.advantage_std() != "none",
             groups ? "only a std division (advantage_std population or bessel) adds it, "

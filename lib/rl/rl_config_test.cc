@@ -272,6 +272,30 @@ TEST(RlJobConfigTest, GreedyGroupsAreRefusedForTrainingOnly) {
   EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 }
 
+TEST(RlJobConfigTest, TopKAndTopPAreRefusedWhenGreedy) {
+  const std::string greedy =
+      ": only sampling (temperature > 0) keeps the top_k tokens or the top_p nucleus, "
+      "temperature is 0 (greedy: the most likely token); remove it";
+  for (const char* algorithm : {"ppo", "sft"}) {
+    JobConfig config = SortingJob();
+    config.mutable_rl()->set_algorithm(algorithm);
+    config.mutable_rl()->set_dynamic_sampling(false);
+    config.mutable_rl()->set_temperature(0);
+    config.mutable_rl()->set_top_k(5);
+    const RlMode mode = std::string(algorithm) == "ppo" ? RlMode::kTrain : RlMode::kGenerate;
+    EXPECT_EQ(RlJobConfig(config, mode).status().message(), "[rl] top_k = 5" + greedy);
+    config.mutable_rl()->set_top_k(0);  // the default, spelled out
+    config.mutable_rl()->set_top_p(0.9);
+    EXPECT_EQ(RlJobConfig(config, mode).status().message(), "[rl] top_p = 0.9" + greedy);
+    config.mutable_rl()->set_top_p(1.0);  // the default, spelled out
+    EXPECT_TRUE(RlJobConfig(config, mode).ok()) << RlJobConfig(config, mode).status();
+    config.mutable_rl()->set_temperature(0.7);
+    config.mutable_rl()->set_top_k(5);
+    config.mutable_rl()->set_top_p(0.9);
+    EXPECT_TRUE(RlJobConfig(config, mode).ok()) << RlJobConfig(config, mode).status();
+  }
+}
+
 TEST(RlJobConfigTest, StepRolloutsNeedsASamplingAlgorithm) {
   for (const char* algorithm : {"sft", "dpo"}) {
     JobConfig config = SortingJob();

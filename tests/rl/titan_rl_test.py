@@ -1327,6 +1327,16 @@ class TitanRlTest(unittest.TestCase):
         summary = json.loads(common.run(cmd).stdout)
         self.assertAlmostEqual(summary["reward_mean"], -0.5, places=6)
 
+    def test_top_k_and_top_p_are_refused_when_greedy(self):
+        # Greedy decoding takes the most likely token: no top_k or top_p would change it.
+        output = os.path.join(self.root, "greedy_top_k.jsonl")
+        stderr = self.refusal("greedy_top_k", "--generate", f"--output={output}",
+                              "--rl.temperature=0", "--rl.top_k=3")
+        self.assertIn("[rl] top_k = 3: only sampling (temperature > 0) keeps the top_k tokens or "
+                      "the top_p nucleus, temperature is 0 (greedy: the most likely token); "
+                      "remove it", stderr)
+        self.assertFalse(os.path.exists(output))
+
     def test_prompts_without_answers_are_refused_by_verifiers(self):
         prompts = os.path.join(self.root, "no_answer.jsonl")
         common.write_jsonl(prompts, [{"prompt": "Sort: b a", "answer": "a b"},
