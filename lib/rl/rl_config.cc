@@ -32,21 +32,7 @@ absl::Status RefuseUnreadKeys(const JobConfig& config, const std::vector<RlKeyUs
 
 }  // namespace
 
-absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
-  JobConfig out = config;
-  JobConfig::Rl& rl = *out.mutable_rl();
-  if (config.optimizer().has_lr() && config.optimizer().lr() != rl.learning_rate()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[optimizer] lr = ", config.optimizer().lr(), " contradicts [rl] learning_rate = ",
-        rl.learning_rate(), ": titan_rl trains at [rl] learning_rate; set only that one"));
-  }
-  out.mutable_optimizer()->set_lr(rl.learning_rate());
-  if (config.training().has_seq_len() && config.training().seq_len() != rl.max_seq_len()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[training] seq_len = ", config.training().seq_len(), " contradicts [rl] max_seq_len = ",
-        rl.max_seq_len(), ": titan_rl's sequences are prompt + response; set only [rl] max_seq_len"));
-  }
-  out.mutable_training()->set_seq_len(rl.max_seq_len());
+absl::Status RefuseTrainerDataKeys(const JobConfig& config) {
   const JobConfig::Training training_defaults;
   if (config.training().dataset_path() != training_defaults.dataset_path() ||
       config.training().dataset() != training_defaults.dataset() ||
@@ -68,6 +54,26 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
                      ": titan_rl evaluates [rl] eval_prompts_path (or the task's held-out "
                      "split) every [rl] eval_freq steps instead of [validation]; remove it"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
+  JobConfig out = config;
+  JobConfig::Rl& rl = *out.mutable_rl();
+  if (config.optimizer().has_lr() && config.optimizer().lr() != rl.learning_rate()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[optimizer] lr = ", config.optimizer().lr(), " contradicts [rl] learning_rate = ",
+        rl.learning_rate(), ": titan_rl trains at [rl] learning_rate; set only that one"));
+  }
+  out.mutable_optimizer()->set_lr(rl.learning_rate());
+  if (config.training().has_seq_len() && config.training().seq_len() != rl.max_seq_len()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[training] seq_len = ", config.training().seq_len(),
+                     " contradicts [rl] max_seq_len = ", rl.max_seq_len(),
+                     ": titan_rl's sequences are prompt + response; set only [rl] max_seq_len"));
+  }
+  out.mutable_training()->set_seq_len(rl.max_seq_len());
+  if (absl::Status status = RefuseTrainerDataKeys(config); !status.ok()) return status;
   const JobConfig::Parallelism& p = config.parallelism();
   if (p.tensor_parallel_degree() > 1 || p.context_parallel_degree() > 1 ||
       p.pipeline_parallel_degree() > 1) {

@@ -23,6 +23,12 @@ enum class RlMode { kTrain, kStepRollouts, kGenerate };
 // tested for presence: the config.toml titan_rl writes spells every key out and runs again.
 absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode);
 
+// [training] dataset, dataset_path, dataset_text_field and global_batch_size, and any [validation]
+// key, set to anything but their defaults, refused with one line: titan_rl's data are [rl]'s. Part
+// of RlJobConfig, and titan_rl's first check: ValidateJobConfig's own checks of these keys would
+// otherwise ask for a key that titan_rl then refuses (a dataset_path for dataset "c4").
+absl::Status RefuseTrainerDataKeys(const JobConfig& config);
+
 GroupStd GroupStdFromConfig(const JobConfig::Rl& rl);
 KlEstimator KlEstimatorFromConfig(const JobConfig::Rl& rl);
 

@@ -377,6 +377,14 @@ TEST(RlJobConfigTest, TrainerKeysTitanRlDoesNotReadAreRefused) {
   EXPECT_EQ(Refusal(config),
             "[validation] freq = 5: titan_rl evaluates [rl] eval_prompts_path (or the task's "
             "held-out split) every [rl] eval_freq steps instead of [validation]; remove it");
+  // titan_rl checks these first, before ValidateJobConfig asks c4 for a dataset_path.
+  config = SortingJob();
+  config.mutable_training()->set_dataset("c4");
+  EXPECT_EQ(RefuseTrainerDataKeys(config).message(),
+            "[training] dataset/dataset_path/dataset_text_field: titan_rl reads [rl] prompts_path "
+            "(or generates [rl] task); remove them");
+  EXPECT_EQ(Refusal(config), RefuseTrainerDataKeys(config).message());
+  EXPECT_TRUE(RefuseTrainerDataKeys(SortingJob()).ok());
 }
 
 }  // namespace

@@ -1364,6 +1364,18 @@ class TitanRlTest(unittest.TestCase):
         proc = common.run(cmd, check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("[compile] cuda_graph: titan_rl's batches change shape", proc.stderr)
+        # A trainer data key is refused as titan_rl's before titan_train's checks of it, which
+        # would ask for a dataset_path (dataset "c4") or another global_batch_size, both refused.
+        for flags, refusal in (
+                (["--training.dataset=c4"], "[training] dataset/dataset_path/dataset_text_field: "
+                 "titan_rl reads [rl] prompts_path (or generates [rl] task); remove them"),
+                (["--training.global_batch_size=12"],
+                 "[training] global_batch_size = 12: titan_rl's batch is [rl] prompts_per_step"),
+                (["--validation.enable=true", "--validation.dataset=c4"],
+                 "titan_rl evaluates [rl] eval_prompts_path (or the task's held-out split)")):
+            stderr = self.refusal("refused_data", *flags)
+            self.assertIn(refusal, stderr)
+            self.assertNotIn("dataset_path to your copy", stderr)
         proc = common.run([TITAN_TRAIN, "--rl.algorithm=ppo", "--training.steps=1"], check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("[rl]", proc.stderr)
