@@ -1367,10 +1367,12 @@ class TitanRlTest(unittest.TestCase):
         # A trainer data key is refused as titan_rl's before titan_train's checks of it, which
         # would ask for a dataset_path (dataset "c4") or another global_batch_size, both refused.
         for flags, refusal in (
-                (["--training.dataset=c4"], "[training] dataset/dataset_path/dataset_text_field: "
-                 "titan_rl reads [rl] prompts_path (or generates [rl] task); remove them"),
+                (["--training.dataset=c4"], "titan_rl: --training.dataset: [training] "
+                 "dataset/dataset_path/dataset_text_field: titan_rl reads [rl] prompts_path (or "
+                 "generates [rl] task); remove them"),
                 (["--training.global_batch_size=12"],
-                 "[training] global_batch_size = 12: titan_rl's batch is [rl] prompts_per_step"),
+                 "titan_rl: --training.global_batch_size: [training] global_batch_size = 12: "
+                 "titan_rl's batch is [rl] prompts_per_step"),
                 (["--validation.enable=true", "--validation.dataset=c4"],
                  "titan_rl evaluates [rl] eval_prompts_path (or the task's held-out split)")):
             stderr = self.refusal("refused_data", *flags)

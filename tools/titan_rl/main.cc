@@ -109,7 +109,9 @@ absl::Status Run(const ToolFlags& flags) {
   absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.overrides);
   if (!config.ok()) return config.status();
   // Before RunJobOnThisRank's ValidateJobConfig, whose dataset checks ask for keys refused here.
-  if (absl::Status status = titan::RefuseTrainerDataKeys(*config); !status.ok()) return status;
+  if (absl::Status status = titan::RefuseTrainerDataKeys(*config); !status.ok()) {
+    return titan::WithKeySource(status);
+  }
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime)
                                               -> absl::Status {
     if (!flags.generate && flags.step_rollouts.empty()) return titan::RunRl(*config, runtime);
