@@ -1,16 +1,23 @@
 #include "lib/distributed/rendezvous.h"
 
 #include <c10/util/Exception.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <exception>
+#include <string>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -48,6 +55,41 @@ absl::Status AwaitEveryRank(c10d::Store& store, const DistributedEnv& env, absl:
                    absl::StrJoin(missing, ", ")));
 }
 
+// Whether something listens at host:port: one TCP connection, retried until `deadline`. Before
+// c10d's client, which retries its own connection past its timeout and logs a stack trace each
+// time it gives up.
+bool ListenerAppears(const std::string& host, int port, absl::Time deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  while (true) {
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
+      for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) continue;
+        bool connected = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+        if (!connected && errno == EINPROGRESS) {
+          pollfd waiting{fd, POLLOUT, 0};
+          const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+          int error = 0;
+          socklen_t size = sizeof(error);
+          connected = ::poll(&waiting, 1, static_cast<int>(std::max<int64_t>(left, 1))) == 1 &&
+                      ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
+        }
+        ::close(fd);
+        if (connected) {
+          ::freeaddrinfo(found);
+          return true;
+        }
+      }
+      ::freeaddrinfo(found);
+    }
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(std::min(absl::Milliseconds(100), deadline - absl::Now()));
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::Connect(const DistributedEnv& env,
@@ -61,21 +103,25 @@ absl::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::Connect(const Distribute
   store_options.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout));
   if (env.rank == 0 && options.listen_fd >= 0) store_options.masterListenFd = options.listen_fd;
   const absl::Time deadline = absl::Now() + options.timeout;
-  std::string reason;
+  const auto unreachable = [&](const std::string& reason) {
+    return absl::UnavailableError(absl::StrCat(
+        "rendezvous: rank ", env.rank, " of ", env.world_size, " could not ",
+        env.rank == 0 ? "host" : "reach", " the store at ", env.master_addr, ":", env.master_port,
+        " (MASTER_ADDR:MASTER_PORT) within ", absl::FormatDuration(options.timeout), ": ", reason));
+  };
+  if (env.rank != 0 && !ListenerAppears(env.master_addr, env.master_port, deadline)) {
+    return unreachable("nothing listens there (is rank 0 running, and MASTER_ADDR its host?)");
+  }
   try {
     c10::intrusive_ptr<c10d::Store> store =
         c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
     TITAN_RETURN_IF_ERROR(AwaitEveryRank(*store, env, options.timeout, deadline));
     return std::shared_ptr<Rendezvous>(new Rendezvous(env, std::move(store)));
   } catch (const c10::Error& e) {
-    reason = e.what_without_backtrace();
+    return unreachable(e.what_without_backtrace());
   } catch (const std::exception& e) {
-    reason = e.what();
+    return unreachable(e.what());
   }
-  return absl::UnavailableError(absl::StrCat(
-      "rendezvous: rank ", env.rank, " of ", env.world_size, " could not ",
-      env.rank == 0 ? "host" : "reach", " the store at ", env.master_addr, ":", env.master_port,
-      " (MASTER_ADDR:MASTER_PORT) within ", absl::FormatDuration(options.timeout), ": ", reason));
 }
 
 }  // namespace titan

@@ -478,5 +478,37 @@ TEST(GlooCommunicatorTest, RankThatNeverStartsIsNamedByTheRendezvous) {
   }
 }
 
+// Rank 1 of 2 whose rank 0 never starts: one line, after the timeout, not c10d's client retrying
+// past it (2.3 times it, with a stack trace each time it gave up).
+TEST(GlooCommunicatorTest, StoreThatNeverListensIsReportedAtTheTimeout) {
+  // A bound port that nothing listens on (kept bound, so nothing else takes it meanwhile).
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t size = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size), 0);
+  DistributedEnv env;
+  env.rank = 1;
+  env.world_size = 2;
+  env.master_port = ntohs(addr.sin_port);
+  RendezvousOptions options;
+  options.timeout = absl::Seconds(3);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
+  const absl::Duration waited = absl::Now() - start;
+  close(fd);
+  ASSERT_FALSE(rendezvous.ok());
+  EXPECT_EQ(rendezvous.status().message(),
+            absl::StrCat(
+                "rendezvous: rank 1 of 2 could not reach the store at 127.0.0.1:", env.master_port,
+                " (MASTER_ADDR:MASTER_PORT) within 3s: nothing listens there (is rank 0 "
+                "running, and MASTER_ADDR its host?)"));
+  EXPECT_GE(waited, absl::Seconds(3));
+  EXPECT_LT(waited, absl::Seconds(4)) << waited;
+}
+
 }  // namespace
 }  // namespace titan
