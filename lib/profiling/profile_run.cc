@@ -37,11 +37,12 @@ constexpr size_t kMemorySamples = 800;
 // Rows of ops_rank<r>.txt.
 constexpr size_t kOpTableRows = 40;
 
-// The job as profile_run trains it: output in `out`, no checkpoint saved or resumed (the saving
-// and resuming keys at their defaults, which enable = false requires; the initial load kept), no
-// TensorBoard, [profiling] at its defaults (off): config.toml records no schedule that did not
-// run, and runs again.
-JobConfig ProfiledConfig(JobConfig config, const ProfileRunOptions& options) {
+}  // namespace
+
+// The saving and resuming checkpoint keys go to their defaults, which enable = false requires;
+// [profiling] at its defaults (off): config.toml records no schedule that did not run, and runs
+// again.
+JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) {
   config.mutable_job()->set_dump_folder(options.out);
   JobConfig::Checkpoint checkpoint = DefaultJobConfig().checkpoint();
   checkpoint.set_enable(false);
@@ -53,6 +54,14 @@ JobConfig ProfiledConfig(JobConfig config, const ProfileRunOptions& options) {
   config.clear_profiling();
   return config;
 }
+
+absl::Status AsOutFlag(const absl::Status& status) {
+  absl::string_view message = status.message();
+  if (!absl::ConsumePrefix(&message, "[job] dump_folder")) return status;
+  return absl::Status(status.code(), absl::StrCat("--out", message));
+}
+
+namespace {
 
 // A per-rank file profile_run writes into --out, by name: trace_rank<r>.json[.gz],
 // ops_rank<r>.txt/.json, profile_rank<r>.json, memory_snapshot_rank<r>.pickle.
@@ -219,7 +228,7 @@ absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
         "[training] steps=", job.training().steps(), ": profile_run needs --profile.warmup=",
         options.warmup, " + --profile.active=", options.active, " = ", steps, " steps"));
   }
-  const JobConfig config = ProfiledConfig(job, options);
+  const JobConfig config = ProfiledJobConfig(job, options);
   TITAN_RETURN_IF_ERROR(MakeDirectories(options.out));
   // Before the model exists, so that its parameters are among the blocks seen.
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<MemoryTracker> tracker,
@@ -267,7 +276,7 @@ absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runti
   return CatchTorchErrors([&]() -> absl::Status {
     // Before CatchTorchErrors' std::exception: a JSON error is a rank profile's, not LibTorch's.
     try {
-      return Run(config, runtime, options);
+      return AsOutFlag(Run(config, runtime, options));
     } catch (const nlohmann::json::exception& e) {
       return absl::InternalError(absl::StrCat("rank profile: ", e.what()));
     }

@@ -28,6 +28,17 @@ struct ProfileRunOptions {
 absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runtime,
                         const ProfileRunOptions& options);
 
+// The job as profile_run runs it: [job] dump_folder is `options.out` (so the flight recorder's
+// [comm] save_traces_folder, config.toml and the folder's lock are under --out, never in the job's
+// own dump folder), no checkpoint saved or resumed ([checkpoint] initial_load_* kept), no
+// TensorBoard, [profiling] at its defaults. The ranks must connect with this config, not the job's:
+// the flight recorder's folder is fixed then.
+JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options);
+
+// `status` with a leading "[job] dump_folder" (profile_run's --out under ProfiledJobConfig) said
+// as "--out": the user never set that key to that folder.
+absl::Status AsOutFlag(const absl::Status& status);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_PROFILING_PROFILE_RUN_H_

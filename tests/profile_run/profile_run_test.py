@@ -15,6 +15,7 @@ Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a che
 """
 import argparse
 import collections
+import fcntl
 import gzip
 import json
 import os
@@ -388,6 +389,39 @@ class ProfileRunTest(unittest.TestCase):
         # No metrics.jsonl: a run makes it at its first logged step.
         self.assertEqual(sorted(os.listdir(out)),
                          [".titan.lock", "config.toml", "trace_rank0.json.tmp"])
+
+    def test_job_dump_folder_is_left_alone(self):
+        # A live run's flight-recorder dumps in the job's dump folder (what SIGUSR1 leaves):
+        # profile_run's own recorder dumps under --out, and moves nothing there.
+        job = os.path.join(self.tmp, "job_dump")
+        out = os.path.join(self.tmp, "job_dump_out")
+        shutil.rmtree(job, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(os.path.join(job, "comm_traces"))
+        for rank in range(2):
+            with open(os.path.join(job, "comm_traces", f"rank_{rank}"), "w") as f:
+                f.write("a live run's dump\n")
+        proc = run([PROFILE_RUN, "--nproc_per_node=2", *COMMON, f"--job.dump_folder={job}",
+                    f"--out={out}", "--profile.warmup=0", "--profile.active=1",
+                    "--training.local_batch_size=1", "--training.seq_len=32"])
+        self.assertNotIn("moved an earlier run's dumps", proc.stderr)
+        self.assertEqual(sorted(os.listdir(job)), ["comm_traces"])
+        self.assertEqual(sorted(os.listdir(os.path.join(job, "comm_traces"))),
+                         ["rank_0", "rank_1"])
+
+    def test_folder_in_use_names_out(self):
+        out = os.path.join(self.tmp, "in_use")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        # Another run holds the folder (FolderLock's flock on .titan.lock).
+        with open(os.path.join(out, ".titan.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--profile.warmup=0",
+                                   "--profile.active=1", "--training.local_batch_size=1",
+                                   "--training.seq_len=32"],
+                                  capture_output=True, text=True, timeout=120)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn(f"profile_run: --out: {out} is in use by another run", proc.stderr)
 
     def test_titan_train_traces_every_profile_freq_steps(self):
         dump = os.path.join(self.tmp, "train")

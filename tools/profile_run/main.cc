@@ -30,8 +30,9 @@ constexpr char kUsage[] =
     "Runs the job as titan_train would (model, parallelism, data, ranks), warmup steps with the\n"
     "profiler started, then traced steps, and writes into DIR per rank trace_rank<r>.json\n"
     "(Perfetto / chrome://tracing), ops_rank<r>.txt/.json, profile_rank<r>.json, and\n"
-    "report.html + summary.json for all ranks. Nothing is written to the job's dump folder and\n"
-    "no checkpoint is saved or resumed ([checkpoint] initial_load_path still loads).\n"
+    "report.html + summary.json for all ranks. Nothing is written to the job's dump folder (the\n"
+    "collective flight-recorder dumps go to DIR/comm_traces) and no checkpoint is saved or\n"
+    "resumed ([checkpoint] initial_load_path still loads).\n"
     "--analyze_comm_trace=DIR reads a job's collective flight-recorder dumps ([comm]\n"
     "save_traces_folder) and names the collective and the ranks that never issued it; it exits\n"
     "as comm_trace_analyze does (0 agree, 2 disagree, 3 inconclusive: ranks left no dump).\n"
@@ -175,11 +176,15 @@ absl::Status AnalyzeCommTrace(const Flags& flags, int* exit_status) {
 
 absl::Status Profile(const Flags& flags) {
   if (flags.profile.out.empty()) return absl::InvalidArgumentError("--out=DIR is required");
-  absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.job_args);
-  if (!config.ok()) return config.status();
-  return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime) {
-    return titan::RunProfile(*config, runtime, flags.profile);
-  });
+  absl::StatusOr<titan::JobConfig> job = titan::ParseJobConfig("", flags.job_args);
+  if (!job.ok()) return job.status();
+  // The ranks connect with the profiled job: the flight recorder dumps under --out, not into the
+  // job's dump folder.
+  const titan::JobConfig config = titan::ProfiledJobConfig(*std::move(job), flags.profile);
+  return titan::AsOutFlag(
+      titan::RunJobOnThisRank(config, [&](const titan::DistributedRuntime& runtime) {
+        return titan::RunProfile(config, runtime, flags.profile);
+      }));
 }
 
 }  // namespace
