@@ -368,12 +368,26 @@ class ProfileRunTest(unittest.TestCase):
                  "--profiling.profiler_active (use --profile.active), "
                  "--profiling.enable_profiling (profile_run always traces), "
                  "--profiling.save_traces_folder (use --out): profile_run replaces titan_train's "
-                 "[profiling] with its own flags; drop them")]:
+                 "[profiling] with its own flags; drop them"),
+                (PROFILE_RUN, [f"--out={out}", "--profile.bogus=1"],
+                 "profile_run: --profile.bogus: unknown key of --profile.*; expected "
+                 "--profile.warmup, --profile.active or --profile.gzip")]:
             proc = subprocess.run([tool, *COMMON, *args], capture_output=True, text=True,
                                   timeout=120)
             self.assertEqual(proc.returncode, 1, args)
             self.assertIn(message, proc.stderr)
             self.assertNotIn("frame #", proc.stderr)  # no C++ backtrace
+            self.assertFalse(os.path.exists(out), args)
+
+    def test_no_job_given(self):
+        # As titan_train: no job key would profile the built-in 10,000-step default job.
+        out = os.path.join(self.tmp, "no_job")
+        shutil.rmtree(out, ignore_errors=True)
+        for args in [[f"--out={out}"], ["--nproc_per_node=2", f"--out={out}"]]:
+            proc = subprocess.run([PROFILE_RUN, *args], capture_output=True, text=True,
+                                  timeout=60)
+            self.assertEqual(proc.returncode, 1, args)
+            self.assertIn("profile_run: no job given: pass --job.config_file=FILE", proc.stderr)
             self.assertFalse(os.path.exists(out), args)
 
     def test_trace_that_cannot_be_written_leaves_no_partial_files(self):

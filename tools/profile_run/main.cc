@@ -110,7 +110,16 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     const absl::string_view arg = argv[i];
     const size_t eq = arg.find('=');
     const absl::string_view name = arg.substr(0, eq);
-    if (std::find(std::begin(kOwnFlags), std::end(kOwnFlags), name) == std::end(kOwnFlags)) {
+    const bool own =
+        std::find(std::begin(kOwnFlags), std::end(kOwnFlags), name) != std::end(kOwnFlags);
+    // No job section is called profile: the job config would call it an unknown section.
+    if (!own && absl::StartsWith(name, "--profile.")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name,
+                       ": unknown key of --profile.*; expected --profile.warmup, --profile.active "
+                       "or --profile.gzip"));
+    }
+    if (!own) {
       flags.job_args.emplace_back(arg);
       if (profile_arg.empty()) profile_arg = std::string(arg);
       continue;
@@ -174,7 +183,20 @@ absl::Status AnalyzeCommTrace(const Flags& flags, int* exit_status) {
   return absl::OkStatus();
 }
 
+// Whether `job_args` set any job key: without one the job is the built-in 10,000-step default
+// (titan_train refuses it the same way).
+bool SetsAJobKey(const std::vector<std::string>& job_args) {
+  return std::any_of(job_args.begin(), job_args.end(), [](const std::string& arg) {
+    return absl::StartsWith(arg, "--") && !absl::StartsWith(arg, "--nproc_per_node");
+  });
+}
+
 absl::Status Profile(const Flags& flags) {
+  if (!SetsAJobKey(flags.job_args)) {
+    return absl::InvalidArgumentError(
+        "no job given: pass --job.config_file=FILE (configs/ has examples) and any --section.key "
+        "overrides; --help lists the keys");
+  }
   if (flags.profile.out.empty()) return absl::InvalidArgumentError("--out=DIR is required");
   absl::StatusOr<titan::JobConfig> job = titan::ParseJobConfig("", flags.job_args);
   if (!job.ok()) return job.status();
