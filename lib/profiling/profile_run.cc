@@ -2,11 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
+#include <cerrno>
 #include <memory>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -79,30 +80,41 @@ bool IsPerRankOutput(absl::string_view name) {
   return false;
 }
 
-// Removes an earlier run's per-rank outputs from `out` (it may have had more ranks, or gzip), so
-// that every trace there is this run's. Only regular files are removed (links are not followed);
-// summary.json and report.html are rewritten at the end, and other files stay. Returns how many
-// were removed.
+// An earlier run's file in --out that this run replaces: a per-rank output, or the temporary a
+// run stopped while writing left (Kineto's <trace>.tmp, an atomic write's <file>.tmp.<pid>, of a
+// per-rank output, summary.json or report.html).
+bool IsEarlierOutput(absl::string_view name) {
+  if (IsPerRankOutput(name)) return true;
+  absl::string_view file = name;
+  if (IsAtomicWriteTemporary(name)) {
+    file = name.substr(0, name.rfind(".tmp."));
+  } else if (!absl::ConsumeSuffix(&file, ".tmp")) {
+    return false;
+  }
+  return IsPerRankOutput(file) || file == "summary.json" || file == "report.html";
+}
+
+// Removes an earlier run's per-rank outputs and temporaries from `out` (it may have had more ranks,
+// or gzip), so that every trace there is this run's. Only regular files are removed (links are not
+// followed); summary.json and report.html are rewritten at the end, and other files stay. Returns
+// how many were removed.
 absl::StatusOr<int> RemoveEarlierOutputs(const std::string& out) {
-  std::error_code error;
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(out);
+  if (!names.ok()) {
+    return absl::Status(names.status().code(),
+                        absl::StrCat("listing earlier outputs: ", names.status().message()));
+  }
   int removed = 0;
-  // On an error increment() leaves `it` at the end.
-  for (std::filesystem::directory_iterator it(out, error);
-       it != std::filesystem::directory_iterator(); it.increment(error)) {
-    const std::filesystem::path& path = it->path();
-    if (!IsPerRankOutput(path.filename().string())) continue;
-    std::error_code file_error;
-    const bool regular = std::filesystem::is_regular_file(it->symlink_status(file_error));
-    if (!file_error && !regular) continue;
-    if (!file_error) std::filesystem::remove(path, file_error);
-    if (file_error) {
-      return absl::InternalError(absl::StrCat(
-          path.string(), ": removing an earlier run's output: ", file_error.message()));
+  for (const std::string& name : *names) {
+    if (!IsEarlierOutput(name)) continue;
+    const std::string path = absl::StrCat(out, "/", name);
+    struct stat info;
+    if (::lstat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) continue;
+    if (::unlink(path.c_str()) != 0) {
+      if (errno == ENOENT) continue;
+      return ErrnoError("remove an earlier run's output", path);
     }
     ++removed;
-  }
-  if (error) {
-    return absl::InternalError(absl::StrCat(out, ": listing earlier outputs: ", error.message()));
   }
   return removed;
 }

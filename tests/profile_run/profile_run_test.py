@@ -287,7 +287,9 @@ class ProfileRunTest(unittest.TestCase):
         # An earlier run's per-rank outputs (two ranks, no gzip), its summary.json and files of
         # the user's, one a dangling link named like an output: links are left alone.
         earlier = ["trace_rank0.json", "trace_rank1.json.gz", "ops_rank1.txt", "ops_rank1.json",
-                   "profile_rank1.json", "memory_snapshot_rank1.pickle"]
+                   "profile_rank1.json", "memory_snapshot_rank1.pickle",
+                   # Temporaries of a run stopped mid-write: Kineto's, and an atomic write's.
+                   "trace_rank0.json.tmp", "summary.json.tmp.12345"]
         for name in earlier + ["summary.json", "notes.txt", "trace_rank0.json.bak"]:
             with open(os.path.join(out, name), "w") as f:
                 f.write("earlier\n")
