@@ -236,7 +236,12 @@ absl::StatusOr<TraceAnalysis> AnalyzeTrace(const nlohmann::json& trace, const st
           .push_back(span);
     } else if (place == OpPlace::kStepThread) {
       if (absl::StartsWith(event.name, kCommPrefix)) host_comm.push_back(span);
-      if (event.category == "cpu_op") host_compute.push_back(span);
+      // ATen ops only: autograd's wrappers (autograd::engine::evaluate_function, *Backward0,
+      // AccumulateGrad) are cpu_op events too, but their time outside the ATen ops they run is
+      // bookkeeping, which idle holds.
+      if (event.category == "cpu_op" && absl::StartsWith(event.name, "aten::")) {
+        host_compute.push_back(span);
+      }
     }
     Accumulator& acc = by_name[{event.name, place}];
     acc.stats.name = event.name;

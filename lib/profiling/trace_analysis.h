@@ -15,7 +15,8 @@
 namespace titan {
 
 // One "ProfilerStep#<step>" range, split three ways (the parts add up to duration_ms).
-//   CPU traces (the step's thread): compute is the time inside ATen ops and not inside a
+//   CPU traces (the step's thread): compute is the time inside ATen ops ("aten::" cpu_op events;
+//   autograd's own cpu_op wrappers count only through the ATen ops inside them) and not inside a
 //   collective; exposed communication is the time inside a collective's range ("comm:<op>" and
 //   "comm:<op>:wait", which the communicator opens around issuing and waiting); idle is the rest
 //   (the trainer's own code, allocator, autograd bookkeeping between ops).

@@ -95,6 +95,27 @@ TEST(TraceAnalysisTest, SplitsCpuStepsAndTablesOps) {
 
 // Under pipeline parallelism c10d's Gloo send range lives from its issue (inside comm:send) until
 // the peer receives: it must neither swallow the ops that follow nor count in the step's time.
+// Autograd's cpu_op wrappers around ATen ops are bookkeeping: only the ATen ops inside count.
+TEST(TraceAnalysisTest, AutogradWrappersAreNotCompute) {
+  nlohmann::json events = nlohmann::json::array({
+      Event("ProfilerStep#1", "user_annotation", 0, 1000),
+      Event("autograd::engine::evaluate_function: MmBackward0", "cpu_op", 100, 400),
+      Event("MmBackward0", "cpu_op", 110, 380),
+      Event("aten::mm", "cpu_op", 150, 200, 1, "[[4, 8], [8, 16]]"),
+      Event("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", "cpu_op", 600,
+            200),
+      Event("torch::autograd::AccumulateGrad", "cpu_op", 610, 180),
+      Event("aten::add_", "cpu_op", 650, 50),
+  });
+  absl::StatusOr<TraceAnalysis> analysis =
+      AnalyzeTrace(nlohmann::json{{"traceEvents", events}}, "autograd.json");
+  ASSERT_TRUE(analysis.ok()) << analysis.status();
+  ASSERT_EQ(analysis->steps.size(), 1u);
+  EXPECT_DOUBLE_EQ(analysis->steps[0].compute_ms, 0.25);  // aten::mm 200 + aten::add_ 50 µs
+  EXPECT_DOUBLE_EQ(analysis->steps[0].idle_ms, 0.75);
+  EXPECT_NE(Find(*analysis, "MmBackward0"), nullptr);  // the op table still lists the wrappers
+}
+
 TEST(TraceAnalysisTest, RangesOutlivingTheirParentRunBesideTheStep) {
   const nlohmann::json trace = {
       {"traceEvents", nlohmann::json::array({
