@@ -1,15 +1,22 @@
 #include "lib/profiling/step_profiler.h"
 
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/csrc/cuda/memory_snapshot.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
@@ -204,6 +211,51 @@ absl::Status StepProfiler::StepEnd(int64_t step) {
   return status;
 }
 
+namespace {
+
+// Why Kineto wrote no trace into `folder`, as far as this process can tell: Kineto logs its
+// failure instead of throwing, and its log may be silenced (KINETO_LOG_LEVEL=5 on a CPU-only
+// machine). `partial` is Kineto's temporary file, still there.
+std::string NoTraceCause(const std::string& folder, const std::string& partial) {
+  struct stat info;
+  if (::stat(partial.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    return absl::StrCat(partial, ", its temporary file, is a folder");
+  }
+  const bool has_partial = ::stat(partial.c_str(), &info) == 0;
+  struct statvfs disk;
+  // Under 1 MiB left: the write stopped at a full disk (a reserve for root may remain).
+  constexpr uint64_t kFull = uint64_t{1} << 20;
+  if (::statvfs(folder.c_str(), &disk) == 0 &&
+      uint64_t{disk.f_bavail} * uint64_t{disk.f_frsize} < kFull) {
+    return absl::StrCat(
+        "the disk holding ", folder, " is full (",
+        uint64_t{disk.f_bavail} * uint64_t{disk.f_frsize}, " bytes free",
+        has_partial ? absl::StrCat(" with ", info.st_size, " bytes of the trace written") : "",
+        "); free space there or choose another folder");
+  }
+  rlimit limit;
+  if (has_partial && ::getrlimit(RLIMIT_FSIZE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY &&
+      static_cast<uint64_t>(info.st_size) >= limit.rlim_cur) {
+    return absl::StrCat("the file size limit (ulimit -f: ", limit.rlim_cur,
+                        " bytes) stopped the trace at ", info.st_size, " bytes");
+  }
+  if (::access(folder.c_str(), W_OK) != 0) {
+    return absl::StrCat(folder, " is not writable: ", std::strerror(errno));
+  }
+  // Kineto's levels: 0 verbose, 1 info, 2 warning, 3 error, above that nothing.
+  const char* level = std::getenv("KINETO_LOG_LEVEL");
+  int quiet = 0;
+  if (level != nullptr && absl::SimpleAtoi(level, &quiet) && quiet > 3) {
+    return absl::StrCat(
+        "the folder is writable and its disk has space; Kineto's errors are not "
+        "logged with KINETO_LOG_LEVEL=",
+        level, ": rerun with KINETO_LOG_LEVEL=3 to see them");
+  }
+  return "the folder is writable and its disk has space; Kineto's log above may say why";
+}
+
+}  // namespace
+
 absl::Status StepProfiler::SaveTrace(int64_t step) {
   LOG(INFO) << "Dumping profiler traces at step " << step;
   const auto begin = std::chrono::steady_clock::now();
@@ -234,12 +286,13 @@ absl::Status StepProfiler::SaveTrace(int64_t step) {
   }
   if (!PathExists(json_path)) {
     // Kineto leaves its partial <trace>.tmp behind (on a full disk, as large as the disk allowed).
+    // The cause is taken before it goes (its removal frees the disk).
     const std::string partial = json_path + ".tmp";
+    const std::string cause = NoTraceCause(ParentDir(json_path), partial);
     if (unlink(partial.c_str()) != 0 && errno != ENOENT && errno != EISDIR) {
       LOG(ERROR) << ErrnoError("remove", partial);
     }
-    return absl::InternalError(
-        absl::StrCat("Kineto wrote no trace to ", json_path, " (its log says why)"));
+    return absl::InternalError(absl::StrCat("Kineto wrote no trace to ", json_path, ": ", cause));
   }
   if (options_.gzip_traces) TITAN_RETURN_IF_ERROR(GzipFile(json_path, path));
   LOG(INFO) << absl::StrFormat("Finished dumping profiler traces in %.2f seconds",

@@ -220,9 +220,11 @@ TEST(StepProfilerTest, TraceThatCannotBeWrittenIsAnError) {
   std::unique_ptr<StepProfiler> profiler = MustCreate(TraceOptions(folder, 1, 0, 1));
   ASSERT_NE(profiler, nullptr);
   ASSERT_TRUE(profiler->StepBegin(1).ok());
-  EXPECT_EQ(profiler->StepEnd(1).message(),
-            absl::StrCat("Kineto wrote no trace to ", folder,
-                         "/iteration_1/rank2_trace.json (its log says why)"));
+  EXPECT_EQ(
+      profiler->StepEnd(1).message(),
+      absl::StrCat("Kineto wrote no trace to ", folder, "/iteration_1/rank2_trace.json: ", folder,
+                   "/iteration_1/rank2_trace.json.tmp, its temporary file, is a "
+                   "folder"));
 }
 
 TEST(StepProfilerTest, TraceCutShortByAFullDiskLeavesNoPartialFile) {
@@ -240,8 +242,10 @@ TEST(StepProfilerTest, TraceCutShortByAFullDiskLeavesNoPartialFile) {
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
   const absl::Status status = profiler->StepEnd(1);
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limit), 0);
-  EXPECT_EQ(status.message(), absl::StrCat("Kineto wrote no trace to ", folder,
-                                           "/iteration_1/rank2_trace.json (its log says why)"));
+  EXPECT_EQ(status.message(),
+            absl::StrCat("Kineto wrote no trace to ", folder,
+                         "/iteration_1/rank2_trace.json: the file size limit (ulimit -f: 1024 "
+                         "bytes) stopped the trace at 1024 bytes"));
   EXPECT_FALSE(PathExists(folder + "/iteration_1/rank2_trace.json.tmp"));
 }
 

@@ -401,7 +401,8 @@ class ProfileRunTest(unittest.TestCase):
                                "--profile.active=1", "--training.local_batch_size=1"],
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(proc.returncode, 1)
-        self.assertIn(f"Kineto wrote no trace to {out}/trace_rank0.json", proc.stderr)
+        self.assertIn(f"Kineto wrote no trace to {out}/trace_rank0.json: {out}/"
+                      "trace_rank0.json.tmp, its temporary file, is a folder", proc.stderr)
         # No metrics.jsonl: a run makes it at its first logged step.
         self.assertEqual(sorted(os.listdir(out)),
                          [".titan.lock", "config.toml", "trace_rank0.json.tmp"])
