@@ -24,6 +24,7 @@
 #include "lib/profiling/trace_analysis.h"
 #include "lib/train/components.h"
 #include "lib/train/device.h"
+#include "lib/train/stop_signal.h"
 #include "lib/train/trainer.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
@@ -193,7 +194,16 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
     return profiler->StepEnd(event.step);
   });
 
+  // SIGINT/SIGTERM as titan_train takes them: the first is deferred (a second ends the process at
+  // once), so a signal never cuts a trace write short. One process stops after the step, with no
+  // profile; ranks finish the run (stopping after one step together would take a collective per
+  // step, in the trace).
+  StopSignal stop(runtime);
   for (int64_t step = 1; step <= last; ++step) {
+    if (const int signal = StopSignal::Received(); signal != 0 && !runtime.distributed()) {
+      return absl::CancelledError(absl::StrCat("stopped by signal ", signal, " after step ",
+                                               step - 1, " of ", last, ": no profile written"));
+    }
     const absl::Time begin = absl::Now();
     TITAN_ASSIGN_OR_RETURN(std::vector<Batch> batches, trainer.NextMicrobatches());
     TITAN_ASSIGN_OR_RETURN(const StepResult result,
@@ -212,6 +222,9 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
   }
   const std::string trace = profiler->TracePath(last);
   profiler.reset();
+  if (const int signal = StopSignal::Received(); signal != 0) {
+    LOG(WARNING) << "signal " << signal << " received: finishing the profile first";
+  }
 
   TITAN_ASSIGN_OR_RETURN(const TraceAnalysis analysis, AnalyzeTraceFile(trace));
   const std::string prefix = absl::StrCat(options.out, "/ops_rank", rank);

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tomllib
@@ -439,6 +440,26 @@ class ProfileRunTest(unittest.TestCase):
                                   capture_output=True, text=True, timeout=120)
         self.assertEqual(proc.returncode, 1)
         self.assertIn(f"profile_run: --out: {out} is in use by another run", proc.stderr)
+
+    def test_sigterm_during_the_trace_write_is_deferred(self):
+        out = os.path.join(self.tmp, "sigterm")
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.Popen([PROFILE_RUN, *COMMON, f"--out={out}", "--profile.warmup=0",
+                                 "--profile.active=1", "--training.local_batch_size=1",
+                                 "--training.seq_len=32"],
+                                stderr=subprocess.PIPE, text=True)
+        stderr = []
+        for line in proc.stderr:
+            stderr.append(line)
+            if "Dumping profiler traces" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        stderr.append(proc.stderr.read())
+        self.assertEqual(proc.wait(timeout=120), 0, "".join(stderr)[-2000:])
+        self.assertIn("signal 15 received: finishing the profile first", "".join(stderr))
+        self.assertTrue(os.path.exists(os.path.join(out, "trace_rank0.json")))
+        self.assertTrue(os.path.exists(os.path.join(out, "report.html")))
+        self.assertEqual([n for n in os.listdir(out) if ".tmp" in n], [])
 
     def test_titan_train_traces_every_profile_freq_steps(self):
         dump = os.path.join(self.tmp, "train")
