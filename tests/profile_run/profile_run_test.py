@@ -455,6 +455,7 @@ class ProfileRunTest(unittest.TestCase):
                 proc.send_signal(signal.SIGTERM)
                 break
         stderr.append(proc.stderr.read())
+        proc.stderr.close()
         self.assertEqual(proc.wait(timeout=120), 0, "".join(stderr)[-2000:])
         self.assertIn("signal 15 received: finishing the profile first", "".join(stderr))
         self.assertTrue(os.path.exists(os.path.join(out, "trace_rank0.json")))
