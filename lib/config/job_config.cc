@@ -352,6 +352,16 @@ JobConfig DefaultJobConfig() {
   return config;
 }
 
+absl::Status CheckJobGiven(const std::vector<std::string>& args) {
+  const bool sets_a_key = std::any_of(args.begin(), args.end(), [](const std::string& arg) {
+    return absl::StartsWith(arg, "--") && !absl::StartsWith(arg, "--nproc_per_node");
+  });
+  if (sets_a_key) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      "no job given: pass --job.config_file=FILE (configs/ has examples) and any --section.key "
+      "overrides; --help lists the keys");
+}
+
 absl::StatusOr<JobConfig> LoadJobConfig(int argc, char** argv) {
   return ParseJobConfig("", std::vector<std::string>(argv + std::min(argc, 1), argv + argc));
 }

@@ -20,6 +20,10 @@ JobConfig DefaultJobConfig();
 // ParseJobConfig); --job.config_file names the TOML file. Does not validate.
 absl::StatusOr<JobConfig> LoadJobConfig(int argc, char** argv);
 
+// Refuses `args` (a tool's job arguments) when they set no key, --nproc_per_node apart: the job
+// would be the built-in 10,000-step default, trained into ./outputs.
+absl::Status CheckJobGiven(const std::vector<std::string>& args);
+
 // Defaults, then the TOML file (`toml_path`, or --job.config_file among the overrides; empty:
 // none), then the overrides in order: "--section.key=value", "--section.key value", or a bare
 // "--section.key" for a boolean (true). Lists are TOML arrays in files; on the command line lists

@@ -184,20 +184,8 @@ absl::Status AnalyzeCommTrace(const Flags& flags, int* exit_status) {
   return absl::OkStatus();
 }
 
-// Whether `job_args` set any job key: without one the job is the built-in 10,000-step default
-// (titan_train refuses it the same way).
-bool SetsAJobKey(const std::vector<std::string>& job_args) {
-  return std::any_of(job_args.begin(), job_args.end(), [](const std::string& arg) {
-    return absl::StartsWith(arg, "--") && !absl::StartsWith(arg, "--nproc_per_node");
-  });
-}
-
 absl::Status Profile(const Flags& flags) {
-  if (!SetsAJobKey(flags.job_args)) {
-    return absl::InvalidArgumentError(
-        "no job given: pass --job.config_file=FILE (configs/ has examples) and any --section.key "
-        "overrides; --help lists the keys");
-  }
+  if (absl::Status given = titan::CheckJobGiven(flags.job_args); !given.ok()) return given;
   if (flags.profile.out.empty()) return absl::InvalidArgumentError("--out=DIR is required");
   absl::StatusOr<titan::JobConfig> job = titan::ParseJobConfig("", flags.job_args);
   if (!job.ok()) return job.status();

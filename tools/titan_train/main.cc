@@ -1,10 +1,10 @@
 // titan_train: trains a model from a TOML job file plus --section.key=value overrides, in one
 // process, in --nproc_per_node local ranks, or as one rank of a job that torchrun, srun or mpirun
 // started.
+#include <algorithm>
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "glog/logging.h"
@@ -22,22 +22,9 @@ constexpr char kUsage[] =
     "runs N ranks on this host (as torchrun --standalone; at most 8 per CPU core); [parallelism]\n"
     "says how they split the work.\n\n";
 
-// Whether the command line sets any job key: a bare titan_train (or one with --nproc_per_node
-// alone) would train the 10,000-step default job into ./outputs.
-bool SetsAJobKey(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const absl::string_view arg = argv[i];
-    if (absl::StartsWith(arg, "--") && !absl::StartsWith(arg, "--nproc_per_node")) return true;
-  }
-  return false;
-}
-
 absl::Status Run(int argc, char** argv) {
-  if (!SetsAJobKey(argc, argv)) {
-    return absl::InvalidArgumentError(
-        "no job given: pass --job.config_file=FILE (configs/ has examples) and any --section.key "
-        "overrides; --help lists the keys");
-  }
+  const std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
+  if (absl::Status given = titan::CheckJobGiven(args); !given.ok()) return given;
   absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
   if (!config.ok()) return config.status();
   // An [rl] section at its defaults is accepted: config.toml holds one, and must run again.
