@@ -33,6 +33,14 @@ std::vector<std::string> MissingFolders(std::string folder) {
   return missing;
 }
 
+// MakeDirectories, but a file in the way is FailedPrecondition: AlreadyExists is Acquire's for a
+// folder this process holds.
+absl::Status MakeFolder(const std::string& folder) {
+  const absl::Status made = MakeDirectories(folder);
+  if (absl::IsAlreadyExists(made)) return absl::FailedPreconditionError(made.message());
+  return made;
+}
+
 // Whether `folder` holds nothing but its lock file.
 bool HoldsOnlyTheLock(const std::string& folder) {
   const absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
@@ -56,7 +64,7 @@ absl::Status InUse(const std::string& folder, const std::string& pid, absl::stri
 
 absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::string& folder) {
   std::vector<std::string> made_folders = MissingFolders(folder);
-  TITAN_RETURN_IF_ERROR(MakeDirectories(folder));
+  TITAN_RETURN_IF_ERROR(MakeFolder(folder));
   const std::string path = absl::StrCat(folder, "/", kLockFileName);
   // Close-on-exec: a command the run starts (a reward scorer) must not keep the lock.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -85,7 +93,7 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
 }
 
 absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::AcquireOnFolder(const std::string& folder) {
-  TITAN_RETURN_IF_ERROR(MakeDirectories(folder));
+  TITAN_RETURN_IF_ERROR(MakeFolder(folder));
   const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open", folder);
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 
@@ -99,6 +100,17 @@ TEST(FolderLockTest, FoldersItMadeAreRemovedWhenLeftHoldingOnlyTheLock) {
     EXPECT_TRUE(std::filesystem::exists(top + "/run/dump/ckpt/.titan.lock"));
   }
   EXPECT_FALSE(std::filesystem::exists(top));
+}
+
+// A file where the folder goes is no lock this process holds (AlreadyExists is that).
+TEST(FolderLockTest, AFileInTheFoldersPlaceIsAFailedPrecondition) {
+  const std::string path = TestFolder("a_file");
+  { std::ofstream(path) << "mine\n"; }
+  absl::StatusOr<std::unique_ptr<FolderLock>> lock = FolderLock::Acquire(path);
+  ASSERT_FALSE(lock.ok());
+  EXPECT_EQ(lock.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(lock.status().message(),
+            absl::StrCat(path, ": is a file, not a folder (mkdir cannot make a folder there)"));
 }
 
 TEST(FolderLockTest, FoldersWrittenIntoOrThereBeforeAreKept) {
