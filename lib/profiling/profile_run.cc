@@ -54,6 +54,8 @@ JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) 
   *config.mutable_checkpoint() = std::move(checkpoint);
   config.mutable_metrics()->set_enable_tensorboard(false);
   config.clear_profiling();
+  // Under --out, an absolute folder too: the job's own dumps are never moved or added to.
+  config.mutable_comm()->set_save_traces_folder(DefaultJobConfig().comm().save_traces_folder());
   return config;
 }
 

@@ -372,6 +372,9 @@ class ProfileRunTest(unittest.TestCase):
                  "--profiling.enable_profiling (profile_run always traces), "
                  "--profiling.save_traces_folder (use --out): profile_run replaces titan_train's "
                  "[profiling] with its own flags; drop them"),
+                (PROFILE_RUN, [f"--out={out}", "--comm.save_traces_folder", out],
+                 "--comm.save_traces_folder (the flight recorder dumps into --out): profile_run "
+                 "replaces titan_train's [profiling] with its own flags; drop them"),
                 (PROFILE_RUN, [f"--out={out}", "--profile.bogus=1"],
                  "profile_run: --profile.bogus: unknown key of --profile.*; expected "
                  "--profile.warmup, --profile.active or --profile.gzip")]:

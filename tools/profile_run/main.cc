@@ -54,11 +54,16 @@ constexpr std::pair<absl::string_view, absl::string_view> kProfilingReplacements
     {"profiler_active", "use --profile.active"},
     {"profiler_warmup", "use --profile.warmup"}};
 
-// --profiling.* flags would be silently replaced, so they are refused, each with its replacement.
+// --profiling.* flags (and --comm.save_traces_folder) would be silently replaced, so they are
+// refused, each with its replacement.
 absl::Status RefuseProfilingFlags(const std::vector<std::string>& job_args) {
   std::vector<std::string> refused;
   for (const std::string& arg : job_args) {
     absl::string_view key = absl::string_view(arg).substr(0, arg.find('='));
+    if (key == "--comm.save_traces_folder") {
+      refused.push_back("--comm.save_traces_folder (the flight recorder dumps into --out)");
+      continue;
+    }
     if (!absl::ConsumePrefix(&key, "--profiling.")) continue;
     const bool known =
         titan::JobConfig::Profiling::descriptor()->FindFieldByName(std::string(key)) != nullptr;
