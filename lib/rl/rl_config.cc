@@ -34,12 +34,18 @@ absl::Status RefuseUnreadKeys(const JobConfig& config, const std::vector<RlKeyUs
 
 absl::Status RefuseTrainerDataKeys(const JobConfig& config) {
   const JobConfig::Training training_defaults;
-  if (config.training().dataset_path() != training_defaults.dataset_path() ||
-      config.training().dataset() != training_defaults.dataset() ||
-      config.training().dataset_text_field() != training_defaults.dataset_text_field()) {
+  // The first one set leads the message, so that its source (file:line or flag) is named.
+  const std::pair<const char*, bool> data_keys[] = {
+      {"dataset", config.training().dataset() != training_defaults.dataset()},
+      {"dataset_path", config.training().dataset_path() != training_defaults.dataset_path()},
+      {"dataset_text_field",
+       config.training().dataset_text_field() != training_defaults.dataset_text_field()}};
+  for (const auto& [key, changed] : data_keys) {
+    if (!changed) continue;
     return absl::InvalidArgumentError(
-        "[training] dataset/dataset_path/dataset_text_field: titan_rl reads [rl] prompts_path "
-        "(or generates [rl] task); remove them");
+        absl::StrCat("[training] ", key,
+                     ": titan_rl reads [rl] prompts_path (or generates [rl] task), not "
+                     "[training] dataset/dataset_path/dataset_text_field; remove them"));
   }
   if (config.training().global_batch_size() != training_defaults.global_batch_size()) {
     return absl::InvalidArgumentError(

@@ -381,8 +381,8 @@ TEST(RlJobConfigTest, TrainerKeysTitanRlDoesNotReadAreRefused) {
   config = SortingJob();
   config.mutable_training()->set_dataset("c4");
   EXPECT_EQ(RefuseTrainerDataKeys(config).message(),
-            "[training] dataset/dataset_path/dataset_text_field: titan_rl reads [rl] prompts_path "
-            "(or generates [rl] task); remove them");
+            "[training] dataset: titan_rl reads [rl] prompts_path (or generates [rl] task), not "
+            "[training] dataset/dataset_path/dataset_text_field; remove them");
   EXPECT_EQ(Refusal(config), RefuseTrainerDataKeys(config).message());
   EXPECT_TRUE(RefuseTrainerDataKeys(SortingJob()).ok());
 }

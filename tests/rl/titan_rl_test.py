@@ -1368,8 +1368,11 @@ class TitanRlTest(unittest.TestCase):
         # would ask for a dataset_path (dataset "c4") or another global_batch_size, both refused.
         for flags, refusal in (
                 (["--training.dataset=c4"], "titan_rl: --training.dataset: [training] "
-                 "dataset/dataset_path/dataset_text_field: titan_rl reads [rl] prompts_path (or "
-                 "generates [rl] task); remove them"),
+                 "dataset: titan_rl reads [rl] prompts_path (or generates [rl] task), not "
+                 "[training] dataset/dataset_path/dataset_text_field; remove them"),
+                # Whichever is set names its own source.
+                (["--training.dataset_text_field=body"],
+                 "titan_rl: --training.dataset_text_field: [training] dataset_text_field: "),
                 (["--training.global_batch_size=12"],
                  "titan_rl: --training.global_batch_size: [training] global_batch_size = 12: "
                  "titan_rl's batch is [rl] prompts_per_step"),
