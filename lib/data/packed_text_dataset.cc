@@ -62,9 +62,11 @@ absl::Status WalkFolder(const std::string& relative, const struct stat& info, Fo
     if (walk->ancestors[i] != id) continue;
     // Followed, a link back up would list the folder's files again at every depth.
     const std::string& ancestor = walk->names[i];
+    // `folder` need not be the link itself (a link outside the dataset can lead back into it).
     return absl::InvalidArgumentError(absl::StrCat(
-        folder, ": a link to ", ancestor.empty() ? walk->root : JoinPath(walk->root, ancestor),
-        ", a folder it is in (a loop); remove it, or move it out of the dataset folder ",
+        folder, " is ", ancestor.empty() ? walk->root : JoinPath(walk->root, ancestor),
+        " again, a folder it is in, reached through a link on that path (a loop); remove that "
+        "link, or move it out of the dataset folder ",
         walk->root));
   }
   absl::StatusOr<std::vector<std::string>> entries = ListDirectory(folder);
