@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,10 +24,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
@@ -80,30 +83,45 @@ absl::StatusOr<int> PickFreePort() {
   return ntohs(addr.sin_port);
 }
 
-// The ranks' failure lines (LaunchOptions::failure_line_prefix), in the order first printed, each
-// with the ranks that printed it.
+// The ranks' failure messages (LaunchOptions::failure_line_prefix): a failure line and the lines
+// after it that are not log lines (a scorer's traceback quoted in it), in rank order, each with
+// the ranks that printed it.
 class FailureLines {
  public:
   explicit FailureLines(std::string prefix) : prefix_(std::move(prefix)) {}
 
-  // Keeps `line` (its newline included) when it is a failure line; false when it is not.
+  // Keeps `line` (its newline included) when it starts or continues `rank`'s failure message;
+  // false when it is not one.
   bool Hold(int rank, absl::string_view line) {
-    if (prefix_.empty() || !absl::StartsWith(line, prefix_)) return false;
-    for (auto& [held, ranks] : lines_) {
-      if (held == line) {
-        ranks.push_back(rank);
-        return true;
-      }
+    if (prefix_.empty()) return false;
+    if (absl::StartsWith(line, prefix_)) {
+      absl::StrAppend(&messages_[rank], line);
+      return true;
     }
-    lines_.push_back({std::string(line), {rank}});
+    if (messages_.count(rank) == 0 || IsLogLine(line)) return false;
+    absl::StrAppend(&messages_[rank], line);
     return true;
   }
 
-  // "[rank 2] <line>" or "[ranks 0-1,3] <line>" for each line held.
+  // Each distinct message once, every line of it as "[rank 2] <line>" or "[ranks 0-1,3] <line>".
   std::string Text() const {
+    std::vector<std::pair<std::string, std::vector<int>>> distinct;
+    for (const auto& [rank, message] : messages_) {
+      auto same = std::find_if(distinct.begin(), distinct.end(),
+                               [&](const auto& held) { return held.first == message; });
+      if (same == distinct.end()) {
+        distinct.push_back({message, {rank}});
+      } else {
+        same->second.push_back(rank);
+      }
+    }
     std::string out;
-    for (const auto& [line, ranks] : lines_) {
-      absl::StrAppend(&out, "[rank", ranks.size() > 1 ? "s " : " ", RankRanges(ranks), "] ", line);
+    for (const auto& [message, ranks] : distinct) {
+      const std::string prefix =
+          absl::StrCat("[rank", ranks.size() > 1 ? "s " : " ", RankRanges(ranks), "] ");
+      for (absl::string_view line : absl::StrSplit(message, '\n', absl::SkipEmpty())) {
+        absl::StrAppend(&out, prefix, line, "\n");
+      }
     }
     return out;
   }
@@ -122,8 +140,14 @@ class FailureLines {
     return absl::StrJoin(parts, ",");
   }
 
+  // glog's "I20261205 12:00:00.000000 ..." (and W, E, F): another log line, not the message's.
+  static bool IsLogLine(absl::string_view line) {
+    return line.size() > 5 && absl::StrContains("IWEF", line[0]) &&
+           std::all_of(line.begin() + 1, line.begin() + 5, absl::ascii_isdigit);
+  }
+
   std::string prefix_;
-  std::vector<std::pair<std::string, std::vector<int>>> lines_;
+  std::map<int, std::string> messages_;  // by rank
 };
 
 // One child's output stream, passed through line by line with its prefix ("[rank N] ", or none).

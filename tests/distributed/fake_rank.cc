@@ -8,9 +8,9 @@
 //           whose collective with a wedged peer timed out) and rank FAKE_UNHANDLED_RANK dies of it
 //           (as a rank that has not installed its handler yet).
 //   refuse: ignoring SIGTERM (every rank prints before the launcher's SIGKILL), prints
-//           "fake_rank: refused" on stderr ("fake_rank: refused alone" on rank FAKE_FAIL_RANK)
-//           and a log line, exits 1 three seconds later (its launcher gathers failure lines:
-//           failure_line_prefix "fake_rank: ").
+//           "fake_rank: refused" and "  its cause" on stderr ("fake_rank: refused alone" on rank
+//           FAKE_FAIL_RANK), a log line before and one after, exits 1 three seconds later (its
+//           launcher gathers failure lines: failure_line_prefix "fake_rank: ").
 //   slow:   prints "started pid=P", sleeps a second with SIGUSR1 left as the process start set it
 //           (as a rank loading, or ending after its recorder is gone), exits 0.
 #include <signal.h>
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
   }
   if (mode == "refuse") {
     signal(SIGTERM, SIG_IGN);
-    fprintf(stderr, "log line\nfake_rank: refused%s\n",
+    fprintf(stderr, "log line\nfake_rank: refused%s\n  its cause\nI20261205 a later log line\n",
             rank == Env("FAKE_FAIL_RANK") ? " alone" : "");
     absl::SleepFor(absl::Seconds(3));
     return 1;

@@ -93,11 +93,16 @@ TEST(LaunchLocalRanksTest, FailureLinesArePrintedLastOnceEachWithTheirRanks) {
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(*status, 1);
   const std::vector<std::string> err = Lines(launcher->Stderr());
-  ASSERT_GE(err.size(), 2u) << launcher->Stderr();
-  EXPECT_EQ(err[err.size() - 2], "[ranks 0-1,3] fake_rank: refused") << launcher->Stderr();
-  EXPECT_EQ(err.back(), "[rank 2] fake_rank: refused alone") << launcher->Stderr();
+  ASSERT_GE(err.size(), 4u) << launcher->Stderr();
+  // A message's lines after its first stay with it, log lines apart.
+  EXPECT_THAT(
+      std::vector<std::string>(err.end() - 4, err.end()),
+      ::testing::ElementsAre("[ranks 0-1,3] fake_rank: refused", "[ranks 0-1,3]   its cause",
+                             "[rank 2] fake_rank: refused alone", "[rank 2]   its cause"))
+      << launcher->Stderr();
   // Other lines pass through as they come, one per rank.
   EXPECT_THAT(err, Contains("[rank 3] log line"));
+  EXPECT_THAT(err, Contains("[rank 1] I20261205 a later log line"));
   EXPECT_EQ(std::count(err.begin(), err.end(), "[rank 0] log line"), 1);
 }
 
