@@ -205,10 +205,15 @@ std::optional<InconclusiveGroup> Inconclusive(const std::string& name,
   return group;
 }
 
-// Whether every `missing` member's dump was written before the first of `issued` issued the
-// collective: its absence there says nothing of what the member did after.
+// Whether the `missing` members' dumps are older than the collective `issued` record: one reads
+// completed there (it completes only once every member issued it), or every missing member's dump
+// was written before the first issuer issued it. Its absence there says nothing of what the
+// member did after.
 bool DumpedBeforeIssued(const std::vector<int>& missing, const std::map<int, const Entry*>& issued,
                         const std::map<int, RankDump>& dumps) {
+  for (const auto& [rank, entry] : issued) {
+    if (entry->state == "completed") return true;
+  }
   int64_t first_issued = std::numeric_limits<int64_t>::max();
   for (const auto& [rank, entry] : issued) {
     if (entry->created_ns == 0) return false;

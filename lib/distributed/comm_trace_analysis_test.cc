@@ -27,6 +27,11 @@ class DoneWork : public c10d::Work {
   bool isCompleted() override { return true; }
 };
 
+class PendingWork : public c10d::Work {
+ public:
+  bool isCompleted() override { return false; }
+};
+
 // Rank `rank`'s recorder of 64 operations, dumping into `folder`.
 absl::StatusOr<std::shared_ptr<CommTrace>> TestTrace(const std::string& folder, int rank) {
   CommTraceOptions options;
@@ -37,18 +42,26 @@ absl::StatusOr<std::shared_ptr<CommTrace>> TestTrace(const std::string& folder, 
 }
 
 // Writes rank `rank`'s dump into `folder`: `ops` (group, op name, elements) in order.
+// With `last_pending` the last operation is still running (issued, not completed).
 void WriteDump(const std::string& folder, int rank,
                const std::vector<std::tuple<std::string, std::string, int>>& ops,
-               const std::string& run_id = "run", std::vector<int> world = {0, 1, 2, 3}) {
+               const std::string& run_id = "run", std::vector<int> world = {0, 1, 2, 3},
+               bool last_pending = false) {
   absl::StatusOr<std::shared_ptr<CommTrace>> trace = TestTrace(folder, rank);
   ASSERT_TRUE(trace.ok()) << trace.status();
   (*trace)->SetRunId(run_id);
   std::map<std::string, std::shared_ptr<TraceGroup>> groups = {
       {"world", (*trace)->AddGroup("world", world, "gloo")},
       {"pair", (*trace)->AddGroup("pair", {0, 1}, "gloo")}};
-  for (const auto& [group, op, elements] : ops) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const auto& [group, op, elements] = ops[i];
     at::Tensor tensor = at::zeros({elements});
     TraceGroup* traced = groups[group].get();
+    if (last_pending && i + 1 == ops.size()) {
+      (*trace)->Record(traced, op, false, {tensor}, {tensor}, c10::make_intrusive<PendingWork>(),
+                       absl::Seconds(1));
+      continue;
+    }
     (*trace)->Retire(traced,
                      (*trace)->Record(traced, op, false, {tensor}, {tensor},
                                       c10::make_intrusive<DoneWork>(), absl::Seconds(1)),
@@ -57,26 +70,38 @@ void WriteDump(const std::string& folder, int rank,
   ASSERT_TRUE((*trace)->Dump("test").ok());
 }
 
-// Rank 1's dump (an earlier SIGUSR1's, the rank dead since) was written before rank 0 issued its
-// third all_reduce: inconclusive, not "never issued by rank 1".
+// Rank 1's dump (an earlier SIGUSR1's, the rank dead since) lacks rank 0's third all_reduce,
+// which rank 0 issued after that dump was written (still running), or which completed (so rank 1
+// issued it too, after its dump): inconclusive, not "never issued by rank 1".
 TEST(CommTraceAnalysisTest, ADumpOlderThanACollectiveIsInconclusiveNotAMismatch) {
-  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/older");
-  std::filesystem::remove_all(folder);
-  WriteDump(folder, 1, {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}}, "run", {0, 1});
-  WriteDump(folder, 0,
-            {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}, {"world", "all_reduce", 16}},
-            "run", {0, 1});
-  absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
-  ASSERT_TRUE(verdict.ok()) << verdict.status();
-  EXPECT_TRUE(verdict->mismatches.empty());
-  ASSERT_EQ(verdict->inconclusive.size(), 1u);
-  EXPECT_TRUE(verdict->inconclusive[0].older_dumps);
-  EXPECT_THAT(verdict->inconclusive[0].missing_dumps, ElementsAre(1));
-  EXPECT_EQ(verdict->inconclusive[0].last_seq, 3);
-  EXPECT_EQ(CommTraceExitStatus(*verdict), 3);
-  EXPECT_THAT(FormatCommTraceVerdict(*verdict),
-              HasSubstr("group world (ranks 0,1): inconclusive, ranks 1 dumped before ranks 0 "
-                        "issued collective #3 nccl:all_reduce (completed)"));
+  const std::vector<std::tuple<std::string, std::string, int>> two = {{"world", "all_reduce", 16},
+                                                                      {"world", "all_reduce", 16}};
+  const std::vector<std::tuple<std::string, std::string, int>> three = {
+      {"world", "all_reduce", 16}, {"world", "all_reduce", 16}, {"world", "all_reduce", 16}};
+  for (const bool completed : {false, true}) {
+    const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/older_", completed);
+    std::filesystem::remove_all(folder);
+    if (completed) {
+      WriteDump(folder, 0, three, "run", {0, 1});  // before rank 1's dump: no time tells
+      WriteDump(folder, 1, two, "run", {0, 1});
+    } else {
+      WriteDump(folder, 1, two, "run", {0, 1});
+      WriteDump(folder, 0, three, "run", {0, 1}, /*last_pending=*/true);
+    }
+    absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
+    ASSERT_TRUE(verdict.ok()) << verdict.status();
+    EXPECT_TRUE(verdict->mismatches.empty()) << completed;
+    ASSERT_EQ(verdict->inconclusive.size(), 1u) << completed;
+    EXPECT_TRUE(verdict->inconclusive[0].older_dumps);
+    EXPECT_THAT(verdict->inconclusive[0].missing_dumps, ElementsAre(1));
+    EXPECT_EQ(verdict->inconclusive[0].last_seq, 3);
+    EXPECT_EQ(CommTraceExitStatus(*verdict), 3);
+    EXPECT_THAT(
+        FormatCommTraceVerdict(*verdict),
+        HasSubstr(absl::StrCat("group world (ranks 0,1): inconclusive, ranks 1 dumped before "
+                               "ranks 0 issued collective #3 nccl:all_reduce (",
+                               completed ? "completed" : "scheduled", ")")));
+  }
 }
 
 TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
@@ -84,20 +109,23 @@ TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
   std::filesystem::remove_all(folder);
   // Rank 2 never issues the world's third all_reduce; rank 1 broadcasts 8 elements where rank 0
   // broadcasts 4.
+  // The others' third all_reduce waits for rank 2 (scheduled, not completed).
   WriteDump(folder, 0,
             {{"world", "all_reduce", 16},
              {"pair", "broadcast", 4},
              {"world", "all_reduce", 16},
-             {"world", "all_reduce", 16}});
+             {"world", "all_reduce", 16}},
+            "run", {0, 1, 2, 3}, /*last_pending=*/true);
   WriteDump(folder, 1,
             {{"world", "all_reduce", 16},
              {"pair", "broadcast", 8},
              {"world", "all_reduce", 16},
-             {"world", "all_reduce", 16}});
+             {"world", "all_reduce", 16}},
+            "run", {0, 1, 2, 3}, /*last_pending=*/true);
   WriteDump(folder, 2, {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
-  WriteDump(
-      folder, 3,
-      {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
+  WriteDump(folder, 3,
+            {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}, {"world", "all_reduce", 16}},
+            "run", {0, 1, 2, 3}, /*last_pending=*/true);
   absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
   ASSERT_TRUE(verdict.ok()) << verdict.status();
   EXPECT_THAT(verdict->ranks, ElementsAre(0, 1, 2, 3));
@@ -112,12 +140,12 @@ TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
   EXPECT_EQ(world.group, "world");
   EXPECT_EQ(world.collective_seq, 3);
   EXPECT_EQ(world.op, "nccl:all_reduce");
-  EXPECT_EQ(world.state, "completed");
+  EXPECT_EQ(world.state, "scheduled");
   EXPECT_THAT(world.missing_ranks, ElementsAre(2));
   const std::string text = FormatCommTraceVerdict(*verdict);
   std::cout << text;
   EXPECT_THAT(text, HasSubstr("group world (ranks 0,1,2,3): collective #3 nccl:all_reduce (input "
-                              "sizes [[16]], completed) never issued by ranks 2"));
+                              "sizes [[16]], scheduled) never issued by ranks 2"));
 
   // Per group and rank: pair (ranks 0, 1) then world (0-3); rank 2 stopped at #2 of world.
   ASSERT_EQ(verdict->progress.size(), 6u);
