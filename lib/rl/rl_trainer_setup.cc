@@ -143,32 +143,6 @@ absl::Status RlTrainer::Init(RlMode mode) {
   if (checkpointer_ != nullptr && !checkpointer_->loaded_dir().empty()) {
     weights_from_ = checkpointer_->loaded_dir();
   }
-  if (training_run) {
-    // Before the metrics and rollouts files: a refused [profiling] key leaves none behind.
-    TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
-                                          config_, runtime_.rank(), setup_.device)));
-    TITAN_ASSIGN_OR_RETURN(metrics_,
-                           BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
-    // The rollouts files follow the run as metrics.jsonl does; rank 0 also takes the files of
-    // ranks that an earlier run on more ranks had (ranks are numbered 0, 1, ...).
-    const StepLogStart start = LogStart(checkpointer_.get(), setup_);
-    std::vector<int> ranks = {runtime_.rank()};
-    if (runtime_.rank() == 0) {
-      const int world = runtime_.distributed() ? runtime_.dims().world_size() : 1;
-      for (int r = world; std::filesystem::exists(RolloutsPath(r)); ++r) ranks.push_back(r);
-    }
-    for (const int r : ranks) {
-      TITAN_ASSIGN_OR_RETURN(StepLog log, StepLog::Start(RolloutsPath(r), start));
-      rollouts_.push_back(std::move(log));
-    }
-    if (checkpointer_ != nullptr) {
-      checkpointer_->OnSetAside([this]() -> absl::Status {
-        for (StepLog& log : rollouts_) TITAN_RETURN_IF_ERROR(log.Commit());
-        return absl::OkStatus();
-      });
-    }
-    monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
-  }
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);
   if (!rl_.task().empty()) {
@@ -200,6 +174,33 @@ absl::Status RlTrainer::Init(RlMode mode) {
   if (!rl_.eval_prompts_path().empty()) {
     TITAN_RETURN_IF_ERROR(
         read_examples("eval_prompts_path", rl_.eval_prompts_path(), eval_examples_));
+  }
+  if (training_run) {
+    // Last, after the data and before the metrics and rollouts files: a refused [profiling] key or
+    // data file leaves none behind.
+    TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
+                                          config_, runtime_.rank(), setup_.device)));
+    TITAN_ASSIGN_OR_RETURN(metrics_,
+                           BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
+    // The rollouts files follow the run as metrics.jsonl does; rank 0 also takes the files of
+    // ranks that an earlier run on more ranks had (ranks are numbered 0, 1, ...).
+    const StepLogStart start = LogStart(checkpointer_.get(), setup_);
+    std::vector<int> ranks = {runtime_.rank()};
+    if (runtime_.rank() == 0) {
+      const int world = runtime_.distributed() ? runtime_.dims().world_size() : 1;
+      for (int r = world; std::filesystem::exists(RolloutsPath(r)); ++r) ranks.push_back(r);
+    }
+    for (const int r : ranks) {
+      TITAN_ASSIGN_OR_RETURN(StepLog log, StepLog::Start(RolloutsPath(r), start));
+      rollouts_.push_back(std::move(log));
+    }
+    if (checkpointer_ != nullptr) {
+      checkpointer_->OnSetAside([this]() -> absl::Status {
+        for (StepLog& log : rollouts_) TITAN_RETURN_IF_ERROR(log.Commit());
+        return absl::OkStatus();
+      });
+    }
+    monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
   }
   LOG(INFO) << "titan_rl " << rl_.algorithm() << ": " << train_examples_.size()
             << " training examples, " << eval_examples_.size() << " held out; policy "

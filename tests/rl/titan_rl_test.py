@@ -647,6 +647,15 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
         return proc.stderr
 
+    def test_a_data_refusal_leaves_no_folder_behind(self):
+        # The data is read before the metrics and rollouts files are made: the dump folder the
+        # run made is removed again with its lock.
+        dump, cmd = self.job("data_refused", f"--rl.eval_prompts_path={self.root}/none.jsonl")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn("[rl] eval_prompts_path", proc.stderr)
+        self.assertFalse(os.path.exists(dump), os.listdir(dump) if os.path.isdir(dump) else "")
+
     def test_ppo_whitening_of_one_response_token_is_refused(self):
         # Bessel's variance of one token is 0/0 (TRL's masked_var raises too): named, not NaN.
         path = os.path.join(self.root, "rollouts_one_token.jsonl")
