@@ -367,7 +367,11 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
         } else if (child.exit_status != 0 && failure_status == 0) {
           failure_status = child.exit_status;
           failed_rank = rank;
-          LOG(ERROR) << "launcher: rank " << rank << " exited with status " << failure_status
+          LOG(ERROR) << "launcher: rank " << rank
+                     << (WIFSIGNALED(wait_status)
+                             ? absl::StrCat(" was killed by signal ", WTERMSIG(wait_status),
+                                            " (exit status ", failure_status, ")")
+                             : absl::StrCat(" exited with status ", failure_status))
                      << "; stopping the other ranks";
           stop_all();
         }

@@ -221,6 +221,22 @@ TEST(LaunchLocalRanksTest, WedgedRankIsKilledWhenAnotherFailsAfterAForwardedSigt
   EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 2 was stopped by signal 9 from the launcher"));
 }
 
+// A rank killed from outside (kill -9, the OOM killer) is named as killed, not as exiting 137.
+TEST(LaunchLocalRanksTest, RankKilledFromOutsideIsNamedAsKilled) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}}, OutputPrefix("killed"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 2, absl::Seconds(20))) << launcher->Stdout();
+  const int pid = ReadyRankPid(launcher->Stdout(), 1);
+  ASSERT_GT(pid, 0) << launcher->Stdout();
+  kill(pid, SIGKILL);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 128 + SIGKILL);
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("launcher: rank 1 was killed by signal 9 (exit status "
+                                            "137); stopping the other ranks"));
+}
+
 // The second SIGTERM kills the rank still saving (here: ignoring the first); the launcher exits
 // 143 as one process would, not 137, which reads as an out-of-memory kill.
 TEST(LaunchLocalRanksTest, SecondSigtermEndsTheJobWithItsStatus) {
