@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -410,6 +411,22 @@ class ProfileRunTest(unittest.TestCase):
         # No metrics.jsonl: a run makes it at its first logged step.
         self.assertEqual(sorted(os.listdir(out)),
                          [".titan.lock", "config.toml", "trace_rank0.json.tmp"])
+
+    def test_trace_past_the_file_size_limit_is_an_error_not_a_kill(self):
+        # `ulimit -f`: SIGXFSZ is ignored, so the write fails and its cause is said (it killed the
+        # process mid-write, leaving the partial trace).
+        out = os.path.join(self.tmp, "fsize")
+        shutil.rmtree(out, ignore_errors=True)
+        limit = 200 * 1024
+        proc = subprocess.run(
+            [PROFILE_RUN, *COMMON, f"--out={out}", "--profile.warmup=0", "--profile.active=1",
+             "--training.local_batch_size=1", "--training.seq_len=32"],
+            capture_output=True, text=True, timeout=300,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn(f"Kineto wrote no trace to {out}/trace_rank0.json: the file size limit "
+                      f"(ulimit -f: {limit} bytes) stopped the trace", proc.stderr)
+        self.assertFalse(os.path.exists(os.path.join(out, "trace_rank0.json.tmp")))
 
     def test_job_dump_folder_is_left_alone(self):
         # A live run's flight-recorder dumps in the job's dump folder (what SIGUSR1 leaves):
