@@ -215,7 +215,7 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
 // Whether `name` is what a conversion killed mid-write leaves in its output: a --to=titan's step
 // temporary, or the temporary of a file written atomically (--to=meta's).
 bool IsInterruptedWrite(absl::string_view name) {
-  return IsStepTemporaryName(name) || IsAtomicWriteTemporary(name);
+  return IsStepTemporaryName(name) || AtomicWriteTarget(name).has_value();
 }
 
 // An output directory that does not exist or is empty (a rename may replace an empty directory),

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -89,8 +90,8 @@ bool IsPerRankOutput(absl::string_view name) {
 bool IsEarlierOutput(absl::string_view name) {
   if (IsPerRankOutput(name)) return true;
   absl::string_view file = name;
-  if (IsAtomicWriteTemporary(name)) {
-    file = name.substr(0, name.rfind(".tmp."));
+  if (const std::optional<absl::string_view> target = AtomicWriteTarget(name)) {
+    file = *target;
   } else if (!absl::ConsumeSuffix(&file, ".tmp")) {
     return false;
   }

@@ -67,11 +67,12 @@ std::string Dirname(absl::string_view path) {
 // An AtomicFileWriter's temporary is `<file><kAtomicTemporaryInfix><pid>`.
 constexpr absl::string_view kAtomicTemporaryInfix = ".tmp.";
 
-bool IsAtomicWriteTemporary(absl::string_view name) {
+std::optional<absl::string_view> AtomicWriteTarget(absl::string_view name) {
   const size_t infix = name.rfind(kAtomicTemporaryInfix);
-  if (infix == absl::string_view::npos || infix == 0) return false;
+  if (infix == absl::string_view::npos || infix == 0) return std::nullopt;
   const absl::string_view pid = name.substr(infix + kAtomicTemporaryInfix.size());
-  return !pid.empty() && std::all_of(pid.begin(), pid.end(), absl::ascii_isdigit);
+  if (pid.empty() || !std::all_of(pid.begin(), pid.end(), absl::ascii_isdigit)) return std::nullopt;
+  return name.substr(0, infix);
 }
 
 absl::StatusOr<AtomicFileWriter> AtomicFileWriter::Create(std::string path) {

@@ -1,6 +1,7 @@
 #ifndef TITAN_LIB_UTIL_FILE_UTIL_H_
 #define TITAN_LIB_UTIL_FILE_UTIL_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -12,9 +13,9 @@ namespace titan {
 // Reads a whole file; the error names the path and the OS reason (a directory is an error).
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
-// Whether `name` is an AtomicFileWriter's temporary (`<file>.tmp.<pid>`): what a writer killed
-// before Commit leaves.
-bool IsAtomicWriteTemporary(absl::string_view name);
+// The `<file>` whose AtomicFileWriter temporary (`<file>.tmp.<pid>`: what a writer killed before
+// Commit leaves) `name` is; nullopt when it is none.
+std::optional<absl::string_view> AtomicWriteTarget(absl::string_view name);
 
 // A file written under `path.tmp.<pid>` and renamed over `path` by Commit, after an fsync, with
 // the directory fsynced too: readers see the old file or the whole new one, never a torn one, even
