@@ -242,7 +242,7 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
   return profile;
 }
 
-absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
+absl::Status Run(const JobConfig& config, const DistributedRuntime& runtime,
                  const ProfileRunOptions& options) {
   if (options.warmup < 0 || options.active < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--profile.warmup=", options.warmup,
@@ -251,12 +251,11 @@ absl::Status Run(const JobConfig& job, const DistributedRuntime& runtime,
   }
   // In int64: a huge warmup must not wrap the sum negative and pass.
   const int64_t steps = int64_t{options.warmup} + options.active;
-  if (job.training().steps() < steps) {
+  if (config.training().steps() < steps) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "[training] steps=", job.training().steps(), ": profile_run needs --profile.warmup=",
+        "[training] steps=", config.training().steps(), ": profile_run needs --profile.warmup=",
         options.warmup, " + --profile.active=", options.active, " = ", steps, " steps"));
   }
-  const JobConfig config = ProfiledJobConfig(job, options);
   TITAN_RETURN_IF_ERROR(MakeDirectories(options.out));
   // Before the model exists, so that its parameters are among the blocks seen.
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<MemoryTracker> tracker,

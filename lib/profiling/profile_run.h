@@ -16,8 +16,9 @@ struct ProfileRunOptions {
   bool gzip = false;  // traces as trace_rank<r>.json.gz
 };
 
-// profile_run: trains `config`'s job on this rank as titan_train would (the same Trainer, model,
-// parallelism and data; every rank calls it), warmup + active steps, and profiles the active ones.
+// profile_run: trains `config` (ProfiledJobConfig's, which the ranks connected with) on this rank
+// as titan_train would (the same Trainer, model, parallelism and data; every rank calls it),
+// warmup + active steps, and profiles the active ones.
 // Into `options.out`, each rank writes trace_rank<r>.json (Kineto: ProfilerStep#N, forward /
 // backward / optimizer / comm:<op> ranges, ATen ops with input shapes; CUDA kernels on a GPU),
 // ops_rank<r>.txt and .json (op table), profile_rank<r>.json (step split, memory timeline and
