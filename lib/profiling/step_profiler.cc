@@ -218,10 +218,10 @@ namespace {
 // machine). `partial` is Kineto's temporary file, still there.
 std::string NoTraceCause(const std::string& folder, const std::string& partial) {
   struct stat info;
-  if (::stat(partial.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+  const bool has_partial = ::stat(partial.c_str(), &info) == 0;
+  if (has_partial && S_ISDIR(info.st_mode)) {
     return absl::StrCat(partial, ", its temporary file, is a folder");
   }
-  const bool has_partial = ::stat(partial.c_str(), &info) == 0;
   struct statvfs disk;
   // Under 1 MiB left: the write stopped at a full disk (a reserve for root may remain).
   constexpr uint64_t kFull = uint64_t{1} << 20;
