@@ -1,5 +1,6 @@
 #include "lib/data/packed_text_dataset.h"
 
+#include <openssl/sha.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -166,6 +168,17 @@ absl::StatusOr<int64_t> GetNonNegativeInt(const nlohmann::json& state, const cha
                                                    "\": expected a non-negative integer"));
   }
   return field->get<int64_t>();
+}
+
+// SHA-256 of the first `count` of `names` joined with '\0', in hex: the files a state read before
+// its current one, so that a changed order or set of them is found on resume.
+std::string FilesBeforeDigest(const std::vector<std::string>& names, int64_t count) {
+  const std::string joined =
+      absl::StrJoin(names.begin(), names.begin() + count, absl::string_view("\0", 1));
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(joined.data()), joined.size(), digest);
+  return absl::BytesToHexString(
+      absl::string_view(reinterpret_cast<const char*>(digest), sizeof(digest)));
 }
 
 }  // namespace
@@ -358,6 +371,7 @@ nlohmann::json PackedTextDataset::StateDict() const {
       {"epoch", epoch_},
       {"file_index", file_index_},
       {"file", exhausted ? std::string() : file_names_[file_index_]},
+      {"files_before_sha256", FilesBeforeDigest(file_names_, file_index_)},
       {"byte_offset", file_position_.byte_offset},
       {"line", file_position_.line},
       {"documents_in_epoch", documents_in_epoch_},
@@ -417,6 +431,19 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
     return absl::FailedPreconditionError(absl::StrCat(
         "dataset state: \"file\": expected \"", expected_name, "\" (file #", *file_index, " of ",
         options_.path, "), got ", file == state.end() ? "nothing" : file->dump()));
+  }
+  // Older titans did not record the files before the current one: only its name is checked.
+  auto files_before = state.find("files_before_sha256");
+  if (files_before != state.end() &&
+      (!files_before->is_string() ||
+       files_before->get<std::string>() != FilesBeforeDigest(file_names_, *file_index))) {
+    const std::string read = exhausted ? absl::StrCat("all ", *file_index, " data files of ")
+                                       : absl::StrCat("the ", *file_index, " data files before \"",
+                                                      expected_name, "\" in ");
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dataset state: ", read, options_.path,
+        " are not those the checkpoint read (files added, removed, renamed or reordered since), "
+        "so resuming would skip or repeat data; restore them to resume where it stopped"));
   }
   std::vector<int32_t> pending;
   std::optional<DocumentPosition> document_start;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <set>
 #include <string>
@@ -173,6 +174,48 @@ TEST(PackedTextDatasetTest, AFolderIsReadInTheByteOrderOfItsRelativePaths) {
   const absl::Status status = dataset->LoadStateDict(state);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("expected \"b.jsonl\" (file #2"));
+}
+
+TEST(PackedTextDatasetTest, RejectsAStateWhoseEarlierFilesChangedButAcceptsFilesAddedLater) {
+  // The current file keeps its name and index while a file before it is another: its name alone
+  // would pass, and resuming would skip a-b.jsonl's data and never have read a-a.jsonl's.
+  const std::string dir = FreshTestDir("files_before");
+  WriteTestFile(dir + "/a-b.jsonl", JsonLines(MakeTexts(6, 0)));
+  WriteTestFile(dir + "/a-b/x.jsonl", JsonLines(MakeTexts(12, 6)));
+  WriteTestFile(dir + "/a/z.jsonl", JsonLines(MakeTexts(6, 18)));
+  ByteTokenizer tokenizer;
+  const TextDatasetOptions options = Options(dir, 5, /*infinite=*/false);
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  ReadWindows(*dataset, 16);
+  const nlohmann::json state = dataset->StateDict();
+  ASSERT_EQ(state["file"], "a-b/x.jsonl");
+
+  // Appended data after the current file is read on from the saved position.
+  WriteTestFile(dir + "/a-b/y.jsonl", JsonLines(MakeTexts(5, 24)));
+  WriteTestFile(dir + "/b.jsonl", JsonLines(MakeTexts(5, 29)));
+  std::unique_ptr<PackedTextDataset> reference = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(reference, nullptr);
+  ReadWindows(*reference, 16);
+  std::unique_ptr<PackedTextDataset> appended = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(appended, nullptr);
+  ASSERT_TRUE(appended->LoadStateDict(state).ok());
+  EXPECT_EQ(ReadToEnd(*appended), ReadToEnd(*reference));
+
+  ASSERT_EQ(std::rename((dir + "/a-b.jsonl").c_str(), (dir + "/a-a.jsonl").c_str()), 0);
+  std::unique_ptr<PackedTextDataset> changed = OpenOrDie(options, &tokenizer);
+  ASSERT_NE(changed, nullptr);
+  ASSERT_EQ(changed->files()[1], dir + "/a-b/x.jsonl");
+  const absl::Status status = changed->LoadStateDict(state);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat("the 1 data files before \"a-b/x.jsonl\" in ", dir,
+                                     " are not those the checkpoint read")));
+  EXPECT_THAT(status.message(), HasSubstr("resuming would skip or repeat data"));
+  // A state of an older titan, without the record, is checked by the current file's name only.
+  nlohmann::json older = state;
+  older.erase("files_before_sha256");
+  EXPECT_TRUE(changed->LoadStateDict(older).ok());
 }
 
 TEST(PackedTextDatasetTest, AFolderSkipsHiddenFilesAndFolders) {
@@ -538,6 +581,7 @@ TEST(PackedTextDatasetTest, AStateListingTheTokensStillRestores) {
             nlohmann::json::parse(
                 R"({"byte_offset": 14, "line": 1, "num_tokens": 5, "consumed_tokens": 4})"));
   saved.erase("document");
+  saved.erase("files_before_sha256");
   saved["tokens"] = {E};
   EXPECT_EQ(saved, old_state);
 
@@ -545,7 +589,9 @@ TEST(PackedTextDatasetTest, AStateListingTheTokensStillRestores) {
       OpenOrDie(Options(path, 3, /*infinite=*/false), &tokenizer);
   ASSERT_TRUE(restored->LoadStateDict(old_state).ok());
   // Until the next document the tokens stay listed: where theirs started is not known.
-  EXPECT_EQ(restored->StateDict(), old_state);
+  nlohmann::json restored_state = restored->StateDict();
+  restored_state.erase("files_before_sha256");
+  EXPECT_EQ(restored_state, old_state);
   EXPECT_THAT(ReadToEnd(*restored), ElementsAre(std::vector<int32_t>{E, B, 'f', E},
                                                 std::vector<int32_t>{B, 'g', 'h', E}));
 }
