@@ -98,9 +98,6 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   if (options.offline && ::access(listing_path.c_str(), F_OK) != 0) {
     return finish(NoSavedListing(options, listing_path));
   }
-  if (absl::Status status = MakeDirs(downloader.StatePath("revisions")); !status.ok()) {
-    return finish(status);
-  }
   // Two runs into one folder would append to the same part files; the second one stops at once.
   absl::StatusOr<std::unique_ptr<FolderLock>> lock =
       FolderLock::Acquire(absl::StrCat(options.local_dir, "/", kDownloadStateDir));
@@ -129,6 +126,11 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
                    : RedactUrl(RepoInfoUrl(options.endpoint, options.repo_id, options.revision)));
   if (!snapshot.ok()) return finish(snapshot.status());
   if (!options.offline) {
+    // Made here, not before the lock: the lock takes back the folders it made only while they
+    // hold nothing else, so a run that fails before this point leaves the file system as it was.
+    if (absl::Status status = MakeDirs(downloader.StatePath("revisions")); !status.ok()) {
+      return finish(status);
+    }
     if (absl::Status status = WriteFileAtomically(listing_path, listing); !status.ok()) {
       return finish(status);
     }

@@ -122,6 +122,21 @@ TEST(DownloadAssetsTest, RefusesHeaderWithLineBreakBeforeSendingIt) {
             "HTTP header Authorization: line break or NUL in its value; not sent");
 }
 
+TEST(DownloadAssetsTest, AFailedListingLeavesNoFolderBehind) {
+  DownloadOptions options;
+  options.repo_id = "org/name";
+  options.endpoint = "http://127.0.0.1:9";  // nothing listens
+  const std::string parent = ::testing::TempDir() + "/unreachable";
+  options.local_dir = parent + "/name";
+  options.max_retries = 0;
+  options.progress_out = nullptr;
+  options.selection.config = true;
+  const DownloadReport report = DownloadAssets(options);
+  EXPECT_FALSE(report.status.ok());
+  struct stat st;
+  EXPECT_NE(::stat(parent.c_str(), &st), 0);  // neither the folders it made nor the lock file
+}
+
 TEST(DownloadReportJsonTest, ListsFiles) {
   DownloadReport report;
   report.repo_id = "org/name";
