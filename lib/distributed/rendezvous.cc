@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <string>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -18,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "lib/distributed/deadline_watch.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -112,9 +115,25 @@ absl::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::Connect(const Distribute
   if (env.rank != 0 && !ListenerAppears(env.master_addr, env.master_port, deadline)) {
     return unreachable("nothing listens there (is rank 0 running, and MASTER_ADDR its host?)");
   }
+  // c10d's client waits for the store's answer to its first request without a deadline: another
+  // service on MASTER_PORT (one that reads and never answers) would hold this rank forever.
+  const std::string no_answer = absl::StrCat(
+      program_invocation_short_name, ": ",
+      unreachable("something listens there but does not answer as a c10d store (is MASTER_PORT "
+                  "another service's port?)")
+          .message(),
+      "\n");
   try {
-    c10::intrusive_ptr<c10d::Store> store =
-        c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options);
+    c10::intrusive_ptr<c10d::Store> store;
+    RunWithDeadline(
+        std::max(deadline - absl::Now(), absl::Milliseconds(1)),
+        [&] { store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, store_options); },
+        [&no_answer] {
+          // Not glog: ends the process while the constructor holds c10d's locks.
+          std::fputs(no_answer.c_str(), stderr);
+          std::fflush(stderr);
+          std::_Exit(1);
+        });
     TITAN_RETURN_IF_ERROR(AwaitEveryRank(*store, env, options.timeout, deadline));
     return std::shared_ptr<Rendezvous>(new Rendezvous(env, std::move(store)));
   } catch (const c10::Error& e) {

@@ -510,5 +510,35 @@ TEST(GlooCommunicatorTest, StoreThatNeverListensIsReportedAtTheTimeout) {
   EXPECT_LT(waited, absl::Seconds(4)) << waited;
 }
 
+// Rank 1 whose MASTER_PORT is another service's, one that takes connections and never answers:
+// c10d's client would wait for the store's first answer forever; the rank ends at the timeout.
+TEST(GlooCommunicatorDeathTest, ListenerThatNeverAnswersEndsTheRankAtTheTimeout) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // The kernel accepts connections into the backlog; nothing reads or answers them.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 8), 0);
+  socklen_t size = sizeof(addr);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size), 0);
+  DistributedEnv env;
+  env.rank = 1;
+  env.world_size = 2;
+  env.master_port = ntohs(addr.sin_port);
+  RendezvousOptions options;
+  options.timeout = absl::Seconds(2);
+  const absl::Time start = absl::Now();
+  EXPECT_EXIT(Rendezvous::Connect(env, options).IgnoreError(), ::testing::ExitedWithCode(1),
+              // The child binds a port of its own: any port.
+              "rendezvous: rank 1 of 2 could not reach the store at 127\\.0\\.0\\.1:[0-9]+ "
+              "\\(MASTER_ADDR:MASTER_PORT\\) within 2s: something listens there but does not "
+              "answer as a c10d store \\(is MASTER_PORT another service's port\\?\\)");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+  close(fd);
+}
+
 }  // namespace
 }  // namespace titan
