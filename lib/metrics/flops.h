@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "absl/strings/string_view.h"
 
@@ -40,7 +41,7 @@ double PeakFlops(absl::string_view device_name, MatmulDtype dtype);
 struct Throughput {
   double tokens_per_second = 0;  // per device
   double tflops = 0;             // achieved model TFLOP/s per device
-  double mfu_percent = 0;        // achieved / peak * 100; 0 when the peak is unknown
+  std::optional<double> mfu_percent;  // achieved / peak * 100; none when the peak is unknown
 };
 
 // Throughput of one device that processed `tokens` in `seconds` (its share: torchtitan divides a

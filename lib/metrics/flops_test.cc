@@ -87,15 +87,15 @@ TEST(ComputeThroughputTest, TokensFlopsAndMfu) {
   const Throughput throughput = ComputeThroughput(1000, 0.5, 155328, 312e12);
   EXPECT_DOUBLE_EQ(throughput.tokens_per_second, 2000.0);
   EXPECT_DOUBLE_EQ(throughput.tflops, 2000.0 * 155328 / 1e12);
-  EXPECT_DOUBLE_EQ(throughput.mfu_percent, 100.0 * 2000.0 * 155328 / 312e12);
+  EXPECT_DOUBLE_EQ(throughput.mfu_percent.value_or(0), 100.0 * 2000.0 * 155328 / 312e12);
 }
 
 TEST(ComputeThroughputTest, UnknownPeakOrNoTimeGivesNoMfu) {
-  EXPECT_EQ(ComputeThroughput(1000, 0.5, 155328, 0).mfu_percent, 0);
+  EXPECT_FALSE(ComputeThroughput(1000, 0.5, 155328, 0).mfu_percent.has_value());
   EXPECT_DOUBLE_EQ(ComputeThroughput(1000, 0.5, 155328, 0).tokens_per_second, 2000.0);
   const Throughput zero_time = ComputeThroughput(1000, 0, 155328, 312e12);
   EXPECT_EQ(zero_time.tokens_per_second, 0);
-  EXPECT_EQ(zero_time.mfu_percent, 0);
+  EXPECT_FALSE(zero_time.mfu_percent.has_value());
 }
 
 TEST(PeakRssGiBTest, CountsTouchedMemory) {

@@ -59,8 +59,10 @@ std::vector<std::pair<std::string, double>> Scalars(const StepMetrics& metrics,
          {"lr", metrics.lr},
          {tensorboard_tags ? "throughput(tps)" : "tps", metrics.tps},
          {"tflops", metrics.tflops},
-         {tensorboard_tags ? "mfu(%)" : "mfu", metrics.mfu},
          {tensorboard_tags ? "memory/max_reserved(GiB)" : "memory_gib", metrics.memory_gib}});
+    if (metrics.mfu.has_value()) {
+      scalars.insert(scalars.end() - 1, {tensorboard_tags ? "mfu(%)" : "mfu", *metrics.mfu});
+    }
   }
   if (metrics.validation_loss.has_value()) {
     scalars.emplace_back(tensorboard_tags ? "validation_metrics/loss" : "validation_loss",
@@ -79,11 +81,13 @@ std::string FormatStepLine(const StepMetrics& metrics, bool color) {
           ? absl::StrFormat("%sstep: %2d", paint(kRed), metrics.step)
           : absl::StrFormat(
                 "%sstep: %2d  %sloss: %7.4f  %sgrad_norm: %7.4f  %slr: %.1e  %smemory: %5.2fGiB  "
-                "%stps: %s  %stflops: %.2f  %smfu: %.2f%%",
+                "%stps: %s  %stflops: %.2f",
                 paint(kRed), metrics.step, paint(kGreen), metrics.loss, paint(kYellow),
                 metrics.grad_norm, paint(kCyan), metrics.lr, paint(kTurquoise), metrics.memory_gib,
-                paint(kBlue), WithThousandsSeparators(metrics.tps), paint(kCyan), metrics.tflops,
-                paint(kMagenta), metrics.mfu);
+                paint(kBlue), WithThousandsSeparators(metrics.tps), paint(kCyan), metrics.tflops);
+  if (!metrics.evaluation_only && metrics.mfu.has_value()) {
+    absl::StrAppendFormat(&line, "  %smfu: %.2f%%", paint(kMagenta), *metrics.mfu);
+  }
   if (metrics.validation_loss.has_value()) {
     absl::StrAppendFormat(&line, "  %svalidation_loss: %7.4f", paint(kGreen),
                           *metrics.validation_loss);

@@ -24,7 +24,8 @@ struct StepMetrics {
   double lr = 0;
   double tps = 0;         // tokens per second per device
   double tflops = 0;      // achieved model TFLOP/s per device
-  double mfu = 0;         // model FLOPs utilization in percent; 0 when the peak is unknown
+  // Model FLOPs utilization in percent; none where the device's peak is unknown (a CPU).
+  std::optional<double> mfu;
   double memory_gib = 0;  // peak device memory (peak RSS on CPU)
   std::optional<double> validation_loss;
   // Any other scalars; each name is the JSON key, the log-line label and the TensorBoard tag.
@@ -46,7 +47,7 @@ struct MetricsLoggerOptions {
 
 // The log line for one step, e.g.
 // "step: 12  loss:  5.1234  grad_norm:  1.2345  lr: 8.0e-04  memory:  0.52GiB  tps: 12,345
-// tflops: 0.12  mfu: 0.05%", with ANSI colors when `color`.
+// tflops: 0.12  mfu: 0.05%", with ANSI colors when `color` (no mfu where it is unknown).
 std::string FormatStepLine(const StepMetrics& metrics, bool color);
 
 // Reports each logged step three ways: a glog INFO line, one JSON object per line in

@@ -144,6 +144,25 @@ TEST(MetricsLoggerTest, AppendsOneJsonObjectPerStep) {
   EXPECT_DOUBLE_EQ(lines[1]["validation_loss"].get<double>(), 4.25);
 }
 
+// Where the device's peak is unknown (a CPU) there is no mfu, rather than a 0.
+TEST(MetricsLoggerTest, UnknownMfuIsLeftOut) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("no_mfu");
+  options.start.run_id = "r1";
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  StepMetrics metrics = ExampleStep();
+  metrics.mfu.reset();
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+  std::vector<nlohmann::json> lines = ReadJsonLines((*logger)->jsonl_path());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_FALSE(lines[0].contains("mfu")) << lines[0];
+  EXPECT_TRUE(lines[0].contains("tflops")) << lines[0];
+  EXPECT_EQ(FormatStepLine(metrics, /*color=*/false),
+            "step: 12  loss:  5.1234  grad_norm:  1.2345  lr: 8.0e-04  memory:  0.52GiB  "
+            "tps: 12,345  tflops: 0.12");
+}
+
 TEST(MetricsLoggerTest, ResumedRunAppendsToTheSameFile) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("resume");

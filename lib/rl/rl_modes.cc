@@ -323,9 +323,14 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
   TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
   if (absl::Status status = trainer.SavePolicyWeights(weights); !status.ok()) return status;
-  nlohmann::json summary = {{"loss", metrics->loss}, {"grad_norm", metrics->grad_norm},
-                            {"tps", metrics->tps},   {"tflops", metrics->tflops},
-                            {"mfu", metrics->mfu},   {"weights", weights}};
+  // mfu is null where the device's peak is unknown (a CPU).
+  nlohmann::json summary = {
+      {"loss", metrics->loss},
+      {"grad_norm", metrics->grad_norm},
+      {"tps", metrics->tps},
+      {"tflops", metrics->tflops},
+      {"mfu", metrics->mfu.has_value() ? nlohmann::json(*metrics->mfu) : nlohmann::json()},
+      {"weights", weights}};
   for (const auto& [name, value] : metrics->extra) summary[name] = value;
   return summary;
 }

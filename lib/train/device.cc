@@ -74,7 +74,13 @@ std::string DeviceName(const at::Device& device) {
 }
 
 double MatmulPeakFlops(const at::Device& device, bool autocast) {
-  return PeakFlops(DeviceName(device), autocast ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
+  const std::string name = DeviceName(device);
+  const double peak = PeakFlops(name, autocast ? MatmulDtype::kBfloat16 : MatmulDtype::kFloat32);
+  if (peak == 0) {
+    LOG(INFO) << "mfu is not reported: no published peak FLOP/s for " << name << " in "
+              << (autocast ? "bf16" : "fp32");
+  }
+  return peak;
 }
 
 }  // namespace titan

@@ -45,8 +45,9 @@ class TitanTrainTest(unittest.TestCase):
         run_train(dump, "--training.steps=30")
         rows = metrics(dump)
         self.assertEqual([r["step"] for r in rows], list(range(1, 31)))
-        for key in ("step", "loss", "grad_norm", "lr", "tps", "tflops", "mfu", "memory_gib"):
+        for key in ("step", "loss", "grad_norm", "lr", "tps", "tflops", "memory_gib"):
             self.assertIn(key, rows[0])
+        self.assertNotIn("mfu", rows[0])  # no published peak for a CPU
         # The bundled corpus is learnable: 30 steps take off more than 1 nat.
         self.assertLess(rows[-1]["loss"], rows[0]["loss"] - 1.0, [r["loss"] for r in rows])
         self.assertTrue(any("validation_loss" in r for r in rows))
