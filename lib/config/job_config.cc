@@ -494,6 +494,12 @@ std::optional<std::string> ChangedKey(const JobConfig& config, absl::string_view
   return std::nullopt;
 }
 
+std::optional<std::string> KeySource(absl::string_view section, absl::string_view key) {
+  const KeyRef* ref = Schema::Get().Find(section, key);
+  if (ref == nullptr) return std::nullopt;
+  return KeySources::Get().Find(CanonicalName(*ref));
+}
+
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) {
   return (std::filesystem::path(config.job().dump_folder()) / folder).string();
 }

@@ -54,6 +54,10 @@ std::vector<std::string> ChangedKeys(const JobConfig& config, absl::string_view 
 std::optional<std::string> ChangedKey(const JobConfig& config, absl::string_view section,
                                       absl::string_view key);
 
+// Where the last ParseJobConfig (or ParseJobConfigText) in this process set [`section`] `key`:
+// "x.toml:12" or the flag ("--section.key", or an old name's); nullopt when nothing set it.
+std::optional<std::string> KeySource(absl::string_view section, absl::string_view key);
+
 // Where a folder key (checkpoint.folder, metrics.save_tb_folder, ...) points, as torchtitan's
 // os.path.join(job.dump_folder, folder): an absolute `folder` as is, else under the dump folder.
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder);

@@ -29,6 +29,7 @@
 #include "lib/train/trainer.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 #include "lib/util/torch_errors.h"
 
@@ -62,6 +63,10 @@ JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) 
 
 absl::Status AsOutFlag(const absl::Status& status) {
   absl::string_view message = status.message();
+  // Where the job set the key, which WithKeySource put first, is moot: --out replaced it.
+  if (const std::optional<std::string> source = KeySource("job", "dump_folder")) {
+    absl::ConsumePrefix(&message, absl::StrCat(*source, ": "));
+  }
   if (!absl::ConsumePrefix(&message, "[job] dump_folder")) return status;
   return absl::Status(status.code(), absl::StrCat("--out", message));
 }
@@ -256,7 +261,7 @@ absl::Status Run(const JobConfig& config, const DistributedRuntime& runtime,
         "[training] steps=", config.training().steps(), ": profile_run needs --profile.warmup=",
         options.warmup, " + --profile.active=", options.active, " = ", steps, " steps"));
   }
-  TITAN_RETURN_IF_ERROR(MakeDirectories(options.out));
+  TITAN_RETURN_IF_ERROR(WithContext(MakeDirectories(options.out), "--out"));
   // Before the model exists, so that its parameters are among the blocks seen.
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<MemoryTracker> tracker,
                          MemoryTracker::Create(PickDevice(runtime.env().local_rank)));
@@ -303,7 +308,7 @@ absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runti
   return CatchTorchErrors([&]() -> absl::Status {
     // Before CatchTorchErrors' std::exception: a JSON error is a rank profile's, not LibTorch's.
     try {
-      return AsOutFlag(Run(config, runtime, options));
+      return Run(config, runtime, options);
     } catch (const nlohmann::json::exception& e) {
       return absl::InternalError(absl::StrCat("rank profile: ", e.what()));
     }

@@ -386,6 +386,19 @@ class ProfileRunTest(unittest.TestCase):
             self.assertNotIn("frame #", proc.stderr)  # no C++ backtrace
             self.assertFalse(os.path.exists(out), args)
 
+    def test_out_that_is_a_file_is_named_as_out(self):
+        # The job file sets [job] dump_folder, but --out replaced it: the error names --out alone.
+        out = os.path.join(self.tmp, "out_is_a_file")
+        with open(out, "w") as f:
+            f.write("kept\n")
+        proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}"], capture_output=True,
+                              text=True, timeout=120)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn(f"profile_run: --out: {out}: is a file, not a folder", proc.stderr)
+        self.assertNotIn("dump_folder", proc.stderr)
+        with open(out) as f:
+            self.assertEqual(f.read(), "kept\n")
+
     def test_no_job_given(self):
         # As titan_train: no job key would profile the built-in 10,000-step default job.
         out = os.path.join(self.tmp, "no_job")
