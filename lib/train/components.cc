@@ -274,15 +274,20 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
   TITAN_ASSIGN_OR_RETURN(const ModelSpec* spec, FindModel(model.name()));
   ModelInfo info;
   if (model.flavor() == kFromCheckpoint) {
-    const bool from_assets = !model.hf_assets_path().empty();
+    // An assets folder may hold only the tokenizer (as torchtitan's often do): the initial
+    // checkpoint's shape is then read instead.
+    const std::string assets_config = absl::StrCat(model.hf_assets_path(), "/config.json");
+    const bool from_assets = !model.hf_assets_path().empty() && PathExists(assets_config);
     std::string path = model.hf_assets_path();
     if (!from_assets) {
       TITAN_ASSIGN_OR_RETURN(path, InitialLoadPath(config));
     }
     if (path.empty()) {
-      return absl::InvalidArgumentError(
+      return absl::InvalidArgumentError(absl::StrCat(
           "[model] flavor = \"from_checkpoint\" needs [model] hf_assets_path (a folder with "
-          "config.json) or [checkpoint] initial_load_path to read the shape from");
+          "config.json",
+          model.hf_assets_path().empty() ? "" : absl::StrCat(": there is no ", assets_config),
+          ") or [checkpoint] initial_load_path to read the shape from"));
     }
     const bool in_hf = from_assets || config.checkpoint().initial_load_in_hf();
     TITAN_ASSIGN_OR_RETURN(info, DescribeCheckpointAt(path, in_hf, spec->name));

@@ -497,9 +497,16 @@ class TitanTrainTest(unittest.TestCase):
             with open(os.path.join(hf, name), "rb") as a, open(os.path.join(exported, name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
         losses = {}
+        # from_checkpoint with a tokenizer-only hf_assets_path (as torchtitan's jobs often have):
+        # the shape is the initial checkpoint's.
+        shape = ["--model.flavor=from_checkpoint", "--model.hf_assets_path=assets/default_tokenizer"]
         for name, flags in (("titan", [f"--checkpoint.initial_load_path={base}/checkpoint"]),
                             ("hf", [f"--checkpoint.initial_load_path={hf}",
-                                    "--checkpoint.initial_load_in_hf=true"])):
+                                    "--checkpoint.initial_load_in_hf=true"]),
+                            ("titan_shape", [f"--checkpoint.initial_load_path={base}/checkpoint",
+                                             *shape]),
+                            ("hf_shape", [f"--checkpoint.initial_load_path={hf}",
+                                          "--checkpoint.initial_load_in_hf=true", *shape])):
             dump = self.dump(f"initial_run_{name}")
             proc = run_train(dump, "--training.steps=1", "--checkpoint.enable=false",
                              "--validation.enable=false", *flags)
@@ -507,7 +514,15 @@ class TitanTrainTest(unittest.TestCase):
             losses[name] = metrics(dump)[0]["loss"]
         # fp32 export is an exact permutation: the same weights give the same loss, bit for bit.
         self.assertEqual(losses["titan"], losses["hf"])
+        self.assertEqual(losses["titan_shape"], losses["titan"])
+        self.assertEqual(losses["hf_shape"], losses["titan"])
         self.assertLess(losses["titan"], scratch_loss - 1.0, (losses, first.returncode))
+        # Without an initial checkpoint there is no shape to read: the missing file is named.
+        proc = run_train(self.dump("no_shape"), *shape, "--training.steps=1", check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("needs [model] hf_assets_path (a folder with config.json: there is no "
+                      "assets/default_tokenizer/config.json) or [checkpoint] initial_load_path",
+                      proc.stderr)
 
     def test_qwen3_debugmodel_learns_the_bundled_corpus(self):
         dump = self.dump("qwen3")
