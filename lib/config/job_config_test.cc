@@ -818,6 +818,7 @@ TEST(JobConfigTest, ShippedConfigsParseAndValidate) {
       {"llama3_8b.toml", 64},
       {"llama3_70b.toml", 64},
       {"llama3_405b.toml", 128},
+      {"qwen3_0.6b.toml", 8},
       {"rl_sft_sorting.toml", 1},
       {"rl_grpo_sorting.toml", 1},
       {"rl_ppo_sorting.toml", 1},
