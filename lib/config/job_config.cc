@@ -500,6 +500,41 @@ std::optional<std::string> KeySource(absl::string_view section, absl::string_vie
   return KeySources::Get().Find(CanonicalName(*ref));
 }
 
+namespace {
+
+// JobConfigToToml's "key = value" lines by "[section] key", in order; comments left out.
+std::vector<std::pair<std::string, std::string>> TomlKeyLines(absl::string_view toml) {
+  std::vector<std::pair<std::string, std::string>> lines;
+  absl::string_view section;
+  for (absl::string_view line : absl::StrSplit(toml, '\n')) {
+    if (absl::StartsWith(line, "[")) {
+      section = line;
+      continue;
+    }
+    const size_t equals = line.find(" = ");
+    if (line.empty() || line[0] == '#' || equals == absl::string_view::npos) continue;
+    lines.emplace_back(absl::StrCat(section, " ", line.substr(0, equals)),
+                       std::string(line.substr(equals + 3)));
+  }
+  return lines;
+}
+
+}  // namespace
+
+std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const JobConfig& config) {
+  // Both texts are JobConfigToToml's: one line per key, so lines compare as values do.
+  absl::flat_hash_map<std::string, std::string> earlier;
+  for (auto& [key, value] : TomlKeyLines(earlier_toml)) earlier[key] = std::move(value);
+  std::vector<std::string> changed;
+  for (const auto& [key, value] : TomlKeyLines(JobConfigToToml(config))) {
+    auto it = earlier.find(key);
+    if (it != earlier.end() && it->second != value) {
+      changed.push_back(absl::StrCat(key, " = ", it->second, " -> ", value));
+    }
+  }
+  return changed;
+}
+
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) {
   return (std::filesystem::path(config.job().dump_folder()) / folder).string();
 }

@@ -58,6 +58,11 @@ std::optional<std::string> ChangedKey(const JobConfig& config, absl::string_view
 // "x.toml:12" or the flag ("--section.key", or an old name's); nullopt when nothing set it.
 std::optional<std::string> KeySource(absl::string_view section, absl::string_view key);
 
+// The keys whose values differ between `earlier_toml` (a JobConfigToToml text, such as the
+// config.toml of a run before) and `config`, as "[section] key = old -> new" in schema order; a key
+// that only one side has (another titan's schema) is left out.
+std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const JobConfig& config);
+
 // Where a folder key (checkpoint.folder, metrics.save_tb_folder, ...) points, as torchtitan's
 // os.path.join(job.dump_folder, folder): an absolute `folder` as is, else under the dump folder.
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder);

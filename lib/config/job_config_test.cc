@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -929,6 +930,24 @@ TEST(JobConfigTest, TomlDumpRoundTrips) {
       "param_groups = [{pattern = \"\\\\.bias$|\\\"q\\\"\", weight_decay = 0.0}, {pattern = "
       "\"emb\", lr = 1e-04, betas = [0.5, 0.25], eps = 1e-30}, {pattern = \"x\"}]\n"))
       << JobConfigToToml(*config);
+}
+
+TEST(JobConfigTest, KeysChangedSinceAnEarlierRunsConfig) {
+  JobConfig earlier = DefaultJobConfig();
+  earlier.mutable_optimizer()->set_lr(3e-4);
+  earlier.mutable_training()->set_steps(30);
+  JobConfig now = earlier;
+  now.mutable_optimizer()->set_lr(1e-4);
+  now.mutable_training()->set_steps(60);
+  EXPECT_EQ(
+      KeysChangedSince(JobConfigToToml(earlier), now),
+      (std::vector<std::string>{"[optimizer] lr = 3e-04 -> 1e-04", "[training] steps = 30 -> 60"}));
+  EXPECT_TRUE(KeysChangedSince(JobConfigToToml(now), now).empty());
+  // A key the earlier config lacks (another titan's schema) is not a change.
+  const std::string without_lr =
+      absl::StrReplaceAll(JobConfigToToml(earlier), {{"\nlr = 3e-04\n", "\n"}});
+  EXPECT_EQ(KeysChangedSince(without_lr, now),
+            (std::vector<std::string>{"[training] steps = 30 -> 60"}));
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/rng_state.h"
+#include "lib/config/job_config.h"
 #include "lib/interop/checkpoint_model.h"
 #include "lib/interop/convert.h"
 #include "lib/train/components.h"
@@ -118,7 +119,23 @@ absl::Status TrainCheckpointer::Resume(TrainState& state, const TrainCheckpointe
     return absl::Status(loaded.code(),
                         absl::StrCat("[checkpoint] load_step = ", step, ": ", loaded.message()));
   }
+  if (loaded.ok() && step > 0 && runtime_.rank() == 0 && !parts_.read_only) {
+    LogKeysChangedSinceLastRun(step);
+  }
   return loaded;
+}
+
+void TrainCheckpointer::LogKeysChangedSinceLastRun(int64_t step) const {
+  // The folder's last run wrote its effective configuration there; a missing one says nothing.
+  const std::string path = config_.job().dump_folder() + "/config.toml";
+  const absl::StatusOr<std::string> earlier = ReadFile(path);
+  if (!earlier.ok()) return;
+  const std::vector<std::string> changed = KeysChangedSince(*earlier, config_);
+  if (changed.empty()) return;
+  // torchtitan restores the optimizer's saved hyperparameters; here every key does what it says.
+  LOG(WARNING) << "resuming step " << step << " with keys changed since " << path << " (the "
+               << "folder's last run): " << absl::StrJoin(changed, ", ")
+               << "; the new values apply";
 }
 
 absl::StatusOr<int64_t> TrainCheckpointer::PairedStep(int64_t step,

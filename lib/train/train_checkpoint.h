@@ -113,6 +113,8 @@ class TrainCheckpointer {
   NamedTensors ModelState() const;
   // Rank 0 tidies up after an interrupted run (RecoverInterruptedRuns); the others wait.
   absl::Status RecoverInterruptedRuns() const;
+  // Warns of the keys that differ from the dump folder's config.toml, which the run before wrote.
+  void LogKeysChangedSinceLastRun(int64_t step) const;
   // The newest step at or before `step` that `paired` also holds (see Resume).
   absl::StatusOr<int64_t> PairedStep(int64_t step, const TrainCheckpointer& paired) const;
   // Resume's work once the step is chosen.

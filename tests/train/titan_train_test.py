@@ -78,8 +78,13 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(got, want)
 
         # Rolling back to step 20 sets the later steps aside, so the next resume takes this run's.
-        run_train(full, "--training.steps=25", "--checkpoint.load_step=20",
-                  "--checkpoint.keep_latest_k=0", "--validation.enable=false")
+        proc = run_train(full, "--training.steps=25", "--checkpoint.load_step=20",
+                         "--checkpoint.keep_latest_k=0", "--validation.enable=false")
+        # What differs from the folder's last run is said (torchtitan would keep some silently).
+        self.assertIn(f"resuming step 20 with keys changed since {full}/config.toml (the folder's "
+                      "last run): [training] steps = 40 -> 25, [checkpoint] async_mode = "
+                      "\"async_with_pinned_mem\" -> \"disabled\", [checkpoint] load_step = -1 -> 20; "
+                      "the new values apply", proc.stderr)
         names = sorted(os.listdir(os.path.join(full, "checkpoint")))
         self.assertIn("step-25", names)
         self.assertNotIn("step-40", names)
