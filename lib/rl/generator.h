@@ -16,8 +16,9 @@ namespace titan {
 using TokenIds = std::vector<int64_t>;
 
 // Prompts and responses in one batch, laid out as the generator decodes them and the trainer
-// recomputes them (the same layout gives the same bits in batch-invariant mode): each prompt
-// left-padded to the longest, its response after it, padding after the response. [B, P + T].
+// recomputes them (batch-invariant mode gives a token the same bits however wide the batch): each
+// prompt left-padded to the longest, its response after it, padding after the response.
+// [B, P + T].
 struct SequenceBatch {
   at::Tensor tokens;         // int64; pad_id on padding
   at::Tensor valid;          // bool; false on the left padding (no query attends to it)

@@ -526,8 +526,11 @@ absl::Status RlTrainer::Train() {
       TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts,
                              ResponseTexts(generation, /*with_stop_token=*/false));
       int64_t generated = 0;
+      int64_t longest = 0;
       for (size_t i = 0; i < prompts.size(); ++i) {
-        generated += static_cast<int64_t>(generation.responses[i].size());
+        const int64_t length = static_cast<int64_t>(generation.responses[i].size());
+        generated += length;
+        longest = std::max(longest, length);
         rollouts.prompts.push_back(EncodePrompt(prompts[i]));
         rollouts.responses.push_back(generation.responses[i]);
       }
@@ -536,7 +539,9 @@ absl::Status RlTrainer::Train() {
           WriteRollouts(rows, rewards.ok() ? *rewards : std::vector<double>(), generation));
       TITAN_RETURN_IF_ERROR(rewards.status());
       rollouts.rewards = *rewards;
-      rollouts.generator_logprobs = generation.logprobs;
+      // Cut to the longest response, the width --step_rollouts lays these rows out at: a wider
+      // batch sums the loss and gradients in another order (not bitwise the replay's).
+      rollouts.generator_logprobs = generation.logprobs.slice(1, 0, longest);
       const double scoring_seconds = stopwatch.Lap();
       TITAN_ASSIGN_OR_RETURN(m, RlUpdate(rollouts));
       const double update_seconds = stopwatch.Lap();
