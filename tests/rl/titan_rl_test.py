@@ -1289,40 +1289,64 @@ class TitanRlTest(unittest.TestCase):
                       "penalty is overlong_buffer_len, off unless set)", entry)
         self.assertNotIn("overlong penalty defaults", entry)
 
-    def test_step_rollouts_on_a_runs_rollouts_replays_its_step(self):
-        # A model that answers in whole-word tokens (" a" ... " e", the bundled tokenizer's 257,
-        # 262, 283, 277, 267) or stops: their output rows scaled up, so that responses often stop
-        # and re-encode to their ids (a random model's byte tokens decode to U+FFFD).
+    def replay_a_step(self, name, *flags, fields=("prompt", "response", "reward")):
+        """One step of CONFIG from a model that answers in whole-word tokens (" a" ... " e", the
+        bundled tokenizer's 257, 262, 283, 277, 267) or stops, their output rows scaled up so that
+        responses often stop and re-encode to their ids (a random model's byte tokens decode to
+        U+FFFD), then --step_rollouts on that step's rows (their `fields`) under the same `flags`:
+        the step's metrics, the replay's summary and the rows."""
         hf = os.path.join(self.root, "hf_stops")
-        model = common.save_random_hf(hf, "llama3", initializer_range=0.02)
-        with torch.no_grad():
-            model.lm_head.weight[[257, 262, 283, 277, 267, common.EOS]] *= 30
-        model.save_pretrained(hf)
-        # top_k 3: the scaled rows; old log-probabilities the trainer's in the run as in the replay;
-        # one step in both (the LR schedule's warmup depends on it). Responses past 4 of the 12
-        # tokens lose reward (DAPO's overlong penalty): rollouts.jsonl has the scorer's rewards.
-        flags = ["--rl.top_k=3", "--rl.old_logprobs=trainer", "--training.steps=1",
-                 "--rl.reward=command", "--rl.overlong_buffer_len=8",
-                 "--rl.reward_command=awk '{print length($0) % 3}'"]
-        dump = os.path.join(self.root, "replayed")
+        if not os.path.isdir(hf):
+            model = common.save_random_hf(hf, "llama3", initializer_range=0.02)
+            with torch.no_grad():
+                model.lm_head.weight[[257, 262, 283, 277, 267, common.EOS]] *= 30
+            model.save_pretrained(hf)
+        # top_k 3: the scaled rows; one step in both (the LR schedule's warmup depends on it).
+        flags = ["--rl.top_k=3", "--training.steps=1", "--rl.reward=command",
+                 "--rl.reward_command=awk '{print length($0) % 3}'", *flags]
+        dump = os.path.join(self.root, f"replayed_{name}")
         common.run(common.short_run(TITAN_RL, CONFIG, dump, hf, *flags))
         step = next(m for m in common.metrics(dump) if m["step"] == 1)
         rows = [r for r in common.read_jsonl(os.path.join(dump, "rollouts.jsonl"))
                 if r["step"] == 1]
-        self.assertTrue(any(r["response_ids"][-1] == common.EOS for r in rows))
-        path = os.path.join(self.root, "replayed_rollouts.jsonl")
-        common.write_jsonl(path, [{k: r[k] for k in ("prompt", "response", "reward")}
-                                  for r in rows])
-        cmd = common.short_run(TITAN_RL, CONFIG, os.path.join(self.root, "replay"), hf, *flags,
-                               "--json")
+        path = os.path.join(self.root, f"replayed_{name}_rollouts.jsonl")
+        common.write_jsonl(path, [{k: r[k] for k in fields} for r in rows])
+        cmd = common.short_run(TITAN_RL, CONFIG, os.path.join(self.root, f"replay_{name}"), hf,
+                               *flags, "--json")
         cmd.insert(1, f"--step_rollouts={path}")
         replay = json.loads(common.run(cmd).stdout)
-        print(f"step 1: loss {step['loss']:.9g}, grad norm {step['grad_norm']:.9g}; replayed: "
-              f"loss {replay['loss']:.9g}, grad norm {replay['grad_norm']:.9g} (2 epochs)")
-        self.assertTrue(any(len(r["response_ids"]) > 4 for r in rows))
+        print(f"{name}: step 1: loss {step['loss']:.9g}, grad norm {step['grad_norm']:.9g}; "
+              f"replayed: loss {replay['loss']:.9g}, grad norm {replay['grad_norm']:.9g}")
+        return step, replay, rows
+
+    def assert_replayed(self, step, replay):
         for key in ("loss", "grad_norm", "entropy", "response_length", "counted_fraction",
                     "reward_mean"):
             self.assertEqual(replay[key], step[key], key)  # the same ids and kernels: bitwise
+
+    def test_step_rollouts_on_a_runs_rollouts_replays_its_step(self):
+        # Old log-probabilities the trainer's in the run as in the replay, the responses as text.
+        # Responses past 4 of the 12 tokens lose reward (DAPO's overlong penalty): rollouts.jsonl
+        # has the scorer's rewards.
+        step, replay, rows = self.replay_a_step("text", "--rl.old_logprobs=trainer",
+                                                "--rl.overlong_buffer_len=8")
+        self.assertTrue(any(r["response_ids"][-1] == common.EOS for r in rows))
+        self.assertTrue(any(len(r["response_ids"]) > 4 for r in rows))
+        self.assert_replayed(step, replay)
+
+    def test_step_rollouts_replays_a_step_whose_responses_all_stopped_early(self):
+        # Every response stops well before max_new_tokens: the step's batch is as wide as its
+        # longest response, not as the generator's, or its sums over it would add up in another
+        # order than the replay's. Whole rows (ids, the generator's log-probabilities as the old
+        # ones) in batch-invariant mode, as a user replays rollouts.jsonl.
+        step, replay, rows = self.replay_a_step(
+            "stopped", "--rl.max_new_tokens=40", "--debug.batch_invariant=true",
+            "--rl.dynamic_sampling=false",
+            fields=("prompt", "response", "reward", "response_ids", "logprobs"))
+        self.assertTrue(all(r["response_ids"][-1] == common.EOS for r in rows))
+        self.assertLess(max(len(r["response_ids"]) for r in rows), 40)
+        self.assertEqual(step["logprob_diff_max"], 0.0)
+        self.assert_replayed(step, replay)
 
     def test_overlong_penalty_is_at_most_its_factor(self):
         # Given rollouts may be longer than max_new_tokens: DAPO's soft punishment stops at the
