@@ -17,6 +17,7 @@
 #include "lib/metrics/flops.h"
 #include "lib/model/autocast.h"
 #include "lib/model/op_cache.h"
+#include "lib/profiling/phase_range.h"
 #include "lib/rl/losses.h"
 #include "lib/rl/rewards.h"
 #include "lib/rl/rl_config.h"
@@ -125,6 +126,7 @@ SamplingOptions RlTrainer::SamplingFromConfig(uint64_t seed, bool greedy) const 
 
 absl::StatusOr<Generation> RlTrainer::Generate(const std::vector<std::string>& prompts,
                                                const SamplingOptions& options) {
+  PhaseRange range("generation");
   std::vector<TokenIds> ids;
   for (const std::string& prompt : prompts) ids.push_back(EncodePrompt(prompt));
   std::function<absl::StatusOr<bool>(bool)> all_stopped;
@@ -157,6 +159,7 @@ absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(const Generati
 absl::StatusOr<std::vector<double>> RlTrainer::Rewards(
     const std::vector<std::string>& prompts, const std::vector<std::string>& responses,
     const std::vector<const RlExample*>& examples, const Generation& generation) {
+  PhaseRange range("scoring");
   if (reward_model_ != nullptr) {
     std::vector<TokenIds> prompt_ids;
     for (const std::string& prompt : prompts) prompt_ids.push_back(EncodePrompt(prompt));

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "lib/metrics/flops.h"
+#include "lib/profiling/phase_range.h"
 #include "lib/rl/losses.h"
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_trainer.h"
@@ -84,10 +85,18 @@ absl::StatusOr<at::Tensor> RlTrainer::OptimizerStep(
   optimizer_->ZeroGrad();
   if (critic_optimizer_) critic_optimizer_->ZeroGrad();
   for (int64_t m = 0; m < microbatches; ++m) {
-    TITAN_ASSIGN_OR_RETURN(at::Tensor sum, loss_sum(m));
+    // Trace ranges named as titan_train's, so its trace tools read both.
+    absl::StatusOr<at::Tensor> sum;
+    {
+      PhaseRange range("forward");
+      sum = loss_sum(m);
+    }
+    TITAN_RETURN_IF_ERROR(sum.status());
+    PhaseRange range("backward");
     policy_.data_parallel->BeginBackward(m + 1 == microbatches);
-    (sum / per_rank).backward();
+    (*sum / per_rank).backward();
   }
+  PhaseRange range("optimizer");
   TITAN_RETURN_IF_ERROR(policy_.data_parallel->FinishBackward());
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : policy_.params) tensors.push_back(*p.tensor);

@@ -353,11 +353,16 @@ class TitanRlTest(unittest.TestCase):
                              "--profiling.profile_freq=2", "--profiling.profiler_warmup=0",
                              "--profiling.profiler_active=1", "--job.monitoring_interval=1",
                              # A slow scorer: the run outlasts the monitor's first interval.
-                             "--rl.reward=command", "--rl.reward_command=sleep 1.2; awk '{print 0}'")
+                             "--rl.reward=command", "--rl.reward_command=sleep 1.2; awk '{print 0}'",
+                             # Equal rewards: without it every group is dropped and nothing updates.
+                             "--rl.dynamic_sampling=false")
         proc = common.run(cmd)
         with open(os.path.join(dump, "profile_traces", "iteration_2", "rank0_trace.json")) as f:
             names = {e.get("name") for e in json.load(f)["traceEvents"]}
         self.assertIn("ProfilerStep#2", names)
+        # The step's phases, as titan_train's trace names them, and RL's own.
+        for phase in ("generation", "scoring", "forward", "backward", "optimizer"):
+            self.assertIn(phase, names)
         self.assertIn("monitor: host", proc.stderr)
         # A CUDA-only key is refused here as it is by titan_train, not ignored.
         proc = common.run(self.job("snapshot", "--profiling.enable_memory_snapshot=true")[1],
