@@ -12,6 +12,7 @@
 #include "lib/rl/rewards.h"
 #include "lib/util/file_util.h"
 #include "lib/util/json_fields.h"
+#include "lib/util/short_text.h"
 #include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -56,7 +57,10 @@ absl::Status ForEachObjectLine(
       // What is wrong, where in the line: "parse error at line 1, column 9: ... ill-formed UTF-8".
       absl::string_view why = e.what();
       why.remove_prefix(std::min(why.size(), why.find("] ") + 2));
-      return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON: ", why));
+      // nlohmann quotes the token it read ("last read: '...'") whole: a 200 KB string, say. 400
+      // bytes keep the description (under 200) and the token's ends.
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": not valid JSON: ", ShortText(why, 400)));
     }
     if (!object.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", expected));
@@ -64,20 +68,6 @@ absl::Status ForEachObjectLine(
     TITAN_RETURN_IF_ERROR(read(object, where));
   }
   return absl::OkStatus();
-}
-
-// `text` as a JSON string, its middle cut to "..." past 60 bytes: errors quote long prompts.
-std::string QuotedShort(const std::string& text) {
-  constexpr size_t kMax = 60;
-  const auto quoted = [](const std::string& s) {
-    return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  };
-  if (text.size() <= kMax) return quoted(text);
-  // Cut on UTF-8 character boundaries (a continuation byte is 10xxxxxx).
-  size_t head = kMax / 2, tail = text.size() - kMax / 2;
-  while (head > 0 && (text[head] & 0xC0) == 0x80) --head;
-  while (tail < text.size() && (text[tail] & 0xC0) == 0x80) ++tail;
-  return quoted(absl::StrCat(text.substr(0, head), "...", text.substr(tail)));
 }
 
 // Arithmetic operands: held out when (a + 3b) % 7 == 0, about one pair in seven.
@@ -90,6 +80,14 @@ constexpr char kSortingLetters[] = "abcdefgh";
 // Sorting's letters: held out when their codes sum to a multiple of 4 (14 of the 56 sets, 84
 // ordered prompts).
 bool SortingHeldOut(char x, char y, char z) { return (x + y + z) % 4 == 0; }
+
+// `value` for an error message: a string shortened, another scalar as JSON spells it, an array or
+// object by its type (dumped whole, one could be huge or nested deep enough to overflow dump()).
+std::string JsonForMessage(const nlohmann::json& value) {
+  if (value.is_string()) return QuotedShort(value.get_ref<const std::string&>());
+  if (value.is_structured()) return value.type_name();
+  return value.dump();
+}
 
 }  // namespace
 
@@ -143,8 +141,8 @@ absl::Status ReadResponseIds(const nlohmann::json& object, const std::string& wh
   for (size_t t = 0; t < ids->size(); ++t) {
     const nlohmann::json& id = (*ids)[t];
     if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": \"response_ids\"[", t, "] is ", id.dump(), ", not a token id"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"response_ids\"[", t, "] is ",
+                                                     JsonForMessage(id), ", not a token id"));
     }
     rollout.response_ids->push_back(id.get<int64_t>());
   }
@@ -175,7 +173,7 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
         }
         if (!reward->is_number()) {
           return absl::InvalidArgumentError(
-              absl::StrCat(where, ": \"reward\" must be a number, got ", reward->dump()));
+              absl::StrCat(where, ": \"reward\" must be a number, got ", JsonForMessage(*reward)));
         }
         // Finite in double: JSON has no NaN or infinity, and the parser refuses numbers that
         // overflow.
@@ -195,7 +193,7 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
             // JSON has no NaN or infinity; float32 is what the update computes in.
             if (!value.is_number() || !FitsFloat32(value.get<double>())) {
               return absl::InvalidArgumentError(absl::StrCat(where, ": \"logprobs\"[", t, "] is ",
-                                                             value.dump(),
+                                                             JsonForMessage(value),
                                                              ", not a number in float32's range"));
             }
             // A probability is at most 1: a positive value is no log-probability (0 is certainty).

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "lib/util/file_util.h"
@@ -184,8 +185,10 @@ TEST(RewardedRolloutsTest, LongPromptsAreShortenedInTheGroupError) {
   const std::string a(100, 'a'), b = std::string(100, 'a') + "b";
   const std::string path = testing::TempDir() + "/long.jsonl";
   const absl::Status status = CheckRolloutGroups(RowsOf("long.jsonl", {a, b}), 2);
-  const std::string cut_a = "\"" + std::string(30, 'a') + "..." + std::string(30, 'a') + "\"";
-  const std::string cut_b = "\"" + std::string(30, 'a') + "..." + std::string(29, 'a') + "b\"";
+  const std::string cut_a =
+      "\"" + std::string(30, 'a') + "..." + std::string(30, 'a') + "\" (100 bytes)";
+  const std::string cut_b =
+      "\"" + std::string(30, 'a') + "..." + std::string(29, 'a') + "b\" (101 bytes)";
   EXPECT_EQ(std::string(status.message()),
             path + ":2: prompt " + cut_b + " is not its group's (" + path + ":1: " + cut_a +
                 "): each run of [rl] group_size = 2 rows is one prompt's group; keep a prompt's "
@@ -232,6 +235,39 @@ TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {
     const std::string path = WriteTemp("bad.jsonl", good + c.line + "\n");
     const absl::Status status = ReadRewardedRollouts(path, "grpo").status();
     EXPECT_EQ(std::string(status.message()), path + c.error) << c.line;
+  }
+}
+
+// A bad line's user data is quoted shortened: a 200 KB prompt or value would make a message as big.
+TEST(RewardedRolloutsTest, BadLinesQuoteLongDataShortened) {
+  const std::string big(200000, 'x');
+  const struct {
+    std::string line;
+    std::string start;  // the error, past "path:1: "
+    std::string end;
+  } cases[] = {
+      // A TAB must be escaped in a JSON string: nlohmann's error quotes what it read of the string.
+      {absl::StrCat(R"({"prompt":")", big, "\t\"}"),
+       "not valid JSON: parse error at line 1, column 200012: syntax error while parsing value - "
+       "invalid string: control character U+0009 (HT) must be escaped to \\u0009 or \\t; last "
+       "read: '\"xxx",
+       "xxx<U+0009>' (200174 bytes)"},
+      {absl::StrCat(R"({"prompt":"p","response":"r","reward":)", std::string(200000, '9'), "}"),
+       "not valid JSON: number overflow parsing '999", "999' (200026 bytes)"},
+      {absl::StrCat(R"({"prompt":"p","response":"r","reward":")", big, "\"}"),
+       "\"reward\" must be a number, got \"" + std::string(30, 'x') + "..." + std::string(30, 'x') +
+           "\" (200000 bytes)",
+       ""},
+      {R"({"prompt":"p","response":"r","reward":[[1,2],{"a":3}]})",
+       "\"reward\" must be a number, got array", ""},
+  };
+  for (const auto& c : cases) {
+    const std::string path = WriteTemp("long.jsonl", c.line + "\n");
+    const std::string message(ReadRewardedRollouts(path, "grpo").status().message());
+    const std::string shown = message.substr(0, 1000);
+    EXPECT_LT(message.size(), path.size() + 500) << shown;
+    EXPECT_TRUE(absl::StartsWith(message, path + ":1: " + c.start)) << shown;
+    EXPECT_TRUE(absl::EndsWith(message, c.end)) << shown;
   }
 }
 

@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "lib/util/redact.h"
+#include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -92,6 +93,12 @@ bool IsDecimal(absl::string_view text) {
   }
   ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 127);
 }
+
+// A reward is a short line: a longer one is refused as soon as it passes this bound, not read
+// whole into memory (a scorer stuck printing without a newline would fill it).
+constexpr size_t kMaxRewardLineBytes = 1 << 20;
+// The last bytes of a scorer's stderr, which its errors quote: all of it that is kept.
+constexpr size_t kStderrKept = 500;
 
 constexpr absl::string_view kBeyondFloat32 =
     "beyond float32's range (magnitude at most 3.4e38), where the update computes: it would be "
@@ -210,6 +217,7 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
   for (int fd : {to_child[1], from_child[0], err_child[0]}) ::fcntl(fd, F_SETFL, O_NONBLOCK);
   ::signal(SIGPIPE, SIG_IGN);  // a scorer that exits early must not kill the trainer
   std::string out, err;
+  size_t line_start = 0;  // where `out`'s last, unfinished line starts
   size_t written = 0;
   int write_fd = to_child[1];
   if (input.empty()) {
@@ -217,9 +225,9 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
     write_fd = -1;
   }
   const absl::Time deadline = absl::Now() + timeout;
-  bool open_out = true, open_err = true, timed_out = false;
+  bool open_out = true, open_err = true, timed_out = false, line_too_long = false;
   int stopped_by = 0;
-  while (open_out || open_err) {
+  while ((open_out || open_err) && !line_too_long) {
     if (stop_signal && (stopped_by = stop_signal()) != 0) break;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
@@ -237,8 +245,14 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
     for (int i = 0; i < 2; ++i) {
       if (fds[i].revents == 0) continue;
       const ssize_t got = ::read(fds[i].fd, buffer, sizeof(buffer));
-      if (got > 0) {
-        (i == 0 ? out : err).append(buffer, got);
+      if (got > 0 && i == 0) {
+        out.append(buffer, got);
+        const size_t newline = absl::string_view(buffer, got).rfind('\n');
+        if (newline != absl::string_view::npos) line_start = out.size() - got + newline + 1;
+        line_too_long = out.size() - line_start > kMaxRewardLineBytes;
+      } else if (got > 0) {
+        err.append(buffer, got);
+        if (err.size() > kStderrKept) err.erase(0, err.size() - kStderrKept);
       } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
         (i == 0 ? open_out : open_err) = false;
       }
@@ -255,7 +269,7 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
   if (write_fd >= 0) ::close(write_fd);
   ::close(from_child[0]);
   ::close(err_child[0]);
-  if (timed_out || stopped_by != 0) ::kill(-pid, SIGKILL);
+  if (timed_out || stopped_by != 0 || line_too_long) ::kill(-pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -263,10 +277,14 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
     return absl::CancelledError(absl::StrCat(
         "[rl] reward_command \"", command, "\" was killed: titan_rl received signal ", stopped_by));
   }
-  const std::string stderr_tail =
-      err.size() > 500 ? err.substr(err.size() - 500) : err;
+  if (line_too_long) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[rl] reward_command \"", command, "\" printed over ", kMaxRewardLineBytes,
+                     " bytes on line ", std::count(out.begin(), out.begin() + line_start, '\n') + 1,
+                     " (killed), expected one finite decimal number per line"));
+  }
   const std::string quoted =
-      stderr_tail.empty() ? "" : absl::StrCat("; its stderr: ", absl::StripAsciiWhitespace(stderr_tail));
+      err.empty() ? "" : absl::StrCat("; its stderr: ", absl::StripAsciiWhitespace(err));
   if (timed_out) {
     return absl::DeadlineExceededError(absl::StrCat(
         "[rl] reward_command \"", command, "\" took longer than ",
@@ -288,13 +306,13 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
     // A blank line is refused too: skipping it would shift every later reward onto another rollout.
     if (!IsDecimal(text) || !absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("[rl] reward_command \"", command, "\" printed \"", lines[i], "\" on line ",
-                       i + 1, ", expected one finite decimal number per line"));
+          absl::StrCat("[rl] reward_command \"", command, "\" printed ", QuotedShort(lines[i]),
+                       " on line ", i + 1, ", expected one finite decimal number per line"));
     }
     if (!FitsFloat32(value)) {
       return absl::InvalidArgumentError(absl::StrCat("[rl] reward_command \"", command,
-                                                     "\" printed \"", lines[i], "\" on line ",
-                                                     i + 1, ", ", kBeyondFloat32));
+                                                     "\" printed ", QuotedShort(lines[i]),
+                                                     " on line ", i + 1, ", ", kBeyondFloat32));
     }
     rewards.push_back(value);
   }

@@ -56,8 +56,9 @@ struct ScoredRollout {
 
 // Runs `command` under /bin/sh, writes one JSON object per rollout (prompt, response, answer) to
 // its stdin and reads one reward per line from its stdout. A command that exits non-zero, prints
-// a wrong number of lines or anything but a decimal number finite in float32 (FitsFloat32), or
-// runs past `timeout` (then killed) is an error that names it and quotes its stderr; the caller
+// a wrong number of lines or anything but a decimal number finite in float32 (FitsFloat32), a
+// line over 1 MiB (killed once it passes that) or runs past `timeout` (then killed) is an error
+// that names it and quotes its stderr's end (bad lines shortened, QuotedShort); the caller
 // keeps the rollouts. `stop_signal` (polled every 100 ms) returning a signal number kills it at
 // once too: a CancelledError naming the signal. The command runs in its own process group with
 // only stdin, stdout and stderr open, and is killed if this process dies.

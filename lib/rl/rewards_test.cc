@@ -132,6 +132,25 @@ TEST(CommandScorerTest, FailuresAreClearErrors) {
   }
 }
 
+// A long line is quoted shortened; one past 1 MiB is refused once past it, not read to its end.
+TEST(CommandScorerTest, LongLinesAreQuotedShortAndBounded) {
+  const std::vector<ScoredRollout> rollouts(2, {"p", "r", "a"});
+  const std::string big = "cat >/dev/null; echo 1; head -c 1000000 /dev/zero | tr '\\0' x; echo";
+  EXPECT_EQ(
+      ScoreWithCommand(big, rollouts, absl::Seconds(30)).status().message(),
+      absl::StrCat("[rl] reward_command \"", big, "\" printed \"", std::string(30, 'x'), "...",
+                   std::string(30, 'x'),
+                   "\" (1000000 bytes) on line 2, expected one finite decimal number per line"));
+  const std::string endless =
+      "cat >/dev/null; echo 1; head -c 3000000 /dev/zero | tr '\\0' x; sleep 60";
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(ScoreWithCommand(endless, rollouts, absl::Seconds(20)).status().message(),
+            absl::StrCat("[rl] reward_command \"", endless,
+                         "\" printed over 1048576 bytes on line 2 (killed), expected one finite "
+                         "decimal number per line"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
 // The pid a command wrote to `path`, once written (0: not within 10 s).
 pid_t WaitForPid(const std::string& path) {
   for (int i = 0; i < 1000; ++i) {

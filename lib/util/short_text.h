@@ -1,0 +1,24 @@
+#ifndef TITAN_LIB_UTIL_SHORT_TEXT_H_
+#define TITAN_LIB_UTIL_SHORT_TEXT_H_
+
+// Bounded quotes of user data for error messages: a hostile or broken input (a 300 MB line) must
+// not become a message of the same size.
+
+#include <cstddef>
+#include <string>
+
+#include "absl/strings/string_view.h"
+
+namespace titan {
+
+// `text` whole when at most `max_bytes` long, else its first and last max_bytes / 2 bytes (cut on
+// UTF-8 character boundaries) around "..." and then its size: "abc...xyz (1000000 bytes)".
+std::string ShortText(absl::string_view text, size_t max_bytes = 60);
+
+// As ShortText, the kept text quoted as a JSON string (ill-formed UTF-8 replaced):
+// "\"abc...xyz\" (1000000 bytes)".
+std::string QuotedShort(absl::string_view text, size_t max_bytes = 60);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_UTIL_SHORT_TEXT_H_
