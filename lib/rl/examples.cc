@@ -162,10 +162,13 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
         TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));
         TITAN_ASSIGN_OR_RETURN(rollout.response, StringField(object, "response", true, where));
         TITAN_RETURN_IF_ERROR(ReadResponseIds(object, where, rollout));
+        // The tokens trained on are response_ids where given, else response's.
+        const bool ids = rollout.response_ids.has_value();
         if (algorithm == "ppo" &&
-            (rollout.response_ids ? rollout.response_ids->empty() : rollout.response.empty())) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, ": \"response\" is empty: ppo puts the reward on its last token"));
+            (ids ? rollout.response_ids->empty() : rollout.response.empty())) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": \"", ids ? "response_ids" : "response",
+                           "\" is empty: ppo puts the reward on its last token"));
         }
         auto reward = object.find("reward");
         if (reward == object.end()) {

@@ -280,6 +280,12 @@ TEST(RewardedRolloutsTest, PpoNeedsAResponseToPutItsRewardOn) {
             path + ":2: \"response\" is empty: ppo puts the reward on its last token");
   // GRPO's empty response still has its reward in its group's baseline.
   EXPECT_TRUE(ReadRewardedRollouts(path, "grpo").ok());
+  // Given ids are the response trained on: their emptiness is the one named.
+  const std::string ids_path =
+      WriteTemp("empty_ids.jsonl",
+                "{\"prompt\":\"Sort: b a\",\"response\":\"x\",\"response_ids\":[],\"reward\":1}\n");
+  EXPECT_EQ(ReadRewardedRollouts(ids_path, "ppo").status().message(),
+            ids_path + ":1: \"response_ids\" is empty: ppo puts the reward on its last token");
 }
 
 // The sampled ids, where a row gives them: token ids (integers >= 0), any row or none; PPO's
