@@ -31,12 +31,12 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
       absl::StrCat(where, ": \"", key, "\" must be a string, got ", it->type_name()));
 }
 
-// "answer": a string, or a JSON number (GSM8K-style data writes 72) as its shortest decimal text,
-// an integral one without ".0" (72.0 reads "72"): what the numeric verifier compares as text.
+// "answer": a string, or a JSON number (GSM8K-style data writes 72) as plain decimal text (72.0
+// reads "72", 1.5e-7 "0.00000015"): the numeric verifier compares text it reads as -?[0-9.,]+.
 absl::StatusOr<std::string> AnswerField(const nlohmann::json& object, const std::string& where) {
   auto it = object.find("answer");
   if (it == object.end() || !it->is_number()) return StringField(object, "answer", false, where);
-  return JsonScalarText(*it);
+  return JsonNumberDecimalText(*it);
 }
 
 // Calls `read` with each non-blank line of the JSON-lines file `path` (a JSON object, else the

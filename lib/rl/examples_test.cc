@@ -62,14 +62,16 @@ TEST(ExamplesTest, NumericAnswersReadAsTheirDecimalText) {
                                      "{\"prompt\":\"a\",\"answer\":72}\n"
                                      "{\"prompt\":\"b\",\"answer\":72.0}\n"
                                      "{\"prompt\":\"c\",\"answer\":-0.5}\n"
-                                     "{\"prompt\":\"d\",\"answer\":\"1,000\"}\n");
+                                     "{\"prompt\":\"d\",\"answer\":\"1,000\"}\n"
+                                     "{\"prompt\":\"e\",\"answer\":1.5e-7}\n");
   auto examples = ReadExamples(path, "grpo");
   ASSERT_TRUE(examples.ok()) << examples.status();
-  ASSERT_EQ(examples->size(), 4u);
+  ASSERT_EQ(examples->size(), 5u);
   EXPECT_EQ((*examples)[0].answer, "72");
   EXPECT_EQ((*examples)[1].answer, "72");
   EXPECT_EQ((*examples)[2].answer, "-0.5");
   EXPECT_EQ((*examples)[3].answer, "1,000");
+  EXPECT_EQ((*examples)[4].answer, "0.00000015");  // no exponent, which the verifier cannot match
 }
 
 TEST(ExamplesTest, NumbersAreRefusedAsPromptsAndResponses) {

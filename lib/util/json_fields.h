@@ -1,6 +1,7 @@
 #ifndef TITAN_LIB_UTIL_JSON_FIELDS_H_
 #define TITAN_LIB_UTIL_JSON_FIELDS_H_
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -60,6 +61,36 @@ inline std::string JsonScalarText(const nlohmann::json& value) {
     }
   }
   return value.dump();
+}
+
+// A JSON number as plain decimal text, never with an exponent: an integer as written, a float in
+// its shortest round-trip digits (1.5e-7 reads "0.00000015", 72.0 "72", 1e21
+// "1000000000000000000000").
+inline std::string JsonNumberDecimalText(const nlohmann::json& number) {
+  if (!number.is_number_float()) return number.dump();
+  // to_chars gives the shortest digits; only the exponent's expansion is written here, as its
+  // chars_format::fixed spells a large double's exact binary value (1e23: 99999999999999991611392).
+  char text[32];
+  const std::to_chars_result written =
+      std::to_chars(text, text + sizeof(text), number.get<double>(), std::chars_format::scientific);
+  const std::string spelled(text, written.ptr);  // "-1.5e-07"
+  const size_t e = spelled.find('e');
+  const bool negative = spelled[0] == '-';
+  std::string digits = spelled.substr(negative, e - negative);
+  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
+  int exponent = 0;
+  std::from_chars(spelled.data() + e + 1 + (spelled[e + 1] == '+'), spelled.data() + spelled.size(),
+                  exponent);
+  const int point = exponent + 1;  // digits before the point
+  std::string decimal;
+  if (point <= 0) {
+    decimal = absl::StrCat("0.", std::string(-point, '0'), digits);
+  } else if (point >= static_cast<int>(digits.size())) {
+    decimal = absl::StrCat(digits, std::string(point - digits.size(), '0'));
+  } else {
+    decimal = absl::StrCat(digits.substr(0, point), ".", digits.substr(point));
+  }
+  return negative ? "-" + decimal : decimal;
 }
 
 }  // namespace titan

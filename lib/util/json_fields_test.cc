@@ -21,5 +21,25 @@ TEST(JsonScalarTextTest, SpellsNumbersAsPythonDoes) {
   EXPECT_EQ(text("true"), "true");
 }
 
+// Plain decimals, as the numeric verifier's "-?[0-9.,]+" can match: no exponent, the shortest
+// digits.
+TEST(JsonNumberDecimalTextTest, SpellsNumbersWithoutExponent) {
+  const auto text = [](const char* json) {
+    return JsonNumberDecimalText(nlohmann::json::parse(json));
+  };
+  EXPECT_EQ(text("1.5e-7"), "0.00000015");
+  EXPECT_EQ(text("-2.5e-7"), "-0.00000025");
+  EXPECT_EQ(text("72.0"), "72");
+  EXPECT_EQ(text("72"), "72");
+  EXPECT_EQ(text("-3"), "-3");
+  EXPECT_EQ(text("0.1"), "0.1");
+  EXPECT_EQ(text("123456.789"), "123456.789");
+  EXPECT_EQ(text("0.0"), "0");
+  EXPECT_EQ(text("1e21"), "1000000000000000000000");
+  EXPECT_EQ(text("1e23"), "100000000000000000000000");  // not the double's 99999999999999991611392
+  EXPECT_EQ(text("18446744073709551615"), "18446744073709551615");  // uint64's largest, exact
+  EXPECT_EQ(text("5e-324"), "0." + std::string(323, '0') + "5");
+}
+
 }  // namespace
 }  // namespace titan
