@@ -25,6 +25,7 @@
 #include "google/protobuf/message.h"
 #include "lib/config/field_value.h"
 #include "lib/util/file_util.h"
+#include "lib/util/redact.h"
 #include "toml++/toml.h"
 
 namespace titan {
@@ -529,7 +530,9 @@ std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const 
   for (const auto& [key, value] : TomlKeyLines(JobConfigToToml(config))) {
     auto it = earlier.find(key);
     if (it != earlier.end() && it->second != value) {
-      changed.push_back(absl::StrCat(key, " = ", it->second, " -> ", value));
+      // A scorer's command may carry a URL's credentials: never printed.
+      changed.push_back(
+          absl::StrCat(key, " = ", RedactUrlsIn(it->second), " -> ", RedactUrlsIn(value)));
     }
   }
   return changed;

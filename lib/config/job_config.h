@@ -60,7 +60,7 @@ std::optional<std::string> KeySource(absl::string_view section, absl::string_vie
 
 // The keys whose values differ between `earlier_toml` (a JobConfigToToml text, such as the
 // config.toml of a run before) and `config`, as "[section] key = old -> new" in schema order; a key
-// that only one side has (another titan's schema) is left out.
+// that only one side has (another titan's schema) is left out; URL credentials are masked.
 std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const JobConfig& config);
 
 // Where a folder key (checkpoint.folder, metrics.save_tb_folder, ...) points, as torchtitan's

@@ -948,6 +948,33 @@ TEST(JobConfigTest, KeysChangedSinceAnEarlierRunsConfig) {
       absl::StrReplaceAll(JobConfigToToml(earlier), {{"\nlr = 3e-04\n", "\n"}});
   EXPECT_EQ(KeysChangedSince(without_lr, now),
             (std::vector<std::string>{"[training] steps = 30 -> 60"}));
+  // A rotated credential in a scorer's URL is said to change, never printed.
+  JobConfig scored = now;
+  scored.mutable_rl()->set_reward_command("score --url http://alice:old@host/x");
+  JobConfig rotated = scored;
+  rotated.mutable_rl()->set_reward_command("score --url http://alice:new@host/x");
+  EXPECT_EQ(KeysChangedSince(JobConfigToToml(scored), rotated),
+            (std::vector<std::string>{"[rl] reward_command = \"score --url http://***@host/x\" -> "
+                                      "\"score --url http://***@host/x\""}));
+}
+
+// torchtitan's current names for keys titan keeps under their older sections, and its W&B switch
+// at its default: a torchtitan job file's lines parse.
+TEST(JobConfigTest, TorchtitansCurrentNamesAreAccepted) {
+  absl::StatusOr<JobConfig> config = ParseJobConfigText(
+      "[metrics]\nenable_wandb = false\n[debug]\nseed = 7\ndeterministic = true\n"
+      "[parallelism]\nenable_async_tensor_parallel = false\n",
+      "configs/x.toml", {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->training().seed(), 7);
+  EXPECT_TRUE(config->training().deterministic());
+  absl::StatusOr<JobConfig> wandb =
+      ParseJobConfigText("[metrics]\nenable_wandb = true\n", "configs/x.toml", {});
+  ASSERT_TRUE(wandb.ok()) << wandb.status();
+  EXPECT_TRUE(absl::StrContains(ValidateJobConfig(*wandb).message(),
+                                "[metrics] enable_wandb = true: titan has no Weights & Biases "
+                                "logger"))
+      << ValidateJobConfig(*wandb);
 }
 
 }  // namespace
