@@ -478,22 +478,30 @@ TEST(GlooCommunicatorTest, RankThatNeverStartsIsNamedByTheRendezvous) {
   }
 }
 
+// Rank 1 of 2 whose MASTER_PORT is a loopback port bound to `fd` (listening or not), which the
+// caller closes.
+void RankOneOfTwoAtALoopbackPort(bool listen, int* fd, DistributedEnv* env) {
+  *fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(*fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  if (listen) ASSERT_EQ(::listen(*fd, 8), 0);
+  socklen_t size = sizeof(addr);
+  ASSERT_EQ(getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &size), 0);
+  env->rank = 1;
+  env->world_size = 2;
+  env->master_port = ntohs(addr.sin_port);
+}
+
 // Rank 1 of 2 whose rank 0 never starts: one line, after the timeout, not c10d's client retrying
 // past it (2.3 times it, with a stack trace each time it gave up).
 TEST(GlooCommunicatorTest, StoreThatNeverListensIsReportedAtTheTimeout) {
   // A bound port that nothing listens on (kept bound, so nothing else takes it meanwhile).
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t size = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size), 0);
+  int fd = -1;
   DistributedEnv env;
-  env.rank = 1;
-  env.world_size = 2;
-  env.master_port = ntohs(addr.sin_port);
+  ASSERT_NO_FATAL_FAILURE(RankOneOfTwoAtALoopbackPort(/*listen=*/false, &fd, &env));
   RendezvousOptions options;
   options.timeout = absl::Seconds(3);
   const absl::Time start = absl::Now();
@@ -515,19 +523,9 @@ TEST(GlooCommunicatorTest, StoreThatNeverListensIsReportedAtTheTimeout) {
 TEST(GlooCommunicatorDeathTest, ListenerThatNeverAnswersEndsTheRankAtTheTimeout) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   // The kernel accepts connections into the backlog; nothing reads or answers them.
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  ASSERT_EQ(listen(fd, 8), 0);
-  socklen_t size = sizeof(addr);
-  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &size), 0);
+  int fd = -1;
   DistributedEnv env;
-  env.rank = 1;
-  env.world_size = 2;
-  env.master_port = ntohs(addr.sin_port);
+  ASSERT_NO_FATAL_FAILURE(RankOneOfTwoAtALoopbackPort(/*listen=*/true, &fd, &env));
   RendezvousOptions options;
   options.timeout = absl::Seconds(2);
   const absl::Time start = absl::Now();
