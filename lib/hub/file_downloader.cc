@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "lib/hub/content_digest.h"
 #include "lib/hub/part_writer.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
 
@@ -82,19 +83,6 @@ std::string RetryAfterNote(absl::Duration retry_after) {
 }
 
 }  // namespace
-
-absl::Status MakeDirs(const std::string& dir) {
-  std::string prefix;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
-      prefix = dir.substr(0, i);
-      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-        return ErrnoError("mkdir", prefix);
-      }
-    }
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckOutsideStateDir(absl::string_view repo_path) {
   // Whether `path` is `dir` or a path under it.
@@ -272,7 +260,7 @@ absl::Status FileDownloader::WriteMeta(const RemoteFile& file, const std::string
                                {"mtime_ns", MtimeNs(st)}, {"digest", digest},
                                {"commit", commit_},       {"repo_id", options_.repo_id}};
   const std::string meta_path = MetaPath(file.path);
-  if (absl::Status status = MakeDirs(Dirname(meta_path)); !status.ok()) return status;
+  if (absl::Status status = MakeDirectories(Dirname(meta_path)); !status.ok()) return status;
   return WriteFileAtomically(meta_path, meta.dump(2) + "\n");
 }
 
@@ -294,7 +282,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
   const std::string part_path = PartPath(file.path);
   const std::string final_path = FinalPath(file.path);
   for (const std::string& dir : {Dirname(part_path), Dirname(final_path)}) {
-    if (absl::Status status = MakeDirs(dir); !status.ok()) return fail(status);
+    if (absl::Status status = MakeDirectories(dir); !status.ok()) return fail(status);
   }
   ContentDigest digest(file);
   int verify_failures = 0;

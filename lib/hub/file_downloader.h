@@ -60,9 +60,6 @@ struct FileReport {
 // misconfigured server than a plan, and the user can re-run.
 inline constexpr absl::Duration kMaxRetryAfter = absl::Minutes(5);
 
-// Creates `dir` and its missing parents, as mkdir -p.
-absl::Status MakeDirs(const std::string& dir);
-
 // local_dir's folder for the downloader's own state (part files, sidecars, saved listings).
 inline constexpr char kDownloadStateDir[] = ".cache/download_assets";
 

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/util/directory.h"
 
 namespace titan {
 namespace {
@@ -26,7 +27,7 @@ class CheckInPlaceTest : public ::testing::Test {
   void SetUp() override {
     options_.local_dir = ::testing::TempDir() + "/" +
                          ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    ASSERT_TRUE(MakeDirs(options_.local_dir).ok());
+    ASSERT_TRUE(MakeDirectories(options_.local_dir).ok());
     options_.progress_out = nullptr;
     file_.path = "a.bin";
     file_.size = 5;

@@ -18,6 +18,7 @@
 #include "lib/hub/file_downloader.h"
 #include "lib/hub/http_client.h"
 #include "lib/hub/progress.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/folder_lock.h"
 #include "lib/util/redact.h"
@@ -128,7 +129,7 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   if (!options.offline) {
     // Made here, not before the lock: the lock takes back the folders it made only while they
     // hold nothing else, so a run that fails before this point leaves the file system as it was.
-    if (absl::Status status = MakeDirs(downloader.StatePath("revisions")); !status.ok()) {
+    if (absl::Status status = MakeDirectories(downloader.StatePath("revisions")); !status.ok()) {
       return finish(status);
     }
     if (absl::Status status = WriteFileAtomically(listing_path, listing); !status.ok()) {
