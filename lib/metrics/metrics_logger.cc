@@ -52,17 +52,17 @@ std::vector<std::pair<std::string, double>> Scalars(const StepMetrics& metrics,
                                                     bool tensorboard_tags) {
   std::vector<std::pair<std::string, double>> scalars;
   if (!metrics.evaluation_only) {
-    scalars.insert(
-        scalars.end(),
-        {{tensorboard_tags ? "loss_metrics/global_avg_loss" : "loss", metrics.loss},
-         {"grad_norm", metrics.grad_norm},
-         {"lr", metrics.lr},
-         {tensorboard_tags ? "throughput(tps)" : "tps", metrics.tps},
-         {"tflops", metrics.tflops},
-         {tensorboard_tags ? "memory/max_reserved(GiB)" : "memory_gib", metrics.memory_gib}});
+    scalars.insert(scalars.end(),
+                   {{tensorboard_tags ? "loss_metrics/global_avg_loss" : "loss", metrics.loss},
+                    {"grad_norm", metrics.grad_norm},
+                    {"lr", metrics.lr},
+                    {tensorboard_tags ? "throughput(tps)" : "tps", metrics.tps},
+                    {"tflops", metrics.tflops}});
     if (metrics.mfu.has_value()) {
-      scalars.insert(scalars.end() - 1, {tensorboard_tags ? "mfu(%)" : "mfu", *metrics.mfu});
+      scalars.emplace_back(tensorboard_tags ? "mfu(%)" : "mfu", *metrics.mfu);
     }
+    scalars.emplace_back(tensorboard_tags ? "memory/max_reserved(GiB)" : "memory_gib",
+                         metrics.memory_gib);
   }
   if (metrics.validation_loss.has_value()) {
     scalars.emplace_back(tensorboard_tags ? "validation_metrics/loss" : "validation_loss",
