@@ -25,7 +25,7 @@ constexpr char kUsage[] =
 absl::Status Run(int argc, char** argv) {
   const std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
   if (absl::Status given = titan::CheckJobGiven(args); !given.ok()) return given;
-  absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
+  absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", args);
   if (!config.ok()) return config.status();
   // An [rl] section at its defaults is accepted: config.toml holds one, and must run again.
   if (const std::vector<std::string> changed = titan::ChangedKeys(*config, "rl");
