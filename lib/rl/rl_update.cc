@@ -96,11 +96,12 @@ absl::StatusOr<at::Tensor> RlTrainer::OptimizerStep(
     policy_.data_parallel->BeginBackward(m + 1 == microbatches);
     (*sum / per_rank).backward();
   }
-  PhaseRange range("optimizer");
   TITAN_RETURN_IF_ERROR(policy_.data_parallel->FinishBackward());
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : policy_.params) tensors.push_back(*p.tensor);
   const GradClip clip = ComputeGradClip(tensors, config_.training().max_norm(), grad_norm_reducer_);
+  // As titan_train's: the steps alone, not the gradients' last reduction or their clipping.
+  PhaseRange range("optimizer");
   const double factor = schedule_->Factor(state_.lr_step);
   optimizer_->SetLrFactor(factor);
   optimizer_->Step(clip.scale);
