@@ -33,7 +33,7 @@ absl::Status MeasureStep(const JobConfig& config, const DistributedRuntime& runt
     return absl::FailedPreconditionError("counts CPU allocations; this rank computes on a GPU");
   }
   TITAN_ASSIGN_OR_RETURN(const std::unique_ptr<Tokenizer> tokenizer, BuildTokenizer(config));
-  TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config, *tokenizer));
+  TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config, *tokenizer, /*resume_dir=*/""));
   TITAN_ASSIGN_OR_RETURN(ModelBundle model, BuildModel(config, info, setup, runtime));
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
                          BuildOptimizer(config, model.params));

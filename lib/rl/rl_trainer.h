@@ -105,7 +105,8 @@ class RlTrainer {
  private:
   RlTrainer(const JobConfig& config, const DistributedRuntime& runtime);
   absl::Status Init(RlMode mode);
-  absl::StatusOr<ModelBundle> BuildPolicyCopy();
+  // The policy's model as `setup` starts it (a resumed step's weights load later).
+  absl::StatusOr<ModelBundle> BuildPolicy(const RunSetup& setup);
 
   TokenIds EncodePrompt(const std::string& prompt) const;
   // OK unless `prompt` encodes to no tokens (empty, no chat template text and no BOS), when the

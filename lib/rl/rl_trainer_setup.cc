@@ -36,11 +36,12 @@ absl::StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(const JobConfig& co
   return trainer;
 }
 
-absl::StatusOr<ModelBundle> RlTrainer::BuildPolicyCopy() {
-  TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
-  // The same seed (or initial load) as the policy: the reference starts as the policy's copy.
-  at::manual_seed(setup_.seed);
-  return BuildModel(config_, info, setup_, runtime_);
+absl::StatusOr<ModelBundle> RlTrainer::BuildPolicy(const RunSetup& setup) {
+  TITAN_ASSIGN_OR_RETURN(const ModelInfo info,
+                         ResolveModel(config_, *tokenizer_, setup.resume_dir));
+  // The same seed (or initial load) as the policy's start: the reference is its frozen copy.
+  at::manual_seed(setup.seed);
+  return BuildModel(config_, info, setup, runtime_);
 }
 
 absl::Status RlTrainer::Init(RlMode mode) {
@@ -60,7 +61,13 @@ absl::Status RlTrainer::Init(RlMode mode) {
     }
   }
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
-  TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicyCopy());
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
+                         BuildCheckpointManager(config_, setup_, runtime_));
+  if (manager != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(setup_.resume_dir,
+                           StepFolderToResume(config_, runtime_, *manager, !training_run));
+  }
+  TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicy(setup_));
   // Generation samples from the policy alone: a reference (a whole copy of the weights) or a
   // critic there would only take memory.
   const bool generate = mode == RlMode::kGenerate;
@@ -78,7 +85,13 @@ absl::Status RlTrainer::Init(RlMode mode) {
     // Its parameters keep requires_grad as the policy's, though no optimizer holds them and it
     // only runs under NoGradGuard: with them frozen, LibTorch took other kernels somewhere (the
     // reference's log-probabilities differed from the identical policy's by up to 1e-5).
-    TITAN_ASSIGN_OR_RETURN(reference_, BuildPolicyCopy());
+    // The run's starting weights (initial_load_path, or the seed's), also when it resumes.
+    RunSetup start = setup_;
+    start.resume_dir.clear();
+    absl::StatusOr<ModelBundle> reference = BuildPolicy(start);
+    TITAN_RETURN_IF_ERROR(
+        WithContext(reference.status(), "the frozen reference (the run's starting weights)"));
+    reference_ = *std::move(reference);
   }
   // Only training scores responses: --step_rollouts' rewards are given, --generate has none.
   if (rl_.reward() == "reward_model" && training_run) {
@@ -100,8 +113,6 @@ absl::Status RlTrainer::Init(RlMode mode) {
     critic_optimizer.clear_param_groups();  // the policy's patterns name decoder parameters
     TITAN_ASSIGN_OR_RETURN(critic_optimizer_, Optimizer::Create(critic_params_, critic_optimizer));
   }
-  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
-                         BuildCheckpointManager(config_, setup_, runtime_));
   if (manager != nullptr) {
     CheckpointedParts parts{
         &policy_.params, optimizer_.get(),   policy_.data_parallel.get(),         nullptr,
@@ -139,9 +150,10 @@ absl::Status RlTrainer::Init(RlMode mode) {
     }
   }
   // A resumed step replaces the initial load.
-  TITAN_ASSIGN_OR_RETURN(weights_from_, InitialLoadPath(config_));
   if (checkpointer_ != nullptr && !checkpointer_->loaded_dir().empty()) {
     weights_from_ = checkpointer_->loaded_dir();
+  } else {
+    TITAN_ASSIGN_OR_RETURN(weights_from_, InitialLoadPath(config_));
   }
   // Data: a bundled task's generated split, or JSONL.
   const uint64_t seed = static_cast<uint64_t>(setup_.seed);

@@ -83,11 +83,15 @@ void AdoptUnsetModelDetails(const ModelInfo& source, ModelInfo& info) {
 // itself): loading compares parameter shapes only, which rope_theta, norm_eps or RoPE scaling
 // leave alike, and assets of another model would pair it with a foreign tokenizer. What shapes do
 // not say (special ids, generation config) the model takes from the first of them that says it.
+// A resumed step (`resume_dir`) stands in for the initial load: the details it recorded are the
+// ones its run adopted, and TrainCheckpointer compares its architecture with the run's.
 absl::Status CheckAndAdoptFlavorSources(const JobConfig& config, ModelInfo& info,
+                                        const std::string& resume_dir,
                                         const std::string& shape_from = "") {
   struct Source {
     std::string key, path;
     bool in_hf;
+    bool checked = true;
   };
   std::vector<Source> sources;
   const std::string& assets = config.model().hf_assets_path();
@@ -103,10 +107,14 @@ absl::Status CheckAndAdoptFlavorSources(const JobConfig& config, ModelInfo& info
       info.hf_generation_config = ReadHfGenerationConfig(assets);
     }
   }
-  TITAN_ASSIGN_OR_RETURN(const std::string initial_load, InitialLoadPath(config));
-  if (!initial_load.empty() && initial_load != assets) {
-    sources.push_back(
-        {"[checkpoint] initial_load_path", initial_load, config.checkpoint().initial_load_in_hf()});
+  if (!resume_dir.empty()) {
+    sources.push_back({"[checkpoint] folder", resume_dir, /*in_hf=*/false, /*checked=*/false});
+  } else {
+    TITAN_ASSIGN_OR_RETURN(const std::string initial_load, InitialLoadPath(config));
+    if (!initial_load.empty() && initial_load != assets) {
+      sources.push_back({"[checkpoint] initial_load_path", initial_load,
+                         config.checkpoint().initial_load_in_hf()});
+    }
   }
   for (const Source& source : sources) {
     if (shape_from == absl::StrCat(source.key, ": ", source.path)) continue;
@@ -115,6 +123,10 @@ absl::Status CheckAndAdoptFlavorSources(const JobConfig& config, ModelInfo& info
     // An initial load that says nothing of its model is judged by its shapes when it loads.
     if (!described.ok() && source.key != "[model] hf_assets_path") continue;
     TITAN_RETURN_IF_ERROR(WithContext(described.status(), source.key));
+    if (!source.checked) {
+      AdoptUnsetModelDetails(*described, info);
+      continue;
+    }
     std::string differences = ArchitectureDifferences(described->args, info.args);
     if (described->args.vocab_size != info.args.vocab_size) {
       absl::StrAppend(&differences, differences.empty() ? "" : ", ", "vocab_size ",
@@ -269,17 +281,19 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(const JobConfig& confi
                                              : "[model] tokenizer_path");
 }
 
-absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer) {
+absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer,
+                                       const std::string& resume_dir) {
   const auto& model = config.model();
   TITAN_ASSIGN_OR_RETURN(const ModelSpec* spec, FindModel(model.name()));
   ModelInfo info;
   if (model.flavor() == kFromCheckpoint) {
     // An assets folder may hold only the tokenizer (as torchtitan's often do): the initial
-    // checkpoint's shape is then read instead.
+    // checkpoint's shape (or the resumed step's, which replaces it) is then read instead.
     const std::string assets_config = absl::StrCat(model.hf_assets_path(), "/config.json");
     const bool from_assets = !model.hf_assets_path().empty() && PathExists(assets_config);
-    std::string path = model.hf_assets_path();
-    if (!from_assets) {
+    const bool from_resume = !from_assets && !resume_dir.empty();
+    std::string path = from_assets ? model.hf_assets_path() : resume_dir;
+    if (!from_assets && !from_resume) {
       TITAN_ASSIGN_OR_RETURN(path, InitialLoadPath(config));
     }
     if (path.empty()) {
@@ -289,19 +303,20 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
           model.hf_assets_path().empty() ? "" : absl::StrCat(": there is no ", assets_config),
           ") or [checkpoint] initial_load_path to read the shape from"));
     }
-    const bool in_hf = from_assets || config.checkpoint().initial_load_in_hf();
+    const bool in_hf = from_assets || (!from_resume && config.checkpoint().initial_load_in_hf());
     TITAN_ASSIGN_OR_RETURN(info, DescribeCheckpointAt(path, in_hf, spec->name));
     LOG(INFO) << "model shape from " << path << ": " << DescribeArchitecture(info.args);
-    TITAN_RETURN_IF_ERROR(CheckAndAdoptFlavorSources(
-        config, info,
-        absl::StrCat(from_assets ? "[model] hf_assets_path" : "[checkpoint] initial_load_path",
-                     ": ", path)));
+    const char* key = from_assets   ? "[model] hf_assets_path"
+                      : from_resume ? "[checkpoint] folder"
+                                    : "[checkpoint] initial_load_path";
+    TITAN_RETURN_IF_ERROR(
+        CheckAndAdoptFlavorSources(config, info, resume_dir, absl::StrCat(key, ": ", path)));
   } else {
     TITAN_ASSIGN_OR_RETURN(TransformerArgs args, spec->Flavor(model.flavor()));
     if (args.vocab_size == 0) args.vocab_size = tokenizer.vocab_size();
     info = DescribeModel(*spec, args);
     info.flavor = model.flavor();
-    TITAN_RETURN_IF_ERROR(CheckAndAdoptFlavorSources(config, info));
+    TITAN_RETURN_IF_ERROR(CheckAndAdoptFlavorSources(config, info, resume_dir));
   }
   if (tokenizer.vocab_size() > info.args.vocab_size) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -397,13 +412,18 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
     TITAN_RETURN_IF_ERROR(CheckFloat8Filters(*bundle.model, {filters.begin(), filters.end()}));
   }
   const at::TensorOptions param_options = at::TensorOptions().device(setup.device).dtype(at::kFloat);
-  TITAN_ASSIGN_OR_RETURN(const std::string initial_load, InitialLoadPath(config));
+  std::string initial_load;
+  if (setup.resume_dir.empty()) {
+    TITAN_ASSIGN_OR_RETURN(initial_load, InitialLoadPath(config));
+  } else if (!config.checkpoint().initial_load_path().empty()) {
+    LOG(INFO) << "[checkpoint] initial_load_path not read: the weights come from "
+              << setup.resume_dir << ", which this run resumes";
+  }
   if (!initial_load.empty() && !config.checkpoint().initial_load_model_only()) {
     return absl::UnimplementedError(
         "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
         "resume a full run through [checkpoint] folder instead");
   }
-  // A checkpoint in [checkpoint] folder, if any, still takes precedence when the trainer resumes.
   const bool in_hf = config.checkpoint().initial_load_in_hf();
   if (config.compile().enable_async_tensor_parallel()) {
     return absl::UnimplementedError(absl::StrCat(

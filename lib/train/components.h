@@ -39,6 +39,9 @@ struct RunSetup {
   std::string run_id;                            // names this run's temporary checkpoint dirs
   int dp_rank = 0;
   int dp_size = 1;
+  // The checkpoint step folder the run resumes (StepFolderToResume), set before the model is
+  // built: its weights replace the initial load, which is then not read. "": none.
+  std::string resume_dir;
 };
 
 // [compile] fused_kernels and disabled_kernels, and the optimizer's bf16 weight copies where they
@@ -67,9 +70,10 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> BuildTokenizer(const JobConfig& confi
 
 // The model the job trains: its family and shape ([model] name and flavor, or with flavor
 // "from_checkpoint" the shape recorded by [model] hf_assets_path's config.json or
-// [checkpoint] initial_load_path), with the tokenizer's vocabulary for flavors that take it and
-// its special tokens.
-absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer);
+// [checkpoint] initial_load_path, or `resume_dir`'s in its place), with the tokenizer's vocabulary
+// for flavors that take it and its special tokens.
+absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer& tokenizer,
+                                       const std::string& resume_dir);
 
 struct ModelBundle {
   ModelInfo info;
@@ -89,11 +93,11 @@ ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSet
 // must exist and hold the format initial_load_in_hf names (false: a titan or Meta checkpoint).
 absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config);
 
-// Builds `info`'s model on the meta device, initialises it (or loads [checkpoint]
-// initial_load_path) and applies the family's parallelize function ([parallelism],
-// [activation_checkpoint]). Under FSDP without an initial load, each group is initialised after
-// sharding, so no rank holds the whole model. With pipeline parallelism each rank builds only its
-// stages (lib/pipeline).
+// Builds `info`'s model on the meta device, initialises it (or, unless setup.resume_dir is set,
+// loads [checkpoint] initial_load_path) and applies the family's parallelize function
+// ([parallelism], [activation_checkpoint]). Under FSDP without an initial load, each group is
+// initialised after sharding, so no rank holds the whole model. With pipeline parallelism each rank
+// builds only its stages (lib/pipeline).
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime);
 

@@ -120,7 +120,7 @@ TEST(ResolveModelTest, AnAssetsConfigThatDiffersFromTheFlavorNamesTheFields) {
   TransformerArgs args = Qwen3Debug64();
   args.rope.theta = 10000;
   const JobConfig config = JobWithAssetsConfig("assets", DescribeModel(**FindModel("qwen3"), args));
-  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
+  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64), "").status().message()),
               ::testing::HasSubstr(", vocab 64, tied, qk-norm (rope_theta 10000 vs 1000000); use "
                                    "flavor = \"from_checkpoint\""));
 }
@@ -146,7 +146,7 @@ TEST(ResolveModelTest, AnInitialLoadOfAnotherArchitectureIsRefusedNamingTheField
     args.rope.theta = theta;
     const std::string step = SavedModelStep(absl::StrCat("initial_", theta), args);
     config.mutable_checkpoint()->set_initial_load_path(step);
-    const absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
+    const absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64), "");
     if (theta == 1e6) {
       EXPECT_TRUE(info.ok()) << info.status();
     } else {
@@ -170,7 +170,7 @@ TEST(ResolveModelTest, FromCheckpointRefusesAnInitialLoadOfAnotherArchitecture) 
     args.rope.theta = theta;
     const std::string step = SavedModelStep(absl::StrCat("from_initial_", theta), args);
     config.mutable_checkpoint()->set_initial_load_path(step);
-    const absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
+    const absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64), "");
     if (theta == 1e6) {
       EXPECT_TRUE(info.ok()) << info.status();
       continue;
@@ -195,7 +195,7 @@ TEST(ResolveModelTest, ANamedFlavorTakesItsHfFoldersIdsAndGenerationConfig) {
   const std::string assets = config.model().hf_assets_path();
   const std::string generation = R"({"eos_token_id": [4, 5, 7], "temperature": 0.6})";
   std::ofstream(assets + "/generation_config.json") << generation;
-  absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64));
+  absl::StatusOr<ModelInfo> info = ResolveModel(config, SizedTokenizer(64), "");
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->bos_token_id, 3);
   EXPECT_EQ(info->eos_token_id, nlohmann::json::array({4, 5}));
@@ -203,7 +203,7 @@ TEST(ResolveModelTest, ANamedFlavorTakesItsHfFoldersIdsAndGenerationConfig) {
   EXPECT_EQ(info->hf_generation_config, nlohmann::json::parse(generation));
   // A tokenizer's folder (no config.json) lends its generation config alone.
   std::filesystem::rename(assets + "/config.json", assets + "/config.json.away");
-  info = ResolveModel(config, SizedTokenizer(64));
+  info = ResolveModel(config, SizedTokenizer(64), "");
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->eos_token_id, 0);  // the tokenizer's
   EXPECT_TRUE(info->pad_token_id.is_null());
@@ -216,9 +216,9 @@ TEST(ResolveModelTest, AnAssetsConfigOfAnotherVocabIsRefused) {
   const JobConfig config =
       JobWithAssetsConfig("assets_vocab", DescribeModel(**FindModel("qwen3"), args));
   const std::string assets = config.model().hf_assets_path();
-  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
+  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64), "").status().message()),
               ::testing::HasSubstr("[model] hf_assets_path: " + assets + " holds dim"));
-  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64)).status().message()),
+  EXPECT_THAT(std::string(ResolveModel(config, SizedTokenizer(64), "").status().message()),
               ::testing::HasSubstr("(vocab_size 96 vs 64); use flavor"));
 }
 

@@ -51,6 +51,31 @@ absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
       "or weight_decay"));
 }
 
+absl::Status RecoverInterruptedRunsOf(const CheckpointManager& manager,
+                                      const DistributedRuntime& runtime) {
+  const absl::Status undone = manager.RecoverInterruptedRuns();
+  TITAN_ASSIGN_OR_RETURN(const bool all_undone, runtime.AllAgree(undone.ok()));
+  TITAN_RETURN_IF_ERROR(undone);
+  if (!all_undone) return absl::InternalError("rank 0 failed to put back set-aside steps");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> StepFolderToResume(const JobConfig& config,
+                                               const DistributedRuntime& runtime,
+                                               const CheckpointManager& manager, bool read_only) {
+  if (!read_only) TITAN_RETURN_IF_ERROR(RecoverInterruptedRunsOf(manager, runtime));
+  int64_t step = config.checkpoint().load_step();
+  if (step < 0) {
+    absl::StatusOr<int64_t> latest = manager.LatestStep();
+    if (absl::IsNotFound(latest.status())) return std::string();
+    TITAN_RETURN_IF_ERROR(latest.status());
+    step = *latest;
+  }
+  // A load_step that is not there: Resume refuses it, naming the key.
+  const std::string dir = manager.StepDirectory(step);
+  return IsDirectory(dir) ? dir : std::string();
+}
+
 absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
     const JobConfig& config, const DistributedRuntime& runtime,
     std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts) {
@@ -88,11 +113,7 @@ NamedTensors TrainCheckpointer::ModelState() const {
 }
 
 absl::Status TrainCheckpointer::RecoverInterruptedRuns() const {
-  const absl::Status undone = manager_->RecoverInterruptedRuns();
-  TITAN_ASSIGN_OR_RETURN(const bool all_undone, runtime_.AllAgree(undone.ok()));
-  TITAN_RETURN_IF_ERROR(undone);
-  if (!all_undone) return absl::InternalError("rank 0 failed to put back set-aside steps");
-  return absl::OkStatus();
+  return RecoverInterruptedRunsOf(*manager_, runtime_);
 }
 
 absl::Status TrainCheckpointer::Resume(TrainState& state, const TrainCheckpointer* paired) {

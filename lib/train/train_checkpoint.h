@@ -41,6 +41,19 @@ struct TrainState {
 absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
                                     const DistributedRuntime& runtime, absl::string_view where);
 
+// Rank 0 tidies up after an interrupted run (CheckpointManager::RecoverInterruptedRuns); the
+// others wait for it.
+absl::Status RecoverInterruptedRunsOf(const CheckpointManager& manager,
+                                      const DistributedRuntime& runtime);
+
+// The step folder a resume of `manager`'s run loads weights from, chosen as
+// TrainCheckpointer::Resume chooses ([checkpoint] load_step, else the newest step, once
+// interrupted restarts are undone unless `read_only`); "": none. The run's weights then come
+// from it, so [checkpoint] initial_load_path is not read (torchtitan's rule too).
+absl::StatusOr<std::string> StepFolderToResume(const JobConfig& config,
+                                               const DistributedRuntime& runtime,
+                                               const CheckpointManager& manager, bool read_only);
+
 struct CheckpointedParts {
   const std::vector<ParamRef>* params = nullptr;
   Optimizer* optimizer = nullptr;
@@ -111,7 +124,7 @@ class TrainCheckpointer {
                     std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts,
                     absl::flat_hash_set<std::string> excluded);
   NamedTensors ModelState() const;
-  // Rank 0 tidies up after an interrupted run (RecoverInterruptedRuns); the others wait.
+  // RecoverInterruptedRunsOf this checkpointer's folder.
   absl::Status RecoverInterruptedRuns() const;
   // Warns of the keys that differ from the dump folder's config.toml, which the run before wrote.
   void LogKeysChangedSinceLastRun(int64_t step) const;

@@ -87,7 +87,14 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
   TITAN_RETURN_IF_ERROR(runtime_.StartCommTrace(setup_.run_id));
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
-  TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config_, *tokenizer_));
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
+                         BuildCheckpointManager(config_, setup_, runtime_));
+  if (manager != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(setup_.resume_dir,
+                           StepFolderToResume(config_, runtime_, *manager, /*read_only=*/false));
+  }
+  TITAN_ASSIGN_OR_RETURN(const ModelInfo info,
+                         ResolveModel(config_, *tokenizer_, setup_.resume_dir));
   TITAN_ASSIGN_OR_RETURN(model_, BuildModel(config_, info, setup_, runtime_));
   loss_ = batch_parallel().Loss(custom_loss_, config_.training().loss_chunk_size());
   grad_norm_reducer_ = model_.pipeline != nullptr
@@ -119,8 +126,6 @@ absl::Status Trainer::Init() {
   microbatches_ = GradientAccumulationSteps(config_, setup_);
   TITAN_ASSIGN_OR_RETURN(train_data_, BuildTrainData(config_, tokenizer_.get(), setup_));
   if (config_.validation().enable()) TITAN_RETURN_IF_ERROR(CheckValidationData());
-  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
-                         BuildCheckpointManager(config_, setup_, runtime_));
   if (manager != nullptr) {
     const ShardedState* sharded = model_.pipeline != nullptr
                                       ? static_cast<const ShardedState*>(model_.pipeline.get())

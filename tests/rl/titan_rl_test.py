@@ -400,6 +400,29 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn("resumed from checkpoint step-1", proc.stderr)
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1, 2])
 
+    def test_a_resume_reads_the_initial_weights_only_for_the_reference(self):
+        # The resumed step holds the policy: initial_load_path may move once the run has saved,
+        # unless a KL reference (the run's starting weights, which no step holds) needs it.
+        initial = os.path.join(self.root, "moved_initial")
+        shutil.rmtree(initial, ignore_errors=True)
+        shutil.copytree(self.hf, initial)
+        ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false",
+                f"--checkpoint.initial_load_path={initial}", "--rl.kl_coef=0"]
+        dump, cmd = self.job("moved_initial_run", *ckpt, "--training.steps=1")
+        common.run(cmd)
+        shutil.rmtree(initial)
+        cmd[cmd.index("--training.steps=1")] = "--training.steps=2"
+        proc = common.run(cmd)
+        self.assertIn("resumed from checkpoint step-1", proc.stderr)
+        self.assertIn("[checkpoint] initial_load_path not read", proc.stderr)
+        self.assertEqual([m["step"] for m in common.metrics(dump)][-1], 2)
+        cmd[cmd.index("--rl.kl_coef=0")] = "--rl.kl_coef=0.05"
+        cmd[cmd.index("--training.steps=2")] = "--training.steps=3"
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn("the frozen reference (the run's starting weights): [checkpoint] "
+                      f"initial_load_path: {initial}: no such file", proc.stderr)
+
     def test_generate_and_step_rollouts_name_their_weights_and_refuse_random_ones(self):
         # Without a checkpoint or an initial load (a mistyped dump folder, say) the policy is a
         # random one: refused unless --random_weights asks for it; the summary names the weights.

@@ -529,6 +529,35 @@ class TitanTrainTest(unittest.TestCase):
                       "assets/default_tokenizer/config.json) or [checkpoint] initial_load_path",
                       proc.stderr)
 
+    def test_a_resume_takes_its_weights_and_shape_from_the_step_not_the_initial_load(self):
+        base = self.dump("resume_initial_base")
+        run_train(base, "--training.steps=3", "--validation.enable=false")
+        initial = os.path.join(self.tmp, "resume_initial_weights")
+        shutil.rmtree(initial, ignore_errors=True)
+        shutil.copytree(os.path.join(base, "checkpoint"), initial)
+        flags = ["--validation.enable=false", "--checkpoint.interval=2",
+                 "--checkpoint.keep_latest_k=0", f"--checkpoint.initial_load_path={initial}",
+                 "--model.flavor=from_checkpoint",
+                 "--model.hf_assets_path=assets/default_tokenizer"]
+        whole = self.dump("resume_initial_whole")
+        run_train(whole, "--training.steps=4", *flags)
+        resumed = self.dump("resume_initial_resumed")
+        shutil.copytree(os.path.join(whole, "checkpoint", "step-2"),
+                        os.path.join(resumed, "checkpoint", "step-2"))
+        # torchtitan reads initial_load_path only while the checkpoint folder holds no step: the
+        # base weights may move once the run has saved.
+        shutil.rmtree(initial)
+        proc = run_train(resumed, "--training.steps=4", *flags)
+        self.assertIn("resumed from checkpoint step-2", proc.stderr)
+        self.assertIn("[checkpoint] initial_load_path not read", proc.stderr)
+        self.assertEqual([r["loss"] for r in metrics(resumed)],
+                         [r["loss"] for r in metrics(whole)][2:])
+        # Without a step to resume it is read, and its absence named.
+        proc = run_train(self.dump("resume_initial_none"), "--training.steps=1", *flags,
+                         check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn(f"[checkpoint] initial_load_path: {initial}: no such file", proc.stderr)
+
     def test_qwen3_debugmodel_learns_the_bundled_corpus(self):
         dump = self.dump("qwen3")
         run_train(dump, "--model.name=qwen3", "--model.flavor=debugmodel", "--training.steps=30",
