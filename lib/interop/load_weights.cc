@@ -31,13 +31,13 @@ absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_
 }
 
 absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelInfo& expected,
-                              const std::vector<ParamRef>& params) {
+                              const std::vector<ParamRef>& params, const TensorBoxes& boxes) {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader, OpenCheckpoint(path, in_hf));
-  return LoadModelWeights(*reader, expected, params);
+  return LoadModelWeights(*reader, expected, params, boxes);
 }
 
 absl::Status LoadModelWeights(const CheckpointReader& reader, const ModelInfo& expected,
-                              const std::vector<ParamRef>& params) {
+                              const std::vector<ParamRef>& params, const TensorBoxes& boxes) {
   const std::string& path = reader.directory();
   // The model's own shape decides; what the checkpoint says it holds only explains a mismatch.
   absl::StatusOr<std::vector<ParameterSource>> sources = MatchParameters(reader, expected);
@@ -58,6 +58,11 @@ absl::Status LoadModelWeights(const CheckpointReader& reader, const ModelInfo& e
     TITAN_ASSIGN_OR_RETURN(at::Tensor tensor, reader.Get(source.source_name));
     if (reader.format() == CheckpointFormat::kHf) {
       tensor = HfTensorToTitan(source.titan_name, tensor, expected.args);
+    }
+    if (auto box = boxes.find(source.titan_name); box != boxes.end()) {
+      for (int64_t dim = 0; dim < tensor.dim(); ++dim) {
+        tensor = tensor.narrow(dim, box->second.offsets[dim], slot->second->size(dim));
+      }
     }
     slot->second->copy_(tensor);
     slots.erase(slot);

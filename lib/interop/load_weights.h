@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "lib/checkpoint/checkpoint_manifest.h"
 #include "lib/interop/checkpoint_reader.h"
 #include "lib/model/module.h"
 #include "lib/registry/model_spec.h"
@@ -25,13 +26,17 @@ absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_
 
 // Copies the checkpoint's weights (titan step dir or root, Hugging Face with `in_hf` or detected,
 // Meta) into `params`: every parameter of `expected`'s model, or one pipeline stage's. HF q/k are
-// permuted back to the family's RoPE layout. A checkpoint of another shape fails with one short line: what it holds
-// against `expected` and the first few differing tensors.
+// permuted back to the family's RoPE layout. A checkpoint of another shape fails with one short
+// line: what it holds against `expected` and the first few differing tensors. A param named in
+// `boxes` is a piece of its tensor (a shard) and receives the part inside its box; the whole
+// tensors are read one at a time, so a rank's peak is its pieces and one tensor.
 absl::Status LoadModelWeights(const std::string& path, bool in_hf, const ModelInfo& expected,
-                              const std::vector<ParamRef>& params);
+                              const std::vector<ParamRef>& params,
+                              const TensorBoxes& boxes = TensorBoxes());
 // The same from an open reader (a caller may present a view of a checkpoint's tensors).
 absl::Status LoadModelWeights(const CheckpointReader& reader, const ModelInfo& expected,
-                              const std::vector<ParamRef>& params);
+                              const std::vector<ParamRef>& params,
+                              const TensorBoxes& boxes = TensorBoxes());
 
 }  // namespace titan
 

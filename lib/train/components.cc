@@ -464,24 +464,28 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
     bundle.params = bundle.pipeline->params();
   } else {
     TITAN_RETURN_IF_ERROR(ApplyModelConverters(config, setup, runtime, *bundle.model));
-    // An initial load reads whole tensors, so it needs the whole model first; else FSDP
-    // initialises one group at a time after sharding (the same weights as one process with the
-    // same seed).
-    const bool init_after_sharding = runtime.dims().fsdp_enabled() && initial_load.empty();
-    if (!init_after_sharding) {
+    // FSDP initialises one group at a time after sharding (the same weights as one process with
+    // the same seed), so no rank ever holds the whole model, an initial load's included.
+    if (runtime.dims().fsdp_enabled()) {
+      parallelize.materialize = param_options;
+    } else {
       bundle.model->Materialize(param_options);
       bundle.model->InitWeights();
     }
-    // Before sharding: every rank loads the full weights and keeps its shard.
-    if (!initial_load.empty()) {
-      TITAN_RETURN_IF_ERROR(
-          LoadModelWeights(initial_load, in_hf, info, bundle.model->NamedParameters()));
-    }
-    if (init_after_sharding) parallelize.materialize = param_options;
     TITAN_ASSIGN_OR_RETURN(bundle.data_parallel,
                            info.spec->parallelize(*bundle.model, parallelize, runtime.dims(),
                                                   runtime.comms()));
     bundle.params = bundle.model->NamedParameters();
+    if (!initial_load.empty()) {
+      // Each rank fills the pieces it holds, reading one whole tensor at a time.
+      NamedTensors local;
+      for (const ParamRef& p : bundle.params) local.emplace_back(p.name, p.tensor->detach());
+      TensorBoxes boxes;
+      NamedTensors pieces = bundle.data_parallel->CheckpointPieces(local, boxes);
+      std::vector<ParamRef> targets;
+      for (auto& [name, piece] : pieces) targets.push_back({name, &piece});
+      TITAN_RETURN_IF_ERROR(LoadModelWeights(initial_load, in_hf, info, targets, boxes));
+    }
   }
   if (!initial_load.empty()) LOG(INFO) << "initial weights from " << initial_load;
   bundle.flops_per_token = info.spec->flops_per_token(info.args, training.seq_len());

@@ -93,11 +93,11 @@ ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSet
 // must exist and hold the format initial_load_in_hf names (false: a titan or Meta checkpoint).
 absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config);
 
-// Builds `info`'s model on the meta device, initialises it (or, unless setup.resume_dir is set,
-// loads [checkpoint] initial_load_path) and applies the family's parallelize function
-// ([parallelism], [activation_checkpoint]). Under FSDP without an initial load, each group is
-// initialised after sharding, so no rank holds the whole model. With pipeline parallelism each rank
-// builds only its stages (lib/pipeline).
+// Builds `info`'s model on the meta device, initialises it, applies the family's parallelize
+// function ([parallelism], [activation_checkpoint]) and, unless setup.resume_dir is set, loads
+// [checkpoint] initial_load_path into the pieces each rank holds. Under FSDP each group is
+// initialised after sharding, so no rank holds the whole model. With pipeline parallelism each
+// rank builds only its stages (lib/pipeline), an initial load filling them before sharding.
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime);
 
