@@ -4,6 +4,7 @@
 #include <functional>
 #include <random>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -31,28 +32,89 @@ absl::StatusOr<std::string> StringField(const nlohmann::json& object, const char
       absl::StrCat(where, ": \"", key, "\" must be a string, got ", it->type_name()));
 }
 
-// "answer": a string, or a JSON number (GSM8K-style data writes 72) as plain decimal text (72.0
-// reads "72", 1.5e-7 "0.00000015"): the numeric verifier compares text it reads as -?[0-9.,]+.
-absl::StatusOr<std::string> AnswerField(const nlohmann::json& object, const std::string& where) {
-  auto it = object.find("answer");
-  if (it == object.end() || !it->is_number()) return StringField(object, "answer", false, where);
-  return JsonNumberDecimalText(*it);
+// A JSON-lines row: its object, and the text of each top-level number nlohmann holds as a double,
+// as written (a double keeps 17 digits: 123456789012345678901234567890 would read
+// 123456789012345677877719597056).
+struct JsonRow {
+  nlohmann::json object;
+  absl::flat_hash_map<std::string, std::string> float_text;
+};
+
+// nlohmann's DOM builder, also keeping JsonRow::float_text (the parser hands SAX handlers each
+// number's text; the DOM drops it).
+class RowBuilder : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+ public:
+  explicit RowBuilder(JsonRow& row) : json_sax_dom_parser(row.object), row_(row) {}
+
+  bool start_object(std::size_t size) {
+    ++depth_;
+    return json_sax_dom_parser::start_object(size);
+  }
+  bool end_object() {
+    --depth_;
+    return json_sax_dom_parser::end_object();
+  }
+  bool start_array(std::size_t size) {
+    ++depth_;
+    return json_sax_dom_parser::start_array(size);
+  }
+  bool end_array() {
+    --depth_;
+    return json_sax_dom_parser::end_array();
+  }
+  bool key(std::string& key) {
+    if (depth_ == 1) {
+      key_ = key;
+      row_.float_text.erase(key);  // a repeated key's value replaces the first's
+    }
+    return json_sax_dom_parser::key(key);
+  }
+  bool number_float(double value, const std::string& text) {
+    if (depth_ == 1) row_.float_text[key_] = text;
+    return json_sax_dom_parser::number_float(value, text);
+  }
+
+ private:
+  JsonRow& row_;
+  int depth_ = 0;    // 1: inside the row's object
+  std::string key_;  // the row's key being read
+};
+
+// "answer": a string, or a JSON number (GSM8K-style data writes 72) as plain decimal text with its
+// digits as written (72.0 reads "72", 1.5e-7 "0.00000015", a 30-digit integer its 30 digits): the
+// numeric verifier compares text it reads as -?[0-9.,]+.
+absl::StatusOr<std::string> AnswerField(const JsonRow& row, const std::string& where) {
+  auto it = row.object.find("answer");
+  if (it == row.object.end() || !it->is_number()) {
+    return StringField(row.object, "answer", false, where);
+  }
+  // An integer nlohmann holds (64 bits) dumps as written.
+  const auto text = row.float_text.find("answer");
+  const std::string written = text == row.float_text.end() ? it->dump() : text->second;
+  absl::StatusOr<std::string> decimal = JsonNumberDecimalText(written);
+  if (!decimal.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": \"answer\" ", ShortText(written), ": ",
+                                                   decimal.status().message(),
+                                                   "; write it as a string"));
+  }
+  return decimal;
 }
 
 // Calls `read` with each non-blank line of the JSON-lines file `path` (a JSON object, else the
 // error says `expected`) and the line's "path:line" for its errors.
 absl::Status ForEachObjectLine(
     const std::string& path, absl::string_view expected,
-    const std::function<absl::Status(const nlohmann::json&, const std::string&)>& read) {
+    const std::function<absl::Status(const JsonRow&, const std::string&)>& read) {
   TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(path));
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
     if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
     const std::string where = absl::StrCat(path, ":", line_number);
-    nlohmann::json object;
+    JsonRow row;
     try {
-      object = nlohmann::json::parse(line);
+      RowBuilder builder(row);
+      nlohmann::json::sax_parse(line, &builder);
     } catch (const nlohmann::json::exception& e) {
       // What is wrong, where in the line: "parse error at line 1, column 9: ... ill-formed UTF-8".
       absl::string_view why = e.what();
@@ -62,10 +124,10 @@ absl::Status ForEachObjectLine(
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": not valid JSON: ", ShortText(why, 400)));
     }
-    if (!object.is_object()) {
+    if (!row.object.is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": expected ", expected));
     }
-    TITAN_RETURN_IF_ERROR(read(object, where));
+    TITAN_RETURN_IF_ERROR(read(row, where));
   }
   return absl::OkStatus();
 }
@@ -95,13 +157,13 @@ absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
                                                     const std::string& algorithm) {
   std::vector<RlExample> examples;
   TITAN_RETURN_IF_ERROR(ForEachObjectLine(
-      path, "a JSON object",
-      [&](const nlohmann::json& object, const std::string& where) -> absl::Status {
+      path, "a JSON object", [&](const JsonRow& row, const std::string& where) -> absl::Status {
+        const nlohmann::json& object = row.object;
         RlExample example;
         example.where = where;
         example.has_answer = object.contains("answer");
         TITAN_ASSIGN_OR_RETURN(example.prompt, StringField(object, "prompt", true, where));
-        TITAN_ASSIGN_OR_RETURN(example.answer, AnswerField(object, where));
+        TITAN_ASSIGN_OR_RETURN(example.answer, AnswerField(row, where));
         if (algorithm == "sft") {
           TITAN_ASSIGN_OR_RETURN(example.response, StringField(object, "response", true, where));
         } else if (algorithm == "dpo") {
@@ -156,7 +218,8 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
   std::vector<RewardedRollout> rollouts;
   TITAN_RETURN_IF_ERROR(ForEachObjectLine(
       path, "a JSON object with prompt, response and reward",
-      [&](const nlohmann::json& object, const std::string& where) -> absl::Status {
+      [&](const JsonRow& row, const std::string& where) -> absl::Status {
+        const nlohmann::json& object = row.object;
         RewardedRollout rollout;
         rollout.where = where;
         TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));

@@ -27,7 +27,8 @@ struct RlExample {
 // JSONL with one object per line: "prompt" (required) and, as the algorithm needs them,
 // "answer", "response", "chosen" (read into response) and "rejected" (`algorithm` "": prompts
 // and answers only, as generation reads them). Fields are strings, but "answer" may be a JSON
-// number, read as its decimal text (72 and 72.0: "72"). Errors name path:line and the field.
+// number, read as its decimal text with the digits as written (72 and 72.0: "72"; a 30-digit
+// integer whole; JsonNumberDecimalText). Errors name path:line and the field.
 absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,
                                                     const std::string& algorithm);
 

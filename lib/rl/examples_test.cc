@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "lib/rl/rewards.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -72,6 +73,42 @@ TEST(ExamplesTest, NumericAnswersReadAsTheirDecimalText) {
   EXPECT_EQ((*examples)[2].answer, "-0.5");
   EXPECT_EQ((*examples)[3].answer, "1,000");
   EXPECT_EQ((*examples)[4].answer, "0.00000015");  // no exponent, which the verifier cannot match
+}
+
+// Integers past 64 bits (and floats with more digits than a double keeps) keep every digit:
+// nlohmann holds them as doubles, whose 17 digits made a 30-digit answer another number, and a
+// response giving the right one scored 0.
+TEST(ExamplesTest, NumericAnswersKeepDigitsBeyondADouble) {
+  const std::string path =
+      WriteTemp("big.jsonl",
+                "{\"prompt\":\"a\",\"answer\":123456789012345678901234567890}\n"
+                "{\"prompt\":\"b\",\"answer\":-98765432109876543210.5}\n"
+                "{\"prompt\":\"c\",\"answer\":1.2345678901234567890123e25}\n"
+                // A repeated key: the last value, as nlohmann keeps it.
+                "{\"prompt\":\"d\",\"answer\":1.5e30,\"answer\":5}\n");
+  auto examples = ReadExamples(path, "grpo");
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  ASSERT_EQ(examples->size(), 4u);
+  EXPECT_EQ((*examples)[0].answer, "123456789012345678901234567890");
+  EXPECT_EQ((*examples)[1].answer, "-98765432109876543210.5");
+  EXPECT_EQ((*examples)[2].answer, "12345678901234567890123000");
+  EXPECT_EQ((*examples)[3].answer, "5");
+  const std::string& answer = (*examples)[0].answer;
+  EXPECT_EQ(NumericReward("so #### 123456789012345678901234567890", answer), 1);
+  EXPECT_EQ(NumericReward("so #### 123,456,789,012,345,678,901,234,567,890", answer), 1);
+  EXPECT_EQ(ExactMatchReward("#### 123456789012345678901234567890", answer), 1);
+  // The double's value is another number.
+  EXPECT_EQ(NumericReward("so #### 123456789012345677877719597056", answer), 0);
+  EXPECT_EQ(NumericReward("so #### -98765432109876543210.5", (*examples)[1].answer), 1);
+}
+
+// An exponent spelling more than kMaxDecimalExponentZeros zeros is refused, naming the line.
+TEST(ExamplesTest, NumericAnswerWithAHugeExponentIsRefused) {
+  const std::string path = WriteTemp("tiny.jsonl", "{\"prompt\":\"a\",\"answer\":1e-99999999}\n");
+  EXPECT_EQ(ReadExamples(path, "grpo").status().message(),
+            path +
+                ":1: \"answer\" 1e-99999999: spelled without its exponent it takes over 1000 "
+                "zeros; write it as a string");
 }
 
 TEST(ExamplesTest, NumbersAreRefusedAsPromptsAndResponses) {

@@ -9,7 +9,10 @@
 #include <system_error>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -63,34 +66,58 @@ inline std::string JsonScalarText(const nlohmann::json& value) {
   return value.dump();
 }
 
-// A JSON number as plain decimal text, never with an exponent: an integer as written, a float in
-// its shortest round-trip digits (1.5e-7 reads "0.00000015", 72.0 "72", 1e21
-// "1000000000000000000000").
-inline std::string JsonNumberDecimalText(const nlohmann::json& number) {
-  if (!number.is_number_float()) return number.dump();
-  // to_chars gives the shortest digits; only the exponent's expansion is written here, as its
-  // chars_format::fixed spells a large double's exact binary value (1e23: 99999999999999991611392).
-  char text[32];
-  const std::to_chars_result written =
-      std::to_chars(text, text + sizeof(text), number.get<double>(), std::chars_format::scientific);
-  const std::string spelled(text, written.ptr);  // "-1.5e-07"
-  const size_t e = spelled.find('e');
-  const bool negative = spelled[0] == '-';
-  std::string digits = spelled.substr(negative, e - negative);
-  digits.erase(std::remove(digits.begin(), digits.end(), '.'), digits.end());
-  int exponent = 0;
-  std::from_chars(spelled.data() + e + 1 + (spelled[e + 1] == '+'), spelled.data() + spelled.size(),
-                  exponent);
-  const int point = exponent + 1;  // digits before the point
-  std::string decimal;
-  if (point <= 0) {
-    decimal = absl::StrCat("0.", std::string(-point, '0'), digits);
-  } else if (point >= static_cast<int>(digits.size())) {
-    decimal = absl::StrCat(digits, std::string(point - digits.size(), '0'));
-  } else {
-    decimal = absl::StrCat(digits.substr(0, point), ".", digits.substr(point));
+// At most this many zeros JsonNumberDecimalText writes for an exponent: every double's plain
+// spelling fits (5e-324 takes 323), and 1e-99999999, which a double reads as 0, does not become
+// 100 MB of text.
+inline constexpr int64_t kMaxDecimalExponentZeros = 1000;
+
+// A JSON number, given as written (`number`: JSON's number syntax), as plain decimal text, never
+// with an exponent and with every digit written: 1.5e-7 reads "0.00000015", 72.0 "72", 1e21
+// "1000000000000000000000", 123456789012345678901234567890 itself (a double would keep 17 of its
+// digits). Trailing fraction zeros and the point they leave go (72.50 reads "72.5"). An exponent
+// that would write more than kMaxDecimalExponentZeros zeros is an error.
+inline absl::StatusOr<std::string> JsonNumberDecimalText(absl::string_view number) {
+  const bool negative = absl::ConsumePrefix(&number, "-");
+  const size_t e = number.find_first_of("eE");
+  const absl::string_view mantissa = number.substr(0, e);
+  const auto too_many_zeros = [] {
+    return absl::InvalidArgumentError(absl::StrCat("spelled without its exponent it takes over ",
+                                                   kMaxDecimalExponentZeros, " zeros"));
+  };
+  int64_t exponent = 0;
+  if (e != absl::string_view::npos) {
+    absl::string_view spelled = number.substr(e + 1);
+    absl::ConsumePrefix(&spelled, "+");
+    const std::from_chars_result read =
+        std::from_chars(spelled.data(), spelled.data() + spelled.size(), exponent);
+    // One past a billion is refused outright: its point would move past any line's digits.
+    if (read.ec != std::errc() || exponent > 1000000000 || exponent < -1000000000) {
+      return too_many_zeros();
+    }
   }
-  return negative ? "-" + decimal : decimal;
+  const size_t dot = mantissa.find('.');
+  const absl::string_view whole = mantissa.substr(0, dot);
+  const absl::string_view fraction =
+      dot == absl::string_view::npos ? absl::string_view() : mantissa.substr(dot + 1);
+  const std::string digits = absl::StrCat(whole, fraction);
+  if (digits.find_first_not_of('0') == std::string::npos) return negative ? "-0" : "0";
+  const int64_t point = static_cast<int64_t>(whole.size()) + exponent;  // digits before the point
+  const int64_t zeros =
+      point < 0 ? -point : std::max<int64_t>(0, point - static_cast<int64_t>(digits.size()));
+  if (zeros > kMaxDecimalExponentZeros) return too_many_zeros();
+  std::string integer, decimals;
+  if (point <= 0) {
+    integer = "0";
+    decimals = absl::StrCat(std::string(-point, '0'), digits);
+  } else if (point >= static_cast<int64_t>(digits.size())) {
+    integer = absl::StrCat(digits, std::string(point - digits.size(), '0'));
+  } else {
+    integer = digits.substr(0, point);
+    decimals = digits.substr(point);
+  }
+  integer.erase(0, std::min(integer.find_first_not_of('0'), integer.size() - 1));
+  decimals.erase(std::min(decimals.size(), decimals.find_last_not_of('0') + 1));
+  return absl::StrCat(negative ? "-" : "", integer, decimals.empty() ? "" : ".", decimals);
 }
 
 }  // namespace titan
