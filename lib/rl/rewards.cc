@@ -95,7 +95,9 @@ bool IsDecimal(absl::string_view text) {
 }
 
 // A reward is a short line: a longer one is refused as soon as it passes this bound, not read
-// whole into memory (a scorer stuck printing without a newline would fill it).
+// whole into memory (a scorer stuck printing without a newline would fill it). A line past the
+// rollouts' count is refused as it ends, so one call holds at most a line per rollout, one more,
+// and this much of another.
 constexpr size_t kMaxRewardLineBytes = 1 << 20;
 // The last bytes of a scorer's stderr, which its errors quote: all of it that is kept.
 constexpr size_t kStderrKept = 500;
@@ -226,8 +228,10 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
   }
   const absl::Time deadline = absl::Now() + timeout;
   bool open_out = true, open_err = true, timed_out = false, line_too_long = false;
+  bool too_many_lines = false;  // `out` ends with the line one past the rollouts' count
+  size_t lines_ended = 0;       // newlines in `out`
   int stopped_by = 0;
-  while ((open_out || open_err) && !line_too_long) {
+  while ((open_out || open_err) && !line_too_long && !too_many_lines) {
     if (stop_signal && (stopped_by = stop_signal()) != 0) break;
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) {
@@ -246,9 +250,18 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
       if (fds[i].revents == 0) continue;
       const ssize_t got = ::read(fds[i].fd, buffer, sizeof(buffer));
       if (got > 0 && i == 0) {
-        out.append(buffer, got);
-        const size_t newline = absl::string_view(buffer, got).rfind('\n');
-        if (newline != absl::string_view::npos) line_start = out.size() - got + newline + 1;
+        absl::string_view chunk(buffer, got);
+        // A scorer printing endless short lines is stopped at the first line too many.
+        for (size_t at = chunk.find('\n'); at != absl::string_view::npos && !too_many_lines;
+             at = chunk.find('\n', at + 1)) {
+          too_many_lines = ++lines_ended > rollouts.size();
+          if (too_many_lines) chunk = chunk.substr(0, at + 1);
+        }
+        out.append(chunk.data(), chunk.size());
+        const size_t newline = chunk.rfind('\n');
+        if (newline != absl::string_view::npos) {
+          line_start = out.size() - chunk.size() + newline + 1;
+        }
         line_too_long = out.size() - line_start > kMaxRewardLineBytes;
       } else if (got > 0) {
         err.append(buffer, got);
@@ -269,7 +282,7 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
   if (write_fd >= 0) ::close(write_fd);
   ::close(from_child[0]);
   ::close(err_child[0]);
-  if (timed_out || stopped_by != 0 || line_too_long) ::kill(-pid, SIGKILL);
+  if (timed_out || stopped_by != 0 || line_too_long || too_many_lines) ::kill(-pid, SIGKILL);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -290,7 +303,8 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
         "[rl] reward_command \"", command, "\" took longer than ",
         absl::FormatDuration(timeout), " for ", rollouts.size(), " rollouts (killed)", quoted));
   }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  // Killed for its extra line: its lines are checked below, then their count.
+  if (!too_many_lines && (!WIFEXITED(status) || WEXITSTATUS(status) != 0)) {
     return absl::InternalError(absl::StrCat(
         "[rl] reward_command \"", command, "\" failed (",
         WIFEXITED(status) ? absl::StrCat("exit status ", WEXITSTATUS(status))
@@ -315,6 +329,12 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
                                                      " on line ", i + 1, ", ", kBeyondFloat32));
     }
     rewards.push_back(value);
+  }
+  if (too_many_lines) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[rl] reward_command \"", command, "\" printed more than ", rollouts.size(),
+                     " lines for ", rollouts.size(), " rollouts (killed at line ", rewards.size(),
+                     "), expected one finite decimal number per rollout"));
   }
   if (rewards.size() != rollouts.size()) {
     return absl::InvalidArgumentError(absl::StrCat("[rl] reward_command \"", command, "\" printed ",

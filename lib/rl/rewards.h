@@ -57,11 +57,12 @@ struct ScoredRollout {
 // Runs `command` under /bin/sh, writes one JSON object per rollout (prompt, response, answer) to
 // its stdin and reads one reward per line from its stdout. A command that exits non-zero, prints
 // a wrong number of lines or anything but a decimal number finite in float32 (FitsFloat32), a
-// line over 1 MiB (killed once it passes that) or runs past `timeout` (then killed) is an error
-// that names it and quotes its stderr's end (bad lines shortened, QuotedShort); the caller
-// keeps the rollouts. `stop_signal` (polled every 100 ms) returning a signal number kills it at
-// once too: a CancelledError naming the signal. The command runs in its own process group with
-// only stdin, stdout and stderr open, and is killed if this process dies.
+// line over 1 MiB (killed once it passes that), a line past the rollouts' count (killed once it
+// ends: one call reads at most a line per rollout and one more) or runs past `timeout` (then
+// killed) is an error that names it and quotes its stderr's end (bad lines shortened, QuotedShort);
+// the caller keeps the rollouts. `stop_signal` (polled every 100 ms) returning a signal number
+// kills it at once too: a CancelledError naming the signal. The command runs in its own process
+// group with only stdin, stdout and stderr open, and is killed if this process dies.
 absl::StatusOr<std::vector<double>> ScoreWithCommand(
     const std::string& command, const std::vector<ScoredRollout>& rollouts, absl::Duration timeout,
     const std::function<int()>& stop_signal = nullptr);

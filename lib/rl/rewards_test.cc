@@ -117,9 +117,15 @@ TEST(CommandScorerTest, FailuresAreClearErrors) {
   EXPECT_TRUE(absl::StrContains(failed.status().message(), "broken"));
   auto slow = ScoreWithCommand("sleep 30", rollouts, absl::Milliseconds(300));
   EXPECT_TRUE(absl::IsDeadlineExceeded(slow.status())) << slow.status();
-  auto short_output = ScoreWithCommand("cat >/dev/null; echo 1; echo 2", rollouts,
-                                       absl::Seconds(10));
-  EXPECT_TRUE(absl::StrContains(short_output.status().message(), "2 rewards for 1 rollouts"));
+  auto extra_output =
+      ScoreWithCommand("cat >/dev/null; echo 1; echo 2", rollouts, absl::Seconds(10));
+  EXPECT_EQ(extra_output.status().message(),
+            "[rl] reward_command \"cat >/dev/null; echo 1; echo 2\" printed more than 1 lines for "
+            "1 rollouts (killed at line 2), expected one finite decimal number per rollout");
+  const std::vector<ScoredRollout> two(2, {"p", "r", "a"});
+  auto short_output = ScoreWithCommand("cat >/dev/null; echo 1", two, absl::Seconds(10));
+  EXPECT_TRUE(absl::StrContains(short_output.status().message(), "1 rewards for 2 rollouts"))
+      << short_output.status();
   for (const char* printed :
        {"yes", "nan", "inf", "-Infinity", "1e999", "0x10", "1.5e", ".", "1 2", "+-1"}) {
     auto refused = ScoreWithCommand(absl::StrCat("cat >/dev/null; echo '", printed, "'"), rollouts,
@@ -149,6 +155,25 @@ TEST(CommandScorerTest, LongLinesAreQuotedShortAndBounded) {
                          "\" printed over 1048576 bytes on line 2 (killed), expected one finite "
                          "decimal number per line"));
   EXPECT_LT(absl::Now() - start, absl::Seconds(15));
+}
+
+// A scorer printing short lines without end is refused at the first line past the rollouts'
+// count and killed: it grew this process's memory until the timeout. A bad line among those read
+// is named first, as before.
+TEST(CommandScorerTest, EndlessShortLinesAreRefusedAtTheFirstExtraLine) {
+  const std::vector<ScoredRollout> rollouts(3, {"p", "r", "a"});
+  const std::string endless = "cat >/dev/null; while :; do echo 1; done";
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(ScoreWithCommand(endless, rollouts, absl::Seconds(60)).status().message(),
+            absl::StrCat("[rl] reward_command \"", endless,
+                         "\" printed more than 3 lines for 3 rollouts (killed at line 4), expected "
+                         "one finite decimal number per rollout"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+  const std::string bad = "cat >/dev/null; echo 1; while :; do echo x; done";
+  EXPECT_EQ(
+      ScoreWithCommand(bad, rollouts, absl::Seconds(60)).status().message(),
+      absl::StrCat("[rl] reward_command \"", bad,
+                   "\" printed \"x\" on line 2, expected one finite decimal number per line"));
 }
 
 // The pid a command wrote to `path`, once written (0: not within 10 s).
