@@ -46,6 +46,16 @@ absl::Status CheckFiniteUpdate(const StepMetrics& m, absl::string_view where,
                                          ", not finite: the update diverged", then));
 }
 
+// OK unless `prompt_ids` (EncodePrompt's) is empty, when the response would follow nothing (an
+// empty prompt without chat template text, and no BOS); the error starts with `where`.
+absl::Status CheckPromptIdsNotEmpty(const TokenIds& prompt_ids, absl::string_view where) {
+  if (!prompt_ids.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      where,
+      ": an empty prompt, and the tokenizer has no BOS: the response would follow no token; give "
+      "it text (or a chat_template that adds some)"));
+}
+
 }  // namespace
 
 RlTrainer::RlTrainer(const JobConfig& config, const DistributedRuntime& runtime)
@@ -77,11 +87,8 @@ TokenIds RlTrainer::EncodePrompt(const std::string& prompt) const {
 absl::Status RlTrainer::CheckPromptHasTokens(const std::string& prompt,
                                              absl::string_view where) const {
   // With a BOS every prompt has one.
-  if (tokenizer_->bos_id().has_value() || !EncodePrompt(prompt).empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      where,
-      ": an empty prompt, and the tokenizer has no BOS: the response would follow no token; give "
-      "it text (or a chat_template that adds some)"));
+  if (tokenizer_->bos_id().has_value()) return absl::OkStatus();
+  return CheckPromptIdsNotEmpty(EncodePrompt(prompt), where);
 }
 
 TokenIds RlTrainer::EncodeResponse(const std::string& response, bool add_eos) const {
@@ -324,7 +331,8 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(
                                                        ", past the model's vocabulary of ", vocab));
       }
     }
-    TITAN_RETURN_IF_ERROR(CheckPromptHasTokens(prompts[i], name));
+    // The prompt's ids as encoded above (CheckPromptHasTokens would encode it again).
+    TITAN_RETURN_IF_ERROR(CheckPromptIdsNotEmpty(rollouts.prompts.back(), name));
     const size_t tokens = rollouts.responses.back().size();
     if (absl::Status fits = CheckRolloutFits(rollouts.prompts.back().size(), tokens); !fits.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", fits.message()));

@@ -974,6 +974,13 @@ class TitanRlTest(unittest.TestCase):
                               f"--rl.prompts_path={prompts}", f"--model.tokenizer_path={tokenizer}")
         self.assertIn(f"[rl] prompts_path: {prompts}:2: an empty prompt, and the tokenizer has no "
                       "BOS", stderr)
+        # So is a given rollout's: --step_rollouts checks the ids its update trains on.
+        rollouts = os.path.join(self.root, "empty_prompt_rollouts.jsonl")
+        common.write_jsonl(rollouts, [{"prompt": p, "response": " #### a b", "reward": r}
+                                      for p in ("Sort: b a", "") for r in (0.0, 1.0)])
+        stderr = self.refusal("empty_prompt_step", f"--step_rollouts={rollouts}",
+                              "--rl.group_size=2", f"--model.tokenizer_path={tokenizer}")
+        self.assertIn(f"{rollouts}:3: an empty prompt, and the tokenizer has no BOS", stderr)
         # With a BOS the response follows it.
         _, cmd = self.job("empty_prompt_bos", "--generate", f"--output={output}",
                           f"--rl.prompts_path={prompts}")
