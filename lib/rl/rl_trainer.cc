@@ -378,10 +378,11 @@ absl::StatusOr<StepMetrics> RlTrainer::StepOnRollouts(const Rollouts& rollouts) 
 }
 
 void RlTrainer::SetThroughput(int64_t tokens, int64_t trained_tokens, int64_t width, double seconds,
-                              StepMetrics& m) const {
+                              double earlier_seconds, StepMetrics& m) const {
   // Attention FLOPs at the width the batch is laid out in.
   const int64_t flops_per_token = policy_.info.spec->flops_per_token(policy_.info.args, width);
-  m.tps = ComputeThroughput(tokens, seconds, flops_per_token, peak_flops_).tokens_per_second;
+  m.tps = ComputeThroughput(tokens, earlier_seconds + seconds, flops_per_token, peak_flops_)
+              .tokens_per_second;
   const Throughput update =
       ComputeThroughput(trained_tokens, seconds, flops_per_token, peak_flops_);
   m.tflops = update.tflops;
@@ -554,11 +555,10 @@ absl::Status RlTrainer::Train() {
       // batch sums the loss and gradients in another order (not bitwise the replay's).
       rollouts.generator_logprobs = generation.logprobs.slice(1, 0, longest);
       const double scoring_seconds = stopwatch.Lap();
+      // The step's tps, which RlUpdate sets, counts generation and scoring in.
+      rollouts.seconds = generation_seconds + scoring_seconds;
       TITAN_ASSIGN_OR_RETURN(m, RlUpdate(rollouts));
       const double update_seconds = stopwatch.Lap();
-      // The update's own tokens/s (RlUpdate's) become the whole step's: generation and scoring in.
-      m.tps = static_cast<double>(SequenceTokens(rollouts.prompts, rollouts.responses)) /
-              (generation_seconds + scoring_seconds + update_seconds);
       TITAN_ASSIGN_OR_RETURN(
           const at::Tensor all_generated,
           ReduceOverDp(at::scalar_tensor(static_cast<double>(generated), at::kDouble),

@@ -34,6 +34,7 @@ struct Rollouts {
   std::vector<TokenIds> responses;
   std::vector<double> rewards;
   at::Tensor generator_logprobs;  // float [B, T] in the layout of LayOutSequences
+  double seconds = 0;  // spent making them (generation, scoring): the step's tps counts them too
 };
 
 // TitanRL: generation, reward scoring, the reference and the policy update in one runtime with
@@ -145,11 +146,11 @@ class RlTrainer {
   // The rewards the update uses: the scorer's, less [rl] overlong_buffer_len's penalty.
   std::vector<double> OverlongPenalized(const Rollouts& rollouts) const;
   absl::StatusOr<StepMetrics> SftOrDpoStep(const std::vector<const RlExample*>& examples);
-  // Sets `m`'s tps to `tokens` (this rank's) per second of `seconds`, and its tflops and mfu to
-  // forward + backward passes over `trained_tokens` laid out `width` wide in that time (verl's
-  // perf/throughput and perf/mfu/actor).
+  // Sets `m`'s tps to `tokens` (this rank's) per second of `earlier_seconds` + `seconds`, and its
+  // tflops and mfu to forward + backward passes over `trained_tokens` laid out `width` wide in
+  // `seconds` (verl's perf/throughput and perf/mfu/actor).
   void SetThroughput(int64_t tokens, int64_t trained_tokens, int64_t width, double seconds,
-                     StepMetrics& m) const;
+                     double earlier_seconds, StepMetrics& m) const;
   // One optimizer step: `loss_sum(m)` is microbatch m's summed loss; `denominator` the step's
   // global normaliser (tokens, or pairs). Returns the gradient norm, on the device (unread).
   absl::StatusOr<at::Tensor> OptimizerStep(

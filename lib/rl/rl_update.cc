@@ -365,7 +365,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
                                                        std::max(1.0, get("response_tokens")));
   }
   SetThroughput(SequenceTokens(rollouts.prompts, rollouts.responses), trained_tokens,
-                batch.tokens.size(1), stopwatch.Lap(), metrics);
+                batch.tokens.size(1), stopwatch.Lap(), rollouts.seconds, metrics);
   if (ppo) {
     const double rt = std::max(1.0, get("response_tokens"));
     const double var_returns = get("returns_sq_sum") / rt - std::pow(get("returns_sum") / rt, 2);
@@ -460,7 +460,8 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
     metrics.extra = {{"response_tokens", denominator}};
   }
   const int64_t tokens = SequenceTokens(prompts, responses);
-  SetThroughput(tokens, tokens, batch.tokens.size(1), stopwatch.Lap(), metrics);
+  SetThroughput(tokens, tokens, batch.tokens.size(1), stopwatch.Lap(), /*earlier_seconds=*/0,
+                metrics);
   return metrics;
 }
 
