@@ -159,6 +159,7 @@ absl::StatusOr<Generation> Generate(
   const TransformerArgs& args = model.args();
   const at::Device device = model.OutputWeight().device();
   Generation out;
+  out.prompts = prompts;
   out.batch = LayOutSequences(prompts, {}, options.pad_id, device, options.max_new_tokens);
   const SequenceBatch& batch = out.batch;
   const int64_t p = batch.prompt_len;

@@ -57,6 +57,7 @@ struct SamplingOptions {
 uint64_t RowSeed(uint64_t seed, uint64_t row);
 
 struct Generation {
+  std::vector<TokenIds> prompts;      // the prompts' ids, as given
   SequenceBatch batch;                // prompts and responses, T = max_new_tokens
   std::vector<TokenIds> responses;    // generated ids, stop token included
   std::vector<bool> stopped;          // ended by a stop token (else by max_new_tokens)

@@ -37,6 +37,7 @@ TEST(GenerateTest, RunsUnderBf16Autocast) {
   const AutocastScope autocast(at::kCPU, at::kBFloat16);
   absl::StatusOr<Generation> out = Generate(*model, data_parallel, {{1, 2, 3}, {4, 5}}, options);
   ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->prompts, (std::vector<TokenIds>{{1, 2, 3}, {4, 5}}));
   ASSERT_EQ(out->responses.size(), 2u);
   EXPECT_EQ(out->responses[0].size(), 4u);
   EXPECT_TRUE(out->logprobs.isfinite().all().item<bool>());

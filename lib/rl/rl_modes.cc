@@ -214,19 +214,10 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
   int64_t generated = 0;
   // Read through accessors: an item() per token is a dispatch each.
   const at::Tensor logprob_values = generation->logprobs.cpu().to(at::kDouble);
-  const at::Tensor token_values = generation->batch.tokens.cpu();
-  const at::Tensor valid_values = generation->batch.valid.cpu();
   const auto logprobs = logprob_values.accessor<double, 2>();
-  const auto tokens = token_values.accessor<int64_t, 2>();
-  const auto valid = valid_values.accessor<bool, 2>();
-  const int64_t p = generation->batch.prompt_len;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const TokenIds& response = generation->responses[i];
     generated += static_cast<int64_t>(response.size());
-    std::vector<int64_t> prompt_ids;
-    for (int64_t j = 0; j < p; ++j) {
-      if (valid[i][j]) prompt_ids.push_back(tokens[i][j]);
-    }
     const std::vector<int32_t> ids(response.begin(), response.end());
     // Ids past the tokenizer decode as nothing; response_ids keeps them.
     absl::StatusOr<std::string> text = trainer.tokenizer().Decode(ids, UnknownIds::kEmpty);
@@ -234,7 +225,7 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
     std::vector<double> lp;
     for (size_t t = 0; t < response.size(); ++t) lp.push_back(logprobs[i][t]);
     lines.push_back(nlohmann::json{{"prompt", prompts[i]},
-                                   {"prompt_ids", prompt_ids},
+                                   {"prompt_ids", generation->prompts[i]},
                                    {"response", *text},
                                    {"response_ids", response},
                                    {"logprobs", lp},

@@ -168,10 +168,8 @@ absl::StatusOr<std::vector<double>> RlTrainer::Rewards(
     const std::vector<const RlExample*>& examples, const Generation& generation) {
   PhaseRange range("scoring");
   if (reward_model_ != nullptr) {
-    std::vector<TokenIds> prompt_ids;
-    for (const std::string& prompt : prompts) prompt_ids.push_back(EncodePrompt(prompt));
     TITAN_ASSIGN_OR_RETURN(std::vector<double> scores,
-                           reward_model_->Score(prompt_ids, generation.responses));
+                           reward_model_->Score(generation.prompts, generation.responses));
     TITAN_RETURN_IF_ERROR(CheckFiniteRewards(
         scores, absl::StrCat("[rl] reward_model_path ", rl_.reward_model_path())));
     return scores;
@@ -454,7 +452,7 @@ absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examp
         {"response", responses[i]},
         {"answer", examples[i]->answer},
         {"logprobs", std::vector<double>(row.data_ptr<double>(), row.data_ptr<double>() + length)},
-        {"prompt_ids", EncodePrompt(examples[i]->prompt)},
+        {"prompt_ids", generation.prompts[i]},
         {"response_ids", generation.responses[i]},
     };
     // No rewards (a failed scorer): the rollouts are kept all the same.
@@ -543,7 +541,7 @@ absl::Status RlTrainer::Train() {
         const int64_t length = static_cast<int64_t>(generation.responses[i].size());
         generated += length;
         longest = std::max(longest, length);
-        rollouts.prompts.push_back(EncodePrompt(prompts[i]));
+        rollouts.prompts.push_back(generation.prompts[i]);  // as Generate encoded them
         rollouts.responses.push_back(generation.responses[i]);
       }
       absl::StatusOr<std::vector<double>> rewards = Rewards(prompts, texts, rows, generation);
