@@ -66,9 +66,19 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
   std::vector<std::string> made_folders = MissingFolders(folder);
   TITAN_RETURN_IF_ERROR(MakeFolder(folder));
   const std::string path = absl::StrCat(folder, "/", kLockFileName);
+  // A lock file that cannot be made or written (a full disk) leaves no folder this call made.
+  const auto unmake = [&made_folders, &path](absl::Status why) {
+    if (!made_folders.empty()) {
+      ::unlink(path.c_str());
+      for (const std::string& made : made_folders) {
+        if (::rmdir(made.c_str()) != 0) break;
+      }
+    }
+    return why;
+  };
   // Close-on-exec: a command the run starts (a reward scorer) must not keep the lock.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("open", path);
+  if (fd < 0) return unmake(ErrnoError("open", path));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int lock_errno = errno;
     ::close(fd);
@@ -86,8 +96,9 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
   }
   const std::string pid = absl::StrCat(::getpid(), "\n");
   if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, pid.data(), pid.size(), 0) < 0) {
+    absl::Status why = ErrnoError("write", path);
     ::close(fd);
-    return ErrnoError("write", path);
+    return unmake(std::move(why));
   }
   return std::unique_ptr<FolderLock>(new FolderLock(fd, path, std::move(made_folders)));
 }

@@ -1,8 +1,10 @@
 #include "lib/util/folder_lock.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -99,6 +101,30 @@ TEST(FolderLockTest, FoldersItMadeAreRemovedWhenLeftHoldingOnlyTheLock) {
     locks.Add(*std::move(inner));
     EXPECT_TRUE(std::filesystem::exists(top + "/run/dump/ckpt/.titan.lock"));
   }
+  EXPECT_FALSE(std::filesystem::exists(top));
+}
+
+// A lock file that cannot be written (a full disk; here a file size limit of 0 bytes) fails the
+// Acquire naming it, and leaves none of the folders the Acquire made.
+TEST(FolderLockTest, ALockFileThatCannotBeWrittenLeavesNoFolderItMade) {
+  const std::string top = TestFolder("unwritable");
+  const std::string folder = top + "/run/dump";
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::signal(SIGXFSZ, SIG_IGN);  // the write fails with EFBIG instead of killing the child
+    const struct rlimit no_bytes = {0, 0};
+    if (::setrlimit(RLIMIT_FSIZE, &no_bytes) != 0) ::_exit(2);
+    const absl::StatusOr<std::unique_ptr<FolderLock>> lock = FolderLock::Acquire(folder);
+    ::_exit(!lock.ok() && lock.status().message() ==
+                              absl::StrCat(folder, "/.titan.lock: write failed: File too large")
+                ? 0
+                : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the Acquire succeeded or named something else";
   EXPECT_FALSE(std::filesystem::exists(top));
 }
 
