@@ -3,6 +3,7 @@ import argparse
 import glob
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -283,6 +284,26 @@ class InteropTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("no_tokenizer: none of tokenizer.json", proc.stderr)
         self.assertFalse(os.path.exists(self.path("out")))
+
+    def test_a_conversion_past_the_file_size_limit_fails_and_leaves_nothing(self):
+        # `ulimit -f` (64 KiB; the model's fp32 file holds 400 KB) fails the write with EFBIG, which
+        # is reported as a full disk is, instead of SIGXFSZ killing the tool mid-write.
+        self.save_hf(small_config(rope_scaling=META_ROPE_SCALING), torch.float32)
+        convert(CONVERT, self.path("hf"), self.path("titan"), "--from=hf", "--to=titan")
+
+        def limit_file_size():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+        for src, to in (("hf", "titan"), ("titan", "hf"), ("titan", "meta")):
+            with self.subTest(to=to):
+                out = self.path(f"limited_{to}")
+                proc = subprocess.run([CONVERT, f"--to={to}", self.path(src), out],
+                                      capture_output=True, text=True, timeout=300,
+                                      preexec_fn=limit_file_size)
+                self.assertEqual(proc.returncode, 1, proc.stderr)
+                self.assertRegex(proc.stderr.splitlines()[-1],
+                                 f"^convert_checkpoint: {out}.*: write failed: File too large$")
+                self.assertEqual(glob.glob(out + "*"), [])
 
     def test_inspect_refuses_tolerances_it_cannot_use(self):
         self.save_hf(small_config(), torch.float32)

@@ -5,6 +5,7 @@ Usage: python3 stdout_test.py <tool binary>...
 """
 import json
 import os
+import resource
 import subprocess
 import sys
 import unittest
@@ -31,6 +32,22 @@ class StdoutTest(unittest.TestCase):
                 # checkpoint_inspect's 1 means "differs": its trouble is 2, as diff's.
                 self.assert_lost_output_fails(tool, "--help",
                                               code=2 if tool == "checkpoint_inspect" else 1)
+
+    def test_help_past_the_file_size_limit_fails(self):
+        # stdout a file and `ulimit -f` 100 bytes: the write fails with EFBIG, which the tool
+        # reports, instead of SIGXFSZ killing it (status -25 here).
+        def limit_file_size():
+            resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+
+        path = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "help.txt")
+        for tool in TOOLS:
+            with self.subTest(tool=tool), open(path, "w") as out:
+                proc = subprocess.run([TOOLS[tool], "--help"], stdout=out, stderr=subprocess.PIPE,
+                                      text=True, timeout=120, preexec_fn=limit_file_size)
+                self.assertEqual(proc.returncode, 2 if tool == "checkpoint_inspect" else 1,
+                                 proc.stderr)
+                self.assertEqual(proc.stderr.splitlines()[-1],
+                                 f"{tool}: stdout: write failed: File too large")
 
     def test_output_to_a_full_disk_fails(self):
         self.assert_lost_output_fails("pp_schedule", "--format=csv")

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -67,6 +68,7 @@ void CheckStdout(int status, void*) {
 void CheckStdoutAtExit(const char* tool, int failure_code) {
   g_tool = tool;
   g_failure_code = failure_code;
+  std::signal(SIGXFSZ, SIG_IGN);
   static ErrnoNotingBuffer* const buffer = new ErrnoNotingBuffer(std::cout.rdbuf());
   std::cout.rdbuf(buffer);
   on_exit(CheckStdout, nullptr);

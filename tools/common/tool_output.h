@@ -9,7 +9,9 @@ namespace titan {
 // exit(), --help's too) stdout is flushed, and if a write to it failed (std::cout or stdio) the
 // tool prints "<tool>: stdout: write failed: <reason>" on stderr and exits `failure_code`, or its
 // own status where that is higher. Call it first in main(). The reason of a write that failed
-// before exit is known through std::cout only: tools print with it.
+// before exit is known through std::cout only: tools print with it. It also ignores SIGXFSZ, so
+// that a write past `ulimit -f` (stdout's or an output file's) fails with EFBIG, which the tool
+// reports and cleans up after as after a full disk, instead of killing the tool mid-write.
 void CheckStdoutAtExit(const char* tool, int failure_code = 1);
 
 // Prints {"error": message} as one JSON line on stdout: a --json tool's failure, for the script
