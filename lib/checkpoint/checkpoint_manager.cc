@@ -361,9 +361,15 @@ absl::Status CheckpointManager::DiscardFailedSave(int64_t step) const {
   // One remover: ranks removing the same tree at once would trip over each other's unlinks.
   if (ranks_.rank != 0) return absl::OkStatus();
   const std::string tmp_dir = absl::StrCat(StepDirectory(step), kTemporaryInfix, ranks_.run_id);
-  if (!PathExists(tmp_dir)) return absl::OkStatus();
-  TITAN_RETURN_IF_ERROR(RemoveTree(tmp_dir));
-  LOG(INFO) << "Removed " << tmp_dir << ", the temporary of the failed save of step " << step;
+  if (PathExists(tmp_dir)) {
+    TITAN_RETURN_IF_ERROR(RemoveTree(tmp_dir));
+    LOG(INFO) << "Removed " << tmp_dir << ", the temporary of the failed save of step " << step;
+  }
+  // A restart whose first save failed has not taken over: the steps it set aside come back now,
+  // as the next run would put them back, so the folder holds its last good step in the meantime.
+  const std::string journal =
+      absl::StrCat(root_, "/", kRestartJournalPrefix, ranks_.run_id, kRestartJournalSuffix);
+  if (PathExists(journal)) TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
   return absl::OkStatus();
 }
 
@@ -487,7 +493,7 @@ absl::Status CheckpointManager::RecoverInterruptedRuns() const {
           return ErrnoError("rename to " + put_back, aside);
         }
         LOG(WARNING) << "Put back " << put_back << ", set aside by run " << run_id
-                     << ", which counted from step 0 again and stopped before its first save";
+                     << ", which counted from step 0 again and did not finish its first save";
       }
     }
     TITAN_RETURN_IF_ERROR(FsyncDirectory(root_));

@@ -87,7 +87,9 @@ class CheckpointManager {
   absl::Status Save(int64_t step, const CheckpointState& state, bool model_only);
   // Call on every rank once all ranks' Save of `step` returned and they agreed that one failed, so
   // that none writes into its temporary any more: rank 0 removes step-<N>.tmp-<run id> (a partial
-  // save can fill the disk); the other ranks do nothing. Committed steps are never touched.
+  // save can fill the disk) and, when it was a restart's first save (SetAsideForRestart), puts the
+  // steps it set aside back (RecoverInterruptedRuns); the other ranks do nothing. Committed steps
+  // are never touched.
   absl::Status DiscardFailedSave(int64_t step) const;
 
   // Committed steps, ascending; empty when the root does not exist yet. A file named as a step is

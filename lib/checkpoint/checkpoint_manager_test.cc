@@ -1,11 +1,13 @@
 #include "lib/checkpoint/checkpoint_manager.h"
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -187,6 +189,35 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   ExpectSameTensors(last.Load(5)->model, MakeState(1).model);
   EXPECT_TRUE(IsDirectory(root + "/step-5.unfinished-run4"));
   EXPECT_FALSE(PathExists(root + "/.restart-run4.json"));
+}
+
+// A restart's first save that fails (here past a file size limit, as on a full disk) puts the
+// steps it set aside back at once: between runs the folder holds its last good step, for
+// convert_checkpoint and checkpoint_inspect too.
+TEST(CheckpointManagerTest, ARestartWhoseFirstSaveFailsPutsTheStepsItLoadedBack) {
+  const std::string root = TestRoot();
+  CheckpointManager earlier(root, /*keep_latest_k=*/0, CheckpointRanks{0, 1, "run1"});
+  for (int step = 5; step <= 10; step += 5)
+    ASSERT_TRUE(earlier.Save(step, MakeState(step), false).ok());
+  ASSERT_TRUE(MakeDirectories(earlier.HfExportDirectory(10)).ok());
+  CheckpointManager restart(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run2"});
+  EXPECT_THAT(*restart.SetAsideForRestart(5, "test"), ElementsAre(5, 10));
+
+  struct rlimit limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &limit), 0);
+  const struct rlimit small = {1000, limit.rlim_max};
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG, not a kill
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &small), 0);
+  const absl::Status saved = restart.Save(5, MakeState(1), false);
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &limit), 0);
+  std::signal(SIGXFSZ, old_handler);
+  ASSERT_FALSE(saved.ok());
+  EXPECT_THAT(saved.message(), HasSubstr("File too large"));
+
+  ASSERT_TRUE(restart.DiscardFailedSave(5).ok());
+  EXPECT_THAT(*restart.ListSteps(), ElementsAre(5, 10));
+  EXPECT_THAT(*ListDirectory(root), UnorderedElementsAre("step-5", "step-10", "step-10-hf"));
+  ExpectSameTensors(restart.Load(10)->model, MakeState(10).model);
 }
 
 TEST(CheckpointManagerTest, ModelOnlyLeavesOutTheOptimizer) {
