@@ -528,8 +528,6 @@ int RunRankedTool(int argc, char** argv, const std::string& name, const std::str
   }
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
-  // A write past `ulimit -f` then fails (EFBIG) and is reported, not a kill mid-write.
-  std::signal(SIGXFSZ, SIG_IGN);
   // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
     if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;

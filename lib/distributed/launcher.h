@@ -52,8 +52,7 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
 // --nproc_per_node=N launches N local ranks of this binary (LaunchLocalRanks with `launch`), else
 // `run` runs here. A failure prints "<name>: <message>" on stderr (and, before or around the ranks,
 // goes to launch.report_failure); the ranks' such lines are gathered (failure_line_prefix
-// "<name>: "). SIGXFSZ is ignored: a write past `ulimit -f` fails with an error instead of killing
-// the process. Returns the process's exit code.
+// "<name>: "). Returns the process's exit code.
 int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
                   const std::function<absl::Status()>& run,
                   const LaunchOptions& launch = LaunchOptions());
