@@ -439,10 +439,8 @@ absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examp
                                       const Generation& generation) {
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> responses,
                          ResponseTexts(generation, /*with_stop_token=*/true));
-  const std::string& path = rollouts_.front().rows_path();
-  std::FILE* file = std::fopen(path.c_str(), "ae");  // e: O_CLOEXEC, kept from child processes
-  if (file == nullptr) return ErrnoError("open", path);
   const at::Tensor logprobs = generation.logprobs.cpu();
+  std::string text;
   for (size_t i = 0; i < responses.size(); ++i) {
     const int64_t length = static_cast<int64_t>(generation.responses[i].size());
     const at::Tensor row = logprobs[i].slice(0, 0, length).to(at::kDouble).contiguous();
@@ -457,11 +455,15 @@ absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examp
     };
     // No rewards (a failed scorer): the rollouts are kept all the same.
     line["reward"] = i < rewards.size() ? nlohmann::json(rewards[i]) : nlohmann::json(nullptr);
-    const std::string text =
-        line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    std::fwrite(text.data(), 1, text.size(), file);
+    absl::StrAppend(&text, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    "\n");
   }
-  if (std::fclose(file) != 0) return ErrnoError("write", path);
+  const std::string& path = rollouts_.front().rows_path();
+  std::FILE* file = std::fopen(path.c_str(), "ae");  // e: O_CLOEXEC, kept from child processes
+  if (file == nullptr) return ErrnoError("open", path);
+  // A short write (a disk full for a moment) fails the step even when the close then succeeds.
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  if (std::fclose(file) != 0 || !written) return ErrnoError("write", path);
   return absl::OkStatus();
 }
 
