@@ -499,8 +499,9 @@ absl::Status Trainer::Train() {
     TITAN_ASSIGN_OR_RETURN(std::vector<Batch> batches, NextMicrobatches());
     const int64_t step = state_.step + 1;
     const bool last = step == training.steps();
+    // torchtitan's Validator.should_validate: step 1 and every freq-th (the last only if one).
     const bool validate =
-        config_.validation().enable() && (step % config_.validation().freq() == 0 || last);
+        config_.validation().enable() && (step == 1 || step % config_.validation().freq() == 0);
     const bool log = step == 1 || step % config_.metrics().log_freq() == 0 || last || validate;
     TITAN_ASSIGN_OR_RETURN(StepResult result, TrainStepOrOom(batches, /*read_metrics=*/log));
     window_tokens += result.tokens;

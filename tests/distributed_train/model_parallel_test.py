@@ -98,7 +98,7 @@ class ModelParallelTest(train_runs.ParityTest):
                                     "--parallelism.context_parallel_degree=2",
                                     reference=losses(one))
         want, got = losses(one, "validation_loss"), losses(dump, "validation_loss")
-        self.assertEqual(sorted(got), [5, 10])
+        self.assertEqual(sorted(got), [1, 5, 10])
         diff = train_runs.max_rel_diff(want, got)
         print(f"\ntp2_cp2 validation loss: max relative difference vs 1 process {diff:.3e}",
               file=sys.stderr)

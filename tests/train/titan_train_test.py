@@ -50,7 +50,8 @@ class TitanTrainTest(unittest.TestCase):
         self.assertNotIn("mfu", rows[0])  # no published peak for a CPU
         # The bundled corpus is learnable: 30 steps take off more than 1 nat.
         self.assertLess(rows[-1]["loss"], rows[0]["loss"] - 1.0, [r["loss"] for r in rows])
-        self.assertTrue(any("validation_loss" in r for r in rows))
+        # [validation] freq = 10: as torchtitan's should_validate, step 1 and every 10th.
+        self.assertEqual([r["step"] for r in rows if "validation_loss" in r], [1, 10, 20, 30])
         self.assertTrue(glob.glob(os.path.join(dump, "tb", "events.out.tfevents.*")))
         self.assertTrue(os.path.isfile(os.path.join(dump, "checkpoint", "step-30", "manifest.json")))
         self.assertTrue(os.path.isfile(os.path.join(dump, "config.toml")))
