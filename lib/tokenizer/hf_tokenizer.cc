@@ -1,5 +1,6 @@
 #include "lib/tokenizer/hf_tokenizer.h"
 
+#include <algorithm>
 #include <array>
 #include <optional>
 #include <string>
@@ -317,19 +318,51 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, BpeMod
   return absl::OkStatus();
 }
 
-// Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks.
-absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors, BpeModel* model) {
+// Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks, with the
+// ids transformers gives them (its tokenizer adds them to the backend in the order of their ids):
+// a token already in model.vocab keeps its vocab id, any other takes the next free id, after the
+// vocabulary and the added tokens so far, whatever id the config wrote (a config whose ids run
+// past tokenizer.json's vocabulary gets them packed after it; torchtitan's loader too).
+absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors,
+                                    const absl::flat_hash_map<std::string, int32_t>& vocab,
+                                    BpeModel* model) {
   const Json decoder = config.value("added_tokens_decoder", Json::object());
   if (!decoder.is_object()) return errors.Expected("added_tokens_decoder", "an object of id -> token", decoder);
-  absl::flat_hash_set<int32_t> known;
-  for (const BpeModel::AddedToken& token : model->added_tokens) known.insert(token.id);
+  std::vector<std::pair<BpeModel::AddedToken, std::string>> entries;  // With their keys.
   for (const auto& [id_text, spec] : decoder.items()) {
     const std::string key = absl::StrCat("added_tokens_decoder[\"", id_text, "\"]");
     int64_t id = -1;
     if (!absl::SimpleAtoi(id_text, &id)) return errors.Error(key, "the key is not an integer id");
     absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(spec, id, errors, key);
     if (!token.ok()) return token.status();
-    if (known.insert(token->id).second) model->added_tokens.push_back(*std::move(token));
+    entries.emplace_back(*std::move(token), key);
+  }
+  // The JSON object iterates its keys as strings ("128000" before "1998"): numeric order here.
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
+  absl::flat_hash_set<std::string> known;
+  int64_t next_id = static_cast<int64_t>(vocab.size());
+  for (const BpeModel::AddedToken& token : model->added_tokens) {
+    known.insert(token.content);
+    next_id = std::max<int64_t>(next_id, int64_t{token.id} + 1);
+  }
+  for (auto& [token, key] : entries) {
+    if (!known.insert(token.content).second) continue;  // tokenizer.json's, or listed twice.
+    const int32_t declared = token.id;
+    const auto in_vocab = vocab.find(token.content);
+    if (in_vocab != vocab.end()) {
+      token.id = in_vocab->second;
+    } else {
+      if (next_id > INT32_MAX) return errors.Error(key, "no id left below 2^31");
+      token.id = static_cast<int32_t>(next_id);
+    }
+    next_id = std::max<int64_t>(next_id, int64_t{token.id} + 1);
+    LOG_IF(WARNING, token.id != declared)
+        << errors.path() << ": " << key << " \"" << token.content << "\" has id " << token.id
+        << " (as transformers and tokenizers give it: "
+        << (in_vocab != vocab.end() ? "model.vocab's id" : "the next free id") << "), not "
+        << declared;
+    model->added_tokens.push_back(std::move(token));
   }
   return absl::OkStatus();
 }
@@ -432,7 +465,10 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
 
   if (absl::Status s = ParseAddedTokens(root, errors, &model); !s.ok()) return s;
   if (!config.is_null()) {
-    if (absl::Status s = ParseConfigAddedTokens(config, JsonErrors(config_path), &model); !s.ok()) return s;
+    const JsonErrors config_file(config_path);
+    if (absl::Status s = ParseConfigAddedTokens(config, config_file, vocab, &model); !s.ok()) {
+      return s;
+    }
   }
   // An added token on another vocab entry's id would make that id two strings (tokenizers then
   // gives the added token a new id): refused rather than encoded differently.

@@ -10,7 +10,10 @@
 namespace titan {
 
 // Loads a Hugging Face tokenizer.json holding a byte-level BPE model (GPT-2, Llama 3 style).
-// `config_path` (tokenizer_config.json, may be empty) adds its added_tokens_decoder, and its
+// `config_path` (tokenizer_config.json, may be empty) adds its added_tokens_decoder entries that
+// tokenizer.json lacks with the ids transformers' AutoTokenizer gives them (in the order of the
+// config's ids: model.vocab's id for a token the vocabulary holds, else the next free id; a config
+// id that differs is logged), and its
 // bos_token and eos_token name the BOS and EOS as in transformers and torchtitan (bos_token null:
 // no BOS; a named token that does not exist is an error). Without the config or the key, the
 // usual names decide (<|begin_of_text|>, <s>, <bos>; <|end_of_text|>, </s>, <eos>,

@@ -413,6 +413,55 @@ TEST(TokenizerLoaderTest, Qwen3BaseLayoutEndsWithEndOfText) {
   EXPECT_THAT(tokenizer->Encode("", true, true, kPlain), ElementsAre(256));
 }
 
+TEST(TokenizerLoaderTest, ConfigTokensPastTheVocabularyTakeTheIdsTransformersGives) {
+  // torchtitan's tests/assets/tokenizer (2025): a 2002-entry model.vocab ending with <|image|>,
+  // <|begin_of_image|>, <|end_of_image|>, <|pad|>, no added_tokens, and a tokenizer_config.json
+  // whose added_tokens_decoder lists those four at their vocab ids plus <|begin_of_text|> at 128000
+  // and <|end_of_text|> at 128001. Here the same shape on a 256-byte vocabulary: the four at
+  // 256-259. transformers 5.24's AutoTokenizer on this folder: bos_token_id 260, eos_token_id
+  // 261, pad_token_id 259, len(tokenizer) 262 (vocab_size 260), the text encoded below (with
+  // add_special_tokens=False) [260, 104, 105, 259, 261] and decode([260, 104, 261]) the text
+  // below; torchtitan's HuggingFaceTokenizer takes the ids `tokenizers` gives them: the same.
+  const std::string dir = MakeDir("config_ids_past_vocab");
+  const std::vector<std::string> inside = {"<|image|>", "<|begin_of_image|>", "<|end_of_image|>",
+                                           "<|pad|>"};
+  nlohmann::json vocab = ByteVocab();
+  nlohmann::json decoder = nlohmann::json::object();
+  for (size_t i = 0; i < inside.size(); ++i) {
+    vocab[inside[i]] = 256 + i;
+    decoder[std::to_string(256 + i)] = AddedToken(inside[i], true);
+  }
+  decoder["128000"] = AddedToken("<|begin_of_text|>", true);
+  decoder["128001"] = AddedToken("<|end_of_text|>", true);
+  const nlohmann::json json = {
+      {"version", "1.0"},
+      {"added_tokens", nlohmann::json::array()},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", false},
+        {"trim_offsets", true},
+        {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
+  Write(dir + "/tokenizer.json", json.dump());
+  const nlohmann::json config = {{"added_tokens_decoder", decoder},
+                                 {"bos_token", "<|begin_of_text|>"},
+                                 {"eos_token", "<|end_of_text|>"},
+                                 {"pad_token", "<|pad|>"},
+                                 {"tokenizer_class", "PreTrainedTokenizerFast"}};
+  Write(dir + "/tokenizer_config.json", config.dump());
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->bos_id(), 260);
+  EXPECT_EQ(tokenizer->eos_id(), 261);
+  EXPECT_EQ(tokenizer->vocab_size(), 262);
+  EXPECT_THAT(tokenizer->Encode("<|begin_of_text|>hi<|pad|><|end_of_text|>", false, false, kParse),
+              ElementsAre(260, 'h', 'i', 259, 261));
+  absl::StatusOr<std::string> text = tokenizer->Decode({260, 'h', 261});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<|begin_of_text|>h<|end_of_text|>");
+}
+
 TEST(TokenizerLoaderTest, TokenizerConfigNamesWinOverUsualNames) {
   // Llama 3.x Instruct's layout: its config ends text with <|eot_id|>, not <|end_of_text|>.
   const std::string dir = MakeDir("config_wins");
