@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -16,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -68,10 +70,32 @@ class Schema {
 
   bool HasSection(absl::string_view section) const { return sections_.contains(section); }
 
+  // Whether `name` is the first part of a dotted section name ("quantize", "quantize.linear" of
+  // [quantize.linear.float8]) without being a section itself.
+  bool IsSectionPrefix(absl::string_view name) const { return section_prefixes_.contains(name); }
+
+  // The dotted sections under `prefix`, "[a.b.c]" each, for an error about the prefix.
+  std::string SectionsUnder(absl::string_view prefix) const {
+    std::vector<std::string> names;
+    for (const auto& [alias, section] : section_aliases_) {
+      if (absl::StartsWith(alias, absl::StrCat(prefix, "."))) {
+        names.push_back(absl::StrCat("[", alias, "]"));
+      }
+    }
+    std::sort(names.begin(), names.end());
+    return absl::StrJoin(names, ", ");
+  }
+
+  // The section `section` names: itself, or the section it is another name of.
+  std::string SectionNamed(absl::string_view section) const {
+    auto it = section_aliases_.find(section);
+    return it == section_aliases_.end() ? std::string(section) : it->second;
+  }
+
   // The current names of `section`'s keys (none where only old names live): candidates for "did
-  // you mean", which should not teach an old name.
+  // you mean", which should not teach an old name. A section's other name has its keys' names.
   std::vector<std::string> KeyNames(absl::string_view section) const {
-    auto it = keys_by_section_.find(section);
+    auto it = keys_by_section_.find(SectionNamed(section));
     return it == keys_by_section_.end() ? std::vector<std::string>() : it->second;
   }
 
@@ -89,6 +113,15 @@ class Schema {
       CHECK(section->message_type() != nullptr && !section->is_repeated())
           << section->full_name() << ": every JobConfig field must be a section message";
       const Descriptor* section_type = section->message_type();
+      const auto& section_aliases = section->options().GetRepeatedExtension(titan::section_alias);
+      for (const std::string& alias : section_aliases) {
+        CHECK(section_aliases_.emplace(alias, section->name()).second)
+            << alias << " names two sections";
+        for (size_t dot = alias.find('.'); dot != std::string::npos;
+             dot = alias.find('.', dot + 1)) {
+          section_prefixes_.insert(alias.substr(0, dot));
+        }
+      }
       for (int j = 0; j < section_type->field_count(); ++j) {
         const FieldDescriptor* field = section_type->field(j);
         CHECK(IsSupportedField(field)) << field->full_name() << ": unsupported type";
@@ -101,7 +134,11 @@ class Schema {
               << field->full_name() << ": alias must be section.key: " << alias;
           Add({parts[0], parts[1]}, ref);
         }
+        for (const std::string& alias : section_aliases) Add({alias, field->name()}, ref);
       }
+    }
+    for (const std::string& prefix : section_prefixes_) {
+      CHECK(!sections_.contains(prefix)) << prefix << " is a section and a dotted section's prefix";
     }
   }
 
@@ -113,6 +150,8 @@ class Schema {
 
   absl::flat_hash_map<std::string, KeyRef> keys_;
   absl::flat_hash_set<std::string> sections_;  // old names' sections too
+  absl::flat_hash_map<std::string, std::string> section_aliases_;  // other name -> section
+  absl::flat_hash_set<std::string> section_prefixes_;
   absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;  // current names
 };
 
@@ -170,10 +209,136 @@ class KeyWrites {
 
 void WarnAboutName(absl::string_view section, absl::string_view key, const KeyRef& ref,
                    absl::string_view source, absl::string_view written) {
-  if (section != ref.section->name() || key != ref.field->name()) {
+  if (section != ref.section->name() &&
+      Schema::Get().SectionNamed(section) == ref.section->name()) {
+    LOG(WARNING) << source << ": " << written << " is torchtitan's name of " << CanonicalName(ref);
+  } else if (section != ref.section->name() || key != ref.field->name()) {
     LOG(WARNING) << source << ": " << written << " is an old name; use " << CanonicalName(ref);
   }
 }
+
+// The key's value_alias pairs applied: a string (or list item) spelled as another name is stored as
+// the schema's, with a warning naming both.
+void RenameAliasedValues(const KeyRef& ref, Message* section, absl::string_view source,
+                         absl::string_view written) {
+  const auto& aliases = ref.field->options().GetRepeatedExtension(titan::value_alias);
+  if (aliases.empty()) return;
+  const auto* reflection = section->GetReflection();
+  const auto rename = [&](const std::string& value) -> std::optional<std::string> {
+    for (const std::string& alias : aliases) {
+      const std::vector<std::string> parts = absl::StrSplit(alias, absl::MaxSplits('=', 1));
+      CHECK_EQ(parts.size(), 2u) << ref.field->full_name() << ": value_alias must be other=name";
+      if (value != parts[0]) continue;
+      LOG(WARNING) << source << ": " << written << ": \"" << parts[0]
+                   << "\" is torchtitan's name of \"" << parts[1] << "\"";
+      return parts[1];
+    }
+    return std::nullopt;
+  };
+  CHECK_EQ(ref.field->cpp_type(), FieldDescriptor::CPPTYPE_STRING)
+      << ref.field->full_name() << ": value_alias on a key that is not a string";
+  if (!ref.field->is_repeated()) {
+    if (auto name = rename(reflection->GetString(*section, ref.field))) {
+      reflection->SetString(section, ref.field, *std::move(name));
+    }
+    return;
+  }
+  for (int i = 0; i < reflection->FieldSize(*section, ref.field); ++i) {
+    if (auto name = rename(reflection->GetRepeatedString(*section, ref.field, i))) {
+      reflection->SetRepeatedString(section, ref.field, i, *std::move(name));
+    }
+  }
+}
+
+// Applies one parsed job file's tables to a config.
+class TomlApplier {
+ public:
+  TomlApplier(absl::string_view source, JobConfig* config,
+              absl::flat_hash_map<std::string, std::string>* sources)
+      : source_(source), config_(config), sources_(sources) {}
+
+  // The tables of `table`, whose name is `prefix` (empty: the file's top level). A dotted section
+  // ([quantize.linear.float8]) is tables nested in TOML: the walk goes down to it.
+  absl::Status ApplyTables(const toml::table& table, const std::string& prefix) {
+    const Schema& schema = Schema::Get();
+    for (const auto& [name_key, node] : table) {
+      const std::string name(name_key.str());
+      const std::string section = prefix.empty() ? name : absl::StrCat(prefix, ".", name);
+      const toml::table* child = node.as_table();
+      if (child == nullptr) {
+        if (prefix.empty()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(At(node), ": ", section, ": keys belong in a [section], got ",
+                           DescribeTomlNode(node), " at the top level"));
+        }
+        return absl::InvalidArgumentError(
+            absl::StrCat(At(node), ": [", prefix, "] ", name, ": unknown key; under [", prefix,
+                         "] titan reads only ", schema.SectionsUnder(prefix)));
+      }
+      if (schema.HasSection(section)) {
+        if (absl::Status status = ApplySection(section, *child); !status.ok()) return status;
+      } else if (schema.IsSectionPrefix(section)) {
+        if (absl::Status status = ApplyTables(*child, section); !status.ok()) return status;
+      } else if (prefix.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(At(node), ": [", section, "]: unknown section",
+                         DidYouMean(Closest(section, schema.SectionNames()), "")));
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat(At(node), ": [", section, "]: unknown section; under [", prefix,
+                         "] titan reads only ", schema.SectionsUnder(prefix)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  // "file:line" of a node, so every error points at the line to fix.
+  std::string At(const toml::node& node) const {
+    return absl::StrCat(source_, ":", node.source().begin.line);
+  }
+
+  absl::Status ApplySection(const std::string& section, const toml::table& table) {
+    const Schema& schema = Schema::Get();
+    for (const auto& [key_name, node] : table) {
+      const std::string key(key_name.str());
+      const std::string written = absl::StrCat("[", section, "] ", key);
+      const KeyRef* ref = schema.Find(section, key);
+      if (ref == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(At(node), ": ", written, ": unknown key",
+                         DidYouMean(Closest(key, schema.KeyNames(section)), "")));
+      }
+      if (IsConfigFileKey(*ref)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(At(node), ": ", written,
+                         ": set it on the command line (--job.config_file=FILE); a job file "
+                         "cannot name another"));
+      }
+      if (absl::Status status = writes_.Record(*ref, written); !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(At(node), ": ", status.message()));
+      }
+      Message* message = MutableSection(*ref, config_);
+      if (absl::Status status = SetFromToml(node, ref->field, message, written); !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(At(node), ": ", status.message()));
+      }
+      RenameAliasedValues(*ref, message, source_, written);
+      // Ranges and choices here too, not only over the merged config, to name the line.
+      if (absl::Status status = CheckField(absl::StrCat("[", section, "] "), *message, ref->field);
+          !status.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(At(node), ": ", status.message()));
+      }
+      (*sources_)[CanonicalName(*ref)] = At(node);
+      WarnAboutName(section, key, *ref, source_, written);
+    }
+    return absl::OkStatus();
+  }
+
+  const std::string source_;
+  JobConfig* const config_;
+  absl::flat_hash_map<std::string, std::string>* const sources_;
+  KeyWrites writes_;
+};
 
 absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConfig* config,
                        absl::flat_hash_map<std::string, std::string>* sources) {
@@ -186,59 +351,7 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
         absl::StrFormat("%s:%d:%d: %s", source, error.source().begin.line,
                         error.source().begin.column, std::string(error.description())));
   }
-  const Schema& schema = Schema::Get();
-  KeyWrites writes;
-  // "file:line" of a node, so every error below points at the line to fix.
-  const auto at = [&source](const toml::node& node) {
-    return absl::StrCat(source, ":", node.source().begin.line);
-  };
-  for (const auto& [section_key, section_node] : root) {
-    const std::string section(section_key.str());
-    const toml::table* table = section_node.as_table();
-    if (table == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at(section_node), ": ", section, ": keys belong in a [section], got ",
-                       DescribeTomlNode(section_node), " at the top level"));
-    }
-    if (!schema.HasSection(section)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at(section_node), ": [", section, "]: unknown section",
-                       DidYouMean(Closest(section, schema.SectionNames()), "")));
-    }
-    for (const auto& [key_name, node] : *table) {
-      const std::string key(key_name.str());
-      const std::string written = absl::StrCat("[", section, "] ", key);
-      const KeyRef* ref = schema.Find(section, key);
-      if (ref == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(at(node), ": ", written, ": unknown key",
-                         DidYouMean(Closest(key, schema.KeyNames(section)), "")));
-      }
-      if (IsConfigFileKey(*ref)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(at(node), ": ", written,
-                         ": set it on the command line (--job.config_file=FILE); a job file "
-                         "cannot name another"));
-      }
-      if (absl::Status status = writes.Record(*ref, written); !status.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(at(node), ": ", status.message()));
-      }
-      if (absl::Status status =
-              SetFromToml(node, ref->field, MutableSection(*ref, config), written);
-          !status.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(at(node), ": ", status.message()));
-      }
-      // Ranges and choices here too, not only over the merged config, to name the line.
-      if (absl::Status status = CheckField(absl::StrCat("[", section, "] "),
-                                           *MutableSection(*ref, config), ref->field);
-          !status.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat(at(node), ": ", status.message()));
-      }
-      (*sources)[CanonicalName(*ref)] = at(node);
-      WarnAboutName(section, key, *ref, source, written);
-    }
-  }
-  return absl::OkStatus();
+  return TomlApplier(source, config, sources).ApplyTables(root, "");
 }
 
 // One command-line override, resolved to its key.
@@ -262,7 +375,18 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
     const size_t equals = arg.find('=');
     const absl::string_view name = arg.substr(0, equals);
     const std::string flag = absl::StrCat("--", name);
-    const std::vector<std::string> parts = absl::StrSplit(name, absl::MaxSplits('.', 1));
+    std::vector<std::string> parts = absl::StrSplit(name, absl::MaxSplits('.', 1));
+    // A dotted section (--quantize.linear.float8.emulate): the key is after the last dot.
+    if (const size_t dot = name.rfind('.');
+        parts.size() == 2 && schema.IsSectionPrefix(parts[0]) && dot != absl::string_view::npos) {
+      const std::string top = parts[0];
+      parts = {std::string(name.substr(0, dot)), std::string(name.substr(dot + 1))};
+      if (!schema.HasSection(parts[0])) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": unknown section [", parts[0],
+                                                       "]; under [", top, "] titan reads only ",
+                                                       schema.SectionsUnder(top)));
+      }
+    }
     if (parts.size() != 2) {
       return absl::InvalidArgumentError(
           absl::StrCat(flag, ": expected --section.key (see --help)"));
@@ -305,11 +429,13 @@ absl::Status ApplyOverrides(const std::vector<Override>& overrides, JobConfig* c
     if (absl::Status status = writes.Record(*override.ref, override.flag); !status.ok()) {
       return status;
     }
-    if (absl::Status status = SetFromText(override.value, override.ref->field,
-                                          MutableSection(*override.ref, config), override.flag);
+    Message* section = MutableSection(*override.ref, config);
+    if (absl::Status status =
+            SetFromText(override.value, override.ref->field, section, override.flag);
         !status.ok()) {
       return status;
     }
+    RenameAliasedValues(*override.ref, section, "command line", override.flag);
     (*sources)[CanonicalName(*override.ref)] = override.flag;
     WarnAboutName(override.section, override.key, *override.ref, "command line", override.flag);
   }
@@ -333,6 +459,10 @@ void AppendKeyDetails(const FieldDescriptor* field, absl::string_view indent, st
   for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
     const std::vector<std::string> parts = absl::StrSplit(alias, '.');
     absl::StrAppend(help, indent, "old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
+  }
+  for (const std::string& alias : options.GetRepeatedExtension(titan::value_alias)) {
+    const std::vector<std::string> parts = absl::StrSplit(alias, absl::MaxSplits('=', 1));
+    absl::StrAppend(help, indent, "also: \"", parts[0], "\" for \"", parts[1], "\"\n");
   }
 }
 
@@ -450,6 +580,10 @@ std::string JobConfigHelp() {
     const Message& section_defaults = defaults.GetReflection()->GetMessage(defaults, section);
     absl::StrAppend(&help, "\n[", section->name(), "]  ",
                     section->options().GetExtension(titan::help), "\n");
+    for (const std::string& alias : section->options().GetRepeatedExtension(titan::section_alias)) {
+      absl::StrAppend(&help, "  also read as [", alias, "] (--", alias,
+                      ".KEY), its keys named as here\n");
+    }
     for (int j = 0; j < section->message_type()->field_count(); ++j) {
       const FieldDescriptor* field = section->message_type()->field(j);
       absl::StrAppend(&help, "  --", section->name(), ".", field->name(), "  (",

@@ -517,6 +517,62 @@ TEST(JobConfigTest, OldAndNewNameTogetherIsAnError) {
             "training.local_batch_size; set only one of them");
 }
 
+// torchtitan's job_config (before its TOML files gave way to Python configs) moved [float8] to
+// [quantize.linear.float8] and the converter to "quantize.linear.float8": both are read as titan's.
+TEST(JobConfigTest, TorchtitanQuantizeLinearFloat8IsFloat8) {
+  absl::StatusOr<JobConfig> old_names = ParseText(
+      "[model]\nconverters = [\"float8\"]\n"
+      "[float8]\nemulate = true\nrecipe_name = \"rowwise\"\nfilter_fqns = [\"output\"]\n");
+  ASSERT_TRUE(old_names.ok()) << old_names.status();
+  EXPECT_TRUE(old_names->float8().emulate());
+  const std::vector<std::string> new_names = {
+      "[model]\nconverters = [\"quantize.linear.float8\"]\n[quantize.linear.float8]\n"
+      "emulate = true\nrecipe_name = \"rowwise\"\nfilter_fqns = [\"output\"]\n",
+      // The same tables as dotted keys.
+      "[model]\nconverters = [\"quantize.linear.float8\"]\n[quantize]\nlinear.float8.emulate = "
+      "true\nlinear.float8.recipe_name = \"rowwise\"\nlinear.float8.filter_fqns = [\"output\"]\n"};
+  for (const std::string& toml : new_names) {
+    absl::StatusOr<JobConfig> config = ParseText(toml);
+    ASSERT_TRUE(config.ok()) << config.status();
+    EXPECT_TRUE(MessageDifferencer::Equals(*config, *old_names)) << toml;
+  }
+  absl::StatusOr<JobConfig> flags = ParseText(
+      "", {"--model.converters=quantize.linear.float8", "--quantize.linear.float8.emulate",
+           "--quantize.linear.float8.recipe_name=rowwise",
+           "--quantize.linear.float8.filter_fqns=output"});
+  ASSERT_TRUE(flags.ok()) << flags.status();
+  EXPECT_TRUE(MessageDifferencer::Equals(*flags, *old_names));
+  EXPECT_EQ(KeySource("float8", "emulate"), "--quantize.linear.float8.emulate");
+  EXPECT_TRUE(ValidateJobConfig(*flags).ok()) << ValidateJobConfig(*flags);
+}
+
+TEST(JobConfigTest, TorchtitanQuantizeLinearFloat8ErrorsNameItsKeys) {
+  EXPECT_EQ(ParseError("[quantize.linear.float8]\nemulat = true\n"),
+            "configs/x.toml:2: [quantize.linear.float8] emulat: unknown key (did you mean "
+            "\"emulate\"?)");
+  EXPECT_EQ(ParseError("[quantize.linear.float8]\nemulate = 1\n"),
+            "configs/x.toml:2: [quantize.linear.float8] emulate: expected boolean, got integer 1");
+  EXPECT_EQ(ParseError("", {"--quantize.linear.float8.emulat=true"}),
+            "--quantize.linear.float8.emulat: unknown key (did you mean "
+            "\"--quantize.linear.float8.emulate\"?)");
+  EXPECT_EQ(ParseError("[float8]\nemulate = true\n[quantize.linear.float8]\nemulate = true\n"),
+            "configs/x.toml:4: [float8] emulate and [quantize.linear.float8] emulate name the same "
+            "key float8.emulate; set only one of them");
+  // torchtitan's other quantize tables are not titan's.
+  EXPECT_EQ(ParseError("[quantize.linear.mx]\nrecipe_name = \"mxfp8\"\n"),
+            "configs/x.toml:1: [quantize.linear.mx]: unknown section; under [quantize.linear] "
+            "titan reads only [quantize.linear.float8]");
+  EXPECT_EQ(ParseError("[quantize]\nlinear = 1\n"),
+            "configs/x.toml:2: [quantize] linear: unknown key; under [quantize] titan reads only "
+            "[quantize.linear.float8]");
+  EXPECT_EQ(ParseError("", {"--quantize.grouped_mm.float8.fqns=experts"}),
+            "--quantize.grouped_mm.float8.fqns: unknown section [quantize.grouped_mm.float8]; "
+            "under [quantize] titan reads only [quantize.linear.float8]");
+  EXPECT_EQ(ValidationError({"--model.converters=quantize.grouped_mm.float8"}),
+            "--model.converters: [model] converters: unknown converter "
+            "\"quantize.grouped_mm.float8\"; expected \"float8\"");
+}
+
 TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
   EXPECT_EQ(ValidationError({"--training.global_batch_size=12"}),
             "[training] global_batch_size=12 is not a multiple of local_batch_size=8 × "
@@ -878,6 +934,8 @@ TEST(JobConfigTest, HelpListsEveryKeyWithTypeDefaultAndOldNames) {
       help, "--compile.components  (list of strings, default [\"model\", \"loss\"])"));
   EXPECT_TRUE(absl::StrContains(help, "old name: --job.print_freq ([job] print_freq)"));
   EXPECT_TRUE(absl::StrContains(help, "old name: --checkpoint.enable_checkpoint"));
+  EXPECT_TRUE(absl::StrContains(help, "also read as [quantize.linear.float8]"));
+  EXPECT_TRUE(absl::StrContains(help, "also: \"quantize.linear.float8\" for \"float8\""));
   EXPECT_TRUE(absl::StrContains(help, "one of: \"linear\", \"sqrt\", \"cosine\""));
   EXPECT_TRUE(absl::StrContains(help, "range: -1 or a value in [0, 1]"));
   // What LrScheduler does with a warmup longer than the run.
