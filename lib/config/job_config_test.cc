@@ -133,6 +133,11 @@ TEST(JobConfigTest, InitialLoadKeysNeedAPath) {
   EXPECT_EQ(ValidationError({"--checkpoint.initial_load_model_only=false"}),
             "[checkpoint] initial_load_model_only = false applies to [checkpoint] "
             "initial_load_path, which is empty: set it, or drop the key");
+  // Refused by validation, so a resume (which reads no initial load) refuses it too.
+  EXPECT_EQ(ValidationError({"--checkpoint.initial_load_model_only=false",
+                             "--checkpoint.initial_load_path=/some/step"}),
+            "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
+            "resume a full run through [checkpoint] folder instead");
 }
 
 TEST(JobConfigTest, ConfigFileIsRefusedInAFile) {

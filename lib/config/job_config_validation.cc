@@ -257,6 +257,13 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "[checkpoint] initial_load_model_only = false applies to [checkpoint] initial_load_path, "
         "which is empty: set it, or drop the key");
   }
+  // Refused here, not where the load happens: a resume, which reads no initial load, would
+  // otherwise accept it.
+  if (!checkpoint.initial_load_model_only()) {
+    return absl::UnimplementedError(
+        "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
+        "resume a full run through [checkpoint] folder instead");
+  }
   if (checkpoint.last_save_in_hf() && !checkpoint.last_save_model_only()) {
     return absl::InvalidArgumentError(
         "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "

@@ -419,11 +419,6 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
     LOG(INFO) << "[checkpoint] initial_load_path not read: the weights come from "
               << setup.resume_dir << ", which this run resumes";
   }
-  if (!initial_load.empty() && !config.checkpoint().initial_load_model_only()) {
-    return absl::UnimplementedError(
-        "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
-        "resume a full run through [checkpoint] folder instead");
-  }
   const bool in_hf = config.checkpoint().initial_load_in_hf();
   if (config.compile().enable_async_tensor_parallel()) {
     return absl::UnimplementedError(absl::StrCat(

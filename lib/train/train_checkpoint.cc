@@ -71,9 +71,16 @@ absl::StatusOr<std::string> StepFolderToResume(const JobConfig& config,
     TITAN_RETURN_IF_ERROR(latest.status());
     step = *latest;
   }
-  // A load_step that is not there: Resume refuses it, naming the key.
   const std::string dir = manager.StepDirectory(step);
-  return IsDirectory(dir) ? dir : std::string();
+  if (config.checkpoint().load_step() >= 0) {
+    // Refused before the model is built: the initial load is not what the run asked for.
+    absl::StatusOr<std::unique_ptr<CheckpointStep>> opened = CheckpointStep::Open(dir, step);
+    if (!opened.ok()) {
+      return absl::Status(opened.status().code(), absl::StrCat("[checkpoint] load_step = ", step,
+                                                               ": ", opened.status().message()));
+    }
+  }
+  return dir;
 }
 
 absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
@@ -218,7 +225,7 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state) {
           dir, ": saved by ", DescribeModelInfo(held), ", but this run's model is ",
           DescribeModelInfo(*parts_.model), " (", differences,
           "); resume with the saved settings, or start a new run from this step with [checkpoint] "
-          "initial_load_path"));
+          "initial_load_path in another [job] dump_folder"));
     }
   }
   std::vector<std::string> excluded(excluded_.begin(), excluded_.end());
@@ -247,9 +254,13 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state) {
     }
     if (step != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
-          dir, " holds model weights only (a last_save_model_only export), so training cannot "
+          dir,
+          " holds model weights only (a last_save_model_only export), so training cannot "
           "resume from it; to train on from these weights start a new run with [checkpoint] "
-          "initial_load_path=", dir, ", or resume an earlier full step with [checkpoint] "
+          "initial_load_path=",
+          dir,
+          " in another [job] dump_folder, or resume an earlier full step with "
+          "[checkpoint] "
           "load_step"));
     }
     // torchtitan's seed checkpoint: weights only, training starts at step 0.

@@ -553,6 +553,12 @@ class TitanTrainTest(unittest.TestCase):
         self.assertIn("[checkpoint] initial_load_path not read", proc.stderr)
         self.assertEqual([r["loss"] for r in metrics(resumed)],
                          [r["loss"] for r in metrics(whole)][2:])
+        # A load_step that is not there is named as such, not as the initial load it replaces.
+        proc = run_train(resumed, "--training.steps=4", "--checkpoint.load_step=3", *flags,
+                         check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("[checkpoint] load_step = 3: ", proc.stderr)
+        self.assertIn("step-3: no such checkpoint", proc.stderr)
         # Without a step to resume it is read, and its absence named.
         proc = run_train(self.dump("resume_initial_none"), "--training.steps=1", *flags,
                          check=False)
