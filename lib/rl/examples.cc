@@ -121,6 +121,11 @@ absl::Status ForEachObjectLine(
       why.remove_prefix(std::min(why.size(), why.find("] ") + 2));
       // nlohmann quotes the token it read ("last read: '...'") whole: a 200 KB string, say. 400
       // bytes keep the description (under 200) and the token's ends.
+      // 406: a number past a double's range (1e309), valid JSON that nlohmann reads no other way.
+      if (e.id == 406) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": ", ShortText(why, 400), "; write such a number as a string"));
+      }
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": not valid JSON: ", ShortText(why, 400)));
     }

@@ -111,6 +111,25 @@ TEST(ExamplesTest, NumericAnswerWithAHugeExponentIsRefused) {
                 "zeros; write it as a string");
 }
 
+// Past a double's range nlohmann reads no number: the refusal says how to give it.
+TEST(ExamplesTest, NumericAnswerPastADoublesRangeIsRefusedWithTheWayOut) {
+  const std::string path = WriteTemp("huge.jsonl", "{\"prompt\":\"a\",\"answer\":1e309}\n");
+  const std::string message(ReadExamples(path, "grpo").status().message());
+  EXPECT_TRUE(absl::StartsWith(message, path + ":1: ")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "number overflow parsing '1e309'")) << message;
+  EXPECT_TRUE(absl::EndsWith(message, "; write such a number as a string")) << message;
+}
+
+// -0 and -0.0 both read "0" (nlohmann keeps no sign on the integer zero).
+TEST(ExamplesTest, NegativeZeroAnswersReadAsZero) {
+  const std::string path = WriteTemp(
+      "zeros.jsonl", "{\"prompt\":\"a\",\"answer\":-0}\n{\"prompt\":\"b\",\"answer\":-0.0}\n");
+  absl::StatusOr<std::vector<RlExample>> examples = ReadExamples(path, "grpo");
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  EXPECT_EQ((*examples)[0].answer, "0");
+  EXPECT_EQ((*examples)[1].answer, "0");
+}
+
 TEST(ExamplesTest, NumbersAreRefusedAsPromptsAndResponses) {
   const struct {
     std::string line;
@@ -247,7 +266,7 @@ TEST(RewardedRolloutsTest, BadLinesNameFileLineAndField) {
       {R"({"prompt":"Sort: b a","response":"#### a b","reward":true})",
        ":2: \"reward\" must be a number, got true"},
       {R"({"prompt":"Sort: b a","response":"#### a b","reward":1e999})",
-       ":2: not valid JSON: number overflow parsing '1e999'"},
+       ":2: number overflow parsing '1e999'; write such a number as a string"},
       {R"({"prompt":"Sort: b a","response":"#### a b","reward":1e39})",
        ":2: \"reward\" is 1e+39, beyond float32's range (magnitude at most 3.4e38), where the "
        "update computes"},
@@ -292,7 +311,7 @@ TEST(RewardedRolloutsTest, BadLinesQuoteLongDataShortened) {
        "read: '\"xxx",
        "xxx<U+0009>' (200174 bytes)"},
       {absl::StrCat(R"({"prompt":"p","response":"r","reward":)", std::string(200000, '9'), "}"),
-       "not valid JSON: number overflow parsing '999", "999' (200026 bytes)"},
+       "number overflow parsing '999", "999' (200026 bytes); write such a number as a string"},
       {absl::StrCat(R"({"prompt":"p","response":"r","reward":")", big, "\"}"),
        "\"reward\" must be a number, got \"" + std::string(30, 'x') + "..." + std::string(30, 'x') +
            "\" (200000 bytes)",

