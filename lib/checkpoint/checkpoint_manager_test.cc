@@ -153,14 +153,24 @@ TEST(CheckpointManagerTest, StepsAfterARolledBackStepAreSetAsideNotDeleted) {
   EXPECT_THAT(*manager.SetAsideStepsAfter(3, "test"), ElementsAre());
 }
 
+// Run run1's steps 5 and 10 (and step 10's HF export), set aside by run2, which counts from step
+// 0 again and is about to save step 5: run2's manager.
+std::unique_ptr<CheckpointManager> RestartOverTwoSavedSteps(const std::string& root) {
+  CheckpointManager earlier(root, /*keep_latest_k=*/0, CheckpointRanks{0, 1, "run1"});
+  for (int step = 5; step <= 10; step += 5) {
+    EXPECT_TRUE(earlier.Save(step, MakeState(step), false).ok());
+  }
+  EXPECT_TRUE(MakeDirectories(earlier.HfExportDirectory(10)).ok());
+  auto restart =
+      std::make_unique<CheckpointManager>(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run2"});
+  EXPECT_THAT(*restart->SetAsideForRestart(5, "test"), ElementsAre(5, 10));
+  return restart;
+}
+
 TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLoaded) {
   const std::string root = TestRoot();
-  CheckpointManager earlier(root, /*keep_latest_k=*/0, CheckpointRanks{0, 1, "run1"});
-  for (int step = 5; step <= 10; step += 5)
-    ASSERT_TRUE(earlier.Save(step, MakeState(step), false).ok());
-  ASSERT_TRUE(MakeDirectories(earlier.HfExportDirectory(10)).ok());
-  CheckpointManager restart(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run2"});
-  EXPECT_THAT(*restart.SetAsideForRestart(5, "test"), ElementsAre(5, 10));
+  const std::unique_ptr<CheckpointManager> restart_manager = RestartOverTwoSavedSteps(root);
+  CheckpointManager& restart = *restart_manager;
   EXPECT_THAT(*restart.ListSteps(), IsEmpty());
   // It died here, before its first save committed: the next run puts both steps back, with the
   // export.
@@ -196,12 +206,8 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
 // convert_checkpoint and checkpoint_inspect too.
 TEST(CheckpointManagerTest, ARestartWhoseFirstSaveFailsPutsTheStepsItLoadedBack) {
   const std::string root = TestRoot();
-  CheckpointManager earlier(root, /*keep_latest_k=*/0, CheckpointRanks{0, 1, "run1"});
-  for (int step = 5; step <= 10; step += 5)
-    ASSERT_TRUE(earlier.Save(step, MakeState(step), false).ok());
-  ASSERT_TRUE(MakeDirectories(earlier.HfExportDirectory(10)).ok());
-  CheckpointManager restart(root, /*keep_latest_k=*/1, CheckpointRanks{0, 1, "run2"});
-  EXPECT_THAT(*restart.SetAsideForRestart(5, "test"), ElementsAre(5, 10));
+  const std::unique_ptr<CheckpointManager> restart_manager = RestartOverTwoSavedSteps(root);
+  CheckpointManager& restart = *restart_manager;
 
   struct rlimit limit;
   ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &limit), 0);
