@@ -716,7 +716,7 @@ class TitanRlTest(unittest.TestCase):
         for name, bad, error in (("null", "null", '"reward" must be a number, got null'),
                                  ("text", '"high"', '"reward" must be a number, got "high"'),
                                  ("inf", "1e999",
-                                  "not valid JSON: number overflow parsing '1e999'"),
+                                  "number overflow parsing '1e999'; write such a number as a string"),
                                  ("float32", "1e39",
                                   '"reward" is 1e+39, beyond float32\'s range')):
             path = os.path.join(self.root, f"rollouts_{name}.jsonl")
