@@ -620,8 +620,7 @@ absl::Status RlTrainer::Train() {
 
 absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {
   TITAN_RETURN_IF_ERROR(RefuseNonFiniteWeights(policy_.params, runtime_, path));
-  NamedTensors local;
-  for (const ParamRef& p : policy_.params) local.emplace_back(p.name, p.tensor->detach());
+  const NamedTensors local = DetachedParams(policy_.params);
   // The other ranks wait while rank 0 copies and writes the whole policy.
   const int64_t bytes = policy_.num_params * local.front().second.element_size();
   const ScopedCollectiveTimeout wait_for_writer(runtime_, OneWriterTimeout(config_, bytes));

@@ -473,10 +473,9 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
     bundle.params = bundle.model->NamedParameters();
     if (!initial_load.empty()) {
       // Each rank fills the pieces it holds, reading one whole tensor at a time.
-      NamedTensors local;
-      for (const ParamRef& p : bundle.params) local.emplace_back(p.name, p.tensor->detach());
       TensorBoxes boxes;
-      NamedTensors pieces = bundle.data_parallel->CheckpointPieces(local, boxes);
+      NamedTensors pieces =
+          bundle.data_parallel->CheckpointPieces(DetachedParams(bundle.params), boxes);
       std::vector<ParamRef> targets;
       for (auto& [name, piece] : pieces) targets.push_back({name, &piece});
       TITAN_RETURN_IF_ERROR(LoadModelWeights(initial_load, in_hf, info, targets, boxes));
@@ -488,6 +487,12 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
             << ": " << bundle.num_params << " parameters (" << DescribeArchitecture(info.args)
             << ")";
   return bundle;
+}
+
+NamedTensors DetachedParams(const std::vector<ParamRef>& params) {
+  NamedTensors tensors;
+  for (const ParamRef& p : params) tensors.emplace_back(p.name, p.tensor->detach());
+  return tensors;
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> BuildOptimizer(const JobConfig& config,

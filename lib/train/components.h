@@ -101,6 +101,10 @@ absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config);
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime);
 
+// `params` as named tensors sharing their storage (no autograd history): what checkpoints,
+// exports and loads read and fill.
+NamedTensors DetachedParams(const std::vector<ParamRef>& params);
+
 absl::StatusOr<std::unique_ptr<Optimizer>> BuildOptimizer(const JobConfig& config,
                                                           const std::vector<ParamRef>& params);
 absl::StatusOr<WarmupStableDecaySchedule> BuildLrSchedule(const JobConfig& config);

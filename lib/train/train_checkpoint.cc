@@ -60,17 +60,20 @@ absl::Status RecoverInterruptedRunsOf(const CheckpointManager& manager,
   return absl::OkStatus();
 }
 
+// The step a resume loads: [checkpoint] load_step, else the newest; -1: none.
+absl::StatusOr<int64_t> StepToResume(const JobConfig& config, const CheckpointManager& manager) {
+  if (config.checkpoint().load_step() >= 0) return config.checkpoint().load_step();
+  absl::StatusOr<int64_t> latest = manager.LatestStep();
+  if (absl::IsNotFound(latest.status())) return -1;
+  return latest;
+}
+
 absl::StatusOr<std::string> StepFolderToResume(const JobConfig& config,
                                                const DistributedRuntime& runtime,
                                                const CheckpointManager& manager, bool read_only) {
   if (!read_only) TITAN_RETURN_IF_ERROR(RecoverInterruptedRunsOf(manager, runtime));
-  int64_t step = config.checkpoint().load_step();
-  if (step < 0) {
-    absl::StatusOr<int64_t> latest = manager.LatestStep();
-    if (absl::IsNotFound(latest.status())) return std::string();
-    TITAN_RETURN_IF_ERROR(latest.status());
-    step = *latest;
-  }
+  TITAN_ASSIGN_OR_RETURN(const int64_t step, StepToResume(config, manager));
+  if (step < 0) return std::string();
   const std::string dir = manager.StepDirectory(step);
   if (config.checkpoint().load_step() >= 0) {
     // Refused before the model is built: the initial load is not what the run asked for.
@@ -113,11 +116,7 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& config, const DistributedR
 
 TrainCheckpointer::~TrainCheckpointer() = default;
 
-NamedTensors TrainCheckpointer::ModelState() const {
-  NamedTensors state;
-  for (const ParamRef& p : *parts_.params) state.emplace_back(p.name, p.tensor->detach());
-  return state;
-}
+NamedTensors TrainCheckpointer::ModelState() const { return DetachedParams(*parts_.params); }
 
 absl::Status TrainCheckpointer::RecoverInterruptedRuns() const {
   return RecoverInterruptedRunsOf(*manager_, runtime_);
@@ -129,13 +128,8 @@ absl::Status TrainCheckpointer::Resume(TrainState& state, const TrainCheckpointe
     // The pair's interrupted restarts are undone too before its steps are compared.
     if (paired != nullptr) TITAN_RETURN_IF_ERROR(paired->RecoverInterruptedRuns());
   }
-  int64_t step = config_.checkpoint().load_step();
-  if (step < 0) {
-    absl::StatusOr<int64_t> latest = manager_->LatestStep();
-    if (absl::IsNotFound(latest.status())) return absl::OkStatus();
-    TITAN_RETURN_IF_ERROR(latest.status());
-    step = *latest;
-  }
+  TITAN_ASSIGN_OR_RETURN(int64_t step, StepToResume(config_, *manager_));
+  if (step < 0) return absl::OkStatus();
   // A step 0 may be a seed checkpoint: the policy's weights alone.
   if (paired != nullptr && step > 0) {
     TITAN_ASSIGN_OR_RETURN(step, PairedStep(step, *paired));
