@@ -144,9 +144,6 @@ absl::StatusOr<std::unique_ptr<PipelineParallel>> PipelineParallel::Create(
 
 absl::Status PipelineParallel::BuildStages(const PipelineOptions& options) {
   const at::TensorOptions meta = at::TensorOptions().device(at::kMeta);
-  const bool initialise = !options.load_weights;
-  // Sharding initialises group by group; without it a stage is initialised whole before.
-  const bool init_after_sharding = initialise && dims_.fsdp_enabled();
   // Every rank makes the one-process sequence of random draws (embedding, each layer, head):
   // the other stages' into a scratch part, one piece at a time, then dropped.
   auto draw_elsewhere = [&](const DecoderPart& part) {
@@ -167,20 +164,17 @@ absl::Status PipelineParallel::BuildStages(const PipelineOptions& options) {
   };
   for (int s = 0; s < layout_.num_stages(); ++s) {
     if (layout_.RankOfStage(s) != pp_rank_) {
-      if (initialise) draw_elsewhere(layout_.parts[s]);
+      draw_elsewhere(layout_.parts[s]);
       continue;
     }
     std::unique_ptr<Decoder> part = spec_.Build(args_, meta, layout_.parts[s]);
     ParallelizeOptions parallelize = options.parallelize;
-    if (init_after_sharding) {
+    // Sharding initialises group by group; without it a stage is initialised whole before.
+    if (dims_.fsdp_enabled()) {
       parallelize.materialize = options.param_options;
     } else {
       part->Materialize(options.param_options);
-      if (initialise) {
-        part->InitWeights();
-      } else {
-        TITAN_RETURN_IF_ERROR(options.load_weights(*part));
-      }
+      part->InitWeights();
     }
     if (options.convert) TITAN_RETURN_IF_ERROR(options.convert(*part));
     TITAN_ASSIGN_OR_RETURN(std::unique_ptr<DataParallel> data_parallel,

@@ -35,9 +35,6 @@ struct PipelineOptions {
   std::string schedule_csv;  // pipeline_parallel_schedule_csv: a file; empty: the named schedule
   ParallelizeOptions parallelize;
   at::TensorOptions param_options;  // where and in which dtype the parameters live
-  // Set: fills a stage's parameters from a checkpoint ([checkpoint] initial_load_path) instead of
-  // initialising them.
-  std::function<absl::Status(Decoder& part)> load_weights;
   // Set: the model converters (float8) for each stage, run before it is parallelized.
   std::function<absl::Status(Decoder& part)> convert;
 };
@@ -52,9 +49,8 @@ struct PipelineOptions {
 // each optimizer step (params() leaves it out: it is neither optimized nor saved).
 class PipelineParallel : public ShardedState {
  public:
-  // Builds this rank's stages of `spec`'s model (`args`), initialised (in the one-process order of
-  // random draws: other stages' draws are made and dropped) or loaded; `comms` null only with one
-  // rank.
+  // Builds this rank's stages of `spec`'s model (`args`), initialised in the one-process order of
+  // random draws (other stages' draws are made and dropped); `comms` null only with one rank.
   static absl::StatusOr<std::unique_ptr<PipelineParallel>> Create(
       const ModelSpec& spec, const TransformerArgs& args, const PipelineOptions& options,
       const ParallelDims& dims, const MeshCommunicators* comms, int rank);

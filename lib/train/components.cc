@@ -397,6 +397,11 @@ ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSet
   return parallelize;
 }
 
+const ShardedState& ModelBundle::sharded() const {
+  if (pipeline != nullptr) return *pipeline;
+  return *data_parallel;
+}
+
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime) {
   const auto& training = config.training();
@@ -447,11 +452,6 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
     pipeline.convert = [&](Decoder& part) {
       return ApplyModelConverters(config, setup, runtime, part);
     };
-    if (!initial_load.empty()) {
-      pipeline.load_weights = [&](Decoder& part) {
-        return LoadModelWeights(initial_load, in_hf, info, part.NamedParameters());
-      };
-    }
     bundle.model.reset();
     TITAN_ASSIGN_OR_RETURN(bundle.pipeline,
                            PipelineParallel::Create(*info.spec, run_args, pipeline, runtime.dims(),
@@ -471,17 +471,18 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
                            info.spec->parallelize(*bundle.model, parallelize, runtime.dims(),
                                                   runtime.comms()));
     bundle.params = bundle.model->NamedParameters();
-    if (!initial_load.empty()) {
-      // Each rank fills the pieces it holds, reading one whole tensor at a time.
-      TensorBoxes boxes;
-      NamedTensors pieces =
-          bundle.data_parallel->CheckpointPieces(DetachedParams(bundle.params), boxes);
-      std::vector<ParamRef> targets;
-      for (auto& [name, piece] : pieces) targets.push_back({name, &piece});
-      TITAN_RETURN_IF_ERROR(LoadModelWeights(initial_load, in_hf, info, targets, boxes));
-    }
   }
-  if (!initial_load.empty()) LOG(INFO) << "initial weights from " << initial_load;
+  if (!initial_load.empty()) {
+    // Each rank fills the pieces it holds (its stages' FSDP rows within tensor-parallel slices),
+    // reading one whole tensor at a time.
+    TensorBoxes boxes;
+    NamedTensors pieces = bundle.sharded().CheckpointPieces(DetachedParams(bundle.params), boxes);
+    std::vector<ParamRef> targets;
+    for (auto& [name, piece] : pieces) targets.push_back({name, &piece});
+    TITAN_RETURN_IF_ERROR(LoadModelWeights(initial_load, in_hf, info, targets, boxes));
+    if (bundle.pipeline != nullptr) TITAN_RETURN_IF_ERROR(bundle.pipeline->SyncTiedCopies());
+    LOG(INFO) << "initial weights from " << initial_load;
+  }
   bundle.flops_per_token = info.spec->flops_per_token(info.args, training.seq_len());
   LOG(INFO) << "model " << info.name() << " " << (info.flavor.empty() ? "custom" : info.flavor)
             << ": " << bundle.num_params << " parameters (" << DescribeArchitecture(info.args)

@@ -22,6 +22,7 @@
 #include "lib/model/decoder.h"
 #include "lib/parallel/data_parallel.h"
 #include "lib/parallel/distributed_runtime.h"
+#include "lib/parallel/sharded_state.h"
 #include "lib/pipeline/pipeline_parallel.h"
 #include "lib/registry/model_spec.h"
 #include "lib/tokenizer/tokenizer.h"
@@ -83,6 +84,8 @@ struct ModelBundle {
   std::vector<ParamRef> params;  // as this rank holds them (FSDP: shards; PP: its stages')
   int64_t num_params = 0;        // of the whole model
   int64_t flops_per_token = 0;   // training, at [training] seq_len
+  // How params are held across ranks: the pipeline's stages, else the data-parallel wrapper.
+  const ShardedState& sharded() const;
 };
 // [parallelism] and [activation_checkpoint] as the family's parallelize function takes them (on
 // an initialised model: `materialize` unset).
@@ -97,7 +100,7 @@ absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config);
 // function ([parallelism], [activation_checkpoint]) and, unless setup.resume_dir is set, loads
 // [checkpoint] initial_load_path into the pieces each rank holds. Under FSDP each group is
 // initialised after sharding, so no rank holds the whole model. With pipeline parallelism each
-// rank builds only its stages (lib/pipeline), an initial load filling them before sharding.
+// rank builds only its stages (lib/pipeline).
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime);
 

@@ -127,11 +127,8 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(train_data_, BuildTrainData(config_, tokenizer_.get(), setup_));
   if (config_.validation().enable()) TITAN_RETURN_IF_ERROR(CheckValidationData());
   if (manager != nullptr) {
-    const ShardedState* sharded = model_.pipeline != nullptr
-                                      ? static_cast<const ShardedState*>(model_.pipeline.get())
-                                      : model_.data_parallel.get();
-    CheckpointedParts parts{&model_.params, optimizer_.get(), sharded, train_data_.get(),
-                            &model_.info, model_.num_params};
+    CheckpointedParts parts{&model_.params,    optimizer_.get(), &model_.sharded(),
+                            train_data_.get(), &model_.info,     model_.num_params};
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));

@@ -67,20 +67,22 @@ class ModelParallelTest(train_runs.ParityTest):
         self.check_resumes(step_dir, [("fsdp2_tp2_resumed_by_one", 1),
                                       ("fsdp2_tp2_resumed_by_pp2", 2, *PP2)], steps=STEPS)
 
-    def test_fsdp2_tp2_initial_load_fills_each_ranks_pieces(self):
+    def test_initial_load_fills_each_ranks_pieces(self):
         # Each rank reads the initial checkpoint one whole tensor at a time into the pieces it
-        # holds (FSDP rows within tensor-parallel slices): one process's model, loaded whole.
+        # holds (FSDP rows within tensor-parallel slices, of its pipeline stages): one process's
+        # model, loaded whole.
         base = self.fresh("initial_base")
         train(base, 1, GLOBAL_BATCH, "--checkpoint.enable=true", steps=2)
         load = [f"--checkpoint.initial_load_path={base}/checkpoint"]
         one = self.fresh("initial_one")
         train(one, 1, GLOBAL_BATCH, "--checkpoint.enable=false", *load, steps=3)
         self.assertNotEqual(losses(one)[1], self.reference[1])
-        _, proc = self.check_parity("initial_fsdp2_tp2", 4,
-                                    "--parallelism.tensor_parallel_degree=2",
-                                    "--parallelism.data_parallel_shard_degree=2", *load, steps=3,
-                                    reference=losses(one))
-        self.assertIn("initial weights from", proc.stderr)
+        for name, degrees in (("tp2", "--parallelism.tensor_parallel_degree=2"),
+                              ("pp2", "--parallelism.pipeline_parallel_degree=2")):
+            _, proc = self.check_parity(f"initial_fsdp2_{name}", 4, degrees,
+                                        "--parallelism.data_parallel_shard_degree=2", *load,
+                                        steps=3, reference=losses(one))
+            self.assertIn("initial weights from", proc.stderr)
 
     def test_tp2_pp2(self):
         # Stages exchange sequence-parallel slices; the last stage's loss is vocab-parallel.

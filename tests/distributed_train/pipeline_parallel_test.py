@@ -57,6 +57,17 @@ class PipelineParallelTest(train_runs.ParityTest):
         self.check_parity("pp2_zbv_fused_loss", 2, *PP2, *VALIDATION, schedule("ZBVZeroBubble"),
                           "--training.loss_chunk_size=48")
 
+    def test_qwen3_initial_load_fills_each_stage_and_its_tied_head(self):
+        # Each stage's rank reads its own tensors of the initial checkpoint; the last stage's
+        # copy of the tied embedding takes the loaded value from the first stage.
+        qwen = ["--model.name=qwen3", "--model.flavor=debugmodel"]
+        base = self.fresh("qwen3_initial_base")
+        train(base, 1, GLOBAL_BATCH, *qwen, "--checkpoint.enable=true", steps=2)
+        load = [*qwen, f"--checkpoint.initial_load_path={base}/checkpoint"]
+        one = self.fresh("qwen3_initial_one")
+        train(one, 1, GLOBAL_BATCH, "--checkpoint.enable=false", *load, steps=3)
+        self.check_parity("qwen3_initial_pp2", 2, *PP2, *load, steps=3, reference=losses(one))
+
     def test_impossible_schedules_stop_with_one_line(self):
         # 1F1B needs at least as many microbatches as stages: 4 stages, 2 microbatches of 1.
         proc = train(self.fresh("too_few"), 4, 2, "--parallelism.pipeline_parallel_degree=4",
