@@ -116,11 +116,16 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
   const std::string no_held_out =
       "and there is none (give [rl] eval_prompts_path, or a bundled task for its split)";
   // Before the keys and the rollouts file's shape, which are the wrong algorithm's to check.
-  if (mode == RlMode::kStepRollouts && !policy_gradient) {
+  if (OnGivenRollouts(mode) && !policy_gradient) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--step_rollouts updates on scored rollouts: [rl] algorithm must be grpo, dapo or ppo, "
         "not ",
         algorithm, " (sft and dpo learn from the examples of [rl] prompts_path)"));
+  }
+  if (mode == RlMode::kStepRolloutsSaved && !config.checkpoint().enable()) {
+    return absl::InvalidArgumentError(
+        "--save_step saves the update as the run's next checkpoint step: set [checkpoint] "
+        "enable = true");
   }
   if (absl::Status status = RefuseUnreadKeys(
           config,
@@ -203,7 +208,7 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
         "would never learn; use group_size >= 2 (or ppo, whose advantages come from its value "
         "head)"));
   }
-  if (mode != RlMode::kStepRollouts && rl.temperature() > 0 && rl.temperature() < 1e-5) {
+  if (!OnGivenRollouts(mode) && rl.temperature() > 0 && rl.temperature() < 1e-5) {
     // vLLM's threshold: logits / temperature overflow float32 long before 0.
     return absl::InvalidArgumentError(
         absl::StrCat("[rl] temperature = ", rl.temperature(),
@@ -254,6 +259,10 @@ GroupStd GroupStdFromConfig(const JobConfig::Rl& rl) {
 
 KlEstimator KlEstimatorFromConfig(const JobConfig::Rl& rl) {
   return rl.kl_estimator() == "k1" ? KlEstimator::kK1 : KlEstimator::kK3;
+}
+
+bool OnGivenRollouts(RlMode mode) {
+  return mode == RlMode::kStepRollouts || mode == RlMode::kStepRolloutsSaved;
 }
 
 bool IsPolicyGradient(const std::string& algorithm) {

@@ -10,9 +10,13 @@
 namespace titan {
 
 // What titan_rl does with a job: train, one update on given rollouts (--step_rollouts, whose keys
-// are checked as training's), or sample alone (--generate, which reads [rl]'s sampling keys and
-// prompts-only examples whatever the algorithm).
-enum class RlMode { kTrain, kStepRollouts, kGenerate };
+// are checked as training's; kStepRolloutsSaved with --save_step: the update is saved as the run's
+// next step), or sample alone (--generate, which reads [rl]'s sampling keys and prompts-only
+// examples whatever the algorithm).
+enum class RlMode { kTrain, kStepRollouts, kStepRolloutsSaved, kGenerate };
+
+// kStepRollouts or kStepRolloutsSaved: the rollouts are given, not sampled.
+bool OnGivenRollouts(RlMode mode);
 
 // The job titan_rl runs: `config` with [rl]'s founding-API keys applied to the trainer sections
 // they stand for ([optimizer] lr = [rl] learning_rate, [training] seq_len = [rl] max_seq_len) and

@@ -264,7 +264,13 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
 
 absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobConfig& config,
                                                   const DistributedRuntime& runtime,
-                                                  const std::string& path) {
+                                                  const std::string& path, bool save_as_next_step) {
+  // Before the file is read: the run's schedule has no step to add.
+  if (save_as_next_step && trainer.state().step >= config.training().steps()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--save_step: the run is at step ", trainer.state().step, ", its last ([training] steps = ",
+        config.training().steps(), "): raise [training] steps to add steps"));
+  }
   absl::StatusOr<std::vector<RewardedRollout>> rows =
       ReadRewardedRollouts(path, config.rl().algorithm());
   if (!rows.ok()) return rows.status();
@@ -311,9 +317,14 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   absl::StatusOr<StepMetrics> metrics =
       trainer.Step(prompts, responses, rewards, where, logprobs, response_ids);
   if (!metrics.ok()) return metrics.status();
-  const std::string weights = config.job().dump_folder() + "/step_weights.safetensors";
-  TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
-  if (absl::Status status = trainer.SavePolicyWeights(weights); !status.ok()) return status;
+  std::string weights;
+  if (save_as_next_step) {
+    TITAN_ASSIGN_OR_RETURN(weights, trainer.SaveAsNextStep(*metrics));
+  } else {
+    weights = config.job().dump_folder() + "/step_weights.safetensors";
+    TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
+    TITAN_RETURN_IF_ERROR(trainer.SavePolicyWeights(weights));
+  }
   // mfu is null where the device's peak is unknown (a CPU).
   nlohmann::json summary = {
       {"loss", metrics->loss},
@@ -322,6 +333,7 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
       {"tflops", metrics->tflops},
       {"mfu", metrics->mfu.has_value() ? nlohmann::json(*metrics->mfu) : nlohmann::json()},
       {"weights", weights}};
+  if (save_as_next_step) summary["step"] = trainer.state().step;
   for (const auto& [name, value] : metrics->extra) summary[name] = value;
   return summary;
 }

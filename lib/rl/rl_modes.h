@@ -35,11 +35,13 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
                                               const std::string& output);
 
 // One update on the rollouts in the JSONL file `path` (prompt, response, reward; rank r takes the
-// r-th equal contiguous share) and writes the policy to <dump_folder>/step_weights.safetensors.
-// Returns loss, grad_norm, weights and the step's metrics.
+// r-th equal contiguous share) and writes the policy to <dump_folder>/step_weights.safetensors,
+// or with `save_as_next_step` (--save_step; `trainer` made in RlMode::kStepRolloutsSaved) saves
+// the update as the run's next checkpoint step. Returns loss, grad_norm, weights (the file, or
+// the step folder) and the step's metrics (and its step).
 absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobConfig& config,
                                                   const DistributedRuntime& runtime,
-                                                  const std::string& path);
+                                                  const std::string& path, bool save_as_next_step);
 
 }  // namespace titan
 

@@ -495,11 +495,9 @@ absl::Status RlTrainer::Train() {
         " or give more examples"));
   }
   // Once the run has passed its checks (a refused run leaves the previous one's), and only for
-  // training: --generate and --step_rollouts in a run's folder do not replace its config.
-  if (runtime_.rank() == 0) {
-    TITAN_RETURN_IF_ERROR(WriteFileAtomically(config_.job().dump_folder() + "/config.toml",
-                                              JobConfigToToml(config_)));
-  }
+  // runs that add steps: --generate and --step_rollouts in a run's folder do not replace its
+  // config.
+  TITAN_RETURN_IF_ERROR(WriteRunConfig());
   // SIGINT/SIGTERM: finish the step, save and exit 0, as titan_train.
   StopSignal stop_signal(runtime_);
   // Without a held-out set there is no evaluation to log: a 0 would read as a measured one.
@@ -591,23 +589,12 @@ absl::Status RlTrainer::Train() {
       TITAN_RETURN_IF_ERROR(log(m));
     }
     if (step == 1) runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
-    // PPO's value head, then the policy's step: a resume keys on the policy's step, so it
-    // appears only once the critic's is durable.
-    auto save = [&](bool model_only) -> absl::Status {
-      if (critic_checkpointer_) {
-        // The policy's earlier step is committed before the critic's pruning counts it.
-        TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
-        TITAN_RETURN_IF_ERROR(critic_checkpointer_->Save(state_, model_only));
-        TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());
-      }
-      return checkpointer_->Save(state_, model_only);
-    };
     const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last);
-    if (saved) TITAN_RETURN_IF_ERROR(save(last && ckpt.last_save_model_only()));
+    if (saved) TITAN_RETURN_IF_ERROR(SaveStep(last && ckpt.last_save_model_only()));
     TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
     if (signal != 0 && !last) {
       LOG(WARNING) << "received signal " << signal << "; stopping after step " << step;
-      if (checkpointer_ && !saved) TITAN_RETURN_IF_ERROR(save(false));
+      if (checkpointer_ && !saved) TITAN_RETURN_IF_ERROR(SaveStep(false));
       break;
     }
   }
@@ -616,6 +603,44 @@ absl::Status RlTrainer::Train() {
   if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());
   LOG(INFO) << "titan_rl done at step " << state_.step;
   return absl::OkStatus();
+}
+
+absl::Status RlTrainer::WriteRunConfig() const {
+  if (runtime_.rank() != 0) return absl::OkStatus();
+  return WriteFileAtomically(config_.job().dump_folder() + "/config.toml",
+                             JobConfigToToml(config_));
+}
+
+absl::Status RlTrainer::SaveStep(bool model_only) {
+  // PPO's value head, then the policy's step: a resume keys on the policy's step, so it appears
+  // only once the critic's is durable.
+  if (critic_checkpointer_) {
+    // The policy's earlier step is committed before the critic's pruning counts it.
+    TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
+    TITAN_RETURN_IF_ERROR(critic_checkpointer_->Save(state_, model_only));
+    TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());
+  }
+  return checkpointer_->Save(state_, model_only);
+}
+
+absl::StatusOr<std::string> RlTrainer::SaveAsNextStep(StepMetrics m) {
+  if (checkpointer_ == nullptr || metrics_ == nullptr) {
+    return absl::FailedPreconditionError("--save_step: this run saves no checkpoints");
+  }
+  const int64_t step = state_.step + 1;
+  TITAN_RETURN_IF_ERROR(
+      CheckFiniteUpdate(m, absl::StrCat("step ", step),
+                        "; not saved: the run's last checkpoint, if any, is its last good one"));
+  TITAN_RETURN_IF_ERROR(WriteRunConfig());
+  state_.step = step;
+  ++state_.lr_step;
+  m.step = step;
+  m.memory_gib = PeakMemoryGiB(setup_.device);
+  TITAN_RETURN_IF_ERROR(metrics_->Log(m));
+  TITAN_RETURN_IF_ERROR(SaveStep(false));
+  TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
+  if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());
+  return checkpointer_->StepDirectory(step);
 }
 
 absl::Status RlTrainer::SavePolicyWeights(const std::string& path) {

@@ -45,7 +45,8 @@ class RlTrainer {
  public:
   // `config` as RlJobConfig returns it. Builds every part and resumes from the newest checkpoint.
   // `mode` kTrain: Train() follows, so the run locks its folders (LockRunFolders) and logs
-  // metrics; --generate and --step_rollouts may read a running training's folder, and do not.
+  // metrics, as kStepRolloutsSaved does (SaveAsNextStep follows Step); --generate and
+  // --step_rollouts may read a running training's folder, and do not.
   // kGenerate reads only prompts (and answers) from the prompts files, whatever the algorithm, and
   // builds the policy alone: no reference, value head or reward model (kStepRollouts: no reward
   // model).
@@ -87,6 +88,12 @@ class RlTrainer {
   // Mean held-out reward (RL: greedy responses), or preference accuracy (DPO), over this rank's
   // share of the held-out set, summed over ranks; 0 without one (Train logs nothing then).
   absl::StatusOr<double> Evaluate();
+
+  // --step_rollouts --save_step, after Step's update `m`: the update becomes the run's next step,
+  // logged to metrics.jsonl and saved whole (policy, optimizer, PPO's value head) as a training
+  // step is, so that the next --step_rollouts, --generate or training run continues from it.
+  // Returns the step's folder.
+  absl::StatusOr<std::string> SaveAsNextStep(StepMetrics m);
 
   // The policy's whole weights as one safetensors file (rank 0 writes; a collective when
   // sharded).
@@ -143,6 +150,10 @@ class RlTrainer {
                                                     at::Tensor* values = nullptr,
                                                     at::Tensor* entropy = nullptr);
   absl::StatusOr<StepMetrics> RlUpdate(const Rollouts& rollouts);
+  // <dump_folder>/config.toml, the run's configuration (rank 0 writes it).
+  absl::Status WriteRunConfig() const;
+  // Saves state_'s step: PPO's value head first, then the policy's.
+  absl::Status SaveStep(bool model_only);
   // The rewards the update uses: the scorer's, less [rl] overlong_buffer_len's penalty.
   std::vector<double> OverlongPenalized(const Rollouts& rollouts) const;
   absl::StatusOr<StepMetrics> SftOrDpoStep(const std::vector<const RlExample*>& examples);

@@ -46,12 +46,16 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicy(const RunSetup& setup) {
 
 absl::Status RlTrainer::Init(RlMode mode) {
   const bool training_run = mode == RlMode::kTrain;
+  // Runs that add steps to the run's folder: training, and --step_rollouts --save_step.
+  const bool writes_steps = training_run || mode == RlMode::kStepRolloutsSaved;
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
-  if (training_run) {
-    // --generate and --step_rollouts make the dump folder only once they have weights to use
-    // (rl_modes.h).
+  if (writes_steps) {
+    // (--generate and --step_rollouts, which take no lock, make the dump folder only once they
+    // have weights to use: rl_modes.h.)
     TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
     TITAN_RETURN_IF_ERROR(runtime_.StartCommTrace(setup_.run_id));
+  }
+  if (training_run) {
     // Only training draws prompts_per_step prompts a step; --generate and --step_rollouts split
     // their own inputs over the ranks.
     if (rl_.prompts_per_step() % setup_.dp_size != 0) {
@@ -65,7 +69,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
                          BuildCheckpointManager(config_, setup_, runtime_));
   if (manager != nullptr) {
     TITAN_ASSIGN_OR_RETURN(setup_.resume_dir,
-                           StepFolderToResume(config_, runtime_, *manager, !training_run));
+                           StepFolderToResume(config_, runtime_, *manager, !writes_steps));
   }
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicy(setup_));
   // Generation samples from the policy alone: a reference (a whole copy of the weights) or a
@@ -118,7 +122,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
         &policy_.params, optimizer_.get(),   policy_.data_parallel.get(),         nullptr,
         &policy_.info,   policy_.num_params, absl::StrCat("rl/", rl_.algorithm())};
     // --generate and --step_rollouts read a training run's folder and must leave it as it is.
-    parts.read_only = !training_run;
+    parts.read_only = !writes_steps;
     parts.weights_only = generate;
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
@@ -136,7 +140,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
                                &policy_.info,
                                0,
                                absl::StrCat("rl/", rl_.algorithm())};
-      critic.read_only = !training_run;
+      critic.read_only = !writes_steps;
       TITAN_ASSIGN_OR_RETURN(
           critic_checkpointer_,
           TrainCheckpointer::Create(config_, runtime_, std::move(critic_manager), critic));
@@ -192,6 +196,9 @@ absl::Status RlTrainer::Init(RlMode mode) {
     // data file leaves none behind.
     TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
                                           config_, runtime_.rank(), setup_.device)));
+    monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
+  }
+  if (writes_steps) {
     TITAN_ASSIGN_OR_RETURN(metrics_,
                            BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
     // The rollouts files follow the run as metrics.jsonl does; rank 0 also takes the files of
@@ -212,7 +219,6 @@ absl::Status RlTrainer::Init(RlMode mode) {
         return absl::OkStatus();
       });
     }
-    monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
   }
   LOG(INFO) << "titan_rl " << rl_.algorithm() << ": " << train_examples_.size()
             << " training examples, " << eval_examples_.size() << " held out; policy "

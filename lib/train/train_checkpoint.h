@@ -109,6 +109,8 @@ class TrainCheckpointer {
   int64_t resumed_step() const { return resumed_step_; }
   // The step folder Resume loaded weights from (a seed checkpoint's too); "": none.
   const std::string& loaded_dir() const { return loaded_dir_; }
+  // The folder of committed step `step`.
+  std::string StepDirectory(int64_t step) const { return manager_->StepDirectory(step); }
   // True from a Resume that counts from step 0 again over the loaded run's steps until the first
   // save sets them aside; each `on_set_aside` runs once that save is committed, in the order added
   // (the per-step logs follow: MetricsLogger::CommitRestart, StepLog::Commit).

@@ -1324,21 +1324,28 @@ class TitanRlTest(unittest.TestCase):
                       "penalty is overlong_buffer_len, off unless set)", entry)
         self.assertNotIn("overlong penalty defaults", entry)
 
-    def replay_a_step(self, name, *flags, fields=("prompt", "response", "reward")):
-        """One step of CONFIG from a model that answers in whole-word tokens (" a" ... " e", the
-        bundled tokenizer's 257, 262, 283, 277, 267) or stops, their output rows scaled up so that
-        responses often stop and re-encode to their ids (a random model's byte tokens decode to
-        U+FFFD), then --step_rollouts on that step's rows (their `fields`) under the same `flags`:
-        the step's metrics, the replay's summary and the rows."""
+    def stopping_model(self):
+        """A model that answers in whole-word tokens (" a" ... " e", the bundled tokenizer's 257,
+        262, 283, 277, 267) or stops, their output rows scaled up so that responses often stop and
+        re-encode to their ids (a random model's byte tokens decode to U+FFFD): its folder."""
         hf = os.path.join(self.root, "hf_stops")
         if not os.path.isdir(hf):
             model = common.save_random_hf(hf, "llama3", initializer_range=0.02)
             with torch.no_grad():
                 model.lm_head.weight[[257, 262, 283, 277, 267, common.EOS]] *= 30
             model.save_pretrained(hf)
-        # top_k 3: the scaled rows; one step in both (the LR schedule's warmup depends on it).
-        flags = ["--rl.top_k=3", "--training.steps=1", "--rl.reward=command",
-                 "--rl.reward_command=awk '{print length($0) % 3}'", *flags]
+        return hf
+
+    # top_k 3: stopping_model's scaled rows.
+    STOPPING_RUN = ["--rl.top_k=3", "--rl.reward=command",
+                    "--rl.reward_command=awk '{print length($0) % 3}'"]
+
+    def replay_a_step(self, name, *flags, fields=("prompt", "response", "reward")):
+        """One step of CONFIG from stopping_model, then --step_rollouts on that step's rows (their
+        `fields`) under the same `flags`: the step's metrics, the replay's summary and the rows."""
+        hf = self.stopping_model()
+        # One step in both (the LR schedule's warmup depends on it).
+        flags = [*self.STOPPING_RUN, "--training.steps=1", *flags]
         dump = os.path.join(self.root, f"replayed_{name}")
         common.run(common.short_run(TITAN_RL, CONFIG, dump, hf, *flags))
         step = next(m for m in common.metrics(dump) if m["step"] == 1)
@@ -1382,6 +1389,55 @@ class TitanRlTest(unittest.TestCase):
         self.assertLess(max(len(r["response_ids"]) for r in rows), 40)
         self.assertEqual(step["logprob_diff_max"], 0.0)
         self.assert_replayed(step, replay)
+
+    def test_step_rollouts_save_step_chains_into_the_training_runs_steps(self):
+        # Two --save_step calls on a 2-step run's rollouts, one step's rows each, make the run's
+        # steps again: the same metrics and the same step-2 weights, bit for bit.
+        flags = ["--rl.old_logprobs=trainer", "--rl.dynamic_sampling=false",
+                 "--checkpoint.enable=true", "--checkpoint.interval=1",
+                 "--checkpoint.last_save_model_only=false", "--training.steps=2"]
+        hf = self.stopping_model()
+        trained = os.path.join(self.root, "trained_for_chain")
+        common.run(common.short_run(TITAN_RL, CONFIG, trained, hf, *self.STOPPING_RUN, *flags))
+        rows = common.read_jsonl(os.path.join(trained, "rollouts.jsonl"))
+        chained = os.path.join(self.root, "chained")
+        shutil.rmtree(chained, ignore_errors=True)
+        summaries = []
+        for step in (1, 2):
+            path = os.path.join(self.root, f"chain_step{step}.jsonl")
+            common.write_jsonl(path, [{k: r[k] for k in ("prompt", "response", "reward",
+                                                         "response_ids")}
+                                      for r in rows if r["step"] == step])
+            cmd = common.short_run(TITAN_RL, CONFIG, chained, hf, *self.STOPPING_RUN, *flags,
+                                   "--json", "--save_step", f"--step_rollouts={path}")
+            summaries.append(json.loads(common.run(cmd).stdout))
+        metrics = {m["step"]: m for m in common.metrics(trained) if "loss" in m}
+        for step, summary in zip((1, 2), summaries):
+            self.assertEqual(summary["step"], step)
+            self.assertEqual(summary["weights"],
+                             os.path.join(chained, "checkpoint", f"step-{step}"))
+            for key in ("loss", "grad_norm", "entropy", "reward_mean"):
+                self.assertEqual(summary[key], metrics[step][key], (step, key))
+        self.assertEqual(summaries[1]["weights_from"], summaries[0]["weights"])
+        self.assertEqual([m["step"] for m in common.metrics(chained)], [1, 2])
+        want = load_file(os.path.join(trained, "checkpoint", "step-2", "model.safetensors"))
+        got = load_file(os.path.join(chained, "checkpoint", "step-2", "model.safetensors"))
+        self.assertEqual(sorted(want), sorted(got))
+        for name in want:
+            self.assertTrue(torch.equal(want[name], got[name]), name)
+        self.assertFalse(os.path.exists(os.path.join(chained, "step_weights.safetensors")))
+        # The run's schedule ends at [training] steps: no third step.
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("--save_step: the run is at step 2, its last ([training] steps = 2): raise "
+                      "[training] steps to add steps", proc.stderr)
+        proc = common.run([*cmd[:-3], "--checkpoint.enable=false", *cmd[-3:]], check=False)
+        self.assertIn("--save_step saves the update as the run's next checkpoint step: set "
+                      "[checkpoint] enable = true", proc.stderr)
+        proc = common.run([c for c in cmd if not c.startswith("--step_rollouts") and c != "--json"],
+                          check=False)
+        self.assertIn("--save_step saves --step_rollouts' update as the run's next step; without "
+                      "--step_rollouts there is no such update", proc.stderr)
 
     def test_overlong_penalty_is_at_most_its_factor(self):
         # Given rollouts may be longer than max_new_tokens: DAPO's soft punishment stops at the

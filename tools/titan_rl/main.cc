@@ -28,7 +28,8 @@ constexpr char kUsage[] =
     "usage: titan_rl [--nproc_per_node=N] --job.config_file=FILE [--section.key=value ...]\n"
     "       titan_rl --generate [--output=FILE] [--json] [--random_weights]\n"
     "                --job.config_file=FILE ...\n"
-    "       titan_rl --step_rollouts=FILE [--json] [--random_weights] --job.config_file=FILE ...\n"
+    "       titan_rl --step_rollouts=FILE [--save_step] [--json] [--random_weights]\n"
+    "                --job.config_file=FILE ...\n"
     "Trains with the [rl] algorithm of the job file (sft, grpo, dapo, ppo, dpo): rollouts.jsonl,\n"
     "metrics.jsonl, TensorBoard and checkpoints under [job] dump_folder. --generate samples\n"
     "responses to [rl] prompts_path (or the task's held-out prompts) with the policy and writes\n"
@@ -38,7 +39,12 @@ constexpr char kUsage[] =
     "each rank takes an equal contiguous share, in order; for grpo and dapo each run of\n"
     "[rl] group_size rows is one prompt's group, and a row of another prompt is refused)\n"
     "and writes the\n"
-    "updated policy weights to <dump_folder>/step_weights.safetensors (not PPO's value head).\n"
+    "updated policy weights to <dump_folder>/step_weights.safetensors (not PPO's value head);\n"
+    "with --save_step the update is instead the run's next checkpoint step (step-<N+1>: policy,\n"
+    "optimizer, PPO's value head; a metrics.jsonl row), saved under the run's folder lock as\n"
+    "training saves a step, so --step_rollouts chains (rollouts from another generator, one\n"
+    "step at a time) and --generate or a training run continue from it; it needs\n"
+    "[checkpoint] enable and a step left before [training] steps.\n"
     "Both use the newest checkpoint under [job] dump_folder, else [checkpoint] initial_load_path;\n"
     "with neither they refuse to run unless --random_weights asks for a random policy\n"
     "(refused where there are weights to load).\n"
@@ -51,6 +57,7 @@ struct ToolFlags {
   bool generate = false;
   bool json = false;
   bool random_weights = false;
+  bool save_step = false;
   std::string output;
   std::string step_rollouts;
   std::string error;                   // a tool flag given without its value
@@ -67,6 +74,8 @@ ToolFlags ParseToolFlags(int argc, char** argv) {
       flags.json = true;
     } else if (arg == "--random_weights") {
       flags.random_weights = true;
+    } else if (arg == "--save_step") {
+      flags.save_step = true;
     } else if (absl::StartsWith(arg, "--output=")) {
       flags.output = arg.substr(9);
     } else if (absl::StartsWith(arg, "--step_rollouts=")) {
@@ -106,6 +115,11 @@ absl::Status Run(const ToolFlags& flags) {
   if (flags.generate && !flags.step_rollouts.empty()) {
     return absl::InvalidArgumentError("--generate and --step_rollouts: give one of them");
   }
+  if (flags.save_step && flags.step_rollouts.empty()) {
+    return absl::InvalidArgumentError(
+        "--save_step saves --step_rollouts' update as the run's next step; without "
+        "--step_rollouts there is no such update (a training run saves its steps itself)");
+  }
   absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.overrides);
   if (!config.ok()) return config.status();
   // Before RunJobOnThisRank's ValidateJobConfig, whose dataset checks ask for keys refused here.
@@ -115,8 +129,9 @@ absl::Status Run(const ToolFlags& flags) {
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime)
                                               -> absl::Status {
     if (!flags.generate && flags.step_rollouts.empty()) return titan::RunRl(*config, runtime);
-    const titan::RlMode mode =
-        flags.generate ? titan::RlMode::kGenerate : titan::RlMode::kStepRollouts;
+    const titan::RlMode mode = flags.generate    ? titan::RlMode::kGenerate
+                               : flags.save_step ? titan::RlMode::kStepRolloutsSaved
+                                                 : titan::RlMode::kStepRollouts;
     absl::StatusOr<titan::JobConfig> rl_config = titan::RlJobConfig(*config, mode);
     if (!rl_config.ok()) return rl_config.status();
     std::string output;
@@ -134,9 +149,9 @@ absl::Status Run(const ToolFlags& flags) {
           titan::PolicyWeightsFrom(**trainer, *rl_config, flags.random_weights);
       if (!weights_from.ok()) return weights_from.status();
       absl::StatusOr<nlohmann::json> summary =
-          flags.generate
-              ? titan::GenerateToFile(**trainer, *rl_config, runtime, output)
-              : titan::StepOnRolloutsFile(**trainer, *rl_config, runtime, flags.step_rollouts);
+          flags.generate ? titan::GenerateToFile(**trainer, *rl_config, runtime, output)
+                         : titan::StepOnRolloutsFile(**trainer, *rl_config, runtime,
+                                                     flags.step_rollouts, flags.save_step);
       if (!summary.ok()) return summary.status();
       (*summary)["weights_from"] = *weights_from;
       if (runtime.rank() != 0) return absl::OkStatus();
