@@ -624,7 +624,7 @@ absl::Status RlTrainer::SaveStep(bool model_only) {
 }
 
 absl::StatusOr<std::string> RlTrainer::SaveAsNextStep(StepMetrics m) {
-  if (checkpointer_ == nullptr || metrics_ == nullptr) {
+  if (checkpointer_ == nullptr) {
     return absl::FailedPreconditionError("--save_step: this run saves no checkpoints");
   }
   const int64_t step = state_.step + 1;
@@ -636,7 +636,7 @@ absl::StatusOr<std::string> RlTrainer::SaveAsNextStep(StepMetrics m) {
   ++state_.lr_step;
   m.step = step;
   m.memory_gib = PeakMemoryGiB(setup_.device);
-  TITAN_RETURN_IF_ERROR(metrics_->Log(m));
+  if (metrics_ != nullptr) TITAN_RETURN_IF_ERROR(metrics_->Log(m));  // rank 0's
   TITAN_RETURN_IF_ERROR(SaveStep(false));
   TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
   if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());

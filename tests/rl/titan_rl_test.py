@@ -1431,6 +1431,11 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("--save_step: the run is at step 2, its last ([training] steps = 2): raise "
                       "[training] steps to add steps", proc.stderr)
+        # Over 2 ranks (each its share of the rows; rank 0 logs the metrics).
+        more = [cmd[0], "--nproc_per_node=2", *cmd[1:], "--training.steps=3"]
+        self.assertEqual(json.loads(common.run(more).stdout)["step"], 3)
+        self.assertEqual([m["step"] for m in common.metrics(chained)], [1, 2, 3])
+        self.assertTrue(os.path.isdir(os.path.join(chained, "checkpoint", "step-3")))
         proc = common.run([*cmd[:-3], "--checkpoint.enable=false", *cmd[-3:]], check=False)
         self.assertIn("--save_step saves the update as the run's next checkpoint step: set "
                       "[checkpoint] enable = true", proc.stderr)
