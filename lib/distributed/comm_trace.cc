@@ -27,6 +27,7 @@
 #include "glog/logging.h"
 #include "lib/distributed/dump_signal.h"
 #include "lib/distributed/group_state.h"
+#include "lib/util/c10_log_filter.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -427,6 +428,7 @@ void CommTrace::DumpAllRanks(absl::string_view reason) {
   answered_request_ = true;  // This rank's watcher need not answer the request it makes.
   if (absl::Status dumped = Dump(reason); !dumped.ok()) LOG(ERROR) << dumped.message();
   if (!store_) return;
+  QuietC10Warnings quiet;  // A store that fails is reported below, once.
   try {
     MarkDumped();
     const std::string request = absl::StrCat("rank ", options_.rank, ": ", reason);
@@ -450,6 +452,7 @@ void CommTrace::DumpAllRanks(absl::string_view reason) {
 }
 
 bool CommTrace::PeerRequestPending() {
+  QuietC10Warnings quiet;  // A store gone is the end of the job, told by the failing operation.
   try {
     return store_->check({kRequestKey});
   } catch (const std::exception&) {
@@ -479,6 +482,7 @@ void CommTrace::Watch() {
     if (store_ && !answered_request_ && PeerRequestPending()) {
       answered_request_ = true;
       std::string why;
+      QuietC10Warnings quiet;  // A failure is logged below.
       try {
         const std::vector<uint8_t> value = store_->get(kRequestKey);
         why = std::string(value.begin(), value.end());

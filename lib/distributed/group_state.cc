@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "lib/distributed/deadline_watch.h"
+#include "lib/util/c10_log_filter.h"
 
 namespace titan {
 
@@ -73,6 +74,7 @@ void GroupState::PublishProgress() {
   const int64_t arrived = static_cast<int64_t>(arrived_.load(std::memory_order_relaxed));
   if (arrived == published_) return;
   const std::string value = absl::StrCat(arrived);
+  QuietC10Warnings quiet;  // A failure is the straggler report's to tell.
   try {
     progress_->set(absl::StrCat(rank_), std::vector<uint8_t>(value.begin(), value.end()));
     published_ = arrived;
@@ -86,6 +88,7 @@ std::string GroupState::Stragglers(uint64_t seq) {
   // Let every member's publisher run once, so a value is at most one period old.
   absl::SleepFor(2 * kProgressPeriod);
   std::vector<int> missing;
+  QuietC10Warnings quiet;  // A failure is told below.
   try {
     for (size_t member = 0; member < global_ranks_.size(); ++member) {
       const std::string key = absl::StrCat(member);
@@ -97,7 +100,11 @@ std::string GroupState::Stragglers(uint64_t seq) {
       if (reached < static_cast<int64_t>(seq)) missing.push_back(global_ranks_[member]);
     }
   } catch (const std::exception& e) {
-    return absl::StrCat("ranks that did not arrive: unknown (store unreachable: ", Reason(e), ")");
+    // Rank 0's own store answers while it lives: on another rank, unreachable means it ended.
+    const bool host_gone = global_ranks_[rank_] != 0;
+    return absl::StrCat("ranks that did not arrive: unknown (the store, hosted by rank 0, is ",
+                        host_gone ? "gone: rank 0 died or exited" : "unreachable", ": ", Reason(e),
+                        ")");
   }
   if (missing.empty()) return "every rank arrived";
   return absl::StrCat("ranks that did not arrive: ", absl::StrJoin(missing, ", "));

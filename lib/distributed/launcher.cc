@@ -34,6 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
+#include "lib/util/c10_log_filter.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 
@@ -528,6 +529,8 @@ int RunRankedTool(int argc, char** argv, const std::string& name, const std::str
   }
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
+  // A failure is said in titan's lines; LibTorch's own lines keep their message, not a backtrace.
+  FilterC10LogOutput();
   // `bazel run` starts us in the runfiles tree; relative paths mean the user's directory.
   if (const char* dir = std::getenv("BUILD_WORKING_DIRECTORY"); dir != nullptr) {
     if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;

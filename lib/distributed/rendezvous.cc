@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "lib/distributed/deadline_watch.h"
+#include "lib/util/c10_log_filter.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -123,6 +124,9 @@ absl::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::Connect(const Distribute
                   "another service's port?)")
           .message(),
       "\n");
+  // c10d's client logs each retry with a backtrace ("retrying (try=3, ...): Ping failed"); the
+  // failure is told once, below.
+  QuietC10Warnings quiet;
   try {
     c10::intrusive_ptr<c10d::Store> store;
     RunWithDeadline(
