@@ -8,12 +8,14 @@
 #include <limits>
 #include <string>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/util/c10_log_filter.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -243,6 +245,32 @@ TEST(CommTraceTest, AFailingRankGetsEveryRankToDump) {
   for (int rank = 0; rank < 3; ++rank) {
     EXPECT_TRUE(std::filesystem::exists(absl::StrCat(folder, "/rank_", rank))) << rank;
   }
+}
+
+// Rank 0 closes the store as the job ends while this rank's watcher still polls it for dump
+// requests: c10d's client would log each failed poll with a C++ backtrace.
+TEST(CommTraceTest, TheWatcherPollsAStoreWhoseHostEndedQuietly) {
+  FilterC10LogOutput();
+  c10d::TCPStoreOptions store_options;
+  store_options.port = 0;
+  store_options.isServer = true;
+  store_options.waitWorkers = false;
+  auto host = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+  store_options.port = host->getPort();
+  store_options.isServer = false;
+  CommTraceOptions options;
+  options.buffer_size = 4;
+  options.folder = TestFolder("host_ended");
+  options.rank = 1;
+  options.world_size = 2;
+  options.store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", store_options);
+  absl::StatusOr<std::shared_ptr<CommTrace>> trace = CommTrace::Create(options);
+  ASSERT_TRUE(trace.ok()) << trace.status();
+  host.reset();
+  testing::internal::CaptureStderr();
+  absl::SleepFor(absl::Milliseconds(1200));  // two polls or more
+  trace->reset();
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
 TEST(CommTraceTest, SigusrOneDumps) {

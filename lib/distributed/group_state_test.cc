@@ -1,0 +1,58 @@
+#include "lib/distributed/group_state.h"
+
+#include <c10/util/intrusive_ptr.h>
+
+#include <string>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "lib/util/c10_log_filter.h"
+
+namespace titan {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A store hosted in this process (rank 0's part) and a client's connection to it (another rank's).
+struct HostedStore {
+  c10::intrusive_ptr<c10d::TCPStore> host;
+  c10::intrusive_ptr<c10d::TCPStore> client;
+};
+
+HostedStore HostStore() {
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  HostedStore store;
+  store.host = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  options.port = store.host->getPort();
+  options.isServer = false;
+  store.client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  return store;
+}
+
+// Rank 0 closes the store as the job ends (or dies) while rank 1 still publishes its progress and
+// asks who arrived: c10d's client would log each failed call with a C++ backtrace.
+TEST(GroupStateTest, AStoreWhoseHostEndedFailsQuietlyAndNamesRankZero) {
+  FilterC10LogOutput();
+  HostedStore store = HostStore();
+  GroupState group("dp", {0, 1}, /*rank=*/1,
+                   c10::make_intrusive<c10d::PrefixStore>("titan/progress/dp", store.client));
+  group.MarkArrived(1);
+  group.PublishProgress();
+  store.host.reset();
+  testing::internal::CaptureStderr();
+  group.MarkArrived(2);
+  group.PublishProgress();
+  const std::string stragglers = group.Stragglers(2);
+  const std::string printed = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(stragglers, HasSubstr("ranks that did not arrive: unknown (the store, hosted by rank "
+                                    "0, is gone: rank 0 died or exited: "));
+  EXPECT_EQ(printed, "");
+}
+
+}  // namespace
+}  // namespace titan
