@@ -364,16 +364,25 @@ absl::Status TrainCheckpointer::FinishPendingSave() {
   if (async_saver_ == nullptr || !async_saver_->in_flight()) return absl::OkStatus();
   const absl::Status saved = async_saver_->Wait();
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
-  if (!all_saved) DiscardFailedSave(pending_step_);
+  if (!all_saved) DiscardFailedSave(pending_step_, /*model_only=*/false);
   TITAN_RETURN_IF_ERROR(saved);
   if (!all_saved) return absl::InternalError("another rank failed to write its checkpoint part");
   return FinishRestart();
 }
 
-void TrainCheckpointer::DiscardFailedSave(int64_t step) const {
+void TrainCheckpointer::DiscardFailedSave(int64_t step, bool model_only) const {
   const absl::Status discarded = manager_->DiscardFailedSave(step);
   // The save's own error is the one to report; the next run removes what is left anyway.
   if (!discarded.ok()) LOG(WARNING) << "Keeping a failed save's temporary: " << discarded;
+  if (!model_only || !writer() || !config_.checkpoint().last_save_in_hf()) return;
+  // The export is half of the final save: without its step it goes too.
+  const std::string export_dir = manager_->HfExportDirectory(step);
+  if (!PathExists(export_dir)) return;
+  if (const absl::Status removed = RemoveTree(export_dir); !removed.ok()) {
+    LOG(WARNING) << "Keeping " << export_dir << ", the export of a failed save: " << removed;
+  } else {
+    LOG(INFO) << "Removed " << export_dir << ", the export of the failed save of step " << step;
+  }
 }
 
 absl::Status TrainCheckpointer::FinishRestart() {
@@ -449,7 +458,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
       exported.ok() ? manager_->Save(train.step, state, model_only) : exported;
   // Also a barrier: no rank runs ahead (or resumes) before the step is committed.
   TITAN_ASSIGN_OR_RETURN(const bool all_saved, runtime_.AllAgree(saved.ok()));
-  if (!all_saved) DiscardFailedSave(train.step);
+  if (!all_saved) DiscardFailedSave(train.step, model_only);
   TITAN_RETURN_IF_ERROR(saved);
   if (!all_saved) {
     return absl::InternalError(absl::StrCat("another rank failed to save step-", train.step));

@@ -145,8 +145,9 @@ class TrainCheckpointer {
   NamedTensors PiecesToSave(const NamedTensors& local, TensorBoxes& boxes) const;
   absl::Status ExportHf(int64_t step, const NamedTensors& model) const;
   // After the ranks agreed that the save of `step` failed (none writes into it any more): its
-  // temporary goes, so a disk it filled is freed before the run exits.
-  void DiscardFailedSave(int64_t step) const;
+  // temporary goes, so a disk it filled is freed before the run exits, and so does a final
+  // (`model_only`) save's Hugging Face export, which must not stand without its step.
+  void DiscardFailedSave(int64_t step, bool model_only) const;
   bool writer() const { return runtime_.rank() == 0; }
 
   const JobConfig& config_;

@@ -599,6 +599,30 @@ class TitanTrainTest(unittest.TestCase):
         self.assertIn("step-2 holds model weights only", line)
         self.assertIn("initial_load_path", line)
 
+    def test_a_failed_final_save_leaves_no_export_without_its_step(self):
+        # The final save fails after its export is written, as on a full disk: a file where
+        # step-N is to go (made once the run is training, far from its last step) refuses it.
+        dump = self.dump("failed_final_save")
+        steps = 50
+        cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
+               f"--training.steps={steps}", "--checkpoint.interval=1000",
+               "--checkpoint.last_save_model_only=true", "--checkpoint.last_save_in_hf=true",
+               "--validation.enable=false"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        path = os.path.join(dump, "metrics.jsonl")
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not (
+                os.path.exists(path) and os.path.getsize(path) > 0):
+            time.sleep(0.1)
+        blocker = os.path.join(dump, "checkpoint", f"step-{steps}")
+        with open(blocker, "w"):
+            pass
+        _, stderr = proc.communicate(timeout=600)
+        self.assertEqual(proc.returncode, 1, stderr[-3000:])
+        self.assertIn(f"{blocker} is named as a checkpoint step but is not a folder", stderr)
+        self.assertEqual(sorted(os.listdir(os.path.join(dump, "checkpoint"))),
+                         [".titan.lock", f"step-{steps}"])
+
     def test_unsupported_key_is_refused_not_ignored(self):
         proc = run_train(self.dump("unsupported"), "--compile.enable=true", check=False)
         self.assertEqual(proc.returncode, 1)
