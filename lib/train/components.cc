@@ -227,6 +227,8 @@ absl::StatusOr<FolderLocks> LockRunFolders(const JobConfig& config,
                                            const DistributedRuntime& runtime) {
   FolderLocks locks;
   absl::Status locked;
+  // A stop signal before training starts ends the run at once, leaving no folder it made.
+  FolderLock::ReleaseOnStopSignals();
   if (runtime.rank() == 0) {
     // (key, folder) pairs.
     std::vector<std::pair<std::string, std::string>> folders = {

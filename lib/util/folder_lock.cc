@@ -1,10 +1,16 @@
 #include "lib/util/folder_lock.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <climits>
+#include <csignal>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +57,85 @@ bool HoldsOnlyTheLock(const std::string& folder) {
 std::string HolderPid(const std::string& path) {
   const absl::StatusOr<std::string> holder = ReadFile(path);
   return std::string(holder.ok() ? absl::StripAsciiWhitespace(*holder) : "");
+}
+
+// A lock that made folders, as ReleaseOnStopSignals' handler reads it: fixed buffers, published
+// by `state`.
+struct HeldLock {
+  enum State { kFree, kWriting, kHeld };
+  std::atomic<int> state{kFree};
+  char folder[PATH_MAX];  // the deepest folder Acquire made
+  int made = 0;           // how many of `folder` and its parents Acquire made
+};
+constexpr int kMaxHeldLocks = 16;
+HeldLock g_held_locks[kMaxHeldLocks];
+
+// Publishes a lock whose Acquire made `made_folders` (the deepest first); a full table or a path
+// too long leaves it to its destructor alone.
+void Publish(const std::vector<std::string>& made_folders) {
+  if (made_folders.empty() || made_folders.front().size() >= PATH_MAX) return;
+  for (HeldLock& held : g_held_locks) {
+    int expected = HeldLock::kFree;
+    if (!held.state.compare_exchange_strong(expected, HeldLock::kWriting)) continue;
+    std::memcpy(held.folder, made_folders.front().c_str(), made_folders.front().size() + 1);
+    held.made = static_cast<int>(made_folders.size());
+    held.state = HeldLock::kHeld;
+    return;
+  }
+}
+
+void Unpublish(const std::string& folder) {
+  for (HeldLock& held : g_held_locks) {
+    if (held.state == HeldLock::kHeld && folder == held.folder) {
+      held.state = HeldLock::kFree;
+      return;
+    }
+  }
+}
+
+// HoldsOnlyTheLock with system calls alone (a signal handler's).
+bool HoldsOnlyTheLockNow(const char* folder) {
+  const int fd = ::open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  alignas(struct dirent64) char entries[4096];
+  long read = 0;
+  bool only_the_lock = true;
+  while (only_the_lock && (read = ::syscall(SYS_getdents64, fd, entries, sizeof(entries))) > 0) {
+    for (long at = 0; at < read;) {
+      const auto* entry = reinterpret_cast<const struct dirent64*>(entries + at);
+      const char* name = entry->d_name;
+      if (std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0 &&
+          std::strcmp(name, kLockFileName) != 0) {
+        only_the_lock = false;
+      }
+      at += entry->d_reclen;
+    }
+  }
+  ::close(fd);
+  return only_the_lock && read == 0;
+}
+
+// ReleaseOnStopSignals' handler: what ~FolderLock does for each held lock, the newest first.
+void ReleaseHeldLocksAndEnd(int signal) {
+  for (int i = kMaxHeldLocks - 1; i >= 0; --i) {
+    HeldLock& held = g_held_locks[i];
+    if (held.state != HeldLock::kHeld || !HoldsOnlyTheLockNow(held.folder)) continue;
+    char path[PATH_MAX + sizeof(kLockFileName) + 1];
+    const size_t length = std::strlen(held.folder);
+    std::memcpy(path, held.folder, length);
+    path[length] = '/';
+    std::memcpy(path + length + 1, kLockFileName, sizeof(kLockFileName));
+    if (::unlink(path) != 0) continue;
+    path[length] = '\0';  // the folder, then each parent Acquire made
+    for (int level = 0; level < held.made && ::rmdir(path) == 0; ++level) {
+      char* slash = std::strrchr(path, '/');
+      if (slash == nullptr) break;
+      *slash = '\0';
+    }
+  }
+  // Blocked until this handler returns, then the default action ends the process.
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
 }
 
 // "<folder> is in use by another run (pid N)", then `advice`.
@@ -100,6 +185,7 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
     ::close(fd);
     return unmake(std::move(why));
   }
+  Publish(made_folders);
   return std::unique_ptr<FolderLock>(new FolderLock(fd, path, std::move(made_folders)));
 }
 
@@ -129,7 +215,22 @@ absl::Status FolderLock::CheckNotHeld(const std::string& folder) {
   return InUse(folder, HolderPid(path), "write elsewhere, or wait for it to end");
 }
 
+void FolderLock::ReleaseOnStopSignals() {
+  struct sigaction action {};
+  action.sa_handler = ReleaseHeldLocksAndEnd;
+  sigemptyset(&action.sa_mask);
+  sigaddset(&action.sa_mask, SIGINT);
+  sigaddset(&action.sa_mask, SIGTERM);
+  for (const int signal : {SIGINT, SIGTERM}) {
+    struct sigaction current {};
+    if (::sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      ::sigaction(signal, &action, nullptr);
+    }
+  }
+}
+
 FolderLock::~FolderLock() {
+  if (!made_folders_.empty()) Unpublish(made_folders_.front());
   // Unlinked while still held: a run starting now makes a lock file of its own.
   if (!made_folders_.empty() && HoldsOnlyTheLock(made_folders_.front()) &&
       ::unlink(lock_path_.c_str()) == 0) {

@@ -128,6 +128,54 @@ TEST(FolderLockTest, ALockFileThatCannotBeWrittenLeavesNoFolderItMade) {
   EXPECT_FALSE(std::filesystem::exists(top));
 }
 
+// A stop signal that ends the process at once (a run stopped while it starts) lets the locks go
+// first: the folders Acquire made go when they hold nothing else, one that was there keeps its
+// lock, and the signal still ends the process.
+TEST(FolderLockTest, AStopSignalRemovesTheFoldersTheLocksMade) {
+  const std::string top = TestFolder("stopped");
+  const std::string kept = TestFolder("stopped_kept");
+  std::filesystem::create_directories(kept);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    FolderLock::ReleaseOnStopSignals();
+    const auto dump = FolderLock::Acquire(top + "/run/dump");
+    const auto inner = FolderLock::Acquire(top + "/run/dump/ckpt");
+    const auto there = FolderLock::Acquire(kept);
+    if (!dump.ok() || !inner.ok() || !there.ok()) ::_exit(1);
+    std::raise(SIGTERM);
+    ::_exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGTERM);
+  EXPECT_FALSE(std::filesystem::exists(top));
+  EXPECT_TRUE(std::filesystem::exists(kept + "/.titan.lock"));
+}
+
+// A folder holding more than the lock stays, lock file and all, as when the lock is let go.
+TEST(FolderLockTest, AStopSignalKeepsAFolderThatHoldsMore) {
+  const std::string top = TestFolder("stopped_with_files");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    FolderLock::ReleaseOnStopSignals();
+    const auto dump = FolderLock::Acquire(top + "/dump");
+    const auto inner = FolderLock::Acquire(top + "/dump/ckpt");
+    if (!dump.ok() || !inner.ok()) ::_exit(1);
+    { std::ofstream(top + "/dump/metrics.jsonl") << "{}\n"; }
+    std::raise(SIGTERM);
+    ::_exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+  EXPECT_FALSE(std::filesystem::exists(top + "/dump/ckpt"));
+  EXPECT_TRUE(std::filesystem::exists(top + "/dump/.titan.lock"));
+  EXPECT_TRUE(std::filesystem::exists(top + "/dump/metrics.jsonl"));
+}
+
 // A file where the folder goes is no lock this process holds (AlreadyExists is that).
 TEST(FolderLockTest, AFileInTheFoldersPlaceIsAFailedPrecondition) {
   const std::string path = TestFolder("a_file");

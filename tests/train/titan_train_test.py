@@ -260,6 +260,24 @@ class TitanTrainTest(unittest.TestCase):
         self.assertLess(time.time() - start, 2)
         self.assertEqual(glob.glob(os.path.join(dump, "checkpoint", "step-*[0-9]")), [])
 
+    def test_a_sigterm_during_startup_leaves_no_folder_behind(self):
+        # The run locks (and so makes) its folders first; the signal comes while it builds the
+        # model and reads the data: it ends at once, as a refused run, leaving no lock-only folder.
+        dump = self.dump("sigterm_startup")
+        cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
+               "--training.steps=10000", "--checkpoint.interval=1000"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        lock = os.path.join(dump, "checkpoint", ".titan.lock")
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not os.path.exists(lock):
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, -signal.SIGTERM, stderr[-3000:])
+        self.assertFalse(os.path.exists(dump), [os.path.join(root, name)
+                                                for root, dirs, files in os.walk(dump)
+                                                for name in dirs + files])
+
     def test_a_checkpoint_folder_that_is_the_dump_folder_is_refused(self):
         dump = self.dump("ckpt_is_dump")
         os.makedirs(dump)
