@@ -142,22 +142,28 @@ absl::Status TrainCheckpointer::Resume(TrainState& state, const TrainCheckpointe
                         absl::StrCat("[checkpoint] load_step = ", step, ": ", loaded.message()));
   }
   if (loaded.ok() && step > 0 && runtime_.rank() == 0 && !parts_.read_only) {
-    LogKeysChangedSinceLastRun(step);
+    LogKeysChangedSinceSavedRun(step);
   }
   return loaded;
 }
 
-void TrainCheckpointer::LogKeysChangedSinceLastRun(int64_t step) const {
-  // The folder's last run wrote its effective configuration there; a missing one says nothing.
-  const std::string path = config_.job().dump_folder() + "/config.toml";
-  const absl::StatusOr<std::string> earlier = ReadFile(path);
-  if (!earlier.ok()) return;
-  const std::vector<std::string> changed = KeysChangedSince(*earlier, config_);
+void TrainCheckpointer::LogKeysChangedSinceSavedRun(int64_t step) const {
+  std::string earlier = saved_run_config_;
+  std::string since = absl::StrCat(loaded_dir_, " was saved");
+  if (earlier.empty()) {
+    // A step saved before steps recorded their run's configuration: the folder's last run wrote
+    // its own in config.toml; a missing one says nothing.
+    const std::string path = config_.job().dump_folder() + "/config.toml";
+    absl::StatusOr<std::string> last_run = ReadFile(path);
+    if (!last_run.ok()) return;
+    earlier = *std::move(last_run);
+    since = absl::StrCat(path, " (the folder's last run)");
+  }
+  const std::vector<std::string> changed = KeysChangedSince(earlier, config_);
   if (changed.empty()) return;
   // torchtitan restores the optimizer's saved hyperparameters; here every key does what it says.
-  LOG(WARNING) << "resuming step " << step << " with keys changed since " << path << " (the "
-               << "folder's last run): " << absl::StrJoin(changed, ", ")
-               << "; the new values apply";
+  LOG(WARNING) << "resuming step " << step << " with keys changed since " << since << ": "
+               << absl::StrJoin(changed, ", ") << "; the new values apply";
 }
 
 absl::StatusOr<int64_t> TrainCheckpointer::PairedStep(int64_t step,
@@ -207,6 +213,10 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state) {
   loaded_step_ = step;
   const std::string dir = manager_->StepDirectory(step);
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
+  const auto run_config = saved->state().find("run_config");
+  saved_run_config_ = run_config != saved->state().end() && run_config->is_string()
+                          ? run_config->get<std::string>()
+                          : "";
   // Another model's step is refused in one line, before any tensor is matched by name.
   if (saved->state().contains("model")) {
     TITAN_ASSIGN_OR_RETURN(const ModelInfo held,
@@ -446,6 +456,8 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   // The shape travels with the weights, so convert_checkpoint and checkpoint_inspect need no
   // flavor.
   state.extra["model"] = ModelInfoToJson(*parts_.model);
+  // What a resume of this step compares its own configuration with.
+  state.extra["run_config"] = JobConfigToToml(config_);
   // The final export is written at once: nothing is left to overlap it with, and staging would
   // hold a second host copy of the model. A failed export skips the save; the agreement below (on
   // every rank's single one for this save) still tells the other ranks.

@@ -128,8 +128,8 @@ class TrainCheckpointer {
   NamedTensors ModelState() const;
   // RecoverInterruptedRunsOf this checkpointer's folder.
   absl::Status RecoverInterruptedRuns() const;
-  // Warns of the keys that differ from the dump folder's config.toml, which the run before wrote.
-  void LogKeysChangedSinceLastRun(int64_t step) const;
+  // Warns of the keys that differ from the configuration of the run that saved the loaded step.
+  void LogKeysChangedSinceSavedRun(int64_t step) const;
   // The newest step at or before `step` that `paired` also holds (see Resume).
   absl::StatusOr<int64_t> PairedStep(int64_t step, const TrainCheckpointer& paired) const;
   // Resume's work once the step is chosen.
@@ -160,6 +160,7 @@ class TrainCheckpointer {
   int64_t resumed_step_ = -1;
   std::string loaded_dir_;
   int64_t loaded_step_ = -1;
+  std::string saved_run_config_;          // the loaded step's run's, as TOML; "": not recorded
   bool set_aside_at_first_save_ = false;  // train_state excluded: the loaded timeline goes
   bool restart_saving_ = false;           // set aside, journaled, until the first save commits
   // The exclude_from_loading this run's timeline started with, saved with each step: a rerun of

@@ -81,9 +81,9 @@ class TitanTrainTest(unittest.TestCase):
         # Rolling back to step 20 sets the later steps aside, so the next resume takes this run's.
         proc = run_train(full, "--training.steps=25", "--checkpoint.load_step=20",
                          "--checkpoint.keep_latest_k=0", "--validation.enable=false")
-        # What differs from the folder's last run is said (torchtitan would keep some silently).
-        self.assertIn(f"resuming step 20 with keys changed since {full}/config.toml (the folder's "
-                      "last run): [training] steps = 40 -> 25, [checkpoint] async_mode = "
+        # What differs from the run that saved it is said (torchtitan would keep some silently).
+        self.assertIn(f"resuming step 20 with keys changed since {full}/checkpoint/step-20 was "
+                      "saved: [training] steps = 40 -> 25, [checkpoint] async_mode = "
                       "\"async_with_pinned_mem\" -> \"disabled\", [checkpoint] load_step = -1 -> 20; "
                       "the new values apply", proc.stderr)
         names = sorted(os.listdir(os.path.join(full, "checkpoint")))
@@ -93,6 +93,18 @@ class TitanTrainTest(unittest.TestCase):
         proc = run_train(full, "--training.steps=26", "--checkpoint.keep_latest_k=0",
                          "--validation.enable=false")
         self.assertIn("resumed from checkpoint step-25", proc.stderr)
+
+    def test_a_resume_names_the_keys_changed_since_the_loaded_steps_run(self):
+        # Step 2 is the first run's; the second run (another lr) wrote config.toml last.
+        dump = self.dump("changed_keys")
+        flags = ["--checkpoint.interval=2", "--checkpoint.keep_latest_k=0",
+                 "--validation.enable=false"]
+        run_train(dump, "--training.steps=4", *flags)
+        run_train(dump, "--training.steps=6", "--optimizer.lr=1e-3", *flags)
+        proc = run_train(dump, "--training.steps=5", "--checkpoint.load_step=2", *flags)
+        self.assertIn(f"resuming step 2 with keys changed since {dump}/checkpoint/step-2 was saved: "
+                      "[training] steps = 4 -> 5, [checkpoint] load_step = -1 -> 2; the new "
+                      "values apply", proc.stderr)
 
     def test_counting_from_zero_again_sets_the_loaded_run_aside(self):
         dump = self.dump("restart_count")
