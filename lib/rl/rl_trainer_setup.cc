@@ -67,9 +67,10 @@ absl::Status RlTrainer::Init(RlMode mode) {
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                          BuildCheckpointManager(config_, setup_, runtime_));
+  ResumeChoice resume;
   if (manager != nullptr) {
-    TITAN_ASSIGN_OR_RETURN(setup_.resume_dir,
-                           StepFolderToResume(config_, runtime_, *manager, !writes_steps));
+    TITAN_ASSIGN_OR_RETURN(resume, ChooseStepToResume(config_, runtime_, *manager, !writes_steps));
+    setup_.resume_dir = resume.dir;
   }
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicy(setup_));
   // Generation samples from the policy alone: a reference (a whole copy of the weights) or a
@@ -146,7 +147,8 @@ absl::Status RlTrainer::Init(RlMode mode) {
           TrainCheckpointer::Create(config_, runtime_, std::move(critic_manager), critic));
     }
     // Only a step saved whole resumes: the policy's with the critic of exactly that step.
-    TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_, critic_checkpointer_.get()));
+    TITAN_RETURN_IF_ERROR(
+        checkpointer_->Resume(state_, std::move(resume), critic_checkpointer_.get()));
     if (critic_checkpointer_ != nullptr) {
       TrainState critic_state;
       TITAN_RETURN_IF_ERROR(

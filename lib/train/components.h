@@ -40,7 +40,7 @@ struct RunSetup {
   std::string run_id;                            // names this run's temporary checkpoint dirs
   int dp_rank = 0;
   int dp_size = 1;
-  // The checkpoint step folder the run resumes (StepFolderToResume), set before the model is
+  // The checkpoint step folder the run resumes (ChooseStepToResume), set before the model is
   // built: its weights replace the initial load, which is then not read. "": none.
   std::string resume_dir;
 };

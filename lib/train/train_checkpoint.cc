@@ -68,22 +68,26 @@ absl::StatusOr<int64_t> StepToResume(const JobConfig& config, const CheckpointMa
   return latest;
 }
 
-absl::StatusOr<std::string> StepFolderToResume(const JobConfig& config,
-                                               const DistributedRuntime& runtime,
-                                               const CheckpointManager& manager, bool read_only) {
+absl::StatusOr<ResumeChoice> ChooseStepToResume(const JobConfig& config,
+                                                const DistributedRuntime& runtime,
+                                                const CheckpointManager& manager, bool read_only) {
   if (!read_only) TITAN_RETURN_IF_ERROR(RecoverInterruptedRunsOf(manager, runtime));
-  TITAN_ASSIGN_OR_RETURN(const int64_t step, StepToResume(config, manager));
-  if (step < 0) return std::string();
-  const std::string dir = manager.StepDirectory(step);
+  ResumeChoice chosen;
+  TITAN_ASSIGN_OR_RETURN(chosen.step, StepToResume(config, manager));
+  if (chosen.step < 0) return chosen;
+  chosen.dir = manager.StepDirectory(chosen.step);
   if (config.checkpoint().load_step() >= 0) {
     // Refused before the model is built: the initial load is not what the run asked for.
-    absl::StatusOr<std::unique_ptr<CheckpointStep>> opened = CheckpointStep::Open(dir, step);
+    absl::StatusOr<std::unique_ptr<CheckpointStep>> opened =
+        CheckpointStep::Open(chosen.dir, chosen.step);
     if (!opened.ok()) {
-      return absl::Status(opened.status().code(), absl::StrCat("[checkpoint] load_step = ", step,
-                                                               ": ", opened.status().message()));
+      return absl::Status(
+          opened.status().code(),
+          absl::StrCat("[checkpoint] load_step = ", chosen.step, ": ", opened.status().message()));
     }
+    chosen.manifest = *std::move(opened);
   }
-  return dir;
+  return chosen;
 }
 
 absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
@@ -122,19 +126,21 @@ absl::Status TrainCheckpointer::RecoverInterruptedRuns() const {
   return RecoverInterruptedRunsOf(*manager_, runtime_);
 }
 
-absl::Status TrainCheckpointer::Resume(TrainState& state, const TrainCheckpointer* paired) {
-  if (!parts_.read_only) {
-    TITAN_RETURN_IF_ERROR(RecoverInterruptedRuns());
-    // The pair's interrupted restarts are undone too before its steps are compared.
-    if (paired != nullptr) TITAN_RETURN_IF_ERROR(paired->RecoverInterruptedRuns());
+absl::Status TrainCheckpointer::Resume(TrainState& state, ResumeChoice chosen,
+                                       const TrainCheckpointer* paired) {
+  // ChooseStepToResume undid this folder's interrupted restarts; the pair's are undone too before
+  // its steps are compared.
+  if (!parts_.read_only && paired != nullptr) {
+    TITAN_RETURN_IF_ERROR(paired->RecoverInterruptedRuns());
   }
-  TITAN_ASSIGN_OR_RETURN(int64_t step, StepToResume(config_, *manager_));
+  int64_t step = chosen.step;
   if (step < 0) return absl::OkStatus();
   // A step 0 may be a seed checkpoint: the policy's weights alone.
   if (paired != nullptr && step > 0) {
     TITAN_ASSIGN_OR_RETURN(step, PairedStep(step, *paired));
   }
-  absl::Status loaded = LoadStep(step, state);
+  absl::Status loaded =
+      LoadStep(step, state, step == chosen.step ? std::move(chosen.manifest) : nullptr);
   // A step the user named: the refusal names the key (and so where it was set).
   if (!loaded.ok() && config_.checkpoint().load_step() >= 0 &&
       !absl::StartsWith(loaded.message(), "[")) {
@@ -209,10 +215,14 @@ absl::Status TrainCheckpointer::ResumeAt(int64_t step, TrainState& state) {
   return LoadStep(step, state);
 }
 
-absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state) {
+absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
+                                         std::unique_ptr<CheckpointStep> manifest) {
   loaded_step_ = step;
   const std::string dir = manager_->StepDirectory(step);
-  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointStep> saved, CheckpointStep::Open(dir, step));
+  if (manifest == nullptr) {
+    TITAN_ASSIGN_OR_RETURN(manifest, CheckpointStep::Open(dir, step));
+  }
+  const std::unique_ptr<CheckpointStep> saved = std::move(manifest);
   const auto run_config = saved->state().find("run_config");
   saved_run_config_ = run_config != saved->state().end() && run_config->is_string()
                           ? run_config->get<std::string>()

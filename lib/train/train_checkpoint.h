@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 #include "lib/checkpoint/async_checkpoint_saver.h"
 #include "lib/checkpoint/checkpoint_manager.h"
+#include "lib/checkpoint/checkpoint_step.h"
 #include "lib/config/job_config.pb.h"
 #include "lib/data/text_data_loader.h"
 #include "lib/metrics/metrics_logger.h"
@@ -46,13 +47,22 @@ absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
 absl::Status RecoverInterruptedRunsOf(const CheckpointManager& manager,
                                       const DistributedRuntime& runtime);
 
-// The step folder a resume of `manager`'s run loads weights from, chosen as
-// TrainCheckpointer::Resume chooses ([checkpoint] load_step, else the newest step, once
-// interrupted restarts are undone unless `read_only`); "": none. The run's weights then come
-// from it, so [checkpoint] initial_load_path is not read (torchtitan's rule too).
-absl::StatusOr<std::string> StepFolderToResume(const JobConfig& config,
-                                               const DistributedRuntime& runtime,
-                                               const CheckpointManager& manager, bool read_only);
+// The step a resume loads, chosen once before the model is built (ChooseStepToResume) and
+// loaded by TrainCheckpointer::Resume.
+struct ResumeChoice {
+  int64_t step = -1;  // -1: none
+  // Its folder ("": none): the run's weights come from it, so [checkpoint] initial_load_path is
+  // not read (torchtitan's rule too).
+  std::string dir;
+  // load_step's manifest, opened to refuse a missing step before the model is built; null: none.
+  std::unique_ptr<CheckpointStep> manifest;
+};
+
+// [checkpoint] load_step, else the newest step of `manager`'s run, once interrupted restarts are
+// undone (every rank agreeing; not with `read_only`).
+absl::StatusOr<ResumeChoice> ChooseStepToResume(const JobConfig& config,
+                                                const DistributedRuntime& runtime,
+                                                const CheckpointManager& manager, bool read_only);
 
 struct CheckpointedParts {
   const std::vector<ParamRef>* params = nullptr;
@@ -84,7 +94,7 @@ class TrainCheckpointer {
       std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts);
   ~TrainCheckpointer();
 
-  // Loads [checkpoint] load_step (default the newest) into the parts and `state`; OK without
+  // Loads `chosen` (ChooseStepToResume of this folder) into the parts and `state`; OK without
   // doing anything when the folder holds none. A model-only checkpoint loads only at step 0 (a
   // seed checkpoint, as torchtitan); later ones are exports, refused with what to do instead. A
   // load_step before the newest step sets the newer ones aside (CheckpointManager::
@@ -93,7 +103,8 @@ class TrainCheckpointer {
   // holds; load_step without one is an error naming the missing folder, and the newest step
   // without one (a save interrupted between the two) is set aside, with a warning, for the newest
   // step both hold. Call paired->ResumeAt(loaded_step()) next.
-  absl::Status Resume(TrainState& state, const TrainCheckpointer* paired = nullptr);
+  absl::Status Resume(TrainState& state, ResumeChoice chosen,
+                      const TrainCheckpointer* paired = nullptr);
   // Loads exactly `step` (-1: none; a step 0 that is absent: none, as beside a seed checkpoint)
   // and sets aside the steps after it, which belong to steps the run redoes. Only after the
   // Resume this checkpointer was `paired` to, which recovered its interrupted runs.
@@ -132,8 +143,9 @@ class TrainCheckpointer {
   void LogKeysChangedSinceSavedRun(int64_t step) const;
   // The newest step at or before `step` that `paired` also holds (see Resume).
   absl::StatusOr<int64_t> PairedStep(int64_t step, const TrainCheckpointer& paired) const;
-  // Resume's work once the step is chosen.
-  absl::Status LoadStep(int64_t step, TrainState& state);
+  // Resume's work once the step is chosen; `manifest`: its manifest, opened already (null: not).
+  absl::Status LoadStep(int64_t step, TrainState& state,
+                        std::unique_ptr<CheckpointStep> manifest = nullptr);
   absl::Status SetAsideNewerSteps(int64_t step) const;
   // A restart's first save is committed: its journal goes and the on_set_aside callbacks run.
   absl::Status FinishRestart();

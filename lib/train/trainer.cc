@@ -89,9 +89,11 @@ absl::Status Trainer::Init() {
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                          BuildCheckpointManager(config_, setup_, runtime_));
+  ResumeChoice resume;
   if (manager != nullptr) {
-    TITAN_ASSIGN_OR_RETURN(setup_.resume_dir,
-                           StepFolderToResume(config_, runtime_, *manager, /*read_only=*/false));
+    TITAN_ASSIGN_OR_RETURN(resume,
+                           ChooseStepToResume(config_, runtime_, *manager, /*read_only=*/false));
+    setup_.resume_dir = resume.dir;
   }
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info,
                          ResolveModel(config_, *tokenizer_, setup_.resume_dir));
@@ -131,7 +133,7 @@ absl::Status Trainer::Init() {
                             train_data_.get(), &model_.info,     model_.num_params};
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
-    TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_));
+    TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_, std::move(resume)));
     // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
