@@ -61,6 +61,11 @@ class ByteLevelAlphabet {
   absl::flat_hash_map<uint32_t, uint8_t> byte_of_code_point_;
 };
 
+const ByteLevelAlphabet& Gpt2Alphabet() {
+  static const ByteLevelAlphabet* const alphabet = new ByteLevelAlphabet();
+  return *alphabet;
+}
+
 // Builds errors that name the file and the key.
 class JsonErrors {
  public:
@@ -222,9 +227,14 @@ void SetIdBytes(int32_t id, std::string bytes, BpeModel* model) {
   model->id_to_bytes[id] = std::move(bytes);
 }
 
+// The bytes HF's ByteLevel decoder gives `token`: a token with characters outside the alphabet
+// stays its UTF-8.
+std::string DecodedBytes(const std::string& token) {
+  return Gpt2Alphabet().ToBytes(token).value_or(token);
+}
+
 absl::Status ParseVocabAndMerges(const Json& bpe, const JsonErrors& errors, BpeModel* model,
                                  absl::flat_hash_map<std::string, int32_t>* vocab) {
-  static const ByteLevelAlphabet* const alphabet = new ByteLevelAlphabet();
   const auto vocab_it = bpe.find("vocab");
   if (vocab_it == bpe.end()) return errors.Error("model.vocab", "missing");
   if (!vocab_it->is_object()) return errors.Expected("model.vocab", "an object of token -> id", *vocab_it);
@@ -235,9 +245,8 @@ absl::Status ParseVocabAndMerges(const Json& bpe, const JsonErrors& errors, BpeM
     }
     const int32_t id = id_json.get<int32_t>();
     vocab->emplace(token, id);
-    std::optional<std::string> bytes = alphabet->ToBytes(token);
-    // HF's ByteLevel decoder keeps a token with characters outside the alphabet as its UTF-8.
-    SetIdBytes(id, bytes.value_or(token), model);
+    SetIdBytes(id, DecodedBytes(token), model);
+    std::optional<std::string> bytes = Gpt2Alphabet().ToBytes(token);
     if (bytes.has_value()) model->bytes_to_id.emplace(*std::move(bytes), id);
   }
 
@@ -304,7 +313,43 @@ absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t i
   return token;
 }
 
-absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, BpeModel* model) {
+// The ids HF's tokenizers gives added tokens, whatever id a file wrote for them (it only warns):
+// one in model.vocab keeps its vocab id, any other takes the next free id after model.vocab's
+// entries and the added tokens so far. transformers adds tokenizer_config.json's the same way.
+class AddedTokenIds {
+ public:
+  explicit AddedTokenIds(const absl::flat_hash_map<std::string, int32_t>& vocab)
+      : vocab_(vocab), next_id_(static_cast<int64_t>(vocab.size())) {}
+
+  // Gives `token` its id; false when its content already has one (listed twice).
+  absl::StatusOr<bool> Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
+                              const std::string& key) {
+    if (!known_.insert(token.content).second) return false;
+    const int32_t declared = token.id;
+    const auto in_vocab = vocab_.find(token.content);
+    if (in_vocab != vocab_.end()) {
+      token.id = in_vocab->second;
+    } else {
+      if (next_id_ > INT32_MAX) return errors.Error(key, "no id left below 2^31");
+      token.id = static_cast<int32_t>(next_id_);
+    }
+    next_id_ = std::max<int64_t>(next_id_, int64_t{token.id} + 1);
+    LOG_IF(WARNING, token.id != declared)
+        << errors.path() << ": " << key << " \"" << token.content << "\" has id " << token.id
+        << " (as transformers and tokenizers give it: "
+        << (in_vocab != vocab_.end() ? "model.vocab's id" : "the next free id") << "), not "
+        << declared;
+    return true;
+  }
+
+ private:
+  const absl::flat_hash_map<std::string, int32_t>& vocab_;
+  absl::flat_hash_set<std::string> known_;
+  int64_t next_id_;
+};
+
+absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedTokenIds& ids,
+                              BpeModel* model) {
   const Json list = root.value("added_tokens", Json::array());
   if (!list.is_array()) return errors.Expected("added_tokens", "an array", list);
   for (size_t i = 0; i < list.size(); ++i) {
@@ -313,19 +358,18 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, BpeMod
     if (!id.is_number_integer()) return errors.Expected(key + ".id", "an integer", id);
     absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(list[i], id.get<int64_t>(), errors, key);
     if (!token.ok()) return token.status();
-    model->added_tokens.push_back(*std::move(token));
+    absl::StatusOr<bool> added = ids.Assign(*token, errors, key);
+    if (!added.ok()) return added.status();
+    if (*added) model->added_tokens.push_back(*std::move(token));
   }
   return absl::OkStatus();
 }
 
-// Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks, with the
-// ids transformers gives them (its tokenizer adds them to the backend in the order of their ids):
-// a token already in model.vocab keeps its vocab id, any other takes the next free id, after the
-// vocabulary and the added tokens so far, whatever id the config wrote (a config whose ids run
-// past tokenizer.json's vocabulary gets them packed after it; torchtitan's loader too).
+// Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks, in the
+// order of their ids (transformers' order; a config whose ids run past tokenizer.json's
+// vocabulary gets them packed after it; torchtitan's loader too).
 absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors,
-                                    const absl::flat_hash_map<std::string, int32_t>& vocab,
-                                    BpeModel* model) {
+                                    AddedTokenIds& ids, BpeModel* model) {
   const Json decoder = config.value("added_tokens_decoder", Json::object());
   if (!decoder.is_object()) return errors.Expected("added_tokens_decoder", "an object of id -> token", decoder);
   std::vector<std::pair<BpeModel::AddedToken, std::string>> entries;  // With their keys.
@@ -340,29 +384,10 @@ absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors
   // The JSON object iterates its keys as strings ("128000" before "1998"): numeric order here.
   std::stable_sort(entries.begin(), entries.end(),
                    [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
-  absl::flat_hash_set<std::string> known;
-  int64_t next_id = static_cast<int64_t>(vocab.size());
-  for (const BpeModel::AddedToken& token : model->added_tokens) {
-    known.insert(token.content);
-    next_id = std::max<int64_t>(next_id, int64_t{token.id} + 1);
-  }
   for (auto& [token, key] : entries) {
-    if (!known.insert(token.content).second) continue;  // tokenizer.json's, or listed twice.
-    const int32_t declared = token.id;
-    const auto in_vocab = vocab.find(token.content);
-    if (in_vocab != vocab.end()) {
-      token.id = in_vocab->second;
-    } else {
-      if (next_id > INT32_MAX) return errors.Error(key, "no id left below 2^31");
-      token.id = static_cast<int32_t>(next_id);
-    }
-    next_id = std::max<int64_t>(next_id, int64_t{token.id} + 1);
-    LOG_IF(WARNING, token.id != declared)
-        << errors.path() << ": " << key << " \"" << token.content << "\" has id " << token.id
-        << " (as transformers and tokenizers give it: "
-        << (in_vocab != vocab.end() ? "model.vocab's id" : "the next free id") << "), not "
-        << declared;
-    model->added_tokens.push_back(std::move(token));
+    absl::StatusOr<bool> added = ids.Assign(token, errors, key);
+    if (!added.ok()) return added.status();
+    if (*added) model->added_tokens.push_back(std::move(token));
   }
   return absl::OkStatus();
 }
@@ -463,26 +488,29 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
     return errors.Expected("model.unk_token", "a string or null", unk);
   }
 
-  if (absl::Status s = ParseAddedTokens(root, errors, &model); !s.ok()) return s;
+  AddedTokenIds added_ids(vocab);
+  if (absl::Status s = ParseAddedTokens(root, errors, added_ids, &model); !s.ok()) return s;
   if (!config.is_null()) {
     const JsonErrors config_file(config_path);
-    if (absl::Status s = ParseConfigAddedTokens(config, config_file, vocab, &model); !s.ok()) {
+    if (absl::Status s = ParseConfigAddedTokens(config, config_file, added_ids, &model); !s.ok()) {
       return s;
     }
   }
-  // An added token on another vocab entry's id would make that id two strings (tokenizers then
-  // gives the added token a new id): refused rather than encoded differently.
+  // Where model.vocab's ids leave gaps, tokenizers' next free id (counted from its number of
+  // entries) can be a vocab entry's: one id for two strings, refused.
   absl::flat_hash_map<int32_t, const std::string*> vocab_text;
   for (const auto& [text, id] : vocab) vocab_text.emplace(id, &text);
   for (const BpeModel::AddedToken& token : model.added_tokens) {
     const auto taken = vocab_text.find(token.id);
     if (taken != vocab_text.end() && *taken->second != token.content) {
-      return errors.Error(
-          "added_tokens",
-          absl::StrCat("\"", token.content, "\" has id ", token.id, ", model.vocab's \"",
-                       *taken->second, "\": an added token needs an id of its own"));
+      return errors.Error("added_tokens",
+                          absl::StrCat("\"", token.content, "\" would have id ", token.id,
+                                       " (tokenizers' next id after model.vocab's ", vocab.size(),
+                                       " entries), model.vocab's \"", *taken->second,
+                                       "\": an added token needs an id of its own"));
     }
-    SetIdBytes(token.id, token.content, &model);
+    // tokenizers decodes added tokens through the ByteLevel decoder too ("Ġb" is " b").
+    SetIdBytes(token.id, DecodedBytes(token.content), &model);
   }
 
   const JsonErrors config_errors(config_path);

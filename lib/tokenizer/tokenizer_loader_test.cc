@@ -266,16 +266,52 @@ TEST(TokenizerLoaderTest, MalformedTokenizerJsonErrorsSayWhatIsWrong) {
   EXPECT_THAT(HfError("lowercase", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
                                                     "normalizer": {"type": "Lowercase"}})")),
               HasSubstr("normalizer: expected null, {\"type\": \"NFC\"} or a Sequence of them"));
-  // tokenizers gives such a token another id than the file's: refused, not encoded differently.
-  EXPECT_THAT(HfError("added_on_vocab_id",
-                      absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0, "b": 1}},
-                                   "added_tokens": [{"id": 1, "content": "<|x|>"}]})")),
-              HasSubstr("added_tokens: \"<|x|>\" has id 1, model.vocab's \"b\": an added token "
-                        "needs an id of its own"));
+  // tokenizers would give <|x|> id 2 (model.vocab has 2 entries), "c"'s id too.
+  EXPECT_THAT(HfError("added_on_vocab_gap",
+                      absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0, "c": 2}},
+                                   "added_tokens": [{"id": 3, "content": "<|x|>"}]})")),
+              HasSubstr("added_tokens: \"<|x|>\" would have id 2 (tokenizers' next id after "
+                        "model.vocab's 2 entries), model.vocab's \"c\": an added token needs an "
+                        "id of its own"));
   EXPECT_THAT(
       HfError("no_eos", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}}})")),
       HasSubstr("tokenizer.json: no EOS token (no tokenizer_config.json; none of "
                 "<|end_of_text|>, </s>, <eos>, <|endoftext|>): titan needs an EOS"));
+}
+
+TEST(TokenizerLoaderTest, AddedTokensTakeTheIdsTokenizersGivesNotTheWrittenOnes) {
+  // Ids as tokenizers.Tokenizer.from_file gives them (checked there, and in
+  // tests/tokenizer/parity_test.py): written ids with a gap, beyond the vocab, on a vocab entry's
+  // id, or on the token's own vocab entry under another id are ignored.
+  const std::string dir = MakeDir("added_ids");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel,
+                                              R"(, "model": {"vocab": {"a": 0, "b": 1, "</s>": 2}},
+      "added_tokens": [{"id": 9, "content": "<x>", "special": true},
+                       {"id": 0, "content": "<y>", "special": true},
+                       {"id": 7, "content": "</s>", "special": true},
+                       {"id": 4, "content": "<z>", "special": true}]})"));
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->eos_id(), 2);
+  EXPECT_EQ(tokenizer->vocab_size(), 6);
+  EXPECT_THAT(tokenizer->Encode("<x>a<y></s><z>b", false, false, kParse),
+              ElementsAre(3, 0, 4, 2, 5, 1));
+  absl::StatusOr<std::string> text = tokenizer->Decode({3, 4, 5, 2});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "<x><y><z></s>");
+}
+
+TEST(TokenizerLoaderTest, AddedTokensDecodeThroughTheByteLevelAlphabet) {
+  // As tokenizers decodes them: "Ġb" is " b", like a vocab entry.
+  const std::string dir = MakeDir("added_decode");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
+      "added_tokens": [{"id": 1, "content": "</s>", "special": true},
+                       {"id": 2, "content": "Ġb", "special": true}]})"));
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  absl::StatusOr<std::string> text = tokenizer->Decode({0, 2, 1});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "a b</s>");
 }
 
 TEST(TokenizerLoaderTest, BosAndEosFallBackToTokenizerConfig) {

@@ -246,6 +246,42 @@ class ParityTest(unittest.TestCase):
             self.assertEqual(result["ids"], reference(text, add_special_tokens=False).input_ids)
             self.assertEqual(result["ids_plain"], plain(text, add_special_tokens=False).input_ids)
 
+    def test_added_token_ids_as_tokenizers_gives_them(self):
+        # tokenizers ignores the ids tokenizer.json writes for added_tokens (it only warns): a
+        # token in model.vocab keeps its vocab id, any other takes the next free id in list
+        # order. Written here: ids beyond the vocab with gaps, on a vocab entry's id, on the
+        # token's own vocab entry under another id, out of order; transformers agrees.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        n = len(spec["model"]["vocab"])
+        in_vocab = next(t for t, i in spec["model"]["vocab"].items() if len(t) > 2 and i > 300)
+        written = [n + 900, 17, n + 5, n + 1, n + 40, n + 2, n + 3, n]
+        for token, token_id in zip(spec["added_tokens"], written):
+            token["id"] = token_id
+        spec["added_tokens"].reverse()
+        spec["added_tokens"].insert(3, dict(spec["added_tokens"][0], id=n + 7, content=in_vocab,
+                                            special=False))
+        tokenizer_dir = os.path.join(self.tmp, "added_ids")
+        os.makedirs(tokenizer_dir)
+        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
+                       "tokenizer_class": "PreTrainedTokenizerFast",
+                       "added_tokens_decoder": {str(t["id"]): t for t in spec["added_tokens"]}}, f)
+        reference = Tokenizer.from_file(json_path)
+        ids = [reference.token_to_id(t["content"]) for t in spec["added_tokens"]]
+        self.assertEqual(ids, [n, n + 1, n + 2, spec["model"]["vocab"][in_vocab]]
+                         + list(range(n + 3, n + 8)))
+        specials = [t["content"] for t in spec["added_tokens"] if t["special"]]
+        texts, ours = self.assert_hf_parity(tokenizer_dir, json_path, specials,
+                                            "<|begin_of_text|>", "<|end_of_text|>")
+        auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+        self.assertEqual(ours["vocab_size"], len(auto))
+        for text, result in zip(texts, ours["results"]):
+            self.assertEqual(result["ids"], auto(text, add_special_tokens=False).input_ids)
+
     def test_nfc_matches_tokenizers(self):
         # A byte vocabulary without merges under an NFC normalizer: the ids are the normalized
         # text's bytes. Every character lib/tokenizer/nfc_tables.inc or Python knows something of
