@@ -2,12 +2,13 @@
 // counted by a wrapped LibTorch CPU allocator: the activations autograd holds between forward and
 // backward, the peak above the step's start, and parameter + optimizer bytes. Takes titan_train's
 // flags (--nproc_per_node, the job file, --section.key=value) and runs one step on random tokens
-// (the same on every rank of a data-parallel group, as the data loader's would be):
+// (the same on every rank of a data-parallel group, as the data loader's would be), e.g. (one
+// command line):
 //
-//   bazel run //benchmarks:parallel_memory_benchmark --
-//   --job.config_file=configs/llama3_debugmodel.toml \
-//     --training.seq_len=4096 --training.local_batch_size=1 --nproc_per_node=4 \
-//     --parallelism.context_parallel_degree=4 --parallelism.data_parallel_shard_degree=1
+//   bazel run //benchmarks:parallel_memory_benchmark -- --nproc_per_node=4
+//     --job.config_file=configs/llama3_debugmodel.toml --training.seq_len=4096
+//     --training.local_batch_size=1 --parallelism.context_parallel_degree=4
+//     --parallelism.data_parallel_shard_degree=1
 #include <ATen/ATen.h>
 
 #include <iostream>

@@ -786,8 +786,9 @@ TEST(JobConfigTest, FolderKeysJoinTheDumpFolderAsOsPathJoin) {
 }
 
 TEST(JobConfigTest, FolderKeysThatAreTheDumpFolderItselfAreRefused) {
-  for (const std::string& folder : {"", ".", "./", "../run/", "/abs/run"}) {
-    EXPECT_EQ(ValidationError({"--job.dump_folder=/abs/run", "--checkpoint.folder=" + folder}),
+  for (const char* folder : {"", ".", "./", "../run/", "/abs/run"}) {
+    EXPECT_EQ(ValidationError(
+                  {"--job.dump_folder=/abs/run", absl::StrCat("--checkpoint.folder=", folder)}),
               absl::StrCat("[checkpoint] folder = \"", folder,
                            "\" is [job] dump_folder itself: checkpoints need a folder of their own "
                            "(its lock, its step-N folders); use a subfolder, e.g. \"checkpoint\" "

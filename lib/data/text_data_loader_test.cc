@@ -132,7 +132,9 @@ TEST(TextDataLoaderTest, ReadAheadGivesTheSameBatchesStateAndEnd) {
       // The state counts the batches returned, not the ones read ahead.
       EXPECT_EQ(ahead->StateDict(), plain->StateDict()) << step;
     }
-    if (!infinite) EXPECT_TRUE(absl::IsOutOfRange(ahead->NextBatch(3).status()));
+    if (!infinite) {
+      EXPECT_TRUE(absl::IsOutOfRange(ahead->NextBatch(3).status()));
+    }
   }
   // Loading a state restarts the read-ahead from there.
   std::unique_ptr<TextDataLoader> ahead = OpenLoader(path, &tokenizer, /*infinite=*/true);

@@ -398,12 +398,15 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
                  response->status == 416 && total >= 0 && file.size >= 0 && total != file.size) {
         attempt_status = SizeMismatch(file.size, total);
       } else if (response->status == 416) {
-        attempt_status = absl::UnavailableError(
-            "HTTP 416: the part file does not fit the "
-            "remote file; starting over");
-        ::ftruncate(fd, 0);
-        digest.Reset();
-        if (progress_ != nullptr) progress_->Rewind(file.path, 0);
+        if (::ftruncate(fd, 0) != 0) {
+          attempt_status = ErrnoError("truncate", part_path);
+        } else {
+          attempt_status = absl::UnavailableError(
+              "HTTP 416: the part file does not fit the "
+              "remote file; starting over");
+          digest.Reset();
+          if (progress_ != nullptr) progress_->Rewind(file.path, 0);
+        }
       } else if (response->status < 200 || response->status >= 300) {
         attempt_status = HubHttpError(response->status, response->headers["x-error-code"],
                                       response->headers["x-error-message"], Context(file.path));

@@ -91,7 +91,9 @@ TEST(PlanRoundsTest, BothEndsAgreeForEverySchedule) {
             }
           }
           for (size_t k = 0; k < plan.actions.size(); ++k) {
-            if (k > 0) EXPECT_LT(plan.action_rounds[k - 1], plan.action_rounds[k]) << label;
+            if (k > 0) {
+              EXPECT_LT(plan.action_rounds[k - 1], plan.action_rounds[k]) << label;
+            }
             const PipelineAction& a = plan.actions[k];
             const PipelineNeed need{a.op != PipelineOp::kForward, a.stage, a.microbatch};
             auto it = arrives.find(need);

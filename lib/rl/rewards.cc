@@ -238,9 +238,9 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
       timed_out = true;
       break;
     }
-    pollfd fds[3] = {{from_child[0], open_out ? POLLIN : 0, 0},
-                     {err_child[0], open_err ? POLLIN : 0, 0},
-                     {write_fd, POLLOUT, 0}};
+    pollfd fds[3] = {{from_child[0], 0, 0}, {err_child[0], 0, 0}, {write_fd, POLLOUT, 0}};
+    if (open_out) fds[0].events = POLLIN;
+    if (open_err) fds[1].events = POLLIN;
     const int n = write_fd >= 0 ? 3 : 2;
     // At most 100 ms: a stop signal may interrupt another thread, not this poll.
     const int64_t wait_ms = std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 1, 100);

@@ -104,11 +104,19 @@ TEST(Llama3SpecTest, InitFollowsTorchtitanScales) {
   model.InitWeights();
   for (const ParamRef& p : model.NamedParameters()) {
     const double std = p.tensor->std().item<double>();
-    if (p.name == "tok_embeddings.weight") EXPECT_NEAR(std, 1.0, 0.02);
-    if (p.name == "layers.0.attention.wq.weight") EXPECT_NEAR(std, 0.02, 0.002);
+    if (p.name == "tok_embeddings.weight") {
+      EXPECT_NEAR(std, 1.0, 0.02);
+    }
+    if (p.name == "layers.0.attention.wq.weight") {
+      EXPECT_NEAR(std, 0.02, 0.002);
+    }
     // Depth-scaled output projection: 0.02 / sqrt(2 * (layer + 1)).
-    if (p.name == "layers.1.attention.wo.weight") EXPECT_NEAR(std, 0.02 / 2.0, 0.001);
-    if (p.name == "norm.weight") EXPECT_EQ(p.tensor->min().item<float>(), 1.0f);
+    if (p.name == "layers.1.attention.wo.weight") {
+      EXPECT_NEAR(std, 0.02 / 2.0, 0.001);
+    }
+    if (p.name == "norm.weight") {
+      EXPECT_EQ(p.tensor->min().item<float>(), 1.0f);
+    }
   }
 }
 

@@ -487,7 +487,9 @@ void RankOneOfTwoAtALoopbackPort(bool listen, int* fd, DistributedEnv* env) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   ASSERT_EQ(bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  if (listen) ASSERT_EQ(::listen(*fd, 8), 0);
+  if (listen) {
+    ASSERT_EQ(::listen(*fd, 8), 0);
+  }
   socklen_t size = sizeof(addr);
   ASSERT_EQ(getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &size), 0);
   env->rank = 1;
