@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/util/file_util.h"
+#include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -89,23 +90,6 @@ std::optional<uint64_t> AsNonNegativeInt(const json& value) {
   return v;
 }
 
-// A JSON value for an error message, kept short: hostile input dumped in full could be huge or
-// nested deeply enough to overflow the stack of the recursive dump().
-std::string Abbreviated(const json& value) {
-  constexpr size_t kMaxChars = 64;
-  constexpr size_t kMaxElements = 16;
-  if (value.is_primitive()) {
-    std::string text = value.dump();
-    if (text.size() > kMaxChars) text = text.substr(0, kMaxChars) + "...";
-    return text;
-  }
-  if (value.is_array() && value.size() <= kMaxElements &&
-      std::all_of(value.begin(), value.end(), [](const json& v) { return v.is_number(); })) {
-    return value.dump();
-  }
-  return absl::StrCat(value.type_name(), " of ", value.size(), " elements");
-}
-
 absl::Status Malformed(absl::string_view source, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ": invalid safetensors file: ", what));
 }
@@ -114,7 +98,8 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(absl::string_view source, const std:
                                             const json& value, uint64_t data_size) {
   const std::string where = absl::StrCat("tensor '", name, "'");
   if (!value.is_object()) {
-    return Malformed(source, absl::StrCat(where, ": expected an object, got ", Abbreviated(value)));
+    return Malformed(source,
+                     absl::StrCat(where, ": expected an object, got ", JsonForMessage(value)));
   }
   for (const auto& [key, unused] : value.items()) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
@@ -141,8 +126,9 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(absl::string_view source, const std:
   for (const json& dim : *shape) {
     std::optional<uint64_t> size = AsNonNegativeInt(dim);
     if (!size) {
-      return Malformed(source, absl::StrCat(where, ": shape ", Abbreviated(*shape),
-                                            ": expected non-negative integers"));
+      return Malformed(source,
+                       absl::StrCat(where, ": 'shape': expected non-negative integers, got ",
+                                    JsonForMessage(*shape)));
     }
     entry.shape.push_back(static_cast<int64_t>(*size));
   }
@@ -157,7 +143,7 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(absl::string_view source, const std:
     return Malformed(
         source,
         absl::StrCat(where, ": expected 'data_offsets' [begin, end] of non-negative ",
-                     "integers, got ", offsets == value.end() ? "none" : Abbreviated(*offsets)));
+                     "integers, got ", offsets == value.end() ? "none" : JsonForMessage(*offsets)));
   }
   entry.begin = *begin;
   entry.end = *end;
@@ -170,13 +156,12 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(absl::string_view source, const std:
                                           " run past the data section of ", data_size, " bytes"));
   }
   std::optional<uint64_t> bytes = ByteSize(entry.shape, c10::elementSize(entry.scalar_type));
-  if (!bytes) {
-    return Malformed(source, absl::StrCat(where, ": shape ", Abbreviated(*shape), " overflows"));
-  }
+  const std::string shape_text = absl::StrCat("[", absl::StrJoin(entry.shape, ","), "]");
+  if (!bytes) return Malformed(source, absl::StrCat(where, ": shape ", shape_text, " overflows"));
   if (*bytes != entry.end - entry.begin) {
     return Malformed(source, absl::StrCat(where, ": data_offsets ", range, " hold ",
                                           entry.end - entry.begin, " bytes, but ", entry.dtype,
-                                          " shape ", Abbreviated(*shape), " needs ", *bytes));
+                                          " shape ", shape_text, " needs ", *bytes));
   }
   return entry;
 }
@@ -185,12 +170,12 @@ absl::Status ParseMetadata(absl::string_view source, const json& value,
                            std::map<std::string, std::string>& metadata) {
   if (!value.is_object()) {
     return Malformed(source, absl::StrCat("__metadata__: expected an object of strings, got ",
-                                          Abbreviated(value)));
+                                          JsonForMessage(value)));
   }
   for (const auto& [key, item] : value.items()) {
     if (!item.is_string()) {
       return Malformed(source, absl::StrCat("__metadata__: '", key, "': expected a string, got ",
-                                            Abbreviated(item)));
+                                            JsonForMessage(item)));
     }
     metadata[key] = item.get<std::string>();
   }

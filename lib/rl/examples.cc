@@ -148,14 +148,6 @@ constexpr char kSortingLetters[] = "abcdefgh";
 // ordered prompts).
 bool SortingHeldOut(char x, char y, char z) { return (x + y + z) % 4 == 0; }
 
-// `value` for an error message: a string shortened, another scalar as JSON spells it, an array or
-// object by its type (dumped whole, one could be huge or nested deep enough to overflow dump()).
-std::string JsonForMessage(const nlohmann::json& value) {
-  if (value.is_string()) return QuotedShort(value.get_ref<const std::string&>());
-  if (value.is_structured()) return value.type_name();
-  return value.dump();
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<RlExample>> ReadExamples(const std::string& path,

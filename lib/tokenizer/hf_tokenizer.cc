@@ -17,6 +17,7 @@
 #include "glog/logging.h"
 #include "lib/tokenizer/oniguruma_regex.h"
 #include "lib/util/file_util.h"
+#include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -74,9 +75,9 @@ class JsonErrors {
     return absl::InvalidArgumentError(absl::StrCat(path_, ": ", key, ": ", what));
   }
   absl::Status Expected(const std::string& key, const std::string& expected, const Json& got) const {
-    std::string shown = got.dump();
-    if (shown.size() > 80) shown = shown.substr(0, 77) + "...";
-    return Error(key, absl::StrCat("expected ", expected, ", got ", got.type_name(), " ", shown));
+    // JsonForMessage names a structure's type itself.
+    const std::string type = got.is_structured() ? "" : absl::StrCat(got.type_name(), " ");
+    return Error(key, absl::StrCat("expected ", expected, ", got ", type, JsonForMessage(got)));
   }
   const std::string& path() const { return path_; }
 
@@ -460,9 +461,9 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
                                                              const JsonErrors& errors,
                                                              const std::string& config_path) {
   const auto model_it = root.find("model");
-  if (model_it == root.end() || !model_it->is_object()) {
-    return errors.Expected("model", "an object", model_it == root.end() ? Json() : *model_it);
-  }
+  // Not `found ? *model_it : Json()`: that copies the value, recursively, however deep.
+  if (model_it == root.end()) return errors.Expected("model", "an object", Json());
+  if (!model_it->is_object()) return errors.Expected("model", "an object", *model_it);
   const Json& bpe = *model_it;
   const Json type = bpe.value("type", Json("BPE"));
   if (type != "BPE") return errors.Expected("model.type", "\"BPE\"", type);

@@ -259,6 +259,10 @@ TEST(TokenizerLoaderTest, MalformedTokenizerJsonErrorsSayWhatIsWrong) {
                                                 R"(, "model": {"vocab": {"a": 0, "b": 1, "ab": 2},
                                                     "merges": ["a b", "a c"]}})")),
               HasSubstr("model.merges[1]: token \"c\" is not in model.vocab"));
+  // Shown by its size: dumped, it would overflow the stack of nlohmann's recursive dump().
+  EXPECT_THAT(HfError("deep_model", absl::StrCat(R"({"model": )", std::string(1'000'000, '['),
+                                                 std::string(1'000'000, ']'), "}")),
+              HasSubstr("model: expected an object, got array of 1 elements"));
   EXPECT_THAT(HfError("not_bpe", R"({"model": {"type": "WordPiece", "vocab": {}}})"),
               HasSubstr("model.type: expected \"BPE\""));
   EXPECT_THAT(HfError("no_byte_level", R"({"model": {"vocab": {"a": 0}}})"),

@@ -1,7 +1,6 @@
 #include "lib/util/short_text.h"
 
 #include "absl/strings/str_cat.h"
-#include "nlohmann/json.hpp"
 
 namespace titan {
 namespace {
@@ -20,6 +19,35 @@ std::string SizeIfCut(absl::string_view text, size_t max_bytes) {
   return text.size() <= max_bytes ? "" : absl::StrCat(" (", text.size(), " bytes)");
 }
 
+std::string Dump(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// Appends `value`'s compact JSON to `out`; false, stopping there, once `out` passes `max_bytes`
+// (so the recursion is at most max_bytes deep: every level adds a bracket).
+bool AppendBounded(const nlohmann::json& value, size_t max_bytes, std::string* out) {
+  if (out->size() > max_bytes) return false;
+  if (value.is_structured()) {
+    out->push_back(value.is_array() ? '[' : '{');
+    bool first = true;
+    for (const auto& [key, element] : value.items()) {
+      if (!first) out->push_back(',');
+      first = false;
+      if (value.is_object()) {
+        if (key.size() > max_bytes) return false;
+        absl::StrAppend(out, Dump(key), ":");
+      }
+      if (!AppendBounded(element, max_bytes, out)) return false;
+    }
+    out->push_back(value.is_array() ? ']' : '}');
+  } else if (value.is_string() && value.get_ref<const std::string&>().size() > max_bytes) {
+    return false;
+  } else {
+    out->append(Dump(value));
+  }
+  return out->size() <= max_bytes;
+}
+
 }  // namespace
 
 std::string ShortText(absl::string_view text, size_t max_bytes) {
@@ -30,6 +58,14 @@ std::string QuotedShort(absl::string_view text, size_t max_bytes) {
   const std::string quoted = nlohmann::json(CutMiddle(text, max_bytes))
                                  .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   return absl::StrCat(quoted, SizeIfCut(text, max_bytes));
+}
+
+std::string JsonForMessage(const nlohmann::json& value, size_t max_bytes) {
+  if (value.is_string()) return QuotedShort(value.get_ref<const std::string&>(), max_bytes);
+  if (!value.is_structured()) return Dump(value);
+  std::string text;
+  if (AppendBounded(value, max_bytes, &text)) return absl::StrCat(value.type_name(), " ", text);
+  return absl::StrCat(value.type_name(), " of ", value.size(), " elements");
 }
 
 }  // namespace titan

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "nlohmann/json.hpp"
 
 namespace titan {
 
@@ -18,6 +19,12 @@ std::string ShortText(absl::string_view text, size_t max_bytes = 60);
 // As ShortText, the kept text quoted as a JSON string (ill-formed UTF-8 replaced):
 // "\"abc...xyz\" (1000000 bytes)".
 std::string QuotedShort(absl::string_view text, size_t max_bytes = 60);
+
+// A JSON value for an error message: a string as QuotedShort, another scalar as JSON spells it,
+// an array or object by its type and its JSON when that is at most `max_bytes` long, else by its
+// type and size ("array [1,2]", "object of 3000 elements"). Never dumps a whole value: one could
+// be huge, or nested deep enough to overflow the stack of nlohmann's recursive dump().
+std::string JsonForMessage(const nlohmann::json& value, size_t max_bytes = 60);
 
 }  // namespace titan
 

@@ -25,5 +25,30 @@ TEST(ShortTextTest, CutsOnCharacterBoundaries) {
   EXPECT_EQ(ShortText(text, 6), "a\xC3\xA9...\xC3\xA9z (16 bytes)");
 }
 
+TEST(JsonForMessageTest, ScalarsAsJsonSpellsThem) {
+  EXPECT_EQ(JsonForMessage(nullptr), "null");
+  EXPECT_EQ(JsonForMessage(true), "true");
+  EXPECT_EQ(JsonForMessage(-7), "-7");
+  EXPECT_EQ(JsonForMessage(2.5), "2.5");
+  EXPECT_EQ(JsonForMessage("a\"b"), "\"a\\\"b\"");
+  EXPECT_EQ(JsonForMessage(std::string(100, 'x'), 10), "\"xxxxx...xxxxx\" (100 bytes)");
+}
+
+TEST(JsonForMessageTest, ShortStructuresWholeLongOnesByTheirSize) {
+  EXPECT_EQ(JsonForMessage(nlohmann::json::parse(R"([[1,2],{"a":"b"}])")),
+            "array [[1,2],{\"a\":\"b\"}]");
+  EXPECT_EQ(JsonForMessage(nlohmann::json::array()), "array []");
+  EXPECT_EQ(JsonForMessage(nlohmann::json::parse("[1,2,3,4]"), 9), "array [1,2,3,4]");
+  EXPECT_EQ(JsonForMessage(nlohmann::json::parse("[1,2,3,4]"), 8), "array of 4 elements");
+  EXPECT_EQ(JsonForMessage(nlohmann::json{{"k", std::string(100, 'x')}}), "object of 1 elements");
+  EXPECT_EQ(JsonForMessage(nlohmann::json{{std::string(100, 'k'), 1}}), "object of 1 elements");
+}
+
+// A million nested arrays would overflow the stack of a recursive walk to the bottom.
+TEST(JsonForMessageTest, DeepNestingStopsAtTheBudget) {
+  const std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  EXPECT_EQ(JsonForMessage(nlohmann::json::parse(deep)), "array of 1 elements");
+}
+
 }  // namespace
 }  // namespace titan
