@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <functional>
 #include <random>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -40,44 +41,80 @@ struct JsonRow {
   absl::flat_hash_map<std::string, std::string> float_text;
 };
 
-// nlohmann's DOM builder, also keeping JsonRow::float_text (the parser hands SAX handlers each
-// number's text; the DOM drops it).
-class RowBuilder : public nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+// Builds a row's DOM as json::parse does, also keeping JsonRow::float_text (the parser hands SAX
+// handlers each number's text; the DOM drops it). A parse error is kept, not thrown.
+class RowBuilder : public nlohmann::json_sax<nlohmann::json> {
  public:
-  explicit RowBuilder(JsonRow& row) : json_sax_dom_parser(row.object), row_(row) {}
+  explicit RowBuilder(JsonRow& row) : row_(row) {}
 
-  bool start_object(std::size_t size) {
-    ++depth_;
-    return json_sax_dom_parser::start_object(size);
+  bool null() override { return Add(nullptr); }
+  bool boolean(bool value) override { return Add(value); }
+  bool number_integer(number_integer_t value) override { return Add(value); }
+  bool number_unsigned(number_unsigned_t value) override { return Add(value); }
+  bool number_float(number_float_t value, const string_t& text) override {
+    if (open_.size() == 1) row_.float_text[key_] = text;
+    return Add(value);
   }
-  bool end_object() {
-    --depth_;
-    return json_sax_dom_parser::end_object();
-  }
-  bool start_array(std::size_t size) {
-    ++depth_;
-    return json_sax_dom_parser::start_array(size);
-  }
-  bool end_array() {
-    --depth_;
-    return json_sax_dom_parser::end_array();
-  }
-  bool key(std::string& key) {
-    if (depth_ == 1) {
+  bool string(string_t& value) override { return Add(std::move(value)); }
+  bool binary(binary_t& value) override { return Add(nlohmann::json::binary(std::move(value))); }
+  bool start_object(std::size_t /*elements*/) override { return Open(nlohmann::json::object()); }
+  bool key(string_t& key) override {
+    if (open_.size() == 1) {
       key_ = key;
       row_.float_text.erase(key);  // a repeated key's value replaces the first's
     }
-    return json_sax_dom_parser::key(key);
+    member_ = &(*open_.back())[key];
+    return true;
   }
-  bool number_float(double value, const std::string& text) {
-    if (depth_ == 1) row_.float_text[key_] = text;
-    return json_sax_dom_parser::number_float(value, text);
+  bool end_object() override {
+    open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t /*elements*/) override { return Open(nlohmann::json::array()); }
+  bool end_array() override {
+    open_.pop_back();
+    return true;
+  }
+  bool parse_error(std::size_t /*position*/, const std::string& /*last_token*/,
+                   const nlohmann::json::exception& error) override {
+    error_id_ = error.id;
+    error_ = error.what();
+    return false;
   }
 
+  // nlohmann's exception id (406: a number out of range) and what(), after a parse error.
+  int error_id() const { return error_id_; }
+  const std::string& error() const { return error_; }
+
  private:
+  // Places `value` in the innermost open array or object (at the key just read), or as the row.
+  bool Add(nlohmann::json value) {
+    Place(std::move(value));
+    return true;
+  }
+  bool Open(nlohmann::json container) {
+    open_.push_back(Place(std::move(container)));
+    return true;
+  }
+  nlohmann::json* Place(nlohmann::json value) {
+    if (open_.empty()) {
+      row_.object = std::move(value);
+      return &row_.object;
+    }
+    if (open_.back()->is_array()) {
+      open_.back()->push_back(std::move(value));
+      return &open_.back()->back();
+    }
+    *member_ = std::move(value);
+    return member_;
+  }
+
   JsonRow& row_;
-  int depth_ = 0;    // 1: inside the row's object
-  std::string key_;  // the row's key being read
+  std::vector<nlohmann::json*> open_;  // the arrays and objects being read, outermost first
+  nlohmann::json* member_ = nullptr;   // the innermost object's member for the key just read
+  std::string key_;                    // the row's key being read
+  int error_id_ = 0;
+  std::string error_;
 };
 
 // "answer": a string, or a JSON number (GSM8K-style data writes 72) as plain decimal text with its
@@ -112,17 +149,15 @@ absl::Status ForEachObjectLine(
     if (line.find_first_not_of(" \t\r") == absl::string_view::npos) continue;
     const std::string where = absl::StrCat(path, ":", line_number);
     JsonRow row;
-    try {
-      RowBuilder builder(row);
-      nlohmann::json::sax_parse(line, &builder);
-    } catch (const nlohmann::json::exception& e) {
+    RowBuilder builder(row);
+    if (!nlohmann::json::sax_parse(line, &builder)) {
       // What is wrong, where in the line: "parse error at line 1, column 9: ... ill-formed UTF-8".
-      absl::string_view why = e.what();
+      absl::string_view why = builder.error();
       why.remove_prefix(std::min(why.size(), why.find("] ") + 2));
       // nlohmann quotes the token it read ("last read: '...'") whole: a 200 KB string, say. 400
       // bytes keep the description (under 200) and the token's ends.
       // 406: a number past a double's range (1e309), valid JSON that nlohmann reads no other way.
-      if (e.id == 406) {
+      if (builder.error_id() == 406) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, ": ", ShortText(why, 400), "; write such a number as a string"));
       }
