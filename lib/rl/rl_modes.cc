@@ -22,6 +22,7 @@
 #include "lib/metrics/flops.h"
 #include "lib/rl/examples.h"
 #include "lib/train/components.h"
+#include "lib/train/stop_signal.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
@@ -312,6 +313,13 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
     if (use_logprobs) logprobs.push_back((*rows)[i].logprobs);
     response_ids.push_back((*rows)[i].response_ids);
   }
+  // --save_step: SIGINT/SIGTERM let the update and its save finish, as a training step's do.
+  std::optional<StopSignal> stop_signal;
+  if (save_as_next_step) {
+    stop_signal.emplace(runtime);
+    LOG(INFO) << "updating on " << rows->size()
+              << " rollouts (SIGINT/SIGTERM now finish the update and save it)";
+  }
   // A too-long row, or one whose log-probabilities are not one per token, is refused by its
   // file:line.
   absl::StatusOr<StepMetrics> metrics =
@@ -320,6 +328,10 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   std::string weights;
   if (save_as_next_step) {
     TITAN_ASSIGN_OR_RETURN(weights, trainer.SaveAsNextStep(*metrics));
+    if (const int signal = StopSignal::Received(); signal != 0) {
+      LOG(WARNING) << "received signal " << signal << " during the update: it finished and was "
+                   << "saved as " << weights;
+    }
   } else {
     weights = config.job().dump_folder() + "/step_weights.safetensors";
     TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));

@@ -636,10 +636,14 @@ absl::StatusOr<std::string> RlTrainer::SaveAsNextStep(StepMetrics m) {
   ++state_.lr_step;
   m.step = step;
   m.memory_gib = PeakMemoryGiB(setup_.device);
-  if (metrics_ != nullptr) TITAN_RETURN_IF_ERROR(metrics_->Log(m));  // rank 0's
-  TITAN_RETURN_IF_ERROR(SaveStep(false));
+  // The run's last step is saved as training's last save ([checkpoint] last_save_model_only,
+  // last_save_in_hf, export_dtype).
+  const bool last = step == config_.training().steps();
+  TITAN_RETURN_IF_ERROR(SaveStep(last && config_.checkpoint().last_save_model_only()));
   TITAN_RETURN_IF_ERROR(checkpointer_->FinishPendingSave());
   if (critic_checkpointer_) TITAN_RETURN_IF_ERROR(critic_checkpointer_->FinishPendingSave());
+  // Once saved: a failed save leaves no metrics row of a step that is not there.
+  if (metrics_ != nullptr) TITAN_RETURN_IF_ERROR(metrics_->Log(m));  // rank 0's
   return checkpointer_->StepDirectory(step);
 }
 

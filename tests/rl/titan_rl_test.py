@@ -509,7 +509,7 @@ class TitanRlTest(unittest.TestCase):
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=300)
-        self.assertEqual(proc.returncode, 0, stderr[-3000:])
+        self.assertEqual(proc.returncode, 0, stdout + stderr[-3000:])
         self.assertIn("stopping after step", stderr)
         steps = [n for n in os.listdir(os.path.join(dump, "checkpoint")) if n.startswith("step-")]
         self.assertEqual(len(steps), 1, steps)
@@ -1431,11 +1431,27 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1)
         self.assertIn("--save_step: the run is at step 2, its last ([training] steps = 2): raise "
                       "[training] steps to add steps", proc.stderr)
-        # Over 2 ranks (each its share of the rows; rank 0 logs the metrics).
-        more = [cmd[0], "--nproc_per_node=2", *cmd[1:], "--training.steps=3"]
-        self.assertEqual(json.loads(common.run(more).stdout)["step"], 3)
-        self.assertEqual([m["step"] for m in common.metrics(chained)], [1, 2, 3])
+        # A SIGTERM during the update lets it finish and save, as a training step's does.
+        proc = subprocess.Popen([*cmd, "--training.steps=4"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        for line in proc.stderr:
+            if "SIGINT/SIGTERM now finish the update" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        stdout, stderr = proc.communicate(timeout=600)
+        self.assertEqual(proc.returncode, 0, stdout)
+        self.assertEqual(json.loads(stdout)["step"], 3)
         self.assertTrue(os.path.isdir(os.path.join(chained, "checkpoint", "step-3")))
+        # Over 2 ranks (each its share of the rows; rank 0 logs the metrics), the run's last step
+        # saved as training's last save: model-only, with its Hugging Face export.
+        more = [cmd[0], "--nproc_per_node=2", *cmd[1:], "--training.steps=4",
+                "--checkpoint.last_save_model_only=true", "--checkpoint.last_save_in_hf=true"]
+        self.assertEqual(json.loads(common.run(more).stdout)["step"], 4)
+        self.assertEqual([m["step"] for m in common.metrics(chained)], [1, 2, 3, 4])
+        step4 = os.path.join(chained, "checkpoint", "step-4")
+        self.assertFalse(any(n.startswith("optimizer") for n in os.listdir(step4)))
+        self.assertTrue(os.path.isfile(os.path.join(chained, "checkpoint", "step-4-hf",
+                                                    "config.json")))
         proc = common.run([*cmd[:-3], "--checkpoint.enable=false", *cmd[-3:]], check=False)
         self.assertIn("--save_step saves the update as the run's next checkpoint step: set "
                       "[checkpoint] enable = true", proc.stderr)
