@@ -1,5 +1,6 @@
 #include "lib/train/optimizer.h"
 
+#include <ATen/Dispatch.h>
 #include <c10/core/GradMode.h>
 
 #include <cmath>
@@ -185,11 +186,21 @@ void ForeachUpdate(const StepTensors& all, const AdamSettings& h) {
   }
 }
 
+// The fused kernels take lr as a double and round it to the parameters' type inside, where an lr
+// past that type's range turns the weights to inf without a word; the for-loop and foreach paths
+// refuse it as they convert their scalars ("value cannot be converted to type float without
+// overflow"), so the fused ones refuse it the same way.
+void CheckLrFitsParams(const at::Tensor& param, double lr) {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, param.scalar_type(), "lr",
+                                  [&] { static_cast<void>(at::Scalar(lr).to<scalar_t>()); });
+}
+
 // torch's _fused_adam: at::_fused_adamw_ (decoupled) or at::_fused_adam_, one call per device and
 // dtype. The double-lr overload: torch takes it for a float lr, and on CPU the tensor_lr one gives
 // the same bits only for a float64 lr tensor.
 void FusedUpdate(const StepTensors& all, const AdamSettings& h) {
   for (const StepTensors& t : ByDeviceAndDtype(all)) {
+    CheckLrFitsParams(t.params.front(), h.lr);
     at::_foreach_add_(t.steps, 1);
     using FusedAdam =
         void (*)(at::TensorList, at::TensorList, at::TensorList, at::TensorList, at::TensorList,
@@ -207,6 +218,7 @@ void FusedUpdate(const StepTensors& all, const AdamSettings& h) {
 // the gradient scale applied within it, and the bf16 copies linears asked for written in it.
 void KernelUpdate(const StepTensors& all, const AdamSettings& h, const at::Tensor& grad_scale) {
   for (const StepTensors& t : ByDeviceAndDtype(all)) {
+    CheckLrFitsParams(t.params.front(), h.lr);
     at::_foreach_add_(t.steps, 1);
     std::vector<at::Tensor> copies;
     for (const at::Tensor& param : t.params) copies.push_back(Bf16WeightCopyToWrite(param));

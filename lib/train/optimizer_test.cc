@@ -188,6 +188,23 @@ TEST(OptimizerTest, EpsThatIsZeroInFloat32IsRefused) {
   EXPECT_TRUE(Optimizer::Create(p.refs(), config).ok());
 }
 
+// An lr past float32's range is refused by every implementation, with ATen's words: ATen's fused
+// kernel would turn the weights to inf without a word.
+TEST(OptimizerTest, AnLrPastTheParametersRangeIsRefused) {
+  for (const std::string& implementation : kImplementations) {
+    Params p;
+    auto opt = Optimizer::Create(p.refs(), Config(implementation, /*lr=*/1e39)).value();
+    p.SetGrads(1);
+    try {
+      opt->Step();
+      ADD_FAILURE() << implementation << ": the step ran";
+    } catch (const std::exception& e) {
+      EXPECT_TRUE(absl::StrContains(e.what(), "cannot be converted to type float without overflow"))
+          << implementation << ": " << e.what();
+    }
+  }
+}
+
 // for-loop and foreach run the same ATen kernels per tensor (foreach falls back to them on CPU),
 // so they agree bitwise; the fused kernel orders its arithmetic differently: 1e-6 relative.
 TEST(OptimizerTest, ImplementationsAgree) {
