@@ -509,7 +509,7 @@ class TitanRlTest(unittest.TestCase):
             time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=300)
-        self.assertEqual(proc.returncode, 0, stdout + stderr[-3000:])
+        self.assertEqual(proc.returncode, 0, stderr[-3000:])
         self.assertIn("stopping after step", stderr)
         steps = [n for n in os.listdir(os.path.join(dump, "checkpoint")) if n.startswith("step-")]
         self.assertEqual(len(steps), 1, steps)
