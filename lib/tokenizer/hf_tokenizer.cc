@@ -361,7 +361,19 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
     if (!token.ok()) return token.status();
     absl::StatusOr<bool> added = ids.Assign(*token, errors, key);
     if (!added.ok()) return added.status();
-    if (*added) model->added_tokens.push_back(*std::move(token));
+    if (*added) {
+      model->added_tokens.push_back(*std::move(token));
+      continue;
+    }
+    // Listed again: tokenizers keeps the id and takes the later listing's matching settings; a
+    // token once special stays in its special set.
+    for (BpeModel::AddedToken& listed : model->added_tokens) {
+      if (listed.content != token->content) continue;
+      listed.lstrip = token->lstrip;
+      listed.rstrip = token->rstrip;
+      listed.normalized = token->normalized;
+      listed.special = listed.special || token->special;
+    }
   }
   return absl::OkStatus();
 }

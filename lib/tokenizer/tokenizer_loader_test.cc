@@ -305,6 +305,20 @@ TEST(TokenizerLoaderTest, AddedTokensTakeTheIdsTokenizersGivesNotTheWrittenOnes)
   EXPECT_EQ(*text, "<x><y><z></s>");
 }
 
+TEST(TokenizerLoaderTest, AnAddedTokenListedTwiceMatchesAsItsLaterListingSays) {
+  // As tokenizers.Tokenizer.from_file: the first listing's id, the later listing's lstrip/rstrip.
+  const std::string dir = MakeDir("added_twice");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel,
+                                              R"(, "model": {"vocab": {"a": 0, "Ġ": 1, "</s>": 2}},
+      "added_tokens": [{"id": 3, "content": "<x>", "special": true},
+                       {"id": 4, "content": "<x>", "special": true, "lstrip": true,
+                        "rstrip": true}]})"));
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->vocab_size(), 4);
+  EXPECT_THAT(tokenizer->Encode("a <x> a", false, false, kParse), ElementsAre(0, 3, 0));
+}
+
 TEST(TokenizerLoaderTest, AddedTokensDecodeThroughTheByteLevelAlphabet) {
   // As tokenizers decodes them: "Ġb" is " b", like a vocab entry.
   const std::string dir = MakeDir("added_decode");
