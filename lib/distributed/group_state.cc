@@ -44,10 +44,15 @@ class ProgressPublisher {
 
  private:
   void Run() {
-    while (true) {
+    const int64_t periods_per_heartbeat =
+        GroupState::kHeartbeatPeriod / GroupState::kProgressPeriod;
+    for (int64_t period = 0;; ++period) {
       std::this_thread::sleep_for(absl::ToChronoMilliseconds(GroupState::kProgressPeriod));
       std::lock_guard<std::mutex> lock(mutex_);
-      for (GroupState* group : groups_) group->PublishProgress();
+      for (GroupState* group : groups_) {
+        group->PublishProgress();
+        if (period % periods_per_heartbeat == 0) group->PublishHeartbeat();
+      }
     }
   }
 
@@ -83,22 +88,71 @@ void GroupState::PublishProgress() {
   }
 }
 
+void GroupState::PublishHeartbeat() {
+  std::lock_guard<std::mutex> lock(publish_mutex_);
+  const std::string value = absl::StrCat(++heartbeats_);
+  QuietC10Warnings quiet;  // A failure is the straggler report's to tell.
+  try {
+    progress_->set(absl::StrCat("alive/", rank_), std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    // The store went away (the job is ending); the straggler report will say so.
+  }
+}
+
+std::vector<int> GroupState::MembersBelow(uint64_t seq) {
+  std::vector<int> missing;
+  for (size_t member = 0; member < global_ranks_.size(); ++member) {
+    const std::string key = absl::StrCat(member);
+    int64_t reached = -1;  // Not even joined.
+    if (progress_->check({key})) {
+      const std::vector<uint8_t> value = progress_->get(key);
+      if (!absl::SimpleAtoi(std::string(value.begin(), value.end()), &reached)) reached = -1;
+    }
+    if (reached < static_cast<int64_t>(seq)) missing.push_back(global_ranks_[member]);
+  }
+  return missing;
+}
+
+std::vector<std::string> GroupState::HeartbeatCounts() {
+  std::vector<std::string> counts(global_ranks_.size());
+  for (size_t member = 0; member < global_ranks_.size(); ++member) {
+    const std::string key = absl::StrCat("alive/", member);
+    if (static_cast<int>(member) == rank_ || !progress_->check({key})) continue;
+    const std::vector<uint8_t> value = progress_->get(key);
+    counts[member].assign(value.begin(), value.end());
+  }
+  return counts;
+}
+
+std::vector<int> GroupState::SilentMembers() {
+  const std::vector<std::string> before = HeartbeatCounts();
+  absl::SleepFor(kSilenceWindow);
+  const std::vector<std::string> after = HeartbeatCounts();
+  std::vector<int> silent;
+  for (size_t member = 0; member < global_ranks_.size(); ++member) {
+    if (static_cast<int>(member) != rank_ && after[member] == before[member]) {
+      silent.push_back(global_ranks_[member]);
+    }
+  }
+  return silent;
+}
+
 std::string GroupState::Stragglers(uint64_t seq) {
   PublishProgress();
   // Let every member's publisher run once, so a value is at most one period old.
   absl::SleepFor(2 * kProgressPeriod);
-  std::vector<int> missing;
   QuietC10Warnings quiet;  // A failure is told below.
   try {
-    for (size_t member = 0; member < global_ranks_.size(); ++member) {
-      const std::string key = absl::StrCat(member);
-      int64_t reached = -1;  // Not even joined.
-      if (progress_->check({key})) {
-        const std::vector<uint8_t> value = progress_->get(key);
-        if (!absl::SimpleAtoi(std::string(value.begin(), value.end()), &reached)) reached = -1;
-      }
-      if (reached < static_cast<int64_t>(seq)) missing.push_back(global_ranks_[member]);
+    const std::vector<int> missing = MembersBelow(seq);
+    if (!missing.empty()) {
+      return absl::StrCat("ranks that did not arrive: ", absl::StrJoin(missing, ", "));
     }
+    // A member killed inside the collective had arrived: name it by its stopped heartbeat.
+    const std::vector<int> silent = SilentMembers();
+    if (silent.empty()) return "every rank arrived and is alive";
+    return absl::StrCat("every rank arrived; ranks silent for the last ",
+                        absl::FormatDuration(kSilenceWindow),
+                        " (died, stopped or exited): ", absl::StrJoin(silent, ", "));
   } catch (const std::exception& e) {
     // Rank 0's own store answers while it lives: on another rank, unreachable means it ended.
     const bool host_gone = global_ranks_[rank_] != 0;
@@ -106,8 +160,6 @@ std::string GroupState::Stragglers(uint64_t seq) {
                         host_gone ? "gone: rank 0 died or exited" : "unreachable", ": ", Reason(e),
                         ")");
   }
-  if (missing.empty()) return "every rank arrived";
-  return absl::StrCat("ranks that did not arrive: ", absl::StrJoin(missing, ", "));
 }
 
 absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time start,

@@ -35,10 +35,15 @@ void AskStoreAfterFailure(absl::string_view failure, const std::function<void()>
 // progress keys that tell who reached which operation. Before operation #n each member records n;
 // a background thread publishes the newest value as "<its group rank>" = n in the group's progress
 // store every kProgressPeriod (no store round trip per collective); on failure, members whose
-// value is below n never arrived.
+// value is below n never arrived. Every kHeartbeatPeriod the thread also counts up
+// "alive/<group rank>", so that when every member arrived, the ones whose count stands still (a
+// rank killed inside the collective) are named.
 class GroupState {
  public:
   static constexpr absl::Duration kProgressPeriod = absl::Milliseconds(50);
+  static constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(500);
+  // How long a count must stand still for its member to be called silent.
+  static constexpr absl::Duration kSilenceWindow = absl::Seconds(2);  // 4 heartbeats
 
   GroupState(std::string name, std::vector<int> global_ranks, int rank,
              c10::intrusive_ptr<c10d::Store> progress);
@@ -55,8 +60,11 @@ class GroupState {
   void MarkArrived(uint64_t seq) { arrived_.store(seq, std::memory_order_relaxed); }
   // Writes the newest value to the store now, if it changed; the publisher calls it.
   void PublishProgress();
-  // "ranks that did not arrive: 2, 5" (job ranks), or why that cannot be told. Publishes this
-  // member's progress and gives the others a publishing period first.
+  // Counts this member's "alive/<group rank>" up by one; the publisher calls it.
+  void PublishHeartbeat();
+  // "ranks that did not arrive: 2, 5" (job ranks); when every member arrived, those silent for
+  // kSilenceWindow; or why that cannot be told. Publishes this member's progress and gives the
+  // others a publishing period first.
   std::string Stragglers(uint64_t seq);
   // DeadlineExceeded naming the operation, the group, how long it ran (`start` to `end`, when it
   // failed: a trace dump exchange after it does not count) and the stragglers.
@@ -67,10 +75,18 @@ class GroupState {
   const std::string name_;
   const std::vector<int> global_ranks_;
   const int rank_;
+  // Members (job ranks) whose progress is below `seq`. Throws what the store throws.
+  std::vector<int> MembersBelow(uint64_t seq);
+  // Other members whose heartbeat count stood still for kSilenceWindow. Throws as the store.
+  std::vector<int> SilentMembers();
+  // Each other member's heartbeat count ("" where it has none).
+  std::vector<std::string> HeartbeatCounts();
+
   const c10::intrusive_ptr<c10d::Store> progress_;
   std::atomic<uint64_t> arrived_{0};
   std::mutex publish_mutex_;
   int64_t published_ = -1;  // the value in the store; -1: none yet
+  int64_t heartbeats_ = 0;
 };
 
 // Argument checks every backend makes; errors name the operation, the group and the backend.

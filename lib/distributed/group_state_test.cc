@@ -54,5 +54,40 @@ TEST(GroupStateTest, AStoreWhoseHostEndedFailsQuietlyAndNamesRankZero) {
   EXPECT_EQ(printed, "");
 }
 
+// Rank 1 arrived at the collective and was then killed inside it: its progress says it arrived,
+// its heartbeat stands still. Rank 2 lives.
+TEST(GroupStateTest, AMemberThatArrivedAndDiedIsNamedSilent) {
+  FilterC10LogOutput();
+  HostedStore store = HostStore();
+  auto progress = [&] {
+    return c10::make_intrusive<c10d::PrefixStore>("titan/progress/dp", store.client);
+  };
+  GroupState reporter("dp", {0, 1, 2}, /*rank=*/0, progress());
+  GroupState alive("dp", {0, 1, 2}, /*rank=*/2, progress());
+  {
+    GroupState killed("dp", {0, 1, 2}, /*rank=*/1, progress());
+    for (GroupState* group : {&reporter, &killed, &alive}) {
+      group->MarkArrived(7);
+      group->PublishProgress();
+      group->PublishHeartbeat();
+    }
+  }  // Its publisher stops, as a dead process's would.
+  EXPECT_EQ(reporter.Stragglers(7),
+            "every rank arrived; ranks silent for the last 2s (died, stopped or exited): 1");
+}
+
+TEST(GroupStateTest, MembersThatArrivedAndLiveAreNotCalledSilent) {
+  FilterC10LogOutput();
+  HostedStore store = HostStore();
+  auto progress = [&] {
+    return c10::make_intrusive<c10d::PrefixStore>("titan/progress/dp", store.client);
+  };
+  GroupState reporter("dp", {0, 1}, /*rank=*/0, progress());
+  GroupState peer("dp", {0, 1}, /*rank=*/1, progress());
+  for (GroupState* group : {&reporter, &peer}) group->MarkArrived(3);
+  EXPECT_EQ(reporter.Stragglers(3), "every rank arrived and is alive");
+  EXPECT_EQ(reporter.Stragglers(4), "ranks that did not arrive: 0, 1");
+}
+
 }  // namespace
 }  // namespace titan
