@@ -349,6 +349,20 @@ class AddedTokenIds {
   int64_t next_id_;
 };
 
+// An added token listed again (twice in tokenizer.json, or in tokenizer_config.json's
+// added_tokens_decoder too) keeps its id and takes the later listing's matching settings, as
+// tokenizers' add_tokens does (transformers adds the config's entries with it); a token once
+// special stays in its special set.
+void ListAgain(const BpeModel::AddedToken& later, BpeModel* model) {
+  for (BpeModel::AddedToken& listed : model->added_tokens) {
+    if (listed.content != later.content) continue;
+    listed.lstrip = later.lstrip;
+    listed.rstrip = later.rstrip;
+    listed.normalized = later.normalized;
+    listed.special = listed.special || later.special;
+  }
+}
+
 absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedTokenIds& ids,
                               BpeModel* model) {
   const Json list = root.value("added_tokens", Json::array());
@@ -363,16 +377,8 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
     if (!added.ok()) return added.status();
     if (*added) {
       model->added_tokens.push_back(*std::move(token));
-      continue;
-    }
-    // Listed again: tokenizers keeps the id and takes the later listing's matching settings; a
-    // token once special stays in its special set.
-    for (BpeModel::AddedToken& listed : model->added_tokens) {
-      if (listed.content != token->content) continue;
-      listed.lstrip = token->lstrip;
-      listed.rstrip = token->rstrip;
-      listed.normalized = token->normalized;
-      listed.special = listed.special || token->special;
+    } else {
+      ListAgain(*token, model);
     }
   }
   return absl::OkStatus();
@@ -380,7 +386,8 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
 
 // Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks, in the
 // order of their ids (transformers' order; a config whose ids run past tokenizer.json's
-// vocabulary gets them packed after it; torchtitan's loader too).
+// vocabulary gets them packed after it; torchtitan's loader too); an entry for a token
+// tokenizer.json already adds changes its lstrip/rstrip/normalized/special as in ListAgain.
 absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors,
                                     AddedTokenIds& ids, BpeModel* model) {
   const Json decoder = config.value("added_tokens_decoder", Json::object());
@@ -400,7 +407,11 @@ absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors
   for (auto& [token, key] : entries) {
     absl::StatusOr<bool> added = ids.Assign(token, errors, key);
     if (!added.ok()) return added.status();
-    if (*added) model->added_tokens.push_back(std::move(token));
+    if (*added) {
+      model->added_tokens.push_back(std::move(token));
+    } else {
+      ListAgain(token, model);
+    }
   }
   return absl::OkStatus();
 }

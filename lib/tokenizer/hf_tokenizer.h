@@ -13,15 +13,16 @@ namespace titan {
 // `config_path` (tokenizer_config.json, may be empty) adds its added_tokens_decoder entries that
 // tokenizer.json lacks with the ids transformers' AutoTokenizer gives them (in the order of the
 // config's ids: model.vocab's id for a token the vocabulary holds, else the next free id; a config
-// id that differs is logged), and its
-// bos_token and eos_token name the BOS and EOS as in transformers and torchtitan (bos_token null:
-// no BOS; a named token that does not exist is an error). Without the config or the key, the
-// usual names decide (<|begin_of_text|>, <s>, <bos>; <|end_of_text|>, </s>, <eos>,
-// <|endoftext|>), else no BOS; an EOS is required. The choice is logged. Encoding matches PyPI
-// `tokenizers`' `encode(text, add_special_tokens=False)`, with tokenizer_config's added tokens
-// registered as `transformers` does, and with `encode_special_tokens = True` under
-// SpecialTokenText::kPlain. Split regexes are Oniguruma's (as tokenizers runs them), translated
-// to PCRE2; a construct with no PCRE2 equivalent (\X, [[:alpha:]], class intersection) is refused.
+// id that differs is logged); an entry for a token tokenizer.json already lists sets its lstrip,
+// rstrip and normalized, and can make it special, as AutoTokenizer applies them. Its bos_token and
+// eos_token name the BOS and EOS as in transformers and torchtitan (bos_token null: no BOS; a
+// named token that does not exist is an error). Without the config or the key, the usual names
+// decide (<|begin_of_text|>, <s>, <bos>; <|end_of_text|>, </s>, <eos>, <|endoftext|>), else no
+// BOS; an EOS is required. The choice is logged. Encoding matches PyPI `tokenizers`'
+// `encode(text, add_special_tokens=False)`, with tokenizer_config's added tokens registered as
+// `transformers` does, and with `encode_special_tokens = True` under SpecialTokenText::kPlain.
+// Split regexes are Oniguruma's (as tokenizers runs them), translated to PCRE2; a construct with
+// no PCRE2 equivalent (\X, [[:alpha:]], class intersection) is refused.
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
                                                               const std::string& config_path);
 

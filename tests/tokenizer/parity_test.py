@@ -282,6 +282,57 @@ class ParityTest(unittest.TestCase):
         for text, result in zip(texts, ours["results"]):
             self.assertEqual(result["ids"], auto(text, add_special_tokens=False).input_ids)
 
+    def test_config_settings_of_listed_added_tokens_as_transformers_applies_them(self):
+        # tokenizer_config.json's added_tokens_decoder entry for a token tokenizer.json already
+        # lists sets its lstrip, rstrip and normalized and can make it special (never unmake it):
+        # AutoTokenizer adds the entry again with tokenizers' add_tokens. Tokenizer.from_file,
+        # which reads no config, matches these tokens otherwise.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        n = len(spec["model"]["vocab"]) + len(spec["added_tokens"])
+        spec["normalizer"] = {"type": "NFC"}  # So that `normalized` decides a match.
+        plain = {"lstrip": False, "rstrip": False, "normalized": False, "special": True}
+        strip = dict(plain, lstrip=True, rstrip=True)
+        # content -> (tokenizer.json's settings, tokenizer_config.json's entry)
+        listed = {
+            "<|im_start|>": (plain, strip),
+            "<|im_end|>": (strip, plain),
+            "<|was_special|>": (plain, dict(plain, special=False)),
+            "<|now_special|>": (dict(plain, special=False), plain),
+            "<|normalized|>": (plain, dict(plain, normalized=True)),
+            "<|bare_entry|>": (dict(plain, lstrip=True), {}),  # AddedToken's defaults.
+        }
+        spec["added_tokens"] += [dict(settings, id=n + i, content=c, single_word=False)
+                                 for i, (c, (settings, _)) in enumerate(listed.items())]
+        tokenizer_dir = os.path.join(self.tmp, "config_settings")
+        os.makedirs(tokenizer_dir)
+        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
+                       "added_tokens_decoder": {str(n + i): dict(entry, content=c)
+                                                for i, (c, (_, entry)) in enumerate(listed.items())}},
+                      f)
+        texts = [form.format(c) for c in listed
+                 for form in ["q  {}  r", "q{}r", "q \n{}\n r", "{}  x", "a{}\u0338b"]]
+        texts += mixed_sample(FLAGS.validation_corpus, 5, list(listed))
+        ours = run_encode_main(tokenizer_dir, texts, self.tmp)
+        auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+        auto_plain = transformers.AutoTokenizer.from_pretrained(tokenizer_dir,
+                                                                split_special_tokens=True)
+        self.assertEqual(ours["vocab_size"], len(auto))
+        without_config = Tokenizer.from_file(json_path)
+        differ = 0
+        for text, result in zip(texts, ours["results"]):
+            expected = auto(text, add_special_tokens=False).input_ids
+            self.assertEqual(result["ids"], expected, f"text: {text[:80]!r}")
+            self.assertEqual(result["ids_plain"],
+                             auto_plain(text, add_special_tokens=False).input_ids,
+                             f"text: {text[:80]!r}")
+            differ += expected != without_config.encode(text, add_special_tokens=False).ids
+        self.assertGreater(differ, 10)  # The config's settings did change the encoding.
+
     def test_nfc_matches_tokenizers(self):
         # A byte vocabulary without merges under an NFC normalizer: the ids are the normalized
         # text's bytes. Every character lib/tokenizer/nfc_tables.inc or Python knows something of
