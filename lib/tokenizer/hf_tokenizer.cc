@@ -85,14 +85,36 @@ class JsonErrors {
   std::string path_;
 };
 
+// The most nested arrays and objects a file may hold: serde_json's limit, so tokenizers refuses
+// deeper files too. nlohmann copies, compares and dumps recursively: deeper would risk the stack.
+constexpr int kMaxJsonNesting = 127;
+
 absl::StatusOr<Json> ParseJsonFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
+  std::string top_level_key;                  // Of the value being parsed.
+  std::optional<std::string> too_deep_under;  // The top-level key of the first value too deep.
+  // nlohmann's parser itself is iterative; a value past the limit is dropped and reported.
+  const Json::parser_callback_t bound_nesting = [&](int depth, Json::parse_event_t event,
+                                                    Json& parsed) {
+    if (event == Json::parse_event_t::key && depth == 1) top_level_key = parsed.get<std::string>();
+    const bool opens =
+        event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+    if (!opens || depth < kMaxJsonNesting) return true;
+    if (!too_deep_under.has_value()) too_deep_under = top_level_key;
+    return false;
+  };
   Json json;
   try {
-    json = Json::parse(*text);
+    json = Json::parse(*text, bound_nesting);
   } catch (const Json::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON: ", e.what()));
+  }
+  if (too_deep_under.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", too_deep_under->empty() ? "" : ShortText(*too_deep_under) + ": ",
+                     "nested deeper than ", kMaxJsonNesting,
+                     " levels of arrays and objects (tokenizers' JSON parser allows no deeper)"));
   }
   if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON object"));
   return json;
