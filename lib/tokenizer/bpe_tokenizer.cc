@@ -8,10 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/tokenizer/nfc.h"
+#include "lib/util/short_text.h"
 #include "pcre2.h"
 
 namespace titan {
 namespace {
+
+// A regex quoted in an error: real split regexes show whole, a huge one (user data) is cut.
+constexpr size_t kRegexQuoteBytes = 256;
 
 // Unicode White_Space, the set HF uses to strip around lstrip/rstrip added tokens.
 bool IsUnicodeWhitespace(uint32_t cp) {
@@ -57,9 +61,9 @@ class BpeTokenizer::Regex {
     if (code == nullptr) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error_code, message, sizeof(message));
-      return absl::InvalidArgumentError(absl::StrFormat("pre-tokenizer regex /%s/: %s at offset %d",
-                                                        pattern, reinterpret_cast<char*>(message),
-                                                        error_offset));
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "pre-tokenizer regex /%s/: %s at offset %d", ShortText(pattern, kRegexQuoteBytes),
+          reinterpret_cast<char*>(message), error_offset));
     }
     // Without JIT (unsupported CPU) PCRE2 falls back to its interpreter: slower, same matches.
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);

@@ -7,9 +7,13 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/util/short_text.h"
 
 namespace titan {
 namespace {
+
+// A regex quoted in an error: real split regexes show whole, a huge one (user data) is cut.
+constexpr size_t kRegexQuoteBytes = 256;
 
 // Oniguruma's \w, the Unicode word characters (Alphabetic, marks, decimal digits, connector
 // punctuation), as the body of a PCRE2 class: PCRE2 10.42's \w under UCP is only [\p{L}\p{N}_],
@@ -27,8 +31,9 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   const std::string word_class = absl::StrCat("[", kOnigWordBody, kOnigLatin1Word, "]");
   const std::string non_word_class = absl::StrCat("[^", kOnigWordBody, kOnigLatin1Word, "]");
   const auto refuse = [&](absl::string_view construct, absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("regex /", pattern, "/: ", construct, " is not supported (", why, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("regex /", ShortText(pattern, kRegexQuoteBytes),
+                                                   "/: ", construct, " is not supported (", why,
+                                                   ")"));
   };
   std::string out;
   bool in_class = false;

@@ -707,6 +707,21 @@ TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
   }
 }
 
+TEST(TokenizerLoaderTest, SplitRegexErrorsQuoteAHugeRegexCutShort) {
+  // A regex is user data: its error names it by its ends and size, not its megabytes.
+  const std::string long_alternation = absl::StrJoin(std::vector<std::string>(200'000, "a"), "|");
+  for (const auto& [regex, error] : std::vector<std::pair<std::string, std::string>>{
+           {long_alternation + R"(|\X)", R"(\X is not supported)"},
+           {std::string(100'000, '(') + "a" + std::string(100'000, ')'),
+            "parentheses are too deeply nested"}}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("huge", regex);
+    ASSERT_FALSE(tokenizer.ok());
+    EXPECT_THAT(tokenizer.status().message(), HasSubstr(error));
+    EXPECT_THAT(tokenizer.status().message(), HasSubstr("bytes)"));
+    EXPECT_LT(tokenizer.status().message().size(), 1000);
+  }
+}
+
 TEST(TokenizerLoaderTest, MalformedRankFileErrorsNameTheLine) {
   const std::string dir = MakeDir("bad_ranks");
   const std::string path = dir + "/tokenizer.model";
