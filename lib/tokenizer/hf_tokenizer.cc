@@ -169,8 +169,8 @@ absl::StatusOr<BpeModel::PreTokenizeStep> ParsePreTokenizer(const Json& spec, co
     step.split_regex = *std::move(regex);
     return step;
   }
-  return errors.Error(key + ".type", absl::StrCat("unsupported pre-tokenizer \"", type,
-                                                  "\" (supported: ByteLevel, Split, Sequence)"));
+  return errors.Error(key + ".type", absl::StrCat("unsupported pre-tokenizer ", QuotedShort(type),
+                                                  " (supported: ByteLevel, Split, Sequence)"));
 }
 
 // Fills `model->pre_tokenizer` from the tokenizer.json "pre_tokenizer".
@@ -264,7 +264,8 @@ absl::Status ParseVocabAndMerges(const Json& bpe, const JsonErrors& errors, BpeM
   for (const auto& [token, id_json] : vocab_it->items()) {
     if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 ||
         id_json.get<int64_t>() > INT32_MAX) {
-      return errors.Expected(absl::StrCat("model.vocab[\"", token, "\"]"), "a non-negative id", id_json);
+      return errors.Expected(absl::StrCat("model.vocab[", QuotedShort(token), "]"),
+                             "a non-negative id", id_json);
     }
     const int32_t id = id_json.get<int32_t>();
     vocab->emplace(token, id);
@@ -296,10 +297,13 @@ absl::Status ParseVocabAndMerges(const Json& bpe, const JsonErrors& errors, BpeM
     const auto r = vocab->find(right);
     const auto m = vocab->find(left + right);
     for (const auto& [it, name] : {std::pair{l, &left}, std::pair{r, &right}}) {
-      if (it == vocab->end()) return errors.Error(key, absl::StrCat("token \"", *name, "\" is not in model.vocab"));
+      if (it == vocab->end())
+        return errors.Error(key,
+                            absl::StrCat("token ", QuotedShort(*name), " is not in model.vocab"));
     }
     if (m == vocab->end()) {
-      return errors.Error(key, absl::StrCat("merged token \"", left + right, "\" is not in model.vocab"));
+      return errors.Error(
+          key, absl::StrCat("merged token ", QuotedShort(left + right), " is not in model.vocab"));
     }
     // A repeated pair keeps its last rank, as HF's map does.
     model->merges.insert_or_assign({l->second, r->second},
@@ -358,8 +362,8 @@ class AddedTokenIds {
     }
     next_id_ = std::max<int64_t>(next_id_, int64_t{token.id} + 1);
     LOG_IF(WARNING, token.id != declared)
-        << errors.path() << ": " << key << " \"" << token.content << "\" has id " << token.id
-        << " (as transformers and tokenizers give it: "
+        << errors.path() << ": " << key << " " << QuotedShort(token.content) << " has id "
+        << token.id << " (as transformers and tokenizers give it: "
         << (in_vocab != vocab_.end() ? "model.vocab's id" : "the next free id") << "), not "
         << declared;
     return true;
@@ -416,7 +420,7 @@ absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors
   if (!decoder.is_object()) return errors.Expected("added_tokens_decoder", "an object of id -> token", decoder);
   std::vector<std::pair<BpeModel::AddedToken, std::string>> entries;  // With their keys.
   for (const auto& [id_text, spec] : decoder.items()) {
-    const std::string key = absl::StrCat("added_tokens_decoder[\"", id_text, "\"]");
+    const std::string key = absl::StrCat("added_tokens_decoder[", QuotedShort(id_text), "]");
     int64_t id = -1;
     if (!absl::SimpleAtoi(id_text, &id)) return errors.Error(key, "the key is not an integer id");
     absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(spec, id, errors, key);
@@ -481,7 +485,7 @@ absl::StatusOr<SpecialChoice> ChooseSpecialToken(
     const std::optional<int32_t> id = TokenId(*name, model, vocab);
     if (!id.has_value()) {
       return config_errors.Error(
-          key, absl::StrCat("\"", *name, "\" is neither an added token nor in ", json_path,
+          key, absl::StrCat(QuotedShort(*name), " is neither an added token nor in ", json_path,
                             "'s model.vocab"));
     }
     return SpecialChoice{id, *name, absl::StrCat("tokenizer_config.json ", key)};
@@ -528,7 +532,9 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
   const Json unk = bpe.value("unk_token", Json());
   if (unk.is_string()) {
     const auto it = vocab.find(unk.get<std::string>());
-    if (it == vocab.end()) return errors.Error("model.unk_token", absl::StrCat("\"", unk.get<std::string>(), "\" is not in model.vocab"));
+    if (it == vocab.end())
+      return errors.Error("model.unk_token", absl::StrCat(QuotedShort(unk.get<std::string>()),
+                                                          " is not in model.vocab"));
     model.unk_id = it->second;
   } else if (!unk.is_null()) {
     return errors.Expected("model.unk_token", "a string or null", unk);
@@ -550,10 +556,10 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
     const auto taken = vocab_text.find(token.id);
     if (taken != vocab_text.end() && *taken->second != token.content) {
       return errors.Error("added_tokens",
-                          absl::StrCat("\"", token.content, "\" would have id ", token.id,
+                          absl::StrCat(QuotedShort(token.content), " would have id ", token.id,
                                        " (tokenizers' next id after model.vocab's ", vocab.size(),
-                                       " entries), model.vocab's \"", *taken->second,
-                                       "\": an added token needs an id of its own"));
+                                       " entries), model.vocab's ", QuotedShort(*taken->second),
+                                       ": an added token needs an id of its own"));
     }
     // tokenizers decodes added tokens through the ByteLevel decoder too ("Ġb" is " b").
     SetIdBytes(token.id, DecodedBytes(token.content), &model);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -321,6 +322,39 @@ TEST(TokenizerLoaderTest, JsonNestedDeeperThanTokenizersAllowsIsRefusedNamingThe
   EXPECT_THAT(
       std::string(LoadTokenizer(config_dir).status().message()),
       HasSubstr("tokenizer_config.json: added_tokens_decoder: nested deeper than 127 levels"));
+}
+
+TEST(TokenizerLoaderTest, ErrorsQuoteHugeStringsCutShort) {
+  // Names and tokens are user data: an error shows their ends and size, not their megabytes.
+  const std::string huge(1'000'000, 'x');
+  const std::string vocab = R"("model": {"vocab": {"a": 0, "</s>": 1})";
+  for (const auto& [name, json, error] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"huge_type",
+            absl::StrCat(R"({"pre_tokenizer": {"type": ")", huge, R"("}, )", vocab, "}}"),
+            "pre_tokenizer.type: unsupported pre-tokenizer \"xxx"},
+           {"huge_merge",
+            absl::StrCat("{", kByteLevel, ", ", vocab, R"(, "merges": ["a )", huge, R"("]}})"),
+            "model.merges[0]: token \"xxx"},
+           {"huge_unk",
+            absl::StrCat("{", kByteLevel, ", ", vocab, R"(, "unk_token": ")", huge, R"("}})"),
+            "model.unk_token: \"xxx"},
+           {"huge_vocab_key",
+            absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {")", huge, R"(": -1}}})"),
+            "model.vocab[\"xxx"}}) {
+    const std::string message = HfError(name, json);
+    EXPECT_THAT(message, HasSubstr(error)) << name;
+    EXPECT_THAT(message, HasSubstr("(1000000 bytes)")) << name;
+    EXPECT_LT(message.size(), 1000) << name;
+  }
+  const std::string dir = MakeDir("huge_config_key");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, ", ", vocab, "}}"));
+  Write(dir + "/tokenizer_config.json",
+        absl::StrCat(R"({"added_tokens_decoder": {")", huge, R"(": {"content": "<x>"}}})"));
+  const std::string message(LoadTokenizer(dir).status().message());
+  EXPECT_THAT(message, HasSubstr("added_tokens_decoder[\"xxx"));
+  EXPECT_THAT(message, HasSubstr("the key is not an integer id"));
+  EXPECT_LT(message.size(), 1000);
 }
 
 TEST(TokenizerLoaderTest, AddedTokensTakeTheIdsTokenizersGivesNotTheWrittenOnes) {
