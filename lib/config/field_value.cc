@@ -168,9 +168,13 @@ absl::Status CheckNumber(absl::string_view name, const FieldOptions& options, do
       (options.GetExtension(titan::max_exclusive) ? value >= options.GetExtension(titan::max_value)
                                                   : value > options.GetExtension(titan::max_value));
   // No key means anything by inf, and NaN fails every comparison: both are refused explicitly.
-  if (below || above || !std::isfinite(value)) {
+  // As ATen's conversion of a scalar to float32 checks (c10::overflows), inf included.
+  const bool float32 = options.GetExtension(titan::float32);
+  const bool past_float32 = float32 && std::abs(value) > std::numeric_limits<float>::max();
+  if (below || above || !std::isfinite(value) || past_float32) {
     std::string expected = RangeText(options);
-    if (!std::isfinite(value)) {
+    // RangeText of a float32 key already says "finite".
+    if (!std::isfinite(value) && !float32) {
       expected = expected.empty() ? "a finite number" : absl::StrCat("a finite number, ", expected);
     }
     return absl::InvalidArgumentError(
@@ -493,6 +497,15 @@ std::string RangeText(const FieldOptions& options) {
   }
   if (!range.empty() && options.HasExtension(titan::unset_value)) {
     range = absl::StrCat(FormatNumber(options.GetExtension(titan::unset_value)), " or ", range);
+  }
+  if (options.GetExtension(titan::float32)) {
+    char largest[32];
+    const std::to_chars_result end =
+        std::to_chars(largest, largest + sizeof(largest), std::numeric_limits<float>::max());
+    const std::string float32 =
+        absl::StrCat("a finite value representable as float32 (magnitude <= ",
+                     absl::string_view(largest, end.ptr - largest), ")");
+    range = range.empty() ? float32 : absl::StrCat(range, " and ", float32);
   }
   return range;
 }

@@ -58,7 +58,8 @@ std::string TomlValue(const google::protobuf::Message& message,
 
 // "\"a\", \"b\"".
 std::string QuotedList(const google::protobuf::RepeatedPtrField<std::string>& items);
-// "-1 or a value in [0, 1]", ">= 1", ...; empty when the field has no bounds.
+// "-1 or a value in [0, 1]", ">= 1", ">= 0 and a finite value representable as float32 (...)", ...;
+// empty when the field has no bounds.
 std::string RangeText(const google::protobuf::FieldOptions& options);
 
 // Bounds and choices declared in the schema, for the keys a list's tables set too. Errors name the

@@ -53,6 +53,10 @@ void ExpectValid(const std::vector<std::string>& overrides, int world_size = 1) 
       << ValidateJobConfig(*config, world_size);
 }
 
+// What a key the optimizer hands to ATen in float32 must be, in its errors and --help.
+const std::string kFloat32Range =
+    "a finite value representable as float32 (magnitude <= 3.4028235e+38)";
+
 TEST(JobConfigTest, DefaultsFollowTorchtitan) {
   const JobConfig config = DefaultJobConfig();
   EXPECT_EQ(config.job().dump_folder(), "./outputs");
@@ -415,7 +419,9 @@ TEST(JobConfigTest, ParamGroupErrorsNameTheTableAndKey) {
 
   EXPECT_EQ(
       ValidationError({"--optimizer.param_groups=[{pattern = \"x\", lr = -1}]"}),
-      "--optimizer.param_groups: [optimizer] param_groups[0].lr=-1 is out of range: expected >= 0");
+      "--optimizer.param_groups: [optimizer] param_groups[0].lr=-1 is out of range: expected >= 0 "
+      "and " +
+          kFloat32Range);
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\"}, "
                              "{pattern = \"y\", betas = [0.9, 1.5]}]"}),
             "--optimizer.param_groups: [optimizer] param_groups[1].betas=1.5 is out of range: "
@@ -578,6 +584,24 @@ TEST(JobConfigTest, TorchtitanQuantizeLinearFloat8ErrorsNameItsKeys) {
             "\"quantize.grouped_mm.float8\"; expected \"float8\"");
 }
 
+// ATen refuses them only at the first step ("value cannot be converted to type float without
+// overflow"), naming no key; validation refuses them before anything is built.
+TEST(JobConfigTest, OptimizerValuesPastFloat32AreRefused) {
+  for (const std::string key : {"lr", "eps", "weight_decay"}) {
+    EXPECT_EQ(ValidationError({"--optimizer." + key + "=1e39"}),
+              absl::StrCat("--optimizer.", key, ": [optimizer] ", key,
+                           "=1e+39 is out of range: expected >= 0 and ", kFloat32Range));
+    EXPECT_EQ(ValidationError({absl::StrCat("--optimizer.param_groups=[{pattern = \"x\", ", key,
+                                            " = 3.5e38}]")}),
+              absl::StrCat("--optimizer.param_groups: [optimizer] param_groups[0].", key,
+                           "=3.5e+38 is out of range: expected >= 0 and ", kFloat32Range));
+    ExpectValid({"--optimizer." + key + "=3.4028234663852886e38"});  // float32's largest
+  }
+  EXPECT_EQ(ValidationError({"--rl.learning_rate=1e39"}),
+            "--rl.learning_rate: [rl] learning_rate=1e+39 is out of range: expected >= 0 and " +
+                kFloat32Range);
+}
+
 TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
   EXPECT_EQ(ValidationError({"--training.global_batch_size=12"}),
             "[training] global_batch_size=12 is not a multiple of local_batch_size=8 × "
@@ -594,18 +618,22 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
             "--training.steps: [training] steps=-5 is out of range: expected >= 0");
   EXPECT_EQ(ValidationError({"--training.seq_len=0"}),
             "--training.seq_len: [training] seq_len=0 is out of range: expected >= 1");
-  EXPECT_EQ(ValidationError({"--optimizer.lr=-0.001"}),
-            "--optimizer.lr: [optimizer] lr=-0.001 is out of range: expected >= 0");
-  EXPECT_EQ(ValidationError({"--optimizer.lr=nan"}),
-            "--optimizer.lr: [optimizer] lr=nan is out of range: expected a finite number, >= 0");
-  EXPECT_EQ(ValidationError({"--optimizer.lr=inf"}),
-            "--optimizer.lr: [optimizer] lr=inf is out of range: expected a finite number, >= 0");
+  EXPECT_EQ(
+      ValidationError({"--optimizer.lr=-0.001"}),
+      "--optimizer.lr: [optimizer] lr=-0.001 is out of range: expected >= 0 and " + kFloat32Range);
+  EXPECT_EQ(
+      ValidationError({"--optimizer.lr=nan"}),
+      "--optimizer.lr: [optimizer] lr=nan is out of range: expected >= 0 and " + kFloat32Range);
+  EXPECT_EQ(
+      ValidationError({"--optimizer.lr=inf"}),
+      "--optimizer.lr: [optimizer] lr=inf is out of range: expected >= 0 and " + kFloat32Range);
   EXPECT_EQ(ValidationError({"--training.max_norm=inf"}),
             "--training.max_norm: [training] max_norm=inf is out of range: expected a finite "
             "number, >= 0");
   EXPECT_EQ(ValidationError({"--optimizer.param_groups=[{pattern = \"x\", eps = inf}]"}),
             "--optimizer.param_groups: [optimizer] param_groups[0].eps=inf is out of range: "
-            "expected a finite number, >= 0");
+            "expected >= 0 and " +
+                kFloat32Range);
   EXPECT_EQ(
       ValidationError({"--job.dump_folder="}),
       "--job.dump_folder: [job] dump_folder: expected a folder for the job's outputs, got \"\"");
