@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/rng_state.h"
@@ -36,6 +37,65 @@ bool AllFinite(const std::vector<ParamRef>& params) {
 
 at::ScalarType ExportType(const std::string& dtype) {
   return dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
+}
+
+// The JSON type a saved field read as T has, as StateField checks it (nlohmann's get<int64_t>
+// would take a float or a boolean too).
+template <typename T>
+struct JsonKind;
+template <>
+struct JsonKind<int64_t> {
+  static constexpr char kName[] = "an integer";
+  static bool Matches(const nlohmann::json& value) { return value.is_number_integer(); }
+};
+template <>
+struct JsonKind<std::string> {
+  static constexpr char kName[] = "a string";
+  static bool Matches(const nlohmann::json& value) { return value.is_string(); }
+};
+template <>
+struct JsonKind<std::vector<std::string>> {
+  static constexpr char kName[] = "a list of strings";
+  static bool Matches(const nlohmann::json& value) {
+    return value.is_array() && std::all_of(value.begin(), value.end(),
+                                           [](const nlohmann::json& v) { return v.is_string(); });
+  }
+};
+template <>
+struct JsonKind<nlohmann::json> {
+  static constexpr char kName[] = "an object";
+  static bool Matches(const nlohmann::json& value) { return value.is_object(); }
+};
+
+std::string ManifestPath(const std::string& dir) {
+  return absl::StrCat(dir, "/", kCheckpointManifestFile);
+}
+
+// The field at `key` ("train_state.step") of the "state" of step folder `dir`'s manifest, as T;
+// `if_absent`, where given, stands for a key the manifest lacks (a step saved before it was). A
+// missing key or another JSON type is an error naming the manifest, the key and the type expected:
+// nlohmann's own type_error names neither the file nor the key.
+template <typename T>
+absl::StatusOr<T> StateField(const nlohmann::json& state, const std::string& dir,
+                             absl::string_view key, std::optional<T> if_absent = std::nullopt) {
+  const nlohmann::json* value = &state;
+  std::string at = "state";
+  const auto wrong_type = [&](absl::string_view expected) {
+    return absl::DataLossError(absl::StrCat(ManifestPath(dir), ": ", at, ": expected ", expected,
+                                            ", got ", value->type_name()));
+  };
+  for (absl::string_view part : absl::StrSplit(key, '.')) {
+    if (!value->is_object()) return wrong_type(JsonKind<nlohmann::json>::kName);
+    const auto it = value->find(std::string(part));
+    absl::StrAppend(&at, ".", part);
+    if (it == value->end()) {
+      if (if_absent.has_value()) return *std::move(if_absent);
+      return absl::DataLossError(absl::StrCat(ManifestPath(dir), ": ", at, " is missing"));
+    }
+    value = &*it;
+  }
+  if (!JsonKind<T>::Matches(*value)) return wrong_type(JsonKind<T>::kName);
+  return value->get<T>();
 }
 
 }  // namespace
@@ -223,10 +283,8 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
     TITAN_ASSIGN_OR_RETURN(manifest, CheckpointStep::Open(dir, step));
   }
   const std::unique_ptr<CheckpointStep> saved = std::move(manifest);
-  const auto run_config = saved->state().find("run_config");
-  saved_run_config_ = run_config != saved->state().end() && run_config->is_string()
-                          ? run_config->get<std::string>()
-                          : "";
+  TITAN_ASSIGN_OR_RETURN(saved_run_config_,
+                         StateField<std::string>(saved->state(), dir, "run_config", ""));
   // Another model's step is refused in one line, before any tensor is matched by name.
   if (saved->state().contains("model")) {
     TITAN_ASSIGN_OR_RETURN(const ModelInfo held,
@@ -244,8 +302,10 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
   }
   std::vector<std::string> excluded(excluded_.begin(), excluded_.end());
   std::sort(excluded.begin(), excluded.end());
-  const std::vector<std::string> saved_exclusions =
-      saved->state().value("timeline_exclusions", std::vector<std::string>());
+  TITAN_ASSIGN_OR_RETURN(
+      const std::vector<std::string> saved_exclusions,
+      StateField<std::vector<std::string>>(saved->state(), dir, "timeline_exclusions",
+                                           std::vector<std::string>()));
   if (!excluded.empty() && saved_exclusions == excluded) {
     // A step of the timeline these exclusions started: rerunning the same job resumes it.
     LOG(INFO) << dir << " was saved by the run that started from another with exclude_from_loading "
@@ -297,7 +357,9 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
   if (!excluded_.contains("train_state")) TITAN_RETURN_IF_ERROR(CheckRunKind(dir, extra));
   if (load_optimizer) TITAN_RETURN_IF_ERROR(parts_.optimizer->LoadStateDict(optimizer_state));
   if (parts_.data != nullptr && !excluded_.contains("dataloader")) {
-    if (absl::Status loaded = parts_.data->LoadStateDict(extra.at("dataloader")); !loaded.ok()) {
+    TITAN_ASSIGN_OR_RETURN(const nlohmann::json data_state,
+                           StateField<nlohmann::json>(extra, dir, "dataloader"));
+    if (absl::Status loaded = parts_.data->LoadStateDict(data_state); !loaded.ok()) {
       return absl::Status(
           loaded.code(), absl::StrCat(dir, ": ", loaded.message(),
                                       "; to read the data from its start instead, add [checkpoint] "
@@ -305,15 +367,23 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
     }
   }
   if (!excluded_.contains("train_state")) {
-    state.step = extra.at("train_state").at("step").get<int64_t>();
-    state.ntokens_seen = extra.at("train_state").at("ntokens_seen").get<int64_t>();
+    TITAN_ASSIGN_OR_RETURN(state.step, StateField<int64_t>(extra, dir, "train_state.step"));
+    TITAN_ASSIGN_OR_RETURN(state.ntokens_seen,
+                           StateField<int64_t>(extra, dir, "train_state.ntokens_seen"));
   }
   // The schedule follows the step count: restarted with it, it cannot run ahead of the steps
   // left (which would end the decay early).
   if (!excluded_.contains("lr_scheduler") && !excluded_.contains("train_state")) {
-    state.lr_step = extra.at("lr_scheduler").at("last_step").get<int64_t>();
+    TITAN_ASSIGN_OR_RETURN(state.lr_step,
+                           StateField<int64_t>(extra, dir, "lr_scheduler.last_step"));
   }
-  if (!excluded_.contains("rng")) TITAN_RETURN_IF_ERROR(RestoreRngState(extra.at("rng")));
+  if (!excluded_.contains("rng")) {
+    TITAN_ASSIGN_OR_RETURN(const nlohmann::json rng, StateField<nlohmann::json>(extra, dir, "rng"));
+    if (absl::Status restored = RestoreRngState(rng); !restored.ok()) {
+      return absl::Status(restored.code(),
+                          absl::StrCat(ManifestPath(dir), ": state.", restored.message()));
+    }
+  }
   resumed_step_ = state.step;
   loaded_dir_ = dir;
   if (excluded_.contains("train_state") && step > 0) {
@@ -332,9 +402,9 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
 absl::Status TrainCheckpointer::CheckRunKind(const std::string& dir,
                                              const nlohmann::json& extra) const {
   // Steps saved before the kind was recorded are titan_train's (titan_rl's lack "dataloader").
-  const std::string saved = extra.contains("run_kind")     ? extra.at("run_kind").get<std::string>()
-                            : extra.contains("dataloader") ? "train"
-                                                           : "rl";
+  TITAN_ASSIGN_OR_RETURN(const std::string saved,
+                         StateField<std::string>(extra, dir, "run_kind",
+                                                 extra.contains("dataloader") ? "train" : "rl"));
   if (saved == parts_.run_kind || (saved == "rl" && absl::StartsWith(parts_.run_kind, "rl/"))) {
     return absl::OkStatus();
   }

@@ -280,5 +280,46 @@ TEST(TrainerTest, ExcludedTrainStateRestartsTheSchedule) {
   }
 }
 
+// A resumed step's manifest with a field of another JSON type: one line naming the manifest, the
+// key and the type expected (nlohmann's type_error named neither the file nor the key).
+TEST(TrainerTest, ManifestFieldOfAnotherTypeNamesTheFileKeyAndType) {
+  const std::string folder = TempDir() + "/wrong_type_checkpoint";
+  ASSERT_TRUE(RemoveTree(folder).ok());
+  const std::vector<std::string> checkpointed = {
+      "--checkpoint.enable=true", "--checkpoint.folder=" + folder, "--training.steps=1",
+      "--training.seq_len=16", "--training.local_batch_size=2"};
+  {
+    JobConfig config;
+    auto trainer = MakeTrainer("wrong_type", config, checkpointed);
+    ASSERT_TRUE(trainer->Train().ok());
+  }
+  const std::string manifest_path = folder + "/step-1/manifest.json";
+  absl::StatusOr<std::string> text = ReadFile(manifest_path);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json saved = nlohmann::json::parse(*text);
+  const struct {
+    const char* pointer;
+    nlohmann::json value;
+    const char* error;
+  } cases[] = {
+      {"/state/run_kind", 7, "state.run_kind: expected a string, got number"},
+      {"/state/train_state/step", "1", "state.train_state.step: expected an integer, got string"},
+      {"/state/train_state/ntokens_seen", 1.5,
+       "state.train_state.ntokens_seen: expected an integer, got number"},
+      {"/state/lr_scheduler", nlohmann::json::array(),
+       "state.lr_scheduler: expected an object, got array"},
+      {"/state/timeline_exclusions", "dataloader",
+       "state.timeline_exclusions: expected a list of strings, got string"},
+  };
+  for (const auto& [pointer, value, error] : cases) {
+    SCOPED_TRACE(pointer);
+    nlohmann::json manifest = saved;
+    manifest[nlohmann::json::json_pointer(pointer)] = value;
+    ASSERT_TRUE(WriteFileAtomically(manifest_path, manifest.dump()).ok());
+    EXPECT_EQ(InitStatus("wrong_type", checkpointed).message(),
+              absl::StrCat(manifest_path, ": ", error));
+  }
+}
+
 }  // namespace
 }  // namespace titan
