@@ -168,7 +168,8 @@ TrainCheckpointer::TrainCheckpointer(const JobConfig& config, const DistributedR
       runtime_(runtime),
       manager_(std::move(manager)),
       parts_(parts),
-      excluded_(std::move(excluded)) {
+      excluded_(std::move(excluded)),
+      run_config_toml_(JobConfigToToml(config)) {
   const std::string& async_mode = config.checkpoint().async_mode();
   if (async_mode != "disabled") {
     async_saver_ = std::make_unique<AsyncCheckpointSaver>(
@@ -282,13 +283,12 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
   if (manifest == nullptr) {
     TITAN_ASSIGN_OR_RETURN(manifest, CheckpointStep::Open(dir, step));
   }
-  const std::unique_ptr<CheckpointStep> saved = std::move(manifest);
   TITAN_ASSIGN_OR_RETURN(saved_run_config_,
-                         StateField<std::string>(saved->state(), dir, "run_config", ""));
+                         StateField<std::string>(manifest->state(), dir, "run_config", ""));
   // Another model's step is refused in one line, before any tensor is matched by name.
-  if (saved->state().contains("model")) {
+  if (manifest->state().contains("model")) {
     TITAN_ASSIGN_OR_RETURN(const ModelInfo held,
-                           ModelInfoFromJson(saved->state().at("model"), dir));
+                           ModelInfoFromJson(manifest->state().at("model"), dir));
     TITAN_RETURN_IF_ERROR(CheckSameParameters(held, *parts_.model, dir));
     // Shapes alike, the same weights under another rope_theta or norm_eps are another model.
     const std::string differences = ArchitectureDifferences(held.args, parts_.model->args);
@@ -304,7 +304,7 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
   std::sort(excluded.begin(), excluded.end());
   TITAN_ASSIGN_OR_RETURN(
       const std::vector<std::string> saved_exclusions,
-      StateField<std::vector<std::string>>(saved->state(), dir, "timeline_exclusions",
+      StateField<std::vector<std::string>>(manifest->state(), dir, "timeline_exclusions",
                                            std::vector<std::string>()));
   if (!excluded.empty() && saved_exclusions == excluded) {
     // A step of the timeline these exclusions started: rerunning the same job resumes it.
@@ -318,7 +318,7 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
   const NamedTensors model = parts_.sharded->CheckpointPieces(ModelState(), boxes);
   // A pipeline stage loads its part of the model.
   const bool partial = runtime_.dims().pp_enabled();
-  if (saved->model_only()) {
+  if (manifest->model_only()) {
     if (parts_.weights_only) {
       TITAN_RETURN_IF_ERROR(manager_->LoadInto(step, model, nullptr, nullptr, boxes,
                                                /*verify_checksums=*/true, partial));
@@ -327,15 +327,14 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
       return absl::OkStatus();
     }
     if (step != 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir,
-          " holds model weights only (a last_save_model_only export), so training cannot "
-          "resume from it; to train on from these weights start a new run with [checkpoint] "
-          "initial_load_path=",
-          dir,
-          " in another [job] dump_folder, or resume an earlier full step with "
-          "[checkpoint] "
-          "load_step"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir,
+                       " holds model weights only (a last_save_model_only export), so training "
+                       "cannot resume from it; to train on from these weights start a new run with "
+                       "[checkpoint] initial_load_path=",
+                       dir,
+                       " in another [job] dump_folder, or resume an earlier full step with "
+                       "[checkpoint] load_step"));
     }
     // torchtitan's seed checkpoint: weights only, training starts at step 0.
     TITAN_RETURN_IF_ERROR(
@@ -537,7 +536,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   // flavor.
   state.extra["model"] = ModelInfoToJson(*parts_.model);
   // What a resume of this step compares its own configuration with.
-  state.extra["run_config"] = JobConfigToToml(config_);
+  state.extra["run_config"] = run_config_toml_;
   // The final export is written at once: nothing is left to overlap it with, and staging would
   // hold a second host copy of the model. A failed export skips the save; the agreement below (on
   // every rank's single one for this save) still tells the other ranks.

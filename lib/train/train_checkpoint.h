@@ -173,6 +173,8 @@ class TrainCheckpointer {
   std::string loaded_dir_;
   int64_t loaded_step_ = -1;
   std::string saved_run_config_;          // the loaded step's run's, as TOML; "": not recorded
+  // This run's configuration as TOML, saved with each step (it cannot change during the run).
+  const std::string run_config_toml_;
   bool set_aside_at_first_save_ = false;  // train_state excluded: the loaded timeline goes
   bool restart_saving_ = false;           // set aside, journaled, until the first save commits
   // The exclude_from_loading this run's timeline started with, saved with each step: a rerun of
