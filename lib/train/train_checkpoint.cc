@@ -7,7 +7,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/rng_state.h"
@@ -17,6 +16,7 @@
 #include "lib/train/components.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/saved_json_field.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -39,63 +39,15 @@ at::ScalarType ExportType(const std::string& dtype) {
   return dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
 }
 
-// The JSON type a saved field read as T has, as StateField checks it (nlohmann's get<int64_t>
-// would take a float or a boolean too).
-template <typename T>
-struct JsonKind;
-template <>
-struct JsonKind<int64_t> {
-  static constexpr char kName[] = "an integer";
-  static bool Matches(const nlohmann::json& value) { return value.is_number_integer(); }
-};
-template <>
-struct JsonKind<std::string> {
-  static constexpr char kName[] = "a string";
-  static bool Matches(const nlohmann::json& value) { return value.is_string(); }
-};
-template <>
-struct JsonKind<std::vector<std::string>> {
-  static constexpr char kName[] = "a list of strings";
-  static bool Matches(const nlohmann::json& value) {
-    return value.is_array() && std::all_of(value.begin(), value.end(),
-                                           [](const nlohmann::json& v) { return v.is_string(); });
-  }
-};
-template <>
-struct JsonKind<nlohmann::json> {
-  static constexpr char kName[] = "an object";
-  static bool Matches(const nlohmann::json& value) { return value.is_object(); }
-};
-
 std::string ManifestPath(const std::string& dir) {
   return absl::StrCat(dir, "/", kCheckpointManifestFile);
 }
 
-// The field at `key` ("train_state.step") of the "state" of step folder `dir`'s manifest, as T;
-// `if_absent`, where given, stands for a key the manifest lacks (a step saved before it was). A
-// missing key or another JSON type is an error naming the manifest, the key and the type expected:
-// nlohmann's own type_error names neither the file nor the key.
+// The field at `key` ("train_state.step") of the "state" of step folder `dir`'s manifest.
 template <typename T>
 absl::StatusOr<T> StateField(const nlohmann::json& state, const std::string& dir,
                              absl::string_view key, std::optional<T> if_absent = std::nullopt) {
-  const nlohmann::json* value = &state;
-  std::string at = "state";
-  const auto wrong_type = [&](absl::string_view expected) {
-    return absl::DataLossError(absl::StrCat(ManifestPath(dir), ": ", at, ": expected ", expected,
-                                            ", got ", value->type_name()));
-  };
-  for (absl::string_view part : absl::StrSplit(key, '.')) {
-    if (!value->is_object()) return wrong_type(JsonKind<nlohmann::json>::kName);
-    const auto it = value->find(std::string(part));
-    absl::StrAppend(&at, ".", part);
-    if (it == value->end()) {
-      if (if_absent.has_value()) return *std::move(if_absent);
-      return absl::DataLossError(absl::StrCat(ManifestPath(dir), ": ", at, " is missing"));
-    }
-    value = &*it;
-  }
-  if (!JsonKind<T>::Matches(*value)) return wrong_type(JsonKind<T>::kName);
-  return value->get<T>();
+  return SavedJsonField<T>(state, ManifestPath(dir), "state", key, std::move(if_absent));
 }
 
 }  // namespace
