@@ -653,6 +653,33 @@ TEST(TokenizerLoaderTest, BadBosOrEosInTokenizerConfigIsAnErrorNamingFileAndKey)
               HasSubstr("tokenizer_config.json: eos_token: null, but titan needs an EOS"));
 }
 
+TEST(TokenizerLoaderTest, TokenTheConfigNamesFoundNowhereIsAnErrorSayingWhy) {
+  // transformers' AutoTokenizer adds such a token with a new id, growing the vocabulary past what
+  // the model's embedding was trained with: refused, naming the file and the key.
+  const nlohmann::json qwen = {{"bos_token", nullptr}, {"eos_token", "<|im_end|>"}};
+  nlohmann::json missing_pad = qwen;
+  missing_pad["pad_token"] = "<pad>";
+  EXPECT_THAT(ConfigError("missing_pad", missing_pad),
+              HasSubstr("tokenizer_config.json: pad_token: \"<pad>\" is neither an added token "
+                        "nor in "));
+  EXPECT_THAT(ConfigError("missing_eos_reason", {{"eos_token", "</s>"}}),
+              HasSubstr("(transformers would add it with a new id; titan does not grow the "
+                        "vocabulary for a token name)"));
+  nlohmann::json missing_image = qwen;
+  missing_image["image_token"] = "<image>";
+  EXPECT_THAT(ConfigError("missing_image", missing_image),
+              HasSubstr("image_token: \"<image>\" is neither"));
+  nlohmann::json missing_extra = qwen;
+  missing_extra["additional_special_tokens"] = {"<think>", "<tool>"};
+  EXPECT_THAT(ConfigError("missing_extra", missing_extra),
+              HasSubstr("additional_special_tokens[1]: \"<tool>\" is neither"));
+  nlohmann::json bad_mask = qwen;
+  bad_mask["mask_token"] = 3;
+  EXPECT_THAT(ConfigError("bad_mask", bad_mask),
+              HasSubstr("mask_token: expected a token string, {\"content\": ...} or null, got "
+                        "number 3"));
+}
+
 // The default tokenizer with its Split regex replaced by `regex`, or its load error.
 absl::StatusOr<std::unique_ptr<Tokenizer>> DefaultWithSplitRegex(const std::string& name,
                                                                  const std::string& regex) {

@@ -333,6 +333,85 @@ class ParityTest(unittest.TestCase):
             differ += expected != without_config.encode(text, add_special_tokens=False).ids
         self.assertGreater(differ, 10)  # The config's settings did change the encoding.
 
+    def test_tokens_tokenizer_config_names_as_transformers_makes_them(self):
+        # transformers 5.24's AutoTokenizer makes a token tokenizer_config.json names special: the
+        # seven *_token attributes, any other *_token key holding a string or an AddedToken, an
+        # extra_special_tokens dict's entries. One in model.vocab only becomes an added token (a
+        # string: no lstrip/rstrip, not normalized; an AddedToken: its own settings), matched whole;
+        # an added token is made special where AutoTokenizer adds it again (listed in the config's
+        # added_tokens_decoder, or in tokenizer.json's added_tokens without that key). An
+        # extra_special_tokens (or additional_special_tokens) list adds a model.vocab token, special
+        # unless an AddedToken says otherwise. A plain {"content": ...} under a model-specific key
+        # names nothing. Both modes: special-token text parsed and as plain text.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        spec["normalizer"] = {"type": "NFC"}  # So that `normalized` decides a match.
+        plain = {"single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                 "special": False}
+        n = len(spec["model"]["vocab"]) + len(spec["added_tokens"])
+        angstrom = spec["model"]["vocab"]["\u00c5"]  # One byte's token: NFC composes "A\u030a".
+        spec["added_tokens"] += [dict(plain, id=n, content="<think>", lstrip=True),
+                                 dict(plain, id=angstrom, content="\u00c5", normalized=True)]
+        tokenizer_dir = os.path.join(self.tmp, "named_tokens")
+        os.makedirs(tokenizer_dir)
+        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+
+        def added_token(content, **settings):
+            return dict(settings, __type="AddedToken", content=content)
+
+        llama = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
+        decoder_without_think = {"2040": {"content": "<|begin_of_text|>", "special": True}}
+        configs = {
+            "vocab strings": dict(llama, pad_token="\u0120day", unk_token="\u0120the",
+                                  sep_token="ing", cls_token="<think>", mask_token="\u00c5"),
+            "vocab AddedTokens": dict(
+                llama, pad_token=added_token("\u0120day", lstrip=True, rstrip=True),
+                sep_token=added_token("\u0120the", normalized=True, special=False)),
+            "bos in vocab": dict(llama, bos_token="\u0120day"),
+            "model-specific keys": dict(llama, image_token="\u0120day",
+                                        audio_token=added_token("ing", rstrip=True),
+                                        video_token={"content": "\u0120the"}),
+            "extra list": dict(llama, extra_special_tokens=[
+                "\u0120day", added_token("\u0120the"), added_token("ing", special=True), "<think>"]),
+            "extra dict": dict(llama, extra_special_tokens={"image_token": "\u0120day"}),
+            "additional list": dict(llama, additional_special_tokens=["\u0120day"]),
+            "decoder relists": dict(llama, pad_token="\u00c5", mask_token="<think>",
+                                    added_tokens_decoder={
+                                        str(angstrom): {"content": "\u00c5", "special": False},
+                                        str(n): dict(plain, content="<think>", rstrip=True)}),
+            "decoder lacks them": dict(llama, pad_token="\u00c5", mask_token="<think>",
+                                       added_tokens_decoder=decoder_without_think),
+        }
+        names = ["\u0120day", "\u0120the", "ing", "<think>", "\u00c5", "A\u030a"]
+        texts = [form.format(c) for c in names
+                 for form in ["q  {0}  r", "q{0}r", "{0}", "a {0} b {0}{0}", "\n{0}\n"]]
+        texts += [" day the thing", "<|begin_of_text|>x\u0120day<|end_of_text|>"]
+        texts += mixed_sample(FLAGS.validation_corpus, 3, names)
+        without_config = Tokenizer.from_file(json_path)
+        for name, config in configs.items():
+            with self.subTest(config=name):
+                with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
+                    json.dump(config, f, ensure_ascii=False)
+                ours = run_encode_main(tokenizer_dir, texts, self.tmp)
+                auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+                auto_plain = transformers.AutoTokenizer.from_pretrained(
+                    tokenizer_dir, split_special_tokens=True)
+                self.assertEqual(ours["vocab_size"], len(auto))
+                self.assertEqual(ours["bos_id"], auto.bos_token_id)
+                differ = 0
+                for text, result in zip(texts, ours["results"]):
+                    expected = auto(text, add_special_tokens=False).input_ids
+                    self.assertEqual(result["ids"], expected, f"text: {text[:80]!r}")
+                    self.assertEqual(result["ids_plain"],
+                                     auto_plain(text, add_special_tokens=False).input_ids,
+                                     f"text: {text[:80]!r}")
+                    differ += (expected != without_config.encode(text, add_special_tokens=False).ids
+                               or result["ids_plain"] != expected)
+                if name != "decoder lacks them":  # Named, but not added again: unchanged.
+                    self.assertGreater(differ, 3)  # The named tokens did change the encoding.
+
     def test_nfc_matches_tokenizers(self):
         # A byte vocabulary without merges under an NFC normalizer: the ids are the normalized
         # text's bytes. Every character lib/tokenizer/nfc_tables.inc or Python knows something of
