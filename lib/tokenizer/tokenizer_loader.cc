@@ -1,7 +1,9 @@
 #include "lib/tokenizer/tokenizer_loader.h"
 
-#include <filesystem>
-#include <system_error>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -12,20 +14,23 @@
 namespace titan {
 namespace {
 
-bool IsRegularFile(const std::filesystem::path& path) {
-  std::error_code error;
-  return std::filesystem::is_regular_file(path, error);
+// Not std::filesystem: see lib/util/directory.h.
+bool IsRegularFile(const std::string& path) {
+  struct stat info;
+  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFile(const std::filesystem::path& file) {
-  if (absl::EndsWith(file.filename().string(), ".json")) {
-    const std::filesystem::path config = file.parent_path() / "tokenizer_config.json";
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFile(const std::string& file) {
+  if (absl::EndsWith(file, ".json")) {
+    const size_t slash = file.rfind('/');
+    const std::string config = absl::StrCat(
+        slash == std::string::npos ? "" : file.substr(0, slash + 1), "tokenizer_config.json");
     absl::StatusOr<std::unique_ptr<BpeTokenizer>> hf =
-        LoadHfTokenizer(file.string(), IsRegularFile(config) ? config.string() : "");
+        LoadHfTokenizer(file, IsRegularFile(config) ? config : "");
     if (!hf.ok()) return hf.status();
     return std::unique_ptr<Tokenizer>(*std::move(hf));
   }
-  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tiktoken = LoadTiktokenTokenizer(file.string());
+  absl::StatusOr<std::unique_ptr<BpeTokenizer>> tiktoken = LoadTiktokenTokenizer(file);
   if (!tiktoken.ok()) return tiktoken.status();
   return std::unique_ptr<Tokenizer>(*std::move(tiktoken));
 }
@@ -33,17 +38,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFile(const std::filesystem::path&
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
-  std::error_code error;
-  const std::filesystem::file_status status = std::filesystem::status(path, error);
-  if (status.type() == std::filesystem::file_type::not_found) {
-    return absl::NotFoundError(absl::StrCat(path, ": no such tokenizer file or directory"));
+  struct stat info;
+  if (::stat(path.c_str(), &info) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return absl::NotFoundError(absl::StrCat(path, ": no such tokenizer file or directory"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::strerror(errno)));
   }
-  if (error) return absl::InvalidArgumentError(absl::StrCat(path, ": ", error.message()));
-  if (!std::filesystem::is_directory(status)) return LoadFile(path);
+  if (!S_ISDIR(info.st_mode)) return LoadFile(path);
 
-  const std::filesystem::path dir(path);
+  const std::string dir = absl::EndsWith(path, "/") ? path : absl::StrCat(path, "/");
   for (const char* name : {"tokenizer.json", "original/tokenizer.model", "tokenizer.model"}) {
-    if (IsRegularFile(dir / name)) return LoadFile(dir / name);
+    if (IsRegularFile(dir + name)) return LoadFile(dir + name);
   }
   return absl::NotFoundError(absl::StrCat(
       path, ": no tokenizer.json, original/tokenizer.model or tokenizer.model in this directory"));

@@ -1,7 +1,6 @@
 #include "lib/tokenizer/tokenizer_loader.h"
 
 #include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -15,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/tokenizer/tiktoken_tokenizer.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
 
@@ -35,7 +35,7 @@ std::string TempDir() { return std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TM
 // A fresh directory under the test's temp dir.
 std::string MakeDir(const std::string& name) {
   const std::string dir = TempDir() + "/" + name;
-  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(MakeDirectories(dir).ok()) << dir;
   return dir;
 }
 
@@ -198,7 +198,7 @@ TEST(TokenizerLoaderTest, DecodeAsksForUnknownIdsAsEmptyText) {
 
 TEST(TokenizerLoaderTest, TiktokenRankFileInMetaLayout) {
   const std::string dir = MakeDir("meta_layout");
-  std::filesystem::create_directories(dir + "/original");
+  ASSERT_TRUE(MakeDirectories(dir + "/original").ok());
   const std::vector<std::string> merged = {"he", "ll", "hell", "hello", " w", "or", " wor", " world"};
   Write(dir + "/original/tokenizer.model", RankFile(merged));
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
