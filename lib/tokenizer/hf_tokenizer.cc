@@ -370,6 +370,9 @@ class AddedTokenIds {
     return true;
   }
 
+  // The id the next token outside model.vocab gets.
+  int64_t next_id() const { return next_id_; }
+
  private:
   const absl::flat_hash_map<std::string, int32_t>& vocab_;
   absl::flat_hash_set<std::string> known_;
@@ -484,7 +487,7 @@ absl::StatusOr<std::optional<ConfigToken>> ParseConfigToken(const Json& value,
   return errors.Expected(key, "a token string, {\"content\": ...} or null", value);
 }
 
-// A token tokenizer_config.json names that neither file holds.
+// A BOS or EOS tokenizer_config.json names that neither file holds.
 absl::Status NamedTokenMissing(const JsonErrors& config_errors, const std::string& key,
                                const std::string& name, const std::string& json_path) {
   return config_errors.Error(
@@ -584,12 +587,22 @@ void MakeSpecial(const Json& spec, BpeModel::AddedToken* token) {
   if (normalized == spec.end() || normalized->is_null()) token->normalized = false;
 }
 
+// A named or extra token (not the BOS or EOS) that neither file holds: titan goes on without it.
+void WarnTokenFoundNowhere(const JsonErrors& config_errors, const ConfigToken& token,
+                           const std::string& json_path, int64_t transformers_id) {
+  LOG(WARNING) << config_errors.path() << ": " << token.key << ": " << QuotedShort(token.content())
+               << " is neither an added token nor in " << json_path
+               << "'s model.vocab: transformers would add it with id " << transformers_id
+               << "; titan does not grow the vocabulary, so text holding it encodes as plain text";
+}
+
 // Applies tokenizer_config.json's named and extra tokens as AutoTokenizer does. It adds again the
 // added tokens of tokenizer_config.json's added_tokens_decoder (without that key, tokenizer.json's
 // added_tokens), a named one as special; a named or extra token that is not an added token becomes
 // one with its model.vocab id, matched whole before pre-tokenization, special unless it is an extra
-// token written as an AddedToken object that is not. A token found nowhere is refused: transformers
-// would add it with a new id.
+// token written as an AddedToken object that is not. For a token found nowhere transformers
+// would add it with a new id; titan warns and goes on (a pad or image token is often never in
+// the text it trains on), while ChooseSpecialToken has refused a BOS or EOS found nowhere.
 absl::Status AddConfigTokens(const Json& root, const Json& config, const JsonErrors& config_errors,
                              const absl::flat_hash_map<std::string, int32_t>& vocab,
                              const std::string& json_path, AddedTokenIds& ids, BpeModel* model) {
@@ -619,11 +632,17 @@ absl::Status AddConfigTokens(const Json& root, const Json& config, const JsonErr
     }
   }
   named.insert(named.end(), extra.begin(), extra.end());
+  // transformers gives the tokens found nowhere the next ids, in this order.
+  absl::flat_hash_set<std::string> missing;
   for (const ConfigToken& config_token : named) {
     if (listed.contains(config_token.content())) continue;
     const auto in_vocab = vocab.find(config_token.content());
     if (in_vocab == vocab.end()) {
-      return NamedTokenMissing(config_errors, config_token.key, config_token.content(), json_path);
+      if (missing.insert(config_token.content()).second) {
+        WarnTokenFoundNowhere(config_errors, config_token, json_path,
+                              ids.next_id() + static_cast<int64_t>(missing.size()) - 1);
+      }
+      continue;
     }
     absl::StatusOr<BpeModel::AddedToken> token =
         ParseAddedToken(config_token.spec, in_vocab->second, config_errors, config_token.key);

@@ -17,7 +17,7 @@ namespace titan {
 // rstrip and normalized, and can make it special, as AutoTokenizer applies them. A token the
 // config names (its *_token keys, extra_special_tokens) is special where AutoTokenizer 5.24 makes
 // it so, and one only in model.vocab becomes an added token with its vocab id; one found nowhere
-// is an error (AutoTokenizer would give it a new id). Its bos_token and
+// is logged and stays plain text (AutoTokenizer would give it a new id). Its bos_token and
 // eos_token name the BOS and EOS as in transformers and torchtitan (bos_token null: no BOS; a
 // named token that does not exist is an error). Without the config or the key, the usual names
 // decide (<|begin_of_text|>, <s>, <bos>; <|end_of_text|>, </s>, <eos>, <|endoftext|>), else no

@@ -653,26 +653,54 @@ TEST(TokenizerLoaderTest, BadBosOrEosInTokenizerConfigIsAnErrorNamingFileAndKey)
               HasSubstr("tokenizer_config.json: eos_token: null, but titan needs an EOS"));
 }
 
-TEST(TokenizerLoaderTest, TokenTheConfigNamesFoundNowhereIsAnErrorSayingWhy) {
+TEST(TokenizerLoaderTest, BosOrEosTheConfigNamesFoundNowhereIsAnErrorSayingWhy) {
   // transformers' AutoTokenizer adds such a token with a new id, growing the vocabulary past what
-  // the model's embedding was trained with: refused, naming the file and the key.
-  const nlohmann::json qwen = {{"bos_token", nullptr}, {"eos_token", "<|im_end|>"}};
-  nlohmann::json missing_pad = qwen;
-  missing_pad["pad_token"] = "<pad>";
-  EXPECT_THAT(ConfigError("missing_pad", missing_pad),
-              HasSubstr("tokenizer_config.json: pad_token: \"<pad>\" is neither an added token "
-                        "nor in "));
+  // the model's embedding was trained with; titan needs the BOS's and EOS's ids: refused.
   EXPECT_THAT(ConfigError("missing_eos_reason", {{"eos_token", "</s>"}}),
               HasSubstr("(transformers would add it with a new id; titan does not grow the "
                         "vocabulary for a token name)"));
-  nlohmann::json missing_image = qwen;
-  missing_image["image_token"] = "<image>";
-  EXPECT_THAT(ConfigError("missing_image", missing_image),
-              HasSubstr("image_token: \"<image>\" is neither"));
-  nlohmann::json missing_extra = qwen;
-  missing_extra["additional_special_tokens"] = {"<think>", "<tool>"};
-  EXPECT_THAT(ConfigError("missing_extra", missing_extra),
-              HasSubstr("additional_special_tokens[1]: \"<tool>\" is neither"));
+}
+
+// The Qwen3 layout's encoding of `text` with `config`, and what loading it logged.
+std::pair<std::vector<int32_t>, std::string> EncodeLogging(const std::string& name,
+                                                           const nlohmann::json& config,
+                                                           const std::string& text) {
+  const std::string dir = MakeDir(name);
+  WriteQwen3Layout(dir, config);
+  testing::internal::CaptureStderr();
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  std::string log = testing::internal::GetCapturedStderr();
+  if (tokenizer == nullptr) return {};
+  return {tokenizer->Encode(text, false, false, kParse), std::move(log)};
+}
+
+TEST(TokenizerLoaderTest, OtherTokenTheConfigNamesFoundNowhereIsWarnedAboutAndPlainText) {
+  // A pad or image token a fine-tune's config names but its files lack is often never in the text:
+  // titan loads the tokenizer, warns, and encodes such text as plain text (AutoTokenizer would add
+  // the token with a new id: the Qwen3 layout's vocabulary and added tokens end at 259).
+  const nlohmann::json qwen = {{"bos_token", nullptr}, {"eos_token", "<|im_end|>"}};
+  const std::string text = "a<pad>b<image><tool><think>";
+  const std::vector<int32_t> plain = EncodeLogging("named_none", qwen, text).first;
+  ASSERT_FALSE(plain.empty());
+  nlohmann::json missing = qwen;
+  missing["pad_token"] = "<pad>";
+  missing["image_token"] = "<image>";
+  missing["additional_special_tokens"] = {"<think>", "<tool>", "<pad>"};
+  const auto [ids, log] = EncodeLogging("named_missing", missing, text);
+  EXPECT_EQ(ids, plain);
+  EXPECT_THAT(log, HasSubstr("named_missing/tokenizer_config.json: pad_token: \"<pad>\" is neither "
+                             "an added token nor in "));
+  EXPECT_THAT(log, HasSubstr("named_missing/tokenizer.json's model.vocab: transformers would add "
+                             "it with id 260; titan does not grow the vocabulary, so text holding "
+                             "it encodes as plain text"));
+  EXPECT_THAT(log, HasSubstr("image_token: \"<image>\" is neither an added token nor in "));
+  EXPECT_THAT(log, HasSubstr("would add it with id 261;"));
+  EXPECT_THAT(log, HasSubstr("additional_special_tokens[1]: \"<tool>\" is neither"));
+  EXPECT_THAT(log, HasSubstr("would add it with id 262;"));
+  // One warning per token: <pad> listed again adds nothing; <think> is an added token.
+  EXPECT_EQ(log.find("additional_special_tokens[2]"), std::string::npos) << log;
+  EXPECT_EQ(log.find("\"<think>\" is neither"), std::string::npos) << log;
+  // A value that is no token is still refused.
   nlohmann::json bad_mask = qwen;
   bad_mask["mask_token"] = 3;
   EXPECT_THAT(ConfigError("bad_mask", bad_mask),
