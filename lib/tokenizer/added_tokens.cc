@@ -1,0 +1,103 @@
+#include "lib/tokenizer/added_tokens.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "lib/util/short_text.h"
+
+namespace titan {
+
+absl::Status JsonErrors::Error(const std::string& key, const std::string& what) const {
+  return absl::InvalidArgumentError(absl::StrCat(path_, ": ", key, ": ", what));
+}
+
+absl::Status JsonErrors::Expected(const std::string& key, const std::string& expected,
+                                  const Json& got) const {
+  // JsonForMessage names a structure's type itself.
+  const std::string type = got.is_structured() ? "" : absl::StrCat(got.type_name(), " ");
+  return Error(key, absl::StrCat("expected ", expected, ", got ", type, JsonForMessage(got)));
+}
+
+absl::StatusOr<bool> OptionalBool(const Json& object, const char* field, bool fallback,
+                                  const JsonErrors& errors, const std::string& key) {
+  const auto it = object.find(field);
+  if (it == object.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) return errors.Expected(absl::StrCat(key, ".", field), "a boolean", *it);
+  return it->get<bool>();
+}
+
+absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t id,
+                                                     const JsonErrors& errors,
+                                                     const std::string& key) {
+  if (!spec.is_object() || !spec.contains("content") || !spec["content"].is_string()) {
+    return errors.Expected(key, "an object with a string \"content\"", spec);
+  }
+  if (id < 0 || id > INT32_MAX) return errors.Error(key + ".id", absl::StrCat("bad id ", id));
+  BpeModel::AddedToken token;
+  token.content = spec["content"].get<std::string>();
+  token.id = static_cast<int32_t>(id);
+  if (token.content.empty()) return errors.Error(key + ".content", "empty");
+  absl::StatusOr<bool> single_word = OptionalBool(spec, "single_word", false, errors, key);
+  if (!single_word.ok()) return single_word.status();
+  if (*single_word) return errors.Error(key + ".single_word", "true is not supported");
+  for (auto [field, out] :
+       {std::pair{"lstrip", &token.lstrip}, std::pair{"rstrip", &token.rstrip}}) {
+    absl::StatusOr<bool> value = OptionalBool(spec, field, false, errors, key);
+    if (!value.ok()) return value.status();
+    *out = *value;
+  }
+  // HF's default for a token without the field is normalized unless special.
+  absl::StatusOr<bool> special = OptionalBool(spec, "special", false, errors, key);
+  if (!special.ok()) return special.status();
+  absl::StatusOr<bool> normalized = OptionalBool(spec, "normalized", !*special, errors, key);
+  if (!normalized.ok()) return normalized.status();
+  token.normalized = *normalized;
+  token.special = *special;
+  return token;
+}
+
+absl::StatusOr<bool> AddedTokenIds::Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
+                                           const std::string& key) {
+  if (!known_.insert(token.content).second) return false;
+  const int32_t declared = token.id;
+  const auto in_vocab = vocab_.find(token.content);
+  if (in_vocab != vocab_.end()) {
+    token.id = in_vocab->second;
+  } else {
+    if (next_id_ > INT32_MAX) return errors.Error(key, "no id left below 2^31");
+    token.id = static_cast<int32_t>(next_id_);
+  }
+  next_id_ = std::max<int64_t>(next_id_, int64_t{token.id} + 1);
+  LOG_IF(WARNING, token.id != declared)
+      << errors.path() << ": " << key << " " << QuotedShort(token.content) << " has id " << token.id
+      << " (as transformers and tokenizers give it: "
+      << (in_vocab != vocab_.end() ? "model.vocab's id" : "the next free id") << "), not "
+      << declared;
+  return true;
+}
+
+void ListAgain(const BpeModel::AddedToken& later, BpeModel* model) {
+  for (BpeModel::AddedToken& listed : model->added_tokens) {
+    if (listed.content != later.content) continue;
+    listed.lstrip = later.lstrip;
+    listed.rstrip = later.rstrip;
+    listed.normalized = later.normalized;
+    listed.special = listed.special || later.special;
+  }
+}
+
+std::optional<int32_t> TokenId(const std::string& name, const BpeModel& model,
+                               const absl::flat_hash_map<std::string, int32_t>& vocab) {
+  for (const BpeModel::AddedToken& token : model.added_tokens) {
+    if (token.content == name) return token.id;
+  }
+  const auto it = vocab.find(name);
+  if (it != vocab.end()) return it->second;
+  return std::nullopt;
+}
+
+}  // namespace titan

@@ -1,0 +1,78 @@
+#ifndef TITAN_LIB_TOKENIZER_ADDED_TOKENS_H_
+#define TITAN_LIB_TOKENIZER_ADDED_TOKENS_H_
+
+// What reading tokenizer.json and tokenizer_config.json share: errors that name the file and the
+// key, and added tokens with the ids HF gives them.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "lib/tokenizer/bpe_tokenizer.h"
+#include "nlohmann/json.hpp"
+
+namespace titan {
+
+using Json = nlohmann::json;
+
+// Builds errors that name the file and the key.
+class JsonErrors {
+ public:
+  explicit JsonErrors(std::string path) : path_(std::move(path)) {}
+  absl::Status Error(const std::string& key, const std::string& what) const;
+  absl::Status Expected(const std::string& key, const std::string& expected, const Json& got) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A boolean field that may be absent (its default) or null.
+absl::StatusOr<bool> OptionalBool(const Json& object, const char* field, bool fallback,
+                                  const JsonErrors& errors, const std::string& key);
+
+// An added token's object (`content`, `lstrip`, `rstrip`, `normalized`, `special`) at `key`, with
+// `id` as written.
+absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t id,
+                                                     const JsonErrors& errors,
+                                                     const std::string& key);
+
+// The ids HF's tokenizers gives added tokens, whatever id a file wrote for them (it only warns):
+// one in model.vocab keeps its vocab id, any other takes the next free id after model.vocab's
+// entries and the added tokens so far. transformers adds tokenizer_config.json's the same way.
+class AddedTokenIds {
+ public:
+  explicit AddedTokenIds(const absl::flat_hash_map<std::string, int32_t>& vocab)
+      : vocab_(vocab), next_id_(static_cast<int64_t>(vocab.size())) {}
+
+  // Gives `token` its id; false when its content already has one (listed twice).
+  absl::StatusOr<bool> Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
+                              const std::string& key);
+
+  // The id the next token outside model.vocab gets.
+  int64_t next_id() const { return next_id_; }
+
+ private:
+  const absl::flat_hash_map<std::string, int32_t>& vocab_;
+  absl::flat_hash_set<std::string> known_;
+  int64_t next_id_;
+};
+
+// An added token listed again (twice in tokenizer.json, or in tokenizer_config.json's
+// added_tokens_decoder too) keeps its id and takes the later listing's matching settings, as
+// tokenizers' add_tokens does (transformers adds the config's entries with it); a token once
+// special stays in its special set.
+void ListAgain(const BpeModel::AddedToken& later, BpeModel* model);
+
+// The id of `name` as an added token or in the vocab, as HF's token_to_id.
+std::optional<int32_t> TokenId(const std::string& name, const BpeModel& model,
+                               const absl::flat_hash_map<std::string, int32_t>& vocab);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_TOKENIZER_ADDED_TOKENS_H_
