@@ -28,17 +28,18 @@ struct ConfigToken {
 };
 
 // `value` of `key` as a token: a string or {"content": ...}; nullopt for null.
-absl::StatusOr<std::optional<ConfigToken>> ParseConfigToken(const Json& value,
+absl::StatusOr<std::optional<ConfigToken>> ParseConfigToken(const ConfigJson& value,
                                                             const std::string& key,
                                                             const JsonErrors& errors) {
   if (value.is_null()) return std::nullopt;
   if (value.is_string()) {
-    return ConfigToken{key, Json::object({{"content", value}, {"special", true}})};
+    return ConfigToken{key,
+                       Json::object({{"content", value.get<std::string>()}, {"special", true}})};
   }
   if (value.is_object() && value.contains("content") && value["content"].is_string()) {
-    return ConfigToken{key, value};
+    return ConfigToken{key, Json(value)};
   }
-  return errors.Expected(key, "a token string, {\"content\": ...} or null", value);
+  return errors.Expected(key, "a token string, {\"content\": ...} or null", Json(value));
 }
 
 // A BOS or EOS tokenizer_config.json names that neither file holds.
@@ -58,9 +59,9 @@ constexpr std::array<const char*, 7> kTokenAttributes = {
 // attributes; any other *_token key holding a string or an {"__type": "AddedToken"} object; an
 // extra_special_tokens object's entries) and `extra` (an extra_special_tokens list, else
 // additional_special_tokens').
-absl::Status CollectConfigTokens(const Json& config, const JsonErrors& errors,
+absl::Status CollectConfigTokens(const ConfigJson& config, const JsonErrors& errors,
                                  std::vector<ConfigToken>* named, std::vector<ConfigToken>* extra) {
-  const auto collect = [&](const Json& value, const std::string& key,
+  const auto collect = [&](const ConfigJson& value, const std::string& key,
                            std::vector<ConfigToken>* to) -> absl::Status {
     absl::StatusOr<std::optional<ConfigToken>> token = ParseConfigToken(value, key, errors);
     if (!token.ok()) return token.status();
@@ -75,7 +76,8 @@ absl::Status CollectConfigTokens(const Json& config, const JsonErrors& errors,
     const bool attribute =
         std::find(kTokenAttributes.begin(), kTokenAttributes.end(), key) != kTokenAttributes.end();
     // transformers reads a plain object here as no token at all.
-    const bool added_token = value.is_object() && value.value("__type", Json()) == "AddedToken";
+    const bool added_token =
+        value.is_object() && value.value("__type", ConfigJson()) == "AddedToken";
     if (attribute || !absl::EndsWith(key, "_token") || !(value.is_string() || added_token)) {
       continue;
     }
@@ -90,7 +92,7 @@ absl::Status CollectConfigTokens(const Json& config, const JsonErrors& errors,
   }
   if (extras == config.end() || extras->is_null()) return absl::OkStatus();
   if (!extras->is_array() && !extras->is_object()) {
-    return errors.Expected(extra_key, "an array or an object of tokens", *extras);
+    return errors.Expected(extra_key, "an array or an object of tokens", Json(*extras));
   }
   for (const auto& [name, value] : extras->items()) {
     const std::string key =
@@ -121,9 +123,9 @@ void WarnTokenFoundNowhere(const JsonErrors& config_errors, const ConfigToken& t
 
 }  // namespace
 
-absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors,
+absl::Status ParseConfigAddedTokens(const ConfigJson& config, const JsonErrors& errors,
                                     AddedTokenIds& ids, BpeModel* model) {
-  const Json decoder = config.value("added_tokens_decoder", Json::object());
+  const Json decoder(config.value("added_tokens_decoder", ConfigJson::object()));
   if (!decoder.is_object())
     return errors.Expected("added_tokens_decoder", "an object of id -> token", decoder);
   std::vector<std::pair<BpeModel::AddedToken, std::string>> entries;  // With their keys.
@@ -151,7 +153,7 @@ absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors
 }
 
 absl::StatusOr<SpecialChoice> ChooseSpecialToken(
-    const Json& config, const JsonErrors& config_errors, const char* key,
+    const ConfigJson& config, const JsonErrors& config_errors, const char* key,
     const std::vector<std::string>& conventional, const BpeModel& model,
     const absl::flat_hash_map<std::string, int32_t>& vocab, const std::string& json_path) {
   const bool configured = config.is_object() && config.contains(key);
@@ -178,7 +180,8 @@ absl::StatusOr<SpecialChoice> ChooseSpecialToken(
                        absl::StrCat(why, "; none of ", absl::StrJoin(conventional, ", "))};
 }
 
-absl::Status AddConfigTokens(const Json& root, const Json& config, const JsonErrors& config_errors,
+absl::Status AddConfigTokens(const Json& root, const ConfigJson& config,
+                             const JsonErrors& config_errors,
                              const absl::flat_hash_map<std::string, int32_t>& vocab,
                              const std::string& json_path, AddedTokenIds& ids, BpeModel* model) {
   std::vector<ConfigToken> named;
@@ -194,20 +197,17 @@ absl::Status AddConfigTokens(const Json& root, const Json& config, const JsonErr
   // What transformers adds again: the config's added_tokens_decoder, else tokenizer.json's
   // added_tokens (both parsed already: each entry has a string content).
   const auto decoder = config.find("added_tokens_decoder");
-  const auto json_added = root.find("added_tokens");
-  const Json* relisted = decoder != config.end()    ? &*decoder
-                         : json_added != root.end() ? &*json_added
-                                                    : nullptr;
-  if (relisted != nullptr) {
-    for (const Json& spec : *relisted) {
-      if (!named_text.contains(spec["content"].get_ref<const std::string&>())) continue;
-      for (BpeModel::AddedToken& token : model->added_tokens) {
-        if (token.content == spec["content"]) MakeSpecial(spec, &token);
-      }
+  const Json relisted =
+      decoder != config.end() ? Json(*decoder) : root.value("added_tokens", Json::array());
+  for (const Json& spec : relisted) {
+    if (!named_text.contains(spec["content"].get_ref<const std::string&>())) continue;
+    for (BpeModel::AddedToken& token : model->added_tokens) {
+      if (token.content == spec["content"]) MakeSpecial(spec, &token);
     }
   }
   named.insert(named.end(), extra.begin(), extra.end());
-  // transformers gives the tokens found nowhere the next ids, in this order.
+  // transformers gives the tokens found nowhere the next ids in this order (the config's keys in
+  // the file's order).
   absl::flat_hash_set<std::string> missing;
   for (const ConfigToken& config_token : named) {
     if (listed.contains(config_token.content())) continue;

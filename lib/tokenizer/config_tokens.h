@@ -15,14 +15,19 @@
 #include "absl/status/statusor.h"
 #include "lib/tokenizer/added_tokens.h"
 #include "lib/tokenizer/bpe_tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace titan {
+
+// tokenizer_config.json as read, its keys in the file's order: transformers gives the tokens it
+// names that neither file holds new ids in that order.
+using ConfigJson = nlohmann::ordered_json;
 
 // Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks, in the
 // order of their ids (transformers' order; a config whose ids run past tokenizer.json's
 // vocabulary gets them packed after it; torchtitan's loader too); an entry for a token
 // tokenizer.json already adds changes its lstrip/rstrip/normalized/special as in ListAgain.
-absl::Status ParseConfigAddedTokens(const Json& config, const JsonErrors& errors,
+absl::Status ParseConfigAddedTokens(const ConfigJson& config, const JsonErrors& errors,
                                     AddedTokenIds& ids, BpeModel* model);
 
 // The BOS or EOS: its id (none: the tokenizer has none), its text and why it was chosen.
@@ -36,7 +41,7 @@ struct SpecialChoice {
 // torchtitan: a token (a string or {"content": ...}) that must exist, or null for none. Without a
 // config or the key, the first of `conventional` that exists, else none.
 absl::StatusOr<SpecialChoice> ChooseSpecialToken(
-    const Json& config, const JsonErrors& config_errors, const char* key,
+    const ConfigJson& config, const JsonErrors& config_errors, const char* key,
     const std::vector<std::string>& conventional, const BpeModel& model,
     const absl::flat_hash_map<std::string, int32_t>& vocab, const std::string& json_path);
 
@@ -47,7 +52,8 @@ absl::StatusOr<SpecialChoice> ChooseSpecialToken(
 // token written as an AddedToken object that is not. For a token found nowhere transformers
 // would add it with a new id; titan warns and goes on (a pad or image token is often never in
 // the text it trains on), while ChooseSpecialToken has refused a BOS or EOS found nowhere.
-absl::Status AddConfigTokens(const Json& root, const Json& config, const JsonErrors& config_errors,
+absl::Status AddConfigTokens(const Json& root, const ConfigJson& config,
+                             const JsonErrors& config_errors,
                              const absl::flat_hash_map<std::string, int32_t>& vocab,
                              const std::string& json_path, AddedTokenIds& ids, BpeModel* model);
 

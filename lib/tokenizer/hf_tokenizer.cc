@@ -66,25 +66,28 @@ const ByteLevelAlphabet& Gpt2Alphabet() {
 // deeper files too. nlohmann copies, compares and dumps recursively: deeper would risk the stack.
 constexpr int kMaxJsonNesting = 127;
 
-absl::StatusOr<Json> ParseJsonFile(const std::string& path) {
+// JsonT: Json, or ConfigJson to keep the keys in the file's order.
+template <typename JsonT>
+absl::StatusOr<JsonT> ParseJsonFile(const std::string& path) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   std::string top_level_key;                  // Of the value being parsed.
   std::optional<std::string> too_deep_under;  // The top-level key of the first value too deep.
   // nlohmann's parser itself is iterative; a value past the limit is dropped and reported.
-  const Json::parser_callback_t bound_nesting = [&](int depth, Json::parse_event_t event,
-                                                    Json& parsed) {
-    if (event == Json::parse_event_t::key && depth == 1) top_level_key = parsed.get<std::string>();
-    const bool opens =
-        event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
-    if (!opens || depth < kMaxJsonNesting) return true;
-    if (!too_deep_under.has_value()) too_deep_under = top_level_key;
-    return false;
-  };
-  Json json;
+  const typename JsonT::parser_callback_t bound_nesting =
+      [&](int depth, typename JsonT::parse_event_t event, JsonT& parsed) {
+        if (event == JsonT::parse_event_t::key && depth == 1)
+          top_level_key = parsed.template get<std::string>();
+        const bool opens = event == JsonT::parse_event_t::object_start ||
+                           event == JsonT::parse_event_t::array_start;
+        if (!opens || depth < kMaxJsonNesting) return true;
+        if (!too_deep_under.has_value()) too_deep_under = top_level_key;
+        return false;
+      };
+  JsonT json;
   try {
-    json = Json::parse(*text, bound_nesting);
-  } catch (const Json::parse_error& e) {
+    json = JsonT::parse(*text, bound_nesting);
+  } catch (const typename JsonT::parse_error& e) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON: ", e.what()));
   }
   if (too_deep_under.has_value()) {
@@ -301,9 +304,10 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, const Json& config,
-                                                             const JsonErrors& errors,
-                                                             const std::string& config_path) {
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
+                                                            const ConfigJson& config,
+                                                            const JsonErrors& errors,
+                                                            const std::string& config_path) {
   const auto model_it = root.find("model");
   // Not `found ? *model_it : Json()`: that copies the value, recursively, however deep.
   if (model_it == root.end()) return errors.Expected("model", "an object", Json());
@@ -401,11 +405,11 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root, co
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
                                                               const std::string& config_path) {
-  absl::StatusOr<Json> root = ParseJsonFile(json_path);
+  absl::StatusOr<Json> root = ParseJsonFile<Json>(json_path);
   if (!root.ok()) return root.status();
-  Json config;
+  ConfigJson config;
   if (!config_path.empty()) {
-    absl::StatusOr<Json> parsed = ParseJsonFile(config_path);
+    absl::StatusOr<ConfigJson> parsed = ParseJsonFile<ConfigJson>(config_path);
     if (!parsed.ok()) return parsed.status();
     config = *std::move(parsed);
   }

@@ -9,6 +9,7 @@ import base64
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -98,14 +99,19 @@ def mixed_sample(validation_path, seed, specials):
     return texts
 
 
-def run_encode_main(tokenizer_path, texts, tmp):
+def run_encode_main_logging(tokenizer_path, texts, tmp):
+    """encode_main's results and what it logged."""
     texts_path = os.path.join(tmp, "texts.json")
     with open(texts_path, "w", encoding="utf-8") as f:
         json.dump(texts, f, ensure_ascii=False)
     out = subprocess.run(
         [FLAGS.encode_main, f"--tokenizer={tokenizer_path}", f"--texts={texts_path}"],
         check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)
+    return json.loads(out.stdout), out.stderr
+
+
+def run_encode_main(tokenizer_path, texts, tmp):
+    return run_encode_main_logging(tokenizer_path, texts, tmp)[0]
 
 
 def byte_level_decoder():
@@ -411,6 +417,48 @@ class ParityTest(unittest.TestCase):
                                or result["ids_plain"] != expected)
                 if name != "decoder lacks them":  # Named, but not added again: unchanged.
                     self.assertGreater(differ, 3)  # The named tokens did change the encoding.
+
+    def test_tokens_the_config_names_found_nowhere_stay_plain_text_with_a_warning(self):
+        # transformers adds a named or extra token neither file holds with a new id: the seven
+        # attributes in their order, then other *_token keys and extra_special_tokens' in the
+        # file's order. titan does not grow the vocabulary: one warning per token names the id
+        # transformers gives it, and text holding it encodes as plain text.
+        tokenizer_dir = os.path.join(self.tmp, "named_tokens_found_nowhere")
+        os.makedirs(tokenizer_dir)
+        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        llama = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
+        configs = {
+            "keys out of alphabetical order": dict(
+                llama, extra_special_tokens={"video_token": "<video>", "audio_token": "<audio>"},
+                zeta_token="<z>", alpha_token="<a>", mask_token="<mask>", pad_token="<pad>"),
+            "extra list": dict(llama, additional_special_tokens=["<tool>", "<pad>", "<think>"],
+                               image_token="<image>", pad_token="<pad>"),
+        }
+        warning = re.compile(r'tokenizer_config\.json: (\S+): "([^"]*)" is neither an added token '
+                             r'nor in .*: transformers would add it with id (\d+); titan does not '
+                             r'grow the vocabulary, so text holding it encodes as plain text')
+        without_config = Tokenizer.from_file(json_path)
+        for name, config in configs.items():
+            with self.subTest(config=name):
+                with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
+                    json.dump(config, f)
+                auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+                new_ids = {token: i for token, i in auto.get_added_vocab().items()
+                           if i >= without_config.get_vocab_size()}
+                texts = [f"a{token}b {token}" for token in new_ids]
+                ours, log = run_encode_main_logging(tokenizer_dir, texts, self.tmp)
+                warned = {token: int(i) for _, token, i in warning.findall(log)}
+                self.assertEqual(len(warning.findall(log)), len(new_ids), log)
+                self.assertEqual(warned, new_ids, log)
+                self.assertEqual(ours["vocab_size"], without_config.get_vocab_size())
+                for text, result in zip(texts, ours["results"]):
+                    plain = without_config.encode(text, add_special_tokens=False).ids
+                    self.assertEqual(result["ids"], plain, f"text: {text!r}")
+                    self.assertEqual(result["ids_plain"], plain, f"text: {text!r}")
 
     def test_nfc_matches_tokenizers(self):
         # A byte vocabulary without merges under an NFC normalizer: the ids are the normalized
