@@ -239,8 +239,9 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
                          StateField<std::string>(manifest->state(), dir, "run_config", ""));
   // Another model's step is refused in one line, before any tensor is matched by name.
   if (manifest->state().contains("model")) {
-    TITAN_ASSIGN_OR_RETURN(const ModelInfo held,
-                           ModelInfoFromJson(manifest->state().at("model"), dir));
+    TITAN_ASSIGN_OR_RETURN(
+        const ModelInfo held,
+        ModelInfoFromJson(manifest->state().at("model"), ManifestPath(dir) + ": state.model"));
     TITAN_RETURN_IF_ERROR(CheckSameParameters(held, *parts_.model, dir));
     // Shapes alike, the same weights under another rope_theta or norm_eps are another model.
     const std::string differences = ArchitectureDifferences(held.args, parts_.model->args);

@@ -303,13 +303,17 @@ TEST(TrainerTest, ManifestFieldOfAnotherTypeNamesTheFileKeyAndType) {
     const char* error;
   } cases[] = {
       {"/state/run_kind", 7, "state.run_kind: expected a string, got number"},
-      {"/state/train_state/step", "1", "state.train_state.step: expected an integer, got string"},
+      {"/state/train_state/step", "1",
+       "state.train_state.step: expected a non-negative 64-bit integer, got string"},
       {"/state/train_state/ntokens_seen", 1.5,
-       "state.train_state.ntokens_seen: expected an integer, got number"},
+       "state.train_state.ntokens_seen: expected a non-negative 64-bit integer, got number"},
       {"/state/lr_scheduler", nlohmann::json::array(),
        "state.lr_scheduler: expected an object, got array"},
       {"/state/timeline_exclusions", "dataloader",
        "state.timeline_exclusions: expected a list of strings, got string"},
+      {"/state/train_state/step", -1,
+       "state.train_state.step: expected a non-negative 64-bit integer, got number"},
+      {"/state/model", "x", "state.model: expected an object with \"args\", got string"},
   };
   for (const auto& [pointer, value, error] : cases) {
     SCOPED_TRACE(pointer);

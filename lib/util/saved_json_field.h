@@ -17,13 +17,17 @@
 namespace titan {
 
 // The JSON type a field read as T must have (nlohmann's get<int64_t> would take a float or a
-// boolean too).
+// boolean too). Saved counts (steps, tokens) are never negative: an unsigned value past int64
+// would wrap to one.
 template <typename T>
 struct JsonKind;
 template <>
 struct JsonKind<int64_t> {
-  static constexpr char kName[] = "an integer";
-  static bool Matches(const nlohmann::json& value) { return value.is_number_integer(); }
+  static constexpr char kName[] = "a non-negative 64-bit integer";
+  static bool Matches(const nlohmann::json& value) {
+    if (value.is_number_unsigned()) return value.get<uint64_t>() <= uint64_t{INT64_MAX};
+    return value.is_number_integer() && value.get<int64_t>() >= 0;
+  }
 };
 template <>
 struct JsonKind<std::string> {

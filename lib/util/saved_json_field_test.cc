@@ -16,7 +16,13 @@ TEST(SavedJsonFieldTest, ReadsNestedFieldsOfTheirType) {
 
 TEST(SavedJsonFieldTest, AnotherTypeOrAMissingKeyNamesTheFileAndKey) {
   EXPECT_EQ(SavedJsonField<int64_t>(kState, "m.json", "state", "train_state.lr").status().message(),
-            "m.json: state.train_state.lr: expected an integer, got number");
+            "m.json: state.train_state.lr: expected a non-negative 64-bit integer, got number");
+  for (const char* step : {"-1", "18446744073709551615"}) {
+    const nlohmann::json wrapped = nlohmann::json::parse(absl::StrCat(R"({"step": )", step, "}"));
+    EXPECT_EQ(SavedJsonField<int64_t>(wrapped, "m.json", "state", "step").status().message(),
+              "m.json: state.step: expected a non-negative 64-bit integer, got number")
+        << step;
+  }
   EXPECT_EQ(SavedJsonField<int64_t>(kState, "m.json", "state", "kind.step").status().message(),
             "m.json: state.kind: expected an object, got string");
   EXPECT_EQ(SavedJsonField<std::vector<std::string>>(kState, "m.json", "state", "names")
