@@ -499,9 +499,10 @@ std::string RangeText(const FieldOptions& options) {
     range = absl::StrCat(FormatNumber(options.GetExtension(titan::unset_value)), " or ", range);
   }
   if (options.GetExtension(titan::float32)) {
+    // As a double: float's shortest text (3.4028235e+38) is itself past the bound.
     char largest[32];
-    const std::to_chars_result end =
-        std::to_chars(largest, largest + sizeof(largest), std::numeric_limits<float>::max());
+    const std::to_chars_result end = std::to_chars(largest, largest + sizeof(largest),
+                                                   double{std::numeric_limits<float>::max()});
     const std::string float32 =
         absl::StrCat("a finite value representable as float32 (magnitude <= ",
                      absl::string_view(largest, end.ptr - largest), ")");

@@ -55,7 +55,7 @@ void ExpectValid(const std::vector<std::string>& overrides, int world_size = 1) 
 
 // What a key the optimizer hands to ATen in float32 must be, in its errors and --help.
 const std::string kFloat32Range =
-    "a finite value representable as float32 (magnitude <= 3.4028235e+38)";
+    "a finite value representable as float32 (magnitude <= 3.4028234663852886e+38)";
 
 TEST(JobConfigTest, DefaultsFollowTorchtitan) {
   const JobConfig config = DefaultJobConfig();
