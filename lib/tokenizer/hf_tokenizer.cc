@@ -94,7 +94,8 @@ absl::StatusOr<JsonT> ParseJsonFile(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", too_deep_under->empty() ? "" : ShortText(*too_deep_under) + ": ",
                      "nested deeper than ", kMaxJsonNesting,
-                     " levels of arrays and objects (tokenizers' JSON parser allows no deeper)"));
+                     " levels of arrays and objects (titan's limit, which tokenizers sets for "
+                     "tokenizer.json; transformers reads a deeper tokenizer_config.json)"));
   }
   if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON object"));
   return json;
