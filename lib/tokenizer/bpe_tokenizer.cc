@@ -150,14 +150,15 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
     tokenizer->byte_ids_[b] = it == tokenizer->model_.bytes_to_id.end() ? -1 : it->second;
   }
   for (const BpeModel::AddedToken& token : tokenizer->model_.added_tokens) {
-    tokenizer->added_by_pass_[token.normalized ? 1 : 0][static_cast<uint8_t>(token.content[0])]
-        .push_back(&token);
+    std::string text =
+        token.normalized && tokenizer->model_.nfc ? NfcNormalize(token.content) : token.content;
+    const uint8_t first = static_cast<uint8_t>(text[0]);
+    tokenizer->added_by_pass_[token.normalized ? 1 : 0][first].push_back({&token, std::move(text)});
   }
   for (AddedTokenIndex& pass : tokenizer->added_by_pass_) {
     for (auto& tokens : pass) {
-      std::stable_sort(tokens.begin(), tokens.end(), [](const auto* a, const auto* b) {
-        return a->content.size() > b->content.size();
-      });
+      std::stable_sort(tokens.begin(), tokens.end(),
+                       [](const auto& a, const auto& b) { return a.text.size() > b.text.size(); });
     }
   }
   return tokenizer;
@@ -184,24 +185,25 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, 
     size_t emitted = 0;  // End of the last match.
     size_t pos = 0;
     while (pos < segment.size()) {
-      const BpeModel::AddedToken* found = nullptr;
-      for (const BpeModel::AddedToken* token : index[static_cast<uint8_t>(segment[pos])]) {
-        if (segment.compare(pos, token->content.size(), token->content) == 0) {
-          found = token;
+      const AddedTokenMatch* match = nullptr;
+      for (const AddedTokenMatch& candidate : index[static_cast<uint8_t>(segment[pos])]) {
+        if (segment.compare(pos, candidate.text.size(), candidate.text) == 0) {
+          match = &candidate;
           break;
         }
       }
+      const BpeModel::AddedToken* found = match == nullptr ? nullptr : match->token;
       if (found == nullptr) {
         ++pos;
         continue;
       }
       if (found->special && special_text == SpecialTokenText::kPlain) {
         // Stepped over, not searched again, as `tokenizers` skips such a match.
-        pos += found->content.size();
+        pos += match->text.size();
         continue;
       }
       size_t start = pos;
-      size_t stop = pos + found->content.size();
+      size_t stop = pos + match->text.size();
       if (found->lstrip) {
         while (start > emitted) {
           const size_t prev = PreviousCharStart(segment, start);

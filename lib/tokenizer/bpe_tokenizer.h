@@ -107,7 +107,13 @@ class BpeTokenizer : public Tokenizer {
   std::vector<std::unique_ptr<Regex>> step_regexes_;  // Parallel to model_.pre_tokenizer.
   std::array<int32_t, 256> byte_ids_;                 // -1: the byte has no token.
   // Added tokens by pass (non-normalized, then normalized) and first byte, longest first.
-  using AddedTokenIndex = std::array<std::vector<const BpeModel::AddedToken*>, 256>;
+  // An added token and the text it matches: a normalized token's content normalized, as the text
+  // it is searched in is (tokenizers normalizes both).
+  struct AddedTokenMatch {
+    const BpeModel::AddedToken* token;
+    std::string text;
+  };
+  using AddedTokenIndex = std::array<std::vector<AddedTokenMatch>, 256>;
   std::array<AddedTokenIndex, 2> added_by_pass_;
 
   static constexpr size_t kMaxCachedPieces = 1 << 16;

@@ -288,6 +288,33 @@ class ParityTest(unittest.TestCase):
         for text, result in zip(texts, ours["results"]):
             self.assertEqual(result["ids"], auto(text, add_special_tokens=False).input_ids)
 
+    def test_normalized_added_token_not_in_nfc_matches_as_tokenizers(self):
+        # tokenizers normalizes a normalized added token's content as it normalizes the text, so
+        # "<|e\u0301|>" matches the text's "<|e\u0301|>" and "<|\u00e9|>" alike.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        spec["normalizer"] = {"type": "NFC"}
+        n = len(spec["model"]["vocab"]) + len(spec["added_tokens"])
+        for offset, (content, normalized) in enumerate(
+                [("<|e\u0301|>", True), ("<|o\u0301|>", False)]):
+            spec["added_tokens"].append({"id": n + offset, "content": content,
+                                         "single_word": False, "lstrip": False, "rstrip": False,
+                                         "normalized": normalized, "special": False})
+        tokenizer_dir = os.path.join(self.tmp, "nfc_added")
+        os.makedirs(tokenizer_dir)
+        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        texts = ["q<|e\u0301|>r", "q<|\u00e9|>r", "q<|o\u0301|>r", "q<|\u00f3|>r"]
+        reference = Tokenizer.from_file(json_path)
+        expected = [reference.encode(t, add_special_tokens=False).ids for t in texts]
+        self.assertEqual(expected[0], expected[1])  # The case this test is about.
+        self.assertIn(n, expected[0])
+        self.assertIn(n + 1, expected[2])  # Not normalized: only its own form matches.
+        self.assertNotIn(n + 1, expected[3])
+        ours = run_encode_main(json_path, texts, self.tmp)
+        self.assertEqual([r["ids"] for r in ours["results"]], expected)
+
     def test_config_settings_of_listed_added_tokens_as_transformers_applies_them(self):
         # tokenizer_config.json's added_tokens_decoder entry for a token tokenizer.json already
         # lists sets its lstrip, rstrip and normalized and can make it special (never unmake it):
