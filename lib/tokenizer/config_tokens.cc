@@ -27,19 +27,22 @@ struct ConfigToken {
   const std::string& content() const { return spec["content"].get_ref<const std::string&>(); }
 };
 
-// `value` of `key` as a token: a string or {"content": ...}; nullopt for null.
+// `value` of `key` as a token: a string or {"content": ...}; nullopt for null and for an empty
+// token, which transformers never adds (its id is None).
 absl::StatusOr<std::optional<ConfigToken>> ParseConfigToken(const ConfigJson& value,
                                                             const std::string& key,
                                                             const JsonErrors& errors) {
   if (value.is_null()) return std::nullopt;
+  Json spec;
   if (value.is_string()) {
-    return ConfigToken{key,
-                       Json::object({{"content", value.get<std::string>()}, {"special", true}})};
+    spec = Json::object({{"content", value.get<std::string>()}, {"special", true}});
+  } else if (value.is_object() && value.contains("content") && value["content"].is_string()) {
+    spec = Json(value);
+  } else {
+    return errors.Expected(key, "a token string, {\"content\": ...} or null", Json(value));
   }
-  if (value.is_object() && value.contains("content") && value["content"].is_string()) {
-    return ConfigToken{key, Json(value)};
-  }
-  return errors.Expected(key, "a token string, {\"content\": ...} or null", Json(value));
+  if (spec["content"].get_ref<const std::string&>().empty()) return std::nullopt;
+  return ConfigToken{key, std::move(spec)};
 }
 
 // A BOS or EOS tokenizer_config.json names that neither file holds.
@@ -163,7 +166,8 @@ absl::StatusOr<SpecialChoice> ChooseSpecialToken(
     if (!named.ok()) return named.status();
     if (!named->has_value()) {
       return SpecialChoice{std::nullopt, "",
-                           absl::StrCat("tokenizer_config.json ", key, " is null")};
+                           absl::StrCat("tokenizer_config.json ", key,
+                                        config[key].is_null() ? " is null" : " is empty")};
     }
     const std::string& name = (*named)->content();
     const std::optional<int32_t> id = TokenId(name, model, vocab);

@@ -38,8 +38,8 @@ struct SpecialChoice {
 };
 
 // tokenizer_config.json's `key` (bos_token, eos_token) decides, as in transformers and
-// torchtitan: a token (a string or {"content": ...}) that must exist, or null for none. Without a
-// config or the key, the first of `conventional` that exists, else none.
+// torchtitan: a token (a string or {"content": ...}) that must exist, or null or "" for none.
+// Without a config or the key, the first of `conventional` that exists, else none.
 absl::StatusOr<SpecialChoice> ChooseSpecialToken(
     const ConfigJson& config, const JsonErrors& config_errors, const char* key,
     const std::vector<std::string>& conventional, const BpeModel& model,
@@ -49,9 +49,10 @@ absl::StatusOr<SpecialChoice> ChooseSpecialToken(
 // added tokens of tokenizer_config.json's added_tokens_decoder (without that key, tokenizer.json's
 // added_tokens), a named one as special; a named or extra token that is not an added token becomes
 // one with its model.vocab id, matched whole before pre-tokenization, special unless it is an extra
-// token written as an AddedToken object that is not. For a token found nowhere transformers
-// would add it with a new id; titan warns and goes on (a pad or image token is often never in
-// the text it trains on), while ChooseSpecialToken has refused a BOS or EOS found nowhere.
+// token written as an AddedToken object that is not; an empty one ("") is none, as in
+// transformers. For a token found nowhere transformers would add it with a new id; titan warns
+// and goes on (a pad or image token is often never in the text it trains on), while
+// ChooseSpecialToken has refused a BOS or EOS found nowhere.
 absl::Status AddConfigTokens(const Json& root, const ConfigJson& config,
                              const JsonErrors& config_errors,
                              const absl::flat_hash_map<std::string, int32_t>& vocab,

@@ -385,7 +385,9 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
   if (!eos->id.has_value()) {
     constexpr char kNeed[] = "titan needs an EOS: it ends documents and stops generation";
     if (config.is_object() && config.contains("eos_token")) {
-      return config_errors.Error("eos_token", absl::StrCat("null, but ", kNeed));
+      return config_errors.Error(
+          "eos_token",
+          absl::StrCat(config["eos_token"].is_null() ? "null" : "empty", ", but ", kNeed));
     }
     return absl::InvalidArgumentError(absl::StrCat(config.is_object() ? config_path : errors.path(),
                                                    ": no EOS token (", eos->reason, "): ", kNeed));

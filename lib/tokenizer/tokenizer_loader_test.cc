@@ -23,6 +23,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr SpecialTokenText kPlain = SpecialTokenText::kPlain;
 constexpr SpecialTokenText kParse = SpecialTokenText::kParse;
@@ -672,6 +673,26 @@ std::pair<std::vector<int32_t>, std::string> EncodeLogging(const std::string& na
   std::string log = testing::internal::GetCapturedStderr();
   if (tokenizer == nullptr) return {};
   return {tokenizer->Encode(text, false, false, kParse), std::move(log)};
+}
+
+TEST(TokenizerLoaderTest, EmptyNamedTokenIsNoToken) {
+  // AutoTokenizer adds no "" token and its id is None: no BOS, no warning, no id taken from the
+  // next token found nowhere (the Qwen3 layout's vocabulary and added tokens end at 259).
+  const auto [ids, log] = EncodeLogging("empty_named",
+                                        {{"bos_token", ""},
+                                         {"eos_token", "<|im_end|>"},
+                                         {"pad_token", ""},
+                                         {"image_token", "<image>"},
+                                         {"additional_special_tokens", {"", "<tool>"}}},
+                                        "a");
+  EXPECT_THAT(log, HasSubstr("BOS none (tokenizer_config.json bos_token is empty)"));
+  EXPECT_THAT(log, Not(HasSubstr("\"\" is neither")));
+  EXPECT_THAT(log, HasSubstr("image_token: \"<image>\" is neither an added token nor in "));
+  EXPECT_THAT(log, HasSubstr("would add it with id 260;"));
+  EXPECT_THAT(log, HasSubstr("additional_special_tokens[1]: \"<tool>\" is neither"));
+  EXPECT_THAT(log, HasSubstr("would add it with id 261;"));
+  EXPECT_THAT(ConfigError("empty_eos", {{"bos_token", nullptr}, {"eos_token", ""}}),
+              HasSubstr("tokenizer_config.json: eos_token: empty, but titan needs an EOS"));
 }
 
 TEST(TokenizerLoaderTest, OtherTokenTheConfigNamesFoundNowhereIsWarnedAboutAndPlainText) {

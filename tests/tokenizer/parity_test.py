@@ -448,7 +448,7 @@ class ParityTest(unittest.TestCase):
     def test_tokens_the_config_names_found_nowhere_stay_plain_text_with_a_warning(self):
         # transformers adds a named or extra token neither file holds with a new id: the seven
         # attributes in their order, then other *_token keys and extra_special_tokens' in the
-        # file's order. titan does not grow the vocabulary: one warning per token names the id
+        # file's order; an empty one is no token. titan does not grow the vocabulary: one warning per token names the id
         # transformers gives it, and text holding it encodes as plain text.
         tokenizer_dir = os.path.join(self.tmp, "named_tokens_found_nowhere")
         os.makedirs(tokenizer_dir)
@@ -464,6 +464,9 @@ class ParityTest(unittest.TestCase):
                 zeta_token="<z>", alpha_token="<a>", mask_token="<mask>", pad_token="<pad>"),
             "extra list": dict(llama, additional_special_tokens=["<tool>", "<pad>", "<think>"],
                                image_token="<image>", pad_token="<pad>"),
+            # transformers adds no empty token: it takes no id and gets no warning.
+            "empty tokens": dict(llama, pad_token="", mask_token="<mask>", image_token="",
+                                 additional_special_tokens=["", "<tool>"]),
         }
         warning = re.compile(r'tokenizer_config\.json: (\S+): "([^"]*)" is neither an added token '
                              r'nor in .*: transformers would add it with id (\d+); titan does not '
