@@ -306,9 +306,9 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
 }
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
-                                                            const ConfigJson& config,
-                                                            const JsonErrors& errors,
-                                                            const std::string& config_path) {
+                                                            const TokenSettings& settings,
+                                                            const JsonErrors& errors) {
+  const ConfigJson& config = settings.json;
   const auto model_it = root.find("model");
   // Not `found ? *model_it : Json()`: that copies the value, recursively, however deep.
   if (model_it == root.end()) return errors.Expected("model", "an object", Json());
@@ -343,8 +343,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
   AddedTokenIds added_ids(vocab);
   if (absl::Status s = ParseAddedTokens(root, errors, added_ids, &model); !s.ok()) return s;
   if (!config.is_null()) {
-    const JsonErrors config_file(config_path);
-    if (absl::Status s = ParseConfigAddedTokens(config, config_file, added_ids, &model); !s.ok()) {
+    if (absl::Status s = ParseConfigAddedTokens(config, settings.config_errors, added_ids, &model);
+        !s.ok()) {
       return s;
     }
   }
@@ -365,18 +365,15 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
     SetIdBytes(token.id, DecodedBytes(token.content), &model);
   }
 
-  const JsonErrors config_errors(config_path);
-  absl::StatusOr<SpecialChoice> bos =
-      ChooseSpecialToken(config, config_errors, "bos_token", {"<|begin_of_text|>", "<s>", "<bos>"},
-                         model, vocab, errors.path());
+  absl::StatusOr<SpecialChoice> bos = ChooseSpecialToken(
+      settings, "bos_token", {"<|begin_of_text|>", "<s>", "<bos>"}, model, vocab, errors.path());
   if (!bos.ok()) return bos.status();
   absl::StatusOr<SpecialChoice> eos = ChooseSpecialToken(
-      config, config_errors, "eos_token", {"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>"},
-      model, vocab, errors.path());
+      settings, "eos_token", {"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>"}, model, vocab,
+      errors.path());
   if (!eos.ok()) return eos.status();
   if (config.is_object()) {
-    if (absl::Status s =
-            AddConfigTokens(root, config, config_errors, vocab, errors.path(), added_ids, &model);
+    if (absl::Status s = AddConfigTokens(root, settings, vocab, errors.path(), added_ids, &model);
         !s.ok()) {
       return s;
     }
@@ -385,12 +382,13 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
   if (!eos->id.has_value()) {
     constexpr char kNeed[] = "titan needs an EOS: it ends documents and stops generation";
     if (config.is_object() && config.contains("eos_token")) {
-      return config_errors.Error(
-          "eos_token",
-          absl::StrCat(config["eos_token"].is_null() ? "null" : "empty", ", but ", kNeed));
+      return settings.ErrorsFor("eos_token")
+          .Error("eos_token",
+                 absl::StrCat(config["eos_token"].is_null() ? "null" : "empty", ", but ", kNeed));
     }
-    return absl::InvalidArgumentError(absl::StrCat(config.is_object() ? config_path : errors.path(),
-                                                   ": no EOS token (", eos->reason, "): ", kNeed));
+    return absl::InvalidArgumentError(
+        absl::StrCat(settings.has_config ? settings.config_errors.path() : errors.path(),
+                     ": no EOS token (", eos->reason, "): ", kNeed));
   }
   model.bos_id = bos->id;
   model.eos_id = *eos->id;
@@ -407,18 +405,29 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
-                                                              const std::string& config_path) {
+                                                              const std::string& config_path,
+                                                              const std::string& map_path) {
   absl::StatusOr<Json> root = ParseJsonFile<Json>(json_path);
   if (!root.ok()) return root.status();
-  ConfigJson config;
+  TokenSettings settings;
   if (!config_path.empty()) {
     absl::StatusOr<ConfigJson> parsed = ParseJsonFile<ConfigJson>(config_path);
     if (!parsed.ok()) return parsed.status();
-    config = *std::move(parsed);
+    settings.json = *std::move(parsed);
+    settings.has_config = true;
+    settings.config_errors = JsonErrors(config_path);
+  }
+  // transformers reads special_tokens_map.json only for a config without added_tokens_decoder.
+  if (!map_path.empty() && !settings.json.contains("added_tokens_decoder")) {
+    absl::StatusOr<ConfigJson> map = ParseJsonFile<ConfigJson>(map_path);
+    if (!map.ok()) return map.status();
+    settings.has_map = true;
+    settings.map_errors = JsonErrors(map_path);
+    if (absl::Status s = ApplySpecialTokensMap(*map, &settings); !s.ok()) return s;
   }
   // Typed accessors above check before reading; this catches what a malformed file could still trip.
   try {
-    return BuildFromJson(*root, config, JsonErrors(json_path), config_path);
+    return BuildFromJson(*root, settings, JsonErrors(json_path));
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat(json_path, ": malformed tokenizer: ", e.what()));
   }

@@ -25,9 +25,13 @@ namespace titan {
 // `encode(text, add_special_tokens=False)`, with tokenizer_config's added tokens registered as
 // `transformers` does, and with `encode_special_tokens = True` under SpecialTokenText::kPlain.
 // Split regexes are Oniguruma's (as tokenizers runs them), translated to PCRE2; a construct with
-// no PCRE2 equivalent (\X, [[:alpha:]], class intersection) is refused.
+// no PCRE2 equivalent (\X, [[:alpha:]], class intersection) is refused. `map_path`
+// (special_tokens_map.json, may be empty) names tokens as transformers' legacy loading reads it
+// where the config has no added_tokens_decoder: its bos_token ... mask_token override the
+// config's (see ApplySpecialTokensMap).
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string& json_path,
-                                                              const std::string& config_path);
+                                                              const std::string& config_path,
+                                                              const std::string& map_path);
 
 }  // namespace titan
 

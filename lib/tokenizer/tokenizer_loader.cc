@@ -23,10 +23,11 @@ bool IsRegularFile(const std::string& path) {
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFile(const std::string& file) {
   if (absl::EndsWith(file, ".json")) {
     const size_t slash = file.rfind('/');
-    const std::string config = absl::StrCat(
-        slash == std::string::npos ? "" : file.substr(0, slash + 1), "tokenizer_config.json");
+    const std::string dir = slash == std::string::npos ? "" : file.substr(0, slash + 1);
+    const std::string config = dir + "tokenizer_config.json";
+    const std::string map = dir + "special_tokens_map.json";
     absl::StatusOr<std::unique_ptr<BpeTokenizer>> hf =
-        LoadHfTokenizer(file, IsRegularFile(config) ? config : "");
+        LoadHfTokenizer(file, IsRegularFile(config) ? config : "", IsRegularFile(map) ? map : "");
     if (!hf.ok()) return hf.status();
     return std::unique_ptr<Tokenizer>(*std::move(hf));
   }

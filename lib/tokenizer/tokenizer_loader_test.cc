@@ -612,6 +612,55 @@ TEST(TokenizerLoaderTest, TokenizerConfigNamesWinOverUsualNames) {
   EXPECT_THAT(tokenizer->Encode("a", true, true, kPlain), ElementsAre(0, 3));
 }
 
+// The error loading `dir` gives.
+std::string LoadError(const std::string& dir) {
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir);
+  EXPECT_FALSE(tokenizer.ok());
+  return tokenizer.ok() ? "" : std::string(tokenizer.status().message());
+}
+
+TEST(TokenizerLoaderTest, SpecialTokensMapNamesTokensWhereTheConfigHasNoAddedTokensDecoder) {
+  // An older save's layout: the names live in special_tokens_map.json, which transformers reads
+  // where tokenizer_config.json has no added_tokens_decoder; its values win over the config's.
+  const std::string dir = MakeDir("special_tokens_map");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
+      "added_tokens": [{"id": 1, "content": "<|begin_of_text|>", "special": true},
+                       {"id": 2, "content": "<|end_of_text|>", "special": true},
+                       {"id": 3, "content": "<|eot_id|>", "special": true}]})"));
+  Write(dir + "/tokenizer_config.json", R"({"eos_token": "<|end_of_text|>"})");
+  Write(dir + "/special_tokens_map.json", R"({"eos_token": "<|eot_id|>", "bos_token": null})");
+  testing::internal::CaptureStderr();
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  const std::string log = testing::internal::GetCapturedStderr();
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->bos_id(), std::nullopt);
+  EXPECT_EQ(tokenizer->eos_id(), 3);
+  EXPECT_THAT(log, HasSubstr("BOS none (special_tokens_map.json bos_token is null), EOS "
+                             "<|eot_id|> = 3 (special_tokens_map.json eos_token)"));
+
+  const std::string map = dir + "/special_tokens_map.json";
+  Write(map, "{bad");
+  EXPECT_THAT(LoadError(dir), HasSubstr(map + ": invalid JSON: "));
+  Write(map, R"({"eos_token": 5})");
+  EXPECT_THAT(LoadError(dir), HasSubstr(map + ": eos_token: expected a token string"));
+  Write(map, R"({"eos_token": "<zzz>"})");
+  EXPECT_THAT(LoadError(dir), HasSubstr(map + ": eos_token: \"<zzz>\" is neither an added token"));
+  Write(dir + "/tokenizer_config.json",
+        R"({"eos_token": "<|end_of_text|>", "extra_special_tokens": {"image_token": "a"}})");
+  Write(map, R"({"additional_special_tokens": ["<|eot_id|>"]})");
+  EXPECT_THAT(LoadError(dir),
+              HasSubstr(map + ": additional_special_tokens: not supported beside "
+                              "tokenizer_config.json's extra_special_tokens object"));
+
+  // transformers does not open the map beside an added_tokens_decoder.
+  Write(dir + "/tokenizer_config.json",
+        R"({"eos_token": "<|end_of_text|>", "added_tokens_decoder": {}})");
+  Write(map, "{bad");
+  tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_EQ(tokenizer->eos_id(), 2);
+}
+
 TEST(TokenizerLoaderTest, WithoutTokenizerConfigEndOfTextIsOnlyEos) {
   // GPT-2's or Qwen's tokenizer.json alone: <|endoftext|> ends documents and starts none.
   const std::string dir = MakeDir("endoftext_only");

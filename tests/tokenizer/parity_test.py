@@ -490,6 +490,65 @@ class ParityTest(unittest.TestCase):
                     self.assertEqual(result["ids"], plain, f"text: {text!r}")
                     self.assertEqual(result["ids_plain"], plain, f"text: {text!r}")
 
+    def test_special_tokens_map_as_transformers_reads_it(self):
+        # transformers 5.24 reads special_tokens_map.json (older saves) where tokenizer_config.json
+        # has no added_tokens_decoder: its bos_token ... mask_token override the config's, its
+        # additional_special_tokens count where the config lists none. titan's usual names
+        # (<|end_of_text|>) must not win over the map's EOS.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        n = len(spec["model"]["vocab"])
+        names = ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                 "<|end_header_id|>", "<|eot_id|>"]
+        spec["added_tokens"] = [dict(id=n + i, content=c, single_word=False, lstrip=False,
+                                     rstrip=False, normalized=False, special=True)
+                                for i, c in enumerate(names)]
+        tokenizer_dir = os.path.join(self.tmp, "special_tokens_map")
+        os.makedirs(tokenizer_dir)
+        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        fast = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 8192}
+        llama = dict(fast, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>")
+        decoder = {str(t["id"]): t for t in spec["added_tokens"]}
+        # name -> (tokenizer_config.json, special_tokens_map.json, the EOS's source in the log)
+        cases = {
+            "map only": (fast, {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+                                "pad_token": "\u0120the"}, "special_tokens_map.json eos_token"),
+            "map overrides config": (
+                llama, {"eos_token": {"content": "<|eot_id|>", "lstrip": False},
+                        "bos_token": "<|start_header_id|>",
+                        "additional_special_tokens": ["\u0120day"]},
+                "special_tokens_map.json eos_token"),
+            "ignored beside added_tokens_decoder": (
+                dict(llama, added_tokens_decoder=decoder),
+                {"eos_token": "<|eot_id|>", "pad_token": "\u0120the"},
+                "tokenizer_config.json eos_token"),
+        }
+        words = ["\u0120the", "\u0120day"] + names
+        texts = [form.format(c) for c in words for form in ["q  {0}  r", "q{0}r", "a {0} b {0}{0}"]]
+        texts += [" day the thing"] + mixed_sample(FLAGS.validation_corpus, 9, words)
+        for name, (config, special_tokens_map, eos_source) in cases.items():
+            with self.subTest(case=name):
+                with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
+                    json.dump(config, f)
+                with open(os.path.join(tokenizer_dir, "special_tokens_map.json"), "w") as f:
+                    json.dump(special_tokens_map, f, ensure_ascii=False)
+                ours, log = run_encode_main_logging(tokenizer_dir, texts, self.tmp)
+                auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+                auto_plain = transformers.AutoTokenizer.from_pretrained(
+                    tokenizer_dir, split_special_tokens=True)
+                self.assertEqual(ours["bos_id"], auto.bos_token_id)
+                self.assertEqual(ours["eos_id"], auto.eos_token_id)
+                self.assertIn(f"= {auto.eos_token_id} ({eos_source})", log)
+                self.assertEqual(ours["vocab_size"], len(auto))
+                for text, result in zip(texts, ours["results"]):
+                    self.assertEqual(result["ids"], auto(text, add_special_tokens=False).input_ids,
+                                     f"text: {text[:80]!r}")
+                    self.assertEqual(result["ids_plain"],
+                                     auto_plain(text, add_special_tokens=False).input_ids,
+                                     f"text: {text[:80]!r}")
+
     def test_nfc_matches_tokenizers(self):
         # A byte vocabulary without merges under an NFC normalizer: the ids are the normalized
         # text's bytes. Every character lib/tokenizer/nfc_tables.inc or Python knows something of
