@@ -60,6 +60,21 @@ absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t i
   return token;
 }
 
+namespace {
+
+// The settings of an added token listed again (see AddedTokenIds::Add).
+void ListAgain(const BpeModel::AddedToken& later, BpeModel* model) {
+  for (BpeModel::AddedToken& listed : model->added_tokens) {
+    if (listed.content != later.content) continue;
+    listed.lstrip = later.lstrip;
+    listed.rstrip = later.rstrip;
+    listed.normalized = later.normalized;
+    listed.special = listed.special || later.special;
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<bool> AddedTokenIds::Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
                                            const std::string& key) {
   if (!known_.insert(token.content).second) return false;
@@ -80,14 +95,16 @@ absl::StatusOr<bool> AddedTokenIds::Assign(BpeModel::AddedToken& token, const Js
   return true;
 }
 
-void ListAgain(const BpeModel::AddedToken& later, BpeModel* model) {
-  for (BpeModel::AddedToken& listed : model->added_tokens) {
-    if (listed.content != later.content) continue;
-    listed.lstrip = later.lstrip;
-    listed.rstrip = later.rstrip;
-    listed.normalized = later.normalized;
-    listed.special = listed.special || later.special;
+absl::Status AddedTokenIds::Add(BpeModel::AddedToken token, const JsonErrors& errors,
+                                const std::string& key, BpeModel* model) {
+  absl::StatusOr<bool> added = Assign(token, errors, key);
+  if (!added.ok()) return added.status();
+  if (*added) {
+    model->added_tokens.push_back(std::move(token));
+  } else {
+    ListAgain(token, model);
   }
+  return absl::OkStatus();
 }
 
 std::optional<int32_t> TokenId(const std::string& name, const BpeModel& model,

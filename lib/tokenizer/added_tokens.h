@@ -50,24 +50,25 @@ class AddedTokenIds {
   explicit AddedTokenIds(const absl::flat_hash_map<std::string, int32_t>& vocab)
       : vocab_(vocab), next_id_(static_cast<int64_t>(vocab.size())) {}
 
-  // Gives `token` its id; false when its content already has one (listed twice).
-  absl::StatusOr<bool> Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
-                              const std::string& key);
+  // Adds `token` to `model` with its id; a token listed again (twice in tokenizer.json, or in
+  // tokenizer_config.json too) keeps its id and takes the later listing's matching settings, as
+  // tokenizers' add_tokens does (transformers adds the config's entries with it); a token once
+  // special stays in its special set.
+  absl::Status Add(BpeModel::AddedToken token, const JsonErrors& errors, const std::string& key,
+                   BpeModel* model);
 
   // The id the next token outside model.vocab gets.
   int64_t next_id() const { return next_id_; }
 
  private:
+  // Gives `token` its id; false when its content already has one (listed twice).
+  absl::StatusOr<bool> Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
+                              const std::string& key);
+
   const absl::flat_hash_map<std::string, int32_t>& vocab_;
   absl::flat_hash_set<std::string> known_;
   int64_t next_id_;
 };
-
-// An added token listed again (twice in tokenizer.json, or in tokenizer_config.json's
-// added_tokens_decoder too) keeps its id and takes the later listing's matching settings, as
-// tokenizers' add_tokens does (transformers adds the config's entries with it); a token once
-// special stays in its special set.
-void ListAgain(const BpeModel::AddedToken& later, BpeModel* model);
 
 // The id of `name` as an added token or in the vocab, as HF's token_to_id.
 std::optional<int32_t> TokenId(const std::string& name, const BpeModel& model,

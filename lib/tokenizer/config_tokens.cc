@@ -251,13 +251,7 @@ absl::Status ParseConfigAddedTokens(const ConfigJson& config, const JsonErrors& 
   std::stable_sort(entries.begin(), entries.end(),
                    [](const auto& a, const auto& b) { return a.first.id < b.first.id; });
   for (auto& [token, key] : entries) {
-    absl::StatusOr<bool> added = ids.Assign(token, errors, key);
-    if (!added.ok()) return added.status();
-    if (*added) {
-      model->added_tokens.push_back(std::move(token));
-    } else {
-      ListAgain(token, model);
-    }
+    if (absl::Status s = ids.Add(std::move(token), errors, key, model); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -338,12 +332,9 @@ absl::Status AddConfigTokens(const Json& root, const TokenSettings& settings,
         config_token.spec, in_vocab->second, *config_token.errors, config_token.key);
     if (!token.ok()) return token.status();
     if (named_text.contains(token->content)) MakeSpecial(config_token.spec, &*token);
-    absl::StatusOr<bool> added = ids.Assign(*token, *config_token.errors, config_token.key);
-    if (!added.ok()) return added.status();
-    if (*added) {
-      model->added_tokens.push_back(*std::move(token));
-    } else {
-      ListAgain(*token, model);
+    if (absl::Status s = ids.Add(*std::move(token), *config_token.errors, config_token.key, model);
+        !s.ok()) {
+      return s;
     }
   }
   return absl::OkStatus();

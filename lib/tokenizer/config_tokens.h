@@ -27,7 +27,8 @@ using ConfigJson = nlohmann::ordered_json;
 // Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks, in the
 // order of their ids (transformers' order; a config whose ids run past tokenizer.json's
 // vocabulary gets them packed after it; torchtitan's loader too); an entry for a token
-// tokenizer.json already adds changes its lstrip/rstrip/normalized/special as in ListAgain.
+// tokenizer.json already adds changes its lstrip/rstrip/normalized/special as AddedTokenIds::Add
+// says.
 absl::Status ParseConfigAddedTokens(const ConfigJson& config, const JsonErrors& errors,
                                     AddedTokenIds& ids, BpeModel* model);
 

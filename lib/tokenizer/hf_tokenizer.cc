@@ -294,13 +294,7 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
     if (!id.is_number_integer()) return errors.Expected(key + ".id", "an integer", id);
     absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(list[i], id.get<int64_t>(), errors, key);
     if (!token.ok()) return token.status();
-    absl::StatusOr<bool> added = ids.Assign(*token, errors, key);
-    if (!added.ok()) return added.status();
-    if (*added) {
-      model->added_tokens.push_back(*std::move(token));
-    } else {
-      ListAgain(*token, model);
-    }
+    if (absl::Status s = ids.Add(*std::move(token), errors, key, model); !s.ok()) return s;
   }
   return absl::OkStatus();
 }

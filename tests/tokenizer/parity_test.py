@@ -114,6 +114,16 @@ def run_encode_main(tokenizer_path, texts, tmp):
     return run_encode_main_logging(tokenizer_path, texts, tmp)[0]
 
 
+def write_tokenizer_json(tmp, name, spec):
+    """Folder `name` under `tmp` holding `spec` as its tokenizer.json; the folder and file paths."""
+    tokenizer_dir = os.path.join(tmp, name)
+    os.makedirs(tokenizer_dir)
+    json_path = os.path.join(tokenizer_dir, "tokenizer.json")
+    with open(json_path, "w", encoding="utf-8") as f:
+        json.dump(spec, f, ensure_ascii=False)
+    return tokenizer_dir, json_path
+
+
 def byte_level_decoder():
     """GPT-2's byte-level alphabet, character -> byte (the reverse of ByteLevel.alphabet())."""
     printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -198,13 +208,9 @@ class ParityTest(unittest.TestCase):
         tokenizer.train_from_iterator(docs + TRICKY_TEXTS, trainer=trainer)
         tokenizer.add_special_tokens(["<s>", "</s>", AddedToken("<mask>", lstrip=True, rstrip=True)])
         tokenizer.add_tokens([AddedToken("[cat dog]", normalized=True)])
-        tokenizer_dir = os.path.join(self.tmp, "gpt2_style")
-        os.makedirs(tokenizer_dir)
-        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
         spec = json.loads(tokenizer.to_str())
         spec["model"]["merges"] = [f"{a} {b}" for a, b in spec["model"]["merges"]]
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "gpt2_style", spec)
         with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
             json.dump({"bos_token": "<s>", "eos_token": {"content": "</s>"}}, f)
         specials = ["<s>", "</s>", "<mask>", "[cat dog]"]
@@ -233,11 +239,7 @@ class ParityTest(unittest.TestCase):
         entries = {n + i: {"content": c, "single_word": False, "lstrip": False, "rstrip": False,
                            "normalized": False, "special": s} for i, (c, s) in enumerate(added)}
         spec["added_tokens"] = [dict(entry, id=i) for i, entry in entries.items()]
-        tokenizer_dir = os.path.join(self.tmp, "qwen3_layout")
-        os.makedirs(tokenizer_dir)
-        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "qwen3_layout", spec)
         with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
             json.dump({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
                        "tokenizer_class": "Qwen2Tokenizer",
@@ -267,11 +269,7 @@ class ParityTest(unittest.TestCase):
         spec["added_tokens"].reverse()
         spec["added_tokens"].insert(3, dict(spec["added_tokens"][0], id=n + 7, content=in_vocab,
                                             special=False))
-        tokenizer_dir = os.path.join(self.tmp, "added_ids")
-        os.makedirs(tokenizer_dir)
-        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "added_ids", spec)
         with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
             json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
                        "tokenizer_class": "PreTrainedTokenizerFast",
@@ -300,11 +298,7 @@ class ParityTest(unittest.TestCase):
             spec["added_tokens"].append({"id": n + offset, "content": content,
                                          "single_word": False, "lstrip": False, "rstrip": False,
                                          "normalized": normalized, "special": False})
-        tokenizer_dir = os.path.join(self.tmp, "nfc_added")
-        os.makedirs(tokenizer_dir)
-        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "nfc_added", spec)
         texts = ["q<|e\u0301|>r", "q<|\u00e9|>r", "q<|o\u0301|>r", "q<|\u00f3|>r"]
         reference = Tokenizer.from_file(json_path)
         expected = [reference.encode(t, add_special_tokens=False).ids for t in texts]
@@ -337,11 +331,7 @@ class ParityTest(unittest.TestCase):
         }
         spec["added_tokens"] += [dict(settings, id=n + i, content=c, single_word=False)
                                  for i, (c, (settings, _)) in enumerate(listed.items())]
-        tokenizer_dir = os.path.join(self.tmp, "config_settings")
-        os.makedirs(tokenizer_dir)
-        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "config_settings", spec)
         with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
             json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>",
                        "added_tokens_decoder": {str(n + i): dict(entry, content=c)
@@ -385,11 +375,7 @@ class ParityTest(unittest.TestCase):
         angstrom = spec["model"]["vocab"]["\u00c5"]  # One byte's token: NFC composes "A\u030a".
         spec["added_tokens"] += [dict(plain, id=n, content="<think>", lstrip=True),
                                  dict(plain, id=angstrom, content="\u00c5", normalized=True)]
-        tokenizer_dir = os.path.join(self.tmp, "named_tokens")
-        os.makedirs(tokenizer_dir)
-        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "named_tokens", spec)
 
         def added_token(content, **settings):
             return dict(settings, __type="AddedToken", content=content)
@@ -450,13 +436,9 @@ class ParityTest(unittest.TestCase):
         # attributes in their order, then other *_token keys and extra_special_tokens' in the
         # file's order; an empty one is no token. titan does not grow the vocabulary: one warning per token names the id
         # transformers gives it, and text holding it encodes as plain text.
-        tokenizer_dir = os.path.join(self.tmp, "named_tokens_found_nowhere")
-        os.makedirs(tokenizer_dir)
-        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
             spec = json.load(f)
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "named_tokens_found_nowhere", spec)
         llama = {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"}
         configs = {
             "keys out of alphabetical order": dict(
@@ -503,11 +485,7 @@ class ParityTest(unittest.TestCase):
         spec["added_tokens"] = [dict(id=n + i, content=c, single_word=False, lstrip=False,
                                      rstrip=False, normalized=False, special=True)
                                 for i, c in enumerate(names)]
-        tokenizer_dir = os.path.join(self.tmp, "special_tokens_map")
-        os.makedirs(tokenizer_dir)
-        json_path = os.path.join(tokenizer_dir, "tokenizer.json")
-        with open(json_path, "w", encoding="utf-8") as f:
-            json.dump(spec, f, ensure_ascii=False)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "special_tokens_map", spec)
         fast = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 8192}
         llama = dict(fast, bos_token="<|begin_of_text|>", eos_token="<|end_of_text|>")
         decoder = {str(t["id"]): t for t in spec["added_tokens"]}
