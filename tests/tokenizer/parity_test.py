@@ -175,6 +175,21 @@ class ParityTest(unittest.TestCase):
         self.assertGreater(differ, 5)  # The special texts did exercise the difference.
         return texts, ours
 
+    def assert_auto_tokenizer_parity(self, tokenizer_dir, texts, results):
+        """titan's `results` for `texts` equal AutoTokenizer's ids in both modes (parsed, and plain
+        as split_special_tokens=True); the AutoTokenizer and its parsed ids."""
+        auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+        auto_plain = transformers.AutoTokenizer.from_pretrained(tokenizer_dir,
+                                                                split_special_tokens=True)
+        parsed = []
+        for text, result in zip(texts, results):
+            parsed.append(auto(text, add_special_tokens=False).input_ids)
+            self.assertEqual(result["ids"], parsed[-1], f"text: {text[:80]!r}")
+            self.assertEqual(result["ids_plain"],
+                             auto_plain(text, add_special_tokens=False).input_ids,
+                             f"text: {text[:80]!r}")
+        return auto, parsed
+
     def test_default_tokenizer_matches_tokenizers(self):
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
             spec = json.load(f)
@@ -246,13 +261,9 @@ class ParityTest(unittest.TestCase):
                        "added_tokens_decoder": {str(i): e for i, e in entries.items()}}, f)
         texts, ours = self.assert_hf_parity(tokenizer_dir, json_path, [c for c, _ in added],
                                             None, "<|im_end|>")
-        reference = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+        reference, _ = self.assert_auto_tokenizer_parity(tokenizer_dir, texts, ours["results"])
         self.assertIsNone(reference.bos_token_id)
         self.assertEqual(ours["eos_id"], reference.eos_token_id)
-        plain = transformers.AutoTokenizer.from_pretrained(tokenizer_dir, split_special_tokens=True)
-        for text, result in zip(texts, ours["results"]):
-            self.assertEqual(result["ids"], reference(text, add_special_tokens=False).input_ids)
-            self.assertEqual(result["ids_plain"], plain(text, add_special_tokens=False).input_ids)
 
     def test_added_token_ids_as_tokenizers_gives_them(self):
         # tokenizers ignores the ids tokenizer.json writes for added_tokens (it only warns): a
@@ -341,19 +352,11 @@ class ParityTest(unittest.TestCase):
                  for form in ["q  {}  r", "q{}r", "q \n{}\n r", "{}  x", "a{}\u0338b"]]
         texts += mixed_sample(FLAGS.validation_corpus, 5, list(listed))
         ours = run_encode_main(tokenizer_dir, texts, self.tmp)
-        auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
-        auto_plain = transformers.AutoTokenizer.from_pretrained(tokenizer_dir,
-                                                                split_special_tokens=True)
+        auto, parsed = self.assert_auto_tokenizer_parity(tokenizer_dir, texts, ours["results"])
         self.assertEqual(ours["vocab_size"], len(auto))
         without_config = Tokenizer.from_file(json_path)
-        differ = 0
-        for text, result in zip(texts, ours["results"]):
-            expected = auto(text, add_special_tokens=False).input_ids
-            self.assertEqual(result["ids"], expected, f"text: {text[:80]!r}")
-            self.assertEqual(result["ids_plain"],
-                             auto_plain(text, add_special_tokens=False).input_ids,
-                             f"text: {text[:80]!r}")
-            differ += expected != without_config.encode(text, add_special_tokens=False).ids
+        differ = sum(expected != without_config.encode(text, add_special_tokens=False).ids
+                     for text, expected in zip(texts, parsed))
         self.assertGreater(differ, 10)  # The config's settings did change the encoding.
 
     def test_tokens_tokenizer_config_names_as_transformers_makes_them(self):
@@ -414,20 +417,14 @@ class ParityTest(unittest.TestCase):
                 with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
                     json.dump(config, f, ensure_ascii=False)
                 ours = run_encode_main(tokenizer_dir, texts, self.tmp)
-                auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
-                auto_plain = transformers.AutoTokenizer.from_pretrained(
-                    tokenizer_dir, split_special_tokens=True)
+                auto, parsed = self.assert_auto_tokenizer_parity(tokenizer_dir, texts,
+                                                                 ours["results"])
                 self.assertEqual(ours["vocab_size"], len(auto))
                 self.assertEqual(ours["bos_id"], auto.bos_token_id)
-                differ = 0
-                for text, result in zip(texts, ours["results"]):
-                    expected = auto(text, add_special_tokens=False).input_ids
-                    self.assertEqual(result["ids"], expected, f"text: {text[:80]!r}")
-                    self.assertEqual(result["ids_plain"],
-                                     auto_plain(text, add_special_tokens=False).input_ids,
-                                     f"text: {text[:80]!r}")
-                    differ += (expected != without_config.encode(text, add_special_tokens=False).ids
-                               or result["ids_plain"] != expected)
+                differ = sum(
+                    expected != without_config.encode(text, add_special_tokens=False).ids
+                    or result["ids_plain"] != expected
+                    for text, expected, result in zip(texts, parsed, ours["results"]))
                 if name != "decoder lacks them":  # Named, but not added again: unchanged.
                     self.assertGreater(differ, 3)  # The named tokens did change the encoding.
 
@@ -513,19 +510,11 @@ class ParityTest(unittest.TestCase):
                 with open(os.path.join(tokenizer_dir, "special_tokens_map.json"), "w") as f:
                     json.dump(special_tokens_map, f, ensure_ascii=False)
                 ours, log = run_encode_main_logging(tokenizer_dir, texts, self.tmp)
-                auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
-                auto_plain = transformers.AutoTokenizer.from_pretrained(
-                    tokenizer_dir, split_special_tokens=True)
+                auto, _ = self.assert_auto_tokenizer_parity(tokenizer_dir, texts, ours["results"])
                 self.assertEqual(ours["bos_id"], auto.bos_token_id)
                 self.assertEqual(ours["eos_id"], auto.eos_token_id)
                 self.assertIn(f"= {auto.eos_token_id} ({eos_source})", log)
                 self.assertEqual(ours["vocab_size"], len(auto))
-                for text, result in zip(texts, ours["results"]):
-                    self.assertEqual(result["ids"], auto(text, add_special_tokens=False).input_ids,
-                                     f"text: {text[:80]!r}")
-                    self.assertEqual(result["ids_plain"],
-                                     auto_plain(text, add_special_tokens=False).input_ids,
-                                     f"text: {text[:80]!r}")
 
     def test_nfc_matches_tokenizers(self):
         # A byte vocabulary without merges under an NFC normalizer: the ids are the normalized
