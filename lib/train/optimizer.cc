@@ -4,6 +4,7 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -80,6 +81,26 @@ absl::Status CheckEps(double eps, const std::string& key) {
       "would be updated by 0/0 = NaN; expected a value > 0 (torch's default 1e-8)"));
 }
 
+// The for-loop and foreach updates hand ATen lr / (1 - beta1^step) (largest at step 1) and
+// lr * weight_decay as float32 scalars: one past float32's range is refused here, naming the
+// settings, rather than by ATen at the first step.
+absl::Status CheckUpdateScalars(const AdamSettings& h, const std::string& key) {
+  constexpr double kFloat32Max = std::numeric_limits<float>::max();
+  const double first_step_size = h.lr / (1 - h.beta1);
+  if (first_step_size > kFloat32Max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, ": lr ", h.lr, " with beta1 ", h.beta1,
+                     " gives the first step a size lr / (1 - beta1) = ", first_step_size,
+                     ", past float32's range (3.4028234663852886e+38); expected a smaller lr"));
+  }
+  if (h.lr * h.weight_decay > kFloat32Max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ": lr ", h.lr, " times weight_decay ", h.weight_decay, " = ", h.lr * h.weight_decay,
+        " is past float32's range (3.4028234663852886e+38); expected smaller values"));
+  }
+  return absl::OkStatus();
+}
+
 // A group's settings: [optimizer]'s, overridden by the keys the group sets.
 absl::StatusOr<AdamSettings> GroupHyperparameters(const JobConfig::Optimizer::ParamGroup& spec,
                                                   const AdamSettings& defaults,
@@ -109,6 +130,7 @@ absl::StatusOr<AdamSettings> GroupHyperparameters(const JobConfig::Optimizer::Pa
     h.beta1 = spec.betas(0);
     h.beta2 = spec.betas(1);
   }
+  if (absl::Status scalars = CheckUpdateScalars(h, key); !scalars.ok()) return scalars;
   return h;
 }
 
@@ -277,6 +299,9 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
   if (absl::Status eps = CheckEps(config.eps(), "[optimizer] eps"); !eps.ok()) return eps;
   const AdamSettings defaults{config.lr(),  config.beta1(),        config.beta2(),
                               config.eps(), config.weight_decay(), config.name() == "AdamW"};
+  if (absl::Status scalars = CheckUpdateScalars(defaults, "[optimizer]"); !scalars.ok()) {
+    return scalars;
+  }
   std::vector<Group> groups;
   std::vector<bool> claimed(params.size(), false);
   for (int g = 0; g < config.param_groups_size(); ++g) {

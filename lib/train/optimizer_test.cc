@@ -190,18 +190,27 @@ TEST(OptimizerTest, EpsThatIsZeroInFloat32IsRefused) {
 
 // An lr past float32's range is refused by every implementation, with ATen's words: ATen's fused
 // kernel would turn the weights to inf without a word.
-TEST(OptimizerTest, AnLrPastTheParametersRangeIsRefused) {
+// ATen would refuse these at the first step ("cannot be converted to type float without
+// overflow"), or the fused kernel turn the weights to inf: refused as the optimizer is made.
+TEST(OptimizerTest, UpdateScalarsPastFloat32AreRefusedNamingTheSettings) {
   for (const std::string& implementation : kImplementations) {
     Params p;
-    auto opt = Optimizer::Create(p.refs(), Config(implementation, /*lr=*/1e39)).value();
-    p.SetGrads(1);
-    try {
-      opt->Step();
-      ADD_FAILURE() << implementation << ": the step ran";
-    } catch (const std::exception& e) {
-      EXPECT_TRUE(absl::StrContains(e.what(), "cannot be converted to type float without overflow"))
-          << implementation << ": " << e.what();
-    }
+    // 1e38 fits float32, but the first step's size lr / (1 - 0.9) does not.
+    absl::StatusOr<std::unique_ptr<Optimizer>> opt =
+        Optimizer::Create(p.refs(), Config(implementation, /*lr=*/1e38));
+    ASSERT_FALSE(opt.ok()) << implementation;
+    EXPECT_EQ(opt.status().message(),
+              "[optimizer]: lr 1e+38 with beta1 0.9 gives the first step a size lr / (1 - beta1) = "
+              "1e+39, past float32's range (3.4028234663852886e+38); expected a smaller lr");
+    JobConfig::Optimizer config = Config(implementation, /*lr=*/1e-3);
+    AddGroup(&config, "norm", /*lr=*/1e20, /*weight_decay=*/1e20);
+    opt = Optimizer::Create(p.refs(), config);
+    ASSERT_FALSE(opt.ok()) << implementation;
+    EXPECT_TRUE(absl::StartsWith(opt.status().message(),
+                                 "[optimizer] param_groups[0]: lr 1e+20 times weight_decay 1e+20 "
+                                 "= 1e+40 is past float32's range"))
+        << opt.status();
+    EXPECT_TRUE(Optimizer::Create(p.refs(), Config(implementation, /*lr=*/3e37)).ok());
   }
 }
 

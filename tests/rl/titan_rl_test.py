@@ -661,12 +661,13 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn("step_weights.safetensors: the weights are not finite (NaN or inf)",
                       proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(dump, "step_weights.safetensors")))
-        # lr x weight_decay itself past float32: one clear error, not an abort.
+        # lr x weight_decay itself past float32: one clear error before the update, not an abort.
         _, cmd = self.job("step_lr_overflow", f"--step_rollouts={path}", "--rl.ppo_epochs=1",
-                          "--rl.learning_rate=3e38", "--optimizer.weight_decay=10")
+                          "--rl.learning_rate=3e37", "--optimizer.weight_decay=20")
         proc = common.run(cmd, check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
-        self.assertIn("cannot be converted to type float without overflow", proc.stderr)
+        self.assertIn("lr 3e+37 times weight_decay 20 = 6e+38 is past float32's range",
+                      proc.stderr)
 
     def refusal(self, name, *flags):
         """titan_rl's stderr for a job it must refuse with one clear line (no abort)."""
