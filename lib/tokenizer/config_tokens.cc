@@ -188,6 +188,13 @@ void MakeSpecial(const Json& spec, BpeModel::AddedToken* token) {
   if (normalized == spec.end() || normalized->is_null()) token->normalized = false;
 }
 
+// transformers' Qwen2Tokenizer (also under the name Qwen2TokenizerFast) adds every named and extra
+// token again as AddedToken(content, special=True): special, no lstrip or rstrip, not normalized.
+bool RemakesNamedTokensPlainSpecial(const ConfigJson& config) {
+  const ConfigJson tokenizer_class = config.value("tokenizer_class", ConfigJson());
+  return tokenizer_class == "Qwen2Tokenizer" || tokenizer_class == "Qwen2TokenizerFast";
+}
+
 // A named or extra token (not the BOS or EOS) that neither file holds: titan goes on without it.
 void WarnTokenFoundNowhere(const ConfigToken& token, const std::string& json_path,
                            int64_t transformers_id) {
@@ -335,6 +342,15 @@ absl::Status AddConfigTokens(const Json& root, const TokenSettings& settings,
     if (absl::Status s = ids.Add(*std::move(token), *config_token.errors, config_token.key, model);
         !s.ok()) {
       return s;
+    }
+  }
+  if (RemakesNamedTokensPlainSpecial(config)) {
+    absl::flat_hash_set<std::string> named_or_extra;
+    for (const ConfigToken& token : named) named_or_extra.insert(token.content());
+    for (BpeModel::AddedToken& token : model->added_tokens) {
+      if (!named_or_extra.contains(token.content)) continue;
+      token = BpeModel::AddedToken{token.content, token.id};
+      token.special = true;
     }
   }
   return absl::OkStatus();

@@ -82,7 +82,8 @@ absl::StatusOr<SpecialChoice> ChooseSpecialToken(
 // token written as an AddedToken object that is not. An empty token ("") is none, as in
 // transformers. For a token found nowhere transformers would add it with a new id; titan warns and
 // goes on (a pad or image token is often never in the text it trains on), while
-// ChooseSpecialToken has refused a BOS or EOS found nowhere.
+// ChooseSpecialToken has refused a BOS or EOS found nowhere. Under tokenizer_class Qwen2Tokenizer
+// every named and extra added token ends special, without lstrip/rstrip, not normalized.
 absl::Status AddConfigTokens(const Json& root, const TokenSettings& settings,
                              const absl::flat_hash_map<std::string, int32_t>& vocab,
                              const std::string& json_path, AddedTokenIds& ids, BpeModel* model);

@@ -236,10 +236,10 @@ class ParityTest(unittest.TestCase):
         finally:
             del TRICKY_TEXTS[-len(texts_extra):]
 
-    def test_qwen3_layout_matches_transformers(self):
-        # Qwen3's tokenizer files (the default vocabulary under Qwen's NFC normalizer,
-        # pre-tokenizer, added tokens and instruct tokenizer_config.json): no BOS, <|im_end|> the
-        # EOS, <think> not special. transformers' Qwen2Tokenizer builds that pipeline itself.
+    def write_qwen3_layout(self, name, think_settings=None):
+        """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
+        normalizer, pre-tokenizer and added tokens, <think> not special, with `think_settings`):
+        the folder, the file, its added tokens (content, special) and added_tokens_decoder."""
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
             spec = json.load(f)
         n = len(spec["model"]["vocab"])
@@ -253,17 +253,55 @@ class ParityTest(unittest.TestCase):
                  ("<think>", False), ("</think>", False)]
         entries = {n + i: {"content": c, "single_word": False, "lstrip": False, "rstrip": False,
                            "normalized": False, "special": s} for i, (c, s) in enumerate(added)}
+        entries[n + 3].update(think_settings or {})
         spec["added_tokens"] = [dict(entry, id=i) for i, entry in entries.items()]
-        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, "qwen3_layout", spec)
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, name, spec)
+        return tokenizer_dir, json_path, added, {str(i): e for i, e in entries.items()}
+
+    def test_qwen3_layout_matches_transformers(self):
+        # Qwen3's tokenizer files and instruct tokenizer_config.json: no BOS, <|im_end|> the EOS,
+        # <think> not special. transformers' Qwen2Tokenizer builds that pipeline itself.
+        tokenizer_dir, json_path, added, entries = self.write_qwen3_layout("qwen3_layout")
         with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
             json.dump({"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
                        "tokenizer_class": "Qwen2Tokenizer",
-                       "added_tokens_decoder": {str(i): e for i, e in entries.items()}}, f)
+                       "added_tokens_decoder": entries}, f)
         texts, ours = self.assert_hf_parity(tokenizer_dir, json_path, [c for c, _ in added],
                                             None, "<|im_end|>")
         reference, _ = self.assert_auto_tokenizer_parity(tokenizer_dir, texts, ours["results"])
         self.assertIsNone(reference.bos_token_id)
         self.assertEqual(ours["eos_id"], reference.eos_token_id)
+
+    def test_qwen2_tokenizer_makes_named_and_extra_tokens_plain_special_as_transformers(self):
+        # transformers' Qwen2Tokenizer (Qwen2TokenizerFast too) adds every named and extra token
+        # again as AddedToken(content, special=True): <think>, not special with lstrip and rstrip
+        # in tokenizer.json, listed as an extra token becomes special, no lstrip, no rstrip; so does
+        # model.vocab's "\u0120day", named as an AddedToken with lstrip. Other classes
+        # (Qwen3Tokenizer is none) leave <think> as tokenizer.json has it, "\u0120day" as named.
+        tokenizer_dir, _, _, entries = self.write_qwen3_layout(
+            "qwen3_think_listed", {"lstrip": True, "rstrip": True})
+        texts = ["q <think> r", "q<think>r", "<think>\nx</think>", "a  <think>  b <think><think>",
+                 "<|im_start|>user <think> hi</think><|im_end|>",
+                 "a  \u0120day b\u0120day"]
+        for tokenizer_class in ["Qwen2Tokenizer", "Qwen2TokenizerFast", "Qwen3Tokenizer"]:
+            for extra_key in ["additional_special_tokens", "extra_special_tokens"]:
+                with self.subTest(tokenizer_class=tokenizer_class, extra_key=extra_key):
+                    with open(os.path.join(tokenizer_dir, "tokenizer_config.json"), "w") as f:
+                        json.dump({"bos_token": None, "eos_token": "<|im_end|>",
+                                   "pad_token": "<|endoftext|>", "tokenizer_class": tokenizer_class,
+                                   extra_key: ["<|im_start|>", "<|im_end|>", "<think>"],
+                                   "mask_token": {"__type": "AddedToken", "content": "\u0120day",
+                                                  "lstrip": True},
+                                   "added_tokens_decoder": entries}, f)
+                    ours = run_encode_main(tokenizer_dir, texts, self.tmp)
+                    auto, _ = self.assert_auto_tokenizer_parity(tokenizer_dir, texts,
+                                                                ours["results"])
+                    think = auto.added_tokens_decoder[auto.convert_tokens_to_ids("<think>")]
+                    remade = tokenizer_class != "Qwen3Tokenizer"
+                    self.assertEqual((think.special, think.lstrip, think.rstrip),
+                                     (remade, not remade, not remade))
+                    self.assertEqual(auto.added_tokens_decoder[auto.mask_token_id].lstrip,
+                                     not remade)
 
     def test_added_token_ids_as_tokenizers_gives_them(self):
         # tokenizers ignores the ids tokenizer.json writes for added_tokens (it only warns): a
