@@ -92,6 +92,16 @@ const ConfigJson* Find(const ConfigJson& object, const char* key) {
 // special_tokens_map.json's extra_special_tokens (a list appended to the config's extra tokens)
 // or additional_special_tokens (used only where the config has neither key, or an
 // extra_special_tokens object, which transformers moves aside first).
+// special_tokens_map.json's token `value` as transformers reads it: an object is an AddedToken made
+// special, whatever the file says.
+ConfigJson MapToken(ConfigJson value) {
+  if (value.is_object()) {
+    value["special"] = true;
+    value["__type"] = "AddedToken";
+  }
+  return value;
+}
+
 absl::Status ApplyMapExtras(const std::string& key, const ConfigJson& value,
                             const ConfigJson& original, TokenSettings* settings) {
   const ConfigJson* config_extra = Find(original, "extra_special_tokens");
@@ -124,7 +134,7 @@ absl::Status ApplyMapExtras(const std::string& key, const ConfigJson& value,
     const bool listed = std::any_of(merged.begin(), merged.end(), [&](const ConfigJson& other) {
       return TokenContent(other) == content;
     });
-    if (!listed) merged.push_back(token);
+    if (!listed) merged.push_back(MapToken(token));
   }
   config.erase("additional_special_tokens");
   config[key] = std::move(merged);
@@ -229,12 +239,7 @@ absl::Status ApplySpecialTokensMap(const ConfigJson& map, TokenSettings* setting
         (original.contains(key) && IsModelSpecificToken(key, original[key])) ||
         (config_extra != nullptr && config_extra->is_object() && config_extra->contains(key));
     if (!attribute && config_names_it) continue;
-    ConfigJson spec = value;
-    if (spec.is_object()) {
-      spec["special"] = true;  // transformers makes it special, whatever the file says.
-      spec["__type"] = "AddedToken";
-    }
-    settings->json[key] = std::move(spec);
+    settings->json[key] = MapToken(value);
     settings->from_map.insert(key);
   }
   return absl::OkStatus();

@@ -533,6 +533,11 @@ class ParityTest(unittest.TestCase):
                         "bos_token": "<|start_header_id|>",
                         "additional_special_tokens": ["\u0120day"]},
                 "special_tokens_map.json eos_token"),
+            # A dict in the map's extra list is an AddedToken made special (plain mode skips it).
+            "map extra list with a dict": (
+                llama, {"extra_special_tokens": [{"content": "\u0120the", "lstrip": False,
+                                                  "normalized": False}, "\u0120day"]},
+                "tokenizer_config.json eos_token"),
             "ignored beside added_tokens_decoder": (
                 dict(llama, added_tokens_decoder=decoder),
                 {"eos_token": "<|eot_id|>", "pad_token": "\u0120the"},
