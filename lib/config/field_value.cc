@@ -47,13 +47,6 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
   return row[b.size()];
 }
 
-// Shortest text that reads back as the same double.
-std::string FormatNumber(double value) {
-  char buffer[64];
-  const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
 // A TOML float needs a '.' or an exponent ("inf" and "nan" have neither and need none).
 std::string TomlFloat(double value) {
   std::string text = FormatNumber(value);
@@ -500,12 +493,9 @@ std::string RangeText(const FieldOptions& options) {
   }
   if (options.GetExtension(titan::float32)) {
     // As a double: float's shortest text (3.4028235e+38) is itself past the bound.
-    char largest[32];
-    const std::to_chars_result end = std::to_chars(largest, largest + sizeof(largest),
-                                                   double{std::numeric_limits<float>::max()});
     const std::string float32 =
         absl::StrCat("a finite value representable as float32 (magnitude <= ",
-                     absl::string_view(largest, end.ptr - largest), ")");
+                     FormatNumber(double{std::numeric_limits<float>::max()}), ")");
     range = range.empty() ? float32 : absl::StrCat(range, " and ", float32);
   }
   return range;
@@ -558,6 +548,12 @@ absl::Status CheckField(absl::string_view prefix, const Message& message,
       return absl::OkStatus();
   }
   return absl::OkStatus();
+}
+
+std::string FormatNumber(double value) {
+  char buffer[64];
+  const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
 }
 
 }  // namespace titan

@@ -62,6 +62,9 @@ std::string QuotedList(const google::protobuf::RepeatedPtrField<std::string>& it
 // empty when the field has no bounds.
 std::string RangeText(const google::protobuf::FieldOptions& options);
 
+// The fewest digits that read back as the same double (0.9999999, not 1).
+std::string FormatNumber(double value);
+
 // Bounds and choices declared in the schema, for the keys a list's tables set too. Errors name the
 // key as `prefix` + name ("[optimizer] lr", "[optimizer] param_groups[0].lr").
 absl::Status CheckField(absl::string_view prefix, const google::protobuf::Message& message,

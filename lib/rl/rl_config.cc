@@ -6,6 +6,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/config/adam_scalars.h"
+#include "lib/config/field_value.h"
 #include "lib/config/job_config.h"
 
 namespace titan {
@@ -72,6 +74,15 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
         rl.learning_rate(), ": titan_rl trains at [rl] learning_rate; set only that one"));
   }
   out.mutable_optimizer()->set_lr(rl.learning_rate());
+  const JobConfig::Optimizer& optimizer = out.optimizer();
+  if (const std::string past =
+          AdamScalarsPastFloat32(rl.learning_rate(), optimizer.beta1(), optimizer.weight_decay(),
+                                 optimizer.name() == "AdamW");
+      !past.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("[rl] learning_rate = ", FormatNumber(rl.learning_rate()), ": ", past,
+                     "; expected a smaller lr"));
+  }
   if (config.training().has_seq_len() && config.training().seq_len() != rl.max_seq_len()) {
     return absl::InvalidArgumentError(
         absl::StrCat("[training] seq_len = ", config.training().seq_len(),

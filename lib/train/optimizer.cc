@@ -11,6 +11,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
+#include "lib/config/adam_scalars.h"
+#include "lib/config/field_value.h"
 #include "lib/kernels/adam.h"
 #include "lib/model/bf16_weight_copies.h"
 #include "lib/train/grad_clip.h"
@@ -81,24 +83,12 @@ absl::Status CheckEps(double eps, const std::string& key) {
       "would be updated by 0/0 = NaN; expected a value > 0 (torch's default 1e-8)"));
 }
 
-// The for-loop and foreach updates hand ATen lr / (1 - beta1^step) (largest at step 1) and
-// lr * weight_decay as float32 scalars: one past float32's range is refused here, naming the
-// settings, rather than by ATen at the first step.
-absl::Status CheckUpdateScalars(const AdamSettings& h, const std::string& key) {
-  constexpr double kFloat32Max = std::numeric_limits<float>::max();
-  const double first_step_size = h.lr / (1 - h.beta1);
-  if (first_step_size > kFloat32Max) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(key, ": lr ", h.lr, " with beta1 ", h.beta1,
-                     " gives the first step a size lr / (1 - beta1) = ", first_step_size,
-                     ", past float32's range (3.4028234663852886e+38); expected a smaller lr"));
-  }
-  if (h.lr * h.weight_decay > kFloat32Max) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        key, ": lr ", h.lr, " times weight_decay ", h.weight_decay, " = ", h.lr * h.weight_decay,
-        " is past float32's range (3.4028234663852886e+38); expected smaller values"));
-  }
-  return absl::OkStatus();
+// Refused as the optimizer is made, naming `lr_key`, rather than by ATen at the first step.
+absl::Status CheckUpdateScalars(const AdamSettings& h, const std::string& lr_key) {
+  const std::string past = AdamScalarsPastFloat32(h.lr, h.beta1, h.weight_decay, h.decoupled);
+  if (past.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(lr_key, " = ", FormatNumber(h.lr), ": ", past, "; expected a smaller lr"));
 }
 
 // A group's settings: [optimizer]'s, overridden by the keys the group sets.
@@ -130,7 +120,7 @@ absl::StatusOr<AdamSettings> GroupHyperparameters(const JobConfig::Optimizer::Pa
     h.beta1 = spec.betas(0);
     h.beta2 = spec.betas(1);
   }
-  if (absl::Status scalars = CheckUpdateScalars(h, key); !scalars.ok()) return scalars;
+  if (absl::Status scalars = CheckUpdateScalars(h, key + " lr"); !scalars.ok()) return scalars;
   return h;
 }
 
@@ -299,7 +289,7 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
   if (absl::Status eps = CheckEps(config.eps(), "[optimizer] eps"); !eps.ok()) return eps;
   const AdamSettings defaults{config.lr(),  config.beta1(),        config.beta2(),
                               config.eps(), config.weight_decay(), config.name() == "AdamW"};
-  if (absl::Status scalars = CheckUpdateScalars(defaults, "[optimizer]"); !scalars.ok()) {
+  if (absl::Status scalars = CheckUpdateScalars(defaults, "[optimizer] lr"); !scalars.ok()) {
     return scalars;
   }
   std::vector<Group> groups;

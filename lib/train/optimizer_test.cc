@@ -200,15 +200,15 @@ TEST(OptimizerTest, UpdateScalarsPastFloat32AreRefusedNamingTheSettings) {
         Optimizer::Create(p.refs(), Config(implementation, /*lr=*/1e38));
     ASSERT_FALSE(opt.ok()) << implementation;
     EXPECT_EQ(opt.status().message(),
-              "[optimizer]: lr 1e+38 with beta1 0.9 gives the first step a size lr / (1 - beta1) = "
-              "1e+39, past float32's range (3.4028234663852886e+38); expected a smaller lr");
+              "[optimizer] lr = 1e+38: with beta1 0.9 the first step's size lr / (1 - beta1) = "
+              "1e+39 is past float32's range (3.4028234663852886e+38); expected a smaller lr");
     JobConfig::Optimizer config = Config(implementation, /*lr=*/1e-3);
     AddGroup(&config, "norm", /*lr=*/1e20, /*weight_decay=*/1e20);
     opt = Optimizer::Create(p.refs(), config);
     ASSERT_FALSE(opt.ok()) << implementation;
     EXPECT_TRUE(absl::StartsWith(opt.status().message(),
-                                 "[optimizer] param_groups[0]: lr 1e+20 times weight_decay 1e+20 "
-                                 "= 1e+40 is past float32's range"))
+                                 "[optimizer] param_groups[0] lr = 1e+20: lr times weight_decay "
+                                 "1e+20 = 1e+40 is past float32's range"))
         << opt.status();
     EXPECT_TRUE(Optimizer::Create(p.refs(), Config(implementation, /*lr=*/3e37)).ok());
   }

@@ -666,8 +666,8 @@ class TitanRlTest(unittest.TestCase):
                           "--rl.learning_rate=3e37", "--optimizer.weight_decay=20")
         proc = common.run(cmd, check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
-        self.assertIn("lr 3e+37 times weight_decay 20 = 6e+38 is past float32's range",
-                      proc.stderr)
+        self.assertIn("titan_rl: --rl.learning_rate: [rl] learning_rate = 3e+37: lr times "
+                      "weight_decay 20 = 6e+38 is past float32's range", proc.stderr)
 
     def refusal(self, name, *flags):
         """titan_rl's stderr for a job it must refuse with one clear line (no abort)."""
