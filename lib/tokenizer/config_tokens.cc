@@ -89,9 +89,6 @@ const ConfigJson* Find(const ConfigJson& object, const char* key) {
   return it == object.end() ? nullptr : &*it;
 }
 
-// special_tokens_map.json's extra_special_tokens (a list appended to the config's extra tokens)
-// or additional_special_tokens (used only where the config has neither key, or an
-// extra_special_tokens object, which transformers moves aside first).
 // special_tokens_map.json's token `value` as transformers reads it: an object is an AddedToken made
 // special, whatever the file says.
 ConfigJson MapToken(ConfigJson value) {
@@ -102,6 +99,9 @@ ConfigJson MapToken(ConfigJson value) {
   return value;
 }
 
+// special_tokens_map.json's extra_special_tokens (a list appended to the config's extra tokens)
+// or additional_special_tokens (used only where the config has neither key, or an
+// extra_special_tokens object, which transformers moves aside first).
 absl::Status ApplyMapExtras(const std::string& key, const ConfigJson& value,
                             const ConfigJson& original, TokenSettings* settings) {
   const ConfigJson* config_extra = Find(original, "extra_special_tokens");
@@ -218,6 +218,7 @@ void WarnTokenFoundNowhere(const ConfigToken& token, const std::string& json_pat
 
 absl::Status ApplySpecialTokensMap(const ConfigJson& map, TokenSettings* settings) {
   const ConfigJson original = settings->json.is_object() ? settings->json : ConfigJson::object();
+  const ConfigJson* config_extra = Find(original, "extra_special_tokens");
   settings->json = original;
   for (const auto& [key, value] : map.items()) {
     if (key == "extra_special_tokens" || key == "additional_special_tokens") {
@@ -234,7 +235,6 @@ absl::Status ApplySpecialTokensMap(const ConfigJson& map, TokenSettings* setting
         ParseConfigToken(value, key, settings->map_errors);
     if (!token.ok()) return token.status();
     // The config's own model-specific token wins over the map's.
-    const ConfigJson* config_extra = Find(original, "extra_special_tokens");
     const bool config_names_it =
         (original.contains(key) && IsModelSpecificToken(key, original[key])) ||
         (config_extra != nullptr && config_extra->is_object() && config_extra->contains(key));
