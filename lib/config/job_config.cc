@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -97,6 +98,32 @@ class Schema {
   std::vector<std::string> KeyNames(absl::string_view section) const {
     auto it = keys_by_section_.find(SectionNamed(section));
     return it == keys_by_section_.end() ? std::vector<std::string>() : it->second;
+  }
+
+  // The one other section holding `key` (an old name too: a torchtitan key that moved), as its
+  // current "section.key"; nullopt where none or several do.
+  std::optional<std::string> KeyElsewhere(absl::string_view section, absl::string_view key) const {
+    std::set<std::string> found;
+    for (const std::string& other : sections_) {
+      if (SectionNamed(other) == SectionNamed(section)) continue;
+      if (const KeyRef* ref = Find(other, key)) found.insert(CanonicalName(*ref));
+    }
+    if (found.size() != 1) return std::nullopt;
+    return *found.begin();
+  }
+
+  // " (did you mean ...?)" for an unknown `key` of `section`: the same name in another section
+  // first (an exact name is the stronger hint), else the closest name in `section`. Flags
+  // (`as_flag`) spell it "--section.key", job files "[section] key".
+  std::string SuggestKey(absl::string_view section, absl::string_view key, bool as_flag) const {
+    if (const std::optional<std::string> elsewhere = KeyElsewhere(section, key)) {
+      const std::vector<std::string> parts = absl::StrSplit(*elsewhere, '.');
+      return DidYouMean(
+          as_flag ? absl::StrCat("--", *elsewhere) : absl::StrCat("[", parts[0], "] ", parts[1]),
+          "");
+    }
+    return DidYouMean(Closest(key, KeyNames(section)),
+                      as_flag ? absl::StrCat("--", section, ".") : "");
   }
 
   std::vector<std::string> SectionNames() const {
@@ -307,7 +334,7 @@ class TomlApplier {
       if (ref == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrCat(At(node), ": ", written, ": unknown key",
-                         DidYouMean(Closest(key, schema.KeyNames(section)), "")));
+                         schema.SuggestKey(section, key, /*as_flag=*/false)));
       }
       if (IsConfigFileKey(*ref)) {
         return absl::InvalidArgumentError(
@@ -397,10 +424,8 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
     }
     const KeyRef* ref = schema.Find(parts[0], parts[1]);
     if (ref == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag, ": unknown key",
-                       DidYouMean(Closest(parts[1], schema.KeyNames(parts[0])),
-                                  absl::StrCat("--", parts[0], "."))));
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": unknown key", schema.SuggestKey(parts[0], parts[1], /*as_flag=*/true)));
     }
     std::string value;
     if (equals != absl::string_view::npos) {

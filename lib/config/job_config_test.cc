@@ -254,6 +254,13 @@ TEST(JobConfigTest, FileErrorsNameFileLineSectionKeyAndValue) {
             "configs/x.toml:2: [training] wibblewobble: unknown key");
   EXPECT_EQ(ParseError("[trainig]\nsteps = 10\n"),
             "configs/x.toml:1: [trainig]: unknown section (did you mean \"training\"?)");
+  // A key of another section is named there, by its current name; none where two sections hold it.
+  EXPECT_EQ(ParseError("[training]\nlr = 1e-3\n"),
+            "configs/x.toml:2: [training] lr: unknown key (did you mean \"[optimizer] lr\"?)");
+  EXPECT_EQ(ParseError("[training]\nprint_freq = 5\n"),
+            "configs/x.toml:2: [training] print_freq: unknown key (did you mean \"[metrics] "
+            "log_freq\"?)");
+  EXPECT_EQ(ParseError("[model]\nseq_len = 8\n"), "configs/x.toml:2: [model] seq_len: unknown key");
   EXPECT_EQ(ParseError("steps = 10\n"),
             "configs/x.toml:1: steps: keys belong in a [section], got integer 10 at the top level");
   EXPECT_EQ(ParseError("[training]\nsteps = \"ten\"\n"),
@@ -306,6 +313,10 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
   EXPECT_EQ(ParseError("", {"--training.stepz=10"}),
             "--training.stepz: unknown key (did you mean \"--training.steps\"?)");
   EXPECT_EQ(ParseError("", {"--job.print_args=true"}), "--job.print_args: unknown key");
+  EXPECT_EQ(ParseError("", {"--training.lr=1e-3"}),
+            "--training.lr: unknown key (did you mean \"--optimizer.lr\"?)");
+  EXPECT_EQ(ParseError("", {"--training.max_norms=1"}),
+            "--training.max_norms: unknown key (did you mean \"--training.max_norm\"?)");
   EXPECT_EQ(ParseError("", {"--training.batch_sizes=8"}), "--training.batch_sizes: unknown key");
   EXPECT_EQ(ParseError("", {"--trainig.steps=10"}),
             "--trainig.steps: unknown section (did you mean \"training\"?)");
