@@ -63,21 +63,17 @@ absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t i
 namespace {
 
 // The settings of an added token listed again (see AddedTokenIds::Add).
-void ListAgain(const BpeModel::AddedToken& later, BpeModel* model) {
-  for (BpeModel::AddedToken& listed : model->added_tokens) {
-    if (listed.content != later.content) continue;
-    listed.lstrip = later.lstrip;
-    listed.rstrip = later.rstrip;
-    listed.normalized = later.normalized;
-    listed.special = listed.special || later.special;
-  }
+void ListAgain(const BpeModel::AddedToken& later, BpeModel::AddedToken& listed) {
+  listed.lstrip = later.lstrip;
+  listed.rstrip = later.rstrip;
+  listed.normalized = later.normalized;
+  listed.special = listed.special || later.special;
 }
 
 }  // namespace
 
-absl::StatusOr<bool> AddedTokenIds::Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
-                                           const std::string& key) {
-  if (!known_.insert(token.content).second) return false;
+absl::Status AddedTokenIds::Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
+                                   const std::string& key) {
   const int32_t declared = token.id;
   const auto in_vocab = vocab_.find(token.content);
   if (in_vocab != vocab_.end()) {
@@ -92,18 +88,18 @@ absl::StatusOr<bool> AddedTokenIds::Assign(BpeModel::AddedToken& token, const Js
       << " (as transformers and tokenizers give it: "
       << (in_vocab != vocab_.end() ? "model.vocab's id" : "the next free id") << "), not "
       << declared;
-  return true;
+  return absl::OkStatus();
 }
 
 absl::Status AddedTokenIds::Add(BpeModel::AddedToken token, const JsonErrors& errors,
                                 const std::string& key, BpeModel* model) {
-  absl::StatusOr<bool> added = Assign(token, errors, key);
-  if (!added.ok()) return added.status();
-  if (*added) {
-    model->added_tokens.push_back(std::move(token));
-  } else {
-    ListAgain(token, model);
+  if (const auto listed = position_.find(token.content); listed != position_.end()) {
+    ListAgain(token, model->added_tokens[listed->second]);
+    return absl::OkStatus();
   }
+  if (absl::Status status = Assign(token, errors, key); !status.ok()) return status;
+  position_.emplace(token.content, model->added_tokens.size());
+  model->added_tokens.push_back(std::move(token));
   return absl::OkStatus();
 }
 

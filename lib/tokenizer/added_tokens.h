@@ -10,7 +10,6 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "lib/tokenizer/bpe_tokenizer.h"
@@ -61,12 +60,14 @@ class AddedTokenIds {
   int64_t next_id() const { return next_id_; }
 
  private:
-  // Gives `token` its id; false when its content already has one (listed twice).
-  absl::StatusOr<bool> Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
-                              const std::string& key);
+  // Gives a token not listed before its id.
+  absl::Status Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
+                      const std::string& key);
 
   const absl::flat_hash_map<std::string, int32_t>& vocab_;
-  absl::flat_hash_set<std::string> known_;
+  // Each added token's index in the model's added_tokens, by content: a token listed again is
+  // found at once (a file with tens of thousands of added tokens, listed in both files).
+  absl::flat_hash_map<std::string, size_t> position_;
   int64_t next_id_;
 };
 

@@ -245,9 +245,8 @@ absl::Status ApplySpecialTokensMap(const ConfigJson& map, TokenSettings* setting
   return absl::OkStatus();
 }
 
-absl::Status ParseConfigAddedTokens(const ConfigJson& config, const JsonErrors& errors,
+absl::Status ParseConfigAddedTokens(const Json& decoder, const JsonErrors& errors,
                                     AddedTokenIds& ids, BpeModel* model) {
-  const Json decoder(config.value("added_tokens_decoder", ConfigJson::object()));
   if (!decoder.is_object())
     return errors.Expected("added_tokens_decoder", "an object of id -> token", decoder);
   std::vector<std::pair<BpeModel::AddedToken, std::string>> entries;  // With their keys.
@@ -317,9 +316,9 @@ absl::Status AddConfigTokens(const Json& root, const TokenSettings& settings,
 
   // What transformers adds again: the config's added_tokens_decoder, else tokenizer.json's
   // added_tokens (both parsed already: each entry has a string content).
-  const auto decoder = config.find("added_tokens_decoder");
-  const Json relisted =
-      decoder != config.end() ? Json(*decoder) : root.value("added_tokens", Json::array());
+  const Json& relisted = config.contains("added_tokens_decoder")
+                             ? settings.added_tokens_decoder
+                             : root.value("added_tokens", Json::array());
   for (const Json& spec : relisted) {
     if (!named_text.contains(spec["content"].get_ref<const std::string&>())) continue;
     for (BpeModel::AddedToken& token : model->added_tokens) {

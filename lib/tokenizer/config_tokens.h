@@ -21,7 +21,8 @@
 namespace titan {
 
 // tokenizer_config.json as read, its keys in the file's order: transformers gives the tokens it
-// names that neither file holds new ids in that order.
+// names that neither file holds new ids in that order. Its added_tokens_decoder is read apart
+// (TokenSettings): an ordered object inserts each key in linear time.
 using ConfigJson = nlohmann::ordered_json;
 
 // Adds tokenizer_config.json's added_tokens_decoder entries that tokenizer.json lacks, in the
@@ -29,14 +30,15 @@ using ConfigJson = nlohmann::ordered_json;
 // vocabulary gets them packed after it; torchtitan's loader too); an entry for a token
 // tokenizer.json already adds changes its lstrip/rstrip/normalized/special as AddedTokenIds::Add
 // says.
-absl::Status ParseConfigAddedTokens(const ConfigJson& config, const JsonErrors& errors,
+absl::Status ParseConfigAddedTokens(const Json& decoder, const JsonErrors& errors,
                                     AddedTokenIds& ids, BpeModel* model);
 
 // The token settings AutoTokenizer reads: tokenizer_config.json's keys, with those of
 // special_tokens_map.json applied where the config has no added_tokens_decoder, and which file
 // each key came from.
 struct TokenSettings {
-  ConfigJson json;  // Null: neither file.
+  ConfigJson json;  // Null: neither file. Its added_tokens_decoder is left empty:
+  Json added_tokens_decoder = Json::object();  // the config's, as written.
   bool has_config = false;
   bool has_map = false;  // special_tokens_map.json was read.
   JsonErrors config_errors{""};

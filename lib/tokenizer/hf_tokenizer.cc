@@ -66,9 +66,13 @@ const ByteLevelAlphabet& Gpt2Alphabet() {
 // deeper files too. nlohmann copies, compares and dumps recursively: deeper would risk the stack.
 constexpr int kMaxJsonNesting = 127;
 
-// JsonT: Json, or ConfigJson to keep the keys in the file's order.
+// JsonT: Json, or ConfigJson to keep the keys in the file's order. The value of the top-level key
+// `apart` (if given and present) goes to `*apart_value` instead, and is an empty object or array in
+// the result: the callback parser and ordered objects take quadratic time over a wide object's
+// keys (tokenizer_config.json's 60,000-entry added_tokens_decoder took minutes).
 template <typename JsonT>
-absl::StatusOr<JsonT> ParseJsonFile(const std::string& path) {
+absl::StatusOr<JsonT> ParseJsonFile(const std::string& path, const char* apart = nullptr,
+                                    Json* apart_value = nullptr) {
   absl::StatusOr<std::string> text = ReadFile(path);
   if (!text.ok()) return text.status();
   std::string top_level_key;                  // Of the value being parsed.
@@ -78,6 +82,11 @@ absl::StatusOr<JsonT> ParseJsonFile(const std::string& path) {
       [&](int depth, typename JsonT::parse_event_t event, JsonT& parsed) {
         if (event == JsonT::parse_event_t::key && depth == 1)
           top_level_key = parsed.template get<std::string>();
+        // Dropped, not stored (its nested values are still visited: the bound holds for them).
+        if (depth == 2 && apart != nullptr && top_level_key == apart &&
+            event != JsonT::parse_event_t::object_end && event != JsonT::parse_event_t::array_end) {
+          return false;
+        }
         const bool opens = event == JsonT::parse_event_t::object_start ||
                            event == JsonT::parse_event_t::array_start;
         if (!opens || depth < kMaxJsonNesting) return true;
@@ -98,6 +107,11 @@ absl::StatusOr<JsonT> ParseJsonFile(const std::string& path) {
                      "tokenizer.json; transformers reads a deeper tokenizer_config.json)"));
   }
   if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON object"));
+  if (apart != nullptr && json.contains(apart)) {
+    // Without a callback, which the bound above no longer needs.
+    Json whole = Json::parse(*text);
+    *apart_value = std::move(whole[apart]);
+  }
   return json;
 }
 
@@ -337,7 +351,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
   AddedTokenIds added_ids(vocab);
   if (absl::Status s = ParseAddedTokens(root, errors, added_ids, &model); !s.ok()) return s;
   if (!config.is_null()) {
-    if (absl::Status s = ParseConfigAddedTokens(config, settings.config_errors, added_ids, &model);
+    if (absl::Status s = ParseConfigAddedTokens(settings.added_tokens_decoder,
+                                                settings.config_errors, added_ids, &model);
         !s.ok()) {
       return s;
     }
@@ -405,7 +420,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> LoadHfTokenizer(const std::string&
   if (!root.ok()) return root.status();
   TokenSettings settings;
   if (!config_path.empty()) {
-    absl::StatusOr<ConfigJson> parsed = ParseJsonFile<ConfigJson>(config_path);
+    absl::StatusOr<ConfigJson> parsed = ParseJsonFile<ConfigJson>(
+        config_path, "added_tokens_decoder", &settings.added_tokens_decoder);
     if (!parsed.ok()) return parsed.status();
     settings.json = *std::move(parsed);
     settings.has_config = true;
