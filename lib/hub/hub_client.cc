@@ -22,6 +22,7 @@
 #include "lib/util/file_util.h"
 #include "lib/util/folder_lock.h"
 #include "lib/util/redact.h"
+#include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -262,7 +263,7 @@ std::string DownloadReportJson(const DownloadReport& report) {
                          {"bytes_fetched", report.bytes_fetched},
                          {"seconds", absl::ToDoubleSeconds(report.elapsed)}};
   if (!report.status.ok()) json["error"] = std::string(report.status.message());
-  return json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
+  return JsonText(json, 2);
 }
 
 absl::StatusOr<std::string> FindHubToken(absl::string_view flag_value) {

@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
 #include "lib/util/file_util.h"
+#include "lib/util/short_text.h"
 #include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -161,8 +162,7 @@ absl::Status MetricsLogger::Log(const StepMetrics& metrics) {
     record[name] = value;
   }
   // Replace, not throw, on a name that is not UTF-8: a metrics line must never abort training.
-  const std::string line =
-      record.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  const std::string line = JsonText(record) + "\n";
   if (jsonl_ == nullptr) {
     // Appended, so a resumed run continues the same file.
     jsonl_ = std::fopen(rows_.rows_path().c_str(), "ae");  // e: O_CLOEXEC

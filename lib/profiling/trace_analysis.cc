@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "lib/util/gzip_file.h"
+#include "lib/util/short_text.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -251,8 +252,7 @@ absl::StatusOr<TraceAnalysis> AnalyzeTrace(const nlohmann::json& trace, const st
     acc.stats.total_ms += event.duration / 1000;
     if (event.input_dims != nullptr) {
       acc.stats.flops += OpFlops(event.name, *event.input_dims);
-      ++acc.shapes[event.input_dims->dump(-1, ' ', false,
-                                          nlohmann::json::error_handler_t::replace)];
+      ++acc.shapes[JsonText(*event.input_dims)];
     }
   }
   const std::vector<Interval> comm_time = analysis.device_timeline

@@ -186,8 +186,8 @@ absl::StatusOr<std::vector<double>> RunScorer(const std::string& command,
                                               const std::function<int()>& stop_signal) {
   std::string input;
   for (const ScoredRollout& r : rollouts) {
-    input += nlohmann::json{{"prompt", r.prompt}, {"response", r.response}, {"answer", r.answer}}
-                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    input += JsonText(
+        nlohmann::json{{"prompt", r.prompt}, {"response", r.response}, {"answer", r.answer}});
     input += '\n';
   }
   int to_child[2], from_child[2], err_child[2];

@@ -25,6 +25,7 @@
 #include "lib/train/stop_signal.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/short_text.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -225,13 +226,13 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
     if (!text.ok()) return text.status();
     std::vector<double> lp;
     for (size_t t = 0; t < response.size(); ++t) lp.push_back(logprobs[i][t]);
-    lines.push_back(nlohmann::json{{"prompt", prompts[i]},
-                                   {"prompt_ids", generation->prompts[i]},
-                                   {"response", *text},
-                                   {"response_ids", response},
-                                   {"logprobs", lp},
-                                   {"stopped", static_cast<bool>(generation->stopped[i])}}
-                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    lines.push_back(
+        JsonText(nlohmann::json{{"prompt", prompts[i]},
+                                {"prompt_ids", generation->prompts[i]},
+                                {"response", *text},
+                                {"response_ids", response},
+                                {"logprobs", lp},
+                                {"stopped", static_cast<bool>(generation->stopped[i])}}));
   }
   if (absl::Status status =
           MergeRankRows(runtime, world, examples.size(), output, trainer.run_id(), lines);

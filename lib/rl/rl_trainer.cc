@@ -26,6 +26,7 @@
 #include "lib/train/grad_clip.h"
 #include "lib/train/stop_signal.h"
 #include "lib/util/file_util.h"
+#include "lib/util/short_text.h"
 #include "lib/util/status_macros.h"
 #include "lib/util/torch_errors.h"
 #include "nlohmann/json.hpp"
@@ -455,8 +456,7 @@ absl::Status RlTrainer::WriteRollouts(const std::vector<const RlExample*>& examp
     };
     // No rewards (a failed scorer): the rollouts are kept all the same.
     line["reward"] = i < rewards.size() ? nlohmann::json(rewards[i]) : nlohmann::json(nullptr);
-    absl::StrAppend(&text, line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                    "\n");
+    absl::StrAppend(&text, JsonText(line), "\n");
   }
   const std::string& path = rollouts_.front().rows_path();
   std::FILE* file = std::fopen(path.c_str(), "ae");  // e: O_CLOEXEC, kept from child processes

@@ -19,10 +19,6 @@ std::string SizeIfCut(absl::string_view text, size_t max_bytes) {
   return text.size() <= max_bytes ? "" : absl::StrCat(" (", text.size(), " bytes)");
 }
 
-std::string Dump(const nlohmann::json& value) {
-  return value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
 // Appends `value`'s compact JSON to `out`; false, stopping there, once `out` passes `max_bytes`
 // (so the recursion is at most max_bytes deep: every level adds a bracket).
 bool AppendBounded(const nlohmann::json& value, size_t max_bytes, std::string* out) {
@@ -35,7 +31,7 @@ bool AppendBounded(const nlohmann::json& value, size_t max_bytes, std::string* o
       first = false;
       if (value.is_object()) {
         if (key.size() > max_bytes) return false;
-        absl::StrAppend(out, Dump(key), ":");
+        absl::StrAppend(out, JsonText(nlohmann::json(key)), ":");
       }
       if (!AppendBounded(element, max_bytes, out)) return false;
     }
@@ -43,7 +39,7 @@ bool AppendBounded(const nlohmann::json& value, size_t max_bytes, std::string* o
   } else if (value.is_string() && value.get_ref<const std::string&>().size() > max_bytes) {
     return false;
   } else {
-    out->append(Dump(value));
+    out->append(JsonText(value));
   }
   return out->size() <= max_bytes;
 }
@@ -55,14 +51,13 @@ std::string ShortText(absl::string_view text, size_t max_bytes) {
 }
 
 std::string QuotedShort(absl::string_view text, size_t max_bytes) {
-  const std::string quoted = nlohmann::json(CutMiddle(text, max_bytes))
-                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string quoted = JsonText(nlohmann::json(CutMiddle(text, max_bytes)));
   return absl::StrCat(quoted, SizeIfCut(text, max_bytes));
 }
 
 std::string JsonForMessage(const nlohmann::json& value, size_t max_bytes) {
   if (value.is_string()) return QuotedShort(value.get_ref<const std::string&>(), max_bytes);
-  if (!value.is_structured()) return Dump(value);
+  if (!value.is_structured()) return JsonText(value);
   std::string text;
   if (AppendBounded(value, max_bytes, &text)) return absl::StrCat(value.type_name(), " ", text);
   return absl::StrCat(value.type_name(), " of ", value.size(), " elements");

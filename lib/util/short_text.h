@@ -26,6 +26,13 @@ std::string QuotedShort(absl::string_view text, size_t max_bytes = 60);
 // be huge, or nested deep enough to overflow the stack of nlohmann's recursive dump().
 std::string JsonForMessage(const nlohmann::json& value, size_t max_bytes = 60);
 
+// `value` as JSON text (`indent` as dump()'s), bytes that are not UTF-8 replaced by U+FFFD: dump()
+// throws on them, and paths and user strings are bytes. JsonT: nlohmann::json or ordered_json.
+template <typename JsonT>
+std::string JsonText(const JsonT& value, int indent = -1) {
+  return value.dump(indent, ' ', false, JsonT::error_handler_t::replace);
+}
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_UTIL_SHORT_TEXT_H_

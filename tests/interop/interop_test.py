@@ -364,6 +364,21 @@ class InteropTest(unittest.TestCase):
             self.assertEqual(proc.returncode, 2, args)
             self.assertIn(error, proc.stderr, args)
 
+    def test_json_of_a_path_that_is_not_utf8(self):
+        # Paths are bytes: --json spells the ill-formed ones as U+FFFD instead of aborting (nlohmann's
+        # dump throws on them), and the conversion's exit status stands.
+        self.save_hf(small_config(), torch.float32)
+        out = os.fsencode(self.path("out")) + b"\xe9"
+        proc = subprocess.run([CONVERT, "--json", "--to=titan", self.path("hf"), out],
+                              capture_output=True, text=True, errors="replace")
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        self.assertEqual(json.loads(proc.stdout)["output"], self.path("out") + "\ufffd/step-0")
+        for args in ([out], [b"--diff=" + out, self.path("hf")]):
+            proc = subprocess.run([INSPECT, "--json", *args], capture_output=True, text=True,
+                                  errors="replace")
+            self.assertEqual(proc.returncode, 0, proc.stderr)
+            self.assertIn("format", json.loads(proc.stdout))
+
     def test_inspect_refuses_an_empty_path(self):
         # An unset variable ("$DIR", --diff="$OTHER") names no checkpoint: trouble, not a listing or
         # "identical".

@@ -11,6 +11,7 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "lib/interop/inspect.h"
+#include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/tool_flags.h"
 #include "tools/common/tool_output.h"
@@ -83,6 +84,6 @@ int main(int argc, char** argv) {
     absl::StrAppend(&text, "diff against ", FLAGS_diff, ": ", titan::FormatDiffReport(*diff));
     failed = failed || !diff->within_tolerance();
   }
-  std::cout << (FLAGS_json ? json.dump(2) + "\n" : text);
+  std::cout << (FLAGS_json ? titan::JsonText(json, 2) + "\n" : text);
   return failed ? kFound : 0;
 }

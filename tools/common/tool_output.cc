@@ -10,6 +10,7 @@
 #include <streambuf>
 #include <string>
 
+#include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -75,9 +76,7 @@ void CheckStdoutAtExit(const char* tool, int failure_code) {
 }
 
 void PrintJsonError(absl::string_view message) {
-  std::cout << nlohmann::json{{"error", std::string(message)}}.dump(
-                   -1, ' ', false, nlohmann::json::error_handler_t::replace)
-            << "\n";
+  std::cout << JsonText(nlohmann::json{{"error", std::string(message)}}) << "\n";
 }
 
 }  // namespace titan

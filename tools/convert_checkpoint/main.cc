@@ -15,6 +15,7 @@
 #include "gflags/gflags.h"
 #include "glog/logging.h"
 #include "lib/interop/convert.h"
+#include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/tool_flags.h"
 #include "tools/common/tool_output.h"
@@ -120,7 +121,7 @@ int main(int argc, char** argv) {
                                 {"bytes", summary->bytes},
                                 {"files", summary->files},
                                 {"peak_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
-    std::cout << out.dump(2) << "\n";
+    std::cout << titan::JsonText(out, 2) << "\n";
   }
   return 0;
 }

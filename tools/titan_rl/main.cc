@@ -18,6 +18,7 @@
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_modes.h"
 #include "lib/rl/rl_trainer.h"
+#include "lib/util/short_text.h"
 #include "lib/util/torch_errors.h"
 #include "nlohmann/json.hpp"
 #include "tools/common/tool_output.h"
@@ -156,13 +157,13 @@ absl::Status Run(const ToolFlags& flags) {
       (*summary)["weights_from"] = *weights_from;
       if (runtime.rank() != 0) return absl::OkStatus();
       if (flags.json) {
-        std::cout << summary->dump() << std::endl;
+        std::cout << titan::JsonText(*summary) << std::endl;
       } else if (flags.generate) {
         LOG(INFO) << "generated " << (*summary)["generated_tokens"] << " tokens for "
                   << (*summary)["prompts"] << " prompts in " << (*summary)["seconds"] << " s ("
                   << (*summary)["tokens_per_second"] << " tokens/s) -> " << output;
       } else {
-        LOG(INFO) << "step on " << flags.step_rollouts << ": " << summary->dump();
+        LOG(INFO) << "step on " << flags.step_rollouts << ": " << titan::JsonText(*summary);
       }
       return absl::OkStatus();
     });
