@@ -117,6 +117,10 @@ std::string FileDownloader::MetaPath(const std::string& path) const {
   return StatePath(path + ".meta.json");
 }
 
+std::string FileDownloader::PartRecordPath(const std::string& path) const {
+  return StatePath(path + ".part.json");
+}
+
 std::string FileDownloader::ListingPath() const {
   return StatePath(
       absl::StrCat("revisions/", absl::StrReplaceAll(options_.revision, {{"/", "%2F"}}), ".json"));
@@ -264,9 +268,27 @@ absl::Status FileDownloader::WriteMeta(const RemoteFile& file, const std::string
   return WriteFileAtomically(meta_path, meta.dump(2) + "\n");
 }
 
+bool FileDownloader::PartIsFor(const RemoteFile& file) const {
+  absl::StatusOr<std::string> text = ReadFile(PartRecordPath(file.path));
+  if (!text.ok()) return true;
+  const nlohmann::json record = nlohmann::json::parse(*text, nullptr, false);
+  return record.is_object() && record.value("size", int64_t{-2}) == file.size &&
+         record.value("digest", std::string("?")) == ContentDigest(file).expected();
+}
+
+absl::Status FileDownloader::TiePartToContent(const RemoteFile& file) {
+  const std::string part_path = PartPath(file.path);
+  if (PathExists(part_path) && !PartIsFor(file)) {
+    if (::unlink(part_path.c_str()) != 0) return ErrnoError("unlink", part_path);
+    Note(file.path, "the part file holds another version of the file; starting over");
+  }
+  const nlohmann::json record = {{"digest", ContentDigest(file).expected()}, {"size", file.size}};
+  return WriteFileAtomically(PartRecordPath(file.path), record.dump() + "\n");
+}
+
 int64_t FileDownloader::PartSize(const RemoteFile& file) const {
   struct stat st;
-  if (::stat(PartPath(file.path).c_str(), &st) != 0) return 0;
+  if (!PartIsFor(file) || ::stat(PartPath(file.path).c_str(), &st) != 0) return 0;
   return file.size >= 0 ? std::min<int64_t>(st.st_size, file.size) : st.st_size;
 }
 
@@ -284,6 +306,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
   for (const std::string& dir : {Dirname(part_path), Dirname(final_path)}) {
     if (absl::Status status = MakeDirectories(dir); !status.ok()) return fail(status);
   }
+  if (absl::Status status = TiePartToContent(file); !status.ok()) return fail(status);
   ContentDigest digest(file);
   int verify_failures = 0;
   int failures_without_progress = 0;
@@ -472,6 +495,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
     if (absl::Status status = FsyncDirectory(Dirname(final_path)); !status.ok()) {
       return fail(status);
     }
+    ::unlink(PartRecordPath(file.path).c_str());  // its part file is gone
     if (absl::Status status = WriteMeta(file, digest.expected()); !status.ok()) {
       return fail(status);
     }

@@ -102,6 +102,13 @@ class FileDownloader {
  private:
   std::string PartPath(const std::string& path) const;
   std::string MetaPath(const std::string& path) const;
+  // The part file's record of the content it holds: the expected digest and size.
+  std::string PartRecordPath(const std::string& path) const;
+  // False when the part file's record names another digest or size (another version of the
+  // file); true without a record (a part file of an older tool: its digest check still applies).
+  bool PartIsFor(const RemoteFile& file) const;
+  // Deletes a part file of another version and records which content the part file holds.
+  absl::Status TiePartToContent(const RemoteFile& file);
   HubRequestContext Context(const std::string& path) const;
 
   // GET that follows redirects; Authorization goes only to the Hub endpoint's origin. Headers

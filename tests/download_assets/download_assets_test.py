@@ -341,6 +341,30 @@ class DownloadAssetsTest(unittest.TestCase):
         shard = [f for f in summary["files"] if f["path"] == SHARD1][0]
         self.assertEqual(shard["bytes_fetched"], 2 * MiB + 123)
 
+    def test_part_file_of_another_version_starts_over(self):
+        root = tempfile.mkdtemp(dir=self.workdir)
+        shard = os.path.join(root, "org", "model", SHARD1)
+        write(shard, random.Random(1).randbytes(2 * MiB))
+        self.hub = FakeHub(root, {"drop_every": 512 * 1024})
+        cut, _ = self.run_tool("--repo_id=org/model", f"--include={SHARD1}", "--max_retries=0")
+        self.assertEqual(cut.returncode, 1, cut.stderr)
+        part = os.path.join(self.local_dir, "model", ".cache", "download_assets", SHARD1 + ".part")
+        self.assertEqual(os.path.getsize(part), 512 * 1024)
+        self.hub.stop()
+        write(shard, random.Random(2).randbytes(2 * MiB))  # a new commit: same size, new content
+        self.hub = FakeHub(root, {})
+        result, summary = self.run_tool("--repo_id=org/model", f"--include={SHARD1}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"{SHARD1}: the part file holds another version of the file; starting over",
+                      result.stderr)
+        self.assertNotIn("mismatch", result.stderr)  # not resumed, hashed and fetched again
+        self.assertEqual([r["headers"].get("range") for r in self.hub.requests()
+                          if r["server"] == "storage"], [None])
+        self.assertEqual(summary["files"][0]["bytes_fetched"], 2 * MiB)
+        with open(os.path.join(self.local_dir, "model", SHARD1), "rb") as f:
+            self.assertEqual(f.read(), random.Random(2).randbytes(2 * MiB))
+        self.assertFalse(os.path.exists(part + ".json"))  # no record outlives its part file
+
     def test_listing_larger_than_the_served_file_is_a_size_mismatch(self):
         config_size = len(self.repo_bytes("model", "config.json"))
         shard_size = 2 * MiB + 7
