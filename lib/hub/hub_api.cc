@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -114,6 +115,7 @@ absl::StatusOr<RepoSnapshot> ParseRepoInfo(absl::string_view json, absl::string_
   if (siblings == info.end() || !siblings->is_array()) {
     return absl::DataLossError(absl::StrCat(source, ": \"siblings\": expected an array"));
   }
+  absl::flat_hash_set<std::string> seen;
   for (const nlohmann::json& sibling : *siblings) {
     const auto name = sibling.find("rfilename");
     if (!sibling.is_object() || name == sibling.end() || !name->is_string()) {
@@ -124,6 +126,12 @@ absl::StatusOr<RepoSnapshot> ParseRepoInfo(absl::string_view json, absl::string_
     file.path = name->get<std::string>();
     if (absl::Status status = ValidateRemotePath(file.path); !status.ok()) {
       return absl::PermissionDeniedError(absl::StrCat(source, ": ", status.message()));
+    }
+    // Two entries would share one part file: both transfers append to it.
+    if (!seen.insert(file.path).second) {
+      return absl::PermissionDeniedError(absl::StrCat(source, ": refusing remote file name \"",
+                                                      absl::CHexEscape(file.path),
+                                                      "\": listed twice"));
     }
     if (const auto size = sibling.find("size"); size != sibling.end() && size->is_number_integer()) {
       file.size = size->get<int64_t>();

@@ -87,6 +87,13 @@ TEST(ParseRepoInfoTest, RefusesUnsafeNamesAndBadShapes) {
       ParseRepoInfo(R"({"sha": "x", "siblings": [{"rfilename": "../../.bashrc"}]})", "listing");
   EXPECT_EQ(unsafe.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(unsafe.status().message()), HasSubstr("../../.bashrc"));
+  absl::StatusOr<RepoSnapshot> twice = ParseRepoInfo(
+      R"({"sha": "x", "siblings": [{"rfilename": "a/b.bin"}, {"rfilename": "c"},
+                                   {"rfilename": "a/b.bin"}]})",
+      "listing");
+  EXPECT_EQ(twice.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(twice.status().message(),
+            "listing: refusing remote file name \"a/b.bin\": listed twice");
   EXPECT_THAT(std::string(ParseRepoInfo("[1]", "listing").status().message()),
               HasSubstr("listing: expected a JSON object"));
   EXPECT_THAT(std::string(ParseRepoInfo(R"({"sha": "x"})", "listing").status().message()),

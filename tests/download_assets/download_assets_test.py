@@ -540,6 +540,14 @@ class DownloadAssetsTest(unittest.TestCase):
             self.hub.stop()
             self.hub = None
 
+    def test_a_file_listed_twice_is_refused_before_any_download(self):
+        self.serve(extra_siblings={"org/model": ["config.json"]})
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=all")
+        self.assertEqual(result.returncode, 1)
+        self.assertIn('refusing remote file name "config.json": listed twice', result.stderr)
+        self.assertEqual(summary["files"], [])
+        self.assertEqual([r for r in self.hub.requests() if "/resolve/" in r["path"]], [])
+
     def test_repo_files_in_the_tool_state_folder_are_refused(self):
         self.serve()
         result, _ = self.run_tool("--repo_id=org/clash", "--assets=all")
