@@ -590,7 +590,12 @@ class DownloadAssetsTest(unittest.TestCase):
                             (["--repo_id=foo/.cache", "--assets=config"],
                              "neither starting nor ending with '-' or '.'"),
                             (["--repo_id=foo/-bar", "--assets=config"],
-                             "neither starting nor ending with '-' or '.'")]:
+                             "neither starting nor ending with '-' or '.'"),
+                            (["--repo_id=org/model", "--assets=config", "--retry_base_ms=5000",
+                              "--retry_max_ms=1000"],
+                             "--retry_base_ms=5000 is longer than --retry_max_ms=1000: the first "
+                             "retry delay cannot exceed the longest; lower --retry_base_ms or "
+                             "raise --retry_max_ms")]:
             result, summary = self.run_tool(*args)
             self.assertEqual(result.returncode, 1, args)
             self.assertIn(error, result.stderr, args)

@@ -52,7 +52,8 @@ DEFINE_int32(max_workers, 8, "Files downloaded in parallel.");
 DEFINE_int32(max_retries, 10,
              "Retries (0 or more) of one file in a row that get no further into it than an "
              "earlier attempt did.");
-DEFINE_int32(retry_base_ms, 1000, "First retry delay; doubles per failure, with jitter.");
+DEFINE_int32(retry_base_ms, 1000,
+             "First retry delay, at most --retry_max_ms; doubles per failure, with jitter.");
 DEFINE_int32(retry_max_ms, 60000,
              "Longest retry delay of our own; a 429's or 503's Retry-After is waited for even "
              "when longer (up to 5 minutes).");
@@ -130,6 +131,12 @@ int main(int argc, char** argv) {
     if (value < least) {
       return Usage(absl::StrCat("--", name, ": expected ", least, " or more, got ", value));
     }
+  }
+  if (FLAGS_retry_base_ms > FLAGS_retry_max_ms) {
+    return Usage(absl::StrCat("--retry_base_ms=", FLAGS_retry_base_ms,
+                              " is longer than --retry_max_ms=", FLAGS_retry_max_ms,
+                              ": the first retry delay cannot exceed the longest; lower "
+                              "--retry_base_ms or raise --retry_max_ms"));
   }
   options.selection.include = SplitList(FLAGS_include);
   options.selection.exclude = SplitList(FLAGS_exclude);
