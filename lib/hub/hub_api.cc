@@ -111,6 +111,9 @@ absl::StatusOr<RepoSnapshot> ParseRepoInfo(absl::string_view json, absl::string_
     return absl::DataLossError(absl::StrCat(source, ": \"sha\": expected the commit as a string"));
   }
   snapshot.commit = sha->get<std::string>();
+  if (const auto id = info.find("id"); id != info.end() && id->is_string()) {
+    snapshot.repo_id = id->get<std::string>();
+  }
   const auto siblings = info.find("siblings");
   if (siblings == info.end() || !siblings->is_array()) {
     return absl::DataLossError(absl::StrCat(source, ": \"siblings\": expected an array"));

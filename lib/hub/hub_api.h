@@ -24,7 +24,8 @@ struct RemoteFile {
 };
 
 struct RepoSnapshot {
-  std::string commit;  // the revision resolved to a commit sha
+  std::string repo_id;  // the listing's "id" (ORG/NAME as the Hub spells it); empty when absent
+  std::string commit;   // the revision resolved to a commit sha
   std::vector<RemoteFile> files;
 };
 

@@ -62,7 +62,7 @@ TEST(ValidateRevisionTest, RefusesEmpty) {
 }
 
 TEST(ParseRepoInfoTest, ReadsCommitSizesAndDigests) {
-  const std::string json = R"({"sha": "0123456789abcdef0123456789abcdef01234567",
+  const std::string json = R"({"id": "Org/Model", "sha": "0123456789abcdef0123456789abcdef01234567",
     "siblings": [
       {"rfilename": "config.json", "size": 12, "blobId": "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"},
       {"rfilename": "model.safetensors", "size": 134, "blobId": "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
@@ -71,6 +71,7 @@ TEST(ParseRepoInfoTest, ReadsCommitSizesAndDigests) {
       {"rfilename": "README.md"}]})";
   absl::StatusOr<RepoSnapshot> snapshot = ParseRepoInfo(json, "listing");
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->repo_id, "Org/Model");
   EXPECT_EQ(snapshot->commit, "0123456789abcdef0123456789abcdef01234567");
   ASSERT_EQ(snapshot->files.size(), 3u);
   EXPECT_EQ(snapshot->files[0].size, 12);
@@ -80,6 +81,7 @@ TEST(ParseRepoInfoTest, ReadsCommitSizesAndDigests) {
   EXPECT_EQ(snapshot->files[1].sha256, std::string(64, 'c'));
   EXPECT_EQ(snapshot->files[1].git_sha1, "");
   EXPECT_EQ(snapshot->files[2].size, -1);
+  EXPECT_EQ(ParseRepoInfo(R"({"sha": "x", "siblings": []})", "listing")->repo_id, "");
 }
 
 TEST(ParseRepoInfoTest, RefusesUnsafeNamesAndBadShapes) {

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
@@ -66,6 +67,33 @@ absl::Status NoSavedListing(const DownloadOptions& options, const std::string& l
 // Why an offline run cannot use a file: `not_in_place` from CheckInPlace, which names the file.
 absl::Status OfflineError(const absl::Status& not_in_place) {
   return absl::Status(not_in_place.code(), absl::StrCat("--offline: ", not_in_place.message()));
+}
+
+// Two repos of one NAME share <local_dir>/NAME: a folder whose saved listings belong to another
+// repo than `repo_id` (or `hub_id`, the Hub's spelling of it this run) is refused. A listing
+// without an id (older tools) or that does not parse says nothing about the folder's repo.
+absl::Status CheckFolderHoldsRepo(const FileDownloader& downloader, const DownloadOptions& options,
+                                  absl::string_view hub_id) {
+  const std::string revisions = downloader.StatePath("revisions");
+  if (!IsDirectory(revisions)) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(revisions);
+  if (!names.ok()) return names.status();
+  std::sort(names->begin(), names->end());
+  for (const std::string& name : *names) {
+    const std::string path = absl::StrCat(revisions, "/", name);
+    absl::StatusOr<std::string> text = ReadFile(path);
+    if (!text.ok()) continue;
+    absl::StatusOr<RepoSnapshot> saved = ParseRepoInfo(*text, path);
+    if (!saved.ok() || saved->repo_id.empty() ||
+        absl::EqualsIgnoreCase(saved->repo_id, options.repo_id) ||
+        absl::EqualsIgnoreCase(saved->repo_id, hub_id)) {
+      continue;
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        options.local_dir, " holds the files of ", saved->repo_id, " (its saved listing ", path,
+        " says so), not of ", options.repo_id, "; pass another --local_dir for ", options.repo_id));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -127,6 +155,11 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
                    ? listing_path
                    : RedactUrl(RepoInfoUrl(options.endpoint, options.repo_id, options.revision)));
   if (!snapshot.ok()) return finish(snapshot.status());
+  // Offline, the listing is the folder's own: only --repo_id can tell it is another repo's.
+  const std::string hub_id = options.offline ? "" : snapshot->repo_id;
+  if (absl::Status status = CheckFolderHoldsRepo(downloader, options, hub_id); !status.ok()) {
+    return finish(status);
+  }
   if (!options.offline) {
     // Made here, not before the lock: the lock takes back the folders it made only while they
     // hold nothing else, so a run that fails before this point leaves the file system as it was.

@@ -54,6 +54,8 @@ def build_repos(root):
     clash = os.path.join(root, "org", "clash")
     write(os.path.join(clash, "config.json"), b'{"dim": 8}')
     write(os.path.join(clash, ".cache/download_assets/config.json.meta.json"), b'{"size": 1}')
+    # Another repo named "model": by default both land in <local_dir>/model.
+    write(os.path.join(root, "other", "model", "config.json"), b'{"dim": 32}')
     dot_cache = os.path.join(root, "org", "dot_cache")
     write(os.path.join(dot_cache, "config.json"), b'{"dim": 8}')
     write(os.path.join(dot_cache, ".cache"), b"a file where the state folder goes\n")
@@ -423,6 +425,41 @@ class DownloadAssetsTest(unittest.TestCase):
             self.assertEqual(self.hub.requests(), [])  # stopped before the listing
         after, _ = self.run_tool("--repo_id=org/model", "--assets=config")
         self.assertEqual(after.returncode, 0, after.stderr)
+
+    def test_a_folder_holding_another_repo_of_the_same_name_is_refused(self):
+        self.serve()
+        first, _ = self.run_tool("--repo_id=org/model", "--assets=config")
+        self.assertEqual(first.returncode, 0, first.stderr)
+        folder = os.path.join(self.local_dir, "model")
+        listing = os.path.join(folder, ".cache", "download_assets", "revisions", "main.json")
+        refusal = (f"{folder} holds the files of org/model (its saved listing {listing} says so), "
+                   "not of other/model; pass another --local_dir for other/model")
+        for args in ([], ["--offline", "--verify"], ["--offline"]):
+            refused, summary = self.run_tool("--repo_id=other/model", "--assets=config", *args)
+            self.assertEqual(refused.returncode, 1, args)
+            self.assertIn(refusal, refused.stderr, args)
+            self.assertEqual(summary["files"], [], args)
+        self.assertEqual([r for r in self.hub.requests() if "/other/model/resolve/" in r["path"]],
+                         [])
+        self.assert_identical("model", ["config.json"])
+        with open(listing) as f:
+            self.assertEqual(json.load(f)["id"], "org/model")
+        ok, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--offline", "--verify")
+        self.assertEqual(ok.returncode, 0, ok.stderr)
+        elsewhere = os.path.join(self.workdir, "other")
+        moved, _ = self.run_tool("--repo_id=other/model", "--assets=config",
+                                 f"--local_dir={elsewhere}")
+        self.assertEqual(moved.returncode, 0, moved.stderr)
+        with open(os.path.join(elsewhere, "model", "config.json"), "rb") as f:
+            self.assertEqual(f.read(), b'{"dim": 32}')
+        # A listing saved by an older download_assets, without an id, is accepted as before.
+        with open(listing) as f:
+            saved = json.load(f)
+        del saved["id"]
+        with open(listing, "w") as f:
+            json.dump(saved, f)
+        old, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--offline")
+        self.assertEqual(old.returncode, 0, old.stderr)
 
     def test_gated_repo_without_token_says_how_to_get_access(self):
         self.serve()

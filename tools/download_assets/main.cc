@@ -35,7 +35,8 @@ DEFINE_string(exclude, "", "Comma-separated fnmatch globs of repo paths never to
 DEFINE_string(local_dir, "assets/hf",
               "Files land in <local_dir>/<NAME>/ (NAME from --repo_id); a relative path is taken "
               "from the directory `bazel run` was started in. One run per folder at a time: a "
-              "second run into it stops at once with an error.");
+              "second run into it stops at once with an error. A folder holding another repo of "
+              "the same NAME is refused.");
 DEFINE_string(hf_token, "",
               "Hub access token for gated or private repos; default $HF_TOKEN, then the file "
               "$HF_TOKEN_PATH or $HF_HOME/token (~/.cache/huggingface/token). Sent only to the "
