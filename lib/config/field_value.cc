@@ -47,6 +47,30 @@ size_t EditDistance(absl::string_view a, absl::string_view b) {
   return row[b.size()];
 }
 
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF),
+// as TOML requires of every string; toml++ and nlohmann keep their checks internal.
+bool IsUtf8(absl::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<uint8_t>(text[i]);
+    const int length = byte < 0x80                   ? 1
+                       : byte >= 0xC2 && byte < 0xE0 ? 2
+                       : byte >= 0xE0 && byte < 0xF0 ? 3
+                       : byte >= 0xF0 && byte < 0xF5 ? 4
+                                                     : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    uint32_t code = length == 1 ? byte : byte & (0x7F >> length);
+    for (int k = 1; k < length; ++k) {
+      const auto next = static_cast<uint8_t>(text[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = (code << 6) | (next & 0x3F);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < least[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
 // A TOML float needs a '.' or an exponent ("inf" and "nan" have neither and need none).
 std::string TomlFloat(double value) {
   std::string text = FormatNumber(value);
@@ -384,6 +408,13 @@ absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, M
 absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, Message* message,
                          absl::string_view where) {
   const Reflection* reflection = message->GetReflection();
+  // config.toml could not write it back (TOML strings are UTF-8): a resume from it would differ.
+  if (!IsUtf8(text)) {
+    return Error(where,
+                 absl::StrCat("expected UTF-8 text (TOML, and config.toml, hold only UTF-8), "
+                              "got ",
+                              Quote(text)));
+  }
   switch (KindOf(field)) {
     case FieldKind::kInteger: {
       int64_t value;

@@ -313,6 +313,17 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
   EXPECT_EQ(ParseError("", {"--training.stepz=10"}),
             "--training.stepz: unknown key (did you mean \"--training.steps\"?)");
   EXPECT_EQ(ParseError("", {"--job.print_args=true"}), "--job.print_args: unknown key");
+  // config.toml, TOML, cannot hold other bytes: the flag is refused, not written back altered.
+  EXPECT_EQ(ParseError("", {"--job.dump_folder=out\xe9"}),
+            "--job.dump_folder: expected UTF-8 text (TOML, and config.toml, hold only UTF-8), got "
+            "\"out\\351\"");
+  for (const char* ill_formed : {"\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "a\xe2\x82"}) {
+    EXPECT_NE(ParseError("", {absl::StrCat("--job.description=", ill_formed)}), "") << ill_formed;
+  }
+  absl::StatusOr<JobConfig> unicode =
+      ParseText("", {"--job.description=caf\xc3\xa9 \xf0\x9f\x9a\x80"});
+  ASSERT_TRUE(unicode.ok()) << unicode.status();
+  EXPECT_EQ(unicode->job().description(), "caf\xc3\xa9 \xf0\x9f\x9a\x80");
   EXPECT_EQ(ParseError("", {"--training.lr=1e-3"}),
             "--training.lr: unknown key (did you mean \"--optimizer.lr\"?)");
   EXPECT_EQ(ParseError("", {"--training.max_norms=1"}),
