@@ -144,8 +144,8 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const SequenceBatch batch = LayOutSequences(rollouts.prompts, rollouts.responses,
                                               tokenizer_->eos_id(), setup_.device, response_len);
   const at::Tensor mask = batch.response_mask.to(at::kFloat);
-  const at::Tensor rewards =
-      at::tensor(OverlongPenalized(rollouts), at::kDouble).to(at::kFloat).to(setup_.device);
+  // In double: float32's range holds a reward, not its square, nor a batch's sum of them.
+  const at::Tensor rewards = at::tensor(OverlongPenalized(rollouts), at::kDouble).to(setup_.device);
   // -1, left out or spelled out (config.toml spells it out): the whole batch.
   const int64_t minibatch =
       rl.minibatch_size() == -1 ? rows : std::min<int64_t>(rl.minibatch_size(), rows);
@@ -180,7 +180,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     at::Tensor token_rewards = at::zeros_like(mask);
     if (reference_) token_rewards = -rl.kl_coef() * KlPenalty(old_logp, ref_logp, estimator) * mask;
     const at::Tensor last = (mask.sum(1).to(at::kLong) - 1).clamp_min(0);
-    token_rewards.scatter_add_(1, last.unsqueeze(1), rewards.unsqueeze(1));
+    token_rewards.scatter_add_(1, last.unsqueeze(1), rewards.to(at::kFloat).unsqueeze(1));
     std::tie(advantages, returns) = Gae(token_rewards, old_values, mask, rl.gamma(), rl.lam());
     if (rl.whiten_advantages()) {
       // Over the global batch: per-rank statistics would make the update depend on the ranks.
@@ -201,9 +201,9 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
       return absl::InvalidArgumentError(absl::StrCat(rows, " rollouts do not split into groups of ",
                                                      rl.group_size()));
     }
-    const at::Tensor seq_adv = GroupAdvantages(rewards.to(at::kDouble), rl.group_size(),
-                                               GroupStdFromConfig(rl_), rl.advantage_eps())
-                                   .to(at::kFloat);
+    const at::Tensor seq_adv =
+        GroupAdvantages(rewards, rl.group_size(), GroupStdFromConfig(rl_), rl.advantage_eps())
+            .to(at::kFloat);
     advantages = seq_adv.unsqueeze(1) * mask;
     if (rl.dynamic_sampling()) {
       // Groups whose rewards are all equal carry no signal (DAPO): their tokens do not count.

@@ -1242,6 +1242,20 @@ class TitanRlTest(unittest.TestCase):
             self.assertNotIn("entropy", summary)
             self.assertNotIn("logprob_diff_max", summary)
 
+    def test_reward_statistics_past_float32s_range_are_exact(self):
+        # Rewards float32 holds whose squares and sums it does not: the statistics are doubles'.
+        rewards = [3e38, 3e38, -3e38, -3e38, 1e38, 0.0, 1e38, 0.0]
+        rows = [dict(r, reward=reward)
+                for r, reward in zip(common.read_jsonl(self.rollouts()), rewards)]
+        path = os.path.join(self.root, "rollouts_past_float32.jsonl")
+        common.write_jsonl(path, rows)
+        _, cmd = self.job("step_past_float32", f"--step_rollouts={path}", "--json")
+        summary = json.loads(common.run(cmd).stdout)
+        mean = sum(rewards) / len(rewards)
+        std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+        self.assertAlmostEqual(summary["reward_mean"] / mean, 1, places=12)
+        self.assertAlmostEqual(summary["reward_std"] / std, 1, places=12)
+
     def test_step_rollouts_groups_of_mixed_prompts_are_refused(self):
         # Groups are taken by position: rows 1-4 and 5-8, each of one prompt, else refused.
         rows = common.read_jsonl(self.rollouts())
