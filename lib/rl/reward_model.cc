@@ -57,9 +57,11 @@ RewardModel::Load(const std::string &path, const JobConfig &config,
                   const RunSetup &setup, const DistributedRuntime &runtime,
                   int64_t vocab_size) {
   const std::string source = absl::StrCat("[rl] reward_model_path: ", path);
-  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> opened,
-                         CheckpointReader::Open(path, CheckpointFormat::kHf));
-  const TrunkReader reader(std::move(opened));
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> opened =
+      CheckpointReader::Open(path, CheckpointFormat::kHf);
+  // Its message names the file (a missing folder's config.json), not the key that led there.
+  if (!opened.ok()) return WithContext(opened.status(), "[rl] reward_model_path");
+  const TrunkReader reader(*std::move(opened));
   const nlohmann::json &hf_config = reader.description();
   const nlohmann::json architectures =
       hf_config.value("architectures", nlohmann::json::array());

@@ -117,6 +117,13 @@ class RewardModelTest(unittest.TestCase):
         proc = common.run(cmd, check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("reward_model_path", proc.stderr)
+        # A folder that is not there: the key that names it, then what is missing.
+        _, cmd = self.job("missing_path", "--rl.reward=reward_model",
+                          "--rl.reward_model_path=/nonexistent")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertIn("[rl] reward_model_path: /nonexistent/config.json: open failed",
+                      proc.stderr)
 
 
 if __name__ == "__main__":
