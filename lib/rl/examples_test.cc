@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "lib/rl/rewards.h"
 #include "lib/util/file_util.h"
+#include "lib/util/gzip_file.h"
 
 namespace titan {
 namespace {
@@ -34,6 +35,18 @@ TEST(ExamplesTest, RequireAnswersNamesTheLineWithoutOne) {
   auto task = MakeTaskExamples("sorting", 4, 1, false);
   ASSERT_TRUE(task.ok());
   EXPECT_TRUE(RequireAnswers(*task, "").ok());
+}
+
+TEST(ExamplesTest, GzipPromptsFilesReadAsTheirText) {
+  const std::string text = "{\"prompt\":\"Sort: b a\",\"answer\":\"a b\"}\n{\"prompt\":\"x\"}\n";
+  const std::string path = testing::TempDir() + "/prompts.jsonl.gz";
+  ASSERT_TRUE(GzipFile(WriteTemp("prompts_to_pack.jsonl", text), path).ok());
+  auto examples = ReadExamples(path, "grpo");
+  ASSERT_TRUE(examples.ok()) << examples.status();
+  ASSERT_EQ(examples->size(), 2u);
+  EXPECT_EQ((*examples)[0].prompt, "Sort: b a");
+  EXPECT_EQ((*examples)[0].answer, "a b");
+  EXPECT_EQ((*examples)[1].where, path + ":2");
 }
 
 TEST(ExamplesTest, HeldOutTaskPromptsAreDistinctAndDisjointFromTraining) {
