@@ -245,7 +245,13 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
   report.step = reader->step();
   report.damaged = reader->Damaged();
   absl::StatusOr<ModelInfo> info = DescribeCheckpoint(*reader, "", "");
-  const absl::Status matched = info.ok() ? MatchParameters(*reader, *info).status() : info.status();
+  absl::Status matched = info.ok() ? MatchParameters(*reader, *info).status() : info.status();
+  // A damaged file of an HF folder lists no tensors, so its config.json alone names the model then,
+  // as a titan step's manifest does (the damage is reported on its own).
+  if (!matched.ok() && info.ok() && reader->format() == CheckpointFormat::kHf &&
+      !report.damaged.empty()) {
+    matched = absl::OkStatus();
+  }
   if (matched.ok()) {
     report.model = info->name();
     report.flavor = info->flavor;

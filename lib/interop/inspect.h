@@ -38,7 +38,9 @@ struct InspectReport {
   std::string directory;
   std::string format;
   std::optional<int64_t> step;
-  std::string model;         // The family, or "" when the checkpoint holds no registered model.
+  // The family, or "" when the checkpoint holds no registered model (an HF folder with damaged
+  // files: the one its config.json describes, as their tensors are unknown).
+  std::string model;
   std::string flavor;        // "" for custom shapes.
   std::string architecture;  // DescribeArchitecture's line, when the model is known.
   std::string model_unknown_reason;  // Why not, when it is not (an unsupported config.json key).

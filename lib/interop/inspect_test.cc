@@ -218,6 +218,35 @@ TEST(InspectTest, DescribesWhatItCanOfAStepWithADamagedFile) {
               HasSubstr(root + "/step-5/model.safetensors"));
 }
 
+// An HF folder's damaged file lists no tensors: the model is the one config.json describes, as a
+// titan step's is its manifest's, not "unknown" for tensors the damage hid.
+TEST(InspectTest, NamesTheModelOfAnHfFolderWithADamagedFile) {
+  const std::string titan = TestDir("hf_damage_titan"), single = TestDir("hf_damage_single"),
+                    sharded = TestDir("hf_damage_sharded");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(7), true).ok());
+  ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
+  ASSERT_TRUE(ConvertCheckpoint(titan, single, options).ok());
+  options.max_shard_bytes = 40000;  // Two shards of the 68 kB.
+  ASSERT_TRUE(ConvertCheckpoint(titan, sharded, options).ok());
+  const std::string truncated = single + "/model.safetensors";
+  ASSERT_EQ(::truncate(truncated.c_str(), 1000), 0);
+  const std::string missing = sharded + "/model-00002-of-00002.safetensors";
+  ASSERT_TRUE(PathExists(missing));
+  ASSERT_TRUE(RemoveTree(missing).ok());
+  InspectOptions verify;
+  verify.verify = true;
+  for (const auto& [folder, file] : {std::pair(single, truncated), std::pair(sharded, missing)}) {
+    absl::StatusOr<InspectReport> report = InspectCheckpoint(folder, verify);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->model, "llama3") << report->model_unknown_reason;
+    EXPECT_THAT(FormatInspectReport(*report), HasSubstr(", model llama3 custom (dim 32"));
+    EXPECT_TRUE(InspectReportToJson(*report).at("model_unknown_reason").is_null());
+    ASSERT_EQ(report->damaged.size(), 1u);
+    EXPECT_THAT(report->damaged[0], HasSubstr(file + ": "));
+  }
+}
+
 // A root holding only what unfinished saves left says so rather than "unknown checkpoint format".
 TEST(InspectTest, SaysARootHoldsNoCommittedStep) {
   const std::string root = TestDir("uncommitted");

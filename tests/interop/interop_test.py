@@ -506,6 +506,8 @@ class InteropTest(unittest.TestCase):
                 report = json.loads(proc.stdout)
                 self.assertFalse(report["verify"]["ok"])
                 self.assertIn(problem, report["verify"]["problems"][0])
+                # The model is config.json's, not unknown for the tensors a damaged file hid.
+                self.assertEqual(report["model"], "llama3", report["model_unknown_reason"])
                 proc = subprocess.run([INSPECT, "--verify", folder], capture_output=True,
                                       text=True)
                 self.assertEqual(proc.returncode, 1, proc.stderr)
