@@ -195,6 +195,25 @@ std::vector<std::string> ParameterDifferences(const ModelInfo& a, const ModelInf
   return differences;
 }
 
+// OK unless `flavor` (convert_checkpoint's --flavor) is set and no family among `families` (every
+// registered one when empty) has it: then the error lists the flavors they have, as an unknown
+// --model lists the families; `why_family` says why those families.
+absl::Status CheckFlavorKnown(const std::string& flavor, const std::vector<std::string>& families,
+                              const std::string& why_family = "") {
+  if (flavor.empty()) return absl::OkStatus();
+  const std::vector<std::string> searched = families.empty() ? RegisteredModelNames() : families;
+  const bool one = searched.size() == 1;
+  std::vector<std::string> known;
+  for (const std::string& name : searched) {
+    const ModelSpec& spec = **FindModel(name);
+    if (spec.Flavor(flavor).ok()) return absl::OkStatus();
+    known.push_back(absl::StrCat(one ? "" : name + ": ", absl::StrJoin(spec.FlavorNames(), ", ")));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--flavor: unknown ", one ? searched[0] + " " : "",
+                                                 "flavor \"", flavor, "\"", why_family,
+                                                 "; expected one of ", absl::StrJoin(known, "; ")));
+}
+
 // `info`, read from `directory`, if it is the family and flavor asked for (empty: any).
 absl::StatusOr<ModelInfo> CheckDescribed(ModelInfo info, const std::string& directory,
                                          const std::string& model_name, const std::string& flavor) {
@@ -202,6 +221,8 @@ absl::StatusOr<ModelInfo> CheckDescribed(ModelInfo info, const std::string& dire
     return absl::InvalidArgumentError(absl::StrCat(directory, ": holds ", DescribeModelInfo(info),
                                                    ", not a ", model_name, " model"));
   }
+  TITAN_RETURN_IF_ERROR(CheckFlavorKnown(
+      flavor, {info.name()}, absl::StrCat(" (", directory, " holds a ", info.name(), " model)")));
   if (!flavor.empty() && info.flavor != flavor) {
     // The one-line descriptions may agree (rope_theta, norm_eps): name the fields that differ.
     const absl::StatusOr<TransformerArgs> wanted = info.spec->Flavor(flavor);
@@ -245,7 +266,10 @@ std::string DescribeModelInfo(const ModelInfo& info) {
 absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
                                              const std::string& model_name,
                                              const std::string& flavor) {
-  if (!model_name.empty()) TITAN_RETURN_IF_ERROR(FindModel(model_name).status());
+  if (!model_name.empty()) {
+    TITAN_RETURN_IF_ERROR(FindModel(model_name).status());
+    TITAN_RETURN_IF_ERROR(CheckFlavorKnown(flavor, {model_name}));
+  }
   absl::StatusOr<ModelInfo> info;
   const json& description = reader.description();
   switch (reader.format()) {
@@ -253,10 +277,14 @@ absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
       info = HfFolderModel(description, reader.directory(), &reader);
       break;
     case CheckpointFormat::kTitan:
-      info = description.contains("model")
-                 ? ModelInfoFromJson(description.at("model"),
-                                     reader.directory() + "/manifest.json: state.model")
-                 : InferFromTitanShapes(reader, model_name, flavor);
+      if (description.contains("model")) {
+        info = ModelInfoFromJson(description.at("model"),
+                                 reader.directory() + "/manifest.json: state.model");
+        break;
+      }
+      // The family comes from the shapes: a flavor no family has is refused before the search.
+      TITAN_RETURN_IF_ERROR(CheckFlavorKnown(flavor, {}));
+      info = InferFromTitanShapes(reader, model_name, flavor);
       break;
     case CheckpointFormat::kMeta:
       info = DescribeMeta(reader, model_name);

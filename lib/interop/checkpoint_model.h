@@ -17,7 +17,9 @@ namespace titan {
 // manifest's state (entries without a name are llama3), from Meta's params.json (a family with a
 // Meta format), or, for titan checkpoints that do not record it, the registered family and flavor
 // whose parameter shapes the tensors match. `model_name` / `flavor`, when not
-// empty, narrow the search and must agree with what the checkpoint says.
+// empty, narrow the search and must agree with what the checkpoint says; a flavor the family (any
+// family, before it is known) lacks is refused as convert_checkpoint's unknown --flavor, with the
+// flavors there are.
 absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
                                              const std::string& model_name,
                                              const std::string& flavor);

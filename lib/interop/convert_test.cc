@@ -490,6 +490,36 @@ TEST(ConvertTest, TrainerCheckpointShapesNameTheFlavorAndDtypeConverts) {
   EXPECT_EQ(summary->flavor, "debugmodel");
 }
 
+// An unknown --flavor is named so, with the flavors of the family (of every family while the input
+// does not say it), as an unknown --model lists the families; not "holds X, not flavor bogus".
+TEST(ConvertTest, AnUnknownFlavorListsTheKnownOnes) {
+  const std::string titan = TestDir("titan"), hf = TestDir("hf"), bare = TestDir("bare");
+  SaveTitan(titan, 1, SmallModel(), /*describe=*/true);
+  SaveTitan(bare, 1, SmallModel(), /*describe=*/false);
+  ConvertOptions options;
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, options).ok());
+  const std::string llama3_flavors = "debugmodel, 1B, 3B, 8B, 70B, 405B";
+  options.flavor = "bogus";
+  for (const std::string& input : {titan + "/step-1", hf}) {
+    EXPECT_EQ(ConvertCheckpoint(input, TestDir("out"), options).status().message(),
+              "--flavor: unknown llama3 flavor \"bogus\" (" + input +
+                  " holds a llama3 model); expected one of " + llama3_flavors);
+  }
+  EXPECT_EQ(ConvertCheckpoint(bare, TestDir("out"), options).status().message(),
+            "--flavor: unknown flavor \"bogus\"; expected one of llama3: " + llama3_flavors +
+                "; qwen3: debugmodel, 0.6B, 1.7B, 4B, 8B, 14B, 32B");
+  // A flavor of another family than the one named or held.
+  options.flavor = "0.6B";
+  options.model = "llama3";
+  EXPECT_EQ(ConvertCheckpoint(bare, TestDir("out"), options).status().message(),
+            "--flavor: unknown llama3 flavor \"0.6B\"; expected one of " + llama3_flavors);
+  options.model = "";
+  EXPECT_EQ(ConvertCheckpoint(hf, TestDir("out"), options).status().message(),
+            "--flavor: unknown llama3 flavor \"0.6B\" (" + hf +
+                " holds a llama3 model); expected one of " + llama3_flavors);
+  EXPECT_FALSE(PathExists(TestDir("out")));
+}
+
 TEST(ConvertTest, ExplainsWhatIsWrong) {
   const ModelInfo info = SmallModel();
   const std::string titan = TestDir("titan"), out = TestDir("out");
