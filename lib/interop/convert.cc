@@ -64,13 +64,17 @@ absl::StatusOr<std::vector<std::string>> FindNamedChatTemplates(const std::strin
 
 // The tokenizer files `dir` holds (paths relative to it), checked before any weights are written.
 absl::StatusOr<std::vector<std::string>> FindTokenizerFiles(const std::string& dir) {
+  if (!IsDirectory(dir)) {
+    return absl::NotFoundError(absl::StrCat(
+        "--tokenizer_dir: ", dir, ": ", PathExists(dir) ? "not a directory" : "no such directory"));
+  }
   std::vector<std::string> found;
   for (const char* name : kTokenizerFiles) {
     if (PathExists(absl::StrCat(dir, "/", name))) found.push_back(name);
   }
   if (found.empty()) {
     return absl::NotFoundError(
-        absl::StrCat("--tokenizer_dir ", dir, ": none of ", absl::StrJoin(kTokenizerFiles, ", ")));
+        absl::StrCat("--tokenizer_dir: ", dir, ": none of ", absl::StrJoin(kTokenizerFiles, ", ")));
   }
   TITAN_ASSIGN_OR_RETURN(std::vector<std::string> templates, FindNamedChatTemplates(dir));
   found.insert(found.end(), templates.begin(), templates.end());

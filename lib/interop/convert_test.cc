@@ -662,7 +662,17 @@ TEST(ConvertTest, LeavesNoOutputWhenStoppedOrFailing) {
   options.tokenizer_dir = TestDir("no_tokenizer");
   ASSERT_TRUE(MakeDirectories(options.tokenizer_dir).ok());
   EXPECT_THAT(ConvertCheckpoint(titan, out, options).status().message(),
-              HasSubstr("--tokenizer_dir " + options.tokenizer_dir + ": none of tokenizer.json"));
+              HasSubstr("--tokenizer_dir: " + options.tokenizer_dir + ": none of tokenizer.json"));
+  EXPECT_THAT(*ListDirectory(Dirname(titan)),
+              ::testing::UnorderedElementsAre("no_tokenizer", "titan"));
+  // A folder that is not there is named so, not searched for tokenizer files.
+  ConvertOptions missing_tokenizer;
+  missing_tokenizer.tokenizer_dir = options.tokenizer_dir + "/absent";
+  EXPECT_EQ(ConvertCheckpoint(titan, out, missing_tokenizer).status().message(),
+            "--tokenizer_dir: " + missing_tokenizer.tokenizer_dir + ": no such directory");
+  missing_tokenizer.tokenizer_dir = titan + "/step-3/manifest.json";
+  EXPECT_EQ(ConvertCheckpoint(titan, out, missing_tokenizer).status().message(),
+            "--tokenizer_dir: " + missing_tokenizer.tokenizer_dir + ": not a directory");
   EXPECT_THAT(*ListDirectory(Dirname(titan)),
               ::testing::UnorderedElementsAre("no_tokenizer", "titan"));
   // An empty output directory given is left as it was.
