@@ -72,7 +72,14 @@ absl::StatusOr<std::string> ReadPlainOrGzipFile(const std::string& path) {
     if (n == 0) break;
     contents.append(buffer.data(), n);
   }
+  // zlib returns what it has at the end of the file; Z_BUF_ERROR says a stream was cut inside.
+  int code = Z_OK;
+  gzerror(file, &code);
   gzclose(file);
+  if (code == Z_BUF_ERROR) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": gzip data cut short: the file ends inside a compressed stream (truncated?)"));
+  }
   return contents;
 }
 

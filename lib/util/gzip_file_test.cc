@@ -53,6 +53,22 @@ TEST(GzipFileTest, ReadsPlainFilesAsTheyAre) {
   EXPECT_EQ(*read, Contents());
 }
 
+TEST(GzipFileTest, CutShortGzipIsRefused) {
+  // As Python's gzip ("Compressed file ended before the end-of-stream marker was reached").
+  const std::string plain = TempDir() + "/cut.json";
+  const std::string packed = plain + ".gz";
+  ASSERT_TRUE(WriteFileAtomically(plain, Contents()).ok());
+  ASSERT_TRUE(GzipFile(plain, packed).ok());
+  absl::StatusOr<std::string> raw = ReadFile(packed);
+  ASSERT_TRUE(raw.ok());
+  ASSERT_TRUE(WriteFileAtomically(packed, raw->substr(0, raw->size() / 2)).ok());
+  absl::StatusOr<std::string> read = ReadPlainOrGzipFile(packed);
+  ASSERT_FALSE(read.ok());
+  EXPECT_EQ(
+      read.status().message(),
+      packed + ": gzip data cut short: the file ends inside a compressed stream (truncated?)");
+}
+
 TEST(GzipFileTest, MissingFileNamesThePath) {
   absl::StatusOr<std::string> read = ReadPlainOrGzipFile("/nonexistent/titan/trace.json.gz");
   ASSERT_FALSE(read.ok());
