@@ -311,6 +311,10 @@ std::optional<std::string> Closest(absl::string_view name,
   std::optional<std::string> best;
   size_t best_distance = 0;
   for (const std::string& candidate : candidates) {
+    // The distance is at least the difference in length: a long name skips the table.
+    if (std::max(name.size(), candidate.size()) - std::min(name.size(), candidate.size()) > limit) {
+      continue;
+    }
     const size_t distance = EditDistance(name, candidate);
     if (distance > limit) continue;
     if (!best || distance < best_distance || (distance == best_distance && candidate < *best)) {

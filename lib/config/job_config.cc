@@ -29,6 +29,7 @@
 #include "lib/config/field_value.h"
 #include "lib/util/file_util.h"
 #include "lib/util/redact.h"
+#include "lib/util/short_text.h"
 #include "toml++/toml.h"
 
 namespace titan {
@@ -38,6 +39,9 @@ using ::google::protobuf::Descriptor;
 using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::FieldOptions;
 using ::google::protobuf::Message;
+
+// The most of an unknown section or key name an error quotes (the longest real one is 63 bytes).
+constexpr size_t kNameQuoteBytes = 100;
 
 // Old names are "section.key"; the schema's own names are these pairs too.
 struct SectionKey {
@@ -101,11 +105,13 @@ class Schema {
   }
 
   // The one other section holding `key` (an old name too: a torchtitan key that moved), as its
-  // current "section.key"; nullopt where none or several do.
+  // current "section.key"; nullopt where none or several do. Not across [rl]'s border: titan_rl
+  // reads its own keys (learning_rate) where titan_train reads others ([optimizer] lr).
   std::optional<std::string> KeyElsewhere(absl::string_view section, absl::string_view key) const {
     std::set<std::string> found;
     for (const std::string& other : sections_) {
       if (SectionNamed(other) == SectionNamed(section)) continue;
+      if ((SectionNamed(other) == "rl") != (SectionNamed(section) == "rl")) continue;
       if (const KeyRef* ref = Find(other, key)) found.insert(CanonicalName(*ref));
     }
     if (found.size() != 1) return std::nullopt;
@@ -292,15 +298,17 @@ class TomlApplier {
       const std::string name(name_key.str());
       const std::string section = prefix.empty() ? name : absl::StrCat(prefix, ".", name);
       const toml::table* child = node.as_table();
+      // For errors: an unknown name is quoted, however long it is.
+      const std::string shown = ShortText(section, kNameQuoteBytes);
       if (child == nullptr) {
         if (prefix.empty()) {
           return absl::InvalidArgumentError(
-              absl::StrCat(At(node), ": ", section, ": keys belong in a [section], got ",
+              absl::StrCat(At(node), ": ", shown, ": keys belong in a [section], got ",
                            DescribeTomlNode(node), " at the top level"));
         }
-        return absl::InvalidArgumentError(
-            absl::StrCat(At(node), ": [", prefix, "] ", name, ": unknown key; under [", prefix,
-                         "] titan reads only ", schema.SectionsUnder(prefix)));
+        return absl::InvalidArgumentError(absl::StrCat(
+            At(node), ": [", prefix, "] ", ShortText(name, kNameQuoteBytes),
+            ": unknown key; under [", prefix, "] titan reads only ", schema.SectionsUnder(prefix)));
       }
       if (schema.HasSection(section)) {
         if (absl::Status status = ApplySection(section, *child); !status.ok()) return status;
@@ -308,11 +316,11 @@ class TomlApplier {
         if (absl::Status status = ApplyTables(*child, section); !status.ok()) return status;
       } else if (prefix.empty()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(At(node), ": [", section, "]: unknown section",
+            absl::StrCat(At(node), ": [", shown, "]: unknown section",
                          DidYouMean(Closest(section, schema.SectionNames()), "")));
       } else {
         return absl::InvalidArgumentError(
-            absl::StrCat(At(node), ": [", section, "]: unknown section; under [", prefix,
+            absl::StrCat(At(node), ": [", shown, "]: unknown section; under [", prefix,
                          "] titan reads only ", schema.SectionsUnder(prefix)));
       }
     }
@@ -329,7 +337,8 @@ class TomlApplier {
     const Schema& schema = Schema::Get();
     for (const auto& [key_name, node] : table) {
       const std::string key(key_name.str());
-      const std::string written = absl::StrCat("[", section, "] ", key);
+      const std::string written = absl::StrCat("[", ShortText(section, kNameQuoteBytes), "] ",
+                                               ShortText(key, kNameQuoteBytes));
       const KeyRef* ref = schema.Find(section, key);
       if (ref == nullptr) {
         return absl::InvalidArgumentError(
@@ -401,7 +410,8 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
     }
     const size_t equals = arg.find('=');
     const absl::string_view name = arg.substr(0, equals);
-    const std::string flag = absl::StrCat("--", name);
+    // Cut short: an unknown name is quoted in the error, however long it is.
+    const std::string flag = absl::StrCat("--", ShortText(name, kNameQuoteBytes));
     std::vector<std::string> parts = absl::StrSplit(name, absl::MaxSplits('.', 1));
     // A dotted section (--quantize.linear.float8.emulate): the key is after the last dot.
     if (const size_t dot = name.rfind('.');

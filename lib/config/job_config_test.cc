@@ -326,6 +326,22 @@ TEST(JobConfigTest, CommandLineErrorsNameTheFlag) {
   EXPECT_EQ(unicode->job().description(), "caf\xc3\xa9 \xf0\x9f\x9a\x80");
   EXPECT_EQ(ParseError("", {"--training.lr=1e-3"}),
             "--training.lr: unknown key (did you mean \"--optimizer.lr\"?)");
+  // Not across [rl]'s border: titan_train refuses [rl] keys, titan_rl trains at [rl] learning_rate.
+  EXPECT_EQ(ParseError("", {"--training.learning_rate=3e-4"}),
+            "--training.learning_rate: unknown key");
+  EXPECT_FALSE(absl::StrContains(ParseError("", {"--rl.lr=3e-4"}), "optimizer"));
+  // An unknown name is quoted cut short, however long.
+  const std::string long_flag =
+      ParseError("", {absl::StrCat("--training.", std::string(100000, 'y'), "=1")});
+  EXPECT_LT(long_flag.size(), 200u) << long_flag.substr(0, 300);
+  EXPECT_TRUE(absl::StrContains(long_flag, "yyy (100009 bytes): unknown key")) << long_flag;
+  const std::string long_key =
+      ParseError(absl::StrCat("[training]\n", std::string(5000, 'x'), " = 1\n"));
+  EXPECT_LT(long_key.size(), 200u) << long_key.substr(0, 300);
+  EXPECT_TRUE(absl::StrContains(long_key, "xxx (5000 bytes): unknown key")) << long_key;
+  const std::string long_section =
+      ParseError(absl::StrCat("[", std::string(5000, 's'), "]\nx = 1\n"));
+  EXPECT_LT(long_section.size(), 200u) << long_section.substr(0, 300);
   EXPECT_EQ(ParseError("", {"--training.max_norms=1"}),
             "--training.max_norms: unknown key (did you mean \"--training.max_norm\"?)");
   EXPECT_EQ(ParseError("", {"--training.batch_sizes=8"}), "--training.batch_sizes: unknown key");
