@@ -37,7 +37,7 @@ absl::Status MeasureStep(const JobConfig& config, const DistributedRuntime& runt
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info, ResolveModel(config, *tokenizer, /*resume_dir=*/""));
   TITAN_ASSIGN_OR_RETURN(ModelBundle model, BuildModel(config, info, setup, runtime));
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer,
-                         BuildOptimizer(config, model.params));
+                         BuildOptimizer(config, model.params, runtime));
   const auto& training = config.training();
   at::manual_seed(setup.seed + setup.dp_rank);
   Batch batch;

@@ -105,7 +105,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
                                              tokenizer_->vocab_size()));
   }
   peak_flops_ = MatmulPeakFlops(setup_.device, setup_.autocast_dtype.has_value());
-  TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params));
+  TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, policy_.params, runtime_));
   grad_norm_reducer_ = policy_.data_parallel->GradNormReducer(policy_.params);
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
   if (rl_.algorithm() == "ppo" && !generate) {

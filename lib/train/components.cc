@@ -499,8 +499,19 @@ NamedTensors DetachedParams(const std::vector<ParamRef>& params) {
 }
 
 absl::StatusOr<std::unique_ptr<Optimizer>> BuildOptimizer(const JobConfig& config,
-                                                          const std::vector<ParamRef>& params) {
-  return Optimizer::Create(params, config.optimizer());
+                                                          const std::vector<ParamRef>& params,
+                                                          const DistributedRuntime& runtime) {
+  if (!runtime.dims().pp_enabled()) return Optimizer::Create(params, config.optimizer());
+  Communicator* pp = &runtime.comms()->Get(MeshGroup::kPp);
+  const auto sum_over_stages =
+      [pp](const std::vector<int64_t>& counts) -> absl::StatusOr<std::vector<int64_t>> {
+    at::Tensor sums = at::tensor(counts, at::kLong);
+    TITAN_RETURN_IF_ERROR(WithContext(Await(pp->AllReduce(sums, ReduceOp::kSum)),
+                                      "[optimizer] param_groups: summing the stages' matches"));
+    const int64_t* sum = sums.data_ptr<int64_t>();
+    return std::vector<int64_t>(sum, sum + sums.numel());
+  };
+  return Optimizer::Create(params, config.optimizer(), sum_over_stages);
 }
 
 absl::StatusOr<WarmupStableDecaySchedule> BuildLrSchedule(const JobConfig& config) {

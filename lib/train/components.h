@@ -108,8 +108,12 @@ absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo&
 // exports and loads read and fill.
 NamedTensors DetachedParams(const std::vector<ParamRef>& params);
 
+// [optimizer] over `params`, this rank's. Under pipeline parallelism a param_groups pattern
+// must match a parameter on some stage: the stages' ranks sum their groups' counts (a collective
+// every rank calls) and refuse alike.
 absl::StatusOr<std::unique_ptr<Optimizer>> BuildOptimizer(const JobConfig& config,
-                                                          const std::vector<ParamRef>& params);
+                                                          const std::vector<ParamRef>& params,
+                                                          const DistributedRuntime& runtime);
 absl::StatusOr<WarmupStableDecaySchedule> BuildLrSchedule(const JobConfig& config);
 
 // Microbatches per step: global batch / (local batch × data-parallel degree).

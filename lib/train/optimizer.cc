@@ -3,6 +3,7 @@
 #include <ATen/Dispatch.h>
 #include <c10/core/GradMode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "lib/kernels/adam.h"
 #include "lib/model/bf16_weight_copies.h"
 #include "lib/train/grad_clip.h"
+#include "lib/util/status_macros.h"
 #include "pcre2.h"
 
 namespace titan {
@@ -270,7 +272,8 @@ absl::Status KernelSupports(const std::vector<StepTensors>& groups, const at::Te
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<ParamRef>& params,
-                                                             const JobConfig::Optimizer& config) {
+                                                             const JobConfig::Optimizer& config,
+                                                             const SumOverStages& sum_over_stages) {
   if (config.name() != "AdamW" && config.name() != "Adam") {
     return absl::InvalidArgumentError(absl::StrCat(
         "[optimizer] name: expected \"AdamW\" or \"Adam\", got \"", config.name(), "\""));
@@ -292,26 +295,55 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
   if (absl::Status scalars = CheckUpdateScalars(defaults, "[optimizer] lr"); !scalars.ok()) {
     return scalars;
   }
+  TITAN_ASSIGN_OR_RETURN(std::vector<Group> groups, ClaimParams(params, config, defaults));
+  std::vector<int64_t> totals;
+  for (const Group& group : groups) totals.push_back(group.params.size());
+  // Every rank reaches this sum: the errors above come from the config alone, alike on all ranks.
+  if (sum_over_stages != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(totals, sum_over_stages(totals));
+  }
+  for (int g = 0; g < config.param_groups_size(); ++g) {
+    if (totals[g] > 0) continue;
+    return absl::InvalidArgumentError(
+        absl::StrCat("[optimizer] param_groups[", g, "].pattern=\"", groups[g].pattern,
+                     "\" matches no parameter that an earlier group has not claimed"));
+  }
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (totals[g] == 0) continue;
+    const Group& group = groups[g];
+    LOG(INFO) << "optimizer " << config.name() << " (" << config.implementation()
+              << "): " << group.params.size()
+              << (sum_over_stages != nullptr
+                      ? absl::StrCat(" params of this rank's stages (", totals[g], " in the model)")
+                      : " params")
+              << " matching "
+              << (group.pattern.empty() ? "no pattern" : "\"" + group.pattern + "\"") << ": lr "
+              << group.hyper.lr << ", weight_decay " << group.hyper.weight_decay;
+  }
+  // A group's parameters may all be on other stages.
+  groups.erase(std::remove_if(groups.begin(), groups.end(),
+                              [](const Group& group) { return group.params.empty(); }),
+               groups.end());
+  return std::unique_ptr<Optimizer>(
+      new Optimizer(params, std::move(groups), implementation->second, config.lr()));
+}
+
+absl::StatusOr<std::vector<Optimizer::Group>> Optimizer::ClaimParams(
+    const std::vector<ParamRef>& params, const JobConfig::Optimizer& config,
+    const AdamSettings& defaults) {
   std::vector<Group> groups;
   std::vector<bool> claimed(params.size(), false);
   for (int g = 0; g < config.param_groups_size(); ++g) {
     const JobConfig::Optimizer::ParamGroup& spec = config.param_groups(g);
     const std::string key = absl::StrCat("[optimizer] param_groups[", g, "]");
-    absl::StatusOr<AdamSettings> hyper = GroupHyperparameters(spec, defaults, key);
-    if (!hyper.ok()) return hyper.status();
-    Group group{spec.pattern(), *hyper, {}};
-    absl::StatusOr<std::vector<bool>> found =
-        SearchNames(spec.pattern(), params, absl::StrCat(key, ".pattern"));
-    if (!found.ok()) return found.status();
+    TITAN_ASSIGN_OR_RETURN(const AdamSettings hyper, GroupHyperparameters(spec, defaults, key));
+    TITAN_ASSIGN_OR_RETURN(const std::vector<bool> found,
+                           SearchNames(spec.pattern(), params, absl::StrCat(key, ".pattern")));
+    Group group{spec.pattern(), hyper, {}};
     for (size_t i = 0; i < params.size(); ++i) {
-      if (claimed[i] || !(*found)[i]) continue;
+      if (claimed[i] || !found[i]) continue;
       claimed[i] = true;
       group.params.push_back(i);
-    }
-    if (group.params.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(key, ".pattern=\"", spec.pattern(),
-                       "\" matches no parameter that an earlier group has not claimed"));
     }
     groups.push_back(std::move(group));
   }
@@ -319,15 +351,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
   for (size_t i = 0; i < params.size(); ++i) {
     if (!claimed[i]) rest.params.push_back(i);
   }
-  if (!rest.params.empty()) groups.push_back(std::move(rest));
-  for (const Group& group : groups) {
-    LOG(INFO) << "optimizer " << config.name() << " (" << config.implementation()
-              << "): " << group.params.size() << " params matching "
-              << (group.pattern.empty() ? "no pattern" : "\"" + group.pattern + "\"") << ": lr "
-              << group.hyper.lr << ", weight_decay " << group.hyper.weight_decay;
-  }
-  return std::unique_ptr<Optimizer>(
-      new Optimizer(params, std::move(groups), implementation->second, config.lr()));
+  groups.push_back(std::move(rest));
+  return groups;
 }
 
 Optimizer::Optimizer(std::vector<ParamRef> params, std::vector<Group> groups,

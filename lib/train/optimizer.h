@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,11 +26,19 @@ namespace titan {
 // otherwise. Parameters without a gradient are skipped, as torch does.
 class Optimizer {
  public:
+  // Per-group counts of the parameters this rank claims, summed with those of the ranks that hold
+  // the model's other pipeline stages: a collective every one of them calls.
+  using SumOverStages =
+      std::function<absl::StatusOr<std::vector<int64_t>>(const std::vector<int64_t>& counts)>;
+
   // Errors name the key: an unknown name or implementation, a group without a pattern, a pattern
   // that does not compile or matches no parameter not claimed by an earlier group, betas that are
-  // not a pair or are set together with beta1/beta2.
-  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(const std::vector<ParamRef>& params,
-                                                           const JobConfig::Optimizer& config);
+  // not a pair or are set together with beta1/beta2. `params` are this rank's; with
+  // `sum_over_stages` set they are its pipeline stages', and a pattern is refused only if it
+  // matches no unclaimed parameter on any stage (every stage's rank then refuses it alike).
+  static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
+      const std::vector<ParamRef>& params, const JobConfig::Optimizer& config,
+      const SumOverStages& sum_over_stages = nullptr);
   ~Optimizer();
 
   // As torch's zero_grad: drops the gradients, or with `set_to_none` false zeroes them in place
@@ -75,6 +85,12 @@ class Optimizer {
 
   Optimizer(std::vector<ParamRef> params, std::vector<Group> groups, Implementation implementation,
             double base_lr);
+
+  // Each of config's param_groups with the parameters it claims (the first matching pattern
+  // wins; a group may claim none), then a last group of the rest with [optimizer]'s values.
+  static absl::StatusOr<std::vector<Group>> ClaimParams(const std::vector<ParamRef>& params,
+                                                        const JobConfig::Optimizer& config,
+                                                        const AdamSettings& defaults);
 
   // Zero state for parameter i, with `step` steps taken.
   void CreateState(size_t i, double step);

@@ -167,6 +167,40 @@ TEST(OptimizerTest, BadGroupsAreErrorsNamingThem) {
   EXPECT_EQ(CreateError(config), "[optimizer] name: expected \"AdamW\" or \"Adam\", got \"SGD\"");
 }
 
+// Under pipeline parallelism a rank holds one stage: a pattern whose parameters are all on another
+// stage is a group there, one that matches on no stage is refused (by every stage alike).
+TEST(OptimizerTest, PatternsAreCheckedOverEveryPipelineStage) {
+  JobConfig::Optimizer config = Config("foreach");
+  AddGroup(&config, "norm", std::nullopt, 0.0);
+  AddGroup(&config, "tok_embeddings", /*lr=*/0.2);  // on the other stage only
+  std::vector<int64_t> summed;
+  // The other stage: one tok_embeddings parameter, two unclaimed ones.
+  const Optimizer::SumOverStages other_stage = [&summed](const std::vector<int64_t>& counts) {
+    summed = counts;
+    return std::vector<int64_t>{counts[0], counts[1] + 1, counts[2] + 2};
+  };
+  Params p;
+  auto opt = Optimizer::Create(p.refs(), config, other_stage).value();
+  EXPECT_EQ(summed, (std::vector<int64_t>{1, 0, 2}));  // this stage's claims, first match wins
+  p.ZeroGrads();
+  opt->Step();
+  EXPECT_FLOAT_EQ(p.matrix[0][0].item<float>(), 1.0f - 0.1f * 0.5f);
+  EXPECT_EQ(p.norm[0].item<float>(), 1.0f);
+  config.mutable_param_groups(1)->set_pattern("tok_embedingz");
+  const Optimizer::SumOverStages no_stage_matches = [](const std::vector<int64_t>& counts) {
+    return std::vector<int64_t>{counts[0], counts[1], counts[2] + 3};
+  };
+  absl::StatusOr<std::unique_ptr<Optimizer>> refused =
+      Optimizer::Create(p.refs(), config, no_stage_matches);
+  EXPECT_EQ(refused.status().message(),
+            "[optimizer] param_groups[1].pattern=\"tok_embedingz\" matches no parameter that an "
+            "earlier group has not claimed");
+  const Optimizer::SumOverStages failed = [](const std::vector<int64_t>&) {
+    return absl::StatusOr<std::vector<int64_t>>(absl::DeadlineExceededError("timed out"));
+  };
+  EXPECT_EQ(Optimizer::Create(p.refs(), config, failed).status().message(), "timed out");
+}
+
 // eps 0 (or 0 once in float32) turns a parameter with an all-zero gradient into NaN: refused.
 TEST(OptimizerTest, EpsThatIsZeroInFloat32IsRefused) {
   JobConfig::Optimizer config = Config("foreach");

@@ -122,7 +122,7 @@ absl::Status Trainer::Init() {
       LOG(INFO) << "pipeline schedule:\n" << model_.pipeline->ScheduleTable();
     }
   }
-  TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, model_.params));
+  TITAN_ASSIGN_OR_RETURN(optimizer_, BuildOptimizer(config_, model_.params, runtime_));
   if (config_.compile().cuda_graph()) TITAN_RETURN_IF_ERROR(SetUpCudaGraph());
   TITAN_ASSIGN_OR_RETURN(schedule_, BuildLrSchedule(config_));
   microbatches_ = GradientAccumulationSteps(config_, setup_);

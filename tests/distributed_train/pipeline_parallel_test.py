@@ -68,6 +68,28 @@ class PipelineParallelTest(train_runs.ParityTest):
         train(one, 1, GLOBAL_BATCH, "--checkpoint.enable=false", *load, steps=3)
         self.check_parity("qwen3_initial_pp2", 2, *PP2, *load, steps=3, reference=losses(one))
 
+    def test_param_groups_match_over_every_stage(self):
+        # README's groups: tok_embeddings is on the first stage only, yet rank 1 takes the group
+        # (its parameters are elsewhere), and both stages train as one process does.
+        groups = ('--optimizer.param_groups=[{pattern = "norm|bias$", weight_decay = 0.0}, '
+                  '{pattern = "tok_embeddings", lr = 1e-4}]')
+        one = self.fresh("param_groups_one")
+        train(one, 1, GLOBAL_BATCH, "--checkpoint.enable=false", groups, steps=3)
+        _, proc = self.check_parity("param_groups_pp2", 2, *PP2, groups, steps=3,
+                                    reference=losses(one))
+        self.assertRegex(proc.stderr, r"\[rank 1\] .* 0 params of this rank's stages \(1 in the "
+                         r'model\) matching "tok_embeddings"')
+        # A pattern that matches on no stage is refused once, on both ranks; ^output, on the last
+        # stage only, is not.
+        proc = train(self.fresh("param_groups_typo"), 2, GLOBAL_BATCH, *PP2,
+                     '--optimizer.param_groups=[{pattern = "^output", lr = 1e-4}, '
+                     '{pattern = "tok_embedingz"}]', check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertTrue(proc.stderr.endswith(
+            '\n[ranks 0-1] titan_train: --optimizer.param_groups: [optimizer] param_groups[1]'
+            '.pattern="tok_embedingz" matches no parameter that an earlier group has not '
+            'claimed\n'), proc.stderr[-2000:])
+
     def test_impossible_schedules_stop_with_one_line(self):
         # 1F1B needs at least as many microbatches as stages: 4 stages, 2 microbatches of 1.
         proc = train(self.fresh("too_few"), 4, 2, "--parallelism.pipeline_parallel_degree=4",
