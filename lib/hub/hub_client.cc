@@ -13,6 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "lib/hub/asset_plan.h"
@@ -69,11 +70,40 @@ absl::Status OfflineError(const absl::Status& not_in_place) {
   return absl::Status(not_in_place.code(), absl::StrCat("--offline: ", not_in_place.message()));
 }
 
+// The --repo_id values that filled the folder under another id the Hub gave them (a renamed
+// repo), one per line: an --offline run of such a --repo_id has only this to tell it is the same.
+std::string RenamedIdsPath(const FileDownloader& downloader) {
+  return downloader.StatePath("requested_ids");
+}
+
+bool RequestedBefore(const FileDownloader& downloader, absl::string_view repo_id) {
+  absl::StatusOr<std::string> text = ReadFile(RenamedIdsPath(downloader));
+  if (!text.ok()) return false;
+  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+    if (absl::EqualsIgnoreCase(line, repo_id)) return true;
+  }
+  return false;
+}
+
+// Records that --repo_id filled the folder though the Hub calls the repo `hub_id` now.
+absl::Status RecordRenamedId(const FileDownloader& downloader, const DownloadOptions& options,
+                             absl::string_view hub_id) {
+  if (hub_id.empty() || absl::EqualsIgnoreCase(hub_id, options.repo_id) ||
+      RequestedBefore(downloader, options.repo_id)) {
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string> text = ReadFile(RenamedIdsPath(downloader));
+  return WriteFileAtomically(RenamedIdsPath(downloader),
+                             absl::StrCat(text.ok() ? *text : "", options.repo_id, "\n"));
+}
+
 // Two repos of one NAME share <local_dir>/NAME: a folder whose saved listings belong to another
-// repo than `repo_id` (or `hub_id`, the Hub's spelling of it this run) is refused. A listing
-// without an id (older tools) or that does not parse says nothing about the folder's repo.
+// repo than `repo_id` (or `hub_id`, the Hub's spelling of it this run, or the id a renamed
+// --repo_id had when it filled the folder) is refused. A listing without an id (older tools) or
+// that does not parse says nothing about the folder's repo.
 absl::Status CheckFolderHoldsRepo(const FileDownloader& downloader, const DownloadOptions& options,
                                   absl::string_view hub_id) {
+  if (RequestedBefore(downloader, options.repo_id)) return absl::OkStatus();
   const std::string revisions = downloader.StatePath("revisions");
   if (!IsDirectory(revisions)) return absl::OkStatus();
   absl::StatusOr<std::vector<std::string>> names = ListDirectory(revisions);
@@ -167,6 +197,9 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
       return finish(status);
     }
     if (absl::Status status = WriteFileAtomically(listing_path, listing); !status.ok()) {
+      return finish(status);
+    }
+    if (absl::Status status = RecordRenamedId(downloader, options, hub_id); !status.ok()) {
       return finish(status);
     }
   }

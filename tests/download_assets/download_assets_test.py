@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.request
 
 BINARY = None
 FAKE_HUB = None
@@ -460,6 +461,24 @@ class DownloadAssetsTest(unittest.TestCase):
             json.dump(saved, f)
         old, _ = self.run_tool("--repo_id=org/model", "--assets=config", "--offline")
         self.assertEqual(old.returncode, 0, old.stderr)
+
+    def test_a_renamed_repo_stays_its_folders_repo_offline(self):
+        # The Hub answers a renamed repo's old id with its new one: the folder that --repo_id filled
+        # is still its own for --offline, which asks no Hub.
+        self.serve()
+        with urllib.request.urlopen(
+                f"{self.hub.endpoint}/api/models/org/model/revision/main?blobs=true") as answer:
+            renamed = json.load(answer)
+        self.hub.stop()
+        renamed["id"] = "neworg/model"
+        self.serve(listing_body=json.dumps(renamed))
+        for args in ([], [], ["--offline"], ["--offline", "--verify"]):
+            result, _ = self.run_tool("--repo_id=org/model", "--assets=config", *args)
+            self.assertEqual(result.returncode, 0, (args, result.stderr))
+        # Another repo of the NAME is still refused.
+        other, _ = self.run_tool("--repo_id=other/model", "--assets=config", "--offline")
+        self.assertEqual(other.returncode, 1)
+        self.assertIn("holds the files of neworg/model", other.stderr)
 
     def test_gated_repo_without_token_says_how_to_get_access(self):
         self.serve()
