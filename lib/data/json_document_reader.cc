@@ -1,11 +1,6 @@
 #include "lib/data/json_document_reader.h"
 
-#include <sys/stat.h>
-#include <zlib.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -13,7 +8,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -26,15 +20,6 @@ std::string DescribeByte(int c) {
   if (c < 0) return "end of file";
   if (absl::ascii_isprint(static_cast<unsigned char>(c))) return absl::StrFormat("'%c'", c);
   return absl::StrFormat("byte 0x%02x", c);
-}
-
-// zlib's message for the last error on `file`, without the "<path>: " it starts with.
-std::string GzError(gzFile file, absl::string_view path) {
-  int errnum = Z_OK;
-  absl::string_view message = gzerror(file, &errnum);
-  if (errnum == Z_ERRNO) return std::strerror(errno);
-  absl::ConsumePrefix(&message, absl::StrCat(path, ": "));
-  return std::string(message);
 }
 
 }  // namespace
@@ -50,17 +35,15 @@ absl::StatusOr<std::unique_ptr<JsonDocumentReader>> JsonDocumentReader::Open(
     return absl::InvalidArgumentError(absl::StrCat(path, ": invalid position: byte ",
                                                    position.byte_offset, ", line ", position.line));
   }
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) return ErrnoError("open", path);
-  gzbuffer(file, kReadChunkBytes);
-  // Reads the header now: a plain file is then in zlib's copy mode, where gzseek is an lseek.
-  gzdirect(file);
+  absl::StatusOr<std::unique_ptr<PlainOrGzipReader>> file = PlainOrGzipReader::Open(path);
+  if (!file.ok()) return file.status();
+  const bool gzip = (*file)->is_gzip();
   std::unique_ptr<JsonDocumentReader> reader(
-      new JsonDocumentReader(path, std::move(text_field), file));
+      new JsonDocumentReader(path, std::move(text_field), *std::move(file)));
 
   absl::string_view name = path;
-  // zlib reads plain bytes as they are; Python's gzip and Hugging Face refuse them (BadGzipFile).
-  if (absl::ConsumeSuffix(&name, ".gz") && gzdirect(file)) {
+  // Python's gzip and Hugging Face refuse plain bytes so named (BadGzipFile).
+  if (absl::ConsumeSuffix(&name, ".gz") && !gzip) {
     absl::StatusOr<int> c = reader->Peek();
     if (!c.ok()) return c.status();
     if (*c >= 0) {
@@ -80,32 +63,36 @@ absl::StatusOr<std::unique_ptr<JsonDocumentReader>> JsonDocumentReader::Open(
     }
   }
   if (position.byte_offset > 0) {
-    reader->buffer_.clear();
-    reader->buffer_pos_ = 0;
-    reader->at_eof_ = false;
-    if (gzseek(file, position.byte_offset, SEEK_SET) != position.byte_offset) {
-      return absl::DataLossError(absl::StrCat(path, ": seek to byte ", position.byte_offset,
-                                              " failed: ", GzError(file, path)));
-    }
-    // A plain file seeks past its end without complaint; reading there would end the file early.
-    struct stat st;
-    if (gzdirect(file) && ::stat(path.c_str(), &st) == 0 && st.st_size < position.byte_offset) {
-      return absl::DataLossError(absl::StrCat(path, ": position ", position.byte_offset,
-                                              " is past the end of the file (", st.st_size,
-                                              " bytes)"));
-    }
-    reader->offset_ = position.byte_offset;
-    reader->line_ = position.line;
-    // A saved position lies after a document, so in an array it follows an element.
-    reader->array_state_ = ArrayState::kAfterElement;
+    status = reader->SkipTo(position);
+    if (!status.ok()) return status;
   }
   return reader;
 }
 
-JsonDocumentReader::JsonDocumentReader(std::string path, std::string text_field, gzFile_s* file)
-    : path_(std::move(path)), text_field_(std::move(text_field)), file_(file) {}
+JsonDocumentReader::JsonDocumentReader(std::string path, std::string text_field,
+                                       std::unique_ptr<PlainOrGzipReader> file)
+    : path_(std::move(path)), text_field_(std::move(text_field)), file_(std::move(file)) {}
 
-JsonDocumentReader::~JsonDocumentReader() { gzclose(file_); }
+JsonDocumentReader::~JsonDocumentReader() = default;
+
+absl::Status JsonDocumentReader::SkipTo(DocumentPosition position) {
+  const int64_t buffer_start = offset_ - static_cast<int64_t>(buffer_pos_);
+  if (position.byte_offset <= buffer_start + static_cast<int64_t>(buffer_.size())) {
+    // Already read while looking at the start of the file.
+    buffer_pos_ = static_cast<size_t>(position.byte_offset - buffer_start);
+  } else {
+    absl::Status status = file_->SkipTo(position.byte_offset);
+    if (!status.ok()) return status;
+    buffer_.clear();
+    buffer_pos_ = 0;
+    at_eof_ = false;
+  }
+  offset_ = position.byte_offset;
+  line_ = position.line;
+  // A saved position lies after a document, so in an array it follows an element.
+  array_state_ = ArrayState::kAfterElement;
+  return absl::OkStatus();
+}
 
 absl::Status JsonDocumentReader::Error(int64_t line, absl::string_view what) const {
   return absl::InvalidArgumentError(absl::StrCat(path_, ":", line, ": ", what));
@@ -117,31 +104,14 @@ absl::StatusOr<bool> JsonDocumentReader::Fill() {
   buffer_pos_ = 0;
   const size_t old_size = buffer_.size();
   buffer_.resize(old_size + kReadChunkBytes);
-  const int n = gzread(file_, buffer_.data() + old_size, kReadChunkBytes);
-  buffer_.resize(old_size + std::max(n, 0));
-  int errnum = Z_OK;
-  gzerror(file_, &errnum);
-  // Z_BUF_ERROR at the end means a truncated gzip stream; zlib returns the data it had first.
-  if (n < 0 || (n == 0 && errnum != Z_OK)) return ReadError();
-  if (n == 0) {
+  absl::StatusOr<size_t> n = file_->Read(buffer_.data() + old_size, kReadChunkBytes);
+  buffer_.resize(old_size + (n.ok() ? *n : 0));
+  if (!n.ok()) return n.status();
+  if (*n == 0) {
     at_eof_ = true;
     return false;
   }
   return true;
-}
-
-absl::Status JsonDocumentReader::ReadError() const {
-  if (gzdirect(file_)) {
-    return absl::DataLossError(absl::StrCat(path_, ": read failed at byte ",
-                                            offset_ + (buffer_.size() - buffer_pos_), ": ",
-                                            GzError(file_, path_)));
-  }
-  // zlib drops the output of the read that failed, so only the compressed position is known.
-  struct stat st;
-  const std::string size =
-      ::stat(path_.c_str(), &st) == 0 ? absl::StrCat(" of ", st.st_size) : std::string();
-  return absl::DataLossError(absl::StrCat(path_, ": gzip data unreadable after ", gzoffset(file_),
-                                          size, " compressed bytes: ", GzError(file_, path_)));
 }
 
 absl::StatusOr<int> JsonDocumentReader::Peek(size_t ahead) {

@@ -8,8 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-
-struct gzFile_s;  // zlib's file handle; keeps <zlib.h> out of this header.
+#include "lib/util/gzip_file.h"
 
 namespace titan {
 
@@ -24,8 +23,8 @@ bool IsJsonDataFile(absl::string_view path);
 
 // Streams the text field of each JSON object in one file, a bounded buffer at a time.
 // .jsonl: one object per line (blank lines skipped). .json: JSON lines, or one array of objects
-// when the first non-space character is '['. gzip is detected by zlib, whatever the name, but a
-// name ending in .gz must hold gzip data.
+// when the first non-space character is '['. gzip is detected by its header, whatever the name,
+// but a name ending in .gz must hold gzip data.
 class JsonDocumentReader {
  public:
   // Opens `path` at `position`, which is either {} or a position() of a reader on the same file.
@@ -47,12 +46,13 @@ class JsonDocumentReader {
   enum class Format { kJsonLines, kJsonArray };
   enum class ArrayState { kBeforeOpen, kBeforeFirst, kAfterElement, kDone };
 
-  JsonDocumentReader(std::string path, std::string text_field, gzFile_s* file);
+  JsonDocumentReader(std::string path, std::string text_field,
+                     std::unique_ptr<PlainOrGzipReader> file);
 
   // Appends the next chunk of the file to buffer_; false at the end of the file.
   absl::StatusOr<bool> Fill();
-  // The failed read's error, with where in the file it stopped.
-  absl::Status ReadError() const;
+  // Moves to `position`, which is at or after the current one, before any document is read.
+  absl::Status SkipTo(DocumentPosition position);
   // Byte at buffer_pos_ + ahead without consuming it; -1 at the end of the file.
   absl::StatusOr<int> Peek(size_t ahead = 0);
   void Consume(size_t n);
@@ -69,7 +69,7 @@ class JsonDocumentReader {
 
   std::string path_;
   std::string text_field_;
-  gzFile_s* file_;
+  std::unique_ptr<PlainOrGzipReader> file_;
   Format format_ = Format::kJsonLines;
   ArrayState array_state_ = ArrayState::kBeforeOpen;
   std::string buffer_;  // bytes read from the file; unconsumed from buffer_pos_

@@ -148,6 +148,59 @@ TEST(JsonDocumentReaderTest, ABadGzipChecksumIsFoundAtTheEndOfTheStream) {
                                      " compressed bytes: incorrect data check")));  // at the CRC
 }
 
+// The bytes of `contents` gzip-compressed, as one member.
+std::string GzipMember(const std::string& dir, const std::string& contents) {
+  const std::string path = dir + "/member.gz";
+  WriteTestFile(path, contents, /*gzip=*/true);
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(JsonDocumentReaderTest, GzipMembersAreReadWholeAndJunkAfterOneIsAnError) {
+  // As Python's gzip reads them: zlib's gzread ended the data at the junk, and the documents after
+  // it were never read.
+  const std::string dir = FreshTestDir("members");
+  const std::string first = GzipMember(dir, JsonLines({"first member"}));
+  const std::string second = GzipMember(dir, JsonLines({"second member", "more"}));
+  const std::string padding(7, '\0');
+  WriteTestFile(dir + "/whole.jsonl.gz", first + second);
+  EXPECT_THAT(ReadAll(dir + "/whole.jsonl.gz"),
+              ElementsAre("first member", "second member", "more"));
+  WriteTestFile(dir + "/padded.jsonl.gz", first + padding + second + padding);
+  EXPECT_THAT(ReadAll(dir + "/padded.jsonl.gz"),
+              ElementsAre("first member", "second member", "more"));
+
+  const std::string junk = first + "XX" + second;
+  WriteTestFile(dir + "/junk.jsonl.gz", junk);
+  const absl::Status status = FirstError(dir + "/junk.jsonl.gz");
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(
+      status.message(),
+      HasSubstr(absl::StrCat(dir, "/junk.jsonl.gz: gzip data unreadable after ", first.size(),
+                             " of ", junk.size(), " compressed bytes: found \"XX")));
+  // After padding, and as the last bytes, too.
+  WriteTestFile(dir + "/late.jsonl.gz", first + padding + second + padding + "X");
+  EXPECT_THAT(FirstError(dir + "/late.jsonl.gz").message(),
+              HasSubstr(absl::StrCat("gzip data unreadable after ",
+                                     first.size() + second.size() + 2 * padding.size(), " of ")));
+}
+
+TEST(JsonDocumentReaderTest, ResumesInALaterGzipMember) {
+  const std::string dir = FreshTestDir("member_resume");
+  const std::string path = dir + "/a.jsonl.gz";
+  WriteTestFile(path, GzipMember(dir, JsonLines({"a", "b"})) + std::string(3, '\0') +
+                          GzipMember(dir, JsonLines({"c", "d"})));
+  absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
+      JsonDocumentReader::Open(path, "text");
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*reader)->Next().ok());
+  EXPECT_THAT(ReadAll(path, (*reader)->position()), ElementsAre("d"));
+  const absl::StatusOr<std::unique_ptr<JsonDocumentReader>> past =
+      JsonDocumentReader::Open(path, "text", {(*reader)->position().byte_offset + 100, 9});
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(past.status().message(), HasSubstr(path + ": position "));
+}
+
 TEST(JsonDocumentReaderTest, TextFieldOption) {
   const std::string path = FreshTestDir("field") + "/a.jsonl";
   WriteTestFile(path, JsonLines({"body one", "body two"}, "content"));
