@@ -266,10 +266,6 @@ absl::Status PackedTextDataset::ReadDocument() {
       file_index_ = 0;
       file_position_ = {};
       document_start_ = std::nullopt;
-      // At epochs 1, 2, 4, 8, ...: a tiny dataset would otherwise log a line per pass.
-      LOG_IF(WARNING, (epoch_ & (epoch_ - 1)) == 0)
-          << "Dataset " << options_.path << " is being re-looped: starting epoch " << epoch_
-          << " (0-based; later passes are logged at powers of two)";
     }
     if (reader_ == nullptr) {
       absl::StatusOr<std::unique_ptr<JsonDocumentReader>> reader =
@@ -357,6 +353,28 @@ std::vector<int32_t> PackedTextDataset::Tokenize(const std::string& text) const 
   return tokenizer_->Encode(text, /*add_bos=*/true, /*add_eos=*/true, SpecialTokenText::kPlain);
 }
 
+std::string PackedTextDataset::DescribeMovedFile(const std::string& saved_file,
+                                                 int64_t file_index) const {
+  const int64_t num_files = static_cast<int64_t>(files_.size());
+  const std::string now =
+      file_index < num_files
+          ? absl::StrCat("file #", file_index, " is now \"", file_names_[file_index], "\"")
+          : absl::StrCat("it holds ", num_files, num_files == 1 ? " data file" : " data files",
+                         " now");
+  if (saved_file.empty()) {
+    return absl::StrCat("the checkpoint had read all ", file_index, " data files of ",
+                        options_.path, ", but ", now);
+  }
+  const std::string stopped = absl::StrCat("the checkpoint stopped in \"", saved_file, "\" (file #",
+                                           file_index, " of ", options_.path, ")");
+  auto moved = std::find(file_names_.begin(), file_names_.end(), saved_file);
+  if (moved != file_names_.end()) {
+    return absl::StrCat(stopped, ", which is file #", moved - file_names_.begin(),
+                        " now (the files before it changed since)");
+  }
+  return absl::StrCat(stopped, ", which is not among its data files now (", now, ")");
+}
+
 absl::Status PackedTextDataset::ResumeHint(const absl::Status& status) const {
   if (!resumed_at_.has_value()) return status;
   return absl::Status(status.code(),
@@ -419,18 +437,20 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
     return absl::FailedPreconditionError(absl::StrCat(
         "dataset state: saved with seq_len ", *seq_len, ", this run has ", options_.seq_len));
   }
-  if (*file_index > static_cast<int64_t>(files_.size())) {
-    return absl::FailedPreconditionError(absl::StrCat("dataset state: file_index ", *file_index,
-                                                      " but ", options_.path, " has ",
-                                                      files_.size(), " data files"));
-  }
-  const bool exhausted = *file_index == static_cast<int64_t>(files_.size());
-  const std::string expected_name = exhausted ? std::string() : file_names_[*file_index];
   auto file = state.find("file");
-  if (file == state.end() || !file->is_string() || file->get<std::string>() != expected_name) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "dataset state: \"file\": expected \"", expected_name, "\" (file #", *file_index, " of ",
-        options_.path, "), got ", file == state.end() ? "nothing" : file->dump()));
+  if (file == state.end() || !file->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset state: \"file\": expected the name of the file it stopped in, got ",
+                     file == state.end() ? "nothing" : file->dump()));
+  }
+  const int64_t num_files = static_cast<int64_t>(files_.size());
+  const bool exhausted = *file_index == num_files;
+  const std::string& saved_file = file->get_ref<const std::string&>();
+  if (*file_index > num_files || saved_file.empty() != exhausted ||
+      (!exhausted && saved_file != file_names_[*file_index])) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("dataset state: ", DescribeMovedFile(saved_file, *file_index),
+                     "; restore the data files to resume where the checkpoint stopped"));
   }
   // Older titans did not record the files before the current one: only its name is checked.
   auto files_before = state.find("files_before_sha256");
@@ -439,7 +459,7 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
        files_before->get<std::string>() != FilesBeforeDigest(file_names_, *file_index))) {
     const std::string read = exhausted ? absl::StrCat("all ", *file_index, " data files of ")
                                        : absl::StrCat("the ", *file_index, " data files before \"",
-                                                      expected_name, "\" in ");
+                                                      saved_file, "\" in ");
     return absl::FailedPreconditionError(absl::StrCat(
         "dataset state: ", read, options_.path,
         " are not those the checkpoint read (files added, removed, renamed or reordered since), "

@@ -62,6 +62,9 @@ class PackedTextDataset {
   absl::Status LoadStateDict(const nlohmann::json& state);
 
   int64_t seq_len() const { return options_.seq_len; }
+  const std::string& path() const { return options_.path; }
+  // Passes over the data begun before the current one (0 in the first).
+  int64_t epoch() const { return epoch_; }
   // The data files, in reading order.
   const std::vector<std::string>& files() const { return files_; }
 
@@ -81,6 +84,8 @@ class PackedTextDataset {
   // rest of it is windowed name it instead of listing its tokens again. Leaves it unknown when
   // the file does not match.
   void LocateDocument();
+  // Why a state's file `saved_file`, its #file_index, is not this dataset's #file_index.
+  std::string DescribeMovedFile(const std::string& saved_file, int64_t file_index) const;
   // `status` saying that the file may have changed, while reading on from a loaded state.
   absl::Status ResumeHint(const absl::Status& status) const;
 

@@ -173,7 +173,8 @@ TEST(PackedTextDatasetTest, AFolderIsReadInTheByteOrderOfItsRelativePaths) {
   state["file"] = "b/c.jsonl";
   const absl::Status status = dataset->LoadStateDict(state);
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(status.message(), HasSubstr("expected \"b.jsonl\" (file #2"));
+  EXPECT_THAT(status.message(), HasSubstr("the checkpoint stopped in \"b/c.jsonl\" (file #2 of " +
+                                          dir + "), which is file #3 now"));
 }
 
 TEST(PackedTextDatasetTest, RejectsAStateWhoseEarlierFilesChangedButAcceptsFilesAddedLater) {
@@ -677,7 +678,12 @@ TEST(PackedTextDatasetTest, RejectsAStateThatDoesNotMatch) {
   nlohmann::json renamed = state;
   renamed["file"] = "other.jsonl";
   EXPECT_THAT(dataset->LoadStateDict(renamed).message(),
-              HasSubstr("expected \"b.jsonl.gz\" (file #1"));
+              HasSubstr(absl::StrCat("the checkpoint stopped in \"other.jsonl\" (file #1 of ", dir,
+                                     "), which is not among its data files now (file #1 is now "
+                                     "\"b.jsonl.gz\")")));
+  renamed["file"] = 7;
+  EXPECT_THAT(dataset->LoadStateDict(renamed).message(),
+              HasSubstr("\"file\": expected the name of the file it stopped in, got 7"));
   ASSERT_TRUE(state.contains("document"));
   nlohmann::json bad_token = state;  // as older titans saved it
   bad_token.erase("document");
@@ -697,6 +703,52 @@ TEST(PackedTextDatasetTest, RejectsAStateThatDoesNotMatch) {
   EXPECT_THAT(dataset->LoadStateDict(no_offset).message(), HasSubstr("\"byte_offset\""));
   // A rejected state leaves the dataset where it was.
   EXPECT_EQ(dataset->StateDict(), state);
+}
+
+TEST(PackedTextDatasetTest, AStateWhoseFileIsGoneOrMovedSaysWhatTheCheckpointRecorded) {
+  // The checkpoint's side is what it recorded, the folder's what it holds now (they read the
+  // other way round: 'expected "" (file #1 ...), got "b.jsonl"').
+  const std::string dir = FreshTestDir("gone");
+  WriteTestFile(dir + "/a.jsonl", JsonLines({"short doc"}));
+  WriteTestFile(dir + "/b.jsonl", JsonLines(MakeTexts(30)));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(Options(dir, 5), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  ReadWindows(*dataset, 6);
+  const nlohmann::json state = dataset->StateDict();
+  ASSERT_EQ(state["file"], "b.jsonl");
+  ASSERT_EQ(state["file_index"], 1);
+
+  ASSERT_EQ(std::remove((dir + "/b.jsonl").c_str()), 0);
+  std::unique_ptr<PackedTextDataset> removed = OpenOrDie(Options(dir, 5), &tokenizer);
+  ASSERT_NE(removed, nullptr);
+  absl::Status status = removed->LoadStateDict(state);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("dataset state: the checkpoint stopped in \"b.jsonl\" (file #1 of ", dir,
+                         "), which is not among its data files now (it holds 1 data file now); "
+                         "restore the data files to resume where the checkpoint stopped"));
+
+  WriteTestFile(dir + "/c.jsonl", JsonLines({"another"}));
+  std::unique_ptr<PackedTextDataset> replaced = OpenOrDie(Options(dir, 5), &tokenizer);
+  ASSERT_NE(replaced, nullptr);
+  EXPECT_THAT(replaced->LoadStateDict(state).message(),
+              HasSubstr("which is not among its data files now (file #1 is now \"c.jsonl\")"));
+
+  ASSERT_EQ(std::remove((dir + "/c.jsonl").c_str()), 0);
+  ASSERT_EQ(std::rename((dir + "/a.jsonl").c_str(), (dir + "/c.jsonl").c_str()), 0);
+  WriteTestFile(dir + "/b.jsonl", JsonLines(MakeTexts(30)));
+  std::unique_ptr<PackedTextDataset> reordered = OpenOrDie(Options(dir, 5), &tokenizer);
+  ASSERT_NE(reordered, nullptr);
+  EXPECT_THAT(reordered->LoadStateDict(state).message(),
+              HasSubstr("stopped in \"b.jsonl\" (file #1 of " + dir +
+                        "), which is file #0 now (the files before it changed since)"));
+
+  nlohmann::json finished = state;  // a finite dataset read to its end
+  finished["file"] = "";
+  EXPECT_THAT(reordered->LoadStateDict(finished).message(),
+              HasSubstr("the checkpoint had read all 1 data files of " + dir +
+                        ", but file #1 is now \"c.jsonl\""));
 }
 
 TEST(PackedTextDatasetTest, AFileChangedSinceTheStateIsNamedAsThePossibleCause) {

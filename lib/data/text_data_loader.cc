@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 
 namespace titan {
 
@@ -40,6 +41,7 @@ void TextDataLoader::StartReadAhead(int64_t local_batch_size, int depth) {
   ahead_batch_size_ = local_batch_size;
   ahead_depth_ = std::max(1, depth);
   consumed_state_ = dataset_->StateDict();
+  consumed_epoch_ = dataset_->epoch();
   stop_ = false;
   reader_ = std::thread([this] { ReadAhead(); });
 }
@@ -53,8 +55,7 @@ void TextDataLoader::ReadAhead() {
       });
       if (stop_) return;
     }
-    Prepared next{ReadBatch(ahead_batch_size_), nlohmann::json()};
-    next.state = dataset_->StateDict();
+    Prepared next{ReadBatch(ahead_batch_size_), dataset_->StateDict(), dataset_->epoch()};
     const bool done = !next.batch.ok();
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -81,7 +82,12 @@ absl::StatusOr<TokenBatch> TextDataLoader::NextBatch(int64_t local_batch_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("data loader: local batch size must be at least 1, got ", local_batch_size));
   }
-  if (ahead_batch_size_ == 0) return ReadBatch(local_batch_size);
+  if (ahead_batch_size_ == 0) {
+    const int64_t epoch = dataset_->epoch();
+    absl::StatusOr<TokenBatch> batch = ReadBatch(local_batch_size);
+    WarnIfRelooped(epoch, dataset_->epoch());
+    return batch;
+  }
   if (local_batch_size != ahead_batch_size_) {
     return absl::FailedPreconditionError(absl::StrCat("data loader: reading ahead batches of ",
                                                       ahead_batch_size_, ", asked for ",
@@ -96,7 +102,18 @@ absl::StatusOr<TokenBatch> TextDataLoader::NextBatch(int64_t local_batch_size) {
   consumed_state_ = std::move(next.state);
   lock.unlock();
   changed_.notify_all();
+  WarnIfRelooped(consumed_epoch_, next.epoch);
+  consumed_epoch_ = next.epoch;
   return std::move(next.batch);
+}
+
+void TextDataLoader::WarnIfRelooped(int64_t from_epoch, int64_t to_epoch) const {
+  int64_t power_of_two = 1;  // the largest not above to_epoch
+  while (power_of_two <= to_epoch / 2) power_of_two *= 2;
+  // Only at powers of two: a tiny dataset would otherwise log a line per pass.
+  LOG_IF(WARNING, to_epoch > from_epoch && power_of_two > from_epoch)
+      << "Dataset " << dataset_->path() << " is being re-looped: starting epoch " << to_epoch
+      << " (0-based; later passes are logged at powers of two)";
 }
 
 nlohmann::json TextDataLoader::StateDict() const {

@@ -53,7 +53,12 @@ class TextDataLoader {
   struct Prepared {
     absl::StatusOr<TokenBatch> batch;
     nlohmann::json state;
+    int64_t epoch = 0;
   };
+
+  // Warns when a batch returned took the data from `from_epoch` into a new pass (at passes 1, 2,
+  // 4, 8, ...): as it is trained on, not as it is read ahead (maybe for a resume that moves on).
+  void WarnIfRelooped(int64_t from_epoch, int64_t to_epoch) const;
 
   absl::StatusOr<TokenBatch> ReadBatch(int64_t local_batch_size);
   void ReadAhead();
@@ -68,6 +73,7 @@ class TextDataLoader {
   std::deque<Prepared> prepared_;
   bool stop_ = false;
   nlohmann::json consumed_state_;  // with read-ahead: the state after the last batch returned
+  int64_t consumed_epoch_ = 0;     // with read-ahead: the epoch after the last batch returned
 };
 
 }  // namespace titan

@@ -1,10 +1,14 @@
 #include "lib/data/text_data_loader.h"
 
 #include <algorithm>
+#include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/data/test_util.h"
@@ -13,7 +17,9 @@
 namespace titan {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 std::vector<std::string> Texts() {
   std::vector<std::string> texts;
@@ -36,6 +42,30 @@ std::unique_ptr<TextDataLoader> OpenLoader(const std::string& path, const Tokeni
   if (!dataset.ok()) return nullptr;
   return std::make_unique<TextDataLoader>(std::move(*dataset));
 }
+
+// Collects the warnings logged while it lives.
+class WarningCollector : public google::LogSink {
+ public:
+  WarningCollector() { google::AddLogSink(this); }
+  ~WarningCollector() override { google::RemoveLogSink(this); }
+
+  void send(google::LogSeverity severity, const char* /*full_filename*/,
+            const char* /*base_filename*/, int /*line*/, const google::LogMessageTime& /*time*/,
+            const char* message, size_t message_len) override {
+    if (severity != google::GLOG_WARNING) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    warnings_.emplace_back(message, message_len);
+  }
+
+  std::vector<std::string> warnings() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return warnings_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> warnings_;
+};
 
 // Row `row` of a [batch_size, seq_len] buffer.
 std::vector<int64_t> Row(const std::vector<int64_t>& values, int64_t seq_len, int64_t row) {
@@ -167,6 +197,42 @@ TEST(TextDataLoaderTest, RejectsANonPositiveBatchSize) {
   ByteTokenizer tokenizer;
   std::unique_ptr<TextDataLoader> loader = OpenLoader(path, &tokenizer, /*infinite=*/true);
   EXPECT_THAT(loader->NextBatch(0).status().message(), HasSubstr("at least 1, got 0"));
+}
+
+TEST(TextDataLoaderTest, ReLoopingIsLoggedWhenItsBatchIsReturnedNotWhenReadAhead) {
+  // Read ahead before a resume, a tiny dataset's passes were logged and then discarded.
+  const std::string path = FreshTestDir("reloop") + "/a.jsonl";
+  WriteTestFile(path, JsonLines({"abcde"}));  // BOS, 5 bytes, EOS: one window of seq_len 6
+  ByteTokenizer tokenizer;
+  WarningCollector collector;
+  std::unique_ptr<TextDataLoader> loader = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  ASSERT_NE(loader, nullptr);
+  loader->StartReadAhead(1, /*depth=*/2);
+  // Time for the thread to read both batches ahead; the second starts pass 1.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_THAT(collector.warnings(), IsEmpty());
+  ASSERT_TRUE(loader->NextBatch(1).ok());
+  EXPECT_THAT(collector.warnings(), IsEmpty());
+  ASSERT_TRUE(loader->NextBatch(1).ok());
+  EXPECT_THAT(collector.warnings(), ElementsAre(HasSubstr("is being re-looped: starting epoch 1")));
+
+  const nlohmann::json state = loader->StateDict();
+  std::unique_ptr<TextDataLoader> resumed = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  ASSERT_NE(resumed, nullptr);
+  resumed->StartReadAhead(1, /*depth=*/2);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_TRUE(resumed->LoadStateDict(state).ok());
+  ASSERT_TRUE(resumed->NextBatch(1).ok());
+  EXPECT_THAT(collector.warnings(),
+              ElementsAre(HasSubstr("starting epoch 1"), HasSubstr("starting epoch 2")));
+
+  // Without read-ahead too.
+  std::unique_ptr<TextDataLoader> direct = OpenLoader(path, &tokenizer, /*infinite=*/true);
+  ASSERT_NE(direct, nullptr);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(direct->NextBatch(1).ok());
+  EXPECT_THAT(collector.warnings(),
+              ElementsAre(HasSubstr("epoch 1"), HasSubstr("epoch 2"), HasSubstr("epoch 1"),
+                          HasSubstr("epoch 2"), HasSubstr("epoch 4")));
 }
 
 }  // namespace
