@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "lib/util/file_util.h"
 
