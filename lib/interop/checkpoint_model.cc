@@ -310,7 +310,8 @@ absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
 
 absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointReader& reader,
                                                              const ModelInfo& info,
-                                                             const ModelInfo* holds) {
+                                                             const ModelInfo* holds,
+                                                             bool absent_allowed) {
   const bool hf = reader.format() == CheckpointFormat::kHf;
   // transformers drops the tied head on save (older writers kept a copy of the embedding); Meta's
   // checkpoints keep the copy (DescribeMeta calls it tied only then). A head that is no copy is a
@@ -354,7 +355,9 @@ absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointRea
   for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
     const auto it = by_titan_name.find(name);
     if (it == by_titan_name.end()) {
-      differences.push_back(absl::StrCat(file_name(name), " absent vs ", ShapeString(shape)));
+      if (!absent_allowed) {
+        differences.push_back(absl::StrCat(file_name(name), " absent vs ", ShapeString(shape)));
+      }
       continue;
     }
     const TensorInfo* tensor = reader.Find(it->second);

@@ -54,10 +54,12 @@ struct ParameterSource {
 // Pairs every parameter of `info`'s model (in model order) with a checkpoint tensor (HF names
 // mapped to titan's), checking shapes. A mismatch is one short line: the checkpoint's directory,
 // what it holds (`holds`, when the caller knows it to differ) against `info`, and the first few
-// differing tensors with a count of the rest.
+// differing tensors with a count of the rest. `absent_allowed`: parameters the checkpoint lacks are
+// no difference (an inspected folder with damaged files, whose tensors are unknown).
 absl::StatusOr<std::vector<ParameterSource>> MatchParameters(const CheckpointReader& reader,
                                                              const ModelInfo& info,
-                                                             const ModelInfo* holds = nullptr);
+                                                             const ModelInfo* holds = nullptr,
+                                                             bool absent_allowed = false);
 
 }  // namespace titan
 

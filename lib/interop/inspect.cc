@@ -245,13 +245,11 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
   report.step = reader->step();
   report.damaged = reader->Damaged();
   absl::StatusOr<ModelInfo> info = DescribeCheckpoint(*reader, "", "");
-  absl::Status matched = info.ok() ? MatchParameters(*reader, *info).status() : info.status();
-  // A damaged file of an HF folder lists no tensors, so its config.json alone names the model then,
-  // as a titan step's manifest does (the damage is reported on its own).
-  if (!matched.ok() && info.ok() && reader->format() == CheckpointFormat::kHf &&
-      !report.damaged.empty()) {
-    matched = absl::OkStatus();
-  }
+  // A damaged file of an HF folder lists no tensors: its config.json names the model where the
+  // readable tensors agree with it (the damage is reported on its own).
+  const bool absent_allowed = reader->format() == CheckpointFormat::kHf && !report.damaged.empty();
+  const absl::Status matched =
+      info.ok() ? MatchParameters(*reader, *info, nullptr, absent_allowed).status() : info.status();
   if (matched.ok()) {
     report.model = info->name();
     report.flavor = info->flavor;

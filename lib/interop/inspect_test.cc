@@ -19,6 +19,8 @@
 #include "lib/checkpoint/test_dir.h"
 #include "lib/interop/convert.h"
 #include "lib/util/directory.h"
+#include "lib/util/file_util.h"
+#include "nlohmann/json.hpp"
 
 namespace titan {
 namespace {
@@ -245,6 +247,16 @@ TEST(InspectTest, NamesTheModelOfAnHfFolderWithADamagedFile) {
     ASSERT_EQ(report->damaged.size(), 1u);
     EXPECT_THAT(report->damaged[0], HasSubstr(file + ": "));
   }
+  // The readable tensors still contradict a config.json of another model.
+  absl::StatusOr<std::string> config_text = ReadFile(sharded + "/config.json");
+  ASSERT_TRUE(config_text.ok());
+  nlohmann::json config = nlohmann::json::parse(*config_text);
+  config["vocab_size"] = config["vocab_size"].get<int64_t>() * 2;
+  ASSERT_TRUE(WriteFileAtomically(sharded + "/config.json", config.dump()).ok());
+  absl::StatusOr<InspectReport> other = InspectCheckpoint(sharded, verify);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_EQ(other->model, "");
+  EXPECT_THAT(other->model_unknown_reason, HasSubstr("checkpoint tensors do not match"));
 }
 
 // A root holding only what unfinished saves left says so rather than "unknown checkpoint format".
