@@ -218,7 +218,13 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   tally.Add("response_tokens", mask.sum());
   tally.Add("sequences", at::scalar_tensor(static_cast<double>(rows), mask.options()));
   tally.Add("reward_sum", rewards.sum());
-  tally.Add("reward_sq_sum", rewards.square().sum());
+  // Squares of the deviations from the batch's mean (all ranks'): E[x²] - mean² loses a small
+  // spread around a large mean (1e8 + 0 or 1 gave a std of 0), even in double.
+  const at::Tensor local_totals =
+      at::stack({rewards.sum().cpu(), at::scalar_tensor(static_cast<double>(rows), at::kDouble)});
+  TITAN_ASSIGN_OR_RETURN(const at::Tensor batch_totals, ReduceOverDp(local_totals, ReduceOp::kSum));
+  const double batch_mean = batch_totals[0].item<double>() / batch_totals[1].item<double>();
+  tally.Add("reward_deviation_sq_sum", (rewards - batch_mean).square().sum());
   tally.Add("counted_tokens", loss_mask.sum());
   if (ppo) {
     // Explained variance of the rollout-time values, over response tokens.
@@ -344,8 +350,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   metrics.lr = optimizer_->lr();
   metrics.extra = {
       {"reward_mean", reward_mean},
-      {"reward_std",
-       std::sqrt(std::max(0.0, get("reward_sq_sum") / n - reward_mean * reward_mean))},
+      {"reward_std", std::sqrt(get("reward_deviation_sq_sum") / n)},
       {"policy_loss", step_average("policy_loss")},
       {"clip_fraction", step_average("clip_fraction")},
       {"response_length", get("response_tokens") / n},

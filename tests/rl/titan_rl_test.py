@@ -1244,17 +1244,19 @@ class TitanRlTest(unittest.TestCase):
 
     def test_reward_statistics_past_float32s_range_are_exact(self):
         # Rewards float32 holds whose squares and sums it does not: the statistics are doubles'.
-        rewards = [3e38, 3e38, -3e38, -3e38, 1e38, 0.0, 1e38, 0.0]
-        rows = [dict(r, reward=reward)
-                for r, reward in zip(common.read_jsonl(self.rollouts()), rewards)]
-        path = os.path.join(self.root, "rollouts_past_float32.jsonl")
-        common.write_jsonl(path, rows)
-        _, cmd = self.job("step_past_float32", f"--step_rollouts={path}", "--json")
-        summary = json.loads(common.run(cmd).stdout)
-        mean = sum(rewards) / len(rewards)
-        std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
-        self.assertAlmostEqual(summary["reward_mean"] / mean, 1, places=12)
-        self.assertAlmostEqual(summary["reward_std"] / std, 1, places=12)
+        # A small spread around a large mean: E[x²] - mean² cancels to 0 even in double.
+        for name, rewards in (("past_float32", [3e38, 3e38, -3e38, -3e38, 1e38, 0.0, 1e38, 0.0]),
+                              ("large_mean", [1e8 + i % 2 for i in range(8)])):
+            rows = [dict(r, reward=reward)
+                    for r, reward in zip(common.read_jsonl(self.rollouts()), rewards)]
+            path = os.path.join(self.root, f"rollouts_{name}.jsonl")
+            common.write_jsonl(path, rows)
+            _, cmd = self.job(f"step_{name}", f"--step_rollouts={path}", "--json")
+            summary = json.loads(common.run(cmd).stdout)
+            mean = sum(rewards) / len(rewards)
+            std = (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+            self.assertAlmostEqual(summary["reward_mean"] / mean, 1, places=12, msg=name)
+            self.assertAlmostEqual(summary["reward_std"] / std, 1, places=12, msg=name)
 
     def test_step_rollouts_groups_of_mixed_prompts_are_refused(self):
         # Groups are taken by position: rows 1-4 and 5-8, each of one prompt, else refused.
