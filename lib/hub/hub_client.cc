@@ -76,10 +76,14 @@ std::string RenamedIdsPath(const FileDownloader& downloader) {
   return downloader.StatePath("requested_ids");
 }
 
-bool RequestedBefore(const FileDownloader& downloader, absl::string_view repo_id) {
+// The recorded ids ("" where none are).
+std::string RenamedIds(const FileDownloader& downloader) {
   absl::StatusOr<std::string> text = ReadFile(RenamedIdsPath(downloader));
-  if (!text.ok()) return false;
-  for (absl::string_view line : absl::StrSplit(*text, '\n')) {
+  return text.ok() ? *std::move(text) : std::string();
+}
+
+bool ListsId(absl::string_view ids, absl::string_view repo_id) {
+  for (absl::string_view line : absl::StrSplit(ids, '\n')) {
     if (absl::EqualsIgnoreCase(line, repo_id)) return true;
   }
   return false;
@@ -88,13 +92,10 @@ bool RequestedBefore(const FileDownloader& downloader, absl::string_view repo_id
 // Records that --repo_id filled the folder though the Hub calls the repo `hub_id` now.
 absl::Status RecordRenamedId(const FileDownloader& downloader, const DownloadOptions& options,
                              absl::string_view hub_id) {
-  if (hub_id.empty() || absl::EqualsIgnoreCase(hub_id, options.repo_id) ||
-      RequestedBefore(downloader, options.repo_id)) {
-    return absl::OkStatus();
-  }
-  absl::StatusOr<std::string> text = ReadFile(RenamedIdsPath(downloader));
-  return WriteFileAtomically(RenamedIdsPath(downloader),
-                             absl::StrCat(text.ok() ? *text : "", options.repo_id, "\n"));
+  if (hub_id.empty() || absl::EqualsIgnoreCase(hub_id, options.repo_id)) return absl::OkStatus();
+  const std::string ids = RenamedIds(downloader);
+  if (ListsId(ids, options.repo_id)) return absl::OkStatus();
+  return WriteFileAtomically(RenamedIdsPath(downloader), absl::StrCat(ids, options.repo_id, "\n"));
 }
 
 // Two repos of one NAME share <local_dir>/NAME: a folder whose saved listings belong to another
@@ -103,7 +104,7 @@ absl::Status RecordRenamedId(const FileDownloader& downloader, const DownloadOpt
 // that does not parse says nothing about the folder's repo.
 absl::Status CheckFolderHoldsRepo(const FileDownloader& downloader, const DownloadOptions& options,
                                   absl::string_view hub_id) {
-  if (RequestedBefore(downloader, options.repo_id)) return absl::OkStatus();
+  if (ListsId(RenamedIds(downloader), options.repo_id)) return absl::OkStatus();
   const std::string revisions = downloader.StatePath("revisions");
   if (!IsDirectory(revisions)) return absl::OkStatus();
   absl::StatusOr<std::vector<std::string>> names = ListDirectory(revisions);
