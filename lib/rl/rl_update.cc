@@ -217,14 +217,13 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   Tally tally;
   tally.Add("response_tokens", mask.sum());
   tally.Add("sequences", at::scalar_tensor(static_cast<double>(rows), mask.options()));
-  tally.Add("reward_sum", rewards.sum());
   // Squares of the deviations from the batch's mean (all ranks'): E[x²] - mean² loses a small
   // spread around a large mean (1e8 + 0 or 1 gave a std of 0), even in double.
   const at::Tensor local_totals =
       at::stack({rewards.sum().cpu(), at::scalar_tensor(static_cast<double>(rows), at::kDouble)});
   TITAN_ASSIGN_OR_RETURN(const at::Tensor batch_totals, ReduceOverDp(local_totals, ReduceOp::kSum));
-  const double batch_mean = batch_totals[0].item<double>() / batch_totals[1].item<double>();
-  tally.Add("reward_deviation_sq_sum", (rewards - batch_mean).square().sum());
+  const double reward_mean = batch_totals[0].item<double>() / batch_totals[1].item<double>();
+  tally.Add("reward_deviation_sq_sum", (rewards - reward_mean).square().sum());
   tally.Add("counted_tokens", loss_mask.sum());
   if (ppo) {
     // Explained variance of the rollout-time values, over response tokens.
@@ -340,7 +339,6 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   StepMetrics metrics;
   const double tokens = std::max(1.0, get("counted_tokens"));
   const double n = std::max(1.0, get("sequences"));
-  const double reward_mean = get("reward_sum") / n;
   const double steps = std::max<int64_t>(1, optimizer_steps);
   auto step_average = [&](const std::string& name) { return get(name) / steps; };
   metrics.loss = step_average("policy_loss") + rl.kl_coef() * (ppo ? 0 : step_average("kl")) +
