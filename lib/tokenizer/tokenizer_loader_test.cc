@@ -591,13 +591,18 @@ TEST(TokenizerLoaderTest, ConfigTokensPastTheVocabularyTakeTheIdsTransformersGiv
   EXPECT_EQ(*text, "<|begin_of_text|>h<|end_of_text|>");
 }
 
-TEST(TokenizerLoaderTest, TokenizerConfigNamesWinOverUsualNames) {
-  // Llama 3.x Instruct's layout: its config ends text with <|eot_id|>, not <|end_of_text|>.
-  const std::string dir = MakeDir("config_wins");
+// A tokenizer.json of "a" and Llama 3's <|begin_of_text|>, <|end_of_text|>, <|eot_id|> (ids 1-3).
+void WriteLlama3SpecialTokens(const std::string& dir) {
   Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
       "added_tokens": [{"id": 1, "content": "<|begin_of_text|>", "special": true},
                        {"id": 2, "content": "<|end_of_text|>", "special": true},
                        {"id": 3, "content": "<|eot_id|>", "special": true}]})"));
+}
+
+TEST(TokenizerLoaderTest, TokenizerConfigNamesWinOverUsualNames) {
+  // Llama 3.x Instruct's layout: its config ends text with <|eot_id|>, not <|end_of_text|>.
+  const std::string dir = MakeDir("config_wins");
+  WriteLlama3SpecialTokens(dir);
   Write(dir + "/tokenizer_config.json",
         R"({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"})");
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
@@ -623,10 +628,7 @@ TEST(TokenizerLoaderTest, SpecialTokensMapNamesTokensWhereTheConfigHasNoAddedTok
   // An older save's layout: the names live in special_tokens_map.json, which transformers reads
   // where tokenizer_config.json has no added_tokens_decoder; its values win over the config's.
   const std::string dir = MakeDir("special_tokens_map");
-  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
-      "added_tokens": [{"id": 1, "content": "<|begin_of_text|>", "special": true},
-                       {"id": 2, "content": "<|end_of_text|>", "special": true},
-                       {"id": 3, "content": "<|eot_id|>", "special": true}]})"));
+  WriteLlama3SpecialTokens(dir);
   Write(dir + "/tokenizer_config.json", R"({"eos_token": "<|end_of_text|>"})");
   Write(dir + "/special_tokens_map.json", R"({"eos_token": "<|eot_id|>", "bos_token": null})");
   testing::internal::CaptureStderr();
