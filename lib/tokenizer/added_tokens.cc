@@ -62,6 +62,9 @@ absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t i
 
 namespace {
 
+// Renumbered added tokens logged one by one; the rest are counted.
+constexpr int64_t kRenumberedLogged = 3;
+
 // The settings of an added token listed again (see AddedTokenIds::Add).
 void ListAgain(const BpeModel::AddedToken& later, BpeModel::AddedToken& listed) {
   listed.lstrip = later.lstrip;
@@ -83,12 +86,19 @@ absl::Status AddedTokenIds::Assign(BpeModel::AddedToken& token, const JsonErrors
     token.id = static_cast<int32_t>(next_id_);
   }
   next_id_ = std::max<int64_t>(next_id_, int64_t{token.id} + 1);
-  LOG_IF(WARNING, token.id != declared)
-      << errors.path() << ": " << key << " " << QuotedShort(token.content) << " has id " << token.id
-      << " (as transformers and tokenizers give it: "
-      << (in_vocab != vocab_.end() ? "model.vocab's id" : "the next free id") << "), not "
-      << declared;
+  if (token.id != declared && ++renumbered_ <= kRenumberedLogged) {
+    LOG(WARNING) << errors.path() << ": " << key << " " << QuotedShort(token.content) << " has id "
+                 << token.id << " (as transformers and tokenizers give it: "
+                 << (in_vocab != vocab_.end() ? "model.vocab's id" : "the next free id")
+                 << "), not " << declared;
+  }
   return absl::OkStatus();
+}
+
+void AddedTokenIds::LogRenumberedRest() const {
+  LOG_IF(WARNING, renumbered_ > kRenumberedLogged)
+      << "... and " << renumbered_ - kRenumberedLogged
+      << " more added tokens have other ids than written (" << renumbered_ << " in all)";
 }
 
 absl::Status AddedTokenIds::Add(BpeModel::AddedToken token, const JsonErrors& errors,

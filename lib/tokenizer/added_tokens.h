@@ -59,6 +59,9 @@ class AddedTokenIds {
   // The id the next token outside model.vocab gets.
   int64_t next_id() const { return next_id_; }
 
+  // Logs how many tokens took other ids than written beyond the few logged one by one.
+  void LogRenumberedRest() const;
+
  private:
   // Gives a token not listed before its id.
   absl::Status Assign(BpeModel::AddedToken& token, const JsonErrors& errors,
@@ -69,6 +72,8 @@ class AddedTokenIds {
   // found at once (a file with tens of thousands of added tokens, listed in both files).
   absl::flat_hash_map<std::string, size_t> position_;
   int64_t next_id_;
+  // Tokens whose id differs from the written one: a file renumbered wholesale logs a few lines.
+  int64_t renumbered_ = 0;
 };
 
 // The id of `name` as an added token or in the vocab, as HF's token_to_id.

@@ -357,6 +357,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
       return s;
     }
   }
+  added_ids.LogRenumberedRest();
   // Where model.vocab's ids leave gaps, tokenizers' next free id (counted from its number of
   // entries) can be a vocab entry's: one id for two strings, refused.
   absl::flat_hash_map<int32_t, const std::string*> vocab_text;

@@ -369,8 +369,18 @@ TEST(TokenizerLoaderTest, AddedTokensTakeTheIdsTokenizersGivesNotTheWrittenOnes)
                        {"id": 0, "content": "<y>", "special": true},
                        {"id": 7, "content": "</s>", "special": true},
                        {"id": 4, "content": "<z>", "special": true}]})"));
+  testing::internal::CaptureStderr();
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  const std::string log = testing::internal::GetCapturedStderr();
   ASSERT_NE(tokenizer, nullptr);
+  // The first three renumbered tokens are logged one by one, the rest counted (a file renumbered
+  // wholesale would log a line per token).
+  EXPECT_THAT(log, HasSubstr("added_tokens[0] \"<x>\" has id 3 (as transformers and tokenizers "
+                             "give it: the next free id), not 9"));
+  EXPECT_THAT(log, HasSubstr("added_tokens[2] \"</s>\" has id 2 (as transformers and tokenizers "
+                             "give it: model.vocab's id), not 7"));
+  EXPECT_THAT(log, Not(HasSubstr("\"<z>\" has id")));
+  EXPECT_THAT(log, HasSubstr("... and 1 more added tokens have other ids than written (4 in all)"));
   EXPECT_EQ(tokenizer->eos_id(), 2);
   EXPECT_EQ(tokenizer->vocab_size(), 6);
   EXPECT_THAT(tokenizer->Encode("<x>a<y></s><z>b", false, false, kParse),
