@@ -41,10 +41,18 @@ struct StepTensors {
   }
 };
 
-// Which names `pattern` is found in, as Python's re.search (unanchored).
-absl::StatusOr<std::vector<bool>> SearchNames(const std::string& pattern,
-                                              const std::vector<ParamRef>& params,
-                                              const std::string& key) {
+// Which names a pattern is found in, as Python's re.search (unanchored). A name whose matching
+// fails (PCRE2's backtracking limit) sets `match_error`: it depends on the names, so under
+// pipeline parallelism it may happen on one stage only.
+struct NameSearch {
+  std::vector<bool> found;
+  absl::Status match_error;
+};
+
+// A pattern that does not compile is an error of the config alone, alike on every rank.
+absl::StatusOr<NameSearch> SearchNames(const std::string& pattern,
+                                       const std::vector<ParamRef>& params,
+                                       const std::string& key) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
@@ -57,22 +65,21 @@ absl::StatusOr<std::vector<bool>> SearchNames(const std::string& pattern,
                                                    " at offset ", error_offset));
   }
   pcre2_match_data* match = pcre2_match_data_create_from_pattern(code, nullptr);
-  std::vector<bool> found;
-  absl::Status status;
+  NameSearch search;
   for (const ParamRef& p : params) {
     const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(p.name.data()), p.name.size(), 0,
                                0, match, nullptr);
     if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
-      status = absl::InvalidArgumentError(
+      search.match_error = absl::InvalidArgumentError(
           absl::StrCat(key, "=\"", pattern, "\": matching ", p.name, " failed (PCRE2 ", rc, ")"));
+      search.found.assign(params.size(), false);
       break;
     }
-    found.push_back(rc >= 0);
+    search.found.push_back(rc >= 0);
   }
   pcre2_match_data_free(match);
   pcre2_code_free(code);
-  if (!status.ok()) return status;
-  return found;
+  return search;
 }
 
 // Adam divides by sqrt(v) + eps: with eps 0 (in float32) a parameter whose gradient is exactly 0,
@@ -298,9 +305,18 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(const std::vector<P
   TITAN_ASSIGN_OR_RETURN(std::vector<Group> groups, ClaimParams(params, config, defaults));
   std::vector<int64_t> totals;
   for (const Group& group : groups) totals.push_back(group.params.size());
+  for (int g = 0; g < config.param_groups_size(); ++g)
+    totals.push_back(!groups[g].match_error.ok());
   // Every rank reaches this sum: the errors above come from the config alone, alike on all ranks.
   if (sum_over_stages != nullptr) {
     TITAN_ASSIGN_OR_RETURN(totals, sum_over_stages(totals));
+  }
+  for (int g = 0; g < config.param_groups_size(); ++g) {
+    if (totals[groups.size() + g] == 0) continue;
+    if (!groups[g].match_error.ok()) return groups[g].match_error;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[optimizer] param_groups[", g, "].pattern=\"", groups[g].pattern,
+        "\": matching a name on another pipeline stage failed (that stage's rank names it)"));
   }
   for (int g = 0; g < config.param_groups_size(); ++g) {
     if (totals[g] > 0) continue;
@@ -337,17 +353,17 @@ absl::StatusOr<std::vector<Optimizer::Group>> Optimizer::ClaimParams(
     const JobConfig::Optimizer::ParamGroup& spec = config.param_groups(g);
     const std::string key = absl::StrCat("[optimizer] param_groups[", g, "]");
     TITAN_ASSIGN_OR_RETURN(const AdamSettings hyper, GroupHyperparameters(spec, defaults, key));
-    TITAN_ASSIGN_OR_RETURN(const std::vector<bool> found,
+    TITAN_ASSIGN_OR_RETURN(NameSearch search,
                            SearchNames(spec.pattern(), params, absl::StrCat(key, ".pattern")));
-    Group group{spec.pattern(), hyper, {}};
+    Group group{spec.pattern(), hyper, {}, std::move(search.match_error)};
     for (size_t i = 0; i < params.size(); ++i) {
-      if (claimed[i] || !found[i]) continue;
+      if (claimed[i] || !search.found[i]) continue;
       claimed[i] = true;
       group.params.push_back(i);
     }
     groups.push_back(std::move(group));
   }
-  Group rest{"", defaults, {}};
+  Group rest{"", defaults, {}, absl::OkStatus()};
   for (size_t i = 0; i < params.size(); ++i) {
     if (!claimed[i]) rest.params.push_back(i);
   }

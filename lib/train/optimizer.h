@@ -26,8 +26,9 @@ namespace titan {
 // otherwise. Parameters without a gradient are skipped, as torch does.
 class Optimizer {
  public:
-  // Per-group counts of the parameters this rank claims, summed with those of the ranks that hold
-  // the model's other pipeline stages: a collective every one of them calls.
+  // Per-group counts of the parameters this rank claims, then per pattern a 1 where matching a
+  // name failed here, summed with those of the ranks that hold the model's other pipeline stages:
+  // a collective every one of them calls.
   using SumOverStages =
       std::function<absl::StatusOr<std::vector<int64_t>>(const std::vector<int64_t>& counts)>;
 
@@ -35,7 +36,8 @@ class Optimizer {
   // that does not compile or matches no parameter not claimed by an earlier group, betas that are
   // not a pair or are set together with beta1/beta2. `params` are this rank's; with
   // `sum_over_stages` set they are its pipeline stages', and a pattern is refused only if it
-  // matches no unclaimed parameter on any stage (every stage's rank then refuses it alike).
+  // matches no unclaimed parameter on any stage, or matching fails on any stage's name (PCRE2's
+  // backtracking limit): every stage's rank then refuses it alike.
   static absl::StatusOr<std::unique_ptr<Optimizer>> Create(
       const std::vector<ParamRef>& params, const JobConfig::Optimizer& config,
       const SumOverStages& sum_over_stages = nullptr);
@@ -73,6 +75,8 @@ class Optimizer {
     std::string pattern;  // "" for the parameters no pattern claimed
     AdamSettings hyper;   // as torch.optim.Adam's param_groups hold them
     std::vector<size_t> params;  // indices into params_
+    // Matching one of this rank's names failed (the group then claims none of them).
+    absl::Status match_error;
   };
 
   // torch's per-parameter state; `step` is a float32 scalar, on the parameter's device for fused

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "lib/profiling/tracking_allocator.h"
 
@@ -174,21 +175,23 @@ TEST(OptimizerTest, PatternsAreCheckedOverEveryPipelineStage) {
   AddGroup(&config, "norm", std::nullopt, 0.0);
   AddGroup(&config, "tok_embeddings", /*lr=*/0.2);  // on the other stage only
   std::vector<int64_t> summed;
-  // The other stage: one tok_embeddings parameter, two unclaimed ones.
+  // The other stage: one tok_embeddings parameter, two unclaimed ones; counts are the three
+  // groups' claims, then per pattern whether matching a name failed.
   const Optimizer::SumOverStages other_stage = [&summed](const std::vector<int64_t>& counts) {
     summed = counts;
-    return std::vector<int64_t>{counts[0], counts[1] + 1, counts[2] + 2};
+    return std::vector<int64_t>{counts[0], counts[1] + 1, counts[2] + 2, counts[3], counts[4]};
   };
   Params p;
   auto opt = Optimizer::Create(p.refs(), config, other_stage).value();
-  EXPECT_EQ(summed, (std::vector<int64_t>{1, 0, 2}));  // this stage's claims, first match wins
+  // This stage's claims (first match wins) and no matching error.
+  EXPECT_EQ(summed, (std::vector<int64_t>{1, 0, 2, 0, 0}));
   p.ZeroGrads();
   opt->Step();
   EXPECT_FLOAT_EQ(p.matrix[0][0].item<float>(), 1.0f - 0.1f * 0.5f);
   EXPECT_EQ(p.norm[0].item<float>(), 1.0f);
   config.mutable_param_groups(1)->set_pattern("tok_embedingz");
   const Optimizer::SumOverStages no_stage_matches = [](const std::vector<int64_t>& counts) {
-    return std::vector<int64_t>{counts[0], counts[1], counts[2] + 3};
+    return std::vector<int64_t>{counts[0], counts[1], counts[2] + 3, counts[3], counts[4]};
   };
   absl::StatusOr<std::unique_ptr<Optimizer>> refused =
       Optimizer::Create(p.refs(), config, no_stage_matches);
@@ -199,6 +202,32 @@ TEST(OptimizerTest, PatternsAreCheckedOverEveryPipelineStage) {
     return absl::StatusOr<std::vector<int64_t>>(absl::DeadlineExceededError("timed out"));
   };
   EXPECT_EQ(Optimizer::Create(p.refs(), config, failed).status().message(), "timed out");
+}
+
+// Matching can fail on one stage's names only (PCRE2's backtracking limit on a long name): the
+// rank holding the name says which, the other stages' ranks refuse the pattern too.
+TEST(OptimizerTest, AMatchingErrorOnAnyStageIsRefusedByEveryStage) {
+  JobConfig::Optimizer config = Config("foreach");
+  AddGroup(&config, "(a|b|.|\\w)*(a|b|.|\\w)*(a|b|.|\\w)*(a|b|.|\\w)*\\d{5}");
+  std::vector<int64_t> summed;
+  const Optimizer::SumOverStages this_stage_fails = [&summed](const std::vector<int64_t>& counts) {
+    summed = counts;
+    return counts;
+  };
+  Params p;
+  EXPECT_EQ(Optimizer::Create(p.refs(), config, this_stage_fails).status().message(),
+            absl::StrCat("[optimizer] param_groups[0].pattern=\"", config.param_groups(0).pattern(),
+                         "\": matching layers.0.w.weight failed (PCRE2 -47)"));
+  EXPECT_EQ(summed, (std::vector<int64_t>{0, 3, 1}));  // no claims, then the failure flag
+  // "out.bias" alone matches without error: a stage holding only it hears of the other's failure.
+  ParamRef bias{"out.bias", &p.bias};
+  const Optimizer::SumOverStages other_stage_fails = [](const std::vector<int64_t>& counts) {
+    return std::vector<int64_t>{counts[0], counts[1], counts[2] + 1};
+  };
+  EXPECT_EQ(Optimizer::Create({bias}, config, other_stage_fails).status().message(),
+            absl::StrCat("[optimizer] param_groups[0].pattern=\"", config.param_groups(0).pattern(),
+                         "\": matching a name on another pipeline stage failed (that stage's rank "
+                         "names it)"));
 }
 
 // eps 0 (or 0 once in float32) turns a parameter with an all-zero gradient into NaN: refused.
