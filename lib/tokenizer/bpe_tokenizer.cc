@@ -1,6 +1,7 @@
 #include "lib/tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <optional>
 #include <queue>
 #include <utility>
 
@@ -71,27 +72,33 @@ class BpeTokenizer::Regex {
   }
   ~Regex() { pcre2_code_free(code_); }
 
-  // Calls `emit` with each match and each non-empty gap between matches, in order.
+  // Calls `emit` with each non-empty match and each non-empty gap between matches, in order, as
+  // tokenizers' Split splits by the onig crate's find_iter: an empty match is a split point,
+  // except one right where the previous match ended.
   template <typename Emit>
   void Split(absl::string_view text, Emit emit) const {
     pcre2_match_data* match = pcre2_match_data_create(1, nullptr);
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t offset = 0;
-    while (offset < text.size()) {
-      const int rc = pcre2_match(code_, subject, text.size(), offset, 0, match, nullptr);
+    size_t search_from = 0;
+    size_t piece_start = 0;  // Where the text not yet emitted starts.
+    std::optional<size_t> last_match_end;
+    while (search_from <= text.size()) {
+      const int rc = pcre2_match(code_, subject, text.size(), search_from, 0, match, nullptr);
       if (rc < 0) break;  // No match (or a matching limit): the rest is one gap.
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
-      size_t start = ovector[0];
-      size_t end = ovector[1];
-      if (end == start) {  // An empty match: its character joins the next gap.
-        end = start + DecodeUtf8At(text, start).second;
-        start = end;
+      const size_t start = ovector[0];
+      const size_t end = ovector[1];
+      if (start == end && last_match_end == end) {
+        search_from = end < text.size() ? end + DecodeUtf8At(text, end).second : end + 1;
+        continue;
       }
-      if (start > offset) emit(text.substr(offset, start - offset));
+      search_from = end;
+      last_match_end = end;
+      if (start > piece_start) emit(text.substr(piece_start, start - piece_start));
       if (end > start) emit(text.substr(start, end - start));
-      offset = end;
+      piece_start = end;
     }
-    if (offset < text.size()) emit(text.substr(offset));
+    if (piece_start < text.size()) emit(text.substr(piece_start));
     pcre2_match_data_free(match);
   }
 
@@ -134,11 +141,11 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
   }
   std::vector<std::unique_ptr<Regex>> regexes;
   for (const BpeModel::PreTokenizeStep& step : model.pre_tokenizer) {
-    if (step.split_regex.empty()) {
+    if (!step.split_regex.has_value()) {
       regexes.push_back(nullptr);
       continue;
     }
-    absl::StatusOr<std::unique_ptr<Regex>> regex = Regex::Compile(step.split_regex);
+    absl::StatusOr<std::unique_ptr<Regex>> regex = Regex::Compile(*step.split_regex);
     if (!regex.ok()) return regex.status();
     regexes.push_back(*std::move(regex));
   }

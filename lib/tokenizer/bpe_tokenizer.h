@@ -32,8 +32,9 @@ struct BpeModel {
   struct PreTokenizeStep {
     // Prepend ' ' to a piece that does not start with one (HF ByteLevel add_prefix_space).
     bool add_prefix_space = false;
-    // Split into matches and the gaps between them (HF Split "Isolated"); empty: no split.
-    std::string split_regex;
+    // Split into matches and the gaps between them (HF Split "Isolated"); none: no split (an
+    // empty regex splits every character apart, as in tokenizers).
+    std::optional<std::string> split_regex;
   };
   struct Merge {
     int32_t priority;  // Lower merges first.

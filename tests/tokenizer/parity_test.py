@@ -236,6 +236,27 @@ class ParityTest(unittest.TestCase):
         finally:
             del TRICKY_TEXTS[-len(texts_extra):]
 
+    def test_split_regexes_with_empty_matches_match_tokenizers(self):
+        # tokenizers splits by the onig crate's find_iter: an empty match (a lookaround, an anchor,
+        # a starred atom) is a split point unless it sits where the previous match ended.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        texts = ["a Bc", "banana bread", "ab", "a", "ab cd", "baac", "a\nb\n", "HelloWorld FooBar",
+                 "aaa", "naïve café 日本語 👍🏽"] + TRICKY_TEXTS[:16]
+        for i, pattern in enumerate([r"(?=\p{Lu})", "(?=a)", "(?<=a)", "$", "^", r"\b", "",
+                                     "x*", "a*", r"(?=\s)|\s+"]):
+            spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated",
+                 "invert": False},
+                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                 "use_regex": False}]}
+            tokenizer_dir, json_path = write_tokenizer_json(self.tmp, f"empty_match_{i}", spec)
+            reference = Tokenizer.from_file(json_path)
+            ours = run_encode_main(tokenizer_dir, texts, self.tmp)
+            for text, result in zip(texts, ours["results"]):
+                self.assertEqual(result["ids"], reference.encode(text, add_special_tokens=False).ids,
+                                 f"regex {pattern!r}, text {text[:40]!r}")
+
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
         normalizer, pre-tokenizer and added tokens, <think> not special, with `think_settings`):
