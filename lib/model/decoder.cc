@@ -21,13 +21,8 @@ at::Tensor Apply(const ParallelHooks* hooks, ParallelHooks::Hook ParallelHooks::
   return hooks != nullptr && hooks->*hook ? (hooks->*hook)(x) : x;
 }
 
-void InitLinear(at::Tensor& weight, const InitConfig& init, double std) {
-  if (init.truncated) {
-    TruncNormal_(weight, 0.0, std, -2.0, 2.0);
-  } else {
-    weight.normal_(0.0, std);
-  }
-}
+// torchtitan's trunc_normal_ with torch's default bounds, ±2 absolute.
+void InitLinear(at::Tensor& weight, double std) { TruncNormal_(weight, 0.0, std, -2.0, 2.0); }
 
 }  // namespace
 
@@ -71,8 +66,8 @@ at::Tensor DecoderAttention::Forward(const at::Tensor& x, const BatchContext& ba
 }
 
 void DecoderAttention::InitWeights(const InitConfig& init, double out_std) {
-  for (at::Tensor* w : {&wq_, &wk_, &wv_}) InitLinear(*w, init, init.linear_std);
-  InitLinear(wo_, init, out_std);
+  for (at::Tensor* w : {&wq_, &wk_, &wv_}) InitLinear(*w, init.linear_std);
+  InitLinear(wo_, out_std);
   if (q_norm_ != nullptr) {
     q_norm_->fill_(1.0);
     k_norm_->fill_(1.0);
@@ -96,9 +91,9 @@ at::Tensor DecoderFeedForward::Forward(const at::Tensor& x) const {
 }
 
 void DecoderFeedForward::InitWeights(const InitConfig& init, double out_std) {
-  InitLinear(w1_, init, init.linear_std);
-  InitLinear(w2_, init, out_std);
-  InitLinear(w3_, init, out_std);
+  InitLinear(w1_, init.linear_std);
+  InitLinear(w2_, out_std);
+  InitLinear(w3_, out_std);
 }
 
 DecoderBlock::DecoderBlock(int64_t layer_id, const TransformerArgs& args,
@@ -126,7 +121,7 @@ at::Tensor DecoderBlock::Forward(const at::Tensor& x, const BatchContext& batch,
 void DecoderBlock::InitWeights(const TransformerArgs& args) {
   const InitConfig& init = args.init;
   double out_std = init.linear_std;
-  if (init.depth_scaled_output) out_std /= std::sqrt(2.0 * static_cast<double>(layer_id_ + 1));
+  out_std /= std::sqrt(2.0 * static_cast<double>(layer_id_ + 1));  // torchtitan's depth_init
   c10::NoGradGuard no_grad;
   attention_norm_.fill_(1.0);
   ffn_norm_.fill_(1.0);
@@ -193,7 +188,17 @@ void Decoder::InitEmbedding() {
   // A tied head's copy of the table (a later pipeline stage) takes the first stage's values.
   if (tok_embeddings_ == nullptr || !part_.embedding) return;
   BuildRopeTables(tok_embeddings_->options());
-  tok_embeddings_->normal_(0.0, args_.init.embedding_std);
+  // Tied, the table is the head too: torchtitan's head init, run last on the shared weight, wins.
+  if (args_.tie_word_embeddings) {
+    InitAsHead(*tok_embeddings_);
+  } else {
+    tok_embeddings_->normal_(0.0, args_.init.embedding_std);
+  }
+}
+
+void Decoder::InitAsHead(at::Tensor& weight) const {
+  const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
+  TruncNormal_(weight, 0.0, std, -3 * std, 3 * std);
 }
 
 void Decoder::InitLayer(int64_t layer_id) { Block(layer_id)->InitWeights(args_); }
@@ -203,12 +208,7 @@ void Decoder::InitHead() {
   if (norm_ == nullptr) return;
   norm_->fill_(1.0);
   if (output_ != nullptr) {
-    if (args_.init.head_std_from_dim) {
-      const double std = 1.0 / std::sqrt(static_cast<double>(args_.dim));
-      TruncNormal_(*output_, 0.0, std, -3 * std, 3 * std);
-    } else {
-      InitLinear(*output_, args_.init, args_.init.linear_std);
-    }
+    InitAsHead(*output_);
   }
 }
 

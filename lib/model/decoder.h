@@ -169,6 +169,9 @@ class Decoder : public Module {
   const DecoderPart& part() const { return part_; }
 
  private:
+  // The untied head's init (std dim^-0.5, truncated at ±3σ), which a tied table takes too.
+  void InitAsHead(at::Tensor& weight) const;
+
   DecoderBlock* Block(int64_t layer_id) const;
 
   const TransformerArgs args_;

@@ -41,16 +41,12 @@ struct RopeConfig {
   bool truncate = true;
 };
 
-// How a family initialises its weights (torchtitan's per-family init, as data).
+// How weights are initialised: torchtitan's init, the same for Llama 3 and Qwen3.
 struct InitConfig {
   double embedding_std = 1.0;
   double linear_std = 0.02;
-  // Truncate linear draws at ±2 absolute (torchtitan's Llama); else plain normal.
-  bool truncated = true;
-  // Output projections (wo, w2, w3) use linear_std / sqrt(2·(layer+1)) (torchtitan's depth_init).
-  bool depth_scaled_output = true;
-  // The untied output head: std dim^-0.5 truncated at ±3σ (Llama); else linear_std.
-  bool head_std_from_dim = true;
+  // Linear draws are truncated at ±2 absolute; output projections (wo, w2, w3) use linear_std /
+  // sqrt(2·(layer+1)) (depth_init); the head, and a tied table, std dim^-0.5 truncated at ±3σ.
 };
 
 // The architecture of a dense decoder-only transformer: everything that decides parameter shapes

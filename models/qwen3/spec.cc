@@ -29,11 +29,6 @@ TransformerArgs Defaults() {
   args.rope.theta = 1e6;
   args.rope.layout = RopeLayout::kRotateHalf;
   args.max_seq_len = 40960;
-  args.init.embedding_std = 0.02;
-  args.init.linear_std = 0.02;
-  args.init.truncated = false;
-  args.init.depth_scaled_output = false;
-  args.init.head_std_from_dim = false;
   return args;
 }
 

@@ -52,7 +52,7 @@ TEST(Qwen3SpecTest, DebugModelIsTorchtitansQwen3Debugmodel) {
   EXPECT_EQ(args.rope.theta, 1e6);
 }
 
-TEST(Qwen3SpecTest, QkNormParametersAndPlainNormalInit) {
+TEST(Qwen3SpecTest, QkNormParametersAndTorchtitansInit) {
   at::manual_seed(0);
   TransformerArgs args = Spec().Flavor("debugmodel").value();
   args.vocab_size = 2048;
@@ -65,10 +65,15 @@ TEST(Qwen3SpecTest, QkNormParametersAndPlainNormalInit) {
   EXPECT_EQ(params.at("layers.1.attention.q_norm.weight").sizes(), (std::vector<int64_t>{128}));
   EXPECT_EQ(params.at("layers.1.attention.k_norm.weight").min().item<float>(), 1.0f);
   EXPECT_EQ(params.count("output.weight"), 0u);
-  // torchtitan's Qwen3: normal(0, 0.02) everywhere, no depth scaling, no truncation.
-  EXPECT_NEAR(params.at("tok_embeddings.weight").std().item<double>(), 0.02, 0.001);
-  EXPECT_NEAR(params.at("layers.1.attention.wo.weight").std().item<double>(), 0.02, 0.001);
-  EXPECT_GT(params.at("layers.1.feed_forward.w1.weight").abs().max().item<double>(), 0.04 * 2);
+  // torchtitan's Qwen3 (its Llama's init): the tied table takes the head's init, std dim^-0.5
+  // (1/16) truncated at ±3σ; wo, w2 and w3 are depth-scaled, 0.02 / sqrt(2·(layer+1)).
+  const at::Tensor& table = params.at("tok_embeddings.weight");
+  EXPECT_NEAR(table.std().item<double>(), 1.0 / 16 * 0.986, 0.001);  // a ±3σ cut's std
+  EXPECT_LE(table.abs().max().item<double>(), 3.0 / 16);
+  EXPECT_NEAR(params.at("layers.0.feed_forward.w2.weight").std().item<double>(),
+              0.02 / std::sqrt(2.0), 0.0005);
+  EXPECT_NEAR(params.at("layers.1.attention.wo.weight").std().item<double>(), 0.02 / 2, 0.0005);
+  EXPECT_NEAR(params.at("layers.1.attention.wq.weight").std().item<double>(), 0.02, 0.0005);
 }
 
 }  // namespace
