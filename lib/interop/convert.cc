@@ -62,22 +62,36 @@ absl::StatusOr<std::vector<std::string>> FindNamedChatTemplates(const std::strin
   return found;
 }
 
-// The tokenizer files `dir` holds (paths relative to it), checked before any weights are written.
-absl::StatusOr<std::vector<std::string>> FindTokenizerFiles(const std::string& dir) {
+// A tokenizer file an export copies: read from `source`, written as `name` (relative to both
+// folders).
+struct TokenizerFile {
+  std::string source;
+  std::string name;
+};
+
+// The tokenizer files of options.tokenizer_dir (tokenizer.json: options.tokenizer_json when set),
+// checked before any weights are written.
+absl::StatusOr<std::vector<TokenizerFile>> FindTokenizerFiles(const HfExportOptions& options) {
+  const std::string& dir = options.tokenizer_dir;
   if (!IsDirectory(dir)) {
     return absl::NotFoundError(absl::StrCat(
         "--tokenizer_dir: ", dir, ": ", PathExists(dir) ? "not a directory" : "no such directory"));
   }
-  std::vector<std::string> found;
+  std::vector<TokenizerFile> found;
   for (const char* name : kTokenizerFiles) {
-    if (PathExists(absl::StrCat(dir, "/", name))) found.push_back(name);
+    // A tokenizer_json that is gone fails its read rather than leaving the export without it.
+    if (absl::string_view(name) == "tokenizer.json" && !options.tokenizer_json.empty()) {
+      found.push_back({options.tokenizer_json, name});
+    } else if (PathExists(absl::StrCat(dir, "/", name))) {
+      found.push_back({absl::StrCat(dir, "/", name), name});
+    }
   }
   if (found.empty()) {
     return absl::NotFoundError(
         absl::StrCat("--tokenizer_dir: ", dir, ": none of ", absl::StrJoin(kTokenizerFiles, ", ")));
   }
   TITAN_ASSIGN_OR_RETURN(std::vector<std::string> templates, FindNamedChatTemplates(dir));
-  found.insert(found.end(), templates.begin(), templates.end());
+  for (std::string& name : templates) found.push_back({absl::StrCat(dir, "/", name), name});
   return found;
 }
 
@@ -156,9 +170,9 @@ absl::Status WriteJson(const std::string& path, const json& value) {
 absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorProducer& producer,
                      const ModelInfo& info, const HfExportOptions& options,
                      const std::string& output, ConvertSummary& summary) {
-  std::vector<std::string> tokenizer_files;
+  std::vector<TokenizerFile> tokenizer_files;
   if (!options.tokenizer_dir.empty()) {
-    TITAN_ASSIGN_OR_RETURN(tokenizer_files, FindTokenizerFiles(options.tokenizer_dir));
+    TITAN_ASSIGN_OR_RETURN(tokenizer_files, FindTokenizerFiles(options));
   }
   // Shards planned from metadata alone: every file name is known before the first is written.
   std::vector<std::vector<const ParameterSource*>> shards(1);
@@ -205,13 +219,12 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
       WriteJson(absl::StrCat(output, "/generation_config.json"), HfGenerationConfig(info)));
   summary.files.push_back("config.json");
   summary.files.push_back("generation_config.json");
-  for (const std::string& name : tokenizer_files) {
-    TITAN_ASSIGN_OR_RETURN(std::string contents,
-                           ReadFile(absl::StrCat(options.tokenizer_dir, "/", name)));
-    const std::string path = absl::StrCat(output, "/", name);
+  for (const TokenizerFile& file : tokenizer_files) {
+    TITAN_ASSIGN_OR_RETURN(std::string contents, ReadFile(file.source));
+    const std::string path = absl::StrCat(output, "/", file.name);
     TITAN_RETURN_IF_ERROR(MakeDirectories(Dirname(path)));  // additional_chat_templates/
     TITAN_RETURN_IF_ERROR(WriteFileAtomically(path, contents));
-    summary.files.push_back(name);
+    summary.files.push_back(file.name);
   }
   return absl::OkStatus();
 }

@@ -60,6 +60,9 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
 struct HfExportOptions {
   uint64_t max_shard_bytes = 5'000'000'000;  // A larger tensor gets a shard of its own.
   std::string tokenizer_dir;  // Tokenizer files copied from here when set (as convert's).
+  // With tokenizer_dir: exported as tokenizer.json in place of tokenizer_dir's own (the
+  // tokenizer.json file, of any name, that [model] tokenizer_path names).
+  std::string tokenizer_json;
 };
 
 // [checkpoint] last_save_in_hf: writes a model held in memory (titan names, whole tensors,

@@ -830,6 +830,31 @@ TEST(SaveHfExportTest, WritesWhatConvertWritesAndLoadsBackBitwise) {
   ExpectBitwiseEqual(loaded, weights);
 }
 
+// [model] tokenizer_path naming a tokenizer.json file of any name: that file is the export's
+// tokenizer.json, its folder's other tokenizer files travel with it.
+TEST(SaveHfExportTest, TokenizerJsonReplacesTheFoldersOwn) {
+  const ModelInfo info = SmallModel();
+  const NamedTensors weights = RandomWeights(info, 5);
+  const std::string tok = TestDir("tok"), exported = TestDir("exported");
+  ASSERT_TRUE(MakeDirectories(tok).ok());
+  ASSERT_TRUE(WriteFileAtomically(tok + "/tokenizer.json", "{\"folder's\": 1}").ok());
+  ASSERT_TRUE(WriteFileAtomically(tok + "/bpe.json", "{\"named\": 1}").ok());
+  ASSERT_TRUE(WriteFileAtomically(tok + "/tokenizer_config.json", "{\"bos_token\": null}").ok());
+  HfExportOptions options;
+  options.tokenizer_dir = tok;
+  options.tokenizer_json = tok + "/bpe.json";
+  const absl::Status saved = SaveHfExport(weights, info, at::kFloat, exported, options);
+  ASSERT_TRUE(saved.ok()) << saved;
+  EXPECT_EQ(ReadFile(exported + "/tokenizer.json").value_or("(missing)"), "{\"named\": 1}");
+  EXPECT_EQ(ReadFile(exported + "/tokenizer_config.json").value_or("(missing)"),
+            "{\"bos_token\": null}");
+  EXPECT_FALSE(PathExists(exported + "/bpe.json"));
+  // One gone since the run read it fails the export rather than leaving it without.
+  options.tokenizer_json = tok + "/gone.json";
+  EXPECT_THAT(SaveHfExport(weights, info, at::kFloat, TestDir("gone"), options).message(),
+              HasSubstr(tok + "/gone.json"));
+}
+
 TEST(SaveHfExportTest, CastsAsConvertsDtypeDoes) {
   ModelInfo info = SmallModel();
   info.args.tie_word_embeddings = true;

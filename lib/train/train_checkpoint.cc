@@ -50,6 +50,31 @@ absl::StatusOr<T> StateField(const nlohmann::json& state, const std::string& dir
   return SavedJsonField<T>(state, ManifestPath(dir), "state", key, std::move(if_absent));
 }
 
+// What an HF export copies of the run's tokenizer, as convert_checkpoint --tokenizer_dir copies a
+// folder's tokenizer files: `tokenizer`'s folder, or the folder of the tokenizer.json file it names
+// (read from there beside it) with that file as tokenizer.json. Tiktoken ranks anywhere but a
+// folder's tokenizer.model, which convert_checkpoint refuses too, leave it without one (logged).
+HfExportOptions ExportTokenizer(const std::string& tokenizer, const std::string& export_dir) {
+  HfExportOptions options;
+  if (!IsDirectory(tokenizer) && absl::EndsWith(tokenizer, ".json")) {  // LoadTokenizer's test
+    options.tokenizer_dir = Dirname(tokenizer);
+    options.tokenizer_json = tokenizer;
+  } else if (PathExists(tokenizer + "/tokenizer.json") ||
+             PathExists(tokenizer + "/tokenizer.model")) {
+    options.tokenizer_dir = tokenizer;
+  } else {
+    const bool folder = IsDirectory(tokenizer);
+    LOG(WARNING)
+        << export_dir << " holds no tokenizer: " << tokenizer
+        << (folder ? " keeps its tiktoken ranks in original/tokenizer.model"
+                   : " is a tiktoken rank file")
+        << "; an export copies only tokenizer files at a folder's top level "
+           "(tokenizer.json, tokenizer.model, ...), and convert_checkpoint --tokenizer_dir="
+        << tokenizer << " refuses it " << (folder ? "for holding none" : "as not a directory");
+  }
+  return options;
+}
+
 }  // namespace
 
 absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
@@ -511,12 +536,9 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
 }
 
 absl::Status TrainCheckpointer::ExportHf(int64_t step, const NamedTensors& model) const {
-  HfExportOptions options;
-  const std::string tokenizer = TokenizerPath(config_);
-  if (PathExists(tokenizer + "/tokenizer.json") || PathExists(tokenizer + "/tokenizer.model")) {
-    options.tokenizer_dir = tokenizer;  // transformers loads the export with its tokenizer.
-  }
   const std::string dir = manager_->HfExportDirectory(step);
+  // transformers loads the export with its tokenizer.
+  const HfExportOptions options = ExportTokenizer(TokenizerPath(config_), dir);
   // An export of this step by an earlier run of this timeline (other timelines' are set aside
   // with their steps) is replaced.
   if (PathExists(dir)) LOG(WARNING) << "replacing " << dir << ", an earlier export of this step";

@@ -3,6 +3,7 @@
 Run from the Bazel runfiles root, where configs/ and assets/ resolve as in a checkout.
 """
 import argparse
+import base64
 import glob
 import json
 import os
@@ -626,6 +627,68 @@ class TitanTrainTest(unittest.TestCase):
         line = [l for l in proc.stderr.splitlines() if l.startswith("titan_train:")][0]
         self.assertIn("step-2 holds model weights only", line)
         self.assertIn("initial_load_path", line)
+
+    def test_hf_export_copies_the_tokenizer_files_the_run_read(self):
+        def export(name, tokenizer):
+            dump = self.dump(f"export_tokenizer_{name}")
+            proc = run_train(dump, f"--model.tokenizer_path={tokenizer}", "--training.steps=1",
+                             "--validation.enable=false", "--checkpoint.last_save_model_only=true",
+                             "--checkpoint.last_save_in_hf=true")
+            exported = os.path.join(dump, "checkpoint", "step-1-hf")
+            weights = {"config.json", "generation_config.json", "model.safetensors"}
+            return exported, set(os.listdir(exported)) - weights, proc.stderr
+
+        def assert_same(a, b):
+            with open(a, "rb") as f, open(b, "rb") as g:
+                self.assertEqual(f.read(), g.read(), (a, b))
+
+        # A tokenizer.json file, of any name, with the files read beside it: as its folder.
+        bundled = "assets/default_tokenizer"
+        named = os.path.join(self.tmp, "export_tokenizer_named")
+        shutil.rmtree(named, ignore_errors=True)
+        os.makedirs(named)
+        shutil.copy(os.path.join(bundled, "tokenizer.json"), os.path.join(named, "bpe.json"))
+        shutil.copy(os.path.join(bundled, "tokenizer_config.json"), named)
+        with open(os.path.join(named, "special_tokens_map.json"), "w") as f:
+            json.dump({"eos_token": "<|end_of_text|>"}, f)
+        bundled_files = {n: os.path.join(bundled, n)
+                         for n in ("tokenizer.json", "tokenizer_config.json")}
+        for name, tokenizer, want in (
+                ("folder", bundled, bundled_files),
+                ("file", bundled_files["tokenizer.json"], bundled_files),
+                ("named_file", os.path.join(named, "bpe.json"),
+                 {"tokenizer.json": os.path.join(named, "bpe.json"),
+                  "tokenizer_config.json": os.path.join(named, "tokenizer_config.json"),
+                  "special_tokens_map.json": os.path.join(named, "special_tokens_map.json")})):
+            exported, files, _ = export(name, tokenizer)
+            self.assertEqual(files, set(want), name)
+            for n, source in want.items():
+                assert_same(source, os.path.join(exported, n))
+        # Tiktoken ranks are no folder's tokenizer files: none exported, and the log says why.
+        meta = os.path.join(self.tmp, "export_tokenizer_meta")
+        shutil.rmtree(meta, ignore_errors=True)
+        os.makedirs(os.path.join(meta, "original"))
+        ranks = os.path.join(meta, "original", "tokenizer.model")
+        with open(ranks, "w") as f:
+            f.writelines(f"{base64.b64encode(bytes([i])).decode()} {i}\n" for i in range(256))
+        for name, tokenizer, what, refused in (
+                ("tiktoken_folder", meta, "keeps its tiktoken ranks in original/tokenizer.model",
+                 "for holding none"),
+                ("tiktoken_file", ranks, "is a tiktoken rank file", "as not a directory")):
+            exported, files, stderr = export(name, tokenizer)
+            self.assertEqual(files, set(), name)
+            warnings = [l for l in stderr.splitlines() if "holds no tokenizer" in l]
+            self.assertEqual(len(warnings), 1, stderr[-3000:])
+            self.assertTrue(warnings[0].startswith("W"), warnings)
+            self.assertIn(f"{exported} holds no tokenizer: {tokenizer} {what}; an export copies "
+                          "only tokenizer files at a folder's top level (tokenizer.json, "
+                          f"tokenizer.model, ...), and convert_checkpoint --tokenizer_dir="
+                          f"{tokenizer} refuses it {refused}", warnings[0])
+        proc = subprocess.run([CONVERT, "--from=titan", "--to=hf", f"--tokenizer_dir={meta}",
+                               os.path.dirname(exported), self.dump("convert_meta")],
+                              capture_output=True, text=True)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn(f"--tokenizer_dir: {meta}: none of tokenizer.json", proc.stderr)
 
     def test_a_failed_final_save_leaves_no_export_without_its_step(self):
         # The final save fails after its export is written, as on a full disk: a file where
