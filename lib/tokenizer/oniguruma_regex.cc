@@ -9,6 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "lib/util/short_text.h"
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 namespace titan {
 namespace {
 
@@ -24,6 +27,50 @@ constexpr absl::string_view kOnigWordBody = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})"
 constexpr absl::string_view kOnigLatin1Word = R"(\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
 
 bool OneOf(absl::string_view chars, char c) { return chars.find(c) != absl::string_view::npos; }
+
+// Property names PCRE2 knows and Oniguruma refuses (as LooseName spells them).
+constexpr absl::string_view kPcre2OnlyProperties[] = {"xan", "xps", "xsp",   "xuc",
+                                                      "xwd", "l&",  "bidim", "bidimirrored"};
+
+// A property name as both libraries match it: case, spaces, hyphens and underscores ignored.
+std::string LooseName(absl::string_view name) {
+  std::string loose;
+  for (const char c : name) {
+    if (!OneOf(" -_", c)) loose.push_back(absl::ascii_tolower(c));
+  }
+  return loose;
+}
+
+// Whether PCRE2 knows `name` as a script: its bare script names mean Script_Extensions
+// (U+3001 is in \p{Han}), Oniguruma's mean Script, which \p{sc:NAME} spells in PCRE2.
+bool IsPcre2Script(absl::string_view name) {
+  const std::string pattern = absl::StrCat("\\p{sc:", name, "}");
+  int error_code = 0;
+  PCRE2_SIZE error_offset = 0;
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                   PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
+  pcre2_code_free(code);
+  return code != nullptr;
+}
+
+// The PCRE2 spelling of Oniguruma's `escape` (\p or \P) with `name` between its braces, or why
+// it has none.
+absl::StatusOr<std::string> PropertyInPcre2(absl::string_view escape, absl::string_view name) {
+  const bool negated = absl::StartsWith(name, "^");
+  const absl::string_view property = name.substr(negated ? 1 : 0);
+  if (property.find_first_of(":=") != absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "PCRE2's property:value form; Oniguruma has no such property");
+  }
+  if (std::find(std::begin(kPcre2OnlyProperties), std::end(kPcre2OnlyProperties),
+                LooseName(property)) != std::end(kPcre2OnlyProperties)) {
+    return absl::InvalidArgumentError("a PCRE2 property Oniguruma does not have");
+  }
+  if (IsPcre2Script(property)) {
+    return absl::StrCat(escape, "{", negated ? "^" : "", "sc:", property, "}");
+  }
+  return absl::StrCat(escape, "{", name, "}");
+}
 
 }  // namespace
 
@@ -81,6 +128,28 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
             continue;
           }
           return refuse("\\u without 4 hex digits", "expected \\uHHHH");
+        case 'p':
+        case 'P': {
+          const std::string escape = absl::StrCat("\\", absl::string_view(&e, 1));
+          const size_t close = pattern.find('}', i + 1);
+          if (i + 1 == pattern.size() || pattern[i + 1] != '{' ||
+              close == absl::string_view::npos) {
+            const char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+            return refuse(
+                absl::StrCat(escape, absl::ascii_isgraph(next) ? std::string(1, next) : "",
+                             " without {NAME}"),
+                absl::StrCat("a literal ", absl::string_view(&e, 1),
+                             " in Oniguruma, a property in PCRE2; write ", escape, "{NAME}"));
+          }
+          const absl::string_view name = pattern.substr(i + 2, close - i - 2);
+          absl::StatusOr<std::string> property = PropertyInPcre2(escape, name);
+          if (!property.ok()) {
+            return refuse(absl::StrCat(escape, "{", name, "}"), property.status().message());
+          }
+          absl::StrAppend(&out, *property);
+          i = close;
+          continue;
+        }
         case 'V':
           return refuse("\\V", "a literal V in Oniguruma, non-vertical-space in PCRE2");
         case 'X':
@@ -92,10 +161,9 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
       }
       out.push_back('\\');
       out.push_back(e);
-      // Braced arguments (\p{^L}, \x{2028}, \k<name>) are copied whole: their ^ and { are no anchor
-      // or quantifier.
+      // Braced arguments (\x{2028}, \k<name>) are copied whole: their { is no quantifier.
       const char open = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
-      if ((OneOf("pPxo", e) && open == '{') || (OneOf("kg", e) && open == '<')) {
+      if ((OneOf("xo", e) && open == '{') || (OneOf("kg", e) && open == '<')) {
         const size_t close = pattern.find(open == '{' ? '}' : '>', i + 1);
         if (close != absl::string_view::npos) {
           absl::StrAppend(&out, pattern.substr(i + 1, close - i));

@@ -831,6 +831,31 @@ TEST(TokenizerLoaderTest, SplitRegexEscapesMeanWhatTheyMeanInOniguruma) {
               ElementsAre(15, 87, 67, 645, 65, 68, 68, 69, 26));
 }
 
+// A byte vocabulary plus `merges` ("a b": token "ab", ids from 256 on), split by `regex` before
+// ByteLevel: a merge across a split's boundary shows where the split falls.
+std::unique_ptr<Tokenizer> ByteTokenizerWithSplitRegex(const std::string& name,
+                                                       const std::string& regex,
+                                                       const std::vector<std::string>& merges) {
+  nlohmann::json vocab = ByteVocab();
+  for (size_t i = 0; i < merges.size(); ++i) {
+    std::string merged = merges[i];
+    merged.erase(merged.find(' '), 1);
+    vocab[merged] = 256 + i;
+  }
+  const nlohmann::json json = {
+      {"added_tokens",
+       {{{"id", 256 + merges.size()}, {"content", "<|endoftext|>"}, {"special", true}}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  const std::string dir = MakeDir(name);
+  Write(dir + "/tokenizer.json", json.dump());
+  return LoadOrDie(dir + "/tokenizer.json");
+}
+
 // Oniguruma reads a bare \w's code points below U+0100 from its Latin-1 table, where ² and ½ are
 // word characters; [\w] follows Unicode, where they are not. A byte vocabulary plus the merge
 // "c Â" (c, 0xC2) shows where the split falls. Expected ids: PyPI tokenizers 0.23.3 on this
@@ -838,19 +863,7 @@ TEST(TokenizerLoaderTest, SplitRegexEscapesMeanWhatTheyMeanInOniguruma) {
 // Tokenizer.from_str(json).encode(text, add_special_tokens=False).ids.
 TEST(TokenizerLoaderTest, SplitRegexBareWordTakesOnigurumasLatin1Superscripts) {
   const auto load = [](const std::string& name, const std::string& regex) {
-    nlohmann::json vocab = ByteVocab();
-    vocab["c\u00c2"] = 256;
-    const nlohmann::json json = {
-        {"added_tokens", {{{"id", 257}, {"content", "<|endoftext|>"}, {"special", true}}}},
-        {"pre_tokenizer",
-         {{"type", "Sequence"},
-          {"pretokenizers",
-           {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}},
-            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"c \u00c2"}}}}};
-    const std::string dir = MakeDir(name);
-    Write(dir + "/tokenizer.json", json.dump());
-    return LoadOrDie(dir + "/tokenizer.json");
+    return ByteTokenizerWithSplitRegex(name, regex, {"c \u00c2"});
   };
   std::unique_ptr<Tokenizer> bare = load("latin1_bare", R"(\w+|\W)");
   ASSERT_NE(bare, nullptr);
@@ -862,6 +875,28 @@ TEST(TokenizerLoaderTest, SplitRegexBareWordTakesOnigurumasLatin1Superscripts) {
   EXPECT_THAT(in_class->Encode("c\u00b2", false, false, kPlain), ElementsAre('c', 194, 178));
 }
 
+// Oniguruma's script properties are Script; PCRE2's bare script names are Script_Extensions,
+// which also hold U+0363 (a combining a: Inherited, used by Latin) and U+3001 (、: Common, used by
+// Han). The merges "x Í" (x, 0xCD) and "Ĺ ã" (0x97, 0xE3) span those boundaries. Expected ids:
+// PyPI tokenizers 0.23.3, as above.
+TEST(TokenizerLoaderTest, SplitRegexScriptsAreOnigurumasScriptNotScriptExtensions) {
+  const std::vector<std::string> merges = {"x \u00cd", "\u0139 \u00e3"};
+  std::unique_ptr<Tokenizer> latin =
+      ByteTokenizerWithSplitRegex("script_latin", R"(\p{Latin}+|\P{Latin}+)", merges);
+  ASSERT_NE(latin, nullptr);
+  EXPECT_THAT(latin->Encode("x\u0363y", false, false, kPlain), ElementsAre('x', 205, 163, 'y'));
+  std::unique_ptr<Tokenizer> latn_class =
+      ByteTokenizerWithSplitRegex("script_latn_class", R"([\p{Latn}]+|[^\p{Latn}]+)", merges);
+  ASSERT_NE(latn_class, nullptr);
+  EXPECT_THAT(latn_class->Encode("x\u0363y", false, false, kPlain),
+              ElementsAre('x', 205, 163, 'y'));
+  std::unique_ptr<Tokenizer> not_han =
+      ByteTokenizerWithSplitRegex("script_not_han", R"(\p{^Han}+|\P{^Han}+)", merges);
+  ASSERT_NE(not_han, nullptr);
+  EXPECT_THAT(not_han->Encode("\u5b57\u3001", false, false, kPlain),
+              ElementsAre(229, 173, 151, 227, 128, 129));
+}
+
 TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
   for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
            {R"(\X)", R"(\X is not supported)"},
@@ -869,12 +904,37 @@ TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
            {R"([[:alpha:]]+)", "POSIX class [:alpha:] is not supported"},
            {R"([a-z&&[^aeiou]]+)", "&& inside [...] is not supported"},
            {R"([a[0-9]]+)", "[ inside [...] is not supported"},
-           {R"([\W])", R"(\W inside [...] is not supported)"}}) {
+           {R"([\W])", R"(\W inside [...] is not supported)"},
+           // Oniguruma reads \pL as the letters p and L.
+           {R"(\pL+|.)", R"(\pL without {NAME} is not supported (a literal p in Oniguruma)"},
+           {R"([\pL]+)", R"(\pL without {NAME} is not supported)"},
+           {R"(\PL+)", R"(\PL without {NAME} is not supported (a literal P in Oniguruma)"},
+           {R"(\pN+)", R"(\pN without {NAME} is not supported)"},
+           {R"(x\p)", R"(\p without {NAME} is not supported)"},
+           // PCRE2's own property names and property:value forms, which tokenizers refuses.
+           {R"(\p{Xan}+)", R"(\p{Xan} is not supported (a PCRE2 property)"},
+           {R"(\p{Xwd}+)", R"(\p{Xwd} is not supported)"},
+           {R"(\p{Xps}+)", R"(\p{Xps} is not supported)"},
+           {R"([\p{Xsp}]+)", R"(\p{Xsp} is not supported)"},
+           {R"(\P{^x_uc}+)", R"(\P{^x_uc} is not supported)"},
+           {R"(\p{L&}+)", R"(\p{L&} is not supported)"},
+           {R"(\p{Bidi_M}+)", R"(\p{Bidi_M} is not supported)"},
+           {R"(\p{sc:Greek}+)", R"(\p{sc:Greek} is not supported (PCRE2's property:value form)"},
+           {R"(\p{scx:Greek}+)", R"(\p{scx:Greek} is not supported)"},
+           {R"(\p{Bidi_Class:L}+)", R"(\p{Bidi_Class:L} is not supported)"},
+           {R"(\p{sc=Greek}+)", R"(\p{sc=Greek} is not supported)"}}) {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
     ASSERT_FALSE(tokenizer.ok()) << regex;
     EXPECT_THAT(tokenizer.status().message(),
                 HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
                                        regex, "/: ", construct)));
+  }
+  // Properties both read alike still load.
+  for (const std::string regex :
+       {R"(\p{L}+|\p{N}+|\p{Lu}|\p{^L}|\P{L}|\p{Lc}|\p{Any})",
+        R"([\p{L}\p{N}]+|\p{Han}|\p{Greek}|\p{White_Space}|\p{Alphabetic}|\p{ASCII}|\p{Emoji})"}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("kept", regex);
+    EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
   }
 }
 

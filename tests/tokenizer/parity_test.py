@@ -617,6 +617,62 @@ class ParityTest(unittest.TestCase):
             changed += bytes(expected) != text.encode()
         self.assertGreater(changed, 5000)  # NFC did change much of it.
 
+    def test_split_regex_scripts_and_categories_match_tokenizers(self):
+        # Every byte pair is a merge, so the ids show where the Split's pieces end. Oniguruma's
+        # \p{Latin} is the Script property, PCRE2's bare name Script_Extensions (which also holds
+        # U+0363, U+3001, ...): the pieces must still be tokenizers'. Texts: every code point
+        # Unicode 14 (PCRE2 10.42's and this Python's data) assigns, 256 a text; tokenizers'
+        # Oniguruma has later data, in which code points Unicode 14 left unassigned differ.
+        to_byte = byte_level_decoder()
+        chars = sorted(to_byte, key=to_byte.get)
+        vocab = {c: b for c, b in to_byte.items()}
+        merges = []
+        for a in chars:
+            for b in chars:
+                vocab[a + b] = len(vocab)
+                merges.append(f"{a} {b}")
+        assigned = [chr(cp) for cp in range(0x110000)
+                    if unicodedata.category(chr(cp)) not in ("Cn", "Cs", "Co")]
+        texts = ["".join(assigned[i:i + 256]) for i in range(0, len(assigned), 256)]
+        texts.append("x\u0363y \u5b57\u3001\u4e2d \u03b1\u0342\u03b2 a\u1dc0")
+        for name in ["Latin", "Greek", "Cyrillic", "Arabic", "Devanagari", "Bengali", "Thai",
+                     "Han", "Hiragana", "Katakana", "Hangul", "Common", "Inherited", "Latn",
+                     "Hani", "L", "N", "Lu", "M", "P", "White_Space"]:
+            regex = rf"\p{{{name}}}+|[^\p{{{name}}}]+"
+            spec = {"model": {"type": "BPE", "vocab": vocab, "merges": merges},
+                    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated",
+                         "invert": False},
+                        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+                         "use_regex": False}]},
+                    "added_tokens": [{"id": len(vocab), "content": "</s>", "single_word": False,
+                                      "lstrip": False, "rstrip": False, "normalized": False,
+                                      "special": True}]}
+            path = os.path.join(self.tmp, "split_property.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(spec, f, ensure_ascii=False)
+            reference = Tokenizer.from_file(path)
+            ours = run_encode_main(path, texts, self.tmp)
+            for text, result in zip(texts, ours["results"]):
+                self.assertEqual(result["ids"], reference.encode(text, add_special_tokens=False).ids,
+                                 f"regex {regex}, text from U+{ord(text[0]):04X}")
+
+    def test_property_names_tokenizers_refuses_are_refused(self):
+        # PCRE2 knows these names; tokenizers' Oniguruma refuses the file.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        for name in ["Xan", "Xwd", "Xps", "Xsp", "Xuc", "L&", "Bidi_M", "sc:Greek", "scx:Greek",
+                     "Bidi_Class:L"]:
+            spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = rf"\p{{{name}}}+"
+            path = os.path.join(self.tmp, "refused_property.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(spec, f, ensure_ascii=False)
+            with self.assertRaisesRegex(Exception, "invalid character property name"):
+                Tokenizer.from_file(path)
+            with self.assertRaises(subprocess.CalledProcessError) as refused:
+                run_encode_main(path, ["x"], self.tmp)
+            self.assertIn(rf"\p{{{name}}} is not supported", refused.exception.stderr)
+
     def test_tiktoken_rank_file_matches_tiktoken(self):
         # Ranks: the default tokenizer's learned vocab in id order, as bytes. tiktoken merges by
         # the rank of the merged token (not by merge list), so this is a different BPE from HF's.
