@@ -115,8 +115,11 @@ absl::StatusOr<JsonT> ParseJsonFile(const std::string& path, const char* apart =
   return json;
 }
 
-absl::StatusOr<BpeModel::PreTokenizeStep> ParsePreTokenizer(const Json& spec, const JsonErrors& errors,
-                                                            const std::string& key, bool* byte_level) {
+// `spec` is the whole "pre_tokenizer" or, `in_sequence`, one of a Sequence's "pretokenizers".
+absl::StatusOr<BpeModel::PreTokenizeStep> ParsePreTokenizer(const Json& spec,
+                                                            const JsonErrors& errors,
+                                                            const std::string& key,
+                                                            bool in_sequence, bool* byte_level) {
   if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
     return errors.Expected(key, "an object with a \"type\"", spec);
   }
@@ -155,8 +158,12 @@ absl::StatusOr<BpeModel::PreTokenizeStep> ParsePreTokenizer(const Json& spec, co
     step.split_regex = *std::move(regex);
     return step;
   }
-  return errors.Error(key + ".type", absl::StrCat("unsupported pre-tokenizer ", QuotedShort(type),
-                                                  " (supported: ByteLevel, Split, Sequence)"));
+  if (in_sequence && type == "Sequence") {
+    return errors.Error(key + ".type", "a Sequence inside a Sequence is not supported");
+  }
+  return errors.Error(key + ".type",
+                      absl::StrCat("unsupported pre-tokenizer ", QuotedShort(type), " (supported: ",
+                                   in_sequence ? "ByteLevel, Split" : "ByteLevel, Sequence", ")"));
 }
 
 // Fills `model->pre_tokenizer` from the tokenizer.json "pre_tokenizer".
@@ -170,14 +177,21 @@ absl::Status ParsePreTokenizers(const Json& root, const JsonErrors& errors, BpeM
                              list == spec.end() ? Json() : *list);
     }
     for (size_t i = 0; i < list->size(); ++i) {
-      absl::StatusOr<BpeModel::PreTokenizeStep> step = ParsePreTokenizer(
-          (*list)[i], errors, absl::StrCat("pre_tokenizer.pretokenizers[", i, "]"), &byte_level);
+      const std::string key = absl::StrCat("pre_tokenizer.pretokenizers[", i, "]");
+      // A step after ByteLevel sees its byte-level alphabet (" " is "Ġ"), which titan skips.
+      if (byte_level) {
+        return errors.Error(key,
+                            "a pre-tokenizer after the ByteLevel is not supported (supported: "
+                            "Splits, then one ByteLevel, last)");
+      }
+      absl::StatusOr<BpeModel::PreTokenizeStep> step =
+          ParsePreTokenizer((*list)[i], errors, key, /*in_sequence=*/true, &byte_level);
       if (!step.ok()) return step.status();
       model->pre_tokenizer.push_back(*std::move(step));
     }
   } else if (!spec.is_null()) {
     absl::StatusOr<BpeModel::PreTokenizeStep> step =
-        ParsePreTokenizer(spec, errors, "pre_tokenizer", &byte_level);
+        ParsePreTokenizer(spec, errors, "pre_tokenizer", /*in_sequence=*/false, &byte_level);
     if (!step.ok()) return step.status();
     model->pre_tokenizer.push_back(*std::move(step));
   }

@@ -938,6 +938,38 @@ TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
   }
 }
 
+// titan applies Splits to the text, then one ByteLevel; a step after the ByteLevel would see its
+// byte-level alphabet (tokenizers' ids differ), so any other order is refused.
+TEST(TokenizerLoaderTest, PreTokenizersInAnOrderTitanDoesNotApplyAreRefused) {
+  const std::string vocab = R"("model": {"vocab": {"a": 0, "</s>": 1}})";
+  const std::string split = R"({"type": "Split", "pattern": {"Regex": "a+"}})";
+  const std::string byte_level = R"({"type": "ByteLevel", "use_regex": false})";
+  const auto sequence = [&](const std::string& pretokenizers) {
+    return absl::StrCat(R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [)",
+                        pretokenizers, "]}, ", vocab, "}");
+  };
+  const std::string after_byte_level =
+      ": a pre-tokenizer after the ByteLevel is not supported (supported: Splits, then one "
+      "ByteLevel, last)";
+  EXPECT_THAT(HfError("byte_level_first", sequence(absl::StrCat(byte_level, ", ", split))),
+              HasSubstr("pre_tokenizer.pretokenizers[1]" + after_byte_level));
+  EXPECT_THAT(
+      HfError("two_byte_levels", sequence(absl::StrCat(split, ", ", byte_level, ", ", byte_level))),
+      HasSubstr("pre_tokenizer.pretokenizers[2]" + after_byte_level));
+  EXPECT_THAT(
+      HfError("nested_sequence", sequence(absl::StrCat(R"({"type": "Sequence", "pretokenizers": [)",
+                                                       split, "]}, ", byte_level))),
+      HasSubstr("pre_tokenizer.pretokenizers[0].type: a Sequence inside a Sequence is not "
+                "supported"));
+  EXPECT_THAT(HfError("whitespace_in_sequence",
+                      sequence(absl::StrCat(R"({"type": "Whitespace"}, )", byte_level))),
+              HasSubstr("pre_tokenizer.pretokenizers[0].type: unsupported pre-tokenizer "
+                        "\"Whitespace\" (supported: ByteLevel, Split)"));
+  const std::string dir = MakeDir("two_splits");
+  Write(dir + "/tokenizer.json", sequence(absl::StrCat(split, ", ", split, ", ", byte_level)));
+  EXPECT_NE(LoadOrDie(dir), nullptr);
+}
+
 TEST(TokenizerLoaderTest, SplitRegexErrorsQuoteAHugeRegexCutShort) {
   // A regex is user data: its error names it by its ends and size, not its megabytes.
   const std::string long_alternation = absl::StrJoin(std::vector<std::string>(200'000, "a"), "|");
