@@ -162,6 +162,9 @@ class RlTrainer {
   // `seconds` (verl's perf/throughput and perf/mfu/actor).
   void SetThroughput(int64_t tokens, int64_t trained_tokens, int64_t width, double seconds,
                      double earlier_seconds, StepMetrics& m) const;
+  // This step's scheduled learning rate ([optimizer] lr × the schedule), logged also on a step
+  // whose every group dynamic sampling dropped (no optimizer step set it).
+  double StepLr() const;
   // One optimizer step: `loss_sum(m)` is microbatch m's summed loss; `denominator` the step's
   // global normaliser (tokens, or pairs). Returns the gradient norm, on the device (unread).
   absl::StatusOr<at::Tensor> OptimizerStep(

@@ -119,6 +119,10 @@ absl::StatusOr<at::Tensor> RlTrainer::OptimizerStep(
   return clip.total_norm;
 }
 
+double RlTrainer::StepLr() const {
+  return config_.optimizer().lr() * schedule_->Factor(state_.lr_step);
+}
+
 std::vector<double> RlTrainer::OverlongPenalized(const Rollouts& rollouts) const {
   std::vector<double> rewards = rollouts.rewards;
   if (rl_.overlong_buffer_len() == 0) return rewards;
@@ -345,7 +349,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
                  rl.vf_coef() * step_average("value_loss");
   // verl's actor/grad_norm: the mean over the optimizer steps (each step's norm before clipping).
   metrics.grad_norm = grad_norm_sum.defined() ? grad_norm_sum.item<double>() / steps : 0.0;
-  metrics.lr = optimizer_->lr();
+  metrics.lr = StepLr();
   metrics.extra = {
       {"reward_mean", reward_mean},
       {"reward_std", std::sqrt(get("reward_deviation_sq_sum") / n)},
@@ -455,7 +459,7 @@ absl::StatusOr<StepMetrics> RlTrainer::SftOrDpoStep(const std::vector<const RlEx
   StepMetrics metrics;
   metrics.loss = totals.at("loss_sum") / std::max(1.0, denominator);
   metrics.grad_norm = grad_norm.item<double>();
-  metrics.lr = optimizer_->lr();
+  metrics.lr = StepLr();
   if (dpo) {
     metrics.extra = {{"preference_accuracy", totals.at("correct") / denominator},
                      {"reward_margin", rl.beta() * totals.at("margin_sum") / denominator}};

@@ -1223,6 +1223,16 @@ class TitanRlTest(unittest.TestCase):
               f"two {summaries[4]['entropy']:.9g}")
         self.assertAlmostEqual(summaries[4]["entropy"], summaries[-1]["entropy"], places=6)
 
+    def test_a_step_without_an_optimizer_step_logs_its_scheduled_lr(self):
+        # Equal rewards: dynamic sampling drops every group of both steps. Each logs its own rate
+        # (warmup_steps 2: half the peak, then the peak), though no optimizer step set it.
+        dump, cmd = self.job("no_update_lr", "--rl.reward=command",
+                             "--rl.reward_command=awk '{print 0}'", "--rl.learning_rate=0.001")
+        common.run(cmd)
+        rows = [m for m in common.metrics(dump) if m["step"] > 0]
+        self.assertEqual([m["optimizer_steps"] for m in rows], [0, 0])
+        self.assertEqual([m["lr"] for m in rows], [0.0005, 0.001])
+
     def test_an_update_that_drops_every_group_reports_no_entropy(self):
         # Dynamic sampling drops groups of equal rewards: with none left nothing is measured, so
         # entropy and logprob_diff_max are left out (0 would read as a deterministic policy).
