@@ -1,9 +1,10 @@
 #include "lib/pipeline/layout.h"
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -78,7 +79,9 @@ std::vector<int> PipelineLayout::StagesOfRank(int rank) const {
 
 absl::StatusOr<PipelineLayout> PlanPipeline(const PipelineSplitOptions& options, int n_layers) {
   PipelineLayout layout;
-  TITAN_ASSIGN_OR_RETURN(layout.kind, FindScheduleKind(options.schedule));
+  absl::StatusOr<ScheduleKind> kind = FindScheduleKind(options.schedule);
+  if (!kind.ok()) return WithContext(kind.status(), "[parallelism] pipeline_parallel_schedule");
+  layout.kind = *kind;
   layout.pp = options.pp;
   const std::string schedule =
       absl::StrCat("pipeline_parallel_schedule=", layout.kind.name, " ",

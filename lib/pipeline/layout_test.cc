@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace titan {
@@ -48,6 +49,17 @@ TEST(LayoutTest, VSchedulesPairTheFirstAndLastStage) {
   const PipelineLayout layout = Plan(options, 6);
   EXPECT_EQ(layout.StagesOfRank(0), (std::vector<int>{0, 3}));
   EXPECT_EQ(layout.StagesOfRank(1), (std::vector<int>{1, 2}));
+}
+
+TEST(LayoutTest, AnUnknownScheduleNamesItsKey) {
+  PipelineSplitOptions options;
+  options.pp = 2;
+  options.schedule = "Chimera";
+  const absl::Status status = PlanPipeline(options, 4).status();
+  EXPECT_TRUE(absl::StartsWith(status.message(),
+                               "[parallelism] pipeline_parallel_schedule: unknown schedule "
+                               "\"Chimera\"; expected GPipe, "))
+      << status;
 }
 
 TEST(LayoutTest, LayersPerStageDecidesTheNumberOfStages) {

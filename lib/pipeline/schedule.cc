@@ -273,10 +273,10 @@ absl::StatusOr<ScheduleKind> FindScheduleKind(absl::string_view name) {
   for (const ScheduleKind& kind : kKinds) {
     if (absl::EqualsIgnoreCase(kind.name, name)) return kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "[parallelism] pipeline_parallel_schedule: unknown schedule \"", name,
-      "\"; expected GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
-      "ZBVZeroBubble or DualPipeV"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown schedule \"", name,
+                   "\"; expected GPipe, 1F1B, Interleaved1F1B, LoopedBFS, InterleavedZeroBubble, "
+                   "ZBVZeroBubble or DualPipeV"));
 }
 
 int RankOfStage(StagePlacement placement, int pp, int stages_per_rank, int stage) {

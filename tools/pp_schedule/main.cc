@@ -18,6 +18,7 @@
 #include "lib/pipeline/schedule.h"
 #include "lib/pipeline/schedule_check.h"
 #include "lib/util/file_util.h"
+#include "lib/util/status_context.h"
 #include "tools/common/tool_flags.h"
 #include "tools/common/tool_output.h"
 
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
                      FLAGS_stages_per_rank)));
   }
   absl::StatusOr<titan::ScheduleKind> kind = titan::FindScheduleKind(FLAGS_schedule);
-  if (!kind.ok()) return Fail(kind.status());
+  if (!kind.ok()) return Fail(titan::WithContext(kind.status(), "--schedule"));
   const int per_rank =
       FLAGS_stages_per_rank > 0 ? FLAGS_stages_per_rank : (kind->multi_stage ? 2 : 1);
   if (absl::Status counts = CheckCounts(FLAGS_pp, per_rank, FLAGS_microbatches); !counts.ok()) {

@@ -60,6 +60,7 @@ class PpScheduleTest(unittest.TestCase):
                             "2000000000 x 2000000000")
         self.assert_refused(["--pp=2000000000"], "--pp: expected 1 to 1024 ranks, got 2000000000")
         self.assert_refused(["--microbatches=0"], "--microbatches: expected a positive count, got 0")
+        self.assert_refused(["--schedule=Foo"], '--schedule: unknown schedule "Foo"; expected GPipe, ')
         self.assert_refused(["--pp=2", "stray"],
                             'unexpected argument "stray"; flags are --name=value')
 
