@@ -1,6 +1,8 @@
 #include "lib/train/train_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -22,21 +24,41 @@
 namespace titan {
 namespace {
 
-// True iff every element of every tensor is finite: NaN and inf reach a tensor's minimum or
-// maximum (one reduction per tensor, no copy of it) and one host read tells.
-bool AllFinite(const std::vector<ParamRef>& params) {
-  std::vector<at::Tensor> extremes;
+// Each tensor's largest |value| (NaN or inf where it holds one; 0 when empty): its minimum and
+// maximum (one reduction per tensor, no copy of it), read back to the host at once.
+std::vector<float> LargestMagnitudes(const std::vector<ParamRef>& params) {
+  if (params.empty()) return {};
+  std::vector<at::Tensor> largest;
   for (const ParamRef& p : params) {
-    if (p.tensor->numel() == 0) continue;
+    if (p.tensor->numel() == 0) {
+      largest.push_back(at::zeros({}, p.tensor->options().dtype(at::kFloat)));
+      continue;
+    }
     auto [min, max] = at::aminmax(p.tensor->detach());
-    extremes.push_back(min.to(at::kFloat));
-    extremes.push_back(max.to(at::kFloat));
+    largest.push_back(at::maximum(min.abs(), max.abs()).to(at::kFloat));
   }
-  return extremes.empty() || at::stack(extremes).isfinite().all().item<bool>();
+  const at::Tensor host = at::stack(largest).cpu();
+  return std::vector<float>(host.data_ptr<float>(), host.data_ptr<float>() + host.numel());
+}
+
+// The largest finite value of `type`: a weight past it is saved as inf.
+float LargestFinite(at::ScalarType type) {
+  switch (type) {
+    case at::kHalf:
+      return std::numeric_limits<c10::Half>::max();
+    case at::kBFloat16:
+      return std::numeric_limits<c10::BFloat16>::max();
+    default:
+      return std::numeric_limits<float>::max();
+  }
 }
 
 at::ScalarType ExportType(const std::string& dtype) {
   return dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : at::kFloat;
+}
+
+std::string ExportDtypeName(at::ScalarType type) {
+  return type == at::kBFloat16 ? "bfloat16" : type == at::kHalf ? "float16" : "float32";
 }
 
 std::string ManifestPath(const std::string& dir) {
@@ -78,14 +100,35 @@ HfExportOptions ExportTokenizer(const std::string& tokenizer, const std::string&
 }  // namespace
 
 absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
-                                    const DistributedRuntime& runtime, absl::string_view where) {
-  TITAN_ASSIGN_OR_RETURN(const bool finite, runtime.AllAgree(AllFinite(params)));
-  if (finite) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(
-      where,
-      ": the weights are not finite (NaN or inf): an update overflowed; stopped without saving "
-      "them (a checkpoint saved before, if any, is the last good one): lower the learning rate "
-      "or weight_decay"));
+                                    const DistributedRuntime& runtime, absl::string_view where,
+                                    at::ScalarType saved_as) {
+  const std::vector<float> largest = LargestMagnitudes(params);
+  const bool finite =
+      std::all_of(largest.begin(), largest.end(), [](float value) { return std::isfinite(value); });
+  TITAN_ASSIGN_OR_RETURN(const bool all_finite, runtime.AllAgree(finite));
+  if (!all_finite) {
+    return absl::InternalError(absl::StrCat(
+        where,
+        ": the weights are not finite (NaN or inf): an update overflowed; stopped without saving "
+        "them (a checkpoint saved before, if any, is the last good one): lower the learning rate "
+        "or weight_decay"));
+  }
+  if (saved_as == at::kFloat) return absl::OkStatus();
+  // A finite weight past the saved type's range would be written as inf.
+  const float limit = LargestFinite(saved_as);
+  const auto past =
+      std::find_if(largest.begin(), largest.end(), [limit](float value) { return value > limit; });
+  TITAN_ASSIGN_OR_RETURN(const bool all_fit, runtime.AllAgree(past == largest.end()));
+  if (all_fit) return absl::OkStatus();
+  const std::string weight = past == largest.end()
+                                 ? std::string("a weight of another rank")
+                                 : absl::StrCat("weight ", params[past - largest.begin()].name,
+                                                " (max |value| ", *past, ")");
+  return absl::FailedPreconditionError(absl::StrCat(
+      where, ": ", weight, " is past ", ExportDtypeName(saved_as), "'s largest value ", limit,
+      " and would be saved as inf; stopped without saving (a checkpoint saved before, if any, is "
+      "the last good one): set [checkpoint] export_dtype = ",
+      saved_as == at::kHalf ? "\"bfloat16\" or \"float32\"" : "\"float32\""));
 }
 
 absl::Status RecoverInterruptedRunsOf(const CheckpointManager& manager,
@@ -462,10 +505,13 @@ absl::Status TrainCheckpointer::FinishRestart() {
 
 absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   TITAN_RETURN_IF_ERROR(FinishPendingSave());
-  // An update can overflow with a finite gradient norm (a huge lr or weight decay): its weights
-  // must not replace the last good step.
+  // Full saves keep the weights' float32 to resume; the model-only one is in export_dtype.
+  const at::ScalarType type =
+      model_only ? ExportType(config_.checkpoint().export_dtype()) : at::kFloat;
+  // An update can overflow with a finite gradient norm (a huge lr or weight decay), and a weight
+  // can be past export_dtype's range: such weights must not replace the last good step.
   TITAN_RETURN_IF_ERROR(
-      RefuseNonFiniteWeights(*parts_.params, runtime_, absl::StrCat("step ", train.step)));
+      RefuseNonFiniteWeights(*parts_.params, runtime_, absl::StrCat("step ", train.step), type));
   if (set_aside_at_first_save_) {
     // Otherwise keep_latest_k deletes this run's saves for the old run's newer ones, and a resume
     // takes the old timeline's newest step. Journaled until this save is committed.
@@ -484,7 +530,6 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   if (model_only) {
     // A consolidated export: whole tensors, gathered and written by rank 0 in export_dtype. Each
     // leaves the device as it arrives, so a model larger than one GPU's memory exports.
-    const at::ScalarType type = ExportType(config_.checkpoint().export_dtype());
     // Until the agreement below, the other ranks wait while rank 0 copies and writes it all.
     wait_for_writer.emplace(runtime_,
                             OneWriterTimeout(config_, parts_.num_params * c10::elementSize(type)));

@@ -36,11 +36,13 @@ struct TrainState {
 };
 
 // The stateful parts a training checkpoint holds; the trainer owns them.
-// An error (every rank agreeing) if a weight of any rank's `params` is NaN or inf: an update can
-// overflow with a finite gradient norm (a huge lr times weight_decay), and such weights must not
-// be written. `where` starts the message ("step 3").
+// An error (every rank agreeing) if a weight of any rank's `params` is NaN or inf, or past the
+// range of `saved_as` (the type it is written in, which would turn it into inf; the message names
+// the tensor): an update can overflow with a finite gradient norm (a huge lr times weight_decay),
+// and such weights must not be written. `where` starts the message ("step 3").
 absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
-                                    const DistributedRuntime& runtime, absl::string_view where);
+                                    const DistributedRuntime& runtime, absl::string_view where,
+                                    at::ScalarType saved_as = at::kFloat);
 
 // Rank 0 tidies up after an interrupted run (CheckpointManager::RecoverInterruptedRuns); the
 // others wait for it.

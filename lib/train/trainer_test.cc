@@ -280,6 +280,37 @@ TEST(TrainerTest, ExcludedTrainStateRestartsTheSchedule) {
   }
 }
 
+// A weight past float16's range would be exported as inf: the model-only final save refuses it,
+// naming the tensor, and writes neither the step nor its Hugging Face export.
+TEST(TrainerTest, ExportDtypeRefusesAWeightPastItsRange) {
+  const std::string folder = TempDir() + "/float16_checkpoint";
+  ASSERT_TRUE(RemoveTree(folder).ok());
+  JobConfig config;
+  auto trainer = MakeTrainer(
+      "float16_export", config,
+      {"--checkpoint.enable=true", "--checkpoint.folder=" + folder, "--training.steps=1",
+       "--training.seq_len=16", "--training.local_batch_size=2", "--optimizer.lr=1e-9",
+       "--optimizer.weight_decay=0", "--checkpoint.last_save_model_only=true",
+       "--checkpoint.last_save_in_hf=true", "--checkpoint.export_dtype=float16"});
+  bool found = false;
+  for (const ParamRef& p : trainer->model().NamedParameters()) {
+    if (p.name != "norm.weight") continue;
+    c10::NoGradGuard no_grad;
+    p.tensor->index_put_({0}, 1e5);
+    found = true;
+  }
+  ASSERT_TRUE(found);
+  const absl::Status trained = trainer->Train();
+  EXPECT_TRUE(absl::StrContains(trained.message(),
+                                "step 1: weight norm.weight (max |value| 100000) is past float16's "
+                                "largest value 65504 and would be saved as inf"))
+      << trained;
+  EXPECT_TRUE(absl::StrContains(trained.message(), "export_dtype = \"bfloat16\" or \"float32\""))
+      << trained;
+  EXPECT_FALSE(std::filesystem::exists(folder + "/step-1"));
+  EXPECT_FALSE(std::filesystem::exists(folder + "/step-1-hf"));
+}
+
 // A resumed step's manifest with a field of another JSON type: one line naming the manifest, the
 // key and the type expected (nlohmann's type_error named neither the file nor the key).
 TEST(TrainerTest, ManifestFieldOfAnotherTypeNamesTheFileKeyAndType) {
