@@ -8,8 +8,8 @@
 
 namespace titan {
 
-TextDataLoader::TextDataLoader(std::unique_ptr<PackedTextDataset> dataset)
-    : dataset_(std::move(dataset)) {}
+TextDataLoader::TextDataLoader(std::unique_ptr<PackedTextDataset> dataset, bool warn_relooped)
+    : dataset_(std::move(dataset)), warn_relooped_(warn_relooped) {}
 
 TextDataLoader::~TextDataLoader() { StopReadAhead(); }
 
@@ -111,7 +111,7 @@ void TextDataLoader::WarnIfRelooped(int64_t from_epoch, int64_t to_epoch) const 
   int64_t power_of_two = 1;  // the largest not above to_epoch
   while (power_of_two <= to_epoch / 2) power_of_two *= 2;
   // Only at powers of two: a tiny dataset would otherwise log a line per pass.
-  LOG_IF(WARNING, to_epoch > from_epoch && power_of_two > from_epoch)
+  LOG_IF(WARNING, warn_relooped_ && to_epoch > from_epoch && power_of_two > from_epoch)
       << "Dataset " << dataset_->path() << " is being re-looped: starting epoch " << to_epoch
       << " (0-based; later passes are logged at powers of two)";
 }

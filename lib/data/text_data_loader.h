@@ -29,7 +29,9 @@ struct TokenBatch {
 // Optionally reads and tokenizes ahead on a thread of its own, so a step never waits for data.
 class TextDataLoader {
  public:
-  explicit TextDataLoader(std::unique_ptr<PackedTextDataset> dataset);
+  // `warn_relooped`: log when a batch starts a new pass over an infinite dataset (passes 1, 2,
+  // 4, 8, ...); a loader built afresh for every evaluation would log it each time.
+  explicit TextDataLoader(std::unique_ptr<PackedTextDataset> dataset, bool warn_relooped = true);
   ~TextDataLoader();  // stops the read-ahead thread
 
   // From now on a thread prepares up to `depth` batches of `local_batch_size` ahead; NextBatch
@@ -65,6 +67,7 @@ class TextDataLoader {
   void StopReadAhead();
 
   std::unique_ptr<PackedTextDataset> dataset_;
+  const bool warn_relooped_;
   int64_t ahead_batch_size_ = 0;  // 0: no read-ahead
   int ahead_depth_ = 0;
   std::thread reader_;

@@ -553,9 +553,11 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobCon
   const auto& validation = config.validation();
   TextDatasetOptions data =
       RankShare(config, setup, validation.dataset_path(), validation.seq_len());
-  data.infinite = false;
+  // As torchtitan's validator: a bounded evaluation repeats the data, a whole one reads it once.
+  data.infinite = validation.steps() != -1;
   TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
-  return std::make_unique<TextDataLoader>(std::move(dataset));
+  // Built afresh for every evaluation: the trainer says once, at startup, that it repeats.
+  return std::make_unique<TextDataLoader>(std::move(dataset), /*warn_relooped=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(

@@ -125,7 +125,8 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
                                                                const RunSetup& setup);
 
 // This rank's share of [validation] dataset_path from its start, packed into its seq_len windows
-// and split across data-parallel ranks as the training data is; ends with the data.
+// and split across data-parallel ranks as the training data is; ends with the data when
+// [validation] steps is -1, else starts over (as the training data does, silently).
 absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobConfig& config,
                                                                     const Tokenizer* tokenizer,
                                                                     const RunSetup& setup);

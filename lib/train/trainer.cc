@@ -153,7 +153,8 @@ absl::Status Trainer::Init() {
 }
 
 absl::StatusOr<int64_t> Trainer::ForEachValidationBatch(
-    int64_t max_batches, const std::function<absl::Status(const TokenBatch&)>& use) const {
+    int64_t max_batches, const std::function<absl::Status(const TokenBatch&)>& use,
+    int64_t* passes) const {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<TextDataLoader> loader,
                          BuildValidationData(config_, tokenizer_.get(), setup_));
   int64_t batches = 0;
@@ -164,6 +165,7 @@ absl::StatusOr<int64_t> Trainer::ForEachValidationBatch(
     TITAN_RETURN_IF_ERROR(use(*tokens));
     ++batches;
   }
+  if (passes != nullptr) *passes = loader->dataset().epoch() + 1;
   return batches;
 }
 
@@ -171,9 +173,14 @@ absl::Status Trainer::CheckValidationData() {
   const auto& v = config_.validation();
   // This rank's share of the batches one evaluation reads: bad data found now costs no training
   // steps.
-  absl::StatusOr<int64_t> batches =
-      ForEachValidationBatch(v.steps(), [](const TokenBatch&) { return absl::OkStatus(); });
+  int64_t passes = 1;
+  absl::StatusOr<int64_t> batches = ForEachValidationBatch(
+      v.steps(), [](const TokenBatch&) { return absl::OkStatus(); }, &passes);
   TITAN_RETURN_IF_ERROR(WithContext(batches.status(), "[validation] dataset_path"));
+  LOG_IF(INFO, runtime_.rank() == 0 && passes > 1)
+      << "[validation] steps = " << v.steps() << " batches re-loop " << v.dataset_path()
+      << ": each evaluation begins " << passes << " passes over it (as torchtitan's validator "
+      << "repeats the data of a bounded evaluation; steps = -1 reads it once)";
   validation_batches_ = *batches;
   // The longest share sets the count: shorter ones then run batches that count no token.
   if (setup_.dp_size > 1) {

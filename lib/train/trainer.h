@@ -83,8 +83,10 @@ class Trainer {
   absl::StatusOr<double> Validate();
   // Calls `use` with each of this rank's batches of one evaluation (its data-parallel share of
   // [validation] dataset_path from its start), at most `max_batches` (-1: all); returns how many.
+  // `passes`, when given, is set to the passes over the data begun (more than 1: it repeated).
   absl::StatusOr<int64_t> ForEachValidationBatch(
-      int64_t max_batches, const std::function<absl::Status(const TokenBatch&)>& use) const;
+      int64_t max_batches, const std::function<absl::Status(const TokenBatch&)>& use,
+      int64_t* passes = nullptr) const;
   // Reads this rank's share of what one evaluation reads, so a missing, empty or malformed file
   // stops the run at startup, and agrees on validation_batches_ (a collective over data-parallel
   // ranks).

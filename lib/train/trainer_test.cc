@@ -191,6 +191,46 @@ TEST(TrainerTest, BadValidationDataStopsInit) {
   EXPECT_TRUE(InitStatus("good_validation", {"--validation.enable=true"}).ok());
 }
 
+// The validation loss a one-step run logs with [validation] steps = `steps` on `path`, whose
+// 4 documents are windows of 16 + 1 tokens each (15 tokens, and BOS and EOS), in batches of 2.
+double ValidationLoss(const std::string& path, int64_t steps) {
+  const std::string name = absl::StrCat("repeat_validation_", steps);
+  EXPECT_TRUE(RemoveTree(TempDir() + "/" + name).ok());
+  JobConfig config;
+  auto trainer =
+      MakeTrainer(name, config,
+                  {"--training.steps=1", "--training.seq_len=16", "--training.local_batch_size=2",
+                   "--optimizer.lr=0", "--validation.enable=true",
+                   "--validation.dataset_path=" + path, "--validation.seq_len=16",
+                   "--validation.local_batch_size=2", absl::StrCat("--validation.steps=", steps)});
+  EXPECT_TRUE(trainer->Train().ok());
+  absl::StatusOr<std::string> rows = ReadFile(TempDir() + "/" + name + "/metrics.jsonl");
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  return nlohmann::json::parse(rows->substr(0, rows->find('\n')))["validation_loss"];
+}
+
+// As torchtitan's validator, a bounded evaluation repeats the data (it evaluated only the 2
+// batches the set holds); steps = -1 reads it once.
+TEST(TrainerTest, ValidationStepsPastTheSetRepeatIt) {
+  const std::string path = TempDir() + "/four_windows.jsonl";
+  ASSERT_TRUE(WriteFileAtomically(
+                  path,
+                  "{\"text\": \"quiet river stone morning quiet river stone morning quiet river "
+                  "stone morning quiet river\"}\n"
+                  "{\"text\": \"the green river ran on the green river ran on the\"}\n"
+                  "{\"text\": \"stone cat in the park stone cat in the park\"}\n"
+                  "{\"text\": \"one two three four five one two three four five one two three "
+                  "four five\"}\n")
+                  .ok());
+  const double first = ValidationLoss(path, 1);  // batch 1: windows 1, 2
+  const double both = ValidationLoss(path, 2);   // and batch 2: windows 3, 4
+  EXPECT_NE(first, both);
+  EXPECT_EQ(ValidationLoss(path, -1), both);
+  // Batches 1, 2, 1, 2, 1, of 32 counted tokens each.
+  const double second = 2 * both - first;
+  EXPECT_NEAR(ValidationLoss(path, 5), (3 * first + 2 * second) / 5, 1e-5 * both);
+}
+
 TEST(TrainerTest, BlockCausalWithoutBosSeparatesDocumentsAfterEachEos) {
   // Qwen3's tokenizer files: the bundled vocabulary with Qwen's special tokens, no BOS.
   absl::StatusOr<std::string> bundled = ReadFile("assets/default_tokenizer/tokenizer.json");
