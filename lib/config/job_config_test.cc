@@ -547,6 +547,14 @@ TEST(JobConfigTest, OldNamesLandInNewKeys) {
   EXPECT_EQ(from_flags->training().local_batch_size(), 2);
   EXPECT_EQ(from_flags->metrics().log_freq(), 7);
 
+  // torchtitan's older [lr_scheduler] lr_min: the same ratio of optimizer.lr as min_lr_factor.
+  absl::StatusOr<JobConfig> lr_min = ParseText("[lr_scheduler]\nlr_min = 0.1\n");
+  ASSERT_TRUE(lr_min.ok()) << lr_min.status();
+  EXPECT_DOUBLE_EQ(lr_min->lr_scheduler().min_lr_factor(), 0.1);
+  absl::StatusOr<JobConfig> lr_min_flag = ParseText("", {"--lr_scheduler.lr_min=0.2"});
+  ASSERT_TRUE(lr_min_flag.ok()) << lr_min_flag.status();
+  EXPECT_DOUBLE_EQ(lr_min_flag->lr_scheduler().min_lr_factor(), 0.2);
+
   // A flag with the new name overrides a file's old name: they are different sources.
   absl::StatusOr<JobConfig> overridden =
       ParseText("[training]\nbatch_size = 4\n", {"--training.local_batch_size=16"});
@@ -1006,6 +1014,7 @@ TEST(JobConfigTest, HelpListsEveryKeyWithTypeDefaultAndOldNames) {
       help, "--compile.components  (list of strings, default [\"model\", \"loss\"])"));
   EXPECT_TRUE(absl::StrContains(help, "old name: --job.print_freq ([job] print_freq)"));
   EXPECT_TRUE(absl::StrContains(help, "old name: --checkpoint.enable_checkpoint"));
+  EXPECT_TRUE(absl::StrContains(help, "old name: --lr_scheduler.lr_min ([lr_scheduler] lr_min)"));
   EXPECT_TRUE(absl::StrContains(help, "also read as [quantize.linear.float8]"));
   EXPECT_TRUE(absl::StrContains(help, "also: \"quantize.linear.float8\" for \"float8\""));
   EXPECT_TRUE(absl::StrContains(help, "one of: \"linear\", \"sqrt\", \"cosine\""));
