@@ -448,8 +448,16 @@ absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, 
         return SetFromInlineToml(text, field, message, where);
       }
       std::vector<std::string> items;
-      for (absl::string_view item : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
-        items.emplace_back(absl::StripAsciiWhitespace(item));
+      // Nothing at all is the empty list; an empty item in a list ("a,,b", "a,") is a slip.
+      if (!absl::StripAsciiWhitespace(text).empty()) {
+        for (absl::string_view item : absl::StrSplit(text, ',')) {
+          item = absl::StripAsciiWhitespace(item);
+          if (item.empty()) {
+            return Error(where,
+                         absl::StrCat("an empty item in the comma-separated list ", Quote(text)));
+          }
+          items.emplace_back(item);
+        }
       }
       SetList(items, field, message);
       return absl::OkStatus();

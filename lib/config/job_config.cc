@@ -246,7 +246,9 @@ void WarnAboutName(absl::string_view section, absl::string_view key, const KeyRe
       Schema::Get().SectionNamed(section) == ref.section->name()) {
     LOG(WARNING) << source << ": " << written << " is torchtitan's name of " << CanonicalName(ref);
   } else if (section != ref.section->name() || key != ref.field->name()) {
-    LOG(WARNING) << source << ": " << written << " is an old name; use " << CanonicalName(ref);
+    // Older torchtitan names and newer torchtitan homes ([debug] seed) alike: neither is wrong.
+    LOG(WARNING) << source << ": " << written << " is read as " << CanonicalName(ref)
+                 << ", titan's name for it";
   }
 }
 

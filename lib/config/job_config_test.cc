@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -23,6 +24,8 @@ namespace {
 using ::google::protobuf::Descriptor;
 using ::google::protobuf::FieldDescriptor;
 using ::google::protobuf::util::MessageDifferencer;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string TempDir() { return std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp"; }
 
@@ -418,6 +421,10 @@ TEST(JobConfigTest, StringListsOnTheCommandLineAreCommaSeparatedOrTomlArrays) {
               (std::vector<std::string>{"dataloader", "rng"}))
         << flag;
   }
+  EXPECT_EQ(ParseError("", {"--float8.filter_fqns=,output"}),
+            "--float8.filter_fqns: an empty item in the comma-separated list \",output\"");
+  EXPECT_EQ(ParseError("", {"--model.converters=float8,"}),
+            "--model.converters: an empty item in the comma-separated list \"float8,\"");
   EXPECT_TRUE(absl::StartsWith(ParseError("", {"--model.converters=[\"float8\", 2]"}),
                                "--model.converters: expected list of strings, got array"))
       << ParseError("", {"--model.converters=[\"float8\", 2]"});
@@ -560,6 +567,19 @@ TEST(JobConfigTest, OldNamesLandInNewKeys) {
       ParseText("[training]\nbatch_size = 4\n", {"--training.local_batch_size=16"});
   ASSERT_TRUE(overridden.ok()) << overridden.status();
   EXPECT_EQ(overridden->training().local_batch_size(), 16);
+}
+
+TEST(JobConfigTest, OtherNamesAreReadAsTitansWithoutCallingThemWrong) {
+  // [debug] seed is newer torchtitan's home of the key, not an old name to replace.
+  testing::internal::CaptureStderr();
+  absl::StatusOr<JobConfig> config = ParseText("[debug]\nseed = 3\n[training]\nbatch_size = 4\n");
+  const std::string log = testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->training().seed(), 3);
+  EXPECT_THAT(log, HasSubstr("[debug] seed is read as training.seed, titan's name for it"));
+  EXPECT_THAT(log, HasSubstr("[training] batch_size is read as training.local_batch_size, "
+                             "titan's name for it"));
+  EXPECT_THAT(log, Not(HasSubstr("old name")));
 }
 
 TEST(JobConfigTest, OldAndNewNameTogetherIsAnError) {
