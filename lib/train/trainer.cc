@@ -117,7 +117,11 @@ absl::Status Trainer::Init() {
     const int pp_rank = runtime_.dims().CoordinatesOf(runtime_.rank()).pp;
     LOG(INFO) << "rank " << runtime_.rank() << ": pipeline stages "
               << absl::StrJoin(layout.StagesOfRank(pp_rank), ",") << " of " << layout.num_stages()
-              << ", schedule " << layout.kind.name;
+              << ", schedule "
+              << (config_.parallelism().pipeline_parallel_schedule_csv().empty()
+                      ? layout.kind.name
+                      : absl::StrCat(config_.parallelism().pipeline_parallel_schedule_csv(), " (",
+                                     layout.kind.name, "'s stage placement)"));
     if (runtime_.rank() == 0) {
       LOG(INFO) << "pipeline schedule:\n" << model_.pipeline->ScheduleTable();
     }
