@@ -648,11 +648,9 @@ class ParityTest(unittest.TestCase):
                     "added_tokens": [{"id": len(vocab), "content": "</s>", "single_word": False,
                                       "lstrip": False, "rstrip": False, "normalized": False,
                                       "special": True}]}
-            path = os.path.join(self.tmp, "split_property.json")
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(spec, f, ensure_ascii=False)
+            tokenizer_dir, path = write_tokenizer_json(self.tmp, f"split_property_{name}", spec)
             reference = Tokenizer.from_file(path)
-            ours = run_encode_main(path, texts, self.tmp)
+            ours = run_encode_main(tokenizer_dir, texts, self.tmp)
             for text, result in zip(texts, ours["results"]):
                 self.assertEqual(result["ids"], reference.encode(text, add_special_tokens=False).ids,
                                  f"regex {regex}, text from U+{ord(text[0]):04X}")
