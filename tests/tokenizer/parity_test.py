@@ -124,6 +124,14 @@ def write_tokenizer_json(tmp, name, spec):
     return tokenizer_dir, json_path
 
 
+def split_then_byte_level(regex):
+    """A pre_tokenizer: Split by `regex` (Isolated), then ByteLevel without its own regex."""
+    return {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
+         "use_regex": False}]}
+
+
 def byte_level_decoder():
     """GPT-2's byte-level alphabet, character -> byte (the reverse of ByteLevel.alphabet())."""
     printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -174,6 +182,15 @@ class ParityTest(unittest.TestCase):
             differ += expected_plain != expected
         self.assertGreater(differ, 5)  # The special texts did exercise the difference.
         return texts, ours
+
+    def assert_encodes_as_tokenizers(self, spec, name, texts, regex):
+        """titan encodes `texts` with tokenizer.json `spec` (folder `name`) as tokenizers does."""
+        tokenizer_dir, json_path = write_tokenizer_json(self.tmp, name, spec)
+        reference = Tokenizer.from_file(json_path)
+        ours = run_encode_main(tokenizer_dir, texts, self.tmp)
+        for text, result in zip(texts, ours["results"]):
+            self.assertEqual(result["ids"], reference.encode(text, add_special_tokens=False).ids,
+                             f"regex {regex!r}, text {text[:40]!r}")
 
     def assert_auto_tokenizer_parity(self, tokenizer_dir, texts, results):
         """titan's `results` for `texts` equal AutoTokenizer's ids in both modes (parsed, and plain
@@ -245,17 +262,8 @@ class ParityTest(unittest.TestCase):
                  "aaa", "naïve café 日本語 👍🏽"] + TRICKY_TEXTS[:16]
         for i, pattern in enumerate([r"(?=\p{Lu})", "(?=a)", "(?<=a)", "$", "^", r"\b", "",
                                      "x*", "a*", r"(?=\s)|\s+"]):
-            spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": pattern}, "behavior": "Isolated",
-                 "invert": False},
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                 "use_regex": False}]}
-            tokenizer_dir, json_path = write_tokenizer_json(self.tmp, f"empty_match_{i}", spec)
-            reference = Tokenizer.from_file(json_path)
-            ours = run_encode_main(tokenizer_dir, texts, self.tmp)
-            for text, result in zip(texts, ours["results"]):
-                self.assertEqual(result["ids"], reference.encode(text, add_special_tokens=False).ids,
-                                 f"regex {pattern!r}, text {text[:40]!r}")
+            spec["pre_tokenizer"] = split_then_byte_level(pattern)
+            self.assert_encodes_as_tokenizers(spec, f"empty_match_{i}", texts, pattern)
 
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
@@ -265,11 +273,7 @@ class ParityTest(unittest.TestCase):
             spec = json.load(f)
         n = len(spec["model"]["vocab"])
         spec["normalizer"] = {"type": "NFC"}
-        spec["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN_PAT}, "behavior": "Isolated",
-             "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-             "use_regex": False}]}
+        spec["pre_tokenizer"] = split_then_byte_level(QWEN_PAT)
         added = [("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True),
                  ("<think>", False), ("</think>", False)]
         entries = {n + i: {"content": c, "single_word": False, "lstrip": False, "rstrip": False,
@@ -640,20 +644,11 @@ class ParityTest(unittest.TestCase):
                      "Hani", "L", "N", "Lu", "M", "P", "White_Space"]:
             regex = rf"\p{{{name}}}+|[^\p{{{name}}}]+"
             spec = {"model": {"type": "BPE", "vocab": vocab, "merges": merges},
-                    "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                        {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated",
-                         "invert": False},
-                        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                         "use_regex": False}]},
+                    "pre_tokenizer": split_then_byte_level(regex),
                     "added_tokens": [{"id": len(vocab), "content": "</s>", "single_word": False,
                                       "lstrip": False, "rstrip": False, "normalized": False,
                                       "special": True}]}
-            tokenizer_dir, path = write_tokenizer_json(self.tmp, f"split_property_{name}", spec)
-            reference = Tokenizer.from_file(path)
-            ours = run_encode_main(tokenizer_dir, texts, self.tmp)
-            for text, result in zip(texts, ours["results"]):
-                self.assertEqual(result["ids"], reference.encode(text, add_special_tokens=False).ids,
-                                 f"regex {regex}, text from U+{ord(text[0]):04X}")
+            self.assert_encodes_as_tokenizers(spec, f"split_property_{name}", texts, regex)
 
     def test_property_names_tokenizers_refuses_are_refused(self):
         # PCRE2 knows these names; tokenizers' Oniguruma refuses the file.
