@@ -34,6 +34,14 @@ namespace {
 constexpr char kRestartJournalPrefix[] = ".restart-";
 constexpr char kRestartJournalSuffix[] = ".json";
 
+// What a run killed while writing its restart journal (SetAsideForRestart) leaves: the atomic
+// write's `.restart-<run id>.json.tmp.<pid>`, never renamed, so no step was set aside yet.
+bool IsJournalTemporaryName(absl::string_view name) {
+  const std::optional<absl::string_view> journal = AtomicWriteTarget(name);
+  return journal.has_value() && absl::StartsWith(*journal, kRestartJournalPrefix) &&
+         absl::EndsWith(*journal, kRestartJournalSuffix);
+}
+
 using checkpoint_internal::Crc32;
 using checkpoint_internal::GroupPieces;
 using checkpoint_internal::kModelStem;
@@ -514,11 +522,14 @@ bool IsStepTemporaryName(absl::string_view name) {
 absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) const {
   TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(root_));
   for (const std::string& name : names) {
-    if (!IsStepTemporaryName(name)) continue;
+    const bool journal = IsJournalTemporaryName(name);
+    if (!IsStepTemporaryName(name) && !journal) continue;
     const std::string path = absl::StrCat(root_, "/", name);
     if (path == keep) continue;
     LOG(WARNING) << "Removing " << path << " left by an interrupted "
-                 << (absl::EndsWith(name, "-deleted") ? "deletion" : "save");
+                 << (journal                            ? "write of a restart's journal"
+                     : absl::EndsWith(name, "-deleted") ? "deletion"
+                                                        : "save");
     // Never read as a step, a temporary that stays (not ours to delete, say) costs only disk.
     if (const absl::Status removed = RemoveTree(path); !removed.ok()) {
       LOG(WARNING) << "could not remove it, left in place: " << removed.message();

@@ -118,7 +118,8 @@ class CheckpointManager {
   absl::Status FinishRestart() const;
   // Rank 0: undoes the set-aside of restarts that died before FinishRestart (their own committed
   // save goes aside as step-<N>.unfinished-<run id>, the steps they set aside come back) and
-  // removes the temporaries of interrupted saves and deletions; a resume calls it before choosing
+  // removes the temporaries of interrupted saves, deletions and journal writes (the folder is the
+  // locked run's, so none is being written); a resume calls it before choosing
   // its step (a run refused then still leaves the folder tidy).
   absl::Status RecoverInterruptedRuns() const;
 

@@ -201,6 +201,21 @@ TEST(CheckpointManagerTest, ARestartThatDiesBeforeItsFirstSaveLeavesTheStepsItLo
   EXPECT_FALSE(PathExists(root + "/.restart-run4.json"));
 }
 
+// A restart killed while it wrote its journal (before its rename, so before any step was set
+// aside) leaves the atomic write's temporary: the next run removes it, as a save's.
+TEST(CheckpointManagerTest, AJournalTemporaryOfAKilledRestartIsRemoved) {
+  const std::string root = TestRoot();
+  CheckpointManager earlier(root, /*keep_latest_k=*/0, CheckpointRanks{0, 1, "run1"});
+  ASSERT_TRUE(earlier.Save(5, MakeState(5), false).ok());
+  std::ofstream(root + "/.restart-run2.json.tmp.4242") << "{\"run_id\": \"ru";
+  std::ofstream(root + "/notes.txt.tmp.4242") << "not the run's";  // not a journal's: kept
+
+  CheckpointManager rerun(root, /*keep_latest_k=*/0, CheckpointRanks{0, 1, "run3"});
+  ASSERT_TRUE(rerun.RecoverInterruptedRuns().ok());
+  EXPECT_THAT(*ListDirectory(root), UnorderedElementsAre("step-5", "notes.txt.tmp.4242"));
+  ExpectSameTensors(rerun.Load(5)->model, MakeState(5).model);
+}
+
 // A restart's first save that fails (here past a file size limit, as on a full disk) puts the
 // steps it set aside back at once: between runs the folder holds its last good step, for
 // convert_checkpoint and checkpoint_inspect too.
