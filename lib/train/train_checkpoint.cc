@@ -347,6 +347,20 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
       loaded_dir_ = dir;
       return absl::OkStatus();
     }
+    // A finished run's final save: rerunning the job has nothing left to train. Not with
+    // train_state excluded (this run would train from step 0), nor for a read-only tool.
+    const bool finished = step >= config_.training().steps() && !parts_.read_only &&
+                          !excluded_.contains("train_state");
+    if (step != 0 && finished) {
+      TITAN_RETURN_IF_ERROR(manager_->LoadInto(step, model, nullptr, nullptr, boxes,
+                                               /*verify_checksums=*/true, partial));
+      LOG(INFO) << "loaded model weights from " << dir << ", the final save of a finished run";
+      state.step = step;
+      state.lr_step = step;
+      resumed_step_ = step;
+      loaded_dir_ = dir;
+      return SetAsideNewerSteps(step);
+    }
     if (step != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat(dir,

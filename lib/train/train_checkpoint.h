@@ -98,7 +98,9 @@ class TrainCheckpointer {
 
   // Loads `chosen` (ChooseStepToResume of this folder) into the parts and `state`; OK without
   // doing anything when the folder holds none. A model-only checkpoint loads only at step 0 (a
-  // seed checkpoint, as torchtitan); later ones are exports, refused with what to do instead. A
+  // seed checkpoint, as torchtitan) or at or past [training] steps (a finished run's final save,
+  // which leaves nothing to train; not with train_state excluded); other ones are exports,
+  // refused with what to do instead. A
   // load_step before the newest step sets the newer ones aside (CheckpointManager::
   // SetAsideStepsAfter), so that a later resume continues this run (not with parts.read_only).
   // With `paired` (PPO's critic, saved before each policy step): only a step that `paired` also

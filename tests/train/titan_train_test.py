@@ -690,6 +690,17 @@ class TitanTrainTest(unittest.TestCase):
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn(f"--tokenizer_dir: {meta}: none of tokenizer.json", proc.stderr)
 
+    def test_rerunning_a_job_finished_by_a_model_only_save_has_nothing_to_train(self):
+        dump = self.dump("model_only_finished")
+        flags = ["--training.steps=2", "--checkpoint.interval=10",
+                 "--checkpoint.last_save_model_only=true", "--validation.enable=false"]
+        run_train(dump, *flags)
+        # The same job again (a resubmission): its final save leaves nothing to train.
+        proc = run_train(dump, *flags)
+        self.assertIn("checkpoint is at step 2 >= [training] steps 2; nothing to train",
+                      proc.stderr)
+        self.assertEqual([r["step"] for r in metrics(dump)], [1, 2])
+
     def test_a_failed_final_save_leaves_no_export_without_its_step(self):
         # The final save fails after its export is written, as on a full disk: a file where
         # step-N is to go (made once the run is training, far from its last step) refuses it.
