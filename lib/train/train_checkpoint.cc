@@ -229,12 +229,12 @@ absl::Status TrainCheckpointer::Resume(TrainState& state, ResumeChoice chosen,
                         absl::StrCat("[checkpoint] load_step = ", step, ": ", loaded.message()));
   }
   if (loaded.ok() && step > 0 && runtime_.rank() == 0 && !parts_.read_only) {
-    LogKeysChangedSinceSavedRun(step);
+    LogKeysChangedSinceSavedRun(step, /*trains=*/state.step < config_.training().steps());
   }
   return loaded;
 }
 
-void TrainCheckpointer::LogKeysChangedSinceSavedRun(int64_t step) const {
+void TrainCheckpointer::LogKeysChangedSinceSavedRun(int64_t step, bool trains) const {
   std::string earlier = saved_run_config_;
   std::string since = absl::StrCat(loaded_dir_, " was saved");
   if (earlier.empty()) {
@@ -248,9 +248,19 @@ void TrainCheckpointer::LogKeysChangedSinceSavedRun(int64_t step) const {
   }
   const std::vector<std::string> changed = KeysChangedSince(earlier, config_);
   if (changed.empty()) return;
+  const std::string keys = absl::StrJoin(changed, ", ");
+  if (!trains) {
+    // No step runs, so no final save either: its keys (last_save_in_hf, ...) are not applied.
+    LOG(WARNING) << "resuming step " << step << " with keys changed since " << since << ": " << keys
+                 << "; nothing is left to train ([training] steps = " << config_.training().steps()
+                 << "), so no step is trained and no final save or "
+                 << "export is written (" << loaded_dir_ << " stays as saved; convert_checkpoint "
+                 << "--from=titan --to=hf exports its weights)";
+    return;
+  }
   // torchtitan restores the optimizer's saved hyperparameters; here every key does what it says.
-  LOG(WARNING) << "resuming step " << step << " with keys changed since " << since << ": "
-               << absl::StrJoin(changed, ", ") << "; the new values apply";
+  LOG(WARNING) << "resuming step " << step << " with keys changed since " << since << ": " << keys
+               << "; the new values apply";
 }
 
 absl::StatusOr<int64_t> TrainCheckpointer::PairedStep(int64_t step,

@@ -143,8 +143,9 @@ class TrainCheckpointer {
   NamedTensors ModelState() const;
   // RecoverInterruptedRunsOf this checkpointer's folder.
   absl::Status RecoverInterruptedRuns() const;
-  // Warns of the keys that differ from the configuration of the run that saved the loaded step.
-  void LogKeysChangedSinceSavedRun(int64_t step) const;
+  // Warns of the keys that differ from the configuration of the run that saved the loaded step;
+  // without `trains` (nothing is left to train), that none of them applies.
+  void LogKeysChangedSinceSavedRun(int64_t step, bool trains) const;
   // The newest step at or before `step` that `paired` also holds (see Resume).
   absl::StatusOr<int64_t> PairedStep(int64_t step, const TrainCheckpointer& paired) const;
   // Resume's work once the step is chosen; `manifest`: its manifest, opened already (null: not).

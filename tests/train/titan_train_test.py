@@ -699,6 +699,15 @@ class TitanTrainTest(unittest.TestCase):
         proc = run_train(dump, *flags)
         self.assertIn("checkpoint is at step 2 >= [training] steps 2; nothing to train",
                       proc.stderr)
+        # A final-save key changed then makes no export, and is not said to apply.
+        proc = run_train(dump, *flags, "--checkpoint.last_save_in_hf=true")
+        self.assertIn(f"resuming step 2 with keys changed since {dump}/checkpoint/step-2 was saved: "
+                      "[checkpoint] last_save_in_hf = false -> true; nothing is left to train "
+                      "([training] steps = 2), so no step is trained and no final save or export "
+                      f"is written ({dump}/checkpoint/step-2 stays as saved", proc.stderr)
+        self.assertNotIn("the new values apply", proc.stderr)
+        self.assertIn("nothing to train", proc.stderr)
+        self.assertNotIn("step-2-hf", os.listdir(os.path.join(dump, "checkpoint")))
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2])
 
     def test_a_failed_final_save_leaves_no_export_without_its_step(self):
