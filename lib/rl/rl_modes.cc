@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
+#include "lib/checkpoint/checkpoint_step.h"
 #include "lib/distributed/communicator.h"
 #include "lib/metrics/flops.h"
 #include "lib/rl/examples.h"
@@ -269,6 +271,19 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
                                                   const std::string& path, bool save_as_next_step) {
   // Before the file is read: the run's schedule has no step to add.
   if (save_as_next_step && trainer.state().step >= config.training().steps()) {
+    // A finished run's model-only final step: raising [training] steps would not help.
+    const std::string& from = trainer.weights_from();
+    absl::StatusOr<std::unique_ptr<CheckpointStep>> last =
+        from.empty() ? absl::NotFoundError("none")
+                     : CheckpointStep::Open(from, trainer.state().step);
+    if (last.ok() && (*last)->model_only()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--save_step: ", from,
+          ", the run's last step, holds model weights only (a "
+          "last_save_model_only export), so no step follows it in this run; to train on from "
+          "these weights start a new run with [checkpoint] initial_load_path=",
+          from, " in another [job] dump_folder"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "--save_step: the run is at step ", trainer.state().step, ", its last ([training] steps = ",
         config.training().steps(), "): raise [training] steps to add steps"));

@@ -1417,6 +1417,21 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(step["logprob_diff_max"], 0.0)
         self.assert_replayed(step, replay)
 
+    def test_save_step_after_a_model_only_final_step_says_to_start_a_new_run(self):
+        # Raising [training] steps would not help: a model-only step is not trained on from.
+        dump, cmd = self.job("save_step_model_only", "--checkpoint.enable=true",
+                             "--checkpoint.last_save_model_only=true", "--training.steps=1",
+                             "--rl.dynamic_sampling=false")
+        common.run(cmd)
+        proc = common.run([cmd[0], f"--step_rollouts={self.rollouts()}", "--save_step", *cmd[1:]],
+                          check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        step = os.path.join(dump, "checkpoint", "step-1")
+        self.assertIn(f"titan_rl: --save_step: {step}, the run's last step, holds model weights "
+                      "only (a last_save_model_only export), so no step follows it in this run; to "
+                      f"train on from these weights start a new run with [checkpoint] "
+                      f"initial_load_path={step} in another [job] dump_folder", proc.stderr)
+
     def test_step_rollouts_save_step_chains_into_the_training_runs_steps(self):
         # Two --save_step calls on a 2-step run's rollouts, one step's rows each, make the run's
         # steps again: the same metrics and the same step-2 weights, bit for bit.
