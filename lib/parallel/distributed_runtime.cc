@@ -127,10 +127,15 @@ absl::Duration OneWriterTimeout(const JobConfig& config, int64_t bytes) {
 }
 
 absl::StatusOr<bool> DistributedRuntime::AllAgree(bool ok) const {
-  if (!comms_) return ok;
-  at::Tensor flag = at::full({1}, ok ? 0 : 1, at::kLong);
-  TITAN_RETURN_IF_ERROR(Await(comm(MeshGroup::kWorld).AllReduce(flag, ReduceOp::kMax)));
-  return flag.item<int64_t>() == 0;
+  TITAN_ASSIGN_OR_RETURN(const int64_t failed, WorldMax(ok ? 0 : 1));
+  return failed == 0;
+}
+
+absl::StatusOr<int64_t> DistributedRuntime::WorldMax(int64_t value) const {
+  if (!comms_) return value;
+  at::Tensor largest = at::full({1}, value, at::kLong);
+  TITAN_RETURN_IF_ERROR(Await(comm(MeshGroup::kWorld).AllReduce(largest, ReduceOp::kMax)));
+  return largest.item<int64_t>();
 }
 
 absl::Status DistributedRuntime::Barrier() const {

@@ -50,6 +50,8 @@ class DistributedRuntime {
   absl::Duration timeout() const;
   // True on every rank iff `ok` is true on all of them (a world all-reduce; no-op alone).
   absl::StatusOr<bool> AllAgree(bool ok) const;
+  // The largest of every rank's `value` (a world all-reduce; `value` alone).
+  absl::StatusOr<int64_t> WorldMax(int64_t value) const;
   absl::Status Barrier() const;
   // Marks this run's flight-recorder dumps with `run_id` and sets an earlier run's aside
   // (CommTrace::StartRun); a single process, which records nothing, only sets them aside.

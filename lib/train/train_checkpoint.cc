@@ -41,16 +41,23 @@ std::vector<float> LargestMagnitudes(const std::vector<ParamRef>& params) {
   return std::vector<float>(host.data_ptr<float>(), host.data_ptr<float>() + host.numel());
 }
 
-// The largest finite value of `type`: a weight past it is saved as inf.
-float LargestFinite(at::ScalarType type) {
+// Whether `value` is written as inf in `type` (rounded to nearest, as Tensor::to rounds): past
+// the type's largest value by half its last step or more.
+bool RoundsToInf(float value, at::ScalarType type) {
   switch (type) {
     case at::kHalf:
-      return std::numeric_limits<c10::Half>::max();
+      return std::isinf(static_cast<float>(c10::Half(value)));
     case at::kBFloat16:
-      return std::numeric_limits<c10::BFloat16>::max();
+      return std::isinf(static_cast<float>(c10::BFloat16(value)));
     default:
-      return std::numeric_limits<float>::max();
+      return false;
   }
+}
+
+// The largest finite value of `type`, named in the refusal.
+float LargestFinite(at::ScalarType type) {
+  return type == at::kHalf ? static_cast<float>(std::numeric_limits<c10::Half>::max())
+                           : static_cast<float>(std::numeric_limits<c10::BFloat16>::max());
 }
 
 at::ScalarType ExportType(const std::string& dtype) {
@@ -103,29 +110,29 @@ absl::Status RefuseNonFiniteWeights(const std::vector<ParamRef>& params,
                                     const DistributedRuntime& runtime, absl::string_view where,
                                     at::ScalarType saved_as) {
   const std::vector<float> largest = LargestMagnitudes(params);
+  const auto past = std::find_if(largest.begin(), largest.end(),
+                                 [saved_as](float value) { return RoundsToInf(value, saved_as); });
+  // One agreement for both checks: the worst verdict of any rank (2 non-finite, 1 past range).
   const bool finite =
       std::all_of(largest.begin(), largest.end(), [](float value) { return std::isfinite(value); });
-  TITAN_ASSIGN_OR_RETURN(const bool all_finite, runtime.AllAgree(finite));
-  if (!all_finite) {
+  TITAN_ASSIGN_OR_RETURN(const int64_t verdict, runtime.WorldMax(!finite                 ? 2
+                                                                 : past != largest.end() ? 1
+                                                                                         : 0));
+  if (verdict == 2) {
     return absl::InternalError(absl::StrCat(
         where,
         ": the weights are not finite (NaN or inf): an update overflowed; stopped without saving "
         "them (a checkpoint saved before, if any, is the last good one): lower the learning rate "
         "or weight_decay"));
   }
-  if (saved_as == at::kFloat) return absl::OkStatus();
-  // A finite weight past the saved type's range would be written as inf.
-  const float limit = LargestFinite(saved_as);
-  const auto past =
-      std::find_if(largest.begin(), largest.end(), [limit](float value) { return value > limit; });
-  TITAN_ASSIGN_OR_RETURN(const bool all_fit, runtime.AllAgree(past == largest.end()));
-  if (all_fit) return absl::OkStatus();
+  if (verdict == 0) return absl::OkStatus();
   const std::string weight = past == largest.end()
                                  ? std::string("a weight of another rank")
                                  : absl::StrCat("weight ", params[past - largest.begin()].name,
                                                 " (max |value| ", *past, ")");
   return absl::FailedPreconditionError(absl::StrCat(
-      where, ": ", weight, " is past ", ExportDtypeName(saved_as), "'s largest value ", limit,
+      where, ": ", weight, " is past ", ExportDtypeName(saved_as), "'s largest value ",
+      LargestFinite(saved_as),
       " and would be saved as inf; stopped without saving (a checkpoint saved before, if any, is "
       "the last good one): set [checkpoint] export_dtype = ",
       saved_as == at::kHalf ? "\"bfloat16\" or \"float32\"" : "\"float32\""));

@@ -1,14 +1,18 @@
 #include "lib/train/trainer.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
+#include "lib/parallel/distributed_runtime.h"
 #include "lib/train/step_host_reads.h"
+#include "lib/train/train_checkpoint.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
@@ -349,6 +353,26 @@ TEST(TrainerTest, ExportDtypeRefusesAWeightPastItsRange) {
       << trained;
   EXPECT_FALSE(std::filesystem::exists(folder + "/step-1"));
   EXPECT_FALSE(std::filesystem::exists(folder + "/step-1-hf"));
+}
+
+// A weight is refused where the saved type rounds it to inf, not past the type's largest value:
+// float16 writes 65519 as 65504 and 65520 as inf; bfloat16 likewise at its largest plus half a
+// step.
+TEST(TrainerTest, ExportDtypeRefusesOnlyWeightsThatRoundToInf) {
+  const DistributedRuntime runtime = DistributedRuntime::SingleProcess();
+  const auto refused = [&runtime](float value, at::ScalarType type) {
+    at::Tensor weight = at::full({2}, value);
+    return !RefuseNonFiniteWeights({{"w", &weight}}, runtime, "step 1", type).ok();
+  };
+  EXPECT_FALSE(refused(65519.0f, at::kHalf));
+  EXPECT_TRUE(refused(65520.0f, at::kHalf));
+  const float bfloat16_largest = std::numeric_limits<c10::BFloat16>::max();
+  const float bfloat16_midpoint = absl::bit_cast<float>(0x7F7F8000u);
+  EXPECT_FALSE(refused(std::nextafter(bfloat16_midpoint, 0.0f), at::kBFloat16));
+  EXPECT_GT(std::nextafter(bfloat16_midpoint, 0.0f), bfloat16_largest);
+  EXPECT_TRUE(refused(bfloat16_midpoint, at::kBFloat16));
+  EXPECT_FALSE(refused(1e38f, at::kFloat));
+  EXPECT_TRUE(refused(std::numeric_limits<float>::infinity(), at::kFloat));
 }
 
 // A resumed step's manifest with a field of another JSON type: one line naming the manifest, the
