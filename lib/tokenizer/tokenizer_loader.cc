@@ -21,7 +21,7 @@ bool IsRegularFile(const std::string& path) {
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFile(const std::string& file) {
-  if (absl::EndsWith(file, ".json")) {
+  if (IsTokenizerJsonName(file)) {
     const size_t slash = file.rfind('/');
     const std::string dir = slash == std::string::npos ? "" : file.substr(0, slash + 1);
     const std::string config = dir + "tokenizer_config.json";
@@ -37,6 +37,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFile(const std::string& file) {
 }
 
 }  // namespace
+
+bool IsTokenizerJsonName(const std::string& path) { return absl::EndsWith(path, ".json"); }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path) {
   struct stat info;

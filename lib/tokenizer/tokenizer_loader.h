@@ -14,6 +14,9 @@ namespace titan {
 // order), or one such file (*.json is read as tokenizer.json, anything else as tiktoken ranks).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& path);
 
+// Whether LoadTokenizer reads the file (not directory) `path` as a tokenizer.json: a *.json name.
+bool IsTokenizerJsonName(const std::string& path);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_TOKENIZER_TOKENIZER_LOADER_H_

@@ -15,6 +15,7 @@
 #include "lib/config/job_config.h"
 #include "lib/interop/checkpoint_model.h"
 #include "lib/interop/convert.h"
+#include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/components.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
@@ -85,7 +86,7 @@ absl::StatusOr<T> StateField(const nlohmann::json& state, const std::string& dir
 // folder's tokenizer.model, which convert_checkpoint refuses too, leave it without one (logged).
 HfExportOptions ExportTokenizer(const std::string& tokenizer, const std::string& export_dir) {
   HfExportOptions options;
-  if (!IsDirectory(tokenizer) && absl::EndsWith(tokenizer, ".json")) {  // LoadTokenizer's test
+  if (!IsDirectory(tokenizer) && IsTokenizerJsonName(tokenizer)) {
     options.tokenizer_dir = Dirname(tokenizer);
     options.tokenizer_json = tokenizer;
   } else if (PathExists(tokenizer + "/tokenizer.json") ||
