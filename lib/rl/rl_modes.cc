@@ -19,7 +19,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
-#include "lib/checkpoint/checkpoint_step.h"
 #include "lib/distributed/communicator.h"
 #include "lib/metrics/flops.h"
 #include "lib/rl/examples.h"
@@ -273,10 +272,7 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   if (save_as_next_step && trainer.state().step >= config.training().steps()) {
     // A finished run's model-only final step: raising [training] steps would not help.
     const std::string& from = trainer.weights_from();
-    absl::StatusOr<std::unique_ptr<CheckpointStep>> last =
-        from.empty() ? absl::NotFoundError("none")
-                     : CheckpointStep::Open(from, trainer.state().step);
-    if (last.ok() && (*last)->model_only()) {
+    if (trainer.resumed_model_only()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "--save_step: ", from,
           ", the run's last step, holds model weights only (a "

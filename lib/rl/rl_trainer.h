@@ -106,6 +106,11 @@ class RlTrainer {
   // Where the policy's weights came from: the checkpoint step folder resumed, else [checkpoint]
   // initial_load_path (or hf_assets_path); "": a random initialisation.
   const std::string& weights_from() const { return weights_from_; }
+  // Whether weights_from() is a resumed step holding model weights only (a last_save_model_only
+  // export).
+  bool resumed_model_only() const {
+    return checkpointer_ != nullptr && checkpointer_->loaded_model_only();
+  }
   // Random, the same on every rank of this run, new each run.
   const std::string& run_id() const { return setup_.run_id; }
   Decoder& policy() { return *policy_.model; }

@@ -358,6 +358,7 @@ absl::Status TrainCheckpointer::LoadStep(int64_t step, TrainState& state,
   // A pipeline stage loads its part of the model.
   const bool partial = runtime_.dims().pp_enabled();
   if (manifest->model_only()) {
+    loaded_model_only_ = true;
     if (parts_.weights_only) {
       TITAN_RETURN_IF_ERROR(manager_->LoadInto(step, model, nullptr, nullptr, boxes,
                                                /*verify_checksums=*/true, partial));

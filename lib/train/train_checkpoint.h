@@ -124,6 +124,8 @@ class TrainCheckpointer {
   int64_t resumed_step() const { return resumed_step_; }
   // The step folder Resume loaded weights from (a seed checkpoint's too); "": none.
   const std::string& loaded_dir() const { return loaded_dir_; }
+  // Whether loaded_dir() holds model weights only (a seed checkpoint, a finished run's export).
+  bool loaded_model_only() const { return loaded_model_only_; }
   // The folder of committed step `step`.
   std::string StepDirectory(int64_t step) const { return manager_->StepDirectory(step); }
   // True from a Resume that counts from step 0 again over the loaded run's steps until the first
@@ -176,6 +178,7 @@ class TrainCheckpointer {
   absl::flat_hash_set<std::string> excluded_;  // [checkpoint] exclude_from_loading
   int64_t resumed_step_ = -1;
   std::string loaded_dir_;
+  bool loaded_model_only_ = false;
   int64_t loaded_step_ = -1;
   std::string saved_run_config_;          // the loaded step's run's, as TOML; "": not recorded
   // This run's configuration as TOML, saved with each step (it cannot change during the run).
