@@ -21,6 +21,12 @@ at::Tensor Apply(const ParallelHooks* hooks, ParallelHooks::Hook ParallelHooks::
   return hooks != nullptr && hooks->*hook ? (hooks->*hook)(x) : x;
 }
 
+// torchtitan's init, the same for every family: an untied table N(0, 1); linears N(0, 0.02)
+// truncated at ±2 absolute, output projections (wo, w2, w3) 0.02 / sqrt(2·(layer+1))
+// (depth_init); the head, and a tied table, std dim^-0.5 truncated at ±3σ.
+constexpr double kEmbeddingStd = 1.0;
+constexpr double kLinearStd = 0.02;
+
 // torchtitan's trunc_normal_ with torch's default bounds, ±2 absolute.
 void InitLinear(at::Tensor& weight, double std) { TruncNormal_(weight, 0.0, std, -2.0, 2.0); }
 
@@ -65,8 +71,8 @@ at::Tensor DecoderAttention::Forward(const at::Tensor& x, const BatchContext& ba
   return Linear(out.transpose(1, 2).reshape({b, s, -1}), wo_, wo_fn_);
 }
 
-void DecoderAttention::InitWeights(const InitConfig& init, double out_std) {
-  for (at::Tensor* w : {&wq_, &wk_, &wv_}) InitLinear(*w, init.linear_std);
+void DecoderAttention::InitWeights(double out_std) {
+  for (at::Tensor* w : {&wq_, &wk_, &wv_}) InitLinear(*w, kLinearStd);
   InitLinear(wo_, out_std);
   if (q_norm_ != nullptr) {
     q_norm_->fill_(1.0);
@@ -90,8 +96,8 @@ at::Tensor DecoderFeedForward::Forward(const at::Tensor& x) const {
   return Linear(SwiGlu(gate, up), w2_, w2_fn_);
 }
 
-void DecoderFeedForward::InitWeights(const InitConfig& init, double out_std) {
-  InitLinear(w1_, init.linear_std);
+void DecoderFeedForward::InitWeights(double out_std) {
+  InitLinear(w1_, kLinearStd);
   InitLinear(w2_, out_std);
   InitLinear(w3_, out_std);
 }
@@ -118,15 +124,13 @@ at::Tensor DecoderBlock::Forward(const at::Tensor& x, const BatchContext& batch,
   return h + Apply(hooks, &P::region_out, feed_forward_->Forward(ffn_in));
 }
 
-void DecoderBlock::InitWeights(const TransformerArgs& args) {
-  const InitConfig& init = args.init;
-  double out_std = init.linear_std;
-  out_std /= std::sqrt(2.0 * static_cast<double>(layer_id_ + 1));  // torchtitan's depth_init
+void DecoderBlock::InitWeights() {
+  const double out_std = kLinearStd / std::sqrt(2.0 * static_cast<double>(layer_id_ + 1));
   c10::NoGradGuard no_grad;
   attention_norm_.fill_(1.0);
   ffn_norm_.fill_(1.0);
-  attention_->InitWeights(init, out_std);
-  feed_forward_->InitWeights(init, out_std);
+  attention_->InitWeights(out_std);
+  feed_forward_->InitWeights(out_std);
 }
 
 Decoder::Decoder(const TransformerArgs& args, const at::TensorOptions& options,
@@ -192,7 +196,7 @@ void Decoder::InitEmbedding() {
   if (args_.tie_word_embeddings) {
     InitAsHead(*tok_embeddings_);
   } else {
-    tok_embeddings_->normal_(0.0, args_.init.embedding_std);
+    tok_embeddings_->normal_(0.0, kEmbeddingStd);
   }
 }
 
@@ -201,7 +205,7 @@ void Decoder::InitAsHead(at::Tensor& weight) const {
   TruncNormal_(weight, 0.0, std, -3 * std, 3 * std);
 }
 
-void Decoder::InitLayer(int64_t layer_id) { Block(layer_id)->InitWeights(args_); }
+void Decoder::InitLayer(int64_t layer_id) { Block(layer_id)->InitWeights(); }
 
 void Decoder::InitHead() {
   c10::NoGradGuard no_grad;

@@ -70,7 +70,7 @@ class DecoderAttention : public Module {
   DecoderAttention(const TransformerArgs& args, const at::TensorOptions& options);
   // `cache_slot`: this layer's slot in the batch's KV cache.
   at::Tensor Forward(const at::Tensor& x, const BatchContext& batch, int64_t cache_slot) const;
-  void InitWeights(const InitConfig& init, double out_std);
+  void InitWeights(double out_std);
 
  private:
   int64_t head_dim_;
@@ -91,7 +91,7 @@ class DecoderFeedForward : public Module {
  public:
   DecoderFeedForward(const TransformerArgs& args, const at::TensorOptions& options);
   at::Tensor Forward(const at::Tensor& x) const;  // w2(silu(w1 x) · w3 x)
-  void InitWeights(const InitConfig& init, double out_std);
+  void InitWeights(double out_std);
 
  private:
   at::Tensor& w1_;
@@ -106,7 +106,7 @@ class DecoderBlock : public Module {
  public:
   DecoderBlock(int64_t layer_id, const TransformerArgs& args, const at::TensorOptions& options);
   at::Tensor Forward(const at::Tensor& x, const BatchContext& batch, int64_t cache_slot) const;
-  void InitWeights(const TransformerArgs& args);
+  void InitWeights();
   int64_t layer_id() const { return layer_id_; }
 
  private:
@@ -149,7 +149,7 @@ class Decoder : public Module {
   // The output projection's weight (the embedding when tied).
   const at::Tensor& OutputWeight() const;
 
-  // torchtitan's initialisation (args().init), on materialised parameters: InitEmbedding, each
+  // torchtitan's initialisation, on materialised parameters: InitEmbedding, each
   // layer, InitHead. FSDP runs them group by group, sharding in between, and draws the same
   // random numbers as one process. Also builds the RoPE tables.
   void InitWeights();

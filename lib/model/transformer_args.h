@@ -41,14 +41,6 @@ struct RopeConfig {
   bool truncate = true;
 };
 
-// How weights are initialised: torchtitan's init, the same for Llama 3 and Qwen3.
-struct InitConfig {
-  double embedding_std = 1.0;
-  double linear_std = 0.02;
-  // Linear draws are truncated at ±2 absolute; output projections (wo, w2, w3) use linear_std /
-  // sqrt(2·(layer+1)) (depth_init); the head, and a tied table, std dim^-0.5 truncated at ±3σ.
-};
-
 // The architecture of a dense decoder-only transformer: everything that decides parameter shapes
 // and the forward pass. A model family is a table of these (flavors) plus adapters; the decoder in
 // lib/model builds any of them.
@@ -65,7 +57,6 @@ struct TransformerArgs {
   int64_t max_seq_len = 131072;
   bool tie_word_embeddings = false;
   bool qk_norm = false;  // RMSNorm over each head of q and k before RoPE (Qwen3)
-  InitConfig init;
 
   int64_t kv_heads() const { return n_kv_heads > 0 ? n_kv_heads : n_heads; }
   // 0 without heads, so that validating (and describing) untrusted args never divides by zero.

@@ -37,7 +37,7 @@ TransformerArgs Defaults() {
   args.rope.theta = 500000;
   args.rope.layout = RopeLayout::kInterleaved;
   args.max_seq_len = 131072;
-  return args;  // InitConfig's defaults are torchtitan's Llama init
+  return args;
 }
 
 // Llama 3.1's scaling by `factor` (Llama 3.2's 1B and 3B: 32), as Meta's reference code fixes it.
