@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -27,6 +28,48 @@ constexpr absl::string_view kOnigWordBody = R"(\p{Alphabetic}\p{M}\p{Nd}\p{Pc})"
 constexpr absl::string_view kOnigLatin1Word = R"(\x{B2}\x{B3}\x{B9}\x{BC}-\x{BE})";
 
 bool OneOf(absl::string_view chars, char c) { return chars.find(c) != absl::string_view::npos; }
+
+// The index of the } closing an Oniguruma interval ({n}, {n,}, {,n}, {n,m}) opened at `open`, or
+// npos where that { starts none (Oniguruma then reads it as a literal {).
+size_t IntervalEnd(absl::string_view pattern, size_t open) {
+  size_t i = open + 1;
+  const auto digits = [&] {
+    const size_t start = i;
+    while (i < pattern.size() && absl::ascii_isdigit(pattern[i])) ++i;
+    return i > start;
+  };
+  const bool low = digits();
+  bool high = false;
+  if (i < pattern.size() && pattern[i] == ',') {
+    ++i;
+    high = digits();
+  }
+  if (!(low || high) || i >= pattern.size() || pattern[i] != '}') return absl::string_view::npos;
+  return i;
+}
+
+// The length of the group opener at `open`: ( or (?: (?= (?! (?> (?<= (?<! (?<name> (?(cond).
+size_t GroupOpenerSize(absl::string_view pattern, size_t open) {
+  if (open + 2 >= pattern.size() || pattern[open + 1] != '?') return 1;
+  const char kind = pattern[open + 2];
+  if (kind == '<' && open + 3 < pattern.size() && OneOf("=!", pattern[open + 3])) return 4;
+  if (OneOf("<'(", kind)) {
+    const size_t close = pattern.find(kind == '<' ? '>' : kind == '(' ? ')' : '\'', open + 3);
+    if (close != absl::string_view::npos) return close + 1 - open;
+  }
+  return 3;
+}
+
+// A group being read, as Oniguruma's parser sees it when a quantifier follows the group: an
+// anchor or lookaround (or a group that is only one) is no target it repeats.
+struct OpenGroup {
+  size_t start = 0;          // The index of its (.
+  bool transparent = false;  // (?:...), which Oniguruma parses as its body alone.
+  bool lookaround = false;
+  bool options_rest = false;           // A (?i) in it made the rest of it one option node.
+  size_t branch_items = 0;             // Items in the current alternative.
+  bool some_branch_is_anchor = false;  // An alternative that is one anchor or lookaround.
+};
 
 // Property names PCRE2 knows and Oniguruma refuses (as LooseName spells them).
 constexpr absl::string_view kPcre2OnlyProperties[] = {"xan", "xps", "xsp",   "xuc",
@@ -84,10 +127,28 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   };
   std::string out;
   bool in_class = false;
+  // The groups open where i reads (the whole pattern first) and the item last read, which a
+  // quantifier repeats: tokenizers refuses a quantified anchor or lookaround ("target of repeat
+  // operator is invalid"), which PCRE2 repeats at most once.
+  std::vector<OpenGroup> groups(1);
+  size_t item_start = std::string::npos;
+  bool item_is_anchor = false;
+  const auto read_item = [&](size_t start, bool anchor) {
+    item_start = start;
+    item_is_anchor = anchor;
+    ++groups.back().branch_items;
+  };
+  const auto end_branch = [&] {
+    OpenGroup& group = groups.back();
+    if (group.branch_items == 1 && item_is_anchor) group.some_branch_is_anchor = true;
+    group.branch_items = 0;
+    item_start = std::string::npos;
+  };
   for (size_t i = 0; i < pattern.size(); ++i) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[++i];
+      if (!in_class) read_item(i - 1, OneOf("bBAzZGKyY", e));
       switch (e) {
         case 'w':
           absl::StrAppend(&out, in_class ? std::string(kOnigWordBody) : word_class);
@@ -197,8 +258,18 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
       out.push_back(c);
       continue;
     }
+    if (OneOf("*+?", c) || (c == '{' && IntervalEnd(pattern, i) != absl::string_view::npos)) {
+      if (item_start != std::string::npos && item_is_anchor) {
+        const size_t end = c == '{' ? IntervalEnd(pattern, i) + 1 : i + 1;
+        return refuse(absl::StrCat("the quantifier ", pattern.substr(i, end - i), " on ",
+                                   ShortText(pattern.substr(item_start, i - item_start), 64)),
+                      "tokenizers' Oniguruma refuses to repeat an anchor or a lookaround");
+      }
+      item_is_anchor = false;  // A repeated item is no anchor: a quantifier may follow it.
+    }
     switch (c) {
       case '[':
+        read_item(i, false);
         in_class = true;
         out.push_back(c);
         // A ] first in the class (after an optional ^) is literal in both.
@@ -206,17 +277,36 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
         if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);
         continue;
       case '^':  // Oniguruma (Ruby) anchors always match at line starts and ends.
+        read_item(i, true);
         absl::StrAppend(&out, "(?m:^)");
         continue;
       case '$':
+        read_item(i, true);
         absl::StrAppend(&out, "(?m:$)");
         continue;
-      case '{':  // {,n} is {0,n} in Oniguruma; PCRE2 10.42 reads it literally.
-        if (i + 1 < pattern.size() && pattern[i + 1] == ',') {
-          absl::StrAppend(&out, "{0");
-          continue;
+      case '|':
+        end_branch();
+        break;
+      case ')':
+        if (groups.size() > 1) {
+          end_branch();
+          const OpenGroup group = groups.back();
+          groups.pop_back();
+          read_item(group.start, group.lookaround || (group.transparent && !group.options_rest &&
+                                                      group.some_branch_is_anchor));
         }
         break;
+      case '{': {
+        const size_t end = IntervalEnd(pattern, i);
+        if (end == absl::string_view::npos) {
+          read_item(i, false);  // A literal {.
+          break;
+        }
+        // {,n} is {0,n} in Oniguruma; PCRE2 10.42 reads it literally.
+        absl::StrAppend(&out, pattern[i + 1] == ',' ? "{0" : "{", pattern.substr(i + 1, end - i));
+        i = end;
+        continue;
+      }
       case '(':
         if (absl::StartsWith(pattern.substr(i), "(?#")) {  // A comment, copied whole.
           const size_t close = pattern.find(')', i);
@@ -235,13 +325,31 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
               return refuse("(?x)", "extended-mode comments are not translated");
             }
             std::replace(options.begin(), options.end(), 'm', 's');
-            absl::StrAppend(&out, "(?", options);
-            i = j - 1;
+            absl::StrAppend(&out, "(?", options, pattern.substr(j, 1));
+            if (pattern[j] == ')') {
+              groups.back().options_rest = true;
+            } else {
+              groups.push_back({.start = i});
+              item_start = std::string::npos;
+            }
+            i = j;
             continue;
           }
         }
-        break;
+        {
+          const size_t opener = GroupOpenerSize(pattern, i);
+          const absl::string_view kind = pattern.substr(i, opener);
+          groups.push_back(
+              {.start = i,
+               .transparent = kind == "(?:",
+               .lookaround = kind == "(?=" || kind == "(?!" || kind == "(?<=" || kind == "(?<!"});
+          item_start = std::string::npos;
+          absl::StrAppend(&out, kind);
+          i += opener - 1;
+          continue;
+        }
       default:
+        if (!OneOf("*+?", c)) read_item(i, false);
         break;
     }
     out.push_back(c);

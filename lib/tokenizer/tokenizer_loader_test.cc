@@ -938,6 +938,39 @@ TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
   }
 }
 
+// tokenizers' Oniguruma refuses a quantifier on an anchor or a lookaround, or on a (?:...) that is
+// only one (or an alternation with one), even \b? ("target of repeat operator is invalid");
+// PCRE2 repeats it at most once. Other groups around one may repeat (PyPI tokenizers 0.23.3
+// loads the kept regexes).
+TEST(TokenizerLoaderTest, SplitRegexQuantifiedAnchorOrLookaroundIsRefusedAsTokenizersDoes) {
+  for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
+           {R"((?=\p{Lu})+)", R"(the quantifier + on (?=\p{Lu}))"},
+           {R"(\b*)", R"(the quantifier * on \b)"},
+           {R"(\b?)", R"(the quantifier ? on \b)"},
+           {R"(x^+)", "the quantifier + on ^"},
+           {R"((?!x){2})", "the quantifier {2} on (?!x)"},
+           {R"($?)", "the quantifier ? on $"},
+           {R"(\A{,3})", R"(the quantifier {,3} on \A)"},
+           {R"(a(?<=a)*)", "the quantifier * on (?<=a)"},
+           {R"((?:^)+)", "the quantifier + on (?:^)"},
+           {R"((?:a|(?:\B|b))+)", R"(the quantifier + on (?:a|(?:\B|b)))"},
+           {R"(a|(?i)\z+)", R"(the quantifier + on \z)"}}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
+    ASSERT_FALSE(tokenizer.ok()) << regex;
+    EXPECT_THAT(tokenizer.status().message(),
+                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
+                                       regex, "/: ", construct,
+                                       " is not supported (tokenizers' Oniguruma refuses to "
+                                       "repeat an anchor or a lookaround)")));
+  }
+  for (const std::string regex :
+       {R"((^)+|(?:^a)+|(?i:^)+|(?>\b)*|(?:(?=a)(?=b))?|(?:^^|a)+|(?:(?i)$|a)+)",
+        R"([\b$^]+|\^+|a{2}+|x{,}|y{a}|\s+(?!\S)|\s+)"}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("kept", regex);
+    EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  }
+}
+
 // titan applies Splits to the text, then one ByteLevel; a step after the ByteLevel would see its
 // byte-level alphabet (tokenizers' ids differ), so any other order is refused.
 TEST(TokenizerLoaderTest, PreTokenizersInAnOrderTitanDoesNotApplyAreRefused) {

@@ -260,10 +260,30 @@ class ParityTest(unittest.TestCase):
             spec = json.load(f)
         texts = ["a Bc", "banana bread", "ab", "a", "ab cd", "baac", "a\nb\n", "HelloWorld FooBar",
                  "aaa", "naïve café 日本語 👍🏽"] + TRICKY_TEXTS[:16]
+        # Groups around an anchor or lookaround may repeat (a bare one may not: below).
         for i, pattern in enumerate([r"(?=\p{Lu})", "(?=a)", "(?<=a)", "$", "^", r"\b", "",
-                                     "x*", "a*", r"(?=\s)|\s+"]):
+                                     "x*", "a*", r"(?=\s)|\s+", r"(\b)+", r"(?i:^)+",
+                                     r"(?>(?=\p{Lu}))*", "(?:(?=a)(?<=b))?", "(?:^^|a)+",
+                                     r"(?:\b(?=a))+|(?:a|(?i)$){2}"]):
             spec["pre_tokenizer"] = split_then_byte_level(pattern)
             self.assert_encodes_as_tokenizers(spec, f"empty_match_{i}", texts, pattern)
+
+    def test_quantified_anchors_and_lookarounds_are_refused_as_tokenizers_refuses_them(self):
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        for pattern in [r"(?=\p{Lu})+", r"\b*", r"\b?", "^+", "(?!x){2}", "$?", r"\A{,3}",
+                        "(?<=a)*", "(?:^)+", r"(?:a|(?:\B|b))+", r"a|(?i)\z+", "(?:|$)?"]:
+            spec["pre_tokenizer"] = split_then_byte_level(pattern)
+            path = os.path.join(self.tmp, "quantified_anchor.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(spec, f, ensure_ascii=False)
+            with self.assertRaisesRegex(Exception, "target of repeat operator is invalid"):
+                Tokenizer.from_file(path)
+            with self.assertRaises(subprocess.CalledProcessError) as refused:
+                run_encode_main(path, ["x"], self.tmp)
+            self.assertIn(f"regex /{pattern}/: the quantifier ", refused.exception.stderr)
+            self.assertIn("(tokenizers' Oniguruma refuses to repeat an anchor or a lookaround)",
+                          refused.exception.stderr)
 
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
