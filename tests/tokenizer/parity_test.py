@@ -132,6 +132,24 @@ def split_then_byte_level(regex):
          "use_regex": False}]}
 
 
+def all_byte_pairs_split_by(regex):
+    """A tokenizer.json spec: bytes, every pair of them merged, split by `regex`: the ids show
+    where the Split's pieces end."""
+    to_byte = byte_level_decoder()
+    chars = sorted(to_byte, key=to_byte.get)
+    vocab = {c: b for c, b in to_byte.items()}
+    merges = []
+    for a in chars:
+        for b in chars:
+            vocab[a + b] = len(vocab)
+            merges.append(f"{a} {b}")
+    return {"model": {"type": "BPE", "vocab": vocab, "merges": merges},
+            "pre_tokenizer": split_then_byte_level(regex),
+            "added_tokens": [{"id": len(vocab), "content": "</s>", "single_word": False,
+                              "lstrip": False, "rstrip": False, "normalized": False,
+                              "special": True}]}
+
+
 def byte_level_decoder():
     """GPT-2's byte-level alphabet, character -> byte (the reverse of ByteLevel.alphabet())."""
     printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
@@ -647,14 +665,6 @@ class ParityTest(unittest.TestCase):
         # U+0363, U+3001, ...): the pieces must still be tokenizers'. Texts: every code point
         # Unicode 14 (PCRE2 10.42's and this Python's data) assigns, 256 a text; tokenizers'
         # Oniguruma has later data, in which code points Unicode 14 left unassigned differ.
-        to_byte = byte_level_decoder()
-        chars = sorted(to_byte, key=to_byte.get)
-        vocab = {c: b for c, b in to_byte.items()}
-        merges = []
-        for a in chars:
-            for b in chars:
-                vocab[a + b] = len(vocab)
-                merges.append(f"{a} {b}")
         assigned = [chr(cp) for cp in range(0x110000)
                     if unicodedata.category(chr(cp)) not in ("Cn", "Cs", "Co")]
         texts = ["".join(assigned[i:i + 256]) for i in range(0, len(assigned), 256)]
@@ -663,12 +673,53 @@ class ParityTest(unittest.TestCase):
                      "Han", "Hiragana", "Katakana", "Hangul", "Common", "Inherited", "Latn",
                      "Hani", "L", "N", "Lu", "M", "P", "White_Space"]:
             regex = rf"\p{{{name}}}+|[^\p{{{name}}}]+"
-            spec = {"model": {"type": "BPE", "vocab": vocab, "merges": merges},
-                    "pre_tokenizer": split_then_byte_level(regex),
-                    "added_tokens": [{"id": len(vocab), "content": "</s>", "single_word": False,
-                                      "lstrip": False, "rstrip": False, "normalized": False,
-                                      "special": True}]}
-            self.assert_encodes_as_tokenizers(spec, f"split_property_{name}", texts, regex)
+            self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
+                                              f"split_property_{name}", texts, regex)
+
+    def test_split_regex_oniguruma_only_property_names_match_tokenizers(self):
+        # Oniguruma's POSIX-bracket properties under Unicode (Punct is P, Word is \w, Graph is
+        # neither White_Space, Cc, Cs nor Cn, ...) and long General_Category names, which PCRE2
+        # 10.42 lacks, in spellings Oniguruma takes (case, spaces, hyphens and underscores
+        # ignored), bare, negated and inside [...]. Texts: every code point Unicode 14 assigns,
+        # but one in 61 inside the large ideograph and syllable blocks, whose properties are
+        # alike, and those whose properties later Unicode (tokenizers' Oniguruma has 16's
+        # tables) changed: U+0363.., U+1DD3.., U+0C04, U+0F82.., U+11080.. became Alphabetic,
+        # U+10FC, U+A7F2.., U+AB69 Lowercase, and U+1171E a spacing mark.
+        changed = ({0x0C04, 0x0F82, 0x0F83, 0x11080, 0x11081, 0x10FC, 0xA7F2, 0xA7F3, 0xA7F4,
+                    0xAB69, 0x1171E} | set(range(0x0363, 0x0370)) | set(range(0x1DD3, 0x1DE7)))
+        uniform = [(0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xA000, 0xA48C), (0xAC00, 0xD7A3),
+                   (0x17000, 0x18AFF), (0x20000, 0x3134F)]
+        assigned = [chr(cp) for cp in range(0x110000)
+                    if unicodedata.category(chr(cp)) not in ("Cn", "Cs", "Co")
+                    and cp not in changed
+                    and not any(start < cp < end and cp % 61 for start, end in uniform)]
+        texts = ["".join(assigned[i:i + 1024]) for i in range(0, len(assigned), 1024)]
+        texts.append("e=mc\u00b2 \u00bd x\u0301y \u2460 a_b \t\n\u3000\u00a0z\ue000\U0010fffd")
+        regexes = []
+        # Names PCRE2 has no class complement for: bare, and inside a negated class.
+        for name in ["punct", "Word", "Al num", "Blank", "Posix_Punct"]:
+            regexes.append(rf"\p{{{name}}}+|[^\p{{{name}}}]+")
+        # The others: bare, and negated inside a class.
+        for name in ["ALPHA", "digit", "Space", "Upper", "lower", "Print", "graph", "Cntrl",
+                     "X-Digit", "ASCII", "new_line", "Assigned"]:
+            regexes.append(rf"\p{{{name}}}+|[\P{{{name}}}]+")
+        # Leaf General_Category values in turn (disjoint), then groups of them (Cased_Letter
+        # before the other letters), then negations.
+        regexes.append("|".join(rf"\p{{{name}}}+" for name in [
+            "Uppercase_Letter", "Lowercase_Letter", "Titlecase_Letter", "modifier letter",
+            "Other_Letter", "Nonspacing_Mark", "Spacing_Mark", "Enclosing-Mark", "Decimal_Number",
+            "Letter_Number", "OtherNumber", "Connector_Punctuation", "Dash_Punctuation",
+            "Open_Punctuation", "Close_Punctuation", "Initial_Punctuation", "Final_Punctuation",
+            "Other_Punctuation", "Math_Symbol", "Currency_Symbol", "Modifier_Symbol",
+            "Other_Symbol", "Space_Separator", "Line_Separator", "Paragraph_Separator", "Control",
+            "Format", "Private_Use", "Unassigned"]))
+        regexes.append("|".join(rf"\p{{{name}}}+" for name in [
+            "Cased_Letter", "Letter", "Combining_Mark", "Number", "Punctuation", "Symbol",
+            "Separator", "Other"]))
+        regexes.append(r"[\p{^Letter}\p{Decimal_Number}]+|\P{^mark}+|[^\P{Symbol}\p{Zs}]+")
+        for i, regex in enumerate(regexes):
+            self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
+                                              f"onig_property_{i}", texts, regex)
 
     def test_property_names_tokenizers_refuses_are_refused(self):
         # PCRE2 knows these names; tokenizers' Oniguruma refuses the file.
@@ -685,6 +736,17 @@ class ParityTest(unittest.TestCase):
             with self.assertRaises(subprocess.CalledProcessError) as refused:
                 run_encode_main(path, ["x"], self.tmp)
             self.assertIn(rf"\p{{{name}}} is not supported", refused.exception.stderr)
+        # Names neither knows (Oniguruma's ^ must come first, once).
+        for name in ["Foo", "Is_Greek", " ^Punct", "^^Punct", "^^Lu", ""]:
+            spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = rf"[\p{{{name}}}a]+"
+            path = os.path.join(self.tmp, "unknown_property.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(spec, f, ensure_ascii=False)
+            with self.assertRaisesRegex(Exception, "invalid character property name"):
+                Tokenizer.from_file(path)
+            with self.assertRaises(subprocess.CalledProcessError) as refused:
+                run_encode_main(path, ["x"], self.tmp)
+            self.assertIn(rf"regex /[\p{{{name}}}a]+/: unknown property", refused.exception.stderr)
 
     def test_tiktoken_rank_file_matches_tiktoken(self):
         # Ranks: the default tokenizer's learned vocab in id order, as bytes. tiktoken merges by
