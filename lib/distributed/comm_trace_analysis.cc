@@ -43,33 +43,177 @@ struct RankDump {
   std::map<std::string, std::vector<int>> group_ranks;
 };
 
-std::string SizesText(const c10::IValue& sizes) {
+// What a dump's field must hold.
+enum class Kind { kString, kInt, kBool, kList, kDict, kTuple };
+
+std::string KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kString:
+      return "a string";
+    case Kind::kInt:
+      return "an int";
+    case Kind::kBool:
+      return "a bool";
+    case Kind::kList:
+      return "a list";
+    case Kind::kDict:
+      return "a dict";
+    case Kind::kTuple:
+      return "a tuple";
+  }
+  return "?";
+}
+
+bool IsKind(const c10::IValue& value, Kind kind) {
+  switch (kind) {
+    case Kind::kString:
+      return value.isString();
+    case Kind::kInt:
+      return value.isInt();
+    case Kind::kBool:
+      return value.isBool();
+    case Kind::kList:
+      return value.isList();
+    case Kind::kDict:
+      return value.isGenericDict();
+    case Kind::kTuple:
+      return value.isTuple();
+  }
+  return false;
+}
+
+// What an unpickled value is, in Python's words.
+std::string Describe(const c10::IValue& value) {
+  for (const Kind kind :
+       {Kind::kString, Kind::kInt, Kind::kBool, Kind::kList, Kind::kDict, Kind::kTuple}) {
+    if (IsKind(value, kind)) return KindName(kind);
+  }
+  if (value.isNone()) return "None";
+  if (value.isDouble()) return "a float";
+  return absl::StrCat("a ", value.tagKind());
+}
+
+// `value` (`what`, for the error) when it is a `kind`.
+absl::StatusOr<c10::IValue> Expect(const c10::IValue& value, Kind kind, absl::string_view what) {
+  if (IsKind(value, kind)) return value;
+  return absl::DataLossError(
+      absl::StrCat(what, " is ", Describe(value), ", expected ", KindName(kind)));
+}
+
+// `dict`'s `key` when it holds a `kind`; `where` ("FILE: entries[3]") names the dict in errors.
+absl::StatusOr<c10::IValue> Field(const c10::impl::GenericDict& dict, const std::string& key,
+                                  Kind kind, absl::string_view where) {
+  const auto found = dict.find(key);
+  if (found == dict.end()) {
+    return absl::DataLossError(
+        absl::StrCat(where, ": no field '", key, "' (expected ", KindName(kind), ")"));
+  }
+  return Expect(found->value(), kind, absl::StrCat(where, ": field '", key, "'"));
+}
+
+// As Field, for a field dumps may leave out (c10d's lack titan's keys): nullopt when absent.
+absl::StatusOr<std::optional<c10::IValue>> OptionalField(const c10::impl::GenericDict& dict,
+                                                         const std::string& key, Kind kind,
+                                                         absl::string_view where) {
+  if (!dict.contains(key)) return std::nullopt;
+  TITAN_ASSIGN_OR_RETURN(c10::IValue value, Field(dict, key, kind, where));
+  return value;
+}
+
+// An entry's tensor sizes, a list of lists of ints, as "[[16], [4, 4]]"; `what` names the field.
+absl::StatusOr<std::string> SizesText(const c10::IValue& list, absl::string_view what) {
   std::vector<std::string> tensors;
-  for (const c10::IValue& tensor : sizes.toListRef()) {
+  for (size_t i = 0; i < list.toListRef().size(); ++i) {
+    const std::string tensor_what = absl::StrCat(what, "[", i, "]");
+    TITAN_ASSIGN_OR_RETURN(const c10::IValue tensor,
+                           Expect(list.toListRef()[i], Kind::kList, tensor_what));
     std::vector<std::string> dims;
-    for (const c10::IValue& dim : tensor.toListRef()) dims.push_back(absl::StrCat(dim.toInt()));
+    for (size_t j = 0; j < tensor.toListRef().size(); ++j) {
+      TITAN_ASSIGN_OR_RETURN(const c10::IValue dim, Expect(tensor.toListRef()[j], Kind::kInt,
+                                                           absl::StrCat(tensor_what, "[", j, "]")));
+      dims.push_back(absl::StrCat(dim.toInt()));
+    }
     tensors.push_back(absl::StrCat("[", absl::StrJoin(dims, ", "), "]"));
   }
   return absl::StrCat("[", absl::StrJoin(tensors, ", "), "]");
 }
 
-// c10d writes a group's ranks as "[0, 1, 2]".
-absl::StatusOr<std::vector<int>> ParseRanks(const std::string& text) {
+// c10d writes a group's ranks as "[0, 1, 2]"; `what` names the field.
+absl::StatusOr<std::vector<int>> ParseRanks(const std::string& text, absl::string_view what) {
   absl::string_view inner = text;
   if (!absl::ConsumePrefix(&inner, "[") || !absl::ConsumeSuffix(&inner, "]")) {
-    return absl::DataLossError(absl::StrCat("ranks \"", text, "\": expected [r, ...]"));
+    return absl::DataLossError(absl::StrCat(what, " \"", text, "\": expected [r, ...]"));
   }
   std::vector<int> ranks;
   for (absl::string_view item : absl::StrSplit(inner, ',', absl::SkipWhitespace())) {
     int rank = 0;
     if (!absl::SimpleAtoi(item, &rank)) {
-      return absl::DataLossError(absl::StrCat("ranks \"", text, "\": \"", item, "\" is no rank"));
+      return absl::DataLossError(absl::StrCat(what, " \"", text, "\": \"", item, "\" is no rank"));
     }
     ranks.push_back(rank);
   }
   return ranks;
 }
 
+// The dump's "pg_config": group name -> {"ranks": "[0, 1]", ...}.
+absl::Status ReadGroups(const c10::impl::GenericDict& root, const std::string& path,
+                        RankDump* dump) {
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue groups, Field(root, "pg_config", Kind::kDict, path));
+  for (const auto& item : groups.toGenericDict()) {
+    TITAN_ASSIGN_OR_RETURN(const c10::IValue name, Expect(item.key(), Kind::kString,
+                                                          absl::StrCat(path, ": a pg_config key")));
+    const std::string where = absl::StrCat(path, ": pg_config['", name.toStringRef(), "']");
+    TITAN_ASSIGN_OR_RETURN(const c10::IValue group, Expect(item.value(), Kind::kDict, where));
+    TITAN_ASSIGN_OR_RETURN(const c10::IValue ranks,
+                           Field(group.toGenericDict(), "ranks", Kind::kString, where));
+    TITAN_ASSIGN_OR_RETURN(dump->group_ranks[name.toStringRef()],
+                           ParseRanks(ranks.toStringRef(), absl::StrCat(where, ": field 'ranks'")));
+  }
+  return absl::OkStatus();
+}
+
+// Entry `index` of the dump's "entries" into `dump`'s collectives (point-to-point ones are left
+// out); `path` names the dump in errors.
+absl::Status ReadEntry(const c10::IValue& value, size_t index, const std::string& path,
+                       RankDump* dump) {
+  const std::string where = absl::StrCat(path, ": entries[", index, "]");
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue entry_value, Expect(value, Kind::kDict, where));
+  const c10::impl::GenericDict entry = entry_value.toGenericDict();
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue p2p, Field(entry, "is_p2p", Kind::kBool, where));
+  if (p2p.toBool()) return absl::OkStatus();
+  // (group name, description)
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue process_group,
+                         Field(entry, "process_group", Kind::kTuple, where));
+  const std::string group_what = absl::StrCat(where, ": field 'process_group'");
+  if (process_group.toTupleRef().elements().empty()) {
+    return absl::DataLossError(
+        absl::StrCat(group_what, " is an empty tuple, expected (name, description)"));
+  }
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue group,
+                         Expect(process_group.toTupleRef().elements()[0], Kind::kString,
+                                absl::StrCat(group_what, "[0]")));
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue seq,
+                         Field(entry, "collective_seq_id", Kind::kInt, where));
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue op,
+                         Field(entry, "profiling_name", Kind::kString, where));
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue state, Field(entry, "state", Kind::kString, where));
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue inputs, Field(entry, "input_sizes", Kind::kList, where));
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue outputs,
+                         Field(entry, "output_sizes", Kind::kList, where));
+  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> created,
+                         OptionalField(entry, "time_created_ns", Kind::kInt, where));
+  Entry read{op.toStringRef(), state.toStringRef()};
+  TITAN_ASSIGN_OR_RETURN(read.input_sizes,
+                         SizesText(inputs, absl::StrCat(where, ": field 'input_sizes'")));
+  TITAN_ASSIGN_OR_RETURN(read.output_sizes,
+                         SizesText(outputs, absl::StrCat(where, ": field 'output_sizes'")));
+  if (created.has_value()) read.created_ns = created->toInt();
+  dump->collectives[group.toStringRef()][seq.toInt()] = std::move(read);
+  return absl::OkStatus();
+}
+
+// Each field is checked before it is read: LibTorch's accessors would refuse another type with an
+// internal assertion ("please report a bug to PyTorch") that names neither field nor file.
 absl::StatusOr<RankDump> ReadDump(const std::string& path) {
   TITAN_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
   // LibTorch's unpickler reads protocol 2, what c10d writes, and would name another as a raw byte.
@@ -78,33 +222,36 @@ absl::StatusOr<RankDump> ReadDump(const std::string& path) {
         path, ": pickle protocol ", static_cast<int>(static_cast<unsigned char>(bytes[1])),
         ", expected 2 (what c10d writes; re-pickle with pickle.dump(..., protocol=2))"));
   }
-  RankDump dump;
+  c10::IValue unpickled;
   try {
-    const c10::impl::GenericDict root =
-        torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
-    for (const auto& item : root.at("pg_config").toGenericDict()) {
-      const c10::impl::GenericDict group = item.value().toGenericDict();
-      TITAN_ASSIGN_OR_RETURN(dump.group_ranks[item.key().toStringRef()],
-                             ParseRanks(group.at("ranks").toStringRef()));
-    }
-    if (root.contains("run_id")) dump.run_id = root.at("run_id").toStringRef();
-    if (root.contains("rank")) dump.writer = static_cast<int>(root.at("rank").toInt());
-    if (root.contains("dump_time_ns")) dump.dumped_ns = root.at("dump_time_ns").toInt();
-    if (!root.contains("entries")) return dump;
-    for (const c10::IValue& value : root.at("entries").toListRef()) {
-      const c10::impl::GenericDict entry = value.toGenericDict();
-      if (entry.at("is_p2p").toBool()) continue;
-      const std::string group = entry.at("process_group").toTupleRef().elements()[0].toStringRef();
-      dump.collectives[group][entry.at("collective_seq_id").toInt()] =
-          Entry{entry.at("profiling_name").toStringRef(), entry.at("state").toStringRef(),
-                SizesText(entry.at("input_sizes")), SizesText(entry.at("output_sizes")),
-                entry.contains("time_created_ns") ? entry.at("time_created_ns").toInt() : 0};
-    }
+    unpickled = torch::jit::unpickle(bytes.data(), bytes.size());
   } catch (const c10::Error& e) {  // without the C++ backtrace what() appends
     return absl::DataLossError(
         absl::StrCat(path, ": not a flight-recorder dump: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::DataLossError(absl::StrCat(path, ": not a flight-recorder dump: ", e.what()));
+  }
+  if (!unpickled.isGenericDict()) {
+    return absl::DataLossError(absl::StrCat(path, ": not a flight-recorder dump: the top level is ",
+                                            Describe(unpickled), ", expected a dict"));
+  }
+  const c10::impl::GenericDict root = unpickled.toGenericDict();
+  RankDump dump;
+  TITAN_RETURN_IF_ERROR(ReadGroups(root, path, &dump));
+  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> run_id,
+                         OptionalField(root, "run_id", Kind::kString, path));
+  if (run_id.has_value()) dump.run_id = run_id->toStringRef();
+  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> writer,
+                         OptionalField(root, "rank", Kind::kInt, path));
+  if (writer.has_value()) dump.writer = static_cast<int>(writer->toInt());
+  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> dumped,
+                         OptionalField(root, "dump_time_ns", Kind::kInt, path));
+  if (dumped.has_value()) dump.dumped_ns = dumped->toInt();
+  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> entries,
+                         OptionalField(root, "entries", Kind::kList, path));
+  if (!entries.has_value()) return dump;
+  for (size_t i = 0; i < entries->toListRef().size(); ++i) {
+    TITAN_RETURN_IF_ERROR(ReadEntry(entries->toListRef()[i], i, path, &dump));
   }
   return dump;
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -281,6 +282,107 @@ TEST(CommTraceAnalysisTest, NamesAnotherPickleProtocolByNumber) {
             path +
                 ": pickle protocol 4, expected 2 (what c10d writes; re-pickle with "
                 "pickle.dump(..., protocol=2))");
+}
+
+// Rewrites the pickle at `path` as `root`.
+void WritePickle(const std::string& path, const c10::IValue& root) {
+  const std::vector<char> pickle = torch::jit::pickle(root);
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(pickle.begin(), pickle.end())).ok());
+}
+
+// A list of `items`, as the unpickler reads a Python list.
+c10::impl::GenericList ListOf(const std::vector<c10::IValue>& items) {
+  c10::impl::GenericList list(c10::AnyType::get());
+  for (const c10::IValue& item : items) list.push_back(item);
+  return list;
+}
+
+// A damaged dump names the file, the field, what it holds and what was expected; never LibTorch's
+// internal assertion ("please report a bug to PyTorch").
+TEST(CommTraceAnalysisTest, NamesTheFieldOfAMalformedDump) {
+  using Root = c10::impl::GenericDict;
+  const auto entry0 = [](Root& root) { return root.at("entries").toList().get(0).toGenericDict(); };
+  const std::vector<std::pair<std::function<void(Root&)>, std::string>> cases = {
+      {[](Root& root) { root.insert_or_assign("run_id", int64_t{7}); },
+       "field 'run_id' is an int, expected a string"},
+      {[](Root& root) { root.insert_or_assign("rank", "0"); },
+       "field 'rank' is a string, expected an int"},
+      {[](Root& root) { root.insert_or_assign("dump_time_ns", 1.5); },
+       "field 'dump_time_ns' is a float, expected an int"},
+      {[](Root& root) { root.erase("pg_config"); }, "no field 'pg_config' (expected a dict)"},
+      {[](Root& root) { root.insert_or_assign("pg_config", ListOf({})); },
+       "field 'pg_config' is a list, expected a dict"},
+      {[](Root& root) { root.at("pg_config").toGenericDict().insert_or_assign("world", 3.0); },
+       "pg_config['world'] is a float, expected a dict"},
+      {[](Root& root) {
+         root.at("pg_config")
+             .toGenericDict()
+             .at("world")
+             .toGenericDict()
+             .insert_or_assign("ranks", int64_t{0});
+       },
+       "pg_config['world']: field 'ranks' is an int, expected a string"},
+      {[](Root& root) {
+         root.at("pg_config")
+             .toGenericDict()
+             .at("world")
+             .toGenericDict()
+             .insert_or_assign("ranks", "0, 1");
+       },
+       "pg_config['world']: field 'ranks' \"0, 1\": expected [r, ...]"},
+      {[](Root& root) {
+         root.insert_or_assign("entries", Root(c10::AnyType::get(), c10::AnyType::get()));
+       },
+       "field 'entries' is a dict, expected a list"},
+      {[](Root& root) { root.at("entries").toList().set(0, "all_reduce"); },
+       "entries[0] is a string, expected a dict"},
+      {[&](Root& root) { entry0(root).erase("state"); },
+       "entries[0]: no field 'state' (expected a string)"},
+      {[&](Root& root) { entry0(root).insert_or_assign("is_p2p", int64_t{0}); },
+       "entries[0]: field 'is_p2p' is an int, expected a bool"},
+      {[&](Root& root) { entry0(root).insert_or_assign("collective_seq_id", "1"); },
+       "entries[0]: field 'collective_seq_id' is a string, expected an int"},
+      {[&](Root& root) { entry0(root).insert_or_assign("profiling_name", c10::IValue()); },
+       "entries[0]: field 'profiling_name' is None, expected a string"},
+      {[&](Root& root) { entry0(root).insert_or_assign("process_group", "world"); },
+       "entries[0]: field 'process_group' is a string, expected a tuple"},
+      {[&](Root& root) {
+         entry0(root).insert_or_assign("process_group", c10::ivalue::Tuple::create({}));
+       },
+       "entries[0]: field 'process_group' is an empty tuple, expected (name, description)"},
+      {[&](Root& root) {
+         entry0(root).insert_or_assign("process_group",
+                                       c10::ivalue::Tuple::create({int64_t{0}, "desc"}));
+       },
+       "entries[0]: field 'process_group'[0] is an int, expected a string"},
+      {[&](Root& root) { entry0(root).insert_or_assign("input_sizes", int64_t{16}); },
+       "entries[0]: field 'input_sizes' is an int, expected a list"},
+      {[&](Root& root) { entry0(root).insert_or_assign("output_sizes", ListOf({int64_t{16}})); },
+       "entries[0]: field 'output_sizes'[0] is an int, expected a list"},
+      {[&](Root& root) { entry0(root).insert_or_assign("input_sizes", ListOf({ListOf({"16"})})); },
+       "entries[0]: field 'input_sizes'[0][0] is a string, expected an int"},
+      {[&](Root& root) { entry0(root).insert_or_assign("time_created_ns", "now"); },
+       "entries[0]: field 'time_created_ns' is a string, expected an int"},
+  };
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/malformed");
+  const std::string path = folder + "/rank_0";
+  for (const auto& [damage, expected] : cases) {
+    WriteDump(folder, 0, {{"world", "all_reduce", 16}});
+    const std::string bytes = *ReadFile(path);
+    Root root = torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+    damage(root);
+    WritePickle(path, root);
+    EXPECT_EQ(std::string(AnalyzeCommTraces(folder).status().message()),
+              absl::StrCat(path, ": ", expected));
+  }
+
+  WritePickle(path, ListOf({int64_t{1}}));
+  EXPECT_EQ(std::string(AnalyzeCommTraces(folder).status().message()),
+            path + ": not a flight-recorder dump: the top level is a list, expected a dict");
+  ASSERT_TRUE(WriteFileAtomically(path, "\x80\x02garbage").ok());
+  const std::string garbage(AnalyzeCommTraces(folder).status().message());
+  EXPECT_THAT(garbage, ::testing::StartsWith(path + ": not a flight-recorder dump: "));
+  EXPECT_THAT(garbage, Not(HasSubstr("report a bug")));
 }
 
 TEST(CommTraceAnalysisTest, AnEmptyFolderIsAnError) {
