@@ -281,6 +281,13 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
   return report;
 }
 
+// The model's flavor as both outputs word it: a named flavor, or "custom" for shapes none has; ""
+// when the model is unknown.
+std::string FlavorText(const InspectReport& report) {
+  if (report.model.empty()) return "";
+  return report.flavor.empty() ? "custom" : report.flavor;
+}
+
 json InspectReportToJson(const InspectReport& report) {
   json tensors = json::array();
   for (const InspectedTensor& tensor : report.tensors) {
@@ -297,7 +304,7 @@ json InspectReportToJson(const InspectReport& report) {
       {"format", report.format},
       {"step", report.step ? json(*report.step) : json()},
       {"model", report.model},
-      {"flavor", report.flavor},
+      {"flavor", FlavorText(report)},
       {"architecture", report.architecture},
       {"model_unknown_reason", report.model.empty() ? json(report.model_unknown_reason) : json()},
       {"tensors", tensors},
@@ -318,8 +325,7 @@ std::string FormatInspectReport(const InspectReport& report) {
       report.model.empty() ? absl::StrCat("unknown (", report.model_unknown_reason, ")")
                            : report.model,
       report.model.empty() ? ""
-                           : absl::StrCat(" ", report.flavor.empty() ? "custom" : report.flavor,
-                                          " (", report.architecture, ")"),
+                           : absl::StrCat(" ", FlavorText(report), " (", report.architecture, ")"),
       "\n");
   for (const InspectedTensor& tensor : report.tensors) {
     absl::StrAppend(&out, absl::StrFormat("  %-50s %-5s %-16s %12d  %s", tensor.info.name,

@@ -105,6 +105,8 @@ TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
   EXPECT_EQ(report->model, "llama3");
   EXPECT_EQ(report->flavor, "");
   EXPECT_EQ(report->architecture, "dim 32, 1 layers, 4/2 heads of 16, ffn 96, vocab 24");
+  // A shape no flavor has is "custom" in --json too, as in the text.
+  EXPECT_EQ(InspectReportToJson(*report).at("flavor"), "custom");
   ASSERT_EQ(report->tensors.size(), state.model.size());
   EXPECT_EQ(report->tensors[0].info.name, "tok_embeddings.weight");
   EXPECT_THAT(report->tensors[0].info.shape, ElementsAre(24, 32));
@@ -327,6 +329,7 @@ TEST(InspectTest, AnUnknownModelSaysWhy) {
   EXPECT_THAT(report->model_unknown_reason, HasSubstr("hidden_act"));
   EXPECT_THAT(FormatInspectReport(*report), HasSubstr(", model unknown (" + hf));
   EXPECT_EQ(InspectReportToJson(*report).at("model_unknown_reason"), report->model_unknown_reason);
+  EXPECT_EQ(InspectReportToJson(*report).at("flavor"), "");  // no model, no flavor
 }
 
 TEST(InspectTest, DiffFindsArchitecturesThatDifferWithTheSameTensors) {

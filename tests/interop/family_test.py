@@ -93,7 +93,7 @@ class FamilyTest(unittest.TestCase):
                          ("qwen3", 128, True))
         self.assertEqual(model["args"]["rope"]["layout"], "rotate_half")
         report = json.loads(run([INSPECT, "--json", "--verify", self.path("titan")]).stdout)
-        self.assertEqual((report["model"], report["flavor"]), ("qwen3", ""))
+        self.assertEqual((report["model"], report["flavor"]), ("qwen3", "custom"))
         self.assertEqual(report["architecture"], "dim 256, 4 layers, 16/8 heads of 128, ffn 512, "
                                                  "vocab 2048, qk-norm")
         self.assertTrue(report["verify"]["ok"])
