@@ -285,12 +285,30 @@ void RenameAliasedValues(const KeyRef& ref, Message* section, absl::string_view 
   }
 }
 
+// "[rl] is titan_rl's section, which titan_train would ignore".
+std::string UnreadSectionText(const UnreadSection& unread) {
+  return absl::StrCat("[", unread.section, "] is ", unread.reader, "'s section, which ",
+                      unread.tool, " would ignore");
+}
+
+// What follows an unknown `key` of `section` in its refusal: ": unknown key (did you mean ...?)",
+// or, in a section the tool does not read (`unread`), that section's refusal instead: a key
+// suggested there would be refused next.
+std::string UnknownKeyText(absl::string_view section, absl::string_view key, bool as_flag,
+                           const UnreadSection* unread) {
+  const Schema& schema = Schema::Get();
+  if (unread != nullptr && schema.SectionNamed(section) == unread->section) {
+    return absl::StrCat(": ", UnreadSectionText(*unread), "; remove it or run ", unread->reader);
+  }
+  return absl::StrCat(": unknown key", schema.SuggestKey(section, key, as_flag));
+}
+
 // Applies one parsed job file's tables to a config.
 class TomlApplier {
  public:
   TomlApplier(absl::string_view source, JobConfig* config,
-              absl::flat_hash_map<std::string, std::string>* sources)
-      : source_(source), config_(config), sources_(sources) {}
+              absl::flat_hash_map<std::string, std::string>* sources, const UnreadSection* unread)
+      : source_(source), config_(config), sources_(sources), unread_(unread) {}
 
   // The tables of `table`, whose name is `prefix` (empty: the file's top level). A dotted section
   // ([quantize.linear.float8]) is tables nested in TOML: the walk goes down to it.
@@ -343,9 +361,8 @@ class TomlApplier {
                                                ShortText(key, kNameQuoteBytes));
       const KeyRef* ref = schema.Find(section, key);
       if (ref == nullptr) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(At(node), ": ", written, ": unknown key",
-                         schema.SuggestKey(section, key, /*as_flag=*/false)));
+        return absl::InvalidArgumentError(absl::StrCat(
+            At(node), ": ", written, UnknownKeyText(section, key, /*as_flag=*/false, unread_)));
       }
       if (IsConfigFileKey(*ref)) {
         return absl::InvalidArgumentError(
@@ -375,11 +392,13 @@ class TomlApplier {
   const std::string source_;
   JobConfig* const config_;
   absl::flat_hash_map<std::string, std::string>* const sources_;
+  const UnreadSection* const unread_;  // nullptr: the tool reads every section
   KeyWrites writes_;
 };
 
 absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConfig* config,
-                       absl::flat_hash_map<std::string, std::string>* sources) {
+                       absl::flat_hash_map<std::string, std::string>* sources,
+                       const UnreadSection* unread) {
   toml::table root;
   try {
     // absl::string_view is not std::string_view in Debian's abseil build.
@@ -389,7 +408,7 @@ absl::Status ApplyToml(absl::string_view text, absl::string_view source, JobConf
         absl::StrFormat("%s:%d:%d: %s", source, error.source().begin.line,
                         error.source().begin.column, std::string(error.description())));
   }
-  return TomlApplier(source, config, sources).ApplyTables(root, "");
+  return TomlApplier(source, config, sources, unread).ApplyTables(root, "");
 }
 
 // One command-line override, resolved to its key.
@@ -401,7 +420,8 @@ struct Override {
   std::string value;
 };
 
-absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::string>& args) {
+absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::string>& args,
+                                                     const UnreadSection* unread) {
   const Schema& schema = Schema::Get();
   std::vector<Override> overrides;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -436,8 +456,8 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
     }
     const KeyRef* ref = schema.Find(parts[0], parts[1]);
     if (ref == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, ": unknown key", schema.SuggestKey(parts[0], parts[1], /*as_flag=*/true)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, UnknownKeyText(parts[0], parts[1], /*as_flag=*/true, unread)));
     }
     std::string value;
     if (equals != absl::string_view::npos) {
@@ -535,8 +555,10 @@ absl::StatusOr<JobConfig> LoadJobConfig(int argc, char** argv) {
 }
 
 absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
-                                         const std::vector<std::string>& overrides) {
-  absl::StatusOr<std::vector<Override>> parsed = ParseOverrides(overrides);
+                                         const std::vector<std::string>& overrides,
+                                         const std::optional<UnreadSection>& unread) {
+  const UnreadSection* const unread_section = unread.has_value() ? &*unread : nullptr;
+  absl::StatusOr<std::vector<Override>> parsed = ParseOverrides(overrides, unread_section);
   if (!parsed.ok()) return parsed.status();
   std::string path = toml_path;
   for (const Override& override : *parsed) {
@@ -558,7 +580,8 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
     }
     absl::StatusOr<std::string> text = ReadFile(path);
     if (!text.ok()) return text.status();
-    if (absl::Status status = ApplyToml(*text, path, &config, &sources); !status.ok()) {
+    if (absl::Status status = ApplyToml(*text, path, &config, &sources, unread_section);
+        !status.ok()) {
       return status;
     }
   }
@@ -573,11 +596,12 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
 absl::StatusOr<JobConfig> ParseJobConfigText(absl::string_view toml_text,
                                              absl::string_view source_name,
                                              const std::vector<std::string>& overrides) {
-  absl::StatusOr<std::vector<Override>> parsed = ParseOverrides(overrides);
+  absl::StatusOr<std::vector<Override>> parsed = ParseOverrides(overrides, nullptr);
   if (!parsed.ok()) return parsed.status();
   JobConfig config = DefaultJobConfig();
   absl::flat_hash_map<std::string, std::string> sources;
-  if (absl::Status status = ApplyToml(toml_text, source_name, &config, &sources); !status.ok()) {
+  if (absl::Status status = ApplyToml(toml_text, source_name, &config, &sources, nullptr);
+      !status.ok()) {
     return status;
   }
   if (absl::Status status = ApplyOverrides(*parsed, &config, &sources); !status.ok()) {
@@ -585,6 +609,14 @@ absl::StatusOr<JobConfig> ParseJobConfigText(absl::string_view toml_text,
   }
   KeySources::Get().Reset(std::move(sources));
   return config;
+}
+
+absl::Status RefuseUnreadSection(const JobConfig& config, const UnreadSection& unread) {
+  const std::vector<std::string> changed = ChangedKeys(config, unread.section);
+  if (changed.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(changed.front(), ": ", UnreadSectionText(unread),
+                                                 "; leave it at its defaults or run ",
+                                                 unread.reader));
 }
 
 absl::Status WithKeySource(const absl::Status& status) {

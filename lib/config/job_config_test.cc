@@ -247,6 +247,34 @@ TEST(JobConfigTest, LaterSingleKeyErrorsNameTheFileLineOrFlag) {
   EXPECT_TRUE(absl::StartsWith(ValidateJobConfig(*config).message(), "[checkpoint] load_step"));
 }
 
+// A tool that does not read [rl] (titan_train) refuses an unknown key there as [rl]'s, rather than
+// suggesting the [rl] key it would refuse next; titan_rl, which reads [rl], gets the suggestion.
+TEST(JobConfigTest, AnUnknownKeyOfAnUnreadSectionIsRefusedAsThatSections) {
+  const std::string path = TempDir() + "/rl_typo.toml";
+  ASSERT_TRUE(WriteFileAtomically(path, "[training]\nsteps = 2\n[rl]\ngroup_sizee = 4\n").ok());
+  const UnreadSection rl{"rl", "titan_rl", "titan_train"};
+  EXPECT_EQ(ParseJobConfig(path, {}, rl).status().message(),
+            path +
+                ":4: [rl] group_sizee: [rl] is titan_rl's section, which titan_train would "
+                "ignore; remove it or run titan_rl");
+  EXPECT_EQ(ParseJobConfig(path, {}).status().message(),
+            path + ":4: [rl] group_sizee: unknown key (did you mean \"group_size\"?)");
+  EXPECT_EQ(ParseJobConfig("", {"--rl.group_sizee=4"}, rl).status().message(),
+            "--rl.group_sizee: [rl] is titan_rl's section, which titan_train would ignore; remove "
+            "it or run titan_rl");
+  EXPECT_EQ(ParseJobConfig("", {"--rl.group_sizee=4"}).status().message(),
+            "--rl.group_sizee: unknown key (did you mean \"--rl.group_size\"?)");
+  // Other sections' typos keep their suggestion; [rl] at its defaults parses, a changed key not.
+  EXPECT_EQ(ParseJobConfig("", {"--training.stepz=4"}, rl).status().message(),
+            "--training.stepz: unknown key (did you mean \"--training.steps\"?)");
+  absl::StatusOr<JobConfig> config = ParseJobConfig("", {"--rl.group_size=4"}, rl);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(RefuseUnreadSection(*config, rl).message(),
+            "[rl] group_size = 4: [rl] is titan_rl's section, which titan_train would ignore; "
+            "leave it at its defaults or run titan_rl");
+  EXPECT_TRUE(RefuseUnreadSection(DefaultJobConfig(), rl).ok());
+}
+
 TEST(JobConfigTest, FileErrorsNameFileLineSectionKeyAndValue) {
   EXPECT_EQ(ParseError("[training]\nstepz = 10\n"),
             "configs/x.toml:2: [training] stepz: unknown key (did you mean \"steps\"?)");

@@ -431,9 +431,20 @@ class TitanTrainTest(unittest.TestCase):
         again = self.dump("config_again")
         run_train(again, config=os.path.join(first, "config.toml"))
         self.assertEqual([r["step"] for r in metrics(again)], [1])
+        # An [rl] typo is refused as [rl]'s, not answered with the [rl] key refused next.
+        rl_typo = os.path.join(self.tmp, "rl_typo.toml")
+        with open(rl_typo, "w") as f:
+            f.write("[rl]\ngroup_sizee = 4\n")
+        rl_refused = "[rl] is titan_rl's section, which titan_train would ignore"
         refused = [
             (self.dump("rl_changed"), ["--rl.algorithm=ppo"], CONFIG,
-             'titan_train: [rl] algorithm = "ppo": [rl] is titan_rl\'s section'),
+             f'titan_train: --rl.algorithm: [rl] algorithm = "ppo": {rl_refused}; leave it at '
+             "its defaults or run titan_rl"),
+            (self.dump("rl_typo"), [], rl_typo,
+             f"titan_train: {rl_typo}:2: [rl] group_sizee: {rl_refused}; remove it or run "
+             "titan_rl"),
+            (self.dump("rl_typo_flag"), ["--rl.group_sizee=4"], CONFIG,
+             f"titan_train: --rl.group_sizee: {rl_refused}; remove it or run titan_rl"),
             (self.dump("config_folder"), [], first,
              f"titan_train: {first}: is a directory, expected a TOML file"),
             ("", [], CONFIG,

@@ -5,7 +5,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
@@ -25,15 +24,12 @@ constexpr char kUsage[] =
 absl::Status Run(int argc, char** argv) {
   const std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
   if (absl::Status given = titan::CheckJobGiven(args); !given.ok()) return given;
-  absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", args);
+  const titan::UnreadSection rl{"rl", "titan_rl", "titan_train"};
+  absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", args, rl);
   if (!config.ok()) return config.status();
   // An [rl] section at its defaults is accepted: config.toml holds one, and must run again.
-  if (const std::vector<std::string> changed = titan::ChangedKeys(*config, "rl");
-      !changed.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(changed.front(),
-                     ": [rl] is titan_rl's section, which titan_train would "
-                     "ignore; leave it at its defaults or run titan_rl"));
+  if (absl::Status status = titan::RefuseUnreadSection(*config, rl); !status.ok()) {
+    return titan::WithKeySource(status);
   }
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime) {
     return titan::RunTraining(*config, runtime);
