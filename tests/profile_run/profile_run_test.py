@@ -376,6 +376,14 @@ class ProfileRunTest(unittest.TestCase):
                 (PROFILE_RUN, [f"--out={out}", "--comm.save_traces_folder", out],
                  "--comm.save_traces_folder (the flight recorder dumps into --out): profile_run "
                  "replaces titan_train's [profiling] with its own flags; drop them"),
+                # It profiles titan_train's job: titan_rl's [rl] is refused, not ignored.
+                (PROFILE_RUN, [f"--out={out}", "--rl.algorithm=ppo"],
+                 'profile_run: --rl.algorithm: [rl] algorithm = "ppo": [rl] is titan_rl\'s '
+                 "section, which profile_run would ignore; leave it at its defaults or run "
+                 "titan_rl"),
+                (PROFILE_RUN, [f"--out={out}", "--rl.group_sizee=4"],
+                 "profile_run: --rl.group_sizee: [rl] is titan_rl's section, which profile_run "
+                 "would ignore; remove it or run titan_rl"),
                 (PROFILE_RUN, [f"--out={out}", "--profile.bogus=1"],
                  "profile_run: --profile.bogus: unknown key of --profile.*; expected "
                  "--profile.warmup, --profile.active or --profile.gzip")]:
