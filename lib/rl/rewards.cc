@@ -109,11 +109,10 @@ constexpr absl::string_view kBeyondFloat32 =
 }  // namespace
 
 std::optional<std::string> HashAnswer(const std::string& response) {
-  const absl::string_view tail = Tail(response);
-  const size_t mark = tail.rfind("####");
-  if (mark == absl::string_view::npos) return std::nullopt;
+  const size_t mark = response.rfind("####");
+  if (mark == std::string::npos) return std::nullopt;
   // The answer runs to the end of its line.
-  absl::string_view rest = tail.substr(mark + 4);
+  absl::string_view rest = absl::string_view(response).substr(mark + 4);
   rest = absl::StripAsciiWhitespace(rest.substr(0, rest.find('\n')));
   if (rest.empty()) return std::nullopt;
   return std::string(rest);

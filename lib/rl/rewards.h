@@ -16,8 +16,9 @@
 
 namespace titan {
 
-// The text after the last "####" within the response's last 300 characters, to the end of its
-// line, stripped of surrounding whitespace; nullopt without one (or when it is empty).
+// The text after the response's last "####" (anywhere in it: unlike verl's numeric rule, not
+// only in the last 300 characters), to the end of its line, stripped of surrounding whitespace;
+// nullopt without one (or when it is empty).
 std::optional<std::string> HashAnswer(const std::string& response);
 
 // verl's strict GSM8K answer: the last match of "#### (-?[0-9.,]+)" within the response's last 300

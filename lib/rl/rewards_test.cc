@@ -26,8 +26,13 @@ TEST(VerifierTest, Gsm8kHashAnswer) {
   EXPECT_EQ(HashAnswer("#### 1 #### 2"), "2");  // the last one
   EXPECT_EQ(HashAnswer("no answer"), std::nullopt);
   EXPECT_EQ(HashAnswer("#### "), std::nullopt);
-  // Only the last 300 characters count (verl).
-  EXPECT_EQ(HashAnswer("#### 5" + std::string(300, ' ')), std::nullopt);
+  // Anywhere in the response: an answer line followed by more text still counts (only numeric,
+  // verl's rule, reads the last 300 characters).
+  const std::string rambling = " #### a c e\n" + std::string(400, 'x');
+  EXPECT_EQ(HashAnswer(rambling), "a c e");
+  EXPECT_EQ(ExactMatchReward(rambling, "a c e"), 1);
+  EXPECT_EQ(FormatReward(rambling), 1);
+  EXPECT_EQ(NumericReward(" #### 68\n" + std::string(400, 'x'), "68"), 0);
   EXPECT_EQ(NumericReward(" #### 68", "68"), 1);
   EXPECT_EQ(NumericReward(" #### 69", "68"), 0);
   EXPECT_EQ(NumericReward("68", "68"), 0);  // no #### format
@@ -53,7 +58,6 @@ TEST(VerifierTest, NumericIsVerlsStrictGsm8kRule) {
   for (int i = 0; i < 294; ++i) accents += "\xC3\xA9";
   EXPECT_EQ(Gsm8kAnswer("#### 7" + accents), "7");
   EXPECT_EQ(Gsm8kAnswer("#### 7" + accents + "\xC3\xA9"), std::nullopt);
-  EXPECT_EQ(HashAnswer("#### 7\n" + accents.substr(2)), "7");  // 7 + 293 characters
   for (const char* unmatched : {"####72", "#### inf", "#### nan", "#### +72", "#### - 72",
                                 "####\t72", "#### $72", "#### ", "no answer"}) {
     EXPECT_EQ(Gsm8kAnswer(unmatched), std::nullopt) << unmatched;
