@@ -86,7 +86,7 @@ class FamilyTest(unittest.TestCase):
         self.assertGreater(len(glob.glob(self.path("hf/model-*-of-*.safetensors"))), 2)
         titan, back = self.round_trip("--max_shard_size=4MB")
         self.assertEqual(titan["tensors"], 4 * 11 + 3)
-        self.assertEqual(titan["flavor"], "")
+        self.assertEqual(titan["flavor"], "custom")
         with open(os.path.join(titan["output"], "manifest.json")) as f:
             model = json.load(f)["state"]["model"]
         self.assertEqual((model["name"], model["args"]["head_dim"], model["args"]["qk_norm"]),

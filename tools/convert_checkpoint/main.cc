@@ -116,7 +116,8 @@ int main(int argc, char** argv) {
     const nlohmann::json out = {{"input", summary->input},
                                 {"output", summary->output},
                                 {"model", summary->model},
-                                {"flavor", summary->flavor},
+                                // As checkpoint_inspect words it.
+                                {"flavor", summary->flavor.empty() ? "custom" : summary->flavor},
                                 {"tensors", summary->tensors},
                                 {"bytes", summary->bytes},
                                 {"files", summary->files},
