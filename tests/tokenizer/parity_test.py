@@ -210,6 +210,18 @@ class ParityTest(unittest.TestCase):
             self.assertEqual(result["ids"], reference.encode(text, add_special_tokens=False).ids,
                              f"regex {regex!r}, text {text[:40]!r}")
 
+    def assert_both_refuse(self, spec, tokenizers_error):
+        """tokenizers refuses tokenizer.json `spec` with `tokenizers_error`, and so does titan;
+        titan's stderr."""
+        path = os.path.join(self.tmp, "refused.json")
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(spec, f, ensure_ascii=False)
+        with self.assertRaisesRegex(Exception, tokenizers_error):
+            Tokenizer.from_file(path)
+        with self.assertRaises(subprocess.CalledProcessError) as refused:
+            run_encode_main(path, ["x"], self.tmp)
+        return refused.exception.stderr
+
     def assert_auto_tokenizer_parity(self, tokenizer_dir, texts, results):
         """titan's `results` for `texts` equal AutoTokenizer's ids in both modes (parsed, and plain
         as split_special_tokens=True); the AutoTokenizer and its parsed ids."""
@@ -292,16 +304,10 @@ class ParityTest(unittest.TestCase):
         for pattern in [r"(?=\p{Lu})+", r"\b*", r"\b?", "^+", "(?!x){2}", "$?", r"\A{,3}",
                         "(?<=a)*", "(?:^)+", r"(?:a|(?:\B|b))+", r"a|(?i)\z+", "(?:|$)?"]:
             spec["pre_tokenizer"] = split_then_byte_level(pattern)
-            path = os.path.join(self.tmp, "quantified_anchor.json")
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(spec, f, ensure_ascii=False)
-            with self.assertRaisesRegex(Exception, "target of repeat operator is invalid"):
-                Tokenizer.from_file(path)
-            with self.assertRaises(subprocess.CalledProcessError) as refused:
-                run_encode_main(path, ["x"], self.tmp)
-            self.assertIn(f"regex /{pattern}/: the quantifier ", refused.exception.stderr)
+            stderr = self.assert_both_refuse(spec, "target of repeat operator is invalid")
+            self.assertIn(f"regex /{pattern}/: the quantifier ", stderr)
             self.assertIn("(tokenizers' Oniguruma refuses to repeat an anchor or a lookaround)",
-                          refused.exception.stderr)
+                          stderr)
 
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
@@ -728,25 +734,13 @@ class ParityTest(unittest.TestCase):
         for name in ["Xan", "Xwd", "Xps", "Xsp", "Xuc", "L&", "Bidi_M", "sc:Greek", "scx:Greek",
                      "Bidi_Class:L"]:
             spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = rf"\p{{{name}}}+"
-            path = os.path.join(self.tmp, "refused_property.json")
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(spec, f, ensure_ascii=False)
-            with self.assertRaisesRegex(Exception, "invalid character property name"):
-                Tokenizer.from_file(path)
-            with self.assertRaises(subprocess.CalledProcessError) as refused:
-                run_encode_main(path, ["x"], self.tmp)
-            self.assertIn(rf"\p{{{name}}} is not supported", refused.exception.stderr)
+            stderr = self.assert_both_refuse(spec, "invalid character property name")
+            self.assertIn(rf"\p{{{name}}} is not supported", stderr)
         # Names neither knows (Oniguruma's ^ must come first, once).
         for name in ["Foo", "Is_Greek", " ^Punct", "^^Punct", "^^Lu", ""]:
             spec["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = rf"[\p{{{name}}}a]+"
-            path = os.path.join(self.tmp, "unknown_property.json")
-            with open(path, "w", encoding="utf-8") as f:
-                json.dump(spec, f, ensure_ascii=False)
-            with self.assertRaisesRegex(Exception, "invalid character property name"):
-                Tokenizer.from_file(path)
-            with self.assertRaises(subprocess.CalledProcessError) as refused:
-                run_encode_main(path, ["x"], self.tmp)
-            self.assertIn(rf"regex /[\p{{{name}}}a]+/: unknown property", refused.exception.stderr)
+            stderr = self.assert_both_refuse(spec, "invalid character property name")
+            self.assertIn(rf"regex /[\p{{{name}}}a]+/: unknown property", stderr)
 
     def test_tiktoken_rank_file_matches_tiktoken(self):
         # Ranks: the default tokenizer's learned vocab in id order, as bytes. tiktoken merges by
