@@ -31,7 +31,7 @@ absl::StatusOr<ModelInfo> DescribeCheckpoint(const CheckpointReader& reader,
 absl::StatusOr<ModelInfo> DescribeHfConfig(const std::string& directory,
                                            const std::string& model_name);
 
-// "llama3 debugmodel (dim 256, 6 layers, ...)" or "qwen3 custom (dim 576, ...)".
+// "llama3 debugmodel (dim 256, 6 layers, ...)", or "qwen3 (dim 576, ...)" for a custom shape.
 std::string DescribeModelInfo(const ModelInfo& info);
 
 // The fields two architectures differ in (vocab_size and max_seq_len aside), by their
