@@ -10,7 +10,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <exception>
-#include <filesystem>
 #include <mutex>
 #include <torch/csrc/distributed/c10d/FlightRecorder.hpp>
 #include <torch/csrc/distributed/c10d/FlightRecorderDetail.hpp>
@@ -28,6 +27,7 @@
 #include "lib/distributed/dump_signal.h"
 #include "lib/distributed/group_state.h"
 #include "lib/util/c10_log_filter.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -352,33 +352,33 @@ void CommTrace::SetRunId(const std::string& run_id) {
 
 absl::Status SetEarlierDumpsAside(const std::string& folder, const std::string& file_prefix,
                                   const std::string& run_id) {
-  std::vector<std::filesystem::path> earlier;
-  std::error_code error;
-  for (const auto& file : std::filesystem::directory_iterator(folder, error)) {
-    absl::string_view name = file.path().filename().native();
+  // A missing folder holds nothing to set aside.
+  const std::vector<std::string> listed =
+      ListDirectory(folder).value_or(std::vector<std::string>());
+  std::vector<std::string> names;
+  for (const std::string& file : listed) {
+    absl::string_view name = file;
     int rank = 0;
     if (absl::ConsumePrefix(&name, file_prefix) && absl::SimpleAtoi(name, &rank) &&
-        file.is_regular_file()) {
-      earlier.push_back(file.path());
+        IsRegularFile(JoinPath(folder, file))) {
+      names.push_back(file);
     }
   }
-  if (earlier.empty()) return absl::OkStatus();  // A missing folder too: nothing to set aside.
-  const std::filesystem::path aside =
-      std::filesystem::path(folder) / absl::StrCat("earlier-", run_id);
-  std::filesystem::create_directories(aside, error);
-  std::vector<std::string> names;
-  for (const std::filesystem::path& path : earlier) {
-    if (!error) std::filesystem::rename(path, aside / path.filename(), error);
-    if (error) {
+  if (names.empty()) return absl::OkStatus();
+  const std::string aside = JoinPath(folder, absl::StrCat("earlier-", run_id));
+  absl::Status moved = MakeDirectories(aside);
+  for (const std::string& name : names) {
+    const std::string path = JoinPath(folder, name);
+    if (moved.ok()) moved = RenamePath(path, JoinPath(aside, name));
+    if (!moved.ok()) {
       return absl::PermissionDeniedError(
-          absl::StrCat(path.string(), ": cannot set an earlier run's comm trace aside in ",
-                       aside.string(), ": ", error.message()));
+          absl::StrCat(path, ": cannot set an earlier run's comm trace aside in ", aside, ": ",
+                       moved.message()));
     }
-    names.push_back(path.filename().string());
   }
   std::sort(names.begin(), names.end());
   LOG(WARNING) << "comm trace: moved an earlier run's dumps (" << absl::StrJoin(names, ", ")
-               << ") to " << aside.string() << ", so this run's dumps stand alone";
+               << ") to " << aside << ", so this run's dumps stand alone";
   return absl::OkStatus();
 }
 
@@ -409,11 +409,9 @@ absl::Status CommTrace::Dump(absl::string_view reason) {
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("comm trace: dump: ", Reason(e)));
   }
-  std::error_code error;
-  std::filesystem::create_directories(options_.folder, error);
-  if (error) {
+  if (absl::Status made = MakeDirectories(options_.folder); !made.ok()) {
     return absl::PermissionDeniedError(
-        absl::StrCat(options_.folder, ": cannot create the comm trace folder: ", error.message()));
+        absl::StrCat("cannot create the comm trace folder: ", made.message()));
   }
   const std::string path = DumpPath();
   if (absl::Status written = WriteFileAtomically(path, pickle); !written.ok()) return written;

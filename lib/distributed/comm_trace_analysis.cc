@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <filesystem>
 #include <limits>
 #include <map>
 #include <optional>
@@ -19,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 
@@ -378,15 +378,15 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
                                                    const std::string& prefix) {
   std::map<int, RankDump> dumps;
   std::map<int, std::string> paths;
-  std::error_code error;
-  for (const auto& file : std::filesystem::directory_iterator(folder, error)) {
-    absl::string_view name = file.path().filename().native();
+  absl::StatusOr<std::vector<std::string>> files = ListDirectory(folder);
+  if (!files.ok()) return absl::NotFoundError(files.status().message());
+  for (const std::string& file : *files) {
+    absl::string_view name = file;
     int rank = 0;
     if (!absl::ConsumePrefix(&name, prefix) || !absl::SimpleAtoi(name, &rank)) continue;
-    paths[rank] = file.path().string();
+    paths[rank] = JoinPath(folder, file);
     TITAN_ASSIGN_OR_RETURN(dumps[rank], ReadDump(paths[rank]));
   }
-  if (error) return absl::NotFoundError(absl::StrCat(folder, ": ", error.message()));
   if (dumps.empty()) {
     return absl::NotFoundError(absl::StrCat(folder, ": no dumps named ", prefix, "<rank>"));
   }

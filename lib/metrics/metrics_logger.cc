@@ -4,12 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
-#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "glog/logging.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/short_text.h"
 #include "lib/util/status_context.h"
@@ -105,11 +104,9 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
   if (options.dump_folder.empty()) {
     return absl::InvalidArgumentError("metrics: dump_folder: expected a folder, got \"\"");
   }
-  std::error_code error;
-  std::filesystem::create_directories(options.dump_folder, error);
-  if (error) {
-    return absl::InternalError(
-        absl::StrCat(options.dump_folder, ": cannot create dump folder: ", error.message()));
+  if (absl::Status made = MakeDirectories(options.dump_folder); !made.ok()) {
+    return absl::Status(made.code(),
+                        absl::StrCat("cannot create the dump folder: ", made.message()));
   }
   TITAN_ASSIGN_OR_RETURN(
       StepLog rows,
@@ -124,7 +121,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
   // metrics.jsonl is opened at the first row (a run ended before it leaves no empty file), so
   // here only checked: an existing file must open for appending, else its folder take a new one.
   const std::string& rows_path = rows.rows_path();
-  if (std::filesystem::exists(rows_path, error)) {
+  if (PathExists(rows_path)) {
     std::FILE* probe = std::fopen(rows_path.c_str(), "ae");
     if (probe == nullptr) return ErrnoError("open for append", rows_path);
     std::fclose(probe);

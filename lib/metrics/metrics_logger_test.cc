@@ -266,8 +266,8 @@ TEST(MetricsLoggerTest, AnUncreatableTensorBoardFolderNamesItsKey) {
   options.tensorboard_folder = "/dev/null/tb";
   options.start.run_id = "r1";
   EXPECT_EQ(MetricsLogger::Create(options).status().message(),
-            "[metrics] save_tb_folder: /dev/null/tb: cannot create TensorBoard folder: Not a "
-            "directory");
+            "[metrics] save_tb_folder: cannot create the TensorBoard folder: /dev/null/tb: mkdir "
+            "failed: Not a directory");
 }
 
 TEST(MetricsLoggerTest, ForwardsScalarsToTensorBoardUnderTorchtitanTags) {

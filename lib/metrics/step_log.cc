@@ -1,12 +1,12 @@
 #include "lib/metrics/step_log.h"
 
-#include <filesystem>
-#include <system_error>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -17,8 +17,7 @@ namespace {
 // Rewrites `path` (atomically; a missing one stays missing) without the rows whose "step" is
 // after `step` and without a last row cut short. Other rows it cannot read stay.
 absl::Status DropRowsAfter(const std::string& path, int64_t step) {
-  std::error_code error;
-  if (!std::filesystem::exists(path, error)) return absl::OkStatus();
+  if (!PathExists(path)) return absl::OkStatus();
   TITAN_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   const size_t complete = text.rfind('\n') + 1;  // 0 when no line is complete
   const bool cut_short = complete < text.size();
@@ -53,20 +52,18 @@ absl::Status DropRowsAfter(const std::string& path, int64_t step) {
 // Renames the rows of restarts that stopped before their first save (<path>.restart-<id>, none
 // of them `own_run_id`) to <path>.abandoned-<id>: the folder's lock says their runs are gone.
 absl::Status SetAsideDeadRestarts(const std::string& path, const std::string& own_run_id) {
-  const std::filesystem::path log(path);
-  const std::string prefix = log.filename().string() + ".restart-";
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(log.parent_path(), error)) {
-    const std::string name = entry.path().filename().string();
+  const std::string folder = Dirname(path);
+  const std::string prefix = absl::StrCat(path.substr(path.find_last_of('/') + 1), ".restart-");
+  // A folder not there yet holds no restarts.
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
+  if (!names.ok()) return absl::OkStatus();
+  for (const std::string& name : *names) {
     if (!absl::StartsWith(name, prefix) || name == prefix + own_run_id) continue;
+    const std::string restart = JoinPath(folder, name);
     const std::string aside =
         absl::StrCat(path, ".abandoned-", absl::string_view(name).substr(prefix.size()));
-    std::filesystem::rename(entry.path(), aside, error);
-    if (error) {
-      return absl::InternalError(
-          absl::StrCat(entry.path().string(), ": rename: ", error.message()));
-    }
-    LOG(WARNING) << "Set aside " << entry.path().string() << " as " << aside
+    TITAN_RETURN_IF_ERROR(RenamePath(restart, aside));
+    LOG(WARNING) << "Set aside " << restart << " as " << aside
                  << ": the rows of a restart that stopped before its first save";
   }
   return absl::OkStatus();
@@ -92,13 +89,9 @@ absl::StatusOr<StepLog> StepLog::Start(std::string path, const StepLogStart& sta
 }
 
 absl::Status StepLog::SetAsideEarlier() const {
-  std::error_code error;
-  if (!std::filesystem::exists(path_, error) || std::filesystem::file_size(path_, error) == 0) {
-    return absl::OkStatus();
-  }
+  if (FileSize(path_).value_or(0) == 0) return absl::OkStatus();
   const std::string aside = absl::StrCat(path_, ".abandoned-", run_id_);
-  std::filesystem::rename(path_, aside, error);
-  if (error) return absl::InternalError(absl::StrCat(path_, ": rename: ", error.message()));
+  TITAN_RETURN_IF_ERROR(RenamePath(path_, aside));
   LOG(WARNING) << "Set aside " << path_ << " as " << aside
                << ": an earlier run's, whose steps this run does not continue";
   return absl::OkStatus();
@@ -108,14 +101,12 @@ absl::Status StepLog::Commit() {
   if (!commit_pending_) return absl::OkStatus();
   commit_pending_ = false;
   TITAN_RETURN_IF_ERROR(SetAsideEarlier());
-  std::error_code error;
-  if (!std::filesystem::exists(rows_path_, error)) {
+  if (!PathExists(rows_path_)) {
     rows_path_ = path_;
     return absl::OkStatus();
   }
   // A file open for appending follows its rename.
-  std::filesystem::rename(rows_path_, path_, error);
-  if (error) return absl::InternalError(absl::StrCat(rows_path_, ": rename: ", error.message()));
+  TITAN_RETURN_IF_ERROR(RenamePath(rows_path_, path_));
   rows_path_ = path_;
   return absl::OkStatus();
 }

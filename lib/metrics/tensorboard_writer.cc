@@ -5,13 +5,13 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
-#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "lib/metrics/crc32c.h"
 #include "lib/metrics/event.pb.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -47,11 +47,9 @@ std::string EncodeTfRecord(absl::string_view data) {
 
 absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
     const std::string& log_dir, int64_t purge_step) {
-  std::error_code error;
-  std::filesystem::create_directories(log_dir, error);
-  if (error) {
-    return absl::InternalError(
-        absl::StrCat(log_dir, ": cannot create TensorBoard folder: ", error.message()));
+  if (absl::Status made = MakeDirectories(log_dir); !made.ok()) {
+    return absl::Status(made.code(),
+                        absl::StrCat("cannot create the TensorBoard folder: ", made.message()));
   }
   absl::StatusOr<std::string> host = HostName();
   if (!host.ok()) return host.status();

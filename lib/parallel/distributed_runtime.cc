@@ -5,7 +5,6 @@
 #include <c10/cuda/CUDAFunctions.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "lib/distributed/dump_signal.h"
 #include "lib/distributed/gloo_communicator.h"
 #include "lib/distributed/nccl_communicator.h"
+#include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -34,7 +34,7 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
                           p.pipeline_parallel_degree(), env.world_size));
   DistributedRuntime runtime(env, std::move(dims));
   const std::string trace_folder =
-      std::filesystem::path(config.job().dump_folder()) / config.comm().save_traces_folder();
+      JoinPath(config.job().dump_folder(), config.comm().save_traces_folder());
   if (env.world_size == 1) {
     // One process has no collectives to dump: SIGUSR1 (the launcher's dump request, forwarded)
     // must not end it by its default action, and says so.

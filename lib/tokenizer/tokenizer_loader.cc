@@ -10,15 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "lib/tokenizer/hf_tokenizer.h"
 #include "lib/tokenizer/tiktoken_tokenizer.h"
+#include "lib/util/directory.h"
 
 namespace titan {
 namespace {
-
-// Not std::filesystem: see lib/util/directory.h.
-bool IsRegularFile(const std::string& path) {
-  struct stat info;
-  return ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode);
-}
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadFile(const std::string& file) {
   if (IsTokenizerJsonName(file)) {

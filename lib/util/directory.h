@@ -4,6 +4,8 @@
 // Directory helpers on POSIX calls. Not std::filesystem: PyPI's libtorch.so exports its own copies
 // of std::filesystem symbols, which interpose on libstdc++'s and crash (remove_all jumps to null).
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,12 @@ namespace titan {
 
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
+bool IsRegularFile(const std::string& path);  // Links followed.
+// The size in bytes of the file at `path`; nullopt when none is there.
+std::optional<int64_t> FileSize(const std::string& path);
+
+// rename(2): `from` takes the name `to`, replacing a file there; errors name `from`.
+absl::Status RenamePath(const std::string& from, const std::string& to);
 
 // mkdir -p.
 absl::Status MakeDirectories(const std::string& path);

@@ -45,6 +45,21 @@ TEST(DirectoryTest, RemoveTreeDoesNotFollowSymlinks) {
   EXPECT_TRUE(PathExists(root + "/keep/precious"));
 }
 
+TEST(DirectoryTest, FileKindSizeAndRename) {
+  const std::string root = TempDir() + "/kinds";
+  ASSERT_TRUE(MakeDirectories(root).ok());
+  std::ofstream(root + "/five") << "12345";
+  EXPECT_TRUE(IsRegularFile(root + "/five"));
+  EXPECT_FALSE(IsRegularFile(root));
+  EXPECT_EQ(FileSize(root + "/five"), 5);
+  EXPECT_EQ(FileSize(root + "/absent"), std::nullopt);
+  ASSERT_TRUE(RenamePath(root + "/five", root + "/moved").ok());
+  EXPECT_FALSE(PathExists(root + "/five"));
+  EXPECT_EQ(FileSize(root + "/moved"), 5);
+  EXPECT_EQ(RenamePath(root + "/five", root + "/again").message(),
+            root + "/five: rename to " + root + "/again failed: No such file or directory");
+}
+
 TEST(DirectoryTest, ErrorsNameThePath) {
   EXPECT_THAT(ListDirectory(TempDir() + "/absent").status().message(),
               testing::HasSubstr("absent"));

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace titan {
@@ -62,6 +63,11 @@ std::string Dirname(absl::string_view path) {
   const size_t slash = path.find_last_of('/');
   if (slash == absl::string_view::npos) return ".";
   return std::string(path.substr(0, slash == 0 ? 1 : slash));
+}
+
+std::string JoinPath(absl::string_view dir, absl::string_view name) {
+  if (dir.empty() || absl::StartsWith(name, "/")) return std::string(name);
+  return absl::EndsWith(dir, "/") ? absl::StrCat(dir, name) : absl::StrCat(dir, "/", name);
 }
 
 // An AtomicFileWriter's temporary is `<file><kAtomicTemporaryInfix><pid>`.

@@ -54,6 +54,9 @@ absl::Status WriteFully(int fd, absl::string_view bytes, const std::string& path
 
 // The directory part of `path`: "." without a slash, "/" for a file in the root.
 std::string Dirname(absl::string_view path);
+// `name` inside folder `dir`; an absolute `name` (or an empty `dir`) is itself, as Python's
+// os.path.join and std::filesystem's / read it.
+std::string JoinPath(absl::string_view dir, absl::string_view name);
 
 // fsyncs a directory so a rename inside it survives a power loss.
 absl::Status FsyncDirectory(const std::string& path);

@@ -65,6 +65,14 @@ TEST(FileUtilTest, DirnameOfRelativeRootAndNestedPaths) {
   EXPECT_EQ(Dirname("/a/file"), "/a");
 }
 
+// As std::filesystem::path's / (and os.path.join) join them.
+TEST(FileUtilTest, JoinPathKeepsAnAbsoluteName) {
+  EXPECT_EQ(JoinPath("out", "traces"), "out/traces");
+  EXPECT_EQ(JoinPath("out/", "traces"), "out/traces");
+  EXPECT_EQ(JoinPath("out", "/abs/traces"), "/abs/traces");
+  EXPECT_EQ(JoinPath("", "traces"), "traces");
+}
+
 TEST(FileUtilTest, ReadMissingFileNamesThePath) {
   absl::StatusOr<std::string> read = ReadFile("/nonexistent/titan/file");
   ASSERT_FALSE(read.ok());

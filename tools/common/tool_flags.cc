@@ -4,7 +4,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -115,7 +114,8 @@ void ParseToolFlags(const char* usage, int* argc, char*** argv, int usage_error_
     }
   }
   g_usage_error_code = usage_error_code;
-  g_tool = std::filesystem::path((*argv)[0]).filename().string();
+  const std::string program = (*argv)[0];
+  g_tool = program.substr(program.find_last_of('/') + 1);
   on_exit(OnParseExit, nullptr);
   CatchStderr();
   g_parsing = true;
