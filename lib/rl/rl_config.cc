@@ -108,6 +108,12 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
         "[model] converters: titan_rl trains in high precision only (float8 would widen the gap "
         "between the generator's and the trainer's log-probabilities); remove them");
   }
+  if (const std::optional<std::string> set = ChangedKey(config, "model", "attn_mask_type")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(*set,
+                     ": titan_rl's sequences are one prompt + response each, nothing packed, so "
+                     "there are no documents to mask apart; remove it"));
+  }
   const std::string& algorithm = rl.algorithm();
   const bool policy_gradient = IsPolicyGradient(algorithm);
   const bool groups = algorithm == "grpo" || algorithm == "dapo";

@@ -377,6 +377,13 @@ TEST(RlJobConfigTest, TrainerKeysTitanRlDoesNotReadAreRefused) {
   EXPECT_EQ(Refusal(config),
             "[validation] freq = 5: titan_rl evaluates [rl] eval_prompts_path (or the task's "
             "held-out split) every [rl] eval_freq steps instead of [validation]; remove it");
+  config = SortingJob();
+  config.mutable_model()->set_attn_mask_type("block_causal");
+  EXPECT_EQ(Refusal(config),
+            "[model] attn_mask_type = \"block_causal\": titan_rl's sequences are one prompt + "
+            "response each, nothing packed, so there are no documents to mask apart; remove it");
+  config.mutable_model()->set_attn_mask_type("causal");
+  EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
   // titan_rl checks these first, before ValidateJobConfig asks c4 for a dataset_path.
   config = SortingJob();
   config.mutable_training()->set_dataset("c4");
