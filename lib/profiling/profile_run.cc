@@ -44,8 +44,8 @@ constexpr size_t kOpTableRows = 40;
 }  // namespace
 
 // The saving and resuming checkpoint keys go to their defaults, which enable = false requires;
-// [profiling] at its defaults (off): config.toml records no schedule that did not run, and runs
-// again.
+// [profiling] and [validation] at their defaults (off): config.toml records no schedule that did
+// not run, and runs again.
 JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) {
   config.mutable_job()->set_dump_folder(options.out);
   JobConfig::Checkpoint checkpoint = DefaultJobConfig().checkpoint();
@@ -56,6 +56,13 @@ JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) 
   *config.mutable_checkpoint() = std::move(checkpoint);
   config.mutable_metrics()->set_enable_tensorboard(false);
   config.clear_profiling();
+  // Training steps only, so that validation's forwards are not in the profile.
+  if (config.validation().enable()) {
+    LOG(INFO) << "[validation] enable = true: profile_run skips validation (titan_train would "
+                 "run it every [validation] freq = "
+              << config.validation().freq() << " steps); it profiles the training steps only";
+  }
+  config.clear_validation();
   // Under --out, an absolute folder too: the job's own dumps are never moved or added to.
   config.mutable_comm()->set_save_traces_folder(DefaultJobConfig().comm().save_traces_folder());
   return config;

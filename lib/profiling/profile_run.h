@@ -25,15 +25,17 @@ struct ProfileRunOptions {
 // peak by category, top ops), and on a GPU memory_snapshot_rank<r>.pickle; rank 0 then writes
 // summary.json and report.html for every rank. The job's own dump folder is left alone: the run's
 // config.toml lands in `out`, no checkpoint is saved or resumed ([checkpoint] initial_load_path
-// still loads), and [profiling] is replaced by these options (config.toml records its defaults).
+// still loads), [profiling] is replaced by these options and validation is skipped (config.toml
+// records both at their defaults).
 absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runtime,
                         const ProfileRunOptions& options);
 
 // The job as profile_run runs it: [job] dump_folder is `options.out` (so the flight recorder's
 // [comm] save_traces_folder, config.toml and the folder's lock are under --out, never in the job's
 // own dump folder), no checkpoint saved or resumed ([checkpoint] initial_load_* kept), no
-// TensorBoard, [profiling] at its defaults. The ranks must connect with this config, not the job's:
-// the flight recorder's folder is fixed then.
+// TensorBoard, [profiling] and [validation] at their defaults (no validation runs; logged when the
+// job enables it). The ranks must connect with this config, not the job's: the flight recorder's
+// folder is fixed then.
 JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options);
 
 // `status` with a leading "[job] dump_folder" (profile_run's --out under ProfiledJobConfig) said

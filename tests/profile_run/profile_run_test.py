@@ -449,6 +449,21 @@ class ProfileRunTest(unittest.TestCase):
                       f"(ulimit -f: {limit} bytes) stopped the trace", proc.stderr)
         self.assertFalse(os.path.exists(os.path.join(out, "trace_rank0.json.tmp")))
 
+    def test_validation_is_skipped_and_said_so(self):
+        # The shipped debug job enables validation: profile_run profiles training steps only.
+        out = os.path.join(self.tmp, "validation")
+        proc = run([PROFILE_RUN, f"--job.config_file={CONFIG}", f"--out={out}",
+                    "--metrics.enable_tensorboard=false", "--training.steps=2",
+                    "--training.seq_len=16", "--training.local_batch_size=1",
+                    "--validation.enable=true", "--validation.seq_len=16",
+                    "--validation.steps=1", "--validation.freq=1", "--profile.warmup=1",
+                    "--profile.active=1"])
+        self.assertIn("[validation] enable = true: profile_run skips validation (titan_train "
+                      "would run it every [validation] freq = 1 steps)", proc.stderr)
+        # Skipped, not run unseen: the recorded job validates nothing either.
+        with open(os.path.join(out, "config.toml"), "rb") as f:
+            self.assertFalse(tomllib.load(f)["validation"]["enable"])
+
     def test_job_dump_folder_is_left_alone(self):
         # A live run's flight-recorder dumps in the job's dump folder (what SIGUSR1 leaves):
         # profile_run's own recorder dumps under --out, and moves nothing there.
