@@ -24,6 +24,7 @@
 #include "lib/train/chunked_cross_entropy.h"
 #include "lib/train/device.h"
 #include "lib/train/grad_clip.h"
+#include "lib/train/host_heap.h"
 #include "lib/train/stop_signal.h"
 #include "lib/util/file_util.h"
 #include "lib/util/short_text.h"
@@ -571,6 +572,7 @@ absl::Status RlTrainer::Train() {
       TITAN_ASSIGN_OR_RETURN(m, SftOrDpoStep(examples));
     }
     if (profiler_ != nullptr) TITAN_RETURN_IF_ERROR(profiler_->StepEnd(step));
+    ReturnFreedHostHeapAtStep(step, training.gc_freq());
     // Before the evaluation (which would sample from NaN probabilities) and the checkpoint.
     TITAN_RETURN_IF_ERROR(CheckFiniteUpdate(
         m, absl::StrCat("step ", step),

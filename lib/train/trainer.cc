@@ -3,7 +3,6 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
 #include <c10/util/Exception.h>
-#include <malloc.h>
 
 #include <cstring>
 #include <exception>
@@ -21,6 +20,7 @@
 #include "lib/profiling/phase_range.h"
 #include "lib/train/device.h"
 #include "lib/train/grad_clip.h"
+#include "lib/train/host_heap.h"
 #include "lib/train/stop_signal.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
@@ -240,10 +240,9 @@ absl::Status Trainer::InstallHooks() {
                                         : model_.data_parallel->PrecomputeFloat8Scales();
     });
   }
-  // No garbage collector to run: [training] gc_freq hands freed host heap back to the system.
   const int64_t gc_freq = config_.training().gc_freq();
   hooks_.Add(StepPhase::kStepEnd, [gc_freq](const StepEvent& event) {
-    if (event.step % gc_freq == 0) ::malloc_trim(0);
+    ReturnFreedHostHeapAtStep(event.step, gc_freq);
     return absl::OkStatus();
   });
   return absl::OkStatus();
