@@ -303,6 +303,16 @@ std::string UnknownKeyText(absl::string_view section, absl::string_view key, boo
   return absl::StrCat(": unknown key", schema.SuggestKey(section, key, as_flag));
 }
 
+// What follows an unknown top-level `section` in its refusal: ": unknown section (did you mean
+// ...?)", not suggesting a section the tool does not read (`unread`), which it would refuse next.
+std::string UnknownSectionText(absl::string_view section, const UnreadSection* unread) {
+  const std::optional<std::string> closest = Closest(section, Schema::Get().SectionNames());
+  if (unread != nullptr && closest == unread->section) {
+    return absl::StrCat(": unknown section (the nearest, ", UnreadSectionText(*unread), ")");
+  }
+  return absl::StrCat(": unknown section", DidYouMean(closest, ""));
+}
+
 // Applies one parsed job file's tables to a config.
 class TomlApplier {
  public:
@@ -336,8 +346,7 @@ class TomlApplier {
         if (absl::Status status = ApplyTables(*child, section); !status.ok()) return status;
       } else if (prefix.empty()) {
         return absl::InvalidArgumentError(
-            absl::StrCat(At(node), ": [", shown, "]: unknown section",
-                         DidYouMean(Closest(section, schema.SectionNames()), "")));
+            absl::StrCat(At(node), ": [", shown, "]", UnknownSectionText(section, unread_)));
       } else {
         return absl::InvalidArgumentError(
             absl::StrCat(At(node), ": [", shown, "]: unknown section; under [", prefix,
@@ -451,8 +460,7 @@ absl::StatusOr<std::vector<Override>> ParseOverrides(const std::vector<std::stri
           absl::StrCat(flag, ": expected --section.key (see --help)"));
     }
     if (!schema.HasSection(parts[0])) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, ": unknown section", DidYouMean(Closest(parts[0], schema.SectionNames()), "")));
+      return absl::InvalidArgumentError(absl::StrCat(flag, UnknownSectionText(parts[0], unread)));
     }
     const KeyRef* ref = schema.Find(parts[0], parts[1]);
     if (ref == nullptr) {

@@ -273,6 +273,17 @@ TEST(JobConfigTest, AnUnknownKeyOfAnUnreadSectionIsRefusedAsThatSections) {
             "[rl] group_size = 4: [rl] is titan_rl's section, which titan_train would ignore; "
             "leave it at its defaults or run titan_rl");
   EXPECT_TRUE(RefuseUnreadSection(DefaultJobConfig(), rl).ok());
+  // A misspelt section is not pointed at [rl] either.
+  EXPECT_EQ(ParseJobConfig("", {"--rll.group_size=4"}, rl).status().message(),
+            "--rll.group_size: unknown section (the nearest, [rl] is titan_rl's section, which "
+            "titan_train would ignore)");
+  ASSERT_TRUE(WriteFileAtomically(path, "[rll]\ngroup_size = 4\n").ok());
+  EXPECT_EQ(ParseJobConfig(path, {}, rl).status().message(),
+            path +
+                ":1: [rll]: unknown section (the nearest, [rl] is titan_rl's section, which "
+                "titan_train would ignore)");
+  EXPECT_EQ(ParseJobConfig(path, {}).status().message(),
+            path + ":1: [rll]: unknown section (did you mean \"rl\"?)");
 }
 
 TEST(JobConfigTest, FileErrorsNameFileLineSectionKeyAndValue) {
