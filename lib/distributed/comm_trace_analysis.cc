@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -146,9 +147,13 @@ absl::StatusOr<std::vector<int>> ParseRanks(const std::string& text, absl::strin
   }
   std::vector<int> ranks;
   for (absl::string_view item : absl::StrSplit(inner, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
     int rank = 0;
-    if (!absl::SimpleAtoi(item, &rank)) {
+    if (!absl::SimpleAtoi(item, &rank) || rank < 0) {
       return absl::DataLossError(absl::StrCat(what, " \"", text, "\": \"", item, "\" is no rank"));
+    }
+    if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) {
+      return absl::DataLossError(absl::StrCat(what, " \"", text, "\": rank ", rank, " twice"));
     }
     ranks.push_back(rank);
   }

@@ -331,6 +331,22 @@ TEST(CommTraceAnalysisTest, NamesTheFieldOfAMalformedDump) {
        },
        "pg_config['world']: field 'ranks' \"0, 1\": expected [r, ...]"},
       {[](Root& root) {
+         root.at("pg_config")
+             .toGenericDict()
+             .at("world")
+             .toGenericDict()
+             .insert_or_assign("ranks", "[0, -1]");
+       },
+       "pg_config['world']: field 'ranks' \"[0, -1]\": \"-1\" is no rank"},
+      {[](Root& root) {
+         root.at("pg_config")
+             .toGenericDict()
+             .at("world")
+             .toGenericDict()
+             .insert_or_assign("ranks", "[0, 1, 1]");
+       },
+       "pg_config['world']: field 'ranks' \"[0, 1, 1]\": rank 1 twice"},
+      {[](Root& root) {
          root.insert_or_assign("entries", Root(c10::AnyType::get(), c10::AnyType::get()));
        },
        "field 'entries' is a dict, expected a list"},
