@@ -541,7 +541,8 @@ TEST(JobConfigTest, NamedDatasetNeedsItsOwnPath) {
             "[training] dataset_path to your copy of c4, or dataset = \"default\"");
   EXPECT_TRUE(absl::StrContains(
       ValidationError({"--validation.enable=true", "--validation.dataset=c4_validation"}),
-      "[validation] dataset = \"c4_validation\" without a dataset_path"));
+      "[validation] dataset = \"c4_validation\" without a dataset_path would validate on the "
+      "bundled toy corpus"));
   ExpectValid({"--training.dataset=c4", "--training.dataset_path=data/c4"});
   // Named on purpose: the bundled corpus under another name.
   ExpectValid(

@@ -125,12 +125,11 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         std::tuple{"validation", config.validation().enable() ? config.validation().dataset() : "",
                    config.validation().has_dataset_path(), config.validation().dataset_path()}}) {
     if (!name.empty() && name != "default" && !path_set) {
-      return absl::InvalidArgumentError(absl::StrCat("[", section, "] dataset = \"", name,
-                                                     "\" without a dataset_path would train on the "
-                                                     "bundled toy corpus (",
-                                                     path, "): titan reads local files only; set [",
-                                                     section, "] dataset_path to your copy of ",
-                                                     name, ", or dataset = \"default\""));
+      const absl::string_view use = absl::string_view(section) == "training" ? "train" : "validate";
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[", section, "] dataset = \"", name, "\" without a dataset_path would ", use,
+          " on the bundled toy corpus (", path, "): titan reads local files only; set [", section,
+          "] dataset_path to your copy of ", name, ", or dataset = \"default\""));
     }
   }
 
