@@ -788,6 +788,12 @@ TEST(JobConfigTest, ValidationRefusesImpossibleValues) {
   EXPECT_EQ(
       ValidationError({"--compile.components=model,graph"}),
       "--compile.components: [compile] components=\"graph\": expected one of \"model\", \"loss\"");
+  // The default set in another order is the default, which titan's lack of a compiler allows.
+  ExpectValid({"--compile.components=loss,model"});
+  ExpectValid({"--compile.components=model,loss,model"});
+  EXPECT_EQ(ValidationError({"--compile.components=loss"}),
+            "--compile.components: [compile] components = [\"loss\"]: titan has no graph compiler "
+            "(C++ has no torch.compile)");
   EXPECT_EQ(ValidationError({"--compile.disabled_kernels=adam,rmsnorm"}),
             "--compile.disabled_kernels: [compile] disabled_kernels=\"rmsnorm\": expected one of "
             "\"rope\", \"swiglu\", "

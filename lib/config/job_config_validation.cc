@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 #include <tuple>
@@ -76,6 +77,20 @@ absl::Status CheckOwnFolder(const JobConfig& config, absl::string_view key,
                    "; use a subfolder, e.g. ", Quote(default_folder), " (the default)"));
 }
 
+// A list of choices names a set: the default's members in another order (or repeated) are the
+// default.
+bool IsDefault(const Message& message, const Message& defaults, const FieldDescriptor* field) {
+  if (!field->is_repeated() || field->type() != FieldDescriptor::TYPE_STRING ||
+      field->options().GetRepeatedExtension(titan::choices).empty()) {
+    return TomlValue(message, field) == TomlValue(defaults, field);
+  }
+  const auto members = [field](const Message& m) {
+    const auto& items = m.GetReflection()->GetRepeatedPtrField<std::string>(m, field);
+    return std::set<std::string>(items.begin(), items.end());
+  };
+  return members(message) == members(defaults);
+}
+
 bool IsPositiveInteger(const std::string& text) {
   int value;
   return absl::SimpleAtoi(text, &value) && value >= 1;
@@ -105,7 +120,7 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
       const std::string& unsupported = field->options().GetExtension(titan::unsupported);
       const std::string value = TomlValue(message, field);
       if (!unsupported.empty() && unsupported_key.ok() &&
-          value != TomlValue(section_defaults, field)) {
+          !IsDefault(message, section_defaults, field)) {
         unsupported_key = absl::UnimplementedError(absl::StrCat(
             "[", section->name(), "] ", field->name(), " = ", value, ": ", unsupported));
       }
