@@ -104,9 +104,14 @@ absl::Status CheckUpdateScalars(const AdamSettings& h, const std::string& lr_key
 absl::StatusOr<AdamSettings> GroupHyperparameters(const JobConfig::Optimizer::ParamGroup& spec,
                                                   const AdamSettings& defaults,
                                                   const std::string& key) {
-  if (spec.pattern().empty()) {
+  if (!spec.has_pattern()) {
     return absl::InvalidArgumentError(
         absl::StrCat(key, ": pattern missing (a regular expression naming its parameters)"));
+  }
+  // Refused rather than read as ".*": an empty value is likelier a slip than a group of everything.
+  if (spec.pattern().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, ".pattern = \"\": an empty pattern matches every parameter; write \".*\" for that"));
   }
   if (spec.betas_size() != 0 && spec.betas_size() != 2) {
     return absl::InvalidArgumentError(

@@ -154,6 +154,11 @@ TEST(OptimizerTest, BadGroupsAreErrorsNamingThem) {
             "[optimizer] param_groups[0]: pattern missing (a regular expression naming its "
             "parameters)");
   config = Config("foreach");
+  AddGroup(&config, "");
+  EXPECT_EQ(CreateError(config),
+            "[optimizer] param_groups[0].pattern = \"\": an empty pattern matches every parameter; "
+            "write \".*\" for that");
+  config = Config("foreach");
   AddGroup(&config, "norm");
   config.mutable_param_groups(0)->add_betas(0.9);
   EXPECT_EQ(CreateError(config),
