@@ -91,6 +91,12 @@ absl::Status WithKeySource(const absl::Status& status);
 // (data_parallel_shard_degree = -1 takes the ranks the other degrees leave).
 absl::Status ValidateJobConfig(const JobConfig& config, int world_size = 1);
 
+// The keys set to non-default values under a feature that is off, which therefore do nothing: one
+// line per feature, e.g. "[checkpoint] enable = false: interval, keep_latest_k have no effect".
+// Accepted, not refused: torchtitan's job files set them with the feature off, and a flag such as
+// --checkpoint.enable=false turns a file's feature off.
+std::vector<std::string> KeysWithoutEffect(const JobConfig& config);
+
 }  // namespace titan
 
 #endif  // TITAN_LIB_CONFIG_JOB_CONFIG_H_

@@ -905,6 +905,36 @@ TEST(JobConfigTest, KeysOfAFeatureThatIsOffAreRefused) {
               2);
 }
 
+TEST(JobConfigTest, KeysWithoutEffectListsTheSetKeysOfEachFeatureThatIsOff) {
+  absl::StatusOr<JobConfig> config = ParseText(
+      "[checkpoint]\nenable = false\ninterval = 10\nkeep_latest_k = 3\n"
+      "[validation]\nenable = false\nfreq = 5\n"
+      "[profiling]\nprofiler_warmup = 1\nprofile_freq = 5\n"
+      "[activation_checkpoint]\nmode = \"none\"\nselective_ac_option = \"op\"\n"
+      "[metrics]\nsave_tb_folder = \"events\"\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(
+      KeysWithoutEffect(*config),
+      testing::ElementsAre(
+          "[checkpoint] enable = false: interval, keep_latest_k have no effect",
+          "[validation] enable = false: freq has no effect",
+          "[profiling] enable_profiling = false: profiler_warmup has no effect",
+          "[profiling] enable_profiling = false and enable_memory_snapshot = false: profile_freq "
+          "has no effect",
+          "[activation_checkpoint] mode is not \"selective\": selective_ac_option has no effect",
+          "[metrics] enable_tensorboard = false: save_tb_folder has no effect"));
+  // With the features on, the same keys take effect.
+  config->mutable_checkpoint()->set_enable(true);
+  config->mutable_validation()->set_enable(true);
+  config->mutable_profiling()->set_enable_memory_snapshot(true);
+  config->mutable_activation_checkpoint()->set_mode("selective");
+  config->mutable_metrics()->set_enable_tensorboard(true);
+  EXPECT_THAT(
+      KeysWithoutEffect(*config),
+      testing::ElementsAre("[profiling] enable_profiling = false: profiler_warmup has no effect"));
+  EXPECT_TRUE(KeysWithoutEffect(DefaultJobConfig()).empty());
+}
+
 TEST(JobConfigTest, ChangedKeysListsOnlyValuesOtherThanTheDefaults) {
   // Written out whole (as config.toml is), a section at its defaults has no changed key.
   absl::StatusOr<JobConfig> dumped =

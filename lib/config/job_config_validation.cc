@@ -9,12 +9,14 @@
 #include <system_error>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -97,6 +99,59 @@ bool IsPositiveInteger(const std::string& text) {
 }
 
 }  // namespace
+
+std::vector<std::string> KeysWithoutEffect(const JobConfig& config) {
+  struct OffFeature {
+    const char* section;
+    const char* switch_off;  // how the feature is off, as the warning says it
+    bool off;
+    std::vector<const char*> keys;
+  };
+  const JobConfig::Profiling& profiling = config.profiling();
+  const std::vector<OffFeature> features = {
+      {"checkpoint",
+       "enable = false",
+       !config.checkpoint().enable(),
+       {"folder", "interval", "last_save_model_only", "keep_latest_k"}},
+      {"validation",
+       "enable = false",
+       !config.validation().enable(),
+       {"dataset", "dataset_path", "local_batch_size", "seq_len", "freq", "steps"}},
+      {"profiling",
+       "enable_profiling = false",
+       !profiling.enable_profiling(),
+       {"save_traces_folder", "profiler_active", "profiler_warmup"}},
+      {"profiling",
+       "enable_memory_snapshot = false",
+       !profiling.enable_memory_snapshot(),
+       {"save_memory_snapshot_folder"}},
+      {"profiling",
+       "enable_profiling = false and enable_memory_snapshot = false",
+       !profiling.enable_profiling() && !profiling.enable_memory_snapshot(),
+       {"profile_freq"}},
+      {"activation_checkpoint",
+       "mode is not \"selective\"",
+       config.activation_checkpoint().mode() != "selective",
+       {"selective_ac_option"}},
+      {"metrics",
+       "enable_tensorboard = false",
+       !config.metrics().enable_tensorboard(),
+       {"save_tb_folder"}},
+  };
+  std::vector<std::string> lines;
+  for (const OffFeature& feature : features) {
+    if (!feature.off) continue;
+    std::vector<std::string> set;
+    for (const char* key : feature.keys) {
+      if (ChangedKey(config, feature.section, key)) set.push_back(key);
+    }
+    if (set.empty()) continue;
+    lines.push_back(absl::StrCat("[", feature.section, "] ", feature.switch_off, ": ",
+                                 absl::StrJoin(set, ", "),
+                                 set.size() == 1 ? " has no effect" : " have no effect"));
+  }
+  return lines;
+}
 
 absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   if (world_size < 1) {

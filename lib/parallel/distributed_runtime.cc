@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/dump_signal.h"
 #include "lib/distributed/gloo_communicator.h"
@@ -147,6 +148,9 @@ absl::Status RunJobOnThisRank(const JobConfig& config,
                               const std::function<absl::Status(const DistributedRuntime&)>& body) {
   TITAN_ASSIGN_OR_RETURN(const DistributedEnv env, DetectDistributedEnv());
   TITAN_RETURN_IF_ERROR(ValidateJobConfig(config, env.world_size));
+  if (env.rank == 0) {
+    for (const std::string& line : KeysWithoutEffect(config)) LOG(WARNING) << line;
+  }
   // cuBLAS reads it at the first GEMM; set before c10d starts threads (setenv is not thread-safe).
   // ":4096:8" is one of the two values LibTorch's deterministic mode accepts.
   if (config.training().deterministic()) {

@@ -490,8 +490,13 @@ absl::Status Trainer::Train() {
   const auto& ckpt = config_.checkpoint();
   StopSignal stop_signal(runtime_);
   if (state_.step >= training.steps()) {
-    LOG(INFO) << "checkpoint is at step " << state_.step << " >= [training] steps "
-              << training.steps() << "; nothing to train";
+    // Step 0 is where a run starts without a checkpoint to resume.
+    if (state_.step == 0) {
+      LOG(INFO) << "[training] steps = 0: nothing to train";
+    } else {
+      LOG(INFO) << "checkpoint is at step " << state_.step << " >= [training] steps "
+                << training.steps() << "; nothing to train";
+    }
     return absl::OkStatus();
   }
   LOG(INFO) << "training from step " << state_.step + 1 << " to " << training.steps() << ", "
