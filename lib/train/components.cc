@@ -1,15 +1,19 @@
 #include "lib/train/components.h"
 
 #include <ATen/Parallel.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
@@ -404,14 +408,49 @@ const ShardedState& ModelBundle::sharded() const {
   return *data_parallel;
 }
 
+int64_t UsableHostMemoryBytes() {
+  int64_t bytes = int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE);
+  rlimit limit;
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    bytes = std::min<int64_t>(bytes, static_cast<int64_t>(limit.rlim_cur));
+  }
+  return bytes;
+}
+
+absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
+                                       int64_t memory_bytes) {
+  const int64_t rope_frequencies = args.rope.enabled ? args.head_size() / 2 : 0;
+  for (const auto& [key, seq_len, batch_size] :
+       {std::tuple<const char*, int64_t, int64_t>{"[training] seq_len", config.training().seq_len(),
+                                                  config.training().local_batch_size()},
+        {"[validation] seq_len", config.validation().enable() ? config.validation().seq_len() : 0,
+         config.validation().local_batch_size()}}) {
+    // In double: 2^31 positions times the sizes overflow nothing there.
+    const double rope_bytes = static_cast<double>(seq_len) * rope_frequencies * sizeof(double);
+    const double token_bytes = static_cast<double>(seq_len) * batch_size * 2 * sizeof(int32_t);
+    if (rope_bytes + token_bytes <= static_cast<double>(memory_bytes)) continue;
+    constexpr double kGiB = 1024.0 * 1024 * 1024;
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "%s = %d does not fit in memory: its RoPE tables (%d positions x %d frequencies in "
+        "float64) and token batch (local_batch_size %d x seq_len, inputs and labels) alone take "
+        "%.1f GiB, and this process may use %.1f GiB; lower seq_len",
+        key, seq_len, seq_len, rope_frequencies, batch_size, (rope_bytes + token_bytes) / kGiB,
+        memory_bytes / kGiB));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
                                        const RunSetup& setup, const DistributedRuntime& runtime) {
   const auto& training = config.training();
+  // Before the model is built: the meta build computes the RoPE tables on the host.
+  TITAN_RETURN_IF_ERROR(CheckSequencesFitInMemory(config, info.args, UsableHostMemoryBytes()));
   ModelBundle bundle;
   bundle.info = info;
   // RoPE tables cover the positions this job uses; the recorded shape keeps the model's own.
   TransformerArgs run_args = info.args;
-  run_args.max_seq_len = std::max<int64_t>(training.seq_len(), config.validation().seq_len());
+  run_args.max_seq_len = std::max<int64_t>(
+      training.seq_len(), config.validation().enable() ? config.validation().seq_len() : 0);
   bundle.model = info.spec->Build(run_args, at::TensorOptions().device(at::kMeta));
   bundle.num_params = bundle.model->NumParameters();
   if (!config.model().converters().empty()) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -65,6 +66,33 @@ TEST_F(ConfigureFusedKernelsTest, AnUnknownNameIsRefused) {
   EXPECT_EQ(ConfigureFusedKernels(Config({"flash"})).message(),
             "unknown kernel \"flash\"; expected one of rope, swiglu, float8_cast, adam, "
             "bf16_weight_copies, cross_entropy, mixed_precision_linear");
+}
+
+// 2^31 - 1 positions of a 16-wide head: 8 frequencies in float64 (64 B) and 8 B of tokens each.
+TEST(CheckSequencesFitInMemoryTest, AHugeSeqLenIsRefusedNamingItsKey) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  TransformerArgs args;
+  args.dim = 256;
+  args.n_heads = 16;
+  JobConfig config = DefaultJobConfig();
+  config.mutable_training()->set_local_batch_size(1);
+  config.mutable_training()->set_seq_len(2147483647);
+  EXPECT_EQ(CheckSequencesFitInMemory(config, args, 64 * kGiB).message(),
+            "[training] seq_len = 2147483647 does not fit in memory: its RoPE tables (2147483647 "
+            "positions x 8 frequencies in float64) and token batch (local_batch_size 1 x seq_len, "
+            "inputs and labels) alone take 144.0 GiB, and this process may use 64.0 GiB; lower "
+            "seq_len");
+  EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 200 * kGiB).ok());
+  // A long context that fits is no concern of this check.
+  config.mutable_training()->set_seq_len(1 << 20);
+  EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 1 * kGiB).ok());
+  config.mutable_validation()->set_enable(true);
+  config.mutable_validation()->set_seq_len(1 << 30);
+  EXPECT_TRUE(absl::StartsWith(CheckSequencesFitInMemory(config, args, 64 * kGiB).message(),
+                               "[validation] seq_len = 1073741824 does not fit in memory"));
+  config.mutable_validation()->set_enable(false);
+  EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 64 * kGiB).ok());
+  EXPECT_GT(UsableHostMemoryBytes(), 0);
 }
 
 TEST(BuildTokenizerTest, AMissingTokenizerNamesTheKeyItCameFrom) {

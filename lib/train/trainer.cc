@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -54,6 +55,11 @@ Batch MakeBatch(const TokenBatch& tokens, const at::Device& device, const Tokeni
   }
   return batch;
 }
+
+// Ends a step's out-of-memory refusal: what shrinks a step.
+constexpr char kOutOfMemoryAdvice[] =
+    " (lower [training] local_batch_size or seq_len, or set [activation_checkpoint] mode = "
+    "\"full\")";
 
 }  // namespace
 
@@ -380,10 +386,15 @@ absl::StatusOr<StepResult> Trainer::TrainStepOrOom(const std::vector<Batch>& mic
       const absl::Status dumped = profiler_->DumpMemorySnapshotOnOom(state_.step);
       LOG_IF(ERROR, !dumped.ok()) << dumped;
     }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "step ", state_.step + 1, ": out of device memory: ", e.what_without_backtrace(),
-        " (lower [training] local_batch_size or seq_len, or set [activation_checkpoint] "
-        "mode = \"full\")"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("step ", state_.step + 1,
+                     ": out of device memory: ", e.what_without_backtrace(), kOutOfMemoryAdvice));
+  } catch (const c10::Error& e) {
+    // The CPU allocator's failure is a plain c10::Error, not an OutOfMemoryError.
+    if (!absl::StrContains(e.what_without_backtrace(), "DefaultCPUAllocator")) throw;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("step ", state_.step + 1, ": out of host memory: ", e.what_without_backtrace(),
+                     kOutOfMemoryAdvice));
   }
 }
 

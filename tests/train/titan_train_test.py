@@ -7,6 +7,7 @@ import base64
 import glob
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -700,6 +701,39 @@ class TitanTrainTest(unittest.TestCase):
                               capture_output=True, text=True)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn(f"--tokenizer_dir: {meta}: none of tokenizer.json", proc.stderr)
+
+    def test_a_sequence_too_long_for_memory_is_refused_naming_seq_len(self):
+        # Capped at 4 GB of address space: a regression must not take the machine's memory.
+        def cap_memory():
+            resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+        flags = ["--training.steps=1", "--training.local_batch_size=1",
+                 "--validation.enable=false", "--checkpoint.enable=false"]
+        cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}",
+               f"--job.dump_folder={self.dump('huge_seq_len')}", *flags]
+        proc = subprocess.run(cmd + ["--training.seq_len=2147483647"], capture_output=True,
+                              text=True, timeout=120, preexec_fn=cap_memory)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("--training.seq_len: [training] seq_len = 2147483647 does not fit in memory: "
+                      "its RoPE tables (2147483647 positions x 8 frequencies in float64) and "
+                      "token batch (local_batch_size 1 x seq_len, inputs and labels) alone take "
+                      "144.0 GiB, and this process may use 4.0 GiB; lower seq_len", proc.stderr)
+        # Tables and tokens that fit, activations that do not: the step says what to lower.
+        proc = subprocess.run(cmd + ["--training.seq_len=1000000"], capture_output=True,
+                              text=True, timeout=120, preexec_fn=cap_memory)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("step 1: out of host memory: ", proc.stderr)
+        self.assertIn("(lower [training] local_batch_size or seq_len", proc.stderr)
+
+    def test_zero_steps_without_a_checkpoint_trains_nothing_and_off_features_keys_are_named(self):
+        # The job file sets [checkpoint] and [validation] keys; the flags turn those features off.
+        proc = run_train(self.dump("zero_steps"), "--training.steps=0",
+                         "--checkpoint.enable=false", "--validation.enable=false")
+        self.assertIn("[training] steps = 0: nothing to train", proc.stderr)
+        self.assertNotIn("checkpoint is at step", proc.stderr)
+        self.assertIn("[checkpoint] enable = false: interval, last_save_model_only, "
+                      "keep_latest_k have no effect", proc.stderr)
+        self.assertIn("[validation] enable = false: seq_len, steps have no effect", proc.stderr)
 
     def test_rerunning_a_job_finished_by_a_model_only_save_has_nothing_to_train(self):
         dump = self.dump("model_only_finished")
