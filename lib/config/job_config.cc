@@ -2,12 +2,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -27,6 +25,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
 #include "lib/config/field_value.h"
+#include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/redact.h"
 #include "lib/util/short_text.h"
@@ -581,8 +580,7 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
   absl::flat_hash_map<std::string, std::string> sources;
   if (!path.empty()) {
     // An ifstream opens a directory and reads it as empty: the defaults would run unnoticed.
-    std::error_code error;
-    if (std::filesystem::is_directory(path, error)) {
+    if (IsDirectory(path)) {
       return absl::InvalidArgumentError(
           absl::StrCat(path, ": is a directory, expected a TOML file"));
     }
@@ -750,7 +748,7 @@ std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const 
 }
 
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) {
-  return (std::filesystem::path(config.job().dump_folder()) / folder).string();
+  return JoinPath(config.job().dump_folder(), folder);
 }
 
 std::string JobConfigToToml(const JobConfig& config) {

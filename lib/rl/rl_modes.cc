@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,10 +41,7 @@ bool SameFile(const std::string& a, const std::string& b) {
 // Rank r's part of `output` for rank 0 to merge: hidden, in the output's folder, named after the
 // run (`run_id`, agreed by all ranks), so that no user's file is overwritten or removed.
 std::string PartPath(const std::string& output, const std::string& run_id, int rank) {
-  const std::filesystem::path path(output);
-  return (path.parent_path() /
-          absl::StrCat(".", path.filename().string(), ".", run_id, ".rank", rank))
-      .string();
+  return JoinPath(Dirname(output), absl::StrCat(".", Basename(output), ".", run_id, ".rank", rank));
 }
 
 // Writes `output` (atomically): one row per prompt, in prompt order, from every rank's `rows`
@@ -107,8 +103,7 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
                                                  const std::string& output_flag) {
   std::string output =
       output_flag.empty() ? config.job().dump_folder() + "/generations.jsonl" : output_flag;
-  std::error_code error;
-  if (std::filesystem::is_directory(output, error)) {
+  if (IsDirectory(output)) {
     return absl::InvalidArgumentError(absl::StrCat(
         output, " is a directory: --generate writes one JSONL file; pass --output=FILE"));
   }
@@ -122,8 +117,8 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
     }
   }
   // The file is replaced whole (a rename): a link, device or FIFO there would be replaced too.
-  const std::filesystem::file_status there = std::filesystem::symlink_status(output, error);
-  if (std::filesystem::exists(there) && !std::filesystem::is_regular_file(there)) {
+  struct stat there;
+  if (::lstat(output.c_str(), &there) == 0 && !S_ISREG(there.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(
         output,
         " is not a regular file (a link, device or FIFO): --generate replaces its output "
@@ -133,12 +128,11 @@ absl::StatusOr<std::string> GenerationOutputPath(const JobConfig& config,
   // every rank, not as rank 0's "another rank failed" after the generation. The default's folder,
   // the dump folder, is made later.
   if (!output_flag.empty()) {
-    const std::filesystem::path folder = std::filesystem::path(output).parent_path();
-    const std::string dir = folder.empty() ? "." : folder.string();
-    if (!std::filesystem::is_directory(dir, error)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--output=", output, ": its folder ", dir,
-          std::filesystem::exists(dir, error) ? " is not a folder" : " does not exist"));
+    const std::string dir = Dirname(output);
+    if (!IsDirectory(dir)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--output=", output, ": its folder ", dir,
+                       PathExists(dir) ? " is not a folder" : " does not exist"));
     }
     if (::access(dir.c_str(), W_OK | X_OK) != 0) {
       return absl::InvalidArgumentError(
@@ -181,8 +175,7 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
                                               const std::string& output) {
   // The default output's folder, the dump folder, is made only now that the weights are known
   // (an --output's folder exists: GenerationOutputPath checked it).
-  const std::filesystem::path folder = std::filesystem::path(output).parent_path();
-  if (!folder.empty() && !IsDirectory(folder.string())) {
+  if (!IsDirectory(Dirname(output))) {
     TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
   }
   // Rank r takes every world-th prompt: data-parallel generation over the (sharded) policy.

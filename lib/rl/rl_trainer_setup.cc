@@ -2,7 +2,6 @@
 // (resumed), metrics and examples. The steps and the run: rl_trainer.cc, rl_update.cc.
 #include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
 
-#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -209,7 +208,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
     std::vector<int> ranks = {runtime_.rank()};
     if (runtime_.rank() == 0) {
       const int world = runtime_.distributed() ? runtime_.dims().world_size() : 1;
-      for (int r = world; std::filesystem::exists(RolloutsPath(r)); ++r) ranks.push_back(r);
+      for (int r = world; PathExists(RolloutsPath(r)); ++r) ranks.push_back(r);
     }
     for (const int r : ranks) {
       TITAN_ASSIGN_OR_RETURN(StepLog log, StepLog::Start(RolloutsPath(r), start));

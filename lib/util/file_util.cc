@@ -65,6 +65,10 @@ std::string Dirname(absl::string_view path) {
   return std::string(path.substr(0, slash == 0 ? 1 : slash));
 }
 
+std::string Basename(absl::string_view path) {
+  return std::string(path.substr(path.find_last_of('/') + 1));
+}
+
 std::string JoinPath(absl::string_view dir, absl::string_view name) {
   if (dir.empty() || absl::StartsWith(name, "/")) return std::string(name);
   return absl::EndsWith(dir, "/") ? absl::StrCat(dir, name) : absl::StrCat(dir, "/", name);

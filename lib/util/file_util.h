@@ -54,6 +54,8 @@ absl::Status WriteFully(int fd, absl::string_view bytes, const std::string& path
 
 // The directory part of `path`: "." without a slash, "/" for a file in the root.
 std::string Dirname(absl::string_view path);
+// The last part of `path`, after its last slash.
+std::string Basename(absl::string_view path);
 // `name` inside folder `dir`; an absolute `name` (or an empty `dir`) is itself, as Python's
 // os.path.join and std::filesystem's / read it.
 std::string JoinPath(absl::string_view dir, absl::string_view name);

@@ -63,6 +63,8 @@ TEST(FileUtilTest, DirnameOfRelativeRootAndNestedPaths) {
   EXPECT_EQ(Dirname("/file"), "/");
   EXPECT_EQ(Dirname("a/b/file"), "a/b");
   EXPECT_EQ(Dirname("/a/file"), "/a");
+  EXPECT_EQ(Basename("a/b/file"), "file");
+  EXPECT_EQ(Basename("file"), "file");
 }
 
 // As std::filesystem::path's / (and os.path.join) join them.
