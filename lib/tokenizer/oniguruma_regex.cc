@@ -65,9 +65,12 @@ size_t GroupOpenerSize(absl::string_view pattern, size_t open) {
 // anchor or lookaround (or a group that is only one) is no target it repeats.
 struct OpenGroup {
   size_t start = 0;          // The index of its (.
+  size_t out_start = 0;      // Where its translation starts in the output.
+  bool caseless = false;     // (?i) is in effect where the group is read.
   bool transparent = false;  // (?:...), which Oniguruma parses as its body alone.
   bool lookaround = false;
-  bool options_rest = false;           // A (?i) in it made the rest of it one option node.
+  // A (?i) in it made the rest of it one option node: alternatives after it are inside that node.
+  bool options_rest = false;
   size_t branch_items = 0;             // Items in the current alternative.
   bool some_branch_is_anchor = false;  // An alternative that is one anchor or lookaround.
 };
@@ -200,6 +203,33 @@ absl::StatusOr<std::string> PropertyInPcre2(absl::string_view escape, absl::stri
   return absl::StrCat(escape, "{", name, "}");
 }
 
+// Where a character class being read stands, for Oniguruma's rules on ranges.
+enum class ClassState {
+  kStart,      // Nothing read yet: a - is literal.
+  kChar,       // A character that a - may make a range's start.
+  kSet,        // A class escape, property or POSIX class: no range's start.
+  kRangeOpen,  // A character and -: the next character ends a range.
+  kRangeDone,  // A range: a - after it is literal.
+};
+
+// The class escape (\w, \p{NAME}, ...) whose letter is at `letter`, as written.
+absl::string_view ClassEscapeText(absl::string_view pattern, size_t letter) {
+  if (OneOf("pP", pattern[letter])) {
+    const size_t close = pattern.find('}', letter);
+    if (close != absl::string_view::npos) return pattern.substr(letter - 1, close + 2 - letter);
+  }
+  return pattern.substr(letter - 1, 2);
+}
+
+// Whether the inline options `options` (as in (?i-m)) turn case-insensitive matching on (true),
+// off (false), or leave it as `caseless`.
+bool CaselessAfter(absl::string_view options, bool caseless) {
+  const size_t minus = options.find('-');
+  if (OneOf(options.substr(0, minus), 'i')) return true;
+  if (minus != absl::string_view::npos && OneOf(options.substr(minus), 'i')) return false;
+  return caseless;
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
@@ -212,20 +242,45 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   };
   std::string out;
   bool in_class = false;
+  ClassState class_state = ClassState::kStart;
+  absl::string_view class_set;  // The last class escape, property or POSIX class read in [...].
+  // tokenizers refuses a range from or to a class escape, property or POSIX class ("unmatched
+  // range specifier in char-class"); PCRE2 would range over the characters titan translates
+  // some of them to (\h: 0-9a-fA-F).
+  const auto read_class_set = [&](absl::string_view set) -> absl::Status {
+    if (class_state == ClassState::kRangeOpen) {
+      return refuse(absl::StrCat("a range to ", set),
+                    "tokenizers' Oniguruma refuses a class escape or property as a range end");
+    }
+    class_state = ClassState::kSet;
+    class_set = set;
+    return absl::OkStatus();
+  };
+  const auto read_class_char = [&] {
+    class_state =
+        class_state == ClassState::kRangeOpen ? ClassState::kRangeDone : ClassState::kChar;
+  };
   // The groups open where i reads (the whole pattern first) and the item last read, which a
   // quantifier repeats: tokenizers refuses a quantified anchor or lookaround ("target of repeat
   // operator is invalid"), which PCRE2 repeats at most once.
   std::vector<OpenGroup> groups(1);
   size_t item_start = std::string::npos;
+  size_t item_out_start = 0;  // Where the item's translation starts in `out`.
   bool item_is_anchor = false;
+  // The } of the last interval read, and whether it was {n}.
+  size_t interval_end = std::string::npos;
+  bool interval_is_exact = false;
   const auto read_item = [&](size_t start, bool anchor) {
     item_start = start;
+    item_out_start = out.size();
     item_is_anchor = anchor;
     ++groups.back().branch_items;
   };
   const auto end_branch = [&] {
     OpenGroup& group = groups.back();
-    if (group.branch_items == 1 && item_is_anchor) group.some_branch_is_anchor = true;
+    if (!group.options_rest && group.branch_items == 1 && item_is_anchor) {
+      group.some_branch_is_anchor = true;
+    }
     group.branch_items = 0;
     item_start = std::string::npos;
   };
@@ -233,7 +288,14 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[++i];
-      if (!in_class) read_item(i - 1, OneOf("bBAzZGKyY", e));
+      if (!in_class) {
+        read_item(i - 1, OneOf("bBAzZGKyY", e));
+      } else if (OneOf("wWdDsShHpP", e)) {
+        const absl::Status status = read_class_set(ClassEscapeText(pattern, i));
+        if (!status.ok()) return status;
+      } else {
+        read_class_char();
+      }
       switch (e) {
         case 'w':
           absl::StrAppend(&out, in_class ? std::string(kOnigWordBody) : word_class);
@@ -288,6 +350,10 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
                              " in Oniguruma, a property in PCRE2; write ", escape, "{NAME}"));
           }
           const absl::string_view name = pattern.substr(i + 2, close - i - 2);
+          if (in_class && groups.back().caseless) {
+            return refuse(absl::StrCat(escape, "{", name, "} inside [...] under (?i)"),
+                          "Oniguruma case-folds a class's properties, PCRE2 does not");
+          }
           absl::StatusOr<std::string> property = PropertyInPcre2(escape, name, in_class);
           if (!property.ok()) {
             return refuse(absl::StrCat(escape, "{", name, "}"), property.status().message());
@@ -321,6 +387,15 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
     if (in_class) {
       if (c == ']') {
         in_class = false;
+      } else if (c == '-' && i + 1 < pattern.size() && pattern[i + 1] != ']') {
+        if (class_state == ClassState::kSet) {
+          return refuse(
+              absl::StrCat("a range from ", class_set),
+              "tokenizers' Oniguruma refuses a class escape or property as a range start");
+        }
+        class_state = class_state == ClassState::kChar        ? ClassState::kRangeOpen
+                      : class_state == ClassState::kRangeOpen ? ClassState::kRangeDone
+                                                              : ClassState::kChar;
       } else if (c == '&' && i + 1 < pattern.size() && pattern[i + 1] == '&') {
         return refuse("&& inside [...]", "class intersection in Oniguruma, literal & in PCRE2");
       } else if (c == '[') {
@@ -334,11 +409,15 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
             return refuse(absl::StrCat("POSIX class ", name),
                           "Oniguruma's Unicode meaning differs from PCRE2's");
           }
+          const absl::Status status = read_class_set(name);
+          if (!status.ok()) return status;
           absl::StrAppend(&out, name);
           i = end + 1;
           continue;
         }
         return refuse("[ inside [...]", "a nested class in Oniguruma, a literal [ in PCRE2");
+      } else {
+        read_class_char();
       }
       out.push_back(c);
       continue;
@@ -351,15 +430,26 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
                       "tokenizers' Oniguruma refuses to repeat an anchor or a lookaround");
       }
       item_is_anchor = false;  // A repeated item is no anchor: a quantifier may follow it.
+      // Ruby syntax reads X{n,m}+ as (?:X{n,m})+ and X{n}? as (?:X{n})?, where PCRE2 reads a
+      // possessive and a lazy interval.
+      if (interval_end != std::string::npos && i == interval_end + 1 &&
+          item_start != std::string::npos && (c == '+' || (c == '?' && interval_is_exact))) {
+        out.insert(item_out_start, "(?:");
+        out.push_back(')');
+      }
     }
     switch (c) {
       case '[':
         read_item(i, false);
         in_class = true;
+        class_state = ClassState::kStart;
         out.push_back(c);
         // A ] first in the class (after an optional ^) is literal in both.
         if (i + 1 < pattern.size() && pattern[i + 1] == '^') out.push_back(pattern[++i]);
-        if (i + 1 < pattern.size() && pattern[i + 1] == ']') out.push_back(pattern[++i]);
+        if (i + 1 < pattern.size() && pattern[i + 1] == ']') {
+          out.push_back(pattern[++i]);
+          class_state = ClassState::kChar;
+        }
         continue;
       case '^':  // Oniguruma (Ruby) anchors always match at line starts and ends.
         read_item(i, true);
@@ -377,8 +467,10 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
           end_branch();
           const OpenGroup group = groups.back();
           groups.pop_back();
-          read_item(group.start, group.lookaround || (group.transparent && !group.options_rest &&
-                                                      group.some_branch_is_anchor));
+          // Alternatives after a (?i) are inside its option node: only those before it count.
+          read_item(group.start,
+                    group.lookaround || (group.transparent && group.some_branch_is_anchor));
+          item_out_start = group.out_start;
         }
         break;
       case '{': {
@@ -389,6 +481,8 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
         }
         // {,n} is {0,n} in Oniguruma; PCRE2 10.42 reads it literally.
         absl::StrAppend(&out, pattern[i + 1] == ',' ? "{0" : "{", pattern.substr(i + 1, end - i));
+        interval_end = end;
+        interval_is_exact = !OneOf(pattern.substr(i, end - i), ',');
         i = end;
         continue;
       }
@@ -409,12 +503,15 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
             if (OneOf(options, 'x')) {
               return refuse("(?x)", "extended-mode comments are not translated");
             }
+            const bool caseless = CaselessAfter(options, groups.back().caseless);
             std::replace(options.begin(), options.end(), 'm', 's');
+            const size_t out_start = out.size();
             absl::StrAppend(&out, "(?", options, pattern.substr(j, 1));
             if (pattern[j] == ')') {
               groups.back().options_rest = true;
+              groups.back().caseless = caseless;
             } else {
-              groups.push_back({.start = i});
+              groups.push_back({.start = i, .out_start = out_start, .caseless = caseless});
               item_start = std::string::npos;
             }
             i = j;
@@ -426,6 +523,8 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
           const absl::string_view kind = pattern.substr(i, opener);
           groups.push_back(
               {.start = i,
+               .out_start = out.size(),
+               .caseless = groups.back().caseless,
                .transparent = kind == "(?:",
                .lookaround = kind == "(?=" || kind == "(?!" || kind == "(?<=" || kind == "(?<!"});
           item_start = std::string::npos;

@@ -989,7 +989,15 @@ TEST(TokenizerLoaderTest, SplitRegexQuantifiedAnchorOrLookaroundIsRefusedAsToken
            {R"(a(?<=a)*)", "the quantifier * on (?<=a)"},
            {R"((?:^)+)", "the quantifier + on (?:^)"},
            {R"((?:a|(?:\B|b))+)", R"(the quantifier + on (?:a|(?:\B|b)))"},
-           {R"(a|(?i)\z+)", R"(the quantifier + on \z)"}}) {
+           {R"(a|(?i)\z+)", R"(the quantifier + on \z)"},
+           // A (?i) makes only the rest of its group one option node: an alternative before it
+           // that is one anchor still makes the group no target.
+           {R"((?:\b|(?i))+)", R"(the quantifier + on (?:\b|(?i)))"},
+           {R"((?:\b|(?i)a)+)", R"(the quantifier + on (?:\b|(?i)a))"},
+           {R"((?:\b|a(?i)b)+)", R"(the quantifier + on (?:\b|a(?i)b))"},
+           {R"((?:(?:\b|(?i)))+)", R"(the quantifier + on (?:(?:\b|(?i))))"},
+           {R"((?:\A|(?#c)(?i)x)+)", R"(the quantifier + on (?:\A|(?#c)(?i)x))"},
+           {R"((?:a|\b|(?i)c)*)", R"(the quantifier * on (?:a|\b|(?i)c))"}}) {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
     ASSERT_FALSE(tokenizer.ok()) << regex;
     EXPECT_THAT(tokenizer.status().message(),
@@ -1000,10 +1008,90 @@ TEST(TokenizerLoaderTest, SplitRegexQuantifiedAnchorOrLookaroundIsRefusedAsToken
   }
   for (const std::string regex :
        {R"((^)+|(?:^a)+|(?i:^)+|(?>\b)*|(?:(?=a)(?=b))?|(?:^^|a)+|(?:(?i)$|a)+)",
-        R"([\b$^]+|\^+|a{2}+|x{,}|y{a}|\s+(?!\S)|\s+)"}) {
+        R"([\b$^]+|\^+|a{2}+|x{,}|y{a}|\s+(?!\S)|\s+)",
+        R"((?:(?i)\b|\b)+|(?:a|(?i)$){2}|(?:\b(?i)|c)+)"}) {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("kept", regex);
     EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
   }
+}
+
+// tokenizers' Oniguruma refuses a range from or to a class escape, property or POSIX class
+// ("unmatched range specifier in char-class", "char-class value at end of range"); PCRE2 would
+// range over the characters some translate to ([\h-z] as [0-9a-fA-F-z]). A - before ] or after
+// a range stays literal in both (PyPI tokenizers 0.23.3 loads the kept regexes).
+TEST(TokenizerLoaderTest, SplitRegexRangeFromOrToAClassEscapeIsRefusedAsTokenizersDoes) {
+  for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
+           {R"([\p{XDigit}-z]+)", R"(a range from \p{XDigit} is not supported)"},
+           {R"([\p{Newline}-x]+)", R"(a range from \p{Newline} is not supported)"},
+           {"[\\p{ASCII}-\u00ff]+", R"(a range from \p{ASCII} is not supported)"},
+           {R"([\P{XDigit}-z]+)", R"(a range from \P{XDigit} is not supported)"},
+           {R"([\P{ASCII}-z]+)", R"(a range from \P{ASCII} is not supported)"},
+           {R"([\h-z]+)", R"(a range from \h is not supported)"},
+           {R"([\p{L}-z])", R"(a range from \p{L} is not supported)"},
+           {R"([\w-z])", R"(a range from \w is not supported)"},
+           {R"([x\d-z])", R"(a range from \d is not supported)"},
+           {R"([[:digit:]-z])", "a range from [:digit:] is not supported"},
+           {R"([a-\p{L}])", R"(a range to \p{L} is not supported)"},
+           {R"([!-\h])", R"(a range to \h is not supported)"}}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
+    ASSERT_FALSE(tokenizer.ok()) << regex;
+    EXPECT_THAT(tokenizer.status().message(),
+                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
+                                       regex, "/: ", construct,
+                                       " (tokenizers' Oniguruma refuses a class escape or "
+                                       "property as a range ")));
+  }
+  absl::StatusOr<std::unique_ptr<Tokenizer>> kept = DefaultWithSplitRegex(
+      "kept", R"([\p{L}-]+|[\h-]|[-\w]|[^-\w]|[a-c-\w]|[a-c-\h]|[\p{XDigit}-]|[a-z])");
+  EXPECT_TRUE(kept.ok()) << kept.status();
+}
+
+// Under (?i) Oniguruma case-folds a class's properties ((?i)[\p{Ll}] takes H), PCRE2 does not;
+// a bare property is not folded in either, and \w, \d, \s, \h in a class agree.
+TEST(TokenizerLoaderTest, SplitRegexPropertyInACaseInsensitiveClassIsRefused) {
+  for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
+           {R"((?i)[\p{Lower}]+)", R"(\p{Lower} inside [...] under (?i) is not supported)"},
+           {R"((?i)[\p{Ll}]+)", R"(\p{Ll} inside [...] under (?i) is not supported)"},
+           {R"((?i)[^\p{Upper}]+)", R"(\p{Upper} inside [...] under (?i) is not supported)"},
+           {R"((?i:[\p{Uppercase_Letter}])+)", R"(\p{Uppercase_Letter} inside [...] under (?i))"},
+           {R"(a(?i)b|[x\P{Lu}]+)", R"(\P{Lu} inside [...] under (?i))"},
+           {R"((?i)(?:[\p{Lu}]))", R"(\p{Lu} inside [...] under (?i))"}}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
+    ASSERT_FALSE(tokenizer.ok()) << regex;
+    EXPECT_THAT(tokenizer.status().message(),
+                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
+                                       regex, "/: ", construct)));
+  }
+  for (const std::string regex :
+       {R"((?i)\p{Lu}+|[\w\d\s\h]+|(?-i)[\p{Ll}]|(?i:a)[\p{Ll}]|(?i-m:a)|(?:(?i)a)[\p{Lu}])",
+        R"((?i)(?-i:[\p{Lu}]))"}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("kept", regex);
+    EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  }
+}
+
+// In Oniguruma's Ruby syntax X{n,m}+ is (?:X{n,m})+ and X{n}? is (?:X{n})?, where PCRE2 reads a
+// possessive and a lazy interval: tokenizers keeps aaaa whole (merge "aa aa": 257) and splits abc
+// at each empty match. Expected ids: PyPI tokenizers 0.23.3, as above.
+TEST(TokenizerLoaderTest, SplitRegexIntervalThenPlusOrQuestionMarkRepeatsTheInterval) {
+  const std::vector<std::string> merges = {"a a", "aa aa", "b c", "1 2", "12 3", "4 5", "123 45"};
+  for (const std::string regex : {"a{2}+", "a{2,3}+", "a{,2}+", "a{2,}+", "(?:a){2}+"}) {
+    std::unique_ptr<Tokenizer> tokenizer = ByteTokenizerWithSplitRegex("interval", regex, merges);
+    ASSERT_NE(tokenizer, nullptr);
+    EXPECT_THAT(tokenizer->Encode("aaaaa", false, false, kPlain), ElementsAre(257, 'a')) << regex;
+  }
+  std::unique_ptr<Tokenizer> numbers =
+      ByteTokenizerWithSplitRegex("interval_numbers", R"(\p{N}{1,3}+)", merges);
+  ASSERT_NE(numbers, nullptr);
+  EXPECT_THAT(numbers->Encode("12345", false, false, kPlain), ElementsAre(262));
+  std::unique_ptr<Tokenizer> plain =
+      ByteTokenizerWithSplitRegex("interval_plain", R"(\p{N}{1,3})", merges);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_THAT(plain->Encode("12345", false, false, kPlain), ElementsAre(260, 261));
+  std::unique_ptr<Tokenizer> optional =
+      ByteTokenizerWithSplitRegex("interval_optional", "a{2}?", merges);
+  ASSERT_NE(optional, nullptr);
+  EXPECT_THAT(optional->Encode("abc", false, false, kPlain), ElementsAre('a', 'b', 'c'));
 }
 
 // titan applies Splits to the text, then one ByteLevel; a step after the ByteLevel would see its

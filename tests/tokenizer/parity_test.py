@@ -294,7 +294,7 @@ class ParityTest(unittest.TestCase):
         for i, pattern in enumerate([r"(?=\p{Lu})", "(?=a)", "(?<=a)", "$", "^", r"\b", "",
                                      "x*", "a*", r"(?=\s)|\s+", r"(\b)+", r"(?i:^)+",
                                      r"(?>(?=\p{Lu}))*", "(?:(?=a)(?<=b))?", "(?:^^|a)+",
-                                     r"(?:\b(?=a))+|(?:a|(?i)$){2}"]):
+                                     r"(?:\b(?=a))+|(?:a|(?i)$){2}", r"(?:(?i)\b|\b)+"]):
             spec["pre_tokenizer"] = split_then_byte_level(pattern)
             self.assert_encodes_as_tokenizers(spec, f"empty_match_{i}", texts, pattern)
 
@@ -302,12 +302,52 @@ class ParityTest(unittest.TestCase):
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
             spec = json.load(f)
         for pattern in [r"(?=\p{Lu})+", r"\b*", r"\b?", "^+", "(?!x){2}", "$?", r"\A{,3}",
-                        "(?<=a)*", "(?:^)+", r"(?:a|(?:\B|b))+", r"a|(?i)\z+", "(?:|$)?"]:
+                        "(?<=a)*", "(?:^)+", r"(?:a|(?:\B|b))+", r"a|(?i)\z+", "(?:|$)?",
+                        # Only the rest of the group after a (?i) is one option node.
+                        r"(?:\b|(?i))+", r"(?:\b|a(?i)b)+", r"(?:(?:\b|(?i)))+",
+                        r"(?:\A|(?#c)(?i)x)+", r"(?:a|\b|(?i)c)*"]:
             spec["pre_tokenizer"] = split_then_byte_level(pattern)
             stderr = self.assert_both_refuse(spec, "target of repeat operator is invalid")
             self.assertIn(f"regex /{pattern}/: the quantifier ", stderr)
             self.assertIn("(tokenizers' Oniguruma refuses to repeat an anchor or a lookaround)",
                           stderr)
+
+    def test_split_regex_class_ranges_caseless_classes_and_intervals_as_tokenizers(self):
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        # A range from or to a class escape, property or POSIX class: both refuse it.
+        for pattern, error in [(r"[\p{XDigit}-z]+", "unmatched range specifier in char-class"),
+                               (r"[\p{ASCII}-\u00ff]+", "unmatched range specifier in char-class"),
+                               (r"[\P{XDigit}-z]+", "unmatched range specifier in char-class"),
+                               (r"[\h-z]+", "unmatched range specifier in char-class"),
+                               (r"[\w-z]", "unmatched range specifier in char-class"),
+                               (r"[[:digit:]-z]", "unmatched range specifier in char-class"),
+                               (r"[a-\p{L}]", "char-class value at end of range"),
+                               (r"[!-\h]", "char-class value at end of range")]:
+            spec["pre_tokenizer"] = split_then_byte_level(pattern)
+            stderr = self.assert_both_refuse(spec, error)
+            self.assertIn(f"regex /{pattern}/: a range ", stderr)
+        # A property in a class under (?i): Oniguruma case-folds it, PCRE2 would not.
+        for pattern in [r"(?i)[\p{Lower}]+", r"(?i)[^\p{Upper}]+", r"(?i:[\p{Uppercase_Letter}])+",
+                        r"(?i)[\p{Ll}]+"]:
+            spec["pre_tokenizer"] = split_then_byte_level(pattern)
+            path = os.path.join(self.tmp, "caseless.json")
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(spec, f)
+            with self.assertRaises(subprocess.CalledProcessError) as refused:
+                run_encode_main(path, ["x"], self.tmp)
+            self.assertIn("inside [...] under (?i) is not supported", refused.exception.stderr)
+        # What loads splits as tokenizers splits: a literal -, \w-like escapes in a (?i) class,
+        # X{n,m}+ as (?:X{n,m})+, X{n}? as (?:X{n})?, lazy intervals.
+        texts = ["Hello World", "aaaaaaa bb", "12345 678 9",
+                 "ab-z \u212a k K \u017f s \u1e9e \u00df", "0x1F-fe \u00bd \u2460\u2461\u2462\u2463"] + TRICKY_TEXTS[:16]
+        for i, regex in enumerate([
+                r"[\p{L}-]+|[-\w]+|[^-\w]", r"[a-c-\w]+|[a-c-\h]+|[\p{XDigit}-]+|[\h-]|.",
+                r"(?i)[\w]+|[^\w]+", r"(?i)[\d\s\h]+|\p{Lu}+|\P{Upper}+", r"\p{N}{1,3}+|\p{N}{1,3}",
+                "a{2}+|a{2,}+|b{,2}+|x{1,3}+", "a{2}?|b{2,}?|[a-z]{,2}?|l{1,3}?",
+                "a{2}++|l{2}+?|(?:ab|a){2}+", r"(?i)(?-i)[\p{Ll}]+|(?i:a)[\p{Ll}]"]):
+            self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
+                                              f"class_interval_{i}", texts, regex)
 
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
