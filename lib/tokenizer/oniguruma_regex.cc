@@ -69,8 +69,9 @@ struct OpenGroup {
   bool caseless = false;     // (?i) is in effect where the group is read.
   bool transparent = false;  // (?:...), which Oniguruma parses as its body alone.
   bool lookaround = false;
-  // A (?i) in it made the rest of it one option node: alternatives after it are inside that node.
-  bool options_rest = false;
+  // Inline options ((?i)) in it: each makes the rest of it, alternatives after it included, one
+  // option node, which the translation opens as (?i: and closes where the group closes.
+  size_t option_nodes = 0;
   size_t branch_items = 0;             // Items in the current alternative.
   bool some_branch_is_anchor = false;  // An alternative that is one anchor or lookaround.
 };
@@ -278,7 +279,7 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   };
   const auto end_branch = [&] {
     OpenGroup& group = groups.back();
-    if (!group.options_rest && group.branch_items == 1 && item_is_anchor) {
+    if (group.option_nodes == 0 && group.branch_items == 1 && item_is_anchor) {
       group.some_branch_is_anchor = true;
     }
     group.branch_items = 0;
@@ -467,6 +468,7 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
           end_branch();
           const OpenGroup group = groups.back();
           groups.pop_back();
+          out.append(group.option_nodes, ')');
           // Alternatives after a (?i) are inside its option node: only those before it count.
           read_item(group.start,
                     group.lookaround || (group.transparent && group.some_branch_is_anchor));
@@ -506,9 +508,10 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
             const bool caseless = CaselessAfter(options, groups.back().caseless);
             std::replace(options.begin(), options.end(), 'm', 's');
             const size_t out_start = out.size();
-            absl::StrAppend(&out, "(?", options, pattern.substr(j, 1));
+            // Oniguruma reads a(?i)b|c as a(?i:b|c); PCRE2 as (?:a(?i)b)|(?i:c).
+            absl::StrAppend(&out, "(?", options, ":");
             if (pattern[j] == ')') {
-              groups.back().options_rest = true;
+              ++groups.back().option_nodes;
               groups.back().caseless = caseless;
             } else {
               groups.push_back({.start = i, .out_start = out_start, .caseless = caseless});
@@ -538,6 +541,7 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
     }
     out.push_back(c);
   }
+  out.append(groups.front().option_nodes, ')');
   return out;
 }
 

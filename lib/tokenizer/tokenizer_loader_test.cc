@@ -1094,6 +1094,23 @@ TEST(TokenizerLoaderTest, SplitRegexIntervalThenPlusOrQuestionMarkRepeatsTheInte
   EXPECT_THAT(optional->Encode("abc", false, false, kPlain), ElementsAre('a', 'b', 'c'));
 }
 
+// An inline (?i) covers the rest of its group, later alternatives included: Oniguruma reads
+// a(?i)b|c as a(?i:b|c) (a lone c is no match), PCRE2 as (?:a(?i)b)|(?i:c). Merges "c d" (256)
+// and "a c" (257) show the splits. Expected ids: PyPI tokenizers 0.23.3, as above.
+TEST(TokenizerLoaderTest, SplitRegexInlineOptionsCoverTheRestOfTheGroupAsInOniguruma) {
+  const std::vector<std::string> merges = {"c d", "a c"};
+  std::unique_ptr<Tokenizer> options =
+      ByteTokenizerWithSplitRegex("inline_options", "a(?i)b|c", merges);
+  ASSERT_NE(options, nullptr);
+  EXPECT_THAT(options->Encode("cd acaB", false, false, kPlain),
+              ElementsAre(256, ' ', 257, 'a', 'B'));
+  std::unique_ptr<Tokenizer> in_group =
+      ByteTokenizerWithSplitRegex("inline_options_group", "x|(?:a(?i)b|c)+", merges);
+  ASSERT_NE(in_group, nullptr);
+  EXPECT_THAT(in_group->Encode("cd acaB", false, false, kPlain),
+              ElementsAre(256, ' ', 257, 'a', 'B'));
+}
+
 // titan applies Splits to the text, then one ByteLevel; a step after the ByteLevel would see its
 // byte-level alphabet (tokenizers' ids differ), so any other order is refused.
 TEST(TokenizerLoaderTest, PreTokenizersInAnOrderTitanDoesNotApplyAreRefused) {
