@@ -291,7 +291,8 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
       const char e = pattern[++i];
       if (!in_class) {
         read_item(i - 1, OneOf("bBAzZGKyY", e));
-      } else if (OneOf("wWdDsShHpP", e)) {
+      } else if (OneOf("wWdDsShH", e) ||
+                 (OneOf("pP", e) && i + 1 < pattern.size() && pattern[i + 1] == '{')) {
         const absl::Status status = read_class_set(ClassEscapeText(pattern, i));
         if (!status.ok()) return status;
       } else {

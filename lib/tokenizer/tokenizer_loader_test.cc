@@ -939,6 +939,7 @@ TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
            // Oniguruma reads \pL as the letters p and L.
            {R"(\pL+|.)", R"(\pL without {NAME} is not supported (a literal p in Oniguruma)"},
            {R"([\pL]+)", R"(\pL without {NAME} is not supported)"},
+           {R"([a-\pL]{2})", R"(\pL without {NAME} is not supported)"},
            {R"(\PL+)", R"(\PL without {NAME} is not supported (a literal P in Oniguruma)"},
            {R"(\pN+)", R"(\pN without {NAME} is not supported)"},
            {R"(x\p)", R"(\p without {NAME} is not supported)"},
