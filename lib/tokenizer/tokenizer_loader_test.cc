@@ -802,6 +802,27 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> DefaultWithSplitRegex(const std::stri
   return LoadTokenizer(path);
 }
 
+// Each `cases` regex (as the default tokenizer's Split regex) is refused, the message naming it
+// and then its text, followed by `suffix`.
+void ExpectSplitRegexesRefused(const std::vector<std::pair<std::string, std::string>>& cases,
+                               absl::string_view suffix = "") {
+  for (const auto& [regex, construct] : cases) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
+    ASSERT_FALSE(tokenizer.ok()) << regex;
+    EXPECT_THAT(tokenizer.status().message(),
+                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
+                                       regex, "/: ", construct, suffix)));
+  }
+}
+
+// Each of `regexes`, as the default tokenizer's Split regex, loads.
+void ExpectSplitRegexesLoad(const std::vector<std::string>& regexes) {
+  for (const std::string& regex : regexes) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("kept", regex);
+    EXPECT_TRUE(tokenizer.ok()) << regex << ": " << tokenizer.status();
+  }
+}
+
 // tokenizer.json regexes are Oniguruma's (what HF tokenizers runs), not PCRE2's. Expected ids are
 // PyPI tokenizers 0.23.3's: the default tokenizer.json with pretokenizers[0].pattern.Regex set to
 // the regex, then Tokenizer.from_str(json).encode(text, add_special_tokens=False).ids.
@@ -929,49 +950,40 @@ TEST(TokenizerLoaderTest, SplitRegexOnigurumaOnlyPropertyNamesMeanOnigurumasSets
 }
 
 TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
-  for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
-           {R"(\X)", R"(\X is not supported)"},
-           {R"(\V+)", R"(\V is not supported)"},
-           {R"([[:alpha:]]+)", "POSIX class [:alpha:] is not supported"},
-           {R"([a-z&&[^aeiou]]+)", "&& inside [...] is not supported"},
-           {R"([a[0-9]]+)", "[ inside [...] is not supported"},
-           {R"([\W])", R"(\W inside [...] is not supported)"},
-           // Oniguruma reads \pL as the letters p and L.
-           {R"(\pL+|.)", R"(\pL without {NAME} is not supported (a literal p in Oniguruma)"},
-           {R"([\pL]+)", R"(\pL without {NAME} is not supported)"},
-           {R"([a-\pL]{2})", R"(\pL without {NAME} is not supported)"},
-           {R"(\PL+)", R"(\PL without {NAME} is not supported (a literal P in Oniguruma)"},
-           {R"(\pN+)", R"(\pN without {NAME} is not supported)"},
-           {R"(x\p)", R"(\p without {NAME} is not supported)"},
-           // PCRE2's own property names and property:value forms, which tokenizers refuses.
-           {R"(\p{Xan}+)", R"(\p{Xan} is not supported (a PCRE2 property)"},
-           {R"(\p{Xwd}+)", R"(\p{Xwd} is not supported)"},
-           {R"(\p{Xps}+)", R"(\p{Xps} is not supported)"},
-           {R"([\p{Xsp}]+)", R"(\p{Xsp} is not supported)"},
-           {R"(\P{^x_uc}+)", R"(\P{^x_uc} is not supported)"},
-           {R"(\p{L&}+)", R"(\p{L&} is not supported)"},
-           {R"(\p{Bidi_M}+)", R"(\p{Bidi_M} is not supported)"},
-           {R"(\p{sc:Greek}+)", R"(\p{sc:Greek} is not supported (PCRE2's property:value form)"},
-           {R"(\p{scx:Greek}+)", R"(\p{scx:Greek} is not supported)"},
-           {R"(\p{Bidi_Class:L}+)", R"(\p{Bidi_Class:L} is not supported)"},
-           {R"(\p{sc=Greek}+)", R"(\p{sc=Greek} is not supported)"},
-           // A complement PCRE2 spells only as [^...], which it cannot nest.
-           {R"([\P{Word}a]+)",
-            R"(\P{Word} is not supported (its complement has no PCRE2 spelling inside [...]))"},
-           {R"([^\p{^Alnum}]+)", R"(\p{^Alnum} is not supported)"}}) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
-    ASSERT_FALSE(tokenizer.ok()) << regex;
-    EXPECT_THAT(tokenizer.status().message(),
-                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
-                                       regex, "/: ", construct)));
-  }
+  ExpectSplitRegexesRefused(
+      {{R"(\X)", R"(\X is not supported)"},
+       {R"(\V+)", R"(\V is not supported)"},
+       {R"([[:alpha:]]+)", "POSIX class [:alpha:] is not supported"},
+       {R"([a-z&&[^aeiou]]+)", "&& inside [...] is not supported"},
+       {R"([a[0-9]]+)", "[ inside [...] is not supported"},
+       {R"([\W])", R"(\W inside [...] is not supported)"},
+       // Oniguruma reads \pL as the letters p and L.
+       {R"(\pL+|.)", R"(\pL without {NAME} is not supported (a literal p in Oniguruma)"},
+       {R"([\pL]+)", R"(\pL without {NAME} is not supported)"},
+       {R"([a-\pL]{2})", R"(\pL without {NAME} is not supported)"},
+       {R"(\PL+)", R"(\PL without {NAME} is not supported (a literal P in Oniguruma)"},
+       {R"(\pN+)", R"(\pN without {NAME} is not supported)"},
+       {R"(x\p)", R"(\p without {NAME} is not supported)"},
+       // PCRE2's own property names and property:value forms, which tokenizers refuses.
+       {R"(\p{Xan}+)", R"(\p{Xan} is not supported (a PCRE2 property)"},
+       {R"(\p{Xwd}+)", R"(\p{Xwd} is not supported)"},
+       {R"(\p{Xps}+)", R"(\p{Xps} is not supported)"},
+       {R"([\p{Xsp}]+)", R"(\p{Xsp} is not supported)"},
+       {R"(\P{^x_uc}+)", R"(\P{^x_uc} is not supported)"},
+       {R"(\p{L&}+)", R"(\p{L&} is not supported)"},
+       {R"(\p{Bidi_M}+)", R"(\p{Bidi_M} is not supported)"},
+       {R"(\p{sc:Greek}+)", R"(\p{sc:Greek} is not supported (PCRE2's property:value form)"},
+       {R"(\p{scx:Greek}+)", R"(\p{scx:Greek} is not supported)"},
+       {R"(\p{Bidi_Class:L}+)", R"(\p{Bidi_Class:L} is not supported)"},
+       {R"(\p{sc=Greek}+)", R"(\p{sc=Greek} is not supported)"},
+       // A complement PCRE2 spells only as [^...], which it cannot nest.
+       {R"([\P{Word}a]+)",
+        R"(\P{Word} is not supported (its complement has no PCRE2 spelling inside [...]))"},
+       {R"([^\p{^Alnum}]+)", R"(\p{^Alnum} is not supported)"}});
   // Properties both read alike still load.
-  for (const std::string regex :
-       {R"(\p{L}+|\p{N}+|\p{Lu}|\p{^L}|\P{L}|\p{Lc}|\p{Any})",
-        R"([\p{L}\p{N}]+|\p{Han}|\p{Greek}|\p{White_Space}|\p{Alphabetic}|\p{ASCII}|\p{Emoji})"}) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("kept", regex);
-    EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  }
+  ExpectSplitRegexesLoad(
+      {R"(\p{L}+|\p{N}+|\p{Lu}|\p{^L}|\P{L}|\p{Lc}|\p{Any})",
+       R"([\p{L}\p{N}]+|\p{Han}|\p{Greek}|\p{White_Space}|\p{Alphabetic}|\p{ASCII}|\p{Emoji})"});
 }
 
 // tokenizers' Oniguruma refuses a quantifier on an anchor or a lookaround, or on a (?:...) that is
@@ -979,41 +991,31 @@ TEST(TokenizerLoaderTest, SplitRegexWithoutAPcre2EquivalentIsRefused) {
 // PCRE2 repeats it at most once. Other groups around one may repeat (PyPI tokenizers 0.23.3
 // loads the kept regexes).
 TEST(TokenizerLoaderTest, SplitRegexQuantifiedAnchorOrLookaroundIsRefusedAsTokenizersDoes) {
-  for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
-           {R"((?=\p{Lu})+)", R"(the quantifier + on (?=\p{Lu}))"},
-           {R"(\b*)", R"(the quantifier * on \b)"},
-           {R"(\b?)", R"(the quantifier ? on \b)"},
-           {R"(x^+)", "the quantifier + on ^"},
-           {R"((?!x){2})", "the quantifier {2} on (?!x)"},
-           {R"($?)", "the quantifier ? on $"},
-           {R"(\A{,3})", R"(the quantifier {,3} on \A)"},
-           {R"(a(?<=a)*)", "the quantifier * on (?<=a)"},
-           {R"((?:^)+)", "the quantifier + on (?:^)"},
-           {R"((?:a|(?:\B|b))+)", R"(the quantifier + on (?:a|(?:\B|b)))"},
-           {R"(a|(?i)\z+)", R"(the quantifier + on \z)"},
-           // A (?i) makes only the rest of its group one option node: an alternative before it
-           // that is one anchor still makes the group no target.
-           {R"((?:\b|(?i))+)", R"(the quantifier + on (?:\b|(?i)))"},
-           {R"((?:\b|(?i)a)+)", R"(the quantifier + on (?:\b|(?i)a))"},
-           {R"((?:\b|a(?i)b)+)", R"(the quantifier + on (?:\b|a(?i)b))"},
-           {R"((?:(?:\b|(?i)))+)", R"(the quantifier + on (?:(?:\b|(?i))))"},
-           {R"((?:\A|(?#c)(?i)x)+)", R"(the quantifier + on (?:\A|(?#c)(?i)x))"},
-           {R"((?:a|\b|(?i)c)*)", R"(the quantifier * on (?:a|\b|(?i)c))"}}) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
-    ASSERT_FALSE(tokenizer.ok()) << regex;
-    EXPECT_THAT(tokenizer.status().message(),
-                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
-                                       regex, "/: ", construct,
-                                       " is not supported (tokenizers' Oniguruma refuses to "
-                                       "repeat an anchor or a lookaround)")));
-  }
-  for (const std::string regex :
-       {R"((^)+|(?:^a)+|(?i:^)+|(?>\b)*|(?:(?=a)(?=b))?|(?:^^|a)+|(?:(?i)$|a)+)",
-        R"([\b$^]+|\^+|a{2}+|x{,}|y{a}|\s+(?!\S)|\s+)",
-        R"((?:(?i)\b|\b)+|(?:a|(?i)$){2}|(?:\b(?i)|c)+)"}) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("kept", regex);
-    EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  }
+  ExpectSplitRegexesRefused(
+      {{R"((?=\p{Lu})+)", R"(the quantifier + on (?=\p{Lu}))"},
+       {R"(\b*)", R"(the quantifier * on \b)"},
+       {R"(\b?)", R"(the quantifier ? on \b)"},
+       {R"(x^+)", "the quantifier + on ^"},
+       {R"((?!x){2})", "the quantifier {2} on (?!x)"},
+       {R"($?)", "the quantifier ? on $"},
+       {R"(\A{,3})", R"(the quantifier {,3} on \A)"},
+       {R"(a(?<=a)*)", "the quantifier * on (?<=a)"},
+       {R"((?:^)+)", "the quantifier + on (?:^)"},
+       {R"((?:a|(?:\B|b))+)", R"(the quantifier + on (?:a|(?:\B|b)))"},
+       {R"(a|(?i)\z+)", R"(the quantifier + on \z)"},
+       // A (?i) makes only the rest of its group one option node: an alternative before it
+       // that is one anchor still makes the group no target.
+       {R"((?:\b|(?i))+)", R"(the quantifier + on (?:\b|(?i)))"},
+       {R"((?:\b|(?i)a)+)", R"(the quantifier + on (?:\b|(?i)a))"},
+       {R"((?:\b|a(?i)b)+)", R"(the quantifier + on (?:\b|a(?i)b))"},
+       {R"((?:(?:\b|(?i)))+)", R"(the quantifier + on (?:(?:\b|(?i))))"},
+       {R"((?:\A|(?#c)(?i)x)+)", R"(the quantifier + on (?:\A|(?#c)(?i)x))"},
+       {R"((?:a|\b|(?i)c)*)", R"(the quantifier * on (?:a|\b|(?i)c))"}},
+      " is not supported (tokenizers' Oniguruma refuses to "
+      "repeat an anchor or a lookaround)");
+  ExpectSplitRegexesLoad({R"((^)+|(?:^a)+|(?i:^)+|(?>\b)*|(?:(?=a)(?=b))?|(?:^^|a)+|(?:(?i)$|a)+)",
+                          R"([\b$^]+|\^+|a{2}+|x{,}|y{a}|\s+(?!\S)|\s+)",
+                          R"((?:(?i)\b|\b)+|(?:a|(?i)$){2}|(?:\b(?i)|c)+)"});
 }
 
 // tokenizers' Oniguruma refuses a range from or to a class escape, property or POSIX class
@@ -1021,54 +1023,36 @@ TEST(TokenizerLoaderTest, SplitRegexQuantifiedAnchorOrLookaroundIsRefusedAsToken
 // range over the characters some translate to ([\h-z] as [0-9a-fA-F-z]). A - before ] or after
 // a range stays literal in both (PyPI tokenizers 0.23.3 loads the kept regexes).
 TEST(TokenizerLoaderTest, SplitRegexRangeFromOrToAClassEscapeIsRefusedAsTokenizersDoes) {
-  for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
-           {R"([\p{XDigit}-z]+)", R"(a range from \p{XDigit} is not supported)"},
-           {R"([\p{Newline}-x]+)", R"(a range from \p{Newline} is not supported)"},
-           {"[\\p{ASCII}-\u00ff]+", R"(a range from \p{ASCII} is not supported)"},
-           {R"([\P{XDigit}-z]+)", R"(a range from \P{XDigit} is not supported)"},
-           {R"([\P{ASCII}-z]+)", R"(a range from \P{ASCII} is not supported)"},
-           {R"([\h-z]+)", R"(a range from \h is not supported)"},
-           {R"([\p{L}-z])", R"(a range from \p{L} is not supported)"},
-           {R"([\w-z])", R"(a range from \w is not supported)"},
-           {R"([x\d-z])", R"(a range from \d is not supported)"},
-           {R"([[:digit:]-z])", "a range from [:digit:] is not supported"},
-           {R"([a-\p{L}])", R"(a range to \p{L} is not supported)"},
-           {R"([!-\h])", R"(a range to \h is not supported)"}}) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
-    ASSERT_FALSE(tokenizer.ok()) << regex;
-    EXPECT_THAT(tokenizer.status().message(),
-                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
-                                       regex, "/: ", construct,
-                                       " (tokenizers' Oniguruma refuses a class escape or "
-                                       "property as a range ")));
-  }
-  absl::StatusOr<std::unique_ptr<Tokenizer>> kept = DefaultWithSplitRegex(
-      "kept", R"([\p{L}-]+|[\h-]|[-\w]|[^-\w]|[a-c-\w]|[a-c-\h]|[\p{XDigit}-]|[a-z])");
-  EXPECT_TRUE(kept.ok()) << kept.status();
+  ExpectSplitRegexesRefused(
+      {{R"([\p{XDigit}-z]+)", R"(a range from \p{XDigit} is not supported)"},
+       {R"([\p{Newline}-x]+)", R"(a range from \p{Newline} is not supported)"},
+       {"[\\p{ASCII}-\u00ff]+", R"(a range from \p{ASCII} is not supported)"},
+       {R"([\P{XDigit}-z]+)", R"(a range from \P{XDigit} is not supported)"},
+       {R"([\P{ASCII}-z]+)", R"(a range from \P{ASCII} is not supported)"},
+       {R"([\h-z]+)", R"(a range from \h is not supported)"},
+       {R"([\p{L}-z])", R"(a range from \p{L} is not supported)"},
+       {R"([\w-z])", R"(a range from \w is not supported)"},
+       {R"([x\d-z])", R"(a range from \d is not supported)"},
+       {R"([[:digit:]-z])", "a range from [:digit:] is not supported"},
+       {R"([a-\p{L}])", R"(a range to \p{L} is not supported)"},
+       {R"([!-\h])", R"(a range to \h is not supported)"}},
+      " (tokenizers' Oniguruma refuses a class escape or property as a range ");
+  ExpectSplitRegexesLoad({R"([\p{L}-]+|[\h-]|[-\w]|[^-\w]|[a-c-\w]|[a-c-\h]|[\p{XDigit}-]|[a-z])"});
 }
 
 // Under (?i) Oniguruma case-folds a class's properties ((?i)[\p{Ll}] takes H), PCRE2 does not;
 // a bare property is not folded in either, and \w, \d, \s, \h in a class agree.
 TEST(TokenizerLoaderTest, SplitRegexPropertyInACaseInsensitiveClassIsRefused) {
-  for (const auto& [regex, construct] : std::vector<std::pair<std::string, std::string>>{
-           {R"((?i)[\p{Lower}]+)", R"(\p{Lower} inside [...] under (?i) is not supported)"},
-           {R"((?i)[\p{Ll}]+)", R"(\p{Ll} inside [...] under (?i) is not supported)"},
-           {R"((?i)[^\p{Upper}]+)", R"(\p{Upper} inside [...] under (?i) is not supported)"},
-           {R"((?i:[\p{Uppercase_Letter}])+)", R"(\p{Uppercase_Letter} inside [...] under (?i))"},
-           {R"(a(?i)b|[x\P{Lu}]+)", R"(\P{Lu} inside [...] under (?i))"},
-           {R"((?i)(?:[\p{Lu}]))", R"(\p{Lu} inside [...] under (?i))"}}) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("refused", regex);
-    ASSERT_FALSE(tokenizer.ok()) << regex;
-    EXPECT_THAT(tokenizer.status().message(),
-                HasSubstr(absl::StrCat("pre_tokenizer.pretokenizers[0].pattern.Regex: regex /",
-                                       regex, "/: ", construct)));
-  }
-  for (const std::string regex :
-       {R"((?i)\p{Lu}+|[\w\d\s\h]+|(?-i)[\p{Ll}]|(?i:a)[\p{Ll}]|(?i-m:a)|(?:(?i)a)[\p{Lu}])",
-        R"((?i)(?-i:[\p{Lu}]))"}) {
-    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWithSplitRegex("kept", regex);
-    EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  }
+  ExpectSplitRegexesRefused(
+      {{R"((?i)[\p{Lower}]+)", R"(\p{Lower} inside [...] under (?i) is not supported)"},
+       {R"((?i)[\p{Ll}]+)", R"(\p{Ll} inside [...] under (?i) is not supported)"},
+       {R"((?i)[^\p{Upper}]+)", R"(\p{Upper} inside [...] under (?i) is not supported)"},
+       {R"((?i:[\p{Uppercase_Letter}])+)", R"(\p{Uppercase_Letter} inside [...] under (?i))"},
+       {R"(a(?i)b|[x\P{Lu}]+)", R"(\P{Lu} inside [...] under (?i))"},
+       {R"((?i)(?:[\p{Lu}]))", R"(\p{Lu} inside [...] under (?i))"}});
+  ExpectSplitRegexesLoad(
+      {R"((?i)\p{Lu}+|[\w\d\s\h]+|(?-i)[\p{Ll}]|(?i:a)[\p{Ll}]|(?i-m:a)|(?:(?i)a)[\p{Lu}])",
+       R"((?i)(?-i:[\p{Lu}]))"});
 }
 
 // In Oniguruma's Ruby syntax X{n,m}+ is (?:X{n,m})+ and X{n}? is (?:X{n})?, where PCRE2 reads a
