@@ -302,6 +302,9 @@ c10::impl::GenericList ListOf(const std::vector<c10::IValue>& items) {
 TEST(CommTraceAnalysisTest, NamesTheFieldOfAMalformedDump) {
   using Root = c10::impl::GenericDict;
   const auto entry0 = [](Root& root) { return root.at("entries").toList().get(0).toGenericDict(); };
+  const auto world = [](Root& root) {
+    return root.at("pg_config").toGenericDict().at("world").toGenericDict();
+  };
   const std::vector<std::pair<std::function<void(Root&)>, std::string>> cases = {
       {[](Root& root) { root.insert_or_assign("run_id", int64_t{7}); },
        "field 'run_id' is an int, expected a string"},
@@ -314,37 +317,13 @@ TEST(CommTraceAnalysisTest, NamesTheFieldOfAMalformedDump) {
        "field 'pg_config' is a list, expected a dict"},
       {[](Root& root) { root.at("pg_config").toGenericDict().insert_or_assign("world", 3.0); },
        "pg_config['world'] is a float, expected a dict"},
-      {[](Root& root) {
-         root.at("pg_config")
-             .toGenericDict()
-             .at("world")
-             .toGenericDict()
-             .insert_or_assign("ranks", int64_t{0});
-       },
+      {[&](Root& root) { world(root).insert_or_assign("ranks", int64_t{0}); },
        "pg_config['world']: field 'ranks' is an int, expected a string"},
-      {[](Root& root) {
-         root.at("pg_config")
-             .toGenericDict()
-             .at("world")
-             .toGenericDict()
-             .insert_or_assign("ranks", "0, 1");
-       },
+      {[&](Root& root) { world(root).insert_or_assign("ranks", "0, 1"); },
        "pg_config['world']: field 'ranks' \"0, 1\": expected [r, ...]"},
-      {[](Root& root) {
-         root.at("pg_config")
-             .toGenericDict()
-             .at("world")
-             .toGenericDict()
-             .insert_or_assign("ranks", "[0, -1]");
-       },
+      {[&](Root& root) { world(root).insert_or_assign("ranks", "[0, -1]"); },
        "pg_config['world']: field 'ranks' \"[0, -1]\": \"-1\" is no rank"},
-      {[](Root& root) {
-         root.at("pg_config")
-             .toGenericDict()
-             .at("world")
-             .toGenericDict()
-             .insert_or_assign("ranks", "[0, 1, 1]");
-       },
+      {[&](Root& root) { world(root).insert_or_assign("ranks", "[0, 1, 1]"); },
        "pg_config['world']: field 'ranks' \"[0, 1, 1]\": rank 1 twice"},
       {[](Root& root) {
          root.insert_or_assign("entries", Root(c10::AnyType::get(), c10::AnyType::get()));
