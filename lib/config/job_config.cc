@@ -290,6 +290,16 @@ std::string UnreadSectionText(const UnreadSection& unread) {
                       unread.tool, " would ignore");
 }
 
+// Refuses [`unread.section`] keys that differ from their defaults, naming the first; the section at
+// its defaults passes (a run's config.toml holds every section).
+absl::Status RefuseChangedUnreadKeys(const JobConfig& config, const UnreadSection& unread) {
+  const std::vector<std::string> changed = ChangedKeys(config, unread.section);
+  if (changed.empty()) return absl::OkStatus();
+  return WithKeySource(absl::InvalidArgumentError(
+      absl::StrCat(changed.front(), ": ", UnreadSectionText(unread),
+                   "; leave it at its defaults or run ", unread.reader)));
+}
+
 // What follows an unknown `key` of `section` in its refusal: ": unknown key (did you mean ...?)",
 // or, in a section the tool does not read (`unread`), that section's refusal instead: a key
 // suggested there would be refused next.
@@ -596,6 +606,11 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
   }
   if (!path.empty()) config.mutable_job()->set_config_file(path);
   KeySources::Get().Reset(std::move(sources));
+  if (unread_section != nullptr) {
+    if (absl::Status status = RefuseChangedUnreadKeys(config, *unread_section); !status.ok()) {
+      return status;
+    }
+  }
   return config;
 }
 
@@ -615,14 +630,6 @@ absl::StatusOr<JobConfig> ParseJobConfigText(absl::string_view toml_text,
   }
   KeySources::Get().Reset(std::move(sources));
   return config;
-}
-
-absl::Status RefuseUnreadSection(const JobConfig& config, const UnreadSection& unread) {
-  const std::vector<std::string> changed = ChangedKeys(config, unread.section);
-  if (changed.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(changed.front(), ": ", UnreadSectionText(unread),
-                                                 "; leave it at its defaults or run ",
-                                                 unread.reader));
 }
 
 absl::Status WithKeySource(const absl::Status& status) {

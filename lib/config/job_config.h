@@ -33,8 +33,9 @@ absl::Status CheckJobGiven(const std::vector<std::string>& args);
 // on the same command line) is an error. Does not validate.
 //
 // `unread`: a section the parsing tool does not read (titan_rl's [rl] for titan_train); a key of it
-// the schema lacks is refused as that section's, with no "did you mean" of a key the tool would go
-// on to refuse (RefuseUnreadSection).
+// the schema lacks is refused as that section's, with no "did you mean" of a key the tool would
+// refuse, and so is a key of it set to other than its default, naming where it was set. The
+// section at its defaults passes: a run's config.toml holds every section.
 struct UnreadSection {
   std::string section;  // "rl"
   std::string reader;   // The tool that reads it: "titan_rl".
@@ -43,10 +44,6 @@ struct UnreadSection {
 absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
                                          const std::vector<std::string>& overrides,
                                          const std::optional<UnreadSection>& unread = std::nullopt);
-
-// Refuses [`unread.section`] keys that differ from their defaults (ChangedKeys), naming the first;
-// the section at its defaults passes (a run's config.toml holds every section).
-absl::Status RefuseUnreadSection(const JobConfig& config, const UnreadSection& unread);
 
 // As ParseJobConfig with the TOML text given directly; `source_name` names it in errors. Here a
 // --job.config_file override only sets that key: no file is read.

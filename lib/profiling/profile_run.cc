@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
+#include "lib/distributed/distributed_env.h"
 #include "lib/profiling/memory_tracker.h"
 #include "lib/profiling/profile_report.h"
 #include "lib/profiling/step_profiler.h"
@@ -57,7 +58,8 @@ JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) 
   config.mutable_metrics()->set_enable_tensorboard(false);
   config.clear_profiling();
   // Training steps only, so that validation's forwards are not in the profile.
-  if (config.validation().enable()) {
+  const absl::StatusOr<DistributedEnv> env = DetectDistributedEnv();
+  if (config.validation().enable() && env.ok() && env->rank == 0) {
     LOG(INFO) << "[validation] enable = true: profile_run skips validation (titan_train would "
                  "run it every [validation] freq = "
               << config.validation().freq() << " steps); it profiles the training steps only";

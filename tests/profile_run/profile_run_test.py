@@ -450,16 +450,18 @@ class ProfileRunTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(out, "trace_rank0.json.tmp")))
 
     def test_validation_is_skipped_and_said_so(self):
-        # The shipped debug job enables validation: profile_run profiles training steps only.
+        # The shipped debug job enables validation: profile_run profiles training steps only, and
+        # says so once, not once per rank.
         out = os.path.join(self.tmp, "validation")
-        proc = run([PROFILE_RUN, f"--job.config_file={CONFIG}", f"--out={out}",
+        proc = run([PROFILE_RUN, "--nproc_per_node=2", f"--job.config_file={CONFIG}", f"--out={out}",
                     "--metrics.enable_tensorboard=false", "--training.steps=2",
                     "--training.seq_len=16", "--training.local_batch_size=1",
                     "--validation.enable=true", "--validation.seq_len=16",
                     "--validation.steps=1", "--validation.freq=1", "--profile.warmup=1",
                     "--profile.active=1"])
-        self.assertIn("[validation] enable = true: profile_run skips validation (titan_train "
-                      "would run it every [validation] freq = 1 steps)", proc.stderr)
+        self.assertEqual(proc.stderr.count(
+            "[validation] enable = true: profile_run skips validation (titan_train would run it "
+            "every [validation] freq = 1 steps)"), 1, proc.stderr[-3000:])
         # Skipped, not run unseen: the recorded job validates nothing either.
         with open(os.path.join(out, "config.toml"), "rb") as f:
             self.assertFalse(tomllib.load(f)["validation"]["enable"])

@@ -24,13 +24,9 @@ constexpr char kUsage[] =
 absl::Status Run(int argc, char** argv) {
   const std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
   if (absl::Status given = titan::CheckJobGiven(args); !given.ok()) return given;
-  const titan::UnreadSection rl{"rl", "titan_rl", "titan_train"};
-  absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", args, rl);
+  absl::StatusOr<titan::JobConfig> config =
+      titan::ParseJobConfig("", args, titan::UnreadSection{"rl", "titan_rl", "titan_train"});
   if (!config.ok()) return config.status();
-  // An [rl] section at its defaults is accepted: config.toml holds one, and must run again.
-  if (absl::Status status = titan::RefuseUnreadSection(*config, rl); !status.ok()) {
-    return titan::WithKeySource(status);
-  }
   return titan::RunJobOnThisRank(*config, [&](const titan::DistributedRuntime& runtime) {
     return titan::RunTraining(*config, runtime);
   });
