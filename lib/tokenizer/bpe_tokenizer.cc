@@ -7,10 +7,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "lib/tokenizer/nfc.h"
+#include "lib/util/pcre2_code.h"
 #include "lib/util/short_text.h"
-#include "pcre2.h"
 
 namespace titan {
 namespace {
@@ -53,24 +52,17 @@ size_t PreviousCharStart(absl::string_view s, size_t pos) {
 class BpeTokenizer::Regex {
  public:
   static absl::StatusOr<std::unique_ptr<Regex>> Compile(const std::string& pattern) {
-    int error_code = 0;
-    PCRE2_SIZE error_offset = 0;
     // MATCH_INVALID_UTF: text is user input, so invalid UTF-8 must not abort matching.
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                     PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error_code,
-                                     &error_offset, nullptr);
-    if (code == nullptr) {
-      PCRE2_UCHAR message[256];
-      pcre2_get_error_message(error_code, message, sizeof(message));
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "pre-tokenizer regex /%s/: %s at offset %d", ShortText(pattern, kRegexQuoteBytes),
-          reinterpret_cast<char*>(message), error_offset));
+    absl::StatusOr<Pcre2Code> code = CompilePcre2(pattern, PCRE2_UCP | PCRE2_MATCH_INVALID_UTF);
+    if (!code.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("pre-tokenizer regex /",
+                                                     ShortText(pattern, kRegexQuoteBytes),
+                                                     "/: ", code.status().message()));
     }
     // Without JIT (unsupported CPU) PCRE2 falls back to its interpreter: slower, same matches.
-    pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
-    return std::unique_ptr<Regex>(new Regex(code));
+    pcre2_jit_compile(code->get(), PCRE2_JIT_COMPLETE);
+    return std::unique_ptr<Regex>(new Regex(*std::move(code)));
   }
-  ~Regex() { pcre2_code_free(code_); }
 
   // Calls `emit` with each non-empty match and each non-empty gap between matches, in order, as
   // tokenizers' Split splits by the onig crate's find_iter: an empty match is a split point,
@@ -83,7 +75,7 @@ class BpeTokenizer::Regex {
     size_t piece_start = 0;  // Where the text not yet emitted starts.
     std::optional<size_t> last_match_end;
     while (search_from <= text.size()) {
-      const int rc = pcre2_match(code_, subject, text.size(), search_from, 0, match, nullptr);
+      const int rc = pcre2_match(code_.get(), subject, text.size(), search_from, 0, match, nullptr);
       if (rc < 0) break;  // No match (or a matching limit): the rest is one gap.
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
       const size_t start = ovector[0];
@@ -103,8 +95,8 @@ class BpeTokenizer::Regex {
   }
 
  private:
-  explicit Regex(pcre2_code* code) : code_(code) {}
-  pcre2_code* code_;
+  explicit Regex(Pcre2Code code) : code_(std::move(code)) {}
+  const Pcre2Code code_;
 };
 
 BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {}

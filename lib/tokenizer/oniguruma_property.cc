@@ -8,9 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
+#include "lib/util/pcre2_code.h"
 
 namespace titan {
 namespace {
@@ -105,13 +103,7 @@ constexpr OnigProperty kOnigProperties[] = {
 // Whether PCRE2 knows `name` as a script: its bare script names mean Script_Extensions
 // (U+3001 is in \p{Han}), Oniguruma's mean Script, which \p{sc:NAME} spells in PCRE2.
 bool IsPcre2Script(absl::string_view name) {
-  const std::string pattern = absl::StrCat("\\p{sc:", name, "}");
-  int error_code = 0;
-  PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error_code, &error_offset, nullptr);
-  pcre2_code_free(code);
-  return code != nullptr;
+  return CompilePcre2(absl::StrCat("\\p{sc:", name, "}"), PCRE2_UCP).ok();
 }
 
 }  // namespace

@@ -17,8 +17,8 @@
 #include "lib/kernels/adam.h"
 #include "lib/model/bf16_weight_copies.h"
 #include "lib/train/grad_clip.h"
+#include "lib/util/pcre2_code.h"
 #include "lib/util/status_macros.h"
-#include "pcre2.h"
 
 namespace titan {
 namespace {
@@ -53,22 +53,16 @@ struct NameSearch {
 absl::StatusOr<NameSearch> SearchNames(const std::string& pattern,
                                        const std::vector<ParamRef>& params,
                                        const std::string& key) {
-  int error_code = 0;
-  PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF, &error_code, &error_offset, nullptr);
-  if (code == nullptr) {
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(error_code, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat(key, "=\"", pattern,
-                                                   "\": ", reinterpret_cast<const char*>(message),
-                                                   " at offset ", error_offset));
+  absl::StatusOr<Pcre2Code> code = CompilePcre2(pattern);
+  if (!code.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, "=\"", pattern, "\": ", code.status().message()));
   }
-  pcre2_match_data* match = pcre2_match_data_create_from_pattern(code, nullptr);
+  pcre2_match_data* match = pcre2_match_data_create_from_pattern(code->get(), nullptr);
   NameSearch search;
   for (const ParamRef& p : params) {
-    const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(p.name.data()), p.name.size(), 0,
-                               0, match, nullptr);
+    const int rc = pcre2_match(code->get(), reinterpret_cast<PCRE2_SPTR>(p.name.data()),
+                               p.name.size(), 0, 0, match, nullptr);
     if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
       search.match_error = absl::InvalidArgumentError(
           absl::StrCat(key, "=\"", pattern, "\": matching ", p.name, " failed (PCRE2 ", rc, ")"));
@@ -78,7 +72,6 @@ absl::StatusOr<NameSearch> SearchNames(const std::string& pattern,
     search.found.push_back(rc >= 0);
   }
   pcre2_match_data_free(match);
-  pcre2_code_free(code);
   return search;
 }
 
