@@ -6,8 +6,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/tokenizer/oniguruma_property.h"
+#include "lib/util/pcre2_code.h"
 #include "lib/util/short_text.h"
 
 namespace titan {
@@ -128,9 +130,10 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   size_t item_start = std::string::npos;
   size_t item_out_start = 0;  // Where the item's translation starts in `out`.
   bool item_is_anchor = false;
-  // The } of the last interval read, and whether it was {n}.
+  // The } of the last interval read, and whether a ? after it is a lazy mark (not after {n} or a
+  // possessive interval, where Ruby syntax reads it as another quantifier).
   size_t interval_end = std::string::npos;
-  bool interval_is_exact = false;
+  bool interval_takes_lazy_mark = false;
   const auto read_item = [&](size_t start, bool anchor) {
     item_start = start;
     item_out_start = out.size();
@@ -295,7 +298,8 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
       // Ruby syntax reads X{n,m}+ as (?:X{n,m})+ and X{n}? as (?:X{n})?, where PCRE2 reads a
       // possessive and a lazy interval.
       if (interval_end != std::string::npos && i == interval_end + 1 &&
-          item_start != std::string::npos && (c == '+' || (c == '?' && interval_is_exact))) {
+          item_start != std::string::npos &&
+          (c == '+' || (c == '?' && !interval_takes_lazy_mark))) {
         out.insert(item_out_start, "(?:");
         out.push_back(')');
       }
@@ -342,11 +346,22 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
           read_item(i, false);  // A literal {.
           break;
         }
-        // {,n} is {0,n} in Oniguruma; PCRE2 10.42 reads it literally.
-        absl::StrAppend(&out, pattern[i + 1] == ',' ? "{0" : "{", pattern.substr(i + 1, end - i));
+        const absl::string_view bounds = pattern.substr(i + 1, end - i - 1);
+        const size_t comma = bounds.find(',');
+        int low = 0;
+        int high = 0;
         interval_end = end;
-        interval_is_exact = !OneOf(pattern.substr(i, end - i), ',');
+        interval_takes_lazy_mark = comma != absl::string_view::npos;
         i = end;
+        // Ruby syntax reads X{n,m} with n > m as a possessive X{m,n}: PCRE2's X{m,n}+.
+        if (comma != absl::string_view::npos && absl::SimpleAtoi(bounds.substr(0, comma), &low) &&
+            absl::SimpleAtoi(bounds.substr(comma + 1), &high) && low > high) {
+          absl::StrAppend(&out, "{", high, ",", low, "}+");
+          interval_takes_lazy_mark = false;
+          continue;
+        }
+        // {,n} is {0,n} in Oniguruma; PCRE2 10.42 reads it literally.
+        absl::StrAppend(&out, comma == 0 ? "{0" : "{", bounds, "}");
         continue;
       }
       case '(':
@@ -403,6 +418,15 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
     out.push_back(c);
   }
   out.append(groups.front().option_nodes, ')');
+  if (absl::StatusOr<Pcre2Code> code = CompilePcre2(out, PCRE2_UCP); !code.ok()) {
+    // PCRE2's offset is into the translation, which differs where \w, \p{...} or ^ was read.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "regex /", ShortText(pattern, kRegexQuoteBytes),
+        "/: PCRE2 refuses it: ", code.status().message(),
+        out == pattern
+            ? ""
+            : absl::StrCat(" of its translation /", ShortText(out, kRegexQuoteBytes), "/")));
+  }
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/tokenizer/oniguruma_property.h"
 #include "lib/tokenizer/tiktoken_tokenizer.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
@@ -1038,6 +1039,19 @@ TEST(TokenizerLoaderTest, SplitRegexRangeFromOrToAClassEscapeIsRefusedAsTokenize
        {R"([!-\h])", R"(a range to \h is not supported)"}},
       " (tokenizers' Oniguruma refuses a class escape or property as a range ");
   ExpectSplitRegexesLoad({R"([\p{L}-]+|[\h-]|[-\w]|[^-\w]|[a-c-\w]|[a-c-\h]|[\p{XDigit}-]|[a-z])"});
+}
+
+// What PCRE2 cannot compile is refused naming the key and the regex as written; its offset is
+// into the translation, which the message quotes where it differs.
+TEST(TokenizerLoaderTest, SplitRegexPcre2CannotCompileIsRefusedQuotingTheRegexAsWritten) {
+  ExpectSplitRegexesRefused(
+      {{R"(\p{In_Basic_Latin}+)",
+        R"(PCRE2 refuses it: unknown property after \P or \p at offset 18)"},
+       {R"(x(?<=a+))", "PCRE2 refuses it: lookbehind assertion is not fixed length at offset 1"},
+       {R"(\w(?<=a+))",
+        absl::StrCat("PCRE2 refuses it: lookbehind assertion is not fixed length at offset 64 of "
+                     "its translation /[",
+                     kOnigWordBody, kOnigLatin1Word, "](?<=a+)/")}});
 }
 
 // Under (?i) Oniguruma case-folds a class's properties ((?i)[\p{Ll}] takes H), PCRE2 does not;

@@ -338,7 +338,8 @@ class ParityTest(unittest.TestCase):
                 run_encode_main(path, ["x"], self.tmp)
             self.assertIn("inside [...] under (?i) is not supported", refused.exception.stderr)
         # What loads splits as tokenizers splits: a literal -, \w-like escapes in a (?i) class,
-        # X{n,m}+ as (?:X{n,m})+, X{n}? as (?:X{n})?, lazy intervals, inline options.
+        # X{n,m}+ as (?:X{n,m})+, X{n}? as (?:X{n})?, lazy intervals, inline options, X{n,m} with
+        # n > m.
         texts = ["Hello World", "aaaaaaa bb", "12345 678 9",
                  "ab-z \u212a k K \u017f s \u1e9e \u00df",
                  "0x1F-fe \u00bd \u2460\u2461\u2462\u2463", "cd acaB Cd xAB dE"] + TRICKY_TEXTS[:16]
@@ -348,7 +349,9 @@ class ParityTest(unittest.TestCase):
                 "a{2}+|a{2,}+|b{,2}+|x{1,3}+", "a{2}?|b{2,}?|[a-z]{,2}?|l{1,3}?",
                 "a{2}++|l{2}+?|(?:ab|a){2}+", r"(?i)(?-i)[\p{Ll}]+|(?i:a)[\p{Ll}]",
                 # A (?i) covers the rest of its group, later alternatives inside: a(?i:b|c).
-                "a(?i)b|c", r"(?:\b(?i)|c)+", "(?:a(?-i)b|C)(?m).|(?i)d(?-i)e|F"]):
+                "a(?i)b|c", r"(?:\b(?i)|c)+", "(?:a(?-i)b|C)(?m).|(?i)d(?-i)e|F",
+                # X{n,m} with n > m is a possessive X{m,n}; a ? or + after it repeats it.
+                "a{2,1}a|[0-9]{3,1}+|b{2,1}?|[a-z]{9,3}"]):
             self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
                                               f"class_interval_{i}", texts, regex)
 
