@@ -7,13 +7,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "lib/rl/rewards.h"
-#include "lib/util/file_util.h"
 #include "lib/util/gzip_file.h"
 #include "lib/util/json_fields.h"
 #include "lib/util/short_text.h"
@@ -139,18 +137,13 @@ absl::StatusOr<std::string> AnswerField(const JsonRow& row, const std::string& w
   return decimal;
 }
 
-constexpr absl::string_view kGzipMagic = "\x1f\x8b";
-
 // Calls `read` with each non-blank line of the JSON-lines file `path`, plain or gzip-compressed (a
 // JSON object, else the error says `expected`), and the line's "path:line" for its errors.
 absl::Status ForEachObjectLine(
     const std::string& path, absl::string_view expected,
     const std::function<absl::Status(const JsonRow&, const std::string&)>& read) {
-  TITAN_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   // Gzip's magic bytes start no JSON line: such a file is read decompressed, whatever its name.
-  if (absl::StartsWith(text, kGzipMagic)) {
-    TITAN_ASSIGN_OR_RETURN(text, ReadPlainOrGzipFile(path));
-  }
+  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadPlainOrGzipFile(path));
   int line_number = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_number;
