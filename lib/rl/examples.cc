@@ -222,24 +222,24 @@ absl::Status RequireAnswers(const std::vector<RlExample>& examples, absl::string
 
 namespace {
 
-// A row's optional "response_ids": an array of token ids (integers >= 0; the vocabulary's bound is
-// the model's, checked where it is known).
-absl::Status ReadResponseIds(const nlohmann::json& object, const std::string& where,
-                             RewardedRollout& rollout) {
-  const auto ids = object.find("response_ids");
+// A row's optional `key` ("response_ids", "prompt_ids"): an array of token ids (integers >= 0;
+// the vocabulary's bound is the model's, checked where it is known).
+absl::Status ReadTokenIds(const nlohmann::json& object, const char* key, const std::string& where,
+                          std::optional<std::vector<int64_t>>& token_ids) {
+  const auto ids = object.find(key);
   if (ids == object.end()) return absl::OkStatus();
   if (!ids->is_array()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": \"response_ids\" must be an array of token ids, got ", ids->type_name()));
+        where, ": \"", key, "\" must be an array of token ids, got ", ids->type_name()));
   }
-  rollout.response_ids.emplace();
+  token_ids.emplace();
   for (size_t t = 0; t < ids->size(); ++t) {
     const nlohmann::json& id = (*ids)[t];
     if (!id.is_number_integer() || id.get<int64_t>() < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": \"response_ids\"[", t, "] is ",
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"", key, "\"[", t, "] is ",
                                                      JsonForMessage(id), ", not a token id"));
     }
-    rollout.response_ids->push_back(id.get<int64_t>());
+    token_ids->push_back(id.get<int64_t>());
   }
   return absl::OkStatus();
 }
@@ -257,7 +257,13 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
         rollout.where = where;
         TITAN_ASSIGN_OR_RETURN(rollout.prompt, StringField(object, "prompt", true, where));
         TITAN_ASSIGN_OR_RETURN(rollout.response, StringField(object, "response", true, where));
-        TITAN_RETURN_IF_ERROR(ReadResponseIds(object, where, rollout));
+        TITAN_RETURN_IF_ERROR(ReadTokenIds(object, "response_ids", where, rollout.response_ids));
+        TITAN_RETURN_IF_ERROR(ReadTokenIds(object, "prompt_ids", where, rollout.prompt_ids));
+        // As an empty encoded prompt is (the trainer's check): no token to follow.
+        if (rollout.prompt_ids.has_value() && rollout.prompt_ids->empty()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": \"prompt_ids\" is empty: the response would follow no token"));
+        }
         // The tokens trained on are response_ids where given, else response's.
         const bool ids = rollout.response_ids.has_value();
         if (algorithm == "ppo" &&
@@ -323,11 +329,18 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
 absl::Status CheckRolloutGroups(const std::vector<RewardedRollout>& rollouts, int64_t group_size) {
   for (size_t i = 0; i < rollouts.size(); ++i) {
     const RewardedRollout& first = rollouts[i - i % group_size];
-    if (rollouts[i].prompt == first.prompt) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        rollouts[i].where, ": prompt ", QuotedShort(rollouts[i].prompt), " is not its group's (",
-        first.where, ": ", QuotedShort(first.prompt), "): each run of [rl] group_size = ",
-        group_size, " rows is one prompt's group; keep a prompt's rows together"));
+    const RewardedRollout& row = rollouts[i];
+    // The ids are the prompt the update conditions on: a group's rows give the same or none.
+    if (row.prompt == first.prompt && row.prompt_ids == first.prompt_ids) continue;
+    const std::string differs =
+        row.prompt != first.prompt
+            ? absl::StrCat("prompt ", QuotedShort(row.prompt), " is not its group's (", first.where,
+                           ": ", QuotedShort(first.prompt), ")")
+            : absl::StrCat("\"prompt_ids\" are not its group's (", first.where,
+                           "; a group's rows give the same or none)");
+    return absl::InvalidArgumentError(
+        absl::StrCat(row.where, ": ", differs, ": each run of [rl] group_size = ", group_size,
+                     " rows is one prompt's group; keep a prompt's rows together"));
   }
   return absl::OkStatus();
 }

@@ -48,12 +48,17 @@ struct RewardedRollout {
   // The response's token ids as sampled (titan's rollouts.jsonl and --generate rows carry them):
   // trained on instead of the response text's encoding, which need not give them back.
   std::optional<std::vector<int64_t>> response_ids;
+  // The prompt's token ids the response was sampled after (titan's rows carry them; a generator
+  // with its own chat template has its own): the update conditions on them instead of the prompt
+  // text's encoding.
+  std::optional<std::vector<int64_t>> prompt_ids;
   std::string where;  // "path:line", for errors about it found later
 };
 
 // JSONL with one object per line: "prompt", "response" (strings), "reward" (a number) and
 // optionally "logprobs" (an array of log-probabilities: numbers <= 0, in float32's range; every
-// row has it or none) and "response_ids" (an array of token ids >= 0, any row).
+// row has it or none), "response_ids" and "prompt_ids" (arrays of token ids >= 0, any row; an
+// empty "prompt_ids" is refused: the response would follow no token).
 // Errors name path:line and the field; a file without rollouts is one. For `algorithm` ppo an
 // empty response is one too: PPO puts the reward on the response's last token (grpo and dapo
 // take it: its reward still counts in its group's mean and std).
@@ -61,8 +66,9 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
                                                                   const std::string& algorithm);
 
 // OK when each run of `group_size` rows (a GRPO/DAPO group, by position) shares its first row's
-// prompt; else an error naming the first row that does not, both prompts (long ones shortened)
-// and group_size: a group of mixed prompts would take its advantages against another prompt's.
+// prompt and prompt_ids (both given and equal, or both not given); else an error naming the first
+// row that does not, both prompts (long ones shortened) or that its prompt_ids differ, and
+// group_size: a group of mixed prompts would take its advantages against another prompt's.
 absl::Status CheckRolloutGroups(const std::vector<RewardedRollout>& rollouts, int64_t group_size);
 
 // A bundled task's examples, generated from `seed` (no download):

@@ -384,6 +384,61 @@ TEST(RewardedRolloutsTest, ReadsResponseIdsWhereGiven) {
   }
 }
 
+// The prompt ids a response was sampled after, where a row gives them: token ids, as
+// response_ids; an empty list is refused, as an empty encoded prompt is.
+TEST(RewardedRolloutsTest, ReadsPromptIdsWhereGiven) {
+  const std::string path = WriteTemp(
+      "prompt_ids.jsonl",
+      "{\"prompt\":\"Sort: b a\",\"response\":\"a b\",\"reward\":1,\"prompt_ids\":[1,0,2041]}\n"
+      "{\"prompt\":\"Sort: b a\",\"response\":\"a b\",\"reward\":0}\n");
+  auto rollouts = ReadRewardedRollouts(path, "grpo");
+  ASSERT_TRUE(rollouts.ok()) << rollouts.status();
+  EXPECT_EQ((*rollouts)[0].prompt_ids, std::vector<int64_t>({1, 0, 2041}));
+  EXPECT_FALSE((*rollouts)[1].prompt_ids.has_value());
+  for (const auto& [ids, error] :
+       {std::pair("[1,\"x\"]", ":1: \"prompt_ids\"[1] is \"x\", not a token id"),
+        std::pair("[-1]", ":1: \"prompt_ids\"[0] is -1, not a token id"),
+        std::pair("null", ":1: \"prompt_ids\" must be an array of token ids, got null"),
+        std::pair("[]", ":1: \"prompt_ids\" is empty: the response would follow no token")}) {
+    const std::string bad = WriteTemp(
+        "bad_prompt_ids.jsonl", absl::StrCat("{\"prompt\":\"p\",\"response\":\"r\",\"reward\":1,"
+                                             "\"prompt_ids\":",
+                                             ids, "}\n"));
+    EXPECT_EQ(std::string(ReadRewardedRollouts(bad, "grpo").status().message()), bad + error)
+        << ids;
+  }
+}
+
+// A group's rows condition on the same prompt: the same prompt_ids, or none given.
+TEST(RewardedRolloutsTest, AGroupsRowsShareTheirPromptIds) {
+  const std::string row = R"({"prompt":"Sort: b a","response":"r","reward":1)";
+  auto group_of = [&](const std::string& name, const std::string& first,
+                      const std::string& second) {
+    auto rollouts = ReadRewardedRollouts(
+        WriteTemp(name, absl::StrCat(row, first, "}\n", row, second, "}\n")), "grpo");
+    return rollouts.ok() ? CheckRolloutGroups(*rollouts, 2) : rollouts.status();
+  };
+  EXPECT_TRUE(group_of("same_ids.jsonl", R"(,"prompt_ids":[1,2])", R"(,"prompt_ids":[1,2])").ok());
+  const std::string path = testing::TempDir() + "/";
+  const std::string tail =
+      "; a group's rows give the same or none): each run of [rl] group_size = 2 rows is one "
+      "prompt's group; keep a prompt's rows together";
+  EXPECT_EQ(
+      std::string(group_of("other_ids.jsonl", R"(,"prompt_ids":[1,2])", R"(,"prompt_ids":[1,3])")
+                      .message()),
+      path + "other_ids.jsonl:2: \"prompt_ids\" are not its group's (" + path +
+          "other_ids.jsonl:1" + tail);
+  EXPECT_EQ(std::string(group_of("some_ids.jsonl", "", R"(,"prompt_ids":[1,2])").message()),
+            path + "some_ids.jsonl:2: \"prompt_ids\" are not its group's (" + path +
+                "some_ids.jsonl:1" + tail);
+  // Groups apart may differ: each is its own prompt's.
+  auto two_groups = ReadRewardedRollouts(
+      WriteTemp("two_groups.jsonl", absl::StrCat(row, R"(,"prompt_ids":[1,2]})", "\n", row, "}\n")),
+      "grpo");
+  ASSERT_TRUE(two_groups.ok()) << two_groups.status();
+  EXPECT_TRUE(CheckRolloutGroups(*two_groups, 1).ok());
+}
+
 TEST(RewardedRolloutsTest, EmptyFileIsRefused) {
   const std::string path = WriteTemp("empty.jsonl", "\n \n");
   EXPECT_EQ(ReadRewardedRollouts(path, "grpo").status().message(), path + ": no rollouts");

@@ -309,7 +309,7 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   std::vector<std::string> prompts, responses, where;
   std::vector<double> rewards;
   std::vector<std::vector<double>> logprobs;
-  std::vector<std::optional<TokenIds>> response_ids;
+  std::vector<std::optional<TokenIds>> response_ids, prompt_ids;
   for (size_t i = runtime.rank() * share; i < (runtime.rank() + 1) * share; ++i) {
     prompts.push_back((*rows)[i].prompt);
     responses.push_back((*rows)[i].response);
@@ -317,6 +317,7 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
     where.push_back((*rows)[i].where);
     if (use_logprobs) logprobs.push_back((*rows)[i].logprobs);
     response_ids.push_back((*rows)[i].response_ids);
+    prompt_ids.push_back((*rows)[i].prompt_ids);
   }
   // --save_step: SIGINT/SIGTERM let the update and its save finish, as a training step's do.
   std::optional<StopSignal> stop_signal;
@@ -328,7 +329,7 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
   // A too-long row, or one whose log-probabilities are not one per token, is refused by its
   // file:line.
   absl::StatusOr<StepMetrics> metrics =
-      trainer.Step(prompts, responses, rewards, where, logprobs, response_ids);
+      trainer.Step(prompts, responses, rewards, where, logprobs, response_ids, prompt_ids);
   if (!metrics.ok()) return metrics.status();
   std::string weights;
   if (save_as_next_step) {

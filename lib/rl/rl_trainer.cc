@@ -113,6 +113,18 @@ TokenIds RlTrainer::FitResponse(const TokenIds& prompt, TokenIds response, int64
   return response;
 }
 
+absl::Status RlTrainer::CheckIdsInVocabulary(const TokenIds& ids, absl::string_view field,
+                                             absl::string_view where) const {
+  const int64_t vocab = policy_.info.args.vocab_size;
+  for (const int64_t id : ids) {
+    if (id >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": \"", field, "\" holds ", id,
+                                                     ", past the model's vocabulary of ", vocab));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RlTrainer::CheckRolloutFits(size_t p, size_t r) const {
   if (p + r <= static_cast<size_t>(rl_.max_seq_len())) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
@@ -306,11 +318,13 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(
     const std::vector<std::string>& prompts, const std::vector<std::string>& responses,
     const std::vector<double>& rewards, const std::vector<std::string>& where,
     const std::vector<std::vector<double>>& logprobs,
-    const std::vector<std::optional<TokenIds>>& response_ids) {
+    const std::vector<std::optional<TokenIds>>& response_ids,
+    const std::vector<std::optional<TokenIds>>& prompt_ids) {
   if (prompts.size() != responses.size() || prompts.size() != rewards.size() ||
       (!where.empty() && where.size() != prompts.size()) ||
       (!logprobs.empty() && logprobs.size() != prompts.size()) ||
-      (!response_ids.empty() && response_ids.size() != prompts.size())) {
+      (!response_ids.empty() && response_ids.size() != prompts.size()) ||
+      (!prompt_ids.empty() && prompt_ids.size() != prompts.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Step: ", prompts.size(), " prompts, ", responses.size(), " responses and ", rewards.size(),
         " rewards", where.empty() ? "" : absl::StrCat(", ", where.size(), " names"),
@@ -319,18 +333,16 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(
   Rollouts rollouts;
   size_t longest = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    rollouts.prompts.push_back(EncodePrompt(prompts[i]));
+    // Given prompt ids are the tokens the response was sampled after: not cut, as the response
+    // followed them whole (CheckRolloutFits refuses a row too long).
+    const bool given_prompt_ids = !prompt_ids.empty() && prompt_ids[i].has_value();
+    rollouts.prompts.push_back(given_prompt_ids ? *prompt_ids[i] : EncodePrompt(prompts[i]));
     const bool given_ids = !response_ids.empty() && response_ids[i].has_value();
     rollouts.responses.push_back(given_ids ? *response_ids[i]
                                            : EncodeResponse(responses[i], /*add_eos=*/false));
     const std::string name = where.empty() ? absl::StrCat("Step: rollout ", i) : where[i];
-    const int64_t vocab = policy_.info.args.vocab_size;
-    for (const int64_t id : rollouts.responses.back()) {
-      if (id >= vocab) {
-        return absl::InvalidArgumentError(absl::StrCat(name, ": \"response_ids\" holds ", id,
-                                                       ", past the model's vocabulary of ", vocab));
-      }
-    }
+    TITAN_RETURN_IF_ERROR(CheckIdsInVocabulary(rollouts.prompts.back(), "prompt_ids", name));
+    TITAN_RETURN_IF_ERROR(CheckIdsInVocabulary(rollouts.responses.back(), "response_ids", name));
     // The prompt's ids as encoded above (CheckPromptHasTokens would encode it again).
     TITAN_RETURN_IF_ERROR(CheckPromptIdsNotEmpty(rollouts.prompts.back(), name));
     const size_t tokens = rollouts.responses.back().size();

@@ -64,13 +64,16 @@ class RlTrainer {
   // `logprobs`, when given, are the behaviour policy's log-probabilities of each response's tokens
   // (one per token, else an error), the old ones of [rl] old_logprobs = "generator"; without them
   // the trainer computes the old log-probabilities. A response's tokens are its `response_ids`
-  // where given (the ids sampled: text need not encode back to them), else its text's encoding.
+  // where given (the ids sampled: text need not encode back to them), else its text's encoding;
+  // a prompt's tokens are its `prompt_ids` where given (those the response was sampled after, not
+  // cut), else its text's with the chat template.
   absl::StatusOr<StepMetrics> Step(const std::vector<std::string>& prompts,
                                    const std::vector<std::string>& responses,
                                    const std::vector<double>& rewards,
                                    const std::vector<std::string>& where = {},
                                    const std::vector<std::vector<double>>& logprobs = {},
-                                   const std::vector<std::optional<TokenIds>>& response_ids = {});
+                                   const std::vector<std::optional<TokenIds>>& response_ids = {},
+                                   const std::vector<std::optional<TokenIds>>& prompt_ids = {});
   // The same on token ids, with the generator's log-probabilities when it has them. Rewards are
   // the scorer's: [rl] overlong_buffer_len's penalty is applied here, as in Train.
   absl::StatusOr<StepMetrics> StepOnRollouts(const Rollouts& rollouts);
@@ -129,6 +132,10 @@ class RlTrainer {
   // SFT's and DPO's response cut to fit [rl] max_seq_len after `prompt`, keeping its start (TRL's
   // max_length truncation); `*cut` counts the responses cut.
   TokenIds FitResponse(const TokenIds& prompt, TokenIds response, int64_t* cut) const;
+  // OK unless an id of `ids` (a row's `field`) is past the model's vocabulary; the error starts
+  // with `where`.
+  absl::Status CheckIdsInVocabulary(const TokenIds& ids, absl::string_view field,
+                                    absl::string_view where) const;
   // OK when a rollout of these encoded lengths fits [rl] max_seq_len whole, else an error naming
   // it.
   absl::Status CheckRolloutFits(size_t prompt_tokens, size_t response_tokens) const;

@@ -1195,6 +1195,34 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn(f'{path}:2: "response_ids" holds 4096, past the model\'s vocabulary of',
                       stderr)
 
+    def test_step_rollouts_conditions_on_the_rows_prompt_ids(self):
+        # A generator with its own chat template sampled after its own prompt tokens: a row's
+        # prompt_ids are what the update conditions on, whatever its prompt text encodes to.
+        rows = common.read_jsonl(self.rollouts())
+        prompt_ids = {"Sort: c a b": [7, 300, 45, 9], "Sort: h e f": [12, 800, 3]}
+        summaries = {}
+        for name, row in (("text", lambda r: r),
+                          ("ids", lambda r: dict(r, prompt_ids=prompt_ids[r["prompt"]])),
+                          ("ids_other_text", lambda r: dict(r, prompt="Other: " + r["prompt"],
+                                                            prompt_ids=prompt_ids[r["prompt"]]))):
+            path = os.path.join(self.root, f"rollouts_prompt_ids_{name}.jsonl")
+            common.write_jsonl(path, [row(r) for r in rows])
+            _, cmd = self.job(f"step_prompt_ids_{name}", "--rl.kl_coef=0", "--json")
+            cmd.insert(1, f"--step_rollouts={path}")
+            summaries[name] = json.loads(common.run(cmd).stdout)
+        # The policy's entropy and gradient depend on the prompt (the first step's loss does not).
+        for key in ("grad_norm", "entropy"):
+            self.assertNotEqual(summaries["ids"][key], summaries["text"][key], key)
+        for key in ("loss", "grad_norm", "entropy"):
+            self.assertEqual(summaries["ids_other_text"][key], summaries["ids"][key], key)
+        # Ids past the model's vocabulary are refused by file:line (a group's rows share theirs).
+        path = os.path.join(self.root, "rollouts_prompt_ids_bad.jsonl")
+        common.write_jsonl(path, [dict(r, prompt_ids=[1, 4096]) if i < 4 else r
+                                  for i, r in enumerate(rows)])
+        stderr = self.refusal("step_prompt_ids_bad", f"--step_rollouts={path}")
+        self.assertIn(f'{path}:1: "prompt_ids" holds 4096, past the model\'s vocabulary of',
+                      stderr)
+
     def test_logprob_diff_max_covers_every_minibatch(self):
         # Rows 1-4 (the first minibatch) have log-probabilities near a random model's (about
         # -ln 2048 = -7.6), rows 5-8 far above (below would make the ratio overflow): the maximum
