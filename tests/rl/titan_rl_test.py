@@ -1434,12 +1434,13 @@ class TitanRlTest(unittest.TestCase):
     def test_step_rollouts_replays_a_step_whose_responses_all_stopped_early(self):
         # Every response stops well before max_new_tokens: the step's batch is as wide as its
         # longest response, not as the generator's, or its sums over it would add up in another
-        # order than the replay's. Whole rows (ids, the generator's log-probabilities as the old
-        # ones) in batch-invariant mode, as a user replays rollouts.jsonl.
+        # order than the replay's. Whole rows (prompt and response ids, the generator's
+        # log-probabilities as the old ones) in batch-invariant mode, as a user replays
+        # rollouts.jsonl.
         step, replay, rows = self.replay_a_step(
             "stopped", "--rl.max_new_tokens=40", "--debug.batch_invariant=true",
             "--rl.dynamic_sampling=false",
-            fields=("prompt", "response", "reward", "response_ids", "logprobs"))
+            fields=("prompt", "prompt_ids", "response", "reward", "response_ids", "logprobs"))
         self.assertTrue(all(r["response_ids"][-1] == common.EOS for r in rows))
         self.assertLess(max(len(r["response_ids"]) for r in rows), 40)
         self.assertEqual(step["logprob_diff_max"], 0.0)
