@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -53,10 +54,14 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
   }
   absl::StatusOr<std::string> host = HostName();
   if (!host.ok()) return host.status();
+  // As torch's SummaryWriter names them (time, host, pid, a count in the process): no two writers
+  // share a file, which the x (O_EXCL) makes sure of; e: O_CLOEXEC.
+  static std::atomic<int> files_made{0};
   const std::string path =
-      absl::StrCat(log_dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", *host);
-  std::FILE* file = std::fopen(path.c_str(), "abe");  // e: O_CLOEXEC
-  if (file == nullptr) return ErrnoError("open for append", path);
+      absl::StrCat(log_dir, "/events.out.tfevents.", absl::ToUnixSeconds(absl::Now()), ".", *host,
+                   ".", ::getpid(), ".", files_made++);
+  std::FILE* file = std::fopen(path.c_str(), "wxe");
+  if (file == nullptr) return ErrnoError("create", path);
   std::unique_ptr<TensorBoardWriter> writer(new TensorBoardWriter(path, file));
 
   tensorboard::Event event;

@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "lib/metrics/event.pb.h"
 #include "lib/metrics/event_file_reader.h"
@@ -56,14 +58,17 @@ TEST(TensorBoardWriterTest, WritesFileVersionThenScalars) {
   char host[HOST_NAME_MAX + 1] = {};
   ASSERT_EQ(::gethostname(host, sizeof(host) - 1), 0);
   const std::string name = std::filesystem::path(path).filename();
+  // events.out.tfevents.<seconds>.<host>.<pid>.<count>, as torch's SummaryWriter names them.
   const std::string prefix = "events.out.tfevents.";
   ASSERT_EQ(name.rfind(prefix, 0), 0u) << name;
-  const std::string suffix = std::string(".") + host;
-  ASSERT_GT(name.size(), prefix.size() + suffix.size());
-  EXPECT_EQ(name.substr(name.size() - suffix.size()), suffix);
-  const std::string seconds =
-      name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  const std::string host_pid = absl::StrCat(".", host, ".", ::getpid(), ".");
+  const size_t at = name.find(host_pid, prefix.size());
+  ASSERT_NE(at, std::string::npos) << name;
+  const std::string seconds = name.substr(prefix.size(), at - prefix.size());
   EXPECT_EQ(seconds.find_first_not_of("0123456789"), std::string::npos) << seconds;
+  const std::string count = name.substr(at + host_pid.size());
+  ASSERT_FALSE(count.empty());
+  EXPECT_EQ(count.find_first_not_of("0123456789"), std::string::npos) << count;
 
   absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(path);
   ASSERT_TRUE(events.ok()) << events.status();
@@ -103,6 +108,26 @@ TEST(TensorBoardWriterTest, DestructorFlushesPendingRecords) {
   ASSERT_TRUE(events.ok()) << events.status();
   ASSERT_EQ(events->size(), 2u);
   EXPECT_EQ((*events)[1].summary().value(0).tag(), "grad_norm");
+}
+
+// Two writers of one folder in the same second (two runs naming one folder, a writer made again)
+// write files of their own: appended to one file their points interleaved in one series.
+TEST(TensorBoardWriterTest, TwoWritersOfOneFolderWriteFilesOfTheirOwn) {
+  const std::string dir = TestDir("tb/shared");
+  absl::StatusOr<std::unique_ptr<TensorBoardWriter>> first = TensorBoardWriter::Create(dir);
+  absl::StatusOr<std::unique_ptr<TensorBoardWriter>> second = TensorBoardWriter::Create(dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_NE((*first)->path(), (*second)->path());
+  ASSERT_TRUE((*first)->AddScalar("lr", 1.0f, 1).ok());
+  ASSERT_TRUE((*second)->AddScalar("lr", 2.0f, 1).ok());
+  for (const auto& [writer, value] : {std::pair(first->get(), 1.0f), {second->get(), 2.0f}}) {
+    ASSERT_TRUE(writer->Flush().ok());
+    absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(writer->path());
+    ASSERT_TRUE(events.ok()) << events.status();
+    ASSERT_EQ(events->size(), 2u) << writer->path();
+    EXPECT_EQ((*events)[1].summary().value(0).simple_value(), value);
+  }
 }
 
 TEST(TensorBoardWriterTest, CreateFailsWhenFolderIsAFile) {

@@ -242,9 +242,17 @@ absl::StatusOr<FolderLocks> LockRunFolders(const JobConfig& config,
       folders.emplace_back("[checkpoint] folder",
                            UnderDumpFolder(config, config.checkpoint().folder()));
     }
+    // Another run writing there would interleave its points with this run's series.
+    constexpr absl::string_view kTensorBoardKey = "[metrics] save_tb_folder";
+    if (config.metrics().enable_tensorboard()) {
+      folders.emplace_back(kTensorBoardKey,
+                           UnderDumpFolder(config, config.metrics().save_tb_folder()));
+    }
     std::vector<std::string> locked_keys;
     for (const auto& [key, folder] : folders) {
       absl::StatusOr<std::unique_ptr<FolderLock>> lock = FolderLock::Acquire(folder);
+      // Event files have names of their own: the TensorBoard folder may be a folder locked above.
+      if (absl::IsAlreadyExists(lock.status()) && key == kTensorBoardKey) continue;
       if (absl::IsAlreadyExists(lock.status())) {
         // Validation catches the spellings; a symlink to the dump folder ends up here.
         locked = absl::InvalidArgumentError(absl::StrCat(key, ": ", folder, " is the folder of ",

@@ -247,6 +247,14 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(third.returncode, 1, third.stderr[-3000:])
         self.assertIn(f"[checkpoint] folder: {ckpt} is in use by another run (pid {proc.pid})",
                       third.stderr)
+        # And one that names its TensorBoard folder: their points would interleave in one series.
+        tb = os.path.join(dump, "tb")
+        fourth = run_train(self.dump("sigterm_tb"), "--metrics.enable_tensorboard=true",
+                           f"--metrics.save_tb_folder={tb}", "--validation.enable=false",
+                           check=False)
+        self.assertEqual(fourth.returncode, 1, fourth.stderr[-3000:])
+        self.assertIn(f"[metrics] save_tb_folder: {tb} is in use by another run (pid {proc.pid})",
+                      fourth.stderr)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
         self.assertEqual(proc.returncode, 0, stderr[-3000:])
