@@ -2,9 +2,11 @@
 
 #include <openssl/sha.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -18,6 +20,7 @@
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "lib/util/directory.h"
+#include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -51,9 +54,15 @@ struct FolderWalk {
   std::vector<std::string> skipped;  // files that are not data (README.md, LICENSE, ...)
 };
 
-std::string JoinPath(absl::string_view folder, absl::string_view name) {
-  if (folder.empty()) return std::string(name);
-  return absl::StrCat(folder, absl::EndsWith(folder, "/") ? "" : "/", name);
+// A data file of a dataset folder that stat cannot read (`error`): a link to nothing names its
+// target, which is what is missing.
+absl::Status UnreadableEntry(const std::string& full, int error, const std::string& root) {
+  char target[PATH_MAX];
+  const ssize_t length = ::readlink(full.c_str(), target, sizeof(target));
+  return absl::InvalidArgumentError(absl::StrCat(
+      full, length > 0 ? absl::StrCat(" (a link to ", absl::string_view(target, length), ")") : "",
+      ": ", error == ENOENT ? "no such file or directory" : std::strerror(error),
+      "; fix it, or move it out of the dataset folder ", root));
 }
 
 // Walks `relative` (under walk->root), whose stat is `info`, adding what it holds to `walk`.
@@ -86,6 +95,7 @@ absl::Status WalkFolder(const std::string& relative, const struct stat& info, Fo
     const std::string full = JoinPath(walk->root, entry);
     struct stat entry_info;
     const bool exists = ::stat(full.c_str(), &entry_info) == 0;  // follows links, as HF does
+    const int stat_errno = exists ? 0 : errno;
     if (exists && S_ISDIR(entry_info.st_mode)) {
       absl::Status status = WalkFolder(entry, entry_info, walk);
       if (!status.ok()) return status;
@@ -95,6 +105,7 @@ absl::Status WalkFolder(const std::string& relative, const struct stat& info, Fo
     if (IsJsonDataFile(name) && regular) {
       walk->found.push_back(entry);
     } else if (IsJsonDataFile(name) || LooksLikeUnreadableData(name)) {
+      if (!exists) return UnreadableEntry(full, stat_errno, walk->root);
       return absl::InvalidArgumentError(absl::StrCat(
           full,
           regular ? absl::StrCat(": titan reads only ", kDataFileKinds, " files (lower case)")

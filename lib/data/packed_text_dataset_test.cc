@@ -264,6 +264,15 @@ TEST(PackedTextDatasetTest, AFolderRefusesDataItCannotRead) {
   ASSERT_EQ(::mkfifo((dir + "/pipe.jsonl").c_str(), 0600), 0);
   const absl::Status status = PackedTextDataset::Open(Options(dir, 4), &tokenizer).status();
   EXPECT_THAT(status.message(), HasSubstr(dir + "/pipe.jsonl: not a regular file"));
+  // A link to nothing: its target is what is missing, nothing to convert.
+  const std::string dangling = FreshTestDir("dangling");
+  WriteMixedFolder(dangling);
+  ASSERT_EQ(::symlink((dangling + "/gone.jsonl").c_str(), (dangling + "/b.jsonl").c_str()), 0);
+  EXPECT_THAT(PackedTextDataset::Open(Options(dangling, 4), &tokenizer).status().message(),
+              HasSubstr(absl::StrCat(dangling, "/b.jsonl (a link to ", dangling,
+                                     "/gone.jsonl): no such file or directory; fix it, or move it "
+                                     "out of the dataset folder ",
+                                     dangling)));
 }
 
 TEST(PackedTextDatasetTest, AFolderRefusesALinkBackToAFolderItIsIn) {
