@@ -164,9 +164,11 @@ std::string GroupState::Stragglers(uint64_t seq) {
 
 absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time start,
                                  absl::string_view reason, absl::Time end) {
+  // FormatDuration writes a zero duration as "0", without a unit.
+  const absl::Duration elapsed = absl::Trunc(end - start, absl::Milliseconds(1));
   const std::string failure = absl::StrCat(
       op, " #", seq, " on group \"", name_, "\" (job ranks ", absl::StrJoin(global_ranks_, ","),
-      ") failed after ", absl::FormatDuration(absl::Trunc(end - start, absl::Milliseconds(1))),
+      ") failed after ", elapsed == absl::ZeroDuration() ? "0ms" : absl::FormatDuration(elapsed),
       ": ", reason);
   std::string stragglers;
   AskStoreAfterFailure(failure, [&] { stragglers = Stragglers(seq); });

@@ -54,6 +54,23 @@ TEST(GroupStateTest, AStoreWhoseHostEndedFailsQuietlyAndNamesRankZero) {
   EXPECT_EQ(printed, "");
 }
 
+// How long the operation ran, with a unit even when it failed at once (a peer already gone).
+TEST(GroupStateTest, AFailureSaysHowLongTheOperationRan) {
+  FilterC10LogOutput();
+  HostedStore store = HostStore();
+  GroupState group("pp", {0, 1}, /*rank=*/1,
+                   c10::make_intrusive<c10d::PrefixStore>("titan/progress/pp", store.client));
+  store.host.reset();
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(group.Failure("batch_p2p", 3, start, "closed by peer", start).message(),
+              HasSubstr("batch_p2p #3 on group \"pp\" (job ranks 0,1) failed after 0ms: closed "
+                        "by peer; "));
+  EXPECT_THAT(
+      group.Failure("all_reduce", 4, start, "timed out", start + absl::Milliseconds(1500))
+          .message(),
+      HasSubstr("all_reduce #4 on group \"pp\" (job ranks 0,1) failed after 1.5s: timed out; "));
+}
+
 // Rank 1 arrived at the collective and was then killed inside it: its progress says it arrived,
 // its heartbeat stands still. Rank 2 lives.
 TEST(GroupStateTest, AMemberThatArrivedAndDiedIsNamedSilent) {
