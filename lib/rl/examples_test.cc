@@ -359,6 +359,20 @@ TEST(RewardedRolloutsTest, PpoNeedsAResponseToPutItsRewardOn) {
             ids_path + ":1: \"response_ids\" is empty: ppo puts the reward on its last token");
 }
 
+// A grpo rollouts row whose `field` is each of `cases`' values is refused with its error, after the
+// file's name.
+void ExpectRowFieldRefused(const std::string& field,
+                           const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [value, error] : cases) {
+    const std::string bad =
+        WriteTemp(absl::StrCat("bad_", field, ".jsonl"),
+                  absl::StrCat("{\"prompt\":\"p\",\"response\":\"r\",\"reward\":1,\"", field,
+                               "\":", value, "}\n"));
+    EXPECT_EQ(std::string(ReadRewardedRollouts(bad, "grpo").status().message()), bad + error)
+        << value;
+  }
+}
+
 // The sampled ids, where a row gives them: token ids (integers >= 0), any row or none; PPO's
 // empty response is one without ids then.
 TEST(RewardedRolloutsTest, ReadsResponseIdsWhereGiven) {
@@ -370,18 +384,11 @@ TEST(RewardedRolloutsTest, ReadsResponseIdsWhereGiven) {
   ASSERT_TRUE(rollouts.ok()) << rollouts.status();
   EXPECT_EQ((*rollouts)[0].response_ids, std::vector<int64_t>({5, 0, 2041}));
   EXPECT_FALSE((*rollouts)[1].response_ids.has_value());
-  for (const auto& [ids, error] :
-       {std::pair("[1,\"x\"]", ":1: \"response_ids\"[1] is \"x\", not a token id"),
-        std::pair("[-1]", ":1: \"response_ids\"[0] is -1, not a token id"),
-        std::pair("[1.5]", ":1: \"response_ids\"[0] is 1.5, not a token id"),
-        std::pair("7", ":1: \"response_ids\" must be an array of token ids, got number")}) {
-    const std::string bad =
-        WriteTemp("bad_ids.jsonl", absl::StrCat("{\"prompt\":\"p\",\"response\":\"r\",\"reward\":1,"
-                                                "\"response_ids\":",
-                                                ids, "}\n"));
-    EXPECT_EQ(std::string(ReadRewardedRollouts(bad, "grpo").status().message()), bad + error)
-        << ids;
-  }
+  ExpectRowFieldRefused("response_ids",
+                        {{"[1,\"x\"]", ":1: \"response_ids\"[1] is \"x\", not a token id"},
+                         {"[-1]", ":1: \"response_ids\"[0] is -1, not a token id"},
+                         {"[1.5]", ":1: \"response_ids\"[0] is 1.5, not a token id"},
+                         {"7", ":1: \"response_ids\" must be an array of token ids, got number"}});
 }
 
 // The prompt ids a response was sampled after, where a row gives them: token ids, as
@@ -395,18 +402,11 @@ TEST(RewardedRolloutsTest, ReadsPromptIdsWhereGiven) {
   ASSERT_TRUE(rollouts.ok()) << rollouts.status();
   EXPECT_EQ((*rollouts)[0].prompt_ids, std::vector<int64_t>({1, 0, 2041}));
   EXPECT_FALSE((*rollouts)[1].prompt_ids.has_value());
-  for (const auto& [ids, error] :
-       {std::pair("[1,\"x\"]", ":1: \"prompt_ids\"[1] is \"x\", not a token id"),
-        std::pair("[-1]", ":1: \"prompt_ids\"[0] is -1, not a token id"),
-        std::pair("null", ":1: \"prompt_ids\" must be an array of token ids, got null"),
-        std::pair("[]", ":1: \"prompt_ids\" is empty: the response would follow no token")}) {
-    const std::string bad = WriteTemp(
-        "bad_prompt_ids.jsonl", absl::StrCat("{\"prompt\":\"p\",\"response\":\"r\",\"reward\":1,"
-                                             "\"prompt_ids\":",
-                                             ids, "}\n"));
-    EXPECT_EQ(std::string(ReadRewardedRollouts(bad, "grpo").status().message()), bad + error)
-        << ids;
-  }
+  ExpectRowFieldRefused(
+      "prompt_ids", {{"[1,\"x\"]", ":1: \"prompt_ids\"[1] is \"x\", not a token id"},
+                     {"[-1]", ":1: \"prompt_ids\"[0] is -1, not a token id"},
+                     {"null", ":1: \"prompt_ids\" must be an array of token ids, got null"},
+                     {"[]", ":1: \"prompt_ids\" is empty: the response would follow no token"}});
 }
 
 // A group's rows condition on the same prompt: the same prompt_ids, or none given.
