@@ -257,7 +257,7 @@ class BackendCommunicator : public Communicator {
         issued.works.push_back(std::move(work));
       }
       if (shared_->trace) {
-        for (size_t i = 0; i < ops.size(); ++i) {
+        for (size_t i : TraceOrder(ops)) {
           const P2POp& p2p = ops[i];
           const std::string traced = p2p.send ? absl::StrCat("send ", rank(), "->", p2p.peer)
                                               : absl::StrCat("recv ", rank(), "<-", p2p.peer);
@@ -298,6 +298,22 @@ class BackendCommunicator : public Communicator {
 
  private:
   const GroupState& state() const { return *shared_->state; }
+
+  // The order a batch's transfers are recorded in: those from the lower group rank to the higher
+  // first, then the others, each in issue order. The batch runs as one, so any order is true; this
+  // one gives both ends of a pair the same sequence (rank 0: send 0->1, recv 0<-1; rank 1:
+  // recv 1<-0, send 1->0), which fr_trace needs: it pairs a two-member group's point-to-point
+  // entries in order, and would read two members that both send first as mismatched.
+  std::vector<size_t> TraceOrder(const std::vector<P2POp>& ops) const {
+    std::vector<size_t> order;
+    for (const bool upward : {true, false}) {
+      for (size_t i = 0; i < ops.size(); ++i) {
+        const bool from_lower = ops[i].send ? ops[i].peer > rank() : ops[i].peer < rank();
+        if (from_lower == upward) order.push_back(i);
+      }
+    }
+    return order;
+  }
 
   // What one operation started: c10d's handles, and the trace entries recorded for them.
   struct Issued {

@@ -1,7 +1,9 @@
 // A titan_train stand-in for the flight-recorder test: one rank of a data-parallel job, set up as
 // the trainer sets it up (job config, DistributedRuntime: c10d Gloo groups and the comm trace),
 // that runs HANG_OPS rounds of collectives (world all_reduce, dp_shard all_gather, world
-// broadcast), switches to [comm] train_timeout_seconds, and all-reduces over the world once more;
+// broadcast; with HANG_P2P=1 then a batch exchanging two tensors with the next and previous world
+// member, sends first on every member as ring attention's), switches to
+// [comm] train_timeout_seconds, and all-reduces over the world once more;
 // rank HANG_RANK first sleeps HANG_SECONDS (or with HANG_STOP stops itself). The run's id for the
 // comm trace is HANG_RUN_ID
 // ("hang" if unset). With --nproc_per_node it launches itself, as titan_train does.
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/string_view.h"
@@ -30,6 +33,19 @@ int EnvInt(const char* name, int fallback) {
   int parsed = fallback;
   if (value != nullptr && !absl::SimpleAtoi(value, &parsed)) parsed = fallback;
   return parsed;
+}
+
+// Sends `tensor` and a 3-element one to the next world member and receives both from the
+// previous one, as one batch.
+absl::Status ExchangeWithNeighbours(titan::Communicator& world, const at::Tensor& tensor) {
+  const int next = (world.rank() + 1) % world.size();
+  const int previous = (world.rank() + world.size() - 1) % world.size();
+  const at::Tensor meta = at::full({3}, static_cast<float>(world.rank()));
+  std::vector<titan::P2POp> ops = {{true, tensor, next, 0},
+                                   {true, meta, next, 1},
+                                   {false, at::empty_like(tensor), previous, 0},
+                                   {false, at::empty_like(meta), previous, 1}};
+  return titan::Await(world.BatchP2P(std::move(ops)));
 }
 
 absl::Status Run(int argc, char** argv) {
@@ -57,6 +73,9 @@ absl::Status Run(int argc, char** argv) {
     at::Tensor gathered = at::empty({shard.size() * (round + 1), 4});
     if (absl::Status s = titan::Await(shard.AllGather(tensor, gathered)); !s.ok()) return s;
     if (absl::Status s = titan::Await(world.Broadcast(tensor, 0)); !s.ok()) return s;
+    if (EnvInt("HANG_P2P", 0) != 0) {
+      if (absl::Status s = ExchangeWithNeighbours(world, tensor); !s.ok()) return s;
+    }
   }
   runtime->SetTimeout(absl::Seconds(config->comm().train_timeout_seconds()));
   if (env->rank == EnvInt("HANG_RANK", -1)) {
