@@ -43,28 +43,37 @@ struct Shared {
   std::shared_ptr<GroupState> state;
   std::shared_ptr<CommTrace> trace;
   std::shared_ptr<TraceGroup> trace_group;
+  // The group's point-to-point operations, a trace group of their own: fr_trace (torch 2.11)
+  // takes a collective and the point-to-point entry after it for one coalesced batch when the
+  // collective's sequence number equals the entry's p2p one (both count from 1), and fails.
+  std::shared_ptr<TraceGroup> p2p_trace_group;
   c10::Device device;
+
+  TraceGroup* TraceGroupOf(bool p2p) const {
+    return p2p ? p2p_trace_group.get() : trace_group.get();
+  }
 };
 
 class BackendWork : public Work {
  public:
   // `works`: c10d's handles (one per operation, or one for a group); `trace_ids`: the operations'
-  // trace entries, all done when every handle is.
+  // trace entries in `trace_group`, all done when every handle is.
   BackendWork(std::shared_ptr<const Shared> shared,
               std::vector<c10::intrusive_ptr<c10d::Work>> works, std::string op, uint64_t seq,
-              std::vector<TraceId> trace_ids, absl::Duration timeout)
+              std::vector<TraceId> trace_ids, TraceGroup* trace_group, absl::Duration timeout)
       : shared_(std::move(shared)),
         works_(std::move(works)),
         op_(std::move(op)),
         seq_(seq),
         trace_ids_(std::move(trace_ids)),
+        trace_group_(trace_group),
         timeout_(timeout),
         start_(absl::Now()) {}
 
   ~BackendWork() override {
     if (waited_ || !shared_->trace) return;
     for (const TraceId& id : trace_ids_) {
-      shared_->trace->Retire(shared_->trace_group.get(), id, false);
+      shared_->trace->Retire(trace_group_, id, false);
     }
   }
 
@@ -87,7 +96,7 @@ class BackendWork : public Work {
       const std::string reason = Reason(e);
       const absl::Time failed_at = absl::Now();
       if (trace != nullptr) {
-        for (const TraceId& id : trace_ids_) trace->Fail(shared_->trace_group.get(), id);
+        for (const TraceId& id : trace_ids_) trace->Fail(trace_group_, id);
         const std::string failure = absl::StrCat(op_, " #", seq_, " on group \"",
                                                  shared_->state->name(), "\" failed: ", reason);
         AskStoreAfterFailure(failure, [&] { trace->DumpAllRanks(failure); });
@@ -98,7 +107,7 @@ class BackendWork : public Work {
     if (trace == nullptr || !trace->enabled()) return status_;
     for (const TraceId& id : trace_ids_) {
       if (shared_->device.is_cpu()) {
-        trace->Retire(shared_->trace_group.get(), id, true);
+        trace->Retire(trace_group_, id, true);
       } else {
         // c10d's wait only ordered the caller's stream after the operation: it is done when an
         // event recorded there now is.
@@ -121,6 +130,7 @@ class BackendWork : public Work {
   const std::string op_;
   const uint64_t seq_;
   const std::vector<TraceId> trace_ids_;
+  TraceGroup* const trace_group_;  // Owned by shared_.
   const absl::Duration timeout_;
   const absl::Time start_;
   bool waited_ = false;
@@ -230,7 +240,7 @@ class BackendCommunicator : public Communicator {
       TITAN_RETURN_IF_ERROR(
           CheckCollectivePeer(state(), op, p2p.send ? "dst" : "src", p2p.peer, grouped));
     }
-    return StartAll("batch_p2p", [&]() -> Issued {
+    return StartAll("batch_p2p", /*p2p=*/true, [&]() -> Issued {
       Issued issued;
       if (grouped) backend_->startCoalescing();
       try {
@@ -262,7 +272,7 @@ class BackendCommunicator : public Communicator {
           const std::string traced = p2p.send ? absl::StrCat("send ", rank(), "->", p2p.peer)
                                               : absl::StrCat("recv ", rank(), "<-", p2p.peer);
           issued.trace_ids.push_back(shared_->trace->Record(
-              shared_->trace_group.get(), traced, true, {p2p.tensor}, {p2p.tensor},
+              shared_->p2p_trace_group.get(), traced, true, {p2p.tensor}, {p2p.tensor},
               grouped ? issued.works.front() : issued.works[i], timeout_));
         }
       }
@@ -321,10 +331,11 @@ class BackendCommunicator : public Communicator {
     std::vector<TraceId> trace_ids;
   };
 
-  // Marks this member's arrival, runs `issue` (the c10d calls and their trace entries) and wraps
-  // what it started; a throw becomes the group's failure, naming who has not arrived.
+  // Marks this member's arrival, runs `issue` (the c10d calls and their trace entries,
+  // point-to-point ones if `p2p`) and wraps what it started; a throw becomes the group's failure,
+  // naming who has not arrived.
   template <typename IssueAll>
-  absl::StatusOr<std::unique_ptr<Work>> StartAll(const char* op, IssueAll issue) {
+  absl::StatusOr<std::unique_ptr<Work>> StartAll(const char* op, bool p2p, IssueAll issue) {
     const uint64_t seq = ++seq_;
     const absl::Time start = absl::Now();
     PhaseRange range("comm:", op, "");
@@ -332,7 +343,8 @@ class BackendCommunicator : public Communicator {
       shared_->state->MarkArrived(seq);
       Issued issued = issue();
       return std::unique_ptr<Work>(new BackendWork(shared_, std::move(issued.works), op, seq,
-                                                   std::move(issued.trace_ids), timeout_));
+                                                   std::move(issued.trace_ids),
+                                                   shared_->TraceGroupOf(p2p), timeout_));
     } catch (const std::exception& e) {
       return shared_->state->Failure(op, seq, start, Reason(e));
     }
@@ -343,10 +355,10 @@ class BackendCommunicator : public Communicator {
   absl::StatusOr<std::unique_ptr<Work>> Start(const char* op, const std::string& traced, bool p2p,
                                               const std::vector<at::Tensor>& inputs,
                                               const std::vector<at::Tensor>& outputs, Issue issue) {
-    return StartAll(op, [&] {
+    return StartAll(op, p2p, [&] {
       Issued issued{{issue()}, {}};
       if (shared_->trace) {
-        issued.trace_ids.push_back(shared_->trace->Record(shared_->trace_group.get(), traced, p2p,
+        issued.trace_ids.push_back(shared_->trace->Record(shared_->TraceGroupOf(p2p), traced, p2p,
                                                           inputs, outputs, issued.works.front(),
                                                           timeout_));
       }
@@ -404,13 +416,17 @@ std::unique_ptr<Communicator> MakeBackendCommunicator(std::shared_ptr<GroupState
                                                       c10::Device device, absl::Duration timeout,
                                                       std::shared_ptr<CommTrace> trace) {
   std::shared_ptr<TraceGroup> trace_group;
+  std::shared_ptr<TraceGroup> p2p_trace_group;
   if (trace) {
     // Gloo and NCCL communicators of one mesh group are separate groups in the dump.
-    trace_group = trace->AddGroup(absl::StrCat(backend_name, ":", group->name()),
-                                  group->global_ranks(), backend_name);
+    const std::string name = absl::StrCat(backend_name, ":", group->name());
+    trace_group = trace->AddGroup(name, group->global_ranks(), backend_name);
+    p2p_trace_group =
+        trace->AddGroup(absl::StrCat(name, ":p2p"), group->global_ranks(), backend_name);
   }
-  auto shared = std::make_shared<Shared>(
-      Shared{std::move(group), std::move(trace), std::move(trace_group), device});
+  auto shared =
+      std::make_shared<Shared>(Shared{std::move(group), std::move(trace), std::move(trace_group),
+                                      std::move(p2p_trace_group), device});
   return std::make_unique<BackendCommunicator>(std::move(shared), std::move(backend), backend_name,
                                                timeout);
 }

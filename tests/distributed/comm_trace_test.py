@@ -129,10 +129,11 @@ class CommTraceTest(unittest.TestCase):
                                  ("nccl:all_reduce", 7, [[16]], "scheduled", TIMEOUT_S * 1000))
             self.assertEqual(entries[1]["output_sizes"], [[4, 4]])
 
-    def test_fr_trace_pairs_a_batch_where_every_member_sends_first(self):
-        # Two ranks exchange two tensors in a batch each round, both issuing their sends first (as
-        # ring attention does), then rank 1 sleeps past the timeout: fr_trace must pair the
-        # point-to-point entries without a mismatch and still name the missing rank.
+    def test_fr_trace_reads_batches_of_point_to_point_operations(self):
+        # Two ranks exchange two tensors in a batch right after each world all-reduce, both
+        # issuing their sends first (as ring attention does), then rank 1 sleeps past the timeout:
+        # fr_trace must read the point-to-point entries without an error or mismatch and still name
+        # the missing rank.
         dump = os.path.join(self.tmp, "p2p")
         seconds, status, stderr = hang(dump, ranks=2, HANG_RANK="1", HANG_P2P="1")
         self.assertNotEqual(status, 0, stderr[-3000:])
@@ -145,10 +146,14 @@ class CommTraceTest(unittest.TestCase):
         self.assertIn("missing ranks: {1}", report)
         verdict = self.analyze(folder)
         self.assertIn("never issued by ranks 1", verdict)
-        # Rank 1 records its batch as rank 0's mirror image: receives from the lower rank first.
+        # Rank 1 records its batch as rank 0's mirror image (receives from the lower rank first),
+        # in the world group's point-to-point trace group.
         names = [e["profiling_name"] for e in load(os.path.join(folder, "rank_1"))["entries"]
-                 if e["process_group"][0] == WORLD and e["is_p2p"]]
+                 if e["is_p2p"]]
         self.assertEqual(names[:4], ["nccl:recv 1<-0"] * 2 + ["nccl:send 1->0"] * 2)
+        groups = {e["process_group"][0] for e in load(os.path.join(folder, "rank_1"))["entries"]
+                  if e["is_p2p"]}
+        self.assertEqual(groups, {WORLD + ":p2p"})
 
     def test_a_stopped_store_host_ends_the_job(self):
         # Rank 0 frozen (SIGSTOP: its store server too): the other rank's collective times out,

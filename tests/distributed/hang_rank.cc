@@ -1,8 +1,8 @@
 // A titan_train stand-in for the flight-recorder test: one rank of a data-parallel job, set up as
 // the trainer sets it up (job config, DistributedRuntime: c10d Gloo groups and the comm trace),
-// that runs HANG_OPS rounds of collectives (world all_reduce, dp_shard all_gather, world
-// broadcast; with HANG_P2P=1 then a batch exchanging two tensors with the next and previous world
-// member, sends first on every member as ring attention's), switches to
+// that runs HANG_OPS rounds of collectives (world all_reduce, with HANG_P2P=1 then a batch
+// exchanging two tensors with the next and previous world member, sends first on every member as
+// ring attention's; dp_shard all_gather, world broadcast), switches to
 // [comm] train_timeout_seconds, and all-reduces over the world once more;
 // rank HANG_RANK first sleeps HANG_SECONDS (or with HANG_STOP stops itself). The run's id for the
 // comm trace is HANG_RUN_ID
@@ -70,12 +70,12 @@ absl::Status Run(int argc, char** argv) {
     if (absl::Status s = titan::Await(world.AllReduce(tensor, titan::ReduceOp::kSum)); !s.ok()) {
       return s;
     }
-    at::Tensor gathered = at::empty({shard.size() * (round + 1), 4});
-    if (absl::Status s = titan::Await(shard.AllGather(tensor, gathered)); !s.ok()) return s;
-    if (absl::Status s = titan::Await(world.Broadcast(tensor, 0)); !s.ok()) return s;
     if (EnvInt("HANG_P2P", 0) != 0) {
       if (absl::Status s = ExchangeWithNeighbours(world, tensor); !s.ok()) return s;
     }
+    at::Tensor gathered = at::empty({shard.size() * (round + 1), 4});
+    if (absl::Status s = titan::Await(shard.AllGather(tensor, gathered)); !s.ok()) return s;
+    if (absl::Status s = titan::Await(world.Broadcast(tensor, 0)); !s.ok()) return s;
   }
   runtime->SetTimeout(absl::Seconds(config->comm().train_timeout_seconds()));
   if (env->rank == EnvInt("HANG_RANK", -1)) {
