@@ -135,7 +135,7 @@ class CommTraceTest(unittest.TestCase):
         # fr_trace must read the point-to-point entries without an error or mismatch and still name
         # the missing rank.
         dump = os.path.join(self.tmp, "p2p")
-        seconds, status, stderr = hang(dump, ranks=2, HANG_RANK="1", HANG_P2P="1")
+        _, status, stderr = hang(dump, ranks=2, HANG_RANK="1", HANG_P2P="1")
         self.assertNotEqual(status, 0, stderr[-3000:])
         folder = os.path.join(dump, "comm_traces")
         report = self.fr_trace(folder)
