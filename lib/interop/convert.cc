@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
@@ -248,6 +249,55 @@ absl::StatusOr<std::vector<std::string>> CheckOutputIsFree(const std::string& ou
   return entries;
 }
 
+// `path` with its "." and ".." components resolved, so that the folder it names can be made,
+// renamed onto and removed ("out/." cannot be): the part that exists as realpath reads it (links
+// resolved, as the kernel reads "link/.."), the rest, which the conversion makes, by its names.
+// A path without such components is returned as given, so that errors name what was typed.
+absl::StatusOr<std::string> ResolveDotComponents(const std::string& path) {
+  const std::vector<std::string> parts = absl::StrSplit(path, '/', absl::SkipEmpty());
+  if (std::none_of(parts.begin(), parts.end(),
+                   [](const std::string& part) { return part == "." || part == ".."; })) {
+    return path;
+  }
+  const std::string root = absl::StartsWith(path, "/") ? "/" : ".";
+  const auto prefix = [&](size_t count) {
+    return JoinPath(root, absl::StrJoin(parts.begin(), parts.begin() + count, "/"));
+  };
+  size_t existing = parts.size();
+  while (existing > 0 && !PathExists(prefix(existing))) --existing;
+  char resolved_prefix[PATH_MAX];
+  if (::realpath(prefix(existing).c_str(), resolved_prefix) == nullptr) {
+    return ErrnoError("resolve", prefix(existing));
+  }
+  std::string resolved = resolved_prefix;
+  for (size_t i = existing; i < parts.size(); ++i) {
+    if (parts[i] == "..") {
+      resolved = Dirname(resolved);
+    } else if (parts[i] != ".") {
+      resolved = JoinPath(resolved, parts[i]);
+    }
+  }
+  return resolved;
+}
+
+// Whether `folder` is this process's working directory: renamed onto, it would leave the shell
+// that started the conversion in a removed folder that shows none of the export.
+bool IsWorkingDirectory(const std::string& folder) {
+  char working[PATH_MAX];
+  char resolved[PATH_MAX];
+  return ::getcwd(working, sizeof(working)) != nullptr &&
+         ::realpath(folder.c_str(), resolved) != nullptr && std::strcmp(working, resolved) == 0;
+}
+
+// Removes everything in `folder`, which held nothing when the caller's write into it began.
+absl::Status EmptyFolder(const std::string& folder) {
+  TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> names, ListDirectory(folder));
+  for (const std::string& name : names) {
+    TITAN_RETURN_IF_ERROR(RemoveTree(absl::StrCat(folder, "/", name)));
+  }
+  return absl::OkStatus();
+}
+
 // The directory `path` names when it is a symlink (a directory renamed onto a link fails: the
 // rename must replace the directory it points to), else `path` without a trailing slash.
 absl::StatusOr<std::string> RenameTarget(const std::string& path) {
@@ -277,12 +327,18 @@ absl::StatusOr<std::unique_ptr<FolderLock>> LockFreeOutput(const std::string& ou
 // WriteHf into <output>.tmp-<pid>, then one rename: `output` (empty, locked by the caller) is
 // either still empty or whole. Temporaries that a crashed export to `output` left behind are
 // removed first. An `output` that links to an empty directory is written there, with the temporary
-// beside that directory.
+// beside that directory. The working directory is written in place, and emptied on failure.
 absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
                                const TensorProducer& producer, const ModelInfo& info,
                                const HfExportOptions& options, const std::string& output,
                                ConvertSummary& summary) {
   TITAN_ASSIGN_OR_RETURN(const std::string target, RenameTarget(output));
+  if (IsWorkingDirectory(target)) {
+    absl::Status status = WriteHf(params, producer, info, options, target, summary);
+    if (status.ok()) return FsyncDirectory(target);
+    EmptyFolder(target).IgnoreError();  // The write's error is the one to report.
+    return status;
+  }
   const std::string parent = Dirname(target);
   const std::string temporary_prefix = target.substr(target.find_last_of('/') + 1) + ".tmp-";
   TITAN_RETURN_IF_ERROR(MakeDirectories(parent));
@@ -431,7 +487,7 @@ absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
 }
 
 absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
-                                                 const std::string& output,
+                                                 const std::string& output_path,
                                                  const ConvertOptions& options) {
   if (!options.model.empty() && !FindModel(options.model).ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--model: unknown model \"", options.model,
@@ -475,6 +531,7 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
   }
   TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*reader, info));
 
+  TITAN_ASSIGN_OR_RETURN(const std::string output, ResolveDotComponents(output_path));
   TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output).status());
   const bool output_existed = PathExists(output);
   // Refusals here remove nothing: `output` may be another conversion's.

@@ -50,10 +50,11 @@ struct ConvertSummary {
   std::vector<std::string> files;  // Files written, relative to `output`.
 };
 
-// Converts `input` into `output`, which must not exist or be empty; a failed or stopped conversion
-// removes the output directory it made.
+// Converts `input` into the folder `output_path` names, which must not exist or be empty (a path
+// with "." or ".." components is resolved first, and is absolute in errors and the summary); a
+// failed or stopped conversion removes the output directory it made.
 absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
-                                                 const std::string& output,
+                                                 const std::string& output_path,
                                                  const ConvertOptions& options);
 
 // What a Hugging Face export writes besides the weights and configs.

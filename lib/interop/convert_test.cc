@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -761,6 +762,78 @@ TEST(ConvertTest, HfOutputThroughALinkLandsInTheEmptyDirectoryItNames) {
   EXPECT_THAT(ConvertCheckpoint(titan, link, {}).status().message(),
               HasSubstr(link + ": exists and is not empty"));
   EXPECT_THAT(*ListDirectory(real), ElementsAre("mine.txt"));
+}
+
+// The path realpath gives for an existing `path` (TEST_TMPDIR may lie behind a link).
+std::string RealPath(const std::string& path) {
+  char resolved[PATH_MAX];
+  EXPECT_NE(::realpath(path.c_str(), resolved), nullptr) << path;
+  return resolved;
+}
+
+// "out/." and "out/sub/.." name out: a conversion writes there (an HF export is renamed onto out
+// itself, as "out/." cannot be), and one refused or failing leaves no folder the path made.
+TEST(ConvertTest, OutputWithDotComponentsIsTheFolderItNames) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallMetaModel(), /*describe=*/true);
+  const std::string parent = RealPath(Dirname(titan));
+  for (CheckpointFormat to :
+       {CheckpointFormat::kHf, CheckpointFormat::kTitan, CheckpointFormat::kMeta}) {
+    for (const std::string& output : {out + "/.", out + "/sub/.."}) {
+      ASSERT_TRUE(RemoveTree(out).ok());
+      if (output == out + "/.") ASSERT_TRUE(MakeDirectories(out).ok());  // given empty
+      ConvertOptions options;
+      options.to = to;
+      const absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, output, options);
+      ASSERT_TRUE(summary.ok()) << output << ": " << summary.status();
+      EXPECT_TRUE(PathExists(to == CheckpointFormat::kTitan ? out + "/step-3/manifest.json"
+                             : to == CheckpointFormat::kHf  ? out + "/config.json"
+                                                            : out + "/params.json"))
+          << output;
+      EXPECT_THAT(summary->output, HasSubstr(parent + "/out")) << output;
+      EXPECT_FALSE(PathExists(out + "/sub")) << output;
+      EXPECT_THAT(*ListDirectory(parent), ::testing::UnorderedElementsAre("titan", "out"));
+    }
+  }
+  // Refused: out is not empty, and out/sub is not made to find that out.
+  EXPECT_EQ(ConvertCheckpoint(titan, out + "/sub/..", {}).status().message(),
+            parent + "/out: exists and is not empty");
+  EXPECT_FALSE(PathExists(out + "/sub"));
+  // Stopped: the new folder "fresh/." named is removed.
+  const std::atomic<int> stop_signal{2};
+  ConvertOptions stopped;
+  stopped.stop_signal = &stop_signal;
+  EXPECT_EQ(ConvertCheckpoint(titan, parent + "/fresh/.", stopped).status().code(),
+            absl::StatusCode::kCancelled);
+  EXPECT_THAT(*ListDirectory(parent), ::testing::UnorderedElementsAre("titan", "out"));
+}
+
+// Renamed onto, the working directory would leave the shell in a removed folder that shows none of
+// the export: it is written in place, and emptied again when the export fails.
+TEST(ConvertTest, HfOutputIntoTheWorkingDirectoryIsWrittenThere) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  ASSERT_TRUE(MakeDirectories(out).ok());
+  // A tokenizer.json that cannot be read fails the export after its weights are written.
+  ConvertOptions unreadable_tokenizer;
+  unreadable_tokenizer.tokenizer_dir = TestDir("tokenizer");
+  ASSERT_TRUE(MakeDirectories(unreadable_tokenizer.tokenizer_dir + "/tokenizer.json").ok());
+  char previous[PATH_MAX];
+  ASSERT_NE(::getcwd(previous, sizeof(previous)), nullptr);
+  ASSERT_EQ(::chdir(out.c_str()), 0);
+  const absl::Status failed = ConvertCheckpoint(titan, ".", unreadable_tokenizer).status();
+  const std::vector<std::string> after_failure =
+      ListDirectory(".").value_or(std::vector<std::string>{"unreadable"});
+  const absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, ".", {});
+  const bool in_place = PathExists("config.json") && PathExists("model.safetensors");
+  ASSERT_EQ(::chdir(previous), 0);
+  EXPECT_THAT(failed.message(), HasSubstr("tokenizer.json"));
+  EXPECT_TRUE(after_failure.empty());
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_TRUE(in_place);
+  EXPECT_EQ(summary->output, RealPath(out));
+  EXPECT_THAT(*ListDirectory(Dirname(out)),
+              ::testing::UnorderedElementsAre("titan", "out", "tokenizer"));
 }
 
 // Every file of a directory, name -> bytes.
