@@ -27,6 +27,7 @@
 #include "lib/interop/hf_adapter.h"
 #include "lib/interop/hf_config.h"
 #include "lib/interop/meta_checkpoint.h"
+#include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/folder_lock.h"
@@ -94,6 +95,23 @@ absl::StatusOr<std::vector<TokenizerFile>> FindTokenizerFiles(const HfExportOpti
   TITAN_ASSIGN_OR_RETURN(std::vector<std::string> templates, FindNamedChatTemplates(dir));
   for (std::string& name : templates) found.push_back({absl::StrCat(dir, "/", name), name});
   return found;
+}
+
+// --tokenizer_dir's tokenizer for an export of `info`: one with tokenizer files, whose ids the
+// model embeds (transformers indexes past the embedding at the first id beyond it). A tokenizer
+// titan does not read (slow files alone, another model type) is copied unchecked.
+absl::Status CheckExportTokenizer(const std::string& dir, const ModelInfo& info) {
+  HfExportOptions options;
+  options.tokenizer_dir = dir;
+  TITAN_RETURN_IF_ERROR(FindTokenizerFiles(options).status());
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(dir);
+  if (!tokenizer.ok()) {
+    LOG(WARNING) << "--tokenizer_dir: " << dir << ": not checked against the model's "
+                 << info.args.vocab_size << " embedded ids: " << tokenizer.status().message();
+    return absl::OkStatus();
+  }
+  return CheckTokenizerFitsModel((*tokenizer)->vocab_size(), info,
+                                 absl::StrCat("--tokenizer_dir: ", dir));
 }
 
 absl::StatusOr<std::optional<at::ScalarType>> ParseDtype(const std::string& dtype) {
@@ -530,6 +548,9 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
     meta_params = *std::move(described);
   }
   TITAN_ASSIGN_OR_RETURN(std::vector<ParameterSource> params, MatchParameters(*reader, info));
+  if (!options.tokenizer_dir.empty()) {
+    TITAN_RETURN_IF_ERROR(CheckExportTokenizer(options.tokenizer_dir, info));
+  }
 
   TITAN_ASSIGN_OR_RETURN(const std::string output, ResolveDotComponents(output_path));
   TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output).status());

@@ -644,6 +644,26 @@ TEST(ConvertTest, ReadsOnlyTheModelFilesOfATitanStep) {
   EXPECT_FALSE(PathExists(refused));
 }
 
+// A tokenizer with ids the model does not embed is refused, as titan_train refuses the pair:
+// transformers fails on such an export at the first of those ids.
+TEST(ConvertTest, RefusesATokenizerWithIdsPastTheEmbedding) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  ConvertOptions options;
+  options.tokenizer_dir = "assets/default_tokenizer";
+  EXPECT_EQ(ConvertCheckpoint(titan, out, options).status().message(),
+            "--tokenizer_dir: assets/default_tokenizer: the tokenizer has 2048 ids but llama3 "
+            "(custom shape) embeds only 40");
+  EXPECT_FALSE(PathExists(out));
+  // A model that embeds them all takes the tokenizer.
+  ModelInfo embeds_all = SmallModel();
+  embeds_all.args.vocab_size = 2048;
+  const std::string titan_2048 = TestDir("titan_2048");
+  SaveTitan(titan_2048, 3, embeds_all, /*describe=*/true);
+  ASSERT_TRUE(ConvertCheckpoint(titan_2048, out, options).ok());
+  EXPECT_TRUE(PathExists(out + "/tokenizer.json"));
+}
+
 // A conversion stopped (by a signal) or failing after it made the output directory removes it.
 TEST(ConvertTest, LeavesNoOutputWhenStoppedOrFailing) {
   const std::string titan = TestDir("titan"), out = TestDir("out");

@@ -110,6 +110,14 @@ ModelInfo DescribeModel(const ModelSpec& spec, const TransformerArgs& args,
   return info;
 }
 
+absl::Status CheckTokenizerFitsModel(int64_t tokenizer_ids, const ModelInfo& info,
+                                     absl::string_view tokenizer_key) {
+  if (tokenizer_ids <= info.args.vocab_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      tokenizer_key, ": the tokenizer has ", tokenizer_ids, " ids but ", info.name(), " ",
+      info.flavor.empty() ? "(custom shape)" : info.flavor, " embeds only ", info.args.vocab_size));
+}
+
 nlohmann::json ModelInfoToJson(const ModelInfo& info) {
   nlohmann::json out = {{"name", info.name()},
                         {"flavor", info.flavor},

@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "lib/distributed/mesh_communicators.h"
 #include "lib/distributed/parallel_dims.h"
 #include "lib/model/decoder.h"
@@ -102,6 +104,12 @@ std::vector<std::string> RegisteredModelNames();
 ModelInfo DescribeModel(const ModelSpec& spec, const TransformerArgs& args,
                         nlohmann::json bos_token_id = nullptr,
                         nlohmann::json eos_token_id = nullptr);
+
+// OK unless a tokenizer of `tokenizer_ids` ids has ids past the embedding of `info`'s model
+// (indexing past it fails at the first such token): InvalidArgument naming `tokenizer_key`, the
+// key or flag that gave the tokenizer.
+absl::Status CheckTokenizerFitsModel(int64_t tokenizer_ids, const ModelInfo& info,
+                                     absl::string_view tokenizer_key);
 
 // The "model" entry of a titan checkpoint's state ({name, flavor, args, bos/eos, and pad and
 // hf_generation_config when set}). Entries written

@@ -332,12 +332,8 @@ absl::StatusOr<ModelInfo> ResolveModel(const JobConfig& config, const Tokenizer&
     info.flavor = model.flavor();
     TITAN_RETURN_IF_ERROR(CheckAndAdoptFlavorSources(config, info, resume_dir));
   }
-  if (tokenizer.vocab_size() > info.args.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[model] tokenizer_path: the tokenizer has ", tokenizer.vocab_size(), " ids but ",
-        spec->name, " ", info.flavor.empty() ? "(custom shape)" : info.flavor, " embeds only ",
-        info.args.vocab_size));
-  }
+  TITAN_RETURN_IF_ERROR(
+      CheckTokenizerFitsModel(tokenizer.vocab_size(), info, "[model] tokenizer_path"));
   if (info.bos_token_id.is_null() && tokenizer.bos_id().has_value()) {
     info.bos_token_id = *tokenizer.bos_id();
   }
