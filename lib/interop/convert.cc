@@ -553,9 +553,9 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
   }
 
   TITAN_ASSIGN_OR_RETURN(const std::string output, ResolveDotComponents(output_path));
-  TITAN_RETURN_IF_ERROR(CheckOutputIsFree(output).status());
   const bool output_existed = PathExists(output);
-  // Refusals here remove nothing: `output` may be another conversion's.
+  // Refusals here remove nothing: `output` may be another conversion's. Its contents are judged
+  // under the lock only: another conversion's committed step would read as "not empty".
   TITAN_ASSIGN_OR_RETURN(const std::unique_ptr<FolderLock> lock, LockFreeOutput(output));
   // A failed conversion leaves no output behind (an empty directory given as `output` stays).
   absl::Cleanup remove_output = [&] {

@@ -719,6 +719,27 @@ TEST(ConvertTest, OutputBeingWrittenByAnotherConversionIsRefusedAndKept) {
   }
 }
 
+// The other conversion has committed its step but still runs: its output is in use, not "not
+// empty", whatever step the second one would write.
+TEST(ConvertTest, OutputInUseIsRefusedAsSuchOnceTheOtherHasCommitted) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  ASSERT_TRUE(MakeDirectories(out + "/step-3").ok());
+  absl::StatusOr<std::unique_ptr<FolderLock>> other = FolderLock::AcquireOnFolder(out);
+  ASSERT_TRUE(other.ok()) << other.status();
+  for (const std::optional<int64_t> step : {std::optional<int64_t>(), std::optional<int64_t>(5)}) {
+    ConvertOptions options;
+    options.to = CheckpointFormat::kTitan;
+    options.step = step;
+    EXPECT_EQ(ConvertCheckpoint(titan, out, options).status().message(),
+              out + " is being written by another run; wait for it to end or use another folder");
+  }
+  other->reset();
+  EXPECT_EQ(ConvertCheckpoint(titan, out, {}).status().message(),
+            out + ": exists and is not empty");
+  EXPECT_THAT(*ListDirectory(out), ElementsAre("step-3"));
+}
+
 // A new folder inside a running trainer's checkpoint folder would be taken for one of its steps.
 TEST(ConvertTest, OutputInsideAFolderARunHoldsIsRefused) {
   const std::string titan = TestDir("titan"), run = TestDir("run_checkpoint");
