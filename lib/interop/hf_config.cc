@@ -228,7 +228,7 @@ absl::StatusOr<ModelInfo> ModelInfoFromHfConfig(const json& config, const std::s
   TransformerArgs args = spec->defaults;
   args.norm_eps = 1e-6;  // transformers' defaults for every family titan has
   args.rope.theta = 10000;
-  args.n_kv_heads = 0;
+  args.n_kv_heads = spec->hf.default_kv_heads;
   TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "hidden_size", source, args.dim));
   TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "num_hidden_layers", source, args.n_layers));
   TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "num_attention_heads", source, args.n_heads));

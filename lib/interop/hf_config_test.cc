@@ -72,6 +72,24 @@ TEST(HfConfigTest, ReadsAPublishedQwen3Config) {
   EXPECT_EQ(info->args.max_seq_len, 40960);
 }
 
+// A config.json without num_key_value_heads means what transformers' class for it defaults to:
+// LlamaConfig's num_attention_heads, Qwen3Config's 32 (titan had read Qwen3's as 16 here).
+TEST(HfConfigTest, MissingKeyValueHeadsTakeTheFamilysTransformersDefault) {
+  json config = json::parse(R"({"model_type": "qwen3", "hidden_size": 1024, "head_dim": 32,
+    "num_hidden_layers": 2, "num_attention_heads": 32, "vocab_size": 256,
+    "intermediate_size": 3072})");
+  absl::StatusOr<ModelInfo> qwen3 = ModelInfoFromHfConfig(config, "c.json");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_EQ(qwen3->args.kv_heads(), 32);
+  config["num_attention_heads"] = 16;  // 32 key-value heads cannot serve 16
+  EXPECT_FALSE(ModelInfoFromHfConfig(config, "c.json").ok());
+  config["model_type"] = "llama";
+  config.erase("head_dim");
+  absl::StatusOr<ModelInfo> llama = ModelInfoFromHfConfig(config, "c.json");
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_EQ(llama->args.kv_heads(), 16);
+}
+
 TEST(HfConfigTest, WritesTheFamilysIdentityAndConstants) {
   const json qwen = HfConfig(SmallQwen3(), "float32");
   EXPECT_EQ(qwen.at("model_type"), "qwen3");

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -48,6 +49,9 @@ struct HfAdapter {
   std::string model_type;    // config.json "model_type", e.g. "llama"
   std::string architecture;  // e.g. "LlamaForCausalLM"
   nlohmann::json extra_config = nlohmann::json::object();  // written as is, ignored on reading
+  // What a config.json without "num_key_value_heads" means, as transformers' config class reads
+  // it (LlamaConfig: num_attention_heads, written 0 here; Qwen3Config: 32).
+  int64_t default_kv_heads = 0;
 };
 
 // Meta's consolidated format (params.json + consolidated.00.pth), for families that have one.

@@ -51,6 +51,7 @@ ModelSpec Qwen3Spec() {
   spec.defaults = Defaults();
   spec.hf.model_type = "qwen3";
   spec.hf.architecture = "Qwen3ForCausalLM";
+  spec.hf.default_kv_heads = 32;
   spec.hf.extra_config = {{"attention_dropout", 0.0}, {"initializer_range", 0.02},
                           {"use_cache", true},        {"use_sliding_window", false},
                           {"sliding_window", nullptr}, {"max_window_layers", 28}};
