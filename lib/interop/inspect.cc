@@ -131,15 +131,24 @@ absl::StatusOr<std::string> TiedHeadNote(ComparableTensors& side, const Comparab
                       "a tensor of its own");
 }
 
+bool IsInverseFrequencyBuffer(absl::string_view name) {
+  return absl::EndsWith(name, ".rotary_emb.inv_freq");
+}
+
 // What to say of `side`'s rotary_emb.inv_freq buffers ("" when none) that `other` lacks: older
 // transformers saved them, loading drops them (RoPE comes from config.json), so they are left out.
 std::string InverseFrequencyNote(ComparableTensors& side, const ComparableTensors& other,
                                  const std::string& which) {
   if (side.reader->format() != CheckpointFormat::kHf) return "";
   int dropped = 0;
+  if (side.model) {
+    // In titan's names (the other side is titan or Meta): MatchParameters left them all out.
+    for (const TensorInfo& tensor : side.reader->tensors()) {
+      if (IsInverseFrequencyBuffer(tensor.name)) ++dropped;
+    }
+  }
   for (auto it = side.source_names.begin(); it != side.source_names.end();) {
-    if (absl::EndsWith(it->first, ".rotary_emb.inv_freq") &&
-        other.source_names.count(it->first) == 0) {
+    if (IsInverseFrequencyBuffer(it->first) && other.source_names.count(it->first) == 0) {
       it = side.source_names.erase(it);
       ++dropped;
     } else {

@@ -374,7 +374,8 @@ CheckpointState RandomState(const ModelInfo& info, uint64_t seed) {
 }
 
 // An HF folder with older transformers' rotary_emb.inv_freq buffers is the model without them:
-// loading drops them. Left out, with a note, against a folder that lacks them.
+// loading drops them. Left out, with a note, against a checkpoint that lacks them, whatever its
+// format.
 TEST(InspectTest, DiffLeavesOutRotaryInverseFrequencyBuffers) {
   const CheckpointState state = RandomState(SmallModel("llama3"), 10);
   const std::string titan = TestDir("inv_titan"), plain = TestDir("inv_hf"),
@@ -389,6 +390,12 @@ TEST(InspectTest, DiffLeavesOutRotaryInverseFrequencyBuffers) {
   ASSERT_TRUE(diff.ok()) << diff.status();
   EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
   EXPECT_THAT(diff->notes, ElementsAre("1 rotary_emb.inv_freq buffer(s) in the first left out: "
+                                       "transformers drops them on load (RoPE comes from "
+                                       "config.json)"));
+  diff = DiffCheckpoints(titan, buffers, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
+  EXPECT_THAT(diff->notes, ElementsAre("1 rotary_emb.inv_freq buffer(s) in the second left out: "
                                        "transformers drops them on load (RoPE comes from "
                                        "config.json)"));
   diff = DiffCheckpoints(buffers, buffers, 0, 0);
