@@ -239,6 +239,12 @@ absl::StatusOr<ModelInfo> CheckDescribed(ModelInfo info, const std::string& dire
 // SameArchitecture leaves aside.
 json ArchitectureFields(const TransformerArgs& args) {
   json fields = TransformerArgsToJson(args);
+  if (args.rope.scaling == RopeScalingType::kYarn) {
+    // mscale and mscale_all_dim only give the attention factor: the factor used is compared.
+    json& rope = fields.at("rope");
+    rope["attention_factor"] = YarnAttentionFactor(args.rope);
+    for (const char* key : {"mscale", "mscale_all_dim"}) rope.erase(key);
+  }
   for (const auto& [key, value] : fields.at("rope").items()) fields["rope_" + key] = value;
   for (const char* key : {"rope", "vocab_size", "max_seq_len"}) fields.erase(key);
   return fields;

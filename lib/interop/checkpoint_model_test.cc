@@ -1,5 +1,6 @@
 #include "lib/interop/checkpoint_model.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -273,6 +274,21 @@ TEST(CheckpointModelTest, AFlavorMismatchNamesTheFieldsThatDiffer) {
   EXPECT_EQ(ArchitectureDifferences(scaled.args, flavor.args), "rope_scaling yarn vs llama3");
   scaled.args.rope.scaling = RopeScalingType::kNone;  // titan's debugmodel before torchtitan's RoPE
   EXPECT_EQ(ArchitectureDifferences(scaled.args, flavor.args), "rope_scaling none vs llama3");
+
+  // YaRN's attention_factor written at transformers' default is the same model as one left unset;
+  // mscale over mscale_all_dim is compared through the factor it gives.
+  ModelInfo yarn = flavor, yarn_set = flavor;
+  for (ModelInfo* info : {&yarn, &yarn_set}) {
+    info->args.rope.scaling = RopeScalingType::kYarn;
+    info->args.rope.factor = 4;
+  }
+  yarn_set.args.rope.attention_factor = 0.1 * std::log(4.0) + 1;
+  EXPECT_EQ(ArchitectureDifferences(yarn.args, yarn_set.args), "");
+  yarn_set.args.rope.attention_factor = 1;
+  EXPECT_EQ(ArchitectureDifferences(yarn.args, yarn_set.args),
+            "rope_attention_factor 1.138629436111989 vs 1");
+  yarn.args.rope.mscale = yarn.args.rope.mscale_all_dim = 0.707;
+  EXPECT_EQ(ArchitectureDifferences(yarn.args, yarn_set.args), "");
 
   // convert_checkpoint --flavor: both descriptions read the same, the difference is named.
   const std::string root = TestDir("titan");

@@ -23,10 +23,6 @@ at::Tensor Llama3Scaled(const RopeConfig& c, const at::Tensor& freqs) {
                    at::where(wavelen < high_wavelen, freqs, smoothed));
 }
 
-double YarnMscale(double scale, double mscale) {
-  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
-
 // YaRN's NTK-by-parts blend (arXiv 2309.00071) with Hugging Face's parameterisation.
 RopeFrequencies Yarn(const RopeConfig& c, const at::Tensor& extrapolation, int64_t head_dim) {
   const double dim = static_cast<double>(head_dim);
@@ -48,12 +44,7 @@ RopeFrequencies Yarn(const RopeConfig& c, const at::Tensor& extrapolation, int64
   RopeFrequencies out;
   out.inv_freq = extrapolation / c.factor * (1 - extrapolation_weight) +
                  extrapolation * extrapolation_weight;
-  out.attention_factor = c.attention_factor;
-  if (out.attention_factor <= 0) {
-    out.attention_factor = c.mscale > 0 && c.mscale_all_dim > 0
-                               ? YarnMscale(c.factor, c.mscale) / YarnMscale(c.factor, c.mscale_all_dim)
-                               : YarnMscale(c.factor, 1);
-  }
+  out.attention_factor = YarnAttentionFactor(c);
   return out;
 }
 

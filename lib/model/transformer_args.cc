@@ -1,5 +1,7 @@
 #include "lib/model/transformer_args.h"
 
+#include <cmath>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -78,6 +80,10 @@ json RopeToJson(const RopeConfig& rope) {
   return out;
 }
 
+double YarnMscale(double scale, double mscale) {
+  return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
 bool SameRope(const RopeConfig& a, const RopeConfig& b) {
   if (a.enabled != b.enabled) return false;
   if (!a.enabled) return true;
@@ -92,14 +98,20 @@ bool SameRope(const RopeConfig& a, const RopeConfig& b) {
     case RopeScalingType::kYarn:
       return a.factor == b.factor &&
              a.original_max_position_embeddings == b.original_max_position_embeddings &&
-             a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow && a.mscale == b.mscale &&
-             a.mscale_all_dim == b.mscale_all_dim && a.attention_factor == b.attention_factor &&
-             a.truncate == b.truncate;
+             a.beta_fast == b.beta_fast && a.beta_slow == b.beta_slow &&
+             YarnAttentionFactor(a) == YarnAttentionFactor(b) && a.truncate == b.truncate;
   }
   return false;
 }
 
 }  // namespace
+
+double YarnAttentionFactor(const RopeConfig& rope) {
+  if (rope.attention_factor > 0) return rope.attention_factor;
+  return rope.mscale > 0 && rope.mscale_all_dim > 0
+             ? YarnMscale(rope.factor, rope.mscale) / YarnMscale(rope.factor, rope.mscale_all_dim)
+             : YarnMscale(rope.factor, 1);
+}
 
 absl::Status ReadYarnFields(const json& object, const std::string& source, RopeConfig& rope) {
   TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "beta_fast", source, rope.beta_fast));

@@ -82,7 +82,12 @@ absl::StatusOr<TransformerArgs> TransformerArgsFromJson(const nlohmann::json& js
 absl::Status ReadYarnFields(const nlohmann::json& object, const std::string& source,
                             RopeConfig& rope);
 
-// Whether two architectures build the same model (vocab_size and max_seq_len aside).
+// The factor YaRN scales cos and sin by: attention_factor when set (> 0), else transformers'
+// default from factor, and mscale over mscale_all_dim when both are set.
+double YarnAttentionFactor(const RopeConfig& rope);
+
+// Whether two architectures build the same model (vocab_size and max_seq_len aside): YaRN's
+// mscale, mscale_all_dim and attention_factor through the attention factor they give.
 bool SameArchitecture(const TransformerArgs& a, const TransformerArgs& b);
 
 // One line naming the main sizes, e.g. "dim 576, 30 layers, 9/3 heads of 64, ffn 1536, vocab

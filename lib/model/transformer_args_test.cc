@@ -1,5 +1,7 @@
 #include "lib/model/transformer_args.h"
 
+#include <cmath>
+
 #include "gtest/gtest.h"
 
 namespace titan {
@@ -66,6 +68,28 @@ TEST(TransformerArgsTest, RejectsInconsistentShapesWithOneLine) {
   args = TransformerArgsFromJson(bad, TransformerArgs{}, "x.json");
   ASSERT_FALSE(args.ok());
   EXPECT_NE(args.status().message().find("0/5 heads of 0"), std::string::npos);
+}
+
+// YaRN's cos/sin factor as transformers sets it: attention_factor when given, else from factor
+// (and mscale over mscale_all_dim when both are given); the same factor is the same model.
+TEST(TransformerArgsTest, YarnAttentionFactorIsTransformersDefaultWhenUnset) {
+  TransformerArgs unset;
+  unset.rope.scaling = RopeScalingType::kYarn;
+  unset.rope.factor = 4;
+  unset.rope.attention_factor = 0;
+  EXPECT_DOUBLE_EQ(YarnAttentionFactor(unset.rope), 0.1 * std::log(4.0) + 1);
+  TransformerArgs set = unset;
+  set.rope.attention_factor = 0.1 * std::log(4.0) + 1;
+  EXPECT_TRUE(SameArchitecture(unset, set));
+  set.rope.attention_factor = 1;
+  EXPECT_FALSE(SameArchitecture(unset, set));
+  unset.rope.mscale = 1;
+  unset.rope.mscale_all_dim = 1;
+  EXPECT_EQ(YarnAttentionFactor(unset.rope), 1);
+  EXPECT_TRUE(SameArchitecture(unset, set));
+  unset.rope.mscale = 2;
+  EXPECT_DOUBLE_EQ(YarnAttentionFactor(unset.rope),
+                   (0.2 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1));
 }
 
 }  // namespace
