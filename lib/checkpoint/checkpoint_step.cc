@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/util/directory.h"
-#include "lib/util/file_util.h"
+#include "lib/util/json_file.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -111,8 +111,7 @@ absl::StatusOr<std::unique_ptr<CheckpointStep>> CheckpointStep::Open(const std::
         "interrupted copy? Remove the folder, or read another step: its step-N folder as the "
         "path, or titan_train's --checkpoint.load_step)"));
   }
-  TITAN_ASSIGN_OR_RETURN(const std::string text, ReadFile(manifest_path));
-  json manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  TITAN_ASSIGN_OR_RETURN(json manifest, ReadJsonFile(manifest_path));
   if (!manifest.is_object()) {
     return absl::DataLossError(absl::StrCat(manifest_path, ": not a valid JSON object"));
   }

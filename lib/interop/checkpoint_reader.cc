@@ -19,6 +19,7 @@
 #include "lib/interop/meta_checkpoint.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/json_file.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -46,14 +47,6 @@ absl::Status NoCommittedStep(const std::string& root) {
       root, ": no committed step, only ", absl::StrJoin(folders, ", "),
       " (.tmp*: a save that did not finish; .abandoned-*, .unfinished-*: steps a restart set "
       "aside, renamed back to step-N to be read)"));
-}
-
-absl::StatusOr<json> ReadJsonFile(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path);
-  if (!text.ok()) return text.status();
-  json parsed = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded()) return absl::InvalidArgumentError(path + ": not valid JSON");
-  return parsed;
 }
 
 // hf: tensors in one or more safetensors files.
@@ -303,7 +296,7 @@ bool HfFolderHoldsWeights(const std::string& directory) {
 }
 
 absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source) {
-  const json index = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  TITAN_ASSIGN_OR_RETURN(const json index, ParseJsonText(text, source));
   if (!index.is_object() || !index.contains("weight_map") || !index.at("weight_map").is_object()) {
     return absl::DataLossError(source + ": expected an object with a \"weight_map\" object");
   }

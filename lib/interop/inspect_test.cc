@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/checkpoint_manager.h"
@@ -293,6 +294,43 @@ TEST(InspectTest, AStepWithoutAManifestSaysWhatToDo) {
   EXPECT_EQ(ConvertCheckpoint(root, TestDir("out"), ConvertOptions()).status().message(), expected);
   EXPECT_EQ(CheckpointStep::Open(root + "/step-5", 5).status().message(), expected);
   EXPECT_TRUE(InspectCheckpoint(root + "/step-4", InspectOptions()).ok());
+}
+
+// A checkpoint's JSON file with a syntax error is named with where the error is, whichever file:
+// HF's config.json and index, Meta's params.json, a titan step's manifest.
+TEST(InspectTest, MalformedJsonNamesTheFileLineAndColumn) {
+  const std::string titan = TestDir("json_titan"), hf = TestDir("json_hf"),
+                    meta = TestDir("json_meta");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(2), true).ok());
+  ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, options).ok());
+  ASSERT_TRUE(MakeDirectories(meta).ok());  // params.json makes it a Meta checkpoint, read first.
+  const auto error_for = [](const std::string& path, const std::string& text,
+                            const std::string& checkpoint) {
+    EXPECT_TRUE(WriteFileAtomically(path, text).ok());
+    const absl::StatusOr<InspectReport> report = InspectCheckpoint(checkpoint, InspectOptions());
+    if (report.ok()) return absl::StrJoin(report->damaged, "; ");  // A bad index is damage.
+    return std::string(report.status().message());
+  };
+
+  const std::string shard = hf + "/model-00001-of-00001.safetensors";
+  ASSERT_EQ(::rename((hf + "/model.safetensors").c_str(), shard.c_str()), 0);
+  EXPECT_THAT(error_for(hf + "/model.safetensors.index.json",
+                        "{\"metadata\": {},, \"weight_map\": {}}", hf),
+              HasSubstr(hf + "/model.safetensors.index.json: invalid JSON: "
+                             "[json.exception.parse_error.101] parse error at line 1, column 17"));
+  EXPECT_THAT(
+      error_for(hf + "/config.json", "{\"model_type\": \"llama\",,\n \"hidden_size\": 64}", hf),
+      HasSubstr(hf + "/config.json: invalid JSON: [json.exception.parse_error.101] parse "
+                     "error at line 1, column 24"));
+  EXPECT_THAT(error_for(meta + "/params.json", "{\"dim\": 64,, \"n_layers\": 2}", meta),
+              HasSubstr(meta + "/params.json: invalid JSON: [json.exception.parse_error.101] "
+                               "parse error at line 1, column 12"));
+  EXPECT_THAT(
+      error_for(titan + "/step-1/manifest.json", "{\n\"format_version\": 2,,}", titan),
+      HasSubstr(titan + "/step-1/manifest.json: invalid JSON: "
+                        "[json.exception.parse_error.101] parse error at line 2, column 21"));
 }
 
 TEST(InspectTest, DescribesQwen3CheckpointsInEveryFormat) {

@@ -23,6 +23,7 @@
 #include "lib/interop/torch_archive_checks.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/json_file.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -150,8 +151,7 @@ class MetaReader : public CheckpointReader {
     reader->format_ = CheckpointFormat::kMeta;
     reader->directory_ = directory;
     const std::string params_path = absl::StrCat(directory, "/", kParamsFile);
-    TITAN_ASSIGN_OR_RETURN(std::string params_text, ReadFile(params_path));
-    reader->description_ = json::parse(params_text, nullptr, /*allow_exceptions=*/false);
+    TITAN_ASSIGN_OR_RETURN(reader->description_, ReadJsonFile(params_path));
     if (!reader->description_.is_object()) {
       return absl::InvalidArgumentError(params_path + ": expected a JSON object");
     }

@@ -14,6 +14,7 @@
 #include "lib/tokenizer/config_tokens.h"
 #include "lib/tokenizer/oniguruma_regex.h"
 #include "lib/util/file_util.h"
+#include "lib/util/json_file.h"
 #include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 
@@ -93,12 +94,8 @@ absl::StatusOr<JsonT> ParseJsonFile(const std::string& path, const char* apart =
         if (!too_deep_under.has_value()) too_deep_under = top_level_key;
         return false;
       };
-  JsonT json;
-  try {
-    json = JsonT::parse(*text, bound_nesting);
-  } catch (const typename JsonT::parse_error& e) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": invalid JSON: ", e.what()));
-  }
+  absl::StatusOr<JsonT> json = ParseJsonText<JsonT>(*text, path, bound_nesting);
+  if (!json.ok()) return json.status();
   if (too_deep_under.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": ", too_deep_under->empty() ? "" : ShortText(*too_deep_under) + ": ",
@@ -106,8 +103,9 @@ absl::StatusOr<JsonT> ParseJsonFile(const std::string& path, const char* apart =
                      " levels of arrays and objects (titan's limit, which tokenizers sets for "
                      "tokenizer.json; transformers reads a deeper tokenizer_config.json)"));
   }
-  if (!json.is_object()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON object"));
-  if (apart != nullptr && json.contains(apart)) {
+  if (!json->is_object())
+    return absl::InvalidArgumentError(absl::StrCat(path, ": expected a JSON object"));
+  if (apart != nullptr && json->contains(apart)) {
     // Without a callback, which the bound above no longer needs.
     Json whole = Json::parse(*text);
     *apart_value = std::move(whole[apart]);
