@@ -337,7 +337,7 @@ absl::Status CheckRolloutGroups(const std::vector<RewardedRollout>& rollouts, in
             ? absl::StrCat("prompt ", QuotedShort(row.prompt), " is not its group's (", first.where,
                            ": ", QuotedShort(first.prompt), ")")
             : absl::StrCat("\"prompt_ids\" are not its group's (", first.where,
-                           "; a group's rows give the same or none)");
+                           "; every row of a group gives the same prompt_ids, or none does)");
     return absl::InvalidArgumentError(
         absl::StrCat(row.where, ": ", differs, ": each run of [rl] group_size = ", group_size,
                      " rows is one prompt's group; keep a prompt's rows together"));

@@ -409,7 +409,7 @@ TEST(RewardedRolloutsTest, ReadsPromptIdsWhereGiven) {
                      {"[]", ":1: \"prompt_ids\" is empty: the response would follow no token"}});
 }
 
-// A group's rows condition on the same prompt: the same prompt_ids, or none given.
+// A group's rows condition on the same prompt: all give the same prompt_ids, or none does.
 TEST(RewardedRolloutsTest, AGroupsRowsShareTheirPromptIds) {
   const std::string row = R"({"prompt":"Sort: b a","response":"r","reward":1)";
   auto group_of = [&](const std::string& name, const std::string& first,
@@ -421,7 +421,8 @@ TEST(RewardedRolloutsTest, AGroupsRowsShareTheirPromptIds) {
   EXPECT_TRUE(group_of("same_ids.jsonl", R"(,"prompt_ids":[1,2])", R"(,"prompt_ids":[1,2])").ok());
   const std::string path = testing::TempDir() + "/";
   const std::string tail =
-      "; a group's rows give the same or none): each run of [rl] group_size = 2 rows is one "
+      "; every row of a group gives the same prompt_ids, or none does): each run of [rl] "
+      "group_size = 2 rows is one "
       "prompt's group; keep a prompt's rows together";
   EXPECT_EQ(
       std::string(group_of("other_ids.jsonl", R"(,"prompt_ids":[1,2])", R"(,"prompt_ids":[1,3])")
