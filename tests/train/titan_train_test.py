@@ -397,8 +397,7 @@ class TitanTrainTest(unittest.TestCase):
             (["--model.tokenizer_path=/nonexistent"],
              "[model] tokenizer_path: /nonexistent: no such tokenizer file or directory"),
             (["--metrics.enable_tensorboard", "--metrics.save_tb_folder=/dev/null/tb"],
-             "[metrics] save_tb_folder: cannot create the TensorBoard folder: /dev/null/tb: mkdir "
-             "failed: Not a directory"),
+             "[metrics] save_tb_folder: /dev/null/tb: mkdir failed: Not a directory"),
             (["--checkpoint.initial_load_path=/nonexistent"],
              "[checkpoint] initial_load_path: /nonexistent: no such file or directory"),
             # A Hugging Face folder is not read as one unless initial_load_in_hf says so.
