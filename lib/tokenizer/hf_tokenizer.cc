@@ -325,6 +325,37 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
   return absl::OkStatus();
 }
 
+// OK for the decoders titan's byte-level decoding equals: ByteLevel, alone or in a Sequence, or
+// none. Any other (Replace, Strip, ByteFallback, ...) would change the text tokenizers decodes.
+absl::Status CheckDecoder(const Json& root, const JsonErrors& errors) {
+  const auto decoder = root.find("decoder");
+  if (decoder == root.end() || decoder->is_null()) return absl::OkStatus();
+  const auto check = [&](const Json& spec, const std::string& key, bool in_sequence) {
+    if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
+      return errors.Expected(key, "an object with a \"type\"", spec);
+    }
+    const std::string type = spec["type"].get<std::string>();
+    if (type == "ByteLevel" || (!in_sequence && type == "Sequence")) return absl::OkStatus();
+    return errors.Error(key + ".type", absl::StrCat("unsupported decoder ", QuotedShort(type),
+                                                    " (supported: ByteLevel",
+                                                    in_sequence ? "" : ", or a Sequence of it",
+                                                    "; another would change the decoded text)"));
+  };
+  if (absl::Status status = check(*decoder, "decoder", false); !status.ok()) return status;
+  if ((*decoder)["type"] != "Sequence") return absl::OkStatus();
+  const auto list = decoder->find("decoders");
+  if (list == decoder->end() || !list->is_array()) {
+    return errors.Expected("decoder.decoders", "an array", list == decoder->end() ? Json() : *list);
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    if (absl::Status status = check((*list)[i], absl::StrCat("decoder.decoders[", i, "]"), true);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
                                                             const TokenSettings& settings,
                                                             const JsonErrors& errors) {
@@ -341,6 +372,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
   if (absl::Status s = CheckUnsupportedOptions(bpe, errors); !s.ok()) return s;
   if (absl::Status s = ParseNormalizer(root, errors, &model); !s.ok()) return s;
   if (absl::Status s = ParsePreTokenizers(root, errors, &model); !s.ok()) return s;
+  if (absl::Status s = CheckDecoder(root, errors); !s.ok()) return s;
   absl::flat_hash_map<std::string, int32_t> vocab;
   if (absl::Status s = ParseVocabAndMerges(bpe, errors, &model, &vocab); !s.ok()) return s;
   absl::StatusOr<bool> ignore_merges = OptionalBool(bpe, "ignore_merges", false, errors, "model");

@@ -791,16 +791,58 @@ TEST(TokenizerLoaderTest, OtherTokenTheConfigNamesFoundNowhereIsWarnedAboutAndPl
                         "number 3"));
 }
 
-// The default tokenizer with its Split regex replaced by `regex`, or its load error.
-absl::StatusOr<std::unique_ptr<Tokenizer>> DefaultWithSplitRegex(const std::string& name,
-                                                                 const std::string& regex) {
+// The default tokenizer with `key` (a JSON pointer) set to `value`, or its load error.
+absl::StatusOr<std::unique_ptr<Tokenizer>> DefaultWith(const std::string& name,
+                                                       const std::string& key,
+                                                       const nlohmann::json& value) {
   absl::StatusOr<std::string> text = ReadFile(absl::StrCat(kDefaultTokenizer, "/tokenizer.json"));
   if (!text.ok()) return text.status();
   nlohmann::json json = nlohmann::json::parse(*text);
-  json["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = regex;
+  json[nlohmann::json::json_pointer(key)] = value;
   const std::string path = MakeDir(name) + "/tokenizer.json";
   if (absl::Status written = WriteFileAtomically(path, json.dump()); !written.ok()) return written;
   return LoadTokenizer(path);
+}
+
+// The default tokenizer with its Split regex replaced by `regex`, or its load error.
+absl::StatusOr<std::unique_ptr<Tokenizer>> DefaultWithSplitRegex(const std::string& name,
+                                                                 const std::string& regex) {
+  return DefaultWith(name, "/pre_tokenizer/pretokenizers/0/pattern/Regex", regex);
+}
+
+// A decoder other than ByteLevel would change the text tokenizers decodes (a Replace of "a" by
+// "Z" gives "bZnZnZ" for "banana"): refused, naming it, as tokenizers refuses an unknown one.
+TEST(TokenizerLoaderTest, DecodersOtherThanByteLevelAreRefused) {
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", true}};
+  const nlohmann::json replace = {
+      {"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "Z"}};
+  for (const nlohmann::json& decoder :
+       {byte_level, nlohmann::json(nullptr),
+        nlohmann::json{{"type", "Sequence"}, {"decoders", {byte_level}}}}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+        DefaultWith("decoder_kept", "/decoder", decoder);
+    ASSERT_TRUE(tokenizer.ok()) << decoder << ": " << tokenizer.status();
+    absl::StatusOr<std::string> text =
+        (*tokenizer)->Decode((*tokenizer)->Encode("banana aaa", false, false, kPlain));
+    ASSERT_TRUE(text.ok()) << text.status();
+    EXPECT_EQ(*text, "banana aaa");
+  }
+  for (const auto& [decoder, error] :
+       {std::pair(nlohmann::json{{"type", "Sequence"}, {"decoders", {byte_level, replace}}},
+                  "decoder.decoders[1].type: unsupported decoder \"Replace\" (supported: "
+                  "ByteLevel; another would change the decoded text)"),
+        std::pair(nlohmann::json{{"type", "Bogus"}},
+                  "decoder.type: unsupported decoder \"Bogus\" (supported: ByteLevel, or a "
+                  "Sequence of it; another would change the decoded text)"),
+        std::pair(nlohmann::json{{"type", "Sequence"}, {"decoders", {{{"type", "Sequence"}}}}},
+                  "decoder.decoders[0].type: unsupported decoder \"Sequence\""),
+        std::pair(nlohmann::json{{"type", "Sequence"}}, "decoder.decoders: expected an array"),
+        std::pair(nlohmann::json("ByteLevel"), "decoder: expected an object with a \"type\"")}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+        DefaultWith("decoder_refused", "/decoder", decoder);
+    ASSERT_FALSE(tokenizer.ok()) << decoder;
+    EXPECT_THAT(tokenizer.status().message(), HasSubstr(error)) << decoder;
+  }
 }
 
 // Each `cases` regex (as the default tokenizer's Split regex) is refused, the message naming it
