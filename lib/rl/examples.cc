@@ -330,7 +330,7 @@ absl::Status CheckRolloutGroups(const std::vector<RewardedRollout>& rollouts, in
   for (size_t i = 0; i < rollouts.size(); ++i) {
     const RewardedRollout& first = rollouts[i - i % group_size];
     const RewardedRollout& row = rollouts[i];
-    // The ids are the prompt the update conditions on: a group's rows give the same or none.
+    // The ids are the prompt the update conditions on: a group's rows all give the same, or none.
     if (row.prompt == first.prompt && row.prompt_ids == first.prompt_ids) continue;
     const std::string differs =
         row.prompt != first.prompt
