@@ -13,6 +13,7 @@
 #include "lib/distributed/gloo_communicator.h"
 
 #include <c10/util/Exception.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -45,11 +46,25 @@ std::shared_ptr<::gloo::transport::Device> CreateDevice(const DistributedEnv& en
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// Gloo writes with writev, which raises SIGPIPE on a socket whose peer has gone: the rank would die
+// silently (exit 141) instead of failing with c10d's error. Python ignores SIGPIPE, so under
+// torchrun c10d reports it; a rank of titan must too.
+void IgnoreBrokenPipes() {
+  static const bool ignored = [] {
+    struct sigaction action {};
+    action.sa_handler = SIG_IGN;
+    sigemptyset(&action.sa_mask);
+    return sigaction(SIGPIPE, &action, nullptr) == 0;
+  }();
+  (void)ignored;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
     std::shared_ptr<Rendezvous> rendezvous, const std::string& name, std::vector<int> global_ranks,
     absl::Duration timeout, std::shared_ptr<CommTrace> trace) {
+  IgnoreBrokenPipes();
   const DistributedEnv& env = rendezvous->env();
   TITAN_ASSIGN_OR_RETURN(const int rank, GroupRankOf(name, global_ranks, env.rank));
   const int size = static_cast<int>(global_ranks.size());

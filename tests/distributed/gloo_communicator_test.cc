@@ -12,6 +12,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -289,6 +290,22 @@ TEST(GlooCommunicatorTest, EveryCollectiveExactTwoRanks) {
 
 TEST(GlooCommunicatorTest, EveryCollectiveExactFourRanks) {
   std::vector<int> statuses = RunRanks(4, absl::Seconds(60), AllCollectives);
+  EXPECT_THAT(statuses, ::testing::Each(0));
+}
+
+// A rank whose peer has gone must fail with c10d's error, not die of SIGPIPE (exit 141, no reason
+// printed), as Gloo's writev to that peer's socket would raise it: after joining a group, writing
+// to a socket with no reader returns EPIPE.
+TEST(GlooCommunicatorTest, WriteToDepartedPeerFailsInsteadOfKillingTheRank) {
+  std::vector<int> statuses = RunRanks(2, absl::Seconds(60), [](int rank, auto rendezvous) {
+    RANK_CHECK_OK(CreateGlooCommunicator(rendezvous, "pipes", {0, 1}, absl::Seconds(20)).status());
+    int ends[2];
+    RANK_CHECK(socketpair(AF_UNIX, SOCK_STREAM, 0, ends) == 0, "socketpair");
+    close(ends[1]);
+    const char byte = 0;
+    RANK_CHECK(write(ends[0], &byte, 1) == -1 && errno == EPIPE, "write to a closed peer");
+    return 0;
+  });
   EXPECT_THAT(statuses, ::testing::Each(0));
 }
 
