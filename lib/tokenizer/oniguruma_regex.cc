@@ -1,14 +1,15 @@
 #include "lib/tokenizer/oniguruma_regex.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "lib/tokenizer/oniguruma_property.h"
+#include "lib/tokenizer/oniguruma_quantifier.h"
 #include "lib/util/pcre2_code.h"
 #include "lib/util/short_text.h"
 
@@ -19,25 +20,6 @@ namespace {
 constexpr size_t kRegexQuoteBytes = 256;
 
 bool OneOf(absl::string_view chars, char c) { return chars.find(c) != absl::string_view::npos; }
-
-// The index of the } closing an Oniguruma interval ({n}, {n,}, {,n}, {n,m}) opened at `open`, or
-// npos where that { starts none (Oniguruma then reads it as a literal {).
-size_t IntervalEnd(absl::string_view pattern, size_t open) {
-  size_t i = open + 1;
-  const auto digits = [&] {
-    const size_t start = i;
-    while (i < pattern.size() && absl::ascii_isdigit(pattern[i])) ++i;
-    return i > start;
-  };
-  const bool low = digits();
-  bool high = false;
-  if (i < pattern.size() && pattern[i] == ',') {
-    ++i;
-    high = digits();
-  }
-  if (!(low || high) || i >= pattern.size() || pattern[i] != '}') return absl::string_view::npos;
-  return i;
-}
 
 // The length of the group opener at `open`: ( or (?: (?= (?! (?> (?<= (?<! (?<name> (?(cond).
 size_t GroupOpenerSize(absl::string_view pattern, size_t open) {
@@ -130,14 +112,17 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   size_t item_start = std::string::npos;
   size_t item_out_start = 0;  // Where the item's translation starts in `out`.
   bool item_is_anchor = false;
-  // The } of the last interval read, and whether a ? after it is a lazy mark (not after {n} or a
-  // possessive interval, where Ruby syntax reads it as another quantifier).
-  size_t interval_end = std::string::npos;
-  bool interval_takes_lazy_mark = false;
+  // Whether a quantifier was read after the item: Oniguruma repeats the quantified item as a
+  // whole by another, which PCRE2 refuses or reads as a lazy or possessive mark.
+  bool item_quantified = false;
+  // The index in `pattern` of what wrote each byte of `out`, for PCRE2's error offset.
+  std::vector<size_t> origin;
+  size_t token_start = 0;
   const auto read_item = [&](size_t start, bool anchor) {
     item_start = start;
     item_out_start = out.size();
     item_is_anchor = anchor;
+    item_quantified = false;
     ++groups.back().branch_items;
   };
   const auto end_branch = [&] {
@@ -149,6 +134,8 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
     item_start = std::string::npos;
   };
   for (size_t i = 0; i < pattern.size(); ++i) {
+    origin.resize(out.size(), token_start);
+    token_start = i;
     const char c = pattern[i];
     if (c == '\\' && i + 1 < pattern.size()) {
       const char e = pattern[++i];
@@ -287,22 +274,31 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
       out.push_back(c);
       continue;
     }
-    if (OneOf("*+?", c) || (c == '{' && IntervalEnd(pattern, i) != absl::string_view::npos)) {
+    if (OneOf("*+?", c) || (c == '{' && OnigIntervalEnd(pattern, i) != absl::string_view::npos)) {
+      absl::StatusOr<OnigQuantifier> quantifier = ReadOnigQuantifier(pattern, i);
+      if (!quantifier.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("regex /",
+                                                       TextAround(pattern, i, kRegexQuoteBytes),
+                                                       "/: ", quantifier.status().message()));
+      }
       if (item_start != std::string::npos && item_is_anchor) {
-        const size_t end = c == '{' ? IntervalEnd(pattern, i) + 1 : i + 1;
-        return refuse(absl::StrCat("the quantifier ", pattern.substr(i, end - i), " on ",
-                                   ShortText(pattern.substr(item_start, i - item_start), 64)),
-                      "tokenizers' Oniguruma refuses to repeat an anchor or a lookaround");
+        return refuse(
+            absl::StrCat("the quantifier ", pattern.substr(i, quantifier->end - i), " on ",
+                         ShortText(pattern.substr(item_start, i - item_start), 64)),
+            "tokenizers' Oniguruma refuses to repeat an anchor or a lookaround");
       }
       item_is_anchor = false;  // A repeated item is no anchor: a quantifier may follow it.
-      // Ruby syntax reads X{n,m}+ as (?:X{n,m})+ and X{n}? as (?:X{n})?, where PCRE2 reads a
-      // possessive and a lazy interval.
-      if (interval_end != std::string::npos && i == interval_end + 1 &&
-          item_start != std::string::npos &&
-          (c == '+' || (c == '?' && !interval_takes_lazy_mark))) {
-        out.insert(item_out_start, "(?:");
-        out.push_back(')');
+      for (const std::string& pcre2 : quantifier->pcre2) {
+        if (item_start != std::string::npos && item_quantified) {
+          out.insert(item_out_start, "(?:");
+          origin.insert(origin.begin() + item_out_start, 3, item_start);
+          out.push_back(')');
+        }
+        absl::StrAppend(&out, pcre2);
+        item_quantified = true;
       }
+      i = quantifier->end - 1;
+      continue;
     }
     switch (c) {
       case '[':
@@ -340,30 +336,9 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
           item_out_start = group.out_start;
         }
         break;
-      case '{': {
-        const size_t end = IntervalEnd(pattern, i);
-        if (end == absl::string_view::npos) {
-          read_item(i, false);  // A literal {.
-          break;
-        }
-        const absl::string_view bounds = pattern.substr(i + 1, end - i - 1);
-        const size_t comma = bounds.find(',');
-        int low = 0;
-        int high = 0;
-        interval_end = end;
-        interval_takes_lazy_mark = comma != absl::string_view::npos;
-        i = end;
-        // Ruby syntax reads X{n,m} with n > m as a possessive X{m,n}: PCRE2's X{m,n}+.
-        if (comma != absl::string_view::npos && absl::SimpleAtoi(bounds.substr(0, comma), &low) &&
-            absl::SimpleAtoi(bounds.substr(comma + 1), &high) && low > high) {
-          absl::StrAppend(&out, "{", high, ",", low, "}+");
-          interval_takes_lazy_mark = false;
-          continue;
-        }
-        // {,n} is {0,n} in Oniguruma; PCRE2 10.42 reads it literally.
-        absl::StrAppend(&out, comma == 0 ? "{0" : "{", bounds, "}");
-        continue;
-      }
+      case '{':  // No interval (read above): a literal {.
+        read_item(i, false);
+        break;
       case '(':
         if (absl::StartsWith(pattern.substr(i), "(?#")) {  // A comment, copied whole.
           const size_t close = pattern.find(')', i);
@@ -412,20 +387,25 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
           continue;
         }
       default:
-        if (!OneOf("*+?", c)) read_item(i, false);
+        // A UTF-8 continuation byte belongs to the character before it.
+        if ((c & 0xC0) != 0x80) read_item(i, false);
         break;
     }
     out.push_back(c);
   }
+  origin.resize(out.size(), token_start);
   out.append(groups.front().option_nodes, ')');
-  if (absl::StatusOr<Pcre2Code> code = CompilePcre2(out, PCRE2_UCP); !code.ok()) {
-    // PCRE2's offset is into the translation, which differs where \w, \p{...} or ^ was read.
+  size_t offset = 0;
+  if (absl::StatusOr<Pcre2Code> code = CompilePcre2(out, PCRE2_UCP, &offset); !code.ok()) {
+    // PCRE2's offset is into the translation, which differs where \w, \p{...} or ^ was read:
+    // each quote shows the text around it.
+    const size_t written = offset < origin.size() ? origin[offset] : pattern.size();
     return absl::InvalidArgumentError(absl::StrCat(
-        "regex /", ShortText(pattern, kRegexQuoteBytes),
+        "regex /", TextAround(pattern, written, kRegexQuoteBytes),
         "/: PCRE2 refuses it: ", code.status().message(),
-        out == pattern
-            ? ""
-            : absl::StrCat(" of its translation /", ShortText(out, kRegexQuoteBytes), "/")));
+        out == pattern ? ""
+                       : absl::StrCat(" of its translation /",
+                                      TextAround(out, offset, kRegexQuoteBytes), "/")));
   }
   return out;
 }

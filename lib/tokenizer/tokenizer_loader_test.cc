@@ -1135,6 +1135,62 @@ TEST(TokenizerLoaderTest, SplitRegexIntervalThenPlusOrQuestionMarkRepeatsTheInte
   EXPECT_THAT(optional->Encode("abc", false, false, kPlain), ElementsAre('a', 'b', 'c'));
 }
 
+// Oniguruma reads a quantifier after a quantified item (past a comment too) as repeating the
+// quantified item: a{2}{2} as (?:a{2}){2}, a+{2} as (?:a+){2}, a{3,2}* as (?:a{2,3}+)*, which
+// PCRE2 refuses as written; a multi-byte character is one item. Merges "a a" (256), "aa aa",
+// "aa a", "\xC3 \xA9" (é, 259: byte-level "Ã ©"), "é é", "éé éé" show the splits. Expected ids:
+// PyPI tokenizers 0.23.3, as above.
+TEST(TokenizerLoaderTest, SplitRegexStackedQuantifiersRepeatTheQuantifiedItem) {
+  const std::vector<std::string> merges = {"a a",
+                                           "aa aa",
+                                           "aa a",
+                                           "\u00C3 \u00A9",
+                                           "\u00C3\u00A9 \u00C3\u00A9",
+                                           "\u00C3\u00A9\u00C3\u00A9 \u00C3\u00A9\u00C3\u00A9"};
+  const std::vector<int> split_after_four_as = {'a', ' ', 256, ' ', 258, ' ', 257, 258};
+  const std::vector<int> split_after_six_as = {'a', ' ', 256, ' ', 258, ' ', 257, 256, 'a'};
+  for (const auto& [regex, text, ids] :
+       std::vector<std::tuple<std::string, std::string, std::vector<int>>>{
+           {"a{3,2}*", "a aa aaa aaaaaaa", split_after_six_as},
+           {"a{3,2}{2}", "a aa aaa aaaaaaa", split_after_six_as},
+           {"a{3,2}(?#c)+", "a aa aaa aaaaaaa", split_after_six_as},
+           {"a{2}{2}", "a aa aaa aaaaaaa", split_after_four_as},
+           {"a+{2}", "a aa aaa aaaaaaa", split_after_four_as},
+           {"a(?#c)*", "a aa aaa aaaaaaa", split_after_four_as},
+           {"a{2}{2}?",
+            "a aa aaa aaaaaaa",
+            {'a', ' ', 'a', 'a', ' ', 'a', 'a', 'a', ' ', 257, 'a', 'a', 'a'}},
+           {"\u00E9{2}{2}",
+            "\u00E9 \u00E9\u00E9 \u00E9\u00E9\u00E9\u00E9 \u00E9\u00E9\u00E9\u00E9\u00E9",
+            {259, ' ', 260, ' ', 261, ' ', 261, 259}},
+           {"\u00E9{2}?",
+            "\u00E9 \u00E9\u00E9 \u00E9\u00E9\u00E9\u00E9 \u00E9\u00E9\u00E9\u00E9\u00E9",
+            {259, ' ', 260, ' ', 260, 260, ' ', 260, 260, 259}}}) {
+    std::unique_ptr<Tokenizer> tokenizer = ByteTokenizerWithSplitRegex("stacked", regex, merges);
+    ASSERT_NE(tokenizer, nullptr) << regex;
+    EXPECT_EQ(tokenizer->Encode(text, false, false, kPlain), ids) << regex;
+  }
+}
+
+// Oniguruma repeats up to 100000 times, PCRE2 up to 65535: an exact count over that is split in
+// two factors ((?:a{35000}){2}); another count over it is refused, as is one tokenizers refuses.
+TEST(TokenizerLoaderTest, SplitRegexIntervalsOverPcre2sLimit) {
+  std::unique_ptr<Tokenizer> exact = ByteTokenizerWithSplitRegex("exact", "a{70000}", {"a a"});
+  ASSERT_NE(exact, nullptr);
+  std::vector<int> ids(35000, 256);
+  ids.push_back('a');
+  EXPECT_EQ(exact->Encode(std::string(70001, 'a'), false, false, kPlain), ids);
+  ExpectSplitRegexesLoad({"a{100000}|b{70000,70000}|c{65535}|[ab]{66000}"});
+  ExpectSplitRegexesRefused(
+      {{"a{0,70000}", "the interval {0,70000} is not supported (PCRE2 repeats at most 65535"},
+       {"a{70000,}", "the interval {70000,} is not supported (PCRE2 repeats at most 65535"},
+       {"a{70000,3}", "the interval {70000,3} is not supported (PCRE2 repeats at most 65535"},
+       {"a{65537}", "the interval {65537} is not supported (PCRE2 repeats at most 65535"},
+       {"a{100001}", "the interval {100001} is not supported (tokenizers' Oniguruma refuses"},
+       {"a{99999999999999999999}", "the interval {99999999999999999999} is not supported (tok"},
+       {"a{,100001}", "the interval {,100001} is not supported (tokenizers' Oniguruma refuses"}});
+}
+
 // An inline (?i) covers the rest of its group, later alternatives included: Oniguruma reads
 // a(?i)b|c as a(?i:b|c) (a lone c is no match), PCRE2 as (?:a(?i)b)|(?i:c). Merges "c d" (256)
 // and "a c" (257) show the splits. Expected ids: PyPI tokenizers 0.23.3, as above.
@@ -1196,6 +1252,29 @@ TEST(TokenizerLoaderTest, SplitRegexErrorsQuoteAHugeRegexCutShort) {
     EXPECT_THAT(tokenizer.status().message(), HasSubstr(error));
     EXPECT_THAT(tokenizer.status().message(), HasSubstr("bytes)"));
     EXPECT_LT(tokenizer.status().message().size(), 1000);
+  }
+}
+
+// PCRE2's error in a long regex is quoted where it is, in the regex as written and in its
+// translation (where that differs), not by the regex's ends alone.
+TEST(TokenizerLoaderTest, SplitRegexPcre2ErrorsQuoteTheTextAroundTheError) {
+  const std::string alternatives = absl::StrJoin(std::vector<std::string>(500, "ab"), "|");
+  for (const std::string start : {"", "\\w|"}) {
+    const std::string regex = start + alternatives + "|x(?<=y+)|" + alternatives;
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+        DefaultWithSplitRegex("error_around", regex);
+    ASSERT_FALSE(tokenizer.ok()) << start;
+    const absl::string_view message = tokenizer.status().message();
+    const size_t written_end = message.find("/: PCRE2 refuses it: lookbehind assertion");
+    ASSERT_NE(written_end, absl::string_view::npos) << message;
+    EXPECT_LT(message.find("ab|x(?<=y+)|ab"), written_end) << message;
+    EXPECT_THAT(message.substr(0, written_end), HasSubstr("..."));
+    if (!start.empty()) {
+      const size_t translation = message.find("of its translation /...");
+      ASSERT_NE(translation, absl::string_view::npos) << message;
+      EXPECT_THAT(message.substr(translation), HasSubstr("ab|x(?<=y+)|ab")) << message;
+    }
+    EXPECT_LT(message.size(), 1000);
   }
 }
 

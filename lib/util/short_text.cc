@@ -1,5 +1,7 @@
 #include "lib/util/short_text.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 
 namespace titan {
@@ -48,6 +50,18 @@ bool AppendBounded(const nlohmann::json& value, size_t max_bytes, std::string* o
 
 std::string ShortText(absl::string_view text, size_t max_bytes) {
   return absl::StrCat(CutMiddle(text, max_bytes), SizeIfCut(text, max_bytes));
+}
+
+std::string TextAround(absl::string_view text, size_t offset, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  const size_t at = std::min(offset, text.size());
+  size_t start = std::min(at - std::min(at, max_bytes / 2), text.size() - max_bytes);
+  size_t end = start + max_bytes;
+  // Cut on UTF-8 character boundaries, inside the window.
+  while (start < end && (text[start] & 0xC0) == 0x80) ++start;
+  while (end > start && end < text.size() && (text[end] & 0xC0) == 0x80) --end;
+  return absl::StrCat(start > 0 ? "..." : "", text.substr(start, end - start),
+                      end < text.size() ? "..." : "", SizeIfCut(text, max_bytes));
 }
 
 std::string QuotedShort(absl::string_view text, size_t max_bytes) {

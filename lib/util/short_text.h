@@ -16,6 +16,10 @@ namespace titan {
 // UTF-8 character boundaries) around "..." and then its size: "abc...xyz (1000000 bytes)".
 std::string ShortText(absl::string_view text, size_t max_bytes = 60);
 
+// `text` whole when at most `max_bytes` long, else the max_bytes around byte `offset` (an error's
+// place in it), "..." marking each cut, then its size: "...xy(?<=a+)zw... (1000000 bytes)".
+std::string TextAround(absl::string_view text, size_t offset, size_t max_bytes = 60);
+
 // As ShortText, the kept text quoted as a JSON string (ill-formed UTF-8 replaced):
 // "\"abc...xyz\" (1000000 bytes)".
 std::string QuotedShort(absl::string_view text, size_t max_bytes = 60);

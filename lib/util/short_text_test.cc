@@ -25,6 +25,19 @@ TEST(ShortTextTest, CutsOnCharacterBoundaries) {
   EXPECT_EQ(ShortText(text, 6), "a\xC3\xA9...\xC3\xA9z (16 bytes)");
 }
 
+// An error's place in a long text shows, not only the text's ends.
+TEST(ShortTextTest, TextAroundKeepsTheTextAroundTheOffset) {
+  const std::string text = std::string(1000, 'a') + "HERE" + std::string(1000, 'z');
+  EXPECT_EQ(TextAround(text, 1002, 8), "...aaHEREzz... (2004 bytes)");
+  EXPECT_EQ(TextAround(text, 0, 4), "aaaa... (2004 bytes)");
+  EXPECT_EQ(TextAround(text, 5000, 4), "...zzzz (2004 bytes)");
+  EXPECT_EQ(TextAround("abc", 1, 3), "abc");
+  const std::string accents =  // é: 2 bytes, at 11 and 13.
+      "x" + std::string(10, 'a') + "\xC3\xA9\xC3\xA9" + std::string(10, 'z');
+  EXPECT_EQ(TextAround(accents, 13, 4), "...\xC3\xA9\xC3\xA9... (25 bytes)");
+  EXPECT_EQ(TextAround(accents, 14, 4), "...\xC3\xA9z... (25 bytes)");  // Not inside an é.
+}
+
 TEST(JsonForMessageTest, ScalarsAsJsonSpellsThem) {
   EXPECT_EQ(JsonForMessage(nullptr), "null");
   EXPECT_EQ(JsonForMessage(true), "true");

@@ -355,6 +355,32 @@ class ParityTest(unittest.TestCase):
             self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
                                               f"class_interval_{i}", texts, regex)
 
+    def test_split_regex_stacked_quantifiers_and_long_intervals_as_tokenizers(self):
+        # A quantifier after a quantified item (past a comment too) repeats the quantified item:
+        # a{2}{2} is (?:a{2}){2}, a+{2} is (?:a+){2}; a ? or + after an interval, a {n} or a
+        # possessive interval is such a quantifier too.
+        texts = ["a aa aaa aaaaaaa", "ab aab abab b bbb", "\u00e9 \u00e9\u00e9 \u00e9\u00e9\u00e9\u00e9\u00e9",
+                 "Hello World 12345"] + TRICKY_TEXTS[:16]
+        for i, regex in enumerate([
+                "a{3,2}*", "a{2}{2}", "a+{2}", "a{3,2}{2}", "a{3,2}(?#c)+", "a(?#c)*", "a**",
+                "a???", "a+?+", "a*++", "a{2}{2}?", "a??{2}", "a*{2,3}", "a+{0,5}", "a{2,}?{2}",
+                "(?:ab|a){2}{1,2}", "\u00e9{2}{2}|\u00e9{2}?", "[ab]*?{2}", r"\p{L}{1,2}+{2}",
+                "(?:a|b)+?{2,}?", "a{1000}{1000}|b{,2}{2}?"]):
+            self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
+                                              f"stacked_{i}", texts, regex)
+        # Counts over PCRE2's 65535: an exact one is split in two factors, as a{35000}{2}.
+        long_texts = ["a" * 70001, "a" * 100001 + "b", "ab" * 40000, "b" * 66000]
+        for i, regex in enumerate(["a{70000}", "a{100000}|b{66000}", "[ab]{33000}{2}|b"]):
+            self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
+                                              f"long_interval_{i}", long_texts, regex)
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        for pattern in ["a{100001}", "a{,100001}"]:
+            spec["pre_tokenizer"] = split_then_byte_level(pattern)
+            stderr = self.assert_both_refuse(spec, "too big number for repeat range")
+            self.assertIn(f"regex /{pattern}/: the interval {pattern[1:]} is not supported "
+                          "(tokenizers' Oniguruma refuses a count over 100000", stderr)
+
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
         normalizer, pre-tokenizer and added tokens, <think> not special, with `think_settings`):
