@@ -977,6 +977,52 @@ TEST(JobConfigTest, FolderKeysThatAreTheDumpFolderItselfAreRefused) {
                "--profiling.save_memory_snapshot_folder="});
 }
 
+TEST(JobConfigTest, OutputFoldersMustBeApartAndOutsideTheCheckpointFolder) {
+  // A resume would read the TensorBoard folder as a damaged checkpoint step.
+  const std::vector<std::string> tb_in_checkpoint = {"--checkpoint.enable",
+                                                     "--metrics.enable_tensorboard",
+                                                     "--metrics.save_tb_folder=checkpoint/step-2"};
+  EXPECT_EQ(ValidationError(tb_in_checkpoint),
+            "[metrics] save_tb_folder = \"checkpoint/step-2\" is inside [checkpoint] folder = "
+            "\"checkpoint\" (its step-N folders are read as checkpoints); use a folder outside it");
+  // Only folders of features that are on.
+  ExpectValid({"--metrics.enable_tensorboard", "--metrics.save_tb_folder=checkpoint/step-2"});
+  ExpectValid({"--checkpoint.enable", "--metrics.save_tb_folder=checkpoint/step-2"});
+  // Compared as folders: spellings agree, a shared prefix of names does not.
+  EXPECT_EQ(ValidationError({"--job.dump_folder=/abs/run", "--checkpoint.enable",
+                             "--checkpoint.folder=/abs/run/ck", "--profiling.enable_profiling",
+                             "--profiling.save_traces_folder=./ck/../ck/"}),
+            "[profiling] save_traces_folder = \"./ck/../ck/\" is the folder of [checkpoint] "
+            "folder = \"/abs/run/ck\" too; give each a folder of its own");
+  ExpectValid({"--checkpoint.enable", "--metrics.enable_tensorboard",
+               "--metrics.save_tb_folder=checkpoint_tb"});
+  EXPECT_EQ(ValidationError({"--profiling.enable_profiling", "--profiling.enable_memory_snapshot",
+                             "--profiling.save_memory_snapshot_folder=profile_traces/"}),
+            "[profiling] save_memory_snapshot_folder = \"profile_traces/\" is the folder of "
+            "[profiling] save_traces_folder = \"profile_traces\" too; give each a folder of its "
+            "own");
+  // The flight recorder's folder is always in use.
+  EXPECT_EQ(ValidationError({"--checkpoint.enable", "--comm.save_traces_folder=checkpoint/fr"}),
+            "[comm] save_traces_folder = \"checkpoint/fr\" is inside [checkpoint] folder = "
+            "\"checkpoint\" (its step-N folders are read as checkpoints); use a folder outside it");
+  EXPECT_EQ(ValidationError({"--metrics.enable_tensorboard", "--metrics.save_tb_folder=fr",
+                             "--comm.save_traces_folder=fr"}),
+            "[comm] save_traces_folder = \"fr\" is the folder of [metrics] save_tb_folder = "
+            "\"fr\" too; give each a folder of its own");
+  // titan_rl's PPO saves its critic beside the policy's checkpoints.
+  const std::vector<std::string> tb_in_critic = {"--checkpoint.enable",
+                                                 "--metrics.enable_tensorboard",
+                                                 "--metrics.save_tb_folder=checkpoint_critic/tb"};
+  ExpectValid(tb_in_critic);
+  std::vector<std::string> ppo = tb_in_critic;
+  ppo.push_back("--rl.algorithm=ppo");
+  EXPECT_EQ(ValidationError(ppo),
+            "[metrics] save_tb_folder = \"checkpoint_critic/tb\" is inside PPO's critic "
+            "checkpoints, [checkpoint] folder + \"_critic\" = \"checkpoint_critic\" (its step-N "
+            "folders are read as checkpoints); use a folder outside it");
+  ExpectValid({"--checkpoint.enable", "--checkpoint.folder=ck/", "--rl.algorithm=ppo"});
+}
+
 TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
   EXPECT_EQ(ValidationError({"--parallelism.data_parallel_shard_degree=8",
                              "--parallelism.tensor_parallel_degree=2"},

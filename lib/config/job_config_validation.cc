@@ -1,6 +1,7 @@
 // ValidateJobConfig (declared in job_config.h): ranges, choices and the relations between keys,
 // apart from the parsing in job_config.cc.
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -77,6 +78,73 @@ absl::Status CheckOwnFolder(const JobConfig& config, absl::string_view key,
   return absl::InvalidArgumentError(
       absl::StrCat(key, " = ", Quote(folder), " is [job] dump_folder itself: ", why,
                    "; use a subfolder, e.g. ", Quote(default_folder), " (the default)"));
+}
+
+// A folder a run writes into: `name` is its key and value, as messages say them.
+struct OutputFolder {
+  std::string name;
+  std::filesystem::path path;  // NormalFolder's
+  bool checkpoints;            // its step-N folders are read as checkpoints
+};
+
+// The output folders of the features that are on; the flight recorder's always is.
+std::vector<OutputFolder> OutputFolders(const JobConfig& config) {
+  std::vector<OutputFolder> folders;
+  const auto add = [&](absl::string_view key, const std::string& folder, bool checkpoints) {
+    folders.push_back({absl::StrCat(key, " = ", Quote(folder)),
+                       NormalFolder(UnderDumpFolder(config, folder)), checkpoints});
+  };
+  if (config.checkpoint().enable()) {
+    add("[checkpoint] folder", config.checkpoint().folder(), true);
+    // BuildCheckpointManager's "_critic" suffix: titan_rl's PPO saves its value head there.
+    if (config.rl().algorithm() == "ppo") {
+      add("PPO's critic checkpoints, [checkpoint] folder + \"_critic\"",
+          config.checkpoint().folder() + "_critic", true);
+    }
+  }
+  if (config.metrics().enable_tensorboard()) {
+    add("[metrics] save_tb_folder", config.metrics().save_tb_folder(), false);
+  }
+  const JobConfig::Profiling& profiling = config.profiling();
+  if (profiling.enable_profiling()) {
+    add("[profiling] save_traces_folder", profiling.save_traces_folder(), false);
+  }
+  if (profiling.enable_memory_snapshot()) {
+    add("[profiling] save_memory_snapshot_folder", profiling.save_memory_snapshot_folder(), false);
+  }
+  add("[comm] save_traces_folder", config.comm().save_traces_folder(), false);
+  return folders;
+}
+
+// `inner` lies below `outer`, both NormalFolder's (compared by part: "ck_tb" is not in "ck").
+bool IsInside(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  const auto [in_outer, in_inner] =
+      std::mismatch(outer.begin(), outer.end(), inner.begin(), inner.end());
+  return in_outer == outer.end() && in_inner != inner.end();
+}
+
+// Each output needs a folder of its own, and none may lie in a checkpoint folder, whose children
+// the run reads as steps (a save could replace them, or a resume read them as damaged).
+absl::Status CheckOutputFoldersApart(const JobConfig& config) {
+  const std::vector<OutputFolder> folders = OutputFolders(config);
+  for (size_t i = 0; i < folders.size(); ++i) {
+    for (size_t j = 0; j < folders.size(); ++j) {
+      const OutputFolder& folder = folders[i];
+      const OutputFolder& other = folders[j];
+      // The critic's folder is the policy's name plus a suffix, never one of its steps.
+      if (i == j || (folder.checkpoints && other.checkpoints)) continue;
+      if (j < i && folder.path == other.path) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            folder.name, " is the folder of ", other.name, " too; give each a folder of its own"));
+      }
+      if (other.checkpoints && IsInside(folder.path, other.path)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(folder.name, " is inside ", other.name,
+                         " (its step-N folders are read as checkpoints); use a folder outside it"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A list of choices names a set: the default's members in another order (or repeated) are the
@@ -218,6 +286,7 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
       !status.ok()) {
     return status;
   }
+  if (absl::Status status = CheckOutputFoldersApart(config); !status.ok()) return status;
 
   const JobConfig::Parallelism& parallelism = config.parallelism();
   absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
