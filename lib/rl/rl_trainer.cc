@@ -341,10 +341,17 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(
     rollouts.responses.push_back(given_ids ? *response_ids[i]
                                            : EncodeResponse(responses[i], /*add_eos=*/false));
     const std::string name = where.empty() ? absl::StrCat("Step: rollout ", i) : where[i];
-    TITAN_RETURN_IF_ERROR(CheckIdsInVocabulary(rollouts.prompts.back(), "prompt_ids", name));
-    TITAN_RETURN_IF_ERROR(CheckIdsInVocabulary(rollouts.responses.back(), "response_ids", name));
-    // The prompt's ids as encoded above (CheckPromptHasTokens would encode it again).
-    TITAN_RETURN_IF_ERROR(CheckPromptIdsNotEmpty(rollouts.prompts.back(), name));
+    // Encoded text needs no bound: the tokenizer fits the model (CheckTokenizerFitsModel).
+    if (given_prompt_ids) {
+      TITAN_RETURN_IF_ERROR(CheckIdsInVocabulary(rollouts.prompts.back(), "prompt_ids", name));
+    } else {
+      // The prompt's ids as encoded above (CheckPromptHasTokens would encode it again); empty
+      // given ones are the reader's to refuse (ReadRewardedRollouts).
+      TITAN_RETURN_IF_ERROR(CheckPromptIdsNotEmpty(rollouts.prompts.back(), name));
+    }
+    if (given_ids) {
+      TITAN_RETURN_IF_ERROR(CheckIdsInVocabulary(rollouts.responses.back(), "response_ids", name));
+    }
     const size_t tokens = rollouts.responses.back().size();
     if (absl::Status fits = CheckRolloutFits(rollouts.prompts.back().size(), tokens); !fits.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", fits.message()));
