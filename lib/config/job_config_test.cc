@@ -996,17 +996,18 @@ TEST(JobConfigTest, OutputFoldersMustBeApartAndOutsideTheCheckpointFolder) {
             "folder = \"/abs/run/ck\" too; give each a folder of its own");
   ExpectValid({"--checkpoint.enable", "--metrics.enable_tensorboard",
                "--metrics.save_tb_folder=checkpoint_tb"});
-  EXPECT_EQ(ValidationError({"--profiling.enable_profiling", "--profiling.enable_memory_snapshot",
-                             "--profiling.save_memory_snapshot_folder=profile_traces/"}),
-            "[profiling] save_memory_snapshot_folder = \"profile_traces/\" is the folder of "
-            "[profiling] save_traces_folder = \"profile_traces\" too; give each a folder of its "
-            "own");
+  // Outputs whose files are named apart may share a folder.
+  ExpectValid({"--profiling.enable_profiling", "--profiling.enable_memory_snapshot",
+               "--profiling.save_memory_snapshot_folder=profile_traces/"});
+  ExpectValid({"--metrics.enable_tensorboard", "--metrics.save_tb_folder=fr",
+               "--comm.save_traces_folder=fr"});
   // The flight recorder's folder is always in use.
   EXPECT_EQ(ValidationError({"--checkpoint.enable", "--comm.save_traces_folder=checkpoint/fr"}),
             "[comm] save_traces_folder = \"checkpoint/fr\" is inside [checkpoint] folder = "
             "\"checkpoint\" (its step-N folders are read as checkpoints); use a folder outside it");
+  // Every rank's TensorBoard folder rank_<r> would take the name of its flight-recorder dump.
   EXPECT_EQ(ValidationError({"--metrics.enable_tensorboard", "--metrics.save_tb_folder=fr",
-                             "--comm.save_traces_folder=fr"}),
+                             "--metrics.save_for_all_ranks", "--comm.save_traces_folder=fr"}),
             "[comm] save_traces_folder = \"fr\" is the folder of [metrics] save_tb_folder = "
             "\"fr\" too; give each a folder of its own");
   // titan_rl's PPO saves its critic beside the policy's checkpoints.

@@ -85,14 +85,16 @@ struct OutputFolder {
   std::string name;
   std::filesystem::path path;  // NormalFolder's
   bool checkpoints;            // its step-N folders are read as checkpoints
+  bool rank_entries;           // it holds an entry rank_<r> per rank
 };
 
 // The output folders of the features that are on; the flight recorder's always is.
 std::vector<OutputFolder> OutputFolders(const JobConfig& config) {
   std::vector<OutputFolder> folders;
-  const auto add = [&](absl::string_view key, const std::string& folder, bool checkpoints) {
+  const auto add = [&](absl::string_view key, const std::string& folder, bool checkpoints,
+                       bool rank_entries = false) {
     folders.push_back({absl::StrCat(key, " = ", Quote(folder)),
-                       NormalFolder(UnderDumpFolder(config, folder)), checkpoints});
+                       NormalFolder(UnderDumpFolder(config, folder)), checkpoints, rank_entries});
   };
   if (config.checkpoint().enable()) {
     add("[checkpoint] folder", config.checkpoint().folder(), true);
@@ -103,7 +105,8 @@ std::vector<OutputFolder> OutputFolders(const JobConfig& config) {
     }
   }
   if (config.metrics().enable_tensorboard()) {
-    add("[metrics] save_tb_folder", config.metrics().save_tb_folder(), false);
+    add("[metrics] save_tb_folder", config.metrics().save_tb_folder(), false,
+        config.metrics().save_for_all_ranks());
   }
   const JobConfig::Profiling& profiling = config.profiling();
   if (profiling.enable_profiling()) {
@@ -112,7 +115,8 @@ std::vector<OutputFolder> OutputFolders(const JobConfig& config) {
   if (profiling.enable_memory_snapshot()) {
     add("[profiling] save_memory_snapshot_folder", profiling.save_memory_snapshot_folder(), false);
   }
-  add("[comm] save_traces_folder", config.comm().save_traces_folder(), false);
+  add("[comm] save_traces_folder", config.comm().save_traces_folder(), false,
+      /*rank_entries=*/true);
   return folders;
 }
 
@@ -123,8 +127,9 @@ bool IsInside(const std::filesystem::path& inner, const std::filesystem::path& o
   return in_outer == outer.end() && in_inner != inner.end();
 }
 
-// Each output needs a folder of its own, and none may lie in a checkpoint folder, whose children
-// the run reads as steps (a save could replace them, or a resume read them as damaged).
+// No output may share a checkpoint folder or lie in one, whose children the run reads as steps (a
+// save could replace them, or a resume read them as damaged), and two outputs naming an entry per
+// rank (rank_<r>) may not share a folder. Others may: their files' names differ.
 absl::Status CheckOutputFoldersApart(const JobConfig& config) {
   const std::vector<OutputFolder> folders = OutputFolders(config);
   for (size_t i = 0; i < folders.size(); ++i) {
@@ -133,7 +138,9 @@ absl::Status CheckOutputFoldersApart(const JobConfig& config) {
       const OutputFolder& other = folders[j];
       // The critic's folder is the policy's name plus a suffix, never one of its steps.
       if (i == j || (folder.checkpoints && other.checkpoints)) continue;
-      if (j < i && folder.path == other.path) {
+      const bool clash =
+          folder.checkpoints || other.checkpoints || (folder.rank_entries && other.rank_entries);
+      if (j < i && clash && folder.path == other.path) {
         return absl::InvalidArgumentError(absl::StrCat(
             folder.name, " is the folder of ", other.name, " too; give each a folder of its own"));
       }
