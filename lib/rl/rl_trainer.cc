@@ -48,10 +48,16 @@ absl::Status CheckFiniteUpdate(const StepMetrics& m, absl::string_view where,
                                          ", not finite: the update diverged", then));
 }
 
-// OK unless `prompt_ids` (EncodePrompt's) is empty, when the response would follow nothing (an
-// empty prompt without chat template text, and no BOS); the error starts with `where`.
-absl::Status CheckPromptIdsNotEmpty(const TokenIds& prompt_ids, absl::string_view where) {
+// OK unless `prompt_ids` (given, or EncodePrompt's) is empty, when the response would follow
+// nothing (encoded: an empty prompt without chat template text, and no BOS); the error starts with
+// `where`.
+absl::Status CheckPromptIdsNotEmpty(const TokenIds& prompt_ids, bool given,
+                                    absl::string_view where) {
   if (!prompt_ids.empty()) return absl::OkStatus();
+  if (given) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": \"prompt_ids\" is empty: the response would follow no token"));
+  }
   return absl::InvalidArgumentError(absl::StrCat(
       where,
       ": an empty prompt, and the tokenizer has no BOS: the response would follow no token; give "
@@ -90,7 +96,7 @@ absl::Status RlTrainer::CheckPromptHasTokens(const std::string& prompt,
                                              absl::string_view where) const {
   // With a BOS every prompt has one.
   if (tokenizer_->bos_id().has_value()) return absl::OkStatus();
-  return CheckPromptIdsNotEmpty(EncodePrompt(prompt), where);
+  return CheckPromptIdsNotEmpty(EncodePrompt(prompt), /*given=*/false, where);
 }
 
 TokenIds RlTrainer::EncodeResponse(const std::string& response, bool add_eos) const {
@@ -341,13 +347,11 @@ absl::StatusOr<StepMetrics> RlTrainer::Step(
     rollouts.responses.push_back(given_ids ? *response_ids[i]
                                            : EncodeResponse(responses[i], /*add_eos=*/false));
     const std::string name = where.empty() ? absl::StrCat("Step: rollout ", i) : where[i];
+    // The prompt's ids as given or encoded above (CheckPromptHasTokens would encode it again).
+    TITAN_RETURN_IF_ERROR(CheckPromptIdsNotEmpty(rollouts.prompts.back(), given_prompt_ids, name));
     // Encoded text needs no bound: the tokenizer fits the model (CheckTokenizerFitsModel).
     if (given_prompt_ids) {
       TITAN_RETURN_IF_ERROR(CheckIdsInVocabulary(rollouts.prompts.back(), "prompt_ids", name));
-    } else {
-      // The prompt's ids as encoded above (CheckPromptHasTokens would encode it again); empty
-      // given ones are the reader's to refuse (ReadRewardedRollouts).
-      TITAN_RETURN_IF_ERROR(CheckPromptIdsNotEmpty(rollouts.prompts.back(), name));
     }
     if (given_ids) {
       TITAN_RETURN_IF_ERROR(CheckIdsInVocabulary(rollouts.responses.back(), "response_ids", name));

@@ -67,7 +67,7 @@ class RlTrainer {
   // where given (the ids sampled: text need not encode back to them), else its text's encoding;
   // a prompt's tokens are its `prompt_ids` where given (those the response was sampled after, not
   // cut), else its text's with the chat template. Given ids past the model's vocabulary are
-  // refused; given prompt_ids must hold a token (ReadRewardedRollouts refuses an empty list).
+  // refused, as is an empty prompt (given or encoded): the response would follow no token.
   absl::StatusOr<StepMetrics> Step(const std::vector<std::string>& prompts,
                                    const std::vector<std::string>& responses,
                                    const std::vector<double>& rewards,
