@@ -1,5 +1,6 @@
 #include "lib/interop/hf_config.h"
 
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -73,7 +74,9 @@ absl::Status CheckWholeHeadsRotate(const json& object, const std::string& where)
 }
 
 // Refuses what the shared decoder cannot compute: one line per config, naming the key.
-absl::Status CheckRepresentable(const json& config, int64_t n_layers, const std::string& source) {
+absl::Status CheckRepresentable(const json& config, int64_t n_layers,
+                                const HfAdapter::ConfigDefaults& defaults,
+                                const std::string& source) {
   std::string hidden_act = "silu";
   TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "hidden_act", source, hidden_act));
   if (hidden_act != "silu") {
@@ -106,12 +109,13 @@ absl::Status CheckRepresentable(const json& config, int64_t n_layers, const std:
   }
   // Without layer_types, Qwen-style configs slide from layer max_window_layers on.
   bool use_sliding_window = false;
-  int64_t max_window_layers = n_layers;
+  int64_t max_window_layers =
+      defaults.max_window_layers > 0 ? defaults.max_window_layers : n_layers;
   TITAN_RETURN_IF_ERROR(
       ReadOptionalField(config, "use_sliding_window", source, use_sliding_window));
   TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "max_window_layers", source, max_window_layers));
-  const bool has_window =
-      config.contains("sliding_window") && !config.at("sliding_window").is_null();
+  const bool has_window = config.contains("sliding_window") ? !config.at("sliding_window").is_null()
+                                                            : defaults.sliding_window > 0;
   if (layer_types.empty() && use_sliding_window && has_window && max_window_layers < n_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": use_sliding_window true: titan's decoder has only full attention"));
@@ -161,17 +165,21 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const std::stri
         ReadRequiredField(params, "high_freq_factor", where, rope.high_freq_factor));
   } else {
     rope.scaling = RopeScalingType::kYarn;
-    // transformers: no factor means the ratio of the context lengths; 0 betas mean the defaults.
-    rope.factor = static_cast<double>(max_positions) /
-                  static_cast<double>(rope.original_max_position_embeddings);
+    // transformers refuses a yarn without factor; 0 betas mean the defaults.
     rope.beta_fast = kYarnBetaFast;
     rope.beta_slow = kYarnBetaSlow;
     rope.mscale = rope.mscale_all_dim = rope.attention_factor = 0;
     rope.truncate = true;
-    TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "factor", where, rope.factor));
+    TITAN_RETURN_IF_ERROR(ReadRequiredField(params, "factor", where, rope.factor));
     TITAN_RETURN_IF_ERROR(ReadYarnFields(params, where, rope));
     if (rope.beta_fast == 0) rope.beta_fast = kYarnBetaFast;
     if (rope.beta_slow == 0) rope.beta_slow = kYarnBetaSlow;
+    // transformers scales cos and sin by any explicit attention_factor: 0 erases positions.
+    if (params.contains("attention_factor") && !params.at("attention_factor").is_null() &&
+        !(rope.attention_factor > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": attention_factor ", rope.attention_factor, ", expected a positive number"));
+    }
   }
   if (!(rope.factor > 0)) {
     return absl::InvalidArgumentError(
@@ -179,6 +187,56 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const std::stri
   }
   return absl::OkStatus();
 }
+
+// Reads config.json's keys, a missing one as the family's transformers default, and remembers
+// which sizes were missing: a refusal they cause names the defaults, not only the numbers.
+class DefaultedKeys {
+ public:
+  DefaultedKeys(const json& config, const std::string& source) : config_(config), source_(source) {}
+
+  // A null value is `null_value`, or refused as transformers' strict config classes refuse it.
+  template <typename T>
+  absl::Status Read(const char* key, const T& default_value, T& out,
+                    std::optional<T> null_value = std::nullopt) {
+    const auto it = config_.find(key);
+    if (it == config_.end()) {
+      out = default_value;
+      return absl::OkStatus();
+    }
+    if (!it->is_null()) return ReadOptionalField(config_, key, source_, out);
+    if (!null_value.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source_, ": ", key, " null: expected a ", json(default_value).type_name()));
+    }
+    out = *null_value;
+    return absl::OkStatus();
+  }
+
+  // As Read, for a size: a missing one is named by Explain, its default 0 as `derived`.
+  absl::Status Size(const char* key, int64_t default_value, int64_t& out,
+                    std::optional<int64_t> null_value = std::nullopt,
+                    const char* derived = nullptr) {
+    if (!config_.contains(key)) {
+      missing_.push_back(default_value == 0 && derived != nullptr
+                             ? absl::StrCat(key, " as ", derived)
+                             : absl::StrCat(key, " ", default_value));
+    }
+    return Read(key, default_value, out, null_value);
+  }
+
+  // `status` with the missing sizes and the defaults taken for them appended.
+  absl::Status Explain(absl::Status status) const {
+    if (status.ok() || missing_.empty()) return status;
+    return absl::Status(status.code(),
+                        absl::StrCat(status.message(), " (missing, so ", "transformers' defaults: ",
+                                     absl::StrJoin(missing_, ", "), ")"));
+  }
+
+ private:
+  const json& config_;
+  const std::string& source_;
+  std::vector<std::string> missing_;
+};
 
 }  // namespace
 
@@ -225,28 +283,39 @@ absl::StatusOr<ModelInfo> ModelInfoFromHfConfig(const json& config, const std::s
   std::string model_type;
   TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "model_type", source, model_type));
   TITAN_ASSIGN_OR_RETURN(const ModelSpec* spec, FindHfFamily(model_type, source));
+  const HfAdapter::ConfigDefaults& defaults = spec->hf.config_defaults;
+  DefaultedKeys keys(config, source);
   TransformerArgs args = spec->defaults;
-  args.norm_eps = 1e-6;  // transformers' defaults for every family titan has
-  args.rope.theta = 10000;
-  args.n_kv_heads = spec->hf.default_kv_heads;
-  TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "hidden_size", source, args.dim));
-  TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "num_hidden_layers", source, args.n_layers));
-  TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "num_attention_heads", source, args.n_heads));
-  TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "vocab_size", source, args.vocab_size));
+  TITAN_RETURN_IF_ERROR(keys.Size("hidden_size", defaults.hidden_size, args.dim));
+  TITAN_RETURN_IF_ERROR(keys.Size("num_hidden_layers", defaults.num_hidden_layers, args.n_layers));
   TITAN_RETURN_IF_ERROR(
-      ReadRequiredField(config, "intermediate_size", source, args.ffn_hidden_dim));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "num_key_value_heads", source, args.n_kv_heads));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "head_dim", source, args.head_dim));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "rms_norm_eps", source, args.norm_eps));
+      keys.Size("num_attention_heads", defaults.num_attention_heads, args.n_heads));
+  TITAN_RETURN_IF_ERROR(keys.Size("vocab_size", defaults.vocab_size, args.vocab_size));
   TITAN_RETURN_IF_ERROR(
-      ReadOptionalField(config, "max_position_embeddings", source, args.max_seq_len));
+      keys.Size("intermediate_size", defaults.intermediate_size, args.ffn_hidden_dim));
+  // null, in both families, means one key-value head per head (0 here).
+  TITAN_RETURN_IF_ERROR(keys.Size("num_key_value_heads", defaults.num_key_value_heads,
+                                  args.n_kv_heads, 0, "num_attention_heads"));
+  // A derived default (0) is what null means too; a fixed one (Qwen3Config's 128) refuses null.
+  TITAN_RETURN_IF_ERROR(keys.Size("head_dim", defaults.head_dim, args.head_dim,
+                                  defaults.head_dim == 0 ? std::optional<int64_t>(0) : std::nullopt,
+                                  "hidden_size / num_attention_heads"));
+  TITAN_RETURN_IF_ERROR(keys.Read("rms_norm_eps", defaults.rms_norm_eps, args.norm_eps));
   TITAN_RETURN_IF_ERROR(
-      ReadOptionalField(config, "tie_word_embeddings", source, args.tie_word_embeddings));
-  TITAN_RETURN_IF_ERROR(CheckRepresentable(config, args.n_layers, source));
+      keys.Read("max_position_embeddings", defaults.max_position_embeddings, args.max_seq_len));
+  TITAN_RETURN_IF_ERROR(
+      keys.Read("tie_word_embeddings", defaults.tie_word_embeddings, args.tie_word_embeddings));
+  args.rope.theta = defaults.rope_theta;
+  TITAN_RETURN_IF_ERROR(CheckRepresentable(config, args.n_layers, defaults, source));
   TITAN_RETURN_IF_ERROR(ReadRope(config, args.max_seq_len, source, args.rope));
-  TITAN_RETURN_IF_ERROR(ValidateTransformerArgs(args, source));
-  ModelInfo info = DescribeModel(*spec, args, config.value("bos_token_id", json()),
-                                 config.value("eos_token_id", json()));
+  if (defaults.heads_divide_hidden_size && args.n_heads > 0 && args.dim % args.n_heads != 0) {
+    return keys.Explain(absl::InvalidArgumentError(absl::StrCat(
+        source, ": hidden_size ", args.dim, " is not a multiple of num_attention_heads ",
+        args.n_heads, " (transformers refuses it for ", model_type, ")")));
+  }
+  TITAN_RETURN_IF_ERROR(keys.Explain(ValidateTransformerArgs(args, source)));
+  ModelInfo info = DescribeModel(*spec, args, config.value("bos_token_id", defaults.bos_token_id),
+                                 config.value("eos_token_id", defaults.eos_token_id));
   info.pad_token_id = config.value("pad_token_id", json());
   return info;
 }

@@ -82,12 +82,44 @@ TEST(HfConfigTest, MissingKeyValueHeadsTakeTheFamilysTransformersDefault) {
   ASSERT_TRUE(qwen3.ok()) << qwen3.status();
   EXPECT_EQ(qwen3->args.kv_heads(), 32);
   config["num_attention_heads"] = 16;  // 32 key-value heads cannot serve 16
-  EXPECT_FALSE(ModelInfoFromHfConfig(config, "c.json").ok());
+  // The refusal says the 32 is the default of a missing key.
+  EXPECT_THAT(Error(config), HasSubstr("16/32 heads"));
+  EXPECT_THAT(Error(config),
+              HasSubstr("(missing, so transformers' defaults: num_key_value_heads 32)"));
+  config["num_key_value_heads"] = nullptr;  // Qwen3Config: null means one per head
+  ASSERT_TRUE(ModelInfoFromHfConfig(config, "c.json").ok());
+  EXPECT_EQ(ModelInfoFromHfConfig(config, "c.json")->args.kv_heads(), 16);
+  config.erase("num_key_value_heads");
   config["model_type"] = "llama";
   config.erase("head_dim");
   absl::StatusOr<ModelInfo> llama = ModelInfoFromHfConfig(config, "c.json");
   ASSERT_TRUE(llama.ok()) << llama.status();
   EXPECT_EQ(llama->args.kv_heads(), 16);
+}
+
+// Every key titan needs has the default transformers' config class gives it (Qwen3Config
+// defaults num_attention_heads to 32, titan refused the config as incomplete).
+TEST(HfConfigTest, MissingKeysTakeTheFamilysTransformersDefaults) {
+  absl::StatusOr<ModelInfo> qwen3 = ModelInfoFromHfConfig(json({{"model_type", "qwen3"}}), "c");
+  ASSERT_TRUE(qwen3.ok()) << qwen3.status();
+  EXPECT_EQ(DescribeArchitecture(qwen3->args),
+            "dim 4096, 32 layers, 32/32 heads of 128, ffn 22016, vocab 151936, qk-norm");
+  EXPECT_EQ(qwen3->args.max_seq_len, 32768);
+  EXPECT_EQ(qwen3->args.rope.theta, 10000);
+  EXPECT_TRUE(qwen3->bos_token_id.is_null());
+  absl::StatusOr<ModelInfo> llama = ModelInfoFromHfConfig(json({{"model_type", "llama"}}), "c");
+  ASSERT_TRUE(llama.ok()) << llama.status();
+  EXPECT_EQ(DescribeArchitecture(llama->args),
+            "dim 4096, 32 layers, 32/32 heads of 128, ffn 11008, vocab 32000");
+  EXPECT_EQ((std::pair(llama->args.max_seq_len, llama->args.norm_eps)), std::pair(2048L, 1e-6));
+  EXPECT_EQ(llama->bos_token_id, 1);
+  EXPECT_EQ(llama->eos_token_id, 2);
+  // LlamaConfig refuses hidden_size not divisible by the heads, head_dim or not.
+  EXPECT_EQ(Error(json({{"model_type", "llama"}, {"num_attention_heads", 3}, {"head_dim", 64}})),
+            "c.json: hidden_size 4096 is not a multiple of num_attention_heads 3 (transformers "
+            "refuses it for llama) (missing, so transformers' defaults: hidden_size 4096, "
+            "num_hidden_layers 32, vocab_size 32000, intermediate_size 11008, "
+            "num_key_value_heads as num_attention_heads)");
 }
 
 TEST(HfConfigTest, WritesTheFamilysIdentityAndConstants) {
@@ -165,13 +197,18 @@ TEST(HfConfigTest, YarnRoundTripsAndIsCompletedAsTransformersDoes) {
   EXPECT_EQ(config.at("rope_scaling").at("truncate"), false);
   EXPECT_TRUE(SameArchitecture(ModelInfoFromHfConfig(config, "c.json")->args, info.args));
 
-  // transformers: factor defaults to max_position_embeddings / original, beta 0 to the default.
+  // transformers: beta 0 means the default; a yarn without factor is refused (5.24).
   config["rope_scaling"] = {
-      {"type", "yarn"}, {"original_max_position_embeddings", 32}, {"beta_slow", 0}};
+      {"type", "yarn"}, {"factor", 8}, {"original_max_position_embeddings", 32}, {"beta_slow", 0}};
   back = ModelInfoFromHfConfig(config, "config.json");
   ASSERT_TRUE(back.ok()) << back.status();
-  EXPECT_EQ(back->args.rope.factor, 256.0 / 32);
   EXPECT_EQ(back->args.rope.beta_slow, 1);
+  config["rope_scaling"].erase("factor");
+  EXPECT_EQ(Error(config), "c.json: rope_scaling: missing key \"factor\"");
+  // An explicit attention_factor scales cos and sin as given: 0 would erase the positions.
+  config["rope_scaling"]["factor"] = 1;
+  config["rope_scaling"]["attention_factor"] = 0;
+  EXPECT_EQ(Error(config), "c.json: rope_scaling: attention_factor 0, expected a positive number");
 }
 
 TEST(HfConfigTest, RefusesWhatTheDecoderCannotRepresentInOneLine) {
@@ -211,9 +248,9 @@ TEST(HfConfigTest, RefusesWhatTheDecoderCannotRepresentInOneLine) {
   EXPECT_EQ(Error(type),
             "c.json: model_type \"mistral\" is not supported; known: \"llama\" "
             "(llama3), \"qwen3\" (qwen3)");
-  json missing = good;
-  missing.erase("hidden_size");
-  EXPECT_EQ(Error(missing), "c.json: missing key \"hidden_size\"");
+  json null_size = good;
+  null_size["hidden_size"] = nullptr;  // transformers' strict config refuses a null int
+  EXPECT_EQ(Error(null_size), "c.json: hidden_size null: expected a number");
   json wrong_type = good;
   wrong_type["num_hidden_layers"] = "two";
   EXPECT_THAT(Error(wrong_type), HasSubstr("num_hidden_layers: unexpected string"));

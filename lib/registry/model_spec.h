@@ -49,9 +49,29 @@ struct HfAdapter {
   std::string model_type;    // config.json "model_type", e.g. "llama"
   std::string architecture;  // e.g. "LlamaForCausalLM"
   nlohmann::json extra_config = nlohmann::json::object();  // written as is, ignored on reading
-  // What a config.json without "num_key_value_heads" means, as transformers' config class reads
-  // it (LlamaConfig: num_attention_heads, written 0 here; Qwen3Config: 32).
-  int64_t default_kv_heads = 0;
+  // What a config.json without a key means: the family's transformers config class defaults
+  // (transformers 5.24), so that titan reads the model transformers loads.
+  struct ConfigDefaults {
+    int64_t hidden_size = 4096;
+    int64_t intermediate_size = 11008;
+    int64_t num_hidden_layers = 32;
+    int64_t num_attention_heads = 32;
+    int64_t num_key_value_heads = 0;  // 0: num_attention_heads (LlamaConfig's None)
+    int64_t head_dim = 0;             // 0: hidden_size / num_attention_heads (LlamaConfig's None)
+    int64_t vocab_size = 32000;
+    int64_t max_position_embeddings = 2048;
+    double rms_norm_eps = 1e-6;
+    double rope_theta = 10000;
+    bool tie_word_embeddings = false;
+    nlohmann::json bos_token_id;  // null: none
+    nlohmann::json eos_token_id;
+    // Qwen-style sliding window (use_sliding_window): its width (0: none) and first layer (0:
+    // none).
+    int64_t sliding_window = 0;
+    int64_t max_window_layers = 0;
+    // LlamaConfig refuses a hidden_size that the heads do not divide, even with a head_dim given.
+    bool heads_divide_hidden_size = false;
+  } config_defaults;
 };
 
 // Meta's consolidated format (params.json + consolidated.00.pth), for families that have one.

@@ -174,6 +174,10 @@ ModelSpec Llama3Spec() {
   spec.hf.extra_config = {{"mlp_bias", false},       {"initializer_range", 0.02},
                           {"pretraining_tp", 1},     {"use_cache", true},
                           {"attention_dropout", 0.0}};
+  // LlamaConfig's defaults (transformers 5.24) are HfAdapter::ConfigDefaults' but for these.
+  spec.hf.config_defaults.bos_token_id = 1;
+  spec.hf.config_defaults.eos_token_id = 2;
+  spec.hf.config_defaults.heads_divide_hidden_size = true;
   spec.meta = MetaAdapter{MetaParams, DescribeMetaParams};
   spec.parallelize = ParallelizeDecoder;
   return spec;

@@ -51,7 +51,15 @@ ModelSpec Qwen3Spec() {
   spec.defaults = Defaults();
   spec.hf.model_type = "qwen3";
   spec.hf.architecture = "Qwen3ForCausalLM";
-  spec.hf.default_kv_heads = 32;
+  // Qwen3Config's defaults (transformers 5.24); the others are HfAdapter::ConfigDefaults'.
+  HfAdapter::ConfigDefaults& hf_defaults = spec.hf.config_defaults;
+  hf_defaults.intermediate_size = 22016;
+  hf_defaults.num_key_value_heads = 32;
+  hf_defaults.head_dim = 128;
+  hf_defaults.vocab_size = 151936;
+  hf_defaults.max_position_embeddings = 32768;
+  hf_defaults.sliding_window = 4096;
+  hf_defaults.max_window_layers = 28;
   spec.hf.extra_config = {{"attention_dropout", 0.0}, {"initializer_range", 0.02},
                           {"use_cache", true},        {"use_sliding_window", false},
                           {"sliding_window", nullptr}, {"max_window_layers", 28}};
