@@ -57,8 +57,8 @@ RopeFrequencies ComputeRopeFrequencies(const RopeConfig& config, int64_t head_di
       if (config.factor > 0) return {Llama3Scaled(config, freqs), 1.0};
       break;
     case RopeScalingType::kYarn:
-      if (config.factor > 1) return Yarn(config, freqs, head_dim);
-      break;
+      // Whatever the factor, as transformers: 1 keeps the frequencies, < 1 still blends them.
+      return Yarn(config, freqs, head_dim);
     case RopeScalingType::kNone:
       break;
   }

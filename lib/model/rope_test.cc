@@ -99,5 +99,26 @@ TEST(RopeTest, YarnBlendsInterpolationAndExtrapolationWithAttentionFactor) {
   EXPECT_DOUBLE_EQ(yarn.attention_factor, 0.1 * std::log(4.0) + 1);
 }
 
+// transformers applies YaRN whatever the factor (it only warns below 1): titan skipped it.
+TEST(RopeTest, YarnAtOrBelowFactorOneBlendsAndKeepsAnExplicitAttentionFactor) {
+  RopeConfig config;
+  config.scaling = RopeScalingType::kYarn;
+  config.original_max_position_embeddings = 4096;
+  config.factor = 1;
+  config.attention_factor = 0.7;
+  RopeFrequencies one = ComputeRopeFrequencies(config, 64);
+  config.factor = 0.5;
+  config.attention_factor = 0;
+  RopeFrequencies half = ComputeRopeFrequencies(config, 64);
+  config.scaling = RopeScalingType::kNone;
+  RopeFrequencies plain = ComputeRopeFrequencies(config, 64);
+  EXPECT_TRUE(at::allclose(one.inv_freq, plain.inv_freq));
+  EXPECT_DOUBLE_EQ(one.attention_factor, 0.7);
+  // Slowest frequencies are multiplied by 1 / 0.5; no attention factor below 1.
+  EXPECT_DOUBLE_EQ(half.inv_freq[0].item<double>(), plain.inv_freq[0].item<double>());
+  EXPECT_DOUBLE_EQ(half.inv_freq[31].item<double>(), plain.inv_freq[31].item<double>() * 2);
+  EXPECT_DOUBLE_EQ(half.attention_factor, 1);
+}
+
 }  // namespace
 }  // namespace titan

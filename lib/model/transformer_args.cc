@@ -108,7 +108,8 @@ bool SameRope(const RopeConfig& a, const RopeConfig& b) {
 
 double YarnAttentionFactor(const RopeConfig& rope) {
   if (rope.attention_factor > 0) return rope.attention_factor;
-  return rope.mscale > 0 && rope.mscale_all_dim > 0
+  // transformers tests the two for truth: any nonzero pair is used.
+  return rope.mscale != 0 && rope.mscale_all_dim != 0
              ? YarnMscale(rope.factor, rope.mscale) / YarnMscale(rope.factor, rope.mscale_all_dim)
              : YarnMscale(rope.factor, 1);
 }
@@ -139,6 +140,11 @@ absl::Status ValidateTransformerArgs(const TransformerArgs& args, const std::str
         source, ": inconsistent model args (", DescribeArchitecture(args),
         "): expected positive sizes, n_heads divisible by n_kv_heads, an even head size (dim / "
         "n_heads when head_dim is not given)"));
+  }
+  // A factor <= 0 gives infinite or negative frequencies (transformers computes them all the same).
+  if (args.rope.scaling != RopeScalingType::kNone && !(args.rope.factor > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": rope factor ", args.rope.factor, ", expected a positive number"));
   }
   return absl::OkStatus();
 }

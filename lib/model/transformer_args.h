@@ -66,7 +66,8 @@ struct TransformerArgs {
 // Llama's FFN width: 2/3 of 4·dim, times the multiplier (if > 0), rounded up to `multiple_of`.
 int64_t FeedForwardHiddenDim(int64_t dim, int64_t multiple_of, double ffn_dim_multiplier);
 
-// Positive sizes, heads divisible by KV heads, an even head size. `source` prefixes the error.
+// Positive sizes, heads divisible by KV heads, an even head size, a positive RoPE scaling factor.
+// `source` prefixes the error.
 absl::Status ValidateTransformerArgs(const TransformerArgs& args, const std::string& source);
 
 // The architecture as JSON (checkpoints record it; titan_train can start from it) and back.
@@ -83,7 +84,7 @@ absl::Status ReadYarnFields(const nlohmann::json& object, const std::string& sou
                             RopeConfig& rope);
 
 // The factor YaRN scales cos and sin by: attention_factor when set (> 0), else transformers'
-// default from factor, and mscale over mscale_all_dim when both are set.
+// default from factor, and mscale over mscale_all_dim when both are nonzero.
 double YarnAttentionFactor(const RopeConfig& rope);
 
 // Whether two architectures build the same model (vocab_size and max_seq_len aside): YaRN's

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
 namespace titan {
@@ -70,6 +71,19 @@ TEST(TransformerArgsTest, RejectsInconsistentShapesWithOneLine) {
   EXPECT_NE(args.status().message().find("0/5 heads of 0"), std::string::npos);
 }
 
+// YaRN now computes whatever the factor: one <= 0 (infinite or negative frequencies) is refused.
+TEST(TransformerArgsTest, RejectsARopeFactorThatIsNotPositive) {
+  nlohmann::json args = TransformerArgsToJson(TransformerArgs{});
+  args["rope"]["scaling"] = "yarn";
+  for (double factor : {0.0, -2.0}) {
+    args["rope"]["factor"] = factor;
+    EXPECT_EQ(TransformerArgsFromJson(args, TransformerArgs{}, "x.json").status().message(),
+              absl::StrCat("x.json: rope factor ", factor, ", expected a positive number"));
+  }
+  args["rope"]["factor"] = 0.5;
+  EXPECT_TRUE(TransformerArgsFromJson(args, TransformerArgs{}, "x.json").ok());
+}
+
 // YaRN's cos/sin factor as transformers sets it: attention_factor when given, else from factor
 // (and mscale over mscale_all_dim when both are given); the same factor is the same model.
 TEST(TransformerArgsTest, YarnAttentionFactorIsTransformersDefaultWhenUnset) {
@@ -90,6 +104,10 @@ TEST(TransformerArgsTest, YarnAttentionFactorIsTransformersDefaultWhenUnset) {
   unset.rope.mscale = 2;
   EXPECT_DOUBLE_EQ(YarnAttentionFactor(unset.rope),
                    (0.2 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1));
+  // transformers tests mscale and mscale_all_dim for truth: a negative one counts.
+  unset.rope.mscale = -1;
+  EXPECT_DOUBLE_EQ(YarnAttentionFactor(unset.rope),
+                   (-0.1 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1));
 }
 
 }  // namespace
