@@ -7,7 +7,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "lib/tokenizer/oniguruma_property.h"
 #include "lib/tokenizer/oniguruma_quantifier.h"
 #include "lib/util/pcre2_code.h"
@@ -68,6 +70,29 @@ absl::string_view ClassEscapeText(absl::string_view pattern, size_t letter) {
 
 // Whether the inline options `options` (as in (?i-m)) turn case-insensitive matching on (true),
 // off (false), or leave it as `caseless`.
+// How many characters after the escape letter at `letter` belong to it: the digits of \xHH, of an
+// octal \0oo or \ooo, or of a backreference \nn (a number under 10, or as many groups before it),
+// as Oniguruma and PCRE2 both read them; a quantifier after them repeats the whole escape.
+size_t EscapeDigits(absl::string_view pattern, size_t letter, int capture_groups) {
+  const auto run = [&](size_t max, auto is_digit) {
+    size_t n = 0;
+    while (n < max && letter + 1 + n < pattern.size() && is_digit(pattern[letter + 1 + n])) ++n;
+    return n;
+  };
+  const auto is_octal = [](char c) { return c >= '0' && c <= '7'; };
+  const char e = pattern[letter];
+  if (e == 'x') return run(2, [](char c) { return absl::ascii_isxdigit(c); });
+  if (e == '0') return run(2, is_octal);
+  if (e < '1' || e > '9') return 0;
+  const size_t decimal = run(pattern.size(), [](char c) { return absl::ascii_isdigit(c); });
+  int number = 0;
+  if (!absl::SimpleAtoi(pattern.substr(letter, decimal + 1), &number) || number < 10 ||
+      number <= capture_groups) {
+    return decimal;
+  }
+  return is_octal(e) ? run(2, is_octal) : 0;
+}
+
 bool CaselessAfter(absl::string_view options, bool caseless) {
   const size_t minus = options.find('-');
   if (OneOf(options.substr(0, minus), 'i')) return true;
@@ -118,6 +143,7 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   // The index in `pattern` of what wrote each byte of `out`, for PCRE2's error offset.
   std::vector<size_t> origin;
   size_t token_start = 0;
+  int capture_groups = 0;  // Capture groups opened before i: \nn is a backreference to one.
   const auto read_item = [&](size_t start, bool anchor) {
     item_start = start;
     item_out_start = out.size();
@@ -220,14 +246,42 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
           return refuse("\\X", "PCRE2 and Oniguruma segment grapheme clusters differently");
         case 'Q':
           return refuse("\\Q", "a literal Q in Oniguruma, a quoting start in PCRE2");
+        case 'c':
+        case 'C': {
+          // Ruby's control escapes \cX and \C-X are X & 0x9f (\c? is DEL); PCRE2's \cX flips bit 6
+          // of an upper-cased X (\c1 is q) and its \C is one code unit.
+          const size_t arg = e == 'c' ? i + 1 : i + 2;
+          if (e == 'C' && (i + 1 >= pattern.size() || pattern[i + 1] != '-')) {
+            return refuse("\\C without -X", "Ruby's control escape is \\C-X");
+          }
+          if (arg >= pattern.size() || pattern[arg] == '\\' ||
+              static_cast<unsigned char>(pattern[arg]) >= 0x80) {
+            return refuse(pattern.substr(i - 1, std::min(arg + 1, pattern.size()) - (i - 1)),
+                          "titan translates a control escape of one ASCII character other than \\");
+          }
+          absl::StrAppend(
+              &out, absl::StrFormat("\\x{%02X}", pattern[arg] == '?' ? 0x7f : pattern[arg] & 0x1f));
+          i = arg;
+          continue;
+        }
+        case 'M':
+          return refuse("the Oniguruma escape \\M-X", "a meta byte; titan does not translate it");
+        case 'O':
+        case 'y':
+        case 'Y':
+          return refuse(absl::StrCat("the Oniguruma escape \\", absl::string_view(&e, 1)),
+                        "PCRE2 has none like it; titan does not translate it");
         default:
           break;
       }
       out.push_back('\\');
       out.push_back(e);
+      const size_t digits = EscapeDigits(pattern, i, capture_groups);
+      absl::StrAppend(&out, pattern.substr(i + 1, digits));
+      i += digits;
       // Braced arguments (\x{2028}, \k<name>) are copied whole: their { is no quantifier.
       const char open = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
-      if ((OneOf("xo", e) && open == '{') || (OneOf("kg", e) && open == '<')) {
+      if ((OneOf("xo", e) && open == '{' && digits == 0) || (OneOf("kg", e) && open == '<')) {
         const size_t close = pattern.find(open == '{' ? '}' : '>', i + 1);
         if (close != absl::string_view::npos) {
           absl::StrAppend(&out, pattern.substr(i + 1, close - i));
@@ -375,6 +429,9 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
         {
           const size_t opener = GroupOpenerSize(pattern, i);
           const absl::string_view kind = pattern.substr(i, opener);
+          if (kind == "(" || (kind.size() > 3 && OneOf("<'", kind[2]) && !OneOf("=!", kind[3]))) {
+            ++capture_groups;
+          }
           groups.push_back(
               {.start = i,
                .out_start = out.size(),

@@ -897,9 +897,11 @@ TEST(TokenizerLoaderTest, SplitRegexEscapesMeanWhatTheyMeanInOniguruma) {
 
 // A byte vocabulary plus `merges` ("a b": token "ab", ids from 256 on), split by `regex` before
 // ByteLevel: a merge across a split's boundary shows where the split falls.
+// add_prefix_space starts each Split piece with a space (Ġ, id 32): the splits show in the ids.
 std::unique_ptr<Tokenizer> ByteTokenizerWithSplitRegex(const std::string& name,
                                                        const std::string& regex,
-                                                       const std::vector<std::string>& merges) {
+                                                       const std::vector<std::string>& merges,
+                                                       bool add_prefix_space = false) {
   nlohmann::json vocab = ByteVocab();
   for (size_t i = 0; i < merges.size(); ++i) {
     std::string merged = merges[i];
@@ -913,7 +915,7 @@ std::unique_ptr<Tokenizer> ByteTokenizerWithSplitRegex(const std::string& name,
        {{"type", "Sequence"},
         {"pretokenizers",
          {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"use_regex", false}}}}}},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
   const std::string dir = MakeDir(name);
   Write(dir + "/tokenizer.json", json.dump());
@@ -1170,6 +1172,44 @@ TEST(TokenizerLoaderTest, SplitRegexStackedQuantifiersRepeatTheQuantifiedItem) {
     ASSERT_NE(tokenizer, nullptr) << regex;
     EXPECT_EQ(tokenizer->Encode(text, false, false, kPlain), ids) << regex;
   }
+}
+
+// A multi-character escape (\x41, \101, \01, \cA) is one item: a quantifier after it repeats it
+// whole, stacked ones too, as the character it stands for; Ruby's control escapes are X & 0x9f
+// (\c1 is U+0011, PCRE2's \c1 is q). Each piece starts with a space (32), showing the splits.
+TEST(TokenizerLoaderTest, SplitRegexQuantifiedEscapeRepeatsTheWholeEscape) {
+  for (const auto& [escaped, literal, text] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {R"(\x41{2}{3})", "A{2}{3}", "xAAAAAAAx"},
+           {R"(\x41{2}?)", "A{2}?", "xAAAx"},
+           {R"(\x41+{2})", "A+{2}", "xA AAx"},
+           {R"(\101{2}?b)", "A{2}?b", "AAb Ab b"},
+           {R"(\01{2}?)", "\x01{2}?", "x\x01\x01\x01x"},
+           {R"(\x4{2}{3})", "\x04{2}{3}", "x\x04\x04\x04\x04\x04\x04x"},
+           {R"(\cA{2}{3})", "\x01{2}{3}", "x\x01\x01\x01\x01\x01\x01\x01x"},
+           {R"(\cA{2}?)", "\x01{2}?", "x\x01\x01\x01x"},
+           {R"(\C-a+|\c1|\C-?)", "\x01+|\x11|\x7f",
+            "x\x01\x01"
+            "b-a\x11q1\x7f?x"},
+           {R"((a)(b)(c)(d)(e)(f)(g)(h)(i)(j)\10{2}|\1011{2})",
+            "(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)j{2}|A1{2}", "abcdefghijjj A11 A1"}}) {
+    std::unique_ptr<Tokenizer> ours = ByteTokenizerWithSplitRegex("escape", escaped, {}, true);
+    std::unique_ptr<Tokenizer> reference =
+        ByteTokenizerWithSplitRegex("escape_literal", literal, {}, true);
+    ASSERT_NE(ours, nullptr) << escaped;
+    ASSERT_NE(reference, nullptr) << literal;
+    EXPECT_EQ(ours->Encode(text, false, false, kPlain),
+              reference->Encode(text, false, false, kPlain))
+        << escaped;
+  }
+  ExpectSplitRegexesRefused(
+      {{R"(\O)", R"(the Oniguruma escape \O is not supported)"},
+       {R"(a\y)", R"(the Oniguruma escape \y is not supported)"},
+       {R"(\Y)", R"(the Oniguruma escape \Y is not supported)"},
+       {R"(\M-a)", R"(the Oniguruma escape \M-X is not supported)"},
+       {R"(\Cx)", R"(\C without -X is not supported)"},
+       {R"(a\c)", R"(\c is not supported (titan translates a control escape of one ASCII)"},
+       {R"(\C-\cA)", R"(\C-\ is not supported (titan translates a control escape)"}});
 }
 
 // Oniguruma repeats up to 100000 times, PCRE2 up to 65535: an exact count over that is split in

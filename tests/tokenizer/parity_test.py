@@ -381,6 +381,18 @@ class ParityTest(unittest.TestCase):
             self.assertIn(f"regex /{pattern}/: the interval {pattern[1:]} is not supported "
                           "(tokenizers' Oniguruma refuses a count over 100000", stderr)
 
+    def test_split_regex_quantified_escapes_as_tokenizers(self):
+        # A multi-character escape is one item: \x41{2}{3} is (?:\x41{2}){3}, not \x4(?:1{2}){3};
+        # Ruby's control escapes \cX and \C-X are X & 0x9f (PCRE2's \c1 is q).
+        texts = ["xAAAAAAAx AAb Ab b A11 A1", "x\x01\x01\x01 \x04\x04\x04\x04\x04\x04\x04",
+                 "\x11q1\x7f? b-a \x01a"] + TRICKY_TEXTS[:8]
+        for i, regex in enumerate([
+                r"\x41{2}{3}", r"\x41{2}?", r"\x41+{2}", r"\101{2}?b", r"\01{2}?", r"\x4{2}{3}",
+                r"\cA{2}{3}", r"\cA{2}?", r"\C-a+|\c1|\C-?", r"\1011{2}|\x0A+{2}",
+                r"(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)\10{2}|[\C-a\x41]+"]):
+            self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
+                                              f"escape_{i}", texts, regex)
+
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
         normalizer, pre-tokenizer and added tokens, <think> not special, with `think_settings`):
