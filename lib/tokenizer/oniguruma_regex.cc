@@ -335,7 +335,15 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
                                                        TextAround(pattern, i, kRegexQuoteBytes),
                                                        "/: ", quantifier.status().message()));
       }
-      if (item_start != std::string::npos && item_is_anchor) {
+      // At the start, after ( or |, or after an inline option (which opens a node that the
+      // quantifier would start), Oniguruma's Ruby syntax refuses a quantifier.
+      if (item_start == std::string::npos) {
+        return refuse(absl::StrCat("the quantifier ", pattern.substr(i, quantifier->end - i),
+                                   " with nothing before it"),
+                      "tokenizers' Oniguruma refuses it: target of repeat operator is not "
+                      "specified");
+      }
+      if (item_is_anchor) {
         return refuse(
             absl::StrCat("the quantifier ", pattern.substr(i, quantifier->end - i), " on ",
                          ShortText(pattern.substr(item_start, i - item_start), 64)),
@@ -343,7 +351,7 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
       }
       item_is_anchor = false;  // A repeated item is no anchor: a quantifier may follow it.
       for (const std::string& pcre2 : quantifier->pcre2) {
-        if (item_start != std::string::npos && item_quantified) {
+        if (item_quantified) {
           out.insert(item_out_start, "(?:");
           origin.insert(origin.begin() + item_out_start, 3, item_start);
           out.push_back(')');
@@ -418,6 +426,7 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
             if (pattern[j] == ')') {
               ++groups.back().option_nodes;
               groups.back().caseless = caseless;
+              item_start = std::string::npos;
             } else {
               groups.push_back({.start = i, .out_start = out_start, .caseless = caseless});
               item_start = std::string::npos;

@@ -1231,6 +1231,24 @@ TEST(TokenizerLoaderTest, SplitRegexIntervalsOverPcre2sLimit) {
        {"a{,100001}", "the interval {,100001} is not supported (tokenizers' Oniguruma refuses"}});
 }
 
+// A quantifier with no item before it (at the start, after ( or |, or after an inline option,
+// which starts a node the quantifier would open) is refused, as tokenizers refuses it: titan had
+// dropped the option in a+(?i)+b.
+TEST(TokenizerLoaderTest, SplitRegexQuantifierWithNothingToRepeatIsRefused) {
+  ExpectSplitRegexesRefused(
+      {{"a+(?i)+b", "the quantifier + with nothing before it"},
+       {"a?(?m)?b", "the quantifier ? with nothing before it"},
+       {"a{2}(?i)+b", "the quantifier + with nothing before it"},
+       {"d+(?i)+", "the quantifier + with nothing before it"},
+       {"()+(?m)?", "the quantifier ? with nothing before it"},
+       {"a(?i){,2}", "the quantifier {,2} with nothing before it"},
+       {"a|{2}", "the quantifier {2} with nothing before it"},
+       {"(?#c)*a", "the quantifier * with nothing before it"}},
+      " is not supported (tokenizers' Oniguruma refuses it: target of repeat operator is not "
+      "specified)");
+  ExpectSplitRegexesLoad({"a(?#c)+|(?i)a+|(?i:a)+|(?:a(?i))+"});
+}
+
 // An inline (?i) covers the rest of its group, later alternatives included: Oniguruma reads
 // a(?i)b|c as a(?i:b|c) (a lone c is no match), PCRE2 as (?:a(?i)b)|(?i:c). Merges "c d" (256)
 // and "a c" (257) show the splits. Expected ids: PyPI tokenizers 0.23.3, as above.

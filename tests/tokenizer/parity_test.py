@@ -312,6 +312,16 @@ class ParityTest(unittest.TestCase):
             self.assertIn("(tokenizers' Oniguruma refuses to repeat an anchor or a lookaround)",
                           stderr)
 
+    def test_quantifiers_with_nothing_to_repeat_are_refused_as_tokenizers_refuses_them(self):
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        for pattern in ["a+(?i)+b", "a?(?m)?b", "a{2}(?i)+b", "d+(?i)+", "()+(?m)?", "a(?i){,2}",
+                        "a|{2}", "(?#c)*a", "(+a)"]:
+            spec["pre_tokenizer"] = split_then_byte_level(pattern)
+            stderr = self.assert_both_refuse(spec, "target of repeat operator is not specified")
+            self.assertIn(f"regex /{pattern}/: the quantifier ", stderr)
+            self.assertIn("with nothing before it is not supported", stderr)
+
     def test_split_regex_class_ranges_caseless_classes_and_intervals_as_tokenizers(self):
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
             spec = json.load(f)
