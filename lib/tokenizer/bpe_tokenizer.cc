@@ -1,12 +1,14 @@
 #include "lib/tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <queue>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "lib/tokenizer/nfc.h"
 #include "lib/util/pcre2_code.h"
 #include "lib/util/short_text.h"
@@ -61,7 +63,7 @@ class BpeTokenizer::Regex {
     }
     // Without JIT (unsupported CPU) PCRE2 falls back to its interpreter: slower, same matches.
     pcre2_jit_compile(code->get(), PCRE2_JIT_COMPLETE);
-    return std::unique_ptr<Regex>(new Regex(*std::move(code)));
+    return std::unique_ptr<Regex>(new Regex(pattern, *std::move(code)));
   }
 
   // Calls `emit` with each non-empty match and each non-empty gap between matches, in order, as
@@ -76,7 +78,10 @@ class BpeTokenizer::Regex {
     std::optional<size_t> last_match_end;
     while (search_from <= text.size()) {
       const int rc = pcre2_match(code_.get(), subject, text.size(), search_from, 0, match, nullptr);
-      if (rc < 0) break;  // No match (or a matching limit): the rest is one gap.
+      if (rc < 0) {  // No match: the rest is one gap.
+        if (rc != PCRE2_ERROR_NOMATCH) LogMatchError(rc, search_from, text.size());
+        break;
+      }
       const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
       const size_t start = ovector[0];
       const size_t end = ovector[1];
@@ -95,8 +100,24 @@ class BpeTokenizer::Regex {
   }
 
  private:
-  explicit Regex(Pcre2Code code) : code_(std::move(code)) {}
+  Regex(const std::string& pattern, Pcre2Code code) : pattern_(pattern), code_(std::move(code)) {}
+
+  // tokenizers raises where Oniguruma fails to match (a limit); Encode has no error to return, so
+  // the first failure is logged and the rest of the text kept as one piece.
+  void LogMatchError(int rc, size_t offset, size_t size) const {
+    if (error_logged_.exchange(true)) return;
+    PCRE2_UCHAR message[256];
+    pcre2_get_error_message(rc, message, sizeof(message));
+    LOG(ERROR) << "pre-tokenizer regex /" << ShortText(pattern_, kRegexQuoteBytes)
+               << "/: PCRE2 failed to match at byte " << offset << " of a " << size
+               << "-byte text: " << reinterpret_cast<const char*>(message)
+               << "; the rest of the text is encoded as one piece (tokenizers raises an error). "
+                  "Logged once per regex.";
+  }
+
+  const std::string pattern_;
   const Pcre2Code code_;
+  mutable std::atomic<bool> error_logged_{false};
 };
 
 BpeTokenizer::BpeTokenizer(BpeModel model) : model_(std::move(model)) {}

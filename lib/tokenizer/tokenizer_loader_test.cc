@@ -1212,6 +1212,24 @@ TEST(TokenizerLoaderTest, SplitRegexQuantifiedEscapeRepeatsTheWholeEscape) {
        {R"(\C-\cA)", R"(\C-\ is not supported (titan translates a control escape)"}});
 }
 
+// A PCRE2 match failure (here its match limit: Oniguruma, whose tokenizers raises an error, fails
+// too) is logged once per regex naming the regex and PCRE2's message, not taken for no match in
+// silence.
+TEST(TokenizerLoaderTest, SplitRegexMatchErrorIsLogged) {
+  const std::string regex = "[^ ]?{,3}+{0,}\u00e9";
+  std::unique_ptr<Tokenizer> tokenizer = ByteTokenizerWithSplitRegex("match_error", regex, {});
+  ASSERT_NE(tokenizer, nullptr);
+  testing::internal::CaptureStderr();
+  tokenizer->Encode("\u00e9abc", false, false, kPlain);
+  const std::string first = testing::internal::GetCapturedStderr();
+  EXPECT_THAT(first, HasSubstr("pre-tokenizer regex /(?:(?:(?:[^ ]?){0,3})+){0,}\u00e9/"));
+  EXPECT_THAT(first, HasSubstr("/: PCRE2 failed to match at byte 0 of a 5-byte text: match limit "
+                               "exceeded; the rest of the text is encoded as one piece"));
+  testing::internal::CaptureStderr();
+  tokenizer->Encode("\u00e9abc", false, false, kPlain);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+}
+
 // Oniguruma repeats up to 100000 times, PCRE2 up to 65535: an exact count over that is split in
 // two factors ((?:a{35000}){2}); another count over it is refused, as is one tokenizers refuses.
 TEST(TokenizerLoaderTest, SplitRegexIntervalsOverPcre2sLimit) {
