@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <initializer_list>
 #include <optional>
 #include <queue>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "lib/tokenizer/nfc.h"
@@ -48,9 +50,21 @@ size_t PreviousCharStart(absl::string_view s, size_t pos) {
   return DecodeUtf8At(s, start).second == pos - start ? start : pos - 1;
 }
 
+// PCRE2 10.42's JIT misses matches of a lazy quantifier inside an atomic group or a possessive
+// quantifier ((?>x+?)c on xxc) that its interpreter finds. Textual: a false positive (a ++ in a
+// class) only costs speed.
+bool JitMayMissMatches(absl::string_view pattern) {
+  const auto contains_any = [&](std::initializer_list<absl::string_view> parts) {
+    return std::any_of(parts.begin(), parts.end(),
+                       [&](absl::string_view part) { return absl::StrContains(pattern, part); });
+  };
+  return contains_any({"(?>", "++", "*+", "?+", "}+"}) && contains_any({"+?", "*?", "??", "}?"});
+}
+
 }  // namespace
 
-// A PCRE2 pattern compiled with Unicode properties and JIT; matching is thread-safe.
+// A PCRE2 pattern compiled with Unicode properties and JIT where JIT matches as the interpreter;
+// matching is thread-safe.
 class BpeTokenizer::Regex {
  public:
   static absl::StatusOr<std::unique_ptr<Regex>> Compile(const std::string& pattern) {
@@ -61,8 +75,8 @@ class BpeTokenizer::Regex {
                                                      ShortText(pattern, kRegexQuoteBytes),
                                                      "/: ", code.status().message()));
     }
-    // Without JIT (unsupported CPU) PCRE2 falls back to its interpreter: slower, same matches.
-    pcre2_jit_compile(code->get(), PCRE2_JIT_COMPLETE);
+    // Without JIT (an unsupported CPU, or a pattern it may mismatch) PCRE2 runs its interpreter.
+    if (!JitMayMissMatches(pattern)) pcre2_jit_compile(code->get(), PCRE2_JIT_COMPLETE);
     return std::unique_ptr<Regex>(new Regex(pattern, *std::move(code)));
   }
 

@@ -1230,6 +1230,25 @@ TEST(TokenizerLoaderTest, SplitRegexMatchErrorIsLogged) {
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
+// A lazy quantifier inside an atomic group or a possessive quantifier matches as in Oniguruma
+// (PCRE2 10.42's JIT missed such matches): (?>x+?)c is xc, (?>x*?c) is x*c, Oniguruma's x+?{3,1}c
+// (a possessive {1,3}) is x{3,1}c. Each piece starts with a space (32), showing the splits.
+TEST(TokenizerLoaderTest, SplitRegexLazyInsideAtomicMatchesAsWithoutJit) {
+  for (const auto& [regex, equivalent] : std::vector<std::pair<std::string, std::string>>{
+           {"(?>x+?)c", "xc"}, {"(?>x*?c)", "x*c"}, {"x+?{3,1}c", "x{3,1}c"}}) {
+    std::unique_ptr<Tokenizer> ours = ByteTokenizerWithSplitRegex("atomic", regex, {}, true);
+    std::unique_ptr<Tokenizer> reference =
+        ByteTokenizerWithSplitRegex("atomic_reference", equivalent, {}, true);
+    ASSERT_NE(ours, nullptr) << regex;
+    ASSERT_NE(reference, nullptr) << equivalent;
+    for (const std::string text : {"xxc", "xxxxc", "xc xxxc"}) {
+      EXPECT_EQ(ours->Encode(text, false, false, kPlain),
+                reference->Encode(text, false, false, kPlain))
+          << regex << " on " << text;
+    }
+  }
+}
+
 // Oniguruma repeats up to 100000 times, PCRE2 up to 65535: an exact count over that is split in
 // two factors ((?:a{35000}){2}); another count over it is refused, as is one tokenizers refuses.
 TEST(TokenizerLoaderTest, SplitRegexIntervalsOverPcre2sLimit) {

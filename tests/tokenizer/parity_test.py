@@ -403,6 +403,15 @@ class ParityTest(unittest.TestCase):
             self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
                                               f"escape_{i}", texts, regex)
 
+    def test_split_regex_lazy_inside_atomic_as_tokenizers(self):
+        # PCRE2 10.42's JIT missed matches of a lazy quantifier inside an atomic group or a
+        # possessive quantifier; titan runs such a pattern in PCRE2's interpreter.
+        texts = ["xxc", "xxxxc", "xc xxxc xxxxxxc", "aab ab abab"] + TRICKY_TEXTS[:8]
+        for i, regex in enumerate(["(?>x+?)c", "(?:x+?){1,3}+c", "x+?{3,1}c",
+                                   "(?>a*?b)|(?:x??){2,1}c"]):
+            self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
+                                              f"lazy_atomic_{i}", texts, regex)
+
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
         normalizer, pre-tokenizer and added tokens, <think> not special, with `think_settings`):
