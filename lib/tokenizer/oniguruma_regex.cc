@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -144,6 +145,11 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   std::vector<size_t> origin;
   size_t token_start = 0;
   int capture_groups = 0;  // Capture groups opened before i: \nn is a backreference to one.
+  // Group names, and the names \k<name> and \g<name> refer to: Oniguruma allows a name on several
+  // groups, where its \k<name> matches any of them and PCRE2's the first one set.
+  absl::flat_hash_map<absl::string_view, int> group_names;
+  bool duplicate_names = false;
+  std::vector<absl::string_view> references;  // As written: \k<name>.
   const auto read_item = [&](size_t start, bool anchor) {
     item_start = start;
     item_out_start = out.size();
@@ -285,6 +291,7 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
         const size_t close = pattern.find(open == '{' ? '}' : '>', i + 1);
         if (close != absl::string_view::npos) {
           absl::StrAppend(&out, pattern.substr(i + 1, close - i));
+          if (open == '<') references.push_back(pattern.substr(i - 1, close + 2 - i));
           i = close;
         }
       }
@@ -440,6 +447,9 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
           const absl::string_view kind = pattern.substr(i, opener);
           if (kind == "(" || (kind.size() > 3 && OneOf("<'", kind[2]) && !OneOf("=!", kind[3]))) {
             ++capture_groups;
+            if (kind.size() > 3 && ++group_names[kind.substr(3, kind.size() - 4)] > 1) {
+              duplicate_names = true;
+            }
           }
           groups.push_back(
               {.start = i,
@@ -461,6 +471,18 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
   }
   origin.resize(out.size(), token_start);
   out.append(groups.front().option_nodes, ')');
+  if (duplicate_names) {
+    for (const absl::string_view reference : references) {
+      const auto named = group_names.find(reference.substr(3, reference.size() - 4));
+      if (named != group_names.end() && named->second > 1) {
+        return refuse(absl::StrCat(reference, " to a name of several groups"),
+                      "Oniguruma matches any of them, PCRE2 the first one set; tokenizers refuses "
+                      "a \\g call to one");
+      }
+    }
+    out.insert(0, "(?J)");  // PCRE2_DUPNAMES, which Oniguruma always allows.
+    origin.insert(origin.begin(), 4, 0);
+  }
   size_t offset = 0;
   if (absl::StatusOr<Pcre2Code> code = CompilePcre2(out, PCRE2_UCP, &offset); !code.ok()) {
     // PCRE2's offset is into the translation, which differs where \w, \p{...} or ^ was read:

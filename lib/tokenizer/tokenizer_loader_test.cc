@@ -1249,6 +1249,24 @@ TEST(TokenizerLoaderTest, SplitRegexLazyInsideAtomicMatchesAsWithoutJit) {
   }
 }
 
+// Oniguruma allows a name on several groups; a \k<name> to such a name (Oniguruma matches any of
+// them, PCRE2 the first one set) and a \g<name> call (tokenizers refuses it) are refused. Each
+// piece starts with a space (32), showing the splits.
+TEST(TokenizerLoaderTest, SplitRegexDuplicateGroupNames) {
+  std::unique_ptr<Tokenizer> ours =
+      ByteTokenizerWithSplitRegex("duplicate_names", "(?<n>a)(?<n>b)|(?'m'c)+(?<m>d)", {}, true);
+  std::unique_ptr<Tokenizer> reference =
+      ByteTokenizerWithSplitRegex("duplicate_names_reference", "(a)(b)|(c)+(d)", {}, true);
+  ASSERT_NE(ours, nullptr);
+  ASSERT_NE(reference, nullptr);
+  EXPECT_EQ(ours->Encode("xabx ccdd", false, false, kPlain),
+            reference->Encode("xabx ccdd", false, false, kPlain));
+  ExpectSplitRegexesRefused(
+      {{"(?<n>a)(?<n>b)\\k<n>", "\\k<n> to a name of several groups is not supported"},
+       {"(?<n>a)|(?<n>b)\\g<n>", "\\g<n> to a name of several groups is not supported"}});
+  ExpectSplitRegexesLoad({"(?<n>a)(?<m>b)\\k<n>\\g<m>|(?<o>a)(?<p>b)"});
+}
+
 // Oniguruma repeats up to 100000 times, PCRE2 up to 65535: an exact count over that is split in
 // two factors ((?:a{35000}){2}); another count over it is refused, as is one tokenizers refuses.
 TEST(TokenizerLoaderTest, SplitRegexIntervalsOverPcre2sLimit) {

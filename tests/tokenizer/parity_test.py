@@ -412,6 +412,18 @@ class ParityTest(unittest.TestCase):
             self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex),
                                               f"lazy_atomic_{i}", texts, regex)
 
+    def test_split_regex_duplicate_group_names_as_tokenizers(self):
+        # Oniguruma allows a name on several groups; a \g<name> call to one it refuses, as titan.
+        texts = ["xabx ccdd abab", "cd c d"] + TRICKY_TEXTS[:8]
+        regex = "(?<n>a)(?<n>b)|(?'m'c)+(?<m>d)"
+        self.assert_encodes_as_tokenizers(all_byte_pairs_split_by(regex), "duplicate_names",
+                                          texts, regex)
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        spec["pre_tokenizer"] = split_then_byte_level(r"(?<n>a)|(?<n>b)\g<n>")
+        stderr = self.assert_both_refuse(spec, "multiplex definition name <n> call")
+        self.assertIn(r"\g<n> to a name of several groups is not supported", stderr)
+
     def write_qwen3_layout(self, name, think_settings=None):
         """A folder holding Qwen3's tokenizer.json (the default vocabulary under Qwen's NFC
         normalizer, pre-tokenizer and added tokens, <think> not special, with `think_settings`):
