@@ -1,6 +1,7 @@
 #include "lib/tokenizer/oniguruma_regex.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,31 +70,47 @@ absl::string_view ClassEscapeText(absl::string_view pattern, size_t letter) {
   return pattern.substr(letter - 1, 2);
 }
 
-// Whether the inline options `options` (as in (?i-m)) turn case-insensitive matching on (true),
-// off (false), or leave it as `caseless`.
-// How many characters after the escape letter at `letter` belong to it: the digits of \xHH, of an
-// octal \0oo or \ooo, or of a backreference \nn (a number under 10, or as many groups before it),
-// as Oniguruma and PCRE2 both read them; a quantifier after them repeats the whole escape.
-size_t EscapeDigits(absl::string_view pattern, size_t letter, int capture_groups) {
+// The digits after an escape letter, as Oniguruma and PCRE2 both read them: a quantifier after
+// them repeats the whole escape.
+struct EscapeDigits {
+  size_t size = 0;          // Of \xHH, an octal \0oo or \ooo, or a backreference \nn.
+  std::optional<int> code;  // What \xHH or an octal escape stands for.
+};
+
+// The digits after the escape letter at `letter`; \nn is a backreference where n is under 10 or
+// as many groups are open before it, else an octal escape (as in both).
+EscapeDigits ReadEscapeDigits(absl::string_view pattern, size_t letter, int capture_groups) {
   const auto run = [&](size_t max, auto is_digit) {
     size_t n = 0;
     while (n < max && letter + 1 + n < pattern.size() && is_digit(pattern[letter + 1 + n])) ++n;
     return n;
   };
   const auto is_octal = [](char c) { return c >= '0' && c <= '7'; };
+  const auto octal = [&](size_t size) {
+    int code = 0;
+    for (const char c : pattern.substr(letter, size + 1)) code = code * 8 + (c - '0');
+    return EscapeDigits{.size = size, .code = code};
+  };
   const char e = pattern[letter];
-  if (e == 'x') return run(2, [](char c) { return absl::ascii_isxdigit(c); });
-  if (e == '0') return run(2, is_octal);
-  if (e < '1' || e > '9') return 0;
+  if (e == 'x') {
+    const size_t size = run(2, [](char c) { return absl::ascii_isxdigit(c); });
+    int code = 0;
+    if (size == 0 || !absl::SimpleHexAtoi(pattern.substr(letter + 1, size), &code)) return {};
+    return {.size = size, .code = code};
+  }
+  if (e == '0') return octal(run(2, is_octal));
+  if (e < '1' || e > '9') return {};
   const size_t decimal = run(pattern.size(), [](char c) { return absl::ascii_isdigit(c); });
   int number = 0;
   if (!absl::SimpleAtoi(pattern.substr(letter, decimal + 1), &number) || number < 10 ||
       number <= capture_groups) {
-    return decimal;
+    return {.size = decimal};
   }
-  return is_octal(e) ? run(2, is_octal) : 0;
+  return is_octal(e) ? octal(run(2, is_octal)) : EscapeDigits{};
 }
 
+// Whether the inline options `options` (as in (?i-m)) turn case-insensitive matching on (true),
+// off (false), or leave it as `caseless`.
 bool CaselessAfter(absl::string_view options, bool caseless) {
   const size_t minus = options.find('-');
   if (OneOf(options.substr(0, minus), 'i')) return true;
@@ -282,7 +299,13 @@ absl::StatusOr<std::string> OnigurumaToPcre2(absl::string_view pattern) {
       }
       out.push_back('\\');
       out.push_back(e);
-      const size_t digits = EscapeDigits(pattern, i, capture_groups);
+      const EscapeDigits escape = ReadEscapeDigits(pattern, i, capture_groups);
+      if (escape.code.has_value() && *escape.code >= 0x80) {
+        return refuse(pattern.substr(i - 1, escape.size + 2),
+                      "a raw byte in Oniguruma (\\xC3\\xA9 is \u00e9), a code point in PCRE2; "
+                      "write \\x{HHHH} or \\uHHHH");
+      }
+      const size_t digits = escape.size;
       absl::StrAppend(&out, pattern.substr(i + 1, digits));
       i += digits;
       // Braced arguments (\x{2028}, \k<name>) are copied whole: their { is no quantifier.

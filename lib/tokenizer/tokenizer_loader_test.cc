@@ -1212,6 +1212,19 @@ TEST(TokenizerLoaderTest, SplitRegexQuantifiedEscapeRepeatsTheWholeEscape) {
        {R"(\C-\cA)", R"(\C-\ is not supported (titan translates a control escape)"}});
 }
 
+// \xHH and octal escapes above 0x7F are raw bytes in Oniguruma (\xC3\xA9 is é, a lone \xE9 is
+// refused by tokenizers) and code points in PCRE2: refused; backreferences and ASCII load.
+TEST(TokenizerLoaderTest, SplitRegexRawByteEscapesAreRefused) {
+  const std::string why =
+      " is not supported (a raw byte in Oniguruma (\\xC3\\xA9 is \u00e9), a code point in PCRE2";
+  ExpectSplitRegexesRefused({{R"(\xC3\xA9)", R"(\xC3)" + why},
+                             {R"(a|\xE9)", R"(\xE9)" + why},
+                             {R"([\x80-\xff])", R"(\x80)" + why},
+                             {R"(\303\251)", R"(\303)" + why},
+                             {R"(\777)", R"(\777)" + why}});
+  ExpectSplitRegexesLoad({R"(\x7F\177\x{E9}\u00e9\0\02000|(a)\1)"});
+}
+
 // A PCRE2 match failure (here its match limit: Oniguruma, whose tokenizers raises an error, fails
 // too) is logged once per regex naming the regex and PCRE2's message, not taken for no match in
 // silence.

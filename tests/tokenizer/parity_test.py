@@ -385,6 +385,11 @@ class ParityTest(unittest.TestCase):
                                               f"long_interval_{i}", long_texts, regex)
         with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
             spec = json.load(f)
+        # A lone raw byte above 0x7F (PCRE2 would read a code point).
+        for pattern in [r"\xE9", r"a|\351"]:
+            spec["pre_tokenizer"] = split_then_byte_level(pattern)
+            stderr = self.assert_both_refuse(spec, "too short multibyte code string")
+            self.assertIn("is not supported (a raw byte in Oniguruma", stderr)
         for pattern in ["a{100001}", "a{,100001}"]:
             spec["pre_tokenizer"] = split_then_byte_level(pattern)
             stderr = self.assert_both_refuse(spec, "too big number for repeat range")
