@@ -116,8 +116,8 @@ class BpeTokenizer::Regex {
  private:
   Regex(const std::string& pattern, Pcre2Code code) : pattern_(pattern), code_(std::move(code)) {}
 
-  // tokenizers raises where Oniguruma fails to match (a limit); Encode has no error to return, so
-  // the first failure is logged and the rest of the text kept as one piece.
+  // PCRE2's limits differ from Oniguruma's (which tokenizers raises on hitting); Encode has no
+  // error to return, so the first failure is logged and the rest of the text kept as one piece.
   void LogMatchError(int rc, size_t offset, size_t size) const {
     if (error_logged_.exchange(true)) return;
     PCRE2_UCHAR message[256];
@@ -125,8 +125,8 @@ class BpeTokenizer::Regex {
     LOG(ERROR) << "pre-tokenizer regex /" << ShortText(pattern_, kRegexQuoteBytes)
                << "/: PCRE2 failed to match at byte " << offset << " of a " << size
                << "-byte text: " << reinterpret_cast<const char*>(message)
-               << "; the rest of the text is encoded as one piece (tokenizers raises an error). "
-                  "Logged once per regex.";
+               << "; the rest of the text is encoded as one piece, which tokenizers may split "
+                  "otherwise. Logged once per regex.";
   }
 
   const std::string pattern_;

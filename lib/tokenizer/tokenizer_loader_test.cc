@@ -1225,9 +1225,9 @@ TEST(TokenizerLoaderTest, SplitRegexRawByteEscapesAreRefused) {
   ExpectSplitRegexesLoad({R"(\x7F\177\x{E9}\u00e9\0\02000|(a)\1)"});
 }
 
-// A PCRE2 match failure (here its match limit: Oniguruma, whose tokenizers raises an error, fails
-// too) is logged once per regex naming the regex and PCRE2's message, not taken for no match in
-// silence.
+// A PCRE2 match failure (here its match limit, in nested repeats that may match empty, which
+// Oniguruma matches: tokenizers splits é|abc) is logged once per regex naming the regex and PCRE2's
+// message, not taken for no match in silence.
 TEST(TokenizerLoaderTest, SplitRegexMatchErrorIsLogged) {
   const std::string regex = "[^ ]?{,3}+{0,}\u00e9";
   std::unique_ptr<Tokenizer> tokenizer = ByteTokenizerWithSplitRegex("match_error", regex, {});
