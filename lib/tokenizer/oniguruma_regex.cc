@@ -1,7 +1,6 @@
 #include "lib/tokenizer/oniguruma_regex.h"
 
 #include <algorithm>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,9 +8,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "lib/tokenizer/oniguruma_escape.h"
 #include "lib/tokenizer/oniguruma_property.h"
 #include "lib/tokenizer/oniguruma_quantifier.h"
 #include "lib/util/pcre2_code.h"
@@ -68,45 +67,6 @@ absl::string_view ClassEscapeText(absl::string_view pattern, size_t letter) {
     if (close != absl::string_view::npos) return pattern.substr(letter - 1, close + 2 - letter);
   }
   return pattern.substr(letter - 1, 2);
-}
-
-// The digits after an escape letter, as Oniguruma and PCRE2 both read them: a quantifier after
-// them repeats the whole escape.
-struct EscapeDigits {
-  size_t size = 0;          // Of \xHH, an octal \0oo or \ooo, or a backreference \nn.
-  std::optional<int> code;  // What \xHH or an octal escape stands for.
-};
-
-// The digits after the escape letter at `letter`; \nn is a backreference where n is under 10 or
-// as many groups are open before it, else an octal escape (as in both).
-EscapeDigits ReadEscapeDigits(absl::string_view pattern, size_t letter, int capture_groups) {
-  const auto run = [&](size_t max, auto is_digit) {
-    size_t n = 0;
-    while (n < max && letter + 1 + n < pattern.size() && is_digit(pattern[letter + 1 + n])) ++n;
-    return n;
-  };
-  const auto is_octal = [](char c) { return c >= '0' && c <= '7'; };
-  const auto octal = [&](size_t size) {
-    int code = 0;
-    for (const char c : pattern.substr(letter, size + 1)) code = code * 8 + (c - '0');
-    return EscapeDigits{.size = size, .code = code};
-  };
-  const char e = pattern[letter];
-  if (e == 'x') {
-    const size_t size = run(2, [](char c) { return absl::ascii_isxdigit(c); });
-    int code = 0;
-    if (size == 0 || !absl::SimpleHexAtoi(pattern.substr(letter + 1, size), &code)) return {};
-    return {.size = size, .code = code};
-  }
-  if (e == '0') return octal(run(2, is_octal));
-  if (e < '1' || e > '9') return {};
-  const size_t decimal = run(pattern.size(), [](char c) { return absl::ascii_isdigit(c); });
-  int number = 0;
-  if (!absl::SimpleAtoi(pattern.substr(letter, decimal + 1), &number) || number < 10 ||
-      number <= capture_groups) {
-    return {.size = decimal};
-  }
-  return is_octal(e) ? octal(run(2, is_octal)) : EscapeDigits{};
 }
 
 // Whether the inline options `options` (as in (?i-m)) turn case-insensitive matching on (true),
