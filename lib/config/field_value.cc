@@ -322,7 +322,14 @@ std::optional<std::string> Closest(absl::string_view name,
       best_distance = distance;
     }
   }
-  return best;
+  if (best || name.size() < 4) return best;
+  std::optional<std::string> only_extension;
+  for (const std::string& candidate : candidates) {
+    if (!absl::StartsWith(candidate, name)) continue;
+    if (only_extension) return std::nullopt;
+    only_extension = candidate;
+  }
+  return only_extension;
 }
 
 std::string DidYouMean(const std::optional<std::string>& suggestion, absl::string_view prefix) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -118,17 +119,20 @@ class Schema {
   }
 
   // " (did you mean ...?)" for an unknown `key` of `section`: the same name in another section
-  // first (an exact name is the stronger hint), else the closest name in `section`. Flags
-  // (`as_flag`) spell it "--section.key", job files "[section] key".
+  // first (an exact name is the stronger hint) unless `section` has that key's current name too
+  // ([validation] batch_size: its own local_batch_size, not [training]'s), else the closest name
+  // in `section`. Flags (`as_flag`) spell it "--section.key", job files "[section] key".
   std::string SuggestKey(absl::string_view section, absl::string_view key, bool as_flag) const {
+    const std::string own_prefix = as_flag ? absl::StrCat("--", section, ".") : "";
+    const std::vector<std::string> own_keys = KeyNames(section);
     if (const std::optional<std::string> elsewhere = KeyElsewhere(section, key)) {
       const std::vector<std::string> parts = absl::StrSplit(*elsewhere, '.');
+      if (absl::c_linear_search(own_keys, parts[1])) return DidYouMean(parts[1], own_prefix);
       return DidYouMean(
           as_flag ? absl::StrCat("--", *elsewhere) : absl::StrCat("[", parts[0], "] ", parts[1]),
           "");
     }
-    return DidYouMean(Closest(key, KeyNames(section)),
-                      as_flag ? absl::StrCat("--", section, ".") : "");
+    return DidYouMean(Closest(key, own_keys), own_prefix);
   }
 
   std::vector<std::string> SectionNames() const {

@@ -264,6 +264,9 @@ TEST(JobConfigTest, AnUnknownKeyOfAnUnreadSectionIsRefusedAsThatSections) {
             "it or run titan_rl");
   EXPECT_EQ(ParseJobConfig("", {"--rl.group_sizee=4"}).status().message(),
             "--rl.group_sizee: unknown key (did you mean \"--rl.group_size\"?)");
+  EXPECT_EQ(
+      ParseJobConfig("", {"--validation.batch_size=4"}).status().message(),
+      "--validation.batch_size: unknown key (did you mean \"--validation.local_batch_size\"?)");
   // Other sections' typos keep their suggestion; [rl] at its defaults parses, a changed key not.
   EXPECT_EQ(ParseJobConfig("", {"--training.stepz=4"}, rl).status().message(),
             "--training.stepz: unknown key (did you mean \"--training.steps\"?)");
@@ -295,6 +298,14 @@ TEST(JobConfigTest, FileErrorsNameFileLineSectionKeyAndValue) {
             "configs/x.toml:2: [training] wibblewobble: unknown key");
   EXPECT_EQ(ParseError("[trainig]\nsteps = 10\n"),
             "configs/x.toml:1: [trainig]: unknown section (did you mean \"training\"?)");
+  // A key another section holds under an old name is pointed at this section's key of that name.
+  EXPECT_EQ(ParseError("[validation]\nbatch_size = 4\n"),
+            "configs/x.toml:2: [validation] batch_size: unknown key (did you mean "
+            "\"local_batch_size\"?)");
+  // A name cut short gets the one key it begins.
+  EXPECT_EQ(ParseError("[validation]\nlocal_batch = 4\n"),
+            "configs/x.toml:2: [validation] local_batch: unknown key (did you mean "
+            "\"local_batch_size\"?)");
   // A key of another section is named there, by its current name; none where two sections hold it.
   EXPECT_EQ(ParseError("[training]\nlr = 1e-3\n"),
             "configs/x.toml:2: [training] lr: unknown key (did you mean \"[optimizer] lr\"?)");
@@ -547,6 +558,16 @@ TEST(JobConfigTest, NamedDatasetNeedsItsOwnPath) {
   ExpectValid(
       {"--training.dataset=c4", "--training.dataset_path=assets/default_corpus/train.jsonl"});
   ExpectValid({"--validation.enable=false", "--validation.dataset=c4_validation"});
+  // An empty path is no file, in either section (validation's only while it runs).
+  EXPECT_EQ(
+      ValidationError({"--training.dataset_path="}),
+      "--training.dataset_path: [training] dataset_path: expected a JSON lines file or a folder of "
+      "them, got \"\"");
+  EXPECT_EQ(ValidationError({"--validation.enable=true", "--validation.dataset_path="}),
+            "--validation.dataset_path: [validation] dataset_path: expected a JSON lines file or a "
+            "folder of "
+            "them, got \"\"");
+  ExpectValid({"--validation.enable=false", "--validation.dataset_path="});
 }
 
 TEST(JobConfigTest, SeedJobFileLoadsUnchangedThroughOldNames) {

@@ -264,11 +264,17 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
 
   // A torchtitan job file's dataset = "c4" streamed c4 from the Hub; titan reads local files only,
   // and a path left unset is the bundled toy corpus.
-  for (const auto& [section, name, path_set, path] :
-       {std::tuple{"training", config.training().dataset(), config.training().has_dataset_path(),
-                   config.training().dataset_path()},
-        std::tuple{"validation", config.validation().enable() ? config.validation().dataset() : "",
+  for (const auto& [section, used, name, path_set, path] :
+       {std::tuple{"training", true, config.training().dataset(),
+                   config.training().has_dataset_path(), config.training().dataset_path()},
+        std::tuple{"validation", config.validation().enable(), config.validation().dataset(),
                    config.validation().has_dataset_path(), config.validation().dataset_path()}}) {
+    if (!used) continue;
+    if (path_set && path.empty()) {
+      return WithKeySource(absl::InvalidArgumentError(absl::StrCat(
+          "[", section,
+          "] dataset_path: expected a JSON lines file or a folder of them, got \"\"")));
+    }
     if (!name.empty() && name != "default" && !path_set) {
       const absl::string_view use = absl::string_view(section) == "training" ? "train" : "validate";
       return absl::InvalidArgumentError(absl::StrCat(

@@ -576,10 +576,6 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildTrainData(const JobConfig& 
   const auto& training = config.training();
   const TextDatasetOptions data =
       RankShare(config, setup, training.dataset_path(), training.seq_len());
-  if (data.path.empty()) {
-    return absl::InvalidArgumentError(
-        "[training] dataset_path: expected a JSON lines file or a folder of them, got \"\"");
-  }
   absl::StatusOr<std::unique_ptr<PackedTextDataset>> dataset =
       PackedTextDataset::Open(data, tokenizer);
   TITAN_RETURN_IF_ERROR(WithContext(dataset.status(), "[training] dataset_path"));

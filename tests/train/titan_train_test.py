@@ -392,6 +392,8 @@ class TitanTrainTest(unittest.TestCase):
         cases = [
             (["--training.dataset_path="],
              '[training] dataset_path: expected a JSON lines file or a folder of them, got ""'),
+            (["--validation.enable", "--validation.dataset_path="],
+             '[validation] dataset_path: expected a JSON lines file or a folder of them, got ""'),
             (["--training.dataset_path=/nonexistent.jsonl"],
              "[training] dataset_path: /nonexistent.jsonl: no such file or directory"),
             (["--model.tokenizer_path=/nonexistent"],
