@@ -762,6 +762,11 @@ std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) 
   return JoinPath(config.job().dump_folder(), folder);
 }
 
+std::string CriticCheckpointFolder(absl::string_view folder) {
+  while (folder.size() > 1 && absl::EndsWith(folder, "/")) folder.remove_suffix(1);
+  return absl::StrCat(folder, "_critic");
+}
+
 std::string JobConfigToToml(const JobConfig& config) {
   std::string toml;
   const Descriptor* root = JobConfig::descriptor();

@@ -78,6 +78,10 @@ std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const 
 // os.path.join(job.dump_folder, folder): an absolute `folder` as is, else under the dump folder.
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder);
 
+// Where titan_rl's PPO saves its value head: beside the policy's checkpoint folder `folder`, its
+// name plus "_critic" ("checkpoint/" -> "checkpoint_critic", not a folder inside the policy's).
+std::string CriticCheckpointFolder(absl::string_view folder);
+
 // Where the last ParseJobConfig (or ParseJobConfigText) in this process set `status`'s key, put
 // before its message: a refusal that starts "[section] key" (as checks anywhere in titan word them)
 // becomes "file.toml:12: [section] key ..." or "--section.key: [section] key ...". `status` is

@@ -1043,6 +1043,19 @@ TEST(JobConfigTest, OutputFoldersMustBeApartAndOutsideTheCheckpointFolder) {
             "checkpoints, [checkpoint] folder + \"_critic\" = \"checkpoint_critic\" (its step-N "
             "folders are read as checkpoints); use a folder outside it");
   ExpectValid({"--checkpoint.enable", "--checkpoint.folder=ck/", "--rl.algorithm=ppo"});
+  // A trailing '/' still puts the critic beside the policy's folder, not inside it.
+  std::vector<std::string> slash = ppo;
+  slash.push_back("--checkpoint.folder=checkpoint/");
+  EXPECT_EQ(ValidationError(slash),
+            "[metrics] save_tb_folder = \"checkpoint_critic/tb\" is inside PPO's critic "
+            "checkpoints, [checkpoint] folder + \"_critic\" = \"checkpoint_critic\" (its step-N "
+            "folders are read as checkpoints); use a folder outside it");
+}
+
+TEST(JobConfigTest, CriticCheckpointFolderIsBesideThePolicys) {
+  EXPECT_EQ(CriticCheckpointFolder("checkpoint"), "checkpoint_critic");
+  EXPECT_EQ(CriticCheckpointFolder("checkpoint/"), "checkpoint_critic");
+  EXPECT_EQ(CriticCheckpointFolder("/runs/ck//"), "/runs/ck_critic");
 }
 
 TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {

@@ -98,10 +98,9 @@ std::vector<OutputFolder> OutputFolders(const JobConfig& config) {
   };
   if (config.checkpoint().enable()) {
     add("[checkpoint] folder", config.checkpoint().folder(), true);
-    // BuildCheckpointManager's "_critic" suffix: titan_rl's PPO saves its value head there.
     if (config.rl().algorithm() == "ppo") {
       add("PPO's critic checkpoints, [checkpoint] folder + \"_critic\"",
-          config.checkpoint().folder() + "_critic", true);
+          CriticCheckpointFolder(config.checkpoint().folder()), true);
     }
   }
   if (config.metrics().enable_tensorboard()) {

@@ -131,8 +131,10 @@ absl::Status RlTrainer::Init(RlMode mode) {
       // The value head and its optimizer, step by step beside the policy's checkpoints.
       // One step more than the policy keeps: each critic step is saved (and pruned) before its
       // policy step, and must not take the critic of the oldest policy step still kept.
-      TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> critic_manager,
-                             BuildCheckpointManager(config_, setup_, runtime_, "_critic", 1));
+      TITAN_ASSIGN_OR_RETURN(
+          std::unique_ptr<CheckpointManager> critic_manager,
+          BuildCheckpointManager(config_, setup_, runtime_,
+                                 CriticCheckpointFolder(config_.checkpoint().folder()), 1));
       CheckpointedParts critic{&critic_params_,
                                critic_optimizer_.get(),
                                &critic_data_parallel_,

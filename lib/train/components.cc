@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
@@ -601,7 +602,7 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobCon
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
     const JobConfig& config, const RunSetup& setup, const DistributedRuntime& runtime,
-    absl::string_view folder_suffix, int extra_kept) {
+    const std::string& folder, int extra_kept) {
   const auto& ckpt = config.checkpoint();
   if (!ckpt.enable()) return nullptr;
   CheckpointRanks ranks;
@@ -611,7 +612,7 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
   ranks.commit_timeout = absl::Seconds(config.comm().train_timeout_seconds());
   const int keep = ckpt.keep_latest_k();  // 0 keeps every step
   return std::make_unique<CheckpointManager>(
-      absl::StrCat(UnderDumpFolder(config, ckpt.folder()), folder_suffix),
+      UnderDumpFolder(config, folder.empty() ? ckpt.folder() : folder),
       keep > 0 ? keep + extra_kept : 0, ranks);
 }
 

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/string_view.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/config/job_config.pb.h"
 #include "lib/data/text_data_loader.h"
@@ -141,11 +140,12 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobCon
                                                                     const Tokenizer* tokenizer,
                                                                     const RunSetup& setup);
 
-// [checkpoint]; null when checkpointing is off. `folder_suffix` names a companion folder beside
-// [checkpoint] folder (RL's critic) that keeps `extra_kept` more steps than keep_latest_k.
+// [checkpoint]; null when checkpointing is off. A non-empty `folder` (under [job] dump_folder
+// unless absolute) replaces [checkpoint] folder for a companion (RL's critic,
+// CriticCheckpointFolder) that keeps `extra_kept` more steps than keep_latest_k.
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
     const JobConfig& config, const RunSetup& setup, const DistributedRuntime& runtime,
-    absl::string_view folder_suffix = "", int extra_kept = 0);
+    const std::string& folder = "", int extra_kept = 0);
 
 // metrics.jsonl and TensorBoard; null on ranks that write none. The job's metrics come from rank
 // 0, or with pipeline parallelism from the first rank of the last stage (which has the loss);

@@ -254,9 +254,11 @@ class TitanRlTest(unittest.TestCase):
               f"losses {[m['loss'] for m in b]})")
 
     def test_ppo_resumes_only_a_step_whose_critic_was_saved(self):
-        # PPO saves the critic's step beside the policy's; a run that died between the two (one of
-        # them removed) resumes step 2, the newest pair, and redoes steps 3-4 bitwise.
+        # PPO saves the critic's step beside the policy's (a trailing '/' on the folder too); a run
+        # that died between the two (one of them removed) resumes step 2, the newest pair, and
+        # redoes steps 3-4 bitwise.
         dump, cmd = self.job("ppo_pair", *self.algorithm("ppo"), "--checkpoint.enable=true",
+                             "--checkpoint.folder=checkpoint/",
                              "--checkpoint.interval=2", "--checkpoint.last_save_model_only=false",
                              "--checkpoint.async_mode=async",
                              "--training.steps=4", "--rl.kl_coef=0.05", "--rl.reward=command",
