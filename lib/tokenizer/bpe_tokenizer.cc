@@ -120,11 +120,9 @@ class BpeTokenizer::Regex {
   // error to return, so the first failure is logged and the rest of the text kept as one piece.
   void LogMatchError(int rc, size_t offset, size_t size) const {
     if (error_logged_.exchange(true)) return;
-    PCRE2_UCHAR message[256];
-    pcre2_get_error_message(rc, message, sizeof(message));
     LOG(ERROR) << "pre-tokenizer regex /" << ShortText(pattern_, kRegexQuoteBytes)
                << "/: PCRE2 failed to match at byte " << offset << " of a " << size
-               << "-byte text: " << reinterpret_cast<const char*>(message)
+               << "-byte text: " << Pcre2ErrorMessage(rc)
                << "; the rest of the text is encoded as one piece, which tokenizers may split "
                   "otherwise. Logged once per regex.";
   }

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -23,6 +24,10 @@ using Pcre2Code = std::unique_ptr<pcre2_code, Pcre2CodeFree>;
 // that offset also in *offset_out where given.
 absl::StatusOr<Pcre2Code> CompilePcre2(absl::string_view pattern, uint32_t options = 0,
                                        size_t* offset_out = nullptr);
+
+// PCRE2's text for `error_code` (a compile error or a negative pcre2_match result), as "match
+// limit exceeded"; "unknown PCRE2 error <code>" for a code PCRE2 has no text for.
+std::string Pcre2ErrorMessage(int error_code);
 
 }  // namespace titan
 

@@ -29,5 +29,12 @@ TEST(CompilePcre2Test, SaysWhyAndWhereAPatternDoesNotCompile) {
   EXPECT_FALSE(CompilePcre2("\xFF").ok());
 }
 
+TEST(Pcre2ErrorMessageTest, GivesPcre2sTextForACode) {
+  EXPECT_EQ(Pcre2ErrorMessage(PCRE2_ERROR_MATCHLIMIT), "match limit exceeded");
+  EXPECT_EQ(Pcre2ErrorMessage(PCRE2_ERROR_NOMATCH), "no match");
+  // PCRE2 writes nothing for a code it does not know.
+  EXPECT_EQ(Pcre2ErrorMessage(-9999), "unknown PCRE2 error -9999");
+}
+
 }  // namespace
 }  // namespace titan
