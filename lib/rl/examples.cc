@@ -264,13 +264,17 @@ absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::str
           return absl::InvalidArgumentError(
               absl::StrCat(where, ": \"prompt_ids\" is empty: the response would follow no token"));
         }
-        // The tokens trained on are response_ids where given, else response's.
-        const bool ids = rollout.response_ids.has_value();
-        if (algorithm == "ppo" &&
-            (ids ? rollout.response_ids->empty() : rollout.response.empty())) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, ": \"", ids ? "response_ids" : "response",
-                           "\" is empty: ppo puts the reward on its last token"));
+        // The ids are the tokens trained on, in every algorithm: a sampled response has one at
+        // least (its stop token's, had it stopped at once).
+        if (rollout.response_ids.has_value() && rollout.response_ids->empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where,
+              ": \"response_ids\" is empty: no token to train on (a sampled response has "
+              "one at least, its stop token)"));
+        }
+        if (algorithm == "ppo" && !rollout.response_ids.has_value() && rollout.response.empty()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": \"response\" is empty: ppo puts the reward on its last token"));
         }
         auto reward = object.find("reward");
         if (reward == object.end()) {

@@ -58,10 +58,11 @@ struct RewardedRollout {
 // JSONL with one object per line: "prompt", "response" (strings), "reward" (a number) and
 // optionally "logprobs" (an array of log-probabilities: numbers <= 0, in float32's range; every
 // row has it or none), "response_ids" and "prompt_ids" (arrays of token ids >= 0, any row; an
-// empty "prompt_ids" is refused: the response would follow no token).
+// empty one is refused: no token to train on, or none for the response to follow).
 // Errors name path:line and the field; a file without rollouts is one. For `algorithm` ppo an
-// empty response is one too: PPO puts the reward on the response's last token (grpo and dapo
-// take it: its reward still counts in its group's mean and std).
+// empty "response" text (without "response_ids") is one too: PPO puts the reward on the
+// response's last token (grpo and dapo take it: its reward still counts in its group's mean and
+// std).
 absl::StatusOr<std::vector<RewardedRollout>> ReadRewardedRollouts(const std::string& path,
                                                                   const std::string& algorithm);
 

@@ -351,12 +351,26 @@ TEST(RewardedRolloutsTest, PpoNeedsAResponseToPutItsRewardOn) {
             path + ":2: \"response\" is empty: ppo puts the reward on its last token");
   // GRPO's empty response still has its reward in its group's baseline.
   EXPECT_TRUE(ReadRewardedRollouts(path, "grpo").ok());
-  // Given ids are the response trained on: their emptiness is the one named.
+  // Given ids are the response trained on: the text's emptiness does not count.
   const std::string ids_path =
+      WriteTemp("text_empty_ids_not.jsonl",
+                "{\"prompt\":\"Sort: b a\",\"response\":\"\",\"response_ids\":[7],\"reward\":1}\n");
+  EXPECT_TRUE(ReadRewardedRollouts(ids_path, "ppo").ok());
+}
+
+// Empty ids leave no token to train on, whatever the algorithm (a sampled response has its stop
+// token's at least).
+TEST(RewardedRolloutsTest, EmptyResponseIdsAreRefusedInEveryAlgorithm) {
+  const std::string path =
       WriteTemp("empty_ids.jsonl",
                 "{\"prompt\":\"Sort: b a\",\"response\":\"x\",\"response_ids\":[],\"reward\":1}\n");
-  EXPECT_EQ(ReadRewardedRollouts(ids_path, "ppo").status().message(),
-            ids_path + ":1: \"response_ids\" is empty: ppo puts the reward on its last token");
+  for (const char* algorithm : {"grpo", "dapo", "ppo"}) {
+    EXPECT_EQ(ReadRewardedRollouts(path, algorithm).status().message(),
+              path +
+                  ":1: \"response_ids\" is empty: no token to train on (a sampled response "
+                  "has one at least, its stop token)")
+        << algorithm;
+  }
 }
 
 // A grpo rollouts row whose `field` is each of `cases`' values is refused with its error, after the
