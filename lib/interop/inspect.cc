@@ -290,10 +290,8 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
   return report;
 }
 
-// The model's flavor as both outputs word it: a named flavor, or "custom" for shapes none has; ""
-// when the model is unknown.
+// A known model's flavor as both outputs word it: a named flavor, or "custom" for shapes none has.
 std::string FlavorText(const InspectReport& report) {
-  if (report.model.empty()) return "";
   return report.flavor.empty() ? "custom" : report.flavor;
 }
 
@@ -308,18 +306,19 @@ json InspectReportToJson(const InspectReport& report) {
     if (tensor.stats) entry["stats"] = StatsToJson(*tensor.stats);
     tensors.push_back(std::move(entry));
   }
-  json out = {
-      {"path", report.directory},
-      {"format", report.format},
-      {"step", report.step ? json(*report.step) : json()},
-      {"model", report.model},
-      {"flavor", FlavorText(report)},
-      {"architecture", report.architecture},
-      {"model_unknown_reason", report.model.empty() ? json(report.model_unknown_reason) : json()},
-      {"tensors", tensors},
-      {"total_tensors", report.tensors.size()},
-      {"total_elements", report.total_elements},
-      {"total_bytes", report.total_bytes}};
+  // null, not "", where the model is unknown: a script tests for null.
+  const bool known = !report.model.empty();
+  json out = {{"path", report.directory},
+              {"format", report.format},
+              {"step", report.step ? json(*report.step) : json()},
+              {"model", known ? json(report.model) : json()},
+              {"flavor", known ? json(FlavorText(report)) : json()},
+              {"architecture", known ? json(report.architecture) : json()},
+              {"model_unknown_reason", known ? json() : json(report.model_unknown_reason)},
+              {"tensors", tensors},
+              {"total_tensors", report.tensors.size()},
+              {"total_elements", report.total_elements},
+              {"total_bytes", report.total_bytes}};
   if (report.verified) {
     out["verify"] = {{"ok", report.problems.empty()}, {"problems", report.problems}};
   }

@@ -367,7 +367,10 @@ TEST(InspectTest, AnUnknownModelSaysWhy) {
   EXPECT_THAT(report->model_unknown_reason, HasSubstr("hidden_act"));
   EXPECT_THAT(FormatInspectReport(*report), HasSubstr(", model unknown (" + hf));
   EXPECT_EQ(InspectReportToJson(*report).at("model_unknown_reason"), report->model_unknown_reason);
-  EXPECT_EQ(InspectReportToJson(*report).at("flavor"), "");  // no model, no flavor
+  // No model: null, not "", for a script that tests for null.
+  for (const char* field : {"model", "flavor", "architecture"}) {
+    EXPECT_TRUE(InspectReportToJson(*report).at(field).is_null()) << field;
+  }
 }
 
 TEST(InspectTest, DiffFindsArchitecturesThatDifferWithTheSameTensors) {
