@@ -46,6 +46,39 @@ json RopeScalingToJson(const RopeConfig& rope) {
   return nullptr;
 }
 
+bool IsNull(const json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_null();
+}
+
+// A null `key` refused, naming the type `out` wants: transformers' strict config classes refuse
+// it, or its model code fails on it.
+template <typename T>
+absl::Status RefuseNull(const json& object, const char* key, const std::string& where,
+                        const T& out) {
+  if (!IsNull(object, key)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, ": ", key, " is null; expected a ", json(out).type_name()));
+}
+
+// As ReadOptionalField, but a null is refused rather than read as missing.
+template <typename T>
+absl::Status ReadNotNull(const json& object, const char* key, const std::string& where, T& out) {
+  TITAN_RETURN_IF_ERROR(RefuseNull(object, key, where, out));
+  return ReadOptionalField(object, key, where, out);
+}
+
+// As ReadNotNull for a key the family's config class has; one it lacks transformers ignores.
+template <typename T>
+absl::Status ReadFamilyKey(const json& config, const char* key,
+                           const HfAdapter::ConfigDefaults& defaults, const std::string& source,
+                           T& out) {
+  for (const std::string& absent : defaults.absent_fields) {
+    if (absent == key) return ReadOptionalField(config, key, source, out);
+  }
+  return ReadNotNull(config, key, source, out);
+}
+
 // The registered family whose Hugging Face model_type is `model_type`.
 absl::StatusOr<const ModelSpec*> FindHfFamily(const std::string& model_type,
                                               const std::string& source) {
@@ -61,9 +94,13 @@ absl::StatusOr<const ModelSpec*> FindHfFamily(const std::string& model_type,
 }
 
 // partial_rotary_factor sits beside rope_theta: at the top level, or in transformers 5's
-// rope_parameters.
-absl::Status CheckWholeHeadsRotate(const json& object, const std::string& where) {
+// rope_parameters. A null one is 1 but where scaled RoPE multiplies by it (`null_refused`).
+absl::Status CheckWholeHeadsRotate(const json& object, const std::string& where,
+                                   bool null_refused) {
   double partial_rotary = 1;
+  if (null_refused) {
+    TITAN_RETURN_IF_ERROR(RefuseNull(object, "partial_rotary_factor", where, partial_rotary));
+  }
   TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "partial_rotary_factor", where, partial_rotary));
   if (partial_rotary != 1) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": partial_rotary_factor ",
@@ -78,27 +115,27 @@ absl::Status CheckRepresentable(const json& config, int64_t n_layers,
                                 const HfAdapter::ConfigDefaults& defaults,
                                 const std::string& source) {
   std::string hidden_act = "silu";
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "hidden_act", source, hidden_act));
+  TITAN_RETURN_IF_ERROR(ReadNotNull(config, "hidden_act", source, hidden_act));
   if (hidden_act != "silu") {
     return absl::InvalidArgumentError(absl::StrCat(source, ": hidden_act \"", hidden_act,
                                                    "\": titan's decoder supports only \"silu\""));
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     bool bias = false;
-    TITAN_RETURN_IF_ERROR(ReadOptionalField(config, key, source, bias));
+    TITAN_RETURN_IF_ERROR(ReadFamilyKey(config, key, defaults, source, bias));
     if (bias) {
       return absl::InvalidArgumentError(
           absl::StrCat(source, ": ", key, " true: titan's decoder has no biases"));
     }
   }
   double attention_dropout = 0;
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "attention_dropout", source, attention_dropout));
+  TITAN_RETURN_IF_ERROR(ReadNotNull(config, "attention_dropout", source, attention_dropout));
   if (attention_dropout != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": attention_dropout ", attention_dropout,
                      ": titan's decoder has no dropout (expected 0)"));
   }
-  TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(config, source));
+  TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(config, source, false));
   std::vector<std::string> layer_types;
   TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "layer_types", source, layer_types));
   for (const std::string& type : layer_types) {
@@ -112,8 +149,9 @@ absl::Status CheckRepresentable(const json& config, int64_t n_layers,
   int64_t max_window_layers =
       defaults.max_window_layers > 0 ? defaults.max_window_layers : n_layers;
   TITAN_RETURN_IF_ERROR(
-      ReadOptionalField(config, "use_sliding_window", source, use_sliding_window));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "max_window_layers", source, max_window_layers));
+      ReadFamilyKey(config, "use_sliding_window", defaults, source, use_sliding_window));
+  TITAN_RETURN_IF_ERROR(
+      ReadFamilyKey(config, "max_window_layers", defaults, source, max_window_layers));
   const bool has_window = config.contains("sliding_window") ? !config.at("sliding_window").is_null()
                                                             : defaults.sliding_window > 0;
   if (layer_types.empty() && use_sliding_window && has_window && max_window_layers < n_layers) {
@@ -135,29 +173,37 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const std::stri
       key = candidate;
     }
   }
+  // rope_parameters' own rope_theta, where given, stands in for a null top-level one.
+  if (key == nullptr || !config.at(key).is_object() || !config.at(key).contains("rope_theta")) {
+    TITAN_RETURN_IF_ERROR(RefuseNull(config, "rope_theta", source, rope.theta));
+  }
   if (key == nullptr) return absl::OkStatus();
   const std::string where = absl::StrCat(source, ": ", key);
   const json& params = config.at(key);
   if (!params.is_object()) return absl::InvalidArgumentError(where + ": expected an object");
   std::string type = "default";
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "type", where, type));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "rope_type", where, type));
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "rope_theta", where, rope.theta));
-  TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(params, where));
+  // transformers reads "type" only without "rope_type"; either null names no RoPE function.
+  TITAN_RETURN_IF_ERROR(
+      ReadNotNull(params, params.contains("rope_type") ? "rope_type" : "type", where, type));
+  TITAN_RETURN_IF_ERROR(ReadNotNull(params, "rope_theta", where, rope.theta));
+  TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(params, where, type != "default"));
   if (type == "default") return absl::OkStatus();
   if (type != "llama3" && type != "yarn") {
     return absl::InvalidArgumentError(absl::StrCat(
         where, ": rope_type \"", type, "\": titan supports \"default\", \"llama3\" and \"yarn\""));
   }
   rope.original_max_position_embeddings = max_positions;
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(params, "original_max_position_embeddings", where,
-                                          rope.original_max_position_embeddings));
+  TITAN_RETURN_IF_ERROR(ReadNotNull(params, "original_max_position_embeddings", where,
+                                    rope.original_max_position_embeddings));
   if (rope.original_max_position_embeddings <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": original_max_position_embeddings must be positive"));
   }
   if (type == "llama3") {
     rope.scaling = RopeScalingType::kLlama3;
+    for (const char* required : {"factor", "low_freq_factor", "high_freq_factor"}) {
+      TITAN_RETURN_IF_ERROR(RefuseNull(params, required, where, rope.factor));
+    }
     TITAN_RETURN_IF_ERROR(ReadRequiredField(params, "factor", where, rope.factor));
     TITAN_RETURN_IF_ERROR(
         ReadRequiredField(params, "low_freq_factor", where, rope.low_freq_factor));
@@ -170,8 +216,16 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const std::stri
     rope.beta_slow = kYarnBetaSlow;
     rope.mscale = rope.mscale_all_dim = rope.attention_factor = 0;
     rope.truncate = true;
-    TITAN_RETURN_IF_ERROR(ReadRequiredField(params, "factor", where, rope.factor));
+    // A null factor is transformers' (DeepSeek-V3's) max_position_embeddings over the original.
+    if (IsNull(params, "factor")) {
+      rope.factor = static_cast<double>(max_positions) /
+                    static_cast<double>(rope.original_max_position_embeddings);
+    } else {
+      TITAN_RETURN_IF_ERROR(ReadRequiredField(params, "factor", where, rope.factor));
+    }
     TITAN_RETURN_IF_ERROR(ReadYarnFields(params, where, rope));
+    // transformers tests truncate's truth: a null one truncates nothing.
+    if (IsNull(params, "truncate")) rope.truncate = false;
     if (rope.beta_fast == 0) rope.beta_fast = kYarnBetaFast;
     if (rope.beta_slow == 0) rope.beta_slow = kYarnBetaSlow;
     // transformers scales cos and sin by any explicit attention_factor: 0 erases positions.
@@ -204,10 +258,7 @@ class DefaultedKeys {
       return absl::OkStatus();
     }
     if (!it->is_null()) return ReadOptionalField(config_, key, source_, out);
-    if (!null_value.has_value()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source_, ": ", key, " null: expected a ", json(default_value).type_name()));
-    }
+    if (!null_value.has_value()) return RefuseNull(config_, key, source_, default_value);
     out = *null_value;
     return absl::OkStatus();
   }
@@ -281,6 +332,7 @@ absl::StatusOr<ModelInfo> ModelInfoFromHfConfig(const json& config, const std::s
     return absl::InvalidArgumentError(absl::StrCat(source, ": expected a JSON object"));
   }
   std::string model_type;
+  TITAN_RETURN_IF_ERROR(RefuseNull(config, "model_type", source, model_type));
   TITAN_RETURN_IF_ERROR(ReadRequiredField(config, "model_type", source, model_type));
   TITAN_ASSIGN_OR_RETURN(const ModelSpec* spec, FindHfFamily(model_type, source));
   const HfAdapter::ConfigDefaults& defaults = spec->hf.config_defaults;

@@ -25,7 +25,8 @@ nlohmann::json HfGenerationConfig(const ModelInfo& info);
 // take transformers' defaults when absent); RoPE default, llama3 or yarn from rope_scaling or
 // transformers 5's rope_parameters. What the decoder cannot represent (biases, activations other
 // than silu, sliding windows in use, other RoPE types, partial rotary) is refused with one line
-// naming `source` (the path) and the key. The special ids (bos, eos, pad) are kept as written.
+// naming `source` (the path) and the key, as is a null where transformers cannot build and run the
+// model with it (rope_theta, hidden_act, ...). The special ids (bos, eos, pad) are kept as written.
 absl::StatusOr<ModelInfo> ModelInfoFromHfConfig(const nlohmann::json& config,
                                                 const std::string& source);
 

@@ -250,7 +250,7 @@ TEST(HfConfigTest, RefusesWhatTheDecoderCannotRepresentInOneLine) {
             "(llama3), \"qwen3\" (qwen3)");
   json null_size = good;
   null_size["hidden_size"] = nullptr;  // transformers' strict config refuses a null int
-  EXPECT_EQ(Error(null_size), "c.json: hidden_size null: expected a number");
+  EXPECT_EQ(Error(null_size), "c.json: hidden_size is null; expected a number");
   json wrong_type = good;
   wrong_type["num_hidden_layers"] = "two";
   EXPECT_THAT(Error(wrong_type), HasSubstr("num_hidden_layers: unexpected string"));

@@ -71,6 +71,9 @@ struct HfAdapter {
     int64_t max_window_layers = 0;
     // LlamaConfig refuses a hidden_size that the heads do not divide, even with a head_dim given.
     bool heads_divide_hidden_size = false;
+    // Keys titan reads that the family's config class has no field for (LlamaConfig's
+    // use_sliding_window): transformers ignores them, so a null there is no refusal.
+    std::vector<std::string> absent_fields;
   } config_defaults;
 };
 

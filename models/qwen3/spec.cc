@@ -60,6 +60,7 @@ ModelSpec Qwen3Spec() {
   hf_defaults.max_position_embeddings = 32768;
   hf_defaults.sliding_window = 4096;
   hf_defaults.max_window_layers = 28;
+  hf_defaults.absent_fields = {"mlp_bias"};
   spec.hf.extra_config = {{"attention_dropout", 0.0}, {"initializer_range", 0.02},
                           {"use_cache", true},        {"use_sliding_window", false},
                           {"sliding_window", nullptr}, {"max_window_layers", 28}};

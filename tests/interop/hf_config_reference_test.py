@@ -1,5 +1,7 @@
 """config.json as titan reads it (tests/interop/hf_config_probe.cc) against PyPI transformers:
-missing keys take the family's transformers defaults, folders transformers refuses are refused,
+missing keys take the family's transformers defaults, an explicit null in any key titan reads is
+read as transformers reads it or refused where transformers cannot build and run the model,
+folders transformers refuses are refused,
 and RoPE inverse frequencies and attention factors (YaRN and Llama 3, factors below, at and above
 1, explicit attention factors) equal transformers' ROPE_INIT_FUNCTIONS."""
 import argparse
@@ -30,6 +32,25 @@ FULL_CONFIGS = {
                   max_position_embeddings=1024, rms_norm_eps=1e-5, rope_theta=5e5,
                   tie_word_embeddings=True, bos_token_id=5, eos_token_id=6),
 }
+
+# Every config.json key titan reads, and the RoPE parameters it reads per RoPE type.
+TOP_LEVEL_KEYS = (
+    "model_type", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "head_dim", "vocab_size", "intermediate_size", "max_position_embeddings", "rms_norm_eps",
+    "rope_theta", "tie_word_embeddings", "bos_token_id", "eos_token_id", "pad_token_id",
+    "hidden_act", "attention_bias", "mlp_bias", "attention_dropout", "partial_rotary_factor",
+    "layer_types", "use_sliding_window", "max_window_layers", "sliding_window", "rope_scaling",
+    "rope_parameters")
+ROPES = (
+    ("qwen3", {"rope_type": "default", "rope_theta": 2e5, "partial_rotary_factor": 1.0}),
+    ("qwen3", {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 256,
+               "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 0.5, "mscale_all_dim": 1.0,
+               "attention_factor": 0.7, "truncate": False, "rope_theta": 2e5,
+               "partial_rotary_factor": 1.0}),
+    ("llama", {"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 256,
+               "rope_theta": 2e5, "partial_rotary_factor": 1.0}),
+)
 
 
 def titan_fields(args):
@@ -77,6 +98,20 @@ class HfConfigReferenceTest(unittest.TestCase):
         except Exception as e:  # transformers' refusals have many types
             return None, e
 
+    def reference_model(self, config):
+        """transformers' model for `config` once it has built and run it, or the exception that
+        stopped it."""
+        reference, error = self.reference(config)
+        if error is not None:
+            return None, error
+        try:
+            model = transformers.AutoModelForCausalLM.from_config(reference)
+            with torch.no_grad():
+                model(torch.tensor([[1, 2, 3, 4]]))
+        except Exception as e:  # the model code's failures have many types
+            return None, e
+        return model, None
+
     def assert_read_as_transformers(self, config, label):
         probe, refusal = self.titan(config)
         reference, error = self.reference(config)
@@ -95,18 +130,46 @@ class HfConfigReferenceTest(unittest.TestCase):
                     self.assert_read_as_transformers(config, f"{family} without {key}")
             self.assert_read_as_transformers({"model_type": family}, f"{family}: no keys")
 
+    def assert_null_read_as_transformers(self, config, key, label):
+        """titan refuses `config` naming the null `key` where transformers cannot build and run
+        the model, else reads it as transformers does, RoPE included."""
+        model, error = self.reference_model(config)
+        probe, refusal = self.titan(config)
+        if error is not None:
+            self.assertIsNone(probe, f"{label}: transformers fails with {error!r}")
+            self.assertIn(f"{key} is null; expected a", refusal, label)
+            return
+        self.assertIsNone(refusal, label)
+        reference = model.config
+        self.assertEqual(titan_fields(probe["args"]), transformers_fields(reference), label)
+        self.assertEqual((probe["bos_token_id"], probe["eos_token_id"]),
+                         (reference.bos_token_id, reference.eos_token_id), label)
+        rotary = model.model.rotary_emb
+        self.assert_rope_values(probe, rotary.inv_freq, rotary.attention_scaling, label)
+
     def test_null_keys_are_read_or_refused_as_transformers_does(self):
         for family, full in FULL_CONFIGS.items():
-            for key in ("num_key_value_heads", "head_dim", "hidden_size", "rms_norm_eps"):
-                config = {**full, key: None}
-                label = f"{family} with {key} null"
-                reference, error = self.reference(config)
-                if error is None:
-                    self.assert_read_as_transformers(config, label)
-                else:
-                    probe, refusal = self.titan(config)
-                    self.assertIsNone(probe, label)
-                    self.assertIn(f"{key} null", refusal, label)
+            for key in TOP_LEVEL_KEYS:
+                self.assert_null_read_as_transformers({**full, key: None}, key,
+                                                      f"{family} with {key} null")
+        # rope_parameters' rope_theta stands in for a null top-level one.
+        for where in ("rope_scaling", "rope_parameters"):
+            config = {**FULL_CONFIGS["qwen3"], "rope_theta": None,
+                      where: {"rope_type": "default", "rope_theta": 2e5}}
+            self.assert_null_read_as_transformers(config, "rope_theta", f"{where} with theta")
+        yarn = ROPES[1][1]
+        config = {**FULL_CONFIGS["qwen3"], "partial_rotary_factor": None, "rope_scaling": yarn}
+        self.assert_null_read_as_transformers(config, "partial_rotary_factor", "yarn, null factor")
+
+    def test_null_rope_parameters_are_read_or_refused_as_transformers_does(self):
+        for where in ("rope_scaling", "rope_parameters"):
+            for family, rope in ROPES:
+                for key in (*rope, "type"):
+                    config = {**FULL_CONFIGS[family], where: {**rope, key: None}}
+                    self.assert_null_read_as_transformers(
+                        config, key, f"{family} {where} {rope['rope_type']} with {key} null")
+            config = {**FULL_CONFIGS["qwen3"], where: {"type": None}}
+            self.assert_null_read_as_transformers(config, "type", f"{where} type null")
 
     def test_folders_transformers_refuses_are_refused(self):
         # LlamaConfig wants hidden_size divisible by the heads, head_dim or not.
@@ -151,6 +214,9 @@ class HfConfigReferenceTest(unittest.TestCase):
         self.assertIsNone(error, label)
         rope_type = reference.rope_parameters["rope_type"]
         inv_freq, attention_factor = ROPE_INIT_FUNCTIONS[rope_type](reference, "cpu")
+        self.assert_rope_values(probe, inv_freq, attention_factor, label)
+
+    def assert_rope_values(self, probe, inv_freq, attention_factor, label):
         titan_inv_freq = torch.tensor(probe["inv_freq"], dtype=torch.float64)
         torch.testing.assert_close(titan_inv_freq, inv_freq.double(), rtol=INV_FREQ_RTOL, atol=0,
                                    msg=label)
