@@ -338,25 +338,15 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   }
   TITAN_RETURN_IF_ERROR(pipeline != nullptr ? pipeline->FinishBackward()
                                             : model_.data_parallel->FinishBackward());
-  if (read_metrics) {
-    if (token_ranks == 1) {
-      // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
-      result.loss = (loss_sum / global_counted).item<double>();
-    } else {
-      TITAN_ASSIGN_OR_RETURN(const double total, SumOverDp(loss_sum.item<double>()));
-      result.loss = total / global_counted;
-    }
-    // Only the last pipeline stage computed the loss.
-    if (pipeline != nullptr) {
-      TITAN_ASSIGN_OR_RETURN(result.loss, pipeline->FromLastStage(result.loss));
-    }
-  }
   std::vector<at::Tensor> tensors;
   for (const ParamRef& p : model_.params) tensors.push_back(*p.tensor);
   // The norm and the clipping scale stay on the device unless the step is logged; the optimizer
   // applies the scale.
   const GradClip clip = ComputeGradClip(tensors, config_.training().max_norm(), grad_norm_reducer_);
-  if (read_metrics) result.grad_norm = clip.total_norm.item<double>();
+  step_loss_sum_ = loss_sum;
+  step_grad_norm_ = clip.total_norm;
+  step_counted_ = global_counted;
+  if (read_metrics) TITAN_RETURN_IF_ERROR(ReadStepMetrics(result));
   // Noted on the device (no host read): Train reads it when it logs or saves.
   const at::Tensor nonfinite = clip.total_norm.isfinite().logical_not();
   nonfinite_grad_norm_ =
@@ -374,6 +364,22 @@ absl::StatusOr<StepResult> Trainer::TrainStep(const std::vector<Batch>& full_mic
   state_.ntokens_seen += result.tokens * token_ranks;
   TITAN_RETURN_IF_ERROR(hooks_.Run(StepPhase::kStepEnd, {step}));
   return result;
+}
+
+absl::Status Trainer::ReadStepMetrics(StepResult& result) {
+  if (setup_.dp_size * batch_parallel().context_parallel_degree() == 1) {
+    // In fp32 as a mean-reduced cross-entropy computes it (the same bits for one microbatch).
+    result.loss = (step_loss_sum_ / step_counted_).item<double>();
+  } else {
+    TITAN_ASSIGN_OR_RETURN(const double total, SumOverDp(step_loss_sum_.item<double>()));
+    result.loss = total / step_counted_;
+  }
+  // Only the last pipeline stage computed the loss.
+  if (model_.pipeline != nullptr) {
+    TITAN_ASSIGN_OR_RETURN(result.loss, model_.pipeline->FromLastStage(result.loss));
+  }
+  result.grad_norm = step_grad_norm_.item<double>();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepResult> Trainer::TrainStepOrOom(const std::vector<Batch>& microbatches,
@@ -530,7 +536,7 @@ absl::Status Trainer::Train() {
     const bool log = step == 1 || step % config_.metrics().log_freq() == 0 || last || validate;
     TITAN_ASSIGN_OR_RETURN(StepResult result, TrainStepOrOom(batches, /*read_metrics=*/log));
     window_tokens += result.tokens;
-    if (log) {
+    auto log_step = [&]() -> absl::Status {
       const Throughput throughput =
           ComputeThroughput(static_cast<double>(window_tokens) / ranks_per_token, stopwatch.Lap(),
                             model_.flops_per_token, peak_flops_);
@@ -554,8 +560,9 @@ absl::Status Trainer::Train() {
         LOG(INFO) << FormatStepLine(m, /*color=*/false);
       }
       window_tokens = 0;
-      TITAN_RETURN_IF_ERROR(CheckFiniteSince(step));
-    }
+      return CheckFiniteSince(step);
+    };
+    if (log) TITAN_RETURN_IF_ERROR(log_step());
     if (step == 1) {
       runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
       LogStateMemory();
@@ -571,6 +578,11 @@ absl::Status Trainer::Train() {
     TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
     if (signal != 0 && !last) {
       LOG(WARNING) << "received signal " << signal << "; stopping after step " << step;
+      // The run's last row shows where it stopped; every rank agreed, so all read the loss.
+      if (!log) {
+        TITAN_RETURN_IF_ERROR(ReadStepMetrics(result));
+        TITAN_RETURN_IF_ERROR(log_step());
+      }
       if (checkpointer_ && !saved) TITAN_RETURN_IF_ERROR(save(false));
       break;
     }

@@ -108,6 +108,9 @@ class Trainer {
   // dumped ([profiling] enable_memory_snapshot: iteration_<last step>_exit/).
   absl::StatusOr<StepResult> TrainStepOrOom(const std::vector<Batch>& microbatches,
                                             bool read_metrics);
+  // Reads the loss (reduced over ranks: every rank calls it) and the gradient norm of the last
+  // step into `result`: what TrainStep reads when asked, or later for a step it did not.
+  absl::Status ReadStepMetrics(StepResult& result);
 
   const JobConfig config_;
   const DistributedRuntime& runtime_;
@@ -132,6 +135,11 @@ class Trainer {
   // checked_through_step_.
   at::Tensor nonfinite_grad_norm_;
   int64_t checked_through_step_ = 0;
+  // The last step's summed loss and gradient norm on the device, and its counted tokens over every
+  // rank, until ReadStepMetrics reads them.
+  at::Tensor step_loss_sum_;
+  at::Tensor step_grad_norm_;
+  double step_counted_ = 0;
   int64_t microbatches_ = 1;
   // Batches every rank runs per evaluation: the longest data-parallel share's ([validation] steps
   // at most), so that the ranks' collectives pair up.

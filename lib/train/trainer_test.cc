@@ -1,6 +1,7 @@
 #include "lib/train/trainer.h"
 
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "absl/base/casts.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "lib/config/job_config.h"
 #include "lib/parallel/distributed_runtime.h"
@@ -277,6 +279,42 @@ TEST(TrainerTest, BlockCausalWithoutBosSeparatesDocumentsAfterEachEos) {
   const at::Tensor ends = tokens.eq(im_end).to(at::kLong);
   EXPECT_GE(ends.sum().item<int64_t>(), 4);  // several documents a row
   EXPECT_TRUE(at::equal(documents, ends.cumsum(1) - ends));
+}
+
+// The steps of the metrics.jsonl rows of a 20-step run ([metrics] log_freq = 10) sent SIGTERM at
+// the end of step `signal_step`, and the loss of its last row.
+std::vector<int64_t> LoggedStepsOfAStoppedRun(const std::string& name, int64_t signal_step,
+                                              double& last_loss) {
+  EXPECT_TRUE(RemoveTree(TempDir() + "/" + name).ok());
+  JobConfig config;
+  auto trainer = MakeTrainer(name, config,
+                             {"--training.steps=20", "--metrics.log_freq=10",
+                              "--training.seq_len=16", "--training.local_batch_size=2"});
+  trainer->hooks().Add(StepPhase::kStepEnd, [signal_step](const StepEvent& event) {
+    if (event.step == signal_step) std::raise(SIGTERM);  // Train's handler: stop after the step
+    return absl::OkStatus();
+  });
+  const absl::Status status = trainer->Train();
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(trainer->state().step, signal_step);
+  absl::StatusOr<std::string> rows = ReadFile(TempDir() + "/" + name + "/metrics.jsonl");
+  EXPECT_TRUE(rows.ok()) << rows.status();
+  std::vector<int64_t> steps;
+  for (absl::string_view row : absl::StrSplit(*rows, '\n', absl::SkipEmpty())) {
+    const nlohmann::json parsed = nlohmann::json::parse(row);
+    steps.push_back(parsed["step"]);
+    last_loss = parsed["loss"];
+  }
+  return steps;
+}
+
+// A run stopped between log steps still logs the step it stopped after (with its loss), once.
+TEST(TrainerTest, AStoppedRunLogsItsLastStepOnce) {
+  double loss = 0;
+  EXPECT_EQ(LoggedStepsOfAStoppedRun("stopped_unlogged", 13, loss),
+            (std::vector<int64_t>{1, 10, 13}));
+  EXPECT_GT(loss, 0);
+  EXPECT_EQ(LoggedStepsOfAStoppedRun("stopped_logged", 10, loss), (std::vector<int64_t>{1, 10}));
 }
 
 // Resuming with train_state excluded restarts the step count; the schedule restarts with it
