@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <random>
 #include <string>
 #include <thread>
@@ -414,33 +415,43 @@ const ShardedState& ModelBundle::sharded() const {
 }
 
 int64_t UsableHostMemoryBytes() {
-  int64_t bytes = int64_t{sysconf(_SC_PHYS_PAGES)} * sysconf(_SC_PAGESIZE);
+  const int64_t page = sysconf(_SC_PAGESIZE);
+  int64_t bytes = int64_t{sysconf(_SC_PHYS_PAGES)} * page;
   rlimit limit;
   if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
-    bytes = std::min<int64_t>(bytes, static_cast<int64_t>(limit.rlim_cur));
+    // The limit counts the address space already mapped (libraries, heap, thread stacks).
+    std::ifstream statm("/proc/self/statm");
+    int64_t mapped_pages = 0;
+    statm >> mapped_pages;
+    const int64_t left = static_cast<int64_t>(limit.rlim_cur) - mapped_pages * page;
+    bytes = std::min<int64_t>(bytes, std::max<int64_t>(left, 0));
   }
   return bytes;
 }
 
 absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
                                        int64_t memory_bytes) {
+  constexpr int kRopeTablesAtOnce = 4;
   const int64_t rope_frequencies = args.rope.enabled ? args.head_size() / 2 : 0;
   for (const auto& [key, seq_len, batch_size] :
        {std::tuple<const char*, int64_t, int64_t>{"[training] seq_len", config.training().seq_len(),
                                                   config.training().local_batch_size()},
         {"[validation] seq_len", config.validation().enable() ? config.validation().seq_len() : 0,
          config.validation().local_batch_size()}}) {
-    // In double: 2^31 positions times the sizes overflow nothing there.
-    const double rope_bytes = static_cast<double>(seq_len) * rope_frequencies * sizeof(double);
+    // In double: 2^31 positions times the sizes overflow nothing there. Computing the tables holds
+    // the angles, a temporary and its scaled copy in float64 and the float32 tables
+    // (lib/model/rope).
+    const double rope_bytes =
+        kRopeTablesAtOnce * static_cast<double>(seq_len) * rope_frequencies * sizeof(double);
     const double token_bytes = static_cast<double>(seq_len) * batch_size * 2 * sizeof(int32_t);
     if (rope_bytes + token_bytes <= static_cast<double>(memory_bytes)) continue;
     constexpr double kGiB = 1024.0 * 1024 * 1024;
     return absl::ResourceExhaustedError(absl::StrFormat(
         "%s = %d does not fit in memory: its RoPE tables (%d positions x %d frequencies in "
-        "float64) and token batch (local_batch_size %d x seq_len, inputs and labels) alone take "
-        "%.1f GiB, and this process may use %.1f GiB; lower seq_len",
-        key, seq_len, seq_len, rope_frequencies, batch_size, (rope_bytes + token_bytes) / kGiB,
-        memory_bytes / kGiB));
+        "float64, %d tables' worth while computed) and token batch (local_batch_size %d x seq_len, "
+        "inputs and labels) alone take %.1f GiB, and this process has %.1f GiB left; lower seq_len",
+        key, seq_len, seq_len, rope_frequencies, kRopeTablesAtOnce, batch_size,
+        (rope_bytes + token_bytes) / kGiB, memory_bytes / kGiB));
   }
   return absl::OkStatus();
 }

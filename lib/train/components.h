@@ -95,13 +95,14 @@ ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSet
 // must exist and hold the format initial_load_in_hf names (false: a titan or Meta checkpoint).
 absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config);
 
-// The host memory this process may use: physical memory, or less under an address-space limit
-// (ulimit -v).
+// The host memory this process may still allocate: physical memory, or less under an
+// address-space limit (ulimit -v): what the limit leaves beyond the address space already mapped.
 int64_t UsableHostMemoryBytes();
 
-// Refuses a [training] seq_len (or enabled [validation] seq_len) whose RoPE tables (computed on the
-// host in float64) and token batch alone exceed `memory_bytes`, before anything of that size is
-// allocated; activations come on top and are not counted.
+// Refuses a [training] seq_len (or enabled [validation] seq_len) whose RoPE tables (the peak of
+// computing them on the host in float64) and token batch alone exceed `memory_bytes` (what is
+// left: UsableHostMemoryBytes), before anything of that size is allocated; activations come on top
+// and are not counted.
 absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
                                        int64_t memory_bytes);
 

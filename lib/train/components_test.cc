@@ -1,7 +1,12 @@
 #include "lib/train/components.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -79,10 +84,10 @@ TEST(CheckSequencesFitInMemoryTest, AHugeSeqLenIsRefusedNamingItsKey) {
   config.mutable_training()->set_seq_len(2147483647);
   EXPECT_EQ(CheckSequencesFitInMemory(config, args, 64 * kGiB).message(),
             "[training] seq_len = 2147483647 does not fit in memory: its RoPE tables (2147483647 "
-            "positions x 8 frequencies in float64) and token batch (local_batch_size 1 x seq_len, "
-            "inputs and labels) alone take 144.0 GiB, and this process may use 64.0 GiB; lower "
-            "seq_len");
-  EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 200 * kGiB).ok());
+            "positions x 8 frequencies in float64, 4 tables' worth while computed) and token batch "
+            "(local_batch_size 1 x seq_len, inputs and labels) alone take 528.0 GiB, and this "
+            "process has 64.0 GiB left; lower seq_len");
+  EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 528 * kGiB).ok());
   // A long context that fits is no concern of this check.
   config.mutable_training()->set_seq_len(1 << 20);
   EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 1 * kGiB).ok());
@@ -93,6 +98,27 @@ TEST(CheckSequencesFitInMemoryTest, AHugeSeqLenIsRefusedNamingItsKey) {
   config.mutable_validation()->set_enable(false);
   EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 64 * kGiB).ok());
   EXPECT_GT(UsableHostMemoryBytes(), 0);
+}
+
+// Caps this process's address space at what it maps plus 256 MiB, then exits with 0 if
+// UsableHostMemoryBytes leaves at most those 256 MiB.
+[[noreturn]] void ExitOnWhatACapLeaves() {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  std::ifstream statm("/proc/self/statm");
+  int64_t mapped_pages = 0;
+  statm >> mapped_pages;
+  const int64_t mapped = mapped_pages * sysconf(_SC_PAGESIZE);
+  rlimit limit;
+  limit.rlim_cur = limit.rlim_max = static_cast<rlim_t>(mapped + 256 * kMiB);
+  if (setrlimit(RLIMIT_AS, &limit) != 0) std::_Exit(2);
+  const int64_t left = UsableHostMemoryBytes();
+  std::cerr << "mapped " << mapped << " bytes, left " << left << std::endl;
+  std::_Exit(left > 0 && left <= 256 * kMiB ? 0 : 1);
+}
+
+// Under ulimit -v the address space already mapped (libraries, heap) is not left to allocate.
+TEST(UsableHostMemoryBytesTest, AnAddressSpaceLimitLeavesOnlyWhatIsNotMapped) {
+  EXPECT_EXIT(ExitOnWhatACapLeaves(), ::testing::ExitedWithCode(0), "");
 }
 
 TEST(BuildTokenizerTest, AMissingTokenizerNamesTheKeyItCameFrom) {

@@ -723,10 +723,18 @@ class TitanTrainTest(unittest.TestCase):
         proc = subprocess.run(cmd + ["--training.seq_len=2147483647"], capture_output=True,
                               text=True, timeout=120, preexec_fn=cap_memory)
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("--training.seq_len: [training] seq_len = 2147483647 does not fit in memory: "
-                      "its RoPE tables (2147483647 positions x 8 frequencies in float64) and "
-                      "token batch (local_batch_size 1 x seq_len, inputs and labels) alone take "
-                      "144.0 GiB, and this process may use 4.0 GiB; lower seq_len", proc.stderr)
+        self.assertRegex(proc.stderr, r"--training.seq_len: \[training\] seq_len = 2147483647 does "
+                         r"not fit in memory: its RoPE tables \(2147483647 positions x 8 "
+                         r"frequencies in float64, 4 tables' worth while computed\) and token "
+                         r"batch \(local_batch_size 1 x seq_len, inputs and labels\) alone take "
+                         r"528.0 GiB, and this process has [0-3]\.\d GiB left; lower seq_len")
+        # Within the cap but not what the libraries already mapped leave: refused all the same,
+        # not by the allocator while the tables are computed.
+        proc = subprocess.run(cmd + ["--training.seq_len=10000000"], capture_output=True,
+                              text=True, timeout=120, preexec_fn=cap_memory)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("--training.seq_len: [training] seq_len = 10000000 does not fit in memory",
+                      proc.stderr)
         # Tables and tokens that fit, activations that do not: the step says what to lower.
         proc = subprocess.run(cmd + ["--training.seq_len=1000000"], capture_output=True,
                               text=True, timeout=120, preexec_fn=cap_memory)
