@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -11,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "lib/distributed/deadline_watch.h"
 #include "lib/util/c10_log_filter.h"
@@ -47,9 +49,13 @@ class ProgressPublisher {
     const int64_t periods_per_heartbeat =
         GroupState::kHeartbeatPeriod / GroupState::kProgressPeriod;
     for (int64_t period = 0;; ++period) {
+      // Timed around the sleep alone: a store call that waits on a stopped host is no stall here.
+      const auto before = std::chrono::steady_clock::now();
       std::this_thread::sleep_for(absl::ToChronoMilliseconds(GroupState::kProgressPeriod));
+      const absl::Duration slept = absl::FromChrono(std::chrono::steady_clock::now() - before);
       std::lock_guard<std::mutex> lock(mutex_);
       for (GroupState* group : groups_) {
+        if (slept > GroupState::kSilenceWindow) group->PublishStall(absl::Now(), slept);
         group->PublishProgress();
         if (period % periods_per_heartbeat == 0) group->PublishHeartbeat();
       }
@@ -99,6 +105,19 @@ void GroupState::PublishHeartbeat() {
   }
 }
 
+void GroupState::PublishStall(absl::Time end, absl::Duration length) {
+  std::lock_guard<std::mutex> lock(publish_mutex_);
+  const std::string value =
+      absl::StrCat(absl::ToUnixMillis(end), " ", absl::ToInt64Milliseconds(length));
+  QuietC10Warnings quiet;  // A failure is the straggler report's to tell.
+  try {
+    progress_->set(absl::StrCat("stalled/", rank_),
+                   std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    // The store went away (the job is ending); the straggler report will say so.
+  }
+}
+
 std::vector<int> GroupState::MembersBelow(uint64_t seq) {
   std::vector<int> missing;
   for (size_t member = 0; member < global_ranks_.size(); ++member) {
@@ -137,7 +156,28 @@ std::vector<int> GroupState::SilentMembers() {
   return silent;
 }
 
-std::string GroupState::Stragglers(uint64_t seq) {
+std::string GroupState::StalledMembers(absl::Time since) {
+  std::vector<std::string> stalled;
+  for (size_t member = 0; member < global_ranks_.size(); ++member) {
+    const std::string key = absl::StrCat("stalled/", member);
+    if (!progress_->check({key})) continue;
+    const std::vector<uint8_t> value = progress_->get(key);
+    const std::vector<std::string> fields =
+        absl::StrSplit(std::string(value.begin(), value.end()), ' ');
+    int64_t end_ms = 0;
+    int64_t length_ms = 0;
+    if (fields.size() != 2 || !absl::SimpleAtoi(fields[0], &end_ms) ||
+        !absl::SimpleAtoi(fields[1], &length_ms) || absl::FromUnixMillis(end_ms) < since) {
+      continue;
+    }
+    stalled.push_back(absl::StrCat(
+        global_ranks_[member], " for ",
+        absl::FormatDuration(absl::Trunc(absl::Milliseconds(length_ms), absl::Milliseconds(100)))));
+  }
+  return absl::StrJoin(stalled, ", ");
+}
+
+std::string GroupState::Stragglers(uint64_t seq, absl::Time start) {
   PublishProgress();
   // Let every member's publisher run once, so a value is at most one period old.
   absl::SleepFor(2 * kProgressPeriod);
@@ -149,10 +189,21 @@ std::string GroupState::Stragglers(uint64_t seq) {
     }
     // A member killed inside the collective had arrived: name it by its stopped heartbeat.
     const std::vector<int> silent = SilentMembers();
-    if (silent.empty()) return "every rank arrived and is alive";
-    return absl::StrCat("every rank arrived; ranks silent for the last ",
-                        absl::FormatDuration(kSilenceWindow),
-                        " (died, stopped or exited): ", absl::StrJoin(silent, ", "));
+    // Read after the silence window: a member continued just now has published its stall by then.
+    const std::string stalled = StalledMembers(start);
+    if (silent.empty() && stalled.empty()) return "every rank arrived and is alive";
+    std::string text = "every rank arrived";
+    if (!silent.empty()) {
+      absl::StrAppend(&text, "; ranks silent for the last ", absl::FormatDuration(kSilenceWindow),
+                      " (died, stopped or exited): ", absl::StrJoin(silent, ", "));
+    }
+    if (!stalled.empty()) {
+      absl::StrAppend(&text,
+                      "; ranks stalled while it ran (the process stopped, as by SIGSTOP, or "
+                      "starved of CPU): ",
+                      stalled);
+    }
+    return text;
   } catch (const std::exception& e) {
     // Rank 0's own store answers while it lives: on another rank, unreachable means it ended.
     const bool host_gone = global_ranks_[rank_] != 0;
@@ -171,7 +222,7 @@ absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time 
       ") failed after ", elapsed == absl::ZeroDuration() ? "0ms" : absl::FormatDuration(elapsed),
       ": ", reason);
   std::string stragglers;
-  AskStoreAfterFailure(failure, [&] { stragglers = Stragglers(seq); });
+  AskStoreAfterFailure(failure, [&] { stragglers = Stragglers(seq, start); });
   return absl::DeadlineExceededError(absl::StrCat(failure, "; ", stragglers));
 }
 

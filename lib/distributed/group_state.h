@@ -37,7 +37,9 @@ void AskStoreAfterFailure(absl::string_view failure, const std::function<void()>
 // store every kProgressPeriod (no store round trip per collective); on failure, members whose
 // value is below n never arrived. Every kHeartbeatPeriod the thread also counts up
 // "alive/<group rank>", so that when every member arrived, the ones whose count stands still (a
-// rank killed inside the collective) are named.
+// rank killed inside the collective) are named; and a thread whose period overran by more than
+// kSilenceWindow (the process was stopped, as by SIGSTOP, then continued) writes
+// "stalled/<group rank>", so that a member that arrived late, but lives, is named too.
 class GroupState {
  public:
   static constexpr absl::Duration kProgressPeriod = absl::Milliseconds(50);
@@ -62,10 +64,12 @@ class GroupState {
   void PublishProgress();
   // Counts this member's "alive/<group rank>" up by one; the publisher calls it.
   void PublishHeartbeat();
+  // Records that this process stood still for `length` until `end`; the publisher calls it.
+  void PublishStall(absl::Time end, absl::Duration length);
   // "ranks that did not arrive: 2, 5" (job ranks); when every member arrived, those silent for
-  // kSilenceWindow; or why that cannot be told. Publishes this member's progress and gives the
-  // others a publishing period first.
-  std::string Stragglers(uint64_t seq);
+  // kSilenceWindow and those stalled until after `start` (the operation's); or why that cannot be
+  // told. Publishes this member's progress and gives the others a publishing period first.
+  std::string Stragglers(uint64_t seq, absl::Time start);
   // DeadlineExceeded naming the operation, the group, how long it ran (`start` to `end`, when it
   // failed: a trace dump exchange after it does not count) and the stragglers.
   absl::Status Failure(absl::string_view op, uint64_t seq, absl::Time start,
@@ -81,6 +85,9 @@ class GroupState {
   std::vector<int> SilentMembers();
   // Each other member's heartbeat count ("" where it has none).
   std::vector<std::string> HeartbeatCounts();
+  // "0 for 6.2s, 3 for 2.5s": members (this one included) whose stall ended after `since`.
+  // Throws as the store.
+  std::string StalledMembers(absl::Time since);
 
   const c10::intrusive_ptr<c10d::Store> progress_;
   std::atomic<uint64_t> arrived_{0};

@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/util/c10_log_filter.h"
@@ -47,7 +48,7 @@ TEST(GroupStateTest, AStoreWhoseHostEndedFailsQuietlyAndNamesRankZero) {
   testing::internal::CaptureStderr();
   group.MarkArrived(2);
   group.PublishProgress();
-  const std::string stragglers = group.Stragglers(2);
+  const std::string stragglers = group.Stragglers(2, absl::Now());
   const std::string printed = testing::internal::GetCapturedStderr();
   EXPECT_THAT(stragglers, HasSubstr("ranks that did not arrive: unknown (the store, hosted by rank "
                                     "0, is gone: rank 0 died or exited: "));
@@ -89,7 +90,7 @@ TEST(GroupStateTest, AMemberThatArrivedAndDiedIsNamedSilent) {
       group->PublishHeartbeat();
     }
   }  // Its publisher stops, as a dead process's would.
-  EXPECT_EQ(reporter.Stragglers(7),
+  EXPECT_EQ(reporter.Stragglers(7, absl::Now()),
             "every rank arrived; ranks silent for the last 2s (died, stopped or exited): 1");
 }
 
@@ -102,8 +103,29 @@ TEST(GroupStateTest, MembersThatArrivedAndLiveAreNotCalledSilent) {
   GroupState reporter("dp", {0, 1}, /*rank=*/0, progress());
   GroupState peer("dp", {0, 1}, /*rank=*/1, progress());
   for (GroupState* group : {&reporter, &peer}) group->MarkArrived(3);
-  EXPECT_EQ(reporter.Stragglers(3), "every rank arrived and is alive");
-  EXPECT_EQ(reporter.Stragglers(4), "ranks that did not arrive: 0, 1");
+  EXPECT_EQ(reporter.Stragglers(3, absl::Now()), "every rank arrived and is alive");
+  EXPECT_EQ(reporter.Stragglers(4, absl::Now()), "ranks that did not arrive: 0, 1");
+}
+
+// Rank 0 was stopped (SIGSTOP) while rank 1 waited in the collective, and continued after rank 1
+// gave up: it arrived and lives, so only its stall, which ended after the operation started,
+// names it. A stall that ended before is no concern of this operation.
+TEST(GroupStateTest, AMemberStalledDuringTheOperationIsNamed) {
+  FilterC10LogOutput();
+  HostedStore store = HostStore();
+  auto progress = [&] {
+    return c10::make_intrusive<c10d::PrefixStore>("titan/progress/dp", store.client);
+  };
+  GroupState stalled("dp", {0, 1}, /*rank=*/0, progress());
+  GroupState reporter("dp", {0, 1}, /*rank=*/1, progress());
+  for (GroupState* group : {&stalled, &reporter}) group->MarkArrived(5);
+  const absl::Time start = absl::Now();
+  stalled.PublishStall(start - absl::Seconds(1), absl::Seconds(3));
+  EXPECT_EQ(reporter.Stragglers(5, start), "every rank arrived and is alive");
+  stalled.PublishStall(start + absl::Seconds(4), absl::Milliseconds(6240));
+  EXPECT_EQ(reporter.Stragglers(5, start),
+            "every rank arrived; ranks stalled while it ran (the process stopped, as by SIGSTOP, "
+            "or starved of CPU): 0 for 6.2s");
 }
 
 }  // namespace

@@ -169,6 +169,19 @@ class CommTraceTest(unittest.TestCase):
             print(f"\n{flags}: the job ended {seconds:.1f} s after it started", file=sys.stderr)
             self.assertLess(seconds, TIMEOUT_S + 5 + 20 + 30)
 
+    def test_a_store_host_stopped_then_continued_is_named_stalled(self):
+        # Rank 0 frozen inside the all-reduce past the timeout, then continued before the store's
+        # answer timeout: it had arrived and lives, so the other rank's report names it by its
+        # stall.
+        seconds, status, stderr = hang(os.path.join(self.tmp, "continued_store"), ranks=2,
+                                       HANG_RANK="0", HANG_STOP="1", HANG_CONT_SECONDS="6")
+        self.assertEqual(status, 1, stderr[-3000:])
+        self.assertRegex(stderr, r"\[rank 1\] hang_rank: all_reduce #\d+ on group \S+ \(job ranks "
+                                 r"0,1\) failed.*; "
+                                 r"every rank arrived; ranks stalled while it ran \(the process "
+                                 r"stopped, as by SIGSTOP, or starved of CPU\): 0 for [6-9]")
+        self.assertLess(seconds, TIMEOUT_S + 6 + 30)
+
     def test_ring_keeps_the_newest_entries(self):
         dump = os.path.join(self.tmp, "ring")
         self.check_failed_in_time(*hang(dump, "--comm.trace_buf_size=4"))

@@ -4,7 +4,9 @@
 // exchanging two tensors with the next and previous world member, sends first on every member as
 // ring attention's; dp_shard all_gather, world broadcast), switches to
 // [comm] train_timeout_seconds, and all-reduces over the world once more;
-// rank HANG_RANK first sleeps HANG_SECONDS (or with HANG_STOP stops itself). The run's id for the
+// rank HANG_RANK first sleeps HANG_SECONDS (or with HANG_STOP stops itself; with
+// HANG_CONT_SECONDS too it is stopped 1 s into that all-reduce instead, by a child it forks, and
+// continued HANG_CONT_SECONDS later, while the other ranks arrive 2 s late). The run's id for the
 // comm trace is HANG_RUN_ID
 // ("hang" if unset). With --nproc_per_node it launches itself, as titan_train does.
 #include <ATen/ATen.h>
@@ -78,7 +80,17 @@ absl::Status Run(int argc, char** argv) {
     if (absl::Status s = titan::Await(world.Broadcast(tensor, 0)); !s.ok()) return s;
   }
   runtime->SetTimeout(absl::Seconds(config->comm().train_timeout_seconds()));
-  if (env->rank == EnvInt("HANG_RANK", -1)) {
+  const int cont_seconds = EnvInt("HANG_STOP", 0) != 0 ? EnvInt("HANG_CONT_SECONDS", 0) : 0;
+  if (cont_seconds > 0 && env->rank != EnvInt("HANG_RANK", -1)) absl::SleepFor(absl::Seconds(2));
+  if (cont_seconds > 0 && env->rank == EnvInt("HANG_RANK", -1) && fork() == 0) {
+    // Async-signal-safe calls only: the parent has threads.
+    sleep(1);
+    kill(getppid(), SIGSTOP);
+    sleep(cont_seconds);
+    kill(getppid(), SIGCONT);
+    _exit(0);
+  }
+  if (cont_seconds == 0 && env->rank == EnvInt("HANG_RANK", -1)) {
     // HANG_STOP: every thread stops, as a frozen host's would (rank 0's store server too).
     if (EnvInt("HANG_STOP", 0) != 0) raise(SIGSTOP);
     absl::SleepFor(absl::Seconds(EnvInt("HANG_SECONDS", 0)));
