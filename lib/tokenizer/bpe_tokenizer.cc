@@ -214,8 +214,12 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, 
       return;
     }
     const AddedTokenIndex& index = added_by_pass_[pass];
-    size_t emitted = 0;  // End of the last match.
+    // As tokenizers: matches are found in the raw segment, then stripped; a stripped span may
+    // cover the next matches, which still count, and `emitted` may move back to such a match's end.
+    size_t emitted = 0;
     size_t pos = 0;
+    // The whitespace run the last rstrip went over, from where it started.
+    size_t whitespace_from = 1, whitespace_end = 0;
     while (pos < segment.size()) {
       const AddedTokenMatch* match = nullptr;
       for (const AddedTokenMatch& candidate : index[static_cast<uint8_t>(segment[pos])]) {
@@ -224,19 +228,19 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, 
           break;
         }
       }
-      const BpeModel::AddedToken* found = match == nullptr ? nullptr : match->token;
-      if (found == nullptr) {
+      if (match == nullptr) {
         ++pos;
         continue;
       }
-      if (found->special && special_text == SpecialTokenText::kPlain) {
-        // Stepped over, not searched again, as `tokenizers` skips such a match.
-        pos += match->text.size();
-        continue;
-      }
+      const BpeModel::AddedToken* found = match->token;
       size_t start = pos;
       size_t stop = pos + match->text.size();
+      pos = stop;
+      // Stepped over, not searched again, as `tokenizers` skips such a match.
+      if (found->special && special_text == SpecialTokenText::kPlain) continue;
       if (found->lstrip) {
+        // tokenizers strips back to the text's start, then keeps max(that, emitted).
+        start = std::max(start, emitted);
         while (start > emitted) {
           const size_t prev = PreviousCharStart(segment, start);
           if (!IsUnicodeWhitespace(DecodeUtf8At(segment, prev).first)) break;
@@ -244,16 +248,23 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, 
         }
       }
       if (found->rstrip) {
-        while (stop < segment.size()) {
-          const auto [cp, len] = DecodeUtf8At(segment, stop);
-          if (!IsUnicodeWhitespace(cp)) break;
-          stop += len;
+        // A match inside the last stripped run strips to its end: linear in a long run.
+        if (stop < whitespace_from || stop > whitespace_end) {
+          whitespace_from = stop;
+          whitespace_end = stop;
+          while (whitespace_end < segment.size()) {
+            const auto [cp, len] = DecodeUtf8At(segment, whitespace_end);
+            if (!IsUnicodeWhitespace(cp)) break;
+            whitespace_end += len;
+          }
         }
+        stop = whitespace_end;
       }
       if (start > emitted) self(self, segment.substr(emitted, start - emitted), pass + 1);
-      ids.push_back(found->id);
-      emitted = stop;
-      pos = stop;
+      // An lstrip token whose span the previous token's stripping took whole is dropped, as
+      // tokenizers drops an empty split (where the span ends before it starts, tokenizers panics).
+      if (start < stop) ids.push_back(found->id);
+      emitted = std::max(start, stop);
     }
     if (emitted < segment.size()) self(self, segment.substr(emitted), pass + 1);
   };

@@ -405,6 +405,30 @@ TEST(TokenizerLoaderTest, AnAddedTokenListedTwiceMatchesAsItsLaterListingSays) {
   EXPECT_THAT(tokenizer->Encode("a <x> a", false, false, kParse), ElementsAre(0, 3, 0));
 }
 
+TEST(TokenizerLoaderTest, StrippedWhitespaceStillHoldsTheAddedTokensItStartsWith) {
+  // tokenizers finds the added tokens in the raw text, then strips: "  " (rstrip) swallows the
+  // next "  " and "<u>" (rstrip) the "\n", which still count; the text after such a token starts
+  // where it ends (the "  " after "\n" is encoded again). Ids checked with tokenizers 0.23.3.
+  const std::string dir = MakeDir("stripped_holds_tokens");
+  Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel,
+                                              R"(, "model": {"vocab": {"a": 0, "b": 1, "Ġ": 2,
+                                                                       "</s>": 3}},
+      "added_tokens": [{"id": 4, "content": "  ", "special": false, "lstrip": false,
+                        "rstrip": true, "single_word": false, "normalized": false},
+                       {"id": 5, "content": "<u>", "special": true, "lstrip": false,
+                        "rstrip": true, "single_word": false, "normalized": false},
+                       {"id": 6, "content": "\n", "special": false, "lstrip": false,
+                        "rstrip": false, "single_word": false, "normalized": false},
+                       {"id": 7, "content": "<l>", "special": true, "lstrip": true,
+                        "rstrip": false, "single_word": false, "normalized": false}]})"));
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_THAT(tokenizer->Encode("a    b", false, false, kParse), ElementsAre(0, 4, 4, 1));
+  EXPECT_THAT(tokenizer->Encode("<u>\nb", false, false, kParse), ElementsAre(5, 6, 1));
+  EXPECT_THAT(tokenizer->Encode("<u>\n   b", false, false, kParse), ElementsAre(5, 6, 4, 1));
+  EXPECT_THAT(tokenizer->Encode("a\n <l>b", false, false, kParse), ElementsAre(0, 6, 7, 1));
+}
+
 TEST(TokenizerLoaderTest, AddedTokensDecodeThroughTheByteLevelAlphabet) {
   // As tokenizers decodes them: "Ġb" is " b", like a vocab entry.
   const std::string dir = MakeDir("added_decode");
