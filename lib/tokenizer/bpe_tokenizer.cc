@@ -182,18 +182,39 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
     tokenizer->byte_ids_[b] = it == tokenizer->model_.bytes_to_id.end() ? -1 : it->second;
   }
   for (const BpeModel::AddedToken& token : tokenizer->model_.added_tokens) {
-    std::string text =
+    const std::string text =
         token.normalized && tokenizer->model_.nfc ? NfcNormalize(token.content) : token.content;
-    const uint8_t first = static_cast<uint8_t>(text[0]);
-    tokenizer->added_by_pass_[token.normalized ? 1 : 0][first].push_back({&token, std::move(text)});
-  }
-  for (AddedTokenIndex& pass : tokenizer->added_by_pass_) {
-    for (auto& tokens : pass) {
-      std::stable_sort(tokens.begin(), tokens.end(),
-                       [](const auto& a, const auto& b) { return a.text.size() > b.text.size(); });
-    }
+    tokenizer->added_by_pass_[token.normalized ? 1 : 0].Add(&token, text);
   }
   return tokenizer;
+}
+
+void BpeTokenizer::AddedTokenTrie::Add(const BpeModel::AddedToken* token, absl::string_view text) {
+  int32_t node = 0;
+  for (const char c : text) {
+    const auto [edge, added] =
+        edges_.try_emplace((static_cast<uint64_t>(node) << 8) | static_cast<uint8_t>(c),
+                           static_cast<int32_t>(node_match_.size()));
+    if (added) node_match_.push_back(-1);
+    node = edge->second;
+  }
+  if (node_match_[node] >= 0) return;
+  node_match_[node] = static_cast<int32_t>(matches_.size());
+  matches_.push_back({token, text.size()});
+}
+
+const BpeTokenizer::AddedTokenMatch* BpeTokenizer::AddedTokenTrie::LongestAt(absl::string_view text,
+                                                                             size_t pos) const {
+  const AddedTokenMatch* longest = nullptr;
+  int32_t node = 0;
+  for (size_t i = pos; i < text.size(); ++i) {
+    const auto edge =
+        edges_.find((static_cast<uint64_t>(node) << 8) | static_cast<uint8_t>(text[i]));
+    if (edge == edges_.end()) break;
+    node = edge->second;
+    if (node_match_[node] >= 0) longest = &matches_[node_match_[node]];
+  }
+  return longest;
 }
 
 std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, bool add_eos,
@@ -213,7 +234,7 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, 
       EncodeOrdinaryText(segment, 0, &ids);
       return;
     }
-    const AddedTokenIndex& index = added_by_pass_[pass];
+    const AddedTokenTrie& trie = added_by_pass_[pass];
     // As tokenizers: matches are found in the raw segment, then stripped; a stripped span may
     // cover the next matches, which still count, and `emitted` may move back to such a match's end.
     size_t emitted = 0;
@@ -221,20 +242,14 @@ std::vector<int32_t> BpeTokenizer::Encode(absl::string_view text, bool add_bos, 
     // The whitespace run the last rstrip went over, from where it started.
     size_t whitespace_from = 1, whitespace_end = 0;
     while (pos < segment.size()) {
-      const AddedTokenMatch* match = nullptr;
-      for (const AddedTokenMatch& candidate : index[static_cast<uint8_t>(segment[pos])]) {
-        if (segment.compare(pos, candidate.text.size(), candidate.text) == 0) {
-          match = &candidate;
-          break;
-        }
-      }
+      const AddedTokenMatch* match = trie.LongestAt(segment, pos);
       if (match == nullptr) {
         ++pos;
         continue;
       }
       const BpeModel::AddedToken* found = match->token;
       size_t start = pos;
-      size_t stop = pos + match->text.size();
+      size_t stop = pos + match->length;
       pos = stop;
       // Stepped over, not searched again, as `tokenizers` skips such a match.
       if (found->special && special_text == SpecialTokenText::kPlain) continue;

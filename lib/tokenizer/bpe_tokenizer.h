@@ -107,15 +107,29 @@ class BpeTokenizer : public Tokenizer {
   BpeModel model_;
   std::vector<std::unique_ptr<Regex>> step_regexes_;  // Parallel to model_.pre_tokenizer.
   std::array<int32_t, 256> byte_ids_;                 // -1: the byte has no token.
-  // Added tokens by pass (non-normalized, then normalized) and first byte, longest first.
-  // An added token and the text it matches: a normalized token's content normalized, as the text
-  // it is searched in is (tokenizers normalizes both).
+  // An added token and the length of the text it matches: a normalized token's content
+  // normalized, as the text it is searched in is (tokenizers normalizes both).
   struct AddedTokenMatch {
     const BpeModel::AddedToken* token;
-    std::string text;
+    size_t length;
   };
-  using AddedTokenIndex = std::array<std::vector<AddedTokenMatch>, 256>;
-  std::array<AddedTokenIndex, 2> added_by_pass_;
+  // One pass's added tokens as a byte trie (hand-written: no Aho-Corasick library is among
+  // titan's dependencies): a search costs the text's length times the longest match, however
+  // many tokens there are.
+  class AddedTokenTrie {
+   public:
+    // Adds `token` matching `text`; a text added before keeps its first token.
+    void Add(const BpeModel::AddedToken* token, absl::string_view text);
+    // The longest token matching `text` at `pos`, or nullptr.
+    const AddedTokenMatch* LongestAt(absl::string_view text, size_t pos) const;
+
+   private:
+    std::vector<AddedTokenMatch> matches_;
+    std::vector<int32_t> node_match_ = {-1};  // Index into matches_ by node; -1: none. 0: root.
+    absl::flat_hash_map<uint64_t, int32_t> edges_;  // (node << 8 | byte) -> child node.
+  };
+  // Non-normalized added tokens, then normalized ones.
+  std::array<AddedTokenTrie, 2> added_by_pass_;
 
   static constexpr size_t kMaxCachedPieces = 1 << 16;
   // std::mutex: absl::Mutex's deadlock detection in Debian's build costs more than the lookup.

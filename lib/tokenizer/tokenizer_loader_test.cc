@@ -548,6 +548,36 @@ void WriteQwen3Layout(const std::string& dir, const nlohmann::json& config) {
   Write(dir + "/tokenizer_config.json", full_config.dump());
 }
 
+TEST(TokenizerLoaderTest, AddedTokensMatchLeftmostLongestAmongManySharingPrefixes) {
+  // tokenizers' leftmost-longest matching (ids checked with tokenizers 0.23.3): at each place the
+  // longest added token, a shorter one where the longer breaks off ("<x12z"), among 2,000
+  // "<y…>" tokens sharing their first bytes.
+  std::vector<std::string> contents = {"</s>", "<x1", "<x1>", "<x12>", "x12>", "ab", "abc", "bcd"};
+  for (int i = 0; i < 2000; ++i) contents.push_back(absl::StrCat("<y", i, ">"));
+  nlohmann::json tokens = nlohmann::json::array();
+  for (size_t i = 0; i < contents.size(); ++i) {
+    nlohmann::json token = AddedToken(contents[i], i == 0);
+    token["id"] = 256 + i;
+    tokens.push_back(token);
+  }
+  const nlohmann::json json = {
+      {"added_tokens", tokens},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"},
+        {"add_prefix_space", false},
+        {"trim_offsets", false},
+        {"use_regex", true}}},
+      {"model", {{"type", "BPE"}, {"vocab", ByteVocab()}, {"merges", nlohmann::json::array()}}}};
+  const std::string dir = MakeDir("leftmost_longest");
+  Write(dir + "/tokenizer.json", json.dump());
+  std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
+  ASSERT_NE(tokenizer, nullptr);
+  EXPECT_THAT(tokenizer->Encode("<x12><x1>x12>abcd<x12z", false, false, kParse),
+              ElementsAre(259, 258, 260, 262, 'd', 257, '2', 'z'));
+  EXPECT_THAT(tokenizer->Encode("<y1999><y19><y2000><y", false, false, kParse),
+              ElementsAre(264 + 1999, 264 + 19, '<', 'y', '2', '0', '0', '0', '>', '<', 'y'));
+}
+
 TEST(TokenizerLoaderTest, Qwen3InstructLayoutHasNoBosAndEndsWithImEnd) {
   const std::string dir = MakeDir("qwen3_instruct");
   WriteQwen3Layout(
