@@ -397,13 +397,16 @@ void BpeTokenizer::MergePiece(absl::string_view piece, std::vector<int32_t>* ids
 absl::StatusOr<std::string> BpeTokenizer::Decode(absl::Span<const int32_t> ids,
                                                  UnknownIds unknown) const {
   std::string text;
+  bool first = true;
   for (const int32_t id : ids) {
     if (id < 0 || id >= vocab_size() || !model_.id_to_bytes[id].has_value()) {
       if (unknown == UnknownIds::kEmpty) continue;
       return absl::InvalidArgumentError(
           absl::StrCat("cannot decode unknown token id ", id, " (vocab size ", vocab_size(), ")"));
     }
+    if (model_.decoding == BpeModel::Decoding::kTokensSpaced && !first) text += ' ';
     text += *model_.id_to_bytes[id];
+    first = false;
   }
   return text;
 }

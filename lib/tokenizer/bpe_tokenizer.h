@@ -52,6 +52,13 @@ struct BpeModel {
     bool special = false;
   };
 
+  // How Decode joins the ids' id_to_bytes, as HF's decoder (tiktoken: kByteLevel).
+  enum class Decoding {
+    kByteLevel,           // Concatenated: id_to_bytes holds the bytes ByteLevel decodes to.
+    kTokensSpaced,        // No decoder: the token strings joined by spaces.
+    kTokensConcatenated,  // An empty decoder Sequence: the token strings concatenated.
+  };
+  Decoding decoding = Decoding::kByteLevel;
   // Bytes each id decodes to, indexed by id; nullopt for an unused id.
   std::vector<std::optional<std::string>> id_to_bytes;
   // Ids BPE may produce, by their bytes.
@@ -85,8 +92,9 @@ class BpeTokenizer : public Tokenizer {
   std::vector<int32_t> Encode(absl::string_view text, bool add_bos, bool add_eos,
                               SpecialTokenText special_text) const override;
   using Tokenizer::Decode;
-  // Concatenates the bytes of `ids`; the result may end inside a UTF-8 character when the ids
-  // split one. An unknown id fails naming it (kError) or decodes as nothing (kEmpty).
+  // Concatenates the bytes of `ids` (spaced for BpeModel::Decoding::kTokensSpaced); the result
+  // may end inside a UTF-8 character when the ids split one. An unknown id fails naming it
+  // (kError) or decodes as nothing (kEmpty).
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
                                      UnknownIds unknown) const override;
 

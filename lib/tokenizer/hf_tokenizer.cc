@@ -248,9 +248,10 @@ void SetIdBytes(int32_t id, std::string bytes, BpeModel* model) {
   model->id_to_bytes[id] = std::move(bytes);
 }
 
-// The bytes HF's ByteLevel decoder gives `token`: a token with characters outside the alphabet
-// stays its UTF-8.
-std::string DecodedBytes(const std::string& token) {
+// What Decode gives for `token`: with HF's ByteLevel decoder its bytes (a token with characters
+// outside the alphabet stays its UTF-8), without it the token as written.
+std::string DecodedBytes(const std::string& token, const BpeModel& model) {
+  if (model.decoding != BpeModel::Decoding::kByteLevel) return token;
   return Gpt2Alphabet().ToBytes(token).value_or(token);
 }
 
@@ -267,7 +268,7 @@ absl::Status ParseVocabAndMerges(const Json& bpe, const JsonErrors& errors, BpeM
     }
     const int32_t id = id_json.get<int32_t>();
     vocab->emplace(token, id);
-    SetIdBytes(id, DecodedBytes(token), model);
+    SetIdBytes(id, DecodedBytes(token, *model), model);
     std::optional<std::string> bytes = Gpt2Alphabet().ToBytes(token);
     if (bytes.has_value()) model->bytes_to_id.emplace(*std::move(bytes), id);
   }
@@ -325,11 +326,12 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
   return absl::OkStatus();
 }
 
-// OK for the decoders titan's byte-level decoding equals: ByteLevel, alone or in a Sequence, or
-// none. Any other (Replace, Strip, ByteFallback, ...) would change the text tokenizers decodes.
-absl::Status CheckDecoder(const Json& root, const JsonErrors& errors) {
+// How tokenizers decodes with the tokenizer.json "decoder": a ByteLevel, alone or in a Sequence;
+// none (token strings joined by spaces); an empty Sequence (token strings concatenated). Any other
+// (Replace, Strip, ByteFallback, ...) is refused: titan's decoding would differ.
+absl::StatusOr<BpeModel::Decoding> ParseDecoder(const Json& root, const JsonErrors& errors) {
   const auto decoder = root.find("decoder");
-  if (decoder == root.end() || decoder->is_null()) return absl::OkStatus();
+  if (decoder == root.end() || decoder->is_null()) return BpeModel::Decoding::kTokensSpaced;
   const auto check = [&](const Json& spec, const std::string& key, bool in_sequence) {
     if (!spec.is_object() || !spec.contains("type") || !spec["type"].is_string()) {
       return errors.Expected(key, "an object with a \"type\"", spec);
@@ -342,7 +344,7 @@ absl::Status CheckDecoder(const Json& root, const JsonErrors& errors) {
                                                     "; another would change the decoded text)"));
   };
   if (absl::Status status = check(*decoder, "decoder", false); !status.ok()) return status;
-  if ((*decoder)["type"] != "Sequence") return absl::OkStatus();
+  if ((*decoder)["type"] != "Sequence") return BpeModel::Decoding::kByteLevel;
   const auto list = decoder->find("decoders");
   if (list == decoder->end() || !list->is_array()) {
     return errors.Expected("decoder.decoders", "an array", list == decoder->end() ? Json() : *list);
@@ -353,7 +355,7 @@ absl::Status CheckDecoder(const Json& root, const JsonErrors& errors) {
       return status;
     }
   }
-  return absl::OkStatus();
+  return list->empty() ? BpeModel::Decoding::kTokensConcatenated : BpeModel::Decoding::kByteLevel;
 }
 
 absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
@@ -372,7 +374,9 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
   if (absl::Status s = CheckUnsupportedOptions(bpe, errors); !s.ok()) return s;
   if (absl::Status s = ParseNormalizer(root, errors, &model); !s.ok()) return s;
   if (absl::Status s = ParsePreTokenizers(root, errors, &model); !s.ok()) return s;
-  if (absl::Status s = CheckDecoder(root, errors); !s.ok()) return s;
+  absl::StatusOr<BpeModel::Decoding> decoding = ParseDecoder(root, errors);
+  if (!decoding.ok()) return decoding.status();
+  model.decoding = *decoding;
   absl::flat_hash_map<std::string, int32_t> vocab;
   if (absl::Status s = ParseVocabAndMerges(bpe, errors, &model, &vocab); !s.ok()) return s;
   absl::StatusOr<bool> ignore_merges = OptionalBool(bpe, "ignore_merges", false, errors, "model");
@@ -416,7 +420,7 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
                                        ": an added token needs an id of its own"));
     }
     // tokenizers decodes added tokens through the ByteLevel decoder too ("Ġb" is " b").
-    SetIdBytes(token.id, DecodedBytes(token.content), &model);
+    SetIdBytes(token.id, DecodedBytes(token.content, model), &model);
   }
 
   absl::StatusOr<SpecialChoice> bos = ChooseSpecialToken(

@@ -250,7 +250,10 @@ std::string HfError(const std::string& name, const std::string& json) {
   return tokenizer.ok() ? "" : std::string(tokenizer.status().message());
 }
 
-constexpr char kByteLevel[] = R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false})";
+// A ByteLevel pre-tokenizer and decoder, as a tokenizer.json's keys.
+constexpr char kByteLevel[] =
+    R"("pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true},
+       "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true})";
 
 TEST(TokenizerLoaderTest, MalformedTokenizerJsonErrorsSayWhatIsWrong) {
   EXPECT_THAT(HfError("bad_json", "{\"model\": {"), HasSubstr("invalid JSON"));
@@ -866,20 +869,28 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> DefaultWithSplitRegex(const std::stri
 
 // A decoder other than ByteLevel would change the text tokenizers decodes (a Replace of "a" by
 // "Z" gives "bZnZnZ" for "banana"): refused, naming it, as tokenizers refuses an unknown one.
-TEST(TokenizerLoaderTest, DecodersOtherThanByteLevelAreRefused) {
+TEST(TokenizerLoaderTest, DecodersOtherThanByteLevelOrNoneAreRefused) {
   const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", true}};
   const nlohmann::json replace = {
       {"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "Z"}};
-  for (const nlohmann::json& decoder :
-       {byte_level, nlohmann::json(nullptr),
-        nlohmann::json{{"type", "Sequence"}, {"decoders", {byte_level}}}}) {
+  // Without a decoder tokenizers joins the token strings by spaces, with an empty Sequence it
+  // concatenates them (texts from tokenizers 0.23.3).
+  for (const auto& [decoder, decoded] :
+       {std::pair(byte_level, "banana aaa é<|end_of_text|>"),
+        std::pair(nlohmann::json{{"type", "Sequence"}, {"decoders", {byte_level}}},
+                  "banana aaa é<|end_of_text|>"),
+        std::pair(nlohmann::json(nullptr), "b an an a Ġa a a Ġ Ã© <|end_of_text|>"),
+        std::pair(nlohmann::json{{"type", "Sequence"}, {"decoders", nlohmann::json::array()}},
+                  "bananaĠaaaĠÃ©<|end_of_text|>")}) {
     absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
         DefaultWith("decoder_kept", "/decoder", decoder);
     ASSERT_TRUE(tokenizer.ok()) << decoder << ": " << tokenizer.status();
-    absl::StatusOr<std::string> text =
-        (*tokenizer)->Decode((*tokenizer)->Encode("banana aaa", false, false, kPlain));
+    std::vector<int32_t> ids =
+        (*tokenizer)->Encode("banana aaa é<|end_of_text|>", false, false, kParse);
+    ids.push_back(1 << 30);  // Unknown: no text, and no space either.
+    absl::StatusOr<std::string> text = (*tokenizer)->Decode(ids, UnknownIds::kEmpty);
     ASSERT_TRUE(text.ok()) << text.status();
-    EXPECT_EQ(*text, "banana aaa");
+    EXPECT_EQ(*text, decoded) << decoder;
   }
   for (const auto& [decoder, error] :
        {std::pair(nlohmann::json{{"type", "Sequence"}, {"decoders", {byte_level, replace}}},

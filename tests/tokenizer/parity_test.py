@@ -283,6 +283,22 @@ class ParityTest(unittest.TestCase):
         finally:
             del TRICKY_TEXTS[-len(texts_extra):]
 
+    def test_decoding_without_a_decoder_or_with_an_empty_sequence_matches_tokenizers(self):
+        # tokenizers joins the token strings by spaces without a decoder and concatenates them
+        # for an empty Sequence; assert_hf_parity compares the decodings.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        specials = [t["content"] for t in spec["added_tokens"]]
+        for name, decoder in [("null", None), ("missing", "missing"),
+                              ("empty_sequence", {"type": "Sequence", "decoders": []})]:
+            if decoder == "missing":
+                del spec["decoder"]
+            else:
+                spec["decoder"] = decoder
+            _, json_path = write_tokenizer_json(self.tmp, f"decoder_{name}", spec)
+            self.assert_hf_parity(json_path, json_path, specials, "<|begin_of_text|>",
+                                  "<|end_of_text|>")
+
     def test_split_regexes_with_empty_matches_match_tokenizers(self):
         # tokenizers splits by the onig crate's find_iter: an empty match (a lookaround, an anchor,
         # a starred atom) is a split point unless it sits where the previous match ended.
