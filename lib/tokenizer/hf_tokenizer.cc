@@ -13,6 +13,7 @@
 #include "lib/tokenizer/added_tokens.h"
 #include "lib/tokenizer/config_tokens.h"
 #include "lib/tokenizer/oniguruma_regex.h"
+#include "lib/tokenizer/post_processor.h"
 #include "lib/util/file_util.h"
 #include "lib/util/json_file.h"
 #include "lib/util/short_text.h"
@@ -430,6 +431,26 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BuildFromJson(const Json& root,
       settings, "eos_token", {"<|end_of_text|>", "</s>", "<eos>", "<|endoftext|>"}, model, vocab,
       errors.path());
   if (!eos.ok()) return eos.status();
+  // transformers' encode adds the post_processor's tokens where no tokenizer_config.json names
+  // them.
+  if (!settings.has_config) {
+    absl::StatusOr<std::optional<TemplateTokens>> tokens = ReadPostProcessor(root, errors);
+    if (!tokens.ok()) return tokens.status();
+    if (tokens->has_value() && !config.contains("bos_token")) {
+      if (absl::Status s = TakeTemplateToken((*tokens)->before, **tokens, "before $A",
+                                             /*none_is_choice=*/true, model, vocab, errors, &*bos);
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (tokens->has_value() && !config.contains("eos_token")) {
+      if (absl::Status s = TakeTemplateToken((*tokens)->after, **tokens, "after $A",
+                                             /*none_is_choice=*/false, model, vocab, errors, &*eos);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
   if (config.is_object()) {
     if (absl::Status s = AddConfigTokens(root, settings, vocab, errors.path(), added_ids, &model);
         !s.ok()) {

@@ -910,6 +910,54 @@ TEST(TokenizerLoaderTest, DecodersOtherThanByteLevelOrNoneAreRefused) {
   }
 }
 
+// Without tokenizer_config.json, transformers' encode with add_special_tokens=True adds the
+// post_processor's tokens: the one before the text is the BOS, the one after the EOS.
+TEST(TokenizerLoaderTest, WithoutTokenizerConfigThePostProcessorNamesBosAndEos) {
+  const auto token = [](const std::string& name) {
+    return nlohmann::json{{"SpecialToken", {{"id", name}, {"type_id", 0}}}};
+  };
+  const nlohmann::json text = {{"Sequence", {{"id", "A"}, {"type_id", 0}}}};
+  const nlohmann::json byte_level = {{"type", "ByteLevel"},
+                                     {"add_prefix_space", true},
+                                     {"trim_offsets", false},
+                                     {"use_regex", true}};
+  const nlohmann::json eos_then_bos = {
+      {"type", "Sequence"},
+      {"processors",
+       {byte_level,
+        {{"type", "TemplateProcessing"},
+         {"single", {token("<|end_of_text|>"), text, token("<|begin_of_text|>")}}}}}};
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
+      DefaultWith("post_processor", "/post_processor", eos_then_bos);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  const auto id = [&](const char* name) {
+    return (*tokenizer)->Encode(name, false, false, kParse);
+  };
+  EXPECT_THAT(id("<|end_of_text|>"), ElementsAre(*(*tokenizer)->bos_id()));
+  EXPECT_THAT(id("<|begin_of_text|>"), ElementsAre((*tokenizer)->eos_id()));
+
+  tokenizer = DefaultWith("post_processor_none", "/post_processor",
+                          {{"type", "TemplateProcessing"}, {"single", {text}}});
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ((*tokenizer)->bos_id(), std::nullopt);
+  EXPECT_THAT(id("<|end_of_text|>"), ElementsAre((*tokenizer)->eos_id()));
+
+  tokenizer = DefaultWith("post_processor_bert", "/post_processor",
+                          {{"type", "BertProcessing"},
+                           {"sep", {"<|begin_of_text|>", 0}},
+                           {"cls", {"<|end_of_text|>", 1}}});
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_THAT(id("<|end_of_text|>"), ElementsAre(*(*tokenizer)->bos_id()));
+  EXPECT_THAT(id("<|begin_of_text|>"), ElementsAre((*tokenizer)->eos_id()));
+
+  tokenizer = DefaultWith("post_processor_missing", "/post_processor",
+                          {{"type", "TemplateProcessing"}, {"single", {token("<nope>"), text}}});
+  ASSERT_FALSE(tokenizer.ok());
+  EXPECT_THAT(tokenizer.status().message(),
+              HasSubstr("post_processor: \"<nope>\" (before $A) is neither an added token nor in "
+                        "model.vocab"));
+}
+
 // Each `cases` regex (as the default tokenizer's Split regex) is refused, the message naming it
 // and then its text, followed by `suffix`.
 void ExpectSplitRegexesRefused(const std::vector<std::pair<std::string, std::string>>& cases,

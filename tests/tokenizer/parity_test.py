@@ -299,6 +299,53 @@ class ParityTest(unittest.TestCase):
             self.assert_hf_parity(json_path, json_path, specials, "<|begin_of_text|>",
                                   "<|end_of_text|>")
 
+    def test_bos_and_eos_without_tokenizer_config_are_the_post_processors(self):
+        # Without tokenizer_config.json, transformers' encode with add_special_tokens=True adds
+        # the post_processor's tokens (bos_token stays None): titan's BOS is the one before the
+        # text, its EOS the one after (else the usual name).
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            spec = json.load(f)
+        n = len(spec["model"]["vocab"]) + len(spec["added_tokens"])
+        spec["added_tokens"].append({"id": n, "content": "<cls>", "single_word": False,
+                                     "lstrip": False, "rstrip": False, "normalized": False,
+                                     "special": True})
+        bos, eos = "<|begin_of_text|>", "<|end_of_text|>"
+        ids = {t["content"]: t["id"] for t in spec["added_tokens"]}
+
+        def template(before, after):
+            pieces = ([{"SpecialToken": {"id": t, "type_id": 0}} for t in before]
+                      + [{"Sequence": {"id": "A", "type_id": 0}}]
+                      + [{"SpecialToken": {"id": t, "type_id": 0}} for t in after])
+            return {"type": "TemplateProcessing", "single": pieces,
+                    "pair": pieces + [{"Sequence": {"id": "B", "type_id": 1}}],
+                    "special_tokens": {t: {"id": t, "ids": [ids[t]], "tokens": [t]}
+                                       for t in before + after}}
+
+        byte_level = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False,
+                      "use_regex": True}
+        for name, processor in [
+                ("llama3", {"type": "Sequence", "processors": [byte_level, template([bos], [])]}),
+                ("cls_eos", template(["<cls>"], [eos])),
+                ("eos_only", template([], [eos])),
+                ("roberta", {"type": "RobertaProcessing", "sep": [bos, ids[bos]],
+                             "cls": ["<cls>", n], "trim_offsets": True, "add_prefix_space": True}),
+                ("bert", {"type": "BertProcessing", "sep": [bos, ids[bos]], "cls": ["<cls>", n]}),
+                ("byte_level", byte_level)]:
+            spec["post_processor"] = processor
+            tokenizer_dir, _ = write_tokenizer_json(self.tmp, f"post_{name}", spec)
+            auto = transformers.AutoTokenizer.from_pretrained(tokenizer_dir)
+            self.assertIsNone(auto.bos_token)
+            bare = auto("Hi", add_special_tokens=False).input_ids
+            full = auto("Hi").input_ids
+            start = full.index(bare[0])
+            before, after = full[:start], full[start + len(bare):]
+            ours, log = run_encode_main_logging(tokenizer_dir, ["Hi"], self.tmp)
+            # A ByteLevel adds nothing and names nothing: the usual names stay.
+            self.assertEqual(ours["bos_id"],
+                             before[0] if before else None if after else ids[bos], name)
+            self.assertEqual(ours["eos_id"], after[0] if after else ids[eos], name)
+            self.assertIn("post_processor" if before or after else "its usual name", log, name)
+
     def test_split_regexes_with_empty_matches_match_tokenizers(self):
         # tokenizers splits by the onig crate's find_iter: an empty match (a lookaround, an anchor,
         # a starred atom) is a split point unless it sits where the previous match ended.
