@@ -30,7 +30,18 @@ absl::StatusOr<bool> OptionalBool(const Json& object, const char* field, bool fa
   return it->get<bool>();
 }
 
+absl::StatusOr<bool> RequiredBool(const Json& object, const char* field, const JsonErrors& errors,
+                                  const std::string& key) {
+  const auto it = object.find(field);
+  if (it == object.end()) {
+    return errors.Error(absl::StrCat(key, ".", field), "missing (tokenizers requires it)");
+  }
+  if (!it->is_boolean()) return errors.Expected(absl::StrCat(key, ".", field), "a boolean", *it);
+  return it->get<bool>();
+}
+
 absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t id,
+                                                     AddedTokenFields fields,
                                                      const JsonErrors& errors,
                                                      const std::string& key) {
   if (!spec.is_object() || !spec.contains("content") || !spec["content"].is_string()) {
@@ -41,19 +52,23 @@ absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t i
   token.content = spec["content"].get<std::string>();
   token.id = static_cast<int32_t>(id);
   if (token.content.empty()) return errors.Error(key + ".content", "empty");
-  absl::StatusOr<bool> single_word = OptionalBool(spec, "single_word", false, errors, key);
+  const auto field = [&](const char* name, bool fallback) {
+    return fields == AddedTokenFields::kRequired ? RequiredBool(spec, name, errors, key)
+                                                 : OptionalBool(spec, name, fallback, errors, key);
+  };
+  absl::StatusOr<bool> single_word = field("single_word", false);
   if (!single_word.ok()) return single_word.status();
   if (*single_word) return errors.Error(key + ".single_word", "true is not supported");
-  for (auto [field, out] :
+  for (auto [name, out] :
        {std::pair{"lstrip", &token.lstrip}, std::pair{"rstrip", &token.rstrip}}) {
-    absl::StatusOr<bool> value = OptionalBool(spec, field, false, errors, key);
+    absl::StatusOr<bool> value = field(name, false);
     if (!value.ok()) return value.status();
     *out = *value;
   }
   // HF's default for a token without the field is normalized unless special.
-  absl::StatusOr<bool> special = OptionalBool(spec, "special", false, errors, key);
+  absl::StatusOr<bool> special = field("special", false);
   if (!special.ok()) return special.status();
-  absl::StatusOr<bool> normalized = OptionalBool(spec, "normalized", !*special, errors, key);
+  absl::StatusOr<bool> normalized = field("normalized", !*special);
   if (!normalized.ok()) return normalized.status();
   token.normalized = *normalized;
   token.special = *special;

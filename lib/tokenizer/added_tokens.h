@@ -35,9 +35,20 @@ class JsonErrors {
 absl::StatusOr<bool> OptionalBool(const Json& object, const char* field, bool fallback,
                                   const JsonErrors& errors, const std::string& key);
 
-// An added token's object (`content`, `lstrip`, `rstrip`, `normalized`, `special`) at `key`, with
-// `id` as written.
+// A boolean field that must be there, as tokenizers requires it (serde without a default).
+absl::StatusOr<bool> RequiredBool(const Json& object, const char* field, const JsonErrors& errors,
+                                  const std::string& key);
+
+// Whether an added token's boolean fields may be left out.
+enum class AddedTokenFields {
+  kRequired,   // tokenizer.json: tokenizers refuses an entry without one.
+  kDefaulted,  // tokenizer_config.json: transformers' AddedToken has defaults.
+};
+
+// An added token's object (`content`, `single_word`, `lstrip`, `rstrip`, `normalized`, `special`)
+// at `key`, with `id` as written.
 absl::StatusOr<BpeModel::AddedToken> ParseAddedToken(const Json& spec, int64_t id,
+                                                     AddedTokenFields fields,
                                                      const JsonErrors& errors,
                                                      const std::string& key);
 

@@ -254,7 +254,8 @@ absl::Status ParseConfigAddedTokens(const Json& decoder, const JsonErrors& error
     const std::string key = absl::StrCat("added_tokens_decoder[", QuotedShort(id_text), "]");
     int64_t id = -1;
     if (!absl::SimpleAtoi(id_text, &id)) return errors.Error(key, "the key is not an integer id");
-    absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(spec, id, errors, key);
+    absl::StatusOr<BpeModel::AddedToken> token =
+        ParseAddedToken(spec, id, AddedTokenFields::kDefaulted, errors, key);
     if (!token.ok()) return token.status();
     entries.emplace_back(*std::move(token), key);
   }
@@ -339,8 +340,9 @@ absl::Status AddConfigTokens(const Json& root, const TokenSettings& settings,
       }
       continue;
     }
-    absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(
-        config_token.spec, in_vocab->second, *config_token.errors, config_token.key);
+    absl::StatusOr<BpeModel::AddedToken> token =
+        ParseAddedToken(config_token.spec, in_vocab->second, AddedTokenFields::kDefaulted,
+                        *config_token.errors, config_token.key);
     if (!token.ok()) return token.status();
     if (named_text.contains(token->content)) MakeSpecial(config_token.spec, &*token);
     if (absl::Status s = ids.Add(*std::move(token), *config_token.errors, config_token.key, model);

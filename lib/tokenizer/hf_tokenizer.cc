@@ -126,8 +126,12 @@ absl::StatusOr<BpeModel::PreTokenizeStep> ParsePreTokenizer(const Json& spec,
   BpeModel::PreTokenizeStep step;
   if (type == "ByteLevel") {
     *byte_level = true;
-    absl::StatusOr<bool> prefix = OptionalBool(spec, "add_prefix_space", true, errors, key);
+    absl::StatusOr<bool> prefix = RequiredBool(spec, "add_prefix_space", errors, key);
     if (!prefix.ok()) return prefix.status();
+    // Unused (offsets only), but tokenizers refuses a ByteLevel without it.
+    if (absl::StatusOr<bool> trim = RequiredBool(spec, "trim_offsets", errors, key); !trim.ok()) {
+      return trim.status();
+    }
     absl::StatusOr<bool> use_regex = OptionalBool(spec, "use_regex", true, errors, key);
     if (!use_regex.ok()) return use_regex.status();
     step.add_prefix_space = *prefix;
@@ -146,9 +150,14 @@ absl::StatusOr<BpeModel::PreTokenizeStep> ParsePreTokenizer(const Json& spec,
       return errors.Expected(key + ".pattern", "{\"Regex\": \"...\"}",
                              pattern == spec.end() ? Json() : *pattern);
     }
-    const Json behavior = spec.value("behavior", Json("Isolated"));
-    if (behavior != "Isolated") return errors.Expected(key + ".behavior", "\"Isolated\"", behavior);
-    absl::StatusOr<bool> invert = OptionalBool(spec, "invert", false, errors, key);
+    const auto behavior = spec.find("behavior");
+    if (behavior == spec.end()) {
+      return errors.Error(key + ".behavior", "missing (tokenizers requires it)");
+    }
+    if (*behavior != "Isolated") {
+      return errors.Expected(key + ".behavior", "\"Isolated\"", *behavior);
+    }
+    absl::StatusOr<bool> invert = RequiredBool(spec, "invert", errors, key);
     if (!invert.ok()) return invert.status();
     if (*invert) return errors.Error(key + ".invert", "true is not supported");
     absl::StatusOr<std::string> regex = OnigurumaToPcre2((*pattern)["Regex"].get<std::string>());
@@ -284,7 +293,10 @@ absl::Status ParseVocabAndMerges(const Json& bpe, const JsonErrors& errors, BpeM
     if (merge.is_string()) {
       const std::string text = merge.get<std::string>();
       const size_t space = text.find(' ');
-      if (space == std::string::npos) return errors.Expected(key, "\"left right\"", merge);
+      // tokenizers splits at every space and needs two parts: "a b c" and "a  b" are refused.
+      if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
+        return errors.Expected(key, "\"left right\" (one space)", merge);
+      }
       left = text.substr(0, space);
       right = text.substr(space + 1);
     } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
@@ -320,7 +332,8 @@ absl::Status ParseAddedTokens(const Json& root, const JsonErrors& errors, AddedT
     const std::string key = absl::StrCat("added_tokens[", i, "]");
     const Json id = list[i].is_object() ? list[i].value("id", Json()) : Json();
     if (!id.is_number_integer()) return errors.Expected(key + ".id", "an integer", id);
-    absl::StatusOr<BpeModel::AddedToken> token = ParseAddedToken(list[i], id.get<int64_t>(), errors, key);
+    absl::StatusOr<BpeModel::AddedToken> token =
+        ParseAddedToken(list[i], id.get<int64_t>(), AddedTokenFields::kRequired, errors, key);
     if (!token.ok()) return token.status();
     if (absl::Status s = ids.Add(*std::move(token), errors, key, model); !s.ok()) return s;
   }
@@ -338,7 +351,16 @@ absl::StatusOr<BpeModel::Decoding> ParseDecoder(const Json& root, const JsonErro
       return errors.Expected(key, "an object with a \"type\"", spec);
     }
     const std::string type = spec["type"].get<std::string>();
-    if (type == "ByteLevel" || (!in_sequence && type == "Sequence")) return absl::OkStatus();
+    if (type == "ByteLevel") {
+      // Unused in decoding, but tokenizers refuses a ByteLevel without them.
+      for (const char* field : {"add_prefix_space", "trim_offsets"}) {
+        if (absl::StatusOr<bool> value = RequiredBool(spec, field, errors, key); !value.ok()) {
+          return value.status();
+        }
+      }
+      return absl::OkStatus();
+    }
+    if (!in_sequence && type == "Sequence") return absl::OkStatus();
     return errors.Error(key + ".type", absl::StrCat("unsupported decoder ", QuotedShort(type),
                                                     " (supported: ByteLevel",
                                                     in_sequence ? "" : ", or a Sequence of it",

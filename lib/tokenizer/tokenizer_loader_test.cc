@@ -275,7 +275,10 @@ TEST(TokenizerLoaderTest, MalformedTokenizerJsonErrorsSayWhatIsWrong) {
   // tokenizers would give <|x|> id 2 (model.vocab has 2 entries), "c"'s id too.
   EXPECT_THAT(HfError("added_on_vocab_gap",
                       absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0, "c": 2}},
-                                   "added_tokens": [{"id": 3, "content": "<|x|>"}]})")),
+                                   "added_tokens": [{"id": 3, "content": "<|x|>",
+                                                     "special": false, "single_word": false,
+                                                     "lstrip": false, "rstrip": false,
+                                                     "normalized": false}]})")),
               HasSubstr("added_tokens: \"<|x|>\" would have id 2 (tokenizers' next id after "
                         "model.vocab's 2 entries), model.vocab's \"c\": an added token needs an "
                         "id of its own"));
@@ -307,12 +310,14 @@ TEST(TokenizerLoaderTest, JsonNestedDeeperThanTokenizersAllowsIsRefusedNamingThe
   const std::string dir = MakeDir("nested_127");
   Write(dir + "/tokenizer.json",
         absl::StrCat("{", kByteLevel, ", ", vocab, R"(, "added_tokens": [{"id": 2, "content": "x",
-                     "unused": )",
+                     "special": false, "single_word": false, "lstrip": false, "rstrip": false,
+                     "normalized": false, "unused": )",
                      NestedArrays(124), "}]}"));
   EXPECT_NE(LoadOrDie(dir), nullptr);
   Write(dir + "/tokenizer.json",
         absl::StrCat("{", kByteLevel, ", ", vocab, R"(, "added_tokens": [{"id": 2, "content": "x",
-                     "unused": )",
+                     "special": false, "single_word": false, "lstrip": false, "rstrip": false,
+                     "normalized": false, "unused": )",
                      NestedArrays(125), "}]}"));
   EXPECT_THAT(std::string(LoadTokenizer(dir).status().message()),
               HasSubstr("tokenizer.json: added_tokens: nested deeper than 127 levels"));
@@ -320,7 +325,9 @@ TEST(TokenizerLoaderTest, JsonNestedDeeperThanTokenizersAllowsIsRefusedNamingThe
   const std::string config_dir = MakeDir("deep_config");
   Write(config_dir + "/tokenizer.json",
         absl::StrCat("{", kByteLevel, ", ", vocab,
-                     R"(, "added_tokens": [{"id": 2, "content": "<x>"}]})"));
+                     R"(, "added_tokens": [{"id": 2, "content": "<x>", "special": false,
+                           "single_word": false, "lstrip": false, "rstrip": false,
+                           "normalized": false}]})"));
   Write(config_dir + "/tokenizer_config.json",
         absl::StrCat(R"({"added_tokens_decoder": {"2": {"content": "<x>", "special": )",
                      NestedArrays(kDeep), "}}}"));
@@ -369,10 +376,14 @@ TEST(TokenizerLoaderTest, AddedTokensTakeTheIdsTokenizersGivesNotTheWrittenOnes)
   const std::string dir = MakeDir("added_ids");
   Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel,
                                               R"(, "model": {"vocab": {"a": 0, "b": 1, "</s>": 2}},
-      "added_tokens": [{"id": 9, "content": "<x>", "special": true},
-                       {"id": 0, "content": "<y>", "special": true},
-                       {"id": 7, "content": "</s>", "special": true},
-                       {"id": 4, "content": "<z>", "special": true}]})"));
+      "added_tokens": [{"id": 9, "content": "<x>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false},
+                       {"id": 0, "content": "<y>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false},
+                       {"id": 7, "content": "</s>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false},
+                       {"id": 4, "content": "<z>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false}]})"));
   testing::internal::CaptureStderr();
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
   const std::string log = testing::internal::GetCapturedStderr();
@@ -399,9 +410,10 @@ TEST(TokenizerLoaderTest, AnAddedTokenListedTwiceMatchesAsItsLaterListingSays) {
   const std::string dir = MakeDir("added_twice");
   Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel,
                                               R"(, "model": {"vocab": {"a": 0, "Ġ": 1, "</s>": 2}},
-      "added_tokens": [{"id": 3, "content": "<x>", "special": true},
+      "added_tokens": [{"id": 3, "content": "<x>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false},
                        {"id": 4, "content": "<x>", "special": true, "lstrip": true,
-                        "rstrip": true}]})"));
+                        "rstrip": true, "single_word": false, "normalized": false}]})"));
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->vocab_size(), 4);
@@ -436,8 +448,10 @@ TEST(TokenizerLoaderTest, AddedTokensDecodeThroughTheByteLevelAlphabet) {
   // As tokenizers decodes them: "Ġb" is " b", like a vocab entry.
   const std::string dir = MakeDir("added_decode");
   Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
-      "added_tokens": [{"id": 1, "content": "</s>", "special": true},
-                       {"id": 2, "content": "Ġb", "special": true}]})"));
+      "added_tokens": [{"id": 1, "content": "</s>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false},
+                       {"id": 2, "content": "Ġb", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false}]})"));
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
   ASSERT_NE(tokenizer, nullptr);
   absl::StatusOr<std::string> text = tokenizer->Decode({0, 2, 1});
@@ -448,8 +462,10 @@ TEST(TokenizerLoaderTest, AddedTokensDecodeThroughTheByteLevelAlphabet) {
 TEST(TokenizerLoaderTest, BosAndEosFallBackToTokenizerConfig) {
   const std::string dir = MakeDir("config_names");
   Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
-      "added_tokens": [{"id": 1, "content": "[START]", "special": true},
-                       {"id": 2, "content": "[STOP]", "special": true}]})"));
+      "added_tokens": [{"id": 1, "content": "[START]", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false},
+                       {"id": 2, "content": "[STOP]", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false}]})"));
   Write(dir + "/tokenizer_config.json",
         R"({"bos_token": "[START]", "eos_token": {"content": "[STOP]"}})");
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
@@ -464,10 +480,14 @@ TEST(TokenizerLoaderTest, PlainTextStillMatchesNonSpecialAddedTokens) {
   Write(dir + "/tokenizer.json",
         absl::StrCat("{", kByteLevel,
                      R"(, "model": {"vocab": {"<": 0, "|": 1, "a": 2, "b": 3, ">": 4}},
-      "added_tokens": [{"id": 5, "content": "<|ab|>", "special": true},
-                       {"id": 6, "content": "ab", "special": false, "normalized": false},
-                       {"id": 7, "content": "</s>", "special": true},
-                       {"id": 8, "content": "<s>", "special": true}]})"));
+      "added_tokens": [{"id": 5, "content": "<|ab|>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false},
+                       {"id": 6, "content": "ab", "special": false, "normalized": false,
+                        "single_word": false, "lstrip": false, "rstrip": false},
+                       {"id": 7, "content": "</s>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false},
+                       {"id": 8, "content": "<s>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false}]})"));
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
   ASSERT_NE(tokenizer, nullptr);
   // `tokenizers` with encode_special_tokens=True (ids checked there): special-token text is bytes
@@ -532,7 +552,7 @@ void WriteQwen3Layout(const std::string& dir, const nlohmann::json& config) {
            {"add_prefix_space", false},
            {"trim_offsets", false},
            {"use_regex", false}}}}}},
-      {"decoder", {{"type", "ByteLevel"}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}}},
       {"model",
        {{"type", "BPE"},
         {"dropout", nullptr},
@@ -638,7 +658,7 @@ TEST(TokenizerLoaderTest, ConfigTokensPastTheVocabularyTakeTheIdsTransformersGiv
         {"add_prefix_space", false},
         {"trim_offsets", true},
         {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}}},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}}},
       {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}}};
   Write(dir + "/tokenizer.json", json.dump());
   const nlohmann::json config = {{"added_tokens_decoder", decoder},
@@ -662,9 +682,14 @@ TEST(TokenizerLoaderTest, ConfigTokensPastTheVocabularyTakeTheIdsTransformersGiv
 // A tokenizer.json of "a" and Llama 3's <|begin_of_text|>, <|end_of_text|>, <|eot_id|> (ids 1-3).
 void WriteLlama3SpecialTokens(const std::string& dir) {
   Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
-      "added_tokens": [{"id": 1, "content": "<|begin_of_text|>", "special": true},
-                       {"id": 2, "content": "<|end_of_text|>", "special": true},
-                       {"id": 3, "content": "<|eot_id|>", "special": true}]})"));
+      "added_tokens": [{"id": 1, "content": "<|begin_of_text|>", "special": true,
+                        "single_word": false, "lstrip": false, "rstrip": false,
+                        "normalized": false},
+                       {"id": 2, "content": "<|end_of_text|>", "special": true,
+                        "single_word": false, "lstrip": false, "rstrip": false,
+                        "normalized": false},
+                       {"id": 3, "content": "<|eot_id|>", "special": true, "single_word": false,
+                        "lstrip": false, "rstrip": false, "normalized": false}]})"));
 }
 
 TEST(TokenizerLoaderTest, TokenizerConfigNamesWinOverUsualNames) {
@@ -735,7 +760,9 @@ TEST(TokenizerLoaderTest, WithoutTokenizerConfigEndOfTextIsOnlyEos) {
   // GPT-2's or Qwen's tokenizer.json alone: <|endoftext|> ends documents and starts none.
   const std::string dir = MakeDir("endoftext_only");
   Write(dir + "/tokenizer.json", absl::StrCat("{", kByteLevel, R"(, "model": {"vocab": {"a": 0}},
-      "added_tokens": [{"id": 1, "content": "<|endoftext|>", "special": true}]})"));
+      "added_tokens": [{"id": 1, "content": "<|endoftext|>", "special": true,
+                        "single_word": false, "lstrip": false, "rstrip": false,
+                        "normalized": false}]})"));
   std::unique_ptr<Tokenizer> tokenizer = LoadOrDie(dir);
   ASSERT_NE(tokenizer, nullptr);
   EXPECT_EQ(tokenizer->bos_id(), std::nullopt);
@@ -870,7 +897,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> DefaultWithSplitRegex(const std::stri
 // A decoder other than ByteLevel would change the text tokenizers decodes (a Replace of "a" by
 // "Z" gives "bZnZnZ" for "banana"): refused, naming it, as tokenizers refuses an unknown one.
 TEST(TokenizerLoaderTest, DecodersOtherThanByteLevelOrNoneAreRefused) {
-  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", true}};
+  const nlohmann::json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}};
   const nlohmann::json replace = {
       {"type", "Replace"}, {"pattern", {{"String", "a"}}}, {"content", "Z"}};
   // Without a decoder tokenizers joins the token strings by spaces, with an empty Sequence it
@@ -958,6 +986,63 @@ TEST(TokenizerLoaderTest, WithoutTokenizerConfigThePostProcessorNamesBosAndEos) 
                         "model.vocab"));
 }
 
+// tokenizers refuses a tokenizer.json leaving out these keys (serde without defaults), and a merge
+// that is not two strings split by one space: so does titan, naming the key, rather than guessing.
+TEST(TokenizerLoaderTest, KeysTokenizersRequiresAreRequired) {
+  const nlohmann::json split = {{"type", "Split"},
+                                {"pattern", {{"Regex", "a+"}}},
+                                {"behavior", "Isolated"},
+                                {"invert", false}};
+  const nlohmann::json byte_level = {{"type", "ByteLevel"},
+                                     {"add_prefix_space", false},
+                                     {"trim_offsets", true},
+                                     {"use_regex", false}};
+  const nlohmann::json added = {{"id", 2040},           {"content", "<|begin_of_text|>"},
+                                {"single_word", false}, {"lstrip", false},
+                                {"rstrip", false},      {"normalized", false},
+                                {"special", true}};
+  const auto without = [](nlohmann::json object, const char* key) {
+    object.erase(key);
+    return object;
+  };
+  std::vector<std::tuple<std::string, nlohmann::json, std::string>> cases;
+  for (const char* key : {"behavior", "invert"}) {
+    cases.emplace_back("/pre_tokenizer/pretokenizers/0", without(split, key),
+                       absl::StrCat("pre_tokenizer.pretokenizers[0].", key, ": missing"));
+  }
+  for (const char* key : {"add_prefix_space", "trim_offsets"}) {
+    cases.emplace_back("/pre_tokenizer/pretokenizers/1", without(byte_level, key),
+                       absl::StrCat("pre_tokenizer.pretokenizers[1].", key, ": missing"));
+    cases.emplace_back("/decoder", without(byte_level, key),
+                       absl::StrCat("decoder.", key, ": missing"));
+  }
+  for (const char* key : {"single_word", "lstrip", "rstrip", "normalized", "special"}) {
+    cases.emplace_back("/added_tokens/0", without(added, key),
+                       absl::StrCat("added_tokens[0].", key, ": missing (tokenizers requires it)"));
+  }
+  nlohmann::json null_lstrip = added;
+  null_lstrip["lstrip"] = nullptr;
+  cases.emplace_back("/added_tokens/0", null_lstrip,
+                     "added_tokens[0].lstrip: expected a boolean, got null");
+  for (const char* merge : {"Ġ t x", "Ġ  t", "Ġ t "}) {
+    cases.emplace_back("/model/merges/0", merge,
+                       "model.merges[0]: expected \"left right\" (one space)");
+  }
+  for (const auto& [pointer, value, error] : cases) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWith("required", pointer, value);
+    ASSERT_FALSE(tokenizer.ok()) << pointer << " = " << value;
+    EXPECT_THAT(tokenizer.status().message(), HasSubstr(error)) << pointer << " = " << value;
+  }
+  // use_regex may be left out (tokenizers' default: true), and a merge string "left right" stays.
+  for (const auto& [pointer, value] :
+       {std::pair<std::string, nlohmann::json>("/pre_tokenizer/pretokenizers/1",
+                                               without(byte_level, "use_regex")),
+        std::pair<std::string, nlohmann::json>("/model/merges/0", "Ġ t")}) {
+    absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = DefaultWith("kept", pointer, value);
+    EXPECT_TRUE(tokenizer.ok()) << pointer << ": " << tokenizer.status();
+  }
+}
+
 // Each `cases` regex (as the default tokenizer's Split regex) is refused, the message naming it
 // and then its text, followed by `suffix`.
 void ExpectSplitRegexesRefused(const std::vector<std::pair<std::string, std::string>>& cases,
@@ -1021,15 +1106,26 @@ std::unique_ptr<Tokenizer> ByteTokenizerWithSplitRegex(const std::string& name,
     merged.erase(merged.find(' '), 1);
     vocab[merged] = 256 + i;
   }
-  const nlohmann::json json = {
-      {"added_tokens",
-       {{{"id", 256 + merges.size()}, {"content", "<|endoftext|>"}, {"special", true}}}},
-      {"pre_tokenizer",
-       {{"type", "Sequence"},
-        {"pretokenizers",
-         {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", add_prefix_space}, {"use_regex", false}}}}}},
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  const nlohmann::json json = {{"added_tokens",
+                                {{{"id", 256 + merges.size()},
+                                  {"content", "<|endoftext|>"},
+                                  {"special", true},
+                                  {"single_word", false},
+                                  {"lstrip", false},
+                                  {"rstrip", false},
+                                  {"normalized", false}}}},
+                               {"pre_tokenizer",
+                                {{"type", "Sequence"},
+                                 {"pretokenizers",
+                                  {{{"type", "Split"},
+                                    {"pattern", {{"Regex", regex}}},
+                                    {"behavior", "Isolated"},
+                                    {"invert", false}},
+                                   {{"type", "ByteLevel"},
+                                    {"add_prefix_space", add_prefix_space},
+                                    {"trim_offsets", false},
+                                    {"use_regex", false}}}}}},
+                               {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
   const std::string dir = MakeDir(name);
   Write(dir + "/tokenizer.json", json.dump());
   return LoadOrDie(dir + "/tokenizer.json");
@@ -1451,8 +1547,11 @@ TEST(TokenizerLoaderTest, SplitRegexInlineOptionsCoverTheRestOfTheGroupAsInOnigu
 // byte-level alphabet (tokenizers' ids differ), so any other order is refused.
 TEST(TokenizerLoaderTest, PreTokenizersInAnOrderTitanDoesNotApplyAreRefused) {
   const std::string vocab = R"("model": {"vocab": {"a": 0, "</s>": 1}})";
-  const std::string split = R"({"type": "Split", "pattern": {"Regex": "a+"}})";
-  const std::string byte_level = R"({"type": "ByteLevel", "use_regex": false})";
+  const std::string split =
+      R"({"type": "Split", "pattern": {"Regex": "a+"}, "behavior": "Isolated", "invert": false})";
+  const std::string byte_level =
+      R"({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false,
+          "use_regex": false})";
   const auto sequence = [&](const std::string& pretokenizers) {
     return absl::StrCat(R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [)",
                         pretokenizers, "]}, ", vocab, "}");

@@ -248,6 +248,9 @@ TEST(TrainerTest, BlockCausalWithoutBosSeparatesDocumentsAfterEachEos) {
     spec["added_tokens"].push_back({{"id", first + spec["added_tokens"].size()},
                                     {"content", content},
                                     {"special", true},
+                                    {"single_word", false},
+                                    {"lstrip", false},
+                                    {"rstrip", false},
                                     {"normalized", false}});
   }
   const int32_t im_end = first + 2;

@@ -346,6 +346,34 @@ class ParityTest(unittest.TestCase):
             self.assertEqual(ours["eos_id"], after[0] if after else ids[eos], name)
             self.assertIn("post_processor" if before or after else "its usual name", log, name)
 
+    def test_keys_tokenizers_requires_are_refused_when_missing_as_tokenizers_refuses(self):
+        # serde fields without defaults, and merges split by one space into two strings.
+        with open(FLAGS.default_tokenizer, encoding="utf-8") as f:
+            base = json.load(f)
+        cases = []
+        for key in ["behavior", "invert"]:
+            cases.append((["pre_tokenizer", "pretokenizers", 0], key,
+                          f"pre_tokenizer.pretokenizers[0].{key}: missing"))
+        for key in ["add_prefix_space", "trim_offsets"]:
+            cases.append((["pre_tokenizer", "pretokenizers", 1], key,
+                          f"pre_tokenizer.pretokenizers[1].{key}: missing"))
+            cases.append((["decoder"], key, f"decoder.{key}: missing"))
+        for key in ["single_word", "lstrip", "rstrip", "normalized", "special"]:
+            cases.append((["added_tokens", 0], key, f"added_tokens[0].{key}: missing"))
+        for path, key, error in cases:
+            spec = json.loads(json.dumps(base))
+            target = spec
+            for step in path:
+                target = target[step]
+            del target[key]
+            stderr = self.assert_both_refuse(spec, f"missing field `{key}`|did not match any")
+            self.assertIn(error, stderr)
+        for merge in ["\u0120 t x", "\u0120  t", "\u0120 t "]:
+            spec = json.loads(json.dumps(base))
+            spec["model"]["merges"][0] = merge
+            stderr = self.assert_both_refuse(spec, "did not match any variant")
+            self.assertIn('model.merges[0]: expected "left right" (one space)', stderr)
+
     def test_split_regexes_with_empty_matches_match_tokenizers(self):
         # tokenizers splits by the onig crate's find_iter: an empty match (a lookaround, an anchor,
         # a starred atom) is a split point unless it sits where the previous match ended.
