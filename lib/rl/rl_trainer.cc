@@ -609,16 +609,17 @@ absl::Status RlTrainer::Train() {
       TITAN_ASSIGN_OR_RETURN(const double eval, Evaluate());
       m.extra.emplace_back(eval_key, eval);
     }
-    if (step == 1 || step % config_.metrics().log_freq() == 0 || last ||
-        step % rl_.eval_freq() == 0) {
-      TITAN_RETURN_IF_ERROR(log(m));
-    }
+    const bool logged = step == 1 || step % config_.metrics().log_freq() == 0 || last ||
+                        step % rl_.eval_freq() == 0;
+    if (logged) TITAN_RETURN_IF_ERROR(log(m));
     if (step == 1) runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
     const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last);
     if (saved) TITAN_RETURN_IF_ERROR(SaveStep(last && ckpt.last_save_model_only()));
     TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
     if (signal != 0 && !last) {
       LOG(WARNING) << "received signal " << signal << "; stopping after step " << step;
+      // The run's last step gets its row, as a finished run's does.
+      if (!logged) TITAN_RETURN_IF_ERROR(log(m));
       if (checkpointer_ && !saved) TITAN_RETURN_IF_ERROR(SaveStep(false));
       break;
     }

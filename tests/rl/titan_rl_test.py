@@ -501,7 +501,8 @@ class TitanRlTest(unittest.TestCase):
 
     def test_sigterm_finishes_the_step_saves_and_exits_zero(self):
         dump, cmd = self.job("sigterm", "--checkpoint.enable=true", "--checkpoint.interval=1000",
-                             "--checkpoint.last_save_model_only=false", "--training.steps=1000")
+                             "--checkpoint.last_save_model_only=false", "--training.steps=1000",
+                             "--metrics.log_freq=1000", "--rl.eval_freq=1000")
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         path = os.path.join(dump, "metrics.jsonl")
         deadline = time.time() + 300
@@ -515,7 +516,12 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn("stopping after step", stderr)
         steps = [n for n in os.listdir(os.path.join(dump, "checkpoint")) if n.startswith("step-")]
         self.assertEqual(len(steps), 1, steps)
-        self.assertLess(int(steps[0].split("-")[1]), 1000)
+        stopped_after = int(steps[0].split("-")[1])
+        self.assertLess(stopped_after, 1000)
+        # The step it stopped after has its metrics row, once, whether a log step or not.
+        logged = [m["step"] for m in common.metrics(dump)]
+        self.assertEqual(logged[-1], stopped_after, logged)
+        self.assertEqual(logged.count(stopped_after), 1, logged)
 
     def test_sigterm_while_the_scorer_runs_kills_it_and_exits_at_once(self):
         # The scorer serves the 8 held-out prompts at step 0, then hangs on step 1's 16 rollouts.
