@@ -3,6 +3,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -68,14 +69,18 @@ absl::Status ReadNotNull(const json& object, const char* key, const std::string&
   return ReadOptionalField(object, key, where, out);
 }
 
-// As ReadNotNull for a key the family's config class has; one it lacks transformers ignores.
+// Whether the family's config class has no field `key`: its model never reads it.
+bool FamilyLacks(const HfAdapter::ConfigDefaults& defaults, const char* key) {
+  return absl::c_linear_search(defaults.absent_fields, key);
+}
+
+// As ReadNotNull for a key the family's config class has; one it lacks, transformers ignores
+// whatever its value, and so does titan (`out` keeps its default).
 template <typename T>
 absl::Status ReadFamilyKey(const json& config, const char* key,
                            const HfAdapter::ConfigDefaults& defaults, const std::string& source,
                            T& out) {
-  for (const std::string& absent : defaults.absent_fields) {
-    if (absent == key) return ReadOptionalField(config, key, source, out);
-  }
+  if (FamilyLacks(defaults, key)) return absl::OkStatus();
   return ReadNotNull(config, key, source, out);
 }
 
@@ -137,7 +142,9 @@ absl::Status CheckRepresentable(const json& config, int64_t n_layers,
   }
   TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(config, source, false));
   std::vector<std::string> layer_types;
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "layer_types", source, layer_types));
+  if (!FamilyLacks(defaults, "layer_types")) {
+    TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "layer_types", source, layer_types));
+  }
   for (const std::string& type : layer_types) {
     if (type != "full_attention") {
       return absl::InvalidArgumentError(absl::StrCat(

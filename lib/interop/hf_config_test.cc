@@ -234,6 +234,19 @@ TEST(HfConfigTest, RefusesWhatTheDecoderCannotRepresentInOneLine) {
   sliding["layer_types"] = {"full_attention", "sliding_attention", "full_attention",
                             "full_attention"};
   EXPECT_THAT(Error(sliding), HasSubstr("c.json: layer_types: \"sliding_attention\""));
+  // Keys a family's config class lacks are ignored whatever their value, as transformers'
+  // model ignores them: Qwen3's MLP has no bias, Llama's attention no window.
+  json qwen3_mlp_bias = good;
+  qwen3_mlp_bias["mlp_bias"] = true;
+  EXPECT_TRUE(ModelInfoFromHfConfig(qwen3_mlp_bias, "c.json").ok());
+  json llama_sliding = HfConfig(Flavor("llama3", "debugmodel"), "float32");
+  llama_sliding["use_sliding_window"] = true;
+  llama_sliding["sliding_window"] = 4;
+  llama_sliding["max_window_layers"] = 0;
+  llama_sliding["layer_types"] = {"sliding_attention", "full_attention"};
+  EXPECT_TRUE(ModelInfoFromHfConfig(llama_sliding, "c.json").ok());
+  llama_sliding["mlp_bias"] = true;  // LlamaConfig has it, and its MLP would have biases
+  EXPECT_EQ(Error(llama_sliding), "c.json: mlp_bias true: titan's decoder has no biases");
   json rope = good;
   rope["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
   EXPECT_EQ(Error(rope),

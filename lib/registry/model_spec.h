@@ -72,7 +72,7 @@ struct HfAdapter {
     // LlamaConfig refuses a hidden_size that the heads do not divide, even with a head_dim given.
     bool heads_divide_hidden_size = false;
     // Keys titan reads that the family's config class has no field for (LlamaConfig's
-    // use_sliding_window): transformers ignores them, so a null there is no refusal.
+    // use_sliding_window): the family's model never reads them, so titan ignores them too.
     std::vector<std::string> absent_fields;
   } config_defaults;
 };

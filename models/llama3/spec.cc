@@ -178,7 +178,8 @@ ModelSpec Llama3Spec() {
   spec.hf.config_defaults.bos_token_id = 1;
   spec.hf.config_defaults.eos_token_id = 2;
   spec.hf.config_defaults.heads_divide_hidden_size = true;
-  spec.hf.config_defaults.absent_fields = {"use_sliding_window", "max_window_layers"};
+  spec.hf.config_defaults.absent_fields = {"use_sliding_window", "max_window_layers",
+                                           "layer_types"};
   spec.meta = MetaAdapter{MetaParams, DescribeMetaParams};
   spec.parallelize = ParallelizeDecoder;
   return spec;

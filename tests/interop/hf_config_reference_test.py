@@ -207,6 +207,16 @@ class HfConfigReferenceTest(unittest.TestCase):
             if slides:
                 self.assertIn("use_sliding_window true", refusal, label)
 
+    def test_keys_the_familys_config_lacks_are_ignored_as_transformers_does(self):
+        # LlamaConfig has no sliding-window fields, Qwen3Config no mlp_bias: their models never
+        # read them, whatever the value.
+        for label, config in (
+                ("llama sliding", {**FULL_CONFIGS["llama"], "use_sliding_window": True,
+                                   "sliding_window": 4, "max_window_layers": 0,
+                                   "layer_types": ["sliding_attention", "full_attention"]}),
+                ("qwen3 mlp_bias", {**FULL_CONFIGS["qwen3"], "mlp_bias": True})):
+            self.assert_read_as_transformers(config, label)
+
     def assert_rope_matches(self, config, label):
         probe, refusal = self.titan(config)
         self.assertIsNone(refusal, label)
