@@ -307,6 +307,17 @@ std::string DescribeTomlNode(const toml::node& node) {
 
 std::optional<std::string> Closest(absl::string_view name,
                                    const std::vector<std::string>& candidates) {
+  if (name.size() >= 4) {
+    std::optional<std::string> only_extension;
+    int extensions = 0;
+    for (const std::string& candidate : candidates) {
+      if (absl::StartsWith(candidate, name)) {
+        only_extension = candidate;
+        ++extensions;
+      }
+    }
+    if (extensions == 1) return only_extension;
+  }
   const size_t limit = std::max<size_t>(2, name.size() / 3);
   std::optional<std::string> best;
   size_t best_distance = 0;
@@ -322,14 +333,7 @@ std::optional<std::string> Closest(absl::string_view name,
       best_distance = distance;
     }
   }
-  if (best || name.size() < 4) return best;
-  std::optional<std::string> only_extension;
-  for (const std::string& candidate : candidates) {
-    if (!absl::StartsWith(candidate, name)) continue;
-    if (only_extension) return std::nullopt;
-    only_extension = candidate;
-  }
-  return only_extension;
+  return best;
 }
 
 std::string DidYouMean(const std::optional<std::string>& suggestion, absl::string_view prefix) {

@@ -31,8 +31,8 @@ std::string Quote(absl::string_view text);
 // "string \"x\"", "integer 3", "array", ...: what a TOML node holds, for errors.
 std::string DescribeTomlNode(const toml::node& node);
 
-// The candidate closest to `name` when it is close enough to be a likely typo, else the one
-// candidate that `name` (4 characters or more) begins: a name cut short (local_batch).
+// The one candidate that `name` (4 characters or more) begins, a name cut short (local_batch,
+// compi), else the candidate closest to `name` when it is close enough to be a likely typo.
 std::optional<std::string> Closest(absl::string_view name,
                                    const std::vector<std::string>& candidates);
 // " (did you mean \"<prefix><suggestion>\"?)", or "" without a suggestion.

@@ -119,15 +119,18 @@ class Schema {
   }
 
   // " (did you mean ...?)" for an unknown `key` of `section`: the same name in another section
-  // first (an exact name is the stronger hint) unless `section` has that key's current name too
-  // ([validation] batch_size: its own local_batch_size, not [training]'s), else the closest name
-  // in `section`. Flags (`as_flag`) spell it "--section.key", job files "[section] key".
+  // first (an exact name is the stronger hint) unless it is a shortened old name of a key that
+  // `section` has too ([validation] batch_size: its own local_batch_size, not [training]'s; but
+  // [validation] enable_checkpoint: [checkpoint] enable), else the closest name in `section`.
+  // Flags (`as_flag`) spell it "--section.key", job files "[section] key".
   std::string SuggestKey(absl::string_view section, absl::string_view key, bool as_flag) const {
     const std::string own_prefix = as_flag ? absl::StrCat("--", section, ".") : "";
     const std::vector<std::string> own_keys = KeyNames(section);
     if (const std::optional<std::string> elsewhere = KeyElsewhere(section, key)) {
       const std::vector<std::string> parts = absl::StrSplit(*elsewhere, '.');
-      if (absl::c_linear_search(own_keys, parts[1])) return DidYouMean(parts[1], own_prefix);
+      if (absl::EndsWith(parts[1], key) && absl::c_linear_search(own_keys, parts[1])) {
+        return DidYouMean(parts[1], own_prefix);
+      }
       return DidYouMean(
           as_flag ? absl::StrCat("--", *elsewhere) : absl::StrCat("[", parts[0], "] ", parts[1]),
           "");
@@ -763,7 +766,10 @@ std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) 
 }
 
 std::string CriticCheckpointFolder(absl::string_view folder) {
-  while (folder.size() > 1 && absl::EndsWith(folder, "/")) folder.remove_suffix(1);
+  // "ck/", "ck/." and "ck/./" all name ck.
+  while (folder.size() > 1 && (absl::ConsumeSuffix(&folder, "/") ||
+                               (folder.size() > 2 && absl::ConsumeSuffix(&folder, "/.")))) {
+  }
   return absl::StrCat(folder, "_critic");
 }
 

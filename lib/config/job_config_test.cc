@@ -302,6 +302,13 @@ TEST(JobConfigTest, FileErrorsNameFileLineSectionKeyAndValue) {
   EXPECT_EQ(ParseError("[validation]\nbatch_size = 4\n"),
             "configs/x.toml:2: [validation] batch_size: unknown key (did you mean "
             "\"local_batch_size\"?)");
+  // An old name that names its own section stays there: [checkpoint] enable_checkpoint.
+  EXPECT_EQ(ParseError("[validation]\nenable_checkpoint = true\n"),
+            "configs/x.toml:2: [validation] enable_checkpoint: unknown key (did you mean "
+            "\"[checkpoint] enable\"?)");
+  // A section cut short gets the one section it begins, before a closer other name ([comm]).
+  EXPECT_EQ(ParseError("[compi]\nsteps = 10\n"),
+            "configs/x.toml:1: [compi]: unknown section (did you mean \"compile\"?)");
   // A name cut short gets the one key it begins.
   EXPECT_EQ(ParseError("[validation]\nlocal_batch = 4\n"),
             "configs/x.toml:2: [validation] local_batch: unknown key (did you mean "
@@ -1056,6 +1063,9 @@ TEST(JobConfigTest, CriticCheckpointFolderIsBesideThePolicys) {
   EXPECT_EQ(CriticCheckpointFolder("checkpoint"), "checkpoint_critic");
   EXPECT_EQ(CriticCheckpointFolder("checkpoint/"), "checkpoint_critic");
   EXPECT_EQ(CriticCheckpointFolder("/runs/ck//"), "/runs/ck_critic");
+  EXPECT_EQ(CriticCheckpointFolder("ck/."), "ck_critic");
+  EXPECT_EQ(CriticCheckpointFolder("ck/./"), "ck_critic");
+  EXPECT_EQ(CriticCheckpointFolder("ck."), "ck._critic");
 }
 
 TEST(JobConfigTest, ParallelDegreesMustMultiplyToWorldSize) {
