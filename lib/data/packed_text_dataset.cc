@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
+#include "lib/data/data_splits.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
@@ -97,6 +98,8 @@ absl::Status WalkFolder(const std::string& relative, const struct stat& info, Fo
     const bool exists = ::stat(full.c_str(), &entry_info) == 0;  // follows links, as HF does
     const int stat_errno = exists ? 0 : errno;
     if (exists && S_ISDIR(entry_info.st_mode)) {
+      // Folders named "__*" (__pycache__) are not data either, as Hugging Face datasets skips them.
+      if (absl::StartsWith(name, "__")) continue;
       absl::Status status = WalkFolder(entry, entry_info, walk);
       if (!status.ok()) return status;
       continue;
@@ -120,9 +123,48 @@ absl::Status WalkFolder(const std::string& relative, const struct stat& info, Fo
   return absl::OkStatus();
 }
 
-// The data files under `path` in reading order, with their names relative to `path`.
-absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* files,
-                           std::vector<std::string>* names) {
+// Of a folder's data files `found` (relative, sorted), those of split `wanted` by Hugging Face
+// datasets' file naming (InferDataSplits), or all of them where no name marks a split; sets
+// `*split` to the split read ("" for all).
+absl::StatusOr<std::vector<std::string>> SelectSplit(const std::string& path,
+                                                     std::vector<std::string> found,
+                                                     const std::string& wanted,
+                                                     std::string* split) {
+  const std::vector<DataSplit> splits = InferDataSplits(found);
+  if (splits.empty()) {
+    LOG(INFO) << path << ": no file or folder names a split (train, validation, ...): reading all "
+              << found.size() << " data files";
+    split->clear();
+    return found;
+  }
+  std::vector<std::string> names;
+  for (const DataSplit& candidate : splits) {
+    if (candidate.name != wanted) {
+      names.push_back(absl::StrCat(candidate.name, " (", candidate.files.size(),
+                                   candidate.files.size() == 1 ? " file)" : " files)"));
+      continue;
+    }
+    LOG(INFO) << path << ": reading its \"" << wanted << "\" split, " << candidate.files.size()
+              << " of its " << found.size() << " data files ("
+              << absl::StrJoin(
+                     candidate.files.begin(),
+                     candidate.files.begin() + std::min<size_t>(candidate.files.size(), 5), ", ")
+              << (candidate.files.size() > 5 ? ", ..." : "") << ")";
+    *split = wanted;
+    return candidate.files;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      path, ": its file and folder names make the splits ", absl::StrJoin(names, ", "),
+      " (Hugging Face datasets' naming) but no \"", wanted, "\" split; name its files so (",
+      wanted == "train" ? "train*, training*" : "validation*, valid*, dev*, val*",
+      ") or give the file or folder to read"));
+}
+
+// The data files under `path` in reading order, with their names relative to `path`; of a folder,
+// those of split `wanted` (setting `*split`, see SelectSplit).
+absl::Status ListDataFiles(const std::string& path, const std::string& wanted,
+                           std::vector<std::string>* files, std::vector<std::string>* names,
+                           std::string* split) {
   struct stat info;
   if (::stat(path.c_str(), &info) != 0) {
     if (errno == ENOENT) {
@@ -162,7 +204,10 @@ absl::Status ListDataFiles(const std::string& path, std::vector<std::string>* fi
               << absl::StrJoin(walk.skipped.begin(), walk.skipped.begin() + named, ", ")
               << (named < walk.skipped.size() ? ", ..." : "") << ")";
   }
-  for (const std::string& name : walk.found) {
+  absl::StatusOr<std::vector<std::string>> selected =
+      SelectSplit(path, std::move(walk.found), wanted, split);
+  if (!selected.ok()) return selected.status();
+  for (const std::string& name : *selected) {
     files->push_back(JoinPath(path, name));
     names->push_back(name);
   }
@@ -212,19 +257,21 @@ absl::StatusOr<std::unique_ptr<PackedTextDataset>> PackedTextDataset::Open(
   }
   std::vector<std::string> files;
   std::vector<std::string> names;
-  absl::Status status = ListDataFiles(options.path, &files, &names);
+  std::string split;
+  absl::Status status = ListDataFiles(options.path, options.split, &files, &names, &split);
   if (!status.ok()) return status;
-  return std::unique_ptr<PackedTextDataset>(
-      new PackedTextDataset(options, tokenizer, std::move(files), std::move(names)));
+  return std::unique_ptr<PackedTextDataset>(new PackedTextDataset(
+      options, tokenizer, std::move(files), std::move(names), std::move(split)));
 }
 
 PackedTextDataset::PackedTextDataset(const TextDatasetOptions& options, const Tokenizer* tokenizer,
                                      std::vector<std::string> files,
-                                     std::vector<std::string> file_names)
+                                     std::vector<std::string> file_names, std::string split)
     : options_(options),
       tokenizer_(tokenizer),
       files_(std::move(files)),
-      file_names_(std::move(file_names)) {}
+      file_names_(std::move(file_names)),
+      split_(std::move(split)) {}
 
 absl::StatusOr<std::vector<int32_t>> PackedTextDataset::NextWindow() {
   for (int rank = 0; rank < options_.dp_rank; ++rank) {
@@ -364,6 +411,13 @@ std::vector<int32_t> PackedTextDataset::Tokenize(const std::string& text) const 
   return tokenizer_->Encode(text, /*add_bos=*/true, /*add_eos=*/true, SpecialTokenText::kPlain);
 }
 
+std::string PackedTextDataset::DataName() const {
+  if (split_.empty()) return options_.path;
+  // Older titans read every data file of a folder: a checkpoint of theirs names the others.
+  return absl::StrCat(options_.path, " (its \"", split_,
+                      "\" split by Hugging Face datasets' file naming, which titan reads since)");
+}
+
 std::string PackedTextDataset::DescribeMovedFile(const std::string& saved_file,
                                                  int64_t file_index) const {
   const int64_t num_files = static_cast<int64_t>(files_.size());
@@ -373,11 +427,11 @@ std::string PackedTextDataset::DescribeMovedFile(const std::string& saved_file,
           : absl::StrCat("it holds ", num_files, num_files == 1 ? " data file" : " data files",
                          " now");
   if (saved_file.empty()) {
-    return absl::StrCat("the checkpoint had read all ", file_index, " data files of ",
-                        options_.path, ", but ", now);
+    return absl::StrCat("the checkpoint had read all ", file_index, " data files of ", DataName(),
+                        ", but ", now);
   }
   const std::string stopped = absl::StrCat("the checkpoint stopped in \"", saved_file, "\" (file #",
-                                           file_index, " of ", options_.path, ")");
+                                           file_index, " of ", DataName(), ")");
   auto moved = std::find(file_names_.begin(), file_names_.end(), saved_file);
   if (moved != file_names_.end()) {
     return absl::StrCat(stopped, ", which is file #", moved - file_names_.begin(),
@@ -472,7 +526,7 @@ absl::Status PackedTextDataset::LoadStateDict(const nlohmann::json& state) {
                                        : absl::StrCat("the ", *file_index, " data files before \"",
                                                       saved_file, "\" in ");
     return absl::FailedPreconditionError(absl::StrCat(
-        "dataset state: ", read, options_.path,
+        "dataset state: ", read, DataName(),
         " are not those the checkpoint read (files added, removed, renamed or reordered since), "
         "so resuming would skip or repeat data; restore them to resume where it stopped"));
   }

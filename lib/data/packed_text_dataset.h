@@ -17,9 +17,13 @@ namespace titan {
 
 struct TextDatasetOptions {
   // A .jsonl/.json/.jsonl.gz/.json.gz file, or a folder searched recursively for them (read in
-  // order of their paths relative to the folder; files and folders whose names start with "."
-  // are skipped).
+  // order of their paths relative to the folder; files and folders whose names start with ".",
+  // and folders whose names start with "__", are skipped).
   std::string path;
+  // Of a folder, the split to read, "train" or "validation", by Hugging Face datasets' naming of
+  // files and folders (train*, validation*, dev*, data/train-00000-of-00002.*, ...); a folder
+  // whose names mark no split is read whole for either.
+  std::string split = "train";
   // Key of the text in each JSON object.
   std::string text_field = "text";
   // Windows hold seq_len + 1 tokens: inputs are the first seq_len, labels the last seq_len.
@@ -70,7 +74,8 @@ class PackedTextDataset {
 
  private:
   PackedTextDataset(const TextDatasetOptions& options, const Tokenizer* tokenizer,
-                    std::vector<std::string> files, std::vector<std::string> file_names);
+                    std::vector<std::string> files, std::vector<std::string> file_names,
+                    std::string split);
 
   // Takes the next global window off the stream into `window`, or drops it when null.
   absl::Status TakeWindow(std::vector<int32_t>* window);
@@ -84,6 +89,8 @@ class PackedTextDataset {
   // rest of it is windowed name it instead of listing its tokens again. Leaves it unknown when
   // the file does not match.
   void LocateDocument();
+  // options_.path, naming the split read of a folder.
+  std::string DataName() const;
   // Why a state's file `saved_file`, its #file_index, is not this dataset's #file_index.
   std::string DescribeMovedFile(const std::string& saved_file, int64_t file_index) const;
   // `status` saying that the file may have changed, while reading on from a loaded state.
@@ -93,6 +100,7 @@ class PackedTextDataset {
   const Tokenizer* const tokenizer_;
   const std::vector<std::string> files_;
   const std::vector<std::string> file_names_;  // files_ relative to options_.path, for the state
+  const std::string split_;  // the folder's split read, or "" (a file, or a folder read whole)
 
   // Position in the stream; see StateDict.
   int64_t epoch_ = 0;

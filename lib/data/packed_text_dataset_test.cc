@@ -247,6 +247,90 @@ TEST(PackedTextDatasetTest, AFolderSkipsHiddenFilesAndFolders) {
   EXPECT_THAT(status.message(), HasSubstr("names starting with \".\" are skipped"));
 }
 
+TextDatasetOptions SplitOptions(const std::string& path, const std::string& split) {
+  TextDatasetOptions options = Options(path, 5, /*infinite=*/false);
+  options.split = split;
+  return options;
+}
+
+TEST(PackedTextDatasetTest, AFolderIsReadByHuggingFaceSplits) {
+  // The hunter's copy of c4: torchtitan loads split="train" to train, "validation" to validate.
+  const std::string dir = FreshTestDir("c4_en");
+  WriteTestFile(dir + "/c4-train.00000-of-00002.json.gz", JsonLines(MakeTexts(6, 0)), true);
+  WriteTestFile(dir + "/c4-train.00001-of-00002.json.gz", JsonLines(MakeTexts(6, 6)), true);
+  WriteTestFile(dir + "/c4-validation.00000-of-00001.json.gz", JsonLines(MakeTexts(5, 12)), true);
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> train = OpenOrDie(SplitOptions(dir, "train"), &tokenizer);
+  ASSERT_NE(train, nullptr);
+  EXPECT_THAT(train->files(), ElementsAre(dir + "/c4-train.00000-of-00002.json.gz",
+                                          dir + "/c4-train.00001-of-00002.json.gz"));
+  EXPECT_EQ(ReadToEnd(*train), ReferenceWindows(MakeTexts(12, 0), 5));
+  std::unique_ptr<PackedTextDataset> validation =
+      OpenOrDie(SplitOptions(dir, "validation"), &tokenizer);
+  ASSERT_NE(validation, nullptr);
+  EXPECT_THAT(validation->files(), ElementsAre(dir + "/c4-validation.00000-of-00001.json.gz"));
+  EXPECT_EQ(ReadToEnd(*validation), ReferenceWindows(MakeTexts(5, 12), 5));
+
+  // A file is read whatever its name.
+  std::unique_ptr<PackedTextDataset> file =
+      OpenOrDie(SplitOptions(dir + "/c4-validation.00000-of-00001.json.gz", "train"), &tokenizer);
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(file->files().size(), 1);
+}
+
+TEST(PackedTextDatasetTest, AFolderWithoutTheSplitIsRefused) {
+  const std::string dir = FreshTestDir("hub_style");
+  WriteTestFile(dir + "/train-00000-of-00002.jsonl", JsonLines(MakeTexts(3, 0)));
+  WriteTestFile(dir + "/train-00001-of-00002.jsonl", JsonLines(MakeTexts(3, 3)));
+  WriteTestFile(dir + "/test-00000-of-00001.jsonl", JsonLines(MakeTexts(3, 6)));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> train = OpenOrDie(SplitOptions(dir, "train"), &tokenizer);
+  ASSERT_NE(train, nullptr);
+  EXPECT_THAT(train->files(), ElementsAre(dir + "/train-00000-of-00002.jsonl",
+                                          dir + "/train-00001-of-00002.jsonl"));
+  const absl::Status status =
+      PackedTextDataset::Open(SplitOptions(dir, "validation"), &tokenizer).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr(dir + ": its file and folder names make the splits train (2 files), "
+                              "test (1 file) (Hugging Face datasets' naming) but no "
+                              "\"validation\" split"));
+}
+
+TEST(PackedTextDatasetTest, AFolderWithoutSplitNamesIsReadWholeForEither) {
+  // As Hugging Face datasets, which skips "__" folders (__pycache__) but not "_" ones.
+  const std::string dir = FreshTestDir("unsplit");
+  WriteTestFile(dir + "/a.jsonl", JsonLines(MakeTexts(4, 0)));
+  WriteTestFile(dir + "/_keep/z.jsonl", JsonLines(MakeTexts(4, 4)));
+  WriteTestFile(dir + "/__pycache__/z.jsonl", "garbage, not JSON\n");
+  ByteTokenizer tokenizer;
+  for (const std::string split : {"train", "validation"}) {
+    std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(SplitOptions(dir, split), &tokenizer);
+    ASSERT_NE(dataset, nullptr);
+    EXPECT_THAT(dataset->files(), ElementsAre(dir + "/_keep/z.jsonl", dir + "/a.jsonl")) << split;
+  }
+}
+
+TEST(PackedTextDatasetTest, AStateOfAWholeFolderReadInItsValidationSplitIsRefused) {
+  // Older titans read validation.jsonl after train.jsonl: a checkpoint stopped in it cannot resume.
+  const std::string dir = FreshTestDir("corpus");
+  WriteTestFile(dir + "/train.jsonl", JsonLines(MakeTexts(6, 0)));
+  WriteTestFile(dir + "/validation.jsonl", JsonLines(MakeTexts(6, 6)));
+  ByteTokenizer tokenizer;
+  std::unique_ptr<PackedTextDataset> dataset = OpenOrDie(SplitOptions(dir, "train"), &tokenizer);
+  ASSERT_NE(dataset, nullptr);
+  EXPECT_THAT(dataset->files(), ElementsAre(dir + "/train.jsonl"));
+  nlohmann::json state = dataset->StateDict();
+  state["file_index"] = 1;
+  state["file"] = "validation.jsonl";
+  const absl::Status status = dataset->LoadStateDict(state);
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(),
+              HasSubstr("the checkpoint stopped in \"validation.jsonl\" (file #1 of " + dir +
+                        " (its \"train\" split by Hugging Face datasets' file naming, which "
+                        "titan reads since)), which is not among its data files now"));
+}
+
 TEST(PackedTextDatasetTest, AFolderRefusesDataItCannotRead) {
   // Skipped, they would leave the run training on the rest alone.
   ByteTokenizer tokenizer;

@@ -606,9 +606,13 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobCon
       RankShare(config, setup, validation.dataset_path(), validation.seq_len());
   // As torchtitan's validator: a bounded evaluation repeats the data, a whole one reads it once.
   data.infinite = validation.steps() != -1;
-  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
+  // torchtitan's validator loads split="validation" of the dataset.
+  data.split = "validation";
+  absl::StatusOr<std::unique_ptr<PackedTextDataset>> dataset =
+      PackedTextDataset::Open(data, tokenizer);
+  TITAN_RETURN_IF_ERROR(WithContext(dataset.status(), "[validation] dataset_path"));
   // Built afresh for every evaluation: the trainer says once, at startup, that it repeats.
-  return std::make_unique<TextDataLoader>(std::move(dataset), /*warn_relooped=*/false);
+  return std::make_unique<TextDataLoader>(*std::move(dataset), /*warn_relooped=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(

@@ -131,6 +131,39 @@ TEST(BuildTokenizerTest, AMissingTokenizerNamesTheKeyItCameFrom) {
             "[model] tokenizer_path: /nonexistent: no such tokenizer file or directory");
 }
 
+// torchtitan loads split="train" to train and split="validation" to validate: a folder split so
+// by its names is read by split, and one without the wanted split is refused naming its key.
+TEST(BuildDataTest, AFolderSplitByNameIsReadBySplit) {
+  const std::string dir = TestDir("split_folder");
+  std::filesystem::create_directories(dir);
+  for (const std::string name : {"train-00000-of-00001.jsonl", "test-00000-of-00001.jsonl"}) {
+    std::ofstream(dir + "/" + name) << "{\"text\": \"a\"}\n";
+  }
+  JobConfig config = DefaultJobConfig();
+  config.mutable_training()->set_dataset_path(dir);
+  config.mutable_validation()->set_dataset_path(dir);
+  config.mutable_training()->set_seq_len(4);  // the read-ahead fills its batches at once
+  config.mutable_training()->set_local_batch_size(1);
+  std::unique_ptr<Tokenizer> tokenizer = BuildTokenizer(config).value();
+  absl::StatusOr<std::unique_ptr<TextDataLoader>> train =
+      BuildTrainData(config, tokenizer.get(), RunSetup());
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_THAT((*train)->dataset().files(),
+              testing::ElementsAre(dir + "/train-00000-of-00001.jsonl"));
+  EXPECT_THAT(
+      std::string(BuildValidationData(config, tokenizer.get(), RunSetup()).status().message()),
+      testing::StartsWith(absl::StrCat("[validation] dataset_path: ", dir,
+                                       ": its file and folder names make the splits "
+                                       "train (1 file), test (1 file)")));
+
+  std::ofstream(dir + "/dev-00000-of-00001.jsonl") << "{\"text\": \"b\"}\n";
+  absl::StatusOr<std::unique_ptr<TextDataLoader>> validation =
+      BuildValidationData(config, tokenizer.get(), RunSetup());
+  ASSERT_TRUE(validation.ok()) << validation.status();
+  EXPECT_THAT((*validation)->dataset().files(),
+              testing::ElementsAre(dir + "/dev-00000-of-00001.jsonl"));
+}
+
 // The ids ResolveModel reads: a vocabulary of `vocab_size`, no BOS.
 class SizedTokenizer : public Tokenizer {
  public:

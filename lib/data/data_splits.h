@@ -1,0 +1,25 @@
+#ifndef TITAN_LIB_DATA_DATA_SPLITS_H_
+#define TITAN_LIB_DATA_DATA_SPLITS_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace titan {
+
+// One split of a dataset folder: its name and its files, relative to the folder, in the order
+// given.
+struct DataSplit {
+  std::string name;
+  std::vector<std::string> files;
+};
+
+// The splits of a dataset folder by its files' names, as Hugging Face datasets (5.x,
+// data_files.get_data_patterns) infers them from `files` (paths relative to the folder, '/'
+// separated): train, validation, test (then others) in that order, empty splits left out. Empty
+// when no name marks a split (HF then calls every file "train").
+std::vector<DataSplit> InferDataSplits(const std::vector<std::string>& files);
+
+}  // namespace titan
+
+#endif  // TITAN_LIB_DATA_DATA_SPLITS_H_
