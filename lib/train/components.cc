@@ -608,11 +608,10 @@ absl::StatusOr<std::unique_ptr<TextDataLoader>> BuildValidationData(const JobCon
   data.infinite = validation.steps() != -1;
   // torchtitan's validator loads split="validation" of the dataset.
   data.split = "validation";
-  absl::StatusOr<std::unique_ptr<PackedTextDataset>> dataset =
-      PackedTextDataset::Open(data, tokenizer);
-  TITAN_RETURN_IF_ERROR(WithContext(dataset.status(), "[validation] dataset_path"));
+  // The trainer's CheckValidationData names the key of an error.
+  TITAN_ASSIGN_OR_RETURN(auto dataset, PackedTextDataset::Open(data, tokenizer));
   // Built afresh for every evaluation: the trainer says once, at startup, that it repeats.
-  return std::make_unique<TextDataLoader>(*std::move(dataset), /*warn_relooped=*/false);
+  return std::make_unique<TextDataLoader>(std::move(dataset), /*warn_relooped=*/false);
 }
 
 absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(

@@ -132,7 +132,7 @@ TEST(BuildTokenizerTest, AMissingTokenizerNamesTheKeyItCameFrom) {
 }
 
 // torchtitan loads split="train" to train and split="validation" to validate: a folder split so
-// by its names is read by split, and one without the wanted split is refused naming its key.
+// by its names is read by split, and one without the wanted split is refused.
 TEST(BuildDataTest, AFolderSplitByNameIsReadBySplit) {
   const std::string dir = TestDir("split_folder");
   std::filesystem::create_directories(dir);
@@ -152,7 +152,7 @@ TEST(BuildDataTest, AFolderSplitByNameIsReadBySplit) {
               testing::ElementsAre(dir + "/train-00000-of-00001.jsonl"));
   EXPECT_THAT(
       std::string(BuildValidationData(config, tokenizer.get(), RunSetup()).status().message()),
-      testing::StartsWith(absl::StrCat("[validation] dataset_path: ", dir,
+      testing::StartsWith(absl::StrCat(dir,
                                        ": its file and folder names make the splits "
                                        "train (1 file), test (1 file)")));
 
