@@ -168,17 +168,27 @@ absl::Status CheckRepresentable(const json& config, int64_t n_layers,
   return absl::OkStatus();
 }
 
+// Python's truth of a JSON value: null, false, 0 and empty strings, arrays and objects are false.
+bool IsTruthy(const json& value) {
+  if (value.is_null()) return false;
+  if (value.is_boolean()) return value.get<bool>();
+  if (value.is_number()) return value.get<double>() != 0;
+  if (value.is_string() || value.is_array() || value.is_object()) return !value.empty();
+  return true;
+}
+
 // RoPE from rope_scaling (older transformers) or rope_parameters (transformers 5, with rope_theta
 // inside), completed as transformers completes them.
 absl::Status ReadRope(const json& config, int64_t max_positions, const std::string& source,
                       RopeConfig& rope) {
   TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "rope_theta", source, rope.theta));
   rope.scaling = RopeScalingType::kNone;
+  // transformers takes `rope_scaling or rope_parameters`: an empty rope_scaling falls through.
   const char* key = nullptr;
-  for (const char* candidate : {"rope_scaling", "rope_parameters"}) {
-    if (key == nullptr && config.contains(candidate) && !config.at(candidate).is_null()) {
-      key = candidate;
-    }
+  if (config.contains("rope_scaling") && IsTruthy(config.at("rope_scaling"))) {
+    key = "rope_scaling";
+  } else if (config.contains("rope_parameters") && !config.at("rope_parameters").is_null()) {
+    key = "rope_parameters";
   }
   // rope_parameters' own rope_theta, where given, stands in for a null top-level one.
   if (key == nullptr || !config.at(key).is_object() || !config.at(key).contains("rope_theta")) {
@@ -201,6 +211,9 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const std::stri
   }
   rope.original_max_position_embeddings = max_positions;
   TITAN_RETURN_IF_ERROR(ReadNotNull(params, "original_max_position_embeddings", where,
+                                    rope.original_max_position_embeddings));
+  // transformers' RoPE functions let a top-level one (Phi-3's place for it) override the dict's.
+  TITAN_RETURN_IF_ERROR(ReadNotNull(config, "original_max_position_embeddings", source,
                                     rope.original_max_position_embeddings));
   if (rope.original_max_position_embeddings <= 0) {
     return absl::InvalidArgumentError(

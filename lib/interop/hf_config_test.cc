@@ -211,6 +211,44 @@ TEST(HfConfigTest, YarnRoundTripsAndIsCompletedAsTransformersDoes) {
   EXPECT_EQ(Error(config), "c.json: rope_scaling: attention_factor 0, expected a positive number");
 }
 
+TEST(HfConfigTest, AnEmptyRopeScalingFallsThroughToRopeParameters) {
+  json config = HfConfig(SmallQwen3(), "float32");
+  config["rope_scaling"] = json::object();
+  config["rope_parameters"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+  absl::StatusOr<ModelInfo> back = ModelInfoFromHfConfig(config, "c.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->args.rope.scaling, RopeScalingType::kYarn);
+  EXPECT_EQ(back->args.rope.original_max_position_embeddings, 64);
+  // Written back as rope_scaling, read again as the same yarn.
+  EXPECT_EQ(HfConfig(*back, "float32").at("rope_scaling").at("rope_type"), "yarn");
+  // rope_parameters' rope_theta stands in for a null top-level one.
+  config["rope_theta"] = nullptr;
+  config["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e5}};
+  back = ModelInfoFromHfConfig(config, "c.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->args.rope.theta, 5e5);
+}
+
+TEST(HfConfigTest, ATopLevelOriginalMaxPositionEmbeddingsOverridesScaledRopes) {
+  ModelInfo info = SmallQwen3();
+  info.args.rope.scaling = RopeScalingType::kYarn;
+  info.args.rope.factor = 4;
+  info.args.rope.original_max_position_embeddings = 128;
+  json config = HfConfig(info, "float32");
+  config["original_max_position_embeddings"] = 32;
+  absl::StatusOr<ModelInfo> back = ModelInfoFromHfConfig(config, "c.json");
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->args.rope.original_max_position_embeddings, 32);
+  EXPECT_EQ(HfConfig(*back, "float32").at("rope_scaling").at("original_max_position_embeddings"),
+            32);
+  config["original_max_position_embeddings"] = nullptr;
+  EXPECT_EQ(Error(config), "c.json: original_max_position_embeddings is null; expected a number");
+  // Unscaled RoPE has no use for it.
+  config.erase("rope_scaling");
+  EXPECT_TRUE(ModelInfoFromHfConfig(config, "c.json").ok());
+}
+
 TEST(HfConfigTest, RefusesWhatTheDecoderCannotRepresentInOneLine) {
   const json good = HfConfig(SmallQwen3(), "float32");
   json bias = good;

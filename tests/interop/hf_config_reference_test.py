@@ -2,6 +2,7 @@
 missing keys take the family's transformers defaults, an explicit null in any key titan reads is
 read as transformers reads it or refused where transformers cannot build and run the model,
 folders transformers refuses are refused,
+the RoPE dict and a top-level original_max_position_embeddings taken as transformers takes them,
 and RoPE inverse frequencies and attention factors (YaRN and Llama 3, factors below, at and above
 1, explicit attention factors) equal transformers' ROPE_INIT_FUNCTIONS."""
 import argparse
@@ -170,6 +171,26 @@ class HfConfigReferenceTest(unittest.TestCase):
                         config, key, f"{family} {where} {rope['rope_type']} with {key} null")
             config = {**FULL_CONFIGS["qwen3"], where: {"type": None}}
             self.assert_null_read_as_transformers(config, "type", f"{where} type null")
+
+    def test_rope_dict_and_original_max_positions_are_taken_as_transformers_does(self):
+        yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+        llama3 = {"rope_type": "llama3", "factor": 2.0, "low_freq_factor": 1.0,
+                  "high_freq_factor": 4.0, "original_max_position_embeddings": 128}
+        full = FULL_CONFIGS["llama"]
+        # transformers takes `rope_scaling or rope_parameters`: an empty rope_scaling falls through.
+        for rope in (yarn, llama3, {"rope_type": "default", "rope_theta": 2e5}):
+            for theta in (5e5, None):
+                config = {**full, "rope_theta": theta, "rope_scaling": {}, "rope_parameters": rope}
+                self.assert_null_read_as_transformers(config, "rope_theta",
+                                                      f"empty rope_scaling, {rope}, theta {theta}")
+        # A top-level original_max_position_embeddings overrides the scaled RoPE's own.
+        for rope in (yarn, llama3, {"rope_type": "default"}):
+            for where in ("rope_scaling", "rope_parameters"):
+                for top in (512, 64, None):
+                    config = {**full, where: rope, "original_max_position_embeddings": top}
+                    self.assert_null_read_as_transformers(
+                        config, "original_max_position_embeddings",
+                        f"{where} {rope}, top-level original_max_position_embeddings {top}")
 
     def test_folders_transformers_refuses_are_refused(self):
         # LlamaConfig wants hidden_size divisible by the heads, head_dim or not.
