@@ -96,8 +96,12 @@ absl::Status Run(int argc, char** argv) {
     absl::SleepFor(absl::Seconds(EnvInt("HANG_SECONDS", 0)));
   }
   at::Tensor last = at::ones({16});
-  if (absl::Status s = titan::Await(world.AllReduce(last, titan::ReduceOp::kSum)); !s.ok())
+  if (absl::Status s = titan::Await(world.AllReduce(last, titan::ReduceOp::kSum)); !s.ok()) {
+    // The continued store host stays up a while: the other ranks' reports read its stall from
+    // the store, which its exit would take with it (a report after the host's exit cannot).
+    if (cont_seconds > 0 && env->rank == 0) absl::SleepFor(absl::Seconds(10));
     return s;
+  }
   return runtime->Barrier();
 }
 
