@@ -128,7 +128,11 @@ absl::StatusOr<std::vector<std::string>> SelectSplit(const std::string& path,
                                                      std::vector<std::string> found,
                                                      const std::string& wanted,
                                                      std::string* split) {
-  const std::vector<DataSplit> splits = InferDataSplits(found);
+  absl::StatusOr<std::vector<DataSplit>> inferred = InferDataSplits(found);
+  if (!inferred.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", inferred.status().message()));
+  }
+  const std::vector<DataSplit>& splits = *inferred;
   if (splits.empty()) {
     LOG(INFO) << path << ": no file or folder names a split (train, validation, ...): reading all "
               << found.size() << " data files";

@@ -5,10 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "glog/logging.h"
+#include "lib/util/file_util.h"
+#include "lib/util/pcre2_code.h"
+#include "pcre2.h"
 
 namespace titan {
 namespace {
@@ -57,29 +64,79 @@ bool FolderHasKeyword(absl::string_view path, absl::string_view keyword) {
   return false;
 }
 
-absl::string_view BaseName(absl::string_view path) {
-  const size_t slash = path.rfind('/');
-  return slash == absl::string_view::npos ? path : path.substr(slash + 1);
+// A pattern of this file, compiled once; they are fixed, so one that fails is a bug here.
+const pcre2_code* Pattern(absl::string_view pattern, uint32_t options) {
+  absl::StatusOr<Pcre2Code> code =
+      CompilePcre2(pattern, options | PCRE2_ANCHORED | PCRE2_MATCH_INVALID_UTF | PCRE2_UCP);
+  CHECK(code.ok()) << pattern << ": " << code.status();
+  return code->release();
 }
 
-// HF's SPLIT_PATTERN_SHARDED, "data/{split}-[0-9]{5}-of-[0-9]{5}*.*": the split named by a
-// file directly in data/, or "" when it is not named so.
-std::string ShardedSplit(absl::string_view path) {
+// Whether `code` matches `text` (from its start); its first group into *group where given.
+bool Matches(const pcre2_code* code, absl::string_view text, std::string* group = nullptr) {
+  pcre2_match_data* match = pcre2_match_data_create_from_pattern(code, nullptr);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0,
+                             match, nullptr);
+  if (rc > 1 && group != nullptr) {
+    const PCRE2_SIZE* offsets = pcre2_get_ovector_pointer(match);
+    *group = std::string(text.substr(offsets[2], offsets[3] - offsets[2]));
+  }
+  pcre2_match_data_free(match);
+  return rc > 0;
+}
+
+// HF's SPLIT_PATTERN_SHARDED, "data/{split}-[0-9]{5}-of-[0-9]{5}*.*", as a glob: the part of a
+// file's name after its split.
+constexpr absl::string_view kShardAfterSplit = "-[0-9]{5}-of-[0-9]{5}[^/]*\\.[^/]*";
+
+bool IsShardAfterSplit(absl::string_view rest) {
+  static const pcre2_code* const kShard = Pattern(kShardAfterSplit, PCRE2_ENDANCHORED);
+  return Matches(kShard, rest);
+}
+
+// The file name of `path` when it lies directly in data/, else "".
+absl::string_view NameInDataFolder(absl::string_view path) {
   if (!absl::ConsumePrefix(&path, "data/") || absl::StrContains(path, '/')) return "";
-  constexpr absl::string_view kShard = "-00000-of-00000";
-  for (size_t dash = path.find('-'); dash != absl::string_view::npos && dash > 0;
-       dash = path.find('-', dash + 1)) {
-    absl::string_view rest = path.substr(dash);
-    if (rest.size() < kShard.size()) break;
-    bool shard = true;
-    for (size_t i = 0; i < kShard.size() && shard; ++i) {
-      shard = kShard[i] == '0' ? absl::ascii_isdigit(rest[i]) : rest[i] == kShard[i];
+  return path;
+}
+
+// The sharded splits as HF finds them: its glob with "*" for the split picks the files; each
+// file's split is what HF's un-formatting regex (greedy) reads before "-NNNNN-of-NNNN"; a split
+// holds every file its glob matches.
+absl::StatusOr<std::vector<DataSplit>> ShardedSplits(const std::vector<std::string>& files) {
+  static const pcre2_code* const kShardName =
+      Pattern(absl::StrCat("[^/]*", kShardAfterSplit), PCRE2_ENDANCHORED);
+  static const pcre2_code* const kSplitOfName = Pattern("(.+)-[0-9]{5}-of-[0-9]{4}", /*options=*/0);
+  static const pcre2_code* const kSplitName = Pattern("\\w+(\\.\\w+)*", PCRE2_ENDANCHORED);
+  std::vector<DataSplit> splits;
+  for (const std::string& file : files) {
+    const absl::string_view name = NameInDataFolder(file);
+    if (!Matches(kShardName, name)) continue;
+    std::string split;
+    if (!Matches(kSplitOfName, name, &split)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file, ": names no split before its -NNNNN-of-NNNNN (Hugging Face datasets fails on it)"));
     }
-    if (shard && absl::StrContains(rest.substr(kShard.size()), '.')) {
-      return std::string(path.substr(0, dash));
+    if (!Matches(kSplitName, split)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file, ": split name \"", split,
+                       "\" is not word characters joined by dots, as Hugging Face datasets "
+                       "requires (^\\w+(\\.\\w+)*$); rename the file"));
+    }
+    if (std::none_of(splits.begin(), splits.end(),
+                     [&](const DataSplit& s) { return s.name == split; })) {
+      splits.push_back(DataSplit{split, {}});
     }
   }
-  return "";
+  for (DataSplit& split : splits) {
+    for (const std::string& file : files) {
+      const absl::string_view name = NameInDataFolder(file);
+      if (absl::StartsWith(name, split.name) && IsShardAfterSplit(name.substr(split.name.size()))) {
+        split.files.push_back(file);
+      }
+    }
+  }
+  return splits;
 }
 
 // The default splits whose files `in_split` picks, or none when it picks no file.
@@ -103,35 +160,29 @@ std::vector<DataSplit> SplitsBy(
 
 }  // namespace
 
-std::vector<DataSplit> InferDataSplits(const std::vector<std::string>& files) {
+absl::StatusOr<std::vector<DataSplit>> InferDataSplits(const std::vector<std::string>& files) {
   // HF tries its patterns in this order and keeps the first kind that picks any file.
-  std::vector<DataSplit> splits;
-  for (const std::string& file : files) {
-    const std::string name = ShardedSplit(file);
-    if (name.empty()) continue;
-    auto split = std::find_if(splits.begin(), splits.end(),
-                              [&](const DataSplit& s) { return s.name == name; });
-    if (split == splits.end()) split = splits.insert(splits.end(), DataSplit{name, {}});
-    split->files.push_back(file);
-  }
-  if (!splits.empty()) {
-    // The default splits first, then the others by name.
-    auto rank = [](const DataSplit& split) {
-      const auto& defaults = DefaultSplits();
-      for (size_t i = 0; i < defaults.size(); ++i) {
-        if (split.name == defaults[i].split) return i;
-      }
-      return defaults.size();
-    };
-    std::stable_sort(splits.begin(), splits.end(), [&](const DataSplit& a, const DataSplit& b) {
-      return rank(a) != rank(b) ? rank(a) < rank(b) : a.name < b.name;
-    });
+  absl::StatusOr<std::vector<DataSplit>> splits = ShardedSplits(files);
+  if (!splits.ok() || !splits->empty()) {
+    if (splits.ok()) {
+      // The default splits first, then the others by name.
+      auto rank = [](const DataSplit& split) {
+        const auto& defaults = DefaultSplits();
+        for (size_t i = 0; i < defaults.size(); ++i) {
+          if (split.name == defaults[i].split) return i;
+        }
+        return defaults.size();
+      };
+      std::stable_sort(splits->begin(), splits->end(), [&](const DataSplit& a, const DataSplit& b) {
+        return rank(a) != rank(b) ? rank(a) < rank(b) : a.name < b.name;
+      });
+    }
     return splits;
   }
-  splits = SplitsBy(files, FolderHasKeyword);
-  if (!splits.empty()) return splits;
+  std::vector<DataSplit> named = SplitsBy(files, FolderHasKeyword);
+  if (!named.empty()) return named;
   return SplitsBy(files, [](absl::string_view file, absl::string_view keyword) {
-    return NameHasKeyword(BaseName(file), keyword, /*separator_after=*/true);
+    return NameHasKeyword(Basename(file), keyword, /*separator_after=*/true);
   });
 }
 

@@ -5,6 +5,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 namespace titan {
 
 // One split of a dataset folder: its name and its files, relative to the folder, in the order
@@ -17,8 +19,9 @@ struct DataSplit {
 // The splits of a dataset folder by its files' names, as Hugging Face datasets (5.x,
 // data_files.get_data_patterns) infers them from `files` (paths relative to the folder, '/'
 // separated): train, validation, test (then others) in that order, empty splits left out. Empty
-// when no name marks a split (HF then calls every file "train").
-std::vector<DataSplit> InferDataSplits(const std::vector<std::string>& files);
+// when no name marks a split (HF then calls every file "train"). A sharded file whose split name
+// HF refuses is refused, naming the file.
+absl::StatusOr<std::vector<DataSplit>> InferDataSplits(const std::vector<std::string>& files);
 
 }  // namespace titan
 

@@ -30,7 +30,24 @@ LAYOUTS = {
     "sharded": ["data/dev-00000-of-00001.jsonl", "data/train-00000-of-00001.jsonl",
                 "data/validation-00000-of-00001.jsonl", "data/x/train-00000-of-00001.jsonl",
                 "z.jsonl"],
+    "sharded_dots": ["data/a.b-00000-of-00001.jsonl", "data/train-00000-of-00001.jsonl",
+                     "data/validation-00000-of-00001", "data/validation.jsonl"],
 }
+# Shard names whose split Hugging Face datasets refuses.
+REFUSED_LAYOUTS = {
+    "space": ["data/train-00000-of-00001.jsonl", "data/my train-00000-of-00001.jsonl"],
+    "empty": ["data/-00000-of-00001.jsonl"],
+    "twice": ["data/train-00000-of-00001.jsonl", "data/train-00000-of-00001-00000-of-00001.jsonl"],
+}
+
+
+def make_folder(folder, files):
+    for file in files:
+        path = os.path.join(folder, file)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            f.write('{"text": "x"}\n')
+            f.write('{"text": "x"}\n')
 
 
 def hf_splits(folder):
@@ -53,16 +70,20 @@ class SplitParityTest(unittest.TestCase):
     def test_layouts(self):
         for name, files in LAYOUTS.items():
             with self.subTest(layout=name), tempfile.TemporaryDirectory() as folder:
-                for file in files:
-                    path = os.path.join(folder, file)
-                    os.makedirs(os.path.dirname(path), exist_ok=True)
-                    with open(path, "w") as f:
-                        f.write('{"text": "x"}\n')
+                make_folder(folder, files)
                 patterns, splits = hf_splits(folder)
                 unsplit = patterns == {"train": ["**"]}
                 self.assertEqual(titan_files(folder, "train"), splits.get("train"))
                 expected = splits["train"] if unsplit else splits.get("validation")
                 self.assertEqual(titan_files(folder, "validation"), expected)
+
+    def test_refused_split_names(self):
+        for name, files in REFUSED_LAYOUTS.items():
+            with self.subTest(layout=name), tempfile.TemporaryDirectory() as folder:
+                make_folder(folder, files)
+                with self.assertRaises((ValueError, AssertionError)):
+                    hf_splits(folder)
+                self.assertIsNone(titan_files(folder, "train"))
 
 
 if __name__ == "__main__":
