@@ -192,15 +192,28 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::Create(BpeModel mode
 void BpeTokenizer::AddedTokenTrie::Add(const BpeModel::AddedToken* token, absl::string_view text) {
   int32_t node = 0;
   for (const char c : text) {
-    const auto [edge, added] =
-        edges_.try_emplace((static_cast<uint64_t>(node) << 8) | static_cast<uint8_t>(c),
-                           static_cast<int32_t>(node_match_.size()));
-    if (added) node_match_.push_back(-1);
-    node = edge->second;
+    const uint8_t byte = static_cast<uint8_t>(c);
+    int32_t child = Child(node, byte);
+    if (child < 0) {
+      child = static_cast<int32_t>(node_match_.size());
+      node_match_.push_back(-1);
+      if (node == 0) {
+        root_children_[byte] = child;
+      } else {
+        edges_.emplace((static_cast<uint64_t>(node) << 8) | byte, child);
+      }
+    }
+    node = child;
   }
   if (node_match_[node] >= 0) return;
   node_match_[node] = static_cast<int32_t>(matches_.size());
   matches_.push_back({token, text.size()});
+}
+
+int32_t BpeTokenizer::AddedTokenTrie::Child(int32_t node, uint8_t byte) const {
+  if (node == 0) return root_children_[byte];
+  const auto edge = edges_.find((static_cast<uint64_t>(node) << 8) | byte);
+  return edge == edges_.end() ? -1 : edge->second;
 }
 
 const BpeTokenizer::AddedTokenMatch* BpeTokenizer::AddedTokenTrie::LongestAt(absl::string_view text,
@@ -208,10 +221,8 @@ const BpeTokenizer::AddedTokenMatch* BpeTokenizer::AddedTokenTrie::LongestAt(abs
   const AddedTokenMatch* longest = nullptr;
   int32_t node = 0;
   for (size_t i = pos; i < text.size(); ++i) {
-    const auto edge =
-        edges_.find((static_cast<uint64_t>(node) << 8) | static_cast<uint8_t>(text[i]));
-    if (edge == edges_.end()) break;
-    node = edge->second;
+    node = Child(node, static_cast<uint8_t>(text[i]));
+    if (node < 0) break;
     if (node_match_[node] >= 0) longest = &matches_[node_match_[node]];
   }
   return longest;

@@ -126,15 +126,21 @@ class BpeTokenizer : public Tokenizer {
   // many tokens there are.
   class AddedTokenTrie {
    public:
+    AddedTokenTrie() { root_children_.fill(-1); }
     // Adds `token` matching `text`; a text added before keeps its first token.
     void Add(const BpeModel::AddedToken* token, absl::string_view text);
     // The longest token matching `text` at `pos`, or nullptr.
     const AddedTokenMatch* LongestAt(absl::string_view text, size_t pos) const;
 
    private:
+    // The child of `node` by `byte`, or -1.
+    int32_t Child(int32_t node, uint8_t byte) const;
+
     std::vector<AddedTokenMatch> matches_;
     std::vector<int32_t> node_match_ = {-1};  // Index into matches_ by node; -1: none. 0: root.
-    absl::flat_hash_map<uint64_t, int32_t> edges_;  // (node << 8 | byte) -> child node.
+    // The root's children by an array: most text bytes start no token, and that test is per byte.
+    std::array<int32_t, 256> root_children_;
+    absl::flat_hash_map<uint64_t, int32_t> edges_;  // (node << 8 | byte) -> child node, not root.
   };
   // Non-normalized added tokens, then normalized ones.
   std::array<AddedTokenTrie, 2> added_by_pass_;
