@@ -1,5 +1,10 @@
 #include "lib/distributed/distributed_env.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <string>
 
 #include "absl/status/status.h"
@@ -109,6 +114,30 @@ absl::Status Validate(const DistributedEnv& env) {
   return absl::OkStatus();
 }
 
+// The launcher's socket must be what it says; a stale variable (copied into another job's
+// environment) would otherwise make rank 0 serve the store on some unrelated descriptor.
+absl::Status CheckStoreListenFd(const DistributedEnv& env) {
+  const int fd = env.store_listen_fd;
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  int listening = 0;
+  socklen_t listening_len = sizeof(listening);
+  int port = -1;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+      getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &listening_len) == 0 && listening) {
+    if (addr.ss_family == AF_INET) port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+    if (addr.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  }
+  if (port != env.master_port) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("environment variable ", kStoreListenFdVar, "=", fd,
+                     ": not a socket listening on MASTER_PORT ", env.master_port,
+                     " (titan's launcher sets it for rank 0 alone; unset it)"));
+  }
+  fcntl(fd, F_SETFD, FD_CLOEXEC);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<DistributedEnv> DetectDistributedEnvFrom(const EnvMap& env) {
@@ -160,6 +189,9 @@ absl::StatusOr<DistributedEnv> DetectDistributedEnvFrom(const EnvMap& env) {
   }
   if (const char* addr = Lookup(env, "MASTER_ADDR")) result.master_addr = addr;
   TITAN_ASSIGN_OR_RETURN(result.master_port, ParseIntVarOr(env, "MASTER_PORT", result.master_port));
+  if (result.rank == 0) {
+    TITAN_ASSIGN_OR_RETURN(result.store_listen_fd, ParseIntVarOr(env, kStoreListenFdVar, -1));
+  }
   TITAN_RETURN_IF_ERROR(Validate(result));
   return result;
 }
@@ -172,7 +204,9 @@ absl::StatusOr<DistributedEnv> DetectDistributedEnv() {
     if (eq == absl::string_view::npos) continue;
     env.emplace(std::string(text.substr(0, eq)), std::string(text.substr(eq + 1)));
   }
-  return DetectDistributedEnvFrom(env);
+  TITAN_ASSIGN_OR_RETURN(DistributedEnv result, DetectDistributedEnvFrom(env));
+  if (result.store_listen_fd >= 0) TITAN_RETURN_IF_ERROR(CheckStoreListenFd(result));
+  return result;
 }
 
 }  // namespace titan

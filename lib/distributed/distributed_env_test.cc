@@ -1,5 +1,14 @@
 #include "lib/distributed/distributed_env.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -146,6 +155,61 @@ TEST(DetectDistributedEnvTest, BadPortIsAnError) {
       {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_PORT", "70000"}});
   ASSERT_FALSE(env.ok());
   EXPECT_THAT(env.status().message(), HasSubstr("MASTER_PORT 70000"));
+}
+
+TEST(DetectDistributedEnvTest, StoreListenFdIsRankZeros) {
+  absl::StatusOr<DistributedEnv> env = DetectDistributedEnvFrom(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TITAN_STORE_LISTEN_FD", "7"}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->store_listen_fd, 7);
+  env = DetectDistributedEnvFrom(
+      {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TITAN_STORE_LISTEN_FD", "7"}});
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->store_listen_fd, -1);
+  env = DetectDistributedEnvFrom(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TITAN_STORE_LISTEN_FD", "x"}});
+  EXPECT_THAT(env.status().message(), HasSubstr("TITAN_STORE_LISTEN_FD: expected integer"));
+}
+
+// A socket bound to a loopback port and listening; its port into *port.
+int ListeningSocket(int* port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(listen(fd, 4), 0);
+  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+TEST(DetectDistributedEnvTest, StoreListenFdMustListenOnMasterPort) {
+  int port = 0;
+  const int fd = ListeningSocket(&port);
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  setenv("MASTER_PORT", absl::StrCat(port).c_str(), 1);
+  setenv("TITAN_STORE_LISTEN_FD", absl::StrCat(fd).c_str(), 1);
+  absl::StatusOr<DistributedEnv> env = DetectDistributedEnv();
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->store_listen_fd, fd);
+  // Not passed on to rank 0's own children.
+  EXPECT_EQ(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+
+  setenv("MASTER_PORT", absl::StrCat(port == 65535 ? port - 1 : port + 1).c_str(), 1);
+  EXPECT_THAT(DetectDistributedEnv().status().message(),
+              HasSubstr(absl::StrCat("TITAN_STORE_LISTEN_FD=", fd,
+                                     ": not a socket listening on MASTER_PORT")));
+  setenv("MASTER_PORT", absl::StrCat(port).c_str(), 1);
+  setenv("TITAN_STORE_LISTEN_FD", "0", 1);  // stdin
+  EXPECT_THAT(DetectDistributedEnv().status().message(),
+              HasSubstr("TITAN_STORE_LISTEN_FD=0: not a socket listening"));
+  close(fd);
+  for (const char* name : {"RANK", "WORLD_SIZE", "MASTER_PORT", "TITAN_STORE_LISTEN_FD"}) {
+    unsetenv(name);
+  }
 }
 
 }  // namespace

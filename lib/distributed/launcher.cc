@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -67,22 +68,31 @@ absl::Status Errno(absl::string_view what) {
   return absl::InternalError(absl::StrCat("launcher: ", what, ": ", std::strerror(errno)));
 }
 
-absl::StatusOr<int> PickFreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Errno("socket");
+// A socket bound to a free port and listening, for rank 0's store to take over: the port is
+// never free between the pick and the store's start, where another job could take it.
+struct StoreListener {
+  int fd = -1;
+  int port = 0;
+};
+
+absl::StatusOr<StoreListener> ListenOnFreePort() {
+  StoreListener listener;
+  listener.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener.fd < 0) return Errno("socket");
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_ANY);
   addr.sin_port = 0;
   socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    absl::Status status = Errno("bind to a free port");
-    close(fd);
+  if (bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      listen(listener.fd, SOMAXCONN) != 0 ||
+      getsockname(listener.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    absl::Status status = Errno("listen on a free port");
+    close(listener.fd);
     return status;
   }
-  close(fd);
-  return ntohs(addr.sin_port);
+  listener.port = ntohs(addr.sin_port);
+  return listener;
 }
 
 // The ranks' failure messages (LaunchOptions::failure_line_prefix): a failure line and the lines
@@ -224,14 +234,19 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   const char* addr_env = getenv("MASTER_ADDR");
   std::string master_addr = addr_env != nullptr ? addr_env : "127.0.0.1";
   int master_port = 0;
+  StoreListener listener;  // Without MASTER_PORT only; passed to rank 0, closed here once spawned.
   if (const char* port_env = getenv("MASTER_PORT")) {
     if (!absl::SimpleAtoi(port_env, &master_port)) {
       return absl::InvalidArgumentError(
           absl::StrCat("environment variable MASTER_PORT: expected integer, got \"", port_env, "\""));
     }
   } else {
-    TITAN_ASSIGN_OR_RETURN(master_port, PickFreePort());
+    TITAN_ASSIGN_OR_RETURN(listener, ListenOnFreePort());
+    master_port = listener.port;
   }
+  const auto close_listener = absl::MakeCleanup([&listener] {
+    if (listener.fd >= 0) close(listener.fd);
+  });
 
   // Everything the children need is built before fork: only async-signal-safe calls follow it.
   std::vector<std::string> args = ArgsWithoutNproc(argc, argv);
@@ -246,12 +261,18 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   for (int rank = 0; rank < nproc; ++rank) {
     for (char** entry = environ; *entry != nullptr; ++entry) {
       absl::string_view name = absl::string_view(*entry).substr(0, std::strcspn(*entry, "="));
-      if (shared_vars.contains(name) || name == "RANK" || name == "LOCAL_RANK") continue;
+      if (shared_vars.contains(name) || name == "RANK" || name == "LOCAL_RANK" ||
+          name == kStoreListenFdVar) {
+        continue;
+      }
       envs[rank].emplace_back(*entry);
     }
     for (const auto& [name, value] : shared_vars) envs[rank].push_back(absl::StrCat(name, "=", value));
     envs[rank].push_back(absl::StrCat("RANK=", rank));
     envs[rank].push_back(absl::StrCat("LOCAL_RANK=", rank));
+    if (rank == 0 && listener.fd >= 0) {
+      envs[rank].push_back(absl::StrCat(kStoreListenFdVar, "=", listener.fd));
+    }
   }
   std::vector<std::vector<char*>> env_ptrs(nproc);
   for (int rank = 0; rank < nproc; ++rank) {
@@ -298,6 +319,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       // execve resets handlers but keeps ignored signals ignored: a dump request forwarded while
       // the rank's loader runs (before dump_signal's handler is back) must not end it.
       signal(SIGUSR1, SIG_IGN);
+      if (rank == 0 && listener.fd >= 0) fcntl(listener.fd, F_SETFD, 0);  // Kept across execve.
       execve("/proc/self/exe", arg_ptrs.data(), env_ptrs[rank].data());
       const char kMessage[] = "launcher: execve(/proc/self/exe) failed\n";
       (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
@@ -317,6 +339,8 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                  rank == options.plain_stdout_rank ? "" : prefix, ""};
     children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, prefix, "", rank, &failure_lines};
   }
+  // Rank 0 holds the port now.
+  if (listener.fd >= 0) close(std::exchange(listener.fd, -1));
 
   int failure_status = 0;  // The first failing rank's.
   int failed_rank = -1;

@@ -105,7 +105,8 @@ absl::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::Connect(const Distribute
   // Every rank announces itself below instead: c10d's own wait only counts clients.
   store_options.waitWorkers = false;
   store_options.timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout));
-  if (env.rank == 0 && options.listen_fd >= 0) store_options.masterListenFd = options.listen_fd;
+  // The launcher's (or a test's) socket, bound before the ranks started: no race for the port.
+  if (env.rank == 0 && env.store_listen_fd >= 0) store_options.masterListenFd = env.store_listen_fd;
   const absl::Time deadline = absl::Now() + options.timeout;
   const auto unreachable = [&](const std::string& reason) {
     return absl::UnavailableError(absl::StrCat(

@@ -14,9 +14,6 @@ namespace titan {
 struct RendezvousOptions {
   // How long every rank waits for the others to connect (and store calls wait for keys).
   absl::Duration timeout = absl::Minutes(5);
-  // Rank 0 only: a bound, listening socket that the store server takes over instead of binding
-  // MASTER_PORT (lets a test pick a port without a race).
-  int listen_fd = -1;
 };
 
 // The job's key-value store (c10d's TCPStore, hosted by rank 0 at MASTER_ADDR:MASTER_PORT), which

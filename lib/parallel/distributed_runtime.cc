@@ -25,8 +25,7 @@ DistributedRuntime DistributedRuntime::SingleProcess() {
 }
 
 absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& config,
-                                                               const DistributedEnv& env,
-                                                               int store_listen_fd) {
+                                                               const DistributedEnv& env) {
   const JobConfig::Parallelism& p = config.parallelism();
   TITAN_ASSIGN_OR_RETURN(
       ParallelDims dims,
@@ -60,7 +59,6 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
   const absl::Duration timeout = absl::Seconds(config.comm().init_timeout_seconds());
   RendezvousOptions options;
   options.timeout = timeout;
-  options.listen_fd = store_listen_fd;
   TITAN_ASSIGN_OR_RETURN(runtime.rendezvous_, Rendezvous::Connect(env, options));
   std::shared_ptr<Rendezvous> rendezvous = runtime.rendezvous_;
   CommTraceOptions trace_options;

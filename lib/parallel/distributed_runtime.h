@@ -30,11 +30,8 @@ class DistributedRuntime {
   static DistributedRuntime SingleProcess();
   // Builds the mesh for env.world_size ranks and connects to the others (bounded by [comm]
   // init_timeout_seconds). Every parallelism composes: pp x dp_replicate x dp_shard x cp x tp.
-  // Rank 0 hosts the store on `store_listen_fd` when given (a bound, listening socket: lets a test
-  // pick a port without a race), else on MASTER_PORT.
   static absl::StatusOr<DistributedRuntime> Connect(const JobConfig& config,
-                                                    const DistributedEnv& env,
-                                                    int store_listen_fd = -1);
+                                                    const DistributedEnv& env);
 
   const DistributedEnv& env() const { return env_; }
   int rank() const { return env_.rank; }

@@ -23,12 +23,11 @@ namespace titan {
 
 namespace {
 
-// Forks `world` ranks that run `body` with their place in the job and, on rank 0, a listening
-// socket for the store (else -1); their exit statuses.
+// Forks `world` ranks that run `body` with their place in the job (rank 0's holding a listening
+// socket for the store); their exit statuses.
 std::vector<int> ForkRanks(
     int world,
-    const std::function<absl::StatusOr<int>(int rank, const DistributedEnv& env, int listen_fd)>&
-        body) {
+    const std::function<absl::StatusOr<int>(int rank, const DistributedEnv& env)>& body) {
   const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -48,12 +47,16 @@ std::vector<int> ForkRanks(
       env.rank = rank;
       env.world_size = world;
       env.master_port = ntohs(addr.sin_port);
-      if (rank != 0) close(listen_fd);
+      if (rank == 0) {
+        env.store_listen_fd = listen_fd;
+      } else {
+        close(listen_fd);
+      }
       int code = 1;
       absl::StatusOr<int> result = code;
       // An exception must not unwind into the forked copy of gtest (it would run on).
       try {
-        result = body(rank, env, rank == 0 ? listen_fd : -1);
+        result = body(rank, env);
       } catch (const std::exception& e) {
         result = absl::InternalError(absl::StrCat("exception: ", e.what()));
       }
@@ -89,36 +92,30 @@ std::vector<int> ForkRanks(
   return statuses;
 }
 
-absl::StatusOr<std::shared_ptr<Rendezvous>> ConnectRendezvous(const DistributedEnv& env,
-                                                              int listen_fd) {
+absl::StatusOr<std::shared_ptr<Rendezvous>> ConnectRendezvous(const DistributedEnv& env) {
   RendezvousOptions options;
   options.timeout = absl::Seconds(30);
-  options.listen_fd = listen_fd;
   return Rendezvous::Connect(env, options);
 }
 
 }  // namespace
 
 std::vector<int> RunRanks(int world, const RankBody& body) {
-  return ForkRanks(
-      world, [&](int rank, const DistributedEnv& env, int listen_fd) -> absl::StatusOr<int> {
-        TITAN_ASSIGN_OR_RETURN(std::shared_ptr<Rendezvous> rendezvous,
-                               ConnectRendezvous(env, listen_fd));
-        std::vector<int> ranks(world);
-        std::iota(ranks.begin(), ranks.end(), 0);
-        TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                               CreateGlooCommunicator(rendezvous, "all", ranks, absl::Seconds(30)));
-        return body(rank, *comm);
-      });
+  return ForkRanks(world, [&](int rank, const DistributedEnv& env) -> absl::StatusOr<int> {
+    TITAN_ASSIGN_OR_RETURN(std::shared_ptr<Rendezvous> rendezvous, ConnectRendezvous(env));
+    std::vector<int> ranks(world);
+    std::iota(ranks.begin(), ranks.end(), 0);
+    TITAN_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
+                           CreateGlooCommunicator(rendezvous, "all", ranks, absl::Seconds(30)));
+    return body(rank, *comm);
+  });
 }
 
 std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body,
                               const CommunicatorWrapper& wrap) {
   return ForkRanks(
-      dims.world_size(),
-      [&](int rank, const DistributedEnv& env, int listen_fd) -> absl::StatusOr<int> {
-        TITAN_ASSIGN_OR_RETURN(std::shared_ptr<Rendezvous> rendezvous,
-                               ConnectRendezvous(env, listen_fd));
+      dims.world_size(), [&](int rank, const DistributedEnv& env) -> absl::StatusOr<int> {
+        TITAN_ASSIGN_OR_RETURN(std::shared_ptr<Rendezvous> rendezvous, ConnectRendezvous(env));
         TITAN_ASSIGN_OR_RETURN(
             MeshCommunicators comms,
             MeshCommunicators::Create(
@@ -135,12 +132,11 @@ std::vector<int> RunMeshRanks(const ParallelDims& dims, const MeshRankBody& body
 }
 
 std::vector<int> RunRuntimeRanks(const JobConfig& config, int world, const RuntimeRankBody& body) {
-  return ForkRanks(world,
-                   [&](int rank, const DistributedEnv& env, int listen_fd) -> absl::StatusOr<int> {
-                     TITAN_ASSIGN_OR_RETURN(const DistributedRuntime runtime,
-                                            DistributedRuntime::Connect(config, env, listen_fd));
-                     return body(rank, runtime);
-                   });
+  return ForkRanks(world, [&](int rank, const DistributedEnv& env) -> absl::StatusOr<int> {
+    TITAN_ASSIGN_OR_RETURN(const DistributedRuntime runtime,
+                           DistributedRuntime::Connect(config, env));
+    return body(rank, runtime);
+  });
 }
 
 }  // namespace titan

@@ -11,11 +11,18 @@
 //           "fake_rank: refused" and "  its cause" on stderr ("fake_rank: refused alone" on rank
 //           FAKE_FAIL_RANK), a log line before and one after, exits 1 three seconds later (its
 //           launcher gathers failure lines: failure_line_prefix "fake_rank: ").
+//   port:   prints "port held" when MASTER_PORT cannot be bound (else "port free") and its
+//           TITAN_STORE_LISTEN_FD; rank 0 first, then writes file FAKE_MARKER and waits for
+//           SIGTERM; the others wait for that file, check, and exit 3.
 //   slow:   prints "started pid=P", sleeps a second with SIGUSR1 left as the process start set it
 //           (as a rank loading, or ending after its recorder is gone), exits 0.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -117,6 +124,29 @@ int main(int argc, char** argv) {
     printf("ready pid=%d\n", static_cast<int>(getpid()));
     fflush(stdout);
     while (true) pause();
+  }
+  if (mode == "port") {
+    // Rank 0 checks first and then holds on; the others check after it has (FAKE_MARKER exists).
+    const std::string marker = Env("FAKE_MARKER");
+    for (int i = 0; rank != "0" && access(marker.c_str(), F_OK) != 0 && i < 400; ++i) {
+      usleep(50000);
+    }
+    // Whether another process could take MASTER_PORT now, before any store started.
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(std::atoi(Env("MASTER_PORT").c_str())));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    printf("port %s listen_fd=%s\n",
+           free                  ? "free"
+           : errno == EADDRINUSE ? "held"
+                                 : "error",
+           Env("TITAN_STORE_LISTEN_FD").c_str());
+    fflush(stdout);
+    if (rank != "0") return 3;
+    fclose(fopen(marker.c_str(), "w"));
+    while (true) pause();  // Holding the port until the launcher stops it.
   }
   fprintf(stderr, "fake_rank: unknown FAKE_RANK_MODE \"%s\"\n", mode.c_str());
   return 2;

@@ -107,7 +107,7 @@ std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& bo
       RendezvousOptions options;
       options.timeout = connect_timeout;
       if (rank == 0) {
-        options.listen_fd = listen_fd;
+        env.store_listen_fd = listen_fd;
       } else {
         close(listen_fd);
       }

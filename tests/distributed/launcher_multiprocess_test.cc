@@ -56,6 +56,30 @@ int ReadyRankPid(const std::string& out, int rank) {
   return 0;
 }
 
+TEST(LaunchLocalRanksTest, PortIsHeldForRankZerosStoreFromThePick) {
+  // The launcher keeps the free port it picked bound and hands the socket to rank 0 (its store
+  // takes it over): a job starting at the same moment cannot take the port in between.
+  absl::StatusOr<Subprocess> launcher =
+      Subprocess::Start({FakeRank(), "--nproc_per_node=2"},
+                        {{"FAKE_RANK_MODE", "port"},
+                         {"FAKE_MARKER", OutputPrefix("port_checked")},
+                         {"TITAN_STORE_LISTEN_FD", "99"}},
+                        OutputPrefix("port"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 3) << launcher->Stderr();  // Rank 1's, after its check; rank 0 held on.
+  std::vector<std::string> sorted;
+  for (const std::string& line : Lines(launcher->Stdout())) {
+    if (absl::StartsWith(line, "[rank ")) sorted.push_back(line);
+  }
+  ASSERT_EQ(sorted.size(), 2u) << launcher->Stdout();
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_THAT(sorted[0], StartsWith("[rank 0] port held listen_fd="));
+  EXPECT_NE(sorted[0], "[rank 0] port held listen_fd=99");  // The launcher's own, not inherited.
+  EXPECT_EQ(sorted[1], "[rank 1] port held listen_fd=");
+}
+
 TEST(LaunchLocalRanksTest, SetsEnvironmentDropsFlagAndPrefixesEveryLine) {
   absl::StatusOr<Subprocess> launcher =
       Subprocess::Start({FakeRank(), "--nproc_per_node=3", "--steps=2"},

@@ -38,8 +38,8 @@ std::shared_ptr<Rendezvous> ConnectAlone() {
   DistributedEnv env;
   env.master_addr = "127.0.0.1";
   env.master_port = ntohs(addr.sin_port);
+  env.store_listen_fd = listen_fd;
   RendezvousOptions options;
-  options.listen_fd = listen_fd;
   options.timeout = absl::Seconds(20);
   absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
   EXPECT_TRUE(rendezvous.ok()) << rendezvous.status();
