@@ -27,6 +27,9 @@ std::string Reason(const std::exception& e) {
 
 namespace {
 
+// Counts the members whose failure reports have read the group's store.
+constexpr char kReportedKey[] = "reported";
+
 // One thread per process publishes every live group's progress each period.
 class ProgressPublisher {
  public:
@@ -65,6 +68,41 @@ class ProgressPublisher {
   std::mutex mutex_;
   absl::flat_hash_set<GroupState*> groups_;
   std::thread thread_;
+};
+
+// The reports that members still make after a failure read the store this process hosts; at its
+// exit (a failure ends the job) it waits for them, bounded, rather than take the store along.
+class ReportLinger {
+ public:
+  static ReportLinger& Get() {
+    static auto* linger = new ReportLinger();  // used at exit: never destroyed
+    return *linger;
+  }
+  // Waits at exit until `readers` members have counted themselves in `progress`'s key.
+  void Expect(c10::intrusive_ptr<c10d::Store> progress, int readers) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (waits_.empty()) std::atexit([] { Get().WaitForReaders(); });
+    waits_.emplace_back(std::move(progress), readers);
+  }
+
+ private:
+  void WaitForReaders() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const absl::Time deadline = absl::Now() + GroupState::kReportLinger;
+    QuietC10Warnings quiet;  // Nothing is left to tell: the reports were made.
+    for (const auto& [progress, readers] : waits_) {
+      try {
+        while (progress->add(kReportedKey, 0) < readers && absl::Now() < deadline) {
+          absl::SleepFor(absl::Milliseconds(50));
+        }
+      } catch (const std::exception&) {
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  // The stores hold the hosted server up until the process ends.
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Store>, int>> waits_;
 };
 
 }  // namespace
@@ -177,18 +215,21 @@ std::string GroupState::StalledMembers(absl::Time since) {
   return absl::StrJoin(stalled, ", ");
 }
 
-std::string GroupState::Stragglers(uint64_t seq, absl::Time start) {
+std::string GroupState::Stragglers(uint64_t seq, absl::Time start, int* readers) {
+  if (readers != nullptr) *readers = 0;
   PublishProgress();
   // Let every member's publisher run once, so a value is at most one period old.
   absl::SleepFor(2 * kProgressPeriod);
   QuietC10Warnings quiet;  // A failure is told below.
   try {
     const std::vector<int> missing = MembersBelow(seq);
+    if (readers != nullptr) *readers = size();
     if (!missing.empty()) {
       return absl::StrCat("ranks that did not arrive: ", absl::StrJoin(missing, ", "));
     }
     // A member killed inside the collective had arrived: name it by its stopped heartbeat.
     const std::vector<int> silent = SilentMembers();
+    if (readers != nullptr) *readers = size() - static_cast<int>(silent.size());
     // Read after the silence window: a member continued just now has published its stall by then.
     const std::string stalled = StalledMembers(start);
     if (silent.empty() && stalled.empty()) return "every rank arrived and is alive";
@@ -222,7 +263,17 @@ absl::Status GroupState::Failure(absl::string_view op, uint64_t seq, absl::Time 
       ") failed after ", elapsed == absl::ZeroDuration() ? "0ms" : absl::FormatDuration(elapsed),
       ": ", reason);
   std::string stragglers;
-  AskStoreAfterFailure(failure, [&] { stragglers = Stragglers(seq, start); });
+  int readers = 0;
+  AskStoreAfterFailure(failure, [&] {
+    stragglers = Stragglers(seq, start, &readers);
+    if (readers == 0 || reported_.exchange(true)) return;
+    QuietC10Warnings quiet;  // The host counts who read; a store gone has nobody to count.
+    try {
+      progress_->add(kReportedKey, 1);
+    } catch (const std::exception&) {
+    }
+  });
+  if (readers > 0 && global_ranks_[rank_] == 0) ReportLinger::Get().Expect(progress_, readers);
   return absl::DeadlineExceededError(absl::StrCat(failure, "; ", stragglers));
 }
 

@@ -46,6 +46,8 @@ class GroupState {
   static constexpr absl::Duration kHeartbeatPeriod = absl::Milliseconds(500);
   // How long a count must stand still for its member to be called silent.
   static constexpr absl::Duration kSilenceWindow = absl::Seconds(2);  // 4 heartbeats
+  // How long the store's host waits at exit for the members' reports after a failure.
+  static constexpr absl::Duration kReportLinger = absl::Seconds(10);
 
   GroupState(std::string name, std::vector<int> global_ranks, int rank,
              c10::intrusive_ptr<c10d::Store> progress);
@@ -68,10 +70,14 @@ class GroupState {
   void PublishStall(absl::Time end, absl::Duration length);
   // "ranks that did not arrive: 2, 5" (job ranks); when every member arrived, those silent for
   // kSilenceWindow and those stalled until after `start` (the operation's); or why that cannot be
-  // told. Publishes this member's progress and gives the others a publishing period first.
-  std::string Stragglers(uint64_t seq, absl::Time start);
+  // told. Publishes this member's progress and gives the others a publishing period first. The
+  // members not found silent (that will read the store for their own reports) into *readers
+  // where given; 0 when the store cannot be read.
+  std::string Stragglers(uint64_t seq, absl::Time start, int* readers = nullptr);
   // DeadlineExceeded naming the operation, the group, how long it ran (`start` to `end`, when it
-  // failed: a trace dump exchange after it does not count) and the stragglers.
+  // failed: a trace dump exchange after it does not count) and the stragglers. The store's host
+  // (job rank 0) then stays up at exit, up to kReportLinger, until the other members' reports
+  // have read its store: an exit before would leave them "the store ... is gone".
   absl::Status Failure(absl::string_view op, uint64_t seq, absl::Time start,
                        absl::string_view reason, absl::Time end = absl::Now());
 
@@ -94,6 +100,7 @@ class GroupState {
   std::mutex publish_mutex_;
   int64_t published_ = -1;  // the value in the store; -1: none yet
   int64_t heartbeats_ = 0;
+  std::atomic<bool> reported_{false};  // This member's report has read the store.
 };
 
 // Argument checks every backend makes; errors name the operation, the group and the backend.

@@ -182,6 +182,20 @@ class CommTraceTest(unittest.TestCase):
                                  r"stopped, as by SIGSTOP, or starved of CPU\): 0 for [6-9]")
         self.assertLess(seconds, TIMEOUT_S + 6 + 30)
 
+    def test_a_late_rank_reads_the_store_after_its_host_failed(self):
+        # Rank 1 arrives after rank 0 (the store's host) timed out and reported: rank 0 stays up
+        # at exit until rank 1's report has read its store.
+        seconds, status, stderr = hang(os.path.join(self.tmp, "late_rank"),
+                                       "--comm.trace_buf_size=0", ranks=2, HANG_RANK="1",
+                                       HANG_SECONDS=str(TIMEOUT_S + 2))
+        self.assertEqual(status, 1, stderr[-3000:])
+        self.assertRegex(stderr, r"\[rank 0\] hang_rank: all_reduce #\d+ on group \S+ \(job ranks "
+                                 r"0,1\) failed.*; ranks that did not arrive: 1")
+        self.assertRegex(stderr, r"\[rank 1\] hang_rank: all_reduce #\d+ on group \S+ \(job ranks "
+                                 r"0,1\) failed.*; every rank arrived")
+        self.assertNotIn("is gone", stderr)
+        self.assertLess(seconds, TIMEOUT_S + 2 + 30)
+
     def test_ring_keeps_the_newest_entries(self):
         dump = os.path.join(self.tmp, "ring")
         self.check_failed_in_time(*hang(dump, "--comm.trace_buf_size=4"))

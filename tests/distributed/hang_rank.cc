@@ -53,6 +53,9 @@ absl::Status ExchangeWithNeighbours(titan::Communicator& world, const at::Tensor
 absl::Status Run(int argc, char** argv) {
   absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
   if (!env.ok()) return env.status();
+  // As titan_train's ranks finish their failure report when the launcher stops them (a rank that
+  // failed first exited), the waiting ranks do; the hanging one is stopped.
+  if (env->rank != EnvInt("HANG_RANK", -1)) signal(SIGTERM, SIG_IGN);
   absl::StatusOr<titan::JobConfig> config = titan::LoadJobConfig(argc, argv);
   if (!config.ok()) return config.status();
   if (absl::Status valid = titan::ValidateJobConfig(*config, env->world_size); !valid.ok()) {
@@ -97,9 +100,6 @@ absl::Status Run(int argc, char** argv) {
   }
   at::Tensor last = at::ones({16});
   if (absl::Status s = titan::Await(world.AllReduce(last, titan::ReduceOp::kSum)); !s.ok()) {
-    // The continued store host stays up a while: the other ranks' reports read its stall from
-    // the store, which its exit would take with it (a report after the host's exit cannot).
-    if (cont_seconds > 0 && env->rank == 0) absl::SleepFor(absl::Seconds(10));
     return s;
   }
   return runtime->Barrier();
