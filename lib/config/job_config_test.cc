@@ -962,6 +962,26 @@ TEST(JobConfigTest, KeysWithoutEffectListsTheSetKeysOfEachFeatureThatIsOff) {
   EXPECT_TRUE(KeysWithoutEffect(DefaultJobConfig()).empty());
 }
 
+TEST(JobConfigTest, SplitPointsRefuseTheKeysThatSizeStages) {
+  for (const std::string key :
+       {"pipeline_parallel_layers_per_stage=2", "pipeline_parallel_first_stage_less_layers=4",
+        "pipeline_parallel_last_stage_less_layers=0"}) {
+    EXPECT_EQ(ValidationError(
+                  {"--parallelism.pipeline_parallel_degree=2",
+                   "--parallelism.pipeline_parallel_split_points=layers.1", "--parallelism." + key},
+                  2),
+              "--parallelism.pipeline_parallel_split_points: [parallelism] "
+              "pipeline_parallel_split_points and " +
+                  key.substr(0, key.find('=')) + " both set; set one");
+  }
+  // Their defaults, written out, are no conflict.
+  ExpectValid({"--parallelism.pipeline_parallel_degree=2",
+               "--parallelism.pipeline_parallel_split_points=layers.1",
+               "--parallelism.pipeline_parallel_first_stage_less_layers=1",
+               "--parallelism.pipeline_parallel_layers_per_stage=-1"},
+              2);
+}
+
 TEST(JobConfigTest, ChangedKeysListsOnlyValuesOtherThanTheDefaults) {
   // Written out whole (as config.toml is), a section at its defaults has no changed key.
   absl::StatusOr<JobConfig> dumped =

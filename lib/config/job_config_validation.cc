@@ -465,6 +465,18 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     }
   }
 
+  // Split points fix every stage's layers: the keys that size stages would be ignored.
+  if (parallelism.pipeline_parallel_split_points_size() > 0) {
+    for (const char* key :
+         {"pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
+          "pipeline_parallel_last_stage_less_layers"}) {
+      if (ChangedKey(config, "parallelism", key)) {
+        return WithKeySource(absl::InvalidArgumentError(absl::StrCat(
+            "[parallelism] pipeline_parallel_split_points and ", key, " both set; set one")));
+      }
+    }
+  }
+
   const JobConfig::Profiling& profiling = config.profiling();
   if (profiling.enable_profiling() &&
       // In int64: a huge warmup must not wrap the sum negative and pass.
