@@ -95,8 +95,9 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size = 1);
 // The keys set to non-default values under a feature that is off, which therefore do nothing: one
 // line per feature, e.g. "[checkpoint] enable = false: interval, keep_latest_k have no effect".
 // Accepted, not refused: torchtitan's job files set them with the feature off, and a flag such as
-// --checkpoint.enable=false turns a file's feature off.
-std::vector<std::string> KeysWithoutEffect(const JobConfig& config);
+// --checkpoint.enable=false turns a file's feature off. `world_size` resolves
+// data_parallel_shard_degree = -1, which decides whether FSDP runs.
+std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_size = 1);
 
 }  // namespace titan
 

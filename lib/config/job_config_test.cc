@@ -962,6 +962,34 @@ TEST(JobConfigTest, KeysWithoutEffectListsTheSetKeysOfEachFeatureThatIsOff) {
   EXPECT_TRUE(KeysWithoutEffect(DefaultJobConfig()).empty());
 }
 
+TEST(JobConfigTest, KeysWithoutEffectListsParallelismKeysOfDegreesThatAreOne) {
+  absl::StatusOr<JobConfig> config = ParseText(
+      "[parallelism]\npipeline_parallel_schedule = \"GPipe\"\n"
+      "pipeline_parallel_microbatch_size = 3\npipeline_parallel_last_stage_less_layers = 0\n"
+      "disable_loss_parallel = true\ncontext_parallel_rotate_method = \"alltoall\"\n"
+      "fsdp_reshard_after_forward = \"never\"\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(KeysWithoutEffect(*config),
+              testing::ElementsAre(
+                  "[parallelism] pipeline_parallel_degree = 1: pipeline_parallel_schedule, "
+                  "pipeline_parallel_microbatch_size, pipeline_parallel_last_stage_less_layers "
+                  "have no effect",
+                  "[parallelism] tensor_parallel_degree = 1: disable_loss_parallel has no effect",
+                  "[parallelism] context_parallel_degree = 1: context_parallel_rotate_method has "
+                  "no effect",
+                  "[parallelism] data_parallel_shard_degree × context_parallel_degree = 1 (no "
+                  "FSDP): fsdp_reshard_after_forward has no effect"));
+  // data_parallel_shard_degree = -1 takes the 2 ranks: FSDP runs.
+  EXPECT_THAT(KeysWithoutEffect(*config, 2),
+              testing::Not(testing::Contains(testing::HasSubstr("fsdp_reshard_after_forward"))));
+  // Context parallelism runs FSDP too, at data_parallel_shard_degree 1.
+  config->mutable_parallelism()->set_pipeline_parallel_degree(2);
+  config->mutable_parallelism()->set_tensor_parallel_degree(2);
+  config->mutable_parallelism()->set_context_parallel_degree(2);
+  config->mutable_parallelism()->set_data_parallel_shard_degree(1);
+  EXPECT_TRUE(KeysWithoutEffect(*config, 8).empty());
+}
+
 TEST(JobConfigTest, SplitPointsRefuseTheKeysThatSizeStages) {
   for (const std::string key :
        {"pipeline_parallel_layers_per_stage=2", "pipeline_parallel_first_stage_less_layers=4",

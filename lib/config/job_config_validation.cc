@@ -174,7 +174,7 @@ bool IsPositiveInteger(const std::string& text) {
 
 }  // namespace
 
-std::vector<std::string> KeysWithoutEffect(const JobConfig& config) {
+std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_size) {
   struct OffFeature {
     const char* section;
     const char* switch_off;  // how the feature is off, as the warning says it
@@ -182,6 +182,10 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config) {
     std::vector<const char*> keys;
   };
   const JobConfig::Profiling& profiling = config.profiling();
+  const JobConfig::Parallelism& parallelism = config.parallelism();
+  // As ParallelDims::fsdp_enabled; a layout that validation refuses warns nothing here.
+  const absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
+  const bool fsdp = !shard_degree.ok() || *shard_degree * parallelism.context_parallel_degree() > 1;
   const std::vector<OffFeature> features = {
       {"checkpoint",
        "enable = false",
@@ -211,6 +215,24 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config) {
        "enable_tensorboard = false",
        !config.metrics().enable_tensorboard(),
        {"save_tb_folder"}},
+      {"parallelism",
+       "pipeline_parallel_degree = 1",
+       parallelism.pipeline_parallel_degree() == 1,
+       {"pipeline_parallel_schedule", "pipeline_parallel_microbatch_size",
+        "pipeline_parallel_layers_per_stage", "pipeline_parallel_first_stage_less_layers",
+        "pipeline_parallel_last_stage_less_layers"}},
+      {"parallelism",
+       "tensor_parallel_degree = 1",
+       parallelism.tensor_parallel_degree() == 1,
+       {"enable_sequence_parallel", "disable_loss_parallel"}},
+      {"parallelism",
+       "context_parallel_degree = 1",
+       parallelism.context_parallel_degree() == 1,
+       {"context_parallel_rotate_method", "context_parallel_load_balancer"}},
+      {"parallelism",
+       "data_parallel_shard_degree × context_parallel_degree = 1 (no FSDP)",
+       !fsdp,
+       {"fsdp_reshard_after_forward"}},
   };
   std::vector<std::string> lines;
   for (const OffFeature& feature : features) {
@@ -464,7 +486,6 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
           "which is 1: raise it, or drop the key");
     }
   }
-
   // Split points fix every stage's layers: the keys that size stages would be ignored.
   if (parallelism.pipeline_parallel_split_points_size() > 0) {
     for (const char* key :

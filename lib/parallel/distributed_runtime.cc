@@ -147,7 +147,7 @@ absl::Status RunJobOnThisRank(const JobConfig& config,
   TITAN_ASSIGN_OR_RETURN(const DistributedEnv env, DetectDistributedEnv());
   TITAN_RETURN_IF_ERROR(ValidateJobConfig(config, env.world_size));
   if (env.rank == 0) {
-    for (const std::string& line : KeysWithoutEffect(config)) LOG(WARNING) << line;
+    for (const std::string& line : KeysWithoutEffect(config, env.world_size)) LOG(WARNING) << line;
   }
   // cuBLAS reads it at the first GEMM; set before c10d starts threads (setenv is not thread-safe).
   // ":4096:8" is one of the two values LibTorch's deterministic mode accepts.

@@ -744,13 +744,20 @@ class TitanTrainTest(unittest.TestCase):
 
     def test_zero_steps_without_a_checkpoint_trains_nothing_and_off_features_keys_are_named(self):
         # The job file sets [checkpoint] and [validation] keys; the flags turn those features off.
+        # One process: no pipeline parallelism, no FSDP.
         proc = run_train(self.dump("zero_steps"), "--training.steps=0",
-                         "--checkpoint.enable=false", "--validation.enable=false")
+                         "--checkpoint.enable=false", "--validation.enable=false",
+                         "--parallelism.pipeline_parallel_schedule=GPipe",
+                         "--parallelism.fsdp_reshard_after_forward=never")
         self.assertIn("[training] steps = 0: nothing to train", proc.stderr)
         self.assertNotIn("checkpoint is at step", proc.stderr)
         self.assertIn("[checkpoint] enable = false: interval, last_save_model_only, "
                       "keep_latest_k have no effect", proc.stderr)
         self.assertIn("[validation] enable = false: seq_len, steps have no effect", proc.stderr)
+        self.assertIn("[parallelism] pipeline_parallel_degree = 1: pipeline_parallel_schedule has "
+                      "no effect", proc.stderr)
+        self.assertIn("[parallelism] data_parallel_shard_degree × context_parallel_degree = 1 (no "
+                      "FSDP): fsdp_reshard_after_forward has no effect", proc.stderr)
 
     def test_rerunning_a_job_finished_by_a_model_only_save_has_nothing_to_train(self):
         dump = self.dump("model_only_finished")
