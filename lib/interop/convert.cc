@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -342,10 +343,25 @@ absl::StatusOr<std::unique_ptr<FolderLock>> LockFreeOutput(const std::string& ou
   return lock;
 }
 
+// Gives `folder`, which is to replace a folder with the status `original`, that folder's group
+// (where this process may: a group it is not in is refused) and mode bits, setgid and sticky
+// included, plus `owner_bits` (the owner writes the export even into a read-only folder).
+absl::Status TakeGroupAndMode(const struct stat& original, const std::string& folder,
+                              mode_t owner_bits) {
+  if (::chown(folder.c_str(), static_cast<uid_t>(-1), original.st_gid) != 0 && errno != EPERM) {
+    return ErrnoError("chown", folder);
+  }
+  if (::chmod(folder.c_str(), (original.st_mode & 07777) | owner_bits) != 0) {
+    return ErrnoError("chmod", folder);
+  }
+  return absl::OkStatus();
+}
+
 // WriteHf into <output>.tmp-<pid>, then one rename: `output` (empty, locked by the caller) is
 // either still empty or whole. Temporaries that a crashed export to `output` left behind are
 // removed first. An `output` that links to an empty directory is written there, with the temporary
-// beside that directory. The working directory is written in place, and emptied on failure.
+// beside that directory, which the export replaces with its group and mode. The working directory
+// is written in place, and emptied on failure.
 absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
                                const TensorProducer& producer, const ModelInfo& info,
                                const HfExportOptions& options, const std::string& output,
@@ -366,10 +382,16 @@ absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
       TITAN_RETURN_IF_ERROR(RemoveTree(absl::StrCat(parent, "/", name)));
     }
   }
+  struct stat original;
+  const bool replaces = ::stat(target.c_str(), &original) == 0;
   const std::string tmp = absl::StrCat(target, ".tmp-", ::getpid());
   TITAN_RETURN_IF_ERROR(MakeDirectories(tmp));
-  absl::Status status = WriteHf(params, producer, info, options, tmp, summary);
+  // Group first: files made in a setgid folder take its group, and chmod drops setgid for a group
+  // this process is not in.
+  absl::Status status = replaces ? TakeGroupAndMode(original, tmp, S_IRWXU) : absl::OkStatus();
+  if (status.ok()) status = WriteHf(params, producer, info, options, tmp, summary);
   if (status.ok()) status = FsyncDirectory(tmp);
+  if (status.ok() && replaces) status = TakeGroupAndMode(original, tmp, 0);
   if (status.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) {
     status = ErrnoError("rename to " + target, tmp);
   }

@@ -1,11 +1,13 @@
 #include "lib/interop/convert.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <climits>
 #include <cstdlib>
+#include <ios>
 #include <map>
 #include <memory>
 #include <optional>
@@ -803,6 +805,44 @@ TEST(ConvertTest, HfOutputThroughALinkLandsInTheEmptyDirectoryItNames) {
   EXPECT_THAT(ConvertCheckpoint(titan, link, {}).status().message(),
               HasSubstr(link + ": exists and is not empty"));
   EXPECT_THAT(*ListDirectory(real), ElementsAre("mine.txt"));
+}
+
+// Gives `folder` a group other than this process's where it may (root: one past its own, unless
+// a user namespace maps no such group; else another of its groups), which it returns.
+std::optional<gid_t> GiveOtherGroup(const std::string& folder) {
+  std::vector<gid_t> groups(std::max(0, ::getgroups(0, nullptr)));
+  groups.resize(std::max(0, ::getgroups(static_cast<int>(groups.size()), groups.data())));
+  if (::geteuid() == 0) groups.push_back(::getegid() + 1);
+  for (const gid_t group : groups) {
+    if (group != ::getegid() && ::chown(folder.c_str(), static_cast<uid_t>(-1), group) == 0) {
+      return group;
+    }
+  }
+  return std::nullopt;
+}
+
+// An HF export renamed onto an existing folder, named or behind a link, keeps that folder's mode
+// (setgid and sticky too) and group; one read-only to its owner is written all the same.
+TEST(ConvertTest, HfOutputKeepsTheModeAndGroupOfTheFolderItReplaces) {
+  const std::string titan = TestDir("titan"), out = TestDir("out"), link = TestDir("link");
+  SaveTitan(titan, 3, SmallModel(), /*describe=*/true);
+  ASSERT_EQ(::symlink(out.c_str(), link.c_str()), 0);
+  for (const mode_t mode : {0700, 02750, 01777, 0500}) {
+    for (const std::string& output : {out, link}) {
+      ASSERT_TRUE(MakeDirectories(out).ok());
+      const std::optional<gid_t> group = GiveOtherGroup(out);
+      ASSERT_EQ(::chmod(out.c_str(), mode), 0);
+      const absl::StatusOr<ConvertSummary> summary = ConvertCheckpoint(titan, output, {});
+      ASSERT_TRUE(summary.ok()) << output << ": " << summary.status();
+      EXPECT_TRUE(PathExists(out + "/config.json")) << output;
+      struct stat info;
+      ASSERT_EQ(::stat(out.c_str(), &info), 0);
+      EXPECT_EQ(info.st_mode & 07777, mode) << std::oct << mode << " " << output;
+      if (group) EXPECT_EQ(info.st_gid, *group) << output;
+      ASSERT_EQ(::chmod(out.c_str(), 0700), 0);
+      ASSERT_TRUE(RemoveTree(out).ok());
+    }
+  }
 }
 
 // The path realpath gives for an existing `path` (TEST_TMPDIR may lie behind a link).
