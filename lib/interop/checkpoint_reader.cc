@@ -31,6 +31,8 @@ constexpr char kHfConfigFile[] = "config.json";
 constexpr char kHfGenerationConfigFile[] = "generation_config.json";
 constexpr char kHfSingleFile[] = "model.safetensors";
 constexpr char kHfIndexFile[] = "model.safetensors.index.json";
+// transformers' weights before safetensors: pickles, single or sharded.
+constexpr const char* kHfPickleFiles[] = {"pytorch_model.bin", "pytorch_model.bin.index.json"};
 constexpr char kMetaParamsFile[] = "params.json";
 
 std::string BaseName(const std::string& path) {
@@ -239,6 +241,20 @@ class TitanReader : public CheckpointReader {
   absl::flat_hash_map<std::string, const CheckpointStep::Tensor*> by_name_;
 };
 
+// Refuses an HF folder whose weights are PyTorch pickles (transformers' format before
+// safetensors) with what to do, rather than as a folder missing model.safetensors.
+absl::Status RefusePickleWeights(const std::string& path) {
+  for (const char* name : kHfPickleFiles) {
+    if (PathExists(absl::StrCat(path, "/", name))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path, ": holds PyTorch .bin (pickle) weights (", name, ") and no ", kHfSingleFile, " or ",
+          kHfIndexFile, "; titan reads safetensors only: save the model with ",
+          "transformers' save_pretrained(..., safe_serialization=True)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(const std::string& path,
                                                                             bool keep_problems) {
   auto reader = std::unique_ptr<SafetensorsReader>(new SafetensorsReader());
@@ -249,6 +265,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(cons
   TITAN_ASSIGN_OR_RETURN(reader->description_, ReadHfConfig(path));
   const std::string index_path = absl::StrCat(path, "/", kHfIndexFile);
   const std::string single_path = absl::StrCat(path, "/", kHfSingleFile);
+  if (!HfFolderHoldsWeights(path)) TITAN_RETURN_IF_ERROR(RefusePickleWeights(path));
   // transformers' from_pretrained looks for the single file first.
   if (PathExists(single_path) || !PathExists(index_path)) {
     if (PathExists(index_path)) {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
@@ -260,6 +261,44 @@ TEST(InspectTest, NamesTheModelOfAnHfFolderWithADamagedFile) {
   ASSERT_TRUE(other.ok()) << other.status();
   EXPECT_EQ(other->model, "");
   EXPECT_THAT(other->model_unknown_reason, HasSubstr("checkpoint tensors do not match"));
+}
+
+// An HF folder with PyTorch pickle weights only, single or sharded, is refused as such by both
+// tools, detected or named hf, rather than as a folder missing model.safetensors.
+TEST(InspectTest, RefusesPickleWeightsSayingHowToGetSafetensors) {
+  const std::string titan = TestDir("pickle_titan"), single = TestDir("pickle_single"),
+                    sharded = TestDir("pickle_sharded");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(7), true).ok());
+  ConvertOptions options;
+  ASSERT_TRUE(ConvertCheckpoint(titan, single, options).ok());
+  options.max_shard_bytes = 40000;  // Two shards of the 68 kB.
+  ASSERT_TRUE(ConvertCheckpoint(titan, sharded, options).ok());
+  ASSERT_TRUE(RenamePath(single + "/model.safetensors", single + "/pytorch_model.bin").ok());
+  ASSERT_TRUE(RenamePath(sharded + "/model.safetensors.index.json",
+                         sharded + "/pytorch_model.bin.index.json")
+                  .ok());
+  const absl::StatusOr<std::vector<std::string>> names = ListDirectory(sharded);
+  ASSERT_TRUE(names.ok()) << names.status();
+  for (const std::string& name : *names) {
+    if (absl::EndsWith(name, ".safetensors")) ASSERT_TRUE(RemoveTree(sharded + "/" + name).ok());
+  }
+  InspectOptions verify;
+  verify.verify = true;
+  ConvertOptions from_hf;
+  from_hf.from = CheckpointFormat::kHf;
+  for (const auto& [folder, file] :
+       {std::pair(single, std::string("pytorch_model.bin")),
+        std::pair(sharded, std::string("pytorch_model.bin.index.json"))}) {
+    const std::string expected =
+        folder + ": holds PyTorch .bin (pickle) weights (" + file +
+        ") and no model.safetensors or model.safetensors.index.json; titan reads safetensors "
+        "only: save the model with transformers' save_pretrained(..., safe_serialization=True)";
+    EXPECT_EQ(InspectCheckpoint(folder, InspectOptions()).status().message(), expected);
+    EXPECT_EQ(InspectCheckpoint(folder, verify).status().message(), expected);
+    EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), ConvertOptions()).status().message(),
+              expected);
+    EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), from_hf).status().message(), expected);
+  }
 }
 
 // A root holding only what unfinished saves left says so rather than "unknown checkpoint format".
