@@ -34,6 +34,7 @@ constexpr char kHfIndexFile[] = "model.safetensors.index.json";
 // transformers' weights before safetensors: pickles, single or sharded.
 constexpr const char* kHfPickleFiles[] = {"pytorch_model.bin", "pytorch_model.bin.index.json"};
 constexpr char kMetaParamsFile[] = "params.json";
+constexpr char kMetaWeightsFile[] = "consolidated.00.pth";
 
 std::string BaseName(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -365,7 +366,16 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path)
     return absl::NotFoundError(absl::StrCat(path, ": not a directory"));
   }
   if (PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) return CheckpointFormat::kTitan;
-  if (PathExists(absl::StrCat(path, "/", kHfConfigFile))) return CheckpointFormat::kHf;
+  if (PathExists(absl::StrCat(path, "/", kHfConfigFile))) {
+    if (PathExists(absl::StrCat(path, "/", kMetaParamsFile)) &&
+        PathExists(absl::StrCat(path, "/", kMetaWeightsFile))) {
+      LOG(WARNING) << path << ": holds both a Hugging Face checkpoint (" << kHfConfigFile
+                   << ") and a Meta one (" << kMetaParamsFile << ", " << kMetaWeightsFile
+                   << "); reading the Hugging Face one (convert_checkpoint --from=meta reads the "
+                   << "Meta one)";
+    }
+    return CheckpointFormat::kHf;
+  }
   if (PathExists(absl::StrCat(path, "/", kMetaParamsFile))) return CheckpointFormat::kMeta;
   absl::StatusOr<std::vector<int64_t>> steps = CheckpointManager(path, 0).ListSteps();
   if (steps.ok() && !steps->empty()) return CheckpointFormat::kTitan;

@@ -32,6 +32,7 @@ enum class CheckpointFormat { kTitan, kHf, kMeta };
 std::string CheckpointFormatName(CheckpointFormat format);
 absl::StatusOr<CheckpointFormat> ParseCheckpointFormat(absl::string_view name);
 // From the files present: manifest.json or step-N/ (titan), config.json (hf), params.json (meta).
+// config.json beside Meta's params.json and consolidated.00.pth is hf, with a warning.
 absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path);
 
 struct TensorInfo {

@@ -10,11 +10,13 @@
 #include <ios>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/checkpoint_manager.h"
@@ -334,6 +336,63 @@ TEST(ConvertTest, MetaCheckpointsAreLlama3s) {
   to_titan.model = "qwen3";
   EXPECT_EQ(ConvertCheckpoint(meta, TestDir("x"), to_titan).status().message(),
             meta + ": a Meta checkpoint, and qwen3 has no Meta format");
+}
+
+// Collects the warnings logged while it lives.
+class WarningCollector : public google::LogSink {
+ public:
+  WarningCollector() { google::AddLogSink(this); }
+  ~WarningCollector() override { google::RemoveLogSink(this); }
+
+  void send(google::LogSeverity severity, const char* /*full_filename*/,
+            const char* /*base_filename*/, int /*line*/, const google::LogMessageTime& /*time*/,
+            const char* message, size_t message_len) override {
+    if (severity != google::GLOG_WARNING) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    warnings_.emplace_back(message, message_len);
+  }
+
+  std::vector<std::string> warnings() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return warnings_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::string> warnings_;
+};
+
+// A folder holding both an HF and a Meta checkpoint is read as HF, with a warning naming both; the
+// Meta one is read when named.
+TEST(ConvertTest, AFolderWithHfAndMetaFilesIsReadAsHfWithAWarning) {
+  const std::string titan = TestDir("titan"), both = TestDir("both"), meta = TestDir("meta");
+  SaveTitan(titan, 2, SmallMetaModel(), /*describe=*/true);
+  ASSERT_TRUE(ConvertCheckpoint(titan, both, {}).ok());
+  ConvertOptions to_meta;
+  to_meta.to = CheckpointFormat::kMeta;
+  ASSERT_TRUE(ConvertCheckpoint(titan, meta, to_meta).ok());
+  for (const char* name : {"params.json", "consolidated.00.pth"}) {
+    absl::StatusOr<std::string> bytes = ReadFile(absl::StrCat(meta, "/", name));
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(both, "/", name), *bytes).ok());
+  }
+  {
+    WarningCollector collector;
+    absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(both);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    EXPECT_EQ((*reader)->format(), CheckpointFormat::kHf);
+    EXPECT_THAT(
+        collector.warnings(),
+        ElementsAre(both + ": holds both a Hugging Face checkpoint (config.json) and a Meta one "
+                           "(params.json, consolidated.00.pth); reading the Hugging Face one "
+                           "(convert_checkpoint --from=meta reads the Meta one)"));
+  }
+  WarningCollector collector;
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
+      CheckpointReader::Open(both, CheckpointFormat::kMeta);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_EQ((*reader)->format(), CheckpointFormat::kMeta);
+  EXPECT_THAT(collector.warnings(), ::testing::IsEmpty());
 }
 
 // Meta's tied checkpoints (Llama 3.2 1B and 3B) hold output.weight as a copy of the embedding:
