@@ -69,6 +69,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
   ResumeChoice resume;
   if (manager != nullptr) {
     TITAN_ASSIGN_OR_RETURN(resume, ChooseStepToResume(config_, runtime_, *manager, !writes_steps));
+    TITAN_RETURN_IF_ERROR(AdoptRecordedSeed(config_, resume, setup_));
     setup_.resume_dir = resume.dir;
   }
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicy(setup_));
@@ -124,6 +125,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
     // --generate and --step_rollouts read a training run's folder and must leave it as it is.
     parts.read_only = !writes_steps;
     parts.weights_only = generate;
+    parts.seed = setup_.seed;
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     // Generation builds no critic (above).

@@ -208,6 +208,9 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
   }
   setup.seed = seed_and_run[0].item<int64_t>();
   setup.run_id = absl::StrCat(seed_and_run[1].item<int64_t>());
+  if (training.seed() < 0 && runtime.rank() == 0) {
+    LOG(INFO) << "[training] seed = -1: drew seed " << setup.seed;
+  }
   at::manual_seed(setup.seed);
   if (training.deterministic()) at::globalContext().setDeterministicAlgorithms(true, false);
   SetBatchInvariant(config.debug().batch_invariant());

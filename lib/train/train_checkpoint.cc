@@ -178,6 +178,27 @@ absl::StatusOr<ResumeChoice> ChooseStepToResume(const JobConfig& config,
   return chosen;
 }
 
+absl::Status AdoptRecordedSeed(const JobConfig& config, ResumeChoice& chosen, RunSetup& setup) {
+  if (config.training().seed() >= 0 || chosen.step < 0) return absl::OkStatus();
+  if (chosen.manifest == nullptr) {
+    TITAN_ASSIGN_OR_RETURN(chosen.manifest, CheckpointStep::Open(chosen.dir, chosen.step));
+  }
+  TITAN_ASSIGN_OR_RETURN(const int64_t recorded,
+                         StateField<int64_t>(chosen.manifest->state(), chosen.dir, "seed", -1));
+  if (recorded < 0) {
+    LOG(WARNING) << ManifestPath(chosen.dir) << " records no seed: [training] seed = -1 drew "
+                 << setup.seed << " for this run, so what the seed decides (titan_rl's frozen "
+                 << "reference without [checkpoint] initial_load_path, its prompt order) is not "
+                 << "the saved run's; set [training] seed to keep it";
+    return absl::OkStatus();
+  }
+  setup.seed = recorded;
+  at::manual_seed(setup.seed);
+  LOG(INFO) << "[training] seed = -1: using seed " << setup.seed << ", which the run that saved "
+            << chosen.dir << " drew";
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<TrainCheckpointer>> TrainCheckpointer::Create(
     const JobConfig& config, const DistributedRuntime& runtime,
     std::unique_ptr<CheckpointManager> manager, CheckpointedParts parts) {
@@ -593,6 +614,7 @@ absl::Status TrainCheckpointer::Save(const TrainState& train, bool model_only) {
   state.extra["model"] = ModelInfoToJson(*parts_.model);
   // What a resume of this step compares its own configuration with.
   state.extra["run_config"] = run_config_toml_;
+  if (parts_.seed >= 0) state.extra["seed"] = parts_.seed;
   // The final export is written at once: nothing is left to overlap it with, and staging would
   // hold a second host copy of the model. A failed export skips the save; the agreement below (on
   // every rank's single one for this save) still tells the other ranks.

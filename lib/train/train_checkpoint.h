@@ -66,6 +66,12 @@ absl::StatusOr<ResumeChoice> ChooseStepToResume(const JobConfig& config,
                                                 const DistributedRuntime& runtime,
                                                 const CheckpointManager& manager, bool read_only);
 
+// With [training] seed = -1 and a step to resume: setup.seed becomes the seed the run that saved
+// `chosen` drew (recorded with its steps; LibTorch is reseeded and the seed logged), so what the
+// seed decides (titan_rl's frozen KL reference and prompt order) stays the saved run's. A step
+// that records none keeps the newly drawn seed, with a warning. Call before the model is built.
+absl::Status AdoptRecordedSeed(const JobConfig& config, ResumeChoice& chosen, RunSetup& setup);
+
 struct CheckpointedParts {
   const std::vector<ParamRef>* params = nullptr;
   Optimizer* optimizer = nullptr;
@@ -83,6 +89,8 @@ struct CheckpointedParts {
   // With read_only, for a tool that needs the weights alone (--generate): a model-only step (the
   // run's last_save_model_only export) loads at any step.
   bool weights_only = false;
+  // The run's seed (RunSetup::seed), recorded with each step for AdoptRecordedSeed; -1: none.
+  int64_t seed = -1;
 };
 
 // Saving and resuming a training run under [checkpoint]: every rank writes its own pieces (FSDP

@@ -99,6 +99,7 @@ absl::Status Trainer::Init() {
   if (manager != nullptr) {
     TITAN_ASSIGN_OR_RETURN(resume,
                            ChooseStepToResume(config_, runtime_, *manager, /*read_only=*/false));
+    TITAN_RETURN_IF_ERROR(AdoptRecordedSeed(config_, resume, setup_));
     setup_.resume_dir = resume.dir;
   }
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info,
@@ -141,6 +142,7 @@ absl::Status Trainer::Init() {
   if (manager != nullptr) {
     CheckpointedParts parts{&model_.params,    optimizer_.get(), &model_.sharded(),
                             train_data_.get(), &model_.info,     model_.num_params};
+    parts.seed = setup_.seed;
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_, std::move(resume)));

@@ -253,6 +253,30 @@ class TitanRlTest(unittest.TestCase):
         print(f"resumed at step 2: steps 3-4 equal bitwise ({len(ra)} rollouts, "
               f"losses {[m['loss'] for m in b]})")
 
+    def test_a_resume_with_a_drawn_seed_keeps_the_runs_reference(self):
+        # seed = -1 without an initial load: the KL reference is the drawn seed's weights, so a
+        # resume rebuilds it from the seed its run recorded (a new one was a different model).
+        flags = ["--checkpoint.enable=true", "--checkpoint.interval=2",
+                 "--checkpoint.last_save_model_only=false", "--checkpoint.initial_load_path=",
+                 "--checkpoint.initial_load_in_hf=false", "--rl.kl_coef=0.05", "--rl.reward=command",
+                 "--rl.reward_command=awk '{print length($0) % 3}'"]
+        parts, cmd = self.job("drawn_seed", *flags, "--training.seed=-1", "--training.steps=2")
+        drawn = re.search(r"\[training\] seed = -1: drew seed (\d+)", common.run(cmd).stderr)
+        self.assertIsNotNone(drawn)
+        cmd[cmd.index("--training.steps=2")] = "--training.steps=4"
+        self.assertIn(f"[training] seed = -1: using seed {drawn[1]}", common.run(cmd).stderr)
+        whole, cmd = self.job("drawn_seed_whole", *flags, f"--training.seed={drawn[1]}",
+                              "--training.steps=4")
+        common.run(cmd)
+        a = [m for m in common.metrics(whole) if m["step"] > 2]
+        b = [m for m in common.metrics(parts) if m["step"] > 2]
+        self.assertEqual([m["step"] for m in b], [3, 4])
+        for x, y in zip(a, b):
+            for key in ("loss", "kl", "reward_mean", "grad_norm"):
+                self.assertEqual(x[key], y[key], f"step {x['step']} {key}")  # bitwise
+        print(f"seed {drawn[1]} recorded: resumed steps 3-4 equal a run seeded with it "
+              f"(kl {[m['kl'] for m in b]})")
+
     def test_ppo_resumes_only_a_step_whose_critic_was_saved(self):
         # PPO saves the critic's step beside the policy's (a trailing '/' on the folder too); a run
         # that died between the two (one of them removed) resumes step 2, the newest pair, and
