@@ -65,9 +65,9 @@ bool FolderHasKeyword(absl::string_view path, absl::string_view keyword) {
 }
 
 // A pattern of this file, compiled once; they are fixed, so one that fails is a bug here.
+// File names need not be UTF-8 (Linux allows any bytes): patterns over them match bytes.
 const pcre2_code* Pattern(absl::string_view pattern, uint32_t options) {
-  absl::StatusOr<Pcre2Code> code =
-      CompilePcre2(pattern, options | PCRE2_ANCHORED | PCRE2_MATCH_INVALID_UTF | PCRE2_UCP);
+  absl::StatusOr<Pcre2Code> code = CompilePcre2(pattern, options | PCRE2_ANCHORED);
   CHECK(code.ok()) << pattern << ": " << code.status();
   return code->release();
 }
@@ -90,7 +90,8 @@ bool Matches(const pcre2_code* code, absl::string_view text, std::string* group 
 constexpr absl::string_view kShardAfterSplit = "-[0-9]{5}-of-[0-9]{5}[^/]*\\.[^/]*";
 
 bool IsShardAfterSplit(absl::string_view rest) {
-  static const pcre2_code* const kShard = Pattern(kShardAfterSplit, PCRE2_ENDANCHORED);
+  static const pcre2_code* const kShard =
+      Pattern(kShardAfterSplit, PCRE2_ENDANCHORED | PCRE2_NEVER_UTF);
   return Matches(kShard, rest);
 }
 
@@ -105,9 +106,12 @@ absl::string_view NameInDataFolder(absl::string_view path) {
 // holds every file its glob matches.
 absl::StatusOr<std::vector<DataSplit>> ShardedSplits(const std::vector<std::string>& files) {
   static const pcre2_code* const kShardName =
-      Pattern(absl::StrCat("[^/]*", kShardAfterSplit), PCRE2_ENDANCHORED);
-  static const pcre2_code* const kSplitOfName = Pattern("(.+)-[0-9]{5}-of-[0-9]{4}", /*options=*/0);
-  static const pcre2_code* const kSplitName = Pattern("\\w+(\\.\\w+)*", PCRE2_ENDANCHORED);
+      Pattern(absl::StrCat("[^/]*", kShardAfterSplit), PCRE2_ENDANCHORED | PCRE2_NEVER_UTF);
+  static const pcre2_code* const kSplitOfName =
+      Pattern("(.+)-[0-9]{5}-of-[0-9]{4}", PCRE2_NEVER_UTF);
+  // Python's \w over the name as text: a name that is not UTF-8 fails it, as HF's str would.
+  static const pcre2_code* const kSplitName =
+      Pattern("\\w+(\\.\\w+)*", PCRE2_ENDANCHORED | PCRE2_UCP);
   std::vector<DataSplit> splits;
   for (const std::string& file : files) {
     const absl::string_view name = NameInDataFolder(file);

@@ -76,6 +76,10 @@ TEST(InferDataSplitsTest, ShardsInDataFolderNameTheirSplits) {
                       "data/x/train-00000-of-00001.jsonl", "z.jsonl"}),
               ElementsAre(IsSplit("train", Files{"data/train-00000-of-00001.jsonl"}),
                           IsSplit("dev", Files{"data/dev-00000-of-00001.jsonl"})));
+  // A shard's name need not be UTF-8 after its split.
+  EXPECT_THAT(Splits({"data/t-00001-of-00002-r\xe9sum\xe9.x", "data/t-00000-of-00002.x"}),
+              ElementsAre(IsSplit(
+                  "t", Files{"data/t-00001-of-00002-r\xe9sum\xe9.x", "data/t-00000-of-00002.x"})));
   EXPECT_THAT(Splits({"data/a.b-00000-of-00001.x", "data/c-00001-of-00002.tar.gz"}),
               ElementsAre(IsSplit("a.b", Files{"data/a.b-00000-of-00001.x"}),
                           IsSplit("c", Files{"data/c-00001-of-00002.tar.gz"})));
@@ -94,6 +98,9 @@ TEST(InferDataSplitsTest, RefusesShardSplitNamesHfRefuses) {
   // names a split with a '-', which it refuses.
   splits = InferDataSplits({"data/a-00000-of-00001-00000-of-00001.x"});
   EXPECT_THAT(splits.status().message(), HasSubstr("split name \"a-00000-of-00001\""));
+  // Python reads a name that is not UTF-8 with surrogates, which \w does not match.
+  splits = InferDataSplits({"data/validaci\xf3n-00000-of-00001.jsonl"});
+  EXPECT_THAT(splits.status().message(), HasSubstr("split name \"validaci\xf3n\""));
   splits = InferDataSplits({"data/-00000-of-00001.jsonl"});
   EXPECT_THAT(splits.status().message(), HasSubstr("names no split"));
 }

@@ -21,7 +21,8 @@ absl::StatusOr<Pcre2Code> CompilePcre2(absl::string_view pattern, uint32_t optio
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | options, &error_code, &error_offset, nullptr);
+                                   (options & PCRE2_NEVER_UTF ? 0 : PCRE2_UTF) | options,
+                                   &error_code, &error_offset, nullptr);
   if (code == nullptr) {
     if (offset_out != nullptr) *offset_out = error_offset;
     return absl::InvalidArgumentError(

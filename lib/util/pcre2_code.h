@@ -19,9 +19,10 @@ struct Pcre2CodeFree {
 };
 using Pcre2Code = std::unique_ptr<pcre2_code, Pcre2CodeFree>;
 
-// Compiles `pattern` with PCRE2_UTF and `options`, or says why not: PCRE2's message and the byte
-// offset in `pattern` where it stopped, as "lookbehind assertion is not fixed length at offset 9";
-// that offset also in *offset_out where given.
+// Compiles `pattern` with PCRE2_UTF and `options` (with PCRE2_NEVER_UTF among them: bytes, for
+// text that need not be UTF-8), or says why not: PCRE2's message and the byte offset in `pattern`
+// where it stopped, as "lookbehind assertion is not fixed length at offset 9"; that offset also
+// in *offset_out where given.
 absl::StatusOr<Pcre2Code> CompilePcre2(absl::string_view pattern, uint32_t options = 0,
                                        size_t* offset_out = nullptr);
 
