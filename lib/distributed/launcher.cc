@@ -75,23 +75,37 @@ struct StoreListener {
   int port = 0;
 };
 
+// IPv6 and IPv4 on one socket, as c10d's own store binds, so MASTER_ADDR may be of either family;
+// IPv4 alone where the host has no IPv6.
 absl::StatusOr<StoreListener> ListenOnFreePort() {
   StoreListener listener;
-  listener.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (listener.fd < 0) return Errno("socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(sockaddr_in6);
+  listener.fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (listener.fd >= 0) {
+    const int v6_only = 0;
+    setsockopt(listener.fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6_only, sizeof(v6_only));
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&addr);
+    v6->sin6_family = AF_INET6;
+    v6->sin6_addr = in6addr_any;
+  } else {
+    listener.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener.fd < 0) return Errno("socket");
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&addr);
+    v4->sin_family = AF_INET;
+    v4->sin_addr.s_addr = htonl(INADDR_ANY);
+    len = sizeof(sockaddr_in);
+  }
+  if (bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
       listen(listener.fd, SOMAXCONN) != 0 ||
       getsockname(listener.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
     absl::Status status = Errno("listen on a free port");
     close(listener.fd);
     return status;
   }
-  listener.port = ntohs(addr.sin_port);
+  listener.port =
+      ntohs(addr.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                       : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
   return listener;
 }
 

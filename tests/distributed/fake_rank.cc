@@ -11,7 +11,8 @@
 //           "fake_rank: refused" and "  its cause" on stderr ("fake_rank: refused alone" on rank
 //           FAKE_FAIL_RANK), a log line before and one after, exits 1 three seconds later (its
 //           launcher gathers failure lines: failure_line_prefix "fake_rank: ").
-//   port:   prints "port held" when MASTER_PORT cannot be bound (else "port free") and its
+//   port:   prints "port held" when MASTER_PORT cannot be bound (else "port free"), " on ::1
+//           too" when IPv6 loopback reaches it, and its
 //           TITAN_STORE_LISTEN_FD; rank 0 first, then writes file FAKE_MARKER and waits for
 //           SIGTERM; the others wait for that file, check, and exit 3.
 //   slow:   prints "started pid=P", sleeps a second with SIGUSR1 left as the process start set it
@@ -138,10 +139,16 @@ int main(int argc, char** argv) {
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
     addr.sin_port = htons(static_cast<uint16_t>(std::atoi(Env("MASTER_PORT").c_str())));
     const bool free = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-    printf("port %s listen_fd=%s\n",
-           free                  ? "free"
-           : errno == EADDRINUSE ? "held"
-                                 : "error",
+    const char* held = free ? "free" : errno == EADDRINUSE ? "held" : "error";
+    // Whether the port answers on IPv6 loopback too, as a MASTER_ADDR=::1 would reach it.
+    const int v6 = socket(AF_INET6, SOCK_STREAM, 0);
+    sockaddr_in6 v6_addr{};
+    v6_addr.sin6_family = AF_INET6;
+    v6_addr.sin6_addr = in6addr_loopback;
+    v6_addr.sin6_port = addr.sin_port;
+    const bool v6_reached =
+        v6 >= 0 && connect(v6, reinterpret_cast<sockaddr*>(&v6_addr), sizeof(v6_addr)) == 0;
+    printf("port %s%s listen_fd=%s\n", held, v6_reached ? " on ::1 too" : "",
            Env("TITAN_STORE_LISTEN_FD").c_str());
     fflush(stdout);
     if (rank != "0") return 3;

@@ -75,9 +75,10 @@ TEST(LaunchLocalRanksTest, PortIsHeldForRankZerosStoreFromThePick) {
   }
   ASSERT_EQ(sorted.size(), 2u) << launcher->Stdout();
   std::sort(sorted.begin(), sorted.end());
-  EXPECT_THAT(sorted[0], StartsWith("[rank 0] port held listen_fd="));
-  EXPECT_NE(sorted[0], "[rank 0] port held listen_fd=99");  // The launcher's own, not inherited.
-  EXPECT_EQ(sorted[1], "[rank 1] port held listen_fd=");
+  // IPv4 and IPv6 both, as c10d's store listens: MASTER_ADDR may be either.
+  EXPECT_THAT(sorted[0], StartsWith("[rank 0] port held on ::1 too listen_fd="));
+  EXPECT_NE(sorted[0], "[rank 0] port held on ::1 too listen_fd=99");  // The launcher's own.
+  EXPECT_EQ(sorted[1], "[rank 1] port held on ::1 too listen_fd=");
 }
 
 TEST(LaunchLocalRanksTest, SetsEnvironmentDropsFlagAndPrefixesEveryLine) {
