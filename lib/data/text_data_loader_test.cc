@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/data/test_util.h"
+#include "lib/util/warning_collector.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -42,30 +43,6 @@ std::unique_ptr<TextDataLoader> OpenLoader(const std::string& path, const Tokeni
   if (!dataset.ok()) return nullptr;
   return std::make_unique<TextDataLoader>(std::move(*dataset));
 }
-
-// Collects the warnings logged while it lives.
-class WarningCollector : public google::LogSink {
- public:
-  WarningCollector() { google::AddLogSink(this); }
-  ~WarningCollector() override { google::RemoveLogSink(this); }
-
-  void send(google::LogSeverity severity, const char* /*full_filename*/,
-            const char* /*base_filename*/, int /*line*/, const google::LogMessageTime& /*time*/,
-            const char* message, size_t message_len) override {
-    if (severity != google::GLOG_WARNING) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    warnings_.emplace_back(message, message_len);
-  }
-
-  std::vector<std::string> warnings() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return warnings_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::string> warnings_;
-};
 
 // Row `row` of a [batch_size, seq_len] buffer.
 std::vector<int64_t> Row(const std::vector<int64_t>& values, int64_t seq_len, int64_t row) {

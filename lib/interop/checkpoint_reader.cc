@@ -36,11 +36,6 @@ constexpr const char* kHfPickleFiles[] = {"pytorch_model.bin", "pytorch_model.bi
 constexpr char kMetaParamsFile[] = "params.json";
 constexpr char kMetaWeightsFile[] = "consolidated.00.pth";
 
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // A root without a committed step: NotFound naming what saves and restarts left there, OK when
 // they left nothing.
 absl::Status NoCommittedStep(const std::string& root) {
@@ -110,7 +105,7 @@ class SafetensorsReader : public CheckpointReader {
   absl::Status AddFile(const std::string& path) {
     absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
     if (!file.ok()) {
-      damaged_files_.insert(BaseName(path));
+      damaged_files_.insert(Basename(path));
       return Found(file.status(), damaged_);
     }
     for (const SafetensorsEntry& entry : file->entries()) {
@@ -123,7 +118,7 @@ class SafetensorsReader : public CheckpointReader {
         continue;
       }
       tensors_.push_back({entry.name, entry.dtype, entry.scalar_type, entry.shape,
-                          entry.end - entry.begin, BaseName(path)});
+                          entry.end - entry.begin, Basename(path)});
     }
     files_.push_back(*std::move(file));
     return absl::OkStatus();

@@ -29,6 +29,7 @@
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/folder_lock.h"
+#include "lib/util/warning_collector.h"
 
 namespace titan {
 namespace {
@@ -337,30 +338,6 @@ TEST(ConvertTest, MetaCheckpointsAreLlama3s) {
   EXPECT_EQ(ConvertCheckpoint(meta, TestDir("x"), to_titan).status().message(),
             meta + ": a Meta checkpoint, and qwen3 has no Meta format");
 }
-
-// Collects the warnings logged while it lives.
-class WarningCollector : public google::LogSink {
- public:
-  WarningCollector() { google::AddLogSink(this); }
-  ~WarningCollector() override { google::RemoveLogSink(this); }
-
-  void send(google::LogSeverity severity, const char* /*full_filename*/,
-            const char* /*base_filename*/, int /*line*/, const google::LogMessageTime& /*time*/,
-            const char* message, size_t message_len) override {
-    if (severity != google::GLOG_WARNING) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    warnings_.emplace_back(message, message_len);
-  }
-
-  std::vector<std::string> warnings() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return warnings_;
-  }
-
- private:
-  std::mutex mutex_;
-  std::vector<std::string> warnings_;
-};
 
 // A folder holding both an HF and a Meta checkpoint is read as HF, with a warning naming both; the
 // Meta one is read when named.
