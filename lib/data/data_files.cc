@@ -180,8 +180,7 @@ absl::Status ListDataFiles(const std::string& path, const std::string& wanted,
           absl::StrCat(path, ": expected a ", kDataFileKinds, " file, or a folder of them"));
     }
     files->push_back(path);
-    const size_t slash = path.rfind('/');
-    names->push_back(slash == std::string::npos ? path : path.substr(slash + 1));
+    names->push_back(Basename(path));
     return absl::OkStatus();
   }
   if (!S_ISDIR(info.st_mode)) {

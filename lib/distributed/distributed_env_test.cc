@@ -1,9 +1,6 @@
 #include "lib/distributed/distributed_env.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -11,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "lib/distributed/loopback_listener.h"
 
 namespace titan {
 namespace {
@@ -171,23 +169,10 @@ TEST(DetectDistributedEnvTest, StoreListenFdIsRankZeros) {
   EXPECT_THAT(env.status().message(), HasSubstr("TITAN_STORE_LISTEN_FD: expected integer"));
 }
 
-// A socket bound to a loopback port and listening; its port into *port.
-int ListeningSocket(int* port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(listen(fd, 4), 0);
-  EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  *port = ntohs(addr.sin_port);
-  return fd;
-}
-
 TEST(DetectDistributedEnvTest, StoreListenFdMustListenOnMasterPort) {
   int port = 0;
-  const int fd = ListeningSocket(&port);
+  const int fd = ListenOnLoopback(&port);
+  ASSERT_GE(fd, 0) << "cannot open a listening socket";
   setenv("RANK", "0", 1);
   setenv("WORLD_SIZE", "2", 1);
   setenv("MASTER_PORT", absl::StrCat(port).c_str(), 1);

@@ -1,9 +1,6 @@
 #include "lib/parallel/fork_ranks.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +13,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "lib/distributed/gloo_communicator.h"
+#include "lib/distributed/loopback_listener.h"
 #include "lib/distributed/rendezvous.h"
 #include "lib/util/status_macros.h"
 
@@ -28,14 +26,9 @@ namespace {
 std::vector<int> ForkRanks(
     int world,
     const std::function<absl::StatusOr<int>(int rank, const DistributedEnv& env)>& body) {
-  const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (listen_fd < 0 || bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listen_fd, 16) != 0 ||
-      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+  int port = 0;
+  const int listen_fd = ListenOnLoopback(&port);
+  if (listen_fd < 0) {
     ADD_FAILURE() << "cannot open a listening socket";
     return {};
   }
@@ -46,7 +39,7 @@ std::vector<int> ForkRanks(
       DistributedEnv env;
       env.rank = rank;
       env.world_size = world;
-      env.master_port = ntohs(addr.sin_port);
+      env.master_port = port;
       if (rank == 0) {
         env.store_listen_fd = listen_fd;
       } else {

@@ -31,6 +31,7 @@
 #include "gtest/gtest.h"
 #include "lib/distributed/comm_trace.h"
 #include "lib/distributed/communicator.h"
+#include "lib/distributed/loopback_listener.h"
 #include "lib/distributed/mesh_communicators.h"
 #include "lib/distributed/parallel_dims.h"
 #include "lib/distributed/rendezvous.h"
@@ -80,14 +81,9 @@ std::string ReadResult(const std::string& test, int rank) {
 std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& body,
                           int started = -1, absl::Duration connect_timeout = absl::Seconds(20),
                           const std::string& failed_connect = "connect") {
-  int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (listen_fd < 0 || bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      listen(listen_fd, 128) != 0 ||
-      getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+  int port = 0;
+  const int listen_fd = ListenOnLoopback(&port);
+  if (listen_fd < 0) {
     ADD_FAILURE() << "cannot open a listening socket";
     return {};
   }
@@ -102,7 +98,7 @@ std::vector<int> RunRanks(int world, absl::Duration deadline, const RankBody& bo
       env.world_size = world;
       env.local_world_size = world;
       env.master_addr = "127.0.0.1";
-      env.master_port = ntohs(addr.sin_port);
+      env.master_port = port;
       env.source = "test";
       RendezvousOptions options;
       options.timeout = connect_timeout;

@@ -6,9 +6,6 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Sleep.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -19,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "lib/distributed/comm_trace.h"
 #include "lib/distributed/gloo_communicator.h"
+#include "lib/distributed/loopback_listener.h"
 #include "lib/distributed/rendezvous.h"
 
 namespace titan {
@@ -27,17 +25,12 @@ namespace {
 using ::testing::HasSubstr;
 
 std::shared_ptr<Rendezvous> ConnectAlone() {
-  const int listen_fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  EXPECT_EQ(bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  EXPECT_EQ(listen(listen_fd, 16), 0);
-  EXPECT_EQ(getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  int port = 0;
+  const int listen_fd = ListenOnLoopback(&port);
+  EXPECT_GE(listen_fd, 0) << "cannot open a listening socket";
   DistributedEnv env;
   env.master_addr = "127.0.0.1";
-  env.master_port = ntohs(addr.sin_port);
+  env.master_port = port;
   env.store_listen_fd = listen_fd;
   RendezvousOptions options;
   options.timeout = absl::Seconds(20);
