@@ -158,8 +158,7 @@ absl::StatusOr<std::vector<std::string>> SelectSplit(const std::string& path,
   return absl::InvalidArgumentError(absl::StrCat(
       path, ": its file and folder names make the splits ", absl::StrJoin(names, ", "),
       " (Hugging Face datasets' naming) but no \"", wanted, "\" split; name its files so (",
-      wanted == "train" ? "train*, training*" : "validation*, valid*, dev*, val*",
-      ") or give the file or folder to read"));
+      SplitNamePatterns(wanted), ") or give the file or folder to read"));
 }
 
 }  // namespace

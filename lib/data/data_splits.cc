@@ -10,6 +10,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "glog/logging.h"
@@ -188,6 +189,16 @@ absl::StatusOr<std::vector<DataSplit>> InferDataSplits(const std::vector<std::st
   return SplitsBy(files, [](absl::string_view file, absl::string_view keyword) {
     return NameHasKeyword(Basename(file), keyword, /*separator_after=*/true);
   });
+}
+
+std::string SplitNamePatterns(absl::string_view split) {
+  for (const SplitKeywords& candidate : DefaultSplits()) {
+    if (candidate.split != split) continue;
+    return absl::StrJoin(candidate.keywords, ", ", [](std::string* out, absl::string_view word) {
+      absl::StrAppend(out, word, "*");
+    });
+  }
+  return "";
 }
 
 }  // namespace titan

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace titan {
 
@@ -22,6 +23,10 @@ struct DataSplit {
 // when no name marks a split (HF then calls every file "train"). A sharded file whose split name
 // HF refuses is refused, naming the file.
 absl::StatusOr<std::vector<DataSplit>> InferDataSplits(const std::vector<std::string>& files);
+
+// The words that name default split `split` (train, validation, test) in file and folder names,
+// as "train*, training*"; "" for another split.
+std::string SplitNamePatterns(absl::string_view split);
 
 }  // namespace titan
 

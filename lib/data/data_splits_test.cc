@@ -105,5 +105,11 @@ TEST(InferDataSplitsTest, RefusesShardSplitNamesHfRefuses) {
   EXPECT_THAT(splits.status().message(), HasSubstr("names no split"));
 }
 
+TEST(SplitNamePatternsTest, NamesHfKeywords) {
+  EXPECT_EQ(SplitNamePatterns("train"), "train*, training*");
+  EXPECT_EQ(SplitNamePatterns("validation"), "validation*, valid*, dev*, val*");
+  EXPECT_EQ(SplitNamePatterns("dev"), "");
+}
+
 }  // namespace
 }  // namespace titan
