@@ -280,7 +280,9 @@ TEST(InspectTest, RefusesPickleWeightsSayingHowToGetSafetensors) {
   const absl::StatusOr<std::vector<std::string>> names = ListDirectory(sharded);
   ASSERT_TRUE(names.ok()) << names.status();
   for (const std::string& name : *names) {
-    if (absl::EndsWith(name, ".safetensors")) ASSERT_TRUE(RemoveTree(sharded + "/" + name).ok());
+    if (absl::EndsWith(name, ".safetensors")) {
+      ASSERT_TRUE(RemoveTree(sharded + "/" + name).ok());
+    }
   }
   InspectOptions verify;
   verify.verify = true;
