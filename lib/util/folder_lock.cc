@@ -64,14 +64,15 @@ std::string HolderPid(const std::string& path) {
 struct HeldLock {
   enum State { kFree, kWriting, kHeld };
   std::atomic<int> state{kFree};
-  char folder[PATH_MAX];  // the deepest folder Acquire made
-  int made = 0;           // how many of `folder` and its parents Acquire made
+  char folder[PATH_MAX];  // the deepest folder Acquire makes
+  int made = 0;           // how many of `folder` and its parents Acquire makes
 };
 constexpr int kMaxHeldLocks = 16;
 HeldLock g_held_locks[kMaxHeldLocks];
 
-// Publishes a lock whose Acquire made `made_folders` (the deepest first); a full table or a path
-// too long leaves it to its destructor alone.
+// Publishes a lock whose Acquire makes `made_folders` (the deepest first), before it makes them: a
+// signal between the mkdir and the lock file finds them. A full table or a path too long leaves it
+// to its destructor alone.
 void Publish(const std::vector<std::string>& made_folders) {
   if (made_folders.empty() || made_folders.front().size() >= PATH_MAX) return;
   for (HeldLock& held : g_held_locks) {
@@ -93,10 +94,11 @@ void Unpublish(const std::string& folder) {
   }
 }
 
-// HoldsOnlyTheLock with system calls alone (a signal handler's).
-bool HoldsOnlyTheLockNow(const char* folder) {
+// HoldsOnlyTheLock with system calls alone (a signal handler's); an empty or missing folder too
+// (the signal came before Acquire made it or its lock file).
+bool HoldsAtMostTheLockNow(const char* folder) {
   const int fd = ::open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return false;
+  if (fd < 0) return errno == ENOENT;
   alignas(struct dirent64) char entries[4096];
   long read = 0;
   bool only_the_lock = true;
@@ -119,15 +121,15 @@ bool HoldsOnlyTheLockNow(const char* folder) {
 void ReleaseHeldLocksAndEnd(int signal) {
   for (int i = kMaxHeldLocks - 1; i >= 0; --i) {
     HeldLock& held = g_held_locks[i];
-    if (held.state != HeldLock::kHeld || !HoldsOnlyTheLockNow(held.folder)) continue;
+    if (held.state != HeldLock::kHeld || !HoldsAtMostTheLockNow(held.folder)) continue;
     char path[PATH_MAX + sizeof(kLockFileName) + 1];
     const size_t length = std::strlen(held.folder);
     std::memcpy(path, held.folder, length);
     path[length] = '/';
     std::memcpy(path + length + 1, kLockFileName, sizeof(kLockFileName));
-    if (::unlink(path) != 0) continue;
-    path[length] = '\0';  // the folder, then each parent Acquire made
-    for (int level = 0; level < held.made && ::rmdir(path) == 0; ++level) {
+    if (::unlink(path) != 0 && errno != ENOENT) continue;
+    path[length] = '\0';  // the folder, then each parent Acquire made (or was about to)
+    for (int level = 0; level < held.made && (::rmdir(path) == 0 || errno == ENOENT); ++level) {
       char* slash = std::strrchr(path, '/');
       if (slash == nullptr) break;
       *slash = '\0';
@@ -149,18 +151,23 @@ absl::Status InUse(const std::string& folder, const std::string& pid, absl::stri
 
 absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::string& folder) {
   std::vector<std::string> made_folders = MissingFolders(folder);
-  TITAN_RETURN_IF_ERROR(MakeFolder(folder));
+  Publish(made_folders);
   const std::string path = absl::StrCat(folder, "/", kLockFileName);
   // A lock file that cannot be made or written (a full disk) leaves no folder this call made.
-  const auto unmake = [&made_folders, &path](absl::Status why) {
+  const auto unpublish = [&made_folders] {
+    if (!made_folders.empty()) Unpublish(made_folders.front());
+  };
+  const auto unmake = [&made_folders, &path, &unpublish](absl::Status why) {
+    unpublish();
     if (!made_folders.empty()) {
       ::unlink(path.c_str());
       for (const std::string& made : made_folders) {
-        if (::rmdir(made.c_str()) != 0) break;
+        if (::rmdir(made.c_str()) != 0 && errno != ENOENT) break;
       }
     }
     return why;
   };
+  if (absl::Status made = MakeFolder(folder); !made.ok()) return unmake(std::move(made));
   // Close-on-exec: a command the run starts (a reward scorer) must not keep the lock.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return unmake(ErrnoError("open", path));
@@ -169,8 +176,9 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
     ::close(fd);
     if (lock_errno != EWOULDBLOCK) {
       errno = lock_errno;
-      return ErrnoError("lock", path);
+      return unmake(ErrnoError("lock", path));
     }
+    unpublish();  // another holder's folders now
     const std::string pid = HolderPid(path);
     // flock refuses a second open file of this process too: that is no other run.
     if (pid == absl::StrCat(::getpid())) {
@@ -185,7 +193,6 @@ absl::StatusOr<std::unique_ptr<FolderLock>> FolderLock::Acquire(const std::strin
     ::close(fd);
     return unmake(std::move(why));
   }
-  Publish(made_folders);
   return std::unique_ptr<FolderLock>(new FolderLock(fd, path, std::move(made_folders)));
 }
 

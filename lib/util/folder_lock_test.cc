@@ -154,6 +154,28 @@ TEST(FolderLockTest, AStopSignalRemovesTheFoldersTheLocksMade) {
   EXPECT_TRUE(std::filesystem::exists(kept + "/.titan.lock"));
 }
 
+// A signal between Acquire's mkdir and its lock file (here: the lock file gone) still removes the
+// folder, and so the folders around it.
+TEST(FolderLockTest, AStopSignalBeforeTheLockFileRemovesTheFolderMade) {
+  const std::string top = TestFolder("stopped_before_lock_file");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    FolderLock::ReleaseOnStopSignals();
+    const auto dump = FolderLock::Acquire(top + "/dump");
+    const auto tb = FolderLock::Acquire(top + "/dump/tb");
+    if (!dump.ok() || !tb.ok() || ::unlink((top + "/dump/tb/.titan.lock").c_str()) != 0) {
+      ::_exit(1);
+    }
+    std::raise(SIGTERM);
+    ::_exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+  EXPECT_FALSE(std::filesystem::exists(top));
+}
+
 // A folder holding more than the lock stays, lock file and all, as when the lock is let go.
 TEST(FolderLockTest, AStopSignalKeepsAFolderThatHoldsMore) {
   const std::string top = TestFolder("stopped_with_files");
