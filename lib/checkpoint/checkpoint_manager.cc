@@ -540,7 +540,8 @@ absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) 
 
 absl::Status CheckpointManager::EnforceKeepLatest() const {
   if (keep_latest_k_ <= 0) return absl::OkStatus();
-  TITAN_ASSIGN_OR_RETURN(const std::vector<int64_t> steps, ListSteps());
+  TITAN_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps());
+  steps.erase(std::remove(steps.begin(), steps.end(), kept_step_), steps.end());
   const size_t keep = static_cast<size_t>(keep_latest_k_);
   for (size_t i = 0; i + keep < steps.size(); ++i) {
     const std::string dir = StepDirectory(steps[i]);

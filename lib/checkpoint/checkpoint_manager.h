@@ -73,6 +73,9 @@ class CheckpointManager {
   // that writing takes `fraction` of the time, leaving the cores to training in between; the save
   // takes about 1 / fraction as long. 1 (the default): no pauses.
   void set_write_duty_cycle(double fraction) { write_duty_cycle_ = fraction; }
+  // A step keep_latest_k neither deletes nor counts (titan_rl's step-0 seed checkpoint: its KL
+  // reference's weights); -1: none.
+  void set_kept_step(int64_t step) { kept_step_ = step; }
   // A save stops after the tensor it is writing once *stop_signal is non-zero (Cancelled, no step
   // written): for a tool whose SIGINT/SIGTERM ends the save, not waits for it. Null: never.
   void set_stop_signal(const std::atomic<int>* stop_signal) { stop_signal_ = stop_signal; }
@@ -157,6 +160,7 @@ class CheckpointManager {
   int keep_latest_k_;
   CheckpointRanks ranks_;
   double write_duty_cycle_ = 1.0;
+  int64_t kept_step_ = -1;
   const std::atomic<int>* stop_signal_ = nullptr;
 };
 

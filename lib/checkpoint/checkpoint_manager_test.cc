@@ -121,6 +121,15 @@ TEST(CheckpointManagerTest, KeepLatestKDeletesOlderSteps) {
   EXPECT_THAT(*keep_all.ListSteps(), ElementsAre(4, 5, 6));
 }
 
+TEST(CheckpointManagerTest, TheKeptStepIsNeitherDeletedNorCounted) {
+  const std::string root = TestRoot();
+  CheckpointManager manager(root, /*keep_latest_k=*/2);
+  manager.set_kept_step(0);
+  for (int step = 0; step <= 4; ++step)
+    ASSERT_TRUE(manager.Save(step, MakeState(step), step == 0).ok());
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(0, 3, 4));
+}
+
 TEST(CheckpointManagerTest, AStepThatCannotBeDeletedIsKeptAndTheSaveSucceeds) {
   // A run id long enough that step-10's deletion name (step-10.tmp-<id>-deleted) passes NAME_MAX
   // while step-2's and the save's own names do not: its rename fails, as for a step on a snapshot

@@ -124,6 +124,8 @@ class RlTrainer {
   absl::Status Init(RlMode mode);
   // The policy's model as `setup` starts it (a resumed step's weights load later).
   absl::StatusOr<ModelBundle> BuildPolicy(const RunSetup& setup);
+  // The weights of the step-0 seed checkpoint the run started from, into reference_.
+  absl::Status LoadSeedCheckpointIntoReference();
 
   TokenIds EncodePrompt(const std::string& prompt) const;
   // OK unless `prompt` encodes to no tokens (empty, no chat template text and no BOS), when the

@@ -43,6 +43,24 @@ absl::StatusOr<ModelBundle> RlTrainer::BuildPolicy(const RunSetup& setup) {
   return BuildModel(config_, info, setup, runtime_);
 }
 
+absl::Status RlTrainer::LoadSeedCheckpointIntoReference() {
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
+                         BuildCheckpointManager(config_, setup_, runtime_));
+  CheckpointedParts parts{&reference_->params,
+                          nullptr,
+                          &reference_->sharded(),
+                          nullptr,
+                          &reference_->info,
+                          reference_->num_params,
+                          absl::StrCat("rl/", rl_.algorithm())};
+  parts.read_only = true;
+  parts.weights_only = true;
+  TITAN_ASSIGN_OR_RETURN(std::unique_ptr<TrainCheckpointer> reader,
+                         TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
+  TrainState unused;
+  return reader->ResumeAt(0, unused);
+}
+
 absl::Status RlTrainer::Init(RlMode mode) {
   const bool training_run = mode == RlMode::kTrain;
   // Runs that add steps to the run's folder: training, and --step_rollouts --save_step.
@@ -64,18 +82,27 @@ absl::Status RlTrainer::Init(RlMode mode) {
     }
   }
   TITAN_ASSIGN_OR_RETURN(tokenizer_, BuildTokenizer(config_));
+  // Generation samples from the policy alone: a reference (a whole copy of the weights) or a
+  // critic there would only take memory.
+  const bool generate = mode == RlMode::kGenerate;
+  const bool needs_reference =
+      !generate &&
+      ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo");
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                          BuildCheckpointManager(config_, setup_, runtime_));
   ResumeChoice resume;
+  // A step-0 seed checkpoint the run started from: its reference's weights at every resume.
+  std::string seed_checkpoint;
   if (manager != nullptr) {
+    if (needs_reference && PathExists(manager->StepDirectory(0))) {
+      seed_checkpoint = manager->StepDirectory(0);
+      manager->set_kept_step(0);
+    }
     TITAN_ASSIGN_OR_RETURN(resume, ChooseStepToResume(config_, runtime_, *manager, !writes_steps));
     TITAN_RETURN_IF_ERROR(AdoptRecordedSeed(config_, resume, setup_));
     setup_.resume_dir = resume.dir;
   }
   TITAN_ASSIGN_OR_RETURN(policy_, BuildPolicy(setup_));
-  // Generation samples from the policy alone: a reference (a whole copy of the weights) or a
-  // critic there would only take memory.
-  const bool generate = mode == RlMode::kGenerate;
   TITAN_ASSIGN_OR_RETURN(
       stop_tokens_,
       StopTokensOf(policy_.info, generate ? NoGenerationEos::kNoStop : NoGenerationEos::kModelEos));
@@ -85,18 +112,21 @@ absl::Status RlTrainer::Init(RlMode mode) {
     LOG(INFO) << "generation stops at ids [" << absl::StrJoin(stop_tokens_.ids, ", ") << "] ("
               << stop_tokens_.source << ")";
   }
-  if (!generate &&
-      ((rl_.kl_coef() > 0 && IsPolicyGradient(rl_.algorithm())) || rl_.algorithm() == "dpo")) {
+  if (needs_reference) {
     // Its parameters keep requires_grad as the policy's, though no optimizer holds them and it
     // only runs under NoGradGuard: with them frozen, LibTorch took other kernels somewhere (the
     // reference's log-probabilities differed from the identical policy's by up to 1e-5).
-    // The run's starting weights (initial_load_path, or the seed's), also when it resumes.
+    // The run's starting weights (a step-0 seed checkpoint's, else initial_load_path's or the
+    // seed's), also when it resumes.
+    constexpr absl::string_view kReference = "the frozen reference (the run's starting weights)";
     RunSetup start = setup_;
-    start.resume_dir.clear();
+    start.resume_dir = seed_checkpoint;
     absl::StatusOr<ModelBundle> reference = BuildPolicy(start);
-    TITAN_RETURN_IF_ERROR(
-        WithContext(reference.status(), "the frozen reference (the run's starting weights)"));
+    TITAN_RETURN_IF_ERROR(WithContext(reference.status(), kReference));
     reference_ = *std::move(reference);
+    if (!seed_checkpoint.empty()) {
+      TITAN_RETURN_IF_ERROR(WithContext(LoadSeedCheckpointIntoReference(), kReference));
+    }
   }
   // Only training scores responses: --step_rollouts' rewards are given, --generate has none.
   if (rl_.reward() == "reward_model" && training_run) {

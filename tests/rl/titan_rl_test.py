@@ -23,6 +23,7 @@ import transformers
 
 TITAN_RL = None
 TITAN_TRAIN = None
+CONVERT = None
 CONFIG = "configs/rl_grpo_sorting.toml"
 
 
@@ -276,6 +277,36 @@ class TitanRlTest(unittest.TestCase):
                 self.assertEqual(x[key], y[key], f"step {x['step']} {key}")  # bitwise
         print(f"seed {drawn[1]} recorded: resumed steps 3-4 equal a run seeded with it "
               f"(kl {[m['kl'] for m in b]})")
+
+    def test_a_run_from_a_seed_checkpoint_keeps_it_as_its_reference(self):
+        # convert_checkpoint's step-0 of the transformers weights is the run's start: the KL
+        # reference reads it too (not the seed's weights), keep_latest_k keeps it, and a resume
+        # reads it again: every step equals a run that loaded those weights with initial_load_path.
+        flags = ["--rl.kl_coef=0.05", "--rl.reward=command",
+                 "--rl.reward_command=awk '{print length($0) % 3}'", "--training.steps=4"]
+        loaded, cmd = self.job("seed_ckpt_reference_loaded", *flags)
+        common.run(cmd)
+        seeded, cmd = self.job("seed_ckpt_reference", *flags, "--checkpoint.enable=true",
+                               "--checkpoint.interval=1", "--checkpoint.keep_latest_k=2",
+                               "--checkpoint.last_save_model_only=false",
+                               "--checkpoint.initial_load_path=",
+                               "--checkpoint.initial_load_in_hf=false")
+        common.run([CONVERT, "--from=hf", "--to=titan", self.hf,
+                    os.path.join(seeded, "checkpoint")])
+        cmd[cmd.index("--training.steps=4")] = "--training.steps=2"
+        common.run(cmd)
+        self.assertEqual(sorted(os.listdir(os.path.join(seeded, "checkpoint"))),
+                         [".titan.lock", "step-0", "step-1", "step-2"])
+        cmd[cmd.index("--training.steps=2")] = "--training.steps=4"
+        common.run(cmd)
+        a, b = common.metrics(loaded), common.metrics(seeded)
+        self.assertEqual([m["step"] for m in a if m["step"] > 0], [1, 2, 3, 4])
+        self.assertEqual([m["step"] for m in b if m["step"] > 0], [1, 2, 3, 4])
+        for x, y in zip(a, b):
+            for key in ("loss", "kl", "reward_mean", "grad_norm"):
+                self.assertEqual(x.get(key), y.get(key), f"step {x['step']} {key}")  # bitwise
+        print(f"from a seed checkpoint: steps 1-4 equal an initial-load run "
+              f"(kl {[m.get('kl') for m in b]})")
 
     def test_ppo_resumes_only_a_step_whose_critic_was_saved(self):
         # PPO saves the critic's step beside the policy's (a trailing '/' on the folder too); a run
@@ -1638,7 +1669,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--titan_rl", required=True)
     parser.add_argument("--titan_train", required=True)
+    parser.add_argument("--convert_checkpoint", required=True)
     args, rest = parser.parse_known_args()
     TITAN_RL = os.path.abspath(args.titan_rl)
     TITAN_TRAIN = os.path.abspath(args.titan_train)
+    CONVERT = os.path.abspath(args.convert_checkpoint)
     unittest.main(argv=[sys.argv[0]] + rest)
