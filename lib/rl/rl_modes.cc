@@ -192,7 +192,7 @@ absl::StatusOr<nlohmann::json> GenerateToFile(RlTrainer& trainer, const JobConfi
   }
   std::vector<std::string> prompts;
   for (size_t i = rank; i < examples.size(); i += world) prompts.push_back(examples[i].prompt);
-  const uint64_t seed = static_cast<uint64_t>(config.training().seed());
+  const uint64_t seed = static_cast<uint64_t>(trainer.seed());
   SamplingOptions options = trainer.SamplingFromConfig(seed, config.rl().temperature() == 0);
   // Each prompt draws from its own generator, seeded by its index in the file: its response does
   // not depend on the other prompts or on --nproc_per_node.

@@ -117,6 +117,8 @@ class RlTrainer {
   }
   // Random, the same on every rank of this run, new each run.
   const std::string& run_id() const { return setup_.run_id; }
+  // [training] seed, or with -1 the seed the resumed step's run drew, else one this run drew.
+  int64_t seed() const { return setup_.seed; }
   Decoder& policy() { return *policy_.model; }
 
  private:

@@ -1104,6 +1104,26 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(outputs["first_3"], outputs["all_1"][:3])
         self.assertGreater(len(set(map(tuple, outputs["all_1"]))), 1)  # sampled, not greedy
 
+    def test_generate_with_seed_minus_one_samples_with_the_seed_it_draws(self):
+        # Without a step to read, seed -1 draws a seed and logs it: the same seed given again
+        # samples the same responses.
+        path = os.path.join(self.root, "drawn_seed_prompts.jsonl")
+        common.write_jsonl(path, [{"prompt": f"Sort: {c} a"} for c in "bcdef"])
+        outputs = {}
+        seed = None
+        for name in ("drawn", "given"):
+            output = os.path.join(self.root, f"generated_{name}_seed.jsonl")
+            _, cmd = self.job(f"generate_{name}_seed", "--generate", f"--output={output}",
+                              f"--rl.prompts_path={path}", "--rl.temperature=1",
+                              "--rl.max_new_tokens=8",
+                              f"--training.seed={seed if seed else -1}")
+            stderr = common.run(cmd).stderr
+            if seed is None:
+                seed = re.search(r"\[training\] seed = -1: drew seed (\d+)", stderr)[1]
+            outputs[name] = [r["response_ids"] for r in common.read_jsonl(output)]
+        self.assertEqual(outputs["given"], outputs["drawn"])
+        self.assertGreater(len(set(map(tuple, outputs["drawn"]))), 1)  # sampled, not greedy
+
     def test_generate_over_two_ranks_keeps_files_named_like_its_parts(self):
         # The old part names, <output>.rank<r>: here the run's own prompts and a user's file.
         folder = os.path.join(self.root, "generated_beside")
