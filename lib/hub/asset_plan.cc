@@ -1,7 +1,5 @@
 #include "lib/hub/asset_plan.h"
 
-#include <fnmatch.h>
-
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
@@ -9,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/hub/repo_glob.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -20,10 +19,22 @@ constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.j
 constexpr const char* kConfigFiles[] = {"config.json", "generation_config.json"};
 constexpr char kSingleSafetensors[] = "model.safetensors";
 
-bool MatchesAny(const std::vector<std::string>& globs, const std::string& path) {
-  return std::any_of(globs.begin(), globs.end(), [&](const std::string& glob) {
-    return fnmatch(glob.c_str(), path.c_str(), 0) == 0;
-  });
+absl::StatusOr<std::vector<RepoGlob>> CompileGlobs(absl::string_view flag,
+                                                   const std::vector<std::string>& globs) {
+  std::vector<RepoGlob> compiled;
+  for (const std::string& glob : globs) {
+    absl::StatusOr<RepoGlob> one = RepoGlob::Compile(glob);
+    if (!one.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", one.status().message()));
+    }
+    compiled.push_back(*std::move(one));
+  }
+  return compiled;
+}
+
+bool MatchesAny(const std::vector<RepoGlob>& globs, const std::string& path) {
+  return std::any_of(globs.begin(), globs.end(),
+                     [&](const RepoGlob& glob) { return glob.Matches(path); });
 }
 
 std::string Listing(const RepoSnapshot& snapshot) {
@@ -132,12 +143,16 @@ absl::StatusOr<std::vector<RemoteFile>> SelectFiles(const RepoSnapshot& snapshot
     }
     if (absl::Status status = add_group("safetensors", shards); !status.ok()) return status;
   }
+  absl::StatusOr<std::vector<RepoGlob>> include = CompileGlobs("include", selection.include);
+  if (!include.ok()) return include.status();
+  absl::StatusOr<std::vector<RepoGlob>> exclude = CompileGlobs("exclude", selection.exclude);
+  if (!exclude.ok()) return exclude.status();
   for (const RemoteFile& file : snapshot.files) {
-    if (selection.all || MatchesAny(selection.include, file.path)) wanted.insert(file.path);
+    if (selection.all || MatchesAny(*include, file.path)) wanted.insert(file.path);
   }
   std::vector<RemoteFile> files;
   for (const RemoteFile& file : snapshot.files) {
-    if (wanted.contains(file.path) && !MatchesAny(selection.exclude, file.path)) {
+    if (wanted.contains(file.path) && !MatchesAny(*exclude, file.path)) {
       files.push_back(file);
     }
   }

@@ -22,8 +22,8 @@ struct AssetSelection {
   bool safetensors = false;  // the shards the index names, and the index
   bool index = false;        // model.safetensors.index.json
   bool all = false;          // every file of the repo
-  std::vector<std::string> include;  // fnmatch(3) globs over repo paths: added
-  std::vector<std::string> exclude;  // fnmatch(3) globs: removed from everything above
+  std::vector<std::string> include;  // RepoGlob globs over repo paths: added
+  std::vector<std::string> exclude;  // RepoGlob globs: removed from everything above
 };
 
 // Parses "tokenizer,config,safetensors,index,all" (any subset) into `selection`.

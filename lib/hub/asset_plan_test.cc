@@ -79,6 +79,21 @@ TEST(SelectFilesTest, IncludeAddsAndExcludeRemoves) {
   EXPECT_THAT(Paths(*files), ElementsAre("config.json", "original/params.json"));
 }
 
+TEST(SelectFilesTest, GlobsAreHubGlobs) {
+  AssetSelection selection = Parse("all");
+  selection.exclude = {"original/", "[^c]*"};
+  absl::StatusOr<std::vector<RemoteFile>> files = SelectFiles(Llama(), selection, "");
+  ASSERT_TRUE(files.ok()) << files.status();
+  EXPECT_THAT(Paths(*files),
+              ElementsAre(".gitattributes", "README.md", "generation_config.json",
+                          "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                          "model.safetensors.index.json", "special_tokens_map.json",
+                          "tokenizer.json", "tokenizer_config.json"));
+  selection.exclude = {"\xff"};
+  EXPECT_THAT(std::string(SelectFiles(Llama(), selection, "").status().message()),
+              HasSubstr("--exclude: glob \""));
+}
+
 TEST(SelectFilesTest, AllTakesEverythingButExcluded) {
   AssetSelection selection = Parse("all");
   selection.exclude = {"original/*", "*.safetensors"};

@@ -244,6 +244,17 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(result.returncode, 0, result.stderr)
         self.assertEqual(self.files_on_disk(), ["README.md", "config.json"])
 
+    def test_a_glob_ending_in_a_slash_takes_the_folder(self):
+        self.serve()
+        result, summary = self.run_tool("--repo_id=org/model", "--include=original/,[^c]*.json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual(sorted(f["path"] for f in summary["files"]),
+                         ["config.json", "original/tokenizer.model"])
+        result, summary = self.run_tool("--repo_id=org/model", "--assets=all",
+                                        "--exclude=*.safetensors,original/,*.json")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertEqual([f["path"] for f in summary["files"]], ["README.md"])
+
     def test_connection_dropped_mid_body_resumes_with_range(self):
         self.serve(drop_every=512 * 1024)
         result, summary = self.run_tool("--repo_id=org/model", "--assets=safetensors")

@@ -30,8 +30,10 @@ DEFINE_string(assets, "",
               "special_tokens_map.json, [original/]tokenizer.model), config (config.json, "
               "generation_config.json), safetensors (the shards named by "
               "model.safetensors.index.json, and the index), index, all (every file).");
-DEFINE_string(include, "", "Comma-separated fnmatch globs of more repo paths to fetch.");
-DEFINE_string(exclude, "", "Comma-separated fnmatch globs of repo paths never to fetch.");
+DEFINE_string(include, "",
+              "Comma-separated globs of more repo paths to fetch, matched as huggingface_hub's "
+              "allow_patterns (Python fnmatch; `*` crosses `/`; `DIR/` is the folder's files).");
+DEFINE_string(exclude, "", "Comma-separated globs of repo paths never to fetch (as --include's).");
 DEFINE_string(local_dir, "assets/hf",
               "Files land in <local_dir>/<NAME>/ (NAME from --repo_id); a relative path is taken "
               "from the directory `bazel run` was started in. One run per folder at a time: a "
