@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "lib/hub/repo_glob.h"
+#include "lib/util/json_file.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {
@@ -73,11 +74,11 @@ bool NeedsIndex(const AssetSelection& selection) {
 
 absl::StatusOr<std::vector<std::string>> ShardsFromIndex(absl::string_view index_json,
                                                          absl::string_view source) {
-  nlohmann::json index = nlohmann::json::parse(index_json.begin(), index_json.end(), nullptr,
-                                               /*allow_exceptions=*/false);
+  absl::StatusOr<nlohmann::json> parsed = ParseJsonText(index_json, std::string(source));
+  if (!parsed.ok()) return absl::DataLossError(parsed.status().message());
+  const nlohmann::json& index = *parsed;
   const auto weight_map = index.is_object() ? index.find("weight_map") : index.end();
-  if (index.is_discarded() || !index.is_object() || weight_map == index.end() ||
-      !weight_map->is_object()) {
+  if (!index.is_object() || weight_map == index.end() || !weight_map->is_object()) {
     return absl::DataLossError(
         absl::StrCat(source, ": expected a JSON object with a \"weight_map\" object"));
   }

@@ -126,6 +126,11 @@ TEST(SelectFilesTest, ErrorsNameWhatIsMissing) {
 TEST(ShardsFromIndexTest, RefusesBadIndexes) {
   EXPECT_THAT(std::string(ShardsFromIndex("{}", "idx.json").status().message()),
               HasSubstr("idx.json: expected a JSON object with a \"weight_map\""));
+  EXPECT_THAT(
+      std::string(ShardsFromIndex("{\"weight_map\": {", "idx.json").status().message()),
+      HasSubstr(
+          "idx.json: invalid JSON: [json.exception.parse_error.101] parse error at "
+          "line 1, column 17: syntax error while parsing object key - unexpected end of input"));
   EXPECT_EQ(ShardsFromIndex(R"({"weight_map": {"a": "../evil"}})", "idx.json").status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(std::string(ShardsFromIndex(R"({"weight_map": {"a": 3}})", "i").status().message()),

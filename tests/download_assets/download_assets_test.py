@@ -57,6 +57,9 @@ def build_repos(root):
     write(os.path.join(clash, ".cache/download_assets/config.json.meta.json"), b'{"size": 1}')
     # Another repo named "model": by default both land in <local_dir>/model.
     write(os.path.join(root, "other", "model", "config.json"), b'{"dim": 32}')
+    write(os.path.join(root, "org", "bad_index", "model.safetensors.index.json"),
+          b'{"weight_map": {"a.weight": "model-00001-of-00001.safetensors",')
+    write(os.path.join(root, "org", "bad_index", "model-00001-of-00001.safetensors"), b"\0" * 16)
     dot_cache = os.path.join(root, "org", "dot_cache")
     write(os.path.join(dot_cache, "config.json"), b'{"dim": 8}')
     write(os.path.join(dot_cache, ".cache"), b"a file where the state folder goes\n")
@@ -586,6 +589,14 @@ class DownloadAssetsTest(unittest.TestCase):
                                         "http://", f"http://alice:{secret}@")})
         self.assertIn("http://***@127.0.0.1:", not_json.stderr)
         self.assertNotIn(secret, not_json.stderr + not_json.stdout)
+
+    def test_an_index_that_is_not_json_says_so_with_the_parsers_position(self):
+        self.serve()
+        result, _ = self.run_tool("--repo_id=org/bad_index", "--assets=safetensors")
+        self.assertEqual(result.returncode, 1, result.stderr)
+        self.assertIn("model.safetensors.index.json: invalid JSON: "
+                      "[json.exception.parse_error.101] parse error at line 1, column 64: "
+                      "syntax error", result.stderr)
 
     def test_listing_that_is_not_json_names_the_url_and_is_not_kept(self):
         self.serve(listing_body="<html>maintenance</html>")
