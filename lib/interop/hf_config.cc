@@ -216,8 +216,11 @@ absl::Status ReadRope(const json& config, int64_t max_positions, const std::stri
   TITAN_RETURN_IF_ERROR(ReadNotNull(config, "original_max_position_embeddings", source,
                                     rope.original_max_position_embeddings));
   if (rope.original_max_position_embeddings <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": original_max_position_embeddings must be positive"));
+    // Named where it was read: the top level overrides the dict's.
+    const auto top = config.find("original_max_position_embeddings");
+    const bool top_level = top != config.end() && !top->is_null();
+    return absl::InvalidArgumentError(absl::StrCat(
+        top_level ? source : where, ": original_max_position_embeddings must be positive"));
   }
   if (type == "llama3") {
     rope.scaling = RopeScalingType::kLlama3;

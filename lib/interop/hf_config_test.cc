@@ -242,6 +242,9 @@ TEST(HfConfigTest, ATopLevelOriginalMaxPositionEmbeddingsOverridesScaledRopes) {
   EXPECT_EQ(back->args.rope.original_max_position_embeddings, 32);
   EXPECT_EQ(HfConfig(*back, "float32").at("rope_scaling").at("original_max_position_embeddings"),
             32);
+  // A bad value is named where it was read.
+  config["original_max_position_embeddings"] = 0;
+  EXPECT_EQ(Error(config), "c.json: original_max_position_embeddings must be positive");
   config["original_max_position_embeddings"] = nullptr;
   EXPECT_EQ(Error(config), "c.json: original_max_position_embeddings is null; expected a number");
   // Unscaled RoPE has no use for it.
