@@ -31,8 +31,10 @@ constexpr char kHfConfigFile[] = "config.json";
 constexpr char kHfGenerationConfigFile[] = "generation_config.json";
 constexpr char kHfSingleFile[] = "model.safetensors";
 constexpr char kHfIndexFile[] = "model.safetensors.index.json";
-// transformers' weights before safetensors: pickles, single or sharded.
-constexpr const char* kHfPickleFiles[] = {"pytorch_model.bin", "pytorch_model.bin.index.json"};
+// transformers' weights before safetensors (pickles): pytorch_model.bin, or shards
+// pytorch_model-0000i-of-0000n.bin and their index.
+constexpr char kHfPickleStem[] = "pytorch_model";
+constexpr char kHfPickleIndexFile[] = "pytorch_model.bin.index.json";
 constexpr char kMetaParamsFile[] = "params.json";
 constexpr char kMetaWeightsFile[] = "consolidated.00.pth";
 
@@ -237,11 +239,19 @@ class TitanReader : public CheckpointReader {
   absl::flat_hash_map<std::string, const CheckpointStep::Tensor*> by_name_;
 };
 
+bool IsPickleWeightsFile(absl::string_view name) {
+  return name == kHfPickleIndexFile ||
+         (absl::StartsWith(name, kHfPickleStem) && absl::EndsWith(name, ".bin"));
+}
+
 // Refuses an HF folder whose weights are PyTorch pickles (transformers' format before
 // safetensors) with what to do, rather than as a folder missing model.safetensors.
 absl::Status RefusePickleWeights(const std::string& path) {
-  for (const char* name : kHfPickleFiles) {
-    if (PathExists(absl::StrCat(path, "/", name))) {
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(path);
+  if (!names.ok()) return absl::OkStatus();  // Reading the weights names the problem.
+  std::sort(names->begin(), names->end());   // The same file named whatever the listing's order.
+  for (const std::string& name : *names) {
+    if (IsPickleWeightsFile(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
           path, ": holds PyTorch .bin (pickle) weights (", name, ") and no ", kHfSingleFile, " or ",
           kHfIndexFile, "; titan reads safetensors only: save the model with ",

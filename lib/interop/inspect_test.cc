@@ -9,11 +9,15 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/checkpoint_manager.h"
@@ -263,25 +267,42 @@ TEST(InspectTest, NamesTheModelOfAnHfFolderWithADamagedFile) {
   EXPECT_THAT(other->model_unknown_reason, HasSubstr("checkpoint tensors do not match"));
 }
 
-// An HF folder with PyTorch pickle weights only, single or sharded, is refused as such by both
-// tools, detected or named hf, rather than as a folder missing model.safetensors.
+// An HF folder with PyTorch pickle weights only, single or sharded (with or without the shards'
+// index), is refused as such by both tools, detected or named hf, rather than as a folder missing
+// model.safetensors.
 TEST(InspectTest, RefusesPickleWeightsSayingHowToGetSafetensors) {
   const std::string titan = TestDir("pickle_titan"), single = TestDir("pickle_single"),
-                    sharded = TestDir("pickle_sharded");
+                    sharded = TestDir("pickle_sharded"), shards = TestDir("pickle_shards"),
+                    indexed = TestDir("pickle_indexed");
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(7), true).ok());
   ConvertOptions options;
   ASSERT_TRUE(ConvertCheckpoint(titan, single, options).ok());
   options.max_shard_bytes = 40000;  // Two shards of the 68 kB.
-  ASSERT_TRUE(ConvertCheckpoint(titan, sharded, options).ok());
+  for (const std::string& folder : {sharded, shards, indexed}) {
+    ASSERT_TRUE(ConvertCheckpoint(titan, folder, options).ok());
+  }
   ASSERT_TRUE(RenamePath(single + "/model.safetensors", single + "/pytorch_model.bin").ok());
-  ASSERT_TRUE(RenamePath(sharded + "/model.safetensors.index.json",
-                         sharded + "/pytorch_model.bin.index.json")
-                  .ok());
-  const absl::StatusOr<std::vector<std::string>> names = ListDirectory(sharded);
-  ASSERT_TRUE(names.ok()) << names.status();
-  for (const std::string& name : *names) {
-    if (absl::EndsWith(name, ".safetensors")) {
-      ASSERT_TRUE(RemoveTree(sharded + "/" + name).ok());
+  // Each safetensors file becomes its pickle name (sharded: the index only, shards: the shards
+  // only, indexed: both).
+  for (const auto& [folder, keep_shards, keep_index] :
+       {std::tuple(sharded, false, true), std::tuple(shards, true, false),
+        std::tuple(indexed, true, true)}) {
+    const absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
+    ASSERT_TRUE(names.ok()) << names.status();
+    for (const std::string& name : *names) {
+      const std::string path = folder + "/" + name;
+      absl::string_view shard_number = name;  // "-0000i-of-0000n" of model-0000i-of-0000n.
+      if (name == "model.safetensors.index.json") {
+        ASSERT_TRUE((keep_index ? RenamePath(path, folder + "/pytorch_model.bin.index.json")
+                                : RemoveTree(path))
+                        .ok());
+      } else if (absl::ConsumePrefix(&shard_number, "model-") &&
+                 absl::ConsumeSuffix(&shard_number, ".safetensors")) {
+        ASSERT_TRUE((keep_shards ? RenamePath(path, absl::StrCat(folder, "/pytorch_model-",
+                                                                 shard_number, ".bin"))
+                                 : RemoveTree(path))
+                        .ok());
+      }
     }
   }
   InspectOptions verify;
@@ -290,7 +311,9 @@ TEST(InspectTest, RefusesPickleWeightsSayingHowToGetSafetensors) {
   from_hf.from = CheckpointFormat::kHf;
   for (const auto& [folder, file] :
        {std::pair(single, std::string("pytorch_model.bin")),
-        std::pair(sharded, std::string("pytorch_model.bin.index.json"))}) {
+        std::pair(sharded, std::string("pytorch_model.bin.index.json")),
+        std::pair(shards, std::string("pytorch_model-00001-of-00002.bin")),
+        std::pair(indexed, std::string("pytorch_model-00001-of-00002.bin"))}) {
     const std::string expected =
         folder + ": holds PyTorch .bin (pickle) weights (" + file +
         ") and no model.safetensors or model.safetensors.index.json; titan reads safetensors "
