@@ -106,6 +106,10 @@ write("hf_index", "valid-two_shards.json", json.dumps(index, indent=2))
 write("hf_index", "invalid-no_weight_map.json", json.dumps({"metadata": {}}))
 write("hf_index", "invalid-file_in_other_directory.json",
       json.dumps({"weight_map": {"a": "../secrets.safetensors"}}))
+write("hf_index", "invalid-absolute_file.json",
+      json.dumps({"weight_map": {"a": "/etc/model.safetensors"}}))
+write("hf_index", "valid-shard_in_subfolder.json",
+      json.dumps({"weight_map": {"a": "sub/model-00001-of-00001.safetensors"}}))
 write("hf_index", "invalid-file_not_string.json", json.dumps({"weight_map": {"a": 7}}))
 write("hf_index", "invalid-truncated.json", json.dumps(index)[:50])
 

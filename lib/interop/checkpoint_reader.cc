@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/checkpoint_step.h"
@@ -102,12 +103,13 @@ class SafetensorsReader : public CheckpointReader {
     return absl::OkStatus();
   }
 
-  // Opens `path`, appending its tensors; a name already seen is a problem (the first file keeps
-  // it).
-  absl::Status AddFile(const std::string& path) {
+  // Opens `file_name` (relative to the directory), appending its tensors; a name already seen is
+  // a problem (the first file keeps it).
+  absl::Status AddFile(const std::string& file_name) {
+    const std::string path = absl::StrCat(directory_, "/", file_name);
     absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
     if (!file.ok()) {
-      damaged_files_.insert(Basename(path));
+      damaged_files_.insert(file_name);
       return Found(file.status(), damaged_);
     }
     for (const SafetensorsEntry& entry : file->entries()) {
@@ -120,7 +122,7 @@ class SafetensorsReader : public CheckpointReader {
         continue;
       }
       tensors_.push_back({entry.name, entry.dtype, entry.scalar_type, entry.shape,
-                          entry.end - entry.begin, Basename(path)});
+                          entry.end - entry.begin, file_name});
     }
     files_.push_back(*std::move(file));
     return absl::OkStatus();
@@ -156,7 +158,7 @@ class SafetensorsReader : public CheckpointReader {
   bool keep_problems_ = false;
   std::vector<std::string> damaged_;                // Files that could not be opened.
   std::vector<std::string> index_problems_;         // Disagreements of the index and the files.
-  absl::flat_hash_set<std::string> damaged_files_;  // Base names.
+  absl::flat_hash_set<std::string> damaged_files_;  // Relative to the directory.
   absl::flat_hash_set<std::string> duplicated_;     // Tensors in more than one file.
 };
 
@@ -239,6 +241,16 @@ class TitanReader : public CheckpointReader {
   absl::flat_hash_map<std::string, const CheckpointStep::Tensor*> by_name_;
 };
 
+// Whether an index's shard path names a file outside the index's folder: transformers joins the
+// folder and the path as given, so only an absolute path or a ".." component leaves it.
+bool LeavesFolder(absl::string_view path) {
+  if (absl::StartsWith(path, "/")) return true;
+  for (absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == "..") return true;
+  }
+  return false;
+}
+
 bool IsPickleWeightsFile(absl::string_view name) {
   return name == kHfPickleIndexFile ||
          (absl::StartsWith(name, kHfPickleStem) && absl::EndsWith(name, ".bin"));
@@ -278,7 +290,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(cons
       LOG(WARNING) << path << ": reading " << kHfSingleFile << " as transformers does; "
                    << kHfIndexFile << " and its shards are ignored";
     }
-    TITAN_RETURN_IF_ERROR(reader->AddFile(single_path));
+    TITAN_RETURN_IF_ERROR(reader->AddFile(kHfSingleFile));
     return std::unique_ptr<CheckpointReader>(std::move(reader));
   }
   TITAN_ASSIGN_OR_RETURN(std::string index_text, ReadFile(index_path));
@@ -290,7 +302,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(cons
   std::set<std::string> shards;
   for (const auto& [name, file] : index->weight_map) shards.insert(file);
   for (const std::string& shard : shards) {
-    TITAN_RETURN_IF_ERROR(reader->AddFile(absl::StrCat(path, "/", shard)));
+    TITAN_RETURN_IF_ERROR(reader->AddFile(shard));
   }
   TITAN_RETURN_IF_ERROR(reader->CheckIndex(index->weight_map, index_path));
   reader->expected_total_size_ = index->total_size;
@@ -325,12 +337,17 @@ absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& 
   }
   HfIndex parsed;
   for (const auto& [name, file] : index.at("weight_map").items()) {
-    if (!file.is_string() || file.get<std::string>().empty() ||
-        absl::StrContains(file.get<std::string>(), "/")) {
-      return absl::DataLossError(absl::StrCat(source, ": weight_map[\"", name,
-                                              "\"]: expected a file name in this directory"));
+    if (!file.is_string() || file.get<std::string>().empty()) {
+      return absl::DataLossError(
+          absl::StrCat(source, ": weight_map[\"", name, "\"]: expected a file name"));
     }
-    parsed.weight_map[name] = file.get<std::string>();
+    const std::string& path = file.get_ref<const std::string&>();
+    if (LeavesFolder(path)) {
+      return absl::DataLossError(
+          absl::StrCat(source, ": weight_map[\"", name, "\"]: \"", path,
+                       "\" is outside the checkpoint folder (expected a path inside it)"));
+    }
+    parsed.weight_map[name] = path;
   }
   const auto metadata = index.find("metadata");
   if (metadata != index.end() && metadata->is_object()) {

@@ -41,7 +41,7 @@ struct TensorInfo {
   at::ScalarType scalar_type = at::kFloat;
   std::vector<int64_t> shape;
   uint64_t bytes = 0;
-  std::string file;  // Base name of the file holding it; "" when several pieces do.
+  std::string file;  // The file holding it, relative to directory(); "" when several pieces do.
   // titan, saved over ranks: the file of each piece that holds part of it, when there are several.
   std::vector<std::string> piece_files;
 };
@@ -104,10 +104,11 @@ class CheckpointReader {
   std::vector<TensorInfo> tensors_;
 };
 
-// model.safetensors.index.json: which shard file in the same directory holds each tensor, and
+// model.safetensors.index.json: which shard file holds each tensor (a path relative to the
+// index's folder, perhaps in a subfolder; one leaving the folder is refused), and
 // metadata.total_size when present. `source` (the path) prefixes errors.
 struct HfIndex {
-  std::map<std::string, std::string> weight_map;  // tensor name -> shard file name
+  std::map<std::string, std::string> weight_map;  // tensor name -> shard file path
   std::optional<uint64_t> total_size;
 };
 absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source);

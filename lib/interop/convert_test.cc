@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/folder_lock.h"
+#include "lib/util/json_file.h"
 #include "lib/util/warning_collector.h"
 
 namespace titan {
@@ -192,6 +194,52 @@ TEST(ConvertTest, HfSingleFileWinsOverAnIndexAsInTransformers) {
   EXPECT_TRUE((*reader)->Verify().empty());
   for (const TensorInfo& tensor : (*reader)->tensors()) EXPECT_EQ(tensor.file, "model.safetensors");
   EXPECT_TRUE((*reader)->Get("model.norm.weight")->equal(Named(state.model, "norm.weight")));
+}
+
+// An index may name shards in a subfolder, as transformers joins the folder and the name; a
+// name leaving the folder is refused, naming the index and the entry.
+TEST(ConvertTest, HfIndexNamesShardsInsideTheFolderOnly) {
+  const std::string titan = TestDir("titan"), hf = TestDir("hf"), back = TestDir("back");
+  const NamedTensors weights = SaveTitan(titan, 1, SmallModel(), /*describe=*/true);
+  ConvertOptions sharded;
+  sharded.max_shard_bytes = 8000;
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, sharded).ok());
+  const std::string index_path = hf + "/model.safetensors.index.json";
+  absl::StatusOr<json> index = ReadJsonFile(index_path);
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_TRUE(MakeDirectories(hf + "/sub").ok());
+  std::set<std::string> shards;
+  for (auto& [name, file] : index->at("weight_map").items()) {
+    shards.insert(file.get<std::string>());
+    file = "sub/" + file.get<std::string>();
+  }
+  ASSERT_GT(shards.size(), 1);
+  for (const std::string& shard : shards) {
+    ASSERT_TRUE(RenamePath(hf + "/" + shard, hf + "/sub/" + shard).ok());
+  }
+  ASSERT_TRUE(WriteFileAtomically(index_path, index->dump()).ok());
+
+  absl::StatusOr<std::unique_ptr<CheckpointReader>> reader = CheckpointReader::Open(hf);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  EXPECT_TRUE((*reader)->Verify().empty());
+  for (const TensorInfo& tensor : (*reader)->tensors()) {
+    EXPECT_EQ(tensor.file, index->at("weight_map").at(tensor.name)) << tensor.name;
+  }
+  ConvertOptions to_titan;
+  to_titan.to = CheckpointFormat::kTitan;
+  ASSERT_TRUE(ConvertCheckpoint(hf, back, to_titan).ok());
+  ExpectBitwiseEqual(CheckpointManager(back, 0).Load(0)->model, weights);
+
+  const std::string shard = *shards.begin();
+  for (const std::string& outside :
+       {"../hf/sub/" + shard, "sub/../../hf/sub/" + shard, hf + "/sub/" + shard}) {
+    json escaping = *index;
+    escaping["weight_map"]["model.norm.weight"] = outside;
+    ASSERT_TRUE(WriteFileAtomically(index_path, escaping.dump()).ok());
+    EXPECT_EQ(CheckpointReader::Open(hf).status().message(),
+              index_path + ": weight_map[\"model.norm.weight\"]: \"" + outside +
+                  "\" is outside the checkpoint folder (expected a path inside it)");
+  }
 }
 
 // Qwen3 keeps its rotate-half q/k as they are, and its q/k norms travel under HF's names.
