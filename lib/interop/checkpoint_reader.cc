@@ -380,7 +380,8 @@ absl::StatusOr<CheckpointFormat> ParseCheckpointFormat(absl::string_view name) {
       absl::StrCat("checkpoint format \"", name, "\", expected titan, hf or meta"));
 }
 
-absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path) {
+absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path,
+                                                        absl::string_view read_meta_hint) {
   if (!PathExists(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
   }
@@ -393,8 +394,12 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path)
         PathExists(absl::StrCat(path, "/", kMetaWeightsFile))) {
       LOG(WARNING) << path << ": holds both a Hugging Face checkpoint (" << kHfConfigFile
                    << ") and a Meta one (" << kMetaParamsFile << ", " << kMetaWeightsFile
-                   << "); reading the Hugging Face one (convert_checkpoint --from=meta reads the "
-                   << "Meta one)";
+                   << "); reading the Hugging Face one ("
+                   << (read_meta_hint.empty()
+                           ? absl::StrCat("to read the Meta one, move ", kMetaParamsFile, " and ",
+                                          kMetaWeightsFile, " to a folder without ", kHfConfigFile)
+                           : std::string(read_meta_hint))
+                   << ")";
     }
     return CheckpointFormat::kHf;
   }

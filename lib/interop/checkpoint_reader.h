@@ -32,8 +32,10 @@ enum class CheckpointFormat { kTitan, kHf, kMeta };
 std::string CheckpointFormatName(CheckpointFormat format);
 absl::StatusOr<CheckpointFormat> ParseCheckpointFormat(absl::string_view name);
 // From the files present: manifest.json or step-N/ (titan), config.json (hf), params.json (meta).
-// config.json beside Meta's params.json and consolidated.00.pth is hf, with a warning.
-absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path);
+// config.json beside Meta's params.json and consolidated.00.pth is hf, with a warning ending in
+// `read_meta_hint`, how the caller's user reads the Meta one instead (empty: a hint for any tool).
+absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path,
+                                                        absl::string_view read_meta_hint = "");
 
 struct TensorInfo {
   std::string name;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -551,8 +552,12 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
     return absl::InvalidArgumentError(
         absl::StrCat("--step: ", *options.step, ", expected a step >= 0"));
   }
+  std::optional<CheckpointFormat> from = options.from;
+  if (!from) {
+    TITAN_ASSIGN_OR_RETURN(from, DetectCheckpointFormat(input, "--from=meta reads the Meta one"));
+  }
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointReader> reader,
-                         CheckpointReader::Open(input, options.from));
+                         CheckpointReader::Open(input, from));
   TITAN_ASSIGN_OR_RETURN(ModelInfo info,
                          DescribeCheckpoint(*reader, options.model, options.flavor));
   json meta_params;

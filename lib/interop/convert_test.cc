@@ -387,8 +387,9 @@ TEST(ConvertTest, MetaCheckpointsAreLlama3s) {
             meta + ": a Meta checkpoint, and qwen3 has no Meta format");
 }
 
-// A folder holding both an HF and a Meta checkpoint is read as HF, with a warning naming both; the
-// Meta one is read when named.
+// A folder holding both an HF and a Meta checkpoint is read as HF, with a warning naming both and
+// how to read the Meta one: --from=meta in a conversion, its own folder for the tools without that
+// flag (checkpoint_inspect, titan_train); the Meta one is read when named.
 TEST(ConvertTest, AFolderWithHfAndMetaFilesIsReadAsHfWithAWarning) {
   const std::string titan = TestDir("titan"), both = TestDir("both"), meta = TestDir("meta");
   SaveTitan(titan, 2, SmallMetaModel(), /*describe=*/true);
@@ -410,7 +411,17 @@ TEST(ConvertTest, AFolderWithHfAndMetaFilesIsReadAsHfWithAWarning) {
         collector.warnings(),
         ElementsAre(both + ": holds both a Hugging Face checkpoint (config.json) and a Meta one "
                            "(params.json, consolidated.00.pth); reading the Hugging Face one "
-                           "(convert_checkpoint --from=meta reads the Meta one)"));
+                           "(to read the Meta one, move params.json and consolidated.00.pth to a "
+                           "folder without config.json)"));
+  }
+  {
+    WarningCollector collector;
+    ASSERT_TRUE(ConvertCheckpoint(both, TestDir("from_both"), {}).ok());
+    EXPECT_THAT(
+        collector.warnings(),
+        ElementsAre(both + ": holds both a Hugging Face checkpoint (config.json) and a Meta one "
+                           "(params.json, consolidated.00.pth); reading the Hugging Face one "
+                           "(--from=meta reads the Meta one)"));
   }
   WarningCollector collector;
   absl::StatusOr<std::unique_ptr<CheckpointReader>> reader =
