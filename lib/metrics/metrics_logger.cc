@@ -47,19 +47,23 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> OpenTensorBoard(const std::st
 }
 
 // The step's scalars under their metrics.jsonl keys or torchtitan's TensorBoard tags; an
-// evaluation-only row has no update's.
+// evaluation-only row has no update's, a step without an optimizer step none that measure one.
 std::vector<std::pair<std::string, double>> Scalars(const StepMetrics& metrics,
                                                     bool tensorboard_tags) {
   std::vector<std::pair<std::string, double>> scalars;
   if (!metrics.evaluation_only) {
-    scalars.insert(scalars.end(),
-                   {{tensorboard_tags ? "loss_metrics/global_avg_loss" : "loss", metrics.loss},
-                    {"grad_norm", metrics.grad_norm},
-                    {"lr", metrics.lr},
-                    {tensorboard_tags ? "throughput(tps)" : "tps", metrics.tps},
-                    {"tflops", metrics.tflops}});
-    if (metrics.mfu.has_value()) {
-      scalars.emplace_back(tensorboard_tags ? "mfu(%)" : "mfu", *metrics.mfu);
+    if (metrics.updated) {
+      scalars.insert(scalars.end(),
+                     {{tensorboard_tags ? "loss_metrics/global_avg_loss" : "loss", metrics.loss},
+                      {"grad_norm", metrics.grad_norm}});
+    }
+    scalars.emplace_back("lr", metrics.lr);
+    if (metrics.updated) {
+      scalars.insert(scalars.end(), {{tensorboard_tags ? "throughput(tps)" : "tps", metrics.tps},
+                                     {"tflops", metrics.tflops}});
+      if (metrics.mfu.has_value()) {
+        scalars.emplace_back(tensorboard_tags ? "mfu(%)" : "mfu", *metrics.mfu);
+      }
     }
     scalars.emplace_back(tensorboard_tags ? "memory/max_reserved(GiB)" : "memory_gib",
                          metrics.memory_gib);
@@ -76,17 +80,21 @@ std::vector<std::pair<std::string, double>> Scalars(const StepMetrics& metrics,
 
 std::string FormatStepLine(const StepMetrics& metrics, bool color) {
   const auto paint = [color](const char* ansi) { return color ? ansi : ""; };
-  std::string line =
-      metrics.evaluation_only
-          ? absl::StrFormat("%sstep: %2d", paint(kRed), metrics.step)
-          : absl::StrFormat(
-                "%sstep: %2d  %sloss: %7.4f  %sgrad_norm: %7.4f  %slr: %.1e  %smemory: %5.2fGiB  "
-                "%stps: %s  %stflops: %.2f",
-                paint(kRed), metrics.step, paint(kGreen), metrics.loss, paint(kYellow),
-                metrics.grad_norm, paint(kCyan), metrics.lr, paint(kTurquoise), metrics.memory_gib,
-                paint(kBlue), WithThousandsSeparators(metrics.tps), paint(kCyan), metrics.tflops);
-  if (!metrics.evaluation_only && metrics.mfu.has_value()) {
-    absl::StrAppendFormat(&line, "  %smfu: %.2f%%", paint(kMagenta), *metrics.mfu);
+  std::string line = absl::StrFormat("%sstep: %2d", paint(kRed), metrics.step);
+  if (!metrics.evaluation_only) {
+    if (metrics.updated) {
+      absl::StrAppendFormat(&line, "  %sloss: %7.4f  %sgrad_norm: %7.4f", paint(kGreen),
+                            metrics.loss, paint(kYellow), metrics.grad_norm);
+    }
+    absl::StrAppendFormat(&line, "  %slr: %.1e  %smemory: %5.2fGiB", paint(kCyan), metrics.lr,
+                          paint(kTurquoise), metrics.memory_gib);
+    if (metrics.updated) {
+      absl::StrAppendFormat(&line, "  %stps: %s  %stflops: %.2f", paint(kBlue),
+                            WithThousandsSeparators(metrics.tps), paint(kCyan), metrics.tflops);
+      if (metrics.mfu.has_value()) {
+        absl::StrAppendFormat(&line, "  %smfu: %.2f%%", paint(kMagenta), *metrics.mfu);
+      }
+    }
   }
   if (metrics.validation_loss.has_value()) {
     absl::StrAppendFormat(&line, "  %svalidation_loss: %7.4f", paint(kGreen),

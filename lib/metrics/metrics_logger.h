@@ -32,6 +32,9 @@ struct StepMetrics {
   std::vector<std::pair<std::string, double>> extra;
   // A row of evaluations before any update (RL's step 0): loss through memory_gib are left out.
   bool evaluation_only = false;
+  // False for a step without an optimizer step (RL's dynamic sampling dropped every group): loss,
+  // grad_norm, tps, tflops and mfu, which measure the update, are left out (a 0 would read as one).
+  bool updated = true;
 };
 
 struct MetricsLoggerOptions {
@@ -47,7 +50,8 @@ struct MetricsLoggerOptions {
 
 // The log line for one step, e.g.
 // "step: 12  loss:  5.1234  grad_norm:  1.2345  lr: 8.0e-04  memory:  0.52GiB  tps: 12,345
-// tflops: 0.12  mfu: 0.05%", with ANSI colors when `color` (no mfu where it is unknown).
+// tflops: 0.12  mfu: 0.05%", with ANSI colors when `color` (no mfu where it is unknown, none of
+// the update's metrics for a step without one).
 std::string FormatStepLine(const StepMetrics& metrics, bool color);
 
 // Reports each logged step three ways: a glog INFO line, one JSON object per line in

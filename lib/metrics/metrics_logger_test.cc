@@ -325,6 +325,31 @@ TEST(MetricsLoggerTest, AnEvaluationOnlyRowHasNoUpdatesMetrics) {
   EXPECT_EQ(events[2].summary().value(0).tag(), "eval_reward");
 }
 
+// RL's step whose every group dynamic sampling dropped: no optimizer step measured a loss, a
+// gradient or the update's throughput, so none is logged (its lr and memory were).
+TEST(MetricsLoggerTest, AStepWithoutAnUpdateHasNoUpdatesMetrics) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir("not_updated");
+  options.tensorboard_folder = TestDir("not_updated/tb");
+  options.start.run_id = "r1";
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  StepMetrics metrics = ExampleStep();
+  metrics.updated = false;
+  metrics.extra = {{"optimizer_steps", 0}};
+  ASSERT_TRUE((*logger)->Log(metrics).ok());
+  EXPECT_EQ(FormatStepLine(metrics, /*color=*/false),
+            "step: 12  lr: 8.0e-04  memory:  0.52GiB  optimizer_steps: 0");
+  const std::vector<nlohmann::json> lines = ReadJsonLines((*logger)->jsonl_path());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0].dump(), R"({"lr":0.0008,"memory_gib":0.52,"optimizer_steps":0.0,"step":12})");
+  std::vector<std::string> tags;
+  for (const tensorboard::Event& event : TheEventFile(options.tensorboard_folder)) {
+    if (event.has_summary()) tags.push_back(event.summary().value(0).tag());
+  }
+  EXPECT_EQ(tags, (std::vector<std::string>{"lr", "memory/max_reserved(GiB)", "optimizer_steps"}));
+}
+
 TEST(MetricsLoggerTest, ALoggerThatLogsNothingLeavesNoFile) {
   // A run killed before its first logged step leaves no empty metrics.jsonl behind.
   MetricsLoggerOptions options;

@@ -343,14 +343,16 @@ absl::StatusOr<nlohmann::json> StepOnRolloutsFile(RlTrainer& trainer, const JobC
     TITAN_RETURN_IF_ERROR(MakeDumpFolder(config));
     TITAN_RETURN_IF_ERROR(trainer.SavePolicyWeights(weights));
   }
-  // mfu is null where the device's peak is unknown (a CPU).
-  nlohmann::json summary = {
-      {"loss", metrics->loss},
-      {"grad_norm", metrics->grad_norm},
-      {"tps", metrics->tps},
-      {"tflops", metrics->tflops},
-      {"mfu", metrics->mfu.has_value() ? nlohmann::json(*metrics->mfu) : nlohmann::json()},
-      {"weights", weights}};
+  // mfu is null where the device's peak is unknown (a CPU); the update's metrics are left out of
+  // a step without an optimizer step, as in metrics.jsonl.
+  nlohmann::json summary = {{"weights", weights}};
+  if (metrics->updated) {
+    summary["loss"] = metrics->loss;
+    summary["grad_norm"] = metrics->grad_norm;
+    summary["tps"] = metrics->tps;
+    summary["tflops"] = metrics->tflops;
+    summary["mfu"] = metrics->mfu.has_value() ? nlohmann::json(*metrics->mfu) : nlohmann::json();
+  }
   if (save_as_next_step) summary["step"] = trainer.state().step;
   for (const auto& [name, value] : metrics->extra) summary[name] = value;
   return summary;

@@ -586,11 +586,14 @@ absl::Status RlTrainer::Train() {
           ReduceOverDp(at::scalar_tensor(static_cast<double>(generated), at::kDouble),
                        ReduceOp::kSum));
       m.extra.emplace_back("generation_tps", all_generated.item<double>() / generation_seconds);
-      // The update's laid-out tokens (padding in): prompt width + longest response per row.
+      // The update's laid-out tokens (padding in): prompt width + longest response per row. None
+      // without an optimizer step, as the update's other metrics.
       const int64_t update_tokens =
           generation.batch.tokens.size(0) * (generation.batch.prompt_len + longest);
-      m.extra.emplace_back("training_tps", static_cast<double>(update_tokens) * setup_.dp_size *
-                                               rl_.ppo_epochs() / update_seconds);
+      if (m.updated) {
+        m.extra.emplace_back("training_tps", static_cast<double>(update_tokens) * setup_.dp_size *
+                                                 rl_.ppo_epochs() / update_seconds);
+      }
     } else {
       TITAN_ASSIGN_OR_RETURN(m, SftOrDpoStep(examples));
     }

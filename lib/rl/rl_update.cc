@@ -345,28 +345,31 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
   const double n = std::max(1.0, get("sequences"));
   const double steps = std::max<int64_t>(1, optimizer_steps);
   auto step_average = [&](const std::string& name) { return get(name) / steps; };
+  // Without an optimizer step (dynamic sampling dropped every group) the logs leave out loss,
+  // grad_norm, tps, tflops and mfu; add_measured below leaves out the update's other metrics.
+  metrics.updated = optimizer_steps > 0;
   metrics.loss = step_average("policy_loss") + rl.kl_coef() * (ppo ? 0 : step_average("kl")) +
                  rl.vf_coef() * step_average("value_loss");
   // verl's actor/grad_norm: the mean over the optimizer steps (each step's norm before clipping).
   metrics.grad_norm = grad_norm_sum.defined() ? grad_norm_sum.item<double>() / steps : 0.0;
   metrics.lr = StepLr();
+  // A metric whose total nothing measured is left out: when dynamic sampling dropped every group
+  // there are no optimizer steps and no counted tokens (an entropy of 0 would read as a
+  // deterministic policy, a policy_loss of 0 as a measured one).
+  const auto add_measured = [&](const std::string& name, const std::string& total, double per) {
+    if (totals.contains(total)) metrics.extra.emplace_back(name, get(total) / per);
+  };
   metrics.extra = {
       {"reward_mean", reward_mean},
       {"reward_std", std::sqrt(get("reward_deviation_sq_sum") / n)},
-      {"policy_loss", step_average("policy_loss")},
-      {"clip_fraction", step_average("clip_fraction")},
-      {"response_length", get("response_tokens") / n},
-      {"optimizer_steps", static_cast<double>(optimizer_steps)},
   };
-  // Measured on counted tokens only: left out when dynamic sampling dropped every group (an
-  // entropy of 0 would read as a deterministic policy).
-  if (totals.contains("entropy_sum")) {
-    metrics.extra.emplace_back("entropy", get("entropy_sum") / tokens);
-  }
-  if (totals.contains("logprob_diff_max")) {
-    metrics.extra.emplace_back("logprob_diff_max", get("logprob_diff_max"));
-  }
-  if (reference_) metrics.extra.emplace_back("kl", step_average("kl"));
+  add_measured("policy_loss", "policy_loss", steps);
+  add_measured("clip_fraction", "clip_fraction", steps);
+  metrics.extra.emplace_back("response_length", get("response_tokens") / n);
+  metrics.extra.emplace_back("optimizer_steps", static_cast<double>(optimizer_steps));
+  add_measured("entropy", "entropy_sum", tokens);
+  add_measured("logprob_diff_max", "logprob_diff_max", 1);
+  if (reference_) add_measured("kl", "kl", steps);
   if (!ppo) {
     metrics.extra.emplace_back("counted_fraction", get("counted_tokens") /
                                                        std::max(1.0, get("response_tokens")));
@@ -377,7 +380,7 @@ absl::StatusOr<StepMetrics> RlTrainer::RlUpdate(const Rollouts& rollouts) {
     const double rt = std::max(1.0, get("response_tokens"));
     const double var_returns = get("returns_sq_sum") / rt - std::pow(get("returns_sum") / rt, 2);
     const double var_residual = get("residual_sq_sum") / rt - std::pow(get("residual_sum") / rt, 2);
-    metrics.extra.emplace_back("value_loss", step_average("value_loss"));
+    add_measured("value_loss", "value_loss", steps);
     metrics.extra.emplace_back("explained_variance",
                                var_returns > 0 ? 1 - var_residual / var_returns : 0.0);
   }

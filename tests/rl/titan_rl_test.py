@@ -25,6 +25,10 @@ TITAN_RL = None
 TITAN_TRAIN = None
 CONVERT = None
 CONFIG = "configs/rl_grpo_sorting.toml"
+# What a step measures only by its optimizer steps, or on the tokens they count: left out of a step
+# whose every group dynamic sampling dropped.
+UPDATE_METRICS = ("loss", "grad_norm", "tps", "tflops", "mfu", "policy_loss", "clip_fraction",
+                  "kl", "entropy", "logprob_diff_max")
 
 
 def running(pid):
@@ -1334,19 +1338,32 @@ class TitanRlTest(unittest.TestCase):
               f"two {summaries[4]['entropy']:.9g}")
         self.assertAlmostEqual(summaries[4]["entropy"], summaries[-1]["entropy"], places=6)
 
-    def test_a_step_without_an_optimizer_step_logs_its_scheduled_lr(self):
+    def test_a_step_without_an_optimizer_step_logs_its_lr_and_no_updates_metrics(self):
         # Equal rewards: dynamic sampling drops every group of both steps. Each logs its own rate
-        # (warmup_steps 2: half the peak, then the peak), though no optimizer step set it.
+        # (warmup_steps 2: half the peak, then the peak), though no optimizer step set it, and
+        # what was measured, but none of the metrics of the update that did not happen (a 0 loss
+        # or the dropped tokens over the update's near-zero time would read as measured).
         dump, cmd = self.job("no_update_lr", "--rl.reward=command",
-                             "--rl.reward_command=awk '{print 0}'", "--rl.learning_rate=0.001")
-        common.run(cmd)
+                             "--rl.reward_command=awk '{print 0}'", "--rl.learning_rate=0.001",
+                             "--rl.kl_coef=0.05")
+        proc = common.run(cmd)
         rows = [m for m in common.metrics(dump) if m["step"] > 0]
         self.assertEqual([m["optimizer_steps"] for m in rows], [0, 0])
         self.assertEqual([m["lr"] for m in rows], [0.0005, 0.001])
+        for m in rows:
+            for key in ("reward_mean", "counted_fraction", "generation_tps", "memory_gib"):
+                self.assertIn(key, m)
+            for key in UPDATE_METRICS + ("training_tps",):
+                self.assertNotIn(key, m)
+        step_lines = [line for line in proc.stderr.splitlines() if "step:  1" in line]
+        self.assertEqual(len(step_lines), 1, proc.stderr[-3000:])
+        self.assertNotIn("loss:", step_lines[0])
+        self.assertNotIn("tps:", step_lines[0].replace("generation_tps:", ""))
 
-    def test_an_update_that_drops_every_group_reports_no_entropy(self):
+    def test_an_update_that_drops_every_group_reports_no_updates_metrics(self):
         # Dynamic sampling drops groups of equal rewards: with none left nothing is measured, so
-        # entropy and logprob_diff_max are left out (0 would read as a deterministic policy).
+        # entropy and logprob_diff_max are left out (0 would read as a deterministic policy), and
+        # so are the update's loss, gradient norm and throughput (no optimizer step ran).
         tokenizer = transformers.AutoTokenizer.from_pretrained(common.TOKENIZER)
         rows = [dict(r, reward=1.0, logprobs=[-7.0] * len(
             tokenizer(r["response"], add_special_tokens=False)["input_ids"]))
@@ -1360,8 +1377,9 @@ class TitanRlTest(unittest.TestCase):
             summary = json.loads(common.run(cmd).stdout)
             self.assertEqual(summary["optimizer_steps"], 0)
             self.assertEqual(summary["counted_fraction"], 0)
-            self.assertNotIn("entropy", summary)
-            self.assertNotIn("logprob_diff_max", summary)
+            self.assertIn("reward_mean", summary)
+            for key in UPDATE_METRICS:
+                self.assertNotIn(key, summary)
 
     def test_reward_statistics_past_float32s_range_are_exact(self):
         # Rewards float32 holds whose squares and sums it does not: the statistics are doubles'.
