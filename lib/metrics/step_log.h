@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace titan {
 
@@ -56,6 +58,11 @@ class StepLog {
   std::string run_id_;
   bool commit_pending_;
 };
+
+// The ranks r, ascending, of the entries `<prefix><r><suffix>` in `folder` (none where it is
+// missing): the per-rank logs an earlier run left there, whatever its world size or layout.
+std::vector<int> RanksIn(const std::string& folder, absl::string_view prefix,
+                         absl::string_view suffix);
 
 }  // namespace titan
 

@@ -9,6 +9,7 @@
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/metrics/metrics_logger.h"
+#include "lib/metrics/step_log.h"
 #include "lib/rl/examples.h"
 #include "lib/rl/rl_config.h"
 #include "lib/rl/rl_trainer.h"
@@ -237,12 +238,14 @@ absl::Status RlTrainer::Init(RlMode mode) {
     TITAN_ASSIGN_OR_RETURN(metrics_,
                            BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
     // The rollouts files follow the run as metrics.jsonl does; rank 0 also takes the files of
-    // ranks that an earlier run on more ranks had (ranks are numbered 0, 1, ...).
+    // ranks that an earlier run on more ranks had.
     const StepLogStart start = LogStart(checkpointer_.get(), setup_);
     std::vector<int> ranks = {runtime_.rank()};
     if (runtime_.rank() == 0) {
       const int world = runtime_.distributed() ? runtime_.dims().world_size() : 1;
-      for (int r = world; PathExists(RolloutsPath(r)); ++r) ranks.push_back(r);
+      for (const int r : RanksIn(config_.job().dump_folder(), "rollouts_rank", ".jsonl")) {
+        if (r >= world) ranks.push_back(r);
+      }
     }
     for (const int r : ranks) {
       TITAN_ASSIGN_OR_RETURN(StepLog log, StepLog::Start(RolloutsPath(r), start));
