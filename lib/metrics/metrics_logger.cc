@@ -76,6 +76,16 @@ std::vector<std::pair<std::string, double>> Scalars(const StepMetrics& metrics,
   return scalars;
 }
 
+// Hides the points the existing ones of `folders` hold from `purge_step` on: an event file
+// holding only a SessionLog START there, as a writer that resumes starts its own.
+absl::Status HidePointsFrom(const std::vector<std::string>& folders, int64_t purge_step) {
+  for (const std::string& folder : folders) {
+    if (!IsDirectory(folder)) continue;
+    TITAN_RETURN_IF_ERROR(OpenTensorBoard(folder, purge_step).status());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string FormatStepLine(const StepMetrics& metrics, bool color) {
@@ -119,12 +129,20 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
   TITAN_ASSIGN_OR_RETURN(
       StepLog rows,
       StepLog::Start(absl::StrCat(options.dump_folder, "/metrics.jsonl"), options.start));
+  std::vector<StepLog> unwritten;
+  for (const std::string& folder : options.unwritten_dump_folders) {
+    TITAN_ASSIGN_OR_RETURN(StepLog log,
+                           StepLog::Start(absl::StrCat(folder, "/metrics.jsonl"), options.start));
+    unwritten.push_back(std::move(log));
+  }
+  // A fresh run hides an earlier run's points as it sets its metrics.jsonl aside.
+  const int64_t purge_step = std::max<int64_t>(options.start.resumed_step, 0) + 1;
   std::unique_ptr<TensorBoardWriter> tensorboard;
   if (!options.tensorboard_folder.empty() && !rows.commit_pending()) {
-    // A fresh run hides an earlier run's points as it sets its metrics.jsonl aside.
-    TITAN_ASSIGN_OR_RETURN(tensorboard,
-                           OpenTensorBoard(options.tensorboard_folder,
-                                           std::max<int64_t>(options.start.resumed_step, 0) + 1));
+    TITAN_ASSIGN_OR_RETURN(tensorboard, OpenTensorBoard(options.tensorboard_folder, purge_step));
+  }
+  if (!rows.commit_pending()) {
+    TITAN_RETURN_IF_ERROR(HidePointsFrom(options.unwritten_tensorboard_folders, purge_step));
   }
   // metrics.jsonl is opened at the first row (a run ended before it leaves no empty file), so
   // here only checked: an existing file must open for appending, else its folder take a new one.
@@ -137,13 +155,15 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> MetricsLogger::Create(
     return ErrnoError("create metrics.jsonl in", options.dump_folder);
   }
   const bool color = !options.disable_color_printing && ::isatty(STDERR_FILENO) == 1;
-  return std::unique_ptr<MetricsLogger>(
-      new MetricsLogger(options, std::move(rows), std::move(tensorboard), color));
+  return std::unique_ptr<MetricsLogger>(new MetricsLogger(
+      options, std::move(rows), std::move(unwritten), std::move(tensorboard), color));
 }
 
 absl::Status MetricsLogger::CommitRestart() {
   if (!rows_.commit_pending()) return absl::OkStatus();
   TITAN_RETURN_IF_ERROR(rows_.Commit());
+  for (StepLog& log : unwritten_rows_) TITAN_RETURN_IF_ERROR(log.Commit());
+  TITAN_RETURN_IF_ERROR(HidePointsFrom(options_.unwritten_tensorboard_folders, /*purge_step=*/0));
   if (options_.tensorboard_folder.empty()) return absl::OkStatus();
   TITAN_ASSIGN_OR_RETURN(tensorboard_,
                          OpenTensorBoard(options_.tensorboard_folder, /*purge_step=*/0));

@@ -46,6 +46,10 @@ struct MetricsLoggerOptions {
   // run's redone steps and a fresh run's earlier points are hidden (a SessionLog START, PyTorch's
   // purge_step); a restart's points wait in memory until CommitRestart.
   StepLogStart start;
+  // The folder's metrics outputs this run does not write (other ranks', a TensorBoard folder now
+  // off): they follow `start` as this run's own do, so that every output shows each step once.
+  std::vector<std::string> unwritten_dump_folders;         // their metrics.jsonl
+  std::vector<std::string> unwritten_tensorboard_folders;  // those that exist get a START
 };
 
 // The log line for one step, e.g.
@@ -70,16 +74,17 @@ class MetricsLogger {
 
   // A restart's first save set the earlier run's steps aside: so go its metrics.jsonl (StepLog::
   // Commit) and TensorBoard points (this run's go out behind a SessionLog START at step 0 that
-  // hides them). No-op otherwise.
+  // hides them), the unwritten outputs' with them. No-op otherwise.
   absl::Status CommitRestart();
 
   const std::string& jsonl_path() const { return rows_.rows_path(); }
 
  private:
-  MetricsLogger(const MetricsLoggerOptions& options, StepLog rows,
+  MetricsLogger(const MetricsLoggerOptions& options, StepLog rows, std::vector<StepLog> unwritten,
                 std::unique_ptr<TensorBoardWriter> tensorboard, bool color)
       : options_(options),
         rows_(std::move(rows)),
+        unwritten_rows_(std::move(unwritten)),
         tensorboard_(std::move(tensorboard)),
         color_(color) {}
 
@@ -87,6 +92,7 @@ class MetricsLogger {
 
   const MetricsLoggerOptions options_;
   StepLog rows_;  // metrics.jsonl
+  std::vector<StepLog> unwritten_rows_;  // options_.unwritten_dump_folders' metrics.jsonl
   std::FILE* jsonl_ = nullptr;                        // opened by the first Log
   std::unique_ptr<TensorBoardWriter> tensorboard_;    // null when TensorBoard is off (or waits)
   std::vector<StepMetrics> waiting_for_tensorboard_;  // a restart's points until CommitRestart

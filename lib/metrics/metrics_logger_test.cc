@@ -260,6 +260,84 @@ TEST(MetricsLoggerTest, ARestartTakesOverTheFilesOnlyWhenItCommits) {
   EXPECT_EQ(events.back().step(), 2);
 }
 
+// A folder as a run on two ranks with save_for_all_ranks and TensorBoard leaves it, killed after
+// step 5: rows and points of steps 1-5 in metrics.jsonl, rank_1/metrics.jsonl, tb/ and tb/rank_1.
+MetricsLoggerOptions TwoRankFolder(const std::string& name) {
+  MetricsLoggerOptions options;
+  options.dump_folder = TestDir(name);
+  options.start.run_id = "r1";
+  for (const std::string& rank : {std::string(), std::string("/rank_1")}) {
+    MetricsLoggerOptions earlier = options;
+    earlier.dump_folder += rank;
+    earlier.tensorboard_folder = options.dump_folder + "/tb" + rank;
+    absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(earlier);
+    EXPECT_TRUE(logger.ok()) << logger.status();
+    for (int step = 1; logger.ok() && step <= 5; ++step) {
+      StepMetrics metrics = ExampleStep();
+      metrics.step = step;
+      EXPECT_TRUE((*logger)->Log(metrics).ok());
+    }
+  }
+  // The next run writes rank 0's metrics.jsonl alone, TensorBoard off.
+  options.unwritten_dump_folders = {options.dump_folder + "/rank_1"};
+  options.unwritten_tensorboard_folders = {options.dump_folder + "/tb",
+                                           options.dump_folder + "/tb/rank_1"};
+  return options;
+}
+
+// The step of the SessionLog START alone in an event file of `folder`, the one a later run added
+// to TwoRankFolder's (-1: none, a test failure).
+int64_t AddedStart(const std::string& folder) {
+  std::vector<int64_t> starts;
+  for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+    if (!entry.is_regular_file()) continue;
+    absl::StatusOr<std::vector<tensorboard::Event>> events = ReadEventFile(entry.path());
+    EXPECT_TRUE(events.ok()) << events.status();
+    if (events.ok() && events->size() == 2 &&
+        (*events)[1].session_log().status() == tensorboard::SessionLog::START) {
+      starts.push_back((*events)[1].step());
+    }
+  }
+  EXPECT_EQ(starts.size(), 1u) << folder;
+  return starts.size() == 1 ? starts[0] : -1;
+}
+
+TEST(MetricsLoggerTest, AResumedRunDropsTheRedoneStepsFromOutputsItDoesNotWrite) {
+  MetricsLoggerOptions options = TwoRankFolder("unwritten_resumed");
+  options.start.resumed_step = 3;
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  EXPECT_EQ(LoggedSteps(options.dump_folder + "/rank_1"), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(AddedStart(options.dump_folder + "/tb"), 4);
+  EXPECT_EQ(AddedStart(options.dump_folder + "/tb/rank_1"), 4);
+}
+
+TEST(MetricsLoggerTest, AFreshRunSetsAsideAndHidesOutputsItDoesNotWrite) {
+  MetricsLoggerOptions options = TwoRankFolder("unwritten_fresh");
+  options.start.run_id = "r2";
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  EXPECT_FALSE(std::filesystem::exists(options.dump_folder + "/rank_1/metrics.jsonl"));
+  EXPECT_TRUE(std::filesystem::exists(options.dump_folder + "/rank_1/metrics.jsonl.abandoned-r2"));
+  EXPECT_EQ(AddedStart(options.dump_folder + "/tb"), 1);
+  EXPECT_EQ(AddedStart(options.dump_folder + "/tb/rank_1"), 1);
+}
+
+TEST(MetricsLoggerTest, ARestartTakesOutputsItDoesNotWriteAlongWhenItCommits) {
+  MetricsLoggerOptions options = TwoRankFolder("unwritten_restart");
+  options.start.run_id = "r2";
+  options.start.restart = true;
+  absl::StatusOr<std::unique_ptr<MetricsLogger>> logger = MetricsLogger::Create(options);
+  ASSERT_TRUE(logger.ok()) << logger.status();
+  const std::string rank1 = options.dump_folder + "/rank_1/metrics.jsonl";
+  EXPECT_EQ(LoggedSteps(options.dump_folder + "/rank_1"), (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  ASSERT_TRUE((*logger)->CommitRestart().ok());
+  EXPECT_FALSE(std::filesystem::exists(rank1));
+  EXPECT_TRUE(std::filesystem::exists(rank1 + ".abandoned-r2"));
+  EXPECT_EQ(AddedStart(options.dump_folder + "/tb"), 0);
+  EXPECT_EQ(AddedStart(options.dump_folder + "/tb/rank_1"), 0);
+}
+
 TEST(MetricsLoggerTest, AnUncreatableTensorBoardFolderNamesItsKey) {
   MetricsLoggerOptions options;
   options.dump_folder = TestDir("tb_not_a_folder");

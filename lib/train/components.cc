@@ -26,6 +26,7 @@
 #include "lib/interop/checkpoint_reader.h"
 #include "lib/interop/load_weights.h"
 #include "lib/kernels/kernel_dispatch.h"
+#include "lib/metrics/step_log.h"
 #include "lib/model/batch_invariant.h"
 #include "lib/model/bf16_weight_copies.h"
 #include "lib/parallel/tensor_parallel.h"
@@ -633,6 +634,33 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
       keep > 0 ? keep + extra_kept : 0, ranks);
 }
 
+namespace {
+
+// The metrics outputs an earlier run left in the folder that no rank of this one writes: every
+// rank's when save_for_all_ranks is off or the rank is gone or is the writer now, and TensorBoard's
+// when it is off. The writer has them follow its start, so that no output keeps the steps it
+// redoes.
+void AddUnwrittenOutputs(const JobConfig& config, int world_size, int writer,
+                         MetricsLoggerOptions* metrics) {
+  const auto written = [&](int r) {
+    return config.metrics().save_for_all_ranks() && r < world_size && r != writer;
+  };
+  const std::string& dump = config.job().dump_folder();
+  for (const int r : RanksIn(dump, "rank_", "")) {
+    if (!written(r)) metrics->unwritten_dump_folders.push_back(absl::StrCat(dump, "/rank_", r));
+  }
+  const std::string tb = UnderDumpFolder(config, config.metrics().save_tb_folder());
+  const bool tensorboard = config.metrics().enable_tensorboard();
+  if (!tensorboard) metrics->unwritten_tensorboard_folders.push_back(tb);
+  for (const int r : RanksIn(tb, "rank_", "")) {
+    if (!tensorboard || !written(r)) {
+      metrics->unwritten_tensorboard_folders.push_back(absl::StrCat(tb, "/rank_", r));
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
                                                             const DistributedRuntime& runtime,
                                                             const StepLogStart& start) {
@@ -651,6 +679,7 @@ absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& con
   }
   metrics.disable_color_printing = config.metrics().disable_color_printing();
   metrics.start = start;
+  if (rank == writer) AddUnwrittenOutputs(config, runtime.dims().world_size(), writer, &metrics);
   return MetricsLogger::Create(metrics);
 }
 

@@ -151,7 +151,8 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 // metrics.jsonl and TensorBoard; null on ranks that write none. The job's metrics come from rank
 // 0, or with pipeline parallelism from the first rank of the last stage (which has the loss);
 // [metrics] save_for_all_ranks: every rank, the others under <dump>/rank_<r>/. `start`: how the
-// run continues what an earlier run logged there (StepLog).
+// run continues what an earlier run logged there (StepLog); the writer's logger takes the outputs
+// no rank writes this time (other ranks', TensorBoard when off) along.
 absl::StatusOr<std::unique_ptr<MetricsLogger>> BuildMetrics(const JobConfig& config,
                                                             const DistributedRuntime& runtime,
                                                             const StepLogStart& start);

@@ -33,6 +33,14 @@ def metrics(dump):
         return [json.loads(line) for line in f]
 
 
+def tensorboard_lr(folder):
+    """{step: lr} as TensorBoard shows the event files of `folder` (hidden points left out)."""
+    from tensorboard.backend.event_processing import event_accumulator
+    accumulator = event_accumulator.EventAccumulator(folder)
+    accumulator.Reload()
+    return {e.step: e.value for e in accumulator.Scalars("lr")}
+
+
 class TitanTrainTest(unittest.TestCase):
     def setUp(self):
         self.tmp = os.environ.get("TEST_TMPDIR", "/tmp")
@@ -107,6 +115,37 @@ class TitanTrainTest(unittest.TestCase):
         self.assertIn(f"resuming step 2 with keys changed since {dump}/checkpoint/step-2 was saved: "
                       "[training] steps = 4 -> 5, [checkpoint] load_step = -1 -> 2; the new "
                       "values apply", proc.stderr)
+
+    def test_a_resume_with_tensorboard_off_hides_the_redone_steps_points(self):
+        dump = self.dump("resume_tb_off")
+        flags = ["--checkpoint.interval=2", "--validation.enable=false",
+                 "--training.local_batch_size=2", "--training.seq_len=64"]
+        run_train(dump, "--training.steps=4", *flags)
+        run_train(dump, "--training.steps=4", "--checkpoint.load_step=2",
+                  "--metrics.enable_tensorboard=false", "--optimizer.lr=1e-4", *flags)
+        time.sleep(1.1)  # event files sort by name, whose time is in seconds
+        run_train(dump, "--training.steps=6", "--optimizer.lr=1e-4", *flags)
+        lrs = {r["step"]: r["lr"] for r in metrics(dump)}
+        shown = tensorboard_lr(os.path.join(dump, "tb"))
+        # Steps 3-4 were redone with TensorBoard off: the first run's points are hidden, not shown.
+        self.assertEqual(sorted(shown), [1, 2, 5, 6])
+        for step, lr in shown.items():
+            self.assertAlmostEqual(lr, lrs[step], delta=1e-6 * lrs[step] + 1e-12, msg=step)
+
+    def test_the_writer_takes_along_the_metrics_other_ranks_no_longer_write(self):
+        dump = self.dump("unwritten_ranks")
+        flags = ["--nproc_per_node=2", "--checkpoint.interval=2", "--validation.enable=false",
+                 "--training.local_batch_size=2", "--training.seq_len=64"]
+        run_train(dump, "--training.steps=4", "--metrics.save_for_all_ranks=true", *flags)
+        rank1 = os.path.join(dump, "rank_1")
+        self.assertEqual([r["step"] for r in metrics(rank1)], [1, 2, 3, 4])
+        time.sleep(1.1)
+        run_train(dump, "--training.steps=4", "--checkpoint.load_step=2", "--optimizer.lr=1e-4",
+                  *flags)
+        self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3, 4])
+        # Rank 1 wrote nothing this time: its steps after the resumed step 2 go.
+        self.assertEqual([r["step"] for r in metrics(rank1)], [1, 2])
+        self.assertEqual(sorted(tensorboard_lr(os.path.join(dump, "tb", "rank_1"))), [1, 2])
 
     def test_counting_from_zero_again_sets_the_loaded_run_aside(self):
         dump = self.dump("restart_count")
