@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -217,6 +218,25 @@ absl::Status ReadEntry(const c10::IValue& value, size_t index, const std::string
   return absl::OkStatus();
 }
 
+// Every group `dump` recorded collectives of is in its pg_config with its ranks: the members of
+// another (c10d's Gloo dumps list none) are unknown, so its collectives could not be checked.
+absl::Status CheckGroupsKnown(const RankDump& dump, const std::string& path) {
+  for (const auto& [name, unused] : dump.collectives) {
+    const auto found = dump.group_ranks.find(name);
+    if (found != dump.group_ranks.end() && !found->second.empty()) continue;
+    std::vector<std::string> listed;
+    for (const auto& [known, ranks] : dump.group_ranks) {
+      listed.push_back(absl::StrCat("'", known, "' [", absl::StrJoin(ranks, ","), "]"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": entries of group '", name, "', which its pg_config ",
+                     found == dump.group_ranks.end() ? "does not list" : "gives no ranks",
+                     " (it lists ", listed.empty() ? "none" : absl::StrJoin(listed, ", "),
+                     "): the group's members are unknown, its collectives cannot be checked"));
+  }
+  return absl::OkStatus();
+}
+
 // Each field is checked before it is read: LibTorch's accessors would refuse another type with an
 // internal assertion ("please report a bug to PyTorch") that names neither field nor file.
 absl::StatusOr<RankDump> ReadDump(const std::string& path) {
@@ -258,6 +278,7 @@ absl::StatusOr<RankDump> ReadDump(const std::string& path) {
   for (size_t i = 0; i < entries->toListRef().size(); ++i) {
     TITAN_RETURN_IF_ERROR(ReadEntry(entries->toListRef()[i], i, path, &dump));
   }
+  TITAN_RETURN_IF_ERROR(CheckGroupsKnown(dump, path));
   return dump;
 }
 

@@ -66,7 +66,8 @@ struct CommTraceVerdict {
 // compared from the first sequence number every member's ring buffer still holds; point-to-point
 // operations are not matched. Refuses dumps of different runs (their "run_id", which titan
 // writes) or that disagree on a group's members: a folder holding an earlier job's files; and a
-// dump under another rank's file name (its "rank", which titan writes, or else its groups, say).
+// dump under another rank's file name (its "rank", which titan writes, or else its groups, say);
+// and collectives of a group its pg_config does not list with ranks (c10d's Gloo dumps).
 absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
                                                    const std::string& prefix = "rank_");
 

@@ -380,6 +380,37 @@ TEST(CommTraceAnalysisTest, NamesTheFieldOfAMalformedDump) {
   EXPECT_THAT(garbage, Not(HasSubstr("report a bug")));
 }
 
+// c10d's Gloo dumps list no group in pg_config but '' (ranks "[]") while their entries name groups
+// '0' and '1': collectives of a group whose members are unknown are refused, never said to agree.
+TEST(CommTraceAnalysisTest, RefusesEntriesOfAGroupWithoutMembers) {
+  using Root = c10::impl::GenericDict;
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/unlisted");
+  std::filesystem::remove_all(folder);
+  const std::string path = folder + "/rank_1";
+  for (const std::string& listed : {std::string("world"), std::string("")}) {
+    for (int rank = 0; rank < 2; ++rank) {
+      WriteDump(folder, rank, {{"world", "all_reduce", 16}}, "run", {0, 1});
+    }
+    ASSERT_TRUE(AnalyzeCommTraces(folder).ok());
+    const std::string bytes = *ReadFile(path);
+    Root root = torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+    Root group(c10::StringType::get(), c10::AnyType::get());
+    group.insert("name", listed);
+    group.insert("desc", "");
+    group.insert("ranks", "[]");
+    Root config(c10::StringType::get(), c10::AnyType::get());
+    config.insert(listed, group);
+    root.insert_or_assign("pg_config", config);
+    WritePickle(path, root);
+    EXPECT_EQ(
+        std::string(AnalyzeCommTraces(folder).status().message()),
+        absl::StrCat(path, ": entries of group 'world', which its pg_config ",
+                     listed.empty() ? "does not list" : "gives no ranks", " (it lists '", listed,
+                     "' []): the group's members are unknown, its collectives cannot be "
+                     "checked"));
+  }
+}
+
 TEST(CommTraceAnalysisTest, AnEmptyFolderIsAnError) {
   const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/empty");
   std::filesystem::create_directories(folder);
