@@ -33,6 +33,8 @@ struct Entry {
   std::string state;
   std::string input_sizes;
   std::string output_sizes;
+  std::string input_dtypes;  // e.g. "[Float]"
+  std::string output_dtypes;
   int64_t created_ns = 0;  // When its rank issued it (c10d's time_created_ns; 0: unrecorded).
 };
 
@@ -140,6 +142,17 @@ absl::StatusOr<std::string> SizesText(const c10::IValue& list, absl::string_view
   return absl::StrCat("[", absl::StrJoin(tensors, ", "), "]");
 }
 
+// An entry's tensor dtypes, a list of strings, as "[Float, BFloat16]"; `what` names the field.
+absl::StatusOr<std::string> DtypesText(const c10::IValue& list, absl::string_view what) {
+  std::vector<std::string> dtypes;
+  for (size_t i = 0; i < list.toListRef().size(); ++i) {
+    TITAN_ASSIGN_OR_RETURN(const c10::IValue dtype, Expect(list.toListRef()[i], Kind::kString,
+                                                           absl::StrCat(what, "[", i, "]")));
+    dtypes.push_back(dtype.toStringRef());
+  }
+  return absl::StrCat("[", absl::StrJoin(dtypes, ", "), "]");
+}
+
 // c10d writes a group's ranks as "[0, 1, 2]"; `what` names the field.
 absl::StatusOr<std::vector<int>> ParseRanks(const std::string& text, absl::string_view what) {
   absl::string_view inner = text;
@@ -206,6 +219,10 @@ absl::Status ReadEntry(const c10::IValue& value, size_t index, const std::string
   TITAN_ASSIGN_OR_RETURN(const c10::IValue inputs, Field(entry, "input_sizes", Kind::kList, where));
   TITAN_ASSIGN_OR_RETURN(const c10::IValue outputs,
                          Field(entry, "output_sizes", Kind::kList, where));
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue input_dtypes,
+                         Field(entry, "input_dtypes", Kind::kList, where));
+  TITAN_ASSIGN_OR_RETURN(const c10::IValue output_dtypes,
+                         Field(entry, "output_dtypes", Kind::kList, where));
   TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> created,
                          OptionalField(entry, "time_created_ns", Kind::kInt, where));
   Entry read{op.toStringRef(), state.toStringRef()};
@@ -213,6 +230,10 @@ absl::Status ReadEntry(const c10::IValue& value, size_t index, const std::string
                          SizesText(inputs, absl::StrCat(where, ": field 'input_sizes'")));
   TITAN_ASSIGN_OR_RETURN(read.output_sizes,
                          SizesText(outputs, absl::StrCat(where, ": field 'output_sizes'")));
+  TITAN_ASSIGN_OR_RETURN(read.input_dtypes,
+                         DtypesText(input_dtypes, absl::StrCat(where, ": field 'input_dtypes'")));
+  TITAN_ASSIGN_OR_RETURN(read.output_dtypes,
+                         DtypesText(output_dtypes, absl::StrCat(where, ": field 'output_dtypes'")));
   if (created.has_value()) read.created_ns = created->toInt();
   dump->collectives[group.toStringRef()][seq.toInt()] = std::move(read);
   return absl::OkStatus();
@@ -296,6 +317,12 @@ std::string Disagreement(const std::map<int, const Entry*>& issued) {
       return absl::StrCat("sizes differ: rank ", rank, " ", entry->input_sizes, " -> ",
                           entry->output_sizes, ", rank ", first_rank, " ", first->input_sizes,
                           " -> ", first->output_sizes);
+    }
+    if (entry->input_dtypes != first->input_dtypes ||
+        entry->output_dtypes != first->output_dtypes) {
+      return absl::StrCat("dtypes differ: rank ", rank, " ", entry->input_dtypes, " -> ",
+                          entry->output_dtypes, ", rank ", first_rank, " ", first->input_dtypes,
+                          " -> ", first->output_dtypes);
     }
   }
   return "";

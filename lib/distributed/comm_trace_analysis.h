@@ -61,7 +61,7 @@ struct CommTraceVerdict {
 
 // Reads one job's flight-recorder dumps (<folder>/<prefix><rank>: what CommTrace, and c10d's
 // ProcessGroupNCCL, write) and finds, per process group, the first collective that not every
-// member issued, or that members issued with different operations or sizes: the verdict of
+// member issued, or that members issued with different operations, sizes or dtypes: the verdict of
 // `python -m torch.distributed.flight_recorder.fr_trace <folder>`, without Python. Groups are
 // compared from the first sequence number every member's ring buffer still holds; point-to-point
 // operations are not matched. Refuses dumps of different runs (their "run_id", which titan

@@ -356,6 +356,10 @@ TEST(CommTraceAnalysisTest, NamesTheFieldOfAMalformedDump) {
        "entries[0]: field 'output_sizes'[0] is an int, expected a list"},
       {[&](Root& root) { entry0(root).insert_or_assign("input_sizes", ListOf({ListOf({"16"})})); },
        "entries[0]: field 'input_sizes'[0][0] is a string, expected an int"},
+      {[&](Root& root) { entry0(root).erase("output_dtypes"); },
+       "entries[0]: no field 'output_dtypes' (expected a list)"},
+      {[&](Root& root) { entry0(root).insert_or_assign("input_dtypes", ListOf({int64_t{6}})); },
+       "entries[0]: field 'input_dtypes'[0] is an int, expected a string"},
       {[&](Root& root) { entry0(root).insert_or_assign("time_created_ns", "now"); },
        "entries[0]: field 'time_created_ns' is a string, expected an int"},
   };
@@ -378,6 +382,37 @@ TEST(CommTraceAnalysisTest, NamesTheFieldOfAMalformedDump) {
   const std::string garbage(AnalyzeCommTraces(folder).status().message());
   EXPECT_THAT(garbage, ::testing::StartsWith(path + ": not a flight-recorder dump: "));
   EXPECT_THAT(garbage, Not(HasSubstr("report a bug")));
+}
+
+// Members that issued a collective alike but for its dtypes disagree, as fr_trace's
+// COLLECTIVE_DTYPE_MISMATCH: the rank and the collective are named.
+TEST(CommTraceAnalysisTest, NamesADtypeMismatch) {
+  using Root = c10::impl::GenericDict;
+  for (const std::string field : {"input_dtypes", "output_dtypes"}) {
+    const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/", field);
+    std::filesystem::remove_all(folder);
+    for (int rank = 0; rank < 2; ++rank) {
+      WriteDump(folder, rank, {{"pair", "all_reduce", 16}, {"pair", "all_reduce", 16}});
+    }
+    const std::string path = folder + "/rank_1";
+    const std::string bytes = *ReadFile(path);
+    Root root = torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+    root.at("entries").toList().get(1).toGenericDict().insert_or_assign(field,
+                                                                        ListOf({"BFloat16"}));
+    WritePickle(path, root);
+    absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
+    ASSERT_TRUE(verdict.ok()) << verdict.status();
+    ASSERT_EQ(verdict->mismatches.size(), 1u) << field;
+    EXPECT_EQ(verdict->mismatches[0].collective_seq, 2);
+    EXPECT_EQ(CommTraceExitStatus(*verdict), 2);
+    EXPECT_THAT(FormatCommTraceVerdict(*verdict),
+                HasSubstr(absl::StrCat(
+                    "group pair (ranks 0,1): collective #2 nccl:all_reduce (input sizes [[16]], "
+                    "completed) dtypes differ: rank 1 ",
+                    field == "input_dtypes" ? "[BFloat16] -> [Float]" : "[Float] -> [BFloat16]",
+                    ", rank 0 [Float] -> [Float]")))
+        << field;
+  }
 }
 
 // c10d's Gloo dumps list no group in pg_config but '' (ranks "[]") while their entries name groups
