@@ -550,8 +550,8 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
 }
 
 int CommTraceExitStatus(const CommTraceVerdict& verdict) {
-  if (!verdict.mismatches.empty()) return 2;
-  return verdict.all_clear() ? 0 : 3;
+  if (!verdict.mismatches.empty()) return kCommTraceMismatch;
+  return verdict.all_clear() ? 0 : kCommTraceInconclusive;
 }
 
 std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {

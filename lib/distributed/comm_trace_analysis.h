@@ -76,6 +76,10 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
 // member's dump missing is inconclusive, never said to agree.
 std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict);
 
+// The analyzing tools' exit statuses for a verdict, apart from 0 (all clear) and 1 (a failure).
+constexpr int kCommTraceMismatch = 2;
+constexpr int kCommTraceInconclusive = 3;
+
 // The analyzing tools' exit status for a verdict: 0 all clear, 2 a mismatch, 3 inconclusive.
 int CommTraceExitStatus(const CommTraceVerdict& verdict);
 

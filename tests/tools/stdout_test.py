@@ -5,6 +5,7 @@ Usage: python3 stdout_test.py <tool binary>...
 """
 import json
 import os
+import pickle
 import resource
 import subprocess
 import sys
@@ -64,6 +65,34 @@ class StdoutTest(unittest.TestCase):
         self.assertEqual(proc.stderr.splitlines(), [
             'convert_checkpoint: checkpoint format "xla", expected titan, hf or meta',
             f"convert_checkpoint: stdout: write failed: {FULL}"])
+
+    def test_a_lost_verdict_is_a_failure_not_a_verdict(self):
+        # comm_trace_analyze's 2 (the members disagree) and 3 (inconclusive) are answers: output
+        # lost, they exit 1, the tools' failure, as checkpoint_inspect's "differs" exits 2.
+        folder = os.path.join(os.environ.get("TEST_TMPDIR", "/tmp"), "comm_traces")
+        os.makedirs(folder, exist_ok=True)
+
+        def dump(rank, elements):
+            entry = {"process_group": ("world", "undefined"), "collective_seq_id": 1,
+                     "profiling_name": "nccl:all_reduce", "state": "scheduled", "is_p2p": False,
+                     "input_sizes": [[elements]], "output_sizes": [[elements]],
+                     "input_dtypes": ["Float"], "output_dtypes": ["Float"]}
+            with open(os.path.join(folder, f"rank_{rank}"), "wb") as f:
+                pickle.dump({"pg_config": {"world": {"ranks": "[0, 1]"}}, "entries": [entry]},
+                            f, protocol=2)
+
+        for verdict, elements in ((2, 8), (3, None)):
+            dump(0, 16)
+            if elements is None:
+                os.remove(os.path.join(folder, "rank_1"))
+            else:
+                dump(1, elements)
+            for tool, args in (("comm_trace_analyze", [folder]),
+                               ("profile_run", [f"--analyze_comm_trace={folder}"])):
+                with self.subTest(tool=tool, verdict=verdict):
+                    proc = subprocess.run([TOOLS[tool], *args], capture_output=True, timeout=60)
+                    self.assertEqual(proc.returncode, verdict, proc.stderr)
+                    self.assert_lost_output_fails(tool, *args)
 
     def test_a_flag_refused_under_json_is_a_json_error_too(self):
         # gflags' own refusals (an unknown flag, a missing value), before the tool runs.

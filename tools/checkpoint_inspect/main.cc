@@ -44,7 +44,7 @@ constexpr char kUsage[] =
 }  // namespace
 
 int main(int argc, char** argv) {
-  titan::CheckStdoutAtExit("checkpoint_inspect", kTrouble);
+  titan::CheckStdoutAtExit("checkpoint_inspect", kTrouble, {kFound});
   titan::ParseToolFlags(kUsage, &argc, &argv, kTrouble);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

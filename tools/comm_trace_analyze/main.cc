@@ -3,7 +3,8 @@
 // TORCH_NCCL_DEBUG_INFO_TEMP_FILE files) and prints, per process group, the first collective that
 // not every member issued alike: fr_trace's verdict without Python. Exit status: 0 every group's
 // members issued the same collectives, 1 the dumps cannot be read (or are of different runs),
-// 2 a group's members disagree, 3 inconclusive (a member's dump is missing; it is the suspect).
+// 2 a group's members disagree, 3 inconclusive (a member's dump is missing; it is the suspect);
+// 1 too when the verdict cannot be written.
 
 #include <iostream>
 
@@ -16,11 +17,14 @@
 DEFINE_string(prefix, "rank_", "Dump file names: <prefix><rank>");
 
 int main(int argc, char** argv) {
-  titan::CheckStdoutAtExit("comm_trace_analyze");
+  // A verdict whose output is lost is a failure, never read as a verdict.
+  titan::CheckStdoutAtExit("comm_trace_analyze", 1,
+                           {titan::kCommTraceMismatch, titan::kCommTraceInconclusive});
   titan::ParseToolFlags(
       "comm_trace_analyze FOLDER [--prefix=rank_]\n"
       "Exit status: 0 every group's members issued the same collectives; 1 the dumps cannot be "
-      "read, or come from different runs; 2 a group's members disagree (a collective some never "
+      "read, or come from different runs, or the verdict cannot be written; 2 a group's members "
+      "disagree (a collective some never "
       "issued, or issued differently); 3 inconclusive: no disagreement found, but some ranks left "
       "no dump (the suspects)",
       &argc, &argv);

@@ -211,7 +211,9 @@ absl::Status Profile(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  titan::CheckStdoutAtExit("profile_run");
+  // --analyze_comm_trace's verdict, its output lost, is a failure, never read as a verdict.
+  titan::CheckStdoutAtExit("profile_run", 1,
+                           {titan::kCommTraceMismatch, titan::kCommTraceInconclusive});
   int verdict_status = 0;
   const int status =
       titan::RunRankedTool(argc, argv, "profile_run", kUsage + titan::JobConfigHelp(), [&] {
