@@ -365,7 +365,7 @@ absl::Status SetEarlierDumpsAside(const std::string& folder, const std::string& 
     }
   }
   if (names.empty()) return absl::OkStatus();
-  const std::string aside = JoinPath(folder, absl::StrCat("earlier-", run_id));
+  const std::string aside = absl::StrCat(absl::StripSuffix(folder, "/"), ".earlier-", run_id);
   absl::Status moved = MakeDirectories(aside);
   for (const std::string& name : names) {
     const std::string path = JoinPath(folder, name);

@@ -42,9 +42,10 @@ struct CommTraceOptions {
 class CommEvent;
 struct TraceGroup;
 
-// Moves the dumps an earlier run left in `folder` (<file_prefix><r>) into
-// <folder>/earlier-<run_id>/, saying so in the log: a rerun in the same dump folder, even one that
-// writes no dump (a single process, the recorder off), would otherwise leave them as its own.
+// Moves the dumps an earlier run left in `folder` (<file_prefix><r>) into the sibling
+// <folder>.earlier-<run_id>/, saying so in the log: a rerun in the same dump folder, even one that
+// writes no dump (a single process, the recorder off), would otherwise leave them as its own. Not
+// into a subfolder: fr_trace reads every subfolder's dumps, keyed by file name, as the run's.
 absl::Status SetEarlierDumpsAside(const std::string& folder, const std::string& file_prefix,
                                   const std::string& run_id);
 

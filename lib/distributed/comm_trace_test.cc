@@ -200,7 +200,7 @@ TEST(CommTraceTest, StartRunSetsEarlierDumpsAsideAndMarksNewOnes) {
   ASSERT_TRUE((*trace)->StartRun("42").ok());
   for (const char* name : {"rank_0", "rank_1", "rank_3"}) {
     EXPECT_FALSE(std::filesystem::exists(absl::StrCat(options.folder, "/", name))) << name;
-    EXPECT_EQ(*ReadFile(absl::StrCat(options.folder, "/earlier-42/", name)), "old") << name;
+    EXPECT_EQ(*ReadFile(absl::StrCat(options.folder, ".earlier-42/", name)), "old") << name;
   }
   EXPECT_TRUE(std::filesystem::exists(options.folder + "/notes.txt"));
   ASSERT_TRUE((*trace)->Dump("test").ok());

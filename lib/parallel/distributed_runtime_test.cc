@@ -72,7 +72,7 @@ TEST(SingleProcessTest, SetsEarlierDumpsAside) {
   ASSERT_TRUE(runtime->StartCommTrace("7").ok());
   for (const char* name : {"rank_0", "rank_1"}) {
     EXPECT_FALSE(std::filesystem::exists(absl::StrCat(dump_folder, "/comm_traces/", name)));
-    EXPECT_EQ(*ReadFile(absl::StrCat(dump_folder, "/comm_traces/earlier-7/", name)), "old");
+    EXPECT_EQ(*ReadFile(absl::StrCat(dump_folder, "/comm_traces.earlier-7/", name)), "old");
   }
 }
 

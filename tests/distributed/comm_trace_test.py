@@ -208,18 +208,22 @@ class CommTraceTest(unittest.TestCase):
 
     def test_a_rerun_sets_the_earlier_dumps_aside(self):
         dump = os.path.join(self.tmp, "rerun")
-        self.check_failed_in_time(*hang(dump, run_id="first"))
+        # The first run's rank 1 hangs, the second's rank 2: fr_trace must read the second's alone.
+        seconds, status, stderr = hang(dump, run_id="first", HANG_RANK="1")
+        self.assertNotEqual(status, 0, stderr[-3000:])
         self.check_failed_in_time(*hang(dump, run_id="second", fresh=False))
         folder = os.path.join(dump, "comm_traces")
+        # Beside the folder, not in it: fr_trace reads subfolders' dumps, by file name, as its own.
+        aside = f"{folder}.earlier-second"
         ranks = [f"rank_{r}" for r in range(RANKS)]
-        self.assertEqual(sorted(os.listdir(folder)), ["earlier-second", *ranks])
-        self.assertEqual(sorted(os.listdir(os.path.join(folder, "earlier-second"))), ranks)
+        self.assertEqual(sorted(os.listdir(folder)), ranks)
+        self.assertEqual(sorted(os.listdir(aside)), ranks)
         for rank in ranks:
             self.assertEqual(load(os.path.join(folder, rank))["run_id"], "second")
-            self.assertEqual(load(os.path.join(folder, "earlier-second", rank))["run_id"], "first")
+            self.assertEqual(load(os.path.join(aside, rank))["run_id"], "first")
         self.check_verdicts(folder)
         # A dump of the first run put back beside the second's is refused, by name.
-        shutil.copy(os.path.join(folder, "earlier-second", "rank_3"), os.path.join(folder, "rank_3"))
+        shutil.copy(os.path.join(aside, "rank_3"), os.path.join(folder, "rank_3"))
         report = self.analyze(folder, status=1)
         self.assertIn("rank_3 (run first) come from different runs", report)
 
