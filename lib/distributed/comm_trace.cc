@@ -144,10 +144,15 @@ void OnDumpSignal(int) {
 void ConfigureC10dRecorders(bool tracing, absl::Duration peer_dump_wait) {
   static std::once_flag once;
   std::call_once(once, [tracing, peer_dump_wait] {
-    if (const char* user = std::getenv("TORCH_FR_BUFFER_SIZE")) {
-      LOG(WARNING) << "TORCH_FR_BUFFER_SIZE=" << user << " is ignored: [comm] trace_buf_size sizes "
-                   << "titan's collective recorder";
+    // c10d reads TORCH_NCCL_TRACE_BUFFER_SIZE as a deprecated alias of TORCH_FR_BUFFER_SIZE.
+    for (const char* name : {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}) {
+      if (const char* user = std::getenv(name)) {
+        LOG(WARNING) << name << "=" << user << " is ignored: [comm] trace_buf_size sizes titan's "
+                     << "collective recorder";
+      }
     }
+    // c10d would still parse it (a non-number throws) and warn that it is deprecated.
+    unsetenv("TORCH_NCCL_TRACE_BUFFER_SIZE");
     setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
     (void)c10d::dump_fr_trace_json(/*includeCollectives=*/false, /*onlyActive=*/false);
     setenv("TORCH_FR_BUFFER_SIZE", tracing ? "1" : "0", 1);

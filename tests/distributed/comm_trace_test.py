@@ -209,8 +209,14 @@ class CommTraceTest(unittest.TestCase):
     def test_a_rerun_sets_the_earlier_dumps_aside(self):
         dump = os.path.join(self.tmp, "rerun")
         # The first run's rank 1 hangs, the second's rank 2: fr_trace must read the second's alone.
-        seconds, status, stderr = hang(dump, run_id="first", HANG_RANK="1")
+        # c10d's recorder sizes, TORCH_NCCL_TRACE_BUFFER_SIZE an alias of TORCH_FR_BUFFER_SIZE,
+        # are both ignored, and said so.
+        seconds, status, stderr = hang(dump, run_id="first", HANG_RANK="1",
+                                       TORCH_FR_BUFFER_SIZE="5", TORCH_NCCL_TRACE_BUFFER_SIZE="x")
         self.assertNotEqual(status, 0, stderr[-3000:])
+        for setting in ("TORCH_FR_BUFFER_SIZE=5", "TORCH_NCCL_TRACE_BUFFER_SIZE=x"):
+            self.assertIn(f"{setting} is ignored: [comm] trace_buf_size sizes titan's collective "
+                          "recorder", stderr)
         self.check_failed_in_time(*hang(dump, run_id="second", fresh=False))
         folder = os.path.join(dump, "comm_traces")
         # Beside the folder, not in it: fr_trace reads subfolders' dumps, by file name, as its own.
