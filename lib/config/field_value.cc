@@ -258,6 +258,18 @@ bool IsSupportedField(const FieldDescriptor* field) {
   }
 }
 
+absl::StatusOr<int32_t> ParseInt32(absl::string_view text, absl::string_view where) {
+  int64_t value;
+  if (!absl::SimpleAtoi(text, &value)) {
+    return Error(where,
+                 absl::StrCat("expected ", TypeName(FieldKind::kInteger), ", got ", Quote(text)));
+  }
+  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
+    return Error(where, absl::StrCat("expected 32-bit integer, got ", Quote(text)));
+  }
+  return static_cast<int32_t>(value);
+}
+
 const char* TypeName(FieldKind kind) {
   switch (kind) {
     case FieldKind::kInteger:
@@ -432,9 +444,10 @@ absl::Status SetFromText(const std::string& text, const FieldDescriptor* field, 
   }
   switch (KindOf(field)) {
     case FieldKind::kInteger: {
-      int64_t value;
-      if (!absl::SimpleAtoi(text, &value)) return TypeError(where, field, Quote(text));
-      return SetInteger(value, Quote(text), field, message, where);
+      const absl::StatusOr<int32_t> value = ParseInt32(text, where);
+      if (!value.ok()) return value.status();
+      reflection->SetInt32(message, field, *value);
+      return absl::OkStatus();
     }
     case FieldKind::kFloat: {
       double value;

@@ -2,13 +2,16 @@
 #define TITAN_LIB_CONFIG_FIELD_VALUE_H_
 
 // One schema field's value, read from TOML or command-line text, written back as TOML, and checked
-// against the bounds and choices the schema declares. Internal to lib/config (job_config.cc).
+// against the bounds and choices the schema declares. Internal to lib/config (job_config.cc), but
+// ParseInt32, which profile_run's own flags share.
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
@@ -40,6 +43,10 @@ std::string DidYouMean(const std::optional<std::string>& suggestion, absl::strin
 
 // A command-line boolean: true or false, exactly as TOML spells them (no True, 1, yes or on).
 bool ParseBoolean(absl::string_view text, bool* value);
+
+// A command-line 32-bit integer; `where` (a flag or key) names it in the error, which says
+// "expected integer" or, past int32's range, "expected 32-bit integer".
+absl::StatusOr<int32_t> ParseInt32(absl::string_view text, absl::string_view where);
 
 void SetList(const std::vector<std::string>& items, const google::protobuf::FieldDescriptor* field,
              google::protobuf::Message* message);

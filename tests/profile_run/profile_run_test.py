@@ -338,6 +338,10 @@ class ProfileRunTest(unittest.TestCase):
         # Each refusal: exit 1 and one line saying what was expected, before any work.
         for args, message in [
                 (["--profile.gzip=yes"], '--profile.gzip: expected true or false, got "yes"'),
+                # titan_train's words for an integer key, from the same parser.
+                (["--profile.active=99999999999"],
+                 '--profile.active: expected 32-bit integer, got "99999999999"'),
+                (["--profile.active=abc"], '--profile.active: expected integer, got "abc"'),
                 (["--out="], "--out: expected --out=DIR"),
                 ([f"--analyze_comm_trace={dumps}", "--json"],
                  "--analyze_comm_trace takes only --comm_trace_prefix, got --json"),

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "lib/config/field_value.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/comm_trace_analysis.h"
 #include "lib/distributed/launcher.h"
@@ -89,11 +90,11 @@ struct Flags {
   std::vector<std::string> job_args;  // everything else, for the job config
 };
 
+// As titan_train reads an integer key from the command line, with its words.
 absl::Status ParseInt(absl::string_view flag, absl::string_view value, int* out) {
-  if (!absl::SimpleAtoi(value, out)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag, ": expected an integer, got \"", value, "\""));
-  }
+  const absl::StatusOr<int32_t> parsed = titan::ParseInt32(value, flag);
+  if (!parsed.ok()) return parsed.status();
+  *out = *parsed;
   return absl::OkStatus();
 }
 
