@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <utility>
 
@@ -243,6 +244,24 @@ class TitanReader : public CheckpointReader {
 
 // Whether an index's shard path names a file outside the index's folder: transformers joins the
 // folder and the path as given, so only an absolute path or a ".." component leaves it.
+// `path` without "." parts and repeated slashes, as the file system reads it: "./sub//x" and
+// "sub/x" are one shard.
+std::string NormalShardPath(absl::string_view path) {
+  std::vector<absl::string_view> parts;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part != ".") parts.push_back(part);
+  }
+  return absl::StrJoin(parts, "/");
+}
+
+// Whether this process has not given `warning` yet: a run detects a folder's format more than once.
+bool FirstTime(const std::string& warning) {
+  static std::mutex mutex;
+  static auto* given = new absl::flat_hash_set<std::string>();
+  const std::lock_guard<std::mutex> lock(mutex);
+  return given->insert(warning).second;
+}
+
 bool LeavesFolder(absl::string_view path) {
   if (absl::StartsWith(path, "/")) return true;
   for (absl::string_view part : absl::StrSplit(path, '/')) {
@@ -347,7 +366,12 @@ absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& 
           absl::StrCat(source, ": weight_map[\"", name, "\"]: \"", path,
                        "\" is outside the checkpoint folder (expected a path inside it)"));
     }
-    parsed.weight_map[name] = path;
+    const std::string normal = NormalShardPath(path);
+    if (normal.empty()) {
+      return absl::DataLossError(
+          absl::StrCat(source, ": weight_map[\"", name, "\"]: \"", path, "\" names no file"));
+    }
+    parsed.weight_map[name] = normal;
   }
   const auto metadata = index.find("metadata");
   if (metadata != index.end() && metadata->is_object()) {
@@ -392,14 +416,15 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path,
   if (PathExists(absl::StrCat(path, "/", kHfConfigFile))) {
     if (PathExists(absl::StrCat(path, "/", kMetaParamsFile)) &&
         PathExists(absl::StrCat(path, "/", kMetaWeightsFile))) {
-      LOG(WARNING) << path << ": holds both a Hugging Face checkpoint (" << kHfConfigFile
-                   << ") and a Meta one (" << kMetaParamsFile << ", " << kMetaWeightsFile
-                   << "); reading the Hugging Face one ("
-                   << (read_meta_hint.empty()
-                           ? absl::StrCat("to read the Meta one, move ", kMetaParamsFile, " and ",
-                                          kMetaWeightsFile, " to a folder without ", kHfConfigFile)
-                           : std::string(read_meta_hint))
-                   << ")";
+      const std::string warning = absl::StrCat(
+          path, ": holds both a Hugging Face checkpoint (", kHfConfigFile, ") and a Meta one (",
+          kMetaParamsFile, ", ", kMetaWeightsFile, "); reading the Hugging Face one (",
+          read_meta_hint.empty()
+              ? absl::StrCat("to read the Meta one, move ", kMetaParamsFile, " and ",
+                             kMetaWeightsFile, " to a folder without ", kHfConfigFile)
+              : std::string(read_meta_hint),
+          ")");
+      if (FirstTime(warning)) LOG(WARNING) << warning;
     }
     return CheckpointFormat::kHf;
   }
