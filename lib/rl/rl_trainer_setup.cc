@@ -92,13 +92,14 @@ absl::Status RlTrainer::Init(RlMode mode) {
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<CheckpointManager> manager,
                          BuildCheckpointManager(config_, setup_, runtime_));
   ResumeChoice resume;
-  // A step-0 seed checkpoint the run started from: its reference's weights at every resume.
+  // A step-0 seed checkpoint the run started from: its reference's weights at every resume, kept
+  // also by a run without a reference (a later one may resume with one).
   std::string seed_checkpoint;
+  if (manager != nullptr && PathExists(manager->StepDirectory(0))) {
+    manager->set_kept_step(0);
+    if (needs_reference) seed_checkpoint = manager->StepDirectory(0);
+  }
   if (manager != nullptr) {
-    if (needs_reference && PathExists(manager->StepDirectory(0))) {
-      seed_checkpoint = manager->StepDirectory(0);
-      manager->set_kept_step(0);
-    }
     TITAN_ASSIGN_OR_RETURN(resume, ChooseStepToResume(config_, runtime_, *manager, !writes_steps));
     TITAN_RETURN_IF_ERROR(AdoptRecordedSeed(config_, resume, setup_));
     setup_.resume_dir = resume.dir;

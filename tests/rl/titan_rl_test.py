@@ -301,6 +301,13 @@ class TitanRlTest(unittest.TestCase):
         common.run(cmd)
         self.assertEqual(sorted(os.listdir(os.path.join(seeded, "checkpoint"))),
                          [".titan.lock", "step-0", "step-1", "step-2"])
+        # A run without a reference keeps it too: a later one may resume with one.
+        no_kl, no_kl_cmd = self.job("seed_ckpt_no_reference", "--rl.kl_coef=0",
+                                    "--training.steps=3", *cmd[-6:])
+        common.run([CONVERT, "--from=hf", "--to=titan", self.hf, os.path.join(no_kl, "checkpoint")])
+        common.run(no_kl_cmd)
+        self.assertEqual(sorted(os.listdir(os.path.join(no_kl, "checkpoint"))),
+                         [".titan.lock", "step-0", "step-2", "step-3"])
         cmd[cmd.index("--training.steps=2")] = "--training.steps=4"
         common.run(cmd)
         a, b = common.metrics(loaded), common.metrics(seeded)
