@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
@@ -17,6 +18,7 @@
 #include "lib/distributed/nccl_communicator.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
+#include "nlohmann/json.hpp"
 
 namespace titan {
 
@@ -88,7 +90,30 @@ absl::StatusOr<DistributedRuntime> DistributedRuntime::Connect(const JobConfig& 
             return CreateDeviceDispatchingCommunicator(std::move(cpu), std::move(nccl));
           }));
   runtime.comms_ = std::move(comms);
+  runtime.backend_ = gpu < 0 ? "gloo" : "nccl";
   return runtime;
+}
+
+std::string DistributedRuntime::ProfilerDistributedInfo() const {
+  if (!comms_) return "";
+  // As torch's _get_pg_config, once per group (mesh groups of one extent share a communicator).
+  nlohmann::json groups = nlohmann::json::array();
+  absl::flat_hash_set<std::string> seen;
+  for (int g = 0; g < kNumMeshGroups; ++g) {
+    const Communicator& group = comms_->Get(static_cast<MeshGroup>(g));
+    if (!seen.insert(group.name()).second) continue;
+    groups.push_back({{"pg_name", group.name()},
+                      {"pg_desc", group.name()},
+                      {"backend_config", backend_ == "nccl" ? "cpu:gloo,cuda:nccl" : "cpu:gloo"},
+                      {"pg_size", group.size()},
+                      {"ranks", group.global_ranks()}});
+  }
+  nlohmann::json info = {{"backend", backend_},
+                         {"rank", rank()},
+                         {"world_size", dims_.world_size()},
+                         {"pg_count", groups.size()},
+                         {"pg_config", groups}};
+  return info.dump();
 }
 
 void DistributedRuntime::SetTimeout(absl::Duration timeout) const {

@@ -53,6 +53,9 @@ class DistributedRuntime {
   // Marks this run's flight-recorder dumps with `run_id` and sets an earlier run's aside
   // (CommTrace::StartRun); a single process, which records nothing, only sets them aside.
   absl::Status StartCommTrace(const std::string& run_id) const;
+  // torch.profiler's "distributedInfo" trace metadata (JSON: backend, rank, world_size, pg_count,
+  // pg_config), by which HolisticTraceAnalysis tells the ranks' traces apart; "" for one process.
+  std::string ProfilerDistributedInfo() const;
 
  private:
   DistributedRuntime(DistributedEnv env, ParallelDims dims)
@@ -64,6 +67,7 @@ class DistributedRuntime {
   std::shared_ptr<CommTrace> trace_;
   std::string lone_trace_folder_;  // A single process's dump folder (it has no trace_).
   std::optional<MeshCommunicators> comms_;
+  std::string backend_;  // "gloo", or "nccl" for CUDA tensors
 };
 
 // Every group's timeout is `timeout` while this lives, then what it was before.

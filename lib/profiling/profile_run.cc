@@ -194,6 +194,7 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
   profiling.memory_snapshot_folder = options.out;
   profiling.single_cycle_files = true;
   profiling.gzip_traces = options.gzip;
+  profiling.distributed_info = runtime.ProfilerDistributedInfo();
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<StepProfiler> profiler, StepProfiler::Create(profiling));
 
   MemoryTimeline timeline;

@@ -26,6 +26,12 @@
 #include "lib/util/gzip_file.h"
 #include "lib/util/status_macros.h"
 
+// libtorch's, declared in torch/csrc/profiler/kineto_shim.h, which needs Kineto's headers (the
+// torch wheel ships none).
+namespace torch::autograd::profiler {
+TORCH_API void addMetadataJson(const std::string& key, const std::string& value);
+}  // namespace torch::autograd::profiler
+
 namespace titan {
 namespace {
 
@@ -185,6 +191,10 @@ absl::Status StepProfiler::StepBegin(int64_t step) {
     if (session_ == Session::kPrepared) {
       kineto::enableProfiler(TraceConfig(), Activities(options_.device));
       session_ = Session::kRecording;
+      // As torch.profiler, once the session records.
+      if (!options_.distributed_info.empty()) {
+        torch::autograd::profiler::addMetadataJson("distributedInfo", options_.distributed_info);
+      }
     }
   } catch (const c10::Error& e) {
     return TorchError(absl::StrCat("cannot start the profiler at step ", step), e);

@@ -43,6 +43,8 @@ struct StepProfilerOptions {
   bool single_cycle_files = false;
   // Traces written gzipped (<name>.json.gz; Perfetto opens them as they are).
   bool gzip_traces = false;
+  // The traces' "distributedInfo" (DistributedRuntime::ProfilerDistributedInfo); "": none.
+  std::string distributed_info;
 };
 
 // The [profiling] section for `rank` training on `device`, folders resolved under job.dump_folder.

@@ -280,6 +280,12 @@ class ProfileRunTest(unittest.TestCase):
         logged = state_bytes(proc.stderr)
         for rank in range(2):
             self.check_rank(out, rank, summary, logged, 2)
+            # torch.profiler's metadata, by which HolisticTraceAnalysis tells the ranks apart.
+            with open(os.path.join(out, f"trace_rank{rank}.json")) as f:
+                info = json.load(f)["distributedInfo"]
+            self.assertEqual((info["backend"], info["rank"], info["world_size"]), ("gloo", rank, 2))
+            self.assertEqual(info["pg_count"], len(info["pg_config"]))
+            self.assertIn([2, [0, 1]], [[g["pg_size"], g["ranks"]] for g in info["pg_config"]])
         self.check_report(out, 2)
 
     def test_gzip_over_an_earlier_run_with_spaced_flags_and_refusals(self):
