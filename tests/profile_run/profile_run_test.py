@@ -282,7 +282,10 @@ class ProfileRunTest(unittest.TestCase):
             self.check_rank(out, rank, summary, logged, 2)
             # torch.profiler's metadata, by which HolisticTraceAnalysis tells the ranks apart.
             with open(os.path.join(out, f"trace_rank{rank}.json")) as f:
-                info = json.load(f)["distributedInfo"]
+                text = f.read()
+            info = json.loads(text)["distributedInfo"]
+            # HTA takes a file's rank from its first line matching this (json.dumps' spacing).
+            self.assertEqual(re.search(r'"rank":\s+(\d+)', text)[1], str(rank))
             self.assertEqual((info["backend"], info["rank"], info["world_size"]), ("gloo", rank, 2))
             self.assertEqual(info["pg_count"], len(info["pg_config"]))
             self.assertIn([2, [0, 1]], [[g["pg_size"], g["ranks"]] for g in info["pg_config"]])
