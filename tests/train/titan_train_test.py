@@ -131,6 +131,12 @@ class TitanTrainTest(unittest.TestCase):
         self.assertEqual(sorted(shown), [1, 2, 5, 6])
         for step, lr in shown.items():
             self.assertAlmostEqual(lr, lrs[step], delta=1e-6 * lrs[step] + 1e-12, msg=step)
+        # Only its own: with TensorBoard off, a run leaves another run's folder as it is.
+        time.sleep(1.1)
+        run_train(self.dump("resume_tb_off_other"), "--training.steps=1",
+                  "--metrics.enable_tensorboard=false",
+                  f"--metrics.save_tb_folder={os.path.join(dump, 'tb')}", *flags)
+        self.assertEqual(sorted(tensorboard_lr(os.path.join(dump, "tb"))), [1, 2, 5, 6])
 
     def test_the_writer_takes_along_the_metrics_other_ranks_no_longer_write(self):
         dump = self.dump("unwritten_ranks")
