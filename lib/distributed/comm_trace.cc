@@ -18,6 +18,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -370,7 +371,11 @@ absl::Status SetEarlierDumpsAside(const std::string& folder, const std::string& 
     }
   }
   if (names.empty()) return absl::OkStatus();
-  const std::string aside = absl::StrCat(absl::StripSuffix(folder, "/"), ".earlier-", run_id);
+  // A sibling, whatever trails the name ("traces//", "traces/."): fr_trace walks subfolders.
+  absl::string_view name = folder;
+  while (name.size() > 1 && (absl::ConsumeSuffix(&name, "/") || absl::ConsumeSuffix(&name, "/."))) {
+  }
+  const std::string aside = absl::StrCat(name, ".earlier-", run_id);
   absl::Status moved = MakeDirectories(aside);
   for (const std::string& name : names) {
     const std::string path = JoinPath(folder, name);

@@ -203,6 +203,15 @@ TEST(CommTraceTest, StartRunSetsEarlierDumpsAsideAndMarksNewOnes) {
     EXPECT_EQ(*ReadFile(absl::StrCat(options.folder, ".earlier-42/", name)), "old") << name;
   }
   EXPECT_TRUE(std::filesystem::exists(options.folder + "/notes.txt"));
+  // Spelled with trailing separators and "." parts, the folder still gets a sibling.
+  const std::string folder = options.folder;
+  options.folder = folder + "//.//";
+  ASSERT_TRUE(WriteFileAtomically(folder + "/rank_2", "older").ok());
+  absl::StatusOr<std::shared_ptr<CommTrace>> spelled = CommTrace::Create(options);
+  ASSERT_TRUE(spelled.ok()) << spelled.status();
+  ASSERT_TRUE((*spelled)->StartRun("43").ok());
+  EXPECT_EQ(*ReadFile(folder + ".earlier-43/rank_2"), "older");
+  options.folder = folder;
   ASSERT_TRUE((*trace)->Dump("test").ok());
   EXPECT_EQ(LoadDump(options.folder + "/rank_0").at("run_id").toStringRef(), "42");
   EXPECT_EQ(LoadDump(options.folder + "/rank_0").at("rank").toInt(), 0);  // whose dump it is
