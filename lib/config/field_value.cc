@@ -93,13 +93,13 @@ absl::Status TypeError(absl::string_view where, const FieldDescriptor* field,
   return Error(where, absl::StrCat("expected ", TypeName(KindOf(field)), ", got ", got));
 }
 
-absl::Status SetInteger(int64_t value, absl::string_view got, const FieldDescriptor* field,
-                        Message* message, absl::string_view where) {
+// The one int32 range check of TOML and command-line integers; `got` shows the value as written.
+absl::StatusOr<int32_t> InInt32Range(int64_t value, absl::string_view got,
+                                     absl::string_view where) {
   if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
     return Error(where, absl::StrCat("expected 32-bit integer, got ", got));
   }
-  message->GetReflection()->SetInt32(message, field, static_cast<int32_t>(value));
-  return absl::OkStatus();
+  return static_cast<int32_t>(value);
 }
 
 // A TOML number as a double: floats, and integers (which TOML writes without a '.').
@@ -264,10 +264,7 @@ absl::StatusOr<int32_t> ParseInt32(absl::string_view text, absl::string_view whe
     return Error(where,
                  absl::StrCat("expected ", TypeName(FieldKind::kInteger), ", got ", Quote(text)));
   }
-  if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
-    return Error(where, absl::StrCat("expected 32-bit integer, got ", Quote(text)));
-  }
-  return static_cast<int32_t>(value);
+  return InInt32Range(value, Quote(text), where);
 }
 
 const char* TypeName(FieldKind kind) {
@@ -373,7 +370,11 @@ absl::Status SetFromToml(const toml::node& node, const FieldDescriptor* field, M
   switch (KindOf(field)) {
     case FieldKind::kInteger:
       if (const auto* value = node.as_integer()) {
-        return SetInteger(value->get(), DescribeTomlNode(node), field, message, where);
+        const absl::StatusOr<int32_t> in_range =
+            InInt32Range(value->get(), DescribeTomlNode(node), where);
+        if (!in_range.ok()) return in_range.status();
+        reflection->SetInt32(message, field, *in_range);
+        return absl::OkStatus();
       }
       break;
     case FieldKind::kFloat:

@@ -19,7 +19,6 @@
 #include <utility>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
@@ -358,17 +357,10 @@ void CommTrace::SetRunId(const std::string& run_id) {
 
 absl::Status SetEarlierDumpsAside(const std::string& folder, const std::string& file_prefix,
                                   const std::string& run_id) {
-  // A missing folder holds nothing to set aside.
-  const std::vector<std::string> listed =
-      ListDirectory(folder).value_or(std::vector<std::string>());
   std::vector<std::string> names;
-  for (const std::string& file : listed) {
-    absl::string_view name = file;
-    int rank = 0;
-    if (absl::ConsumePrefix(&name, file_prefix) && absl::SimpleAtoi(name, &rank) &&
-        IsRegularFile(JoinPath(folder, file))) {
-      names.push_back(file);
-    }
+  for (const int rank : RanksIn(folder, file_prefix, "")) {
+    const std::string file = absl::StrCat(file_prefix, rank);
+    if (IsRegularFile(JoinPath(folder, file))) names.push_back(file);
   }
   if (names.empty()) return absl::OkStatus();
   // A sibling, whatever trails the name ("traces//", "traces/."): fr_trace walks subfolders.

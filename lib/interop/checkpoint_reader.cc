@@ -13,7 +13,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/checkpoint_step.h"
@@ -242,32 +241,12 @@ class TitanReader : public CheckpointReader {
   absl::flat_hash_map<std::string, const CheckpointStep::Tensor*> by_name_;
 };
 
-// Whether an index's shard path names a file outside the index's folder: transformers joins the
-// folder and the path as given, so only an absolute path or a ".." component leaves it.
-// `path` without "." parts and repeated slashes, as the file system reads it: "./sub//x" and
-// "sub/x" are one shard.
-std::string NormalShardPath(absl::string_view path) {
-  std::vector<absl::string_view> parts;
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    if (part != ".") parts.push_back(part);
-  }
-  return absl::StrJoin(parts, "/");
-}
-
 // Whether this process has not given `warning` yet: a run detects a folder's format more than once.
 bool FirstTime(const std::string& warning) {
   static std::mutex mutex;
   static auto* given = new absl::flat_hash_set<std::string>();
   const std::lock_guard<std::mutex> lock(mutex);
   return given->insert(warning).second;
-}
-
-bool LeavesFolder(absl::string_view path) {
-  if (absl::StartsWith(path, "/")) return true;
-  for (absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part == "..") return true;
-  }
-  return false;
 }
 
 bool IsPickleWeightsFile(absl::string_view name) {
@@ -361,12 +340,15 @@ absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& 
           absl::StrCat(source, ": weight_map[\"", name, "\"]: expected a file name"));
     }
     const std::string& path = file.get_ref<const std::string&>();
-    if (LeavesFolder(path)) {
+    // transformers joins the folder and the path as given: only an absolute path or a ".." leaves
+    // it; "./sub//x" and "sub/x" are one shard.
+    const std::optional<std::vector<std::string>> parts = PathParts(path);
+    if (absl::StartsWith(path, "/") || !parts.has_value()) {
       return absl::DataLossError(
           absl::StrCat(source, ": weight_map[\"", name, "\"]: \"", path,
                        "\" is outside the checkpoint folder (expected a path inside it)"));
     }
-    const std::string normal = NormalShardPath(path);
+    const std::string normal = absl::StrJoin(*parts, "/");
     if (normal.empty()) {
       return absl::DataLossError(
           absl::StrCat(source, ": weight_map[\"", name, "\"]: \"", path, "\" names no file"));

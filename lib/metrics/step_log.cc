@@ -1,10 +1,8 @@
 #include "lib/metrics/step_log.h"
 
-#include <algorithm>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "glog/logging.h"
@@ -97,23 +95,6 @@ absl::Status StepLog::SetAsideEarlier() const {
   LOG(WARNING) << "Set aside " << path_ << " as " << aside
                << ": an earlier run's, whose steps this run does not continue";
   return absl::OkStatus();
-}
-
-std::vector<int> RanksIn(const std::string& folder, absl::string_view prefix,
-                         absl::string_view suffix) {
-  std::vector<int> ranks;
-  absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
-  if (!names.ok()) return ranks;
-  for (absl::string_view name : *names) {
-    if (!absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, suffix)) continue;
-    int rank = 0;
-    // As the writers spell a rank: rank_1.abandoned-x, rank_-1 or rank_01 is no rank's.
-    if (absl::SimpleAtoi(name, &rank) && rank >= 0 && absl::StrCat(rank) == name) {
-      ranks.push_back(rank);
-    }
-  }
-  std::sort(ranks.begin(), ranks.end());
-  return ranks;
 }
 
 absl::Status StepLog::Commit() {

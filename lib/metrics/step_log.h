@@ -59,11 +59,6 @@ class StepLog {
   bool commit_pending_;
 };
 
-// The ranks r, ascending, of the entries `<prefix><r><suffix>` in `folder` (none where it is
-// missing): the per-rank logs an earlier run left there, whatever its world size or layout.
-std::vector<int> RanksIn(const std::string& folder, absl::string_view prefix,
-                         absl::string_view suffix);
-
 }  // namespace titan
 
 #endif  // TITAN_LIB_METRICS_STEP_LOG_H_

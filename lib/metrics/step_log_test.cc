@@ -113,17 +113,5 @@ TEST(StepLogTest, ARunThatStartsOverNeedsARunId) {
   EXPECT_EQ(log.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(StepLogTest, RanksInListsEachRanksEntryWhateverTheGaps) {
-  const std::string folder = std::string(std::getenv("TEST_TMPDIR")) + "/ranks_in";
-  for (const char* name : {"rank_3", "rank_0", "rank_12", "rank_x", "rank_", "rank_1.abandoned-r2",
-                           "rank_-1", "rank_01", "other_2"}) {
-    std::filesystem::create_directories(folder + "/" + name);
-  }
-  EXPECT_EQ(RanksIn(folder, "rank_", ""), (std::vector<int>{0, 3, 12}));
-  ASSERT_TRUE(WriteFileAtomically(folder + "/rollouts_rank2.jsonl", "").ok());
-  EXPECT_EQ(RanksIn(folder, "rollouts_rank", ".jsonl"), (std::vector<int>{2}));
-  EXPECT_TRUE(RanksIn(folder + "/missing", "rank_", "").empty());
-}
-
 }  // namespace
 }  // namespace titan

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -91,7 +92,8 @@ absl::Status ValidateOptions(const StepProfilerOptions& options) {
 }  // namespace
 
 StepProfilerOptions ProfilerOptionsFromConfig(const JobConfig& config, int rank,
-                                              const c10::Device& device) {
+                                              const c10::Device& device,
+                                              std::string distributed_info) {
   const JobConfig::Profiling& profiling = config.profiling();
   StepProfilerOptions options;
   options.enable_profiling = profiling.enable_profiling();
@@ -103,6 +105,7 @@ StepProfilerOptions ProfilerOptionsFromConfig(const JobConfig& config, int rank,
   options.memory_snapshot_folder = UnderDumpFolder(config, profiling.save_memory_snapshot_folder());
   options.rank = rank;
   options.device = device;
+  options.distributed_info = std::move(distributed_info);
   return options;
 }
 

@@ -47,9 +47,11 @@ struct StepProfilerOptions {
   std::string distributed_info;
 };
 
-// The [profiling] section for `rank` training on `device`, folders resolved under job.dump_folder.
+// The [profiling] section for `rank` training on `device`, folders resolved under job.dump_folder;
+// `distributed_info` as StepProfilerOptions::distributed_info.
 StepProfilerOptions ProfilerOptionsFromConfig(const JobConfig& config, int rank,
-                                              const c10::Device& device);
+                                              const c10::Device& device,
+                                              std::string distributed_info);
 
 // Drives the profilers from the training loop, on the thread that runs the steps:
 //   profiler->StepBegin(step); ... forward, backward, optimizer ...; profiler->StepEnd(step);

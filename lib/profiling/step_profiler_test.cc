@@ -266,7 +266,7 @@ TEST(StepProfilerTest, FoldersAreJoinedAsTorchtitanJoinsThem) {
   config.mutable_job()->set_dump_folder("/runs/a");
   config.mutable_profiling()->set_save_traces_folder("traces");
   config.mutable_profiling()->set_save_memory_snapshot_folder("/scratch/snapshots");
-  const StepProfilerOptions options = ProfilerOptionsFromConfig(config, 0, at::kCPU);
+  const StepProfilerOptions options = ProfilerOptionsFromConfig(config, 0, at::kCPU, "");
   EXPECT_EQ(options.traces_folder, "/runs/a/traces");
   EXPECT_EQ(options.memory_snapshot_folder, "/scratch/snapshots");  // absolute: as is
 }
@@ -328,7 +328,7 @@ TEST(StepProfilerTest, OptionsFromConfig) {
       "x.toml", {"--profiling.enable_memory_snapshot"});
   ASSERT_TRUE(config.ok()) << config.status();
   const StepProfilerOptions options =
-      ProfilerOptionsFromConfig(*config, 3, c10::Device(c10::kCUDA, 1));
+      ProfilerOptionsFromConfig(*config, 3, c10::Device(c10::kCUDA, 1), R"({"rank": 3})");
   EXPECT_TRUE(options.enable_profiling);
   EXPECT_EQ(options.traces_folder, "/runs/a/tr");
   EXPECT_EQ(options.profile_freq, 5);
@@ -338,6 +338,7 @@ TEST(StepProfilerTest, OptionsFromConfig) {
   EXPECT_EQ(options.memory_snapshot_folder, "/runs/a/memory_snapshot");
   EXPECT_EQ(options.rank, 3);
   EXPECT_EQ(options.device, c10::Device(c10::kCUDA, 1));
+  EXPECT_EQ(options.distributed_info, R"({"rank": 3})");
 }
 
 }  // namespace

@@ -231,10 +231,9 @@ absl::Status RlTrainer::Init(RlMode mode) {
   if (training_run) {
     // Last, after the data and before the metrics and rollouts files: a refused [profiling] key or
     // data file leaves none behind.
-    StepProfilerOptions profiling =
-        ProfilerOptionsFromConfig(config_, runtime_.rank(), setup_.device);
-    profiling.distributed_info = runtime_.ProfilerDistributedInfo();
-    TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(profiling));
+    TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
+                                          config_, runtime_.rank(), setup_.device,
+                                          runtime_.ProfilerDistributedInfo())));
     monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);
   }
   if (writes_steps) {

@@ -18,7 +18,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "glog/logging.h"
@@ -36,6 +35,7 @@
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/train/device.h"
 #include "lib/util/directory.h"
+#include "lib/util/file_util.h"
 #include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 
@@ -639,34 +639,24 @@ absl::StatusOr<std::unique_ptr<CheckpointManager>> BuildCheckpointManager(
 
 namespace {
 
-// The metrics outputs an earlier run left in the folder that no rank of this one writes: every
-// rank's when save_for_all_ranks is off or the rank is gone or is the writer now, and TensorBoard's
-// when it is off. The writer has them follow its start, so that no output keeps the steps it
-// redoes.
-// The parts of `folder` ("a//./b/" is a, b); nullopt when one is "..".
-std::optional<std::vector<std::string>> FolderParts(absl::string_view folder) {
-  std::vector<std::string> parts;
-  for (absl::string_view part : absl::StrSplit(folder, '/', absl::SkipEmpty())) {
-    if (part == "..") return std::nullopt;
-    if (part != ".") parts.emplace_back(part);
-  }
-  return parts;
-}
-
 // Whether a run with TensorBoard off may tidy save_tb_folder: a plain subfolder of the dump folder
 // ("tb", "a/tb"), outside the checkpoint folder; not another run's folder (absolute), the dump
 // folder itself, nor a saved step.
 bool OwnTensorBoardFolder(const JobConfig& config) {
   const std::string& tb = config.metrics().save_tb_folder();
-  const std::optional<std::vector<std::string>> parts = FolderParts(tb);
+  const std::optional<std::vector<std::string>> parts = PathParts(tb);
   if (absl::StartsWith(tb, "/") || !parts.has_value() || parts->empty()) return false;
   const std::string& checkpoint = config.checkpoint().folder();
-  const std::optional<std::vector<std::string>> checkpoint_parts = FolderParts(checkpoint);
+  const std::optional<std::vector<std::string>> checkpoint_parts = PathParts(checkpoint);
   if (absl::StartsWith(checkpoint, "/") || !checkpoint_parts.has_value()) return true;
   return checkpoint_parts->empty() || parts->size() < checkpoint_parts->size() ||
          !std::equal(checkpoint_parts->begin(), checkpoint_parts->end(), parts->begin());
 }
 
+// The metrics outputs an earlier run left in the folder that no rank of this one writes: every
+// rank's when save_for_all_ranks is off or the rank is gone or is the writer now, and TensorBoard's
+// when it is off. The writer has them follow its start, so that no output keeps the steps it
+// redoes.
 void AddUnwrittenOutputs(const JobConfig& config, int world_size, int writer,
                          MetricsLoggerOptions* metrics) {
   const auto written = [&](int r) {

@@ -150,10 +150,9 @@ absl::Status Trainer::Init() {
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
   // Before the metrics files: a refused [profiling] key leaves no TensorBoard file behind.
-  StepProfilerOptions profiling =
-      ProfilerOptionsFromConfig(config_, runtime_.rank(), setup_.device);
-  profiling.distributed_info = runtime_.ProfilerDistributedInfo();
-  TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(profiling));
+  TITAN_ASSIGN_OR_RETURN(
+      profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
+                     config_, runtime_.rank(), setup_.device, runtime_.ProfilerDistributedInfo())));
   TITAN_ASSIGN_OR_RETURN(metrics_,
                          BuildResumedMetrics(config_, runtime_, setup_, checkpointer_.get()));
   monitor_ = ResourceMonitor::FromConfig(config_, setup_.device);

@@ -5,9 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "lib/util/file_util.h"
 
 namespace titan {
@@ -85,6 +90,23 @@ absl::Status RemoveTree(const std::string& path) {
     return ErrnoError("remove", path);
   }
   return absl::OkStatus();
+}
+
+std::vector<int> RanksIn(const std::string& folder, absl::string_view prefix,
+                         absl::string_view suffix) {
+  std::vector<int> ranks;
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
+  if (!names.ok()) return ranks;
+  for (absl::string_view name : *names) {
+    if (!absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, suffix)) continue;
+    int rank = 0;
+    // As the writers spell a rank: rank_1.abandoned-x, rank_-1 or rank_01 is no rank's.
+    if (absl::SimpleAtoi(name, &rank) && rank >= 0 && absl::StrCat(rank) == name) {
+      ranks.push_back(rank);
+    }
+  }
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
 }
 
 }  // namespace titan

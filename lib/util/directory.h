@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace titan {
 
@@ -31,6 +32,11 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path);
 
 // rm -rf: symlinks are removed, not followed. A missing path is not an error.
 absl::Status RemoveTree(const std::string& path);
+
+// The ranks r, ascending, of the entries `<prefix><r><suffix>` in `folder` (none where it is
+// missing): the per-rank files an earlier run left there, whatever its world size or layout.
+std::vector<int> RanksIn(const std::string& folder, absl::string_view prefix,
+                         absl::string_view suffix);
 
 }  // namespace titan
 

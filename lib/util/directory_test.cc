@@ -70,5 +70,17 @@ TEST(DirectoryTest, ErrorsNameThePath) {
             TempDir() + "/plain: is a file, not a folder (mkdir cannot make a folder there)");
 }
 
+TEST(DirectoryTest, RanksInListsEachRanksEntryWhateverTheGaps) {
+  const std::string folder = std::string(std::getenv("TEST_TMPDIR")) + "/ranks_in";
+  for (const char* name : {"rank_3", "rank_0", "rank_12", "rank_x", "rank_", "rank_1.abandoned-r2",
+                           "rank_-1", "rank_01", "other_2"}) {
+    ASSERT_TRUE(MakeDirectories(folder + "/" + name).ok());
+  }
+  EXPECT_EQ(RanksIn(folder, "rank_", ""), (std::vector<int>{0, 3, 12}));
+  std::ofstream(folder + "/rollouts_rank2.jsonl").close();
+  EXPECT_EQ(RanksIn(folder, "rollouts_rank", ".jsonl"), (std::vector<int>{2}));
+  EXPECT_TRUE(RanksIn(folder + "/missing", "rank_", "").empty());
+}
+
 }  // namespace
 }  // namespace titan

@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace titan {
 
@@ -72,6 +73,15 @@ std::string Basename(absl::string_view path) {
 std::string JoinPath(absl::string_view dir, absl::string_view name) {
   if (dir.empty() || absl::StartsWith(name, "/")) return std::string(name);
   return absl::EndsWith(dir, "/") ? absl::StrCat(dir, name) : absl::StrCat(dir, "/", name);
+}
+
+std::optional<std::vector<std::string>> PathParts(absl::string_view path) {
+  std::vector<std::string> parts;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part == "..") return std::nullopt;
+    if (part != ".") parts.emplace_back(part);
+  }
+  return parts;
 }
 
 // An AtomicFileWriter's temporary is `<file><kAtomicTemporaryInfix><pid>`.

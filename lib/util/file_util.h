@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -59,6 +60,9 @@ std::string Basename(absl::string_view path);
 // `name` inside folder `dir`; an absolute `name` (or an empty `dir`) is itself, as Python's
 // os.path.join and std::filesystem's / read it.
 std::string JoinPath(absl::string_view dir, absl::string_view name);
+// The parts of `path` as the file system reads them ("a//./b/" is a, b; a leading slash dropped);
+// nullopt when one is "..", which may leave the folder the path is taken in.
+std::optional<std::vector<std::string>> PathParts(absl::string_view path);
 
 // fsyncs a directory so a rename inside it survives a power loss.
 absl::Status FsyncDirectory(const std::string& path);

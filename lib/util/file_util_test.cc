@@ -75,6 +75,15 @@ TEST(FileUtilTest, JoinPathKeepsAnAbsoluteName) {
   EXPECT_EQ(JoinPath("", "traces"), "traces");
 }
 
+TEST(FileUtilTest, PathPartsReadAsTheFileSystemDoes) {
+  EXPECT_EQ(PathParts("a//./b/"), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(PathParts("/x/y"), (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(PathParts("./."), std::vector<std::string>{});
+  EXPECT_EQ(PathParts("a/../b"), std::nullopt);
+  EXPECT_EQ(PathParts(".."), std::nullopt);
+  EXPECT_EQ(PathParts("a/..b/c"), (std::vector<std::string>{"a", "..b", "c"}));
+}
+
 TEST(FileUtilTest, ReadMissingFileNamesThePath) {
   absl::StatusOr<std::string> read = ReadFile("/nonexistent/titan/file");
   ASSERT_FALSE(read.ok());

@@ -24,9 +24,8 @@ int main(int argc, char** argv) {
       "comm_trace_analyze FOLDER [--prefix=rank_]\n"
       "Exit status: 0 every group's members issued the same collectives; 1 the dumps cannot be "
       "read, or come from different runs, or the verdict cannot be written; 2 a group's members "
-      "disagree (a collective some never "
-      "issued, or issued differently); 3 inconclusive: no disagreement found, but some ranks left "
-      "no dump (the suspects)",
+      "disagree (a collective some never issued, or issued differently); 3 inconclusive: no "
+      "disagreement found, but some ranks left no dump (the suspects)",
       &argc, &argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
