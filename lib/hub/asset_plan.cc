@@ -68,6 +68,12 @@ absl::Status ParseAssets(absl::string_view assets, AssetSelection* selection) {
   return absl::OkStatus();
 }
 
+absl::Status CheckGlobs(const AssetSelection& selection) {
+  absl::Status status = CompileGlobs("include", selection.include).status();
+  if (status.ok()) status = CompileGlobs("exclude", selection.exclude).status();
+  return status;
+}
+
 bool NeedsIndex(const AssetSelection& selection) {
   return selection.safetensors && !selection.all;
 }

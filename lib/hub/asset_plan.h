@@ -29,6 +29,9 @@ struct AssetSelection {
 // Parses "tokenizer,config,safetensors,index,all" (any subset) into `selection`.
 absl::Status ParseAssets(absl::string_view assets, AssetSelection* selection);
 
+// Compiles the include and exclude globs as SelectFiles does: its glob error, before any request.
+absl::Status CheckGlobs(const AssetSelection& selection);
+
 // True when the selection needs the safetensors index to know its files.
 bool NeedsIndex(const AssetSelection& selection);
 

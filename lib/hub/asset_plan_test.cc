@@ -94,6 +94,20 @@ TEST(SelectFilesTest, GlobsAreHubGlobs) {
               HasSubstr("--exclude: glob \""));
 }
 
+TEST(CheckGlobsTest, RefusesAGlobSelectFilesWouldRefuseAndNamesItsFlag) {
+  AssetSelection selection;
+  selection.include = {"*.json", "original/"};
+  selection.exclude = {"[!a]*"};
+  EXPECT_TRUE(CheckGlobs(selection).ok());
+  selection.include.push_back("b\xfe");
+  EXPECT_EQ(CheckGlobs(selection).message(),
+            SelectFiles(Llama(), selection, "").status().message());
+  EXPECT_THAT(CheckGlobs(selection).message(), HasSubstr("--include: glob \"b\\xfe\""));
+  selection.include.pop_back();
+  selection.exclude.push_back("\xc3(");
+  EXPECT_THAT(CheckGlobs(selection).message(), HasSubstr("--exclude: glob \"\\xc3(\""));
+}
+
 TEST(SelectFilesTest, AllTakesEverythingButExcluded) {
   AssetSelection selection = Parse("all");
   selection.exclude = {"original/*", "*.safetensors"};

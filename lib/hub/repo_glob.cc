@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -124,7 +125,7 @@ absl::StatusOr<RepoGlob> RepoGlob::Compile(absl::string_view glob) {
   absl::StatusOr<Pcre2Code> code = CompilePcre2(FnmatchToPcre2(normalized), PCRE2_ANCHORED);
   if (!code.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("glob \"", glob, "\": ", code.status().message()));
+        absl::StrCat("glob \"", absl::CHexEscape(glob), "\": ", code.status().message()));
   }
   return RepoGlob(*std::move(code));
 }

@@ -20,7 +20,7 @@ std::string FnmatchToPcre2(absl::string_view glob);
 class RepoGlob {
  public:
   // As filter_repo_objects: `\` reads as `/`, and a glob ending in `/` gets a `*` (a folder's
-  // files). Errors name the glob.
+  // files). Errors name the glob, C-escaped (a glob that is not UTF-8 is refused).
   static absl::StatusOr<RepoGlob> Compile(absl::string_view glob);
 
   // Whether the whole of `path` matches.

@@ -54,7 +54,9 @@ TEST(RepoGlobTest, ClassesAsFnmatchTranslates) {
 }
 
 TEST(RepoGlobTest, RefusesAGlobThatIsNotUtf8) {
-  EXPECT_THAT(std::string(RepoGlob::Compile("a\xff").status().message()), HasSubstr("glob \""));
+  // Named with its bytes escaped, so that the message stays printable text.
+  EXPECT_THAT(std::string(RepoGlob::Compile("a\xff").status().message()),
+              HasSubstr("glob \"a\\xff\": UTF-8 error"));
 }
 
 }  // namespace

@@ -673,7 +673,13 @@ class DownloadAssetsTest(unittest.TestCase):
                               "--retry_max_ms=1000"],
                              "--retry_base_ms=5000 is longer than --retry_max_ms=1000: the first "
                              "retry delay cannot exceed the longest; lower --retry_base_ms or "
-                             "raise --retry_max_ms")]:
+                             "raise --retry_max_ms"),
+                            # Refused before the listing is fetched (with a bad token, before
+                            # the Hub's auth error); "\udcff" is the byte 0xff in argv.
+                            (["--repo_id=org/gated", "--hf_token=hf_wrong", "--include=a\udcff"],
+                             '--include: glob "a\\xff"'),
+                            (["--repo_id=org/model", "--assets=config", "--exclude=\udcfe*"],
+                             '--exclude: glob "\\xfe*"')]:
             result, summary = self.run_tool(*args)
             self.assertEqual(result.returncode, 1, args)
             self.assertIn(error, result.stderr, args)

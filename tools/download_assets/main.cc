@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "gflags/gflags.h"
+#include "lib/hub/asset_plan.h"
 #include "lib/hub/hub_client.h"
 #include "lib/hub/progress.h"
 #include "tools/common/tool_flags.h"
@@ -143,6 +144,9 @@ int main(int argc, char** argv) {
   }
   options.selection.include = SplitList(FLAGS_include);
   options.selection.exclude = SplitList(FLAGS_exclude);
+  if (absl::Status status = titan::CheckGlobs(options.selection); !status.ok()) {
+    return Usage(std::string(status.message()));
+  }
   options.endpoint = titan::HubEndpointFromEnv();
   options.repo_id = FLAGS_repo_id;
   options.revision = FLAGS_revision;
