@@ -365,9 +365,26 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
         if (response.status == 206 && range != response.headers.end()) {
           int64_t start = -1;
           int64_t total = -1;
-          if (!ParseContentRange(range->second, &start, &total) || start != offset) {
+          if (!ParseContentRange(range->second, &start, &total)) {
             return absl::UnavailableError(absl::StrCat("server answered Range bytes=", offset,
                                                        "- with Content-Range ", range->second));
+          }
+          if (start != offset) {
+            // A reply from an earlier byte than asked (the whole file as 206 from 0) is written
+            // from that byte; one from a later byte would leave a gap: start over without Range.
+            const int64_t requested = offset;
+            offset = start < offset ? start : 0;
+            if (::ftruncate(fd, offset) != 0) return ErrnoError("truncate", part_path);
+            digest.Reset();
+            if (absl::Status status = HashPrefix(part_path, offset, &digest); !status.ok()) {
+              return status;
+            }
+            if (progress_ != nullptr) progress_->Rewind(file.path, offset);
+            if (start > requested) {
+              return absl::UnavailableError(absl::StrCat("server answered Range bytes=", requested,
+                                                         "- with Content-Range ", range->second,
+                                                         "; starting over"));
+            }
           }
           if (file.size < 0) file.size = total;
           if (total >= 0 && total != file.size) return SizeMismatch(file.size, total);

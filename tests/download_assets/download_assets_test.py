@@ -358,6 +358,30 @@ class DownloadAssetsTest(unittest.TestCase):
         shard = [f for f in summary["files"] if f["path"] == SHARD1][0]
         self.assertEqual(shard["bytes_fetched"], 2 * MiB + 123)
 
+    def test_a_resume_answered_from_another_byte_is_written_from_there(self):
+        part = os.path.join(self.local_dir, "model", ".cache", "download_assets", SHARD1 + ".part")
+        size = 3 * MiB + 123
+        # (config, storage requests' Range headers, bytes fetched); the part file holds 1 MiB.
+        for config, ranges, fetched in [
+                ({"range_start": {SHARD1: 0}}, [f"bytes={MiB}-"], size),
+                ({"range_start": {SHARD1: MiB // 2}}, [f"bytes={MiB}-"], size - MiB // 2),
+                ({"ignore_range": [SHARD1]}, [f"bytes={MiB}-"], size),
+                # A gap before the served bytes: start over without Range.
+                ({"range_start": {SHARD1: 2 * MiB}}, [f"bytes={MiB}-", None], size)]:
+            with self.subTest(config=config):
+                shutil.rmtree(self.local_dir, ignore_errors=True)
+                write(part, self.repo_bytes("model", SHARD1)[:MiB])
+                self.serve(**config)
+                result, summary = self.run_tool("--repo_id=org/model", f"--include={SHARD1}",
+                                                "--max_retries=1")
+                self.hub.stop()
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assert_identical("model", [SHARD1])
+                self.assertEqual([r["headers"].get("range") for r in self.hub.requests()
+                                  if r["server"] == "storage"], ranges)
+                self.assertEqual(summary["files"][0]["bytes_fetched"], fetched)
+                self.assertNotIn("mismatch", result.stderr)
+
     def test_part_file_of_another_version_starts_over(self):
         root = tempfile.mkdtemp(dir=self.workdir)
         shard = os.path.join(root, "org", "model", SHARD1)

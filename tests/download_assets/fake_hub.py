@@ -16,6 +16,8 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   missing: [path]                  listed, but resolve answers 404 EntryNotFound
   list_size: {path: size}          the listing gives this size instead of the file's
   retry_after: str                 Retry-After header on the 429 and 503 of errors/listing_errors
+  range_start: {path: offset}      a Range request of path is answered 206 from this byte
+  ignore_range: [path]             a Range request of path is answered 200 with the whole file
   no_size_headers: [path]          bodies without Content-Length (ended by closing), 416 without
                                    Content-Range: the client cannot learn the size from headers
 Every request is appended to --log as one JSON line (method, path, headers). The servers stop
@@ -239,9 +241,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         status = 200
         sized = rel not in repos.config.get("no_size_headers", [])
         header = self.headers.get("Range")
-        if header:
+        if header and rel not in repos.config.get("ignore_range", []):
             first, _, last = header.removeprefix("bytes=").partition("-")
-            start = int(first)
+            start = repos.config.get("range_start", {}).get(rel, int(first))
             end = int(last) if last else size - 1
             if start >= size:
                 return self.reply(416, b"", {"Content-Range": f"bytes */{size}"} if sized else {})
