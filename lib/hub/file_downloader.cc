@@ -356,7 +356,10 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
             const std::string etag = it == hub_headers.end() ? "" : StripEtag(it->second);
             if (IsSha256Hex(etag)) {
               digest.ExpectSha256(etag);
-              if (offset > 0) return HashPrefix(part_path, offset, &digest);
+              // Then on: the reply may still ignore Range or answer from another byte.
+              if (absl::Status status = HashPrefix(part_path, offset, &digest); !status.ok()) {
+                return status;
+              }
               break;
             }
           }

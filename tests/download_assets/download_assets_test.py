@@ -366,6 +366,10 @@ class DownloadAssetsTest(unittest.TestCase):
                 ({"range_start": {SHARD1: 0}}, [f"bytes={MiB}-"], size),
                 ({"range_start": {SHARD1: MiB // 2}}, [f"bytes={MiB}-"], size - MiB // 2),
                 ({"ignore_range": [SHARD1]}, [f"bytes={MiB}-"], size),
+                # The sha256 comes from the ETag, learned with the reply's headers.
+                ({"ignore_range": [SHARD1], "no_digest": [SHARD1]}, [f"bytes={MiB}-"], size),
+                ({"range_start": {SHARD1: MiB // 2}, "no_digest": [SHARD1]}, [f"bytes={MiB}-"],
+                 size - MiB // 2),
                 # A gap before the served bytes: start over without Range.
                 ({"range_start": {SHARD1: 2 * MiB}}, [f"bytes={MiB}-", None], size)]:
             with self.subTest(config=config):

@@ -15,6 +15,7 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   extra_siblings: {repo_id: [name]}  names added to the listing (unsafe-name tests)
   missing: [path]                  listed, but resolve answers 404 EntryNotFound
   list_size: {path: size}          the listing gives this size instead of the file's
+  no_digest: [path]                the listing gives no blobId nor LFS sha256 (the ETag still does)
   retry_after: str                 Retry-After header on the 429 and 503 of errors/listing_errors
   range_start: {path: offset}      a Range request of path is answered 206 from this byte
   ignore_range: [path]             a Range request of path is answered 200 with the whole file
@@ -192,6 +193,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 entry["blobId"] = hashlib.sha1(path.encode()).hexdigest()
                 entry["lfs"] = {"sha256": info["sha256"], "size": size,
                                 "pointerSize": 134}
+            if path in repos.config.get("no_digest", []):
+                entry.pop("blobId")
+                entry.get("lfs", {}).pop("sha256", None)
             siblings.append(entry)
         for name in repos.config.get("extra_siblings", {}).get(repo_id, []):
             siblings.append({"rfilename": name, "size": 1})
