@@ -15,10 +15,9 @@ bazel-bin/tools/titan_train/titan_train --job.config_file=configs/llama3_debugmo
   --job.dump_folder="$out" --training.steps=$((steps + 3)) --validation.enable=false \
   --checkpoint.enable=false --metrics.enable_tensorboard=false --metrics.log_freq=1 2>/dev/null
 titan=$("$python" - "$out/metrics.jsonl" <<'PY'
-import json, sys
+import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][3:]  # skip warm-up steps, as the reference
-tps = sorted(r["tps"] for r in rows)
-print(tps[len(tps) // 2])  # the median step's tokens/s
+print(statistics.median(r["tps"] for r in rows))  # as the reference: the median of steps' tok/s
 PY
 )
 eager=$("$python" benchmarks/eager_llama3_debugmodel.py --steps "$steps" | "$python" -c \

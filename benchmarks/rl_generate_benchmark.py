@@ -9,8 +9,10 @@ usage: rl_generate_benchmark.py TITAN_RL [--batch 32] [--new_tokens 64] [--round
  ~/.cache/titan/venv/bin/python benchmarks/rl_generate_benchmark.py bazel-bin/tools/titan_rl/titan_rl)
 """
 import argparse
+import atexit
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -38,6 +40,7 @@ def main():
         torch.set_num_threads(args.threads)
         env["OMP_NUM_THREADS"] = str(args.threads)
     tmp = tempfile.mkdtemp(prefix="rl_generate_bench_")
+    atexit.register(shutil.rmtree, tmp, ignore_errors=True)
     hf = os.path.join(tmp, "hf")
     # Shaped like titan's llama3 debugmodel (dim 256, 6 layers, 16 heads, FFN 768).
     model = common.save_random_hf(hf, "llama3", hidden_size=256, intermediate_size=768,
