@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/checkpoint/checkpoint_step.h"
@@ -254,12 +255,30 @@ bool IsPickleWeightsFile(absl::string_view name) {
          (absl::StartsWith(name, kHfPickleStem) && absl::EndsWith(name, ".bin"));
 }
 
-// Refuses an HF folder whose weights are PyTorch pickles (transformers' format before
-// safetensors) with what to do, rather than as a folder missing model.safetensors.
-absl::Status RefusePickleWeights(const std::string& path) {
+// model-0000i-of-0000n.safetensors, a shard that only the index maps tensors to.
+bool IsSafetensorsShardFile(absl::string_view name) {
+  return absl::ConsumePrefix(&name, "model-") && absl::ConsumeSuffix(&name, ".safetensors") &&
+         absl::StrContains(name, "-of-");
+}
+
+// Refuses an HF folder without model.safetensors or its index whose weights titan cannot read
+// with what to do, rather than as a folder missing model.safetensors: safetensors shards without
+// the index that maps tensors to them (transformers too refuses them), or PyTorch pickles
+// (transformers' format before safetensors).
+absl::Status RefuseUnreadableWeights(const std::string& path) {
   absl::StatusOr<std::vector<std::string>> names = ListDirectory(path);
   if (!names.ok()) return absl::OkStatus();  // Reading the weights names the problem.
   std::sort(names->begin(), names->end());   // The same file named whatever the listing's order.
+  std::vector<std::string> shards;
+  for (const std::string& name : *names) {
+    if (IsSafetensorsShardFile(name)) shards.push_back(name);
+  }
+  if (!shards.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": holds safetensors shards (", absl::StrJoin(shards, ", "), ") but no ",
+        kHfIndexFile, ", which maps each tensor to its shard (transformers too needs it): copy it ",
+        "from the shards' source"));
+  }
   for (const std::string& name : *names) {
     if (IsPickleWeightsFile(name)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -281,7 +300,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(cons
   TITAN_ASSIGN_OR_RETURN(reader->description_, ReadHfConfig(path));
   const std::string index_path = absl::StrCat(path, "/", kHfIndexFile);
   const std::string single_path = absl::StrCat(path, "/", kHfSingleFile);
-  if (!HfFolderHoldsWeights(path)) TITAN_RETURN_IF_ERROR(RefusePickleWeights(path));
+  if (!HfFolderHoldsWeights(path)) TITAN_RETURN_IF_ERROR(RefuseUnreadableWeights(path));
   // transformers' from_pretrained looks for the single file first.
   if (PathExists(single_path) || !PathExists(index_path)) {
     if (PathExists(index_path)) {

@@ -326,6 +326,35 @@ TEST(InspectTest, RefusesPickleWeightsSayingHowToGetSafetensors) {
   }
 }
 
+// Safetensors shards without their index are refused naming the shards and the missing index
+// (transformers too needs it), rather than as a folder missing model.safetensors; beside pickles
+// too, as the safetensors are what the folder means to hold.
+TEST(InspectTest, RefusesSafetensorsShardsWithoutTheirIndexNamingThem) {
+  const std::string titan = TestDir("unindexed_titan"), folder = TestDir("unindexed");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(7), true).ok());
+  ConvertOptions options;
+  options.max_shard_bytes = 40000;  // Two shards of the 68 kB.
+  ASSERT_TRUE(ConvertCheckpoint(titan, folder, options).ok());
+  ASSERT_TRUE(RemoveTree(folder + "/model.safetensors.index.json").ok());
+  const std::string expected =
+      folder +
+      ": holds safetensors shards (model-00001-of-00002.safetensors, "
+      "model-00002-of-00002.safetensors) but no model.safetensors.index.json, which maps each "
+      "tensor to its shard (transformers too needs it): copy it from the shards' source";
+  InspectOptions verify;
+  verify.verify = true;
+  ConvertOptions from_hf;
+  from_hf.from = CheckpointFormat::kHf;
+  for (const bool with_pickle : {false, true}) {
+    if (with_pickle) ASSERT_TRUE(WriteFileAtomically(folder + "/pytorch_model.bin", "x").ok());
+    EXPECT_EQ(InspectCheckpoint(folder, InspectOptions()).status().message(), expected);
+    EXPECT_EQ(InspectCheckpoint(folder, verify).status().message(), expected);
+    EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), ConvertOptions()).status().message(),
+              expected);
+    EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), from_hf).status().message(), expected);
+  }
+}
+
 // A root holding only what unfinished saves left says so rather than "unknown checkpoint format".
 TEST(InspectTest, SaysARootHoldsNoCommittedStep) {
   const std::string root = TestDir("uncommitted");
