@@ -406,7 +406,8 @@ absl::StatusOr<CheckpointFormat> ParseCheckpointFormat(absl::string_view name) {
 }
 
 absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path,
-                                                        absl::string_view read_meta_hint) {
+                                                        absl::string_view read_other_hint,
+                                                        bool hf_of_both) {
   if (!PathExists(path)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such file or directory"));
   }
@@ -415,19 +416,22 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path,
   }
   if (PathExists(absl::StrCat(path, "/", kCheckpointManifestFile))) return CheckpointFormat::kTitan;
   if (PathExists(absl::StrCat(path, "/", kHfConfigFile))) {
-    if (PathExists(absl::StrCat(path, "/", kMetaParamsFile)) &&
-        PathExists(absl::StrCat(path, "/", kMetaWeightsFile))) {
-      const std::string warning = absl::StrCat(
-          path, ": holds both a Hugging Face checkpoint (", kHfConfigFile, ") and a Meta one (",
-          kMetaParamsFile, ", ", kMetaWeightsFile, "); reading the Hugging Face one (",
-          read_meta_hint.empty()
-              ? absl::StrCat("to read the Meta one, move ", kMetaParamsFile, " and ",
-                             kMetaWeightsFile, " to a folder without ", kHfConfigFile)
-              : std::string(read_meta_hint),
-          ")");
-      if (FirstTime(warning)) LOG(WARNING) << warning;
+    if (!PathExists(absl::StrCat(path, "/", kMetaParamsFile)) ||
+        !PathExists(absl::StrCat(path, "/", kMetaWeightsFile))) {
+      return CheckpointFormat::kHf;
     }
-    return CheckpointFormat::kHf;
+    const std::string hint =
+        !read_other_hint.empty() ? std::string(read_other_hint)
+        : hf_of_both ? absl::StrCat("to read the Meta one, move ", kMetaParamsFile, " and ",
+                                    kMetaWeightsFile, " to a folder without ", kHfConfigFile)
+                     : absl::StrCat("to read the Hugging Face one, move ", kHfConfigFile,
+                                    " and its safetensors to a folder without ", kMetaParamsFile);
+    const std::string warning =
+        absl::StrCat(path, ": holds both a Hugging Face checkpoint (", kHfConfigFile,
+                     ") and a Meta one (", kMetaParamsFile, ", ", kMetaWeightsFile,
+                     "); reading the ", hf_of_both ? "Hugging Face" : "Meta", " one (", hint, ")");
+    if (FirstTime(warning)) LOG(WARNING) << warning;
+    return hf_of_both ? CheckpointFormat::kHf : CheckpointFormat::kMeta;
   }
   if (PathExists(absl::StrCat(path, "/", kMetaParamsFile))) return CheckpointFormat::kMeta;
   absl::StatusOr<std::vector<int64_t>> steps = CheckpointManager(path, 0).ListSteps();

@@ -32,10 +32,13 @@ enum class CheckpointFormat { kTitan, kHf, kMeta };
 std::string CheckpointFormatName(CheckpointFormat format);
 absl::StatusOr<CheckpointFormat> ParseCheckpointFormat(absl::string_view name);
 // From the files present: manifest.json or step-N/ (titan), config.json (hf), params.json (meta).
-// config.json beside Meta's params.json and consolidated.00.pth is hf, with a warning ending in
-// `read_meta_hint`, how the caller's user reads the Meta one instead (empty: a hint for any tool).
+// config.json beside Meta's params.json and consolidated.00.pth is hf, or meta where `hf_of_both`
+// is false (a caller told the checkpoint is not HF), with a warning (once a process) naming the one
+// read and ending in `read_other_hint`, how the caller's user reads the other one instead (empty:
+// a hint for any tool).
 absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path,
-                                                        absl::string_view read_meta_hint = "");
+                                                        absl::string_view read_other_hint = "",
+                                                        bool hf_of_both = true);
 
 struct TensorInfo {
   std::string name;

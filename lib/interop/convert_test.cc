@@ -400,8 +400,8 @@ TEST(ConvertTest, MetaCheckpointsAreLlama3s) {
 }
 
 // A folder holding both an HF and a Meta checkpoint is read as HF, with a warning naming both and
-// how to read the Meta one: --from=meta in a conversion, its own folder for the tools without that
-// flag (checkpoint_inspect, titan_train); the Meta one is read when named.
+// how to read the Meta one: --from=meta in a conversion, its own folder for checkpoint_inspect,
+// which has no such flag; the Meta one is read when named (titan_train's: the test below).
 TEST(ConvertTest, AFolderWithHfAndMetaFilesIsReadAsHfWithAWarning) {
   const std::string titan = TestDir("titan"), both = TestDir("both"), meta = TestDir("meta");
   SaveTitan(titan, 2, SmallMetaModel(), /*describe=*/true);
@@ -443,6 +443,62 @@ TEST(ConvertTest, AFolderWithHfAndMetaFilesIsReadAsHfWithAWarning) {
   ASSERT_TRUE(reader.ok()) << reader.status();
   EXPECT_EQ((*reader)->format(), CheckpointFormat::kMeta);
   EXPECT_THAT(collector.warnings(), ::testing::IsEmpty());
+}
+
+// The trainer's initial load from a folder holding both (Llama's original/ copied beside its HF
+// files) reads the one initial_load_in_hf names: HF with it, Meta without it, each with a warning
+// saying which it read and how to read the other.
+TEST(ConvertTest, AnInitialLoadFromAFolderWithHfAndMetaReadsTheOneInitialLoadInHfNames) {
+  const ModelInfo info = SmallMetaModel();
+  const std::string titan = TestDir("titan"), both = TestDir("both"), meta = TestDir("meta");
+  const NamedTensors hf_weights = SaveTitan(titan, 2, info, /*describe=*/true);
+  ASSERT_TRUE(ConvertCheckpoint(titan, both, {}).ok());
+  // The Meta one holds other weights, so the tensors loaded tell which one was read.
+  CheckpointState other;
+  other.model = RandomWeights(info, 8);
+  other.extra["model"] = ModelInfoToJson(info);
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(3, other, /*model_only=*/true).ok());
+  ConvertOptions to_meta;
+  to_meta.to = CheckpointFormat::kMeta;
+  ASSERT_TRUE(ConvertCheckpoint(titan + "/step-3", meta, to_meta).ok());
+  for (const char* name : {"params.json", "consolidated.00.pth"}) {
+    absl::StatusOr<std::string> bytes = ReadFile(absl::StrCat(meta, "/", name));
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    ASSERT_TRUE(WriteFileAtomically(absl::StrCat(both, "/", name), *bytes).ok());
+  }
+  const std::string holds = both +
+                            ": holds both a Hugging Face checkpoint (config.json) and a Meta one "
+                            "(params.json, consolidated.00.pth); reading the ";
+  for (const bool in_hf : {false, true}) {
+    SCOPED_TRACE(in_hf ? "in_hf" : "not in_hf");
+    WarningCollector collector;
+    absl::StatusOr<CheckpointFormat> format = DetectInitialLoadFormat(both, in_hf);
+    ASSERT_TRUE(format.ok()) << format.status();
+    EXPECT_EQ(*format, in_hf ? CheckpointFormat::kHf : CheckpointFormat::kMeta);
+    absl::StatusOr<ModelInfo> described = DescribeCheckpointAt(both, in_hf, "llama3");
+    ASSERT_TRUE(described.ok()) << described.status();
+    NamedTensors loaded;
+    for (const auto& [name, tensor] : hf_weights) loaded.emplace_back(name, at::zeros_like(tensor));
+    std::vector<ParamRef> params;
+    for (auto& [name, tensor] : loaded) params.push_back({name, &tensor});
+    const absl::Status load = LoadModelWeights(both, in_hf, info, params);
+    ASSERT_TRUE(load.ok()) << load;
+    ExpectBitwiseEqual(loaded, in_hf ? hf_weights : other.model);
+    // Once in a process, however often a run reads the folder.
+    EXPECT_THAT(collector.warnings(),
+                ElementsAre(holds + (in_hf ? "Hugging Face one ([checkpoint] initial_load_in_hf = "
+                                             "false reads the Meta one)"
+                                           : "Meta one ([checkpoint] initial_load_in_hf = true "
+                                             "reads the Hugging Face one)")));
+  }
+  // Without a caller's hint, the warning says how any tool reads the other one.
+  WarningCollector collector;
+  absl::StatusOr<CheckpointFormat> format = DetectCheckpointFormat(both, "", /*hf_of_both=*/false);
+  ASSERT_TRUE(format.ok()) << format.status();
+  EXPECT_EQ(*format, CheckpointFormat::kMeta);
+  EXPECT_THAT(collector.warnings(),
+              ElementsAre(holds + "Meta one (to read the Hugging Face one, move config.json and "
+                                  "its safetensors to a folder without params.json)"));
 }
 
 // Meta's tied checkpoints (Llama 3.2 1B and 3B) hold output.weight as a copy of the embedding:

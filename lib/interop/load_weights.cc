@@ -3,7 +3,6 @@
 #include <c10/core/GradMode.h>
 
 #include <memory>
-#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -17,11 +16,21 @@ namespace {
 
 absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenCheckpoint(const std::string& path,
                                                                  bool in_hf) {
-  return CheckpointReader::Open(
-      path, in_hf ? std::optional<CheckpointFormat>(CheckpointFormat::kHf) : std::nullopt);
+  if (in_hf) return CheckpointReader::Open(path, CheckpointFormat::kHf);
+  TITAN_ASSIGN_OR_RETURN(const CheckpointFormat format,
+                         DetectInitialLoadFormat(path, /*in_hf=*/false));
+  return CheckpointReader::Open(path, format);
 }
 
 }  // namespace
+
+absl::StatusOr<CheckpointFormat> DetectInitialLoadFormat(const std::string& path, bool in_hf) {
+  return DetectCheckpointFormat(path,
+                                in_hf ? "[checkpoint] initial_load_in_hf = false reads the Meta one"
+                                      : "[checkpoint] initial_load_in_hf = true reads the Hugging "
+                                        "Face one",
+                                /*hf_of_both=*/in_hf);
+}
 
 absl::StatusOr<ModelInfo> DescribeCheckpointAt(const std::string& path, bool in_hf,
                                                const std::string& model_name) {

@@ -16,6 +16,11 @@
 
 namespace titan {
 
+// The format of the checkpoint at `path` as [checkpoint] initial_load_in_hf = `in_hf` reads it: a
+// folder holding both a Hugging Face and a Meta checkpoint is HF with it, Meta without it (with a
+// warning naming the other setting); otherwise what the files hold.
+absl::StatusOr<CheckpointFormat> DetectInitialLoadFormat(const std::string& path, bool in_hf);
+
 // The model the checkpoint at `path` holds ([model] flavor = "from_checkpoint"): a Hugging Face
 // folder's config.json (`in_hf`: config.json alone, so a folder without weights gives a shape to
 // train from scratch), a titan step directory or checkpoint root's recorded

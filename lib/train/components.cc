@@ -58,7 +58,8 @@ absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config) {
   if (!PathExists(path)) {
     return absl::NotFoundError(absl::StrCat(key, ": ", path, ": no such file or directory"));
   }
-  absl::StatusOr<CheckpointFormat> format = DetectCheckpointFormat(path);
+  absl::StatusOr<CheckpointFormat> format =
+      DetectInitialLoadFormat(path, ckpt.initial_load_in_hf());
   TITAN_RETURN_IF_ERROR(WithContext(format.status(), key));
   if ((*format == CheckpointFormat::kHf) != ckpt.initial_load_in_hf()) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -92,7 +92,8 @@ ParallelizeOptions ModelParallelizeOptions(const JobConfig& config, const RunSet
 
 // Where [checkpoint] initial_load_path reads from: the path itself, or with initial_load_in_hf
 // and no path, [model] hf_assets_path (torchtitan's fallback). Empty: no initial load. The folder
-// must exist and hold the format initial_load_in_hf names (false: a titan or Meta checkpoint).
+// must exist and hold the format initial_load_in_hf names (false: a titan or Meta checkpoint; of a
+// folder holding both an HF and a Meta one, the one it names is read).
 absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config);
 
 // The host memory this process may still allocate: physical memory, or less under an

@@ -20,6 +20,7 @@
 #include "lib/interop/hf_config.h"
 #include "lib/kernels/kernel_dispatch.h"
 #include "lib/model/bf16_weight_copies.h"
+#include "lib/util/directory.h"
 
 namespace titan {
 namespace {
@@ -129,6 +130,33 @@ TEST(BuildTokenizerTest, AMissingTokenizerNamesTheKeyItCameFrom) {
   config.mutable_model()->set_tokenizer_path("/nonexistent");
   EXPECT_EQ(BuildTokenizer(config).status().message(),
             "[model] tokenizer_path: /nonexistent: no such tokenizer file or directory");
+}
+
+// A folder holding both an HF and a Meta checkpoint (Llama's original/ copied beside its HF files)
+// is read as the one initial_load_in_hf names, not refused as the other format; a folder holding
+// one is still refused under the other setting.
+TEST(InitialLoadPathTest, AFolderWithHfAndMetaIsReadAsTheOneInitialLoadInHfNames) {
+  const std::string both = TestDir("hf_and_meta"), hf = TestDir("hf_only");
+  ASSERT_TRUE(MakeDirectories(both).ok());
+  ASSERT_TRUE(MakeDirectories(hf).ok());
+  for (const std::string& file : {both + "/config.json", both + "/params.json",
+                                  both + "/consolidated.00.pth", hf + "/config.json"}) {
+    std::ofstream(file) << "{}";
+  }
+  JobConfig config = DefaultJobConfig();
+  config.mutable_checkpoint()->set_initial_load_path(both);
+  for (const bool in_hf : {false, true}) {
+    config.mutable_checkpoint()->set_initial_load_in_hf(in_hf);
+    const absl::StatusOr<std::string> path = InitialLoadPath(config);
+    ASSERT_TRUE(path.ok()) << path.status();
+    EXPECT_EQ(*path, both);
+  }
+  config.mutable_checkpoint()->set_initial_load_path(hf);
+  config.mutable_checkpoint()->set_initial_load_in_hf(false);
+  EXPECT_EQ(InitialLoadPath(config).status().message(),
+            "[checkpoint] initial_load_path: " + hf +
+                " holds a Hugging Face checkpoint, but [checkpoint] initial_load_in_hf = false "
+                "reads titan or Meta checkpoints: set it to true");
 }
 
 // torchtitan loads split="train" to train and split="validation" to validate: a folder split so

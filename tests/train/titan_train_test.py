@@ -597,6 +597,15 @@ class TitanTrainTest(unittest.TestCase):
         for name in ("model.safetensors", "config.json", "generation_config.json"):
             with open(os.path.join(hf, name), "rb") as a, open(os.path.join(exported, name), "rb") as b:
                 self.assertEqual(a.read(), b.read(), name)
+        # Llama's layout with original/ copied beside the HF files: a folder holding both.
+        both = os.path.join(self.tmp, "initial_hf_and_meta")
+        shutil.rmtree(both, ignore_errors=True)
+        subprocess.run([CONVERT, "--from=titan", "--to=meta", os.path.join(base, "checkpoint"),
+                        both], check=True, capture_output=True, text=True)
+        for name in os.listdir(hf):
+            shutil.copy(os.path.join(hf, name), both)
+        holds = (f"{both}: holds both a Hugging Face checkpoint (config.json) and a Meta one "
+                 "(params.json, consolidated.00.pth); reading the ")
         losses = {}
         # from_checkpoint with a tokenizer-only hf_assets_path (as torchtitan's jobs often have):
         # the shape is the initial checkpoint's.
@@ -604,6 +613,9 @@ class TitanTrainTest(unittest.TestCase):
         for name, flags in (("titan", [f"--checkpoint.initial_load_path={base}/checkpoint"]),
                             ("hf", [f"--checkpoint.initial_load_path={hf}",
                                     "--checkpoint.initial_load_in_hf=true"]),
+                            ("both_meta", [f"--checkpoint.initial_load_path={both}"]),
+                            ("both_hf", [f"--checkpoint.initial_load_path={both}",
+                                         "--checkpoint.initial_load_in_hf=true"]),
                             ("titan_shape", [f"--checkpoint.initial_load_path={base}/checkpoint",
                                              *shape]),
                             ("hf_shape", [f"--checkpoint.initial_load_path={hf}",
@@ -612,9 +624,18 @@ class TitanTrainTest(unittest.TestCase):
             proc = run_train(dump, "--training.steps=1", "--checkpoint.enable=false",
                              "--validation.enable=false", *flags)
             self.assertIn("initial weights from", proc.stderr)
+            if name.startswith("both"):
+                # Once, naming the one read and the setting that reads the other.
+                warning = holds + ("Meta one ([checkpoint] initial_load_in_hf = true reads the "
+                                   "Hugging Face one)" if name == "both_meta" else
+                                   "Hugging Face one ([checkpoint] initial_load_in_hf = false "
+                                   "reads the Meta one)")
+                self.assertEqual(proc.stderr.count(warning), 1, proc.stderr[-3000:])
             losses[name] = metrics(dump)[0]["loss"]
         # fp32 export is an exact permutation: the same weights give the same loss, bit for bit.
         self.assertEqual(losses["titan"], losses["hf"])
+        self.assertEqual(losses["both_meta"], losses["titan"])
+        self.assertEqual(losses["both_hf"], losses["titan"])
         self.assertEqual(losses["titan_shape"], losses["titan"])
         self.assertEqual(losses["hf_shape"], losses["titan"])
         self.assertLess(losses["titan"], scratch_loss - 1.0, (losses, first.returncode))
