@@ -31,6 +31,9 @@ json StatsToJson(const TensorStats& stats) {
           {"nan_count", stats.nan_count}, {"inf_count", stats.inf_count}};
 }
 
+// A difference or tolerance: strict JSON has no Infinity, so an infinite one is the string "inf".
+json MagnitudeJson(double x) { return std::isinf(x) ? json("inf") : json(x); }
+
 // Where a tensor is: "file" when one file holds it, else "pieces" and the distinct "files".
 void AddTensorLocation(const TensorInfo& tensor, json& entry) {
   if (tensor.piece_files.empty()) {
@@ -189,7 +192,8 @@ TensorDifference Compare(const std::string& name, const at::Tensor& a, const at:
     const at::Tensor same = (x == y) | (x.isnan() & y.isnan());  // Also equal infinities.
     const at::Tensor nonfinite_mismatch = ~finite & ~same;
     const at::Tensor abs_diff = at::where(finite, (x - y).abs(), at::zeros_like(x));
-    const at::Tensor rel_diff = at::where(finite & (y != 0), abs_diff / y.abs(), at::zeros_like(x));
+    // As torch.testing.assert_close: inf where b is 0 and a is not.
+    const at::Tensor rel_diff = at::where(abs_diff > 0, abs_diff / y.abs(), at::zeros_like(x));
     const int64_t mismatches = nonfinite_mismatch.sum().item<int64_t>();
     diff.nonfinite_mismatches += mismatches;
     if (!values_differ && !same.all().item<bool>()) values_differ = true;
@@ -415,22 +419,23 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
 json DiffReportToJson(const DiffReport& report) {
   json different = json::array();
   for (const TensorDifference& diff : report.different) {
-    different.push_back({{"name", diff.name},
-                         {"problem", diff.problem},
-                         {"max_abs_diff", diff.max_abs_diff ? json(*diff.max_abs_diff) : json()},
-                         {"max_rel_diff", diff.max_rel_diff ? json(*diff.max_rel_diff) : json()},
-                         {"nonfinite_mismatches", diff.nonfinite_mismatches}});
+    different.push_back(
+        {{"name", diff.name},
+         {"problem", diff.problem},
+         {"max_abs_diff", diff.max_abs_diff ? MagnitudeJson(*diff.max_abs_diff) : json()},
+         {"max_rel_diff", diff.max_rel_diff ? MagnitudeJson(*diff.max_rel_diff) : json()},
+         {"nonfinite_mismatches", diff.nonfinite_mismatches}});
   }
   json tolerated = json::array();
   for (const ToleratedDifference& diff : report.tolerated) {
     tolerated.push_back({{"name", diff.name},
-                         {"max_abs_diff", diff.max_abs_diff},
-                         {"max_rel_diff", diff.max_rel_diff}});
+                         {"max_abs_diff", MagnitudeJson(diff.max_abs_diff)},
+                         {"max_rel_diff", MagnitudeJson(diff.max_rel_diff)}});
   }
   return {{"identical", report.identical()},
           {"within_tolerance", report.within_tolerance()},
-          {"rtol", report.rtol},
-          {"atol", report.atol},
+          {"rtol", MagnitudeJson(report.rtol)},
+          {"atol", MagnitudeJson(report.atol)},
           {"tolerated", tolerated},
           {"compared", report.compared},
           {"only_in_first", report.only_in_first},

@@ -69,7 +69,8 @@ struct TensorDifference {
   std::string problem;  // Shape or dtype mismatch, or "" when only the values differ.
   // Over elements finite on both sides; absent when the shapes differ (no values compared).
   std::optional<double> max_abs_diff;
-  std::optional<double> max_rel_diff;  // |a - b| / |b| over elements where b != 0.
+  // |a - b| / |b|, inf where b is 0 and a is not (as torch.testing.assert_close).
+  std::optional<double> max_rel_diff;
   int64_t nonfinite_mismatches = 0;    // Elements where NaN or an infinity meets another value.
 };
 
@@ -114,6 +115,7 @@ struct DiffReport {
 // the embedding's bitwise copy: it is not a tensor the other checkpoint lacks.
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
                                            double rtol, double atol);
+// An infinite difference or tolerance is the string "inf" there (strict JSON has no Infinity).
 nlohmann::json DiffReportToJson(const DiffReport& report);
 std::string FormatDiffReport(const DiffReport& report);
 

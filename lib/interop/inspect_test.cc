@@ -690,5 +690,39 @@ TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
             "--atol: -0.5, expected a tolerance >= 0");
 }
 
+// A value against a 0 differs by inf relatively, as torch.testing.assert_close says; --json keeps
+// it, and an infinite tolerance, as the string "inf".
+TEST(InspectTest, DiffCallsTheRelativeDifferenceFromZeroInfinite) {
+  const std::string a = TestDir("rel_a"), b = TestDir("rel_b");
+  CheckpointState state = SmallState(3);
+  ASSERT_TRUE(CheckpointManager(a, 0).Save(1, state, true).ok());
+  for (auto& [name, tensor] : state.model) {
+    if (name == "norm.weight") {
+      tensor = tensor.clone();
+      tensor[0] = 0;
+    }
+  }
+  ASSERT_TRUE(CheckpointManager(b, 0).Save(1, state, true).ok());
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(a, b, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  ASSERT_EQ(diff->different.size(), 1u) << FormatDiffReport(*diff);
+  EXPECT_EQ(*diff->different[0].max_rel_diff, std::numeric_limits<double>::infinity());
+  EXPECT_THAT(FormatDiffReport(*diff), HasSubstr(", max rel diff inf\n"));
+  EXPECT_EQ(DiffReportToJson(*diff).at("different")[0].at("max_rel_diff"), "inf");
+
+  diff = DiffCheckpoints(a, b, 0, std::numeric_limits<double>::infinity());
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  ASSERT_EQ(diff->tolerated.size(), 1u) << FormatDiffReport(*diff);
+  EXPECT_THAT(FormatDiffReport(*diff), ::testing::EndsWith(" absolute, inf relative\n"));
+  const nlohmann::json json = DiffReportToJson(*diff);
+  EXPECT_EQ(json.at("atol"), "inf");
+  EXPECT_EQ(json.at("rtol"), 0);
+  EXPECT_EQ(json.at("tolerated")[0].at("max_rel_diff"), "inf");
+  // Two zeros do not differ.
+  diff = DiffCheckpoints(b, b, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
+}
+
 }  // namespace
 }  // namespace titan
