@@ -254,6 +254,8 @@ TEST(InspectTest, NamesTheModelOfAnHfFolderWithADamagedFile) {
     EXPECT_TRUE(InspectReportToJson(*report).at("model_unknown_reason").is_null());
     ASSERT_EQ(report->damaged.size(), 1u);
     EXPECT_THAT(report->damaged[0], HasSubstr(file + ": "));
+    // The index's metadata.total_size is no problem: the damaged shard's tensors went uncounted.
+    EXPECT_THAT(report->problems, ElementsAre(report->damaged[0]));
   }
   // The readable tensors still contradict a config.json of another model.
   absl::StatusOr<std::string> config_text = ReadFile(sharded + "/config.json");
