@@ -464,7 +464,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     case CheckpointFormat::kHf:
       return SafetensorsReader::OpenHf(path, /*keep_problems=*/inspect && !verify_checksums);
     case CheckpointFormat::kMeta:
-      return OpenMetaCheckpoint(path);
+      return OpenMetaCheckpoint(path, /*keep_damaged=*/inspect);
   }
   return absl::InvalidArgumentError("unknown checkpoint format");
 }

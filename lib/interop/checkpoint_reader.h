@@ -69,7 +69,8 @@ class CheckpointReader {
   // listed in Damaged() rather than failing Open (checkpoint_inspect). An HF folder opened to
   // inspect without verify_checksums (checkpoint_inspect --verify) lists its damage the same way:
   // a safetensors file that cannot be opened in Damaged(), and where the index disagrees with the
-  // files (a tensor in another shard, in none or in two, one the index lacks) in Verify().
+  // files (a tensor in another shard, in none or in two, one the index lacks) in Verify(). A Meta
+  // checkpoint opened to inspect lists a consolidated.00.pth it cannot read in Damaged().
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
       const std::string& path, std::optional<CheckpointFormat> format = std::nullopt,
       bool verify_checksums = true, bool inspect = false);

@@ -70,7 +70,10 @@ struct ComparableTensors {
 
 absl::StatusOr<ComparableTensors> OpenComparable(const std::string& path) {
   ComparableTensors out;
-  TITAN_ASSIGN_OR_RETURN(out.reader, CheckpointReader::Open(path));
+  // Opened to inspect: a damaged file is reported as one, not a checkpoint it cannot read.
+  TITAN_ASSIGN_OR_RETURN(out.reader, CheckpointReader::Open(path, std::nullopt,
+                                                            /*verify_checksums=*/true,
+                                                            /*inspect=*/true));
   out.described = DescribeCheckpoint(*out.reader, "", "");
   for (const TensorInfo& tensor : out.reader->tensors()) {
     out.source_names[tensor.name] = tensor.name;
@@ -204,6 +207,13 @@ TensorDifference Compare(const std::string& name, const at::Tensor& a, const at:
   return diff;
 }
 
+// Appends `problem` to `damaged` unless there already: both sides may be one checkpoint.
+void AddDamaged(std::string problem, std::vector<std::string>& damaged) {
+  if (std::find(damaged.begin(), damaged.end(), problem) == damaged.end()) {
+    damaged.push_back(std::move(problem));
+  }
+}
+
 }  // namespace
 
 TensorStats ComputeTensorStats(const at::Tensor& tensor) {
@@ -257,10 +267,11 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
   report.format = CheckpointFormatName(reader->format());
   report.step = reader->step();
   report.damaged = reader->Damaged();
+  const bool opened_damaged = !report.damaged.empty();
   absl::StatusOr<ModelInfo> info = DescribeCheckpoint(*reader, "", "");
-  // A damaged file of an HF folder lists no tensors: its config.json names the model where the
-  // readable tensors agree with it (the damage is reported on its own).
-  const bool absent_allowed = reader->format() == CheckpointFormat::kHf && !report.damaged.empty();
+  // A damaged file of an HF or Meta checkpoint lists no tensors: its config.json (params.json)
+  // names the model where the readable tensors agree with it (the damage is reported on its own).
+  const bool absent_allowed = reader->format() != CheckpointFormat::kTitan && opened_damaged;
   const absl::Status matched =
       info.ok() ? MatchParameters(*reader, *info, nullptr, absent_allowed).status() : info.status();
   if (matched.ok()) {
@@ -278,10 +289,13 @@ absl::StatusOr<InspectReport> InspectCheckpoint(const std::string& path,
     report.total_bytes += tensor.bytes;
     if (options.stats) {
       absl::StatusOr<at::Tensor> value = reader->Get(tensor.name);
-      // A tensor in a damaged file gets no statistics; the file is listed in report.damaged.
+      // A tensor in a damaged file gets no statistics; the file is listed in report.damaged, and
+      // so is a tensor whose bytes fail their CRC (a finding, as under --verify).
       if (value.ok()) {
         inspected.stats = ComputeTensorStats(*value);
-      } else if (report.damaged.empty() || !absl::IsFailedPrecondition(value.status())) {
+      } else if (absl::IsDataLoss(value.status())) {
+        report.damaged.push_back(std::string(value.status().message()));
+      } else if (!opened_damaged || !absl::IsFailedPrecondition(value.status())) {
         return value.status();
       }
     }
@@ -377,13 +391,20 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
   }
   TITAN_ASSIGN_OR_RETURN(ComparableTensors a, OpenComparable(first));
   TITAN_ASSIGN_OR_RETURN(ComparableTensors b, OpenComparable(second));
+  DiffReport report;
+  report.rtol = rtol;
+  report.atol = atol;
+  bool unlisted = false;  // An HF or Meta file that could not be read: its tensors are unknown.
+  for (const ComparableTensors* side : {&a, &b}) {
+    for (const std::string& damaged : side->reader->Damaged()) AddDamaged(damaged, report.damaged);
+    unlisted = unlisted || (side->reader->format() != CheckpointFormat::kTitan &&
+                            !side->reader->Damaged().empty());
+  }
+  if (unlisted) return report;
   if (a.reader->format() != b.reader->format()) {
     TITAN_RETURN_IF_ERROR(UseTitanNames(a));
     TITAN_RETURN_IF_ERROR(UseTitanNames(b));
   }
-  DiffReport report;
-  report.rtol = rtol;
-  report.atol = atol;
   if (a.described.ok() && b.described.ok()) {
     report.architecture = ArchitectureDifferences(a.described->args, b.described->args);
   }
@@ -399,10 +420,20 @@ absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::
       report.only_in_first.push_back(name);
       continue;
     }
-    TITAN_ASSIGN_OR_RETURN(at::Tensor x, a.Get(name));
-    TITAN_ASSIGN_OR_RETURN(at::Tensor y, b.Get(name));
+    const absl::StatusOr<at::Tensor> x = a.Get(name), y = b.Get(name);
+    bool readable = true;
+    for (const absl::StatusOr<at::Tensor>* value : {&x, &y}) {
+      if (value->ok()) continue;
+      // DataLoss: bytes that fail their CRC; FailedPrecondition: a file found damaged on opening.
+      if (!absl::IsDataLoss(value->status()) && !absl::IsFailedPrecondition(value->status())) {
+        return value->status();
+      }
+      AddDamaged(std::string(value->status().message()), report.damaged);
+      readable = false;
+    }
+    if (!readable) continue;
     bool differs = false, values_differ = false;
-    TensorDifference diff = Compare(name, x, y, rtol, atol, differs, values_differ);
+    TensorDifference diff = Compare(name, *x, *y, rtol, atol, differs, values_differ);
     ++report.compared;
     if (differs) {
       report.different.push_back(std::move(diff));
@@ -442,6 +473,7 @@ json DiffReportToJson(const DiffReport& report) {
           {"only_in_second", report.only_in_second},
           {"different", different},
           {"notes", report.notes},
+          {"damaged", report.damaged},
           {"architecture", report.architecture.empty() ? json() : json(report.architecture)}};
 }
 
@@ -460,7 +492,10 @@ std::string FormatDiffReport(const DiffReport& report) {
                               "%.6g absolute, %.6g relative\n",
                               report.rtol, report.atol, report.tolerated.size(), max_abs, max_rel));
   } else {
-    absl::StrAppend(&out, "DIFFERENT\n");
+    absl::StrAppend(&out, report.damaged.empty() ? "DIFFERENT\n" : "DAMAGED\n");
+  }
+  for (const std::string& damaged : report.damaged) {
+    absl::StrAppend(&out, "  damaged: ", damaged, "\n");
   }
   if (!report.architecture.empty()) {
     absl::StrAppend(&out, "  architecture: ", report.architecture, "\n");

@@ -49,8 +49,8 @@ struct InspectReport {
   uint64_t total_bytes = 0;
   bool verified = false;              // --verify ran.
   std::vector<std::string> problems;  // What --verify found (the damaged files among them).
-  // Files found damaged on opening (truncated, missing: titan), with or without --verify; their
-  // tensors are listed from the manifest, without statistics.
+  // Files found damaged on opening (truncated, missing), with or without --verify (titan's tensors
+  // are listed from the manifest, without statistics), and --stats' tensors that fail their CRC.
   std::vector<std::string> damaged;
 };
 
@@ -96,10 +96,12 @@ struct DiffReport {
   // Beside the differences: an HF lm_head.weight that is the tied embedding's bitwise copy (left
   // out of the comparison), or one that differs from it though config.json ties them.
   std::vector<std::string> notes;
-  // Nothing differs beyond the tolerances (checkpoint_inspect exits 0).
+  // Files of either side found damaged, on opening or by a tensor's CRC (its tensor not compared).
+  std::vector<std::string> damaged;
+  // Nothing differs beyond the tolerances, and everything was read (checkpoint_inspect exits 0).
   bool within_tolerance() const {
     return only_in_first.empty() && only_in_second.empty() && different.empty() &&
-           architecture.empty();
+           architecture.empty() && damaged.empty();
   }
   // Nothing differs at all: the same tensors with equal values (NaN equals NaN).
   bool identical() const { return within_tolerance() && tolerated.empty(); }
@@ -113,6 +115,8 @@ struct DiffReport {
 // registered model). Two that each describe a registered model are compared by architecture too.
 // An HF folder whose config.json ties the head holds lm_head.weight as the tie itself when it is
 // the embedding's bitwise copy: it is not a tensor the other checkpoint lacks.
+// A damaged file (truncated, missing, a tensor failing its CRC) is a finding, in `damaged`: its
+// tensors are not compared, and an HF or Meta side with one is compared no further.
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
                                            double rtol, double atol);
 // An infinite difference or tolerance is the string "inf" there (strict JSON has no Infinity).

@@ -138,10 +138,26 @@ TEST(InspectTest, ListsTitanTensorsAndVerifiesChecksums) {
   ASSERT_EQ(report->problems.size(), 1u);
   EXPECT_THAT(report->problems[0], HasSubstr("model.safetensors: tensor '"));
   EXPECT_THAT(report->problems[0], HasSubstr("CRC-32"));
-  // Statistics alone do not describe a corrupted tensor: they fail naming it.
+  // Statistics read the bytes too: a tensor failing its CRC is damage found, as under --verify.
   options.verify = false;
-  EXPECT_THAT(InspectCheckpoint(root, options).status().message(),
-              HasSubstr("model.safetensors: tensor '"));
+  report = InspectCheckpoint(root, options);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->damaged.size(), 1u);
+  EXPECT_THAT(report->damaged[0], HasSubstr("model.safetensors: tensor '"));
+  EXPECT_THAT(report->damaged[0], HasSubstr("CRC-32"));
+  int without_stats = 0;
+  for (const InspectedTensor& tensor : report->tensors) without_stats += !tensor.stats.has_value();
+  EXPECT_EQ(without_stats, 1);
+  EXPECT_THAT(FormatInspectReport(*report),
+              HasSubstr("  damaged: 1 file(s)\n    " + report->damaged[0] + "\n"));
+  // So is a comparison's read: that tensor is not compared, and the damage is named.
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(root, root, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_FALSE(diff->within_tolerance());
+  EXPECT_THAT(diff->damaged, ElementsAre(report->damaged[0]));
+  EXPECT_EQ(diff->compared, static_cast<int64_t>(report->tensors.size()) - 1);
+  EXPECT_THAT(FormatDiffReport(*diff), HasSubstr("DAMAGED\n  damaged: " + report->damaged[0]));
+  EXPECT_EQ(DiffReportToJson(*diff).at("damaged")[0], report->damaged[0]);
 }
 
 // A tensor that ranks saved in pieces lies in several files: --json names them, and "file" holds
@@ -223,9 +239,54 @@ TEST(InspectTest, DescribesWhatItCanOfAStepWithADamagedFile) {
   ASSERT_EQ(report->damaged.size(), 2u);
   EXPECT_THAT(report->damaged[0], HasSubstr(root + "/step-5/model.safetensors: "));
   EXPECT_EQ(report->problems.size(), 2u);
-  // A comparison reads model tensors: it refuses, naming the file.
-  EXPECT_THAT(DiffCheckpoints(root, root, 0, 0).status().message(),
-              HasSubstr(root + "/step-5/model.safetensors"));
+  // A comparison names the damaged files, and compares no tensor of them.
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(root, root, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  EXPECT_EQ(diff->damaged, report->damaged);
+  EXPECT_EQ(diff->compared, 0);
+  EXPECT_FALSE(diff->within_tolerance());
+}
+
+// A Meta checkpoint's unreadable consolidated.00.pth is damage found, as a titan or HF file's:
+// the model is params.json's, the file named, and a comparison says so.
+TEST(InspectTest, NamesADamagedMetaWeightsFile) {
+  const std::string titan = TestDir("meta_damage_titan"), meta = TestDir("meta_damage");
+  // A shape params.json can express: head_dim dim / n_heads, ffn from multiple_of.
+  TransformerArgs args = SmallModel("llama3").args;
+  args.head_dim = 8;
+  args.rope.original_max_position_embeddings = 8192;
+  const ModelInfo info = DescribeModel(**FindModel("llama3"), args, 1, 2);
+  at::manual_seed(4);
+  CheckpointState state;
+  for (const auto& [name, shape] : ParameterShapes(*info.spec, info.args)) {
+    state.model.emplace_back(name, at::randn(shape));
+  }
+  state.extra["model"] = ModelInfoToJson(info);
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, state, true).ok());
+  ConvertOptions options;
+  options.to = CheckpointFormat::kMeta;
+  const absl::StatusOr<ConvertSummary> converted = ConvertCheckpoint(titan, meta, options);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  const std::string weights = meta + "/consolidated.00.pth";
+  ASSERT_EQ(::truncate(weights.c_str(), 5000), 0);
+  for (const bool verify : {false, true}) {
+    InspectOptions inspect;
+    inspect.verify = verify;
+    inspect.stats = !verify;
+    absl::StatusOr<InspectReport> report = InspectCheckpoint(meta, inspect);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->model, "llama3") << report->model_unknown_reason;
+    ASSERT_EQ(report->damaged.size(), 1u);
+    EXPECT_THAT(report->damaged[0], HasSubstr(weights + ": "));
+    if (verify) {
+      EXPECT_EQ(report->problems, report->damaged);
+    }
+  }
+  absl::StatusOr<DiffReport> diff = DiffCheckpoints(meta, titan, 0, 0);
+  ASSERT_TRUE(diff.ok()) << diff.status();
+  ASSERT_EQ(diff->damaged.size(), 1u);
+  EXPECT_THAT(diff->damaged[0], HasSubstr(weights + ": "));
+  EXPECT_FALSE(diff->within_tolerance());
 }
 
 // An HF folder's damaged file lists no tensors: the model is the one config.json describes, as a
@@ -348,7 +409,9 @@ TEST(InspectTest, RefusesSafetensorsShardsWithoutTheirIndexNamingThem) {
   ConvertOptions from_hf;
   from_hf.from = CheckpointFormat::kHf;
   for (const bool with_pickle : {false, true}) {
-    if (with_pickle) ASSERT_TRUE(WriteFileAtomically(folder + "/pytorch_model.bin", "x").ok());
+    if (with_pickle) {
+      ASSERT_TRUE(WriteFileAtomically(folder + "/pytorch_model.bin", "x").ok());
+    }
     EXPECT_EQ(InspectCheckpoint(folder, InspectOptions()).status().message(), expected);
     EXPECT_EQ(InspectCheckpoint(folder, verify).status().message(), expected);
     EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), ConvertOptions()).status().message(),

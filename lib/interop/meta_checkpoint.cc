@@ -144,9 +144,11 @@ class MetaReader : public CheckpointReader {
   }
 
   // torch.save keeps no checksums; the zip reader already checked the archive's structure.
-  std::vector<std::string> Verify() const override { return {}; }
+  std::vector<std::string> Verify() const override { return damaged_; }
+  std::vector<std::string> Damaged() const override { return damaged_; }
 
-  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& directory) {
+  static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(const std::string& directory,
+                                                                bool keep_damaged) {
     auto reader = std::unique_ptr<MetaReader>(new MetaReader());
     reader->format_ = CheckpointFormat::kMeta;
     reader->directory_ = directory;
@@ -159,16 +161,13 @@ class MetaReader : public CheckpointReader {
       return absl::UnimplementedError(absl::StrCat(
           directory, ": model-parallel checkpoints (consolidated.01.pth ...) are not supported"));
     }
-    const std::string path = absl::StrCat(directory, "/", kWeightsFile);
-    if (!PathExists(path)) return absl::NotFoundError(path + ": no such file");
-    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> file;
-    try {
-      file = std::make_shared<caffe2::serialize::FileAdapter>(path);
-    } catch (const c10::Error& e) {
-      return absl::NotFoundError(absl::StrCat(path, ": ", e.what_without_backtrace()));
+    absl::StatusOr<NamedTensors> tensors = ReadWeights(absl::StrCat(directory, "/", kWeightsFile));
+    if (!tensors.ok()) {
+      if (!keep_damaged) return tensors.status();
+      reader->damaged_.push_back(std::string(tensors.status().message()));
+      return std::unique_ptr<CheckpointReader>(std::move(reader));
     }
-    TITAN_ASSIGN_OR_RETURN(NamedTensors tensors, ReadStateDict(std::move(file), path));
-    for (auto& [name, tensor] : tensors) {
+    for (auto& [name, tensor] : *tensors) {
       reader->tensors_.push_back({name, *SafetensorsDtypeName(tensor.scalar_type()),
                                   tensor.scalar_type(), tensor.sizes().vec(),
                                   static_cast<uint64_t>(tensor.nbytes()), kWeightsFile});
@@ -178,13 +177,26 @@ class MetaReader : public CheckpointReader {
   }
 
  private:
+  static absl::StatusOr<NamedTensors> ReadWeights(const std::string& path) {
+    if (!PathExists(path)) return absl::NotFoundError(path + ": no such file");
+    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> file;
+    try {
+      file = std::make_shared<caffe2::serialize::FileAdapter>(path);
+    } catch (const c10::Error& e) {
+      return absl::NotFoundError(absl::StrCat(path, ": ", e.what_without_backtrace()));
+    }
+    return ReadStateDict(std::move(file), path);
+  }
+
   absl::flat_hash_map<std::string, at::Tensor> tensors_by_name_;
+  std::vector<std::string> damaged_;  // consolidated.00.pth's problem, when kept.
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory) {
-  return MetaReader::Open(directory);
+absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory,
+                                                                     bool keep_damaged) {
+  return MetaReader::Open(directory, keep_damaged);
 }
 
 absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,

@@ -22,7 +22,10 @@
 
 namespace titan {
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory);
+// keep_damaged (checkpoint_inspect): a consolidated.00.pth that is missing or cannot be read is
+// listed in Damaged() and Verify(), the reader holding no tensors, rather than failing the open.
+absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory,
+                                                                     bool keep_damaged = false);
 
 // The name -> tensor dict in a torch.save archive's bytes (consolidated.00.pth), as
 // OpenMetaCheckpoint reads it; the tensors own their memory. `source` (a path) prefixes errors.
