@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,16 @@
 #include "lib/registry/model_spec.h"
 
 namespace titan {
+
+struct ConvertSummary {
+  std::string input;   // The directory read (a titan step directory when given its root).
+  std::string output;  // The directory written (for titan, the step directory).
+  std::string model;   // The family.
+  std::string flavor;  // "" for custom shapes.
+  int64_t tensors = 0;
+  uint64_t bytes = 0;              // Tensor bytes written.
+  std::vector<std::string> files;  // Files written, relative to `output`.
+};
 
 struct ConvertOptions {
   std::optional<CheckpointFormat> from;  // Unset: detected from the input's files.
@@ -38,16 +49,10 @@ struct ConvertOptions {
   // Non-zero (a SIGINT/SIGTERM handler sets it): stop before the next tensor with Cancelled,
   // leaving no output. A file being written is finished first.
   const std::atomic<int>* stop_signal = nullptr;
-};
-
-struct ConvertSummary {
-  std::string input;   // The directory read (a titan step directory when given its root).
-  std::string output;  // The directory written (for titan, the step directory).
-  std::string model;   // The family.
-  std::string flavor;  // "" for custom shapes.
-  int64_t tensors = 0;
-  uint64_t bytes = 0;              // Tensor bytes written.
-  std::vector<std::string> files;  // Files written, relative to `output`.
+  // Called with the summary once the output is written (hf: before its temporary is renamed into
+  // place): its failure (the summary lost on stdout) fails the conversion, which then leaves no
+  // output.
+  std::function<absl::Status(const ConvertSummary&)> before_commit;
 };
 
 // Converts `input` into the folder `output_path` names, which must not exist or be empty (a path

@@ -305,6 +305,54 @@ class InteropTest(unittest.TestCase):
                                  f"^convert_checkpoint: {out}.*: write failed: File too large$")
                 self.assertEqual(glob.glob(out + "*"), [])
 
+    def run_into_closed_pipe(self, *args):
+        """convert_checkpoint with stdout and stderr a pipe nobody reads (`2>&1 | true`)."""
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            return subprocess.run([CONVERT, *args], stdout=write_end, stderr=write_end,
+                                  timeout=300).returncode
+        finally:
+            os.close(write_end)
+
+    def test_a_reader_gone_neither_kills_a_conversion_nor_keeps_a_lost_summary(self):
+        # Its log lines then fail harmlessly: SIGPIPE would kill it mid-export, leaving OUT and
+        # OUT.tmp-PID. A lost --json summary fails it, leaving nothing.
+        self.save_hf(small_config(rope_scaling=META_ROPE_SCALING), torch.float32)
+        for to in ("hf", "titan", "meta"):
+            with self.subTest(to=to):
+                out = self.path(f"piped_{to}")
+                self.assertEqual(self.run_into_closed_pipe(f"--to={to}", self.path("hf"), out), 0)
+                self.assertEqual(glob.glob(out + "*"), [out])
+                proc = subprocess.run([INSPECT, out], capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 0, proc.stderr)
+                lost = self.path(f"lost_{to}")
+                self.assertEqual(
+                    self.run_into_closed_pipe("--json", f"--to={to}", self.path("hf"), lost), 1)
+                self.assertEqual(glob.glob(lost + "*"), [])
+
+    def test_a_summary_lost_to_a_full_disk_leaves_no_output(self):
+        # The --json summary is written before OUT is put in place: exit 1 means no OUT, and an
+        # empty OUT given stays empty, so that a rerun is not refused.
+        self.save_hf(small_config(rope_scaling=META_ROPE_SCALING), torch.float32)
+        for to in ("hf", "titan", "meta"):
+            for existed in (False, True):
+                with self.subTest(to=to, existed=existed), open("/dev/full", "w") as full:
+                    out = self.path(f"full_{to}_{existed}")
+                    if existed:
+                        os.makedirs(out)
+                    proc = subprocess.run([CONVERT, "--json", f"--to={to}", self.path("hf"), out],
+                                          stdout=full, stderr=subprocess.PIPE, text=True,
+                                          timeout=300)
+                    self.assertEqual(proc.returncode, 1, proc.stderr)
+                    self.assertEqual(proc.stderr.splitlines()[-1],
+                                     "convert_checkpoint: stdout: write failed: "
+                                     "No space left on device")
+                    self.assertEqual(glob.glob(out + "*"), [out] if existed else [])
+                    if existed:
+                        self.assertEqual(os.listdir(out), [])
+                    convert(CONVERT, self.path("hf"), out, f"--to={to}")  # the rerun succeeds
+
     def test_inspect_refuses_tolerances_it_cannot_use(self):
         self.save_hf(small_config(), torch.float32)
         for flags, error in [(["--rtol=0.1"], "--rtol applies to --diff only"),

@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import resource
+import signal
 import subprocess
 import sys
 import unittest
@@ -49,6 +50,22 @@ class StdoutTest(unittest.TestCase):
                                  proc.stderr)
                 self.assertEqual(proc.stderr.splitlines()[-1],
                                  f"{tool}: stdout: write failed: File too large")
+
+    def test_output_to_a_reader_gone_ends_by_sigpipe_silently(self):
+        # `| head -1`: SIGPIPE is ignored while the tool works (a write to the pipe fails, not
+        # kills), then the lost stdout ends it by SIGPIPE (141), as the default would, no line.
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            for tool, args in [(tool, ["--help"]) for tool in TOOLS] + [
+                    ("pp_schedule", ["--pp=8", "--microbatches=64"])]:
+                with self.subTest(tool=tool, args=args):
+                    proc = subprocess.run([TOOLS[tool], *args], stdout=write_end,
+                                          stderr=subprocess.PIPE, text=True, timeout=120)
+                    self.assertEqual(proc.returncode, -signal.SIGPIPE, proc.stderr)
+                    self.assertEqual(proc.stderr, "")
+        finally:
+            os.close(write_end)
 
     def test_output_to_a_full_disk_fails(self):
         self.assert_lost_output_fails("pp_schedule", "--format=csv")

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 
@@ -57,15 +58,25 @@ class ErrnoNotingBuffer : public std::streambuf {
   std::streambuf* out_;
 };
 
-// on_exit's handler: it sees the exit status, so a failing tool keeps its own.
-void CheckStdout(int status, void*) {
+// Flushes std::cout and stdio's stdout; whether a write to stdout has failed.
+bool StdoutFailed() {
   std::cout.flush();
   if (std::fflush(stdout) != 0) NoteWriteError();
-  if (!std::ferror(stdout) && !std::cout.bad()) return;
-  std::fprintf(stderr, "%s: stdout: write failed%s%s\n", g_tool, g_write_errno != 0 ? ": " : "",
-               g_write_errno != 0 ? std::strerror(g_write_errno) : "");
+  return std::ferror(stdout) || std::cout.bad();
+}
+
+// on_exit's handler: it sees the exit status, so a failing tool keeps its own.
+void CheckStdout(int status, void*) {
+  if (!StdoutFailed()) return;
   const bool verdict =
       status == 0 || std::find(g_verdicts->begin(), g_verdicts->end(), status) != g_verdicts->end();
+  // A reader gone (`| head -1`) from a tool that did its work ends it as SIGPIPE's default would.
+  if (verdict && g_write_errno == EPIPE) {
+    std::signal(SIGPIPE, SIG_DFL);
+    std::raise(SIGPIPE);
+  }
+  std::fprintf(stderr, "%s: stdout: write failed%s%s\n", g_tool, g_write_errno != 0 ? ": " : "",
+               g_write_errno != 0 ? std::strerror(g_write_errno) : "");
   std::_Exit(verdict ? g_failure_code : status);
 }
 
@@ -76,9 +87,16 @@ void CheckStdoutAtExit(const char* tool, int failure_code, std::initializer_list
   g_failure_code = failure_code;
   g_verdicts = new std::vector<int>(verdicts);
   std::signal(SIGXFSZ, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
   static ErrnoNotingBuffer* const buffer = new ErrnoNotingBuffer(std::cout.rdbuf());
   std::cout.rdbuf(buffer);
   on_exit(CheckStdout, nullptr);
+}
+
+absl::Status FlushStdout() {
+  if (!StdoutFailed()) return absl::OkStatus();
+  return absl::DataLossError(absl::StrCat("stdout: write failed", g_write_errno != 0 ? ": " : "",
+                                          g_write_errno != 0 ? std::strerror(g_write_errno) : ""));
 }
 
 void PrintJsonError(absl::string_view message) {

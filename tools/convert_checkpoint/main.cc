@@ -52,6 +52,22 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// --json's result: the summary and the peak memory.
+void PrintSummary(const titan::ConvertSummary& summary) {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const nlohmann::json out = {{"input", summary.input},
+                              {"output", summary.output},
+                              {"model", summary.model},
+                              // As checkpoint_inspect words it.
+                              {"flavor", summary.flavor.empty() ? "custom" : summary.flavor},
+                              {"tensors", summary.tensors},
+                              {"bytes", summary.bytes},
+                              {"files", summary.files},
+                              {"peak_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
+  std::cout << titan::JsonText(out, 2) << "\n";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,27 +118,23 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   options.stop_signal = &g_stop_signal;
+  // The summary reaches stdout before OUT is put in place: a lost one leaves no OUT behind.
+  bool summary_lost = false;
+  if (FLAGS_json) {
+    options.before_commit = [&summary_lost](const titan::ConvertSummary& summary) {
+      PrintSummary(summary);
+      absl::Status flushed = titan::FlushStdout();
+      summary_lost = !flushed.ok();
+      return flushed;
+    };
+  }
 
   absl::StatusOr<titan::ConvertSummary> summary =
       titan::ConvertCheckpoint(argv[1], argv[2], options);
+  if (summary_lost) return 1;  // CheckStdoutAtExit says why.
   if (!summary.ok()) {
     Fail(summary.status());
     return g_stop_signal != 0 ? 128 + g_stop_signal : 1;
-  }
-
-  if (FLAGS_json) {
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    const nlohmann::json out = {{"input", summary->input},
-                                {"output", summary->output},
-                                {"model", summary->model},
-                                // As checkpoint_inspect words it.
-                                {"flavor", summary->flavor.empty() ? "custom" : summary->flavor},
-                                {"tensors", summary->tensors},
-                                {"bytes", summary->bytes},
-                                {"files", summary->files},
-                                {"peak_rss_bytes", static_cast<int64_t>(usage.ru_maxrss) * 1024}};
-    std::cout << titan::JsonText(out, 2) << "\n";
   }
   return 0;
 }
