@@ -33,11 +33,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
 #include "glog/logging.h"
 #include "lib/util/c10_log_filter.h"
 #include "lib/util/file_util.h"
-#include "lib/util/status_macros.h"
 
 extern char** environ;
 
@@ -216,6 +214,15 @@ absl::Status EmitLines(Stream& stream, bool flush) {
   return WriteFully(stream.target_fd, out, stream.target_fd == STDOUT_FILENO ? "stdout" : "stderr");
 }
 
+// "rank 1 exited with status 3", "rank 1 was killed by signal 9 (exit status 137)": the launcher's
+// log line and report_failure's message say the same.
+std::string RankEnd(int rank, int wait_status, int exit_status) {
+  return WIFSIGNALED(wait_status)
+             ? absl::StrCat("rank ", rank, " was killed by signal ", WTERMSIG(wait_status),
+                            " (exit status ", exit_status, ")")
+             : absl::StrCat("rank ", rank, " exited with status ", exit_status);
+}
+
 int ExitStatusOf(int wait_status) {
   if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
   if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
@@ -224,14 +231,15 @@ int ExitStatusOf(int wait_status) {
 
 std::vector<std::string> ArgsWithoutNproc(int argc, char** argv) {
   std::vector<std::string> args;
+  // Exactly the spellings NprocPerNodeFlag read: another ("-nproc_per_node=3") reaches the ranks'
+  // flag parsing, which refuses it as it does in one process.
   for (int i = 0; i < argc; ++i) {
     absl::string_view arg(argv[i]);
-    absl::string_view name = arg;
-    if (!absl::ConsumePrefix(&name, "--")) absl::ConsumePrefix(&name, "-");
-    if (i > 0 && absl::StartsWith(name, "nproc_per_node")) {
-      if (name == "nproc_per_node") ++i;  // "--nproc_per_node N": drop the value too.
-      if (name == "nproc_per_node" || absl::StartsWith(name, "nproc_per_node=")) continue;
+    if (i > 0 && arg == "--nproc_per_node") {
+      ++i;  // "--nproc_per_node N": drop the value too.
+      continue;
     }
+    if (i > 0 && absl::StartsWith(arg, "--nproc_per_node=")) continue;
     args.emplace_back(arg);
   }
   return args;
@@ -241,9 +249,16 @@ std::vector<std::string> ArgsWithoutNproc(int argc, char** argv) {
 
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options) {
+  // The launch's own failure, before any rank could print: told as a rank's failure would be.
+  const auto launch_failed = [&options](absl::Status status) {
+    if (options.report_failure && options.plain_stdout_rank >= 0) {
+      options.report_failure(status.message());
+    }
+    return status;
+  };
   if (nproc < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--nproc_per_node: expected a positive count, got ", nproc));
+    return launch_failed(absl::InvalidArgumentError(
+        absl::StrCat("--nproc_per_node: expected a positive count, got ", nproc)));
   }
   const char* addr_env = getenv("MASTER_ADDR");
   std::string master_addr = addr_env != nullptr ? addr_env : "127.0.0.1";
@@ -251,11 +266,13 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   StoreListener listener;  // Without MASTER_PORT only; passed to rank 0, closed here once spawned.
   if (const char* port_env = getenv("MASTER_PORT")) {
     if (!absl::SimpleAtoi(port_env, &master_port)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("environment variable MASTER_PORT: expected integer, got \"", port_env, "\""));
+      return launch_failed(absl::InvalidArgumentError(absl::StrCat(
+          "environment variable MASTER_PORT: expected integer, got \"", port_env, "\"")));
     }
   } else {
-    TITAN_ASSIGN_OR_RETURN(listener, ListenOnFreePort());
+    absl::StatusOr<StoreListener> picked = ListenOnFreePort();
+    if (!picked.ok()) return launch_failed(picked.status());
+    listener = *picked;
     master_port = listener.port;
   }
   const auto close_listener = absl::MakeCleanup([&listener] {
@@ -295,13 +312,13 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   }
 
   int signal_pipe[2];
-  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return Errno("pipe");
+  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return launch_failed(Errno("pipe"));
   g_signal_pipe_write = signal_pipe[1];
   struct sigaction action {};
   action.sa_handler = ForwardToPipe;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  const int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGUSR1};
+  const int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1};
   constexpr int kNumHandled = sizeof(kHandled) / sizeof(kHandled[0]);
   struct sigaction previous[kNumHandled];
   for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &action, &previous[i]);
@@ -357,10 +374,10 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   if (listener.fd >= 0) close(std::exchange(listener.fd, -1));
 
   int failure_status = 0;  // The first failing rank's.
-  int failed_rank = -1;
+  std::string failure_text;         // How it ended, for report_failure.
   bool plain_rank_printed = false;  // options.plain_stdout_rank wrote to its stdout
   int stopped_status = 0;  // The first rank's that died of a signal the launcher sent it.
-  int interrupted_status = 0;  // 128 + the second SIGINT/SIGTERM's number, which killed the ranks
+  int interrupted_status = 0;  // 128 + the second stop signal's number, which killed the ranks
   bool stopping = false;
   // A rank that dies of one of these did what the launcher asked: it is no failure of its own.
   absl::flat_hash_set<int> stop_signals_sent;
@@ -384,7 +401,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
     if (stream.target_fd == STDOUT_FILENO && output_status.ok()) output_status = written;
   };
   auto stop_all = [&]() {
-    // After a forwarded SIGINT/SIGTERM the ranks are stopping already, but still get the deadline.
+    // After a forwarded stop signal the ranks are stopping already, but still get the deadline.
     if (!stopping) stop_all_with(SIGTERM);
     stopping = true;
     kill_deadline = std::min(kill_deadline, absl::Now() + options.grace_period);
@@ -406,13 +423,12 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
           if (stopped_status == 0) stopped_status = child.exit_status;
         } else if (child.exit_status != 0 && failure_status == 0) {
           failure_status = child.exit_status;
-          failed_rank = rank;
-          LOG(ERROR) << "launcher: rank " << rank
-                     << (WIFSIGNALED(wait_status)
-                             ? absl::StrCat(" was killed by signal ", WTERMSIG(wait_status),
-                                            " (exit status ", failure_status, ")")
-                             : absl::StrCat(" exited with status ", failure_status))
-                     << "; stopping the other ranks";
+          failure_text = RankEnd(rank, wait_status, failure_status);
+          LOG(ERROR) << "launcher: " << failure_text << "; stopping the other ranks";
+          // A rank that exited printed its error; one killed from outside (kill -9, the OOM
+          // killer) had no chance to.
+          if (!WIFSIGNALED(wait_status))
+            absl::StrAppend(&failure_text, " (its error is on stderr)");
           stop_all();
         }
       } else {
@@ -455,7 +471,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       for (ssize_t i = 0; i < n; ++i) {
         // Every rank writes its collective trace (lib/distributed/comm_trace.h).
         if (signals[i] == SIGUSR1) signal_all(SIGUSR1);
-        if (signals[i] == SIGINT || signals[i] == SIGTERM) {
+        if (signals[i] == SIGINT || signals[i] == SIGTERM || signals[i] == SIGHUP) {
           if (stopping) {
             // A second interrupt means "now"; the launcher exits with its status, as one process.
             stop_all_with(SIGKILL);
@@ -463,7 +479,9 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
           } else {
             // The first is forwarded with no deadline, as a save takes what it takes: a wedged rank
             // fails its peers' collectives ([comm] train_timeout_seconds) and stop_all ends it.
-            stop_all_with(signals[i]);
+            // SIGHUP (the terminal or ssh session gone) is a SIGTERM to the ranks, as torchrun
+            // forwards it: the same save and exit, whichever handlers a rank has installed.
+            stop_all_with(signals[i] == SIGHUP ? SIGTERM : signals[i]);
             stopping = true;
           }
         }
@@ -506,19 +524,19 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   g_signal_pipe_write = -1;
   close(signal_pipe[0]);
   close(signal_pipe[1]);
-  if (!spawn_status.ok()) return spawn_status;
+  if (!spawn_status.ok()) return plain_rank_printed ? spawn_status : launch_failed(spawn_status);
   if (failure_status == 0 && interrupted_status != 0) stopped_status = interrupted_status;
   if (failure_status != 0 || stopped_status != 0) {
     if (!output_status.ok()) LOG(ERROR) << "launcher: " << output_status.message();
     if (options.report_failure && options.plain_stdout_rank >= 0 && !plain_rank_printed) {
       options.report_failure(
           failure_status != 0
-              ? absl::StrCat("rank ", failed_rank, " exited with status ", failure_status,
-                             " (its error is on stderr)")
+              ? failure_text
               : absl::StrCat("the ranks were stopped (exit status ", stopped_status, ")"));
     }
     return failure_status != 0 ? failure_status : stopped_status;
   }
+  // Not told to report_failure: stdout, where it writes, is what was lost.
   if (!output_status.ok()) return output_status;
   return 0;
 }
@@ -532,7 +550,12 @@ absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {
     absl::string_view value;
     if (arg.size() > kFlag.size() && arg[kFlag.size()] == '=') {
       value = arg.substr(kFlag.size() + 1);
-    } else if (arg.size() == kFlag.size() && i + 1 < argc) {
+    } else if (arg.size() == kFlag.size()) {
+      // Refused wherever it stands: last, after a --nproc_per_node=N, it would be dropped unread.
+      if (i + 1 == argc) {
+        return absl::InvalidArgumentError(
+            "--nproc_per_node: expected a rank count after it (or --nproc_per_node=N)");
+      }
       value = argv[i + 1];
     } else {
       continue;
@@ -574,6 +597,8 @@ int RunRankedTool(int argc, char** argv, const std::string& name, const std::str
     if (::chdir(dir) != 0) PLOG(FATAL) << "chdir " << dir;
   }
   absl::StatusOr<int> nproc = NprocPerNodeFlag(argc, argv);
+  // `run` and LaunchLocalRanks report their own failures; the flag's is reported here.
+  if (!nproc.ok() && launch.report_failure) launch.report_failure(nproc.status().message());
   if (nproc.ok() && *nproc > 0) {
     LaunchOptions options = launch;
     options.failure_line_prefix = absl::StrCat(name, ": ");
@@ -581,8 +606,6 @@ int RunRankedTool(int argc, char** argv, const std::string& name, const std::str
     if (exit_code.ok()) return *exit_code;
     nproc = exit_code.status();
   }
-  // `run` reports its own failures; the launch's (and the flag's) are reported here.
-  if (!nproc.ok() && launch.report_failure) launch.report_failure(nproc.status().message());
   const absl::Status status = nproc.ok() ? run() : nproc.status();
   if (!status.ok()) {
     std::cerr << name << ": " << status.message() << "\n";

@@ -19,7 +19,7 @@ struct LaunchOptions {
   int plain_stdout_rank = -1;
   // Told the job's failure in one line when plain_stdout_rank printed nothing on stdout (it was
   // stopped after another rank failed, or the launch itself failed), so that a --json caller
-  // still gets its one error line there.
+  // still gets its one error line there; not when stdout itself was lost, where it would write.
   std::function<void(absl::string_view message)> report_failure;
   // Ranks' stderr lines starting with this ("titan_train: ", a failure) are held back and printed
   // last, once each, naming every rank that printed it ("[ranks 0-7] titan_train: ..."): one
@@ -31,27 +31,28 @@ struct LaunchOptions {
 // argv without --nproc_per_node, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT set (a free MASTER_PORT when none is given), every output line prefixed with
 // "[rank N] " (but options.plain_stdout_rank's stdout; failure lines are gathered, see
-// LaunchOptions::failure_line_prefix), SIGINT/SIGTERM/SIGUSR1 forwarded (a second
-// SIGINT/SIGTERM kills the ranks; a rank starts with SIGUSR1 ignored, see dump_signal.h). When a
-// rank fails (exits non-zero, not of a signal the launcher sent it) the others get SIGTERM
-// (unless a forwarded SIGINT/SIGTERM is stopping them already), then SIGKILL after the grace
-// period. Returns the first failing rank's exit status (128+signal
-// when killed), else 128+signal when a rank died of a signal the launcher sent it, else an error
-// when passing the ranks' output to stdout failed (the output is lost), else 0.
+// LaunchOptions::failure_line_prefix), SIGINT/SIGTERM/SIGUSR1 forwarded and SIGHUP as SIGTERM (a
+// second SIGINT/SIGTERM/SIGHUP kills the ranks; a rank starts with SIGUSR1 ignored, see
+// dump_signal.h). When a rank fails (exits non-zero, not of a signal the launcher sent it) the
+// others get SIGTERM (unless a forwarded stop signal is stopping them already), then SIGKILL after
+// the grace period. Returns the first failing rank's exit status (128+signal when killed), else
+// 128+signal when a rank died of a signal the launcher sent it, else an error when passing the
+// ranks' output to stdout failed (the output is lost), else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 
 // The value of a --nproc_per_node=N (or --nproc_per_node N) argument, 0 when absent; an error for
-// anything but a positive integer, past 8 ranks per CPU core of this machine, and for the flag
-// given twice. LaunchLocalRanks
-// drops the flag for the ranks.
+// anything but a positive integer (a bare --nproc_per_node last included), past 8 ranks per CPU
+// core of this machine, and for the flag given twice. LaunchLocalRanks drops the flag, in exactly
+// these spellings, for the ranks.
 absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv);
 
 // The main() of a tool that may start its own ranks (titan_train, titan_rl): --help or -h prints
 // `help`; logs go to stderr; under `bazel run` relative paths mean the user's directory;
 // --nproc_per_node=N launches N local ranks of this binary (LaunchLocalRanks with `launch`), else
 // `run` runs here. A failure prints "<name>: <message>" on stderr (and, before or around the ranks,
-// goes to launch.report_failure); the ranks' such lines are gathered (failure_line_prefix
+// goes to launch.report_failure as LaunchLocalRanks tells it); the ranks' such lines are gathered
+// (failure_line_prefix
 // "<name>: "). Returns the process's exit code.
 int RunRankedTool(int argc, char** argv, const std::string& name, const std::string& help,
                   const std::function<absl::Status()>& run,

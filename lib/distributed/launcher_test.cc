@@ -27,6 +27,11 @@ TEST(NprocPerNodeFlagTest, BothSpellingsAndAbsence) {
   EXPECT_FALSE(nproc({"--nproc_per_node=two"}).ok());
   EXPECT_EQ(nproc({"--nproc_per_node=2", "--nproc_per_node", "3"}).status().message(),
             "--nproc_per_node given twice (2 and 3): give it once");
+  // A bare flag last is refused wherever it stands, not dropped for the ranks unread.
+  const std::string bare =
+      "--nproc_per_node: expected a rank count after it (or --nproc_per_node=N)";
+  EXPECT_EQ(nproc({"--out=x", "--nproc_per_node"}).status().message(), bare);
+  EXPECT_EQ(nproc({"--nproc_per_node=2", "--out=x", "--nproc_per_node"}).status().message(), bare);
 }
 
 // A typo must not fork processes until the OOM killer fires: 8 ranks per core at most.

@@ -109,10 +109,13 @@ absl::StatusOr<std::shared_ptr<Rendezvous>> Rendezvous::Connect(const Distribute
   if (env.rank == 0 && env.store_listen_fd >= 0) store_options.masterListenFd = env.store_listen_fd;
   const absl::Time deadline = absl::Now() + options.timeout;
   const auto unreachable = [&](const std::string& reason) {
-    return absl::UnavailableError(absl::StrCat(
-        "rendezvous: rank ", env.rank, " of ", env.world_size, " could not ",
-        env.rank == 0 ? "host" : "reach", " the store at ", env.master_addr, ":", env.master_port,
-        " (MASTER_ADDR:MASTER_PORT) within ", absl::FormatDuration(options.timeout), ": ", reason));
+    // Hosting fails at once (the port taken); only reaching the store waits out the timeout.
+    const std::string within =
+        env.rank == 0 ? "" : absl::StrCat(" within ", absl::FormatDuration(options.timeout));
+    return absl::UnavailableError(
+        absl::StrCat("rendezvous: rank ", env.rank, " of ", env.world_size, " could not ",
+                     env.rank == 0 ? "host" : "reach", " the store at ", env.master_addr, ":",
+                     env.master_port, " (MASTER_ADDR:MASTER_PORT)", within, ": ", reason));
   };
   if (env.rank != 0 && !ListenerAppears(env.master_addr, env.master_port, deadline)) {
     return unreachable("nothing listens there (is rank 0 running, and MASTER_ADDR its host?)");

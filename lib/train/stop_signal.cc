@@ -25,6 +25,8 @@ StopSignal::StopSignal(const DistributedRuntime& runtime) : runtime_(runtime) {
   g_stop_signal = 0;
   std::signal(SIGINT, OnStopSignal);
   std::signal(SIGTERM, OnStopSignal);
+  // A hangup (the terminal or ssh session gone) stops as SIGTERM does, as the launcher forwards it.
+  std::signal(SIGHUP, OnStopSignal);
 }
 
 StopSignal::~StopSignal() {

@@ -11,9 +11,9 @@
 
 namespace titan {
 
-// SIGINT/SIGTERM as a request to stop after a step (and save), agreed by every rank: each step
-// issues an all-reduce (max) of this rank's signal and reads the one issued a step before, so no
-// step waits for it and all ranks stop after the same step. A second signal ends the process at
+// SIGINT/SIGTERM/SIGHUP as a request to stop after a step (and save), agreed by every rank: each
+// step issues an all-reduce (max) of this rank's signal and reads the one issued a step before, so
+// no step waits for it and all ranks stop after the same step. A second signal ends the process at
 // once, by the signal's default action.
 class StopSignal {
  public:

@@ -228,7 +228,8 @@ void FolderLock::ReleaseOnStopSignals() {
   sigemptyset(&action.sa_mask);
   sigaddset(&action.sa_mask, SIGINT);
   sigaddset(&action.sa_mask, SIGTERM);
-  for (const int signal : {SIGINT, SIGTERM}) {
+  sigaddset(&action.sa_mask, SIGHUP);
+  for (const int signal : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction current {};
     if (::sigaction(signal, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
       ::sigaction(signal, &action, nullptr);

@@ -27,8 +27,8 @@ class FolderLock {
   // OK unless another process holds `folder`'s Acquire lock (a run writes there): then
   // FailedPrecondition naming its pid. Takes nothing; a folder without a lock file is free.
   static absl::Status CheckNotHeld(const std::string& folder);
-  // Until the process handles SIGINT/SIGTERM itself (a run's StopSignal once it trains), one of
-  // them, which ends it at once by default, first lets the held locks go as their destructors do
+  // Until the process handles SIGINT/SIGTERM/SIGHUP itself (a run's StopSignal once it trains), one
+  // of them, which ends it at once by default, first lets the held locks go as their destructors do
   // (a folder Acquire made that holds nothing else goes), so that a run stopped while it starts
   // leaves no trace; then the signal ends the process as before. A signal ignored stays ignored.
   static void ReleaseOnStopSignals();

@@ -176,6 +176,25 @@ TEST(FolderLockTest, AStopSignalBeforeTheLockFileRemovesTheFolderMade) {
   EXPECT_FALSE(std::filesystem::exists(top));
 }
 
+// A hangup (the terminal gone) is a stop signal too, as titan_train's StopSignal takes it.
+TEST(FolderLockTest, AHangupRemovesTheFoldersTheLocksMade) {
+  const std::string top = TestFolder("hung_up");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    FolderLock::ReleaseOnStopSignals();
+    const auto dump = FolderLock::Acquire(top + "/dump");
+    if (!dump.ok()) ::_exit(1);
+    std::raise(SIGHUP);
+    ::_exit(2);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << WEXITSTATUS(status);
+  EXPECT_EQ(WTERMSIG(status), SIGHUP);
+  EXPECT_FALSE(std::filesystem::exists(top));
+}
+
 // A folder holding more than the lock stays, lock file and all, as when the lock is let go.
 TEST(FolderLockTest, AStopSignalKeepsAFolderThatHoldsMore) {
   const std::string top = TestFolder("stopped_with_files");

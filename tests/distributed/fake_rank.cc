@@ -6,7 +6,8 @@
 //   wait:   prints "ready pid=P" and sleeps; on SIGUSR1 prints "rank R got SIGUSR1"; on SIGTERM
 //           prints "rank R got SIGTERM" and exits 0, but rank FAKE_FAIL_RANK exits 1 (as a rank
 //           whose collective with a wedged peer timed out) and rank FAKE_UNHANDLED_RANK dies of it
-//           (as a rank that has not installed its handler yet).
+//           (as a rank that has not installed its handler yet). Rank FAKE_PLAIN_STDOUT_RANK prints
+//           these on stderr (as titan_rl --json's rank 0 keeps stdout for its summary).
 //   refuse: ignoring SIGTERM (every rank prints before the launcher's SIGKILL), prints
 //           "fake_rank: refused" and "  its cause" on stderr ("fake_rank: refused alone" on rank
 //           FAKE_FAIL_RANK), a log line before and one after, exits 1 three seconds later (its
@@ -38,6 +39,7 @@
 namespace {
 
 int g_term_exit_code = 0;
+int g_note_fd = STDOUT_FILENO;  // where wait mode's lines go
 
 std::string Env(const char* name) {
   const char* value = std::getenv(name);
@@ -47,13 +49,13 @@ std::string Env(const char* name) {
 void OnUsr1(int) {
   char message[64];
   int n = snprintf(message, sizeof(message), "rank %s got SIGUSR1\n", getenv("RANK"));
-  (void)!write(STDOUT_FILENO, message, n);
+  (void)!write(g_note_fd, message, n);
 }
 
 void OnTerm(int) {
   char message[64];
   int n = snprintf(message, sizeof(message), "rank %s got SIGTERM\n", getenv("RANK"));
-  (void)!write(STDOUT_FILENO, message, n);
+  (void)!write(g_note_fd, message, n);
   _exit(g_term_exit_code);
 }
 
@@ -120,10 +122,10 @@ int main(int argc, char** argv) {
   }
   if (mode == "wait") {
     if (rank == Env("FAKE_FAIL_RANK")) g_term_exit_code = 1;
+    if (rank == Env("FAKE_PLAIN_STDOUT_RANK")) g_note_fd = STDERR_FILENO;
     signal(SIGTERM, rank == Env("FAKE_UNHANDLED_RANK") ? SIG_DFL : OnTerm);
     signal(SIGUSR1, OnUsr1);
-    printf("ready pid=%d\n", static_cast<int>(getpid()));
-    fflush(stdout);
+    dprintf(g_note_fd, "ready pid=%d\n", static_cast<int>(getpid()));
     while (true) pause();
   }
   if (mode == "port") {

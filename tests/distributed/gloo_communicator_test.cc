@@ -533,6 +533,29 @@ TEST(GlooCommunicatorTest, StoreThatNeverListensIsReportedAtTheTimeout) {
   EXPECT_LT(waited, absl::Seconds(4)) << waited;
 }
 
+// Rank 0 whose MASTER_PORT another process holds: its store's bind fails at once, so the message
+// names no timeout it never waited for.
+TEST(GlooCommunicatorTest, StoreHostWhosePortIsTakenFailsAtOnceNamingNoTimeout) {
+  int fd = -1;
+  DistributedEnv env;
+  ASSERT_NO_FATAL_FAILURE(RankOneOfTwoAtALoopbackPort(/*listen=*/true, &fd, &env));
+  env.rank = 0;
+  RendezvousOptions options;
+  options.timeout = absl::Minutes(5);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::shared_ptr<Rendezvous>> rendezvous = Rendezvous::Connect(env, options);
+  const absl::Duration waited = absl::Now() - start;
+  close(fd);
+  ASSERT_FALSE(rendezvous.ok());
+  const std::string message(rendezvous.status().message());
+  EXPECT_THAT(message, ::testing::StartsWith(absl::StrCat(
+                           "rendezvous: rank 0 of 2 could not host the store at 127.0.0.1:",
+                           env.master_port, " (MASTER_ADDR:MASTER_PORT): ")));
+  EXPECT_THAT(message, HasSubstr("EADDRINUSE")) << message;
+  EXPECT_THAT(message, Not(HasSubstr("within"))) << message;
+  EXPECT_LT(waited, absl::Seconds(60)) << waited;
+}
+
 // Rank 1 whose MASTER_PORT is another service's, one that takes connections and never answers:
 // c10d's client would wait for the store's first answer forever; the rank ends at the timeout.
 TEST(GlooCommunicatorDeathTest, ListenerThatNeverAnswersEndsTheRankAtTheTimeout) {

@@ -28,6 +28,10 @@ std::string FakeRank() {
   return absl::StrCat(std::getenv("TEST_SRCDIR"), "/titan/tests/distributed/fake_rank");
 }
 
+std::string RankedTool() {
+  return absl::StrCat(std::getenv("TEST_SRCDIR"), "/titan/tests/distributed/ranked_tool");
+}
+
 std::string OutputPrefix(const std::string& name) {
   return absl::StrCat(std::getenv("TEST_TMPDIR"), "/", name);
 }
@@ -159,6 +163,40 @@ TEST(LaunchLocalRanksTest, LostStdoutIsAnErrorThoughTheRanksSucceeded) {
   EXPECT_THAT(launcher->Stderr(), HasSubstr("stdout: write failed: No space left on device"));
 }
 
+// Rank 0's JSON line lost to a full disk (titan_rl --json >/dev/full) is said once on stderr, as
+// one process says it: no failure line goes to the stdout that was lost, to be said lost again.
+TEST(LaunchLocalRanksTest, LostStdoutOfARankedToolIsSaidOnceAsOneProcessSaysIt) {
+  for (const std::string nproc : {"", " --nproc_per_node=2"}) {
+    absl::StatusOr<Subprocess> tool = Subprocess::Start(
+        {"/bin/sh", "-c", absl::StrCat("exec ", RankedTool(), nproc, " >/dev/full")}, {},
+        OutputPrefix("ranked_full"));
+    ASSERT_TRUE(tool.ok()) << tool.status();
+    absl::StatusOr<int> status = tool->Wait(absl::Seconds(20));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(*status, 1) << nproc << "\n" << tool->Stderr();
+    const std::vector<std::string> lines = Lines(tool->Stderr());
+    EXPECT_EQ(std::count(lines.begin(), lines.end(),
+                         "ranked_tool: stdout: write failed: No space left on device"),
+              1)
+        << nproc << "\n"
+        << tool->Stderr();
+  }
+}
+
+// Only the spellings the launcher reads are dropped for the ranks: another reaches their flag
+// parsing, which refuses it as it would in one process.
+TEST(LaunchLocalRanksTest, OtherSpellingsOfTheFlagReachTheRanks) {
+  absl::StatusOr<Subprocess> launcher =
+      Subprocess::Start({FakeRank(), "--nproc_per_node=2", "-nproc_per_node=3"},
+                        {{"FAKE_RANK_MODE", "print"}}, OutputPrefix("single_dash"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank=1 local_rank=1 world_size=2 "));
+  EXPECT_THAT(launcher->Stdout(), HasSubstr(" args=-nproc_per_node=3\n"));
+}
+
 TEST(LaunchLocalRanksTest, SeparateValueFormOfFlagIsDroppedAndMasterPortKept) {
   absl::StatusOr<Subprocess> launcher = Subprocess::Start(
       {FakeRank(), "--nproc_per_node", "2", "x"},
@@ -220,6 +258,21 @@ TEST(LaunchLocalRanksTest, SigtermIsForwardedToEveryRank) {
   EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank 1 got SIGTERM"));
 }
 
+// A hangup (the terminal or ssh session gone) stops the ranks as SIGTERM does, as torchrun's: they
+// save and exit, where the launcher's default death would SIGKILL them (PR_SET_PDEATHSIG).
+TEST(LaunchLocalRanksTest, SighupIsForwardedAsSigterm) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}}, OutputPrefix("hangup"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 2, absl::Seconds(20))) << launcher->Stdout();
+  kill(launcher->pid(), SIGHUP);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 0) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 0] rank 0 got SIGTERM"));
+  EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank 1 got SIGTERM"));
+}
+
 // The user's SIGTERM is forwarded while rank 2 is wedged (stopped); rank 1's collective with it
 // times out, so the job has failed and the wedged rank gets SIGKILL after the grace period.
 TEST(LaunchLocalRanksTest, WedgedRankIsKilledWhenAnotherFailsAfterAForwardedSigterm) {
@@ -258,6 +311,27 @@ TEST(LaunchLocalRanksTest, RankKilledFromOutsideIsNamedAsKilled) {
   absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(*status, 128 + SIGKILL);
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("launcher: rank 1 was killed by signal 9 (exit status "
+                                            "137); stopping the other ranks"));
+}
+
+// A rank killed from outside printed no error: the failure told to a silent plain rank's stdout
+// (titan_rl --json's) says it was killed, as the launcher's line on stderr does.
+TEST(LaunchLocalRanksTest, RankKilledFromOutsideIsReportedAsKilled) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"},
+      {{"FAKE_RANK_MODE", "wait"}, {"FAKE_PLAIN_STDOUT_RANK", "0"}}, OutputPrefix("killed_json"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 1, absl::Seconds(20))) << launcher->Stdout();
+  const int pid = ReadyRankPid(launcher->Stdout(), 1);
+  ASSERT_GT(pid, 0) << launcher->Stdout();
+  kill(pid, SIGKILL);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 128 + SIGKILL) << launcher->Stderr();
+  EXPECT_EQ(launcher->Stdout(),
+            absl::StrCat("[rank 1] ready pid=", pid,
+                         "\nreport: rank 1 was killed by signal 9 (exit status 137)\n"));
   EXPECT_THAT(launcher->Stderr(), HasSubstr("launcher: rank 1 was killed by signal 9 (exit status "
                                             "137); stopping the other ranks"));
 }

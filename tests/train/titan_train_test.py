@@ -307,6 +307,22 @@ class TitanTrainTest(unittest.TestCase):
         self.assertLess(last, 10000)
         self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
 
+    def test_sighup_finishes_step_saves_and_exits_zero(self):
+        # A closed terminal or ssh session stops the run as SIGTERM does, not by its default kill.
+        dump = self.dump("sighup")
+        cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
+               "--training.steps=10000", "--checkpoint.interval=1000", "--validation.enable=false"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        path = os.path.join(dump, "metrics.jsonl")
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None and not os.path.exists(path):
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGHUP)
+        _, stderr = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 0, stderr[-3000:])
+        last = metrics(dump)[-1]["step"]
+        self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
+
     def test_a_second_sigterm_ends_the_run_at_once(self):
         # Steps of seconds: the first signal waits for the step and its save, the second does not.
         dump = self.dump("sigterm_twice")
