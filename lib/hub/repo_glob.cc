@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 
 namespace titan {
 namespace {
@@ -120,12 +121,30 @@ std::string FnmatchToPcre2(absl::string_view glob) {
 }
 
 absl::StatusOr<RepoGlob> RepoGlob::Compile(absl::string_view glob) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("glob \"", absl::CHexEscape(glob), "\": ", why));
+  };
+  // UTF-8 is checked on the glob as typed: in the regex it becomes, the bad byte sits elsewhere.
+  int error_code = 0;
+  PCRE2_SIZE error_offset = 0;
+  pcre2_code* literal =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(glob.data()), glob.size(),
+                    PCRE2_UTF | PCRE2_LITERAL, &error_code, &error_offset, nullptr);
+  const bool not_utf8 = literal == nullptr && error_code < 0;  // UTF errors are negative codes
+  pcre2_code_free(literal);
+  if (not_utf8) {
+    return refuse(absl::StrCat(Pcre2ErrorMessage(error_code), " at byte offset ", error_offset,
+                               " of the glob"));
+  }
   std::string normalized = absl::StrReplaceAll(glob, {{"\\", "/"}});
   if (absl::EndsWith(normalized, "/")) normalized += "*";
-  absl::StatusOr<Pcre2Code> code = CompilePcre2(FnmatchToPcre2(normalized), PCRE2_ANCHORED);
-  if (!code.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("glob \"", absl::CHexEscape(glob), "\": ", code.status().message()));
+  size_t regex_offset = 0;
+  absl::StatusOr<Pcre2Code> code =
+      CompilePcre2(FnmatchToPcre2(normalized), PCRE2_ANCHORED, &regex_offset);
+  if (!code.ok()) {  // as "regular expression is too large": an offset in the regex means nothing
+    return refuse(absl::StrCat(
+        "the regex it translates to does not compile: ",
+        absl::StripSuffix(code.status().message(), absl::StrCat(" at offset ", regex_offset))));
   }
   return RepoGlob(*std::move(code));
 }

@@ -20,7 +20,8 @@ std::string FnmatchToPcre2(absl::string_view glob);
 class RepoGlob {
  public:
   // As filter_repo_objects: `\` reads as `/`, and a glob ending in `/` gets a `*` (a folder's
-  // files). Errors name the glob, C-escaped (a glob that is not UTF-8 is refused).
+  // files). Errors name the glob, C-escaped; a glob that is not UTF-8 is refused with the byte
+  // offset of its first bad character in the glob as given (as "at byte offset 3 of the glob").
   static absl::StatusOr<RepoGlob> Compile(absl::string_view glob);
 
   // Whether the whole of `path` matches.

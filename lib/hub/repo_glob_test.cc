@@ -1,7 +1,10 @@
 #include "lib/hub/repo_glob.h"
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -9,6 +12,7 @@ namespace titan {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 bool Matches(const std::string& glob, const std::string& path) {
   absl::StatusOr<RepoGlob> compiled = RepoGlob::Compile(glob);
@@ -57,6 +61,27 @@ TEST(RepoGlobTest, RefusesAGlobThatIsNotUtf8) {
   // Named with its bytes escaped, so that the message stays printable text.
   EXPECT_THAT(std::string(RepoGlob::Compile("a\xff").status().message()),
               HasSubstr("glob \"a\\xff\": UTF-8 error"));
+}
+
+TEST(RepoGlobTest, SaysWhereInTheGlobAsTypedTheBadByteIs) {
+  // Each bad byte follows syntax that the regex spells longer ("**/" becomes ".*\/"), so an
+  // offset counted in the regex would be larger.
+  for (const auto& [glob, offset] : std::vector<std::pair<std::string, int>>{
+           {"a\xff", 1}, {"**/\xff", 3}, {"*.j?\xfe", 4}, {"[a-c]x\xc3(", 6}, {"o\\\x80", 2}}) {
+    const std::string message(RepoGlob::Compile(glob).status().message());
+    EXPECT_THAT(message, HasSubstr(absl::StrCat("at byte offset ", offset, " of the glob")))
+        << message;
+    EXPECT_THAT(message, Not(HasSubstr(" at offset "))) << message;
+  }
+}
+
+TEST(RepoGlobTest, AGlobWhoseRegexIsTooLargeIsRefusedWithoutARegexOffset) {
+  std::string glob;
+  for (int i = 0; i < 20000; ++i) glob += "*a";
+  const std::string message(RepoGlob::Compile(glob).status().message());
+  EXPECT_THAT(message, HasSubstr("\": the regex it translates to does not compile: regular "
+                                 "expression is too large"));
+  EXPECT_THAT(message, Not(HasSubstr("offset")));
 }
 
 }  // namespace

@@ -707,7 +707,11 @@ class DownloadAssetsTest(unittest.TestCase):
                             (["--repo_id=org/gated", "--hf_token=hf_wrong", "--include=a\udcff"],
                              '--include: glob "a\\xff"'),
                             (["--repo_id=org/model", "--assets=config", "--exclude=\udcfe*"],
-                             '--exclude: glob "\\xfe*"')]:
+                             '--exclude: glob "\\xfe*"'),
+                            # The offset counts the glob's bytes, not its regex's (".*\\/").
+                            (["--repo_id=org/model", "--include=**/\udcff"],
+                             '--include: glob "**/\\xff": UTF-8 error: illegal byte (0xfe or '
+                             '0xff) at byte offset 3 of the glob')]:
             result, summary = self.run_tool(*args)
             self.assertEqual(result.returncode, 1, args)
             self.assertIn(error, result.stderr, args)
