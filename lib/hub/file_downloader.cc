@@ -459,9 +459,12 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
             absl::StrCat("connection ended at byte ", offset, " of ", file.size));
       }
     }
+    struct stat written {};  // the file this run wrote to, for the final check
     if (attempt_status.ok()) {
       const int sync_rc = ::fsync(fd);
+      const int stat_rc = ::fstat(fd, &written);
       if (::close(fd) != 0 || sync_rc != 0) return fail(ErrnoError("fsync", part_path));
+      if (stat_rc != 0) return fail(ErrnoError("fstat", part_path));
     } else {
       ::close(fd);
     }
@@ -491,14 +494,28 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       Backoff(failures_without_progress, retry_after);
       continue;
     }
+    // About the file that rename publishes, not the bytes counted: a part file that something
+    // else appended to, truncated or replaced meanwhile has another size or inode than counted.
+    struct stat on_disk;
+    if (::stat(part_path.c_str(), &on_disk) != 0) return fail(ErrnoError("stat", part_path));
+    const bool replaced = on_disk.st_ino != written.st_ino || on_disk.st_dev != written.st_dev;
+    const int64_t expected_size = file.size >= 0 ? file.size : offset;
     const std::string actual = digest.enabled() ? digest.Finish() : "";
-    if (actual != digest.expected() || (file.size >= 0 && offset != file.size)) {
+    if (actual != digest.expected() || replaced || offset != expected_size ||
+        on_disk.st_size != expected_size) {
       ::unlink(part_path.c_str());
-      const std::string mismatch =
-          actual != digest.expected()
-              ? absl::StrCat(digest.name(), " mismatch: expected ", digest.expected(), ", got ",
-                             actual)
-              : absl::StrCat("size mismatch: expected ", file.size, " bytes, got ", offset);
+      std::string mismatch;
+      if (actual != digest.expected()) {
+        mismatch = absl::StrCat(digest.name(), " mismatch: expected ", digest.expected(), ", got ",
+                                actual);
+      } else if (replaced) {
+        mismatch = "the part file was replaced during the download";
+      } else {
+        mismatch =
+            absl::StrCat("size mismatch: expected ", expected_size, " bytes, the part file has ",
+                         on_disk.st_size,
+                         on_disk.st_size == offset ? "" : absl::StrCat(" (", offset, " received)"));
+      }
       digest.Reset();
       if (++verify_failures >= 2) {
         return fail(absl::DataLossError(absl::StrCat(

@@ -386,6 +386,28 @@ class DownloadAssetsTest(unittest.TestCase):
                 self.assertEqual(summary["files"][0]["bytes_fetched"], fetched)
                 self.assertNotIn("mismatch", result.stderr)
 
+    def test_the_final_check_is_about_the_part_file_on_disk(self):
+        # Something else changes the part file while a resumed transfer appends to it: the bytes
+        # received still add up to the listed size and sha256, the file on disk does not.
+        part = os.path.join(self.local_dir, "model", ".cache", "download_assets", SHARD1 + ".part")
+        size = 3 * MiB + 123
+        for how, note in [
+                ("append", f"size mismatch: expected {size} bytes, the part file has "
+                           f"{size + 100} ({size} received)"),
+                ("truncate", f"size mismatch: expected {size} bytes, the part file has "),
+                ("replace", "the part file was replaced during the download")]:
+            with self.subTest(how=how):
+                shutil.rmtree(self.local_dir, ignore_errors=True)
+                write(part, self.repo_bytes("model", SHARD1)[:MiB])
+                self.serve(tamper={SHARD1: [part, how]})
+                result, summary = self.run_tool("--repo_id=org/model", f"--include={SHARD1}")
+                self.hub.stop()
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn(f"{SHARD1}: {note}", result.stderr)
+                self.assertIn("deleted the part file, downloading again", result.stderr)
+                self.assert_identical("model", [SHARD1])
+                self.assertEqual(summary["files"][0]["retries"], 1)
+
     def test_part_file_of_another_version_starts_over(self):
         root = tempfile.mkdtemp(dir=self.workdir)
         shard = os.path.join(root, "org", "model", SHARD1)

@@ -16,6 +16,10 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   missing: [path]                  listed, but resolve answers 404 EntryNotFound
   list_size: {path: size}          the listing gives this size instead of the file's
   no_digest: [path]                the listing gives no blobId nor LFS sha256 (the ETag still does)
+  tamper: {path: [file, how]}      first response of path, halfway through its body, changes
+                                   `file` (the client's part file): "append" 100 bytes,
+                                   "truncate" it to 0, or "replace" it by a new file of the size
+                                   the client expects
   retry_after: str                 Retry-After header on the 429 and 503 of errors/listing_errors
   range_start: {path: offset}      a Range request of path is answered 206 from this byte
   ignore_range: [path]             a Range request of path is answered 200 with the whole file
@@ -47,6 +51,7 @@ class Repos:
         self.listing_errors = list(config.get("listing_errors", []))
         self.corrupt = dict(config.get("corrupt", {}))
         self.trickle = dict(config.get("trickle", {}))
+        self.tamper = dict(config.get("tamper", {}))
         self.files = {}  # repo_id -> {path: info}
         self.blobs = {}  # sha256 -> (abs path, repo path)
         for org in sorted(os.listdir(root)):
@@ -268,6 +273,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.command == "HEAD":
             return
         corrupt = repos.take_count(repos.corrupt, rel)
+        with repos.lock:
+            tamper = repos.tamper.pop(rel, None)
         trickle = repos.trickle.pop(rel, None) if self.server.role == "storage" else None
         cut = end + 1
         drop_every = repos.config.get("drop_every", 0) if self.server.role == "storage" else 0
@@ -288,6 +295,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(bytes(data))
             else:
                 offset = start
+                if tamper is not None:
+                    half = start + (cut - start) // 2
+                    self.wfile.write(os.pread(f.fileno(), half - start, start))
+                    self.wfile.flush()
+                    time.sleep(0.2)  # the client writes what it got, a block at a time
+                    self.tamper_with(*tamper, size)
+                    offset = half
                 while offset < cut:
                     sent = os.sendfile(self.connection.fileno(), f.fileno(), offset, cut - offset)
                     if sent == 0:
@@ -295,6 +309,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     offset += sent
         if cut <= end:
             self.hang_up()
+
+    @staticmethod
+    def tamper_with(path, how, size):
+        if how == "append":
+            with open(path, "ab") as f:
+                f.write(b"\0" * 100)
+        elif how == "truncate":
+            os.truncate(path, 0)
+        elif how == "replace":
+            with open(path + ".new", "wb") as f:
+                f.write(b"\0" * size)
+            os.replace(path + ".new", path)
 
     def hang_up(self):
         self.close_connection = True
