@@ -218,9 +218,22 @@ absl::Status FileDownloader::CheckInPlace(const RemoteFile& file) {
         absl::StrCat(final_path, " has ", st.st_size, " bytes, the listing says ", file.size));
   }
   ContentDigest digest(file);
+  if (!digest.enabled()) {
+    // The sha256 that the server's ETag gave when it was downloaded still checks it.
+    if (const std::string recorded = RecordedSha256(file); !recorded.empty()) {
+      digest.ExpectSha256(recorded);
+    }
+  }
   if (!options_.verify && MatchesRecord(file, st, digest.expected())) return absl::OkStatus();
   if (!digest.enabled()) {
-    if (file.size >= 0) return absl::OkStatus();
+    if (file.size >= 0) {
+      if (options_.verify) {
+        Note(file.path,
+             "--verify: neither the listing nor its record gives a sha256 or git blob id for it; "
+             "only its size was checked");
+      }
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         final_path, ": the listing gives neither a size nor a digest to check it against"));
   }
@@ -236,6 +249,14 @@ absl::Status FileDownloader::CheckInPlace(const RemoteFile& file) {
     return DropRecord(file, mismatch);
   }
   return WriteMeta(file, digest.expected());
+}
+
+std::string FileDownloader::RecordedSha256(const RemoteFile& file) const {
+  absl::StatusOr<std::string> meta_text = ReadFile(MetaPath(file.path));
+  if (!meta_text.ok()) return "";
+  const nlohmann::json meta = nlohmann::json::parse(*meta_text, nullptr, false);
+  const std::string digest = meta.is_object() ? meta.value("digest", std::string()) : "";
+  return IsSha256Hex(digest) ? digest : "";
 }
 
 bool FileDownloader::MatchesRecord(const RemoteFile& file, const struct stat& st,
@@ -538,7 +559,15 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
     }
     report.size = file.size;
     report.outcome = FileOutcome::kDownloaded;
-    if (progress_ != nullptr) progress_->Finish(file.path, "done, verified");
+    if (!digest.enabled()) {
+      report.warning = absl::StrCat(
+          "not verified: neither the listing nor the server gives a sha256 or git blob id for it; ",
+          file.size >= 0 ? "only its size was checked" : "nor a size: nothing was checked");
+      Note(file.path, report.warning);
+    }
+    if (progress_ != nullptr) {
+      progress_->Finish(file.path, digest.enabled() ? "done, verified" : "done, NOT verified");
+    }
     return report;
   }
 }

@@ -53,7 +53,8 @@ struct FileReport {
   FileOutcome outcome = FileOutcome::kFailed;
   int64_t bytes_fetched = 0;  // over the network in this run
   int retries = 0;
-  std::string error;  // for kFailed
+  std::string error;    // for kFailed
+  std::string warning;  // for kDownloaded: what could not be checked (no digest to verify it by)
 };
 
 // The longest a server's Retry-After makes a retry wait: longer asks are more likely a
@@ -122,6 +123,9 @@ class FileDownloader {
   static bool IsRetryable(const absl::Status& status);
   void Note(const std::string& path, const std::string& message);
   absl::Status WriteMeta(const RemoteFile& file, const std::string& digest);
+  // The sha256 that `file`'s sidecar records (learned from an ETag when the listing gave none);
+  // empty when there is none.
+  std::string RecordedSha256(const RemoteFile& file) const;
   // Whether `file`'s sidecar records the size and mtime in `st` and `digest`.
   bool MatchesRecord(const RemoteFile& file, const struct stat& st,
                      const std::string& digest) const;

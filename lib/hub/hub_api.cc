@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "lib/hub/http_client.h"
 #include "lib/util/redact.h"
 #include "nlohmann/json.hpp"
@@ -24,6 +25,21 @@ bool IsLowerHex(absl::string_view s, size_t length) {
     if (!absl::ascii_isdigit(c) && !(c >= 'a' && c <= 'f')) return false;
   }
   return true;
+}
+
+// The content's sha256 from an LFS entry: "sha256" as the revision listing spells it, else "oid"
+// as the tree listing does, either bare or as a pointer file's "sha256:<hex>"; empty when neither
+// is 64 hex digits.
+std::string LfsSha256(const nlohmann::json& lfs) {
+  for (const char* key : {"sha256", "oid"}) {
+    const auto value = lfs.find(key);
+    if (value == lfs.end() || !value->is_string()) continue;
+    absl::string_view hex = value->get_ref<const std::string&>();
+    absl::ConsumePrefix(&hex, "sha256:");
+    const std::string lower = absl::AsciiStrToLower(hex);
+    if (IsLowerHex(lower, 64)) return lower;
+  }
+  return "";
 }
 
 std::string Escape(absl::string_view text) {
@@ -144,11 +160,10 @@ absl::StatusOr<RepoSnapshot> ParseRepoInfo(absl::string_view json, absl::string_
       if (IsLowerHex(id, 40)) file.git_sha1 = id;
     }
     if (const auto lfs = sibling.find("lfs"); lfs != sibling.end() && lfs->is_object()) {
-      const auto oid = lfs->find("sha256");
-      if (oid != lfs->end() && oid->is_string() && IsLowerHex(oid->get<std::string>(), 64)) {
-        file.sha256 = oid->get<std::string>();
-        file.git_sha1.clear();  // blobId of an LFS file names the pointer, not the content
-      }
+      file.sha256 = LfsSha256(*lfs);
+      // blobId of an LFS file names its pointer, not the content: it cannot check the file, even
+      // when no sha256 is listed (the downloader then takes one from the response's ETag).
+      file.git_sha1.clear();
       if (const auto size = lfs->find("size"); size != lfs->end() && size->is_number_integer()) {
         file.size = size->get<int64_t>();
       }

@@ -20,7 +20,7 @@ struct RemoteFile {
   std::string path;      // relative to the repo root, e.g. "original/tokenizer.model"
   int64_t size = -1;     // -1 when the listing did not say
   std::string sha256;    // LFS oid (lowercase hex); empty for files kept in git
-  std::string git_sha1;  // git blob id; checks files that have no LFS oid
+  std::string git_sha1;  // git blob id of a file kept in git; empty for LFS (names the pointer)
 };
 
 struct RepoSnapshot {

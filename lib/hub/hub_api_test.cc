@@ -84,6 +84,36 @@ TEST(ParseRepoInfoTest, ReadsCommitSizesAndDigests) {
   EXPECT_EQ(ParseRepoInfo(R"({"sha": "x", "siblings": []})", "listing")->repo_id, "");
 }
 
+TEST(ParseRepoInfoTest, AnLfsFileIsCheckedByItsSha256OrOidNeverByItsPointersBlobId) {
+  const std::string sha256(64, 'c');
+  const std::string json = R"({"sha": "x", "siblings": [
+      {"rfilename": "oid", "blobId": ")" +
+                           std::string(40, 'b') + R"(",
+       "lfs": {"oid": ")" + sha256 +
+                           R"(", "size": 5}},
+      {"rfilename": "pointer_oid", "lfs": {"oid": "sha256:)" +
+                           std::string(64, 'C') + R"("}},
+      {"rfilename": "no_sha256", "blobId": ")" +
+                           std::string(40, 'b') + R"(", "lfs": {"size": 5}},
+      {"rfilename": "malformed", "blobId": ")" +
+                           std::string(40, 'b') + R"(",
+       "lfs": {"sha256": "not hex", "oid": 7}},
+      {"rfilename": "short", "lfs": {"sha256": "cccc"}}]})";
+  absl::StatusOr<RepoSnapshot> snapshot = ParseRepoInfo(json, "listing");
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  ASSERT_EQ(snapshot->files.size(), 5u);
+  EXPECT_EQ(snapshot->files[0].sha256, sha256);
+  EXPECT_EQ(snapshot->files[0].size, 5);
+  EXPECT_EQ(snapshot->files[1].sha256, sha256);
+  for (const RemoteFile& file : snapshot->files) {
+    // The blobId of an LFS entry is its pointer's: the content would never match it.
+    EXPECT_EQ(file.git_sha1, "") << file.path;
+    if (file.path != "oid" && file.path != "pointer_oid") {
+      EXPECT_EQ(file.sha256, "") << file.path;
+    }
+  }
+}
+
 TEST(ParseRepoInfoTest, RefusesUnsafeNamesAndBadShapes) {
   absl::StatusOr<RepoSnapshot> unsafe =
       ParseRepoInfo(R"({"sha": "x", "siblings": [{"rfilename": "../../.bashrc"}]})", "listing");

@@ -319,6 +319,7 @@ std::string DownloadReportJson(const DownloadReport& report) {
                             {"bytes_fetched", file.bytes_fetched},
                             {"retries", file.retries}};
     if (!file.error.empty()) entry["error"] = file.error;
+    if (!file.warning.empty()) entry["warning"] = file.warning;
     files.push_back(std::move(entry));
   }
   nlohmann::json json = {{"repo_id", report.repo_id},

@@ -4,6 +4,7 @@ Usage: python3 download_assets_test.py <download_assets binary> <fake_hub.py>
 """
 
 import fcntl
+import hashlib
 import json
 import os
 import random
@@ -407,6 +408,55 @@ class DownloadAssetsTest(unittest.TestCase):
                 self.assertIn("deleted the part file, downloading again", result.stderr)
                 self.assert_identical("model", [SHARD1])
                 self.assertEqual(summary["files"][0]["retries"], 1)
+
+    def test_an_lfs_entry_without_a_usable_sha256_is_checked_by_what_there_is(self):
+        sha256 = hashlib.sha256(self.repo_bytes("model", SHARD1)).hexdigest()
+        unverified = (f"{SHARD1}: not verified: neither the listing nor the server gives a sha256 "
+                      "or git blob id for it; only its size was checked")
+        # (the listing's "lfs" fields, whether responses carry the sha256 ETag, what stderr says)
+        for fields, etag, said in [
+                # Its blobId names the LFS pointer, not the content: the ETag's sha256 checks it.
+                ({"sha256": None}, True, f"{SHARD1}: done, verified"),
+                ({"sha256": "not hex"}, True, f"{SHARD1}: done, verified"),
+                # "oid" as the Hub's tree listing spells it, bare or as in a pointer file.
+                ({"sha256": None, "oid": sha256}, False, f"{SHARD1}: done, verified"),
+                ({"sha256": None, "oid": "sha256:" + sha256.upper()}, False,
+                 f"{SHARD1}: done, verified"),
+                ({"sha256": None}, False, unverified)]:
+            with self.subTest(fields=fields, etag=etag):
+                shutil.rmtree(self.local_dir, ignore_errors=True)
+                self.serve(lfs_fields={SHARD1: fields}, no_etag=[] if etag else [SHARD1])
+                result, summary = self.run_tool("--repo_id=org/model", f"--include={SHARD1}",
+                                                "--progress=plain")
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn(said, result.stderr)
+                self.assertNotIn("mismatch", result.stderr)
+                self.assert_identical("model", [SHARD1])
+                self.assertEqual(summary["files"][0].get("warning") is not None, said == unverified)
+                # --verify checks it by the sha256 it was verified with, the ETag's included.
+                self.flip_byte_behind_mtime(os.path.join(self.local_dir, "model", SHARD1))
+                checked, _ = self.run_tool("--repo_id=org/model", f"--include={SHARD1}",
+                                           "--verify")
+                self.hub.stop()
+                self.assertEqual(checked.returncode, 0, checked.stderr)
+                cannot_verify = (f"{SHARD1}: --verify: neither the listing nor its record gives a "
+                                 "sha256 or git blob id for it; only its size was checked")
+                if said == unverified:
+                    self.assertIn(unverified[len(SHARD1) + 2:], summary["files"][0]["warning"])
+                    self.assertIn(cannot_verify, checked.stderr)
+                else:
+                    self.assertNotIn(cannot_verify, checked.stderr)
+                    self.assertIn(f"{SHARD1}: the file on disk does not verify: sha256 expected "
+                                  f"{sha256}", checked.stderr)
+                    self.assert_identical("model", [SHARD1])
+        # The oid is used, not just accepted: a wrong one fails as a sha256 mismatch.
+        shutil.rmtree(self.local_dir, ignore_errors=True)
+        self.serve(lfs_fields={SHARD1: {"sha256": None, "oid": "0" * 64}}, no_etag=[SHARD1])
+        result, _ = self.run_tool("--repo_id=org/model", f"--include={SHARD1}")
+        self.hub.stop()
+        self.hub = None
+        self.assertEqual(result.returncode, 1)
+        self.assertIn(f"{SHARD1}: sha256 mismatch: expected {'0' * 64}", result.stderr)
 
     def test_part_file_of_another_version_starts_over(self):
         root = tempfile.mkdtemp(dir=self.workdir)

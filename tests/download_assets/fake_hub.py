@@ -16,6 +16,9 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   missing: [path]                  listed, but resolve answers 404 EntryNotFound
   list_size: {path: size}          the listing gives this size instead of the file's
   no_digest: [path]                the listing gives no blobId nor LFS sha256 (the ETag still does)
+  lfs_fields: {path: {key: value}}  the listing's "lfs" object of path gets these keys (null
+                                   removes one): a missing or malformed sha256, an "oid"
+  no_etag: [path]                  responses for path carry neither ETag nor X-Linked-Etag
   tamper: {path: [file, how]}      first response of path, halfway through its body, changes
                                    `file` (the client's part file): "append" 100 bytes,
                                    "truncate" it to 0, or "replace" it by a new file of the size
@@ -201,6 +204,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             if path in repos.config.get("no_digest", []):
                 entry.pop("blobId")
                 entry.get("lfs", {}).pop("sha256", None)
+            for key, value in repos.config.get("lfs_fields", {}).get(path, {}).items():
+                if value is None:
+                    entry["lfs"].pop(key, None)
+                else:
+                    entry["lfs"][key] = value
             siblings.append(entry)
         for name in repos.config.get("extra_siblings", {}).get(repo_id, []):
             siblings.append({"rfilename": name, "size": 1})
@@ -226,6 +234,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "X-Linked-Size": str(info["size"]),
                 "X-Linked-Etag": f"\"{info['sha256']}\"",
                 "ETag": f"\"{info['sha256']}\""})
+            if path in repos.config.get("no_etag", []):
+                del headers["X-Linked-Etag"], headers["ETag"]
             return self.reply(302, b"", headers)
         headers["ETag"] = f"\"{info['sha1']}\""
         self.send_file(info["full"], path, headers)
@@ -245,6 +255,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     # --- shared --------------------------------------------------------------------------------
     def send_file(self, full, rel, headers):
         repos = self.server.repos
+        if rel in repos.config.get("no_etag", []):
+            headers = {k: v for k, v in headers.items() if k not in ("ETag", "X-Linked-Etag")}
         size = os.path.getsize(full)
         start, end = 0, size - 1
         status = 200
