@@ -265,19 +265,33 @@ class TitanTrainTest(unittest.TestCase):
                          ["step-2", "step-4"])
         self.assertEqual([m["step"] for m in metrics(dump)], [1, 2, 3, 4])
 
-    def test_sigterm_finishes_step_saves_and_exits_zero(self):
-        dump = self.dump("sigterm")
+    def start_long_run(self, name, rows, *flags):
+        """A 10000-step run in a fresh dump folder, returned once its metrics file holds `rows`."""
+        dump = self.dump(name)
         cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
-               "--training.steps=10000", "--checkpoint.interval=1000", "--validation.enable=false"]
+               "--training.steps=10000", "--checkpoint.interval=1000", "--validation.enable=false",
+               *flags]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         path = os.path.join(dump, "metrics.jsonl")
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
             if os.path.exists(path):
                 with open(path) as f:
-                    if len(f.readlines()) >= 3:
+                    if len(f.readlines()) >= rows:
                         break
-            time.sleep(0.2)
+            time.sleep(0.1)
+        return dump, proc
+
+    def assert_stopped_with_a_save(self, dump, proc):
+        """The run stopped early, exit 0, its last logged step saved."""
+        _, stderr = proc.communicate(timeout=120)
+        self.assertEqual(proc.returncode, 0, stderr[-3000:])
+        last = metrics(dump)[-1]["step"]
+        self.assertLess(last, 10000)
+        self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
+
+    def test_sigterm_finishes_step_saves_and_exits_zero(self):
+        dump, proc = self.start_long_run("sigterm", rows=3)
         # A second run in the same folder (a resubmitted job) is refused while this one runs.
         second = run_train(dump, "--training.steps=10000", "--validation.enable=false",
                            check=False)
@@ -301,39 +315,18 @@ class TitanTrainTest(unittest.TestCase):
         self.assertIn(f"[metrics] save_tb_folder: {tb} is in use by another run (pid {proc.pid})",
                       fourth.stderr)
         proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=120)
-        self.assertEqual(proc.returncode, 0, stderr[-3000:])
-        last = metrics(dump)[-1]["step"]
-        self.assertLess(last, 10000)
-        self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
+        self.assert_stopped_with_a_save(dump, proc)
 
     def test_sighup_finishes_step_saves_and_exits_zero(self):
         # A closed terminal or ssh session stops the run as SIGTERM does, not by its default kill.
-        dump = self.dump("sighup")
-        cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
-               "--training.steps=10000", "--checkpoint.interval=1000", "--validation.enable=false"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        path = os.path.join(dump, "metrics.jsonl")
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None and not os.path.exists(path):
-            time.sleep(0.1)
+        dump, proc = self.start_long_run("sighup", rows=1)
         proc.send_signal(signal.SIGHUP)
-        _, stderr = proc.communicate(timeout=120)
-        self.assertEqual(proc.returncode, 0, stderr[-3000:])
-        last = metrics(dump)[-1]["step"]
-        self.assertTrue(os.path.isdir(os.path.join(dump, "checkpoint", f"step-{last}")), stderr)
+        self.assert_stopped_with_a_save(dump, proc)
 
     def test_a_second_sigterm_ends_the_run_at_once(self):
         # Steps of seconds: the first signal waits for the step and its save, the second does not.
-        dump = self.dump("sigterm_twice")
-        cmd = [TITAN_TRAIN, f"--job.config_file={CONFIG}", f"--job.dump_folder={dump}",
-               "--training.steps=10000", "--checkpoint.interval=1000", "--validation.enable=false",
-               "--training.local_batch_size=16", "--training.seq_len=1024"]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        path = os.path.join(dump, "metrics.jsonl")
-        deadline = time.time() + 300
-        while time.time() < deadline and proc.poll() is None and not os.path.exists(path):
-            time.sleep(0.1)
+        dump, proc = self.start_long_run("sigterm_twice", 0, "--training.local_batch_size=16",
+                                         "--training.seq_len=1024")
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.2)
         proc.send_signal(signal.SIGTERM)
