@@ -402,6 +402,16 @@ std::optional<InconclusiveGroup> Inconclusive(const std::string& name,
     }
     if (row.last_seq == group.last_seq) group.last_ranks.push_back(row.rank);
   }
+  for (const RankProgress& row : rows) {
+    if (row.first_pending == 0) continue;
+    if (group.stuck_seq == 0 || row.first_pending < group.stuck_seq) {
+      group.stuck_seq = row.first_pending;
+      group.stuck_op = row.first_pending_op;
+      group.stuck_state = row.first_pending_state;
+      group.stuck_ranks.clear();
+    }
+    if (row.first_pending == group.stuck_seq) group.stuck_ranks.push_back(row.rank);
+  }
   return group;
 }
 
@@ -488,8 +498,14 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
         progress.last_seq = seq;
         progress.last_op = entry.op;
         progress.last_state = entry.state;
-        for (const auto& [done_seq, done] : found->second) {
-          if (done.state == "completed") progress.last_completed = done_seq;
+        for (const auto& [issued_seq, issued] : found->second) {
+          if (issued.state == "completed") {
+            progress.last_completed = issued_seq;
+          } else if (progress.first_pending == 0) {
+            progress.first_pending = issued_seq;
+            progress.first_pending_op = issued.op;
+            progress.first_pending_state = issued.state;
+          }
         }
       }
       rows.push_back(std::move(progress));
@@ -583,9 +599,20 @@ std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
       continue;
     }
     absl::StrAppend(&text, "inconclusive, no dump from ranks ", absl::StrJoin(g.missing_dumps, ","),
-                    " (suspects: stuck, stopped or dead); ranks ", absl::StrJoin(g.last_ranks, ","),
-                    " last issued collective #", g.last_seq, " ", g.last_op, " (", g.last_state,
-                    ")\n");
+                    " (suspects: stuck, stopped or dead); ");
+    // The oldest collective left open is where the group waits; newer ones queued behind it.
+    if (g.stuck_seq > 0) {
+      absl::StrAppend(&text, "ranks ", absl::StrJoin(g.stuck_ranks, ","), " wait in collective #",
+                      g.stuck_seq, " ", g.stuck_op, " (", g.stuck_state,
+                      "), the oldest they did not complete");
+      if (g.last_seq != g.stuck_seq) {
+        absl::StrAppend(&text, " (newest issued: #", g.last_seq, " ", g.last_op, ")");
+      }
+      absl::StrAppend(&text, "\n");
+      continue;
+    }
+    absl::StrAppend(&text, "ranks ", absl::StrJoin(g.last_ranks, ","), " last issued collective #",
+                    g.last_seq, " ", g.last_op, " (", g.last_state, ")\n");
   }
   if (!verdict.missing_dumps.empty() && verdict.mismatches.empty()) {
     absl::StrAppend(&text, "inconclusive: the dumps present agree, but ranks ",

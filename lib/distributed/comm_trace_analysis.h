@@ -29,6 +29,9 @@ struct RankProgress {
   std::string last_op;   // That collective's operation and state.
   std::string last_state;
   int64_t last_completed = 0;  // The newest collective it recorded as completed (0: none).
+  int64_t first_pending = 0;   // The oldest collective it issued but not completed (0: none).
+  std::string first_pending_op;
+  std::string first_pending_state;
 };
 
 // A group some members of which left no dump, or a dump older than a collective the others
@@ -43,6 +46,12 @@ struct InconclusiveGroup {
   std::string last_op;             // That collective's operation and state.
   std::string last_state;
   std::vector<int> last_ranks;  // The members with a dump that issued it.
+  // Where the group is stuck: the oldest collective a member with a dump issued and did not
+  // complete (0: they completed all they issued), and those members.
+  int64_t stuck_seq = 0;
+  std::string stuck_op;
+  std::string stuck_state;
+  std::vector<int> stuck_ranks;
 };
 
 struct CommTraceVerdict {

@@ -43,11 +43,11 @@ absl::StatusOr<std::shared_ptr<CommTrace>> TestTrace(const std::string& folder, 
 }
 
 // Writes rank `rank`'s dump into `folder`: `ops` (group, op name, elements) in order.
-// With `last_pending` the last operation is still running (issued, not completed).
+// The last `pending` operations are still running (issued, not completed).
 void WriteDump(const std::string& folder, int rank,
                const std::vector<std::tuple<std::string, std::string, int>>& ops,
                const std::string& run_id = "run", std::vector<int> world = {0, 1, 2, 3},
-               bool last_pending = false) {
+               int pending = 0) {
   absl::StatusOr<std::shared_ptr<CommTrace>> trace = TestTrace(folder, rank);
   ASSERT_TRUE(trace.ok()) << trace.status();
   (*trace)->SetRunId(run_id);
@@ -58,7 +58,7 @@ void WriteDump(const std::string& folder, int rank,
     const auto& [group, op, elements] = ops[i];
     at::Tensor tensor = at::zeros({elements});
     TraceGroup* traced = groups[group].get();
-    if (last_pending && i + 1 == ops.size()) {
+    if (i + static_cast<size_t>(pending) >= ops.size()) {
       (*trace)->Record(traced, op, false, {tensor}, {tensor}, c10::make_intrusive<PendingWork>(),
                        absl::Seconds(1));
       continue;
@@ -87,7 +87,7 @@ TEST(CommTraceAnalysisTest, ADumpOlderThanACollectiveIsInconclusiveNotAMismatch)
       WriteDump(folder, 1, two, "run", {0, 1});
     } else {
       WriteDump(folder, 1, two, "run", {0, 1});
-      WriteDump(folder, 0, three, "run", {0, 1}, /*last_pending=*/true);
+      WriteDump(folder, 0, three, "run", {0, 1}, /*pending=*/1);
     }
     absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
     ASSERT_TRUE(verdict.ok()) << verdict.status();
@@ -116,17 +116,17 @@ TEST(CommTraceAnalysisTest, NamesTheMissingRankAndTheDisagreement) {
              {"pair", "broadcast", 4},
              {"world", "all_reduce", 16},
              {"world", "all_reduce", 16}},
-            "run", {0, 1, 2, 3}, /*last_pending=*/true);
+            "run", {0, 1, 2, 3}, /*pending=*/1);
   WriteDump(folder, 1,
             {{"world", "all_reduce", 16},
              {"pair", "broadcast", 8},
              {"world", "all_reduce", 16},
              {"world", "all_reduce", 16}},
-            "run", {0, 1, 2, 3}, /*last_pending=*/true);
+            "run", {0, 1, 2, 3}, /*pending=*/1);
   WriteDump(folder, 2, {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}});
   WriteDump(folder, 3,
             {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}, {"world", "all_reduce", 16}},
-            "run", {0, 1, 2, 3}, /*last_pending=*/true);
+            "run", {0, 1, 2, 3}, /*pending=*/1);
   absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
   ASSERT_TRUE(verdict.ok()) << verdict.status();
   EXPECT_THAT(verdict->ranks, ElementsAre(0, 1, 2, 3));
@@ -193,6 +193,36 @@ TEST(CommTraceAnalysisTest, AMissingDumpIsInconclusiveNotAgreement) {
   EXPECT_THAT(text, HasSubstr("group pair (ranks 0,1): inconclusive, no dump from ranks 1 "
                               "(suspects: stuck, stopped or dead); ranks 0 last issued "
                               "collective #2 nccl:_reduce_scatter_base (completed)"));
+}
+
+// Collectives issued without waiting (FSDP's, say) queue behind the one a member without a dump
+// never joined: the oldest not completed is where the group waits, not the newest issued.
+TEST(CommTraceAnalysisTest, AnInconclusiveGroupNamesTheOldestCollectiveNotCompleted) {
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/queued");
+  std::filesystem::remove_all(folder);
+  const std::vector<std::tuple<std::string, std::string, int>> ops = {{"world", "all_reduce", 16},
+                                                                      {"world", "all_reduce", 16},
+                                                                      {"world", "broadcast", 8},
+                                                                      {"world", "all_reduce", 8}};
+  for (int rank : {0, 1}) WriteDump(folder, rank, ops, "run", {0, 1, 2}, /*pending=*/3);
+  absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_TRUE(verdict->mismatches.empty());
+  EXPECT_EQ(CommTraceExitStatus(*verdict), 3);
+  ASSERT_EQ(verdict->inconclusive.size(), 1u);
+  const InconclusiveGroup& world = verdict->inconclusive[0];
+  EXPECT_THAT(world.missing_dumps, ElementsAre(2));
+  EXPECT_EQ(world.stuck_seq, 2);
+  EXPECT_EQ(world.stuck_op, "nccl:all_reduce");
+  EXPECT_THAT(world.stuck_ranks, ElementsAre(0, 1));
+  EXPECT_EQ(world.last_seq, 4);
+  EXPECT_EQ(verdict->progress[0].first_pending, 2);
+  const std::string text = FormatCommTraceVerdict(*verdict);
+  std::cout << text;
+  EXPECT_THAT(text, HasSubstr("group world (ranks 0,1,2): inconclusive, no dump from ranks 2 "
+                              "(suspects: stuck, stopped or dead); ranks 0,1 wait in collective #2 "
+                              "nccl:all_reduce (scheduled), the oldest they did not complete "
+                              "(newest issued: #4 nccl:all_reduce)"));
 }
 
 // An earlier run's dumps left beside this one's are refused, by run id or by group membership.
