@@ -36,6 +36,7 @@ struct Entry {
   std::string input_dtypes;  // e.g. "[Float]"
   std::string output_dtypes;
   int64_t created_ns = 0;  // When its rank issued it (c10d's time_created_ns; 0: unrecorded).
+  int64_t timeout_ms = 0;  // How long its rank waits for it (c10d's timeout_ms; 0: unrecorded).
 };
 
 struct RankDump {
@@ -225,6 +226,8 @@ absl::Status ReadEntry(const c10::IValue& value, size_t index, const std::string
                          Field(entry, "output_dtypes", Kind::kList, where));
   TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> created,
                          OptionalField(entry, "time_created_ns", Kind::kInt, where));
+  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> timeout,
+                         OptionalField(entry, "timeout_ms", Kind::kInt, where));
   Entry read{op.toStringRef(), state.toStringRef()};
   TITAN_ASSIGN_OR_RETURN(read.input_sizes,
                          SizesText(inputs, absl::StrCat(where, ": field 'input_sizes'")));
@@ -235,6 +238,7 @@ absl::Status ReadEntry(const c10::IValue& value, size_t index, const std::string
   TITAN_ASSIGN_OR_RETURN(read.output_dtypes,
                          DtypesText(output_dtypes, absl::StrCat(where, ": field 'output_dtypes'")));
   if (created.has_value()) read.created_ns = created->toInt();
+  if (timeout.has_value()) read.timeout_ms = timeout->toInt();
   dump->collectives[group.toStringRef()][seq.toInt()] = std::move(read);
   return absl::OkStatus();
 }
@@ -435,6 +439,39 @@ bool DumpedBeforeIssued(const std::vector<int>& missing, const std::map<int, con
   });
 }
 
+// The members that issued a collective no member completed only after the first issuer's timeout
+// had passed (stopped, as by SIGSTOP, and continued): it failed for the others before they came,
+// though every dump records it. Empty when times or the timeout are unrecorded; `detail` says how
+// late.
+std::vector<int> LateIssuers(const std::map<int, const Entry*>& issued, std::string* detail) {
+  const Entry* first = nullptr;
+  int first_rank = 0;
+  for (const auto& [rank, entry] : issued) {
+    if (entry->state == "completed" || entry->created_ns == 0) return {};
+    if (first == nullptr || entry->created_ns < first->created_ns) {
+      first = entry;
+      first_rank = rank;
+    }
+  }
+  if (first == nullptr || first->timeout_ms <= 0) return {};
+  const int64_t deadline_ns = first->created_ns + first->timeout_ms * 1000000;
+  std::vector<int> late;
+  int64_t latest_ns = 0;
+  for (const auto& [rank, entry] : issued) {
+    if (entry->created_ns <= deadline_ns) continue;
+    late.push_back(rank);
+    latest_ns = std::max(latest_ns, entry->created_ns);
+  }
+  if (!late.empty()) {
+    *detail = absl::StrFormat(
+        "ranks %s issued it %s%.1f s after rank %d, past rank %d's %.1f s timeout: they came after "
+        "the others had given up (stalled before it: stopped, as by SIGSTOP, or stuck)",
+        absl::StrJoin(late, ","), late.size() > 1 ? "up to " : "",
+        (latest_ns - first->created_ns) / 1e9, first_rank, first_rank, first->timeout_ms / 1e3);
+  }
+  return late;
+}
+
 }  // namespace
 
 absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
@@ -547,7 +584,9 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
         }
       }
       if (issued.empty()) continue;
-      const std::string detail = Disagreement(issued);
+      std::string detail = Disagreement(issued);
+      std::vector<int> late;
+      if (missing.empty() && detail.empty()) late = LateIssuers(issued, &detail);
       if (missing.empty() && detail.empty()) continue;
       const Entry& entry = *issued.begin()->second;
       if (detail.empty() && DumpedBeforeIssued(missing, issued, dumps)) {
@@ -558,7 +597,7 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
         break;
       }
       verdict.mismatches.push_back(CollectiveMismatch{
-          name, members, seq, entry.op, entry.input_sizes, entry.state, missing, detail});
+          name, members, seq, entry.op, entry.input_sizes, entry.state, missing, detail, late});
       break;
     }
   }
@@ -626,13 +665,19 @@ std::string FormatCommTraceProgress(const CommTraceVerdict& verdict) {
   for (const CollectiveMismatch& m : verdict.mismatches) {
     for (int rank : m.missing_ranks) suspects.emplace(m.group, rank);
   }
+  std::set<std::pair<std::string, int>> late;
+  for (const CollectiveMismatch& m : verdict.mismatches) {
+    for (int rank : m.late_ranks) late.emplace(m.group, rank);
+  }
   std::string text = absl::StrFormat("%-44s %5s %8s %-28s %-10s %10s\n", "group", "rank", "last #",
                                      "last op", "state", "completed");
   for (const RankProgress& p : verdict.progress) {
     absl::StrAppendFormat(&text, "%-44s %5d %8d %-28s %-10s %10d%s\n", p.group, p.rank, p.last_seq,
                           p.last_op.empty() ? "-" : p.last_op,
                           p.last_state.empty() ? "-" : p.last_state, p.last_completed,
-                          suspects.count({p.group, p.rank}) ? "  <- missing" : "");
+                          suspects.count({p.group, p.rank}) ? "  <- missing"
+                          : late.count({p.group, p.rank})   ? "  <- late"
+                                                            : "");
   }
   return text;
 }

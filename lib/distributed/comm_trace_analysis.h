@@ -9,7 +9,7 @@
 
 namespace titan {
 
-// The first collective of one process group that its members did not all issue alike.
+// The first collective of one process group that its members did not all issue alike, or in time.
 struct CollectiveMismatch {
   std::string group;
   std::vector<int> group_ranks;    // Job ranks.
@@ -19,6 +19,8 @@ struct CollectiveMismatch {
   std::string state;               // Where issued: scheduled, started or completed.
   std::vector<int> missing_ranks;  // Members whose dump lacks it.
   std::string detail;              // How the members that issued it disagree, if they do.
+  // Members that issued it, none completing it, after the first issuer's timeout had passed.
+  std::vector<int> late_ranks;
 };
 
 // How far one rank got in one group, from its dump.
@@ -70,8 +72,10 @@ struct CommTraceVerdict {
 
 // Reads one job's flight-recorder dumps (<folder>/<prefix><rank>: what CommTrace, and c10d's
 // ProcessGroupNCCL, write) and finds, per process group, the first collective that not every
-// member issued, or that members issued with different operations, sizes or dtypes: the verdict of
-// `python -m torch.distributed.flight_recorder.fr_trace <folder>`, without Python. Groups are
+// member issued, or that members issued with different operations, sizes or dtypes, or that none
+// completed and some issued only after the first issuer's timeout: the verdict of
+// `python -m torch.distributed.flight_recorder.fr_trace <folder>`, without Python (which compares
+// no times, so misses the last). Groups are
 // compared from the first sequence number every member's ring buffer still holds; point-to-point
 // operations are not matched. Refuses dumps of different runs (their "run_id", which titan
 // writes) or that disagree on a group's members: a folder holding an earlier job's files; and a

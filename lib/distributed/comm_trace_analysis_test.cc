@@ -392,6 +392,8 @@ TEST(CommTraceAnalysisTest, NamesTheFieldOfAMalformedDump) {
        "entries[0]: field 'input_dtypes'[0] is an int, expected a string"},
       {[&](Root& root) { entry0(root).insert_or_assign("time_created_ns", "now"); },
        "entries[0]: field 'time_created_ns' is a string, expected an int"},
+      {[&](Root& root) { entry0(root).insert_or_assign("timeout_ms", 1.5); },
+       "entries[0]: field 'timeout_ms' is a float, expected an int"},
   };
   const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/malformed");
   const std::string path = folder + "/rank_0";
@@ -473,6 +475,58 @@ TEST(CommTraceAnalysisTest, RefusesEntriesOfAGroupWithoutMembers) {
                      listed.empty() ? "does not list" : "gives no ranks", " (it lists '", listed,
                      "' []): the group's members are unknown, its collectives cannot be "
                      "checked"));
+  }
+}
+
+// A rank stopped (SIGSTOP) before a collective and continued after the others' timeout issues it,
+// and dumps, late: every dump records it, none completed, but the late rank is the stall.
+TEST(CommTraceAnalysisTest, NamesAMemberThatIssuedACollectiveAfterTheOthersTimeout) {
+  using Root = c10::impl::GenericDict;
+  const std::vector<std::tuple<std::string, std::string, int>> ops = {{"world", "all_reduce", 16},
+                                                                      {"world", "all_reduce", 16}};
+  // Rank 2's second all_reduce `late_ns` after rank 0's; each waits 1 s (WriteDump's timeout).
+  for (const int64_t late_ns : {int64_t{500000000}, int64_t{2500000000}}) {
+    const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/late_", late_ns);
+    std::filesystem::remove_all(folder);
+    for (int rank = 0; rank < 3; ++rank) {
+      WriteDump(folder, rank, ops, "run", {0, 1, 2}, /*pending=*/1);
+    }
+    const auto last_created = [&](int rank) {
+      const std::string bytes = *ReadFile(absl::StrCat(folder, "/rank_", rank));
+      Root root = torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+      return root.at("entries").toList().get(1).toGenericDict().at("time_created_ns").toInt();
+    };
+    const int64_t first_ns = std::min(last_created(0), last_created(1));
+    const std::string path = folder + "/rank_2";
+    const std::string bytes = *ReadFile(path);
+    Root root = torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+    Root entry = root.at("entries").toList().get(1).toGenericDict();
+    ASSERT_EQ(entry.at("timeout_ms").toInt(), 1000);
+    entry.insert_or_assign("time_created_ns", first_ns + late_ns);
+    root.insert_or_assign("dump_time_ns", first_ns + late_ns + 1000000);
+    WritePickle(path, root);
+    absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
+    ASSERT_TRUE(verdict.ok()) << verdict.status();
+    const std::string text = FormatCommTraceVerdict(*verdict);
+    std::cout << text;
+    if (late_ns < 1000000000) {
+      EXPECT_TRUE(verdict->all_clear()) << text;  // within the timeout: merely behind
+      continue;
+    }
+    ASSERT_EQ(verdict->mismatches.size(), 1u);
+    const CollectiveMismatch& world = verdict->mismatches[0];
+    EXPECT_EQ(world.collective_seq, 2);
+    EXPECT_TRUE(world.missing_ranks.empty());
+    EXPECT_THAT(world.late_ranks, ElementsAre(2));
+    EXPECT_EQ(CommTraceExitStatus(*verdict), 2);
+    EXPECT_THAT(text,
+                ::testing::ContainsRegex(
+                    "group world \\(ranks 0,1,2\\): collective #2 nccl:all_reduce \\(input "
+                    "sizes \\[\\[16\\]\\], scheduled\\) ranks 2 issued it 2.5 s after rank [01], "
+                    "past rank [01]'s 1.0 s timeout: they came after the others had given up "
+                    "\\(stalled before it: stopped, as by SIGSTOP, or stuck\\)"));
+    EXPECT_THAT(FormatCommTraceProgress(*verdict),
+                ::testing::ContainsRegex("world +2 +2 nccl:all_reduce +scheduled +1  <- late"));
   }
 }
 

@@ -3,8 +3,9 @@
 // TORCH_NCCL_DEBUG_INFO_TEMP_FILE files) and prints, per process group, the first collective that
 // not every member issued alike: fr_trace's verdict without Python. Exit status: 0 every group's
 // members issued the same collectives, 1 the dumps cannot be read (or are of different runs),
-// 2 a group's members disagree, 3 inconclusive (a member's dump is missing; it is the suspect);
-// 1 too when the verdict cannot be written.
+// 2 a group's members disagree (or some came to a collective after the others' timeout),
+// 3 inconclusive (a member's dump is missing; it is the suspect); 1 too when the verdict cannot be
+// written.
 
 #include <iostream>
 
@@ -24,7 +25,8 @@ int main(int argc, char** argv) {
       "comm_trace_analyze FOLDER [--prefix=rank_]\n"
       "Exit status: 0 every group's members issued the same collectives; 1 the dumps cannot be "
       "read, or come from different runs, or the verdict cannot be written; 2 a group's members "
-      "disagree (a collective some never issued, or issued differently); 3 inconclusive: no "
+      "disagree (a collective some never issued, issued differently, or issued only after the "
+      "others' timeout); 3 inconclusive: no "
       "disagreement found, but some ranks left no dump (the suspects)",
       &argc, &argv);
   FLAGS_logtostderr = true;
