@@ -472,6 +472,20 @@ std::vector<int> LateIssuers(const std::map<int, const Entry*>& issued, std::str
   return late;
 }
 
+// The members whose dump, written past their own timeout for the collective `issued` records,
+// still shows it not completed: it timed out there though every member had issued it.
+std::vector<int> OpenPastTimeout(const std::map<int, const Entry*>& issued,
+                                 const std::map<int, RankDump>& dumps) {
+  std::vector<int> open;
+  for (const auto& [rank, entry] : issued) {
+    const std::optional<int64_t>& dumped = dumps.at(rank).dumped_ns;
+    if (entry->state == "completed") return {};
+    if (entry->created_ns == 0 || entry->timeout_ms <= 0 || !dumped.has_value()) continue;
+    if (*dumped > entry->created_ns + entry->timeout_ms * 1000000) open.push_back(rank);
+  }
+  return open;
+}
+
 }  // namespace
 
 absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
@@ -587,8 +601,17 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
       std::string detail = Disagreement(issued);
       std::vector<int> late;
       if (missing.empty() && detail.empty()) late = LateIssuers(issued, &detail);
-      if (missing.empty() && detail.empty()) continue;
       const Entry& entry = *issued.begin()->second;
+      if (missing.empty() && detail.empty()) {
+        // With a member's dump absent the group is inconclusive already, at its oldest open one.
+        if (issued.size() != members.size()) continue;
+        std::vector<int> open = OpenPastTimeout(issued, dumps);
+        if (open.empty()) continue;
+        verdict.timed_out.push_back(TimedOutCollective{name, members, seq, entry.op,
+                                                       entry.input_sizes, entry.state,
+                                                       std::move(open), entry.timeout_ms});
+        break;
+      }
       if (detail.empty() && DumpedBeforeIssued(missing, issued, dumps)) {
         std::vector<int> issuers;
         for (const auto& [rank, unused] : issued) issuers.push_back(rank);
@@ -652,6 +675,17 @@ std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
     }
     absl::StrAppend(&text, "ranks ", absl::StrJoin(g.last_ranks, ","), " last issued collective #",
                     g.last_seq, " ", g.last_op, " (", g.last_state, ")\n");
+  }
+  for (const TimedOutCollective& t : verdict.timed_out) {
+    absl::StrAppendFormat(
+        &text,
+        "group %s (ranks %s): inconclusive, every member issued collective #%d %s (input sizes "
+        "%s, %s) and none completed it: ranks %s dumped it still open past its %.1f s timeout; "
+        "no member is missing, so a member stalled inside it (stopped, as by SIGSTOP, or "
+        "starved: its peers' failure reports name it, 'ranks stalled while it ran') or the "
+        "network or NCCL failed\n",
+        t.group, absl::StrJoin(t.group_ranks, ","), t.collective_seq, t.op, t.input_sizes, t.state,
+        absl::StrJoin(t.open_ranks, ","), t.timeout_ms / 1e3);
   }
   if (!verdict.missing_dumps.empty() && verdict.mismatches.empty()) {
     absl::StrAppend(&text, "inconclusive: the dumps present agree, but ranks ",

@@ -56,6 +56,19 @@ struct InconclusiveGroup {
   std::vector<int> stuck_ranks;
 };
 
+// A collective every member of a group issued alike and none completed, that a member's dump,
+// written past that member's timeout for it, still shows open: a stall no dump tells the cause of.
+struct TimedOutCollective {
+  std::string group;
+  std::vector<int> group_ranks;  // Job ranks.
+  int64_t collective_seq = 0;
+  std::string op;
+  std::string input_sizes;
+  std::string state;
+  std::vector<int> open_ranks;  // The members whose dump shows it open past their timeout.
+  int64_t timeout_ms = 0;       // The first member's.
+};
+
 struct CommTraceVerdict {
   std::vector<int> ranks;                      // Whose dumps were read.
   std::string run_id;                          // The job run they came from ("" if unrecorded).
@@ -63,10 +76,12 @@ struct CommTraceVerdict {
   std::vector<CollectiveMismatch> mismatches;  // At most one per group.
   std::vector<InconclusiveGroup> inconclusive;  // Groups some member used, with missing_dumps.
   std::vector<RankProgress> progress;           // By group, then rank; groups some member used.
+  std::vector<TimedOutCollective> timed_out;    // At most one per group, without a mismatch.
 
-  // The members agree as far as anyone can tell: no mismatch and no missing or older dump.
+  // The members agree as far as anyone can tell: no mismatch, no missing or older dump, and no
+  // collective that timed out.
   bool all_clear() const {
-    return mismatches.empty() && missing_dumps.empty() && inconclusive.empty();
+    return mismatches.empty() && missing_dumps.empty() && inconclusive.empty() && timed_out.empty();
   }
 };
 

@@ -530,6 +530,43 @@ TEST(CommTraceAnalysisTest, NamesAMemberThatIssuedACollectiveAfterTheOthersTimeo
   }
 }
 
+// A rank stopped (SIGSTOP) inside a collective, continued after the others timed out: every
+// member issued it in time and none completed it, so the dumps, written past the timeout, show
+// a stall no member is missing from; never agreement.
+TEST(CommTraceAnalysisTest, ACollectiveOpenPastItsTimeoutEverywhereIsInconclusive) {
+  using Root = c10::impl::GenericDict;
+  const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/open");
+  std::filesystem::remove_all(folder);
+  for (int rank = 0; rank < 3; ++rank) {
+    WriteDump(folder, rank, {{"world", "all_reduce", 16}, {"world", "all_reduce", 16}}, "run",
+              {0, 1, 2}, /*pending=*/1);
+  }
+  ASSERT_TRUE(AnalyzeCommTraces(folder)->all_clear());  // a snapshot within the 1 s timeout
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string path = absl::StrCat(folder, "/rank_", rank);
+    const std::string bytes = *ReadFile(path);
+    Root root = torch::jit::unpickle(bytes.data(), bytes.size()).toGenericDict();
+    const int64_t created =
+        root.at("entries").toList().get(1).toGenericDict().at("time_created_ns").toInt();
+    root.insert_or_assign("dump_time_ns", created + (rank == 2 ? 500000000 : 1500000000));
+    WritePickle(path, root);
+  }
+  absl::StatusOr<CommTraceVerdict> verdict = AnalyzeCommTraces(folder);
+  ASSERT_TRUE(verdict.ok()) << verdict.status();
+  EXPECT_TRUE(verdict->mismatches.empty());
+  ASSERT_EQ(verdict->timed_out.size(), 1u);
+  EXPECT_EQ(verdict->timed_out[0].collective_seq, 2);
+  EXPECT_THAT(verdict->timed_out[0].open_ranks, ElementsAre(0, 1));
+  EXPECT_EQ(CommTraceExitStatus(*verdict), 3);
+  const std::string text = FormatCommTraceVerdict(*verdict);
+  std::cout << text;
+  EXPECT_THAT(text, Not(HasSubstr("issued the same collectives")));
+  EXPECT_THAT(text, HasSubstr("group world (ranks 0,1,2): inconclusive, every member issued "
+                              "collective #2 nccl:all_reduce (input sizes [[16]], scheduled) and "
+                              "none completed it: ranks 0,1 dumped it still open past its 1.0 s "
+                              "timeout; no member is missing, so a member stalled inside it"));
+}
+
 TEST(CommTraceAnalysisTest, AnEmptyFolderIsAnError) {
   const std::string folder = absl::StrCat(std::getenv("TEST_TMPDIR"), "/empty");
   std::filesystem::create_directories(folder);

@@ -27,7 +27,8 @@ int main(int argc, char** argv) {
       "read, or come from different runs, or the verdict cannot be written; 2 a group's members "
       "disagree (a collective some never issued, issued differently, or issued only after the "
       "others' timeout); 3 inconclusive: no "
-      "disagreement found, but some ranks left no dump (the suspects)",
+      "disagreement found, but some ranks left no dump (the suspects), or a collective every "
+      "member issued stayed open past its timeout (a member stalled inside it, or the network)",
       &argc, &argv);
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);

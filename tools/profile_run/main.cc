@@ -38,7 +38,7 @@ constexpr char kUsage[] =
     "--analyze_comm_trace=DIR reads a job's collective flight-recorder dumps ([comm]\n"
     "save_traces_folder) and names the collective and the ranks that never issued it; it exits\n"
     "as comm_trace_analyze does (0 agree, 2 disagree, 3 inconclusive: ranks left no dump, or\n"
-    "an older one).\n"
+    "an older one, or every rank issued a collective that timed out).\n"
     "Flags take --flag=value or --flag value. An earlier run's per-rank files in DIR (the\n"
     "<name>_rank<r> names above, gzipped or not) and those files' temporaries (<file>.tmp,\n"
     "<file>.tmp.<pid>) a run stopped while writing left there are removed first (regular files\n"
