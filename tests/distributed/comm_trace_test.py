@@ -182,6 +182,28 @@ class CommTraceTest(unittest.TestCase):
                                  r"stopped, as by SIGSTOP, or starved of CPU\): 0 for [6-9]")
         self.assertLess(seconds, TIMEOUT_S + 6 + 30)
 
+    def test_a_rank_continued_after_the_timeout_is_named_by_the_analyzer(self):
+        # Rank 2 stopped (SIGSTOP) before the all-reduce, or inside it, and continued 5 s later,
+        # after the others' 3 s timeout: it then issues the collective (or has) and dumps, so
+        # every dump records it; the analyzer must still name the stall, never agree.
+        for before, status, expected in (
+                ("1", 2, re.escape(f"group {WORLD} (ranks 0,1,2,3): collective #7 nccl:all_reduce "
+                                   "(input sizes [[16]], scheduled) ranks 2 issued it ") +
+                 r"[4-6]\.\d s after rank [013], past rank [013]'s 3\.0 s timeout"),
+                ("0", 3, re.escape(f"group {WORLD} (ranks 0,1,2,3): inconclusive, every member "
+                                   "issued collective #7 nccl:all_reduce (input sizes [[16]], "
+                                   "scheduled) and none completed it"))):
+            dump = os.path.join(self.tmp, f"continued_{before}")
+            _, _, stderr = hang(dump, HANG_STOP="1", HANG_CONT_SECONDS="5",
+                                HANG_CONT_BEFORE=before)
+            folder = os.path.join(dump, "comm_traces")
+            self.assertEqual(sorted(os.listdir(folder)), [f"rank_{r}" for r in range(RANKS)],
+                             stderr[-3000:])
+            verdict = self.analyze(folder, status=status)
+            print(f"\ncomm_trace_analyze {folder}:\n{verdict}", file=sys.stderr)
+            self.assertRegex(verdict, expected)
+            self.assertNotIn("issued the same collectives", verdict)
+
     def test_a_late_rank_reads_the_store_after_its_host_failed(self):
         # Rank 1 arrives after rank 0 (the store's host) timed out and reported: rank 0 stays up
         # at exit until rank 1's report has read its store.

@@ -6,7 +6,9 @@
 // [comm] train_timeout_seconds, and all-reduces over the world once more;
 // rank HANG_RANK first sleeps HANG_SECONDS (or with HANG_STOP stops itself; with
 // HANG_CONT_SECONDS too it is stopped 1 s into that all-reduce instead, by a child it forks, and
-// continued HANG_CONT_SECONDS later, while the other ranks arrive 2 s late). The run's id for the
+// continued HANG_CONT_SECONDS later, while the other ranks arrive 2 s late; with HANG_CONT_BEFORE
+// too it stops itself before that all-reduce, the others arriving at once, and the child
+// continues it HANG_CONT_SECONDS later). The run's id for the
 // comm trace is HANG_RUN_ID
 // ("hang" if unset). With --nproc_per_node it launches itself, as titan_train does.
 #include <ATen/ATen.h>
@@ -84,14 +86,23 @@ absl::Status Run(int argc, char** argv) {
   }
   runtime->SetTimeout(absl::Seconds(config->comm().train_timeout_seconds()));
   const int cont_seconds = EnvInt("HANG_STOP", 0) != 0 ? EnvInt("HANG_CONT_SECONDS", 0) : 0;
-  if (cont_seconds > 0 && env->rank != EnvInt("HANG_RANK", -1)) absl::SleepFor(absl::Seconds(2));
-  if (cont_seconds > 0 && env->rank == EnvInt("HANG_RANK", -1) && fork() == 0) {
-    // Async-signal-safe calls only: the parent has threads.
-    sleep(1);
-    kill(getppid(), SIGSTOP);
-    sleep(cont_seconds);
-    kill(getppid(), SIGCONT);
-    _exit(0);
+  const bool stop_before = cont_seconds > 0 && EnvInt("HANG_CONT_BEFORE", 0) != 0;
+  if (cont_seconds > 0 && !stop_before && env->rank != EnvInt("HANG_RANK", -1)) {
+    absl::SleepFor(absl::Seconds(2));
+  }
+  if (cont_seconds > 0 && env->rank == EnvInt("HANG_RANK", -1)) {
+    const pid_t child = fork();
+    if (child == 0) {
+      // Async-signal-safe calls only: the parent has threads.
+      if (!stop_before) {
+        sleep(1);
+        kill(getppid(), SIGSTOP);
+      }
+      sleep(cont_seconds);
+      kill(getppid(), SIGCONT);
+      _exit(0);
+    }
+    if (stop_before && child > 0) raise(SIGSTOP);
   }
   if (cont_seconds == 0 && env->rank == EnvInt("HANG_RANK", -1)) {
     // HANG_STOP: every thread stops, as a frozen host's would (rank 0's store server too).
