@@ -696,11 +696,9 @@ std::string FormatCommTraceVerdict(const CommTraceVerdict& verdict) {
 
 std::string FormatCommTraceProgress(const CommTraceVerdict& verdict) {
   std::set<std::pair<std::string, int>> suspects;
-  for (const CollectiveMismatch& m : verdict.mismatches) {
-    for (int rank : m.missing_ranks) suspects.emplace(m.group, rank);
-  }
   std::set<std::pair<std::string, int>> late;
   for (const CollectiveMismatch& m : verdict.mismatches) {
+    for (int rank : m.missing_ranks) suspects.emplace(m.group, rank);
     for (int rank : m.late_ranks) late.emplace(m.group, rank);
   }
   std::string text = absl::StrFormat("%-44s %5s %8s %-28s %-10s %10s\n", "group", "rank", "last #",
