@@ -65,6 +65,12 @@ bool StdoutFailed() {
   return std::ferror(stdout) || std::cout.bad();
 }
 
+// "stdout: write failed: <reason>", the reason when the failed write left one.
+std::string StdoutWriteFailure() {
+  return absl::StrCat("stdout: write failed", g_write_errno != 0 ? ": " : "",
+                      g_write_errno != 0 ? std::strerror(g_write_errno) : "");
+}
+
 // on_exit's handler: it sees the exit status, so a failing tool keeps its own.
 void CheckStdout(int status, void*) {
   if (!StdoutFailed()) return;
@@ -75,8 +81,7 @@ void CheckStdout(int status, void*) {
     std::signal(SIGPIPE, SIG_DFL);
     std::raise(SIGPIPE);
   }
-  std::fprintf(stderr, "%s: stdout: write failed%s%s\n", g_tool, g_write_errno != 0 ? ": " : "",
-               g_write_errno != 0 ? std::strerror(g_write_errno) : "");
+  std::fprintf(stderr, "%s: %s\n", g_tool, StdoutWriteFailure().c_str());
   std::_Exit(verdict ? g_failure_code : status);
 }
 
@@ -95,8 +100,7 @@ void CheckStdoutAtExit(const char* tool, int failure_code, std::initializer_list
 
 absl::Status FlushStdout() {
   if (!StdoutFailed()) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat("stdout: write failed", g_write_errno != 0 ? ": " : "",
-                                          g_write_errno != 0 ? std::strerror(g_write_errno) : ""));
+  return absl::DataLossError(StdoutWriteFailure());
 }
 
 void PrintJsonError(absl::string_view message) {
