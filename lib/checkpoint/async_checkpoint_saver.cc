@@ -64,7 +64,12 @@ absl::StatusOr<NamedTensors> AsyncCheckpointSaver::Stage(const NamedTensors& ten
   }
 }
 
-AsyncCheckpointSaver::~AsyncCheckpointSaver() { Wait().IgnoreError(); }
+AsyncCheckpointSaver::~AsyncCheckpointSaver() {
+  if (!in_flight()) return;
+  GiveUp();
+  const absl::Status status = Wait();
+  if (!status.ok()) LOG(WARNING) << "Gave up the checkpoint save in flight: " << status;
+}
 
 absl::Status AsyncCheckpointSaver::Start(int64_t step, const CheckpointState& state,
                                          bool model_only) {
@@ -93,6 +98,7 @@ absl::Status AsyncCheckpointSaver::Start(int64_t step, const CheckpointState& st
     }
     return status;
   }
+  giving_up_ = false;
   staged.extra = state.extra;
   staged.boxes = state.boxes;
   // Marks the end of the queued copies, one event per GPU; the thread waits, not training.
@@ -119,7 +125,7 @@ absl::Status AsyncCheckpointSaver::Start(int64_t step, const CheckpointState& st
                                                  e.what_without_backtrace()));
       return;
     }
-    result_ = manager_->Save(step, staged, model_only);
+    result_ = manager_->Save(step, staged, model_only, &giving_up_);
   });
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 
 #include <c10/core/Device.h>
 
+#include <atomic>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -36,13 +37,19 @@ class AsyncCheckpointSaver {
       : manager_(manager), staging_(staging) {
     manager_->set_write_duty_cycle(write_duty_cycle);
   }
-  ~AsyncCheckpointSaver();  // Waits for a save in flight.
+  // Gives up a save in flight (GiveUp) and waits for its thread: a caller that did not Wait()
+  // is ending with an error, and a dead rank's files would hold it for the whole commit timeout.
+  ~AsyncCheckpointSaver();
 
   // FailedPrecondition while a save is in flight (Wait() first).
   absl::Status Start(int64_t step, const CheckpointState& state, bool model_only);
   // Blocks until the save in flight (if any) has finished: its status; OK when there was none.
   absl::Status Wait();
   bool in_flight() const { return thread_.joinable(); }
+  // The save in flight writes the rest of this rank's files unpaced and does not wait for the
+  // other ranks' (CheckpointManager::Save's `unwinding`): Wait() then returns soon, Cancelled if
+  // the step could not be committed without waiting. Until the next Start.
+  void GiveUp() { giving_up_ = true; }
 
  private:
   // The host copy of `tensors` a save writes (in `arena` with reused buffers); `queued_on` gets
@@ -56,6 +63,7 @@ class AsyncCheckpointSaver {
   PinnedHostArena optimizer_arena_;  // kReusedPinnedBuffers
   std::thread thread_;
   absl::Status result_;
+  std::atomic<bool> giving_up_{false};
 };
 
 }  // namespace titan

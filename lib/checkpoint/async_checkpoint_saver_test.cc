@@ -1,17 +1,21 @@
 #include "lib/checkpoint/async_checkpoint_saver.h"
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/test_dir.h"
 #include "lib/profiling/tracking_allocator.h"
+#include "lib/util/directory.h"
 
 namespace titan {
 namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 // A fresh directory per test.
 std::string TestRoot() { return TestDir("root"); }
@@ -85,6 +89,59 @@ TEST_P(AsyncCheckpointSaverTest, WaitReturnsTheFailure) {
   ASSERT_TRUE(saver.Start(1, state, true).ok());
   EXPECT_THAT(saver.Wait().message(), HasSubstr("duplicate name"));
   EXPECT_TRUE(manager.ListSteps()->empty());
+}
+
+// Rank 0 of 2 whose rank 1 died mid-save: a saver destroyed without Wait() (the caller is ending
+// with an error) gives up the commit that waits for rank 1's files, long before the commit timeout.
+TEST_P(AsyncCheckpointSaverTest, DestroyingTheSaverGivesUpWaitingForADeadRank) {
+  const std::string root = TestRoot();
+  CheckpointManager manager(root, 0, {0, 2, "dying-run", /*commit_timeout=*/absl::Seconds(60)});
+  CheckpointState state;
+  state.model = {{"w", at::randn({64, 64})}};
+  std::chrono::steady_clock::time_point start;
+  {
+    AsyncCheckpointSaver saver(&manager, 0.25, GetParam());
+    ASSERT_TRUE(saver.Start(20, state, /*model_only=*/false).ok());
+    // Rank 0's own record is in: it now waits for rank 1's.
+    const std::string record = root + "/step-20.tmp-dying-run/rank-00000.json";
+    for (int i = 0; i < 3000 && !PathExists(record); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(PathExists(record));
+    start = std::chrono::steady_clock::now();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 20) << "waited for the dead rank's files";
+  EXPECT_THAT(*manager.ListSteps(), IsEmpty());
+  EXPECT_THAT(manager.UncommittedStepFolders(), ElementsAre("step-20.tmp-dying-run"));
+}
+
+// GiveUp, then Wait: the save's outcome is Cancelled; the next save waits again as usual.
+TEST_P(AsyncCheckpointSaverTest, WaitAfterGiveUpReturnsCancelled) {
+  const std::string root = TestRoot();
+  CheckpointManager manager(root, 0, {0, 2, "dying-run", /*commit_timeout=*/absl::Seconds(60)});
+  AsyncCheckpointSaver saver(&manager, 0.25, GetParam());
+  CheckpointState state;
+  state.model = {{"w", at::randn({64, 64})}};
+  ASSERT_TRUE(saver.Start(20, state, /*model_only=*/false).ok());
+  saver.GiveUp();
+  const absl::Status status = saver.Wait();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_THAT(status.message(), HasSubstr("rank(s) 1"));
+  EXPECT_FALSE(saver.in_flight());
+}
+
+// One process: destroying the saver still commits the save in flight (it waits for no rank).
+TEST_P(AsyncCheckpointSaverTest, DestroyingTheSaverStillCommitsASaveOfOneProcess) {
+  CheckpointManager manager(TestRoot(), 0);
+  CheckpointState state;
+  state.model = {{"w", at::randn({256, 256})}};
+  {
+    AsyncCheckpointSaver saver(&manager, 0.25, GetParam());
+    ASSERT_TRUE(saver.Start(20, state, /*model_only=*/false).ok());
+  }
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(20));
 }
 
 INSTANTIATE_TEST_SUITE_P(Staging, AsyncCheckpointSaverTest,

@@ -87,7 +87,12 @@ class CheckpointManager {
   // at a time. Rank 0 returns once the step is committed (or failed, naming the ranks that did not
   // finish within commit_timeout); other ranks return once their own files are durable, so callers
   // agree on the outcome (a barrier) before relying on the step.
-  absl::Status Save(int64_t step, const CheckpointState& state, bool model_only);
+  // Once *unwinding is true (the caller is ending with an error; null: never), the rest of this
+  // rank's files are written without pauses and rank 0 stops waiting for the other ranks'
+  // (Cancelled, the step not committed, its temporary left for the next Save): a dead rank's never
+  // come.
+  absl::Status Save(int64_t step, const CheckpointState& state, bool model_only,
+                    const std::atomic<bool>* unwinding = nullptr);
   // Call on every rank once all ranks' Save of `step` returned and they agreed that one failed, so
   // that none writes into its temporary any more: rank 0 removes step-<N>.tmp-<run id> (a partial
   // save can fill the disk) and, when it was a restart's first save (SetAsideForRestart), puts the
@@ -149,10 +154,10 @@ class CheckpointManager {
 
  private:
   absl::Status WriteRankFiles(const std::string& tmp_dir, int64_t step,
-                              const CheckpointState& state, bool model_only,
-                              uint64_t& total_bytes) const;
+                              const CheckpointState& state, bool model_only, uint64_t& total_bytes,
+                              const std::atomic<bool>* unwinding) const;
   absl::Status Commit(const std::string& tmp_dir, int64_t step, const CheckpointState& state,
-                      bool model_only) const;
+                      bool model_only, const std::atomic<bool>* unwinding) const;
   absl::Status RemoveStaleTemporaries(const std::string& keep) const;
   absl::Status EnforceKeepLatest() const;
 

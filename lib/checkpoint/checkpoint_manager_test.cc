@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -97,6 +98,47 @@ TEST(CheckpointManagerTest, StopSignalEndsTheSaveAndLeavesNothing) {
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
   EXPECT_EQ(status.message(), "stopped by signal 15");
   EXPECT_THAT(*ListDirectory(root), IsEmpty());
+}
+
+// A caller unwinding with an error stops rank 0's wait for a rank whose files never come (a dead
+// rank) at once instead of at the commit timeout; the temporary stays for the next Save to remove.
+TEST(CheckpointManagerTest, UnwindingEndsRankZerosWaitForADeadRank) {
+  const std::string root = TestRoot();
+  CheckpointManager manager(root, 0, {0, 2, "dying-run", /*commit_timeout=*/absl::Seconds(60)});
+  std::atomic<bool> unwinding{false};
+  std::thread unwinder([&] {
+    // Once rank 0's own record is in, it waits for rank 1's, which never comes.
+    const std::string record = root + "/step-10.tmp-dying-run/rank-00000.json";
+    for (int i = 0; i < 3000 && !PathExists(record); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    unwinding = true;
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status status = manager.Save(10, MakeState(10), false, &unwinding);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unwinder.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_THAT(status.message(), HasSubstr("rank(s) 1"));
+  EXPECT_LT(seconds, 20) << "waited for the dead rank's files";
+  EXPECT_THAT(*manager.ListSteps(), IsEmpty());
+  EXPECT_THAT(manager.UncommittedStepFolders(), ElementsAre("step-10.tmp-dying-run"));
+
+  CheckpointManager next_run(root, 0, {0, 1, "next-run"});
+  ASSERT_TRUE(next_run.Save(10, MakeState(10), false).ok());
+  EXPECT_THAT(*next_run.ListSteps(), ElementsAre(10));
+  EXPECT_THAT(next_run.UncommittedStepFolders(), IsEmpty());
+}
+
+// With every rank's files in, an unwinding caller still commits: nothing is waited for.
+TEST(CheckpointManagerTest, UnwindingStillCommitsWhatNeedsNoWait) {
+  CheckpointManager manager(TestRoot(), 0);
+  manager.set_write_duty_cycle(0.25);
+  const std::atomic<bool> unwinding{true};
+  ASSERT_TRUE(manager.Save(10, MakeState(10), false, &unwinding).ok());
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(10));
 }
 
 TEST(CheckpointManagerTest, EmptyRootHasNoSteps) {
