@@ -114,6 +114,40 @@ class FailureOutputTest(unittest.TestCase):
         self.assertRegex(stderr, r"titan_train: .*(ranks that did not arrive|ranks silent for the "
                                  r"last 2s \(died, stopped or exited\)): 1\n")
 
+    def test_peer_killed_during_async_save_does_not_hold_the_survivor(self):
+        # Rank 1 dies while an async save is in flight: rank 0's error ends the run, and the
+        # save's commit, which would wait for rank 1's files until the commit timeout
+        # (train_timeout_seconds, 120 here), is given up, so rank 0 prints its error at once.
+        port = free_port()
+        cmd = [train_runs.TITAN_TRAIN, *COMMON, f"--job.dump_folder={self.dump}",
+               "--training.steps=100000", f"--training.local_batch_size={GLOBAL_BATCH // 2}",
+               "--checkpoint.enable=true", "--checkpoint.interval=3",
+               "--checkpoint.async_mode=async", "--comm.train_timeout_seconds=120"]
+        ranks = [subprocess.Popen(cmd, env=rank_env(rank, port), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True) for rank in range(2)]
+        folder = os.path.join(self.dump, "checkpoint")
+        deadline = time.time() + 180
+        saving = None
+        while saving is None and time.time() < deadline and all(r.poll() is None for r in ranks):
+            names = os.listdir(folder) if os.path.isdir(folder) else []
+            saving = next((n for n in names if n.startswith("step-") and ".tmp-" in n), None)
+            time.sleep(0.001)
+        ranks[1].send_signal(signal.SIGKILL)
+        ranks[1].communicate()
+        self.assertIsNotNone(saving, "no save started")
+        killed = time.time()
+        try:
+            _, stderr = ranks[0].communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            ranks[0].kill()
+            ranks[0].communicate()
+            self.fail(f"rank 0 still running 60 s after rank 1 was killed during {saving}")
+        self.assertNotEqual(ranks[0].returncode, 0, stderr[-3000:])
+        self.assertLess(time.time() - killed, 60)
+        self.assert_no_backtrace(stderr)
+        self.assertRegex(stderr, r"titan_train: .*(ranks that did not arrive|ranks silent for the "
+                                 r"last 2s \(died, stopped or exited\)): 1\n")
+
     def test_master_port_of_another_service_is_said_in_one_line(self):
         junk = JunkServer()
         self.addCleanup(junk.close)
