@@ -551,12 +551,14 @@ absl::Status CheckpointManager::RemoveStaleTemporaries(const std::string& keep) 
   return absl::OkStatus();
 }
 
-absl::Status CheckpointManager::EnforceKeepLatest() const {
-  if (keep_latest_k_ <= 0) return absl::OkStatus();
+absl::Status CheckpointManager::EnforceKeepLatest(int64_t in_use) const {
+  // One deleter: ranks renaming the same step at once would trip over each other.
+  if (keep_latest_k_ <= 0 || ranks_.rank != 0) return absl::OkStatus();
   TITAN_ASSIGN_OR_RETURN(std::vector<int64_t> steps, ListSteps());
   steps.erase(std::remove(steps.begin(), steps.end(), kept_step_), steps.end());
   const size_t keep = static_cast<size_t>(keep_latest_k_);
   for (size_t i = 0; i + keep < steps.size(); ++i) {
+    if (steps[i] == in_use) continue;
     const std::string dir = StepDirectory(steps[i]);
     // Renamed first so a crash mid-delete leaves a temporary, never a half step.
     const std::string doomed = absl::StrCat(dir, kTemporaryInfix, ranks_.run_id, "-deleted");

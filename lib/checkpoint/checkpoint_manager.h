@@ -62,7 +62,7 @@ absl::Status CheckStopSignal(const std::atomic<int>* stop_signal);
 class CheckpointManager {
  public:
   // `root` is <dump_folder>/<checkpoint folder>; keep_latest_k > 0 keeps only that many newest
-  // steps after each successful save, 0 keeps all.
+  // steps after each successful save (and at EnforceKeepLatest), 0 keeps all.
   CheckpointManager(std::string root, int keep_latest_k, CheckpointRanks ranks = {});
   ~CheckpointManager();
 
@@ -106,6 +106,12 @@ class CheckpointManager {
   // What saves and restarts left beside the steps, sorted: step-N.tmp-* (a save that did not
   // finish), step-N.abandoned-* and step-N.unfinished-* (steps a restart set aside).
   std::vector<std::string> UncommittedStepFolders() const;
+
+  // Rank 0 deletes the oldest committed steps beyond keep_latest_k (the kept step neither goes
+  // nor counts; `in_use`, a step being loaded, counts but stays); the other ranks delete nothing.
+  // Save calls it after each commit; a run calls it once it resumed, since a crash between a
+  // save's commit and this cleanup leaves one step too many. A step that cannot go stays (logged).
+  absl::Status EnforceKeepLatest(int64_t in_use = -1) const;
 
   // The newest committed step; NotFound when there is none.
   absl::StatusOr<int64_t> LatestStep() const;
@@ -159,7 +165,6 @@ class CheckpointManager {
   absl::Status Commit(const std::string& tmp_dir, int64_t step, const CheckpointState& state,
                       bool model_only, const std::atomic<bool>* unwinding) const;
   absl::Status RemoveStaleTemporaries(const std::string& keep) const;
-  absl::Status EnforceKeepLatest() const;
 
   std::string root_;
   int keep_latest_k_;

@@ -163,6 +163,24 @@ TEST(CheckpointManagerTest, KeepLatestKDeletesOlderSteps) {
   EXPECT_THAT(*keep_all.ListSteps(), ElementsAre(4, 5, 6));
 }
 
+TEST(CheckpointManagerTest, EnforceKeepLatestTrimsStepsACrashBeforeTheCleanupLeft) {
+  // What saves killed between their commit and their cleanup leave: more than k steps.
+  const std::string root = TestRoot();
+  CheckpointManager keep_all(root, /*keep_latest_k=*/0);
+  for (int step : {0, 10, 20, 30}) ASSERT_TRUE(keep_all.Save(step, MakeState(step), false).ok());
+  CheckpointManager other_rank(root, /*keep_latest_k=*/1, CheckpointRanks{1, 2, "run"});
+  ASSERT_TRUE(other_rank.EnforceKeepLatest().ok());
+  EXPECT_THAT(*keep_all.ListSteps(), ElementsAre(0, 10, 20, 30));  // rank 0 deletes
+  CheckpointManager manager(root, /*keep_latest_k=*/2);
+  manager.set_kept_step(0);
+  // The step being loaded stays, though older than the k newest.
+  ASSERT_TRUE(manager.EnforceKeepLatest(/*in_use=*/10).ok());
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(0, 10, 20, 30));
+  ASSERT_TRUE(manager.EnforceKeepLatest(/*in_use=*/30).ok());
+  EXPECT_THAT(*manager.ListSteps(), ElementsAre(0, 20, 30));
+  EXPECT_THAT(*ListDirectory(root), UnorderedElementsAre("step-0", "step-20", "step-30"));
+}
+
 TEST(CheckpointManagerTest, TheKeptStepIsNeitherDeletedNorCounted) {
   const std::string root = TestRoot();
   CheckpointManager manager(root, /*keep_latest_k=*/2);

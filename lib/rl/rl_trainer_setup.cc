@@ -189,6 +189,11 @@ absl::Status RlTrainer::Init(RlMode mode) {
       TITAN_RETURN_IF_ERROR(
           critic_checkpointer_->ResumeAt(checkpointer_->loaded_step(), critic_state));
     }
+    // A save killed before its cleanup left a step too many.
+    TITAN_RETURN_IF_ERROR(checkpointer_->EnforceKeepLatest());
+    if (critic_checkpointer_ != nullptr) {
+      TITAN_RETURN_IF_ERROR(critic_checkpointer_->EnforceKeepLatest());
+    }
   }
   // A resumed step replaces the initial load.
   if (checkpointer_ != nullptr && !checkpointer_->loaded_dir().empty()) {

@@ -236,6 +236,19 @@ absl::Status TrainCheckpointer::RecoverInterruptedRuns() const {
   return RecoverInterruptedRunsOf(*manager_, runtime_);
 }
 
+absl::Status TrainCheckpointer::EnforceKeepLatest() const {
+  // The run's first save sets the loaded run's steps aside, not its keep_latest_k.
+  if (parts_.read_only || set_aside_at_first_save_) return absl::OkStatus();
+  // Every rank has loaded its step before rank 0 deletes any.
+  TITAN_RETURN_IF_ERROR(runtime_.AllAgree(true).status());
+  // As after a save: a step that stays costs only disk, and the run goes on.
+  if (const absl::Status trimmed = manager_->EnforceKeepLatest(loaded_step_); !trimmed.ok()) {
+    LOG(WARNING) << "keep_latest_k=" << config_.checkpoint().keep_latest_k() << ": could not trim "
+                 << manager_->root() << ": " << trimmed;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status TrainCheckpointer::Resume(TrainState& state, ResumeChoice chosen,
                                        const TrainCheckpointer* paired) {
   // ChooseStepToResume undid this folder's interrupted restarts; the pair's are undone too before

@@ -146,6 +146,8 @@ absl::Status Trainer::Init() {
     TITAN_ASSIGN_OR_RETURN(checkpointer_,
                            TrainCheckpointer::Create(config_, runtime_, std::move(manager), parts));
     TITAN_RETURN_IF_ERROR(checkpointer_->Resume(state_, std::move(resume)));
+    // Also with nothing left to train: a save killed before its cleanup left a step too many.
+    TITAN_RETURN_IF_ERROR(checkpointer_->EnforceKeepLatest());
     // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
