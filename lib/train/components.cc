@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -237,6 +238,40 @@ absl::Status MakeDumpFolder(const JobConfig& config) {
   return WithContext(MakeDirectories(config.job().dump_folder()), "[job] dump_folder");
 }
 
+void RemoveInterruptedWrites(const std::string& dump_folder) {
+  const auto is_per_rank = [](absl::string_view name, absl::string_view prefix,
+                              absl::string_view suffix) {
+    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, suffix)) return false;
+    const absl::string_view rank =
+        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+    return !rank.empty() && std::all_of(rank.begin(), rank.end(), absl::ascii_isdigit);
+  };
+  const auto remove_in = [](const std::string& folder, const auto& owned) {
+    absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
+    if (!names.ok()) return;  // A new folder holds none.
+    for (const std::string& name : *names) {
+      const std::optional<absl::string_view> target = AtomicWriteTarget(name);
+      if (!target.has_value() || !owned(*target)) continue;
+      const std::string path = JoinPath(folder, name);
+      LOG(WARNING) << "Removing " << path << " left by an interrupted write of "
+                   << JoinPath(folder, *target);
+      // Never read, a temporary that stays costs only disk.
+      if (::unlink(path.c_str()) != 0) {
+        const absl::Status failed = ErrnoError("unlink", path);
+        LOG(WARNING) << "could not remove it, left in place: " << failed.message();
+      }
+    }
+  };
+  remove_in(dump_folder, [&](absl::string_view target) {
+    return target == "config.toml" || target == "metrics.jsonl" || target == "rollouts.jsonl" ||
+           is_per_rank(target, "rollouts_rank", ".jsonl");
+  });
+  for (const int r : RanksIn(dump_folder, "rank_", "")) {
+    remove_in(absl::StrCat(dump_folder, "/rank_", r),
+              [](absl::string_view target) { return target == "metrics.jsonl"; });
+  }
+}
+
 absl::StatusOr<FolderLocks> LockRunFolders(const JobConfig& config,
                                            const DistributedRuntime& runtime) {
   FolderLocks locks;
@@ -277,6 +312,8 @@ absl::StatusOr<FolderLocks> LockRunFolders(const JobConfig& config,
       locks.Add(*std::move(lock));
       locked_keys.push_back(key);
     }
+    // Before the other ranks (waiting below) write there: no temporary is in flight.
+    if (locked.ok()) RemoveInterruptedWrites(config.job().dump_folder());
   }
   TITAN_ASSIGN_OR_RETURN(const bool all_locked, runtime.AllAgree(locked.ok()));
   TITAN_RETURN_IF_ERROR(locked);

@@ -63,6 +63,12 @@ absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRunt
 absl::StatusOr<FolderLocks> LockRunFolders(const JobConfig& config,
                                            const DistributedRuntime& runtime);
 
+// Removes from `dump_folder` the temporaries (<file>.tmp.<pid>, WriteFileAtomically's) that runs
+// killed mid-write left of the files a run writes there atomically: config.toml, metrics.jsonl,
+// titan_rl's rollouts.jsonl and rollouts_rank<r>.jsonl, and rank_<r>/metrics.jsonl; each is
+// logged. Only while the folder's lock is held, before any rank writes there (LockRunFolders).
+void RemoveInterruptedWrites(const std::string& dump_folder);
+
 // [model] tokenizer_path, or else hf_assets_path, or else the bundled tokenizer.
 std::string TokenizerPath(const JobConfig& config);
 // Loads TokenizerPath's tokenizer; an error names the key the path came from.

@@ -122,6 +122,28 @@ TEST(UsableHostMemoryBytesTest, AnAddressSpaceLimitLeavesOnlyWhatIsNotMapped) {
   EXPECT_EXIT(ExitOnWhatACapLeaves(), ::testing::ExitedWithCode(0), "");
 }
 
+TEST(RemoveInterruptedWritesTest, RemovesOnlyTheTemporariesOfTheRunsOwnFiles) {
+  const std::string dump = TestDir("interrupted_writes");
+  ASSERT_TRUE(MakeDirectories(dump + "/rank_1").ok());
+  ASSERT_TRUE(MakeDirectories(dump + "/checkpoint").ok());
+  const std::vector<std::string> left = {
+      "config.toml.tmp.123",  "metrics.jsonl.tmp.45",       "metrics.jsonl.tmp.46",
+      "rollouts.jsonl.tmp.7", "rollouts_rank3.jsonl.tmp.8", "rank_1/metrics.jsonl.tmp.9"};
+  const std::vector<std::string> kept = {"config.toml",
+                                         "metrics.jsonl",
+                                         "notes.txt.tmp.5",
+                                         "config.toml.tmp.12a",
+                                         "metrics.jsonl.tmp.",
+                                         "rank_1/config.toml.tmp.3",
+                                         "checkpoint/.restart-r.json.tmp.4"};
+  for (const std::string& name : left) std::ofstream(dump + "/" + name) << "x";
+  for (const std::string& name : kept) std::ofstream(dump + "/" + name) << "x";
+  RemoveInterruptedWrites(dump);
+  for (const std::string& name : left) EXPECT_FALSE(PathExists(dump + "/" + name)) << name;
+  for (const std::string& name : kept) EXPECT_TRUE(PathExists(dump + "/" + name)) << name;
+  RemoveInterruptedWrites(dump + "/missing");  // a new folder: nothing to do
+}
+
 TEST(BuildTokenizerTest, AMissingTokenizerNamesTheKeyItCameFrom) {
   JobConfig config = DefaultJobConfig();
   config.mutable_model()->set_hf_assets_path("/nonexistent/assets");

@@ -854,6 +854,34 @@ class TitanTrainTest(unittest.TestCase):
         self.assertNotIn("step-2-hf", os.listdir(os.path.join(dump, "checkpoint")))
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2])
 
+    def test_a_rerun_trims_steps_and_temporaries_that_crashes_left(self):
+        # What kill -9 between a save's commit and its cleanup leaves (k + 1 steps, one more per
+        # crash), and mid-write of the atomically written files (their .tmp.<pid>).
+        dump = self.dump("crash_leftovers")
+        flags = ["--training.steps=3", "--checkpoint.interval=1", "--validation.enable=false",
+                 "--checkpoint.async_mode=disabled"]
+        run_train(dump, *flags, "--checkpoint.keep_latest_k=0")
+        folder = os.path.join(dump, "checkpoint")
+        self.assertEqual(sorted(n for n in os.listdir(folder) if n.startswith("step-")),
+                         ["step-1", "step-2", "step-3"])
+        leftovers = ["config.toml.tmp.999999", "metrics.jsonl.tmp.999998",
+                     "rank_1/metrics.jsonl.tmp.999997"]
+        os.makedirs(os.path.join(dump, "rank_1"))
+        for name in leftovers + ["notes.tmp.5"]:
+            open(os.path.join(dump, name), "w").close()
+        # The same job: nothing left to train, yet keep_latest_k and the cleanup apply.
+        proc = run_train(dump, *flags, "--checkpoint.keep_latest_k=2")
+        self.assertIn("nothing to train", proc.stderr)
+        self.assertEqual(sorted(n for n in os.listdir(folder) if n.startswith("step-")),
+                         ["step-2", "step-3"])
+        self.assertIn(f"Deleted checkpoint {folder}/step-1 (keep_latest_k=2)", proc.stderr)
+        for name in leftovers:
+            self.assertFalse(os.path.exists(os.path.join(dump, name)), name)
+        self.assertIn(f"Removing {dump}/config.toml.tmp.999999 left by an interrupted write of "
+                      f"{dump}/config.toml", proc.stderr)
+        self.assertTrue(os.path.exists(os.path.join(dump, "notes.tmp.5")))  # not the run's
+        self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3])
+
     def test_a_failed_final_save_leaves_no_export_without_its_step(self):
         # The final save fails after its export is written, as on a full disk: a file where
         # step-N is to go (made once the run is training, far from its last step) refuses it.
