@@ -14,7 +14,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -239,13 +238,6 @@ absl::Status MakeDumpFolder(const JobConfig& config) {
 }
 
 void RemoveInterruptedWrites(const std::string& dump_folder) {
-  const auto is_per_rank = [](absl::string_view name, absl::string_view prefix,
-                              absl::string_view suffix) {
-    if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, suffix)) return false;
-    const absl::string_view rank =
-        name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-    return !rank.empty() && std::all_of(rank.begin(), rank.end(), absl::ascii_isdigit);
-  };
   const auto remove_in = [](const std::string& folder, const auto& owned) {
     absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
     if (!names.ok()) return;  // A new folder holds none.
@@ -264,7 +256,7 @@ void RemoveInterruptedWrites(const std::string& dump_folder) {
   };
   remove_in(dump_folder, [&](absl::string_view target) {
     return target == "config.toml" || target == "metrics.jsonl" || target == "rollouts.jsonl" ||
-           is_per_rank(target, "rollouts_rank", ".jsonl");
+           RankInName(target, "rollouts_rank", ".jsonl").has_value();
   });
   for (const int r : RanksIn(dump_folder, "rank_", "")) {
     remove_in(absl::StrCat(dump_folder, "/rank_", r),

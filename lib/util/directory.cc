@@ -92,18 +92,24 @@ absl::Status RemoveTree(const std::string& path) {
   return absl::OkStatus();
 }
 
+std::optional<int> RankInName(absl::string_view name, absl::string_view prefix,
+                              absl::string_view suffix) {
+  if (!absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, suffix)) {
+    return std::nullopt;
+  }
+  int rank = 0;
+  // As the writers spell a rank: rank_1.abandoned-x, rank_-1 or rank_01 is no rank's.
+  if (absl::SimpleAtoi(name, &rank) && rank >= 0 && absl::StrCat(rank) == name) return rank;
+  return std::nullopt;
+}
+
 std::vector<int> RanksIn(const std::string& folder, absl::string_view prefix,
                          absl::string_view suffix) {
   std::vector<int> ranks;
   absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
   if (!names.ok()) return ranks;
-  for (absl::string_view name : *names) {
-    if (!absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, suffix)) continue;
-    int rank = 0;
-    // As the writers spell a rank: rank_1.abandoned-x, rank_-1 or rank_01 is no rank's.
-    if (absl::SimpleAtoi(name, &rank) && rank >= 0 && absl::StrCat(rank) == name) {
-      ranks.push_back(rank);
-    }
+  for (const std::string& name : *names) {
+    if (const std::optional<int> rank = RankInName(name, prefix, suffix)) ranks.push_back(*rank);
   }
   std::sort(ranks.begin(), ranks.end());
   return ranks;

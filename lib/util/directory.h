@@ -33,6 +33,11 @@ absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& path);
 // rm -rf: symlinks are removed, not followed. A missing path is not an error.
 absl::Status RemoveTree(const std::string& path);
 
+// r where `name` is `<prefix><r><suffix>` with r spelled as the writers spell a rank (rank_1; not
+// rank_01 or rank_-1).
+std::optional<int> RankInName(absl::string_view name, absl::string_view prefix,
+                              absl::string_view suffix);
+
 // The ranks r, ascending, of the entries `<prefix><r><suffix>` in `folder` (none where it is
 // missing): the per-rank files an earlier run left there, whatever its world size or layout.
 std::vector<int> RanksIn(const std::string& folder, absl::string_view prefix,
