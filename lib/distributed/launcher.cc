@@ -318,7 +318,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   action.sa_handler = ForwardToPipe;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  const int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  const int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1};
   constexpr int kNumHandled = sizeof(kHandled) / sizeof(kHandled[0]);
   struct sigaction previous[kNumHandled];
   for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &action, &previous[i]);
@@ -471,6 +471,15 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
       for (ssize_t i = 0; i < n; ++i) {
         // Every rank writes its collective trace (lib/distributed/comm_trace.h).
         if (signals[i] == SIGUSR1) signal_all(SIGUSR1);
+        if (signals[i] == SIGQUIT) {
+          // "Quit now, with a core dump" reaches every rank as itself (torchrun's too), not as
+          // the SIGKILL of the launcher's own death; a rank that survives it is killed after the
+          // grace period.
+          stop_all_with(SIGQUIT);
+          stopping = true;
+          kill_deadline = std::min(kill_deadline, absl::Now() + options.grace_period);
+          if (interrupted_status == 0) interrupted_status = 128 + SIGQUIT;
+        }
         if (signals[i] == SIGINT || signals[i] == SIGTERM || signals[i] == SIGHUP) {
           if (stopping) {
             // A second interrupt means "now"; the launcher exits with its status, as one process.

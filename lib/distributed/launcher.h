@@ -12,8 +12,9 @@
 namespace titan {
 
 struct LaunchOptions {
-  // How long the other ranks get to exit after a rank failed before SIGKILL.
-  absl::Duration grace_period = absl::Seconds(5);
+  // How long the other ranks get to exit after a rank failed before SIGKILL: torchrun's 30 s, which
+  // outlasts a survivor's wait for a dead rank's trace dump (comm_trace.h), so its error is said.
+  absl::Duration grace_period = absl::Seconds(30);
   // The rank whose stdout passes through without the "[rank N] " prefix (-1: none), for a tool
   // whose rank 0 alone prints machine-readable output (titan_rl --json).
   int plain_stdout_rank = -1;
@@ -31,13 +32,13 @@ struct LaunchOptions {
 // argv without --nproc_per_node, RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and
 // MASTER_PORT set (a free MASTER_PORT when none is given), every output line prefixed with
 // "[rank N] " (but options.plain_stdout_rank's stdout; failure lines are gathered, see
-// LaunchOptions::failure_line_prefix), SIGINT/SIGTERM/SIGUSR1 forwarded and SIGHUP as SIGTERM (a
-// second SIGINT/SIGTERM/SIGHUP kills the ranks; a rank starts with SIGUSR1 ignored, see
-// dump_signal.h). When a rank fails (exits non-zero, not of a signal the launcher sent it) the
-// others get SIGTERM (unless a forwarded stop signal is stopping them already), then SIGKILL after
-// the grace period. Returns the first failing rank's exit status (128+signal when killed), else
-// 128+signal when a rank died of a signal the launcher sent it, else an error when passing the
-// ranks' output to stdout failed (the output is lost), else 0.
+// LaunchOptions::failure_line_prefix), SIGINT/SIGTERM/SIGUSR1/SIGQUIT forwarded and SIGHUP as
+// SIGTERM (a second SIGINT/SIGTERM/SIGHUP kills the ranks, as does the grace period after SIGQUIT;
+// a rank starts with SIGUSR1 ignored, see dump_signal.h). When a rank fails (exits non-zero, not of
+// a signal the launcher sent it) the others get SIGTERM (unless a forwarded stop signal is stopping
+// them already), then SIGKILL after the grace period. Returns the first failing rank's exit status
+// (128+signal when killed), else 128+signal when a rank died of a signal the launcher sent it, else
+// an error when passing the ranks' output to stdout failed (the output is lost), else 0.
 absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
                                      const LaunchOptions& options = LaunchOptions());
 

@@ -7,7 +7,8 @@
 //           prints "rank R got SIGTERM" and exits 0, but rank FAKE_FAIL_RANK exits 1 (as a rank
 //           whose collective with a wedged peer timed out) and rank FAKE_UNHANDLED_RANK dies of it
 //           (as a rank that has not installed its handler yet). Rank FAKE_PLAIN_STDOUT_RANK prints
-//           these on stderr (as titan_rl --json's rank 0 keeps stdout for its summary).
+//           these on stderr (as titan_rl --json's rank 0 keeps stdout for its summary). SIGQUIT
+//           ends a rank as by default, but rank FAKE_STUBBORN_RANK ignores it.
 //   refuse: ignoring SIGTERM (every rank prints before the launcher's SIGKILL), prints
 //           "fake_rank: refused" and "  its cause" on stderr ("fake_rank: refused alone" on rank
 //           FAKE_FAIL_RANK), a log line before and one after, exits 1 three seconds later (its
@@ -21,6 +22,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -62,6 +64,9 @@ void OnTerm(int) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGQUIT's default action dumps core: not into the test's folder.
+  const rlimit no_core = {0, 0};
+  setrlimit(RLIMIT_CORE, &no_core);
   for (int i = 1; i < argc; ++i) {
     absl::string_view arg(argv[i]);
     int nproc = 0;
@@ -125,6 +130,7 @@ int main(int argc, char** argv) {
     if (rank == Env("FAKE_PLAIN_STDOUT_RANK")) g_note_fd = STDERR_FILENO;
     signal(SIGTERM, rank == Env("FAKE_UNHANDLED_RANK") ? SIG_DFL : OnTerm);
     signal(SIGUSR1, OnUsr1);
+    if (rank == Env("FAKE_STUBBORN_RANK")) signal(SIGQUIT, SIG_IGN);
     dprintf(g_note_fd, "ready pid=%d\n", static_cast<int>(getpid()));
     while (true) pause();
   }

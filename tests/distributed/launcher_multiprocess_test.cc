@@ -273,6 +273,23 @@ TEST(LaunchLocalRanksTest, SighupIsForwardedAsSigterm) {
   EXPECT_THAT(launcher->Stdout(), HasSubstr("[rank 1] rank 1 got SIGTERM"));
 }
 
+// SIGQUIT ("quit with a core dump") reaches every rank as itself, as torchrun forwards it, where
+// the launcher's own death would SIGKILL them; a rank that ignores it is killed after the grace
+// period.
+TEST(LaunchLocalRanksTest, SigquitIsForwardedAndAnIgnoringRankKilled) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=2"}, {{"FAKE_RANK_MODE", "wait"}, {"FAKE_STUBBORN_RANK", "1"}},
+      OutputPrefix("quit"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  ASSERT_TRUE(launcher->WaitForStdout("ready", 2, absl::Seconds(20))) << launcher->Stdout();
+  kill(launcher->pid(), SIGQUIT);
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(10));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 128 + SIGQUIT) << launcher->Stderr();
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 0 was stopped by signal 3 from the launcher"));
+  EXPECT_THAT(launcher->Stderr(), HasSubstr("rank 1 was stopped by signal 9 from the launcher"));
+}
+
 // The user's SIGTERM is forwarded while rank 2 is wedged (stopped); rank 1's collective with it
 // times out, so the job has failed and the wedged rank gets SIGKILL after the grace period.
 TEST(LaunchLocalRanksTest, WedgedRankIsKilledWhenAnotherFailsAfterAForwardedSigterm) {

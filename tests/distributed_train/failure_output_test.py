@@ -29,6 +29,11 @@ def rank_env(rank, port):
                 LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
 
 
+def environ(pid):
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return f.read().split(b"\0")
+
+
 class JunkServer:
     """A TCP service that answers every request with an HTTP error: not a c10d store."""
 
@@ -147,6 +152,38 @@ class FailureOutputTest(unittest.TestCase):
         self.assert_no_backtrace(stderr)
         self.assertRegex(stderr, r"titan_train: .*(ranks that did not arrive|ranks silent for the "
                                  r"last 2s \(died, stopped or exited\)): 1\n")
+
+    def test_survivor_error_reaches_the_launcher_when_a_rank_is_killed(self):
+        # Rank 0 waits up to 5 s for the killed rank's trace dump before its error: the launcher's
+        # grace period must outlast that, or rank 0 is SIGKILLed with its line unsaid.
+        cmd = [train_runs.TITAN_TRAIN, *COMMON, "--nproc_per_node=2",
+               f"--job.dump_folder={self.dump}", "--training.steps=100000",
+               f"--training.local_batch_size={GLOBAL_BATCH // 2}", "--checkpoint.enable=false",
+               "--comm.train_timeout_seconds=20"]
+        launcher = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    text=True)
+        metrics = os.path.join(self.dump, "metrics.jsonl")
+        deadline = time.time() + 120
+        while time.time() < deadline and launcher.poll() is None:
+            if os.path.exists(metrics):
+                with open(metrics) as f:
+                    if len(f.readlines()) >= 3:
+                        break
+            time.sleep(0.1)
+        with open(f"/proc/{launcher.pid}/task/{launcher.pid}/children") as f:
+            children = [int(pid) for pid in f.read().split()]
+        rank1 = next(pid for pid in children if b"RANK=1" in environ(pid))
+        os.kill(rank1, signal.SIGKILL)
+        try:
+            _, stderr = launcher.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            launcher.kill()
+            self.fail("the launcher still runs 60 s after rank 1 was killed")
+        self.assertEqual(launcher.returncode, 137, stderr[-3000:])
+        self.assertIn("rank 1 was killed by signal 9", stderr)
+        self.assertNotIn("rank 0 was stopped by signal 9", stderr)
+        self.assertRegex(stderr, r"\[rank 0\] titan_train: .*(ranks that did not arrive|ranks "
+                                 r"silent for the last 2s \(died, stopped or exited\)): 1\n")
 
     def test_master_port_of_another_service_is_said_in_one_line(self):
         junk = JunkServer()
