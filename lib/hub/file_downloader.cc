@@ -44,6 +44,27 @@ int64_t MtimeNs(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+// A file's sidecar (WriteMeta) as parsed JSON: null when missing, discarded when it does not parse.
+nlohmann::json ReadRecord(const std::string& meta_path) {
+  absl::StatusOr<std::string> meta_text = ReadFile(meta_path);
+  if (!meta_text.ok()) return nlohmann::json();
+  return nlohmann::json::parse(*meta_text, nullptr, false);
+}
+
+// The sha256 that a sidecar `record` holds (learned from an ETag when the listing gave none);
+// empty when there is none.
+std::string RecordedSha256(const nlohmann::json& record) {
+  const std::string digest = record.is_object() ? record.value("digest", std::string()) : "";
+  return IsSha256Hex(digest) ? digest : "";
+}
+
+// Whether a sidecar `record` holds the size and mtime in `st` and `digest`.
+bool MatchesRecord(const nlohmann::json& record, const struct stat& st, const std::string& digest) {
+  return record.is_object() && record.value("size", int64_t{-2}) == st.st_size &&
+         record.value("mtime_ns", int64_t{-1}) == MtimeNs(st) &&
+         record.value("digest", std::string()) == digest;
+}
+
 // Parses "bytes START-END/TOTAL"; TOTAL is -1 when "*".
 bool ParseContentRange(absl::string_view value, int64_t* start, int64_t* total) {
   if (!absl::ConsumePrefix(&value, "bytes ")) return false;
@@ -217,14 +238,15 @@ absl::Status FileDownloader::CheckInPlace(const RemoteFile& file) {
     return absl::FailedPreconditionError(
         absl::StrCat(final_path, " has ", st.st_size, " bytes, the listing says ", file.size));
   }
+  const nlohmann::json record = ReadRecord(MetaPath(file.path));  // read once, for both checks
   ContentDigest digest(file);
   if (!digest.enabled()) {
     // The sha256 that the server's ETag gave when it was downloaded still checks it.
-    if (const std::string recorded = RecordedSha256(file); !recorded.empty()) {
+    if (const std::string recorded = RecordedSha256(record); !recorded.empty()) {
       digest.ExpectSha256(recorded);
     }
   }
-  if (!options_.verify && MatchesRecord(file, st, digest.expected())) return absl::OkStatus();
+  if (!options_.verify && MatchesRecord(record, st, digest.expected())) return absl::OkStatus();
   if (!digest.enabled()) {
     if (file.size >= 0) {
       if (options_.verify) {
@@ -249,24 +271,6 @@ absl::Status FileDownloader::CheckInPlace(const RemoteFile& file) {
     return DropRecord(file, mismatch);
   }
   return WriteMeta(file, digest.expected());
-}
-
-std::string FileDownloader::RecordedSha256(const RemoteFile& file) const {
-  absl::StatusOr<std::string> meta_text = ReadFile(MetaPath(file.path));
-  if (!meta_text.ok()) return "";
-  const nlohmann::json meta = nlohmann::json::parse(*meta_text, nullptr, false);
-  const std::string digest = meta.is_object() ? meta.value("digest", std::string()) : "";
-  return IsSha256Hex(digest) ? digest : "";
-}
-
-bool FileDownloader::MatchesRecord(const RemoteFile& file, const struct stat& st,
-                                   const std::string& digest) const {
-  absl::StatusOr<std::string> meta_text = ReadFile(MetaPath(file.path));
-  if (!meta_text.ok()) return false;
-  const nlohmann::json meta = nlohmann::json::parse(*meta_text, nullptr, false);
-  return meta.is_object() && meta.value("size", int64_t{-2}) == st.st_size &&
-         meta.value("mtime_ns", int64_t{-1}) == MtimeNs(st) &&
-         meta.value("digest", std::string()) == digest;
 }
 
 absl::Status FileDownloader::DropRecord(const RemoteFile& file, const absl::Status& why) {

@@ -5,8 +5,6 @@
 // retries with backoff, verifies size and digest, and publishes it by atomic rename with a sidecar
 // that lets a later run skip it.
 
-#include <sys/stat.h>
-
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
@@ -123,12 +121,6 @@ class FileDownloader {
   static bool IsRetryable(const absl::Status& status);
   void Note(const std::string& path, const std::string& message);
   absl::Status WriteMeta(const RemoteFile& file, const std::string& digest);
-  // The sha256 that `file`'s sidecar records (learned from an ETag when the listing gave none);
-  // empty when there is none.
-  std::string RecordedSha256(const RemoteFile& file) const;
-  // Whether `file`'s sidecar records the size and mtime in `st` and `digest`.
-  bool MatchesRecord(const RemoteFile& file, const struct stat& st,
-                     const std::string& digest) const;
   // Deletes `file`'s sidecar and returns `why`, plus the unlink error when the sidecar stays.
   absl::Status DropRecord(const RemoteFile& file, const absl::Status& why);
 
