@@ -339,18 +339,55 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
   // answers 416 past it sends the same bytes again without getting further.
   int64_t furthest_offset = -1;
   bool started = false;
+  // The part file as this run's own last change left it (none before this run opened it): the
+  // digest hashes the bytes as they are written, so it is the file's only while nothing else
+  // changed the file since.
+  std::optional<FileStamp> own;
+  // Deletes a part file that does not hold what was counted; false the second time (give up).
+  const auto drop_part = [&](const absl::Status& why) {
+    ::unlink(part_path.c_str());
+    own.reset();
+    digest.Reset();
+    if (++verify_failures >= 2) return false;
+    ++report.retries;
+    Note(file.path, absl::StrCat(why.message(), "; deleted the part file"));
+    if (progress_ != nullptr) progress_->Rewind(file.path, 0);
+    return true;
+  };
   while (true) {
     const int fd = ::open(part_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return fail(ErrnoError("open", part_path));
-    struct stat st;
-    ::fstat(fd, &st);
-    int64_t offset = st.st_size;
+    // Records a change this run made to the part file (creating, truncating, writing it).
+    const auto own_change = [&]() -> absl::Status {
+      absl::StatusOr<FileStamp> now = FileStamp::OfFd(fd, part_path);
+      if (!now.ok()) return now.status();
+      own = *now;
+      return absl::OkStatus();
+    };
+    absl::StatusOr<FileStamp> opened = FileStamp::OfFd(fd, part_path);
+    if (!opened.ok()) {
+      ::close(fd);
+      return fail(opened.status());
+    }
+    if (const std::string change = own.has_value() ? ChangeSince(*own, *opened) : "";
+        !change.empty()) {  // by something else, during the backoff between two attempts
+      ::close(fd);
+      const absl::Status why = absl::DataLossError(
+          absl::StrCat(part_path, ": the part file ", change, " between two attempts"));
+      if (!drop_part(why)) return fail(why);
+      continue;
+    }
+    int64_t offset = opened->size;
     if (file.size >= 0 && offset > file.size) {
       if (::ftruncate(fd, 0) != 0) {
         ::close(fd);
         return fail(ErrnoError("truncate", part_path));
       }
       offset = 0;
+    }
+    if (absl::Status status = own_change(); !status.ok()) {
+      ::close(fd);
+      return fail(status);
     }
     if (digest.bytes() != offset) {
       digest.Reset();
@@ -403,6 +440,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
             const int64_t requested = offset;
             offset = start < offset ? start : 0;
             if (::ftruncate(fd, offset) != 0) return ErrnoError("truncate", part_path);
+            if (absl::Status status = own_change(); !status.ok()) return status;
             digest.Reset();
             if (absl::Status status = HashPrefix(part_path, offset, &digest); !status.ok()) {
               return status;
@@ -420,6 +458,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
         }
         if (offset > 0) {  // the server ignored Range: start over
           if (::ftruncate(fd, 0) != 0) return ErrnoError("truncate", part_path);
+          if (absl::Status status = own_change(); !status.ok()) return status;
           offset = 0;
           digest.Reset();
           if (progress_ != nullptr) progress_->Rewind(file.path, 0);
@@ -437,7 +476,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       };
       request.on_body = [&](absl::string_view data) -> absl::Status {
         if (!writer.has_value()) {
-          writer.emplace(part_path, fd, offset, file.size, [&](absl::string_view written) {
+          writer.emplace(part_path, fd, *own, offset, file.size, [&](absl::string_view written) {
             digest.Update(written);
             if (progress_ != nullptr) {
               progress_->Advance(file.path, static_cast<int64_t>(written.size()));
@@ -455,6 +494,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       absl::Status write_status;
       if (writer.has_value()) {
         write_status = writer->Finish();
+        own = writer->stamp();
         offset += writer->written();
         report.bytes_fetched += writer->written();
       }
@@ -468,6 +508,8 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       } else if (response->status == 416) {
         if (::ftruncate(fd, 0) != 0) {
           attempt_status = ErrnoError("truncate", part_path);
+        } else if (absl::Status status = own_change(); !status.ok()) {
+          attempt_status = status;
         } else {
           attempt_status = absl::UnavailableError(
               "HTTP 416: the part file does not fit the "
@@ -484,22 +526,14 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
             absl::StrCat("connection ended at byte ", offset, " of ", file.size));
       }
     }
-    struct stat written {};  // the file this run wrote to, for the final check
     if (attempt_status.ok()) {
       const int sync_rc = ::fsync(fd);
-      const int stat_rc = ::fstat(fd, &written);
       if (::close(fd) != 0 || sync_rc != 0) return fail(ErrnoError("fsync", part_path));
-      if (stat_rc != 0) return fail(ErrnoError("fstat", part_path));
     } else {
       ::close(fd);
     }
     if (absl::IsDataLoss(attempt_status)) {
-      ::unlink(part_path.c_str());
-      digest.Reset();
-      if (++verify_failures >= 2) return fail(attempt_status);
-      ++report.retries;
-      Note(file.path, absl::StrCat(attempt_status.message(), "; deleted the part file"));
-      if (progress_ != nullptr) progress_->Rewind(file.path, 0);
+      if (!drop_part(attempt_status)) return fail(attempt_status);
       continue;
     }
     if (!attempt_status.ok()) {
@@ -519,22 +553,24 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       Backoff(failures_without_progress, retry_after);
       continue;
     }
-    // About the file that rename publishes, not the bytes counted: a part file that something
-    // else appended to, truncated or replaced meanwhile has another size or inode than counted.
+    // About the file that rename publishes, not the bytes counted: the digest hashed the bytes
+    // as they were written, so the part file must still be as this run's last change left it
+    // (another process's append, truncation, replacement or same-size rewrite moves its stamp).
     struct stat on_disk;
     if (::stat(part_path.c_str(), &on_disk) != 0) return fail(ErrnoError("stat", part_path));
-    const bool replaced = on_disk.st_ino != written.st_ino || on_disk.st_dev != written.st_dev;
+    const std::string changed = ChangeSince(*own, FileStamp::Of(on_disk));
     const int64_t expected_size = file.size >= 0 ? file.size : offset;
     const std::string actual = digest.enabled() ? digest.Finish() : "";
-    if (actual != digest.expected() || replaced || offset != expected_size ||
+    if (actual != digest.expected() || !changed.empty() || offset != expected_size ||
         on_disk.st_size != expected_size) {
       ::unlink(part_path.c_str());
+      own.reset();
       std::string mismatch;
-      if (actual != digest.expected()) {
+      if (!changed.empty()) {  // first: the bytes hashed and counted are not the file's
+        mismatch = absl::StrCat("the part file ", changed, " during the download");
+      } else if (actual != digest.expected()) {
         mismatch = absl::StrCat(digest.name(), " mismatch: expected ", digest.expected(), ", got ",
                                 actual);
-      } else if (replaced) {
-        mismatch = "the part file was replaced during the download";
       } else {
         mismatch =
             absl::StrCat("size mismatch: expected ", expected_size, " bytes, the part file has ",

@@ -11,14 +11,45 @@
 #include "lib/util/file_util.h"
 
 namespace titan {
+namespace {
 
-PartWriter::PartWriter(std::string path, int fd, int64_t start_offset, int64_t expected_size,
-                       std::function<void(absl::string_view)> on_written)
+bool SameTime(const struct timespec& a, const struct timespec& b) {
+  return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+}  // namespace
+
+FileStamp FileStamp::Of(const struct stat& st) {
+  return FileStamp{st.st_dev, st.st_ino, st.st_nlink, st.st_size, st.st_mtim, st.st_ctim};
+}
+
+absl::StatusOr<FileStamp> FileStamp::OfFd(int fd, const std::string& path) {
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return ErrnoError("fstat", path);
+  return Of(st);
+}
+
+std::string ChangeSince(const FileStamp& before, const FileStamp& now) {
+  if (now.device != before.device || now.inode != before.inode || now.links == 0) {
+    return "was replaced or deleted";
+  }
+  if (now.size != before.size) {
+    return absl::StrCat("changed size (", before.size, " bytes, now ", now.size, ")");
+  }
+  if (!SameTime(now.ctime, before.ctime) || !SameTime(now.mtime, before.mtime)) {
+    return "was rewritten in place (its ctime or mtime moved)";
+  }
+  return "";
+}
+
+PartWriter::PartWriter(std::string path, int fd, const FileStamp& last_change, int64_t start_offset,
+                       int64_t expected_size, std::function<void(absl::string_view)> on_written)
     : path_(std::move(path)),
       fd_(fd),
       start_offset_(start_offset),
       expected_size_(expected_size),
-      on_written_(std::move(on_written)) {}
+      on_written_(std::move(on_written)),
+      stamp_(last_change) {}
 
 PartWriter::~PartWriter() { Finish().IgnoreError(); }
 
@@ -114,12 +145,29 @@ void PartWriter::DigestLoop() {
 }
 
 absl::Status PartWriter::WriteBlock(const std::vector<char>& block) {
+  absl::StatusOr<FileStamp> before = FileStamp::OfFd(fd_, path_);
+  if (!before.ok()) return before.status();
+  if (const std::string change = ChangeSince(stamp_, *before); !change.empty()) {
+    return absl::DataLossError(
+        absl::StrCat(path_, ": the part file ", change, " during the download"));
+  }
   size_t done = 0;
-  while (done < block.size()) {
-    const ssize_t n = ::write(fd_, block.data() + done, block.size() - done);
+  absl::Status status = WriteAll(block, &done);
+  if (done > 0) {  // a failed write may still have appended part of the block: this writer's change
+    absl::StatusOr<FileStamp> after = FileStamp::OfFd(fd_, path_);
+    if (!after.ok() && status.ok()) status = after.status();
+    if (after.ok()) stamp_ = *after;
+  }
+  if (status.ok()) written_ += static_cast<int64_t>(block.size());
+  return status;
+}
+
+absl::Status PartWriter::WriteAll(const std::vector<char>& block, size_t* done) {
+  while (*done < block.size()) {
+    const ssize_t n = ::write(fd_, block.data() + *done, block.size() - *done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == ENOSPC || errno == EDQUOT)) {
-      const int64_t on_disk = start_offset_ + written_ + static_cast<int64_t>(done);
+      const int64_t on_disk = start_offset_ + written_ + static_cast<int64_t>(*done);
       return absl::ResourceExhaustedError(absl::StrCat(
           path_, ": disk full after ", HumanBytes(on_disk),
           expected_size_ >= 0
@@ -128,9 +176,8 @@ absl::Status PartWriter::WriteBlock(const std::vector<char>& block) {
               : "; free space and re-run to resume"));
     }
     if (n < 0) return ErrnoError("write", path_);
-    done += static_cast<size_t>(n);
+    *done += static_cast<size_t>(n);
   }
-  written_ += static_cast<int64_t>(block.size());
   return absl::OkStatus();
 }
 

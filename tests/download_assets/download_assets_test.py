@@ -389,14 +389,17 @@ class DownloadAssetsTest(unittest.TestCase):
 
     def test_the_final_check_is_about_the_part_file_on_disk(self):
         # Something else changes the part file while a resumed transfer appends to it: the bytes
-        # received still add up to the listed size and sha256, the file on disk does not.
+        # received still add up to the listed size and sha256, the file on disk does not. The
+        # next write sees it (the file is not as the last one left it).
         part = os.path.join(self.local_dir, "model", ".cache", "download_assets", SHARD1 + ".part")
-        size = 3 * MiB + 123
         for how, note in [
-                ("append", f"size mismatch: expected {size} bytes, the part file has "
-                           f"{size + 100} ({size} received)"),
-                ("truncate", f"size mismatch: expected {size} bytes, the part file has "),
-                ("replace", "the part file was replaced during the download")]:
+                ("append", f"the part file changed size ({2 * MiB} bytes, now {2 * MiB + 100}) "
+                           "during the download"),
+                ("truncate", f"the part file changed size ({2 * MiB} bytes, now 0) during the "
+                             "download"),
+                ("replace", "the part file was replaced or deleted during the download"),
+                ("rewrite", "the part file was rewritten in place (its ctime or mtime moved) "
+                            "during the download")]:
             with self.subTest(how=how):
                 shutil.rmtree(self.local_dir, ignore_errors=True)
                 write(part, self.repo_bytes("model", SHARD1)[:MiB])
@@ -404,10 +407,47 @@ class DownloadAssetsTest(unittest.TestCase):
                 result, summary = self.run_tool("--repo_id=org/model", f"--include={SHARD1}")
                 self.hub.stop()
                 self.assertEqual(result.returncode, 0, result.stderr)
-                self.assertIn(f"{SHARD1}: {note}", result.stderr)
-                self.assertIn("deleted the part file, downloading again", result.stderr)
+                self.assertIn(f"{SHARD1}: {part}: {note}; deleted the part file", result.stderr)
                 self.assert_identical("model", [SHARD1])
                 self.assertEqual(summary["files"][0]["retries"], 1)
+
+    def test_a_same_size_rewrite_of_the_part_file_is_caught(self):
+        # Another process overwrites the part file's bytes in place mid-transfer: size and inode
+        # stay, the bytes streamed still hash to the listed sha256, the file on disk does not.
+        part = os.path.join(self.local_dir, "model", ".cache", "download_assets", SHARD1 + ".part")
+        # (fake_hub config besides the tamper, what stderr says once the file is in place)
+        for config, done in [({}, f"{SHARD1}: done, verified"),
+                             ({"no_digest": [SHARD1], "no_etag": [SHARD1]},
+                              f"{SHARD1}: done, NOT verified")]:
+            with self.subTest(config=config):
+                shutil.rmtree(self.local_dir, ignore_errors=True)
+                write(part, self.repo_bytes("model", SHARD1)[:MiB])
+                self.serve(tamper={SHARD1: [part, "rewrite"]}, **config)
+                result, summary = self.run_tool("--repo_id=org/model", f"--include={SHARD1}",
+                                                "--progress=plain")
+                self.hub.stop()
+                self.assertEqual(result.returncode, 0, result.stderr)
+                self.assertIn(f"{SHARD1}: {part}: the part file was rewritten in place (its ctime "
+                              "or mtime moved) during the download; deleted the part file",
+                              result.stderr)
+                self.assertIn(done, result.stderr)
+                self.assert_identical("model", [SHARD1])
+                self.assertEqual(summary["files"][0]["retries"], 1)
+
+    def test_a_part_file_rewritten_between_two_attempts_is_caught(self):
+        # The connection drops at 2 MiB; during the backoff that follows another process rewrites
+        # the part file in place. The digest so far hashed the bytes received, not these.
+        part = os.path.join(self.local_dir, "model", ".cache", "download_assets", SHARD1 + ".part")
+        write(part, self.repo_bytes("model", SHARD1)[:MiB])
+        self.serve(drop_every=2 * MiB, tamper={SHARD1: [part, "rewrite", "after_cut"]})
+        result, summary = self.run_tool("--repo_id=org/model", f"--include={SHARD1}",
+                                        "--retry_base_ms=1000", "--retry_max_ms=1000")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn(f"{SHARD1}: {part}: the part file was rewritten in place (its ctime or "
+                      "mtime moved) between two attempts; deleted the part file", result.stderr)
+        self.assert_identical("model", [SHARD1])
+        # The cut, the rewrite, and the cut of the download started over, at 2 MiB again.
+        self.assertEqual(summary["files"][0]["retries"], 3, result.stderr)
 
     def test_an_lfs_entry_without_a_usable_sha256_is_checked_by_what_there_is(self):
         sha256 = hashlib.sha256(self.repo_bytes("model", SHARD1)).hexdigest()

@@ -19,10 +19,12 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   lfs_fields: {path: {key: value}}  the listing's "lfs" object of path gets these keys (null
                                    removes one): a missing or malformed sha256, an "oid"
   no_etag: [path]                  responses for path carry neither ETag nor X-Linked-Etag
-  tamper: {path: [file, how]}      first response of path, halfway through its body, changes
+  tamper: {path: [file, how(, when)]}  first response of path, halfway through its body, changes
                                    `file` (the client's part file): "append" 100 bytes,
-                                   "truncate" it to 0, or "replace" it by a new file of the size
-                                   the client expects
+                                   "truncate" it to 0, "replace" it by a new file of the size
+                                   the client expects, or "rewrite" its bytes in place with zeros
+                                   (same size, same inode); when "after_cut", 0.2 s after
+                                   drop_every cut that response instead (the client's backoff)
   retry_after: str                 Retry-After header on the 429 and 503 of errors/listing_errors
   range_start: {path: offset}      a Range request of path is answered 206 from this byte
   ignore_range: [path]             a Range request of path is answered 200 with the whole file
@@ -307,12 +309,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.wfile.write(bytes(data))
             else:
                 offset = start
-                if tamper is not None:
+                if tamper is not None and tamper[2:] != ["after_cut"]:
                     half = start + (cut - start) // 2
                     self.wfile.write(os.pread(f.fileno(), half - start, start))
                     self.wfile.flush()
                     time.sleep(0.2)  # the client writes what it got, a block at a time
-                    self.tamper_with(*tamper, size)
+                    self.tamper_with(*tamper[:2], size)
                     offset = half
                 while offset < cut:
                     sent = os.sendfile(self.connection.fileno(), f.fileno(), offset, cut - offset)
@@ -321,6 +323,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     offset += sent
         if cut <= end:
             self.hang_up()
+            if tamper is not None and tamper[2:] == ["after_cut"]:
+                time.sleep(0.2)
+                self.tamper_with(*tamper[:2], size)
 
     @staticmethod
     def tamper_with(path, how, size):
@@ -333,6 +338,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with open(path + ".new", "wb") as f:
                 f.write(b"\0" * size)
             os.replace(path + ".new", path)
+        elif how == "rewrite":
+            with open(path, "r+b") as f:
+                f.write(b"\0" * os.fstat(f.fileno()).st_size)
 
     def hang_up(self):
         self.close_connection = True
