@@ -46,7 +46,8 @@ DEFINE_string(hf_token, "",
               "Hub endpoint ($HF_ENDPOINT), never printed.");
 DEFINE_bool(offline, false,
             "No network: the files of the last saved listing must be on disk with the size and "
-            "mtime recorded when they were verified (a file without that record is hashed). "
+            "mtime recorded when they were verified (a file without that record is hashed, or, "
+            "with no digest to hash it by, taken on its size). "
             "Content changed in place behind an unchanged size and mtime needs --verify.");
 DEFINE_bool(verify, false,
             "Re-hash every selected file on disk (sha256 for LFS files, else the git blob sha1) "
