@@ -44,6 +44,19 @@ int64_t MtimeNs(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
+// `record[key]` when it is an integer, else `fallback`: a record edited by hand or written by
+// something else must not throw (json::value would, for a key of another type).
+int64_t IntField(const nlohmann::json& record, const char* key, int64_t fallback) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+// `record[key]` when it is a string, else `fallback`.
+std::string StringField(const nlohmann::json& record, const char* key, std::string fallback) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
 // A file's sidecar (WriteMeta) as parsed JSON: null when missing, discarded when it does not parse.
 nlohmann::json ReadRecord(const std::string& meta_path) {
   absl::StatusOr<std::string> meta_text = ReadFile(meta_path);
@@ -54,15 +67,15 @@ nlohmann::json ReadRecord(const std::string& meta_path) {
 // The sha256 that a sidecar `record` holds (learned from an ETag when the listing gave none);
 // empty when there is none.
 std::string RecordedSha256(const nlohmann::json& record) {
-  const std::string digest = record.is_object() ? record.value("digest", std::string()) : "";
+  const std::string digest = record.is_object() ? StringField(record, "digest", "") : "";
   return IsSha256Hex(digest) ? digest : "";
 }
 
 // Whether a sidecar `record` holds the size and mtime in `st` and `digest`.
 bool MatchesRecord(const nlohmann::json& record, const struct stat& st, const std::string& digest) {
-  return record.is_object() && record.value("size", int64_t{-2}) == st.st_size &&
-         record.value("mtime_ns", int64_t{-1}) == MtimeNs(st) &&
-         record.value("digest", std::string()) == digest;
+  return record.is_object() && IntField(record, "size", -2) == st.st_size &&
+         IntField(record, "mtime_ns", -1) == MtimeNs(st) &&
+         StringField(record, "digest", "") == digest;
 }
 
 // Parses "bytes START-END/TOTAL"; TOTAL is -1 when "*".
@@ -297,8 +310,8 @@ bool FileDownloader::PartIsFor(const RemoteFile& file) const {
   absl::StatusOr<std::string> text = ReadFile(PartRecordPath(file.path));
   if (!text.ok()) return true;
   const nlohmann::json record = nlohmann::json::parse(*text, nullptr, false);
-  return record.is_object() && record.value("size", int64_t{-2}) == file.size &&
-         record.value("digest", std::string("?")) == ContentDigest(file).expected();
+  return record.is_object() && IntField(record, "size", -2) == file.size &&
+         StringField(record, "digest", "?") == ContentDigest(file).expected();
 }
 
 absl::Status FileDownloader::TiePartToContent(const RemoteFile& file) {

@@ -82,5 +82,34 @@ TEST_F(CheckInPlaceTest, AFileThatFailsVerificationIsNoLongerTrusted) {
   EXPECT_TRUE(Check(false).ok());
 }
 
+TEST_F(CheckInPlaceTest, ARecordWithFieldsOfAnotherTypeIsIgnoredNotThrown) {
+  std::ofstream(path_, std::ios::binary) << "hello";
+  const std::string record_path = options_.local_dir + "/" + kDownloadStateDir + "/a.bin.meta.json";
+  ASSERT_TRUE(MakeDirectories(options_.local_dir + "/" + kDownloadStateDir).ok());
+  for (const char* record : {R"({"size": "5", "mtime_ns": 1, "digest": "x"})",
+                             R"({"size": 5, "mtime_ns": "1", "digest": 7})"}) {
+    SCOPED_TRACE(record);
+    std::ofstream(record_path, std::ios::trunc) << record;
+    // As without a record: hashed, and a new record written.
+    EXPECT_TRUE(Check(false).ok());
+    EXPECT_TRUE(Check(false).ok());  // now by the new record
+  }
+  // A file without digest in the listing takes the sha256 a record holds, of any type too.
+  file_.sha256.clear();
+  std::ofstream(record_path, std::ios::trunc) << R"({"size": 5, "digest": ["x"]})";
+  EXPECT_TRUE(Check(false).ok());  // on its size alone
+}
+
+TEST_F(CheckInPlaceTest, APartRecordWithFieldsOfAnotherTypeStartsThePartFileOver) {
+  const std::string state = options_.local_dir + "/" + kDownloadStateDir;
+  ASSERT_TRUE(MakeDirectories(state).ok());
+  std::ofstream(state + "/a.bin.part", std::ios::binary) << "hel";
+  std::ofstream(state + "/a.bin.part.json") << R"({"size": "5", "digest": 1})";
+  EXPECT_EQ(FileDownloader(options_).PartSize(file_), 0);  // not this version's: not resumed
+  std::ofstream(state + "/a.bin.part.json", std::ios::trunc)
+      << R"({"size": 5, "digest": ")" << kHelloSha256 << R"("})";
+  EXPECT_EQ(FileDownloader(options_).PartSize(file_), 3);
+}
+
 }  // namespace
 }  // namespace titan
