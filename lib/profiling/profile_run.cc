@@ -82,50 +82,64 @@ absl::Status AsOutFlag(const absl::Status& status) {
 
 namespace {
 
-// A per-rank file profile_run writes into --out, by name: trace_rank<r>.json[.gz],
-// ops_rank<r>.txt/.json, profile_rank<r>.json, memory_snapshot_rank<r>.pickle.
-bool IsPerRankOutput(absl::string_view name) {
-  constexpr std::pair<const char*, const char*> kPerRank[] = {
-      {"trace_rank", ".json"}, {"trace_rank", ".json.gz"}, {"ops_rank", ".txt"},
-      {"ops_rank", ".json"},   {"profile_rank", ".json"},  {"memory_snapshot_rank", ".pickle"}};
-  for (const auto& [prefix, suffix] : kPerRank) {
-    absl::string_view rank = name;
-    if (absl::ConsumePrefix(&rank, prefix) && absl::ConsumeSuffix(&rank, suffix) && !rank.empty() &&
-        std::all_of(rank.begin(), rank.end(), absl::ascii_isdigit)) {
-      return true;
-    }
-  }
-  return false;
+// `name` is <prefix><digits><suffix>.
+bool IsRankFile(absl::string_view name, absl::string_view prefix, absl::string_view suffix) {
+  return absl::ConsumePrefix(&name, prefix) && absl::ConsumeSuffix(&name, suffix) &&
+         !name.empty() && std::all_of(name.begin(), name.end(), absl::ascii_isdigit);
 }
 
-// An earlier run's file in --out that this run replaces: a per-rank output, or the temporary a
-// run stopped while writing left (Kineto's <trace>.tmp, an atomic write's <file>.tmp.<pid>, of a
-// per-rank output, summary.json or report.html).
+// A trace, by name: trace_rank<r>.json[.gz] (in <out>/traces; an earlier version wrote them into
+// <out> itself).
+bool IsTrace(absl::string_view name) {
+  return IsRankFile(name, "trace_rank", ".json") || IsRankFile(name, "trace_rank", ".json.gz");
+}
+
+// A per-rank file profile_run writes into --out, by name: ops_rank<r>.txt/.json,
+// profile_rank<r>.json, memory_snapshot_rank<r>.pickle, and an earlier version's traces.
+bool IsPerRankOutput(absl::string_view name) {
+  return IsTrace(name) || IsRankFile(name, "ops_rank", ".txt") ||
+         IsRankFile(name, "ops_rank", ".json") || IsRankFile(name, "profile_rank", ".json") ||
+         IsRankFile(name, "memory_snapshot_rank", ".pickle");
+}
+
+// The file whose temporary `name` is, that a run stopped while writing left: Kineto's
+// <trace>.tmp, or an atomic write's <file>.tmp.<pid>.
+std::optional<absl::string_view> TemporaryTarget(absl::string_view name) {
+  if (std::optional<absl::string_view> target = AtomicWriteTarget(name)) return target;
+  if (absl::ConsumeSuffix(&name, ".tmp")) return name;
+  return std::nullopt;
+}
+
+// An earlier run's file in --out that this run replaces: a per-rank output, or the temporary of
+// one, of summary.json or of report.html.
 bool IsEarlierOutput(absl::string_view name) {
   if (IsPerRankOutput(name)) return true;
-  absl::string_view file = name;
-  if (const std::optional<absl::string_view> target = AtomicWriteTarget(name)) {
-    file = *target;
-  } else if (!absl::ConsumeSuffix(&file, ".tmp")) {
-    return false;
-  }
-  return IsPerRankOutput(file) || file == "summary.json" || file == "report.html";
+  const std::optional<absl::string_view> file = TemporaryTarget(name);
+  return file.has_value() &&
+         (IsPerRankOutput(*file) || *file == "summary.json" || *file == "report.html");
 }
 
-// Removes an earlier run's per-rank outputs and temporaries from `out` (it may have had more ranks,
-// or gzip), so that every trace there is this run's. Only regular files are removed (links are not
-// followed); summary.json and report.html are rewritten at the end, and other files stay. Returns
-// how many were removed.
-absl::StatusOr<int> RemoveEarlierOutputs(const std::string& out) {
-  absl::StatusOr<std::vector<std::string>> names = ListDirectory(out);
+// An earlier run's file in <out>/traces: a trace or its temporary.
+bool IsEarlierTrace(absl::string_view name) {
+  if (IsTrace(name)) return true;
+  const std::optional<absl::string_view> file = TemporaryTarget(name);
+  return file.has_value() && IsTrace(*file);
+}
+
+// Removes the regular files of `folder` that `is_earlier` names (links are not followed); a
+// missing folder has none. Returns how many were removed.
+absl::StatusOr<int> RemoveEarlierFiles(const std::string& folder,
+                                       bool (*is_earlier)(absl::string_view)) {
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
+  if (absl::IsNotFound(names.status())) return 0;
   if (!names.ok()) {
     return absl::Status(names.status().code(),
                         absl::StrCat("listing earlier outputs: ", names.status().message()));
   }
   int removed = 0;
   for (const std::string& name : *names) {
-    if (!IsEarlierOutput(name)) continue;
-    const std::string path = absl::StrCat(out, "/", name);
+    if (!is_earlier(name)) continue;
+    const std::string path = absl::StrCat(folder, "/", name);
     struct stat info;
     if (::lstat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode)) continue;
     if (::unlink(path.c_str()) != 0) {
@@ -135,6 +149,18 @@ absl::StatusOr<int> RemoveEarlierOutputs(const std::string& out) {
     ++removed;
   }
   return removed;
+}
+
+// Removes an earlier run's per-rank outputs and temporaries from `out` and its traces folder (it
+// may have had more ranks, or gzip), so that every trace there is this run's and HTA finds no
+// other rank's. summary.json and report.html are rewritten at the end, and other files stay.
+// Returns how many were removed.
+absl::StatusOr<int> RemoveEarlierOutputs(const std::string& out) {
+  TITAN_ASSIGN_OR_RETURN(const int in_out, RemoveEarlierFiles(out, IsEarlierOutput));
+  TITAN_ASSIGN_OR_RETURN(
+      const int in_traces,
+      RemoveEarlierFiles(absl::StrCat(out, "/", kProfileTracesFolder), IsEarlierTrace));
+  return in_out + in_traces;
 }
 
 // Tags the blocks of the trainer's long-lived state at the step phases where it exists.
@@ -184,7 +210,7 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
   const int64_t last = options.warmup + options.active;
   StepProfilerOptions profiling;
   profiling.enable_profiling = true;
-  profiling.traces_folder = options.out;
+  profiling.traces_folder = absl::StrCat(options.out, "/", kProfileTracesFolder);
   profiling.profile_freq = static_cast<int>(last);
   profiling.warmup = options.warmup;
   profiling.active = options.active;
@@ -249,7 +275,8 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
   TITAN_RETURN_IF_ERROR(
       WriteFileAtomically(prefix + ".txt", FormatOpTable(analysis, kOpTableRows)));
   TITAN_RETURN_IF_ERROR(WriteFileAtomically(prefix + ".json", OpTableJson(analysis).dump(1)));
-  RankProfile profile = MakeRankProfile(rank, trace.substr(trace.rfind('/') + 1), analysis);
+  RankProfile profile = MakeRankProfile(
+      rank, absl::StrCat(kProfileTracesFolder, trace.substr(trace.rfind('/'))), analysis);
   profile.memory = std::move(timeline);
   TITAN_RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(options.out, "/profile_rank", rank, ".json"),

@@ -16,17 +16,21 @@ struct ProfileRunOptions {
   bool gzip = false;  // traces as trace_rank<r>.json.gz
 };
 
+// The folder under `out` that holds the traces and nothing else: HolisticTraceAnalysis loads
+// every .json / .gz file of the folder it is given as a rank's trace.
+constexpr char kProfileTracesFolder[] = "traces";
+
 // profile_run: trains `config` (ProfiledJobConfig's, which the ranks connected with) on this rank
 // as titan_train would (the same Trainer, model, parallelism and data; every rank calls it),
 // warmup + active steps, and profiles the active ones.
-// Into `options.out`, each rank writes trace_rank<r>.json (Kineto: ProfilerStep#N, forward /
-// backward / optimizer / comm:<op> ranges, ATen ops with input shapes; CUDA kernels on a GPU),
-// ops_rank<r>.txt and .json (op table), profile_rank<r>.json (step split, memory timeline and
-// peak by category, top ops), and on a GPU memory_snapshot_rank<r>.pickle; rank 0 then writes
-// summary.json and report.html for every rank. The job's own dump folder is left alone: the run's
-// config.toml lands in `out`, no checkpoint is saved or resumed ([checkpoint] initial_load_path
-// still loads), [profiling] is replaced by these options and validation is skipped (config.toml
-// records both at their defaults).
+// Each rank writes traces/trace_rank<r>.json under `options.out` (Kineto: ProfilerStep#N,
+// forward / backward / optimizer / comm:<op> ranges, ATen ops with input shapes; CUDA kernels on a
+// GPU), and into `options.out` ops_rank<r>.txt and .json (op table), profile_rank<r>.json (step
+// split, memory timeline and peak by category, top ops), and on a GPU
+// memory_snapshot_rank<r>.pickle; rank 0 then writes summary.json and report.html for every rank.
+// The job's own dump folder is left alone: the run's config.toml lands in `out`, no checkpoint is
+// saved or resumed ([checkpoint] initial_load_path still loads), [profiling] is replaced by these
+// options and validation is skipped (config.toml records both at their defaults).
 absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runtime,
                         const ProfileRunOptions& options);
 

@@ -8,6 +8,8 @@ with torch.utils.flop_counter's formulas on each event's input shapes); the top 
 least 80% of step time; summary.json must give the step time, its split (which must add up), and
 the peak by category, whose parameter, gradient and optimizer-state bytes must equal the tensor
 sizes the trainer logs (exact: the tracker counts allocator requests, the trainer tensor nbytes).
+The traces folder must be what HolisticTraceAnalysis's TraceAnalysis(trace_dir=<out>/traces) loads:
+each of its files a trace with its own integer distributedInfo.rank, and nothing else there.
 titan_train with enable_profiling must write a trace at each multiple of profile_freq holding that
 step, and nothing with profiling off.
 
@@ -73,6 +75,11 @@ def state_bytes(stderr):
     """Rank -> (parameter bytes, optimizer bytes), from the trainer's log line."""
     found = re.findall(r"rank (\d+) state memory: parameters (\d+) B \+ optimizer (\d+) B", stderr)
     return {int(rank): (int(params), int(optimizer)) for rank, params, optimizer in found}
+
+
+def traces(out):
+    """The folder the README points HolisticTraceAnalysis at."""
+    return os.path.join(out, "traces")
 
 
 def load_trace(path):
@@ -151,8 +158,7 @@ class ProfileRunTest(unittest.TestCase):
         cls.tmp = os.environ.get("TEST_TMPDIR", "/tmp")
 
     def check_rank(self, out, rank, summary, logged, world):
-        trace_path = os.path.join(out, f"trace_rank{rank}.json")
-        events = load_trace(trace_path)
+        events = load_trace(os.path.join(traces(out), f"trace_rank{rank}.json"))
         names = collections.Counter(e["name"] for e in events if e.get("ph") == "X")
         self.assertGreater(names["aten::mm"], 0)
         markers = sorted(e for e in names if e.startswith("ProfilerStep#"))
@@ -229,6 +235,26 @@ class ProfileRunTest(unittest.TestCase):
               + ", ".join(f"{c} {peak[c] / 2**20:.1f}" for c in CATEGORIES), file=sys.stderr)
         return params
 
+    def check_hta_trace_dir(self, folder, expected):
+        """HolisticTraceAnalysis's TraceAnalysis(trace_dir=folder), as hta/common/trace_file.py
+        create_rank_to_trace_dict reads it: every file ending in .json or .gz (not recursing) is
+        parsed and must hold distributedInfo.rank, an int >= 0; it fails on any other. Here also
+        one file per rank and nothing else in the folder: `expected` is rank -> file name."""
+        names = sorted(os.listdir(folder))
+        self.assertEqual(names, sorted(expected.values()))
+        ranks = {}
+        for name in names:
+            self.assertTrue(name.endswith(".json") or name.endswith(".gz"), name)
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(os.path.join(folder, name), "rb") as f:
+                data = json.loads(f.read())
+            rank = data["distributedInfo"]["rank"]
+            self.assertIs(type(rank), int, name)  # not a bool, not a string
+            self.assertGreaterEqual(rank, 0, name)
+            self.assertNotIn(rank, ranks, name)
+            ranks[rank] = name
+        self.assertEqual(ranks, expected)
+
     def check_report(self, out, world):
         with open(os.path.join(out, "report.html")) as f:
             html = f.read()
@@ -281,7 +307,7 @@ class ProfileRunTest(unittest.TestCase):
         for rank in range(2):
             self.check_rank(out, rank, summary, logged, 2)
             # torch.profiler's metadata, by which HolisticTraceAnalysis tells the ranks apart.
-            with open(os.path.join(out, f"trace_rank{rank}.json")) as f:
+            with open(os.path.join(traces(out), f"trace_rank{rank}.json")) as f:
                 text = f.read()
             info = json.loads(text)["distributedInfo"]
             # HTA takes a file's rank from its first line matching this (json.dumps' spacing).
@@ -289,30 +315,44 @@ class ProfileRunTest(unittest.TestCase):
             self.assertEqual((info["backend"], info["rank"], info["world_size"]), ("gloo", rank, 2))
             self.assertEqual(info["pg_count"], len(info["pg_config"]))
             self.assertIn([2, [0, 1]], [[g["pg_size"], g["ranks"]] for g in info["pg_config"]])
+            # summary.json and report.html name the trace relative to --out.
+            self.assertEqual(summary["ranks"][rank]["trace"], f"traces/trace_rank{rank}.json")
+        self.check_hta_trace_dir(traces(out), {0: "trace_rank0.json", 1: "trace_rank1.json"})
         self.check_report(out, 2)
+        with open(os.path.join(out, "report.html")) as f:
+            self.assertIn("<code>traces/trace_rank0.json</code> <code>traces/trace_rank1.json</code>",
+                          f.read())
 
     def test_gzip_over_an_earlier_run_with_spaced_flags_and_refusals(self):
         out = os.path.join(self.tmp, "gzip")
         shutil.rmtree(out, ignore_errors=True)
-        os.makedirs(out)
+        os.makedirs(traces(out))
         # An earlier run's per-rank outputs (two ranks, no gzip), its summary.json and files of
         # the user's, one a dangling link named like an output: links are left alone.
-        earlier = ["trace_rank0.json", "trace_rank1.json.gz", "ops_rank1.txt", "ops_rank1.json",
-                   "profile_rank1.json", "memory_snapshot_rank1.pickle",
-                   # Temporaries of a run stopped mid-write: Kineto's, and an atomic write's.
-                   "trace_rank0.json.tmp", "summary.json.tmp.12345"]
+        earlier = ["ops_rank1.txt", "ops_rank1.json", "profile_rank1.json",
+                   "memory_snapshot_rank1.pickle", "summary.json.tmp.12345",
+                   # Traces where an earlier version wrote them, and a temporary of one.
+                   "trace_rank0.json", "trace_rank1.json.gz", "trace_rank0.json.tmp"]
+        earlier_traces = ["trace_rank0.json", "trace_rank1.json", "trace_rank1.json.gz",
+                          # Temporaries of a run stopped mid-write: Kineto's, and gzip's.
+                          "trace_rank0.json.tmp", "trace_rank0.json.gz.tmp.12345"]
         for name in earlier + ["summary.json", "notes.txt", "trace_rank0.json.bak"]:
             with open(os.path.join(out, name), "w") as f:
+                f.write("earlier\n")
+        for name in earlier_traces:
+            with open(os.path.join(traces(out), name), "w") as f:
                 f.write("earlier\n")
         os.symlink("/nonexistent", os.path.join(out, "trace_rank2.json"))
         proc = run([PROFILE_RUN, *COMMON, "--out", out, "--profile.warmup", str(WARMUP),
                     "--profile.active", str(ACTIVE), "--training.local_batch_size", "2",
                     "--training.global_batch_size", "4", "--profile.gzip"])
-        self.assertIn(f"removed {len(earlier)} files of an earlier run from {out}", proc.stderr)
+        self.assertIn(f"removed {len(earlier) + len(earlier_traces)} files of an earlier run from "
+                      f"{out}", proc.stderr)
         self.assertEqual(sorted(os.listdir(out)),
                          [".titan.lock", "config.toml", "notes.txt", "ops_rank0.json",
                           "ops_rank0.txt", "profile_rank0.json", "report.html", "summary.json",
-                          "trace_rank0.json.bak", "trace_rank0.json.gz", "trace_rank2.json"])
+                          "trace_rank0.json.bak", "trace_rank2.json", "traces"])
+        self.assertEqual(os.listdir(traces(out)), ["trace_rank0.json.gz"])
         self.assertTrue(os.path.islink(os.path.join(out, "trace_rank2.json")))
         # The last traced step's time ends where its ProfilerStep range does; stopping the
         # profiler and writing the trace are logged apart.
@@ -320,7 +360,7 @@ class ProfileRunTest(unittest.TestCase):
         logged = re.search(rf"step {last} \(traced\)  loss \S+  (\d+) ms, then (\d+) ms stopping "
                            "the profiler and writing the trace", proc.stderr)
         self.assertIsNotNone(logged, proc.stderr[-2000:])
-        with gzip.open(os.path.join(out, "trace_rank0.json.gz"), "rt") as f:
+        with gzip.open(os.path.join(traces(out), "trace_rank0.json.gz"), "rt") as f:
             events = json.load(f)["traceEvents"]
         # Gradient accumulation: two microbatches of 2 x 128 tokens per step, as each step ran.
         with open(os.path.join(out, "summary.json")) as f:
@@ -435,16 +475,16 @@ class ProfileRunTest(unittest.TestCase):
         out = os.path.join(self.tmp, "unwritable")
         shutil.rmtree(out, ignore_errors=True)
         # A directory where Kineto writes its temporary trace fails the write, as a full disk does.
-        os.makedirs(os.path.join(out, "trace_rank0.json.tmp"))
+        os.makedirs(os.path.join(traces(out), "trace_rank0.json.tmp"))
         proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--profile.warmup=0",
                                "--profile.active=1", "--training.local_batch_size=1"],
                               capture_output=True, text=True, timeout=300)
         self.assertEqual(proc.returncode, 1)
-        self.assertIn(f"Kineto wrote no trace to {out}/trace_rank0.json: {out}/"
+        self.assertIn(f"Kineto wrote no trace to {out}/traces/trace_rank0.json: {out}/traces/"
                       "trace_rank0.json.tmp, its temporary file, is a folder", proc.stderr)
         # No metrics.jsonl: a run makes it at its first logged step.
-        self.assertEqual(sorted(os.listdir(out)),
-                         [".titan.lock", "config.toml", "trace_rank0.json.tmp"])
+        self.assertEqual(sorted(os.listdir(out)), [".titan.lock", "config.toml", "traces"])
+        self.assertEqual(os.listdir(traces(out)), ["trace_rank0.json.tmp"])
 
     def test_trace_past_the_file_size_limit_is_an_error_not_a_kill(self):
         # `ulimit -f`: SIGXFSZ is ignored, so the write fails and its cause is said (it killed the
@@ -458,9 +498,9 @@ class ProfileRunTest(unittest.TestCase):
             capture_output=True, text=True, timeout=300,
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
-        self.assertIn(f"Kineto wrote no trace to {out}/trace_rank0.json: the file size limit "
+        self.assertIn(f"Kineto wrote no trace to {out}/traces/trace_rank0.json: the file size limit "
                       f"(ulimit -f: {limit} bytes) stopped the trace", proc.stderr)
-        self.assertFalse(os.path.exists(os.path.join(out, "trace_rank0.json.tmp")))
+        self.assertEqual(os.listdir(traces(out)), [])
 
     def test_validation_is_skipped_and_said_so(self):
         # The shipped debug job enables validation: profile_run profiles training steps only, and
@@ -529,7 +569,7 @@ class ProfileRunTest(unittest.TestCase):
         proc.stderr.close()
         self.assertEqual(proc.wait(timeout=120), 0, "".join(stderr)[-2000:])
         self.assertIn("signal 15 received: finishing the profile first", "".join(stderr))
-        self.assertTrue(os.path.exists(os.path.join(out, "trace_rank0.json")))
+        self.assertEqual(os.listdir(traces(out)), ["trace_rank0.json"])
         self.assertTrue(os.path.exists(os.path.join(out, "report.html")))
         self.assertEqual([n for n in os.listdir(out) if ".tmp" in n], [])
 
