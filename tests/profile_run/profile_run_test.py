@@ -281,6 +281,8 @@ class ProfileRunTest(unittest.TestCase):
             summary = json.load(f)
         self.assertEqual(len(summary["ranks"]), 1)
         self.check_rank(out, 0, summary, state_bytes(proc.stderr), 1)
+        # torch.profiler writes no distributedInfo for one process; HTA needs its rank.
+        self.check_hta_trace_dir(traces(out), {0: "trace_rank0.json"})
         self.check_report(out, 1)
         # Kineto's CUDA probes fail without a GPU: their errors are not the user's.
         self.assertNotIn("gpuGetDeviceCount", proc.stderr)
@@ -352,7 +354,7 @@ class ProfileRunTest(unittest.TestCase):
                          [".titan.lock", "config.toml", "notes.txt", "ops_rank0.json",
                           "ops_rank0.txt", "profile_rank0.json", "report.html", "summary.json",
                           "trace_rank0.json.bak", "trace_rank2.json", "traces"])
-        self.assertEqual(os.listdir(traces(out)), ["trace_rank0.json.gz"])
+        self.check_hta_trace_dir(traces(out), {0: "trace_rank0.json.gz"})
         self.assertTrue(os.path.islink(os.path.join(out, "trace_rank2.json")))
         # The last traced step's time ends where its ProfilerStep range does; stopping the
         # profiler and writing the trace are logged apart.
