@@ -54,7 +54,9 @@ class DistributedRuntime {
   // (CommTrace::StartRun); a single process, which records nothing, only sets them aside.
   absl::Status StartCommTrace(const std::string& run_id) const;
   // torch.profiler's "distributedInfo" trace metadata (JSON: backend, rank, world_size, pg_count,
-  // pg_config), by which HolisticTraceAnalysis tells the ranks' traces apart; "" for one process.
+  // pg_config), by which HolisticTraceAnalysis tells the ranks' traces apart; for one process,
+  // where torch.profiler writes none and HTA refuses a trace without it, {"rank": 0, "world_size":
+  // 1}.
   std::string ProfilerDistributedInfo() const;
 
  private:

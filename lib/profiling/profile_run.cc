@@ -222,10 +222,6 @@ absl::StatusOr<RankProfile> ProfileSteps(Trainer& trainer, const DistributedRunt
   profiling.single_cycle_files = true;
   profiling.gzip_traces = options.gzip;
   profiling.distributed_info = runtime.ProfilerDistributedInfo();
-  // torch.profiler writes none for one process, and HTA refuses a trace without it.
-  if (profiling.distributed_info.empty()) {
-    profiling.distributed_info = nlohmann::ordered_json{{"rank", 0}, {"world_size", 1}}.dump(1);
-  }
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<StepProfiler> profiler, StepProfiler::Create(profiling));
 
   MemoryTimeline timeline;
