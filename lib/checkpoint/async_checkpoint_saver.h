@@ -47,8 +47,8 @@ class AsyncCheckpointSaver {
   absl::Status Wait();
   bool in_flight() const { return thread_.joinable(); }
   // The save in flight writes the rest of this rank's files unpaced and does not wait for the
-  // other ranks' (CheckpointManager::Save's `unwinding`): Wait() then returns soon, Cancelled if
-  // the step could not be committed without waiting. Until the next Start.
+  // other ranks' (CheckpointManager::Save's `give_up_waiting`): Wait() then returns soon, Cancelled
+  // if the step could not be committed without waiting. Until the next Start.
   void GiveUp() { giving_up_ = true; }
 
  private:

@@ -185,7 +185,7 @@ std::string CheckpointManager::HfExportDirectory(int64_t step) const {
 absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64_t step,
                                                const CheckpointState& state, bool model_only,
                                                uint64_t& total_bytes,
-                                               const std::atomic<bool>* unwinding) const {
+                                               const std::atomic<bool>* give_up_waiting) const {
   json pieces = json::array();
   auto write_file = [&](absl::string_view stem, const NamedTensors& named) -> absl::Status {
     NamedTensors kept;  // Empty pieces hold nothing (an FSDP rank past the last row).
@@ -221,7 +221,7 @@ absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64
         [&](const std::string& name, absl::string_view bytes) {
           crcs[name] = Crc32(bytes);
           TITAN_RETURN_IF_ERROR(CheckStopSignal(stop_signal_));
-          if (write_duty_cycle_ >= 1.0 || IsSet(unwinding)) return absl::OkStatus();
+          if (write_duty_cycle_ >= 1.0 || IsSet(give_up_waiting)) return absl::OkStatus();
           const auto busy = std::chrono::steady_clock::now() - busy_since;
           std::this_thread::sleep_for(busy * ((1.0 - write_duty_cycle_) / write_duty_cycle_));
           busy_since = std::chrono::steady_clock::now();
@@ -244,7 +244,7 @@ absl::Status CheckpointManager::WriteRankFiles(const std::string& tmp_dir, int64
 
 absl::Status CheckpointManager::Commit(const std::string& tmp_dir, int64_t step,
                                        const CheckpointState& state, bool model_only,
-                                       const std::atomic<bool>* unwinding) const {
+                                       const std::atomic<bool>* give_up_waiting) const {
   // Every rank's record, or the first failure a rank reported.
   const auto deadline =
       std::chrono::steady_clock::now() + absl::ToChronoMilliseconds(ranks_.commit_timeout);
@@ -262,7 +262,7 @@ absl::Status CheckpointManager::Commit(const std::string& tmp_dir, int64_t step,
       it = PathExists(RankRecordPath(tmp_dir, *it, "json")) ? pending.erase(it) : std::next(it);
     }
     if (pending.empty()) break;
-    if (IsSet(unwinding)) {
+    if (IsSet(give_up_waiting)) {
       return absl::CancelledError(absl::StrCat(
           StepDirectory(step), ": given up (the caller is unwinding) while waiting for rank(s) ",
           absl::StrJoin(pending, ", "),
@@ -336,7 +336,7 @@ absl::Status CheckpointManager::Commit(const std::string& tmp_dir, int64_t step,
 }
 
 absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state, bool model_only,
-                                     const std::atomic<bool>* unwinding) {
+                                     const std::atomic<bool>* give_up_waiting) {
   const auto start = std::chrono::steady_clock::now();
   if (step < 0) {
     return absl::InvalidArgumentError(absl::StrCat(root_, ": step ", step, " is negative"));
@@ -354,7 +354,7 @@ absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state,
   if (::mkdir(tmp_dir.c_str(), 0755) != 0 && errno != EEXIST) return ErrnoError("mkdir", tmp_dir);
 
   uint64_t bytes = 0;
-  absl::Status status = WriteRankFiles(tmp_dir, step, state, model_only, bytes, unwinding);
+  absl::Status status = WriteRankFiles(tmp_dir, step, state, model_only, bytes, give_up_waiting);
   if (!status.ok()) {
     // Tells rank 0 at once instead of letting it wait out the commit timeout.
     WriteFileAtomically(RankRecordPath(tmp_dir, ranks_.rank, "failed"), status.ToString())
@@ -363,7 +363,7 @@ absl::Status CheckpointManager::Save(int64_t step, const CheckpointState& state,
     return status;
   }
   if (ranks_.rank != 0) return absl::OkStatus();
-  status = Commit(tmp_dir, step, state, model_only, unwinding);
+  status = Commit(tmp_dir, step, state, model_only, give_up_waiting);
   if (!status.ok()) {
     if (alone) RemoveTree(tmp_dir).IgnoreError();
     return status;

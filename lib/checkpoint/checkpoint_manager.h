@@ -77,7 +77,8 @@ class CheckpointManager {
   // reference's weights); -1: none.
   void set_kept_step(int64_t step) { kept_step_ = step; }
   // A save stops after the tensor it is writing once *stop_signal is non-zero (Cancelled, no step
-  // written): for a tool whose SIGINT/SIGTERM ends the save, not waits for it. Null: never.
+  // written): for a tool whose SIGINT/SIGTERM ends the save, not waits for it. Null: never. (Save's
+  // give_up_waiting only ends the waiting, for a save that may still commit.)
   void set_stop_signal(const std::atomic<int>* stop_signal) { stop_signal_ = stop_signal; }
 
   // Saves this rank's `state` as part of step `step`, replacing that step if it exists. Every rank
@@ -87,12 +88,12 @@ class CheckpointManager {
   // at a time. Rank 0 returns once the step is committed (or failed, naming the ranks that did not
   // finish within commit_timeout); other ranks return once their own files are durable, so callers
   // agree on the outcome (a barrier) before relying on the step.
-  // Once *unwinding is true (the caller is ending with an error; null: never), the rest of this
-  // rank's files are written without pauses and rank 0 stops waiting for the other ranks'
-  // (Cancelled, the step not committed, its temporary left for the next Save): a dead rank's never
-  // come.
+  // Once *give_up_waiting is true (the caller is ending with an error; null: never), this rank
+  // waits no more: the rest of its files are written without pauses and rank 0 stops waiting for
+  // the other ranks' (Cancelled, the step not committed, its temporary left for the next Save): a
+  // dead rank's never come. Unlike set_stop_signal's flag, it does not stop this rank's writes.
   absl::Status Save(int64_t step, const CheckpointState& state, bool model_only,
-                    const std::atomic<bool>* unwinding = nullptr);
+                    const std::atomic<bool>* give_up_waiting = nullptr);
   // Call on every rank once all ranks' Save of `step` returned and they agreed that one failed, so
   // that none writes into its temporary any more: rank 0 removes step-<N>.tmp-<run id> (a partial
   // save can fill the disk) and, when it was a restart's first save (SetAsideForRestart), puts the
@@ -161,9 +162,9 @@ class CheckpointManager {
  private:
   absl::Status WriteRankFiles(const std::string& tmp_dir, int64_t step,
                               const CheckpointState& state, bool model_only, uint64_t& total_bytes,
-                              const std::atomic<bool>* unwinding) const;
+                              const std::atomic<bool>* give_up_waiting) const;
   absl::Status Commit(const std::string& tmp_dir, int64_t step, const CheckpointState& state,
-                      bool model_only, const std::atomic<bool>* unwinding) const;
+                      bool model_only, const std::atomic<bool>* give_up_waiting) const;
   absl::Status RemoveStaleTemporaries(const std::string& keep) const;
 
   std::string root_;

@@ -105,7 +105,7 @@ TEST(CheckpointManagerTest, StopSignalEndsTheSaveAndLeavesNothing) {
 TEST(CheckpointManagerTest, UnwindingEndsRankZerosWaitForADeadRank) {
   const std::string root = TestRoot();
   CheckpointManager manager(root, 0, {0, 2, "dying-run", /*commit_timeout=*/absl::Seconds(60)});
-  std::atomic<bool> unwinding{false};
+  std::atomic<bool> give_up_waiting{false};
   std::thread unwinder([&] {
     // Once rank 0's own record is in, it waits for rank 1's, which never comes.
     const std::string record = root + "/step-10.tmp-dying-run/rank-00000.json";
@@ -113,10 +113,10 @@ TEST(CheckpointManagerTest, UnwindingEndsRankZerosWaitForADeadRank) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    unwinding = true;
+    give_up_waiting = true;
   });
   const auto start = std::chrono::steady_clock::now();
-  const absl::Status status = manager.Save(10, MakeState(10), false, &unwinding);
+  const absl::Status status = manager.Save(10, MakeState(10), false, &give_up_waiting);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   unwinder.join();
@@ -136,8 +136,8 @@ TEST(CheckpointManagerTest, UnwindingEndsRankZerosWaitForADeadRank) {
 TEST(CheckpointManagerTest, UnwindingStillCommitsWhatNeedsNoWait) {
   CheckpointManager manager(TestRoot(), 0);
   manager.set_write_duty_cycle(0.25);
-  const std::atomic<bool> unwinding{true};
-  ASSERT_TRUE(manager.Save(10, MakeState(10), false, &unwinding).ok());
+  const std::atomic<bool> give_up_waiting{true};
+  ASSERT_TRUE(manager.Save(10, MakeState(10), false, &give_up_waiting).ok());
   EXPECT_THAT(*manager.ListSteps(), ElementsAre(10));
 }
 
