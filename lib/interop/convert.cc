@@ -359,21 +359,19 @@ absl::Status TakeGroupAndMode(const struct stat& original, const std::string& fo
   return absl::OkStatus();
 }
 
-// WriteHf into <output>.tmp-<pid>, then `before_rename` (if set), then one rename: `output`
-// (empty, locked by the caller) is either still empty or whole. Temporaries that a crashed export
+// WriteHf into <output>.tmp-<pid>, then one rename: `output` (empty, locked by the caller) is
+// either still empty or whole. Temporaries that a crashed export
 // to `output` left behind are removed first. An `output` that links to an empty directory is
 // written there, with the temporary beside that directory, which the export replaces with its
 // group and mode. The working directory is written in place, and emptied on failure.
 absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
                                const TensorProducer& producer, const ModelInfo& info,
                                const HfExportOptions& options, const std::string& output,
-                               ConvertSummary& summary,
-                               const std::function<absl::Status()>& before_rename = nullptr) {
+                               ConvertSummary& summary) {
   TITAN_ASSIGN_OR_RETURN(const std::string target, RenameTarget(output));
   if (IsWorkingDirectory(target)) {
     absl::Status status = WriteHf(params, producer, info, options, target, summary);
     if (status.ok()) status = FsyncDirectory(target);
-    if (status.ok() && before_rename) status = before_rename();
     if (status.ok()) return status;
     EmptyFolder(target).IgnoreError();  // The write's error is the one to report.
     return status;
@@ -397,7 +395,6 @@ absl::Status WriteHfAtomically(const std::vector<ParameterSource>& params,
   if (status.ok()) status = WriteHf(params, producer, info, options, tmp, summary);
   if (status.ok()) status = FsyncDirectory(tmp);
   if (status.ok() && replaces) status = TakeGroupAndMode(original, tmp, 0);
-  if (status.ok() && before_rename) status = before_rename();
   if (status.ok() && ::rename(tmp.c_str(), target.c_str()) != 0) {
     status = ErrnoError("rename to " + target, tmp);
   }
@@ -601,28 +598,26 @@ absl::StatusOr<ConvertSummary> ConvertCheckpoint(const std::string& input,
   summary.model = info.name();
   summary.flavor = info.flavor;
   const TensorProducer producer(*reader, info, dtype, options.to, options.stop_signal);
-  const auto before_commit = [&]() -> absl::Status {
-    return options.before_commit ? options.before_commit(summary) : absl::OkStatus();
-  };
   switch (options.to) {
     case CheckpointFormat::kHf:
       TITAN_RETURN_IF_ERROR(
           WriteHfAtomically(params, producer, info,
                             {options.max_shard_bytes.value_or(HfExportOptions().max_shard_bytes),
                              options.tokenizer_dir},
-                            output, summary, before_commit));
+                            output, summary));
       break;
     case CheckpointFormat::kTitan:
       TITAN_RETURN_IF_ERROR(WriteTitan(params, producer, info,
                                        options.step.value_or(reader->step().value_or(0)), output,
                                        options.stop_signal, summary));
-      TITAN_RETURN_IF_ERROR(before_commit());
       break;
     case CheckpointFormat::kMeta:
       TITAN_RETURN_IF_ERROR(WriteMeta(params, producer, info, meta_params, output, summary));
-      TITAN_RETURN_IF_ERROR(before_commit());
       break;
   }
+  // Once the output is in place, so that a failure to publish it (a rename) is never preceded by
+  // a success summary; a failure here removes the output (remove_output above).
+  if (options.after_commit) TITAN_RETURN_IF_ERROR(options.after_commit(summary));
   LOG(INFO) << "converted " << summary.input << " (" << CheckpointFormatName(reader->format())
             << ") to " << summary.output << " (" << CheckpointFormatName(options.to)
             << "): " << summary.tensors << " tensors, " << summary.bytes << " bytes; "

@@ -49,10 +49,11 @@ struct ConvertOptions {
   // Non-zero (a SIGINT/SIGTERM handler sets it): stop before the next tensor with Cancelled,
   // leaving no output. A file being written is finished first.
   const std::atomic<int>* stop_signal = nullptr;
-  // Called with the summary once the output is written (hf: before its temporary is renamed into
-  // place): its failure (the summary lost on stdout) fails the conversion, which then leaves no
-  // output.
-  std::function<absl::Status(const ConvertSummary&)> before_commit;
+  // Called with the summary once the output is whole and in place (hf: renamed into place), so
+  // that a failure to put it there reports no summary. Its failure (the summary lost on stdout)
+  // fails the conversion, which then removes the output it just put in place (an empty folder
+  // given as the output is left empty), so that no output stands without its summary.
+  std::function<absl::Status(const ConvertSummary&)> after_commit;
 };
 
 // Converts `input` into the folder `output_path` names, which must not exist or be empty (a path

@@ -869,6 +869,44 @@ TEST(ConvertTest, LeavesNoOutputWhenStoppedOrFailing) {
   EXPECT_TRUE(ListDirectory(out)->empty());
 }
 
+// The summary is handed over once the output is in place (an hf rename that fails then reports
+// no success first), and a failure to pass it on removes that output: all or nothing.
+TEST(ConvertTest, AfterCommitSeesTheOutputInPlaceAndItsFailureRemovesIt) {
+  const std::string titan = TestDir("titan"), out = TestDir("out");
+  SaveTitan(titan, 3, SmallMetaModel(), /*describe=*/true);
+  for (CheckpointFormat to :
+       {CheckpointFormat::kHf, CheckpointFormat::kTitan, CheckpointFormat::kMeta}) {
+    for (bool existed : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(CheckpointFormatName(to), existed ? ", OUT given empty" : ""));
+      if (existed) {
+        ASSERT_TRUE(MakeDirectories(out).ok());
+      }
+      const std::string written = to == CheckpointFormat::kTitan ? out + "/step-3/manifest.json"
+                                  : to == CheckpointFormat::kHf  ? out + "/config.json"
+                                                                 : out + "/params.json";
+      int calls = 0;
+      ConvertOptions options;
+      options.to = to;
+      options.after_commit = [&](const ConvertSummary& summary) {
+        ++calls;
+        EXPECT_TRUE(IsDirectory(summary.output)) << summary.output;
+        EXPECT_TRUE(PathExists(written));
+        EXPECT_THAT(*ListDirectory(Dirname(out)), ::testing::UnorderedElementsAre("out", "titan"));
+        return absl::DataLossError("stdout: write failed");
+      };
+      EXPECT_EQ(ConvertCheckpoint(titan, out, options).status().message(), "stdout: write failed");
+      EXPECT_EQ(calls, 1);
+      if (!existed) {
+        EXPECT_THAT(*ListDirectory(Dirname(out)), ::testing::UnorderedElementsAre("titan"));
+      } else {
+        EXPECT_THAT(*ListDirectory(Dirname(out)), ::testing::UnorderedElementsAre("out", "titan"));
+        EXPECT_THAT(*ListDirectory(out), ::testing::IsEmpty());
+        ASSERT_TRUE(RemoveTree(out).ok());
+      }
+    }
+  }
+}
+
 // Two conversions into one output: the second is refused while the first writes, and removes
 // nothing of it (it had seen no output, so its failure cleanup would have taken the first's).
 TEST(ConvertTest, OutputBeingWrittenByAnotherConversionIsRefusedAndKept) {

@@ -332,8 +332,8 @@ class InteropTest(unittest.TestCase):
                 self.assertEqual(glob.glob(lost + "*"), [])
 
     def test_a_summary_lost_to_a_full_disk_leaves_no_output(self):
-        # The --json summary is written before OUT is put in place: exit 1 means no OUT, and an
-        # empty OUT given stays empty, so that a rerun is not refused.
+        # The --json summary is written once OUT is in place, and a lost one takes OUT away again:
+        # exit 1 means no OUT, and an empty OUT given is left empty, so that a rerun is not refused.
         self.save_hf(small_config(rope_scaling=META_ROPE_SCALING), torch.float32)
         for to in ("hf", "titan", "meta"):
             for existed in (False, True):
@@ -352,6 +352,39 @@ class InteropTest(unittest.TestCase):
                     if existed:
                         self.assertEqual(os.listdir(out), [])
                     convert(CONVERT, self.path("hf"), out, f"--to={to}")  # the rerun succeeds
+
+    def test_a_failed_rename_into_place_prints_no_summary(self):
+        # A file put into OUT (the empty folder the conversion holds) while the export is in its
+        # temporary, as by a process that ignores the lock, fails the rename onto OUT: --json
+        # prints the error alone (no success summary before it), exit 1, nothing left.
+        self.save_hf(small_config(vocab_size=4096, hidden_size=256, intermediate_size=1024,
+                                  num_hidden_layers=16), torch.float32)
+        out = self.path("intruded")
+        proc = subprocess.Popen([CONVERT, "--json", "--to=hf", "--max_shard_size=1KB",
+                                 self.path("hf"), out],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        temporary = f"{out}.tmp-{proc.pid}"
+        while proc.poll() is None and not glob.glob(os.path.join(temporary, "model-*")):
+            time.sleep(0.001)
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            while True:  # stopped for sure: state T in /proc/PID/stat
+                with open(f"/proc/{proc.pid}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                        break
+            # Not renamed yet (the rename takes the temporary away in one step).
+            self.assertTrue(os.path.isdir(temporary))
+            open(os.path.join(out, "intruder"), "w").close()
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        stdout, stderr = proc.communicate(timeout=300)
+        self.assertEqual(proc.returncode, 1, stderr)
+        error = json.loads(stdout)  # one object: the error
+        self.assertEqual(list(error), ["error"], stdout)
+        prefix = f"{temporary}: rename to {out} failed: "
+        self.assertTrue(error["error"].startswith(prefix), error)
+        self.assertIn(error["error"][len(prefix):], ("Directory not empty", "File exists"))
+        self.assertEqual(glob.glob(out + "*"), [])
 
     def test_inspect_refuses_tolerances_it_cannot_use(self):
         self.save_hf(small_config(), torch.float32)

@@ -118,10 +118,11 @@ int main(int argc, char** argv) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
   options.stop_signal = &g_stop_signal;
-  // The summary reaches stdout before OUT is put in place: a lost one leaves no OUT behind.
+  // The summary reaches stdout once OUT is in place (a failed rename prints none), and a lost
+  // one removes OUT again: exit 0 comes with both, exit 1 with neither.
   bool summary_lost = false;
   if (FLAGS_json) {
-    options.before_commit = [&summary_lost](const titan::ConvertSummary& summary) {
+    options.after_commit = [&summary_lost](const titan::ConvertSummary& summary) {
       PrintSummary(summary);
       absl::Status flushed = titan::FlushStdout();
       summary_lost = !flushed.ok();
