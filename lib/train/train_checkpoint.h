@@ -124,8 +124,10 @@ class TrainCheckpointer {
   // The step folder Resume or ResumeAt loaded; -1: none.
   int64_t loaded_step() const { return loaded_step_; }
   // Call on every rank once Resume (or ResumeAt) returned: a collective. Rank 0 deletes the steps
-  // beyond keep_latest_k that saves killed before their cleanup left (never the loaded step);
-  // not with parts.read_only, nor while this run's first save is yet to set the steps aside.
+  // beyond keep_latest_k that saves killed before their cleanup left (never the loaded step, by
+  // then the newest: Resume set the newer ones aside, or refused a load_step with nothing to
+  // train); not with parts.read_only, nor while this run's first save is yet to set the steps
+  // aside.
   absl::Status EnforceKeepLatest() const;
   // Saves `state` and the parts at state.step; model_only: the consolidated final weights (in
   // export_dtype, and as Hugging Face files with last_save_in_hf). With async_mode=async the

@@ -252,18 +252,27 @@ class TitanTrainTest(unittest.TestCase):
 
     def test_load_step_with_nothing_to_train_changes_nothing(self):
         # A mistyped steps would set the newer steps aside (and drop their metrics) for no run.
+        # keep_latest_k deletes nothing either: a run trims only once the step it loaded is its
+        # newest, and this one never gets there (more than k steps stay, as saved).
         dump = self.dump("load_step_idle")
         flags = ["--checkpoint.last_save_model_only=false", "--validation.enable=false",
-                 "--checkpoint.interval=2"]
-        run_train(dump, "--training.steps=4", *flags)
-        proc = run_train(dump, "--training.steps=2", "--checkpoint.load_step=2", *flags,
-                         check=False)
+                 "--checkpoint.interval=1"]
+        run_train(dump, "--training.steps=4", "--checkpoint.keep_latest_k=0", *flags)
+        proc = run_train(dump, "--training.steps=2", "--checkpoint.load_step=2",
+                         "--checkpoint.keep_latest_k=2", *flags, check=False)
         self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
         self.assertIn("[checkpoint] load_step = 2 with [training] steps = 2: nothing would train, "
                       "yet the steps after 2 would be set aside", proc.stderr)
-        self.assertEqual(sorted(glob.glob("step-*", root_dir=os.path.join(dump, "checkpoint"))),
-                         ["step-2", "step-4"])
+        self.assertNotIn("Deleted checkpoint", proc.stderr)
+        folder = os.path.join(dump, "checkpoint")
+        self.assertEqual(sorted(os.listdir(folder)),
+                         [".titan.lock", "step-1", "step-2", "step-3", "step-4"])
         self.assertEqual([m["step"] for m in metrics(dump)], [1, 2, 3, 4])
+        # Resumed from its newest step (nothing left to train either), the same folder is trimmed.
+        proc = run_train(dump, "--training.steps=4", "--checkpoint.load_step=4",
+                         "--checkpoint.keep_latest_k=2", *flags)
+        self.assertIn("nothing to train", proc.stderr)
+        self.assertEqual(sorted(glob.glob("step-*", root_dir=folder)), ["step-3", "step-4"])
 
     def start_long_run(self, name, rows, *flags):
         """A 10000-step run in a fresh dump folder, returned once its metrics file holds `rows`."""
