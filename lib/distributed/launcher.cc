@@ -127,6 +127,16 @@ class FailureLines {
     return true;
   }
 
+  // The first line of `rank`'s message without the prefix; "" when it printed none.
+  std::string FirstLine(int rank) const {
+    const auto it = messages_.find(rank);
+    if (it == messages_.end()) return "";
+    absl::string_view line = it->second;
+    line = line.substr(0, line.find('\n'));
+    absl::ConsumePrefix(&line, prefix_);
+    return std::string(line);
+  }
+
   // Each distinct message once, every line of it as "[rank 2] <line>" or "[ranks 0-1,3] <line>".
   std::string Text() const {
     std::vector<std::pair<std::string, std::vector<int>>> distinct;
@@ -375,6 +385,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
 
   int failure_status = 0;  // The first failing rank's.
   std::string failure_text;         // How it ended, for report_failure.
+  int failure_rank = -1;            // The first failing rank, when it exited (not killed).
   bool plain_rank_printed = false;  // options.plain_stdout_rank wrote to its stdout
   int stopped_status = 0;  // The first rank's that died of a signal the launcher sent it.
   int interrupted_status = 0;  // 128 + the second stop signal's number, which killed the ranks
@@ -425,10 +436,9 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
           failure_status = child.exit_status;
           failure_text = RankEnd(rank, wait_status, failure_status);
           LOG(ERROR) << "launcher: " << failure_text << "; stopping the other ranks";
-          // A rank that exited printed its error; one killed from outside (kill -9, the OOM
-          // killer) had no chance to.
-          if (!WIFSIGNALED(wait_status))
-            absl::StrAppend(&failure_text, " (its error is on stderr)");
+          // A rank that exited printed its error (report_failure quotes it); one killed from
+          // outside (kill -9, the OOM killer) had no chance to.
+          if (!WIFSIGNALED(wait_status)) failure_rank = rank;
           stop_all();
         }
       } else {
@@ -537,6 +547,11 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
   if (failure_status == 0 && interrupted_status != 0) stopped_status = interrupted_status;
   if (failure_status != 0 || stopped_status != 0) {
     if (!output_status.ok()) LOG(ERROR) << "launcher: " << output_status.message();
+    if (failure_rank >= 0) {
+      // The failing rank's own failure line says why; else it is among its stderr lines.
+      const std::string own = failure_lines.FirstLine(failure_rank);
+      absl::StrAppend(&failure_text, own.empty() ? " (its error is on stderr)" : ": ", own);
+    }
     if (options.report_failure && options.plain_stdout_rank >= 0 && !plain_rank_printed) {
       options.report_failure(
           failure_status != 0

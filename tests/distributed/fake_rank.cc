@@ -11,8 +11,9 @@
 //           ends a rank as by default, but rank FAKE_STUBBORN_RANK ignores it.
 //   refuse: ignoring SIGTERM (every rank prints before the launcher's SIGKILL), prints
 //           "fake_rank: refused" and "  its cause" on stderr ("fake_rank: refused alone" on rank
-//           FAKE_FAIL_RANK), a log line before and one after, exits 1 three seconds later (its
-//           launcher gathers failure lines: failure_line_prefix "fake_rank: ").
+//           FAKE_FAIL_RANK), a log line before and one after, exits 1 three seconds later (rank
+//           FAKE_FAIL_RANK one second later; its launcher gathers failure lines:
+//           failure_line_prefix "fake_rank: ").
 //   port:   prints "port held" when MASTER_PORT cannot be bound (else "port free"), " on ::1
 //           too" when IPv6 loopback reaches it, and its
 //           TITAN_STORE_LISTEN_FD; rank 0 first, then writes file FAKE_MARKER and waits for
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
     signal(SIGTERM, SIG_IGN);
     fprintf(stderr, "log line\nfake_rank: refused%s\n  its cause\nI20261205 a later log line\n",
             rank == Env("FAKE_FAIL_RANK") ? " alone" : "");
-    absl::SleepFor(absl::Seconds(3));
+    absl::SleepFor(absl::Seconds(rank == Env("FAKE_FAIL_RANK") ? 1 : 3));
     return 1;
   }
   if (mode == "slow") {

@@ -135,6 +135,19 @@ TEST(LaunchLocalRanksTest, FailureLinesArePrintedLastOnceEachWithTheirRanks) {
   EXPECT_EQ(std::count(err.begin(), err.end(), "[rank 0] log line"), 1);
 }
 
+// A --json caller's one error line says why the first failing rank failed, not only that it did.
+TEST(LaunchLocalRanksTest, TheReportedFailureQuotesTheFailingRanksLine) {
+  absl::StatusOr<Subprocess> launcher = Subprocess::Start(
+      {FakeRank(), "--nproc_per_node=3"},
+      {{"FAKE_RANK_MODE", "refuse"}, {"FAKE_FAIL_RANK", "1"}, {"FAKE_PLAIN_STDOUT_RANK", "0"}},
+      OutputPrefix("quoted"));
+  ASSERT_TRUE(launcher.ok()) << launcher.status();
+  absl::StatusOr<int> status = launcher->Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(*status, 1);
+  EXPECT_EQ(launcher->Stdout(), "report: rank 1 exited with status 1: refused alone\n");
+}
+
 TEST(LaunchLocalRanksTest, PlainStdoutRankPassesItsStdoutAsIs) {
   absl::StatusOr<Subprocess> launcher = Subprocess::Start(
       {FakeRank(), "--nproc_per_node=2"},
