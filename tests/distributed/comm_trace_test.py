@@ -167,9 +167,7 @@ class CommTraceTest(unittest.TestCase):
                                      r".*; the store \(hosted by rank 0\) gave no answer within "
                                      r"20s either: rank 0 may be the stuck rank")
             print(f"\n{flags}: the job ended {seconds:.1f} s after it started", file=sys.stderr)
-            # Rank 1 fails after the timeout, the dump wait and the store's 20 s; stopped rank 0
-            # then gets SIGKILL after the launcher's 30 s grace period; 15 s for starts and load.
-            self.assertLess(seconds, TIMEOUT_S + 5 + 20 + 30 + 15)
+            self.assertLess(seconds, TIMEOUT_S + 5 + 20 + 30)
 
     def test_a_store_host_stopped_then_continued_is_named_stalled(self):
         # Rank 0 frozen inside the all-reduce past the timeout, then continued before the store's

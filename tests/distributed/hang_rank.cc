@@ -10,7 +10,9 @@
 // too it stops itself before that all-reduce, the others arriving at once, and the child
 // continues it HANG_CONT_SECONDS later). The run's id for the
 // comm trace is HANG_RUN_ID
-// ("hang" if unset). With --nproc_per_node it launches itself, as titan_train does.
+// ("hang" if unset). With --nproc_per_node it launches itself, as titan_train does, but with a 5 s
+// grace period: the sleeping or stopped rank never takes SIGTERM, and the tests time the other
+// ranks' timeouts, not the launcher's default 30 s before its SIGKILL.
 #include <ATen/ATen.h>
 #include <unistd.h>
 
@@ -25,6 +27,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "glog/logging.h"
 #include "lib/config/job_config.h"
 #include "lib/distributed/launcher.h"
@@ -125,7 +128,9 @@ int main(int argc, char** argv) {
     absl::string_view arg = argv[i];
     int nproc = 0;
     if (absl::ConsumePrefix(&arg, "--nproc_per_node=") && absl::SimpleAtoi(arg, &nproc)) {
-      absl::StatusOr<int> status = titan::LaunchLocalRanks(nproc, argc, argv);
+      titan::LaunchOptions options;
+      options.grace_period = absl::Seconds(5);
+      absl::StatusOr<int> status = titan::LaunchLocalRanks(nproc, argc, argv, options);
       if (!status.ok()) {
         std::cerr << "hang_rank: " << status.status().message() << "\n";
         return 1;
