@@ -5,7 +5,7 @@
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/checkpoint_reader.h"
 #include "lib/interop/hf_config.h"
-#include "lib/interop/meta_checkpoint.h"
+#include "lib/interop/torch_state_dict.h"
 #include "nlohmann/json.hpp"
 
 namespace titan {

@@ -1,17 +1,11 @@
 #include "lib/interop/meta_checkpoint.h"
 
-#include <ATen/EmptyTensor.h>
-#include <caffe2/serialize/file_adapter.h>
 #include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/pickler.h>
-#include <torch/csrc/jit/serialization/storage_context.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <exception>
 #include <map>
 #include <utility>
 #include <vector>
@@ -20,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "lib/interop/torch_archive_checks.h"
+#include "lib/interop/torch_state_dict.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/json_file.h"
@@ -33,99 +27,6 @@ using nlohmann::json;
 
 constexpr char kParamsFile[] = "params.json";
 constexpr char kWeightsFile[] = "consolidated.00.pth";
-constexpr char kStoragePrefix[] = "data/";  // torch.save's storage records: data/<key>.
-
-// LibTorch's MemoryReadAdapter copies whatever range the zip reader asks for; this one clamps reads
-// to the buffer, as a file read past its end would.
-class BoundedMemoryReadAdapter : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BoundedMemoryReadAdapter(absl::string_view bytes) : bytes_(bytes) {}
-  size_t size() const override { return bytes_.size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
-    if (pos >= bytes_.size()) return 0;
-    const size_t count = std::min<uint64_t>(n, bytes_.size() - pos);
-    std::memcpy(buf, bytes_.data() + pos, count);
-    return count;
-  }
-
- private:
-  absl::string_view bytes_;
-};
-
-absl::Status NotAStateDict(const std::string& source, absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(source, ": not a torch.save state dict of tensors: ", why));
-}
-
-// A torch.save archive's "data.pkl" through LibTorch's restricted unpickler, as name -> tensor.
-absl::StatusOr<NamedTensors> ReadStateDict(
-    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> archive, const std::string& source) {
-  c10::IValue loaded;
-  try {
-    const absl::Status sizes = CheckZipRecordSizes(*archive);
-    if (!sizes.ok()) return NotAStateDict(source, sizes.message());
-    caffe2::serialize::PyTorchStreamReader zip(std::move(archive));
-    const auto [pickle, pickle_size] = zip.getRecord("data.pkl");
-    const absl::Status opcodes = CheckStateDictPickle(
-        absl::string_view(static_cast<const char*>(pickle.get()), pickle_size));
-    if (!opcodes.ok()) return NotAStateDict(source, opcodes.message());
-    // The unpickler sizes a storage from the pickle's element count, not from the record it
-    // reads, so a short record would be read past its end: storages come sized by their records.
-    auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
-    for (const std::string& record : zip.getAllRecords()) {
-      if (!absl::StartsWith(record, kStoragePrefix)) continue;
-      auto [data, bytes] = zip.getRecord(record);
-      storages->addStorage(record.substr(std::strlen(kStoragePrefix)),
-                           c10::Storage(c10::Storage::use_byte_size_t(), bytes, std::move(data),
-                                        /*allocator=*/nullptr, /*resizable=*/false));
-    }
-    loaded = torch::jit::readArchiveAndTensors(
-        "data", "", "", std::nullopt, std::nullopt, at::Device(at::kCPU), zip,
-        torch::jit::Unpickler::defaultTypeParser, std::move(storages));
-  } catch (const c10::Error& e) {
-    return NotAStateDict(source, e.what_without_backtrace());
-  } catch (const std::exception& e) {  // miniz and the unpickler also throw std:: exceptions.
-    return NotAStateDict(source, e.what());
-  }
-  if (!loaded.isGenericDict()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": expected a dict of tensors, got ", loaded.tagKind()));
-  }
-  NamedTensors tensors;
-  for (const auto& item : loaded.toGenericDict()) {
-    if (!item.key().isString() || !item.value().isTensor()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": entry of type ", item.key().tagKind(), " -> ",
-                       item.value().tagKind(), ", expected string -> tensor"));
-    }
-    const std::string name = item.key().toStringRef();
-    const at::Tensor& loaded_tensor = item.value().toTensor();
-    // The unpickler takes sizes, strides and offset from the pickle as they are; a view reaching
-    // past its storage's bytes would read out of bounds.
-    size_t needed = 0;
-    try {
-      needed = at::detail::computeStorageNbytes(loaded_tensor.sizes(), loaded_tensor.strides(),
-                                                loaded_tensor.element_size(),
-                                                loaded_tensor.storage_offset());
-    } catch (const c10::Error& e) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": tensor '", name, "': ", e.what_without_backtrace()));
-    }
-    if (!loaded_tensor.has_storage() || needed > loaded_tensor.storage().nbytes()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": tensor '", name, "' needs ", needed, " bytes, its storage holds ",
-                       loaded_tensor.has_storage() ? loaded_tensor.storage().nbytes() : 0));
-    }
-    const at::Tensor tensor = loaded_tensor.contiguous();
-    absl::StatusOr<std::string> dtype = SafetensorsDtypeName(tensor.scalar_type());
-    if (!dtype.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(source, ": tensor '", name, "': ", dtype.status().message()));
-    }
-    tensors.emplace_back(name, tensor);
-  }
-  return tensors;
-}
 
 class MetaReader : public CheckpointReader {
  public:
@@ -179,13 +80,7 @@ class MetaReader : public CheckpointReader {
  private:
   static absl::StatusOr<NamedTensors> ReadWeights(const std::string& path) {
     if (!PathExists(path)) return absl::NotFoundError(path + ": no such file");
-    std::shared_ptr<caffe2::serialize::ReadAdapterInterface> file;
-    try {
-      file = std::make_shared<caffe2::serialize::FileAdapter>(path);
-    } catch (const c10::Error& e) {
-      return absl::NotFoundError(absl::StrCat(path, ": ", e.what_without_backtrace()));
-    }
-    return ReadStateDict(std::move(file), path);
+    return ReadTorchStateDictFile(path);
   }
 
   absl::flat_hash_map<std::string, at::Tensor> tensors_by_name_;
@@ -197,11 +92,6 @@ class MetaReader : public CheckpointReader {
 absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory,
                                                                      bool keep_damaged) {
   return MetaReader::Open(directory, keep_damaged);
-}
-
-absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
-                                                 const std::string& source) {
-  return ReadStateDict(std::make_shared<BoundedMemoryReadAdapter>(archive), source);
 }
 
 absl::Status WriteMetaCheckpoint(const std::string& directory,
@@ -228,7 +118,7 @@ absl::Status WriteMetaCheckpoint(const std::string& directory,
         if (!produced.ok()) return produced.status();
         const at::Tensor tensor = produced->contiguous();
         const std::string key = std::to_string(i);
-        zip.writeRecord(kStoragePrefix + key, tensor.data_ptr(), tensor.nbytes());
+        zip.writeRecord(kTorchSaveStoragePrefix + key, tensor.data_ptr(), tensor.nbytes());
         c10::Storage storage(c10::Storage::use_byte_size_t(), tensor.nbytes(),
                              c10::DataPtr(nullptr, at::Device(at::kCPU)), /*allocator=*/nullptr,
                              /*resizable=*/false);

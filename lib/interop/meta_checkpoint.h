@@ -4,9 +4,8 @@
 // Meta's release format (Llama 3): params.json + consolidated.00.pth, a torch.save zip of a state
 // dict whose names are torchtitan's (and whose q/k rows are in the same interleaved RoPE layout).
 // What params.json says is the family's business (ModelSpec::meta).
-// Read through LibTorch's own unpickler (torch::jit), which rebuilds only tensors, storages and
-// plain containers and rejects any other global, so a .pth cannot run code. It materialises every
-// tensor on open: one copy of the model in memory. Only single-file (model-parallel 1) checkpoints.
+// Read by ReadTorchStateDictFile (lib/interop/torch_state_dict.h: LibTorch's restricted unpickler,
+// so a .pth cannot run code), memory-mapped. Only single-file (model-parallel 1) checkpoints.
 
 #include <functional>
 #include <memory>
@@ -26,13 +25,6 @@ namespace titan {
 // listed in Damaged() and Verify(), the reader holding no tensors, rather than failing the open.
 absl::StatusOr<std::unique_ptr<CheckpointReader>> OpenMetaCheckpoint(const std::string& directory,
                                                                      bool keep_damaged = false);
-
-// The name -> tensor dict in a torch.save archive's bytes (consolidated.00.pth), as
-// OpenMetaCheckpoint reads it; the tensors own their memory. `source` (a path) prefixes errors.
-// Corrupt input (bad zip, unknown pickle opcode, a global other than tensor rebuilding) is an
-// error, never a crash.
-absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
-                                                 const std::string& source);
 
 // Writes `params` as params.json and consolidated.00.pth, a torch.save archive that Python's
 // torch.load(weights_only=True) reads without allowlisting anything. Tensors are produced and

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "lib/checkpoint/test_dir.h"
+#include "lib/interop/torch_state_dict.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 
@@ -63,6 +64,38 @@ TEST(MetaCheckpointTest, WrittenCheckpointParsesBack) {
   for (const auto& [name, tensor] : *parsed) {
     const at::Tensor& expected = name == "norm.weight" ? tensors[1].second : tensors[0].second;
     EXPECT_TRUE(tensor.equal(expected)) << name;
+  }
+}
+
+// Read from its file, a tensor aliases the file's mapping rather than a copy of its own: the
+// memory belongs to the mapping's owner (the DataPtr's context), not to an allocation of it.
+TEST(MetaCheckpointTest, FileTensorsAliasTheMapping) {
+  const std::string dir = TestDir("mapped");
+  const NamedTensors tensors = {{"tok_embeddings.weight", at::randn({4, 3})},
+                                {"norm.weight", at::ones({3}, at::kBFloat16)}};
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  ASSERT_TRUE(WriteMetaCheckpoint(dir, tensors, nlohmann::json::object()).ok());
+  absl::StatusOr<NamedTensors> read = ReadTorchStateDictFile(dir + "/consolidated.00.pth");
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 2u);
+  for (size_t i = 0; i < read->size(); ++i) {
+    const auto& [name, tensor] = (*read)[i];
+    EXPECT_EQ(name, tensors[i].first);
+    EXPECT_TRUE(tensor.equal(tensors[i].second)) << name;
+    const c10::DataPtr& memory = tensor.storage().data_ptr();
+    EXPECT_NE(memory.get_context(), memory.get()) << name;
+  }
+}
+
+// torch.save before PyTorch 1.6 wrote a bare pickle (after a magic number) or a tar: refused as
+// such, naming the file.
+TEST(MetaCheckpointTest, LegacyTorchSaveIsRefusedNamingTheFile) {
+  for (const std::string& legacy : {"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e"s,
+                                    std::string(257, '\0') + "ustar" + std::string(700, '\0')}) {
+    EXPECT_EQ(ParseTorchStateDict(legacy, "pytorch_model.bin").status().message(),
+              "pytorch_model.bin: torch.save's legacy format (PyTorch before 1.6, not a zip "
+              "archive), which titan does not read: save it again with a newer torch.save, or as "
+              "safetensors");
   }
 }
 
