@@ -19,6 +19,7 @@
 #include "lib/checkpoint/checkpoint_step.h"
 #include "lib/checkpoint/safetensors.h"
 #include "lib/interop/meta_checkpoint.h"
+#include "lib/interop/torch_state_dict.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/json_file.h"
@@ -33,12 +34,38 @@ constexpr char kHfConfigFile[] = "config.json";
 constexpr char kHfGenerationConfigFile[] = "generation_config.json";
 constexpr char kHfSingleFile[] = "model.safetensors";
 constexpr char kHfIndexFile[] = "model.safetensors.index.json";
-// transformers' weights before safetensors (pickles): pytorch_model.bin, or shards
+// transformers' weights before safetensors (torch.save pickles): pytorch_model.bin, or shards
 // pytorch_model-0000i-of-0000n.bin and their index.
-constexpr char kHfPickleStem[] = "pytorch_model";
+constexpr char kHfPickleFile[] = "pytorch_model.bin";
 constexpr char kHfPickleIndexFile[] = "pytorch_model.bin.index.json";
 constexpr char kMetaParamsFile[] = "params.json";
 constexpr char kMetaWeightsFile[] = "consolidated.00.pth";
+
+// A way transformers stores an HF folder's weights: one file, or shards that an index lists.
+struct HfWeightsLayout {
+  const char* single_file;
+  const char* index_file;
+  const char* shard_prefix;  // Shards are <prefix>0000i-of-0000n<suffix>.
+  const char* shard_suffix;
+  bool pickled;  // torch.save archives rather than safetensors.
+};
+
+// In the order transformers' from_pretrained looks for them: safetensors first.
+constexpr HfWeightsLayout kHfWeightsLayouts[] = {
+    {kHfSingleFile, kHfIndexFile, "model-", ".safetensors", false},
+    {kHfPickleFile, kHfPickleIndexFile, "pytorch_model-", ".bin", true},
+};
+
+// The layout of `directory`'s weights transformers reads; null when it holds none.
+const HfWeightsLayout* FindHfWeights(const std::string& directory) {
+  for (const HfWeightsLayout& layout : kHfWeightsLayouts) {
+    if (PathExists(absl::StrCat(directory, "/", layout.single_file)) ||
+        PathExists(absl::StrCat(directory, "/", layout.index_file))) {
+      return &layout;
+    }
+  }
+  return nullptr;
+}
 
 // A root without a committed step: NotFound naming what saves and restarts left there, OK when
 // they left nothing.
@@ -51,10 +78,13 @@ absl::Status NoCommittedStep(const std::string& root) {
       "aside, renamed back to step-N to be read)"));
 }
 
-// hf: tensors in one or more safetensors files.
-class SafetensorsReader : public CheckpointReader {
+// hf: tensors in one or more safetensors files, or torch.save archives (pytorch_model*.bin).
+class HfReader : public CheckpointReader {
  public:
   absl::StatusOr<at::Tensor> Get(absl::string_view name) const override {
+    if (const auto pickled = pickled_.find(name); pickled != pickled_.end()) {
+      return pickled->second;
+    }
     const auto it = location_.find(name);
     if (it == location_.end()) return NotFound(name);
     const SafetensorsFile& file = files_[it->second];
@@ -65,6 +95,11 @@ class SafetensorsReader : public CheckpointReader {
   }
 
   absl::StatusOr<absl::string_view> Bytes(absl::string_view name) const override {
+    if (const auto pickled = pickled_.find(name); pickled != pickled_.end()) {
+      const at::Tensor& tensor =
+          pickled->second;  // Contiguous: ReadTorchStateDictFile makes it so.
+      return absl::string_view(static_cast<const char*>(tensor.data_ptr()), tensor.nbytes());
+    }
     const auto it = location_.find(name);
     if (it == location_.end()) return NotFound(name);
     return files_[it->second].Bytes(name);
@@ -75,7 +110,7 @@ class SafetensorsReader : public CheckpointReader {
     problems.insert(problems.end(), index_problems_.begin(), index_problems_.end());
     // A shard that could not be read holds tensors uncounted: the total would be a false problem.
     if (expected_total_size_ && damaged_files_.empty() && *expected_total_size_ != TotalBytes()) {
-      problems.push_back(absl::StrCat(directory_, "/", kHfIndexFile, ": metadata.total_size ",
+      problems.push_back(absl::StrCat(directory_, "/", index_file_, ": metadata.total_size ",
                                       *expected_total_size_, ", tensors hold ", TotalBytes()));
     }
     return problems;
@@ -92,10 +127,18 @@ class SafetensorsReader : public CheckpointReader {
     return absl::NotFoundError(absl::StrCat(directory_, ": no tensor '", name, "'"));
   }
 
+  // As the index's writer counts: a tensor sharing an earlier one's storage (a tied head that
+  // torch.save kept) not again.
   uint64_t TotalBytes() const {
     uint64_t total = 0;
-    for (const TensorInfo& tensor : tensors_) total += tensor.bytes;
+    for (const TensorInfo& tensor : tensors_) {
+      if (!shares_storage_.contains(tensor.name)) total += tensor.bytes;
+    }
     return total;
+  }
+
+  bool Holds(const std::string& name) const {
+    return location_.contains(name) || pickled_.contains(name);
   }
 
   // `problem` fails Open, unless problems are kept: then it joins `list` and Open goes on.
@@ -105,26 +148,57 @@ class SafetensorsReader : public CheckpointReader {
     return absl::OkStatus();
   }
 
-  // Opens `file_name` (relative to the directory), appending its tensors; a name already seen is
-  // a problem (the first file keeps it).
-  absl::Status AddFile(const std::string& file_name) {
+  // Lists `tensor` of the file at `path`; false when an earlier file has its name (a problem, the
+  // first file keeping it).
+  absl::StatusOr<bool> AddTensor(TensorInfo tensor, const std::string& path) {
+    if (Holds(tensor.name)) {
+      duplicated_.insert(tensor.name);
+      TITAN_RETURN_IF_ERROR(
+          Found(absl::DataLossError(absl::StrCat(path, ": tensor '", tensor.name,
+                                                 "' also appears in ", Find(tensor.name)->file)),
+                index_problems_));
+      return false;
+    }
+    tensors_.push_back(std::move(tensor));
+    return true;
+  }
+
+  // Opens `file_name` (relative to the directory), a torch.save archive where `pickled`, else
+  // safetensors, appending its tensors.
+  absl::Status AddFile(const std::string& file_name, bool pickled) {
     const std::string path = absl::StrCat(directory_, "/", file_name);
+    if (pickled) {
+      absl::StatusOr<NamedTensors> tensors = ReadTorchStateDictFile(path);
+      if (!tensors.ok()) {
+        damaged_files_.insert(file_name);
+        return Found(tensors.status(), damaged_);
+      }
+      absl::flat_hash_set<const void*> storages;
+      for (auto& [name, tensor] : *tensors) {
+        TITAN_ASSIGN_OR_RETURN(
+            const bool added,
+            AddTensor({name, *SafetensorsDtypeName(tensor.scalar_type()), tensor.scalar_type(),
+                       tensor.sizes().vec(), static_cast<uint64_t>(tensor.nbytes()), file_name},
+                      path));
+        if (!added) continue;
+        if (!storages.insert(tensor.storage().unsafeGetStorageImpl()).second) {
+          shares_storage_.insert(name);
+        }
+        pickled_[name] = std::move(tensor);
+      }
+      return absl::OkStatus();
+    }
     absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(path);
     if (!file.ok()) {
       damaged_files_.insert(file_name);
       return Found(file.status(), damaged_);
     }
     for (const SafetensorsEntry& entry : file->entries()) {
-      if (!location_.emplace(entry.name, files_.size()).second) {
-        duplicated_.insert(entry.name);
-        TITAN_RETURN_IF_ERROR(
-            Found(absl::DataLossError(absl::StrCat(path, ": tensor '", entry.name,
-                                                   "' also appears in ", Find(entry.name)->file)),
-                  index_problems_));
-        continue;
-      }
-      tensors_.push_back({entry.name, entry.dtype, entry.scalar_type, entry.shape,
-                          entry.end - entry.begin, file_name});
+      TITAN_ASSIGN_OR_RETURN(const bool added,
+                             AddTensor({entry.name, entry.dtype, entry.scalar_type, entry.shape,
+                                        entry.end - entry.begin, file_name},
+                                       path));
+      if (added) location_.emplace(entry.name, files_.size());
     }
     files_.push_back(*std::move(file));
     return absl::OkStatus();
@@ -146,7 +220,7 @@ class SafetensorsReader : public CheckpointReader {
       }
     }
     for (const auto& [name, file] : weight_map) {
-      if (location_.contains(name) || damaged_files_.contains(file)) continue;
+      if (Holds(name) || damaged_files_.contains(file)) continue;
       TITAN_RETURN_IF_ERROR(Found(absl::DataLossError(absl::StrCat(index_path, ": tensor '", name,
                                                                    "' is missing from ", file)),
                                   index_problems_));
@@ -156,7 +230,11 @@ class SafetensorsReader : public CheckpointReader {
 
   std::vector<SafetensorsFile> files_;
   absl::flat_hash_map<std::string, size_t> location_;  // name -> index in files_
-  std::optional<uint64_t> expected_total_size_;        // hf's index
+  // Tensors of torch.save archives, aliasing their read-only mappings.
+  absl::flat_hash_map<std::string, at::Tensor> pickled_;
+  absl::flat_hash_set<std::string> shares_storage_;  // Pickled, over an earlier one's storage.
+  std::string index_file_;                           // The index read, when sharded.
+  std::optional<uint64_t> expected_total_size_;      // hf's index
   bool keep_problems_ = false;
   std::vector<std::string> damaged_;                // Files that could not be opened.
   std::vector<std::string> index_problems_;         // Disagreements of the index and the files.
@@ -251,66 +329,59 @@ bool FirstTime(const std::string& warning) {
   return given->insert(warning).second;
 }
 
-bool IsPickleWeightsFile(absl::string_view name) {
-  return name == kHfPickleIndexFile ||
-         (absl::StartsWith(name, kHfPickleStem) && absl::EndsWith(name, ".bin"));
+// <prefix>0000i-of-0000n<suffix> of `layout`, a shard that only its index maps tensors to.
+bool IsShardFile(absl::string_view name, const HfWeightsLayout& layout) {
+  return absl::ConsumePrefix(&name, layout.shard_prefix) &&
+         absl::ConsumeSuffix(&name, layout.shard_suffix) && absl::StrContains(name, "-of-");
 }
 
-// model-0000i-of-0000n.safetensors, a shard that only the index maps tensors to.
-bool IsSafetensorsShardFile(absl::string_view name) {
-  return absl::ConsumePrefix(&name, "model-") && absl::ConsumeSuffix(&name, ".safetensors") &&
-         absl::StrContains(name, "-of-");
-}
-
-// Refuses an HF folder without model.safetensors or its index whose weights titan cannot read
-// with what to do, rather than as a folder missing model.safetensors: safetensors shards without
-// the index that maps tensors to them (transformers too refuses them), or PyTorch pickles
-// (transformers' format before safetensors).
-absl::Status RefuseUnreadableWeights(const std::string& path) {
+// Refuses an HF folder holding no weights transformers reads but shards without the index that
+// maps tensors to them (transformers too refuses them) with what to do, rather than as a folder
+// missing model.safetensors.
+absl::Status RefuseUnindexedShards(const std::string& path) {
   absl::StatusOr<std::vector<std::string>> names = ListDirectory(path);
   if (!names.ok()) return absl::OkStatus();  // Reading the weights names the problem.
   std::sort(names->begin(), names->end());   // The same file named whatever the listing's order.
-  std::vector<std::string> shards;
-  for (const std::string& name : *names) {
-    if (IsSafetensorsShardFile(name)) shards.push_back(name);
-  }
-  if (!shards.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": holds safetensors shards (", absl::StrJoin(shards, ", "), ") but no ",
-        kHfIndexFile, ", which maps each tensor to its shard (transformers too needs it): copy it ",
-        "from the shards' source"));
-  }
-  for (const std::string& name : *names) {
-    if (IsPickleWeightsFile(name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": holds PyTorch .bin (pickle) weights (", name, ") and no ", kHfSingleFile, " or ",
-          kHfIndexFile, "; titan reads safetensors only: save the model with ",
-          "transformers' save_pretrained(..., safe_serialization=True)"));
+  for (const HfWeightsLayout& layout : kHfWeightsLayouts) {
+    std::vector<std::string> shards;
+    for (const std::string& name : *names) {
+      if (IsShardFile(name, layout)) shards.push_back(name);
     }
+    if (shards.empty()) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": holds ", layout.pickled ? "PyTorch .bin" : "safetensors", " shards (",
+        absl::StrJoin(shards, ", "), ") but no ", layout.index_file,
+        ", which maps each tensor to its shard (transformers too needs it): copy it from the ",
+        "shards' source"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(const std::string& path,
-                                                                            bool keep_problems) {
-  auto reader = std::unique_ptr<SafetensorsReader>(new SafetensorsReader());
+absl::StatusOr<std::unique_ptr<CheckpointReader>> HfReader::OpenHf(const std::string& path,
+                                                                   bool keep_problems) {
+  auto reader = std::unique_ptr<HfReader>(new HfReader());
   reader->format_ = CheckpointFormat::kHf;
   reader->directory_ = path;
+  const HfWeightsLayout* layout = FindHfWeights(path);
   // A folder without weights is no damaged checkpoint: it is refused as before.
-  reader->keep_problems_ = keep_problems && HfFolderHoldsWeights(path);
+  reader->keep_problems_ = keep_problems && layout != nullptr;
   TITAN_ASSIGN_OR_RETURN(reader->description_, ReadHfConfig(path));
-  const std::string index_path = absl::StrCat(path, "/", kHfIndexFile);
-  const std::string single_path = absl::StrCat(path, "/", kHfSingleFile);
-  if (!HfFolderHoldsWeights(path)) TITAN_RETURN_IF_ERROR(RefuseUnreadableWeights(path));
+  if (layout == nullptr) {
+    TITAN_RETURN_IF_ERROR(RefuseUnindexedShards(path));
+    layout = &kHfWeightsLayouts[0];  // Its missing model.safetensors is the error.
+  }
+  const std::string index_path = absl::StrCat(path, "/", layout->index_file);
+  const std::string single_path = absl::StrCat(path, "/", layout->single_file);
   // transformers' from_pretrained looks for the single file first.
   if (PathExists(single_path) || !PathExists(index_path)) {
     if (PathExists(index_path)) {
-      LOG(WARNING) << path << ": reading " << kHfSingleFile << " as transformers does; "
-                   << kHfIndexFile << " and its shards are ignored";
+      LOG(WARNING) << path << ": reading " << layout->single_file << " as transformers does; "
+                   << layout->index_file << " and its shards are ignored";
     }
-    TITAN_RETURN_IF_ERROR(reader->AddFile(kHfSingleFile));
+    TITAN_RETURN_IF_ERROR(reader->AddFile(layout->single_file, layout->pickled));
     return std::unique_ptr<CheckpointReader>(std::move(reader));
   }
+  reader->index_file_ = layout->index_file;
   TITAN_ASSIGN_OR_RETURN(std::string index_text, ReadFile(index_path));
   absl::StatusOr<HfIndex> index = ParseHfIndex(index_text, index_path);
   if (!index.ok()) {
@@ -320,7 +391,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> SafetensorsReader::OpenHf(cons
   std::set<std::string> shards;
   for (const auto& [name, file] : index->weight_map) shards.insert(file);
   for (const std::string& shard : shards) {
-    TITAN_RETURN_IF_ERROR(reader->AddFile(shard));
+    TITAN_RETURN_IF_ERROR(reader->AddFile(shard, layout->pickled));
   }
   TITAN_RETURN_IF_ERROR(reader->CheckIndex(index->weight_map, index_path));
   reader->expected_total_size_ = index->total_size;
@@ -344,8 +415,7 @@ json ReadHfGenerationConfig(const std::string& directory) {
 }
 
 bool HfFolderHoldsWeights(const std::string& directory) {
-  return PathExists(absl::StrCat(directory, "/", kHfSingleFile)) ||
-         PathExists(absl::StrCat(directory, "/", kHfIndexFile));
+  return FindHfWeights(directory) != nullptr;
 }
 
 absl::StatusOr<HfIndex> ParseHfIndex(absl::string_view text, const std::string& source) {
@@ -462,7 +532,7 @@ absl::StatusOr<std::unique_ptr<CheckpointReader>> CheckpointReader::Open(
     case CheckpointFormat::kTitan:
       return TitanReader::Open(path, verify_checksums, inspect);
     case CheckpointFormat::kHf:
-      return SafetensorsReader::OpenHf(path, /*keep_problems=*/inspect && !verify_checksums);
+      return HfReader::OpenHf(path, /*keep_problems=*/inspect && !verify_checksums);
     case CheckpointFormat::kMeta:
       return OpenMetaCheckpoint(path, /*keep_damaged=*/inspect);
   }

@@ -5,10 +5,13 @@
 //   titan: <root>/step-N/{model.safetensors, manifest.json[, optimizer.safetensors]} (a step
 //          directory, or the root, meaning its latest step); only model tensors are read.
 //   hf:    Hugging Face: config.json + model.safetensors, or model-0000i-of-0000n.safetensors
-//          shards listed in model.safetensors.index.json.
+//          shards listed in model.safetensors.index.json; without safetensors, as transformers
+//          reads them, PyTorch's pytorch_model.bin or shards listed in pytorch_model.bin.index.json
+//          (torch.save archives, read by lib/interop/torch_state_dict.h: no code runs).
 //   meta:  params.json + consolidated.00.pth (lib/interop/meta_checkpoint.h).
 // Tensor metadata is known up front; tensor data is read one tensor at a time from memory-mapped
-// files, so a reader never holds the model in memory.
+// files, so a reader never holds the model in memory (but for a torch.save tensor stored as a
+// non-contiguous view, copied on open).
 
 #include <ATen/ATen.h>
 
@@ -56,7 +59,8 @@ absl::StatusOr<nlohmann::json> ReadHfConfig(const std::string& directory);
 // Its generation_config.json, parsed; null when absent or not a JSON object (with a warning:
 // transformers too loads the model without it then).
 nlohmann::json ReadHfGenerationConfig(const std::string& directory);
-// Whether a Hugging Face folder holds weights (model.safetensors or its sharded index).
+// Whether a Hugging Face folder holds weights transformers reads (model.safetensors, its sharded
+// index, pytorch_model.bin or its sharded index).
 bool HfFolderHoldsWeights(const std::string& directory);
 
 class CheckpointReader {
@@ -68,9 +72,10 @@ class CheckpointReader {
   // export), unless `inspect`: then every file is opened and a damaged one (truncated, missing) is
   // listed in Damaged() rather than failing Open (checkpoint_inspect). An HF folder opened to
   // inspect without verify_checksums (checkpoint_inspect --verify) lists its damage the same way:
-  // a safetensors file that cannot be opened in Damaged(), and where the index disagrees with the
-  // files (a tensor in another shard, in none or in two, one the index lacks) in Verify(). A Meta
-  // checkpoint opened to inspect lists a consolidated.00.pth it cannot read in Damaged().
+  // a weights file (safetensors, or .bin) that cannot be read in Damaged(), and where the index
+  // disagrees with the files (a tensor in another shard, in none or in two, one the index lacks) in
+  // Verify(). A Meta checkpoint opened to inspect lists a consolidated.00.pth it cannot read in
+  // Damaged().
   static absl::StatusOr<std::unique_ptr<CheckpointReader>> Open(
       const std::string& path, std::optional<CheckpointFormat> format = std::nullopt,
       bool verify_checksums = true, bool inspect = false);
@@ -110,9 +115,9 @@ class CheckpointReader {
   std::vector<TensorInfo> tensors_;
 };
 
-// model.safetensors.index.json: which shard file holds each tensor (a path relative to the
-// index's folder, perhaps in a subfolder; one leaving the folder is refused), and
-// metadata.total_size when present. `source` (the path) prefixes errors.
+// model.safetensors.index.json or pytorch_model.bin.index.json: which shard file holds each tensor
+// (a path relative to the index's folder, perhaps in a subfolder; one leaving the folder is
+// refused), and metadata.total_size when present. `source` (the path) prefixes errors.
 struct HfIndex {
   std::map<std::string, std::string> weight_map;  // tensor name -> shard file path
   std::optional<uint64_t> total_size;

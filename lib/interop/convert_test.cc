@@ -1187,6 +1187,40 @@ TEST(SaveHfExportTest, WritesWhatConvertWritesAndLoadsBackBitwise) {
   ExpectBitwiseEqual(loaded, weights);
 }
 
+// initial_load_in_hf reads a folder of PyTorch pickles (pytorch_model.bin, as transformers 4 saved
+// it) as the safetensors it was written from.
+TEST(SaveHfExportTest, InitialLoadReadsPickleWeights) {
+  ModelInfo info = SmallModel();
+  info.args.tie_word_embeddings = true;
+  const NamedTensors weights = RandomWeights(info, 3);
+  const std::string exported = TestDir("exported"), pickled = TestDir("pickled");
+  ASSERT_TRUE(SaveHfExport(weights, info, at::kFloat, exported).ok());
+  const std::unique_ptr<CheckpointReader> reader = *CheckpointReader::Open(exported);
+  NamedTensors hf;
+  for (const TensorInfo& tensor : reader->tensors()) {
+    hf.emplace_back(tensor.name, *reader->Get(tensor.name));
+  }
+  // transformers 4 saved the tied head too (over the embedding's storage; here a copy).
+  hf.emplace_back("lm_head.weight", *reader->Get("model.embed_tokens.weight"));
+  ASSERT_TRUE(MakeDirectories(pickled).ok());
+  ASSERT_TRUE(WriteMetaCheckpoint(pickled, hf, json::object()).ok());
+  ASSERT_TRUE(RenamePath(pickled + "/consolidated.00.pth", pickled + "/pytorch_model.bin").ok());
+  ASSERT_TRUE(RemoveTree(pickled + "/params.json").ok());
+  ASSERT_TRUE(
+      WriteFileAtomically(pickled + "/config.json", *ReadFile(exported + "/config.json")).ok());
+
+  const absl::StatusOr<ModelInfo> described = DescribeCheckpointAt(pickled, /*in_hf=*/true);
+  ASSERT_TRUE(described.ok()) << described.status();
+  EXPECT_TRUE(described->args.tie_word_embeddings);
+  NamedTensors loaded;
+  for (const auto& [name, tensor] : weights) loaded.emplace_back(name, at::zeros_like(tensor));
+  std::vector<ParamRef> params;
+  for (auto& [name, tensor] : loaded) params.push_back({name, &tensor});
+  const absl::Status load = LoadModelWeights(pickled, /*in_hf=*/true, info, params);
+  ASSERT_TRUE(load.ok()) << load;
+  ExpectBitwiseEqual(loaded, weights);
+}
+
 // [model] tokenizer_path naming a tokenizer.json file of any name: that file is the export's
 // tokenizer.json, its folder's other tokenizer files travel with it.
 TEST(SaveHfExportTest, TokenizerJsonReplacesTheFoldersOwn) {

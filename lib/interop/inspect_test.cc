@@ -1,5 +1,6 @@
 #include "lib/interop/inspect.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
@@ -24,6 +26,7 @@
 #include "lib/checkpoint/safetensors.h"
 #include "lib/checkpoint/test_dir.h"
 #include "lib/interop/convert.h"
+#include "lib/interop/meta_checkpoint.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "nlohmann/json.hpp"
@@ -32,7 +35,10 @@ namespace titan {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::StartsWith;
 
 // A custom shape of `family` (one layer, 4/2 heads).
 ModelInfo SmallModel(const std::string& family) {
@@ -330,23 +336,42 @@ TEST(InspectTest, NamesTheModelOfAnHfFolderWithADamagedFile) {
   EXPECT_THAT(other->model_unknown_reason, HasSubstr("checkpoint tensors do not match"));
 }
 
-// An HF folder with PyTorch pickle weights only, single or sharded (with or without the shards'
-// index), is refused as such by both tools, detected or named hf, rather than as a folder missing
-// model.safetensors.
-TEST(InspectTest, RefusesPickleWeightsSayingHowToGetSafetensors) {
+// `safetensors` rewritten as a torch.save archive at `pickle` (what transformers wrote before
+// safetensors), the tensors in the same order.
+void WriteAsTorchSave(const std::string& safetensors, const std::string& pickle) {
+  absl::StatusOr<SafetensorsFile> file = SafetensorsFile::Open(safetensors);
+  ASSERT_TRUE(file.ok()) << file.status();
+  NamedTensors tensors;
+  for (const SafetensorsEntry& entry : file->entries()) {
+    tensors.emplace_back(entry.name, *file->Load(entry.name));
+  }
+  const std::string scratch = TestDir("torch_save_scratch");
+  ASSERT_TRUE(MakeDirectories(scratch).ok());
+  ASSERT_TRUE(WriteMetaCheckpoint(scratch, tensors, nlohmann::json::object()).ok());
+  ASSERT_TRUE(RenamePath(scratch + "/consolidated.00.pth", pickle).ok());
+  ASSERT_TRUE(RemoveTree(safetensors).ok());
+}
+
+// An HF folder with PyTorch pickle weights (torch.save archives) and no safetensors is read as
+// transformers reads it: pytorch_model.bin, or the shards pytorch_model.bin.index.json lists; the
+// same tensors as the safetensors they were written from. Shards without their index are refused
+// naming them, and a shard the index names but the folder lacks is damage.
+TEST(InspectTest, ReadsPickleWeightsAsTheirSafetensors) {
   const std::string titan = TestDir("pickle_titan"), single = TestDir("pickle_single"),
                     sharded = TestDir("pickle_sharded"), shards = TestDir("pickle_shards"),
-                    indexed = TestDir("pickle_indexed");
+                    indexed = TestDir("pickle_indexed"), reference = TestDir("pickle_reference");
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(7), true).ok());
   ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
   ASSERT_TRUE(ConvertCheckpoint(titan, single, options).ok());
+  ASSERT_TRUE(ConvertCheckpoint(titan, reference, options).ok());
   options.max_shard_bytes = 40000;  // Two shards of the 68 kB.
   for (const std::string& folder : {sharded, shards, indexed}) {
     ASSERT_TRUE(ConvertCheckpoint(titan, folder, options).ok());
   }
-  ASSERT_TRUE(RenamePath(single + "/model.safetensors", single + "/pytorch_model.bin").ok());
-  // Each safetensors file becomes its pickle name (sharded: the index only, shards: the shards
-  // only, indexed: both).
+  WriteAsTorchSave(single + "/model.safetensors", single + "/pytorch_model.bin");
+  // Each safetensors file becomes its pickle (sharded: the index only, shards: the shards only,
+  // indexed: both), the index naming the pickles.
   for (const auto& [folder, keep_shards, keep_index] :
        {std::tuple(sharded, false, true), std::tuple(shards, true, false),
         std::tuple(indexed, true, true)}) {
@@ -356,42 +381,123 @@ TEST(InspectTest, RefusesPickleWeightsSayingHowToGetSafetensors) {
       const std::string path = folder + "/" + name;
       absl::string_view shard_number = name;  // "-0000i-of-0000n" of model-0000i-of-0000n.
       if (name == "model.safetensors.index.json") {
-        ASSERT_TRUE((keep_index ? RenamePath(path, folder + "/pytorch_model.bin.index.json")
-                                : RemoveTree(path))
-                        .ok());
+        std::string index = *ReadFile(path);
+        index = absl::StrReplaceAll(
+            index, {{"\"model-", "\"pytorch_model-"}, {".safetensors\"", ".bin\""}});
+        ASSERT_TRUE(RemoveTree(path).ok());
+        if (keep_index) {
+          ASSERT_TRUE(WriteFileAtomically(folder + "/pytorch_model.bin.index.json", index).ok());
+        }
       } else if (absl::ConsumePrefix(&shard_number, "model-") &&
                  absl::ConsumeSuffix(&shard_number, ".safetensors")) {
-        ASSERT_TRUE((keep_shards ? RenamePath(path, absl::StrCat(folder, "/pytorch_model-",
-                                                                 shard_number, ".bin"))
-                                 : RemoveTree(path))
-                        .ok());
+        if (keep_shards) {
+          WriteAsTorchSave(path, absl::StrCat(folder, "/pytorch_model-", shard_number, ".bin"));
+        } else {
+          ASSERT_TRUE(RemoveTree(path).ok());
+        }
       }
     }
   }
   InspectOptions verify;
   verify.verify = true;
+  for (const std::string& folder : {single, indexed}) {
+    absl::StatusOr<InspectReport> report = InspectCheckpoint(folder, verify);
+    ASSERT_TRUE(report.ok()) << report.status();
+    EXPECT_EQ(report->format, "hf");
+    EXPECT_EQ(report->model, "llama3") << report->model_unknown_reason;
+    EXPECT_TRUE(report->damaged.empty());
+    EXPECT_THAT(report->problems, IsEmpty());  // The index's metadata.total_size too.
+    absl::StatusOr<DiffReport> diff = DiffCheckpoints(folder, reference, 0, 0);
+    ASSERT_TRUE(diff.ok()) << diff.status();
+    EXPECT_TRUE(diff->identical()) << FormatDiffReport(*diff);
+    EXPECT_EQ(diff->compared, static_cast<int64_t>(report->tensors.size()));
+    // Converted, the same titan checkpoint and HF folder as the safetensors give.
+    for (const auto& [to, file] : {std::pair(CheckpointFormat::kTitan, "/step-0/model.safetensors"),
+                                   std::pair(CheckpointFormat::kHf, "/model.safetensors")}) {
+      const std::string out = TestDir("pickle_out"), expected = TestDir("pickle_expected");
+      ConvertOptions convert;
+      convert.to = to;
+      ASSERT_TRUE(ConvertCheckpoint(folder, out, convert).ok());
+      ASSERT_TRUE(ConvertCheckpoint(reference, expected, convert).ok());
+      EXPECT_EQ(ReadFile(out + file).value_or("(missing)"),
+                ReadFile(expected + file).value_or("(missing from the reference)"));
+    }
+  }
+
+  // Shards without their index are refused as safetensors shards are.
+  const std::string unindexed =
+      shards +
+      ": holds PyTorch .bin shards (pytorch_model-00001-of-00002.bin, "
+      "pytorch_model-00002-of-00002.bin) but no pytorch_model.bin.index.json, which maps each "
+      "tensor to its shard (transformers too needs it): copy it from the shards' source";
   ConvertOptions from_hf;
   from_hf.from = CheckpointFormat::kHf;
-  for (const auto& [folder, file] :
-       {std::pair(single, std::string("pytorch_model.bin")),
-        std::pair(sharded, std::string("pytorch_model.bin.index.json")),
-        std::pair(shards, std::string("pytorch_model-00001-of-00002.bin")),
-        std::pair(indexed, std::string("pytorch_model-00001-of-00002.bin"))}) {
-    const std::string expected =
-        folder + ": holds PyTorch .bin (pickle) weights (" + file +
-        ") and no model.safetensors or model.safetensors.index.json; titan reads safetensors "
-        "only: save the model with transformers' save_pretrained(..., safe_serialization=True)";
-    EXPECT_EQ(InspectCheckpoint(folder, InspectOptions()).status().message(), expected);
-    EXPECT_EQ(InspectCheckpoint(folder, verify).status().message(), expected);
-    EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), ConvertOptions()).status().message(),
-              expected);
-    EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), from_hf).status().message(), expected);
+  EXPECT_EQ(InspectCheckpoint(shards, InspectOptions()).status().message(), unindexed);
+  EXPECT_EQ(InspectCheckpoint(shards, verify).status().message(), unindexed);
+  EXPECT_EQ(ConvertCheckpoint(shards, TestDir("out"), ConvertOptions()).status().message(),
+            unindexed);
+  EXPECT_EQ(ConvertCheckpoint(shards, TestDir("out"), from_hf).status().message(), unindexed);
+
+  // An index whose shards are gone: each is damage --verify lists, and fails a conversion.
+  const absl::StatusOr<InspectReport> report = InspectCheckpoint(sharded, verify);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->damaged.size(), 2u);
+  EXPECT_THAT(report->damaged[0], HasSubstr(sharded + "/pytorch_model-00001-of-00002.bin: "));
+  EXPECT_THAT(report->problems, ElementsAreArray(report->damaged));
+  EXPECT_THAT(
+      std::string(ConvertCheckpoint(sharded, TestDir("out"), ConvertOptions()).status().message()),
+      HasSubstr(sharded + "/pytorch_model-00001-of-00002.bin: "));
+}
+
+// A pytorch_model.bin that is no torch.save dict of tensors is damage naming it: a truncated one,
+// one whose pickle calls another global (os.system: refused before anything runs), and one in
+// torch.save's legacy format (before PyTorch 1.6).
+TEST(InspectTest, UnreadablePickleWeightsAreDamageNamingTheFile) {
+  const std::string titan = TestDir("bad_pickle_titan"), folder = TestDir("bad_pickle");
+  ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(7), true).ok());
+  ConvertOptions options;
+  options.to = CheckpointFormat::kHf;
+  ASSERT_TRUE(ConvertCheckpoint(titan, folder, options).ok());
+  const std::string weights = folder + "/pytorch_model.bin";
+  WriteAsTorchSave(folder + "/model.safetensors", weights);
+  const std::string good = *ReadFile(weights);
+  // {"w": os.system("true")} as Python's pickle writes it (os.system is posix.system).
+  std::string evil;
+  {
+    caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t size) {
+      evil.append(static_cast<const char*>(data), size);
+      return size;
+    });
+    const std::string pickle(
+        "\x80\x02}q\x00X\x01\x00\x00\x00wq\x01"
+        "cposix\nsystem\nq\x02X\x04\x00\x00\x00trueq\x03\x85q\x04Rq\x05s.",
+        48);
+    zip.writeRecord("data.pkl", pickle.data(), pickle.size());
+    zip.writeEndOfFile();
+  }
+  std::string legacy("\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19\x2e", 15);
+  for (const auto& [bytes, why] :
+       {std::pair(good.substr(0, 1000), std::string(": not a torch.save state dict of tensors: ")),
+        std::pair(evil, std::string(": not a torch.save state dict of tensors: data.pkl: byte 13: "
+                                    "GLOBAL posix.system: expected a global of a dict of tensors")),
+        std::pair(legacy, std::string(": torch.save's legacy format (PyTorch before 1.6, not a zip "
+                                      "archive), which titan does not read"))}) {
+    ASSERT_TRUE(WriteFileAtomically(weights, bytes).ok());
+    InspectOptions verify;
+    verify.verify = true;
+    absl::StatusOr<InspectReport> report = InspectCheckpoint(folder, verify);
+    ASSERT_TRUE(report.ok()) << report.status();
+    ASSERT_EQ(report->damaged.size(), 1u);
+    EXPECT_THAT(report->damaged[0], StartsWith(weights + why));
+    EXPECT_THAT(
+        std::string(ConvertCheckpoint(folder, TestDir("out"), ConvertOptions()).status().message()),
+        StartsWith(weights + why));
   }
 }
 
 // Safetensors shards without their index are refused naming the shards and the missing index
-// (transformers too needs it), rather than as a folder missing model.safetensors; beside pickles
-// too, as the safetensors are what the folder means to hold.
+// (transformers too needs it), rather than as a folder missing model.safetensors. Beside a
+// pytorch_model.bin, that is what transformers reads, and titan too.
 TEST(InspectTest, RefusesSafetensorsShardsWithoutTheirIndexNamingThem) {
   const std::string titan = TestDir("unindexed_titan"), folder = TestDir("unindexed");
   ASSERT_TRUE(CheckpointManager(titan, 0).Save(1, SmallState(7), true).ok());
@@ -408,16 +514,19 @@ TEST(InspectTest, RefusesSafetensorsShardsWithoutTheirIndexNamingThem) {
   verify.verify = true;
   ConvertOptions from_hf;
   from_hf.from = CheckpointFormat::kHf;
-  for (const bool with_pickle : {false, true}) {
-    if (with_pickle) {
-      ASSERT_TRUE(WriteFileAtomically(folder + "/pytorch_model.bin", "x").ok());
-    }
-    EXPECT_EQ(InspectCheckpoint(folder, InspectOptions()).status().message(), expected);
-    EXPECT_EQ(InspectCheckpoint(folder, verify).status().message(), expected);
-    EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), ConvertOptions()).status().message(),
-              expected);
-    EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), from_hf).status().message(), expected);
-  }
+  EXPECT_EQ(InspectCheckpoint(folder, InspectOptions()).status().message(), expected);
+  EXPECT_EQ(InspectCheckpoint(folder, verify).status().message(), expected);
+  EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), ConvertOptions()).status().message(),
+            expected);
+  EXPECT_EQ(ConvertCheckpoint(folder, TestDir("out"), from_hf).status().message(), expected);
+
+  ASSERT_TRUE(WriteFileAtomically(folder + "/pytorch_model.bin", "x").ok());
+  const std::string read_pickle =
+      folder + "/pytorch_model.bin: not a torch.save state dict of tensors: ";
+  EXPECT_THAT(std::string(InspectCheckpoint(folder, InspectOptions()).status().message()),
+              StartsWith(read_pickle));
+  EXPECT_THAT(std::string(ConvertCheckpoint(folder, TestDir("out"), from_hf).status().message()),
+              StartsWith(read_pickle));
 }
 
 // A root holding only what unfinished saves left says so rather than "unknown checkpoint format".
@@ -700,9 +809,9 @@ TEST(InspectTest, DiffFindsChangedMissingAndToleratedTensors) {
   EXPECT_EQ(diff->tolerated[0].name, "tok_embeddings.weight");
   EXPECT_NEAR(diff->tolerated[0].max_abs_diff, 1e-4, 1e-6);
   EXPECT_THAT(FormatDiffReport(*diff),
-              ::testing::StartsWith(absl::StrCat("compared ", state.model.size(),
-                                                 " tensors: within tolerance (rtol 0.01, atol "
-                                                 "0.001): 1 differ, by at most ")));
+              StartsWith(absl::StrCat("compared ", state.model.size(),
+                                      " tensors: within tolerance (rtol 0.01, atol "
+                                      "0.001): 1 differ, by at most ")));
   nlohmann::json near_json = DiffReportToJson(*diff);
   EXPECT_EQ(near_json.at("identical"), false);
   EXPECT_EQ(near_json.at("within_tolerance"), true);

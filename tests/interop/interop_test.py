@@ -11,6 +11,7 @@ import sys
 import time
 import unittest
 
+import huggingface_hub
 import torch
 import transformers
 from interop_util import config_dict, convert, hf_tensors, run
@@ -30,6 +31,34 @@ def small_config(**overrides):
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
     kwargs.update(overrides)
     return transformers.LlamaConfig(**kwargs)
+
+
+def save_pytorch_bin(model, folder, max_shard_size="50GB"):
+    """`model` as transformers 4's save_pretrained(..., safe_serialization=False) saved it
+    (transformers 5 writes safetensors only): torch.save of the dict shards huggingface_hub splits
+    (a tied head kept over the embedding's storage), pytorch_model.bin.index.json when sharded."""
+    os.makedirs(folder)
+    model.config.save_pretrained(folder)
+    model.generation_config.save_pretrained(folder)
+    state_dict = model.state_dict()
+    split = huggingface_hub.split_torch_state_dict_into_shards(
+        state_dict, filename_pattern="pytorch_model{suffix}.bin", max_shard_size=max_shard_size)
+    for file, names in split.filename_to_tensors.items():
+        torch.save({name: state_dict[name].contiguous() for name in names},
+                   os.path.join(folder, file))
+    if split.is_sharded:
+        with open(os.path.join(folder, "pytorch_model.bin.index.json"), "w") as f:
+            json.dump({"metadata": split.metadata, "weight_map": split.tensor_to_filename}, f)
+
+
+def folder_files(folder):
+    """Every file under `folder`, relative path -> bytes."""
+    files = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                files[os.path.relpath(os.path.join(root, name), folder)] = f.read()
+    return files
 
 
 # Llama 3.1's scaling (original length 8192): what params.json's use_scaled_rope means.
@@ -102,6 +131,88 @@ class InteropTest(unittest.TestCase):
         self.assertNotIn("output.weight", names)
         self.assertEqual({t["dtype"] for t in manifest["tensors"]}, {"BF16"})
         self.assertTrue(manifest["state"]["model"]["args"]["tie_word_embeddings"])
+
+    def test_pytorch_bin_folders_read_as_their_safetensors(self):
+        # fp32 in one pytorch_model.bin, and bf16 tied in shards with their index (the head saved
+        # over the embedding's storage, as transformers 4 kept it): titan reads the tensors the
+        # safetensors save holds, and converts and inspects the folder as it does that one.
+        for name, config, dtype, shard_size in [
+                ("single", small_config(), torch.float32, "50GB"),
+                ("sharded", small_config(tie_word_embeddings=True), torch.bfloat16, "20KB")]:
+            with self.subTest(name):
+                shutil.rmtree(self.tmp)
+                os.makedirs(self.tmp)
+                model = self.save_hf(config, dtype)
+                save_pytorch_bin(model, self.path("bin"), shard_size)
+                bins = glob.glob(self.path("bin/pytorch_model*.bin"))
+                self.assertEqual(len(bins) > 2, name == "sharded", bins)
+                # The reference is a folder transformers reads as the model saved.
+                loaded = transformers.LlamaForCausalLM.from_pretrained(self.path("bin"),
+                                                                       dtype=dtype).state_dict()
+                for key, tensor in model.state_dict().items():
+                    self.assertTrue(torch.equal(tensor, loaded[key]), key)
+                for to in ("titan", "hf"):
+                    for source in ("hf", "bin"):
+                        convert(CONVERT, self.path(source), self.path(f"{to}_from_{source}"),
+                                f"--to={to}", *(["--from=hf"] if source == "bin" else []))
+                    self.assertEqual(folder_files(self.path(f"{to}_from_bin")),
+                                     folder_files(self.path(f"{to}_from_hf")), to)
+                proc = subprocess.run([INSPECT, "--json", f"--diff={self.path('hf')}",
+                                       self.path("bin")], capture_output=True, text=True)
+                self.assertEqual(proc.returncode, 0, proc.stdout + proc.stderr)
+                self.assertTrue(json.loads(proc.stdout)["diff"]["identical"])
+                reports = {source: json.loads(run([INSPECT, "--json", "--verify", "--stats",
+                                                   self.path(source)]).stdout)
+                           for source in ("hf", "bin")}
+                self.assertTrue(reports["bin"]["verify"]["ok"], reports["bin"]["verify"])
+                stats = {source: {t["name"]: t for t in reports[source]["tensors"]}
+                         for source in reports}
+                # The .bin keeps the tied head transformers drops from safetensors.
+                self.assertEqual(set(stats["bin"]) - set(stats["hf"]),
+                                 {"lm_head.weight"} if name == "sharded" else set())
+                for tensor, entry in stats["hf"].items():
+                    self.assertEqual(entry["stats"], stats["bin"][tensor]["stats"], tensor)
+                    self.assertEqual(entry["shape"], stats["bin"][tensor]["shape"], tensor)
+
+    def test_pytorch_bin_that_would_run_code_is_refused_running_nothing(self):
+        # A pickle calling os.system is refused before anything runs, as damage naming the file;
+        # torch.save's legacy format (before PyTorch 1.6) is refused naming the file too.
+        marker = self.path("ran")
+
+        class RunsCode:
+            def __reduce__(self):
+                return (os.system, (f"touch {marker}",))
+
+        model = self.save_hf(small_config(), torch.float32)
+        save_pytorch_bin(model, self.path("bin"))
+        weights = self.path("bin/pytorch_model.bin")
+        state = torch.load(weights, weights_only=True)
+        torch.save({**state, "model.extra": RunsCode()}, weights)
+        refused = (f"{weights}: not a torch.save state dict of tensors: data.pkl: byte ",
+                   ": GLOBAL posix.system: expected a global of a dict of tensors")
+        proc = subprocess.run([CONVERT, self.path("bin"), self.path("out")], capture_output=True,
+                              text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        for part in refused:
+            self.assertIn(part, proc.stderr)
+        self.assertFalse(os.path.exists(self.path("out")))
+        proc = subprocess.run([INSPECT, "--json", "--verify", self.path("bin")],
+                              capture_output=True, text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        damaged = json.loads(proc.stdout)["damaged"]
+        self.assertEqual(len(damaged), 1, damaged)
+        for part in refused:
+            self.assertIn(part, damaged[0])
+        self.assertFalse(os.path.exists(marker))
+        torch.load(weights, weights_only=False)  # What Python's unrestricted unpickler does.
+        self.assertTrue(os.path.exists(marker))
+
+        torch.save(state, weights, _use_new_zipfile_serialization=False)
+        proc = subprocess.run([CONVERT, self.path("bin"), self.path("out")], capture_output=True,
+                              text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn(f"{weights}: torch.save's legacy format (PyTorch before 1.6, not a zip "
+                      "archive), which titan does not read", proc.stderr)
 
     def test_generation_settings_and_chat_template_reach_the_export(self):
         # What titan does not model travels verbatim: generate() samples as the authors set, and
