@@ -96,8 +96,8 @@ class HfReader : public CheckpointReader {
 
   absl::StatusOr<absl::string_view> Bytes(absl::string_view name) const override {
     if (const auto pickled = pickled_.find(name); pickled != pickled_.end()) {
-      const at::Tensor& tensor =
-          pickled->second;  // Contiguous: ReadTorchStateDictFile makes it so.
+      // Contiguous: ReadTorchStateDictFile makes it so.
+      const at::Tensor& tensor = pickled->second;
       return absl::string_view(static_cast<const char*>(tensor.data_ptr()), tensor.nbytes());
     }
     const auto it = location_.find(name);

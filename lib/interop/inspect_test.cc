@@ -424,6 +424,25 @@ TEST(InspectTest, ReadsPickleWeightsAsTheirSafetensors) {
     }
   }
 
+  // The .bin index follows the safetensors index's rules: no shard outside the folder.
+  const std::string index_path = indexed + "/pytorch_model.bin.index.json";
+  const std::string index_text = *ReadFile(index_path);
+  nlohmann::json escaping = nlohmann::json::parse(index_text);
+  escaping["weight_map"]["model.norm.weight"] =
+      "../pickle_indexed/pytorch_model-00001-of-00002.bin";
+  ASSERT_TRUE(WriteFileAtomically(index_path, escaping.dump()).ok());
+  EXPECT_EQ(InspectCheckpoint(indexed, InspectOptions()).status().message(),
+            index_path +
+                ": weight_map[\"model.norm.weight\"]: \"../pickle_indexed/"
+                "pytorch_model-00001-of-00002.bin\" is outside the checkpoint folder (expected a "
+                "path inside it)");
+  // Beside its index, pytorch_model.bin is what transformers reads: the shards are not opened.
+  ASSERT_TRUE(RenamePath(single + "/pytorch_model.bin", indexed + "/pytorch_model.bin").ok());
+  ASSERT_TRUE(RemoveTree(indexed + "/pytorch_model-00001-of-00002.bin").ok());
+  absl::StatusOr<DiffReport> single_read = DiffCheckpoints(indexed, reference, 0, 0);
+  ASSERT_TRUE(single_read.ok()) << single_read.status();
+  EXPECT_TRUE(single_read->identical()) << FormatDiffReport(*single_read);
+
   // Shards without their index are refused as safetensors shards are.
   const std::string unindexed =
       shards +
