@@ -106,7 +106,10 @@ at::Tensor SamplingProbs(const at::Tensor& scores, const SamplingOptions& option
     const at::Tensor drop = at::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
     filtered = filtered.masked_fill(drop, lowest);
   }
-  return filtered.softmax(-1);
+  // A row of non-finite logits (a diverged model) softmaxes to NaN, which at::multinomial refuses
+  // (on CUDA by a device-side assert that ends the process): it draws uniformly instead, and its
+  // NaN log-probability fails the generation once the batch is done (Generate).
+  return filtered.softmax(-1).nan_to_num(1.0);
 }
 
 // Greedy (temperature 0) or drawn by `draw` from SamplingProbs, with each token's log-probability.
@@ -224,6 +227,11 @@ absl::StatusOr<Generation> Generate(
     logits = data_parallel.Forward(
         [&] { return model.Forward(batch.tokens.slice(1, p + t, p + t + 1), step); });
     ++out.decode_steps;
+  }
+  // One read per batch, not per token: a non-finite logit makes its row's log-probabilities NaN.
+  if (!out.logprobs.isfinite().all().item<bool>()) {
+    return absl::AbortedError(
+        "the model's logits are not finite (NaN or infinite): its weights have diverged");
   }
   const at::Tensor mask = batch.response_mask.cpu();
   const at::Tensor tokens = batch.tokens.cpu();

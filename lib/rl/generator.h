@@ -82,7 +82,8 @@ at::Tensor SampleNextPerRow(const at::Tensor& logits, const SamplingOptions& opt
 // per forward until every row has stopped (read every 8 tokens) or max_new_tokens. `all_stopped`
 // (optional, called at those reads) turns this rank's "every row stopped" into the job's: with
 // FSDP every rank must run as many forwards (data-parallel generation over a sharded policy).
-// The model runs under `data_parallel`'s Forward, without autograd.
+// The model runs under `data_parallel`'s Forward, without autograd. Logits that are not finite
+// (diverged weights) fail it as an AbortedError, read once the batch is done.
 absl::StatusOr<Generation> Generate(
     Decoder& model, DataParallel& data_parallel, const std::vector<TokenIds>& prompts,
     const SamplingOptions& options,

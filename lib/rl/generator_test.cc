@@ -1,7 +1,9 @@
 #include "lib/rl/generator.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
 
+#include <limits>
 #include <memory>
 
 #include "gtest/gtest.h"
@@ -160,6 +162,28 @@ TEST(GenerateTest, RowSeedsMakeAPromptsSamplesItsOwn) {
   options.row_seeds = {1, 2};
   EXPECT_EQ(Generate(*model, data_parallel, {prompts[1]}, options).status().message(),
             "2 row seeds for 1 prompts: give one per prompt");
+}
+
+// A diverged model (non-finite logits) fails generation with one clear error whether it samples
+// greedily, from one generator or from one per row, instead of LibTorch's multinomial error (a
+// device-side assert on CUDA) or, greedy, garbage tokens with NaN log-probabilities.
+TEST(GenerateTest, NonFiniteLogitsFailEveryMode) {
+  std::unique_ptr<Decoder> model = TinyModel(16);
+  {
+    c10::NoGradGuard no_grad;
+    model->OutputWeight().select(0, 3).fill_(std::numeric_limits<float>::infinity());
+  }
+  DataParallel data_parallel;
+  SamplingOptions greedy, sampled, per_row;
+  for (SamplingOptions* options : {&greedy, &sampled, &per_row}) options->max_new_tokens = 4;
+  greedy.temperature = 0;
+  per_row.row_seeds = {1, 2};
+  for (const SamplingOptions* options : {&greedy, &sampled, &per_row}) {
+    absl::StatusOr<Generation> out = Generate(*model, data_parallel, {{1, 2, 3}, {4, 5}}, *options);
+    EXPECT_TRUE(absl::IsAborted(out.status())) << out.status();
+    EXPECT_EQ(out.status().message(),
+              "the model's logits are not finite (NaN or infinite): its weights have diverged");
+  }
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "lib/train/stop_signal.h"
 #include "lib/util/file_util.h"
 #include "lib/util/short_text.h"
+#include "lib/util/status_context.h"
 #include "lib/util/status_macros.h"
 #include "lib/util/torch_errors.h"
 #include "nlohmann/json.hpp"
@@ -166,7 +167,17 @@ absl::StatusOr<Generation> RlTrainer::Generate(const std::vector<std::string>& p
   if (rl_.gather_for_generation()) {
     TITAN_ASSIGN_OR_RETURN(gathered, DataParallel::GatheredScope::Gather(*policy_.data_parallel));
   }
-  return titan::Generate(*policy_.model, *policy_.data_parallel, ids, options, all_stopped);
+  absl::StatusOr<Generation> generation =
+      titan::Generate(*policy_.model, *policy_.data_parallel, ids, options, all_stopped);
+  // Aborted: the logits were not finite. Say which weights, as far as this process knows them.
+  if (!absl::IsAborted(generation.status())) return generation;
+  const std::string weights = state_.step > loaded_step_
+                                  ? absl::StrCat("as step ", state_.step, "'s update left them")
+                              : weights_from_.empty() ? std::string("randomly initialised")
+                                                      : absl::StrCat("loaded from ", weights_from_);
+  return absl::AbortedError(
+      absl::StrCat("the policy's logits are not finite (NaN or infinite): its weights, ", weights,
+                   ", have diverged (too large, or not finite)"));
 }
 
 absl::StatusOr<std::vector<std::string>> RlTrainer::ResponseTexts(const Generation& generation,
@@ -553,8 +564,9 @@ absl::Status RlTrainer::Train() {
       }
       const uint64_t seed = static_cast<uint64_t>(setup_.seed) + step * kStepSeedStride +
                             setup_.dp_rank;
-      TITAN_ASSIGN_OR_RETURN(const Generation generation,
-                             Generate(prompts, SamplingFromConfig(seed, false)));
+      absl::StatusOr<Generation> sampled = Generate(prompts, SamplingFromConfig(seed, false));
+      TITAN_RETURN_IF_ERROR(WithContext(sampled.status(), absl::StrCat("step ", step)));
+      const Generation generation = *std::move(sampled);
       const double generation_seconds = stopwatch.Lap();
       Rollouts rollouts;
       TITAN_ASSIGN_OR_RETURN(const std::vector<std::string> texts,

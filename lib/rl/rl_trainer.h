@@ -79,7 +79,8 @@ class RlTrainer {
   // the scorer's: [rl] overlong_buffer_len's penalty is applied here, as in Train.
   absl::StatusOr<StepMetrics> StepOnRollouts(const Rollouts& rollouts);
 
-  // Samples responses to `prompts` (text) with the policy, as [rl] says, seeded by `seed`.
+  // Samples responses to `prompts` (text) with the policy, as [rl] says, seeded by `seed`. Logits
+  // that are not finite (diverged weights) are an AbortedError naming where the weights came from.
   absl::StatusOr<Generation> Generate(const std::vector<std::string>& prompts,
                                       const SamplingOptions& options);
   SamplingOptions SamplingFromConfig(uint64_t seed, bool greedy) const;
@@ -226,6 +227,7 @@ class RlTrainer {
   std::vector<RlExample> eval_examples_;
   TrainState state_;
   std::string weights_from_;
+  int64_t loaded_step_ = 0;  // state_.step once the weights were loaded: later ones are updates
   double peak_flops_ = 0;  // the device's datasheet peak in the matmuls' dtype; 0: unknown
 };
 

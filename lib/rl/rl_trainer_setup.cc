@@ -195,6 +195,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
       TITAN_RETURN_IF_ERROR(critic_checkpointer_->EnforceKeepLatest());
     }
   }
+  loaded_step_ = state_.step;
   // A resumed step replaces the initial load.
   if (checkpointer_ != nullptr && !checkpointer_->loaded_dir().empty()) {
     weights_from_ = checkpointer_->loaded_dir();

@@ -719,6 +719,36 @@ class TitanRlTest(unittest.TestCase):
         saved = [n for n in os.listdir(os.path.join(dump, "checkpoint")) if n.startswith("step-")]
         self.assertEqual(sorted(int(n.split("-")[1]) for n in saved), list(range(1, diverged)))
 
+    def test_diverged_weights_fail_generation_with_one_clear_error(self):
+        # lr x weight_decay = 1e16: step 1's loss and gradient are finite and so are its weights
+        # (about 1e16 times the initial ones, saved as step-1), but their logits are not.
+        ckpt = ["--checkpoint.enable=true", "--checkpoint.interval=1",
+                "--checkpoint.last_save_model_only=false"]
+        dump, cmd = self.job("diverged_weights", *ckpt, "--training.steps=3",
+                             "--lr_scheduler.warmup_steps=0", "--rl.learning_rate=1e-20",
+                             "--optimizer.weight_decay=1e36", "--rl.ppo_epochs=1",
+                             "--rl.dynamic_sampling=false")
+        proc = common.run(cmd, check=False)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+        self.assertIn("titan_rl: step 2: the policy's logits are not finite (NaN or infinite): its "
+                      "weights, as step 1's update left them, have diverged (too large, or not "
+                      "finite)\n", proc.stderr)
+        self.assertNotIn("LibTorch", proc.stderr)
+        step_1 = os.path.join(dump, "checkpoint", "step-1")
+        # --generate from that step: the same error naming it, greedy or sampled (one generator
+        # for the batch, or one per prompt), and as --json's one line.
+        output = os.path.join(self.root, "diverged_generated.jsonl")
+        for flags in (["--rl.temperature=0"], ["--rl.temperature=1"]):
+            _, cmd = self.job("diverged_weights", *ckpt, "--generate", f"--output={output}",
+                              "--json", *flags)
+            proc = common.run(cmd, check=False)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+            error = (f"the policy's logits are not finite (NaN or infinite): its weights, loaded "
+                     f"from {step_1}, have diverged (too large, or not finite)")
+            self.assertEqual(json.loads(proc.stdout), {"error": error}, flags)
+            self.assertIn(f"titan_rl: {error}\n", proc.stderr)
+            self.assertFalse(os.path.exists(output))
+
     def test_diverged_step_on_rollouts_writes_no_weights(self):
         # 3e38 fits float32 (1e39 is refused as it is read), but PPO's value loss squares it.
         rows = [{"prompt": "Sort: c a b", "response": " #### a b c", "reward": r}
