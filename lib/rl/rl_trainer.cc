@@ -628,7 +628,8 @@ absl::Status RlTrainer::Train() {
                         step % rl_.eval_freq() == 0;
     if (logged) TITAN_RETURN_IF_ERROR(log(m));
     if (step == 1) runtime_.SetTimeout(absl::Seconds(config_.comm().train_timeout_seconds()));
-    const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last);
+    const bool saved = checkpointer_ && (step % ckpt.interval() == 0 || last ||
+                                         (step == 1 && ckpt.enable_first_step_checkpoint()));
     if (saved) TITAN_RETURN_IF_ERROR(SaveStep(last && ckpt.last_save_model_only()));
     TITAN_ASSIGN_OR_RETURN(const int signal, stop_signal.Agreed());
     if (signal != 0 && !last) {

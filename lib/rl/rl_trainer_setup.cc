@@ -66,6 +66,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
   const bool training_run = mode == RlMode::kTrain;
   // Runs that add steps to the run's folder: training, and --step_rollouts --save_step.
   const bool writes_steps = training_run || mode == RlMode::kStepRolloutsSaved;
+  LogJobStart(config_, runtime_);
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   if (writes_steps) {
     // (--generate and --step_rollouts, which take no lock, make the dump folder only once they

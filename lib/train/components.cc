@@ -193,6 +193,14 @@ absl::Status ConfigureFusedKernels(const JobConfig& config) {
   return absl::OkStatus();
 }
 
+void LogJobStart(const JobConfig& config, const DistributedRuntime& runtime) {
+  if (runtime.rank() != 0) return;
+  LOG(INFO) << "job: " << config.job().description();
+  if (config.job().print_config()) {
+    LOG(INFO) << "effective configuration:\n" << JobConfigToToml(config);
+  }
+}
+
 absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime) {
   RunSetup setup;
   if (runtime.distributed()) {

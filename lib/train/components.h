@@ -51,6 +51,10 @@ absl::Status ConfigureFusedKernels(const JobConfig& config);
 // Creates [job] dump_folder (mkdir -p); an error names the key, as a file in its place.
 absl::Status MakeDumpFolder(const JobConfig& config);
 
+// Rank 0 logs [job] description and, with [job] print_config, the effective configuration (TOML):
+// every training tool's first lines.
+void LogJobStart(const JobConfig& config, const DistributedRuntime& runtime);
+
 // Picks the device, splits host cores between local ranks, agrees on seed and run id and seeds
 // LibTorch, turns on deterministic algorithms if asked. A collective with several ranks.
 absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime);

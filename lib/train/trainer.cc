@@ -84,11 +84,7 @@ Trainer::Trainer(const JobConfig& config, const DistributedRuntime& runtime)
 Trainer::~Trainer() = default;
 
 absl::Status Trainer::Init() {
-  const auto& job = config_.job();
-  if (runtime_.rank() == 0) {
-    LOG(INFO) << "job: " << job.description();
-    if (job.print_config()) LOG(INFO) << "effective configuration:\n" << JobConfigToToml(config_);
-  }
+  LogJobStart(config_, runtime_);
   TITAN_ASSIGN_OR_RETURN(setup_, SetUpRun(config_, runtime_));
   TITAN_ASSIGN_OR_RETURN(folder_locks_, LockRunFolders(config_, runtime_));
   TITAN_RETURN_IF_ERROR(runtime_.StartCommTrace(setup_.run_id));
@@ -161,8 +157,8 @@ absl::Status Trainer::Init() {
   TITAN_RETURN_IF_ERROR(InstallHooks());
   // Last, once the job has started: a run refused at startup leaves the previous config.toml.
   if (runtime_.rank() == 0) {
-    TITAN_RETURN_IF_ERROR(
-        WriteFileAtomically(job.dump_folder() + "/config.toml", JobConfigToToml(config_)));
+    TITAN_RETURN_IF_ERROR(WriteFileAtomically(config_.job().dump_folder() + "/config.toml",
+                                              JobConfigToToml(config_)));
   }
   return absl::OkStatus();
 }

@@ -1709,6 +1709,24 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn(f'{prompts}:2: no "answer" field; [rl] reward = "exact_match" compares',
                       stderr)
 
+    def test_first_step_checkpoint_and_print_config_act_as_in_titan_train(self):
+        # [checkpoint] enable_first_step_checkpoint saves step 1 (PPO: its critic too) besides
+        # the interval's steps; [job] print_config logs the configuration run (here [optimizer]
+        # lr is [rl] learning_rate's), in training and in --generate.
+        dump, cmd = self.job("first_step", *self.algorithm("ppo"), "--checkpoint.enable=true",
+                             "--checkpoint.interval=10", "--checkpoint.keep_latest_k=0",
+                             "--checkpoint.enable_first_step_checkpoint=true",
+                             "--job.print_config=true", "--training.steps=3")
+        proc = common.run(cmd)
+        for folder in ("checkpoint", "checkpoint_critic"):
+            self.assertEqual(sorted(n for n in os.listdir(os.path.join(dump, folder))
+                                    if n.startswith("step-")), ["step-1", "step-3"], folder)
+        for stderr in (proc.stderr,
+                       common.run(cmd + ["--generate"]).stderr):
+            config = stderr.split("effective configuration:\n", 1)[1]
+            self.assertIn('algorithm = "ppo"\n', config)
+            self.assertIn("lr = 2e-04\n", config)
+
     def test_written_config_runs_again(self):
         # config.toml spells out every key: [rl] minibatch_size = -1 (the whole batch) and the
         # [training] dataset keys at their defaults.
