@@ -1678,6 +1678,10 @@ class TitanRlTest(unittest.TestCase):
                           check=False)
         self.assertIn("--save_step saves --step_rollouts' update as the run's next step; without "
                       "--step_rollouts there is no such update", proc.stderr)
+        # With --json too: --save_step's refusal, not --json's (which names no --save_step).
+        proc = common.run([c for c in cmd if not c.startswith("--step_rollouts")], check=False)
+        self.assertIn("--save_step saves --step_rollouts' update as the run's next step; without "
+                      "--step_rollouts there is no such update", json.loads(proc.stdout)["error"])
 
     def test_overlong_penalty_is_at_most_its_factor(self):
         # Given rollouts may be longer than max_new_tokens: DAPO's soft punishment stops at the

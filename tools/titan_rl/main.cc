@@ -101,6 +101,12 @@ ToolFlags ParseToolFlags(int argc, char** argv) {
 
 absl::Status Run(const ToolFlags& flags) {
   if (!flags.error.empty()) return absl::InvalidArgumentError(flags.error);
+  // First: it says what the other flags' refusals (--json's) would only hint at.
+  if (flags.save_step && flags.step_rollouts.empty()) {
+    return absl::InvalidArgumentError(
+        "--save_step saves --step_rollouts' update as the run's next step; without "
+        "--step_rollouts there is no such update (a training run saves its steps itself)");
+  }
   if (flags.json && !flags.generate && flags.step_rollouts.empty()) {
     return absl::InvalidArgumentError(
         "--json: only --generate and --step_rollouts print a JSON summary; a training run writes "
@@ -117,11 +123,6 @@ absl::Status Run(const ToolFlags& flags) {
   }
   if (flags.generate && !flags.step_rollouts.empty()) {
     return absl::InvalidArgumentError("--generate and --step_rollouts: give one of them");
-  }
-  if (flags.save_step && flags.step_rollouts.empty()) {
-    return absl::InvalidArgumentError(
-        "--save_step saves --step_rollouts' update as the run's next step; without "
-        "--step_rollouts there is no such update (a training run saves its steps itself)");
   }
   absl::StatusOr<titan::JobConfig> config = titan::ParseJobConfig("", flags.overrides);
   if (!config.ok()) return config.status();
