@@ -1,6 +1,7 @@
 #include "lib/rl/rl_config.h"
 
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -92,11 +93,14 @@ absl::StatusOr<JobConfig> RlJobConfig(const JobConfig& config, RlMode mode) {
   out.mutable_training()->set_seq_len(rl.max_seq_len());
   if (absl::Status status = RefuseTrainerDataKeys(config); !status.ok()) return status;
   const JobConfig::Parallelism& p = config.parallelism();
-  if (p.tensor_parallel_degree() > 1 || p.context_parallel_degree() > 1 ||
-      p.pipeline_parallel_degree() > 1) {
-    return absl::UnimplementedError(
-        "[parallelism] tensor/context/pipeline_parallel_degree > 1: titan_rl shards the policy "
-        "with data parallelism only (DDP, FSDP, HSDP); set them to 1");
+  for (const auto& [key, degree] :
+       {std::pair{"tensor_parallel_degree", p.tensor_parallel_degree()},
+        std::pair{"context_parallel_degree", p.context_parallel_degree()},
+        std::pair{"pipeline_parallel_degree", p.pipeline_parallel_degree()}}) {
+    if (degree <= 1) continue;
+    return absl::UnimplementedError(absl::StrCat(
+        "[parallelism] ", key, " = ", degree,
+        ": titan_rl shards the policy with data parallelism only (DDP, FSDP, HSDP); set it to 1"));
   }
   if (config.compile().cuda_graph()) {
     return absl::UnimplementedError(

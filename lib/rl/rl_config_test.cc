@@ -36,6 +36,20 @@ TEST(RlJobConfigTest, ResponsesMustLeaveRoomForThePrompt) {
   EXPECT_TRUE(RlJobConfig(config, RlMode::kTrain).ok()) << Refusal(config);
 }
 
+// The refusal names the degree that was set, not all three.
+TEST(RlJobConfigTest, ModelParallelDegreesAreRefusedByName) {
+  JobConfig config = SortingJob();
+  config.mutable_parallelism()->set_context_parallel_degree(2);
+  EXPECT_EQ(Refusal(config),
+            "[parallelism] context_parallel_degree = 2: titan_rl shards the policy with data "
+            "parallelism only (DDP, FSDP, HSDP); set it to 1");
+  config = SortingJob();
+  config.mutable_parallelism()->set_pipeline_parallel_degree(4);
+  EXPECT_EQ(Refusal(config),
+            "[parallelism] pipeline_parallel_degree = 4: titan_rl shards the policy with data "
+            "parallelism only (DDP, FSDP, HSDP); set it to 1");
+}
+
 TEST(RlJobConfigTest, ChatTemplateNeedsThePromptPlaceholder) {
   JobConfig config = SortingJob();
   config.mutable_rl()->set_chat_template("User: {question}\nAssistant:");
