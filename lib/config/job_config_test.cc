@@ -979,6 +979,14 @@ TEST(JobConfigTest, KeysWithoutEffectListsParallelismKeysOfDegreesThatAreOne) {
                   "no effect",
                   "[parallelism] data_parallel_shard_degree × context_parallel_degree = 1 (no "
                   "FSDP): fsdp_reshard_after_forward has no effect"));
+  // titan_rl's FSDP key, named with its section.
+  config->mutable_rl()->set_gather_for_generation(false);
+  EXPECT_THAT(
+      KeysWithoutEffect(*config),
+      testing::Contains("[parallelism] data_parallel_shard_degree × context_parallel_degree "
+                        "= 1 (no FSDP): [rl] gather_for_generation has no effect"));
+  EXPECT_THAT(KeysWithoutEffect(*config, 2),
+              testing::Not(testing::Contains(testing::HasSubstr("gather_for_generation"))));
   // data_parallel_shard_degree = -1 takes the 2 ranks: FSDP runs.
   EXPECT_THAT(KeysWithoutEffect(*config, 2),
               testing::Not(testing::Contains(testing::HasSubstr("fsdp_reshard_after_forward"))));

@@ -180,6 +180,7 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_si
     const char* switch_off;  // how the feature is off, as the warning says it
     bool off;
     std::vector<const char*> keys;
+    const char* keys_section = nullptr;  // the keys' own section, where it is not the switch's
   };
   const JobConfig::Profiling& profiling = config.profiling();
   const JobConfig::Parallelism& parallelism = config.parallelism();
@@ -233,13 +234,22 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_si
        "data_parallel_shard_degree × context_parallel_degree = 1 (no FSDP)",
        !fsdp,
        {"fsdp_reshard_after_forward"}},
+      {"parallelism",
+       "data_parallel_shard_degree × context_parallel_degree = 1 (no FSDP)",
+       !fsdp,
+       {"gather_for_generation"},
+       "rl"},
   };
   std::vector<std::string> lines;
   for (const OffFeature& feature : features) {
     if (!feature.off) continue;
     std::vector<std::string> set;
+    const char* keys_section =
+        feature.keys_section != nullptr ? feature.keys_section : feature.section;
     for (const char* key : feature.keys) {
-      if (ChangedKey(config, feature.section, key)) set.push_back(key);
+      if (!ChangedKey(config, keys_section, key)) continue;
+      set.push_back(feature.keys_section != nullptr ? absl::StrCat("[", keys_section, "] ", key)
+                                                    : std::string(key));
     }
     if (set.empty()) continue;
     lines.push_back(absl::StrCat("[", feature.section, "] ", feature.switch_off, ": ",
