@@ -474,29 +474,35 @@ int64_t UsableHostMemoryBytes() {
   return bytes;
 }
 
-absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
-                                       int64_t memory_bytes) {
+absl::Status CheckSequenceFitsInMemory(absl::string_view key, int64_t seq_len, int64_t batch_size,
+                                       const TransformerArgs& args, int64_t memory_bytes) {
   constexpr int kRopeTablesAtOnce = 4;
   const int64_t rope_frequencies = args.rope.enabled ? args.head_size() / 2 : 0;
+  // In double: 2^31 positions times the sizes overflow nothing there. Computing the tables holds
+  // the angles, a temporary and its scaled copy in float64 and the float32 tables (lib/model/rope).
+  const double rope_bytes =
+      kRopeTablesAtOnce * static_cast<double>(seq_len) * rope_frequencies * sizeof(double);
+  const double token_bytes = static_cast<double>(seq_len) * batch_size * 2 * sizeof(int32_t);
+  if (rope_bytes + token_bytes <= static_cast<double>(memory_bytes)) return absl::OkStatus();
+  constexpr double kGiB = 1024.0 * 1024 * 1024;
+  // The key's name without its section: "lower seq_len".
+  const absl::string_view name = key.substr(key.find("] ") + 2);
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "%s = %d does not fit in memory: its RoPE tables (%d positions x %d frequencies in "
+      "float64, %d tables' worth while computed) and token batch (local_batch_size %d x %s, "
+      "inputs and labels) alone take %.1f GiB, and this process has %.1f GiB left; lower %s",
+      key, seq_len, seq_len, rope_frequencies, kRopeTablesAtOnce, batch_size, name,
+      (rope_bytes + token_bytes) / kGiB, memory_bytes / kGiB, name));
+}
+
+absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
+                                       int64_t memory_bytes) {
   for (const auto& [key, seq_len, batch_size] :
        {std::tuple<const char*, int64_t, int64_t>{"[training] seq_len", config.training().seq_len(),
                                                   config.training().local_batch_size()},
         {"[validation] seq_len", config.validation().enable() ? config.validation().seq_len() : 0,
          config.validation().local_batch_size()}}) {
-    // In double: 2^31 positions times the sizes overflow nothing there. Computing the tables holds
-    // the angles, a temporary and its scaled copy in float64 and the float32 tables
-    // (lib/model/rope).
-    const double rope_bytes =
-        kRopeTablesAtOnce * static_cast<double>(seq_len) * rope_frequencies * sizeof(double);
-    const double token_bytes = static_cast<double>(seq_len) * batch_size * 2 * sizeof(int32_t);
-    if (rope_bytes + token_bytes <= static_cast<double>(memory_bytes)) continue;
-    constexpr double kGiB = 1024.0 * 1024 * 1024;
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "%s = %d does not fit in memory: its RoPE tables (%d positions x %d frequencies in "
-        "float64, %d tables' worth while computed) and token batch (local_batch_size %d x seq_len, "
-        "inputs and labels) alone take %.1f GiB, and this process has %.1f GiB left; lower seq_len",
-        key, seq_len, seq_len, rope_frequencies, kRopeTablesAtOnce, batch_size,
-        (rope_bytes + token_bytes) / kGiB, memory_bytes / kGiB));
+    TITAN_RETURN_IF_ERROR(CheckSequenceFitsInMemory(key, seq_len, batch_size, args, memory_bytes));
   }
   return absl::OkStatus();
 }

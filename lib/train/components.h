@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "lib/checkpoint/checkpoint_manager.h"
 #include "lib/config/job_config.pb.h"
 #include "lib/data/text_data_loader.h"
@@ -116,6 +117,10 @@ int64_t UsableHostMemoryBytes();
 // and are not counted.
 absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
                                        int64_t memory_bytes);
+// The same for one key (refused by that name): `seq_len` positions, `batch_size` sequences at a
+// time (titan_rl's [rl] max_seq_len, which it runs as [training] seq_len).
+absl::Status CheckSequenceFitsInMemory(absl::string_view key, int64_t seq_len, int64_t batch_size,
+                                       const TransformerArgs& args, int64_t memory_bytes);
 
 // Builds `info`'s model on the meta device, initialises it, applies the family's parallelize
 // function ([parallelism], [activation_checkpoint]) and, unless setup.resume_dir is set, loads

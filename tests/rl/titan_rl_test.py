@@ -1767,6 +1767,12 @@ class TitanRlTest(unittest.TestCase):
             stderr = self.refusal("refused_data", *flags)
             self.assertIn(refusal, stderr)
             self.assertNotIn("dataset_path to your copy", stderr)
+        # [training] seq_len is [rl] max_seq_len's in titan_rl (and refused there): the key set is
+        # named.
+        stderr = self.refusal("refused_seq_len", "--rl.max_seq_len=1000000000")
+        self.assertIn("[rl] max_seq_len = 1000000000 does not fit in memory", stderr)
+        self.assertIn("; lower max_seq_len\n", stderr)
+        self.assertNotIn("[training] seq_len", stderr)
         proc = common.run([TITAN_TRAIN, "--rl.algorithm=ppo", "--training.steps=1"], check=False)
         self.assertNotEqual(proc.returncode, 0)
         self.assertIn("[rl]", proc.stderr)
