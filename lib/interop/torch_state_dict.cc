@@ -145,6 +145,16 @@ absl::StatusOr<NamedTensors> ReadStateDict(
     const absl::Status opcodes = CheckStateDictPickle(
         absl::string_view(static_cast<const char*>(pickle.get()), pickle_size));
     if (!opcodes.ok()) return NotAStateDict(source, opcodes.message());
+    // PROTO 2, then GLOBAL collections.OrderedDict as the first object: the dict itself is one,
+    // which LibTorch's unpickler builds as None (it knows the class only as backward hooks).
+    if (absl::StartsWith(
+            absl::string_view(static_cast<const char*>(pickle.get()), pickle_size).substr(2),
+            "ccollections\nOrderedDict\n")) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          source, ": a collections.OrderedDict (torch.save(model.state_dict())), which titan's ",
+          "restricted unpickler does not build: save it again as a plain dict ",
+          "(torch.save(dict(state_dict), path)) or as safetensors (model.save_pretrained(dir))"));
+    }
     // The unpickler sizes a storage from the pickle's element count, not from the record it
     // reads, so a short record would be read past its end: storages come sized by their records.
     auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();

@@ -1,5 +1,6 @@
 """convert_checkpoint against PyPI transformers: HF -> titan -> HF round trips and logit parity."""
 import argparse
+import collections
 import glob
 import json
 import os
@@ -213,6 +214,16 @@ class InteropTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr)
         self.assertIn(f"{weights}: torch.save's legacy format (PyTorch before 1.6, not a zip "
                       "archive), which titan does not read", proc.stderr)
+
+        # torch.save(model.state_dict()) as older transformers wrote it: an OrderedDict, which
+        # LibTorch's unpickler cannot build; said so, with the way out.
+        torch.save(collections.OrderedDict(state), weights)
+        proc = subprocess.run([CONVERT, self.path("bin"), self.path("out")], capture_output=True,
+                              text=True)
+        self.assertEqual(proc.returncode, 1, proc.stderr)
+        self.assertIn(f"{weights}: a collections.OrderedDict (torch.save(model.state_dict())), "
+                      "which titan's restricted unpickler does not build: save it again as a "
+                      "plain dict", proc.stderr)
 
     def test_generation_settings_and_chat_template_reach_the_export(self):
         # What titan does not model travels verbatim: generate() samples as the authors set, and
