@@ -2,12 +2,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -89,6 +91,46 @@ void OnParseExit(int status, void*) {
   std::_Exit(g_usage_error_code);
 }
 
+// Whether `arg` reads as a flag: "--anything", or "-name" for a flag gflags knows ("-json").
+bool IsFlag(absl::string_view arg) {
+  if (absl::StartsWith(arg, "--")) return true;
+  if (!absl::ConsumePrefix(&arg, "-")) return false;
+  const std::string name(arg.substr(0, arg.find('=')));
+  gflags::CommandLineFlagInfo info;
+  return gflags::GetCommandLineFlagInfo(name.c_str(), &info) ||
+         (absl::StartsWith(name, "no") &&
+          gflags::GetCommandLineFlagInfo(name.substr(2).c_str(), &info) && info.type == "bool");
+}
+
+// gflags takes the argument after a non-boolean `--flag` as its value whatever it is: "--output
+// --json" would write a file named "--json" with --json unread. Such a flag is refused (its
+// message returned; empty: none) and left out of `kept`, argv as gflags then parses it.
+std::string FlagsMissingTheirValue(int argc, char** argv, std::vector<char*>* kept) {
+  std::string message;
+  kept->assign(argv, argv + argc);
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;  // gflags reads no flag past it
+    if (arg.find('=') != absl::string_view::npos || !absl::ConsumePrefix(&arg, "-")) continue;
+    absl::ConsumePrefix(&arg, "-");
+    gflags::CommandLineFlagInfo info;
+    if (!gflags::GetCommandLineFlagInfo(std::string(arg).c_str(), &info) || info.type == "bool" ||
+        i + 1 == argc) {
+      continue;  // gflags' own refusals: unknown, or last with no value at all
+    }
+    if (!IsFlag(argv[i + 1])) {
+      ++i;  // its value
+      continue;
+    }
+    if (message.empty()) {
+      message = absl::StrCat(argv[i], ": missing value (the next argument, ", argv[i + 1],
+                             ", is a flag; --", arg, "=VALUE takes any value)");
+    }
+    kept->erase(std::find(kept->begin(), kept->end(), argv[i]));
+  }
+  return message;
+}
+
 void PrintHelp(const char* usage) {
   std::vector<gflags::CommandLineFlagInfo> flags;
   gflags::GetAllFlags(&flags);  // sorted by file, then name
@@ -117,11 +159,22 @@ void ParseToolFlags(const char* usage, int* argc, char*** argv, int usage_error_
   const std::string program = (*argv)[0];
   g_tool = program.substr(program.find_last_of('/') + 1);
   on_exit(OnParseExit, nullptr);
+  std::vector<char*> kept;
+  const std::string missing_value = FlagsMissingTheirValue(*argc, *argv, &kept);
+  int kept_argc = static_cast<int>(kept.size());
+  char** kept_argv = kept.data();
   CatchStderr();
   g_parsing = true;
-  gflags::ParseCommandLineFlags(argc, argv, /*remove_flags=*/true);
+  // Without the flags missing their values, so that --json after one is read as --json.
+  gflags::ParseCommandLineFlags(missing_value.empty() ? argc : &kept_argc,
+                                missing_value.empty() ? argv : &kept_argv, /*remove_flags=*/true);
   g_parsing = false;
   ReleaseStderr();
+  if (!missing_value.empty()) {
+    std::cerr << g_tool << ": " << missing_value << "\n";
+    if (JsonRequested()) PrintJsonError(missing_value);
+    std::exit(g_usage_error_code);
+  }
 }
 
 }  // namespace titan

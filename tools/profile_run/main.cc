@@ -145,6 +145,12 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
       ++i;
     } else if (boolean) {
       value = "true";
+    } else {
+      // Refused, not read as empty: "--out --job.config_file=x" must not take the flag as --out.
+      return absl::InvalidArgumentError(
+          i + 1 == argc ? absl::StrCat(name, ": missing value (", name, "=VALUE)")
+                        : absl::StrCat(name, ": missing value (the next argument, ", next,
+                                       ", is a flag; ", name, "=VALUE takes any value)"));
     }
     absl::Status status;
     if (name == "--out") {

@@ -84,9 +84,15 @@ ToolFlags ParseToolFlags(int argc, char** argv) {
     } else if (absl::StartsWith(arg, "--step_rollouts=")) {
       flags.step_rollouts = arg.substr(16);
     } else if (arg == "--output" || arg == "--step_rollouts") {
-      // gflags' spelling: the value is the next argument.
+      // gflags' spelling: the value is the next argument, unless that is a flag ("--output
+      // --json" would write a file named --json with --json unread): --output=FILE takes any.
       if (i + 1 == argc) {
         flags.error = absl::StrCat(arg, ": expected a file name after it (or ", arg, "=FILE)");
+      } else if (absl::StartsWith(argv[i + 1], "--")) {
+        if (flags.error.empty()) {
+          flags.error = absl::StrCat(arg, ": missing value (the next argument, ", argv[i + 1],
+                                     ", is a flag; ", arg, "=FILE takes any file name)");
+        }
       } else {
         (arg == "--output" ? flags.output : flags.step_rollouts) = argv[++i];
       }
