@@ -93,8 +93,11 @@ absl::Status WithKeySource(const absl::Status& status);
 absl::Status ValidateJobConfig(const JobConfig& config, int world_size = 1);
 
 // The keys set to non-default values under a feature that is off, which therefore do nothing: one
-// line per feature, e.g. "[checkpoint] enable = false: interval, keep_latest_k have no effect".
-// Accepted, not refused: torchtitan's job files set them with the feature off, and a flag such as
+// line per feature, e.g. "[checkpoint] enable = false: interval, keep_latest_k have no effect";
+// also a feature that is on but never acts ([profiling] enable_profiling with a profile_freq past
+// [training] steps) and the decay keys of a schedule without decay ([lr_scheduler] decay_ratio =
+// 0). Accepted, not refused: torchtitan's job files set them with the feature off, and a flag such
+// as
 // --checkpoint.enable=false turns a file's feature off. `world_size` resolves
 // data_parallel_shard_degree = -1, which decides whether FSDP runs.
 std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_size = 1);

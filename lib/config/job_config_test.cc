@@ -962,6 +962,36 @@ TEST(JobConfigTest, KeysWithoutEffectListsTheSetKeysOfEachFeatureThatIsOff) {
   EXPECT_TRUE(KeysWithoutEffect(DefaultJobConfig()).empty());
 }
 
+TEST(JobConfigTest, KeysWithoutEffectSaysAProfilingCycleThatNoStepEnds) {
+  // The first trace is saved after step profile_freq: a shorter run writes none.
+  absl::StatusOr<JobConfig> config = ParseText(
+      "[training]\nsteps = 30\n[profiling]\nenable_profiling = true\nprofile_freq = 100\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(KeysWithoutEffect(*config),
+              testing::ElementsAre("[profiling] profile_freq = 100 exceeds [training] steps = 30 "
+                                   "(no cycle ends: no trace or snapshot is written): "
+                                   "enable_profiling has no effect"));
+  // A run that reaches step profile_freq saves its trace there.
+  config->mutable_profiling()->set_profile_freq(30);
+  EXPECT_TRUE(KeysWithoutEffect(*config).empty());
+}
+
+TEST(JobConfigTest, KeysWithoutEffectListsTheDecayKeysOfAScheduleWithoutDecay) {
+  absl::StatusOr<JobConfig> config = ParseText(
+      "[lr_scheduler]\ndecay_ratio = 0.0\ndecay_type = \"cosine\"\nmin_lr_factor = 0.1\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(KeysWithoutEffect(*config),
+              testing::ElementsAre("[lr_scheduler] decay_ratio = 0 (no decay phase): decay_type, "
+                                   "min_lr_factor have no effect"));
+  // The bundled RL jobs' constant schedule, with the decay keys left at their defaults: nothing.
+  config->mutable_lr_scheduler()->set_decay_type("linear");
+  config->mutable_lr_scheduler()->set_min_lr_factor(0);
+  EXPECT_TRUE(KeysWithoutEffect(*config).empty());
+  config->mutable_lr_scheduler()->set_decay_type("sqrt");
+  config->mutable_lr_scheduler()->set_decay_ratio(0.5);
+  EXPECT_TRUE(KeysWithoutEffect(*config).empty());
+}
+
 TEST(JobConfigTest, KeysWithoutEffectListsParallelismKeysOfDegreesThatAreOne) {
   absl::StatusOr<JobConfig> config = ParseText(
       "[parallelism]\npipeline_parallel_schedule = \"GPipe\"\n"

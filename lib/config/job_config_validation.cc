@@ -187,6 +187,11 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_si
   // As ParallelDims::fsdp_enabled; a layout that validation refuses warns nothing here.
   const absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
   const bool fsdp = !shard_degree.ok() || *shard_degree * parallelism.context_parallel_degree() > 1;
+  // The first trace and memory snapshot are saved after step profile_freq.
+  const std::string unreached_cycle =
+      absl::StrCat("profile_freq = ", profiling.profile_freq(),
+                   " exceeds [training] steps = ", config.training().steps(),
+                   " (no cycle ends: no trace or snapshot is written)");
   const std::vector<OffFeature> features = {
       {"checkpoint",
        "enable = false",
@@ -208,6 +213,14 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_si
        "enable_profiling = false and enable_memory_snapshot = false",
        !profiling.enable_profiling() && !profiling.enable_memory_snapshot(),
        {"profile_freq"}},
+      {"profiling",
+       unreached_cycle.c_str(),
+       profiling.profile_freq() > config.training().steps(),
+       {"enable_profiling", "enable_memory_snapshot"}},
+      {"lr_scheduler",
+       "decay_ratio = 0 (no decay phase)",
+       config.lr_scheduler().decay_ratio() == 0,
+       {"decay_type", "min_lr_factor"}},
       {"activation_checkpoint",
        "mode is not \"selective\"",
        config.activation_checkpoint().mode() != "selective",
