@@ -111,10 +111,11 @@ std::optional<absl::string_view> TemporaryTarget(absl::string_view name) {
   return std::nullopt;
 }
 
-// An earlier run's file in --out that this run replaces: a per-rank output, or the temporary of
-// one, of summary.json or of report.html.
+// An earlier run's file in --out that this run replaces: a per-rank output, summary.json,
+// report.html, or the temporary of one. summary.json and report.html go too: they name the traces
+// removed with them, and a run stopped before its end would leave them pointing at none.
 bool IsEarlierOutput(absl::string_view name) {
-  if (IsPerRankOutput(name)) return true;
+  if (IsPerRankOutput(name) || name == "summary.json" || name == "report.html") return true;
   const std::optional<absl::string_view> file = TemporaryTarget(name);
   return file.has_value() &&
          (IsPerRankOutput(*file) || *file == "summary.json" || *file == "report.html");
@@ -152,9 +153,10 @@ absl::StatusOr<int> RemoveEarlierFiles(const std::string& folder,
   return removed;
 }
 
-// Removes an earlier run's per-rank outputs and temporaries from `out` and its traces folder (it
-// may have had more ranks, or gzip), so that every trace there is this run's and HTA finds no
-// other rank's. summary.json and report.html are rewritten at the end, and other files stay.
+// Removes an earlier run's per-rank outputs, summary.json, report.html and temporaries from `out`
+// and its traces folder (it may have had more ranks, or gzip), so that every trace there is this
+// run's and HTA finds no other rank's, and a run stopped early leaves no report of another. Other
+// files stay.
 // Returns how many were removed.
 absl::StatusOr<int> RemoveEarlierOutputs(const std::string& out) {
   TITAN_ASSIGN_OR_RETURN(const int in_out, RemoveEarlierFiles(out, IsEarlierOutput));

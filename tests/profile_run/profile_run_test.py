@@ -329,16 +329,17 @@ class ProfileRunTest(unittest.TestCase):
         out = os.path.join(self.tmp, "gzip")
         shutil.rmtree(out, ignore_errors=True)
         os.makedirs(traces(out))
-        # An earlier run's per-rank outputs (two ranks, no gzip), its summary.json and files of
-        # the user's, one a dangling link named like an output: links are left alone.
+        # An earlier run's per-rank outputs (two ranks, no gzip), its summary.json and report.html,
+        # and files of the user's, one a dangling link named like an output: links are left alone.
         earlier = ["ops_rank1.txt", "ops_rank1.json", "profile_rank1.json",
-                   "memory_snapshot_rank1.pickle", "summary.json.tmp.12345",
+                   "memory_snapshot_rank1.pickle", "summary.json", "report.html",
+                   "summary.json.tmp.12345",
                    # Traces where an earlier version wrote them, and a temporary of one.
                    "trace_rank0.json", "trace_rank1.json.gz", "trace_rank0.json.tmp"]
         earlier_traces = ["trace_rank0.json", "trace_rank1.json", "trace_rank1.json.gz",
                           # Temporaries of a run stopped mid-write: Kineto's, and gzip's.
                           "trace_rank0.json.tmp", "trace_rank0.json.gz.tmp.12345"]
-        for name in earlier + ["summary.json", "notes.txt", "trace_rank0.json.bak"]:
+        for name in earlier + ["notes.txt", "trace_rank0.json.bak"]:
             with open(os.path.join(out, name), "w") as f:
                 f.write("earlier\n")
         for name in earlier_traces:
@@ -478,6 +479,11 @@ class ProfileRunTest(unittest.TestCase):
         shutil.rmtree(out, ignore_errors=True)
         # A directory where Kineto writes its temporary trace fails the write, as a full disk does.
         os.makedirs(os.path.join(traces(out), "trace_rank0.json.tmp"))
+        # An earlier run's profile: its report, which names its trace, goes with the trace, so a
+        # run that ends before its profile is written leaves no report of another run.
+        for name in ("summary.json", "report.html", "traces/trace_rank0.json"):
+            with open(os.path.join(out, name), "w") as f:
+                f.write("earlier\n")
         proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--profile.warmup=0",
                                "--profile.active=1", "--training.local_batch_size=1"],
                               capture_output=True, text=True, timeout=300)
