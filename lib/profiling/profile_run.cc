@@ -9,12 +9,15 @@
 #include <cerrno>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "glog/logging.h"
@@ -43,13 +46,62 @@ constexpr size_t kMemorySamples = 800;
 // Rows of ops_rank<r>.txt.
 constexpr size_t kOpTableRows = 40;
 
+// profile_run loads a checkpoint's weights ([checkpoint] initial_load_*), and saves and resumes
+// none: every other [checkpoint] key would do nothing.
+bool IsUnreadCheckpointKey(absl::string_view key) {
+  return !absl::StartsWith(key, "initial_load_");
+}
+
+// The unread [checkpoint] keys `config` sets to other than their defaults, as ChangedKey lines
+// ("[checkpoint] interval = 10"), with where each was set (KeySource's; "" where unknown).
+std::vector<std::pair<std::string, std::string>> ChangedUnreadCheckpointKeys(
+    const JobConfig& config) {
+  std::vector<std::pair<std::string, std::string>> changed;
+  const google::protobuf::Descriptor* section = JobConfig::Checkpoint::descriptor();
+  for (int i = 0; i < section->field_count(); ++i) {
+    const std::string& key = section->field(i)->name();
+    if (!IsUnreadCheckpointKey(key)) continue;
+    std::optional<std::string> line = ChangedKey(config, "checkpoint", key);
+    if (!line.has_value()) continue;
+    changed.emplace_back(*std::move(line), KeySource("checkpoint", key).value_or(""));
+  }
+  return changed;
+}
+
 }  // namespace
+
+absl::Status RefuseUnreadCheckpointFlags(const JobConfig& config) {
+  std::vector<std::string> refused;
+  for (const auto& [line, source] : ChangedUnreadCheckpointKeys(config)) {
+    if (absl::StartsWith(source, "--")) refused.push_back(source);
+  }
+  if (refused.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      absl::StrJoin(refused, ", "),
+      ": profile_run saves and resumes no checkpoint, so [checkpoint] keys other than "
+      "initial_load_* do nothing there; drop them (--checkpoint.initial_load_path profiles from a "
+      "checkpoint's weights)"));
+}
 
 // The saving and resuming checkpoint keys go to their defaults, which enable = false requires;
 // [profiling] and [validation] at their defaults (off): config.toml records no schedule that did
 // not run, and runs again.
 JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) {
   config.mutable_job()->set_dump_folder(options.out);
+  // The job file's (its flags are refused by RefuseUnreadCheckpointFlags), said once.
+  const absl::StatusOr<DistributedEnv> env = DetectDistributedEnv();
+  if (env.ok() && env->rank == 0) {
+    std::vector<std::string> skipped;
+    for (const auto& [line, source] : ChangedUnreadCheckpointKeys(config)) {
+      // "[checkpoint] enable = true, interval = 10"
+      skipped.emplace_back(skipped.empty() ? line : absl::StripPrefix(line, "[checkpoint] "));
+    }
+    if (!skipped.empty()) {
+      LOG(INFO) << absl::StrJoin(skipped, ", ")
+                << ": profile_run saves and resumes no checkpoint, so these are skipped "
+                   "([checkpoint] initial_load_path still loads weights)";
+    }
+  }
   JobConfig::Checkpoint checkpoint = DefaultJobConfig().checkpoint();
   checkpoint.set_enable(false);
   checkpoint.set_initial_load_path(config.checkpoint().initial_load_path());
@@ -59,7 +111,6 @@ JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) 
   config.mutable_metrics()->set_enable_tensorboard(false);
   config.clear_profiling();
   // Training steps only, so that validation's forwards are not in the profile.
-  const absl::StatusOr<DistributedEnv> env = DetectDistributedEnv();
   if (config.validation().enable() && env.ok() && env->rank == 0) {
     LOG(INFO) << "[validation] enable = true: profile_run skips validation (titan_train would "
                  "run it every [validation] freq = "

@@ -36,11 +36,19 @@ absl::Status RunProfile(const JobConfig& config, const DistributedRuntime& runti
 
 // The job as profile_run runs it: [job] dump_folder is `options.out` (so the flight recorder's
 // [comm] save_traces_folder, config.toml and the folder's lock are under --out, never in the job's
-// own dump folder), no checkpoint saved or resumed ([checkpoint] initial_load_* kept), no
+// own dump folder), no checkpoint saved or resumed ([checkpoint] initial_load_* kept; the other
+// keys the job sets, logged as skipped), no
 // TensorBoard, [profiling] and [validation] at their defaults (no validation runs; logged when the
 // job enables it). The ranks must connect with this config, not the job's: the flight recorder's
 // folder is fixed then.
 JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options);
+
+// Refuses the [checkpoint] keys profile_run does not read (all but initial_load_*: it saves and
+// resumes no checkpoint) that `config` sets to other than their defaults from the command line,
+// naming each flag. A job file's are logged as skipped by ProfiledJobConfig instead: titan_train's
+// job files set them (configs/llama3_debugmodel.toml: enable, interval), and profile_run takes
+// those files. KeySource tells the two apart: call it after ParseJobConfig read `config`.
+absl::Status RefuseUnreadCheckpointFlags(const JobConfig& config);
 
 // `status` with a leading "[job] dump_folder" (profile_run's --out under ProfiledJobConfig) said
 // as "--out": the user never set that key to that folder.

@@ -429,9 +429,19 @@ class ProfileRunTest(unittest.TestCase):
                  "--profiling.enable_profiling (profile_run always traces), "
                  "--profiling.save_traces_folder (use --out): profile_run replaces titan_train's "
                  "[profiling] with its own flags; drop them"),
+                # A [comm] key: refused in words of its own, not [profiling]'s.
                 (PROFILE_RUN, [f"--out={out}", "--comm.save_traces_folder", out],
-                 "--comm.save_traces_folder (the flight recorder dumps into --out): profile_run "
-                 "replaces titan_train's [profiling] with its own flags; drop them"),
+                 "profile_run: --comm.save_traces_folder: profile_run's collective flight "
+                 "recorder dumps into comm_traces under --out, never the job's folder; drop it"),
+                # It saves and resumes no checkpoint: [checkpoint] flags other than
+                # initial_load_* would do nothing, and are refused, named in schema order.
+                (PROFILE_RUN, [f"--out={out}", "--checkpoint.load_step=5",
+                               "--checkpoint.keep_latest_k=1", "--checkpoint.interval=500",
+                               "--checkpoint.enable_checkpoint"],
+                 "profile_run: --checkpoint.enable_checkpoint, --checkpoint.keep_latest_k, "
+                 "--checkpoint.load_step: profile_run saves and resumes no checkpoint, so "
+                 "[checkpoint] keys other than initial_load_* do nothing there; drop them "
+                 "(--checkpoint.initial_load_path profiles from a checkpoint's weights)"),
                 # It profiles titan_train's job: titan_rl's [rl] is refused, not ignored.
                 (PROFILE_RUN, [f"--out={out}", "--rl.algorithm=ppo"],
                  'profile_run: --rl.algorithm: [rl] algorithm = "ppo": [rl] is titan_rl\'s '
@@ -510,22 +520,33 @@ class ProfileRunTest(unittest.TestCase):
                       f"(ulimit -f: {limit} bytes) stopped the trace", proc.stderr)
         self.assertEqual(os.listdir(traces(out)), [])
 
-    def test_validation_is_skipped_and_said_so(self):
-        # The shipped debug job enables validation: profile_run profiles training steps only, and
-        # says so once, not once per rank.
+    def test_validation_and_checkpoints_are_skipped_and_said_so(self):
+        # The shipped debug job enables validation and checkpoints: profile_run profiles training
+        # steps only, saves no checkpoint, and says so once, not once per rank.
         out = os.path.join(self.tmp, "validation")
         proc = run([PROFILE_RUN, "--nproc_per_node=2", f"--job.config_file={CONFIG}", f"--out={out}",
                     "--metrics.enable_tensorboard=false", "--training.steps=2",
                     "--training.seq_len=16", "--training.local_batch_size=1",
                     "--validation.enable=true", "--validation.seq_len=16",
                     "--validation.steps=1", "--validation.freq=1", "--profile.warmup=1",
-                    "--profile.active=1"])
+                    "--profile.active=1", "--checkpoint.keep_latest_k=10"])
         self.assertEqual(proc.stderr.count(
             "[validation] enable = true: profile_run skips validation (titan_train would run it "
             "every [validation] freq = 1 steps)"), 1, proc.stderr[-3000:])
         # Skipped, not run unseen: the recorded job validates nothing either.
         with open(os.path.join(out, "config.toml"), "rb") as f:
-            self.assertFalse(tomllib.load(f)["validation"]["enable"])
+            recorded = tomllib.load(f)
+        self.assertFalse(recorded["validation"]["enable"])
+        # The job file's [checkpoint] keys (titan_train's job files set them) are skipped and said
+        # so once, but for keep_latest_k, which the flag puts back at its default: neither listed
+        # nor refused. config.toml records them at their defaults.
+        self.assertEqual(proc.stderr.count(
+            "[checkpoint] enable = true, interval = 10, last_save_model_only = false: profile_run "
+            "saves and resumes no checkpoint, so these are skipped ([checkpoint] "
+            "initial_load_path still loads weights)"), 1, proc.stderr[-3000:])
+        self.assertEqual((recorded["checkpoint"]["enable"], recorded["checkpoint"]["interval"],
+                          recorded["checkpoint"]["keep_latest_k"]), (False, 500, 10))
+        self.assertFalse(os.path.exists(os.path.join(out, "checkpoint")))
 
     def test_job_dump_folder_is_left_alone(self):
         # A live run's flight-recorder dumps in the job's dump folder (what SIGUSR1 leaves):

@@ -47,7 +47,8 @@ constexpr char kUsage[] =
     "a run stopped before its end leaves no report of another; other files stay.\n"
     "[profiling] below is titan_train's: profile_run replaces it with the flags above (the job\n"
     "file's is not run, and config.toml records it at its defaults) and refuses --profiling.*\n"
-    "flags.\n\n";
+    "flags. Of [checkpoint] it reads initial_load_* only: the job file's other keys are logged\n"
+    "as skipped, and --checkpoint.* flags setting them are refused.\n\n";
 
 // What replaces each of titan_train's [profiling] keys in profile_run.
 constexpr std::pair<absl::string_view, absl::string_view> kProfilingReplacements[] = {
@@ -63,10 +64,11 @@ constexpr std::pair<absl::string_view, absl::string_view> kProfilingReplacements
 // refused, each with its replacement.
 absl::Status RefuseProfilingFlags(const std::vector<std::string>& job_args) {
   std::vector<std::string> refused;
+  bool comm_folder = false;
   for (const std::string& arg : job_args) {
     absl::string_view key = absl::string_view(arg).substr(0, arg.find('='));
     if (key == "--comm.save_traces_folder") {
-      refused.push_back("--comm.save_traces_folder (the flight recorder dumps into --out)");
+      comm_folder = true;
       continue;
     }
     if (!absl::ConsumePrefix(&key, "--profiling.")) continue;
@@ -78,10 +80,19 @@ absl::Status RefuseProfilingFlags(const std::vector<std::string>& job_args) {
     }
     refused.push_back(absl::StrCat("--profiling.", key, " (", use, ")"));
   }
-  if (refused.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      absl::StrJoin(refused, ", "),
-      ": profile_run replaces titan_train's [profiling] with its own flags; drop them"));
+  std::vector<std::string> messages;
+  if (!refused.empty()) {
+    messages.push_back(absl::StrCat(
+        absl::StrJoin(refused, ", "),
+        ": profile_run replaces titan_train's [profiling] with its own flags; drop them"));
+  }
+  if (comm_folder) {
+    messages.push_back(
+        "--comm.save_traces_folder: profile_run's collective flight recorder dumps into "
+        "comm_traces under --out, never the job's folder; drop it");
+  }
+  if (messages.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(messages, "; "));
 }
 
 struct Flags {
@@ -207,6 +218,7 @@ absl::Status Profile(const Flags& flags) {
   absl::StatusOr<titan::JobConfig> job = titan::ParseJobConfig(
       "", flags.job_args, titan::UnreadSection{"rl", "titan_rl", "profile_run"});
   if (!job.ok()) return job.status();
+  if (absl::Status status = titan::RefuseUnreadCheckpointFlags(*job); !status.ok()) return status;
   // The ranks connect with the profiled job: the flight recorder dumps under --out, not into the
   // job's dump folder.
   const titan::JobConfig config = titan::ProfiledJobConfig(*std::move(job), flags.profile);
