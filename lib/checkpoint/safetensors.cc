@@ -1,10 +1,5 @@
 #include "lib/checkpoint/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <iterator>
@@ -16,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "lib/util/file_util.h"
+#include "lib/util/mapped_file.h"
 #include "lib/util/short_text.h"
 #include "nlohmann/json.hpp"
 
@@ -385,21 +381,14 @@ at::Tensor TensorOverBytes(absl::string_view bytes, at::ScalarType type,
   return copy;
 }
 
-// A read-only private mapping of a whole file.
+// The file's mapping (lib/util/mapped_file.h), under the name the header declares.
 class SafetensorsFile::Mapping {
  public:
-  Mapping(void* data, size_t size) : data_(data), size_(size) {}
-  ~Mapping() {
-    if (size_ > 0) ::munmap(data_, size_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-
-  absl::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
+  explicit Mapping(std::shared_ptr<const MappedFile> file) : file_(std::move(file)) {}
+  absl::string_view bytes() const { return file_->bytes(); }
 
  private:
-  void* data_;
-  size_t size_;
+  std::shared_ptr<const MappedFile> file_;
 };
 
 SafetensorsFile::SafetensorsFile(std::string path, std::unique_ptr<Mapping> mapping,
@@ -413,30 +402,9 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) = default;
 SafetensorsFile::~SafetensorsFile() = default;
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open", path);
-  struct stat info;
-  if (::fstat(fd, &info) != 0) {
-    absl::Status status = ErrnoError("stat", path);
-    ::close(fd);
-    return status;
-  }
-  if (!S_ISREG(info.st_mode)) {
-    ::close(fd);
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
-  }
-  const size_t size = static_cast<size_t>(info.st_size);
-  void* data = nullptr;
-  if (size > 0) {  // mmap rejects length 0; the parser reports the empty file.
-    data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (data == MAP_FAILED) {
-      absl::Status status = ErrnoError("mmap", path);
-      ::close(fd);
-      return status;
-    }
-  }
-  ::close(fd);
-  auto mapping = std::make_unique<Mapping>(data, size);
+  absl::StatusOr<std::shared_ptr<const MappedFile>> file = MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  auto mapping = std::make_unique<Mapping>(*std::move(file));
   absl::StatusOr<SafetensorsHeader> header = ParseSafetensorsHeader(mapping->bytes(), path);
   if (!header.ok()) return header.status();
   return SafetensorsFile(path, std::move(mapping), *std::move(header));

@@ -3,12 +3,8 @@
 #include <ATen/EmptyTensor.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/storage_context.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -21,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "lib/interop/torch_archive_checks.h"
 #include "lib/util/file_util.h"
+#include "lib/util/mapped_file.h"
 
 namespace titan {
 namespace {
@@ -42,47 +39,8 @@ class BoundedMemoryReadAdapter : public caffe2::serialize::ReadAdapterInterface 
   absl::string_view bytes_;
 };
 
-// A read-only private mapping of a whole file; tensors over it hold it through shared_ptr.
-class Mapping {
- public:
-  Mapping(void* data, size_t size) : data_(data), size_(size) {}
-  ~Mapping() {
-    if (size_ > 0) ::munmap(data_, size_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-
-  absl::string_view bytes() const { return {static_cast<const char*>(data_), size_}; }
-
- private:
-  void* data_;
-  size_t size_;
-};
-
-absl::StatusOr<std::shared_ptr<Mapping>> MapFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("open", path);
-  struct stat info;
-  const bool stated = ::fstat(fd, &info) == 0;
-  if (!stated || !S_ISREG(info.st_mode)) {
-    absl::Status status = !stated ? ErrnoError("stat", path)
-                                  : absl::InvalidArgumentError(path + ": not a regular file");
-    ::close(fd);
-    return status;
-  }
-  const size_t size = static_cast<size_t>(info.st_size);
-  void* data = nullptr;
-  if (size > 0) {  // mmap rejects length 0; the zip reader reports the empty file.
-    data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (data == MAP_FAILED) {
-      absl::Status status = ErrnoError("mmap", path);
-      ::close(fd);
-      return status;
-    }
-  }
-  ::close(fd);
-  return std::make_shared<Mapping>(data, size);
-}
+// A file's mapping, which tensors over it hold through shared_ptr.
+using Mapping = const MappedFile;
 
 absl::Status NotAStateDict(const std::string& source, absl::string_view why) {
   return absl::InvalidArgumentError(
@@ -228,7 +186,7 @@ absl::StatusOr<NamedTensors> ParseTorchStateDict(absl::string_view archive,
 }
 
 absl::StatusOr<NamedTensors> ReadTorchStateDictFile(const std::string& path) {
-  absl::StatusOr<std::shared_ptr<Mapping>> mapping = MapFile(path);
+  absl::StatusOr<std::shared_ptr<Mapping>> mapping = MappedFile::Open(path);
   if (!mapping.ok()) return mapping.status();
   return ReadStateDict(std::make_shared<BoundedMemoryReadAdapter>((*mapping)->bytes()), path,
                        *mapping);
