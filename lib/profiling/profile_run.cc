@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <memory>
 #include <optional>
@@ -13,7 +12,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -134,10 +132,9 @@ absl::Status AsOutFlag(const absl::Status& status) {
 
 namespace {
 
-// `name` is <prefix><digits><suffix>.
+// `name` is <prefix><r><suffix>, a rank spelled as profile_run writes it (RankInName).
 bool IsRankFile(absl::string_view name, absl::string_view prefix, absl::string_view suffix) {
-  return absl::ConsumePrefix(&name, prefix) && absl::ConsumeSuffix(&name, suffix) &&
-         !name.empty() && std::all_of(name.begin(), name.end(), absl::ascii_isdigit);
+  return RankInName(name, prefix, suffix).has_value();
 }
 
 // A trace, by name: trace_rank<r>.json[.gz] (in <out>/traces; an earlier version wrote them into
