@@ -1,10 +1,6 @@
 #include "lib/distributed/comm_trace_analysis.h"
 
-#include <c10/util/Exception.h>
-#include <torch/csrc/jit/serialization/pickle.h>
-
 #include <algorithm>
-#include <exception>
 #include <limits>
 #include <map>
 #include <optional>
@@ -18,8 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "lib/distributed/comm_trace_dump.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
 #include "lib/util/status_macros.h"
@@ -27,288 +23,8 @@
 namespace titan {
 namespace {
 
-// What matching needs of one recorded collective.
-struct Entry {
-  std::string op;
-  std::string state;
-  std::string input_sizes;
-  std::string output_sizes;
-  std::string input_dtypes;  // e.g. "[Float]"
-  std::string output_dtypes;
-  int64_t created_ns = 0;  // When its rank issued it (c10d's time_created_ns; 0: unrecorded).
-  int64_t timeout_ms = 0;  // How long its rank waits for it (c10d's timeout_ms; 0: unrecorded).
-};
-
-struct RankDump {
-  std::string run_id;         // "" in dumps without one (c10d's own).
-  std::optional<int> writer;  // The rank that wrote it ("rank", which titan writes; c10d's: none).
-  std::optional<int64_t> dumped_ns;  // When ("dump_time_ns", titan's; c10d's: none).
-  // group name -> collective sequence number -> entry.
-  std::map<std::string, std::map<int64_t, Entry>> collectives;
-  std::map<std::string, std::vector<int>> group_ranks;
-};
-
-// What a dump's field must hold.
-enum class Kind { kString, kInt, kBool, kList, kDict, kTuple };
-
-std::string KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kString:
-      return "a string";
-    case Kind::kInt:
-      return "an int";
-    case Kind::kBool:
-      return "a bool";
-    case Kind::kList:
-      return "a list";
-    case Kind::kDict:
-      return "a dict";
-    case Kind::kTuple:
-      return "a tuple";
-  }
-  return "?";
-}
-
-bool IsKind(const c10::IValue& value, Kind kind) {
-  switch (kind) {
-    case Kind::kString:
-      return value.isString();
-    case Kind::kInt:
-      return value.isInt();
-    case Kind::kBool:
-      return value.isBool();
-    case Kind::kList:
-      return value.isList();
-    case Kind::kDict:
-      return value.isGenericDict();
-    case Kind::kTuple:
-      return value.isTuple();
-  }
-  return false;
-}
-
-// What an unpickled value is, in Python's words.
-std::string Describe(const c10::IValue& value) {
-  for (const Kind kind :
-       {Kind::kString, Kind::kInt, Kind::kBool, Kind::kList, Kind::kDict, Kind::kTuple}) {
-    if (IsKind(value, kind)) return KindName(kind);
-  }
-  if (value.isNone()) return "None";
-  if (value.isDouble()) return "a float";
-  return absl::StrCat("a ", value.tagKind());
-}
-
-// `value` (`what`, for the error) when it is a `kind`.
-absl::StatusOr<c10::IValue> Expect(const c10::IValue& value, Kind kind, absl::string_view what) {
-  if (IsKind(value, kind)) return value;
-  return absl::DataLossError(
-      absl::StrCat(what, " is ", Describe(value), ", expected ", KindName(kind)));
-}
-
-// `dict`'s `key` when it holds a `kind`; `where` ("FILE: entries[3]") names the dict in errors.
-absl::StatusOr<c10::IValue> Field(const c10::impl::GenericDict& dict, const std::string& key,
-                                  Kind kind, absl::string_view where) {
-  const auto found = dict.find(key);
-  if (found == dict.end()) {
-    return absl::DataLossError(
-        absl::StrCat(where, ": no field '", key, "' (expected ", KindName(kind), ")"));
-  }
-  return Expect(found->value(), kind, absl::StrCat(where, ": field '", key, "'"));
-}
-
-// As Field, for a field dumps may leave out (c10d's lack titan's keys): nullopt when absent.
-absl::StatusOr<std::optional<c10::IValue>> OptionalField(const c10::impl::GenericDict& dict,
-                                                         const std::string& key, Kind kind,
-                                                         absl::string_view where) {
-  if (!dict.contains(key)) return std::nullopt;
-  TITAN_ASSIGN_OR_RETURN(c10::IValue value, Field(dict, key, kind, where));
-  return value;
-}
-
-// An entry's tensor sizes, a list of lists of ints, as "[[16], [4, 4]]"; `what` names the field.
-absl::StatusOr<std::string> SizesText(const c10::IValue& list, absl::string_view what) {
-  std::vector<std::string> tensors;
-  for (size_t i = 0; i < list.toListRef().size(); ++i) {
-    const std::string tensor_what = absl::StrCat(what, "[", i, "]");
-    TITAN_ASSIGN_OR_RETURN(const c10::IValue tensor,
-                           Expect(list.toListRef()[i], Kind::kList, tensor_what));
-    std::vector<std::string> dims;
-    for (size_t j = 0; j < tensor.toListRef().size(); ++j) {
-      TITAN_ASSIGN_OR_RETURN(const c10::IValue dim, Expect(tensor.toListRef()[j], Kind::kInt,
-                                                           absl::StrCat(tensor_what, "[", j, "]")));
-      dims.push_back(absl::StrCat(dim.toInt()));
-    }
-    tensors.push_back(absl::StrCat("[", absl::StrJoin(dims, ", "), "]"));
-  }
-  return absl::StrCat("[", absl::StrJoin(tensors, ", "), "]");
-}
-
-// An entry's tensor dtypes, a list of strings, as "[Float, BFloat16]"; `what` names the field.
-absl::StatusOr<std::string> DtypesText(const c10::IValue& list, absl::string_view what) {
-  std::vector<std::string> dtypes;
-  for (size_t i = 0; i < list.toListRef().size(); ++i) {
-    TITAN_ASSIGN_OR_RETURN(const c10::IValue dtype, Expect(list.toListRef()[i], Kind::kString,
-                                                           absl::StrCat(what, "[", i, "]")));
-    dtypes.push_back(dtype.toStringRef());
-  }
-  return absl::StrCat("[", absl::StrJoin(dtypes, ", "), "]");
-}
-
-// c10d writes a group's ranks as "[0, 1, 2]"; `what` names the field.
-absl::StatusOr<std::vector<int>> ParseRanks(const std::string& text, absl::string_view what) {
-  absl::string_view inner = text;
-  if (!absl::ConsumePrefix(&inner, "[") || !absl::ConsumeSuffix(&inner, "]")) {
-    return absl::DataLossError(absl::StrCat(what, " \"", text, "\": expected [r, ...]"));
-  }
-  std::vector<int> ranks;
-  for (absl::string_view item : absl::StrSplit(inner, ',', absl::SkipWhitespace())) {
-    item = absl::StripAsciiWhitespace(item);
-    int rank = 0;
-    if (!absl::SimpleAtoi(item, &rank) || rank < 0) {
-      return absl::DataLossError(absl::StrCat(what, " \"", text, "\": \"", item, "\" is no rank"));
-    }
-    if (std::find(ranks.begin(), ranks.end(), rank) != ranks.end()) {
-      return absl::DataLossError(absl::StrCat(what, " \"", text, "\": rank ", rank, " twice"));
-    }
-    ranks.push_back(rank);
-  }
-  return ranks;
-}
-
-// The dump's "pg_config": group name -> {"ranks": "[0, 1]", ...}.
-absl::Status ReadGroups(const c10::impl::GenericDict& root, const std::string& path,
-                        RankDump* dump) {
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue groups, Field(root, "pg_config", Kind::kDict, path));
-  for (const auto& item : groups.toGenericDict()) {
-    TITAN_ASSIGN_OR_RETURN(const c10::IValue name, Expect(item.key(), Kind::kString,
-                                                          absl::StrCat(path, ": a pg_config key")));
-    const std::string where = absl::StrCat(path, ": pg_config['", name.toStringRef(), "']");
-    TITAN_ASSIGN_OR_RETURN(const c10::IValue group, Expect(item.value(), Kind::kDict, where));
-    TITAN_ASSIGN_OR_RETURN(const c10::IValue ranks,
-                           Field(group.toGenericDict(), "ranks", Kind::kString, where));
-    TITAN_ASSIGN_OR_RETURN(dump->group_ranks[name.toStringRef()],
-                           ParseRanks(ranks.toStringRef(), absl::StrCat(where, ": field 'ranks'")));
-  }
-  return absl::OkStatus();
-}
-
-// Entry `index` of the dump's "entries" into `dump`'s collectives (point-to-point ones are left
-// out); `path` names the dump in errors.
-absl::Status ReadEntry(const c10::IValue& value, size_t index, const std::string& path,
-                       RankDump* dump) {
-  const std::string where = absl::StrCat(path, ": entries[", index, "]");
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue entry_value, Expect(value, Kind::kDict, where));
-  const c10::impl::GenericDict entry = entry_value.toGenericDict();
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue p2p, Field(entry, "is_p2p", Kind::kBool, where));
-  if (p2p.toBool()) return absl::OkStatus();
-  // (group name, description)
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue process_group,
-                         Field(entry, "process_group", Kind::kTuple, where));
-  const std::string group_what = absl::StrCat(where, ": field 'process_group'");
-  if (process_group.toTupleRef().elements().empty()) {
-    return absl::DataLossError(
-        absl::StrCat(group_what, " is an empty tuple, expected (name, description)"));
-  }
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue group,
-                         Expect(process_group.toTupleRef().elements()[0], Kind::kString,
-                                absl::StrCat(group_what, "[0]")));
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue seq,
-                         Field(entry, "collective_seq_id", Kind::kInt, where));
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue op,
-                         Field(entry, "profiling_name", Kind::kString, where));
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue state, Field(entry, "state", Kind::kString, where));
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue inputs, Field(entry, "input_sizes", Kind::kList, where));
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue outputs,
-                         Field(entry, "output_sizes", Kind::kList, where));
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue input_dtypes,
-                         Field(entry, "input_dtypes", Kind::kList, where));
-  TITAN_ASSIGN_OR_RETURN(const c10::IValue output_dtypes,
-                         Field(entry, "output_dtypes", Kind::kList, where));
-  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> created,
-                         OptionalField(entry, "time_created_ns", Kind::kInt, where));
-  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> timeout,
-                         OptionalField(entry, "timeout_ms", Kind::kInt, where));
-  Entry read{op.toStringRef(), state.toStringRef()};
-  TITAN_ASSIGN_OR_RETURN(read.input_sizes,
-                         SizesText(inputs, absl::StrCat(where, ": field 'input_sizes'")));
-  TITAN_ASSIGN_OR_RETURN(read.output_sizes,
-                         SizesText(outputs, absl::StrCat(where, ": field 'output_sizes'")));
-  TITAN_ASSIGN_OR_RETURN(read.input_dtypes,
-                         DtypesText(input_dtypes, absl::StrCat(where, ": field 'input_dtypes'")));
-  TITAN_ASSIGN_OR_RETURN(read.output_dtypes,
-                         DtypesText(output_dtypes, absl::StrCat(where, ": field 'output_dtypes'")));
-  if (created.has_value()) read.created_ns = created->toInt();
-  if (timeout.has_value()) read.timeout_ms = timeout->toInt();
-  dump->collectives[group.toStringRef()][seq.toInt()] = std::move(read);
-  return absl::OkStatus();
-}
-
-// Every group `dump` recorded collectives of is in its pg_config with its ranks: the members of
-// another (c10d's Gloo dumps list none) are unknown, so its collectives could not be checked.
-absl::Status CheckGroupsKnown(const RankDump& dump, const std::string& path) {
-  for (const auto& [name, unused] : dump.collectives) {
-    const auto found = dump.group_ranks.find(name);
-    if (found != dump.group_ranks.end() && !found->second.empty()) continue;
-    std::vector<std::string> listed;
-    for (const auto& [known, ranks] : dump.group_ranks) {
-      listed.push_back(absl::StrCat("'", known, "' [", absl::StrJoin(ranks, ","), "]"));
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": entries of group '", name, "', which its pg_config ",
-                     found == dump.group_ranks.end() ? "does not list" : "gives no ranks",
-                     " (it lists ", listed.empty() ? "none" : absl::StrJoin(listed, ", "),
-                     "): the group's members are unknown, its collectives cannot be checked"));
-  }
-  return absl::OkStatus();
-}
-
-// Each field is checked before it is read: LibTorch's accessors would refuse another type with an
-// internal assertion ("please report a bug to PyTorch") that names neither field nor file.
-absl::StatusOr<RankDump> ReadDump(const std::string& path) {
-  TITAN_ASSIGN_OR_RETURN(const std::string bytes, ReadFile(path));
-  // LibTorch's unpickler reads protocol 2, what c10d writes, and would name another as a raw byte.
-  if (bytes.size() >= 2 && bytes[0] == '\x80' && bytes[1] != 2) {
-    return absl::DataLossError(absl::StrCat(
-        path, ": pickle protocol ", static_cast<int>(static_cast<unsigned char>(bytes[1])),
-        ", expected 2 (what c10d writes; re-pickle with pickle.dump(..., protocol=2))"));
-  }
-  c10::IValue unpickled;
-  try {
-    unpickled = torch::jit::unpickle(bytes.data(), bytes.size());
-  } catch (const c10::Error& e) {  // without the C++ backtrace what() appends
-    return absl::DataLossError(
-        absl::StrCat(path, ": not a flight-recorder dump: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::DataLossError(absl::StrCat(path, ": not a flight-recorder dump: ", e.what()));
-  }
-  if (!unpickled.isGenericDict()) {
-    return absl::DataLossError(absl::StrCat(path, ": not a flight-recorder dump: the top level is ",
-                                            Describe(unpickled), ", expected a dict"));
-  }
-  const c10::impl::GenericDict root = unpickled.toGenericDict();
-  RankDump dump;
-  TITAN_RETURN_IF_ERROR(ReadGroups(root, path, &dump));
-  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> run_id,
-                         OptionalField(root, "run_id", Kind::kString, path));
-  if (run_id.has_value()) dump.run_id = run_id->toStringRef();
-  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> writer,
-                         OptionalField(root, "rank", Kind::kInt, path));
-  if (writer.has_value()) dump.writer = static_cast<int>(writer->toInt());
-  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> dumped,
-                         OptionalField(root, "dump_time_ns", Kind::kInt, path));
-  if (dumped.has_value()) dump.dumped_ns = dumped->toInt();
-  TITAN_ASSIGN_OR_RETURN(const std::optional<c10::IValue> entries,
-                         OptionalField(root, "entries", Kind::kList, path));
-  if (!entries.has_value()) return dump;
-  for (size_t i = 0; i < entries->toListRef().size(); ++i) {
-    TITAN_RETURN_IF_ERROR(ReadEntry(entries->toListRef()[i], i, path, &dump));
-  }
-  TITAN_RETURN_IF_ERROR(CheckGroupsKnown(dump, path));
-  return dump;
-}
-
 // How the members that issued a collective disagree ("" when they agree).
-std::string Disagreement(const std::map<int, const Entry*>& issued) {
+std::string Disagreement(const std::map<int, const CommTraceEntry*>& issued) {
   const auto& [first_rank, first] = *issued.begin();
   for (const auto& [rank, entry] : issued) {
     if (entry->op != first->op) {
@@ -333,7 +49,7 @@ std::string Disagreement(const std::map<int, const Entry*>& issued) {
 }
 
 // Dumps of one run only: a folder reused by a later run may still hold an earlier one's.
-absl::Status CheckOneRun(const std::map<int, RankDump>& dumps,
+absl::Status CheckOneRun(const std::map<int, CommTraceDump>& dumps,
                          const std::map<int, std::string>& paths) {
   const auto& [first_rank, first] = *dumps.begin();
   for (const auto& [rank, dump] : dumps) {
@@ -347,7 +63,7 @@ absl::Status CheckOneRun(const std::map<int, RankDump>& dumps,
 }
 
 // The ranks in every group `dump` records (ranks "[]": all of them); empty: none or no groups.
-std::set<int> InEveryGroup(const RankDump& dump, int world_size) {
+std::set<int> InEveryGroup(const CommTraceDump& dump, int world_size) {
   std::set<int> common;
   for (int rank = 0; rank < world_size; ++rank) common.insert(rank);
   for (const auto& [name, ranks] : dump.group_ranks) {
@@ -364,7 +80,8 @@ std::set<int> InEveryGroup(const RankDump& dump, int world_size) {
 // `dump`, named as `rank`'s, is that rank's: it says so ("rank"), or, in a dump without that key
 // (c10d's own), every group it records holds `rank`, as a rank records only its own groups (the
 // world group holds every rank, so one group alone proves nothing).
-absl::Status CheckWriter(int rank, const RankDump& dump, const std::string& path, int world_size) {
+absl::Status CheckWriter(int rank, const CommTraceDump& dump, const std::string& path,
+                         int world_size) {
   if (dump.writer.has_value()) {
     if (*dump.writer == rank) return absl::OkStatus();
     return absl::InvalidArgumentError(absl::StrCat(path, ": rank ", *dump.writer,
@@ -390,7 +107,7 @@ absl::Status CheckWriter(int rank, const RankDump& dump, const std::string& path
 // `members`' group when some of them left no dump; `rows`: the others' progress in it.
 std::optional<InconclusiveGroup> Inconclusive(const std::string& name,
                                               const std::vector<int>& members,
-                                              const std::map<int, RankDump>& dumps,
+                                              const std::map<int, CommTraceDump>& dumps,
                                               const std::vector<RankProgress>& rows) {
   InconclusiveGroup group{name, members};
   for (int member : members) {
@@ -423,8 +140,9 @@ std::optional<InconclusiveGroup> Inconclusive(const std::string& name,
 // completed there (it completes only once every member issued it), or every missing member's dump
 // was written before the first issuer issued it. Its absence there says nothing of what the
 // member did after.
-bool DumpedBeforeIssued(const std::vector<int>& missing, const std::map<int, const Entry*>& issued,
-                        const std::map<int, RankDump>& dumps) {
+bool DumpedBeforeIssued(const std::vector<int>& missing,
+                        const std::map<int, const CommTraceEntry*>& issued,
+                        const std::map<int, CommTraceDump>& dumps) {
   for (const auto& [rank, entry] : issued) {
     if (entry->state == "completed") return true;
   }
@@ -443,8 +161,9 @@ bool DumpedBeforeIssued(const std::vector<int>& missing, const std::map<int, con
 // had passed (stopped, as by SIGSTOP, and continued): it failed for the others before they came,
 // though every dump records it. Empty when times or the timeout are unrecorded; `detail` says how
 // late.
-std::vector<int> LateIssuers(const std::map<int, const Entry*>& issued, std::string* detail) {
-  const Entry* first = nullptr;
+std::vector<int> LateIssuers(const std::map<int, const CommTraceEntry*>& issued,
+                             std::string* detail) {
+  const CommTraceEntry* first = nullptr;
   int first_rank = 0;
   for (const auto& [rank, entry] : issued) {
     if (entry->state == "completed" || entry->created_ns == 0) return {};
@@ -474,8 +193,8 @@ std::vector<int> LateIssuers(const std::map<int, const Entry*>& issued, std::str
 
 // The members whose dump, written past their own timeout for the collective `issued` records,
 // still shows it not completed: it timed out there though every member had issued it.
-std::vector<int> OpenPastTimeout(const std::map<int, const Entry*>& issued,
-                                 const std::map<int, RankDump>& dumps) {
+std::vector<int> OpenPastTimeout(const std::map<int, const CommTraceEntry*>& issued,
+                                 const std::map<int, CommTraceDump>& dumps) {
   std::vector<int> open;
   for (const auto& [rank, entry] : issued) {
     const std::optional<int64_t>& dumped = dumps.at(rank).dumped_ns;
@@ -490,7 +209,7 @@ std::vector<int> OpenPastTimeout(const std::map<int, const Entry*>& issued,
 
 absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
                                                    const std::string& prefix) {
-  std::map<int, RankDump> dumps;
+  std::map<int, CommTraceDump> dumps;
   std::map<int, std::string> paths;
   absl::StatusOr<std::vector<std::string>> files = ListDirectory(folder);
   if (!files.ok()) return absl::NotFoundError(files.status().message());
@@ -499,7 +218,7 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
     int rank = 0;
     if (!absl::ConsumePrefix(&name, prefix) || !absl::SimpleAtoi(name, &rank)) continue;
     paths[rank] = JoinPath(folder, file);
-    TITAN_ASSIGN_OR_RETURN(dumps[rank], ReadDump(paths[rank]));
+    TITAN_ASSIGN_OR_RETURN(dumps[rank], ReadCommTraceDump(paths[rank]));
   }
   if (dumps.empty()) {
     return absl::NotFoundError(absl::StrCat(folder, ": no dumps named ", prefix, "<rank>"));
@@ -583,14 +302,15 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
       last = std::max(last, found->second.rbegin()->first);
     }
     for (int64_t seq = first; seq <= last; ++seq) {
-      std::map<int, const Entry*> issued;
+      std::map<int, const CommTraceEntry*> issued;
       std::vector<int> missing;
       for (int member : members) {
         if (dumps.count(member) == 0) continue;
         const auto& recorded = dumps[member].collectives;
         const auto of_group = recorded.find(name);
-        const auto found = of_group == recorded.end() ? std::map<int64_t, Entry>::const_iterator()
-                                                      : of_group->second.find(seq);
+        const auto found = of_group == recorded.end()
+                               ? std::map<int64_t, CommTraceEntry>::const_iterator()
+                               : of_group->second.find(seq);
         if (of_group == recorded.end() || found == of_group->second.end()) {
           missing.push_back(member);
         } else {
@@ -601,7 +321,7 @@ absl::StatusOr<CommTraceVerdict> AnalyzeCommTraces(const std::string& folder,
       std::string detail = Disagreement(issued);
       std::vector<int> late;
       if (missing.empty() && detail.empty()) late = LateIssuers(issued, &detail);
-      const Entry& entry = *issued.begin()->second;
+      const CommTraceEntry& entry = *issued.begin()->second;
       if (missing.empty() && detail.empty()) {
         // With a member's dump absent the group is inconclusive already, at its oldest open one.
         if (issued.size() != members.size()) continue;
