@@ -1495,7 +1495,7 @@ class TitanRlTest(unittest.TestCase):
         self.assertIn("loss", json.loads(common.run(cmd).stdout))
         proc = common.run([TITAN_RL, "--generate", "--output"], check=False)
         self.assertEqual(proc.returncode, 1)
-        self.assertIn("--output: expected a file name after it (or --output=FILE)", proc.stderr)
+        self.assertIn("--output: missing value (--output=FILE)", proc.stderr)
 
     def test_json_summary_to_a_full_disk_fails(self):
         # The step is done, but its summary is lost: titan_rl says so, as coreutils do.

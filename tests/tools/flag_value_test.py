@@ -88,6 +88,9 @@ class FlagValueTest(unittest.TestCase):
         self.assert_refused("titan_rl", ["--step_rollouts", job],
                             f"--step_rollouts: missing value (the next argument, {job}, is a "
                             "flag; --step_rollouts=FILE takes any file name)")
+        # Nothing after it: the same refusal, in the words the other tools use.
+        self.assert_refused("titan_rl", ["--generate", job, "--output"],
+                            "--output: missing value (--output=FILE)")
 
     def test_job_tools_refuse_a_flag_as_a_value(self):
         job = "--job.config_file=no_such_job.toml"

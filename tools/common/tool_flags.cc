@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gflags/gflags.h"
+#include "tools/common/flag_value.h"
 #include "tools/common/tool_output.h"
 
 namespace titan {
@@ -123,8 +124,7 @@ std::string FlagsMissingTheirValue(int argc, char** argv, std::vector<char*>* ke
       continue;
     }
     if (message.empty()) {
-      message = absl::StrCat(argv[i], ": missing value (the next argument, ", argv[i + 1],
-                             ", is a flag; --", arg, "=VALUE takes any value)");
+      message = MissingValueError(argv[i], argv[i + 1], absl::StrCat("--", arg, "=VALUE"));
     }
     kept->erase(std::find(kept->begin(), kept->end(), argv[i]));
   }

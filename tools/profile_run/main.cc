@@ -19,6 +19,7 @@
 #include "lib/distributed/launcher.h"
 #include "lib/parallel/distributed_runtime.h"
 #include "lib/profiling/profile_run.h"
+#include "tools/common/flag_value.h"
 #include "tools/common/tool_output.h"
 
 namespace {
@@ -159,9 +160,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     } else {
       // Refused, not read as empty: "--out --job.config_file=x" must not take the flag as --out.
       return absl::InvalidArgumentError(
-          i + 1 == argc ? absl::StrCat(name, ": missing value (", name, "=VALUE)")
-                        : absl::StrCat(name, ": missing value (the next argument, ", next,
-                                       ", is a flag; ", name, "=VALUE takes any value)"));
+          titan::MissingValueError(name, i + 1 == argc ? "" : next, absl::StrCat(name, "=VALUE")));
     }
     absl::Status status;
     if (name == "--out") {

@@ -21,6 +21,7 @@
 #include "lib/util/short_text.h"
 #include "lib/util/torch_errors.h"
 #include "nlohmann/json.hpp"
+#include "tools/common/flag_value.h"
 #include "tools/common/tool_output.h"
 
 namespace {
@@ -86,12 +87,10 @@ ToolFlags ParseToolFlags(int argc, char** argv) {
     } else if (arg == "--output" || arg == "--step_rollouts") {
       // gflags' spelling: the value is the next argument, unless that is a flag ("--output
       // --json" would write a file named --json with --json unread): --output=FILE takes any.
-      if (i + 1 == argc) {
-        flags.error = absl::StrCat(arg, ": expected a file name after it (or ", arg, "=FILE)");
-      } else if (absl::StartsWith(argv[i + 1], "--")) {
+      if (i + 1 == argc || absl::StartsWith(argv[i + 1], "--")) {
         if (flags.error.empty()) {
-          flags.error = absl::StrCat(arg, ": missing value (the next argument, ", argv[i + 1],
-                                     ", is a flag; ", arg, "=FILE takes any file name)");
+          flags.error = titan::MissingValueError(arg, i + 1 == argc ? "" : argv[i + 1],
+                                                 absl::StrCat(arg, "=FILE"), "any file name");
         }
       } else {
         (arg == "--output" ? flags.output : flags.step_rollouts) = argv[++i];
