@@ -39,14 +39,10 @@ absl::StatusOr<std::unique_ptr<RlTrainer>> RlTrainer::Create(const JobConfig& co
 absl::StatusOr<ModelBundle> RlTrainer::BuildPolicy(const RunSetup& setup) {
   TITAN_ASSIGN_OR_RETURN(const ModelInfo info,
                          ResolveModel(config_, *tokenizer_, setup.resume_dir));
-  // BuildModel checks [training] seq_len, which RlJobConfig set from [rl] max_seq_len: the key
-  // set is named first.
-  TITAN_RETURN_IF_ERROR(CheckSequenceFitsInMemory("[rl] max_seq_len", rl_.max_seq_len(),
-                                                  config_.training().local_batch_size(), info.args,
-                                                  UsableHostMemoryBytes()));
   // The same seed (or initial load) as the policy's start: the reference is its frozen copy.
   at::manual_seed(setup.seed);
-  return BuildModel(config_, info, setup, runtime_);
+  // RlJobConfig set [training] seq_len from [rl] max_seq_len: refusals name the key the user set.
+  return BuildModel(config_, info, setup, runtime_, "[rl] max_seq_len");
 }
 
 absl::Status RlTrainer::LoadSeedCheckpointIntoReference() {

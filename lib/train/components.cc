@@ -474,6 +474,10 @@ int64_t UsableHostMemoryBytes() {
   return bytes;
 }
 
+namespace {
+
+// CheckSequencesFitInMemory for one key (refused by that name): `seq_len` positions, `batch_size`
+// sequences at a time.
 absl::Status CheckSequenceFitsInMemory(absl::string_view key, int64_t seq_len, int64_t batch_size,
                                        const TransformerArgs& args, int64_t memory_bytes) {
   constexpr int kRopeTablesAtOnce = 4;
@@ -495,11 +499,13 @@ absl::Status CheckSequenceFitsInMemory(absl::string_view key, int64_t seq_len, i
       (rope_bytes + token_bytes) / kGiB, memory_bytes / kGiB, name));
 }
 
+}  // namespace
+
 absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
-                                       int64_t memory_bytes) {
+                                       int64_t memory_bytes, absl::string_view seq_len_key) {
   for (const auto& [key, seq_len, batch_size] :
-       {std::tuple<const char*, int64_t, int64_t>{"[training] seq_len", config.training().seq_len(),
-                                                  config.training().local_batch_size()},
+       {std::tuple<absl::string_view, int64_t, int64_t>{seq_len_key, config.training().seq_len(),
+                                                        config.training().local_batch_size()},
         {"[validation] seq_len", config.validation().enable() ? config.validation().seq_len() : 0,
          config.validation().local_batch_size()}}) {
     TITAN_RETURN_IF_ERROR(CheckSequenceFitsInMemory(key, seq_len, batch_size, args, memory_bytes));
@@ -508,10 +514,12 @@ absl::Status CheckSequencesFitInMemory(const JobConfig& config, const Transforme
 }
 
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
-                                       const RunSetup& setup, const DistributedRuntime& runtime) {
+                                       const RunSetup& setup, const DistributedRuntime& runtime,
+                                       absl::string_view seq_len_key) {
   const auto& training = config.training();
   // Before the model is built: the meta build computes the RoPE tables on the host.
-  TITAN_RETURN_IF_ERROR(CheckSequencesFitInMemory(config, info.args, UsableHostMemoryBytes()));
+  TITAN_RETURN_IF_ERROR(
+      CheckSequencesFitInMemory(config, info.args, UsableHostMemoryBytes(), seq_len_key));
   ModelBundle bundle;
   bundle.info = info;
   // RoPE tables cover the positions this job uses; the recorded shape keeps the model's own.

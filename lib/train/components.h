@@ -111,24 +111,27 @@ absl::StatusOr<std::string> InitialLoadPath(const JobConfig& config);
 // address-space limit (ulimit -v): what the limit leaves beyond the address space already mapped.
 int64_t UsableHostMemoryBytes();
 
+// The key a job's [training] seq_len is set by, which refusals of it name: itself, or the key a
+// tool translates into it (titan_rl: "[rl] max_seq_len").
+inline constexpr absl::string_view kTrainingSeqLenKey = "[training] seq_len";
+
 // Refuses a [training] seq_len (or enabled [validation] seq_len) whose RoPE tables (the peak of
 // computing them on the host in float64) and token batch alone exceed `memory_bytes` (what is
 // left: UsableHostMemoryBytes), before anything of that size is allocated; activations come on top
-// and are not counted.
+// and are not counted. [training] seq_len is refused as `seq_len_key`.
 absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
-                                       int64_t memory_bytes);
-// The same for one key (refused by that name): `seq_len` positions, `batch_size` sequences at a
-// time (titan_rl's [rl] max_seq_len, which it runs as [training] seq_len).
-absl::Status CheckSequenceFitsInMemory(absl::string_view key, int64_t seq_len, int64_t batch_size,
-                                       const TransformerArgs& args, int64_t memory_bytes);
+                                       int64_t memory_bytes,
+                                       absl::string_view seq_len_key = kTrainingSeqLenKey);
 
 // Builds `info`'s model on the meta device, initialises it, applies the family's parallelize
 // function ([parallelism], [activation_checkpoint]) and, unless setup.resume_dir is set, loads
 // [checkpoint] initial_load_path into the pieces each rank holds. Under FSDP each group is
 // initialised after sharding, so no rank holds the whole model. With pipeline parallelism each
 // rank builds only its stages (lib/pipeline).
+// [training] seq_len's refusals name `seq_len_key`, the key the job set it by.
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,
-                                       const RunSetup& setup, const DistributedRuntime& runtime);
+                                       const RunSetup& setup, const DistributedRuntime& runtime,
+                                       absl::string_view seq_len_key = kTrainingSeqLenKey);
 
 // `params` as named tensors sharing their storage (no autograd history): what checkpoints,
 // exports and loads read and fill.

@@ -89,6 +89,13 @@ TEST(CheckSequencesFitInMemoryTest, AHugeSeqLenIsRefusedNamingItsKey) {
             "(local_batch_size 1 x seq_len, inputs and labels) alone take 528.0 GiB, and this "
             "process has 64.0 GiB left; lower seq_len");
   EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 528 * kGiB).ok());
+  // A tool that sets [training] seq_len from a key of its own (titan_rl) is refused by that key.
+  EXPECT_TRUE(absl::StartsWith(
+      CheckSequencesFitInMemory(config, args, 64 * kGiB, "[rl] max_seq_len").message(),
+      "[rl] max_seq_len = 2147483647 does not fit in memory"));
+  EXPECT_TRUE(absl::EndsWith(
+      CheckSequencesFitInMemory(config, args, 64 * kGiB, "[rl] max_seq_len").message(),
+      "; lower max_seq_len"));
   // A long context that fits is no concern of this check.
   config.mutable_training()->set_seq_len(1 << 20);
   EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 1 * kGiB).ok());
