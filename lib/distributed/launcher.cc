@@ -411,9 +411,11 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
     const absl::Status written = EmitLines(stream, flush);
     if (stream.target_fd == STDOUT_FILENO && output_status.ok()) output_status = written;
   };
-  auto stop_all = [&]() {
-    // After a forwarded stop signal the ranks are stopping already, but still get the deadline.
-    if (!stopping) stop_all_with(SIGTERM);
+  // Stops every rank with `signo` and gives them the grace period before SIGKILL. The launcher's
+  // own SIGTERM (a rank failed) is not sent to ranks a forwarded signal is stopping already, but
+  // they still get the deadline; a signal the user chose (SIGQUIT) always reaches them.
+  auto stop_all = [&](int signo = SIGTERM) {
+    if (!stopping || signo != SIGTERM) stop_all_with(signo);
     stopping = true;
     kill_deadline = std::min(kill_deadline, absl::Now() + options.grace_period);
   };
@@ -485,9 +487,7 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
           // "Quit now, with a core dump" reaches every rank as itself (torchrun's too), not as
           // the SIGKILL of the launcher's own death; a rank that survives it is killed after the
           // grace period.
-          stop_all_with(SIGQUIT);
-          stopping = true;
-          kill_deadline = std::min(kill_deadline, absl::Now() + options.grace_period);
+          stop_all(SIGQUIT);
           if (interrupted_status == 0) interrupted_status = 128 + SIGQUIT;
         }
         if (signals[i] == SIGINT || signals[i] == SIGTERM || signals[i] == SIGHUP) {
