@@ -753,9 +753,9 @@ std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const 
   for (const auto& [key, value] : TomlKeyLines(JobConfigToToml(config))) {
     auto it = earlier.find(key);
     if (it != earlier.end() && it->second != value) {
-      // A scorer's command may carry a URL's credentials: never printed.
+      // A scorer's command may carry credentials: never printed.
       changed.push_back(
-          absl::StrCat(key, " = ", RedactUrlsIn(it->second), " -> ", RedactUrlsIn(value)));
+          absl::StrCat(key, " = ", RedactSecretsIn(it->second), " -> ", RedactSecretsIn(value)));
     }
   }
   return changed;
@@ -788,6 +788,10 @@ std::string JobConfigToToml(const JobConfig& config) {
     }
   }
   return toml;
+}
+
+std::string JobConfigToPrintedToml(const JobConfig& config) {
+  return RedactSecretsIn(JobConfigToToml(config));
 }
 
 }  // namespace titan

@@ -57,6 +57,9 @@ std::string JobConfigHelp();
 // The effective configuration as TOML; ParseJobConfigText reads it back to an equal config but for
 // [job] config_file, written as a comment (a job file cannot set it).
 std::string JobConfigToToml(const JobConfig& config);
+// JobConfigToToml for a log ([job] print_config): secrets (a scorer's "API_KEY=... cmd", a URL's
+// credentials) masked by RedactSecretsIn; config.toml keeps them, to run again.
+std::string JobConfigToPrintedToml(const JobConfig& config);
 
 // The keys of [`section`] whose values differ from the schema's defaults, as TOML lines
 // ("[rl] algorithm = \"ppo\""), in schema order; a key set to its default is not listed.
@@ -71,7 +74,8 @@ std::optional<std::string> KeySource(absl::string_view section, absl::string_vie
 
 // The keys whose values differ between `earlier_toml` (a JobConfigToToml text, such as the
 // config.toml of a run before) and `config`, as "[section] key = old -> new" in schema order; a key
-// that only one side has (another titan's schema) is left out; URL credentials are masked.
+// that only one side has (another titan's schema) is left out; secrets are masked
+// (RedactSecretsIn).
 std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const JobConfig& config);
 
 // Where a folder key (checkpoint.folder, metrics.save_tb_folder, ...) points, as torchtitan's

@@ -1367,6 +1367,26 @@ TEST(JobConfigTest, KeysChangedSinceAnEarlierRunsConfig) {
   EXPECT_EQ(KeysChangedSince(JobConfigToToml(scored), rotated),
             (std::vector<std::string>{"[rl] reward_command = \"score --url http://***@host/x\" -> "
                                       "\"score --url http://***@host/x\""}));
+  // So is a secret-named value in it.
+  scored.mutable_rl()->set_reward_command("API_KEY=sk-old-0123 python score.py");
+  rotated.mutable_rl()->set_reward_command("API_KEY=sk-new-4567 python score.py");
+  EXPECT_EQ(KeysChangedSince(JobConfigToToml(scored), rotated),
+            (std::vector<std::string>{"[rl] reward_command = \"API_KEY=*** python score.py\" -> "
+                                      "\"API_KEY=*** python score.py\""}));
+}
+
+// [job] print_config's text masks what config.toml keeps to run again.
+TEST(JobConfigTest, PrintedTomlMasksSecrets) {
+  JobConfig config = DefaultJobConfig();
+  config.mutable_rl()->set_reward_command(
+      "OPENAI_API_KEY=sk-live-0123 python score.py --url http://u:pw@host/x");
+  EXPECT_TRUE(absl::StrContains(JobConfigToToml(config), "sk-live-0123"));
+  const std::string printed = JobConfigToPrintedToml(config);
+  EXPECT_TRUE(absl::StrContains(
+      printed, "reward_command = \"OPENAI_API_KEY=*** python score.py --url http://***@host/x\"\n"))
+      << printed;
+  EXPECT_FALSE(absl::StrContains(printed, "sk-live-0123"));
+  EXPECT_FALSE(absl::StrContains(printed, "pw@"));
 }
 
 // torchtitan's current names for keys titan keeps under their older sections, and its W&B switch

@@ -205,7 +205,8 @@ absl::Status HubHttpError(long http_status, absl::string_view error_code,
                            : absl::StrCat(context.repo_id, "@", context.revision, ": ",
                                           context.path);
   const std::string detail =
-      error_message.empty() ? "" : absl::StrCat(" (Hub says: ", RedactUrlsIn(error_message), ")");
+      error_message.empty() ? ""
+                            : absl::StrCat(" (Hub says: ", RedactSecretsIn(error_message), ")");
   if (error_code == "GatedRepo" || http_status == 401 || http_status == 403) {
     const std::string token_hint =
         context.has_token

@@ -185,6 +185,16 @@ TEST(HubHttpErrorTest, NeverShowsTheEndpointsCredentials) {
   }
 }
 
+// A server (a mirror, a proxy) may echo the token it was sent.
+TEST(HubHttpErrorTest, NeverShowsATokenTheServerEchoes) {
+  const HubRequestContext context{"https://hub.example", "org/m", "main", "", true};
+  const std::string message(
+      HubHttpError(401, "", "bad header Authorization: Bearer hf_0123456789abcdef", context)
+          .message());
+  EXPECT_THAT(message, HasSubstr("(Hub says: bad header Authorization: Bearer ***)"));
+  EXPECT_THAT(message, Not(HasSubstr("hf_0123456789abcdef")));
+}
+
 TEST(IsRetryableHttpStatusTest, ServerErrorsAndThrottling) {
   EXPECT_TRUE(IsRetryableHttpStatus(500));
   EXPECT_TRUE(IsRetryableHttpStatus(503));

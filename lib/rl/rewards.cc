@@ -350,9 +350,9 @@ absl::StatusOr<std::vector<double>> ScoreWithCommand(const std::string& command,
                                                      absl::Duration timeout,
                                                      const std::function<int()>& stop_signal) {
   absl::StatusOr<std::vector<double>> rewards = RunScorer(command, rollouts, timeout, stop_signal);
-  // The command, or what the scorer printed, may hold a URL's credentials: never shown.
+  // The command, or what the scorer printed, may hold credentials: never shown.
   if (!rewards.ok()) {
-    return absl::Status(rewards.status().code(), RedactUrlsIn(rewards.status().message()));
+    return absl::Status(rewards.status().code(), RedactSecretsIn(rewards.status().message()));
   }
   return rewards;
 }

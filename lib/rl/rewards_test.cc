@@ -267,6 +267,27 @@ TEST(ScoreWithCommandTest, ErrorsShowNoUrlCredentials) {
       << failed.status();
 }
 
+// A scorer's stderr and the command itself are relayed with every secret they show masked: a
+// secret-named value, or the value of a secret-named environment variable the scorer printed.
+TEST(ScoreWithCommandTest, ErrorsShowNoSecrets) {
+  ASSERT_EQ(setenv("TITAN_TEST_HF_TOKEN", "hf_0123456789abcdef", 1), 0);
+  const std::vector<ScoredRollout> rollouts = {{"p", "r", "a"}};
+  auto failed = ScoreWithCommand(
+      "API_KEY=sk-command-secret sh -c 'cat >/dev/null; echo Authorization failed for "
+      "api_key=sk-abc123def456 >&2; echo token was $TITAN_TEST_HF_TOKEN >&2; exit 1'",
+      rollouts, absl::Seconds(10));
+  unsetenv("TITAN_TEST_HF_TOKEN");
+  ASSERT_FALSE(failed.ok());
+  const std::string message(failed.status().message());
+  for (const char* secret : {"sk-command-secret", "sk-abc123def456", "hf_0123456789abcdef"}) {
+    EXPECT_FALSE(absl::StrContains(message, secret)) << message;
+  }
+  EXPECT_TRUE(absl::StrContains(message, "\"API_KEY=*** sh -c")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "failed (exit status 1)")) << message;
+  EXPECT_TRUE(absl::StrContains(message, "Authorization failed for api_key=***\ntoken was ***"))
+      << message;
+}
+
 TEST(ScoreWithCommandTest, ReadsDecimalRewardsAndRefusesBlankLines) {
   const std::vector<ScoredRollout> rollouts(5, {"p", "r", "a"});
   auto rewards = ScoreWithCommand("cat >/dev/null; printf '1\\n-0.5\\n 1e-3 \\n+2.\\n.25E+1\\n'",

@@ -197,7 +197,7 @@ void LogJobStart(const JobConfig& config, const DistributedRuntime& runtime) {
   if (runtime.rank() != 0) return;
   LOG(INFO) << "job: " << config.job().description();
   if (config.job().print_config()) {
-    LOG(INFO) << "effective configuration:\n" << JobConfigToToml(config);
+    LOG(INFO) << "effective configuration:\n" << JobConfigToPrintedToml(config);
   }
 }
 
