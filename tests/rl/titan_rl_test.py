@@ -1507,6 +1507,23 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual(proc.stderr.splitlines()[-1],
                          "titan_rl: stdout: write failed: No space left on device")
 
+    def test_generate_summary_lost_to_a_full_disk_leaves_no_output(self):
+        # As convert_checkpoint --json: exit 1 comes with neither the output nor its summary.
+        output = os.path.join(self.root, "generate_full", "out.jsonl")
+        os.makedirs(os.path.dirname(output), exist_ok=True)
+        _, cmd = self.job("generate_full", "--generate", "--json", f"--output={output}",
+                          "--rl.eval_size=2")
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True,
+                                  timeout=1800)
+        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
+        self.assertEqual(proc.stderr.splitlines()[-1],
+                         "titan_rl: stdout: write failed: No space left on device")
+        self.assertFalse(os.path.exists(output))
+        summary = json.loads(common.run(cmd).stdout)  # the rerun succeeds
+        self.assertEqual(summary["output"], output)
+        self.assertEqual(len(common.read_jsonl(output)), 2)
+
     def test_help_says_beta_and_advantage_eps_must_be_positive(self):
         proc = common.run([TITAN_RL, "--help"], check=False)
         help_text = proc.stdout + proc.stderr
