@@ -112,7 +112,9 @@ std::string RedactNamedValues(absl::string_view text) {
     if (at >= text.size() || (text[at] != '=' && text[at] != ':')) continue;
     ++at;
     skip(" \t");
-    skip("\"'");
+    // A quoted value ends at its closing quote (or the line's end), spaces and all.
+    const char quote = at < text.size() && (text[at] == '"' || text[at] == '\'') ? text[at] : 0;
+    if (quote != 0) ++at;
     // "Authorization: Bearer <token>": the scheme is no secret, the word after it is.
     size_t word_end = at;
     while (word_end < text.size() && absl::ascii_isalpha(text[word_end])) ++word_end;
@@ -122,10 +124,11 @@ std::string RedactNamedValues(absl::string_view text) {
       at = word_end;
       skip(" ");
     }
+    const absl::string_view value_ends = quote == '"'    ? absl::string_view("\"\r\n")
+                                         : quote == '\'' ? absl::string_view("'\r\n")
+                                                         : absl::string_view(" \t\r\n\"',;&)]}<>");
     size_t value_end = at;
-    while (value_end < text.size() && !absl::StrContains(" \t\r\n\"',;&)]}<>", text[value_end])) {
-      ++value_end;
-    }
+    while (value_end < text.size() && !absl::StrContains(value_ends, text[value_end])) ++value_end;
     if (value_end == at) continue;
     absl::StrAppend(&redacted, text.substr(copied, at - copied), "***");
     copied = i = value_end;

@@ -48,6 +48,9 @@ TEST(RedactSecretsInTest, MasksTheValueAfterASecretName) {
             "Authorization failed for api_key=***, retry");
   EXPECT_EQ(RedactSecretsIn("{\"password\": \"hunter2\", \"user\": \"bob\"}"),
             "{\"password\": \"***\", \"user\": \"bob\"}");
+  EXPECT_EQ(RedactSecretsIn("{'secret': 'two words', \"Authorization\": \"Bearer a b\"}"),
+            "{'secret': '***', \"Authorization\": \"Bearer ***\"}");
+  EXPECT_EQ(RedactSecretsIn("token = \"unclosed\nnext line"), "token = \"***\nnext line");
   EXPECT_EQ(RedactSecretsIn("sent Authorization: Bearer eyJhbGciOi.x.y\nthen 401"),
             "sent Authorization: Bearer ***\nthen 401");
   EXPECT_EQ(RedactSecretsIn("HF_TOKEN=hf_abc python score.py --token hf_x"),
