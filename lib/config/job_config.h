@@ -96,6 +96,11 @@ absl::Status WithKeySource(const absl::Status& status);
 // (data_parallel_shard_degree = -1 takes the ranks the other degrees leave).
 absl::Status ValidateJobConfig(const JobConfig& config, int world_size = 1);
 
+// ValidateJobConfig's checks of [checkpoint] (keep_latest_k = 1, keys of a feature that is off,
+// its folder being the dump folder, ...). profile_run, which replaces [checkpoint] before
+// ValidateJobConfig sees it, refuses a job's invalid values with it as titan_train does.
+absl::Status ValidateCheckpointConfig(const JobConfig& config);
+
 // The keys set to non-default values under a feature that is off, which therefore do nothing: one
 // line per feature, e.g. "[checkpoint] enable = false: interval, keep_latest_k have no effect";
 // also a feature that is on but never acts ([profiling] enable_profiling with a profile_freq past

@@ -1,5 +1,5 @@
-// ValidateJobConfig (declared in job_config.h): ranges, choices and the relations between keys,
-// apart from the parsing in job_config.cc.
+// ValidateJobConfig and ValidateCheckpointConfig (declared in job_config.h): ranges, choices and
+// the relations between keys, apart from the parsing in job_config.cc.
 
 #include <algorithm>
 #include <cstdint>
@@ -272,6 +272,85 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_si
   return lines;
 }
 
+absl::Status ValidateCheckpointConfig(const JobConfig& config) {
+  const JobConfig defaults = DefaultJobConfig();
+  if (absl::Status status =
+          CheckOwnFolder(config, "[checkpoint] folder", config.checkpoint().folder(),
+                         defaults.checkpoint().folder(),
+                         "checkpoints need a folder of their own (its lock, its step-N folders)");
+      !status.ok()) {
+    return status;
+  }
+  const JobConfig::Checkpoint& checkpoint = config.checkpoint();
+  if (checkpoint.keep_latest_k() == 1) {
+    return WithKeySource(absl::InvalidArgumentError(
+        "[checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the newest checkpoint may "
+        "still be being written)"));
+  }
+  if (checkpoint.initial_load_in_hf() && !checkpoint.initial_load_model_only()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] initial_load_in_hf=true needs initial_load_model_only=true (safetensors "
+        "hold only model weights)");
+  }
+  if (checkpoint.initial_load_in_hf() && checkpoint.initial_load_path().empty() &&
+      config.model().hf_assets_path().empty()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] initial_load_in_hf = true: no weights to load; set [checkpoint] "
+        "initial_load_path (a Hugging Face folder) or [model] hf_assets_path");
+  }
+  if (!checkpoint.initial_load_model_only() && checkpoint.initial_load_path().empty()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] initial_load_model_only = false applies to [checkpoint] initial_load_path, "
+        "which is empty: set it, or drop the key");
+  }
+  // Refused here, not where the load happens: a resume, which reads no initial load, would
+  // otherwise accept it.
+  if (!checkpoint.initial_load_model_only()) {
+    return absl::UnimplementedError(
+        "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
+        "resume a full run through [checkpoint] folder instead");
+  }
+  if (checkpoint.last_save_in_hf() && !checkpoint.last_save_model_only()) {
+    return absl::InvalidArgumentError(
+        "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "
+        "only model weights)");
+  }
+
+  // Keys of a feature that is off would be ignored: refused, as [float8]'s are.
+  if (!checkpoint.enable()) {
+    if (checkpoint.load_step() != -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "[checkpoint] load_step = ", checkpoint.load_step(),
+          " applies to [checkpoint] enable = true (resuming), which is false: set it, or drop "
+          "the key"));
+    }
+    if (checkpoint.exclude_from_loading_size() > 0) {
+      return absl::InvalidArgumentError(
+          "[checkpoint] exclude_from_loading applies to [checkpoint] enable = true (resuming), "
+          "which is false: set it, or drop the key");
+    }
+    for (const char* key : {"enable_first_step_checkpoint", "async_mode", "last_save_in_hf"}) {
+      if (const std::optional<std::string> set = ChangedKey(config, "checkpoint", key)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(*set,
+                         " applies to [checkpoint] enable = true (saving), which is false: set "
+                         "it, or drop the key"));
+      }
+    }
+  }
+  if (checkpoint.export_dtype() != defaults.checkpoint().export_dtype() &&
+      (!checkpoint.enable() || !checkpoint.last_save_model_only())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "[checkpoint] export_dtype = ", Quote(checkpoint.export_dtype()),
+        " applies to the model-only final save (enable = true and last_save_model_only = true), ",
+        checkpoint.enable() ? "but last_save_model_only is false (the final save keeps float32 "
+                              "for resuming)"
+                            : "but enable is false",
+        ": change that, or drop the key"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
   if (world_size < 1) {
     return absl::InvalidArgumentError(absl::StrCat("world size must be >= 1, got ", world_size));
@@ -328,13 +407,7 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
     }
   }
 
-  if (absl::Status status =
-          CheckOwnFolder(config, "[checkpoint] folder", config.checkpoint().folder(),
-                         defaults.checkpoint().folder(),
-                         "checkpoints need a folder of their own (its lock, its step-N folders)");
-      !status.ok()) {
-    return status;
-  }
+  if (absl::Status status = ValidateCheckpointConfig(config); !status.ok()) return status;
   if (absl::Status status = CheckOwnFolder(
           config, "[comm] save_traces_folder", config.comm().save_traces_folder(),
           defaults.comm().save_traces_folder(),
@@ -430,73 +503,6 @@ absl::Status ValidateJobConfig(const JobConfig& config, int world_size) {
         "matmuls are not batch-invariant; set loss_chunk_size = 0");
   }
 
-  const JobConfig::Checkpoint& checkpoint = config.checkpoint();
-  if (checkpoint.keep_latest_k() == 1) {
-    return WithKeySource(absl::InvalidArgumentError(
-        "[checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the newest checkpoint may "
-        "still be being written)"));
-  }
-  if (checkpoint.initial_load_in_hf() && !checkpoint.initial_load_model_only()) {
-    return absl::InvalidArgumentError(
-        "[checkpoint] initial_load_in_hf=true needs initial_load_model_only=true (safetensors "
-        "hold only model weights)");
-  }
-  if (checkpoint.initial_load_in_hf() && checkpoint.initial_load_path().empty() &&
-      config.model().hf_assets_path().empty()) {
-    return absl::InvalidArgumentError(
-        "[checkpoint] initial_load_in_hf = true: no weights to load; set [checkpoint] "
-        "initial_load_path (a Hugging Face folder) or [model] hf_assets_path");
-  }
-  if (!checkpoint.initial_load_model_only() && checkpoint.initial_load_path().empty()) {
-    return absl::InvalidArgumentError(
-        "[checkpoint] initial_load_model_only = false applies to [checkpoint] initial_load_path, "
-        "which is empty: set it, or drop the key");
-  }
-  // Refused here, not where the load happens: a resume, which reads no initial load, would
-  // otherwise accept it.
-  if (!checkpoint.initial_load_model_only()) {
-    return absl::UnimplementedError(
-        "[checkpoint] initial_load_model_only=false: initial loads take model weights only; "
-        "resume a full run through [checkpoint] folder instead");
-  }
-  if (checkpoint.last_save_in_hf() && !checkpoint.last_save_model_only()) {
-    return absl::InvalidArgumentError(
-        "[checkpoint] last_save_in_hf=true needs last_save_model_only=true (safetensors hold "
-        "only model weights)");
-  }
-
-  // Keys of a feature that is off would be ignored: refused, as [float8]'s are below.
-  if (!checkpoint.enable()) {
-    if (checkpoint.load_step() != -1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "[checkpoint] load_step = ", checkpoint.load_step(),
-          " applies to [checkpoint] enable = true (resuming), which is false: set it, or drop "
-          "the key"));
-    }
-    if (checkpoint.exclude_from_loading_size() > 0) {
-      return absl::InvalidArgumentError(
-          "[checkpoint] exclude_from_loading applies to [checkpoint] enable = true (resuming), "
-          "which is false: set it, or drop the key");
-    }
-    for (const char* key : {"enable_first_step_checkpoint", "async_mode", "last_save_in_hf"}) {
-      if (const std::optional<std::string> set = ChangedKey(config, "checkpoint", key)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(*set,
-                         " applies to [checkpoint] enable = true (saving), which is false: set "
-                         "it, or drop the key"));
-      }
-    }
-  }
-  if (checkpoint.export_dtype() != defaults.checkpoint().export_dtype() &&
-      (!checkpoint.enable() || !checkpoint.last_save_model_only())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "[checkpoint] export_dtype = ", Quote(checkpoint.export_dtype()),
-        " applies to the model-only final save (enable = true and last_save_model_only = true), ",
-        checkpoint.enable() ? "but last_save_model_only is false (the final save keeps float32 "
-                              "for resuming)"
-                            : "but enable is false",
-        ": change that, or drop the key"));
-  }
   if (parallelism.pipeline_parallel_degree() == 1) {
     if (parallelism.pipeline_parallel_split_points_size() > 0) {
       return absl::InvalidArgumentError(

@@ -68,12 +68,13 @@ std::vector<std::pair<std::string, std::string>> ChangedUnreadCheckpointKeys(
 
 }  // namespace
 
-absl::Status RefuseUnreadCheckpointFlags(const JobConfig& config) {
+absl::Status CheckCheckpointKeys(const JobConfig& config) {
   std::vector<std::string> refused;
   for (const auto& [line, source] : ChangedUnreadCheckpointKeys(config)) {
     if (absl::StartsWith(source, "--")) refused.push_back(source);
   }
-  if (refused.empty()) return absl::OkStatus();
+  // Skipped is not ignored: a job file's value titan_train refuses is refused here too.
+  if (refused.empty()) return ValidateCheckpointConfig(config);
   return absl::InvalidArgumentError(absl::StrCat(
       absl::StrJoin(refused, ", "),
       ": profile_run saves and resumes no checkpoint, so [checkpoint] keys other than "
@@ -86,7 +87,7 @@ absl::Status RefuseUnreadCheckpointFlags(const JobConfig& config) {
 // not run, and runs again.
 JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options) {
   config.mutable_job()->set_dump_folder(options.out);
-  // The job file's (its flags are refused by RefuseUnreadCheckpointFlags), said once.
+  // The job file's (its flags are refused by CheckCheckpointKeys), said once.
   const absl::StatusOr<DistributedEnv> env = DetectDistributedEnv();
   if (env.ok() && env->rank == 0) {
     std::vector<std::string> skipped;

@@ -47,8 +47,10 @@ JobConfig ProfiledJobConfig(JobConfig config, const ProfileRunOptions& options);
 // resumes no checkpoint) that `config` sets to other than their defaults from the command line,
 // naming each flag. A job file's are logged as skipped by ProfiledJobConfig instead: titan_train's
 // job files set them (configs/llama3_debugmodel.toml: enable, interval), and profile_run takes
-// those files. KeySource tells the two apart: call it after ParseJobConfig read `config`.
-absl::Status RefuseUnreadCheckpointFlags(const JobConfig& config);
+// those files; but a value titan_train refuses (keep_latest_k = 1, say) is refused here as there
+// (ValidateCheckpointConfig). KeySource tells the two apart: call it after ParseJobConfig read
+// `config`, before ProfiledJobConfig.
+absl::Status CheckCheckpointKeys(const JobConfig& config);
 
 // `status` with a leading "[job] dump_folder" (profile_run's --out under ProfiledJobConfig) said
 // as "--out": the user never set that key to that folder.

@@ -460,6 +460,36 @@ class ProfileRunTest(unittest.TestCase):
             self.assertNotIn("frame #", proc.stderr)  # no C++ backtrace
             self.assertFalse(os.path.exists(out), args)
 
+    def test_job_file_checkpoint_values_titan_train_refuses_are_refused(self):
+        # profile_run skips a job file's [checkpoint] keys, but skipped is not ignored: a value
+        # titan_train refuses is refused in the same words, naming the file's line.
+        with open(CONFIG) as f:
+            text = f.read()
+        out = os.path.join(self.tmp, "refused_checkpoint")
+        shutil.rmtree(out, ignore_errors=True)
+        for name, old, new, message in [
+                ("keep_1.toml", "keep_latest_k = 3", "keep_latest_k = 1",
+                 "[checkpoint] keep_latest_k=1: expected 0 (keep all) or >= 2 (the newest "
+                 "checkpoint may still be being written)"),
+                ("load_off.toml", "enable = true\nfolder", "enable = false\nload_step = 5\nfolder",
+                 "[checkpoint] load_step = 5 applies to [checkpoint] enable = true (resuming), "
+                 "which is false: set it, or drop the key")]:
+            self.assertEqual(text.count(old), 1, old)
+            config = os.path.join(self.tmp, name)
+            with open(config, "w") as f:
+                f.write(text.replace(old, new))
+            flags = [f"--job.config_file={config}", *COMMON[1:]]
+            train = subprocess.run([TITAN_TRAIN, *flags, f"--job.dump_folder={out}"],
+                                   capture_output=True, text=True, timeout=120)
+            proc = subprocess.run([PROFILE_RUN, *flags, f"--out={out}"], capture_output=True,
+                                  text=True, timeout=120)
+            self.assertEqual((train.returncode, proc.returncode), (1, 1), name)
+            self.assertIn(message, train.stderr)
+            refusal = train.stderr[train.stderr.index("titan_train: "):].splitlines()[0]
+            self.assertIn(refusal.replace("titan_train: ", "profile_run: ", 1), proc.stderr)
+            self.assertNotIn("are skipped", proc.stderr)
+            self.assertFalse(os.path.exists(out), name)
+
     def test_out_that_is_a_file_is_named_as_out(self):
         # The job file sets [job] dump_folder, but --out replaced it: the error names --out alone.
         out = os.path.join(self.tmp, "out_is_a_file")

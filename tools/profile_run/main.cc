@@ -49,7 +49,8 @@ constexpr char kUsage[] =
     "[profiling] below is titan_train's: profile_run replaces it with the flags above (the job\n"
     "file's is not run, and config.toml records it at its defaults) and refuses --profiling.*\n"
     "flags. Of [checkpoint] it reads initial_load_* only: the job file's other keys are logged\n"
-    "as skipped, and --checkpoint.* flags setting them are refused.\n\n";
+    "as skipped (a value titan_train refuses is refused), and --checkpoint.* flags setting them\n"
+    "are refused.\n\n";
 
 // What replaces each of titan_train's [profiling] keys in profile_run.
 constexpr std::pair<absl::string_view, absl::string_view> kProfilingReplacements[] = {
@@ -217,7 +218,7 @@ absl::Status Profile(const Flags& flags) {
   absl::StatusOr<titan::JobConfig> job = titan::ParseJobConfig(
       "", flags.job_args, titan::UnreadSection{"rl", "titan_rl", "profile_run"});
   if (!job.ok()) return job.status();
-  if (absl::Status status = titan::RefuseUnreadCheckpointFlags(*job); !status.ok()) return status;
+  if (absl::Status status = titan::CheckCheckpointKeys(*job); !status.ok()) return status;
   // The ranks connect with the profiled job: the flight recorder dumps under --out, not into the
   // job's dump folder.
   const titan::JobConfig config = titan::ProfiledJobConfig(*std::move(job), flags.profile);
