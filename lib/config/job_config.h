@@ -1,6 +1,7 @@
 #ifndef TITAN_LIB_CONFIG_JOB_CONFIG_H_
 #define TITAN_LIB_CONFIG_JOB_CONFIG_H_
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -110,6 +111,15 @@ absl::Status ValidateCheckpointConfig(const JobConfig& config);
 // --checkpoint.enable=false turns a file's feature off. `world_size` resolves
 // data_parallel_shard_degree = -1, which decides whether FSDP runs.
 std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_size = 1);
+
+// KeysWithoutEffect's line for [profiling] enable_profiling / enable_memory_snapshot, for a run
+// that resumed step `resumed_step` and so trains only the steps after it: "[profiling]
+// profile_freq = 10 has no multiple in steps 11 to 15, ...: enable_profiling has no effect".
+// KeysWithoutEffect judges from step 1, before the step to resume is known. nullopt when a cycle
+// ends in those steps, neither key is set, nothing is left to train, resumed_step <= 0, or
+// KeysWithoutEffect said it already (profile_freq past [training] steps).
+std::optional<std::string> ProfilingWithoutEffectAfterResume(const JobConfig& config,
+                                                             int64_t resumed_step);
 
 }  // namespace titan
 

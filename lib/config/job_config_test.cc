@@ -1,8 +1,10 @@
 #include "lib/config/job_config.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -974,6 +976,32 @@ TEST(JobConfigTest, KeysWithoutEffectSaysAProfilingCycleThatNoStepEnds) {
   // A run that reaches step profile_freq saves its trace there.
   config->mutable_profiling()->set_profile_freq(30);
   EXPECT_TRUE(KeysWithoutEffect(*config).empty());
+}
+
+TEST(JobConfigTest, ProfilingWithoutEffectAfterResumeLooksAtTheStepsLeft) {
+  absl::StatusOr<JobConfig> config = ParseText(
+      "[training]\nsteps = 15\n[profiling]\nenable_memory_snapshot = true\nprofile_freq = 10\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  // From step 1 a cycle ends at step 10; resumed at 10 (or later), steps 11 to 15 end none.
+  EXPECT_TRUE(KeysWithoutEffect(*config).empty());
+  EXPECT_EQ(ProfilingWithoutEffectAfterResume(*config, 10),
+            "[profiling] profile_freq = 10 has no multiple in steps 11 to 15, which this run "
+            "trains after resuming step 10 (no cycle ends: no trace or snapshot is written): "
+            "enable_memory_snapshot has no effect");
+  EXPECT_TRUE(ProfilingWithoutEffectAfterResume(*config, 14).has_value());
+  // Resumed before step 10, the run reaches it; at step 15, nothing is left to train; at 0 (a
+  // fresh run, or train_state excluded) KeysWithoutEffect has judged already.
+  for (int64_t resumed : {0, 3, 9, 15, 20}) {
+    EXPECT_EQ(ProfilingWithoutEffectAfterResume(*config, resumed), std::nullopt) << resumed;
+  }
+  // profile_freq past [training] steps: KeysWithoutEffect says it once, this not again.
+  config->mutable_profiling()->set_profile_freq(20);
+  ASSERT_EQ(KeysWithoutEffect(*config).size(), 1);
+  EXPECT_EQ(ProfilingWithoutEffectAfterResume(*config, 10), std::nullopt);
+  // Profiling off: nothing to say.
+  config->mutable_profiling()->set_profile_freq(10);
+  config->mutable_profiling()->set_enable_memory_snapshot(false);
+  EXPECT_EQ(ProfilingWithoutEffectAfterResume(*config, 10), std::nullopt);
 }
 
 TEST(JobConfigTest, KeysWithoutEffectListsTheDecayKeysOfAScheduleWithoutDecay) {

@@ -172,26 +172,69 @@ bool IsPositiveInteger(const std::string& text) {
   return absl::SimpleAtoi(text, &value) && value >= 1;
 }
 
+struct OffFeature {
+  const char* section;
+  const char* switch_off;  // how the feature is off, as the warning says it
+  bool off;
+  std::vector<const char*> keys;
+  const char* keys_section = nullptr;  // the keys' own section, where it is not the switch's
+};
+
+// "[section] switch_off: key, key have no effect" for the keys `config` sets of a feature that is
+// off; nullopt when it is on or none is set.
+std::optional<std::string> WithoutEffectLine(const JobConfig& config, const OffFeature& feature) {
+  if (!feature.off) return std::nullopt;
+  std::vector<std::string> set;
+  const char* keys_section =
+      feature.keys_section != nullptr ? feature.keys_section : feature.section;
+  for (const char* key : feature.keys) {
+    if (!ChangedKey(config, keys_section, key)) continue;
+    set.push_back(feature.keys_section != nullptr ? absl::StrCat("[", keys_section, "] ", key)
+                                                  : std::string(key));
+  }
+  if (set.empty()) return std::nullopt;
+  return absl::StrCat("[", feature.section, "] ", feature.switch_off, ": ",
+                      absl::StrJoin(set, ", "),
+                      set.size() == 1 ? " has no effect" : " have no effect");
+}
+
+// Why steps resumed_step + 1 .. [training] steps end no profiling cycle (cycles end at the
+// multiples of profile_freq, where traces and snapshots are saved); "" when one ends there, or a
+// resumed run has nothing left to train.
+std::string UnreachedProfilingCycle(const JobConfig& config, int64_t resumed_step) {
+  const int64_t freq = config.profiling().profile_freq();
+  const int64_t steps = config.training().steps();
+  if (freq < 1 || (resumed_step > 0 && resumed_step >= steps) ||
+      steps / freq > resumed_step / freq) {
+    return "";
+  }
+  const absl::string_view outcome = " (no cycle ends: no trace or snapshot is written)";
+  if (resumed_step == 0) {
+    return absl::StrCat("profile_freq = ", freq, " exceeds [training] steps = ", steps, outcome);
+  }
+  return absl::StrCat("profile_freq = ", freq, " has no multiple in steps ", resumed_step + 1,
+                      " to ", steps, ", which this run trains after resuming step ", resumed_step,
+                      outcome);
+}
+
+// The profiling switches, on with no cycle ending in the steps the run trains.
+OffFeature UnreachedProfilingFeature(const std::string& unreached) {
+  return {"profiling",
+          unreached.c_str(),
+          !unreached.empty(),
+          {"enable_profiling", "enable_memory_snapshot"}};
+}
+
 }  // namespace
 
 std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_size) {
-  struct OffFeature {
-    const char* section;
-    const char* switch_off;  // how the feature is off, as the warning says it
-    bool off;
-    std::vector<const char*> keys;
-    const char* keys_section = nullptr;  // the keys' own section, where it is not the switch's
-  };
   const JobConfig::Profiling& profiling = config.profiling();
   const JobConfig::Parallelism& parallelism = config.parallelism();
   // As ParallelDims::fsdp_enabled; a layout that validation refuses warns nothing here.
   const absl::StatusOr<int64_t> shard_degree = ShardDegree(parallelism, world_size);
   const bool fsdp = !shard_degree.ok() || *shard_degree * parallelism.context_parallel_degree() > 1;
   // The first trace and memory snapshot are saved after step profile_freq.
-  const std::string unreached_cycle =
-      absl::StrCat("profile_freq = ", profiling.profile_freq(),
-                   " exceeds [training] steps = ", config.training().steps(),
-                   " (no cycle ends: no trace or snapshot is written)");
+  const std::string unreached_cycle = UnreachedProfilingCycle(config, /*resumed_step=*/0);
   const std::vector<OffFeature> features = {
       {"checkpoint",
        "enable = false",
@@ -213,10 +256,7 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_si
        "enable_profiling = false and enable_memory_snapshot = false",
        !profiling.enable_profiling() && !profiling.enable_memory_snapshot(),
        {"profile_freq"}},
-      {"profiling",
-       unreached_cycle.c_str(),
-       profiling.profile_freq() > config.training().steps(),
-       {"enable_profiling", "enable_memory_snapshot"}},
+      UnreachedProfilingFeature(unreached_cycle),
       {"lr_scheduler",
        "decay_ratio = 0 (no decay phase)",
        config.lr_scheduler().decay_ratio() == 0,
@@ -255,21 +295,19 @@ std::vector<std::string> KeysWithoutEffect(const JobConfig& config, int world_si
   };
   std::vector<std::string> lines;
   for (const OffFeature& feature : features) {
-    if (!feature.off) continue;
-    std::vector<std::string> set;
-    const char* keys_section =
-        feature.keys_section != nullptr ? feature.keys_section : feature.section;
-    for (const char* key : feature.keys) {
-      if (!ChangedKey(config, keys_section, key)) continue;
-      set.push_back(feature.keys_section != nullptr ? absl::StrCat("[", keys_section, "] ", key)
-                                                    : std::string(key));
+    if (std::optional<std::string> line = WithoutEffectLine(config, feature)) {
+      lines.push_back(*std::move(line));
     }
-    if (set.empty()) continue;
-    lines.push_back(absl::StrCat("[", feature.section, "] ", feature.switch_off, ": ",
-                                 absl::StrJoin(set, ", "),
-                                 set.size() == 1 ? " has no effect" : " have no effect"));
   }
   return lines;
+}
+
+std::optional<std::string> ProfilingWithoutEffectAfterResume(const JobConfig& config,
+                                                             int64_t resumed_step) {
+  // From step 1 no cycle ends either: KeysWithoutEffect said so at startup.
+  if (resumed_step <= 0 || !UnreachedProfilingCycle(config, 0).empty()) return std::nullopt;
+  const std::string unreached = UnreachedProfilingCycle(config, resumed_step);
+  return WithoutEffectLine(config, UnreachedProfilingFeature(unreached));
 }
 
 absl::Status ValidateCheckpointConfig(const JobConfig& config) {

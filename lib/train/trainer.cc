@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -146,6 +147,13 @@ absl::Status Trainer::Init() {
     TITAN_RETURN_IF_ERROR(checkpointer_->EnforceKeepLatest());
     // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
+  }
+  // Startup judged the cycles from step 1; a resumed run trains only the steps after its own.
+  if (runtime_.rank() == 0) {
+    if (const std::optional<std::string> line =
+            ProfilingWithoutEffectAfterResume(config_, state_.step)) {
+      LOG(WARNING) << *line;
+    }
   }
   // Before the metrics files: a refused [profiling] key leaves no TensorBoard file behind.
   TITAN_ASSIGN_OR_RETURN(

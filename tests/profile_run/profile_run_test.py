@@ -652,6 +652,30 @@ class ProfileRunTest(unittest.TestCase):
              "--training.local_batch_size=2", "--checkpoint.enable=false"])
         self.assertFalse(os.path.exists(os.path.join(off, "profile_traces")))
 
+    def test_titan_train_warns_of_a_resumed_run_that_ends_no_profiling_cycle(self):
+        # Startup sees steps = 7 >= profile_freq = 4, but a run resumed at step 4 trains 5 to 7,
+        # which end no cycle: it says so once it knows the step, and writes no trace.
+        dump = os.path.join(self.tmp, "train_resumed")
+        shutil.rmtree(dump, ignore_errors=True)
+        flags = [TITAN_TRAIN, *COMMON, f"--job.dump_folder={dump}", "--training.seq_len=16",
+                 "--training.local_batch_size=1", "--checkpoint.interval=4",
+                 "--checkpoint.async_mode=disabled"]
+        run([*flags, "--training.steps=4"])
+        profiling = ["--profiling.enable_profiling=true", "--profiling.profile_freq=4",
+                     "--profiling.profiler_warmup=1"]
+        warning = ("[profiling] profile_freq = 4 has no multiple in steps 5 to 7, which this run "
+                   "trains after resuming step 4 (no cycle ends: no trace or snapshot is "
+                   "written): enable_profiling has no effect")
+        proc = run([*flags, "--training.steps=7", *profiling])
+        self.assertEqual(proc.stderr.count(warning), 1, proc.stderr[-3000:])
+        folder = os.path.join(dump, "profile_traces")
+        self.assertEqual(os.listdir(folder) if os.path.exists(folder) else [], [])
+        # Resumed at step 7, the run reaches step 8: no warning, and the cycle's trace.
+        proc = run([*flags, "--training.steps=8", *profiling])
+        self.assertNotIn("has no effect", proc.stderr.replace(
+            "[validation] enable = false: seq_len, steps have no effect", ""))
+        self.assertEqual(os.listdir(folder), ["iteration_8"])
+
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()

@@ -423,6 +423,23 @@ class TitanRlTest(unittest.TestCase):
         self.assertEqual({r["step"] for r in common.read_jsonl(aside[0])}, {1, 2})
         self.assertEqual([m["step"] for m in common.metrics(dump)], [0, 1])
 
+    def test_a_resumed_run_warns_when_its_steps_end_no_profiling_cycle(self):
+        # As titan_train: startup sees steps = 3 >= profile_freq = 2, but resumed at step 2 the
+        # run trains step 3 only, which ends no cycle; said once the step is known.
+        ckpt = ["--checkpoint.enable=true", "--checkpoint.last_save_model_only=false",
+                "--rl.dynamic_sampling=false"]
+        dump, cmd = self.job("resumed_profiling", *ckpt, "--training.steps=2")
+        common.run(cmd)
+        _, cmd = self.job("resumed_profiling", *ckpt, "--training.steps=3",
+                          "--profiling.enable_profiling=true", "--profiling.profile_freq=2",
+                          "--profiling.profiler_warmup=0", "--profiling.profiler_active=1")
+        proc = common.run(cmd)
+        self.assertIn("[profiling] profile_freq = 2 has no multiple in steps 3 to 3, which this run "
+                      "trains after resuming step 2 (no cycle ends: no trace or snapshot is "
+                      "written): enable_profiling has no effect", proc.stderr)
+        folder = os.path.join(dump, "profile_traces")
+        self.assertEqual(os.listdir(folder) if os.path.exists(folder) else [], [])
+
     def test_profiling_and_monitoring_act_as_in_titan_train(self):
         dump, cmd = self.job("profiled", "--profiling.enable_profiling=true",
                              "--profiling.profile_freq=2", "--profiling.profiler_warmup=0",
