@@ -237,8 +237,11 @@ absl::Status TrainCheckpointer::RecoverInterruptedRuns() const {
 }
 
 absl::Status TrainCheckpointer::EnforceKeepLatest() const {
-  // The run's first save sets the loaded run's steps aside, not its keep_latest_k.
-  if (parts_.read_only || set_aside_at_first_save_) return absl::OkStatus();
+  // The run's first save sets the loaded run's steps aside, not its keep_latest_k. With nothing
+  // to train no save comes: they stay the folder's steps, trimmed as on any rerun.
+  const bool first_save_sets_aside =
+      set_aside_at_first_save_ && resumed_step_ < config_.training().steps();
+  if (parts_.read_only || first_save_sets_aside) return absl::OkStatus();
   // Every rank has loaded its step before rank 0 deletes any.
   TITAN_RETURN_IF_ERROR(runtime_.AllAgree(true).status());
   // As after a save: a step that stays costs only disk, and the run goes on.

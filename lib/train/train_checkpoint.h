@@ -127,7 +127,8 @@ class TrainCheckpointer {
   // beyond keep_latest_k that saves killed before their cleanup left (never the loaded step, by
   // then the newest: Resume set the newer ones aside, or refused a load_step with nothing to
   // train); not with parts.read_only, nor while this run's first save is yet to set the steps
-  // aside.
+  // aside (train_state excluded, with steps to train: with none, no save comes, and they are
+  // trimmed).
   absl::Status EnforceKeepLatest() const;
   // Saves `state` and the parts at state.step; model_only: the consolidated final weights (in
   // export_dtype, and as Hugging Face files with last_save_in_hf). With async_mode=async the

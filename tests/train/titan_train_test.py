@@ -891,6 +891,23 @@ class TitanTrainTest(unittest.TestCase):
         self.assertTrue(os.path.exists(os.path.join(dump, "notes.tmp.5")))  # not the run's
         self.assertEqual([r["step"] for r in metrics(dump)], [1, 2, 3])
 
+    def test_a_restart_with_nothing_to_train_trims_the_steps_it_loaded(self):
+        # train_state excluded, the loaded run's steps wait for the new run's first save to set
+        # them aside; with nothing to train none comes, they stay the folder's steps, and the
+        # start-of-run trim applies to them as on any rerun.
+        dump = self.dump("restart_nothing_to_train")
+        flags = ["--checkpoint.interval=1", "--validation.enable=false",
+                 "--checkpoint.async_mode=disabled"]
+        run_train(dump, "--training.steps=3", "--checkpoint.keep_latest_k=0", *flags)
+        folder = os.path.join(dump, "checkpoint")
+        proc = run_train(dump, "--training.steps=0", "--checkpoint.keep_latest_k=2",
+                         "--checkpoint.exclude_from_loading=train_state", *flags)
+        self.assertIn("[training] steps = 0: nothing to train", proc.stderr)
+        self.assertIn(f"Deleted checkpoint {folder}/step-1 (keep_latest_k=2)", proc.stderr)
+        # Deleted, not set aside: nothing else is left.
+        self.assertEqual(sorted(n for n in os.listdir(folder) if n.startswith("step-")),
+                         ["step-2", "step-3"])
+
     def test_a_failed_final_save_leaves_no_export_without_its_step(self):
         # The final save fails after its export is written, as on a full disk: a file where
         # step-N is to go (made once the run is training, far from its last step) refuses it.
