@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <memory>
 #include <optional>
@@ -215,6 +216,37 @@ absl::StatusOr<int> RemoveEarlierOutputs(const std::string& out) {
   return in_out + in_traces;
 }
 
+// Refuses a traces folder under `out` holding an entry profile_run did not write (any but its
+// regular trace files and their temporaries), naming one: HTA reads every .json / .gz file there
+// as a rank's trace, and the run would leave the entry in place. Moving it away loses nothing.
+absl::Status RefuseForeignTraceEntries(const std::string& out) {
+  const std::string folder = absl::StrCat(out, "/", kProfileTracesFolder);
+  absl::StatusOr<std::vector<std::string>> names = ListDirectory(folder);
+  if (absl::IsNotFound(names.status())) return absl::OkStatus();
+  TITAN_RETURN_IF_ERROR(WithContext(names.status(), "--out"));
+  std::vector<std::string> foreign;
+  for (const std::string& name : *names) {
+    struct stat info;
+    if (::lstat(absl::StrCat(folder, "/", name).c_str(), &info) != 0) {
+      if (errno == ENOENT) continue;  // an earlier run's, removed by rank 0 meanwhile
+      return ErrnoError("inspect", absl::StrCat(folder, "/", name));
+    }
+    // A link or folder named like a trace is not one this run replaces.
+    if (!S_ISREG(info.st_mode) || !IsEarlierTrace(name)) foreign.push_back(name);
+  }
+  if (foreign.empty()) return absl::OkStatus();
+  std::sort(foreign.begin(), foreign.end());
+  const bool one = foreign.size() == 1;
+  return absl::FailedPreconditionError(absl::StrCat(
+      "--out: ", folder, " holds ", foreign.front(),
+      one ? ""
+          : absl::StrCat(" and ", foreign.size() - 1,
+                         foreign.size() == 2 ? " more entry" : " more entries"),
+      ", which profile_run did not write: that folder is for the run's traces alone "
+      "(HolisticTraceAnalysis reads every .json and .gz file in it as a rank's trace); move ",
+      one ? "it" : "them", " elsewhere, or use another --out"));
+}
+
 // Tags the blocks of the trainer's long-lived state at the step phases where it exists.
 void TagStateHooks(Trainer& trainer, MemoryTracker& tracker) {
   trainer.hooks().Add(StepPhase::kBeforeOptimizer, [&trainer, &tracker](const StepEvent&) {
@@ -351,6 +383,7 @@ absl::Status Run(const JobConfig& config, const DistributedRuntime& runtime,
         options.warmup, " + --profile.active=", options.active, " = ", steps, " steps"));
   }
   TITAN_RETURN_IF_ERROR(WithContext(MakeDirectories(options.out), "--out"));
+  TITAN_RETURN_IF_ERROR(RefuseForeignTraceEntries(options.out));
   // Before the model exists, so that its parameters are among the blocks seen.
   TITAN_ASSIGN_OR_RETURN(std::unique_ptr<MemoryTracker> tracker,
                          MemoryTracker::Create(PickDevice(runtime.env().local_rank)));

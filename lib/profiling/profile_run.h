@@ -17,7 +17,8 @@ struct ProfileRunOptions {
 };
 
 // The folder under `out` that holds the traces and nothing else: HolisticTraceAnalysis loads
-// every .json / .gz file of the folder it is given as a rank's trace.
+// every .json / .gz file of the folder it is given as a rank's trace. RunProfile refuses to start
+// when it holds an entry profile_run did not write.
 constexpr char kProfileTracesFolder[] = "traces";
 
 // profile_run: trains `config` (ProfiledJobConfig's, which the ranks connected with) on this rank

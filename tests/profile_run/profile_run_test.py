@@ -490,6 +490,44 @@ class ProfileRunTest(unittest.TestCase):
             self.assertNotIn("are skipped", proc.stderr)
             self.assertFalse(os.path.exists(out), name)
 
+    def test_entries_of_the_traces_folder_it_did_not_write_are_refused(self):
+        # HTA reads every .json / .gz file of <out>/traces as a rank's trace: a file of the user's
+        # there, or a link or folder named like profile_run's (never replaced: not regular files),
+        # would stay, and break HTA or the trace's write. profile_run refuses to start, naming
+        # one, and changes nothing.
+        out = os.path.join(self.tmp, "foreign_traces")
+        shutil.rmtree(out, ignore_errors=True)
+        # A folder where Kineto's temporary goes (named like one of profile_run's) is not its own.
+        os.makedirs(os.path.join(traces(out), "trace_rank0.json.tmp"))
+        with open(os.path.join(traces(out), "notes.json"), "w") as f:
+            f.write("{}\n")
+        os.symlink("/nonexistent", os.path.join(traces(out), "trace_rank3.json"))
+        # An earlier run's trace is not foreign: it is replaced.
+        with open(os.path.join(traces(out), "trace_rank0.json"), "w") as f:
+            f.write("earlier\n")
+        cmd = [PROFILE_RUN, *COMMON, f"--out={out}", "--training.seq_len=16",
+               "--training.local_batch_size=1", "--profile.warmup=1", "--profile.active=1"]
+
+        def check_refused(named, pronoun):
+            before = sorted(os.listdir(traces(out)))
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            self.assertEqual(proc.returncode, 1, proc.stderr[-3000:])
+            self.assertIn(f"profile_run: --out: {traces(out)} holds {named}, which profile_run did "
+                          "not write: that folder is for the run's traces alone "
+                          "(HolisticTraceAnalysis reads every .json and .gz file in it as a rank's "
+                          f"trace); move {pronoun} elsewhere, or use another --out", proc.stderr)
+            self.assertNotIn("traced", proc.stderr)  # before any step
+            self.assertEqual(sorted(os.listdir(traces(out))), before)
+
+        check_refused("notes.json and 2 more entries", "them")
+        os.remove(os.path.join(traces(out), "notes.json"))
+        os.rmdir(os.path.join(traces(out), "trace_rank0.json.tmp"))
+        check_refused("trace_rank3.json", "it")
+        os.remove(os.path.join(traces(out), "trace_rank3.json"))
+        run(cmd)
+        self.assertEqual(os.listdir(traces(out)), ["trace_rank0.json"])
+        self.check_hta_trace_dir(traces(out), {0: "trace_rank0.json"})  # this run's
+
     def test_out_that_is_a_file_is_named_as_out(self):
         # The job file sets [job] dump_folder, but --out replaced it: the error names --out alone.
         out = os.path.join(self.tmp, "out_is_a_file")
@@ -514,31 +552,20 @@ class ProfileRunTest(unittest.TestCase):
             self.assertIn("profile_run: no job given: pass --job.config_file=FILE", proc.stderr)
             self.assertFalse(os.path.exists(out), args)
 
-    def test_trace_that_cannot_be_written_leaves_no_partial_files(self):
-        out = os.path.join(self.tmp, "unwritable")
+    def test_trace_past_the_file_size_limit_is_an_error_that_leaves_no_partial_files(self):
+        # `ulimit -f`, as a full disk: SIGXFSZ is ignored, so the write fails and its cause is said
+        # (it killed the process mid-write, leaving the partial trace). A folder in the place of
+        # Kineto's temporary would fail it too, but profile_run refuses one at the start
+        # (test_entries_of_the_traces_folder_it_did_not_write_are_refused; StepProfiler's unit
+        # test covers that cause).
+        out = os.path.join(self.tmp, "fsize")
         shutil.rmtree(out, ignore_errors=True)
-        # A directory where Kineto writes its temporary trace fails the write, as a full disk does.
-        os.makedirs(os.path.join(traces(out), "trace_rank0.json.tmp"))
+        os.makedirs(traces(out))
         # An earlier run's profile: its report, which names its trace, goes with the trace, so a
         # run that ends before its profile is written leaves no report of another run.
         for name in ("summary.json", "report.html", "traces/trace_rank0.json"):
             with open(os.path.join(out, name), "w") as f:
                 f.write("earlier\n")
-        proc = subprocess.run([PROFILE_RUN, *COMMON, f"--out={out}", "--profile.warmup=0",
-                               "--profile.active=1", "--training.local_batch_size=1"],
-                              capture_output=True, text=True, timeout=300)
-        self.assertEqual(proc.returncode, 1)
-        self.assertIn(f"Kineto wrote no trace to {out}/traces/trace_rank0.json: {out}/traces/"
-                      "trace_rank0.json.tmp, its temporary file, is a folder", proc.stderr)
-        # No metrics.jsonl: a run makes it at its first logged step.
-        self.assertEqual(sorted(os.listdir(out)), [".titan.lock", "config.toml", "traces"])
-        self.assertEqual(os.listdir(traces(out)), ["trace_rank0.json.tmp"])
-
-    def test_trace_past_the_file_size_limit_is_an_error_not_a_kill(self):
-        # `ulimit -f`: SIGXFSZ is ignored, so the write fails and its cause is said (it killed the
-        # process mid-write, leaving the partial trace).
-        out = os.path.join(self.tmp, "fsize")
-        shutil.rmtree(out, ignore_errors=True)
         limit = 200 * 1024
         proc = subprocess.run(
             [PROFILE_RUN, *COMMON, f"--out={out}", "--profile.warmup=0", "--profile.active=1",
@@ -548,6 +575,8 @@ class ProfileRunTest(unittest.TestCase):
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
         self.assertIn(f"Kineto wrote no trace to {out}/traces/trace_rank0.json: the file size limit "
                       f"(ulimit -f: {limit} bytes) stopped the trace", proc.stderr)
+        # No metrics.jsonl: a run makes it at its first logged step.
+        self.assertEqual(sorted(os.listdir(out)), [".titan.lock", "config.toml", "traces"])
         self.assertEqual(os.listdir(traces(out)), [])
 
     def test_validation_and_checkpoints_are_skipped_and_said_so(self):
