@@ -1517,6 +1517,10 @@ class TitanRlTest(unittest.TestCase):
     def test_json_summary_to_a_full_disk_fails(self):
         # The step is done, but its summary is lost: titan_rl says so, as coreutils do.
         _, cmd = self.job("step_full", "--json", f"--step_rollouts={self.rollouts()}")
+        self.assert_summary_lost_to_a_full_disk(cmd)
+
+    def assert_summary_lost_to_a_full_disk(self, cmd):
+        """Runs `cmd` with stdout on /dev/full: exit 1, saying the write failed."""
         with open("/dev/full", "w") as full:
             proc = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True,
                                   timeout=1800)
@@ -1530,12 +1534,7 @@ class TitanRlTest(unittest.TestCase):
         os.makedirs(os.path.dirname(output), exist_ok=True)
         _, cmd = self.job("generate_full", "--generate", "--json", f"--output={output}",
                           "--rl.eval_size=2")
-        with open("/dev/full", "w") as full:
-            proc = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True,
-                                  timeout=1800)
-        self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
-        self.assertEqual(proc.stderr.splitlines()[-1],
-                         "titan_rl: stdout: write failed: No space left on device")
+        self.assert_summary_lost_to_a_full_disk(cmd)
         self.assertFalse(os.path.exists(output))
         summary = json.loads(common.run(cmd).stdout)  # the rerun succeeds
         self.assertEqual(summary["output"], output)
