@@ -585,13 +585,21 @@ absl::StatusOr<JobConfig> ParseJobConfig(const std::string& toml_path,
   absl::StatusOr<std::vector<Override>> parsed = ParseOverrides(overrides, unread_section);
   if (!parsed.ok()) return parsed.status();
   std::string path = toml_path;
+  std::string path_flag;  // the override that set `path`, as written
   for (const Override& override : *parsed) {
     if (!IsConfigFileKey(*override.ref)) continue;
     if (!toml_path.empty() && override.value != toml_path) {
       return absl::InvalidArgumentError(absl::StrCat(override.flag, "=", override.value,
                                                      ": the config file is already ", toml_path));
     }
+    // Files are not layered: the last would replace the first's keys, unlike a repeated key's flag.
+    if (!path_flag.empty() && override.value != path) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_flag, "=", path, " and ", override.flag, "=", override.value,
+                       ": a job reads one job file; set the other's keys as --section.key flags"));
+    }
     path = override.value;
+    path_flag = override.flag;
   }
   JobConfig config = DefaultJobConfig();
   absl::flat_hash_map<std::string, std::string> sources;

@@ -181,6 +181,17 @@ TEST(JobConfigTest, ConfigFileFlagNamesTheFile) {
             absl::StrCat("--job.config_file=", TempDir(),
                          "/other.toml: the config file is already ", path));
 
+  // Two job files on the command line: the second would drop every key of the first.
+  absl::StatusOr<JobConfig> files_in_flags = ParseJobConfig(
+      "", {"--job.config_file=" + path, "--job.config_file=" + TempDir() + "/other.toml"});
+  ASSERT_FALSE(files_in_flags.ok());
+  EXPECT_EQ(files_in_flags.status().message(),
+            absl::StrCat("--job.config_file=", path, " and --job.config_file=", TempDir(),
+                         "/other.toml: a job reads one job file; set the other's keys as "
+                         "--section.key flags"));
+  // The same file twice is one file.
+  EXPECT_TRUE(ParseJobConfig("", {"--job.config_file=" + path, "--job.config_file=" + path}).ok());
+
   absl::StatusOr<JobConfig> missing = ParseJobConfig(TempDir() + "/missing.toml", {});
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);

@@ -107,6 +107,13 @@ absl::StatusOr<TokenBatch> TextDataLoader::NextBatch(int64_t local_batch_size) {
   return std::move(next.batch);
 }
 
+absl::Status TextDataLoader::CheckNextBatch() {
+  if (ahead_batch_size_ == 0) return absl::OkStatus();
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return !prepared_.empty(); });
+  return prepared_.front().batch.status();
+}
+
 void TextDataLoader::WarnIfRelooped(int64_t from_epoch, int64_t to_epoch) const {
   int64_t power_of_two = 1;  // the largest not above to_epoch
   while (power_of_two <= to_epoch / 2) power_of_two *= 2;

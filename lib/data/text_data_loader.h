@@ -44,6 +44,11 @@ class TextDataLoader {
   // smaller (ranks may then differ by one row); after it, OutOfRange.
   absl::StatusOr<TokenBatch> NextBatch(int64_t local_batch_size);
 
+  // Waits for the batch NextBatch would return next (with read-ahead, without taking it) and
+  // returns its error: a run refuses bad data (a missing text field, a malformed line) before it
+  // makes its outputs. OK without read-ahead, where reading a batch would take it.
+  absl::Status CheckNextBatch();
+
   // The position after the last batch returned (batches read ahead are not counted).
   nlohmann::json StateDict() const;
   absl::Status LoadStateDict(const nlohmann::json& state);

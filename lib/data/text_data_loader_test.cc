@@ -168,6 +168,27 @@ TEST(TextDataLoaderTest, ABatchTooLargeForMemoryIsAnErrorOnTheReadAheadThreadToo
                         "memory"));
 }
 
+TEST(TextDataLoaderTest, CheckNextBatchReportsBadDataWithoutTakingABatch) {
+  const std::string dir = FreshTestDir("check_next");
+  ByteTokenizer tokenizer;
+  WriteTestFile(dir + "/good.jsonl", JsonLines(Texts()));
+  std::unique_ptr<TextDataLoader> plain = OpenLoader(dir + "/good.jsonl", &tokenizer, true);
+  std::unique_ptr<TextDataLoader> checked = OpenLoader(dir + "/good.jsonl", &tokenizer, true);
+  checked->StartReadAhead(3, 2);
+  EXPECT_TRUE(checked->CheckNextBatch().ok());
+  EXPECT_TRUE(checked->CheckNextBatch().ok());
+  absl::StatusOr<TokenBatch> want = plain->NextBatch(3);
+  absl::StatusOr<TokenBatch> got = checked->NextBatch(3);
+  ASSERT_TRUE(want.ok() && got.ok());
+  EXPECT_EQ(got->inputs, want->inputs);  // the checked batch is still the first
+  EXPECT_EQ(checked->StateDict(), plain->StateDict());
+
+  WriteTestFile(dir + "/bad.jsonl", "{\"text\": 5}\n");
+  std::unique_ptr<TextDataLoader> bad = OpenLoader(dir + "/bad.jsonl", &tokenizer, true);
+  bad->StartReadAhead(3, 2);
+  EXPECT_THAT(bad->CheckNextBatch().message(), HasSubstr("bad.jsonl:1"));
+}
+
 TEST(TextDataLoaderTest, RejectsANonPositiveBatchSize) {
   const std::string path = FreshTestDir("size") + "/a.jsonl";
   WriteTestFile(path, JsonLines(Texts()));

@@ -148,6 +148,11 @@ absl::Status Trainer::Init() {
     // The tied head's copy on the last stage is not saved: it follows the loaded embedding.
     if (model_.pipeline != nullptr) TITAN_RETURN_IF_ERROR(model_.pipeline->SyncTiedCopies());
   }
+  // Bad training data (a missing text field, a malformed first line) is refused now, with its
+  // key, before the run makes its outputs: not at step 1.
+  if (state_.step < config_.training().steps()) {
+    TITAN_RETURN_IF_ERROR(WithContext(train_data_->CheckNextBatch(), "[training] dataset_path"));
+  }
   // Startup judged the cycles from step 1; a resumed run trains only the steps after its own.
   if (runtime_.rank() == 0) {
     if (const std::optional<std::string> line =
