@@ -939,6 +939,16 @@ class TitanTrainTest(unittest.TestCase):
                       "graph compiler",
                       proc.stderr)
 
+    def test_bad_training_data_is_refused_at_startup_leaving_no_folder(self):
+        # Found by reading the first batch before the outputs are made, not at step 1.
+        dump = self.dump("bad_text_field")
+        proc = run_train(dump, "--training.dataset_text_field=nope", "--validation.enable=false",
+                         check=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("[training] dataset_path: assets/default_corpus/train.jsonl:1: missing text "
+                      "field \"nope\"", proc.stderr.splitlines()[-1])
+        self.assertFalse(os.path.exists(dump))
+
     def test_cuda_graph_is_refused_where_it_cannot_run(self):
         dump = self.dump("cuda_graph")
         proc = run_train(dump, "--compile.cuda_graph=true", check=False)
