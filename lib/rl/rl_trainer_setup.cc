@@ -2,7 +2,6 @@
 // (resumed), metrics and examples. The steps and the run: rl_trainer.cc, rl_update.cc.
 #include <ATen/ATen.h>  // before glog: LibTorch defines its own LOG, which hides glog's INFO lines
 
-#include <optional>
 #include <string>
 #include <utility>
 
@@ -239,13 +238,7 @@ absl::Status RlTrainer::Init(RlMode mode) {
         read_examples("eval_prompts_path", rl_.eval_prompts_path(), eval_examples_));
   }
   if (training_run) {
-    // Startup judged the cycles from step 1; a resumed run trains only the steps after its own.
-    if (runtime_.rank() == 0) {
-      if (const std::optional<std::string> line =
-              ProfilingWithoutEffectAfterResume(config_, state_.step)) {
-        LOG(WARNING) << *line;
-      }
-    }
+    WarnProfilingWithoutEffectAfterResume(config_, runtime_, state_.step);
     // Last, after the data and before the metrics and rollouts files: a refused [profiling] key or
     // data file leaves none behind.
     TITAN_ASSIGN_OR_RETURN(profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(

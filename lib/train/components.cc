@@ -201,6 +201,16 @@ void LogJobStart(const JobConfig& config, const DistributedRuntime& runtime) {
   }
 }
 
+void WarnProfilingWithoutEffectAfterResume(const JobConfig& config,
+                                           const DistributedRuntime& runtime,
+                                           int64_t resumed_step) {
+  if (runtime.rank() != 0) return;
+  if (const std::optional<std::string> line =
+          ProfilingWithoutEffectAfterResume(config, resumed_step)) {
+    LOG(WARNING) << *line;
+  }
+}
+
 absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime) {
   RunSetup setup;
   if (runtime.distributed()) {

@@ -56,6 +56,11 @@ absl::Status MakeDumpFolder(const JobConfig& config);
 // every training tool's first lines.
 void LogJobStart(const JobConfig& config, const DistributedRuntime& runtime);
 
+// Rank 0 warns when [profiling] is on but the steps after `resumed_step` end no profiling cycle
+// (ProfilingWithoutEffectAfterResume): startup judged the cycles from step 1.
+void WarnProfilingWithoutEffectAfterResume(const JobConfig& config,
+                                           const DistributedRuntime& runtime, int64_t resumed_step);
+
 // Picks the device, splits host cores between local ranks, agrees on seed and run id and seeds
 // LibTorch, turns on deterministic algorithms if asked. A collective with several ranks.
 absl::StatusOr<RunSetup> SetUpRun(const JobConfig& config, const DistributedRuntime& runtime);

@@ -153,13 +153,7 @@ absl::Status Trainer::Init() {
   if (state_.step < config_.training().steps()) {
     TITAN_RETURN_IF_ERROR(WithContext(train_data_->CheckNextBatch(), "[training] dataset_path"));
   }
-  // Startup judged the cycles from step 1; a resumed run trains only the steps after its own.
-  if (runtime_.rank() == 0) {
-    if (const std::optional<std::string> line =
-            ProfilingWithoutEffectAfterResume(config_, state_.step)) {
-      LOG(WARNING) << *line;
-    }
-  }
+  WarnProfilingWithoutEffectAfterResume(config_, runtime_, state_.step);
   // Before the metrics files: a refused [profiling] key leaves no TensorBoard file behind.
   TITAN_ASSIGN_OR_RETURN(
       profiler_, StepProfiler::Create(ProfilerOptionsFromConfig(
