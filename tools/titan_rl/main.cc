@@ -105,9 +105,7 @@ ToolFlags ParseToolFlags(int argc, char** argv) {
   return flags;
 }
 
-// `summary_lost`: --generate --json's summary could not be written, and the output it describes
-// was removed again (CheckStdoutAtExit says why, as convert_checkpoint --json's).
-absl::Status Run(const ToolFlags& flags, bool* summary_lost) {
+absl::Status Run(const ToolFlags& flags) {
   if (!flags.error.empty()) return absl::InvalidArgumentError(flags.error);
   // First: it says what the other flags' refusals (--json's) would only hint at.
   if (flags.save_step && flags.step_rollouts.empty()) {
@@ -170,9 +168,9 @@ absl::Status Run(const ToolFlags& flags, bool* summary_lost) {
       if (flags.json) {
         std::cout << titan::JsonText(*summary) << std::endl;
         // As convert_checkpoint --json: exit 0 comes with the output and its summary, exit 1 with
-        // neither, so that a script never finds an output its run says failed.
+        // neither, so that a script never finds an output its run says failed. The exit status is
+        // CheckStdoutAtExit's: it turns this run's 0 into 1, saying why.
         if (flags.generate && !titan::FlushStdout().ok()) {
-          *summary_lost = true;
           if (std::remove(output.c_str()) != 0) {
             PLOG(WARNING) << "--generate: the summary was lost, but " << output
                           << " could not be removed";
@@ -192,8 +190,8 @@ absl::Status Run(const ToolFlags& flags, bool* summary_lost) {
 
 // Run, with a --json failure also a JSON line on stdout, from rank 0 alone: the one whose stdout
 // passes through the launcher unprefixed.
-absl::Status RunReportingJson(const ToolFlags& flags, bool* summary_lost) {
-  const absl::Status status = Run(flags, summary_lost);
+absl::Status RunReportingJson(const ToolFlags& flags) {
+  const absl::Status status = Run(flags);
   if (status.ok() || !flags.json) return status;
   const absl::StatusOr<titan::DistributedEnv> env = titan::DetectDistributedEnv();
   if (!env.ok() || env->rank == 0) titan::PrintJsonError(status.message());
@@ -211,9 +209,7 @@ int main(int argc, char** argv) {
     launch.plain_stdout_rank = 0;
     launch.report_failure = [](absl::string_view message) { titan::PrintJsonError(message); };
   }
-  bool summary_lost = false;
-  const int code = titan::RunRankedTool(
+  return titan::RunRankedTool(
       argc, argv, "titan_rl", kUsage + titan::JobConfigHelp(),
-      [&] { return RunReportingJson(flags, &summary_lost); }, launch);
-  return summary_lost ? 1 : code;  // CheckStdoutAtExit says why.
+      [&] { return RunReportingJson(flags); }, launch);
 }
