@@ -381,17 +381,7 @@ at::Tensor TensorOverBytes(absl::string_view bytes, at::ScalarType type,
   return copy;
 }
 
-// The file's mapping (lib/util/mapped_file.h), under the name the header declares.
-class SafetensorsFile::Mapping {
- public:
-  explicit Mapping(std::shared_ptr<const MappedFile> file) : file_(std::move(file)) {}
-  absl::string_view bytes() const { return file_->bytes(); }
-
- private:
-  std::shared_ptr<const MappedFile> file_;
-};
-
-SafetensorsFile::SafetensorsFile(std::string path, std::unique_ptr<Mapping> mapping,
+SafetensorsFile::SafetensorsFile(std::string path, std::shared_ptr<const MappedFile> mapping,
                                  SafetensorsHeader header)
     : path_(std::move(path)), mapping_(std::move(mapping)), header_(std::move(header)) {
   for (size_t i = 0; i < header_.entries.size(); ++i) index_[header_.entries[i].name] = i;
@@ -402,12 +392,11 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&&) = default;
 SafetensorsFile::~SafetensorsFile() = default;
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  absl::StatusOr<std::shared_ptr<const MappedFile>> file = MappedFile::Open(path);
-  if (!file.ok()) return file.status();
-  auto mapping = std::make_unique<Mapping>(*std::move(file));
-  absl::StatusOr<SafetensorsHeader> header = ParseSafetensorsHeader(mapping->bytes(), path);
+  absl::StatusOr<std::shared_ptr<const MappedFile>> mapping = MappedFile::Open(path);
+  if (!mapping.ok()) return mapping.status();
+  absl::StatusOr<SafetensorsHeader> header = ParseSafetensorsHeader((*mapping)->bytes(), path);
   if (!header.ok()) return header.status();
-  return SafetensorsFile(path, std::move(mapping), *std::move(header));
+  return SafetensorsFile(path, *std::move(mapping), *std::move(header));
 }
 
 std::vector<std::string> SafetensorsFile::names() const {

@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "lib/util/mapped_file.h"
 
 namespace titan {
 
@@ -106,12 +107,11 @@ class SafetensorsFile {
   absl::Status LoadInto(absl::string_view name, const at::Tensor& destination) const;
 
  private:
-  class Mapping;
-
-  SafetensorsFile(std::string path, std::unique_ptr<Mapping> mapping, SafetensorsHeader header);
+  SafetensorsFile(std::string path, std::shared_ptr<const MappedFile> mapping,
+                  SafetensorsHeader header);
 
   std::string path_;
-  std::unique_ptr<Mapping> mapping_;
+  std::shared_ptr<const MappedFile> mapping_;
   SafetensorsHeader header_;
   absl::flat_hash_map<std::string, size_t> index_;  // name -> position in header_.entries
 };
