@@ -3,21 +3,17 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
-#include "absl/algorithm/container.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
@@ -25,10 +21,10 @@
 #include "glog/logging.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "lib/config/config_schema.h"
 #include "lib/config/field_value.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
-#include "lib/util/redact.h"
 #include "lib/util/short_text.h"
 #include "toml++/toml.h"
 
@@ -37,162 +33,10 @@ namespace {
 
 using ::google::protobuf::Descriptor;
 using ::google::protobuf::FieldDescriptor;
-using ::google::protobuf::FieldOptions;
 using ::google::protobuf::Message;
 
 // The most of an unknown section or key name an error quotes (the longest real one is 63 bytes).
 constexpr size_t kNameQuoteBytes = 100;
-
-// Old names are "section.key"; the schema's own names are these pairs too.
-struct SectionKey {
-  std::string section;
-  std::string key;
-};
-
-// Where a key lives: the JobConfig field holding its section, and the field in that section.
-struct KeyRef {
-  const FieldDescriptor* section;
-  const FieldDescriptor* field;
-};
-
-std::string CanonicalName(const KeyRef& ref) {
-  return absl::StrCat(ref.section->name(), ".", ref.field->name());
-}
-
-// Every accepted "section.key", old names included, resolved once from the descriptor.
-class Schema {
- public:
-  static const Schema& Get() {
-    static const Schema* const schema = new Schema();
-    return *schema;
-  }
-
-  // nullptr when the key is unknown.
-  const KeyRef* Find(absl::string_view section, absl::string_view key) const {
-    auto it = keys_.find(absl::StrCat(section, ".", key));
-    return it == keys_.end() ? nullptr : &it->second;
-  }
-
-  bool HasSection(absl::string_view section) const { return sections_.contains(section); }
-
-  // Whether `name` is the first part of a dotted section name ("quantize", "quantize.linear" of
-  // [quantize.linear.float8]) without being a section itself.
-  bool IsSectionPrefix(absl::string_view name) const { return section_prefixes_.contains(name); }
-
-  // The dotted sections under `prefix`, "[a.b.c]" each, for an error about the prefix.
-  std::string SectionsUnder(absl::string_view prefix) const {
-    std::vector<std::string> names;
-    for (const auto& [alias, section] : section_aliases_) {
-      if (absl::StartsWith(alias, absl::StrCat(prefix, "."))) {
-        names.push_back(absl::StrCat("[", alias, "]"));
-      }
-    }
-    std::sort(names.begin(), names.end());
-    return absl::StrJoin(names, ", ");
-  }
-
-  // The section `section` names: itself, or the section it is another name of.
-  std::string SectionNamed(absl::string_view section) const {
-    auto it = section_aliases_.find(section);
-    return it == section_aliases_.end() ? std::string(section) : it->second;
-  }
-
-  // The current names of `section`'s keys (none where only old names live): candidates for "did
-  // you mean", which should not teach an old name. A section's other name has its keys' names.
-  std::vector<std::string> KeyNames(absl::string_view section) const {
-    auto it = keys_by_section_.find(SectionNamed(section));
-    return it == keys_by_section_.end() ? std::vector<std::string>() : it->second;
-  }
-
-  // The one other section holding `key` (an old name too: a torchtitan key that moved), as its
-  // current "section.key"; nullopt where none or several do. Not across [rl]'s border: titan_rl
-  // reads its own keys (learning_rate) where titan_train reads others ([optimizer] lr).
-  std::optional<std::string> KeyElsewhere(absl::string_view section, absl::string_view key) const {
-    std::set<std::string> found;
-    for (const std::string& other : sections_) {
-      if (SectionNamed(other) == SectionNamed(section)) continue;
-      if ((SectionNamed(other) == "rl") != (SectionNamed(section) == "rl")) continue;
-      if (const KeyRef* ref = Find(other, key)) found.insert(CanonicalName(*ref));
-    }
-    if (found.size() != 1) return std::nullopt;
-    return *found.begin();
-  }
-
-  // " (did you mean ...?)" for an unknown `key` of `section`: the same name in another section
-  // first (an exact name is the stronger hint) unless it is a shortened old name of a key that
-  // `section` has too ([validation] batch_size: its own local_batch_size, not [training]'s; but
-  // [validation] enable_checkpoint: [checkpoint] enable), else the closest name in `section`.
-  // Flags (`as_flag`) spell it "--section.key", job files "[section] key".
-  std::string SuggestKey(absl::string_view section, absl::string_view key, bool as_flag) const {
-    const std::string own_prefix = as_flag ? absl::StrCat("--", section, ".") : "";
-    const std::vector<std::string> own_keys = KeyNames(section);
-    if (const std::optional<std::string> elsewhere = KeyElsewhere(section, key)) {
-      const std::vector<std::string> parts = absl::StrSplit(*elsewhere, '.');
-      if (absl::EndsWith(parts[1], key) && absl::c_linear_search(own_keys, parts[1])) {
-        return DidYouMean(parts[1], own_prefix);
-      }
-      return DidYouMean(
-          as_flag ? absl::StrCat("--", *elsewhere) : absl::StrCat("[", parts[0], "] ", parts[1]),
-          "");
-    }
-    return DidYouMean(Closest(key, own_keys), own_prefix);
-  }
-
-  std::vector<std::string> SectionNames() const {
-    std::vector<std::string> names;
-    for (const auto& [name, keys] : keys_by_section_) names.push_back(name);
-    return names;
-  }
-
- private:
-  Schema() {
-    const Descriptor* root = JobConfig::descriptor();
-    for (int i = 0; i < root->field_count(); ++i) {
-      const FieldDescriptor* section = root->field(i);
-      CHECK(section->message_type() != nullptr && !section->is_repeated())
-          << section->full_name() << ": every JobConfig field must be a section message";
-      const Descriptor* section_type = section->message_type();
-      const auto& section_aliases = section->options().GetRepeatedExtension(titan::section_alias);
-      for (const std::string& alias : section_aliases) {
-        CHECK(section_aliases_.emplace(alias, section->name()).second)
-            << alias << " names two sections";
-        for (size_t dot = alias.find('.'); dot != std::string::npos;
-             dot = alias.find('.', dot + 1)) {
-          section_prefixes_.insert(alias.substr(0, dot));
-        }
-      }
-      for (int j = 0; j < section_type->field_count(); ++j) {
-        const FieldDescriptor* field = section_type->field(j);
-        CHECK(IsSupportedField(field)) << field->full_name() << ": unsupported type";
-        const KeyRef ref{section, field};
-        Add({section->name(), field->name()}, ref);
-        keys_by_section_[section->name()].push_back(field->name());
-        for (const std::string& alias : field->options().GetRepeatedExtension(titan::alias)) {
-          std::vector<std::string> parts = absl::StrSplit(alias, '.');
-          CHECK_EQ(parts.size(), 2u)
-              << field->full_name() << ": alias must be section.key: " << alias;
-          Add({parts[0], parts[1]}, ref);
-        }
-        for (const std::string& alias : section_aliases) Add({alias, field->name()}, ref);
-      }
-    }
-    for (const std::string& prefix : section_prefixes_) {
-      CHECK(!sections_.contains(prefix)) << prefix << " is a section and a dotted section's prefix";
-    }
-  }
-
-  void Add(const SectionKey& name, const KeyRef& ref) {
-    CHECK(keys_.emplace(absl::StrCat(name.section, ".", name.key), ref).second)
-        << name.section << "." << name.key << " is declared twice";
-    sections_.insert(name.section);
-  }
-
-  absl::flat_hash_map<std::string, KeyRef> keys_;
-  absl::flat_hash_set<std::string> sections_;  // old names' sections too
-  absl::flat_hash_map<std::string, std::string> section_aliases_;  // other name -> section
-  absl::flat_hash_set<std::string> section_prefixes_;
-  absl::flat_hash_map<std::string, std::vector<std::string>> keys_by_section_;  // current names
-};
 
 // Where each key of the last parsed config was set ("x.toml:12" or "--section.key"), by canonical
 // "section.key"; process-wide so errors raised far from the parser (model registry, optimizer) can
@@ -219,12 +63,6 @@ class KeySources {
   mutable absl::Mutex mutex_;
   absl::flat_hash_map<std::string, std::string> sources_;
 };
-
-// [job] config_file names the file being read, so only the command line sets it.
-bool IsConfigFileKey(const KeyRef& ref) {
-  return ref.section->number() == JobConfig::kJobFieldNumber &&
-         ref.field->number() == JobConfig::Job::kConfigFileFieldNumber;
-}
 
 Message* MutableSection(const KeyRef& ref, JobConfig* config) {
   return config->GetReflection()->MutableMessage(config, ref.section);
@@ -523,30 +361,6 @@ absl::Status ApplyOverrides(const std::vector<Override>& overrides, JobConfig* c
   return absl::OkStatus();
 }
 
-// A key's help, choices, range and old names, one per line after `indent`.
-void AppendKeyDetails(const FieldDescriptor* field, absl::string_view indent, std::string* help) {
-  const FieldOptions& options = field->options();
-  absl::StrAppend(help, indent, options.GetExtension(titan::help), "\n");
-  if (options.ExtensionSize(titan::choices) > 0) {
-    absl::StrAppend(help, indent,
-                    "one of: ", QuotedList(options.GetRepeatedExtension(titan::choices)), "\n");
-  }
-  if (const std::string range = RangeText(options); !range.empty()) {
-    absl::StrAppend(help, indent, "range: ", range, "\n");
-  }
-  if (const std::string& reason = options.GetExtension(titan::unsupported); !reason.empty()) {
-    absl::StrAppend(help, indent, "refused unless left at its default: ", reason, "\n");
-  }
-  for (const std::string& alias : options.GetRepeatedExtension(titan::alias)) {
-    const std::vector<std::string> parts = absl::StrSplit(alias, '.');
-    absl::StrAppend(help, indent, "old name: --", alias, " ([", parts[0], "] ", parts[1], ")\n");
-  }
-  for (const std::string& alias : options.GetRepeatedExtension(titan::value_alias)) {
-    const std::vector<std::string> parts = absl::StrSplit(alias, absl::MaxSplits('=', 1));
-    absl::StrAppend(help, indent, "also: \"", parts[0], "\" for \"", parts[1], "\"\n");
-  }
-}
-
 }  // namespace
 
 JobConfig DefaultJobConfig() {
@@ -663,110 +477,10 @@ absl::Status WithKeySource(const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(*source, ": ", status.message()));
 }
 
-std::string JobConfigHelp() {
-  std::string help =
-      "Job configuration: a TOML job file (--job.config_file=FILE) with the [section] tables "
-      "below,\nthen --section.key=value (or --section.key value) overrides, later ones winning. "
-      "On the command\nline lists of strings are comma-separated (a,b) or TOML arrays ('[\"a\", "
-      "\"b\"]'), other lists are\nTOML inline values ('[{key = 1}]'), and a bare --section.key "
-      "sets a boolean to true.\n";
-  const JobConfig defaults = DefaultJobConfig();
-  const Descriptor* root = JobConfig::descriptor();
-  for (int i = 0; i < root->field_count(); ++i) {
-    const FieldDescriptor* section = root->field(i);
-    const Message& section_defaults = defaults.GetReflection()->GetMessage(defaults, section);
-    absl::StrAppend(&help, "\n[", section->name(), "]  ",
-                    section->options().GetExtension(titan::help), "\n");
-    for (const std::string& alias : section->options().GetRepeatedExtension(titan::section_alias)) {
-      absl::StrAppend(&help, "  also read as [", alias, "] (--", alias,
-                      ".KEY), its keys named as here\n");
-    }
-    for (int j = 0; j < section->message_type()->field_count(); ++j) {
-      const FieldDescriptor* field = section->message_type()->field(j);
-      absl::StrAppend(&help, "  --", section->name(), ".", field->name(), "  (",
-                      TypeName(KindOf(field)), ", default ", TomlValue(section_defaults, field),
-                      ")\n");
-      AppendKeyDetails(field, "      ", &help);
-      if (KindOf(field) != FieldKind::kTableList) continue;
-      absl::StrAppend(&help, "      keys of each table:\n");
-      const Descriptor* table = field->message_type();
-      for (int k = 0; k < table->field_count(); ++k) {
-        absl::StrAppend(&help, "        ", table->field(k)->name(), "  (",
-                        TypeName(KindOf(table->field(k))), ")\n");
-        AppendKeyDetails(table->field(k), "            ", &help);
-      }
-    }
-  }
-  return help;
-}
-
-std::vector<std::string> ChangedKeys(const JobConfig& config, absl::string_view section) {
-  const FieldDescriptor* field = JobConfig::descriptor()->FindFieldByName(std::string(section));
-  CHECK(field != nullptr) << "no section " << section;
-  const JobConfig defaults = DefaultJobConfig();
-  const Message& message = config.GetReflection()->GetMessage(config, field);
-  const Message& section_defaults = defaults.GetReflection()->GetMessage(defaults, field);
-  std::vector<std::string> changed;
-  for (int i = 0; i < field->message_type()->field_count(); ++i) {
-    const FieldDescriptor* key = field->message_type()->field(i);
-    const std::string value = TomlValue(message, key);
-    if (value != TomlValue(section_defaults, key)) {
-      changed.push_back(absl::StrCat("[", section, "] ", key->name(), " = ", value));
-    }
-  }
-  return changed;
-}
-
-std::optional<std::string> ChangedKey(const JobConfig& config, absl::string_view section,
-                                      absl::string_view key) {
-  const std::string prefix = absl::StrCat("[", section, "] ", key, " = ");
-  for (const std::string& changed : ChangedKeys(config, section)) {
-    if (absl::StartsWith(changed, prefix)) return changed;
-  }
-  return std::nullopt;
-}
-
 std::optional<std::string> KeySource(absl::string_view section, absl::string_view key) {
   const KeyRef* ref = Schema::Get().Find(section, key);
   if (ref == nullptr) return std::nullopt;
   return KeySources::Get().Find(CanonicalName(*ref));
-}
-
-namespace {
-
-// JobConfigToToml's "key = value" lines by "[section] key", in order; comments left out.
-std::vector<std::pair<std::string, std::string>> TomlKeyLines(absl::string_view toml) {
-  std::vector<std::pair<std::string, std::string>> lines;
-  absl::string_view section;
-  for (absl::string_view line : absl::StrSplit(toml, '\n')) {
-    if (absl::StartsWith(line, "[")) {
-      section = line;
-      continue;
-    }
-    const size_t equals = line.find(" = ");
-    if (line.empty() || line[0] == '#' || equals == absl::string_view::npos) continue;
-    lines.emplace_back(absl::StrCat(section, " ", line.substr(0, equals)),
-                       std::string(line.substr(equals + 3)));
-  }
-  return lines;
-}
-
-}  // namespace
-
-std::vector<std::string> KeysChangedSince(absl::string_view earlier_toml, const JobConfig& config) {
-  // Both texts are JobConfigToToml's: one line per key, so lines compare as values do.
-  absl::flat_hash_map<std::string, std::string> earlier;
-  for (auto& [key, value] : TomlKeyLines(earlier_toml)) earlier[key] = std::move(value);
-  std::vector<std::string> changed;
-  for (const auto& [key, value] : TomlKeyLines(JobConfigToToml(config))) {
-    auto it = earlier.find(key);
-    if (it != earlier.end() && it->second != value) {
-      // A scorer's command may carry credentials: never printed.
-      changed.push_back(
-          absl::StrCat(key, " = ", RedactSecretsIn(it->second), " -> ", RedactSecretsIn(value)));
-    }
-  }
-  return changed;
 }
 
 std::string UnderDumpFolder(const JobConfig& config, const std::string& folder) {
@@ -779,27 +493,6 @@ std::string CriticCheckpointFolder(absl::string_view folder) {
                                (folder.size() > 2 && absl::ConsumeSuffix(&folder, "/.")))) {
   }
   return absl::StrCat(folder, "_critic");
-}
-
-std::string JobConfigToToml(const JobConfig& config) {
-  std::string toml;
-  const Descriptor* root = JobConfig::descriptor();
-  for (int i = 0; i < root->field_count(); ++i) {
-    const FieldDescriptor* section = root->field(i);
-    const Message& message = config.GetReflection()->GetMessage(config, section);
-    absl::StrAppend(&toml, i == 0 ? "" : "\n", "[", section->name(), "]\n");
-    for (int j = 0; j < section->message_type()->field_count(); ++j) {
-      const FieldDescriptor* field = section->message_type()->field(j);
-      // A comment: a job file may not set it, and the dump must run again as one.
-      const char* prefix = IsConfigFileKey({section, field}) ? "# " : "";
-      absl::StrAppend(&toml, prefix, field->name(), " = ", TomlValue(message, field), "\n");
-    }
-  }
-  return toml;
-}
-
-std::string JobConfigToPrintedToml(const JobConfig& config) {
-  return RedactSecretsIn(JobConfigToToml(config));
 }
 
 }  // namespace titan
