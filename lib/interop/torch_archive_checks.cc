@@ -125,6 +125,68 @@ bool IsStateDictGlobal(absl::string_view module, absl::string_view name) {
 
 }  // namespace
 
+uint64_t PickleOp::Integer() const { return ReadLittleEndian(argument); }
+
+absl::StatusOr<PickleOp> ReadPickleOp(absl::string_view pickle, size_t pos) {
+  PickleOp op;
+  op.start = pos;
+  op.code = static_cast<uint8_t>(pickle[pos++]);
+  const PickleOpcode* opcode = FindPickleOpcode(op.code);
+  if (opcode == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("data.pkl: byte ", op.start,
+                                                   ": unknown pickle opcode 0x",
+                                                   absl::Hex(op.code, absl::kZeroPad2)));
+  }
+  op.name = opcode->name;
+  op.in_state_dicts = opcode->in_state_dicts;
+  const std::string where = absl::StrCat("data.pkl: byte ", op.start, ": ", opcode->name);
+  const size_t left = pickle.size() - pos;
+  switch (opcode->arg) {
+    case PickleArg::kNone:
+      break;
+    case PickleArg::kFixed:
+    case PickleArg::kFrame:
+      if (static_cast<size_t>(opcode->size) > left) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": needs ", opcode->size, " argument bytes, ", left, " left"));
+      }
+      op.argument = pickle.substr(pos, opcode->size);
+      pos += opcode->size;
+      if (opcode->arg == PickleArg::kFrame && op.Integer() > pickle.size() - pos) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": claims ", op.Integer(), " bytes, ",
+                                                       pickle.size() - pos, " left"));
+      }
+      break;
+    case PickleArg::kCounted: {
+      if (static_cast<size_t>(opcode->size) > left) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": needs a ", opcode->size, "-byte length, ", left, " bytes left"));
+      }
+      const uint64_t length = ReadLittleEndian(pickle.substr(pos, opcode->size));
+      pos += opcode->size;
+      if (length > pickle.size() - pos) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": claims ", length, " bytes, ", pickle.size() - pos, " left"));
+      }
+      op.argument = pickle.substr(pos, length);
+      pos += length;
+      break;
+    }
+    case PickleArg::kLines:
+      for (int i = 0; i < opcode->size; ++i) {
+        const size_t newline = pickle.find('\n', pos);
+        if (newline == absl::string_view::npos) {
+          return absl::InvalidArgumentError(absl::StrCat(where, ": no newline before the end"));
+        }
+        op.lines[i] = pickle.substr(pos, newline - pos);
+        pos = newline + 1;
+      }
+      break;
+  }
+  op.end = pos;
+  return op;
+}
+
 // Walks a torch.save pickle before LibTorch's unpickler runs it: that unpickler allocates whatever
 // a length field or memo index claims before reading on (a 1 KB file can ask for 4 GB), and it
 // accepts opcodes and globals a dict of tensors never needs. Hand-written: no C++ pickle library
@@ -133,73 +195,22 @@ absl::Status CheckStateDictPickle(absl::string_view pickle) {
   uint64_t memo_size = 0;  // Picklers number memo entries 0, 1, 2 ... in the order they write them.
   size_t pos = 0;
   while (pos < pickle.size()) {
-    const size_t start = pos;
-    const uint8_t code = static_cast<uint8_t>(pickle[pos++]);
-    const PickleOpcode* opcode = FindPickleOpcode(code);
-    if (opcode == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("data.pkl: byte ", start,
-                                                     ": unknown pickle opcode 0x",
-                                                     absl::Hex(code, absl::kZeroPad2)));
-    }
-    const std::string where = absl::StrCat("data.pkl: byte ", start, ": ", opcode->name);
-    absl::string_view argument;
-    absl::string_view lines[2];
-    const size_t left = pickle.size() - pos;
-    switch (opcode->arg) {
-      case PickleArg::kNone:
-        break;
-      case PickleArg::kFixed:
-      case PickleArg::kFrame:
-        if (static_cast<size_t>(opcode->size) > left) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, ": needs ", opcode->size, " argument bytes, ", left, " left"));
-        }
-        argument = pickle.substr(pos, opcode->size);
-        pos += opcode->size;
-        if (opcode->arg == PickleArg::kFrame && ReadLittleEndian(argument) > pickle.size() - pos) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": claims ",
-                                                         ReadLittleEndian(argument), " bytes, ",
-                                                         pickle.size() - pos, " left"));
-        }
-        break;
-      case PickleArg::kCounted: {
-        if (static_cast<size_t>(opcode->size) > left) {
-          return absl::InvalidArgumentError(absl::StrCat(where, ": needs a ", opcode->size,
-                                                         "-byte length, ", left, " bytes left"));
-        }
-        const uint64_t length = ReadLittleEndian(pickle.substr(pos, opcode->size));
-        pos += opcode->size;
-        if (length > pickle.size() - pos) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, ": claims ", length, " bytes, ", pickle.size() - pos, " left"));
-        }
-        argument = pickle.substr(pos, length);
-        pos += length;
-        break;
-      }
-      case PickleArg::kLines:
-        for (int i = 0; i < opcode->size; ++i) {
-          const size_t newline = pickle.find('\n', pos);
-          if (newline == absl::string_view::npos) {
-            return absl::InvalidArgumentError(absl::StrCat(where, ": no newline before the end"));
-          }
-          lines[i] = pickle.substr(pos, newline - pos);
-          pos = newline + 1;
-        }
-        break;
-    }
-    if (!opcode->in_state_dicts) {
+    absl::StatusOr<PickleOp> op = ReadPickleOp(pickle, pos);
+    if (!op.ok()) return op.status();
+    pos = op->end;
+    const std::string where = absl::StrCat("data.pkl: byte ", op->start, ": ", op->name);
+    if (!op->in_state_dicts) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": not an opcode torch.save writes for a dict of tensors"));
     }
-    if (code == 'c' && !IsStateDictGlobal(lines[0], lines[1])) {
+    if (op->code == 'c' && !IsStateDictGlobal(op->lines[0], op->lines[1])) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, " ", lines[0], ".", lines[1],
+          absl::StrCat(where, " ", op->lines[0], ".", op->lines[1],
                        ": expected a global of a dict of tensors (torch._utils._rebuild_tensor_v2, "
                        "torch.*Storage, collections.OrderedDict)"));
     }
-    if (code == 'q' || code == 'r') {  // BINPUT, LONG_BINPUT: the unpickler grows its memo to fit.
-      const uint64_t index = ReadLittleEndian(argument);
+    if (op->code == 'q' || op->code == 'r') {  // BINPUT, LONG_BINPUT: the unpickler grows its memo.
+      const uint64_t index = op->Integer();
       if (index > memo_size) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": memo index ", index,
                                                        ", expected at most ", memo_size,
@@ -207,7 +218,7 @@ absl::Status CheckStateDictPickle(absl::string_view pickle) {
       }
       if (index == memo_size) ++memo_size;
     }
-    if (code == '.') return absl::OkStatus();
+    if (op->code == '.') return absl::OkStatus();
   }
   return absl::InvalidArgumentError(
       absl::StrCat("data.pkl: ", pickle.size(), " bytes without a STOP opcode"));
