@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -21,14 +23,19 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 using std::string_literals::operator""s;
 
-// A torch.save-shaped zip whose data.pkl is `pickle`.
-std::string ArchiveWithPickle(const std::string& pickle) {
+// A torch.save-shaped zip whose data.pkl is `pickle`, with storage records data/<key>.
+std::string ArchiveWithPickle(
+    const std::string& pickle,
+    const std::vector<std::pair<std::string, at::Tensor>>& storages = {}) {
   std::string archive;
   caffe2::serialize::PyTorchStreamWriter zip([&](const void* data, size_t size) {
     archive.append(static_cast<const char*>(data), size);
     return size;
   });
   zip.writeRecord("data.pkl", pickle.data(), pickle.size());
+  for (const auto& [key, tensor] : storages) {
+    zip.writeRecord("data/" + key, tensor.data_ptr(), tensor.nbytes());
+  }
   zip.writeRecord("byteorder", "little", 6);
   zip.writeEndOfFile();
   return archive;
@@ -84,6 +91,52 @@ TEST(MetaCheckpointTest, FileTensorsAliasTheMapping) {
     EXPECT_TRUE(tensor.equal(tensors[i].second)) << name;
     const c10::DataPtr& memory = tensor.storage().data_ptr();
     EXPECT_NE(memory.get_context(), memory.get()) << name;
+  }
+}
+
+// data.pkl of torch.save(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.LayerNorm(2))
+// .state_dict()) from torch 2.11: an OrderedDict with its _metadata, over storages "0" to "3".
+constexpr char kStateDictPickle[] =
+    "\x80\x02"
+    "ccollections\nOrderedDict\nq\x00)Rq\x01(X\x08\x00\x00\x00"
+    "0.weightq\x02"
+    "ctorch._utils\n_rebuild_tensor_v2\nq\x03((X\x07\x00\x00\x00storageq\x04"
+    "ctorch\nFloatStorage\nq\x05X\x01\x00\x00\x00"
+    "0q\x06X\x03\x00\x00\x00"
+    "cpuq\x07K\x04tq\x08QK\x00K\x02K\x02\x86q\x09K\x02K\x01\x86q\n\x89h\x00)Rq\x0btq"
+    "\x0cRq\x0dX\x06\x00\x00\x00"
+    "0.biasq\x0eh\x03((h\x04h\x05X\x01\x00\x00\x00"
+    "1q\x0fh\x07K\x02tq\x10QK\x00K\x02\x85q\x11K\x01\x85q\x12\x89h\x00)Rq\x13tq\x14Rq"
+    "\x15X\x08\x00\x00\x00"
+    "1.weightq\x16h\x03((h\x04h\x05X\x01\x00\x00\x00"
+    "2q\x17h\x07K\x02tq\x18QK\x00K\x02\x85q\x19K\x01\x85q\x1a\x89h\x00)Rq\x1btq\x1cRq"
+    "\x1dX\x06\x00\x00\x00"
+    "1.biasq\x1eh\x03((h\x04h\x05X\x01\x00\x00\x00"
+    "3q\x1fh\x07K\x02tq QK\x00K\x02\x85q!K\x01\x85q\"\x89h\x00)Rq#tq$Rq%u}q&X\x09\x00"
+    "\x00\x00_metadataq'h\x00)Rq((X\x00\x00\x00\x00q)}q*X\x07\x00\x00\x00versionq+K"
+    "\x01sX\x01\x00\x00\x00"
+    "0q,}q-h+K\x01sX\x01\x00\x00\x00"
+    "1q.}q/h+K\x01susb.";
+
+// torch.save(model.state_dict()) pickles an OrderedDict, which LibTorch's unpickler alone builds
+// as None: read as the dict it holds, in its order.
+TEST(MetaCheckpointTest, OrderedDictStateDictReadsAsItsDict) {
+  const std::vector<std::pair<std::string, at::Tensor>> tensors = {{"0.weight", at::randn({2, 2})},
+                                                                   {"0.bias", at::randn({2})},
+                                                                   {"1.weight", at::randn({2})},
+                                                                   {"1.bias", at::randn({2})}};
+  std::vector<std::pair<std::string, at::Tensor>> storages;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    storages.emplace_back(std::to_string(i), tensors[i].second);
+  }
+  const std::string archive =
+      ArchiveWithPickle(std::string(kStateDictPickle, sizeof(kStateDictPickle) - 1), storages);
+  absl::StatusOr<NamedTensors> parsed = ParseTorchStateDict(archive, "pytorch_model.bin");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ((*parsed)[i].first, tensors[i].first);
+    EXPECT_TRUE((*parsed)[i].second.equal(tensors[i].second)) << tensors[i].first;
   }
 }
 

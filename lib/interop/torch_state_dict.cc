@@ -3,18 +3,21 @@
 #include <ATen/EmptyTensor.h>
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/import_read.h>
 #include <torch/csrc/jit/serialization/storage_context.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "lib/interop/ordered_dict_pickle.h"
 #include "lib/interop/torch_archive_checks.h"
 #include "lib/util/file_util.h"
 #include "lib/util/mapped_file.h"
@@ -100,19 +103,11 @@ absl::StatusOr<NamedTensors> ReadStateDict(
     if (!sizes.ok()) return NotAStateDict(source, sizes.message());
     caffe2::serialize::PyTorchStreamReader zip(std::move(archive));
     const auto [pickle, pickle_size] = zip.getRecord("data.pkl");
-    const absl::Status opcodes = CheckStateDictPickle(
-        absl::string_view(static_cast<const char*>(pickle.get()), pickle_size));
+    const absl::string_view pickle_bytes(static_cast<const char*>(pickle.get()), pickle_size);
+    const absl::Status opcodes = CheckStateDictPickle(pickle_bytes);
     if (!opcodes.ok()) return NotAStateDict(source, opcodes.message());
-    // PROTO 2, then GLOBAL collections.OrderedDict as the first object: the dict itself is one,
-    // which LibTorch's unpickler builds as None (it knows the class only as backward hooks).
-    if (absl::StartsWith(
-            absl::string_view(static_cast<const char*>(pickle.get()), pickle_size).substr(2),
-            "ccollections\nOrderedDict\n")) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          source, ": a collections.OrderedDict (torch.save(model.state_dict())), which titan's ",
-          "restricted unpickler does not build: save it again as a plain dict ",
-          "(torch.save(dict(state_dict), path)) or as safetensors (model.save_pretrained(dir))"));
-    }
+    const absl::StatusOr<std::string> plain = PlainDictPickle(pickle_bytes);
+    if (!plain.ok()) return NotAStateDict(source, plain.status().message());
     // The unpickler sizes a storage from the pickle's element count, not from the record it
     // reads, so a short record would be read past its end: storages come sized by their records.
     auto storages = std::make_shared<torch::jit::DeserializationStorageContext>();
@@ -130,9 +125,23 @@ absl::StatusOr<NamedTensors> ReadStateDict(
                                              std::move(data), /*allocator=*/nullptr,
                                              /*resizable=*/false));
     }
-    loaded = torch::jit::readArchiveAndTensors(
-        "data", "", "", std::nullopt, std::nullopt, at::Device(at::kCPU), zip,
+    // torch::jit::readArchiveAndTensors, over the rewritten pickle rather than data.pkl's bytes.
+    size_t unpickled = 0;
+    torch::jit::Unpickler unpickler(
+        [&](char* buffer, size_t n) {
+          n = std::min(n, plain->size() - unpickled);
+          std::memcpy(buffer, plain->data() + unpickled, n);
+          unpickled += n;
+          return n;
+        },
+        /*type_resolver=*/nullptr, /*obj_loader=*/nullptr,
+        [&](const std::string& key) {
+          return std::get<0>(zip.getRecord(absl::StrCat(kTorchSaveStoragePrefix, key)));
+        },
+        at::Device(at::kCPU), /*use_storage_device=*/false,
         torch::jit::Unpickler::defaultTypeParser, std::move(storages));
+    unpickler.set_version(zip.version());
+    loaded = unpickler.parse_ivalue();
   } catch (const c10::Error& e) {
     return NotAStateDict(source, e.what_without_backtrace());
   } catch (const std::exception& e) {  // miniz and the unpickler also throw std:: exceptions.

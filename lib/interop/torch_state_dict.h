@@ -4,8 +4,10 @@
 // torch.save archives of a name -> tensor dict (Meta's consolidated.00.pth, transformers'
 // pytorch_model*.bin), read through LibTorch's own unpickler (torch::jit) after
 // CheckStateDictPickle: it rebuilds only tensors, storages and plain containers and rejects any
-// other global, so a file cannot run code. Only PyTorch >= 1.6's zip format: the legacy one
-// (a bare pickle or a tar) is refused, naming the file.
+// other global, so a file cannot run code. A top-level collections.OrderedDict (what
+// torch.save(model.state_dict()) writes) is read as the plain dict it holds (PlainDictPickle).
+// Only PyTorch >= 1.6's zip format: the legacy one (a bare pickle or a tar) is refused, naming the
+// file.
 
 #include <string>
 

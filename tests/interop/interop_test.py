@@ -34,10 +34,12 @@ def small_config(**overrides):
     return transformers.LlamaConfig(**kwargs)
 
 
-def save_pytorch_bin(model, folder, max_shard_size="50GB"):
+def save_pytorch_bin(model, folder, max_shard_size="50GB", ordered=False):
     """`model` as transformers 4's save_pretrained(..., safe_serialization=False) saved it
     (transformers 5 writes safetensors only): torch.save of the dict shards huggingface_hub splits
-    (a tied head kept over the embedding's storage), pytorch_model.bin.index.json when sharded."""
+    (a tied head kept over the embedding's storage), pytorch_model.bin.index.json when sharded.
+    `ordered`: as older transformers saved them, torch.save(model.state_dict()) for one file, and
+    each shard an OrderedDict with the state dict's _metadata."""
     os.makedirs(folder)
     model.config.save_pretrained(folder)
     model.generation_config.save_pretrained(folder)
@@ -45,8 +47,14 @@ def save_pytorch_bin(model, folder, max_shard_size="50GB"):
     split = huggingface_hub.split_torch_state_dict_into_shards(
         state_dict, filename_pattern="pytorch_model{suffix}.bin", max_shard_size=max_shard_size)
     for file, names in split.filename_to_tensors.items():
-        torch.save({name: state_dict[name].contiguous() for name in names},
-                   os.path.join(folder, file))
+        if ordered and not split.is_sharded:
+            torch.save(state_dict, os.path.join(folder, file))
+            continue
+        shard = {name: state_dict[name].contiguous() for name in names}
+        if ordered:
+            shard = collections.OrderedDict(shard)
+            shard._metadata = state_dict._metadata
+        torch.save(shard, os.path.join(folder, file))
     if split.is_sharded:
         with open(os.path.join(folder, "pytorch_model.bin.index.json"), "w") as f:
             json.dump({"metadata": split.metadata, "weight_map": split.tensor_to_filename}, f)
@@ -135,18 +143,24 @@ class InteropTest(unittest.TestCase):
 
     def test_pytorch_bin_folders_read_as_their_safetensors(self):
         # fp32 in one pytorch_model.bin, and bf16 tied in shards with their index (the head saved
-        # over the embedding's storage, as transformers 4 kept it): titan reads the tensors the
-        # safetensors save holds, and converts and inspects the folder as it does that one.
-        for name, config, dtype, shard_size in [
-                ("single", small_config(), torch.float32, "50GB"),
-                ("sharded", small_config(tie_word_embeddings=True), torch.bfloat16, "20KB")]:
+        # over the embedding's storage, as transformers 4 kept it), each as plain dicts and as
+        # torch.save(model.state_dict())'s OrderedDicts: titan reads the tensors the safetensors
+        # save holds, and converts and inspects the folder as it does that one.
+        for name, config, dtype, shard_size, ordered in [
+                ("single", small_config(), torch.float32, "50GB", False),
+                ("sharded", small_config(tie_word_embeddings=True), torch.bfloat16, "20KB", False),
+                ("single_ordered", small_config(), torch.float32, "50GB", True),
+                ("sharded_ordered", small_config(tie_word_embeddings=True), torch.bfloat16, "20KB",
+                 True)]:
             with self.subTest(name):
                 shutil.rmtree(self.tmp)
                 os.makedirs(self.tmp)
                 model = self.save_hf(config, dtype)
-                save_pytorch_bin(model, self.path("bin"), shard_size)
+                save_pytorch_bin(model, self.path("bin"), shard_size, ordered)
                 bins = glob.glob(self.path("bin/pytorch_model*.bin"))
-                self.assertEqual(len(bins) > 2, name == "sharded", bins)
+                self.assertEqual(len(bins) > 2, name.startswith("sharded"), bins)
+                self.assertEqual(all(type(torch.load(b, weights_only=True)) is
+                                     collections.OrderedDict for b in bins), ordered)
                 # The reference is a folder transformers reads as the model saved.
                 loaded = transformers.LlamaForCausalLM.from_pretrained(self.path("bin"),
                                                                        dtype=dtype).state_dict()
@@ -170,7 +184,7 @@ class InteropTest(unittest.TestCase):
                          for source in reports}
                 # The .bin keeps the tied head transformers drops from safetensors.
                 self.assertEqual(set(stats["bin"]) - set(stats["hf"]),
-                                 {"lm_head.weight"} if name == "sharded" else set())
+                                 {"lm_head.weight"} if name.startswith("sharded") else set())
                 for tensor, entry in stats["hf"].items():
                     self.assertEqual(entry["stats"], stats["bin"][tensor]["stats"], tensor)
                     self.assertEqual(entry["shape"], stats["bin"][tensor]["shape"], tensor)
@@ -215,15 +229,18 @@ class InteropTest(unittest.TestCase):
         self.assertIn(f"{weights}: torch.save's legacy format (PyTorch before 1.6, not a zip "
                       "archive), which titan does not read", proc.stderr)
 
-        # torch.save(model.state_dict()) as older transformers wrote it: an OrderedDict, which
-        # LibTorch's unpickler cannot build; said so, with the way out.
-        torch.save(collections.OrderedDict(state), weights)
+        # A state dict nested in the dict (a training checkpoint's {"model": ...}): an OrderedDict
+        # below the top, which LibTorch's unpickler builds as None; said so, with the way out.
+        torch.save({"model": collections.OrderedDict(state)}, weights)
         proc = subprocess.run([CONVERT, self.path("bin"), self.path("out")], capture_output=True,
                               text=True)
         self.assertEqual(proc.returncode, 1, proc.stderr)
-        self.assertIn(f"{weights}: a collections.OrderedDict (torch.save(model.state_dict())), "
-                      "which titan's restricted unpickler does not build: save it again as a "
-                      "plain dict", proc.stderr)
+        self.assertIn(f"{weights}: not a torch.save state dict of tensors: data.pkl: byte ",
+                      proc.stderr)
+        self.assertIn(": fills a collections.OrderedDict other than the top-level one (a state "
+                      "dict nested in the dict, as torch.save({\"model\": model.state_dict()}) "
+                      "writes it), which titan does not read: torch.save the state dict itself",
+                      proc.stderr)
 
     def test_generation_settings_and_chat_template_reach_the_export(self):
         # What titan does not model travels verbatim: generate() samples as the authors set, and
