@@ -17,7 +17,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,14 +25,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "glog/logging.h"
+#include "lib/distributed/rank_output.h"
 #include "lib/util/c10_log_filter.h"
 #include "lib/util/file_util.h"
 
@@ -107,122 +104,12 @@ absl::StatusOr<StoreListener> ListenOnFreePort() {
   return listener;
 }
 
-// The ranks' failure messages (LaunchOptions::failure_line_prefix): a failure line and the lines
-// after it that are not log lines (a scorer's traceback quoted in it), in rank order, each with
-// the ranks that printed it.
-class FailureLines {
- public:
-  explicit FailureLines(std::string prefix) : prefix_(std::move(prefix)) {}
-
-  // Keeps `line` (its newline included) when it starts or continues `rank`'s failure message;
-  // false when it is not one.
-  bool Hold(int rank, absl::string_view line) {
-    if (prefix_.empty()) return false;
-    if (absl::StartsWith(line, prefix_)) {
-      absl::StrAppend(&messages_[rank], line);
-      return true;
-    }
-    if (messages_.count(rank) == 0 || IsLogLine(line)) return false;
-    absl::StrAppend(&messages_[rank], line);
-    return true;
-  }
-
-  // The first line of `rank`'s message without the prefix; "" when it printed none.
-  std::string FirstLine(int rank) const {
-    const auto it = messages_.find(rank);
-    if (it == messages_.end()) return "";
-    absl::string_view line = it->second;
-    line = line.substr(0, line.find('\n'));
-    absl::ConsumePrefix(&line, prefix_);
-    return std::string(line);
-  }
-
-  // Each distinct message once, every line of it as "[rank 2] <line>" or "[ranks 0-1,3] <line>".
-  std::string Text() const {
-    std::vector<std::pair<std::string, std::vector<int>>> distinct;
-    for (const auto& [rank, message] : messages_) {
-      auto same = std::find_if(distinct.begin(), distinct.end(),
-                               [&](const auto& held) { return held.first == message; });
-      if (same == distinct.end()) {
-        distinct.push_back({message, {rank}});
-      } else {
-        same->second.push_back(rank);
-      }
-    }
-    std::string out;
-    for (const auto& [message, ranks] : distinct) {
-      const std::string prefix =
-          absl::StrCat("[rank", ranks.size() > 1 ? "s " : " ", RankRanges(ranks), "] ");
-      for (absl::string_view line : absl::StrSplit(message, '\n', absl::SkipEmpty())) {
-        absl::StrAppend(&out, prefix, line, "\n");
-      }
-    }
-    return out;
-  }
-
- private:
-  // "0-2,5": sorted ranks with runs collapsed.
-  static std::string RankRanges(std::vector<int> ranks) {
-    std::sort(ranks.begin(), ranks.end());
-    std::vector<std::string> parts;
-    for (size_t i = 0; i < ranks.size();) {
-      size_t j = i;
-      while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-      parts.push_back(j == i ? absl::StrCat(ranks[i]) : absl::StrCat(ranks[i], "-", ranks[j]));
-      i = j + 1;
-    }
-    return absl::StrJoin(parts, ",");
-  }
-
-  // glog's "I20261205 12:00:00.000000 ..." (and W, E, F): another log line, not the message's.
-  static bool IsLogLine(absl::string_view line) {
-    return line.size() > 5 && absl::StrContains("IWEF", line[0]) &&
-           std::all_of(line.begin() + 1, line.begin() + 5, absl::ascii_isdigit);
-  }
-
-  std::string prefix_;
-  std::map<int, std::string> messages_;  // by rank
-};
-
-// One child's output stream, passed through line by line with its prefix ("[rank N] ", or none).
-struct Stream {
-  int fd = -1;
-  int target_fd = 1;
-  std::string prefix;
-  std::string pending;
-  int rank = -1;
-  FailureLines* failure_lines = nullptr;  // stderr's: where its failure lines are held
-};
-
 struct Child {
   pid_t pid = -1;
   bool exited = false;
   int exit_status = 0;
-  Stream streams[2];
+  RankStream streams[2];
 };
-
-// Writes the stream's complete lines (and with `flush` its tail) to its target.
-absl::Status EmitLines(Stream& stream, bool flush) {
-  const std::string& prefix = stream.prefix;
-  size_t start = 0;
-  std::string out;
-  auto add_line = [&](absl::string_view line) {
-    if (stream.failure_lines == nullptr || !stream.failure_lines->Hold(stream.rank, line)) {
-      absl::StrAppend(&out, prefix, line);
-    }
-  };
-  for (size_t nl = stream.pending.find('\n'); nl != std::string::npos;
-       nl = stream.pending.find('\n', start)) {
-    add_line(absl::string_view(stream.pending).substr(start, nl + 1 - start));
-    start = nl + 1;
-  }
-  stream.pending.erase(0, start);
-  if (flush && !stream.pending.empty()) {
-    add_line(absl::StrCat(stream.pending, "\n"));
-    stream.pending.clear();
-  }
-  return WriteFully(stream.target_fd, out, stream.target_fd == STDOUT_FILENO ? "stdout" : "stderr");
-}
 
 // "rank 1 exited with status 3", "rank 1 was killed by signal 9 (exit status 137)": the launcher's
 // log line and report_failure's message say the same.
@@ -254,6 +141,343 @@ std::vector<std::string> ArgsWithoutNproc(int argc, char** argv) {
   }
   return args;
 }
+
+// Each rank's environment: this process's, less what the launcher sets, plus the rendezvous
+// (torchrun's names) and the rank's own; rank 0 also gets the store's listening socket.
+std::vector<std::vector<std::string>> RankEnvironments(int nproc, const std::string& master_addr,
+                                                       int master_port, int listener_fd) {
+  const absl::flat_hash_map<std::string, std::string> shared_vars = {
+      {"WORLD_SIZE", absl::StrCat(nproc)},     {"LOCAL_WORLD_SIZE", absl::StrCat(nproc)},
+      {"MASTER_ADDR", master_addr},            {"MASTER_PORT", absl::StrCat(master_port)},
+  };
+  std::vector<std::vector<std::string>> envs(nproc);
+  for (int rank = 0; rank < nproc; ++rank) {
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      absl::string_view name = absl::string_view(*entry).substr(0, std::strcspn(*entry, "="));
+      if (shared_vars.contains(name) || name == "RANK" || name == "LOCAL_RANK" ||
+          name == kStoreListenFdVar) {
+        continue;
+      }
+      envs[rank].emplace_back(*entry);
+    }
+    for (const auto& [name, value] : shared_vars) envs[rank].push_back(absl::StrCat(name, "=", value));
+    envs[rank].push_back(absl::StrCat("RANK=", rank));
+    envs[rank].push_back(absl::StrCat("LOCAL_RANK=", rank));
+    if (rank == 0 && listener_fd >= 0) {
+      envs[rank].push_back(absl::StrCat(kStoreListenFdVar, "=", listener_fd));
+    }
+  }
+  return envs;
+}
+
+// `strings` as execve takes them: pointers into them, then nullptr.
+std::vector<char*> ExecArray(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  for (std::string& s : strings) pointers.push_back(s.data());
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+// While open, the signals the launcher handles write their numbers to a pipe its poll loop reads.
+class SignalPipe {
+ public:
+  ~SignalPipe() { Close(); }
+
+  absl::Status Open() {
+    if (pipe2(fds_, O_CLOEXEC | O_NONBLOCK) != 0) return Errno("pipe");
+    g_signal_pipe_write = fds_[1];
+    struct sigaction action {};
+    action.sa_handler = ForwardToPipe;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &action, &previous_[i]);
+    return absl::OkStatus();
+  }
+
+  // Restores the handlers there were and closes the pipe.
+  void Close() {
+    if (fds_[0] < 0) return;
+    for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &previous_[i], nullptr);
+    g_signal_pipe_write = -1;
+    close(fds_[0]);
+    close(fds_[1]);
+    fds_[0] = fds_[1] = -1;
+  }
+
+  int read_fd() const { return fds_[0]; }
+
+ private:
+  static constexpr int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1};
+  static constexpr int kNumHandled = sizeof(kHandled) / sizeof(kHandled[0]);
+  int fds_[2] = {-1, -1};
+  struct sigaction previous_[kNumHandled];
+};
+
+// Forks the ranks, each exec'ing /proc/self/exe with `argv` and its environment, stdout and stderr
+// piped back; stops at the first failure, `children` holding the ranks spawned until then.
+absl::Status SpawnRanks(std::vector<char*>& argv, std::vector<std::vector<char*>>& envs,
+                        int listener_fd, const LaunchOptions& options, FailureLines* failure_lines,
+                        std::vector<Child>& children) {
+  const pid_t launcher_pid = getpid();
+  for (int rank = 0; rank < static_cast<int>(children.size()); ++rank) {
+    int out_pipe[2], err_pipe[2];
+    if (pipe2(out_pipe, O_CLOEXEC) != 0) return Errno("pipe");
+    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
+      absl::Status status = Errno("pipe");
+      close(out_pipe[0]);
+      close(out_pipe[1]);
+      return status;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+      // Only async-signal-safe calls from here. Own process group: a terminal's Ctrl-C reaches
+      // only the launcher, which forwards it once.
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != launcher_pid) _exit(1);
+      dup2(out_pipe[1], STDOUT_FILENO);
+      dup2(err_pipe[1], STDERR_FILENO);
+      // execve resets handlers but keeps ignored signals ignored: a dump request forwarded while
+      // the rank's loader runs (before dump_signal's handler is back) must not end it.
+      signal(SIGUSR1, SIG_IGN);
+      if (rank == 0 && listener_fd >= 0) fcntl(listener_fd, F_SETFD, 0);  // Kept across execve.
+      execve("/proc/self/exe", argv.data(), envs[rank].data());
+      const char kMessage[] = "launcher: execve(/proc/self/exe) failed\n";
+      (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+      _exit(127);
+    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    if (pid < 0) {
+      absl::Status status = Errno("fork");
+      close(out_pipe[0]);
+      close(err_pipe[0]);
+      return status;
+    }
+    children[rank].pid = pid;
+    const std::string prefix = absl::StrCat("[rank ", rank, "] ");
+    children[rank].streams[0] = {out_pipe[0], STDOUT_FILENO,
+                                 rank == options.plain_stdout_rank ? "" : prefix, ""};
+    children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, prefix, "", rank, failure_lines};
+  }
+  return absl::OkStatus();
+}
+
+// Watches the spawned ranks until they have exited and their output is passed on: forwards the
+// launcher's signals, stops the others when one fails, and says how the job ended.
+class RankSupervisor {
+ public:
+  RankSupervisor(std::vector<Child>& children, const LaunchOptions& options,
+                 FailureLines& failure_lines)
+      : children_(children), options_(options), failure_lines_(failure_lines) {}
+
+  // Stops every rank with `signo` and gives them the grace period before SIGKILL. The launcher's
+  // own SIGTERM (a rank failed) is not sent to ranks a forwarded signal is stopping already, but
+  // they still get the deadline; a signal the user chose (SIGQUIT) always reaches them.
+  void StopAll(int signo = SIGTERM) {
+    if (!stopping_ || signo != SIGTERM) StopAllWith(signo);
+    stopping_ = true;
+    kill_deadline_ = std::min(kill_deadline_, absl::Now() + options_.grace_period);
+  }
+
+  // Runs until every rank is reaped and its output drained; a failed poll kills the ranks.
+  absl::Status Supervise(int signal_fd) {
+    while (true) {
+      const bool all_exited = ReapExited();
+      std::vector<pollfd> fds = {{signal_fd, POLLIN, 0}};
+      std::vector<std::pair<int, int>> fd_owner;  // (rank, stream index) per fds[i + 1].
+      for (int rank = 0; rank < static_cast<int>(children_.size()); ++rank) {
+        for (int s = 0; s < 2; ++s) {
+          if (children_[rank].streams[s].fd >= 0) {
+            fds.push_back({children_[rank].streams[s].fd, POLLIN, 0});
+            fd_owner.emplace_back(rank, s);
+          }
+        }
+      }
+      if (all_exited) {
+        if (fd_owner.empty()) return absl::OkStatus();
+        // Grandchildren that inherited a rank's pipes get a moment, not forever.
+        if (drain_deadline_ == absl::InfiniteFuture()) {
+          drain_deadline_ = absl::Now() + absl::Seconds(1);
+        }
+      }
+      const absl::Time now = absl::Now();
+      if (now >= kill_deadline_) {
+        StopAllWith(SIGKILL);
+        kill_deadline_ = absl::InfiniteFuture();
+      }
+      if (now >= drain_deadline_) return absl::OkStatus();
+      const absl::Time next = std::min(kill_deadline_, drain_deadline_);
+      const int timeout_ms = next == absl::InfiniteFuture()
+                                 ? -1
+                                 : static_cast<int>(absl::ToInt64Milliseconds(next - now)) + 1;
+      if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+        absl::Status status = Errno("poll");
+        SignalAll(SIGKILL);
+        return status;
+      }
+      if (fds[0].revents & POLLIN) ForwardSignals(signal_fd);
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) ReadStream(fd_owner[i - 1].first, fd_owner[i - 1].second);
+      }
+    }
+  }
+
+  // Passes on what the streams still hold, kills and reaps a rank still running, then prints the
+  // failure lines: last, as a single process's failure line would be.
+  void Finish() {
+    for (Child& child : children_) {
+      for (RankStream& stream : child.streams) {
+        if (stream.fd < 0) continue;
+        Emit(stream, /*flush=*/true);
+        close(stream.fd);
+      }
+      if (child.pid > 0 && !child.exited) {
+        kill(child.pid, SIGKILL);
+        waitpid(child.pid, nullptr, 0);
+      }
+    }
+    (void)WriteFully(STDERR_FILENO, failure_lines_.Text(), "stderr");
+  }
+
+  // LaunchLocalRanks' result once the ranks are done; `launch_status` is the spawn's or poll's.
+  template <typename LaunchFailed>
+  absl::StatusOr<int> Result(const absl::Status& launch_status, LaunchFailed launch_failed) {
+    if (!launch_status.ok()) {
+      return plain_rank_printed_ ? launch_status : launch_failed(launch_status);
+    }
+    if (failure_status_ == 0 && interrupted_status_ != 0) stopped_status_ = interrupted_status_;
+    if (failure_status_ != 0 || stopped_status_ != 0) {
+      if (!output_status_.ok()) LOG(ERROR) << "launcher: " << output_status_.message();
+      if (failure_rank_ >= 0) {
+        // The failing rank's own failure line says why; else it is among its stderr lines.
+        const std::string own = failure_lines_.FirstLine(failure_rank_);
+        absl::StrAppend(&failure_text_, own.empty() ? " (its error is on stderr)" : ": ", own);
+      }
+      if (options_.report_failure && options_.plain_stdout_rank >= 0 && !plain_rank_printed_) {
+        options_.report_failure(
+            failure_status_ != 0
+                ? failure_text_
+                : absl::StrCat("the ranks were stopped (exit status ", stopped_status_, ")"));
+      }
+      return failure_status_ != 0 ? failure_status_ : stopped_status_;
+    }
+    // Not told to report_failure: stdout, where it writes, is what was lost.
+    if (!output_status_.ok()) return output_status_;
+    return 0;
+  }
+
+ private:
+  void SignalAll(int signo) {
+    for (Child& child : children_) {
+      if (child.pid > 0 && !child.exited) kill(child.pid, signo);
+    }
+  }
+
+  // A rank that dies of a signal sent this way did what the launcher asked: no failure of its own.
+  void StopAllWith(int signo) {
+    stop_signals_sent_.insert(signo);
+    SignalAll(signo);
+  }
+
+  // The first failed write to the launcher's stdout is kept (the ranks' output is lost); a failed
+  // write to stderr has nowhere to be reported.
+  void Emit(RankStream& stream, bool flush) {
+    const absl::Status written = EmitLines(stream, flush);
+    if (stream.target_fd == STDOUT_FILENO && output_status_.ok()) output_status_ = written;
+  }
+
+  // Reaps the ranks that exited; the first to fail stops the others. True when none is left.
+  bool ReapExited() {
+    bool all_exited = true;
+    for (int rank = 0; rank < static_cast<int>(children_.size()); ++rank) {
+      Child& child = children_[rank];
+      if (child.pid <= 0 || child.exited) continue;
+      int wait_status = 0;
+      if (waitpid(child.pid, &wait_status, WNOHANG) != child.pid) {
+        all_exited = false;
+        continue;
+      }
+      child.exited = true;
+      child.exit_status = ExitStatusOf(wait_status);
+      if (WIFSIGNALED(wait_status) && stop_signals_sent_.contains(WTERMSIG(wait_status))) {
+        LOG(WARNING) << "launcher: rank " << rank << " was stopped by signal "
+                     << WTERMSIG(wait_status) << " from the launcher";
+        if (stopped_status_ == 0) stopped_status_ = child.exit_status;
+      } else if (child.exit_status != 0 && failure_status_ == 0) {
+        failure_status_ = child.exit_status;
+        failure_text_ = RankEnd(rank, wait_status, failure_status_);
+        LOG(ERROR) << "launcher: " << failure_text_ << "; stopping the other ranks";
+        // A rank that exited printed its error (report_failure quotes it); one killed from
+        // outside (kill -9, the OOM killer) had no chance to.
+        if (!WIFSIGNALED(wait_status)) failure_rank_ = rank;
+        StopAll();
+      }
+    }
+    return all_exited;
+  }
+
+  void ForwardSignals(int signal_fd) {
+    unsigned char signals[64];
+    ssize_t n = read(signal_fd, signals, sizeof(signals));
+    for (ssize_t i = 0; i < n; ++i) {
+      // Every rank writes its collective trace (lib/distributed/comm_trace.h).
+      if (signals[i] == SIGUSR1) SignalAll(SIGUSR1);
+      if (signals[i] == SIGQUIT) {
+        // "Quit now, with a core dump" reaches every rank as itself (torchrun's too), not as
+        // the SIGKILL of the launcher's own death; a rank that survives it is killed after the
+        // grace period.
+        StopAll(SIGQUIT);
+        if (interrupted_status_ == 0) interrupted_status_ = 128 + SIGQUIT;
+      }
+      if (signals[i] == SIGINT || signals[i] == SIGTERM || signals[i] == SIGHUP) {
+        if (stopping_) {
+          // A second interrupt means "now"; the launcher exits with its status, as one process.
+          StopAllWith(SIGKILL);
+          if (interrupted_status_ == 0) interrupted_status_ = 128 + signals[i];
+        } else {
+          // The first is forwarded with no deadline, as a save takes what it takes: a wedged rank
+          // fails its peers' collectives ([comm] train_timeout_seconds) and StopAll ends it.
+          // SIGHUP (the terminal or ssh session gone) is a SIGTERM to the ranks, as torchrun
+          // forwards it: the same save and exit, whichever handlers a rank has installed.
+          StopAllWith(signals[i] == SIGHUP ? SIGTERM : signals[i]);
+          stopping_ = true;
+        }
+      }
+    }
+  }
+
+  void ReadStream(int rank, int s) {
+    RankStream& stream = children_[rank].streams[s];
+    char buffer[65536];
+    ssize_t n = read(stream.fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) return;
+    if (n <= 0) {
+      Emit(stream, /*flush=*/true);
+      close(stream.fd);
+      stream.fd = -1;
+      return;
+    }
+    stream.pending.append(buffer, static_cast<size_t>(n));
+    if (s == 0 && rank == options_.plain_stdout_rank) plain_rank_printed_ = true;
+    Emit(stream, /*flush=*/false);
+  }
+
+  std::vector<Child>& children_;
+  const LaunchOptions& options_;
+  FailureLines& failure_lines_;
+  int failure_status_ = 0;           // The first failing rank's.
+  std::string failure_text_;         // How it ended, for report_failure.
+  int failure_rank_ = -1;            // The first failing rank, when it exited (not killed).
+  bool plain_rank_printed_ = false;  // options.plain_stdout_rank wrote to its stdout
+  int stopped_status_ = 0;           // The first rank's that died of a signal the launcher sent it.
+  int interrupted_status_ = 0;  // 128 + the second stop signal's number, which killed the ranks
+  bool stopping_ = false;
+  absl::flat_hash_set<int> stop_signals_sent_;
+  absl::Time kill_deadline_ = absl::InfiniteFuture();
+  absl::Time drain_deadline_ = absl::InfiniteFuture();
+  absl::Status output_status_;
+};
 
 }  // namespace
 
@@ -291,278 +515,28 @@ absl::StatusOr<int> LaunchLocalRanks(int nproc, int argc, char** argv,
 
   // Everything the children need is built before fork: only async-signal-safe calls follow it.
   std::vector<std::string> args = ArgsWithoutNproc(argc, argv);
-  std::vector<char*> arg_ptrs;
-  for (std::string& arg : args) arg_ptrs.push_back(arg.data());
-  arg_ptrs.push_back(nullptr);
-  const absl::flat_hash_map<std::string, std::string> shared_vars = {
-      {"WORLD_SIZE", absl::StrCat(nproc)},     {"LOCAL_WORLD_SIZE", absl::StrCat(nproc)},
-      {"MASTER_ADDR", master_addr},            {"MASTER_PORT", absl::StrCat(master_port)},
-  };
-  std::vector<std::vector<std::string>> envs(nproc);
-  for (int rank = 0; rank < nproc; ++rank) {
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      absl::string_view name = absl::string_view(*entry).substr(0, std::strcspn(*entry, "="));
-      if (shared_vars.contains(name) || name == "RANK" || name == "LOCAL_RANK" ||
-          name == kStoreListenFdVar) {
-        continue;
-      }
-      envs[rank].emplace_back(*entry);
-    }
-    for (const auto& [name, value] : shared_vars) envs[rank].push_back(absl::StrCat(name, "=", value));
-    envs[rank].push_back(absl::StrCat("RANK=", rank));
-    envs[rank].push_back(absl::StrCat("LOCAL_RANK=", rank));
-    if (rank == 0 && listener.fd >= 0) {
-      envs[rank].push_back(absl::StrCat(kStoreListenFdVar, "=", listener.fd));
-    }
-  }
-  std::vector<std::vector<char*>> env_ptrs(nproc);
-  for (int rank = 0; rank < nproc; ++rank) {
-    for (std::string& entry : envs[rank]) env_ptrs[rank].push_back(entry.data());
-    env_ptrs[rank].push_back(nullptr);
-  }
+  std::vector<char*> arg_ptrs = ExecArray(args);
+  std::vector<std::vector<std::string>> envs =
+      RankEnvironments(nproc, master_addr, master_port, listener.fd);
+  std::vector<std::vector<char*>> env_ptrs;
+  for (std::vector<std::string>& env : envs) env_ptrs.push_back(ExecArray(env));
 
-  int signal_pipe[2];
-  if (pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return launch_failed(Errno("pipe"));
-  g_signal_pipe_write = signal_pipe[1];
-  struct sigaction action {};
-  action.sa_handler = ForwardToPipe;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-  const int kHandled[] = {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1};
-  constexpr int kNumHandled = sizeof(kHandled) / sizeof(kHandled[0]);
-  struct sigaction previous[kNumHandled];
-  for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &action, &previous[i]);
-
+  SignalPipe signal_pipe;
+  if (absl::Status opened = signal_pipe.Open(); !opened.ok()) return launch_failed(opened);
   FailureLines failure_lines(options.failure_line_prefix);
   std::vector<Child> children(nproc);
-  const pid_t launcher_pid = getpid();
-  absl::Status spawn_status;
-  for (int rank = 0; rank < nproc && spawn_status.ok(); ++rank) {
-    int out_pipe[2], err_pipe[2];
-    if (pipe2(out_pipe, O_CLOEXEC) != 0) {
-      spawn_status = Errno("pipe");
-      break;
-    }
-    if (pipe2(err_pipe, O_CLOEXEC) != 0) {
-      spawn_status = Errno("pipe");
-      close(out_pipe[0]);
-      close(out_pipe[1]);
-      break;
-    }
-    pid_t pid = fork();
-    if (pid == 0) {
-      // Own process group: a terminal's Ctrl-C reaches only the launcher, which forwards it once.
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != launcher_pid) _exit(1);
-      dup2(out_pipe[1], STDOUT_FILENO);
-      dup2(err_pipe[1], STDERR_FILENO);
-      // execve resets handlers but keeps ignored signals ignored: a dump request forwarded while
-      // the rank's loader runs (before dump_signal's handler is back) must not end it.
-      signal(SIGUSR1, SIG_IGN);
-      if (rank == 0 && listener.fd >= 0) fcntl(listener.fd, F_SETFD, 0);  // Kept across execve.
-      execve("/proc/self/exe", arg_ptrs.data(), env_ptrs[rank].data());
-      const char kMessage[] = "launcher: execve(/proc/self/exe) failed\n";
-      (void)!write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
-      _exit(127);
-    }
-    close(out_pipe[1]);
-    close(err_pipe[1]);
-    if (pid < 0) {
-      spawn_status = Errno("fork");
-      close(out_pipe[0]);
-      close(err_pipe[0]);
-      break;
-    }
-    children[rank].pid = pid;
-    const std::string prefix = absl::StrCat("[rank ", rank, "] ");
-    children[rank].streams[0] = {out_pipe[0], STDOUT_FILENO,
-                                 rank == options.plain_stdout_rank ? "" : prefix, ""};
-    children[rank].streams[1] = {err_pipe[0], STDERR_FILENO, prefix, "", rank, &failure_lines};
-  }
+  absl::Status launch_status =
+      SpawnRanks(arg_ptrs, env_ptrs, listener.fd, options, &failure_lines, children);
   // Rank 0 holds the port now.
   if (listener.fd >= 0) close(std::exchange(listener.fd, -1));
-
-  int failure_status = 0;  // The first failing rank's.
-  std::string failure_text;         // How it ended, for report_failure.
-  int failure_rank = -1;            // The first failing rank, when it exited (not killed).
-  bool plain_rank_printed = false;  // options.plain_stdout_rank wrote to its stdout
-  int stopped_status = 0;  // The first rank's that died of a signal the launcher sent it.
-  int interrupted_status = 0;  // 128 + the second stop signal's number, which killed the ranks
-  bool stopping = false;
-  // A rank that dies of one of these did what the launcher asked: it is no failure of its own.
-  absl::flat_hash_set<int> stop_signals_sent;
-  absl::Time kill_deadline = absl::InfiniteFuture();
-  // After the last rank is reaped, grandchildren that inherited its pipes get a moment, not forever.
-  absl::Time drain_deadline = absl::InfiniteFuture();
-  auto signal_all = [&](int signo) {
-    for (Child& child : children) {
-      if (child.pid > 0 && !child.exited) kill(child.pid, signo);
-    }
-  };
-  auto stop_all_with = [&](int signo) {
-    stop_signals_sent.insert(signo);
-    signal_all(signo);
-  };
-  // The first failed write to the launcher's stdout (the ranks' output is lost); a failed write to
-  // stderr has nowhere to be reported.
-  absl::Status output_status;
-  auto emit = [&](Stream& stream, bool flush) {
-    const absl::Status written = EmitLines(stream, flush);
-    if (stream.target_fd == STDOUT_FILENO && output_status.ok()) output_status = written;
-  };
-  // Stops every rank with `signo` and gives them the grace period before SIGKILL. The launcher's
-  // own SIGTERM (a rank failed) is not sent to ranks a forwarded signal is stopping already, but
-  // they still get the deadline; a signal the user chose (SIGQUIT) always reaches them.
-  auto stop_all = [&](int signo = SIGTERM) {
-    if (!stopping || signo != SIGTERM) stop_all_with(signo);
-    stopping = true;
-    kill_deadline = std::min(kill_deadline, absl::Now() + options.grace_period);
-  };
-  if (!spawn_status.ok()) stop_all();
-
-  while (true) {
-    bool all_exited = true;
-    for (int rank = 0; rank < nproc; ++rank) {
-      Child& child = children[rank];
-      if (child.pid <= 0 || child.exited) continue;
-      int wait_status = 0;
-      if (waitpid(child.pid, &wait_status, WNOHANG) == child.pid) {
-        child.exited = true;
-        child.exit_status = ExitStatusOf(wait_status);
-        if (WIFSIGNALED(wait_status) && stop_signals_sent.contains(WTERMSIG(wait_status))) {
-          LOG(WARNING) << "launcher: rank " << rank << " was stopped by signal "
-                       << WTERMSIG(wait_status) << " from the launcher";
-          if (stopped_status == 0) stopped_status = child.exit_status;
-        } else if (child.exit_status != 0 && failure_status == 0) {
-          failure_status = child.exit_status;
-          failure_text = RankEnd(rank, wait_status, failure_status);
-          LOG(ERROR) << "launcher: " << failure_text << "; stopping the other ranks";
-          // A rank that exited printed its error (report_failure quotes it); one killed from
-          // outside (kill -9, the OOM killer) had no chance to.
-          if (!WIFSIGNALED(wait_status)) failure_rank = rank;
-          stop_all();
-        }
-      } else {
-        all_exited = false;
-      }
-    }
-    std::vector<pollfd> fds = {{signal_pipe[0], POLLIN, 0}};
-    std::vector<std::pair<int, int>> fd_owner;  // (rank, stream index) per fds[i + 1].
-    for (int rank = 0; rank < nproc; ++rank) {
-      for (int s = 0; s < 2; ++s) {
-        if (children[rank].streams[s].fd >= 0) {
-          fds.push_back({children[rank].streams[s].fd, POLLIN, 0});
-          fd_owner.emplace_back(rank, s);
-        }
-      }
-    }
-    if (all_exited) {
-      if (fd_owner.empty()) break;
-      if (drain_deadline == absl::InfiniteFuture()) drain_deadline = absl::Now() + absl::Seconds(1);
-    }
-    const absl::Time now = absl::Now();
-    if (now >= kill_deadline) {
-      stop_all_with(SIGKILL);
-      kill_deadline = absl::InfiniteFuture();
-    }
-    if (now >= drain_deadline) break;
-    const absl::Time next = std::min(kill_deadline, drain_deadline);
-    const int timeout_ms =
-        next == absl::InfiniteFuture()
-            ? -1
-            : static_cast<int>(absl::ToInt64Milliseconds(next - now)) + 1;
-    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
-      spawn_status = Errno("poll");
-      signal_all(SIGKILL);
-      break;
-    }
-    if (fds[0].revents & POLLIN) {
-      unsigned char signals[64];
-      ssize_t n = read(signal_pipe[0], signals, sizeof(signals));
-      for (ssize_t i = 0; i < n; ++i) {
-        // Every rank writes its collective trace (lib/distributed/comm_trace.h).
-        if (signals[i] == SIGUSR1) signal_all(SIGUSR1);
-        if (signals[i] == SIGQUIT) {
-          // "Quit now, with a core dump" reaches every rank as itself (torchrun's too), not as
-          // the SIGKILL of the launcher's own death; a rank that survives it is killed after the
-          // grace period.
-          stop_all(SIGQUIT);
-          if (interrupted_status == 0) interrupted_status = 128 + SIGQUIT;
-        }
-        if (signals[i] == SIGINT || signals[i] == SIGTERM || signals[i] == SIGHUP) {
-          if (stopping) {
-            // A second interrupt means "now"; the launcher exits with its status, as one process.
-            stop_all_with(SIGKILL);
-            if (interrupted_status == 0) interrupted_status = 128 + signals[i];
-          } else {
-            // The first is forwarded with no deadline, as a save takes what it takes: a wedged rank
-            // fails its peers' collectives ([comm] train_timeout_seconds) and stop_all ends it.
-            // SIGHUP (the terminal or ssh session gone) is a SIGTERM to the ranks, as torchrun
-            // forwards it: the same save and exit, whichever handlers a rank has installed.
-            stop_all_with(signals[i] == SIGHUP ? SIGTERM : signals[i]);
-            stopping = true;
-          }
-        }
-      }
-    }
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      const auto [rank, s] = fd_owner[i - 1];
-      Stream& stream = children[rank].streams[s];
-      char buffer[65536];
-      ssize_t n = read(stream.fd, buffer, sizeof(buffer));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        emit(stream, /*flush=*/true);
-        close(stream.fd);
-        stream.fd = -1;
-      } else {
-        stream.pending.append(buffer, static_cast<size_t>(n));
-        if (s == 0 && rank == options.plain_stdout_rank) plain_rank_printed = true;
-        emit(stream, /*flush=*/false);
-      }
-    }
+  RankSupervisor supervisor(children, options, failure_lines);
+  if (!launch_status.ok()) supervisor.StopAll();
+  if (absl::Status polled = supervisor.Supervise(signal_pipe.read_fd()); !polled.ok()) {
+    launch_status = polled;
   }
-
-  for (int rank = 0; rank < nproc; ++rank) {
-    Child& child = children[rank];
-    for (Stream& stream : child.streams) {
-      if (stream.fd < 0) continue;
-      emit(stream, /*flush=*/true);
-      close(stream.fd);
-    }
-    if (child.pid > 0 && !child.exited) {
-      kill(child.pid, SIGKILL);
-      waitpid(child.pid, nullptr, 0);
-    }
-  }
-  // Last, as a single process's failure line would be (nowhere to report a failed write).
-  (void)WriteFully(STDERR_FILENO, failure_lines.Text(), "stderr");
-  for (int i = 0; i < kNumHandled; ++i) sigaction(kHandled[i], &previous[i], nullptr);
-  g_signal_pipe_write = -1;
-  close(signal_pipe[0]);
-  close(signal_pipe[1]);
-  if (!spawn_status.ok()) return plain_rank_printed ? spawn_status : launch_failed(spawn_status);
-  if (failure_status == 0 && interrupted_status != 0) stopped_status = interrupted_status;
-  if (failure_status != 0 || stopped_status != 0) {
-    if (!output_status.ok()) LOG(ERROR) << "launcher: " << output_status.message();
-    if (failure_rank >= 0) {
-      // The failing rank's own failure line says why; else it is among its stderr lines.
-      const std::string own = failure_lines.FirstLine(failure_rank);
-      absl::StrAppend(&failure_text, own.empty() ? " (its error is on stderr)" : ": ", own);
-    }
-    if (options.report_failure && options.plain_stdout_rank >= 0 && !plain_rank_printed) {
-      options.report_failure(
-          failure_status != 0
-              ? failure_text
-              : absl::StrCat("the ranks were stopped (exit status ", stopped_status, ")"));
-    }
-    return failure_status != 0 ? failure_status : stopped_status;
-  }
-  // Not told to report_failure: stdout, where it writes, is what was lost.
-  if (!output_status.ok()) return output_status;
-  return 0;
+  supervisor.Finish();
+  signal_pipe.Close();
+  return supervisor.Result(launch_status, launch_failed);
 }
 
 absl::StatusOr<int> NprocPerNodeFlag(int argc, char** argv) {
