@@ -1522,11 +1522,13 @@ class TitanRlTest(unittest.TestCase):
     def assert_summary_lost_to_a_full_disk(self, cmd):
         """Runs `cmd` with stdout on /dev/full: exit 1, saying the write failed."""
         with open("/dev/full", "w") as full:
-            proc = subprocess.run(cmd, stdout=full, stderr=subprocess.PIPE, text=True,
-                                  timeout=1800)
+            self.assert_summary_lost(cmd, full, "No space left on device")
+
+    def assert_summary_lost(self, cmd, stdout, reason):
+        proc = subprocess.run(cmd, stdout=stdout, stderr=subprocess.PIPE, text=True,
+                              timeout=1800)
         self.assertEqual(proc.returncode, 1, proc.stderr[-2000:])
-        self.assertEqual(proc.stderr.splitlines()[-1],
-                         "titan_rl: stdout: write failed: No space left on device")
+        self.assertEqual(proc.stderr.splitlines()[-1], f"titan_rl: stdout: write failed: {reason}")
 
     def test_generate_summary_lost_to_a_full_disk_leaves_no_output(self):
         # As convert_checkpoint --json: exit 1 comes with neither the output nor its summary.
@@ -1539,6 +1541,14 @@ class TitanRlTest(unittest.TestCase):
         summary = json.loads(common.run(cmd).stdout)  # the rerun succeeds
         self.assertEqual(summary["output"], output)
         self.assertEqual(len(common.read_jsonl(output)), 2)
+        # A reader gone loses it too: exit 1 and no output, not the 141 of work done.
+        read_end, write_end = os.pipe()
+        os.close(read_end)
+        try:
+            self.assert_summary_lost(cmd, write_end, "Broken pipe")
+        finally:
+            os.close(write_end)
+        self.assertFalse(os.path.exists(output))
 
     def test_help_says_beta_and_advantage_eps_must_be_positive(self):
         proc = common.run([TITAN_RL, "--help"], check=False)

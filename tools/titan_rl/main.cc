@@ -168,13 +168,16 @@ absl::Status Run(const ToolFlags& flags) {
       if (flags.json) {
         std::cout << titan::JsonText(*summary) << std::endl;
         // As convert_checkpoint --json: exit 0 comes with the output and its summary, exit 1 with
-        // neither, so that a script never finds an output its run says failed. The exit status is
-        // CheckStdoutAtExit's: it turns this run's 0 into 1, saying why.
+        // neither, so that a script never finds an output its run says failed. A failure, not a
+        // 0 for CheckStdoutAtExit to turn into 1: a reader gone would make that 0 a SIGPIPE exit.
         if (flags.generate && !titan::FlushStdout().ok()) {
           if (std::remove(output.c_str()) != 0) {
             PLOG(WARNING) << "--generate: the summary was lost, but " << output
                           << " could not be removed";
+            return absl::DataLossError("--generate: the JSON summary could not be written");
           }
+          return absl::DataLossError(absl::StrCat(
+              "--generate: the JSON summary could not be written, so ", output, " was removed"));
         }
       } else if (flags.generate) {
         LOG(INFO) << "generated " << (*summary)["generated_tokens"] << " tokens for "
