@@ -107,11 +107,15 @@ std::string RedactNamedValues(absl::string_view text) {
     auto skip = [&](absl::string_view chars) {
       while (at < text.size() && absl::StrContains(chars, text[at])) ++at;
     };
-    skip("\"'");
+    skip("\\\"'");  // Quotes, escaped too, as in a TOML string holding JSON.
     skip(" \t");
     if (at >= text.size() || (text[at] != '=' && text[at] != ':')) continue;
     ++at;
     skip(" \t");
+    // A value quoted inside a quoted string (\"...\") ends at the escape of its closing quote.
+    const bool escaped =
+        at + 1 < text.size() && text[at] == '\\' && (text[at + 1] == '"' || text[at + 1] == '\'');
+    if (escaped) ++at;
     // A quoted value ends at its closing quote (or the line's end), spaces and all.
     const char quote = at < text.size() && (text[at] == '"' || text[at] == '\'') ? text[at] : 0;
     if (quote != 0) ++at;
@@ -124,9 +128,12 @@ std::string RedactNamedValues(absl::string_view text) {
       at = word_end;
       skip(" ");
     }
-    const absl::string_view value_ends = quote == '"'    ? absl::string_view("\"\r\n")
-                                         : quote == '\'' ? absl::string_view("'\r\n")
-                                                         : absl::string_view(" \t\r\n\"',;&)]}<>");
+    // An unquoted value ends at a backslash too: the escape of a quote around it, which stays.
+    const absl::string_view value_ends = escaped        ? absl::string_view("\\\r\n")
+                                         : quote == '"' ? absl::string_view("\"\r\n")
+                                         : quote == '\''
+                                             ? absl::string_view("'\r\n")
+                                             : absl::string_view(" \t\r\n\"',;&)]}<>\\");
     size_t value_end = at;
     while (value_end < text.size() && !absl::StrContains(value_ends, text[value_end])) ++value_end;
     if (value_end == at) continue;

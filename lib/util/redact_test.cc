@@ -62,6 +62,16 @@ TEST(RedactSecretsInTest, MasksTheValueAfterASecretName) {
   EXPECT_EQ(RedactSecretsIn("nothing here"), "nothing here");
 }
 
+TEST(RedactSecretsInTest, KeepsTheEscapesOfQuotesAroundAMaskedValue) {
+  // Inside a TOML basic string (config.toml's print_config), so the text stays valid TOML.
+  EXPECT_EQ(RedactSecretsIn(R"(description = "say \"password=hunter22\" ok")"),
+            R"(description = "say \"password=***\" ok")");
+  EXPECT_EQ(RedactSecretsIn(R"(cmd = "curl -H \"Authorization: Bearer sk-abc123\" http://x")"),
+            R"(cmd = "curl -H \"Authorization: Bearer ***\" http://x")");
+  EXPECT_EQ(RedactSecretsIn(R"(body = "{\"password\": \"two words\", \"user\": \"bob\"}")"),
+            R"(body = "{\"password\": \"***\", \"user\": \"bob\"}")");
+}
+
 TEST(RedactSecretsInTest, MasksSecretEnvironmentValuesWherever) {
   ASSERT_EQ(setenv("TITAN_TEST_OPENAI_API_KEY", "sk-live-0123456789", 1), 0);
   ASSERT_EQ(setenv("titan_test_db_password", "correct horse battery", 1), 0);
