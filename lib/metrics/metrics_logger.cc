@@ -167,8 +167,8 @@ absl::Status MetricsLogger::CommitRestart() {
   if (options_.tensorboard_folder.empty()) return absl::OkStatus();
   TITAN_ASSIGN_OR_RETURN(tensorboard_,
                          OpenTensorBoard(options_.tensorboard_folder, /*purge_step=*/0));
-  for (const StepMetrics& metrics : waiting_for_tensorboard_) {
-    TITAN_RETURN_IF_ERROR(WriteTensorBoard(metrics));
+  for (const auto& [metrics, logged_at] : waiting_for_tensorboard_) {
+    TITAN_RETURN_IF_ERROR(WriteTensorBoard(metrics, logged_at));
   }
   waiting_for_tensorboard_.clear();
   return absl::OkStatus();
@@ -179,6 +179,7 @@ MetricsLogger::~MetricsLogger() {
 }
 
 absl::Status MetricsLogger::Log(const StepMetrics& metrics) {
+  const absl::Time logged_at = absl::Now();
   LOG(INFO) << FormatStepLine(metrics, color_);
 
   nlohmann::ordered_json record;
@@ -196,14 +197,16 @@ absl::Status MetricsLogger::Log(const StepMetrics& metrics) {
   if (std::fwrite(line.data(), 1, line.size(), jsonl_) != line.size() || std::fflush(jsonl_) != 0) {
     return ErrnoError("append", rows_.rows_path());
   }
-  if (tensorboard_ != nullptr) return WriteTensorBoard(metrics);
-  if (!options_.tensorboard_folder.empty()) waiting_for_tensorboard_.push_back(metrics);
+  if (tensorboard_ != nullptr) return WriteTensorBoard(metrics, logged_at);
+  if (!options_.tensorboard_folder.empty())
+    waiting_for_tensorboard_.emplace_back(metrics, logged_at);
   return absl::OkStatus();
 }
 
-absl::Status MetricsLogger::WriteTensorBoard(const StepMetrics& metrics) {
+absl::Status MetricsLogger::WriteTensorBoard(const StepMetrics& metrics, absl::Time logged_at) {
   for (const auto& [tag, value] : Scalars(metrics, /*tensorboard_tags=*/true)) {
-    absl::Status status = tensorboard_->AddScalar(tag, static_cast<float>(value), metrics.step);
+    absl::Status status =
+        tensorboard_->AddScalar(tag, static_cast<float>(value), metrics.step, logged_at);
     if (!status.ok()) return status;
   }
   return tensorboard_->Flush();

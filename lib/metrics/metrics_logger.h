@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "lib/metrics/step_log.h"
 #include "lib/metrics/tensorboard_writer.h"
 
@@ -88,14 +89,15 @@ class MetricsLogger {
         tensorboard_(std::move(tensorboard)),
         color_(color) {}
 
-  absl::Status WriteTensorBoard(const StepMetrics& metrics);
+  absl::Status WriteTensorBoard(const StepMetrics& metrics, absl::Time logged_at);
 
   const MetricsLoggerOptions options_;
   StepLog rows_;  // metrics.jsonl
   std::vector<StepLog> unwritten_rows_;  // options_.unwritten_dump_folders' metrics.jsonl
   std::FILE* jsonl_ = nullptr;                        // opened by the first Log
   std::unique_ptr<TensorBoardWriter> tensorboard_;    // null when TensorBoard is off (or waits)
-  std::vector<StepMetrics> waiting_for_tensorboard_;  // a restart's points until CommitRestart
+  // A restart's points until CommitRestart, with the times they were logged at.
+  std::vector<std::pair<StepMetrics, absl::Time>> waiting_for_tensorboard_;
   bool color_;
 };
 

@@ -9,6 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "lib/metrics/event.pb.h"
 #include "lib/metrics/event_file_reader.h"
@@ -242,7 +244,10 @@ TEST(MetricsLoggerTest, ARestartTakesOverTheFilesOnlyWhenItCommits) {
   ASSERT_TRUE(logger.ok()) << logger.status();
   StepMetrics metrics = ExampleStep();
   metrics.step = 1;
+  const double logged_from = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
   ASSERT_TRUE((*logger)->Log(metrics).ok());
+  const double logged_by = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  absl::SleepFor(absl::Milliseconds(300));  // The first save comes later.
   // Before the first save: the earlier run's history as it was, no TensorBoard file yet.
   EXPECT_EQ(*ReadFile(options.dump_folder + "/metrics.jsonl"), earlier);
   EXPECT_FALSE(std::filesystem::exists(options.tensorboard_folder));
@@ -258,6 +263,10 @@ TEST(MetricsLoggerTest, ARestartTakesOverTheFilesOnlyWhenItCommits) {
   EXPECT_EQ(events[1].step(), 0);
   EXPECT_EQ(events[2].step(), 1);
   EXPECT_EQ(events.back().step(), 2);
+  // A waiting point keeps the time it was logged at, not its write's at the first save.
+  EXPECT_GE(events[2].wall_time(), logged_from - 1e-3);
+  EXPECT_LE(events[2].wall_time(), logged_by + 1e-3);
+  EXPECT_LT(events[2].wall_time(), events[1].wall_time() - 0.2);
 }
 
 // A folder as a run on two ranks with save_for_all_ranks and TensorBoard leaves it, killed after

@@ -82,9 +82,10 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Create(
 
 TensorBoardWriter::~TensorBoardWriter() { std::fclose(file_); }
 
-absl::Status TensorBoardWriter::AddScalar(absl::string_view tag, float value, int64_t step) {
+absl::Status TensorBoardWriter::AddScalar(absl::string_view tag, float value, int64_t step,
+                                          absl::Time logged_at) {
   tensorboard::Event event;
-  event.set_wall_time(WallTimeSeconds());
+  event.set_wall_time(absl::ToDoubleSeconds(logged_at - absl::UnixEpoch()));
   event.set_step(step);
   tensorboard::Summary::Value* summary_value = event.mutable_summary()->add_value();
   summary_value->set_tag(std::string(tag));

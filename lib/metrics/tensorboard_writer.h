@@ -10,6 +10,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace titan {
 
@@ -33,8 +35,10 @@ class TensorBoardWriter {
   // Flushes and closes the file.
   ~TensorBoardWriter();
 
-  // Appends one Event holding a single simple_value summary, stamped with the current wall time.
-  absl::Status AddScalar(absl::string_view tag, float value, int64_t step);
+  // Appends one Event holding a single simple_value summary, stamped with `logged_at`: the current
+  // wall time unless the point waited (a restart's, written at its first save).
+  absl::Status AddScalar(absl::string_view tag, float value, int64_t step,
+                         absl::Time logged_at = absl::Now());
 
   // Pushes buffered records to the OS so TensorBoard (or a crash) sees them.
   absl::Status Flush();
