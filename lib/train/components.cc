@@ -10,7 +10,6 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -486,9 +485,10 @@ int64_t UsableHostMemoryBytes() {
 
 namespace {
 
-// CheckSequencesFitInMemory for one key (refused by that name): `seq_len` positions, `batch_size`
-// sequences at a time.
-absl::Status CheckSequenceFitsInMemory(absl::string_view key, int64_t seq_len, int64_t batch_size,
+// CheckSequencesFitInMemory for one pair of keys: `seq_len` positions, `batch_size` sequences at a
+// time; refused by the key whose part (RoPE tables or token batch) is the larger.
+absl::Status CheckSequenceFitsInMemory(absl::string_view seq_len_key, int64_t seq_len,
+                                       absl::string_view batch_key, int64_t batch_size,
                                        const TransformerArgs& args, int64_t memory_bytes) {
   constexpr int kRopeTablesAtOnce = 4;
   const int64_t rope_frequencies = args.rope.enabled ? args.head_size() / 2 : 0;
@@ -499,28 +499,35 @@ absl::Status CheckSequenceFitsInMemory(absl::string_view key, int64_t seq_len, i
   const double token_bytes = static_cast<double>(seq_len) * batch_size * 2 * sizeof(int32_t);
   if (rope_bytes + token_bytes <= static_cast<double>(memory_bytes)) return absl::OkStatus();
   constexpr double kGiB = 1024.0 * 1024 * 1024;
-  // The key's name without its section: "lower seq_len".
-  const absl::string_view name = key.substr(key.find("] ") + 2);
+  // The keys' names without their sections: "lower seq_len".
+  const auto name = [](absl::string_view key) { return key.substr(key.find("] ") + 2); };
+  const std::string tables = absl::StrFormat(
+      "RoPE tables (%d positions x %d frequencies in float64, %d tables' worth while computed)",
+      seq_len, rope_frequencies, kRopeTablesAtOnce);
+  const std::string tokens =
+      absl::StrFormat("token batch (%s %d x %s %d, inputs and labels)", name(batch_key), batch_size,
+                      name(seq_len_key), seq_len);
+  const bool batch_larger = token_bytes > rope_bytes;
+  const absl::string_view key = batch_larger ? batch_key : seq_len_key;
   return absl::ResourceExhaustedError(absl::StrFormat(
-      "%s = %d does not fit in memory: its RoPE tables (%d positions x %d frequencies in "
-      "float64, %d tables' worth while computed) and token batch (local_batch_size %d x %s, "
-      "inputs and labels) alone take %.1f GiB, and this process has %.1f GiB left; lower %s",
-      key, seq_len, seq_len, rope_frequencies, kRopeTablesAtOnce, batch_size, name,
-      (rope_bytes + token_bytes) / kGiB, memory_bytes / kGiB, name));
+      "%s = %d does not fit in memory: its %s and %s alone take %.1f GiB, and this process has "
+      "%.1f GiB left; lower %s",
+      key, batch_larger ? batch_size : seq_len, batch_larger ? tokens : tables,
+      batch_larger ? tables : tokens, (rope_bytes + token_bytes) / kGiB, memory_bytes / kGiB,
+      name(key)));
 }
 
 }  // namespace
 
 absl::Status CheckSequencesFitInMemory(const JobConfig& config, const TransformerArgs& args,
                                        int64_t memory_bytes, absl::string_view seq_len_key) {
-  for (const auto& [key, seq_len, batch_size] :
-       {std::tuple<absl::string_view, int64_t, int64_t>{seq_len_key, config.training().seq_len(),
-                                                        config.training().local_batch_size()},
-        {"[validation] seq_len", config.validation().enable() ? config.validation().seq_len() : 0,
-         config.validation().local_batch_size()}}) {
-    TITAN_RETURN_IF_ERROR(CheckSequenceFitsInMemory(key, seq_len, batch_size, args, memory_bytes));
-  }
-  return absl::OkStatus();
+  TITAN_RETURN_IF_ERROR(CheckSequenceFitsInMemory(
+      seq_len_key, config.training().seq_len(), "[training] local_batch_size",
+      config.training().local_batch_size(), args, memory_bytes));
+  if (!config.validation().enable()) return absl::OkStatus();
+  return CheckSequenceFitsInMemory("[validation] seq_len", config.validation().seq_len(),
+                                   "[validation] local_batch_size",
+                                   config.validation().local_batch_size(), args, memory_bytes);
 }
 
 absl::StatusOr<ModelBundle> BuildModel(const JobConfig& config, const ModelInfo& info,

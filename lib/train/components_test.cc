@@ -83,11 +83,12 @@ TEST(CheckSequencesFitInMemoryTest, AHugeSeqLenIsRefusedNamingItsKey) {
   JobConfig config = DefaultJobConfig();
   config.mutable_training()->set_local_batch_size(1);
   config.mutable_training()->set_seq_len(2147483647);
-  EXPECT_EQ(CheckSequencesFitInMemory(config, args, 64 * kGiB).message(),
-            "[training] seq_len = 2147483647 does not fit in memory: its RoPE tables (2147483647 "
-            "positions x 8 frequencies in float64, 4 tables' worth while computed) and token batch "
-            "(local_batch_size 1 x seq_len, inputs and labels) alone take 528.0 GiB, and this "
-            "process has 64.0 GiB left; lower seq_len");
+  EXPECT_EQ(
+      CheckSequencesFitInMemory(config, args, 64 * kGiB).message(),
+      "[training] seq_len = 2147483647 does not fit in memory: its RoPE tables (2147483647 "
+      "positions x 8 frequencies in float64, 4 tables' worth while computed) and token batch "
+      "(local_batch_size 1 x seq_len 2147483647, inputs and labels) alone take 528.0 GiB, and "
+      "this process has 64.0 GiB left; lower seq_len");
   EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 528 * kGiB).ok());
   // A tool that sets [training] seq_len from a key of its own (titan_rl) is refused by that key.
   EXPECT_TRUE(absl::StartsWith(
@@ -96,6 +97,15 @@ TEST(CheckSequencesFitInMemoryTest, AHugeSeqLenIsRefusedNamingItsKey) {
   EXPECT_TRUE(absl::EndsWith(
       CheckSequencesFitInMemory(config, args, 64 * kGiB, "[rl] max_seq_len").message(),
       "; lower max_seq_len"));
+  // Where the token batch is the larger part, the batch size is what to lower.
+  config.mutable_training()->set_seq_len(8);
+  config.mutable_training()->set_local_batch_size(int64_t{1} << 30);
+  EXPECT_EQ(CheckSequencesFitInMemory(config, args, 16 * kGiB).message(),
+            "[training] local_batch_size = 1073741824 does not fit in memory: its token batch "
+            "(local_batch_size 1073741824 x seq_len 8, inputs and labels) and RoPE tables (8 "
+            "positions x 8 frequencies in float64, 4 tables' worth while computed) alone take "
+            "64.0 GiB, and this process has 16.0 GiB left; lower local_batch_size");
+  config.mutable_training()->set_local_batch_size(1);
   // A long context that fits is no concern of this check.
   config.mutable_training()->set_seq_len(1 << 20);
   EXPECT_TRUE(CheckSequencesFitInMemory(config, args, 1 * kGiB).ok());

@@ -810,7 +810,8 @@ class TitanTrainTest(unittest.TestCase):
         self.assertRegex(proc.stderr, r"--training.seq_len: \[training\] seq_len = 2147483647 does "
                          r"not fit in memory: its RoPE tables \(2147483647 positions x 8 "
                          r"frequencies in float64, 4 tables' worth while computed\) and token "
-                         r"batch \(local_batch_size 1 x seq_len, inputs and labels\) alone take "
+                         r"batch \(local_batch_size 1 x seq_len 2147483647, inputs and labels\) alone "
+                         r"take "
                          r"528.0 GiB, and this process has [0-3]\.\d GiB left; lower seq_len")
         # Within the cap but not what the libraries already mapped leave: refused all the same,
         # not by the allocator while the tables are computed.
