@@ -110,9 +110,20 @@ absl::Status ValidateRepoId(absl::string_view repo_id) {
 }
 
 absl::Status ValidateRevision(absl::string_view revision) {
-  if (!revision.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      "--revision: expected a branch, tag or commit, got an empty string");
+  if (revision.empty()) {
+    return absl::InvalidArgumentError(
+        "--revision: expected a branch, tag or commit, got an empty string");
+  }
+  // In a URL path "." and ".." are dot-segments: "/revision/.." would resolve to the default
+  // branch and be saved as revision "..". Git refs cannot have such components either.
+  for (absl::string_view component : absl::StrSplit(revision, '/')) {
+    if (component.empty() || component == "." || component == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--revision: expected a branch, tag or commit, got \"", absl::CHexEscape(revision),
+          "\": a git ref has no empty, \".\" or \"..\" path component"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<RepoSnapshot> ParseRepoInfo(absl::string_view json, absl::string_view source) {

@@ -41,7 +41,8 @@ absl::Status ValidateRemotePath(absl::string_view path);
 // '-' or '.'; no "--" or ".."; NAME at most 96 characters.
 absl::Status ValidateRepoId(absl::string_view repo_id);
 
-// A branch, tag or commit: not empty (the saved listing is named after it).
+// A branch, tag or commit: not empty (the saved listing is named after it), and without an empty,
+// "." or ".." path component (git refs have none; in a URL they would be dot-segments).
 absl::Status ValidateRevision(absl::string_view revision);
 
 // {endpoint}/api/models/{repo}/revision/{revision}?blobs=true

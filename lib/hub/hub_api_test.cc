@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,6 +60,18 @@ TEST(ValidateRevisionTest, RefusesEmpty) {
   EXPECT_TRUE(ValidateRevision("refs/pr/1").ok());
   EXPECT_EQ(ValidateRevision("").message(),
             "--revision: expected a branch, tag or commit, got an empty string");
+}
+
+TEST(ValidateRevisionTest, RefusesDotSegmentsAndEmptyComponents) {
+  EXPECT_TRUE(ValidateRevision("v1.0").ok());
+  EXPECT_TRUE(ValidateRevision("release/..x").ok());
+  for (const char* refused :
+       {".", "..", "../main", "refs/pr/..", "a/./b", "/main", "main/", "a//b"}) {
+    EXPECT_EQ(ValidateRevision(refused).message(),
+              absl::StrCat("--revision: expected a branch, tag or commit, got \"", refused,
+                           "\": a git ref has no empty, \".\" or \"..\" path component"))
+        << refused;
+  }
 }
 
 TEST(ParseRepoInfoTest, ReadsCommitSizesAndDigests) {

@@ -805,6 +805,12 @@ class DownloadAssetsTest(unittest.TestCase):
                              "--local_dir: expected a folder, got an empty string"),
                             (["--repo_id=org/model", "--assets=config", "--revision="],
                              "--revision: expected a branch, tag or commit, got an empty string"),
+                            # A dot-segment in the URL would fetch the default branch.
+                            (["--repo_id=org/model", "--assets=config", "--revision=.."],
+                             '--revision: expected a branch, tag or commit, got "..": a git ref '
+                             'has no empty, "." or ".." path component'),
+                            (["--repo_id=org/model", "--assets=config", "--revision=refs/pr/."],
+                             'got "refs/pr/.": a git ref has no empty'),
                             (["--repo_id=foo/.cache", "--assets=config"],
                              "neither starting nor ending with '-' or '.'"),
                             (["--repo_id=foo/-bar", "--assets=config"],
