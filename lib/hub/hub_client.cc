@@ -368,10 +368,21 @@ absl::StatusOr<std::string> FindHubToken(absl::string_view flag_value) {
   return checked(token_path, std::string(absl::StripAsciiWhitespace(*token)));
 }
 
-std::string HubEndpointFromEnv() {
+absl::StatusOr<std::string> HubEndpointFromEnv() {
   const char* endpoint = std::getenv("HF_ENDPOINT");
   absl::string_view value = endpoint == nullptr || *endpoint == '\0' ? kDefaultHubEndpoint
                                                                      : endpoint;
+  // Without a scheme no URL compares as the endpoint's origin, so the token would silently stay
+  // home and a gated repo's 401 would blame the token.
+  if (!absl::StartsWithIgnoreCase(value, "http://") &&
+      !absl::StartsWithIgnoreCase(value, "https://")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "$HF_ENDPOINT: expected a URL starting with http:// or https:// (as "
+        "https://huggingface.co), got \"",
+        absl::StrContains(value, "://") ? RedactUrl(value)
+                                        : RedactUrl(absl::StrCat("x://", value)).substr(4),
+        "\""));
+  }
   while (absl::ConsumeSuffix(&value, "/")) {
   }
   return std::string(value);

@@ -46,8 +46,9 @@ std::string DownloadReportJson(const DownloadReport& report);
 // none. A token with whitespace or control characters inside is refused, naming its source only.
 absl::StatusOr<std::string> FindHubToken(absl::string_view flag_value);
 
-// $HF_ENDPOINT without a trailing slash, or the public Hub.
-std::string HubEndpointFromEnv();
+// $HF_ENDPOINT without a trailing slash, or the public Hub. One without http:// or https:// is
+// refused, as huggingface_hub's requests refuses it.
+absl::StatusOr<std::string> HubEndpointFromEnv();
 
 }  // namespace titan
 

@@ -78,9 +78,24 @@ TEST_F(EnvTest, TokenFileUnderHfHome) {
 }
 
 TEST_F(EnvTest, EndpointFromEnv) {
-  EXPECT_EQ(HubEndpointFromEnv(), "https://huggingface.co");
+  EXPECT_EQ(HubEndpointFromEnv().value(), "https://huggingface.co");
   setenv("HF_ENDPOINT", "http://mirror.local:8080//", 1);
-  EXPECT_EQ(HubEndpointFromEnv(), "http://mirror.local:8080");
+  EXPECT_EQ(HubEndpointFromEnv().value(), "http://mirror.local:8080");
+  setenv("HF_ENDPOINT", "HTTPS://mirror.local", 1);
+  EXPECT_EQ(HubEndpointFromEnv().value(), "HTTPS://mirror.local");
+}
+
+TEST_F(EnvTest, EndpointWithoutSchemeIsRefused) {
+  // No URL would share its origin: the token would never be sent.
+  setenv("HF_ENDPOINT", "127.0.0.1:18093", 1);
+  EXPECT_EQ(HubEndpointFromEnv().status().message(),
+            "$HF_ENDPOINT: expected a URL starting with http:// or https:// (as "
+            "https://huggingface.co), got \"127.0.0.1:18093\"");
+  setenv("HF_ENDPOINT", "alice:S3cret@mirror.local", 1);
+  EXPECT_THAT(std::string(HubEndpointFromEnv().status().message()), HasSubstr("got \"***@mirror"));
+  setenv("HF_ENDPOINT", "ftp://alice:S3cret@mirror.local", 1);
+  EXPECT_THAT(std::string(HubEndpointFromEnv().status().message()),
+              HasSubstr("got \"ftp://***@mirror.local\""));
 }
 
 TEST(DownloadAssetsTest, OfflineWithoutListingSaysWhatToDo) {

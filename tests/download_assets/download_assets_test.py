@@ -730,6 +730,20 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertIn("http://***@127.0.0.1:", not_json.stderr)
         self.assertNotIn(secret, not_json.stderr + not_json.stdout)
 
+    def test_an_hf_endpoint_without_a_scheme_is_refused(self):
+        # Nothing would compare as its origin: a gated repo would get no token and blame the token.
+        self.serve()
+        bare = self.hub.endpoint.removeprefix("http://")
+        result, summary = self.run_tool("--repo_id=org/gated", "--assets=config", token_env=True,
+                                        env={"HF_ENDPOINT": bare})
+        self.assertEqual(result.returncode, 1)
+        error = ("$HF_ENDPOINT: expected a URL starting with http:// or https:// (as "
+                 f'https://huggingface.co), got "{bare}"')
+        self.assertIn(error, result.stderr)
+        self.assertEqual(summary["error"], error)
+        self.assertEqual(self.hub.requests(), [])
+        self.assertFalse(os.path.exists(self.local_dir))
+
     def test_an_index_that_is_not_json_says_so_with_the_parsers_position(self):
         self.serve()
         result, _ = self.run_tool("--repo_id=org/bad_index", "--assets=safetensors")

@@ -148,7 +148,9 @@ int main(int argc, char** argv) {
   if (absl::Status status = titan::CheckGlobs(options.selection); !status.ok()) {
     return Usage(std::string(status.message()));
   }
-  options.endpoint = titan::HubEndpointFromEnv();
+  absl::StatusOr<std::string> endpoint = titan::HubEndpointFromEnv();
+  if (!endpoint.ok()) return Usage(std::string(endpoint.status().message()));
+  options.endpoint = *std::move(endpoint);
   options.repo_id = FLAGS_repo_id;
   options.revision = FLAGS_revision;
   std::string local_dir = FLAGS_local_dir;
