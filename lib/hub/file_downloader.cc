@@ -426,9 +426,15 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       if (offset > 0) request.headers.push_back(absl::StrCat("Range: bytes=", offset, "-"));
       request.on_headers = [&](const HttpResponse& response) -> absl::Status {
         if (!digest.enabled()) {
-          for (const char* name : {"x-linked-etag", "etag"}) {
-            const auto it = hub_headers.find(name);
-            const std::string etag = it == hub_headers.end() ? "" : StripEtag(it->second);
+          // The X-Linked-Etag of a redirect, or of the reply itself: a mirror may serve an LFS
+          // file without redirecting (huggingface_hub reads it from the final response).
+          const std::pair<const absl::flat_hash_map<std::string, std::string>*, const char*>
+              sources[] = {{&hub_headers, "x-linked-etag"},
+                           {&response.headers, "x-linked-etag"},
+                           {&hub_headers, "etag"}};
+          for (const auto& [headers, name] : sources) {
+            const auto it = headers->find(name);
+            const std::string etag = it == headers->end() ? "" : StripEtag(it->second);
             if (IsSha256Hex(etag)) {
               digest.ExpectSha256(etag);
               // Then on: the reply may still ignore Range or answer from another byte.

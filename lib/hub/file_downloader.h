@@ -111,7 +111,8 @@ class FileDownloader {
   HubRequestContext Context(const std::string& path) const;
 
   // GET that follows redirects; Authorization goes only to the Hub endpoint's origin. Headers
-  // that the Hub puts on its redirect (X-Linked-Etag …) are merged into `hub_headers`.
+  // that the Hub puts on its redirect (X-Linked-Etag …) are merged into `hub_headers` (those of
+  // the final response are in the response).
   absl::StatusOr<HttpResponse> GetFollowing(
       HttpClient& client, HttpRequest request,
       absl::flat_hash_map<std::string, std::string>* hub_headers);

@@ -19,6 +19,8 @@ under --repos (ORG/NAME/...). Faults come from --config (JSON):
   lfs_fields: {path: {key: value}}  the listing's "lfs" object of path gets these keys (null
                                    removes one): a missing or malformed sha256, an "oid"
   no_etag: [path]                  responses for path carry neither ETag nor X-Linked-Etag
+  no_redirect: [path]              resolve serves the LFS file path itself (200, as a mirror
+                                   may), with the X-Linked-Etag a redirect would carry
   tamper: {path: [file, how(, when)]}  first response of path, halfway through its body, changes
                                    `file` (the client's part file): "append" 100 bytes,
                                    "truncate" it to 0, "replace" it by a new file of the size
@@ -238,6 +240,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 "ETag": f"\"{info['sha256']}\""})
             if path in repos.config.get("no_etag", []):
                 del headers["X-Linked-Etag"], headers["ETag"]
+            if path in repos.config.get("no_redirect", []):
+                del headers["Location"]
+                headers.pop("ETag", None)  # a mirror's own ETag need not be the sha256
+                return self.send_file(info["full"], path, headers)
             return self.reply(302, b"", headers)
         headers["ETag"] = f"\"{info['sha1']}\""
         self.send_file(info["full"], path, headers)
