@@ -238,7 +238,15 @@ void FileDownloader::Note(const std::string& path, const std::string& message) {
   }
 }
 
-absl::Status FileDownloader::CheckInPlace(const RemoteFile& file) {
+void FileDownloader::Warn(const std::string& path, const std::string& message) {
+  if (progress_ != nullptr) {
+    progress_->Note(path, message);
+  } else if (options_.warning_out != nullptr) {
+    std::fprintf(options_.warning_out, "%s: %s\n", path.c_str(), message.c_str());
+  }
+}
+
+absl::Status FileDownloader::CheckInPlace(const RemoteFile& file, std::string* warning) {
   const std::string final_path = FinalPath(file.path);
   struct stat st;
   if (::stat(final_path.c_str(), &st) != 0) {
@@ -263,9 +271,11 @@ absl::Status FileDownloader::CheckInPlace(const RemoteFile& file) {
   if (!digest.enabled()) {
     if (file.size >= 0) {
       if (options_.verify) {
-        Note(file.path,
-             "--verify: neither the listing nor its record gives a sha256 or git blob id for it; "
-             "only its size was checked");
+        const std::string unverified =
+            "not verified: neither the listing nor its record gives a sha256 or git blob id for "
+            "--verify to hash it by; only its size was checked";
+        Warn(file.path, unverified);
+        if (warning != nullptr) *warning = unverified;
       }
       return absl::OkStatus();
     }
@@ -622,7 +632,7 @@ FileReport FileDownloader::DownloadFile(HttpClient& client, const RemoteFile& re
       report.warning = absl::StrCat(
           "not verified: neither the listing nor the server gives a sha256 or git blob id for it; ",
           file.size >= 0 ? "only its size was checked" : "nor a size: nothing was checked");
-      Note(file.path, report.warning);
+      Warn(file.path, report.warning);
     }
     if (progress_ != nullptr) {
       progress_->Finish(file.path, digest.enabled() ? "done, verified" : "done, NOT verified");

@@ -40,6 +40,9 @@ struct DownloadOptions {
   absl::Duration connect_timeout = absl::Seconds(30);
   absl::Duration stall_timeout = absl::Seconds(60);  // below 1 KiB/s this long: reconnect
   FILE* progress_out = stderr;                       // nullptr: silent
+  // Where "FILE: not verified: …" goes when no progress reporter is showing: it is printed
+  // whatever progress_out is (--progress=none hides progress, not that a file went unchecked).
+  FILE* warning_out = stderr;
   bool progress_bars = false;                        // bars for a terminal rather than plain lines
 };
 
@@ -52,7 +55,9 @@ struct FileReport {
   int64_t bytes_fetched = 0;  // over the network in this run
   int retries = 0;
   std::string error;    // for kFailed
-  std::string warning;  // for kDownloaded: what could not be checked (no digest to verify it by)
+  // For kDownloaded, and kUpToDate under --verify: what could not be checked (no digest to verify
+  // it by).
+  std::string warning;
 };
 
 // The longest a server's Retry-After makes a retry wait: longer asks are more likely a
@@ -86,8 +91,10 @@ class FileDownloader {
   // verified, or, lacking one or with options.verify, its content hashes to the expected digest
   // (a new sidecar is written). Else why not, starting with the file's path: NotFound (missing),
   // FailedPrecondition (another size than the listing's), DataLoss (the digest differs: its
-  // sidecar is deleted, so no later run trusts the file by size and mtime again).
-  absl::Status CheckInPlace(const RemoteFile& file);
+  // sidecar is deleted, so no later run trusts the file by size and mtime again). With
+  // options.verify, a file with no digest to hash it by is OK on its size, and `warning` (when
+  // given) says so; the warning is printed too.
+  absl::Status CheckInPlace(const RemoteFile& file, std::string* warning = nullptr);
 
   // Bytes of `file` already in its part file from an earlier run.
   int64_t PartSize(const RemoteFile& file) const;
@@ -121,6 +128,8 @@ class FileDownloader {
   void Backoff(int failures, absl::Duration at_least = absl::ZeroDuration());
   static bool IsRetryable(const absl::Status& status);
   void Note(const std::string& path, const std::string& message);
+  // "path: message" through the progress reporter when one shows, else on options.warning_out.
+  void Warn(const std::string& path, const std::string& message);
   absl::Status WriteMeta(const RemoteFile& file, const std::string& digest);
   // Deletes `file`'s sidecar and returns `why`, plus the unlink error when the sidecar stays.
   absl::Status DropRecord(const RemoteFile& file, const absl::Status& why);

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -98,6 +99,32 @@ TEST_F(CheckInPlaceTest, ARecordWithFieldsOfAnotherTypeIsIgnoredNotThrown) {
   file_.sha256.clear();
   std::ofstream(record_path, std::ios::trunc) << R"({"size": 5, "digest": ["x"]})";
   EXPECT_TRUE(Check(false).ok());  // on its size alone
+}
+
+TEST_F(CheckInPlaceTest, VerifyWarnsOfAFileWithNoDigestEvenWhenProgressIsOff) {
+  std::ofstream(path_, std::ios::binary) << "hello";
+  file_.sha256.clear();
+  char* printed = nullptr;
+  size_t printed_size = 0;
+  FILE* warnings = ::open_memstream(&printed, &printed_size);
+  ASSERT_NE(warnings, nullptr);
+  options_.warning_out = warnings;  // progress_out stays nullptr (--progress=none)
+  for (const bool verify : {false, true}) {
+    DownloadOptions options = options_;
+    options.verify = verify;
+    std::string warning;
+    EXPECT_TRUE(FileDownloader(options).CheckInPlace(file_, &warning).ok());
+    // A plain run takes it on its size silently; --verify says it could not hash it.
+    EXPECT_EQ(warning, verify ? "not verified: neither the listing nor its record gives a sha256 "
+                                "or git blob id for --verify to hash it by; only its size was "
+                                "checked"
+                              : "");
+  }
+  ASSERT_EQ(std::fclose(warnings), 0);
+  EXPECT_EQ(std::string(printed, printed_size),
+            "a.bin: not verified: neither the listing nor its record gives a sha256 or git blob "
+            "id for --verify to hash it by; only its size was checked\n");
+  std::free(printed);
 }
 
 TEST_F(CheckInPlaceTest, APartRecordWithFieldsOfAnotherTypeStartsThePartFileOver) {

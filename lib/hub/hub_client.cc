@@ -210,11 +210,16 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   std::unique_ptr<ProgressReporter> progress;
   // The index names the shards, so it comes first.
   std::string index_json;
-  std::optional<FileReport> index_report;  // set when this run fetched the index
+  std::optional<FileReport> index_report;  // set when this run fetched or checked the index
   const auto index = std::find_if(snapshot->files.begin(), snapshot->files.end(),
                                   [](const RemoteFile& f) { return f.path == kSafetensorsIndex; });
   if (NeedsIndex(options.selection) && index != snapshot->files.end()) {
-    if (absl::Status in_place = downloader.CheckInPlace(*index); !in_place.ok()) {
+    std::string index_warning;
+    if (absl::Status in_place = downloader.CheckInPlace(*index, &index_warning); in_place.ok()) {
+      // Not checked again below: --verify would hash it, and warn, twice.
+      index_report = FileReport{index->path, index->size, FileOutcome::kUpToDate};
+      index_report->warning = index_warning;
+    } else {
       if (options.offline) return finish(OfflineError(in_place));
       if (options.progress_out != nullptr) {
         progress = std::make_unique<ProgressReporter>(options.progress_out,
@@ -257,7 +262,7 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
       report.files[i] = *index_report;
       continue;
     }
-    const absl::Status in_place = downloader.CheckInPlace(file);
+    const absl::Status in_place = downloader.CheckInPlace(file, &report.files[i].warning);
     if (in_place.ok()) {
       report.files[i].outcome = FileOutcome::kUpToDate;
       continue;

@@ -479,8 +479,9 @@ class DownloadAssetsTest(unittest.TestCase):
                                            "--verify")
                 self.hub.stop()
                 self.assertEqual(checked.returncode, 0, checked.stderr)
-                cannot_verify = (f"{SHARD1}: --verify: neither the listing nor its record gives a "
-                                 "sha256 or git blob id for it; only its size was checked")
+                cannot_verify = (f"{SHARD1}: not verified: neither the listing nor its record "
+                                 "gives a sha256 or git blob id for --verify to hash it by; only "
+                                 "its size was checked")
                 if said == unverified:
                     self.assertIn(unverified[len(SHARD1) + 2:], summary["files"][0]["warning"])
                     self.assertIn(cannot_verify, checked.stderr)
@@ -497,6 +498,26 @@ class DownloadAssetsTest(unittest.TestCase):
         self.hub = None
         self.assertEqual(result.returncode, 1)
         self.assertIn(f"{SHARD1}: sha256 mismatch: expected {'0' * 64}", result.stderr)
+
+    def test_a_file_that_cannot_be_verified_says_so_whatever_the_progress(self):
+        self.serve(no_digest=[SHARD1], no_etag=[SHARD1])
+        downloaded = (f"{SHARD1}: not verified: neither the listing nor the server gives a sha256 "
+                      "or git blob id for it; only its size was checked")
+        cannot_verify = (f"{SHARD1}: not verified: neither the listing nor its record gives a "
+                         "sha256 or git blob id for --verify to hash it by; only its size was "
+                         "checked")
+        for args, said in [([], downloaded), ([], None), (["--verify"], cannot_verify),
+                           (["--verify", "--offline"], cannot_verify)]:
+            with self.subTest(args=args):
+                result, summary = self.run_tool("--repo_id=org/model", f"--include={SHARD1}",
+                                                "--progress=none", *args)
+                self.assertEqual(result.returncode, 0, result.stderr)
+                if said is None:  # an unchanged file is taken on its size silently
+                    self.assertNotIn("not verified", result.stderr)
+                    self.assertNotIn("warning", summary["files"][0])
+                else:
+                    self.assertIn(said + "\n", result.stderr)
+                    self.assertEqual(summary["files"][0]["warning"], said[len(SHARD1) + 2:])
 
     def test_an_lfs_file_served_without_a_redirect_is_checked_by_its_x_linked_etag(self):
         # A mirror may answer /resolve/ with the LFS file itself, X-Linked-Etag on that reply.
