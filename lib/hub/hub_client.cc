@@ -127,6 +127,17 @@ absl::Status CheckFolderHoldsRepo(const FileDownloader& downloader, const Downlo
   return absl::OkStatus();
 }
 
+// A failed file's error led by its repo path, once: a mismatch's error starts with the path, an
+// HTTP error with "ORG/NAME@REVISION: path".
+std::string NamedFileError(const DownloadOptions& options, const FileReport& file) {
+  if (absl::StartsWith(file.error, absl::StrCat(file.path, ": ")) ||
+      absl::StartsWith(file.error, absl::StrCat(options.repo_id, "@", options.revision, ": ",
+                                                file.path, ": "))) {
+    return file.error;
+  }
+  return absl::StrCat(file.path, ": ", file.error);
+}
+
 }  // namespace
 
 absl::StatusOr<RepoSnapshot> ListRepoFiles(const DownloadOptions& options, std::string* raw_json) {
@@ -232,8 +243,7 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
       if (index_report->outcome == FileOutcome::kFailed) {
         report.bytes_fetched = index_report->bytes_fetched;
         report.files.push_back(*index_report);
-        return finish(absl::UnavailableError(
-            absl::StrCat(kSafetensorsIndex, ": ", index_report->error)));
+        return finish(absl::UnavailableError(NamedFileError(options, *index_report)));
       }
     }
     absl::StatusOr<std::string> text = ReadFile(downloader.FinalPath(kSafetensorsIndex));
@@ -305,7 +315,7 @@ DownloadReport DownloadAssets(const DownloadOptions& options) {
   for (const FileReport& file : report.files) {
     report.bytes_fetched += file.bytes_fetched;
     if (file.outcome == FileOutcome::kFailed) {
-      if (failed++ == 0) first_error = absl::StrCat(file.path, ": ", file.error);
+      if (failed++ == 0) first_error = NamedFileError(options, file);
     }
   }
   if (failed > 0) {

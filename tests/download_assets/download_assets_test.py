@@ -301,6 +301,9 @@ class DownloadAssetsTest(unittest.TestCase):
                                         "--max_retries=3")
         self.assertEqual(result.returncode, 1)
         self.assertIn("gave up after 3 retries without progress", result.stderr)
+        # The summary names the file once.
+        self.assertIn("1 of 2 files failed; first: org/model@main: config.json: HTTP 503 from ",
+                      summary["error"])
         self.assertNotIn("config.json", self.files_on_disk())
         self.assertEqual(summary["status"], "error")
         self.assertEqual(summary["files"][0]["retries"], 3)  # as many as the message says
@@ -338,6 +341,9 @@ class DownloadAssetsTest(unittest.TestCase):
         self.assertEqual(result.returncode, 1)
         self.assertIn(f"{SHARD1}: sha256 mismatch: expected", result.stderr)
         self.assertIn("config.json: git blob sha1 mismatch", result.stderr)
+        # The summary names the file once.
+        self.assertRegex(result.stderr, rf"2 of 5 files failed; first: ({SHARD1}: sha256|"
+                                        r"config\.json: git blob sha1) mismatch")
         on_disk = self.files_on_disk()
         self.assertNotIn(SHARD1, on_disk)
         self.assertNotIn("config.json", on_disk)
