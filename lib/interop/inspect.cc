@@ -68,11 +68,17 @@ struct ComparableTensors {
   }
 };
 
-absl::StatusOr<ComparableTensors> OpenComparable(const std::string& path) {
+// `verify`: an HF folder's damage is a finding too (as InspectCheckpoint's under --verify).
+absl::StatusOr<ComparableTensors> OpenComparable(const std::string& path, bool verify) {
   ComparableTensors out;
+  // An HF folder lists its damage only where CRCs go unchecked; it has none to check.
+  bool verify_checksums = true;
+  if (verify) {
+    TITAN_ASSIGN_OR_RETURN(const CheckpointFormat format, DetectCheckpointFormat(path));
+    verify_checksums = format != CheckpointFormat::kHf;
+  }
   // Opened to inspect: a damaged file is reported as one, not a checkpoint it cannot read.
-  TITAN_ASSIGN_OR_RETURN(out.reader, CheckpointReader::Open(path, std::nullopt,
-                                                            /*verify_checksums=*/true,
+  TITAN_ASSIGN_OR_RETURN(out.reader, CheckpointReader::Open(path, std::nullopt, verify_checksums,
                                                             /*inspect=*/true));
   out.described = DescribeCheckpoint(*out.reader, "", "");
   for (const TensorInfo& tensor : out.reader->tensors()) {
@@ -382,15 +388,15 @@ std::string FormatInspectReport(const InspectReport& report) {
 }
 
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
-                                           double rtol, double atol) {
+                                           double rtol, double atol, bool verify) {
   for (const auto& [flag, tolerance] : {std::pair("--rtol", rtol), std::pair("--atol", atol)}) {
     if (!(tolerance >= 0)) {  // Also NaN.
       return absl::InvalidArgumentError(
           absl::StrCat(flag, ": ", tolerance, ", expected a tolerance >= 0"));
     }
   }
-  TITAN_ASSIGN_OR_RETURN(ComparableTensors a, OpenComparable(first));
-  TITAN_ASSIGN_OR_RETURN(ComparableTensors b, OpenComparable(second));
+  TITAN_ASSIGN_OR_RETURN(ComparableTensors a, OpenComparable(first, verify));
+  TITAN_ASSIGN_OR_RETURN(ComparableTensors b, OpenComparable(second, verify));
   DiffReport report;
   report.rtol = rtol;
   report.atol = atol;

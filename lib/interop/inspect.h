@@ -116,9 +116,11 @@ struct DiffReport {
 // An HF folder whose config.json ties the head holds lm_head.weight as the tie itself when it is
 // the embedding's bitwise copy: it is not a tensor the other checkpoint lacks.
 // A damaged file (truncated, missing, a tensor failing its CRC) is a finding, in `damaged`: its
-// tensors are not compared, and an HF or Meta side with one is compared no further.
+// tensors are not compared, and an HF or Meta side with one is compared no further. An HF
+// folder's damage is such a finding under `verify` (checkpoint_inspect --verify), else an error,
+// as InspectCheckpoint reads it.
 absl::StatusOr<DiffReport> DiffCheckpoints(const std::string& first, const std::string& second,
-                                           double rtol, double atol);
+                                           double rtol, double atol, bool verify = false);
 // An infinite difference or tolerance is the string "inf" there (strict JSON has no Infinity).
 nlohmann::json DiffReportToJson(const DiffReport& report);
 std::string FormatDiffReport(const DiffReport& report);

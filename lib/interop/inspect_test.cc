@@ -323,6 +323,16 @@ TEST(InspectTest, NamesTheModelOfAnHfFolderWithADamagedFile) {
     EXPECT_THAT(report->damaged[0], HasSubstr(file + ": "));
     // The index's metadata.total_size is no problem: the damaged shard's tensors went uncounted.
     EXPECT_THAT(report->problems, ElementsAre(report->damaged[0]));
+    // --diff --verify names it on either side, as a damaged titan or Meta side; without --verify
+    // the folder is one it cannot read, as InspectCheckpoint reads it.
+    for (const auto& [a, b] : {std::pair(titan, folder), std::pair(folder, titan)}) {
+      absl::StatusOr<DiffReport> diff = DiffCheckpoints(a, b, 0, 0, /*verify=*/true);
+      ASSERT_TRUE(diff.ok()) << diff.status();
+      EXPECT_THAT(diff->damaged, ElementsAre(report->damaged[0]));
+      EXPECT_FALSE(diff->within_tolerance());
+      EXPECT_THAT(FormatDiffReport(*diff), HasSubstr("DAMAGED\n  damaged: " + file + ": "));
+      EXPECT_THAT(DiffCheckpoints(a, b, 0, 0).status().message(), HasSubstr(file + ": "));
+    }
   }
   // The readable tensors still contradict a config.json of another model.
   absl::StatusOr<std::string> config_text = ReadFile(sharded + "/config.json");

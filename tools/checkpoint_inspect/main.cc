@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   bool failed = !report->damaged.empty() || (report->verified && !report->problems.empty());
   if (!FLAGS_diff.empty()) {
     absl::StatusOr<titan::DiffReport> diff =
-        titan::DiffCheckpoints(argv[1], FLAGS_diff, FLAGS_rtol, FLAGS_atol);
+        titan::DiffCheckpoints(argv[1], FLAGS_diff, FLAGS_rtol, FLAGS_atol, FLAGS_verify);
     if (!diff.ok()) return fail(std::string(diff.status().message()));
     json["diff"] = titan::DiffReportToJson(*diff);
     absl::StrAppend(&text, "diff against ", FLAGS_diff, ": ", titan::FormatDiffReport(*diff));
