@@ -737,6 +737,32 @@ TEST(ConvertTest, ExplainsWhatIsWrong) {
             out + "/x: not a directory");
 }
 
+// A FIFO named as weights is refused before it is opened: opening one waits for a writer, forever.
+TEST(ConvertTest, RefusesWeightsThatAreNotARegularFile) {
+  alarm(60);  // Without the check this test would hang; the alarm fails it instead.
+  const ModelInfo info = SmallModel();
+  const std::string titan = TestDir("fifo_titan"), hf = TestDir("fifo_hf");
+  SaveTitan(titan, 1, info, /*describe=*/true);
+  ConvertOptions to_hf;
+  to_hf.to = CheckpointFormat::kHf;
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, to_hf).ok());
+  for (const std::string& weights :
+       {hf + "/model.safetensors", titan + "/step-1/model.safetensors"}) {
+    ASSERT_TRUE(RemoveTree(weights).ok());
+    ASSERT_EQ(::mkfifo(weights.c_str(), 0600), 0);
+  }
+  ASSERT_TRUE(RenamePath(hf + "/model.safetensors", hf + "/pytorch_model.bin").ok());
+  for (const auto& [folder, weights] : {std::pair(hf, hf + "/pytorch_model.bin"),
+                                        std::pair(titan, titan + "/step-1/model.safetensors")}) {
+    EXPECT_THAT(ConvertCheckpoint(folder, TestDir("fifo_out"), ConvertOptions()).status().message(),
+                HasSubstr(weights + ": not a regular file"));
+  }
+  ASSERT_TRUE(RenamePath(hf + "/pytorch_model.bin", hf + "/model.safetensors").ok());
+  EXPECT_THAT(CheckpointReader::Open(hf).status().message(),
+              HasSubstr(hf + "/model.safetensors: not a regular file"));
+  alarm(0);
+}
+
 // An option of another output is refused, not ignored; so is a negative step.
 TEST(ConvertTest, RefusesOptionsThatDoNotApplyToTheOutput) {
   const std::string titan = TestDir("titan"), out = TestDir("out");
