@@ -1,6 +1,11 @@
 #include "lib/interop/hf_config.h"
 
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
+#include <type_traits>
 #include <vector>
 
 #include "absl/algorithm/container.h"
@@ -47,6 +52,44 @@ json RopeScalingToJson(const RopeConfig& rope) {
   return nullptr;
 }
 
+// A JSON number as Python's repr spells it: a float keeps its ".0" (64.0 is no integer there).
+std::string NumberText(const json& number) {
+  if (!number.is_number_float()) return number.dump();
+  char text[32];
+  const std::to_chars_result written =
+      std::to_chars(text, text + sizeof(text), number.get<double>());
+  std::string spelled(text, written.ptr);
+  if (spelled.find_first_of(".en") == std::string::npos) spelled += ".0";  // n: nan, inf
+  return spelled;
+}
+
+// As ReadOptionalField, but an integer key holding a float is refused rather than truncated
+// (transformers' strict config classes refuse 64.0 too: "expected int, got float"), and one past
+// int64 is refused as out of range, in its spelling, rather than wrapped.
+template <typename T>
+absl::Status ReadHfField(const json& object, const char* key, const std::string& where, T& out) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const auto it = object.find(key);
+    if (it != object.end() && it->is_number()) {
+      const bool huge =
+          it->is_number_float()
+              ? !(std::fabs(it->get<double>()) < 9223372036854775808.0)  // 2^63; also NaN.
+              : it->is_number_unsigned() &&
+                    it->get<uint64_t>() > uint64_t{std::numeric_limits<int64_t>::max()};
+      if (huge) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", key, ": ", NumberText(*it),
+                                                       " is out of range (expected an integer)"));
+      }
+      if (it->is_number_float()) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": ", key, ": ", NumberText(*it),
+                                                       ", expected an integer, got a float (as "
+                                                       "transformers refuses it)"));
+      }
+    }
+  }
+  return ReadOptionalField(object, key, where, out);
+}
+
 bool IsNull(const json& object, const char* key) {
   const auto it = object.find(key);
   return it != object.end() && it->is_null();
@@ -66,7 +109,7 @@ absl::Status RefuseNull(const json& object, const char* key, const std::string& 
 template <typename T>
 absl::Status ReadNotNull(const json& object, const char* key, const std::string& where, T& out) {
   TITAN_RETURN_IF_ERROR(RefuseNull(object, key, where, out));
-  return ReadOptionalField(object, key, where, out);
+  return ReadHfField(object, key, where, out);
 }
 
 // Whether the family's config class has no field `key`: its model never reads it.
@@ -106,7 +149,7 @@ absl::Status CheckWholeHeadsRotate(const json& object, const std::string& where,
   if (null_refused) {
     TITAN_RETURN_IF_ERROR(RefuseNull(object, "partial_rotary_factor", where, partial_rotary));
   }
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(object, "partial_rotary_factor", where, partial_rotary));
+  TITAN_RETURN_IF_ERROR(ReadHfField(object, "partial_rotary_factor", where, partial_rotary));
   if (partial_rotary != 1) {
     return absl::InvalidArgumentError(absl::StrCat(where, ": partial_rotary_factor ",
                                                    partial_rotary,
@@ -143,7 +186,7 @@ absl::Status CheckRepresentable(const json& config, int64_t n_layers,
   TITAN_RETURN_IF_ERROR(CheckWholeHeadsRotate(config, source, false));
   std::vector<std::string> layer_types;
   if (!FamilyLacks(defaults, "layer_types")) {
-    TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "layer_types", source, layer_types));
+    TITAN_RETURN_IF_ERROR(ReadHfField(config, "layer_types", source, layer_types));
   }
   for (const std::string& type : layer_types) {
     if (type != "full_attention") {
@@ -181,7 +224,7 @@ bool IsTruthy(const json& value) {
 // inside), completed as transformers completes them.
 absl::Status ReadRope(const json& config, int64_t max_positions, const std::string& source,
                       RopeConfig& rope) {
-  TITAN_RETURN_IF_ERROR(ReadOptionalField(config, "rope_theta", source, rope.theta));
+  TITAN_RETURN_IF_ERROR(ReadHfField(config, "rope_theta", source, rope.theta));
   rope.scaling = RopeScalingType::kNone;
   // transformers takes `rope_scaling or rope_parameters`: an empty rope_scaling falls through.
   const char* key = nullptr;
@@ -280,7 +323,7 @@ class DefaultedKeys {
       out = default_value;
       return absl::OkStatus();
     }
-    if (!it->is_null()) return ReadOptionalField(config_, key, source_, out);
+    if (!it->is_null()) return ReadHfField(config_, key, source_, out);
     if (!null_value.has_value()) return RefuseNull(config_, key, source_, default_value);
     out = *null_value;
     return absl::OkStatus();

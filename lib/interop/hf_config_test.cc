@@ -1,6 +1,7 @@
 #include "lib/interop/hf_config.h"
 
 #include <string>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -308,6 +309,20 @@ TEST(HfConfigTest, RefusesWhatTheDecoderCannotRepresentInOneLine) {
   json wrong_type = good;
   wrong_type["num_hidden_layers"] = "two";
   EXPECT_THAT(Error(wrong_type), HasSubstr("num_hidden_layers: unexpected string"));
+  // A float size is refused, not truncated (transformers' strict config: "expected int, got
+  // float", 64.0 too); one past int64 is out of range, as written, not wrapped.
+  for (const auto& [key, number, expected] :
+       {std::tuple("hidden_size", "64.5", "c.json: hidden_size: 64.5, expected an integer"),
+        std::tuple("hidden_size", "64.0", "c.json: hidden_size: 64.0, expected an integer"),
+        std::tuple("vocab_size", "1e20", "c.json: vocab_size: 1e+20 is out of range"),
+        std::tuple("vocab_size", "18446744073709551615",
+                   "c.json: vocab_size: 18446744073709551615 is out of range"),
+        std::tuple("max_position_embeddings", "4096.5",
+                   "c.json: max_position_embeddings: 4096.5, expected an integer")}) {
+    json sized = good;
+    sized[key] = json::parse(number);
+    EXPECT_THAT(Error(sized), HasSubstr(expected)) << key << " " << number;
+  }
   json heads = good;
   heads["num_key_value_heads"] = 5;
   EXPECT_THAT(Error(heads), HasSubstr("c.json: inconsistent model args"));
