@@ -25,6 +25,7 @@
 #include "lib/tokenizer/tokenizer_loader.h"
 #include "lib/util/directory.h"
 #include "lib/util/file_util.h"
+#include "lib/util/json_file.h"
 #include "lib/util/status_macros.h"
 
 namespace titan {
@@ -85,6 +86,15 @@ absl::StatusOr<std::vector<TokenizerFile>> FindTokenizerFiles(const HfExportOpti
   if (found.empty()) {
     return absl::NotFoundError(
         absl::StrCat("--tokenizer_dir: ", dir, ": none of ", absl::StrJoin(kTokenizerFiles, ", ")));
+  }
+  // transformers json.loads each one: a malformed file fails the export's loading, so it is refused
+  // here, even where titan does not read that tokenizer.
+  for (const TokenizerFile& file : found) {
+    if (!absl::EndsWith(file.name, ".json")) continue;
+    const absl::Status parsed = ReadJsonFile(file.source).status();
+    if (!parsed.ok()) {
+      return absl::Status(parsed.code(), absl::StrCat("--tokenizer_dir: ", parsed.message()));
+    }
   }
   TITAN_ASSIGN_OR_RETURN(std::vector<std::string> templates, FindNamedChatTemplates(dir));
   for (std::string& name : templates) found.push_back({absl::StrCat(dir, "/", name), name});

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
 #include "gmock/gmock.h"
@@ -370,6 +371,22 @@ TEST(ConvertTest, TokenizerDirCopiesChatTemplatesAndLegacyFiles) {
     EXPECT_THAT(summary->files, ::testing::Contains(name));
   }
   EXPECT_FALSE(PathExists(hf + "/additional_chat_templates/notes.txt"));
+
+  // A malformed JSON file is refused, naming it, leaving no output: transformers fails to load it,
+  // though titan does not read that tokenizer ("{}" above) and would copy it with a warning.
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    const std::string bad_tok = TestDir("bad_tok"), out = TestDir("bad_tok_out");
+    ASSERT_TRUE(MakeDirectories(bad_tok).ok());
+    for (const auto& [file, contents] : files) {
+      if (absl::StrContains(file, "/")) continue;
+      ASSERT_TRUE(WriteFileAtomically(bad_tok + "/" + file, file == name ? "{bad" : contents).ok());
+    }
+    options.tokenizer_dir = bad_tok;
+    EXPECT_THAT(std::string(ConvertCheckpoint(titan, out, options).status().message()),
+                ::testing::StartsWith(
+                    absl::StrCat("--tokenizer_dir: ", bad_tok, "/", name, ": invalid JSON")));
+    EXPECT_FALSE(PathExists(out + "/config.json"));
+  }
 }
 
 // Meta's format is Llama 3's: read as llama3 unless another family is named.
