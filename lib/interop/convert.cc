@@ -198,16 +198,12 @@ absl::Status WriteHf(const std::vector<ParameterSource>& params, const TensorPro
     TITAN_ASSIGN_OR_RETURN(tokenizer_files, FindTokenizerFiles(options));
   }
   // Shards planned from metadata alone: every file name is known before the first is written.
-  std::vector<std::vector<const ParameterSource*>> shards(1);
-  uint64_t shard_bytes = 0;
-  for (const ParameterSource& param : params) {
-    const uint64_t bytes = producer.OutputBytes(param);
-    if (!shards.back().empty() && shard_bytes + bytes > options.max_shard_bytes) {
-      shards.emplace_back();
-      shard_bytes = 0;
-    }
-    shards.back().push_back(&param);
-    shard_bytes += bytes;
+  std::vector<uint64_t> tensor_bytes;
+  for (const ParameterSource& param : params) tensor_bytes.push_back(producer.OutputBytes(param));
+  std::vector<std::vector<const ParameterSource*>> shards;
+  for (const std::vector<size_t>& planned : PlanHfShards(tensor_bytes, options.max_shard_bytes)) {
+    shards.emplace_back();
+    for (size_t index : planned) shards.back().push_back(&params[index]);
   }
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
@@ -358,6 +354,30 @@ absl::Status WriteMeta(const std::vector<ParameterSource>& params, const TensorP
 }
 
 }  // namespace
+
+std::vector<std::vector<size_t>> PlanHfShards(const std::vector<uint64_t>& tensor_bytes,
+                                              uint64_t max_shard_bytes) {
+  std::vector<std::vector<size_t>> shards;
+  std::vector<size_t> current;
+  uint64_t current_bytes = 0;
+  for (size_t i = 0; i < tensor_bytes.size(); ++i) {
+    const uint64_t bytes = tensor_bytes[i];
+    if (bytes > max_shard_bytes) {
+      shards.push_back({i});
+      continue;
+    }
+    if (current_bytes + bytes > max_shard_bytes) {
+      shards.push_back(std::move(current));
+      current.clear();
+      current_bytes = 0;
+    }
+    current.push_back(i);
+    current_bytes += bytes;
+  }
+  // A model of no tensors still has its one (empty) model.safetensors.
+  if (!current.empty() || shards.empty()) shards.push_back(std::move(current));
+  return shards;
+}
 
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text) {
   constexpr std::pair<const char*, uint64_t> kUnits[] = {{"KiB", 1ull << 10},

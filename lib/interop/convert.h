@@ -83,6 +83,14 @@ struct HfExportOptions {
 absl::Status SaveHfExport(const NamedTensors& model, const ModelInfo& info, at::ScalarType dtype,
                           const std::string& output_dir, const HfExportOptions& options = {});
 
+// Which tensors (indices into `tensor_bytes`, in order) each shard of an HF export holds, as
+// huggingface_hub's split_torch_state_dict_into_shards (save_pretrained) plans them: a tensor
+// larger than `max_shard_bytes` gets a shard of its own, placed before the shard being filled,
+// which goes on filling; another starts a new shard where it would take the current one past the
+// limit.
+std::vector<std::vector<size_t>> PlanHfShards(const std::vector<uint64_t>& tensor_bytes,
+                                              uint64_t max_shard_bytes);
+
 // "5GB", "500MB", "64KiB", "1000" (bytes) as transformers' max_shard_size: KB/MB/GB are powers of
 // 1000, KiB/MiB/GiB of 1024.
 absl::StatusOr<uint64_t> ParseByteSize(absl::string_view text);

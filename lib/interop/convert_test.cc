@@ -169,6 +169,43 @@ TEST(ConvertTest, TitanToShardedHfAndBackIsBitwiseIdentical) {
   EXPECT_EQ(HfConfig(*described, "float32"), HfConfig(info, "float32"));
 }
 
+// Shards are planned as huggingface_hub's split_torch_state_dict_into_shards (save_pretrained)
+// plans them: a tensor over the limit alone in a shard, before the one still being filled.
+TEST(ConvertTest, ShardsAsSavePretrainedDoes) {
+  // Expected: huggingface_hub 2.4.0's split_torch_state_dict_into_shards(max_shard_size=100) over
+  // uint8 tensors of these sizes, in this order.
+  EXPECT_THAT(PlanHfShards({30, 120, 50, 40, 200, 10, 60, 100, 1}, 100),
+              ElementsAre(ElementsAre(1), ElementsAre(0, 2), ElementsAre(4), ElementsAre(3, 5),
+                          ElementsAre(6), ElementsAre(7), ElementsAre(8)));
+  EXPECT_THAT(PlanHfShards({}, 100),
+              ElementsAre(::testing::IsEmpty()));  // model.safetensors, empty
+  EXPECT_THAT(PlanHfShards({100, 1}, 100), ElementsAre(ElementsAre(0), ElementsAre(1)));
+
+  // An export uses that plan: the feed-forward weights (12288 bytes) over the limit do not close
+  // the shard being filled.
+  const ModelInfo info = SmallModel();
+  const std::string titan = TestDir("titan"), hf = TestDir("hf");
+  SaveTitan(titan, 1, info, /*describe=*/true);
+  ConvertOptions to_hf;
+  to_hf.to = CheckpointFormat::kHf;
+  to_hf.max_shard_bytes = 5000;
+  ASSERT_TRUE(ConvertCheckpoint(titan, hf, to_hf).ok());
+  absl::StatusOr<json> index = ReadJsonFile(hf + "/model.safetensors.index.json");
+  ASSERT_TRUE(index.ok()) << index.status();
+  std::map<std::string, std::vector<std::string>> shards;
+  for (const auto& [name, file] : index->at("weight_map").items()) {
+    shards[file.get<std::string>()].push_back(name);
+  }
+  EXPECT_EQ(shards.size(), 14u);
+  // The layer's small tensors before the oversized ones and model.norm after them share a shard.
+  EXPECT_THAT(shards["model-00003-of-00014.safetensors"],
+              ElementsAre("model.layers.0.input_layernorm.weight",
+                          "model.layers.0.post_attention_layernorm.weight",
+                          "model.layers.0.self_attn.q_proj.weight", "model.norm.weight"));
+  EXPECT_THAT(shards["model-00005-of-00014.safetensors"],
+              ElementsAre("model.layers.0.mlp.gate_proj.weight"));
+}
+
 // A folder with both model.safetensors and an index is read as transformers reads it: the single
 // file.
 TEST(ConvertTest, HfSingleFileWinsOverAnIndexAsInTransformers) {
