@@ -103,8 +103,10 @@ absl::StatusOr<std::vector<TokenizerFile>> FindTokenizerFiles(const HfExportOpti
 
 // --tokenizer_dir's tokenizer for an export of `info`: one with tokenizer files, whose ids the
 // model embeds (transformers indexes past the embedding at the first id beyond it). A tokenizer
-// titan does not read (slow files alone, another model type) is copied unchecked.
-absl::Status CheckExportTokenizer(const std::string& dir, const ModelInfo& info) {
+// titan does not read (slow files alone, another model type) is copied unchecked. A model that
+// names neither BOS nor EOS id (a Meta checkpoint) takes the tokenizer's, as the trainer's exports
+// do: generate() stops at no EOS otherwise.
+absl::Status CheckExportTokenizer(const std::string& dir, ModelInfo& info) {
   HfExportOptions options;
   options.tokenizer_dir = dir;
   TITAN_RETURN_IF_ERROR(FindTokenizerFiles(options).status());
@@ -114,8 +116,14 @@ absl::Status CheckExportTokenizer(const std::string& dir, const ModelInfo& info)
                  << info.args.vocab_size << " embedded ids: " << tokenizer.status().message();
     return absl::OkStatus();
   }
-  return CheckTokenizerFitsModel((*tokenizer)->vocab_size(), info,
-                                 absl::StrCat("--tokenizer_dir: ", dir));
+  TITAN_RETURN_IF_ERROR(CheckTokenizerFitsModel((*tokenizer)->vocab_size(), info,
+                                                absl::StrCat("--tokenizer_dir: ", dir)));
+  if (info.bos_token_id.is_null() && info.eos_token_id.is_null()) {
+    const std::optional<int32_t> bos = (*tokenizer)->bos_id();
+    info.bos_token_id = bos ? json(*bos) : json();
+    info.eos_token_id = (*tokenizer)->eos_id();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<at::ScalarType>> ParseDtype(const std::string& dtype) {

@@ -909,6 +909,24 @@ TEST(ConvertTest, RefusesATokenizerWithIdsPastTheEmbedding) {
   SaveTitan(titan_2048, 3, embeds_all, /*describe=*/true);
   ASSERT_TRUE(ConvertCheckpoint(titan_2048, out, options).ok());
   EXPECT_TRUE(PathExists(out + "/tokenizer.json"));
+
+  // A Meta checkpoint names no BOS/EOS ids: the export takes the tokenizer's, else generate()
+  // never stops.
+  ModelInfo meta_model = SmallMetaModel();
+  meta_model.args.vocab_size = 2048;
+  const std::string meta = TestDir("meta_2048"), from_meta = TestDir("from_meta");
+  SaveTitan(titan_2048, 4, meta_model, /*describe=*/true);
+  ConvertOptions to_meta;
+  to_meta.to = CheckpointFormat::kMeta;
+  ASSERT_TRUE(ConvertCheckpoint(titan_2048, meta, to_meta).ok());
+  absl::StatusOr<ConvertSummary> converted = ConvertCheckpoint(meta, from_meta, options);
+  ASSERT_TRUE(converted.ok()) << converted.status();
+  for (const char* file : {"/config.json", "/generation_config.json"}) {
+    absl::StatusOr<json> written = ReadJsonFile(from_meta + file);
+    ASSERT_TRUE(written.ok()) << written.status();
+    EXPECT_EQ(written->at("bos_token_id"), 2040) << file;  // <|begin_of_text|>
+    EXPECT_EQ(written->at("eos_token_id"), 2041) << file;  // <|end_of_text|>
+  }
 }
 
 // A conversion stopped (by a signal) or failing after it made the output directory removes it.
