@@ -506,7 +506,9 @@ absl::StatusOr<CheckpointFormat> DetectCheckpointFormat(const std::string& path,
   }
   if (PathExists(absl::StrCat(path, "/", kMetaParamsFile))) return CheckpointFormat::kMeta;
   absl::StatusOr<std::vector<int64_t>> steps = CheckpointManager(path, 0).ListSteps();
-  if (steps.ok() && !steps->empty()) return CheckpointFormat::kTitan;
+  // A step's name on what is no step folder (a file `step-9`) is named, as titan_train names it.
+  if (!steps.ok()) return steps.status();
+  if (!steps->empty()) return CheckpointFormat::kTitan;
   TITAN_RETURN_IF_ERROR(NoCommittedStep(path));
   return absl::InvalidArgumentError(absl::StrCat(
       path, ": unknown checkpoint format (expected manifest.json or step-N/ for titan, ",

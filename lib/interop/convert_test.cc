@@ -789,6 +789,15 @@ TEST(ConvertTest, ExplainsWhatIsWrong) {
             TestDir("none") + ": no such file or directory");
   EXPECT_EQ(ConvertCheckpoint(out + "/x", TestDir("out2"), ConvertOptions()).status().message(),
             out + "/x: not a directory");
+  // A file named as a step beside real steps is named, as titan_train names it, not taken for a
+  // folder of an unknown format.
+  ASSERT_TRUE(WriteFileAtomically(titan + "/step-9", "").ok());
+  const std::string stray = titan + "/step-9 is named as a checkpoint step but is not a folder";
+  EXPECT_THAT(
+      std::string(ConvertCheckpoint(titan, TestDir("out3"), ConvertOptions()).status().message()),
+      ::testing::StartsWith(stray));
+  EXPECT_THAT(std::string(DetectCheckpointFormat(titan).status().message()),
+              ::testing::StartsWith(stray));
 }
 
 // A FIFO named as weights is refused before it is opened: opening one waits for a writer, forever.
