@@ -486,7 +486,8 @@ int64_t UsableHostMemoryBytes() {
 namespace {
 
 // CheckSequencesFitInMemory for one pair of keys: `seq_len` positions, `batch_size` sequences at a
-// time; refused by the key whose part (RoPE tables or token batch) is the larger.
+// time; refused by the batch size where the token batch is the larger part and one sequence at a
+// time would fit, else by the sequence length.
 absl::Status CheckSequenceFitsInMemory(absl::string_view seq_len_key, int64_t seq_len,
                                        absl::string_view batch_key, int64_t batch_size,
                                        const TransformerArgs& args, int64_t memory_bytes) {
@@ -507,7 +508,8 @@ absl::Status CheckSequenceFitsInMemory(absl::string_view seq_len_key, int64_t se
   const std::string tokens =
       absl::StrFormat("token batch (%s %d x %s %d, inputs and labels)", name(batch_key), batch_size,
                       name(seq_len_key), seq_len);
-  const bool batch_larger = token_bytes > rope_bytes;
+  const bool batch_larger =
+      token_bytes > rope_bytes && rope_bytes + token_bytes / batch_size <= memory_bytes;
   const absl::string_view key = batch_larger ? batch_key : seq_len_key;
   return absl::ResourceExhaustedError(absl::StrFormat(
       "%s = %d does not fit in memory: its %s and %s alone take %.1f GiB, and this process has "

@@ -105,6 +105,12 @@ TEST(CheckSequencesFitInMemoryTest, AHugeSeqLenIsRefusedNamingItsKey) {
             "(local_batch_size 1073741824 x seq_len 8, inputs and labels) and RoPE tables (8 "
             "positions x 8 frequencies in float64, 4 tables' worth while computed) alone take "
             "64.0 GiB, and this process has 16.0 GiB left; lower local_batch_size");
+  // The larger part, but seq_len's tables alone do not fit: lowering the batch would not do.
+  config.mutable_training()->set_seq_len(1 << 28);
+  config.mutable_training()->set_local_batch_size(64);
+  EXPECT_TRUE(absl::StartsWith(CheckSequencesFitInMemory(config, args, 32 * kGiB).message(),
+                               "[training] seq_len = 268435456 does not fit in memory: its RoPE "
+                               "tables (268435456 positions"));
   config.mutable_training()->set_local_batch_size(1);
   // A long context that fits is no concern of this check.
   config.mutable_training()->set_seq_len(1 << 20);
